@@ -1,0 +1,669 @@
+//! The allocator: one per device.
+//!
+//! # Allocation path (DESIGN.md section 3)
+//!
+//! 1. Validate the request; nothing changes if it is bad.
+//! 2. (Normalisation and 3. preallocation come later: see the `request` seam below.)
+//! 4. Goal: try the exact goal block in its group.
+//! 5. Stream: requests of large files start scanning at the stream goal for the file's hash;
+//!    small ones at the file's home group.
+//! 6. Passes 1-5 ([`Pass`]) over the group indexes, right of the start group first, then left.
+//!    A group is checked through its lock-free mirrors, then locked (try-lock in passes 1-4
+//!    when the policy says so), rechecked and searched with bounded effort.
+//! 7. Mark used: bitmap, buddy summary, mirrors, index positions.
+//!
+//! If nothing is found while frees are pending, the allocation commits them and retries once.
+//!
+//! # Free path (section 4)
+//!
+//! A free is validated against the bitmap and the pending set under the group lock, then
+//! merged with pending neighbours of the same transaction and inserted; the blocks stay used
+//! until `commit()` returns them. See `free.rs`.
+//!
+//! # Lock order
+//!
+//! group locks in ascending group order -> the global lock (`md`) -> list-index locks.
+//! `commit_lock` is taken before any of them and only by `commit()`.
+
+use super::policy::{FreeList, Policy};
+use super::stats::{Pass, Shard, Stats, StatsSnapshot};
+use crate::error::{Error, Result};
+use crate::geometry::{Extent, Geometry};
+use crate::groups::{AtomicBitset, Group, GroupBitmap, GroupState, OrderIndex, ORDERS};
+use crossbeam_utils::CachePadded;
+use parking_lot::{Mutex, MutexGuard};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Instant;
+
+/// What a caller asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AllocRequest {
+    /// The file (or object) the blocks are for; hashed to pick a stream goal.
+    pub file: u64,
+    /// Logical block offset of the request in the file (decides stream allocation).
+    pub logical: u64,
+    /// Blocks wanted.
+    pub len: u64,
+    /// Fewest blocks the caller accepts (passes 3 and 5 may return fewer than `len`).
+    pub min_len: u64,
+    /// Preferred first block, usually the block after the file's previous extent.
+    pub goal: Option<u64>,
+}
+
+impl AllocRequest {
+    /// A request for `len` blocks for `file`, accepting any length down to one block.
+    pub fn new(file: u64, len: u64) -> Self {
+        AllocRequest {
+            file,
+            logical: 0,
+            len,
+            min_len: 1,
+            goal: None,
+        }
+    }
+
+    pub fn goal(mut self, goal: u64) -> Self {
+        self.goal = Some(goal);
+        self
+    }
+
+    pub fn logical(mut self, logical: u64) -> Self {
+        self.logical = logical;
+        self
+    }
+
+    pub fn min_len(mut self, min_len: u64) -> Self {
+        self.min_len = min_len;
+        self
+    }
+
+    /// Insist on all of `len`.
+    pub fn exact(mut self) -> Self {
+        self.min_len = self.len;
+        self
+    }
+}
+
+/// State under the global lock (ext4's `s_md_lock`): the single stream goal of policies that
+/// lock it, the global freed list, and the pending counter of policies without the atomic.
+#[derive(Default)]
+pub(super) struct MdState {
+    pub stream_goal: u64,
+    /// Pending frees by `(group, id)`.
+    pub freed: BTreeSet<(u64, u64)>,
+    pub next_id: u64,
+    pub pending_blocks: u64,
+}
+
+pub struct Allocator {
+    pub(super) geometry: Geometry,
+    pub(super) policy: Policy,
+    pub(super) groups: Box<[CachePadded<Group>]>,
+    by_largest: OrderIndex,
+    by_avg: OrderIndex,
+    stream_goals: Box<[CachePadded<AtomicU64>]>,
+    pub(super) md: CachePadded<Mutex<MdState>>,
+    pub(super) pending_blocks: CachePadded<AtomicU64>,
+    /// Groups with pending frees (per-group free lists).
+    pub(super) dirty: AtomicBitset,
+    /// Current transaction: frees are stamped with it; `commit()` advances it.
+    pub(super) txn: CachePadded<AtomicU64>,
+    pub(super) commit_lock: Mutex<()>,
+    pub(super) stats: Stats,
+}
+
+/// 64-bit finaliser (splitmix64): spreads file ids over stream goals and home groups.
+fn hash64(mut x: u64) -> u64 {
+    x ^= x >> 30;
+    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x ^= x >> 27;
+    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+fn floor_log2(n: u64) -> u32 {
+    63 - n.leading_zeros()
+}
+
+/// How a pass walks the groups.
+#[derive(Clone, Copy)]
+enum Walk<'a> {
+    /// Every group from the start, wrapping around.
+    Linear,
+    /// Groups in the sets of orders `>= order_min` of an index.
+    Index(&'a OrderIndex, u32),
+}
+
+impl Allocator {
+    /// An allocator for a device of `geometry`, all blocks free.
+    pub fn new(geometry: Geometry, policy: Policy) -> Result<Self> {
+        let groups_count = geometry.groups_count();
+        if groups_count > u32::MAX as u64 {
+            return Err(Error::InvalidGeometry(format!(
+                "{groups_count} groups: at most 2^32 groups (use larger groups)"
+            )));
+        }
+        let groups: Box<[CachePadded<Group>]> = (0..groups_count)
+            .map(|g| {
+                let bitmap = GroupBitmap::new(geometry.group_blocks as u32, geometry.group_len(g) as u32);
+                CachePadded::new(Group::new(bitmap))
+            })
+            .collect();
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+        let stream_goals_count = match policy.stream_goals {
+            0 => cpus.min(groups_count / 4).max(1),
+            n => u64::from(n),
+        };
+        let stream_goals = (0..stream_goals_count)
+            .map(|i| CachePadded::new(AtomicU64::new(i * groups_count / stream_goals_count)))
+            .collect();
+        let alloc = Allocator {
+            by_largest: OrderIndex::new(policy.ordered_index, ORDERS, groups_count),
+            by_avg: OrderIndex::new(policy.ordered_index, ORDERS, groups_count),
+            stream_goals,
+            md: CachePadded::new(Mutex::new(MdState::default())),
+            pending_blocks: CachePadded::new(AtomicU64::new(0)),
+            dirty: AtomicBitset::new(groups_count),
+            txn: CachePadded::new(AtomicU64::new(1)),
+            commit_lock: Mutex::new(()),
+            stats: Stats::new(),
+            geometry,
+            policy,
+            groups,
+        };
+        if alloc.policy.optimize_scan {
+            for (g, group) in alloc.groups.iter().enumerate() {
+                alloc.by_largest.update(g as u64, None, group.largest_order());
+                alloc.by_avg.update(g as u64, None, group.avg_order());
+            }
+        }
+        Ok(alloc)
+    }
+
+    pub fn geometry(&self) -> &Geometry {
+        &self.geometry
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Number of stream goals in use.
+    pub fn stream_goals_count(&self) -> usize {
+        self.stream_goals.len()
+    }
+
+    /// Free blocks, not counting frees that wait for a commit (sum of the group mirrors).
+    pub fn free_blocks(&self) -> u64 {
+        self.groups.iter().map(|g| u64::from(g.free_blocks())).sum()
+    }
+
+    /// Blocks freed but not yet returned by a commit.
+    pub fn pending_free_blocks(&self) -> u64 {
+        if self.policy.atomic_pending {
+            self.pending_blocks.load(Relaxed)
+        } else {
+            self.md.lock().pending_blocks
+        }
+    }
+
+    pub fn stats(&self) -> StatsSnapshot {
+        self.stats.snapshot()
+    }
+
+    pub fn stats_handle(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// True if `block` is free (not allocated and not pending).
+    pub fn is_free(&self, block: u64) -> Result<bool> {
+        self.geometry.validate(Extent::new(block, 1))?;
+        let g = self.geometry.group_of(block);
+        let off = (block - self.geometry.group_start(g)) as u32;
+        let mut waited = false;
+        Ok(self.groups[g as usize].lock(&mut waited).bitmap.is_free(off))
+    }
+
+    fn validate_request(&self, req: &AllocRequest) -> Result<()> {
+        if req.len == 0 {
+            return Err(Error::ZeroLength);
+        }
+        if req.len > self.geometry.group_blocks {
+            return Err(Error::InvalidRequest(format!(
+                "{} blocks asked in one extent; an extent lies in one group of {} blocks: split the request",
+                req.len, self.geometry.group_blocks
+            )));
+        }
+        if req.min_len == 0 || req.min_len > req.len {
+            return Err(Error::InvalidRequest(format!(
+                "min_len {} must be from 1 to len {}",
+                req.min_len, req.len
+            )));
+        }
+        if let Some(goal) = req.goal {
+            if goal >= self.geometry.blocks_count {
+                return Err(Error::OutOfRange {
+                    start: goal,
+                    len: 1,
+                    device_blocks: self.geometry.blocks_count,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Allocates one extent of `min_len ..= len` blocks inside one group.
+    pub fn allocate(&self, req: &AllocRequest) -> Result<Extent> {
+        self.validate_request(req)?;
+        let shard = self.stats.shard();
+        let started = Instant::now();
+        let result = self.allocate_validated(req, shard);
+        shard.record_latency_ns(started.elapsed().as_nanos() as u64);
+        if let Ok(extent) = &result {
+            shard.add(&shard.counters.allocs, 1);
+            shard.add(&shard.counters.alloc_blocks, extent.len);
+        }
+        result
+    }
+
+    fn allocate_validated(&self, req: &AllocRequest, shard: &Shard) -> Result<Extent> {
+        for attempt in 0..2 {
+            if let Some(extent) = self.try_allocate(req, shard) {
+                return Ok(extent);
+            }
+            if attempt == 0 && self.pending_free_blocks() > 0 {
+                shard.add(&shard.counters.forced_commits, 1);
+                self.commit();
+                continue;
+            }
+            break;
+        }
+        shard.add(&shard.counters.no_space, 1);
+        Err(Error::NoSpace {
+            requested: req.len,
+            min_len: req.min_len,
+            free_blocks: self.free_blocks(),
+        })
+    }
+
+    fn try_allocate(&self, req: &AllocRequest, shard: &Shard) -> Option<Extent> {
+        let stream = req.logical.saturating_add(req.len) > self.policy.stream_threshold_blocks;
+        let slot = (hash64(req.file) % self.stream_goals.len() as u64) as usize;
+
+        // Step 4: the exact goal.
+        if let Some(goal) = req.goal {
+            if let Some(extent) = self.alloc_at_goal(goal, req.len, stream, slot, shard) {
+                shard.add(&shard.counters.pass_hits[Pass::Goal as usize], 1);
+                return Some(extent);
+            }
+        }
+
+        // Step 5: where scanning starts.
+        let groups_count = self.groups.len() as u64;
+        let start = if stream {
+            if self.policy.stream_goal_locked {
+                self.lock_md(shard).stream_goal
+            } else {
+                self.stream_goals[slot].load(Relaxed)
+            }
+        } else if let Some(goal) = req.goal {
+            self.geometry.group_of(goal)
+        } else {
+            hash64(req.file) % groups_count
+        } % groups_count;
+
+        // Step 6: the passes.
+        let (extent, pass) = self.scan_passes(req, start, stream, slot, shard)?;
+        shard.add(&shard.counters.pass_hits[pass as usize], 1);
+        if stream && self.geometry.group_of(extent.start) == start {
+            shard.add(&shard.counters.stream_goal_hits, 1);
+        }
+        Some(extent)
+    }
+
+    fn alloc_at_goal(&self, goal: u64, len: u64, stream: bool, slot: usize, shard: &Shard) -> Option<Extent> {
+        let g = self.geometry.group_of(goal);
+        let off = (goal - self.geometry.group_start(g)) as u32;
+        let group = &self.groups[g as usize];
+        if group.free_blocks() < len as u32 {
+            return None;
+        }
+        let mut state = self.lock_group(group, shard);
+        if !state.bitmap.range_is_free(off, len as u32) {
+            return None;
+        }
+        Some(self.take(g, &mut state, off, len as u32, stream, slot, shard))
+    }
+
+    fn scan_passes(&self, req: &AllocRequest, start: u64, stream: bool, slot: usize, shard: &Shard) -> Option<(Extent, Pass)> {
+        let len = req.len;
+        let order = floor_log2(len);
+        let indexed = self.policy.optimize_scan;
+        let walk = |index: &'static str, order_min: u32| -> Walk<'_> {
+            match (indexed, index) {
+                (false, _) => Walk::Linear,
+                (true, "largest") => Walk::Index(&self.by_largest, order_min),
+                (true, _) => Walk::Index(&self.by_avg, order_min),
+            }
+        };
+        let run = |pass: Pass, walk: Walk<'_>, want: u64| {
+            self.run_pass(pass, walk, start, want, req.min_len, stream, slot, shard)
+                .map(|e| (e, pass))
+        };
+
+        if len.is_power_of_two() && order >= self.policy.order2_min_order {
+            if let Some(hit) = run(Pass::Power2Aligned, walk("largest", order), len) {
+                return Some(hit);
+            }
+        }
+        if let Some(hit) = run(Pass::GoalLenFast, walk("avg", order), len) {
+            return Some(hit);
+        }
+        let trim_floor = order.saturating_sub(self.policy.best_avail_trim_orders);
+        for trimmed in (trim_floor..order).rev() {
+            let want = 1u64 << trimmed;
+            if want < req.min_len {
+                break;
+            }
+            if let Some(hit) = run(Pass::BestAvailLen, walk("avg", trimmed), want) {
+                return Some(hit);
+            }
+        }
+        if let Some(hit) = run(Pass::GoalLenSlow, Walk::Linear, len) {
+            return Some(hit);
+        }
+        run(Pass::AnyFree, Walk::Linear, len)
+    }
+
+    /// The lock-free check of a group's mirrors before locking it.
+    fn good_group(&self, g: u64, pass: Pass, want: u64, min_len: u64) -> bool {
+        let group = &self.groups[g as usize];
+        let free = u64::from(group.free_blocks());
+        match pass {
+            Pass::Goal => unreachable!("the goal is not a scanning pass"),
+            Pass::Power2Aligned => group.largest_order().is_some_and(|o| o >= floor_log2(want)),
+            Pass::GoalLenFast | Pass::BestAvailLen => {
+                free >= want && group.avg_order().is_some_and(|o| o >= floor_log2(want))
+            }
+            Pass::GoalLenSlow => free >= want,
+            Pass::AnyFree => free >= min_len,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run_pass(
+        &self,
+        pass: Pass,
+        walk: Walk<'_>,
+        start: u64,
+        want: u64,
+        min_len: u64,
+        stream: bool,
+        slot: usize,
+        shard: &Shard,
+    ) -> Option<Extent> {
+        let groups_count = self.groups.len() as u64;
+        let visit = |g: u64| self.scan_group(g, pass, want, min_len, stream, slot, shard);
+        match walk {
+            Walk::Linear => (0..groups_count).find_map(|i| {
+                let g = (start + i) % groups_count;
+                if self.good_group(g, pass, want, min_len) {
+                    visit(g)
+                } else {
+                    None
+                }
+            }),
+            Walk::Index(index, order_min) if index.is_ordered() => {
+                // Right of the start across all orders >= order_min, then left of it.
+                for (from, limit) in [(start, groups_count), (0, start)] {
+                    let mut at = from;
+                    while let Some(g) = index.next_in_orders(order_min, at, limit) {
+                        if self.good_group(g, pass, want, min_len) {
+                            if let Some(e) = visit(g) {
+                                return Some(e);
+                            }
+                        }
+                        at = g + 1;
+                    }
+                }
+                None
+            }
+            Walk::Index(index, order_min) => {
+                // Pre-2025 "choose group": the first good group from the list heads, up to
+                // one try per group.
+                for _ in 0..groups_count {
+                    let mut waits = 0;
+                    let chosen =
+                        index.choose(order_min, &mut |g| self.good_group(g, pass, want, min_len), &mut waits);
+                    shard.add(&shard.counters.lock_waits, waits);
+                    if let Some(e) = visit(chosen?) {
+                        return Some(e);
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    /// Locks group `g` (or skips it when busy and the pass allows) and searches it.
+    #[allow(clippy::too_many_arguments)]
+    fn scan_group(
+        &self,
+        g: u64,
+        pass: Pass,
+        want: u64,
+        min_len: u64,
+        stream: bool,
+        slot: usize,
+        shard: &Shard,
+    ) -> Option<Extent> {
+        let group = &self.groups[g as usize];
+        let mut state = if self.policy.trylock && pass != Pass::AnyFree {
+            match group.try_lock() {
+                Some(s) => s,
+                None => {
+                    shard.add(&shard.counters.trylock_skips, 1);
+                    return None;
+                }
+            }
+        } else {
+            self.lock_group(group, shard)
+        };
+        shard.add(&shard.counters.groups_scanned, 1);
+        let hint = self.policy.first_free_hint;
+        let want32 = want as u32;
+        let found = match pass {
+            Pass::Goal => unreachable!("the goal is not a scanning pass"),
+            Pass::Power2Aligned => state
+                .bitmap
+                .find_free_chunk(floor_log2(want), hint)
+                .map(|off| (off, want32)),
+            Pass::GoalLenFast | Pass::BestAvailLen | Pass::GoalLenSlow => {
+                if u64::from(state.bitmap.free_blocks()) < want {
+                    None
+                } else {
+                    self.best_fit(&mut state, want32)
+                }
+            }
+            Pass::AnyFree => self.largest_fit(&mut state, want32, min_len as u32),
+        };
+        let (off, len) = found?;
+        Some(self.take(g, &mut state, off, len, stream, slot, shard))
+    }
+
+    /// Smallest free run of at least `want` blocks, examining a bounded number of runs.
+    fn best_fit(&self, state: &mut GroupState, want: u32) -> Option<(u32, u32)> {
+        let from = state.bitmap.find_free_chunk(0, self.policy.first_free_hint)?;
+        let mut best: Option<(u32, u32)> = None;
+        for (examined, (off, run)) in state.bitmap.free_runs(from).enumerate() {
+            let examined = examined as u32 + 1;
+            if run >= want && best.is_none_or(|(_, b)| run < b) {
+                best = Some((off, run));
+                if run == want {
+                    break;
+                }
+            }
+            if examined >= self.policy.max_scan_extents
+                || (best.is_some() && examined >= self.policy.min_scan_extents)
+            {
+                break;
+            }
+        }
+        best.map(|(off, _)| (off, want))
+    }
+
+    /// The first run of `want` blocks, or the longest run seen (at least `min_len`).
+    fn largest_fit(&self, state: &mut GroupState, want: u32, min_len: u32) -> Option<(u32, u32)> {
+        let from = state.bitmap.find_free_chunk(0, self.policy.first_free_hint)?;
+        let mut best: Option<(u32, u32)> = None;
+        for (examined, (off, run)) in state.bitmap.free_runs(from).enumerate() {
+            if best.is_none_or(|(_, b)| run > b) {
+                best = Some((off, run.min(want)));
+            }
+            if run >= want || examined as u32 + 1 >= self.policy.max_scan_extents {
+                break;
+            }
+        }
+        best.filter(|&(_, len)| len >= min_len)
+    }
+
+    /// Step 7: marks `off .. off + len` of group `g` used and publishes the new summary.
+    #[allow(clippy::too_many_arguments)]
+    fn take(
+        &self,
+        g: u64,
+        state: &mut MutexGuard<'_, GroupState>,
+        off: u32,
+        len: u32,
+        stream: bool,
+        slot: usize,
+        shard: &Shard,
+    ) -> Extent {
+        debug_assert!(!state.pending_overlaps(off, len), "allocating blocks that wait to be freed");
+        state.bitmap.mark_used(off, len);
+        self.publish(g, state, shard);
+        if stream {
+            if self.policy.stream_goal_locked {
+                self.lock_md(shard).stream_goal = g;
+            } else if self.stream_goals[slot].load(Relaxed) != g {
+                self.stream_goals[slot].store(g, Relaxed);
+            }
+        }
+        Extent::new(self.geometry.group_start(g) + u64::from(off), u64::from(len))
+    }
+
+    /// Copies a group's new figures to its mirrors and index positions (under its lock).
+    pub(super) fn publish(&self, g: u64, state: &GroupState, shard: &Shard) {
+        let group = &self.groups[g as usize];
+        let free = state.bitmap.free_blocks();
+        let largest = state.bitmap.largest_free_order();
+        let mut avg = state.bitmap.avg_fragment_order();
+        if self.policy.zombie_groups && free == 0 {
+            // Pre-2025 ext4 left a full group in its old average-fragment list.
+            avg = group.avg_order();
+        }
+        let (old_largest, old_avg) = group.set_mirrors(free, largest, avg);
+        if self.policy.optimize_scan {
+            let waits = self.by_largest.update(g, old_largest, largest) + self.by_avg.update(g, old_avg, avg);
+            if waits > 0 {
+                shard.add(&shard.counters.lock_waits, waits);
+            }
+        }
+    }
+
+    #[inline]
+    pub(super) fn lock_group<'a>(&self, group: &'a Group, shard: &Shard) -> MutexGuard<'a, GroupState> {
+        let mut waited = false;
+        let guard = group.lock(&mut waited);
+        if waited {
+            shard.add(&shard.counters.lock_waits, 1);
+        }
+        guard
+    }
+
+    #[inline]
+    pub(super) fn lock_md(&self, shard: &Shard) -> MutexGuard<'_, MdState> {
+        match self.md.try_lock() {
+            Some(g) => g,
+            None => {
+                shard.add(&shard.counters.lock_waits, 1);
+                self.md.lock()
+            }
+        }
+    }
+
+    /// Recomputes every cached figure and compares (call at quiescence: no other thread may
+    /// allocate, free or commit meanwhile).
+    pub fn check(&self) -> Result<()> {
+        let fail = |msg: String| Err(Error::Invariant(msg));
+        let mut pending_total = 0u64;
+        let md = self.md.lock();
+        let largest_members = if self.policy.optimize_scan {
+            Some(self.by_largest.membership().map_err(Error::Invariant)?)
+        } else {
+            None
+        };
+        let avg_members = if self.policy.optimize_scan {
+            Some(self.by_avg.membership().map_err(Error::Invariant)?)
+        } else {
+            None
+        };
+        if let Err(e) = self.dirty.check() {
+            return fail(e);
+        }
+        for (g, group) in self.groups.iter().enumerate() {
+            let state = group.try_lock().ok_or_else(|| {
+                Error::Invariant(format!("group {g} is locked during check: not quiescent"))
+            })?;
+            let b = &state.bitmap;
+            b.check().map_err(|e| Error::Invariant(format!("group {g}: {e}")))?;
+            if group.free_blocks() != b.free_blocks() {
+                return fail(format!("group {g}: mirror free {} != {}", group.free_blocks(), b.free_blocks()));
+            }
+            if group.largest_order() != b.largest_free_order() {
+                return fail(format!("group {g}: mirror largest order disagrees"));
+            }
+            let zombie_ok = self.policy.zombie_groups && b.free_blocks() == 0;
+            if group.avg_order() != b.avg_fragment_order() && !zombie_ok {
+                return fail(format!("group {g}: mirror average fragment order disagrees"));
+            }
+            if let Some(m) = &largest_members {
+                if m[g] != b.largest_free_order() {
+                    return fail(format!("group {g}: in largest-order set {:?}, summary says {:?}", m[g], b.largest_free_order()));
+                }
+            }
+            if let Some(m) = &avg_members {
+                if m[g] != group.avg_order() {
+                    return fail(format!("group {g}: in average-order set {:?}, mirror says {:?}", m[g], group.avg_order()));
+                }
+            }
+            let mut prev_end = 0u32;
+            for (&off, p) in &state.pending {
+                if p.len == 0 || off < prev_end {
+                    return fail(format!("group {g}: pending free at {off} overlaps or is empty"));
+                }
+                if !b.range_is_used(off, p.len) {
+                    return fail(format!("group {g}: pending free {off}+{} is not marked used", p.len));
+                }
+                if self.policy.free_list == FreeList::Global && !md.freed.contains(&(g as u64, p.id)) {
+                    return fail(format!("group {g}: pending free {off} is missing from the global list"));
+                }
+                prev_end = off + p.len;
+                pending_total += u64::from(p.len);
+            }
+            if self.policy.free_list == FreeList::PerGroup && !state.pending.is_empty() && !self.dirty.contains(g as u64) {
+                return fail(format!("group {g}: has pending frees but is not marked dirty"));
+            }
+        }
+        let counted = if self.policy.atomic_pending {
+            self.pending_blocks.load(Relaxed)
+        } else {
+            md.pending_blocks
+        };
+        if counted != pending_total {
+            return fail(format!("pending counter {counted} but groups hold {pending_total}"));
+        }
+        Ok(())
+    }
+}

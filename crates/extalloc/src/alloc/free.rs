@@ -1,0 +1,229 @@
+//! The free path and commit.
+//!
+//! `free(extent)` validates every block under the group locks (each must be allocated and not
+//! already waiting), then records the extent as a pending free of the current transaction,
+//! merged with pending neighbours of the same transaction. The blocks stay marked used, so
+//! nothing can allocate them, until `commit()` makes the transaction durable and returns them
+//! to the bitmaps.
+//!
+//! How a pending free is recorded depends on the policy:
+//! - `merge_before_insert = false` (ext4 before the series): insert, then merge with the
+//!   previous neighbour, then with the next, each step a separate trip through the global lock.
+//! - `merge_before_insert = true`: merge first without the lock; one trip through the global
+//!   lock only to drop a neighbour that the merge absorbed or to insert a new entry.
+//! - `free_list = per-group`: no global list at all; the group is marked in a lock-free dirty
+//!   set that `commit()` walks.
+
+use super::allocator::{Allocator, MdState};
+use super::policy::FreeList;
+use super::stats::Shard;
+use crate::error::{Error, Result};
+use crate::geometry::Extent;
+use crate::groups::{GroupState, PendingFree};
+use parking_lot::MutexGuard;
+use std::sync::atomic::Ordering::Relaxed;
+
+impl Allocator {
+    /// Frees `extent` (which may span groups). The blocks become reusable at the next commit.
+    pub fn free(&self, extent: Extent) -> Result<()> {
+        self.geometry.validate(extent)?;
+        let shard = self.stats.shard();
+        let pieces: Vec<(u64, u32, u32)> = self.geometry.split(extent).collect();
+        // Lock every group involved, in ascending order, then validate all before changing any.
+        let mut guards: Vec<MutexGuard<'_, GroupState>> = pieces
+            .iter()
+            .map(|&(g, _, _)| self.lock_group(&self.groups[g as usize], shard))
+            .collect();
+        for (&(g, off, len), state) in pieces.iter().zip(&guards) {
+            let start = self.geometry.group_start(g) + u64::from(off);
+            if state.pending_overlaps(off, len) {
+                return Err(Error::DoubleFree {
+                    start,
+                    len: u64::from(len),
+                });
+            }
+            if !state.bitmap.range_is_used(off, len) {
+                return Err(Error::NotAllocated {
+                    start,
+                    len: u64::from(len),
+                });
+            }
+        }
+        let txn = self.txn.load(Relaxed);
+        for (&(g, off, len), state) in pieces.iter().zip(guards.iter_mut()) {
+            self.insert_pending(g, state, off, len, txn, shard);
+        }
+        drop(guards);
+        shard.add(&shard.counters.frees, 1);
+        shard.add(&shard.counters.free_blocks, extent.len);
+        Ok(())
+    }
+
+    fn insert_pending(&self, g: u64, state: &mut GroupState, off: u32, len: u32, txn: u64, shard: &Shard) {
+        let end = off + len;
+        let prev = state
+            .pending
+            .range(..off)
+            .next_back()
+            .filter(|(&s, p)| s + p.len == off && p.txn == txn)
+            .map(|(&s, p)| (s, *p));
+        let next = state.pending.get(&end).filter(|p| p.txn == txn).copied();
+        match self.policy.free_list {
+            FreeList::PerGroup => {
+                let mut start = off;
+                let mut total = len;
+                if let Some((s, p)) = prev {
+                    start = s;
+                    total += p.len;
+                }
+                if let Some(n) = next {
+                    state.pending.remove(&end);
+                    total += n.len;
+                }
+                state.pending.insert(start, PendingFree { len: total, txn, id: 0 });
+                self.dirty.insert(g);
+                self.add_pending(len, None, shard);
+            }
+            FreeList::Global if self.policy.merge_before_insert => {
+                // Merge without the global lock; take it once, only to drop an absorbed entry
+                // or to list a new one.
+                match (prev, next) {
+                    (Some((s, mut p)), Some(n)) => {
+                        state.pending.remove(&end);
+                        p.len += len + n.len;
+                        state.pending.insert(s, p);
+                        let mut md = self.lock_md(shard);
+                        md.freed.remove(&(g, n.id));
+                        self.add_pending(len, Some(&mut md), shard);
+                    }
+                    (Some((s, mut p)), None) => {
+                        p.len += len;
+                        state.pending.insert(s, p);
+                        self.add_pending(len, None, shard);
+                    }
+                    (None, Some(mut n)) => {
+                        state.pending.remove(&end);
+                        n.len += len;
+                        state.pending.insert(off, n);
+                        self.add_pending(len, None, shard);
+                    }
+                    (None, None) => {
+                        let mut md = self.lock_md(shard);
+                        let id = next_id(&mut md);
+                        md.freed.insert((g, id));
+                        self.add_pending(len, Some(&mut md), shard);
+                        drop(md);
+                        state.pending.insert(off, PendingFree { len, txn, id });
+                    }
+                }
+            }
+            FreeList::Global => {
+                // Insert first, then absorb each neighbour with its own trip through the lock.
+                let mut md = self.lock_md(shard);
+                let id = next_id(&mut md);
+                md.freed.insert((g, id));
+                self.add_pending(len, Some(&mut md), shard);
+                drop(md);
+                let mut entry = PendingFree { len, txn, id };
+                let mut start = off;
+                if let Some((s, p)) = prev {
+                    state.pending.remove(&s);
+                    start = s;
+                    entry.len += p.len;
+                    self.lock_md(shard).freed.remove(&(g, p.id));
+                }
+                if let Some(n) = next {
+                    state.pending.remove(&end);
+                    entry.len += n.len;
+                    self.lock_md(shard).freed.remove(&(g, n.id));
+                }
+                state.pending.insert(start, entry);
+            }
+        }
+    }
+
+    /// Adds to the pending counter: the atomic, or the field under the global lock (taking it
+    /// unless the caller holds it).
+    fn add_pending(&self, blocks: u32, md: Option<&mut MutexGuard<'_, MdState>>, shard: &Shard) {
+        if self.policy.atomic_pending {
+            self.pending_blocks.fetch_add(u64::from(blocks), Relaxed);
+        } else if let Some(md) = md {
+            md.pending_blocks += u64::from(blocks);
+        } else {
+            self.lock_md(shard).pending_blocks += u64::from(blocks);
+        }
+    }
+
+    /// Makes the current transaction durable: every free recorded before this call returns
+    /// its blocks to the groups. Returns the number of blocks returned.
+    pub fn commit(&self) -> u64 {
+        let _serial = self.commit_lock.lock();
+        let shard = self.stats.shard();
+        let committed = self.txn.fetch_add(1, Relaxed);
+        let mut released = 0u64;
+        match self.policy.free_list {
+            FreeList::PerGroup => {
+                let mut at = 0;
+                while let Some(g) = self.dirty.next_set(at) {
+                    at = g + 1;
+                    self.dirty.remove(g);
+                    let mut state = self.lock_group(&self.groups[g as usize], shard);
+                    let (blocks, _) = self.release_group(g, &mut state, committed, shard);
+                    released += blocks;
+                    if !state.pending.is_empty() {
+                        self.dirty.insert(g);
+                    }
+                }
+            }
+            FreeList::Global => {
+                let listed = std::mem::take(&mut self.lock_md(shard).freed);
+                let mut groups: Vec<u64> = listed.iter().map(|&(g, _)| g).collect();
+                groups.dedup();
+                let mut keep = Vec::new();
+                for g in groups {
+                    let mut state = self.lock_group(&self.groups[g as usize], shard);
+                    let (blocks, kept) = self.release_group(g, &mut state, committed, shard);
+                    released += blocks;
+                    keep.extend(kept.into_iter().map(|id| (g, id)));
+                }
+                if !keep.is_empty() {
+                    self.lock_md(shard).freed.extend(keep);
+                }
+            }
+        }
+        if released > 0 {
+            if self.policy.atomic_pending {
+                self.pending_blocks.fetch_sub(released, Relaxed);
+            } else {
+                self.lock_md(shard).pending_blocks -= released;
+            }
+        }
+        released
+    }
+
+    /// Returns a group's pending frees of transactions `<= committed` to its bitmap. Returns
+    /// the blocks released and the ids of entries that stay pending.
+    fn release_group(&self, g: u64, state: &mut GroupState, committed: u64, shard: &Shard) -> (u64, Vec<u64>) {
+        let mut released = 0u64;
+        let mut kept = Vec::new();
+        let entries = std::mem::take(&mut state.pending);
+        for (off, p) in entries {
+            if p.txn <= committed {
+                state.bitmap.mark_free(off, p.len);
+                released += u64::from(p.len);
+            } else {
+                kept.push(p.id);
+                state.pending.insert(off, p);
+            }
+        }
+        if released > 0 {
+            self.publish(g, state, shard);
+        }
+        (released, kept)
+    }
+}
+
+fn next_id(md: &mut MdState) -> u64 {
+    md.next_id += 1;
+    md.next_id
+}

@@ -1,0 +1,12 @@
+//! The allocator: requests, stream goals, criteria passes, deferred frees, policies, stats.
+
+mod allocator;
+mod free;
+mod policy;
+mod space;
+mod stats;
+
+pub use allocator::{AllocRequest, Allocator};
+pub use policy::{FreeList, Policy, PRESETS};
+pub use space::{FreeBucket, FreeSpace, GroupFree};
+pub use stats::{Pass, Stats, StatsSnapshot, SHARDS};

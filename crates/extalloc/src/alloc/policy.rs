@@ -1,0 +1,276 @@
+//! Allocation policies: every knob of the allocator, and the presets that reproduce history.
+//!
+//! - `ext4-base`: ext4's multi-block allocator before the 2025 scalability series: blocking
+//!   group locks in every pass, one stream goal under a global lock that the free list also
+//!   takes, list-based group indexes with "choose group" semantics, freed extents inserted
+//!   before merging (up to three global-lock round trips), zombie groups left in the
+//!   average-fragment lists, a pending-free counter kept under the global lock.
+//! - `ext4-2025`: with the series applied: try-lock skipping busy groups in passes 1-4, many
+//!   stream goals updated without a lock, merge-before-insert, an atomic pending counter,
+//!   ordered (lock-free) group indexes traversed right-then-left from the goal, no zombies.
+//! - `extalloc` (the default): ext4-2025 plus per-group deferred-free sets found through a
+//!   lock-free dirty-group set (no global lock on the free path at all) and first-free-per-order
+//!   hints so in-group searches never rescan a known-full prefix.
+//!
+//! A spec string modifies a preset: `ext4-2025:optimize_scan=false:stream_goals=1`.
+
+use crate::error::{Error, Result};
+
+/// Where freed extents wait for the commit that makes them reusable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FreeList {
+    /// Per-group sets, plus one global list under the global lock (ext4's `s_md_lock`).
+    Global,
+    /// Per-group sets only; a lock-free bitset of groups with pending frees.
+    PerGroup,
+}
+
+/// Every knob the allocator has.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Policy {
+    /// The spec this policy was parsed from (or the preset name).
+    pub name: String,
+    /// Use the group indexes to pick groups in passes 1-3 (otherwise scan groups linearly).
+    pub optimize_scan: bool,
+    /// Ordered lock-free indexes (`true`) or pre-2025 locked lists with choose semantics.
+    pub ordered_index: bool,
+    /// Skip groups whose lock is held in passes 1-4.
+    pub trylock: bool,
+    /// Number of stream goals; 0 = `min(cpus, groups / 4)`, at least 1.
+    pub stream_goals: u32,
+    /// Guard the stream goal with the global lock (shared with the free list).
+    pub stream_goal_locked: bool,
+    /// Requests whose logical end exceeds this many blocks are stream allocations.
+    pub stream_threshold_blocks: u64,
+    /// Where deferred frees wait.
+    pub free_list: FreeList,
+    /// Merge a freed extent with its neighbours before inserting it (one critical section).
+    pub merge_before_insert: bool,
+    /// Keep the pending-free counter in an atomic (otherwise under the global lock).
+    pub atomic_pending: bool,
+    /// Leave groups with no free blocks in the average-fragment index (pre-2025 bug).
+    pub zombie_groups: bool,
+    /// Keep first-free offsets per order so in-group searches skip known-full prefixes.
+    pub first_free_hint: bool,
+    /// Most free extents examined in one group by passes 2-5.
+    pub max_scan_extents: u32,
+    /// Free extents examined before settling for a fitting one.
+    pub min_scan_extents: u32,
+    /// Pass 1 serves power-of-two requests of at least 2^this blocks.
+    pub order2_min_order: u32,
+    /// Pass 3 trims a request by at most this many orders.
+    pub best_avail_trim_orders: u32,
+}
+
+/// Names of the presets, in the order the lab shows them.
+pub const PRESETS: [&str; 3] = ["ext4-base", "ext4-2025", "extalloc"];
+
+/// Keys a spec may set, with what they take.
+const KEYS: [(&str, &str); 15] = [
+    ("optimize_scan", "true|false"),
+    ("group_index", "list|ordered"),
+    ("trylock", "true|false"),
+    ("stream_goals", "a count, 0 = min(cpus, groups/4)"),
+    ("stream_goal_locked", "true|false"),
+    ("stream_threshold_blocks", "a block count"),
+    ("free_list", "global|per-group"),
+    ("merge_before_insert", "true|false"),
+    ("atomic_pending", "true|false"),
+    ("zombie_groups", "true|false"),
+    ("first_free_hint", "true|false"),
+    ("max_scan_extents", "a count >= 1"),
+    ("min_scan_extents", "a count >= 1"),
+    ("order2_min_order", "an order 0..=20"),
+    ("best_avail_trim_orders", "an order count 0..=20"),
+];
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy::preset("extalloc").expect("extalloc is a preset")
+    }
+}
+
+impl Policy {
+    /// One of [`PRESETS`].
+    pub fn preset(name: &str) -> Result<Self> {
+        let ext4_2025 = Policy {
+            name: "ext4-2025".into(),
+            optimize_scan: true,
+            ordered_index: true,
+            trylock: true,
+            stream_goals: 0,
+            stream_goal_locked: false,
+            stream_threshold_blocks: 16,
+            free_list: FreeList::Global,
+            merge_before_insert: true,
+            atomic_pending: true,
+            zombie_groups: false,
+            first_free_hint: false,
+            max_scan_extents: 200,
+            min_scan_extents: 10,
+            order2_min_order: 2,
+            best_avail_trim_orders: 3,
+        };
+        match name {
+            "ext4-base" => Ok(Policy {
+                name: name.into(),
+                ordered_index: false,
+                trylock: false,
+                stream_goals: 1,
+                stream_goal_locked: true,
+                merge_before_insert: false,
+                atomic_pending: false,
+                zombie_groups: true,
+                ..ext4_2025
+            }),
+            "ext4-2025" => Ok(ext4_2025),
+            "extalloc" => Ok(Policy {
+                name: name.into(),
+                free_list: FreeList::PerGroup,
+                first_free_hint: true,
+                ..ext4_2025
+            }),
+            _ => Err(Error::UnknownPreset {
+                name: name.into(),
+                valid: PRESETS.join(", "),
+            }),
+        }
+    }
+
+    /// Parses `preset[:key=value]...`.
+    pub fn parse(spec: &str) -> Result<Self> {
+        let spec = spec.trim();
+        let mut parts = spec.split(':');
+        let mut policy = Policy::preset(parts.next().unwrap_or(""))?;
+        for part in parts {
+            let (key, value) = part.split_once('=').ok_or_else(|| Error::InvalidPolicyValue {
+                key: part.into(),
+                value: String::new(),
+                expected: "key=value".into(),
+            })?;
+            policy.set(key.trim(), value.trim())?;
+        }
+        policy.name = spec.to_string();
+        Ok(policy)
+    }
+
+    /// Parses a comma-separated list of specs.
+    pub fn parse_list(list: &str) -> Result<Vec<Self>> {
+        list.split(',').filter(|s| !s.trim().is_empty()).map(Policy::parse).collect()
+    }
+
+    /// Every key a spec may set, with the values it takes.
+    pub fn keys() -> impl Iterator<Item = (&'static str, &'static str)> {
+        KEYS.into_iter()
+    }
+
+    fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        let expected = Policy::keys().find(|(k, _)| *k == key).map(|(_, e)| e);
+        let Some(expected) = expected else {
+            return Err(Error::UnknownPolicyKey {
+                key: key.into(),
+                valid: Policy::keys().map(|(k, _)| k).collect::<Vec<_>>().join(", "),
+            });
+        };
+        let bad = || Error::InvalidPolicyValue {
+            key: key.into(),
+            value: value.into(),
+            expected: expected.into(),
+        };
+        let boolean = || match value {
+            "true" | "1" | "on" => Ok(true),
+            "false" | "0" | "off" => Ok(false),
+            _ => Err(bad()),
+        };
+        let number = |min: u64, max: u64| -> Result<u64> {
+            value.parse::<u64>().ok().filter(|n| (min..=max).contains(n)).ok_or_else(bad)
+        };
+        match key {
+            "optimize_scan" => self.optimize_scan = boolean()?,
+            "group_index" => {
+                self.ordered_index = match value {
+                    "list" => false,
+                    "ordered" => true,
+                    _ => return Err(bad()),
+                }
+            }
+            "trylock" => self.trylock = boolean()?,
+            "stream_goals" => self.stream_goals = number(0, 1 << 20)? as u32,
+            "stream_goal_locked" => self.stream_goal_locked = boolean()?,
+            "stream_threshold_blocks" => self.stream_threshold_blocks = number(0, u64::MAX)?,
+            "free_list" => {
+                self.free_list = match value {
+                    "global" => FreeList::Global,
+                    "per-group" => FreeList::PerGroup,
+                    _ => return Err(bad()),
+                }
+            }
+            "merge_before_insert" => self.merge_before_insert = boolean()?,
+            "atomic_pending" => self.atomic_pending = boolean()?,
+            "zombie_groups" => self.zombie_groups = boolean()?,
+            "first_free_hint" => self.first_free_hint = boolean()?,
+            "max_scan_extents" => self.max_scan_extents = number(1, u32::MAX.into())? as u32,
+            "min_scan_extents" => self.min_scan_extents = number(1, u32::MAX.into())? as u32,
+            "order2_min_order" => self.order2_min_order = number(0, 20)? as u32,
+            "best_avail_trim_orders" => self.best_avail_trim_orders = number(0, 20)? as u32,
+            _ => unreachable!("key {key} is listed but not handled"),
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_parse() {
+        for p in PRESETS {
+            assert_eq!(Policy::parse(p).unwrap().name, p);
+        }
+        let p = Policy::parse("ext4-2025:optimize_scan=false:stream_goals=1").unwrap();
+        assert!(!p.optimize_scan);
+        assert_eq!(p.stream_goals, 1);
+        assert_eq!(p.name, "ext4-2025:optimize_scan=false:stream_goals=1");
+    }
+
+    #[test]
+    fn list_parses() {
+        let l = Policy::parse_list("ext4-base,ext4-2025:stream_goals=1,extalloc").unwrap();
+        assert_eq!(l.len(), 3);
+        assert!(!l[0].trylock);
+        assert_eq!(l[1].stream_goals, 1);
+    }
+
+    #[test]
+    fn unknown_key_lists_valid_keys() {
+        let e = Policy::parse("extalloc:bogus=1").unwrap_err();
+        match &e {
+            Error::UnknownPolicyKey { key, valid } => {
+                assert_eq!(key, "bogus");
+                assert!(valid.contains("optimize_scan"));
+                assert!(valid.contains("best_avail_trim_orders"));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(e.to_string().contains("valid keys"));
+    }
+
+    #[test]
+    fn bad_values_and_presets() {
+        assert!(matches!(Policy::parse("nope"), Err(Error::UnknownPreset { .. })));
+        assert!(matches!(
+            Policy::parse("extalloc:trylock=maybe"),
+            Err(Error::InvalidPolicyValue { .. })
+        ));
+        assert!(matches!(
+            Policy::parse("extalloc:trylock"),
+            Err(Error::InvalidPolicyValue { .. })
+        ));
+        assert!(matches!(
+            Policy::parse("extalloc:order2_min_order=21"),
+            Err(Error::InvalidPolicyValue { .. })
+        ));
+    }
+}

@@ -1,0 +1,125 @@
+//! Free-space metrics: what a report says about the device's free space.
+//!
+//! Free extents are maximal runs of free blocks across the whole device (a run that crosses a
+//! group boundary counts once, as e2freefrag counts it). Per-group fragmentation follows
+//! btrfs's `frag_pct`: `100 * (1 - largest free run / free blocks)`.
+
+use super::allocator::Allocator;
+
+/// Free extents whose length has this floor(log2).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FreeBucket {
+    pub order: u32,
+    pub count: u64,
+    pub blocks: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct GroupFree {
+    pub free_blocks: u32,
+    pub largest_free_run: u32,
+    pub fragments: u32,
+}
+
+impl GroupFree {
+    /// btrfs's frag_pct of one group; 0 for a group with no free space.
+    pub fn frag_pct(&self) -> f64 {
+        if self.free_blocks == 0 {
+            0.0
+        } else {
+            100.0 * (1.0 - f64::from(self.largest_free_run) / f64::from(self.free_blocks))
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct FreeSpace {
+    pub free_blocks: u64,
+    pub free_extents: u64,
+    pub largest_free_extent_blocks: u64,
+    /// Buckets from order 0 to the largest non-empty one.
+    pub histogram: Vec<FreeBucket>,
+    pub groups: Vec<GroupFree>,
+}
+
+impl FreeSpace {
+    /// Groups whose free space is not one run.
+    pub fn fragmented_groups(&self) -> u64 {
+        self.groups.iter().filter(|g| g.frag_pct() > 0.0).count() as u64
+    }
+
+    /// Mean frag_pct over groups that have free space.
+    pub fn frag_pct_mean(&self) -> f64 {
+        let with_free: Vec<f64> = self.groups.iter().filter(|g| g.free_blocks > 0).map(|g| g.frag_pct()).collect();
+        if with_free.is_empty() {
+            0.0
+        } else {
+            with_free.iter().sum::<f64>() / with_free.len() as f64
+        }
+    }
+
+    pub fn avg_free_extent_blocks(&self) -> f64 {
+        if self.free_extents == 0 {
+            0.0
+        } else {
+            self.free_blocks as f64 / self.free_extents as f64
+        }
+    }
+}
+
+impl Allocator {
+    /// Measures the free space, group by group under each group's lock. Pending frees count
+    /// as used. Consistent when no other thread changes the allocator meanwhile.
+    pub fn free_space(&self) -> FreeSpace {
+        let shard = self.stats.shard();
+        let mut runs: Vec<u64> = Vec::new();
+        let mut groups = Vec::with_capacity(self.groups.len());
+        let mut open: Option<(u64, u64)> = None; // (start, len) of the run being built
+        for (g, group) in self.groups.iter().enumerate() {
+            let state = self.lock_group(group, shard);
+            let base = self.geometry.group_start(g as u64);
+            let mut largest = 0;
+            for (off, len) in state.bitmap.free_runs(0) {
+                largest = largest.max(len);
+                let start = base + u64::from(off);
+                match open {
+                    Some((s, l)) if s + l == start => open = Some((s, l + u64::from(len))),
+                    _ => {
+                        if let Some((_, l)) = open {
+                            runs.push(l);
+                        }
+                        open = Some((start, u64::from(len)));
+                    }
+                }
+            }
+            groups.push(GroupFree {
+                free_blocks: state.bitmap.free_blocks(),
+                largest_free_run: largest,
+                fragments: state.bitmap.fragments(),
+            });
+        }
+        if let Some((_, l)) = open {
+            runs.push(l);
+        }
+        let mut histogram: Vec<FreeBucket> = Vec::new();
+        for &len in &runs {
+            let order = 63 - len.leading_zeros();
+            while histogram.len() <= order as usize {
+                histogram.push(FreeBucket {
+                    order: histogram.len() as u32,
+                    count: 0,
+                    blocks: 0,
+                });
+            }
+            histogram[order as usize].count += 1;
+            histogram[order as usize].blocks += len;
+        }
+        FreeSpace {
+            free_blocks: runs.iter().sum(),
+            free_extents: runs.len() as u64,
+            largest_free_extent_blocks: runs.iter().copied().max().unwrap_or(0),
+            histogram,
+            groups,
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! Sharded statistics: counters and an allocation latency histogram.
+//!
+//! Each thread is given a shard (round-robin on first use) and only ever writes its own
+//! shard's cache lines, so counting adds no global shared write to the hot path. Readers sum
+//! the shards; a snapshot taken while threads run is approximate, one taken at quiescence is
+//! exact.
+
+use crossbeam_utils::CachePadded;
+use hdrhistogram::Histogram;
+use parking_lot::Mutex;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+
+/// Number of shards: enough that threads of a 2-64 core machine rarely share one.
+pub const SHARDS: usize = 64;
+const _: () = assert!(SHARDS.is_power_of_two());
+
+/// Highest latency the histogram tracks: 60 s in ns; anything slower is clamped.
+const LATENCY_NS_MAX: u64 = 60_000_000_000;
+
+/// The allocation passes, fastest first. Each variant's doc says what it costs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Pass {
+    /// The exact goal block: one group lock, one bitmap range test.
+    Goal = 0,
+    /// Power-of-two request: groups whose largest free order fits; one chunk lookup each.
+    Power2Aligned = 1,
+    /// Groups whose average free fragment is at least the request; bounded extent scan.
+    GoalLenFast = 2,
+    /// Request trimmed to the best length likely to exist; bounded extent scan.
+    BestAvailLen = 3,
+    /// Any group with enough free blocks; bounded extent scan of its bitmap.
+    GoalLenSlow = 4,
+    /// Any free blocks at all, waiting for busy groups; takes the best found.
+    AnyFree = 5,
+}
+
+impl Pass {
+    pub const ALL: [Pass; 6] = [
+        Pass::Goal,
+        Pass::Power2Aligned,
+        Pass::GoalLenFast,
+        Pass::BestAvailLen,
+        Pass::GoalLenSlow,
+        Pass::AnyFree,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Pass::Goal => "goal",
+            Pass::Power2Aligned => "power2-aligned",
+            Pass::GoalLenFast => "goal-len-fast",
+            Pass::BestAvailLen => "best-avail-len",
+            Pass::GoalLenSlow => "goal-len-slow",
+            Pass::AnyFree => "any-free",
+        }
+    }
+}
+
+/// Counters of one shard. Field names say what is counted.
+#[derive(Default)]
+pub struct ShardCounters {
+    pub allocs: AtomicU64,
+    pub alloc_blocks: AtomicU64,
+    pub frees: AtomicU64,
+    pub free_blocks: AtomicU64,
+    pub pass_hits: [AtomicU64; 6],
+    pub groups_scanned: AtomicU64,
+    pub trylock_skips: AtomicU64,
+    pub lock_waits: AtomicU64,
+    pub stream_goal_hits: AtomicU64,
+    pub forced_commits: AtomicU64,
+    pub no_space: AtomicU64,
+}
+
+pub struct Shard {
+    pub counters: ShardCounters,
+    latency: Mutex<Histogram<u64>>,
+}
+
+impl Shard {
+    #[inline]
+    pub fn add(&self, counter: &AtomicU64, n: u64) {
+        // Only this shard's thread(s) write here; a relaxed add is enough.
+        counter.fetch_add(n, Relaxed);
+    }
+
+    pub fn record_latency_ns(&self, ns: u64) {
+        self.latency.lock().saturating_record(ns.clamp(1, LATENCY_NS_MAX));
+    }
+}
+
+pub struct Stats {
+    shards: Box<[CachePadded<Shard>]>,
+}
+
+thread_local! {
+    static SHARD_INDEX: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
+
+/// A summed copy of the counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StatsSnapshot {
+    pub allocs: u64,
+    pub alloc_blocks: u64,
+    pub frees: u64,
+    pub free_blocks: u64,
+    /// Hits per pass, indexed like [`Pass::ALL`].
+    pub pass_hits: [u64; 6],
+    pub groups_scanned: u64,
+    pub trylock_skips: u64,
+    pub lock_waits: u64,
+    pub stream_goal_hits: u64,
+    pub forced_commits: u64,
+    pub no_space: u64,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Stats::new()
+    }
+}
+
+impl Stats {
+    pub fn new() -> Self {
+        let shards = (0..SHARDS)
+            .map(|_| {
+                CachePadded::new(Shard {
+                    counters: ShardCounters::default(),
+                    latency: Mutex::new(
+                        Histogram::new_with_bounds(1, LATENCY_NS_MAX, 3).expect("valid bounds"),
+                    ),
+                })
+            })
+            .collect();
+        Stats { shards }
+    }
+
+    /// This thread's shard.
+    #[inline]
+    pub fn shard(&self) -> &Shard {
+        let i = SHARD_INDEX.with(|c| {
+            let mut i = c.get();
+            if i == usize::MAX {
+                i = NEXT_SHARD.fetch_add(1, Relaxed);
+                c.set(i);
+            }
+            i
+        });
+        &self.shards[i & (SHARDS - 1)]
+    }
+
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let mut s = StatsSnapshot::default();
+        for shard in self.shards.iter() {
+            let c = &shard.counters;
+            s.allocs += c.allocs.load(Relaxed);
+            s.alloc_blocks += c.alloc_blocks.load(Relaxed);
+            s.frees += c.frees.load(Relaxed);
+            s.free_blocks += c.free_blocks.load(Relaxed);
+            for (sum, hits) in s.pass_hits.iter_mut().zip(&c.pass_hits) {
+                *sum += hits.load(Relaxed);
+            }
+            s.groups_scanned += c.groups_scanned.load(Relaxed);
+            s.trylock_skips += c.trylock_skips.load(Relaxed);
+            s.lock_waits += c.lock_waits.load(Relaxed);
+            s.stream_goal_hits += c.stream_goal_hits.load(Relaxed);
+            s.forced_commits += c.forced_commits.load(Relaxed);
+            s.no_space += c.no_space.load(Relaxed);
+        }
+        s
+    }
+
+    /// All shards' allocation latencies merged.
+    pub fn latency_histogram(&self) -> Histogram<u64> {
+        let mut all = Histogram::new_with_bounds(1, LATENCY_NS_MAX, 3).expect("valid bounds");
+        for shard in self.shards.iter() {
+            all.add(&*shard.latency.lock()).expect("same bounds");
+        }
+        all
+    }
+
+    /// Zeroes every counter and histogram (between lab phases; not atomic as a whole).
+    pub fn reset(&self) {
+        for shard in self.shards.iter() {
+            let c = &shard.counters;
+            for a in [
+                &c.allocs,
+                &c.alloc_blocks,
+                &c.frees,
+                &c.free_blocks,
+                &c.groups_scanned,
+                &c.trylock_skips,
+                &c.lock_waits,
+                &c.stream_goal_hits,
+                &c.forced_commits,
+                &c.no_space,
+            ] {
+                a.store(0, Relaxed);
+            }
+            c.pass_hits.iter().for_each(|a| a.store(0, Relaxed));
+            shard.latency.lock().reset();
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! The one error type of the library.
+//!
+//! Every public operation returns `Result<T, Error>`. A call that fails changes nothing: the
+//! allocator validates the whole request before it touches any state.
+
+use thiserror::Error;
+
+/// Everything that can go wrong when calling into extalloc.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum Error {
+    /// A request or extent of zero blocks.
+    #[error("zero-length extent or request: lengths are counted in blocks and must be at least 1")]
+    ZeroLength,
+
+    /// An extent or goal that does not lie inside the device.
+    #[error("extent {start}+{len} is out of range: the device has {device_blocks} blocks (0..{device_blocks})")]
+    OutOfRange {
+        start: u64,
+        len: u64,
+        device_blocks: u64,
+    },
+
+    /// A free of blocks that are already waiting to be freed by the next commit.
+    #[error("double free: blocks of extent {start}+{len} are already freed and wait for the next commit")]
+    DoubleFree { start: u64, len: u64 },
+
+    /// A free of blocks that are not allocated (never were, or were freed and committed).
+    #[error("free of unallocated blocks: extent {start}+{len} contains blocks that are free")]
+    NotAllocated { start: u64, len: u64 },
+
+    /// No free extent of at least `min_len` blocks exists, even after committing pending frees.
+    #[error("no space: {requested} blocks requested (at least {min_len}), {free_blocks} free, none in a run of {min_len}")]
+    NoSpace {
+        requested: u64,
+        min_len: u64,
+        free_blocks: u64,
+    },
+
+    /// A request whose fields contradict each other.
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+
+    /// A geometry the allocator cannot serve.
+    #[error("invalid geometry: {0}")]
+    InvalidGeometry(String),
+
+    /// A policy spec named a key that does not exist.
+    #[error("unknown policy key '{key}'; valid keys: {valid}")]
+    UnknownPolicyKey { key: String, valid: String },
+
+    /// A policy spec started with a name that is not a preset.
+    #[error("unknown policy preset '{name}'; valid presets: {valid}")]
+    UnknownPreset { name: String, valid: String },
+
+    /// A policy key was given a value it cannot take.
+    #[error("invalid value '{value}' for policy key '{key}': expected {expected}")]
+    InvalidPolicyValue {
+        key: String,
+        value: String,
+        expected: String,
+    },
+
+    /// `check()` found cached state that disagrees with what it was computed from.
+    #[error("invariant violated: {0}")]
+    Invariant(String),
+}
+
+/// Shorthand used throughout the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

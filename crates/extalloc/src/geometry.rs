@@ -1,0 +1,192 @@
+//! Device geometry and extents.
+//!
+//! A device is `blocks_count` blocks of `block_size` bytes, cut into groups of `group_blocks`
+//! blocks (a power of two). The last group may be shorter; its missing tail does not exist and
+//! is never free. All arithmetic on block numbers is checked: devices of up to 2^48 blocks are
+//! supported and a malformed extent is an error, never an overflow.
+
+use crate::error::{Error, Result};
+
+/// Largest device supported, in blocks (2^48 blocks of 4 KiB = 1 EiB).
+pub const DEVICE_BLOCKS_MAX: u64 = 1 << 48;
+/// Smallest group: one bitmap word.
+pub const GROUP_BLOCKS_MIN: u64 = 64;
+/// Largest group: 2^20 blocks keeps every in-group offset in a `u32` and a bitmap at 128 KiB.
+pub const GROUP_BLOCKS_MAX: u64 = 1 << 20;
+/// Default group size: 32768 blocks = 128 MiB at 4 KiB, as in ext4.
+pub const GROUP_BLOCKS_DEFAULT: u64 = 32768;
+
+const _: () = assert!(GROUP_BLOCKS_MIN.is_power_of_two());
+const _: () = assert!(GROUP_BLOCKS_MAX.is_power_of_two());
+const _: () = assert!(GROUP_BLOCKS_MAX <= u32::MAX as u64);
+const _: () = assert!(DEVICE_BLOCKS_MAX < u64::MAX / 2);
+
+/// Physically contiguous blocks `start .. start + len`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub struct Extent {
+    pub start: u64,
+    pub len: u64,
+}
+
+impl Extent {
+    pub const fn new(start: u64, len: u64) -> Self {
+        Extent { start, len }
+    }
+
+    /// One past the last block; `None` if it would overflow.
+    pub fn checked_end(&self) -> Option<u64> {
+        self.start.checked_add(self.len)
+    }
+
+    /// One past the last block. Only for extents already validated against a geometry.
+    pub fn end(&self) -> u64 {
+        self.start + self.len
+    }
+}
+
+impl std::fmt::Display for Extent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}+{}", self.start, self.len)
+    }
+}
+
+/// The shape of a device: block size, group size and number of blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Geometry {
+    pub block_size: u32,
+    pub group_blocks: u64,
+    pub blocks_count: u64,
+}
+
+impl Geometry {
+    /// Validates and builds a geometry.
+    pub fn new(block_size: u32, group_blocks: u64, blocks_count: u64) -> Result<Self> {
+        if !block_size.is_power_of_two() || !(512..=65536).contains(&block_size) {
+            return Err(Error::InvalidGeometry(format!(
+                "block size {block_size} must be a power of two from 512 to 65536"
+            )));
+        }
+        if !group_blocks.is_power_of_two()
+            || !(GROUP_BLOCKS_MIN..=GROUP_BLOCKS_MAX).contains(&group_blocks)
+        {
+            return Err(Error::InvalidGeometry(format!(
+                "blocks per group {group_blocks} must be a power of two from {GROUP_BLOCKS_MIN} to {GROUP_BLOCKS_MAX}"
+            )));
+        }
+        if blocks_count == 0 || blocks_count > DEVICE_BLOCKS_MAX {
+            return Err(Error::InvalidGeometry(format!(
+                "device of {blocks_count} blocks: must hold 1 to 2^48 blocks"
+            )));
+        }
+        Ok(Geometry {
+            block_size,
+            group_blocks,
+            blocks_count,
+        })
+    }
+
+    /// A geometry for a device of `device_bytes` bytes (rounded down to whole blocks).
+    pub fn from_bytes(block_size: u32, group_blocks: u64, device_bytes: u64) -> Result<Self> {
+        if block_size == 0 {
+            return Err(Error::InvalidGeometry("block size 0".into()));
+        }
+        Geometry::new(block_size, group_blocks, device_bytes / u64::from(block_size))
+    }
+
+    /// Number of groups, the last one possibly short.
+    pub fn groups_count(&self) -> u64 {
+        self.blocks_count.div_ceil(self.group_blocks)
+    }
+
+    /// log2 of `group_blocks`: the highest buddy order a group can have.
+    pub fn group_order(&self) -> u32 {
+        self.group_blocks.trailing_zeros()
+    }
+
+    /// The group holding `block`. The block must be in range.
+    pub fn group_of(&self, block: u64) -> u64 {
+        block >> self.group_order()
+    }
+
+    /// First block of `group`.
+    pub fn group_start(&self, group: u64) -> u64 {
+        group << self.group_order()
+    }
+
+    /// Number of blocks that exist in `group` (the last group may be short).
+    pub fn group_len(&self, group: u64) -> u64 {
+        let start = self.group_start(group);
+        self.group_blocks.min(self.blocks_count - start)
+    }
+
+    /// Checks that `extent` is non-empty and lies inside the device.
+    pub fn validate(&self, extent: Extent) -> Result<()> {
+        if extent.len == 0 {
+            return Err(Error::ZeroLength);
+        }
+        match extent.checked_end() {
+            Some(end) if end <= self.blocks_count => Ok(()),
+            _ => Err(Error::OutOfRange {
+                start: extent.start,
+                len: extent.len,
+                device_blocks: self.blocks_count,
+            }),
+        }
+    }
+
+    /// Splits a validated extent into its per-group pieces: `(group, offset_in_group, len)`.
+    pub fn split(&self, extent: Extent) -> impl Iterator<Item = (u64, u32, u32)> + '_ {
+        let mut at = extent.start;
+        let end = extent.end();
+        std::iter::from_fn(move || {
+            if at >= end {
+                return None;
+            }
+            let group = self.group_of(at);
+            let offset = at - self.group_start(group);
+            let len = (self.group_blocks - offset).min(end - at);
+            at += len;
+            Some((group, offset as u32, len as u32))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn geometry_rejects_bad_shapes() {
+        assert!(Geometry::new(4096, 32768, 0).is_err());
+        assert!(Geometry::new(4096, 1000, 100).is_err());
+        assert!(Geometry::new(4096, 32, 100).is_err());
+        assert!(Geometry::new(3000, 32768, 100).is_err());
+        assert!(Geometry::new(4096, 32768, DEVICE_BLOCKS_MAX + 1).is_err());
+        assert!(Geometry::new(4096, 32768, DEVICE_BLOCKS_MAX).is_ok());
+    }
+
+    #[test]
+    fn short_last_group() {
+        let g = Geometry::new(4096, 64, 130).unwrap();
+        assert_eq!(g.groups_count(), 3);
+        assert_eq!(g.group_len(0), 64);
+        assert_eq!(g.group_len(2), 2);
+        assert_eq!(g.group_of(129), 2);
+    }
+
+    #[test]
+    fn validate_checks_overflow_and_range() {
+        let g = Geometry::new(4096, 64, DEVICE_BLOCKS_MAX).unwrap();
+        assert_eq!(g.validate(Extent::new(5, 0)), Err(Error::ZeroLength));
+        assert!(g.validate(Extent::new(u64::MAX, 2)).is_err());
+        assert!(g.validate(Extent::new(DEVICE_BLOCKS_MAX - 1, 1)).is_ok());
+        assert!(g.validate(Extent::new(DEVICE_BLOCKS_MAX - 1, 2)).is_err());
+    }
+
+    #[test]
+    fn split_crosses_groups() {
+        let g = Geometry::new(4096, 64, 200).unwrap();
+        let parts: Vec<_> = g.split(Extent::new(60, 80)).collect();
+        assert_eq!(parts, vec![(0, 60, 4), (1, 0, 64), (2, 0, 12)]);
+    }
+}

@@ -1,0 +1,452 @@
+//! Group indexes: which groups have a given largest free order or average fragment order.
+//!
+//! # Data structures
+//!
+//! - [`AtomicBitset`]: a hierarchical bitset of group numbers. Level 0 has one bit per group;
+//!   each higher level has one bit per word of the level below, set when that word may be
+//!   non-zero. Lookups (`next_set`) take no lock: they read words and descend.
+//! - [`OrderIndex`]: one set of groups per order, either ordered (an `AtomicBitset` per order,
+//!   the 2025 scheme) or list-based (a linked list per order under a reader/writer lock, the
+//!   scheme before it, kept so the lab can show the difference).
+//!
+//! # Invariants
+//!
+//! ```text
+//! at quiescence: summary bit (l+1, w) == (word (l, w) != 0)
+//! a group is in at most one order's set of an index, the one its summary says
+//! a group with no free blocks is in no set (unless the policy keeps "zombie" groups)
+//! ```
+//!
+//! Entries are hints: a scan rechecks the group under the group's lock. Updates of one
+//! group's membership happen under that group's lock, so they are serialised per group;
+//! updates of different groups race only on shared words, which the protocol below handles:
+//! a remover that empties a word clears the summary bit and then re-reads the word, setting
+//! the bit again if an inserter refilled it meanwhile. A summary bit may thus be set over an
+//! empty word for a moment; lookups skip such words.
+//!
+//! Lock order (list-based index): group lock -> list lock of the lower order -> higher order.
+
+use crate::sync::{AtomicU64, Ordering::SeqCst};
+use parking_lot::RwLock;
+
+/// A set of `u64` below a fixed bound with lock-free insert, remove and ordered lookup.
+pub struct AtomicBitset {
+    bits: u64,
+    levels: Vec<Vec<AtomicU64>>,
+}
+
+impl AtomicBitset {
+    pub fn new(bits: u64) -> Self {
+        assert!(bits > 0);
+        let mut levels = Vec::new();
+        let mut n = bits;
+        loop {
+            let words = n.div_ceil(64);
+            levels.push((0..words).map(|_| AtomicU64::new(0)).collect::<Vec<_>>());
+            if words == 1 {
+                break;
+            }
+            n = words;
+        }
+        AtomicBitset { bits, levels }
+    }
+
+    pub fn capacity(&self) -> u64 {
+        self.bits
+    }
+
+    pub fn contains(&self, i: u64) -> bool {
+        assert!(i < self.bits);
+        self.levels[0][(i / 64) as usize].load(SeqCst) & (1 << (i % 64)) != 0
+    }
+
+    pub fn insert(&self, i: u64) {
+        assert!(i < self.bits);
+        let word = &self.levels[0][(i / 64) as usize];
+        let bit = 1u64 << (i % 64);
+        // Read before writing: no shared-line write when the bit is already there.
+        if word.load(SeqCst) & bit != 0 {
+            return;
+        }
+        word.fetch_or(bit, SeqCst);
+        self.set_summary(0, i / 64);
+    }
+
+    pub fn remove(&self, i: u64) {
+        assert!(i < self.bits);
+        let w = i / 64;
+        let bit = 1u64 << (i % 64);
+        let word = &self.levels[0][w as usize];
+        if word.load(SeqCst) & bit == 0 {
+            return;
+        }
+        let prev = word.fetch_and(!bit, SeqCst);
+        if prev & !bit == 0 {
+            self.clear_summary(0, w);
+        }
+    }
+
+    /// Word `w` of level `l` is non-empty: make sure every level above shows it.
+    fn set_summary(&self, mut l: usize, mut w: u64) {
+        while l + 1 < self.levels.len() {
+            let bit = 1u64 << (w % 64);
+            let parent = &self.levels[l + 1][(w / 64) as usize];
+            let prev = parent.fetch_or(bit, SeqCst);
+            if prev & bit != 0 {
+                return;
+            }
+            l += 1;
+            w /= 64;
+        }
+    }
+
+    /// Word `w` of level `l` was seen empty: clear its summary bit, then repair if it was
+    /// refilled in the meantime.
+    fn clear_summary(&self, l: usize, w: u64) {
+        if l + 1 == self.levels.len() {
+            return;
+        }
+        let bit = 1u64 << (w % 64);
+        let parent = &self.levels[l + 1][(w / 64) as usize];
+        let prev = parent.fetch_and(!bit, SeqCst);
+        if prev & !bit == 0 {
+            self.clear_summary(l + 1, w / 64);
+        }
+        if self.levels[l][w as usize].load(SeqCst) != 0 {
+            self.set_summary(l, w);
+        }
+    }
+
+    /// The smallest member `>= from`, if any.
+    pub fn next_set(&self, from: u64) -> Option<u64> {
+        let mut l = 0;
+        let mut idx = from;
+        loop {
+            let w = idx / 64;
+            let Some(word) = self.levels[l].get(w as usize) else {
+                return None;
+            };
+            let word = word.load(SeqCst) & (u64::MAX << (idx % 64));
+            if word == 0 {
+                if l + 1 == self.levels.len() {
+                    return None;
+                }
+                l += 1;
+                idx = w + 1;
+                continue;
+            }
+            let mut pos = w * 64 + u64::from(word.trailing_zeros());
+            let mut stale = false;
+            while l > 0 {
+                l -= 1;
+                let below = self.levels[l][pos as usize].load(SeqCst);
+                if below == 0 {
+                    // A summary bit over an empty word: look further right at this level.
+                    idx = (pos + 1) * 64;
+                    stale = true;
+                    break;
+                }
+                pos = pos * 64 + u64::from(below.trailing_zeros());
+            }
+            if !stale {
+                return Some(pos);
+            }
+        }
+    }
+
+    /// Members in increasing order (a snapshot-free walk; for checks and reports).
+    pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
+        let mut at = 0;
+        std::iter::from_fn(move || {
+            let found = self.next_set(at)?;
+            at = found + 1;
+            Some(found)
+        })
+    }
+
+    /// Checks that summaries agree with the words below them (call at quiescence).
+    pub fn check(&self) -> Result<(), String> {
+        for l in 0..self.levels.len() - 1 {
+            for (w, word) in self.levels[l].iter().enumerate() {
+                let nonempty = word.load(SeqCst) != 0;
+                let summary = self.levels[l + 1][w / 64].load(SeqCst) & (1 << (w % 64)) != 0;
+                if nonempty != summary {
+                    return Err(format!(
+                        "bitset level {l} word {w}: non-empty {nonempty} but summary {summary}"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Lists of groups per order with ext4's pre-2025 semantics: each list under its own
+/// reader/writer lock, a group moved to the tail of its new list on every change, and a
+/// "choose group" lookup that returns the first good group from the head.
+pub struct ListIndex {
+    lists: Vec<RwLock<GroupList>>,
+    /// Links of each group within whichever list holds it; protected by that list's lock.
+    links: Vec<parking_lot::Mutex<Link>>,
+}
+
+#[derive(Default, Clone, Copy)]
+struct GroupList {
+    head: Option<u64>,
+    tail: Option<u64>,
+}
+
+#[derive(Default, Clone, Copy)]
+struct Link {
+    prev: Option<u64>,
+    next: Option<u64>,
+}
+
+impl ListIndex {
+    fn new(orders: usize, groups: u64) -> Self {
+        ListIndex {
+            lists: (0..orders).map(|_| RwLock::new(GroupList::default())).collect(),
+            links: (0..groups).map(|_| parking_lot::Mutex::new(Link::default())).collect(),
+        }
+    }
+
+    fn push_tail(&self, order: usize, g: u64, waits: &mut u64) {
+        let mut list = self.lists[order].try_write().unwrap_or_else(|| {
+            *waits += 1;
+            self.lists[order].write()
+        });
+        let old_tail = list.tail;
+        *self.links[g as usize].lock() = Link {
+            prev: old_tail,
+            next: None,
+        };
+        match old_tail {
+            Some(t) => self.links[t as usize].lock().next = Some(g),
+            None => list.head = Some(g),
+        }
+        list.tail = Some(g);
+    }
+
+    fn unlink(&self, order: usize, g: u64, waits: &mut u64) {
+        let mut list = self.lists[order].try_write().unwrap_or_else(|| {
+            *waits += 1;
+            self.lists[order].write()
+        });
+        let link = std::mem::take(&mut *self.links[g as usize].lock());
+        match link.prev {
+            Some(p) => self.links[p as usize].lock().next = link.next,
+            None => list.head = link.next,
+        }
+        match link.next {
+            Some(n) => self.links[n as usize].lock().prev = link.prev,
+            None => list.tail = link.prev,
+        }
+    }
+
+    /// First group from the head of the lists of orders `>= order_min` that `good` accepts.
+    fn choose(&self, order_min: usize, good: &mut dyn FnMut(u64) -> bool, waits: &mut u64) -> Option<u64> {
+        for order in order_min..self.lists.len() {
+            let list = self.lists[order].try_read().unwrap_or_else(|| {
+                *waits += 1;
+                self.lists[order].read()
+            });
+            let mut at = list.head;
+            while let Some(g) = at {
+                if good(g) {
+                    return Some(g);
+                }
+                at = self.links[g as usize].lock().next;
+            }
+        }
+        None
+    }
+
+    fn members(&self, order: usize) -> Vec<u64> {
+        let list = self.lists[order].read();
+        let mut out = Vec::new();
+        let mut at = list.head;
+        while let Some(g) = at {
+            out.push(g);
+            at = self.links[g as usize].lock().next;
+        }
+        out
+    }
+}
+
+/// How an index keeps its per-order sets.
+pub enum OrderSets {
+    Ordered(Vec<AtomicBitset>),
+    List(ListIndex),
+}
+
+/// Groups by an order-valued key (largest free order, or average fragment order).
+pub struct OrderIndex {
+    sets: OrderSets,
+    groups: u64,
+}
+
+impl OrderIndex {
+    pub fn new(ordered: bool, orders: usize, groups: u64) -> Self {
+        let sets = if ordered {
+            OrderSets::Ordered((0..orders).map(|_| AtomicBitset::new(groups)).collect())
+        } else {
+            OrderSets::List(ListIndex::new(orders, groups))
+        };
+        OrderIndex { sets, groups }
+    }
+
+    pub fn is_ordered(&self) -> bool {
+        matches!(self.sets, OrderSets::Ordered(_))
+    }
+
+    fn orders(&self) -> usize {
+        match &self.sets {
+            OrderSets::Ordered(v) => v.len(),
+            OrderSets::List(l) => l.lists.len(),
+        }
+    }
+
+    /// Moves `group` from the set of `old` to the set of `new` (either may be none). Must be
+    /// called under the group's lock. Returns the lock waits it met.
+    pub fn update(&self, group: u64, old: Option<u32>, new: Option<u32>) -> u64 {
+        let mut waits = 0;
+        if old == new {
+            return 0;
+        }
+        match &self.sets {
+            OrderSets::Ordered(sets) => {
+                if let Some(n) = new {
+                    sets[n as usize].insert(group);
+                }
+                if let Some(o) = old {
+                    sets[o as usize].remove(group);
+                }
+            }
+            OrderSets::List(lists) => {
+                if let Some(o) = old {
+                    lists.unlink(o as usize, group, &mut waits);
+                }
+                if let Some(n) = new {
+                    lists.push_tail(n as usize, group, &mut waits);
+                }
+            }
+        }
+        waits
+    }
+
+    /// Ordered sets only: the smallest group in `[from, limit)` in any order `>= order_min`.
+    pub fn next_in_orders(&self, order_min: u32, from: u64, limit: u64) -> Option<u64> {
+        let OrderSets::Ordered(sets) = &self.sets else {
+            panic!("next_in_orders on a list index");
+        };
+        let mut best = limit;
+        for set in &sets[order_min as usize..] {
+            if let Some(g) = set.next_set(from) {
+                best = best.min(g);
+            }
+        }
+        (best < limit).then_some(best)
+    }
+
+    /// List sets only: ext4's pre-2025 choose-group lookup.
+    pub fn choose(&self, order_min: u32, good: &mut dyn FnMut(u64) -> bool, waits: &mut u64) -> Option<u64> {
+        let OrderSets::List(lists) = &self.sets else {
+            panic!("choose on an ordered index");
+        };
+        lists.choose(order_min as usize, good, waits)
+    }
+
+    /// The order whose set holds `group`, checking that it is in at most one (quiescent).
+    pub fn membership(&self) -> Result<Vec<Option<u32>>, String> {
+        let mut out = vec![None; self.groups as usize];
+        for order in 0..self.orders() {
+            let members: Vec<u64> = match &self.sets {
+                OrderSets::Ordered(sets) => {
+                    sets[order].check()?;
+                    sets[order].iter().collect()
+                }
+                OrderSets::List(lists) => lists.members(order),
+            };
+            for g in members {
+                if let Some(prev) = out[g as usize] {
+                    return Err(format!("group {g} is in the sets of orders {prev} and {order}"));
+                }
+                out[g as usize] = Some(order as u32);
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bitset_next_set_multi_level() {
+        let s = AtomicBitset::new(10_000);
+        for i in [0u64, 63, 64, 4095, 4096, 9999] {
+            s.insert(i);
+        }
+        assert_eq!(s.iter().collect::<Vec<_>>(), vec![0, 63, 64, 4095, 4096, 9999]);
+        assert_eq!(s.next_set(65), Some(4095));
+        s.remove(4095);
+        s.remove(4096);
+        assert_eq!(s.next_set(65), Some(9999));
+        assert_eq!(s.next_set(10_000), None);
+        s.check().unwrap();
+    }
+
+    #[test]
+    fn bitset_random_against_model() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let n = 5000;
+        let s = AtomicBitset::new(n);
+        let mut model = std::collections::BTreeSet::new();
+        for _ in 0..20_000 {
+            let i = rng.gen_range(0..n);
+            if rng.gen_bool(0.5) {
+                s.insert(i);
+                model.insert(i);
+            } else {
+                s.remove(i);
+                model.remove(&i);
+            }
+            let from = rng.gen_range(0..n);
+            assert_eq!(s.next_set(from), model.range(from..).next().copied());
+        }
+        s.check().unwrap();
+    }
+
+    #[test]
+    fn list_index_moves_and_chooses_from_head() {
+        let idx = OrderIndex::new(false, 4, 8);
+        idx.update(3, None, Some(2));
+        idx.update(5, None, Some(2));
+        idx.update(1, None, Some(3));
+        let mut waits = 0;
+        assert_eq!(idx.choose(2, &mut |_| true, &mut waits), Some(3));
+        assert_eq!(idx.choose(2, &mut |g| g != 3, &mut waits), Some(5));
+        idx.update(3, Some(2), Some(1));
+        assert_eq!(idx.choose(2, &mut |_| true, &mut waits), Some(5));
+        let m = idx.membership().unwrap();
+        assert_eq!(m[3], Some(1));
+        assert_eq!(m[1], Some(3));
+        assert_eq!(m[0], None);
+    }
+
+    #[test]
+    fn ordered_index_next_in_orders() {
+        let idx = OrderIndex::new(true, 4, 100);
+        idx.update(10, None, Some(1));
+        idx.update(20, None, Some(3));
+        idx.update(5, None, Some(0));
+        assert_eq!(idx.next_in_orders(1, 0, 100), Some(10));
+        assert_eq!(idx.next_in_orders(1, 11, 100), Some(20));
+        assert_eq!(idx.next_in_orders(0, 0, 100), Some(5));
+        assert_eq!(idx.next_in_orders(1, 11, 20), None);
+        idx.update(20, Some(3), None);
+        assert_eq!(idx.next_in_orders(1, 11, 100), None);
+    }
+}
