@@ -5,8 +5,9 @@
 //! 1. Validate the request; nothing changes if it is bad.
 //! 2. (Normalisation and 3. preallocation come later: see the `request` seam below.)
 //! 4. Goal: try the exact goal block in its group.
-//! 5. Stream: requests of large files start scanning at the stream goal for the file's hash;
-//!    small ones at the file's home group.
+//! 5. Stream: requests of large files (and requests without a goal) start scanning at the
+//!    file's stream goal, picked by the file id modulo the number of goals; small files with
+//!    a goal start in the goal's group.
 //! 6. Passes 1-5 ([`Pass`]) over the group indexes, right of the start group first, then left.
 //!    A group is checked through its lock-free mirrors, then locked (try-lock in passes 1-4
 //!    when the policy says so), rechecked and searched with bounded effort.
@@ -111,15 +112,6 @@ pub struct Allocator {
     pub(super) txn: CachePadded<AtomicU64>,
     pub(super) commit_lock: Mutex<()>,
     pub(super) stats: Stats,
-}
-
-/// 64-bit finaliser (splitmix64): spreads file ids over stream goals and home groups.
-fn hash64(mut x: u64) -> u64 {
-    x ^= x >> 30;
-    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x ^= x >> 27;
-    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
 }
 
 fn floor_log2(n: u64) -> u32 {
@@ -289,7 +281,10 @@ impl Allocator {
 
     fn try_allocate(&self, req: &AllocRequest, shard: &Shard) -> Option<Extent> {
         let stream = req.logical.saturating_add(req.len) > self.policy.stream_threshold_blocks;
-        let slot = (hash64(req.file) % self.stream_goals.len() as u64) as usize;
+        // The file's stream goal: its id folded and taken modulo the number of goals, as ext4
+        // takes the inode number modulo: consecutive ids (how most callers number files)
+        // land on different goals, so concurrent streams start in different groups.
+        let slot = ((req.file ^ (req.file >> 32)) % self.stream_goals.len() as u64) as usize;
 
         // Step 4: the exact goal.
         if let Some(goal) = req.goal {
@@ -301,16 +296,12 @@ impl Allocator {
 
         // Step 5: where scanning starts.
         let groups_count = self.groups.len() as u64;
-        let start = if stream {
-            if self.policy.stream_goal_locked {
-                self.lock_md(shard).stream_goal
-            } else {
-                self.stream_goals[slot].load(Relaxed)
-            }
-        } else if let Some(goal) = req.goal {
-            self.geometry.group_of(goal)
-        } else {
-            hash64(req.file) % groups_count
+        // Requests of large files, and any request without a goal, start at the stream goal;
+        // a small file's request with a goal starts in the goal's group.
+        let start = match req.goal {
+            Some(goal) if !stream => self.geometry.group_of(goal),
+            _ if self.policy.stream_goal_locked => self.lock_md(shard).stream_goal,
+            _ => self.stream_goals[slot].load(Relaxed),
         } % groups_count;
 
         // Step 6: the passes.

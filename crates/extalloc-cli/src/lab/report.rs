@@ -1,0 +1,250 @@
+//! The lab's JSON report (DESIGN.md section 8, schema `extalloc-bench/1`) and its Markdown
+//! table. Fields may be added, never renamed.
+
+use extalloc::{Allocator, Extent, FreeSpace};
+use serde::Serialize;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub schema: &'static str,
+    pub workload: String,
+    pub params: serde_json::Value,
+    pub device: Device,
+    pub runs: Vec<Run>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Device {
+    pub blocks: u64,
+    pub block_size: u32,
+    pub group_blocks: u64,
+    pub groups: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Run {
+    pub policy: String,
+    pub threads: usize,
+    pub seconds: f64,
+    pub ops: u64,
+    pub ops_per_sec: f64,
+    /// ops/s of every repetition, in run order; `ops_per_sec` is their median.
+    pub ops_per_sec_repeats: Vec<f64>,
+    pub latency_ns: Latency,
+    pub layout: Layout,
+    pub free_space: FreeSpaceJson,
+    pub counters: Counters,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Latency {
+    pub p50: u64,
+    pub p95: u64,
+    pub p99: u64,
+    pub max: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Layout {
+    pub files: u64,
+    pub extents_per_file: f64,
+    pub avg_extent_kib: f64,
+    pub layout_score: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct HistogramBucket {
+    pub min_kib: f64,
+    pub count: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FreeSpaceJson {
+    pub free_blocks: u64,
+    pub free_extents: u64,
+    pub avg_free_extent_kib: f64,
+    pub largest_free_extent_kib: f64,
+    pub fragmented_groups: u64,
+    pub frag_pct_mean: f64,
+    pub histogram: Vec<HistogramBucket>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Counters {
+    pub groups_scanned: u64,
+    pub trylock_skips: u64,
+    pub lock_waits: u64,
+    pub allocs: u64,
+    pub frees: u64,
+    pub stream_goal_hits: u64,
+    pub forced_commits: u64,
+    pub commits: u64,
+    /// Allocations served by each pass, by pass name.
+    pub pass_hits: std::collections::BTreeMap<&'static str, u64>,
+}
+
+/// The layout of a set of files, each a list of extents in logical order.
+pub fn layout(files: &[Vec<Extent>], block_size: u32) -> Layout {
+    let mut extents = 0u64;
+    let mut blocks = 0u64;
+    let mut followers = 0u64;
+    let mut follow_slots = 0u64;
+    let mut nonempty = 0u64;
+    for file in files {
+        if file.is_empty() {
+            continue;
+        }
+        nonempty += 1;
+        // Physically contiguous runs, merged the way FIEMAP-based tools count them.
+        let mut runs = 0u64;
+        let mut prev_end: Option<u64> = None;
+        let mut file_blocks = 0;
+        for e in file {
+            if prev_end != Some(e.start) {
+                runs += 1;
+            }
+            prev_end = Some(e.end());
+            file_blocks += e.len;
+        }
+        extents += runs;
+        blocks += file_blocks;
+        followers += file_blocks - runs;
+        follow_slots += file_blocks - 1;
+    }
+    Layout {
+        files: files.len() as u64,
+        extents_per_file: if nonempty == 0 { 0.0 } else { extents as f64 / nonempty as f64 },
+        avg_extent_kib: if extents == 0 {
+            0.0
+        } else {
+            blocks as f64 * f64::from(block_size) / 1024.0 / extents as f64
+        },
+        layout_score: if follow_slots == 0 { 1.0 } else { followers as f64 / follow_slots as f64 },
+    }
+}
+
+pub fn free_space_json(fs: &FreeSpace, block_size: u32) -> FreeSpaceJson {
+    let kib = |blocks: f64| blocks * f64::from(block_size) / 1024.0;
+    FreeSpaceJson {
+        free_blocks: fs.free_blocks,
+        free_extents: fs.free_extents,
+        avg_free_extent_kib: kib(fs.avg_free_extent_blocks()),
+        largest_free_extent_kib: kib(fs.largest_free_extent_blocks as f64),
+        fragmented_groups: fs.fragmented_groups(),
+        frag_pct_mean: fs.frag_pct_mean(),
+        histogram: fs
+            .histogram
+            .iter()
+            .map(|b| HistogramBucket {
+                min_kib: kib((1u64 << b.order) as f64),
+                count: b.count,
+            })
+            .collect(),
+    }
+}
+
+pub fn counters(alloc: &Allocator, commits: u64) -> Counters {
+    let s = alloc.stats();
+    Counters {
+        groups_scanned: s.groups_scanned,
+        trylock_skips: s.trylock_skips,
+        lock_waits: s.lock_waits,
+        allocs: s.allocs,
+        frees: s.frees,
+        stream_goal_hits: s.stream_goal_hits,
+        forced_commits: s.forced_commits,
+        commits,
+        pass_hits: extalloc::Pass::ALL
+            .iter()
+            .map(|p| (p.name(), s.pass_hits[*p as usize]))
+            .collect(),
+    }
+}
+
+pub fn latency(alloc: &Allocator) -> Latency {
+    let h = alloc.stats_handle().latency_histogram();
+    Latency {
+        p50: h.value_at_quantile(0.50),
+        p95: h.value_at_quantile(0.95),
+        p99: h.value_at_quantile(0.99),
+        max: h.max(),
+    }
+}
+
+/// Median of a non-empty list.
+pub fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn per_kop(n: u64, ops: u64) -> f64 {
+    if ops == 0 {
+        0.0
+    } else {
+        n as f64 * 1000.0 / ops as f64
+    }
+}
+
+/// The Markdown table: one row per policy x threads, with the ratio to `ext4-base` at the
+/// same thread count (when it ran).
+pub fn markdown(report: &Report) -> String {
+    let mut out = String::new();
+    out.push_str("| policy | threads | ops/s | vs ext4-base | p50 ns | p99 ns | lock waits /1k ops | try-lock skips /1k ops | groups scanned /op | extents/file | free extents |\n");
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for r in &report.runs {
+        let base = report
+            .runs
+            .iter()
+            .find(|b| b.policy == "ext4-base" && b.threads == r.threads)
+            .map(|b| b.ops_per_sec);
+        let ratio = base.map_or("-".to_string(), |b| format!("{:.2}x", r.ops_per_sec / b));
+        out.push_str(&format!(
+            "| {} | {} | {:.0} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {} |\n",
+            r.policy,
+            r.threads,
+            r.ops_per_sec,
+            ratio,
+            r.latency_ns.p50,
+            r.latency_ns.p99,
+            per_kop(r.counters.lock_waits, r.ops),
+            per_kop(r.counters.trylock_skips, r.ops),
+            if r.ops == 0 { 0.0 } else { r.counters.groups_scanned as f64 / r.ops as f64 },
+            r.layout.extents_per_file,
+            r.free_space.free_extents,
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_merges_contiguous_extents() {
+        let files = vec![
+            vec![Extent::new(10, 2), Extent::new(12, 2), Extent::new(20, 4)],
+            vec![],
+            vec![Extent::new(100, 1)],
+        ];
+        let l = layout(&files, 4096);
+        assert_eq!(l.files, 3);
+        assert_eq!(l.extents_per_file, 1.5); // (2 + 1) / 2 non-empty files
+        // 9 blocks in 3 runs = 12 KiB average.
+        assert_eq!(l.avg_extent_kib, 12.0);
+        // Blocks after the first: 7 in file 0 (6 follow), 0 in file 2.
+        assert!((l.layout_score - 6.0 / 7.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn median_of_odd_and_even() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+    }
+}
