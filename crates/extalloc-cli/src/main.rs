@@ -94,11 +94,18 @@ fn run(cli: Cli) -> Result<()> {
             seed,
             json,
         } => {
-            anyhow::ensure!(seconds > 0.0 && seconds.is_finite(), "--seconds must be positive");
+            anyhow::ensure!(
+                seconds > 0.0 && seconds.is_finite(),
+                "--seconds must be positive"
+            );
             anyhow::ensure!(repeat >= 1, "--repeat must be at least 1");
             let opts = LabOptions {
                 threads: lab::parse_threads(&threads)?,
-                policies: policy.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+                policies: policy
+                    .split(',')
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty())
+                    .collect(),
                 seconds,
                 repeat,
                 device_bytes: lab::parse_size(&device_size)?,
@@ -109,12 +116,15 @@ fn run(cli: Cli) -> Result<()> {
             };
             anyhow::ensure!(!opts.policies.is_empty(), "--policy is empty");
             let report = match workload {
-                Workload::Fallocate2 => lab::run_matrix("fallocate2", &opts, lab::fallocate2::run_once)?,
+                Workload::Fallocate2 => {
+                    lab::run_matrix("fallocate2", &opts, lab::fallocate2::run_once)?
+                }
             };
             print!("{}", lab::report::markdown(&report));
             if let Some(path) = json {
                 let text = serde_json::to_string_pretty(&report)?;
-                std::fs::write(&path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
+                std::fs::write(&path, text + "\n")
+                    .with_context(|| format!("writing {}", path.display()))?;
                 eprintln!("wrote {}", path.display());
             }
             Ok(())

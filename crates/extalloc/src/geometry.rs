@@ -90,7 +90,11 @@ impl Geometry {
         if block_size == 0 {
             return Err(Error::InvalidGeometry("block size 0".into()));
         }
-        Geometry::new(block_size, group_blocks, device_bytes / u64::from(block_size))
+        Geometry::new(
+            block_size,
+            group_blocks,
+            device_bytes / u64::from(block_size),
+        )
     }
 
     /// Number of groups, the last one possibly short.

@@ -3,7 +3,11 @@
 use extalloc::{AllocRequest, Allocator, Error, Extent, Geometry, Policy, PRESETS};
 
 fn fresh(spec: &str) -> Allocator {
-    Allocator::new(Geometry::new(4096, 64, 200).unwrap(), Policy::parse(spec).unwrap()).unwrap()
+    Allocator::new(
+        Geometry::new(4096, 64, 200).unwrap(),
+        Policy::parse(spec).unwrap(),
+    )
+    .unwrap()
 }
 
 fn unchanged(a: &Allocator, before: (u64, u64)) {
@@ -15,37 +19,81 @@ fn unchanged(a: &Allocator, before: (u64, u64)) {
 fn every_error_changes_nothing() {
     for spec in PRESETS {
         let a = fresh(spec);
-        let held = a.allocate(&AllocRequest::new(1, 10).goal(0).exact()).unwrap();
-        let other = a.allocate(&AllocRequest::new(2, 64).goal(64).exact()).unwrap();
+        let held = a
+            .allocate(&AllocRequest::new(1, 10).goal(0).exact())
+            .unwrap();
+        let other = a
+            .allocate(&AllocRequest::new(2, 64).goal(64).exact())
+            .unwrap();
         assert_eq!((held.start, other.start), (0, 64));
         a.free(Extent::new(held.start, 2)).unwrap();
         let before = (a.free_blocks(), a.pending_free_blocks());
 
         assert_eq!(a.allocate(&AllocRequest::new(1, 0)), Err(Error::ZeroLength));
         assert_eq!(a.free(Extent::new(3, 0)), Err(Error::ZeroLength));
-        assert!(matches!(a.allocate(&AllocRequest::new(1, 65)), Err(Error::InvalidRequest(_))));
-        assert!(matches!(a.allocate(&AllocRequest::new(1, 4).min_len(5)), Err(Error::InvalidRequest(_))));
-        assert!(matches!(a.allocate(&AllocRequest::new(1, 4).min_len(0)), Err(Error::InvalidRequest(_))));
+        assert!(matches!(
+            a.allocate(&AllocRequest::new(1, 65)),
+            Err(Error::InvalidRequest(_))
+        ));
+        assert!(matches!(
+            a.allocate(&AllocRequest::new(1, 4).min_len(5)),
+            Err(Error::InvalidRequest(_))
+        ));
+        assert!(matches!(
+            a.allocate(&AllocRequest::new(1, 4).min_len(0)),
+            Err(Error::InvalidRequest(_))
+        ));
         assert_eq!(
             a.allocate(&AllocRequest::new(1, 4).goal(200)),
-            Err(Error::OutOfRange { start: 200, len: 1, device_blocks: 200 })
+            Err(Error::OutOfRange {
+                start: 200,
+                len: 1,
+                device_blocks: 200
+            })
         );
-        assert!(matches!(a.free(Extent::new(199, 2)), Err(Error::OutOfRange { .. })));
-        assert!(matches!(a.free(Extent::new(u64::MAX, 2)), Err(Error::OutOfRange { .. })));
+        assert!(matches!(
+            a.free(Extent::new(199, 2)),
+            Err(Error::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            a.free(Extent::new(u64::MAX, 2)),
+            Err(Error::OutOfRange { .. })
+        ));
         // Already pending: double free.
-        assert_eq!(a.free(Extent::new(held.start, 1)), Err(Error::DoubleFree { start: held.start, len: 1 }));
-        assert!(matches!(a.free(Extent::new(held.start + 1, 4)), Err(Error::DoubleFree { .. })));
+        assert_eq!(
+            a.free(Extent::new(held.start, 1)),
+            Err(Error::DoubleFree {
+                start: held.start,
+                len: 1
+            })
+        );
+        assert!(matches!(
+            a.free(Extent::new(held.start + 1, 4)),
+            Err(Error::DoubleFree { .. })
+        ));
         // Never allocated.
-        assert!(matches!(a.free(Extent::new(150, 3)), Err(Error::NotAllocated { .. })));
+        assert!(matches!(
+            a.free(Extent::new(150, 3)),
+            Err(Error::NotAllocated { .. })
+        ));
         // Spanning two groups, the second piece bad: the first piece must not be freed.
         assert!(a.is_free(128).unwrap());
-        assert_eq!(a.free(Extent::new(64, 66)), Err(Error::NotAllocated { start: 128, len: 2 }));
+        assert_eq!(
+            a.free(Extent::new(64, 66)),
+            Err(Error::NotAllocated { start: 128, len: 2 })
+        );
         unchanged(&a, before);
         assert!(!a.is_free(other.start).unwrap());
 
         // After commit, the freed blocks are free again and a second free is "not allocated".
         assert_eq!(a.commit(), 2);
-        assert_eq!(a.free(Extent::new(held.start, 2)), Err(Error::NotAllocated { start: held.start, len: 2 }));
+        assert_eq!(
+            a.free(Extent::new(held.start, 2)),
+            Err(Error::NotAllocated {
+                start: held.start,
+                len: 2
+            })
+        );
         a.check().unwrap();
     }
 }
@@ -60,29 +108,47 @@ fn no_space_is_an_error_and_commits_first() {
         }
         assert_eq!(a.free_blocks(), 0);
         let before = (a.free_blocks(), a.pending_free_blocks());
-        assert!(matches!(a.allocate(&AllocRequest::new(3, 1)), Err(Error::NoSpace { .. })));
+        assert!(matches!(
+            a.allocate(&AllocRequest::new(3, 1)),
+            Err(Error::NoSpace { .. })
+        ));
         unchanged(&a, before);
         // A pending free is found by forcing a commit.
         a.free(held[0]).unwrap();
         let e = a.allocate(&AllocRequest::new(3, 8).exact()).unwrap();
         assert_eq!(a.stats().forced_commits, 1);
-        assert_eq!(a.geometry().group_of(e.start), a.geometry().group_of(held[0].start));
+        assert_eq!(
+            a.geometry().group_of(e.start),
+            a.geometry().group_of(held[0].start)
+        );
         a.check().unwrap();
     }
 }
 
 #[test]
 fn policy_errors_are_precise() {
-    assert!(matches!(Policy::parse("extalloc:nope=1"), Err(Error::UnknownPolicyKey { .. })));
-    assert!(matches!(Policy::parse("ext5"), Err(Error::UnknownPreset { .. })));
+    assert!(matches!(
+        Policy::parse("extalloc:nope=1"),
+        Err(Error::UnknownPolicyKey { .. })
+    ));
+    assert!(matches!(
+        Policy::parse("ext5"),
+        Err(Error::UnknownPreset { .. })
+    ));
     assert!(Geometry::new(4096, 100, 1000).is_err());
 }
 
 #[test]
 fn goal_is_honoured_and_streams_stay_apart() {
-    let a = Allocator::new(Geometry::new(4096, 32768, 1 << 20).unwrap(), Policy::default()).unwrap();
+    let a = Allocator::new(
+        Geometry::new(4096, 32768, 1 << 20).unwrap(),
+        Policy::default(),
+    )
+    .unwrap();
     let first = a.allocate(&AllocRequest::new(9, 2).logical(0)).unwrap();
-    let next = a.allocate(&AllocRequest::new(9, 2).logical(2).goal(first.end())).unwrap();
+    let next = a
+        .allocate(&AllocRequest::new(9, 2).logical(2).goal(first.end()))
+        .unwrap();
     assert_eq!(next.start, first.end());
     assert_eq!(a.stats().pass_hits[0], 1);
     a.check().unwrap();

@@ -34,7 +34,10 @@ fn lookup_never_misses_a_stable_member() {
         let b = set.clone();
         let u = loom::thread::spawn(move || {
             let found = b.next_set(0);
-            assert!(matches!(found, Some(64) | Some(70) | Some(150)), "{found:?}");
+            assert!(
+                matches!(found, Some(64) | Some(70) | Some(150)),
+                "{found:?}"
+            );
         });
         set.insert(70);
         t.join().unwrap();

@@ -10,9 +10,21 @@ const GROUP_BLOCKS: u64 = 64;
 
 #[derive(Debug, Clone)]
 enum Op {
-    Alloc { file: u64, len: u64, min_frac: u8, goal: Option<u64> },
-    FreeHeld { pick: usize, from: u8, len: u8 },
-    FreeAny { start: u64, len: u64 },
+    Alloc {
+        file: u64,
+        len: u64,
+        min_frac: u8,
+        goal: Option<u64>,
+    },
+    FreeHeld {
+        pick: usize,
+        from: u8,
+        len: u8,
+    },
+    FreeAny {
+        start: u64,
+        len: u64,
+    },
     Commit,
 }
 
@@ -72,10 +84,16 @@ impl Model {
             let end = group_end.min(e.end());
             let piece = &self.blocks[at as usize..end as usize];
             if piece.contains(&B::Pending) {
-                return Some(Error::DoubleFree { start: at, len: end - at });
+                return Some(Error::DoubleFree {
+                    start: at,
+                    len: end - at,
+                });
             }
             if piece.contains(&B::Free) {
-                return Some(Error::NotAllocated { start: at, len: end - at });
+                return Some(Error::NotAllocated {
+                    start: at,
+                    len: end - at,
+                });
             }
             at = end;
         }
@@ -86,13 +104,23 @@ impl Model {
 fn run(spec: &str, blocks_count: u64, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let geometry = Geometry::new(4096, GROUP_BLOCKS, blocks_count).unwrap();
     let alloc = Allocator::new(geometry, Policy::parse(spec).unwrap()).unwrap();
-    let mut model = Model { blocks: vec![B::Free; blocks_count as usize], held: Vec::new() };
+    let mut model = Model {
+        blocks: vec![B::Free; blocks_count as usize],
+        held: Vec::new(),
+    };
     for op in ops {
         let before = (alloc.free_blocks(), alloc.pending_free_blocks());
         match op {
-            Op::Alloc { file, len, min_frac, goal } => {
+            Op::Alloc {
+                file,
+                len,
+                min_frac,
+                goal,
+            } => {
                 let min_len = (len * u64::from(min_frac) / 4).max(1);
-                let mut req = AllocRequest::new(file, len).min_len(min_len).logical(file * 8);
+                let mut req = AllocRequest::new(file, len)
+                    .min_len(min_len)
+                    .logical(file * 8);
                 if let Some(g) = goal {
                     req = req.goal(g);
                 }
@@ -100,27 +128,57 @@ fn run(spec: &str, blocks_count: u64, ops: Vec<Op>) -> Result<(), TestCaseError>
                 let result = alloc.allocate(&req);
                 let forced = alloc.stats().forced_commits - forced_before;
                 if len > GROUP_BLOCKS {
-                    prop_assert!(matches!(result, Err(Error::InvalidRequest(_))), "{result:?}");
+                    prop_assert!(
+                        matches!(result, Err(Error::InvalidRequest(_))),
+                        "{result:?}"
+                    );
                 } else if goal.is_some_and(|g| g >= blocks_count) {
-                    prop_assert!(matches!(result, Err(Error::OutOfRange { .. })), "{result:?}");
+                    prop_assert!(
+                        matches!(result, Err(Error::OutOfRange { .. })),
+                        "{result:?}"
+                    );
                 } else {
                     if forced > 0 {
-                        prop_assert!(model.count(B::Pending) > 0, "forced a commit with nothing pending");
+                        prop_assert!(
+                            model.count(B::Pending) > 0,
+                            "forced a commit with nothing pending"
+                        );
                         model.commit();
                     }
                     match result {
                         Ok(e) => {
-                            prop_assert!(e.len >= min_len && e.len <= len, "{e:?} for {len} (min {min_len})");
-                            prop_assert_eq!(e.start / GROUP_BLOCKS, (e.end() - 1) / GROUP_BLOCKS, "extent crosses groups");
+                            prop_assert!(
+                                e.len >= min_len && e.len <= len,
+                                "{e:?} for {len} (min {min_len})"
+                            );
+                            prop_assert_eq!(
+                                e.start / GROUP_BLOCKS,
+                                (e.end() - 1) / GROUP_BLOCKS,
+                                "extent crosses groups"
+                            );
                             for b in e.start..e.end() {
-                                prop_assert_eq!(model.blocks[b as usize], B::Free, "block {} handed out while {:?}", b, model.blocks[b as usize]);
+                                prop_assert_eq!(
+                                    model.blocks[b as usize],
+                                    B::Free,
+                                    "block {} handed out while {:?}",
+                                    b,
+                                    model.blocks[b as usize]
+                                );
                                 model.blocks[b as usize] = B::Used;
                             }
                             model.held.push(e);
                         }
                         Err(Error::NoSpace { .. }) => {
-                            prop_assert_eq!(model.count(B::Pending), 0, "no space while frees pending");
-                            prop_assert!(model.longest_run_in_group() < min_len, "no space but a run of {} exists", model.longest_run_in_group());
+                            prop_assert_eq!(
+                                model.count(B::Pending),
+                                0,
+                                "no space while frees pending"
+                            );
+                            prop_assert!(
+                                model.longest_run_in_group() < min_len,
+                                "no space but a run of {} exists",
+                                model.longest_run_in_group()
+                            );
                         }
                         Err(other) => prop_assert!(false, "unexpected error {other:?}"),
                     }
@@ -135,7 +193,9 @@ fn run(spec: &str, blocks_count: u64, ops: Vec<Op>) -> Result<(), TestCaseError>
                 let from = u64::from(from) % e.len;
                 let len = (u64::from(len) % (e.len - from)) + 1;
                 let part = Extent::new(e.start + from, len);
-                alloc.free(part).map_err(|err| TestCaseError::fail(format!("free {part:?}: {err}")))?;
+                alloc
+                    .free(part)
+                    .map_err(|err| TestCaseError::fail(format!("free {part:?}: {err}")))?;
                 for b in part.start..part.end() {
                     model.blocks[b as usize] = B::Pending;
                 }
@@ -153,14 +213,22 @@ fn run(spec: &str, blocks_count: u64, ops: Vec<Op>) -> Result<(), TestCaseError>
                 let expected = if len == 0 {
                     Some(Error::ZeroLength)
                 } else if start + len > blocks_count {
-                    Some(Error::OutOfRange { start, len, device_blocks: blocks_count })
+                    Some(Error::OutOfRange {
+                        start,
+                        len,
+                        device_blocks: blocks_count,
+                    })
                 } else {
                     model.free_error(e)
                 };
                 match expected {
                     Some(err) => {
                         prop_assert_eq!(result, Err(err));
-                        prop_assert_eq!((alloc.free_blocks(), alloc.pending_free_blocks()), before, "failed free changed state");
+                        prop_assert_eq!(
+                            (alloc.free_blocks(), alloc.pending_free_blocks()),
+                            before,
+                            "failed free changed state"
+                        );
                     }
                     None => {
                         prop_assert_eq!(result, Ok(()));
@@ -191,7 +259,9 @@ fn run(spec: &str, blocks_count: u64, ops: Vec<Op>) -> Result<(), TestCaseError>
                 prop_assert_eq!(alloc.commit(), expected);
             }
         }
-        alloc.check().map_err(|e| TestCaseError::fail(e.to_string()))?;
+        alloc
+            .check()
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
         prop_assert_eq!(alloc.free_blocks(), model.count(B::Free));
         prop_assert_eq!(alloc.pending_free_blocks(), model.count(B::Pending));
     }

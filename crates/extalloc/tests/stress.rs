@@ -10,9 +10,14 @@ fn stress(spec: &str, threads: usize, ops_per_thread: usize) {
     let geometry = Geometry::new(4096, 1024, 32 * 1024 - 100).unwrap();
     let alloc = Allocator::new(geometry, Policy::parse(spec).unwrap()).unwrap();
     let total = alloc.free_blocks();
-    let shadow: Vec<AtomicU8> = (0..geometry.blocks_count).map(|_| AtomicU8::new(0)).collect();
+    let shadow: Vec<AtomicU8> = (0..geometry.blocks_count)
+        .map(|_| AtomicU8::new(0))
+        .collect();
     let stop = AtomicBool::new(false);
-    let seed: u64 = std::env::var("EXTALLOC_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(42);
+    let seed: u64 = std::env::var("EXTALLOC_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(42);
     std::thread::scope(|s| {
         s.spawn(|| {
             while !stop.load(Ordering::Relaxed) {
@@ -38,7 +43,12 @@ fn stress(spec: &str, threads: usize, ops_per_thread: usize) {
                             match alloc.allocate(&req) {
                                 Ok(e) => {
                                     for b in e.start..e.end() {
-                                        let prev = shadow[b as usize].compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst);
+                                        let prev = shadow[b as usize].compare_exchange(
+                                            0,
+                                            1,
+                                            Ordering::SeqCst,
+                                            Ordering::SeqCst,
+                                        );
                                         assert!(prev.is_ok(), "{spec}: block {b} handed out twice");
                                     }
                                     held.push(e);
@@ -49,7 +59,9 @@ fn stress(spec: &str, threads: usize, ops_per_thread: usize) {
                         } else if !held.is_empty() {
                             let e = held.swap_remove(rng.gen_range(0..held.len()));
                             for b in e.start..e.end() {
-                                assert!(shadow[b as usize].compare_exchange(1, 0, Ordering::SeqCst, Ordering::SeqCst).is_ok());
+                                assert!(shadow[b as usize]
+                                    .compare_exchange(1, 0, Ordering::SeqCst, Ordering::SeqCst)
+                                    .is_ok());
                             }
                             alloc.free(e).unwrap();
                             // A second free of the same extent must be refused.
@@ -88,7 +100,10 @@ fn presets_never_hand_out_a_block_twice() {
 
 #[test]
 fn variants_never_hand_out_a_block_twice() {
-    for spec in ["ext4-2025:optimize_scan=false", "extalloc:stream_goals=1:trylock=false"] {
+    for spec in [
+        "ext4-2025:optimize_scan=false",
+        "extalloc:stream_goals=1:trylock=false",
+    ] {
         stress(spec, 3, 10_000);
     }
 }

@@ -56,7 +56,7 @@ fn worker(alloc: &Allocator, file: u64, stop: &AtomicBool) -> Result<ThreadResul
             }
             logical = 0;
         }
-        if ops % OPS_PER_CLOCK_CHECK == 0 && stop.load(Ordering::Relaxed) {
+        if ops.is_multiple_of(OPS_PER_CLOCK_CHECK) && stop.load(Ordering::Relaxed) {
             return Ok(ThreadResult { ops, extents });
         }
     }
@@ -94,7 +94,10 @@ pub fn run_once(policy: &Policy, threads: usize, opts: &LabOptions) -> Result<Ru
             }
         }
         stop.store(true, Ordering::Relaxed);
-        let results: Vec<_> = handles.into_iter().map(|h| h.join().expect("worker panicked")).collect();
+        let results: Vec<_> = handles
+            .into_iter()
+            .map(|h| h.join().expect("worker panicked"))
+            .collect();
         (results, started.elapsed())
     });
     let mut files = Vec::with_capacity(threads);
@@ -112,7 +115,9 @@ pub fn run_once(policy: &Policy, threads: usize, opts: &LabOptions) -> Result<Ru
     // journal would leave it after the run.
     alloc.commit();
     commits += 1;
-    alloc.check().with_context(|| format!("{}: invariant check after the run", policy.name))?;
+    alloc
+        .check()
+        .with_context(|| format!("{}: invariant check after the run", policy.name))?;
     let seconds = elapsed.as_secs_f64();
     let ops_per_sec = ops as f64 / seconds;
     Ok(Run {

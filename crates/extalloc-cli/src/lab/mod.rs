@@ -24,7 +24,8 @@ pub struct LabOptions {
 
 impl LabOptions {
     pub fn geometry(&self) -> Result<Geometry> {
-        Geometry::from_bytes(self.block_size, self.group_blocks, self.device_bytes).context("device geometry")
+        Geometry::from_bytes(self.block_size, self.group_blocks, self.device_bytes)
+            .context("device geometry")
     }
 }
 
@@ -33,7 +34,11 @@ pub fn parse_size(s: &str) -> Result<u64> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (digits, unit) = s.split_at(split);
-    let n: u64 = digits.parse().with_context(|| format!("size '{s}': expected a number with an optional unit (K, M, G, T, KiB, MiB, GiB, TiB)"))?;
+    let n: u64 = digits.parse().with_context(|| {
+        format!(
+            "size '{s}': expected a number with an optional unit (K, M, G, T, KiB, MiB, GiB, TiB)"
+        )
+    })?;
     let shift = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 0,
         "k" | "kib" | "kb" => 10,
@@ -42,16 +47,24 @@ pub fn parse_size(s: &str) -> Result<u64> {
         "t" | "tib" | "tb" => 40,
         other => bail!("size '{s}': unknown unit '{other}' (use K, M, G, T or KiB, MiB, GiB, TiB)"),
     };
-    n.checked_mul(1u64 << shift).with_context(|| format!("size '{s}' overflows"))
+    n.checked_mul(1u64 << shift)
+        .with_context(|| format!("size '{s}' overflows"))
 }
 
 /// Parses `1,2,4,8`.
 pub fn parse_threads(s: &str) -> Result<Vec<usize>> {
     let v: Vec<usize> = s
         .split(',')
-        .map(|t| t.trim().parse::<usize>().ok().filter(|&n| (1..=1024).contains(&n)))
+        .map(|t| {
+            t.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|&n| (1..=1024).contains(&n))
+        })
         .collect::<Option<_>>()
-        .with_context(|| format!("--threads '{s}': expected a comma-separated list of counts from 1 to 1024"))?;
+        .with_context(|| {
+            format!("--threads '{s}': expected a comma-separated list of counts from 1 to 1024")
+        })?;
     if v.is_empty() {
         bail!("--threads is empty");
     }

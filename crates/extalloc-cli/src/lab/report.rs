@@ -113,13 +113,21 @@ pub fn layout(files: &[Vec<Extent>], block_size: u32) -> Layout {
     }
     Layout {
         files: files.len() as u64,
-        extents_per_file: if nonempty == 0 { 0.0 } else { extents as f64 / nonempty as f64 },
+        extents_per_file: if nonempty == 0 {
+            0.0
+        } else {
+            extents as f64 / nonempty as f64
+        },
         avg_extent_kib: if extents == 0 {
             0.0
         } else {
             blocks as f64 * f64::from(block_size) / 1024.0 / extents as f64
         },
-        layout_score: if follow_slots == 0 { 1.0 } else { followers as f64 / follow_slots as f64 },
+        layout_score: if follow_slots == 0 {
+            1.0
+        } else {
+            followers as f64 / follow_slots as f64
+        },
     }
 }
 
@@ -214,7 +222,11 @@ pub fn markdown(report: &Report) -> String {
             r.latency_ns.p99,
             per_kop(r.counters.lock_waits, r.ops),
             per_kop(r.counters.trylock_skips, r.ops),
-            if r.ops == 0 { 0.0 } else { r.counters.groups_scanned as f64 / r.ops as f64 },
+            if r.ops == 0 {
+                0.0
+            } else {
+                r.counters.groups_scanned as f64 / r.ops as f64
+            },
             r.layout.extents_per_file,
             r.free_space.free_extents,
         ));
@@ -236,7 +248,7 @@ mod tests {
         let l = layout(&files, 4096);
         assert_eq!(l.files, 3);
         assert_eq!(l.extents_per_file, 1.5); // (2 + 1) / 2 non-empty files
-        // 9 blocks in 3 runs = 12 KiB average.
+                                             // 9 blocks in 3 runs = 12 KiB average.
         assert_eq!(l.avg_extent_kib, 12.0);
         // Blocks after the first: 7 in file 0 (6 follow), 0 in file 2.
         assert!((l.layout_score - 6.0 / 7.0).abs() < 1e-9);

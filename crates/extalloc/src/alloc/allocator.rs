@@ -138,7 +138,8 @@ impl Allocator {
         }
         let groups: Box<[CachePadded<Group>]> = (0..groups_count)
             .map(|g| {
-                let bitmap = GroupBitmap::new(geometry.group_blocks as u32, geometry.group_len(g) as u32);
+                let bitmap =
+                    GroupBitmap::new(geometry.group_blocks as u32, geometry.group_len(g) as u32);
                 CachePadded::new(Group::new(bitmap))
             })
             .collect();
@@ -166,7 +167,9 @@ impl Allocator {
         };
         if alloc.policy.optimize_scan {
             for (g, group) in alloc.groups.iter().enumerate() {
-                alloc.by_largest.update(g as u64, None, group.largest_order());
+                alloc
+                    .by_largest
+                    .update(g as u64, None, group.largest_order());
                 alloc.by_avg.update(g as u64, None, group.avg_order());
             }
         }
@@ -214,7 +217,10 @@ impl Allocator {
         let g = self.geometry.group_of(block);
         let off = (block - self.geometry.group_start(g)) as u32;
         let mut waited = false;
-        Ok(self.groups[g as usize].lock(&mut waited).bitmap.is_free(off))
+        Ok(self.groups[g as usize]
+            .lock(&mut waited)
+            .bitmap
+            .is_free(off))
     }
 
     fn validate_request(&self, req: &AllocRequest) -> Result<()> {
@@ -313,7 +319,14 @@ impl Allocator {
         Some(extent)
     }
 
-    fn alloc_at_goal(&self, goal: u64, len: u64, stream: bool, slot: usize, shard: &Shard) -> Option<Extent> {
+    fn alloc_at_goal(
+        &self,
+        goal: u64,
+        len: u64,
+        stream: bool,
+        slot: usize,
+        shard: &Shard,
+    ) -> Option<Extent> {
         let g = self.geometry.group_of(goal);
         let off = (goal - self.geometry.group_start(g)) as u32;
         let group = &self.groups[g as usize];
@@ -327,7 +340,14 @@ impl Allocator {
         Some(self.take(g, &mut state, off, len as u32, stream, slot, shard))
     }
 
-    fn scan_passes(&self, req: &AllocRequest, start: u64, stream: bool, slot: usize, shard: &Shard) -> Option<(Extent, Pass)> {
+    fn scan_passes(
+        &self,
+        req: &AllocRequest,
+        start: u64,
+        stream: bool,
+        slot: usize,
+        shard: &Shard,
+    ) -> Option<(Extent, Pass)> {
         let len = req.len;
         let order = floor_log2(len);
         let indexed = self.policy.optimize_scan;
@@ -425,8 +445,11 @@ impl Allocator {
                 // one try per group.
                 for _ in 0..groups_count {
                     let mut waits = 0;
-                    let chosen =
-                        index.choose(order_min, &mut |g| self.good_group(g, pass, want, min_len), &mut waits);
+                    let chosen = index.choose(
+                        order_min,
+                        &mut |g| self.good_group(g, pass, want, min_len),
+                        &mut waits,
+                    );
                     shard.add(&shard.counters.lock_waits, waits);
                     if let Some(e) = visit(chosen?) {
                         return Some(e);
@@ -485,7 +508,9 @@ impl Allocator {
 
     /// Smallest free run of at least `want` blocks, examining a bounded number of runs.
     fn best_fit(&self, state: &mut GroupState, want: u32) -> Option<(u32, u32)> {
-        let from = state.bitmap.find_free_chunk(0, self.policy.first_free_hint)?;
+        let from = state
+            .bitmap
+            .find_free_chunk(0, self.policy.first_free_hint)?;
         let mut best: Option<(u32, u32)> = None;
         for (examined, (off, run)) in state.bitmap.free_runs(from).enumerate() {
             let examined = examined as u32 + 1;
@@ -506,7 +531,9 @@ impl Allocator {
 
     /// The first run of `want` blocks, or the longest run seen (at least `min_len`).
     fn largest_fit(&self, state: &mut GroupState, want: u32, min_len: u32) -> Option<(u32, u32)> {
-        let from = state.bitmap.find_free_chunk(0, self.policy.first_free_hint)?;
+        let from = state
+            .bitmap
+            .find_free_chunk(0, self.policy.first_free_hint)?;
         let mut best: Option<(u32, u32)> = None;
         for (examined, (off, run)) in state.bitmap.free_runs(from).enumerate() {
             if best.is_none_or(|(_, b)| run > b) {
@@ -531,7 +558,10 @@ impl Allocator {
         slot: usize,
         shard: &Shard,
     ) -> Extent {
-        debug_assert!(!state.pending_overlaps(off, len), "allocating blocks that wait to be freed");
+        debug_assert!(
+            !state.pending_overlaps(off, len),
+            "allocating blocks that wait to be freed"
+        );
         state.bitmap.mark_used(off, len);
         self.publish(g, state, shard);
         if stream {
@@ -541,7 +571,10 @@ impl Allocator {
                 self.stream_goals[slot].store(g, Relaxed);
             }
         }
-        Extent::new(self.geometry.group_start(g) + u64::from(off), u64::from(len))
+        Extent::new(
+            self.geometry.group_start(g) + u64::from(off),
+            u64::from(len),
+        )
     }
 
     /// Copies a group's new figures to its mirrors and index positions (under its lock).
@@ -556,7 +589,8 @@ impl Allocator {
         }
         let (old_largest, old_avg) = group.set_mirrors(free, largest, avg);
         if self.policy.optimize_scan {
-            let waits = self.by_largest.update(g, old_largest, largest) + self.by_avg.update(g, old_avg, avg);
+            let waits = self.by_largest.update(g, old_largest, largest)
+                + self.by_avg.update(g, old_avg, avg);
             if waits > 0 {
                 shard.add(&shard.counters.lock_waits, waits);
             }
@@ -564,7 +598,11 @@ impl Allocator {
     }
 
     #[inline]
-    pub(super) fn lock_group<'a>(&self, group: &'a Group, shard: &Shard) -> MutexGuard<'a, GroupState> {
+    pub(super) fn lock_group<'a>(
+        &self,
+        group: &'a Group,
+        shard: &Shard,
+    ) -> MutexGuard<'a, GroupState> {
         let mut waited = false;
         let guard = group.lock(&mut waited);
         if waited {
@@ -608,43 +646,72 @@ impl Allocator {
                 Error::Invariant(format!("group {g} is locked during check: not quiescent"))
             })?;
             let b = &state.bitmap;
-            b.check().map_err(|e| Error::Invariant(format!("group {g}: {e}")))?;
+            b.check()
+                .map_err(|e| Error::Invariant(format!("group {g}: {e}")))?;
             if group.free_blocks() != b.free_blocks() {
-                return fail(format!("group {g}: mirror free {} != {}", group.free_blocks(), b.free_blocks()));
+                return fail(format!(
+                    "group {g}: mirror free {} != {}",
+                    group.free_blocks(),
+                    b.free_blocks()
+                ));
             }
             if group.largest_order() != b.largest_free_order() {
                 return fail(format!("group {g}: mirror largest order disagrees"));
             }
             let zombie_ok = self.policy.zombie_groups && b.free_blocks() == 0;
             if group.avg_order() != b.avg_fragment_order() && !zombie_ok {
-                return fail(format!("group {g}: mirror average fragment order disagrees"));
+                return fail(format!(
+                    "group {g}: mirror average fragment order disagrees"
+                ));
             }
             if let Some(m) = &largest_members {
                 if m[g] != b.largest_free_order() {
-                    return fail(format!("group {g}: in largest-order set {:?}, summary says {:?}", m[g], b.largest_free_order()));
+                    return fail(format!(
+                        "group {g}: in largest-order set {:?}, summary says {:?}",
+                        m[g],
+                        b.largest_free_order()
+                    ));
                 }
             }
             if let Some(m) = &avg_members {
                 if m[g] != group.avg_order() {
-                    return fail(format!("group {g}: in average-order set {:?}, mirror says {:?}", m[g], group.avg_order()));
+                    return fail(format!(
+                        "group {g}: in average-order set {:?}, mirror says {:?}",
+                        m[g],
+                        group.avg_order()
+                    ));
                 }
             }
             let mut prev_end = 0u32;
             for (&off, p) in &state.pending {
                 if p.len == 0 || off < prev_end {
-                    return fail(format!("group {g}: pending free at {off} overlaps or is empty"));
+                    return fail(format!(
+                        "group {g}: pending free at {off} overlaps or is empty"
+                    ));
                 }
                 if !b.range_is_used(off, p.len) {
-                    return fail(format!("group {g}: pending free {off}+{} is not marked used", p.len));
+                    return fail(format!(
+                        "group {g}: pending free {off}+{} is not marked used",
+                        p.len
+                    ));
                 }
-                if self.policy.free_list == FreeList::Global && !md.freed.contains(&(g as u64, p.id)) {
-                    return fail(format!("group {g}: pending free {off} is missing from the global list"));
+                if self.policy.free_list == FreeList::Global
+                    && !md.freed.contains(&(g as u64, p.id))
+                {
+                    return fail(format!(
+                        "group {g}: pending free {off} is missing from the global list"
+                    ));
                 }
                 prev_end = off + p.len;
                 pending_total += u64::from(p.len);
             }
-            if self.policy.free_list == FreeList::PerGroup && !state.pending.is_empty() && !self.dirty.contains(g as u64) {
-                return fail(format!("group {g}: has pending frees but is not marked dirty"));
+            if self.policy.free_list == FreeList::PerGroup
+                && !state.pending.is_empty()
+                && !self.dirty.contains(g as u64)
+            {
+                return fail(format!(
+                    "group {g}: has pending frees but is not marked dirty"
+                ));
             }
         }
         let counted = if self.policy.atomic_pending {
@@ -653,7 +720,9 @@ impl Allocator {
             md.pending_blocks
         };
         if counted != pending_total {
-            return fail(format!("pending counter {counted} but groups hold {pending_total}"));
+            return fail(format!(
+                "pending counter {counted} but groups hold {pending_total}"
+            ));
         }
         Ok(())
     }

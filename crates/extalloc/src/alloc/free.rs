@@ -59,7 +59,15 @@ impl Allocator {
         Ok(())
     }
 
-    fn insert_pending(&self, g: u64, state: &mut GroupState, off: u32, len: u32, txn: u64, shard: &Shard) {
+    fn insert_pending(
+        &self,
+        g: u64,
+        state: &mut GroupState,
+        off: u32,
+        len: u32,
+        txn: u64,
+        shard: &Shard,
+    ) {
         let end = off + len;
         let prev = state
             .pending
@@ -80,7 +88,14 @@ impl Allocator {
                     state.pending.remove(&end);
                     total += n.len;
                 }
-                state.pending.insert(start, PendingFree { len: total, txn, id: 0 });
+                state.pending.insert(
+                    start,
+                    PendingFree {
+                        len: total,
+                        txn,
+                        id: 0,
+                    },
+                );
                 self.dirty.insert(g);
                 self.add_pending(len, None, shard);
             }
@@ -203,7 +218,13 @@ impl Allocator {
 
     /// Returns a group's pending frees of transactions `<= committed` to its bitmap. Returns
     /// the blocks released and the ids of entries that stay pending.
-    fn release_group(&self, g: u64, state: &mut GroupState, committed: u64, shard: &Shard) -> (u64, Vec<u64>) {
+    fn release_group(
+        &self,
+        g: u64,
+        state: &mut GroupState,
+        committed: u64,
+        shard: &Shard,
+    ) -> (u64, Vec<u64>) {
         let mut released = 0u64;
         let mut kept = Vec::new();
         let entries = std::mem::take(&mut state.pending);

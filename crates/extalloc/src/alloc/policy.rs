@@ -144,11 +144,13 @@ impl Policy {
         let mut parts = spec.split(':');
         let mut policy = Policy::preset(parts.next().unwrap_or(""))?;
         for part in parts {
-            let (key, value) = part.split_once('=').ok_or_else(|| Error::InvalidPolicyValue {
-                key: part.into(),
-                value: String::new(),
-                expected: "key=value".into(),
-            })?;
+            let (key, value) = part
+                .split_once('=')
+                .ok_or_else(|| Error::InvalidPolicyValue {
+                    key: part.into(),
+                    value: String::new(),
+                    expected: "key=value".into(),
+                })?;
             policy.set(key.trim(), value.trim())?;
         }
         policy.name = spec.to_string();
@@ -157,7 +159,10 @@ impl Policy {
 
     /// Parses a comma-separated list of specs.
     pub fn parse_list(list: &str) -> Result<Vec<Self>> {
-        list.split(',').filter(|s| !s.trim().is_empty()).map(Policy::parse).collect()
+        list.split(',')
+            .filter(|s| !s.trim().is_empty())
+            .map(Policy::parse)
+            .collect()
     }
 
     /// Every key a spec may set, with the values it takes.
@@ -170,7 +175,10 @@ impl Policy {
         let Some(expected) = expected else {
             return Err(Error::UnknownPolicyKey {
                 key: key.into(),
-                valid: Policy::keys().map(|(k, _)| k).collect::<Vec<_>>().join(", "),
+                valid: Policy::keys()
+                    .map(|(k, _)| k)
+                    .collect::<Vec<_>>()
+                    .join(", "),
             });
         };
         let bad = || Error::InvalidPolicyValue {
@@ -184,7 +192,11 @@ impl Policy {
             _ => Err(bad()),
         };
         let number = |min: u64, max: u64| -> Result<u64> {
-            value.parse::<u64>().ok().filter(|n| (min..=max).contains(n)).ok_or_else(bad)
+            value
+                .parse::<u64>()
+                .ok()
+                .filter(|n| (min..=max).contains(n))
+                .ok_or_else(bad)
         };
         match key {
             "optimize_scan" => self.optimize_scan = boolean()?,
@@ -259,7 +271,10 @@ mod tests {
 
     #[test]
     fn bad_values_and_presets() {
-        assert!(matches!(Policy::parse("nope"), Err(Error::UnknownPreset { .. })));
+        assert!(matches!(
+            Policy::parse("nope"),
+            Err(Error::UnknownPreset { .. })
+        ));
         assert!(matches!(
             Policy::parse("extalloc:trylock=maybe"),
             Err(Error::InvalidPolicyValue { .. })

@@ -50,7 +50,12 @@ impl FreeSpace {
 
     /// Mean frag_pct over groups that have free space.
     pub fn frag_pct_mean(&self) -> f64 {
-        let with_free: Vec<f64> = self.groups.iter().filter(|g| g.free_blocks > 0).map(|g| g.frag_pct()).collect();
+        let with_free: Vec<f64> = self
+            .groups
+            .iter()
+            .filter(|g| g.free_blocks > 0)
+            .map(|g| g.frag_pct())
+            .collect();
         if with_free.is_empty() {
             0.0
         } else {

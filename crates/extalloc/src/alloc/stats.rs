@@ -87,7 +87,9 @@ impl Shard {
     }
 
     pub fn record_latency_ns(&self, ns: u64) {
-        self.latency.lock().saturating_record(ns.clamp(1, LATENCY_NS_MAX));
+        self.latency
+            .lock()
+            .saturating_record(ns.clamp(1, LATENCY_NS_MAX));
     }
 }
 

@@ -194,11 +194,15 @@ impl GroupBitmap {
     }
 
     pub fn range_is_free(&self, off: u32, len: u32) -> bool {
-        len > 0 && off.checked_add(len).is_some_and(|e| e <= self.len_blocks) && self.used_in(off, len) == 0
+        len > 0
+            && off.checked_add(len).is_some_and(|e| e <= self.len_blocks)
+            && self.used_in(off, len) == 0
     }
 
     pub fn range_is_used(&self, off: u32, len: u32) -> bool {
-        len > 0 && off.checked_add(len).is_some_and(|e| e <= self.len_blocks) && self.used_in(off, len) == len
+        len > 0
+            && off.checked_add(len).is_some_and(|e| e <= self.len_blocks)
+            && self.used_in(off, len) == len
     }
 
     /// Length of the free run starting at `off` (0 if `off` is used), capped at `cap`.
@@ -212,7 +216,13 @@ impl GroupBitmap {
 
     /// Next free block at or after `from`.
     pub fn next_free(&self, from: u32) -> Option<u32> {
-        next_one(&self.used, u64::from(from), u64::from(self.len_blocks), true).map(|b| b as u32)
+        next_one(
+            &self.used,
+            u64::from(from),
+            u64::from(self.len_blocks),
+            true,
+        )
+        .map(|b| b as u32)
     }
 
     /// Start of the first fully-free aligned chunk of `order`, searching from the hint when
@@ -222,7 +232,11 @@ impl GroupBitmap {
             return None;
         }
         let k = order as usize;
-        let from = if use_hint { u64::from(self.first_free[k] >> order) } else { 0 };
+        let from = if use_hint {
+            u64::from(self.first_free[k] >> order)
+        } else {
+            0
+        };
         let chunks = u64::from(self.len_blocks >> order);
         let found = if k == 0 {
             next_one(&self.used, from, u64::from(self.len_blocks), true)
@@ -262,11 +276,15 @@ impl GroupBitmap {
     }
 
     /// Marks `off .. off + len` used. The range must be free.
+    #[allow(clippy::needless_range_loop)] // word ranges index several bitmaps at once
     pub fn mark_used(&mut self, off: u32, len: u32) {
         assert!(len > 0);
         let end = off.checked_add(len).expect("range overflows");
         assert!(end <= self.len_blocks, "range past the group end");
-        debug_assert!(self.range_is_free(off, len), "mark_used of a range that is not free");
+        debug_assert!(
+            self.range_is_free(off, len),
+            "mark_used of a range that is not free"
+        );
         let left_free = off > 0 && self.is_free(off - 1);
         let right_free = self.is_free(end);
         let (lo, hi) = (u64::from(off), u64::from(end));
@@ -300,7 +318,10 @@ impl GroupBitmap {
         assert!(len > 0);
         let end = off.checked_add(len).expect("range overflows");
         assert!(end <= self.len_blocks, "range past the group end");
-        debug_assert!(self.range_is_used(off, len), "mark_free of a range that is not used");
+        debug_assert!(
+            self.range_is_used(off, len),
+            "mark_free of a range that is not used"
+        );
         let left_free = off > 0 && self.is_free(off - 1);
         let right_free = self.is_free(end);
         let (lo, hi) = (u64::from(off), u64::from(end));
@@ -358,15 +379,24 @@ impl GroupBitmap {
         let mut prev: Vec<u64> = self.used.iter().map(|w| !w).collect();
         let free_blocks: u32 = prev.iter().map(|w| w.count_ones()).sum();
         if free_blocks != self.full_count[0] {
-            return Err(format!("free count {} but bitmap has {free_blocks}", self.full_count[0]));
+            return Err(format!(
+                "free count {} but bitmap has {free_blocks}",
+                self.full_count[0]
+            ));
         }
         let runs = self.free_runs(0).count() as u32;
         if runs != self.fragments {
-            return Err(format!("fragments {} but bitmap has {runs} free runs", self.fragments));
+            return Err(format!(
+                "fragments {} but bitmap has {runs} free runs",
+                self.fragments
+            ));
         }
         if let Some(b) = self.next_free(0) {
             if b < self.first_free[0] {
-                return Err(format!("free block {b} below first-free hint {}", self.first_free[0]));
+                return Err(format!(
+                    "free block {b} below first-free hint {}",
+                    self.first_free[0]
+                ));
             }
         }
         for k in 1..=self.order_top as usize {
@@ -380,15 +410,23 @@ impl GroupBitmap {
                 }
             }
             if expect != self.full[k - 1] {
-                return Err(format!("order-{k} buddy bitmap disagrees with the block bitmap"));
+                return Err(format!(
+                    "order-{k} buddy bitmap disagrees with the block bitmap"
+                ));
             }
             let count: u32 = expect.iter().map(|w| w.count_ones()).sum();
             if count != self.full_count[k] {
-                return Err(format!("order-{k} full count {} but bitmap has {count}", self.full_count[k]));
+                return Err(format!(
+                    "order-{k} full count {} but bitmap has {count}",
+                    self.full_count[k]
+                ));
             }
             if let Some(c) = next_one(&expect, 0, chunks as u64, false) {
                 if ((c << k) as u32) < self.first_free[k] {
-                    return Err(format!("free order-{k} chunk {c} below hint {}", self.first_free[k]));
+                    return Err(format!(
+                        "free order-{k} chunk {c} below hint {}",
+                        self.first_free[k]
+                    ));
                 }
             }
             prev = expect;
@@ -411,7 +449,8 @@ mod tests {
                 (0..n / size)
                     .filter(|c| {
                         let o = c * size;
-                        free(o, size) && (k == b.order_top() || !free(o & !(2 * size - 1), 2 * size))
+                        free(o, size)
+                            && (k == b.order_top() || !free(o & !(2 * size - 1), 2 * size))
                     })
                     .count() as u32
             })

@@ -119,7 +119,12 @@ impl Group {
     }
 
     /// Stores new mirror values (under the lock). Returns the old `(largest, avg)` orders.
-    pub fn set_mirrors(&self, free: u32, largest: Option<u32>, avg: Option<u32>) -> (Option<u32>, Option<u32>) {
+    pub fn set_mirrors(
+        &self,
+        free: u32,
+        largest: Option<u32>,
+        avg: Option<u32>,
+    ) -> (Option<u32>, Option<u32>) {
         if self.free_blocks.load(Relaxed) != free {
             self.free_blocks.store(free, Relaxed);
         }

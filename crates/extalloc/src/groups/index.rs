@@ -123,9 +123,7 @@ impl AtomicBitset {
         let mut idx = from;
         loop {
             let w = idx / 64;
-            let Some(word) = self.levels[l].get(w as usize) else {
-                return None;
-            };
+            let word = self.levels[l].get(w as usize)?;
             let word = word.load(SeqCst) & (u64::MAX << (idx % 64));
             if word == 0 {
                 if l + 1 == self.levels.len() {
@@ -205,8 +203,12 @@ struct Link {
 impl ListIndex {
     fn new(orders: usize, groups: u64) -> Self {
         ListIndex {
-            lists: (0..orders).map(|_| RwLock::new(GroupList::default())).collect(),
-            links: (0..groups).map(|_| parking_lot::Mutex::new(Link::default())).collect(),
+            lists: (0..orders)
+                .map(|_| RwLock::new(GroupList::default()))
+                .collect(),
+            links: (0..groups)
+                .map(|_| parking_lot::Mutex::new(Link::default()))
+                .collect(),
         }
     }
 
@@ -244,7 +246,12 @@ impl ListIndex {
     }
 
     /// First group from the head of the lists of orders `>= order_min` that `good` accepts.
-    fn choose(&self, order_min: usize, good: &mut dyn FnMut(u64) -> bool, waits: &mut u64) -> Option<u64> {
+    fn choose(
+        &self,
+        order_min: usize,
+        good: &mut dyn FnMut(u64) -> bool,
+        waits: &mut u64,
+    ) -> Option<u64> {
         for order in order_min..self.lists.len() {
             let list = self.lists[order].try_read().unwrap_or_else(|| {
                 *waits += 1;
@@ -349,7 +356,12 @@ impl OrderIndex {
     }
 
     /// List sets only: ext4's pre-2025 choose-group lookup.
-    pub fn choose(&self, order_min: u32, good: &mut dyn FnMut(u64) -> bool, waits: &mut u64) -> Option<u64> {
+    pub fn choose(
+        &self,
+        order_min: u32,
+        good: &mut dyn FnMut(u64) -> bool,
+        waits: &mut u64,
+    ) -> Option<u64> {
         let OrderSets::List(lists) = &self.sets else {
             panic!("choose on an ordered index");
         };
@@ -369,7 +381,9 @@ impl OrderIndex {
             };
             for g in members {
                 if let Some(prev) = out[g as usize] {
-                    return Err(format!("group {g} is in the sets of orders {prev} and {order}"));
+                    return Err(format!(
+                        "group {g} is in the sets of orders {prev} and {order}"
+                    ));
                 }
                 out[g as usize] = Some(order as u32);
             }
@@ -388,7 +402,10 @@ mod tests {
         for i in [0u64, 63, 64, 4095, 4096, 9999] {
             s.insert(i);
         }
-        assert_eq!(s.iter().collect::<Vec<_>>(), vec![0, 63, 64, 4095, 4096, 9999]);
+        assert_eq!(
+            s.iter().collect::<Vec<_>>(),
+            vec![0, 63, 64, 4095, 4096, 9999]
+        );
         assert_eq!(s.next_set(65), Some(4095));
         s.remove(4095);
         s.remove(4096);
