@@ -118,6 +118,16 @@ fn floor_log2(n: u64) -> u32 {
     63 - n.leading_zeros()
 }
 
+/// One allocation in progress: the request and what was decided about it so far.
+struct AllocContext<'a> {
+    request: &'a AllocRequest,
+    /// A large file's request: it starts at, and moves, the stream goal.
+    stream: bool,
+    /// The file's stream goal.
+    slot: usize,
+    shard: &'a Shard,
+}
+
 /// How a pass walks the groups.
 #[derive(Clone, Copy)]
 enum Walk<'a> {
@@ -291,10 +301,16 @@ impl Allocator {
         // takes the inode number modulo: consecutive ids (how most callers number files)
         // land on different goals, so concurrent streams start in different groups.
         let slot = ((req.file ^ (req.file >> 32)) % self.stream_goals.len() as u64) as usize;
+        let ctx = AllocContext {
+            request: req,
+            stream,
+            slot,
+            shard,
+        };
 
         // Step 4: the exact goal.
         if let Some(goal) = req.goal {
-            if let Some(extent) = self.alloc_at_goal(goal, req.len, stream, slot, shard) {
+            if let Some(extent) = self.alloc_at_goal(&ctx, goal) {
                 shard.add(&shard.counters.pass_hits[Pass::Goal as usize], 1);
                 return Some(extent);
             }
@@ -311,7 +327,7 @@ impl Allocator {
         } % groups_count;
 
         // Step 6: the passes.
-        let (extent, pass) = self.scan_passes(req, start, stream, slot, shard)?;
+        let (extent, pass) = self.scan_passes(&ctx, start)?;
         shard.add(&shard.counters.pass_hits[pass as usize], 1);
         if stream && self.geometry.group_of(extent.start) == start {
             shard.add(&shard.counters.stream_goal_hits, 1);
@@ -319,56 +335,44 @@ impl Allocator {
         Some(extent)
     }
 
-    fn alloc_at_goal(
-        &self,
-        goal: u64,
-        len: u64,
-        stream: bool,
-        slot: usize,
-        shard: &Shard,
-    ) -> Option<Extent> {
+    fn alloc_at_goal(&self, ctx: &AllocContext<'_>, goal: u64) -> Option<Extent> {
+        let len = ctx.request.len;
         let g = self.geometry.group_of(goal);
         let off = (goal - self.geometry.group_start(g)) as u32;
         let group = &self.groups[g as usize];
         if group.free_blocks() < len as u32 {
             return None;
         }
-        let mut state = self.lock_group(group, shard);
+        let mut state = self.lock_group(group, ctx.shard);
         if !state.bitmap.range_is_free(off, len as u32) {
             return None;
         }
-        Some(self.take(g, &mut state, off, len as u32, stream, slot, shard))
+        Some(self.take(ctx, g, &mut state, off, len as u32))
     }
 
-    fn scan_passes(
-        &self,
-        req: &AllocRequest,
-        start: u64,
-        stream: bool,
-        slot: usize,
-        shard: &Shard,
-    ) -> Option<(Extent, Pass)> {
+    fn scan_passes<'a>(&'a self, ctx: &AllocContext<'_>, start: u64) -> Option<(Extent, Pass)> {
+        let req = ctx.request;
         let len = req.len;
         let order = floor_log2(len);
         let indexed = self.policy.optimize_scan;
-        let walk = |index: &'static str, order_min: u32| -> Walk<'_> {
-            match (indexed, index) {
-                (false, _) => Walk::Linear,
-                (true, "largest") => Walk::Index(&self.by_largest, order_min),
-                (true, _) => Walk::Index(&self.by_avg, order_min),
+        let walk = |index: &'a OrderIndex, order_min: u32| -> Walk<'a> {
+            if indexed {
+                Walk::Index(index, order_min)
+            } else {
+                Walk::Linear
             }
         };
         let run = |pass: Pass, walk: Walk<'_>, want: u64| {
-            self.run_pass(pass, walk, start, want, req.min_len, stream, slot, shard)
+            self.run_pass(ctx, pass, walk, start, want)
                 .map(|e| (e, pass))
         };
 
         if len.is_power_of_two() && order >= self.policy.order2_min_order {
-            if let Some(hit) = run(Pass::Power2Aligned, walk("largest", order), len) {
+            if let Some(hit) = run(Pass::Power2Aligned, walk(&self.by_largest, order), len) {
                 return Some(hit);
             }
         }
-        if let Some(hit) = run(Pass::GoalLenFast, walk("avg", order), len) {
+        if let Some(hit) = run(Pass::GoalLenFast, walk(&self.by_avg, order), len) {
             return Some(hit);
         }
         let trim_floor = order.saturating_sub(self.policy.best_avail_trim_orders);
@@ -377,7 +381,7 @@ impl Allocator {
             if want < req.min_len {
                 break;
             }
-            if let Some(hit) = run(Pass::BestAvailLen, walk("avg", trimmed), want) {
+            if let Some(hit) = run(Pass::BestAvailLen, walk(&self.by_avg, trimmed), want) {
                 return Some(hit);
             }
         }
@@ -402,20 +406,17 @@ impl Allocator {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn run_pass(
         &self,
+        ctx: &AllocContext<'_>,
         pass: Pass,
         walk: Walk<'_>,
         start: u64,
         want: u64,
-        min_len: u64,
-        stream: bool,
-        slot: usize,
-        shard: &Shard,
     ) -> Option<Extent> {
         let groups_count = self.groups.len() as u64;
-        let visit = |g: u64| self.scan_group(g, pass, want, min_len, stream, slot, shard);
+        let (min_len, shard) = (ctx.request.min_len, ctx.shard);
+        let visit = |g: u64| self.scan_group(ctx, g, pass, want);
         match walk {
             Walk::Linear => (0..groups_count).find_map(|i| {
                 let g = (start + i) % groups_count;
@@ -461,17 +462,8 @@ impl Allocator {
     }
 
     /// Locks group `g` (or skips it when busy and the pass allows) and searches it.
-    #[allow(clippy::too_many_arguments)]
-    fn scan_group(
-        &self,
-        g: u64,
-        pass: Pass,
-        want: u64,
-        min_len: u64,
-        stream: bool,
-        slot: usize,
-        shard: &Shard,
-    ) -> Option<Extent> {
+    fn scan_group(&self, ctx: &AllocContext<'_>, g: u64, pass: Pass, want: u64) -> Option<Extent> {
+        let (min_len, shard) = (ctx.request.min_len, ctx.shard);
         let group = &self.groups[g as usize];
         let mut state = if self.policy.trylock && pass != Pass::AnyFree {
             match group.try_lock() {
@@ -503,7 +495,7 @@ impl Allocator {
             Pass::AnyFree => self.largest_fit(&mut state, want32, min_len as u32),
         };
         let (off, len) = found?;
-        Some(self.take(g, &mut state, off, len, stream, slot, shard))
+        Some(self.take(ctx, g, &mut state, off, len))
     }
 
     /// Smallest free run of at least `want` blocks, examining a bounded number of runs.
@@ -547,24 +539,22 @@ impl Allocator {
     }
 
     /// Step 7: marks `off .. off + len` of group `g` used and publishes the new summary.
-    #[allow(clippy::too_many_arguments)]
     fn take(
         &self,
+        ctx: &AllocContext<'_>,
         g: u64,
         state: &mut MutexGuard<'_, GroupState>,
         off: u32,
         len: u32,
-        stream: bool,
-        slot: usize,
-        shard: &Shard,
     ) -> Extent {
+        let (shard, slot) = (ctx.shard, ctx.slot);
         debug_assert!(
             !state.pending_overlaps(off, len),
             "allocating blocks that wait to be freed"
         );
         state.bitmap.mark_used(off, len);
         self.publish(g, state, shard);
-        if stream {
+        if ctx.stream {
             if self.policy.stream_goal_locked {
                 self.lock_md(shard).stream_goal = g;
             } else if self.stream_goals[slot].load(Relaxed) != g {
