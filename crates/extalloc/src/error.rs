@@ -36,6 +36,14 @@ pub enum Error {
         free_blocks: u64,
     },
 
+    /// A hint outside the values it can take.
+    #[error("hint {value} is out of range; valid values: {valid}")]
+    InvalidHint { value: u64, valid: &'static str },
+
+    /// A data request for logical blocks the file already has.
+    #[error("logical blocks {logical}+{len} of file {file} are already allocated: allocate only holes")]
+    LogicalOverlap { file: u64, logical: u64, len: u64 },
+
     /// A request whose fields contradict each other.
     #[error("invalid request: {0}")]
     InvalidRequest(String),

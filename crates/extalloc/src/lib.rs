@@ -25,6 +25,9 @@ mod geometry;
 pub mod groups;
 mod sync;
 
-pub use alloc::{AllocRequest, Allocator, FreeSpace, Pass, Policy, StatsSnapshot, PRESETS};
+pub use alloc::{
+    AllocRequest, Allocator, DataRequest, FileAlloc, FreeSpace, Lifetime, Pass, Policy, SizeClass,
+    StatsSnapshot, PRESETS,
+};
 pub use error::{Error, Result};
 pub use geometry::{Extent, Geometry, DEVICE_BLOCKS_MAX, GROUP_BLOCKS_DEFAULT};

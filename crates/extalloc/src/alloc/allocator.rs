@@ -26,6 +26,8 @@
 //! group locks in ascending group order -> the global lock (`md`) -> list-index locks.
 //! `commit_lock` is taken before any of them and only by `commit()`.
 
+use super::class::{self, Lifetime, SizeClass};
+use super::file::PreallocRegistry;
 use super::policy::{FreeList, Policy};
 use super::stats::{Pass, Shard, Stats, StatsSnapshot};
 use crate::error::{Error, Result};
@@ -50,6 +52,11 @@ pub struct AllocRequest {
     pub min_len: u64,
     /// Preferred first block, usually the block after the file's previous extent.
     pub goal: Option<u64>,
+    /// Expected lifetime: the second key of size classes.
+    pub lifetime: Lifetime,
+    /// Length (blocks) that decides the size class; 0 = `len`. A normalised request passes
+    /// the caller's original length here, so preallocation does not change its class.
+    pub class_len: u64,
 }
 
 impl AllocRequest {
@@ -61,7 +68,14 @@ impl AllocRequest {
             len,
             min_len: 1,
             goal: None,
+            lifetime: Lifetime::Unknown,
+            class_len: 0,
         }
+    }
+
+    pub fn lifetime(mut self, lifetime: Lifetime) -> Self {
+        self.lifetime = lifetime;
+        self
     }
 
     pub fn goal(mut self, goal: u64) -> Self {
@@ -112,6 +126,10 @@ pub struct Allocator {
     pub(super) txn: CachePadded<AtomicU64>,
     pub(super) commit_lock: Mutex<()>,
     pub(super) stats: Stats,
+    /// `stream_threshold_kib` in blocks.
+    pub(super) stream_threshold_blocks: u64,
+    /// Files with preallocations and the locality preallocations (see `file.rs`).
+    pub(super) prealloc: PreallocRegistry,
 }
 
 fn floor_log2(n: u64) -> u32 {
@@ -125,6 +143,8 @@ struct AllocContext<'a> {
     stream: bool,
     /// The file's stream goal.
     slot: usize,
+    /// Size-class tag of the request (0 when size classes are off).
+    class_tag: u8,
     shard: &'a Shard,
 }
 
@@ -171,6 +191,8 @@ impl Allocator {
             txn: CachePadded::new(AtomicU64::new(1)),
             commit_lock: Mutex::new(()),
             stats: Stats::new(),
+            stream_threshold_blocks: policy.stream_threshold_kib * 1024 / u64::from(geometry.block_size),
+            prealloc: PreallocRegistry::new(),
             geometry,
             policy,
             groups,
@@ -276,14 +298,24 @@ impl Allocator {
     }
 
     fn allocate_validated(&self, req: &AllocRequest, shard: &Shard) -> Result<Extent> {
-        for attempt in 0..2 {
+        let (mut committed, mut discarded) = (false, false);
+        loop {
             if let Some(extent) = self.try_allocate(req, shard) {
                 return Ok(extent);
             }
-            if attempt == 0 && self.pending_free_blocks() > 0 {
+            if !committed && self.pending_free_blocks() > 0 {
+                // Space is waiting for a commit: make it durable and retry once.
+                committed = true;
                 shard.add(&shard.counters.forced_commits, 1);
                 self.commit();
                 continue;
+            }
+            if !discarded {
+                // Space is held by preallocations: give back what is not in use and retry once.
+                discarded = true;
+                if self.discard_preallocations() > 0 {
+                    continue;
+                }
             }
             break;
         }
@@ -296,15 +328,23 @@ impl Allocator {
     }
 
     fn try_allocate(&self, req: &AllocRequest, shard: &Shard) -> Option<Extent> {
-        let stream = req.logical.saturating_add(req.len) > self.policy.stream_threshold_blocks;
+        let stream = req.logical.saturating_add(req.len) > self.stream_threshold_blocks;
         // The file's stream goal: its id folded and taken modulo the number of goals, as ext4
         // takes the inode number modulo: consecutive ids (how most callers number files)
         // land on different goals, so concurrent streams start in different groups.
         let slot = ((req.file ^ (req.file >> 32)) % self.stream_goals.len() as u64) as usize;
+        let class_tag = if self.policy.size_classes {
+            let class_len = if req.class_len == 0 { req.len } else { req.class_len };
+            let bytes = class_len.saturating_mul(u64::from(self.geometry.block_size));
+            class::tag(SizeClass::of_bytes(bytes), req.lifetime)
+        } else {
+            0
+        };
         let ctx = AllocContext {
             request: req,
             stream,
             slot,
+            class_tag,
             shard,
         };
 
@@ -362,8 +402,12 @@ impl Allocator {
                 Walk::Linear
             }
         };
+        // Without size classes every group is in tier 0; with them, each pass tries the tiers
+        // in order (same class, same size, untagged, other size).
+        let tiers = if self.policy.size_classes { class::TIERS } else { 1 };
         let run = |pass: Pass, walk: Walk<'_>, want: u64| {
-            self.run_pass(ctx, pass, walk, start, want)
+            (0..tiers)
+                .find_map(|tier| self.run_pass(ctx, pass, walk, start, want, tier))
                 .map(|e| (e, pass))
         };
 
@@ -392,9 +436,13 @@ impl Allocator {
     }
 
     /// The lock-free check of a group's mirrors before locking it.
-    fn good_group(&self, g: u64, pass: Pass, want: u64, min_len: u64) -> bool {
+    fn good_group(&self, ctx: &AllocContext<'_>, g: u64, pass: Pass, want: u64, tier: u8) -> bool {
         let group = &self.groups[g as usize];
+        if self.policy.size_classes && class::tier(group.class_tag(), ctx.class_tag) != tier {
+            return false;
+        }
         let free = u64::from(group.free_blocks());
+        let min_len = ctx.request.min_len;
         match pass {
             Pass::Goal => unreachable!("the goal is not a scanning pass"),
             Pass::Power2Aligned => group.largest_order().is_some_and(|o| o >= floor_log2(want)),
@@ -413,14 +461,15 @@ impl Allocator {
         walk: Walk<'_>,
         start: u64,
         want: u64,
+        tier: u8,
     ) -> Option<Extent> {
         let groups_count = self.groups.len() as u64;
-        let (min_len, shard) = (ctx.request.min_len, ctx.shard);
+        let shard = ctx.shard;
         let visit = |g: u64| self.scan_group(ctx, g, pass, want);
         match walk {
             Walk::Linear => (0..groups_count).find_map(|i| {
                 let g = (start + i) % groups_count;
-                if self.good_group(g, pass, want, min_len) {
+                if self.good_group(ctx, g, pass, want, tier) {
                     visit(g)
                 } else {
                     None
@@ -431,7 +480,7 @@ impl Allocator {
                 for (from, limit) in [(start, groups_count), (0, start)] {
                     let mut at = from;
                     while let Some(g) = index.next_in_orders(order_min, at, limit) {
-                        if self.good_group(g, pass, want, min_len) {
+                        if self.good_group(ctx, g, pass, want, tier) {
                             if let Some(e) = visit(g) {
                                 return Some(e);
                             }
@@ -448,7 +497,7 @@ impl Allocator {
                     let mut waits = 0;
                     let chosen = index.choose(
                         order_min,
-                        &mut |g| self.good_group(g, pass, want, min_len),
+                        &mut |g| self.good_group(ctx, g, pass, want, tier),
                         &mut waits,
                     );
                     shard.add(&shard.counters.lock_waits, waits);
@@ -553,6 +602,10 @@ impl Allocator {
             "allocating blocks that wait to be freed"
         );
         state.bitmap.mark_used(off, len);
+        if ctx.class_tag != 0 && self.groups[g as usize].class_tag() == 0 {
+            // The group's first allocation gives it its class.
+            self.groups[g as usize].set_class_tag(ctx.class_tag);
+        }
         self.publish(g, state, shard);
         if ctx.stream {
             if self.policy.stream_goal_locked {
@@ -571,6 +624,10 @@ impl Allocator {
     pub(super) fn publish(&self, g: u64, state: &GroupState, shard: &Shard) {
         let group = &self.groups[g as usize];
         let free = state.bitmap.free_blocks();
+        if free == state.bitmap.len_blocks() {
+            // An empty group loses its size class.
+            group.set_class_tag(0);
+        }
         let largest = state.bitmap.largest_free_order();
         let mut avg = state.bitmap.avg_fragment_order();
         if self.policy.zombie_groups && free == 0 {
@@ -612,10 +669,46 @@ impl Allocator {
         }
     }
 
+    /// Returns reserved blocks (preallocated, never written) to the free space at once: they
+    /// carry no data, so no commit needs to cover them. They must be used and not pending.
+    pub(super) fn release_reserved(&self, extent: Extent) -> Result<()> {
+        self.geometry.validate(extent)?;
+        let shard = self.stats.shard();
+        for (g, off, len) in self.geometry.split(extent) {
+            let mut state = self.lock_group(&self.groups[g as usize], shard);
+            let start = self.geometry.group_start(g) + u64::from(off);
+            if state.pending_overlaps(off, len) {
+                return Err(Error::DoubleFree { start, len: u64::from(len) });
+            }
+            if !state.bitmap.range_is_used(off, len) {
+                return Err(Error::NotAllocated { start, len: u64::from(len) });
+            }
+            state.bitmap.mark_free(off, len);
+            self.publish(g, &state, shard);
+        }
+        Ok(())
+    }
+
+    /// True if every block of `extent` is marked used and none is pending.
+    pub(super) fn is_reserved(&self, extent: Extent) -> bool {
+        self.geometry.split(extent).all(|(g, off, len)| {
+            let mut waited = false;
+            let state = self.groups[g as usize].lock(&mut waited);
+            state.bitmap.range_is_used(off, len) && !state.pending_overlaps(off, len)
+        })
+    }
+
+    /// The calling thread's shard number (for per-shard state such as locality
+    /// preallocations).
+    pub(super) fn shard_index(&self) -> usize {
+        self.stats.shard_index()
+    }
+
     /// Recomputes every cached figure and compares (call at quiescence: no other thread may
     /// allocate, free or commit meanwhile).
     pub fn check(&self) -> Result<()> {
         let fail = |msg: String| Err(Error::Invariant(msg));
+        self.check_preallocations()?;
         let mut pending_total = 0u64;
         let md = self.md.lock();
         let largest_members = if self.policy.optimize_scan {

@@ -7,10 +7,12 @@
 //!   average-fragment lists, a pending-free counter kept under the global lock.
 //! - `ext4-2025`: with the series applied: try-lock skipping busy groups in passes 1-4, many
 //!   stream goals updated without a lock, merge-before-insert, an atomic pending counter,
-//!   ordered (lock-free) group indexes traversed right-then-left from the goal, no zombies.
+//!   ordered (lock-free) group indexes traversed right-then-left from the goal, no zombies,
+//!   and (since 2023) file preallocations in a tree.
 //! - `extalloc` (the default): ext4-2025 plus per-group deferred-free sets found through a
 //!   lock-free dirty-group set (no global lock on the free path at all) and first-free-per-order
-//!   hints so in-group searches never rescan a known-full prefix.
+//!   hints so in-group searches never rescan a known-full prefix, and btrfs's size classes
+//!   (with a lifetime hint as second key).
 //!
 //! A spec string modifies a preset: `ext4-2025:optimize_scan=false:stream_goals=1`.
 
@@ -41,8 +43,9 @@ pub struct Policy {
     pub stream_goals: u32,
     /// Guard the stream goal with the global lock (shared with the free list).
     pub stream_goal_locked: bool,
-    /// Requests whose logical end exceeds this many blocks are stream allocations.
-    pub stream_threshold_blocks: u64,
+    /// Files smaller than this (KiB) are small: their data goes to locality preallocations,
+    /// and their requests are not stream allocations.
+    pub stream_threshold_kib: u64,
     /// Where deferred frees wait.
     pub free_list: FreeList,
     /// Merge a freed extent with its neighbours before inserting it (one critical section).
@@ -61,19 +64,28 @@ pub struct Policy {
     pub order2_min_order: u32,
     /// Pass 3 trims a request by at most this many orders.
     pub best_avail_trim_orders: u32,
+    /// File preallocations in an ordered tree (`true`) or ext4's old capped list.
+    pub prealloc_tree: bool,
+    /// Small files carve their blocks from a per-shard locality preallocation.
+    pub locality_prealloc: bool,
+    /// Size of one locality preallocation, in blocks.
+    pub locality_prealloc_blocks: u64,
+    /// Tag groups with the size class (and lifetime hint) of their first allocation and
+    /// prefer matching groups.
+    pub size_classes: bool,
 }
 
 /// Names of the presets, in the order the lab shows them.
 pub const PRESETS: [&str; 3] = ["ext4-base", "ext4-2025", "extalloc"];
 
 /// Keys a spec may set, with what they take.
-const KEYS: [(&str, &str); 15] = [
+const KEYS: [(&str, &str); 19] = [
     ("optimize_scan", "true|false"),
     ("group_index", "list|ordered"),
     ("trylock", "true|false"),
     ("stream_goals", "a count, 0 = min(cpus, groups/4)"),
     ("stream_goal_locked", "true|false"),
-    ("stream_threshold_blocks", "a block count"),
+    ("stream_threshold_kib", "a size in KiB"),
     ("free_list", "global|per-group"),
     ("merge_before_insert", "true|false"),
     ("atomic_pending", "true|false"),
@@ -83,6 +95,10 @@ const KEYS: [(&str, &str); 15] = [
     ("min_scan_extents", "a count >= 1"),
     ("order2_min_order", "an order 0..=20"),
     ("best_avail_trim_orders", "an order count 0..=20"),
+    ("prealloc_index", "list|tree"),
+    ("locality_prealloc", "true|false"),
+    ("locality_prealloc_blocks", "a block count 1..=1048576"),
+    ("size_classes", "true|false"),
 ];
 
 impl Default for Policy {
@@ -101,7 +117,7 @@ impl Policy {
             trylock: true,
             stream_goals: 0,
             stream_goal_locked: false,
-            stream_threshold_blocks: 16,
+            stream_threshold_kib: 64,
             free_list: FreeList::Global,
             merge_before_insert: true,
             atomic_pending: true,
@@ -111,6 +127,10 @@ impl Policy {
             min_scan_extents: 10,
             order2_min_order: 2,
             best_avail_trim_orders: 3,
+            prealloc_tree: true,
+            locality_prealloc: true,
+            locality_prealloc_blocks: 512,
+            size_classes: false,
         };
         match name {
             "ext4-base" => Ok(Policy {
@@ -122,6 +142,7 @@ impl Policy {
                 merge_before_insert: false,
                 atomic_pending: false,
                 zombie_groups: true,
+                prealloc_tree: false,
                 ..ext4_2025
             }),
             "ext4-2025" => Ok(ext4_2025),
@@ -129,6 +150,7 @@ impl Policy {
                 name: name.into(),
                 free_list: FreeList::PerGroup,
                 first_free_hint: true,
+                size_classes: true,
                 ..ext4_2025
             }),
             _ => Err(Error::UnknownPreset {
@@ -210,7 +232,7 @@ impl Policy {
             "trylock" => self.trylock = boolean()?,
             "stream_goals" => self.stream_goals = number(0, 1 << 20)? as u32,
             "stream_goal_locked" => self.stream_goal_locked = boolean()?,
-            "stream_threshold_blocks" => self.stream_threshold_blocks = number(0, u64::MAX)?,
+            "stream_threshold_kib" => self.stream_threshold_kib = number(0, 1 << 40)?,
             "free_list" => {
                 self.free_list = match value {
                     "global" => FreeList::Global,
@@ -226,6 +248,16 @@ impl Policy {
             "min_scan_extents" => self.min_scan_extents = number(1, u32::MAX.into())? as u32,
             "order2_min_order" => self.order2_min_order = number(0, 20)? as u32,
             "best_avail_trim_orders" => self.best_avail_trim_orders = number(0, 20)? as u32,
+            "prealloc_index" => {
+                self.prealloc_tree = match value {
+                    "list" => false,
+                    "tree" => true,
+                    _ => return Err(bad()),
+                }
+            }
+            "locality_prealloc" => self.locality_prealloc = boolean()?,
+            "locality_prealloc_blocks" => self.locality_prealloc_blocks = number(1, 1 << 20)?,
+            "size_classes" => self.size_classes = boolean()?,
             _ => unreachable!("key {key} is listed but not handled"),
         }
         Ok(())

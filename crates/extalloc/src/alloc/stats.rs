@@ -140,9 +140,9 @@ impl Stats {
         Stats { shards }
     }
 
-    /// This thread's shard.
+    /// This thread's shard number, `0 .. SHARDS`.
     #[inline]
-    pub fn shard(&self) -> &Shard {
+    pub fn shard_index(&self) -> usize {
         let i = SHARD_INDEX.with(|c| {
             let mut i = c.get();
             if i == usize::MAX {
@@ -151,7 +151,13 @@ impl Stats {
             }
             i
         });
-        &self.shards[i & (SHARDS - 1)]
+        i & (SHARDS - 1)
+    }
+
+    /// This thread's shard.
+    #[inline]
+    pub fn shard(&self) -> &Shard {
+        &self.shards[self.shard_index()]
     }
 
     pub fn snapshot(&self) -> StatsSnapshot {

@@ -56,6 +56,8 @@ pub struct Group {
     free_blocks: AtomicU32,
     largest_order: AtomicU8,
     avg_order: AtomicU8,
+    /// Size-class tag (0 = untagged); written under the lock.
+    class_tag: AtomicU8,
 }
 
 fn encode(order: Option<u32>) -> u8 {
@@ -72,6 +74,7 @@ impl Group {
             free_blocks: AtomicU32::new(bitmap.free_blocks()),
             largest_order: AtomicU8::new(encode(bitmap.largest_free_order())),
             avg_order: AtomicU8::new(encode(bitmap.avg_fragment_order())),
+            class_tag: AtomicU8::new(0),
             state: Mutex::new(GroupState {
                 bitmap,
                 pending: BTreeMap::new(),
@@ -116,6 +119,18 @@ impl Group {
     #[inline]
     pub fn avg_order(&self) -> Option<u32> {
         decode(self.avg_order.load(Relaxed))
+    }
+
+    #[inline]
+    pub fn class_tag(&self) -> u8 {
+        self.class_tag.load(Relaxed)
+    }
+
+    /// Sets the size-class tag (under the lock).
+    pub fn set_class_tag(&self, tag: u8) {
+        if self.class_tag.load(Relaxed) != tag {
+            self.class_tag.store(tag, Relaxed);
+        }
     }
 
     /// Stores new mirror values (under the lock). Returns the old `(largest, avg)` orders.

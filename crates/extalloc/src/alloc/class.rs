@@ -1,0 +1,107 @@
+//! Size classes and lifetime hints (after btrfs's size classes).
+//!
+//! An allocation is small (< 128 KiB), medium (< 8 MiB) or large. A group takes the tag of
+//! its first allocation, size class and lifetime hint, and loses it when it becomes empty.
+//! Passes try groups in tiers: same size and lifetime, same size, untagged, other size. Small
+//! short-lived extents then do not leave holes in groups of large long-lived ones, and the
+//! reverse.
+
+use crate::error::Error;
+
+/// What the caller expects of an extent's lifetime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Lifetime {
+    #[default]
+    Unknown = 0,
+    /// Freed soon (temporary files, short-lived fallocates).
+    Short = 1,
+    /// Kept (log files, long-lived data).
+    Long = 2,
+}
+
+impl TryFrom<u8> for Lifetime {
+    type Error = Error;
+
+    /// From the numeric hint of a C-style API: 0 unknown, 1 short, 2 long.
+    fn try_from(v: u8) -> Result<Self, Error> {
+        match v {
+            0 => Ok(Lifetime::Unknown),
+            1 => Ok(Lifetime::Short),
+            2 => Ok(Lifetime::Long),
+            _ => Err(Error::InvalidHint {
+                value: u64::from(v),
+                valid: "0 (unknown), 1 (short-lived), 2 (long-lived)",
+            }),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SizeClass {
+    Small = 0,
+    Medium = 1,
+    Large = 2,
+}
+
+/// Small below this many bytes.
+pub const SMALL_BYTES_MAX: u64 = 128 << 10;
+/// Medium below this many bytes.
+pub const MEDIUM_BYTES_MAX: u64 = 8 << 20;
+
+impl SizeClass {
+    pub fn of_bytes(bytes: u64) -> Self {
+        if bytes < SMALL_BYTES_MAX {
+            SizeClass::Small
+        } else if bytes < MEDIUM_BYTES_MAX {
+            SizeClass::Medium
+        } else {
+            SizeClass::Large
+        }
+    }
+}
+
+/// A group's tag: 0 = untagged, else `1 + 3 * size + lifetime`.
+pub(crate) fn tag(size: SizeClass, lifetime: Lifetime) -> u8 {
+    1 + 3 * size as u8 + lifetime as u8
+}
+
+/// Number of preference tiers; tier 0 is tried first.
+pub(crate) const TIERS: u8 = 4;
+
+/// How well a group with `group_tag` suits a request with `request_tag`.
+pub(crate) fn tier(group_tag: u8, request_tag: u8) -> u8 {
+    if group_tag == 0 {
+        return 2;
+    }
+    let size = |t: u8| (t - 1) / 3;
+    if group_tag == request_tag {
+        0
+    } else if size(group_tag) == size(request_tag) {
+        1
+    } else {
+        3
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_and_tiers() {
+        assert_eq!(SizeClass::of_bytes(127 << 10), SizeClass::Small);
+        assert_eq!(SizeClass::of_bytes(128 << 10), SizeClass::Medium);
+        assert_eq!(SizeClass::of_bytes(8 << 20), SizeClass::Large);
+        let small_long = tag(SizeClass::Small, Lifetime::Long);
+        let small_short = tag(SizeClass::Small, Lifetime::Short);
+        let large = tag(SizeClass::Large, Lifetime::Unknown);
+        assert_eq!(tier(small_long, small_long), 0);
+        assert_eq!(tier(small_short, small_long), 1);
+        assert_eq!(tier(0, small_long), 2);
+        assert_eq!(tier(large, small_long), 3);
+        assert!(Lifetime::try_from(3).is_err());
+        assert_eq!(Lifetime::try_from(2).unwrap(), Lifetime::Long);
+    }
+}

@@ -1,0 +1,751 @@
+//! Files: request normalisation, file preallocations and locality preallocations.
+//!
+//! # Data structures
+//!
+//! - [`FileAlloc`]: one file's allocation state under a reader/writer lock: its logical size,
+//!   its mapped extents (`logical start -> physical extent`) and its preallocations (PAs).
+//! - `Pa`: blocks reserved for a file beyond what it asked, at a fixed logical position
+//!   (`lstart .. lstart + len` maps to `pstart ..`), with a bitmap of the blocks already handed
+//!   to the file. Kept in an ordered tree keyed by logical start (`prealloc_index=tree`,
+//!   O(log n) lookup, overlap check and trimming) or in ext4's old list (`prealloc_index=list`,
+//!   O(n), capped at 512 entries by discarding the oldest).
+//! - Locality PAs: per shard (thread), one reserved chunk of `locality_prealloc_blocks` that
+//!   small files carve their blocks from, so small files written together sit together.
+//!
+//! # Invariants (checked by [`Allocator::check_file`])
+//!
+//! ```text
+//! mapped extents of a file are disjoint in logical space
+//! PAs of a file are disjoint in logical space
+//! a PA block is either used (mapped by the file at pstart + (l - lstart)) or unused
+//!   (not mapped, and reserved: marked used in its group, not pending)
+//! every reserved block belongs to exactly one PA or locality chunk
+//! ```
+//!
+//! # Operations
+//!
+//! - `allocate_data(file, {logical, len})`: the range must be a hole. (1) If a PA covers
+//!   `logical`, map from it: no group is touched. (2) Small files (size below
+//!   `stream_threshold_kib`) carve from the shard's locality PA. (3) Otherwise normalise: the
+//!   window is the request rounded up to the next size bucket (16 KiB ... 8 MiB) of the file's
+//!   size (for appends) or of the request (for writes into holes), aligned to the bucket,
+//!   clamped to the hole between the neighbouring mapped extents and to the file's other PAs;
+//!   allocate the window, map the request, keep the rest as a PA.
+//! - `set_file_size(file, size)`: shrinking frees mapped blocks past the size (deferred, like
+//!   any free) and discards the file's PAs.
+//! - `release_prealloc(file)`: discards the file's PAs (the file is closed): their unused
+//!   blocks are free at once; they never held data.
+//! - Under space pressure an allocation discards every PA it can lock and retries.
+//!
+//! Lock order: file lock -> locality shard lock -> group locks -> global lock.
+
+use super::allocator::{AllocRequest, Allocator};
+use super::class::Lifetime;
+use super::stats::SHARDS;
+use crate::error::{Error, Result};
+use crate::geometry::{Extent, DEVICE_BLOCKS_MAX};
+use crossbeam_utils::CachePadded;
+use parking_lot::{Mutex, RwLock};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Weak};
+
+/// ext4's cap on a file's PA list before trimming (`s_mb_max_inode_prealloc`).
+pub const PREALLOC_LIST_MAX: usize = 512;
+/// The list is trimmed back to the cap once it exceeds the cap by this much, as ext4 does
+/// (a quarter of the cap plus one), so trimming is not paid on every insert.
+const PREALLOC_LIST_SLACK: usize = PREALLOC_LIST_MAX / 4 + 1;
+
+/// Normalisation buckets, in bytes: 16 KiB, 32 KiB, ... 8 MiB.
+const BUCKET_BYTES_MIN: u64 = 16 << 10;
+const BUCKET_BYTES_MAX: u64 = 8 << 20;
+const _: () = assert!(BUCKET_BYTES_MIN.is_power_of_two() && BUCKET_BYTES_MAX.is_power_of_two());
+
+/// A request for data blocks of a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataRequest {
+    /// First logical block to map; `logical .. logical + len` must be a hole.
+    pub logical: u64,
+    /// Blocks wanted. The call maps a prefix of the range (at least one block); call again
+    /// for the rest.
+    pub len: u64,
+    /// Preferred physical block for `logical`; by default the block that would follow the
+    /// file's previous extent.
+    pub goal: Option<u64>,
+    pub lifetime: Lifetime,
+}
+
+impl DataRequest {
+    pub fn new(logical: u64, len: u64) -> Self {
+        DataRequest {
+            logical,
+            len,
+            goal: None,
+            lifetime: Lifetime::Unknown,
+        }
+    }
+
+    pub fn goal(mut self, goal: u64) -> Self {
+        self.goal = Some(goal);
+        self
+    }
+
+    pub fn lifetime(mut self, lifetime: Lifetime) -> Self {
+        self.lifetime = lifetime;
+        self
+    }
+}
+
+/// A preallocation: `len` blocks reserved at logical `lstart`, physical `pstart`.
+#[derive(Debug, Clone)]
+struct Pa {
+    lstart: u64,
+    pstart: u64,
+    len: u64,
+    /// Bit `i` set: block `lstart + i` has been handed to the file.
+    used: Vec<u64>,
+    used_count: u64,
+}
+
+impl Pa {
+    fn new(lstart: u64, pstart: u64, len: u64) -> Self {
+        Pa {
+            lstart,
+            pstart,
+            len,
+            used: vec![0; len.div_ceil(64) as usize],
+            used_count: 0,
+        }
+    }
+
+    fn lend(&self) -> u64 {
+        self.lstart + self.len
+    }
+
+    fn is_used(&self, i: u64) -> bool {
+        self.used[(i / 64) as usize] & (1 << (i % 64)) != 0
+    }
+
+    fn mark_used(&mut self, from: u64, n: u64) {
+        for i in from..from + n {
+            debug_assert!(!self.is_used(i), "PA block handed out twice");
+            self.used[(i / 64) as usize] |= 1 << (i % 64);
+        }
+        self.used_count += n;
+    }
+
+    /// Unused blocks from `i` on, at most `max`.
+    fn unused_run(&self, i: u64, max: u64) -> u64 {
+        (i..self.len.min(i + max)).take_while(|&j| !self.is_used(j)).count() as u64
+    }
+
+    /// Maximal runs `(offset, len)` of unused blocks.
+    fn unused_runs(&self) -> Vec<(u64, u64)> {
+        let mut runs = Vec::new();
+        let mut i = 0;
+        while i < self.len {
+            if self.is_used(i) {
+                i += 1;
+                continue;
+            }
+            let n = self.unused_run(i, self.len);
+            runs.push((i, n));
+            i += n;
+        }
+        runs
+    }
+
+    fn unused(&self) -> u64 {
+        self.len - self.used_count
+    }
+}
+
+/// A file's PAs.
+#[derive(Debug)]
+enum PaSet {
+    /// Keyed by logical start.
+    Tree(BTreeMap<u64, Pa>),
+    /// Oldest first; searched newest first.
+    List(Vec<Pa>),
+}
+
+impl PaSet {
+    fn new(tree: bool) -> Self {
+        if tree {
+            PaSet::Tree(BTreeMap::new())
+        } else {
+            PaSet::List(Vec::new())
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            PaSet::Tree(t) => t.len(),
+            PaSet::List(l) => l.len(),
+        }
+    }
+
+    fn iter(&self) -> Box<dyn Iterator<Item = &Pa> + '_> {
+        match self {
+            PaSet::Tree(t) => Box::new(t.values()),
+            PaSet::List(l) => Box::new(l.iter()),
+        }
+    }
+
+    /// The PA whose logical range holds `l`.
+    fn covering_mut(&mut self, l: u64) -> Option<&mut Pa> {
+        match self {
+            PaSet::Tree(t) => t
+                .range_mut(..=l)
+                .next_back()
+                .map(|(_, pa)| pa)
+                .filter(|pa| pa.lend() > l),
+            PaSet::List(list) => list.iter_mut().rev().find(|pa| pa.lstart <= l && l < pa.lend()),
+        }
+    }
+
+    /// Shrinks the window `ws .. we` around `logical` (which no PA covers) so it overlaps
+    /// no PA.
+    fn clamp(&self, logical: u64, mut ws: u64, mut we: u64) -> (u64, u64) {
+        let mut fit = |pa: &Pa| {
+            if pa.lend() <= logical {
+                ws = ws.max(pa.lend());
+            } else if pa.lstart > logical {
+                we = we.min(pa.lstart);
+            }
+        };
+        match self {
+            PaSet::Tree(t) => {
+                if let Some((_, pa)) = t.range(..=logical).next_back() {
+                    fit(pa);
+                }
+                if let Some((_, pa)) = t.range(logical + 1..).next() {
+                    fit(pa);
+                }
+            }
+            PaSet::List(list) => list.iter().for_each(fit),
+        }
+        (ws, we)
+    }
+
+    /// Adds a PA; returns PAs the list cap pushes out (to be discarded).
+    fn insert(&mut self, pa: Pa) -> Vec<Pa> {
+        match self {
+            PaSet::Tree(t) => {
+                t.insert(pa.lstart, pa);
+                Vec::new()
+            }
+            PaSet::List(list) => {
+                list.push(pa);
+                if list.len() > PREALLOC_LIST_MAX + PREALLOC_LIST_SLACK {
+                    let excess = list.len() - PREALLOC_LIST_MAX;
+                    list.drain(..excess).collect()
+                } else {
+                    Vec::new()
+                }
+            }
+        }
+    }
+
+    fn take_all(&mut self) -> Vec<Pa> {
+        match self {
+            PaSet::Tree(t) => std::mem::take(t).into_values().collect(),
+            PaSet::List(l) => std::mem::take(l),
+        }
+    }
+
+    /// Drops PAs whose blocks are all used.
+    fn remove_exhausted(&mut self, lstart: u64) {
+        match self {
+            PaSet::Tree(t) => {
+                if t.get(&lstart).is_some_and(|pa| pa.unused() == 0) {
+                    t.remove(&lstart);
+                }
+            }
+            PaSet::List(l) => l.retain(|pa| pa.lstart != lstart || pa.unused() > 0),
+        }
+    }
+}
+
+struct FileInner {
+    size_blocks: u64,
+    /// Logical start -> physical extent; disjoint, neighbours merged when contiguous in both.
+    map: BTreeMap<u64, Extent>,
+    pas: PaSet,
+    /// In the allocator's registry of files with PAs.
+    registered: bool,
+}
+
+/// One file's allocation state. Create with [`Allocator::create_file`].
+pub struct FileAlloc {
+    id: u64,
+    inner: RwLock<FileInner>,
+}
+
+impl FileAlloc {
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Logical size in blocks (the highest mapped end, or what `set_file_size` set).
+    pub fn size_blocks(&self) -> u64 {
+        self.inner.read().size_blocks
+    }
+
+    /// True if logical block `l` is mapped.
+    pub fn is_mapped(&self, l: u64) -> bool {
+        let f = self.inner.read();
+        f.map.range(..=l).next_back().is_some_and(|(&s, e)| l < s + e.len)
+    }
+
+    /// The mapped extents in logical order: `(logical start, physical extent)`.
+    pub fn extents(&self) -> Vec<(u64, Extent)> {
+        self.inner.read().map.iter().map(|(&l, &e)| (l, e)).collect()
+    }
+
+    /// Number of live preallocations.
+    pub fn prealloc_count(&self) -> usize {
+        self.inner.read().pas.len()
+    }
+
+    /// Reserved blocks of this file's preallocations not yet handed to it.
+    pub fn prealloc_unused_blocks(&self) -> u64 {
+        self.inner.read().pas.iter().map(Pa::unused).sum()
+    }
+
+    /// The physical extents this file holds in preallocations but has not used.
+    pub fn prealloc_unused_extents(&self) -> Vec<Extent> {
+        let f = self.inner.read();
+        f.pas
+            .iter()
+            .flat_map(|pa| {
+                pa.unused_runs()
+                    .into_iter()
+                    .map(|(off, n)| Extent::new(pa.pstart + off, n))
+            })
+            .collect()
+    }
+}
+
+/// Files with preallocations (for discard under space pressure) and the locality PAs.
+pub(crate) struct PreallocRegistry {
+    files: Mutex<RegisteredFiles>,
+    /// Per shard: what is left of its locality chunk.
+    locality: Box<[CachePadded<Mutex<Option<Extent>>>]>,
+}
+
+#[derive(Default)]
+struct RegisteredFiles {
+    files: Vec<Weak<FileAlloc>>,
+    /// Length after the last pruning of dead entries.
+    pruned_len: usize,
+}
+
+impl PreallocRegistry {
+    pub(crate) fn new() -> Self {
+        PreallocRegistry {
+            files: Mutex::new(RegisteredFiles::default()),
+            locality: (0..SHARDS).map(|_| CachePadded::new(Mutex::new(None))).collect(),
+        }
+    }
+
+    fn register(&self, file: &Arc<FileAlloc>) {
+        let mut r = self.files.lock();
+        if r.files.len() >= 2 * r.pruned_len.max(64) {
+            r.files.retain(|w| w.strong_count() > 0);
+            r.pruned_len = r.files.len();
+        }
+        r.files.push(Arc::downgrade(file));
+    }
+
+    fn live_files(&self) -> Vec<Arc<FileAlloc>> {
+        self.files.lock().files.iter().filter_map(Weak::upgrade).collect()
+    }
+}
+
+/// Logical blocks a file may address: keeps every `logical + len` far from overflow.
+const LOGICAL_BLOCKS_MAX: u64 = DEVICE_BLOCKS_MAX << 8;
+
+impl Allocator {
+    /// A file's allocation state. `id` is the caller's file number; it picks the stream goal.
+    pub fn create_file(&self, id: u64) -> Arc<FileAlloc> {
+        Arc::new(FileAlloc {
+            id,
+            inner: RwLock::new(FileInner {
+                size_blocks: 0,
+                map: BTreeMap::new(),
+                pas: PaSet::new(self.policy.prealloc_tree),
+                registered: false,
+            }),
+        })
+    }
+
+    /// Maps a prefix (at least one block) of the hole `logical .. logical + len` of `file`,
+    /// using its preallocation, a locality preallocation or a normalised allocation. Returns
+    /// the physical extent mapped at `logical`.
+    pub fn allocate_data(&self, file: &Arc<FileAlloc>, req: &DataRequest) -> Result<Extent> {
+        if req.len == 0 {
+            return Err(Error::ZeroLength);
+        }
+        if req.logical.checked_add(req.len).is_none_or(|e| e > LOGICAL_BLOCKS_MAX) {
+            return Err(Error::InvalidRequest(format!(
+                "logical range {}+{} is past the largest file ({LOGICAL_BLOCKS_MAX} blocks)",
+                req.logical, req.len
+            )));
+        }
+        if let Some(goal) = req.goal {
+            self.geometry.validate(Extent::new(goal, 1))?;
+        }
+        let mut f = file.inner.write();
+        let end = req.logical + req.len;
+        let overlaps = f
+            .map
+            .range(..end)
+            .next_back()
+            .is_some_and(|(&s, e)| s + e.len > req.logical);
+        if overlaps {
+            return Err(Error::LogicalOverlap {
+                file: file.id,
+                logical: req.logical,
+                len: req.len,
+            });
+        }
+        let len = req.len.min(self.geometry.group_blocks);
+
+        // 1. A preallocation of the file covers the block.
+        if let Some(pa) = f.pas.covering_mut(req.logical) {
+            let i = req.logical - pa.lstart;
+            let n = pa.unused_run(i, len);
+            if n == 0 {
+                // Used PA blocks are mapped, and the request is a hole.
+                return Err(Error::Invariant(format!(
+                    "file {}: PA at {} has block {} used but unmapped",
+                    file.id, pa.lstart, req.logical
+                )));
+            }
+            pa.mark_used(i, n);
+            let extent = Extent::new(pa.pstart + i, n);
+            let lstart = pa.lstart;
+            f.pas.remove_exhausted(lstart);
+            map_insert(&mut f, req.logical, extent);
+            return Ok(extent);
+        }
+
+        // 2. Small files: the shard's locality preallocation.
+        let block_size = u64::from(self.geometry.block_size);
+        let file_bytes = f.size_blocks.max(end).saturating_mul(block_size);
+        if self.policy.locality_prealloc && file_bytes < self.policy.stream_threshold_kib * 1024 {
+            let extent = self.carve_locality(file.id, len, req.lifetime)?;
+            map_insert(&mut f, req.logical, extent);
+            return Ok(extent);
+        }
+
+        // 3. Normalise and allocate the window.
+        let growing = req.logical >= f.size_blocks;
+        let basis = if growing { end } else { len };
+        let (mut ws, mut we) = normalise(req.logical, len, basis, block_size);
+        if let Some((&s, e)) = f.map.range(..req.logical).next_back() {
+            ws = ws.max(s + e.len);
+        }
+        if let Some((&s, _)) = f.map.range(req.logical..).next() {
+            we = we.min(s);
+        }
+        (ws, we) = f.pas.clamp(req.logical, ws, we);
+        if we - ws > self.geometry.group_blocks {
+            ws = ws.max(req.logical);
+            we = we.min(ws + self.geometry.group_blocks);
+        }
+        let len = len.min(we - req.logical);
+        debug_assert!(ws <= req.logical && req.logical < we);
+        let goal = req.goal.map(|g| g.saturating_sub(req.logical - ws)).or_else(|| {
+            // After the file's previous extent, at the same logical distance.
+            let (&s, e) = f.map.range(..ws).next_back()?;
+            let goal = e.end() + (ws - (s + e.len));
+            (goal < self.geometry.blocks_count).then_some(goal)
+        });
+        let mut window = AllocRequest::new(file.id, we - ws)
+            .logical(ws)
+            .min_len(req.logical - ws + 1)
+            .lifetime(req.lifetime);
+        window.class_len = len;
+        if let Some(g) = goal {
+            window = window.goal(g);
+        }
+        let got = match self.allocate(&window) {
+            Ok(e) => e,
+            Err(Error::NoSpace { .. }) => {
+                // Give back this file's own reserve (other files' were offered by the
+                // allocation), then ask for the request alone.
+                self.discard_file_pas(&mut f)?;
+                ws = req.logical;
+                let mut bare = AllocRequest::new(file.id, len).logical(ws).lifetime(req.lifetime);
+                if let Some(g) = req.goal {
+                    bare = bare.goal(g);
+                }
+                self.allocate(&bare)?
+            }
+            Err(e) => return Err(e),
+        };
+        let mut pa = Pa::new(ws, got.start, got.len);
+        let i = req.logical - ws;
+        let n = len.min(got.len - i);
+        pa.mark_used(i, n);
+        let extent = Extent::new(got.start + i, n);
+        map_insert(&mut f, req.logical, extent);
+        if pa.unused() > 0 {
+            if !f.registered {
+                f.registered = true;
+                self.prealloc.register(file);
+            }
+            for old in f.pas.insert(pa) {
+                self.discard_pa(&old)?;
+            }
+        }
+        Ok(extent)
+    }
+
+    /// Carves `len` blocks from the calling shard's locality chunk, replacing the chunk when
+    /// it is too short.
+    fn carve_locality(&self, file: u64, len: u64, lifetime: Lifetime) -> Result<Extent> {
+        let shard = &self.prealloc.locality[self.shard_index()];
+        let mut chunk = shard.lock();
+        if chunk.is_none_or(|c| c.len < len) {
+            let goal = chunk.map(|c| c.end());
+            if let Some(rest) = chunk.take() {
+                self.release_reserved(rest)?;
+            }
+            let want = self.policy.locality_prealloc_blocks.max(len).min(self.geometry.group_blocks);
+            let mut req = AllocRequest::new(file, want).min_len(len).lifetime(lifetime);
+            req.class_len = len;
+            if let Some(g) = goal.filter(|&g| g < self.geometry.blocks_count) {
+                req = req.goal(g);
+            }
+            *chunk = Some(self.allocate(&req)?);
+        }
+        let c = chunk.as_mut().expect("chunk was just filled");
+        let extent = Extent::new(c.start, len);
+        c.start += len;
+        c.len -= len;
+        if c.len == 0 {
+            *chunk = None;
+        }
+        Ok(extent)
+    }
+
+    /// Discards every PA of the file: unused blocks return to the free space at once.
+    /// Returns the blocks released. (Call when the file is closed.)
+    pub fn release_prealloc(&self, file: &FileAlloc) -> Result<u64> {
+        let mut f = file.inner.write();
+        self.discard_file_pas(&mut f)
+    }
+
+    /// Sets the file's logical size. Shrinking frees the mapped blocks past `size_blocks`
+    /// (they wait for the next commit, like any free) and discards the file's PAs. Returns
+    /// the mapped blocks freed.
+    pub fn set_file_size(&self, file: &FileAlloc, size_blocks: u64) -> Result<u64> {
+        if size_blocks > LOGICAL_BLOCKS_MAX {
+            return Err(Error::InvalidRequest(format!(
+                "file size {size_blocks} blocks is past the largest file ({LOGICAL_BLOCKS_MAX} blocks)"
+            )));
+        }
+        let mut f = file.inner.write();
+        let mut freed = 0;
+        if size_blocks < f.size_blocks {
+            self.discard_file_pas(&mut f)?;
+            let cut: Vec<(u64, Extent)> = f
+                .map
+                .range(..)
+                .filter(|(&s, e)| s + e.len > size_blocks)
+                .map(|(&s, &e)| (s, e))
+                .collect();
+            for (s, e) in cut {
+                let keep = size_blocks.saturating_sub(s);
+                let tail = Extent::new(e.start + keep, e.len - keep);
+                self.free(tail)?;
+                freed += tail.len;
+                f.map.remove(&s);
+                if keep > 0 {
+                    f.map.insert(s, Extent::new(e.start, keep));
+                }
+            }
+        }
+        f.size_blocks = size_blocks;
+        Ok(freed)
+    }
+
+    fn discard_pa(&self, pa: &Pa) -> Result<u64> {
+        for (off, n) in pa.unused_runs() {
+            self.release_reserved(Extent::new(pa.pstart + off, n))?;
+        }
+        Ok(pa.unused())
+    }
+
+    fn discard_file_pas(&self, f: &mut FileInner) -> Result<u64> {
+        let mut released = 0;
+        for pa in f.pas.take_all() {
+            released += self.discard_pa(&pa)?;
+        }
+        Ok(released)
+    }
+
+    /// Space pressure: discards the PAs of every file and shard that is not busy right now.
+    /// Returns the blocks released.
+    pub(crate) fn discard_preallocations(&self) -> u64 {
+        let mut released = 0;
+        for file in self.prealloc.live_files() {
+            if let Some(mut f) = file.inner.try_write() {
+                released += self.discard_file_pas(&mut f).expect("PA blocks are reserved");
+            }
+        }
+        for shard in self.prealloc.locality.iter() {
+            if let Some(mut chunk) = shard.try_lock() {
+                if let Some(rest) = chunk.take() {
+                    self.release_reserved(rest).expect("locality blocks are reserved");
+                    released += rest.len;
+                }
+            }
+        }
+        released
+    }
+
+    /// Blocks held in preallocations (files' unused PA blocks and locality chunks) of the
+    /// registered files.
+    pub fn prealloc_reserved_blocks(&self) -> u64 {
+        let files: u64 = self.prealloc.live_files().iter().map(|f| f.prealloc_unused_blocks()).sum();
+        let locality: u64 = self
+            .prealloc
+            .locality
+            .iter()
+            .map(|s| s.lock().map_or(0, |c| c.len))
+            .sum();
+        files + locality
+    }
+
+    /// Checks one file's invariants (see the module comment). Call at quiescence.
+    pub fn check_file(&self, file: &FileAlloc) -> Result<()> {
+        let fail = |m: String| Err(Error::Invariant(format!("file {}: {m}", file.id)));
+        let f = file.inner.read();
+        let mut prev_end = 0;
+        for (&l, e) in &f.map {
+            if l < prev_end || e.len == 0 {
+                return fail(format!("mapped extent at {l} overlaps its predecessor"));
+            }
+            prev_end = l + e.len;
+        }
+        let mut pas: Vec<&Pa> = f.pas.iter().collect();
+        pas.sort_by_key(|pa| pa.lstart);
+        for pair in pas.windows(2) {
+            if pair[0].lend() > pair[1].lstart {
+                return fail(format!("PAs at {} and {} overlap", pair[0].lstart, pair[1].lstart));
+            }
+        }
+        for pa in pas {
+            let used = (0..pa.len).filter(|&i| pa.is_used(i)).count() as u64;
+            if used != pa.used_count || used == pa.len {
+                return fail(format!("PA at {}: used count {} / {} blocks", pa.lstart, pa.used_count, pa.len));
+            }
+            for i in 0..pa.len {
+                let l = pa.lstart + i;
+                let mapped = f
+                    .map
+                    .range(..=l)
+                    .next_back()
+                    .filter(|(&s, e)| l < s + e.len)
+                    .map(|(&s, e)| e.start + (l - s));
+                match (pa.is_used(i), mapped) {
+                    (true, Some(p)) if p == pa.pstart + i => {}
+                    (false, None) => {}
+                    (used, m) => {
+                        return fail(format!(
+                            "PA at {}: block {l} used={used} but mapped at {m:?}",
+                            pa.lstart
+                        ))
+                    }
+                }
+            }
+            for (off, n) in pa.unused_runs() {
+                if !self.is_reserved(Extent::new(pa.pstart + off, n)) {
+                    return fail(format!("PA at {}: unused blocks are not reserved", pa.lstart));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks every registered file and every locality chunk. Call at quiescence.
+    pub(crate) fn check_preallocations(&self) -> Result<()> {
+        for file in self.prealloc.live_files() {
+            self.check_file(&file)?;
+        }
+        for (i, shard) in self.prealloc.locality.iter().enumerate() {
+            if let Some(c) = *shard.lock() {
+                if !self.is_reserved(c) {
+                    return Err(Error::Invariant(format!("locality chunk of shard {i} is not reserved")));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The window `ws .. we` for a request of `len` blocks at `logical`: `basis` blocks rounded
+/// up to the next bucket (16 KiB ... 8 MiB), aligned to the bucket, at least the request.
+fn normalise(logical: u64, len: u64, basis: u64, block_size: u64) -> (u64, u64) {
+    let basis_bytes = basis.saturating_mul(block_size);
+    let bucket_bytes = basis_bytes
+        .checked_next_power_of_two()
+        .unwrap_or(BUCKET_BYTES_MAX)
+        .clamp(BUCKET_BYTES_MIN, BUCKET_BYTES_MAX);
+    let bucket = (bucket_bytes / block_size).max(1);
+    if len >= bucket {
+        return (logical, logical + len);
+    }
+    let ws = logical / bucket * bucket;
+    (ws, (ws + bucket).max(logical + len))
+}
+
+/// Records `logical -> extent`, merging with neighbours contiguous in both spaces.
+fn map_insert(f: &mut FileInner, logical: u64, extent: Extent) {
+    let (mut l, mut e) = (logical, extent);
+    if let Some((&ps, &pe)) = f.map.range(..l).next_back() {
+        if ps + pe.len == l && pe.end() == e.start {
+            f.map.remove(&ps);
+            l = ps;
+            e = Extent::new(pe.start, pe.len + e.len);
+        }
+    }
+    if let Some(&ne) = f.map.get(&(l + e.len)) {
+        if e.end() == ne.start {
+            f.map.remove(&(l + e.len));
+            e.len += ne.len;
+        }
+    }
+    f.map.insert(l, e);
+    f.size_blocks = f.size_blocks.max(logical + extent.len);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_round_up_and_align() {
+        // 1 KiB into a hole of a big file: a 16 KiB window (4 blocks), aligned.
+        assert_eq!(normalise(1001, 1, 1, 4096), (1000, 1004));
+        // Appending block 20 of a file (80 KiB so far + 4 KiB): 128 KiB window from 0.
+        assert_eq!(normalise(20, 1, 21, 4096), (0, 32));
+        // Huge files: 8 MiB windows.
+        assert_eq!(normalise(5000, 2, 5002, 4096), (4096, 6144));
+        // A request as large as its bucket is not extended.
+        assert_eq!(normalise(7, 2048, 4096, 4096), (7, 2055));
+    }
+
+    #[test]
+    fn pa_runs() {
+        let mut pa = Pa::new(0, 100, 10);
+        pa.mark_used(2, 3);
+        pa.mark_used(9, 1);
+        assert_eq!(pa.unused_runs(), vec![(0, 2), (5, 4)]);
+        assert_eq!(pa.unused(), 6);
+        assert_eq!(pa.unused_run(5, 2), 2);
+    }
+}
