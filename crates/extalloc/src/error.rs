@@ -41,7 +41,9 @@ pub enum Error {
     InvalidHint { value: u64, valid: &'static str },
 
     /// A data request for logical blocks the file already has.
-    #[error("logical blocks {logical}+{len} of file {file} are already allocated: allocate only holes")]
+    #[error(
+        "logical blocks {logical}+{len} of file {file} are already allocated: allocate only holes"
+    )]
     LogicalOverlap { file: u64, logical: u64, len: u64 },
 
     /// A request whose fields contradict each other.

@@ -191,7 +191,8 @@ impl Allocator {
             txn: CachePadded::new(AtomicU64::new(1)),
             commit_lock: Mutex::new(()),
             stats: Stats::new(),
-            stream_threshold_blocks: policy.stream_threshold_kib * 1024 / u64::from(geometry.block_size),
+            stream_threshold_blocks: policy.stream_threshold_kib * 1024
+                / u64::from(geometry.block_size),
             prealloc: PreallocRegistry::new(),
             geometry,
             policy,
@@ -334,7 +335,11 @@ impl Allocator {
         // land on different goals, so concurrent streams start in different groups.
         let slot = ((req.file ^ (req.file >> 32)) % self.stream_goals.len() as u64) as usize;
         let class_tag = if self.policy.size_classes {
-            let class_len = if req.class_len == 0 { req.len } else { req.class_len };
+            let class_len = if req.class_len == 0 {
+                req.len
+            } else {
+                req.class_len
+            };
             let bytes = class_len.saturating_mul(u64::from(self.geometry.block_size));
             class::tag(SizeClass::of_bytes(bytes), req.lifetime)
         } else {
@@ -404,7 +409,11 @@ impl Allocator {
         };
         // Without size classes every group is in tier 0; with them, each pass tries the tiers
         // in order (same class, same size, untagged, other size).
-        let tiers = if self.policy.size_classes { class::TIERS } else { 1 };
+        let tiers = if self.policy.size_classes {
+            class::TIERS
+        } else {
+            1
+        };
         let run = |pass: Pass, walk: Walk<'_>, want: u64| {
             (0..tiers)
                 .find_map(|tier| self.run_pass(ctx, pass, walk, start, want, tier))
@@ -678,10 +687,16 @@ impl Allocator {
             let mut state = self.lock_group(&self.groups[g as usize], shard);
             let start = self.geometry.group_start(g) + u64::from(off);
             if state.pending_overlaps(off, len) {
-                return Err(Error::DoubleFree { start, len: u64::from(len) });
+                return Err(Error::DoubleFree {
+                    start,
+                    len: u64::from(len),
+                });
             }
             if !state.bitmap.range_is_used(off, len) {
-                return Err(Error::NotAllocated { start, len: u64::from(len) });
+                return Err(Error::NotAllocated {
+                    start,
+                    len: u64::from(len),
+                });
             }
             state.bitmap.mark_free(off, len);
             self.publish(g, &state, shard);

@@ -135,7 +135,9 @@ impl Pa {
 
     /// Unused blocks from `i` on, at most `max`.
     fn unused_run(&self, i: u64, max: u64) -> u64 {
-        (i..self.len.min(i + max)).take_while(|&j| !self.is_used(j)).count() as u64
+        (i..self.len.min(i + max))
+            .take_while(|&j| !self.is_used(j))
+            .count() as u64
     }
 
     /// Maximal runs `(offset, len)` of unused blocks.
@@ -199,7 +201,10 @@ impl PaSet {
                 .next_back()
                 .map(|(_, pa)| pa)
                 .filter(|pa| pa.lend() > l),
-            PaSet::List(list) => list.iter_mut().rev().find(|pa| pa.lstart <= l && l < pa.lend()),
+            PaSet::List(list) => list
+                .iter_mut()
+                .rev()
+                .find(|pa| pa.lstart <= l && l < pa.lend()),
         }
     }
 
@@ -294,12 +299,20 @@ impl FileAlloc {
     /// True if logical block `l` is mapped.
     pub fn is_mapped(&self, l: u64) -> bool {
         let f = self.inner.read();
-        f.map.range(..=l).next_back().is_some_and(|(&s, e)| l < s + e.len)
+        f.map
+            .range(..=l)
+            .next_back()
+            .is_some_and(|(&s, e)| l < s + e.len)
     }
 
     /// The mapped extents in logical order: `(logical start, physical extent)`.
     pub fn extents(&self) -> Vec<(u64, Extent)> {
-        self.inner.read().map.iter().map(|(&l, &e)| (l, e)).collect()
+        self.inner
+            .read()
+            .map
+            .iter()
+            .map(|(&l, &e)| (l, e))
+            .collect()
     }
 
     /// Number of live preallocations.
@@ -344,7 +357,9 @@ impl PreallocRegistry {
     pub(crate) fn new() -> Self {
         PreallocRegistry {
             files: Mutex::new(RegisteredFiles::default()),
-            locality: (0..SHARDS).map(|_| CachePadded::new(Mutex::new(None))).collect(),
+            locality: (0..SHARDS)
+                .map(|_| CachePadded::new(Mutex::new(None)))
+                .collect(),
         }
     }
 
@@ -358,7 +373,12 @@ impl PreallocRegistry {
     }
 
     fn live_files(&self) -> Vec<Arc<FileAlloc>> {
-        self.files.lock().files.iter().filter_map(Weak::upgrade).collect()
+        self.files
+            .lock()
+            .files
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect()
     }
 }
 
@@ -386,7 +406,11 @@ impl Allocator {
         if req.len == 0 {
             return Err(Error::ZeroLength);
         }
-        if req.logical.checked_add(req.len).is_none_or(|e| e > LOGICAL_BLOCKS_MAX) {
+        if req
+            .logical
+            .checked_add(req.len)
+            .is_none_or(|e| e > LOGICAL_BLOCKS_MAX)
+        {
             return Err(Error::InvalidRequest(format!(
                 "logical range {}+{} is past the largest file ({LOGICAL_BLOCKS_MAX} blocks)",
                 req.logical, req.len
@@ -456,12 +480,15 @@ impl Allocator {
         }
         let len = len.min(we - req.logical);
         debug_assert!(ws <= req.logical && req.logical < we);
-        let goal = req.goal.map(|g| g.saturating_sub(req.logical - ws)).or_else(|| {
-            // After the file's previous extent, at the same logical distance.
-            let (&s, e) = f.map.range(..ws).next_back()?;
-            let goal = e.end() + (ws - (s + e.len));
-            (goal < self.geometry.blocks_count).then_some(goal)
-        });
+        let goal = req
+            .goal
+            .map(|g| g.saturating_sub(req.logical - ws))
+            .or_else(|| {
+                // After the file's previous extent, at the same logical distance.
+                let (&s, e) = f.map.range(..ws).next_back()?;
+                let goal = e.end() + (ws - (s + e.len));
+                (goal < self.geometry.blocks_count).then_some(goal)
+            });
         let mut window = AllocRequest::new(file.id, we - ws)
             .logical(ws)
             .min_len(req.logical - ws + 1)
@@ -477,7 +504,9 @@ impl Allocator {
                 // allocation), then ask for the request alone.
                 self.discard_file_pas(&mut f)?;
                 ws = req.logical;
-                let mut bare = AllocRequest::new(file.id, len).logical(ws).lifetime(req.lifetime);
+                let mut bare = AllocRequest::new(file.id, len)
+                    .logical(ws)
+                    .lifetime(req.lifetime);
                 if let Some(g) = req.goal {
                     bare = bare.goal(g);
                 }
@@ -513,8 +542,14 @@ impl Allocator {
             if let Some(rest) = chunk.take() {
                 self.release_reserved(rest)?;
             }
-            let want = self.policy.locality_prealloc_blocks.max(len).min(self.geometry.group_blocks);
-            let mut req = AllocRequest::new(file, want).min_len(len).lifetime(lifetime);
+            let want = self
+                .policy
+                .locality_prealloc_blocks
+                .max(len)
+                .min(self.geometry.group_blocks);
+            let mut req = AllocRequest::new(file, want)
+                .min_len(len)
+                .lifetime(lifetime);
             req.class_len = len;
             if let Some(g) = goal.filter(|&g| g < self.geometry.blocks_count) {
                 req = req.goal(g);
@@ -593,13 +628,16 @@ impl Allocator {
         let mut released = 0;
         for file in self.prealloc.live_files() {
             if let Some(mut f) = file.inner.try_write() {
-                released += self.discard_file_pas(&mut f).expect("PA blocks are reserved");
+                released += self
+                    .discard_file_pas(&mut f)
+                    .expect("PA blocks are reserved");
             }
         }
         for shard in self.prealloc.locality.iter() {
             if let Some(mut chunk) = shard.try_lock() {
                 if let Some(rest) = chunk.take() {
-                    self.release_reserved(rest).expect("locality blocks are reserved");
+                    self.release_reserved(rest)
+                        .expect("locality blocks are reserved");
                     released += rest.len;
                 }
             }
@@ -610,7 +648,12 @@ impl Allocator {
     /// Blocks held in preallocations (files' unused PA blocks and locality chunks) of the
     /// registered files.
     pub fn prealloc_reserved_blocks(&self) -> u64 {
-        let files: u64 = self.prealloc.live_files().iter().map(|f| f.prealloc_unused_blocks()).sum();
+        let files: u64 = self
+            .prealloc
+            .live_files()
+            .iter()
+            .map(|f| f.prealloc_unused_blocks())
+            .sum();
         let locality: u64 = self
             .prealloc
             .locality
@@ -635,13 +678,19 @@ impl Allocator {
         pas.sort_by_key(|pa| pa.lstart);
         for pair in pas.windows(2) {
             if pair[0].lend() > pair[1].lstart {
-                return fail(format!("PAs at {} and {} overlap", pair[0].lstart, pair[1].lstart));
+                return fail(format!(
+                    "PAs at {} and {} overlap",
+                    pair[0].lstart, pair[1].lstart
+                ));
             }
         }
         for pa in pas {
             let used = (0..pa.len).filter(|&i| pa.is_used(i)).count() as u64;
             if used != pa.used_count || used == pa.len {
-                return fail(format!("PA at {}: used count {} / {} blocks", pa.lstart, pa.used_count, pa.len));
+                return fail(format!(
+                    "PA at {}: used count {} / {} blocks",
+                    pa.lstart, pa.used_count, pa.len
+                ));
             }
             for i in 0..pa.len {
                 let l = pa.lstart + i;
@@ -664,7 +713,10 @@ impl Allocator {
             }
             for (off, n) in pa.unused_runs() {
                 if !self.is_reserved(Extent::new(pa.pstart + off, n)) {
-                    return fail(format!("PA at {}: unused blocks are not reserved", pa.lstart));
+                    return fail(format!(
+                        "PA at {}: unused blocks are not reserved",
+                        pa.lstart
+                    ));
                 }
             }
         }
@@ -679,7 +731,9 @@ impl Allocator {
         for (i, shard) in self.prealloc.locality.iter().enumerate() {
             if let Some(c) = *shard.lock() {
                 if !self.is_reserved(c) {
-                    return Err(Error::Invariant(format!("locality chunk of shard {i} is not reserved")));
+                    return Err(Error::Invariant(format!(
+                        "locality chunk of shard {i} is not reserved"
+                    )));
                 }
             }
         }

@@ -1,0 +1,393 @@
+//! Preallocation properties, against a model of which logical blocks each file has mapped:
+//! PAs never overlap a file's extents or each other, a PA's blocks are never handed to
+//! another file, discard returns exactly the unused blocks, no block leaks (free + pending +
+//! mapped + reserved = device), and `check()` holds after every step.
+
+use extalloc::{Allocator, DataRequest, Error, Extent, FileAlloc, Geometry, Lifetime, Policy};
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+const FILES: usize = 3;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Write {
+        file: usize,
+        logical: u64,
+        len: u64,
+        life: u8,
+    },
+    Append {
+        file: usize,
+        len: u64,
+    },
+    Shrink {
+        file: usize,
+        frac: u8,
+    },
+    Grow {
+        file: usize,
+        by: u64,
+    },
+    Release {
+        file: usize,
+    },
+    Commit,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0..FILES, 0u64..3000, 1u64..24, 0u8..3).prop_map(|(file, logical, len, life)| Op::Write { file, logical, len, life }),
+        4 => (0..FILES, 1u64..40).prop_map(|(file, len)| Op::Append { file, len }),
+        1 => (0..FILES, 0u8..=255).prop_map(|(file, frac)| Op::Shrink { file, frac }),
+        1 => (0..FILES, 1u64..2000).prop_map(|(file, by)| Op::Grow { file, by }),
+        1 => (0..FILES).prop_map(|file| Op::Release { file }),
+        1 => Just(Op::Commit),
+    ]
+}
+
+/// Every physical extent some file holds (mapped or preallocated), tagged with its owner.
+fn owned(files: &[Arc<FileAlloc>]) -> Vec<(Extent, usize, &'static str)> {
+    let mut v = Vec::new();
+    for (i, f) in files.iter().enumerate() {
+        v.extend(f.extents().into_iter().map(|(_, e)| (e, i, "mapped")));
+        v.extend(
+            f.prealloc_unused_extents()
+                .into_iter()
+                .map(|e| (e, i, "prealloc")),
+        );
+    }
+    v.sort_by_key(|(e, _, _)| e.start);
+    v
+}
+
+fn run(spec: &str, ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let geometry = Geometry::new(4096, 512, 3000).unwrap();
+    let alloc = Allocator::new(geometry, Policy::parse(spec).unwrap()).unwrap();
+    let files: Vec<Arc<FileAlloc>> = (0..FILES as u64).map(|id| alloc.create_file(id)).collect();
+    // Model: per file, logical block -> physical block.
+    let mut model: Vec<BTreeMap<u64, u64>> = vec![BTreeMap::new(); FILES];
+    for op in ops {
+        match op {
+            Op::Write {
+                file,
+                logical,
+                len,
+                life,
+            } => {
+                write(
+                    &alloc,
+                    &files,
+                    &mut model,
+                    file,
+                    logical,
+                    len,
+                    Lifetime::try_from(life).unwrap(),
+                )?;
+            }
+            Op::Append { file, len } => {
+                let logical = files[file].size_blocks();
+                write(
+                    &alloc,
+                    &files,
+                    &mut model,
+                    file,
+                    logical,
+                    len,
+                    Lifetime::Long,
+                )?;
+            }
+            Op::Shrink { file, frac } => {
+                let size = files[file].size_blocks() * u64::from(frac) / 256;
+                let expected: u64 = model[file].range(size..).count() as u64;
+                prop_assert_eq!(alloc.set_file_size(&files[file], size).unwrap(), expected);
+                model[file].retain(|&l, _| l < size);
+                prop_assert_eq!(files[file].prealloc_count(), 0);
+            }
+            Op::Grow { file, by } => {
+                let size = files[file].size_blocks() + by;
+                prop_assert_eq!(alloc.set_file_size(&files[file], size).unwrap(), 0);
+            }
+            Op::Release { file } => {
+                let unused = files[file].prealloc_unused_blocks();
+                let free_before = alloc.free_blocks();
+                prop_assert_eq!(alloc.release_prealloc(&files[file]).unwrap(), unused);
+                prop_assert_eq!(
+                    alloc.free_blocks(),
+                    free_before + unused,
+                    "discard returned other than the unused blocks"
+                );
+                prop_assert_eq!(files[file].prealloc_count(), 0);
+            }
+            Op::Commit => {
+                alloc.commit();
+            }
+        }
+        alloc
+            .check()
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        for f in &files {
+            alloc
+                .check_file(f)
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        }
+        // Nothing overlaps anything else, across files and kinds.
+        let all = owned(&files);
+        for pair in all.windows(2) {
+            prop_assert!(
+                pair[0].0.end() <= pair[1].0.start,
+                "{:?} overlaps {:?}",
+                pair[0],
+                pair[1]
+            );
+        }
+        // Nothing leaks.
+        let mapped: u64 = model.iter().map(|m| m.len() as u64).sum();
+        prop_assert_eq!(
+            alloc.free_blocks()
+                + alloc.pending_free_blocks()
+                + mapped
+                + alloc.prealloc_reserved_blocks(),
+            geometry.blocks_count
+        );
+        // The model agrees with the files' maps.
+        for (i, f) in files.iter().enumerate() {
+            let mut got = BTreeMap::new();
+            for (l, e) in f.extents() {
+                for k in 0..e.len {
+                    got.insert(l + k, e.start + k);
+                }
+            }
+            prop_assert_eq!(&got, &model[i]);
+        }
+    }
+    Ok(())
+}
+
+fn write(
+    alloc: &Allocator,
+    files: &[Arc<FileAlloc>],
+    model: &mut [BTreeMap<u64, u64>],
+    file: usize,
+    logical: u64,
+    len: u64,
+    life: Lifetime,
+) -> Result<(), TestCaseError> {
+    let others: Vec<Extent> = files
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != file)
+        .flat_map(|(_, f)| f.prealloc_unused_extents())
+        .collect();
+    let before = (
+        alloc.free_blocks(),
+        alloc.pending_free_blocks(),
+        files[file].extents(),
+    );
+    let result = alloc.allocate_data(&files[file], &DataRequest::new(logical, len).lifetime(life));
+    let overlaps = model[file].range(logical..logical + len).next().is_some();
+    match result {
+        Err(Error::LogicalOverlap { .. }) => {
+            prop_assert!(overlaps, "overlap reported for a hole");
+            prop_assert_eq!(
+                (
+                    alloc.free_blocks(),
+                    alloc.pending_free_blocks(),
+                    files[file].extents()
+                ),
+                before
+            );
+        }
+        Err(Error::NoSpace { .. }) => {
+            prop_assert!(!overlaps);
+            let mapped: u64 = model.iter().map(|m| m.len() as u64).sum();
+            prop_assert_eq!(alloc.free_blocks(), 0, "no space with free blocks");
+            prop_assert_eq!(alloc.pending_free_blocks(), 0);
+            prop_assert!(
+                mapped + alloc.prealloc_reserved_blocks() == alloc.geometry().blocks_count
+            );
+        }
+        Err(e) => prop_assert!(false, "unexpected {e}"),
+        Ok(e) => {
+            prop_assert!(!overlaps, "mapped over existing blocks");
+            prop_assert!(e.len >= 1 && e.len <= len);
+            // Another file's PA may have been discarded under space pressure meanwhile; what it
+            // still holds must not have been handed out.
+            let still_held: Vec<Extent> = files
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != file)
+                .flat_map(|(_, f)| f.prealloc_unused_extents())
+                .collect();
+            for o in others.iter().filter(|o| still_held.contains(o)) {
+                prop_assert!(
+                    e.end() <= o.start || o.end() <= e.start,
+                    "{e:?} taken from another file's PA {o:?}"
+                );
+            }
+            for k in 0..e.len {
+                model[file].insert(logical + k, e.start + k);
+            }
+        }
+    }
+    Ok(())
+}
+
+const SPECS: [&str; 5] = [
+    "ext4-base",
+    "ext4-2025",
+    "extalloc",
+    "extalloc:locality_prealloc=false",
+    "extalloc:prealloc_index=list:size_classes=false",
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
+
+    #[test]
+    fn preallocation_bookkeeping_holds(ops in prop::collection::vec(op(), 1..120)) {
+        for spec in SPECS {
+            run(spec, ops.clone())?;
+        }
+    }
+}
+
+#[test]
+fn list_is_capped_and_tree_is_not() {
+    for (spec, capped) in [("extalloc:prealloc_index=list", true), ("extalloc", false)] {
+        let alloc = Allocator::new(
+            Geometry::new(4096, 32768, 1 << 20).unwrap(),
+            Policy::parse(spec).unwrap(),
+        )
+        .unwrap();
+        let file = alloc.create_file(1);
+        alloc.set_file_size(&file, 1 << 20).unwrap();
+        // One block in every 16 KiB window of a big sparse file: one PA each.
+        for i in 0..1000u64 {
+            alloc
+                .allocate_data(&file, &DataRequest::new(i * 64, 1))
+                .unwrap();
+        }
+        let n = file.prealloc_count();
+        if capped {
+            assert!(n <= 512 + 129, "{spec}: {n} PAs");
+        } else {
+            assert_eq!(n, 1000, "{spec}");
+        }
+        alloc.check().unwrap();
+        alloc.check_file(&file).unwrap();
+        let unused = file.prealloc_unused_blocks();
+        assert_eq!(alloc.release_prealloc(&file).unwrap(), unused);
+        alloc.check().unwrap();
+    }
+}
+
+#[test]
+fn bad_data_requests_change_nothing() {
+    let alloc =
+        Allocator::new(Geometry::new(4096, 1024, 8192).unwrap(), Policy::default()).unwrap();
+    let file = alloc.create_file(5);
+    let e = alloc
+        .allocate_data(&file, &DataRequest::new(10, 4))
+        .unwrap();
+    let before = (
+        alloc.free_blocks(),
+        file.extents(),
+        file.prealloc_unused_blocks(),
+    );
+    assert!(matches!(
+        alloc.allocate_data(&file, &DataRequest::new(12, 4)),
+        Err(Error::LogicalOverlap { file: 5, .. })
+    ));
+    assert!(matches!(
+        alloc.allocate_data(&file, &DataRequest::new(0, 11)),
+        Err(Error::LogicalOverlap { .. })
+    ));
+    assert_eq!(
+        alloc.allocate_data(&file, &DataRequest::new(20, 0)),
+        Err(Error::ZeroLength)
+    );
+    assert!(matches!(
+        alloc.allocate_data(&file, &DataRequest::new(u64::MAX - 1, 4)),
+        Err(Error::InvalidRequest(_))
+    ));
+    assert!(matches!(
+        alloc.allocate_data(&file, &DataRequest::new(30, 1).goal(8192)),
+        Err(Error::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        Lifetime::try_from(3),
+        Err(Error::InvalidHint { value: 3, .. })
+    ));
+    assert!(matches!(
+        alloc.set_file_size(&file, u64::MAX),
+        Err(Error::InvalidRequest(_))
+    ));
+    assert_eq!(
+        (
+            alloc.free_blocks(),
+            file.extents(),
+            file.prealloc_unused_blocks()
+        ),
+        before
+    );
+    assert_eq!(file.extents(), vec![(10, e)]);
+    alloc.check().unwrap();
+}
+
+#[test]
+fn appends_land_contiguously_and_small_files_sit_together() {
+    let alloc = Allocator::new(
+        Geometry::new(4096, 32768, 1 << 18).unwrap(),
+        Policy::default(),
+    )
+    .unwrap();
+    let big = alloc.create_file(1);
+    for i in 0..512u64 {
+        alloc
+            .allocate_data(&big, &DataRequest::new(i * 2, 2))
+            .unwrap();
+    }
+    // The first 64 KiB come from the locality chunk (a small file), the rest from PAs.
+    assert!(big.extents().len() <= 2, "{:?}", big.extents());
+    // Small files written by one thread come from one locality chunk, back to back.
+    let mut ends = Vec::new();
+    for id in 100..110 {
+        let f = alloc.create_file(id);
+        let e = alloc.allocate_data(&f, &DataRequest::new(0, 1)).unwrap();
+        ends.push(e);
+    }
+    for pair in ends.windows(2) {
+        assert_eq!(pair[0].end(), pair[1].start);
+    }
+    alloc.check().unwrap();
+}
+
+#[test]
+fn size_classes_keep_small_and_large_apart() {
+    use extalloc::AllocRequest;
+    let groups_with_both = |spec: &str| {
+        let g = Geometry::new(4096, 8192, 8192 * 16).unwrap();
+        let alloc = Allocator::new(g, Policy::parse(spec).unwrap()).unwrap();
+        let mut small = std::collections::BTreeSet::new();
+        let mut large = std::collections::BTreeSet::new();
+        for i in 0..64u64 {
+            // Same stream goal for both kinds: file ids differ by the number of goals.
+            let s = alloc
+                .allocate(&AllocRequest::new(2 * i, 2).logical(64).exact())
+                .unwrap();
+            small.insert(g.group_of(s.start));
+            if i % 8 == 0 {
+                let l = alloc
+                    .allocate(&AllocRequest::new(2 * i, 2048).logical(64).exact())
+                    .unwrap();
+                large.insert(g.group_of(l.start));
+            }
+        }
+        alloc.check().unwrap();
+        small.intersection(&large).count()
+    };
+    assert_eq!(groups_with_both("extalloc:stream_goals=1"), 0);
+    assert!(groups_with_both("extalloc:stream_goals=1:size_classes=false") > 0);
+}
