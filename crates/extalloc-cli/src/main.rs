@@ -21,6 +21,43 @@ struct Cli {
 enum Workload {
     /// will-it-scale fallocate2: append 8 KiB until 1 MiB, truncate, repeat (one file per thread)
     Fallocate2,
+    /// 1 KiB writes at random offsets of a large sparse file (--writes, --file-size)
+    SparseWrites,
+    /// fill a file with random 1 KiB writes (--file-size, --seq-burst)
+    RandomFill,
+    /// create 2 KiB files until the device is full
+    SmallFiles,
+    /// long-lived files grow by appends while large short-lived fallocates come and go
+    AppendVsFallocate,
+    /// extents a hair under the size-class borders (--mix: lifetime against size)
+    SizeClassEdge,
+}
+
+impl Workload {
+    fn name(self) -> &'static str {
+        match self {
+            Workload::Fallocate2 => "fallocate2",
+            Workload::SparseWrites => "sparse-writes",
+            Workload::RandomFill => "random-fill",
+            Workload::SmallFiles => "small-files",
+            Workload::AppendVsFallocate => "append-vs-fallocate",
+            Workload::SizeClassEdge => "size-class-edge",
+        }
+    }
+
+    fn default_device_size(self) -> &'static str {
+        match self {
+            Workload::SmallFiles => "4GiB",
+            _ => "16GiB",
+        }
+    }
+
+    fn default_file_size(self) -> &'static str {
+        match self {
+            Workload::RandomFill => "5GiB",
+            _ => "4GiB",
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -35,15 +72,28 @@ enum Command {
         /// Policies: presets or specs (`preset:key=value:...`), comma-separated.
         #[arg(long, default_value = "ext4-base,ext4-2025,extalloc")]
         policy: String,
-        /// Seconds per run.
+        /// Seconds per run (time-bound workloads; an upper bound for small-files).
         #[arg(long, default_value_t = 2.0)]
         seconds: f64,
         /// Repetitions of the whole matrix; the table shows the median.
         #[arg(long, default_value_t = 1)]
         repeat: usize,
-        /// Device size (K, M, G, T; KiB, MiB, GiB, TiB).
-        #[arg(long, default_value = "16GiB")]
-        device_size: String,
+        /// Device size (K, M, G, T; KiB, MiB, GiB, TiB) [default: 16GiB; small-files 4GiB].
+        #[arg(long)]
+        device_size: Option<String>,
+        /// File size for sparse-writes (per thread) and random-fill (split between threads)
+        /// [default: 4GiB; random-fill 5GiB].
+        #[arg(long)]
+        file_size: Option<String>,
+        /// sparse-writes: number of 1 KiB writes (split between threads).
+        #[arg(long, default_value_t = 200_000)]
+        writes: u64,
+        /// random-fill: sequential 1 KiB writes before each jump.
+        #[arg(long, default_value_t = 1)]
+        seq_burst: u64,
+        /// size-class-edge: pass lifetime hints that run against size.
+        #[arg(long)]
+        mix: bool,
         /// Block size in bytes.
         #[arg(long, default_value_t = 4096)]
         block_size: u32,
@@ -88,6 +138,10 @@ fn run(cli: Cli) -> Result<()> {
             seconds,
             repeat,
             device_size,
+            file_size,
+            writes,
+            seq_burst,
+            mix,
             block_size,
             group_blocks,
             commit_ms,
@@ -108,18 +162,28 @@ fn run(cli: Cli) -> Result<()> {
                     .collect(),
                 seconds,
                 repeat,
-                device_bytes: lab::parse_size(&device_size)?,
+                device_bytes: lab::parse_size(device_size.as_deref().unwrap_or(workload.default_device_size()))?,
+                file_bytes: lab::parse_size(file_size.as_deref().unwrap_or(workload.default_file_size()))?,
+                writes,
+                seq_burst,
+                mix,
                 block_size,
                 group_blocks,
                 commit_ms,
                 seed,
             };
             anyhow::ensure!(!opts.policies.is_empty(), "--policy is empty");
-            let report = match workload {
-                Workload::Fallocate2 => {
-                    lab::run_matrix("fallocate2", &opts, lab::fallocate2::run_once)?
-                }
+            anyhow::ensure!(writes >= 1, "--writes must be at least 1");
+            anyhow::ensure!((1..=1 << 20).contains(&seq_burst), "--seq-burst must be from 1 to 1048576");
+            let run_once = match workload {
+                Workload::Fallocate2 => lab::fallocate2::run_once,
+                Workload::SparseWrites => lab::sparse_writes::run_once,
+                Workload::RandomFill => lab::random_fill::run_once,
+                Workload::SmallFiles => lab::small_files::run_once,
+                Workload::AppendVsFallocate => lab::append_vs_fallocate::run_once,
+                Workload::SizeClassEdge => lab::size_class_edge::run_once,
             };
+            let report = lab::run_matrix(workload.name(), &opts, run_once)?;
             print!("{}", lab::report::markdown(&report));
             if let Some(path) = json {
                 let text = serde_json::to_string_pretty(&report)?;

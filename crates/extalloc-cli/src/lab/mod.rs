@@ -1,12 +1,19 @@
 //! The lab: workloads that run against each requested policy and thread count in one process
 //! and report throughput, latency, layout and free-space figures (DESIGN.md section 8).
 
+pub mod append_vs_fallocate;
 pub mod fallocate2;
+pub mod random_fill;
 pub mod report;
+pub mod size_class_edge;
+pub mod small_files;
+pub mod sparse_writes;
 
 use anyhow::{bail, Context, Result};
-use extalloc::{Geometry, Policy};
-use report::{Report, Run};
+use extalloc::{Allocator, Extent, Geometry, Policy};
+use report::{ProgressPoint, Report, Run};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 /// Options shared by the lab's workloads.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -20,12 +27,160 @@ pub struct LabOptions {
     pub group_blocks: u64,
     pub commit_ms: u64,
     pub seed: u64,
+    /// Workload-specific: bytes per file (sparse-writes, random-fill).
+    pub file_bytes: u64,
+    /// sparse-writes: number of writes.
+    pub writes: u64,
+    /// random-fill: sequential 1 KiB writes before each jump.
+    pub seq_burst: u64,
+    /// size-class-edge: lifetime against size.
+    pub mix: bool,
 }
 
 impl LabOptions {
     pub fn geometry(&self) -> Result<Geometry> {
-        Geometry::from_bytes(self.block_size, self.group_blocks, self.device_bytes)
-            .context("device geometry")
+        Geometry::from_bytes(self.block_size, self.group_blocks, self.device_bytes).context("device geometry")
+    }
+
+    pub fn block_bytes(&self) -> u64 {
+        u64::from(self.block_size)
+    }
+}
+
+/// What one worker thread did.
+#[derive(Default)]
+pub struct ThreadOutput {
+    /// Operations (the workload's unit: appends, writes, files).
+    pub ops: u64,
+    /// The extents of the files it leaves behind, in logical order.
+    pub files: Vec<Vec<Extent>>,
+    /// Time from the start at which each tenth of its work was done (fixed-work workloads).
+    pub marks: Vec<Duration>,
+}
+
+/// How long a run lasts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Until {
+    /// `--seconds`, then the workers are told to stop.
+    Deadline,
+    /// Until every worker has done its fixed amount of work.
+    Done,
+}
+
+/// Runs `body` on `threads` threads over a fresh device while the calling thread commits
+/// every `commit_ms`, then measures the run.
+pub fn run_threads<F>(policy: &Policy, threads: usize, opts: &LabOptions, until: Until, body: F) -> Result<Run>
+where
+    F: Fn(&Allocator, usize, &AtomicBool, Instant) -> Result<ThreadOutput> + Sync,
+{
+    let geometry = opts.geometry()?;
+    let alloc = Allocator::new(geometry, policy.clone()).context("creating the allocator")?;
+    let stop = AtomicBool::new(false);
+    let commit_every = Duration::from_millis(opts.commit_ms.max(1));
+    let mut commits = 0u64;
+    let started = Instant::now();
+    let (results, elapsed) = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (alloc, stop, body) = (&alloc, &stop, &body);
+                s.spawn(move || body(alloc, t, stop, started))
+            })
+            .collect();
+        let deadline = started + Duration::from_secs_f64(opts.seconds);
+        let mut next_commit = started + commit_every;
+        loop {
+            let now = Instant::now();
+            if (until == Until::Deadline && now >= deadline) || handles.iter().all(|h| h.is_finished()) {
+                break;
+            }
+            let mut wake = next_commit.min(now + Duration::from_millis(5));
+            if until == Until::Deadline {
+                wake = wake.min(deadline);
+            }
+            std::thread::sleep(wake.saturating_duration_since(now));
+            if Instant::now() >= next_commit {
+                alloc.commit();
+                commits += 1;
+                next_commit += commit_every;
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        let results: Vec<_> = handles.into_iter().map(|h| h.join().expect("worker panicked")).collect();
+        (results, started.elapsed())
+    });
+    let mut files = Vec::new();
+    let mut ops = 0;
+    let mut marks: Vec<Vec<Duration>> = Vec::new();
+    for r in results {
+        let r = r.with_context(|| format!("{}: a worker failed", policy.name))?;
+        ops += r.ops;
+        files.extend(r.files);
+        marks.push(r.marks);
+    }
+    // Return what the last transaction freed, so the free-space figures show the device as a
+    // journal would leave it after the run.
+    alloc.commit();
+    commits += 1;
+    alloc.check().with_context(|| format!("{}: invariant check after the run", policy.name))?;
+    let seconds = elapsed.as_secs_f64();
+    let ops_per_sec = ops as f64 / seconds;
+    Ok(Run {
+        policy: policy.name.clone(),
+        threads,
+        seconds,
+        ops,
+        ops_per_sec,
+        ops_per_sec_repeats: vec![ops_per_sec],
+        latency_ns: report::latency(&alloc),
+        layout: report::layout(&files, geometry.block_size),
+        free_space: report::free_space_json(&alloc.free_space(), geometry.block_size),
+        counters: report::counters(&alloc, commits),
+        progress: progress(&marks, ops),
+    })
+}
+
+/// Throughput per tenth: a tenth of all ops over the time the slowest thread took for it.
+fn progress(marks: &[Vec<Duration>], ops: u64) -> Option<Vec<ProgressPoint>> {
+    if marks.is_empty() || marks.iter().any(|m| m.len() != 10) {
+        return None;
+    }
+    let mut prev = Duration::ZERO;
+    Some(
+        (0..10)
+            .map(|k| {
+                let at = marks.iter().map(|m| m[k]).max().expect("threads");
+                let span = (at.saturating_sub(prev)).as_secs_f64().max(1e-9);
+                prev = at;
+                ProgressPoint {
+                    done: (k + 1) as f64 / 10.0,
+                    ops_per_sec: ops as f64 / 10.0 / span,
+                }
+            })
+            .collect(),
+    )
+}
+
+/// Records a mark each time another tenth of `total` is done.
+pub struct Marks {
+    total: u64,
+    started: Instant,
+    pub marks: Vec<Duration>,
+}
+
+impl Marks {
+    pub fn new(total: u64, started: Instant) -> Self {
+        Marks {
+            total,
+            started,
+            marks: Vec::with_capacity(10),
+        }
+    }
+
+    #[inline]
+    pub fn tick(&mut self, done: u64) {
+        while (self.marks.len() as u64) < 10 && done * 10 >= self.total * (self.marks.len() as u64 + 1) {
+            self.marks.push(self.started.elapsed());
+        }
     }
 }
 
@@ -35,9 +190,7 @@ pub fn parse_size(s: &str) -> Result<u64> {
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (digits, unit) = s.split_at(split);
     let n: u64 = digits.parse().with_context(|| {
-        format!(
-            "size '{s}': expected a number with an optional unit (K, M, G, T, KiB, MiB, GiB, TiB)"
-        )
+        format!("size '{s}': expected a number with an optional unit (K, M, G, T, KiB, MiB, GiB, TiB)")
     })?;
     let shift = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 0,
@@ -47,24 +200,16 @@ pub fn parse_size(s: &str) -> Result<u64> {
         "t" | "tib" | "tb" => 40,
         other => bail!("size '{s}': unknown unit '{other}' (use K, M, G, T or KiB, MiB, GiB, TiB)"),
     };
-    n.checked_mul(1u64 << shift)
-        .with_context(|| format!("size '{s}' overflows"))
+    n.checked_mul(1u64 << shift).with_context(|| format!("size '{s}' overflows"))
 }
 
 /// Parses `1,2,4,8`.
 pub fn parse_threads(s: &str) -> Result<Vec<usize>> {
     let v: Vec<usize> = s
         .split(',')
-        .map(|t| {
-            t.trim()
-                .parse::<usize>()
-                .ok()
-                .filter(|&n| (1..=1024).contains(&n))
-        })
+        .map(|t| t.trim().parse::<usize>().ok().filter(|&n| (1..=1024).contains(&n)))
         .collect::<Option<_>>()
-        .with_context(|| {
-            format!("--threads '{s}': expected a comma-separated list of counts from 1 to 1024")
-        })?;
+        .with_context(|| format!("--threads '{s}': expected a comma-separated list of counts from 1 to 1024"))?;
     if v.is_empty() {
         bail!("--threads is empty");
     }
@@ -147,5 +292,19 @@ mod tests {
         assert_eq!(parse_threads("1,2, 8").unwrap(), vec![1, 2, 8]);
         assert!(parse_threads("0").is_err());
         assert!(parse_threads("a").is_err());
+    }
+
+    #[test]
+    fn marks_every_tenth() {
+        let mut m = Marks::new(100, Instant::now());
+        for i in 1..=100 {
+            m.tick(i);
+        }
+        assert_eq!(m.marks.len(), 10);
+        let mut m = Marks::new(7, Instant::now());
+        for i in 1..=7 {
+            m.tick(i);
+        }
+        assert_eq!(m.marks.len(), 10);
     }
 }

@@ -34,6 +34,15 @@ pub struct Run {
     pub layout: Layout,
     pub free_space: FreeSpaceJson,
     pub counters: Counters,
+    /// Throughput of each tenth of the run (workloads with a fixed amount of work).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress: Option<Vec<ProgressPoint>>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ProgressPoint {
+    pub done: f64,
+    pub ops_per_sec: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]

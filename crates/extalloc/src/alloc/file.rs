@@ -101,9 +101,40 @@ struct Pa {
     lstart: u64,
     pstart: u64,
     len: u64,
-    /// Bit `i` set: block `lstart + i` has been handed to the file.
-    used: Vec<u64>,
+    /// Bit `i` set: block `lstart + i` has been handed to the file. One inline word holds
+    /// the bits of PAs up to 64 blocks (most of them), so those need no second allocation.
+    used: UsedBits,
     used_count: u64,
+}
+
+#[derive(Debug, Clone)]
+enum UsedBits {
+    Inline(u64),
+    Heap(Box<[u64]>),
+}
+
+impl UsedBits {
+    fn new(len: u64) -> Self {
+        if len <= 64 {
+            UsedBits::Inline(0)
+        } else {
+            UsedBits::Heap(vec![0; len.div_ceil(64) as usize].into_boxed_slice())
+        }
+    }
+
+    fn words(&self) -> &[u64] {
+        match self {
+            UsedBits::Inline(w) => std::slice::from_ref(w),
+            UsedBits::Heap(v) => v,
+        }
+    }
+
+    fn words_mut(&mut self) -> &mut [u64] {
+        match self {
+            UsedBits::Inline(w) => std::slice::from_mut(w),
+            UsedBits::Heap(v) => v,
+        }
+    }
 }
 
 impl Pa {
@@ -112,7 +143,7 @@ impl Pa {
             lstart,
             pstart,
             len,
-            used: vec![0; len.div_ceil(64) as usize],
+            used: UsedBits::new(len),
             used_count: 0,
         }
     }
@@ -122,13 +153,13 @@ impl Pa {
     }
 
     fn is_used(&self, i: u64) -> bool {
-        self.used[(i / 64) as usize] & (1 << (i % 64)) != 0
+        self.used.words()[(i / 64) as usize] & (1 << (i % 64)) != 0
     }
 
     fn mark_used(&mut self, from: u64, n: u64) {
         for i in from..from + n {
             debug_assert!(!self.is_used(i), "PA block handed out twice");
-            self.used[(i / 64) as usize] |= 1 << (i % 64);
+            self.used.words_mut()[(i / 64) as usize] |= 1 << (i % 64);
         }
         self.used_count += n;
     }
@@ -162,12 +193,13 @@ impl Pa {
 }
 
 /// A file's PAs.
-#[derive(Debug)]
 enum PaSet {
     /// Keyed by logical start.
     Tree(BTreeMap<u64, Pa>),
-    /// Oldest first; searched newest first.
-    List(Vec<Pa>),
+    /// ext4's list before 6.4, oldest first, searched newest first: one heap node per PA,
+    /// and every walk takes each visited PA's lock, as ext4's walks took `pa_lock` (they ran
+    /// under RCU, beside concurrent users of the same PA). Normalisation walks all of it.
+    List(Vec<Box<Mutex<Pa>>>),
 }
 
 impl PaSet {
@@ -186,10 +218,11 @@ impl PaSet {
         }
     }
 
-    fn iter(&self) -> Box<dyn Iterator<Item = &Pa> + '_> {
+    /// Copies of the PAs (for checks and reports, not the hot path).
+    fn snapshot(&self) -> Vec<Pa> {
         match self {
-            PaSet::Tree(t) => Box::new(t.values()),
-            PaSet::List(l) => Box::new(l.iter()),
+            PaSet::Tree(t) => t.values().cloned().collect(),
+            PaSet::List(l) => l.iter().map(|pa| pa.lock().clone()).collect(),
         }
     }
 
@@ -201,10 +234,13 @@ impl PaSet {
                 .next_back()
                 .map(|(_, pa)| pa)
                 .filter(|pa| pa.lend() > l),
-            PaSet::List(list) => list
-                .iter_mut()
-                .rev()
-                .find(|pa| pa.lstart <= l && l < pa.lend()),
+            PaSet::List(list) => {
+                let i = list.iter().rposition(|pa| {
+                    let pa = pa.lock();
+                    pa.lstart <= l && l < pa.lend()
+                })?;
+                Some(list[i].get_mut())
+            }
         }
     }
 
@@ -227,7 +263,7 @@ impl PaSet {
                     fit(pa);
                 }
             }
-            PaSet::List(list) => list.iter().for_each(fit),
+            PaSet::List(list) => list.iter().for_each(|pa| fit(&pa.lock())),
         }
         (ws, we)
     }
@@ -240,10 +276,10 @@ impl PaSet {
                 Vec::new()
             }
             PaSet::List(list) => {
-                list.push(pa);
+                list.push(Box::new(Mutex::new(pa)));
                 if list.len() > PREALLOC_LIST_MAX + PREALLOC_LIST_SLACK {
                     let excess = list.len() - PREALLOC_LIST_MAX;
-                    list.drain(..excess).collect()
+                    list.drain(..excess).map(|pa| pa.into_inner()).collect()
                 } else {
                     Vec::new()
                 }
@@ -254,7 +290,7 @@ impl PaSet {
     fn take_all(&mut self) -> Vec<Pa> {
         match self {
             PaSet::Tree(t) => std::mem::take(t).into_values().collect(),
-            PaSet::List(l) => std::mem::take(l),
+            PaSet::List(l) => std::mem::take(l).into_iter().map(|pa| pa.into_inner()).collect(),
         }
     }
 
@@ -266,7 +302,10 @@ impl PaSet {
                     t.remove(&lstart);
                 }
             }
-            PaSet::List(l) => l.retain(|pa| pa.lstart != lstart || pa.unused() > 0),
+            PaSet::List(l) => l.retain_mut(|pa| {
+                let pa = pa.get_mut();
+                pa.lstart != lstart || pa.unused() > 0
+            }),
         }
     }
 }
@@ -322,13 +361,14 @@ impl FileAlloc {
 
     /// Reserved blocks of this file's preallocations not yet handed to it.
     pub fn prealloc_unused_blocks(&self) -> u64 {
-        self.inner.read().pas.iter().map(Pa::unused).sum()
+        self.inner.read().pas.snapshot().iter().map(Pa::unused).sum()
     }
 
     /// The physical extents this file holds in preallocations but has not used.
     pub fn prealloc_unused_extents(&self) -> Vec<Extent> {
         let f = self.inner.read();
         f.pas
+            .snapshot()
             .iter()
             .flat_map(|pa| {
                 pa.unused_runs()
@@ -421,11 +461,12 @@ impl Allocator {
         }
         let mut f = file.inner.write();
         let end = req.logical + req.len;
-        let overlaps = f
-            .map
-            .range(..end)
-            .next_back()
-            .is_some_and(|(&s, e)| s + e.len > req.logical);
+        // The mapped neighbours: the last extent starting at or before `logical`, the first
+        // after it. One lookup each serves the overlap check, the clamp, the goal and the
+        // merge.
+        let left = f.map.range(..=req.logical).next_back().map(|(&s, &e)| (s, e));
+        let right = f.map.range(req.logical + 1..).next().map(|(&s, &e)| (s, e));
+        let overlaps = left.is_some_and(|(s, e)| s + e.len > req.logical) || right.is_some_and(|(s, _)| s < end);
         if overlaps {
             return Err(Error::LogicalOverlap {
                 file: file.id,
@@ -450,7 +491,7 @@ impl Allocator {
             let extent = Extent::new(pa.pstart + i, n);
             let lstart = pa.lstart;
             f.pas.remove_exhausted(lstart);
-            map_insert(&mut f, req.logical, extent);
+            map_insert(&mut f, req.logical, extent, left, right);
             return Ok(extent);
         }
 
@@ -459,7 +500,7 @@ impl Allocator {
         let file_bytes = f.size_blocks.max(end).saturating_mul(block_size);
         if self.policy.locality_prealloc && file_bytes < self.policy.stream_threshold_kib * 1024 {
             let extent = self.carve_locality(file.id, len, req.lifetime)?;
-            map_insert(&mut f, req.logical, extent);
+            map_insert(&mut f, req.logical, extent, left, right);
             return Ok(extent);
         }
 
@@ -467,10 +508,10 @@ impl Allocator {
         let growing = req.logical >= f.size_blocks;
         let basis = if growing { end } else { len };
         let (mut ws, mut we) = normalise(req.logical, len, basis, block_size);
-        if let Some((&s, e)) = f.map.range(..req.logical).next_back() {
+        if let Some((s, e)) = left {
             ws = ws.max(s + e.len);
         }
-        if let Some((&s, _)) = f.map.range(req.logical..).next() {
+        if let Some((s, _)) = right {
             we = we.min(s);
         }
         (ws, we) = f.pas.clamp(req.logical, ws, we);
@@ -485,7 +526,7 @@ impl Allocator {
             .map(|g| g.saturating_sub(req.logical - ws))
             .or_else(|| {
                 // After the file's previous extent, at the same logical distance.
-                let (&s, e) = f.map.range(..ws).next_back()?;
+                let (s, e) = left?;
                 let goal = e.end() + (ws - (s + e.len));
                 (goal < self.geometry.blocks_count).then_some(goal)
             });
@@ -519,7 +560,7 @@ impl Allocator {
         let n = len.min(got.len - i);
         pa.mark_used(i, n);
         let extent = Extent::new(got.start + i, n);
-        map_insert(&mut f, req.logical, extent);
+        map_insert(&mut f, req.logical, extent, left, right);
         if pa.unused() > 0 {
             if !f.registered {
                 f.registered = true;
@@ -674,7 +715,7 @@ impl Allocator {
             }
             prev_end = l + e.len;
         }
-        let mut pas: Vec<&Pa> = f.pas.iter().collect();
+        let mut pas = f.pas.snapshot();
         pas.sort_by_key(|pa| pa.lstart);
         for pair in pas.windows(2) {
             if pair[0].lend() > pair[1].lstart {
@@ -684,7 +725,7 @@ impl Allocator {
                 ));
             }
         }
-        for pa in pas {
+        for pa in &pas {
             let used = (0..pa.len).filter(|&i| pa.is_used(i)).count() as u64;
             if used != pa.used_count || used == pa.len {
                 return fail(format!(
@@ -757,21 +798,24 @@ fn normalise(logical: u64, len: u64, basis: u64, block_size: u64) -> (u64, u64) 
     (ws, (ws + bucket).max(logical + len))
 }
 
-/// Records `logical -> extent`, merging with neighbours contiguous in both spaces.
-fn map_insert(f: &mut FileInner, logical: u64, extent: Extent) {
+/// Records `logical -> extent`, merging with the neighbours `left` and `right` (as found
+/// before the insertion) where they are contiguous in both spaces.
+fn map_insert(
+    f: &mut FileInner,
+    logical: u64,
+    extent: Extent,
+    left: Option<(u64, Extent)>,
+    right: Option<(u64, Extent)>,
+) {
     let (mut l, mut e) = (logical, extent);
-    if let Some((&ps, &pe)) = f.map.range(..l).next_back() {
-        if ps + pe.len == l && pe.end() == e.start {
-            f.map.remove(&ps);
-            l = ps;
-            e = Extent::new(pe.start, pe.len + e.len);
-        }
+    if let Some((ps, pe)) = left.filter(|(ps, pe)| ps + pe.len == l && pe.end() == e.start) {
+        f.map.remove(&ps);
+        l = ps;
+        e = Extent::new(pe.start, pe.len + e.len);
     }
-    if let Some(&ne) = f.map.get(&(l + e.len)) {
-        if e.end() == ne.start {
-            f.map.remove(&(l + e.len));
-            e.len += ne.len;
-        }
+    if let Some((ns, ne)) = right.filter(|(ns, ne)| *ns == logical + extent.len && extent.end() == ne.start) {
+        f.map.remove(&ns);
+        e.len += ne.len;
     }
     f.map.insert(l, e);
     f.size_blocks = f.size_blocks.max(logical + extent.len);

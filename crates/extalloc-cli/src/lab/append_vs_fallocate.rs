@@ -1,0 +1,75 @@
+//! `append-vs-fallocate` (seed 004's bufferedappendvsfallocate): each thread grows two
+//! long-lived files by 64 KiB appends (through normalisation and preallocation, hinted
+//! long-lived) while large short-lived fallocates (32 MiB, hinted short-lived) come and go:
+//! one after every 8 appends, each freed once two newer ones exist. The run ends when the
+//! appended data reaches a quarter of the device. One op is one append or one fallocate.
+//! The free-space figures (`fragmented_groups`, `frag_pct_mean`) show whether the transient
+//! fallocates left holes among the long-lived data.
+
+use super::report::Run;
+use super::{run_threads, LabOptions, ThreadOutput, Until};
+use anyhow::Result;
+use extalloc::{AllocRequest, DataRequest, Extent, Lifetime, Policy};
+use std::collections::VecDeque;
+
+pub const APPEND_BYTES: u64 = 64 << 10;
+pub const FALLOCATE_BYTES: u64 = 32 << 20;
+const APPENDS_PER_FALLOCATE: u64 = 8;
+const FALLOCATES_LIVE: usize = 2;
+
+pub fn run_once(policy: &Policy, threads: usize, opts: &LabOptions) -> Result<Run> {
+    run_threads(policy, threads, opts, Until::Done, |alloc, t, _stop, _| {
+        let block_bytes = opts.block_bytes();
+        let append_blocks = (APPEND_BYTES / block_bytes).max(1);
+        let fallocate_blocks = (FALLOCATE_BYTES / block_bytes).max(1);
+        let appends_total = opts.device_bytes / 4 / threads as u64 / APPEND_BYTES;
+        let base = (opts.seed << 40) | ((t as u64) << 32);
+        let files = [alloc.create_file(base), alloc.create_file(base + 1)];
+        let mut live: VecDeque<Vec<Extent>> = VecDeque::new();
+        let mut next_id = base + 2;
+        let mut ops = 0;
+        for i in 0..appends_total {
+            let file = &files[(i % 2) as usize];
+            let mut logical = file.size_blocks();
+            let end = logical + append_blocks;
+            while logical < end {
+                let req = DataRequest::new(logical, end - logical).lifetime(Lifetime::Long);
+                logical += alloc.allocate_data(file, &req)?.len;
+            }
+            ops += 1;
+            if (i + 1) % APPENDS_PER_FALLOCATE == 0 {
+                let mut extents: Vec<Extent> = Vec::new();
+                let mut got = 0;
+                while got < fallocate_blocks {
+                    let mut req = AllocRequest::new(next_id, (fallocate_blocks - got).min(alloc.geometry().group_blocks))
+                        .logical(got)
+                        .lifetime(Lifetime::Short);
+                    if let Some(last) = extents.last().filter(|e| e.end() < alloc.geometry().blocks_count) {
+                        req = req.goal(last.end());
+                    }
+                    let e = alloc.allocate(&req)?;
+                    got += e.len;
+                    extents.push(e);
+                }
+                next_id += 1;
+                ops += 1;
+                live.push_back(extents);
+                if live.len() > FALLOCATES_LIVE {
+                    for e in live.pop_front().expect("non-empty") {
+                        alloc.free(e)?;
+                    }
+                }
+            }
+        }
+        for extents in live {
+            for e in extents {
+                alloc.free(e)?;
+            }
+        }
+        Ok(ThreadOutput {
+            ops,
+            files: files.iter().map(|f| f.extents().into_iter().map(|(_, e)| e).collect()).collect(),
+            marks: Vec::new(),
+        })
+    })
+}

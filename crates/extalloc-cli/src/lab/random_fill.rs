@@ -1,0 +1,47 @@
+//! `random-fill` (seed 002, tests 2 and 3): each thread fills its file (`--file-size` split
+//! between the threads) with 1 KiB writes in random order; with `--seq-burst N`, N sequential
+//! writes before each jump. Every offset is written once; a write to an unallocated block
+//! allocates it.
+
+use super::report::Run;
+use super::{run_threads, LabOptions, Marks, ThreadOutput, Until};
+use anyhow::Result;
+use extalloc::{DataRequest, Policy};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+
+pub const WRITE_BYTES: u64 = 1024;
+
+pub fn run_once(policy: &Policy, threads: usize, opts: &LabOptions) -> Result<Run> {
+    run_threads(policy, threads, opts, Until::Done, |alloc, t, _stop, started| {
+        let block_bytes = opts.block_bytes();
+        let file_bytes = opts.file_bytes / threads as u64;
+        let file = alloc.create_file((opts.seed << 32) | t as u64);
+        alloc.set_file_size(&file, file_bytes / block_bytes)?;
+        let burst = opts.seq_burst.max(1);
+        let bursts = (file_bytes / WRITE_BYTES / burst).max(1);
+        anyhow::ensure!(bursts <= u32::MAX as u64, "--file-size too large for random-fill");
+        let mut order: Vec<u32> = (0..bursts as u32).collect();
+        order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(opts.seed ^ (t as u64) << 20));
+        let writes = bursts * burst;
+        let mut marks = Marks::new(writes, started);
+        let mut done = 0;
+        for b in order {
+            for j in 0..burst {
+                let block = (u64::from(b) * burst + j) * WRITE_BYTES / block_bytes;
+                if !file.is_mapped(block) {
+                    alloc.allocate_data(&file, &DataRequest::new(block, 1))?;
+                }
+                done += 1;
+                marks.tick(done);
+            }
+        }
+        let extents = file.extents().into_iter().map(|(_, e)| e).collect();
+        alloc.release_prealloc(&file)?;
+        Ok(ThreadOutput {
+            ops: writes,
+            files: vec![extents],
+            marks: marks.marks,
+        })
+    })
+}

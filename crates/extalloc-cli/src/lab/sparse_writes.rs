@@ -1,0 +1,40 @@
+//! `sparse-writes` (seed 002, test 1): 1 KiB writes at random offsets of one large sparse
+//! file per thread; a write that lands in an unallocated block allocates it through the
+//! file's preallocations. The file's PA count grows with the run, so the per-tenth
+//! throughput (`progress` in the JSON) shows how the PA lookup cost grows with it.
+
+use super::report::Run;
+use super::{run_threads, LabOptions, Marks, ThreadOutput, Until};
+use anyhow::Result;
+use extalloc::{DataRequest, Policy};
+use rand::{Rng, SeedableRng};
+
+/// Bytes per write.
+pub const WRITE_BYTES: u64 = 1024;
+
+pub fn run_once(policy: &Policy, threads: usize, opts: &LabOptions) -> Result<Run> {
+    run_threads(policy, threads, opts, Until::Done, |alloc, t, _stop, started| {
+        let block_bytes = opts.block_bytes();
+        let file = alloc.create_file((opts.seed << 32) | t as u64);
+        alloc.set_file_size(&file, opts.file_bytes / block_bytes)?;
+        let writes = opts.writes / threads as u64 + u64::from((t as u64) < opts.writes % threads as u64);
+        let units = (opts.file_bytes / WRITE_BYTES).max(1);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(opts.seed.wrapping_mul(0x9e37_79b9) ^ t as u64);
+        let mut marks = Marks::new(writes, started);
+        for i in 0..writes {
+            let block = rng.gen_range(0..units) * WRITE_BYTES / block_bytes;
+            if !file.is_mapped(block) {
+                alloc.allocate_data(&file, &DataRequest::new(block, 1))?;
+            }
+            marks.tick(i + 1);
+        }
+        let extents = file.extents().into_iter().map(|(_, e)| e).collect();
+        // fio closes the file: its unused preallocations go back.
+        alloc.release_prealloc(&file)?;
+        Ok(ThreadOutput {
+            ops: writes,
+            files: vec![extents],
+            marks: marks.marks,
+        })
+    })
+}
