@@ -162,8 +162,14 @@ fn run(cli: Cli) -> Result<()> {
                     .collect(),
                 seconds,
                 repeat,
-                device_bytes: lab::parse_size(device_size.as_deref().unwrap_or(workload.default_device_size()))?,
-                file_bytes: lab::parse_size(file_size.as_deref().unwrap_or(workload.default_file_size()))?,
+                device_bytes: lab::parse_size(
+                    device_size
+                        .as_deref()
+                        .unwrap_or(workload.default_device_size()),
+                )?,
+                file_bytes: lab::parse_size(
+                    file_size.as_deref().unwrap_or(workload.default_file_size()),
+                )?,
                 writes,
                 seq_burst,
                 mix,
@@ -174,7 +180,10 @@ fn run(cli: Cli) -> Result<()> {
             };
             anyhow::ensure!(!opts.policies.is_empty(), "--policy is empty");
             anyhow::ensure!(writes >= 1, "--writes must be at least 1");
-            anyhow::ensure!((1..=1 << 20).contains(&seq_burst), "--seq-burst must be from 1 to 1048576");
+            anyhow::ensure!(
+                (1..=1 << 20).contains(&seq_burst),
+                "--seq-burst must be from 1 to 1048576"
+            );
             let run_once = match workload {
                 Workload::Fallocate2 => lab::fallocate2::run_once,
                 Workload::SparseWrites => lab::sparse_writes::run_once,

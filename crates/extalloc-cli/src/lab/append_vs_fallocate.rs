@@ -41,10 +41,16 @@ pub fn run_once(policy: &Policy, threads: usize, opts: &LabOptions) -> Result<Ru
                 let mut extents: Vec<Extent> = Vec::new();
                 let mut got = 0;
                 while got < fallocate_blocks {
-                    let mut req = AllocRequest::new(next_id, (fallocate_blocks - got).min(alloc.geometry().group_blocks))
-                        .logical(got)
-                        .lifetime(Lifetime::Short);
-                    if let Some(last) = extents.last().filter(|e| e.end() < alloc.geometry().blocks_count) {
+                    let mut req = AllocRequest::new(
+                        next_id,
+                        (fallocate_blocks - got).min(alloc.geometry().group_blocks),
+                    )
+                    .logical(got)
+                    .lifetime(Lifetime::Short);
+                    if let Some(last) = extents
+                        .last()
+                        .filter(|e| e.end() < alloc.geometry().blocks_count)
+                    {
                         req = req.goal(last.end());
                     }
                     let e = alloc.allocate(&req)?;
@@ -68,7 +74,10 @@ pub fn run_once(policy: &Policy, threads: usize, opts: &LabOptions) -> Result<Ru
         }
         Ok(ThreadOutput {
             ops,
-            files: files.iter().map(|f| f.extents().into_iter().map(|(_, e)| e).collect()).collect(),
+            files: files
+                .iter()
+                .map(|f| f.extents().into_iter().map(|(_, e)| e).collect())
+                .collect(),
             marks: Vec::new(),
         })
     })

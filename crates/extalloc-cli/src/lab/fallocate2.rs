@@ -63,7 +63,11 @@ fn worker(alloc: &Allocator, file: u64, stop: &AtomicBool) -> Result<ThreadOutpu
 
 /// Runs `threads` threads for `opts.seconds` on a fresh device under `policy`.
 pub fn run_once(policy: &Policy, threads: usize, opts: &LabOptions) -> Result<Run> {
-    run_threads(policy, threads, opts, Until::Deadline, |alloc, t, stop, _| {
-        worker(alloc, (opts.seed << 32) | t as u64, stop)
-    })
+    run_threads(
+        policy,
+        threads,
+        opts,
+        Until::Deadline,
+        |alloc, t, stop, _| worker(alloc, (opts.seed << 32) | t as u64, stop),
+    )
 }

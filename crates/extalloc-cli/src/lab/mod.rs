@@ -39,7 +39,8 @@ pub struct LabOptions {
 
 impl LabOptions {
     pub fn geometry(&self) -> Result<Geometry> {
-        Geometry::from_bytes(self.block_size, self.group_blocks, self.device_bytes).context("device geometry")
+        Geometry::from_bytes(self.block_size, self.group_blocks, self.device_bytes)
+            .context("device geometry")
     }
 
     pub fn block_bytes(&self) -> u64 {
@@ -58,6 +59,25 @@ pub struct ThreadOutput {
     pub marks: Vec<Duration>,
 }
 
+impl ThreadOutput {
+    /// Closes a single-file worker's file as fio would (its unused preallocations go back)
+    /// and reports `ops` operations and the file's extents.
+    pub fn close_file(
+        alloc: &extalloc::Allocator,
+        file: &extalloc::FileAlloc,
+        ops: u64,
+        marks: Marks,
+    ) -> anyhow::Result<Self> {
+        let extents = file.extents().into_iter().map(|(_, e)| e).collect();
+        alloc.release_prealloc(file)?;
+        Ok(ThreadOutput {
+            ops,
+            files: vec![extents],
+            marks: marks.marks,
+        })
+    }
+}
+
 /// How long a run lasts.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Until {
@@ -69,7 +89,13 @@ pub enum Until {
 
 /// Runs `body` on `threads` threads over a fresh device while the calling thread commits
 /// every `commit_ms`, then measures the run.
-pub fn run_threads<F>(policy: &Policy, threads: usize, opts: &LabOptions, until: Until, body: F) -> Result<Run>
+pub fn run_threads<F>(
+    policy: &Policy,
+    threads: usize,
+    opts: &LabOptions,
+    until: Until,
+    body: F,
+) -> Result<Run>
 where
     F: Fn(&Allocator, usize, &AtomicBool, Instant) -> Result<ThreadOutput> + Sync,
 {
@@ -90,7 +116,9 @@ where
         let mut next_commit = started + commit_every;
         loop {
             let now = Instant::now();
-            if (until == Until::Deadline && now >= deadline) || handles.iter().all(|h| h.is_finished()) {
+            if (until == Until::Deadline && now >= deadline)
+                || handles.iter().all(|h| h.is_finished())
+            {
                 break;
             }
             let mut wake = next_commit.min(now + Duration::from_millis(5));
@@ -105,7 +133,10 @@ where
             }
         }
         stop.store(true, Ordering::Relaxed);
-        let results: Vec<_> = handles.into_iter().map(|h| h.join().expect("worker panicked")).collect();
+        let results: Vec<_> = handles
+            .into_iter()
+            .map(|h| h.join().expect("worker panicked"))
+            .collect();
         (results, started.elapsed())
     });
     let mut files = Vec::new();
@@ -121,7 +152,9 @@ where
     // journal would leave it after the run.
     alloc.commit();
     commits += 1;
-    alloc.check().with_context(|| format!("{}: invariant check after the run", policy.name))?;
+    alloc
+        .check()
+        .with_context(|| format!("{}: invariant check after the run", policy.name))?;
     let seconds = elapsed.as_secs_f64();
     let ops_per_sec = ops as f64 / seconds;
     Ok(Run {
@@ -178,7 +211,9 @@ impl Marks {
 
     #[inline]
     pub fn tick(&mut self, done: u64) {
-        while (self.marks.len() as u64) < 10 && done * 10 >= self.total * (self.marks.len() as u64 + 1) {
+        while (self.marks.len() as u64) < 10
+            && done * 10 >= self.total * (self.marks.len() as u64 + 1)
+        {
             self.marks.push(self.started.elapsed());
         }
     }
@@ -190,7 +225,9 @@ pub fn parse_size(s: &str) -> Result<u64> {
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (digits, unit) = s.split_at(split);
     let n: u64 = digits.parse().with_context(|| {
-        format!("size '{s}': expected a number with an optional unit (K, M, G, T, KiB, MiB, GiB, TiB)")
+        format!(
+            "size '{s}': expected a number with an optional unit (K, M, G, T, KiB, MiB, GiB, TiB)"
+        )
     })?;
     let shift = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 0,
@@ -200,16 +237,24 @@ pub fn parse_size(s: &str) -> Result<u64> {
         "t" | "tib" | "tb" => 40,
         other => bail!("size '{s}': unknown unit '{other}' (use K, M, G, T or KiB, MiB, GiB, TiB)"),
     };
-    n.checked_mul(1u64 << shift).with_context(|| format!("size '{s}' overflows"))
+    n.checked_mul(1u64 << shift)
+        .with_context(|| format!("size '{s}' overflows"))
 }
 
 /// Parses `1,2,4,8`.
 pub fn parse_threads(s: &str) -> Result<Vec<usize>> {
     let v: Vec<usize> = s
         .split(',')
-        .map(|t| t.trim().parse::<usize>().ok().filter(|&n| (1..=1024).contains(&n)))
+        .map(|t| {
+            t.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|&n| (1..=1024).contains(&n))
+        })
         .collect::<Option<_>>()
-        .with_context(|| format!("--threads '{s}': expected a comma-separated list of counts from 1 to 1024"))?;
+        .with_context(|| {
+            format!("--threads '{s}': expected a comma-separated list of counts from 1 to 1024")
+        })?;
     if v.is_empty() {
         bail!("--threads is empty");
     }

@@ -13,35 +13,40 @@ use rand::SeedableRng;
 pub const WRITE_BYTES: u64 = 1024;
 
 pub fn run_once(policy: &Policy, threads: usize, opts: &LabOptions) -> Result<Run> {
-    run_threads(policy, threads, opts, Until::Done, |alloc, t, _stop, started| {
-        let block_bytes = opts.block_bytes();
-        let file_bytes = opts.file_bytes / threads as u64;
-        let file = alloc.create_file((opts.seed << 32) | t as u64);
-        alloc.set_file_size(&file, file_bytes / block_bytes)?;
-        let burst = opts.seq_burst.max(1);
-        let bursts = (file_bytes / WRITE_BYTES / burst).max(1);
-        anyhow::ensure!(bursts <= u32::MAX as u64, "--file-size too large for random-fill");
-        let mut order: Vec<u32> = (0..bursts as u32).collect();
-        order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(opts.seed ^ (t as u64) << 20));
-        let writes = bursts * burst;
-        let mut marks = Marks::new(writes, started);
-        let mut done = 0;
-        for b in order {
-            for j in 0..burst {
-                let block = (u64::from(b) * burst + j) * WRITE_BYTES / block_bytes;
-                if !file.is_mapped(block) {
-                    alloc.allocate_data(&file, &DataRequest::new(block, 1))?;
+    run_threads(
+        policy,
+        threads,
+        opts,
+        Until::Done,
+        |alloc, t, _stop, started| {
+            let block_bytes = opts.block_bytes();
+            let file_bytes = opts.file_bytes / threads as u64;
+            let file = alloc.create_file((opts.seed << 32) | t as u64);
+            alloc.set_file_size(&file, file_bytes / block_bytes)?;
+            let burst = opts.seq_burst.max(1);
+            let bursts = (file_bytes / WRITE_BYTES / burst).max(1);
+            anyhow::ensure!(
+                bursts <= u32::MAX as u64,
+                "--file-size too large for random-fill"
+            );
+            let mut order: Vec<u32> = (0..bursts as u32).collect();
+            order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(
+                opts.seed ^ (t as u64) << 20,
+            ));
+            let writes = bursts * burst;
+            let mut marks = Marks::new(writes, started);
+            let mut done = 0;
+            for b in order {
+                for j in 0..burst {
+                    let block = (u64::from(b) * burst + j) * WRITE_BYTES / block_bytes;
+                    if !file.is_mapped(block) {
+                        alloc.allocate_data(&file, &DataRequest::new(block, 1))?;
+                    }
+                    done += 1;
+                    marks.tick(done);
                 }
-                done += 1;
-                marks.tick(done);
             }
-        }
-        let extents = file.extents().into_iter().map(|(_, e)| e).collect();
-        alloc.release_prealloc(&file)?;
-        Ok(ThreadOutput {
-            ops: writes,
-            files: vec![extents],
-            marks: marks.marks,
-        })
-    })
+            ThreadOutput::close_file(alloc, &file, writes, marks)
+        },
+    )
 }

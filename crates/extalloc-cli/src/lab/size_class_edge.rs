@@ -22,7 +22,8 @@ pub fn run_once(policy: &Policy, threads: usize, opts: &LabOptions) -> Result<Ru
         let medium = ((8 << 20) - block_bytes) / block_bytes;
         let avg_file_blocks = EXTENTS_PER_FILE * (small + medium) / 2;
         // Half the files are long-lived: stop when they would fill half the device.
-        let files_total = (opts.device_bytes / block_bytes / 2 / (avg_file_blocks / 2)).max(2) / threads as u64;
+        let files_total =
+            (opts.device_bytes / block_bytes / 2 / (avg_file_blocks / 2)).max(2) / threads as u64;
         let mut kept: Vec<Vec<Extent>> = Vec::new();
         let mut short: VecDeque<Vec<Extent>> = VecDeque::new();
         let mut ops = 0;
@@ -40,8 +41,13 @@ pub fn run_once(policy: &Policy, threads: usize, opts: &LabOptions) -> Result<Ru
             for i in 0..EXTENTS_PER_FILE {
                 let mut left = chunk;
                 while left > 0 {
-                    let mut req = AllocRequest::new(id, left).logical(i * chunk + chunk - left).lifetime(hint);
-                    if let Some(last) = extents.last().filter(|e| e.end() < alloc.geometry().blocks_count) {
+                    let mut req = AllocRequest::new(id, left)
+                        .logical(i * chunk + chunk - left)
+                        .lifetime(hint);
+                    if let Some(last) = extents
+                        .last()
+                        .filter(|e| e.end() < alloc.geometry().blocks_count)
+                    {
                         req = req.goal(last.end());
                     }
                     let e = alloc.allocate(&req)?;

@@ -13,28 +13,29 @@ use rand::{Rng, SeedableRng};
 pub const WRITE_BYTES: u64 = 1024;
 
 pub fn run_once(policy: &Policy, threads: usize, opts: &LabOptions) -> Result<Run> {
-    run_threads(policy, threads, opts, Until::Done, |alloc, t, _stop, started| {
-        let block_bytes = opts.block_bytes();
-        let file = alloc.create_file((opts.seed << 32) | t as u64);
-        alloc.set_file_size(&file, opts.file_bytes / block_bytes)?;
-        let writes = opts.writes / threads as u64 + u64::from((t as u64) < opts.writes % threads as u64);
-        let units = (opts.file_bytes / WRITE_BYTES).max(1);
-        let mut rng = rand::rngs::StdRng::seed_from_u64(opts.seed.wrapping_mul(0x9e37_79b9) ^ t as u64);
-        let mut marks = Marks::new(writes, started);
-        for i in 0..writes {
-            let block = rng.gen_range(0..units) * WRITE_BYTES / block_bytes;
-            if !file.is_mapped(block) {
-                alloc.allocate_data(&file, &DataRequest::new(block, 1))?;
+    run_threads(
+        policy,
+        threads,
+        opts,
+        Until::Done,
+        |alloc, t, _stop, started| {
+            let block_bytes = opts.block_bytes();
+            let file = alloc.create_file((opts.seed << 32) | t as u64);
+            alloc.set_file_size(&file, opts.file_bytes / block_bytes)?;
+            let writes =
+                opts.writes / threads as u64 + u64::from((t as u64) < opts.writes % threads as u64);
+            let units = (opts.file_bytes / WRITE_BYTES).max(1);
+            let mut rng =
+                rand::rngs::StdRng::seed_from_u64(opts.seed.wrapping_mul(0x9e37_79b9) ^ t as u64);
+            let mut marks = Marks::new(writes, started);
+            for i in 0..writes {
+                let block = rng.gen_range(0..units) * WRITE_BYTES / block_bytes;
+                if !file.is_mapped(block) {
+                    alloc.allocate_data(&file, &DataRequest::new(block, 1))?;
+                }
+                marks.tick(i + 1);
             }
-            marks.tick(i + 1);
-        }
-        let extents = file.extents().into_iter().map(|(_, e)| e).collect();
-        // fio closes the file: its unused preallocations go back.
-        alloc.release_prealloc(&file)?;
-        Ok(ThreadOutput {
-            ops: writes,
-            files: vec![extents],
-            marks: marks.marks,
-        })
-    })
+            ThreadOutput::close_file(alloc, &file, writes, marks)
+        },
+    )
 }

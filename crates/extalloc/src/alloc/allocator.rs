@@ -409,14 +409,8 @@ impl Allocator {
         };
         // Without size classes every group is in tier 0; with them, each pass tries the tiers
         // in order (same class, same size, untagged, other size).
-        let tiers = if self.policy.size_classes {
-            class::TIERS
-        } else {
-            1
-        };
         let run = |pass: Pass, walk: Walk<'_>, want: u64| {
-            (0..tiers)
-                .find_map(|tier| self.run_pass(ctx, pass, walk, start, want, tier))
+            self.run_pass(ctx, pass, walk, start, want)
                 .map(|e| (e, pass))
         };
 
@@ -445,11 +439,8 @@ impl Allocator {
     }
 
     /// The lock-free check of a group's mirrors before locking it.
-    fn good_group(&self, ctx: &AllocContext<'_>, g: u64, pass: Pass, want: u64, tier: u8) -> bool {
+    fn good_group(&self, ctx: &AllocContext<'_>, g: u64, pass: Pass, want: u64) -> bool {
         let group = &self.groups[g as usize];
-        if self.policy.size_classes && class::tier(group.class_tag(), ctx.class_tag) != tier {
-            return false;
-        }
         let free = u64::from(group.free_blocks());
         let min_len = ctx.request.min_len;
         match pass {
@@ -463,6 +454,11 @@ impl Allocator {
         }
     }
 
+    /// Runs one pass. With size classes, groups are tried in tiers (same class, same size,
+    /// untagged, other size): one walk tries tier-0 groups at once and remembers the first few
+    /// of each other tier, which are tried after it; a tier with more candidates than were
+    /// remembered gets a walk of its own. The list index walks once per tier, as its "choose
+    /// group" lookup always restarts from the head.
     fn run_pass(
         &self,
         ctx: &AllocContext<'_>,
@@ -470,15 +466,71 @@ impl Allocator {
         walk: Walk<'_>,
         start: u64,
         want: u64,
-        tier: u8,
+    ) -> Option<Extent> {
+        let mut visit = |g: u64| self.scan_group(ctx, g, pass, want);
+        if !self.policy.size_classes {
+            return self.walk_groups(ctx, pass, walk, start, want, &|_| true, &mut visit);
+        }
+        let tier_of = |g: u64| class::tier(self.groups[g as usize].class_tag(), ctx.class_tag);
+        let walk_tier = |t: u8, visit: &mut dyn FnMut(u64) -> Option<Extent>| {
+            self.walk_groups(ctx, pass, walk, start, want, &|g| tier_of(g) == t, visit)
+        };
+        if matches!(walk, Walk::Index(index, _) if !index.is_ordered()) {
+            return (0..class::TIERS).find_map(|t| walk_tier(t, &mut visit));
+        }
+        const REMEMBERED: usize = 8;
+        let mut later = [[0u64; REMEMBERED]; class::TIERS as usize];
+        let mut later_count = [0usize; class::TIERS as usize];
+        let mut overflow = [false; class::TIERS as usize];
+        let found = self.walk_groups(ctx, pass, walk, start, want, &|_| true, &mut |g| {
+            let t = tier_of(g) as usize;
+            if t == 0 {
+                return visit(g);
+            }
+            if later_count[t] < REMEMBERED {
+                later[t][later_count[t]] = g;
+                later_count[t] += 1;
+            } else {
+                overflow[t] = true;
+            }
+            None
+        });
+        if found.is_some() {
+            return found;
+        }
+        for t in 1..class::TIERS as usize {
+            if let Some(e) = later[t][..later_count[t]].iter().find_map(|&g| visit(g)) {
+                return Some(e);
+            }
+            if overflow[t] {
+                if let Some(e) = walk_tier(t as u8, &mut visit) {
+                    return Some(e);
+                }
+            }
+        }
+        None
+    }
+
+    /// Calls `visit` on the groups a walk yields that pass the lock-free check and `accept`,
+    /// until one returns an extent.
+    #[allow(clippy::too_many_arguments)]
+    fn walk_groups(
+        &self,
+        ctx: &AllocContext<'_>,
+        pass: Pass,
+        walk: Walk<'_>,
+        start: u64,
+        want: u64,
+        accept: &dyn Fn(u64) -> bool,
+        visit: &mut dyn FnMut(u64) -> Option<Extent>,
     ) -> Option<Extent> {
         let groups_count = self.groups.len() as u64;
         let shard = ctx.shard;
-        let visit = |g: u64| self.scan_group(ctx, g, pass, want);
+        let good = |g: u64| self.good_group(ctx, g, pass, want) && accept(g);
         match walk {
             Walk::Linear => (0..groups_count).find_map(|i| {
                 let g = (start + i) % groups_count;
-                if self.good_group(ctx, g, pass, want, tier) {
+                if good(g) {
                     visit(g)
                 } else {
                     None
@@ -489,7 +541,7 @@ impl Allocator {
                 for (from, limit) in [(start, groups_count), (0, start)] {
                     let mut at = from;
                     while let Some(g) = index.next_in_orders(order_min, at, limit) {
-                        if self.good_group(ctx, g, pass, want, tier) {
+                        if good(g) {
                             if let Some(e) = visit(g) {
                                 return Some(e);
                             }
@@ -504,11 +556,7 @@ impl Allocator {
                 // one try per group.
                 for _ in 0..groups_count {
                     let mut waits = 0;
-                    let chosen = index.choose(
-                        order_min,
-                        &mut |g| self.good_group(ctx, g, pass, want, tier),
-                        &mut waits,
-                    );
+                    let chosen = index.choose(order_min, &mut |g| good(g), &mut waits);
                     shard.add(&shard.counters.lock_waits, waits);
                     if let Some(e) = visit(chosen?) {
                         return Some(e);

@@ -199,6 +199,8 @@ enum PaSet {
     /// ext4's list before 6.4, oldest first, searched newest first: one heap node per PA,
     /// and every walk takes each visited PA's lock, as ext4's walks took `pa_lock` (they ran
     /// under RCU, beside concurrent users of the same PA). Normalisation walks all of it.
+    /// The boxes are deliberate: each PA is its own allocation, as a list node is.
+    #[allow(clippy::vec_box)]
     List(Vec<Box<Mutex<Pa>>>),
 }
 
@@ -290,7 +292,10 @@ impl PaSet {
     fn take_all(&mut self) -> Vec<Pa> {
         match self {
             PaSet::Tree(t) => std::mem::take(t).into_values().collect(),
-            PaSet::List(l) => std::mem::take(l).into_iter().map(|pa| pa.into_inner()).collect(),
+            PaSet::List(l) => std::mem::take(l)
+                .into_iter()
+                .map(|pa| pa.into_inner())
+                .collect(),
         }
     }
 
@@ -361,7 +366,13 @@ impl FileAlloc {
 
     /// Reserved blocks of this file's preallocations not yet handed to it.
     pub fn prealloc_unused_blocks(&self) -> u64 {
-        self.inner.read().pas.snapshot().iter().map(Pa::unused).sum()
+        self.inner
+            .read()
+            .pas
+            .snapshot()
+            .iter()
+            .map(Pa::unused)
+            .sum()
     }
 
     /// The physical extents this file holds in preallocations but has not used.
@@ -464,9 +475,14 @@ impl Allocator {
         // The mapped neighbours: the last extent starting at or before `logical`, the first
         // after it. One lookup each serves the overlap check, the clamp, the goal and the
         // merge.
-        let left = f.map.range(..=req.logical).next_back().map(|(&s, &e)| (s, e));
+        let left = f
+            .map
+            .range(..=req.logical)
+            .next_back()
+            .map(|(&s, &e)| (s, e));
         let right = f.map.range(req.logical + 1..).next().map(|(&s, &e)| (s, e));
-        let overlaps = left.is_some_and(|(s, e)| s + e.len > req.logical) || right.is_some_and(|(s, _)| s < end);
+        let overlaps = left.is_some_and(|(s, e)| s + e.len > req.logical)
+            || right.is_some_and(|(s, _)| s < end);
         if overlaps {
             return Err(Error::LogicalOverlap {
                 file: file.id,
@@ -813,7 +829,9 @@ fn map_insert(
         l = ps;
         e = Extent::new(pe.start, pe.len + e.len);
     }
-    if let Some((ns, ne)) = right.filter(|(ns, ne)| *ns == logical + extent.len && extent.end() == ne.start) {
+    if let Some((ns, ne)) =
+        right.filter(|(ns, ne)| *ns == logical + extent.len && extent.end() == ne.start)
+    {
         f.map.remove(&ns);
         e.len += ne.len;
     }
