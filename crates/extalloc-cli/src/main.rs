@@ -94,6 +94,9 @@ enum Command {
         /// size-class-edge: pass lifetime hints that run against size.
         #[arg(long)]
         mix: bool,
+        /// small-files: stop when this fraction of the device is used (0 < fill <= 1).
+        #[arg(long, default_value_t = 1.0)]
+        fill: f64,
         /// Block size in bytes.
         #[arg(long, default_value_t = 4096)]
         block_size: u32,
@@ -142,12 +145,17 @@ fn run(cli: Cli) -> Result<()> {
             writes,
             seq_burst,
             mix,
+            fill,
             block_size,
             group_blocks,
             commit_ms,
             seed,
             json,
         } => {
+            anyhow::ensure!(
+                fill > 0.0 && fill <= 1.0,
+                "--fill must be above 0 and at most 1"
+            );
             anyhow::ensure!(
                 seconds > 0.0 && seconds.is_finite(),
                 "--seconds must be positive"
@@ -173,6 +181,7 @@ fn run(cli: Cli) -> Result<()> {
                 writes,
                 seq_burst,
                 mix,
+                fill,
                 block_size,
                 group_blocks,
                 commit_ms,

@@ -1,55 +1,48 @@
-//! The lab at a tiny size, so it never rots: `extalloc bench fallocate2` runs every preset,
-//! prints its table and writes a JSON report with every field of the schema.
+//! The lab at a tiny size, so it never rots: every workload runs, prints its table and writes
+//! a JSON report with every field of the schema, and the figures that define the workload
+//! (writes done, files made, data written) come out as the workload says.
 
+use serde_json::Value;
 use std::process::Command;
 
-#[test]
-fn fallocate2_runs_and_reports() {
-    let dir = std::env::temp_dir().join(format!("extalloc-smoke-{}", std::process::id()));
+/// Runs `extalloc bench` with `args` plus a JSON path on a device of 4096-block groups (64 MiB
+/// unless `args` says) and returns the parsed report, after checking the table has one row
+/// per run.
+fn bench(name: &str, args: &[&str]) -> Value {
+    let dir = std::env::temp_dir().join(format!("extalloc-smoke-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let json = dir.join("f2.json");
+    let json = dir.join("report.json");
     let out = Command::new(env!("CARGO_BIN_EXE_extalloc"))
-        .args([
-            "bench",
-            "fallocate2",
-            "--threads",
-            "1,2",
-            "--seconds",
-            "0.1",
-            "--device-size",
-            "256MiB",
-        ])
-        .args(["--group-blocks", "4096", "--commit-ms", "10", "--json"])
+        .arg("bench")
+        .args(args)
+        .args(if args.contains(&"--device-size") {
+            &[][..]
+        } else {
+            &["--device-size", "64MiB"][..]
+        })
+        .args(["--group-blocks", "4096"])
+        .args(["--commit-ms", "5", "--seconds", "0.1", "--json"])
         .arg(&json)
         .output()
         .unwrap();
     assert!(
         out.status.success(),
-        "{}",
+        "{name}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
     let table = String::from_utf8(out.stdout).unwrap();
-    assert_eq!(
-        table.lines().filter(|l| l.starts_with("| ext")).count(),
-        6,
-        "{table}"
-    );
-    assert!(table.contains("| ext4-base | 2 |"));
-
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let rows = table.lines().filter(|l| l.starts_with("| ext")).count();
+    assert_eq!(rows, report["runs"].as_array().unwrap().len(), "{table}");
     assert_eq!(report["schema"], "extalloc-bench/1");
-    assert_eq!(report["workload"], "fallocate2");
-    assert_eq!(report["device"]["groups"], 16);
-    let runs = report["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 6);
-    for run in runs {
-        assert!(run["ops"].as_u64().unwrap() > 0, "{run}");
-        assert!(run["ops_per_sec"].as_f64().unwrap() > 0.0);
+    for run in report["runs"].as_array().unwrap() {
+        assert!(run["ops"].as_u64().unwrap() > 0, "{name}: {run}");
+        assert!(run["ops_per_sec"].as_f64().unwrap() > 0.0, "{name}");
         for key in ["p50", "p95", "p99", "max"] {
             assert!(
                 run["latency_ns"][key].as_u64().unwrap() > 0,
-                "latency {key}"
+                "{name}: {key}"
             );
         }
         for key in [
@@ -58,7 +51,7 @@ fn fallocate2_runs_and_reports() {
             "avg_extent_kib",
             "layout_score",
         ] {
-            assert!(run["layout"][key].is_number(), "layout {key}");
+            assert!(run["layout"][key].is_number(), "{name}: layout {key}");
         }
         for key in [
             "free_blocks",
@@ -68,43 +61,192 @@ fn fallocate2_runs_and_reports() {
             "fragmented_groups",
             "frag_pct_mean",
         ] {
-            assert!(run["free_space"][key].is_number(), "free_space {key}");
+            assert!(run["free_space"][key].is_number(), "{name}: {key}");
         }
-        assert!(!run["free_space"]["histogram"]
-            .as_array()
-            .unwrap()
-            .is_empty());
+        assert!(run["free_space"]["histogram"].is_array(), "{name}");
         for key in ["groups_scanned", "trylock_skips", "lock_waits"] {
-            assert!(run["counters"][key].is_u64(), "counters {key}");
+            assert!(run["counters"][key].is_u64(), "{name}: counters {key}");
         }
     }
-    std::fs::remove_dir_all(&dir).unwrap();
+    report
+}
+
+fn runs(report: &Value) -> &Vec<Value> {
+    report["runs"].as_array().unwrap()
+}
+
+#[test]
+fn sparse_writes_reports_ten_tenths() {
+    let r = bench(
+        "sparse",
+        &[
+            "sparse-writes",
+            "--threads",
+            "1,2",
+            "--writes",
+            "3000",
+            "--file-size",
+            "16MiB",
+            "--policy",
+            "extalloc,extalloc:prealloc_index=list",
+        ],
+    );
+    assert_eq!(r["workload"], "sparse-writes");
+    assert_eq!(runs(&r).len(), 4);
+    for run in runs(&r) {
+        assert_eq!(run["ops"], 3000, "every write is one op");
+        let progress = run["progress"].as_array().unwrap();
+        assert_eq!(progress.len(), 10);
+        for (i, p) in progress.iter().enumerate() {
+            let done = p["done"].as_f64().unwrap();
+            assert!((done - (i + 1) as f64 / 10.0).abs() < 1e-9, "{p}");
+            assert!(p["ops_per_sec"].as_f64().unwrap() > 0.0, "{p}");
+        }
+    }
+}
+
+#[test]
+fn random_fill_writes_every_kib_once() {
+    for burst in ["1", "4"] {
+        let r = bench(
+            "fill",
+            &[
+                "random-fill",
+                "--threads",
+                "1,2",
+                "--file-size",
+                "8MiB",
+                "--seq-burst",
+                burst,
+                "--policy",
+                "ext4-base,extalloc",
+            ],
+        );
+        for run in runs(&r) {
+            assert_eq!(run["ops"], 8 * 1024, "one op per KiB of the file");
+            // Every block of the file is mapped when the fill ends.
+            let layout = &run["layout"];
+            let files = layout["files"].as_f64().unwrap();
+            let kib = layout["extents_per_file"].as_f64().unwrap()
+                * layout["avg_extent_kib"].as_f64().unwrap()
+                * files;
+            assert!((kib - 8.0 * 1024.0).abs() < 1.0, "{run}");
+        }
+    }
+}
+
+#[test]
+fn small_files_fill_the_device() {
+    let r = bench(
+        "small",
+        &[
+            "small-files",
+            "--threads",
+            "1,2",
+            "--policy",
+            "extalloc,extalloc:locality_prealloc=false",
+        ],
+    );
+    for run in runs(&r) {
+        // 2 KiB files in 4 KiB blocks: one block each, until none is left.
+        assert_eq!(run["ops"], 16 * 1024, "{run}");
+        assert_eq!(run["free_space"]["free_blocks"], 0);
+    }
+    let r = bench(
+        "small-fill",
+        &["small-files", "--threads", "2", "--fill", "0.5"],
+    );
+    for run in runs(&r) {
+        // Half the blocks, give or take the two shards' locality chunks (512 blocks each,
+        // counted as used) and the 64 files between checks.
+        let files = run["ops"].as_u64().unwrap();
+        assert!((8 * 1024 - 1200..=8 * 1024 + 128).contains(&files), "{run}");
+        let free = run["free_space"]["free_blocks"].as_u64().unwrap();
+        assert_eq!(free + files, 16 * 1024, "discarded chunks are free again");
+    }
+}
+
+/// With and without size classes, at 1 and 2 threads, on a device with room for both.
+const SIZE_CLASSES_AB: [&str; 6] = [
+    "--device-size",
+    "512MiB",
+    "--threads",
+    "1,2",
+    "--policy",
+    "extalloc,extalloc:size_classes=false",
+];
+
+#[test]
+fn append_vs_fallocate_keeps_two_files_per_thread() {
+    let r = bench(
+        "avf",
+        &[&["append-vs-fallocate"][..], &SIZE_CLASSES_AB].concat(),
+    );
+    for run in runs(&r) {
+        let threads = run["threads"].as_u64().unwrap();
+        assert_eq!(run["layout"]["files"], 2 * threads, "{run}");
+        // A quarter of the device in 64 KiB appends, plus one fallocate per eight appends.
+        let appends = 128 * 1024 / 4 / 16 / threads * threads;
+        assert_eq!(run["ops"], appends + appends / 8, "{run}");
+        assert!(run["free_space"]["frag_pct_mean"].is_number());
+    }
+}
+
+#[test]
+fn size_class_edge_runs_with_and_without_mix() {
+    for mix in [false, true] {
+        let mut args = [&["size-class-edge"][..], &SIZE_CLASSES_AB].concat();
+        if mix {
+            args.push("--mix");
+        }
+        let r = bench("edge", &args);
+        assert_eq!(r["params"]["mix"], mix);
+        for run in runs(&r) {
+            assert!(run["layout"]["extents_per_file"].as_f64().unwrap() >= 1.0);
+        }
+    }
 }
 
 #[test]
 fn bad_options_fail_clearly() {
-    let out = Command::new(env!("CARGO_BIN_EXE_extalloc"))
-        .args([
-            "bench",
-            "fallocate2",
-            "--policy",
-            "extalloc:bogus=1",
-            "--seconds",
-            "0.01",
-        ])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused(&[
+        "fallocate2",
+        "--policy",
+        "extalloc:bogus=1",
+        "--seconds",
+        "0.01",
+    ]);
     assert!(
         err.contains("unknown policy key 'bogus'") && err.contains("optimize_scan"),
         "{err}"
     );
+    let err = refused(&["fallocate2", "--device-size", "12 parsecs"]);
+    assert!(err.contains("unknown unit"), "{err}");
+}
 
+/// Runs `extalloc bench` with `args`, expects it to fail, and returns its stderr.
+fn refused(args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_extalloc"))
-        .args(["bench", "fallocate2", "--device-size", "12 parsecs"])
+        .arg("bench")
+        .args(args)
         .output()
         .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown unit"));
+    assert!(!out.status.success(), "{args:?} succeeded");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn workload_options_are_checked() {
+    let err = refused(&["small-files", "--fill", "1.5"]);
+    assert!(err.contains("--fill"), "{err}");
+    let err = refused(&[
+        "append-vs-fallocate",
+        "--threads",
+        "4",
+        "--device-size",
+        "256MiB",
+    ]);
+    assert!(err.contains("at least 1024 MiB"), "{err}");
+    let err = refused(&["random-fill", "--seq-burst", "0"]);
+    assert!(err.contains("--seq-burst"), "{err}");
 }

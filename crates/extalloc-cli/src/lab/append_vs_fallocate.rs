@@ -18,6 +18,13 @@ const APPENDS_PER_FALLOCATE: u64 = 8;
 const FALLOCATES_LIVE: usize = 2;
 
 pub fn run_once(policy: &Policy, threads: usize, opts: &LabOptions) -> Result<Run> {
+    // Each thread holds up to three fallocates at once beside its share of the appends.
+    let min_device = 8 * threads as u64 * FALLOCATE_BYTES;
+    anyhow::ensure!(
+        opts.device_bytes >= min_device,
+        "append-vs-fallocate with {threads} threads needs --device-size of at least {} MiB",
+        min_device >> 20
+    );
     run_threads(policy, threads, opts, Until::Done, |alloc, t, _stop, _| {
         let block_bytes = opts.block_bytes();
         let append_blocks = (APPEND_BYTES / block_bytes).max(1);

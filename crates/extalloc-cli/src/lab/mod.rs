@@ -35,6 +35,8 @@ pub struct LabOptions {
     pub seq_burst: u64,
     /// size-class-edge: lifetime against size.
     pub mix: bool,
+    /// small-files: fraction of the device to fill.
+    pub fill: f64,
 }
 
 impl LabOptions {
@@ -148,8 +150,9 @@ where
         files.extend(r.files);
         marks.push(r.marks);
     }
-    // Return what the last transaction freed, so the free-space figures show the device as a
-    // journal would leave it after the run.
+    // Discard what preallocations still hold and return what the last transaction freed, so
+    // the free-space figures show the device as it would be after unmount.
+    alloc.discard_preallocations();
     alloc.commit();
     commits += 1;
     alloc

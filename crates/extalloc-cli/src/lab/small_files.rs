@@ -1,5 +1,5 @@
 //! `small-files` (seed 002, test 4, after fs_mark): every thread creates files of 2 KiB (one
-//! write, then close) until the device is full. One op is one file.
+//! write, then close) until the device is full, or `--fill` of it is used. One op is one file.
 
 use super::report::Run;
 use super::{run_threads, LabOptions, ThreadOutput, Until};
@@ -12,6 +12,9 @@ pub const FILE_BYTES: u64 = 2048;
 pub fn run_once(policy: &Policy, threads: usize, opts: &LabOptions) -> Result<Run> {
     run_threads(policy, threads, opts, Until::Done, |alloc, t, stop, _| {
         let blocks = FILE_BYTES.div_ceil(opts.block_bytes());
+        let total = alloc.geometry().blocks_count;
+        // Stop once free blocks (locality chunks count as used) fall to this.
+        let floor = ((1.0 - opts.fill) * total as f64) as u64;
         let mut files = Vec::new();
         let mut n = 0u64;
         loop {
@@ -28,6 +31,9 @@ pub fn run_once(policy: &Policy, threads: usize, opts: &LabOptions) -> Result<Ru
             }
             // A safety stop for very large devices: --seconds bounds the run.
             if n.is_multiple_of(1024) && stop.load(Ordering::Relaxed) {
+                break;
+            }
+            if floor > 0 && n.is_multiple_of(64) && alloc.free_blocks() <= floor {
                 break;
             }
         }

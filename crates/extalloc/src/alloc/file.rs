@@ -679,9 +679,10 @@ impl Allocator {
         Ok(released)
     }
 
-    /// Space pressure: discards the PAs of every file and shard that is not busy right now.
-    /// Returns the blocks released.
-    pub(crate) fn discard_preallocations(&self) -> u64 {
+    /// Discards the PAs of every file and locality shard that is not busy right now, as space
+    /// pressure does before an allocation fails and as unmount does. Returns the blocks
+    /// released (they are free at once: PA blocks were never visible to another file).
+    pub fn discard_preallocations(&self) -> u64 {
         let mut released = 0;
         for file in self.prealloc.live_files() {
             if let Some(mut f) = file.inner.try_write() {
