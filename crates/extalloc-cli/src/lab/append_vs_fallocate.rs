@@ -5,6 +5,12 @@
 //! appended data reaches a quarter of the device. One op is one append or one fallocate.
 //! The free-space figures (`fragmented_groups`, `frag_pct_mean`) show whether the transient
 //! fallocates left holes among the long-lived data.
+//!
+//! Transactions follow the work, not the clock: each thread commits once the fallocates it
+//! freed since its last commit reach an eighth of its share of the device. The lab's timed
+//! committer runs as well, but a run here takes a fraction of a second, so without these
+//! commits the freed fallocates would pile up uncommitted until the device filled and every
+//! allocation met a full device.
 
 use super::report::Run;
 use super::{run_threads, LabOptions, ThreadOutput, Until};
@@ -16,6 +22,8 @@ pub const APPEND_BYTES: u64 = 64 << 10;
 pub const FALLOCATE_BYTES: u64 = 32 << 20;
 const APPENDS_PER_FALLOCATE: u64 = 8;
 const FALLOCATES_LIVE: usize = 2;
+/// Commit when a thread's uncommitted frees reach this fraction of its share of the device.
+const COMMIT_FRACTION: u64 = 8;
 
 pub fn run_once(policy: &Policy, threads: usize, opts: &LabOptions) -> Result<Run> {
     // Each thread holds up to three fallocates at once beside its share of the appends.
@@ -35,6 +43,8 @@ pub fn run_once(policy: &Policy, threads: usize, opts: &LabOptions) -> Result<Ru
         let mut live: VecDeque<Vec<Extent>> = VecDeque::new();
         let mut next_id = base + 2;
         let mut ops = 0;
+        let commit_after = opts.device_bytes / threads as u64 / COMMIT_FRACTION / block_bytes;
+        let mut uncommitted = 0;
         for i in 0..appends_total {
             let file = &files[(i % 2) as usize];
             let mut logical = file.size_blocks();
@@ -70,6 +80,11 @@ pub fn run_once(policy: &Policy, threads: usize, opts: &LabOptions) -> Result<Ru
                 if live.len() > FALLOCATES_LIVE {
                     for e in live.pop_front().expect("non-empty") {
                         alloc.free(e)?;
+                        uncommitted += e.len;
+                    }
+                    if uncommitted >= commit_after {
+                        alloc.commit();
+                        uncommitted = 0;
                     }
                 }
             }

@@ -117,11 +117,17 @@ pub struct Allocator {
     pub(super) groups: Box<[CachePadded<Group>]>,
     by_largest: OrderIndex,
     by_avg: OrderIndex,
+    /// Stream goals: `stream_goals_per_class` of them per size class (one class without
+    /// size classes).
     stream_goals: Box<[CachePadded<AtomicU64>]>,
+    stream_goals_per_class: u64,
     pub(super) md: CachePadded<Mutex<MdState>>,
     pub(super) pending_blocks: CachePadded<AtomicU64>,
     /// Groups with pending frees (per-group free lists).
     pub(super) dirty: AtomicBitset,
+    /// Per size-class tag (index `tag - 1`), the groups carrying it (empty without size
+    /// classes).
+    by_tag: Box<[AtomicBitset]>,
     /// Current transaction: frees are stamped with it; `commit()` advances it.
     pub(super) txn: CachePadded<AtomicU64>,
     pub(super) commit_lock: Mutex<()>,
@@ -178,16 +184,27 @@ impl Allocator {
             0 => cpus.min(groups_count / 4).max(1),
             n => u64::from(n),
         };
-        let stream_goals = (0..stream_goals_count)
-            .map(|i| CachePadded::new(AtomicU64::new(i * groups_count / stream_goals_count)))
+        // With size classes each class has its own goals, so a large short-lived stream does
+        // not drag a small long-lived one along behind it.
+        let slots = stream_goals_count * if policy.size_classes { 3 } else { 1 };
+        let stream_goals = (0..slots)
+            .map(|i| CachePadded::new(AtomicU64::new(i * groups_count / slots)))
             .collect();
         let alloc = Allocator {
             by_largest: OrderIndex::new(policy.ordered_index, ORDERS, groups_count),
             by_avg: OrderIndex::new(policy.ordered_index, ORDERS, groups_count),
             stream_goals,
+            stream_goals_per_class: stream_goals_count,
             md: CachePadded::new(Mutex::new(MdState::default())),
             pending_blocks: CachePadded::new(AtomicU64::new(0)),
             dirty: AtomicBitset::new(groups_count),
+            by_tag: if policy.size_classes {
+                (0..class::TAGS)
+                    .map(|_| AtomicBitset::new(groups_count))
+                    .collect()
+            } else {
+                Box::new([])
+            },
             txn: CachePadded::new(AtomicU64::new(1)),
             commit_lock: Mutex::new(()),
             stats: Stats::new(),
@@ -217,9 +234,9 @@ impl Allocator {
         &self.policy
     }
 
-    /// Number of stream goals in use.
+    /// Number of stream goals in use (per size class, when size classes are on).
     pub fn stream_goals_count(&self) -> usize {
-        self.stream_goals.len()
+        self.stream_goals_per_class as usize
     }
 
     /// Free blocks, not counting frees that wait for a commit (sum of the group mirrors).
@@ -330,21 +347,23 @@ impl Allocator {
 
     fn try_allocate(&self, req: &AllocRequest, shard: &Shard) -> Option<Extent> {
         let stream = req.logical.saturating_add(req.len) > self.stream_threshold_blocks;
-        // The file's stream goal: its id folded and taken modulo the number of goals, as ext4
-        // takes the inode number modulo: consecutive ids (how most callers number files)
-        // land on different goals, so concurrent streams start in different groups.
-        let slot = ((req.file ^ (req.file >> 32)) % self.stream_goals.len() as u64) as usize;
-        let class_tag = if self.policy.size_classes {
+        let (class_tag, class_index) = if self.policy.size_classes {
             let class_len = if req.class_len == 0 {
                 req.len
             } else {
                 req.class_len
             };
             let bytes = class_len.saturating_mul(u64::from(self.geometry.block_size));
-            class::tag(SizeClass::of_bytes(bytes), req.lifetime)
+            let size = SizeClass::of_bytes(bytes);
+            (class::tag(size, req.lifetime), size as u64)
         } else {
-            0
+            (0, 0)
         };
+        // The file's stream goal: its id folded and taken modulo the number of goals, as ext4
+        // takes the inode number modulo: consecutive ids (how most callers number files)
+        // land on different goals, so concurrent streams start in different groups.
+        let per_class = self.stream_goals_per_class;
+        let slot = ((req.file ^ (req.file >> 32)) % per_class + class_index * per_class) as usize;
         let ctx = AllocContext {
             request: req,
             stream,
@@ -454,11 +473,14 @@ impl Allocator {
         }
     }
 
-    /// Runs one pass. With size classes, groups are tried in tiers (same class, same size,
-    /// untagged, other size): one walk tries tier-0 groups at once and remembers the first few
-    /// of each other tier, which are tried after it; a tier with more candidates than were
-    /// remembered gets a walk of its own. The list index walks once per tier, as its "choose
-    /// group" lookup always restarts from the head.
+    /// Runs one pass. With size classes, groups are tried in tiers: the request's own tag
+    /// (and the start group if it is untagged: claiming the stream's or goal's empty group
+    /// keeps concurrent streams apart instead of crowding every stream of a class into the
+    /// same groups), the same size with another lifetime, untagged, other sizes. Tagged tiers
+    /// walk the per-tag group sets from the start (right, then left), so finding the few
+    /// groups of a class costs nothing per group of other classes; the untagged tier uses the
+    /// pass's own walk. The list index walks once per tier, as its "choose group" lookup
+    /// always restarts from the head.
     fn run_pass(
         &self,
         ctx: &AllocContext<'_>,
@@ -468,47 +490,89 @@ impl Allocator {
         want: u64,
     ) -> Option<Extent> {
         let mut visit = |g: u64| self.scan_group(ctx, g, pass, want);
-        if !self.policy.size_classes {
+        if !self.policy.size_classes || ctx.class_tag == 0 {
             return self.walk_groups(ctx, pass, walk, start, want, &|_| true, &mut visit);
         }
-        let tier_of = |g: u64| class::tier(self.groups[g as usize].class_tag(), ctx.class_tag);
-        let walk_tier = |t: u8, visit: &mut dyn FnMut(u64) -> Option<Extent>| {
-            self.walk_groups(ctx, pass, walk, start, want, &|g| tier_of(g) == t, visit)
-        };
+        let tag_of = |g: u64| self.groups[g as usize].class_tag();
         if matches!(walk, Walk::Index(index, _) if !index.is_ordered()) {
-            return (0..class::TIERS).find_map(|t| walk_tier(t, &mut visit));
+            let tier_of = |g: u64| match class::tier(tag_of(g), ctx.class_tag) {
+                class::UNTAGGED_TIER if g == start => 0,
+                t => t,
+            };
+            return (0..class::TIERS).find_map(|t| {
+                self.walk_groups(
+                    ctx,
+                    pass,
+                    walk,
+                    start,
+                    want,
+                    &|g| tier_of(g) == t,
+                    &mut visit,
+                )
+            });
         }
-        const REMEMBERED: usize = 8;
-        let mut later = [[0u64; REMEMBERED]; class::TIERS as usize];
-        let mut later_count = [0usize; class::TIERS as usize];
-        let mut overflow = [false; class::TIERS as usize];
-        let found = self.walk_groups(ctx, pass, walk, start, want, &|_| true, &mut |g| {
-            let t = tier_of(g) as usize;
-            if t == 0 {
-                return visit(g);
-            }
-            if later_count[t] < REMEMBERED {
-                later[t][later_count[t]] = g;
-                later_count[t] += 1;
-            } else {
-                overflow[t] = true;
-            }
-            None
-        });
-        if found.is_some() {
-            return found;
-        }
-        for t in 1..class::TIERS as usize {
-            if let Some(e) = later[t][..later_count[t]].iter().find_map(|&g| visit(g)) {
+        let good = |g: u64| self.good_group(ctx, g, pass, want);
+        if tag_of(start) == 0 && good(start) {
+            if let Some(e) = visit(start) {
                 return Some(e);
             }
-            if overflow[t] {
-                if let Some(e) = walk_tier(t as u8, &mut visit) {
-                    return Some(e);
+        }
+        let (same, same_size, other_sizes) = class::tags_by_tier(ctx.class_tag);
+        let walk_tag = |tag: u8, visit: &mut dyn FnMut(u64) -> Option<Extent>| {
+            let set = &self.by_tag[usize::from(tag - 1)];
+            let groups_count = self.groups.len() as u64;
+            for (from, limit) in [(start, groups_count), (0, start)] {
+                let mut at = from;
+                while let Some(g) = set.next_set(at).filter(|&g| g < limit) {
+                    // The set is a hint: the tag is read again, and the group is rechecked
+                    // under its lock by the scan.
+                    if tag_of(g) == tag && good(g) {
+                        if let Some(e) = visit(g) {
+                            return Some(e);
+                        }
+                    }
+                    at = g + 1;
                 }
             }
+            None
+        };
+        if let Some(e) = std::iter::once(same)
+            .chain(same_size)
+            .find_map(|t| walk_tag(t, &mut visit))
+        {
+            return Some(e);
         }
-        None
+        if let Some(e) = self.walk_groups(
+            ctx,
+            pass,
+            walk,
+            start,
+            want,
+            &|g| tag_of(g) == 0,
+            &mut visit,
+        ) {
+            return Some(e);
+        }
+        other_sizes
+            .into_iter()
+            .find_map(|t| walk_tag(t, &mut visit))
+    }
+
+    /// Gives group `g` size-class tag `tag` (0 = none) and keeps the per-tag sets in step.
+    /// Called under the group's lock.
+    fn set_group_tag(&self, g: u64, tag: u8) {
+        let group = &self.groups[g as usize];
+        let old = group.class_tag();
+        if old == tag {
+            return;
+        }
+        group.set_class_tag(tag);
+        if old != 0 {
+            self.by_tag[usize::from(old - 1)].remove(g);
+        }
+        if tag != 0 {
+            self.by_tag[usize::from(tag - 1)].insert(g);
+        }
     }
 
     /// Calls `visit` on the groups a walk yields that pass the lock-free check and `accept`,
@@ -661,7 +725,7 @@ impl Allocator {
         state.bitmap.mark_used(off, len);
         if ctx.class_tag != 0 && self.groups[g as usize].class_tag() == 0 {
             // The group's first allocation gives it its class.
-            self.groups[g as usize].set_class_tag(ctx.class_tag);
+            self.set_group_tag(g, ctx.class_tag);
         }
         self.publish(g, state, shard);
         if ctx.stream {
@@ -683,7 +747,7 @@ impl Allocator {
         let free = state.bitmap.free_blocks();
         if free == state.bitmap.len_blocks() {
             // An empty group loses its size class.
-            group.set_class_tag(0);
+            self.set_group_tag(g, 0);
         }
         let largest = state.bitmap.largest_free_order();
         let mut avg = state.bitmap.avg_fragment_order();
@@ -787,6 +851,9 @@ impl Allocator {
         if let Err(e) = self.dirty.check() {
             return fail(e);
         }
+        for set in self.by_tag.iter() {
+            set.check().map_err(Error::Invariant)?;
+        }
         for (g, group) in self.groups.iter().enumerate() {
             let state = group.try_lock().ok_or_else(|| {
                 Error::Invariant(format!("group {g} is locked during check: not quiescent"))
@@ -794,6 +861,19 @@ impl Allocator {
             let b = &state.bitmap;
             b.check()
                 .map_err(|e| Error::Invariant(format!("group {g}: {e}")))?;
+            for (i, set) in self.by_tag.iter().enumerate() {
+                if set.contains(g as u64) != (usize::from(group.class_tag()) == i + 1) {
+                    return fail(format!(
+                        "group {g}: tag {} but in the set of tag {}: {}",
+                        group.class_tag(),
+                        i + 1,
+                        set.contains(g as u64)
+                    ));
+                }
+            }
+            if group.class_tag() != 0 && b.free_blocks() == b.len_blocks() {
+                return fail(format!("group {g}: empty but tagged {}", group.class_tag()));
+            }
             if group.free_blocks() != b.free_blocks() {
                 return fail(format!(
                     "group {g}: mirror free {} != {}",

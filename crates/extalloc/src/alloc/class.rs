@@ -69,11 +69,34 @@ pub(crate) fn tag(size: SizeClass, lifetime: Lifetime) -> u8 {
 
 /// Number of preference tiers; tier 0 is tried first.
 pub(crate) const TIERS: u8 = 4;
+/// Number of tags (size classes x lifetimes); tags run from 1 to `TAGS`.
+pub(crate) const TAGS: u8 = 9;
+
+/// For a request's tag: its own, those of the same size with another lifetime, and those of
+/// the other sizes (tiers 0, 1 and 3; untagged groups are tier 2).
+pub(crate) fn tags_by_tier(request_tag: u8) -> (u8, [u8; 2], [u8; 6]) {
+    let size = |t: u8| (t - 1) / 3;
+    let (mut same_size, mut other) = ([0u8; 2], [0u8; 6]);
+    let (mut s, mut o) = (0, 0);
+    for t in (1..=TAGS).filter(|&t| t != request_tag) {
+        if size(t) == size(request_tag) {
+            same_size[s] = t;
+            s += 1;
+        } else {
+            other[o] = t;
+            o += 1;
+        }
+    }
+    (request_tag, same_size, other)
+}
+
+/// The tier of an untagged group.
+pub(crate) const UNTAGGED_TIER: u8 = 2;
 
 /// How well a group with `group_tag` suits a request with `request_tag`.
 pub(crate) fn tier(group_tag: u8, request_tag: u8) -> u8 {
     if group_tag == 0 {
-        return 2;
+        return UNTAGGED_TIER;
     }
     let size = |t: u8| (t - 1) / 3;
     if group_tag == request_tag {
@@ -98,6 +121,18 @@ mod tests {
         let small_short = tag(SizeClass::Small, Lifetime::Short);
         let large = tag(SizeClass::Large, Lifetime::Unknown);
         assert_eq!(tier(small_long, small_long), 0);
+        let (own, same_size, other) = tags_by_tier(small_long);
+        assert_eq!(own, small_long);
+        assert!(same_size.iter().all(|&t| t != own && tier(t, own) == 1));
+        assert!(other.iter().all(|&t| tier(t, own) == 3));
+        let mut all: Vec<u8> = [own]
+            .iter()
+            .chain(&same_size)
+            .chain(&other)
+            .copied()
+            .collect();
+        all.sort();
+        assert_eq!(all, (1..=TAGS).collect::<Vec<_>>());
         assert_eq!(tier(small_short, small_long), 1);
         assert_eq!(tier(0, small_long), 2);
         assert_eq!(tier(large, small_long), 3);

@@ -16,6 +16,8 @@ pub struct FreeBucket {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct GroupFree {
+    /// Size-class tag (0 = untagged; see `class.rs`).
+    pub class_tag: u8,
     pub free_blocks: u32,
     pub largest_free_run: u32,
     pub fragments: u32,
@@ -98,6 +100,7 @@ impl Allocator {
                 }
             }
             groups.push(GroupFree {
+                class_tag: group.class_tag(),
                 free_blocks: state.bitmap.free_blocks(),
                 largest_free_run: largest,
                 fragments: state.bitmap.fragments(),
