@@ -33,8 +33,14 @@ fn bench(name: &str, args: &[&str]) -> Value {
     let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
     let table = String::from_utf8(out.stdout).unwrap();
+    // Two tables (throughput; layout and free space), one row per run in each.
     let rows = table.lines().filter(|l| l.starts_with("| ext")).count();
-    assert_eq!(rows, report["runs"].as_array().unwrap().len(), "{table}");
+    assert_eq!(
+        rows,
+        2 * report["runs"].as_array().unwrap().len(),
+        "{table}"
+    );
+    assert_eq!(table.lines().filter(|l| l.is_empty()).count(), 1, "{table}");
     assert_eq!(report["schema"], "extalloc-bench/1");
     for run in report["runs"].as_array().unwrap() {
         assert!(run["ops"].as_u64().unwrap() > 0, "{name}: {run}");

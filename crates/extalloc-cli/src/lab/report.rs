@@ -210,19 +210,26 @@ fn per_kop(n: u64, ops: u64) -> f64 {
 
 /// The Markdown table: one row per policy x threads, with the ratio to `ext4-base` at the
 /// same thread count (when it ran).
+/// Two Markdown tables: throughput, latency and contention; then layout and free space.
+/// Ratios are against the first policy of the list at the same thread count.
 pub fn markdown(report: &Report) -> String {
+    let baseline = report
+        .runs
+        .first()
+        .map(|r| r.policy.clone())
+        .unwrap_or_default();
     let mut out = String::new();
-    out.push_str("| policy | threads | ops/s | vs ext4-base | p50 ns | p99 ns | lock waits /1k ops | try-lock skips /1k ops | groups scanned /op | extents/file | free extents |\n");
-    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    out.push_str(&format!("| policy | threads | ops/s | vs {baseline} | p50 ns | p99 ns | lock waits /1k ops | try-lock skips /1k ops | groups scanned /op |\n"));
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for r in &report.runs {
         let base = report
             .runs
             .iter()
-            .find(|b| b.policy == "ext4-base" && b.threads == r.threads)
+            .find(|b| b.policy == baseline && b.threads == r.threads)
             .map(|b| b.ops_per_sec);
         let ratio = base.map_or("-".to_string(), |b| format!("{:.2}x", r.ops_per_sec / b));
         out.push_str(&format!(
-            "| {} | {} | {:.0} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {} |\n",
+            "| {} | {} | {:.0} | {} | {} | {} | {:.2} | {:.2} | {:.2} |\n",
             r.policy,
             r.threads,
             r.ops_per_sec,
@@ -236,9 +243,40 @@ pub fn markdown(report: &Report) -> String {
             } else {
                 r.counters.groups_scanned as f64 / r.ops as f64
             },
-            r.layout.extents_per_file,
-            r.free_space.free_extents,
         ));
+    }
+    let progress = report.runs.iter().any(|r| r.progress.is_some());
+    out.push_str("\n| policy | threads | extents/file | avg extent KiB | free extents | largest free KiB | fragmented groups | frag_pct mean |");
+    out.push_str(if progress {
+        " first 10% ops/s | last 10% ops/s |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+    } else {
+        "\n|---|---:|---:|---:|---:|---:|---:|---:|\n"
+    });
+    for r in &report.runs {
+        let (l, f) = (&r.layout, &r.free_space);
+        out.push_str(&format!(
+            "| {} | {} | {:.2} | {:.0} | {} | {:.0} | {} | {:.2} |",
+            r.policy,
+            r.threads,
+            l.extents_per_file,
+            l.avg_extent_kib,
+            f.free_extents,
+            f.largest_free_extent_kib,
+            f.fragmented_groups,
+            f.frag_pct_mean,
+        ));
+        if progress {
+            let tenths = r.progress.as_deref().unwrap_or_default();
+            let rate = |p: Option<&ProgressPoint>| {
+                p.map_or("-".into(), |p| format!("{:.0}", p.ops_per_sec))
+            };
+            out.push_str(&format!(
+                " {} | {} |",
+                rate(tenths.first()),
+                rate(tenths.last())
+            ));
+        }
+        out.push('\n');
     }
     out
 }

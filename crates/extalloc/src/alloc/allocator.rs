@@ -512,12 +512,28 @@ impl Allocator {
             });
         }
         let good = |g: u64| self.good_group(ctx, g, pass, want);
-        if tag_of(start) == 0 && good(start) {
+        let (same, same_size, other_sizes) = class::tags_by_tier(ctx.class_tag);
+        if ctx.stream {
+            // A stream takes the first group from its goal that is its class's or nobody's,
+            // as a stream without size classes takes the first that fits: streams of one
+            // class then keep apart instead of interleaving in the same groups, and a group
+            // still holds one class only.
+            if let Some(e) = self.walk_groups(
+                ctx,
+                pass,
+                walk,
+                start,
+                want,
+                &|g| matches!(tag_of(g), 0) || tag_of(g) == same,
+                &mut visit,
+            ) {
+                return Some(e);
+            }
+        } else if tag_of(start) == 0 && good(start) {
             if let Some(e) = visit(start) {
                 return Some(e);
             }
         }
-        let (same, same_size, other_sizes) = class::tags_by_tier(ctx.class_tag);
         let walk_tag = |tag: u8, visit: &mut dyn FnMut(u64) -> Option<Extent>| {
             let set = &self.by_tag[usize::from(tag - 1)];
             let groups_count = self.groups.len() as u64;

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs every lab comparison the README quotes, each side by side in one invocation, and
+# writes lab-out/<name>.json and lab-out/<name>.md. Takes about 10 minutes on 2 cores.
+#
+#   ./scripts/lab-results.sh            # everything
+#   ./scripts/lab-results.sh sparse     # only the comparisons whose name contains "sparse"
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release -q -p extalloc-cli
+bin=target/release/extalloc
+mkdir -p lab-out
+only="${1:-}"
+
+run() {
+  local name="$1"
+  shift
+  if [[ -n "$only" && "$name" != *"$only"* ]]; then
+    return
+  fi
+  echo "== $name: extalloc bench $*" >&2
+  "$bin" bench "$@" --json "lab-out/$name.json" | tee "lab-out/$name.md"
+}
+
+run fallocate2 fallocate2 --seconds 2 --repeat 3
+run sparse-writes sparse-writes --threads 1 --policy extalloc,extalloc:prealloc_index=list --repeat 3
+run append-vs-fallocate append-vs-fallocate --threads 1,2 \
+  --policy extalloc,extalloc:size_classes=false --repeat 5
+run size-class-edge size-class-edge --threads 1,2 \
+  --policy extalloc,extalloc:size_classes=false --repeat 3
+run size-class-edge-mix size-class-edge --mix --threads 1,2 \
+  --policy extalloc,extalloc:size_classes=false --repeat 3
+run small-files small-files --threads 1,2 --fill 0.9 \
+  --policy extalloc,extalloc:locality_prealloc=false --repeat 3
+run random-fill random-fill --file-size 1GiB --threads 1,2 --repeat 3
+run random-fill-burst4 random-fill --file-size 1GiB --seq-burst 4 --threads 1,2 --repeat 3
