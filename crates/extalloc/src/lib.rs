@@ -16,8 +16,32 @@
 //! alloc.check().unwrap();
 //! ```
 //!
+//! A file system's data writes go through files, which normalise requests and keep
+//! preallocations (see `docs/preallocation.md`):
+//!
+//! ```
+//! use extalloc::{Allocator, DataRequest, Error, Geometry, Lifetime, Policy};
+//! let alloc = Allocator::new(Geometry::new(4096, 32768, 1 << 20)?, Policy::parse("extalloc")?)?;
+//! let file = alloc.create_file(42);
+//! // Append 256 KiB: the window grows to a size bucket, the surplus is preallocated.
+//! let first = alloc.allocate_data(&file, &DataRequest::new(0, 64).lifetime(Lifetime::Long))?;
+//! let next = alloc.allocate_data(&file, &DataRequest::new(64, 64))?;
+//! assert_eq!(next.start, first.end(), "the next append comes from the preallocation");
+//! // Writing over mapped blocks is refused, and changes nothing.
+//! assert!(matches!(
+//!     alloc.allocate_data(&file, &DataRequest::new(10, 4)),
+//!     Err(Error::LogicalOverlap { .. })
+//! ));
+//! // Closing the file returns the unused preallocation at once.
+//! let unused = file.prealloc_unused_blocks();
+//! assert_eq!(alloc.release_prealloc(&file)?, unused);
+//! alloc.check()?;
+//! # Ok::<(), Error>(())
+//! ```
+//!
 //! Layers (DESIGN.md section 2): `groups` (bitmap + buddy summary + lock, group indexes) under
-//! `alloc` (the allocation and free paths, policies, stats).
+//! `alloc` (the allocation and free paths, files and preallocation, size classes, policies,
+//! stats).
 
 pub mod alloc;
 mod error;
