@@ -31,6 +31,8 @@ enum Workload {
     AppendVsFallocate,
     /// extents a hair under the size-class borders (--mix: lifetime against size)
     SizeClassEdge,
+    /// every job appends 4 KiB at a time to its own file up to --file-size (--jobs)
+    Frag,
 }
 
 impl Workload {
@@ -42,6 +44,14 @@ impl Workload {
             Workload::SmallFiles => "small-files",
             Workload::AppendVsFallocate => "append-vs-fallocate",
             Workload::SizeClassEdge => "size-class-edge",
+            Workload::Frag => "frag",
+        }
+    }
+
+    fn default_threads(self) -> &'static str {
+        match self {
+            Workload::Frag => "16",
+            _ => "1,2,4,8",
         }
     }
 
@@ -55,6 +65,7 @@ impl Workload {
     fn default_file_size(self) -> &'static str {
         match self {
             Workload::RandomFill => "5GiB",
+            Workload::Frag => "256MiB",
             _ => "4GiB",
         }
     }
@@ -66,9 +77,9 @@ enum Command {
     Bench {
         #[arg(value_enum)]
         workload: Workload,
-        /// Thread counts, comma-separated.
-        #[arg(long, default_value = "1,2,4,8")]
-        threads: String,
+        /// Thread counts, comma-separated (`--jobs` is the same) [default: 1,2,4,8; frag 16].
+        #[arg(long, visible_alias = "jobs")]
+        threads: Option<String>,
         /// Policies: presets or specs (`preset:key=value:...`), comma-separated.
         #[arg(long, default_value = "ext4-base,ext4-2025,extalloc")]
         policy: String,
@@ -81,8 +92,8 @@ enum Command {
         /// Device size (K, M, G, T; KiB, MiB, GiB, TiB) [default: 16GiB; small-files 4GiB].
         #[arg(long)]
         device_size: Option<String>,
-        /// File size for sparse-writes (per thread) and random-fill (split between threads)
-        /// [default: 4GiB; random-fill 5GiB].
+        /// File size for sparse-writes and frag (per thread) and random-fill (split between
+        /// threads) [default: 4GiB; random-fill 5GiB; frag 256MiB].
         #[arg(long)]
         file_size: Option<String>,
         /// sparse-writes: number of 1 KiB writes (split between threads).
@@ -162,7 +173,9 @@ fn run(cli: Cli) -> Result<()> {
             );
             anyhow::ensure!(repeat >= 1, "--repeat must be at least 1");
             let opts = LabOptions {
-                threads: lab::parse_threads(&threads)?,
+                threads: lab::parse_threads(
+                    threads.as_deref().unwrap_or(workload.default_threads()),
+                )?,
                 policies: policy
                     .split(',')
                     .map(|s| s.trim().to_string())
@@ -200,6 +213,7 @@ fn run(cli: Cli) -> Result<()> {
                 Workload::SmallFiles => lab::small_files::run_once,
                 Workload::AppendVsFallocate => lab::append_vs_fallocate::run_once,
                 Workload::SizeClassEdge => lab::size_class_edge::run_once,
+                Workload::Frag => lab::frag::run_once,
             };
             let report = lab::run_matrix(workload.name(), &opts, run_once)?;
             print!("{}", lab::report::markdown(&report));

@@ -34,7 +34,10 @@ fn bench(name: &str, args: &[&str]) -> Value {
     std::fs::remove_dir_all(&dir).unwrap();
     let table = String::from_utf8(out.stdout).unwrap();
     // Two tables (throughput; layout and free space), one row per run in each.
-    let rows = table.lines().filter(|l| l.starts_with("| ext")).count();
+    let rows = table
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| policy"))
+        .count();
     assert_eq!(
         rows,
         2 * report["runs"].as_array().unwrap().len(),
@@ -172,6 +175,49 @@ fn small_files_fill_the_device() {
     }
 }
 
+#[test]
+fn frag_runs_every_allocator() {
+    let r = bench(
+        "frag",
+        &[
+            "frag",
+            "--jobs",
+            "4",
+            "--file-size",
+            "4MiB",
+            "--policy",
+            "extalloc,ext4-base,tlsf,first-fit",
+        ],
+    );
+    assert_eq!(r["workload"], "frag");
+    for run in runs(&r) {
+        assert_eq!(run["threads"], 4);
+        assert_eq!(run["ops"], 4 * 1024, "{run}");
+        assert_eq!(run["layout"]["files"], 4);
+        // Every file holds 4 MiB: extents x average extent = 4096 KiB.
+        let kib = run["layout"]["extents_per_file"].as_f64().unwrap()
+            * run["layout"]["avg_extent_kib"].as_f64().unwrap();
+        assert!((kib - 4096.0).abs() < 1.0, "{run}");
+        assert_eq!(run["free_space"]["free_blocks"], 16 * 1024 - 4 * 1024);
+    }
+}
+
+#[test]
+fn fallocate2_runs_outside_allocators() {
+    let r = bench(
+        "f2-outside",
+        &[
+            "fallocate2",
+            "--threads",
+            "1,2",
+            "--policy",
+            "tlsf,first-fit",
+        ],
+    );
+    let names: Vec<_> = runs(&r).iter().map(|r| r["policy"].clone()).collect();
+    assert_eq!(names, ["tlsf", "tlsf", "first-fit", "first-fit"]);
+}
+
 /// With and without size classes, at 1 and 2 threads, on a device with room for both.
 const SIZE_CLASSES_AB: [&str; 6] = [
     "--device-size",
@@ -255,4 +301,8 @@ fn workload_options_are_checked() {
     assert!(err.contains("at least 1024 MiB"), "{err}");
     let err = refused(&["random-fill", "--seq-burst", "0"]);
     assert!(err.contains("--seq-burst"), "{err}");
+    let err = refused(&["sparse-writes", "--policy", "extalloc,tlsf"]);
+    assert!(err.contains("tlsf does not have"), "{err}");
+    let err = refused(&["frag", "--jobs", "16", "--device-size", "1GiB"]);
+    assert!(err.contains("do not fit"), "{err}");
 }

@@ -12,10 +12,11 @@
 //! commits the freed fallocates would pile up uncommitted until the device filled and every
 //! allocation met a full device.
 
+use super::backend::LabPolicy;
 use super::report::Run;
-use super::{run_threads, LabOptions, ThreadOutput, Until};
+use super::{run_file_threads, LabOptions, ThreadOutput, Until};
 use anyhow::Result;
-use extalloc::{AllocRequest, DataRequest, Extent, Lifetime, Policy};
+use extalloc::{AllocRequest, DataRequest, Extent, Lifetime};
 use std::collections::VecDeque;
 
 pub const APPEND_BYTES: u64 = 64 << 10;
@@ -25,7 +26,7 @@ const FALLOCATES_LIVE: usize = 2;
 /// Commit when a thread's uncommitted frees reach this fraction of its share of the device.
 const COMMIT_FRACTION: u64 = 8;
 
-pub fn run_once(policy: &Policy, threads: usize, opts: &LabOptions) -> Result<Run> {
+pub fn run_once(policy: &LabPolicy, threads: usize, opts: &LabOptions) -> Result<Run> {
     // Each thread holds up to three fallocates at once beside its share of the appends.
     let min_device = 8 * threads as u64 * FALLOCATE_BYTES;
     anyhow::ensure!(
@@ -33,74 +34,81 @@ pub fn run_once(policy: &Policy, threads: usize, opts: &LabOptions) -> Result<Ru
         "append-vs-fallocate with {threads} threads needs --device-size of at least {} MiB",
         min_device >> 20
     );
-    run_threads(policy, threads, opts, Until::Done, |alloc, t, _stop, _| {
-        let block_bytes = opts.block_bytes();
-        let append_blocks = (APPEND_BYTES / block_bytes).max(1);
-        let fallocate_blocks = (FALLOCATE_BYTES / block_bytes).max(1);
-        let appends_total = opts.device_bytes / 4 / threads as u64 / APPEND_BYTES;
-        let base = (opts.seed << 40) | ((t as u64) << 32);
-        let files = [alloc.create_file(base), alloc.create_file(base + 1)];
-        let mut live: VecDeque<Vec<Extent>> = VecDeque::new();
-        let mut next_id = base + 2;
-        let mut ops = 0;
-        let commit_after = opts.device_bytes / threads as u64 / COMMIT_FRACTION / block_bytes;
-        let mut uncommitted = 0;
-        for i in 0..appends_total {
-            let file = &files[(i % 2) as usize];
-            let mut logical = file.size_blocks();
-            let end = logical + append_blocks;
-            while logical < end {
-                let req = DataRequest::new(logical, end - logical).lifetime(Lifetime::Long);
-                logical += alloc.allocate_data(file, &req)?.len;
-            }
-            ops += 1;
-            if (i + 1) % APPENDS_PER_FALLOCATE == 0 {
-                let mut extents: Vec<Extent> = Vec::new();
-                let mut got = 0;
-                while got < fallocate_blocks {
-                    let mut req = AllocRequest::new(
-                        next_id,
-                        (fallocate_blocks - got).min(alloc.geometry().group_blocks),
-                    )
-                    .logical(got)
-                    .lifetime(Lifetime::Short);
-                    if let Some(last) = extents
-                        .last()
-                        .filter(|e| e.end() < alloc.geometry().blocks_count)
-                    {
-                        req = req.goal(last.end());
-                    }
-                    let e = alloc.allocate(&req)?;
-                    got += e.len;
-                    extents.push(e);
+    run_file_threads(
+        "append-vs-fallocate",
+        policy,
+        threads,
+        opts,
+        Until::Done,
+        |alloc, t, _stop, _| {
+            let block_bytes = opts.block_bytes();
+            let append_blocks = (APPEND_BYTES / block_bytes).max(1);
+            let fallocate_blocks = (FALLOCATE_BYTES / block_bytes).max(1);
+            let appends_total = opts.device_bytes / 4 / threads as u64 / APPEND_BYTES;
+            let base = (opts.seed << 40) | ((t as u64) << 32);
+            let files = [alloc.create_file(base), alloc.create_file(base + 1)];
+            let mut live: VecDeque<Vec<Extent>> = VecDeque::new();
+            let mut next_id = base + 2;
+            let mut ops = 0;
+            let commit_after = opts.device_bytes / threads as u64 / COMMIT_FRACTION / block_bytes;
+            let mut uncommitted = 0;
+            for i in 0..appends_total {
+                let file = &files[(i % 2) as usize];
+                let mut logical = file.size_blocks();
+                let end = logical + append_blocks;
+                while logical < end {
+                    let req = DataRequest::new(logical, end - logical).lifetime(Lifetime::Long);
+                    logical += alloc.allocate_data(file, &req)?.len;
                 }
-                next_id += 1;
                 ops += 1;
-                live.push_back(extents);
-                if live.len() > FALLOCATES_LIVE {
-                    for e in live.pop_front().expect("non-empty") {
-                        alloc.free(e)?;
-                        uncommitted += e.len;
+                if (i + 1) % APPENDS_PER_FALLOCATE == 0 {
+                    let mut extents: Vec<Extent> = Vec::new();
+                    let mut got = 0;
+                    while got < fallocate_blocks {
+                        let mut req = AllocRequest::new(
+                            next_id,
+                            (fallocate_blocks - got).min(alloc.geometry().group_blocks),
+                        )
+                        .logical(got)
+                        .lifetime(Lifetime::Short);
+                        if let Some(last) = extents
+                            .last()
+                            .filter(|e| e.end() < alloc.geometry().blocks_count)
+                        {
+                            req = req.goal(last.end());
+                        }
+                        let e = alloc.allocate(&req)?;
+                        got += e.len;
+                        extents.push(e);
                     }
-                    if uncommitted >= commit_after {
-                        alloc.commit();
-                        uncommitted = 0;
+                    next_id += 1;
+                    ops += 1;
+                    live.push_back(extents);
+                    if live.len() > FALLOCATES_LIVE {
+                        for e in live.pop_front().expect("non-empty") {
+                            alloc.free(e)?;
+                            uncommitted += e.len;
+                        }
+                        if uncommitted >= commit_after {
+                            alloc.commit();
+                            uncommitted = 0;
+                        }
                     }
                 }
             }
-        }
-        for extents in live {
-            for e in extents {
-                alloc.free(e)?;
+            for extents in live {
+                for e in extents {
+                    alloc.free(e)?;
+                }
             }
-        }
-        Ok(ThreadOutput {
-            ops,
-            files: files
-                .iter()
-                .map(|f| f.extents().into_iter().map(|(_, e)| e).collect())
-                .collect(),
-            marks: Vec::new(),
-        })
-    })
+            Ok(ThreadOutput {
+                ops,
+                files: files
+                    .iter()
+                    .map(|f| f.extents().into_iter().map(|(_, e)| e).collect())
+                    .collect(),
+                marks: Vec::new(),
+            })
+        },
+    )
 }

@@ -2,7 +2,9 @@
 //! and report throughput, latency, layout and free-space figures (DESIGN.md section 8).
 
 pub mod append_vs_fallocate;
+pub mod backend;
 pub mod fallocate2;
+pub mod frag;
 pub mod random_fill;
 pub mod report;
 pub mod size_class_edge;
@@ -10,10 +12,14 @@ pub mod small_files;
 pub mod sparse_writes;
 
 use anyhow::{bail, Context, Result};
-use extalloc::{Allocator, Extent, Geometry, Policy};
+use backend::{Backend, LabPolicy};
+use extalloc::{Extent, Geometry};
 use report::{ProgressPoint, Report, Run};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+/// Workloads that allocate plain extents (no files): outside allocators can run them.
+pub const PLAIN_WORKLOADS: &[&str] = &["fallocate2", "frag"];
 
 /// Options shared by the lab's workloads.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -89,20 +95,39 @@ pub enum Until {
     Done,
 }
 
-/// Runs `body` on `threads` threads over a fresh device while the calling thread commits
-/// every `commit_ms`, then measures the run.
-pub fn run_threads<F>(
-    policy: &Policy,
+/// [`run_threads`] for workloads that need files: the body gets the extalloc allocator; an
+/// outside allocator is refused with a message naming `workload`.
+pub fn run_file_threads<F>(
+    workload: &str,
+    policy: &LabPolicy,
     threads: usize,
     opts: &LabOptions,
     until: Until,
     body: F,
 ) -> Result<Run>
 where
-    F: Fn(&Allocator, usize, &AtomicBool, Instant) -> Result<ThreadOutput> + Sync,
+    F: Fn(&extalloc::Allocator, usize, &AtomicBool, Instant) -> Result<ThreadOutput> + Sync,
+{
+    run_threads(policy, threads, opts, until, |b, t, stop, started| {
+        body(b.extalloc(workload)?, t, stop, started)
+    })
+}
+
+/// Runs `body` on `threads` threads over a fresh device while the calling thread commits
+/// every `commit_ms`, then measures the run.
+pub fn run_threads<F>(
+    policy: &LabPolicy,
+    threads: usize,
+    opts: &LabOptions,
+    until: Until,
+    body: F,
+) -> Result<Run>
+where
+    F: Fn(&Backend, usize, &AtomicBool, Instant) -> Result<ThreadOutput> + Sync,
 {
     let geometry = opts.geometry()?;
-    let alloc = Allocator::new(geometry, policy.clone()).context("creating the allocator")?;
+    let alloc = Backend::new(policy, geometry)?;
+    let name = policy.name();
     let stop = AtomicBool::new(false);
     let commit_every = Duration::from_millis(opts.commit_ms.max(1));
     let mut commits = 0u64;
@@ -145,7 +170,7 @@ where
     let mut ops = 0;
     let mut marks: Vec<Vec<Duration>> = Vec::new();
     for r in results {
-        let r = r.with_context(|| format!("{}: a worker failed", policy.name))?;
+        let r = r.with_context(|| format!("{name}: a worker failed"))?;
         ops += r.ops;
         files.extend(r.files);
         marks.push(r.marks);
@@ -157,20 +182,20 @@ where
     commits += 1;
     alloc
         .check()
-        .with_context(|| format!("{}: invariant check after the run", policy.name))?;
+        .with_context(|| format!("{name}: invariant check after the run"))?;
     let seconds = elapsed.as_secs_f64();
     let ops_per_sec = ops as f64 / seconds;
     Ok(Run {
-        policy: policy.name.clone(),
+        policy: name.clone(),
         threads,
         seconds,
         ops,
         ops_per_sec,
         ops_per_sec_repeats: vec![ops_per_sec],
-        latency_ns: report::latency(&alloc),
+        latency_ns: alloc.latency(),
         layout: report::layout(&files, geometry.block_size),
         free_space: report::free_space_json(&alloc.free_space(), geometry.block_size),
-        counters: report::counters(&alloc, commits),
+        counters: alloc.counters(commits),
         progress: progress(&marks, ops),
     })
 }
@@ -269,13 +294,22 @@ pub fn parse_threads(s: &str) -> Result<Vec<usize>> {
 pub fn run_matrix(
     workload: &str,
     opts: &LabOptions,
-    run_once: impl Fn(&Policy, usize, &LabOptions) -> Result<Run>,
+    run_once: impl Fn(&LabPolicy, usize, &LabOptions) -> Result<Run>,
 ) -> Result<Report> {
-    let policies: Vec<Policy> = opts
+    let policies: Vec<LabPolicy> = opts
         .policies
         .iter()
-        .map(|p| Policy::parse(p).with_context(|| format!("--policy '{p}'")))
+        .map(|p| LabPolicy::parse(p))
         .collect::<Result<_>>()?;
+    if let Some(outside) = policies.iter().find(|p| matches!(p, LabPolicy::Outside(_))) {
+        anyhow::ensure!(
+            PLAIN_WORKLOADS.contains(&workload),
+            "{workload} needs files and preallocation, which {} does not have; outside \
+             allocators run {}",
+            outside.name(),
+            PLAIN_WORKLOADS.join(" and ")
+        );
+    }
     let geometry = opts.geometry()?;
     let total = policies.len() * opts.threads.len() * opts.repeat;
     let mut done = 0;
@@ -286,7 +320,7 @@ pub fn run_matrix(
                 done += 1;
                 eprint!(
                     "[{done}/{total}] {workload} {} x{threads} (repeat {}/{})... ",
-                    policy.name,
+                    policy.name(),
                     rep + 1,
                     opts.repeat
                 );

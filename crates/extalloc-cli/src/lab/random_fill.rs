@@ -3,17 +3,19 @@
 //! writes before each jump. Every offset is written once; a write to an unallocated block
 //! allocates it.
 
+use super::backend::LabPolicy;
 use super::report::Run;
-use super::{run_threads, LabOptions, Marks, ThreadOutput, Until};
+use super::{run_file_threads, LabOptions, Marks, ThreadOutput, Until};
 use anyhow::Result;
-use extalloc::{DataRequest, Policy};
+use extalloc::DataRequest;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
 pub const WRITE_BYTES: u64 = 1024;
 
-pub fn run_once(policy: &Policy, threads: usize, opts: &LabOptions) -> Result<Run> {
-    run_threads(
+pub fn run_once(policy: &LabPolicy, threads: usize, opts: &LabOptions) -> Result<Run> {
+    run_file_threads(
+        "random-fill",
         policy,
         threads,
         opts,

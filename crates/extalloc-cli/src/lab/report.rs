@@ -178,8 +178,7 @@ pub fn counters(alloc: &Allocator, commits: u64) -> Counters {
     }
 }
 
-pub fn latency(alloc: &Allocator) -> Latency {
-    let h = alloc.stats_handle().latency_histogram();
+pub fn latency_of(h: &hdrhistogram::Histogram<u64>) -> Latency {
     Latency {
         p50: h.value_at_quantile(0.50),
         p95: h.value_at_quantile(0.95),

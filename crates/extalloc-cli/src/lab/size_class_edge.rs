@@ -6,79 +6,87 @@
 //! files are the long-lived ones). The run writes files until the long-lived ones would hold
 //! half the device. One op is one extent allocation.
 
+use super::backend::LabPolicy;
 use super::report::Run;
-use super::{run_threads, LabOptions, ThreadOutput, Until};
+use super::{run_file_threads, LabOptions, ThreadOutput, Until};
 use anyhow::Result;
-use extalloc::{AllocRequest, Extent, Lifetime, Policy};
+use extalloc::{AllocRequest, Extent, Lifetime};
 use std::collections::VecDeque;
 
 const EXTENTS_PER_FILE: u64 = 8;
 const SHORT_LIVED_KEPT: usize = 4;
 
-pub fn run_once(policy: &Policy, threads: usize, opts: &LabOptions) -> Result<Run> {
-    run_threads(policy, threads, opts, Until::Done, |alloc, t, _stop, _| {
-        let block_bytes = opts.block_bytes();
-        let small = ((128 << 10) - block_bytes) / block_bytes;
-        let medium = ((8 << 20) - block_bytes) / block_bytes;
-        let avg_file_blocks = EXTENTS_PER_FILE * (small + medium) / 2;
-        // Half the files are long-lived: stop when they would fill half the device.
-        let files_total =
-            (opts.device_bytes / block_bytes / 2 / (avg_file_blocks / 2)).max(2) / threads as u64;
-        let mut kept: Vec<Vec<Extent>> = Vec::new();
-        let mut short: VecDeque<Vec<Extent>> = VecDeque::new();
-        let mut ops = 0;
-        for k in 0..files_total {
-            let is_small = k % 2 == 0;
-            let chunk = if is_small { small } else { medium };
-            let long = if opts.mix { is_small } else { (k / 2) % 2 == 0 };
-            let hint = match (opts.mix, long) {
-                (false, _) => Lifetime::Unknown,
-                (true, true) => Lifetime::Long,
-                (true, false) => Lifetime::Short,
-            };
-            let id = (opts.seed << 40) | ((t as u64) << 32) | k;
-            let mut extents: Vec<Extent> = Vec::new();
-            for i in 0..EXTENTS_PER_FILE {
-                let mut left = chunk;
-                while left > 0 {
-                    let mut req = AllocRequest::new(id, left)
-                        .logical(i * chunk + chunk - left)
-                        .lifetime(hint);
-                    if let Some(last) = extents
-                        .last()
-                        .filter(|e| e.end() < alloc.geometry().blocks_count)
-                    {
-                        req = req.goal(last.end());
+pub fn run_once(policy: &LabPolicy, threads: usize, opts: &LabOptions) -> Result<Run> {
+    run_file_threads(
+        "size-class-edge",
+        policy,
+        threads,
+        opts,
+        Until::Done,
+        |alloc, t, _stop, _| {
+            let block_bytes = opts.block_bytes();
+            let small = ((128 << 10) - block_bytes) / block_bytes;
+            let medium = ((8 << 20) - block_bytes) / block_bytes;
+            let avg_file_blocks = EXTENTS_PER_FILE * (small + medium) / 2;
+            // Half the files are long-lived: stop when they would fill half the device.
+            let files_total = (opts.device_bytes / block_bytes / 2 / (avg_file_blocks / 2)).max(2)
+                / threads as u64;
+            let mut kept: Vec<Vec<Extent>> = Vec::new();
+            let mut short: VecDeque<Vec<Extent>> = VecDeque::new();
+            let mut ops = 0;
+            for k in 0..files_total {
+                let is_small = k % 2 == 0;
+                let chunk = if is_small { small } else { medium };
+                let long = if opts.mix { is_small } else { (k / 2) % 2 == 0 };
+                let hint = match (opts.mix, long) {
+                    (false, _) => Lifetime::Unknown,
+                    (true, true) => Lifetime::Long,
+                    (true, false) => Lifetime::Short,
+                };
+                let id = (opts.seed << 40) | ((t as u64) << 32) | k;
+                let mut extents: Vec<Extent> = Vec::new();
+                for i in 0..EXTENTS_PER_FILE {
+                    let mut left = chunk;
+                    while left > 0 {
+                        let mut req = AllocRequest::new(id, left)
+                            .logical(i * chunk + chunk - left)
+                            .lifetime(hint);
+                        if let Some(last) = extents
+                            .last()
+                            .filter(|e| e.end() < alloc.geometry().blocks_count)
+                        {
+                            req = req.goal(last.end());
+                        }
+                        let e = alloc.allocate(&req)?;
+                        left -= e.len;
+                        ops += 1;
+                        match extents.last_mut() {
+                            Some(last) if last.end() == e.start => last.len += e.len,
+                            _ => extents.push(e),
+                        }
                     }
-                    let e = alloc.allocate(&req)?;
-                    left -= e.len;
-                    ops += 1;
-                    match extents.last_mut() {
-                        Some(last) if last.end() == e.start => last.len += e.len,
-                        _ => extents.push(e),
+                }
+                if long {
+                    kept.push(extents);
+                } else {
+                    short.push_back(extents);
+                    if short.len() > SHORT_LIVED_KEPT {
+                        for e in short.pop_front().expect("non-empty") {
+                            alloc.free(e)?;
+                        }
                     }
                 }
             }
-            if long {
-                kept.push(extents);
-            } else {
-                short.push_back(extents);
-                if short.len() > SHORT_LIVED_KEPT {
-                    for e in short.pop_front().expect("non-empty") {
-                        alloc.free(e)?;
-                    }
+            for extents in short {
+                for e in extents {
+                    alloc.free(e)?;
                 }
             }
-        }
-        for extents in short {
-            for e in extents {
-                alloc.free(e)?;
-            }
-        }
-        Ok(ThreadOutput {
-            ops,
-            files: kept,
-            marks: Vec::new(),
-        })
-    })
+            Ok(ThreadOutput {
+                ops,
+                files: kept,
+                marks: Vec::new(),
+            })
+        },
+    )
 }

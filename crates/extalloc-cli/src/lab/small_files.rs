@@ -1,46 +1,54 @@
 //! `small-files` (seed 002, test 4, after fs_mark): every thread creates files of 2 KiB (one
 //! write, then close) until the device is full, or `--fill` of it is used. One op is one file.
 
+use super::backend::LabPolicy;
 use super::report::Run;
-use super::{run_threads, LabOptions, ThreadOutput, Until};
+use super::{run_file_threads, LabOptions, ThreadOutput, Until};
 use anyhow::Result;
-use extalloc::{DataRequest, Error, Policy};
+use extalloc::{DataRequest, Error};
 use std::sync::atomic::Ordering;
 
 pub const FILE_BYTES: u64 = 2048;
 
-pub fn run_once(policy: &Policy, threads: usize, opts: &LabOptions) -> Result<Run> {
-    run_threads(policy, threads, opts, Until::Done, |alloc, t, stop, _| {
-        let blocks = FILE_BYTES.div_ceil(opts.block_bytes());
-        let total = alloc.geometry().blocks_count;
-        // Stop once free blocks (locality chunks count as used) fall to this.
-        let floor = ((1.0 - opts.fill) * total as f64) as u64;
-        let mut files = Vec::new();
-        let mut n = 0u64;
-        loop {
-            let file = alloc.create_file((opts.seed << 48) | ((t as u64) << 32) | n);
-            match alloc.allocate_data(&file, &DataRequest::new(0, blocks)) {
-                Ok(e) => {
-                    files.push(vec![e]);
-                    // Close: unused preallocation goes back.
-                    alloc.release_prealloc(&file)?;
-                    n += 1;
+pub fn run_once(policy: &LabPolicy, threads: usize, opts: &LabOptions) -> Result<Run> {
+    run_file_threads(
+        "small-files",
+        policy,
+        threads,
+        opts,
+        Until::Done,
+        |alloc, t, stop, _| {
+            let blocks = FILE_BYTES.div_ceil(opts.block_bytes());
+            let total = alloc.geometry().blocks_count;
+            // Stop once free blocks (locality chunks count as used) fall to this.
+            let floor = ((1.0 - opts.fill) * total as f64) as u64;
+            let mut files = Vec::new();
+            let mut n = 0u64;
+            loop {
+                let file = alloc.create_file((opts.seed << 48) | ((t as u64) << 32) | n);
+                match alloc.allocate_data(&file, &DataRequest::new(0, blocks)) {
+                    Ok(e) => {
+                        files.push(vec![e]);
+                        // Close: unused preallocation goes back.
+                        alloc.release_prealloc(&file)?;
+                        n += 1;
+                    }
+                    Err(Error::NoSpace { .. }) => break,
+                    Err(e) => return Err(e.into()),
                 }
-                Err(Error::NoSpace { .. }) => break,
-                Err(e) => return Err(e.into()),
+                // A safety stop for very large devices: --seconds bounds the run.
+                if n.is_multiple_of(1024) && stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                if floor > 0 && n.is_multiple_of(64) && alloc.free_blocks() <= floor {
+                    break;
+                }
             }
-            // A safety stop for very large devices: --seconds bounds the run.
-            if n.is_multiple_of(1024) && stop.load(Ordering::Relaxed) {
-                break;
-            }
-            if floor > 0 && n.is_multiple_of(64) && alloc.free_blocks() <= floor {
-                break;
-            }
-        }
-        Ok(ThreadOutput {
-            ops: n,
-            files,
-            marks: Vec::new(),
-        })
-    })
+            Ok(ThreadOutput {
+                ops: n,
+                files,
+                marks: Vec::new(),
+            })
+        },
+    )
 }

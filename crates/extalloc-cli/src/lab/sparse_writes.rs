@@ -3,17 +3,19 @@
 //! file's preallocations. The file's PA count grows with the run, so the per-tenth
 //! throughput (`progress` in the JSON) shows how the PA lookup cost grows with it.
 
+use super::backend::LabPolicy;
 use super::report::Run;
-use super::{run_threads, LabOptions, Marks, ThreadOutput, Until};
+use super::{run_file_threads, LabOptions, Marks, ThreadOutput, Until};
 use anyhow::Result;
-use extalloc::{DataRequest, Policy};
+use extalloc::DataRequest;
 use rand::{Rng, SeedableRng};
 
 /// Bytes per write.
 pub const WRITE_BYTES: u64 = 1024;
 
-pub fn run_once(policy: &Policy, threads: usize, opts: &LabOptions) -> Result<Run> {
-    run_threads(
+pub fn run_once(policy: &LabPolicy, threads: usize, opts: &LabOptions) -> Result<Run> {
+    run_file_threads(
+        "sparse-writes",
         policy,
         threads,
         opts,

@@ -5,6 +5,7 @@
 //! btrfs's `frag_pct`: `100 * (1 - largest free run / free blocks)`.
 
 use super::allocator::Allocator;
+use crate::geometry::Geometry;
 
 /// Free extents whose length has this floor(log2).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -74,6 +75,73 @@ impl FreeSpace {
     }
 }
 
+impl FreeSpace {
+    /// Builds the figures from a device's free runs (`(start, len)`, sorted, disjoint), as
+    /// another allocator or a file system reports them: runs that touch are one extent, and
+    /// each group's figures count the part of every run inside it. For the lab's outside
+    /// allocators and the kernel comparison.
+    pub fn from_free_runs(geometry: &Geometry, runs: impl IntoIterator<Item = (u64, u64)>) -> Self {
+        let mut groups: Vec<GroupFree> = (0..geometry.groups_count())
+            .map(|_| GroupFree {
+                class_tag: 0,
+                free_blocks: 0,
+                largest_free_run: 0,
+                fragments: 0,
+            })
+            .collect();
+        let mut merged: Vec<u64> = Vec::new();
+        let mut open: Option<(u64, u64)> = None;
+        for (start, len) in runs {
+            let (mut at, end) = (start, start + len);
+            while at < end {
+                let g = geometry.group_of(at);
+                let piece = (geometry.group_start(g) + geometry.group_blocks).min(end) - at;
+                let gf = &mut groups[g as usize];
+                gf.free_blocks += piece as u32;
+                gf.largest_free_run = gf.largest_free_run.max(piece as u32);
+                gf.fragments += 1;
+                at += piece;
+            }
+            match open {
+                Some((s, l)) if s + l == start => open = Some((s, l + len)),
+                _ => {
+                    if let Some((_, l)) = open {
+                        merged.push(l);
+                    }
+                    open = Some((start, len));
+                }
+            }
+        }
+        if let Some((_, l)) = open {
+            merged.push(l);
+        }
+        Self::from_parts(merged, groups)
+    }
+
+    fn from_parts(runs: Vec<u64>, groups: Vec<GroupFree>) -> Self {
+        let mut histogram: Vec<FreeBucket> = Vec::new();
+        for &len in &runs {
+            let order = 63 - len.leading_zeros();
+            while histogram.len() <= order as usize {
+                histogram.push(FreeBucket {
+                    order: histogram.len() as u32,
+                    count: 0,
+                    blocks: 0,
+                });
+            }
+            histogram[order as usize].count += 1;
+            histogram[order as usize].blocks += len;
+        }
+        FreeSpace {
+            free_blocks: runs.iter().sum(),
+            free_extents: runs.len() as u64,
+            largest_free_extent_blocks: runs.iter().copied().max().unwrap_or(0),
+            histogram,
+            groups,
+        }
+    }
+}
+
 impl Allocator {
     /// Measures the free space, group by group under each group's lock. Pending frees count
     /// as used. Consistent when no other thread changes the allocator meanwhile.
@@ -109,25 +177,6 @@ impl Allocator {
         if let Some((_, l)) = open {
             runs.push(l);
         }
-        let mut histogram: Vec<FreeBucket> = Vec::new();
-        for &len in &runs {
-            let order = 63 - len.leading_zeros();
-            while histogram.len() <= order as usize {
-                histogram.push(FreeBucket {
-                    order: histogram.len() as u32,
-                    count: 0,
-                    blocks: 0,
-                });
-            }
-            histogram[order as usize].count += 1;
-            histogram[order as usize].blocks += len;
-        }
-        FreeSpace {
-            free_blocks: runs.iter().sum(),
-            free_extents: runs.len() as u64,
-            largest_free_extent_blocks: runs.iter().copied().max().unwrap_or(0),
-            histogram,
-            groups,
-        }
+        FreeSpace::from_parts(runs, groups)
     }
 }
