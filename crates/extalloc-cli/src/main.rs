@@ -2,8 +2,10 @@
 //!
 //! `extalloc bench fallocate2` runs a workload against each policy and thread count on the
 //! embedded memory device and prints a Markdown table (and writes JSON with `--json`).
+//! `extalloc compare WORKLOAD --fs ext4,xfs,btrfs` runs it on the kernel's file systems too.
 //! `extalloc policies` lists the presets and the keys a policy spec may set.
 
+mod compare;
 mod lab;
 
 use anyhow::{Context, Result};
@@ -74,58 +76,71 @@ impl Workload {
 #[derive(Subcommand)]
 enum Command {
     /// Run a workload for every policy x thread count and print a results table.
-    Bench {
-        #[arg(value_enum)]
-        workload: Workload,
-        /// Thread counts, comma-separated (`--jobs` is the same) [default: 1,2,4,8; frag 16].
-        #[arg(long, visible_alias = "jobs")]
-        threads: Option<String>,
-        /// Policies: presets or specs (`preset:key=value:...`), comma-separated.
-        #[arg(long, default_value = "ext4-base,ext4-2025,extalloc")]
-        policy: String,
-        /// Seconds per run (time-bound workloads; an upper bound for small-files).
-        #[arg(long, default_value_t = 2.0)]
-        seconds: f64,
-        /// Repetitions of the whole matrix; the table shows the median.
-        #[arg(long, default_value_t = 1)]
-        repeat: usize,
-        /// Device size (K, M, G, T; KiB, MiB, GiB, TiB) [default: 16GiB; small-files 4GiB].
-        #[arg(long)]
-        device_size: Option<String>,
-        /// File size for sparse-writes and frag (per thread) and random-fill (split between
-        /// threads) [default: 4GiB; random-fill 5GiB; frag 256MiB].
-        #[arg(long)]
-        file_size: Option<String>,
-        /// sparse-writes: number of 1 KiB writes (split between threads).
-        #[arg(long, default_value_t = 200_000)]
-        writes: u64,
-        /// random-fill: sequential 1 KiB writes before each jump.
-        #[arg(long, default_value_t = 1)]
-        seq_burst: u64,
-        /// size-class-edge: pass lifetime hints that run against size.
-        #[arg(long)]
-        mix: bool,
-        /// small-files: stop when this fraction of the device is used (0 < fill <= 1).
-        #[arg(long, default_value_t = 1.0)]
-        fill: f64,
-        /// Block size in bytes.
-        #[arg(long, default_value_t = 4096)]
-        block_size: u32,
-        /// Blocks per group (a power of two).
-        #[arg(long, default_value_t = extalloc::GROUP_BLOCKS_DEFAULT)]
-        group_blocks: u64,
-        /// How often the committer makes pending frees reusable, in milliseconds.
-        #[arg(long, default_value_t = 100)]
-        commit_ms: u64,
-        /// Seed: varies file ids (and so stream-goal hashing) between runs.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// Write the JSON report (schema extalloc-bench/1) here.
-        #[arg(long)]
-        json: Option<std::path::PathBuf>,
+    Bench(BenchArgs),
+    /// Run a workload on extalloc's policies and on the kernel's ext4, XFS and btrfs (loop
+    /// devices backed by /dev/shm; needs root) and print one table.
+    Compare {
+        /// Kernel file systems, comma-separated (those whose mkfs is installed).
+        #[arg(long, default_value = "ext4,xfs,btrfs")]
+        fs: String,
+        #[command(flatten)]
+        args: BenchArgs,
     },
     /// List the policy presets and the keys a policy spec may set.
     Policies,
+}
+
+/// A workload and its options (shared by `bench` and `compare`).
+#[derive(clap::Args)]
+struct BenchArgs {
+    #[arg(value_enum)]
+    workload: Workload,
+    /// Thread counts, comma-separated (`--jobs` is the same) [default: 1,2,4,8; frag 16].
+    #[arg(long, visible_alias = "jobs")]
+    threads: Option<String>,
+    /// Policies: presets or specs (`preset:key=value:...`), comma-separated.
+    #[arg(long, default_value = "ext4-base,ext4-2025,extalloc")]
+    policy: String,
+    /// Seconds per run (time-bound workloads; an upper bound for small-files).
+    #[arg(long, default_value_t = 2.0)]
+    seconds: f64,
+    /// Repetitions of the whole matrix; the table shows the median.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
+    /// Device size (K, M, G, T; KiB, MiB, GiB, TiB) [default: 16GiB; small-files 4GiB].
+    #[arg(long)]
+    device_size: Option<String>,
+    /// File size for sparse-writes and frag (per thread) and random-fill (split between
+    /// threads) [default: 4GiB; random-fill 5GiB; frag 256MiB].
+    #[arg(long)]
+    file_size: Option<String>,
+    /// sparse-writes: number of 1 KiB writes (split between threads).
+    #[arg(long, default_value_t = 200_000)]
+    writes: u64,
+    /// random-fill: sequential 1 KiB writes before each jump.
+    #[arg(long, default_value_t = 1)]
+    seq_burst: u64,
+    /// size-class-edge: pass lifetime hints that run against size.
+    #[arg(long)]
+    mix: bool,
+    /// small-files: stop when this fraction of the device is used (0 < fill <= 1).
+    #[arg(long, default_value_t = 1.0)]
+    fill: f64,
+    /// Block size in bytes.
+    #[arg(long, default_value_t = 4096)]
+    block_size: u32,
+    /// Blocks per group (a power of two).
+    #[arg(long, default_value_t = extalloc::GROUP_BLOCKS_DEFAULT)]
+    group_blocks: u64,
+    /// How often the committer makes pending frees reusable, in milliseconds.
+    #[arg(long, default_value_t = 100)]
+    commit_ms: u64,
+    /// Seed: varies file ids (and so stream-goal hashing) between runs.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write the JSON report (schema extalloc-bench/1) here.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
 }
 
 fn main() {
@@ -145,7 +160,29 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Bench {
+        Command::Bench(args) => {
+            let (workload, opts, json) = args.into_options()?;
+            let run_once = workload.run_once();
+            let report = lab::run_matrix(workload.name(), &opts, run_once)?;
+            emit(&report, json.as_deref())
+        }
+        Command::Compare { fs, args } => {
+            let (workload, opts, json) = args.into_options()?;
+            let fs = fs
+                .split(',')
+                .filter(|s| !s.trim().is_empty())
+                .map(compare::kernel::Fs::parse)
+                .collect::<Result<Vec<_>>>()?;
+            let report = compare::run(workload.name(), workload.run_once(), &fs, &opts)?;
+            emit(&report, json.as_deref())
+        }
+    }
+}
+
+impl BenchArgs {
+    /// Checks the options and resolves the workload's defaults.
+    fn into_options(self) -> Result<(Workload, LabOptions, Option<std::path::PathBuf>)> {
+        let BenchArgs {
             workload,
             threads,
             policy,
@@ -162,7 +199,8 @@ fn run(cli: Cli) -> Result<()> {
             commit_ms,
             seed,
             json,
-        } => {
+        } = self;
+        {
             anyhow::ensure!(
                 fill > 0.0 && fill <= 1.0,
                 "--fill must be above 0 and at most 1"
@@ -206,24 +244,32 @@ fn run(cli: Cli) -> Result<()> {
                 (1..=1 << 20).contains(&seq_burst),
                 "--seq-burst must be from 1 to 1048576"
             );
-            let run_once = match workload {
-                Workload::Fallocate2 => lab::fallocate2::run_once,
-                Workload::SparseWrites => lab::sparse_writes::run_once,
-                Workload::RandomFill => lab::random_fill::run_once,
-                Workload::SmallFiles => lab::small_files::run_once,
-                Workload::AppendVsFallocate => lab::append_vs_fallocate::run_once,
-                Workload::SizeClassEdge => lab::size_class_edge::run_once,
-                Workload::Frag => lab::frag::run_once,
-            };
-            let report = lab::run_matrix(workload.name(), &opts, run_once)?;
-            print!("{}", lab::report::markdown(&report));
-            if let Some(path) = json {
-                let text = serde_json::to_string_pretty(&report)?;
-                std::fs::write(&path, text + "\n")
-                    .with_context(|| format!("writing {}", path.display()))?;
-                eprintln!("wrote {}", path.display());
-            }
-            Ok(())
+            Ok((workload, opts, json))
         }
     }
+}
+
+impl Workload {
+    fn run_once(self) -> lab::RunOnce {
+        match self {
+            Workload::Fallocate2 => lab::fallocate2::run_once,
+            Workload::SparseWrites => lab::sparse_writes::run_once,
+            Workload::RandomFill => lab::random_fill::run_once,
+            Workload::SmallFiles => lab::small_files::run_once,
+            Workload::AppendVsFallocate => lab::append_vs_fallocate::run_once,
+            Workload::SizeClassEdge => lab::size_class_edge::run_once,
+            Workload::Frag => lab::frag::run_once,
+        }
+    }
+}
+
+/// Prints the tables and writes the JSON report.
+fn emit(report: &lab::report::Report, json: Option<&std::path::Path>) -> Result<()> {
+    print!("{}", lab::report::markdown(report));
+    if let Some(path) = json {
+        let text = serde_json::to_string_pretty(report)?;
+        std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
 }

@@ -306,3 +306,60 @@ fn workload_options_are_checked() {
     let err = refused(&["frag", "--jobs", "16", "--device-size", "1GiB"]);
     assert!(err.contains("do not fit"), "{err}");
 }
+
+#[test]
+fn compare_runs_on_kernel_ext4() {
+    let out = Command::new(env!("CARGO_BIN_EXE_extalloc"))
+        .args(["compare", "sparse-writes", "--fs", "ext4"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bench workload only"), "{err}");
+
+    let dir = std::env::temp_dir().join(format!("extalloc-compare-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("c.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_extalloc"))
+        .args(["compare", "frag", "--fs", "ext4", "--jobs", "2"])
+        .args([
+            "--file-size",
+            "4MiB",
+            "--device-size",
+            "256MiB",
+            "--policy",
+            "extalloc",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    if !out.status.success() {
+        // Without root, the tools or loop devices, compare must say why, not fail silently.
+        assert!(
+            err.contains("needs root") || err.contains("not installed") || err.contains("losetup"),
+            "{err}"
+        );
+        eprintln!("skipped the kernel run: {}", err.trim());
+        return;
+    }
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let kernel = report["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["policy"] == "kernel-ext4")
+        .expect("a kernel-ext4 run");
+    assert_eq!(kernel["ops"], 2 * 1024);
+    assert_eq!(kernel["layout"]["files"], 2);
+    let kib = kernel["layout"]["extents_per_file"].as_f64().unwrap()
+        * kernel["layout"]["avg_extent_kib"].as_f64().unwrap();
+    assert!(
+        (kib - 4096.0).abs() < 1.0,
+        "FIEMAP sees each 4 MiB file: {kernel}"
+    );
+    assert!(kernel["free_space"]["free_extents"].as_u64().unwrap() >= 1);
+    assert!(kernel["free_space"]["fragmented_groups"].is_u64());
+}

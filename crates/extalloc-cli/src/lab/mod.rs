@@ -18,6 +18,9 @@ use report::{ProgressPoint, Report, Run};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+/// One run of a workload: a policy, a thread count, the options.
+pub type RunOnce = fn(&LabPolicy, usize, &LabOptions) -> Result<Run>;
+
 /// Workloads that allocate plain extents (no files): outside allocators can run them.
 pub const PLAIN_WORKLOADS: &[&str] = &["fallocate2", "frag"];
 
@@ -194,8 +197,11 @@ where
         ops_per_sec_repeats: vec![ops_per_sec],
         latency_ns: alloc.latency(),
         layout: report::layout(&files, geometry.block_size),
-        free_space: report::free_space_json(&alloc.free_space(), geometry.block_size),
-        counters: alloc.counters(commits),
+        free_space: Some(report::free_space_json(
+            &alloc.free_space(),
+            geometry.block_size,
+        )),
+        counters: Some(alloc.counters(commits)),
         progress: progress(&marks, ops),
     })
 }

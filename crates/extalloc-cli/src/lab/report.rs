@@ -32,8 +32,12 @@ pub struct Run {
     pub ops_per_sec_repeats: Vec<f64>,
     pub latency_ns: Latency,
     pub layout: Layout,
-    pub free_space: FreeSpaceJson,
-    pub counters: Counters,
+    /// Absent when the free space could not be measured (kernel btrfs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub free_space: Option<FreeSpaceJson>,
+    /// Absent for the kernel's file systems.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub counters: Option<Counters>,
     /// Throughput of each tenth of the run (workloads with a fixed amount of work).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub progress: Option<Vec<ProgressPoint>>,
@@ -72,9 +76,11 @@ pub struct FreeSpaceJson {
     pub free_blocks: u64,
     pub free_extents: u64,
     pub avg_free_extent_kib: f64,
-    pub largest_free_extent_kib: f64,
-    pub fragmented_groups: u64,
-    pub frag_pct_mean: f64,
+    /// Null where the tool does not tell (XFS's `freesp`).
+    pub largest_free_extent_kib: Option<f64>,
+    /// Null where per-group free runs are unknown (XFS).
+    pub fragmented_groups: Option<u64>,
+    pub frag_pct_mean: Option<f64>,
     pub histogram: Vec<HistogramBucket>,
 }
 
@@ -146,9 +152,9 @@ pub fn free_space_json(fs: &FreeSpace, block_size: u32) -> FreeSpaceJson {
         free_blocks: fs.free_blocks,
         free_extents: fs.free_extents,
         avg_free_extent_kib: kib(fs.avg_free_extent_blocks()),
-        largest_free_extent_kib: kib(fs.largest_free_extent_blocks as f64),
-        fragmented_groups: fs.fragmented_groups(),
-        frag_pct_mean: fs.frag_pct_mean(),
+        largest_free_extent_kib: Some(kib(fs.largest_free_extent_blocks as f64)),
+        fragmented_groups: Some(fs.fragmented_groups()),
+        frag_pct_mean: Some(fs.frag_pct_mean()),
         histogram: fs
             .histogram
             .iter()
@@ -227,21 +233,19 @@ pub fn markdown(report: &Report) -> String {
             .find(|b| b.policy == baseline && b.threads == r.threads)
             .map(|b| b.ops_per_sec);
         let ratio = base.map_or("-".to_string(), |b| format!("{:.2}x", r.ops_per_sec / b));
+        let counter = |f: &dyn Fn(&Counters) -> String| r.counters.as_ref().map_or("-".into(), f);
+        let ops = r.ops;
         out.push_str(&format!(
-            "| {} | {} | {:.0} | {} | {} | {} | {:.2} | {:.2} | {:.2} |\n",
+            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} |\n",
             r.policy,
             r.threads,
             r.ops_per_sec,
             ratio,
             r.latency_ns.p50,
             r.latency_ns.p99,
-            per_kop(r.counters.lock_waits, r.ops),
-            per_kop(r.counters.trylock_skips, r.ops),
-            if r.ops == 0 {
-                0.0
-            } else {
-                r.counters.groups_scanned as f64 / r.ops as f64
-            },
+            counter(&|c| format!("{:.2}", per_kop(c.lock_waits, ops))),
+            counter(&|c| format!("{:.2}", per_kop(c.trylock_skips, ops))),
+            counter(&|c| format!("{:.2}", c.groups_scanned as f64 / ops.max(1) as f64)),
         ));
     }
     let progress = report.runs.iter().any(|r| r.progress.is_some());
@@ -251,18 +255,23 @@ pub fn markdown(report: &Report) -> String {
     } else {
         "\n|---|---:|---:|---:|---:|---:|---:|---:|\n"
     });
+    fn known<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
+        v.map_or("-".into(), f)
+    }
     for r in &report.runs {
-        let (l, f) = (&r.layout, &r.free_space);
+        let (l, f) = (&r.layout, r.free_space.as_ref());
         out.push_str(&format!(
-            "| {} | {} | {:.2} | {:.0} | {} | {:.0} | {} | {:.2} |",
+            "| {} | {} | {:.2} | {:.0} | {} | {} | {} | {} |",
             r.policy,
             r.threads,
             l.extents_per_file,
             l.avg_extent_kib,
-            f.free_extents,
-            f.largest_free_extent_kib,
-            f.fragmented_groups,
-            f.frag_pct_mean,
+            known(f, |f| f.free_extents.to_string()),
+            known(f.and_then(|f| f.largest_free_extent_kib), |v| format!(
+                "{v:.0}"
+            )),
+            known(f.and_then(|f| f.fragmented_groups), |v| v.to_string()),
+            known(f.and_then(|f| f.frag_pct_mean), |v| format!("{v:.2}")),
         ));
         if progress {
             let tenths = r.progress.as_deref().unwrap_or_default();

@@ -1,0 +1,234 @@
+//! `extalloc compare`: a workload on extalloc's policies (the in-memory device) and on the
+//! kernel's ext4, XFS and btrfs (a loop device backed by /dev/shm), in one report.
+//!
+//! The kernel side runs the same work with real system calls: `fallocate2` is will-it-scale's
+//! loop (`fallocate(fd, 0, off, 8 KiB)` until 1 MiB, then `ftruncate(fd, 0)`), `frag` is the
+//! seed's fio job (`fallocate(fd, FALLOC_FL_KEEP_SIZE, off, 4 KiB)` appends, as fio's falloc
+//! engine issues them). Layout comes from FIEMAP, merged as our `extents_per_file` counts;
+//! free space from the file system's own tools after unmounting (see `freespace.rs`; btrfs
+//! has none that fits, so its runs carry no free-space figures). Latency is one system call.
+
+pub mod fiemap;
+pub mod freespace;
+pub mod kernel;
+
+use crate::lab::report::{self, Report, Run};
+use crate::lab::{fallocate2, frag, LabOptions, RunOnce};
+use anyhow::{bail, Context, Result};
+use hdrhistogram::Histogram;
+use kernel::{Device, Fs, INTERRUPTED};
+use rustix::fs::FallocateFlags;
+use std::process::Command;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// Workloads the kernel side can run.
+pub const KERNEL_WORKLOADS: &[&str] = &["fallocate2", "frag"];
+
+pub fn run(workload: &str, run_once: RunOnce, fs: &[Fs], opts: &LabOptions) -> Result<Report> {
+    if !KERNEL_WORKLOADS.contains(&workload) {
+        bail!(
+            "compare runs {} on the kernel; {workload} is a bench workload only",
+            KERNEL_WORKLOADS.join(" and ")
+        );
+    }
+    if !rustix::process::geteuid().is_root() {
+        bail!(
+            "extalloc compare needs root: it creates loop devices and mounts file systems \
+             (run it as root, or use `extalloc bench` for extalloc's policies alone)"
+        );
+    }
+    for tool in ["losetup", "mount", "umount"]
+        .into_iter()
+        .chain(fs.iter().map(|f| f.tool()))
+        .chain(fs.contains(&Fs::Ext4).then_some("dumpe2fs"))
+        .chain(fs.contains(&Fs::Ext4).then_some("e2freefrag"))
+        .chain(fs.contains(&Fs::Xfs).then_some("xfs_db"))
+    {
+        if !kernel::have(tool) {
+            bail!("{tool} is not installed (scripts/setup.sh installs e2fsprogs, xfsprogs, btrfs-progs)");
+        }
+    }
+    kernel::catch_interrupt()?;
+    let mut report = crate::lab::run_matrix(workload, opts, run_once)?;
+    let total = fs.len() * opts.threads.len() * opts.repeat;
+    let mut done = 0;
+    for &f in fs {
+        for &threads in &opts.threads {
+            let mut reps = Vec::new();
+            for rep in 0..opts.repeat {
+                done += 1;
+                eprint!(
+                    "[{done}/{total}] {workload} kernel-{} x{threads} (repeat {}/{})... ",
+                    f.name(),
+                    rep + 1,
+                    opts.repeat
+                );
+                let run = kernel_run(f, workload, threads, opts)
+                    .with_context(|| format!("kernel {} with {threads} threads", f.name()))?;
+                eprintln!("{:.0} ops/s", run.ops_per_sec);
+                reps.push(run);
+            }
+            report.runs.push(median_run(reps));
+        }
+    }
+    Ok(report)
+}
+
+/// The repetition with the median ops/s, carrying every repetition's rate.
+fn median_run(mut reps: Vec<Run>) -> Run {
+    let rates: Vec<f64> = reps.iter().map(|r| r.ops_per_sec).collect();
+    reps.sort_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec));
+    let mut chosen = reps.swap_remove(reps.len() / 2);
+    chosen.ops_per_sec = report::median(&rates);
+    chosen.ops_per_sec_repeats = rates;
+    chosen
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds")
+}
+
+/// One thread's calls on its file.
+fn worker(
+    workload: &str,
+    path: &std::path::Path,
+    opts: &LabOptions,
+) -> Result<(u64, Histogram<u64>)> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    let mut lat = histogram();
+    let mut ops = 0u64;
+    let mut timed = |call: &mut dyn FnMut() -> rustix::io::Result<()>| -> Result<()> {
+        let t = Instant::now();
+        call().context("system call")?;
+        let _ = lat.record(t.elapsed().as_nanos().max(1) as u64);
+        Ok(())
+    };
+    match workload {
+        "fallocate2" => {
+            let deadline = Instant::now() + Duration::from_secs_f64(opts.seconds);
+            let mut off = 0u64;
+            while !INTERRUPTED.load(Ordering::Relaxed)
+                && (!ops.is_multiple_of(64) || Instant::now() < deadline)
+            {
+                timed(&mut || {
+                    rustix::fs::fallocate(
+                        &file,
+                        FallocateFlags::empty(),
+                        off,
+                        fallocate2::APPEND_BYTES,
+                    )
+                })?;
+                ops += 1;
+                off += fallocate2::APPEND_BYTES;
+                if off >= fallocate2::FILE_BYTES {
+                    rustix::fs::ftruncate(&file, 0).context("ftruncate")?;
+                    off = 0;
+                }
+            }
+        }
+        "frag" => {
+            let appends = (opts.file_bytes / frag::APPEND_BYTES).max(1);
+            for i in 0..appends {
+                if INTERRUPTED.load(Ordering::Relaxed) {
+                    break;
+                }
+                timed(&mut || {
+                    rustix::fs::fallocate(
+                        &file,
+                        FallocateFlags::KEEP_SIZE,
+                        i * frag::APPEND_BYTES,
+                        frag::APPEND_BYTES,
+                    )
+                })?;
+                ops += 1;
+            }
+        }
+        other => bail!("no kernel version of {other}"),
+    }
+    Ok((ops, lat))
+}
+
+/// The workload on a fresh kernel file system.
+pub fn kernel_run(fs: Fs, workload: &str, threads: usize, opts: &LabOptions) -> Result<Run> {
+    if workload == "frag" {
+        let need = opts.file_bytes.saturating_mul(threads as u64);
+        anyhow::ensure!(
+            need < opts.device_bytes,
+            "frag: the files do not fit the device"
+        );
+    }
+    let mut dev = Device::create(fs, opts.device_bytes, opts.block_size)?;
+    let paths: Vec<_> = (0..threads).map(|t| dev.path(&format!("f{t}"))).collect();
+    let started = Instant::now();
+    let results: Vec<Result<(u64, Histogram<u64>)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = paths
+            .iter()
+            .map(|p| s.spawn(move || worker(workload, p, opts)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("worker panicked"))
+            .collect()
+    });
+    let seconds = started.elapsed().as_secs_f64();
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        bail!("interrupted");
+    }
+    let mut ops = 0;
+    let mut lat = histogram();
+    for r in results {
+        let (n, h) = r?;
+        ops += n;
+        lat.add(&h).expect("same bounds");
+    }
+    let files = paths
+        .iter()
+        .map(|p| kernel::file_extents(p, opts.block_size))
+        .collect::<Result<Vec<_>>>()?;
+    dev.unmount()?;
+    let loop_dev = dev.loop_dev.clone().expect("attached");
+    let free_space = match fs {
+        Fs::Ext4 => {
+            let dump = kernel::run(Command::new("dumpe2fs").arg(&loop_dev))?;
+            let (geometry, runs) = freespace::parse_dumpe2fs(&dump)?;
+            let json = freespace::ext4_json(&geometry, runs);
+            let frag = kernel::run(Command::new("e2freefrag").arg(&loop_dev))?;
+            let count = freespace::parse_e2freefrag_count(&frag)?;
+            if count != json.free_extents {
+                eprintln!(
+                    "note: e2freefrag counts {count} free extents, dumpe2fs's ranges {}",
+                    json.free_extents
+                );
+            }
+            Some(json)
+        }
+        Fs::Xfs => {
+            let out =
+                kernel::run(Command::new("xfs_db").args(["-r", "-c", "freesp -s", &loop_dev]))?;
+            Some(freespace::parse_xfs_freesp(&out, opts.block_size)?)
+        }
+        Fs::Btrfs => None,
+    };
+    drop(dev);
+    let ops_per_sec = ops as f64 / seconds;
+    Ok(Run {
+        policy: format!("kernel-{}", fs.name()),
+        threads,
+        seconds,
+        ops,
+        ops_per_sec,
+        ops_per_sec_repeats: vec![ops_per_sec],
+        latency_ns: report::latency_of(&lat),
+        layout: report::layout(&files, opts.block_size),
+        free_space,
+        counters: None,
+        progress: None,
+    })
+}

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Installs what `extalloc compare` needs beyond Rust: the kernel file systems' user-space
+# tools (mkfs, dumpe2fs/e2freefrag, xfs_db). Debian/Ubuntu; run as root.
+set -euo pipefail
+if [[ $(id -u) -ne 0 ]]; then
+  echo "setup.sh: run as root (it installs packages with apt-get)" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q e2fsprogs xfsprogs btrfs-progs util-linux mount
