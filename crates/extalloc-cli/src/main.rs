@@ -73,10 +73,24 @@ impl Workload {
     }
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum Suite {
+    /// Every workload, small: about a minute on 2 cores.
+    Quick,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run a workload for every policy x thread count and print a results table.
-    Bench(BenchArgs),
+    Bench {
+        /// Instead of one workload: a tour of them all (`quick`: about a minute on 2 cores),
+        /// with a progress bar and a summary table. `--json` and `--plot` then name
+        /// directories (one report per workload).
+        #[arg(long, value_enum, conflicts_with = "workload")]
+        suite: Option<Suite>,
+        #[command(flatten)]
+        args: BenchArgs,
+    },
     /// Run a workload on extalloc's policies and on the kernel's ext4, XFS and btrfs (loop
     /// devices backed by /dev/shm; needs root) and print one table.
     Compare {
@@ -86,6 +100,14 @@ enum Command {
         #[command(flatten)]
         args: BenchArgs,
     },
+    /// Turn a bench or compare JSON report into Markdown and PNG charts.
+    Report {
+        /// The JSON report (`--json` of bench or compare).
+        json: std::path::PathBuf,
+        /// Directory for report.md and the PNGs.
+        #[arg(long, default_value = "lab-out/report")]
+        out: std::path::PathBuf,
+    },
     /// List the policy presets and the keys a policy spec may set.
     Policies,
 }
@@ -93,8 +115,9 @@ enum Command {
 /// A workload and its options (shared by `bench` and `compare`).
 #[derive(clap::Args)]
 struct BenchArgs {
-    #[arg(value_enum)]
-    workload: Workload,
+    /// The workload (bench: or --suite).
+    #[arg(value_enum, required_unless_present = "suite")]
+    workload: Option<Workload>,
     /// Thread counts, comma-separated (`--jobs` is the same) [default: 1,2,4,8; frag 16].
     #[arg(long, visible_alias = "jobs")]
     threads: Option<String>,
@@ -141,6 +164,9 @@ struct BenchArgs {
     /// Write the JSON report (schema extalloc-bench/1) here.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
+    /// Also write report.md and PNG charts into this directory (as `extalloc report`).
+    #[arg(long)]
+    plot: Option<std::path::PathBuf>,
 }
 
 fn main() {
@@ -160,30 +186,77 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Bench(args) => {
-            let (workload, opts, json) = args.into_options()?;
+        Command::Bench {
+            suite: Some(Suite::Quick),
+            args,
+        } => {
+            let (_, opts, out) = args.into_options_for(Workload::Fallocate2)?;
+            let reports = lab::suite::run(&lab::suite::quick(), &opts)?;
+            println!("## Summary\n\n{}", lab::suite::summary(&reports));
+            for report in &reports {
+                if let Some(dir) = &out.json {
+                    std::fs::create_dir_all(dir)?;
+                    let path = dir.join(format!("{}.json", report.workload));
+                    std::fs::write(&path, serde_json::to_string_pretty(report)? + "\n")
+                        .with_context(|| format!("writing {}", path.display()))?;
+                }
+                if let Some(dir) = &out.plot {
+                    lab::charts::write_all(report, &dir.join(&report.workload))?;
+                }
+            }
+            if let Some(dir) = out.json.as_ref().or(out.plot.as_ref()) {
+                eprintln!("wrote the reports under {}", dir.display());
+            }
+            Ok(())
+        }
+        Command::Bench { suite: None, args } => {
+            let (workload, opts, out) = args.into_options()?;
             let run_once = workload.run_once();
             let report = lab::run_matrix(workload.name(), &opts, run_once)?;
-            emit(&report, json.as_deref())
+            emit(&report, &out)
         }
         Command::Compare { fs, args } => {
-            let (workload, opts, json) = args.into_options()?;
+            let (workload, opts, out) = args.into_options()?;
             let fs = fs
                 .split(',')
                 .filter(|s| !s.trim().is_empty())
                 .map(compare::kernel::Fs::parse)
                 .collect::<Result<Vec<_>>>()?;
             let report = compare::run(workload.name(), workload.run_once(), &fs, &opts)?;
-            emit(&report, json.as_deref())
+            emit(&report, &out)
+        }
+        Command::Report { json, out } => {
+            let text = std::fs::read_to_string(&json)
+                .with_context(|| format!("reading {}", json.display()))?;
+            let report: lab::report::Report = serde_json::from_str(&text)
+                .with_context(|| format!("{}: not a bench report", json.display()))?;
+            anyhow::ensure!(
+                report.schema == "extalloc-bench/1",
+                "{}: schema '{}', expected extalloc-bench/1",
+                json.display(),
+                report.schema
+            );
+            for path in lab::charts::write_all(&report, &out)? {
+                println!("wrote {}", path.display());
+            }
+            Ok(())
         }
     }
 }
 
 impl BenchArgs {
     /// Checks the options and resolves the workload's defaults.
-    fn into_options(self) -> Result<(Workload, LabOptions, Option<std::path::PathBuf>)> {
+    fn into_options(self) -> Result<(Workload, LabOptions, Outputs)> {
+        let workload = self
+            .workload
+            .context("a workload is required (or, for bench, --suite quick)")?;
+        self.into_options_for(workload)
+    }
+
+    /// The options with `workload`'s defaults.
+    fn into_options_for(self, workload: Workload) -> Result<(Workload, LabOptions, Outputs)> {
         let BenchArgs {
-            workload,
+            workload: _,
             threads,
             policy,
             seconds,
@@ -199,6 +272,7 @@ impl BenchArgs {
             commit_ms,
             seed,
             json,
+            plot,
         } = self;
         {
             anyhow::ensure!(
@@ -244,7 +318,7 @@ impl BenchArgs {
                 (1..=1 << 20).contains(&seq_burst),
                 "--seq-burst must be from 1 to 1048576"
             );
-            Ok((workload, opts, json))
+            Ok((workload, opts, Outputs { json, plot }))
         }
     }
 }
@@ -263,10 +337,21 @@ impl Workload {
     }
 }
 
-/// Prints the tables and writes the JSON report.
-fn emit(report: &lab::report::Report, json: Option<&std::path::Path>) -> Result<()> {
+/// Where a run's results go besides stdout.
+struct Outputs {
+    json: Option<std::path::PathBuf>,
+    plot: Option<std::path::PathBuf>,
+}
+
+/// Prints the tables, writes the JSON report and the charts.
+fn emit(report: &lab::report::Report, out: &Outputs) -> Result<()> {
     print!("{}", lab::report::markdown(report));
-    if let Some(path) = json {
+    if let Some(dir) = &out.plot {
+        for path in lab::charts::write_all(report, dir)? {
+            eprintln!("wrote {}", path.display());
+        }
+    }
+    if let Some(path) = &out.json {
         let text = serde_json::to_string_pretty(report)?;
         std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
         eprintln!("wrote {}", path.display());

@@ -303,6 +303,8 @@ fn workload_options_are_checked() {
     assert!(err.contains("--seq-burst"), "{err}");
     let err = refused(&["sparse-writes", "--policy", "extalloc,tlsf"]);
     assert!(err.contains("tlsf does not have"), "{err}");
+    let err = refused(&["--suite", "quick", "frag"]);
+    assert!(err.contains("cannot be used with"), "{err}");
     let err = refused(&["frag", "--jobs", "16", "--device-size", "1GiB"]);
     assert!(err.contains("do not fit"), "{err}");
 }

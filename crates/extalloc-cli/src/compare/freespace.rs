@@ -59,6 +59,7 @@ pub fn ext4_json(geometry: &Geometry, runs: Vec<(u64, u64)>) -> FreeSpaceJson {
     crate::lab::report::free_space_json(
         &FreeSpace::from_free_runs(geometry, runs),
         geometry.block_size,
+        geometry.group_blocks,
     )
 }
 
@@ -97,6 +98,7 @@ pub fn parse_xfs_freesp(text: &str, block_size: u32) -> Result<FreeSpaceJson> {
         largest_free_extent_kib: None,
         fragmented_groups: None,
         frag_pct_mean: None,
+        group_free_pct: Vec::new(),
         histogram,
     })
 }

@@ -3,6 +3,7 @@
 
 pub mod append_vs_fallocate;
 pub mod backend;
+pub mod charts;
 pub mod fallocate2;
 pub mod frag;
 pub mod random_fill;
@@ -10,6 +11,7 @@ pub mod report;
 pub mod size_class_edge;
 pub mod small_files;
 pub mod sparse_writes;
+pub mod suite;
 
 use anyhow::{bail, Context, Result};
 use backend::{Backend, LabPolicy};
@@ -200,6 +202,7 @@ where
         free_space: Some(report::free_space_json(
             &alloc.free_space(),
             geometry.block_size,
+            geometry.group_blocks,
         )),
         counters: Some(alloc.counters(commits)),
         progress: progress(&marks, ops),
@@ -295,12 +298,40 @@ pub fn parse_threads(s: &str) -> Result<Vec<usize>> {
     Ok(v)
 }
 
+/// How a matrix reports progress: before a run (its label) and after it (its ops/s).
+pub trait Progress {
+    fn start(&mut self, label: &str);
+    fn done(&mut self, ops_per_sec: f64);
+}
+
+/// Progress as lines on stderr.
+pub struct StderrProgress;
+
+impl Progress for StderrProgress {
+    fn start(&mut self, label: &str) {
+        eprint!("{label}... ");
+    }
+    fn done(&mut self, ops_per_sec: f64) {
+        eprintln!("{ops_per_sec:.0} ops/s");
+    }
+}
+
 /// Runs `run_once` for every policy x threads, `repeat` times interleaved (so drift on a
 /// shared machine hits every configuration alike), and keeps the median repetition of each.
 pub fn run_matrix(
     workload: &str,
     opts: &LabOptions,
     run_once: impl Fn(&LabPolicy, usize, &LabOptions) -> Result<Run>,
+) -> Result<Report> {
+    run_matrix_with(workload, opts, run_once, &mut StderrProgress)
+}
+
+/// [`run_matrix`] with its own progress display.
+pub fn run_matrix_with(
+    workload: &str,
+    opts: &LabOptions,
+    run_once: impl Fn(&LabPolicy, usize, &LabOptions) -> Result<Run>,
+    progress: &mut dyn Progress,
 ) -> Result<Report> {
     let policies: Vec<LabPolicy> = opts
         .policies
@@ -324,14 +355,14 @@ pub fn run_matrix(
         for (pi, policy) in policies.iter().enumerate() {
             for (ti, &threads) in opts.threads.iter().enumerate() {
                 done += 1;
-                eprint!(
-                    "[{done}/{total}] {workload} {} x{threads} (repeat {}/{})... ",
+                progress.start(&format!(
+                    "[{done}/{total}] {workload} {} x{threads} (repeat {}/{})",
                     policy.name(),
                     rep + 1,
                     opts.repeat
-                );
+                ));
                 let run = run_once(policy, threads, opts)?;
-                eprintln!("{:.0} ops/s", run.ops_per_sec);
+                progress.done(run.ops_per_sec);
                 all[pi * opts.threads.len() + ti].push(run);
             }
         }
@@ -361,7 +392,7 @@ pub fn run_matrix(
         })
         .collect();
     Ok(Report {
-        schema: "extalloc-bench/1",
+        schema: "extalloc-bench/1".into(),
         workload: workload.to_string(),
         params: serde_json::to_value(opts)?,
         device: report::Device {

@@ -2,18 +2,18 @@
 //! table. Fields may be added, never renamed.
 
 use extalloc::{Allocator, Extent, FreeSpace};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
-    pub schema: &'static str,
+    pub schema: String,
     pub workload: String,
     pub params: serde_json::Value,
     pub device: Device,
     pub runs: Vec<Run>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Device {
     pub blocks: u64,
     pub block_size: u32,
@@ -21,7 +21,7 @@ pub struct Device {
     pub groups: u64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Run {
     pub policy: String,
     pub threads: usize,
@@ -43,13 +43,13 @@ pub struct Run {
     pub progress: Option<Vec<ProgressPoint>>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ProgressPoint {
     pub done: f64,
     pub ops_per_sec: f64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Latency {
     pub p50: u64,
     pub p95: u64,
@@ -57,7 +57,7 @@ pub struct Latency {
     pub max: u64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Layout {
     pub files: u64,
     pub extents_per_file: f64,
@@ -65,13 +65,13 @@ pub struct Layout {
     pub layout_score: f64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HistogramBucket {
     pub min_kib: f64,
     pub count: u64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FreeSpaceJson {
     pub free_blocks: u64,
     pub free_extents: u64,
@@ -81,10 +81,14 @@ pub struct FreeSpaceJson {
     /// Null where per-group free runs are unknown (XFS).
     pub fragmented_groups: Option<u64>,
     pub frag_pct_mean: Option<f64>,
+    /// Per group, the percentage of its blocks that are free (empty where unknown): the
+    /// device picture of `extalloc report`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub group_free_pct: Vec<u8>,
     pub histogram: Vec<HistogramBucket>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Counters {
     pub groups_scanned: u64,
     pub trylock_skips: u64,
@@ -95,7 +99,7 @@ pub struct Counters {
     pub forced_commits: u64,
     pub commits: u64,
     /// Allocations served by each pass, by pass name.
-    pub pass_hits: std::collections::BTreeMap<&'static str, u64>,
+    pub pass_hits: std::collections::BTreeMap<String, u64>,
 }
 
 /// The layout of a set of files, each a list of extents in logical order.
@@ -146,7 +150,7 @@ pub fn layout(files: &[Vec<Extent>], block_size: u32) -> Layout {
     }
 }
 
-pub fn free_space_json(fs: &FreeSpace, block_size: u32) -> FreeSpaceJson {
+pub fn free_space_json(fs: &FreeSpace, block_size: u32, group_blocks: u64) -> FreeSpaceJson {
     let kib = |blocks: f64| blocks * f64::from(block_size) / 1024.0;
     FreeSpaceJson {
         free_blocks: fs.free_blocks,
@@ -155,6 +159,11 @@ pub fn free_space_json(fs: &FreeSpace, block_size: u32) -> FreeSpaceJson {
         largest_free_extent_kib: Some(kib(fs.largest_free_extent_blocks as f64)),
         fragmented_groups: Some(fs.fragmented_groups()),
         frag_pct_mean: Some(fs.frag_pct_mean()),
+        group_free_pct: fs
+            .groups
+            .iter()
+            .map(|g| (100 * u64::from(g.free_blocks) / group_blocks.max(1)) as u8)
+            .collect(),
         histogram: fs
             .histogram
             .iter()
@@ -179,7 +188,7 @@ pub fn counters(alloc: &Allocator, commits: u64) -> Counters {
         commits,
         pass_hits: extalloc::Pass::ALL
             .iter()
-            .map(|p| (p.name(), s.pass_hits[*p as usize]))
+            .map(|p| (p.name().to_string(), s.pass_hits[*p as usize]))
             .collect(),
     }
 }

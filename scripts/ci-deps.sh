@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# What the build and tests need beyond Rust, installed only when missing: fontconfig's
+# development files (plotters draws text through font-kit) and a font to draw with.
+set -euo pipefail
+missing=()
+command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+pkg-config --exists fontconfig 2>/dev/null || missing+=(libfontconfig1-dev)
+if ! command -v fc-list >/dev/null 2>&1 || [[ -z "$(fc-list 2>/dev/null | head -1)" ]]; then
+  missing+=(fontconfig fonts-dejavu-core)
+fi
+if [[ ${#missing[@]} -eq 0 ]]; then
+  exit 0
+fi
+if [[ $(id -u) -ne 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
+  echo "ci-deps.sh: missing ${missing[*]}; install them (Debian: apt-get install ${missing[*]})" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q "${missing[@]}"
