@@ -7,6 +7,7 @@
 
 use super::report::{markdown, Report, Run};
 use anyhow::{Context, Result};
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
 
@@ -104,15 +105,35 @@ fn throughput_chart(report: &Report, path: &Path) -> Result<()> {
         .y_label_formatter(&|v| format!("{:.2}M", v / 1e6))
         .draw()
         .map_err(err)?;
-    for (i, policy) in policies(report).into_iter().enumerate() {
+    let series = policies(report)
+        .into_iter()
+        .map(|policy| {
+            let mut points: Vec<(f64, f64)> = report
+                .runs
+                .iter()
+                .filter(|r| r.policy == policy)
+                .map(|r| (r.threads as f64, r.ops_per_sec))
+                .collect();
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
+            (policy, points)
+        })
+        .collect();
+    draw_lines(&mut chart, series)?;
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+/// One line with dots per policy, and the legend.
+fn draw_lines<'a, DB, Y>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<RangedCoordf64, Y>>,
+    series: Vec<(&str, Vec<(f64, f64)>)>,
+) -> Result<()>
+where
+    DB: DrawingBackend + 'a,
+    Y: Ranged<ValueType = f64>,
+{
+    for (i, (policy, points)) in series.into_iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
-        let mut points: Vec<(f64, f64)> = report
-            .runs
-            .iter()
-            .filter(|r| r.policy == policy)
-            .map(|r| (r.threads as f64, r.ops_per_sec))
-            .collect();
-        points.sort_by(|a, b| a.0.total_cmp(&b.0));
         chart
             .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
             .map_err(err)?
@@ -132,7 +153,6 @@ fn throughput_chart(report: &Report, path: &Path) -> Result<()> {
         .border_style(BLACK)
         .draw()
         .map_err(err)?;
-    root.present().map_err(err)?;
     Ok(())
 }
 
@@ -200,27 +220,7 @@ fn histogram_chart(report: &Report, path: &Path) -> Result<bool> {
         })
         .draw()
         .map_err(err)?;
-    for (i, (policy, points)) in series.into_iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
-        chart
-            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
-            .map_err(err)?
-            .label(policy)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-        chart
-            .draw_series(
-                points
-                    .into_iter()
-                    .map(|p| Circle::new(p, 4, color.filled())),
-            )
-            .map_err(err)?;
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
+    draw_lines(&mut chart, series)?;
     root.present().map_err(err)?;
     Ok(true)
 }
