@@ -49,8 +49,10 @@ pub fn run(workload: &str, run_once: RunOnce, fs: &[Fs], opts: &LabOptions) -> R
             bail!("{tool} is not installed (scripts/setup.sh installs e2fsprogs, xfsprogs, btrfs-progs)");
         }
     }
-    kernel::catch_interrupt()?;
+    // extalloc's runs set nothing up: Ctrl-C may end them the usual way. From here on it
+    // stops the workers and unwinds, so the devices are torn down.
     let mut report = crate::lab::run_matrix(workload, opts, run_once)?;
+    kernel::catch_interrupt()?;
     let total = fs.len() * opts.threads.len() * opts.repeat;
     let mut done = 0;
     for &f in fs {
