@@ -7,6 +7,7 @@
 
 mod compare;
 mod lab;
+mod replay;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -99,6 +100,36 @@ enum Command {
         fs: String,
         #[command(flatten)]
         args: BenchArgs,
+    },
+    /// Replay a kernel ext4 allocation trace (tracefs text, plain or .gz) through policies
+    /// and compare the layout and free space with what the kernel decided.
+    Replay {
+        /// The trace.
+        trace: std::path::PathBuf,
+        /// Device to keep, `major,minor` [default: the most frequent in the trace].
+        #[arg(long)]
+        dev: Option<String>,
+        /// Device size in blocks [default: from the README next to the trace].
+        #[arg(long)]
+        blocks: Option<u64>,
+        /// Blocks per group [default: from the README, else 32768].
+        #[arg(long)]
+        group_blocks: Option<u64>,
+        /// Block size in bytes.
+        #[arg(long, default_value_t = 4096)]
+        block_size: u32,
+        /// Policies, comma-separated.
+        #[arg(long, default_value = "ext4-base,ext4-2025,extalloc")]
+        policy: String,
+        /// Replay only the first N events.
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Write the JSON report here.
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+        /// Also write report.md and PNG charts into this directory.
+        #[arg(long)]
+        plot: Option<std::path::PathBuf>,
     },
     /// Turn a bench or compare JSON report into Markdown and PNG charts.
     Report {
@@ -224,6 +255,76 @@ fn run(cli: Cli) -> Result<()> {
                 .collect::<Result<Vec<_>>>()?;
             let report = compare::run(workload.name(), workload.run_once(), &fs, &opts)?;
             emit(&report, &out)
+        }
+        Command::Replay {
+            trace,
+            dev,
+            blocks,
+            group_blocks,
+            block_size,
+            policy,
+            limit,
+            json,
+            plot,
+        } => {
+            let dev = dev
+                .map(|d| -> Result<(u32, u32)> {
+                    let (a, b) = d
+                        .split_once(',')
+                        .context("--dev: expected major,minor such as 7,1")?;
+                    Ok((
+                        a.trim().parse().context("--dev major")?,
+                        b.trim().parse().context("--dev minor")?,
+                    ))
+                })
+                .transpose()?;
+            let policies: Vec<String> = policy
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect();
+            anyhow::ensure!(!policies.is_empty(), "--policy is empty");
+            let (report, odd, trace) = replay::run(&replay::ReplayOptions {
+                trace: &trace,
+                dev,
+                blocks,
+                group_blocks,
+                block_size,
+                policies,
+                limit,
+            })?;
+            eprintln!(
+                "{} lines, {} events, {} requests replayed",
+                trace.lines,
+                trace.events.len(),
+                odd.requests
+            );
+            if trace.malformed > 0 {
+                eprintln!("{} malformed lines, for example:", trace.malformed);
+                for l in &trace.malformed_examples {
+                    eprintln!("  {l}");
+                }
+            }
+            for (what, n) in [
+                (
+                    "frees of blocks the trace never allocated",
+                    odd.frees_of_unseen_blocks,
+                ),
+                (
+                    "data frees not replayed (no hole punching yet)",
+                    odd.data_frees_not_replayed,
+                ),
+                (
+                    "requests over blocks already mapped",
+                    odd.requests_over_mapped_blocks,
+                ),
+                ("decisions without a request", odd.decisions_without_request),
+            ] {
+                if n > 0 {
+                    eprintln!("{n} {what}");
+                }
+            }
+            emit(&report, &Outputs { json, plot })
         }
         Command::Report { json, out } => {
             let text = std::fs::read_to_string(&json)

@@ -391,3 +391,36 @@ fn size_classes_keep_small_and_large_apart() {
     assert_eq!(groups_with_both("extalloc:stream_goals=1"), 0);
     assert!(groups_with_both("extalloc:stream_goals=1:size_classes=false") > 0);
 }
+
+#[test]
+fn no_prealloc_maps_exactly_what_was_asked() {
+    let alloc = Allocator::new(
+        Geometry::new(4096, 1024, 8192).unwrap(),
+        Policy::parse("extalloc").unwrap(),
+    )
+    .unwrap();
+    let file = alloc.create_file(9);
+    let free = alloc.free_blocks();
+    let mut last: Option<Extent> = None;
+    for l in 0..40 {
+        let e = alloc
+            .allocate_data(&file, &DataRequest::new(l, 1).no_prealloc())
+            .unwrap();
+        assert_eq!(e.len, 1);
+        if let Some(prev) = last {
+            assert_eq!(
+                e.start,
+                prev.end(),
+                "each append follows the file's last block"
+            );
+        }
+        last = Some(e);
+    }
+    assert_eq!(file.prealloc_count(), 0);
+    assert_eq!(
+        alloc.free_blocks(),
+        free - 40,
+        "nothing reserved beyond the request"
+    );
+    alloc.check().unwrap();
+}

@@ -395,12 +395,7 @@ pub fn run_matrix_with(
         schema: "extalloc-bench/1".into(),
         workload: workload.to_string(),
         params: serde_json::to_value(opts)?,
-        device: report::Device {
-            blocks: geometry.blocks_count,
-            block_size: geometry.block_size,
-            group_blocks: geometry.group_blocks,
-            groups: geometry.groups_count(),
-        },
+        device: report::Device::of(&geometry),
         runs,
     })
 }

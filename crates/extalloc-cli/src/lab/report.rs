@@ -21,6 +21,17 @@ pub struct Device {
     pub groups: u64,
 }
 
+impl Device {
+    pub fn of(g: &extalloc::Geometry) -> Self {
+        Device {
+            blocks: g.blocks_count,
+            block_size: g.block_size,
+            group_blocks: g.group_blocks,
+            groups: g.groups_count(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Run {
     pub policy: String,

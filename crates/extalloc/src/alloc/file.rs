@@ -72,6 +72,10 @@ pub struct DataRequest {
     /// file's previous extent.
     pub goal: Option<u64>,
     pub lifetime: Lifetime,
+    /// Map exactly the request: no normalisation, no new preallocation, no locality chunk
+    /// (ext4's `HINT_NOPREALLOC`, which its fallocate path passes). An existing PA that
+    /// covers the block is still used.
+    pub no_prealloc: bool,
 }
 
 impl DataRequest {
@@ -81,7 +85,14 @@ impl DataRequest {
             len,
             goal: None,
             lifetime: Lifetime::Unknown,
+            no_prealloc: false,
         }
+    }
+
+    /// See [`DataRequest::no_prealloc`].
+    pub fn no_prealloc(mut self) -> Self {
+        self.no_prealloc = true;
+        self
     }
 
     pub fn goal(mut self, goal: u64) -> Self {
@@ -514,7 +525,10 @@ impl Allocator {
         // 2. Small files: the shard's locality preallocation.
         let block_size = u64::from(self.geometry.block_size);
         let file_bytes = f.size_blocks.max(end).saturating_mul(block_size);
-        if self.policy.locality_prealloc && file_bytes < self.policy.stream_threshold_kib * 1024 {
+        if self.policy.locality_prealloc
+            && !req.no_prealloc
+            && file_bytes < self.policy.stream_threshold_kib * 1024
+        {
             let extent = self.carve_locality(file.id, len, req.lifetime)?;
             map_insert(&mut f, req.logical, extent, left, right);
             return Ok(extent);
@@ -523,7 +537,11 @@ impl Allocator {
         // 3. Normalise and allocate the window.
         let growing = req.logical >= f.size_blocks;
         let basis = if growing { end } else { len };
-        let (mut ws, mut we) = normalise(req.logical, len, basis, block_size);
+        let (mut ws, mut we) = if req.no_prealloc {
+            (req.logical, req.logical + len)
+        } else {
+            normalise(req.logical, len, basis, block_size)
+        };
         if let Some((s, e)) = left {
             ws = ws.max(s + e.len);
         }
