@@ -131,6 +131,19 @@ enum Command {
         #[arg(long)]
         plot: Option<std::path::PathBuf>,
     },
+    /// Record ext4's allocation events on one device while a command runs (root), as a
+    /// gzip trace that `replay` reads.
+    Capture {
+        /// The block device (e.g. /dev/loop0) whose events to keep.
+        #[arg(long)]
+        dev: std::path::PathBuf,
+        /// Where to write the trace (gzip).
+        #[arg(long, default_value = "capture.trace.txt.gz")]
+        out: std::path::PathBuf,
+        /// The command to run (after `--`).
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
     /// Turn a bench or compare JSON report into Markdown and PNG charts.
     Report {
         /// The JSON report (`--json` of bench or compare).
@@ -325,6 +338,11 @@ fn run(cli: Cli) -> Result<()> {
                 }
             }
             emit(&report, &Outputs { json, plot })
+        }
+        Command::Capture { dev, out, command } => {
+            let lines = replay::capture::capture(&dev, &command, &out)?;
+            eprintln!("wrote {} ({lines} trace lines)", out.display());
+            Ok(())
         }
         Command::Report { json, out } => {
             let text = std::fs::read_to_string(&json)

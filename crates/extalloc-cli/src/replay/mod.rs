@@ -16,6 +16,7 @@
 //! - Both sides are measured on an otherwise empty device of the traced size: the kernel's
 //!   own metadata (inode tables, journal) is not in the trace, so neither side has it.
 
+pub mod capture;
 pub mod parse;
 
 use crate::lab::backend::LabPolicy;
