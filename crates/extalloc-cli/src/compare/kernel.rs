@@ -193,6 +193,29 @@ pub fn file_extents(path: &Path, block_size: u32) -> Result<Vec<extalloc::Extent
     Ok(fiemap::to_block_extents(&mapped, u64::from(block_size)))
 }
 
+/// For tests: a 64 MiB ext4 loop mount, or `None` (with the reason printed) when this
+/// machine cannot make one (not root, no tools, no loop devices).
+#[cfg(test)]
+pub fn test_device(tools: &[&str]) -> Option<Device> {
+    let missing: Vec<&str> = ["mkfs.ext4", "losetup"]
+        .iter()
+        .chain(tools)
+        .copied()
+        .filter(|t| !have(t))
+        .collect();
+    if !rustix::process::geteuid().is_root() || !missing.is_empty() {
+        eprintln!("skipped: needs root and {missing:?} (scripts/setup.sh installs the tools)");
+        return None;
+    }
+    match Device::create(Fs::Ext4, 64 << 20, 4096) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            eprintln!("skipped: no loop device here ({e:#})");
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,18 +223,8 @@ mod tests {
     /// FIEMAP on a real file in an ext4 loop mount backed by /dev/shm, as `compare` uses it.
     #[test]
     fn fiemap_on_an_ext4_loop_mount() {
-        if !rustix::process::geteuid().is_root() || !have("mkfs.ext4") || !have("losetup") {
-            eprintln!(
-                "skipped: needs root, mkfs.ext4 and losetup (scripts/setup.sh installs the tools)"
-            );
+        let Some(dev) = test_device(&[]) else {
             return;
-        }
-        let dev = match Device::create(Fs::Ext4, 64 << 20, 4096) {
-            Ok(d) => d,
-            Err(e) => {
-                eprintln!("skipped: no loop device here ({e:#})");
-                return;
-            }
         };
         let path = dev.path("f");
         let file = std::fs::File::create(&path).unwrap();

@@ -188,22 +188,14 @@ fn overruns(dir: &Path) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compare::kernel::{have, Device, Fs};
+    use crate::compare::kernel::test_device;
 
     /// A real capture on an ext4 loop mount: the trace parses, holds the fallocate's
     /// request, and no tracefs instance is left behind.
     #[test]
     fn captures_a_fallocate_on_a_loop_mount() {
-        if !rustix::process::geteuid().is_root() || !have("mkfs.ext4") || !have("fallocate") {
-            eprintln!("skipped: needs root, mkfs.ext4 and fallocate");
+        let Some(dev) = test_device(&["fallocate"]) else {
             return;
-        }
-        let dev = match Device::create(Fs::Ext4, 64 << 20, 4096) {
-            Ok(d) => d,
-            Err(e) => {
-                eprintln!("skipped: no loop device here ({e:#})");
-                return;
-            }
         };
         let loop_dev = PathBuf::from(dev.loop_dev.clone().expect("attached"));
         let out = std::env::temp_dir().join(format!("extalloc-capture-{}.gz", std::process::id()));
