@@ -324,10 +324,6 @@ fn run(cli: Cli) -> Result<()> {
                     odd.frees_of_unseen_blocks,
                 ),
                 (
-                    "data frees not replayed (no hole punching yet)",
-                    odd.data_frees_not_replayed,
-                ),
-                (
                     "requests over blocks already mapped",
                     odd.requests_over_mapped_blocks,
                 ),

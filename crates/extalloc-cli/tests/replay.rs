@@ -81,6 +81,16 @@ fn the_whole_small_trace_matches_the_readme() {
     assert_eq!(kernel["layout"]["extents_per_file"], 4.75);
 }
 
+/// A 16 MiB device of 4 MiB groups, replayed through extalloc only.
+const SMALL_DEVICE: [&str; 6] = [
+    "--blocks",
+    "4096",
+    "--group-blocks",
+    "1024",
+    "--policy",
+    "extalloc",
+];
+
 #[test]
 fn malformed_and_unknown_lines_are_counted() {
     let dir = std::env::temp_dir();
@@ -99,14 +109,7 @@ fn malformed_and_unknown_lines_are_counted() {
     let out = Command::new(env!("CARGO_BIN_EXE_extalloc"))
         .args(["replay"])
         .arg(&path)
-        .args([
-            "--blocks",
-            "4096",
-            "--group-blocks",
-            "1024",
-            "--policy",
-            "extalloc",
-        ])
+        .args(SMALL_DEVICE)
         .output()
         .unwrap();
     std::fs::remove_file(&path).unwrap();
@@ -125,4 +128,37 @@ fn malformed_and_unknown_lines_are_counted() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("opening /nonexistent/trace.gz"));
+}
+
+#[test]
+fn data_frees_punch_the_same_logical_blocks() {
+    let path =
+        std::env::temp_dir().join(format!("extalloc-punch-trace-{}.txt", std::process::id()));
+    std::fs::write(
+        &path,
+        "fio-1 [000] ..... 1.0: ext4_request_blocks: dev 7,1 ino 12 flags HINT_DATA|HINT_NOPREALLOC len 8 lblk 0 goal 0 lleft 0 lright 0 pleft 0 pright 0\n\
+         fio-1 [000] ..... 1.1: ext4_allocate_blocks: dev 7,1 ino 12 flags HINT_DATA|HINT_NOPREALLOC len 8 block 1000 lblk 0 goal 0 lleft 0 lright 0 pleft 0 pright 0\n\
+         kw-2 [001] ..... 1.2: ext4_free_blocks: dev 7,1 ino 12 mode 0100644 block 1002 count 2 flags 1ST_CLUSTER\n",
+    )
+    .unwrap();
+    let json = std::env::temp_dir().join(format!("extalloc-punch-{}.json", std::process::id()));
+    let out = Command::new(env!("CARGO_BIN_EXE_extalloc"))
+        .arg("replay")
+        .arg(&path)
+        .args(SMALL_DEVICE)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("never allocated"), "{err}");
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    std::fs::remove_file(&json).unwrap();
+    for run in r["runs"].as_array().unwrap() {
+        // 8 blocks allocated, 2 freed in the middle: 6 held, in 2 extents.
+        assert_eq!(run["free_space"]["free_blocks"], 4096 - 6, "{run}");
+        assert_eq!(run["layout"]["extents_per_file"], 2.0, "{run}");
+    }
 }

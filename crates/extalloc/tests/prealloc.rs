@@ -33,6 +33,11 @@ enum Op {
     Release {
         file: usize,
     },
+    Punch {
+        file: usize,
+        logical: u64,
+        len: u64,
+    },
     Commit,
 }
 
@@ -43,6 +48,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..FILES, 0u8..=255).prop_map(|(file, frac)| Op::Shrink { file, frac }),
         1 => (0..FILES, 1u64..2000).prop_map(|(file, by)| Op::Grow { file, by }),
         1 => (0..FILES).prop_map(|file| Op::Release { file }),
+        2 => (0..FILES, 0u64..3000, 1u64..200).prop_map(|(file, logical, len)| Op::Punch { file, logical, len }),
         1 => Just(Op::Commit),
     ]
 }
@@ -119,6 +125,19 @@ fn run(spec: &str, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     "discard returned other than the unused blocks"
                 );
                 prop_assert_eq!(files[file].prealloc_count(), 0);
+            }
+            Op::Punch { file, logical, len } => {
+                let expected = model[file].range(logical..logical + len).count() as u64;
+                let pending = alloc.pending_free_blocks();
+                prop_assert_eq!(
+                    alloc.free_data(&files[file], logical, len).unwrap(),
+                    expected
+                );
+                prop_assert_eq!(alloc.pending_free_blocks(), pending + expected);
+                model[file].retain(|&l, _| l < logical || l >= logical + len);
+                if expected > 0 {
+                    prop_assert_eq!(files[file].prealloc_count(), 0);
+                }
             }
             Op::Commit => {
                 alloc.commit();
@@ -324,6 +343,13 @@ fn bad_data_requests_change_nothing() {
         alloc.set_file_size(&file, u64::MAX),
         Err(Error::InvalidRequest(_))
     ));
+    assert_eq!(alloc.free_data(&file, 10, 0), Err(Error::ZeroLength));
+    assert!(matches!(
+        alloc.free_data(&file, u64::MAX - 1, 4),
+        Err(Error::InvalidRequest(_))
+    ));
+    // A hole over unmapped blocks frees nothing and changes nothing.
+    assert_eq!(alloc.free_data(&file, 100, 50), Ok(0));
     assert_eq!(
         (
             alloc.free_blocks(),

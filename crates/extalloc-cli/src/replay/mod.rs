@@ -8,10 +8,10 @@
 //!   on: no normalisation, as ext4's fallocate asks); other requests (extent-tree blocks)
 //!   are plain allocations, remembered by the kernel's block number so that their frees can
 //!   be translated.
-//! - `ext4_free_blocks` of metadata frees our blocks for the same kernel blocks; a free of
-//!   blocks the trace never allocated is counted and reported. Frees of file data would need
-//!   a hole-punching call of the file layer, which does not exist yet: they are counted and
-//!   reported, not replayed (none of the traces in `../shared/traces/` has one).
+//! - `ext4_free_blocks` is translated through the kernel's own decisions: freed data blocks
+//!   become a hole punched at the same logical blocks of the same file (`free_data`), freed
+//!   metadata frees our blocks for the same kernel blocks; a free of blocks the trace never
+//!   allocated is counted and reported.
 //! - `ext4_discard_preallocations` releases the file's preallocations.
 //! - Both sides are measured on an otherwise empty device of the traced size: the kernel's
 //!   own metadata (inode tables, journal) is not in the trace, so neither side has it.
@@ -140,7 +140,6 @@ pub fn geometry_from_readme(trace: &Path) -> Option<(u64, u64)> {
 pub struct Oddities {
     pub requests: u64,
     pub frees_of_unseen_blocks: u64,
-    pub data_frees_not_replayed: u64,
     pub requests_over_mapped_blocks: u64,
     pub decisions_without_request: u64,
 }
@@ -158,10 +157,10 @@ impl KernelModel {
     }
 
     /// Removes `block .. block + count` from the live set (splitting allocations).
-    /// Returns the blocks that were live.
-    fn free(&mut self, block: u64, count: u64) -> u64 {
+    /// Returns what was live there: `(ino, lblk, len, data)` pieces.
+    fn free(&mut self, block: u64, count: u64) -> Vec<(u64, u64, u64, bool)> {
         let end = block + count;
-        let mut removed = 0;
+        let mut removed = Vec::new();
         let hits: Vec<u64> = self
             .live
             .range(..end)
@@ -173,7 +172,7 @@ impl KernelModel {
         for s in hits {
             let (l, ino, lblk, data) = self.live.remove(&s).expect("listed");
             let (a, b) = (s.max(block), (s + l).min(end));
-            removed += b - a;
+            removed.push((ino, lblk + (a - s), b - a, data));
             if s < a {
                 self.live.insert(s, (a - s, ino, lblk, data));
             }
@@ -232,6 +231,9 @@ fn replay_one(
     // Our blocks for each kernel metadata allocation: kernel start -> (len, our extents).
     let mut meta: BTreeMap<u64, (u64, Vec<Extent>)> = BTreeMap::new();
     let mut pending: HashMap<u32, Event> = HashMap::new();
+    // The kernel's live decisions, to translate its frees (by physical block) into files'
+    // logical blocks.
+    let mut kernel_live = KernelModel::default();
     let started = Instant::now();
     let mut since_commit = 0u64;
     for e in events.iter().filter(|e| e.dev() == dev) {
@@ -262,6 +264,7 @@ fn replay_one(
                 };
                 let (want, lblk) = (*len, *decided_lblk);
                 odd.requests += 1;
+                kernel_live.allocate(*block, *len, *ino, *decided_lblk, flags.data);
                 if let Some(k) = kernel.as_deref_mut() {
                     k.allocate(*block, *len, *ino, *decided_lblk, flags.data);
                 }
@@ -310,13 +313,26 @@ fn replay_one(
                 metadata,
                 ..
             } => {
-                let live = kernel.as_deref_mut().map(|k| k.free(*block, *count));
-                if !metadata {
-                    odd.data_frees_not_replayed += 1;
+                // Which logical blocks of which file the kernel freed, from its decisions.
+                let pieces = kernel_live.free(*block, *count);
+                if let Some(k) = kernel.as_deref_mut() {
+                    k.free(*block, *count);
+                }
+                if pieces.is_empty() {
+                    odd.frees_of_unseen_blocks += 1;
                     continue;
                 }
-                if !free_ours(&alloc, &mut meta, *block, *count)? || live == Some(0) {
-                    odd.frees_of_unseen_blocks += 1;
+                if *metadata {
+                    free_ours(&alloc, &mut meta, *block, *count)?;
+                    continue;
+                }
+                for (ino, lblk, len, data) in pieces {
+                    match files.get(&ino) {
+                        Some(f) if data => {
+                            alloc.free_data(f, lblk, len)?;
+                        }
+                        _ => odd.frees_of_unseen_blocks += 1,
+                    }
                 }
             }
             Event::Discard { ino, .. } => {
@@ -518,8 +534,8 @@ mod tests {
         let mut k = KernelModel::default();
         k.allocate(100, 10, 1, 0, true);
         k.allocate(200, 5, 2, 0, false);
-        assert_eq!(k.free(103, 4), 4);
-        assert_eq!(k.free(500, 1), 0);
+        assert_eq!(k.free(103, 4), vec![(1, 3, 4, true)]);
+        assert!(k.free(500, 1).is_empty());
         let files = k.files();
         assert_eq!(files, vec![vec![Extent::new(100, 3), Extent::new(107, 3)]]);
         let g = Geometry::new(4096, 256, 1024).unwrap();

@@ -35,6 +35,8 @@
 //!   any free) and discards the file's PAs.
 //! - `release_prealloc(file)`: discards the file's PAs (the file is closed): their unused
 //!   blocks are free at once; they never held data.
+//! - `free_data(file, logical, len)`: punches a hole: discards the file's PAs, unmaps the
+//!   range and frees what was mapped there (deferred).
 //! - Under space pressure an allocation discards every PA it can lock and retries.
 //!
 //! Lock order: file lock -> locality shard lock -> group locks -> global lock.
@@ -679,6 +681,53 @@ impl Allocator {
             }
         }
         f.size_blocks = size_blocks;
+        Ok(freed)
+    }
+
+    /// Punches a hole: unmaps `logical .. logical + len` and frees the blocks that were
+    /// mapped there (they wait for the next commit, like any free). Unmapped blocks in the
+    /// range are left alone. The file's PAs are discarded first, as ext4's punch hole does,
+    /// so none keeps a block it handed out. The size does not change. Returns the blocks
+    /// freed.
+    pub fn free_data(&self, file: &FileAlloc, logical: u64, len: u64) -> Result<u64> {
+        if len == 0 {
+            return Err(Error::ZeroLength);
+        }
+        let end = logical
+            .checked_add(len)
+            .filter(|&e| e <= LOGICAL_BLOCKS_MAX)
+            .ok_or_else(|| {
+                Error::InvalidRequest(format!(
+                    "logical range {logical}+{len} is past the largest file ({LOGICAL_BLOCKS_MAX} blocks)"
+                ))
+            })?;
+        let mut f = file.inner.write();
+        let hit: Vec<(u64, Extent)> = f
+            .map
+            .range(..end)
+            .rev()
+            .take_while(|(&s, e)| s + e.len > logical)
+            .map(|(&s, &e)| (s, e))
+            .collect();
+        if hit.is_empty() {
+            return Ok(0);
+        }
+        self.discard_file_pas(&mut f)?;
+        let mut freed = 0;
+        for (s, e) in hit {
+            let (a, b) = (s.max(logical), (s + e.len).min(end));
+            let piece = Extent::new(e.start + (a - s), b - a);
+            self.free(piece)?;
+            freed += piece.len;
+            f.map.remove(&s);
+            if s < a {
+                f.map.insert(s, Extent::new(e.start, a - s));
+            }
+            if b < s + e.len {
+                f.map
+                    .insert(b, Extent::new(e.start + (b - s), s + e.len - b));
+            }
+        }
         Ok(freed)
     }
 
