@@ -36,6 +36,8 @@ enum Workload {
     SizeClassEdge,
     /// every job appends 4 KiB at a time to its own file up to --file-size (--jobs)
     Frag,
+    /// a kernel trace (--trace), one thread per traced task
+    Replay,
 }
 
 impl Workload {
@@ -48,6 +50,7 @@ impl Workload {
             Workload::AppendVsFallocate => "append-vs-fallocate",
             Workload::SizeClassEdge => "size-class-edge",
             Workload::Frag => "frag",
+            Workload::Replay => "replay",
         }
     }
 
@@ -193,6 +196,9 @@ struct BenchArgs {
     /// small-files: stop when this fraction of the device is used (0 < fill <= 1).
     #[arg(long, default_value_t = 1.0)]
     fill: f64,
+    /// replay: the kernel trace to replay (one thread per traced task; --threads is ignored).
+    #[arg(long)]
+    trace: Option<std::path::PathBuf>,
     /// Block size in bytes.
     #[arg(long, default_value_t = 4096)]
     block_size: u32,
@@ -382,6 +388,7 @@ impl BenchArgs {
             seq_burst,
             mix,
             fill,
+            trace,
             block_size,
             group_blocks,
             commit_ms,
@@ -399,7 +406,7 @@ impl BenchArgs {
                 "--seconds must be positive"
             );
             anyhow::ensure!(repeat >= 1, "--repeat must be at least 1");
-            let opts = LabOptions {
+            let mut opts = LabOptions {
                 threads: lab::parse_threads(
                     threads.as_deref().unwrap_or(workload.default_threads()),
                 )?,
@@ -422,12 +429,21 @@ impl BenchArgs {
                 seq_burst,
                 mix,
                 fill,
+                trace: trace.clone(),
                 block_size,
                 group_blocks,
                 commit_ms,
                 seed,
             };
             anyhow::ensure!(!opts.policies.is_empty(), "--policy is empty");
+            if matches!(workload, Workload::Replay) {
+                anyhow::ensure!(
+                    opts.trace.is_some(),
+                    "bench replay needs --trace PATH (e.g. ../shared/traces/*.trace.txt.gz)"
+                );
+                // One thread per traced task: the run reports how many.
+                opts.threads = vec![1];
+            }
             anyhow::ensure!(writes >= 1, "--writes must be at least 1");
             anyhow::ensure!(
                 (1..=1 << 20).contains(&seq_burst),
@@ -448,6 +464,7 @@ impl Workload {
             Workload::AppendVsFallocate => lab::append_vs_fallocate::run_once,
             Workload::SizeClassEdge => lab::size_class_edge::run_once,
             Workload::Frag => lab::frag::run_once,
+            Workload::Replay => replay::bench::run_once,
         }
     }
 }

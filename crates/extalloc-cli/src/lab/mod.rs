@@ -48,6 +48,8 @@ pub struct LabOptions {
     pub mix: bool,
     /// small-files: fraction of the device to fill.
     pub fill: f64,
+    /// replay: the trace.
+    pub trace: Option<std::path::PathBuf>,
 }
 
 impl LabOptions {

@@ -19,7 +19,12 @@ pub struct Step {
     pub seconds: f64,
     pub writes: u64,
     pub fill: f64,
+    /// replay: the trace (`--trace` overrides it); the step is skipped when it is missing.
+    pub trace: Option<&'static str>,
 }
+
+/// The trace the quick suite replays, relative to the repository root.
+pub const QUICK_TRACE: &str = "../shared/traces/ext4_fio_falloc_8x64M.trace.txt.gz";
 
 /// The quick tour.
 pub fn quick() -> Vec<Step> {
@@ -33,6 +38,7 @@ pub fn quick() -> Vec<Step> {
         seconds: 2.0,
         writes: 200_000,
         fill: 1.0,
+        trace: None,
     };
     vec![
         step(
@@ -94,6 +100,17 @@ pub fn quick() -> Vec<Step> {
             "16GiB",
             "4GiB",
         ),
+        Step {
+            trace: Some(QUICK_TRACE),
+            ..step(
+                "replay",
+                crate::replay::bench::run_once,
+                "ext4-base,extalloc",
+                &[1],
+                "4GiB",
+                "4GiB",
+            )
+        },
     ]
 }
 
@@ -122,7 +139,22 @@ pub fn run(steps: &[Step], base: &LabOptions) -> Result<Vec<Report>> {
     );
     let mut reports = Vec::new();
     for step in steps {
+        let trace = match (step.trace, &base.trace) {
+            (None, _) => None,
+            (Some(_), Some(given)) => Some(given.clone()),
+            (Some(default), None) => Some(std::path::PathBuf::from(default)),
+        };
+        if let Some(t) = trace.as_ref().filter(|t| !t.exists()) {
+            bar.println(format!(
+                "## {}\n\nskipped: no trace at {} (give one with --trace)\n",
+                step.workload,
+                t.display()
+            ));
+            bar.inc((step.policies.split(',').count() * step.threads.len() * base.repeat) as u64);
+            continue;
+        }
         let opts = LabOptions {
+            trace,
             threads: step.threads.to_vec(),
             policies: step.policies.split(',').map(str::to_string).collect(),
             seconds: step.seconds,
@@ -192,6 +224,7 @@ mod tests {
             "small-files",
             "append-vs-fallocate",
             "size-class-edge",
+            "replay",
         ] {
             assert!(names.contains(&w), "{w} missing from the quick suite");
         }

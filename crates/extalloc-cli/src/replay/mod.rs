@@ -16,6 +16,7 @@
 //! - Both sides are measured on an otherwise empty device of the traced size: the kernel's
 //!   own metadata (inode tables, journal) is not in the trace, so neither side has it.
 
+pub mod bench;
 pub mod capture;
 pub mod parse;
 
@@ -146,7 +147,7 @@ pub struct Oddities {
 
 /// The kernel's decisions: live allocations by start.
 #[derive(Default)]
-struct KernelModel {
+pub struct KernelModel {
     /// start -> (len, ino, lblk, data)
     live: BTreeMap<u64, (u64, u64, u64, bool)>,
 }
@@ -215,6 +216,38 @@ impl KernelModel {
     }
 }
 
+/// Files by inode, and the inodes in the order first met.
+type FileTable = (HashMap<u64, Arc<FileAlloc>>, Vec<u64>);
+
+/// Files met in a replay, shared by the threads replaying it.
+#[derive(Default)]
+pub struct SharedFiles {
+    files: parking_lot::Mutex<FileTable>,
+}
+
+impl SharedFiles {
+    fn get(&self, alloc: &Allocator, ino: u64) -> Arc<FileAlloc> {
+        let mut g = self.files.lock();
+        if let Some(f) = g.0.get(&ino) {
+            return f.clone();
+        }
+        let f = alloc.create_file(ino);
+        g.0.insert(ino, f.clone());
+        g.1.push(ino);
+        f
+    }
+
+    fn known(&self, ino: u64) -> Option<Arc<FileAlloc>> {
+        self.files.lock().0.get(&ino).cloned()
+    }
+
+    /// Every file, in the order first met.
+    pub fn all(&self) -> Vec<Arc<FileAlloc>> {
+        let g = self.files.lock();
+        g.1.iter().map(|i| g.0[i].clone()).collect()
+    }
+}
+
 /// Replays the trace's events of `dev` through `policy`; also builds the kernel's model
 /// when `kernel` is given.
 fn replay_one(
@@ -222,21 +255,39 @@ fn replay_one(
     dev: (u32, u32),
     geometry: Geometry,
     policy: &extalloc::Policy,
-    mut kernel: Option<&mut KernelModel>,
+    kernel: Option<&mut KernelModel>,
     odd: &mut Oddities,
 ) -> Result<(Allocator, Vec<Arc<FileAlloc>>, f64)> {
     let alloc = Allocator::new(geometry, policy.clone())?;
-    let mut files: HashMap<u64, Arc<FileAlloc>> = HashMap::new();
-    let mut order: Vec<u64> = Vec::new();
+    let shared = SharedFiles::default();
+    let started = Instant::now();
+    replay_events(
+        &alloc,
+        events.iter().filter(|e| e.dev() == dev),
+        &shared,
+        kernel,
+        odd,
+    )?;
+    let seconds = started.elapsed().as_secs_f64();
+    Ok((alloc, shared.all(), seconds))
+}
+
+/// Replays `events` in order on `alloc`.
+pub fn replay_events<'e>(
+    alloc: &Allocator,
+    events: impl Iterator<Item = &'e Event>,
+    files: &SharedFiles,
+    mut kernel: Option<&mut KernelModel>,
+    odd: &mut Oddities,
+) -> Result<()> {
     // Our blocks for each kernel metadata allocation: kernel start -> (len, our extents).
     let mut meta: BTreeMap<u64, (u64, Vec<Extent>)> = BTreeMap::new();
     let mut pending: HashMap<u32, Event> = HashMap::new();
     // The kernel's live decisions, to translate its frees (by physical block) into files'
     // logical blocks.
     let mut kernel_live = KernelModel::default();
-    let started = Instant::now();
     let mut since_commit = 0u64;
-    for e in events.iter().filter(|e| e.dev() == dev) {
+    for e in events {
         match e {
             Event::Request { pid, .. } => {
                 pending.insert(*pid, e.clone());
@@ -269,10 +320,7 @@ fn replay_one(
                     k.allocate(*block, *len, *ino, *decided_lblk, flags.data);
                 }
                 if flags.data {
-                    let file = files.entry(*ino).or_insert_with(|| {
-                        order.push(*ino);
-                        alloc.create_file(*ino)
-                    });
+                    let file = &files.get(alloc, *ino);
                     let mut l = lblk;
                     let end = lblk + want;
                     while l < end {
@@ -323,28 +371,26 @@ fn replay_one(
                     continue;
                 }
                 if *metadata {
-                    free_ours(&alloc, &mut meta, *block, *count)?;
+                    free_ours(alloc, &mut meta, *block, *count)?;
                     continue;
                 }
                 for (ino, lblk, len, data) in pieces {
-                    match files.get(&ino) {
+                    match files.known(ino) {
                         Some(f) if data => {
-                            alloc.free_data(f, lblk, len)?;
+                            alloc.free_data(&f, lblk, len)?;
                         }
                         _ => odd.frees_of_unseen_blocks += 1,
                     }
                 }
             }
             Event::Discard { ino, .. } => {
-                if let Some(f) = files.get(ino) {
-                    alloc.release_prealloc(f)?;
+                if let Some(f) = files.known(*ino) {
+                    alloc.release_prealloc(&f)?;
                 }
             }
         }
     }
-    let seconds = started.elapsed().as_secs_f64();
-    let files = order.iter().map(|i| files[i].clone()).collect();
-    Ok((alloc, files, seconds))
+    Ok(())
 }
 
 /// Frees our blocks standing for kernel blocks `block .. block + count` (metadata). Returns

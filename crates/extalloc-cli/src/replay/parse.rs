@@ -30,6 +30,8 @@ pub enum Event {
         lblk: u64,
     },
     Free {
+        /// The freeing task (0 when the line does not say).
+        pid: u32,
         dev: (u32, u32),
         ino: u64,
         block: u64,
@@ -37,12 +39,23 @@ pub enum Event {
         metadata: bool,
     },
     Discard {
+        pid: u32,
         dev: (u32, u32),
         ino: u64,
     },
 }
 
 impl Event {
+    /// The task that logged the event.
+    pub fn pid(&self) -> u32 {
+        match self {
+            Event::Request { pid, .. }
+            | Event::Allocate { pid, .. }
+            | Event::Free { pid, .. }
+            | Event::Discard { pid, .. } => *pid,
+        }
+    }
+
     pub fn dev(&self) -> (u32, u32) {
         match self {
             Event::Request { dev, .. }
@@ -160,13 +173,18 @@ fn parse_event(event: &str, head: &str, rest: &str) -> Option<Event> {
             lblk: num("lblk")?,
         },
         "ext4_free_blocks" => Event::Free {
+            pid: parse_pid(head).unwrap_or(0),
             dev,
             ino,
             block: num("block")?,
             count: num("count")?,
             metadata: get("flags").is_some_and(|f| f.split('|').any(|x| x == "METADATA")),
         },
-        "ext4_discard_preallocations" => Event::Discard { dev, ino },
+        "ext4_discard_preallocations" => Event::Discard {
+            pid: parse_pid(head).unwrap_or(0),
+            dev,
+            ino,
+        },
         _ => return None,
     })
 }
@@ -209,6 +227,7 @@ mod tests {
         assert_eq!(
             parse_line(DISCARD),
             Line::Event(Event::Discard {
+                pid: 9463,
                 dev: (7, 1),
                 ino: 12
             })
