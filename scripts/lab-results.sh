@@ -35,6 +35,24 @@ run small-files small-files --threads 1,2 --fill 0.9 \
 run frag frag --policy extalloc,ext4-2025,ext4-base,tlsf,first-fit --repeat 3
 run fallocate2-outside fallocate2 --threads 1,2 --seconds 2 --repeat 3 \
   --policy extalloc,tlsf,first-fit
+# Kernel traces: serial replay against the kernel's decisions, then as a threaded workload.
+replay() {
+  local name="$1" trace="$2"
+  if [[ -n "$only" && "$name" != *"$only"* ]]; then
+    return
+  fi
+  if [[ ! -f "$trace" ]]; then
+    echo "== $name: skipped (no $trace)" >&2
+    return
+  fi
+  echo "== $name: extalloc replay $trace" >&2
+  "$bin" replay "$trace" --json "lab-out/$name.json" | tee "lab-out/$name.md"
+  "$bin" bench replay --trace "$trace" --repeat 3 --json "lab-out/$name-threads.json" \
+    | tee "lab-out/$name-threads.md"
+}
+for t in ext4_fio_falloc_8x64M ext4_fio_randwrite_4x256M ext4_fio_randwrite_fsync256_4x256M; do
+  replay "replay-$t" "../shared/traces/$t.trace.txt.gz"
+done
 run random-fill random-fill --file-size 1GiB --threads 1,2 --repeat 3
 run random-fill-burst4 random-fill --file-size 1GiB --seq-burst 4 --threads 1,2 --repeat 3
 
