@@ -276,16 +276,16 @@ proptest! {
 fn list_is_capped_and_tree_is_not() {
     for (spec, capped) in [("extalloc:prealloc_index=list", true), ("extalloc", false)] {
         let alloc = Allocator::new(
-            Geometry::new(4096, 32768, 1 << 20).unwrap(),
+            Geometry::new(4096, 32768, 1 << 22).unwrap(),
             Policy::parse(spec).unwrap(),
         )
         .unwrap();
         let file = alloc.create_file(1);
-        alloc.set_file_size(&file, 1 << 20).unwrap();
-        // One block in every 16 KiB window of a big sparse file: one PA each.
+        alloc.set_file_size(&file, 1000 * 2048).unwrap();
+        // One block in every 8 MiB window of a big sparse file: one PA each.
         for i in 0..1000u64 {
             alloc
-                .allocate_data(&file, &DataRequest::new(i * 64, 1))
+                .allocate_data(&file, &DataRequest::new(i * 2048, 1))
                 .unwrap();
         }
         let n = file.prealloc_count();

@@ -28,7 +28,7 @@
 //!   `logical`, map from it: no group is touched. (2) Small files (size below
 //!   `stream_threshold_kib`) carve from the shard's locality PA. (3) Otherwise normalise: the
 //!   window is the request rounded up to the next size bucket (16 KiB ... 8 MiB) of the file's
-//!   size (for appends) or of the request (for writes into holes), aligned to the bucket,
+//!   size or of the request's end, whichever is larger (as ext4 uses i_size), aligned to the bucket,
 //!   clamped to the hole between the neighbouring mapped extents and to the file's other PAs;
 //!   allocate the window, map the request, keep the rest as a PA.
 //! - `set_file_size(file, size)`: shrinking frees mapped blocks past the size (deferred, like
@@ -537,8 +537,10 @@ impl Allocator {
         }
 
         // 3. Normalise and allocate the window.
-        let growing = req.logical >= f.size_blocks;
-        let basis = if growing { end } else { len };
+        // The bucket follows the larger of the request's end and the file's size, as ext4's
+        // does (i_size): a write into a hole of a large file gets a large window, so random
+        // writers racing on their files still get their data in big pieces.
+        let basis = end.max(f.size_blocks);
         let (mut ws, mut we) = if req.no_prealloc {
             (req.logical, req.logical + len)
         } else {
