@@ -24,6 +24,8 @@ run() {
 
 run fallocate2 fallocate2 --seconds 2 --repeat 3
 run sparse-writes sparse-writes --threads 1 --policy extalloc,extalloc:prealloc_index=list --repeat 3
+run sparse-writes-request sparse-writes --threads 1 --repeat 3 \
+  --policy extalloc:normalise_holes=request,extalloc:normalise_holes=request:prealloc_index=list
 run append-vs-fallocate append-vs-fallocate --threads 1,2 \
   --policy extalloc,extalloc:size_classes=false --repeat 5
 run size-class-edge size-class-edge --threads 1,2 \

@@ -253,12 +253,13 @@ fn write(
     Ok(())
 }
 
-const SPECS: [&str; 5] = [
+const SPECS: [&str; 6] = [
     "ext4-base",
     "ext4-2025",
     "extalloc",
     "extalloc:locality_prealloc=false",
     "extalloc:prealloc_index=list:size_classes=false",
+    "extalloc:normalise_holes=request",
 ];
 
 proptest! {

@@ -539,8 +539,15 @@ impl Allocator {
         // 3. Normalise and allocate the window.
         // The bucket follows the larger of the request's end and the file's size, as ext4's
         // does (i_size): a write into a hole of a large file gets a large window, so random
-        // writers racing on their files still get their data in big pieces.
-        let basis = end.max(f.size_blocks);
+        // writers racing on their files still get their data in big pieces. With
+        // `normalise_holes=request`, a write into a hole gets a window of its own length.
+        let basis = if self.policy.normalise_by_size {
+            end.max(f.size_blocks)
+        } else if req.logical >= f.size_blocks {
+            end
+        } else {
+            len
+        };
         let (mut ws, mut we) = if req.no_prealloc {
             (req.logical, req.logical + len)
         } else {

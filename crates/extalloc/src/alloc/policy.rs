@@ -70,6 +70,9 @@ pub struct Policy {
     pub locality_prealloc: bool,
     /// Size of one locality preallocation, in blocks.
     pub locality_prealloc_blocks: u64,
+    /// A write into a hole is normalised by the file's size, as ext4 does with i_size
+    /// (`true`, every preset), or by the request's own end (`false`: small windows).
+    pub normalise_by_size: bool,
     /// Tag groups with the size class (and lifetime hint) of their first allocation and
     /// prefer matching groups.
     pub size_classes: bool,
@@ -79,7 +82,7 @@ pub struct Policy {
 pub const PRESETS: [&str; 3] = ["ext4-base", "ext4-2025", "extalloc"];
 
 /// Keys a spec may set, with what they take.
-const KEYS: [(&str, &str); 19] = [
+const KEYS: [(&str, &str); 20] = [
     ("optimize_scan", "true|false"),
     ("group_index", "list|ordered"),
     ("trylock", "true|false"),
@@ -98,6 +101,7 @@ const KEYS: [(&str, &str); 19] = [
     ("prealloc_index", "list|tree"),
     ("locality_prealloc", "true|false"),
     ("locality_prealloc_blocks", "a block count 1..=1048576"),
+    ("normalise_holes", "file-size|request"),
     ("size_classes", "true|false"),
 ];
 
@@ -130,6 +134,7 @@ impl Policy {
             prealloc_tree: true,
             locality_prealloc: true,
             locality_prealloc_blocks: 512,
+            normalise_by_size: true,
             size_classes: false,
         };
         match name {
@@ -257,6 +262,13 @@ impl Policy {
             }
             "locality_prealloc" => self.locality_prealloc = boolean()?,
             "locality_prealloc_blocks" => self.locality_prealloc_blocks = number(1, 1 << 20)?,
+            "normalise_holes" => {
+                self.normalise_by_size = match value {
+                    "file-size" => true,
+                    "request" => false,
+                    _ => return Err(bad()),
+                }
+            }
             "size_classes" => self.size_classes = boolean()?,
             _ => unreachable!("key {key} is listed but not handled"),
         }
