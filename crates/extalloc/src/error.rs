@@ -73,6 +73,18 @@ pub enum Error {
     /// `check()` found cached state that disagrees with what it was computed from.
     #[error("invariant violated: {0}")]
     Invariant(String),
+
+    /// A device access outside the device.
+    #[error("device access {offset}+{len} bytes is past the device's {size} bytes")]
+    DeviceRange { offset: u64, len: u64, size: u64 },
+
+    /// The device failed an operation.
+    #[error("device {op} at byte {offset} failed: {message}")]
+    Io {
+        op: &'static str,
+        offset: u64,
+        message: String,
+    },
 }
 
 /// Shorthand used throughout the crate.

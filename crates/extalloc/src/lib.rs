@@ -44,6 +44,7 @@
 //! stats).
 
 pub mod alloc;
+pub mod device;
 mod error;
 mod geometry;
 pub mod groups;

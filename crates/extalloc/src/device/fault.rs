@@ -1,0 +1,272 @@
+//! A device that keeps writes volatile until `flush` and can crash.
+//!
+//! The wrapped device holds what is durable. Writes since the last flush are kept in order
+//! and overlaid on reads (the running system sees its own writes). `crash` decides, from a
+//! seed, what of them reached the media: each is kept or dropped independently, and one of
+//! the kept ones may be torn (only a prefix of its 512-byte sectors written). After a crash
+//! the volatile writes are gone, as after a power loss; the device goes on working.
+
+use super::{check_range, Device, SECTOR_BYTES};
+use crate::error::{Error, Result};
+use parking_lot::Mutex;
+use rand::{Rng, SeedableRng};
+
+/// What a crash does to the writes that were not flushed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Crash {
+    /// None of them survives.
+    DropAll,
+    /// All of them survive (the cache happened to be written back).
+    KeepAll,
+    /// Each survives with this probability; one survivor may be torn.
+    Random { keep: f64, tear: bool },
+}
+
+struct State {
+    /// Unflushed writes, in order: (offset, data).
+    pending: Vec<(u64, Vec<u8>)>,
+    failing: bool,
+    rng: rand::rngs::StdRng,
+    crashes: u64,
+}
+
+pub struct FaultDevice<D: Device> {
+    inner: D,
+    state: Mutex<State>,
+}
+
+/// What a crash did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CrashReport {
+    pub pending: usize,
+    pub kept: usize,
+    pub torn: bool,
+}
+
+impl<D: Device> FaultDevice<D> {
+    pub fn new(inner: D, seed: u64) -> Self {
+        FaultDevice {
+            inner,
+            state: Mutex::new(State {
+                pending: Vec::new(),
+                failing: false,
+                rng: rand::rngs::StdRng::seed_from_u64(seed),
+                crashes: 0,
+            }),
+        }
+    }
+
+    /// From now on every write (and flush) fails with an I/O error, or works again.
+    pub fn fail_writes(&self, failing: bool) {
+        self.state.lock().failing = failing;
+    }
+
+    /// Unflushed writes.
+    pub fn pending_writes(&self) -> usize {
+        self.state.lock().pending.len()
+    }
+
+    /// Loses power: applies the surviving unflushed writes (per `how`) to the durable
+    /// device and forgets the rest. Writes work again afterwards.
+    pub fn crash(&self, how: Crash) -> Result<CrashReport> {
+        let mut st = self.state.lock();
+        st.crashes += 1;
+        st.failing = false;
+        let pending = std::mem::take(&mut st.pending);
+        let mut report = CrashReport {
+            pending: pending.len(),
+            ..CrashReport::default()
+        };
+        let (keep, tear) = match how {
+            Crash::DropAll => (0.0, false),
+            Crash::KeepAll => (1.0, false),
+            Crash::Random { keep, tear } => (keep.clamp(0.0, 1.0), tear),
+        };
+        let kept: Vec<(u64, Vec<u8>)> = pending
+            .into_iter()
+            .filter(|_| keep >= 1.0 || (keep > 0.0 && st.rng.gen_bool(keep)))
+            .collect();
+        let torn = if tear && !kept.is_empty() {
+            Some(st.rng.gen_range(0..kept.len()))
+        } else {
+            None
+        };
+        for (i, (offset, data)) in kept.iter().enumerate() {
+            let mut data: &[u8] = data;
+            if torn == Some(i) {
+                // A prefix of whole sectors, counted from the write's start (fewer than all).
+                let sectors = (data.len() as u64).div_ceil(SECTOR_BYTES);
+                let prefix = st.rng.gen_range(0..sectors.max(1)) * SECTOR_BYTES;
+                data = &data[..(prefix as usize).min(data.len())];
+                report.torn = true;
+            }
+            self.inner.write_at(data, *offset)?;
+        }
+        report.kept = kept.len();
+        self.inner.flush()?;
+        Ok(report)
+    }
+
+    /// Crashes so far.
+    pub fn crashes(&self) -> u64 {
+        self.state.lock().crashes
+    }
+
+    pub fn into_inner(self) -> D {
+        self.inner
+    }
+}
+
+impl<D: Device> Device for FaultDevice<D> {
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        check_range(offset, buf.len(), self.size())?;
+        let st = self.state.lock();
+        self.inner.read_at(buf, offset)?;
+        let end = offset + buf.len() as u64;
+        for (w_off, data) in &st.pending {
+            let w_end = w_off + data.len() as u64;
+            let (a, b) = (offset.max(*w_off), end.min(w_end));
+            if a < b {
+                buf[(a - offset) as usize..(b - offset) as usize]
+                    .copy_from_slice(&data[(a - w_off) as usize..(b - w_off) as usize]);
+            }
+        }
+        Ok(())
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        check_range(offset, buf.len(), self.size())?;
+        let mut st = self.state.lock();
+        if st.failing {
+            return Err(Error::Io {
+                op: "write",
+                offset,
+                message: "injected write failure".into(),
+            });
+        }
+        st.pending.push((offset, buf.to_vec()));
+        Ok(())
+    }
+
+    fn flush(&self) -> Result<()> {
+        let mut st = self.state.lock();
+        if st.failing {
+            return Err(Error::Io {
+                op: "flush",
+                offset: 0,
+                message: "injected flush failure".into(),
+            });
+        }
+        for (offset, data) in std::mem::take(&mut st.pending) {
+            self.inner.write_at(&data, offset)?;
+        }
+        self.inner.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::MemDevice;
+    use proptest::prelude::*;
+
+    fn read(d: &dyn Device, offset: u64, len: usize) -> Vec<u8> {
+        let mut v = vec![0u8; len];
+        d.read_at(&mut v, offset).unwrap();
+        v
+    }
+
+    #[test]
+    fn unflushed_writes_are_lost_in_a_crash_and_flushed_ones_are_not() {
+        let d = FaultDevice::new(MemDevice::new(1 << 20), 7);
+        d.write_at(&[1; 4096], 0).unwrap();
+        d.flush().unwrap();
+        d.write_at(&[2; 4096], 0).unwrap();
+        d.write_at(&[3; 100], 8192).unwrap();
+        assert_eq!(read(&d, 0, 4), [2; 4], "the system sees its own writes");
+        let r = d.crash(Crash::DropAll).unwrap();
+        assert_eq!((r.pending, r.kept), (2, 0));
+        assert_eq!(read(&d, 0, 4096), vec![1; 4096]);
+        assert_eq!(read(&d, 8192, 100), vec![0; 100]);
+        d.write_at(&[4; 10], 0).unwrap();
+        assert_eq!(d.crash(Crash::KeepAll).unwrap().kept, 1);
+        assert_eq!(read(&d, 0, 10), vec![4; 10]);
+    }
+
+    #[test]
+    fn a_torn_write_keeps_a_prefix_of_sectors() {
+        for seed in 0..20 {
+            let d = FaultDevice::new(MemDevice::new(1 << 20), seed);
+            d.write_at(&[9; 8 * 512], 4096).unwrap();
+            let r = d
+                .crash(Crash::Random {
+                    keep: 1.0,
+                    tear: true,
+                })
+                .unwrap();
+            assert!(r.torn);
+            let after = read(&d, 4096, 8 * 512);
+            let written = after.iter().take_while(|&&b| b == 9).count();
+            assert_eq!(written % 512, 0, "whole sectors");
+            assert!(written < 8 * 512, "a torn write is not whole");
+            assert!(after[written..].iter().all(|&b| b == 0));
+        }
+    }
+
+    #[test]
+    fn failing_writes_change_nothing() {
+        let d = FaultDevice::new(MemDevice::new(1 << 20), 1);
+        d.fail_writes(true);
+        assert!(matches!(d.write_at(&[5; 8], 0), Err(Error::Io { .. })));
+        assert!(matches!(d.flush(), Err(Error::Io { .. })));
+        assert_eq!(d.pending_writes(), 0);
+        d.fail_writes(false);
+        d.write_at(&[5; 8], 0).unwrap();
+        d.flush().unwrap();
+        assert_eq!(read(&d, 0, 8), [5; 8]);
+    }
+
+    proptest! {
+        /// Against a model of durable bytes plus ordered pending writes: reads see the
+        /// pending writes; a crash keeping all or none leaves exactly the model.
+        #[test]
+        fn follows_the_model(ops in prop::collection::vec((0u8..4, 0u64..4000, 1usize..300, any::<u8>()), 1..60)) {
+            let d = FaultDevice::new(MemDevice::new(8192), 3);
+            let mut durable = vec![0u8; 8192];
+            let mut pending: Vec<(u64, Vec<u8>)> = Vec::new();
+            for (kind, off, len, byte) in ops {
+                match kind {
+                    0 | 1 => {
+                        let data = vec![byte; len];
+                        d.write_at(&data, off).unwrap();
+                        pending.push((off, data));
+                    }
+                    2 => {
+                        d.flush().unwrap();
+                        for (o, data) in pending.drain(..) {
+                            durable[o as usize..o as usize + data.len()].copy_from_slice(&data);
+                        }
+                    }
+                    _ => {
+                        let keep = byte % 2 == 0;
+                        d.crash(if keep { Crash::KeepAll } else { Crash::DropAll }).unwrap();
+                        for (o, data) in pending.drain(..) {
+                            if keep {
+                                durable[o as usize..o as usize + data.len()].copy_from_slice(&data);
+                            }
+                        }
+                    }
+                }
+                let mut view = durable.clone();
+                for (o, data) in &pending {
+                    view[*o as usize..*o as usize + data.len()].copy_from_slice(data);
+                }
+                prop_assert_eq!(read(&d, 0, 8192), view);
+            }
+        }
+    }
+}

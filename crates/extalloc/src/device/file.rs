@@ -1,0 +1,73 @@
+//! A file or block device through positional I/O.
+
+use super::{check_range, Device};
+use crate::error::{Error, Result};
+use std::fs::{File, OpenOptions};
+use std::io::{Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+/// A file (sparse is fine) or a block device.
+pub struct FileDevice {
+    file: File,
+    size: u64,
+}
+
+fn io(op: &'static str, offset: u64, e: std::io::Error) -> Error {
+    Error::Io {
+        op,
+        offset,
+        message: e.to_string(),
+    }
+}
+
+impl FileDevice {
+    /// Opens an existing file or block device; its size is the device's.
+    pub fn open(path: &Path) -> Result<Self> {
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| io("open", 0, e))?;
+        // A block device's metadata length is 0: ask where its end is.
+        let size = file.seek(SeekFrom::End(0)).map_err(|e| io("seek", 0, e))?;
+        Ok(FileDevice { file, size })
+    }
+
+    /// Creates (or truncates) a file of `size` bytes, sparse.
+    pub fn create(path: &Path, size: u64) -> Result<Self> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .map_err(|e| io("create", 0, e))?;
+        file.set_len(size).map_err(|e| io("set_len", size, e))?;
+        Ok(FileDevice { file, size })
+    }
+}
+
+impl Device for FileDevice {
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        check_range(offset, buf.len(), self.size)?;
+        self.file
+            .read_exact_at(buf, offset)
+            .map_err(|e| io("read", offset, e))
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        check_range(offset, buf.len(), self.size)?;
+        self.file
+            .write_all_at(buf, offset)
+            .map_err(|e| io("write", offset, e))
+    }
+
+    fn flush(&self) -> Result<()> {
+        self.file.sync_data().map_err(|e| io("flush", 0, e))
+    }
+}

@@ -1,0 +1,105 @@
+//! Devices: where persistent state lives (DESIGN.md section 6).
+//!
+//! A [`Device`] is a range of bytes with positional reads and writes and a `flush` that makes
+//! every write before it durable. Three kinds:
+//! - [`MemDevice`]: sparse memory (the lab's default; nothing survives the process);
+//! - [`FileDevice`]: a file or block device through positional I/O, `flush` = `fdatasync`;
+//! - [`FaultDevice`]: wraps another device and keeps writes volatile until `flush`; on
+//!   command it "crashes" (drops any subset of the unflushed writes, tears one to a prefix of
+//!   its sectors) or starts failing writes, so crash-recovery code can be tested.
+//!
+//! Every access is checked against the device's size: `DeviceRange`, and nothing changes.
+
+mod fault;
+mod file;
+mod mem;
+
+pub use fault::{Crash, CrashReport, FaultDevice};
+pub use file::FileDevice;
+pub use mem::MemDevice;
+
+use crate::error::{Error, Result};
+
+/// Sector size for torn writes: a crash can persist a prefix of whole sectors.
+pub const SECTOR_BYTES: u64 = 512;
+
+/// A byte-addressed device.
+pub trait Device: Send + Sync {
+    /// Size in bytes.
+    fn size(&self) -> u64;
+    /// Fills `buf` from `offset`.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()>;
+    /// Writes `buf` at `offset` (durable after the next `flush`).
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<()>;
+    /// Makes every completed write durable.
+    fn flush(&self) -> Result<()>;
+}
+
+/// Checks `offset .. offset + len` against a device of `size` bytes.
+pub(crate) fn check_range(offset: u64, len: usize, size: u64) -> Result<()> {
+    let len = len as u64;
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(Error::DeviceRange { offset, len, size }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The contract every device keeps.
+    pub(crate) fn contract(d: &dyn Device) {
+        let size = d.size();
+        assert!(size >= 8192);
+        let mut buf = [0xffu8; 16];
+        d.read_at(&mut buf, 100).unwrap();
+        assert_eq!(buf, [0u8; 16], "unwritten bytes read as zero");
+        d.write_at(b"hello, device", 4090).unwrap();
+        let mut back = [0u8; 13];
+        d.read_at(&mut back, 4090).unwrap();
+        assert_eq!(
+            &back, b"hello, device",
+            "a write is read back across a page border"
+        );
+        d.flush().unwrap();
+        assert!(matches!(
+            d.write_at(&[1, 2, 3], size - 2),
+            Err(Error::DeviceRange { .. })
+        ));
+        assert!(matches!(
+            d.read_at(&mut [0u8; 4], u64::MAX - 1),
+            Err(Error::DeviceRange { .. })
+        ));
+        let mut tail = [9u8; 2];
+        d.read_at(&mut tail, size - 2).unwrap();
+        assert_eq!(tail, [0, 0], "a refused write changed nothing");
+    }
+
+    #[test]
+    fn memory_device_keeps_the_contract() {
+        contract(&MemDevice::new(1 << 40));
+    }
+
+    #[test]
+    fn file_device_keeps_the_contract() {
+        let path = std::env::temp_dir().join(format!("extalloc-dev-{}", std::process::id()));
+        let d = FileDevice::create(&path, 1 << 30).unwrap();
+        contract(&d);
+        drop(d);
+        let again = FileDevice::open(&path).unwrap();
+        assert_eq!(again.size(), 1 << 30);
+        let mut back = [0u8; 13];
+        again.read_at(&mut back, 4090).unwrap();
+        assert_eq!(
+            &back, b"hello, device",
+            "flushed data is there after reopening"
+        );
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn fault_device_keeps_the_contract() {
+        contract(&FaultDevice::new(MemDevice::new(1 << 20), 1));
+    }
+}
