@@ -147,6 +147,23 @@ enum Command {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// Make an extalloc file system on a file or block device (docs/format.md).
+    Mkfs {
+        /// The file (created or truncated to --size) or block device.
+        path: std::path::PathBuf,
+        /// Size (K, M, G, T); a block device's own size when omitted.
+        #[arg(long)]
+        size: Option<String>,
+        #[arg(long, default_value_t = 4096)]
+        block_size: u32,
+        #[arg(long, default_value_t = extalloc::GROUP_BLOCKS_DEFAULT)]
+        group_blocks: u64,
+        /// Journal size (K, M, G).
+        #[arg(long, default_value = "64MiB")]
+        journal_size: String,
+    },
+    /// Print the superblock and the free space of each group of an extalloc device.
+    Info { path: std::path::PathBuf },
     /// Turn a bench or compare JSON report into Markdown and PNG charts.
     Report {
         /// The JSON report (`--json` of bench or compare).
@@ -344,6 +361,56 @@ fn run(cli: Cli) -> Result<()> {
         Command::Capture { dev, out, command } => {
             let lines = replay::capture::capture(&dev, &command, &out)?;
             eprintln!("wrote {} ({lines} trace lines)", out.display());
+            Ok(())
+        }
+        Command::Mkfs {
+            path,
+            size,
+            block_size,
+            group_blocks,
+            journal_size,
+        } => {
+            use extalloc::device::{Device, FileDevice};
+            let dev = match size {
+                Some(size) => FileDevice::create(&path, lab::parse_size(&size)?)?,
+                None => FileDevice::open(&path)
+                    .with_context(|| format!("{}: give --size to create it", path.display()))?,
+            };
+            let blocks = dev.size() / u64::from(block_size);
+            let geometry = extalloc::Geometry::new(block_size, group_blocks, blocks)?;
+            let journal_blocks = lab::parse_size(&journal_size)?.div_ceil(u64::from(block_size));
+            let sb = extalloc::format::mkfs(&dev, &geometry, journal_blocks, rand::random())?;
+            println!(
+                "{}: {} blocks of {} bytes, {} groups, metadata in blocks 0..{}, journal {} blocks",
+                path.display(),
+                sb.blocks_count,
+                sb.block_size,
+                sb.groups(),
+                sb.metadata_end(),
+                sb.journal_blocks
+            );
+            Ok(())
+        }
+        Command::Info { path } => {
+            let dev = extalloc::device::FileDevice::open(&path)?;
+            let sb = extalloc::format::read_superblock(&dev)
+                .with_context(|| format!("{}", path.display()))?;
+            println!("{sb:#?}");
+            let mut free = 0u64;
+            let mut corrupt = 0u64;
+            for g in 0..sb.groups() {
+                match extalloc::format::read_group(&dev, &sb, g) {
+                    Ok((desc, _)) => free += u64::from(desc.free_blocks),
+                    Err(e) => {
+                        corrupt += 1;
+                        println!("group {g}: {e}");
+                    }
+                }
+            }
+            println!(
+                "{} groups, {free} free blocks, {corrupt} corrupt groups",
+                sb.groups()
+            );
             Ok(())
         }
         Command::Report { json, out } => {

@@ -74,6 +74,22 @@ pub enum Error {
     #[error("invariant violated: {0}")]
     Invariant(String),
 
+    /// The device does not hold an extalloc file system (no magic in either superblock).
+    #[error("not an extalloc device: {0}")]
+    NotExtalloc(String),
+
+    /// On-disk metadata that fails its checksum or says something impossible.
+    #[error("corrupt {what}: {detail}")]
+    Corrupt { what: String, detail: String },
+
+    /// Made by a newer extalloc.
+    #[error("on-disk format version {found} is newer than this extalloc's {supported}")]
+    UnsupportedVersion { found: u32, supported: u32 },
+
+    /// The device is smaller than its superblock says.
+    #[error("device has {size} bytes but its superblock describes {needed}")]
+    DeviceTooSmall { needed: u64, size: u64 },
+
     /// A device access outside the device.
     #[error("device access {offset}+{len} bytes is past the device's {size} bytes")]
     DeviceRange { offset: u64, len: u64, size: u64 },

@@ -46,6 +46,7 @@
 pub mod alloc;
 pub mod device;
 mod error;
+pub mod format;
 mod geometry;
 pub mod groups;
 mod sync;

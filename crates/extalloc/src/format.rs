@@ -1,0 +1,565 @@
+//! The on-disk format (version 1; byte-level tables in `docs/format.md`).
+//!
+//! ```text
+//! block 0                      superblock (primary)
+//! blocks 1 .. 1+J              journal area (J = journal_blocks)
+//! next D blocks                group descriptor table (32 bytes per group)
+//! next G x P blocks            one bitmap per group (P blocks each, 1 bit per block)
+//! last block of the device     superblock (backup)
+//! ```
+//!
+//! All integers little-endian; every structure carries a crc32c. Metadata blocks are marked
+//! used in their groups' bitmaps, so an allocator loaded from the device never hands them out.
+//! Decoding never panics on any bytes: it returns `NotExtalloc`, `Corrupt`,
+//! `UnsupportedVersion` or `DeviceTooSmall`.
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::geometry::Geometry;
+
+/// "EXTALLOC" as a little-endian u64.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"EXTALLOC");
+/// The version this code writes and reads.
+pub const VERSION: u32 = 1;
+/// Bytes of the superblock that are meaningful (the rest of its block is zero).
+pub const SUPERBLOCK_BYTES: usize = 128;
+/// Bytes per group descriptor.
+pub const DESC_BYTES: usize = 32;
+
+/// The superblock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Superblock {
+    pub block_size: u32,
+    /// Feature flags a reader must understand (none defined in version 1).
+    pub incompat: u32,
+    pub blocks_count: u64,
+    pub group_blocks: u64,
+    pub journal_start: u64,
+    pub journal_blocks: u64,
+    pub desc_start: u64,
+    pub bitmap_start: u64,
+    /// Blocks per group bitmap.
+    pub bitmap_blocks: u32,
+    /// Journal position where replay starts (byte offset inside the journal area) and the
+    /// sequence number expected there.
+    pub journal_tail: u64,
+    pub journal_tail_seq: u64,
+    pub uuid: [u8; 16],
+    /// Bumped on every superblock write; the newer of two valid copies wins.
+    pub generation: u64,
+}
+
+fn get_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn get_u64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+fn corrupt(what: impl Into<String>, detail: impl Into<String>) -> Error {
+    Error::Corrupt {
+        what: what.into(),
+        detail: detail.into(),
+    }
+}
+
+impl Superblock {
+    /// The layout for a device of `geometry` with a journal of `journal_blocks` blocks.
+    pub fn layout(geometry: &Geometry, journal_blocks: u64, uuid: [u8; 16]) -> Result<Self> {
+        let bs = u64::from(geometry.block_size);
+        let groups = geometry.groups_count();
+        let desc_blocks = (groups * DESC_BYTES as u64).div_ceil(bs);
+        let bitmap_blocks = geometry.group_blocks.div_ceil(8).div_ceil(bs);
+        let journal_start = 1u64;
+        let too_big = || {
+            Error::InvalidGeometry(format!(
+                "{} blocks cannot hold a {journal_blocks}-block journal, the other metadata \
+                 and a backup superblock",
+                geometry.blocks_count
+            ))
+        };
+        let desc_start = journal_start
+            .checked_add(journal_blocks)
+            .ok_or_else(too_big)?;
+        let bitmap_start = desc_start.checked_add(desc_blocks).ok_or_else(too_big)?;
+        let meta_end = groups
+            .checked_mul(bitmap_blocks)
+            .and_then(|b| b.checked_add(bitmap_start))
+            .ok_or_else(too_big)?;
+        // The metadata and the backup superblock must leave room for data.
+        if meta_end.saturating_add(1) >= geometry.blocks_count {
+            return Err(too_big());
+        }
+        Ok(Superblock {
+            block_size: geometry.block_size,
+            incompat: 0,
+            blocks_count: geometry.blocks_count,
+            group_blocks: geometry.group_blocks,
+            journal_start,
+            journal_blocks,
+            desc_start,
+            bitmap_start,
+            bitmap_blocks: u32::try_from(bitmap_blocks)
+                .map_err(|_| Error::InvalidGeometry("bitmap too large".into()))?,
+            journal_tail: 0,
+            journal_tail_seq: 1,
+            uuid,
+            generation: 1,
+        })
+    }
+
+    pub fn geometry(&self) -> Result<Geometry> {
+        Geometry::new(self.block_size, self.group_blocks, self.blocks_count)
+    }
+
+    /// Blocks `0 .. metadata_end()` hold the superblock, journal, descriptors and bitmaps.
+    pub fn metadata_end(&self) -> u64 {
+        self.bitmap_start + self.groups() * u64::from(self.bitmap_blocks)
+    }
+
+    pub fn groups(&self) -> u64 {
+        self.blocks_count.div_ceil(self.group_blocks)
+    }
+
+    /// The backup superblock's block.
+    pub fn backup_block(&self) -> u64 {
+        self.blocks_count - 1
+    }
+
+    pub fn encode(&self) -> [u8; SUPERBLOCK_BYTES] {
+        let mut b = [0u8; SUPERBLOCK_BYTES];
+        b[0..8].copy_from_slice(&MAGIC.to_le_bytes());
+        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        b[12..16].copy_from_slice(&self.incompat.to_le_bytes());
+        b[16..20].copy_from_slice(&self.block_size.to_le_bytes());
+        b[20..24].copy_from_slice(&self.bitmap_blocks.to_le_bytes());
+        b[24..32].copy_from_slice(&self.blocks_count.to_le_bytes());
+        b[32..40].copy_from_slice(&self.group_blocks.to_le_bytes());
+        b[40..48].copy_from_slice(&self.journal_start.to_le_bytes());
+        b[48..56].copy_from_slice(&self.journal_blocks.to_le_bytes());
+        b[56..64].copy_from_slice(&self.desc_start.to_le_bytes());
+        b[64..72].copy_from_slice(&self.bitmap_start.to_le_bytes());
+        b[72..80].copy_from_slice(&self.journal_tail.to_le_bytes());
+        b[80..88].copy_from_slice(&self.journal_tail_seq.to_le_bytes());
+        b[88..104].copy_from_slice(&self.uuid);
+        b[104..112].copy_from_slice(&self.generation.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..124]);
+        b[124..128].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Decodes and checks a superblock (any bytes: never panics).
+    pub fn decode(b: &[u8]) -> Result<Self> {
+        if b.len() < SUPERBLOCK_BYTES {
+            return Err(corrupt(
+                "superblock",
+                format!("{} bytes, need {SUPERBLOCK_BYTES}", b.len()),
+            ));
+        }
+        if get_u64(b, 0) != MAGIC {
+            return Err(Error::NotExtalloc("no EXTALLOC magic".into()));
+        }
+        let crc = crc32c::crc32c(&b[..124]);
+        if crc != get_u32(b, 124) {
+            return Err(corrupt("superblock", "checksum mismatch"));
+        }
+        let version = get_u32(b, 8);
+        if version > VERSION {
+            return Err(Error::UnsupportedVersion {
+                found: version,
+                supported: VERSION,
+            });
+        }
+        let incompat = get_u32(b, 12);
+        if incompat != 0 {
+            return Err(corrupt(
+                "superblock",
+                format!("unknown incompatible features {incompat:#x}"),
+            ));
+        }
+        let sb = Superblock {
+            block_size: get_u32(b, 16),
+            incompat,
+            bitmap_blocks: get_u32(b, 20),
+            blocks_count: get_u64(b, 24),
+            group_blocks: get_u64(b, 32),
+            journal_start: get_u64(b, 40),
+            journal_blocks: get_u64(b, 48),
+            desc_start: get_u64(b, 56),
+            bitmap_start: get_u64(b, 64),
+            journal_tail: get_u64(b, 72),
+            journal_tail_seq: get_u64(b, 80),
+            uuid: b[88..104].try_into().expect("16 bytes"),
+            generation: get_u64(b, 104),
+        };
+        sb.validate()?;
+        Ok(sb)
+    }
+
+    /// The layout must be the one `layout` computes for its geometry (so no field can point
+    /// metadata anywhere else), and the journal tail inside the journal.
+    fn validate(&self) -> Result<()> {
+        let geometry = self
+            .geometry()
+            .map_err(|e| corrupt("superblock", format!("geometry: {e}")))?;
+        let expected = Superblock::layout(&geometry, self.journal_blocks, self.uuid)
+            .map_err(|e| corrupt("superblock", format!("layout: {e}")))?;
+        if (
+            self.journal_start,
+            self.desc_start,
+            self.bitmap_start,
+            self.bitmap_blocks,
+        ) != (
+            expected.journal_start,
+            expected.desc_start,
+            expected.bitmap_start,
+            expected.bitmap_blocks,
+        ) {
+            return Err(corrupt(
+                "superblock",
+                "layout fields disagree with the geometry",
+            ));
+        }
+        let journal_bytes = self
+            .journal_blocks
+            .saturating_mul(u64::from(self.block_size));
+        if self.journal_tail > journal_bytes {
+            return Err(corrupt("superblock", "journal tail past the journal"));
+        }
+        Ok(())
+    }
+}
+
+/// One group's descriptor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GroupDesc {
+    pub free_blocks: u32,
+    pub flags: u32,
+    /// crc32c of the group's bitmap blocks.
+    pub bitmap_crc: u32,
+}
+
+impl GroupDesc {
+    pub fn encode(&self, group: u64) -> [u8; DESC_BYTES] {
+        let mut b = [0u8; DESC_BYTES];
+        b[0..4].copy_from_slice(&self.free_blocks.to_le_bytes());
+        b[4..8].copy_from_slice(&self.flags.to_le_bytes());
+        b[8..12].copy_from_slice(&self.bitmap_crc.to_le_bytes());
+        // The group number seeds the checksum: a descriptor written to the wrong slot fails.
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&group.to_le_bytes()), &b[..28]);
+        b[28..32].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8], group: u64) -> Result<Self> {
+        let what = || format!("descriptor of group {group}");
+        if b.len() < DESC_BYTES {
+            return Err(corrupt(
+                what(),
+                format!("{} bytes, need {DESC_BYTES}", b.len()),
+            ));
+        }
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&group.to_le_bytes()), &b[..28]);
+        if crc != get_u32(b, 28) {
+            return Err(corrupt(what(), "checksum mismatch"));
+        }
+        Ok(GroupDesc {
+            free_blocks: get_u32(b, 0),
+            flags: get_u32(b, 4),
+            bitmap_crc: get_u32(b, 8),
+        })
+    }
+}
+
+/// Writes a fresh file system: every block free but the metadata. Returns the superblock.
+pub fn mkfs(
+    dev: &dyn Device,
+    geometry: &Geometry,
+    journal_blocks: u64,
+    uuid: [u8; 16],
+) -> Result<Superblock> {
+    let bs = u64::from(geometry.block_size);
+    let needed = geometry.blocks_count.saturating_mul(bs);
+    if dev.size() < needed {
+        return Err(Error::DeviceTooSmall {
+            needed,
+            size: dev.size(),
+        });
+    }
+    let sb = Superblock::layout(geometry, journal_blocks, uuid)?;
+    let meta_end = sb.metadata_end();
+    // An empty journal: its first block zeroed, so no stale record is replayed.
+    dev.write_at(&vec![0u8; bs as usize], sb.journal_start * bs)?;
+    let bitmap_bytes = u64::from(sb.bitmap_blocks) * bs;
+    let mut descs = vec![0u8; ((sb.groups() * DESC_BYTES as u64).div_ceil(bs) * bs) as usize];
+    for g in 0..sb.groups() {
+        let start = g * sb.group_blocks;
+        let len = geometry.group_len(g);
+        let mut bitmap = vec![0u8; bitmap_bytes as usize];
+        let mut used = 0u32;
+        // Metadata at the front, the backup superblock at the end, and the missing tail of a
+        // short last group: all marked used.
+        for i in 0..sb.group_blocks {
+            let block = start + i;
+            if block < meta_end || block == sb.backup_block() || i >= len {
+                bitmap[(i / 8) as usize] |= 1 << (i % 8);
+                if i < len {
+                    used += 1;
+                }
+            }
+        }
+        dev.write_at(
+            &bitmap,
+            (sb.bitmap_start + g * u64::from(sb.bitmap_blocks)) * bs,
+        )?;
+        let desc = GroupDesc {
+            free_blocks: len as u32 - used,
+            flags: 0,
+            bitmap_crc: crc32c::crc32c(&bitmap),
+        };
+        let at = (g * DESC_BYTES as u64) as usize;
+        descs[at..at + DESC_BYTES].copy_from_slice(&desc.encode(g));
+    }
+    dev.write_at(&descs, sb.desc_start * bs)?;
+    write_superblock(dev, &sb)?;
+    dev.flush()?;
+    Ok(sb)
+}
+
+/// Writes both superblock copies (the caller flushes).
+pub fn write_superblock(dev: &dyn Device, sb: &Superblock) -> Result<()> {
+    let bs = u64::from(sb.block_size);
+    let mut block = vec![0u8; bs as usize];
+    block[..SUPERBLOCK_BYTES].copy_from_slice(&sb.encode());
+    dev.write_at(&block, 0)?;
+    dev.write_at(&block, sb.backup_block() * bs)
+}
+
+/// Reads the superblock: the primary, or the backup when the primary is damaged; the newer
+/// generation when both are valid. Checks the device is as large as it says.
+pub fn read_superblock(dev: &dyn Device) -> Result<Superblock> {
+    let mut head = [0u8; SUPERBLOCK_BYTES];
+    if dev.size() < SUPERBLOCK_BYTES as u64 {
+        return Err(Error::NotExtalloc(format!(
+            "{} bytes is too small to hold a superblock",
+            dev.size()
+        )));
+    }
+    dev.read_at(&mut head, 0)?;
+    let primary = Superblock::decode(&head);
+    // Where the backup is depends on the size the primary records; if the primary is
+    // unreadable, try the device's last block of each supported block size.
+    let mut candidates: Vec<u64> = Vec::new();
+    if let Ok(sb) = &primary {
+        candidates.push(sb.backup_block() * u64::from(sb.block_size));
+    }
+    for bs in [4096u64, 512, 1024, 2048, 8192, 16384, 32768, 65536] {
+        if dev.size() >= bs {
+            candidates.push(dev.size() / bs * bs - bs);
+        }
+    }
+    let mut backup: Option<Superblock> = None;
+    for at in candidates {
+        if at + SUPERBLOCK_BYTES as u64 > dev.size() {
+            continue;
+        }
+        let mut b = [0u8; SUPERBLOCK_BYTES];
+        dev.read_at(&mut b, at)?;
+        if let Ok(sb) = Superblock::decode(&b) {
+            if sb.backup_block() * u64::from(sb.block_size) == at {
+                backup = Some(sb);
+                break;
+            }
+        }
+    }
+    let sb = match (primary, backup) {
+        (Ok(p), Some(b)) => {
+            if b.generation > p.generation {
+                b
+            } else {
+                p
+            }
+        }
+        (Ok(p), None) => p,
+        (Err(_), Some(b)) => b,
+        (Err(e @ Error::UnsupportedVersion { .. }), None) => return Err(e),
+        (Err(Error::NotExtalloc(m)), None) => return Err(Error::NotExtalloc(m)),
+        (Err(e), None) => return Err(e),
+    };
+    let needed = sb.blocks_count.saturating_mul(u64::from(sb.block_size));
+    if dev.size() < needed {
+        return Err(Error::DeviceTooSmall {
+            needed,
+            size: dev.size(),
+        });
+    }
+    Ok(sb)
+}
+
+/// Reads group `g`'s descriptor and bitmap, checking both checksums.
+pub fn read_group(dev: &dyn Device, sb: &Superblock, g: u64) -> Result<(GroupDesc, Vec<u8>)> {
+    let bs = u64::from(sb.block_size);
+    let mut d = [0u8; DESC_BYTES];
+    dev.read_at(&mut d, sb.desc_start * bs + g * DESC_BYTES as u64)?;
+    let desc = GroupDesc::decode(&d, g)?;
+    let mut bitmap = vec![0u8; (u64::from(sb.bitmap_blocks) * bs) as usize];
+    dev.read_at(
+        &mut bitmap,
+        (sb.bitmap_start + g * u64::from(sb.bitmap_blocks)) * bs,
+    )?;
+    if crc32c::crc32c(&bitmap) != desc.bitmap_crc {
+        return Err(corrupt(format!("bitmap of group {g}"), "checksum mismatch"));
+    }
+    let used = bitmap_used(&bitmap, sb.group_blocks);
+    let len = (sb.blocks_count - g * sb.group_blocks).min(sb.group_blocks);
+    let padding = sb.group_blocks - len;
+    if u64::from(desc.free_blocks) + used != len + padding {
+        return Err(corrupt(
+            format!("group {g}"),
+            format!(
+                "descriptor says {} free, bitmap {}",
+                desc.free_blocks,
+                len + padding - used
+            ),
+        ));
+    }
+    Ok((desc, bitmap))
+}
+
+fn bitmap_used(bitmap: &[u8], bits: u64) -> u64 {
+    (0..bits)
+        .filter(|&i| bitmap[(i / 8) as usize] & (1 << (i % 8)) != 0)
+        .count() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::MemDevice;
+    use proptest::prelude::*;
+
+    fn small() -> (MemDevice, Geometry) {
+        let g = Geometry::new(4096, 4096, 10_000).unwrap();
+        (MemDevice::new(10_000 * 4096), g)
+    }
+
+    #[test]
+    fn mkfs_round_trips_and_marks_metadata_used() {
+        let (dev, g) = small();
+        let sb = mkfs(&dev, &g, 64, [7; 16]).unwrap();
+        assert_eq!(read_superblock(&dev).unwrap(), sb);
+        assert_eq!(Superblock::decode(&sb.encode()).unwrap(), sb);
+        let mut free = 0u64;
+        for grp in 0..sb.groups() {
+            let (desc, bitmap) = read_group(&dev, &sb, grp).unwrap();
+            free += u64::from(desc.free_blocks);
+            if grp == 0 {
+                // Superblock, 64 journal blocks, 1 descriptor block, 3 bitmap blocks.
+                assert_eq!(sb.metadata_end(), 1 + 64 + 1 + 3);
+                assert!(
+                    (0..sb.metadata_end()).all(|i| bitmap[(i / 8) as usize] & (1 << (i % 8)) != 0)
+                );
+            }
+        }
+        assert_eq!(
+            free,
+            10_000 - sb.metadata_end() - 1,
+            "all but metadata and the backup"
+        );
+    }
+
+    #[test]
+    fn every_checksum_failure_is_detected() {
+        let (dev, g) = small();
+        let sb = mkfs(&dev, &g, 16, [1; 16]).unwrap();
+        // A damaged primary superblock: the backup is used.
+        dev.write_at(&[0xAA], 40).unwrap();
+        assert_eq!(read_superblock(&dev).unwrap(), sb);
+        // Both damaged: a precise error.
+        dev.write_at(&[0xAA], sb.backup_block() * 4096 + 40)
+            .unwrap();
+        assert!(matches!(read_superblock(&dev), Err(Error::Corrupt { .. })));
+        write_superblock(&dev, &sb).unwrap();
+        // A descriptor, then a bitmap.
+        dev.write_at(&[0x55], sb.desc_start * 4096 + DESC_BYTES as u64 + 1)
+            .unwrap();
+        assert!(
+            matches!(read_group(&dev, &sb, 1), Err(Error::Corrupt { what, .. }) if what.contains("descriptor of group 1"))
+        );
+        assert!(read_group(&dev, &sb, 0).is_ok(), "the others still read");
+        dev.write_at(
+            &[0x01],
+            (sb.bitmap_start + 2 * u64::from(sb.bitmap_blocks)) * 4096 + 100,
+        )
+        .unwrap();
+        assert!(
+            matches!(read_group(&dev, &sb, 2), Err(Error::Corrupt { what, .. }) if what.contains("bitmap of group 2"))
+        );
+        // A descriptor copied into another group's slot fails too.
+        let mut d0 = [0u8; DESC_BYTES];
+        dev.read_at(&mut d0, sb.desc_start * 4096).unwrap();
+        assert!(GroupDesc::decode(&d0, 0).is_ok());
+        assert!(GroupDesc::decode(&d0, 3).is_err());
+    }
+
+    #[test]
+    fn bad_devices_get_clear_errors() {
+        let (dev, g) = small();
+        assert!(matches!(read_superblock(&dev), Err(Error::NotExtalloc(_))));
+        assert!(matches!(
+            mkfs(&MemDevice::new(4096 * 100), &g, 16, [0; 16]),
+            Err(Error::DeviceTooSmall { .. })
+        ));
+        let sb = mkfs(&dev, &g, 16, [0; 16]).unwrap();
+        // The same superblock on a smaller device.
+        let short = MemDevice::new(5_000 * 4096);
+        let mut block = vec![0u8; 4096];
+        block[..SUPERBLOCK_BYTES].copy_from_slice(&sb.encode());
+        short.write_at(&block, 0).unwrap();
+        assert!(matches!(
+            read_superblock(&short),
+            Err(Error::DeviceTooSmall { .. })
+        ));
+        // A future version (with a valid checksum).
+        let mut future = sb.encode();
+        future[8..12].copy_from_slice(&2u32.to_le_bytes());
+        let crc = crc32c::crc32c(&future[..124]);
+        future[124..128].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(
+            Superblock::decode(&future),
+            Err(Error::UnsupportedVersion {
+                found: 2,
+                supported: 1
+            })
+        ));
+        // Layout fields that point elsewhere (with a valid checksum).
+        let mut moved = sb.encode();
+        moved[56..64].copy_from_slice(&5u64.to_le_bytes());
+        let crc = crc32c::crc32c(&moved[..124]);
+        moved[124..128].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(
+            Superblock::decode(&moved),
+            Err(Error::Corrupt { .. })
+        ));
+    }
+
+    proptest! {
+        /// Random bytes never panic the parsers.
+        #[test]
+        fn parsers_take_any_bytes(bytes in prop::collection::vec(any::<u8>(), 0..300), g in any::<u64>()) {
+            let _ = Superblock::decode(&bytes);
+            let _ = GroupDesc::decode(&bytes, g);
+            // With the magic and a valid checksum, the fields themselves are random.
+            if bytes.len() >= SUPERBLOCK_BYTES {
+                let mut b = bytes.clone();
+                b[0..8].copy_from_slice(&MAGIC.to_le_bytes());
+                b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+                b[12..16].copy_from_slice(&0u32.to_le_bytes());
+                let crc = crc32c::crc32c(&b[..124]);
+                b[124..128].copy_from_slice(&crc.to_le_bytes());
+                let _ = Superblock::decode(&b);
+            }
+        }
+    }
+}
