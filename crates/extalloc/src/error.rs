@@ -90,6 +90,10 @@ pub enum Error {
     #[error("device has {size} bytes but its superblock describes {needed}")]
     DeviceTooSmall { needed: u64, size: u64 },
 
+    /// The journal has no room for a record until a checkpoint moves its tail.
+    #[error("journal full: {needed} bytes needed; checkpoint to move the tail")]
+    JournalFull { needed: u64 },
+
     /// A device access outside the device.
     #[error("device access {offset}+{len} bytes is past the device's {size} bytes")]
     DeviceRange { offset: u64, len: u64, size: u64 },

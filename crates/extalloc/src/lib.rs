@@ -49,6 +49,7 @@ mod error;
 pub mod format;
 mod geometry;
 pub mod groups;
+pub mod journal;
 mod sync;
 
 pub use alloc::{
