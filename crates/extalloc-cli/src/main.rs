@@ -162,6 +162,18 @@ enum Command {
         #[arg(long, default_value = "64MiB")]
         journal_size: String,
     },
+    /// Group commit on a real file: commits per second at each thread count.
+    CommitBench {
+        /// A file to create (and remove afterwards): on /dev/shm, or on a disk.
+        path: std::path::PathBuf,
+        #[arg(long, default_value = "1,2,8")]
+        threads: String,
+        #[arg(long, default_value_t = 2.0)]
+        seconds: f64,
+        /// Caller payload bytes per record.
+        #[arg(long, default_value_t = 64)]
+        payload: usize,
+    },
     /// Print the superblock and the free space of each group of an extalloc device.
     Info { path: std::path::PathBuf },
     /// Turn a bench or compare JSON report into Markdown and PNG charts.
@@ -389,6 +401,21 @@ fn run(cli: Cli) -> Result<()> {
                 sb.metadata_end(),
                 sb.journal_blocks
             );
+            Ok(())
+        }
+        Command::CommitBench {
+            path,
+            threads,
+            seconds,
+            payload,
+        } => {
+            anyhow::ensure!(
+                seconds > 0.0 && seconds.is_finite(),
+                "--seconds must be positive"
+            );
+            let threads = lab::parse_threads(&threads)?;
+            let rows = lab::commit_bench::run(&path, &threads, seconds, payload)?;
+            print!("{}", lab::commit_bench::markdown(&path, &rows));
             Ok(())
         }
         Command::Info { path } => {

@@ -62,3 +62,23 @@ fn mkfs_then_info() {
     assert!(!ok && text.contains("not an extalloc device"), "{text}");
     std::fs::remove_file(&junk).unwrap();
 }
+
+#[test]
+fn commit_bench_reports_each_thread_count() {
+    let path = std::env::temp_dir().join(format!("extalloc-commit-{}.img", std::process::id()));
+    let (ok, text) = extalloc(&[
+        "commit-bench",
+        path.to_str().unwrap(),
+        "--threads",
+        "1,2",
+        "--seconds",
+        "0.2",
+    ]);
+    assert!(ok, "{text}");
+    let rows: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("| 1 |") || l.starts_with("| 2 |"))
+        .collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    assert!(!path.exists(), "the file is removed afterwards");
+}

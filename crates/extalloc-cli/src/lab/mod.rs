@@ -4,6 +4,7 @@
 pub mod append_vs_fallocate;
 pub mod backend;
 pub mod charts;
+pub mod commit_bench;
 pub mod fallocate2;
 pub mod frag;
 pub mod random_fill;

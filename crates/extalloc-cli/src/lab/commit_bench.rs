@@ -1,0 +1,105 @@
+//! `extalloc commit-bench PATH`: group commit on a real file. A fresh file system is made at
+//! PATH; then for each thread count, threads append a small record (one allocation and the
+//! caller's payload) and commit it, over and over, for `--seconds`. Reports commits per
+//! second and flushes per commit: with group commit, concurrent committers share flushes, so
+//! on a device whose flush costs something (a disk) more threads commit more per second.
+
+use anyhow::{Context, Result};
+use extalloc::device::{Device, FileDevice};
+use extalloc::journal::{Area, Journal, Op, Replayed};
+use extalloc::{Extent, Geometry};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub struct Row {
+    pub threads: usize,
+    pub commits: u64,
+    pub seconds: f64,
+    pub flushes: u64,
+}
+
+pub fn run(path: &Path, threads: &[usize], seconds: f64, payload: usize) -> Result<Vec<Row>> {
+    let geometry = Geometry::new(4096, 32768, 65536)?;
+    let dev = Arc::new(FileDevice::create(path, 65536 * 4096)?);
+    let sb = extalloc::format::mkfs(dev.as_ref(), &geometry, 16384, rand::random())
+        .with_context(|| format!("mkfs on {}", path.display()))?;
+    let area = Area {
+        start: sb.journal_start * 4096,
+        len: sb.journal_blocks * 4096,
+    };
+    let mut rows = Vec::new();
+    for &n in threads {
+        let start = Replayed {
+            records: Vec::new(),
+            head: 0,
+            next_seq: 1,
+        };
+        let dev: Arc<dyn Device> = dev.clone();
+        let journal = Journal::new(dev, area, 0, &start);
+        let stop = AtomicBool::new(false);
+        let commits = AtomicU64::new(0);
+        let began = Instant::now();
+        std::thread::scope(|s| -> Result<()> {
+            let workers: Vec<_> = (0..n)
+                .map(|t| {
+                    let (journal, stop, commits) = (&journal, &stop, &commits);
+                    s.spawn(move || -> Result<()> {
+                        let body = vec![t as u8; payload];
+                        let mut i = 0u64;
+                        while !stop.load(Ordering::Relaxed) {
+                            let op = [Op::Allocate(Extent::new(1000 + i, 1))];
+                            let seq = match journal.append(&op, &body) {
+                                Ok(seq) => seq,
+                                Err(extalloc::Error::JournalFull { .. }) => {
+                                    // Nothing to write home here: free the whole log.
+                                    journal.set_tail(journal.head().0);
+                                    continue;
+                                }
+                                Err(e) => return Err(e.into()),
+                            };
+                            journal.commit(seq)?;
+                            commits.fetch_add(1, Ordering::Relaxed);
+                            i += 1;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            std::thread::sleep(Duration::from_secs_f64(seconds));
+            stop.store(true, Ordering::Relaxed);
+            for w in workers {
+                w.join().expect("committer panicked")?;
+            }
+            Ok(())
+        })?;
+        rows.push(Row {
+            threads: n,
+            commits: commits.load(Ordering::Relaxed),
+            seconds: began.elapsed().as_secs_f64(),
+            flushes: journal.flushes(),
+        });
+    }
+    std::fs::remove_file(path).ok();
+    Ok(rows)
+}
+
+pub fn markdown(path: &Path, rows: &[Row]) -> String {
+    let base = rows.first().map_or(1.0, |r| r.commits as f64 / r.seconds);
+    let mut out = format!(
+        "commits on {}\n\n| threads | commits/s | vs first | flushes per commit |\n|---:|---:|---:|---:|\n",
+        path.display()
+    );
+    for r in rows {
+        let rate = r.commits as f64 / r.seconds;
+        out.push_str(&format!(
+            "| {} | {:.0} | {:.2}x | {:.3} |\n",
+            r.threads,
+            rate,
+            rate / base,
+            r.flushes as f64 / r.commits.max(1) as f64
+        ));
+    }
+    out
+}
