@@ -309,22 +309,37 @@ pub fn mkfs(
                 }
             }
         }
-        dev.write_at(
-            &bitmap,
-            (sb.bitmap_start + g * u64::from(sb.bitmap_blocks)) * bs,
-        )?;
-        let desc = GroupDesc {
-            free_blocks: len as u32 - used,
-            flags: 0,
-            bitmap_crc: crc32c::crc32c(&bitmap),
-        };
-        let at = (g * DESC_BYTES as u64) as usize;
-        descs[at..at + DESC_BYTES].copy_from_slice(&desc.encode(g));
+        write_group(dev, &sb, g, &bitmap, len as u32 - used, &mut descs)?;
     }
     dev.write_at(&descs, sb.desc_start * bs)?;
     write_superblock(dev, &sb)?;
     dev.flush()?;
     Ok(sb)
+}
+
+/// Writes group `g`'s bitmap home and encodes its descriptor into `descs` (the whole
+/// descriptor table, which the caller writes).
+pub fn write_group(
+    dev: &dyn Device,
+    sb: &Superblock,
+    g: u64,
+    bitmap: &[u8],
+    free_blocks: u32,
+    descs: &mut [u8],
+) -> Result<()> {
+    let bs = u64::from(sb.block_size);
+    dev.write_at(
+        bitmap,
+        (sb.bitmap_start + g * u64::from(sb.bitmap_blocks)) * bs,
+    )?;
+    let desc = GroupDesc {
+        free_blocks,
+        flags: 0,
+        bitmap_crc: crc32c::crc32c(bitmap),
+    };
+    let at = (g * DESC_BYTES as u64) as usize;
+    descs[at..at + DESC_BYTES].copy_from_slice(&desc.encode(g));
+    Ok(())
 }
 
 /// Writes both superblock copies (the caller flushes).

@@ -50,6 +50,7 @@ pub mod format;
 mod geometry;
 pub mod groups;
 pub mod journal;
+pub mod store;
 mod sync;
 
 pub use alloc::{

@@ -172,9 +172,21 @@ impl Allocator {
     /// Makes the current transaction durable: every free recorded before this call returns
     /// its blocks to the groups. Returns the number of blocks returned.
     pub fn commit(&self) -> u64 {
+        self.release(self.seal())
+    }
+
+    /// Ends the current transaction without releasing its frees: returns its number, for
+    /// [`Allocator::release`] once the transaction is durable (a journal commit in between).
+    /// Frees after this call belong to the next transaction.
+    pub fn seal(&self) -> u64 {
+        self.txn.fetch_add(1, Relaxed)
+    }
+
+    /// Returns the frees of transactions up to `committed` (from [`Allocator::seal`]) to
+    /// the groups. Returns the blocks released.
+    pub fn release(&self, committed: u64) -> u64 {
         let _serial = self.commit_lock.lock();
         let shard = self.stats.shard();
-        let committed = self.txn.fetch_add(1, Relaxed);
         let mut released = 0u64;
         match self.policy.free_list {
             FreeList::PerGroup => {

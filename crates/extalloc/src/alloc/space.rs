@@ -5,7 +5,8 @@
 //! btrfs's `frag_pct`: `100 * (1 - largest free run / free blocks)`.
 
 use super::allocator::Allocator;
-use crate::geometry::Geometry;
+use crate::error::{Error, Result};
+use crate::geometry::{Extent, Geometry};
 
 /// Free extents whose length has this floor(log2).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -178,5 +179,68 @@ impl Allocator {
             runs.push(l);
         }
         FreeSpace::from_parts(runs, groups)
+    }
+}
+
+impl Allocator {
+    /// Group `g`'s block bitmap as stored on disk (docs/format.md): bit `i` set = block
+    /// `i` of the group is used (blocks waiting for a commit count as used; so does the
+    /// missing tail of a short last group). `bytes` is the on-disk bitmap's size.
+    pub fn group_bitmap_bytes(&self, g: u64, bytes: usize) -> Vec<u8> {
+        let shard = self.stats.shard();
+        let state = self.lock_group(&self.groups[g as usize], shard);
+        let mut out = vec![0xffu8; bytes];
+        for (off, len) in state.bitmap.free_runs(0) {
+            let (mut i, end) = (off, off + len);
+            while i < end {
+                if i % 8 == 0 && i + 8 <= end {
+                    out[(i / 8) as usize] = 0;
+                    i += 8;
+                } else {
+                    out[(i / 8) as usize] &= !(1 << (i % 8));
+                    i += 1;
+                }
+            }
+        }
+        out
+    }
+
+    /// Marks `extent` used (or free) at once, as loading from disk or replaying a journal
+    /// record does: no deferral, no policy. Fails with `Corrupt` (and changes nothing) if a
+    /// block is already in that state.
+    pub fn load_extent(&self, extent: Extent, used: bool) -> Result<()> {
+        self.geometry.validate(extent)?;
+        let shard = self.stats.shard();
+        let pieces: Vec<(u64, u32, u32)> = self.geometry.split(extent).collect();
+        let mut guards: Vec<_> = pieces
+            .iter()
+            .map(|&(g, _, _)| self.lock_group(&self.groups[g as usize], shard))
+            .collect();
+        for (&(g, off, len), state) in pieces.iter().zip(&guards) {
+            let ok = if used {
+                state.bitmap.range_is_free(off, len)
+            } else {
+                state.bitmap.range_is_used(off, len) && !state.pending_overlaps(off, len)
+            };
+            if !ok {
+                return Err(Error::Corrupt {
+                    what: format!("group {g}"),
+                    detail: format!(
+                        "blocks {}+{len} are already {}",
+                        self.geometry.group_start(g) + u64::from(off),
+                        if used { "used" } else { "free" }
+                    ),
+                });
+            }
+        }
+        for (&(g, off, len), state) in pieces.iter().zip(guards.iter_mut()) {
+            if used {
+                state.bitmap.mark_used(off, len);
+            } else {
+                state.bitmap.mark_free(off, len);
+            }
+            self.publish(g, state, shard);
+        }
+        Ok(())
     }
 }
