@@ -8,6 +8,7 @@
 mod compare;
 mod lab;
 mod replay;
+mod torture;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -173,6 +174,18 @@ enum Command {
         /// Caller payload bytes per record.
         #[arg(long, default_value_t = 64)]
         payload: usize,
+    },
+    /// Random transactions with crashes on a fault-injecting device, checked after every
+    /// recovery against a model. Exits non-zero on any loss, leak or double allocation.
+    Torture {
+        #[arg(long, default_value_t = 200)]
+        crashes: u64,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
     },
     /// Print the superblock and the free space of each group of an extalloc device.
     Info { path: std::path::PathBuf },
@@ -416,6 +429,29 @@ fn run(cli: Cli) -> Result<()> {
             let threads = lab::parse_threads(&threads)?;
             let rows = lab::commit_bench::run(&path, &threads, seconds, payload)?;
             print!("{}", lab::commit_bench::markdown(&path, &rows));
+            Ok(())
+        }
+        Command::Torture {
+            crashes,
+            seed,
+            threads,
+            json,
+        } => {
+            anyhow::ensure!((1..=64).contains(&threads), "--threads must be 1 to 64");
+            let out = torture::run(crashes, seed, threads)?;
+            let text = serde_json::to_string(&out)?;
+            println!("{text}");
+            if let Some(path) = json {
+                std::fs::write(&path, text + "\n")
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+            anyhow::ensure!(
+                out.lost == 0 && out.leaked == 0 && out.double_allocated == 0,
+                "torture found {} lost, {} leaked, {} doubly allocated blocks",
+                out.lost,
+                out.leaked,
+                out.double_allocated
+            );
             Ok(())
         }
         Command::Info { path } => {

@@ -47,7 +47,13 @@ pub struct Superblock {
     pub uuid: [u8; 16],
     /// Bumped on every superblock write; the newer of two valid copies wins.
     pub generation: u64,
+    /// `STATE_CHECKPOINTING` while a checkpoint writes groups home.
+    pub state: u32,
 }
+
+/// A checkpoint was writing groups home: some may hold a mix of old and new bits (or fail
+/// their checksums); replaying the journal from the tail repairs them.
+pub const STATE_CHECKPOINTING: u32 = 1;
 
 fn get_u32(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
@@ -106,6 +112,7 @@ impl Superblock {
             journal_tail_seq: 1,
             uuid,
             generation: 1,
+            state: 0,
         })
     }
 
@@ -144,6 +151,7 @@ impl Superblock {
         b[80..88].copy_from_slice(&self.journal_tail_seq.to_le_bytes());
         b[88..104].copy_from_slice(&self.uuid);
         b[104..112].copy_from_slice(&self.generation.to_le_bytes());
+        b[112..116].copy_from_slice(&self.state.to_le_bytes());
         let crc = crc32c::crc32c(&b[..124]);
         b[124..128].copy_from_slice(&crc.to_le_bytes());
         b
@@ -192,6 +200,7 @@ impl Superblock {
             journal_tail_seq: get_u64(b, 80),
             uuid: b[88..104].try_into().expect("16 bytes"),
             generation: get_u64(b, 104),
+            state: get_u32(b, 112),
         };
         sb.validate()?;
         Ok(sb)
@@ -410,6 +419,18 @@ pub fn read_superblock(dev: &dyn Device) -> Result<Superblock> {
         });
     }
     Ok(sb)
+}
+
+/// Reads group `g`'s bitmap without any check (after an interrupted checkpoint, when the
+/// journal replay repairs it).
+pub fn read_bitmap_raw(dev: &dyn Device, sb: &Superblock, g: u64) -> Result<Vec<u8>> {
+    let bs = u64::from(sb.block_size);
+    let mut bitmap = vec![0u8; (u64::from(sb.bitmap_blocks) * bs) as usize];
+    dev.read_at(
+        &mut bitmap,
+        (sb.bitmap_start + g * u64::from(sb.bitmap_blocks)) * bs,
+    )?;
+    Ok(bitmap)
 }
 
 /// Reads group `g`'s descriptor and bitmap, checking both checksums.

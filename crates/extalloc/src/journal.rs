@@ -270,8 +270,9 @@ impl Journal {
         }
         let mut at = w.head;
         let mut wrap = false;
-        if at + n + HEADER as u64 > self.area.len {
-            // Continue at the start, leaving a marker (there is always room for one).
+        if !w.wrapped && at + n + HEADER as u64 > self.area.len {
+            // Continue at the start, leaving a marker (there is always room for one). A log
+            // that has wrapped already has only the space up to its tail.
             wrap = true;
             at = 0;
         }
@@ -425,6 +426,37 @@ mod tests {
         dev.read_at(&mut b, at).unwrap();
         dev.write_at(&[b[0] ^ 1], at).unwrap();
         assert_eq!(replay(dev.as_ref(), AREA, 0, 1).unwrap().records.len(), 2);
+    }
+
+    /// After one wrap the only room is up to the tail: a record that does not fit there is
+    /// refused instead of wrapping again over live records.
+    #[test]
+    fn a_wrapped_log_never_wraps_again_over_its_tail() {
+        let dev: Arc<dyn Device> = Arc::new(MemDevice::new(1 << 20));
+        let area = Area {
+            start: 0,
+            len: 4096,
+        };
+        let j = Journal::new(dev.clone(), area, 0, &empty());
+        // Fill most of the area, checkpoint near its end, wrap, then fill up to the tail.
+        while j.append(&ops(1), &[0; 100]).is_ok() {}
+        let (tail, tail_seq) = j.head();
+        j.set_tail(tail);
+        let mut appended = 0;
+        loop {
+            match j.append(&ops(2), &[1; 100]) {
+                Ok(_) => appended += 1,
+                Err(Error::JournalFull { .. }) => break,
+                Err(e) => panic!("{e}"),
+            }
+            assert!(appended < 1000, "the log never fills");
+        }
+        let r = replay(dev.as_ref(), area, tail, tail_seq).unwrap();
+        assert_eq!(
+            r.records.len(),
+            appended,
+            "every record since the tail replays"
+        );
     }
 
     #[test]

@@ -60,8 +60,19 @@ impl Store {
         let sb = format::read_superblock(dev.as_ref())?;
         let geometry = sb.geometry()?;
         let alloc = Allocator::new(geometry, policy)?;
+        // Frees become reusable only when their transaction is durable: no forced commits.
+        alloc.set_commits_external();
+        // After an interrupted checkpoint, bitmaps may be a mix of old and new bits: take
+        // them as they are and let the idempotent replay repair them.
+        let repairing = sb.state & format::STATE_CHECKPOINTING != 0;
         for g in 0..sb.groups() {
-            let (_, bitmap) = format::read_group(dev.as_ref(), &sb, g)?;
+            let bitmap = match format::read_group(dev.as_ref(), &sb, g) {
+                Ok((_, bitmap)) => bitmap,
+                Err(Error::Corrupt { .. }) if repairing => {
+                    format::read_bitmap_raw(dev.as_ref(), &sb, g)?
+                }
+                Err(e) => return Err(e),
+            };
             let len = geometry.group_len(g);
             let start = geometry.group_start(g);
             let mut i = 0;
@@ -84,14 +95,25 @@ impl Store {
         )?;
         for r in &replayed.records {
             for op in &r.ops {
-                match *op {
-                    Op::Allocate(e) => alloc.load_extent(e, true),
-                    Op::Free(e) => alloc.load_extent(e, false),
+                let (e, used) = match *op {
+                    Op::Allocate(e) => (e, true),
+                    Op::Free(e) => (e, false),
+                };
+                match alloc.load_extent(e, used) {
+                    Ok(()) => {}
+                    Err(Error::Corrupt { .. }) if repairing => {
+                        // Idempotent: set each block the record names.
+                        for b in e.start..e.end() {
+                            let _ = alloc.load_extent(Extent::new(b, 1), used);
+                        }
+                    }
+                    Err(err) => {
+                        return Err(Error::Corrupt {
+                            what: format!("journal record {}", r.seq),
+                            detail: err.to_string(),
+                        })
+                    }
                 }
-                .map_err(|e| Error::Corrupt {
-                    what: format!("journal record {}", r.seq),
-                    detail: e.to_string(),
-                })?;
             }
         }
         let journal = Journal::new(dev.clone(), area(&sb), sb.journal_tail, &replayed);
@@ -185,6 +207,11 @@ impl Store {
         self.alloc.release(release_upto);
         let mut sb = self.sb.lock();
         let bs = u64::from(sb.block_size);
+        // Say a checkpoint is under way before touching any group (see docs/format.md).
+        sb.state |= format::STATE_CHECKPOINTING;
+        sb.generation += 1;
+        format::write_superblock(self.dev.as_ref(), &sb)?;
+        self.dev.flush()?;
         let bitmap_bytes = (u64::from(sb.bitmap_blocks) * bs) as usize;
         let mut descs =
             vec![0u8; (sb.groups() * DESC_BYTES as u64).div_ceil(bs) as usize * bs as usize];
@@ -229,6 +256,7 @@ impl Store {
         self.dev.flush()?;
         sb.journal_tail = head;
         sb.journal_tail_seq = next_seq;
+        sb.state &= !format::STATE_CHECKPOINTING;
         sb.generation += 1;
         format::write_superblock(self.dev.as_ref(), &sb)?;
         self.dev.flush()?;

@@ -136,6 +136,8 @@ pub struct Allocator {
     pub(super) stream_threshold_blocks: u64,
     /// Files with preallocations and the locality preallocations (see `file.rs`).
     pub(super) prealloc: PreallocRegistry,
+    /// Commits belong to the caller (a journal): never commit on our own when out of space.
+    commits_external: std::sync::atomic::AtomicBool,
 }
 
 fn floor_log2(n: u64) -> u32 {
@@ -211,6 +213,7 @@ impl Allocator {
             stream_threshold_blocks: policy.stream_threshold_kib * 1024
                 / u64::from(geometry.block_size),
             prealloc: PreallocRegistry::new(),
+            commits_external: std::sync::atomic::AtomicBool::new(false),
             geometry,
             policy,
             groups,
@@ -232,6 +235,12 @@ impl Allocator {
 
     pub fn policy(&self) -> &Policy {
         &self.policy
+    }
+
+    /// Leaves every commit to the caller: an allocation that finds no space no longer
+    /// commits pending frees by itself (they may not be durable yet: a journal decides).
+    pub fn set_commits_external(&self) {
+        self.commits_external.store(true, Relaxed);
     }
 
     /// Number of stream goals in use (per size class, when size classes are on).
@@ -321,7 +330,8 @@ impl Allocator {
             if let Some(extent) = self.try_allocate(req, shard) {
                 return Ok(extent);
             }
-            if !committed && self.pending_free_blocks() > 0 {
+            if !committed && !self.commits_external.load(Relaxed) && self.pending_free_blocks() > 0
+            {
                 // Space is waiting for a commit: make it durable and retry once.
                 committed = true;
                 shard.add(&shard.counters.forced_commits, 1);

@@ -26,8 +26,24 @@ struct State {
     /// Unflushed writes, in order: (offset, data).
     pending: Vec<(u64, Vec<u8>)>,
     failing: bool,
+    /// Writes (and flushes) left before `failing` turns on by itself.
+    fail_after: Option<u64>,
     rng: rand::rngs::StdRng,
     crashes: u64,
+}
+
+impl State {
+    /// Counts one write or flush against `fail_after`.
+    fn tick(&mut self) {
+        if let Some(n) = self.fail_after {
+            if n == 0 {
+                self.failing = true;
+                self.fail_after = None;
+            } else {
+                self.fail_after = Some(n - 1);
+            }
+        }
+    }
 }
 
 pub struct FaultDevice<D: Device> {
@@ -50,6 +66,7 @@ impl<D: Device> FaultDevice<D> {
             state: Mutex::new(State {
                 pending: Vec::new(),
                 failing: false,
+                fail_after: None,
                 rng: rand::rngs::StdRng::seed_from_u64(seed),
                 crashes: 0,
             }),
@@ -59,6 +76,12 @@ impl<D: Device> FaultDevice<D> {
     /// From now on every write (and flush) fails with an I/O error, or works again.
     pub fn fail_writes(&self, failing: bool) {
         self.state.lock().failing = failing;
+    }
+
+    /// Lets `n` more writes or flushes through, then fails every one (a crash in the middle
+    /// of whatever is being written).
+    pub fn fail_after(&self, n: u64) {
+        self.state.lock().fail_after = Some(n);
     }
 
     /// Unflushed writes.
@@ -72,6 +95,7 @@ impl<D: Device> FaultDevice<D> {
         let mut st = self.state.lock();
         st.crashes += 1;
         st.failing = false;
+        st.fail_after = None;
         let pending = std::mem::take(&mut st.pending);
         let mut report = CrashReport {
             pending: pending.len(),
@@ -141,6 +165,7 @@ impl<D: Device> Device for FaultDevice<D> {
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
         check_range(offset, buf.len(), self.size())?;
         let mut st = self.state.lock();
+        st.tick();
         if st.failing {
             return Err(Error::Io {
                 op: "write",
@@ -154,6 +179,7 @@ impl<D: Device> Device for FaultDevice<D> {
 
     fn flush(&self) -> Result<()> {
         let mut st = self.state.lock();
+        st.tick();
         if st.failing {
             return Err(Error::Io {
                 op: "flush",

@@ -1,0 +1,234 @@
+//! `extalloc torture`: random transactions on a fault-injecting device against a reference
+//! model, with crashes; after each crash the device is reopened and checked.
+//!
+//! Each round: `--threads` threads allocate and free at random at once (each frees only
+//! what the model says is committed and not yet freed by anyone this round), then the
+//! round commits with a payload naming it, or checkpoints, or crashes. A crash either
+//! happens between operations or inside a commit (after 0 to 40 writes and flushes every
+//! write fails, then power is lost with a random part of the unflushed writes kept, one of
+//! them possibly torn). After
+//! reopening: every committed allocation must be allocated (else `lost`), every block the
+//! model holds free must be free (else `leaked`), `check()` must hold and the replayed
+//! payloads must be the newest committed ones in order. A crash inside a commit may land
+//! inside the checkpoint a full journal makes the commit run (docs/format.md).
+
+use anyhow::{bail, Result};
+use extalloc::device::{Crash, FaultDevice, MemDevice};
+use extalloc::store::Store;
+use extalloc::{AllocRequest, Extent, Geometry, Policy};
+use parking_lot::Mutex;
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+#[derive(Debug, Default, serde::Serialize)]
+pub struct Outcome {
+    pub crashes: u64,
+    pub recovered: u64,
+    pub lost: u64,
+    pub leaked: u64,
+    pub double_allocated: u64,
+    pub corrupt_detected: u64,
+    pub commits: u64,
+    pub checkpoints: u64,
+    pub seconds: f64,
+}
+
+fn used_blocks(store: &Store) -> BTreeSet<u64> {
+    let a = store.allocator();
+    let g = a.geometry();
+    let mut used = BTreeSet::new();
+    for grp in 0..g.groups_count() {
+        let bytes = a.group_bitmap_bytes(grp, g.group_blocks.div_ceil(8) as usize);
+        for i in 0..g.group_len(grp) {
+            if bytes[(i / 8) as usize] & (1 << (i % 8)) != 0 {
+                used.insert(g.group_start(grp) + i);
+            }
+        }
+    }
+    used
+}
+
+/// A committed transaction's changes to the model.
+fn apply(committed: &mut BTreeSet<u64>, ops: &[(bool, Extent)]) {
+    for &(allocated, e) in ops {
+        if allocated {
+            committed.extend(e.start..e.end());
+        } else {
+            (e.start..e.end()).for_each(|b| {
+                committed.remove(&b);
+            });
+        }
+    }
+}
+
+pub fn run(crashes: u64, seed: u64, threads: usize) -> Result<Outcome> {
+    let started = Instant::now();
+    let geometry = Geometry::new(4096, 1024, 16384)?;
+    let dev = Arc::new(FaultDevice::new(MemDevice::new(16384 * 4096), seed));
+    let mut store = Some(Store::create(
+        dev.clone(),
+        &geometry,
+        16,
+        Policy::default(),
+    )?);
+    let baseline = used_blocks(store.as_ref().expect("open"));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut committed: BTreeSet<u64> = BTreeSet::new();
+    let mut payloads: Vec<Vec<u8>> = Vec::new();
+    let mut out = Outcome::default();
+    let mut round = 0u64;
+    // The open transaction across rounds (a round may end without a commit).
+    let mut open: Vec<(bool, Extent)> = Vec::new();
+    while out.crashes < crashes {
+        round += 1;
+        // Concurrent operations: each thread takes blocks to free from a shared pool.
+        let freed_open: BTreeSet<u64> = open
+            .iter()
+            .filter(|(a, _)| !a)
+            .flat_map(|(_, e)| e.start..e.end())
+            .collect();
+        let pool = Mutex::new(
+            committed
+                .iter()
+                .copied()
+                .filter(|b| !freed_open.contains(b))
+                .collect::<Vec<u64>>(),
+        );
+        let st = store.as_ref().expect("open");
+        let ops: Vec<(bool, Extent)> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads)
+                .map(|t| {
+                    let (store, pool) = (st, &pool);
+                    let mut r = rand::rngs::StdRng::seed_from_u64(seed ^ (round << 8) ^ t as u64);
+                    s.spawn(move || {
+                        let mut mine = Vec::new();
+                        for _ in 0..r.gen_range(1..12) {
+                            if r.gen_bool(0.6) {
+                                let len = r.gen_range(1..16);
+                                if let Ok(e) = store.allocate(&AllocRequest::new(t as u64, len)) {
+                                    mine.push((true, e));
+                                }
+                            } else {
+                                let b = {
+                                    let mut p = pool.lock();
+                                    if p.is_empty() {
+                                        continue;
+                                    }
+                                    let i = r.gen_range(0..p.len());
+                                    p.swap_remove(i)
+                                };
+                                store
+                                    .free(Extent::new(b, 1))
+                                    .expect("a committed block frees");
+                                mine.push((false, Extent::new(b, 1)));
+                            }
+                        }
+                        mine
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().expect("worker panicked"))
+                .collect()
+        });
+        // No block may be handed out twice: not one the model holds, not one of this round.
+        let mut seen: BTreeSet<u64> = open
+            .iter()
+            .filter(|(a, _)| *a)
+            .flat_map(|(_, e)| e.start..e.end())
+            .collect();
+        for (allocated, e) in &ops {
+            if *allocated
+                && (e.start..e.end())
+                    .any(|b| committed.contains(&b) || baseline.contains(&b) || !seen.insert(b))
+            {
+                out.double_allocated += 1;
+            }
+        }
+        open.extend(ops);
+        let action = rng.gen_range(0..10);
+        let mut crash_now = action == 9;
+        if action < 7 || action == 9 {
+            let payload = format!("round {round}").into_bytes();
+            let in_commit = action == 9 && rng.gen_bool(0.5);
+            if in_commit {
+                // Fail somewhere inside the commit (or the checkpoint a full journal makes it
+                // run): after 0 to 40 writes and flushes.
+                dev.fail_after(rng.gen_range(0..40));
+            }
+            match st.commit(&payload) {
+                Ok(_) => {
+                    out.commits += 1;
+                    apply(&mut committed, &open);
+                    open.clear();
+                    payloads.push(payload);
+                }
+                Err(_) if in_commit => crash_now = true,
+                Err(e) => bail!("commit failed without an injected fault: {e}"),
+            }
+        } else if action < 9 && open.is_empty() {
+            st.checkpoint()?;
+            out.checkpoints += 1;
+        } else if action < 9 {
+            continue;
+        }
+        if !crash_now {
+            continue;
+        }
+        // Power loss.
+        out.crashes += 1;
+        drop(store.take());
+        dev.crash(Crash::Random {
+            keep: rng.gen_range(0.0..1.0),
+            tear: rng.gen_bool(0.5),
+        })?;
+        let (reopened, records) = match Store::open(dev.clone(), Policy::default()) {
+            Ok(x) => x,
+            Err(e) => {
+                out.corrupt_detected += 1;
+                bail!("crash {}: the device did not reopen: {e}", out.crashes);
+            }
+        };
+        reopened.allocator().check()?;
+        let used = used_blocks(&reopened);
+        let mut expect = baseline.clone();
+        expect.extend(committed.iter().copied());
+        // The uncommitted transaction of a crash inside a commit may have survived whole.
+        let survived_whole = records.last().is_some_and(|r| {
+            payloads.last() != Some(&r.payload)
+                && r.payload == format!("round {round}").into_bytes()
+        });
+        if survived_whole {
+            apply(&mut committed, &open);
+            payloads.push(format!("round {round}").into_bytes());
+            expect = baseline.clone();
+            expect.extend(committed.iter().copied());
+        }
+        let lost = expect.difference(&used).count() as u64;
+        let leaked = used.difference(&expect).count() as u64;
+        out.lost += lost;
+        out.leaked += leaked;
+        if lost + leaked > 0 {
+            // The model and the device disagree from here on: stop and say where.
+            eprintln!(
+                "crash {} (round {round}): {lost} blocks lost, {leaked} leaked; replayed {} records",
+                out.crashes,
+                records.len()
+            );
+            out.seconds = started.elapsed().as_secs_f64();
+            return Ok(out);
+        }
+        let tail = &payloads[payloads.len().saturating_sub(records.len())..];
+        if records.len() > payloads.len() || records.iter().map(|r| &r.payload).ne(tail.iter()) {
+            bail!("crash {}: replayed payloads out of order", out.crashes);
+        }
+        out.recovered += 1;
+        open.clear();
+        store = Some(reopened);
+    }
+    out.seconds = started.elapsed().as_secs_f64();
+    Ok(out)
+}
