@@ -55,6 +55,19 @@ replay() {
 for t in ext4_fio_falloc_8x64M ext4_fio_randwrite_4x256M ext4_fio_randwrite_fsync256_4x256M; do
   replay "replay-$t" "../shared/traces/$t.trace.txt.gz"
 done
+# Persistence: group commit on /dev/shm and on the disk, and the crash torture.
+if [[ -z "$only" || "commit" == *"$only"* ]]; then
+  echo "== commit: extalloc commit-bench" >&2
+  for path in /dev/shm/extalloc-commit.img "${TMPDIR:-/tmp}/extalloc-commit.img"; do
+    "$bin" commit-bench "$path" --seconds 3
+  done | tee lab-out/commit-bench.md
+fi
+if [[ -z "$only" || "torture" == *"$only"* ]]; then
+  echo "== torture: extalloc torture --crashes 300 --seed 1..8 --threads 2" >&2
+  for seed in 1 2 3 4 5 6 7 8; do
+    "$bin" torture --crashes 300 --seed "$seed" --threads 2
+  done | tee lab-out/torture.jsonl
+fi
 run random-fill random-fill --file-size 1GiB --threads 1,2 --repeat 3
 run random-fill-burst4 random-fill --file-size 1GiB --seq-burst 4 --threads 1,2 --repeat 3
 
