@@ -187,6 +187,15 @@ enum Command {
         #[arg(long)]
         json: Option<std::path::PathBuf>,
     },
+    /// Check an extalloc device without changing it: superblocks, every group's checksums
+    /// and counts, metadata marked used, the journal's records against the home state.
+    /// Exits non-zero when it finds a problem.
+    Fsck {
+        path: std::path::PathBuf,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the superblock and the free space of each group of an extalloc device.
     Info { path: std::path::PathBuf },
     /// Turn a bench or compare JSON report into Markdown and PNG charts.
@@ -452,6 +461,43 @@ fn run(cli: Cli) -> Result<()> {
                 out.leaked,
                 out.double_allocated
             );
+            Ok(())
+        }
+        Command::Fsck { path, json } => {
+            let dev = extalloc::device::FileDevice::open(&path)?;
+            let r = extalloc::fsck::check(&dev).with_context(|| format!("{}", path.display()))?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                println!(
+                    "{}: {} blocks, {} groups, {} free; superblocks: primary {}, backup {}; \
+                     journal: {} records to replay{}",
+                    path.display(),
+                    r.blocks,
+                    r.groups,
+                    r.free_blocks,
+                    if r.primary_superblock_ok {
+                        "ok"
+                    } else {
+                        "DAMAGED"
+                    },
+                    if r.backup_superblock_ok {
+                        "ok"
+                    } else {
+                        "DAMAGED"
+                    },
+                    r.journal_records,
+                    if r.checkpoint_interrupted {
+                        " (a checkpoint was interrupted: open repairs it)"
+                    } else {
+                        ""
+                    }
+                );
+                for p in &r.problems {
+                    println!("problem: {p}");
+                }
+            }
+            anyhow::ensure!(r.clean(), "{} problems found", r.problems.len());
             Ok(())
         }
         Command::Info { path } => {

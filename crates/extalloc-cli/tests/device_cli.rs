@@ -32,6 +32,8 @@ fn mkfs_then_info() {
         text.contains("65536 blocks of 4096 bytes, 8 groups"),
         "{text}"
     );
+    let (ok, text) = extalloc(&["fsck", p]);
+    assert!(ok && text.contains("0 records to replay"), "{text}");
     let (ok, text) = extalloc(&["info", p]);
     assert!(ok, "{text}");
     // 1 superblock + 1024 journal + 1 descriptor + 8 bitmap blocks, and the backup.

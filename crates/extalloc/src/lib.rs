@@ -47,6 +47,7 @@ pub mod alloc;
 pub mod device;
 mod error;
 pub mod format;
+pub mod fsck;
 mod geometry;
 pub mod groups;
 pub mod journal;
