@@ -32,6 +32,10 @@ pub struct Store {
     ops: Mutex<Vec<Op>>,
     boundary: RwLock<()>,
     commit_lock: Mutex<()>,
+    /// Groups whose home metadata failed its checks on open: every block of them is held
+    /// used (never handed out), their home copy is never overwritten, changes the journal
+    /// records inside them are skipped.
+    corrupt: Vec<u64>,
 }
 
 fn area(sb: &Superblock) -> Area {
@@ -65,11 +69,17 @@ impl Store {
         // After an interrupted checkpoint, bitmaps may be a mix of old and new bits: take
         // them as they are and let the idempotent replay repair them.
         let repairing = sb.state & format::STATE_CHECKPOINTING != 0;
+        let mut corrupt = Vec::new();
         for g in 0..sb.groups() {
             let bitmap = match format::read_group(dev.as_ref(), &sb, g) {
                 Ok((_, bitmap)) => bitmap,
                 Err(Error::Corrupt { .. }) if repairing => {
                     format::read_bitmap_raw(dev.as_ref(), &sb, g)?
+                }
+                Err(Error::Corrupt { .. }) => {
+                    // Keep the rest of the device working: the group is held all used.
+                    corrupt.push(g);
+                    vec![0xff; (u64::from(sb.bitmap_blocks) * u64::from(sb.block_size)) as usize]
                 }
                 Err(e) => return Err(e),
             };
@@ -99,6 +109,18 @@ impl Store {
                     Op::Allocate(e) => (e, true),
                     Op::Free(e) => (e, false),
                 };
+                let in_corrupt = |e: &Extent| {
+                    corrupt.iter().any(|&g| {
+                        let (s, t) = (
+                            geometry.group_start(g),
+                            geometry.group_start(g) + geometry.group_len(g),
+                        );
+                        e.start < t && e.end() > s
+                    })
+                };
+                if in_corrupt(&e) {
+                    continue;
+                }
                 match alloc.load_extent(e, used) {
                     Ok(()) => {}
                     Err(Error::Corrupt { .. }) if repairing => {
@@ -127,9 +149,15 @@ impl Store {
                 ops: Mutex::new(Vec::new()),
                 boundary: RwLock::new(()),
                 commit_lock: Mutex::new(()),
+                corrupt,
             },
             records,
         ))
+    }
+
+    /// Groups found corrupt on open (held used, never written home).
+    pub fn corrupt_groups(&self) -> &[u64] {
+        &self.corrupt
     }
 
     /// The in-memory allocator (for stats, `check()`, free-space figures).
@@ -145,6 +173,15 @@ impl Store {
     }
 
     pub fn free(&self, extent: Extent) -> Result<()> {
+        let g = &self.alloc.geometry();
+        if let Some(&bad) = self.corrupt.iter().find(|&&c| {
+            extent.start < g.group_start(c) + g.group_len(c) && extent.end() > g.group_start(c)
+        }) {
+            return Err(Error::Corrupt {
+                what: format!("group {bad}"),
+                detail: "held used since it failed its checks; its blocks cannot be freed".into(),
+            });
+        }
         let _open = self.boundary.read();
         self.alloc.free(extent)?;
         self.ops.lock().push(Op::Free(extent));
@@ -215,7 +252,15 @@ impl Store {
         let bitmap_bytes = (u64::from(sb.bitmap_blocks) * bs) as usize;
         let mut descs =
             vec![0u8; (sb.groups() * DESC_BYTES as u64).div_ceil(bs) as usize * bs as usize];
+        let mut old_descs = vec![0u8; descs.len()];
+        self.dev.read_at(&mut old_descs, sb.desc_start * bs)?;
         for g in 0..sb.groups() {
+            if self.corrupt.contains(&g) {
+                // Leave the damaged copy (and its descriptor) as found, for fsck.
+                let at = (g * DESC_BYTES as u64) as usize;
+                descs[at..at + DESC_BYTES].copy_from_slice(&old_descs[at..at + DESC_BYTES]);
+                continue;
+            }
             let mut bitmap = self.alloc.group_bitmap_bytes(g, bitmap_bytes);
             let (gstart, gend) = (g * sb.group_blocks, (g + 1) * sb.group_blocks);
             for op in exclude {
@@ -418,6 +463,41 @@ mod tests {
                 other => panic!("seed {seed}: replayed {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_corrupt_group_is_held_and_the_rest_works() {
+        let dev: Arc<dyn Device> = Arc::new(MemDevice::new(8192 * 4096));
+        let s = Store::create(dev.clone(), &geometry(), 8, Policy::default()).unwrap();
+        drop(s);
+        let sb = format::read_superblock(dev.as_ref()).unwrap();
+        // Damage group 5's bitmap.
+        let at = (sb.bitmap_start + 5 * u64::from(sb.bitmap_blocks)) * 4096 + 7;
+        dev.write_at(&[0x5a], at).unwrap();
+        let (s, _) = Store::open(dev.clone(), Policy::default()).unwrap();
+        assert_eq!(s.corrupt_groups(), &[5]);
+        s.allocator().check().unwrap();
+        for i in 0..200u64 {
+            let e = s.allocate(&AllocRequest::new(i, 30)).unwrap();
+            assert!(
+                e.start / 1024 != 5,
+                "nothing is handed out of the corrupt group"
+            );
+        }
+        assert!(matches!(
+            s.free(Extent::new(5 * 1024 + 100, 1)),
+            Err(Error::Corrupt { .. })
+        ));
+        s.commit(b"x").unwrap();
+        s.checkpoint().unwrap();
+        // The damage is left for fsck; the next open still holds the group.
+        let mut b = [0u8];
+        dev.read_at(&mut b, at).unwrap();
+        assert_eq!(b, [0x5a]);
+        assert!(crate::fsck::check(dev.as_ref()).unwrap().corrupt_groups == vec![5]);
+        let (again, _) = Store::open(dev, Policy::default()).unwrap();
+        assert_eq!(again.corrupt_groups(), &[5]);
+        again.allocator().check().unwrap();
     }
 
     #[test]
