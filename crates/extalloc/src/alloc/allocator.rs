@@ -523,65 +523,85 @@ impl Allocator {
         }
         let good = |g: u64| self.good_group(ctx, g, pass, want);
         let (same, same_size, other_sizes) = class::tags_by_tier(ctx.class_tag);
+        let walk_tag = |tag: u8, visit: &mut dyn FnMut(u64) -> Option<Extent>| {
+            let set = &self.by_tag[usize::from(tag - 1)];
+            // The set is a hint: the tag is read again, and the group rechecked under its
+            // lock by the scan.
+            self.right_then_left(
+                start,
+                &|at, limit| set.next_set(at).filter(|&g| g < limit),
+                &|g| tag_of(g) == tag && good(g),
+                visit,
+            )
+        };
         if ctx.stream {
             // A stream takes the first group from its goal that is its class's or nobody's,
             // as a stream without size classes takes the first that fits: streams of one
             // class then keep apart instead of interleaving in the same groups, and a group
-            // still holds one class only.
-            if let Some(e) = self.walk_groups(
-                ctx,
-                pass,
-                walk,
-                start,
-                want,
-                &|g| matches!(tag_of(g), 0) || tag_of(g) == same,
-                &mut visit,
-            ) {
-                return Some(e);
-            }
-        } else if tag_of(start) == 0 && good(start) {
+            // still holds one class only. That walk covers tiers 0 and 2: only the other
+            // tags remain.
+            let own_or_none = |g: u64| {
+                let t = tag_of(g);
+                t == 0 || t == same
+            };
+            return self
+                .walk_groups(ctx, pass, walk, start, want, &own_or_none, &mut visit)
+                .or_else(|| {
+                    same_size
+                        .into_iter()
+                        .chain(other_sizes)
+                        .find_map(|t| walk_tag(t, &mut visit))
+                });
+        }
+        if tag_of(start) == 0 && good(start) {
             if let Some(e) = visit(start) {
                 return Some(e);
             }
         }
-        let walk_tag = |tag: u8, visit: &mut dyn FnMut(u64) -> Option<Extent>| {
-            let set = &self.by_tag[usize::from(tag - 1)];
-            let groups_count = self.groups.len() as u64;
-            for (from, limit) in [(start, groups_count), (0, start)] {
-                let mut at = from;
-                while let Some(g) = set.next_set(at).filter(|&g| g < limit) {
-                    // The set is a hint: the tag is read again, and the group is rechecked
-                    // under its lock by the scan.
-                    if tag_of(g) == tag && good(g) {
-                        if let Some(e) = visit(g) {
-                            return Some(e);
-                        }
-                    }
-                    at = g + 1;
-                }
-            }
-            None
-        };
-        if let Some(e) = std::iter::once(same)
+        std::iter::once(same)
             .chain(same_size)
             .find_map(|t| walk_tag(t, &mut visit))
-        {
-            return Some(e);
+            .or_else(|| {
+                self.walk_groups(
+                    ctx,
+                    pass,
+                    walk,
+                    start,
+                    want,
+                    &|g| tag_of(g) == 0,
+                    &mut visit,
+                )
+            })
+            .or_else(|| {
+                other_sizes
+                    .into_iter()
+                    .find_map(|t| walk_tag(t, &mut visit))
+            })
+    }
+
+    /// Visits the groups `next(at, limit)` yields right of `start`, then left of it (the
+    /// order of the ordered indexes and of the per-tag sets), those passing `good`, until one
+    /// gives an extent.
+    fn right_then_left(
+        &self,
+        start: u64,
+        next: &dyn Fn(u64, u64) -> Option<u64>,
+        good: &dyn Fn(u64) -> bool,
+        visit: &mut dyn FnMut(u64) -> Option<Extent>,
+    ) -> Option<Extent> {
+        let groups_count = self.groups.len() as u64;
+        for (from, limit) in [(start, groups_count), (0, start)] {
+            let mut at = from;
+            while let Some(g) = next(at, limit) {
+                if good(g) {
+                    if let Some(e) = visit(g) {
+                        return Some(e);
+                    }
+                }
+                at = g + 1;
+            }
         }
-        if let Some(e) = self.walk_groups(
-            ctx,
-            pass,
-            walk,
-            start,
-            want,
-            &|g| tag_of(g) == 0,
-            &mut visit,
-        ) {
-            return Some(e);
-        }
-        other_sizes
-            .into_iter()
-            .find_map(|t| walk_tag(t, &mut visit))
+        None
     }
 
     /// Gives group `g` size-class tag `tag` (0 = none) and keeps the per-tag sets in step.
@@ -626,21 +646,13 @@ impl Allocator {
                     None
                 }
             }),
-            Walk::Index(index, order_min) if index.is_ordered() => {
-                // Right of the start across all orders >= order_min, then left of it.
-                for (from, limit) in [(start, groups_count), (0, start)] {
-                    let mut at = from;
-                    while let Some(g) = index.next_in_orders(order_min, at, limit) {
-                        if good(g) {
-                            if let Some(e) = visit(g) {
-                                return Some(e);
-                            }
-                        }
-                        at = g + 1;
-                    }
-                }
-                None
-            }
+            // Right of the start across all orders >= order_min, then left of it.
+            Walk::Index(index, order_min) if index.is_ordered() => self.right_then_left(
+                start,
+                &|at, limit| index.next_in_orders(order_min, at, limit),
+                &good,
+                visit,
+            ),
             Walk::Index(index, order_min) => {
                 // Pre-2025 "choose group": the first good group from the list heads, up to
                 // one try per group.
