@@ -463,10 +463,17 @@ pub fn read_group(dev: &dyn Device, sb: &Superblock, g: u64) -> Result<(GroupDes
     Ok((desc, bitmap))
 }
 
-fn bitmap_used(bitmap: &[u8], bits: u64) -> u64 {
-    (0..bits)
-        .filter(|&i| bitmap[(i / 8) as usize] & (1 << (i % 8)) != 0)
-        .count() as u64
+/// Set bits among the first `bits` of an on-disk bitmap (used blocks of a group of `bits`).
+pub fn bitmap_used(bitmap: &[u8], bits: u64) -> u64 {
+    let whole = (bits / 8) as usize;
+    let mut n: u64 = bitmap[..whole]
+        .iter()
+        .map(|b| u64::from(b.count_ones()))
+        .sum();
+    if !bits.is_multiple_of(8) {
+        n += u64::from((bitmap[whole] & ((1u8 << (bits % 8)) - 1)).count_ones());
+    }
+    n
 }
 
 #[cfg(test)]

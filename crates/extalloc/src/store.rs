@@ -285,9 +285,7 @@ impl Store {
             for i in len..bitmap_bytes as u64 * 8 {
                 bitmap[(i / 8) as usize] |= 1 << (i % 8);
             }
-            let used = (0..len)
-                .filter(|&i| bitmap[(i / 8) as usize] & (1 << (i % 8)) != 0)
-                .count() as u32;
+            let used = format::bitmap_used(&bitmap, len) as u32;
             format::write_group(
                 self.dev.as_ref(),
                 &sb,

@@ -71,20 +71,10 @@ pub fn run(workload: &str, run_once: RunOnce, fs: &[Fs], opts: &LabOptions) -> R
                 eprintln!("{:.0} ops/s", run.ops_per_sec);
                 reps.push(run);
             }
-            report.runs.push(median_run(reps));
+            report.runs.push(report::median_run(reps));
         }
     }
     Ok(report)
-}
-
-/// The repetition with the median ops/s, carrying every repetition's rate.
-fn median_run(mut reps: Vec<Run>) -> Run {
-    let rates: Vec<f64> = reps.iter().map(|r| r.ops_per_sec).collect();
-    reps.sort_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec));
-    let mut chosen = reps.swap_remove(reps.len() / 2);
-    chosen.ops_per_sec = report::median(&rates);
-    chosen.ops_per_sec_repeats = rates;
-    chosen
 }
 
 fn histogram() -> Histogram<u64> {

@@ -353,18 +353,7 @@ impl Outside {
     /// The free space: the complement of the live allocations (pending ones count as used).
     pub fn free_space(&self) -> FreeSpace {
         let inner = self.lock();
-        let mut runs = Vec::new();
-        let mut at = 0;
-        for (&s, l) in &inner.live {
-            if s > at {
-                runs.push((at, s - at));
-            }
-            at = s + l.len;
-        }
-        if at < self.geometry.blocks_count {
-            runs.push((at, self.geometry.blocks_count - at));
-        }
-        FreeSpace::from_free_runs(&self.geometry, runs)
+        FreeSpace::from_used(&self.geometry, inner.live.iter().map(|(&s, l)| (s, l.len)))
     }
 }
 
@@ -611,7 +600,7 @@ mod tests {
     }
 
     #[test]
-    fn free_space_from_runs_matches_the_allocator() {
+    fn free_space_from_used_extents_matches_the_allocator() {
         let geometry = Geometry::new(4096, 256, 2000).unwrap();
         let a = Allocator::new(geometry, Policy::default()).unwrap();
         let mut kept = Vec::new();
@@ -625,16 +614,7 @@ mod tests {
         }
         a.commit();
         kept.sort_by_key(|e| e.start);
-        let mut runs = Vec::new();
-        let mut at = 0;
-        for e in &kept {
-            if e.start > at {
-                runs.push((at, e.start - at));
-            }
-            at = e.end();
-        }
-        runs.push((at, geometry.blocks_count - at));
-        let from_runs = FreeSpace::from_free_runs(&geometry, runs);
+        let from_runs = FreeSpace::from_used(&geometry, kept.iter().map(|e| (e.start, e.len)));
         let mut direct = a.free_space();
         for g in &mut direct.groups {
             g.class_tag = 0;

@@ -370,30 +370,7 @@ pub fn run_matrix_with(
             }
         }
     }
-    let runs = all
-        .into_iter()
-        .map(|mut reps| {
-            let rates: Vec<f64> = reps.iter().map(|r| r.ops_per_sec).collect();
-            // Latency percentiles: each the median over the repetitions.
-            let median_of = |f: fn(&Run) -> u64| {
-                let v: Vec<f64> = reps.iter().map(|r| f(r) as f64).collect();
-                report::median(&v).round() as u64
-            };
-            let latency = report::Latency {
-                p50: median_of(|r| r.latency_ns.p50),
-                p95: median_of(|r| r.latency_ns.p95),
-                p99: median_of(|r| r.latency_ns.p99),
-                max: median_of(|r| r.latency_ns.max),
-            };
-            // The other figures come from the repetition with the median throughput.
-            reps.sort_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec));
-            let mut chosen = reps.swap_remove(reps.len() / 2);
-            chosen.ops_per_sec = report::median(&rates);
-            chosen.ops_per_sec_repeats = rates;
-            chosen.latency_ns = latency;
-            chosen
-        })
-        .collect();
+    let runs = all.into_iter().map(report::median_run).collect();
     Ok(Report {
         schema: "extalloc-bench/1".into(),
         workload: workload.to_string(),

@@ -213,6 +213,29 @@ pub fn latency_of(h: &hdrhistogram::Histogram<u64>) -> Latency {
     }
 }
 
+/// One run standing for its repetitions: ops/s and each latency percentile are medians over
+/// them; the other figures come from the repetition with the median ops/s; every rate is
+/// kept in `ops_per_sec_repeats`.
+pub fn median_run(mut reps: Vec<Run>) -> Run {
+    let rates: Vec<f64> = reps.iter().map(|r| r.ops_per_sec).collect();
+    let median_of = |f: fn(&Run) -> u64| {
+        let v: Vec<f64> = reps.iter().map(|r| f(r) as f64).collect();
+        median(&v).round() as u64
+    };
+    let latency = Latency {
+        p50: median_of(|r| r.latency_ns.p50),
+        p95: median_of(|r| r.latency_ns.p95),
+        p99: median_of(|r| r.latency_ns.p99),
+        max: median_of(|r| r.latency_ns.max),
+    };
+    reps.sort_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec));
+    let mut chosen = reps.swap_remove(reps.len() / 2);
+    chosen.ops_per_sec = median(&rates);
+    chosen.ops_per_sec_repeats = rates;
+    chosen.latency_ns = latency;
+    chosen
+}
+
 /// Median of a non-empty list.
 pub fn median(values: &[f64]) -> f64 {
     let mut v = values.to_vec();

@@ -63,7 +63,6 @@ pub fn run_once(policy: &LabPolicy, _threads: usize, opts: &LabOptions) -> Resul
                 alloc,
                 tasks[t].iter().map(|&i| &trace.events[i]),
                 &files,
-                None,
                 &mut odd,
             );
             // The last task to finish reports every file, once all have stopped writing.

@@ -201,18 +201,7 @@ impl KernelModel {
     }
 
     fn free_space(&self, geometry: &Geometry) -> FreeSpace {
-        let mut runs = Vec::new();
-        let mut at = 0;
-        for (&s, &(l, ..)) in &self.live {
-            if s > at {
-                runs.push((at, s - at));
-            }
-            at = at.max(s + l);
-        }
-        if at < geometry.blocks_count {
-            runs.push((at, geometry.blocks_count - at));
-        }
-        FreeSpace::from_free_runs(geometry, runs)
+        FreeSpace::from_used(geometry, self.live.iter().map(|(&s, &(l, ..))| (s, l)))
     }
 }
 
@@ -248,38 +237,39 @@ impl SharedFiles {
     }
 }
 
-/// Replays the trace's events of `dev` through `policy`; also builds the kernel's model
-/// when `kernel` is given.
+/// What one policy's replay leaves: the allocator, the files, the seconds it took and the
+/// kernel's decisions.
+type Replay = (Allocator, Vec<Arc<FileAlloc>>, f64, KernelModel);
+
+/// Replays the trace's events of `dev` through `policy`.
 fn replay_one(
     events: &[Event],
     dev: (u32, u32),
     geometry: Geometry,
     policy: &extalloc::Policy,
-    kernel: Option<&mut KernelModel>,
     odd: &mut Oddities,
-) -> Result<(Allocator, Vec<Arc<FileAlloc>>, f64)> {
+) -> Result<Replay> {
     let alloc = Allocator::new(geometry, policy.clone())?;
     let shared = SharedFiles::default();
     let started = Instant::now();
-    replay_events(
+    let kernel = replay_events(
         &alloc,
         events.iter().filter(|e| e.dev() == dev),
         &shared,
-        kernel,
         odd,
     )?;
     let seconds = started.elapsed().as_secs_f64();
-    Ok((alloc, shared.all(), seconds))
+    Ok((alloc, shared.all(), seconds, kernel))
 }
 
-/// Replays `events` in order on `alloc`.
+/// Replays `events` in order on `alloc`. Returns the kernel's decisions still live at the
+/// end (the model it translates frees through).
 pub fn replay_events<'e>(
     alloc: &Allocator,
     events: impl Iterator<Item = &'e Event>,
     files: &SharedFiles,
-    mut kernel: Option<&mut KernelModel>,
     odd: &mut Oddities,
-) -> Result<()> {
+) -> Result<KernelModel> {
     // Our blocks for each kernel metadata allocation: kernel start -> (len, our extents).
     let mut meta: BTreeMap<u64, (u64, Vec<Extent>)> = BTreeMap::new();
     let mut pending: HashMap<u32, Event> = HashMap::new();
@@ -316,9 +306,6 @@ pub fn replay_events<'e>(
                 let (want, lblk) = (*len, *decided_lblk);
                 odd.requests += 1;
                 kernel_live.allocate(*block, *len, *ino, *decided_lblk, flags.data);
-                if let Some(k) = kernel.as_deref_mut() {
-                    k.allocate(*block, *len, *ino, *decided_lblk, flags.data);
-                }
                 if flags.data {
                     let file = &files.get(alloc, *ino);
                     let mut l = lblk;
@@ -363,9 +350,6 @@ pub fn replay_events<'e>(
             } => {
                 // Which logical blocks of which file the kernel freed, from its decisions.
                 let pieces = kernel_live.free(*block, *count);
-                if let Some(k) = kernel.as_deref_mut() {
-                    k.free(*block, *count);
-                }
                 if pieces.is_empty() {
                     odd.frees_of_unseen_blocks += 1;
                     continue;
@@ -390,7 +374,7 @@ pub fn replay_events<'e>(
             }
         }
     }
-    Ok(())
+    Ok(kernel_live)
 }
 
 /// Frees our blocks standing for kernel blocks `block .. block + count` (metadata). Returns
@@ -476,7 +460,7 @@ pub fn run(opts: &ReplayOptions<'_>) -> Result<(Report, Oddities, Trace)> {
     let group_blocks = opts.group_blocks.or(readme.map(|r| r.1)).unwrap_or(32768);
     let geometry = Geometry::new(opts.block_size, group_blocks, blocks).context("geometry")?;
     let mut runs = Vec::new();
-    let mut kernel = KernelModel::default();
+    let mut kernel: Option<KernelModel> = None;
     let mut odd = Oddities::default();
     for (i, spec) in opts.policies.iter().enumerate() {
         let LabPolicy::Extalloc(policy) = LabPolicy::parse(spec)? else {
@@ -484,17 +468,13 @@ pub fn run(opts: &ReplayOptions<'_>) -> Result<(Report, Oddities, Trace)> {
         };
         eprint!("replaying through {spec}... ");
         let mut this_odd = Oddities::default();
-        let (alloc, files, seconds) = replay_one(
-            &trace.events,
-            dev,
-            geometry,
-            &policy,
-            (i == 0).then_some(&mut kernel),
-            &mut this_odd,
-        )
-        .with_context(|| format!("{spec}: replaying {}", opts.trace.display()))?;
+        let (alloc, files, seconds, decided) =
+            replay_one(&trace.events, dev, geometry, &policy, &mut this_odd)
+                .with_context(|| format!("{spec}: replaying {}", opts.trace.display()))?;
         if i == 0 {
+            // The kernel's decisions are the same in every replay: keep the first.
             odd = this_odd.clone();
+            kernel = Some(decided);
         }
         let layout_files: Vec<Vec<Extent>> = files
             .iter()
@@ -526,6 +506,7 @@ pub fn run(opts: &ReplayOptions<'_>) -> Result<(Report, Oddities, Trace)> {
         });
     }
     // The kernel's decisions, at the pace the trace recorded them.
+    let kernel = kernel.context("no policy to replay through")?;
     runs.push(Run {
         policy: "kernel".into(),
         threads: 1,

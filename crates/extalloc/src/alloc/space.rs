@@ -119,6 +119,23 @@ impl FreeSpace {
         Self::from_parts(merged, groups)
     }
 
+    /// Builds the figures from what is used (`(start, len)` sorted by start): the free runs
+    /// are the gaps between them.
+    pub fn from_used(geometry: &Geometry, used: impl IntoIterator<Item = (u64, u64)>) -> Self {
+        let mut runs = Vec::new();
+        let mut at = 0;
+        for (s, l) in used {
+            if s > at {
+                runs.push((at, s - at));
+            }
+            at = at.max(s + l);
+        }
+        if at < geometry.blocks_count {
+            runs.push((at, geometry.blocks_count - at));
+        }
+        Self::from_free_runs(geometry, runs)
+    }
+
     fn from_parts(runs: Vec<u64>, groups: Vec<GroupFree>) -> Self {
         let mut histogram: Vec<FreeBucket> = Vec::new();
         for &len in &runs {
