@@ -10,8 +10,11 @@ fn replay(trace: &str, extra: &[&str]) -> (Value, String) {
         "{}/tests/fixtures/traces/{trace}",
         env!("CARGO_MANIFEST_DIR")
     );
+    // Tests run at once and may replay the same trace: a file of its own per call.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let json = std::env::temp_dir().join(format!(
-        "extalloc-replay-{}-{trace}.json",
+        "extalloc-replay-{}-{call}-{trace}.json",
         std::process::id()
     ));
     let out = Command::new(env!("CARGO_BIN_EXE_extalloc"))
