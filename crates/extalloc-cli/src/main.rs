@@ -25,6 +25,9 @@ struct Cli {
 enum Workload {
     /// will-it-scale fallocate2: append 8 KiB until 1 MiB, truncate, repeat (one file per thread)
     Fallocate2,
+    /// will-it-scale fallocate3: truncate a 70 MiB file and fallocate it again, repeat
+    /// (--fill pre-fills the device; a crowded device scans every group and forces commits)
+    Fallocate3,
     /// 1 KiB writes at random offsets of a large sparse file (--writes, --file-size)
     SparseWrites,
     /// fill a file with random 1 KiB writes (--file-size, --seq-burst)
@@ -45,6 +48,7 @@ impl Workload {
     fn name(self) -> &'static str {
         match self {
             Workload::Fallocate2 => "fallocate2",
+            Workload::Fallocate3 => "fallocate3",
             Workload::SparseWrites => "sparse-writes",
             Workload::RandomFill => "random-fill",
             Workload::SmallFiles => "small-files",
@@ -58,6 +62,7 @@ impl Workload {
     fn default_threads(self) -> &'static str {
         match self {
             Workload::Frag => "16",
+            Workload::Fallocate3 => "1,2",
             _ => "1,2,4,8",
         }
     }
@@ -65,6 +70,8 @@ impl Workload {
     fn default_device_size(self) -> &'static str {
         match self {
             Workload::SmallFiles => "4GiB",
+            // The size the issue's kernel reference figures were taken on.
+            Workload::Fallocate3 => "8GiB",
             _ => "16GiB",
         }
     }
@@ -175,6 +182,21 @@ enum Command {
         #[arg(long, default_value_t = 64)]
         payload: usize,
     },
+    /// What mounting costs: open time of a large sparse device (bytes read, bitmaps loaded),
+    /// then recovery time against the number of journal records to replay.
+    OpenBench {
+        /// A file to create (and remove afterwards).
+        path: std::path::PathBuf,
+        /// Size of the sparse device for the open measurement.
+        #[arg(long, default_value = "16TiB")]
+        size: String,
+        /// Blocks per group of that device.
+        #[arg(long, default_value_t = extalloc::GROUP_BLOCKS_DEFAULT)]
+        group_blocks: u64,
+        /// Records to replay, comma-separated (each a recovery measurement).
+        #[arg(long, default_value = "1000,10000,100000")]
+        records: String,
+    },
     /// Random transactions with crashes on a fault-injecting device, checked after every
     /// recovery against a model. Exits non-zero on any loss, leak or double allocation.
     Torture {
@@ -244,9 +266,15 @@ struct BenchArgs {
     /// size-class-edge: pass lifetime hints that run against size.
     #[arg(long)]
     mix: bool,
-    /// small-files: stop when this fraction of the device is used (0 < fill <= 1).
-    #[arg(long, default_value_t = 1.0)]
-    fill: f64,
+    /// small-files: stop when this fraction of the device is used (0 < fill <= 1) [default:
+    /// 1]. fallocate3: first fill this fraction of the device with scattered extents
+    /// (0 <= fill < 1) [default: 0].
+    #[arg(long)]
+    fill: Option<f64>,
+    /// Run on a journaled store on a file device made anew at PATH (sparse; removed and
+    /// made again for every run) instead of the memory device: fallocate2, fallocate3, frag.
+    #[arg(long, value_name = "PATH")]
+    device: Option<std::path::PathBuf>,
     /// replay: the kernel trace to replay (one thread per traced task; --threads is ignored).
     #[arg(long)]
     trace: Option<std::path::PathBuf>,
@@ -425,6 +453,25 @@ fn run(cli: Cli) -> Result<()> {
             );
             Ok(())
         }
+        Command::OpenBench {
+            path,
+            size,
+            group_blocks,
+            records,
+        } => {
+            let bytes = lab::parse_size(&size)?;
+            let open = lab::open_bench::open_big(&path, bytes, group_blocks)?;
+            let mut rows = Vec::new();
+            for n in records.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                let n: u64 = n
+                    .parse()
+                    .with_context(|| format!("--records: {n:?} is not a count"))?;
+                eprintln!("recovery: {n} records...");
+                rows.push(lab::open_bench::recovery(&path, n)?);
+            }
+            print!("{}", lab::open_bench::markdown(&open, &rows));
+            Ok(())
+        }
         Command::CommitBench {
             path,
             threads,
@@ -571,12 +618,38 @@ impl BenchArgs {
             seed,
             json,
             plot,
+            device,
         } = self;
         {
+            let prefill = if matches!(workload, Workload::Fallocate3) {
+                let f = fill.unwrap_or(0.0);
+                anyhow::ensure!(
+                    (0.0..1.0).contains(&f),
+                    "fallocate3 --fill must be at least 0 and below 1"
+                );
+                f
+            } else {
+                0.0
+            };
+            let fill = if matches!(workload, Workload::Fallocate3) {
+                1.0
+            } else {
+                fill.unwrap_or(1.0)
+            };
             anyhow::ensure!(
                 fill > 0.0 && fill <= 1.0,
                 "--fill must be above 0 and at most 1"
             );
+            if device.is_some() {
+                anyhow::ensure!(
+                    matches!(
+                        workload,
+                        Workload::Fallocate2 | Workload::Fallocate3 | Workload::Frag
+                    ),
+                    "--device runs fallocate2, fallocate3 and frag (the journaled store does \
+                     not record files and preallocations)"
+                );
+            }
             anyhow::ensure!(
                 seconds > 0.0 && seconds.is_finite(),
                 "--seconds must be positive"
@@ -610,6 +683,8 @@ impl BenchArgs {
                 group_blocks,
                 commit_ms,
                 seed,
+                device,
+                prefill,
             };
             anyhow::ensure!(!opts.policies.is_empty(), "--policy is empty");
             if matches!(workload, Workload::Replay) {
@@ -634,6 +709,7 @@ impl Workload {
     fn run_once(self) -> lab::RunOnce {
         match self {
             Workload::Fallocate2 => lab::fallocate2::run_once,
+            Workload::Fallocate3 => lab::fallocate3::run_once,
             Workload::SparseWrites => lab::sparse_writes::run_once,
             Workload::RandomFill => lab::random_fill::run_once,
             Workload::SmallFiles => lab::small_files::run_once,

@@ -40,7 +40,9 @@ fn used_blocks(store: &Store) -> BTreeSet<u64> {
     let g = a.geometry();
     let mut used = BTreeSet::new();
     for grp in 0..g.groups_count() {
-        let bytes = a.group_bitmap_bytes(grp, g.group_blocks.div_ceil(8) as usize);
+        let bytes = a
+            .group_bitmap_bytes(grp, g.group_blocks.div_ceil(8) as usize)
+            .expect("a memory or fault device reads");
         for i in 0..g.group_len(grp) {
             if bytes[(i / 8) as usize] & (1 << (i % 8)) != 0 {
                 used.insert(g.group_start(grp) + i);

@@ -33,17 +33,24 @@ fn bench(name: &str, args: &[&str]) -> Value {
     let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
     let table = String::from_utf8(out.stdout).unwrap();
-    // Two tables (throughput; layout and free space), one row per run in each.
+    // Two tables (throughput; layout and free space), and a third (the crowded-device
+    // path) when a run forced commits or loaded bitmaps: one row per run in each.
     let rows = table
         .lines()
         .filter(|l| l.starts_with("| ") && !l.starts_with("| policy"))
         .count();
+    let n = report["runs"].as_array().unwrap().len();
+    let tables = if table.contains("| groups considered /alloc |") {
+        3
+    } else {
+        2
+    };
+    assert_eq!(rows, tables * n, "{table}");
     assert_eq!(
-        rows,
-        2 * report["runs"].as_array().unwrap().len(),
+        table.lines().filter(|l| l.is_empty()).count(),
+        tables - 1,
         "{table}"
     );
-    assert_eq!(table.lines().filter(|l| l.is_empty()).count(), 1, "{table}");
     assert_eq!(report["schema"], "extalloc-bench/1");
     for run in report["runs"].as_array().unwrap() {
         assert!(run["ops"].as_u64().unwrap() > 0, "{name}: {run}");
@@ -364,4 +371,57 @@ fn compare_runs_on_kernel_ext4() {
     );
     assert!(kernel["free_space"]["free_extents"].as_u64().unwrap() >= 1);
     assert!(kernel["free_space"]["fragmented_groups"].is_u64());
+}
+
+/// fallocate3 on a journaled file device after a half fill: every run allocates, the timed
+/// phase loads bitmaps it starts without, and the run's invariant check passes (the bench
+/// fails otherwise). The memory device runs it too.
+#[test]
+fn fallocate3_runs_on_a_file_device() {
+    let device = std::env::temp_dir().join(format!("extalloc-f3-{}.img", std::process::id()));
+    let d = device.to_str().unwrap();
+    let r = bench(
+        "f3-device",
+        &[
+            "fallocate3",
+            "--device-size",
+            "1GiB",
+            "--fill",
+            "0.5",
+            "--device",
+            d,
+            // One thread: at two, a store run fails with NoSpace after a forced commit
+            // (open bug, see the closing note of issue 5).
+            "--threads",
+            "1",
+            "--policy",
+            "extalloc,extalloc:optimize_scan=false:prefetch_groups=0",
+        ],
+    );
+    for run in runs(&r) {
+        let c = &run["counters"];
+        assert!(run["ops"].as_u64().unwrap() > 0, "{run}");
+        assert!(c["allocs"].as_u64().unwrap() > 0, "{run}");
+        assert!(c["bitmaps_loaded"].as_u64().unwrap() > 0, "{run}");
+        assert!(c["groups_considered"].as_u64().unwrap() > 0, "{run}");
+    }
+    let _ = std::fs::remove_file(&device);
+    let r = bench(
+        "f3-memory",
+        &["fallocate3", "--device-size", "512MiB", "--threads", "1"],
+    );
+    assert!(runs(&r)[0]["ops"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn device_and_fill_options_are_checked() {
+    let text = refused(&["fallocate3", "--fill", "1"]);
+    assert!(text.contains("fallocate3 --fill"), "{text}");
+    let text = refused(&["sparse-writes", "--device", "/tmp/x.img"]);
+    assert!(
+        text.contains("--device runs fallocate2, fallocate3 and frag"),
+        "{text}"
+    );
+    let text = refused(&["fallocate2", "--device", "/tmp/x.img", "--policy", "tlsf"]);
+    assert!(text.contains("extalloc policies only"), "{text}");
 }

@@ -47,12 +47,13 @@ fn mkfs_then_info() {
     f.write_all_at(b"scribble", 30).unwrap();
     let (ok, text) = extalloc(&["info", p]);
     assert!(ok && text.contains("64501 free blocks"), "{text}");
-    // Damage a bitmap: that group alone is reported corrupt.
-    f.write_all_at(&[0xff; 16], (1 + 1024 + 1 + 3) * 4096 + 100)
+    // Damage a descriptor (mkfs writes no bitmap: its groups start uninitialised): that
+    // group alone is reported corrupt.
+    f.write_all_at(&[0xff; 4], (1 + 1024) * 4096 + 3 * 32 + 1)
         .unwrap();
     let (ok, text) = extalloc(&["info", p]);
     assert!(
-        ok && text.contains("group 3: corrupt bitmap of group 3"),
+        ok && text.contains("group 3: corrupt descriptor of group 3"),
         "{text}"
     );
     assert!(text.contains("1 corrupt groups"), "{text}");

@@ -240,21 +240,63 @@ impl Superblock {
     }
 }
 
-/// One group's descriptor.
+/// Descriptor flag: the group's bitmap was never written; it is the group's initial state
+/// (only metadata, the backup superblock and padding used), computed from the layout.
+pub const DESC_BITMAP_UNINIT: u32 = 1;
+/// Every flag this version knows.
+const DESC_FLAGS_KNOWN: u32 = DESC_BITMAP_UNINIT;
+/// "No order" in a descriptor's order bytes (the group has no free block).
+const ORDER_NONE: u8 = 0xff;
+
+/// One group's descriptor: its checksum, and the figures the allocator places it by while
+/// its bitmap is not loaded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct GroupDesc {
     pub free_blocks: u32,
     pub flags: u32,
-    /// crc32c of the group's bitmap blocks.
+    /// crc32c of the group's bitmap blocks (0 while `DESC_BITMAP_UNINIT`).
     pub bitmap_crc: u32,
+    /// Largest order with a free aligned chunk, and order of the average free run.
+    pub largest_order: Option<u32>,
+    pub avg_order: Option<u32>,
+    /// Size-class tag of the group (0: none).
+    pub class_tag: u8,
+}
+
+/// Summary figures of an on-disk bitmap: `(free, largest order, average order)`.
+pub fn bitmap_summary(sb: &Superblock, g: u64, bitmap: &[u8]) -> (u32, Option<u32>, Option<u32>) {
+    let len = (sb.blocks_count - g * sb.group_blocks).min(sb.group_blocks);
+    let b = crate::groups::GroupBitmap::from_used_bytes(sb.group_blocks as u32, len as u32, bitmap);
+    (
+        b.free_blocks(),
+        b.largest_free_order(),
+        b.avg_fragment_order(),
+    )
 }
 
 impl GroupDesc {
+    /// The descriptor of a group holding `bitmap`, summary included.
+    pub fn for_bitmap(sb: &Superblock, g: u64, bitmap: &[u8], class_tag: u8) -> Self {
+        let (free_blocks, largest_order, avg_order) = bitmap_summary(sb, g, bitmap);
+        GroupDesc {
+            free_blocks,
+            flags: 0,
+            bitmap_crc: crc32c::crc32c(bitmap),
+            largest_order,
+            avg_order,
+            class_tag,
+        }
+    }
+
     pub fn encode(&self, group: u64) -> [u8; DESC_BYTES] {
         let mut b = [0u8; DESC_BYTES];
+        let order = |o: Option<u32>| o.map_or(ORDER_NONE, |o| o as u8);
         b[0..4].copy_from_slice(&self.free_blocks.to_le_bytes());
         b[4..8].copy_from_slice(&self.flags.to_le_bytes());
         b[8..12].copy_from_slice(&self.bitmap_crc.to_le_bytes());
+        b[12] = order(self.largest_order);
+        b[13] = order(self.avg_order);
+        b[14] = self.class_tag;
         // The group number seeds the checksum: a descriptor written to the wrong slot fails.
         let crc = crc32c::crc32c_append(crc32c::crc32c(&group.to_le_bytes()), &b[..28]);
         b[28..32].copy_from_slice(&crc.to_le_bytes());
@@ -273,10 +315,24 @@ impl GroupDesc {
         if crc != get_u32(b, 28) {
             return Err(corrupt(what(), "checksum mismatch"));
         }
+        let flags = get_u32(b, 4);
+        if flags & !DESC_FLAGS_KNOWN != 0 {
+            return Err(corrupt(what(), format!("unknown flags {flags:#x}")));
+        }
+        let order = |v: u8| -> Result<Option<u32>> {
+            match v {
+                ORDER_NONE => Ok(None),
+                o if usize::from(o) <= crate::groups::ORDER_MAX => Ok(Some(u32::from(o))),
+                o => Err(corrupt(what(), format!("order {o} out of range"))),
+            }
+        };
         Ok(GroupDesc {
             free_blocks: get_u32(b, 0),
-            flags: get_u32(b, 4),
+            flags,
             bitmap_crc: get_u32(b, 8),
+            largest_order: order(b[12])?,
+            avg_order: order(b[13])?,
+            class_tag: b[14],
         })
     }
 }
@@ -297,28 +353,31 @@ pub fn mkfs(
         });
     }
     let sb = Superblock::layout(geometry, journal_blocks, uuid)?;
-    let meta_end = sb.metadata_end();
     // An empty journal: its first block zeroed, so no stale record is replayed.
     dev.write_at(&vec![0u8; bs as usize], sb.journal_start * bs)?;
-    let bitmap_bytes = u64::from(sb.bitmap_blocks) * bs;
+    // No bitmap is written: every group starts uninitialised (its initial bitmap follows
+    // from the layout), so making a 16 TiB device writes its descriptors only.
     let mut descs = vec![0u8; ((sb.groups() * DESC_BYTES as u64).div_ceil(bs) * bs) as usize];
+    let mut plain: Option<GroupDesc> = None;
     for g in 0..sb.groups() {
-        let start = g * sb.group_blocks;
-        let len = geometry.group_len(g);
-        let mut bitmap = vec![0u8; bitmap_bytes as usize];
-        let mut used = 0u32;
-        // Metadata at the front, the backup superblock at the end, and the missing tail of a
-        // short last group: all marked used.
-        for i in 0..sb.group_blocks {
-            let block = start + i;
-            if block < meta_end || block == sb.backup_block() || i >= len {
-                bitmap[(i / 8) as usize] |= 1 << (i % 8);
-                if i < len {
-                    used += 1;
+        let special = g * sb.group_blocks < sb.metadata_end()
+            || sb.backup_block() / sb.group_blocks == g
+            || geometry.group_len(g) < sb.group_blocks;
+        // Groups with nothing in them but free blocks all look alike: summarise one.
+        let desc = match plain {
+            Some(d) if !special => d,
+            _ => {
+                let mut d = GroupDesc::for_bitmap(&sb, g, &initial_bitmap(&sb, g), 0);
+                d.flags = DESC_BITMAP_UNINIT;
+                d.bitmap_crc = 0;
+                if !special {
+                    plain = Some(d);
                 }
+                d
             }
-        }
-        write_group(dev, &sb, g, &bitmap, len as u32 - used, &mut descs)?;
+        };
+        let at = (g * DESC_BYTES as u64) as usize;
+        descs[at..at + DESC_BYTES].copy_from_slice(&desc.encode(g));
     }
     dev.write_at(&descs, sb.desc_start * bs)?;
     write_superblock(dev, &sb)?;
@@ -326,29 +385,88 @@ pub fn mkfs(
     Ok(sb)
 }
 
-/// Writes group `g`'s bitmap home and encodes its descriptor into `descs` (the whole
-/// descriptor table, which the caller writes).
+/// Group `g`'s bitmap as mkfs leaves it: metadata at the front of the device, the backup
+/// superblock at the end, and the missing tail of a short last group marked used.
+pub fn initial_bitmap(sb: &Superblock, g: u64) -> Vec<u8> {
+    let bs = u64::from(sb.block_size);
+    let mut bitmap = vec![0u8; (u64::from(sb.bitmap_blocks) * bs) as usize];
+    let start = g * sb.group_blocks;
+    let len = (sb.blocks_count - start).min(sb.group_blocks);
+    let mut set = |i: u64| bitmap[(i / 8) as usize] |= 1 << (i % 8);
+    for i in 0..sb.metadata_end().saturating_sub(start).min(sb.group_blocks) {
+        set(i);
+    }
+    if sb.backup_block() / sb.group_blocks == g {
+        set(sb.backup_block() - start);
+    }
+    for i in len..sb.group_blocks {
+        set(i);
+    }
+    bitmap
+}
+
+/// Writes group `g`'s bitmap home and encodes its descriptor (with `class_tag`) into
+/// `descs`, a slice of the descriptor table starting at group `first`, which the caller
+/// writes.
 pub fn write_group(
     dev: &dyn Device,
     sb: &Superblock,
     g: u64,
     bitmap: &[u8],
-    free_blocks: u32,
+    class_tag: u8,
     descs: &mut [u8],
+    first: u64,
 ) -> Result<()> {
     let bs = u64::from(sb.block_size);
     dev.write_at(
         bitmap,
         (sb.bitmap_start + g * u64::from(sb.bitmap_blocks)) * bs,
     )?;
-    let desc = GroupDesc {
-        free_blocks,
-        flags: 0,
-        bitmap_crc: crc32c::crc32c(bitmap),
-    };
-    let at = (g * DESC_BYTES as u64) as usize;
+    let desc = GroupDesc::for_bitmap(sb, g, bitmap, class_tag);
+    let at = ((g - first) * DESC_BYTES as u64) as usize;
     descs[at..at + DESC_BYTES].copy_from_slice(&desc.encode(g));
     Ok(())
+}
+
+/// Reads every descriptor (one read of the table). A descriptor that fails its checks is
+/// returned as its error; the others still decode.
+pub fn read_descriptors(dev: &dyn Device, sb: &Superblock) -> Result<Vec<Result<GroupDesc>>> {
+    let bs = u64::from(sb.block_size);
+    let mut table = vec![0u8; (sb.groups() * DESC_BYTES as u64) as usize];
+    dev.read_at(&mut table, sb.desc_start * bs)?;
+    Ok(table
+        .chunks_exact(DESC_BYTES)
+        .enumerate()
+        .map(|(g, d)| GroupDesc::decode(d, g as u64))
+        .collect())
+}
+
+/// Reads group `g`'s bitmap as its descriptor `desc` says (the initial bitmap when
+/// uninitialised), checking the checksum and the free count.
+pub fn read_bitmap(dev: &dyn Device, sb: &Superblock, g: u64, desc: &GroupDesc) -> Result<Vec<u8>> {
+    let bitmap = if desc.flags & DESC_BITMAP_UNINIT != 0 {
+        initial_bitmap(sb, g)
+    } else {
+        let bitmap = read_bitmap_raw(dev, sb, g)?;
+        if crc32c::crc32c(&bitmap) != desc.bitmap_crc {
+            return Err(corrupt(format!("bitmap of group {g}"), "checksum mismatch"));
+        }
+        bitmap
+    };
+    let used = bitmap_used(&bitmap, sb.group_blocks);
+    let len = (sb.blocks_count - g * sb.group_blocks).min(sb.group_blocks);
+    let padding = sb.group_blocks - len;
+    if u64::from(desc.free_blocks) + used != len + padding {
+        return Err(corrupt(
+            format!("group {g}"),
+            format!(
+                "descriptor says {} free, bitmap {}",
+                desc.free_blocks,
+                len + padding - used
+            ),
+        ));
+    }
+    Ok(bitmap)
 }
 
 /// Writes both superblock copies (the caller flushes).
@@ -433,30 +551,21 @@ pub fn read_bitmap_raw(dev: &dyn Device, sb: &Superblock, g: u64) -> Result<Vec<
     Ok(bitmap)
 }
 
-/// Reads group `g`'s descriptor and bitmap, checking both checksums.
+/// Reads group `g`'s descriptor and bitmap, checking both checksums, the free count and
+/// the descriptor's summary against the bitmap.
 pub fn read_group(dev: &dyn Device, sb: &Superblock, g: u64) -> Result<(GroupDesc, Vec<u8>)> {
     let bs = u64::from(sb.block_size);
     let mut d = [0u8; DESC_BYTES];
     dev.read_at(&mut d, sb.desc_start * bs + g * DESC_BYTES as u64)?;
     let desc = GroupDesc::decode(&d, g)?;
-    let mut bitmap = vec![0u8; (u64::from(sb.bitmap_blocks) * bs) as usize];
-    dev.read_at(
-        &mut bitmap,
-        (sb.bitmap_start + g * u64::from(sb.bitmap_blocks)) * bs,
-    )?;
-    if crc32c::crc32c(&bitmap) != desc.bitmap_crc {
-        return Err(corrupt(format!("bitmap of group {g}"), "checksum mismatch"));
-    }
-    let used = bitmap_used(&bitmap, sb.group_blocks);
-    let len = (sb.blocks_count - g * sb.group_blocks).min(sb.group_blocks);
-    let padding = sb.group_blocks - len;
-    if u64::from(desc.free_blocks) + used != len + padding {
+    let bitmap = read_bitmap(dev, sb, g, &desc)?;
+    let (_, largest, avg) = bitmap_summary(sb, g, &bitmap);
+    if (largest, avg) != (desc.largest_order, desc.avg_order) {
         return Err(corrupt(
-            format!("group {g}"),
+            format!("descriptor of group {g}"),
             format!(
-                "descriptor says {} free, bitmap {}",
-                desc.free_blocks,
-                len + padding - used
+                "orders {:?}/{:?}, bitmap {largest:?}/{avg:?}",
+                desc.largest_order, desc.avg_order
             ),
         ));
     }
@@ -531,6 +640,14 @@ mod tests {
             matches!(read_group(&dev, &sb, 1), Err(Error::Corrupt { what, .. }) if what.contains("descriptor of group 1"))
         );
         assert!(read_group(&dev, &sb, 0).is_ok(), "the others still read");
+        // mkfs writes no bitmap; write group 2's home, then damage it.
+        let mut descs = vec![0u8; 4096];
+        dev.read_at(&mut descs, sb.desc_start * 4096).unwrap();
+        let (_, bm2) = read_group(&dev, &sb, 2).unwrap();
+        write_group(&dev, &sb, 2, &bm2, 0, &mut descs, 0).unwrap();
+        dev.write_at(&descs[64..96], sb.desc_start * 4096 + 64)
+            .unwrap();
+        assert!(read_group(&dev, &sb, 2).is_ok());
         dev.write_at(
             &[0x01],
             (sb.bitmap_start + 2 * u64::from(sb.bitmap_blocks)) * 4096 + 100,
@@ -539,6 +656,23 @@ mod tests {
         assert!(
             matches!(read_group(&dev, &sb, 2), Err(Error::Corrupt { what, .. }) if what.contains("bitmap of group 2"))
         );
+        // A descriptor whose orders disagree with its bitmap (checksum valid).
+        let mut d0 = [0u8; DESC_BYTES];
+        dev.read_at(&mut d0, sb.desc_start * 4096).unwrap();
+        let mut desc3 = GroupDesc::decode(&d0, 0).unwrap();
+        desc3.largest_order = Some(3);
+        dev.write_at(&desc3.encode(0), sb.desc_start * 4096)
+            .unwrap();
+        assert!(
+            matches!(read_group(&dev, &sb, 0), Err(Error::Corrupt { detail, .. }) if detail.contains("orders"))
+        );
+        // Unknown flags and impossible orders are refused by the decoder.
+        let mut odd = desc3;
+        odd.flags = 0x10;
+        assert!(GroupDesc::decode(&odd.encode(0), 0).is_err());
+        let mut odd = desc3;
+        odd.avg_order = Some(40);
+        assert!(GroupDesc::decode(&odd.encode(0), 0).is_err());
         // A descriptor copied into another group's slot fails too.
         let mut d0 = [0u8; DESC_BYTES];
         dev.read_at(&mut d0, sb.desc_start * 4096).unwrap();

@@ -159,16 +159,17 @@ mod tests {
             "home state: before the record"
         );
         let sb = format::read_superblock(dev.as_ref()).unwrap();
-        // A damaged bitmap.
+        let mut descs = vec![0u8; 4096];
+        dev.read_at(&mut descs, sb.desc_start * 4096).unwrap();
+        // A damaged bitmap (of a group written home: mkfs writes none).
+        let (_, bm3) = format::read_group(dev.as_ref(), &sb, 3).unwrap();
+        format::write_group(dev.as_ref(), &sb, 3, &bm3, 0, &mut descs, 0).unwrap();
         dev.write_at(&[0xff], (sb.bitmap_start + 3) * 4096 + 10)
             .unwrap();
         // A metadata block marked free (with a consistent checksum, as a bug would write).
-        let (mut desc, mut bm) = format::read_group(dev.as_ref(), &sb, 0).unwrap();
+        let (_, mut bm) = format::read_group(dev.as_ref(), &sb, 0).unwrap();
         bm[0] &= !0b10; // block 1: the journal's first block
-        desc.free_blocks += 1;
-        let mut descs = vec![0u8; 4096];
-        dev.read_at(&mut descs, sb.desc_start * 4096).unwrap();
-        format::write_group(dev.as_ref(), &sb, 0, &bm, desc.free_blocks, &mut descs).unwrap();
+        format::write_group(dev.as_ref(), &sb, 0, &bm, 0, &mut descs, 0).unwrap();
         dev.write_at(&descs, sb.desc_start * 4096).unwrap();
         // A damaged primary superblock.
         dev.write_at(&[0x77], 30).unwrap();

@@ -13,15 +13,24 @@
 //!
 //! Lock order: `commit_lock` -> `boundary` (write) -> allocator locks. `allocate` and `free`
 //! hold `boundary` for reading, so a transaction's boundary (the ops taken and the
-//! allocator's transaction number) is exact. Bitmaps are read eagerly on open for now.
+//! allocator's transaction number) is exact.
+//!
+//! Bitmaps are loaded lazily: `open` reads the superblock and the descriptor table only;
+//! a group's bitmap is read when a scan, a free or the replay first needs it (with
+//! read-ahead, see `alloc/lazy.rs`). A checkpoint writes home only the groups changed since
+//! the last one, and the descriptor blocks that describe them.
+//!
+//! A group whose descriptor or bitmap fails its checks is held used (never handed out,
+//! frees refused), its journal changes skipped and its damaged home copy left for fsck.
 
-use crate::alloc::{AllocRequest, Allocator, Policy};
+use crate::alloc::{AllocRequest, Allocator, BitmapSource, GroupSummary, Policy};
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::format::{self, Superblock, DESC_BYTES};
+use crate::format::{self, GroupDesc, Superblock, DESC_BYTES};
 use crate::geometry::{Extent, Geometry};
 use crate::journal::{self, Area, Journal, Op, Record};
 use parking_lot::{Mutex, RwLock};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 pub struct Store {
@@ -32,10 +41,52 @@ pub struct Store {
     ops: Mutex<Vec<Op>>,
     boundary: RwLock<()>,
     commit_lock: Mutex<()>,
-    /// Groups whose home metadata failed its checks on open: every block of them is held
-    /// used (never handed out), their home copy is never overwritten, changes the journal
-    /// records inside them are skipped.
-    corrupt: Vec<u64>,
+    /// How long `open` took, and how much of it was the journal replay.
+    open_timing: OpenTiming,
+    /// An allocation that finds no space while frees wait commits the open transaction and
+    /// retries (see [`Store::set_forced_commits`]).
+    forced_commits: std::sync::atomic::AtomicBool,
+}
+
+/// Where the time of `Store::open` went.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct OpenTiming {
+    pub total_seconds: f64,
+    pub replay_seconds: f64,
+    pub records_replayed: u64,
+    pub bitmaps_loaded: u64,
+}
+
+/// Reads bitmaps for the allocator: the home copy, checked against the descriptor on disk
+/// (or, after an interrupted checkpoint, taken as it is for the replay to repair).
+struct HomeBitmaps {
+    dev: Arc<dyn Device>,
+    sb: Superblock,
+    repairing: bool,
+}
+
+impl BitmapSource for HomeBitmaps {
+    fn read_bitmap(&self, g: u64) -> Result<Vec<u8>> {
+        let bs = u64::from(self.sb.block_size);
+        let mut d = [0u8; DESC_BYTES];
+        self.dev
+            .read_at(&mut d, self.sb.desc_start * bs + g * DESC_BYTES as u64)?;
+        match GroupDesc::decode(&d, g) {
+            Ok(desc) if self.repairing && desc.flags & format::DESC_BITMAP_UNINIT == 0 => {
+                format::read_bitmap_raw(self.dev.as_ref(), &self.sb, g)
+            }
+            Ok(desc) => match format::read_bitmap(self.dev.as_ref(), &self.sb, g, &desc) {
+                Err(Error::Corrupt { .. }) if self.repairing => {
+                    format::read_bitmap_raw(self.dev.as_ref(), &self.sb, g)
+                }
+                other => other,
+            },
+            Err(Error::Corrupt { .. }) if self.repairing => {
+                format::read_bitmap_raw(self.dev.as_ref(), &self.sb, g)
+            }
+            Err(e) => Err(e),
+        }
+    }
 }
 
 fn area(sb: &Superblock) -> Area {
@@ -58,45 +109,69 @@ impl Store {
         Ok(Store::open(dev, policy)?.0)
     }
 
-    /// Opens the file system on `dev`: home state, then the journal replayed. Returns the
-    /// replayed records, oldest first.
+    /// Opens the file system on `dev`: the superblock and descriptors, then the journal
+    /// replayed (loading the bitmaps of the groups it touches). Returns the replayed
+    /// records, oldest first.
     pub fn open(dev: Arc<dyn Device>, policy: Policy) -> Result<(Store, Vec<Record>)> {
+        let started = std::time::Instant::now();
         let sb = format::read_superblock(dev.as_ref())?;
         let geometry = sb.geometry()?;
-        let alloc = Allocator::new(geometry, policy)?;
+        // After an interrupted checkpoint, bitmaps and descriptors may be a mix of old and
+        // new: bitmaps are taken as they are, every group is loaded now (its figures come
+        // from its bitmap, not its descriptor) and the idempotent replay repairs them.
+        let repairing = sb.state & format::STATE_CHECKPOINTING != 0;
+        let source = Arc::new(HomeBitmaps {
+            dev: dev.clone(),
+            sb: sb.clone(),
+            repairing,
+        });
+        let descs = format::read_descriptors(dev.as_ref(), &sb)?;
+        let mut corrupt = Vec::new();
+        let summaries: Vec<GroupSummary> = descs
+            .iter()
+            .enumerate()
+            .map(|(g, d)| match d {
+                Ok(d) if !repairing => GroupSummary {
+                    free_blocks: d.free_blocks,
+                    largest_order: d.largest_order,
+                    avg_order: d.avg_order,
+                    class_tag: d.class_tag,
+                },
+                Ok(_) => GroupSummary::default(),
+                Err(_) => {
+                    if !repairing {
+                        corrupt.push(g as u64);
+                    }
+                    GroupSummary::default()
+                }
+            })
+            .collect();
+        let alloc = match Allocator::open_lazy(geometry, policy.clone(), source.clone(), &summaries)
+        {
+            // Figures that cannot be (a checksum-valid descriptor with an impossible
+            // summary): fall back to each group's bitmap.
+            Err(Error::Corrupt { .. }) if !repairing => {
+                let zero = vec![GroupSummary::default(); summaries.len()];
+                let alloc = Allocator::open_lazy(geometry, policy, source, &zero)?;
+                for g in 0..sb.groups() {
+                    alloc.ensure_loaded(g)?;
+                }
+                alloc
+            }
+            other => other?,
+        };
         // Frees become reusable only when their transaction is durable: no forced commits.
         alloc.set_commits_external();
-        // After an interrupted checkpoint, bitmaps may be a mix of old and new bits: take
-        // them as they are and let the idempotent replay repair them.
-        let repairing = sb.state & format::STATE_CHECKPOINTING != 0;
-        let mut corrupt = Vec::new();
-        for g in 0..sb.groups() {
-            let bitmap = match format::read_group(dev.as_ref(), &sb, g) {
-                Ok((_, bitmap)) => bitmap,
-                Err(Error::Corrupt { .. }) if repairing => {
-                    format::read_bitmap_raw(dev.as_ref(), &sb, g)?
-                }
-                Err(Error::Corrupt { .. }) => {
-                    // Keep the rest of the device working: the group is held all used.
-                    corrupt.push(g);
-                    vec![0xff; (u64::from(sb.bitmap_blocks) * u64::from(sb.block_size)) as usize]
-                }
-                Err(e) => return Err(e),
-            };
-            let len = geometry.group_len(g);
-            let start = geometry.group_start(g);
-            let mut i = 0;
-            while i < len {
-                let used = |i: u64| bitmap[(i / 8) as usize] & (1 << (i % 8)) != 0;
-                if !used(i) {
-                    i += 1;
-                    continue;
-                }
-                let run = (i..len).take_while(|&j| used(j)).count() as u64;
-                alloc.load_extent(Extent::new(start + i, run), true)?;
-                i += run;
+        for &g in &corrupt {
+            alloc.mark_corrupt(g);
+        }
+        if repairing {
+            for g in 0..sb.groups() {
+                alloc.ensure_loaded(g)?;
+                alloc.mark_home_dirty(g);
             }
         }
+        let replay_started = std::time::Instant::now();
         let replayed = journal::replay(
             dev.as_ref(),
             area(&sb),
@@ -109,16 +184,20 @@ impl Store {
                     Op::Allocate(e) => (e, true),
                     Op::Free(e) => (e, false),
                 };
-                let in_corrupt = |e: &Extent| {
-                    corrupt.iter().any(|&g| {
-                        let (s, t) = (
-                            geometry.group_start(g),
-                            geometry.group_start(g) + geometry.group_len(g),
-                        );
-                        e.start < t && e.end() > s
-                    })
-                };
-                if in_corrupt(&e) {
+                if e.len == 0 || geometry.validate(e).is_err() {
+                    return Err(Error::Corrupt {
+                        what: format!("journal record {}", r.seq),
+                        detail: format!("extent {}+{} is not on the device", e.start, e.len),
+                    });
+                }
+                // Load the groups it touches first: a bitmap found corrupt on load holds
+                // its group, whose changes are then skipped.
+                let mut in_corrupt = false;
+                for (g, _, _) in geometry.split(e) {
+                    alloc.ensure_loaded(g)?;
+                    in_corrupt |= alloc.is_corrupt(g);
+                }
+                if in_corrupt {
                     continue;
                 }
                 match alloc.load_extent(e, used) {
@@ -140,6 +219,12 @@ impl Store {
         }
         let journal = Journal::new(dev.clone(), area(&sb), sb.journal_tail, &replayed);
         let records = replayed.records;
+        let open_timing = OpenTiming {
+            total_seconds: started.elapsed().as_secs_f64(),
+            replay_seconds: replay_started.elapsed().as_secs_f64(),
+            records_replayed: records.len() as u64,
+            bitmaps_loaded: alloc.stats().loaded_bitmaps,
+        };
         Ok((
             Store {
                 dev,
@@ -149,15 +234,30 @@ impl Store {
                 ops: Mutex::new(Vec::new()),
                 boundary: RwLock::new(()),
                 commit_lock: Mutex::new(()),
-                corrupt,
+                open_timing,
+                forced_commits: std::sync::atomic::AtomicBool::new(false),
             },
             records,
         ))
     }
 
-    /// Groups found corrupt on open (held used, never written home).
-    pub fn corrupt_groups(&self) -> &[u64] {
-        &self.corrupt
+    /// Groups found corrupt so far (on open, or when their bitmap was first loaded): held
+    /// used, never written home.
+    pub fn corrupt_groups(&self) -> Vec<u64> {
+        self.alloc.corrupt_groups()
+    }
+
+    /// Where the time of `open` went.
+    pub fn open_timing(&self) -> OpenTiming {
+        self.open_timing
+    }
+
+    /// Journal bytes between the tail and the head: what a crash now would replay.
+    pub fn journal_bytes_used(&self) -> u64 {
+        let sb = self.sb.lock();
+        let len = sb.journal_blocks * u64::from(sb.block_size);
+        let (head, _) = self.journal.head();
+        (head + len - sb.journal_tail) % len
     }
 
     /// The in-memory allocator (for stats, `check()`, free-space figures).
@@ -165,7 +265,34 @@ impl Store {
         &self.alloc
     }
 
+    /// Lets an allocation that finds no space while frees wait for a commit make the open
+    /// transaction durable itself (an empty payload) and retry once, as a file system forces
+    /// a journal commit. Off by default: the caller's allocations then never reach the
+    /// journal in a record other than the one carrying its payload.
+    pub fn set_forced_commits(&self, on: bool) {
+        self.forced_commits
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
     pub fn allocate(&self, req: &AllocRequest) -> Result<Extent> {
+        let first = self.allocate_once(req);
+        match first {
+            Err(Error::NoSpace { .. })
+                if self
+                    .forced_commits
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    && self.alloc.pending_free_blocks() > 0 =>
+            {
+                let shard = self.alloc.stats_handle().shard();
+                shard.add(&shard.counters.forced_commits, 1);
+                self.commit(&[])?;
+                self.allocate_once(req)
+            }
+            other => other,
+        }
+    }
+
+    fn allocate_once(&self, req: &AllocRequest) -> Result<Extent> {
         let _open = self.boundary.read();
         let e = self.alloc.allocate(req)?;
         self.ops.lock().push(Op::Allocate(e));
@@ -173,15 +300,6 @@ impl Store {
     }
 
     pub fn free(&self, extent: Extent) -> Result<()> {
-        let g = &self.alloc.geometry();
-        if let Some(&bad) = self.corrupt.iter().find(|&&c| {
-            extent.start < g.group_start(c) + g.group_len(c) && extent.end() > g.group_start(c)
-        }) {
-            return Err(Error::Corrupt {
-                what: format!("group {bad}"),
-                detail: "held used since it failed its checks; its blocks cannot be freed".into(),
-            });
-        }
         let _open = self.boundary.read();
         self.alloc.free(extent)?;
         self.ops.lock().push(Op::Free(extent));
@@ -250,52 +368,66 @@ impl Store {
         format::write_superblock(self.dev.as_ref(), &sb)?;
         self.dev.flush()?;
         let bitmap_bytes = (u64::from(sb.bitmap_blocks) * bs) as usize;
-        let mut descs =
-            vec![0u8; (sb.groups() * DESC_BYTES as u64).div_ceil(bs) as usize * bs as usize];
-        let mut old_descs = vec![0u8; descs.len()];
-        self.dev.read_at(&mut old_descs, sb.desc_start * bs)?;
-        for g in 0..sb.groups() {
-            if self.corrupt.contains(&g) {
-                // Leave the damaged copy (and its descriptor) as found, for fsck.
-                let at = (g * DESC_BYTES as u64) as usize;
-                descs[at..at + DESC_BYTES].copy_from_slice(&old_descs[at..at + DESC_BYTES]);
-                continue;
-            }
-            let mut bitmap = self.alloc.group_bitmap_bytes(g, bitmap_bytes);
-            let (gstart, gend) = (g * sb.group_blocks, (g + 1) * sb.group_blocks);
-            for op in exclude {
-                // Undo what the unrecorded transaction did: its allocations are not home yet,
-                // its frees (still pending, so marked used) stay used.
-                let (e, used) = match *op {
-                    Op::Allocate(e) => (e, false),
-                    Op::Free(e) => (e, true),
-                };
-                for b in e.start.max(gstart)..e.end().min(gend) {
-                    let i = b - gstart;
-                    if used {
-                        bitmap[(i / 8) as usize] |= 1 << (i % 8);
-                    } else {
-                        bitmap[(i / 8) as usize] &= !(1 << (i % 8));
+        // Only the groups changed since the last checkpoint, and only the descriptor blocks
+        // that describe them.
+        let dirty: Vec<u64> = self
+            .alloc
+            .home_dirty_groups()
+            .into_iter()
+            .filter(|&g| !self.alloc.is_corrupt(g))
+            .collect();
+        let per_block = bs / DESC_BYTES as u64;
+        let mut redo: BTreeSet<u64> = BTreeSet::new();
+        let mut i = 0;
+        while i < dirty.len() {
+            let block = dirty[i] / per_block;
+            let first = block * per_block;
+            let mut descs = vec![0u8; bs as usize];
+            let at = sb.desc_start * bs + block * bs;
+            self.dev.read_at(&mut descs, at)?;
+            while i < dirty.len() && dirty[i] / per_block == block {
+                let g = dirty[i];
+                i += 1;
+                // Clean first: a change made while the group is written (a concurrent
+                // release) marks it dirty again.
+                self.alloc.mark_home_clean(g);
+                let mut bitmap = self.alloc.group_bitmap_bytes(g, bitmap_bytes)?;
+                let (gstart, gend) = (g * sb.group_blocks, (g + 1) * sb.group_blocks);
+                for op in exclude {
+                    // Undo what the unrecorded transaction did: its allocations are not home
+                    // yet, its frees (still pending, so marked used) stay used.
+                    let (e, used) = match *op {
+                        Op::Allocate(e) => (e, false),
+                        Op::Free(e) => (e, true),
+                    };
+                    if e.start >= gend || e.end() <= gstart {
+                        continue;
+                    }
+                    // Home differs from memory until the record is appended and the next
+                    // checkpoint writes the group again.
+                    redo.insert(g);
+                    for b in e.start.max(gstart)..e.end().min(gend) {
+                        let i = b - gstart;
+                        if used {
+                            bitmap[(i / 8) as usize] |= 1 << (i % 8);
+                        } else {
+                            bitmap[(i / 8) as usize] &= !(1 << (i % 8));
+                        }
                     }
                 }
+                // Padding past a short last group stays marked.
+                let len = (sb.blocks_count - gstart).min(sb.group_blocks);
+                for i in len..bitmap_bytes as u64 * 8 {
+                    bitmap[(i / 8) as usize] |= 1 << (i % 8);
+                }
+                let tag = self.alloc.group_class_tag(g);
+                format::write_group(self.dev.as_ref(), &sb, g, &bitmap, tag, &mut descs, first)?;
             }
-            // Metadata blocks, the backup superblock and padding stay marked (they are used
-            // in the allocator too, so this only guards the padding bits past the group).
-            let len = (sb.blocks_count - g * sb.group_blocks).min(sb.group_blocks);
-            for i in len..bitmap_bytes as u64 * 8 {
-                bitmap[(i / 8) as usize] |= 1 << (i % 8);
-            }
-            let used = format::bitmap_used(&bitmap, len) as u32;
-            format::write_group(
-                self.dev.as_ref(),
-                &sb,
-                g,
-                &bitmap,
-                len as u32 - used,
-                &mut descs,
-            )?;
+            self.dev.write_at(&descs, at)?;
         }
-        self.dev.write_at(&descs, sb.desc_start * bs)?;
+        for g in redo {
+            self.alloc.mark_home_dirty(g);
+        }
         self.dev.flush()?;
         sb.journal_tail = head;
         sb.journal_tail_seq = next_seq;
@@ -304,6 +436,12 @@ impl Store {
         format::write_superblock(self.dev.as_ref(), &sb)?;
         self.dev.flush()?;
         self.journal.set_tail(head);
+        drop(sb);
+        if self.alloc.policy().bitmap_memory_mib > 0 {
+            let keep = (self.alloc.policy().bitmap_memory_mib << 20)
+                / self.alloc.bitmap_memory_bytes().max(1);
+            self.alloc.drop_idle_bitmaps(keep);
+        }
         Ok(())
     }
 }
@@ -323,7 +461,9 @@ mod tests {
         let g = alloc.geometry();
         let mut used = BTreeSet::new();
         for grp in 0..g.groups_count() {
-            let bytes = alloc.group_bitmap_bytes(grp, (g.group_blocks / 8) as usize);
+            let bytes = alloc
+                .group_bitmap_bytes(grp, (g.group_blocks / 8) as usize)
+                .unwrap();
             for i in 0..g.group_len(grp) {
                 if bytes[(i / 8) as usize] & (1 << (i % 8)) != 0 {
                     used.insert(g.group_start(grp) + i);
@@ -469,11 +609,20 @@ mod tests {
         let s = Store::create(dev.clone(), &geometry(), 8, Policy::default()).unwrap();
         drop(s);
         let sb = format::read_superblock(dev.as_ref()).unwrap();
-        // Damage group 5's bitmap.
+        // Write group 5 home (mkfs writes no bitmap), then damage its bitmap.
+        let mut descs = vec![0u8; 4096];
+        dev.read_at(&mut descs, sb.desc_start * 4096).unwrap();
+        let (_, bm) = format::read_group(dev.as_ref(), &sb, 5).unwrap();
+        format::write_group(dev.as_ref(), &sb, 5, &bm, 0, &mut descs, 0).unwrap();
+        dev.write_at(&descs, sb.desc_start * 4096).unwrap();
         let at = (sb.bitmap_start + 5 * u64::from(sb.bitmap_blocks)) * 4096 + 7;
         dev.write_at(&[0x5a], at).unwrap();
         let (s, _) = Store::open(dev.clone(), Policy::default()).unwrap();
+        assert!(s.corrupt_groups().is_empty(), "open reads no bitmap");
+        // Measuring the free space loads every group: the damage is found.
+        s.allocator().free_space();
         assert_eq!(s.corrupt_groups(), &[5]);
+        assert_eq!(s.allocator().stats().corrupt_groups, 1);
         s.allocator().check().unwrap();
         for i in 0..200u64 {
             let e = s.allocate(&AllocRequest::new(i, 30)).unwrap();
@@ -493,9 +642,63 @@ mod tests {
         dev.read_at(&mut b, at).unwrap();
         assert_eq!(b, [0x5a]);
         assert!(crate::fsck::check(dev.as_ref()).unwrap().corrupt_groups == vec![5]);
-        let (again, _) = Store::open(dev, Policy::default()).unwrap();
+        let (again, _) = Store::open(dev.clone(), Policy::default()).unwrap();
+        again.allocator().ensure_loaded(5).unwrap();
         assert_eq!(again.corrupt_groups(), &[5]);
         again.allocator().check().unwrap();
+        drop(again);
+        // A damaged descriptor is found on open, before any bitmap is read.
+        dev.write_at(&[0x33], sb.desc_start * 4096 + 6 * DESC_BYTES as u64 + 2)
+            .unwrap();
+        let (third, _) = Store::open(dev, Policy::default()).unwrap();
+        assert_eq!(third.corrupt_groups(), &[6]);
+        third.allocator().ensure_loaded(5).unwrap();
+        assert_eq!(third.corrupt_groups(), &[5, 6]);
+        assert_eq!(third.allocator().free_space().groups[6].free_blocks, 0);
+        third.allocator().check().unwrap();
+    }
+
+    /// Open reads the superblock and descriptors only; groups load as they are used, with
+    /// read-ahead, and a checkpoint writes only the changed ones; idle bitmaps are dropped
+    /// under the memory limit and come back intact.
+    #[test]
+    fn bitmaps_load_lazily_and_idle_ones_are_dropped() {
+        let dev: Arc<dyn Device> = Arc::new(MemDevice::new(8192 * 4096));
+        let policy = Policy::parse("extalloc:bitmap_memory_mib=0").unwrap();
+        Store::create(dev.clone(), &geometry(), 8, policy.clone()).unwrap();
+        let (s, _) = Store::open(dev.clone(), policy.clone()).unwrap();
+        assert_eq!(s.allocator().stats().loaded_bitmaps, 0);
+        assert!(s.allocator().memory_per_unloaded_group() <= 72.0);
+        let mut held = Vec::new();
+        for i in 0..30u64 {
+            held.push(s.allocate(&AllocRequest::new(i, 100)).unwrap());
+        }
+        s.commit(b"a").unwrap();
+        let loaded = s.allocator().stats().loaded_bitmaps;
+        assert!(loaded > 0 && loaded < 8, "{loaded} loaded");
+        assert_eq!(s.allocator().home_dirty_groups().len() as u64, loaded);
+        s.checkpoint().unwrap();
+        assert!(s.allocator().home_dirty_groups().is_empty());
+        // Everything clean and idle: all of it can go.
+        s.allocator().drop_idle_bitmaps(0);
+        s.allocator().drop_idle_bitmaps(0);
+        assert_eq!(s.allocator().stats().loaded_bitmaps, 0);
+        s.allocator().check().unwrap();
+        // Reloaded groups hold what was written: freeing every extent works and the free
+        // space comes back whole.
+        let before = s.allocator().free_blocks();
+        for e in &held {
+            s.free(*e).unwrap();
+        }
+        s.commit(b"b").unwrap();
+        assert_eq!(s.allocator().free_blocks(), before + 30 * 100);
+        s.checkpoint().unwrap();
+        drop(s);
+        let (s, _) = Store::open(dev, policy).unwrap();
+        assert_eq!(s.allocator().free_blocks(), before + 30 * 100);
+        s.allocator().free_space();
+        s.allocator().check().unwrap();
+        assert!(crate::fsck::check(s.dev.as_ref()).unwrap().clean());
     }
 
     #[test]

@@ -13,14 +13,24 @@
 //! adapter adds what a storage user needs around them: frees wait for the next commit, as
 //! extalloc's do; a free of blocks that are not allocated, or already waiting, is refused; and
 //! an allocation that finds no space while frees wait commits and retries once.
+//!
+//! With `--device PATH`, an extalloc policy runs through a [`Store`] on a file device
+//! instead: every allocation and free is journaled, commits append a record and flush, full
+//! journals checkpoint, and bitmaps load lazily (with read-ahead). Only the workloads of
+//! plain extents run there (`fallocate2`, `fallocate3`, `frag`): files and preallocations
+//! are not journaled by the store.
 
 use super::report::{self, Counters, Latency};
 use anyhow::{bail, Context, Result};
+use extalloc::device::{Device, FileDevice};
+use extalloc::store::Store;
 use extalloc::{AllocRequest, Allocator, Error, Extent, FreeSpace, Geometry, Policy};
 use hdrhistogram::Histogram;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// A policy as the lab's `--policy` names it.
@@ -63,6 +73,14 @@ impl LabPolicy {
 pub enum Backend {
     Extalloc(Allocator),
     Outside(Outside),
+    /// An extalloc policy through a journaled store on a file device.
+    Stored(Box<Store>),
+}
+
+/// Journal of a `--device` run: 64 MiB (or a 16th of the device if smaller).
+fn journal_blocks(geometry: &Geometry) -> u64 {
+    let bs = u64::from(geometry.block_size);
+    ((64 << 20) / bs).min(geometry.blocks_count / 16).max(8)
 }
 
 impl Backend {
@@ -75,6 +93,37 @@ impl Backend {
         })
     }
 
+    /// The backend of a run: on a fresh file device at `device` (made anew, sparse) when
+    /// given, else in memory.
+    pub fn open(policy: &LabPolicy, geometry: Geometry, device: Option<&Path>) -> Result<Self> {
+        let Some(path) = device else {
+            return Self::new(policy, geometry);
+        };
+        let LabPolicy::Extalloc(p) = policy else {
+            bail!(
+                "--device runs extalloc policies only ({} has no on-disk format)",
+                policy.name()
+            );
+        };
+        let bytes = geometry.blocks_count * u64::from(geometry.block_size);
+        // A fresh sparse file each run: remove what a previous run left.
+        match std::fs::remove_file(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("removing {}", path.display())),
+        }
+        let dev: Arc<dyn Device> = Arc::new(
+            FileDevice::create(path, bytes)
+                .with_context(|| format!("creating the device file {}", path.display()))?,
+        );
+        let store = Store::create(dev, &geometry, journal_blocks(&geometry), p.clone())
+            .with_context(|| format!("making extalloc on {}", path.display()))?;
+        // The lab's workloads free and reallocate within one transaction's window, as a
+        // file system does: out of space with frees waiting, the store commits and retries.
+        store.set_forced_commits(true);
+        Ok(Backend::Stored(Box::new(store)))
+    }
+
     /// The extalloc allocator, for workloads that need files; an outside allocator is refused.
     pub fn extalloc(&self, workload: &str) -> Result<&Allocator> {
         match self {
@@ -84,6 +133,27 @@ impl Backend {
                  allocators run fallocate2 and frag",
                 o.name()
             ),
+            Backend::Stored(_) => bail!(
+                "{workload} needs files and preallocation, which the journaled store does not \
+                 record: --device runs fallocate2, fallocate3 and frag"
+            ),
+        }
+    }
+
+    /// The allocator under any extalloc backend (for figures; allocating through it would
+    /// bypass a store's journal).
+    pub fn allocator(&self) -> Option<&Allocator> {
+        match self {
+            Backend::Extalloc(a) => Some(a),
+            Backend::Stored(s) => Some(s.allocator()),
+            Backend::Outside(_) => None,
+        }
+    }
+
+    pub fn store(&self) -> Option<&Store> {
+        match self {
+            Backend::Stored(s) => Some(s),
+            _ => None,
         }
     }
 
@@ -91,6 +161,7 @@ impl Backend {
         match self {
             Backend::Extalloc(a) => a.geometry(),
             Backend::Outside(o) => &o.geometry,
+            Backend::Stored(s) => s.allocator().geometry(),
         }
     }
 
@@ -98,6 +169,7 @@ impl Backend {
         match self {
             Backend::Extalloc(a) => a.allocate(req),
             Backend::Outside(o) => o.allocate(req),
+            Backend::Stored(s) => s.allocate(req),
         }
     }
 
@@ -105,13 +177,21 @@ impl Backend {
         match self {
             Backend::Extalloc(a) => a.free(extent),
             Backend::Outside(o) => o.free(extent),
+            Backend::Stored(s) => s.free(extent),
         }
     }
 
-    pub fn commit(&self) -> u64 {
+    /// Makes pending frees reusable; returns the blocks released (a store's commit also
+    /// appends a journal record and flushes; it fails only on an I/O error).
+    pub fn commit(&self) -> Result<u64> {
         match self {
-            Backend::Extalloc(a) => a.commit(),
-            Backend::Outside(o) => o.commit(),
+            Backend::Extalloc(a) => Ok(a.commit()),
+            Backend::Outside(o) => Ok(o.commit()),
+            Backend::Stored(s) => {
+                let before = s.allocator().pending_free_blocks();
+                s.commit(&[]).context("journal commit")?;
+                Ok(before.saturating_sub(s.allocator().pending_free_blocks()))
+            }
         }
     }
 
@@ -126,6 +206,7 @@ impl Backend {
         match self {
             Backend::Extalloc(a) => a.check().map_err(Into::into),
             Backend::Outside(o) => o.check(),
+            Backend::Stored(s) => s.allocator().check().map_err(Into::into),
         }
     }
 
@@ -133,20 +214,29 @@ impl Backend {
         match self {
             Backend::Extalloc(a) => a.free_space(),
             Backend::Outside(o) => o.free_space(),
+            Backend::Stored(s) => s.allocator().free_space(),
         }
     }
 
     pub fn latency(&self) -> Latency {
-        match self {
-            Backend::Extalloc(a) => report::latency_of(&a.stats_handle().latency_histogram()),
-            Backend::Outside(o) => report::latency_of(&o.latency_histogram()),
+        match self.allocator() {
+            Some(a) => report::latency_of(&a.stats_handle().latency_histogram()),
+            None => match self {
+                Backend::Outside(o) => report::latency_of(&o.latency_histogram()),
+                _ => unreachable!("only outside allocators have no extalloc allocator"),
+            },
         }
     }
 
     pub fn counters(&self, commits: u64) -> Counters {
         match self {
             Backend::Extalloc(a) => report::counters(a, commits),
+            Backend::Stored(s) => report::counters(s.allocator(), commits),
             Backend::Outside(o) => Counters {
+                groups_considered: 0,
+                bitmaps_loaded: 0,
+                prefetch_hits: 0,
+                loaded_bitmaps: 0,
                 groups_scanned: 0,
                 trylock_skips: 0,
                 lock_waits: o.lock_waits.load(Relaxed),
@@ -445,7 +535,7 @@ mod tests {
             std::thread::scope(|s| {
                 s.spawn(|| {
                     while !stop.load(Relaxed) {
-                        b.commit();
+                        b.commit().unwrap();
                         std::thread::yield_now();
                     }
                 });
@@ -495,7 +585,7 @@ mod tests {
                     }
                 }
             });
-            b.commit();
+            b.commit().unwrap();
             b.check().unwrap();
             let fs = b.free_space();
             assert_eq!(fs.free_blocks, geometry.blocks_count, "{}", policy.name());
@@ -582,7 +672,7 @@ mod tests {
                             }
                         }
                         Op::Commit => {
-                            let released = b.commit();
+                            let released = b.commit().unwrap();
                             prop_assert_eq!(released, pending);
                             let live: BTreeSet<u64> =
                                 held.iter().flat_map(|e| e.start..e.end()).collect();

@@ -6,7 +6,9 @@ pub mod backend;
 pub mod charts;
 pub mod commit_bench;
 pub mod fallocate2;
+pub mod fallocate3;
 pub mod frag;
+pub mod open_bench;
 pub mod random_fill;
 pub mod report;
 pub mod size_class_edge;
@@ -51,6 +53,10 @@ pub struct LabOptions {
     pub fill: f64,
     /// replay: the trace.
     pub trace: Option<std::path::PathBuf>,
+    /// Run on a journaled store on this file (made anew each run) instead of in memory.
+    pub device: Option<std::path::PathBuf>,
+    /// fallocate3: pre-fill this fraction of the device with scattered extents (0: none).
+    pub prefill: f64,
 }
 
 impl LabOptions {
@@ -133,9 +139,30 @@ pub fn run_threads<F>(
 where
     F: Fn(&Backend, usize, &AtomicBool, Instant) -> Result<ThreadOutput> + Sync,
 {
+    run_threads_prepared(policy, threads, opts, until, |_| Ok(()), body)
+}
+
+/// [`run_threads`] with a `prepare` step on the fresh backend before the clock starts (its
+/// allocations are not counted).
+pub fn run_threads_prepared<P, F>(
+    policy: &LabPolicy,
+    threads: usize,
+    opts: &LabOptions,
+    until: Until,
+    prepare: P,
+    body: F,
+) -> Result<Run>
+where
+    P: FnOnce(&Backend) -> Result<()>,
+    F: Fn(&Backend, usize, &AtomicBool, Instant) -> Result<ThreadOutput> + Sync,
+{
     let geometry = opts.geometry()?;
-    let alloc = Backend::new(policy, geometry)?;
+    let alloc = Backend::open(policy, geometry, opts.device.as_deref())?;
     let name = policy.name();
+    prepare(&alloc).with_context(|| format!("{name}: preparing the device"))?;
+    if let Some(a) = alloc.allocator() {
+        a.stats_handle().reset();
+    }
     let stop = AtomicBool::new(false);
     let commit_every = Duration::from_millis(opts.commit_ms.max(1));
     let mut commits = 0u64;
@@ -162,7 +189,10 @@ where
             }
             std::thread::sleep(wake.saturating_duration_since(now));
             if Instant::now() >= next_commit {
-                alloc.commit();
+                if let Err(e) = alloc.commit() {
+                    stop.store(true, Ordering::Relaxed);
+                    return Err(e);
+                }
                 commits += 1;
                 next_commit += commit_every;
             }
@@ -172,8 +202,8 @@ where
             .into_iter()
             .map(|h| h.join().expect("worker panicked"))
             .collect();
-        (results, started.elapsed())
-    });
+        Ok((results, started.elapsed()))
+    })?;
     let mut files = Vec::new();
     let mut ops = 0;
     let mut marks: Vec<Vec<Duration>> = Vec::new();
@@ -186,7 +216,7 @@ where
     // Discard what preallocations still hold and return what the last transaction freed, so
     // the free-space figures show the device as it would be after unmount.
     alloc.discard_preallocations();
-    alloc.commit();
+    alloc.commit()?;
     commits += 1;
     alloc
         .check()

@@ -101,6 +101,9 @@ pub struct FreeSpaceJson {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Counters {
+    /// Groups whose lock-free figures a pass looked at.
+    #[serde(default)]
+    pub groups_considered: u64,
     pub groups_scanned: u64,
     pub trylock_skips: u64,
     pub lock_waits: u64,
@@ -109,6 +112,14 @@ pub struct Counters {
     pub stream_goal_hits: u64,
     pub forced_commits: u64,
     pub commits: u64,
+    /// Bitmaps read from the device (a `--device` run), how many the read-ahead thread had
+    /// read first, and how many were in memory at the end.
+    #[serde(default)]
+    pub bitmaps_loaded: u64,
+    #[serde(default)]
+    pub prefetch_hits: u64,
+    #[serde(default)]
+    pub loaded_bitmaps: u64,
     /// Allocations served by each pass, by pass name.
     pub pass_hits: std::collections::BTreeMap<String, u64>,
 }
@@ -189,6 +200,7 @@ pub fn free_space_json(fs: &FreeSpace, block_size: u32, group_blocks: u64) -> Fr
 pub fn counters(alloc: &Allocator, commits: u64) -> Counters {
     let s = alloc.stats();
     Counters {
+        groups_considered: s.groups_considered,
         groups_scanned: s.groups_scanned,
         trylock_skips: s.trylock_skips,
         lock_waits: s.lock_waits,
@@ -197,6 +209,9 @@ pub fn counters(alloc: &Allocator, commits: u64) -> Counters {
         stream_goal_hits: s.stream_goal_hits,
         forced_commits: s.forced_commits,
         commits,
+        bitmaps_loaded: s.bitmaps_loaded,
+        prefetch_hits: s.prefetch_hits,
+        loaded_bitmaps: s.loaded_bitmaps,
         pass_hits: extalloc::Pass::ALL
             .iter()
             .map(|p| (p.name().to_string(), s.pass_hits[*p as usize]))
@@ -290,6 +305,32 @@ pub fn markdown(report: &Report) -> String {
             counter(&|c| format!("{:.2}", per_kop(c.trylock_skips, ops))),
             counter(&|c| format!("{:.2}", c.groups_scanned as f64 / ops.max(1) as f64)),
         ));
+    }
+    let scans = report.runs.iter().any(|r| {
+        r.counters
+            .as_ref()
+            .is_some_and(|c| c.forced_commits > 0 || c.bitmaps_loaded > 0)
+    });
+    if scans {
+        // The path of a crowded device: how far each allocation looked, what it read, how
+        // often it had to force a commit.
+        out.push_str("\n| policy | threads | allocs/op | groups considered /alloc | groups scanned /alloc | bitmaps loaded /alloc | read-ahead hits | forced commits | commits |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        for r in &report.runs {
+            let Some(c) = &r.counters else { continue };
+            let per = |n: u64| n as f64 / c.allocs.max(1) as f64;
+            out.push_str(&format!(
+                "| {} | {} | {:.1} | {:.2} | {:.2} | {:.3} | {} | {} | {} |\n",
+                r.policy,
+                r.threads,
+                c.allocs as f64 / r.ops.max(1) as f64,
+                per(c.groups_considered),
+                per(c.groups_scanned),
+                per(c.bitmaps_loaded),
+                c.prefetch_hits,
+                c.forced_commits,
+                c.commits
+            ));
+        }
     }
     let progress = report.runs.iter().any(|r| r.progress.is_some());
     out.push_str("\n| policy | threads | extents/file | avg extent KiB | free extents | largest free KiB | fragmented groups | frag_pct mean |");

@@ -162,6 +162,8 @@ pub fn run(steps: &[Step], base: &LabOptions) -> Result<Vec<Report>> {
             file_bytes: super::parse_size(step.file)?,
             writes: step.writes,
             fill: step.fill,
+            device: None,
+            prefill: 0.0,
             ..base.clone()
         };
         let report = run_matrix_with(step.workload, &opts, step.run_once, &mut Bar(&bar))?;

@@ -28,15 +28,17 @@
 
 use super::class::{self, Lifetime, SizeClass};
 use super::file::PreallocRegistry;
+use super::lazy::{BitmapSource, GroupSummary, Lazy, LOADED};
 use super::policy::{FreeList, Policy};
 use super::stats::{Pass, Shard, Stats, StatsSnapshot};
 use crate::error::{Error, Result};
 use crate::geometry::{Extent, Geometry};
-use crate::groups::{AtomicBitset, Group, GroupBitmap, GroupState, OrderIndex, ORDERS};
+use crate::groups::{AtomicBitset, Group, GroupBitmap, GroupState, OrderIndex, Slot, ORDERS};
 use crossbeam_utils::CachePadded;
-use parking_lot::{Mutex, MutexGuard};
-use std::collections::BTreeSet;
+use parking_lot::{MappedMutexGuard, Mutex, MutexGuard};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// What a caller asks for.
@@ -111,12 +113,19 @@ pub(super) struct MdState {
     pub pending_blocks: u64,
 }
 
+/// A locked group whose bitmap is loaded.
+pub(super) type StateGuard<'a> = MappedMutexGuard<'a, GroupState>;
+
 pub struct Allocator {
     pub(super) geometry: Geometry,
     pub(super) policy: Policy,
-    pub(super) groups: Box<[CachePadded<Group>]>,
+    /// One [`Group`] per group, a cache line each: see `memory_per_unloaded_group`.
+    pub(super) groups: Box<[Group]>,
     by_largest: OrderIndex,
     by_avg: OrderIndex,
+    /// Groups by the order of their free block count (`slow_pass_index`): pass 4 (`free >=
+    /// want`) looks only at groups of the request's order or above.
+    by_free: OrderIndex,
     /// Stream goals: `stream_goals_per_class` of them per size class (one class without
     /// size classes).
     stream_goals: Box<[CachePadded<AtomicU64>]>,
@@ -138,10 +147,21 @@ pub struct Allocator {
     pub(super) prealloc: PreallocRegistry,
     /// Commits belong to the caller (a journal): never commit on our own when out of space.
     commits_external: std::sync::atomic::AtomicBool,
+    /// Bitmaps loaded on first use (an allocator opened over a device); `None` in memory.
+    lazy: Option<Lazy>,
+    /// Groups changed since their home copy was written (an allocator opened over a device).
+    home_dirty: Option<AtomicBitset>,
+    /// Groups whose bitmap failed its checks when loaded: held all used.
+    corrupt: AtomicBitset,
 }
 
 fn floor_log2(n: u64) -> u32 {
     63 - n.leading_zeros()
+}
+
+/// The set of `by_free` a group of `free` blocks is in.
+fn free_order(free: u32) -> Option<u32> {
+    (free > 0).then(|| floor_log2(u64::from(free)))
 }
 
 /// One allocation in progress: the request and what was decided about it so far.
@@ -163,6 +183,8 @@ enum Walk<'a> {
     Linear,
     /// Groups in the sets of orders `>= order_min` of an index.
     Index(&'a OrderIndex, u32),
+    /// Groups in the set of exactly this order of an ordered index.
+    IndexExact(&'a OrderIndex, u32),
 }
 
 impl Allocator {
@@ -174,13 +196,68 @@ impl Allocator {
                 "{groups_count} groups: at most 2^32 groups (use larger groups)"
             )));
         }
-        let groups: Box<[CachePadded<Group>]> = (0..groups_count)
+        let groups: Box<[Group]> = (0..groups_count)
             .map(|g| {
                 let bitmap =
                     GroupBitmap::new(geometry.group_blocks as u32, geometry.group_len(g) as u32);
-                CachePadded::new(Group::new(bitmap))
+                Group::new(bitmap)
             })
             .collect();
+        Self::with_groups(geometry, policy, groups, None)
+    }
+
+    /// An allocator over a persistent device whose groups start unloaded, placed in the
+    /// indexes by what their descriptors say (`summaries`, one per group); bitmaps are read
+    /// from `source` on first use, with read-ahead per the policy's `prefetch_groups`.
+    pub fn open_lazy(
+        geometry: Geometry,
+        policy: Policy,
+        source: Arc<dyn BitmapSource>,
+        summaries: &[GroupSummary],
+    ) -> Result<Self> {
+        let groups_count = geometry.groups_count();
+        if summaries.len() as u64 != groups_count {
+            return Err(Error::InvalidRequest(format!(
+                "{} group summaries for {groups_count} groups",
+                summaries.len()
+            )));
+        }
+        for (g, s) in summaries.iter().enumerate() {
+            if u64::from(s.free_blocks) > geometry.group_len(g as u64)
+                || s.largest_order.is_some() != (s.free_blocks > 0)
+                || s.avg_order.is_some() != (s.free_blocks > 0)
+                || s.largest_order
+                    .is_some_and(|o| u64::from(o) > u64::from(ORDERS as u32 - 1))
+                || s.avg_order
+                    .is_some_and(|o| u64::from(o) > u64::from(ORDERS as u32 - 1))
+                || s.class_tag > class::TAGS
+            {
+                return Err(Error::Corrupt {
+                    what: format!("descriptor of group {g}"),
+                    detail: format!("impossible summary {s:?}"),
+                });
+            }
+        }
+        let groups: Box<[Group]> = summaries
+            .iter()
+            .map(|s| {
+                let tag = if policy.size_classes { s.class_tag } else { 0 };
+                Group::unloaded(s.free_blocks, s.largest_order, s.avg_order, tag)
+            })
+            .collect();
+        let lazy = Lazy::new(source, geometry, policy.prefetch_groups > 0);
+        Self::with_groups(geometry, policy, groups, Some(lazy))
+    }
+
+    fn with_groups(
+        geometry: Geometry,
+        policy: Policy,
+        groups: Box<[Group]>,
+        lazy: Option<Lazy>,
+    ) -> Result<Self> {
+        let groups_count = groups.len() as u64;
+        let orders = geometry.group_blocks.trailing_zeros() as usize + 1;
+        debug_assert!(orders <= ORDERS);
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
         let stream_goals_count = match policy.stream_goals {
             0 => cpus.min(groups_count / 4).max(1),
@@ -193,8 +270,14 @@ impl Allocator {
             .map(|i| CachePadded::new(AtomicU64::new(i * groups_count / slots)))
             .collect();
         let alloc = Allocator {
-            by_largest: OrderIndex::new(policy.ordered_index, ORDERS, groups_count),
-            by_avg: OrderIndex::new(policy.ordered_index, ORDERS, groups_count),
+            // Orders above the group's own cannot occur: no sets for them.
+            by_largest: OrderIndex::new(policy.ordered_index, orders, groups_count),
+            by_avg: OrderIndex::new(policy.ordered_index, orders, groups_count),
+            by_free: OrderIndex::new(
+                true,
+                if policy.slow_pass_index { orders } else { 1 },
+                groups_count,
+            ),
             stream_goals,
             stream_goals_per_class: stream_goals_count,
             md: CachePadded::new(Mutex::new(MdState::default())),
@@ -214,6 +297,9 @@ impl Allocator {
                 / u64::from(geometry.block_size),
             prealloc: PreallocRegistry::new(),
             commits_external: std::sync::atomic::AtomicBool::new(false),
+            home_dirty: lazy.as_ref().map(|_| AtomicBitset::new(groups_count)),
+            lazy,
+            corrupt: AtomicBitset::new(groups_count),
             geometry,
             policy,
             groups,
@@ -224,6 +310,16 @@ impl Allocator {
                     .by_largest
                     .update(g as u64, None, group.largest_order());
                 alloc.by_avg.update(g as u64, None, group.avg_order());
+                if alloc.slow_indexed() {
+                    alloc
+                        .by_free
+                        .update(g as u64, None, free_order(group.free_blocks()));
+                }
+            }
+        }
+        for (g, group) in alloc.groups.iter().enumerate() {
+            if group.class_tag() != 0 {
+                alloc.by_tag[usize::from(group.class_tag() - 1)].insert(g as u64);
             }
         }
         Ok(alloc)
@@ -262,8 +358,127 @@ impl Allocator {
         }
     }
 
+    /// Counters summed over the shards, and the gauges of the groups: bitmaps loaded now,
+    /// read ahead so far, and corrupt groups.
     pub fn stats(&self) -> StatsSnapshot {
-        self.stats.snapshot()
+        let mut s = self.stats.snapshot();
+        s.corrupt_groups = self.corrupt.iter().count() as u64;
+        if let Some(lazy) = &self.lazy {
+            s.loaded_bitmaps = lazy.loaded.load(Relaxed);
+            s.prefetched_bitmaps = lazy.prefetched();
+        } else {
+            s.loaded_bitmaps = self.groups.len() as u64;
+        }
+        s
+    }
+
+    /// Groups found corrupt (their bitmap failed its checks when loaded), ascending.
+    pub fn corrupt_groups(&self) -> Vec<u64> {
+        self.corrupt.iter().collect()
+    }
+
+    /// Marks group `g` corrupt before its first load (its descriptor failed its checks):
+    /// when loaded, it is held all used.
+    pub fn mark_corrupt(&self, g: u64) {
+        self.corrupt.insert(g);
+    }
+
+    /// Loads group `g`'s bitmap if it is not in memory (a corrupt one loads as all used).
+    pub fn ensure_loaded(&self, g: u64) -> Result<()> {
+        if g >= self.groups.len() as u64 {
+            return Err(Error::InvalidRequest(format!(
+                "group {g}: the device has {} groups",
+                self.groups.len()
+            )));
+        }
+        self.lock_group(g, self.stats.shard()).map(drop)
+    }
+
+    /// Group `g`'s size-class tag (0: none).
+    pub fn group_class_tag(&self, g: u64) -> u8 {
+        self.groups[g as usize].class_tag()
+    }
+
+    /// Memory one loaded bitmap takes (used bits, the buddy bitmaps, the struct).
+    pub fn bitmap_memory_bytes(&self) -> u64 {
+        let gb = self.geometry.group_blocks;
+        // used: gb bits; full[k] for k >= 1: gb / 2 + gb / 4 + ... bits.
+        gb / 8 + gb / 8 + std::mem::size_of::<GroupState>() as u64
+    }
+
+    /// True if group `g` is held corrupt.
+    pub fn is_corrupt(&self, g: u64) -> bool {
+        self.corrupt.contains(g)
+    }
+
+    /// True if group `g`'s bitmap is in memory.
+    pub fn is_loaded(&self, g: u64) -> bool {
+        self.lazy.as_ref().is_none_or(|l| l.state(g) == LOADED)
+    }
+
+    /// Bytes an unloaded group costs: its [`Group`], its load-state byte, and its bits in the
+    /// two order indexes, the per-tag sets, the dirty sets and the corrupt set.
+    pub fn memory_per_unloaded_group(&self) -> f64 {
+        let orders = f64::from(self.geometry.group_blocks.trailing_zeros() + 1);
+        let index_bits = 2.0 * orders * (64.0 / 63.0);
+        let set_bits = (self.by_tag.len() + 3) as f64 * (64.0 / 63.0);
+        std::mem::size_of::<Group>() as f64 + 1.0 + (index_bits + set_bits) / 8.0
+    }
+
+    /// Groups changed since their home copy was written (empty in memory).
+    pub fn home_dirty_groups(&self) -> Vec<u64> {
+        self.home_dirty
+            .as_ref()
+            .map_or_else(Vec::new, |d| d.iter().collect())
+    }
+
+    /// Marks group `g` clean: its home copy is what memory holds (after a checkpoint wrote it).
+    pub fn mark_home_clean(&self, g: u64) {
+        if let Some(d) = &self.home_dirty {
+            d.remove(g);
+        }
+    }
+
+    /// Marks group `g` as differing from its home copy.
+    pub fn mark_home_dirty(&self, g: u64) {
+        if let Some(d) = &self.home_dirty {
+            d.insert(g);
+        }
+    }
+
+    /// Drops loaded bitmaps of idle groups until at most `keep` remain loaded: clean (home
+    /// copy current), no pending frees, not corrupt, not locked, not used since the last
+    /// sweep (CLOCK: a used group loses its reference bit and survives one more sweep).
+    /// Returns the bitmaps dropped. Needs an allocator opened over a device.
+    pub fn drop_idle_bitmaps(&self, keep: u64) -> u64 {
+        let Some(lazy) = &self.lazy else {
+            return 0;
+        };
+        let mut dropped = 0;
+        for pass in 0..2 {
+            for (g, group) in self.groups.iter().enumerate() {
+                if lazy.loaded.load(Relaxed) <= keep {
+                    return dropped;
+                }
+                let g = g as u64;
+                if lazy.state(g) != LOADED
+                    || self.corrupt.contains(g)
+                    || self.home_dirty.as_ref().is_some_and(|d| d.contains(g))
+                    || (group.take_referenced() && pass == 0)
+                {
+                    continue;
+                }
+                let Some(mut slot) = group.try_lock() else {
+                    continue;
+                };
+                let idle = slot.as_ref().is_some_and(|s| s.pending.is_empty());
+                if idle && lazy.try_drop(g) {
+                    *slot = None;
+                    dropped += 1;
+                }
+            }
+        }
+        dropped
     }
 
     pub fn stats_handle(&self) -> &Stats {
@@ -275,11 +490,8 @@ impl Allocator {
         self.geometry.validate(Extent::new(block, 1))?;
         let g = self.geometry.group_of(block);
         let off = (block - self.geometry.group_start(g)) as u32;
-        let mut waited = false;
-        Ok(self.groups[g as usize]
-            .lock(&mut waited)
-            .bitmap
-            .is_free(off))
+        let shard = self.stats.shard();
+        Ok(self.lock_group(g, shard)?.bitmap.is_free(off))
     }
 
     fn validate_request(&self, req: &AllocRequest) -> Result<()> {
@@ -417,7 +629,7 @@ impl Allocator {
         if group.free_blocks() < len as u32 {
             return None;
         }
-        let mut state = self.lock_group(group, ctx.shard);
+        let mut state = self.lock_group(g, ctx.shard).ok()?;
         if !state.bitmap.range_is_free(off, len as u32) {
             return None;
         }
@@ -461,10 +673,30 @@ impl Allocator {
                 return Some(hit);
             }
         }
-        if let Some(hit) = run(Pass::GoalLenSlow, Walk::Linear, len) {
+        if !self.slow_indexed() {
+            if let Some(hit) = run(Pass::GoalLenSlow, Walk::Linear, len) {
+                return Some(hit);
+            }
+            return run(Pass::AnyFree, Walk::Linear, len);
+        }
+        // Pass 4 among groups with at least the request's order of free blocks; pass 5 from
+        // the largest free chunk down, so a crowded device gives the longest extent there is
+        // and no scan looks at groups that cannot help.
+        if let Some(hit) = run(Pass::GoalLenSlow, Walk::Index(&self.by_free, order), len) {
             return Some(hit);
         }
-        run(Pass::AnyFree, Walk::Linear, len)
+        let top = self.by_largest.order_count() - 1;
+        // A free run of `min_len` blocks holds an aligned chunk of this order at least (a run
+        // of 2^(k+1) - 1 blocks holds an aligned 2^k chunk wherever it starts).
+        let floor = floor_log2(req.min_len + 1).saturating_sub(1);
+        (floor..=top)
+            .rev()
+            .find_map(|o| run(Pass::AnyFree, Walk::IndexExact(&self.by_largest, o), len))
+    }
+
+    /// Passes 4 and 5 walk indexes too (`slow_pass_index` with ordered indexes).
+    fn slow_indexed(&self) -> bool {
+        self.policy.slow_pass_index && self.policy.optimize_scan && self.policy.ordered_index
     }
 
     /// The lock-free check of a group's mirrors before locking it.
@@ -500,7 +732,11 @@ impl Allocator {
         want: u64,
     ) -> Option<Extent> {
         let mut visit = |g: u64| self.scan_group(ctx, g, pass, want);
-        if !self.policy.size_classes || ctx.class_tag == 0 {
+        // With indexed slow passes the device is crowded by the time they run: they take
+        // the best space the index knows whatever its class, rather than walking every
+        // tagged group once per tier (and per order in pass 5).
+        let untiered = self.slow_indexed() && matches!(pass, Pass::GoalLenSlow | Pass::AnyFree);
+        if !self.policy.size_classes || ctx.class_tag == 0 || untiered {
             return self.walk_groups(ctx, pass, walk, start, want, &|_| true, &mut visit);
         }
         let tag_of = |g: u64| self.groups[g as usize].class_tag();
@@ -527,12 +763,22 @@ impl Allocator {
             let set = &self.by_tag[usize::from(tag - 1)];
             // The set is a hint: the tag is read again, and the group rechecked under its
             // lock by the scan.
-            self.right_then_left(
-                start,
-                &|at, limit| set.next_set(at).filter(|&g| g < limit),
-                &|g| tag_of(g) == tag && good(g),
-                visit,
-            )
+            match walk {
+                // An ordered index holds only the groups that can serve the pass: walk it
+                // and keep the tag's, rather than every group of the tag.
+                Walk::Index(index, order_min) if index.is_ordered() => self.right_then_left(
+                    start,
+                    &|at, limit| index.next_in_orders(order_min, at, limit),
+                    &|g| tag_of(g) == tag && good(g),
+                    visit,
+                ),
+                _ => self.right_then_left(
+                    start,
+                    &|at, limit| set.next_set(at).filter(|&g| g < limit),
+                    &|g| tag_of(g) == tag && good(g),
+                    visit,
+                ),
+            }
         };
         if ctx.stream {
             // A stream takes the first group from its goal that is its class's or nobody's,
@@ -593,7 +839,10 @@ impl Allocator {
         for (from, limit) in [(start, groups_count), (0, start)] {
             let mut at = from;
             while let Some(g) = next(at, limit) {
+                let shard = self.stats.shard();
+                shard.add(&shard.counters.groups_considered, 1);
                 if good(g) {
+                    self.read_ahead(g, &|p| next(p + 1, limit), good);
                     if let Some(e) = visit(g) {
                         return Some(e);
                     }
@@ -640,7 +889,9 @@ impl Allocator {
         match walk {
             Walk::Linear => (0..groups_count).find_map(|i| {
                 let g = (start + i) % groups_count;
+                shard.add(&shard.counters.groups_considered, 1);
                 if good(g) {
+                    self.read_ahead(g, &|p| Some((p + 1) % groups_count), &good);
                     visit(g)
                 } else {
                     None
@@ -653,12 +904,25 @@ impl Allocator {
                 &good,
                 visit,
             ),
+            Walk::IndexExact(index, order) => self.right_then_left(
+                start,
+                &|at, limit| index.next_in_order(order, at, limit),
+                &good,
+                visit,
+            ),
             Walk::Index(index, order_min) => {
                 // Pre-2025 "choose group": the first good group from the list heads, up to
                 // one try per group.
                 for _ in 0..groups_count {
                     let mut waits = 0;
-                    let chosen = index.choose(order_min, &mut |g| good(g), &mut waits);
+                    let chosen = index.choose(
+                        order_min,
+                        &mut |g| {
+                            shard.add(&shard.counters.groups_considered, 1);
+                            good(g)
+                        },
+                        &mut waits,
+                    );
                     shard.add(&shard.counters.lock_waits, waits);
                     if let Some(e) = visit(chosen?) {
                         return Some(e);
@@ -673,7 +937,7 @@ impl Allocator {
     fn scan_group(&self, ctx: &AllocContext<'_>, g: u64, pass: Pass, want: u64) -> Option<Extent> {
         let (min_len, shard) = (ctx.request.min_len, ctx.shard);
         let group = &self.groups[g as usize];
-        let mut state = if self.policy.trylock && pass != Pass::AnyFree {
+        let slot = if self.policy.trylock && pass != Pass::AnyFree {
             match group.try_lock() {
                 Some(s) => s,
                 None => {
@@ -682,8 +946,10 @@ impl Allocator {
                 }
             }
         } else {
-            self.lock_group(group, shard)
+            self.lock_slot(group, shard)
         };
+        // A group that cannot be read is skipped (its error is counted); others still serve.
+        let mut state = self.loaded(g, slot, shard).ok()?;
         shard.add(&shard.counters.groups_scanned, 1);
         let hint = self.policy.first_free_hint;
         let want32 = want as u32;
@@ -751,7 +1017,7 @@ impl Allocator {
         &self,
         ctx: &AllocContext<'_>,
         g: u64,
-        state: &mut MutexGuard<'_, GroupState>,
+        state: &mut GroupState,
         off: u32,
         len: u32,
     ) -> Extent {
@@ -779,8 +1045,17 @@ impl Allocator {
         )
     }
 
-    /// Copies a group's new figures to its mirrors and index positions (under its lock).
+    /// Copies a group's new figures to its mirrors and index positions (under its lock),
+    /// after a change: the group now differs from its home copy.
     pub(super) fn publish(&self, g: u64, state: &GroupState, shard: &Shard) {
+        if let Some(d) = &self.home_dirty {
+            d.insert(g);
+        }
+        self.publish_mirrors(g, state, shard);
+    }
+
+    /// Copies a group's figures to its mirrors and index positions (under its lock).
+    fn publish_mirrors(&self, g: u64, state: &GroupState, shard: &Shard) {
         let group = &self.groups[g as usize];
         let free = state.bitmap.free_blocks();
         if free == state.bitmap.len_blocks() {
@@ -793,28 +1068,118 @@ impl Allocator {
             // Pre-2025 ext4 left a full group in its old average-fragment list.
             avg = group.avg_order();
         }
-        let (old_largest, old_avg) = group.set_mirrors(free, largest, avg);
+        let (old_free, old_largest, old_avg) = group.set_mirrors(free, largest, avg);
         if self.policy.optimize_scan {
-            let waits = self.by_largest.update(g, old_largest, largest)
+            let mut waits = self.by_largest.update(g, old_largest, largest)
                 + self.by_avg.update(g, old_avg, avg);
+            if self.slow_indexed() {
+                waits += self
+                    .by_free
+                    .update(g, free_order(old_free), free_order(free));
+            }
             if waits > 0 {
                 shard.add(&shard.counters.lock_waits, waits);
             }
         }
     }
 
+    /// Locks group `g`, loading its bitmap if it is not in memory. Fails only when the
+    /// bitmap cannot be read (an I/O error; a corrupt bitmap loads as all used).
     #[inline]
-    pub(super) fn lock_group<'a>(
-        &self,
-        group: &'a Group,
-        shard: &Shard,
-    ) -> MutexGuard<'a, GroupState> {
+    pub(super) fn lock_group(&self, g: u64, shard: &Shard) -> Result<StateGuard<'_>> {
+        let slot = self.lock_slot(&self.groups[g as usize], shard);
+        self.loaded(g, slot, shard)
+    }
+
+    #[inline]
+    fn lock_slot<'a>(&self, group: &'a Group, shard: &Shard) -> MutexGuard<'a, Slot> {
         let mut waited = false;
         let guard = group.lock(&mut waited);
         if waited {
             shard.add(&shard.counters.lock_waits, 1);
         }
         guard
+    }
+
+    /// The locked group `g` with its bitmap loaded.
+    #[inline]
+    fn loaded<'a>(
+        &self,
+        g: u64,
+        mut slot: MutexGuard<'a, Slot>,
+        shard: &Shard,
+    ) -> Result<StateGuard<'a>> {
+        if slot.is_none() {
+            self.load_group(g, &mut slot, shard)?;
+        }
+        if self.lazy.is_some() {
+            self.groups[g as usize].touch();
+        }
+        Ok(MutexGuard::map(slot, |s| {
+            &mut **s.as_mut().expect("loaded above")
+        }))
+    }
+
+    /// Reads group `g`'s bitmap (under its lock): the read-ahead copy if one is staged.
+    #[cold]
+    fn load_group(&self, g: u64, slot: &mut Slot, shard: &Shard) -> Result<()> {
+        let lazy = self.lazy.as_ref().ok_or_else(|| {
+            Error::Invariant(format!(
+                "group {g} has no bitmap and no device to read it from"
+            ))
+        })?;
+        let (read, staged) = lazy.load(g);
+        let (gb, len) = (
+            self.geometry.group_blocks as u32,
+            self.geometry.group_len(g) as u32,
+        );
+        let bitmap = match read {
+            Ok(_) if self.corrupt.contains(g) => GroupBitmap::from_used_bytes(gb, len, &[]),
+            Ok(b) => b,
+            Err(Error::Corrupt { .. }) => {
+                // Held all used: skipped by every pass, never written home.
+                self.corrupt.insert(g);
+                GroupBitmap::from_used_bytes(gb, len, &[])
+            }
+            Err(e) => {
+                lazy.unload_failed(g);
+                shard.add(&shard.counters.load_errors, 1);
+                return Err(e);
+            }
+        };
+        shard.add(&shard.counters.bitmaps_loaded, 1);
+        if staged {
+            shard.add(&shard.counters.prefetch_hits, 1);
+        }
+        let state = slot.insert(Box::new(GroupState {
+            bitmap,
+            pending: BTreeMap::new(),
+        }));
+        // The descriptor's figures were hints; the bitmap's are the truth.
+        self.publish_mirrors(g, state, shard);
+        Ok(())
+    }
+
+    /// Queues for read-ahead the groups a walk visits after `g` (`next(prev)` gives the one
+    /// after `prev`), up to `prefetch_groups` of them, those passing `good` and unloaded.
+    fn read_ahead(&self, g: u64, next: &dyn Fn(u64) -> Option<u64>, good: &dyn Fn(u64) -> bool) {
+        let Some(lazy) = &self.lazy else {
+            return;
+        };
+        if !lazy.prefetch_enabled() || lazy.state(g) == LOADED {
+            return;
+        }
+        let mut at = g;
+        for _ in 0..self.policy.prefetch_groups {
+            match next(at) {
+                Some(n) if n != g => at = n,
+                _ => break,
+            }
+            // The load state first (a plain read), then the cheap checks, then the queue.
+            if lazy.state(at) != LOADED && good(at) {
+                lazy.queue(at);
+            }
+        }
     }
 
     #[inline]
@@ -834,7 +1199,7 @@ impl Allocator {
         self.geometry.validate(extent)?;
         let shard = self.stats.shard();
         for (g, off, len) in self.geometry.split(extent) {
-            let mut state = self.lock_group(&self.groups[g as usize], shard);
+            let mut state = self.lock_group(g, shard)?;
             let start = self.geometry.group_start(g) + u64::from(off);
             if state.pending_overlaps(off, len) {
                 return Err(Error::DoubleFree {
@@ -856,10 +1221,11 @@ impl Allocator {
 
     /// True if every block of `extent` is marked used and none is pending.
     pub(super) fn is_reserved(&self, extent: Extent) -> bool {
+        let shard = self.stats.shard();
         self.geometry.split(extent).all(|(g, off, len)| {
-            let mut waited = false;
-            let state = self.groups[g as usize].lock(&mut waited);
-            state.bitmap.range_is_used(off, len) && !state.pending_overlaps(off, len)
+            self.lock_group(g, shard).is_ok_and(|state| {
+                state.bitmap.range_is_used(off, len) && !state.pending_overlaps(off, len)
+            })
         })
     }
 
@@ -886,6 +1252,11 @@ impl Allocator {
         } else {
             None
         };
+        let free_members = if self.slow_indexed() {
+            Some(self.by_free.membership().map_err(Error::Invariant)?)
+        } else {
+            None
+        };
         if let Err(e) = self.dirty.check() {
             return fail(e);
         }
@@ -893,9 +1264,47 @@ impl Allocator {
             set.check().map_err(Error::Invariant)?;
         }
         for (g, group) in self.groups.iter().enumerate() {
-            let state = group.try_lock().ok_or_else(|| {
+            let slot = group.try_lock().ok_or_else(|| {
                 Error::Invariant(format!("group {g} is locked during check: not quiescent"))
             })?;
+            if self.is_loaded(g as u64) != slot.is_some() {
+                return fail(format!(
+                    "group {g}: load state says loaded={}, bitmap present={}",
+                    self.is_loaded(g as u64),
+                    slot.is_some()
+                ));
+            }
+            if let Some(m) = &free_members {
+                if m[g] != free_order(group.free_blocks()) {
+                    return fail(format!(
+                        "group {g}: in free-count set {:?}, mirror says {} free",
+                        m[g],
+                        group.free_blocks()
+                    ));
+                }
+            }
+            let Some(state) = slot.as_deref() else {
+                // Unloaded: its figures are its descriptor's; the indexes must agree.
+                if let Some(m) = &largest_members {
+                    if m[g] != group.largest_order() {
+                        return fail(format!("group {g} (unloaded): largest-order set disagrees"));
+                    }
+                }
+                if let Some(m) = &avg_members {
+                    if m[g] != group.avg_order() {
+                        return fail(format!("group {g} (unloaded): average-order set disagrees"));
+                    }
+                }
+                for (i, set) in self.by_tag.iter().enumerate() {
+                    if set.contains(g as u64) != (usize::from(group.class_tag()) == i + 1) {
+                        return fail(format!("group {g} (unloaded): tag sets disagree"));
+                    }
+                }
+                continue;
+            };
+            if self.corrupt.contains(g as u64) && group.free_blocks() != 0 {
+                return fail(format!("group {g}: corrupt but offers free blocks"));
+            }
             let b = &state.bitmap;
             b.check()
                 .map_err(|e| Error::Invariant(format!("group {g}: {e}")))?;

@@ -14,7 +14,7 @@
 //! - `free_list = per-group`: no global list at all; the group is marked in a lock-free dirty
 //!   set that `commit()` walks.
 
-use super::allocator::{Allocator, MdState};
+use super::allocator::{Allocator, MdState, StateGuard};
 use super::policy::FreeList;
 use super::stats::Shard;
 use crate::error::{Error, Result};
@@ -30,10 +30,19 @@ impl Allocator {
         let shard = self.stats.shard();
         let pieces: Vec<(u64, u32, u32)> = self.geometry.split(extent).collect();
         // Lock every group involved, in ascending order, then validate all before changing any.
-        let mut guards: Vec<MutexGuard<'_, GroupState>> = pieces
+        for &(g, _, _) in &pieces {
+            if self.is_corrupt(g) {
+                return Err(Error::Corrupt {
+                    what: format!("group {g}"),
+                    detail: "held used since it failed its checks; its blocks cannot be freed"
+                        .into(),
+                });
+            }
+        }
+        let mut guards: Vec<StateGuard<'_>> = pieces
             .iter()
-            .map(|&(g, _, _)| self.lock_group(&self.groups[g as usize], shard))
-            .collect();
+            .map(|&(g, _, _)| self.lock_group(g, shard))
+            .collect::<Result<_>>()?;
         for (&(g, off, len), state) in pieces.iter().zip(&guards) {
             let start = self.geometry.group_start(g) + u64::from(off);
             if state.pending_overlaps(off, len) {
@@ -194,7 +203,9 @@ impl Allocator {
                 while let Some(g) = self.dirty.next_set(at) {
                     at = g + 1;
                     self.dirty.remove(g);
-                    let mut state = self.lock_group(&self.groups[g as usize], shard);
+                    let mut state = self
+                        .lock_group(g, shard)
+                        .expect("a group with pending frees is loaded");
                     let (blocks, _) = self.release_group(g, &mut state, committed, shard);
                     released += blocks;
                     if !state.pending.is_empty() {
@@ -208,7 +219,9 @@ impl Allocator {
                 groups.dedup();
                 let mut keep = Vec::new();
                 for g in groups {
-                    let mut state = self.lock_group(&self.groups[g as usize], shard);
+                    let mut state = self
+                        .lock_group(g, shard)
+                        .expect("a group with pending frees is loaded");
                     let (blocks, kept) = self.release_group(g, &mut state, committed, shard);
                     released += blocks;
                     keep.extend(kept.into_iter().map(|id| (g, id)));

@@ -76,13 +76,22 @@ pub struct Policy {
     /// Tag groups with the size class (and lifetime hint) of their first allocation and
     /// prefer matching groups.
     pub size_classes: bool,
+    /// Lazily loaded devices: groups a scan reads ahead when it reaches an unloaded group
+    /// (0 = no read-ahead).
+    pub prefetch_groups: u32,
+    /// Lazily loaded devices: memory for loaded bitmaps (MiB) above which a checkpoint drops
+    /// idle ones; 0 = no limit.
+    pub bitmap_memory_mib: u64,
+    /// Passes 4 and 5 walk indexes as well (groups by free-count order; by largest free
+    /// order, largest first) instead of every group; needs ordered indexes.
+    pub slow_pass_index: bool,
 }
 
 /// Names of the presets, in the order the lab shows them.
 pub const PRESETS: [&str; 3] = ["ext4-base", "ext4-2025", "extalloc"];
 
 /// Keys a spec may set, with what they take.
-const KEYS: [(&str, &str); 20] = [
+const KEYS: [(&str, &str); 23] = [
     ("optimize_scan", "true|false"),
     ("group_index", "list|ordered"),
     ("trylock", "true|false"),
@@ -103,6 +112,12 @@ const KEYS: [(&str, &str); 20] = [
     ("locality_prealloc_blocks", "a block count 1..=1048576"),
     ("normalise_holes", "file-size|request"),
     ("size_classes", "true|false"),
+    ("prefetch_groups", "a count 0..=4096, 0 = no read-ahead"),
+    (
+        "bitmap_memory_mib",
+        "MiB of loaded bitmaps kept, 0 = no limit",
+    ),
+    ("slow_pass_index", "true|false"),
 ];
 
 impl Default for Policy {
@@ -136,6 +151,11 @@ impl Policy {
             locality_prealloc_blocks: 512,
             normalise_by_size: true,
             size_classes: false,
+            // ext4's default prefetch distance (s_mb_prefetch) on a device without flex_bg.
+            prefetch_groups: 32,
+            bitmap_memory_mib: 0,
+            // ext4 walks every group in its last two passes.
+            slow_pass_index: false,
         };
         match name {
             "ext4-base" => Ok(Policy {
@@ -156,6 +176,7 @@ impl Policy {
                 free_list: FreeList::PerGroup,
                 first_free_hint: true,
                 size_classes: true,
+                slow_pass_index: true,
                 ..ext4_2025
             }),
             _ => Err(Error::UnknownPreset {
@@ -270,6 +291,9 @@ impl Policy {
                 }
             }
             "size_classes" => self.size_classes = boolean()?,
+            "prefetch_groups" => self.prefetch_groups = number(0, 4096)? as u32,
+            "bitmap_memory_mib" => self.bitmap_memory_mib = number(0, 1 << 40)?,
+            "slow_pass_index" => self.slow_pass_index = boolean()?,
             _ => unreachable!("key {key} is listed but not handled"),
         }
         Ok(())

@@ -169,7 +169,16 @@ impl Allocator {
         let mut groups = Vec::with_capacity(self.groups.len());
         let mut open: Option<(u64, u64)> = None; // (start, len) of the run being built
         for (g, group) in self.groups.iter().enumerate() {
-            let state = self.lock_group(group, shard);
+            // Measuring loads every group (an unreadable one counts as having no free space).
+            let Ok(state) = self.lock_group(g as u64, shard) else {
+                groups.push(GroupFree {
+                    class_tag: group.class_tag(),
+                    free_blocks: 0,
+                    largest_free_run: 0,
+                    fragments: 0,
+                });
+                continue;
+            };
             let base = self.geometry.group_start(g as u64);
             let mut largest = 0;
             for (off, len) in state.bitmap.free_runs(0) {
@@ -203,9 +212,10 @@ impl Allocator {
     /// Group `g`'s block bitmap as stored on disk (docs/format.md): bit `i` set = block
     /// `i` of the group is used (blocks waiting for a commit count as used; so does the
     /// missing tail of a short last group). `bytes` is the on-disk bitmap's size.
-    pub fn group_bitmap_bytes(&self, g: u64, bytes: usize) -> Vec<u8> {
+    /// Loads the group if needed; fails only if it cannot be read.
+    pub fn group_bitmap_bytes(&self, g: u64, bytes: usize) -> Result<Vec<u8>> {
         let shard = self.stats.shard();
-        let state = self.lock_group(&self.groups[g as usize], shard);
+        let state = self.lock_group(g, shard)?;
         let mut out = vec![0xffu8; bytes];
         for (off, len) in state.bitmap.free_runs(0) {
             let (mut i, end) = (off, off + len);
@@ -219,7 +229,7 @@ impl Allocator {
                 }
             }
         }
-        out
+        Ok(out)
     }
 
     /// Marks `extent` used (or free) at once, as loading from disk or replaying a journal
@@ -231,8 +241,8 @@ impl Allocator {
         let pieces: Vec<(u64, u32, u32)> = self.geometry.split(extent).collect();
         let mut guards: Vec<_> = pieces
             .iter()
-            .map(|&(g, _, _)| self.lock_group(&self.groups[g as usize], shard))
-            .collect();
+            .map(|&(g, _, _)| self.lock_group(g, shard))
+            .collect::<Result<_>>()?;
         for (&(g, off, len), state) in pieces.iter().zip(&guards) {
             let ok = if used {
                 state.bitmap.range_is_free(off, len)

@@ -66,12 +66,21 @@ pub struct ShardCounters {
     pub frees: AtomicU64,
     pub free_blocks: AtomicU64,
     pub pass_hits: [AtomicU64; 6],
+    /// Groups whose mirrors a pass checked (the lock-free look before any lock).
+    pub groups_considered: AtomicU64,
+    /// Groups a pass locked and searched.
     pub groups_scanned: AtomicU64,
     pub trylock_skips: AtomicU64,
     pub lock_waits: AtomicU64,
     pub stream_goal_hits: AtomicU64,
     pub forced_commits: AtomicU64,
     pub no_space: AtomicU64,
+    /// Bitmaps read from the device (lazy loading), and how many of those the read-ahead
+    /// thread had already read.
+    pub bitmaps_loaded: AtomicU64,
+    pub prefetch_hits: AtomicU64,
+    /// Loads that failed with an I/O error (the group was skipped).
+    pub load_errors: AtomicU64,
 }
 
 pub struct Shard {
@@ -111,12 +120,21 @@ pub struct StatsSnapshot {
     pub free_blocks: u64,
     /// Hits per pass, indexed like [`Pass::ALL`].
     pub pass_hits: [u64; 6],
+    pub groups_considered: u64,
     pub groups_scanned: u64,
     pub trylock_skips: u64,
     pub lock_waits: u64,
     pub stream_goal_hits: u64,
     pub forced_commits: u64,
     pub no_space: u64,
+    pub bitmaps_loaded: u64,
+    pub prefetch_hits: u64,
+    pub load_errors: u64,
+    /// Gauges (filled by `Allocator::stats`): bitmaps in memory now, bitmaps the read-ahead
+    /// thread has read, groups held corrupt.
+    pub loaded_bitmaps: u64,
+    pub prefetched_bitmaps: u64,
+    pub corrupt_groups: u64,
 }
 
 impl Default for Stats {
@@ -171,12 +189,16 @@ impl Stats {
             for (sum, hits) in s.pass_hits.iter_mut().zip(&c.pass_hits) {
                 *sum += hits.load(Relaxed);
             }
+            s.groups_considered += c.groups_considered.load(Relaxed);
             s.groups_scanned += c.groups_scanned.load(Relaxed);
             s.trylock_skips += c.trylock_skips.load(Relaxed);
             s.lock_waits += c.lock_waits.load(Relaxed);
             s.stream_goal_hits += c.stream_goal_hits.load(Relaxed);
             s.forced_commits += c.forced_commits.load(Relaxed);
             s.no_space += c.no_space.load(Relaxed);
+            s.bitmaps_loaded += c.bitmaps_loaded.load(Relaxed);
+            s.prefetch_hits += c.prefetch_hits.load(Relaxed);
+            s.load_errors += c.load_errors.load(Relaxed);
         }
         s
     }
@@ -199,12 +221,16 @@ impl Stats {
                 &c.alloc_blocks,
                 &c.frees,
                 &c.free_blocks,
+                &c.groups_considered,
                 &c.groups_scanned,
                 &c.trylock_skips,
                 &c.lock_waits,
                 &c.stream_goal_hits,
                 &c.forced_commits,
                 &c.no_space,
+                &c.bitmaps_loaded,
+                &c.prefetch_hits,
+                &c.load_errors,
             ] {
                 a.store(0, Relaxed);
             }

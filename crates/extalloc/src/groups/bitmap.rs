@@ -107,29 +107,81 @@ impl GroupBitmap {
     /// A group of `group_blocks` (a power of two) of which the first `len_blocks` exist; all
     /// existing blocks start free.
     pub fn new(group_blocks: u32, len_blocks: u32) -> Self {
+        let mut bitmap = Self::all_used(group_blocks, len_blocks);
+        bitmap.mark_free(0, len_blocks);
+        bitmap
+    }
+
+    /// A group in its on-disk form (docs/format.md): bit `i` of `bytes` (LSB first) set =
+    /// block `i` used. Bits past `len_blocks` are ignored (padding is always used); missing
+    /// bytes count as used.
+    pub fn from_used_bytes(group_blocks: u32, len_blocks: u32, bytes: &[u8]) -> Self {
+        let mut bitmap = Self::all_used(group_blocks, len_blocks);
+        let limit = u64::from(len_blocks);
+        let word = |w: usize| -> u64 {
+            let mut b = [0xffu8; 8];
+            if let Some(src) = bytes.get(w * 8..) {
+                let n = src.len().min(8);
+                b[..n].copy_from_slice(&src[..n]);
+            }
+            !u64::from_le_bytes(b) // 1 = free
+        };
+        let words = (limit as usize).div_ceil(64);
+        let mut run_start: Option<u64> = None;
+        for w in 0..words {
+            let mut free = word(w);
+            let base = w as u64 * 64;
+            if base + 64 > limit {
+                free &= (1u64 << (limit - base)) - 1;
+            }
+            let mut at = 0u32;
+            while at < 64 {
+                let shifted = free >> at;
+                match run_start {
+                    None => {
+                        if shifted == 0 {
+                            break;
+                        }
+                        at += shifted.trailing_zeros();
+                        run_start = Some(base + u64::from(at));
+                    }
+                    Some(start) => {
+                        let ones = (!shifted).trailing_zeros().min(64 - at);
+                        at += ones;
+                        if at < 64 {
+                            let end = base + u64::from(at);
+                            bitmap.mark_free(start as u32, (end - start) as u32);
+                            run_start = None;
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(start) = run_start {
+            bitmap.mark_free(start as u32, (limit - start) as u32);
+        }
+        bitmap
+    }
+
+    /// Every block used (padding included), nothing counted.
+    fn all_used(group_blocks: u32, len_blocks: u32) -> Self {
         assert!(group_blocks.is_power_of_two());
         assert!(group_blocks >= 64);
         assert!(len_blocks >= 1 && len_blocks <= group_blocks);
         let order_top = group_blocks.trailing_zeros();
         let words = group_blocks as usize / 64;
-        let mut used = vec![u64::MAX; words];
         let full = (1..=order_top)
             .map(|k| vec![0u64; ((group_blocks >> k) as usize).div_ceil(64)])
             .collect();
-        let mut bitmap = GroupBitmap {
+        GroupBitmap {
             len_blocks,
             order_top,
-            used: Vec::new(),
+            used: vec![u64::MAX; words],
             full,
             full_count: [0; ORDERS],
             fragments: 0,
             first_free: [0; ORDERS],
-        };
-        // Start all used (padding included), then free the blocks that exist.
-        used.iter_mut().for_each(|w| *w = u64::MAX);
-        bitmap.used = used;
-        bitmap.mark_free(0, len_blocks);
-        bitmap
+        }
     }
 
     pub fn len_blocks(&self) -> u32 {
@@ -463,6 +515,46 @@ mod tests {
         for k in 0..=b.order_top() {
             assert_eq!(b.buddy_count(k), naive[k as usize], "order {k}");
         }
+    }
+
+    #[test]
+    fn from_used_bytes_matches_marking() {
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        for len in [64u32, 100, 1000, 1024] {
+            for _ in 0..50 {
+                let mut expect = GroupBitmap::new(1024, len);
+                let mut bytes = vec![0u8; 128];
+                for i in 0..len {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    // Long runs of each kind, so runs cross word borders.
+                    if (rng >> 60) < 7 && (i / 37).is_multiple_of(2) || rng.is_multiple_of(5) {
+                        bytes[(i / 8) as usize] |= 1 << (i % 8);
+                        expect.mark_used(i, 1);
+                    }
+                }
+                let got = GroupBitmap::from_used_bytes(1024, len, &bytes);
+                got.check().unwrap();
+                assert_eq!(got.free_blocks(), expect.free_blocks());
+                assert_eq!(got.fragments(), expect.fragments());
+                assert_eq!(got.used, expect.used);
+                assert_eq!(got.full, expect.full);
+            }
+        }
+        // All free, all used, and short input.
+        assert_eq!(
+            GroupBitmap::from_used_bytes(1024, 1000, &[0; 128]).free_blocks(),
+            1000
+        );
+        assert_eq!(
+            GroupBitmap::from_used_bytes(1024, 1000, &[0xff; 128]).free_blocks(),
+            0
+        );
+        assert_eq!(
+            GroupBitmap::from_used_bytes(1024, 1000, &[0; 8]).free_blocks(),
+            64
+        );
     }
 
     #[test]

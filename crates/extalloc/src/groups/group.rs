@@ -1,6 +1,15 @@
 //! One group: its bitmap and buddy summary under a lock, lock-free mirrors of the figures
 //! scans look at before locking, and the group's share of the deferred frees.
 //!
+//! The bitmap and the pending frees live in a box that may be absent: a group of a device
+//! opened lazily starts *unloaded*, its mirrors taken from its on-disk descriptor, and
+//! costs [`Group`]'s 64 bytes until a scan or a free first needs its bitmap (see
+//! `alloc/lazy.rs`).
+//!
+//! A group fills one cache line of its own: its lock and mirrors are written on every
+//! allocation in it, and packing groups at their natural 24 bytes put neighbours on one line
+//! (2-thread fallocate2 fell from 15.8 M to 11.5 M ops/s).
+//!
 //! # Invariants (at quiescence)
 //!
 //! ```text
@@ -51,14 +60,23 @@ impl GroupState {
     }
 }
 
+/// What the group lock protects: the state, or nothing while the bitmap is not loaded.
+pub type Slot = Option<Box<GroupState>>;
+
+#[repr(align(64))]
 pub struct Group {
-    state: Mutex<GroupState>,
+    state: Mutex<Slot>,
     free_blocks: AtomicU32,
     largest_order: AtomicU8,
     avg_order: AtomicU8,
     /// Size-class tag (0 = untagged); written under the lock.
     class_tag: AtomicU8,
+    /// Set when a scan or free uses the group; cleared by the sweep that drops idle bitmaps
+    /// (a CLOCK reference bit). Read before it is written, so a busy group costs no store.
+    referenced: AtomicU8,
 }
+
+const _: () = assert!(std::mem::size_of::<Group>() == 64);
 
 fn encode(order: Option<u32>) -> u8 {
     order.map_or(ORDER_NONE, |o| o as u8)
@@ -70,23 +88,47 @@ fn decode(v: u8) -> Option<u32> {
 
 impl Group {
     pub fn new(bitmap: GroupBitmap) -> Self {
-        let g = Group {
+        Group {
             free_blocks: AtomicU32::new(bitmap.free_blocks()),
             largest_order: AtomicU8::new(encode(bitmap.largest_free_order())),
             avg_order: AtomicU8::new(encode(bitmap.avg_fragment_order())),
             class_tag: AtomicU8::new(0),
-            state: Mutex::new(GroupState {
+            referenced: AtomicU8::new(0),
+            state: Mutex::new(Some(Box::new(GroupState {
                 bitmap,
                 pending: BTreeMap::new(),
-            }),
-        };
-        debug_assert!(g.free_blocks() > 0);
-        g
+            }))),
+        }
+    }
+
+    /// A group whose bitmap is not loaded, with the figures its descriptor records.
+    pub fn unloaded(free: u32, largest: Option<u32>, avg: Option<u32>, class_tag: u8) -> Self {
+        Group {
+            free_blocks: AtomicU32::new(free),
+            largest_order: AtomicU8::new(encode(largest)),
+            avg_order: AtomicU8::new(encode(avg)),
+            class_tag: AtomicU8::new(class_tag),
+            referenced: AtomicU8::new(0),
+            state: Mutex::new(None),
+        }
+    }
+
+    /// Marks the group used since the last sweep.
+    #[inline]
+    pub fn touch(&self) {
+        if self.referenced.load(Relaxed) == 0 {
+            self.referenced.store(1, Relaxed);
+        }
+    }
+
+    /// Clears the reference bit; returns whether it was set.
+    pub fn take_referenced(&self) -> bool {
+        self.referenced.swap(0, Relaxed) != 0
     }
 
     /// Takes the lock, waiting if needed; `waited` is set when it had to wait.
     #[inline]
-    pub fn lock(&self, waited: &mut bool) -> MutexGuard<'_, GroupState> {
+    pub fn lock(&self, waited: &mut bool) -> MutexGuard<'_, Slot> {
         match self.state.try_lock() {
             Some(g) => g,
             None => {
@@ -97,7 +139,7 @@ impl Group {
     }
 
     #[inline]
-    pub fn try_lock(&self) -> Option<MutexGuard<'_, GroupState>> {
+    pub fn try_lock(&self) -> Option<MutexGuard<'_, Slot>> {
         self.state.try_lock()
     }
 
@@ -133,14 +175,15 @@ impl Group {
         }
     }
 
-    /// Stores new mirror values (under the lock). Returns the old `(largest, avg)` orders.
+    /// Stores new mirror values (under the lock). Returns the old `(free, largest, avg)`.
     pub fn set_mirrors(
         &self,
         free: u32,
         largest: Option<u32>,
         avg: Option<u32>,
-    ) -> (Option<u32>, Option<u32>) {
-        if self.free_blocks.load(Relaxed) != free {
+    ) -> (u32, Option<u32>, Option<u32>) {
+        let old_free = self.free_blocks.load(Relaxed);
+        if old_free != free {
             self.free_blocks.store(free, Relaxed);
         }
         let old_largest = decode(self.largest_order.load(Relaxed));
@@ -151,6 +194,6 @@ impl Group {
         if old_avg != avg {
             self.avg_order.store(encode(avg), Relaxed);
         }
-        (old_largest, old_avg)
+        (old_free, old_largest, old_avg)
     }
 }

@@ -355,6 +355,21 @@ impl OrderIndex {
         (best < limit).then_some(best)
     }
 
+    /// Ordered sets only: the smallest group in `[from, limit)` in the set of `order`.
+    pub fn next_in_order(&self, order: u32, from: u64, limit: u64) -> Option<u64> {
+        let OrderSets::Ordered(sets) = &self.sets else {
+            panic!("next_in_order on a list index");
+        };
+        sets.get(order as usize)?
+            .next_set(from)
+            .filter(|&g| g < limit)
+    }
+
+    /// Number of orders the index has sets for.
+    pub fn order_count(&self) -> u32 {
+        self.orders() as u32
+    }
+
     /// List sets only: ext4's pre-2025 choose-group lookup.
     pub fn choose(
         &self,

@@ -5,5 +5,5 @@ mod group;
 mod index;
 
 pub use bitmap::{GroupBitmap, ORDERS, ORDER_MAX};
-pub use group::{Group, GroupState, PendingFree};
+pub use group::{Group, GroupState, PendingFree, Slot};
 pub use index::{AtomicBitset, OrderIndex};

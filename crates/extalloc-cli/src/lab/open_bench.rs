@@ -1,0 +1,158 @@
+//! `extalloc open-bench`: what mounting costs.
+//!
+//! 1. A device of `--size` (default 16 TiB) as a sparse file: mkfs, then `Store::open`
+//!    timed, with the bytes it read (a counting device wrapper) and the bitmaps it loaded.
+//!    Lazy loading reads the superblock and the descriptor table only.
+//! 2. Recovery time against journal size: on a smaller device, `N` committed records (each
+//!    one allocation of a few blocks and a 64-byte payload) left unreplayed by a crash
+//!    (no checkpoint), then `open` timed; the replay's share is reported.
+
+use anyhow::{Context, Result};
+use extalloc::device::{Device, FileDevice};
+use extalloc::store::Store;
+use extalloc::{AllocRequest, Geometry, Policy};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// A device that counts the bytes read through it.
+struct Counting {
+    inner: FileDevice,
+    read: AtomicU64,
+}
+
+impl Device for Counting {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> extalloc::Result<()> {
+        self.read.fetch_add(buf.len() as u64, Relaxed);
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> extalloc::Result<()> {
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> extalloc::Result<()> {
+        self.inner.flush()
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct OpenRow {
+    pub device_bytes: u64,
+    pub groups: u64,
+    pub mkfs_seconds: f64,
+    pub open_seconds: f64,
+    pub bytes_read: u64,
+    pub bitmaps_loaded: u64,
+    /// Memory per unloaded group (group record, load state, index bits).
+    pub bytes_per_unloaded_group: f64,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RecoveryRow {
+    pub records: u64,
+    pub journal_bytes_used: u64,
+    pub open_seconds: f64,
+    pub replay_seconds: f64,
+    pub bitmaps_loaded: u64,
+}
+
+fn remove(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("removing {}", path.display())),
+    }
+}
+
+/// Part 1: mkfs and open a sparse device of `bytes`.
+pub fn open_big(path: &Path, bytes: u64, group_blocks: u64) -> Result<OpenRow> {
+    remove(path)?;
+    let geometry = Geometry::from_bytes(4096, group_blocks, bytes)?;
+    let dev = Arc::new(Counting {
+        inner: FileDevice::create(path, bytes)
+            .with_context(|| format!("creating {}", path.display()))?,
+        read: AtomicU64::new(0),
+    });
+    let started = Instant::now();
+    extalloc::format::mkfs(dev.as_ref(), &geometry, 16384, [0; 16])?;
+    let mkfs_seconds = started.elapsed().as_secs_f64();
+    dev.read.store(0, Relaxed);
+    let started = Instant::now();
+    let (store, _) = Store::open(dev.clone(), Policy::default())?;
+    let open_seconds = started.elapsed().as_secs_f64();
+    let row = OpenRow {
+        device_bytes: bytes,
+        groups: geometry.groups_count(),
+        mkfs_seconds,
+        open_seconds,
+        bytes_read: dev.read.load(Relaxed),
+        bitmaps_loaded: store.allocator().stats().loaded_bitmaps,
+        bytes_per_unloaded_group: store.allocator().memory_per_unloaded_group(),
+    };
+    drop(store);
+    remove(path)?;
+    Ok(row)
+}
+
+/// Part 2: `records` committed records replayed by `open`.
+pub fn recovery(path: &Path, records: u64) -> Result<RecoveryRow> {
+    remove(path)?;
+    let bytes = 64u64 << 30;
+    let geometry = Geometry::from_bytes(4096, extalloc::GROUP_BLOCKS_DEFAULT, bytes)?;
+    let dev: Arc<dyn Device> = Arc::new(FileDevice::create(path, bytes)?);
+    // A journal large enough that no record is checkpointed away: ~120 bytes a record.
+    let journal_blocks = (records * 160 / 4096 + 64).max(256);
+    let store = Store::create(dev.clone(), &geometry, journal_blocks, Policy::default())?;
+    let payload = [0x5au8; 64];
+    for i in 0..records {
+        store.allocate(&AllocRequest::new(i, 4))?;
+        store.commit(&payload)?;
+    }
+    // A crash: no checkpoint, every record waits for the replay.
+    drop(store);
+    let started = Instant::now();
+    let (store, replayed) = Store::open(dev, Policy::default())?;
+    let open_seconds = started.elapsed().as_secs_f64();
+    anyhow::ensure!(
+        replayed.len() as u64 == records,
+        "replayed {} of {records} records",
+        replayed.len()
+    );
+    let timing = store.open_timing();
+    let row = RecoveryRow {
+        records,
+        journal_bytes_used: store.journal_bytes_used(),
+        open_seconds,
+        replay_seconds: timing.replay_seconds,
+        bitmaps_loaded: timing.bitmaps_loaded,
+    };
+    drop(store);
+    remove(path)?;
+    Ok(row)
+}
+
+pub fn markdown(open: &OpenRow, recovery: &[RecoveryRow]) -> String {
+    let mut out = String::new();
+    out.push_str("| device | groups | mkfs s | open s | bytes read by open | bitmaps loaded | bytes per unloaded group |\n|---|---:|---:|---:|---:|---:|---:|\n");
+    out.push_str(&format!(
+        "| {:.1} TiB | {} | {:.2} | {:.4} | {} | {} | {:.1} |\n",
+        open.device_bytes as f64 / (1u64 << 40) as f64,
+        open.groups,
+        open.mkfs_seconds,
+        open.open_seconds,
+        open.bytes_read,
+        open.bitmaps_loaded,
+        open.bytes_per_unloaded_group
+    ));
+    out.push_str("\n| records to replay | journal bytes | open s | of which replay s | bitmaps loaded |\n|---:|---:|---:|---:|---:|\n");
+    for r in recovery {
+        out.push_str(&format!(
+            "| {} | {} | {:.4} | {:.4} | {} |\n",
+            r.records, r.journal_bytes_used, r.open_seconds, r.replay_seconds, r.bitmaps_loaded
+        ));
+    }
+    out
+}
