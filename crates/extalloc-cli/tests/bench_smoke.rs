@@ -390,10 +390,8 @@ fn fallocate3_runs_on_a_file_device() {
             "0.5",
             "--device",
             d,
-            // One thread: at two, a store run fails with NoSpace after a forced commit
-            // (open bug, see the closing note of issue 5).
             "--threads",
-            "1",
+            "1,2",
             "--policy",
             "extalloc,extalloc:optimize_scan=false:prefetch_groups=0",
         ],
