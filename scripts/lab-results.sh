@@ -91,3 +91,24 @@ compare() {
 compare compare-frag frag --fs ext4,xfs --policy extalloc,ext4-base,tlsf,first-fit
 compare compare-fallocate2 fallocate2 --fs ext4,xfs,btrfs --threads 1,2 --seconds 2 \
   --repeat 3 --policy extalloc,tlsf,first-fit
+# Persistence: fallocate2 on a journaled file device against the memory device (one table
+# each), fallocate3 on a 75%-full file device (indexes vs linear scan, read-ahead on/off;
+# 64 and 512 groups), and what opening a 16 TiB device and replaying journals costs.
+tmp="${TMPDIR:-/tmp}"
+run fallocate2-memory fallocate2 --threads 1,2 --policy extalloc --seconds 2 --repeat 3
+run fallocate2-device-shm fallocate2 --threads 1,2 --policy extalloc --seconds 2 --repeat 3 \
+  --device /dev/shm/extalloc-lab.img
+run fallocate2-device-disk fallocate2 --threads 1,2 --policy extalloc --seconds 2 --repeat 3 \
+  --device "$tmp/extalloc-lab.img"
+run fallocate3 fallocate3 --threads 1,2 --fill 0.75 --commit-ms 5000 --seconds 3 --repeat 3 \
+  --policy extalloc,extalloc:optimize_scan=false,extalloc:prefetch_groups=0 \
+  --device "$tmp/extalloc-lab.img"
+run fallocate3-512-groups fallocate3 --threads 1 --fill 0.75 --commit-ms 5000 --seconds 3 \
+  --repeat 3 --group-blocks 4096 --policy extalloc,extalloc:prefetch_groups=0 \
+  --device "$tmp/extalloc-lab.img"
+rm -f /dev/shm/extalloc-lab.img "$tmp/extalloc-lab.img"
+if [[ -z "$only" || "open" == *"$only"* ]]; then
+  # tmpfs: a 16 TiB sparse file (ext4 files stop just short of 16 TiB).
+  echo "== open: extalloc open-bench /dev/shm/extalloc-open.img" >&2
+  "$bin" open-bench /dev/shm/extalloc-open.img | tee lab-out/open-bench.md
+fi

@@ -153,7 +153,8 @@ pub fn run(crashes: u64, seed: u64, threads: usize) -> Result<Outcome> {
         open.extend(ops);
         let action = rng.gen_range(0..10);
         let mut crash_now = action == 9;
-        if action < 7 || action == 9 {
+        // A checkpoint needs a closed transaction: commit first.
+        if action < 7 || action == 9 || (action < 9 && !open.is_empty()) {
             let payload = format!("round {round}").into_bytes();
             let in_commit = action == 9 && rng.gen_bool(0.5);
             if in_commit {
@@ -171,11 +172,15 @@ pub fn run(crashes: u64, seed: u64, threads: usize) -> Result<Outcome> {
                 Err(_) if in_commit => crash_now = true,
                 Err(e) => bail!("commit failed without an injected fault: {e}"),
             }
-        } else if action < 9 && open.is_empty() {
+        }
+        if (7..9).contains(&action) && open.is_empty() {
             st.checkpoint()?;
             out.checkpoints += 1;
-        } else if action < 9 {
-            continue;
+            if rng.gen_bool(0.5) {
+                // Drop every clean bitmap: later rounds reload them from their home copies.
+                st.allocator().drop_idle_bitmaps(0);
+                st.allocator().drop_idle_bitmaps(0);
+            }
         }
         if !crash_now {
             continue;

@@ -255,6 +255,13 @@ impl Store {
         self.open_timing
     }
 
+    /// Flushes the device and asks the system to drop its cached copy (see
+    /// [`Device::drop_cache`]): bitmaps loaded after this read the media.
+    pub fn drop_device_cache(&self) -> Result<()> {
+        self.dev.flush()?;
+        self.dev.drop_cache()
+    }
+
     /// Journal bytes between the tail and the head: what a crash now would replay.
     pub fn journal_bytes_used(&self) -> u64 {
         let sb = self.sb.lock();
@@ -536,6 +543,9 @@ mod tests {
                     _ => {
                         if open.is_empty() {
                             s.checkpoint().unwrap();
+                            // Clean bitmaps dropped: the next uses reload them.
+                            s.allocator().drop_idle_bitmaps(0);
+                            s.allocator().drop_idle_bitmaps(0);
                         }
                     }
                 }

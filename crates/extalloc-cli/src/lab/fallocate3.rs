@@ -10,8 +10,9 @@
 //! `--fill F` first fills the device with scattered extents (1-64 blocks each, dense, then
 //! a random share `1 - F` of them freed and committed), so free space is in small holes
 //! everywhere, as on a long-used file system. With `--device PATH` the run is on a journaled
-//! file device; after the fill every bitmap is written home and dropped, so the timed phase
-//! starts with all bitmaps unloaded and lazy loading and read-ahead are on its path.
+//! file device; after the fill every bitmap is written home and dropped and the file's page
+//! cache is dropped (`posix_fadvise(DONTNEED)`), so the timed phase starts cold, with every
+//! bitmap read from the media: lazy loading and read-ahead are on its path.
 
 use super::backend::{Backend, LabPolicy};
 use super::report::Run;
@@ -68,6 +69,10 @@ pub fn prefill(alloc: &Backend, fraction: f64, seed: u64) -> Result<()> {
         let a = store.allocator();
         a.drop_idle_bitmaps(0);
         a.drop_idle_bitmaps(0);
+        // And nothing in the page cache: loads read the media, as after a reboot.
+        store
+            .drop_device_cache()
+            .context("fallocate3: dropping the device's page cache")?;
     }
     Ok(())
 }

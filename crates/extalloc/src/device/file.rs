@@ -70,4 +70,14 @@ impl Device for FileDevice {
     fn flush(&self) -> Result<()> {
         self.file.sync_data().map_err(|e| io("flush", 0, e))
     }
+
+    fn drop_cache(&self) -> Result<()> {
+        rustix::fs::fadvise(&self.file, 0, None, rustix::fs::Advice::DontNeed).map_err(|e| {
+            io(
+                "posix_fadvise(DONTNEED)",
+                0,
+                std::io::Error::from_raw_os_error(e.raw_os_error()),
+            )
+        })
+    }
 }

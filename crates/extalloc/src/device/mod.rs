@@ -33,6 +33,12 @@ pub trait Device: Send + Sync {
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()>;
     /// Makes every completed write durable.
     fn flush(&self) -> Result<()>;
+    /// Asks the system to forget its cached copy of the device (after a `flush`), so later
+    /// reads go to the media: a cold start for benchmarks. Does nothing where there is no
+    /// such cache.
+    fn drop_cache(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Checks `offset .. offset + len` against a device of `size` bytes.
