@@ -33,6 +33,74 @@ use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+/// The transaction boundary: callers take their shard's lock for reading (no shared write
+/// between threads of different shards); a commit takes every shard's for writing, in order.
+struct Boundary {
+    shards: Box<[crossbeam_utils::CachePadded<RwLock<()>>]>,
+}
+
+impl Boundary {
+    fn new() -> Self {
+        Boundary {
+            shards: (0..crate::alloc::SHARDS)
+                .map(|_| crossbeam_utils::CachePadded::new(RwLock::new(())))
+                .collect(),
+        }
+    }
+
+    fn read(&self, shard: usize) -> parking_lot::RwLockReadGuard<'_, ()> {
+        self.shards[shard % self.shards.len()].read()
+    }
+
+    fn write(&self) -> Vec<parking_lot::RwLockWriteGuard<'_, ()>> {
+        self.shards.iter().map(|s| s.write()).collect()
+    }
+}
+
+/// The open transaction's ops, one list per stats shard.
+///
+/// A record lists its allocations before its frees. That is a valid order for replay: a
+/// block freed in a transaction stays pending (unusable) until the transaction commits, so
+/// within one transaction no allocation can follow a free of the same block, while a free
+/// may follow an allocation of it (by another thread, in another shard).
+struct OpShards {
+    shards: Box<[crossbeam_utils::CachePadded<Mutex<Vec<Op>>>]>,
+}
+
+impl OpShards {
+    fn new() -> Self {
+        OpShards {
+            shards: (0..crate::alloc::SHARDS)
+                .map(|_| crossbeam_utils::CachePadded::new(Mutex::new(Vec::new())))
+                .collect(),
+        }
+    }
+
+    fn push(&self, shard: usize, op: Op) {
+        self.shards[shard % self.shards.len()].lock().push(op);
+    }
+
+    /// Every op, allocations first (under the closed boundary: nobody pushes meanwhile).
+    fn take(&self) -> Vec<Op> {
+        let mut ops: Vec<Op> = Vec::new();
+        for s in self.shards.iter() {
+            ops.append(&mut s.lock());
+        }
+        // Stable: each kind keeps its order within a shard.
+        ops.sort_by_key(|op| matches!(op, Op::Free(_)));
+        ops
+    }
+
+    /// Returns ops of a failed append to the open transaction.
+    fn put_back(&self, ops: Vec<Op>) {
+        self.shards[0].lock().splice(0..0, ops);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.shards.iter().all(|s| s.lock().is_empty())
+    }
+}
+
 /// Most forced commits one allocation makes before it reports `NoSpace`.
 const FORCED_COMMITS_PER_ALLOCATION: usize = 64;
 
@@ -41,8 +109,10 @@ pub struct Store {
     sb: Mutex<Superblock>,
     alloc: Allocator,
     journal: Journal,
-    ops: Mutex<Vec<Op>>,
-    boundary: RwLock<()>,
+    /// The open transaction's changes, sharded by the caller's stats shard so concurrent
+    /// callers do not share one lock (see [`OpShards`]).
+    ops: OpShards,
+    boundary: Boundary,
     commit_lock: Mutex<()>,
     /// How long `open` took, and how much of it was the journal replay.
     open_timing: OpenTiming,
@@ -234,8 +304,8 @@ impl Store {
                 sb: Mutex::new(sb),
                 alloc,
                 journal,
-                ops: Mutex::new(Vec::new()),
-                boundary: RwLock::new(()),
+                ops: OpShards::new(),
+                boundary: Boundary::new(),
                 commit_lock: Mutex::new(()),
                 open_timing,
                 forced_commits: std::sync::atomic::AtomicBool::new(false),
@@ -309,16 +379,18 @@ impl Store {
     }
 
     fn allocate_once(&self, req: &AllocRequest) -> Result<Extent> {
-        let _open = self.boundary.read();
+        let _open = self.boundary.read(self.alloc.stats_handle().shard_index());
         let e = self.alloc.allocate(req)?;
-        self.ops.lock().push(Op::Allocate(e));
+        self.ops
+            .push(self.alloc.stats_handle().shard_index(), Op::Allocate(e));
         Ok(e)
     }
 
     pub fn free(&self, extent: Extent) -> Result<()> {
-        let _open = self.boundary.read();
+        let _open = self.boundary.read(self.alloc.stats_handle().shard_index());
         self.alloc.free(extent)?;
-        self.ops.lock().push(Op::Free(extent));
+        self.ops
+            .push(self.alloc.stats_handle().shard_index(), Op::Free(extent));
         Ok(())
     }
 
@@ -328,7 +400,7 @@ impl Store {
         let (seq, sealed) = {
             let _serial = self.commit_lock.lock();
             let _closed = self.boundary.write();
-            let ops = std::mem::take(&mut *self.ops.lock());
+            let ops = self.ops.take();
             let sealed = self.alloc.seal();
             let seq = match self.journal.append(&ops, payload) {
                 Ok(seq) => seq,
@@ -340,7 +412,7 @@ impl Store {
                 }
                 Err(e) => {
                     // Nothing was written: the changes stay in the open transaction.
-                    self.ops.lock().splice(0..0, ops);
+                    self.ops.put_back(ops);
                     return Err(e);
                 }
             };
@@ -356,7 +428,7 @@ impl Store {
         let _serial = self.commit_lock.lock();
         let _closed = self.boundary.write();
         // Changes of the open transaction would be lost if written home without a record.
-        if !self.ops.lock().is_empty() {
+        if !self.ops.is_empty() {
             return Err(Error::InvalidRequest(
                 "checkpoint with an open transaction: commit first".into(),
             ));
@@ -783,6 +855,31 @@ mod forced_commit_tests {
             }
         });
         store.commit(b"end").unwrap();
+        store.allocator().check().unwrap();
+    }
+
+    /// One thread allocates, another frees the same extent, in one transaction: the record
+    /// lists allocations first, so the replay applies them in an order that works.
+    #[test]
+    fn an_extent_allocated_and_freed_in_one_transaction_replays() {
+        let geometry = Geometry::new(4096, 1024, 8192).unwrap();
+        let dev: Arc<dyn Device> = Arc::new(MemDevice::new(8192 * 4096));
+        let store = Store::create(dev.clone(), &geometry, 64, Policy::default()).unwrap();
+        let before = store.allocator().free_blocks();
+        let e = std::thread::scope(|s| {
+            s.spawn(|| store.allocate(&AllocRequest::new(1, 10)).unwrap())
+                .join()
+                .unwrap()
+        });
+        let kept = store.allocate(&AllocRequest::new(2, 5)).unwrap();
+        std::thread::scope(|s| {
+            s.spawn(|| store.free(e).unwrap());
+        });
+        store.commit(b"one").unwrap();
+        drop(store);
+        let (store, records) = Store::open(dev, Policy::default()).unwrap();
+        assert_eq!(records.len(), 1);
+        assert_eq!(store.allocator().free_blocks(), before - kept.len);
         store.allocator().check().unwrap();
     }
 
