@@ -416,13 +416,28 @@ impl Allocator {
         self.lazy.as_ref().is_none_or(|l| l.state(g) == LOADED)
     }
 
-    /// Bytes an unloaded group costs: its [`Group`], its load-state byte, and its bits in the
-    /// two order indexes, the per-tag sets, the dirty sets and the corrupt set.
+    /// Bytes an unloaded group costs, measured from the structures: its [`Group`], its
+    /// load-state byte, and its share of the order indexes, the per-tag sets, the dirty sets
+    /// and the corrupt set.
     pub fn memory_per_unloaded_group(&self) -> f64 {
-        let orders = f64::from(self.geometry.group_blocks.trailing_zeros() + 1);
-        let index_bits = 2.0 * orders * (64.0 / 63.0);
-        let set_bits = (self.by_tag.len() + 3) as f64 * (64.0 / 63.0);
-        std::mem::size_of::<Group>() as f64 + 1.0 + (index_bits + set_bits) / 8.0
+        let n = self.groups.len() as u64;
+        let sets: u64 = [&self.by_largest, &self.by_avg, &self.by_free]
+            .iter()
+            .map(|i| i.memory_bytes())
+            .sum::<u64>()
+            + self
+                .by_tag
+                .iter()
+                .map(AtomicBitset::memory_bytes)
+                .sum::<u64>()
+            + self.dirty.memory_bytes()
+            + self.corrupt.memory_bytes()
+            + self
+                .home_dirty
+                .as_ref()
+                .map_or(0, AtomicBitset::memory_bytes);
+        let state = if self.lazy.is_some() { n } else { 0 };
+        (std::mem::size_of::<Group>() as u64 * n + state + sets) as f64 / n as f64
     }
 
     /// Groups changed since their home copy was written (empty in memory).

@@ -55,6 +55,11 @@ impl AtomicBitset {
         self.bits
     }
 
+    /// Bytes the set's words take (every level).
+    pub fn memory_bytes(&self) -> u64 {
+        self.levels.iter().map(|l| 8 * l.len() as u64).sum()
+    }
+
     pub fn contains(&self, i: u64) -> bool {
         assert!(i < self.bits);
         self.levels[0][(i / 64) as usize].load(SeqCst) & (1 << (i % 64)) != 0
@@ -363,6 +368,18 @@ impl OrderIndex {
         sets.get(order as usize)?
             .next_set(from)
             .filter(|&g| g < limit)
+    }
+
+    /// Bytes the index takes besides its struct (sets, or lists and per-group links).
+    pub fn memory_bytes(&self) -> u64 {
+        match &self.sets {
+            OrderSets::Ordered(v) => v.iter().map(AtomicBitset::memory_bytes).sum(),
+            OrderSets::List(l) => {
+                (l.lists.len() * std::mem::size_of::<RwLock<GroupList>>()
+                    + l.links.len() * std::mem::size_of::<parking_lot::Mutex<Link>>())
+                    as u64
+            }
+        }
     }
 
     /// Number of orders the index has sets for.
