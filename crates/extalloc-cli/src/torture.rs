@@ -1,8 +1,9 @@
 //! `extalloc torture`: random transactions on a fault-injecting device against a reference
 //! model, with crashes; after each crash the device is reopened and checked.
 //!
-//! Each round: `--threads` threads allocate and free at random at once (each frees only
-//! what the model says is committed and not yet freed by anyone this round), then the
+//! Each round: `--threads` threads allocate and free at random at once (each frees what the
+//! model says is committed and not yet freed by anyone this round, or what it allocated
+//! itself in the open transaction), then the
 //! round commits with a payload naming it, or checkpoints, or crashes. A crash either
 //! happens between operations or inside a commit (after 0 to 40 writes and flushes every
 //! write fails, then power is lost with a random part of the unflushed writes kept, one of
@@ -107,11 +108,25 @@ pub fn run(crashes: u64, seed: u64, threads: usize) -> Result<Outcome> {
                     s.spawn(move || {
                         let mut mine = Vec::new();
                         for _ in 0..r.gen_range(1..12) {
+                            let fresh: Vec<usize> = (0..mine.len())
+                                .filter(|&i| {
+                                    let (allocated, e): (bool, Extent) = mine[i];
+                                    allocated && !mine.contains(&(false, e))
+                                })
+                                .collect();
                             if r.gen_bool(0.6) {
                                 let len = r.gen_range(1..16);
                                 if let Ok(e) = store.allocate(&AllocRequest::new(t as u64, len)) {
                                     mine.push((true, e));
                                 }
+                            } else if !fresh.is_empty() && r.gen_bool(0.3) {
+                                // Free what this transaction allocated: its record then
+                                // holds both, which replay and checkpoints must order right.
+                                let (_, e) = mine[fresh[r.gen_range(0..fresh.len())]];
+                                store
+                                    .free(e)
+                                    .expect("a block allocated in this transaction frees");
+                                mine.push((false, e));
                             } else {
                                 let b = {
                                     let mut p = pool.lock();

@@ -417,15 +417,20 @@ pub fn write_group(
     descs: &mut [u8],
     first: u64,
 ) -> Result<()> {
-    let bs = u64::from(sb.block_size);
-    dev.write_at(
-        bitmap,
-        (sb.bitmap_start + g * u64::from(sb.bitmap_blocks)) * bs,
-    )?;
+    write_bitmap(dev, sb, g, bitmap)?;
     let desc = GroupDesc::for_bitmap(sb, g, bitmap, class_tag);
     let at = ((g - first) * DESC_BYTES as u64) as usize;
     descs[at..at + DESC_BYTES].copy_from_slice(&desc.encode(g));
     Ok(())
+}
+
+/// Writes group `g`'s bitmap home (its descriptor is the caller's).
+pub fn write_bitmap(dev: &dyn Device, sb: &Superblock, g: u64, bitmap: &[u8]) -> Result<()> {
+    let bs = u64::from(sb.block_size);
+    dev.write_at(
+        bitmap,
+        (sb.bitmap_start + g * u64::from(sb.bitmap_blocks)) * bs,
+    )
 }
 
 /// Reads every descriptor (one read of the table). A descriptor that fails its checks is

@@ -140,6 +140,19 @@ struct HomeBitmaps {
 
 impl BitmapSource for HomeBitmaps {
     fn read_bitmap(&self, g: u64) -> Result<Vec<u8>> {
+        let mut bitmap = self.read_home(g)?;
+        if self.repairing {
+            // Taken as found: metadata stays used whatever the area held.
+            for (b, init) in bitmap.iter_mut().zip(format::initial_bitmap(&self.sb, g)) {
+                *b |= init;
+            }
+        }
+        Ok(bitmap)
+    }
+}
+
+impl HomeBitmaps {
+    fn read_home(&self, g: u64) -> Result<Vec<u8>> {
         let bs = u64::from(self.sb.block_size);
         let mut d = [0u8; DESC_BYTES];
         self.dev
@@ -407,8 +420,17 @@ impl Store {
                 Err(Error::JournalFull { .. }) => {
                     // Home state without this transaction (its record follows), and only
                     // the earlier transactions' frees released.
-                    self.checkpoint_locked(&ops, sealed.saturating_sub(1))?;
-                    self.journal.append(&ops, payload)?
+                    let appended = self
+                        .checkpoint_locked(&ops, sealed.saturating_sub(1))
+                        .and_then(|()| self.journal.append(&ops, payload));
+                    match appended {
+                        Ok(seq) => seq,
+                        Err(e) => {
+                            // Not recorded: the changes stay in the open transaction.
+                            self.ops.put_back(ops);
+                            return Err(e);
+                        }
+                    }
                 }
                 Err(e) => {
                     // Nothing was written: the changes stay in the open transaction.
@@ -437,6 +459,70 @@ impl Store {
         self.checkpoint_locked(&[], sealed)
     }
 
+    /// Writes the `dirty` groups home (bitmaps first, flushed, then their descriptor
+    /// blocks: a descriptor never points at a bitmap that is not on the media, which matters
+    /// for a group leaving `BITMAP_UNINIT`, whose bitmap area held nothing). Groups an
+    /// unrecorded transaction's allocations (`exclude`) touched are returned: their home
+    /// copy differs from memory until the next checkpoint.
+    fn write_groups_home(
+        &self,
+        sb: &Superblock,
+        dirty: &[u64],
+        exclude: &[Op],
+    ) -> Result<BTreeSet<u64>> {
+        let bs = u64::from(sb.block_size);
+        let bitmap_bytes = (u64::from(sb.bitmap_blocks) * bs) as usize;
+        let mut redo: BTreeSet<u64> = BTreeSet::new();
+        let mut descs: Vec<(u64, GroupDesc)> = Vec::with_capacity(dirty.len());
+        for &g in dirty {
+            // Clean first: a change made while the group is written (a concurrent release)
+            // marks it dirty again. A failure marks every group dirty again (the caller).
+            self.alloc.mark_home_clean(g);
+            let mut bitmap = self.alloc.group_bitmap_bytes(g, bitmap_bytes)?;
+            let (gstart, gend) = (g * sb.group_blocks, (g + 1) * sb.group_blocks);
+            for op in exclude {
+                // The unrecorded transaction's allocations are not home yet. Its frees are
+                // still pending, so memory already has those blocks used, as home must
+                // (undoing a free of a block the same transaction allocated would mark it
+                // used at home with no record allocating it).
+                let Op::Allocate(e) = *op else { continue };
+                if e.start >= gend || e.end() <= gstart {
+                    continue;
+                }
+                redo.insert(g);
+                for b in e.start.max(gstart)..e.end().min(gend) {
+                    let i = b - gstart;
+                    bitmap[(i / 8) as usize] &= !(1 << (i % 8));
+                }
+            }
+            // Metadata, the backup superblock and the padding past a short last group stay
+            // marked whatever the bitmap says.
+            for (b, init) in bitmap.iter_mut().zip(format::initial_bitmap(sb, g)) {
+                *b |= init;
+            }
+            format::write_bitmap(self.dev.as_ref(), sb, g, &bitmap)?;
+            let tag = self.alloc.group_class_tag(g);
+            descs.push((g, GroupDesc::for_bitmap(sb, g, &bitmap, tag)));
+        }
+        self.dev.flush()?;
+        let per_block = bs / DESC_BYTES as u64;
+        let mut i = 0;
+        while i < descs.len() {
+            let block = descs[i].0 / per_block;
+            let at = sb.desc_start * bs + block * bs;
+            let mut table = vec![0u8; bs as usize];
+            self.dev.read_at(&mut table, at)?;
+            while i < descs.len() && descs[i].0 / per_block == block {
+                let (g, desc) = descs[i];
+                let off = ((g - block * per_block) * DESC_BYTES as u64) as usize;
+                table[off..off + DESC_BYTES].copy_from_slice(&desc.encode(g));
+                i += 1;
+            }
+            self.dev.write_at(&table, at)?;
+        }
+        Ok(redo)
+    }
+
     /// Under `commit_lock` and the closed boundary. Writes home the state of every
     /// appended record: the allocator's, minus `exclude` (a transaction whose record is not
     /// appended yet), with the frees of transactions up to `release_upto` released.
@@ -449,13 +535,11 @@ impl Store {
         }
         self.alloc.release(release_upto);
         let mut sb = self.sb.lock();
-        let bs = u64::from(sb.block_size);
         // Say a checkpoint is under way before touching any group (see docs/format.md).
         sb.state |= format::STATE_CHECKPOINTING;
         sb.generation += 1;
         format::write_superblock(self.dev.as_ref(), &sb)?;
         self.dev.flush()?;
-        let bitmap_bytes = (u64::from(sb.bitmap_blocks) * bs) as usize;
         // Only the groups changed since the last checkpoint, and only the descriptor blocks
         // that describe them.
         let dirty: Vec<u64> = self
@@ -464,57 +548,20 @@ impl Store {
             .into_iter()
             .filter(|&g| !self.alloc.is_corrupt(g))
             .collect();
-        let per_block = bs / DESC_BYTES as u64;
-        let mut redo: BTreeSet<u64> = BTreeSet::new();
-        let mut i = 0;
-        while i < dirty.len() {
-            let block = dirty[i] / per_block;
-            let first = block * per_block;
-            let mut descs = vec![0u8; bs as usize];
-            let at = sb.desc_start * bs + block * bs;
-            self.dev.read_at(&mut descs, at)?;
-            while i < dirty.len() && dirty[i] / per_block == block {
-                let g = dirty[i];
-                i += 1;
-                // Clean first: a change made while the group is written (a concurrent
-                // release) marks it dirty again.
-                self.alloc.mark_home_clean(g);
-                let mut bitmap = self.alloc.group_bitmap_bytes(g, bitmap_bytes)?;
-                let (gstart, gend) = (g * sb.group_blocks, (g + 1) * sb.group_blocks);
-                for op in exclude {
-                    // Undo what the unrecorded transaction did: its allocations are not home
-                    // yet, its frees (still pending, so marked used) stay used.
-                    let (e, used) = match *op {
-                        Op::Allocate(e) => (e, false),
-                        Op::Free(e) => (e, true),
-                    };
-                    if e.start >= gend || e.end() <= gstart {
-                        continue;
-                    }
-                    // Home differs from memory until the record is appended and the next
-                    // checkpoint writes the group again.
-                    redo.insert(g);
-                    for b in e.start.max(gstart)..e.end().min(gend) {
-                        let i = b - gstart;
-                        if used {
-                            bitmap[(i / 8) as usize] |= 1 << (i % 8);
-                        } else {
-                            bitmap[(i / 8) as usize] &= !(1 << (i % 8));
-                        }
-                    }
+        match self.write_groups_home(&sb, &dirty, exclude) {
+            Ok(redo) => {
+                for g in redo {
+                    self.alloc.mark_home_dirty(g);
                 }
-                // Padding past a short last group stays marked.
-                let len = (sb.blocks_count - gstart).min(sb.group_blocks);
-                for i in len..bitmap_bytes as u64 * 8 {
-                    bitmap[(i / 8) as usize] |= 1 << (i % 8);
-                }
-                let tag = self.alloc.group_class_tag(g);
-                format::write_group(self.dev.as_ref(), &sb, g, &bitmap, tag, &mut descs, first)?;
             }
-            self.dev.write_at(&descs, at)?;
-        }
-        for g in redo {
-            self.alloc.mark_home_dirty(g);
+            Err(e) => {
+                // Nothing may count as home that did not get there: the next checkpoint
+                // writes every one of them again.
+                for &g in &dirty {
+                    self.alloc.mark_home_dirty(g);
+                }
+                return Err(e);
+            }
         }
         self.dev.flush()?;
         sb.journal_tail = head;
@@ -710,6 +757,12 @@ mod tests {
         dev.write_at(&[0x5a], at).unwrap();
         let (s, _) = Store::open(dev.clone(), Policy::default()).unwrap();
         assert!(s.corrupt_groups().is_empty(), "open reads no bitmap");
+        // A free as the group's first use loads it, finds it corrupt and is refused.
+        assert!(matches!(
+            s.free(Extent::new(5 * 1024 + 100, 50)),
+            Err(Error::Corrupt { .. })
+        ));
+        assert_eq!(s.corrupt_groups(), &[5]);
         // Measuring the free space loads every group: the damage is found.
         s.allocator().free_space();
         assert_eq!(s.corrupt_groups(), &[5]);
@@ -811,6 +864,90 @@ mod tests {
         s.allocator().free_space();
         s.allocator().check().unwrap();
         assert!(crate::fsck::check(s.dev.as_ref()).unwrap().clean());
+    }
+
+    /// An extent allocated and freed in the same transaction, whose commit finds the
+    /// journal full: the checkpoint must not write it home as used (no record allocates it
+    /// before the one that frees it), or the next open fails replaying the allocation.
+    #[test]
+    fn allocated_and_freed_in_one_full_journal_commit_reopens() {
+        let dev: Arc<dyn Device> = Arc::new(MemDevice::new(8192 * 4096));
+        let store = Store::create(dev.clone(), &geometry(), 2, Policy::default()).unwrap();
+        let before = store.allocator().free_blocks();
+        for i in 0..300u64 {
+            let e = store.allocate(&AllocRequest::new(i, 3)).unwrap();
+            store.free(e).unwrap();
+            store.commit(&[7; 300]).unwrap();
+        }
+        drop(store);
+        let (s, _) = Store::open(dev, Policy::default()).unwrap();
+        s.allocator().check().unwrap();
+        assert_eq!(s.allocator().free_blocks(), before);
+    }
+
+    /// A checkpoint that fails part-way (an I/O error after 0-20 writes) must leave every
+    /// group it did not finish marked as changed: the next checkpoint writes them, and a
+    /// committed allocation survives dropping bitmaps and reopening.
+    #[test]
+    fn a_failed_checkpoint_loses_no_change() {
+        for n in 0..20u64 {
+            let dev = Arc::new(FaultDevice::new(MemDevice::new(8192 * 4096), n));
+            let s = Store::create(dev.clone(), &geometry(), 8, Policy::default()).unwrap();
+            let e = s.allocate(&AllocRequest::new(1, 40)).unwrap();
+            s.commit(b"a").unwrap();
+            dev.fail_after(n);
+            let failed = s.checkpoint().is_err();
+            dev.fail_writes(false);
+            s.checkpoint().unwrap();
+            s.allocator().drop_idle_bitmaps(0);
+            s.allocator().drop_idle_bitmaps(0);
+            for b in e.start..e.end() {
+                assert!(
+                    !s.allocator().is_free(b).unwrap(),
+                    "n {n} ({failed}): block {b}"
+                );
+            }
+            drop(s);
+            dev.crash(Crash::DropAll).unwrap();
+            let (r, _) = Store::open(dev, Policy::default()).unwrap();
+            r.allocator().check().unwrap();
+            for b in e.start..e.end() {
+                assert!(
+                    !r.allocator().is_free(b).unwrap(),
+                    "n {n}: block {b} after reopen"
+                );
+            }
+        }
+    }
+
+    /// A crash inside the first checkpoint that writes a group home (it leaves
+    /// `BITMAP_UNINIT`): whatever part of the writes survives, metadata stays used and the
+    /// committed allocation survives.
+    #[test]
+    fn a_crash_in_a_groups_first_checkpoint_keeps_metadata_used() {
+        for seed in 0..120u64 {
+            let dev = Arc::new(FaultDevice::new(MemDevice::new(8192 * 4096), seed));
+            let s = Store::create(dev.clone(), &geometry(), 8, Policy::default()).unwrap();
+            let sb = format::read_superblock(dev.as_ref()).unwrap();
+            let e = s.allocate(&AllocRequest::new(1, 7).goal(200)).unwrap();
+            s.commit(b"a").unwrap();
+            dev.fail_after(seed % 12);
+            let _ = s.checkpoint();
+            drop(s);
+            dev.crash(Crash::Random {
+                keep: 0.5,
+                tear: seed % 2 == 0,
+            })
+            .unwrap();
+            let (r, _) = Store::open(dev, Policy::default()).unwrap();
+            r.allocator().check().unwrap();
+            for b in (0..sb.metadata_end()).chain([sb.backup_block()]) {
+                assert!(!r.allocator().is_free(b).unwrap(), "seed {seed}: block {b}");
+            }
+            for b in e.start..e.end() {
+                assert!(!r.allocator().is_free(b).unwrap(), "seed {seed}: block {b}");
+            }
+        }
     }
 
     #[test]

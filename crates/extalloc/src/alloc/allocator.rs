@@ -406,6 +406,18 @@ impl Allocator {
         gb / 8 + gb / 8 + std::mem::size_of::<GroupState>() as u64
     }
 
+    /// `Corrupt` if group `g` is held corrupt (its blocks cannot be freed). Call with the
+    /// group locked (and so loaded): loading is what finds a bitmap corrupt.
+    pub(super) fn refuse_corrupt(&self, g: u64) -> Result<()> {
+        if self.corrupt.contains(g) {
+            return Err(Error::Corrupt {
+                what: format!("group {g}"),
+                detail: "held used since it failed its checks; its blocks cannot be freed".into(),
+            });
+        }
+        Ok(())
+    }
+
     /// True if group `g` is held corrupt.
     pub fn is_corrupt(&self, g: u64) -> bool {
         self.corrupt.contains(g)
@@ -486,6 +498,13 @@ impl Allocator {
                 let Some(mut slot) = group.try_lock() else {
                     continue;
                 };
+                // Again under the lock: a change between the first look and the lock made
+                // the group dirty.
+                if self.corrupt.contains(g)
+                    || self.home_dirty.as_ref().is_some_and(|d| d.contains(g))
+                {
+                    continue;
+                }
                 let idle = slot.as_ref().is_some_and(|s| s.pending.is_empty());
                 if idle && lazy.try_drop(g) {
                     *slot = None;
@@ -1215,6 +1234,7 @@ impl Allocator {
         let shard = self.stats.shard();
         for (g, off, len) in self.geometry.split(extent) {
             let mut state = self.lock_group(g, shard)?;
+            self.refuse_corrupt(g)?;
             let start = self.geometry.group_start(g) + u64::from(off);
             if state.pending_overlaps(off, len) {
                 return Err(Error::DoubleFree {

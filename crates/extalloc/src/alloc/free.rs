@@ -30,20 +30,13 @@ impl Allocator {
         let shard = self.stats.shard();
         let pieces: Vec<(u64, u32, u32)> = self.geometry.split(extent).collect();
         // Lock every group involved, in ascending order, then validate all before changing any.
-        for &(g, _, _) in &pieces {
-            if self.is_corrupt(g) {
-                return Err(Error::Corrupt {
-                    what: format!("group {g}"),
-                    detail: "held used since it failed its checks; its blocks cannot be freed"
-                        .into(),
-                });
-            }
-        }
         let mut guards: Vec<StateGuard<'_>> = pieces
             .iter()
             .map(|&(g, _, _)| self.lock_group(g, shard))
             .collect::<Result<_>>()?;
         for (&(g, off, len), state) in pieces.iter().zip(&guards) {
+            // After the lock: loading the bitmap is what finds a group corrupt.
+            self.refuse_corrupt(g)?;
             let start = self.geometry.group_start(g) + u64::from(off);
             if state.pending_overlaps(off, len) {
                 return Err(Error::DoubleFree {

@@ -73,9 +73,14 @@ impl<D: Device> FaultDevice<D> {
         }
     }
 
-    /// From now on every write (and flush) fails with an I/O error, or works again.
+    /// From now on every write (and flush) fails with an I/O error, or works again (which
+    /// also cancels a pending `fail_after`).
     pub fn fail_writes(&self, failing: bool) {
-        self.state.lock().failing = failing;
+        let mut st = self.state.lock();
+        st.failing = failing;
+        if !failing {
+            st.fail_after = None;
+        }
     }
 
     /// Lets `n` more writes or flushes through, then fails every one (a crash in the middle
