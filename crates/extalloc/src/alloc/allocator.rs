@@ -147,6 +147,9 @@ pub struct Allocator {
     pub(super) prealloc: PreallocRegistry,
     /// Commits belong to the caller (a journal): never commit on our own when out of space.
     commits_external: std::sync::atomic::AtomicBool,
+    /// Bumped by every release that returned blocks: an allocation that found nothing while
+    /// it changed tries again.
+    pub(super) releases: CachePadded<AtomicU64>,
     /// Bitmaps loaded on first use (an allocator opened over a device); `None` in memory.
     lazy: Option<Lazy>,
     /// Groups changed since their home copy was written (an allocator opened over a device).
@@ -297,6 +300,7 @@ impl Allocator {
                 / u64::from(geometry.block_size),
             prealloc: PreallocRegistry::new(),
             commits_external: std::sync::atomic::AtomicBool::new(false),
+            releases: CachePadded::new(AtomicU64::new(0)),
             home_dirty: lazy.as_ref().map(|_| AtomicBitset::new(groups_count)),
             lazy,
             corrupt: AtomicBitset::new(groups_count),
@@ -572,9 +576,17 @@ impl Allocator {
 
     fn allocate_validated(&self, req: &AllocRequest, shard: &Shard) -> Result<Extent> {
         let (mut committed, mut discarded) = (false, false);
+        let mut raced = 0;
         loop {
+            let releases = self.releases.load(Relaxed);
             if let Some(extent) = self.try_allocate(req, shard) {
                 return Ok(extent);
+            }
+            if self.releases.load(Relaxed) != releases && raced < 8 {
+                // A commit returned space while the passes ran: groups that became free
+                // behind a walk (or moved to an order it had already passed) were missed.
+                raced += 1;
+                continue;
             }
             if !committed && !self.commits_external.load(Relaxed) && self.pending_free_blocks() > 0
             {
@@ -1251,6 +1263,7 @@ impl Allocator {
             state.bitmap.mark_free(off, len);
             self.publish(g, &state, shard);
         }
+        self.releases.fetch_add(1, Relaxed);
         Ok(())
     }
 

@@ -225,6 +225,7 @@ impl Allocator {
             }
         }
         if released > 0 {
+            self.releases.fetch_add(1, Relaxed);
             if self.policy.atomic_pending {
                 self.pending_blocks.fetch_sub(released, Relaxed);
             } else {
