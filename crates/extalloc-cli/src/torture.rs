@@ -188,7 +188,11 @@ pub fn run(crashes: u64, seed: u64, threads: usize) -> Result<Outcome> {
                 Err(e) => bail!("commit failed without an injected fault: {e}"),
             }
         }
-        if (7..9).contains(&action) && open.is_empty() {
+        // Even seeds checkpoint explicitly ten times less often: there the checkpoints
+        // full journals force inside commits do most of the work, and a reopen often
+        // replays records written after one.
+        let checkpoint = (7..9).contains(&action) && (seed % 2 == 1 || rng.gen_bool(0.1));
+        if checkpoint && open.is_empty() {
             st.checkpoint()?;
             out.checkpoints += 1;
             if rng.gen_bool(0.5) {
