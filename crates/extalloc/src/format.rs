@@ -407,8 +407,10 @@ pub fn initial_bitmap(sb: &Superblock, g: u64) -> Vec<u8> {
 
 /// Writes group `g`'s bitmap home and encodes its descriptor (with `class_tag`) into
 /// `descs`, a slice of the descriptor table starting at group `first`, which the caller
-/// writes.
-pub fn write_group(
+/// writes. Tests use it to put a group home by hand; a checkpoint flushes bitmaps before it
+/// writes descriptors, so it uses [`write_bitmap`] and [`GroupDesc::for_bitmap`] itself.
+#[cfg(test)]
+pub(crate) fn write_group(
     dev: &dyn Device,
     sb: &Superblock,
     g: u64,

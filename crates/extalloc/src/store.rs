@@ -392,18 +392,18 @@ impl Store {
     }
 
     fn allocate_once(&self, req: &AllocRequest) -> Result<Extent> {
-        let _open = self.boundary.read(self.alloc.stats_handle().shard_index());
+        let shard = self.alloc.stats_handle().shard_index();
+        let _open = self.boundary.read(shard);
         let e = self.alloc.allocate(req)?;
-        self.ops
-            .push(self.alloc.stats_handle().shard_index(), Op::Allocate(e));
+        self.ops.push(shard, Op::Allocate(e));
         Ok(e)
     }
 
     pub fn free(&self, extent: Extent) -> Result<()> {
-        let _open = self.boundary.read(self.alloc.stats_handle().shard_index());
+        let shard = self.alloc.stats_handle().shard_index();
+        let _open = self.boundary.read(shard);
         self.alloc.free(extent)?;
-        self.ops
-            .push(self.alloc.stats_handle().shard_index(), Op::Free(extent));
+        self.ops.push(shard, Op::Free(extent));
         Ok(())
     }
 

@@ -20,7 +20,8 @@ pub const FILE_BYTES: u64 = 1 << 20;
 const OPS_PER_CLOCK_CHECK: u64 = 61;
 
 /// Appends `blocks` blocks at `logical` to a file whose extents are `extents` (goal = the
-/// block after its last extent), merging contiguous results. Returns the new logical end.
+/// block after its last extent; at most a group per request), merging contiguous results.
+/// Returns the new logical end. fallocate3's fallocate is one call of it.
 pub fn append(
     alloc: &Backend,
     file: u64,
@@ -29,9 +30,10 @@ pub fn append(
     extents: &mut Vec<Extent>,
 ) -> Result<u64> {
     let blocks_count = alloc.geometry().blocks_count;
+    let group_blocks = alloc.geometry().group_blocks;
     let mut need = blocks;
     while need > 0 {
-        let mut request = AllocRequest::new(file, need).logical(logical);
+        let mut request = AllocRequest::new(file, need.min(group_blocks)).logical(logical);
         if let Some(last) = extents.last().filter(|e| e.end() < blocks_count) {
             request = request.goal(last.end());
         }

@@ -77,30 +77,6 @@ pub fn prefill(alloc: &Backend, fraction: f64, seed: u64) -> Result<()> {
     Ok(())
 }
 
-/// Allocates `blocks` for `file` as a keep-size fallocate: as many extents as it takes,
-/// each goal the block after the previous one.
-fn fallocate(alloc: &Backend, file: u64, blocks: u64, extents: &mut Vec<Extent>) -> Result<()> {
-    let blocks_count = alloc.geometry().blocks_count;
-    let group_blocks = alloc.geometry().group_blocks;
-    let mut logical = 0u64;
-    while logical < blocks {
-        let want = (blocks - logical).min(group_blocks);
-        let mut request = AllocRequest::new(file, want).logical(logical);
-        if let Some(last) = extents.last().filter(|e| e.end() < blocks_count) {
-            request = request.goal(last.end());
-        }
-        let got = alloc
-            .allocate(&request)
-            .with_context(|| format!("fallocate3: file {file} at block {logical}"))?;
-        match extents.last_mut() {
-            Some(last) if last.end() == got.start => last.len += got.len,
-            _ => extents.push(got),
-        }
-        logical += got.len;
-    }
-    Ok(())
-}
-
 fn worker(alloc: &Backend, file: u64, stop: &AtomicBool) -> Result<ThreadOutput> {
     let block_size = u64::from(alloc.geometry().block_size);
     let blocks = (FILE_BLOCKS_4K * 4096).div_ceil(block_size);
@@ -111,7 +87,9 @@ fn worker(alloc: &Backend, file: u64, stop: &AtomicBool) -> Result<ThreadOutput>
         for e in extents.drain(..) {
             alloc.free(e)?;
         }
-        fallocate(alloc, file, blocks, &mut extents)?;
+        // A keep-size fallocate: the whole file from logical block 0.
+        super::fallocate2::append(alloc, file, 0, blocks, &mut extents)
+            .with_context(|| format!("fallocate3: file {file}"))?;
         ops += 1;
     }
     Ok(ThreadOutput {

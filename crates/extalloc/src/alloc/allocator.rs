@@ -410,13 +410,33 @@ impl Allocator {
         gb / 8 + gb / 8 + std::mem::size_of::<GroupState>() as u64
     }
 
-    /// `Corrupt` if group `g` is held corrupt (its blocks cannot be freed). Call with the
-    /// group locked (and so loaded): loading is what finds a bitmap corrupt.
-    pub(super) fn refuse_corrupt(&self, g: u64) -> Result<()> {
+    /// Whether `off .. off + len` of the locked group `g` may be freed: the group is not
+    /// held corrupt (checked under the lock: loading is what finds a bitmap corrupt), and
+    /// every block is allocated and not already waiting for a commit.
+    pub(super) fn check_freeable(
+        &self,
+        g: u64,
+        state: &GroupState,
+        off: u32,
+        len: u32,
+    ) -> Result<()> {
         if self.corrupt.contains(g) {
             return Err(Error::Corrupt {
                 what: format!("group {g}"),
                 detail: "held used since it failed its checks; its blocks cannot be freed".into(),
+            });
+        }
+        let start = self.geometry.group_start(g) + u64::from(off);
+        if state.pending_overlaps(off, len) {
+            return Err(Error::DoubleFree {
+                start,
+                len: u64::from(len),
+            });
+        }
+        if !state.bitmap.range_is_used(off, len) {
+            return Err(Error::NotAllocated {
+                start,
+                len: u64::from(len),
             });
         }
         Ok(())
@@ -813,12 +833,14 @@ impl Allocator {
                 // An ordered index holds only the groups that can serve the pass: walk it
                 // and keep the tag's, rather than every group of the tag.
                 Walk::Index(index, order_min) if index.is_ordered() => self.right_then_left(
+                    ctx.shard,
                     start,
                     &|at, limit| index.next_in_orders(order_min, at, limit),
                     &|g| tag_of(g) == tag && good(g),
                     visit,
                 ),
                 _ => self.right_then_left(
+                    ctx.shard,
                     start,
                     &|at, limit| set.next_set(at).filter(|&g| g < limit),
                     &|g| tag_of(g) == tag && good(g),
@@ -876,6 +898,7 @@ impl Allocator {
     /// gives an extent.
     fn right_then_left(
         &self,
+        shard: &Shard,
         start: u64,
         next: &dyn Fn(u64, u64) -> Option<u64>,
         good: &dyn Fn(u64) -> bool,
@@ -885,7 +908,6 @@ impl Allocator {
         for (from, limit) in [(start, groups_count), (0, start)] {
             let mut at = from;
             while let Some(g) = next(at, limit) {
-                let shard = self.stats.shard();
                 shard.add(&shard.counters.groups_considered, 1);
                 if good(g) {
                     self.read_ahead(g, &|p| next(p + 1, limit), good);
@@ -945,12 +967,14 @@ impl Allocator {
             }),
             // Right of the start across all orders >= order_min, then left of it.
             Walk::Index(index, order_min) if index.is_ordered() => self.right_then_left(
+                shard,
                 start,
                 &|at, limit| index.next_in_orders(order_min, at, limit),
                 &good,
                 visit,
             ),
             Walk::IndexExact(index, order) => self.right_then_left(
+                shard,
                 start,
                 &|at, limit| index.next_in_order(order, at, limit),
                 &good,
@@ -1246,20 +1270,7 @@ impl Allocator {
         let shard = self.stats.shard();
         for (g, off, len) in self.geometry.split(extent) {
             let mut state = self.lock_group(g, shard)?;
-            self.refuse_corrupt(g)?;
-            let start = self.geometry.group_start(g) + u64::from(off);
-            if state.pending_overlaps(off, len) {
-                return Err(Error::DoubleFree {
-                    start,
-                    len: u64::from(len),
-                });
-            }
-            if !state.bitmap.range_is_used(off, len) {
-                return Err(Error::NotAllocated {
-                    start,
-                    len: u64::from(len),
-                });
-            }
+            self.check_freeable(g, &state, off, len)?;
             state.bitmap.mark_free(off, len);
             self.publish(g, &state, shard);
         }

@@ -17,7 +17,7 @@
 use super::allocator::{Allocator, MdState, StateGuard};
 use super::policy::FreeList;
 use super::stats::Shard;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::geometry::Extent;
 use crate::groups::{GroupState, PendingFree};
 use parking_lot::MutexGuard;
@@ -35,21 +35,7 @@ impl Allocator {
             .map(|&(g, _, _)| self.lock_group(g, shard))
             .collect::<Result<_>>()?;
         for (&(g, off, len), state) in pieces.iter().zip(&guards) {
-            // After the lock: loading the bitmap is what finds a group corrupt.
-            self.refuse_corrupt(g)?;
-            let start = self.geometry.group_start(g) + u64::from(off);
-            if state.pending_overlaps(off, len) {
-                return Err(Error::DoubleFree {
-                    start,
-                    len: u64::from(len),
-                });
-            }
-            if !state.bitmap.range_is_used(off, len) {
-                return Err(Error::NotAllocated {
-                    start,
-                    len: u64::from(len),
-                });
-            }
+            self.check_freeable(g, state, off, len)?;
         }
         let txn = self.txn.load(Relaxed);
         for (&(g, off, len), state) in pieces.iter().zip(guards.iter_mut()) {
