@@ -120,15 +120,16 @@ enum Command {
         /// Device to keep, `major,minor` [default: the most frequent in the trace].
         #[arg(long)]
         dev: Option<String>,
-        /// Device size in blocks [default: from the README next to the trace].
+        /// Device size in blocks [default: the trace's capture header, else the README next
+        /// to it].
         #[arg(long)]
         blocks: Option<u64>,
-        /// Blocks per group [default: from the README, else 32768].
+        /// Blocks per group [default: the header or README, else 32768].
         #[arg(long)]
         group_blocks: Option<u64>,
-        /// Block size in bytes.
-        #[arg(long, default_value_t = 4096)]
-        block_size: u32,
+        /// Block size in bytes [default: the header or README, else 4096].
+        #[arg(long)]
+        block_size: Option<u32>,
         /// Policies, comma-separated.
         #[arg(long, default_value = "ext4-base,ext4-2025,extalloc")]
         policy: String,

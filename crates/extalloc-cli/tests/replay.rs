@@ -105,7 +105,7 @@ fn malformed_and_unknown_lines_are_counted() {
          fio-1 [000] ..... 1.1: ext4_allocate_blocks: dev 7,1 ino 12 flags HINT_DATA len 1 block 500 lblk 0 goal 0 lleft 0 lright 0 pleft 0 pright 0\n\
          fio-1 [000] ..... 1.2: ext4_request_blocks: dev 7,1 ino zz\n\
          fio-1 [000] ..... 1.3: ext4_something_new: dev 7,1 whatever\n\
-         kw-2 [001] ..... 1.4: ext4_free_blocks: dev 7,1 ino 12 mode 0100644 block 90000 count 3 flags METADATA\n\
+         kw-2 [001] ..... 1.4: ext4_free_blocks: dev 7,1 ino 12 mode 0100644 block 3000 count 3 flags METADATA\n\
          \u{fffd}\u{0} binary junk\n",
     )
     .unwrap();
@@ -164,4 +164,46 @@ fn data_frees_punch_the_same_logical_blocks() {
         assert_eq!(run["free_space"]["free_blocks"], 4096 - 6, "{run}");
         assert_eq!(run["layout"]["extents_per_file"], 2.0, "{run}");
     }
+}
+
+/// A trace taken on a larger file system than its README describes is refused before
+/// anything is replayed, with the geometry to pass; with it, the replay runs.
+#[test]
+fn a_trace_past_its_described_device_is_refused_with_the_fix() {
+    let dir = std::env::temp_dir().join(format!("extalloc-big-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("README.md"),
+        "block size 4096 bytes, block count 4,096, 1,024 blocks per group\n",
+    )
+    .unwrap();
+    let path = dir.join("big.trace.txt");
+    std::fs::write(
+        &path,
+        "fio-1 [000] ..... 1.0: ext4_request_blocks: dev 7,1 ino 12 flags HINT_DATA len 8 lblk 0 goal 0 lleft 0 lright 0 pleft 0 pright 0\n\
+         fio-1 [000] ..... 1.1: ext4_allocate_blocks: dev 7,1 ino 12 flags HINT_DATA len 8 block 70000 lblk 0 goal 0 lleft 0 lright 0 pleft 0 pright 0\n",
+    )
+    .unwrap();
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_extalloc"))
+            .arg("replay")
+            .arg(&path)
+            .args(["--policy", "extalloc"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = run(&[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(err.contains("names block 70007"), "{err}");
+    assert!(err.contains("--blocks 70656 --group-blocks 1024"), "{err}");
+    let out = run(&["--blocks", "70656"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -55,12 +55,13 @@ pub fn parse_e2freefrag_count(text: &str) -> Result<u64> {
 }
 
 /// The report's free-space figures for ext4.
-pub fn ext4_json(geometry: &Geometry, runs: Vec<(u64, u64)>) -> FreeSpaceJson {
-    crate::lab::report::free_space_json(
-        &FreeSpace::from_free_runs(geometry, runs),
+pub fn ext4_json(geometry: &Geometry, runs: Vec<(u64, u64)>) -> Result<FreeSpaceJson> {
+    let fs = FreeSpace::from_free_runs(geometry, runs).context("dumpe2fs free ranges")?;
+    Ok(crate::lab::report::free_space_json(
+        &fs,
         geometry.block_size,
         geometry.group_blocks,
-    )
+    ))
 }
 
 /// The report's free-space figures from `xfs_db -r -c "freesp -s"` output.
@@ -132,7 +133,7 @@ Group 4: (Blocks 131072-163839)
             (262144, 32768, 4096)
         );
         assert_eq!(runs.len(), 6);
-        let fs = FreeSpace::from_free_runs(&g, runs);
+        let fs = FreeSpace::from_free_runs(&g, runs).unwrap();
         // 33280-65535 and 65536-98303 touch across the group border: one extent.
         assert_eq!(fs.free_extents, 5);
         assert_eq!(fs.fragmented_groups(), 2);

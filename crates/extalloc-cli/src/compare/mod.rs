@@ -190,7 +190,7 @@ pub fn kernel_run(fs: Fs, workload: &str, threads: usize, opts: &LabOptions) -> 
         Fs::Ext4 => {
             let dump = kernel::run(Command::new("dumpe2fs").arg(&loop_dev))?;
             let (geometry, runs) = freespace::parse_dumpe2fs(&dump)?;
-            let json = freespace::ext4_json(&geometry, runs);
+            let json = freespace::ext4_json(&geometry, runs)?;
             let frag = kernel::run(Command::new("e2freefrag").arg(&loop_dev))?;
             let count = freespace::parse_e2freefrag_count(&frag)?;
             if count != json.free_extents {

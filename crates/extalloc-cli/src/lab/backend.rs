@@ -444,6 +444,7 @@ impl Outside {
     pub fn free_space(&self) -> FreeSpace {
         let inner = self.lock();
         FreeSpace::from_used(&self.geometry, inner.live.iter().map(|(&s, l)| (s, l.len)))
+            .expect("live allocations are sorted and inside the device")
     }
 }
 
@@ -704,7 +705,8 @@ mod tests {
         }
         a.commit();
         kept.sort_by_key(|e| e.start);
-        let from_runs = FreeSpace::from_used(&geometry, kept.iter().map(|e| (e.start, e.len)));
+        let from_runs =
+            FreeSpace::from_used(&geometry, kept.iter().map(|e| (e.start, e.len))).unwrap();
         let mut direct = a.free_space();
         for g in &mut direct.groups {
             g.class_tag = 0;

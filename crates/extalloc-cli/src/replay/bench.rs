@@ -1,11 +1,15 @@
 //! `extalloc bench replay --trace PATH`: a trace replayed as a lab workload, one thread per
 //! traced task (pid), each replaying its own events in trace order while the others run, on
-//! a device of the traced geometry (from the README next to the trace, else `--device-size`
-//! and `--group-blocks`). Files are shared: a kworker and an fio task may write the same
-//! inode. A free logged by one task of blocks another task allocated is counted as unseen
-//! (each thread translates frees through its own tasks' decisions). One op is one request.
+//! a device of the traced geometry (the trace's header or README, as `extalloc replay`
+//! settles it; `--device-size` and `--group-blocks` only when the trace says nothing).
+//! Files are shared: a kworker and an fio task may write the same inode. A free logged by
+//! one task of blocks another task allocated is counted as unseen (each thread translates
+//! frees through its own tasks' decisions). Journal commits are the jbd2 thread's events,
+//! so under the traced rule that thread commits; the fallback rule commits per task. One op
+//! is one request.
 
-use super::{busiest_dev, geometry_from_readme, load, replay_events, Oddities, SharedFiles, Trace};
+use super::engine::{replay_events, Rules, SharedFiles};
+use super::{as_traced, geometry, load, traced_dev, Trace};
 use crate::lab::backend::LabPolicy;
 use crate::lab::report::Run;
 use crate::lab::{run_file_threads, LabOptions, ThreadOutput, Until};
@@ -36,19 +40,38 @@ pub fn run_once(policy: &LabPolicy, _threads: usize, opts: &LabOptions) -> Resul
         .as_ref()
         .context("bench replay needs --trace PATH (a trace such as ../shared/traces/*.gz)")?;
     let trace = cached(path)?;
-    let dev = busiest_dev(&trace).context("the trace has no allocation events")?;
+    let dev = traced_dev(&trace).context("the trace has no allocation events")?;
     let mut tasks: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
-    for (i, e) in trace.events.iter().enumerate() {
-        if e.dev() == dev {
-            tasks.entry(e.pid()).or_default().push(i);
+    for (i, t) in trace.events.iter().enumerate() {
+        if t.event.dev() == dev {
+            tasks.entry(t.event.pid()).or_default().push(i);
         }
     }
     let tasks: Vec<Vec<usize>> = tasks.into_values().collect();
     let mut opts = opts.clone();
-    if let Some((blocks, group_blocks)) = geometry_from_readme(path) {
-        opts.device_bytes = blocks * u64::from(opts.block_size);
-        opts.group_blocks = group_blocks;
-    }
+    let blocks = opts.device_bytes / u64::from(opts.block_size);
+    let traced =
+        match geometry::resolve(path, trace.header.as_ref(), &trace.events, None, None, None) {
+            Ok(t) => t,
+            // The trace says nothing of its geometry: the lab's device, checked.
+            Err(_) => geometry::resolve(
+                path,
+                None,
+                &trace.events,
+                Some(blocks),
+                Some(opts.group_blocks),
+                Some(opts.block_size),
+            )?,
+        };
+    opts.device_bytes = traced.geometry.blocks_count * u64::from(traced.geometry.block_size);
+    opts.group_blocks = traced.geometry.group_blocks;
+    opts.block_size = traced.geometry.block_size;
+    let policy = match policy {
+        LabPolicy::Extalloc(p) => LabPolicy::Extalloc(as_traced(p, &traced.geometry, traced.cpus)),
+        other => other.clone(),
+    };
+    let policy = &policy;
+    let rules = Rules::for_events(trace.events.iter());
     let files = SharedFiles::default();
     let running = AtomicUsize::new(tasks.len());
     run_file_threads(
@@ -58,16 +81,15 @@ pub fn run_once(policy: &LabPolicy, _threads: usize, opts: &LabOptions) -> Resul
         &opts,
         Until::Done,
         |alloc, t, _, _| {
-            let mut odd = Oddities::default();
             let result = replay_events(
                 alloc,
                 tasks[t].iter().map(|&i| &trace.events[i]),
                 &files,
-                &mut odd,
+                rules,
             );
             // The last task to finish reports every file, once all have stopped writing.
             let last = running.fetch_sub(1, Ordering::SeqCst) == 1;
-            result?;
+            let (_, odd) = result?;
             let layout = if last {
                 files
                     .all()

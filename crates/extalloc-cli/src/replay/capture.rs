@@ -1,10 +1,18 @@
 //! `extalloc capture --dev LOOPDEV -- COMMAND...`: records ext4's allocation events for one
-//! device while a command runs, as the traces in `../shared/traces/` were taken: a private
-//! tracefs instance, the events `ext4_request_blocks`, `ext4_allocate_blocks` and
-//! `ext4_free_blocks` (plus `ext4_discard_preallocations`, which replay uses to release a
-//! file's preallocations) filtered on the device, read from `trace_pipe` while the command
-//! runs and written gzip-compressed. The instance is removed (and so tracing stopped) on
-//! success, error or panic.
+//! device while a command runs: a private tracefs instance, the [`EVENTS`] filtered on the
+//! device, read from `trace_pipe` while the command runs and written gzip-compressed. The
+//! instance is removed (and so tracing stopped) on success, error or panic.
+//!
+//! Beyond the allocation events themselves (request, decision, free, discard) it records
+//! what a faithful replay needs (see `docs/replay.md`): jbd2's commits (freed blocks become
+//! reusable there), fsyncs, inode creation and deletion (a reused inode number is a new
+//! file; the parent directory is a placement key), and mballoc's search and preallocation
+//! events (whether the kernel rounded a request up). The first line of the trace describes
+//! the file system, read with `dumpe2fs -h`:
+//!
+//! ```text
+//! # extalloc capture: dev 7,1; block_size 4096; blocks 1048576; group_blocks 32768; first_block 0; cpus 2; command: fio ...
+//! ```
 
 use anyhow::{bail, Context, Result};
 use std::io::{ErrorKind, Read, Write};
@@ -13,11 +21,21 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-pub const EVENTS: [&str; 4] = [
-    "ext4_request_blocks",
-    "ext4_allocate_blocks",
-    "ext4_free_blocks",
-    "ext4_discard_preallocations",
+/// The events recorded, as `subsystem/name` under tracefs' `events/`.
+pub const EVENTS: [&str; 13] = [
+    "ext4/ext4_request_blocks",
+    "ext4/ext4_allocate_blocks",
+    "ext4/ext4_free_blocks",
+    "ext4/ext4_discard_preallocations",
+    "ext4/ext4_mballoc_alloc",
+    "ext4/ext4_mballoc_prealloc",
+    "ext4/ext4_mb_new_inode_pa",
+    "ext4/ext4_mb_new_group_pa",
+    "ext4/ext4_allocate_inode",
+    "ext4/ext4_free_inode",
+    "ext4/ext4_sync_file_enter",
+    "jbd2/jbd2_start_commit",
+    "jbd2/jbd2_end_commit",
 ];
 
 /// tracefs, mounting it at /sys/kernel/tracing when it is not there yet.
@@ -54,7 +72,7 @@ impl Drop for Instance {
     fn drop(&mut self) {
         let _ = std::fs::write(self.dir.join("tracing_on"), "0");
         for e in EVENTS {
-            let _ = std::fs::write(self.dir.join(format!("events/ext4/{e}/enable")), "0");
+            let _ = std::fs::write(self.dir.join(format!("events/{e}/enable")), "0");
         }
         if let Err(e) = std::fs::remove_dir(&self.dir) {
             eprintln!("cleanup: removing {}: {e}", self.dir.display());
@@ -92,17 +110,16 @@ pub fn capture(dev: &Path, command: &[String], out: &Path) -> Result<u64> {
     instance.write("tracing_on", "0")?;
     instance.write("buffer_size_kb", "65536")?;
     for e in EVENTS {
-        instance.write(
-            &format!("events/ext4/{e}/filter"),
-            &format!("dev == {kdev}"),
-        )?;
-        instance.write(&format!("events/ext4/{e}/enable"), "1")?;
+        instance.write(&format!("events/{e}/filter"), &format!("dev == {kdev}"))?;
+        instance.write(&format!("events/{e}/enable"), "1")?;
     }
+    let described = describe(dev);
     let file = std::fs::File::create(out).with_context(|| format!("creating {}", out.display()))?;
     let mut gz = flate2::write::GzEncoder::new(file, flate2::Compression::default());
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     writeln!(
         gz,
-        "# extalloc capture: dev {major},{minor}; command: {}",
+        "# extalloc capture: dev {major},{minor}; {described}cpus {cpus}; command: {}",
         command.join(" ")
     )?;
     let pipe = std::fs::OpenOptions::new()
@@ -137,6 +154,55 @@ pub fn capture(dev: &Path, command: &[String], out: &Path) -> Result<u64> {
         bail!("{command_name} exited with {status} (the trace of its run was written)");
     }
     Ok(lines)
+}
+
+/// The file system's geometry as header fields (`block_size 4096; blocks N; group_blocks N;
+/// first_block N; `), from `dumpe2fs -h`; empty (with a warning) when it cannot be read, so
+/// a replay then needs `--blocks`.
+fn describe(dev: &Path) -> String {
+    let out = std::process::Command::new("dumpe2fs")
+        .arg("-h")
+        .arg(dev)
+        .stderr(std::process::Stdio::null())
+        .output();
+    let text = match out {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
+        Ok(o) => {
+            eprintln!(
+                "warning: dumpe2fs -h {} exited with {}: the trace will not say its geometry",
+                dev.display(),
+                o.status
+            );
+            return String::new();
+        }
+        Err(e) => {
+            eprintln!("warning: running dumpe2fs ({e}): the trace will not say its geometry");
+            return String::new();
+        }
+    };
+    describe_dumpe2fs(&text)
+}
+
+/// Header fields from `dumpe2fs -h` text; empty unless every field was found.
+pub fn describe_dumpe2fs(text: &str) -> String {
+    let field = |key: &str| -> Option<u64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key)?.trim().parse().ok())
+    };
+    match (
+        field("Block size:"),
+        field("Block count:"),
+        field("Blocks per group:"),
+        field("First block:"),
+    ) {
+        (Some(bs), Some(n), Some(g), Some(first)) => {
+            format!("block_size {bs}; blocks {n}; group_blocks {g}; first_block {first}; ")
+        }
+        _ => {
+            eprintln!("warning: dumpe2fs -h did not give the geometry: the trace will not say it");
+            String::new()
+        }
+    }
 }
 
 /// Copies trace_pipe to `out` until `done` is set and the pipe is empty.
@@ -190,11 +256,24 @@ mod tests {
     use super::*;
     use crate::compare::kernel::test_device;
 
-    /// A real capture on an ext4 loop mount: the trace parses, holds the fallocate's
-    /// request, and no tracefs instance is left behind.
+    #[test]
+    fn geometry_from_dumpe2fs() {
+        let text = "Filesystem volume name:   <none>\nBlock count:              262144\n\
+                    First block:              0\nBlock size:               4096\n\
+                    Blocks per group:         32768\n";
+        assert_eq!(
+            describe_dumpe2fs(text),
+            "block_size 4096; blocks 262144; group_blocks 32768; first_block 0; "
+        );
+        assert_eq!(describe_dumpe2fs("Block count: 5\n"), "");
+    }
+
+    /// A real capture on an ext4 loop mount: the trace parses, its header carries the
+    /// geometry, it holds the fallocate's request, the file's creation and a journal
+    /// commit, and no tracefs instance is left behind.
     #[test]
     fn captures_a_fallocate_on_a_loop_mount() {
-        let Some(dev) = test_device(&["fallocate"]) else {
+        let Some(dev) = test_device(&["fallocate", "dumpe2fs"]) else {
             return;
         };
         let loop_dev = PathBuf::from(dev.loop_dev.clone().expect("attached"));
@@ -203,10 +282,9 @@ mod tests {
         let result = capture(
             &loop_dev,
             &[
-                "fallocate".into(),
-                "-l".into(),
-                "4M".into(),
-                target.display().to_string(),
+                "sh".into(),
+                "-c".into(),
+                format!("fallocate -l 4M {} && sync", target.display()),
             ],
             &out,
         );
@@ -219,13 +297,18 @@ mod tests {
         result.unwrap();
         let trace = super::super::load(&out).unwrap();
         std::fs::remove_file(&out).unwrap();
+        use super::super::parse::Event;
+        let header = trace.header.clone().expect("the capture header");
+        assert_eq!(header.blocks, Some(16384), "64 MiB of 4 KiB blocks");
+        assert_eq!(header.block_size, Some(4096));
+        assert!(header.group_blocks.is_some() && header.cpus.is_some());
+        let has = |f: &dyn Fn(&Event) -> bool| trace.events.iter().any(|t| f(&t.event));
         assert!(
-            trace.events.iter().any(|e| matches!(
-                e,
-                super::super::parse::Event::Request { flags, .. } if flags.no_prealloc
-            )),
+            has(&|e| matches!(e, Event::Request { flags, .. } if flags.no_prealloc)),
             "the fallocate's request is in the trace"
         );
+        assert!(has(&|e| matches!(e, Event::InodeCreate { .. })));
+        assert!(has(&|e| matches!(e, Event::Commit { .. })), "sync commits");
         assert_eq!(trace.malformed, 0);
         let root = tracefs().unwrap();
         let leftover = std::fs::read_dir(root.join("instances"))

@@ -1,16 +1,28 @@
-//! Parsing tracefs text of ext4's allocation events (see `../shared/traces/README.md`):
+//! Parsing tracefs text of ext4's allocation events (format: `docs/replay.md`):
 //!
 //! ```text
 //! <command>-<pid> [<cpu>] <flags> <timestamp>: <event>: dev 7,1 ino 13 flags HINT_DATA len 2048 lblk 0 goal 32768 ...
 //! ```
 //!
-//! Only `ext4_request_blocks`, `ext4_allocate_blocks`, `ext4_free_blocks` and
-//! `ext4_discard_preallocations` matter here; other events are ignored. A line that names one
-//! of those events but does not parse is malformed: counted, never a panic.
+//! The events a replay uses are listed in [`EVENTS`]; others are ignored. A line that names
+//! one of them but does not parse is malformed: counted, never a panic. A header line
+//! written by `extalloc capture` (`# extalloc capture: dev 7,1; block_size 4096; ...`)
+//! describes the traced file system ([`Header`]).
+
+/// One event with where and when it was logged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Traced {
+    /// The timestamp in nanoseconds (0 when the line has none).
+    pub ns: u64,
+    /// The CPU that logged it (`[001]`; 0 when the line does not say).
+    pub cpu: u32,
+    pub event: Event,
+}
 
 /// The fields a replay needs from one event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
+    /// `ext4_request_blocks`: a caller asks for blocks.
     Request {
         pid: u32,
         dev: (u32, u32),
@@ -20,6 +32,7 @@ pub enum Event {
         lblk: u64,
         goal: u64,
     },
+    /// `ext4_allocate_blocks`: the kernel's decision.
     Allocate {
         pid: u32,
         dev: (u32, u32),
@@ -29,6 +42,7 @@ pub enum Event {
         block: u64,
         lblk: u64,
     },
+    /// `ext4_free_blocks`.
     Free {
         /// The freeing task (0 when the line does not say).
         pid: u32,
@@ -38,11 +52,37 @@ pub enum Event {
         count: u64,
         metadata: bool,
     },
-    Discard {
+    /// `ext4_discard_preallocations`: the file's preallocations go back (close, truncate).
+    Discard { pid: u32, dev: (u32, u32), ino: u64 },
+    /// `ext4_mballoc_alloc`: the buddy allocator searched; `orig_len` is what the caller
+    /// asked for, `goal_len` the request after normalisation.
+    Search {
         pid: u32,
         dev: (u32, u32),
         ino: u64,
+        orig_len: u64,
+        goal_len: u64,
     },
+    /// `ext4_mb_new_inode_pa` / `ext4_mb_new_group_pa`: a preallocation was made.
+    NewPa {
+        pid: u32,
+        dev: (u32, u32),
+        ino: u64,
+        group: bool,
+    },
+    /// `ext4_allocate_inode`: a new inode in directory `dir`.
+    InodeCreate {
+        pid: u32,
+        dev: (u32, u32),
+        ino: u64,
+        dir: u64,
+    },
+    /// `ext4_free_inode`: the inode is gone; its number may be reused for a new file.
+    InodeFree { pid: u32, dev: (u32, u32), ino: u64 },
+    /// `ext4_sync_file_enter`: an fsync (or fdatasync) of the inode.
+    Sync { pid: u32, dev: (u32, u32), ino: u64 },
+    /// `jbd2_end_commit`: a journal transaction is durable; the blocks it freed are reusable.
+    Commit { pid: u32, dev: (u32, u32) },
 }
 
 impl Event {
@@ -52,7 +92,13 @@ impl Event {
             Event::Request { pid, .. }
             | Event::Allocate { pid, .. }
             | Event::Free { pid, .. }
-            | Event::Discard { pid, .. } => *pid,
+            | Event::Discard { pid, .. }
+            | Event::Search { pid, .. }
+            | Event::NewPa { pid, .. }
+            | Event::InodeCreate { pid, .. }
+            | Event::InodeFree { pid, .. }
+            | Event::Sync { pid, .. }
+            | Event::Commit { pid, .. } => *pid,
         }
     }
 
@@ -61,7 +107,24 @@ impl Event {
             Event::Request { dev, .. }
             | Event::Allocate { dev, .. }
             | Event::Free { dev, .. }
-            | Event::Discard { dev, .. } => *dev,
+            | Event::Discard { dev, .. }
+            | Event::Search { dev, .. }
+            | Event::NewPa { dev, .. }
+            | Event::InodeCreate { dev, .. }
+            | Event::InodeFree { dev, .. }
+            | Event::Sync { dev, .. }
+            | Event::Commit { dev, .. } => *dev,
+        }
+    }
+
+    /// The end of the highest block the event names (for the geometry check), if it names
+    /// any.
+    pub fn highest_block_end(&self) -> Option<u64> {
+        match self {
+            Event::Request { goal, .. } => goal.checked_add(1),
+            Event::Allocate { block, len, .. } => block.checked_add(*len),
+            Event::Free { block, count, .. } => block.checked_add(*count),
+            _ => None,
         }
     }
 }
@@ -89,21 +152,70 @@ impl Flags {
     }
 }
 
+/// What a trace's `# extalloc capture:` header says of the traced file system.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Header {
+    pub dev: Option<(u32, u32)>,
+    pub block_size: Option<u32>,
+    pub blocks: Option<u64>,
+    pub group_blocks: Option<u64>,
+    pub first_block: Option<u64>,
+    pub cpus: Option<u32>,
+}
+
+/// Parses a capture header line; `None` for any other line.
+pub fn parse_header(line: &str) -> Option<Header> {
+    let rest = line.trim().strip_prefix("# extalloc capture:")?;
+    let mut h = Header::default();
+    for field in rest.split(';') {
+        let mut it = field.split_whitespace();
+        let (Some(key), Some(value)) = (it.next(), it.next()) else {
+            continue;
+        };
+        match key {
+            "dev" => {
+                h.dev = value
+                    .split_once(',')
+                    .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+            }
+            "block_size" => h.block_size = value.parse().ok(),
+            "blocks" => h.blocks = value.parse().ok(),
+            "group_blocks" => h.group_blocks = value.parse().ok(),
+            "first_block" => h.first_block = value.parse().ok(),
+            "cpus" => h.cpus = value.parse().ok(),
+            // The command comes last and may hold anything.
+            "command:" => break,
+            _ => {}
+        }
+    }
+    Some(h)
+}
+
 /// What a line is.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Line {
-    Event(Event),
+    Event(Traced),
     /// Blank, a comment, or an event a replay does not use.
     Ignored,
     /// One of the replayed events, but not in the expected format.
     Malformed(String),
 }
 
-const EVENTS: [&str; 4] = [
+/// The events a replay reads.
+pub const EVENTS: [&str; 13] = [
     "ext4_request_blocks",
     "ext4_allocate_blocks",
     "ext4_free_blocks",
     "ext4_discard_preallocations",
+    "ext4_mballoc_alloc",
+    "ext4_mballoc_prealloc",
+    "ext4_mb_new_inode_pa",
+    "ext4_mb_new_group_pa",
+    "ext4_allocate_inode",
+    "ext4_free_inode",
+    "ext4_sync_file_enter",
+    "jbd2_start_commit",
+    "jbd2_end_commit",
 ];
 
 /// Parses one line.
@@ -123,7 +235,12 @@ pub fn parse_line(line: &str) -> Line {
     };
     let head = &line[..at];
     match parse_event(event, head, rest) {
-        Some(e) => Line::Event(e),
+        Some(Some(event)) => Line::Event(Traced {
+            ns: parse_ns(head).unwrap_or(0),
+            cpu: parse_cpu(head).unwrap_or(0),
+            event,
+        }),
+        Some(None) => Line::Ignored,
         None => Line::Malformed(line.to_string()),
     }
 }
@@ -134,7 +251,44 @@ fn parse_pid(head: &str) -> Option<u32> {
     task.trim_end().rsplit_once('-')?.1.parse().ok()
 }
 
-fn parse_event(event: &str, head: &str, rest: &str) -> Option<Event> {
+/// `... [001] ...` -> 1.
+fn parse_cpu(head: &str) -> Option<u32> {
+    let at = head.find(" [")? + 2;
+    let end = at + head[at..].find(']')?;
+    head[at..end].trim().parse().ok()
+}
+
+/// The last token of the head, `4898.381905:` -> nanoseconds.
+fn parse_ns(head: &str) -> Option<u64> {
+    let t = head.split_whitespace().last()?.strip_suffix(':')?;
+    let (secs, frac) = t.split_once('.').unwrap_or((t, ""));
+    let secs: u64 = secs.parse().ok()?;
+    if frac.len() > 9 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let frac_ns: u64 = if frac.is_empty() {
+        0
+    } else {
+        frac.parse::<u64>().ok()? * 10u64.pow(9 - frac.len() as u32)
+    };
+    secs.checked_mul(1_000_000_000)?.checked_add(frac_ns)
+}
+
+/// `17/3/2@0` -> (group 17, start 3, len 2, logical 0); the start may be -1.
+fn parse_triple(s: &str) -> Option<(u64, i64, u64, u64)> {
+    let (gsl, logical) = s.split_once('@')?;
+    let mut it = gsl.split('/');
+    let g = it.next()?.parse().ok()?;
+    let start = it.next()?.parse().ok()?;
+    let len = it.next()?.parse().ok()?;
+    if it.next().is_some() {
+        return None;
+    }
+    Some((g, start, len, logical.parse().ok()?))
+}
+
+/// `None`: malformed. `Some(None)`: well formed but of no use (a jbd2 start of commit).
+fn parse_event(event: &str, head: &str, rest: &str) -> Option<Option<Event>> {
     let tokens: Vec<&str> = rest.split_whitespace().collect();
     let get = |key: &str| -> Option<&str> {
         tokens
@@ -147,15 +301,26 @@ fn parse_event(event: &str, head: &str, rest: &str) -> Option<Event> {
         let (a, b) = get("dev")?.split_once(',')?;
         (a.parse().ok()?, b.parse().ok()?)
     };
-    let ino = num("ino")?;
+    let pid = || parse_pid(head);
+    if event.starts_with("jbd2_") {
+        num("transaction")?;
+        return Some(match event {
+            "jbd2_end_commit" => Some(Event::Commit {
+                pid: pid().unwrap_or(0),
+                dev,
+            }),
+            _ => None,
+        });
+    }
+    let ino = num("ino").or_else(|| num("inode"))?;
     // `flags` may be empty: then the next token is the next key.
     let flags = match get("flags") {
-        Some(v) if !matches!(v, "len" | "count" | "block") => Flags::parse(v),
+        Some(v) if !matches!(v, "len" | "count" | "block" | "tail") => Flags::parse(v),
         _ => Flags::default(),
     };
-    Some(match event {
+    Some(Some(match event {
         "ext4_request_blocks" => Event::Request {
-            pid: parse_pid(head)?,
+            pid: pid()?,
             dev,
             ino,
             flags,
@@ -164,7 +329,7 @@ fn parse_event(event: &str, head: &str, rest: &str) -> Option<Event> {
             goal: num("goal")?,
         },
         "ext4_allocate_blocks" => Event::Allocate {
-            pid: parse_pid(head)?,
+            pid: pid()?,
             dev,
             ino,
             flags,
@@ -173,7 +338,7 @@ fn parse_event(event: &str, head: &str, rest: &str) -> Option<Event> {
             lblk: num("lblk")?,
         },
         "ext4_free_blocks" => Event::Free {
-            pid: parse_pid(head).unwrap_or(0),
+            pid: pid().unwrap_or(0),
             dev,
             ino,
             block: num("block")?,
@@ -181,17 +346,55 @@ fn parse_event(event: &str, head: &str, rest: &str) -> Option<Event> {
             metadata: get("flags").is_some_and(|f| f.split('|').any(|x| x == "METADATA")),
         },
         "ext4_discard_preallocations" => Event::Discard {
-            pid: parse_pid(head).unwrap_or(0),
+            pid: pid().unwrap_or(0),
+            dev,
+            ino,
+        },
+        "ext4_mballoc_alloc" => Event::Search {
+            pid: pid()?,
+            dev,
+            ino,
+            orig_len: parse_triple(get("orig")?)?.2,
+            goal_len: parse_triple(get("goal")?)?.2,
+        },
+        "ext4_mballoc_prealloc" => {
+            parse_triple(get("orig")?)?;
+            return Some(None);
+        }
+        "ext4_mb_new_inode_pa" | "ext4_mb_new_group_pa" => {
+            num("pstart")?;
+            num("len")?;
+            Event::NewPa {
+                pid: pid()?,
+                dev,
+                ino,
+                group: event == "ext4_mb_new_group_pa",
+            }
+        }
+        "ext4_allocate_inode" => Event::InodeCreate {
+            pid: pid().unwrap_or(0),
+            dev,
+            ino,
+            dir: num("dir")?,
+        },
+        "ext4_free_inode" => Event::InodeFree {
+            pid: pid().unwrap_or(0),
+            dev,
+            ino,
+        },
+        "ext4_sync_file_enter" => Event::Sync {
+            pid: pid().unwrap_or(0),
             dev,
             ino,
         },
         _ => return None,
-    })
+    }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     // Lines copied from ../shared/traces.
     const REQUEST: &str = "    kworker/u8:3-5327    [000] .....  4898.381905: ext4_request_blocks: dev 7,1 ino 13 flags HINT_DATA|DELALLOC_RESV|USE_RESV len 2048 lblk 2048 goal 10791 lleft 2047 lright 2048 pleft 10790 pright 0 ";
@@ -199,11 +402,23 @@ mod tests {
     const DISCARD: &str = "           <...>-9463    [001] .....  4897.337510: ext4_discard_preallocations: dev 7,1 ino 12 len: 0";
     const MBALLOC: &str = "    kworker/u8:3-5327    [000] .....  4898.375559: ext4_mballoc_alloc: dev 7,1 inode 13 orig 1/0/2048@0 goal 0/-1/2048@0 result 0/8743/2048@0 blks 4 grps 1 cr CR_GOAL_LEN_SLOW flags HINT_DATA tail 551 broken 2048";
 
+    fn event(line: &str) -> Event {
+        match parse_line(line) {
+            Line::Event(t) => t.event,
+            other => panic!("{line}: {other:?}"),
+        }
+    }
+
     #[test]
     fn lines_from_the_traces() {
+        let Line::Event(t) = parse_line(REQUEST) else {
+            panic!("parses")
+        };
+        assert_eq!(t.ns, 4_898_381_905_000);
+        assert_eq!(t.cpu, 0);
         assert_eq!(
-            parse_line(REQUEST),
-            Line::Event(Event::Request {
+            t.event,
+            Event::Request {
                 pid: 5327,
                 dev: (7, 1),
                 ino: 13,
@@ -214,44 +429,120 @@ mod tests {
                 len: 2048,
                 lblk: 2048,
                 goal: 10791
-            })
+            }
         );
         assert!(matches!(
-            parse_line(ALLOCATE),
-            Line::Event(Event::Allocate {
+            event(ALLOCATE),
+            Event::Allocate {
                 block: 10791,
                 len: 2048,
                 ..
-            })
+            }
         ));
         assert_eq!(
-            parse_line(DISCARD),
-            Line::Event(Event::Discard {
+            event(DISCARD),
+            Event::Discard {
                 pid: 9463,
                 dev: (7, 1),
                 ino: 12
-            })
+            }
         );
-        assert_eq!(parse_line(MBALLOC), Line::Ignored);
-        let meta = "fio-9470 [000] ..... 1.0: ext4_request_blocks: dev 7,1 ino 14 flags  len 1 lblk 0 goal 100 lleft 0 lright 0 pleft 0 pright 0";
+        assert_eq!(
+            event(MBALLOC),
+            Event::Search {
+                pid: 5327,
+                dev: (7, 1),
+                ino: 13,
+                orig_len: 2048,
+                goal_len: 2048
+            }
+        );
+        let meta = "fio-9470 [001] ..... 1.0: ext4_request_blocks: dev 7,1 ino 14 flags  len 1 lblk 0 goal 100 lleft 0 lright 0 pleft 0 pright 0";
+        let Line::Event(t) = parse_line(meta) else {
+            panic!("parses")
+        };
+        assert_eq!((t.cpu, t.ns), (1, 1_000_000_000));
         assert!(matches!(
-            parse_line(meta),
-            Line::Event(Event::Request {
+            t.event,
+            Event::Request {
                 flags: Flags { data: false, .. },
                 len: 1,
                 ..
-            })
+            }
         ));
         let free = "kworker/1:2-77 [001] ..... 3.0: ext4_free_blocks: dev 7,1 ino 13 mode 0100644 block 9000 count 1 flags METADATA|FORGET";
         assert!(matches!(
-            parse_line(free),
-            Line::Event(Event::Free {
+            event(free),
+            Event::Free {
                 block: 9000,
                 count: 1,
                 metadata: true,
                 ..
-            })
+            }
         ));
+    }
+
+    /// Lines of the events only `extalloc capture` records, as this kernel prints them.
+    #[test]
+    fn capture_only_events() {
+        let commit = "jbd2/loop0-8-612 [000] ..... 10.5: jbd2_end_commit: dev 7,1 transaction 42 sync 0 head 40";
+        assert_eq!(
+            event(commit),
+            Event::Commit {
+                pid: 612,
+                dev: (7, 1)
+            }
+        );
+        let start =
+            "jbd2/loop0-8-612 [000] ..... 10.4: jbd2_start_commit: dev 7,1 transaction 42 sync 0";
+        assert_eq!(parse_line(start), Line::Ignored);
+        let sync =
+            "fio-7 [001] ..... 2.0: ext4_sync_file_enter: dev 7,1 ino 12 parent 2 datasync 0 ";
+        assert_eq!(
+            event(sync),
+            Event::Sync {
+                pid: 7,
+                dev: (7, 1),
+                ino: 12
+            }
+        );
+        let create = "cp-9 [000] ..... 2.0: ext4_allocate_inode: dev 7,1 ino 15 dir 2 mode 0100644";
+        assert_eq!(
+            event(create),
+            Event::InodeCreate {
+                pid: 9,
+                dev: (7, 1),
+                ino: 15,
+                dir: 2
+            }
+        );
+        let gone = "rm-9 [000] ..... 2.0: ext4_free_inode: dev 7,1 ino 15 mode 0100644 uid 0 gid 0 blocks 8";
+        assert!(matches!(event(gone), Event::InodeFree { ino: 15, .. }));
+        let pa = "cp-9 [000] ..... 2.0: ext4_mb_new_group_pa: dev 7,1 ino 15 pstart 1000 len 512 lstart 1000";
+        assert!(matches!(event(pa), Event::NewPa { group: true, .. }));
+        let served = "cp-9 [000] ..... 2.0: ext4_mballoc_prealloc: dev 7,1 inode 15 orig 0/0/1@0 result 0/1000/1@0";
+        assert_eq!(parse_line(served), Line::Ignored);
+    }
+
+    #[test]
+    fn capture_header() {
+        let h = parse_header("# extalloc capture: dev 7,3; block_size 4096; blocks 2097152; group_blocks 32768; first_block 0; cpus 2; command: sh -c a; b").unwrap();
+        assert_eq!(
+            h,
+            Header {
+                dev: Some((7, 3)),
+                block_size: Some(4096),
+                blocks: Some(2_097_152),
+                group_blocks: Some(32768),
+                first_block: Some(0),
+                cpus: Some(2),
+            }
+        );
+        // The header of older captures names only the device.
+        let old = parse_header("# extalloc capture: dev 7,1; command: fallocate -l 4M f").unwrap();
+        assert_eq!(old.dev, Some((7, 1)));
+        assert_eq!(old.blocks, None);
+        assert_eq!(parse_header("# tracer: nop"), None);
     }
 
     #[test]
@@ -261,11 +552,38 @@ mod tests {
             "fio-1 [000] ..... 1.0: ext4_allocate_blocks: dev seven ino 1",
             "no-pid [000] ..... 1.0: ext4_request_blocks: dev 7,1 ino 1 flags  len 1 lblk 0 goal 0",
             "x: ext4_free_blocks: ",
+            "j-1 [000] ..... 1.0: jbd2_end_commit: dev 7,1 transaction x",
+            "f-1 [000] ..... 1.0: ext4_mballoc_alloc: dev 7,1 inode 3 orig 1/2@0 goal 1/2/3@0",
         ] {
             assert!(matches!(parse_line(bad), Line::Malformed(_)), "{bad}");
         }
         assert_eq!(parse_line(""), Line::Ignored);
         assert_eq!(parse_line("# tracer: nop"), Line::Ignored);
         assert_eq!(parse_line("garbage \u{0} \u{fffd}"), Line::Ignored);
+    }
+
+    proptest! {
+        /// Random lines, and random mutations of real ones, never panic.
+        #[test]
+        fn random_lines_never_panic(line in ".{0,200}") {
+            let _ = parse_line(&line);
+            let _ = parse_header(&line);
+        }
+
+        #[test]
+        fn mutated_lines_never_panic(
+            which in 0usize..4,
+            at in 0usize..300,
+            junk in "[ -~]{0,12}",
+        ) {
+            let base = [REQUEST, ALLOCATE, DISCARD, MBALLOC][which];
+            let at = at.min(base.len());
+            let mut line = base[..at].to_string();
+            line.push_str(&junk);
+            line.push_str(&base[at..]);
+            let _ = parse_line(&line);
+            let cut = &base[..at];
+            let _ = parse_line(cut);
+        }
     }
 }

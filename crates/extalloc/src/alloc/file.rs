@@ -9,8 +9,9 @@
 //!   to the file. Kept in an ordered tree keyed by logical start (`prealloc_index=tree`,
 //!   O(log n) lookup, overlap check and trimming) or in ext4's old list (`prealloc_index=list`,
 //!   O(n), capped at 512 entries by discarding the oldest).
-//! - Locality PAs: per shard (thread), one reserved chunk of `locality_prealloc_blocks` that
-//!   small files carve their blocks from, so small files written together sit together.
+//! - Locality PAs: per shard (the calling thread's, or the slot a request names, e.g. a
+//!   traced CPU), one reserved chunk of `locality_prealloc_blocks` that small files carve
+//!   their blocks from, so small files written together sit together.
 //!
 //! # Invariants (checked by [`Allocator::check_file`])
 //!
@@ -78,6 +79,15 @@ pub struct DataRequest {
     /// (ext4's `HINT_NOPREALLOC`, which its fallocate path passes). An existing PA that
     /// covers the block is still used.
     pub no_prealloc: bool,
+    /// The file is complete: closed, and this request ends at its size (the writeback of a
+    /// file written in full). The request is mapped at exactly its length with no new
+    /// preallocation, as ext4 does for closed files; unlike `no_prealloc`, a small file
+    /// still carves from a locality chunk.
+    pub complete: bool,
+    /// Which locality chunk a small file carves from (taken modulo the number of chunks);
+    /// by default the calling thread's. ext4 keeps one per CPU: a caller that knows the
+    /// CPU (a trace replay) passes it.
+    pub locality: Option<u32>,
 }
 
 impl DataRequest {
@@ -88,12 +98,26 @@ impl DataRequest {
             goal: None,
             lifetime: Lifetime::Unknown,
             no_prealloc: false,
+            complete: false,
+            locality: None,
         }
     }
 
     /// See [`DataRequest::no_prealloc`].
     pub fn no_prealloc(mut self) -> Self {
         self.no_prealloc = true;
+        self
+    }
+
+    /// See [`DataRequest::complete`].
+    pub fn complete(mut self) -> Self {
+        self.complete = true;
+        self
+    }
+
+    /// See [`DataRequest::locality`].
+    pub fn locality(mut self, slot: u32) -> Self {
+        self.locality = Some(slot);
         self
     }
 
@@ -531,7 +555,10 @@ impl Allocator {
             && !req.no_prealloc
             && file_bytes < self.policy.stream_threshold_kib * 1024
         {
-            let extent = self.carve_locality(file.id, len, req.lifetime)?;
+            let slot = req
+                .locality
+                .map_or_else(|| self.shard_index(), |s| s as usize % SHARDS);
+            let extent = self.carve_locality(file.id, len, req.lifetime, slot)?;
             map_insert(&mut f, req.logical, extent, left, right);
             return Ok(extent);
         }
@@ -548,7 +575,7 @@ impl Allocator {
         } else {
             len
         };
-        let (mut ws, mut we) = if req.no_prealloc {
+        let (mut ws, mut we) = if req.no_prealloc || req.complete {
             (req.logical, req.logical + len)
         } else {
             normalise(req.logical, len, basis, block_size)
@@ -618,10 +645,16 @@ impl Allocator {
         Ok(extent)
     }
 
-    /// Carves `len` blocks from the calling shard's locality chunk, replacing the chunk when
-    /// it is too short.
-    fn carve_locality(&self, file: u64, len: u64, lifetime: Lifetime) -> Result<Extent> {
-        let shard = &self.prealloc.locality[self.shard_index()];
+    /// Carves `len` blocks from locality chunk `slot` (the calling thread's shard, or the
+    /// request's `locality`), replacing the chunk when it is too short.
+    fn carve_locality(
+        &self,
+        file: u64,
+        len: u64,
+        lifetime: Lifetime,
+        slot: usize,
+    ) -> Result<Extent> {
+        let shard = &self.prealloc.locality[slot];
         let mut chunk = shard.lock();
         if chunk.is_none_or(|c| c.len < len) {
             let goal = chunk.map(|c| c.end());

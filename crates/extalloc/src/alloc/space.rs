@@ -81,7 +81,14 @@ impl FreeSpace {
     /// another allocator or a file system reports them: runs that touch are one extent, and
     /// each group's figures count the part of every run inside it. For the lab's outside
     /// allocators and the kernel comparison.
-    pub fn from_free_runs(geometry: &Geometry, runs: impl IntoIterator<Item = (u64, u64)>) -> Self {
+    ///
+    /// Errors: a run of zero blocks ([`Error::ZeroLength`]), one that reaches past the
+    /// device ([`Error::OutOfRange`]), or one that starts before the end of the previous run
+    /// ([`Error::InvalidRequest`]: not sorted or not disjoint).
+    pub fn from_free_runs(
+        geometry: &Geometry,
+        runs: impl IntoIterator<Item = (u64, u64)>,
+    ) -> Result<Self> {
         let mut groups: Vec<GroupFree> = (0..geometry.groups_count())
             .map(|_| GroupFree {
                 class_tag: 0,
@@ -93,6 +100,15 @@ impl FreeSpace {
         let mut merged: Vec<u64> = Vec::new();
         let mut open: Option<(u64, u64)> = None;
         for (start, len) in runs {
+            geometry.validate(Extent::new(start, len))?;
+            if let Some((s, l)) = open {
+                if start < s + l {
+                    return Err(Error::InvalidRequest(format!(
+                        "free run {start}+{len} starts before the end of the run {s}+{l} \
+                         before it: runs must be sorted and disjoint"
+                    )));
+                }
+            }
             let (mut at, end) = (start, start + len);
             while at < end {
                 let g = geometry.group_of(at);
@@ -116,15 +132,29 @@ impl FreeSpace {
         if let Some((_, l)) = open {
             merged.push(l);
         }
-        Self::from_parts(merged, groups)
+        Ok(Self::from_parts(merged, groups))
     }
 
-    /// Builds the figures from what is used (`(start, len)` sorted by start): the free runs
-    /// are the gaps between them.
-    pub fn from_used(geometry: &Geometry, used: impl IntoIterator<Item = (u64, u64)>) -> Self {
+    /// Builds the figures from what is used (`(start, len)` sorted by start; used extents
+    /// may overlap): the free runs are the gaps between them.
+    ///
+    /// Errors: a used extent of zero blocks or past the device, or one that starts before
+    /// the previous one ([`Error::InvalidRequest`]).
+    pub fn from_used(
+        geometry: &Geometry,
+        used: impl IntoIterator<Item = (u64, u64)>,
+    ) -> Result<Self> {
         let mut runs = Vec::new();
         let mut at = 0;
+        let mut last_start = 0;
         for (s, l) in used {
+            geometry.validate(Extent::new(s, l))?;
+            if s < last_start {
+                return Err(Error::InvalidRequest(format!(
+                    "used extent {s}+{l} comes after one starting at {last_start}: sort by start"
+                )));
+            }
+            last_start = s;
             if s > at {
                 runs.push((at, s - at));
             }
@@ -269,5 +299,49 @@ impl Allocator {
             self.publish(g, state, shard);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_runs_out_of_range_or_unsorted_are_errors() {
+        let g = Geometry::new(4096, 64, 200).unwrap();
+        let fs = FreeSpace::from_free_runs(&g, [(0, 10), (10, 5), (60, 80)]).unwrap();
+        assert_eq!((fs.free_blocks, fs.free_extents), (95, 2));
+        assert_eq!(fs.groups[1].free_blocks, 64);
+        assert!(matches!(
+            FreeSpace::from_free_runs(&g, [(190, 20)]),
+            Err(Error::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            FreeSpace::from_free_runs(&g, [(u64::MAX, 2)]),
+            Err(Error::OutOfRange { .. })
+        ));
+        assert_eq!(
+            FreeSpace::from_free_runs(&g, [(5, 0)]),
+            Err(Error::ZeroLength)
+        );
+        assert!(matches!(
+            FreeSpace::from_free_runs(&g, [(50, 10), (55, 1)]),
+            Err(Error::InvalidRequest(_))
+        ));
+    }
+
+    #[test]
+    fn used_extents_may_overlap_but_must_be_sorted_and_inside() {
+        let g = Geometry::new(4096, 64, 200).unwrap();
+        let fs = FreeSpace::from_used(&g, [(0, 10), (5, 10), (100, 100)]).unwrap();
+        assert_eq!((fs.free_blocks, fs.free_extents), (85, 1));
+        assert!(matches!(
+            FreeSpace::from_used(&g, [(150, 60)]),
+            Err(Error::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            FreeSpace::from_used(&g, [(50, 1), (10, 1)]),
+            Err(Error::InvalidRequest(_))
+        ));
     }
 }

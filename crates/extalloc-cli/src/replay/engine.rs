@@ -1,0 +1,696 @@
+//! The replay engine: feeds a trace's events, in order, to an allocator the way the kernel
+//! saw them (the rules and what each changes: `docs/replay.md`).
+//!
+//! # Data structures
+//!
+//! - [`KernelModel`]: the kernel's live decisions by physical start (`start -> (len, ino,
+//!   lblk, data)`) and the live data blocks per inode; frees are translated through it into
+//!   the logical blocks of the file that held them.
+//! - [`SharedFiles`]: our file for each live inode number, shared by the threads of a
+//!   threaded replay; a file is forgotten when its inode dies, so a reused number is a new
+//!   file.
+//! - `Replayer`: one task's (or the whole trace's) state: the request in flight per pid
+//!   with what mballoc said of it, our blocks for each kernel metadata allocation, and the
+//!   time of the last commit.
+//!
+//! # Invariants
+//!
+//! ```text
+//! a data block the kernel holds for (ino, lblk) is mapped by our file ino at lblk,
+//!   unless the replay counted it as an oddity (a request over blocks already mapped)
+//! our blocks for a kernel metadata allocation cover exactly its length, in order
+//! ```
+//!
+//! Lock order: `SharedFiles` lock, released before any allocator call.
+
+use super::parse::{Event, Flags, Traced};
+use anyhow::{Context, Result};
+use extalloc::{
+    AllocRequest, Allocator, DataRequest, Error, Extent, FileAlloc, FreeSpace, Geometry,
+};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// What a replay met that it could not replay as the kernel did, and what it did.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct Oddities {
+    pub requests: u64,
+    pub frees_of_unseen_blocks: u64,
+    pub requests_over_mapped_blocks: u64,
+    pub decisions_without_request: u64,
+    /// Commits made: at the kernel's journal commits, or by the fallback interval.
+    pub commits: u64,
+    /// Files started anew because their inode number was reused.
+    pub files_reused: u64,
+    /// Requests replayed as complete (served at their length with no preallocation).
+    pub complete_requests: u64,
+}
+
+/// When the replay commits (makes freed blocks reusable).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum CommitRule {
+    /// At each `jbd2_end_commit` in the trace (captures by `extalloc capture`).
+    Traced,
+    /// Traces without journal events: when this many nanoseconds of trace time have passed
+    /// since the last commit (jbd2's commit interval, 5 s by default), and at each fsync.
+    Interval(u64),
+}
+
+/// jbd2's default commit interval (`commit=5`).
+pub const DEFAULT_COMMIT_NS: u64 = 5_000_000_000;
+
+/// The fidelity rules of one replay, derived from what the trace holds.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Rules {
+    pub commit: CommitRule,
+    /// The trace records inode deaths (`ext4_free_inode`); else a file whose every data
+    /// block the kernel freed starts anew at its next discard.
+    pub traced_inode_frees: bool,
+    /// The trace records mballoc's searches and new preallocations, so a request served at
+    /// exactly its length with no preallocation can be replayed as complete.
+    pub traced_searches: bool,
+    /// Small files carve from the locality chunk of the traced CPU.
+    pub locality_by_cpu: bool,
+}
+
+impl Rules {
+    /// The rules a trace's events allow.
+    pub fn for_events<'e>(events: impl Iterator<Item = &'e Traced>) -> Rules {
+        let (mut commits, mut inode_frees, mut searches) = (false, false, false);
+        for t in events {
+            match t.event {
+                Event::Commit { .. } => commits = true,
+                Event::InodeFree { .. } => inode_frees = true,
+                Event::Search { .. } => searches = true,
+                _ => {}
+            }
+        }
+        Rules {
+            commit: if commits {
+                CommitRule::Traced
+            } else {
+                CommitRule::Interval(DEFAULT_COMMIT_NS)
+            },
+            traced_inode_frees: inode_frees,
+            traced_searches: searches,
+            locality_by_cpu: true,
+        }
+    }
+}
+
+/// The kernel's decisions: live allocations by start, and live data blocks per inode.
+#[derive(Default)]
+pub struct KernelModel {
+    /// start -> (len, ino, lblk, data)
+    live: BTreeMap<u64, (u64, u64, u64, bool)>,
+    data_blocks: HashMap<u64, u64>,
+}
+
+impl KernelModel {
+    pub fn allocate(&mut self, start: u64, len: u64, ino: u64, lblk: u64, data: bool) {
+        self.live.insert(start, (len, ino, lblk, data));
+        if data {
+            *self.data_blocks.entry(ino).or_default() += len;
+        }
+    }
+
+    /// Removes `block .. block + count` from the live set (splitting allocations).
+    /// Returns what was live there: `(ino, lblk, len, data)` pieces.
+    pub fn free(&mut self, block: u64, count: u64) -> Vec<(u64, u64, u64, bool)> {
+        let end = block.saturating_add(count);
+        let mut removed = Vec::new();
+        let hits: Vec<u64> = self
+            .live
+            .range(..end)
+            .rev()
+            .take_while(|(&s, &(l, ..))| s + l > block || s >= block)
+            .filter(|(&s, &(l, ..))| s + l > block)
+            .map(|(&s, _)| s)
+            .collect();
+        for s in hits {
+            let (l, ino, lblk, data) = self.live.remove(&s).expect("listed");
+            let (a, b) = (s.max(block), (s + l).min(end));
+            removed.push((ino, lblk + (a - s), b - a, data));
+            if data {
+                let n = self.data_blocks.get_mut(&ino).expect("counted on allocate");
+                *n -= b - a;
+                if *n == 0 {
+                    self.data_blocks.remove(&ino);
+                }
+            }
+            if s < a {
+                self.live.insert(s, (a - s, ino, lblk, data));
+            }
+            if b < s + l {
+                self.live.insert(b, (s + l - b, ino, lblk + (b - s), data));
+            }
+        }
+        removed
+    }
+
+    /// Data blocks the kernel holds for `ino`.
+    pub fn data_blocks_of(&self, ino: u64) -> u64 {
+        self.data_blocks.get(&ino).copied().unwrap_or(0)
+    }
+
+    /// Each file's data extents in logical order (files with none are left out).
+    pub fn files(&self) -> Vec<Vec<Extent>> {
+        let mut by_ino: BTreeMap<u64, BTreeMap<u64, Extent>> = BTreeMap::new();
+        for (&s, &(l, ino, lblk, data)) in &self.live {
+            if data {
+                by_ino
+                    .entry(ino)
+                    .or_default()
+                    .insert(lblk, Extent::new(s, l));
+            }
+        }
+        by_ino
+            .into_values()
+            .map(|m| m.into_values().collect())
+            .collect()
+    }
+
+    /// The kernel's free space on `geometry` (checked to hold every decision beforehand).
+    pub fn free_space(&self, geometry: &Geometry) -> Result<FreeSpace> {
+        FreeSpace::from_used(geometry, self.live.iter().map(|(&s, &(l, ..))| (s, l)))
+            .context("the kernel's decisions on the replay device")
+    }
+}
+
+/// Files by inode, and every file in the order first met (forgotten ones included, for the
+/// layout: a deleted file holds no extents and so is not counted).
+type FileTable = (HashMap<u64, Arc<FileAlloc>>, Vec<Arc<FileAlloc>>);
+
+/// Files met in a replay, shared by the threads replaying it.
+#[derive(Default)]
+pub struct SharedFiles {
+    files: parking_lot::Mutex<FileTable>,
+}
+
+impl SharedFiles {
+    fn get(&self, alloc: &Allocator, ino: u64) -> Arc<FileAlloc> {
+        let mut g = self.files.lock();
+        if let Some(f) = g.0.get(&ino) {
+            return f.clone();
+        }
+        let f = alloc.create_file(ino);
+        g.0.insert(ino, f.clone());
+        g.1.push(f.clone());
+        f
+    }
+
+    fn known(&self, ino: u64) -> Option<Arc<FileAlloc>> {
+        self.files.lock().0.get(&ino).cloned()
+    }
+
+    /// The inode died: its number names a new file from now on. Returns the old file.
+    fn forget(&self, ino: u64) -> Option<Arc<FileAlloc>> {
+        self.files.lock().0.remove(&ino)
+    }
+
+    /// Every file ever met, in the order first met.
+    pub fn all(&self) -> Vec<Arc<FileAlloc>> {
+        self.files.lock().1.clone()
+    }
+}
+
+/// What mballoc said about the request in flight on one pid.
+#[derive(Default)]
+struct InFlight {
+    request: Option<Event>,
+    /// `(orig_len, goal_len)` of the search, if the request was searched for.
+    search: Option<(u64, u64)>,
+    new_pa: bool,
+}
+
+/// One replay's state.
+struct Replayer<'a> {
+    alloc: &'a Allocator,
+    files: &'a SharedFiles,
+    rules: Rules,
+    /// Our blocks for each kernel metadata allocation: kernel start -> (len, our extents).
+    meta: BTreeMap<u64, (u64, Vec<Extent>)>,
+    in_flight: HashMap<u32, InFlight>,
+    kernel: KernelModel,
+    last_commit_ns: Option<u64>,
+    odd: Oddities,
+}
+
+/// Replays `events` in order on `alloc`. Returns the kernel's decisions still live at the
+/// end (the model it translates frees through) and what was odd.
+pub fn replay_events<'e>(
+    alloc: &Allocator,
+    events: impl Iterator<Item = &'e Traced>,
+    files: &SharedFiles,
+    rules: Rules,
+) -> Result<(KernelModel, Oddities)> {
+    let mut r = Replayer {
+        alloc,
+        files,
+        rules,
+        meta: BTreeMap::new(),
+        in_flight: HashMap::new(),
+        kernel: KernelModel::default(),
+        last_commit_ns: None,
+        odd: Oddities::default(),
+    };
+    for t in events {
+        r.event(t)?;
+    }
+    Ok((r.kernel, r.odd))
+}
+
+impl Replayer<'_> {
+    fn event(&mut self, t: &Traced) -> Result<()> {
+        if let CommitRule::Interval(ns) = self.rules.commit {
+            let last = *self.last_commit_ns.get_or_insert(t.ns);
+            if t.ns.saturating_sub(last) >= ns {
+                self.commit(t.ns);
+            }
+        }
+        match &t.event {
+            Event::Request { pid, .. } => {
+                self.in_flight.insert(
+                    *pid,
+                    InFlight {
+                        request: Some(t.event.clone()),
+                        ..InFlight::default()
+                    },
+                );
+            }
+            Event::Search {
+                pid,
+                orig_len,
+                goal_len,
+                ..
+            } => {
+                self.in_flight.entry(*pid).or_default().search = Some((*orig_len, *goal_len));
+            }
+            Event::NewPa { pid, .. } => self.in_flight.entry(*pid).or_default().new_pa = true,
+            Event::Allocate { .. } => self.allocate(t)?,
+            Event::Free {
+                block,
+                count,
+                metadata,
+                ..
+            } => self.free(*block, *count, *metadata)?,
+            Event::Discard { ino, .. } => {
+                if let Some(f) = self.files.known(*ino) {
+                    self.alloc.release_prealloc(&f)?;
+                    // Without inode events: a file the kernel no longer holds a block of
+                    // is gone (deleted or truncated to zero) and its number starts anew.
+                    if !self.rules.traced_inode_frees && self.kernel.data_blocks_of(*ino) == 0 {
+                        self.files.forget(*ino);
+                        self.odd.files_reused += 1;
+                    }
+                }
+            }
+            Event::InodeCreate { ino, .. } | Event::InodeFree { ino, .. } => {
+                if let Some(f) = self.files.forget(*ino) {
+                    self.alloc.release_prealloc(&f)?;
+                    self.odd.files_reused += 1;
+                }
+            }
+            Event::Sync { .. } => {
+                if matches!(self.rules.commit, CommitRule::Interval(_)) {
+                    self.commit(t.ns);
+                }
+            }
+            Event::Commit { .. } => {
+                if self.rules.commit == CommitRule::Traced {
+                    self.commit(t.ns);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn commit(&mut self, ns: u64) {
+        self.alloc.commit();
+        self.odd.commits += 1;
+        self.last_commit_ns = Some(ns);
+    }
+
+    /// The kernel's decision: the same logical blocks of the same file (data), or as many
+    /// blocks anywhere (metadata).
+    fn allocate(&mut self, t: &Traced) -> Result<()> {
+        let Event::Allocate {
+            pid,
+            ino,
+            flags,
+            len,
+            block,
+            lblk,
+            ..
+        } = t.event
+        else {
+            unreachable!("called for allocations");
+        };
+        let flight = self.in_flight.remove(&pid).unwrap_or_default();
+        if flight.request.is_none() {
+            self.odd.decisions_without_request += 1;
+        }
+        // The request's flags; the kernel's decision says which blocks (a request the
+        // kernel met only in part is asked again for the rest).
+        let (flags, asked): (Flags, u64) = match flight.request {
+            Some(Event::Request {
+                flags,
+                ino: rino,
+                len: rlen,
+                ..
+            }) if rino == ino => (flags, rlen),
+            _ => (flags, len),
+        };
+        // Served at exactly its length, searched for without normalisation, and no
+        // preallocation made: the kernel treated the file as complete (closed, written).
+        let complete = self.rules.traced_searches
+            && flags.data
+            && !flags.no_prealloc
+            && !flight.new_pa
+            && len == asked
+            && flight.search.is_some_and(|(orig, goal)| orig == goal);
+        self.odd.requests += 1;
+        self.kernel.allocate(block, len, ino, lblk, flags.data);
+        if flags.data {
+            let file = &self.files.get(self.alloc, ino);
+            let mut l = lblk;
+            let end = lblk + len;
+            while l < end {
+                let mut req = DataRequest::new(l, end - l);
+                if flags.no_prealloc {
+                    req = req.no_prealloc();
+                }
+                if complete {
+                    req = req.complete();
+                }
+                if self.rules.locality_by_cpu {
+                    req = req.locality(t.cpu);
+                }
+                match self.alloc.allocate_data(file, &req) {
+                    Ok(got) => l += got.len,
+                    Err(Error::LogicalOverlap { .. }) => {
+                        self.odd.requests_over_mapped_blocks += 1;
+                        break;
+                    }
+                    Err(e) => return Err(e).context(format!("inode {ino} block {l}")),
+                }
+            }
+            if complete {
+                self.odd.complete_requests += 1;
+            }
+        } else {
+            let mut ours = Vec::new();
+            let mut got = 0;
+            while got < len {
+                let e = self
+                    .alloc
+                    .allocate(&AllocRequest::new(ino, len - got))
+                    .with_context(|| format!("metadata of inode {ino}"))?;
+                got += e.len;
+                ours.push(e);
+            }
+            self.meta.insert(block, (len, ours));
+        }
+        Ok(())
+    }
+
+    fn free(&mut self, block: u64, count: u64, metadata: bool) -> Result<()> {
+        // Which logical blocks of which file the kernel freed, from its decisions.
+        let pieces = self.kernel.free(block, count);
+        if pieces.is_empty() {
+            self.odd.frees_of_unseen_blocks += 1;
+            return Ok(());
+        }
+        if metadata {
+            free_ours(self.alloc, &mut self.meta, block, count)?;
+            return Ok(());
+        }
+        for (ino, lblk, len, data) in pieces {
+            match self.files.known(ino) {
+                Some(f) if data => {
+                    self.alloc.free_data(&f, lblk, len)?;
+                }
+                _ => self.odd.frees_of_unseen_blocks += 1,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Frees our blocks standing for kernel blocks `block .. block + count` (metadata). Returns
+/// false when none of them was known.
+pub fn free_ours(
+    alloc: &Allocator,
+    meta: &mut BTreeMap<u64, (u64, Vec<Extent>)>,
+    block: u64,
+    count: u64,
+) -> Result<bool> {
+    let end = block.saturating_add(count);
+    let hits: Vec<u64> = meta
+        .range(..end)
+        .filter(|(&s, &(l, _))| s + l > block)
+        .map(|(&s, _)| s)
+        .collect();
+    if hits.is_empty() {
+        return Ok(false);
+    }
+    for s in hits {
+        let (l, ours) = meta.remove(&s).expect("listed");
+        let (a, b) = (s.max(block), (s + l).min(end));
+        // Our extents cover kernel offsets 0..l in order; free offsets a-s .. b-s.
+        let (lo, hi) = (a - s, b - s);
+        let mut off = 0;
+        let mut keep_before = Vec::new();
+        let mut keep_after = Vec::new();
+        for e in ours {
+            let (es, ee) = (off, off + e.len);
+            off = ee;
+            let (fs, fe) = (es.max(lo), ee.min(hi));
+            if fs >= fe {
+                if ee <= lo {
+                    keep_before.push(e);
+                } else {
+                    keep_after.push(e);
+                }
+                continue;
+            }
+            alloc.free(Extent::new(e.start + (fs - es), fe - fs))?;
+            if es < fs {
+                keep_before.push(Extent::new(e.start, fs - es));
+            }
+            if fe < ee {
+                keep_after.push(Extent::new(e.start + (fe - es), ee - fe));
+            }
+        }
+        if a > s {
+            meta.insert(s, (a - s, keep_before));
+        }
+        if b < s + l {
+            meta.insert(b, (s + l - b, keep_after));
+        }
+    }
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replay::parse::{parse_line, Line};
+
+    #[test]
+    fn kernel_model_splits_frees() {
+        let mut k = KernelModel::default();
+        k.allocate(100, 10, 1, 0, true);
+        k.allocate(200, 5, 2, 0, false);
+        assert_eq!(k.free(103, 4), vec![(1, 3, 4, true)]);
+        assert_eq!(k.data_blocks_of(1), 6);
+        assert!(k.free(500, 1).is_empty());
+        let files = k.files();
+        assert_eq!(files, vec![vec![Extent::new(100, 3), Extent::new(107, 3)]]);
+        let g = Geometry::new(4096, 256, 1024).unwrap();
+        assert_eq!(k.free_space(&g).unwrap().free_blocks, 1024 - 6 - 5);
+        k.free(100, 10);
+        assert_eq!(k.data_blocks_of(1), 0);
+    }
+
+    #[test]
+    fn frees_translate_through_partial_allocations() {
+        let g = Geometry::new(4096, 256, 1024).unwrap();
+        let alloc = Allocator::new(g, extalloc::Policy::default()).unwrap();
+        let a = alloc.allocate(&AllocRequest::new(1, 3)).unwrap();
+        let b = alloc.allocate(&AllocRequest::new(1, 2)).unwrap();
+        let mut meta = BTreeMap::new();
+        // Kernel blocks 1000..1005 stand for our a (3) then b (2).
+        meta.insert(1000, (5, vec![a, b]));
+        assert!(free_ours(&alloc, &mut meta, 1002, 2).unwrap());
+        alloc.commit();
+        // a's last block and b's first are free again; the rest stays.
+        assert_eq!(alloc.free_blocks(), 1024 - 3);
+        assert!(!free_ours(&alloc, &mut meta, 5000, 1).unwrap());
+        assert!(free_ours(&alloc, &mut meta, 1000, 5).unwrap());
+        alloc.commit();
+        assert_eq!(alloc.free_blocks(), 1024);
+        alloc.check().unwrap();
+    }
+
+    fn traced(lines: &[&str]) -> Vec<Traced> {
+        lines
+            .iter()
+            .map(|l| match parse_line(l) {
+                Line::Event(t) => t,
+                other => panic!("{l}: {other:?}"),
+            })
+            .collect()
+    }
+
+    fn alloc_line(ts: &str, cpu: u32, ino: u64, lblk: u64, len: u64, block: u64) -> [String; 2] {
+        [
+            format!("w-1 [00{cpu}] ..... {ts}: ext4_request_blocks: dev 7,1 ino {ino} flags HINT_DATA len {len} lblk {lblk} goal 0 lleft 0 lright 0 pleft 0 pright 0"),
+            format!("w-1 [00{cpu}] ..... {ts}: ext4_allocate_blocks: dev 7,1 ino {ino} flags HINT_DATA len {len} block {block} lblk {lblk} goal 0 lleft 0 lright 0 pleft 0 pright 0"),
+        ]
+    }
+
+    fn small_alloc() -> Allocator {
+        Allocator::new(
+            Geometry::new(4096, 1024, 8192).unwrap(),
+            extalloc::Policy::parse("extalloc").unwrap(),
+        )
+        .unwrap()
+    }
+
+    /// A reused inode number is a new file: the second file's size does not inherit the
+    /// first's, so its small write carves a locality chunk instead of an 8 MiB window.
+    #[test]
+    fn a_reused_inode_is_a_new_file() {
+        let mut lines: Vec<String> = Vec::new();
+        lines.extend(alloc_line("1.0", 0, 12, 0, 2048, 0));
+        lines.push("rm-2 [000] ..... 1.1: ext4_free_blocks: dev 7,1 ino 12 mode 0100644 block 0 count 2048 flags ".into());
+        lines.push(
+            "rm-2 [000] ..... 1.2: ext4_discard_preallocations: dev 7,1 ino 12 len: 0".into(),
+        );
+        lines.extend(alloc_line("1.3", 0, 12, 0, 1, 4000));
+        let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+        let events = traced(&refs);
+        let rules = Rules::for_events(events.iter());
+        assert!(!rules.traced_inode_frees);
+        let alloc = small_alloc();
+        let files = SharedFiles::default();
+        let (kernel, odd) = replay_events(&alloc, events.iter(), &files, rules).unwrap();
+        assert_eq!(odd.files_reused, 1);
+        let all = files.all();
+        assert_eq!(all.len(), 2, "two files met under one number");
+        assert_eq!(
+            all[1].size_blocks(),
+            1,
+            "the new file has the new file's size"
+        );
+        assert_eq!(
+            all[1].prealloc_count(),
+            0,
+            "no window was normalised for it"
+        );
+        assert_eq!(kernel.files().len(), 1);
+    }
+
+    /// Small files carve from the locality chunk of the CPU that wrote them: two CPUs, two
+    /// chunks, each CPU's files together.
+    #[test]
+    fn locality_chunks_follow_the_traced_cpu() {
+        let mut lines: Vec<String> = Vec::new();
+        for (i, cpu) in [0u32, 1, 0, 1].into_iter().enumerate() {
+            let i = i as u64;
+            lines.extend(alloc_line("1.0", cpu, 20 + i, 0, 1, 100 + i));
+        }
+        let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+        let events = traced(&refs);
+        let alloc = small_alloc();
+        let files = SharedFiles::default();
+        replay_events(
+            &alloc,
+            events.iter(),
+            &files,
+            Rules::for_events(events.iter()),
+        )
+        .unwrap();
+        let at: Vec<u64> = files.all().iter().map(|f| f.extents()[0].1.start).collect();
+        assert_eq!(at[0] + 1, at[2], "CPU 0's files are neighbours: {at:?}");
+        assert_eq!(at[1] + 1, at[3], "CPU 1's files are neighbours: {at:?}");
+        assert_ne!(at[0] + 1, at[1], "the CPUs use different chunks: {at:?}");
+    }
+
+    /// With journal events, frees become reusable at the kernel's commits and not before.
+    #[test]
+    fn commits_happen_where_the_kernel_committed() {
+        let mut lines: Vec<String> = Vec::new();
+        lines.extend(alloc_line("1.0", 0, 12, 0, 64, 0));
+        lines.push("rm-2 [000] ..... 1.1: ext4_free_blocks: dev 7,1 ino 12 mode 0100644 block 0 count 64 flags ".into());
+        lines.push(
+            "jbd2/loop0-8-3 [000] ..... 9.0: jbd2_end_commit: dev 7,1 transaction 2 sync 0 head 1"
+                .into(),
+        );
+        let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+        let events = traced(&refs);
+        let rules = Rules::for_events(events.iter());
+        assert_eq!(rules.commit, CommitRule::Traced);
+        let alloc = small_alloc();
+        let files = SharedFiles::default();
+        let (_, odd) = replay_events(&alloc, events[..3].iter(), &files, rules).unwrap();
+        assert_eq!(odd.commits, 0);
+        assert!(alloc.pending_free_blocks() > 0, "freed, not yet committed");
+        let (_, odd) = replay_events(&alloc, events[3..].iter(), &files, rules).unwrap();
+        assert_eq!(odd.commits, 1);
+        assert_eq!(alloc.pending_free_blocks(), 0);
+    }
+
+    /// Without journal events: a commit once 5 s of trace time have passed.
+    #[test]
+    fn old_traces_commit_every_five_seconds() {
+        let mut lines: Vec<String> = Vec::new();
+        lines.extend(alloc_line("1.0", 0, 12, 0, 64, 0));
+        lines.push("rm-2 [000] ..... 1.1: ext4_free_blocks: dev 7,1 ino 12 mode 0100644 block 0 count 64 flags ".into());
+        lines.extend(alloc_line("5.9", 0, 13, 0, 1, 500));
+        lines.extend(alloc_line("6.1", 0, 14, 0, 1, 501));
+        let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+        let events = traced(&refs);
+        let rules = Rules::for_events(events.iter());
+        assert_eq!(rules.commit, CommitRule::Interval(DEFAULT_COMMIT_NS));
+        let alloc = small_alloc();
+        let files = SharedFiles::default();
+        let (_, odd) = replay_events(&alloc, events[..5].iter(), &files, rules).unwrap();
+        assert_eq!(odd.commits, 0);
+        let (_, odd) = replay_events(&alloc, events.iter().skip(5), &files, rules).unwrap();
+        assert_eq!(
+            odd.commits, 0,
+            "a fresh replayer starts its clock at its first event"
+        );
+        let files = SharedFiles::default();
+        let alloc = small_alloc();
+        let (_, odd) = replay_events(&alloc, events.iter(), &files, rules).unwrap();
+        assert_eq!(odd.commits, 1);
+    }
+
+    /// A request the kernel searched for without rounding it up and served with no
+    /// preallocation is replayed at exactly its length: no PA is left.
+    #[test]
+    fn unrounded_requests_are_replayed_as_complete() {
+        let lines = [
+            "kw-5 [000] ..... 1.0: ext4_request_blocks: dev 7,1 ino 30 flags HINT_DATA len 100 lblk 0 goal 0 lleft 0 lright 0 pleft 0 pright 0",
+            "kw-5 [000] ..... 1.0: ext4_mballoc_alloc: dev 7,1 inode 30 orig 0/0/100@0 goal 0/0/100@0 result 0/0/100@0 blks 1 grps 1 cr CR_GOAL_LEN_FAST flags HINT_DATA tail 0 broken 0",
+            "kw-5 [000] ..... 1.0: ext4_allocate_blocks: dev 7,1 ino 30 flags HINT_DATA len 100 block 0 lblk 0 goal 0 lleft 0 lright 0 pleft 0 pright 0",
+            "kw-5 [000] ..... 2.0: ext4_request_blocks: dev 7,1 ino 31 flags HINT_DATA len 100 lblk 0 goal 0 lleft 0 lright 0 pleft 0 pright 0",
+            "kw-5 [000] ..... 2.0: ext4_mballoc_alloc: dev 7,1 inode 31 orig 0/0/100@0 goal 0/0/128@0 result 0/100/128@0 blks 1 grps 1 cr CR_GOAL_LEN_FAST flags HINT_DATA tail 0 broken 0",
+            "kw-5 [000] ..... 2.0: ext4_mb_new_inode_pa: dev 7,1 ino 31 pstart 128 len 28 lstart 100",
+            "kw-5 [000] ..... 2.0: ext4_allocate_blocks: dev 7,1 ino 31 flags HINT_DATA len 100 block 100 lblk 0 goal 0 lleft 0 lright 0 pleft 0 pright 0",
+        ];
+        let events = traced(&lines);
+        let rules = Rules::for_events(events.iter());
+        assert!(rules.traced_searches);
+        let alloc = small_alloc();
+        let files = SharedFiles::default();
+        let (_, odd) = replay_events(&alloc, events.iter(), &files, rules).unwrap();
+        assert_eq!(odd.complete_requests, 1);
+        let all = files.all();
+        assert_eq!(all[0].prealloc_count(), 0, "complete: no preallocation");
+        assert_eq!(all[1].prealloc_count(), 1, "rounded up as the kernel did");
+    }
+}

@@ -1,0 +1,335 @@
+#!/usr/bin/env bash
+# Captures the corpus of kernel ext4 allocation traces kept in traces/: for each workload a
+# fresh 4 GiB ext4 image in /dev/shm on a loop device, the workload run under
+# `extalloc capture`, then the kernel's "after" figures (filefrag over every regular file,
+# e2freefrag after unmounting). See traces/README.md.
+#
+#   sudo ./scripts/capture-corpus.sh                 # every workload
+#   sudo ./scripts/capture-corpus.sh dbench sqlite-wal   # only these
+#   sudo ./scripts/capture-corpus.sh --list          # the workload names
+#
+# Environment:
+#   EXTALLOC  the extalloc binary (default target/release/extalloc; build it first with
+#             `cargo build --release -p extalloc-cli`)
+#   CAPTURE=0 run the workloads and measure, but record nothing (a dry run; needs no binary)
+#   OUTDIR    where the traces go (default traces/)
+#
+# Progress goes to stderr, one markdown summary row per workload to stdout.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+ALL=(tree-copy fsmark-small dbench fio-randwrite-fsync git-checkout sqlite-wal sqlite-journal mixed-lifetimes)
+
+if [[ "${1:-}" == "--list" ]]; then
+  printf '%s\n' "${ALL[@]}"
+  exit 0
+fi
+if [[ $(id -u) -ne 0 ]]; then
+  echo "capture-corpus.sh: must be run as root (it makes loop devices, mounts ext4 and uses tracefs)" >&2
+  exit 1
+fi
+
+CAPTURE=${CAPTURE:-1}
+EXTALLOC=${EXTALLOC:-$ROOT/target/release/extalloc}
+OUTDIR=${OUTDIR:-$ROOT/traces}
+WORK=/tmp/extalloc-corpus      # helper scripts, the git source repository, fs_mark's log
+MNT=/mnt/extalloc-corpus       # where each fresh file system is mounted
+IMG_DIR=/dev/shm
+
+log() { echo "capture-corpus: $*" >&2; }
+
+# ---------------------------------------------------------------- dependencies
+need_install=()
+need() { # need COMMAND PACKAGE
+  command -v "$1" >/dev/null 2>&1 || need_install+=("$2")
+}
+need fio fio
+need dbench dbench
+need fs_mark fsmark
+need git git
+need mkfs.ext4 e2fsprogs
+need filefrag e2fsprogs
+need e2freefrag e2fsprogs
+need dumpe2fs e2fsprogs
+need losetup mount
+need gzip gzip
+[[ -x /usr/bin/python3 ]] || need_install+=(python3)
+if ((${#need_install[@]})); then
+  log "installing ${need_install[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_install[@]}" >/dev/null
+fi
+PY=/usr/bin/python3
+"$PY" -c 'import sqlite3' || { log "python3 has no sqlite3 module"; exit 1; }
+DBENCH_LOAD=$(dpkg -L dbench 2>/dev/null | grep '/client\.txt$' | head -1 || true)
+[[ -n "$DBENCH_LOAD" && -f "$DBENCH_LOAD" ]] || DBENCH_LOAD=/usr/share/dbench/client.txt
+
+if [[ "$CAPTURE" != 0 ]]; then
+  [[ -x "$EXTALLOC" ]] || {
+    log "no extalloc binary at $EXTALLOC (set EXTALLOC=..., or CAPTURE=0 for a dry run)"
+    exit 1
+  }
+fi
+
+# ---------------------------------------------------------------- helpers (python)
+rm -rf "$WORK"
+mkdir -p "$WORK" "$MNT" "$OUTDIR"
+
+# A git history: 150 commits that add, modify (rewrite, append, edit in place) and delete
+# text files of 100 B to 2 MiB in a few directories; seeded, so always the same content.
+cat >"$WORK/make-git-history.py" <<'EOF'
+import os, random, subprocess, sys
+dst, commits = sys.argv[1], int(sys.argv[2])
+rng = random.Random(1234)
+words = ["alloc", "extent", "block", "group", "inode", "journal", "commit", "free", "buddy",
+         "bitmap", "fn", "let", "mut", "impl", "struct", "return", "if", "else", "match",
+         "self", "0", "1", "4096", "u64", "Result", "Ok", "Err", "//", "{", "}", "(", ")"]
+def text(n):
+    out, size = [], 0
+    while size < n:
+        line = " ".join(rng.choices(words, k=rng.randint(2, 14))) + "\n"
+        out.append(line); size += len(line)
+    return "".join(out)[:n]
+def size():
+    return int(10 ** rng.uniform(2, 6.3))          # 100 B .. 2 MiB, log-uniform
+dirs = ["src", "src/alloc", "src/fs", "docs", "tests", "assets", "vendor/a", "vendor/b"]
+env = dict(os.environ, GIT_AUTHOR_NAME="corpus", GIT_AUTHOR_EMAIL="corpus@example.invalid",
+           GIT_COMMITTER_NAME="corpus", GIT_COMMITTER_EMAIL="corpus@example.invalid")
+def git(*a, **kw):
+    subprocess.run(["git", "-C", dst, *a], check=True, env=kw.get("env", env),
+                   stdout=subprocess.DEVNULL)
+os.makedirs(dst)
+git("init", "-q", "-b", "main")
+files, serial = [], 0
+def add():
+    global serial
+    d = rng.choice(dirs); os.makedirs(os.path.join(dst, d), exist_ok=True)
+    p = os.path.join(d, f"f{serial:05d}.txt"); serial += 1
+    open(os.path.join(dst, p), "w").write(text(size())); files.append(p)
+for _ in range(120):
+    add()
+for c in range(commits):
+    for _ in range(rng.randint(0, 8)):
+        add()
+    for _ in range(min(len(files), rng.randint(2, 12))):
+        p = os.path.join(dst, rng.choice(files)); kind = rng.random()
+        if kind < 0.4:
+            open(p, "w").write(text(size()))                 # rewrite
+        elif kind < 0.8:
+            open(p, "a").write(text(int(10 ** rng.uniform(2, 5))))   # append
+        else:
+            s = open(p).read(); i = rng.randint(0, len(s))   # edit in the middle
+            open(p, "w").write(s[:i] + text(rng.randint(10, 5000)) + s[i + rng.randint(0, 3000):])
+    for _ in range(min(len(files) - 20, rng.randint(0, 6))):
+        p = files.pop(rng.randrange(len(files))); os.unlink(os.path.join(dst, p))
+    git("add", "-A")
+    t = f"{1700000000 + c * 3600} +0000"
+    git("commit", "-q", "-m", f"commit {c}",
+        env=dict(env, GIT_AUTHOR_DATE=t, GIT_COMMITTER_DATE=t))
+EOF
+
+# A database: transactions of inserts (rows of 50 B .. 8 KiB) and range deletes, an index,
+# then a large delete and VACUUM. Argument: journal mode (wal or delete).
+cat >"$WORK/sqlite-load.py" <<'EOF'
+import os, random, sqlite3, sys
+path, mode, txns = sys.argv[1], sys.argv[2], int(sys.argv[3])
+rng = random.Random(42)
+db = sqlite3.connect(path, isolation_level=None)
+db.execute(f"PRAGMA journal_mode={mode}")
+db.execute("PRAGMA synchronous=FULL")
+db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, k TEXT, v BLOB)")
+db.execute("CREATE INDEX t_k ON t(k)")
+db.execute("CREATE TABLE log (id INTEGER PRIMARY KEY, at INTEGER, msg TEXT)")
+nid = 0
+for n in range(txns):
+    db.execute("BEGIN")
+    for _ in range(rng.randint(20, 200)):
+        nid += 1
+        db.execute("INSERT INTO t VALUES (?, ?, ?)",
+                   (nid, f"k{rng.randrange(10**9):09d}", rng.randbytes(int(10 ** rng.uniform(1.7, 3.9)))))
+    db.execute("INSERT INTO log (at, msg) VALUES (?, ?)", (n, "x" * rng.randint(20, 300)))
+    if n % 3 == 2:                                     # delete a random range of old rows
+        lo = rng.randint(1, max(1, nid - 500))
+        db.execute("DELETE FROM t WHERE id BETWEEN ? AND ?", (lo, lo + rng.randint(50, 400)))
+    if n % 10 == 9:                                    # update some rows in place, bigger
+        for _ in range(20):
+            db.execute("UPDATE t SET v = ? WHERE id = ?",
+                       (rng.randbytes(rng.randint(500, 6000)), rng.randint(1, nid)))
+    db.execute("COMMIT")
+db.execute("DELETE FROM t WHERE id % 2 = 0")
+db.execute("DELETE FROM log WHERE id % 3 != 0")
+if mode == "wal":
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+db.execute("VACUUM")
+db.close()
+EOF
+
+# Mixed lifetimes: 8 long-lived logs appended in small records (fsynced now and then) while
+# short-lived temp files of 4 KiB .. 16 MiB are written, sometimes fsynced, kept for a
+# random number of steps and deleted; with a short sleep per step so it spans ~60 s and
+# the kernel's periodic writeback and commits happen in the middle of it.
+cat >"$WORK/mixed-lifetimes.py" <<'EOF'
+import os, random, sys, time
+root, steps = sys.argv[1], int(sys.argv[2])
+rng = random.Random(7)
+os.makedirs(f"{root}/log"); os.makedirs(f"{root}/tmp"); os.makedirs(f"{root}/keep")
+logs = [open(f"{root}/log/app{i}.log", "ab", buffering=0) for i in range(8)]
+live, serial = [], 0
+chunk = os.urandom(1 << 20)
+for step in range(steps):
+    for _ in range(rng.randint(1, 6)):
+        f = rng.choice(logs)
+        f.write(b"%08d " % step + b"x" * rng.randint(40, 2000) + b"\n")
+        if rng.random() < 0.02:
+            os.fsync(f.fileno())
+    if rng.random() < 0.5:
+        size = int(4096 * 2 ** rng.uniform(0, 12))       # 4 KiB .. 16 MiB
+        keep = rng.random() < 0.05
+        p = f"{root}/{'keep' if keep else 'tmp'}/t{serial:06d}"; serial += 1
+        with open(p, "wb") as t:
+            left = size
+            while left > 0:
+                n = min(left, len(chunk)); t.write(chunk[:n]); left -= n
+            if rng.random() < 0.3:
+                t.flush(); os.fsync(t.fileno())
+        if not keep:
+            live.append((step + int(2 ** rng.uniform(0, 9)), p))
+    still = []
+    for until, p in live:
+        if until <= step:
+            os.unlink(p)
+        else:
+            still.append((until, p))
+    live = still
+    time.sleep(0.015)
+for f in logs:
+    f.close()
+EOF
+
+# ---------------------------------------------------------------- workloads
+# Each prints the shell command (run with `sh -c` inside the mounted file system) and may
+# prepare things outside the mount first. The command is what the trace header records.
+wl_tree_copy() {
+  local third=/usr/lib/python3
+  [[ -d "$HOME/.cargo/registry/src" ]] && third="$HOME/.cargo/registry/src"
+  cat <<EOF
+cp -a /usr/share/doc $MNT/doc && cp -a /usr/share/man $MNT/man && sync && i=0 && for d in \$(ls -d $MNT/doc/* $MNT/man/* | sort); do if [ \$((i % 2)) = 1 ]; then rm -rf "\$d"; fi; i=\$((i + 1)); done && cp -a $third $MNT/third
+EOF
+}
+wl_fsmark_small() {
+  # 8 threads (one per directory), fsync before close; 4, 16, 64 KiB files kept, then every
+  # third file deleted, then 8 and 32 KiB files.
+  local d="-d $MNT/a -d $MNT/b -d $MNT/c -d $MNT/d -d $MNT/e -d $MNT/f -d $MNT/g -d $MNT/h"
+  cat <<EOF
+cd $WORK && fs_mark $d -D 8 -n 600 -s 4096 -S 1 -k -L 1 >/dev/null && fs_mark $d -D 8 -n 400 -s 16384 -S 1 -k -L 1 >/dev/null && fs_mark $d -D 8 -n 150 -s 65536 -S 1 -k -L 1 >/dev/null && find $MNT -type f | sort | awk 'NR % 3 == 0' | xargs rm -f && fs_mark $d -D 8 -n 300 -s 8192 -S 1 -k -L 1 >/dev/null && fs_mark $d -D 8 -n 150 -s 32768 -S 1 -k -L 1 >/dev/null
+EOF
+}
+wl_dbench() {
+  echo "dbench -c $DBENCH_LOAD -D $MNT -t 20 4 >/dev/null"
+}
+wl_fio_randwrite_fsync() {
+  echo "fio --name=rw --directory=$MNT --rw=randwrite --bs=4k --ioengine=psync --direct=0 --size=48M --numjobs=4 --fallocate=none --fsync=32 --group_reporting >/dev/null"
+}
+wl_git_checkout() {
+  log "git-checkout: making the source repository in $WORK/gitsrc"
+  "$PY" "$WORK/make-git-history.py" "$WORK/gitsrc" 150
+  cat <<EOF
+git clone -q --no-local --no-checkout $WORK/gitsrc $MNT/repo && cd $MNT/repo && for c in \$(git rev-list --reverse main); do git checkout -q -f --detach \$c; done
+EOF
+}
+wl_sqlite_wal() {
+  echo "mkdir $MNT/db && $PY $WORK/sqlite-load.py $MNT/db/test.db wal 1500"
+}
+wl_sqlite_journal() {
+  echo "mkdir $MNT/db && $PY $WORK/sqlite-load.py $MNT/db/test.db delete 1000"
+}
+wl_mixed_lifetimes() {
+  echo "$PY $WORK/mixed-lifetimes.py $MNT 3000"
+}
+
+# ---------------------------------------------------------------- one run
+LOOP="" IMG=""
+cleanup() {
+  if mountpoint -q "$MNT"; then umount "$MNT" || umount -l "$MNT" || true; fi
+  if [[ -n "$LOOP" ]]; then losetup -d "$LOOP" || true; fi
+  if [[ -n "$IMG" ]]; then rm -f "$IMG"; fi
+  LOOP="" IMG=""
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+status=0
+run_one() {
+  local name=$1 fn="wl_${1//-/_}"
+  declare -F "$fn" >/dev/null || { log "unknown workload $name (try --list)"; return 1; }
+  IMG="$IMG_DIR/extalloc-corpus-$name.img"
+  rm -f "$IMG"
+  truncate -s 4G "$IMG"
+  mkfs.ext4 -F -q -E lazy_itable_init=0,lazy_journal_init=0 "$IMG"
+  LOOP=$(losetup --find --show "$IMG")
+  mount "$LOOP" "$MNT"
+  local cmd out="$OUTDIR/$name.trace.txt.gz" t0 t1 errlog="$WORK/$name.capture.err"
+  cmd=$("$fn")
+  cmd="$cmd; sync"
+  log "$name: running on $LOOP: $cmd"
+  t0=$(date +%s.%N)
+  if [[ "$CAPTURE" != 0 ]]; then
+    # tee so capture's warnings are both shown and checked
+    "$EXTALLOC" capture --dev "$LOOP" --out "$out" -- sh -c "$cmd" 2> >(tee "$errlog" >&2)
+    sleep 0.2
+  else
+    sh -c "$cmd"
+    : >"$errlog"
+  fi
+  t1=$(date +%s.%N)
+  # "after": average extents per regular file, then free space after unmounting
+  local ff files extents
+  ff=$(find "$MNT" -xdev -type f -print0 | xargs -0 -r filefrag |
+    awk '{ n++; e += $(NF-2) } END { printf "%d %d", n, e }')
+  read -r files extents <<<"$ff"
+  umount "$MNT"
+  local fr free_blocks free_extents largest
+  fr=$(e2freefrag "$LOOP")
+  free_blocks=$(awk '/^Free blocks:/ { print $3 }' <<<"$fr")
+  free_extents=$(awk '/^Num\. free extent:/ { print $4 }' <<<"$fr")
+  largest=$(awk '/^Max\. free extent:/ { print $4 }' <<<"$fr")
+  losetup -d "$LOOP"
+  LOOP=""
+  rm -f "$IMG"
+  IMG=""
+  local per
+  per=$(awk -v e="$extents" -v n="$files" 'BEGIN { if (n) printf "%.2f", e / n; else print "-" }')
+  local secs
+  secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+  if [[ "$CAPTURE" != 0 ]]; then
+    local lines size allocs frees commits header warn=""
+    header=$(zcat "$out" | head -1 || true)
+    lines=$(zcat "$out" | wc -l)
+    size=$(stat -c %s "$out")
+    allocs=$(zcat "$out" | grep -c ' ext4_allocate_blocks:' || true)
+    frees=$(zcat "$out" | grep -c ' ext4_free_blocks:' || true)
+    commits=$(zcat "$out" | grep -c ' jbd2_end_commit:' || true)
+    [[ "$header" == *"block_size "*"group_blocks "* ]] || warn+=" NO-GEOMETRY"
+    ((allocs > 0)) || warn+=" NO-ALLOCATIONS"
+    ((commits > 0)) || warn+=" NO-COMMITS"
+    grep -q 'overran' "$errlog" && warn+=" OVERRUN"
+    [[ -z "$warn" ]] || status=1
+    log "$name: ${secs}s, $lines lines, $size bytes; $allocs allocate, $frees free, $commits commits;" \
+      "$files files, $extents extents; $free_blocks free blocks in $free_extents extents, largest ${largest} KB${warn:+; WARNING:$warn}"
+    printf '| `%s` | %s | %s KB | %s | %s | %s | %s |%s\n' "$(basename "$out")" "$lines" \
+      "$(awk -v s="$size" 'BEGIN { printf "%.0f", s / 1024 }')" "$files" "$per" "$free_extents" "$largest" "${warn:+ $warn}"
+  else
+    log "$name: ${secs}s (dry run); $files files, $extents extents; $free_blocks free blocks in $free_extents extents, largest ${largest} KB"
+    printf '| %s | - | - | %s | %s | %s | %s |\n' "$name" "$files" "$per" "$free_extents" "$largest"
+  fi
+}
+
+names=("$@")
+((${#names[@]})) || names=("${ALL[@]}")
+echo "| trace | lines | gzip | files | extents/file | free extents | largest free KiB |"
+echo "| --- | --- | --- | --- | --- | --- | --- |"
+for n in "${names[@]}"; do
+  run_one "$n"
+done
+exit $status
