@@ -5,10 +5,7 @@
 //! `extalloc compare WORKLOAD --fs ext4,xfs,btrfs` runs it on the kernel's file systems too.
 //! `extalloc policies` lists the presets and the keys a policy spec may set.
 
-mod compare;
-mod lab;
-mod replay;
-mod torture;
+use extalloc_cli::{compare, lab, replay, torture};
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};

@@ -159,7 +159,7 @@ pub fn check(trace_path: &Path, geometry: &Geometry, source: &str, highest: u64)
         trace_path.display(),
         highest - 1,
         geometry.blocks_count,
-        groups * geometry.group_blocks,
+        groups.saturating_mul(geometry.group_blocks),
         geometry.group_blocks,
         groups
     )

@@ -118,12 +118,12 @@ impl Event {
     }
 
     /// The end of the highest block the event names (for the geometry check), if it names
-    /// any.
+    /// any; `u64::MAX` when the end overflows (no device holds it).
     pub fn highest_block_end(&self) -> Option<u64> {
         match self {
-            Event::Request { goal, .. } => goal.checked_add(1),
-            Event::Allocate { block, len, .. } => block.checked_add(*len),
-            Event::Free { block, count, .. } => block.checked_add(*count),
+            Event::Request { goal, .. } => Some(goal.saturating_add(1)),
+            Event::Allocate { block, len, .. } => Some(block.saturating_add(*len)),
+            Event::Free { block, count, .. } => Some(block.saturating_add(*count)),
             _ => None,
         }
     }

@@ -1,0 +1,9 @@
+//! The library behind the `extalloc` command: the lab (workloads, outside allocators,
+//! reports and charts), the comparison with the kernel's file systems, trace replay and
+//! capture, and the crash torture. `main.rs` is the command line over it; the fuzz targets
+//! reach the parsers through it.
+
+pub mod compare;
+pub mod lab;
+pub mod replay;
+pub mod torture;
