@@ -133,6 +133,10 @@ enum Command {
         /// Replay only the first N events.
         #[arg(long)]
         limit: Option<usize>,
+        /// Fidelity rules to switch off, comma-separated: commits, reuse, cpu, complete,
+        /// streams (docs/replay.md says what each does).
+        #[arg(long, value_delimiter = ',')]
+        without: Vec<String>,
         /// Write the JSON report here.
         #[arg(long)]
         json: Option<std::path::PathBuf>,
@@ -360,6 +364,7 @@ fn run(cli: Cli) -> Result<()> {
             block_size,
             policy,
             limit,
+            without,
             json,
             plot,
         } => {
@@ -388,6 +393,7 @@ fn run(cli: Cli) -> Result<()> {
                 block_size,
                 policies,
                 limit,
+                without,
             })?;
             eprintln!(
                 "{} lines, {} events, {} requests replayed",

@@ -66,12 +66,14 @@ pub fn run_once(policy: &LabPolicy, _threads: usize, opts: &LabOptions) -> Resul
     opts.device_bytes = traced.geometry.blocks_count * u64::from(traced.geometry.block_size);
     opts.group_blocks = traced.geometry.group_blocks;
     opts.block_size = traced.geometry.block_size;
+    let rules = Rules::for_events(trace.events.iter());
     let policy = match policy {
-        LabPolicy::Extalloc(p) => LabPolicy::Extalloc(as_traced(p, &traced.geometry, traced.cpus)),
+        LabPolicy::Extalloc(p) => {
+            LabPolicy::Extalloc(as_traced(p, &traced.geometry, traced.cpus, &rules))
+        }
         other => other.clone(),
     };
     let policy = &policy;
-    let rules = Rules::for_events(trace.events.iter());
     let files = SharedFiles::default();
     let running = AtomicUsize::new(tasks.len());
     run_file_threads(

@@ -54,6 +54,8 @@ pub enum CommitRule {
     /// Traces without journal events: when this many nanoseconds of trace time have passed
     /// since the last commit (jbd2's commit interval, 5 s by default), and at each fsync.
     Interval(u64),
+    /// After every this many requests, whatever the kernel did (`--without commits`).
+    Requests(u64),
 }
 
 /// Logical blocks a traced file may reach: ext4's limit is 2^32 blocks; this leaves room.
@@ -74,6 +76,52 @@ pub struct Rules {
     pub traced_searches: bool,
     /// Small files carve from the locality chunk of the traced CPU.
     pub locality_by_cpu: bool,
+    /// A reused inode number starts a new file.
+    pub new_file_on_reuse: bool,
+    /// Stream goals as many as the traced machine had CPUs (see `as_traced`).
+    pub traced_stream_goals: bool,
+}
+
+/// Names of the rules `--without` can switch off, with what each does.
+pub const RULES: [(&str, &str); 5] = [
+    (
+        "commits",
+        "commit at jbd2's commits (else every 4,096 requests)",
+    ),
+    ("reuse", "a reused inode number is a new file"),
+    (
+        "cpu",
+        "small files carve from the traced CPU's locality chunk",
+    ),
+    (
+        "complete",
+        "requests the kernel did not round up are not rounded up",
+    ),
+    ("streams", "stream goals for the traced CPU count"),
+];
+
+/// The request count between commits when the `commits` rule is off (the replay's rule
+/// before commits followed the kernel's).
+pub const LEGACY_COMMIT_REQUESTS: u64 = 4096;
+
+impl Rules {
+    /// Switches off the named rules (`commits`, `reuse`, `cpu`, `complete`, `streams`).
+    pub fn without(mut self, names: &[String]) -> Result<Rules> {
+        for name in names {
+            match name.as_str() {
+                "commits" => self.commit = CommitRule::Requests(LEGACY_COMMIT_REQUESTS),
+                "reuse" => self.new_file_on_reuse = false,
+                "cpu" => self.locality_by_cpu = false,
+                "complete" => self.traced_searches = false,
+                "streams" => self.traced_stream_goals = false,
+                other => bail!(
+                    "--without: unknown rule '{other}'; rules: {}",
+                    RULES.map(|r| r.0).join(", ")
+                ),
+            }
+        }
+        Ok(self)
+    }
 }
 
 impl Rules {
@@ -97,6 +145,8 @@ impl Rules {
             traced_inode_frees: inode_frees,
             traced_searches: searches,
             locality_by_cpu: true,
+            new_file_on_reuse: true,
+            traced_stream_goals: true,
         }
     }
 }
@@ -302,18 +352,24 @@ impl Replayer<'_> {
                     self.alloc.release_prealloc(&f)?;
                     // Without inode events: a file the kernel no longer holds a block of
                     // is gone (deleted or truncated to zero) and its number starts anew.
-                    if !self.rules.traced_inode_frees && self.kernel.data_blocks_of(*ino) == 0 {
+                    if self.rules.new_file_on_reuse
+                        && !self.rules.traced_inode_frees
+                        && self.kernel.data_blocks_of(*ino) == 0
+                    {
                         self.files.forget(*ino);
                         self.odd.files_reused += 1;
                     }
                 }
             }
-            Event::InodeCreate { ino, .. } | Event::InodeFree { ino, .. } => {
+            Event::InodeCreate { ino, .. } | Event::InodeFree { ino, .. }
+                if self.rules.new_file_on_reuse =>
+            {
                 if let Some(f) = self.files.forget(*ino) {
                     self.alloc.release_prealloc(&f)?;
                     self.odd.files_reused += 1;
                 }
             }
+            Event::InodeCreate { .. } | Event::InodeFree { .. } => {}
             Event::Sync { .. } => {
                 if matches!(self.rules.commit, CommitRule::Interval(_)) {
                     self.commit(t.ns);
@@ -378,6 +434,11 @@ impl Replayer<'_> {
             bail!("inode {ino}: logical blocks {lblk}+{len} are past the largest file");
         }
         self.odd.requests += 1;
+        if let CommitRule::Requests(n) = self.rules.commit {
+            if self.odd.requests.is_multiple_of(n) {
+                self.commit(t.ns);
+            }
+        }
         self.kernel.allocate(block, len, ino, lblk, flags.data);
         if flags.data {
             let file = &self.files.get(self.alloc, ino);

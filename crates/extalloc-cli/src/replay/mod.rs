@@ -106,9 +106,9 @@ pub fn traced_dev(trace: &Trace) -> Option<(u32, u32)> {
 
 /// The policy as the traced machine would have run it: `stream_goals=0` (auto) becomes
 /// what the allocator would pick on a machine of the traced CPU count.
-pub fn as_traced(policy: &Policy, geometry: &Geometry, cpus: u32) -> Policy {
+pub fn as_traced(policy: &Policy, geometry: &Geometry, cpus: u32, rules: &Rules) -> Policy {
     let mut p = policy.clone();
-    if p.stream_goals == 0 {
+    if p.stream_goals == 0 && rules.traced_stream_goals {
         let quarter = (geometry.groups_count() / 4).max(1);
         p.stream_goals = u32::try_from(u64::from(cpus.max(1)).min(quarter)).unwrap_or(1);
     }
@@ -120,11 +120,15 @@ pub fn as_traced(policy: &Policy, geometry: &Geometry, cpus: u32) -> Policy {
 type Replay = (Allocator, Vec<Arc<FileAlloc>>, f64, KernelModel, Oddities);
 
 /// Replays `events` through `policy` on a fresh allocator.
-fn replay_one(events: &[Traced], geometry: Geometry, policy: &Policy) -> Result<Replay> {
+fn replay_one(
+    events: &[Traced],
+    geometry: Geometry,
+    policy: &Policy,
+    rules: Rules,
+) -> Result<Replay> {
     let alloc = Allocator::new(geometry, policy.clone())?;
     let shared = SharedFiles::default();
     let started = Instant::now();
-    let rules = Rules::for_events(events.iter());
     let (kernel, odd) = replay_events(&alloc, events.iter(), &shared, rules)?;
     let seconds = started.elapsed().as_secs_f64();
     Ok((alloc, shared.all(), seconds, kernel, odd))
@@ -139,6 +143,8 @@ pub struct ReplayOptions<'a> {
     pub policies: Vec<String>,
     /// Replay only the first this many events (tests).
     pub limit: Option<usize>,
+    /// Fidelity rules switched off (names of `engine::RULES`), to measure what each does.
+    pub without: Vec<String>,
 }
 
 /// Replays the trace through every policy and returns the report (plus what was odd).
@@ -161,7 +167,7 @@ pub fn run(opts: &ReplayOptions<'_>) -> Result<(Report, Oddities, Trace)> {
         opts.block_size,
     )?;
     let geometry = traced.geometry;
-    let rules = Rules::for_events(trace.events.iter());
+    let rules = Rules::for_events(trace.events.iter()).without(&opts.without)?;
     eprintln!(
         "geometry: {} blocks of {} bytes, {} per group ({}); {} traced CPUs; commits: {:?}",
         geometry.blocks_count,
@@ -178,10 +184,10 @@ pub fn run(opts: &ReplayOptions<'_>) -> Result<(Report, Oddities, Trace)> {
         let LabPolicy::Extalloc(policy) = LabPolicy::parse(spec)? else {
             bail!("replay runs extalloc policies; {spec} has no files");
         };
-        let policy = as_traced(&policy, &geometry, traced.cpus);
+        let policy = as_traced(&policy, &geometry, traced.cpus, &rules);
         eprint!("replaying through {spec}... ");
         let (alloc, files, seconds, decided, this_odd) =
-            replay_one(&trace.events, geometry, &policy)
+            replay_one(&trace.events, geometry, &policy, rules)
                 .with_context(|| format!("{spec}: replaying {}", opts.trace.display()))?;
         if i == 0 {
             // The kernel's decisions are the same in every replay: keep the first.

@@ -270,7 +270,14 @@ impl Allocator {
         // not drag a small long-lived one along behind it.
         let slots = stream_goals_count * if policy.size_classes { 3 } else { 1 };
         let stream_goals = (0..slots)
-            .map(|i| CachePadded::new(AtomicU64::new(i * groups_count / slots)))
+            .map(|i| {
+                let start = if policy.stream_start_spread {
+                    i * groups_count / slots
+                } else {
+                    0
+                };
+                CachePadded::new(AtomicU64::new(start))
+            })
             .collect();
         let alloc = Allocator {
             // Orders above the group's own cannot occur: no sets for them.

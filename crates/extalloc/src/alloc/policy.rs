@@ -43,6 +43,10 @@ pub struct Policy {
     pub stream_goals: u32,
     /// Guard the stream goal with the global lock (shared with the free list).
     pub stream_goal_locked: bool,
+    /// Where the stream goals start: spread evenly over the device (`true`: concurrent
+    /// streams start far apart) or all at group 0 as ext4's do (`false`: data packs from
+    /// the front and free space stays whole behind it).
+    pub stream_start_spread: bool,
     /// Files smaller than this (KiB) are small: their data goes to locality preallocations,
     /// and their requests are not stream allocations.
     pub stream_threshold_kib: u64,
@@ -91,12 +95,13 @@ pub struct Policy {
 pub const PRESETS: [&str; 3] = ["ext4-base", "ext4-2025", "extalloc"];
 
 /// Keys a spec may set, with what they take.
-const KEYS: [(&str, &str); 23] = [
+const KEYS: [(&str, &str); 24] = [
     ("optimize_scan", "true|false"),
     ("group_index", "list|ordered"),
     ("trylock", "true|false"),
     ("stream_goals", "a count, 0 = min(cpus, groups/4)"),
     ("stream_goal_locked", "true|false"),
+    ("stream_start", "spread|front"),
     ("stream_threshold_kib", "a size in KiB"),
     ("free_list", "global|per-group"),
     ("merge_before_insert", "true|false"),
@@ -136,6 +141,7 @@ impl Policy {
             trylock: true,
             stream_goals: 0,
             stream_goal_locked: false,
+            stream_start_spread: true,
             stream_threshold_kib: 64,
             free_list: FreeList::Global,
             merge_before_insert: true,
@@ -287,6 +293,13 @@ impl Policy {
                 self.normalise_by_size = match value {
                     "file-size" => true,
                     "request" => false,
+                    _ => return Err(bad()),
+                }
+            }
+            "stream_start" => {
+                self.stream_start_spread = match value {
+                    "spread" => true,
+                    "front" => false,
                     _ => return Err(bad()),
                 }
             }

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Replays traces through extalloc and prints the tables of docs/results.md.
+
+    scripts/replay-table.py acceptance TRACE...   one row per trace: extalloc against the
+                                                  kernel (serial, and threaded with --threaded)
+    scripts/replay-table.py rules TRACE...        what switching off each fidelity rule changes
+
+The binary is $EXTALLOC, else target/release/extalloc (build it first). Progress goes to
+stderr, the Markdown table to stdout.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+EXTALLOC = os.environ.get("EXTALLOC", "target/release/extalloc")
+RULES = ["commits", "reuse", "cpu", "complete", "streams"]
+
+
+def replay(trace, *extra):
+    """Runs one replay; returns {policy: run} from its JSON report."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        cmd = [EXTALLOC, "replay", trace, "--policy", "extalloc", "--json", out.name, *extra]
+        done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if done.returncode != 0:
+            sys.exit(f"{' '.join(cmd)} failed:\n{done.stderr}")
+        report = json.load(open(out.name))
+    return {r["policy"]: r for r in report["runs"]}
+
+
+def bench_replay(trace):
+    """The threaded replay (one thread per traced task): extalloc's extents per file."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        cmd = [EXTALLOC, "bench", "replay", "--trace", trace, "--policy", "extalloc",
+               "--json", out.name]
+        done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if done.returncode != 0:
+            sys.exit(f"{' '.join(cmd)} failed:\n{done.stderr}")
+        report = json.load(open(out.name))
+    return report["runs"][0]["layout"]["extents_per_file"]
+
+
+def figures(run):
+    fs = run["free_space"]
+    return (run["layout"]["extents_per_file"], fs["free_extents"], fs["largest_free_extent_kib"])
+
+
+def acceptance(traces, threaded):
+    head = ["trace", "files", "extents/file ours", "kernel", "free extents ours", "kernel",
+            "largest free KiB ours", "kernel", "verdict"]
+    if threaded:
+        head[-1:-1] = ["threaded extents/file ours"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" + "---:|" * (len(head) - 2) + "---|")
+    for t in traces:
+        print(f"replaying {t}", file=sys.stderr)
+        runs = replay(t)
+        ours, kernel = figures(runs["extalloc"]), figures(runs["kernel"])
+        ok = ours[0] <= kernel[0] + 1e-9 and ours[1] <= kernel[1] and ours[2] * 2 >= kernel[2]
+        row = [os.path.basename(t), str(runs["kernel"]["layout"]["files"]),
+               f"{ours[0]:.2f}", f"{kernel[0]:.2f}", str(ours[1]), str(kernel[1]),
+               f"{ours[2]:.0f}", f"{kernel[2]:.0f}"]
+        if threaded:
+            threaded_epf = bench_replay(t)
+            ok = ok and threaded_epf <= kernel[0] + 1e-9
+            row.append(f"{threaded_epf:.2f}")
+        row.append("meets" if ok else "**misses**")
+        print("| " + " | ".join(row) + " |", flush=True)
+
+
+def rules(traces):
+    print("| trace | rule off | extents/file | free extents | largest free KiB |")
+    print("|---|---|---:|---:|---:|")
+    for t in traces:
+        for rule in [None, *RULES]:
+            print(f"replaying {t} without {rule}", file=sys.stderr)
+            runs = replay(t, *(["--without", rule] if rule else []))
+            epf, fe, lf = figures(runs["extalloc"])
+            print(f"| {os.path.basename(t)} | {rule or '(all rules on)'} | {epf:.2f} | {fe} "
+                  f"| {lf:.0f} |", flush=True)
+        epf, fe, lf = figures(runs["kernel"])
+        print(f"| {os.path.basename(t)} | kernel | {epf:.2f} | {fe} | {lf:.0f} |", flush=True)
+
+
+def main():
+    args = sys.argv[1:]
+    threaded = "--threaded" in args
+    args = [a for a in args if a != "--threaded"]
+    if len(args) < 2 or args[0] not in ("acceptance", "rules"):
+        sys.exit(__doc__)
+    if not os.path.exists(EXTALLOC):
+        sys.exit(f"{EXTALLOC} not found: cargo build --release -p extalloc-cli, or set EXTALLOC")
+    if args[0] == "acceptance":
+        acceptance(args[1:], threaded)
+    else:
+        rules(args[1:])
+
+
+if __name__ == "__main__":
+    main()
