@@ -181,7 +181,7 @@ for step in range(steps):
     for _ in range(rng.randint(1, 6)):
         f = rng.choice(logs)
         f.write(b"%08d " % step + b"x" * rng.randint(40, 2000) + b"\n")
-        if rng.random() < 0.02:
+        if rng.random() < 0.05:
             os.fsync(f.fileno())
     if rng.random() < 0.5:
         size = int(4096 * 2 ** rng.uniform(0, 12))       # 4 KiB .. 16 MiB
@@ -194,7 +194,7 @@ for step in range(steps):
             if rng.random() < 0.3:
                 t.flush(); os.fsync(t.fileno())
         if not keep:
-            live.append((step + int(2 ** rng.uniform(0, 9)), p))
+            live.append((step + int(2 ** rng.uniform(0, 12)), p))
     still = []
     for until, p in live:
         if until <= step:
@@ -202,7 +202,7 @@ for step in range(steps):
         else:
             still.append((until, p))
     live = still
-    time.sleep(0.015)
+    time.sleep(0.02)
 for f in logs:
     f.close()
 EOF
@@ -214,7 +214,7 @@ wl_tree_copy() {
   local third=/usr/lib/python3
   [[ -d "$HOME/.cargo/registry/src" ]] && third="$HOME/.cargo/registry/src"
   cat <<EOF
-cp -a /usr/share/doc $MNT/doc && cp -a /usr/share/man $MNT/man && sync && i=0 && for d in \$(ls -d $MNT/doc/* $MNT/man/* | sort); do if [ \$((i % 2)) = 1 ]; then rm -rf "\$d"; fi; i=\$((i + 1)); done && cp -a $third $MNT/third
+cp -a /usr/share/doc $MNT/doc && cp -a /usr/share/man $MNT/man && sync && i=0 && for d in \$(ls -d $MNT/doc/* $MNT/man/*/* | sort); do if [ \$((i % 2)) = 1 ]; then rm -rf "\$d"; fi; i=\$((i + 1)); done && cp -a $third $MNT/third
 EOF
 }
 wl_fsmark_small() {
@@ -222,11 +222,11 @@ wl_fsmark_small() {
   # third file deleted, then 8 and 32 KiB files.
   local d="-d $MNT/a -d $MNT/b -d $MNT/c -d $MNT/d -d $MNT/e -d $MNT/f -d $MNT/g -d $MNT/h"
   cat <<EOF
-cd $WORK && fs_mark $d -D 8 -n 600 -s 4096 -S 1 -k -L 1 >/dev/null && fs_mark $d -D 8 -n 400 -s 16384 -S 1 -k -L 1 >/dev/null && fs_mark $d -D 8 -n 150 -s 65536 -S 1 -k -L 1 >/dev/null && find $MNT -type f | sort | awk 'NR % 3 == 0' | xargs rm -f && fs_mark $d -D 8 -n 300 -s 8192 -S 1 -k -L 1 >/dev/null && fs_mark $d -D 8 -n 150 -s 32768 -S 1 -k -L 1 >/dev/null
+cd $WORK && fs_mark $d -D 8 -n 1200 -s 4096 -S 1 -k -L 1 >/dev/null && fs_mark $d -D 8 -n 800 -s 16384 -S 1 -k -L 1 >/dev/null && fs_mark $d -D 8 -n 300 -s 65536 -S 1 -k -L 1 >/dev/null && find $MNT -type f | sort | awk 'NR % 3 == 0' | xargs rm -f && fs_mark $d -D 8 -n 600 -s 8192 -S 1 -k -L 1 >/dev/null && fs_mark $d -D 8 -n 300 -s 32768 -S 1 -k -L 1 >/dev/null
 EOF
 }
 wl_dbench() {
-  echo "dbench -c $DBENCH_LOAD -D $MNT -t 20 4 >/dev/null"
+  echo "dbench -c $DBENCH_LOAD -D $MNT -t 10 4 >/dev/null"
 }
 wl_fio_randwrite_fsync() {
   echo "fio --name=rw --directory=$MNT --rw=randwrite --bs=4k --ioengine=psync --direct=0 --size=48M --numjobs=4 --fallocate=none --fsync=32 --group_reporting >/dev/null"
@@ -235,17 +235,17 @@ wl_git_checkout() {
   log "git-checkout: making the source repository in $WORK/gitsrc"
   "$PY" "$WORK/make-git-history.py" "$WORK/gitsrc" 150
   cat <<EOF
-git clone -q --no-local --no-checkout $WORK/gitsrc $MNT/repo && cd $MNT/repo && for c in \$(git rev-list --reverse main); do git checkout -q -f --detach \$c; done
+git clone -q --no-local --no-checkout $WORK/gitsrc $MNT/repo && cd $MNT/repo && for c in \$(git rev-list --reverse main); do git checkout -q -f --detach \$c && sync; done
 EOF
 }
 wl_sqlite_wal() {
-  echo "mkdir $MNT/db && $PY $WORK/sqlite-load.py $MNT/db/test.db wal 1500"
+  echo "mkdir $MNT/db && $PY $WORK/sqlite-load.py $MNT/db/test.db wal 3000"
 }
 wl_sqlite_journal() {
-  echo "mkdir $MNT/db && $PY $WORK/sqlite-load.py $MNT/db/test.db delete 1000"
+  echo "mkdir $MNT/db && $PY $WORK/sqlite-load.py $MNT/db/test.db delete 3000"
 }
 wl_mixed_lifetimes() {
-  echo "$PY $WORK/mixed-lifetimes.py $MNT 3000"
+  echo "$PY $WORK/mixed-lifetimes.py $MNT 4000"
 }
 
 # ---------------------------------------------------------------- one run

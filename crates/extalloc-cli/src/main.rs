@@ -137,6 +137,9 @@ enum Command {
         /// streams (docs/replay.md says what each does).
         #[arg(long, value_delimiter = ',')]
         without: Vec<String>,
+        /// Write every file's extents on each side to this JSON file.
+        #[arg(long)]
+        dump_files: Option<std::path::PathBuf>,
         /// Write the JSON report here.
         #[arg(long)]
         json: Option<std::path::PathBuf>,
@@ -365,6 +368,7 @@ fn run(cli: Cli) -> Result<()> {
             policy,
             limit,
             without,
+            dump_files,
             json,
             plot,
         } => {
@@ -394,6 +398,7 @@ fn run(cli: Cli) -> Result<()> {
                 policies,
                 limit,
                 without,
+                dump_files,
             })?;
             eprintln!(
                 "{} lines, {} events, {} requests replayed",
@@ -694,7 +699,7 @@ impl BenchArgs {
             if matches!(workload, Workload::Replay) {
                 anyhow::ensure!(
                     opts.trace.is_some(),
-                    "bench replay needs --trace PATH (e.g. ../shared/traces/*.trace.txt.gz)"
+                    "bench replay needs --trace PATH (e.g. traces/git-checkout.trace.txt.gz)"
                 );
                 // One thread per traced task: the run reports how many.
                 opts.threads = vec![1];

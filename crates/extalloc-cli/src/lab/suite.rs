@@ -23,8 +23,12 @@ pub struct Step {
     pub trace: Option<&'static str>,
 }
 
-/// The trace the quick suite replays, relative to the repository root.
-pub const QUICK_TRACE: &str = "../shared/traces/ext4_fio_falloc_8x64M.trace.txt.gz";
+/// The trace the quick suite replays: one of the corpus in `traces/` (a fresh clone has it;
+/// mixed lifetimes, with deletes), found from the checkout the binary was built in.
+pub const QUICK_TRACE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../traces/mixed-lifetimes.trace.txt.gz"
+);
 
 /// The quick tour.
 pub fn quick() -> Vec<Step> {

@@ -35,10 +35,9 @@ fn cached(path: &PathBuf) -> Result<Arc<Trace>> {
 }
 
 pub fn run_once(policy: &LabPolicy, _threads: usize, opts: &LabOptions) -> Result<Run> {
-    let path = opts
-        .trace
-        .as_ref()
-        .context("bench replay needs --trace PATH (a trace such as ../shared/traces/*.gz)")?;
+    let path = opts.trace.as_ref().context(
+        "bench replay needs --trace PATH (a trace such as traces/git-checkout.trace.txt.gz)",
+    )?;
     let trace = cached(path)?;
     let dev = traced_dev(&trace).context("the trace has no allocation events")?;
     let mut tasks: BTreeMap<u32, Vec<usize>> = BTreeMap::new();

@@ -223,6 +223,20 @@ impl KernelModel {
             .collect()
     }
 
+    /// Each live file's `[logical, start, len]` extents, by inode (for `--dump-files`).
+    pub fn files_json(&self) -> serde_json::Value {
+        let mut by_ino: BTreeMap<u64, Vec<[u64; 3]>> = BTreeMap::new();
+        for (&s, &(l, ino, lblk, data)) in &self.live {
+            if data {
+                by_ino.entry(ino).or_default().push([lblk, s, l]);
+            }
+        }
+        for v in by_ino.values_mut() {
+            v.sort_unstable();
+        }
+        serde_json::json!(by_ino)
+    }
+
     /// The kernel's free space on `geometry` (checked to hold every decision beforehand).
     pub fn free_space(&self, geometry: &Geometry) -> Result<FreeSpace> {
         FreeSpace::from_used(geometry, self.live.iter().map(|(&s, &(l, ..))| (s, l)))

@@ -145,6 +145,9 @@ pub struct ReplayOptions<'a> {
     pub limit: Option<usize>,
     /// Fidelity rules switched off (names of `engine::RULES`), to measure what each does.
     pub without: Vec<String>,
+    /// Write every file's extents on each side here (JSON: policy -> file id -> list of
+    /// `[logical, start, len]`).
+    pub dump_files: Option<std::path::PathBuf>,
 }
 
 /// Replays the trace through every policy and returns the report (plus what was odd).
@@ -177,6 +180,11 @@ pub fn run(opts: &ReplayOptions<'_>) -> Result<(Report, Oddities, Trace)> {
         traced.cpus,
         rules.commit
     );
+    if let Some(path) = &opts.dump_files {
+        // Fail before the replay, not after it.
+        std::fs::write(path, b"{}").with_context(|| format!("writing {}", path.display()))?;
+    }
+    let mut dump = serde_json::Map::new();
     let mut runs = Vec::new();
     let mut kernel: Option<KernelModel> = None;
     let mut odd = Oddities::default();
@@ -198,6 +206,22 @@ pub fn run(opts: &ReplayOptions<'_>) -> Result<(Report, Oddities, Trace)> {
             .iter()
             .map(|f| f.extents().into_iter().map(|(_, e)| e).collect())
             .collect();
+        if opts.dump_files.is_some() {
+            let ours: serde_json::Map<String, serde_json::Value> = files
+                .iter()
+                .filter(|f| !f.extents().is_empty())
+                .enumerate()
+                .map(|(i, f)| {
+                    let list: Vec<[u64; 3]> = f
+                        .extents()
+                        .into_iter()
+                        .map(|(l, e)| [l, e.start, e.len])
+                        .collect();
+                    (format!("{}#{i}", f.id()), serde_json::json!(list))
+                })
+                .collect();
+            dump.insert(policy.name.clone(), ours.into());
+        }
         alloc.discard_preallocations();
         alloc.commit();
         alloc
@@ -225,6 +249,11 @@ pub fn run(opts: &ReplayOptions<'_>) -> Result<(Report, Oddities, Trace)> {
     }
     // The kernel's decisions, at the pace the trace recorded them.
     let kernel = kernel.context("no policy to replay through")?;
+    if let Some(path) = &opts.dump_files {
+        dump.insert("kernel".into(), kernel.files_json());
+        std::fs::write(path, serde_json::to_vec(&dump)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
     runs.push(Run {
         policy: "kernel".into(),
         threads: 1,
