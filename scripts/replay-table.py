@@ -5,8 +5,8 @@
                                                   kernel (serial, and threaded with --threaded)
     scripts/replay-table.py rules TRACE...        what switching off each fidelity rule changes
 
-The binary is $EXTALLOC, else target/release/extalloc (build it first). Progress goes to
-stderr, the Markdown table to stdout.
+The binary is $EXTALLOC, else target/release/extalloc (build it first); the policy is
+$POLICY, else extalloc. Progress goes to stderr, the Markdown table to stdout.
 """
 import json
 import os
@@ -15,24 +15,25 @@ import sys
 import tempfile
 
 EXTALLOC = os.environ.get("EXTALLOC", "target/release/extalloc")
+POLICY = os.environ.get("POLICY", "extalloc")
 RULES = ["commits", "reuse", "cpu", "complete", "streams"]
 
 
 def replay(trace, *extra):
     """Runs one replay; returns {policy: run} from its JSON report."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        cmd = [EXTALLOC, "replay", trace, "--policy", "extalloc", "--json", out.name, *extra]
+        cmd = [EXTALLOC, "replay", trace, "--policy", POLICY, "--json", out.name, *extra]
         done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if done.returncode != 0:
             sys.exit(f"{' '.join(cmd)} failed:\n{done.stderr}")
         report = json.load(open(out.name))
-    return {r["policy"]: r for r in report["runs"]}
+    return {("extalloc" if r["policy"] != "kernel" else "kernel"): r for r in report["runs"]}
 
 
 def bench_replay(trace):
     """The threaded replay (one thread per traced task): extalloc's extents per file."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        cmd = [EXTALLOC, "bench", "replay", "--trace", trace, "--policy", "extalloc",
+        cmd = [EXTALLOC, "bench", "replay", "--trace", trace, "--policy", POLICY,
                "--json", out.name]
         done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if done.returncode != 0:

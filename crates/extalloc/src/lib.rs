@@ -56,7 +56,7 @@ mod sync;
 
 pub use alloc::{
     AllocRequest, Allocator, DataRequest, FileAlloc, FreeSpace, Lifetime, Pass, Policy, SizeClass,
-    StatsSnapshot, PRESETS,
+    StatsSnapshot, StreamStart, PRESETS,
 };
 pub use error::{Error, Result};
 pub use geometry::{Extent, Geometry, DEVICE_BLOCKS_MAX, GROUP_BLOCKS_DEFAULT};

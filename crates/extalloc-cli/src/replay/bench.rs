@@ -8,7 +8,7 @@
 //! so under the traced rule that thread commits; the fallback rule commits per task. One op
 //! is one request.
 
-use super::engine::{replay_events, Rules, SharedFiles};
+use super::engine::{number_generations, replay_events, Rules, SharedFiles};
 use super::{as_traced, geometry, load, traced_dev, Trace};
 use crate::lab::backend::LabPolicy;
 use crate::lab::report::Run;
@@ -19,14 +19,19 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-/// Traces already parsed in this process (a matrix replays one trace many times).
+/// Traces already parsed in this process (a matrix replays one trace many times), with
+/// their inode generations numbered (every rule on).
 fn cached(path: &PathBuf) -> Result<Arc<Trace>> {
     static CACHE: OnceLock<Mutex<HashMap<PathBuf, Arc<Trace>>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     if let Some(t) = cache.lock().expect("not poisoned").get(path) {
         return Ok(t.clone());
     }
-    let t = Arc::new(load(path)?);
+    let mut t = load(path)?;
+    let rules = Rules::for_events(t.events.iter());
+    number_generations(&mut t.events, &rules)
+        .with_context(|| format!("{}: numbering inode generations", path.display()))?;
+    let t = Arc::new(t);
     cache
         .lock()
         .expect("not poisoned")

@@ -6,9 +6,9 @@
 //! - [`KernelModel`]: the kernel's live decisions by physical start (`start -> (len, ino,
 //!   lblk, data)`) and the live data blocks per inode; frees are translated through it into
 //!   the logical blocks of the file that held them.
-//! - [`SharedFiles`]: our file for each live inode number, shared by the threads of a
-//!   threaded replay; a file is forgotten when its inode dies, so a reused number is a new
-//!   file.
+//! - [`SharedFiles`]: our file for each file key, shared by the threads of a threaded
+//!   replay. Keys come from [`number_generations`]: an inode number and how many times it
+//!   was reused before, so a reused number is a new file in every replay, serial or not.
 //! - `Replayer`: one task's (or the whole trace's) state: the request in flight per pid
 //!   with what mballoc said of it, our blocks for each kernel metadata allocation, and the
 //!   time of the last commit.
@@ -40,7 +40,8 @@ pub struct Oddities {
     pub decisions_without_request: u64,
     /// Commits made: at the kernel's journal commits, or by the fallback interval.
     pub commits: u64,
-    /// Files started anew because their inode number was reused.
+    /// Lives of inode numbers that ended in the trace: a reuse of the number is a new file
+    /// (filled in by the caller from [`number_generations`]).
     pub files_reused: u64,
     /// Requests replayed as complete (served at their length with no preallocation).
     pub complete_requests: u64,
@@ -244,8 +245,7 @@ impl KernelModel {
     }
 }
 
-/// Files by inode, and every file in the order first met (forgotten ones included, for the
-/// layout: a deleted file holds no extents and so is not counted).
+/// Files by file key (inode and generation), and every file in the order first met.
 type FileTable = (HashMap<u64, Arc<FileAlloc>>, Vec<Arc<FileAlloc>>);
 
 /// Files met in a replay, shared by the threads replaying it.
@@ -270,11 +270,6 @@ impl SharedFiles {
         self.files.lock().0.get(&ino).cloned()
     }
 
-    /// The inode died: its number names a new file from now on. Returns the old file.
-    fn forget(&self, ino: u64) -> Option<Arc<FileAlloc>> {
-        self.files.lock().0.remove(&ino)
-    }
-
     /// Every file ever met, in the order first met.
     pub fn all(&self) -> Vec<Arc<FileAlloc>> {
         self.files.lock().1.clone()
@@ -288,6 +283,57 @@ struct InFlight {
     /// `(orig_len, goal_len)` of the search, if the request was searched for.
     search: Option<(u64, u64)>,
     new_pa: bool,
+}
+
+/// Bits of a file key that hold the inode number; the generation sits above them.
+pub const INO_BITS: u32 = 40;
+
+/// Renames every event's inode to a file key `ino | generation << INO_BITS`, where the
+/// generation counts the earlier lives of that inode number in the trace (rule `reuse`).
+/// With inode events a life ends at `ext4_free_inode`; without them, at a discard of
+/// preallocations once the kernel holds no data block of the inode (a deletion, or a
+/// truncation to zero). Done once, in trace order, before any replay: the threads of a
+/// threaded replay see inode births, deaths and writes of one file in no fixed order.
+/// Returns how many lives ended.
+pub fn number_generations(events: &mut [Traced], rules: &Rules) -> Result<u64> {
+    let mut generation: HashMap<u64, u64> = HashMap::new();
+    let mut kernel = KernelModel::default();
+    let mut ended = 0u64;
+    for t in events.iter_mut() {
+        let Some(ino) = t.event.ino_mut() else {
+            continue;
+        };
+        if *ino >= 1 << INO_BITS {
+            bail!("inode number {} is past 2^{INO_BITS}", *ino);
+        }
+        let raw = *ino;
+        let g = generation.get(&raw).copied().unwrap_or(0);
+        *ino = raw | g << INO_BITS;
+        let life_ends = match t.event {
+            Event::Allocate {
+                block,
+                len,
+                lblk,
+                flags,
+                ..
+            } => {
+                kernel.allocate(block, len, raw, lblk, flags.data);
+                false
+            }
+            Event::Free { block, count, .. } => {
+                kernel.free(block, count);
+                false
+            }
+            Event::InodeFree { .. } => rules.traced_inode_frees,
+            Event::Discard { .. } => !rules.traced_inode_frees && kernel.data_blocks_of(raw) == 0,
+            _ => false,
+        };
+        if life_ends && rules.new_file_on_reuse {
+            generation.insert(raw, g + 1);
+            ended += 1;
+        }
+    }
+    Ok(ended)
 }
 
 /// One replay's state.
@@ -361,29 +407,15 @@ impl Replayer<'_> {
                 metadata,
                 ..
             } => self.free(*block, *count, *metadata)?,
-            Event::Discard { ino, .. } => {
+            // A discard (close, truncate, eviction) or the inode's death: its
+            // preallocations go back. (A reused number is already another file: see
+            // `number_generations`.)
+            Event::Discard { ino, .. } | Event::InodeFree { ino, .. } => {
                 if let Some(f) = self.files.known(*ino) {
                     self.alloc.release_prealloc(&f)?;
-                    // Without inode events: a file the kernel no longer holds a block of
-                    // is gone (deleted or truncated to zero) and its number starts anew.
-                    if self.rules.new_file_on_reuse
-                        && !self.rules.traced_inode_frees
-                        && self.kernel.data_blocks_of(*ino) == 0
-                    {
-                        self.files.forget(*ino);
-                        self.odd.files_reused += 1;
-                    }
                 }
             }
-            Event::InodeCreate { ino, .. } | Event::InodeFree { ino, .. }
-                if self.rules.new_file_on_reuse =>
-            {
-                if let Some(f) = self.files.forget(*ino) {
-                    self.alloc.release_prealloc(&f)?;
-                    self.odd.files_reused += 1;
-                }
-            }
-            Event::InodeCreate { .. } | Event::InodeFree { .. } => {}
+            Event::InodeCreate { .. } => {}
             Event::Sync { .. } => {
                 if matches!(self.rules.commit, CommitRule::Interval(_)) {
                     self.commit(t.ns);
@@ -654,12 +686,13 @@ mod tests {
         lines.extend(alloc_line("1.3", 0, 12, 0, 1, 4000));
         let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
         let events = traced(&refs);
+        let mut events = events;
         let rules = Rules::for_events(events.iter());
         assert!(!rules.traced_inode_frees);
+        assert_eq!(number_generations(&mut events, &rules).unwrap(), 1);
         let alloc = small_alloc();
         let files = SharedFiles::default();
-        let (kernel, odd) = replay_events(&alloc, events.iter(), &files, rules).unwrap();
-        assert_eq!(odd.files_reused, 1);
+        let (kernel, _) = replay_events(&alloc, events.iter(), &files, rules).unwrap();
         let all = files.all();
         assert_eq!(all.len(), 2, "two files met under one number");
         assert_eq!(
@@ -877,6 +910,7 @@ mod tests {
             .unwrap();
             let files = SharedFiles::default();
             let rules = Rules::for_events(events.iter());
+            number_generations(&mut events, &rules).unwrap();
             if replay_events(&alloc, events.iter(), &files, rules).is_ok() {
                 alloc.discard_preallocations();
                 alloc.commit();

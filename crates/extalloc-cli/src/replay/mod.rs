@@ -171,6 +171,8 @@ pub fn run(opts: &ReplayOptions<'_>) -> Result<(Report, Oddities, Trace)> {
     )?;
     let geometry = traced.geometry;
     let rules = Rules::for_events(trace.events.iter()).without(&opts.without)?;
+    let reused = engine::number_generations(&mut trace.events, &rules)
+        .with_context(|| format!("{}: numbering inode generations", opts.trace.display()))?;
     eprintln!(
         "geometry: {} blocks of {} bytes, {} per group ({}); {} traced CPUs; commits: {:?}",
         geometry.blocks_count,
@@ -200,6 +202,7 @@ pub fn run(opts: &ReplayOptions<'_>) -> Result<(Report, Oddities, Trace)> {
         if i == 0 {
             // The kernel's decisions are the same in every replay: keep the first.
             odd = this_odd.clone();
+            odd.files_reused = reused;
             kernel = Some(decided);
         }
         let layout_files: Vec<Vec<Extent>> = files

@@ -117,6 +117,22 @@ impl Event {
         }
     }
 
+    /// The inode the event is about, if any (a jbd2 commit is about none).
+    pub fn ino_mut(&mut self) -> Option<&mut u64> {
+        match self {
+            Event::Request { ino, .. }
+            | Event::Allocate { ino, .. }
+            | Event::Free { ino, .. }
+            | Event::Discard { ino, .. }
+            | Event::Search { ino, .. }
+            | Event::NewPa { ino, .. }
+            | Event::InodeCreate { ino, .. }
+            | Event::InodeFree { ino, .. }
+            | Event::Sync { ino, .. } => Some(ino),
+            Event::Commit { .. } => None,
+        }
+    }
+
     /// The end of the highest block the event names (for the geometry check), if it names
     /// any; `u64::MAX` when the end overflows (no device holds it).
     pub fn highest_block_end(&self) -> Option<u64> {

@@ -29,7 +29,7 @@
 use super::class::{self, Lifetime, SizeClass};
 use super::file::PreallocRegistry;
 use super::lazy::{BitmapSource, GroupSummary, Lazy, LOADED};
-use super::policy::{FreeList, Policy};
+use super::policy::{FreeList, Policy, StreamStart};
 use super::stats::{Pass, Shard, Stats, StatsSnapshot};
 use crate::error::{Error, Result};
 use crate::geometry::{Extent, Geometry};
@@ -271,10 +271,15 @@ impl Allocator {
         let slots = stream_goals_count * if policy.size_classes { 3 } else { 1 };
         let stream_goals = (0..slots)
             .map(|i| {
-                let start = if policy.stream_start_spread {
-                    i * groups_count / slots
-                } else {
-                    0
+                let start = match policy.stream_start {
+                    StreamStart::Spread => i * groups_count / slots,
+                    StreamStart::Front => 0,
+                    StreamStart::Packed => i % groups_count,
+                    StreamStart::Goals => {
+                        // Slots are laid out class by class: slot = class * goals + k.
+                        let (class, k) = (i / stream_goals_count, i % stream_goals_count);
+                        (k * groups_count / stream_goals_count + class) % groups_count
+                    }
                 };
                 CachePadded::new(AtomicU64::new(start))
             })

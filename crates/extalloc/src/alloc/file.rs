@@ -606,7 +606,11 @@ impl Allocator {
             .logical(ws)
             .min_len(req.logical - ws + 1)
             .lifetime(req.lifetime);
-        window.class_len = len;
+        window.class_len = if self.policy.class_by_window {
+            we - ws
+        } else {
+            len
+        };
         if let Some(g) = goal {
             window = window.goal(g);
         }
@@ -963,6 +967,40 @@ mod tests {
         assert_eq!(normalise(5000, 2, 5002, 4096), (4096, 6144));
         // A request as large as its bucket is not extended.
         assert_eq!(normalise(7, 2048, 4096, 4096), (7, 2055));
+    }
+
+    /// A 1-block write into a large file is normalised to an 8 MiB window: with
+    /// `class_by=window` (the extalloc preset) the window lands in a group of the large
+    /// class, with `class_by=request` in one of the small class.
+    #[test]
+    fn a_window_takes_the_class_of_what_it_allocates() {
+        use crate::alloc::class::{tag, SizeClass};
+        use crate::alloc::Policy;
+        use crate::geometry::Geometry;
+        for (spec, class) in [
+            ("extalloc", SizeClass::Large),
+            ("extalloc:class_by=request", SizeClass::Small),
+        ] {
+            let alloc = Allocator::new(
+                Geometry::new(4096, 4096, 1 << 16).unwrap(),
+                Policy::parse(spec).unwrap(),
+            )
+            .unwrap();
+            let file = alloc.create_file(7);
+            // Size the file at 64 MiB first (a write far into it), then write block 5000.
+            alloc
+                .allocate_data(&file, &DataRequest::new(16383, 1))
+                .unwrap();
+            let e = alloc.allocate_data(&file, &DataRequest::new(5000, 1)).unwrap();
+            assert_eq!(file.prealloc_count(), 2, "{spec}: two 8 MiB windows");
+            let g = alloc.geometry().group_of(e.start);
+            assert_eq!(
+                alloc.group_class_tag(g),
+                tag(class, Lifetime::Unknown),
+                "{spec}: the window's group"
+            );
+            alloc.check().unwrap();
+        }
     }
 
     #[test]

@@ -13,6 +13,6 @@ pub use allocator::{AllocRequest, Allocator};
 pub use class::{Lifetime, SizeClass};
 pub use file::{DataRequest, FileAlloc};
 pub use lazy::{BitmapSource, GroupSummary};
-pub use policy::{FreeList, Policy, PRESETS};
+pub use policy::{FreeList, Policy, StreamStart, PRESETS};
 pub use space::{FreeBucket, FreeSpace, GroupFree};
 pub use stats::{Pass, Stats, StatsSnapshot, SHARDS};

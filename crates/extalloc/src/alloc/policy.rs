@@ -28,6 +28,24 @@ pub enum FreeList {
     PerGroup,
 }
 
+/// Where the stream goals start (policy key `stream_start`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum StreamStart {
+    /// Spread evenly over the device: concurrent streams start far apart, and data lands
+    /// all over a lightly used device.
+    Spread,
+    /// All at group 0, as ext4's: data packs from the front and free space stays whole
+    /// behind it, but streams start on top of each other.
+    Front,
+    /// Goal `i` at group `i`: streams start apart, in the first groups, so free space stays
+    /// whole behind them.
+    Packed,
+    /// Goal `k` of every size class at `k * groups / goals`, the classes side by side
+    /// (class `c` one group further): a class's concurrent streams start far apart, while
+    /// the classes together touch as few places of the device as one class would.
+    Goals,
+}
+
 /// Every knob the allocator has.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Policy {
@@ -43,10 +61,8 @@ pub struct Policy {
     pub stream_goals: u32,
     /// Guard the stream goal with the global lock (shared with the free list).
     pub stream_goal_locked: bool,
-    /// Where the stream goals start: spread evenly over the device (`true`: concurrent
-    /// streams start far apart) or all at group 0 as ext4's do (`false`: data packs from
-    /// the front and free space stays whole behind it).
-    pub stream_start_spread: bool,
+    /// Where the stream goals start.
+    pub stream_start: StreamStart,
     /// Files smaller than this (KiB) are small: their data goes to locality preallocations,
     /// and their requests are not stream allocations.
     pub stream_threshold_kib: u64,
@@ -80,6 +96,9 @@ pub struct Policy {
     /// Tag groups with the size class (and lifetime hint) of their first allocation and
     /// prefer matching groups.
     pub size_classes: bool,
+    /// A file data request's size class is that of its normalised window (`true`: what is
+    /// actually allocated), or of the caller's request (`false`).
+    pub class_by_window: bool,
     /// Lazily loaded devices: groups a scan reads ahead when it reaches an unloaded group
     /// (0 = no read-ahead).
     pub prefetch_groups: u32,
@@ -95,13 +114,13 @@ pub struct Policy {
 pub const PRESETS: [&str; 3] = ["ext4-base", "ext4-2025", "extalloc"];
 
 /// Keys a spec may set, with what they take.
-const KEYS: [(&str, &str); 24] = [
+const KEYS: [(&str, &str); 25] = [
     ("optimize_scan", "true|false"),
     ("group_index", "list|ordered"),
     ("trylock", "true|false"),
     ("stream_goals", "a count, 0 = min(cpus, groups/4)"),
     ("stream_goal_locked", "true|false"),
-    ("stream_start", "spread|front"),
+    ("stream_start", "spread|front|packed|goals"),
     ("stream_threshold_kib", "a size in KiB"),
     ("free_list", "global|per-group"),
     ("merge_before_insert", "true|false"),
@@ -117,6 +136,7 @@ const KEYS: [(&str, &str); 24] = [
     ("locality_prealloc_blocks", "a block count 1..=1048576"),
     ("normalise_holes", "file-size|request"),
     ("size_classes", "true|false"),
+    ("class_by", "request|window"),
     ("prefetch_groups", "a count 0..=4096, 0 = no read-ahead"),
     (
         "bitmap_memory_mib",
@@ -141,7 +161,7 @@ impl Policy {
             trylock: true,
             stream_goals: 0,
             stream_goal_locked: false,
-            stream_start_spread: true,
+            stream_start: StreamStart::Spread,
             stream_threshold_kib: 64,
             free_list: FreeList::Global,
             merge_before_insert: true,
@@ -157,6 +177,7 @@ impl Policy {
             locality_prealloc_blocks: 512,
             normalise_by_size: true,
             size_classes: false,
+            class_by_window: false,
             // ext4's default prefetch distance (s_mb_prefetch) on a device without flex_bg.
             prefetch_groups: 32,
             bitmap_memory_mib: 0,
@@ -182,6 +203,9 @@ impl Policy {
                 free_list: FreeList::PerGroup,
                 first_free_hint: true,
                 size_classes: true,
+                // A 1-block write normalised to an 8 MiB window allocates 8 MiB: its class
+                // is the window's (docs/preallocation.md has the measurements).
+                class_by_window: true,
                 slow_pass_index: true,
                 ..ext4_2025
             }),
@@ -297,13 +321,22 @@ impl Policy {
                 }
             }
             "stream_start" => {
-                self.stream_start_spread = match value {
-                    "spread" => true,
-                    "front" => false,
+                self.stream_start = match value {
+                    "spread" => StreamStart::Spread,
+                    "front" => StreamStart::Front,
+                    "packed" => StreamStart::Packed,
+                    "goals" => StreamStart::Goals,
                     _ => return Err(bad()),
                 }
             }
             "size_classes" => self.size_classes = boolean()?,
+            "class_by" => {
+                self.class_by_window = match value {
+                    "window" => true,
+                    "request" => false,
+                    _ => return Err(bad()),
+                }
+            }
             "prefetch_groups" => self.prefetch_groups = number(0, 4096)? as u32,
             "bitmap_memory_mib" => self.bitmap_memory_mib = number(0, 1 << 40)?,
             "slow_pass_index" => self.slow_pass_index = boolean()?,
