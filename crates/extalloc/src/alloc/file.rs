@@ -11,7 +11,8 @@
 //!   O(n), capped at 512 entries by discarding the oldest).
 //! - Locality PAs: per shard (the calling thread's, or the slot a request names, e.g. a
 //!   traced CPU), one reserved chunk of `locality_prealloc_blocks` that small files carve
-//!   their blocks from, so small files written together sit together.
+//!   their blocks from, so small files written together sit together; and up to
+//!   `locality_leftovers` ends of earlier chunks, served best fit to files that fit them.
 //!
 //! # Invariants (checked by [`Allocator::check_file`])
 //!
@@ -430,8 +431,24 @@ impl FileAlloc {
 /// Files with preallocations (for discard under space pressure) and the locality PAs.
 pub(crate) struct PreallocRegistry {
     files: Mutex<RegisteredFiles>,
-    /// Per shard: what is left of its locality chunk.
-    locality: Box<[CachePadded<Mutex<Option<Extent>>>]>,
+    /// Per shard: what is left of its locality chunk, and earlier chunks' leftovers.
+    locality: Box<[CachePadded<Mutex<Locality>>]>,
+}
+
+/// One shard's locality preallocation.
+#[derive(Default)]
+struct Locality {
+    /// The chunk small files carve from, front first.
+    current: Option<Extent>,
+    /// Ends of earlier chunks too short for the request that retired them, kept (at most
+    /// `locality_leftovers`) for smaller files, as ext4 keeps its group preallocations.
+    leftovers: Vec<Extent>,
+}
+
+impl Locality {
+    fn extents(&self) -> impl Iterator<Item = Extent> + '_ {
+        self.current.iter().chain(self.leftovers.iter()).copied()
+    }
 }
 
 #[derive(Default)]
@@ -446,7 +463,7 @@ impl PreallocRegistry {
         PreallocRegistry {
             files: Mutex::new(RegisteredFiles::default()),
             locality: (0..SHARDS)
-                .map(|_| CachePadded::new(Mutex::new(None)))
+                .map(|_| CachePadded::new(Mutex::new(Locality::default())))
                 .collect(),
         }
     }
@@ -659,11 +676,26 @@ impl Allocator {
         slot: usize,
     ) -> Result<Extent> {
         let shard = &self.prealloc.locality[slot];
-        let mut chunk = shard.lock();
-        if chunk.is_none_or(|c| c.len < len) {
-            let goal = chunk.map(|c| c.end());
-            if let Some(rest) = chunk.take() {
-                self.release_reserved(rest)?;
+        let mut loc = shard.lock();
+        if loc.current.is_none_or(|c| c.len < len) {
+            // The smallest leftover that holds the request, as ext4 picks among its group
+            // preallocations.
+            let fit = (0..loc.leftovers.len())
+                .filter(|&i| loc.leftovers[i].len >= len)
+                .min_by_key(|&i| (loc.leftovers[i].len, loc.leftovers[i].start));
+            if let Some(i) = fit {
+                let piece = &mut loc.leftovers[i];
+                let extent = Extent::new(piece.start, len);
+                piece.start += len;
+                piece.len -= len;
+                if piece.len == 0 {
+                    loc.leftovers.swap_remove(i);
+                }
+                return Ok(extent);
+            }
+            let goal = loc.current.map(|c| c.end());
+            if let Some(rest) = loc.current.take() {
+                self.retire_locality(&mut loc, rest)?;
             }
             let want = self
                 .policy
@@ -677,16 +709,36 @@ impl Allocator {
             if let Some(g) = goal.filter(|&g| g < self.geometry.blocks_count) {
                 req = req.goal(g);
             }
-            *chunk = Some(self.allocate(&req)?);
+            loc.current = Some(self.allocate(&req)?);
         }
-        let c = chunk.as_mut().expect("chunk was just filled");
+        let c = loc.current.as_mut().expect("chunk was just filled");
         let extent = Extent::new(c.start, len);
         c.start += len;
         c.len -= len;
         if c.len == 0 {
-            *chunk = None;
+            loc.current = None;
         }
         Ok(extent)
+    }
+
+    /// A chunk too short for a request: kept as a leftover for smaller files, or released
+    /// (the smallest leftover goes when more than `locality_leftovers` would be kept).
+    fn retire_locality(&self, loc: &mut Locality, rest: Extent) -> Result<()> {
+        if self.policy.locality_leftovers == 0 {
+            return self.release_reserved(rest);
+        }
+        loc.leftovers.push(rest);
+        if loc.leftovers.len() > self.policy.locality_leftovers as usize {
+            let (i, _) = loc
+                .leftovers
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, e)| (e.len, e.start))
+                .expect("not empty");
+            let smallest = loc.leftovers.swap_remove(i);
+            self.release_reserved(smallest)?;
+        }
+        Ok(())
     }
 
     /// Discards every PA of the file: unused blocks return to the free space at once.
@@ -805,8 +857,10 @@ impl Allocator {
             }
         }
         for shard in self.prealloc.locality.iter() {
-            if let Some(mut chunk) = shard.try_lock() {
-                if let Some(rest) = chunk.take() {
+            if let Some(mut loc) = shard.try_lock() {
+                let all: Vec<Extent> = loc.extents().collect();
+                *loc = Locality::default();
+                for rest in all {
                     self.release_reserved(rest)
                         .expect("locality blocks are reserved");
                     released += rest.len;
@@ -829,7 +883,7 @@ impl Allocator {
             .prealloc
             .locality
             .iter()
-            .map(|s| s.lock().map_or(0, |c| c.len))
+            .map(|s| s.lock().extents().map(|c| c.len).sum::<u64>())
             .sum();
         files + locality
     }
@@ -900,10 +954,19 @@ impl Allocator {
             self.check_file(&file)?;
         }
         for (i, shard) in self.prealloc.locality.iter().enumerate() {
-            if let Some(c) = *shard.lock() {
-                if !self.is_reserved(c) {
+            let loc = shard.lock();
+            if loc.leftovers.len() > self.policy.locality_leftovers as usize {
+                return Err(Error::Invariant(format!(
+                    "shard {i} keeps {} locality leftovers, more than {}",
+                    loc.leftovers.len(),
+                    self.policy.locality_leftovers
+                )));
+            }
+            for c in loc.extents() {
+                if c.len == 0 || !self.is_reserved(c) {
                     return Err(Error::Invariant(format!(
-                        "locality chunk of shard {i} is not reserved"
+                        "locality extent {}+{} of shard {i} is not reserved",
+                        c.start, c.len
                     )));
                 }
             }
@@ -991,7 +1054,9 @@ mod tests {
             alloc
                 .allocate_data(&file, &DataRequest::new(16383, 1))
                 .unwrap();
-            let e = alloc.allocate_data(&file, &DataRequest::new(5000, 1)).unwrap();
+            let e = alloc
+                .allocate_data(&file, &DataRequest::new(5000, 1))
+                .unwrap();
             assert_eq!(file.prealloc_count(), 2, "{spec}: two 8 MiB windows");
             let g = alloc.geometry().group_of(e.start);
             assert_eq!(
