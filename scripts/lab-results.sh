@@ -52,9 +52,22 @@ replay() {
   "$bin" bench replay --trace "$trace" --repeat 3 --json "lab-out/$name-threads.json" \
     | tee "lab-out/$name-threads.md"
 }
-for t in ext4_fio_falloc_8x64M ext4_fio_randwrite_4x256M ext4_fio_randwrite_fsync256_4x256M; do
-  replay "replay-$t" "../shared/traces/$t.trace.txt.gz"
+for t in traces/*.trace.txt.gz ../shared/traces/*.trace.txt.gz; do
+  name="$(basename "$t" .trace.txt.gz)"
+  replay "replay-$name" "$t"
 done
+# The acceptance and per-rule tables of docs/results.md.
+if [[ -z "$only" || "replay-tables" == *"$only"* ]]; then
+  shared=()
+  if compgen -G "../shared/traces/*.trace.txt.gz" >/dev/null; then
+    shared=(../shared/traces/*.trace.txt.gz)
+  fi
+  echo "== replay-tables: scripts/replay-table.py acceptance --threaded, rules" >&2
+  EXTALLOC="$bin" python3 scripts/replay-table.py acceptance --threaded traces/*.trace.txt.gz \
+    "${shared[@]}" | tee lab-out/replay-acceptance.md
+  EXTALLOC="$bin" python3 scripts/replay-table.py rules traces/*.trace.txt.gz "${shared[@]}" \
+    | tee lab-out/replay-rules.md
+fi
 # Persistence: group commit on /dev/shm and on the disk, and the crash torture.
 if [[ -z "$only" || "commit" == *"$only"* ]]; then
   echo "== commit: extalloc commit-bench" >&2

@@ -423,3 +423,41 @@ fn device_and_fill_options_are_checked() {
     let text = refused(&["fallocate2", "--device", "/tmp/x.img", "--policy", "tlsf"]);
     assert!(text.contains("extalloc policies only"), "{text}");
 }
+
+/// The quick suite piped to a file, as `... | tee out.md` would: every workload's table and
+/// the summary reach stdout (a hidden progress bar must not swallow them), nothing is
+/// skipped (the replay's trace is in the repository), and progress stays off stdout.
+#[test]
+fn the_quick_suite_prints_every_table_through_a_pipe() {
+    let out = Command::new(env!("CARGO_BIN_EXE_extalloc"))
+        .args(["bench", "--suite", "quick"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for workload in [
+        "fallocate2",
+        "frag",
+        "sparse-writes",
+        "random-fill",
+        "small-files",
+        "append-vs-fallocate",
+        "size-class-edge",
+        "replay",
+        "Summary",
+    ] {
+        assert!(
+            stdout.contains(&format!("## {workload}\n")),
+            "no {workload} table in:\n{stdout}"
+        );
+    }
+    assert!(!stdout.contains("skipped"), "{stdout}");
+    assert!(
+        stdout.contains("| replay | extalloc |"),
+        "the replay runs: {stdout}"
+    );
+}

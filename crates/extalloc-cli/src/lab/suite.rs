@@ -149,11 +149,14 @@ pub fn run(steps: &[Step], base: &LabOptions) -> Result<Vec<Report>> {
             (Some(default), None) => Some(std::path::PathBuf::from(default)),
         };
         if let Some(t) = trace.as_ref().filter(|t| !t.exists()) {
-            bar.println(format!(
-                "## {}\n\nskipped: no trace at {} (give one with --trace)\n",
-                step.workload,
-                t.display()
-            ));
+            // Loudly, on stdout with the tables (a hidden bar would swallow `println`).
+            bar.suspend(|| {
+                println!(
+                    "## {}\n\nskipped: no trace at {} (give one with --trace)\n",
+                    step.workload,
+                    t.display()
+                )
+            });
             bar.inc((step.policies.split(',').count() * step.threads.len() * base.repeat) as u64);
             continue;
         }
@@ -171,7 +174,8 @@ pub fn run(steps: &[Step], base: &LabOptions) -> Result<Vec<Report>> {
             ..base.clone()
         };
         let report = run_matrix_with(step.workload, &opts, step.run_once, &mut Bar(&bar))?;
-        bar.println(format!("## {}\n\n{}", step.workload, markdown(&report)));
+        // Results go to stdout whatever it is; the bar (stderr) steps aside while they print.
+        bar.suspend(|| println!("## {}\n\n{}", step.workload, markdown(&report)));
         reports.push(report);
     }
     bar.finish_and_clear();
