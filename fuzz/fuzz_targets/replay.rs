@@ -9,7 +9,7 @@ use libfuzzer_sys::fuzz_target;
 use std::path::Path;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(trace) = load_from(data) else {
+    let Ok(mut trace) = load_from(data) else {
         return;
     };
     // No README at this path: the geometry comes from the header, else 64 Ki blocks.
@@ -33,6 +33,9 @@ fuzz_target!(|data: &[u8]| {
     let alloc = Allocator::new(traced.geometry, policy).expect("geometry was accepted");
     let files = engine::SharedFiles::default();
     let rules = engine::Rules::for_events(trace.events.iter());
+    if engine::number_generations(&mut trace.events, &rules).is_err() {
+        return;
+    }
     if engine::replay_events(&alloc, trace.events.iter(), &files, rules).is_ok() {
         alloc.discard_preallocations();
         alloc.commit();
