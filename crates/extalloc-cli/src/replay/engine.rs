@@ -297,6 +297,9 @@ pub const INO_BITS: u32 = 40;
 /// Returns how many lives ended.
 pub fn number_generations(events: &mut [Traced], rules: &Rules) -> Result<u64> {
     let mut generation: HashMap<u64, u64> = HashMap::new();
+    // Inodes whose current life has held data: a discard before any (the open of a new
+    // file) ends nothing.
+    let mut had_data: std::collections::HashSet<u64> = Default::default();
     let mut kernel = KernelModel::default();
     let mut ended = 0u64;
     for t in events.iter_mut() {
@@ -318,6 +321,9 @@ pub fn number_generations(events: &mut [Traced], rules: &Rules) -> Result<u64> {
                 ..
             } => {
                 kernel.allocate(block, len, raw, lblk, flags.data);
+                if flags.data {
+                    had_data.insert(raw);
+                }
                 false
             }
             Event::Free { block, count, .. } => {
@@ -325,10 +331,15 @@ pub fn number_generations(events: &mut [Traced], rules: &Rules) -> Result<u64> {
                 false
             }
             Event::InodeFree { .. } => rules.traced_inode_frees,
-            Event::Discard { .. } => !rules.traced_inode_frees && kernel.data_blocks_of(raw) == 0,
+            Event::Discard { .. } => {
+                !rules.traced_inode_frees
+                    && had_data.contains(&raw)
+                    && kernel.data_blocks_of(raw) == 0
+            }
             _ => false,
         };
         if life_ends && rules.new_file_on_reuse {
+            had_data.remove(&raw);
             generation.insert(raw, g + 1);
             ended += 1;
         }
@@ -690,6 +701,12 @@ mod tests {
         let rules = Rules::for_events(events.iter());
         assert!(!rules.traced_inode_frees);
         assert_eq!(number_generations(&mut events, &rules).unwrap(), 1);
+        // A discard at the open of a file that never held data ends no life.
+        let mut opened = traced(&[
+            "fio-1 [000] ..... 1.0: ext4_discard_preallocations: dev 7,1 ino 12 len: 0",
+            "fio-1 [000] ..... 1.1: ext4_discard_preallocations: dev 7,1 ino 12 len: 0",
+        ]);
+        assert_eq!(number_generations(&mut opened, &rules).unwrap(), 0);
         let alloc = small_alloc();
         let files = SharedFiles::default();
         let (kernel, _) = replay_events(&alloc, events.iter(), &files, rules).unwrap();
