@@ -325,6 +325,7 @@ fn run(cli: Cli) -> Result<()> {
             args,
         } => {
             let (_, opts, out) = args.into_options_for(Workload::Fallocate2)?;
+            out.check_dirs()?;
             let reports = lab::suite::run(&lab::suite::quick(), &opts)?;
             println!("## Summary\n\n{}", lab::suite::summary(&reports));
             for report in &reports {
@@ -345,12 +346,14 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Bench { suite: None, args } => {
             let (workload, opts, out) = args.into_options()?;
+            out.check()?;
             let run_once = workload.run_once();
             let report = lab::run_matrix(workload.name(), &opts, run_once)?;
             emit(&report, &out)
         }
         Command::Compare { fs, args } => {
             let (workload, opts, out) = args.into_options()?;
+            out.check()?;
             let fs = fs
                 .split(',')
                 .filter(|s| !s.trim().is_empty())
@@ -389,6 +392,11 @@ fn run(cli: Cli) -> Result<()> {
                 .filter(|s| !s.is_empty())
                 .collect();
             anyhow::ensure!(!policies.is_empty(), "--policy is empty");
+            let outputs = Outputs { json, plot };
+            outputs.check()?;
+            if let Some(path) = &dump_files {
+                writable_file("--dump-files", path)?;
+            }
             let (report, odd, trace) = replay::run(&replay::ReplayOptions {
                 trace: &trace,
                 dev,
@@ -427,7 +435,7 @@ fn run(cli: Cli) -> Result<()> {
                     eprintln!("{n} {what}");
                 }
             }
-            emit(&report, &Outputs { json, plot })
+            emit(&report, &outputs)
         }
         Command::Capture { dev, out, command } => {
             let lines = replay::capture::capture(&dev, &command, &out)?;
@@ -705,6 +713,12 @@ impl BenchArgs {
                 opts.threads = vec![1];
             }
             anyhow::ensure!(writes >= 1, "--writes must be at least 1");
+            if file_size.is_some() {
+                anyhow::ensure!(
+                    opts.file_bytes >= u64::from(block_size),
+                    "--file-size must be at least one block ({block_size} bytes)"
+                );
+            }
             anyhow::ensure!(
                 (1..=1 << 20).contains(&seq_burst),
                 "--seq-burst must be from 1 to 1048576"
@@ -734,6 +748,64 @@ impl Workload {
 struct Outputs {
     json: Option<std::path::PathBuf>,
     plot: Option<std::path::PathBuf>,
+}
+
+impl Outputs {
+    /// Before any work: `--json` names a file that can be written, `--plot` a directory
+    /// (made now). A run of minutes must not fail at its end on a mistyped path.
+    fn check(&self) -> Result<()> {
+        if let Some(path) = &self.json {
+            writable_file("--json", path)?;
+        }
+        if let Some(dir) = &self.plot {
+            ready_dir("--plot", dir)?;
+        }
+        Ok(())
+    }
+
+    /// The same for the suite, whose `--json` is a directory too.
+    fn check_dirs(&self) -> Result<()> {
+        for (flag, dir) in [("--json", &self.json), ("--plot", &self.plot)] {
+            if let Some(dir) = dir {
+                ready_dir(flag, dir)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `path` can be created or replaced: its directory exists and it is not a directory.
+fn writable_file(flag: &str, path: &std::path::Path) -> Result<()> {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    anyhow::ensure!(
+        parent.is_dir(),
+        "{flag} {}: the directory {} does not exist (create it first)",
+        path.display(),
+        parent.display()
+    );
+    anyhow::ensure!(
+        !path.is_dir(),
+        "{flag} {}: is a directory; give a file name",
+        path.display()
+    );
+    let meta = std::fs::metadata(parent)
+        .with_context(|| format!("{flag} {}: reading {}", path.display(), parent.display()))?;
+    anyhow::ensure!(
+        !meta.permissions().readonly(),
+        "{flag} {}: the directory {} is read-only",
+        path.display(),
+        parent.display()
+    );
+    Ok(())
+}
+
+/// Makes directory `dir` (and its parents) now, or says why it cannot.
+fn ready_dir(flag: &str, dir: &std::path::Path) -> Result<()> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("{flag} {}: cannot create the directory", dir.display()))
 }
 
 /// Prints the tables, writes the JSON report and the charts.

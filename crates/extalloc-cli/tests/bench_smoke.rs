@@ -314,6 +314,30 @@ fn workload_options_are_checked() {
     assert!(err.contains("cannot be used with"), "{err}");
     let err = refused(&["frag", "--jobs", "16", "--device-size", "1GiB"]);
     assert!(err.contains("do not fit"), "{err}");
+    let err = refused(&["frag", "--file-size", "0"]);
+    assert!(
+        err.contains("--file-size must be at least one block"),
+        "{err}"
+    );
+    // Output paths are checked before the run, not after it: the run would take 5 s.
+    let started = std::time::Instant::now();
+    let err = refused(&[
+        "fallocate2",
+        "--seconds",
+        "5",
+        "--json",
+        "/nonexistent-extalloc-dir/r.json",
+    ]);
+    assert!(
+        err.contains("the directory /nonexistent-extalloc-dir does not exist"),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(4),
+        "refused only after running"
+    );
+    let err = refused(&["fallocate2", "--json", "/"]);
+    assert!(err.contains("is a directory"), "{err}");
 }
 
 #[test]
