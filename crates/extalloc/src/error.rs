@@ -98,14 +98,53 @@ pub enum Error {
     #[error("device access {offset}+{len} bytes is past the device's {size} bytes")]
     DeviceRange { offset: u64, len: u64, size: u64 },
 
-    /// The device failed an operation.
-    #[error("device {op} at byte {offset} failed: {message}")]
+    /// The device failed an operation: which device (its path), what, where, and the
+    /// operating system's error as the source.
+    #[error("device {device}: {op} at byte {offset} failed: {source}")]
     Io {
+        device: String,
         op: &'static str,
         offset: u64,
-        message: String,
+        #[source]
+        source: IoSource,
     },
 }
+
+/// The `std::io::Error` behind an [`Error::Io`], shared so that errors stay `Clone`;
+/// compared by kind and text.
+#[derive(Debug, Clone)]
+pub struct IoSource(pub std::sync::Arc<std::io::Error>);
+
+impl IoSource {
+    pub fn new(e: std::io::Error) -> Self {
+        IoSource(std::sync::Arc::new(e))
+    }
+
+    /// The kind of the operating system's error.
+    pub fn kind(&self) -> std::io::ErrorKind {
+        self.0.kind()
+    }
+}
+
+impl std::fmt::Display for IoSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for IoSource {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.0)
+    }
+}
+
+impl PartialEq for IoSource {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.kind() == other.0.kind() && self.0.to_string() == other.0.to_string()
+    }
+}
+
+impl Eq for IoSource {}
 
 /// Shorthand used throughout the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

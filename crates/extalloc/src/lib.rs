@@ -58,5 +58,5 @@ pub use alloc::{
     AllocRequest, Allocator, DataRequest, FileAlloc, FreeSpace, Lifetime, Pass, Policy, SizeClass,
     StatsSnapshot, StreamStart, PRESETS,
 };
-pub use error::{Error, Result};
+pub use error::{Error, IoSource, Result};
 pub use geometry::{Extent, Geometry, DEVICE_BLOCKS_MAX, GROUP_BLOCKS_DEFAULT};

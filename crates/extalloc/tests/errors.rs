@@ -153,3 +153,33 @@ fn goal_is_honoured_and_streams_stay_apart() {
     assert_eq!(a.stats().pass_hits[0], 1);
     a.check().unwrap();
 }
+
+/// A device that cannot be opened: the error names the file and the operation, and keeps
+/// the operating system's error (kind and all) as its source.
+#[test]
+fn io_errors_name_the_file_and_keep_their_source() {
+    use extalloc::device::FileDevice;
+    use std::error::Error as _;
+    let path = std::path::Path::new("/nonexistent-extalloc-dir/device.img");
+    let err = match FileDevice::open(path) {
+        Err(e) => e,
+        Ok(_) => panic!("a missing file opened"),
+    };
+    let text = err.to_string();
+    assert!(
+        text.contains("/nonexistent-extalloc-dir/device.img"),
+        "{text}"
+    );
+    assert!(text.contains("open"), "{text}");
+    match &err {
+        extalloc::Error::Io { source, .. } => {
+            assert_eq!(source.kind(), std::io::ErrorKind::NotFound)
+        }
+        other => panic!("not an I/O error: {other:?}"),
+    }
+    let os = err.source().expect("an I/O error has a source");
+    assert!(
+        os.source().is_some(),
+        "the source chain reaches std::io::Error"
+    );
+}

@@ -7,7 +7,7 @@
 //! the volatile writes are gone, as after a power loss; the device goes on working.
 
 use super::{check_range, Device, SECTOR_BYTES};
-use crate::error::{Error, Result};
+use crate::error::{Error, IoSource, Result};
 use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};
 
@@ -173,9 +173,10 @@ impl<D: Device> Device for FaultDevice<D> {
         st.tick();
         if st.failing {
             return Err(Error::Io {
+                device: "fault-injecting device".into(),
                 op: "write",
                 offset,
-                message: "injected write failure".into(),
+                source: IoSource::new(std::io::Error::other("injected write failure")),
             });
         }
         st.pending.push((offset, buf.to_vec()));
@@ -187,9 +188,10 @@ impl<D: Device> Device for FaultDevice<D> {
         st.tick();
         if st.failing {
             return Err(Error::Io {
+                device: "fault-injecting device".into(),
                 op: "flush",
                 offset: 0,
-                message: "injected flush failure".into(),
+                source: IoSource::new(std::io::Error::other("injected flush failure")),
             });
         }
         for (offset, data) in std::mem::take(&mut st.pending) {

@@ -1,7 +1,7 @@
 //! A file or block device through positional I/O.
 
 use super::{check_range, Device};
-use crate::error::{Error, Result};
+use crate::error::{Error, IoSource, Result};
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
@@ -11,13 +11,16 @@ use std::path::Path;
 pub struct FileDevice {
     file: File,
     size: u64,
+    /// For errors: which device failed.
+    path: String,
 }
 
-fn io(op: &'static str, offset: u64, e: std::io::Error) -> Error {
+fn io(path: &Path, op: &'static str, offset: u64, e: std::io::Error) -> Error {
     Error::Io {
+        device: path.display().to_string(),
         op,
         offset,
-        message: e.to_string(),
+        source: IoSource::new(e),
     }
 }
 
@@ -28,10 +31,13 @@ impl FileDevice {
             .read(true)
             .write(true)
             .open(path)
-            .map_err(|e| io("open", 0, e))?;
+            .map_err(|e| io(path, "open", 0, e))?;
         // A block device's metadata length is 0: ask where its end is.
-        let size = file.seek(SeekFrom::End(0)).map_err(|e| io("seek", 0, e))?;
-        Ok(FileDevice { file, size })
+        let size = file
+            .seek(SeekFrom::End(0))
+            .map_err(|e| io(path, "seek", 0, e))?;
+        let path = path.display().to_string();
+        Ok(FileDevice { file, size, path })
     }
 
     /// Creates (or truncates) a file of `size` bytes, sparse.
@@ -42,9 +48,17 @@ impl FileDevice {
             .create(true)
             .truncate(true)
             .open(path)
-            .map_err(|e| io("create", 0, e))?;
-        file.set_len(size).map_err(|e| io("set_len", size, e))?;
-        Ok(FileDevice { file, size })
+            .map_err(|e| io(path, "create", 0, e))?;
+        file.set_len(size)
+            .map_err(|e| io(path, "set_len", size, e))?;
+        let path = path.display().to_string();
+        Ok(FileDevice { file, size, path })
+    }
+}
+
+impl FileDevice {
+    fn err(&self, op: &'static str, offset: u64, e: std::io::Error) -> Error {
+        io(Path::new(&self.path), op, offset, e)
     }
 }
 
@@ -57,23 +71,23 @@ impl Device for FileDevice {
         check_range(offset, buf.len(), self.size)?;
         self.file
             .read_exact_at(buf, offset)
-            .map_err(|e| io("read", offset, e))
+            .map_err(|e| self.err("read", offset, e))
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
         check_range(offset, buf.len(), self.size)?;
         self.file
             .write_all_at(buf, offset)
-            .map_err(|e| io("write", offset, e))
+            .map_err(|e| self.err("write", offset, e))
     }
 
     fn flush(&self) -> Result<()> {
-        self.file.sync_data().map_err(|e| io("flush", 0, e))
+        self.file.sync_data().map_err(|e| self.err("flush", 0, e))
     }
 
     fn drop_cache(&self) -> Result<()> {
         rustix::fs::fadvise(&self.file, 0, None, rustix::fs::Advice::DontNeed).map_err(|e| {
-            io(
+            self.err(
                 "posix_fadvise(DONTNEED)",
                 0,
                 std::io::Error::from_raw_os_error(e.raw_os_error()),
