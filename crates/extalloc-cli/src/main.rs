@@ -174,6 +174,9 @@ enum Command {
         /// Journal size (K, M, G).
         #[arg(long, default_value = "64MiB")]
         journal_size: String,
+        /// Overwrite a target that holds data or an extalloc device.
+        #[arg(long)]
+        force: bool,
     },
     /// Group commit on a real file: commits per second at each thread count.
     CommitBench {
@@ -448,17 +451,46 @@ fn run(cli: Cli) -> Result<()> {
             block_size,
             group_blocks,
             journal_size,
+            force,
         } => {
             use extalloc::device::{Device, FileDevice};
-            let dev = match size {
-                Some(size) => FileDevice::create(&path, lab::parse_size(&size)?)?,
-                None => FileDevice::open(&path)
-                    .with_context(|| format!("{}: give --size to create it", path.display()))?,
+            // Everything is checked before the target is touched.
+            let journal_bytes = lab::parse_size(&journal_size).context("--journal-size")?;
+            let bytes = match &size {
+                Some(s) => lab::parse_size(s).context("--size")?,
+                None => FileDevice::open_read_only(&path)
+                    .with_context(|| format!("{}: give --size to create it", path.display()))?
+                    .size(),
             };
-            let blocks = dev.size() / u64::from(block_size);
-            let geometry = extalloc::Geometry::new(block_size, group_blocks, blocks)?;
-            let journal_blocks = lab::parse_size(&journal_size)?.div_ceil(u64::from(block_size));
-            let sb = extalloc::format::mkfs(&dev, &geometry, journal_blocks, rand::random())?;
+            let blocks = bytes / u64::from(block_size);
+            let geometry =
+                extalloc::Geometry::new(block_size, group_blocks, blocks).with_context(|| {
+                    format!(
+                        "{}: {bytes} bytes make {blocks} blocks of {block_size} bytes",
+                        path.display()
+                    )
+                })?;
+            let journal_blocks = journal_bytes.div_ceil(u64::from(block_size));
+            extalloc::format::Superblock::layout(&geometry, journal_blocks, [0; 16])
+                .with_context(|| format!("{}: --journal-size {journal_size}", path.display()))?;
+            let existed = path.exists();
+            if existed && !force {
+                refuse_overwrite(&path)?;
+            }
+            let dev = match size {
+                Some(_) => FileDevice::create(&path, bytes)?,
+                None => FileDevice::open(&path)?,
+            };
+            let sb = match extalloc::format::mkfs(&dev, &geometry, journal_blocks, rand::random()) {
+                Ok(sb) => sb,
+                Err(e) => {
+                    // Never leave a half-made file behind.
+                    if !existed {
+                        let _ = std::fs::remove_file(&path);
+                    }
+                    return Err(e).with_context(|| format!("{}: mkfs", path.display()));
+                }
+            };
             println!(
                 "{}: {} blocks of {} bytes, {} groups, metadata in blocks 0..{}, journal {} blocks",
                 path.display(),
@@ -528,7 +560,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Fsck { path, json } => {
-            let dev = extalloc::device::FileDevice::open(&path)?;
+            let dev = extalloc::device::FileDevice::open_read_only(&path)?;
             let r = extalloc::fsck::check(&dev).with_context(|| format!("{}", path.display()))?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
@@ -565,7 +597,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Info { path } => {
-            let dev = extalloc::device::FileDevice::open(&path)?;
+            let dev = extalloc::device::FileDevice::open_read_only(&path)?;
             let sb = extalloc::format::read_superblock(&dev)
                 .with_context(|| format!("{}", path.display()))?;
             println!("{sb:#?}");
@@ -742,6 +774,49 @@ impl Workload {
             Workload::Replay => replay::bench::run_once,
         }
     }
+}
+
+/// Refuses to make a file system over `path` when it holds an extalloc device or other
+/// data (a non-empty file, a block device whose first MiB is not all zeros).
+fn refuse_overwrite(path: &std::path::Path) -> Result<()> {
+    use std::io::Read;
+    let meta = std::fs::metadata(path).with_context(|| format!("{}", path.display()))?;
+    anyhow::ensure!(
+        !meta.is_dir(),
+        "{}: is a directory; give a file or a block device",
+        path.display()
+    );
+    let mut head = vec![0u8; 1 << 20];
+    let mut f = std::fs::File::open(path).with_context(|| format!("{}", path.display()))?;
+    let mut n = 0;
+    while n < head.len() {
+        match f.read(&mut head[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        }
+    }
+    let head = &head[..n];
+    if head.starts_with(&extalloc::format::MAGIC.to_le_bytes()) {
+        anyhow::bail!(
+            "{}: already an extalloc device; mkfs would discard everything on it \
+             (give --force to do so)",
+            path.display()
+        );
+    }
+    let has_data = if meta.is_file() {
+        meta.len() > 0
+    } else {
+        head.iter().any(|&b| b != 0)
+    };
+    anyhow::ensure!(
+        !has_data,
+        "{}: holds data ({} bytes) and is not an extalloc device; give --force to overwrite it",
+        path.display(),
+        if meta.is_file() { meta.len() } else { n as u64 }
+    );
+    Ok(())
 }
 
 /// Where a run's results go besides stdout.

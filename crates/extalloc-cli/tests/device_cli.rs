@@ -118,3 +118,57 @@ fn torture_survives_hundreds_of_crashes() {
         assert!(out["commits"].as_u64().unwrap() > 200);
     }
 }
+
+/// mkfs checks everything before it touches the target: bad sizes and journal sizes are
+/// refused and leave no file; a file with data and an extalloc device are kept unless
+/// --force; fsck and info work on a read-only image (that they never write is tested on
+/// `FileDevice::open_read_only` in the library: as root a mode bit stops no write).
+#[test]
+fn mkfs_touches_nothing_on_bad_input_and_asks_before_overwriting() {
+    let dir = std::env::temp_dir().join(format!("extalloc-mkfs-safe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fresh = dir.join("fresh.img");
+    let f = fresh.to_str().unwrap();
+    for (args, says) in [
+        (&["--size", "1KiB"][..], "0 blocks of 4096 bytes"),
+        (
+            &["--size", "64MiB", "--journal-size", "0"][..],
+            "at least 2 blocks",
+        ),
+        (
+            &["--size", "64MiB", "--journal-size", "1KiB"][..],
+            "at least 2 blocks",
+        ),
+        (
+            &["--size", "64MiB", "--journal-size", "64MiB"][..],
+            "cannot hold",
+        ),
+    ] {
+        let (ok, text) = extalloc(&[&["mkfs", f][..], args].concat());
+        assert!(!ok, "{args:?}: {text}");
+        assert!(text.contains(says), "{args:?}: {text}");
+        assert!(!fresh.exists(), "{args:?} left a file behind");
+    }
+    // A file with data: refused and intact, then overwritten with --force.
+    let data = dir.join("data.txt");
+    let d = data.to_str().unwrap();
+    std::fs::write(&data, b"precious bytes").unwrap();
+    let make = ["--size", "64MiB", "--journal-size", "1MiB"];
+    let (ok, text) = extalloc(&[&["mkfs", d][..], &make].concat());
+    assert!(!ok && text.contains("holds data (14 bytes)"), "{text}");
+    assert_eq!(std::fs::read(&data).unwrap(), b"precious bytes");
+    let (ok, text) = extalloc(&[&["mkfs", d, "--force"][..], &make].concat());
+    assert!(ok, "{text}");
+    // An extalloc device: refused, then remade with --force.
+    let (ok, text) = extalloc(&[&["mkfs", d][..], &make].concat());
+    assert!(!ok && text.contains("already an extalloc device"), "{text}");
+    // A read-only image: fsck and info still work.
+    let mut perms = std::fs::metadata(&data).unwrap().permissions();
+    perms.set_readonly(true);
+    std::fs::set_permissions(&data, perms).unwrap();
+    let (ok, text) = extalloc(&["fsck", d]);
+    assert!(ok && text.contains("0 records to replay"), "{text}");
+    let (ok, text) = extalloc(&["info", d]);
+    assert!(ok, "{text}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -70,6 +70,9 @@ fn corrupt(what: impl Into<String>, detail: impl Into<String>) -> Error {
     }
 }
 
+/// The smallest journal `mkfs` makes: one block for records, one to wrap into.
+pub const JOURNAL_MIN_BLOCKS: u64 = 2;
+
 impl Superblock {
     /// The layout for a device of `geometry` with a journal of `journal_blocks` blocks.
     pub fn layout(geometry: &Geometry, journal_blocks: u64, uuid: [u8; 16]) -> Result<Self> {
@@ -78,6 +81,13 @@ impl Superblock {
         let desc_blocks = (groups * DESC_BYTES as u64).div_ceil(bs);
         let bitmap_blocks = geometry.group_blocks.div_ceil(8).div_ceil(bs);
         let journal_start = 1u64;
+        if journal_blocks < JOURNAL_MIN_BLOCKS {
+            return Err(Error::InvalidGeometry(format!(
+                "a journal of {journal_blocks} blocks holds no transaction: give at least \
+                 {JOURNAL_MIN_BLOCKS} blocks ({} bytes)",
+                JOURNAL_MIN_BLOCKS * bs
+            )));
+        }
         let too_big = || {
             Error::InvalidGeometry(format!(
                 "{} blocks cannot hold a {journal_blocks}-block journal, the other metadata \

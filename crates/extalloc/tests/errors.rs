@@ -183,3 +183,27 @@ fn io_errors_name_the_file_and_keep_their_source() {
         "the source chain reaches std::io::Error"
     );
 }
+
+/// A device opened read-only (fsck, info) reads, and refuses any write with an I/O error
+/// that names it, even for root.
+#[test]
+fn a_read_only_device_refuses_writes() {
+    use extalloc::device::{Device, FileDevice};
+    let path = std::env::temp_dir().join(format!("extalloc-ro-{}.img", std::process::id()));
+    FileDevice::create(&path, 1 << 20)
+        .unwrap()
+        .write_at(b"hello", 0)
+        .unwrap();
+    let dev = FileDevice::open_read_only(&path).unwrap();
+    let mut buf = [0u8; 5];
+    dev.read_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf, b"hello");
+    match dev.write_at(b"bye", 0) {
+        Err(Error::Io { device, op, .. }) => {
+            assert_eq!(op, "write");
+            assert!(device.contains("extalloc-ro-"), "{device}");
+        }
+        other => panic!("a write to a read-only device: {other:?}"),
+    }
+    std::fs::remove_file(&path).unwrap();
+}

@@ -40,6 +40,20 @@ impl FileDevice {
         Ok(FileDevice { file, size, path })
     }
 
+    /// Opens an existing file or block device for reading only (fsck, info): any write
+    /// fails with an I/O error naming the device.
+    pub fn open_read_only(path: &Path) -> Result<Self> {
+        let mut file = OpenOptions::new()
+            .read(true)
+            .open(path)
+            .map_err(|e| io(path, "open (read-only)", 0, e))?;
+        let size = file
+            .seek(SeekFrom::End(0))
+            .map_err(|e| io(path, "seek", 0, e))?;
+        let path = path.display().to_string();
+        Ok(FileDevice { file, size, path })
+    }
+
     /// Creates (or truncates) a file of `size` bytes, sparse.
     pub fn create(path: &Path, size: u64) -> Result<Self> {
         let file = OpenOptions::new()
