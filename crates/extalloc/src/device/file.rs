@@ -27,26 +27,23 @@ fn io(path: &Path, op: &'static str, offset: u64, e: std::io::Error) -> Error {
 impl FileDevice {
     /// Opens an existing file or block device; its size is the device's.
     pub fn open(path: &Path) -> Result<Self> {
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(|e| io(path, "open", 0, e))?;
-        // A block device's metadata length is 0: ask where its end is.
-        let size = file
-            .seek(SeekFrom::End(0))
-            .map_err(|e| io(path, "seek", 0, e))?;
-        let path = path.display().to_string();
-        Ok(FileDevice { file, size, path })
+        Self::open_with(path, true)
     }
 
     /// Opens an existing file or block device for reading only (fsck, info): any write
     /// fails with an I/O error naming the device.
     pub fn open_read_only(path: &Path) -> Result<Self> {
+        Self::open_with(path, false)
+    }
+
+    fn open_with(path: &Path, write: bool) -> Result<Self> {
+        let op = if write { "open" } else { "open (read-only)" };
         let mut file = OpenOptions::new()
             .read(true)
+            .write(write)
             .open(path)
-            .map_err(|e| io(path, "open (read-only)", 0, e))?;
+            .map_err(|e| io(path, op, 0, e))?;
+        // A block device's metadata length is 0: ask where its end is.
         let size = file
             .seek(SeekFrom::End(0))
             .map_err(|e| io(path, "seek", 0, e))?;
