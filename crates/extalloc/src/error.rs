@@ -24,6 +24,19 @@ pub enum Error {
     #[error("double free: blocks of extent {start}+{len} are already freed and wait for the next commit")]
     DoubleFree { start: u64, len: u64 },
 
+    /// A free of the device's own metadata (superblock, journal, descriptors, bitmaps, the
+    /// backup superblock), which no caller owns.
+    #[error(
+        "extent {start}+{len} holds the device's metadata (blocks 0..{metadata_end} and the \
+         backup superblock at {backup_block}): it is never freed"
+    )]
+    MetadataBlocks {
+        start: u64,
+        len: u64,
+        metadata_end: u64,
+        backup_block: u64,
+    },
+
     /// A free of blocks that are not allocated (never were, or were freed and committed).
     #[error("free of unallocated blocks: extent {start}+{len} contains blocks that are free")]
     NotAllocated { start: u64, len: u64 },

@@ -107,6 +107,10 @@ const FORCED_COMMITS_PER_ALLOCATION: usize = 64;
 pub struct Store {
     dev: Arc<dyn Device>,
     sb: Mutex<Superblock>,
+    /// Blocks `0..metadata_end` (superblock, journal, descriptors, bitmaps) and the backup
+    /// superblock are the device's own: never freed, never handed out.
+    metadata_end: u64,
+    backup_block: u64,
     alloc: Allocator,
     journal: Journal,
     /// The open transaction's changes, sharded by the caller's stats shard so concurrent
@@ -314,6 +318,8 @@ impl Store {
         Ok((
             Store {
                 dev,
+                metadata_end: sb.metadata_end(),
+                backup_block: sb.backup_block(),
                 sb: Mutex::new(sb),
                 alloc,
                 journal,
@@ -399,7 +405,21 @@ impl Store {
         Ok(e)
     }
 
+    /// Frees `extent` in the open transaction (reusable once it commits). A free of the
+    /// device's own metadata is refused with [`Error::MetadataBlocks`]; the other errors
+    /// are the allocator's. A refused free changes nothing.
     pub fn free(&self, extent: Extent) -> Result<()> {
+        self.alloc.geometry().validate(extent)?;
+        if extent.start < self.metadata_end
+            || (extent.start..extent.end()).contains(&self.backup_block)
+        {
+            return Err(Error::MetadataBlocks {
+                start: extent.start,
+                len: extent.len,
+                metadata_end: self.metadata_end,
+                backup_block: self.backup_block,
+            });
+        }
         let shard = self.alloc.stats_handle().shard_index();
         let _open = self.boundary.read(shard);
         self.alloc.free(extent)?;
@@ -606,6 +626,38 @@ mod tests {
             }
         }
         used
+    }
+
+    /// Every metadata block and the backup superblock are refused by `free`, alone or in a
+    /// longer extent, and the refusal changes nothing: after a commit and a reopen no
+    /// allocation lands on them and the metadata is still marked used.
+    #[test]
+    fn metadata_is_never_freed() {
+        let dev = Arc::new(MemDevice::new(8192 * 4096));
+        let store = Store::create(dev.clone(), &geometry(), 8, Policy::default()).unwrap();
+        let (end, backup) = (store.metadata_end, store.backup_block);
+        let before = used_blocks(store.allocator());
+        for e in [
+            Extent::new(0, 1),
+            Extent::new(1, 3),
+            Extent::new(end - 1, 1),
+            Extent::new(end - 2, 10),
+            Extent::new(backup, 1),
+            Extent::new(backup - 5, 6),
+        ] {
+            assert!(
+                matches!(store.free(e), Err(Error::MetadataBlocks { .. })),
+                "{e:?}"
+            );
+        }
+        store.commit(b"nothing").unwrap();
+        assert_eq!(used_blocks(store.allocator()), before, "nothing changed");
+        drop(store);
+        let (store, _) = Store::open(dev, Policy::default()).unwrap();
+        while let Ok(e) = store.allocate(&AllocRequest::new(1, 64)) {
+            assert!(e.start >= end && e.end() <= backup, "{e:?} on metadata");
+        }
+        store.allocator().check().unwrap();
     }
 
     /// Random transactions on a fault-injecting device, crashes at random points; after each
