@@ -111,6 +111,18 @@ pub enum Error {
     #[error("device access {offset}+{len} bytes is past the device's {size} bytes")]
     DeviceRange { offset: u64, len: u64, size: u64 },
 
+    /// The device is open elsewhere (this process or another): a writer excludes every
+    /// other open, a reader excludes writers.
+    #[error(
+        "device {device} is in use (open elsewhere, in this process or another; one writer \
+         or any number of readers at a time): cannot open it to {wanted}; close the other \
+         user first"
+    )]
+    DeviceBusy {
+        device: String,
+        wanted: &'static str,
+    },
+
     /// The device failed an operation: which device (its path), what, where, and the
     /// operating system's error as the source.
     #[error("device {device}: {op} at byte {offset} failed: {source}")]

@@ -207,3 +207,47 @@ fn a_read_only_device_refuses_writes() {
     }
     std::fs::remove_file(&path).unwrap();
 }
+
+/// One writer or any number of readers: a second open of the same device in this process
+/// is refused with `DeviceBusy` naming it, readers share, a reader keeps writers out, and
+/// closing lets the next user in. (Another process meets the same lock: it is `flock`'s.)
+#[test]
+fn a_device_opens_once_for_writing() {
+    use extalloc::device::FileDevice;
+    let path = std::env::temp_dir().join(format!("extalloc-busy-{}.img", std::process::id()));
+    let writer = FileDevice::create(&path, 1 << 20).unwrap();
+    use extalloc::device::Device;
+    writer.write_at(b"in use", 4096).unwrap();
+    for second in [FileDevice::open(&path), FileDevice::open_read_only(&path)] {
+        match second {
+            Err(Error::DeviceBusy { device, .. }) => {
+                assert!(device.contains("extalloc-busy-"), "{device}")
+            }
+            Err(e) => panic!("not DeviceBusy: {e}"),
+            Ok(_) => panic!("a second open of a device open for writing"),
+        }
+    }
+    assert!(
+        matches!(
+            FileDevice::create(&path, 1 << 20),
+            Err(Error::DeviceBusy { .. })
+        ),
+        "create over a device in use"
+    );
+    let mut buf = [0u8; 6];
+    writer.read_at(&mut buf, 4096).unwrap();
+    assert_eq!(&buf, b"in use", "the refused create truncated nothing");
+    drop(writer);
+    let r1 = FileDevice::open_read_only(&path).unwrap();
+    let r2 = FileDevice::open_read_only(&path).unwrap();
+    assert!(matches!(
+        FileDevice::open(&path),
+        Err(Error::DeviceBusy {
+            wanted: "write",
+            ..
+        })
+    ));
+    drop((r1, r2));
+    FileDevice::open(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+}

@@ -1,4 +1,5 @@
-//! A file or block device through positional I/O.
+//! A file or block device through positional I/O, held under an advisory lock (`flock`):
+//! one writer, or any number of readers, at a time.
 
 use super::{check_range, Device};
 use crate::error::{Error, IoSource, Result};
@@ -43,6 +44,7 @@ impl FileDevice {
             .write(write)
             .open(path)
             .map_err(|e| io(path, op, 0, e))?;
+        lock(&file, path, write)?;
         // A block device's metadata length is 0: ask where its end is.
         let size = file
             .seek(SeekFrom::End(0))
@@ -53,17 +55,45 @@ impl FileDevice {
 
     /// Creates (or truncates) a file of `size` bytes, sparse.
     pub fn create(path: &Path, size: u64) -> Result<Self> {
+        // Truncated only once the lock is held: a device in use is never touched.
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
-            .truncate(true)
+            .truncate(false)
             .open(path)
             .map_err(|e| io(path, "create", 0, e))?;
-        file.set_len(size)
+        lock(&file, path, true)?;
+        file.set_len(0)
+            .and_then(|()| file.set_len(size))
             .map_err(|e| io(path, "set_len", size, e))?;
         let path = path.display().to_string();
         Ok(FileDevice { file, size, path })
+    }
+}
+
+/// Takes the device's advisory lock: exclusive for a writer, shared for a reader. The lock
+/// belongs to this open file, so a second open fails whether it comes from this process or
+/// another; it goes with the file (close, exit, crash).
+fn lock(file: &File, path: &Path, exclusive: bool) -> Result<()> {
+    use rustix::fs::{flock, FlockOperation};
+    let op = if exclusive {
+        FlockOperation::NonBlockingLockExclusive
+    } else {
+        FlockOperation::NonBlockingLockShared
+    };
+    match flock(file, op) {
+        Ok(()) => Ok(()),
+        Err(rustix::io::Errno::WOULDBLOCK) => Err(Error::DeviceBusy {
+            device: path.display().to_string(),
+            wanted: if exclusive { "write" } else { "read" },
+        }),
+        Err(e) => Err(io(
+            path,
+            "flock",
+            0,
+            std::io::Error::from_raw_os_error(e.raw_os_error()),
+        )),
     }
 }
 
