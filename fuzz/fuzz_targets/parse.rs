@@ -11,7 +11,7 @@ fuzz_target!(|data: &[u8]| {
     let group = data.first().copied().unwrap_or(0) as u64;
     let _ = GroupDesc::decode(data, group);
     if let Some(r) = journal::decode(data) {
-        let again = journal::encode(r.seq, &r.ops, &r.payload);
+        let again = journal::encode(r.seq, r.durable_through, &r.ops, &r.payload);
         assert_eq!(journal::decode(&again), Some(r));
     }
 });

@@ -95,13 +95,30 @@ pub enum Error {
     #[error("corrupt {what}: {detail}")]
     Corrupt { what: String, detail: String },
 
-    /// Made by a newer extalloc.
-    #[error("on-disk format version {found} is newer than this extalloc's {supported}")]
+    /// Made by another version of extalloc (format versions are not upgraded before 1.0).
+    #[error(
+        "on-disk format version {found}: this extalloc reads version {supported} only \
+         (make the device again with this version's mkfs)"
+    )]
     UnsupportedVersion { found: u32, supported: u32 },
 
     /// The device is smaller than its superblock says.
     #[error("device has {size} bytes but its superblock describes {needed}")]
     DeviceTooSmall { needed: u64, size: u64 },
+
+    /// The journal is damaged in the middle: committed records after the damage would be
+    /// lost by a replay that stops at it.
+    #[error(
+        "journal damaged at byte {offset} of the device: record {lost_seq} is unreadable but \
+         {stranded} later committed records follow it; opening would lose them and hand out \
+         blocks they own. Run `extalloc fsck`; Store::open_accepting_journal_loss opens \
+         anyway, holding the groups they touch out of use"
+    )]
+    JournalDamaged {
+        lost_seq: u64,
+        offset: u64,
+        stranded: u64,
+    },
 
     /// The journal has no room for a record until a checkpoint moves its tail.
     #[error("journal full: {needed} bytes needed; checkpoint to move the tail")]

@@ -20,7 +20,7 @@ use crate::geometry::Geometry;
 /// "EXTALLOC" as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"EXTALLOC");
 /// The version this code writes and reads.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Bytes of the superblock that are meaningful (the rest of its block is zero).
 pub const SUPERBLOCK_BYTES: usize = 128;
 /// Bytes per group descriptor.
@@ -183,7 +183,8 @@ impl Superblock {
             return Err(corrupt("superblock", "checksum mismatch"));
         }
         let version = get_u32(b, 8);
-        if version > VERSION {
+        // Version 1 journals had no `durable_through`; nothing before 1.0 is upgraded.
+        if version != VERSION {
             return Err(Error::UnsupportedVersion {
                 found: version,
                 supported: VERSION,
@@ -715,18 +716,20 @@ mod tests {
             read_superblock(&short),
             Err(Error::DeviceTooSmall { .. })
         ));
-        // A future version (with a valid checksum).
-        let mut future = sb.encode();
-        future[8..12].copy_from_slice(&2u32.to_le_bytes());
-        let crc = crc32c::crc32c(&future[..124]);
-        future[124..128].copy_from_slice(&crc.to_le_bytes());
-        assert!(matches!(
-            Superblock::decode(&future),
-            Err(Error::UnsupportedVersion {
-                found: 2,
-                supported: 1
-            })
-        ));
+        // A future version and an old one (with a valid checksum).
+        for other in [VERSION + 1, 1] {
+            let mut future = sb.encode();
+            future[8..12].copy_from_slice(&other.to_le_bytes());
+            let crc = crc32c::crc32c(&future[..124]);
+            future[124..128].copy_from_slice(&crc.to_le_bytes());
+            assert_eq!(
+                Superblock::decode(&future),
+                Err(Error::UnsupportedVersion {
+                    found: other,
+                    supported: VERSION
+                })
+            );
+        }
         // Layout fields that point elsewhere (with a valid checksum).
         let mut moved = sb.encode();
         moved[56..64].copy_from_slice(&5u64.to_le_bytes());

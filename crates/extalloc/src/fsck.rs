@@ -29,6 +29,8 @@ pub struct Report {
     pub journal_records: u64,
     /// Records whose changes do not apply to the home state (counted per operation).
     pub journal_conflicts: u64,
+    /// Committed records stranded after damage in the middle of the journal (0: none).
+    pub journal_records_lost: u64,
     pub problems: Vec<String>,
 }
 
@@ -100,6 +102,16 @@ pub fn check(dev: &dyn Device) -> Result<Report> {
     };
     let replayed = journal::replay(dev, area, sb.journal_tail, sb.journal_tail_seq)?;
     r.journal_records = replayed.records.len() as u64;
+    if let Some(d) = &replayed.damage {
+        r.journal_records_lost = d.stranded.len() as u64;
+        r.problems.push(format!(
+            "journal damaged at byte {}: record {} is unreadable and {} later committed \
+             records after it would be lost by a replay (open refuses the device)",
+            area.start + d.offset,
+            d.lost_seq,
+            d.stranded.len()
+        ));
+    }
     for rec in &replayed.records {
         for op in &rec.ops {
             let (e, want_used_before) = match *op {

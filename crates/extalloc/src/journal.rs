@@ -7,6 +7,14 @@
 //! flushes for everyone appended so far; the others wait for it). Replay reads records from
 //! the tail in sequence and stops at the first one that is torn, corrupt or out of sequence.
 //!
+//! A torn tail and damage in the middle look alike at the point where replay stops; what
+//! tells them apart is `durable_through`, the highest sequence number known durable when a
+//! record was written. After stopping at record N, replay scans the whole area for intact
+//! records with a higher sequence number: one whose `durable_through >= N` proves record N
+//! had been committed, so the journal lost committed records ([`Damage`]); one written in
+//! the same unflushed batch as N (`durable_through < N`) was never committed either, and
+//! the stop is a torn tail.
+//!
 //! Record (all little-endian, 8-byte aligned, crc32c over the whole record with the crc
 //! field zero):
 //!
@@ -15,7 +23,8 @@
 //! 6  u16 zero           8 u64 sequence number
 //! 16 u32 record bytes  20 u32 crc32c
 //! 24 u32 operations    28 u32 payload bytes
-//! 32 operations: u8 kind (1 allocate, 2 free), 7 zero bytes, u64 start, u64 len (24 bytes)
+//! 32 u64 durable_through: every record up to this one was durable when this was written
+//! 40 operations: u8 kind (1 allocate, 2 free), 7 zero bytes, u64 start, u64 len (24 bytes)
 //! .. payload, zero padding to 8 bytes
 //! ```
 
@@ -29,7 +38,7 @@ use std::sync::Arc;
 const MAGIC: u32 = u32::from_le_bytes(*b"XJRN");
 const KIND_TXN: u16 = 1;
 const KIND_WRAP: u16 = 2;
-const HEADER: usize = 32;
+const HEADER: usize = 40;
 const OP: usize = 24;
 
 /// One change recorded in a transaction.
@@ -43,12 +52,14 @@ pub enum Op {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
     pub seq: u64,
+    /// Every record with a sequence number up to this was durable when this one was written.
+    pub durable_through: u64,
     pub ops: Vec<Op>,
     pub payload: Vec<u8>,
 }
 
 /// Encodes a transaction record.
-pub fn encode(seq: u64, ops: &[Op], payload: &[u8]) -> Vec<u8> {
+pub fn encode(seq: u64, durable_through: u64, ops: &[Op], payload: &[u8]) -> Vec<u8> {
     let body = HEADER + ops.len() * OP + payload.len();
     let total = body.next_multiple_of(8);
     let mut b = vec![0u8; total];
@@ -58,6 +69,7 @@ pub fn encode(seq: u64, ops: &[Op], payload: &[u8]) -> Vec<u8> {
     b[16..20].copy_from_slice(&(total as u32).to_le_bytes());
     b[24..28].copy_from_slice(&(ops.len() as u32).to_le_bytes());
     b[28..32].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    b[32..40].copy_from_slice(&durable_through.to_le_bytes());
     for (i, op) in ops.iter().enumerate() {
         let at = HEADER + i * OP;
         let (kind, e) = match op {
@@ -136,6 +148,7 @@ pub fn decode(b: &[u8]) -> Option<Record> {
     }
     Some(Record {
         seq,
+        durable_through: u64_at(b, 32),
         ops,
         payload: b[ops_end..ops_end + payload_len].to_vec(),
     })
@@ -155,6 +168,19 @@ pub struct Replayed {
     /// Offset (in the area) after the last good record, and the next sequence number.
     pub head: u64,
     pub next_seq: u64,
+    /// Committed records lost to damage in the middle of the journal, if any.
+    pub damage: Option<Damage>,
+}
+
+/// Damage in the middle of the journal: record `lost_seq` at `offset` (in the area) cannot
+/// be read, yet intact records written after it had been made durable prove it committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damage {
+    pub lost_seq: u64,
+    pub offset: u64,
+    /// The intact records found after the damage (sequence order), which a replay cannot
+    /// apply without the lost ones before them.
+    pub stranded: Vec<Record>,
 }
 
 /// Reads the records from the tail (`tail` offset, expecting `tail_seq`) until one is
@@ -203,11 +229,74 @@ pub fn replay(dev: &dyn Device, area: Area, tail: u64, tail_seq: u64) -> Result<
             break;
         }
     }
+    let damage = find_damage(dev, area, seq, at)?;
     Ok(Replayed {
         records,
         head: at,
         next_seq: seq,
+        damage,
     })
+}
+
+/// After a replay stopped at `offset` expecting record `lost_seq`: scans the whole area for
+/// intact records numbered after it; if one of them was written once `lost_seq` was
+/// durable, the stop was damage, not a torn tail.
+fn find_damage(dev: &dyn Device, area: Area, lost_seq: u64, offset: u64) -> Result<Option<Damage>> {
+    const CHUNK: u64 = 1 << 20;
+    let mut later: Vec<Record> = Vec::new();
+    let mut chunk = vec![0u8; CHUNK as usize];
+    let mut base = 0u64;
+    while base < area.len {
+        let n = CHUNK.min(area.len - base) as usize;
+        dev.read_at(&mut chunk[..n], area.start + base)?;
+        let mut i = 0;
+        while i + 8 <= n {
+            if u32_at(&chunk, i) == MAGIC {
+                // Records numbered before the stop (replayed, or of an older lap) need no
+                // decoding: the header says so. A header across the chunk's end is read
+                // whole.
+                let older = i + HEADER <= n
+                    && parse_header(&chunk[i..i + HEADER]).is_some_and(|(_, s, _)| s < lost_seq);
+                if !older {
+                    if let Some(r) = read_record_at(dev, area, base + i as u64)? {
+                        if r.seq >= lost_seq {
+                            later.push(r);
+                        }
+                    }
+                }
+            }
+            i += 8;
+        }
+        base += n as u64;
+    }
+    if !later.iter().any(|r| r.durable_through >= lost_seq) {
+        return Ok(None);
+    }
+    later.sort_by_key(|r| r.seq);
+    later.dedup_by_key(|r| r.seq);
+    Ok(Some(Damage {
+        lost_seq,
+        offset,
+        stranded: later,
+    }))
+}
+
+/// The intact transaction record at `at` (in the area), if there is one.
+fn read_record_at(dev: &dyn Device, area: Area, at: u64) -> Result<Option<Record>> {
+    if at + HEADER as u64 > area.len {
+        return Ok(None);
+    }
+    let mut h = [0u8; HEADER];
+    dev.read_at(&mut h, area.start + at)?;
+    let Some((KIND_TXN, _, total)) = parse_header(&h) else {
+        return Ok(None);
+    };
+    if at + total as u64 > area.len {
+        return Ok(None);
+    }
+    let mut b = vec![0u8; total];
+    dev.read_at(&mut b, area.start + at)?;
+    Ok(decode(&b))
 }
 
 struct WriterState {
@@ -245,6 +334,9 @@ pub struct Journal {
     flushed: Condvar,
     /// `next_seq` of the writer, readable without its lock (for the batching wait).
     appended: AtomicU64,
+    /// Every record up to this one is durable (the flush state's `durable`, readable by
+    /// `append` without the flush lock); written into each record as `durable_through`.
+    durable_seq: AtomicU64,
     /// Moving average of a flush's duration.
     avg_flush_ns: AtomicU64,
 }
@@ -271,6 +363,7 @@ impl Journal {
             }),
             flushed: Condvar::new(),
             appended: AtomicU64::new(replayed.next_seq),
+            durable_seq: AtomicU64::new(replayed.next_seq.saturating_sub(1)),
             avg_flush_ns: AtomicU64::new(0),
         }
     }
@@ -280,7 +373,8 @@ impl Journal {
     /// tries again.
     pub fn append(&self, ops: &[Op], payload: &[u8]) -> Result<u64> {
         let mut w = self.writer.lock();
-        let record = encode(w.next_seq, ops, payload);
+        let durable = self.durable_seq.load(std::sync::atomic::Ordering::Acquire);
+        let record = encode(w.next_seq, durable, ops, payload);
         let n = record.len() as u64;
         if n + HEADER as u64 > self.area.len {
             return Err(Error::InvalidRequest(format!(
@@ -365,6 +459,8 @@ impl Journal {
             f.last_batch = upto.saturating_sub(f.durable);
             f.last_from = f.durable;
             f.durable = f.durable.max(upto);
+            self.durable_seq
+                .store(f.durable, std::sync::atomic::Ordering::Release);
         }
         self.flushed.notify_all();
         result
@@ -440,6 +536,7 @@ mod tests {
             records: Vec::new(),
             head: 0,
             next_seq: 1,
+            damage: None,
         }
     }
 
@@ -626,6 +723,7 @@ mod tests {
         #[test]
         fn records_round_trip_and_garbage_is_refused(
             seq in any::<u64>(),
+            durable_through in any::<u64>(),
             exts in prop::collection::vec((any::<bool>(), any::<u64>(), any::<u64>()), 0..20),
             payload in prop::collection::vec(any::<u8>(), 0..200),
             garbage in prop::collection::vec(any::<u8>(), 0..400),
@@ -634,8 +732,11 @@ mod tests {
                 .iter()
                 .map(|&(a, s, l)| if a { Op::Allocate(Extent::new(s, l)) } else { Op::Free(Extent::new(s, l)) })
                 .collect();
-            let b = encode(seq, &ops, &payload);
-            prop_assert_eq!(decode(&b), Some(Record { seq, ops, payload }));
+            let b = encode(seq, durable_through, &ops, &payload);
+            prop_assert_eq!(
+                decode(&b),
+                Some(Record { seq, durable_through, ops, payload })
+            );
             let _ = decode(&garbage);
             let mut flipped = b.clone();
             let i = garbage.len() % flipped.len();

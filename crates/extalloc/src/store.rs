@@ -202,7 +202,32 @@ impl Store {
     /// Opens the file system on `dev`: the superblock and descriptors, then the journal
     /// replayed (loading the bitmaps of the groups it touches). Returns the replayed
     /// records, oldest first.
+    ///
+    /// A journal damaged in the middle (a committed record unreadable while later committed
+    /// records are intact) is refused with [`Error::JournalDamaged`]: replaying up to the
+    /// damage would drop committed transactions and hand out blocks they own. `extalloc
+    /// fsck` reports it; [`Store::open_accepting_journal_loss`] opens anyway.
     pub fn open(dev: Arc<dyn Device>, policy: Policy) -> Result<(Store, Vec<Record>)> {
+        Self::open_with(dev, policy, false)
+    }
+
+    /// Opens a device whose journal is damaged in the middle, accepting the loss: the
+    /// records before the damage are replayed, the ones after it are not, and every group
+    /// those later records touch is held out of use as corrupt (nothing is handed out of
+    /// it, frees into it are refused) for `extalloc fsck` and the caller to resolve. On an
+    /// undamaged journal it is [`Store::open`].
+    pub fn open_accepting_journal_loss(
+        dev: Arc<dyn Device>,
+        policy: Policy,
+    ) -> Result<(Store, Vec<Record>)> {
+        Self::open_with(dev, policy, true)
+    }
+
+    fn open_with(
+        dev: Arc<dyn Device>,
+        policy: Policy,
+        accept_loss: bool,
+    ) -> Result<(Store, Vec<Record>)> {
         let started = std::time::Instant::now();
         let sb = format::read_superblock(dev.as_ref())?;
         let geometry = sb.geometry()?;
@@ -268,6 +293,26 @@ impl Store {
             sb.journal_tail,
             sb.journal_tail_seq,
         )?;
+        if let Some(d) = &replayed.damage {
+            if !accept_loss {
+                return Err(Error::JournalDamaged {
+                    lost_seq: d.lost_seq,
+                    offset: sb.journal_start * u64::from(sb.block_size) + d.offset,
+                    stranded: d.stranded.len() as u64,
+                });
+            }
+            // Their blocks may be in use or free: hold every group they touch.
+            for r in &d.stranded {
+                for op in &r.ops {
+                    let (Op::Allocate(e) | Op::Free(e)) = *op;
+                    if geometry.validate(e).is_ok() {
+                        for (g, _, _) in geometry.split(e) {
+                            alloc.mark_corrupt(g);
+                        }
+                    }
+                }
+            }
+        }
         for r in &replayed.records {
             for op in &r.ops {
                 let (e, used) = match *op {
@@ -626,6 +671,87 @@ mod tests {
             }
         }
         used
+    }
+
+    /// 300 committed one-extent transactions, then one 4 KiB block in the middle of the
+    /// journal zeroed (or one byte flipped): open refuses with `JournalDamaged` naming the
+    /// lost record, fsck reports the stranded records, and opening with the loss accepted
+    /// hands out no block that a committed transaction owns.
+    #[test]
+    fn damage_in_the_middle_of_the_journal_is_refused_not_replayed_past() {
+        use crate::fsck;
+        for flip_one_byte in [false, true] {
+            let dev = Arc::new(MemDevice::new(8192 * 4096));
+            let store = Store::create(dev.clone(), &geometry(), 256, Policy::default()).unwrap();
+            let mut owned = Vec::new();
+            for i in 0..300u64 {
+                owned.push(store.allocate(&AllocRequest::new(i, 4)).unwrap());
+                store.commit(&i.to_le_bytes()).unwrap();
+            }
+            let sb = format::read_superblock(dev.as_ref()).unwrap();
+            drop(store);
+            // A block a third of the way into the records: records are 72 bytes.
+            let at = sb.journal_start * 4096 + 4096 * 2;
+            if flip_one_byte {
+                let mut b = [0u8; 1];
+                dev.read_at(&mut b, at + 100).unwrap();
+                dev.write_at(&[b[0] ^ 0x10], at + 100).unwrap();
+            } else {
+                dev.write_at(&[0u8; 4096], at).unwrap();
+            }
+            let err = Store::open(dev.clone(), Policy::default()).err().unwrap();
+            match err {
+                Error::JournalDamaged {
+                    lost_seq, stranded, ..
+                } => {
+                    assert!(lost_seq > 50 && lost_seq < 200, "{lost_seq}");
+                    assert!(stranded > 100, "{stranded}");
+                }
+                e => panic!("{flip_one_byte}: not JournalDamaged: {e}"),
+            }
+            let report = fsck::check(dev.as_ref()).unwrap();
+            assert!(report.journal_records_lost > 100, "{report:?}");
+            assert!(!report.clean());
+            let (store, replayed) =
+                Store::open_accepting_journal_loss(dev.clone(), Policy::default()).unwrap();
+            assert!(replayed.len() < 200);
+            assert!(!store.corrupt_groups().is_empty(), "affected groups held");
+            let owned_blocks: BTreeSet<u64> = owned.iter().flat_map(|e| e.start..e.end()).collect();
+            while let Ok(e) = store.allocate(&AllocRequest::new(1, 4)) {
+                for b in e.start..e.end() {
+                    assert!(!owned_blocks.contains(&b), "{b} handed out twice");
+                }
+            }
+        }
+    }
+
+    /// A crash that tears the last unflushed records is a torn tail, not damage: the
+    /// records of a batch whose flush never finished carry `durable_through` below them.
+    #[test]
+    fn a_torn_unflushed_batch_is_not_damage() {
+        for seed in 0..40 {
+            let dev = Arc::new(FaultDevice::new(MemDevice::new(8192 * 4096), seed));
+            let store = Store::create(dev.clone(), &geometry(), 64, Policy::default()).unwrap();
+            for i in 0..20u64 {
+                store.allocate(&AllocRequest::new(i, 2)).unwrap();
+                store.commit(b"durable").unwrap();
+            }
+            // Appended, never flushed: a crash keeps any subset and may tear one.
+            for i in 0..10u64 {
+                store.allocate(&AllocRequest::new(i, 2)).unwrap();
+                let ops = store.ops.take();
+                store.journal.append(&ops, b"unflushed").unwrap();
+            }
+            drop(store);
+            dev.crash(Crash::Random {
+                keep: 0.5,
+                tear: true,
+            })
+            .unwrap();
+            let (_, replayed) = Store::open(dev.clone(), Policy::default())
+                .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+            assert!(replayed.len() >= 20);
+        }
     }
 
     /// Every metadata block and the backup superblock are refused by `free`, alone or in a

@@ -35,6 +35,7 @@ pub fn run(path: &Path, threads: &[usize], seconds: f64, payload: usize) -> Resu
             records: Vec::new(),
             head: 0,
             next_seq: 1,
+            damage: None,
         };
         let dev: Arc<dyn Device> = dev.clone();
         let journal = Journal::new(dev, area, 0, &start);
