@@ -227,7 +227,12 @@ enum Command {
         json: bool,
     },
     /// Print the superblock and the free space of each group of an extalloc device.
-    Info { path: std::path::PathBuf },
+    Info {
+        path: std::path::PathBuf,
+        /// Read and check every group's bitmap and print each group (slow on large devices).
+        #[arg(long)]
+        groups: bool,
+    },
     /// Turn a bench or compare JSON report into Markdown and PNG charts.
     Report {
         /// The JSON report (`--json` of bench or compare).
@@ -596,16 +601,69 @@ fn run(cli: Cli) -> Result<()> {
             anyhow::ensure!(r.clean(), "{} problems found", r.problems.len());
             Ok(())
         }
-        Command::Info { path } => {
+        Command::Info { path, groups } => {
             let dev = extalloc::device::FileDevice::open_read_only(&path)?;
             let sb = extalloc::format::read_superblock(&dev)
                 .with_context(|| format!("{}", path.display()))?;
-            println!("{sb:#?}");
+            let bs = u64::from(sb.block_size);
+            println!(
+                "{}: extalloc format {}, {} blocks of {bs} bytes ({:.1} GiB), {} groups of {} \
+                 blocks",
+                path.display(),
+                extalloc::format::VERSION,
+                sb.blocks_count,
+                (sb.blocks_count * bs) as f64 / f64::from(1u32 << 30),
+                sb.groups(),
+                sb.group_blocks
+            );
+            println!(
+                "metadata in blocks 0..{} (journal {} blocks from block {}), backup superblock \
+                 at {}; journal tail at byte {} (sequence {}); generation {}{}",
+                sb.metadata_end(),
+                sb.journal_blocks,
+                sb.journal_start,
+                sb.backup_block(),
+                sb.journal_tail,
+                sb.journal_tail_seq,
+                sb.generation,
+                if sb.state & extalloc::format::STATE_CHECKPOINTING != 0 {
+                    "; a checkpoint was interrupted (open repairs it)"
+                } else {
+                    ""
+                }
+            );
+            if !groups {
+                // The descriptors only: one read of the table, no bitmap.
+                let descs = extalloc::format::read_descriptors(&dev, &sb)?;
+                let (mut free, mut uninit, mut bad) = (0u64, 0u64, 0u64);
+                for d in &descs {
+                    match d {
+                        Ok(d) => {
+                            free += u64::from(d.free_blocks);
+                            uninit +=
+                                u64::from(d.flags & extalloc::format::DESC_BITMAP_UNINIT != 0);
+                        }
+                        Err(_) => bad += 1,
+                    }
+                }
+                println!(
+                    "{} groups, {free} free blocks ({uninit} groups never written), {bad} \
+                     corrupt descriptors (from the descriptors; --groups checks every bitmap)",
+                    sb.groups()
+                );
+                return Ok(());
+            }
             let mut free = 0u64;
             let mut corrupt = 0u64;
             for g in 0..sb.groups() {
                 match extalloc::format::read_group(&dev, &sb, g) {
-                    Ok((desc, _)) => free += u64::from(desc.free_blocks),
+                    Ok((desc, _)) => {
+                        free += u64::from(desc.free_blocks);
+                        println!(
+                            "group {g}: {} free, largest order {:?}, tag {}",
+                            desc.free_blocks, desc.largest_order, desc.class_tag
+                        );
+                    }
                     Err(e) => {
                         corrupt += 1;
                         println!("group {g}: {e}");

@@ -36,11 +36,18 @@ fn mkfs_then_info() {
     assert!(ok && text.contains("0 records to replay"), "{text}");
     let (ok, text) = extalloc(&["info", p]);
     assert!(ok, "{text}");
-    // 1 superblock + 1024 journal + 1 descriptor + 8 bitmap blocks, and the backup.
+    // 1 superblock + 1024 journal + 1 descriptor + 8 bitmap blocks, and the backup: the
+    // summary from the descriptors, and with --groups from every checked group.
     assert!(
-        text.contains("8 groups, 64501 free blocks, 0 corrupt groups"),
+        text.contains("8 groups, 64501 free blocks (8 groups never written), 0 corrupt"),
         "{text}"
     );
+    let (ok, text) = extalloc(&["info", p, "--groups"]);
+    assert!(
+        ok && text.contains("8 groups, 64501 free blocks, 0 corrupt groups"),
+        "{text}"
+    );
+    assert!(text.contains("group 7: "), "{text}");
     // Damage the primary superblock: the backup is read.
     use std::os::unix::fs::FileExt;
     let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
@@ -52,6 +59,8 @@ fn mkfs_then_info() {
     f.write_all_at(&[0xff; 4], (1 + 1024) * 4096 + 3 * 32 + 1)
         .unwrap();
     let (ok, text) = extalloc(&["info", p]);
+    assert!(ok && text.contains("1 corrupt descriptors"), "{text}");
+    let (ok, text) = extalloc(&["info", p, "--groups"]);
     assert!(
         ok && text.contains("group 3: corrupt descriptor of group 3"),
         "{text}"
