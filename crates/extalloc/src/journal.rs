@@ -501,6 +501,15 @@ impl Journal {
         w.wrapped = w.head < tail;
     }
 
+    /// Empties the journal: the next record goes at the front of the area (a checkpoint
+    /// wrote every record home and set the superblock's tail to offset 0).
+    pub fn restart(&self) {
+        let mut w = self.writer.lock();
+        w.head = 0;
+        w.tail = 0;
+        w.wrapped = false;
+    }
+
     /// The head offset and next sequence number (for a checkpoint that frees everything).
     pub fn head(&self) -> (u64, u64) {
         let w = self.writer.lock();

@@ -594,7 +594,7 @@ impl Store {
     fn checkpoint_locked(&self, exclude: &[Op], release_upto: u64) -> Result<()> {
         // Make every appended record durable and release their frees: home state is then
         // exactly what the records say.
-        let (head, next_seq) = self.journal.head();
+        let (_, next_seq) = self.journal.head();
         if next_seq > 1 {
             self.journal.commit(next_seq - 1)?;
         }
@@ -629,13 +629,16 @@ impl Store {
             }
         }
         self.dev.flush()?;
-        sb.journal_tail = head;
+        // Every appended record is home: the journal is empty and starts again at the
+        // front of its area, so any record that fits the journal fits now. Replay from
+        // offset 0 meets an older record (or zeros) there and stops.
+        sb.journal_tail = 0;
         sb.journal_tail_seq = next_seq;
         sb.state &= !format::STATE_CHECKPOINTING;
         sb.generation += 1;
         format::write_superblock(self.dev.as_ref(), &sb)?;
         self.dev.flush()?;
-        self.journal.set_tail(head);
+        self.journal.restart();
         drop(sb);
         if self.alloc.policy().bitmap_memory_mib > 0 {
             let keep = (self.alloc.policy().bitmap_memory_mib << 20)
@@ -752,6 +755,32 @@ mod tests {
                 .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
             assert!(replayed.len() >= 20);
         }
+    }
+
+    /// A record that fits the journal but not the space left after its write position
+    /// fits once a checkpoint has emptied the journal (the journal restarts at its front),
+    /// and the store reopens with the record replayed.
+    #[test]
+    fn a_record_that_fits_the_journal_fits_after_a_checkpoint() {
+        let dev = Arc::new(MemDevice::new(8192 * 4096));
+        // 8 blocks: 32 KiB of journal.
+        let store = Store::create(dev.clone(), &geometry(), 8, Policy::default()).unwrap();
+        for i in 0..100u64 {
+            store.allocate(&AllocRequest::new(i, 1)).unwrap();
+            store.commit(&[0u8; 150]).unwrap();
+        }
+        store.checkpoint().unwrap();
+        let big = vec![7u8; 24 << 10];
+        store.allocate(&AllocRequest::new(1, 1)).unwrap();
+        let seq = store.commit(&big).unwrap();
+        drop(store);
+        let (store, replayed) = Store::open(dev, Policy::default()).unwrap();
+        assert_eq!(replayed.len(), 1);
+        assert_eq!(
+            (replayed[0].seq, replayed[0].payload.len()),
+            (seq, big.len())
+        );
+        store.allocator().check().unwrap();
     }
 
     /// Every metadata block and the backup superblock are refused by `free`, alone or in a
