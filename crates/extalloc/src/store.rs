@@ -31,6 +31,7 @@ use crate::geometry::{Extent, Geometry};
 use crate::journal::{self, Area, Journal, Op, Record};
 use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 /// The transaction boundary: callers take their shard's lock for reading (no shared write
@@ -123,6 +124,10 @@ pub struct Store {
     /// An allocation that finds no space while frees wait commits the open transaction and
     /// retries (see [`Store::set_forced_commits`]).
     forced_commits: std::sync::atomic::AtomicBool,
+    /// The last transaction (its `Allocator::seal` number) whose record was appended: frees
+    /// up to it may be released once the journal is durable. A failed commit's frees carry
+    /// a later number and stay pending until a record holds them.
+    recorded_seal: AtomicU64,
 }
 
 /// Where the time of `Store::open` went.
@@ -353,6 +358,7 @@ impl Store {
             }
         }
         let journal = Journal::new(dev.clone(), area(&sb), sb.journal_tail, &replayed);
+        let alloc_seal = alloc.seal();
         let records = replayed.records;
         let open_timing = OpenTiming {
             total_seconds: started.elapsed().as_secs_f64(),
@@ -373,6 +379,8 @@ impl Store {
                 commit_lock: Mutex::new(()),
                 open_timing,
                 forced_commits: std::sync::atomic::AtomicBool::new(false),
+                // Nothing is pending at open: the seal ends an empty transaction.
+                recorded_seal: AtomicU64::new(alloc_seal),
             },
             records,
         ))
@@ -483,10 +491,8 @@ impl Store {
             let seq = match self.journal.append(&ops, payload) {
                 Ok(seq) => seq,
                 Err(Error::JournalFull { .. }) => {
-                    // Home state without this transaction (its record follows), and only
-                    // the earlier transactions' frees released.
                     let appended = self
-                        .checkpoint_locked(&ops, sealed.saturating_sub(1))
+                        .checkpoint_for_full_journal(&ops)
                         .and_then(|()| self.journal.append(&ops, payload));
                     match appended {
                         Ok(seq) => seq,
@@ -503,6 +509,7 @@ impl Store {
                     return Err(e);
                 }
             };
+            self.recorded_seal.store(sealed, Relaxed);
             (seq, sealed)
         };
         self.journal.commit(seq)?;
@@ -586,6 +593,15 @@ impl Store {
             self.dev.write_at(&table, at)?;
         }
         Ok(redo)
+    }
+
+    /// The checkpoint a commit makes when its record finds the journal full: home state
+    /// without this transaction's changes (`ops`, whose record follows), and only the frees
+    /// of transactions whose records were appended released. Not `seal - 1`: a commit that
+    /// failed earlier took a seal number too, and its frees, back in the open transaction,
+    /// are not recorded anywhere yet.
+    fn checkpoint_for_full_journal(&self, ops: &[Op]) -> Result<()> {
+        self.checkpoint_locked(ops, self.recorded_seal.load(Relaxed))
     }
 
     /// Under `commit_lock` and the closed boundary. Writes home the state of every
@@ -755,6 +771,50 @@ mod tests {
                 .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
             assert!(replayed.len() >= 20);
         }
+    }
+
+    /// Free X, a commit fails (its record was never written), then the next commit finds
+    /// the journal full and checkpoints: X's free, recorded nowhere yet, must stay pending,
+    /// so X is neither handed out nor written home as free. (The old release bound,
+    /// `seal - 1`, released it.)
+    #[test]
+    fn a_failed_commits_frees_stay_pending_through_a_full_journal_checkpoint() {
+        let dev = Arc::new(MemDevice::new(8192 * 4096));
+        let store = Store::create(dev.clone(), &geometry(), 8, Policy::default()).unwrap();
+        let x = store.allocate(&AllocRequest::new(1, 8)).unwrap();
+        store.commit(b"x").unwrap();
+        store.free(x).unwrap();
+        // A commit that fails before its record is written: sealed, changes put back.
+        {
+            let _serial = store.commit_lock.lock();
+            let _closed = store.boundary.write();
+            let ops = store.ops.take();
+            store.alloc.seal();
+            store.ops.put_back(ops);
+        }
+        // The next commit's record finds the journal full: the checkpoint it makes.
+        {
+            let _serial = store.commit_lock.lock();
+            let _closed = store.boundary.write();
+            let ops = store.ops.take();
+            store.alloc.seal();
+            store.checkpoint_for_full_journal(&ops).unwrap();
+            store.ops.put_back(ops);
+        }
+        assert!(
+            !store.allocator().is_free(x.start).unwrap(),
+            "X released unrecorded"
+        );
+        let home = format::read_superblock(dev.as_ref()).unwrap();
+        let (_, bitmap) = format::read_group(dev.as_ref(), &home, 0).unwrap();
+        let bit = x.start % geometry().group_blocks;
+        assert!(
+            bitmap[(bit / 8) as usize] & (1 << (bit % 8)) != 0,
+            "X written home free"
+        );
+        // Committed at last: X is free after the commit.
+        store.commit(b"free x").unwrap();
+        assert!(store.allocator().is_free(x.start).unwrap());
     }
 
     /// A record that fits the journal but not the space left after its write position
