@@ -65,6 +65,7 @@ pub fn check(dev: &dyn Device) -> Result<Report> {
     }
     let meta_end = sb.metadata_end();
     let mut bitmaps: Vec<Option<Vec<u8>>> = Vec::new();
+    let mut interrupted_mismatch: Vec<(u64, String)> = Vec::new();
     for g in 0..sb.groups() {
         match format::read_group(dev, &sb, g) {
             Ok((desc, bitmap)) => {
@@ -84,6 +85,9 @@ pub fn check(dev: &dyn Device) -> Result<Report> {
                 r.corrupt_groups.push(g);
                 if !r.checkpoint_interrupted {
                     r.problems.push(format!("{what}: {detail}"));
+                } else {
+                    // Judged below: only groups the journal touches may be half-written.
+                    interrupted_mismatch.push((g, format!("{what}: {detail}")));
                 }
                 bitmaps.push(None);
             }
@@ -111,6 +115,26 @@ pub fn check(dev: &dyn Device) -> Result<Report> {
             d.lost_seq,
             d.stranded.len()
         ));
+    }
+    // An interrupted checkpoint writes only groups the journal's records changed: a group
+    // that fails its checks and no record touches is damaged, not half-written.
+    let touched: std::collections::HashSet<u64> = replayed
+        .records
+        .iter()
+        .flat_map(|rec| rec.ops.iter())
+        .flat_map(|op| {
+            let (Op::Allocate(e) | Op::Free(e)) = *op;
+            let end = e.start.saturating_add(e.len).min(sb.blocks_count);
+            (e.start.min(end) / sb.group_blocks..end.div_ceil(sb.group_blocks)).collect::<Vec<_>>()
+        })
+        .collect();
+    for (g, what) in interrupted_mismatch {
+        if !touched.contains(&g) {
+            r.problems.push(format!(
+                "{what} (a checkpoint was interrupted, but the journal does not touch group \
+                 {g}: damaged, not half-written)"
+            ));
+        }
     }
     for rec in &replayed.records {
         for op in &rec.ops {
