@@ -5,7 +5,10 @@
 //! `extalloc compare WORKLOAD --fs ext4,xfs,btrfs` runs it on the kernel's file systems too.
 //! `extalloc policies` lists the presets and the keys a policy spec may set.
 
-use extalloc_cli::{compare, lab, replay, torture};
+mod cli;
+
+use cli::output::{emit, Outputs};
+use extalloc_cli::{compare, lab, replay};
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -333,30 +336,12 @@ fn run(cli: Cli) -> Result<()> {
             args,
         } => {
             let (_, opts, out) = args.into_options_for(Workload::Fallocate2)?;
-            out.check_dirs()?;
-            let reports = lab::suite::run(&lab::suite::quick(), &opts)?;
-            println!("## Summary\n\n{}", lab::suite::summary(&reports));
-            for report in &reports {
-                if let Some(dir) = &out.json {
-                    std::fs::create_dir_all(dir)?;
-                    let path = dir.join(format!("{}.json", report.workload));
-                    std::fs::write(&path, serde_json::to_string_pretty(report)? + "\n")
-                        .with_context(|| format!("writing {}", path.display()))?;
-                }
-                if let Some(dir) = &out.plot {
-                    lab::charts::write_all(report, &dir.join(&report.workload))?;
-                }
-            }
-            if let Some(dir) = out.json.as_ref().or(out.plot.as_ref()) {
-                eprintln!("wrote the reports under {}", dir.display());
-            }
-            Ok(())
+            cli::commands::quick_suite(&opts, &out)
         }
         Command::Bench { suite: None, args } => {
             let (workload, opts, out) = args.into_options()?;
             out.check()?;
-            let run_once = workload.run_once();
-            let report = lab::run_matrix(workload.name(), &opts, run_once)?;
+            let report = lab::run_matrix(workload.name(), &opts, workload.run_once())?;
             emit(&report, &out)
         }
         Command::Compare { fs, args } => {
@@ -382,69 +367,18 @@ fn run(cli: Cli) -> Result<()> {
             dump_files,
             json,
             plot,
-        } => {
-            let dev = dev
-                .map(|d| -> Result<(u32, u32)> {
-                    let (a, b) = d
-                        .split_once(',')
-                        .context("--dev: expected major,minor such as 7,1")?;
-                    Ok((
-                        a.trim().parse().context("--dev major")?,
-                        b.trim().parse().context("--dev minor")?,
-                    ))
-                })
-                .transpose()?;
-            let policies: Vec<String> = policy
-                .split(',')
-                .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty())
-                .collect();
-            anyhow::ensure!(!policies.is_empty(), "--policy is empty");
-            let outputs = Outputs { json, plot };
-            outputs.check()?;
-            if let Some(path) = &dump_files {
-                writable_file("--dump-files", path)?;
-            }
-            let (report, odd, trace) = replay::run(&replay::ReplayOptions {
-                trace: &trace,
-                dev,
-                blocks,
-                group_blocks,
-                block_size,
-                policies,
-                limit,
-                without,
-                dump_files,
-            })?;
-            eprintln!(
-                "{} lines, {} events, {} requests replayed",
-                trace.lines,
-                trace.events.len(),
-                odd.requests
-            );
-            if trace.malformed > 0 {
-                eprintln!("{} malformed lines, for example:", trace.malformed);
-                for l in &trace.malformed_examples {
-                    eprintln!("  {l}");
-                }
-            }
-            for (what, n) in [
-                (
-                    "frees of blocks the trace never allocated",
-                    odd.frees_of_unseen_blocks,
-                ),
-                (
-                    "requests over blocks already mapped",
-                    odd.requests_over_mapped_blocks,
-                ),
-                ("decisions without a request", odd.decisions_without_request),
-            ] {
-                if n > 0 {
-                    eprintln!("{n} {what}");
-                }
-            }
-            emit(&report, &outputs)
-        }
+        } => cli::commands::replay(cli::commands::ReplayArgs {
+            trace,
+            dev,
+            blocks,
+            group_blocks,
+            block_size,
+            policy,
+            limit,
+            without,
+            dump_files,
+            outputs: Outputs { json, plot },
+        }),
         Command::Capture { dev, out, command } => {
             let lines = replay::capture::capture(&dev, &command, &out)?;
             eprintln!("wrote {} ({lines} trace lines)", out.display());
@@ -457,75 +391,20 @@ fn run(cli: Cli) -> Result<()> {
             group_blocks,
             journal_size,
             force,
-        } => {
-            use extalloc::device::{Device, FileDevice};
-            // Everything is checked before the target is touched.
-            let journal_bytes = lab::parse_size(&journal_size).context("--journal-size")?;
-            let bytes = match &size {
-                Some(s) => lab::parse_size(s).context("--size")?,
-                None => FileDevice::open_read_only(&path)
-                    .with_context(|| format!("{}: give --size to create it", path.display()))?
-                    .size(),
-            };
-            let blocks = bytes / u64::from(block_size);
-            let geometry =
-                extalloc::Geometry::new(block_size, group_blocks, blocks).with_context(|| {
-                    format!(
-                        "{}: {bytes} bytes make {blocks} blocks of {block_size} bytes",
-                        path.display()
-                    )
-                })?;
-            let journal_blocks = journal_bytes.div_ceil(u64::from(block_size));
-            extalloc::format::Superblock::layout(&geometry, journal_blocks, [0; 16])
-                .with_context(|| format!("{}: --journal-size {journal_size}", path.display()))?;
-            let existed = path.exists();
-            if existed && !force {
-                refuse_overwrite(&path)?;
-            }
-            let dev = match size {
-                Some(_) => FileDevice::create(&path, bytes)?,
-                None => FileDevice::open(&path)?,
-            };
-            let sb = match extalloc::format::mkfs(&dev, &geometry, journal_blocks, rand::random()) {
-                Ok(sb) => sb,
-                Err(e) => {
-                    // Never leave a half-made file behind.
-                    if !existed {
-                        let _ = std::fs::remove_file(&path);
-                    }
-                    return Err(e).with_context(|| format!("{}: mkfs", path.display()));
-                }
-            };
-            println!(
-                "{}: {} blocks of {} bytes, {} groups, metadata in blocks 0..{}, journal {} blocks",
-                path.display(),
-                sb.blocks_count,
-                sb.block_size,
-                sb.groups(),
-                sb.metadata_end(),
-                sb.journal_blocks
-            );
-            Ok(())
-        }
+        } => cli::device::mkfs(&cli::device::MkfsArgs {
+            path: &path,
+            size: size.as_deref(),
+            block_size,
+            group_blocks,
+            journal_size: &journal_size,
+            force,
+        }),
         Command::OpenBench {
             path,
             size,
             group_blocks,
             records,
-        } => {
-            let bytes = lab::parse_size(&size)?;
-            let open = lab::open_bench::open_big(&path, bytes, group_blocks)?;
-            let mut rows = Vec::new();
-            for n in records.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-                let n: u64 = n
-                    .parse()
-                    .with_context(|| format!("--records: {n:?} is not a count"))?;
-                eprintln!("recovery: {n} records...");
-                rows.push(lab::open_bench::recovery(&path, n)?);
-            }
-            print!("{}", lab::open_bench::markdown(&open, &rows));
-            Ok(())
-        }
+        } => cli::commands::open_bench(&path, &size, group_blocks, &records),
         Command::CommitBench {
             path,
             threads,
@@ -546,152 +425,10 @@ fn run(cli: Cli) -> Result<()> {
             seed,
             threads,
             json,
-        } => {
-            anyhow::ensure!((1..=64).contains(&threads), "--threads must be 1 to 64");
-            let out = torture::run(crashes, seed, threads)?;
-            let text = serde_json::to_string(&out)?;
-            println!("{text}");
-            if let Some(path) = json {
-                std::fs::write(&path, text + "\n")
-                    .with_context(|| format!("writing {}", path.display()))?;
-            }
-            anyhow::ensure!(
-                out.lost == 0 && out.leaked == 0 && out.double_allocated == 0,
-                "torture found {} lost, {} leaked, {} doubly allocated blocks",
-                out.lost,
-                out.leaked,
-                out.double_allocated
-            );
-            Ok(())
-        }
-        Command::Fsck { path, json } => {
-            let dev = extalloc::device::FileDevice::open_read_only(&path)?;
-            let r = extalloc::fsck::check(&dev).with_context(|| format!("{}", path.display()))?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&r)?);
-            } else {
-                println!(
-                    "{}: {} blocks, {} groups, {} free; superblocks: primary {}, backup {}; \
-                     journal: {} records to replay{}",
-                    path.display(),
-                    r.blocks,
-                    r.groups,
-                    r.free_blocks,
-                    if r.primary_superblock_ok {
-                        "ok"
-                    } else {
-                        "DAMAGED"
-                    },
-                    if r.backup_superblock_ok {
-                        "ok"
-                    } else {
-                        "DAMAGED"
-                    },
-                    r.journal_records,
-                    if r.checkpoint_interrupted {
-                        " (a checkpoint was interrupted: open repairs it)"
-                    } else {
-                        ""
-                    }
-                );
-                for p in &r.problems {
-                    println!("problem: {p}");
-                }
-            }
-            anyhow::ensure!(r.clean(), "{} problems found", r.problems.len());
-            Ok(())
-        }
-        Command::Info { path, groups } => {
-            let dev = extalloc::device::FileDevice::open_read_only(&path)?;
-            let sb = extalloc::format::read_superblock(&dev)
-                .with_context(|| format!("{}", path.display()))?;
-            let bs = u64::from(sb.block_size);
-            println!(
-                "{}: extalloc format {}, {} blocks of {bs} bytes ({:.1} GiB), {} groups of {} \
-                 blocks",
-                path.display(),
-                extalloc::format::VERSION,
-                sb.blocks_count,
-                (sb.blocks_count * bs) as f64 / f64::from(1u32 << 30),
-                sb.groups(),
-                sb.group_blocks
-            );
-            println!(
-                "metadata in blocks 0..{} (journal {} blocks from block {}), backup superblock \
-                 at {}; journal tail at byte {} (sequence {}); generation {}{}",
-                sb.metadata_end(),
-                sb.journal_blocks,
-                sb.journal_start,
-                sb.backup_block(),
-                sb.journal_tail,
-                sb.journal_tail_seq,
-                sb.generation,
-                if sb.state & extalloc::format::STATE_CHECKPOINTING != 0 {
-                    "; a checkpoint was interrupted (open repairs it)"
-                } else {
-                    ""
-                }
-            );
-            if !groups {
-                // The descriptors only: one read of the table, no bitmap.
-                let descs = extalloc::format::read_descriptors(&dev, &sb)?;
-                let (mut free, mut uninit, mut bad) = (0u64, 0u64, 0u64);
-                for d in &descs {
-                    match d {
-                        Ok(d) => {
-                            free += u64::from(d.free_blocks);
-                            uninit +=
-                                u64::from(d.flags & extalloc::format::DESC_BITMAP_UNINIT != 0);
-                        }
-                        Err(_) => bad += 1,
-                    }
-                }
-                println!(
-                    "{} groups, {free} free blocks ({uninit} groups never written), {bad} \
-                     corrupt descriptors (from the descriptors; --groups checks every bitmap)",
-                    sb.groups()
-                );
-                return Ok(());
-            }
-            let mut free = 0u64;
-            let mut corrupt = 0u64;
-            for g in 0..sb.groups() {
-                match extalloc::format::read_group(&dev, &sb, g) {
-                    Ok((desc, _)) => {
-                        free += u64::from(desc.free_blocks);
-                        println!(
-                            "group {g}: {} free, largest order {:?}, tag {}",
-                            desc.free_blocks, desc.largest_order, desc.class_tag
-                        );
-                    }
-                    Err(e) => {
-                        corrupt += 1;
-                        println!("group {g}: {e}");
-                    }
-                }
-            }
-            println!(
-                "{} groups, {free} free blocks, {corrupt} corrupt groups",
-                sb.groups()
-            );
-            Ok(())
-        }
-        Command::Report { json, out } => {
-            let text = std::fs::read_to_string(&json)
-                .with_context(|| format!("reading {}", json.display()))?;
-            let report: lab::report::Report = serde_json::from_str(&text)
-                .with_context(|| format!("{}: not a bench report", json.display()))?;
-            anyhow::ensure!(
-                report.schema == "extalloc-bench/1",
-                "{}: schema '{}', expected extalloc-bench/1",
-                json.display(),
-                report.schema
-            );
-            for path in lab::charts::write_all(&report, &out)? {
-                println!("wrote {}", path.display());
-            }
-            Ok(())
-        }
+        } => cli::commands::torture(crashes, seed, threads, json.as_deref()),
+        Command::Fsck { path, json } => cli::device::fsck(&path, json),
+        Command::Info { path, groups } => cli::device::info(&path, groups),
+        Command::Report { json, out } => cli::commands::report(&json, &out),
     }
 }
 
@@ -832,127 +569,4 @@ impl Workload {
             Workload::Replay => replay::bench::run_once,
         }
     }
-}
-
-/// Refuses to make a file system over `path` when it holds an extalloc device or other
-/// data (a non-empty file, a block device whose first MiB is not all zeros).
-fn refuse_overwrite(path: &std::path::Path) -> Result<()> {
-    use std::io::Read;
-    let meta = std::fs::metadata(path).with_context(|| format!("{}", path.display()))?;
-    anyhow::ensure!(
-        !meta.is_dir(),
-        "{}: is a directory; give a file or a block device",
-        path.display()
-    );
-    let mut head = vec![0u8; 1 << 20];
-    let mut f = std::fs::File::open(path).with_context(|| format!("{}", path.display()))?;
-    let mut n = 0;
-    while n < head.len() {
-        match f.read(&mut head[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
-        }
-    }
-    let head = &head[..n];
-    if head.starts_with(&extalloc::format::MAGIC.to_le_bytes()) {
-        anyhow::bail!(
-            "{}: already an extalloc device; mkfs would discard everything on it \
-             (give --force to do so)",
-            path.display()
-        );
-    }
-    let has_data = if meta.is_file() {
-        meta.len() > 0
-    } else {
-        head.iter().any(|&b| b != 0)
-    };
-    anyhow::ensure!(
-        !has_data,
-        "{}: holds data ({} bytes) and is not an extalloc device; give --force to overwrite it",
-        path.display(),
-        if meta.is_file() { meta.len() } else { n as u64 }
-    );
-    Ok(())
-}
-
-/// Where a run's results go besides stdout.
-struct Outputs {
-    json: Option<std::path::PathBuf>,
-    plot: Option<std::path::PathBuf>,
-}
-
-impl Outputs {
-    /// Before any work: `--json` names a file that can be written, `--plot` a directory
-    /// (made now). A run of minutes must not fail at its end on a mistyped path.
-    fn check(&self) -> Result<()> {
-        if let Some(path) = &self.json {
-            writable_file("--json", path)?;
-        }
-        if let Some(dir) = &self.plot {
-            ready_dir("--plot", dir)?;
-        }
-        Ok(())
-    }
-
-    /// The same for the suite, whose `--json` is a directory too.
-    fn check_dirs(&self) -> Result<()> {
-        for (flag, dir) in [("--json", &self.json), ("--plot", &self.plot)] {
-            if let Some(dir) = dir {
-                ready_dir(flag, dir)?;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// `path` can be created or replaced: its directory exists and it is not a directory.
-fn writable_file(flag: &str, path: &std::path::Path) -> Result<()> {
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => std::path::Path::new("."),
-    };
-    anyhow::ensure!(
-        parent.is_dir(),
-        "{flag} {}: the directory {} does not exist (create it first)",
-        path.display(),
-        parent.display()
-    );
-    anyhow::ensure!(
-        !path.is_dir(),
-        "{flag} {}: is a directory; give a file name",
-        path.display()
-    );
-    let meta = std::fs::metadata(parent)
-        .with_context(|| format!("{flag} {}: reading {}", path.display(), parent.display()))?;
-    anyhow::ensure!(
-        !meta.permissions().readonly(),
-        "{flag} {}: the directory {} is read-only",
-        path.display(),
-        parent.display()
-    );
-    Ok(())
-}
-
-/// Makes directory `dir` (and its parents) now, or says why it cannot.
-fn ready_dir(flag: &str, dir: &std::path::Path) -> Result<()> {
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("{flag} {}: cannot create the directory", dir.display()))
-}
-
-/// Prints the tables, writes the JSON report and the charts.
-fn emit(report: &lab::report::Report, out: &Outputs) -> Result<()> {
-    print!("{}", lab::report::markdown(report));
-    if let Some(dir) = &out.plot {
-        for path in lab::charts::write_all(report, dir)? {
-            eprintln!("wrote {}", path.display());
-        }
-    }
-    if let Some(path) = &out.json {
-        let text = serde_json::to_string_pretty(report)?;
-        std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
-        eprintln!("wrote {}", path.display());
-    }
-    Ok(())
 }

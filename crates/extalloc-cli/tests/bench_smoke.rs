@@ -463,17 +463,9 @@ fn the_quick_suite_prints_every_table_through_a_pipe() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    for workload in [
-        "fallocate2",
-        "frag",
-        "sparse-writes",
-        "random-fill",
-        "small-files",
-        "append-vs-fallocate",
-        "size-class-edge",
-        "replay",
-        "Summary",
-    ] {
+    let steps = extalloc_cli::lab::suite::quick();
+    assert!(steps.len() >= 8, "the suite has its workloads");
+    for workload in steps.iter().map(|s| s.workload).chain(["Summary"]) {
         assert!(
             stdout.contains(&format!("## {workload}\n")),
             "no {workload} table in:\n{stdout}"

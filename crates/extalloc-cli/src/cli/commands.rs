@@ -1,0 +1,177 @@
+//! The lab commands that are more than a call into the library: the quick suite (its
+//! reports to a directory), trace replay (its oddities to stderr), the crash torture (its
+//! verdict), open-bench and report.
+
+use super::output::{emit, writable_file, Outputs};
+use anyhow::{Context, Result};
+use extalloc_cli::{lab, replay, torture};
+use lab::LabOptions;
+use std::path::{Path, PathBuf};
+
+/// `extalloc bench --suite quick`: every table on stdout, each report under `--json DIR`
+/// and `--plot DIR`.
+pub fn quick_suite(opts: &LabOptions, out: &Outputs) -> Result<()> {
+    out.check_dirs()?;
+    let reports = lab::suite::run(&lab::suite::quick(), opts)?;
+    println!("## Summary\n\n{}", lab::suite::summary(&reports));
+    for report in &reports {
+        if let Some(dir) = &out.json {
+            std::fs::create_dir_all(dir)?;
+            let path = dir.join(format!("{}.json", report.workload));
+            std::fs::write(&path, serde_json::to_string_pretty(report)? + "\n")
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
+        if let Some(dir) = &out.plot {
+            lab::charts::write_all(report, &dir.join(&report.workload))?;
+        }
+    }
+    if let Some(dir) = out.json.as_ref().or(out.plot.as_ref()) {
+        eprintln!("wrote the reports under {}", dir.display());
+    }
+    Ok(())
+}
+
+/// What `extalloc replay` is asked.
+pub struct ReplayArgs {
+    pub trace: PathBuf,
+    pub dev: Option<String>,
+    pub blocks: Option<u64>,
+    pub group_blocks: Option<u64>,
+    pub block_size: Option<u32>,
+    pub policy: String,
+    pub limit: Option<usize>,
+    pub without: Vec<String>,
+    pub dump_files: Option<PathBuf>,
+    pub outputs: Outputs,
+}
+
+/// `extalloc replay`: the report on stdout, what was odd on stderr.
+pub fn replay(a: ReplayArgs) -> Result<()> {
+    let ReplayArgs {
+        trace,
+        dev,
+        blocks,
+        group_blocks,
+        block_size,
+        policy,
+        limit,
+        without,
+        dump_files,
+        outputs,
+    } = a;
+
+    let dev = dev
+        .map(|d| -> Result<(u32, u32)> {
+            let (a, b) = d
+                .split_once(',')
+                .context("--dev: expected major,minor such as 7,1")?;
+            Ok((
+                a.trim().parse().context("--dev major")?,
+                b.trim().parse().context("--dev minor")?,
+            ))
+        })
+        .transpose()?;
+    let policies: Vec<String> = policy
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    anyhow::ensure!(!policies.is_empty(), "--policy is empty");
+    outputs.check()?;
+    if let Some(path) = &dump_files {
+        writable_file("--dump-files", path)?;
+    }
+    let (report, odd, trace) = replay::run(&replay::ReplayOptions {
+        trace: &trace,
+        dev,
+        blocks,
+        group_blocks,
+        block_size,
+        policies,
+        limit,
+        without,
+        dump_files,
+    })?;
+    eprintln!(
+        "{} lines, {} events, {} requests replayed",
+        trace.lines,
+        trace.events.len(),
+        odd.requests
+    );
+    if trace.malformed > 0 {
+        eprintln!("{} malformed lines, for example:", trace.malformed);
+        for l in &trace.malformed_examples {
+            eprintln!("  {l}");
+        }
+    }
+    for (what, n) in [
+        (
+            "frees of blocks the trace never allocated",
+            odd.frees_of_unseen_blocks,
+        ),
+        (
+            "requests over blocks already mapped",
+            odd.requests_over_mapped_blocks,
+        ),
+        ("decisions without a request", odd.decisions_without_request),
+    ] {
+        if n > 0 {
+            eprintln!("{n} {what}");
+        }
+    }
+    emit(&report, &outputs)
+}
+
+/// `extalloc torture`: the JSON verdict on stdout (and in `json`); an error when anything
+/// was lost, leaked or handed out twice.
+pub fn torture(crashes: u64, seed: u64, threads: usize, json: Option<&Path>) -> Result<()> {
+    anyhow::ensure!((1..=64).contains(&threads), "--threads must be 1 to 64");
+    let out = torture::run(crashes, seed, threads)?;
+    let text = serde_json::to_string(&out)?;
+    println!("{text}");
+    if let Some(path) = json {
+        std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
+    }
+    anyhow::ensure!(
+        out.lost == 0 && out.leaked == 0 && out.double_allocated == 0,
+        "torture found {} lost, {} leaked, {} doubly allocated blocks",
+        out.lost,
+        out.leaked,
+        out.double_allocated
+    );
+    Ok(())
+}
+
+/// `extalloc open-bench`: opening a large device, then recovery at each record count.
+pub fn open_bench(path: &Path, size: &str, group_blocks: u64, records: &str) -> Result<()> {
+    let bytes = lab::parse_size(size)?;
+    let open = lab::open_bench::open_big(path, bytes, group_blocks)?;
+    let mut rows = Vec::new();
+    for n in records.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let n: u64 = n
+            .parse()
+            .with_context(|| format!("--records: {n:?} is not a count"))?;
+        eprintln!("recovery: {n} records...");
+        rows.push(lab::open_bench::recovery(path, n)?);
+    }
+    print!("{}", lab::open_bench::markdown(&open, &rows));
+    Ok(())
+}
+
+/// `extalloc report`: charts and tables from a bench or compare report.
+pub fn report(json: &Path, out: &Path) -> Result<()> {
+    let text =
+        std::fs::read_to_string(json).with_context(|| format!("reading {}", json.display()))?;
+    let report: lab::report::Report = serde_json::from_str(&text)
+        .with_context(|| format!("{}: not a bench report", json.display()))?;
+    anyhow::ensure!(
+        report.schema == "extalloc-bench/1",
+        "{}: schema '{}', expected extalloc-bench/1",
+        json.display(),
+        report.schema
+    );
+    for path in lab::charts::write_all(&report, out)? {
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,235 @@
+//! The device commands: `mkfs` (everything checked before the target is touched), `info`
+//! (a summary from the superblock and descriptors, or every group) and `fsck`.
+
+use anyhow::{Context, Result};
+use extalloc::device::{Device, FileDevice};
+use extalloc_cli::lab;
+use std::path::Path;
+
+/// What `mkfs` is asked to make.
+pub struct MkfsArgs<'a> {
+    pub path: &'a Path,
+    pub size: Option<&'a str>,
+    pub block_size: u32,
+    pub group_blocks: u64,
+    pub journal_size: &'a str,
+    pub force: bool,
+}
+
+/// `extalloc mkfs`.
+pub fn mkfs(a: &MkfsArgs<'_>) -> Result<()> {
+    let MkfsArgs {
+        path,
+        size,
+        block_size,
+        group_blocks,
+        journal_size,
+        force,
+    } = *a;
+
+    // Everything is checked before the target is touched.
+    let journal_bytes = lab::parse_size(journal_size).context("--journal-size")?;
+    let bytes = match &size {
+        Some(s) => lab::parse_size(s).context("--size")?,
+        None => FileDevice::open_read_only(path)
+            .with_context(|| format!("{}: give --size to create it", path.display()))?
+            .size(),
+    };
+    let blocks = bytes / u64::from(block_size);
+    let geometry =
+        extalloc::Geometry::new(block_size, group_blocks, blocks).with_context(|| {
+            format!(
+                "{}: {bytes} bytes make {blocks} blocks of {block_size} bytes",
+                path.display()
+            )
+        })?;
+    let journal_blocks = journal_bytes.div_ceil(u64::from(block_size));
+    extalloc::format::Superblock::layout(&geometry, journal_blocks, [0; 16])
+        .with_context(|| format!("{}: --journal-size {journal_size}", path.display()))?;
+    let existed = path.exists();
+    if existed && !force {
+        refuse_overwrite(path)?;
+    }
+    let dev = match size {
+        Some(_) => FileDevice::create(path, bytes)?,
+        None => FileDevice::open(path)?,
+    };
+    let sb = match extalloc::format::mkfs(&dev, &geometry, journal_blocks, rand::random()) {
+        Ok(sb) => sb,
+        Err(e) => {
+            // Never leave a half-made file behind.
+            if !existed {
+                let _ = std::fs::remove_file(path);
+            }
+            return Err(e).with_context(|| format!("{}: mkfs", path.display()));
+        }
+    };
+    println!(
+        "{}: {} blocks of {} bytes, {} groups, metadata in blocks 0..{}, journal {} blocks",
+        path.display(),
+        sb.blocks_count,
+        sb.block_size,
+        sb.groups(),
+        sb.metadata_end(),
+        sb.journal_blocks
+    );
+    Ok(())
+}
+
+/// `extalloc fsck`: exits with an error when a problem was found.
+pub fn fsck(path: &Path, json: bool) -> Result<()> {
+    let dev = FileDevice::open_read_only(path)?;
+    let r = extalloc::fsck::check(&dev).with_context(|| format!("{}", path.display()))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        println!(
+            "{}: {} blocks, {} groups, {} free; superblocks: primary {}, backup {}; \
+             journal: {} records to replay{}",
+            path.display(),
+            r.blocks,
+            r.groups,
+            r.free_blocks,
+            if r.primary_superblock_ok {
+                "ok"
+            } else {
+                "DAMAGED"
+            },
+            if r.backup_superblock_ok {
+                "ok"
+            } else {
+                "DAMAGED"
+            },
+            r.journal_records,
+            if r.checkpoint_interrupted {
+                " (a checkpoint was interrupted: open repairs it)"
+            } else {
+                ""
+            }
+        );
+        for p in &r.problems {
+            println!("problem: {p}");
+        }
+    }
+    anyhow::ensure!(r.clean(), "{} problems found", r.problems.len());
+    Ok(())
+}
+
+/// `extalloc info`: the summary, and each group with `groups`.
+pub fn info(path: &Path, groups: bool) -> Result<()> {
+    let dev = FileDevice::open_read_only(path)?;
+    let sb =
+        extalloc::format::read_superblock(&dev).with_context(|| format!("{}", path.display()))?;
+    let bs = u64::from(sb.block_size);
+    println!(
+        "{}: extalloc format {}, {} blocks of {bs} bytes ({:.1} GiB), {} groups of {} \
+         blocks",
+        path.display(),
+        extalloc::format::VERSION,
+        sb.blocks_count,
+        (sb.blocks_count * bs) as f64 / f64::from(1u32 << 30),
+        sb.groups(),
+        sb.group_blocks
+    );
+    println!(
+        "metadata in blocks 0..{} (journal {} blocks from block {}), backup superblock \
+         at {}; journal tail at byte {} (sequence {}); generation {}{}",
+        sb.metadata_end(),
+        sb.journal_blocks,
+        sb.journal_start,
+        sb.backup_block(),
+        sb.journal_tail,
+        sb.journal_tail_seq,
+        sb.generation,
+        if sb.state & extalloc::format::STATE_CHECKPOINTING != 0 {
+            "; a checkpoint was interrupted (open repairs it)"
+        } else {
+            ""
+        }
+    );
+    if !groups {
+        // The descriptors only: one read of the table, no bitmap.
+        let descs = extalloc::format::read_descriptors(&dev, &sb)?;
+        let (mut free, mut uninit, mut bad) = (0u64, 0u64, 0u64);
+        for d in &descs {
+            match d {
+                Ok(d) => {
+                    free += u64::from(d.free_blocks);
+                    uninit += u64::from(d.flags & extalloc::format::DESC_BITMAP_UNINIT != 0);
+                }
+                Err(_) => bad += 1,
+            }
+        }
+        println!(
+            "{} groups, {free} free blocks ({uninit} groups never written), {bad} \
+             corrupt descriptors (from the descriptors; --groups checks every bitmap)",
+            sb.groups()
+        );
+        return Ok(());
+    }
+    let mut free = 0u64;
+    let mut corrupt = 0u64;
+    for g in 0..sb.groups() {
+        match extalloc::format::read_group(&dev, &sb, g) {
+            Ok((desc, _)) => {
+                free += u64::from(desc.free_blocks);
+                println!(
+                    "group {g}: {} free, largest order {:?}, tag {}",
+                    desc.free_blocks, desc.largest_order, desc.class_tag
+                );
+            }
+            Err(e) => {
+                corrupt += 1;
+                println!("group {g}: {e}");
+            }
+        }
+    }
+    println!(
+        "{} groups, {free} free blocks, {corrupt} corrupt groups",
+        sb.groups()
+    );
+    Ok(())
+}
+
+/// Refuses to make a file system over `path` when it holds an extalloc device or other
+/// data (a non-empty file, a block device whose first MiB is not all zeros).
+fn refuse_overwrite(path: &std::path::Path) -> Result<()> {
+    use std::io::Read;
+    let meta = std::fs::metadata(path).with_context(|| format!("{}", path.display()))?;
+    anyhow::ensure!(
+        !meta.is_dir(),
+        "{}: is a directory; give a file or a block device",
+        path.display()
+    );
+    let mut head = vec![0u8; 1 << 20];
+    let mut f = std::fs::File::open(path).with_context(|| format!("{}", path.display()))?;
+    let mut n = 0;
+    while n < head.len() {
+        match f.read(&mut head[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        }
+    }
+    let head = &head[..n];
+    if head.starts_with(&extalloc::format::MAGIC.to_le_bytes()) {
+        anyhow::bail!(
+            "{}: already an extalloc device; mkfs would discard everything on it \
+             (give --force to do so)",
+            path.display()
+        );
+    }
+    let has_data = if meta.is_file() {
+        meta.len() > 0
+    } else {
+        head.iter().any(|&b| b != 0)
+    };
+    anyhow::ensure!(
+        !has_data,
+        "{}: holds data ({} bytes) and is not an extalloc device; give --force to overwrite it",
+        path.display(),
+        if meta.is_file() { meta.len() } else { n as u64 }
+    );
+    Ok(())
+}

@@ -1,0 +1,6 @@
+//! The command line's own code (not the library's): each command family in a file, so
+//! `main.rs` holds the arguments and the dispatch only.
+
+pub mod commands;
+pub mod device;
+pub mod output;
