@@ -118,16 +118,7 @@ pub fn check(dev: &dyn Device) -> Result<Report> {
     }
     // An interrupted checkpoint writes only groups the journal's records changed: a group
     // that fails its checks and no record touches is damaged, not half-written.
-    let touched: std::collections::HashSet<u64> = replayed
-        .records
-        .iter()
-        .flat_map(|rec| rec.ops.iter())
-        .flat_map(|op| {
-            let (Op::Allocate(e) | Op::Free(e)) = *op;
-            let end = e.start.saturating_add(e.len).min(sb.blocks_count);
-            (e.start.min(end) / sb.group_blocks..end.div_ceil(sb.group_blocks)).collect::<Vec<_>>()
-        })
-        .collect();
+    let touched = journal::groups_touched(&replayed.records, &sb.geometry()?);
     for (g, what) in interrupted_mismatch {
         if !touched.contains(&g) {
             r.problems.push(format!(

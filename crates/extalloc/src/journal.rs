@@ -154,6 +154,23 @@ pub fn decode(b: &[u8]) -> Option<Record> {
     })
 }
 
+/// The groups of `geometry` whose blocks `records` change (extents off the device are
+/// left out: replay reports those).
+pub fn groups_touched(
+    records: &[Record],
+    geometry: &crate::geometry::Geometry,
+) -> std::collections::HashSet<u64> {
+    records
+        .iter()
+        .flat_map(|r| r.ops.iter())
+        .filter_map(|op| {
+            let (Op::Allocate(e) | Op::Free(e)) = *op;
+            geometry.validate(e).ok().map(|()| e)
+        })
+        .flat_map(|e| geometry.split(e).map(|(g, _, _)| g).collect::<Vec<_>>())
+        .collect()
+}
+
 /// Where the journal lives: `len` bytes from byte `start` of the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Area {

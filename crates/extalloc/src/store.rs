@@ -188,6 +188,57 @@ impl HomeBitmaps {
     }
 }
 
+/// Applies replayed records to the allocator (loading the groups they touch). Changes to a
+/// corrupt group are skipped; after an interrupted checkpoint (`repairing`) a record is
+/// applied block by block whatever the bits were (idempotent), otherwise a record that
+/// does not apply is corruption.
+fn apply_records(
+    alloc: &Allocator,
+    geometry: &Geometry,
+    records: &[Record],
+    repairing: bool,
+) -> Result<()> {
+    for r in records {
+        for op in &r.ops {
+            let (e, used) = match *op {
+                Op::Allocate(e) => (e, true),
+                Op::Free(e) => (e, false),
+            };
+            if e.len == 0 || geometry.validate(e).is_err() {
+                return Err(Error::Corrupt {
+                    what: format!("journal record {}", r.seq),
+                    detail: format!("extent {}+{} is not on the device", e.start, e.len),
+                });
+            }
+            // Load the groups it touches first: a bitmap found corrupt on load holds its
+            // group, whose changes are then skipped.
+            let mut in_corrupt = false;
+            for (g, _, _) in geometry.split(e) {
+                alloc.ensure_loaded(g)?;
+                in_corrupt |= alloc.is_corrupt(g);
+            }
+            if in_corrupt {
+                continue;
+            }
+            match alloc.load_extent(e, used) {
+                Ok(()) => {}
+                Err(Error::Corrupt { .. }) if repairing => {
+                    for b in e.start..e.end() {
+                        let _ = alloc.load_extent(Extent::new(b, 1), used);
+                    }
+                }
+                Err(err) => {
+                    return Err(Error::Corrupt {
+                        what: format!("journal record {}", r.seq),
+                        detail: err.to_string(),
+                    })
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 fn area(sb: &Superblock) -> Area {
     let bs = u64::from(sb.block_size);
     Area {
@@ -240,11 +291,6 @@ impl Store {
         let started = std::time::Instant::now();
         let sb = format::read_superblock(dev.as_ref())?;
         let geometry = sb.geometry()?;
-        // After an interrupted checkpoint, the groups it was writing may be a mix of old
-        // and new: those (the groups the journal's records touch) are taken as they are,
-        // every group is loaded now (its figures come from its bitmap, not its descriptor)
-        // and the idempotent replay repairs them. Any other group must pass its checks.
-        let repairing = sb.state & format::STATE_CHECKPOINTING != 0;
         let replay_started = std::time::Instant::now();
         let replayed = journal::replay(
             dev.as_ref(),
@@ -253,23 +299,74 @@ impl Store {
             sb.journal_tail_seq,
         )?;
         let replay_read = replay_started.elapsed();
-        let mut taken_as_found = std::collections::HashSet::new();
-        if repairing {
-            for r in &replayed.records {
-                for op in &r.ops {
-                    let (Op::Allocate(e) | Op::Free(e)) = *op;
-                    if geometry.validate(e).is_ok() {
-                        taken_as_found.extend(geometry.split(e).map(|(g, _, _)| g));
-                    }
-                }
+        // After an interrupted checkpoint, the groups it was writing may be a mix of old
+        // and new: those (the groups the journal's records touch) are taken as they are,
+        // and the idempotent replay repairs them. Any other group must pass its checks.
+        let repairing = sb.state & format::STATE_CHECKPOINTING != 0;
+        let taken_as_found = if repairing {
+            journal::groups_touched(&replayed.records, &geometry)
+        } else {
+            Default::default()
+        };
+        let alloc = Self::open_home(&dev, &sb, policy, taken_as_found)?;
+        if let Some(d) = &replayed.damage {
+            if !accept_loss {
+                return Err(Error::JournalDamaged {
+                    lost_seq: d.lost_seq,
+                    offset: sb.journal_start * u64::from(sb.block_size) + d.offset,
+                    stranded: d.stranded.len() as u64,
+                });
+            }
+            // Their blocks may be in use or free: hold every group they touch.
+            for g in journal::groups_touched(&d.stranded, &geometry) {
+                alloc.mark_corrupt(g);
             }
         }
-        let source = Arc::new(HomeBitmaps {
-            dev: dev.clone(),
-            sb: sb.clone(),
-            repairing: taken_as_found.clone(),
-        });
-        let descs = format::read_descriptors(dev.as_ref(), &sb)?;
+        let apply_started = std::time::Instant::now();
+        apply_records(&alloc, &geometry, &replayed.records, repairing)?;
+        let replay_seconds = (replay_read + apply_started.elapsed()).as_secs_f64();
+        let journal = Journal::new(dev.clone(), area(&sb), sb.journal_tail, &replayed);
+        let alloc_seal = alloc.seal();
+        let records = replayed.records;
+        let open_timing = OpenTiming {
+            total_seconds: started.elapsed().as_secs_f64(),
+            replay_seconds,
+            records_replayed: records.len() as u64,
+            bitmaps_loaded: alloc.stats().loaded_bitmaps,
+        };
+        Ok((
+            Store {
+                dev,
+                metadata_end: sb.metadata_end(),
+                backup_block: sb.backup_block(),
+                sb: Mutex::new(sb),
+                alloc,
+                journal,
+                ops: OpShards::new(),
+                boundary: Boundary::new(),
+                commit_lock: Mutex::new(()),
+                open_timing,
+                forced_commits: std::sync::atomic::AtomicBool::new(false),
+                // Nothing is pending at open: the seal ends an empty transaction.
+                recorded_seal: AtomicU64::new(alloc_seal),
+            },
+            records,
+        ))
+    }
+
+    /// The allocator over the home state: every group's figures from its descriptor (no
+    /// bitmap read), corrupt descriptors held. After an interrupted checkpoint
+    /// (`taken_as_found` not empty, or the superblock says so) every group is loaded now,
+    /// its figures from its bitmap, and marked for the next checkpoint.
+    fn open_home(
+        dev: &Arc<dyn Device>,
+        sb: &Superblock,
+        policy: Policy,
+        taken_as_found: std::collections::HashSet<u64>,
+    ) -> Result<Allocator> {
+        let geometry = sb.geometry()?;
+        let repairing = sb.state & format::STATE_CHECKPOINTING != 0;
+        let descs = format::read_descriptors(dev.as_ref(), sb)?;
         let mut corrupt = Vec::new();
         let summaries: Vec<GroupSummary> = descs
             .iter()
@@ -290,6 +387,11 @@ impl Store {
                 }
             })
             .collect();
+        let source = Arc::new(HomeBitmaps {
+            dev: dev.clone(),
+            sb: sb.clone(),
+            repairing: taken_as_found,
+        });
         let alloc = match Allocator::open_lazy(geometry, policy.clone(), source.clone(), &summaries)
         {
             // Figures that cannot be (a checksum-valid descriptor with an impossible
@@ -315,95 +417,7 @@ impl Store {
                 alloc.mark_home_dirty(g);
             }
         }
-        let replay_started = std::time::Instant::now()
-            .checked_sub(replay_read)
-            .unwrap_or_else(std::time::Instant::now);
-        if let Some(d) = &replayed.damage {
-            if !accept_loss {
-                return Err(Error::JournalDamaged {
-                    lost_seq: d.lost_seq,
-                    offset: sb.journal_start * u64::from(sb.block_size) + d.offset,
-                    stranded: d.stranded.len() as u64,
-                });
-            }
-            // Their blocks may be in use or free: hold every group they touch.
-            for r in &d.stranded {
-                for op in &r.ops {
-                    let (Op::Allocate(e) | Op::Free(e)) = *op;
-                    if geometry.validate(e).is_ok() {
-                        for (g, _, _) in geometry.split(e) {
-                            alloc.mark_corrupt(g);
-                        }
-                    }
-                }
-            }
-        }
-        for r in &replayed.records {
-            for op in &r.ops {
-                let (e, used) = match *op {
-                    Op::Allocate(e) => (e, true),
-                    Op::Free(e) => (e, false),
-                };
-                if e.len == 0 || geometry.validate(e).is_err() {
-                    return Err(Error::Corrupt {
-                        what: format!("journal record {}", r.seq),
-                        detail: format!("extent {}+{} is not on the device", e.start, e.len),
-                    });
-                }
-                // Load the groups it touches first: a bitmap found corrupt on load holds
-                // its group, whose changes are then skipped.
-                let mut in_corrupt = false;
-                for (g, _, _) in geometry.split(e) {
-                    alloc.ensure_loaded(g)?;
-                    in_corrupt |= alloc.is_corrupt(g);
-                }
-                if in_corrupt {
-                    continue;
-                }
-                match alloc.load_extent(e, used) {
-                    Ok(()) => {}
-                    Err(Error::Corrupt { .. }) if repairing => {
-                        // Idempotent: set each block the record names.
-                        for b in e.start..e.end() {
-                            let _ = alloc.load_extent(Extent::new(b, 1), used);
-                        }
-                    }
-                    Err(err) => {
-                        return Err(Error::Corrupt {
-                            what: format!("journal record {}", r.seq),
-                            detail: err.to_string(),
-                        })
-                    }
-                }
-            }
-        }
-        let journal = Journal::new(dev.clone(), area(&sb), sb.journal_tail, &replayed);
-        let alloc_seal = alloc.seal();
-        let records = replayed.records;
-        let open_timing = OpenTiming {
-            total_seconds: started.elapsed().as_secs_f64(),
-            replay_seconds: replay_started.elapsed().as_secs_f64(),
-            records_replayed: records.len() as u64,
-            bitmaps_loaded: alloc.stats().loaded_bitmaps,
-        };
-        Ok((
-            Store {
-                dev,
-                metadata_end: sb.metadata_end(),
-                backup_block: sb.backup_block(),
-                sb: Mutex::new(sb),
-                alloc,
-                journal,
-                ops: OpShards::new(),
-                boundary: Boundary::new(),
-                commit_lock: Mutex::new(()),
-                open_timing,
-                forced_commits: std::sync::atomic::AtomicBool::new(false),
-                // Nothing is pending at open: the seal ends an empty transaction.
-                recorded_seal: AtomicU64::new(alloc_seal),
-            },
-            records,
-        ))
+        Ok(alloc)
     }
 
     /// Groups found corrupt so far (on open, or when their bitmap was first loaded): held
