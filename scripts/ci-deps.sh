@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # What the build and tests need beyond Rust, installed only when missing: fontconfig's
-# development files (plotters draws text through font-kit) and a font to draw with.
+# development files (plotters draws text through font-kit) and a font to draw with; and
+# e2fsprogs, mount and util-linux (mkfs.ext4, dumpe2fs, losetup, fallocate), with which the tests
+# that need root make and trace an ext4 loop mount instead of skipping.
 set -euo pipefail
 missing=()
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
@@ -8,6 +10,11 @@ pkg-config --exists fontconfig 2>/dev/null || missing+=(libfontconfig1-dev)
 if ! command -v fc-list >/dev/null 2>&1 || [[ -z "$(fc-list 2>/dev/null | head -1)" ]]; then
   missing+=(fontconfig fonts-dejavu-core)
 fi
+for tool in mkfs.ext4 dumpe2fs e2freefrag; do
+  command -v "$tool" >/dev/null 2>&1 || { missing+=(e2fsprogs); break; }
+done
+command -v losetup >/dev/null 2>&1 || missing+=(mount)
+command -v fallocate >/dev/null 2>&1 || missing+=(util-linux)
 if [[ ${#missing[@]} -eq 0 ]]; then
   exit 0
 fi

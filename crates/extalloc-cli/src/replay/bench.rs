@@ -47,8 +47,8 @@ pub fn run_once(policy: &LabPolicy, _threads: usize, opts: &LabOptions) -> Resul
     let dev = traced_dev(&trace).context("the trace has no allocation events")?;
     let mut tasks: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
     for (i, t) in trace.events.iter().enumerate() {
-        if t.event.dev() == dev {
-            tasks.entry(t.event.pid()).or_default().push(i);
+        if t.dev == dev {
+            tasks.entry(t.pid).or_default().push(i);
         }
     }
     let tasks: Vec<Vec<usize>> = tasks.into_values().collect();

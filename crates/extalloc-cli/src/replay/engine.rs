@@ -131,7 +131,7 @@ impl Rules {
         let (mut commits, mut inode_frees, mut searches) = (false, false, false);
         for t in events {
             match t.event {
-                Event::Commit { .. } => commits = true,
+                Event::Commit => commits = true,
                 Event::InodeFree { .. } => inode_frees = true,
                 Event::Search { .. } => searches = true,
                 _ => {}
@@ -393,9 +393,9 @@ impl Replayer<'_> {
             }
         }
         match &t.event {
-            Event::Request { pid, .. } => {
+            Event::Request { .. } => {
                 self.in_flight.insert(
-                    *pid,
+                    t.pid,
                     InFlight {
                         request: Some(t.event.clone()),
                         ..InFlight::default()
@@ -403,14 +403,11 @@ impl Replayer<'_> {
                 );
             }
             Event::Search {
-                pid,
-                orig_len,
-                goal_len,
-                ..
+                orig_len, goal_len, ..
             } => {
-                self.in_flight.entry(*pid).or_default().search = Some((*orig_len, *goal_len));
+                self.in_flight.entry(t.pid).or_default().search = Some((*orig_len, *goal_len));
             }
-            Event::NewPa { pid, .. } => self.in_flight.entry(*pid).or_default().new_pa = true,
+            Event::NewPa { .. } => self.in_flight.entry(t.pid).or_default().new_pa = true,
             Event::Allocate { .. } => self.allocate(t)?,
             Event::Free {
                 block,
@@ -432,7 +429,7 @@ impl Replayer<'_> {
                     self.commit(t.ns);
                 }
             }
-            Event::Commit { .. } => {
+            Event::Commit => {
                 if self.rules.commit == CommitRule::Traced {
                     self.commit(t.ns);
                 }
@@ -450,8 +447,8 @@ impl Replayer<'_> {
     /// The kernel's decision: the same logical blocks of the same file (data), or as many
     /// blocks anywhere (metadata).
     fn allocate(&mut self, t: &Traced) -> Result<()> {
+        let pid = t.pid;
         let Event::Allocate {
-            pid,
             ino,
             flags,
             len,
@@ -830,76 +827,56 @@ mod tests {
     fn arb_event() -> impl proptest::strategy::Strategy<Value = Traced> {
         use crate::replay::parse::Flags;
         use proptest::prelude::*;
-        let dev = (7u32, 1u32);
         let flags = (any::<bool>(), any::<bool>())
             .prop_map(|(data, no_prealloc)| Flags { data, no_prealloc });
         // Blocks mostly inside a 16 Ki-block device, sometimes anywhere.
         let block = prop_oneof![400 => 0u64..16384, 1 => any::<u64>()];
         let len = prop_oneof![9 => 1u64..64, 1 => 0u64..5000];
         let ino = 10u64..16;
-        let pid = 1u32..4;
         let event = prop_oneof![
-            (
-                pid.clone(),
-                ino.clone(),
-                flags.clone(),
-                len.clone(),
-                0u64..4096
-            )
-                .prop_map(move |(pid, ino, flags, len, lblk)| Event::Request {
-                    pid,
-                    dev,
+            (ino.clone(), flags.clone(), len.clone(), 0u64..4096).prop_map(
+                |(ino, flags, len, lblk)| Event::Request {
                     ino,
                     flags,
                     len,
                     lblk,
                     goal: 0
-                }),
-            (
-                pid.clone(),
-                ino.clone(),
-                flags,
-                len.clone(),
-                block.clone(),
-                0u64..4096
-            )
-                .prop_map(move |(pid, ino, flags, len, block, lblk)| Event::Allocate {
-                    pid,
-                    dev,
+                }
+            ),
+            (ino.clone(), flags, len.clone(), block.clone(), 0u64..4096).prop_map(
+                |(ino, flags, len, block, lblk)| Event::Allocate {
                     ino,
                     flags,
                     len,
                     block,
                     lblk
-                }),
-            (ino.clone(), block, len, any::<bool>()).prop_map(
-                move |(ino, block, count, metadata)| Event::Free {
-                    pid: 9,
-                    dev,
+                }
+            ),
+            (ino.clone(), block, len, any::<bool>()).prop_map(|(ino, block, count, metadata)| {
+                Event::Free {
                     ino,
                     block,
                     count,
-                    metadata
+                    metadata,
                 }
-            ),
-            ino.clone()
-                .prop_map(move |ino| Event::Discard { pid: 9, dev, ino }),
-            ino.clone()
-                .prop_map(move |ino| Event::InodeFree { pid: 9, dev, ino }),
-            (pid.clone(), ino.clone(), 1u64..64, 1u64..64).prop_map(
-                move |(pid, ino, orig_len, goal_len)| Event::Search {
-                    pid,
-                    dev,
+            }),
+            ino.clone().prop_map(|ino| Event::Discard { ino }),
+            ino.clone().prop_map(|ino| Event::InodeFree { ino }),
+            (ino.clone(), 1u64..64, 1u64..64).prop_map(|(ino, orig_len, goal_len)| {
+                Event::Search {
                     ino,
                     orig_len,
-                    goal_len
+                    goal_len,
                 }
-            ),
-            Just(Event::Commit { pid: 8, dev }),
+            }),
+            Just(Event::Commit),
         ];
-        (event, 0u64..20_000_000_000, 0u32..4).prop_map(|(event, ns, cpu)| Traced {
+        // Requests, decisions and searches come from tasks 1-3.
+        (event, 0u64..20_000_000_000, 0u32..4, 1u32..4).prop_map(|(event, ns, cpu, pid)| Traced {
             ns,
             cpu,
+            pid,
+            dev: (7, 1),
             event,
         })
     }

@@ -174,9 +174,9 @@ mod tests {
         Traced {
             ns: 0,
             cpu: 3,
+            pid: 1,
+            dev: (7, 1),
             event: Event::Allocate {
-                pid: 1,
-                dev: (7, 1),
                 ino: 12,
                 flags: Default::default(),
                 len,

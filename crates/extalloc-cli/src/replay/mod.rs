@@ -96,7 +96,7 @@ pub fn traced_dev(trace: &Trace) -> Option<(u32, u32)> {
     }
     let mut counts: std::collections::HashMap<(u32, u32), u64> = Default::default();
     for t in &trace.events {
-        *counts.entry(t.event.dev()).or_default() += 1;
+        *counts.entry(t.dev).or_default() += 1;
     }
     counts
         .into_iter()
@@ -157,7 +157,7 @@ pub fn run(opts: &ReplayOptions<'_>) -> Result<(Report, Oddities, Trace)> {
         Some(d) => d,
         None => bail!("{}: no allocation events", opts.trace.display()),
     };
-    trace.events.retain(|t| t.event.dev() == dev);
+    trace.events.retain(|t| t.dev == dev);
     if let Some(n) = opts.limit {
         trace.events.truncate(n);
     }

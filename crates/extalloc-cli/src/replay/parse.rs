@@ -16,6 +16,10 @@ pub struct Traced {
     pub ns: u64,
     /// The CPU that logged it (`[001]`; 0 when the line does not say).
     pub cpu: u32,
+    /// The task that logged it (0 when the line does not say and the event needs none).
+    pub pid: u32,
+    /// The device the event is about (`dev 7,1`).
+    pub dev: (u32, u32),
     pub event: Event,
 }
 
@@ -24,8 +28,6 @@ pub struct Traced {
 pub enum Event {
     /// `ext4_request_blocks`: a caller asks for blocks.
     Request {
-        pid: u32,
-        dev: (u32, u32),
         ino: u64,
         flags: Flags,
         len: u64,
@@ -34,8 +36,6 @@ pub enum Event {
     },
     /// `ext4_allocate_blocks`: the kernel's decision.
     Allocate {
-        pid: u32,
-        dev: (u32, u32),
         ino: u64,
         flags: Flags,
         len: u64,
@@ -44,79 +44,33 @@ pub enum Event {
     },
     /// `ext4_free_blocks`.
     Free {
-        /// The freeing task (0 when the line does not say).
-        pid: u32,
-        dev: (u32, u32),
         ino: u64,
         block: u64,
         count: u64,
         metadata: bool,
     },
     /// `ext4_discard_preallocations`: the file's preallocations go back (close, truncate).
-    Discard { pid: u32, dev: (u32, u32), ino: u64 },
+    Discard { ino: u64 },
     /// `ext4_mballoc_alloc`: the buddy allocator searched; `orig_len` is what the caller
     /// asked for, `goal_len` the request after normalisation.
     Search {
-        pid: u32,
-        dev: (u32, u32),
         ino: u64,
         orig_len: u64,
         goal_len: u64,
     },
     /// `ext4_mb_new_inode_pa` / `ext4_mb_new_group_pa`: a preallocation was made.
-    NewPa {
-        pid: u32,
-        dev: (u32, u32),
-        ino: u64,
-        group: bool,
-    },
+    NewPa { ino: u64, group: bool },
     /// `ext4_allocate_inode`: a new inode in directory `dir`.
-    InodeCreate {
-        pid: u32,
-        dev: (u32, u32),
-        ino: u64,
-        dir: u64,
-    },
+    InodeCreate { ino: u64, dir: u64 },
     /// `ext4_free_inode`: the inode is gone; its number may be reused for a new file.
-    InodeFree { pid: u32, dev: (u32, u32), ino: u64 },
+    InodeFree { ino: u64 },
     /// `ext4_sync_file_enter`: an fsync (or fdatasync) of the inode.
-    Sync { pid: u32, dev: (u32, u32), ino: u64 },
+    Sync { ino: u64 },
     /// `jbd2_end_commit`: a journal transaction is durable; the blocks it freed are reusable.
-    Commit { pid: u32, dev: (u32, u32) },
+    Commit,
 }
 
 impl Event {
-    /// The task that logged the event.
-    pub fn pid(&self) -> u32 {
-        match self {
-            Event::Request { pid, .. }
-            | Event::Allocate { pid, .. }
-            | Event::Free { pid, .. }
-            | Event::Discard { pid, .. }
-            | Event::Search { pid, .. }
-            | Event::NewPa { pid, .. }
-            | Event::InodeCreate { pid, .. }
-            | Event::InodeFree { pid, .. }
-            | Event::Sync { pid, .. }
-            | Event::Commit { pid, .. } => *pid,
-        }
-    }
-
-    pub fn dev(&self) -> (u32, u32) {
-        match self {
-            Event::Request { dev, .. }
-            | Event::Allocate { dev, .. }
-            | Event::Free { dev, .. }
-            | Event::Discard { dev, .. }
-            | Event::Search { dev, .. }
-            | Event::NewPa { dev, .. }
-            | Event::InodeCreate { dev, .. }
-            | Event::InodeFree { dev, .. }
-            | Event::Sync { dev, .. }
-            | Event::Commit { dev, .. } => *dev,
-        }
-    }
-
     /// The inode the event is about, if any (a jbd2 commit is about none).
     pub fn ino_mut(&mut self) -> Option<&mut u64> {
         match self {
@@ -129,7 +83,7 @@ impl Event {
             | Event::InodeCreate { ino, .. }
             | Event::InodeFree { ino, .. }
             | Event::Sync { ino, .. } => Some(ino),
-            Event::Commit { .. } => None,
+            Event::Commit => None,
         }
     }
 
@@ -250,10 +204,16 @@ pub fn parse_line(line: &str) -> Line {
         return Line::Ignored;
     };
     let head = &line[..at];
-    match parse_event(event, head, rest) {
-        Some(Some(event)) => Line::Event(Traced {
+    let pid = parse_pid(head);
+    match parse_event(event, rest) {
+        Some(Some((_, event))) if pid.is_none() && event.needs_pid() => {
+            Line::Malformed(line.to_string())
+        }
+        Some(Some((dev, event))) => Line::Event(Traced {
             ns: parse_ns(head).unwrap_or(0),
             cpu: parse_cpu(head).unwrap_or(0),
+            pid: pid.unwrap_or(0),
+            dev,
             event,
         }),
         Some(None) => Line::Ignored,
@@ -303,8 +263,9 @@ fn parse_triple(s: &str) -> Option<(u64, i64, u64, u64)> {
     Some((g, start, len, logical.parse().ok()?))
 }
 
-/// `None`: malformed. `Some(None)`: well formed but of no use (a jbd2 start of commit).
-fn parse_event(event: &str, head: &str, rest: &str) -> Option<Option<Event>> {
+/// The device and the event. `None`: malformed. `Some(None)`: well formed but of no use
+/// (a jbd2 start of commit).
+fn parse_event(event: &str, rest: &str) -> Option<Option<((u32, u32), Event)>> {
     let tokens: Vec<&str> = rest.split_whitespace().collect();
     let get = |key: &str| -> Option<&str> {
         tokens
@@ -317,14 +278,10 @@ fn parse_event(event: &str, head: &str, rest: &str) -> Option<Option<Event>> {
         let (a, b) = get("dev")?.split_once(',')?;
         (a.parse().ok()?, b.parse().ok()?)
     };
-    let pid = || parse_pid(head);
     if event.starts_with("jbd2_") {
         num("transaction")?;
         return Some(match event {
-            "jbd2_end_commit" => Some(Event::Commit {
-                pid: pid().unwrap_or(0),
-                dev,
-            }),
+            "jbd2_end_commit" => Some((dev, Event::Commit)),
             _ => None,
         });
     }
@@ -334,10 +291,8 @@ fn parse_event(event: &str, head: &str, rest: &str) -> Option<Option<Event>> {
         Some(v) if !matches!(v, "len" | "count" | "block" | "tail") => Flags::parse(v),
         _ => Flags::default(),
     };
-    Some(Some(match event {
+    let event = match event {
         "ext4_request_blocks" => Event::Request {
-            pid: pid()?,
-            dev,
             ino,
             flags,
             len: num("len")?,
@@ -345,8 +300,6 @@ fn parse_event(event: &str, head: &str, rest: &str) -> Option<Option<Event>> {
             goal: num("goal")?,
         },
         "ext4_allocate_blocks" => Event::Allocate {
-            pid: pid()?,
-            dev,
             ino,
             flags,
             len: num("len")?,
@@ -354,21 +307,13 @@ fn parse_event(event: &str, head: &str, rest: &str) -> Option<Option<Event>> {
             lblk: num("lblk")?,
         },
         "ext4_free_blocks" => Event::Free {
-            pid: pid().unwrap_or(0),
-            dev,
             ino,
             block: num("block")?,
             count: num("count")?,
             metadata: get("flags").is_some_and(|f| f.split('|').any(|x| x == "METADATA")),
         },
-        "ext4_discard_preallocations" => Event::Discard {
-            pid: pid().unwrap_or(0),
-            dev,
-            ino,
-        },
+        "ext4_discard_preallocations" => Event::Discard { ino },
         "ext4_mballoc_alloc" => Event::Search {
-            pid: pid()?,
-            dev,
             ino,
             orig_len: parse_triple(get("orig")?)?.2,
             goal_len: parse_triple(get("goal")?)?.2,
@@ -381,30 +326,33 @@ fn parse_event(event: &str, head: &str, rest: &str) -> Option<Option<Event>> {
             num("pstart")?;
             num("len")?;
             Event::NewPa {
-                pid: pid()?,
-                dev,
                 ino,
                 group: event == "ext4_mb_new_group_pa",
             }
         }
         "ext4_allocate_inode" => Event::InodeCreate {
-            pid: pid().unwrap_or(0),
-            dev,
             ino,
             dir: num("dir")?,
         },
-        "ext4_free_inode" => Event::InodeFree {
-            pid: pid().unwrap_or(0),
-            dev,
-            ino,
-        },
-        "ext4_sync_file_enter" => Event::Sync {
-            pid: pid().unwrap_or(0),
-            dev,
-            ino,
-        },
+        "ext4_free_inode" => Event::InodeFree { ino },
+        "ext4_sync_file_enter" => Event::Sync { ino },
         _ => return None,
-    }))
+    };
+    Some(Some((dev, event)))
+}
+
+impl Event {
+    /// Events whose task matters (a request and the decision and search events that follow
+    /// it on the same task): a line of one without a task is malformed.
+    fn needs_pid(&self) -> bool {
+        matches!(
+            self,
+            Event::Request { .. }
+                | Event::Allocate { .. }
+                | Event::Search { .. }
+                | Event::NewPa { .. }
+        )
+    }
 }
 
 #[cfg(test)]
@@ -431,12 +379,10 @@ mod tests {
             panic!("parses")
         };
         assert_eq!(t.ns, 4_898_381_905_000);
-        assert_eq!(t.cpu, 0);
+        assert_eq!((t.cpu, t.pid, t.dev), (0, 5327, (7, 1)));
         assert_eq!(
             t.event,
             Event::Request {
-                pid: 5327,
-                dev: (7, 1),
                 ino: 13,
                 flags: Flags {
                     data: true,
@@ -455,19 +401,10 @@ mod tests {
                 ..
             }
         ));
-        assert_eq!(
-            event(DISCARD),
-            Event::Discard {
-                pid: 9463,
-                dev: (7, 1),
-                ino: 12
-            }
-        );
+        assert_eq!(event(DISCARD), Event::Discard { ino: 12 });
         assert_eq!(
             event(MBALLOC),
             Event::Search {
-                pid: 5327,
-                dev: (7, 1),
                 ino: 13,
                 orig_len: 2048,
                 goal_len: 2048
@@ -502,36 +439,18 @@ mod tests {
     #[test]
     fn capture_only_events() {
         let commit = "jbd2/loop0-8-612 [000] ..... 10.5: jbd2_end_commit: dev 7,1 transaction 42 sync 0 head 40";
-        assert_eq!(
-            event(commit),
-            Event::Commit {
-                pid: 612,
-                dev: (7, 1)
-            }
-        );
+        let Line::Event(t) = parse_line(commit) else {
+            panic!("parses")
+        };
+        assert_eq!((t.pid, t.dev, t.event), (612, (7, 1), Event::Commit));
         let start =
             "jbd2/loop0-8-612 [000] ..... 10.4: jbd2_start_commit: dev 7,1 transaction 42 sync 0";
         assert_eq!(parse_line(start), Line::Ignored);
         let sync =
             "fio-7 [001] ..... 2.0: ext4_sync_file_enter: dev 7,1 ino 12 parent 2 datasync 0 ";
-        assert_eq!(
-            event(sync),
-            Event::Sync {
-                pid: 7,
-                dev: (7, 1),
-                ino: 12
-            }
-        );
+        assert_eq!(event(sync), Event::Sync { ino: 12 });
         let create = "cp-9 [000] ..... 2.0: ext4_allocate_inode: dev 7,1 ino 15 dir 2 mode 0100644";
-        assert_eq!(
-            event(create),
-            Event::InodeCreate {
-                pid: 9,
-                dev: (7, 1),
-                ino: 15,
-                dir: 2
-            }
-        );
+        assert_eq!(event(create), Event::InodeCreate { ino: 15, dir: 2 });
         let gone = "rm-9 [000] ..... 2.0: ext4_free_inode: dev 7,1 ino 15 mode 0100644 uid 0 gid 0 blocks 8";
         assert!(matches!(event(gone), Event::InodeFree { ino: 15, .. }));
         let pa = "cp-9 [000] ..... 2.0: ext4_mb_new_group_pa: dev 7,1 ino 15 pstart 1000 len 512 lstart 1000";
