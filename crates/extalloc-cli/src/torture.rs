@@ -53,17 +53,167 @@ fn used_blocks(store: &Store) -> BTreeSet<u64> {
     used
 }
 
-/// A committed transaction's changes to the model.
-fn apply(committed: &mut BTreeSet<u64>, ops: &[(bool, Extent)]) {
-    for &(allocated, e) in ops {
-        if allocated {
-            committed.extend(e.start..e.end());
-        } else {
-            (e.start..e.end()).for_each(|b| {
-                committed.remove(&b);
-            });
+/// What the torture believes the device holds.
+struct Model {
+    /// Blocks used right after mkfs (metadata).
+    baseline: BTreeSet<u64>,
+    /// Blocks owned by committed transactions.
+    committed: BTreeSet<u64>,
+    /// Payloads of the committed transactions, in order.
+    payloads: Vec<Vec<u8>>,
+    /// The open transaction across rounds (a round may end without a commit):
+    /// `(allocated?, extent)`.
+    open: Vec<(bool, Extent)>,
+}
+
+impl Model {
+    /// The open transaction's changes become committed.
+    fn commit_open(&mut self) {
+        for &(allocated, e) in &self.open {
+            if allocated {
+                self.committed.extend(e.start..e.end());
+            } else {
+                (e.start..e.end()).for_each(|b| {
+                    self.committed.remove(&b);
+                });
+            }
         }
+        self.open.clear();
     }
+
+    /// Committed blocks no one has freed in the open transaction: what workers may free.
+    fn free_pool(&self) -> Vec<u64> {
+        let freed_open: BTreeSet<u64> = self
+            .open
+            .iter()
+            .filter(|(a, _)| !a)
+            .flat_map(|(_, e)| e.start..e.end())
+            .collect();
+        self.committed
+            .iter()
+            .copied()
+            .filter(|b| !freed_open.contains(b))
+            .collect()
+    }
+
+    /// Allocations of `ops` that hand out a block the model holds, or one handed out
+    /// already in the open transaction or this round.
+    fn double_allocations(&self, ops: &[(bool, Extent)]) -> u64 {
+        let mut seen: BTreeSet<u64> = self
+            .open
+            .iter()
+            .filter(|(a, _)| *a)
+            .flat_map(|(_, e)| e.start..e.end())
+            .collect();
+        ops.iter()
+            .filter(|(allocated, e)| {
+                *allocated
+                    && (e.start..e.end()).any(|b| {
+                        self.committed.contains(&b) || self.baseline.contains(&b) || !seen.insert(b)
+                    })
+            })
+            .count() as u64
+    }
+
+    /// After a reopen that replayed `records`: blocks `(lost, leaked)` against the model
+    /// (an uncommitted transaction of a crash inside a commit may have survived whole, and
+    /// then counts as committed), and the replayed payloads must be the newest committed
+    /// ones in order.
+    fn check_reopened(
+        &mut self,
+        reopened: &Store,
+        records: &[extalloc::journal::Record],
+        round_payload: &[u8],
+    ) -> Result<(u64, u64)> {
+        reopened.allocator().check()?;
+        let used = used_blocks(reopened);
+        let survived_whole = records.last().is_some_and(|r| {
+            self.payloads.last().map(Vec::as_slice) != Some(&r.payload[..])
+                && r.payload == round_payload
+        });
+        if survived_whole {
+            self.commit_open();
+            self.payloads.push(round_payload.to_vec());
+        }
+        let mut expect = self.baseline.clone();
+        expect.extend(self.committed.iter().copied());
+        let lost = expect.difference(&used).count() as u64;
+        let leaked = used.difference(&expect).count() as u64;
+        if lost + leaked == 0 {
+            let tail = &self.payloads[self.payloads.len().saturating_sub(records.len())..];
+            if records.len() > self.payloads.len()
+                || records.iter().map(|r| &r.payload).ne(tail.iter())
+            {
+                bail!("replayed payloads out of order");
+            }
+        }
+        self.open.clear();
+        Ok((lost, leaked))
+    }
+}
+
+/// One round's operations from `threads` threads at once: allocations, frees of blocks of
+/// `pool` (committed, not yet freed), and frees of what the thread allocated itself in
+/// this transaction. Returns `(allocated?, extent)` of each.
+fn round_ops(
+    store: &Store,
+    pool: Vec<u64>,
+    threads: usize,
+    seed: u64,
+    round: u64,
+) -> Vec<(bool, Extent)> {
+    let pool = Mutex::new(pool);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let pool = &pool;
+                let mut r = rand::rngs::StdRng::seed_from_u64(seed ^ (round << 8) ^ t as u64);
+                s.spawn(move || {
+                    let mut mine = Vec::new();
+                    for _ in 0..r.gen_range(1..12) {
+                        let fresh: Vec<usize> = (0..mine.len())
+                            .filter(|&i| {
+                                let (allocated, e): (bool, Extent) = mine[i];
+                                allocated && !mine.contains(&(false, e))
+                            })
+                            .collect();
+                        if r.gen_bool(0.6) {
+                            let len = r.gen_range(1..16);
+                            if let Ok(e) = store.allocate(&AllocRequest::new(t as u64, len)) {
+                                mine.push((true, e));
+                            }
+                        } else if !fresh.is_empty() && r.gen_bool(0.3) {
+                            // Free what this transaction allocated: its record then holds
+                            // both, which replay and checkpoints must order right.
+                            let (_, e) = mine[fresh[r.gen_range(0..fresh.len())]];
+                            store
+                                .free(e)
+                                .expect("a block allocated in this transaction frees");
+                            mine.push((false, e));
+                        } else {
+                            let b = {
+                                let mut p = pool.lock();
+                                if p.is_empty() {
+                                    continue;
+                                }
+                                let i = r.gen_range(0..p.len());
+                                p.swap_remove(i)
+                            };
+                            store
+                                .free(Extent::new(b, 1))
+                                .expect("a committed block frees");
+                            mine.push((false, Extent::new(b, 1)));
+                        }
+                    }
+                    mine
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("worker panicked"))
+            .collect()
+    })
 }
 
 pub fn run(crashes: u64, seed: u64, threads: usize) -> Result<Outcome> {
@@ -76,101 +226,26 @@ pub fn run(crashes: u64, seed: u64, threads: usize) -> Result<Outcome> {
         16,
         Policy::default(),
     )?);
-    let baseline = used_blocks(store.as_ref().expect("open"));
+    let mut model = Model {
+        baseline: used_blocks(store.as_ref().expect("open")),
+        committed: BTreeSet::new(),
+        payloads: Vec::new(),
+        open: Vec::new(),
+    };
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut committed: BTreeSet<u64> = BTreeSet::new();
-    let mut payloads: Vec<Vec<u8>> = Vec::new();
     let mut out = Outcome::default();
     let mut round = 0u64;
-    // The open transaction across rounds (a round may end without a commit).
-    let mut open: Vec<(bool, Extent)> = Vec::new();
     while out.crashes < crashes {
         round += 1;
-        // Concurrent operations: each thread takes blocks to free from a shared pool.
-        let freed_open: BTreeSet<u64> = open
-            .iter()
-            .filter(|(a, _)| !a)
-            .flat_map(|(_, e)| e.start..e.end())
-            .collect();
-        let pool = Mutex::new(
-            committed
-                .iter()
-                .copied()
-                .filter(|b| !freed_open.contains(b))
-                .collect::<Vec<u64>>(),
-        );
         let st = store.as_ref().expect("open");
-        let ops: Vec<(bool, Extent)> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..threads)
-                .map(|t| {
-                    let (store, pool) = (st, &pool);
-                    let mut r = rand::rngs::StdRng::seed_from_u64(seed ^ (round << 8) ^ t as u64);
-                    s.spawn(move || {
-                        let mut mine = Vec::new();
-                        for _ in 0..r.gen_range(1..12) {
-                            let fresh: Vec<usize> = (0..mine.len())
-                                .filter(|&i| {
-                                    let (allocated, e): (bool, Extent) = mine[i];
-                                    allocated && !mine.contains(&(false, e))
-                                })
-                                .collect();
-                            if r.gen_bool(0.6) {
-                                let len = r.gen_range(1..16);
-                                if let Ok(e) = store.allocate(&AllocRequest::new(t as u64, len)) {
-                                    mine.push((true, e));
-                                }
-                            } else if !fresh.is_empty() && r.gen_bool(0.3) {
-                                // Free what this transaction allocated: its record then
-                                // holds both, which replay and checkpoints must order right.
-                                let (_, e) = mine[fresh[r.gen_range(0..fresh.len())]];
-                                store
-                                    .free(e)
-                                    .expect("a block allocated in this transaction frees");
-                                mine.push((false, e));
-                            } else {
-                                let b = {
-                                    let mut p = pool.lock();
-                                    if p.is_empty() {
-                                        continue;
-                                    }
-                                    let i = r.gen_range(0..p.len());
-                                    p.swap_remove(i)
-                                };
-                                store
-                                    .free(Extent::new(b, 1))
-                                    .expect("a committed block frees");
-                                mine.push((false, Extent::new(b, 1)));
-                            }
-                        }
-                        mine
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .flat_map(|h| h.join().expect("worker panicked"))
-                .collect()
-        });
-        // No block may be handed out twice: not one the model holds, not one of this round.
-        let mut seen: BTreeSet<u64> = open
-            .iter()
-            .filter(|(a, _)| *a)
-            .flat_map(|(_, e)| e.start..e.end())
-            .collect();
-        for (allocated, e) in &ops {
-            if *allocated
-                && (e.start..e.end())
-                    .any(|b| committed.contains(&b) || baseline.contains(&b) || !seen.insert(b))
-            {
-                out.double_allocated += 1;
-            }
-        }
-        open.extend(ops);
+        let ops = round_ops(st, model.free_pool(), threads, seed, round);
+        out.double_allocated += model.double_allocations(&ops);
+        model.open.extend(ops);
         let action = rng.gen_range(0..10);
         let mut crash_now = action == 9;
+        let payload = format!("round {round}").into_bytes();
         // A checkpoint needs a closed transaction: commit first.
-        if action < 7 || action == 9 || (action < 9 && !open.is_empty()) {
-            let payload = format!("round {round}").into_bytes();
+        if action < 7 || action == 9 || (action < 9 && !model.open.is_empty()) {
             let in_commit = action == 9 && rng.gen_bool(0.5);
             if in_commit {
                 // Fail somewhere inside the commit (or the checkpoint a full journal makes it
@@ -180,9 +255,8 @@ pub fn run(crashes: u64, seed: u64, threads: usize) -> Result<Outcome> {
             match st.commit(&payload) {
                 Ok(_) => {
                     out.commits += 1;
-                    apply(&mut committed, &open);
-                    open.clear();
-                    payloads.push(payload);
+                    model.commit_open();
+                    model.payloads.push(payload.clone());
                 }
                 Err(_) if in_commit => crash_now = true,
                 Err(e) => bail!("commit failed without an injected fault: {e}"),
@@ -192,7 +266,7 @@ pub fn run(crashes: u64, seed: u64, threads: usize) -> Result<Outcome> {
         // full journals force inside commits do most of the work, and a reopen often
         // replays records written after one.
         let checkpoint = (7..9).contains(&action) && (seed % 2 == 1 || rng.gen_bool(0.1));
-        if checkpoint && open.is_empty() {
+        if checkpoint && model.open.is_empty() {
             st.checkpoint()?;
             out.checkpoints += 1;
             if rng.gen_bool(0.5) {
@@ -218,23 +292,9 @@ pub fn run(crashes: u64, seed: u64, threads: usize) -> Result<Outcome> {
                 bail!("crash {}: the device did not reopen: {e}", out.crashes);
             }
         };
-        reopened.allocator().check()?;
-        let used = used_blocks(&reopened);
-        let mut expect = baseline.clone();
-        expect.extend(committed.iter().copied());
-        // The uncommitted transaction of a crash inside a commit may have survived whole.
-        let survived_whole = records.last().is_some_and(|r| {
-            payloads.last() != Some(&r.payload)
-                && r.payload == format!("round {round}").into_bytes()
-        });
-        if survived_whole {
-            apply(&mut committed, &open);
-            payloads.push(format!("round {round}").into_bytes());
-            expect = baseline.clone();
-            expect.extend(committed.iter().copied());
-        }
-        let lost = expect.difference(&used).count() as u64;
-        let leaked = used.difference(&expect).count() as u64;
+        let (lost, leaked) = model
+            .check_reopened(&reopened, &records, &payload)
+            .map_err(|e| anyhow::anyhow!("crash {}: {e}", out.crashes))?;
         out.lost += lost;
         out.leaked += leaked;
         if lost + leaked > 0 {
@@ -247,12 +307,7 @@ pub fn run(crashes: u64, seed: u64, threads: usize) -> Result<Outcome> {
             out.seconds = started.elapsed().as_secs_f64();
             return Ok(out);
         }
-        let tail = &payloads[payloads.len().saturating_sub(records.len())..];
-        if records.len() > payloads.len() || records.iter().map(|r| &r.payload).ne(tail.iter()) {
-            bail!("crash {}: replayed payloads out of order", out.crashes);
-        }
         out.recovered += 1;
-        open.clear();
         store = Some(reopened);
     }
     out.seconds = started.elapsed().as_secs_f64();
