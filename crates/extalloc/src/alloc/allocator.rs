@@ -29,7 +29,7 @@
 use super::class::{self, Lifetime, SizeClass};
 use super::file::PreallocRegistry;
 use super::lazy::{BitmapSource, GroupSummary, Lazy, LOADED};
-use super::policy::{FreeList, Policy, StreamStart};
+use super::policy::{Policy, StreamStart};
 use super::stats::{Pass, Shard, Stats, StatsSnapshot};
 use crate::error::{Error, Result};
 use crate::geometry::{Extent, Geometry};
@@ -121,11 +121,11 @@ pub struct Allocator {
     pub(super) policy: Policy,
     /// One [`Group`] per group, a cache line each: see `memory_per_unloaded_group`.
     pub(super) groups: Box<[Group]>,
-    by_largest: OrderIndex,
-    by_avg: OrderIndex,
+    pub(super) by_largest: OrderIndex,
+    pub(super) by_avg: OrderIndex,
     /// Groups by the order of their free block count (`slow_pass_index`): pass 4 (`free >=
     /// want`) looks only at groups of the request's order or above.
-    by_free: OrderIndex,
+    pub(super) by_free: OrderIndex,
     /// Stream goals: `stream_goals_per_class` of them per size class (one class without
     /// size classes).
     stream_goals: Box<[CachePadded<AtomicU64>]>,
@@ -136,7 +136,7 @@ pub struct Allocator {
     pub(super) dirty: AtomicBitset,
     /// Per size-class tag (index `tag - 1`), the groups carrying it (empty without size
     /// classes).
-    by_tag: Box<[AtomicBitset]>,
+    pub(super) by_tag: Box<[AtomicBitset]>,
     /// Current transaction: frees are stamped with it; `commit()` advances it.
     pub(super) txn: CachePadded<AtomicU64>,
     pub(super) commit_lock: Mutex<()>,
@@ -155,7 +155,7 @@ pub struct Allocator {
     /// Groups changed since their home copy was written (an allocator opened over a device).
     home_dirty: Option<AtomicBitset>,
     /// Groups whose bitmap failed its checks when loaded: held all used.
-    corrupt: AtomicBitset,
+    pub(super) corrupt: AtomicBitset,
 }
 
 fn floor_log2(n: u64) -> u32 {
@@ -163,7 +163,7 @@ fn floor_log2(n: u64) -> u32 {
 }
 
 /// The set of `by_free` a group of `free` blocks is in.
-fn free_order(free: u32) -> Option<u32> {
+pub(super) fn free_order(free: u32) -> Option<u32> {
     (free > 0).then(|| floor_log2(u64::from(free)))
 }
 
@@ -773,7 +773,7 @@ impl Allocator {
     }
 
     /// Passes 4 and 5 walk indexes too (`slow_pass_index` with ordered indexes).
-    fn slow_indexed(&self) -> bool {
+    pub(super) fn slow_indexed(&self) -> bool {
         self.policy.slow_pass_index && self.policy.optimize_scan && self.policy.ordered_index
     }
 
@@ -1304,170 +1304,5 @@ impl Allocator {
     /// preallocations).
     pub(super) fn shard_index(&self) -> usize {
         self.stats.shard_index()
-    }
-
-    /// Recomputes every cached figure and compares (call at quiescence: no other thread may
-    /// allocate, free or commit meanwhile).
-    pub fn check(&self) -> Result<()> {
-        let fail = |msg: String| Err(Error::Invariant(msg));
-        self.check_preallocations()?;
-        let mut pending_total = 0u64;
-        let md = self.md.lock();
-        let largest_members = if self.policy.optimize_scan {
-            Some(self.by_largest.membership().map_err(Error::Invariant)?)
-        } else {
-            None
-        };
-        let avg_members = if self.policy.optimize_scan {
-            Some(self.by_avg.membership().map_err(Error::Invariant)?)
-        } else {
-            None
-        };
-        let free_members = if self.slow_indexed() {
-            Some(self.by_free.membership().map_err(Error::Invariant)?)
-        } else {
-            None
-        };
-        if let Err(e) = self.dirty.check() {
-            return fail(e);
-        }
-        for set in self.by_tag.iter() {
-            set.check().map_err(Error::Invariant)?;
-        }
-        for (g, group) in self.groups.iter().enumerate() {
-            let slot = group.try_lock().ok_or_else(|| {
-                Error::Invariant(format!("group {g} is locked during check: not quiescent"))
-            })?;
-            if self.is_loaded(g as u64) != slot.is_some() {
-                return fail(format!(
-                    "group {g}: load state says loaded={}, bitmap present={}",
-                    self.is_loaded(g as u64),
-                    slot.is_some()
-                ));
-            }
-            if let Some(m) = &free_members {
-                if m[g] != free_order(group.free_blocks()) {
-                    return fail(format!(
-                        "group {g}: in free-count set {:?}, mirror says {} free",
-                        m[g],
-                        group.free_blocks()
-                    ));
-                }
-            }
-            let Some(state) = slot.as_deref() else {
-                // Unloaded: its figures are its descriptor's; the indexes must agree.
-                if let Some(m) = &largest_members {
-                    if m[g] != group.largest_order() {
-                        return fail(format!("group {g} (unloaded): largest-order set disagrees"));
-                    }
-                }
-                if let Some(m) = &avg_members {
-                    if m[g] != group.avg_order() {
-                        return fail(format!("group {g} (unloaded): average-order set disagrees"));
-                    }
-                }
-                for (i, set) in self.by_tag.iter().enumerate() {
-                    if set.contains(g as u64) != (usize::from(group.class_tag()) == i + 1) {
-                        return fail(format!("group {g} (unloaded): tag sets disagree"));
-                    }
-                }
-                continue;
-            };
-            if self.corrupt.contains(g as u64) && group.free_blocks() != 0 {
-                return fail(format!("group {g}: corrupt but offers free blocks"));
-            }
-            let b = &state.bitmap;
-            b.check()
-                .map_err(|e| Error::Invariant(format!("group {g}: {e}")))?;
-            for (i, set) in self.by_tag.iter().enumerate() {
-                if set.contains(g as u64) != (usize::from(group.class_tag()) == i + 1) {
-                    return fail(format!(
-                        "group {g}: tag {} but in the set of tag {}: {}",
-                        group.class_tag(),
-                        i + 1,
-                        set.contains(g as u64)
-                    ));
-                }
-            }
-            if group.class_tag() != 0 && b.free_blocks() == b.len_blocks() {
-                return fail(format!("group {g}: empty but tagged {}", group.class_tag()));
-            }
-            if group.free_blocks() != b.free_blocks() {
-                return fail(format!(
-                    "group {g}: mirror free {} != {}",
-                    group.free_blocks(),
-                    b.free_blocks()
-                ));
-            }
-            if group.largest_order() != b.largest_free_order() {
-                return fail(format!("group {g}: mirror largest order disagrees"));
-            }
-            let zombie_ok = self.policy.zombie_groups && b.free_blocks() == 0;
-            if group.avg_order() != b.avg_fragment_order() && !zombie_ok {
-                return fail(format!(
-                    "group {g}: mirror average fragment order disagrees"
-                ));
-            }
-            if let Some(m) = &largest_members {
-                if m[g] != b.largest_free_order() {
-                    return fail(format!(
-                        "group {g}: in largest-order set {:?}, summary says {:?}",
-                        m[g],
-                        b.largest_free_order()
-                    ));
-                }
-            }
-            if let Some(m) = &avg_members {
-                if m[g] != group.avg_order() {
-                    return fail(format!(
-                        "group {g}: in average-order set {:?}, mirror says {:?}",
-                        m[g],
-                        group.avg_order()
-                    ));
-                }
-            }
-            let mut prev_end = 0u32;
-            for (&off, p) in &state.pending {
-                if p.len == 0 || off < prev_end {
-                    return fail(format!(
-                        "group {g}: pending free at {off} overlaps or is empty"
-                    ));
-                }
-                if !b.range_is_used(off, p.len) {
-                    return fail(format!(
-                        "group {g}: pending free {off}+{} is not marked used",
-                        p.len
-                    ));
-                }
-                if self.policy.free_list == FreeList::Global
-                    && !md.freed.contains(&(g as u64, p.id))
-                {
-                    return fail(format!(
-                        "group {g}: pending free {off} is missing from the global list"
-                    ));
-                }
-                prev_end = off + p.len;
-                pending_total += u64::from(p.len);
-            }
-            if self.policy.free_list == FreeList::PerGroup
-                && !state.pending.is_empty()
-                && !self.dirty.contains(g as u64)
-            {
-                return fail(format!(
-                    "group {g}: has pending frees but is not marked dirty"
-                ));
-            }
-        }
-        let counted = if self.policy.atomic_pending {
-            self.pending_blocks.load(Relaxed)
-        } else {
-            md.pending_blocks
-        };
-        if counted != pending_total {
-            return fail(format!(
-                "pending counter {counted} but groups hold {pending_total}"
-            ));
-        }
-        Ok(())
     }
 }

@@ -4,15 +4,15 @@
 //!
 //! - [`FileAlloc`]: one file's allocation state under a reader/writer lock: its logical size,
 //!   its mapped extents (`logical start -> physical extent`) and its preallocations (PAs).
-//! - `Pa`: blocks reserved for a file beyond what it asked, at a fixed logical position
-//!   (`lstart .. lstart + len` maps to `pstart ..`), with a bitmap of the blocks already handed
-//!   to the file. Kept in an ordered tree keyed by logical start (`prealloc_index=tree`,
-//!   O(log n) lookup, overlap check and trimming) or in ext4's old list (`prealloc_index=list`,
-//!   O(n), capped at 512 entries by discarding the oldest).
-//! - Locality PAs: per shard (the calling thread's, or the slot a request names, e.g. a
-//!   traced CPU), one reserved chunk of `locality_prealloc_blocks` that small files carve
-//!   their blocks from, so small files written together sit together; and up to
-//!   `locality_leftovers` ends of earlier chunks, served best fit to files that fit them.
+//! - `Pa` (`pa.rs`): blocks reserved for a file beyond what it asked, at a fixed logical
+//!   position (`lstart .. lstart + len` maps to `pstart ..`), with a bitmap of the blocks
+//!   already handed to the file. Kept in an ordered tree keyed by logical start
+//!   (`prealloc_index=tree`, O(log n) lookup, overlap check and trimming) or in ext4's old
+//!   list (`prealloc_index=list`, O(n), capped at 512 entries by discarding the oldest).
+//! - Locality PAs (`locality.rs`): per shard (the calling thread's, or the slot a request
+//!   names, e.g. a traced CPU), one reserved chunk of `locality_prealloc_blocks` that small
+//!   files carve their blocks from, so small files written together sit together; and up
+//!   to `locality_leftovers` ends of earlier chunks, served best fit to files that fit them.
 //!
 //! # Invariants (checked by [`Allocator::check_file`])
 //!
@@ -45,6 +45,8 @@
 
 use super::allocator::{AllocRequest, Allocator};
 use super::class::Lifetime;
+use super::locality::Locality;
+use super::pa::{Pa, PaSet};
 use super::stats::SHARDS;
 use crate::error::{Error, Result};
 use crate::geometry::{Extent, DEVICE_BLOCKS_MAX};
@@ -52,12 +54,6 @@ use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
-
-/// ext4's cap on a file's PA list before trimming (`s_mb_max_inode_prealloc`).
-pub const PREALLOC_LIST_MAX: usize = 512;
-/// The list is trimmed back to the cap once it exceeds the cap by this much, as ext4 does
-/// (a quarter of the cap plus one), so trimming is not paid on every insert.
-const PREALLOC_LIST_SLACK: usize = PREALLOC_LIST_MAX / 4 + 1;
 
 /// Normalisation buckets, in bytes: 16 KiB, 32 KiB, ... 8 MiB.
 const BUCKET_BYTES_MIN: u64 = 16 << 10;
@@ -130,226 +126,6 @@ impl DataRequest {
     pub fn lifetime(mut self, lifetime: Lifetime) -> Self {
         self.lifetime = lifetime;
         self
-    }
-}
-
-/// A preallocation: `len` blocks reserved at logical `lstart`, physical `pstart`.
-#[derive(Debug, Clone)]
-struct Pa {
-    lstart: u64,
-    pstart: u64,
-    len: u64,
-    /// Bit `i` set: block `lstart + i` has been handed to the file. One inline word holds
-    /// the bits of PAs up to 64 blocks (most of them), so those need no second allocation.
-    used: UsedBits,
-    used_count: u64,
-}
-
-#[derive(Debug, Clone)]
-enum UsedBits {
-    Inline(u64),
-    Heap(Box<[u64]>),
-}
-
-impl UsedBits {
-    fn new(len: u64) -> Self {
-        if len <= 64 {
-            UsedBits::Inline(0)
-        } else {
-            UsedBits::Heap(vec![0; len.div_ceil(64) as usize].into_boxed_slice())
-        }
-    }
-
-    fn words(&self) -> &[u64] {
-        match self {
-            UsedBits::Inline(w) => std::slice::from_ref(w),
-            UsedBits::Heap(v) => v,
-        }
-    }
-
-    fn words_mut(&mut self) -> &mut [u64] {
-        match self {
-            UsedBits::Inline(w) => std::slice::from_mut(w),
-            UsedBits::Heap(v) => v,
-        }
-    }
-}
-
-impl Pa {
-    fn new(lstart: u64, pstart: u64, len: u64) -> Self {
-        Pa {
-            lstart,
-            pstart,
-            len,
-            used: UsedBits::new(len),
-            used_count: 0,
-        }
-    }
-
-    fn lend(&self) -> u64 {
-        self.lstart + self.len
-    }
-
-    fn is_used(&self, i: u64) -> bool {
-        self.used.words()[(i / 64) as usize] & (1 << (i % 64)) != 0
-    }
-
-    fn mark_used(&mut self, from: u64, n: u64) {
-        for i in from..from + n {
-            debug_assert!(!self.is_used(i), "PA block handed out twice");
-            self.used.words_mut()[(i / 64) as usize] |= 1 << (i % 64);
-        }
-        self.used_count += n;
-    }
-
-    /// Unused blocks from `i` on, at most `max`.
-    fn unused_run(&self, i: u64, max: u64) -> u64 {
-        (i..self.len.min(i + max))
-            .take_while(|&j| !self.is_used(j))
-            .count() as u64
-    }
-
-    /// Maximal runs `(offset, len)` of unused blocks.
-    fn unused_runs(&self) -> Vec<(u64, u64)> {
-        let mut runs = Vec::new();
-        let mut i = 0;
-        while i < self.len {
-            if self.is_used(i) {
-                i += 1;
-                continue;
-            }
-            let n = self.unused_run(i, self.len);
-            runs.push((i, n));
-            i += n;
-        }
-        runs
-    }
-
-    fn unused(&self) -> u64 {
-        self.len - self.used_count
-    }
-}
-
-/// A file's PAs.
-enum PaSet {
-    /// Keyed by logical start.
-    Tree(BTreeMap<u64, Pa>),
-    /// ext4's list before 6.4, oldest first, searched newest first: one heap node per PA,
-    /// and every walk takes each visited PA's lock, as ext4's walks took `pa_lock` (they ran
-    /// under RCU, beside concurrent users of the same PA). Normalisation walks all of it.
-    /// The boxes are deliberate: each PA is its own allocation, as a list node is.
-    #[allow(clippy::vec_box)]
-    List(Vec<Box<Mutex<Pa>>>),
-}
-
-impl PaSet {
-    fn new(tree: bool) -> Self {
-        if tree {
-            PaSet::Tree(BTreeMap::new())
-        } else {
-            PaSet::List(Vec::new())
-        }
-    }
-
-    fn len(&self) -> usize {
-        match self {
-            PaSet::Tree(t) => t.len(),
-            PaSet::List(l) => l.len(),
-        }
-    }
-
-    /// Copies of the PAs (for checks and reports, not the hot path).
-    fn snapshot(&self) -> Vec<Pa> {
-        match self {
-            PaSet::Tree(t) => t.values().cloned().collect(),
-            PaSet::List(l) => l.iter().map(|pa| pa.lock().clone()).collect(),
-        }
-    }
-
-    /// The PA whose logical range holds `l`.
-    fn covering_mut(&mut self, l: u64) -> Option<&mut Pa> {
-        match self {
-            PaSet::Tree(t) => t
-                .range_mut(..=l)
-                .next_back()
-                .map(|(_, pa)| pa)
-                .filter(|pa| pa.lend() > l),
-            PaSet::List(list) => {
-                let i = list.iter().rposition(|pa| {
-                    let pa = pa.lock();
-                    pa.lstart <= l && l < pa.lend()
-                })?;
-                Some(list[i].get_mut())
-            }
-        }
-    }
-
-    /// Shrinks the window `ws .. we` around `logical` (which no PA covers) so it overlaps
-    /// no PA.
-    fn clamp(&self, logical: u64, mut ws: u64, mut we: u64) -> (u64, u64) {
-        let mut fit = |pa: &Pa| {
-            if pa.lend() <= logical {
-                ws = ws.max(pa.lend());
-            } else if pa.lstart > logical {
-                we = we.min(pa.lstart);
-            }
-        };
-        match self {
-            PaSet::Tree(t) => {
-                if let Some((_, pa)) = t.range(..=logical).next_back() {
-                    fit(pa);
-                }
-                if let Some((_, pa)) = t.range(logical + 1..).next() {
-                    fit(pa);
-                }
-            }
-            PaSet::List(list) => list.iter().for_each(|pa| fit(&pa.lock())),
-        }
-        (ws, we)
-    }
-
-    /// Adds a PA; returns PAs the list cap pushes out (to be discarded).
-    fn insert(&mut self, pa: Pa) -> Vec<Pa> {
-        match self {
-            PaSet::Tree(t) => {
-                t.insert(pa.lstart, pa);
-                Vec::new()
-            }
-            PaSet::List(list) => {
-                list.push(Box::new(Mutex::new(pa)));
-                if list.len() > PREALLOC_LIST_MAX + PREALLOC_LIST_SLACK {
-                    let excess = list.len() - PREALLOC_LIST_MAX;
-                    list.drain(..excess).map(|pa| pa.into_inner()).collect()
-                } else {
-                    Vec::new()
-                }
-            }
-        }
-    }
-
-    fn take_all(&mut self) -> Vec<Pa> {
-        match self {
-            PaSet::Tree(t) => std::mem::take(t).into_values().collect(),
-            PaSet::List(l) => std::mem::take(l)
-                .into_iter()
-                .map(|pa| pa.into_inner())
-                .collect(),
-        }
-    }
-
-    /// Drops PAs whose blocks are all used.
-    fn remove_exhausted(&mut self, lstart: u64) {
-        match self {
-            PaSet::Tree(t) => {
-                if t.get(&lstart).is_some_and(|pa| pa.unused() == 0) {
-                    t.remove(&lstart);
-                }
-            }
-            PaSet::List(l) => l.retain_mut(|pa| {
-                let pa = pa.get_mut();
-                pa.lstart != lstart || pa.unused() > 0
-            }),
-        }
     }
 }
 
@@ -432,23 +208,7 @@ impl FileAlloc {
 pub(crate) struct PreallocRegistry {
     files: Mutex<RegisteredFiles>,
     /// Per shard: what is left of its locality chunk, and earlier chunks' leftovers.
-    locality: Box<[CachePadded<Mutex<Locality>>]>,
-}
-
-/// One shard's locality preallocation.
-#[derive(Default)]
-struct Locality {
-    /// The chunk small files carve from, front first.
-    current: Option<Extent>,
-    /// Ends of earlier chunks too short for the request that retired them, kept (at most
-    /// `locality_leftovers`) for smaller files, as ext4 keeps its group preallocations.
-    leftovers: Vec<Extent>,
-}
-
-impl Locality {
-    fn extents(&self) -> impl Iterator<Item = Extent> + '_ {
-        self.current.iter().chain(self.leftovers.iter()).copied()
-    }
+    pub(super) locality: Box<[CachePadded<Mutex<Locality>>]>,
 }
 
 #[derive(Default)]
@@ -664,81 +424,6 @@ impl Allocator {
             }
         }
         Ok(extent)
-    }
-
-    /// Carves `len` blocks from locality chunk `slot` (the calling thread's shard, or the
-    /// request's `locality`), replacing the chunk when it is too short.
-    fn carve_locality(
-        &self,
-        file: u64,
-        len: u64,
-        lifetime: Lifetime,
-        slot: usize,
-    ) -> Result<Extent> {
-        let shard = &self.prealloc.locality[slot];
-        let mut loc = shard.lock();
-        if loc.current.is_none_or(|c| c.len < len) {
-            // The smallest leftover that holds the request, as ext4 picks among its group
-            // preallocations.
-            let fit = (0..loc.leftovers.len())
-                .filter(|&i| loc.leftovers[i].len >= len)
-                .min_by_key(|&i| (loc.leftovers[i].len, loc.leftovers[i].start));
-            if let Some(i) = fit {
-                let piece = &mut loc.leftovers[i];
-                let extent = Extent::new(piece.start, len);
-                piece.start += len;
-                piece.len -= len;
-                if piece.len == 0 {
-                    loc.leftovers.swap_remove(i);
-                }
-                return Ok(extent);
-            }
-            let goal = loc.current.map(|c| c.end());
-            if let Some(rest) = loc.current.take() {
-                self.retire_locality(&mut loc, rest)?;
-            }
-            let want = self
-                .policy
-                .locality_prealloc_blocks
-                .max(len)
-                .min(self.geometry.group_blocks);
-            let mut req = AllocRequest::new(file, want)
-                .min_len(len)
-                .lifetime(lifetime);
-            req.class_len = len;
-            if let Some(g) = goal.filter(|&g| g < self.geometry.blocks_count) {
-                req = req.goal(g);
-            }
-            loc.current = Some(self.allocate(&req)?);
-        }
-        let c = loc.current.as_mut().expect("chunk was just filled");
-        let extent = Extent::new(c.start, len);
-        c.start += len;
-        c.len -= len;
-        if c.len == 0 {
-            loc.current = None;
-        }
-        Ok(extent)
-    }
-
-    /// A chunk too short for a request: kept as a leftover for smaller files, or released
-    /// (the smallest leftover goes when more than `locality_leftovers` would be kept).
-    fn retire_locality(&self, loc: &mut Locality, rest: Extent) -> Result<()> {
-        if self.policy.locality_leftovers == 0 {
-            return self.release_reserved(rest);
-        }
-        loc.leftovers.push(rest);
-        if loc.leftovers.len() > self.policy.locality_leftovers as usize {
-            let (i, _) = loc
-                .leftovers
-                .iter()
-                .enumerate()
-                .min_by_key(|(_, e)| (e.len, e.start))
-                .expect("not empty");
-            let smallest = loc.leftovers.swap_remove(i);
-            self.release_reserved(smallest)?;
-        }
-        Ok(())
     }
 
     /// Discards every PA of the file: unused blocks return to the free space at once.

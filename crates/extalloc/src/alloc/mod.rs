@@ -1,10 +1,15 @@
-//! The allocator: requests, stream goals, criteria passes, deferred frees, policies, stats.
+//! The allocator: requests, stream goals, criteria passes (`allocator.rs`), `check()`
+//! (`check.rs`), deferred frees, files (`file.rs`) with their preallocations (`pa.rs`) and
+//! locality chunks (`locality.rs`), lazy loading, policies, stats.
 
 mod allocator;
+mod check;
 mod class;
 mod file;
 mod free;
 mod lazy;
+mod locality;
+mod pa;
 mod policy;
 mod space;
 mod stats;

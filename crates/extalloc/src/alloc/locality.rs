@@ -1,0 +1,112 @@
+//! Locality preallocations: small files written together sit together.
+//!
+//! # Data structures
+//!
+//! - [`Locality`]: per shard (the calling thread's, or the slot a `DataRequest` names, e.g.
+//!   a traced CPU), behind the shard's lock in the file layer's registry: the chunk small
+//!   files carve from, front first, and up to `locality_leftovers` ends of earlier chunks.
+//!
+//! # Invariant (checked by `Allocator::check_preallocations`)
+//!
+//! Every extent a `Locality` holds is reserved: marked used in its group, handed to no
+//! file, not pending. Carving moves blocks from the chunk to a file; retiring releases them.
+//!
+//! Lock order: file lock -> locality shard lock -> group locks -> global lock.
+
+use super::allocator::{AllocRequest, Allocator};
+use super::class::Lifetime;
+use crate::error::Result;
+use crate::geometry::Extent;
+
+/// One shard's locality preallocation.
+#[derive(Default)]
+pub(crate) struct Locality {
+    /// The chunk small files carve from, front first.
+    pub(crate) current: Option<Extent>,
+    /// Ends of earlier chunks too short for the request that retired them, kept (at most
+    /// `locality_leftovers`) for smaller files, as ext4 keeps its group preallocations.
+    pub(crate) leftovers: Vec<Extent>,
+}
+
+impl Locality {
+    pub(crate) fn extents(&self) -> impl Iterator<Item = Extent> + '_ {
+        self.current.iter().chain(self.leftovers.iter()).copied()
+    }
+}
+
+impl Allocator {
+    /// Carves `len` blocks from locality chunk `slot` (the calling thread's shard, or the
+    /// request's `locality`), replacing the chunk when it is too short.
+    pub(super) fn carve_locality(
+        &self,
+        file: u64,
+        len: u64,
+        lifetime: Lifetime,
+        slot: usize,
+    ) -> Result<Extent> {
+        let shard = &self.prealloc.locality[slot];
+        let mut loc = shard.lock();
+        if loc.current.is_none_or(|c| c.len < len) {
+            // The smallest leftover that holds the request, as ext4 picks among its group
+            // preallocations.
+            let fit = (0..loc.leftovers.len())
+                .filter(|&i| loc.leftovers[i].len >= len)
+                .min_by_key(|&i| (loc.leftovers[i].len, loc.leftovers[i].start));
+            if let Some(i) = fit {
+                let piece = &mut loc.leftovers[i];
+                let extent = Extent::new(piece.start, len);
+                piece.start += len;
+                piece.len -= len;
+                if piece.len == 0 {
+                    loc.leftovers.swap_remove(i);
+                }
+                return Ok(extent);
+            }
+            let goal = loc.current.map(|c| c.end());
+            if let Some(rest) = loc.current.take() {
+                self.retire_locality(&mut loc, rest)?;
+            }
+            let want = self
+                .policy
+                .locality_prealloc_blocks
+                .max(len)
+                .min(self.geometry.group_blocks);
+            let mut req = AllocRequest::new(file, want)
+                .min_len(len)
+                .lifetime(lifetime);
+            req.class_len = len;
+            if let Some(g) = goal.filter(|&g| g < self.geometry.blocks_count) {
+                req = req.goal(g);
+            }
+            loc.current = Some(self.allocate(&req)?);
+        }
+        let c = loc.current.as_mut().expect("chunk was just filled");
+        let extent = Extent::new(c.start, len);
+        c.start += len;
+        c.len -= len;
+        if c.len == 0 {
+            loc.current = None;
+        }
+        Ok(extent)
+    }
+
+    /// A chunk too short for a request: kept as a leftover for smaller files, or released
+    /// (the smallest leftover goes when more than `locality_leftovers` would be kept).
+    fn retire_locality(&self, loc: &mut Locality, rest: Extent) -> Result<()> {
+        if self.policy.locality_leftovers == 0 {
+            return self.release_reserved(rest);
+        }
+        loc.leftovers.push(rest);
+        if loc.leftovers.len() > self.policy.locality_leftovers as usize {
+            let (i, _) = loc
+                .leftovers
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, e)| (e.len, e.start))
+                .expect("not empty");
+            let smallest = loc.leftovers.swap_remove(i);
+            self.release_reserved(smallest)?;
+        }
+        Ok(())
+    }
+}
