@@ -11,7 +11,7 @@
 //! the file system, read with `dumpe2fs -h`:
 //!
 //! ```text
-//! # extalloc capture: dev 7,1; block_size 4096; blocks 1048576; group_blocks 32768; first_block 0; cpus 2; command: fio ...
+//! # extalloc capture: dev 7,1; block_size 4096; blocks 1048576; group_blocks 32768; cpus 2; command: fio ...
 //! ```
 
 use anyhow::{bail, Context, Result};
@@ -156,8 +156,7 @@ pub fn capture(dev: &Path, command: &[String], out: &Path) -> Result<u64> {
     Ok(lines)
 }
 
-/// The file system's geometry as header fields (`block_size 4096; blocks N; group_blocks N;
-/// first_block N; `), from `dumpe2fs -h`; empty (with a warning) when it cannot be read, so
+/// The file system's geometry as header fields (`block_size 4096; blocks N; group_blocks N; `), from `dumpe2fs -h`; empty (with a warning) when it cannot be read, so
 /// a replay then needs `--blocks`.
 fn describe(dev: &Path) -> String {
     let out = std::process::Command::new("dumpe2fs")
@@ -185,21 +184,13 @@ fn describe(dev: &Path) -> String {
 
 /// Header fields from `dumpe2fs -h` text; empty unless every field was found.
 pub fn describe_dumpe2fs(text: &str) -> String {
-    let field = |key: &str| -> Option<u64> {
-        text.lines()
-            .find_map(|l| l.strip_prefix(key)?.trim().parse().ok())
-    };
-    match (
-        field("Block size:"),
-        field("Block count:"),
-        field("Blocks per group:"),
-        field("First block:"),
-    ) {
-        (Some(bs), Some(n), Some(g), Some(first)) => {
-            format!("block_size {bs}; blocks {n}; group_blocks {g}; first_block {first}; ")
-        }
-        _ => {
-            eprintln!("warning: dumpe2fs -h did not give the geometry: the trace will not say it");
+    match crate::compare::freespace::parse_dumpe2fs(text) {
+        Ok((g, _)) => format!(
+            "block_size {}; blocks {}; group_blocks {}; ",
+            g.block_size, g.blocks_count, g.group_blocks
+        ),
+        Err(e) => {
+            eprintln!("warning: {e:#}: the trace will not say its geometry");
             String::new()
         }
     }
@@ -263,7 +254,7 @@ mod tests {
                     Blocks per group:         32768\n";
         assert_eq!(
             describe_dumpe2fs(text),
-            "block_size 4096; blocks 262144; group_blocks 32768; first_block 0; "
+            "block_size 4096; blocks 262144; group_blocks 32768; "
         );
         assert_eq!(describe_dumpe2fs("Block count: 5\n"), "");
     }

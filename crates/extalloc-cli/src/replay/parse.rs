@@ -129,7 +129,6 @@ pub struct Header {
     pub block_size: Option<u32>,
     pub blocks: Option<u64>,
     pub group_blocks: Option<u64>,
-    pub first_block: Option<u64>,
     pub cpus: Option<u32>,
 }
 
@@ -151,7 +150,6 @@ pub fn parse_header(line: &str) -> Option<Header> {
             "block_size" => h.block_size = value.parse().ok(),
             "blocks" => h.blocks = value.parse().ok(),
             "group_blocks" => h.group_blocks = value.parse().ok(),
-            "first_block" => h.first_block = value.parse().ok(),
             "cpus" => h.cpus = value.parse().ok(),
             // The command comes last and may hold anything.
             "command:" => break,
@@ -469,7 +467,6 @@ mod tests {
                 block_size: Some(4096),
                 blocks: Some(2_097_152),
                 group_blocks: Some(32768),
-                first_block: Some(0),
                 cpus: Some(2),
             }
         );
