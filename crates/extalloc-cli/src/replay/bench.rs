@@ -19,10 +19,12 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-/// Traces already parsed in this process (a matrix replays one trace many times), with
-/// their inode generations numbered (every rule on).
-fn cached(path: &PathBuf) -> Result<Arc<Trace>> {
-    static CACHE: OnceLock<Mutex<HashMap<PathBuf, Arc<Trace>>>> = OnceLock::new();
+/// A trace with its inode generations numbered, and the rules it allows (every one on).
+type Prepared = Arc<(Trace, Rules)>;
+
+/// Traces already parsed in this process (a matrix replays one trace many times).
+fn cached(path: &PathBuf) -> Result<Prepared> {
+    static CACHE: OnceLock<Mutex<HashMap<PathBuf, Prepared>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     if let Some(t) = cache.lock().expect("not poisoned").get(path) {
         return Ok(t.clone());
@@ -31,7 +33,7 @@ fn cached(path: &PathBuf) -> Result<Arc<Trace>> {
     let rules = Rules::for_events(t.events.iter());
     number_generations(&mut t.events, &rules)
         .with_context(|| format!("{}: numbering inode generations", path.display()))?;
-    let t = Arc::new(t);
+    let t = Arc::new((t, rules));
     cache
         .lock()
         .expect("not poisoned")
@@ -43,7 +45,8 @@ pub fn run_once(policy: &LabPolicy, _threads: usize, opts: &LabOptions) -> Resul
     let path = opts.trace.as_ref().context(
         "bench replay needs --trace PATH (a trace such as traces/git-checkout.trace.txt.gz)",
     )?;
-    let trace = cached(path)?;
+    let prepared = cached(path)?;
+    let (trace, rules) = (&prepared.0, prepared.1);
     let dev = traced_dev(&trace).context("the trace has no allocation events")?;
     let mut tasks: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
     for (i, t) in trace.events.iter().enumerate() {
@@ -70,7 +73,6 @@ pub fn run_once(policy: &LabPolicy, _threads: usize, opts: &LabOptions) -> Resul
     opts.device_bytes = traced.geometry.blocks_count * u64::from(traced.geometry.block_size);
     opts.group_blocks = traced.geometry.group_blocks;
     opts.block_size = traced.geometry.block_size;
-    let rules = Rules::for_events(trace.events.iter());
     let policy = match policy {
         LabPolicy::Extalloc(p) => {
             LabPolicy::Extalloc(as_traced(p, &traced.geometry, traced.cpus, &rules))
