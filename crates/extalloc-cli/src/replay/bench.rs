@@ -47,7 +47,7 @@ pub fn run_once(policy: &LabPolicy, _threads: usize, opts: &LabOptions) -> Resul
     )?;
     let prepared = cached(path)?;
     let (trace, rules) = (&prepared.0, prepared.1);
-    let dev = traced_dev(&trace).context("the trace has no allocation events")?;
+    let dev = traced_dev(trace).context("the trace has no allocation events")?;
     let mut tasks: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
     for (i, t) in trace.events.iter().enumerate() {
         if t.dev == dev {
