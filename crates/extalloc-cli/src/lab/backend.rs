@@ -1,24 +1,27 @@
-//! What a lab run allocates from: an extalloc `Allocator` under a policy, or an outside
-//! allocator behind the same small interface, so the same workload runs through both.
+//! What a lab run allocates from: the small [`LabAllocator`] trait, so the same workload runs
+//! through extalloc and through outside allocators. A [`Backend`] owns one implementation
+//! (`Box<dyn LabAllocator>`, one per run) and derefs to the trait; there are three:
 //!
-//! Outside allocators (`--policy tlsf`, `--policy first-fit`) manage offsets, not files:
-//! - `tlsf`: the `offset-allocator` crate (a two-level segregated-fit allocator, O(1)).
-//! - `first-fit`: the `range-alloc` crate (a sorted list of free ranges, searched linearly;
-//!   the crate picks the best fit among them).
+//! - [`InMemory`]: an extalloc `Allocator` under a policy, in memory (the default). The only
+//!   one with files and preallocations, so the only one every workload runs on.
+//! - [`Outside`]: an outside allocator (`--policy tlsf`, `--policy first-fit`), which manages
+//!   offsets, not files:
+//!   - `tlsf`: the `offset-allocator` crate (a two-level segregated-fit allocator, O(1)).
+//!   - `first-fit`: the `range-alloc` crate (a sorted list of free ranges, searched
+//!     linearly; the crate picks the best fit among them).
 //!
-//! Each sits behind one mutex (they are single-threaded structures). They ignore goals, file
-//! ids, lifetimes and size classes, cannot hand out less than asked (a request with
-//! `min_len < len` is retried at halved lengths down to `min_len`), and have no files, so
-//! only the workloads that allocate plain extents (`fallocate2`, `frag`) run on them. The
-//! adapter adds what a storage user needs around them: frees wait for the next commit, as
-//! extalloc's do; a free of blocks that are not allocated, or already waiting, is refused; and
-//! an allocation that finds no space while frees wait commits and retries once.
-//!
-//! With `--device PATH`, an extalloc policy runs through a [`Store`] on a file device
-//! instead: every allocation and free is journaled, commits append a record and flush, full
-//! journals checkpoint, and bitmaps load lazily (with read-ahead). Only the workloads of
-//! plain extents run there (`fallocate2`, `fallocate3`, `frag`): files and preallocations
-//! are not journaled by the store.
+//!   Each sits behind one mutex (they are single-threaded structures). They ignore goals,
+//!   file ids, lifetimes and size classes, cannot hand out less than asked (a request with
+//!   `min_len < len` is retried at halved lengths down to `min_len`), and have no files, so
+//!   only the workloads that allocate plain extents (`fallocate2`, `frag`) run on them. The
+//!   adapter adds what a storage user needs around them: frees wait for the next commit, as
+//!   extalloc's do; a free of blocks that are not allocated, or already waiting, is refused;
+//!   and an allocation that finds no space while frees wait commits and retries once.
+//! - [`Stored`]: with `--device PATH`, an extalloc policy through a [`Store`] on a file
+//!   device: every allocation and free is journaled, commits append a record and flush, full
+//!   journals checkpoint, and bitmaps load lazily (with read-ahead). Only the workloads of
+//!   plain extents run there (`fallocate2`, `fallocate3`, `frag`): files and preallocations
+//!   are not journaled by the store.
 
 use super::report::{self, Counters, Latency};
 use anyhow::{bail, Context, Result};
@@ -67,14 +70,41 @@ impl LabPolicy {
     }
 }
 
-/// The allocator of one run (one per run, never moved in a loop: the variants' sizes do not
-/// matter).
-#[allow(clippy::large_enum_variant)]
-pub enum Backend {
-    Extalloc(Allocator),
-    Outside(Outside),
-    /// An extalloc policy through a journaled store on a file device.
-    Stored(Box<Store>),
+/// What the lab needs of an allocator: plain extents, commits, and the end-of-run figures.
+pub trait LabAllocator: Send + Sync {
+    fn geometry(&self) -> &Geometry;
+    fn allocate(&self, req: &AllocRequest) -> extalloc::Result<Extent>;
+    fn free(&self, extent: Extent) -> extalloc::Result<()>;
+    /// Makes pending frees reusable; returns the blocks released (a store's commit also
+    /// appends a journal record and flushes; it fails only on an I/O error).
+    fn commit(&self) -> Result<u64>;
+    fn check(&self) -> Result<()>;
+    fn free_space(&self) -> FreeSpace;
+    fn latency(&self) -> Latency;
+    fn counters(&self, commits: u64) -> Counters;
+    /// Zeroes the statistics before the timed phase (extalloc only; an outside allocator's
+    /// counters are left as they are).
+    fn reset_stats(&self) {}
+    /// Discards preallocations before the end-of-run figures (in-memory extalloc only).
+    fn discard_preallocations(&self) {}
+    /// The extalloc allocator, for workloads that need files and preallocation; the others
+    /// refuse with a message naming `workload`.
+    fn extalloc(&self, workload: &str) -> Result<&Allocator>;
+    /// The journaled store under a `--device` run.
+    fn store(&self) -> Option<&Store> {
+        None
+    }
+}
+
+/// The allocator of one run.
+pub struct Backend(Box<dyn LabAllocator>);
+
+impl std::ops::Deref for Backend {
+    type Target = dyn LabAllocator;
+
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
 }
 
 /// Journal of a `--device` run: 64 MiB (or a 16th of the device if smaller).
@@ -85,12 +115,12 @@ fn journal_blocks(geometry: &Geometry) -> u64 {
 
 impl Backend {
     pub fn new(policy: &LabPolicy, geometry: Geometry) -> Result<Self> {
-        Ok(match policy {
-            LabPolicy::Extalloc(p) => Backend::Extalloc(
+        Ok(Backend(match policy {
+            LabPolicy::Extalloc(p) => Box::new(InMemory(
                 Allocator::new(geometry, p.clone()).context("creating the allocator")?,
-            ),
-            LabPolicy::Outside(kind) => Backend::Outside(Outside::new(*kind, geometry)?),
-        })
+            )),
+            LabPolicy::Outside(kind) => Box::new(Outside::new(*kind, geometry)?),
+        }))
     }
 
     /// The backend of a run: on a fresh file device at `device` (made anew, sparse) when
@@ -121,133 +151,119 @@ impl Backend {
         // The lab's workloads free and reallocate within one transaction's window, as a
         // file system does: out of space with frees waiting, the store commits and retries.
         store.set_forced_commits(true);
-        Ok(Backend::Stored(Box::new(store)))
+        Ok(Backend(Box::new(Stored(store))))
+    }
+}
+
+/// An extalloc `Allocator` in memory.
+pub struct InMemory(Allocator);
+
+impl LabAllocator for InMemory {
+    fn geometry(&self) -> &Geometry {
+        self.0.geometry()
     }
 
-    /// The extalloc allocator, for workloads that need files; an outside allocator is refused.
-    pub fn extalloc(&self, workload: &str) -> Result<&Allocator> {
-        match self {
-            Backend::Extalloc(a) => Ok(a),
-            Backend::Outside(o) => bail!(
-                "{workload} needs files and preallocation, which {} does not have; outside \
-                 allocators run fallocate2 and frag",
-                o.name()
-            ),
-            Backend::Stored(_) => bail!(
-                "{workload} needs files and preallocation, which the journaled store does not \
-                 record: --device runs fallocate2, fallocate3 and frag"
-            ),
-        }
+    fn allocate(&self, req: &AllocRequest) -> extalloc::Result<Extent> {
+        self.0.allocate(req)
     }
 
-    /// The allocator under any extalloc backend (for figures; allocating through it would
-    /// bypass a store's journal).
-    pub fn allocator(&self) -> Option<&Allocator> {
-        match self {
-            Backend::Extalloc(a) => Some(a),
-            Backend::Stored(s) => Some(s.allocator()),
-            Backend::Outside(_) => None,
-        }
+    fn free(&self, extent: Extent) -> extalloc::Result<()> {
+        self.0.free(extent)
     }
 
-    pub fn store(&self) -> Option<&Store> {
-        match self {
-            Backend::Stored(s) => Some(s),
-            _ => None,
-        }
+    fn commit(&self) -> Result<u64> {
+        Ok(self.0.commit())
     }
 
-    pub fn geometry(&self) -> &Geometry {
-        match self {
-            Backend::Extalloc(a) => a.geometry(),
-            Backend::Outside(o) => &o.geometry,
-            Backend::Stored(s) => s.allocator().geometry(),
-        }
+    fn check(&self) -> Result<()> {
+        self.0.check().map_err(Into::into)
     }
 
-    pub fn allocate(&self, req: &AllocRequest) -> extalloc::Result<Extent> {
-        match self {
-            Backend::Extalloc(a) => a.allocate(req),
-            Backend::Outside(o) => o.allocate(req),
-            Backend::Stored(s) => s.allocate(req),
-        }
+    fn free_space(&self) -> FreeSpace {
+        self.0.free_space()
     }
 
-    pub fn free(&self, extent: Extent) -> extalloc::Result<()> {
-        match self {
-            Backend::Extalloc(a) => a.free(extent),
-            Backend::Outside(o) => o.free(extent),
-            Backend::Stored(s) => s.free(extent),
-        }
+    fn latency(&self) -> Latency {
+        report::latency_of(&self.0.stats_handle().latency_histogram())
     }
 
-    /// Makes pending frees reusable; returns the blocks released (a store's commit also
-    /// appends a journal record and flushes; it fails only on an I/O error).
-    pub fn commit(&self) -> Result<u64> {
-        match self {
-            Backend::Extalloc(a) => Ok(a.commit()),
-            Backend::Outside(o) => Ok(o.commit()),
-            Backend::Stored(s) => {
-                let before = s.allocator().pending_free_blocks();
-                s.commit(&[]).context("journal commit")?;
-                Ok(before.saturating_sub(s.allocator().pending_free_blocks()))
-            }
-        }
+    fn counters(&self, commits: u64) -> Counters {
+        report::counters(&self.0, commits)
     }
 
-    /// Discards preallocations (extalloc) before the end-of-run figures.
-    pub fn discard_preallocations(&self) {
-        if let Backend::Extalloc(a) = self {
-            a.discard_preallocations();
-        }
+    fn reset_stats(&self) {
+        self.0.stats_handle().reset();
     }
 
-    pub fn check(&self) -> Result<()> {
-        match self {
-            Backend::Extalloc(a) => a.check().map_err(Into::into),
-            Backend::Outside(o) => o.check(),
-            Backend::Stored(s) => s.allocator().check().map_err(Into::into),
-        }
+    fn discard_preallocations(&self) {
+        self.0.discard_preallocations();
     }
 
-    pub fn free_space(&self) -> FreeSpace {
-        match self {
-            Backend::Extalloc(a) => a.free_space(),
-            Backend::Outside(o) => o.free_space(),
-            Backend::Stored(s) => s.allocator().free_space(),
-        }
+    fn extalloc(&self, _workload: &str) -> Result<&Allocator> {
+        Ok(&self.0)
+    }
+}
+
+/// An extalloc policy through a journaled store on a file device.
+pub struct Stored(Store);
+
+impl Stored {
+    /// The store's allocator, for read-only figures (stats, free space, check) — the one
+    /// place this backend reaches past the store; allocating through it would bypass the
+    /// journal.
+    fn view(&self) -> &Allocator {
+        self.0.allocator()
+    }
+}
+
+impl LabAllocator for Stored {
+    fn geometry(&self) -> &Geometry {
+        self.view().geometry()
     }
 
-    pub fn latency(&self) -> Latency {
-        match self.allocator() {
-            Some(a) => report::latency_of(&a.stats_handle().latency_histogram()),
-            None => match self {
-                Backend::Outside(o) => report::latency_of(&o.latency_histogram()),
-                _ => unreachable!("only outside allocators have no extalloc allocator"),
-            },
-        }
+    fn allocate(&self, req: &AllocRequest) -> extalloc::Result<Extent> {
+        self.0.allocate(req)
     }
 
-    pub fn counters(&self, commits: u64) -> Counters {
-        match self {
-            Backend::Extalloc(a) => report::counters(a, commits),
-            Backend::Stored(s) => report::counters(s.allocator(), commits),
-            Backend::Outside(o) => Counters {
-                groups_considered: 0,
-                bitmaps_loaded: 0,
-                prefetch_hits: 0,
-                loaded_bitmaps: 0,
-                groups_scanned: 0,
-                trylock_skips: 0,
-                lock_waits: o.lock_waits.load(Relaxed),
-                allocs: o.allocs.load(Relaxed),
-                frees: o.frees.load(Relaxed),
-                stream_goal_hits: 0,
-                forced_commits: o.forced_commits.load(Relaxed),
-                commits,
-                pass_hits: Default::default(),
-            },
-        }
+    fn free(&self, extent: Extent) -> extalloc::Result<()> {
+        self.0.free(extent)
+    }
+
+    fn commit(&self) -> Result<u64> {
+        let before = self.view().pending_free_blocks();
+        self.0.commit(&[]).context("journal commit")?;
+        Ok(before.saturating_sub(self.view().pending_free_blocks()))
+    }
+
+    fn check(&self) -> Result<()> {
+        self.view().check().map_err(Into::into)
+    }
+
+    fn free_space(&self) -> FreeSpace {
+        self.view().free_space()
+    }
+
+    fn latency(&self) -> Latency {
+        report::latency_of(&self.view().stats_handle().latency_histogram())
+    }
+
+    fn counters(&self, commits: u64) -> Counters {
+        report::counters(self.view(), commits)
+    }
+
+    fn reset_stats(&self) {
+        self.view().stats_handle().reset();
+    }
+
+    fn extalloc(&self, workload: &str) -> Result<&Allocator> {
+        bail!(
+            "{workload} needs files and preallocation, which the journaled store does not \
+             record: --device runs fallocate2, fallocate3 and frag"
+        )
+    }
+
+    fn store(&self) -> Option<&Store> {
+        Some(&self.0)
     }
 }
 
@@ -358,8 +374,10 @@ impl Outside {
         }
         all
     }
+}
 
-    pub fn allocate(&self, req: &AllocRequest) -> extalloc::Result<Extent> {
+impl LabAllocator for Outside {
+    fn allocate(&self, req: &AllocRequest) -> extalloc::Result<Extent> {
         if req.len == 0 {
             return Err(Error::ZeroLength);
         }
@@ -386,7 +404,7 @@ impl Outside {
 
     /// Frees `extent`, which must be exactly a run of live allocations (the workloads free
     /// merged extents), none of them already waiting. Nothing changes when it fails.
-    pub fn free(&self, extent: Extent) -> extalloc::Result<()> {
+    fn free(&self, extent: Extent) -> extalloc::Result<()> {
         self.geometry.validate(extent)?;
         let mut inner = self.lock();
         let mut at = extent.start;
@@ -420,11 +438,11 @@ impl Outside {
         Ok(())
     }
 
-    pub fn commit(&self) -> u64 {
-        self.lock().commit()
+    fn commit(&self) -> Result<u64> {
+        Ok(self.lock().commit())
     }
 
-    pub fn check(&self) -> Result<()> {
+    fn check(&self) -> Result<()> {
         let inner = self.lock();
         let mut end = 0;
         for (&s, l) in &inner.live {
@@ -441,10 +459,44 @@ impl Outside {
     }
 
     /// The free space: the complement of the live allocations (pending ones count as used).
-    pub fn free_space(&self) -> FreeSpace {
+    fn free_space(&self) -> FreeSpace {
         let inner = self.lock();
         FreeSpace::from_used(&self.geometry, inner.live.iter().map(|(&s, l)| (s, l.len)))
             .expect("live allocations are sorted and inside the device")
+    }
+
+    fn geometry(&self) -> &Geometry {
+        &self.geometry
+    }
+
+    fn latency(&self) -> Latency {
+        report::latency_of(&self.latency_histogram())
+    }
+
+    fn counters(&self, commits: u64) -> Counters {
+        Counters {
+            groups_considered: 0,
+            bitmaps_loaded: 0,
+            prefetch_hits: 0,
+            loaded_bitmaps: 0,
+            groups_scanned: 0,
+            trylock_skips: 0,
+            lock_waits: self.lock_waits.load(Relaxed),
+            allocs: self.allocs.load(Relaxed),
+            frees: self.frees.load(Relaxed),
+            stream_goal_hits: 0,
+            forced_commits: self.forced_commits.load(Relaxed),
+            commits,
+            pass_hits: Default::default(),
+        }
+    }
+
+    fn extalloc(&self, workload: &str) -> Result<&Allocator> {
+        bail!(
+            "{workload} needs files and preallocation, which {} does not have; outside \
+             allocators run fallocate2 and frag",
+            self.name()
+        )
     }
 }
 

@@ -160,9 +160,7 @@ where
     let alloc = Backend::open(policy, geometry, opts.device.as_deref())?;
     let name = policy.name();
     prepare(&alloc).with_context(|| format!("{name}: preparing the device"))?;
-    if let Some(a) = alloc.allocator() {
-        a.stats_handle().reset();
-    }
+    alloc.reset_stats();
     let stop = AtomicBool::new(false);
     let commit_every = Duration::from_millis(opts.commit_ms.max(1));
     let mut commits = 0u64;
