@@ -3,7 +3,7 @@
 //! and leaves an allocator whose `check()` holds.
 #![no_main]
 
-use extalloc::{Allocator, Policy};
+use extalloc::{Allocator, Files, Policy};
 use extalloc_cli::replay::{engine, geometry, load_from};
 use libfuzzer_sys::fuzz_target;
 use std::path::Path;
@@ -30,7 +30,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     let policy = Policy::parse("extalloc").expect("preset");
-    let alloc = Allocator::new(traced.geometry, policy).expect("geometry was accepted");
+    let alloc = Files::new(Allocator::new(traced.geometry, policy).expect("geometry was accepted"));
     let files = engine::SharedFiles::default();
     let rules = engine::Rules::for_events(trace.events.iter());
     if engine::number_generations(&mut trace.events, &rules).is_err() {
@@ -38,7 +38,7 @@ fuzz_target!(|data: &[u8]| {
     }
     if engine::replay_events(&alloc, trace.events.iter(), &files, rules).is_ok() {
         alloc.discard_preallocations();
-        alloc.commit();
+        alloc.allocator().commit();
         alloc.check().expect("a replay leaves a consistent allocator");
     }
 });

@@ -271,8 +271,8 @@ pub fn run(crashes: u64, seed: u64, threads: usize) -> Result<Outcome> {
             out.checkpoints += 1;
             if rng.gen_bool(0.5) {
                 // Drop every clean bitmap: later rounds reload them from their home copies.
-                st.allocator().drop_idle_bitmaps(0);
-                st.allocator().drop_idle_bitmaps(0);
+                st.drop_idle_bitmaps(0);
+                st.drop_idle_bitmaps(0);
             }
         }
         if !crash_now {

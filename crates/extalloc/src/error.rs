@@ -41,12 +41,16 @@ pub enum Error {
     #[error("free of unallocated blocks: extent {start}+{len} contains blocks that are free")]
     NotAllocated { start: u64, len: u64 },
 
-    /// No free extent of at least `min_len` blocks exists, even after committing pending frees.
-    #[error("no space: {requested} blocks requested (at least {min_len}), {free_blocks} free, none in a run of {min_len}")]
+    /// No free extent of at least `min_len` blocks exists. `pending_blocks` wait for a
+    /// commit and `reserved_blocks` are held by preallocations: the layer owning each
+    /// remedy (the commits' owner, the file layer) may apply it and retry.
+    #[error("no space: {requested} blocks requested (at least {min_len}), {free_blocks} free, none in a run of {min_len}; {pending_blocks} wait for a commit, {reserved_blocks} are reserved by preallocations")]
     NoSpace {
         requested: u64,
         min_len: u64,
         free_blocks: u64,
+        pending_blocks: u64,
+        reserved_blocks: u64,
     },
 
     /// A hint outside the values it can take.

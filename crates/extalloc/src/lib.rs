@@ -3,7 +3,8 @@
 //! One [`Allocator`] serves one device. Threads call [`Allocator::allocate`] and
 //! [`Allocator::free`] concurrently; freed blocks become reusable at [`Allocator::commit`].
 //! Every call returns a [`Result`]; a failed call changes nothing. [`Allocator::check`]
-//! recomputes every cached figure and compares.
+//! recomputes every cached figure and compares, and checks the accounting equation
+//! `marked used = allocated + reserved + pending`.
 //!
 //! ```
 //! use extalloc::{AllocRequest, Allocator, Geometry, Policy};
@@ -16,12 +17,14 @@
 //! alloc.check().unwrap();
 //! ```
 //!
-//! A file system's data writes go through files, which normalise requests and keep
-//! preallocations (see `docs/preallocation.md`):
+//! A file system's data writes go through the file layer, [`Files`], which normalises
+//! requests and keeps preallocations (see `docs/preallocation.md`). Blocks a preallocation
+//! reserves are not allocated: they are handed to nobody until the file maps them.
 //!
 //! ```
-//! use extalloc::{Allocator, DataRequest, Error, Geometry, Lifetime, Policy};
-//! let alloc = Allocator::new(Geometry::new(4096, 32768, 1 << 20)?, Policy::parse("extalloc")?)?;
+//! use extalloc::{Allocator, DataRequest, Error, Files, Geometry, Lifetime, Policy};
+//! let core = Allocator::new(Geometry::new(4096, 32768, 1 << 20)?, Policy::parse("extalloc")?)?;
+//! let alloc = Files::new(core);
 //! let file = alloc.create_file(42);
 //! // Append 256 KiB: the window grows to a size bucket, the surplus is preallocated.
 //! let first = alloc.allocate_data(&file, &DataRequest::new(0, 64).lifetime(Lifetime::Long))?;
@@ -34,18 +37,23 @@
 //! ));
 //! // Closing the file returns the unused preallocation at once.
 //! let unused = file.prealloc_unused_blocks();
+//! assert_eq!(alloc.allocator().reserved_blocks(), unused);
 //! assert_eq!(alloc.release_prealloc(&file)?, unused);
+//! assert_eq!(alloc.allocator().reserved_blocks(), 0);
 //! alloc.check()?;
 //! # Ok::<(), Error>(())
 //! ```
 //!
-//! Layers (DESIGN.md section 2): `groups` (bitmap + buddy summary + lock, group indexes) under
-//! `alloc` (the allocation and free paths, files and preallocation, size classes, policies,
-//! stats).
+//! Layers (see `docs/architecture.md`), each importing only from those below it:
+//! `groups` (bitmap + buddy summary + lock, group indexes) under `alloc` (the core: the
+//! allocation and free paths, size classes, policies, stats) under `files` (placement of file
+//! data: normalisation, preallocations) under `store` (journal, checkpoint, recovery over a
+//! `device` in the on-disk `format`).
 
 pub mod alloc;
 pub mod device;
 mod error;
+pub mod files;
 pub mod format;
 pub mod fsck;
 mod geometry;
@@ -55,8 +63,9 @@ pub mod store;
 mod sync;
 
 pub use alloc::{
-    AllocRequest, Allocator, DataRequest, FileAlloc, FreeSpace, Lifetime, Pass, Policy, SizeClass,
-    StatsSnapshot, StreamStart, PRESETS,
+    AllocRequest, Allocator, FreeSpace, Lifetime, Pass, Policy, SizeClass, StatsSnapshot,
+    StreamStart, PRESETS,
 };
 pub use error::{Error, IoSource, Result};
+pub use files::{DataRequest, FileAlloc, Files};
 pub use geometry::{Extent, Geometry, DEVICE_BLOCKS_MAX, GROUP_BLOCKS_DEFAULT};

@@ -99,7 +99,7 @@ fn every_error_changes_nothing() {
 }
 
 #[test]
-fn no_space_is_an_error_and_commits_first() {
+fn no_space_says_what_waits_and_only_the_owner_commits() {
     for spec in PRESETS {
         let a = fresh(spec);
         let mut held = Vec::new();
@@ -113,9 +113,23 @@ fn no_space_is_an_error_and_commits_first() {
             Err(Error::NoSpace { .. })
         ));
         unchanged(&a, before);
-        // A pending free is found by forcing a commit.
+        // The core reports what waits for a commit and commits nothing on its own.
         a.free(held[0]).unwrap();
-        let e = a.allocate(&AllocRequest::new(3, 8).exact()).unwrap();
+        assert_eq!(
+            a.allocate(&AllocRequest::new(3, 8).exact()),
+            Err(Error::NoSpace {
+                requested: 8,
+                min_len: 8,
+                free_blocks: 0,
+                pending_blocks: 64,
+                reserved_blocks: 0
+            })
+        );
+        assert_eq!(a.pending_free_blocks(), 64);
+        // The owner of the commits commits and retries.
+        let e = a
+            .allocate_committing(&AllocRequest::new(3, 8).exact())
+            .unwrap();
         assert_eq!(a.stats().forced_commits, 1);
         assert_eq!(
             a.geometry().group_of(e.start),

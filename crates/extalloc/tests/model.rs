@@ -125,7 +125,9 @@ fn run(spec: &str, blocks_count: u64, ops: Vec<Op>) -> Result<(), TestCaseError>
                     req = req.goal(g);
                 }
                 let forced_before = alloc.stats().forced_commits;
-                let result = alloc.allocate(&req);
+                // The model owns the commits: it asks the core to commit pending frees
+                // before it reports no space.
+                let result = alloc.allocate_committing(&req);
                 let forced = alloc.stats().forced_commits - forced_before;
                 if len > GROUP_BLOCKS {
                     prop_assert!(
@@ -168,12 +170,17 @@ fn run(spec: &str, blocks_count: u64, ops: Vec<Op>) -> Result<(), TestCaseError>
                             }
                             model.held.push(e);
                         }
-                        Err(Error::NoSpace { .. }) => {
+                        Err(Error::NoSpace {
+                            pending_blocks,
+                            reserved_blocks,
+                            ..
+                        }) => {
                             prop_assert_eq!(
                                 model.count(B::Pending),
                                 0,
                                 "no space while frees pending"
                             );
+                            prop_assert_eq!((pending_blocks, reserved_blocks), (0, 0));
                             prop_assert!(
                                 model.longest_run_in_group() < min_len,
                                 "no space but a run of {} exists",
@@ -264,6 +271,10 @@ fn run(spec: &str, blocks_count: u64, ops: Vec<Op>) -> Result<(), TestCaseError>
             .map_err(|e| TestCaseError::fail(e.to_string()))?;
         prop_assert_eq!(alloc.free_blocks(), model.count(B::Free));
         prop_assert_eq!(alloc.pending_free_blocks(), model.count(B::Pending));
+        // The accounting equation, term by term against the model: no preallocations
+        // here, so every used block is allocated or pending.
+        prop_assert_eq!(alloc.allocated_blocks(), model.count(B::Used));
+        prop_assert_eq!(alloc.reserved_blocks(), 0);
     }
     Ok(())
 }

@@ -3,10 +3,17 @@
 //! another file, discard returns exactly the unused blocks, no block leaks (free + pending +
 //! mapped + reserved = device), and `check()` holds after every step.
 
-use extalloc::{Allocator, DataRequest, Error, Extent, FileAlloc, Geometry, Lifetime, Policy};
+use extalloc::{
+    Allocator, DataRequest, Error, Extent, FileAlloc, Files, Geometry, Lifetime, Policy,
+};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+/// Blocks in a list of freed extents.
+fn blocks(freed: Vec<Extent>) -> u64 {
+    freed.iter().map(|e| e.len).sum()
+}
 
 const FILES: usize = 3;
 
@@ -71,7 +78,9 @@ fn owned(files: &[Arc<FileAlloc>]) -> Vec<(Extent, usize, &'static str)> {
 fn run(spec: &str, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let geometry = Geometry::new(4096, 512, 3000).unwrap();
     let alloc = Allocator::new(geometry, Policy::parse(spec).unwrap()).unwrap();
-    let files: Vec<Arc<FileAlloc>> = (0..FILES as u64).map(|id| alloc.create_file(id)).collect();
+    let fl = Files::new(alloc);
+    let alloc = fl.allocator();
+    let files: Vec<Arc<FileAlloc>> = (0..FILES as u64).map(|id| fl.create_file(id)).collect();
     // Model: per file, logical block -> physical block.
     let mut model: Vec<BTreeMap<u64, u64>> = vec![BTreeMap::new(); FILES];
     for op in ops {
@@ -83,7 +92,7 @@ fn run(spec: &str, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 life,
             } => {
                 write(
-                    &alloc,
+                    &fl,
                     &files,
                     &mut model,
                     file,
@@ -94,31 +103,26 @@ fn run(spec: &str, ops: Vec<Op>) -> Result<(), TestCaseError> {
             }
             Op::Append { file, len } => {
                 let logical = files[file].size_blocks();
-                write(
-                    &alloc,
-                    &files,
-                    &mut model,
-                    file,
-                    logical,
-                    len,
-                    Lifetime::Long,
-                )?;
+                write(&fl, &files, &mut model, file, logical, len, Lifetime::Long)?;
             }
             Op::Shrink { file, frac } => {
                 let size = files[file].size_blocks() * u64::from(frac) / 256;
                 let expected: u64 = model[file].range(size..).count() as u64;
-                prop_assert_eq!(alloc.set_file_size(&files[file], size).unwrap(), expected);
+                prop_assert_eq!(
+                    blocks(fl.set_file_size(&files[file], size).unwrap()),
+                    expected
+                );
                 model[file].retain(|&l, _| l < size);
                 prop_assert_eq!(files[file].prealloc_count(), 0);
             }
             Op::Grow { file, by } => {
                 let size = files[file].size_blocks() + by;
-                prop_assert_eq!(alloc.set_file_size(&files[file], size).unwrap(), 0);
+                prop_assert_eq!(blocks(fl.set_file_size(&files[file], size).unwrap()), 0);
             }
             Op::Release { file } => {
                 let unused = files[file].prealloc_unused_blocks();
                 let free_before = alloc.free_blocks();
-                prop_assert_eq!(alloc.release_prealloc(&files[file]).unwrap(), unused);
+                prop_assert_eq!(fl.release_prealloc(&files[file]).unwrap(), unused);
                 prop_assert_eq!(
                     alloc.free_blocks(),
                     free_before + unused,
@@ -130,7 +134,7 @@ fn run(spec: &str, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let expected = model[file].range(logical..logical + len).count() as u64;
                 let pending = alloc.pending_free_blocks();
                 prop_assert_eq!(
-                    alloc.free_data(&files[file], logical, len).unwrap(),
+                    blocks(fl.free_data(&files[file], logical, len).unwrap()),
                     expected
                 );
                 prop_assert_eq!(alloc.pending_free_blocks(), pending + expected);
@@ -143,12 +147,9 @@ fn run(spec: &str, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 alloc.commit();
             }
         }
-        alloc
-            .check()
-            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        fl.check().map_err(|e| TestCaseError::fail(e.to_string()))?;
         for f in &files {
-            alloc
-                .check_file(f)
+            fl.check_file(f)
                 .map_err(|e| TestCaseError::fail(e.to_string()))?;
         }
         // Nothing overlaps anything else, across files and kinds.
@@ -167,7 +168,7 @@ fn run(spec: &str, ops: Vec<Op>) -> Result<(), TestCaseError> {
             alloc.free_blocks()
                 + alloc.pending_free_blocks()
                 + mapped
-                + alloc.prealloc_reserved_blocks(),
+                + fl.prealloc_reserved_blocks(),
             geometry.blocks_count
         );
         // The model agrees with the files' maps.
@@ -185,7 +186,7 @@ fn run(spec: &str, ops: Vec<Op>) -> Result<(), TestCaseError> {
 }
 
 fn write(
-    alloc: &Allocator,
+    fl: &Files,
     files: &[Arc<FileAlloc>],
     model: &mut [BTreeMap<u64, u64>],
     file: usize,
@@ -193,6 +194,7 @@ fn write(
     len: u64,
     life: Lifetime,
 ) -> Result<(), TestCaseError> {
+    let alloc = fl.allocator();
     let others: Vec<Extent> = files
         .iter()
         .enumerate()
@@ -204,7 +206,7 @@ fn write(
         alloc.pending_free_blocks(),
         files[file].extents(),
     );
-    let result = alloc.allocate_data(&files[file], &DataRequest::new(logical, len).lifetime(life));
+    let result = fl.allocate_data(&files[file], &DataRequest::new(logical, len).lifetime(life));
     let overlaps = model[file].range(logical..logical + len).next().is_some();
     match result {
         Err(Error::LogicalOverlap { .. }) => {
@@ -223,9 +225,7 @@ fn write(
             let mapped: u64 = model.iter().map(|m| m.len() as u64).sum();
             prop_assert_eq!(alloc.free_blocks(), 0, "no space with free blocks");
             prop_assert_eq!(alloc.pending_free_blocks(), 0);
-            prop_assert!(
-                mapped + alloc.prealloc_reserved_blocks() == alloc.geometry().blocks_count
-            );
+            prop_assert!(mapped + fl.prealloc_reserved_blocks() == alloc.geometry().blocks_count);
         }
         Err(e) => prop_assert!(false, "unexpected {e}"),
         Ok(e) => {
@@ -281,12 +281,12 @@ fn list_is_capped_and_tree_is_not() {
             Policy::parse(spec).unwrap(),
         )
         .unwrap();
-        let file = alloc.create_file(1);
-        alloc.set_file_size(&file, 1000 * 2048).unwrap();
+        let fl = Files::new(alloc);
+        let file = fl.create_file(1);
+        fl.set_file_size(&file, 1000 * 2048).unwrap();
         // One block in every 8 MiB window of a big sparse file: one PA each.
         for i in 0..1000u64 {
-            alloc
-                .allocate_data(&file, &DataRequest::new(i * 2048, 1))
+            fl.allocate_data(&file, &DataRequest::new(i * 2048, 1))
                 .unwrap();
         }
         let n = file.prealloc_count();
@@ -295,11 +295,11 @@ fn list_is_capped_and_tree_is_not() {
         } else {
             assert_eq!(n, 1000, "{spec}");
         }
-        alloc.check().unwrap();
-        alloc.check_file(&file).unwrap();
+        fl.check().unwrap();
+        fl.check_file(&file).unwrap();
         let unused = file.prealloc_unused_blocks();
-        assert_eq!(alloc.release_prealloc(&file).unwrap(), unused);
-        alloc.check().unwrap();
+        assert_eq!(fl.release_prealloc(&file).unwrap(), unused);
+        fl.check().unwrap();
     }
 }
 
@@ -307,33 +307,33 @@ fn list_is_capped_and_tree_is_not() {
 fn bad_data_requests_change_nothing() {
     let alloc =
         Allocator::new(Geometry::new(4096, 1024, 8192).unwrap(), Policy::default()).unwrap();
-    let file = alloc.create_file(5);
-    let e = alloc
-        .allocate_data(&file, &DataRequest::new(10, 4))
-        .unwrap();
+    let fl = Files::new(alloc);
+    let alloc = fl.allocator();
+    let file = fl.create_file(5);
+    let e = fl.allocate_data(&file, &DataRequest::new(10, 4)).unwrap();
     let before = (
         alloc.free_blocks(),
         file.extents(),
         file.prealloc_unused_blocks(),
     );
     assert!(matches!(
-        alloc.allocate_data(&file, &DataRequest::new(12, 4)),
+        fl.allocate_data(&file, &DataRequest::new(12, 4)),
         Err(Error::LogicalOverlap { file: 5, .. })
     ));
     assert!(matches!(
-        alloc.allocate_data(&file, &DataRequest::new(0, 11)),
+        fl.allocate_data(&file, &DataRequest::new(0, 11)),
         Err(Error::LogicalOverlap { .. })
     ));
     assert_eq!(
-        alloc.allocate_data(&file, &DataRequest::new(20, 0)),
+        fl.allocate_data(&file, &DataRequest::new(20, 0)),
         Err(Error::ZeroLength)
     );
     assert!(matches!(
-        alloc.allocate_data(&file, &DataRequest::new(u64::MAX - 1, 4)),
+        fl.allocate_data(&file, &DataRequest::new(u64::MAX - 1, 4)),
         Err(Error::InvalidRequest(_))
     ));
     assert!(matches!(
-        alloc.allocate_data(&file, &DataRequest::new(30, 1).goal(8192)),
+        fl.allocate_data(&file, &DataRequest::new(30, 1).goal(8192)),
         Err(Error::OutOfRange { .. })
     ));
     assert!(matches!(
@@ -341,16 +341,16 @@ fn bad_data_requests_change_nothing() {
         Err(Error::InvalidHint { value: 3, .. })
     ));
     assert!(matches!(
-        alloc.set_file_size(&file, u64::MAX),
+        fl.set_file_size(&file, u64::MAX),
         Err(Error::InvalidRequest(_))
     ));
-    assert_eq!(alloc.free_data(&file, 10, 0), Err(Error::ZeroLength));
+    assert_eq!(fl.free_data(&file, 10, 0), Err(Error::ZeroLength));
     assert!(matches!(
-        alloc.free_data(&file, u64::MAX - 1, 4),
+        fl.free_data(&file, u64::MAX - 1, 4),
         Err(Error::InvalidRequest(_))
     ));
     // A hole over unmapped blocks frees nothing and changes nothing.
-    assert_eq!(alloc.free_data(&file, 100, 50), Ok(0));
+    assert_eq!(fl.free_data(&file, 100, 50), Ok(Vec::new()));
     assert_eq!(
         (
             alloc.free_blocks(),
@@ -360,7 +360,7 @@ fn bad_data_requests_change_nothing() {
         before
     );
     assert_eq!(file.extents(), vec![(10, e)]);
-    alloc.check().unwrap();
+    fl.check().unwrap();
 }
 
 #[test]
@@ -370,25 +370,24 @@ fn appends_land_contiguously_and_small_files_sit_together() {
         Policy::default(),
     )
     .unwrap();
-    let big = alloc.create_file(1);
+    let fl = Files::new(alloc);
+    let big = fl.create_file(1);
     for i in 0..512u64 {
-        alloc
-            .allocate_data(&big, &DataRequest::new(i * 2, 2))
-            .unwrap();
+        fl.allocate_data(&big, &DataRequest::new(i * 2, 2)).unwrap();
     }
     // The first 64 KiB come from the locality chunk (a small file), the rest from PAs.
     assert!(big.extents().len() <= 2, "{:?}", big.extents());
     // Small files written by one thread come from one locality chunk, back to back.
     let mut ends = Vec::new();
     for id in 100..110 {
-        let f = alloc.create_file(id);
-        let e = alloc.allocate_data(&f, &DataRequest::new(0, 1)).unwrap();
+        let f = fl.create_file(id);
+        let e = fl.allocate_data(&f, &DataRequest::new(0, 1)).unwrap();
         ends.push(e);
     }
     for pair in ends.windows(2) {
         assert_eq!(pair[0].end(), pair[1].start);
     }
-    alloc.check().unwrap();
+    fl.check().unwrap();
 }
 
 #[test]
@@ -397,6 +396,8 @@ fn size_classes_keep_small_and_large_apart() {
     let groups_with_both = |spec: &str| {
         let g = Geometry::new(4096, 8192, 8192 * 16).unwrap();
         let alloc = Allocator::new(g, Policy::parse(spec).unwrap()).unwrap();
+        let fl = Files::new(alloc);
+        let alloc = fl.allocator();
         let mut small = std::collections::BTreeSet::new();
         let mut large = std::collections::BTreeSet::new();
         for i in 0..64u64 {
@@ -412,7 +413,7 @@ fn size_classes_keep_small_and_large_apart() {
                 large.insert(g.group_of(l.start));
             }
         }
-        alloc.check().unwrap();
+        fl.check().unwrap();
         small.intersection(&large).count()
     };
     assert_eq!(groups_with_both("extalloc:stream_goals=1"), 0);
@@ -426,11 +427,13 @@ fn no_prealloc_maps_exactly_what_was_asked() {
         Policy::parse("extalloc").unwrap(),
     )
     .unwrap();
-    let file = alloc.create_file(9);
+    let fl = Files::new(alloc);
+    let alloc = fl.allocator();
+    let file = fl.create_file(9);
     let free = alloc.free_blocks();
     let mut last: Option<Extent> = None;
     for l in 0..40 {
-        let e = alloc
+        let e = fl
             .allocate_data(&file, &DataRequest::new(l, 1).no_prealloc())
             .unwrap();
         assert_eq!(e.len, 1);
@@ -449,5 +452,5 @@ fn no_prealloc_maps_exactly_what_was_asked() {
         free - 40,
         "nothing reserved beyond the request"
     );
-    alloc.check().unwrap();
+    fl.check().unwrap();
 }

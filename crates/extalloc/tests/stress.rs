@@ -26,13 +26,12 @@ fn stress(spec: &str, threads: usize, ops_per_thread: usize, room: Room) {
     };
     let geometry = Geometry::new(4096, 1024, blocks).unwrap();
     let alloc = Allocator::new(geometry, Policy::parse(spec).unwrap()).unwrap();
-    if room == Room::Roomy {
-        // Only the committer (under the gate) commits: a starved committer on a loaded
-        // machine lets pending frees fill even a roomy device, and a forced commit there
-        // would release a block between a free and the check that its second free fails.
-        // An allocation then fails with NoSpace instead, which the workers accept.
-        alloc.set_commits_external();
-    }
+    // Roomy: only the committer (under the gate) commits: a starved committer on a loaded
+    // machine lets pending frees fill even a roomy device, and a forced commit there would
+    // release a block between a free and the check that its second free fails. An
+    // allocation then fails with NoSpace instead, which the workers accept. Tight: workers
+    // own commits too (`allocate_committing`).
+    let committing = room == Room::Tight;
     let total = alloc.free_blocks();
     let shadow: Vec<AtomicU8> = (0..geometry.blocks_count)
         .map(|_| AtomicU8::new(0))
@@ -67,7 +66,12 @@ fn stress(spec: &str, threads: usize, ops_per_thread: usize, room: Room) {
                                     req = req.goal(last.end());
                                 }
                             }
-                            match alloc.allocate(&req) {
+                            let got = if committing {
+                                alloc.allocate_committing(&req)
+                            } else {
+                                alloc.allocate(&req)
+                            };
+                            match got {
                                 Ok(e) => {
                                     for b in e.start..e.end() {
                                         let prev = shadow[b as usize].compare_exchange(

@@ -58,7 +58,7 @@ pub fn run_once(policy: &LabPolicy, threads: usize, opts: &LabOptions) -> Result
                 let end = logical + append_blocks;
                 while logical < end {
                     let req = DataRequest::new(logical, end - logical).lifetime(Lifetime::Long);
-                    logical += alloc.allocate_data(file, &req)?.len;
+                    logical += alloc.allocate_data_committing(file, &req)?.len;
                 }
                 ops += 1;
                 if (i + 1) % APPENDS_PER_FALLOCATE == 0 {
@@ -67,17 +67,17 @@ pub fn run_once(policy: &LabPolicy, threads: usize, opts: &LabOptions) -> Result
                     while got < fallocate_blocks {
                         let mut req = AllocRequest::new(
                             next_id,
-                            (fallocate_blocks - got).min(alloc.geometry().group_blocks),
+                            (fallocate_blocks - got).min(alloc.allocator().geometry().group_blocks),
                         )
                         .logical(got)
                         .lifetime(Lifetime::Short);
                         if let Some(last) = extents
                             .last()
-                            .filter(|e| e.end() < alloc.geometry().blocks_count)
+                            .filter(|e| e.end() < alloc.allocator().geometry().blocks_count)
                         {
                             req = req.goal(last.end());
                         }
-                        let e = alloc.allocate(&req)?;
+                        let e = alloc.allocate_committing(&req)?;
                         got += e.len;
                         extents.push(e);
                     }
@@ -86,11 +86,11 @@ pub fn run_once(policy: &LabPolicy, threads: usize, opts: &LabOptions) -> Result
                     live.push_back(extents);
                     if live.len() > FALLOCATES_LIVE {
                         for e in live.pop_front().expect("non-empty") {
-                            alloc.free(e)?;
+                            alloc.allocator().free(e)?;
                             uncommitted += e.len;
                         }
                         if uncommitted >= commit_after {
-                            alloc.commit();
+                            alloc.allocator().commit();
                             uncommitted = 0;
                         }
                     }
@@ -98,7 +98,7 @@ pub fn run_once(policy: &LabPolicy, threads: usize, opts: &LabOptions) -> Result
             }
             for extents in live {
                 for e in extents {
-                    alloc.free(e)?;
+                    alloc.allocator().free(e)?;
                 }
             }
             Ok(ThreadOutput {

@@ -2,8 +2,10 @@
 //! through extalloc and through outside allocators. A [`Backend`] owns one implementation
 //! (`Box<dyn LabAllocator>`, one per run) and derefs to the trait; there are three:
 //!
-//! - [`InMemory`]: an extalloc `Allocator` under a policy, in memory (the default). The only
-//!   one with files and preallocations, so the only one every workload runs on.
+//! - [`InMemory`]: an extalloc `Allocator` under a policy with its file layer (`Files`), in
+//!   memory (the default). The only one with files and preallocations, so the only one every
+//!   workload runs on. It owns its commits: out of space with frees waiting, it commits and
+//!   retries (`allocate_committing`); the file layer then discards preallocations.
 //! - [`Outside`]: an outside allocator (`--policy tlsf`, `--policy first-fit`), which manages
 //!   offsets, not files:
 //!   - `tlsf`: the `offset-allocator` crate (a two-level segregated-fit allocator, O(1)).
@@ -20,14 +22,14 @@
 //! - [`Stored`]: with `--device PATH`, an extalloc policy through a [`Store`] on a file
 //!   device: every allocation and free is journaled, commits append a record and flush, full
 //!   journals checkpoint, and bitmaps load lazily (with read-ahead). Only the workloads of
-//!   plain extents run there (`fallocate2`, `fallocate3`, `frag`): files and preallocations
-//!   are not journaled by the store.
+//!   plain extents run there (`fallocate2`, `fallocate3`, `frag`). It reaches the store's
+//!   allocator only through its read-only view.
 
 use super::report::{self, Counters, Latency};
 use anyhow::{bail, Context, Result};
 use extalloc::device::{Device, FileDevice};
-use extalloc::store::Store;
-use extalloc::{AllocRequest, Allocator, Error, Extent, FreeSpace, Geometry, Policy};
+use extalloc::store::{AllocatorView, Store};
+use extalloc::{AllocRequest, Allocator, Error, Extent, Files, FreeSpace, Geometry, Policy};
 use hdrhistogram::Histogram;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -87,9 +89,10 @@ pub trait LabAllocator: Send + Sync {
     fn reset_stats(&self) {}
     /// Discards preallocations before the end-of-run figures (in-memory extalloc only).
     fn discard_preallocations(&self) {}
-    /// The extalloc allocator, for workloads that need files and preallocation; the others
-    /// refuse with a message naming `workload`.
-    fn extalloc(&self, workload: &str) -> Result<&Allocator>;
+    /// The extalloc file layer (and its allocator), for workloads that need files and
+    /// preallocation; the others refuse with a message naming `workload`. The lab owns the
+    /// commits in memory: workloads call the `_committing` allocations.
+    fn extalloc(&self, workload: &str) -> Result<&Files>;
     /// The journaled store under a `--device` run.
     fn store(&self) -> Option<&Store> {
         None
@@ -116,9 +119,9 @@ fn journal_blocks(geometry: &Geometry) -> u64 {
 impl Backend {
     pub fn new(policy: &LabPolicy, geometry: Geometry) -> Result<Self> {
         Ok(Backend(match policy {
-            LabPolicy::Extalloc(p) => Box::new(InMemory(
+            LabPolicy::Extalloc(p) => Box::new(InMemory(Files::new(
                 Allocator::new(geometry, p.clone()).context("creating the allocator")?,
-            )),
+            ))),
             LabPolicy::Outside(kind) => Box::new(Outside::new(*kind, geometry)?),
         }))
     }
@@ -155,24 +158,30 @@ impl Backend {
     }
 }
 
-/// An extalloc `Allocator` in memory.
-pub struct InMemory(Allocator);
+/// An extalloc `Allocator` with its file layer, in memory.
+pub struct InMemory(Files);
+
+impl InMemory {
+    fn core(&self) -> &Allocator {
+        self.0.allocator()
+    }
+}
 
 impl LabAllocator for InMemory {
     fn geometry(&self) -> &Geometry {
-        self.0.geometry()
+        self.core().geometry()
     }
 
     fn allocate(&self, req: &AllocRequest) -> extalloc::Result<Extent> {
-        self.0.allocate(req)
+        self.0.allocate_committing(req)
     }
 
     fn free(&self, extent: Extent) -> extalloc::Result<()> {
-        self.0.free(extent)
+        self.core().free(extent)
     }
 
     fn commit(&self) -> Result<u64> {
-        Ok(self.0.commit())
+        Ok(self.core().commit())
     }
 
     fn check(&self) -> Result<()> {
@@ -180,26 +189,26 @@ impl LabAllocator for InMemory {
     }
 
     fn free_space(&self) -> FreeSpace {
-        self.0.free_space()
+        self.core().free_space()
     }
 
     fn latency(&self) -> Latency {
-        report::latency_of(&self.0.stats_handle().latency_histogram())
+        report::latency_of(&self.core().stats_handle().latency_histogram())
     }
 
     fn counters(&self, commits: u64) -> Counters {
-        report::counters(&self.0, commits)
+        report::counters(&self.core().stats(), commits)
     }
 
     fn reset_stats(&self) {
-        self.0.stats_handle().reset();
+        self.core().stats_handle().reset();
     }
 
     fn discard_preallocations(&self) {
         self.0.discard_preallocations();
     }
 
-    fn extalloc(&self, _workload: &str) -> Result<&Allocator> {
+    fn extalloc(&self, _workload: &str) -> Result<&Files> {
         Ok(&self.0)
     }
 }
@@ -208,17 +217,15 @@ impl LabAllocator for InMemory {
 pub struct Stored(Store);
 
 impl Stored {
-    /// The store's allocator, for read-only figures (stats, free space, check) — the one
-    /// place this backend reaches past the store; allocating through it would bypass the
-    /// journal.
-    fn view(&self) -> &Allocator {
+    /// The store's read-only view of its allocator (stats, free space, check).
+    fn view(&self) -> AllocatorView<'_> {
         self.0.allocator()
     }
 }
 
 impl LabAllocator for Stored {
     fn geometry(&self) -> &Geometry {
-        self.view().geometry()
+        self.0.geometry()
     }
 
     fn allocate(&self, req: &AllocRequest) -> extalloc::Result<Extent> {
@@ -244,18 +251,18 @@ impl LabAllocator for Stored {
     }
 
     fn latency(&self) -> Latency {
-        report::latency_of(&self.view().stats_handle().latency_histogram())
+        report::latency_of(&self.view().latency_histogram())
     }
 
     fn counters(&self, commits: u64) -> Counters {
-        report::counters(self.view(), commits)
+        report::counters(&self.view().stats(), commits)
     }
 
     fn reset_stats(&self) {
-        self.view().stats_handle().reset();
+        self.view().reset_stats();
     }
 
-    fn extalloc(&self, workload: &str) -> Result<&Allocator> {
+    fn extalloc(&self, workload: &str) -> Result<&Files> {
         bail!(
             "{workload} needs files and preallocation, which the journaled store does not \
              record: --device runs fallocate2, fallocate3 and frag"
@@ -391,6 +398,8 @@ impl LabAllocator for Outside {
         }
         let Some(extent) = got else {
             return Err(Error::NoSpace {
+                pending_blocks: inner.pending_blocks,
+                reserved_blocks: 0,
                 requested: req.len,
                 min_len: req.min_len,
                 free_blocks: inner.free_blocks(self.geometry.blocks_count),
@@ -491,7 +500,7 @@ impl LabAllocator for Outside {
         }
     }
 
-    fn extalloc(&self, workload: &str) -> Result<&Allocator> {
+    fn extalloc(&self, workload: &str) -> Result<&Files> {
         bail!(
             "{workload} needs files and preallocation, which {} does not have; outside \
              allocators run fallocate2 and frag",

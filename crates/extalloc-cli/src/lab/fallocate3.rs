@@ -66,9 +66,8 @@ pub fn prefill(alloc: &Backend, fraction: f64, seed: u64) -> Result<()> {
         store
             .checkpoint()
             .context("fallocate3: checkpoint after the fill")?;
-        let a = store.allocator();
-        a.drop_idle_bitmaps(0);
-        a.drop_idle_bitmaps(0);
+        store.drop_idle_bitmaps(0);
+        store.drop_idle_bitmaps(0);
         // And nothing in the page cache: loads read the media, as after a reboot.
         store
             .drop_device_cache()

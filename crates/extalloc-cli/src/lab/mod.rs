@@ -85,7 +85,7 @@ impl ThreadOutput {
     /// Closes a single-file worker's file as fio would (its unused preallocations go back)
     /// and reports `ops` operations and the file's extents.
     pub fn close_file(
-        alloc: &extalloc::Allocator,
+        alloc: &extalloc::Files,
         file: &extalloc::FileAlloc,
         ops: u64,
         marks: Marks,
@@ -120,7 +120,7 @@ pub fn run_file_threads<F>(
     body: F,
 ) -> Result<Run>
 where
-    F: Fn(&extalloc::Allocator, usize, &AtomicBool, Instant) -> Result<ThreadOutput> + Sync,
+    F: Fn(&extalloc::Files, usize, &AtomicBool, Instant) -> Result<ThreadOutput> + Sync,
 {
     run_threads(policy, threads, opts, until, |b, t, stop, started| {
         body(b.extalloc(workload)?, t, stop, started)

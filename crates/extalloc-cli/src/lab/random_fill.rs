@@ -42,7 +42,7 @@ pub fn run_once(policy: &LabPolicy, threads: usize, opts: &LabOptions) -> Result
                 for j in 0..burst {
                     let block = (u64::from(b) * burst + j) * WRITE_BYTES / block_bytes;
                     if !file.is_mapped(block) {
-                        alloc.allocate_data(&file, &DataRequest::new(block, 1))?;
+                        alloc.allocate_data_committing(&file, &DataRequest::new(block, 1))?;
                     }
                     done += 1;
                     marks.tick(done);

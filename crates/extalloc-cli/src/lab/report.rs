@@ -1,7 +1,7 @@
 //! The lab's JSON report (DESIGN.md section 8, schema `extalloc-bench/1`) and its Markdown
 //! table. Fields may be added, never renamed.
 
-use extalloc::{Allocator, Extent, FreeSpace};
+use extalloc::{Extent, FreeSpace};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -197,8 +197,7 @@ pub fn free_space_json(fs: &FreeSpace, block_size: u32, group_blocks: u64) -> Fr
     }
 }
 
-pub fn counters(alloc: &Allocator, commits: u64) -> Counters {
-    let s = alloc.stats();
+pub fn counters(s: &extalloc::StatsSnapshot, commits: u64) -> Counters {
     Counters {
         groups_considered: s.groups_considered,
         groups_scanned: s.groups_scanned,

@@ -53,11 +53,11 @@ pub fn run_once(policy: &LabPolicy, threads: usize, opts: &LabOptions) -> Result
                             .lifetime(hint);
                         if let Some(last) = extents
                             .last()
-                            .filter(|e| e.end() < alloc.geometry().blocks_count)
+                            .filter(|e| e.end() < alloc.allocator().geometry().blocks_count)
                         {
                             req = req.goal(last.end());
                         }
-                        let e = alloc.allocate(&req)?;
+                        let e = alloc.allocate_committing(&req)?;
                         left -= e.len;
                         ops += 1;
                         match extents.last_mut() {
@@ -72,14 +72,14 @@ pub fn run_once(policy: &LabPolicy, threads: usize, opts: &LabOptions) -> Result
                     short.push_back(extents);
                     if short.len() > SHORT_LIVED_KEPT {
                         for e in short.pop_front().expect("non-empty") {
-                            alloc.free(e)?;
+                            alloc.allocator().free(e)?;
                         }
                     }
                 }
             }
             for extents in short {
                 for e in extents {
-                    alloc.free(e)?;
+                    alloc.allocator().free(e)?;
                 }
             }
             Ok(ThreadOutput {

@@ -19,14 +19,14 @@ pub fn run_once(policy: &LabPolicy, threads: usize, opts: &LabOptions) -> Result
         Until::Done,
         |alloc, t, stop, _| {
             let blocks = FILE_BYTES.div_ceil(opts.block_bytes());
-            let total = alloc.geometry().blocks_count;
+            let total = alloc.allocator().geometry().blocks_count;
             // Stop once free blocks (locality chunks count as used) fall to this.
             let floor = ((1.0 - opts.fill) * total as f64) as u64;
             let mut files = Vec::new();
             let mut n = 0u64;
             loop {
                 let file = alloc.create_file((opts.seed << 48) | ((t as u64) << 32) | n);
-                match alloc.allocate_data(&file, &DataRequest::new(0, blocks)) {
+                match alloc.allocate_data_committing(&file, &DataRequest::new(0, blocks)) {
                     Ok(e) => {
                         files.push(vec![e]);
                         // Close: unused preallocation goes back.
@@ -40,7 +40,7 @@ pub fn run_once(policy: &LabPolicy, threads: usize, opts: &LabOptions) -> Result
                 if n.is_multiple_of(1024) && stop.load(Ordering::Relaxed) {
                     break;
                 }
-                if floor > 0 && n.is_multiple_of(64) && alloc.free_blocks() <= floor {
+                if floor > 0 && n.is_multiple_of(64) && alloc.allocator().free_blocks() <= floor {
                     break;
                 }
             }

@@ -33,7 +33,7 @@ pub fn run_once(policy: &LabPolicy, threads: usize, opts: &LabOptions) -> Result
             for i in 0..writes {
                 let block = rng.gen_range(0..units) * WRITE_BYTES / block_bytes;
                 if !file.is_mapped(block) {
-                    alloc.allocate_data(&file, &DataRequest::new(block, 1))?;
+                    alloc.allocate_data_committing(&file, &DataRequest::new(block, 1))?;
                 }
                 marks.tick(i + 1);
             }

@@ -26,7 +26,7 @@
 use super::parse::{Event, Flags, Traced};
 use anyhow::{bail, Context, Result};
 use extalloc::{
-    AllocRequest, Allocator, DataRequest, Error, Extent, FileAlloc, FreeSpace, Geometry,
+    AllocRequest, Allocator, DataRequest, Error, Extent, FileAlloc, Files, FreeSpace, Geometry,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -255,7 +255,7 @@ pub struct SharedFiles {
 }
 
 impl SharedFiles {
-    fn get(&self, alloc: &Allocator, ino: u64) -> Arc<FileAlloc> {
+    fn get(&self, alloc: &Files, ino: u64) -> Arc<FileAlloc> {
         let mut g = self.files.lock();
         if let Some(f) = g.0.get(&ino) {
             return f.clone();
@@ -349,7 +349,7 @@ pub fn number_generations(events: &mut [Traced], rules: &Rules) -> Result<u64> {
 
 /// One replay's state.
 struct Replayer<'a> {
-    alloc: &'a Allocator,
+    alloc: &'a Files,
     files: &'a SharedFiles,
     rules: Rules,
     /// Our blocks for each kernel metadata allocation: kernel start -> (len, our extents).
@@ -363,7 +363,7 @@ struct Replayer<'a> {
 /// Replays `events` in order on `alloc`. Returns the kernel's decisions still live at the
 /// end (the model it translates frees through) and what was odd.
 pub fn replay_events<'e>(
-    alloc: &Allocator,
+    alloc: &Files,
     events: impl Iterator<Item = &'e Traced>,
     files: &SharedFiles,
     rules: Rules,
@@ -439,7 +439,7 @@ impl Replayer<'_> {
     }
 
     fn commit(&mut self, ns: u64) {
-        self.alloc.commit();
+        self.alloc.allocator().commit();
         self.odd.commits += 1;
         self.last_commit_ns = Some(ns);
     }
@@ -509,7 +509,7 @@ impl Replayer<'_> {
                 if self.rules.locality_by_cpu {
                     req = req.locality(t.cpu);
                 }
-                match self.alloc.allocate_data(file, &req) {
+                match self.alloc.allocate_data_committing(file, &req) {
                     Ok(got) => l += got.len,
                     Err(Error::LogicalOverlap { .. }) => {
                         self.odd.requests_over_mapped_blocks += 1;
@@ -527,7 +527,7 @@ impl Replayer<'_> {
             while got < len {
                 let e = self
                     .alloc
-                    .allocate(&AllocRequest::new(ino, len - got))
+                    .allocate_committing(&AllocRequest::new(ino, len - got))
                     .with_context(|| format!("metadata of inode {ino}"))?;
                 got += e.len;
                 ours.push(e);
@@ -545,7 +545,7 @@ impl Replayer<'_> {
             return Ok(());
         }
         if metadata {
-            free_ours(self.alloc, &mut self.meta, block, count)?;
+            free_ours(self.alloc.allocator(), &mut self.meta, block, count)?;
             return Ok(());
         }
         for (ino, lblk, len, data) in pieces {
@@ -673,12 +673,14 @@ mod tests {
         ]
     }
 
-    fn small_alloc() -> Allocator {
-        Allocator::new(
-            Geometry::new(4096, 1024, 8192).unwrap(),
-            extalloc::Policy::parse("extalloc").unwrap(),
+    fn small_alloc() -> Files {
+        Files::new(
+            Allocator::new(
+                Geometry::new(4096, 1024, 8192).unwrap(),
+                extalloc::Policy::parse("extalloc").unwrap(),
+            )
+            .unwrap(),
         )
-        .unwrap()
     }
 
     /// A reused inode number is a new file: the second file's size does not inherit the
@@ -766,10 +768,13 @@ mod tests {
         let files = SharedFiles::default();
         let (_, odd) = replay_events(&alloc, events[..3].iter(), &files, rules).unwrap();
         assert_eq!(odd.commits, 0);
-        assert!(alloc.pending_free_blocks() > 0, "freed, not yet committed");
+        assert!(
+            alloc.allocator().pending_free_blocks() > 0,
+            "freed, not yet committed"
+        );
         let (_, odd) = replay_events(&alloc, events[3..].iter(), &files, rules).unwrap();
         assert_eq!(odd.commits, 1);
-        assert_eq!(alloc.pending_free_blocks(), 0);
+        assert_eq!(alloc.allocator().pending_free_blocks(), 0);
     }
 
     /// Without journal events: a commit once 5 s of trace time have passed.
@@ -897,17 +902,19 @@ mod tests {
             ) else {
                 return Ok(());
             };
-            let alloc = Allocator::new(
-                traced.geometry,
-                extalloc::Policy::parse("extalloc").unwrap(),
-            )
-            .unwrap();
+            let alloc = Files::new(
+                Allocator::new(
+                    traced.geometry,
+                    extalloc::Policy::parse("extalloc").unwrap(),
+                )
+                .unwrap(),
+            );
             let files = SharedFiles::default();
             let rules = Rules::for_events(events.iter());
             number_generations(&mut events, &rules).unwrap();
             if replay_events(&alloc, events.iter(), &files, rules).is_ok() {
                 alloc.discard_preallocations();
-                alloc.commit();
+                alloc.allocator().commit();
                 alloc.check().unwrap();
                 REPLAYED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }

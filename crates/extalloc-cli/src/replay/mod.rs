@@ -20,7 +20,7 @@ use crate::lab::backend::LabPolicy;
 use crate::lab::report::{self, Latency, Report, Run};
 use anyhow::{bail, Context, Result};
 use engine::{replay_events, KernelModel, Oddities, Rules, SharedFiles};
-use extalloc::{Allocator, Extent, FileAlloc, Geometry, Policy};
+use extalloc::{Allocator, Extent, FileAlloc, Files, Geometry, Policy};
 use parse::{Header, Line, Traced};
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
@@ -117,7 +117,7 @@ pub fn as_traced(policy: &Policy, geometry: &Geometry, cpus: u32, rules: &Rules)
 
 /// What one policy's replay leaves: the allocator, the files, the seconds it took and the
 /// kernel's decisions.
-type Replay = (Allocator, Vec<Arc<FileAlloc>>, f64, KernelModel, Oddities);
+type Replay = (Files, Vec<Arc<FileAlloc>>, f64, KernelModel, Oddities);
 
 /// Replays `events` through `policy` on a fresh allocator.
 fn replay_one(
@@ -126,7 +126,7 @@ fn replay_one(
     policy: &Policy,
     rules: Rules,
 ) -> Result<Replay> {
-    let alloc = Allocator::new(geometry, policy.clone())?;
+    let alloc = Files::new(Allocator::new(geometry, policy.clone())?);
     let shared = SharedFiles::default();
     let started = Instant::now();
     let (kernel, odd) = replay_events(&alloc, events.iter(), &shared, rules)?;
@@ -226,7 +226,7 @@ pub fn run(opts: &ReplayOptions<'_>) -> Result<(Report, Oddities, Trace)> {
             dump.insert(policy.name.clone(), ours.into());
         }
         alloc.discard_preallocations();
-        alloc.commit();
+        alloc.allocator().commit();
         alloc
             .check()
             .with_context(|| format!("{spec}: check after the replay"))?;
@@ -239,14 +239,14 @@ pub fn run(opts: &ReplayOptions<'_>) -> Result<(Report, Oddities, Trace)> {
             ops,
             ops_per_sec: ops as f64 / seconds.max(1e-9),
             ops_per_sec_repeats: vec![ops as f64 / seconds.max(1e-9)],
-            latency_ns: report::latency_of(&alloc.stats_handle().latency_histogram()),
+            latency_ns: report::latency_of(&alloc.allocator().stats_handle().latency_histogram()),
             layout: report::layout(&layout_files, geometry.block_size),
             free_space: Some(report::free_space_json(
-                &alloc.free_space(),
+                &alloc.allocator().free_space(),
                 geometry.block_size,
                 geometry.group_blocks,
             )),
-            counters: Some(report::counters(&alloc, 0)),
+            counters: Some(report::counters(&alloc.allocator().stats(), 0)),
             progress: None,
         });
     }

@@ -3,7 +3,8 @@
 //! # Allocation path (DESIGN.md section 3)
 //!
 //! 1. Validate the request; nothing changes if it is bad.
-//! 2. (Normalisation and 3. preallocation come later: see the `request` seam below.)
+//! 2. (Normalisation and 3. preallocation belong to the file layer, `crate::files`, which
+//!    calls `reserve` here.)
 //! 4. Goal: try the exact goal block in its group.
 //! 5. Stream: requests of large files (and requests without a goal) start scanning at the
 //!    file's stream goal, picked by the file id modulo the number of goals; small files with
@@ -13,7 +14,16 @@
 //!    when the policy says so), rechecked and searched with bounded effort.
 //! 7. Mark used: bitmap, buddy summary, mirrors, index positions.
 //!
-//! If nothing is found while frees are pending, the allocation commits them and retries once.
+//! Finding nothing, the core fails with `NoSpace`, saying how many blocks wait for a commit
+//! and how many preallocations reserve; it applies no remedy itself. The owner of the
+//! commits may ask for one (`allocate_committing`); the file layer discards preallocations.
+//!
+//! # Accounting
+//!
+//! Every block marked used is allocated (handed to a caller, or found used on disk),
+//! reserved (for the file layer's preallocations: `reserve`, then `claim` or
+//! `release_reserved`) or pending (freed, waiting for a commit); per-shard `HeldCounters`
+//! keep the first two, and `check()` verifies `marked = allocated + reserved + pending`.
 //!
 //! # Free path (section 4)
 //!
@@ -27,7 +37,6 @@
 //! `commit_lock` is taken before any of them and only by `commit()`.
 
 use super::class::{self, Lifetime, SizeClass};
-use super::file::PreallocRegistry;
 use super::lazy::{BitmapSource, GroupSummary, Lazy, LOADED};
 use super::policy::{Policy, StreamStart};
 use super::stats::{Pass, Shard, Stats, StatsSnapshot};
@@ -113,6 +122,15 @@ pub(super) struct MdState {
     pub pending_blocks: u64,
 }
 
+/// Whom an allocation's blocks go to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    /// Handed to the caller.
+    Allocated,
+    /// Reserved for a preallocation of the file layer: handed to nobody yet.
+    Reserved,
+}
+
 /// A locked group whose bitmap is loaded.
 pub(super) type StateGuard<'a> = MappedMutexGuard<'a, GroupState>;
 
@@ -143,10 +161,6 @@ pub struct Allocator {
     pub(super) stats: Stats,
     /// `stream_threshold_kib` in blocks.
     pub(super) stream_threshold_blocks: u64,
-    /// Files with preallocations and the locality preallocations (see `file.rs`).
-    pub(super) prealloc: PreallocRegistry,
-    /// Commits belong to the caller (a journal): never commit on our own when out of space.
-    commits_external: std::sync::atomic::AtomicBool,
     /// Bumped by every release that returned blocks: an allocation that found nothing while
     /// it changed tries again.
     pub(super) releases: CachePadded<AtomicU64>,
@@ -310,8 +324,6 @@ impl Allocator {
             stats: Stats::new(),
             stream_threshold_blocks: policy.stream_threshold_kib * 1024
                 / u64::from(geometry.block_size),
-            prealloc: PreallocRegistry::new(),
-            commits_external: std::sync::atomic::AtomicBool::new(false),
             releases: CachePadded::new(AtomicU64::new(0)),
             home_dirty: lazy.as_ref().map(|_| AtomicBitset::new(groups_count)),
             lazy,
@@ -333,6 +345,14 @@ impl Allocator {
                 }
             }
         }
+        // What the groups' figures say is used counts as allocated until a load says more.
+        let used: u64 = (0..groups_count)
+            .map(|g| {
+                alloc.geometry.group_len(g) - u64::from(alloc.groups[g as usize].free_blocks())
+            })
+            .sum();
+        let shard = alloc.stats.shard();
+        shard.add(&shard.held.allocated, used);
         for (g, group) in alloc.groups.iter().enumerate() {
             if group.class_tag() != 0 {
                 alloc.by_tag[usize::from(group.class_tag() - 1)].insert(g as u64);
@@ -347,12 +367,6 @@ impl Allocator {
 
     pub fn policy(&self) -> &Policy {
         &self.policy
-    }
-
-    /// Leaves every commit to the caller: an allocation that finds no space no longer
-    /// commits pending frees by itself (they may not be durable yet: a journal decides).
-    pub fn set_commits_external(&self) {
-        self.commits_external.store(true, Relaxed);
     }
 
     /// Number of stream goals in use (per size class, when size classes are on).
@@ -592,22 +606,58 @@ impl Allocator {
         Ok(())
     }
 
-    /// Allocates one extent of `min_len ..= len` blocks inside one group.
+    /// Allocates one extent of `min_len ..= len` blocks inside one group and hands it to
+    /// the caller. Finding no space, it fails with [`Error::NoSpace`], which says how many
+    /// blocks wait for a commit and how many preallocations reserve: the layer that owns
+    /// each remedy applies it and retries (see [`Allocator::allocate_committing`]).
     pub fn allocate(&self, req: &AllocRequest) -> Result<Extent> {
+        self.allocate_as(req, Hold::Allocated, false)
+    }
+
+    /// [`Allocator::allocate`] for a caller that owns the commits (an allocator in memory,
+    /// no journal): finding no space while frees wait, it commits them and retries once.
+    pub fn allocate_committing(&self, req: &AllocRequest) -> Result<Extent> {
+        self.allocate_as(req, Hold::Allocated, true)
+    }
+
+    /// Allocates blocks the file layer reserves for a preallocation: marked used, counted
+    /// as reserved, handed to nobody (see [`Allocator::claim`]). `commit_first` as in
+    /// [`Allocator::allocate_committing`].
+    pub(crate) fn reserve(&self, req: &AllocRequest, commit_first: bool) -> Result<Extent> {
+        self.allocate_as(req, Hold::Reserved, commit_first)
+    }
+
+    fn allocate_as(&self, req: &AllocRequest, hold: Hold, commit_first: bool) -> Result<Extent> {
         self.validate_request(req)?;
         let shard = self.stats.shard();
         let started = Instant::now();
-        let result = self.allocate_validated(req, shard);
+        let result = self.allocate_validated(req, shard, commit_first);
         shard.record_latency_ns(started.elapsed().as_nanos() as u64);
         if let Ok(extent) = &result {
+            debug_assert!(extent.len >= req.min_len && extent.len <= req.len);
+            debug_assert_eq!(
+                self.geometry.group_of(extent.start),
+                self.geometry.group_of(extent.end() - 1),
+                "an extent lies in one group"
+            );
             shard.add(&shard.counters.allocs, 1);
             shard.add(&shard.counters.alloc_blocks, extent.len);
+            let counter = match hold {
+                Hold::Allocated => &shard.held.allocated,
+                Hold::Reserved => &shard.held.reserved,
+            };
+            shard.add(counter, extent.len);
         }
         result
     }
 
-    fn allocate_validated(&self, req: &AllocRequest, shard: &Shard) -> Result<Extent> {
-        let (mut committed, mut discarded) = (false, false);
+    fn allocate_validated(
+        &self,
+        req: &AllocRequest,
+        shard: &Shard,
+        commit_first: bool,
+    ) -> Result<Extent> {
+        let mut committed = false;
         let mut raced = 0;
         loop {
             let releases = self.releases.load(Relaxed);
@@ -620,20 +670,12 @@ impl Allocator {
                 raced += 1;
                 continue;
             }
-            if !committed && !self.commits_external.load(Relaxed) && self.pending_free_blocks() > 0
-            {
-                // Space is waiting for a commit: make it durable and retry once.
+            if commit_first && !committed && self.pending_free_blocks() > 0 {
+                // The caller owns the commits: space waiting for one is made reusable.
                 committed = true;
                 shard.add(&shard.counters.forced_commits, 1);
                 self.commit();
                 continue;
-            }
-            if !discarded {
-                // Space is held by preallocations: give back what is not in use and retry once.
-                discarded = true;
-                if self.discard_preallocations() > 0 {
-                    continue;
-                }
             }
             break;
         }
@@ -642,6 +684,8 @@ impl Allocator {
             requested: req.len,
             min_len: req.min_len,
             free_blocks: self.free_blocks(),
+            pending_blocks: self.pending_free_blocks(),
+            reserved_blocks: self.reserved_blocks(),
         })
     }
 
@@ -1233,11 +1277,15 @@ impl Allocator {
         if staged {
             shard.add(&shard.counters.prefetch_hits, 1);
         }
+        // The descriptor's figures were hints; the bitmap's are the truth (a corrupt group's
+        // blocks all count as allocated: held, never handed out).
+        let hinted_free = u64::from(self.groups[g as usize].free_blocks());
+        shard.add(&shard.held.allocated, hinted_free);
+        shard.sub(&shard.held.allocated, u64::from(bitmap.free_blocks()));
         let state = slot.insert(Box::new(GroupState {
             bitmap,
             pending: BTreeMap::new(),
         }));
-        // The descriptor's figures were hints; the bitmap's are the truth.
         self.publish_mirrors(g, state, shard);
         Ok(())
     }
@@ -1275,9 +1323,10 @@ impl Allocator {
         }
     }
 
-    /// Returns reserved blocks (preallocated, never written) to the free space at once: they
-    /// carry no data, so no commit needs to cover them. They must be used and not pending.
-    pub(super) fn release_reserved(&self, extent: Extent) -> Result<()> {
+    /// Returns reserved blocks (preallocated, never handed out) to the free space at once:
+    /// they carry no data and were never recorded, so no commit needs to cover them. They
+    /// must be used and not pending.
+    pub(crate) fn release_reserved(&self, extent: Extent) -> Result<()> {
         self.geometry.validate(extent)?;
         let shard = self.stats.shard();
         for (g, off, len) in self.geometry.split(extent) {
@@ -1286,12 +1335,35 @@ impl Allocator {
             state.bitmap.mark_free(off, len);
             self.publish(g, &state, shard);
         }
+        shard.sub(&shard.held.reserved, extent.len);
         self.releases.fetch_add(1, Relaxed);
         Ok(())
     }
 
+    /// Hands reserved blocks to the caller: from here on they count as allocated (the
+    /// journal records them; a checkpoint writes them home). Only the accounting changes:
+    /// the blocks were marked used when reserved.
+    pub(crate) fn claim(&self, extent: Extent) {
+        debug_assert!(self.is_reserved(extent), "claimed blocks must be reserved");
+        let shard = self.stats.shard();
+        shard.sub(&shard.held.reserved, extent.len);
+        shard.add(&shard.held.allocated, extent.len);
+    }
+
+    /// Blocks handed to callers and not freed (with the device's own metadata and any
+    /// group held corrupt). At quiescence, `blocks marked used = allocated + reserved +
+    /// pending` ([`Allocator::check`] verifies it).
+    pub fn allocated_blocks(&self) -> u64 {
+        self.stats.held().0
+    }
+
+    /// Blocks reserved by preallocations: marked used, handed to nobody, never journaled.
+    pub fn reserved_blocks(&self) -> u64 {
+        self.stats.held().1
+    }
+
     /// True if every block of `extent` is marked used and none is pending.
-    pub(super) fn is_reserved(&self, extent: Extent) -> bool {
+    pub(crate) fn is_reserved(&self, extent: Extent) -> bool {
         let shard = self.stats.shard();
         self.geometry.split(extent).all(|(g, off, len)| {
             self.lock_group(g, shard).is_ok_and(|state| {
@@ -1302,7 +1374,7 @@ impl Allocator {
 
     /// The calling thread's shard number (for per-shard state such as locality
     /// preallocations).
-    pub(super) fn shard_index(&self) -> usize {
+    pub(crate) fn shard_index(&self) -> usize {
         self.stats.shard_index()
     }
 }

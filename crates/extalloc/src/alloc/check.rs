@@ -2,6 +2,18 @@
 //! quiescence (tests, and the lab and store after each run). Data structures are the
 //! allocator's (`allocator.rs`); this file only reads them, taking the global lock and then
 //! each group's lock, the order `allocate` takes them in.
+//!
+//! Besides each group's figures it checks the accounting equation (mballoc keeps the like
+//! in its header comment):
+//!
+//! ```text
+//! blocks marked used = allocated + reserved + pending
+//! ```
+//!
+//! where `allocated` are blocks handed to callers (or found used on disk) and not freed,
+//! `reserved` blocks preallocations hold for files (handed to nobody, never journaled: the
+//! file layer checks that its preallocations add up to exactly this), and `pending` blocks
+//! freed but waiting for their transaction's commit.
 
 use super::allocator::{free_order, Allocator};
 use super::policy::FreeList;
@@ -13,8 +25,8 @@ impl Allocator {
     /// allocate, free or commit meanwhile).
     pub fn check(&self) -> Result<()> {
         let fail = |msg: String| Err(Error::Invariant(msg));
-        self.check_preallocations()?;
         let mut pending_total = 0u64;
+        let mut marked_total = 0u64;
         let md = self.md.lock();
         let largest_members = if self.policy.optimize_scan {
             Some(self.by_largest.membership().map_err(Error::Invariant)?)
@@ -41,6 +53,7 @@ impl Allocator {
             let slot = group.try_lock().ok_or_else(|| {
                 Error::Invariant(format!("group {g} is locked during check: not quiescent"))
             })?;
+            marked_total += self.geometry.group_len(g as u64) - u64::from(group.free_blocks());
             if self.is_loaded(g as u64) != slot.is_some() {
                 return fail(format!(
                     "group {g}: load state says loaded={}, bitmap present={}",
@@ -169,6 +182,13 @@ impl Allocator {
         if counted != pending_total {
             return fail(format!(
                 "pending counter {counted} but groups hold {pending_total}"
+            ));
+        }
+        let (allocated, reserved) = self.stats.held();
+        if allocated.wrapping_add(reserved).wrapping_add(pending_total) != marked_total {
+            return fail(format!(
+                "{marked_total} blocks marked used, but {allocated} allocated + {reserved} \
+                 reserved + {pending_total} pending"
             ));
         }
         Ok(())

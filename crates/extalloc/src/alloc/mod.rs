@@ -1,23 +1,23 @@
-//! The allocator: requests, stream goals, criteria passes (`allocator.rs`), `check()`
-//! (`check.rs`), deferred frees, files (`file.rs`) with their preallocations (`pa.rs`) and
-//! locality chunks (`locality.rs`), lazy loading, policies, stats.
+//! The allocator core: requests, stream goals and the criteria passes (`allocator.rs`),
+//! `check()` and its accounting equation (`check.rs`), deferred frees (`free.rs`), lazy
+//! loading (`lazy.rs`), size classes, policies, free-space figures, stats. It knows nothing
+//! of files (`crate::files` sits on top), journals or devices beyond the
+//! [`BitmapSource`] a store hands it.
 
 mod allocator;
 mod check;
 mod class;
-mod file;
 mod free;
 mod lazy;
-mod locality;
-mod pa;
 mod policy;
 mod space;
 mod stats;
 
 pub use allocator::{AllocRequest, Allocator};
+#[cfg(test)]
+pub(crate) use class::tag as class_tag;
 pub use class::{Lifetime, SizeClass};
-pub use file::{DataRequest, FileAlloc};
 pub use lazy::{BitmapSource, GroupSummary};
 pub use policy::{FreeList, Policy, StreamStart, PRESETS};
 pub use space::{FreeBucket, FreeSpace, GroupFree};
-pub use stats::{Pass, Stats, StatsSnapshot, SHARDS};
+pub use stats::{HeldCounters, Pass, Stats, StatsSnapshot, SHARDS};

@@ -298,6 +298,11 @@ impl Allocator {
             }
             self.publish(g, state, shard);
         }
+        if used {
+            shard.add(&shard.held.allocated, extent.len);
+        } else {
+            shard.sub(&shard.held.allocated, extent.len);
+        }
         Ok(())
     }
 }

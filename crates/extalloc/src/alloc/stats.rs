@@ -83,8 +83,20 @@ pub struct ShardCounters {
     pub load_errors: AtomicU64,
 }
 
+/// The accounting behind the allocator's invariant `marked used = allocated + reserved +
+/// pending`, one shard's share. A share may go below zero (a block allocated on one thread
+/// and freed on another), so shares wrap and only their sum means anything. Never reset.
+#[derive(Default)]
+pub struct HeldCounters {
+    /// Blocks handed to callers (or found used on disk) minus blocks they freed.
+    pub allocated: AtomicU64,
+    /// Blocks reserved by preallocations, not handed to anyone.
+    pub reserved: AtomicU64,
+}
+
 pub struct Shard {
     pub counters: ShardCounters,
+    pub held: HeldCounters,
     latency: Mutex<Histogram<u64>>,
 }
 
@@ -93,6 +105,12 @@ impl Shard {
     pub fn add(&self, counter: &AtomicU64, n: u64) {
         // Only this shard's thread(s) write here; a relaxed add is enough.
         counter.fetch_add(n, Relaxed);
+    }
+
+    /// Takes `n` from a wrapping counter (a [`HeldCounters`] share).
+    #[inline]
+    pub fn sub(&self, counter: &AtomicU64, n: u64) {
+        counter.fetch_sub(n, Relaxed);
     }
 
     pub fn record_latency_ns(&self, ns: u64) {
@@ -149,6 +167,7 @@ impl Stats {
             .map(|_| {
                 CachePadded::new(Shard {
                     counters: ShardCounters::default(),
+                    held: HeldCounters::default(),
                     latency: Mutex::new(
                         Histogram::new_with_bounds(1, LATENCY_NS_MAX, 3).expect("valid bounds"),
                     ),
@@ -201,6 +220,17 @@ impl Stats {
             s.load_errors += c.load_errors.load(Relaxed);
         }
         s
+    }
+
+    /// `(allocated, reserved)` summed over the shards (see [`HeldCounters`]); exact at
+    /// quiescence.
+    pub fn held(&self) -> (u64, u64) {
+        self.shards.iter().fold((0u64, 0u64), |(a, r), s| {
+            (
+                a.wrapping_add(s.held.allocated.load(Relaxed)),
+                r.wrapping_add(s.held.reserved.load(Relaxed)),
+            )
+        })
     }
 
     /// All shards' allocation latencies merged.

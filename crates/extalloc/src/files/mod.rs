@@ -1,7 +1,12 @@
-//! Files: request normalisation, file preallocations and locality preallocations.
+//! The file layer: placement of file data over the allocator core. Request normalisation,
+//! file preallocations and locality preallocations.
 //!
 //! # Data structures
 //!
+//! - [`Files`]: the layer, over the [`Allocator`] it owns: the registry of files holding
+//!   preallocations and the locality chunks. The core knows nothing of files: it reserves
+//!   blocks for this layer ([`Allocator::reserve`]), which claims them for a file when it
+//!   hands them out ([`Allocator::claim`]) or releases them.
 //! - [`FileAlloc`]: one file's allocation state under a reader/writer lock: its logical size,
 //!   its mapped extents (`logical start -> physical extent`) and its preallocations (PAs).
 //! - `Pa` (`pa.rs`): blocks reserved for a file beyond what it asked, at a fixed logical
@@ -14,14 +19,15 @@
 //!   files carve their blocks from, so small files written together sit together; and up
 //!   to `locality_leftovers` ends of earlier chunks, served best fit to files that fit them.
 //!
-//! # Invariants (checked by [`Allocator::check_file`])
+//! # Invariants (checked by [`Files::check`] and [`Files::check_file`])
 //!
 //! ```text
 //! mapped extents of a file are disjoint in logical space
 //! PAs of a file are disjoint in logical space
 //! a PA block is either used (mapped by the file at pstart + (l - lstart)) or unused
 //!   (not mapped, and reserved: marked used in its group, not pending)
-//! every reserved block belongs to exactly one PA or locality chunk
+//! every reserved block belongs to exactly one PA or locality chunk:
+//!   sum of unused PA blocks + locality blocks = the core's reserved count
 //! ```
 //!
 //! # Operations
@@ -39,21 +45,30 @@
 //!   blocks are free at once; they never held data.
 //! - `free_data(file, logical, len)`: punches a hole: discards the file's PAs, unmaps the
 //!   range and frees what was mapped there (deferred).
-//! - Under space pressure an allocation discards every PA it can lock and retries.
+//!
+//! # No space
+//!
+//! The core reports no space with the blocks pending and reserved. This layer owns one
+//! remedy: when preallocations hold blocks, it discards every PA it can lock and retries
+//! once. Committing pending frees belongs to the owner of the commits (a store's journal,
+//! or the `_committing` calls of an owner in memory).
 //!
 //! Lock order: file lock -> locality shard lock -> group locks -> global lock.
 
-use super::allocator::{AllocRequest, Allocator};
-use super::class::Lifetime;
-use super::locality::Locality;
-use super::pa::{Pa, PaSet};
-use super::stats::SHARDS;
+mod locality;
+mod pa;
+
+use crate::alloc::{AllocRequest, Allocator, Lifetime, SHARDS};
 use crate::error::{Error, Result};
 use crate::geometry::{Extent, DEVICE_BLOCKS_MAX};
 use crossbeam_utils::CachePadded;
+use locality::Locality;
+use pa::{Pa, PaSet};
 use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
+
+pub use pa::PREALLOC_LIST_MAX;
 
 /// Normalisation buckets, in bytes: 16 KiB, 32 KiB, ... 8 MiB.
 const BUCKET_BYTES_MIN: u64 = 16 << 10;
@@ -138,7 +153,7 @@ struct FileInner {
     registered: bool,
 }
 
-/// One file's allocation state. Create with [`Allocator::create_file`].
+/// One file's allocation state. Create with [`Files::create_file`].
 pub struct FileAlloc {
     id: u64,
     inner: RwLock<FileInner>,
@@ -205,10 +220,10 @@ impl FileAlloc {
 }
 
 /// Files with preallocations (for discard under space pressure) and the locality PAs.
-pub(crate) struct PreallocRegistry {
+struct PreallocRegistry {
     files: Mutex<RegisteredFiles>,
     /// Per shard: what is left of its locality chunk, and earlier chunks' leftovers.
-    pub(super) locality: Box<[CachePadded<Mutex<Locality>>]>,
+    locality: Box<[CachePadded<Mutex<Locality>>]>,
 }
 
 #[derive(Default)]
@@ -219,7 +234,7 @@ struct RegisteredFiles {
 }
 
 impl PreallocRegistry {
-    pub(crate) fn new() -> Self {
+    fn new() -> Self {
         PreallocRegistry {
             files: Mutex::new(RegisteredFiles::default()),
             locality: (0..SHARDS)
@@ -250,7 +265,97 @@ impl PreallocRegistry {
 /// Logical blocks a file may address: keeps every `logical + len` far from overflow.
 const LOGICAL_BLOCKS_MAX: u64 = DEVICE_BLOCKS_MAX << 8;
 
-impl Allocator {
+/// The file layer over an allocator (see the module comment).
+pub struct Files {
+    alloc: Allocator,
+    registry: PreallocRegistry,
+}
+
+/// Who may commit when the core finds no space: the owner of the commits decides.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Commits {
+    /// The caller commits (a journal decides when frees are durable).
+    Caller,
+    /// The caller asked this call to commit pending frees first (an owner in memory).
+    First,
+}
+
+impl Files {
+    /// The file layer over `alloc`, which it owns from here on (plain extents still go
+    /// through [`Files::allocator`]).
+    pub fn new(alloc: Allocator) -> Self {
+        Files {
+            alloc,
+            registry: PreallocRegistry::new(),
+        }
+    }
+
+    /// The allocator core under this layer.
+    pub fn allocator(&self) -> &Allocator {
+        &self.alloc
+    }
+
+    /// A plain extent next to the files (metadata, say): [`Allocator::allocate`], with this
+    /// layer's remedy when it finds no space while preallocations hold blocks.
+    pub fn allocate(&self, req: &AllocRequest) -> Result<Extent> {
+        self.with_discard(|| self.alloc.allocate(req))
+    }
+
+    /// [`Files::allocate`] for a caller that owns the commits: pending frees are committed
+    /// first (see [`Allocator::allocate_committing`]), preallocations discarded next.
+    pub fn allocate_committing(&self, req: &AllocRequest) -> Result<Extent> {
+        self.with_discard(|| self.alloc.allocate_committing(req))
+    }
+
+    /// Reserves blocks for a PA or locality chunk, with this layer's remedy.
+    fn reserve(&self, req: &AllocRequest, commits: Commits) -> Result<Extent> {
+        self.with_discard(|| self.alloc.reserve(req, commits == Commits::First))
+    }
+
+    /// Runs a core allocation; finding no space while preallocations hold blocks, discards
+    /// every PA it can lock (this layer's remedy: the only one it owns) and runs it again.
+    fn with_discard(&self, op: impl Fn() -> Result<Extent>) -> Result<Extent> {
+        match op() {
+            Err(Error::NoSpace {
+                reserved_blocks, ..
+            }) if reserved_blocks > 0 && self.discard_preallocations() > 0 => op(),
+            other => other,
+        }
+    }
+
+    /// Checks the core ([`Allocator::check`]), every registered file and locality chunk,
+    /// and that the preallocations hold exactly the blocks the core counts as reserved.
+    /// Call at quiescence.
+    pub fn check(&self) -> Result<()> {
+        self.alloc.check()?;
+        self.check_preallocations()?;
+        let held = self.prealloc_reserved_blocks();
+        let counted = self.alloc.reserved_blocks();
+        if held != counted {
+            return Err(Error::Invariant(format!(
+                "preallocations hold {held} blocks, the core counts {counted} reserved"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Every extent reserved by a preallocation (files' unused PA blocks, locality chunks):
+    /// what a checkpoint must not write home as allocated. Call at quiescence (a store
+    /// calls it with its transaction boundary closed).
+    pub fn reserved_extents(&self) -> Vec<Extent> {
+        let mut out: Vec<Extent> = self
+            .registry
+            .live_files()
+            .iter()
+            .flat_map(|f| f.prealloc_unused_extents())
+            .collect();
+        for shard in self.registry.locality.iter() {
+            out.extend(shard.lock().extents());
+        }
+        out.sort_by_key(|e| e.start);
+        out
+    }
+
     /// A file's allocation state. `id` is the caller's file number; it picks the stream goal.
     pub fn create_file(&self, id: u64) -> Arc<FileAlloc> {
         Arc::new(FileAlloc {
@@ -258,7 +363,7 @@ impl Allocator {
             inner: RwLock::new(FileInner {
                 size_blocks: 0,
                 map: BTreeMap::new(),
-                pas: PaSet::new(self.policy.prealloc_tree),
+                pas: PaSet::new(self.alloc.policy().prealloc_tree),
                 registered: false,
             }),
         })
@@ -266,24 +371,30 @@ impl Allocator {
 
     /// Maps a prefix (at least one block) of the hole `logical .. logical + len` of `file`,
     /// using its preallocation, a locality preallocation or a normalised allocation. Returns
-    /// the physical extent mapped at `logical`.
+    /// the physical extent mapped at `logical`. Finding no space while frees wait for a
+    /// commit, it fails with [`Error::NoSpace`]: the owner of the commits commits and
+    /// retries (see [`Files::allocate_data_committing`]).
     pub fn allocate_data(&self, file: &Arc<FileAlloc>, req: &DataRequest) -> Result<Extent> {
-        if req.len == 0 {
-            return Err(Error::ZeroLength);
-        }
-        if req
-            .logical
-            .checked_add(req.len)
-            .is_none_or(|e| e > LOGICAL_BLOCKS_MAX)
-        {
-            return Err(Error::InvalidRequest(format!(
-                "logical range {}+{} is past the largest file ({LOGICAL_BLOCKS_MAX} blocks)",
-                req.logical, req.len
-            )));
-        }
-        if let Some(goal) = req.goal {
-            self.geometry.validate(Extent::new(goal, 1))?;
-        }
+        self.allocate_data_as(file, req, Commits::Caller)
+    }
+
+    /// [`Files::allocate_data`] for a caller that owns the commits (in memory, no
+    /// journal): finding no space while frees wait, it commits them first.
+    pub fn allocate_data_committing(
+        &self,
+        file: &Arc<FileAlloc>,
+        req: &DataRequest,
+    ) -> Result<Extent> {
+        self.allocate_data_as(file, req, Commits::First)
+    }
+
+    fn allocate_data_as(
+        &self,
+        file: &Arc<FileAlloc>,
+        req: &DataRequest,
+        commits: Commits,
+    ) -> Result<Extent> {
+        self.validate_data_request(req)?;
         let mut f = file.inner.write();
         let end = req.logical + req.len;
         // The mapped neighbours: the last extent starting at or before `logical`, the first
@@ -304,48 +415,126 @@ impl Allocator {
                 len: req.len,
             });
         }
-        let len = req.len.min(self.geometry.group_blocks);
+        let len = req.len.min(self.alloc.geometry().group_blocks);
 
         // 1. A preallocation of the file covers the block.
-        if let Some(pa) = f.pas.covering_mut(req.logical) {
-            let i = req.logical - pa.lstart;
-            let n = pa.unused_run(i, len);
-            if n == 0 {
-                // Used PA blocks are mapped, and the request is a hole.
-                return Err(Error::Invariant(format!(
-                    "file {}: PA at {} has block {} used but unmapped",
-                    file.id, pa.lstart, req.logical
-                )));
-            }
-            pa.mark_used(i, n);
-            let extent = Extent::new(pa.pstart + i, n);
-            let lstart = pa.lstart;
-            f.pas.remove_exhausted(lstart);
+        if let Some(extent) = Self::take_from_pa(file.id, &mut f, req.logical, len) {
+            self.alloc.claim(extent);
             map_insert(&mut f, req.logical, extent, left, right);
             return Ok(extent);
         }
 
         // 2. Small files: the shard's locality preallocation.
-        let block_size = u64::from(self.geometry.block_size);
+        let block_size = u64::from(self.alloc.geometry().block_size);
         let file_bytes = f.size_blocks.max(end).saturating_mul(block_size);
-        if self.policy.locality_prealloc
+        if self.alloc.policy().locality_prealloc
             && !req.no_prealloc
-            && file_bytes < self.policy.stream_threshold_kib * 1024
+            && file_bytes < self.alloc.policy().stream_threshold_kib * 1024
         {
             let slot = req
                 .locality
-                .map_or_else(|| self.shard_index(), |s| s as usize % SHARDS);
-            let extent = self.carve_locality(file.id, len, req.lifetime, slot)?;
+                .map_or_else(|| self.alloc.shard_index(), |s| s as usize % SHARDS);
+            let extent = self.carve_locality(file.id, len, req.lifetime, slot, commits)?;
+            self.alloc.claim(extent);
             map_insert(&mut f, req.logical, extent, left, right);
             return Ok(extent);
         }
 
         // 3. Normalise and allocate the window.
-        // The bucket follows the larger of the request's end and the file's size, as ext4's
-        // does (i_size): a write into a hole of a large file gets a large window, so random
-        // writers racing on their files still get their data in big pieces. With
-        // `normalise_holes=request`, a write into a hole gets a window of its own length.
-        let basis = if self.policy.normalise_by_size {
+        let (ws, window, len) = self.window(file.id, &f, req, len, left, right);
+        let (ws, got) = match self.reserve(&window, commits) {
+            Ok(e) => (ws, e),
+            Err(Error::NoSpace { .. }) => {
+                // Give back this file's own reserve (other files' were offered already),
+                // then ask for the request alone.
+                self.discard_file_pas(&mut f)?;
+                let mut bare = AllocRequest::new(file.id, len)
+                    .logical(req.logical)
+                    .lifetime(req.lifetime);
+                if let Some(g) = req.goal {
+                    bare = bare.goal(g);
+                }
+                (req.logical, self.reserve(&bare, commits)?)
+            }
+            Err(e) => return Err(e),
+        };
+        let mut pa = Pa::new(ws, got.start, got.len);
+        let i = req.logical - ws;
+        let n = len.min(got.len - i);
+        pa.mark_used(i, n);
+        let extent = Extent::new(got.start + i, n);
+        self.alloc.claim(extent);
+        map_insert(&mut f, req.logical, extent, left, right);
+        if pa.unused() > 0 {
+            if !f.registered {
+                f.registered = true;
+                self.registry.register(file);
+            }
+            for old in f.pas.insert(pa) {
+                self.discard_pa(&old)?;
+            }
+        }
+        Ok(extent)
+    }
+
+    fn validate_data_request(&self, req: &DataRequest) -> Result<()> {
+        if req.len == 0 {
+            return Err(Error::ZeroLength);
+        }
+        if req
+            .logical
+            .checked_add(req.len)
+            .is_none_or(|e| e > LOGICAL_BLOCKS_MAX)
+        {
+            return Err(Error::InvalidRequest(format!(
+                "logical range {}+{} is past the largest file ({LOGICAL_BLOCKS_MAX} blocks)",
+                req.logical, req.len
+            )));
+        }
+        if let Some(goal) = req.goal {
+            self.alloc.geometry().validate(Extent::new(goal, 1))?;
+        }
+        Ok(())
+    }
+
+    /// Up to `len` blocks at `logical` from the file's PA that covers it, if one does.
+    fn take_from_pa(id: u64, f: &mut FileInner, logical: u64, len: u64) -> Option<Extent> {
+        let pa = f.pas.covering_mut(logical)?;
+        let i = logical - pa.lstart;
+        let n = pa.unused_run(i, len);
+        // Used PA blocks are mapped, and the request is a hole.
+        assert!(
+            n > 0,
+            "file {id}: PA at {} has block {logical} used but unmapped",
+            pa.lstart
+        );
+        pa.mark_used(i, n);
+        let extent = Extent::new(pa.pstart + i, n);
+        let lstart = pa.lstart;
+        f.pas.remove_exhausted(lstart);
+        Some(extent)
+    }
+
+    /// The normalised window for a request of `len` blocks at `req.logical` (not covered
+    /// by a PA): its logical start, the allocation request for it, and the request's
+    /// length clamped to the window.
+    ///
+    /// The bucket follows the larger of the request's end and the file's size, as ext4's
+    /// does (i_size): a write into a hole of a large file gets a large window, so random
+    /// writers racing on their files still get their data in big pieces. With
+    /// `normalise_holes=request`, a write into a hole gets a window of its own length.
+    fn window(
+        &self,
+        id: u64,
+        f: &FileInner,
+        req: &DataRequest,
+        len: u64,
+        left: Option<(u64, Extent)>,
+        right: Option<(u64, Extent)>,
+    ) -> (u64, AllocRequest, u64) {
+        let (geometry, policy) = (self.alloc.geometry(), self.alloc.policy());
+        let end = req.logical + req.len;
+        let basis = if policy.normalise_by_size {
             end.max(f.size_blocks)
         } else if req.logical >= f.size_blocks {
             end
@@ -355,7 +544,7 @@ impl Allocator {
         let (mut ws, mut we) = if req.no_prealloc || req.complete {
             (req.logical, req.logical + len)
         } else {
-            normalise(req.logical, len, basis, block_size)
+            normalise(req.logical, len, basis, u64::from(geometry.block_size))
         };
         if let Some((s, e)) = left {
             ws = ws.max(s + e.len);
@@ -364,9 +553,9 @@ impl Allocator {
             we = we.min(s);
         }
         (ws, we) = f.pas.clamp(req.logical, ws, we);
-        if we - ws > self.geometry.group_blocks {
+        if we - ws > geometry.group_blocks {
             ws = ws.max(req.logical);
-            we = we.min(ws + self.geometry.group_blocks);
+            we = we.min(ws + geometry.group_blocks);
         }
         let len = len.min(we - req.logical);
         debug_assert!(ws <= req.logical && req.logical < we);
@@ -377,53 +566,17 @@ impl Allocator {
                 // After the file's previous extent, at the same logical distance.
                 let (s, e) = left?;
                 let goal = e.end() + (ws - (s + e.len));
-                (goal < self.geometry.blocks_count).then_some(goal)
+                (goal < geometry.blocks_count).then_some(goal)
             });
-        let mut window = AllocRequest::new(file.id, we - ws)
+        let mut window = AllocRequest::new(id, we - ws)
             .logical(ws)
             .min_len(req.logical - ws + 1)
             .lifetime(req.lifetime);
-        window.class_len = if self.policy.class_by_window {
-            we - ws
-        } else {
-            len
-        };
+        window.class_len = if policy.class_by_window { we - ws } else { len };
         if let Some(g) = goal {
             window = window.goal(g);
         }
-        let got = match self.allocate(&window) {
-            Ok(e) => e,
-            Err(Error::NoSpace { .. }) => {
-                // Give back this file's own reserve (other files' were offered by the
-                // allocation), then ask for the request alone.
-                self.discard_file_pas(&mut f)?;
-                ws = req.logical;
-                let mut bare = AllocRequest::new(file.id, len)
-                    .logical(ws)
-                    .lifetime(req.lifetime);
-                if let Some(g) = req.goal {
-                    bare = bare.goal(g);
-                }
-                self.allocate(&bare)?
-            }
-            Err(e) => return Err(e),
-        };
-        let mut pa = Pa::new(ws, got.start, got.len);
-        let i = req.logical - ws;
-        let n = len.min(got.len - i);
-        pa.mark_used(i, n);
-        let extent = Extent::new(got.start + i, n);
-        map_insert(&mut f, req.logical, extent, left, right);
-        if pa.unused() > 0 {
-            if !f.registered {
-                f.registered = true;
-                self.prealloc.register(file);
-            }
-            for old in f.pas.insert(pa) {
-                self.discard_pa(&old)?;
-            }
-        }
-        Ok(extent)
+        (ws, window, len)
     }
 
     /// Discards every PA of the file: unused blocks return to the free space at once.
@@ -435,15 +588,15 @@ impl Allocator {
 
     /// Sets the file's logical size. Shrinking frees the mapped blocks past `size_blocks`
     /// (they wait for the next commit, like any free) and discards the file's PAs. Returns
-    /// the mapped blocks freed.
-    pub fn set_file_size(&self, file: &FileAlloc, size_blocks: u64) -> Result<u64> {
+    /// the extents freed.
+    pub fn set_file_size(&self, file: &FileAlloc, size_blocks: u64) -> Result<Vec<Extent>> {
         if size_blocks > LOGICAL_BLOCKS_MAX {
             return Err(Error::InvalidRequest(format!(
                 "file size {size_blocks} blocks is past the largest file ({LOGICAL_BLOCKS_MAX} blocks)"
             )));
         }
         let mut f = file.inner.write();
-        let mut freed = 0;
+        let mut freed = Vec::new();
         if size_blocks < f.size_blocks {
             self.discard_file_pas(&mut f)?;
             let cut: Vec<(u64, Extent)> = f
@@ -455,8 +608,8 @@ impl Allocator {
             for (s, e) in cut {
                 let keep = size_blocks.saturating_sub(s);
                 let tail = Extent::new(e.start + keep, e.len - keep);
-                self.free(tail)?;
-                freed += tail.len;
+                self.alloc.free(tail)?;
+                freed.push(tail);
                 f.map.remove(&s);
                 if keep > 0 {
                     f.map.insert(s, Extent::new(e.start, keep));
@@ -470,9 +623,9 @@ impl Allocator {
     /// Punches a hole: unmaps `logical .. logical + len` and frees the blocks that were
     /// mapped there (they wait for the next commit, like any free). Unmapped blocks in the
     /// range are left alone. The file's PAs are discarded first, as ext4's punch hole does,
-    /// so none keeps a block it handed out. The size does not change. Returns the blocks
+    /// so none keeps a block it handed out. The size does not change. Returns the extents
     /// freed.
-    pub fn free_data(&self, file: &FileAlloc, logical: u64, len: u64) -> Result<u64> {
+    pub fn free_data(&self, file: &FileAlloc, logical: u64, len: u64) -> Result<Vec<Extent>> {
         if len == 0 {
             return Err(Error::ZeroLength);
         }
@@ -493,15 +646,15 @@ impl Allocator {
             .map(|(&s, &e)| (s, e))
             .collect();
         if hit.is_empty() {
-            return Ok(0);
+            return Ok(Vec::new());
         }
         self.discard_file_pas(&mut f)?;
-        let mut freed = 0;
+        let mut freed = Vec::new();
         for (s, e) in hit {
             let (a, b) = (s.max(logical), (s + e.len).min(end));
             let piece = Extent::new(e.start + (a - s), b - a);
-            self.free(piece)?;
-            freed += piece.len;
+            self.alloc.free(piece)?;
+            freed.push(piece);
             f.map.remove(&s);
             if s < a {
                 f.map.insert(s, Extent::new(e.start, a - s));
@@ -516,7 +669,8 @@ impl Allocator {
 
     fn discard_pa(&self, pa: &Pa) -> Result<u64> {
         for (off, n) in pa.unused_runs() {
-            self.release_reserved(Extent::new(pa.pstart + off, n))?;
+            self.alloc
+                .release_reserved(Extent::new(pa.pstart + off, n))?;
         }
         Ok(pa.unused())
     }
@@ -534,19 +688,20 @@ impl Allocator {
     /// released (they are free at once: PA blocks were never visible to another file).
     pub fn discard_preallocations(&self) -> u64 {
         let mut released = 0;
-        for file in self.prealloc.live_files() {
+        for file in self.registry.live_files() {
             if let Some(mut f) = file.inner.try_write() {
                 released += self
                     .discard_file_pas(&mut f)
                     .expect("PA blocks are reserved");
             }
         }
-        for shard in self.prealloc.locality.iter() {
+        for shard in self.registry.locality.iter() {
             if let Some(mut loc) = shard.try_lock() {
                 let all: Vec<Extent> = loc.extents().collect();
                 *loc = Locality::default();
                 for rest in all {
-                    self.release_reserved(rest)
+                    self.alloc
+                        .release_reserved(rest)
                         .expect("locality blocks are reserved");
                     released += rest.len;
                 }
@@ -559,13 +714,13 @@ impl Allocator {
     /// registered files.
     pub fn prealloc_reserved_blocks(&self) -> u64 {
         let files: u64 = self
-            .prealloc
+            .registry
             .live_files()
             .iter()
             .map(|f| f.prealloc_unused_blocks())
             .sum();
         let locality: u64 = self
-            .prealloc
+            .registry
             .locality
             .iter()
             .map(|s| s.lock().extents().map(|c| c.len).sum::<u64>())
@@ -622,7 +777,7 @@ impl Allocator {
                 }
             }
             for (off, n) in pa.unused_runs() {
-                if !self.is_reserved(Extent::new(pa.pstart + off, n)) {
+                if !self.alloc.is_reserved(Extent::new(pa.pstart + off, n)) {
                     return fail(format!(
                         "PA at {}: unused blocks are not reserved",
                         pa.lstart
@@ -635,20 +790,20 @@ impl Allocator {
 
     /// Checks every registered file and every locality chunk. Call at quiescence.
     pub(crate) fn check_preallocations(&self) -> Result<()> {
-        for file in self.prealloc.live_files() {
+        for file in self.registry.live_files() {
             self.check_file(&file)?;
         }
-        for (i, shard) in self.prealloc.locality.iter().enumerate() {
+        for (i, shard) in self.registry.locality.iter().enumerate() {
             let loc = shard.lock();
-            if loc.leftovers.len() > self.policy.locality_leftovers as usize {
+            if loc.leftovers.len() > self.alloc.policy().locality_leftovers as usize {
                 return Err(Error::Invariant(format!(
                     "shard {i} keeps {} locality leftovers, more than {}",
                     loc.leftovers.len(),
-                    self.policy.locality_leftovers
+                    self.alloc.policy().locality_leftovers
                 )));
             }
             for c in loc.extents() {
-                if c.len == 0 || !self.is_reserved(c) {
+                if c.len == 0 || !self.alloc.is_reserved(c) {
                     return Err(Error::Invariant(format!(
                         "locality extent {}+{} of shard {i} is not reserved",
                         c.start, c.len
@@ -722,8 +877,7 @@ mod tests {
     /// class, with `class_by=request` in one of the small class.
     #[test]
     fn a_window_takes_the_class_of_what_it_allocates() {
-        use crate::alloc::class::{tag, SizeClass};
-        use crate::alloc::Policy;
+        use crate::alloc::{Policy, SizeClass};
         use crate::geometry::Geometry;
         for (spec, class) in [
             ("extalloc", SizeClass::Large),
@@ -734,6 +888,7 @@ mod tests {
                 Policy::parse(spec).unwrap(),
             )
             .unwrap();
+            let alloc = Files::new(alloc);
             let file = alloc.create_file(7);
             // Size the file at 64 MiB first (a write far into it), then write block 5000.
             alloc
@@ -743,10 +898,10 @@ mod tests {
                 .allocate_data(&file, &DataRequest::new(5000, 1))
                 .unwrap();
             assert_eq!(file.prealloc_count(), 2, "{spec}: two 8 MiB windows");
-            let g = alloc.geometry().group_of(e.start);
+            let g = alloc.allocator().geometry().group_of(e.start);
             assert_eq!(
-                alloc.group_class_tag(g),
-                tag(class, Lifetime::Unknown),
+                alloc.allocator().group_class_tag(g),
+                crate::alloc::class_tag(class, Lifetime::Unknown),
                 "{spec}: the window's group"
             );
             alloc.check().unwrap();

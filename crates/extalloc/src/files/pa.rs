@@ -9,7 +9,7 @@
 //! - [`PaSet`]: a tree keyed by logical start (`prealloc_index=tree`, O(log n)) or a list
 //!   capped at [`PREALLOC_LIST_MAX`] (`prealloc_index=list`, O(n), as ext4 before 6.4).
 //!
-//! # Invariants (checked by `Allocator::check_file`)
+//! # Invariants (checked by `Files::check_file`)
 //!
 //! PAs of a file are disjoint in logical space; a PA block is used (mapped by the file) or
 //! unused (reserved). The set lives under its file's lock.

@@ -6,15 +6,15 @@
 //!   a traced CPU), behind the shard's lock in the file layer's registry: the chunk small
 //!   files carve from, front first, and up to `locality_leftovers` ends of earlier chunks.
 //!
-//! # Invariant (checked by `Allocator::check_preallocations`)
+//! # Invariant (checked by `Files::check`)
 //!
 //! Every extent a `Locality` holds is reserved: marked used in its group, handed to no
 //! file, not pending. Carving moves blocks from the chunk to a file; retiring releases them.
 //!
 //! Lock order: file lock -> locality shard lock -> group locks -> global lock.
 
-use super::allocator::{AllocRequest, Allocator};
-use super::class::Lifetime;
+use super::{Commits, Files};
+use crate::alloc::{AllocRequest, Lifetime};
 use crate::error::Result;
 use crate::geometry::Extent;
 
@@ -34,7 +34,7 @@ impl Locality {
     }
 }
 
-impl Allocator {
+impl Files {
     /// Carves `len` blocks from locality chunk `slot` (the calling thread's shard, or the
     /// request's `locality`), replacing the chunk when it is too short.
     pub(super) fn carve_locality(
@@ -43,8 +43,9 @@ impl Allocator {
         len: u64,
         lifetime: Lifetime,
         slot: usize,
+        commits: Commits,
     ) -> Result<Extent> {
-        let shard = &self.prealloc.locality[slot];
+        let shard = &self.registry.locality[slot];
         let mut loc = shard.lock();
         if loc.current.is_none_or(|c| c.len < len) {
             // The smallest leftover that holds the request, as ext4 picks among its group
@@ -67,18 +68,19 @@ impl Allocator {
                 self.retire_locality(&mut loc, rest)?;
             }
             let want = self
-                .policy
+                .alloc
+                .policy()
                 .locality_prealloc_blocks
                 .max(len)
-                .min(self.geometry.group_blocks);
+                .min(self.alloc.geometry().group_blocks);
             let mut req = AllocRequest::new(file, want)
                 .min_len(len)
                 .lifetime(lifetime);
             req.class_len = len;
-            if let Some(g) = goal.filter(|&g| g < self.geometry.blocks_count) {
+            if let Some(g) = goal.filter(|&g| g < self.alloc.geometry().blocks_count) {
                 req = req.goal(g);
             }
-            loc.current = Some(self.allocate(&req)?);
+            loc.current = Some(self.reserve(&req, commits)?);
         }
         let c = loc.current.as_mut().expect("chunk was just filled");
         let extent = Extent::new(c.start, len);
@@ -93,11 +95,11 @@ impl Allocator {
     /// A chunk too short for a request: kept as a leftover for smaller files, or released
     /// (the smallest leftover goes when more than `locality_leftovers` would be kept).
     fn retire_locality(&self, loc: &mut Locality, rest: Extent) -> Result<()> {
-        if self.policy.locality_leftovers == 0 {
-            return self.release_reserved(rest);
+        if self.alloc.policy().locality_leftovers == 0 {
+            return self.alloc.release_reserved(rest);
         }
         loc.leftovers.push(rest);
-        if loc.leftovers.len() > self.policy.locality_leftovers as usize {
+        if loc.leftovers.len() > self.alloc.policy().locality_leftovers as usize {
             let (i, _) = loc
                 .leftovers
                 .iter()
@@ -105,7 +107,7 @@ impl Allocator {
                 .min_by_key(|(_, e)| (e.len, e.start))
                 .expect("not empty");
             let smallest = loc.leftovers.swap_remove(i);
-            self.release_reserved(smallest)?;
+            self.alloc.release_reserved(smallest)?;
         }
         Ok(())
     }
