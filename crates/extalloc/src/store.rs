@@ -897,7 +897,7 @@ mod tests {
     fn crash_and_reopen(dev: &Arc<FaultDevice<MemDevice>>, seed: u64) -> (Store, Vec<Record>) {
         dev.crash(Crash::Random {
             keep: 0.5,
-            tear: seed % 2 == 0,
+            tear: seed.is_multiple_of(2),
         })
         .unwrap();
         Store::open(dev.clone(), Policy::default()).unwrap()
