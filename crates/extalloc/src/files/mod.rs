@@ -5,10 +5,12 @@
 //!
 //! - [`Files`]: the layer, over the [`Allocator`] it owns: the registry of files holding
 //!   preallocations and the locality chunks. The core knows nothing of files: it reserves
-//!   blocks for this layer ([`Allocator::reserve`]), which claims them for a file when it
-//!   hands them out ([`Allocator::claim`]) or releases them.
-//! - [`FileAlloc`]: one file's allocation state under a reader/writer lock: its logical size,
-//!   its mapped extents (`logical start -> physical extent`) and its preallocations (PAs).
+//!   blocks for this layer (`Allocator::reserve`), which claims them for a file when it
+//!   hands them out (`Allocator::claim`) or releases them.
+//! - [`FileAlloc`] (`file.rs`): one file's allocation state under a reader/writer lock: its
+//!   logical size, its mapped extents (`logical start -> physical extent`) and its
+//!   preallocations (PAs). [`DataRequest`] is what a write asks.
+//! - The registry (`registry.rs`): files that made a PA, and the per-shard locality chunks.
 //! - `Pa` (`pa.rs`): blocks reserved for a file beyond what it asked, at a fixed logical
 //!   position (`lstart .. lstart + len` maps to `pstart ..`), with a bitmap of the blocks
 //!   already handed to the file. Kept in an ordered tree keyed by logical start
@@ -19,7 +21,7 @@
 //!   files carve their blocks from, so small files written together sit together; and up
 //!   to `locality_leftovers` ends of earlier chunks, served best fit to files that fit them.
 //!
-//! # Invariants (checked by [`Files::check`] and [`Files::check_file`])
+//! # Invariants (checked by [`Files::check`] and [`Files::check_file`], `check.rs`)
 //!
 //! ```text
 //! mapped extents of a file are disjoint in logical space
@@ -38,7 +40,7 @@
 //!   window is the request rounded up to the next size bucket (16 KiB ... 8 MiB) of the file's
 //!   size or of the request's end, whichever is larger (as ext4 uses i_size), aligned to the bucket,
 //!   clamped to the hole between the neighbouring mapped extents and to the file's other PAs;
-//!   allocate the window, map the request, keep the rest as a PA.
+//!   reserve the window, map (claim) the request, keep the rest as a PA (`normalise.rs`).
 //! - `set_file_size(file, size)`: shrinking frees mapped blocks past the size (deferred, like
 //!   any free) and discards the file's PAs.
 //! - `release_prealloc(file)`: discards the file's PAs (the file is closed): their unused
@@ -55,212 +57,30 @@
 //!
 //! Lock order: file lock -> locality shard lock -> group locks -> global lock.
 
+mod check;
+mod file;
 mod locality;
+mod normalise;
 mod pa;
+mod registry;
 
-use crate::alloc::{AllocRequest, Allocator, Lifetime, SHARDS};
+use crate::alloc::{AllocRequest, Allocator, SHARDS};
 use crate::error::{Error, Result};
 use crate::geometry::{Extent, DEVICE_BLOCKS_MAX};
-use crossbeam_utils::CachePadded;
+use file::{map_insert, FileInner};
 use locality::Locality;
 use pa::{Pa, PaSet};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::RwLock;
+use registry::PreallocRegistry;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
+pub use file::{DataRequest, FileAlloc};
 pub use pa::PREALLOC_LIST_MAX;
 
-/// Normalisation buckets, in bytes: 16 KiB, 32 KiB, ... 8 MiB.
-const BUCKET_BYTES_MIN: u64 = 16 << 10;
-const BUCKET_BYTES_MAX: u64 = 8 << 20;
-const _: () = assert!(BUCKET_BYTES_MIN.is_power_of_two() && BUCKET_BYTES_MAX.is_power_of_two());
-
-/// A request for data blocks of a file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DataRequest {
-    /// First logical block to map; `logical .. logical + len` must be a hole.
-    pub logical: u64,
-    /// Blocks wanted. The call maps a prefix of the range (at least one block); call again
-    /// for the rest.
-    pub len: u64,
-    /// Preferred physical block for `logical`; by default the block that would follow the
-    /// file's previous extent.
-    pub goal: Option<u64>,
-    pub lifetime: Lifetime,
-    /// Map exactly the request: no normalisation, no new preallocation, no locality chunk
-    /// (ext4's `HINT_NOPREALLOC`, which its fallocate path passes). An existing PA that
-    /// covers the block is still used.
-    pub no_prealloc: bool,
-    /// The file is complete: closed, and this request ends at its size (the writeback of a
-    /// file written in full). The request is mapped at exactly its length with no new
-    /// preallocation, as ext4 does for closed files; unlike `no_prealloc`, a small file
-    /// still carves from a locality chunk.
-    pub complete: bool,
-    /// Which locality chunk a small file carves from (taken modulo the number of chunks);
-    /// by default the calling thread's. ext4 keeps one per CPU: a caller that knows the
-    /// CPU (a trace replay) passes it.
-    pub locality: Option<u32>,
-}
-
-impl DataRequest {
-    pub fn new(logical: u64, len: u64) -> Self {
-        DataRequest {
-            logical,
-            len,
-            goal: None,
-            lifetime: Lifetime::Unknown,
-            no_prealloc: false,
-            complete: false,
-            locality: None,
-        }
-    }
-
-    /// See [`DataRequest::no_prealloc`].
-    pub fn no_prealloc(mut self) -> Self {
-        self.no_prealloc = true;
-        self
-    }
-
-    /// See [`DataRequest::complete`].
-    pub fn complete(mut self) -> Self {
-        self.complete = true;
-        self
-    }
-
-    /// See [`DataRequest::locality`].
-    pub fn locality(mut self, slot: u32) -> Self {
-        self.locality = Some(slot);
-        self
-    }
-
-    pub fn goal(mut self, goal: u64) -> Self {
-        self.goal = Some(goal);
-        self
-    }
-
-    pub fn lifetime(mut self, lifetime: Lifetime) -> Self {
-        self.lifetime = lifetime;
-        self
-    }
-}
-
-struct FileInner {
-    size_blocks: u64,
-    /// Logical start -> physical extent; disjoint, neighbours merged when contiguous in both.
-    map: BTreeMap<u64, Extent>,
-    pas: PaSet,
-    /// In the allocator's registry of files with PAs.
-    registered: bool,
-}
-
-/// One file's allocation state. Create with [`Files::create_file`].
-pub struct FileAlloc {
-    id: u64,
-    inner: RwLock<FileInner>,
-}
-
-impl FileAlloc {
-    pub fn id(&self) -> u64 {
-        self.id
-    }
-
-    /// Logical size in blocks (the highest mapped end, or what `set_file_size` set).
-    pub fn size_blocks(&self) -> u64 {
-        self.inner.read().size_blocks
-    }
-
-    /// True if logical block `l` is mapped.
-    pub fn is_mapped(&self, l: u64) -> bool {
-        let f = self.inner.read();
-        f.map
-            .range(..=l)
-            .next_back()
-            .is_some_and(|(&s, e)| l < s + e.len)
-    }
-
-    /// The mapped extents in logical order: `(logical start, physical extent)`.
-    pub fn extents(&self) -> Vec<(u64, Extent)> {
-        self.inner
-            .read()
-            .map
-            .iter()
-            .map(|(&l, &e)| (l, e))
-            .collect()
-    }
-
-    /// Number of live preallocations.
-    pub fn prealloc_count(&self) -> usize {
-        self.inner.read().pas.len()
-    }
-
-    /// Reserved blocks of this file's preallocations not yet handed to it.
-    pub fn prealloc_unused_blocks(&self) -> u64 {
-        self.inner
-            .read()
-            .pas
-            .snapshot()
-            .iter()
-            .map(Pa::unused)
-            .sum()
-    }
-
-    /// The physical extents this file holds in preallocations but has not used.
-    pub fn prealloc_unused_extents(&self) -> Vec<Extent> {
-        let f = self.inner.read();
-        f.pas
-            .snapshot()
-            .iter()
-            .flat_map(|pa| {
-                pa.unused_runs()
-                    .into_iter()
-                    .map(|(off, n)| Extent::new(pa.pstart + off, n))
-            })
-            .collect()
-    }
-}
-
-/// Files with preallocations (for discard under space pressure) and the locality PAs.
-struct PreallocRegistry {
-    files: Mutex<RegisteredFiles>,
-    /// Per shard: what is left of its locality chunk, and earlier chunks' leftovers.
-    locality: Box<[CachePadded<Mutex<Locality>>]>,
-}
-
-#[derive(Default)]
-struct RegisteredFiles {
-    files: Vec<Weak<FileAlloc>>,
-    /// Length after the last pruning of dead entries.
-    pruned_len: usize,
-}
-
-impl PreallocRegistry {
-    fn new() -> Self {
-        PreallocRegistry {
-            files: Mutex::new(RegisteredFiles::default()),
-            locality: (0..SHARDS)
-                .map(|_| CachePadded::new(Mutex::new(Locality::default())))
-                .collect(),
-        }
-    }
-
-    fn register(&self, file: &Arc<FileAlloc>) {
-        let mut r = self.files.lock();
-        if r.files.len() >= 2 * r.pruned_len.max(64) {
-            r.files.retain(|w| w.strong_count() > 0);
-            r.pruned_len = r.files.len();
-        }
-        r.files.push(Arc::downgrade(file));
-    }
-
-    fn live_files(&self) -> Vec<Arc<FileAlloc>> {
-        self.files
-            .lock()
-            .files
-            .iter()
-            .filter_map(Weak::upgrade)
-            .collect()
-    }
-}
+/// A request's mapped neighbours, `(logical start, extent)`: the last extent starting at
+/// or before it, the first after it.
+type Neighbours = (Option<(u64, Extent)>, Option<(u64, Extent)>);
 
 /// Logical blocks a file may address: keeps every `logical + len` far from overflow.
 const LOGICAL_BLOCKS_MAX: u64 = DEVICE_BLOCKS_MAX << 8;
@@ -321,22 +141,6 @@ impl Files {
             }) if reserved_blocks > 0 && self.discard_preallocations() > 0 => op(),
             other => other,
         }
-    }
-
-    /// Checks the core ([`Allocator::check`]), every registered file and locality chunk,
-    /// and that the preallocations hold exactly the blocks the core counts as reserved.
-    /// Call at quiescence.
-    pub fn check(&self) -> Result<()> {
-        self.alloc.check()?;
-        self.check_preallocations()?;
-        let held = self.prealloc_reserved_blocks();
-        let counted = self.alloc.reserved_blocks();
-        if held != counted {
-            return Err(Error::Invariant(format!(
-                "preallocations hold {held} blocks, the core counts {counted} reserved"
-            )));
-        }
-        Ok(())
     }
 
     /// Every extent reserved by a preallocation (files' unused PA blocks, locality chunks):
@@ -441,13 +245,30 @@ impl Files {
         }
 
         // 3. Normalise and allocate the window.
-        let (ws, window, len) = self.window(file.id, &f, req, len, left, right);
+        let extent = self.map_from_window(file, &mut f, req, len, (left, right), commits)?;
+        map_insert(&mut f, req.logical, extent, left, right);
+        Ok(extent)
+    }
+
+    /// Step 3 of `allocate_data`: reserves the normalised window (or, finding no space, the
+    /// request alone after giving back this file's own PAs), claims the request's blocks
+    /// and keeps the rest as a new PA. Returns the extent to map at `req.logical`.
+    fn map_from_window(
+        &self,
+        file: &Arc<FileAlloc>,
+        f: &mut FileInner,
+        req: &DataRequest,
+        len: u64,
+        (left, right): Neighbours,
+        commits: Commits,
+    ) -> Result<Extent> {
+        let (ws, window, len) = self.window(file.id, f, req, len, left, right);
         let (ws, got) = match self.reserve(&window, commits) {
             Ok(e) => (ws, e),
             Err(Error::NoSpace { .. }) => {
                 // Give back this file's own reserve (other files' were offered already),
                 // then ask for the request alone.
-                self.discard_file_pas(&mut f)?;
+                self.discard_file_pas(f)?;
                 let mut bare = AllocRequest::new(file.id, len)
                     .logical(req.logical)
                     .lifetime(req.lifetime);
@@ -458,13 +279,13 @@ impl Files {
             }
             Err(e) => return Err(e),
         };
+        debug_assert!(ws <= req.logical && req.logical < ws + got.len);
         let mut pa = Pa::new(ws, got.start, got.len);
         let i = req.logical - ws;
         let n = len.min(got.len - i);
         pa.mark_used(i, n);
         let extent = Extent::new(got.start + i, n);
         self.alloc.claim(extent);
-        map_insert(&mut f, req.logical, extent, left, right);
         if pa.unused() > 0 {
             if !f.registered {
                 f.registered = true;
@@ -513,70 +334,6 @@ impl Files {
         let lstart = pa.lstart;
         f.pas.remove_exhausted(lstart);
         Some(extent)
-    }
-
-    /// The normalised window for a request of `len` blocks at `req.logical` (not covered
-    /// by a PA): its logical start, the allocation request for it, and the request's
-    /// length clamped to the window.
-    ///
-    /// The bucket follows the larger of the request's end and the file's size, as ext4's
-    /// does (i_size): a write into a hole of a large file gets a large window, so random
-    /// writers racing on their files still get their data in big pieces. With
-    /// `normalise_holes=request`, a write into a hole gets a window of its own length.
-    fn window(
-        &self,
-        id: u64,
-        f: &FileInner,
-        req: &DataRequest,
-        len: u64,
-        left: Option<(u64, Extent)>,
-        right: Option<(u64, Extent)>,
-    ) -> (u64, AllocRequest, u64) {
-        let (geometry, policy) = (self.alloc.geometry(), self.alloc.policy());
-        let end = req.logical + req.len;
-        let basis = if policy.normalise_by_size {
-            end.max(f.size_blocks)
-        } else if req.logical >= f.size_blocks {
-            end
-        } else {
-            len
-        };
-        let (mut ws, mut we) = if req.no_prealloc || req.complete {
-            (req.logical, req.logical + len)
-        } else {
-            normalise(req.logical, len, basis, u64::from(geometry.block_size))
-        };
-        if let Some((s, e)) = left {
-            ws = ws.max(s + e.len);
-        }
-        if let Some((s, _)) = right {
-            we = we.min(s);
-        }
-        (ws, we) = f.pas.clamp(req.logical, ws, we);
-        if we - ws > geometry.group_blocks {
-            ws = ws.max(req.logical);
-            we = we.min(ws + geometry.group_blocks);
-        }
-        let len = len.min(we - req.logical);
-        debug_assert!(ws <= req.logical && req.logical < we);
-        let goal = req
-            .goal
-            .map(|g| g.saturating_sub(req.logical - ws))
-            .or_else(|| {
-                // After the file's previous extent, at the same logical distance.
-                let (s, e) = left?;
-                let goal = e.end() + (ws - (s + e.len));
-                (goal < geometry.blocks_count).then_some(goal)
-            });
-        let mut window = AllocRequest::new(id, we - ws)
-            .logical(ws)
-            .min_len(req.logical - ws + 1)
-            .lifetime(req.lifetime);
-        window.class_len = if policy.class_by_window { we - ws } else { len };
-        if let Some(g) = goal {
-            window = window.goal(g);
-        }
-        (ws, window, len)
     }
 
     /// Discards every PA of the file: unused blocks return to the free space at once.
@@ -726,195 +483,5 @@ impl Files {
             .map(|s| s.lock().extents().map(|c| c.len).sum::<u64>())
             .sum();
         files + locality
-    }
-
-    /// Checks one file's invariants (see the module comment). Call at quiescence.
-    pub fn check_file(&self, file: &FileAlloc) -> Result<()> {
-        let fail = |m: String| Err(Error::Invariant(format!("file {}: {m}", file.id)));
-        let f = file.inner.read();
-        let mut prev_end = 0;
-        for (&l, e) in &f.map {
-            if l < prev_end || e.len == 0 {
-                return fail(format!("mapped extent at {l} overlaps its predecessor"));
-            }
-            prev_end = l + e.len;
-        }
-        let mut pas = f.pas.snapshot();
-        pas.sort_by_key(|pa| pa.lstart);
-        for pair in pas.windows(2) {
-            if pair[0].lend() > pair[1].lstart {
-                return fail(format!(
-                    "PAs at {} and {} overlap",
-                    pair[0].lstart, pair[1].lstart
-                ));
-            }
-        }
-        for pa in &pas {
-            let used = (0..pa.len).filter(|&i| pa.is_used(i)).count() as u64;
-            if used != pa.used_count || used == pa.len {
-                return fail(format!(
-                    "PA at {}: used count {} / {} blocks",
-                    pa.lstart, pa.used_count, pa.len
-                ));
-            }
-            for i in 0..pa.len {
-                let l = pa.lstart + i;
-                let mapped = f
-                    .map
-                    .range(..=l)
-                    .next_back()
-                    .filter(|(&s, e)| l < s + e.len)
-                    .map(|(&s, e)| e.start + (l - s));
-                match (pa.is_used(i), mapped) {
-                    (true, Some(p)) if p == pa.pstart + i => {}
-                    (false, None) => {}
-                    (used, m) => {
-                        return fail(format!(
-                            "PA at {}: block {l} used={used} but mapped at {m:?}",
-                            pa.lstart
-                        ))
-                    }
-                }
-            }
-            for (off, n) in pa.unused_runs() {
-                if !self.alloc.is_reserved(Extent::new(pa.pstart + off, n)) {
-                    return fail(format!(
-                        "PA at {}: unused blocks are not reserved",
-                        pa.lstart
-                    ));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Checks every registered file and every locality chunk. Call at quiescence.
-    pub(crate) fn check_preallocations(&self) -> Result<()> {
-        for file in self.registry.live_files() {
-            self.check_file(&file)?;
-        }
-        for (i, shard) in self.registry.locality.iter().enumerate() {
-            let loc = shard.lock();
-            if loc.leftovers.len() > self.alloc.policy().locality_leftovers as usize {
-                return Err(Error::Invariant(format!(
-                    "shard {i} keeps {} locality leftovers, more than {}",
-                    loc.leftovers.len(),
-                    self.alloc.policy().locality_leftovers
-                )));
-            }
-            for c in loc.extents() {
-                if c.len == 0 || !self.alloc.is_reserved(c) {
-                    return Err(Error::Invariant(format!(
-                        "locality extent {}+{} of shard {i} is not reserved",
-                        c.start, c.len
-                    )));
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The window `ws .. we` for a request of `len` blocks at `logical`: `basis` blocks rounded
-/// up to the next bucket (16 KiB ... 8 MiB), aligned to the bucket, at least the request.
-fn normalise(logical: u64, len: u64, basis: u64, block_size: u64) -> (u64, u64) {
-    let basis_bytes = basis.saturating_mul(block_size);
-    let bucket_bytes = basis_bytes
-        .checked_next_power_of_two()
-        .unwrap_or(BUCKET_BYTES_MAX)
-        .clamp(BUCKET_BYTES_MIN, BUCKET_BYTES_MAX);
-    let bucket = (bucket_bytes / block_size).max(1);
-    if len >= bucket {
-        return (logical, logical + len);
-    }
-    let ws = logical / bucket * bucket;
-    (ws, (ws + bucket).max(logical + len))
-}
-
-/// Records `logical -> extent`, merging with the neighbours `left` and `right` (as found
-/// before the insertion) where they are contiguous in both spaces.
-fn map_insert(
-    f: &mut FileInner,
-    logical: u64,
-    extent: Extent,
-    left: Option<(u64, Extent)>,
-    right: Option<(u64, Extent)>,
-) {
-    let (mut l, mut e) = (logical, extent);
-    if let Some((ps, pe)) = left.filter(|(ps, pe)| ps + pe.len == l && pe.end() == e.start) {
-        f.map.remove(&ps);
-        l = ps;
-        e = Extent::new(pe.start, pe.len + e.len);
-    }
-    if let Some((ns, ne)) =
-        right.filter(|(ns, ne)| *ns == logical + extent.len && extent.end() == ne.start)
-    {
-        f.map.remove(&ns);
-        e.len += ne.len;
-    }
-    f.map.insert(l, e);
-    f.size_blocks = f.size_blocks.max(logical + extent.len);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn windows_round_up_and_align() {
-        // 1 KiB into a hole of a big file: a 16 KiB window (4 blocks), aligned.
-        assert_eq!(normalise(1001, 1, 1, 4096), (1000, 1004));
-        // Appending block 20 of a file (80 KiB so far + 4 KiB): 128 KiB window from 0.
-        assert_eq!(normalise(20, 1, 21, 4096), (0, 32));
-        // Huge files: 8 MiB windows.
-        assert_eq!(normalise(5000, 2, 5002, 4096), (4096, 6144));
-        // A request as large as its bucket is not extended.
-        assert_eq!(normalise(7, 2048, 4096, 4096), (7, 2055));
-    }
-
-    /// A 1-block write into a large file is normalised to an 8 MiB window: with
-    /// `class_by=window` (the extalloc preset) the window lands in a group of the large
-    /// class, with `class_by=request` in one of the small class.
-    #[test]
-    fn a_window_takes_the_class_of_what_it_allocates() {
-        use crate::alloc::{Policy, SizeClass};
-        use crate::geometry::Geometry;
-        for (spec, class) in [
-            ("extalloc", SizeClass::Large),
-            ("extalloc:class_by=request", SizeClass::Small),
-        ] {
-            let alloc = Allocator::new(
-                Geometry::new(4096, 4096, 1 << 16).unwrap(),
-                Policy::parse(spec).unwrap(),
-            )
-            .unwrap();
-            let alloc = Files::new(alloc);
-            let file = alloc.create_file(7);
-            // Size the file at 64 MiB first (a write far into it), then write block 5000.
-            alloc
-                .allocate_data(&file, &DataRequest::new(16383, 1))
-                .unwrap();
-            let e = alloc
-                .allocate_data(&file, &DataRequest::new(5000, 1))
-                .unwrap();
-            assert_eq!(file.prealloc_count(), 2, "{spec}: two 8 MiB windows");
-            let g = alloc.allocator().geometry().group_of(e.start);
-            assert_eq!(
-                alloc.allocator().group_class_tag(g),
-                crate::alloc::class_tag(class, Lifetime::Unknown),
-                "{spec}: the window's group"
-            );
-            alloc.check().unwrap();
-        }
-    }
-
-    #[test]
-    fn pa_runs() {
-        let mut pa = Pa::new(0, 100, 10);
-        pa.mark_used(2, 3);
-        pa.mark_used(9, 1);
-        assert_eq!(pa.unused_runs(), vec![(0, 2), (5, 4)]);
-        assert_eq!(pa.unused(), 6);
-        assert_eq!(pa.unused_run(5, 2), 2);
     }
 }

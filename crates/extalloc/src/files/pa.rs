@@ -242,3 +242,18 @@ impl PaSet {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pa_runs() {
+        let mut pa = Pa::new(0, 100, 10);
+        pa.mark_used(2, 3);
+        pa.mark_used(9, 1);
+        assert_eq!(pa.unused_runs(), vec![(0, 2), (5, 4)]);
+        assert_eq!(pa.unused(), 6);
+        assert_eq!(pa.unused_run(5, 2), 2);
+    }
+}

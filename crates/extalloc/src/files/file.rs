@@ -1,0 +1,189 @@
+//! One file's allocation state ([`FileAlloc`]) and what a data request asks
+//! ([`DataRequest`]).
+//!
+//! # Data structures
+//!
+//! - [`FileAlloc`]: the file's id and, under one reader/writer lock, its logical size, its
+//!   mapped extents (`logical start -> physical extent`) and its preallocations (`PaSet`).
+//!
+//! # Invariants (checked by `Files::check_file`)
+//!
+//! Mapped extents are disjoint in logical space, and neighbours contiguous in both spaces
+//! are merged ([`map_insert`]); the size is at least the highest mapped end.
+//!
+//! Lock order: the file lock is taken before any lock of the file layer or the core.
+
+use super::pa::{Pa, PaSet};
+use crate::alloc::Lifetime;
+use crate::geometry::Extent;
+use parking_lot::RwLock;
+use std::collections::BTreeMap;
+
+/// A request for data blocks of a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataRequest {
+    /// First logical block to map; `logical .. logical + len` must be a hole.
+    pub logical: u64,
+    /// Blocks wanted. The call maps a prefix of the range (at least one block); call again
+    /// for the rest.
+    pub len: u64,
+    /// Preferred physical block for `logical`; by default the block that would follow the
+    /// file's previous extent.
+    pub goal: Option<u64>,
+    pub lifetime: Lifetime,
+    /// Map exactly the request: no normalisation, no new preallocation, no locality chunk
+    /// (ext4's `HINT_NOPREALLOC`, which its fallocate path passes). An existing PA that
+    /// covers the block is still used.
+    pub no_prealloc: bool,
+    /// The file is complete: closed, and this request ends at its size (the writeback of a
+    /// file written in full). The request is mapped at exactly its length with no new
+    /// preallocation, as ext4 does for closed files; unlike `no_prealloc`, a small file
+    /// still carves from a locality chunk.
+    pub complete: bool,
+    /// Which locality chunk a small file carves from (taken modulo the number of chunks);
+    /// by default the calling thread's. ext4 keeps one per CPU: a caller that knows the
+    /// CPU (a trace replay) passes it.
+    pub locality: Option<u32>,
+}
+
+impl DataRequest {
+    pub fn new(logical: u64, len: u64) -> Self {
+        DataRequest {
+            logical,
+            len,
+            goal: None,
+            lifetime: Lifetime::Unknown,
+            no_prealloc: false,
+            complete: false,
+            locality: None,
+        }
+    }
+
+    /// See [`DataRequest::no_prealloc`].
+    pub fn no_prealloc(mut self) -> Self {
+        self.no_prealloc = true;
+        self
+    }
+
+    /// See [`DataRequest::complete`].
+    pub fn complete(mut self) -> Self {
+        self.complete = true;
+        self
+    }
+
+    /// See [`DataRequest::locality`].
+    pub fn locality(mut self, slot: u32) -> Self {
+        self.locality = Some(slot);
+        self
+    }
+
+    pub fn goal(mut self, goal: u64) -> Self {
+        self.goal = Some(goal);
+        self
+    }
+
+    pub fn lifetime(mut self, lifetime: Lifetime) -> Self {
+        self.lifetime = lifetime;
+        self
+    }
+}
+
+pub(super) struct FileInner {
+    pub(super) size_blocks: u64,
+    /// Logical start -> physical extent; disjoint, neighbours merged when contiguous in both.
+    pub(super) map: BTreeMap<u64, Extent>,
+    pub(super) pas: PaSet,
+    /// In the allocator's registry of files with PAs.
+    pub(super) registered: bool,
+}
+
+/// One file's allocation state. Create with [`Files::create_file`](super::Files::create_file).
+pub struct FileAlloc {
+    pub(super) id: u64,
+    pub(super) inner: RwLock<FileInner>,
+}
+
+impl FileAlloc {
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Logical size in blocks (the highest mapped end, or what `set_file_size` set).
+    pub fn size_blocks(&self) -> u64 {
+        self.inner.read().size_blocks
+    }
+
+    /// True if logical block `l` is mapped.
+    pub fn is_mapped(&self, l: u64) -> bool {
+        let f = self.inner.read();
+        f.map
+            .range(..=l)
+            .next_back()
+            .is_some_and(|(&s, e)| l < s + e.len)
+    }
+
+    /// The mapped extents in logical order: `(logical start, physical extent)`.
+    pub fn extents(&self) -> Vec<(u64, Extent)> {
+        self.inner
+            .read()
+            .map
+            .iter()
+            .map(|(&l, &e)| (l, e))
+            .collect()
+    }
+
+    /// Number of live preallocations.
+    pub fn prealloc_count(&self) -> usize {
+        self.inner.read().pas.len()
+    }
+
+    /// Reserved blocks of this file's preallocations not yet handed to it.
+    pub fn prealloc_unused_blocks(&self) -> u64 {
+        self.inner
+            .read()
+            .pas
+            .snapshot()
+            .iter()
+            .map(Pa::unused)
+            .sum()
+    }
+
+    /// The physical extents this file holds in preallocations but has not used.
+    pub fn prealloc_unused_extents(&self) -> Vec<Extent> {
+        let f = self.inner.read();
+        f.pas
+            .snapshot()
+            .iter()
+            .flat_map(|pa| {
+                pa.unused_runs()
+                    .into_iter()
+                    .map(|(off, n)| Extent::new(pa.pstart + off, n))
+            })
+            .collect()
+    }
+}
+
+/// Records `logical -> extent`, merging with the neighbours `left` and `right` (as found
+/// before the insertion) where they are contiguous in both spaces.
+pub(super) fn map_insert(
+    f: &mut FileInner,
+    logical: u64,
+    extent: Extent,
+    left: Option<(u64, Extent)>,
+    right: Option<(u64, Extent)>,
+) {
+    let (mut l, mut e) = (logical, extent);
+    if let Some((ps, pe)) = left.filter(|(ps, pe)| ps + pe.len == l && pe.end() == e.start) {
+        f.map.remove(&ps);
+        l = ps;
+        e = Extent::new(pe.start, pe.len + e.len);
+    }
+    if let Some((ns, ne)) =
+        right.filter(|(ns, ne)| *ns == logical + extent.len && extent.end() == ne.start)
+    {
+        f.map.remove(&ns);
+        e.len += ne.len;
+    }
+    f.map.insert(l, e);
+    f.size_blocks = f.size_blocks.max(logical + extent.len);
+}

@@ -1,0 +1,158 @@
+//! Request normalisation: the window a data request is rounded up to, as ext4's
+//! `ext4_mb_normalize_request` does.
+//!
+//! # Data structures
+//!
+//! None of its own: it reads the file's map and PAs (under the file lock its caller holds)
+//! and returns the window as an `AllocRequest`.
+//!
+//! # Invariant
+//!
+//! The window contains the request's first block, overlaps no mapped extent and no PA of
+//! the file, and fits one group.
+
+use super::file::{DataRequest, FileInner};
+use super::Files;
+use crate::alloc::AllocRequest;
+use crate::geometry::Extent;
+
+/// Normalisation buckets, in bytes: 16 KiB, 32 KiB, ... 8 MiB.
+const BUCKET_BYTES_MIN: u64 = 16 << 10;
+const BUCKET_BYTES_MAX: u64 = 8 << 20;
+const _: () = assert!(BUCKET_BYTES_MIN.is_power_of_two() && BUCKET_BYTES_MAX.is_power_of_two());
+
+impl Files {
+    /// The normalised window for a request of `len` blocks at `req.logical` (not covered
+    /// by a PA): its logical start, the allocation request for it, and the request's
+    /// length clamped to the window.
+    ///
+    /// The bucket follows the larger of the request's end and the file's size, as ext4's
+    /// does (i_size): a write into a hole of a large file gets a large window, so random
+    /// writers racing on their files still get their data in big pieces. With
+    /// `normalise_holes=request`, a write into a hole gets a window of its own length.
+    pub(super) fn window(
+        &self,
+        id: u64,
+        f: &FileInner,
+        req: &DataRequest,
+        len: u64,
+        left: Option<(u64, Extent)>,
+        right: Option<(u64, Extent)>,
+    ) -> (u64, AllocRequest, u64) {
+        let (geometry, policy) = (self.alloc.geometry(), self.alloc.policy());
+        let end = req.logical + req.len;
+        let basis = if policy.normalise_by_size {
+            end.max(f.size_blocks)
+        } else if req.logical >= f.size_blocks {
+            end
+        } else {
+            len
+        };
+        let (mut ws, mut we) = if req.no_prealloc || req.complete {
+            (req.logical, req.logical + len)
+        } else {
+            normalise(req.logical, len, basis, u64::from(geometry.block_size))
+        };
+        if let Some((s, e)) = left {
+            ws = ws.max(s + e.len);
+        }
+        if let Some((s, _)) = right {
+            we = we.min(s);
+        }
+        (ws, we) = f.pas.clamp(req.logical, ws, we);
+        if we - ws > geometry.group_blocks {
+            ws = ws.max(req.logical);
+            we = we.min(ws + geometry.group_blocks);
+        }
+        let len = len.min(we - req.logical);
+        debug_assert!(ws <= req.logical && req.logical < we);
+        let goal = req
+            .goal
+            .map(|g| g.saturating_sub(req.logical - ws))
+            .or_else(|| {
+                // After the file's previous extent, at the same logical distance.
+                let (s, e) = left?;
+                let goal = e.end() + (ws - (s + e.len));
+                (goal < geometry.blocks_count).then_some(goal)
+            });
+        let mut window = AllocRequest::new(id, we - ws)
+            .logical(ws)
+            .min_len(req.logical - ws + 1)
+            .lifetime(req.lifetime);
+        window.class_len = if policy.class_by_window { we - ws } else { len };
+        if let Some(g) = goal {
+            window = window.goal(g);
+        }
+        (ws, window, len)
+    }
+}
+
+/// The window `ws .. we` for a request of `len` blocks at `logical`: `basis` blocks rounded
+/// up to the next bucket (16 KiB ... 8 MiB), aligned to the bucket, at least the request.
+fn normalise(logical: u64, len: u64, basis: u64, block_size: u64) -> (u64, u64) {
+    let basis_bytes = basis.saturating_mul(block_size);
+    let bucket_bytes = basis_bytes
+        .checked_next_power_of_two()
+        .unwrap_or(BUCKET_BYTES_MAX)
+        .clamp(BUCKET_BYTES_MIN, BUCKET_BYTES_MAX);
+    let bucket = (bucket_bytes / block_size).max(1);
+    if len >= bucket {
+        return (logical, logical + len);
+    }
+    let ws = logical / bucket * bucket;
+    (ws, (ws + bucket).max(logical + len))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alloc::{Allocator, Lifetime};
+
+    #[test]
+    fn windows_round_up_and_align() {
+        // 1 KiB into a hole of a big file: a 16 KiB window (4 blocks), aligned.
+        assert_eq!(normalise(1001, 1, 1, 4096), (1000, 1004));
+        // Appending block 20 of a file (80 KiB so far + 4 KiB): 128 KiB window from 0.
+        assert_eq!(normalise(20, 1, 21, 4096), (0, 32));
+        // Huge files: 8 MiB windows.
+        assert_eq!(normalise(5000, 2, 5002, 4096), (4096, 6144));
+        // A request as large as its bucket is not extended.
+        assert_eq!(normalise(7, 2048, 4096, 4096), (7, 2055));
+    }
+
+    /// A 1-block write into a large file is normalised to an 8 MiB window: with
+    /// `class_by=window` (the extalloc preset) the window lands in a group of the large
+    /// class, with `class_by=request` in one of the small class.
+    #[test]
+    fn a_window_takes_the_class_of_what_it_allocates() {
+        use crate::alloc::{Policy, SizeClass};
+        use crate::geometry::Geometry;
+        for (spec, class) in [
+            ("extalloc", SizeClass::Large),
+            ("extalloc:class_by=request", SizeClass::Small),
+        ] {
+            let alloc = Allocator::new(
+                Geometry::new(4096, 4096, 1 << 16).unwrap(),
+                Policy::parse(spec).unwrap(),
+            )
+            .unwrap();
+            let alloc = Files::new(alloc);
+            let file = alloc.create_file(7);
+            // Size the file at 64 MiB first (a write far into it), then write block 5000.
+            alloc
+                .allocate_data(&file, &DataRequest::new(16383, 1))
+                .unwrap();
+            let e = alloc
+                .allocate_data(&file, &DataRequest::new(5000, 1))
+                .unwrap();
+            assert_eq!(file.prealloc_count(), 2, "{spec}: two 8 MiB windows");
+            let g = alloc.allocator().geometry().group_of(e.start);
+            assert_eq!(
+                alloc.allocator().group_class_tag(g),
+                crate::alloc::class_tag(class, Lifetime::Unknown),
+                "{spec}: the window's group"
+            );
+            alloc.check().unwrap();
+        }
+    }
+}

@@ -1,0 +1,65 @@
+//! The registry of the file layer: files holding preallocations (so space pressure and
+//! unmount can discard them) and the per-shard locality chunks.
+//!
+//! # Data structures
+//!
+//! - `PreallocRegistry`: weak references to the files that ever made a PA (pruned of dead
+//!   ones as it grows) and, per shard, a `Locality` under its own lock.
+//!
+//! # Invariant
+//!
+//! A file with a live PA is registered (`FileInner::registered`); registration is never
+//! undone while the file lives.
+//!
+//! Lock order: a file lock may be held when the registry's list lock is taken; the list
+//! lock is never held while taking any other.
+
+use super::file::FileAlloc;
+use super::locality::Locality;
+use crate::alloc::SHARDS;
+use crossbeam_utils::CachePadded;
+use parking_lot::Mutex;
+use std::sync::{Arc, Weak};
+
+/// Files with preallocations (for discard under space pressure) and the locality PAs.
+pub(super) struct PreallocRegistry {
+    files: Mutex<RegisteredFiles>,
+    /// Per shard: what is left of its locality chunk, and earlier chunks' leftovers.
+    pub(super) locality: Box<[CachePadded<Mutex<Locality>>]>,
+}
+
+#[derive(Default)]
+struct RegisteredFiles {
+    files: Vec<Weak<FileAlloc>>,
+    /// Length after the last pruning of dead entries.
+    pruned_len: usize,
+}
+
+impl PreallocRegistry {
+    pub(super) fn new() -> Self {
+        PreallocRegistry {
+            files: Mutex::new(RegisteredFiles::default()),
+            locality: (0..SHARDS)
+                .map(|_| CachePadded::new(Mutex::new(Locality::default())))
+                .collect(),
+        }
+    }
+
+    pub(super) fn register(&self, file: &Arc<FileAlloc>) {
+        let mut r = self.files.lock();
+        if r.files.len() >= 2 * r.pruned_len.max(64) {
+            r.files.retain(|w| w.strong_count() > 0);
+            r.pruned_len = r.files.len();
+        }
+        r.files.push(Arc::downgrade(file));
+    }
+
+    pub(super) fn live_files(&self) -> Vec<Arc<FileAlloc>> {
+        self.files
+            .lock()
+            .files
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect()
+    }
+}
