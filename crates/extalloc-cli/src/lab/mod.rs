@@ -1,5 +1,5 @@
 //! The lab: workloads that run against each requested policy and thread count in one process
-//! and report throughput, latency, layout and free-space figures (DESIGN.md section 8).
+//! and report throughput, latency, layout and free-space figures (`docs/lab.md`).
 
 pub mod append_vs_fallocate;
 pub mod backend;

@@ -1,4 +1,4 @@
-//! The lab's JSON report (DESIGN.md section 8, schema `extalloc-bench/1`) and its Markdown
+//! The lab's JSON report (schema `extalloc-bench/1`, described in `docs/lab.md`) and its Markdown
 //! table. Fields may be added, never renamed.
 
 use extalloc::{Extent, FreeSpace};

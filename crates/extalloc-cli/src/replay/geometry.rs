@@ -3,7 +3,7 @@
 //!
 //! Sources, first found wins for each field: the command line (`--blocks`,
 //! `--group-blocks`), the trace's own `# extalloc capture:` header, the README next to the
-//! trace ("block count 1,048,576, 32,768 blocks per group", as `../shared/traces` and the
+//! trace ("block count 1,048,576, 32,768 blocks per group", as the kernel traces' READMEs and the
 //! corpus in `traces/` describe theirs). Without a block count the replay stops and says what
 //! to pass.
 

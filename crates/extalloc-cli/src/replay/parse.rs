@@ -358,7 +358,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    // Lines copied from ../shared/traces.
+    // Lines copied from kernel ext4 traces (tracefs text).
     const REQUEST: &str = "    kworker/u8:3-5327    [000] .....  4898.381905: ext4_request_blocks: dev 7,1 ino 13 flags HINT_DATA|DELALLOC_RESV|USE_RESV len 2048 lblk 2048 goal 10791 lleft 2047 lright 2048 pleft 10790 pright 0 ";
     const ALLOCATE: &str = "    kworker/u8:3-5327    [000] .....  4898.381939: ext4_allocate_blocks: dev 7,1 ino 13 flags HINT_DATA|DELALLOC_RESV|USE_RESV len 2048 block 10791 lblk 2048 goal 10791 lleft 2047 lright 2048 pleft 10790 pright 0";
     const DISCARD: &str = "           <...>-9463    [001] .....  4897.337510: ext4_discard_preallocations: dev 7,1 ino 12 len: 0";
