@@ -4,7 +4,8 @@
 //! mapped + reserved = device), and `check()` holds after every step.
 
 use extalloc::{
-    Allocator, DataRequest, Error, Extent, FileAlloc, Files, Geometry, Lifetime, Policy,
+    AllocRequest, Allocator, DataRequest, Error, Extent, FileAlloc, Files, Geometry, Lifetime,
+    Policy,
 };
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -452,5 +453,90 @@ fn no_prealloc_maps_exactly_what_was_asked() {
         free - 40,
         "nothing reserved beyond the request"
     );
+    fl.check().unwrap();
+}
+
+/// No space is one mechanism: the core reports what is pending and what is reserved and
+/// changes nothing; the file layer discards preallocations; only the owner of the commits
+/// commits. Reserved blocks are counted apart from allocated ones throughout.
+#[test]
+fn no_space_reports_pending_and_reserved_and_each_layer_applies_its_remedy() {
+    let alloc =
+        Allocator::new(Geometry::new(4096, 1024, 8192).unwrap(), Policy::default()).unwrap();
+    let fl = Files::new(alloc);
+    let alloc = fl.allocator();
+    // Files that each map one block of a 64-block window: the rest is reserved.
+    let mut files = Vec::new();
+    while alloc.free_blocks() > 0 {
+        let f = fl.create_file(files.len() as u64 + 100);
+        // Sized as a large file (past the locality threshold) so the window is a PA.
+        fl.allocate_data(&f, &DataRequest::new(1000, 1)).unwrap();
+        files.push(f);
+    }
+    let reserved = alloc.reserved_blocks();
+    assert!(reserved > 0);
+    let mapped: u64 = files.iter().map(|f| f.size_blocks().min(1)).sum();
+    assert_eq!(alloc.allocated_blocks(), mapped);
+    assert_eq!(
+        alloc.allocated_blocks() + reserved,
+        8192,
+        "every block accounted for"
+    );
+    fl.check().unwrap();
+
+    // The core: no remedy, nothing changes, the error says what is reserved.
+    let before = (
+        alloc.free_blocks(),
+        alloc.reserved_blocks(),
+        alloc.allocated_blocks(),
+    );
+    match alloc.allocate(&AllocRequest::new(1, 8)) {
+        Err(Error::NoSpace {
+            free_blocks: 0,
+            pending_blocks: 0,
+            reserved_blocks,
+            ..
+        }) => assert_eq!(reserved_blocks, reserved),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        before,
+        (
+            alloc.free_blocks(),
+            alloc.reserved_blocks(),
+            alloc.allocated_blocks()
+        )
+    );
+
+    // The file layer: discards what it can lock and retries.
+    let e = fl.allocate(&AllocRequest::new(1, 8)).unwrap();
+    assert_eq!(e.len, 8);
+    assert_eq!(alloc.reserved_blocks(), 0, "every PA was discarded");
+    assert_eq!(alloc.allocated_blocks(), mapped + 8);
+    fl.check().unwrap();
+
+    // Fill up with plain extents, free one: it waits for a commit.
+    let mut held = Vec::new();
+    while let Ok(x) = fl.allocate(&AllocRequest::new(2, 64)) {
+        held.push(x);
+    }
+    alloc.free(held[0]).unwrap();
+    let pending = held[0].len;
+    let f = fl.create_file(1);
+    match fl.allocate_data(&f, &DataRequest::new(0, 1)) {
+        Err(Error::NoSpace {
+            pending_blocks,
+            reserved_blocks: 0,
+            ..
+        }) => assert_eq!(pending_blocks, pending),
+        other => panic!("the file layer must not commit: {other:?}"),
+    }
+    assert_eq!(alloc.pending_free_blocks(), pending);
+    assert!(!f.is_mapped(0), "a failed request maps nothing");
+    // The owner of the commits commits first.
+    fl.allocate_data_committing(&f, &DataRequest::new(0, 1))
+        .unwrap();
+    assert_eq!(alloc.pending_free_blocks(), 0);
+    assert_eq!(alloc.stats().forced_commits, 1);
     fl.check().unwrap();
 }
