@@ -4,7 +4,7 @@
 #![no_main]
 
 use extalloc::{Allocator, Files, Policy};
-use extalloc_cli::replay::{engine, geometry, load_from};
+use extalloc_cli::replay::{engine, generations, geometry, load_from};
 use libfuzzer_sys::fuzz_target;
 use std::path::Path;
 
@@ -33,7 +33,7 @@ fuzz_target!(|data: &[u8]| {
     let alloc = Files::new(Allocator::new(traced.geometry, policy).expect("geometry was accepted"));
     let files = engine::SharedFiles::default();
     let rules = engine::Rules::for_events(trace.events.iter());
-    if engine::number_generations(&mut trace.events, &rules).is_err() {
+    if generations::number_generations(&mut trace.events, &rules).is_err() {
         return;
     }
     if engine::replay_events(&alloc, trace.events.iter(), &files, rules).is_ok() {

@@ -10,9 +10,8 @@ mod cli;
 use cli::output::{emit, Outputs};
 use extalloc_cli::{compare, lab, replay};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Parser, Subcommand, ValueEnum};
-use lab::LabOptions;
 
 #[derive(Parser)]
 #[command(name = "extalloc", version, about = "The extalloc allocation lab")]
@@ -324,37 +323,11 @@ fn main() {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Policies => {
-            println!("presets: {}", extalloc::PRESETS.join(", "));
-            println!("keys (spec: preset:key=value:key=value; lists: spec,spec):");
-            for (key, values) in extalloc::Policy::keys() {
-                println!("  {key:<26} {values}");
-            }
+            print_policies();
             Ok(())
         }
-        Command::Bench {
-            suite: Some(Suite::Quick),
-            args,
-        } => {
-            let (_, opts, out) = args.into_options_for(Workload::Fallocate2)?;
-            cli::commands::quick_suite(&opts, &out)
-        }
-        Command::Bench { suite: None, args } => {
-            let (workload, opts, out) = args.into_options()?;
-            out.check()?;
-            let report = lab::run_matrix(workload.name(), &opts, workload.run_once())?;
-            emit(&report, &out)
-        }
-        Command::Compare { fs, args } => {
-            let (workload, opts, out) = args.into_options()?;
-            out.check()?;
-            let fs = fs
-                .split(',')
-                .filter(|s| !s.trim().is_empty())
-                .map(compare::kernel::Fs::parse)
-                .collect::<Result<Vec<_>>>()?;
-            let report = compare::run(workload.name(), workload.run_once(), &fs, &opts)?;
-            emit(&report, &out)
-        }
+        Command::Bench { suite, args } => bench(suite, args),
+        Command::Compare { fs, args } => compare(&fs, args),
         Command::Replay {
             trace,
             dev,
@@ -379,11 +352,7 @@ fn run(cli: Cli) -> Result<()> {
             dump_files,
             outputs: Outputs { json, plot },
         }),
-        Command::Capture { dev, out, command } => {
-            let lines = replay::capture::capture(&dev, &command, &out)?;
-            eprintln!("wrote {} ({lines} trace lines)", out.display());
-            Ok(())
-        }
+        Command::Capture { dev, out, command } => capture(&dev, &out, &command),
         Command::Mkfs {
             path,
             size,
@@ -410,16 +379,7 @@ fn run(cli: Cli) -> Result<()> {
             threads,
             seconds,
             payload,
-        } => {
-            anyhow::ensure!(
-                seconds > 0.0 && seconds.is_finite(),
-                "--seconds must be positive"
-            );
-            let threads = lab::parse_threads(&threads)?;
-            let rows = lab::commit_bench::run(&path, &threads, seconds, payload)?;
-            print!("{}", lab::commit_bench::markdown(&path, &rows));
-            Ok(())
-        }
+        } => commit_bench(&path, &threads, seconds, payload),
         Command::Torture {
             crashes,
             seed,
@@ -432,127 +392,62 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
-impl BenchArgs {
-    /// Checks the options and resolves the workload's defaults.
-    fn into_options(self) -> Result<(Workload, LabOptions, Outputs)> {
-        let workload = self
-            .workload
-            .context("a workload is required (or, for bench, --suite quick)")?;
-        self.into_options_for(workload)
+/// `extalloc policies`: the presets and the keys a spec may set.
+fn print_policies() {
+    println!("presets: {}", extalloc::PRESETS.join(", "));
+    println!("keys (spec: preset:key=value:key=value; lists: spec,spec):");
+    for (key, values) in extalloc::Policy::keys() {
+        println!("  {key:<26} {values}");
     }
+}
 
-    /// The options with `workload`'s defaults.
-    fn into_options_for(self, workload: Workload) -> Result<(Workload, LabOptions, Outputs)> {
-        let BenchArgs {
-            workload: _,
-            threads,
-            policy,
-            seconds,
-            repeat,
-            device_size,
-            file_size,
-            writes,
-            seq_burst,
-            mix,
-            fill,
-            trace,
-            block_size,
-            group_blocks,
-            commit_ms,
-            seed,
-            json,
-            plot,
-            device,
-        } = self;
-        {
-            let prefill = if matches!(workload, Workload::Fallocate3) {
-                let f = fill.unwrap_or(0.0);
-                anyhow::ensure!(
-                    (0.0..1.0).contains(&f),
-                    "fallocate3 --fill must be at least 0 and below 1"
-                );
-                f
-            } else {
-                0.0
-            };
-            let fill = if matches!(workload, Workload::Fallocate3) {
-                1.0
-            } else {
-                fill.unwrap_or(1.0)
-            };
-            anyhow::ensure!(
-                fill > 0.0 && fill <= 1.0,
-                "--fill must be above 0 and at most 1"
-            );
-            if device.is_some() {
-                anyhow::ensure!(
-                    matches!(
-                        workload,
-                        Workload::Fallocate2 | Workload::Fallocate3 | Workload::Frag
-                    ),
-                    "--device runs fallocate2, fallocate3 and frag (the journaled store does \
-                     not record files and preallocations)"
-                );
-            }
-            anyhow::ensure!(
-                seconds > 0.0 && seconds.is_finite(),
-                "--seconds must be positive"
-            );
-            anyhow::ensure!(repeat >= 1, "--repeat must be at least 1");
-            let mut opts = LabOptions {
-                threads: lab::parse_threads(
-                    threads.as_deref().unwrap_or(workload.default_threads()),
-                )?,
-                policies: policy
-                    .split(',')
-                    .map(|s| s.trim().to_string())
-                    .filter(|s| !s.is_empty())
-                    .collect(),
-                seconds,
-                repeat,
-                device_bytes: lab::parse_size(
-                    device_size
-                        .as_deref()
-                        .unwrap_or(workload.default_device_size()),
-                )?,
-                file_bytes: lab::parse_size(
-                    file_size.as_deref().unwrap_or(workload.default_file_size()),
-                )?,
-                writes,
-                seq_burst,
-                mix,
-                fill,
-                trace: trace.clone(),
-                block_size,
-                group_blocks,
-                commit_ms,
-                seed,
-                device,
-                prefill,
-            };
-            anyhow::ensure!(!opts.policies.is_empty(), "--policy is empty");
-            if matches!(workload, Workload::Replay) {
-                anyhow::ensure!(
-                    opts.trace.is_some(),
-                    "bench replay needs --trace PATH (e.g. traces/git-checkout.trace.txt.gz)"
-                );
-                // One thread per traced task: the run reports how many.
-                opts.threads = vec![1];
-            }
-            anyhow::ensure!(writes >= 1, "--writes must be at least 1");
-            if file_size.is_some() {
-                anyhow::ensure!(
-                    opts.file_bytes >= u64::from(block_size),
-                    "--file-size must be at least one block ({block_size} bytes)"
-                );
-            }
-            anyhow::ensure!(
-                (1..=1 << 20).contains(&seq_burst),
-                "--seq-burst must be from 1 to 1048576"
-            );
-            Ok((workload, opts, Outputs { json, plot }))
+/// `extalloc bench`: one workload's matrix, or the suite.
+fn bench(suite: Option<Suite>, args: BenchArgs) -> Result<()> {
+    match suite {
+        Some(Suite::Quick) => {
+            let (_, opts, out) = args.into_options_for(Workload::Fallocate2)?;
+            cli::commands::quick_suite(&opts, &out)
+        }
+        None => {
+            let (workload, opts, out) = args.into_options()?;
+            out.check()?;
+            let report = lab::run_matrix(workload.name(), &opts, workload.run_once())?;
+            emit(&report, &out)
         }
     }
+}
+
+/// `extalloc compare`: the workload on our policies and on the kernel file systems `fs`
+/// (comma-separated).
+fn compare(fs: &str, args: BenchArgs) -> Result<()> {
+    let (workload, opts, out) = args.into_options()?;
+    out.check()?;
+    let fs = fs
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(compare::kernel::Fs::parse)
+        .collect::<Result<Vec<_>>>()?;
+    let report = compare::run(workload.name(), workload.run_once(), &fs, &opts)?;
+    emit(&report, &out)
+}
+
+/// `extalloc capture`: the trace of `command` on `dev`, written to `out`.
+fn capture(dev: &std::path::Path, out: &std::path::Path, command: &[String]) -> Result<()> {
+    let lines = replay::capture::capture(dev, command, out)?;
+    eprintln!("wrote {} ({lines} trace lines)", out.display());
+    Ok(())
+}
+
+/// `extalloc commit-bench`: the table of commits per second at each thread count.
+fn commit_bench(path: &std::path::Path, threads: &str, seconds: f64, payload: usize) -> Result<()> {
+    anyhow::ensure!(
+        seconds > 0.0 && seconds.is_finite(),
+        "--seconds must be positive"
+    );
+    let threads = lab::parse_threads(threads)?;
+    let rows = lab::commit_bench::run(path, &threads, seconds, payload)?;
+    print!("{}", lab::commit_bench::markdown(path, &rows));
+    Ok(())
 }
 
 impl Workload {

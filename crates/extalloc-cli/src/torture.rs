@@ -216,47 +216,58 @@ fn round_ops(
     })
 }
 
-pub fn run(crashes: u64, seed: u64, threads: usize) -> Result<Outcome> {
-    let started = Instant::now();
-    let geometry = Geometry::new(4096, 1024, 16384)?;
-    let dev = Arc::new(FaultDevice::new(MemDevice::new(16384 * 4096), seed));
-    let mut store = Some(Store::create(
-        dev.clone(),
-        &geometry,
-        16,
-        Policy::default(),
-    )?);
-    let mut model = Model {
-        baseline: used_blocks(store.as_ref().expect("open")),
-        committed: BTreeSet::new(),
-        payloads: Vec::new(),
-        open: Vec::new(),
-    };
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut out = Outcome::default();
-    let mut round = 0u64;
-    while out.crashes < crashes {
-        round += 1;
-        let st = store.as_ref().expect("open");
-        let ops = round_ops(st, model.free_pool(), threads, seed, round);
-        out.double_allocated += model.double_allocations(&ops);
-        model.open.extend(ops);
-        let action = rng.gen_range(0..10);
+/// One torture run's state: the device, the store open on it (none from a crash until the
+/// reopen), what the model believes, the random source of the run's choices and the tally.
+struct Torture {
+    dev: Arc<FaultDevice<MemDevice>>,
+    store: Option<Store>,
+    model: Model,
+    rng: rand::rngs::StdRng,
+    seed: u64,
+    out: Outcome,
+}
+
+impl Torture {
+    /// A fresh store on a fault-injecting memory device, and a model of its metadata.
+    fn new(seed: u64) -> Result<Self> {
+        let geometry = Geometry::new(4096, 1024, 16384)?;
+        let dev = Arc::new(FaultDevice::new(MemDevice::new(16384 * 4096), seed));
+        let store = Store::create(dev.clone(), &geometry, 16, Policy::default())?;
+        let model = Model {
+            baseline: used_blocks(&store),
+            committed: BTreeSet::new(),
+            payloads: Vec::new(),
+            open: Vec::new(),
+        };
+        Ok(Torture {
+            dev,
+            store: Some(store),
+            model,
+            rng: rand::rngs::StdRng::seed_from_u64(seed),
+            seed,
+            out: Outcome::default(),
+        })
+    }
+
+    /// Ends a round: commits with `payload` (possibly failing inside the commit on
+    /// purpose), checkpoints, or neither. Returns whether power is to be lost now.
+    fn end_round(&mut self, payload: &[u8]) -> Result<bool> {
+        let st = self.store.as_ref().expect("open");
+        let action = self.rng.gen_range(0..10);
         let mut crash_now = action == 9;
-        let payload = format!("round {round}").into_bytes();
         // A checkpoint needs a closed transaction: commit first.
-        if action < 7 || action == 9 || (action < 9 && !model.open.is_empty()) {
-            let in_commit = action == 9 && rng.gen_bool(0.5);
+        if action < 7 || action == 9 || (action < 9 && !self.model.open.is_empty()) {
+            let in_commit = action == 9 && self.rng.gen_bool(0.5);
             if in_commit {
                 // Fail somewhere inside the commit (or the checkpoint a full journal makes it
                 // run): after 0 to 40 writes and flushes.
-                dev.fail_after(rng.gen_range(0..40));
+                self.dev.fail_after(self.rng.gen_range(0..40));
             }
-            match st.commit(&payload) {
+            match st.commit(payload) {
                 Ok(_) => {
-                    out.commits += 1;
-                    model.commit_open();
-                    model.payloads.push(payload.clone());
+                    self.out.commits += 1;
+                    self.model.commit_open();
+                    self.model.payloads.push(payload.to_vec());
                 }
                 Err(_) if in_commit => crash_now = true,
                 Err(e) => bail!("commit failed without an injected fault: {e}"),
@@ -265,35 +276,39 @@ pub fn run(crashes: u64, seed: u64, threads: usize) -> Result<Outcome> {
         // Even seeds checkpoint explicitly ten times less often: there the checkpoints
         // full journals force inside commits do most of the work, and a reopen often
         // replays records written after one.
-        let checkpoint = (7..9).contains(&action) && (seed % 2 == 1 || rng.gen_bool(0.1));
-        if checkpoint && model.open.is_empty() {
+        let checkpoint = (7..9).contains(&action) && (self.seed % 2 == 1 || self.rng.gen_bool(0.1));
+        if checkpoint && self.model.open.is_empty() {
             st.checkpoint()?;
-            out.checkpoints += 1;
-            if rng.gen_bool(0.5) {
+            self.out.checkpoints += 1;
+            if self.rng.gen_bool(0.5) {
                 // Drop every clean bitmap: later rounds reload them from their home copies.
                 st.drop_idle_bitmaps(0);
                 st.drop_idle_bitmaps(0);
             }
         }
-        if !crash_now {
-            continue;
-        }
-        // Power loss.
+        Ok(crash_now)
+    }
+
+    /// Power loss in round `round` (whose commit carried `payload`), then the reopen and its
+    /// check against the model. Returns false when they disagree: the run stops there.
+    fn crash_and_reopen(&mut self, round: u64, payload: &[u8]) -> Result<bool> {
+        let out = &mut self.out;
         out.crashes += 1;
-        drop(store.take());
-        dev.crash(Crash::Random {
-            keep: rng.gen_range(0.0..1.0),
-            tear: rng.gen_bool(0.5),
+        drop(self.store.take());
+        self.dev.crash(Crash::Random {
+            keep: self.rng.gen_range(0.0..1.0),
+            tear: self.rng.gen_bool(0.5),
         })?;
-        let (reopened, records) = match Store::open(dev.clone(), Policy::default()) {
+        let (reopened, records) = match Store::open(self.dev.clone(), Policy::default()) {
             Ok(x) => x,
             Err(e) => {
                 out.corrupt_detected += 1;
                 bail!("crash {}: the device did not reopen: {e}", out.crashes);
             }
         };
-        let (lost, leaked) = model
-            .check_reopened(&reopened, &records, &payload)
+        let (lost, leaked) = self
+            .model
+            .check_reopened(&reopened, &records, payload)
             .map_err(|e| anyhow::anyhow!("crash {}: {e}", out.crashes))?;
         out.lost += lost;
         out.leaked += leaked;
@@ -304,12 +319,29 @@ pub fn run(crashes: u64, seed: u64, threads: usize) -> Result<Outcome> {
                 out.crashes,
                 records.len()
             );
-            out.seconds = started.elapsed().as_secs_f64();
-            return Ok(out);
+            return Ok(false);
         }
         out.recovered += 1;
-        store = Some(reopened);
+        self.store = Some(reopened);
+        Ok(true)
     }
-    out.seconds = started.elapsed().as_secs_f64();
-    Ok(out)
+}
+
+pub fn run(crashes: u64, seed: u64, threads: usize) -> Result<Outcome> {
+    let started = Instant::now();
+    let mut t = Torture::new(seed)?;
+    let mut round = 0u64;
+    while t.out.crashes < crashes {
+        round += 1;
+        let st = t.store.as_ref().expect("open");
+        let ops = round_ops(st, t.model.free_pool(), threads, seed, round);
+        t.out.double_allocated += t.model.double_allocations(&ops);
+        t.model.open.extend(ops);
+        let payload = format!("round {round}").into_bytes();
+        if t.end_round(&payload)? && !t.crash_and_reopen(round, &payload)? {
+            break;
+        }
+    }
+    t.out.seconds = started.elapsed().as_secs_f64();
+    Ok(t.out)
 }

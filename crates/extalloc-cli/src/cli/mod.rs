@@ -3,4 +3,5 @@
 
 pub mod commands;
 pub mod device;
+pub mod options;
 pub mod output;

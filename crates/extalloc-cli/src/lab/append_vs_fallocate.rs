@@ -40,75 +40,101 @@ pub fn run_once(policy: &LabPolicy, threads: usize, opts: &LabOptions) -> Result
         threads,
         opts,
         Until::Done,
-        |alloc, t, _stop, _| {
-            let block_bytes = opts.block_bytes();
-            let append_blocks = (APPEND_BYTES / block_bytes).max(1);
-            let fallocate_blocks = (FALLOCATE_BYTES / block_bytes).max(1);
-            let appends_total = opts.device_bytes / 4 / threads as u64 / APPEND_BYTES;
-            let base = (opts.seed << 40) | ((t as u64) << 32);
-            let files = [alloc.create_file(base), alloc.create_file(base + 1)];
-            let mut live: VecDeque<Vec<Extent>> = VecDeque::new();
-            let mut next_id = base + 2;
-            let mut ops = 0;
-            let commit_after = opts.device_bytes / threads as u64 / COMMIT_FRACTION / block_bytes;
-            let mut uncommitted = 0;
-            for i in 0..appends_total {
-                let file = &files[(i % 2) as usize];
-                let mut logical = file.size_blocks();
-                let end = logical + append_blocks;
-                while logical < end {
-                    let req = DataRequest::new(logical, end - logical).lifetime(Lifetime::Long);
-                    logical += alloc.allocate_data_committing(file, &req)?.len;
-                }
-                ops += 1;
-                if (i + 1) % APPENDS_PER_FALLOCATE == 0 {
-                    let mut extents: Vec<Extent> = Vec::new();
-                    let mut got = 0;
-                    while got < fallocate_blocks {
-                        let mut req = AllocRequest::new(
-                            next_id,
-                            (fallocate_blocks - got).min(alloc.allocator().geometry().group_blocks),
-                        )
-                        .logical(got)
-                        .lifetime(Lifetime::Short);
-                        if let Some(last) = extents
-                            .last()
-                            .filter(|e| e.end() < alloc.allocator().geometry().blocks_count)
-                        {
-                            req = req.goal(last.end());
-                        }
-                        let e = alloc.allocate_committing(&req)?;
-                        got += e.len;
-                        extents.push(e);
-                    }
-                    next_id += 1;
-                    ops += 1;
-                    live.push_back(extents);
-                    if live.len() > FALLOCATES_LIVE {
-                        for e in live.pop_front().expect("non-empty") {
-                            alloc.allocator().free(e)?;
-                            uncommitted += e.len;
-                        }
-                        if uncommitted >= commit_after {
-                            alloc.allocator().commit();
-                            uncommitted = 0;
-                        }
-                    }
-                }
-            }
-            for extents in live {
-                for e in extents {
-                    alloc.allocator().free(e)?;
-                }
-            }
-            Ok(ThreadOutput {
-                ops,
-                files: files
-                    .iter()
-                    .map(|f| f.extents().into_iter().map(|(_, e)| e).collect())
-                    .collect(),
-                marks: Vec::new(),
-            })
-        },
+        |alloc, t, _stop, _| worker(alloc, t, threads, opts),
     )
+}
+
+/// Thread `t` of `threads`: its two files' appends, a fallocate after every
+/// [`APPENDS_PER_FALLOCATE`] of them, the oldest fallocate freed once more than
+/// [`FALLOCATES_LIVE`] are held, a commit once the frees reach [`COMMIT_FRACTION`] of its
+/// share of the device; at the end the fallocates still held are freed.
+fn worker(
+    alloc: &extalloc::Files,
+    t: usize,
+    threads: usize,
+    opts: &LabOptions,
+) -> Result<ThreadOutput> {
+    let block_bytes = opts.block_bytes();
+    let append_blocks = (APPEND_BYTES / block_bytes).max(1);
+    let fallocate_blocks = (FALLOCATE_BYTES / block_bytes).max(1);
+    let appends_total = opts.device_bytes / 4 / threads as u64 / APPEND_BYTES;
+    let base = (opts.seed << 40) | ((t as u64) << 32);
+    let files = [alloc.create_file(base), alloc.create_file(base + 1)];
+    let mut live: VecDeque<Vec<Extent>> = VecDeque::new();
+    let mut next_id = base + 2;
+    let mut ops = 0;
+    let commit_after = opts.device_bytes / threads as u64 / COMMIT_FRACTION / block_bytes;
+    let mut uncommitted = 0;
+    for i in 0..appends_total {
+        append(alloc, &files[(i % 2) as usize], append_blocks)?;
+        ops += 1;
+        if (i + 1) % APPENDS_PER_FALLOCATE == 0 {
+            live.push_back(fallocate(alloc, next_id, fallocate_blocks)?);
+            next_id += 1;
+            ops += 1;
+            if live.len() > FALLOCATES_LIVE {
+                for e in live.pop_front().expect("non-empty") {
+                    alloc.allocator().free(e)?;
+                    uncommitted += e.len;
+                }
+                if uncommitted >= commit_after {
+                    alloc.allocator().commit();
+                    uncommitted = 0;
+                }
+            }
+        }
+    }
+    for extents in live {
+        for e in extents {
+            alloc.allocator().free(e)?;
+        }
+    }
+    Ok(ThreadOutput {
+        ops,
+        files: files
+            .iter()
+            .map(|f| f.extents().into_iter().map(|(_, e)| e).collect())
+            .collect(),
+        marks: Vec::new(),
+    })
+}
+
+/// Appends `blocks` long-lived blocks to `file`.
+fn append(
+    alloc: &extalloc::Files,
+    file: &std::sync::Arc<extalloc::FileAlloc>,
+    blocks: u64,
+) -> Result<()> {
+    let mut logical = file.size_blocks();
+    let end = logical + blocks;
+    while logical < end {
+        let req = DataRequest::new(logical, end - logical).lifetime(Lifetime::Long);
+        logical += alloc.allocate_data_committing(file, &req)?.len;
+    }
+    Ok(())
+}
+
+/// A short-lived fallocate of `blocks` blocks for file `id`: at most a group at a time, each
+/// piece aimed at the end of the one before.
+fn fallocate(alloc: &extalloc::Files, id: u64, blocks: u64) -> Result<Vec<Extent>> {
+    let mut extents: Vec<Extent> = Vec::new();
+    let mut got = 0;
+    while got < blocks {
+        let mut req = AllocRequest::new(
+            id,
+            (blocks - got).min(alloc.allocator().geometry().group_blocks),
+        )
+        .logical(got)
+        .lifetime(Lifetime::Short);
+        if let Some(last) = extents
+            .last()
+            .filter(|e| e.end() < alloc.allocator().geometry().blocks_count)
+        {
+            req = req.goal(last.end());
+        }
+        let e = alloc.allocate_committing(&req)?;
+        got += e.len;
+        extents.push(e);
+    }
+    Ok(extents)
 }

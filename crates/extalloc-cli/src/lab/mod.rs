@@ -161,47 +161,7 @@ where
     let name = policy.name();
     prepare(&alloc).with_context(|| format!("{name}: preparing the device"))?;
     alloc.reset_stats();
-    let stop = AtomicBool::new(false);
-    let commit_every = Duration::from_millis(opts.commit_ms.max(1));
-    let mut commits = 0u64;
-    let started = Instant::now();
-    let (results, elapsed) = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let (alloc, stop, body) = (&alloc, &stop, &body);
-                s.spawn(move || body(alloc, t, stop, started))
-            })
-            .collect();
-        let deadline = started + Duration::from_secs_f64(opts.seconds);
-        let mut next_commit = started + commit_every;
-        loop {
-            let now = Instant::now();
-            if (until == Until::Deadline && now >= deadline)
-                || handles.iter().all(|h| h.is_finished())
-            {
-                break;
-            }
-            let mut wake = next_commit.min(now + Duration::from_millis(5));
-            if until == Until::Deadline {
-                wake = wake.min(deadline);
-            }
-            std::thread::sleep(wake.saturating_duration_since(now));
-            if Instant::now() >= next_commit {
-                if let Err(e) = alloc.commit() {
-                    stop.store(true, Ordering::Relaxed);
-                    return Err(e);
-                }
-                commits += 1;
-                next_commit += commit_every;
-            }
-        }
-        stop.store(true, Ordering::Relaxed);
-        let results: Vec<_> = handles
-            .into_iter()
-            .map(|h| h.join().expect("worker panicked"))
-            .collect();
-        Ok((results, started.elapsed()))
-    })?;
+    let (results, elapsed, mut commits) = run_workers(&alloc, threads, opts, until, &body)?;
     let mut files = Vec::new();
     let mut ops = 0;
     let mut marks: Vec<Vec<Duration>> = Vec::new();
@@ -238,6 +198,74 @@ where
         counters: Some(alloc.counters(commits)),
         progress: progress(&marks, ops),
     })
+}
+
+/// What the workers of a run return, how long they ran and how many commits the calling
+/// thread made meanwhile.
+type WorkersDone = (Vec<Result<ThreadOutput>>, Duration, u64);
+
+/// Runs `body` on `threads` threads while the calling thread commits every `commit_ms`
+/// (see [`commit_while_running`]); then tells the workers to stop and joins them.
+fn run_workers<F>(
+    alloc: &Backend,
+    threads: usize,
+    opts: &LabOptions,
+    until: Until,
+    body: &F,
+) -> Result<WorkersDone>
+where
+    F: Fn(&Backend, usize, &AtomicBool, Instant) -> Result<ThreadOutput> + Sync,
+{
+    let stop = AtomicBool::new(false);
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let stop = &stop;
+                s.spawn(move || body(alloc, t, stop, started))
+            })
+            .collect();
+        let commits = commit_while_running(alloc, &handles, opts, until, started);
+        stop.store(true, Ordering::Relaxed);
+        let commits = commits?;
+        let results: Vec<_> = handles
+            .into_iter()
+            .map(|h| h.join().expect("worker panicked"))
+            .collect();
+        Ok((results, started.elapsed(), commits))
+    })
+}
+
+/// Commits every `commit_ms` from `started` until the deadline (`Until::Deadline`) or until
+/// every worker has finished. Returns the commits made; stops at the first that fails.
+fn commit_while_running<T>(
+    alloc: &Backend,
+    handles: &[std::thread::ScopedJoinHandle<'_, T>],
+    opts: &LabOptions,
+    until: Until,
+    started: Instant,
+) -> Result<u64> {
+    let commit_every = Duration::from_millis(opts.commit_ms.max(1));
+    let deadline = started + Duration::from_secs_f64(opts.seconds);
+    let mut next_commit = started + commit_every;
+    let mut commits = 0u64;
+    loop {
+        let now = Instant::now();
+        if (until == Until::Deadline && now >= deadline) || handles.iter().all(|h| h.is_finished())
+        {
+            return Ok(commits);
+        }
+        let mut wake = next_commit.min(now + Duration::from_millis(5));
+        if until == Until::Deadline {
+            wake = wake.min(deadline);
+        }
+        std::thread::sleep(wake.saturating_duration_since(now));
+        if Instant::now() >= next_commit {
+            alloc.commit()?;
+            commits += 1;
+            next_commit += commit_every;
+        }
+    }
 }
 
 /// Throughput per tenth: a tenth of all ops over the time the slowest thread took for it.

@@ -270,11 +270,26 @@ fn per_kop(n: u64, ops: u64) -> f64 {
     }
 }
 
-/// The Markdown table: one row per policy x threads, with the ratio to `ext4-base` at the
-/// same thread count (when it ran).
 /// Two Markdown tables: throughput, latency and contention; then layout and free space.
-/// Ratios are against the first policy of the list at the same thread count.
+/// Ratios are against the first policy of the list at the same thread count. Between them,
+/// when some run forced commits or loaded bitmaps, a third: how far allocations looked.
 pub fn markdown(report: &Report) -> String {
+    let scans = report.runs.iter().any(|r| {
+        r.counters
+            .as_ref()
+            .is_some_and(|c| c.forced_commits > 0 || c.bitmaps_loaded > 0)
+    });
+    let mut out = throughput_table(report);
+    if scans {
+        out.push_str(&scan_table(report));
+    }
+    out.push_str(&layout_table(report));
+    out
+}
+
+/// Throughput, latency and contention, one row per run, with the ratio to the first
+/// policy's run at the same thread count (when it ran).
+fn throughput_table(report: &Report) -> String {
     let baseline = report
         .runs
         .first()
@@ -305,34 +320,37 @@ pub fn markdown(report: &Report) -> String {
             counter(&|c| format!("{:.2}", c.groups_scanned as f64 / ops.max(1) as f64)),
         ));
     }
-    let scans = report.runs.iter().any(|r| {
-        r.counters
-            .as_ref()
-            .is_some_and(|c| c.forced_commits > 0 || c.bitmaps_loaded > 0)
-    });
-    if scans {
-        // The path of a crowded device: how far each allocation looked, what it read, how
-        // often it had to force a commit.
-        out.push_str("\n| policy | threads | allocs/op | groups considered /alloc | groups scanned /alloc | bitmaps loaded /alloc | read-ahead hits | forced commits | commits |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-        for r in &report.runs {
-            let Some(c) = &r.counters else { continue };
-            let per = |n: u64| n as f64 / c.allocs.max(1) as f64;
-            out.push_str(&format!(
-                "| {} | {} | {:.1} | {:.2} | {:.2} | {:.3} | {} | {} | {} |\n",
-                r.policy,
-                r.threads,
-                c.allocs as f64 / r.ops.max(1) as f64,
-                per(c.groups_considered),
-                per(c.groups_scanned),
-                per(c.bitmaps_loaded),
-                c.prefetch_hits,
-                c.forced_commits,
-                c.commits
-            ));
-        }
+    out
+}
+
+/// The path of a crowded device: how far each allocation looked, what it read, how often it
+/// had to force a commit (runs with counters).
+fn scan_table(report: &Report) -> String {
+    let mut out = String::from("\n| policy | threads | allocs/op | groups considered /alloc | groups scanned /alloc | bitmaps loaded /alloc | read-ahead hits | forced commits | commits |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for r in &report.runs {
+        let Some(c) = &r.counters else { continue };
+        let per = |n: u64| n as f64 / c.allocs.max(1) as f64;
+        out.push_str(&format!(
+            "| {} | {} | {:.1} | {:.2} | {:.2} | {:.3} | {} | {} | {} |\n",
+            r.policy,
+            r.threads,
+            c.allocs as f64 / r.ops.max(1) as f64,
+            per(c.groups_considered),
+            per(c.groups_scanned),
+            per(c.bitmaps_loaded),
+            c.prefetch_hits,
+            c.forced_commits,
+            c.commits
+        ));
     }
+    out
+}
+
+/// Layout and free space, one row per run; with the first and last tenth's ops/s when some
+/// run recorded its progress.
+fn layout_table(report: &Report) -> String {
     let progress = report.runs.iter().any(|r| r.progress.is_some());
-    out.push_str("\n| policy | threads | extents/file | avg extent KiB | free extents | largest free KiB | fragmented groups | frag_pct mean |");
+    let mut out = String::from("\n| policy | threads | extents/file | avg extent KiB | free extents | largest free KiB | fragmented groups | frag_pct mean |");
     out.push_str(if progress {
         " first 10% ops/s | last 10% ops/s |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     } else {

@@ -30,22 +30,35 @@ pub const QUICK_TRACE: &str = concat!(
     "/../../traces/mixed-lifetimes.trace.txt.gz"
 );
 
+impl Step {
+    /// A step of `seconds` 2, `writes` 200,000, `fill` 1 and no trace.
+    fn new(
+        workload: &'static str,
+        run_once: RunOnce,
+        policies: &'static str,
+        threads: &'static [usize],
+        device: &'static str,
+        file: &'static str,
+    ) -> Step {
+        Step {
+            workload,
+            run_once,
+            policies,
+            threads,
+            device,
+            file,
+            seconds: 2.0,
+            writes: 200_000,
+            fill: 1.0,
+            trace: None,
+        }
+    }
+}
+
 /// The quick tour.
 pub fn quick() -> Vec<Step> {
-    let step = |workload, run_once: RunOnce, policies, threads, device, file| Step {
-        workload,
-        run_once,
-        policies,
-        threads,
-        device,
-        file,
-        seconds: 2.0,
-        writes: 200_000,
-        fill: 1.0,
-        trace: None,
-    };
     vec![
-        step(
+        Step::new(
             "fallocate2",
             super::fallocate2::run_once,
             "ext4-base,ext4-2025,extalloc,tlsf,first-fit",
@@ -53,7 +66,7 @@ pub fn quick() -> Vec<Step> {
             "16GiB",
             "1MiB",
         ),
-        step(
+        Step::new(
             "frag",
             super::frag::run_once,
             "ext4-base,extalloc,tlsf,first-fit",
@@ -61,7 +74,7 @@ pub fn quick() -> Vec<Step> {
             "16GiB",
             "256MiB",
         ),
-        step(
+        Step::new(
             "sparse-writes",
             super::sparse_writes::run_once,
             "extalloc:prealloc_index=list,extalloc",
@@ -69,7 +82,7 @@ pub fn quick() -> Vec<Step> {
             "16GiB",
             "4GiB",
         ),
-        step(
+        Step::new(
             "random-fill",
             super::random_fill::run_once,
             "ext4-base,extalloc",
@@ -79,7 +92,7 @@ pub fn quick() -> Vec<Step> {
         ),
         Step {
             fill: 0.9,
-            ..step(
+            ..Step::new(
                 "small-files",
                 super::small_files::run_once,
                 "extalloc:locality_prealloc=false,extalloc",
@@ -88,7 +101,7 @@ pub fn quick() -> Vec<Step> {
                 "4GiB",
             )
         },
-        step(
+        Step::new(
             "append-vs-fallocate",
             super::append_vs_fallocate::run_once,
             "extalloc:size_classes=false,extalloc",
@@ -96,7 +109,7 @@ pub fn quick() -> Vec<Step> {
             "16GiB",
             "4GiB",
         ),
-        step(
+        Step::new(
             "size-class-edge",
             super::size_class_edge::run_once,
             "extalloc:size_classes=false,extalloc",
@@ -106,7 +119,7 @@ pub fn quick() -> Vec<Step> {
         ),
         Step {
             trace: Some(QUICK_TRACE),
-            ..step(
+            ..Step::new(
                 "replay",
                 crate::replay::bench::run_once,
                 "ext4-base,extalloc",

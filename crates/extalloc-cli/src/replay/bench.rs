@@ -8,7 +8,8 @@
 //! so under the traced rule that thread commits; the fallback rule commits per task. One op
 //! is one request.
 
-use super::engine::{number_generations, replay_events, Rules, SharedFiles};
+use super::engine::{replay_events, Rules, SharedFiles};
+use super::generations::number_generations;
 use super::{as_traced, geometry, load, traced_dev, Trace};
 use crate::lab::backend::LabPolicy;
 use crate::lab::report::Run;

@@ -7,8 +7,9 @@
 //!   lblk, data)`) and the live data blocks per inode; frees are translated through it into
 //!   the logical blocks of the file that held them.
 //! - [`SharedFiles`]: our file for each file key, shared by the threads of a threaded
-//!   replay. Keys come from [`number_generations`]: an inode number and how many times it
-//!   was reused before, so a reused number is a new file in every replay, serial or not.
+//!   replay. Keys come from [`number_generations`] (in `generations.rs`): an inode number
+//!   and how many times it was reused before, so a reused number is a new file in every
+//!   replay, serial or not.
 //! - `Replayer`: one task's (or the whole trace's) state: the request in flight per pid
 //!   with what mballoc said of it, our blocks for each kernel metadata allocation, and the
 //!   time of the last commit.
@@ -22,6 +23,8 @@
 //! ```
 //!
 //! Lock order: `SharedFiles` lock, released before any allocator call.
+//!
+//! [`number_generations`]: super::generations::number_generations
 
 use super::parse::{Event, Flags, Traced};
 use anyhow::{bail, Context, Result};
@@ -42,6 +45,8 @@ pub struct Oddities {
     pub commits: u64,
     /// Lives of inode numbers that ended in the trace: a reuse of the number is a new file
     /// (filled in by the caller from [`number_generations`]).
+    ///
+    /// [`number_generations`]: super::generations::number_generations
     pub files_reused: u64,
     /// Requests replayed as complete (served at their length with no preallocation).
     pub complete_requests: u64,
@@ -285,68 +290,6 @@ struct InFlight {
     new_pa: bool,
 }
 
-/// Bits of a file key that hold the inode number; the generation sits above them.
-pub const INO_BITS: u32 = 40;
-
-/// Renames every event's inode to a file key `ino | generation << INO_BITS`, where the
-/// generation counts the earlier lives of that inode number in the trace (rule `reuse`).
-/// With inode events a life ends at `ext4_free_inode`; without them, at a discard of
-/// preallocations once the kernel holds no data block of the inode (a deletion, or a
-/// truncation to zero). Done once, in trace order, before any replay: the threads of a
-/// threaded replay see inode births, deaths and writes of one file in no fixed order.
-/// Returns how many lives ended.
-pub fn number_generations(events: &mut [Traced], rules: &Rules) -> Result<u64> {
-    let mut generation: HashMap<u64, u64> = HashMap::new();
-    // Inodes whose current life has held data: a discard before any (the open of a new
-    // file) ends nothing.
-    let mut had_data: std::collections::HashSet<u64> = Default::default();
-    let mut kernel = KernelModel::default();
-    let mut ended = 0u64;
-    for t in events.iter_mut() {
-        let Some(ino) = t.event.ino_mut() else {
-            continue;
-        };
-        if *ino >= 1 << INO_BITS {
-            bail!("inode number {} is past 2^{INO_BITS}", *ino);
-        }
-        let raw = *ino;
-        let g = generation.get(&raw).copied().unwrap_or(0);
-        *ino = raw | g << INO_BITS;
-        let life_ends = match t.event {
-            Event::Allocate {
-                block,
-                len,
-                lblk,
-                flags,
-                ..
-            } => {
-                kernel.allocate(block, len, raw, lblk, flags.data);
-                if flags.data {
-                    had_data.insert(raw);
-                }
-                false
-            }
-            Event::Free { block, count, .. } => {
-                kernel.free(block, count);
-                false
-            }
-            Event::InodeFree { .. } => rules.traced_inode_frees,
-            Event::Discard { .. } => {
-                !rules.traced_inode_frees
-                    && had_data.contains(&raw)
-                    && kernel.data_blocks_of(raw) == 0
-            }
-            _ => false,
-        };
-        if life_ends && rules.new_file_on_reuse {
-            had_data.remove(&raw);
-            generation.insert(raw, g + 1);
-            ended += 1;
-        }
-    }
-    Ok(ended)
-}
-
 /// One replay's state.
 struct Replayer<'a> {
     alloc: &'a Files,
@@ -447,7 +390,6 @@ impl Replayer<'_> {
     /// The kernel's decision: the same logical blocks of the same file (data), or as many
     /// blocks anywhere (metadata).
     fn allocate(&mut self, t: &Traced) -> Result<()> {
-        let pid = t.pid;
         let Event::Allocate {
             ino,
             flags,
@@ -459,6 +401,32 @@ impl Replayer<'_> {
         else {
             unreachable!("called for allocations");
         };
+        let (flags, complete) = self.answered_request(t.pid, ino, flags, len);
+        // Logical blocks far past any file (a damaged line): refuse before the models
+        // change, so their arithmetic cannot overflow.
+        if lblk.checked_add(len).is_none_or(|e| e > LOGICAL_END_MAX) {
+            bail!("inode {ino}: logical blocks {lblk}+{len} are past the largest file");
+        }
+        self.odd.requests += 1;
+        if let CommitRule::Requests(n) = self.rules.commit {
+            if self.odd.requests.is_multiple_of(n) {
+                self.commit(t.ns);
+            }
+        }
+        self.kernel.allocate(block, len, ino, lblk, flags.data);
+        if flags.data {
+            self.allocate_data(t.cpu, ino, lblk, len, flags, complete)?;
+        } else {
+            let ours = self.allocate_metadata(ino, len)?;
+            self.meta.insert(block, (len, ours));
+        }
+        Ok(())
+    }
+
+    /// Ends the request in flight on `pid`, which the kernel's decision of `len` blocks of
+    /// `ino` (with `flags`) answers. Returns the request's flags and whether the kernel
+    /// treated the file as complete.
+    fn answered_request(&mut self, pid: u32, ino: u64, flags: Flags, len: u64) -> (Flags, bool) {
         let flight = self.in_flight.remove(&pid).unwrap_or_default();
         if flight.request.is_none() {
             self.odd.decisions_without_request += 1;
@@ -482,59 +450,62 @@ impl Replayer<'_> {
             && !flight.new_pa
             && len == asked
             && flight.search.is_some_and(|(orig, goal)| orig == goal);
-        // Logical blocks far past any file (a damaged line): refuse before the models
-        // change, so their arithmetic cannot overflow.
-        if lblk.checked_add(len).is_none_or(|e| e > LOGICAL_END_MAX) {
-            bail!("inode {ino}: logical blocks {lblk}+{len} are past the largest file");
-        }
-        self.odd.requests += 1;
-        if let CommitRule::Requests(n) = self.rules.commit {
-            if self.odd.requests.is_multiple_of(n) {
-                self.commit(t.ns);
-            }
-        }
-        self.kernel.allocate(block, len, ino, lblk, flags.data);
-        if flags.data {
-            let file = &self.files.get(self.alloc, ino);
-            let mut l = lblk;
-            let end = lblk + len;
-            while l < end {
-                let mut req = DataRequest::new(l, end - l);
-                if flags.no_prealloc {
-                    req = req.no_prealloc();
-                }
-                if complete {
-                    req = req.complete();
-                }
-                if self.rules.locality_by_cpu {
-                    req = req.locality(t.cpu);
-                }
-                match self.alloc.allocate_data_committing(file, &req) {
-                    Ok(got) => l += got.len,
-                    Err(Error::LogicalOverlap { .. }) => {
-                        self.odd.requests_over_mapped_blocks += 1;
-                        break;
-                    }
-                    Err(e) => return Err(e).context(format!("inode {ino} block {l}")),
-                }
+        (flags, complete)
+    }
+
+    /// Maps logical blocks `lblk .. lblk + len` of our file `ino`, as CPU `cpu` asked them
+    /// (blocks mapped already end the request as an oddity).
+    fn allocate_data(
+        &mut self,
+        cpu: u32,
+        ino: u64,
+        lblk: u64,
+        len: u64,
+        flags: Flags,
+        complete: bool,
+    ) -> Result<()> {
+        let file = &self.files.get(self.alloc, ino);
+        let mut l = lblk;
+        let end = lblk + len;
+        while l < end {
+            let mut req = DataRequest::new(l, end - l);
+            if flags.no_prealloc {
+                req = req.no_prealloc();
             }
             if complete {
-                self.odd.complete_requests += 1;
+                req = req.complete();
             }
-        } else {
-            let mut ours = Vec::new();
-            let mut got = 0;
-            while got < len {
-                let e = self
-                    .alloc
-                    .allocate_committing(&AllocRequest::new(ino, len - got))
-                    .with_context(|| format!("metadata of inode {ino}"))?;
-                got += e.len;
-                ours.push(e);
+            if self.rules.locality_by_cpu {
+                req = req.locality(cpu);
             }
-            self.meta.insert(block, (len, ours));
+            match self.alloc.allocate_data_committing(file, &req) {
+                Ok(got) => l += got.len,
+                Err(Error::LogicalOverlap { .. }) => {
+                    self.odd.requests_over_mapped_blocks += 1;
+                    break;
+                }
+                Err(e) => return Err(e).context(format!("inode {ino} block {l}")),
+            }
+        }
+        if complete {
+            self.odd.complete_requests += 1;
         }
         Ok(())
+    }
+
+    /// Our blocks for a kernel metadata allocation of `len` blocks for `ino`, in order.
+    fn allocate_metadata(&self, ino: u64, len: u64) -> Result<Vec<Extent>> {
+        let mut ours = Vec::new();
+        let mut got = 0;
+        while got < len {
+            let e = self
+                .alloc
+                .allocate_committing(&AllocRequest::new(ino, len - got))
+                .with_context(|| format!("metadata of inode {ino}"))?;
+            got += e.len;
+            ours.push(e);
+        }
+        Ok(ours)
     }
 
     fn free(&mut self, block: u64, count: u64, metadata: bool) -> Result<()> {
@@ -618,6 +589,7 @@ pub fn free_ours(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::replay::generations::number_generations;
     use crate::replay::parse::{parse_line, Line};
 
     #[test]

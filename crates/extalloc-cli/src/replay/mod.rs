@@ -3,16 +3,18 @@
 //! resulting layout and free space with what the kernel decided (a run named `kernel`).
 //!
 //! - [`parse`] reads tracefs lines; [`geometry`] settles the traced geometry and refuses a
-//!   trace whose blocks lie outside it; [`engine`] replays events with the fidelity rules
-//!   of `docs/replay.md` (a reused inode is a new file, locality chunks per traced CPU,
-//!   commits where the kernel committed, unrounded requests replayed as complete, stream
-//!   goals for the traced CPU count); [`bench`] runs the same engine one thread per task.
+//!   trace whose blocks lie outside it; [`generations`] renames inodes to file keys before
+//!   any replay; [`engine`] replays events with the fidelity rules of `docs/replay.md` (a
+//!   reused inode is a new file, locality chunks per traced CPU, commits where the kernel
+//!   committed, unrounded requests replayed as complete, stream goals for the traced CPU
+//!   count); [`bench`] runs the same engine one thread per task.
 //! - Both sides are measured on an otherwise empty device of the traced size: the kernel's
 //!   own metadata (inode tables, journal) is not in the trace, so neither side has it.
 
 pub mod bench;
 pub mod capture;
 pub mod engine;
+pub mod generations;
 pub mod geometry;
 pub mod parse;
 
@@ -152,6 +154,54 @@ pub struct ReplayOptions<'a> {
 
 /// Replays the trace through every policy and returns the report (plus what was odd).
 pub fn run(opts: &ReplayOptions<'_>) -> Result<(Report, Oddities, Trace)> {
+    let prepared = prepare(opts)?;
+    if let Some(path) = &opts.dump_files {
+        // Fail before the replay, not after it.
+        std::fs::write(path, b"{}").with_context(|| format!("writing {}", path.display()))?;
+    }
+    let mut dump = serde_json::Map::new();
+    let mut runs = Vec::new();
+    let mut kernel: Option<KernelModel> = None;
+    let mut odd = Oddities::default();
+    for (i, spec) in opts.policies.iter().enumerate() {
+        let replayed = replay_policy(spec, &prepared, opts)?;
+        if i == 0 {
+            // The kernel's decisions are the same in every replay: keep the first.
+            odd = replayed.odd;
+            odd.files_reused = prepared.reused;
+            kernel = Some(replayed.kernel);
+        }
+        if let Some(ours) = replayed.files {
+            dump.insert(replayed.run.policy.clone(), ours.into());
+        }
+        runs.push(replayed.run);
+    }
+    // The kernel's decisions, at the pace the trace recorded them.
+    let kernel = kernel.context("no policy to replay through")?;
+    if let Some(path) = &opts.dump_files {
+        dump.insert("kernel".into(), kernel.files_json());
+        std::fs::write(path, serde_json::to_vec(&dump)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    runs.push(kernel_run(&kernel, &odd, &prepared)?);
+    let report = report_of(opts, &prepared, &odd, runs);
+    Ok((report, odd, prepared.trace))
+}
+
+/// A trace ready to replay: its events on the chosen device (up to `--limit`), their
+/// inodes renamed to file keys, and the geometry and rules it allows.
+struct Prepared {
+    trace: Trace,
+    dev: (u32, u32),
+    traced: geometry::TracedGeometry,
+    rules: Rules,
+    /// Lives of inode numbers that ended in the trace.
+    reused: u64,
+}
+
+/// Loads the trace, keeps the device's events, settles the geometry and the rules, numbers
+/// the inode generations, and says on stderr what it settled.
+fn prepare(opts: &ReplayOptions<'_>) -> Result<Prepared> {
     let mut trace = load(opts.trace)?;
     let dev = match opts.dev.or_else(|| traced_dev(&trace)) {
         Some(d) => d,
@@ -171,7 +221,7 @@ pub fn run(opts: &ReplayOptions<'_>) -> Result<(Report, Oddities, Trace)> {
     )?;
     let geometry = traced.geometry;
     let rules = Rules::for_events(trace.events.iter()).without(&opts.without)?;
-    let reused = engine::number_generations(&mut trace.events, &rules)
+    let reused = generations::number_generations(&mut trace.events, &rules)
         .with_context(|| format!("{}: numbering inode generations", opts.trace.display()))?;
     eprintln!(
         "geometry: {} blocks of {} bytes, {} per group ({}); {} traced CPUs; commits: {:?}",
@@ -182,87 +232,105 @@ pub fn run(opts: &ReplayOptions<'_>) -> Result<(Report, Oddities, Trace)> {
         traced.cpus,
         rules.commit
     );
-    if let Some(path) = &opts.dump_files {
-        // Fail before the replay, not after it.
-        std::fs::write(path, b"{}").with_context(|| format!("writing {}", path.display()))?;
-    }
-    let mut dump = serde_json::Map::new();
-    let mut runs = Vec::new();
-    let mut kernel: Option<KernelModel> = None;
-    let mut odd = Oddities::default();
-    for (i, spec) in opts.policies.iter().enumerate() {
-        let LabPolicy::Extalloc(policy) = LabPolicy::parse(spec)? else {
-            bail!("replay runs extalloc policies; {spec} has no files");
-        };
-        let policy = as_traced(&policy, &geometry, traced.cpus, &rules);
-        eprint!("replaying through {spec}... ");
-        let (alloc, files, seconds, decided, this_odd) =
-            replay_one(&trace.events, geometry, &policy, rules)
-                .with_context(|| format!("{spec}: replaying {}", opts.trace.display()))?;
-        if i == 0 {
-            // The kernel's decisions are the same in every replay: keep the first.
-            odd = this_odd.clone();
-            odd.files_reused = reused;
-            kernel = Some(decided);
-        }
-        let layout_files: Vec<Vec<Extent>> = files
-            .iter()
-            .map(|f| f.extents().into_iter().map(|(_, e)| e).collect())
-            .collect();
-        if opts.dump_files.is_some() {
-            let ours: serde_json::Map<String, serde_json::Value> = files
-                .iter()
-                .filter(|f| !f.extents().is_empty())
-                .enumerate()
-                .map(|(i, f)| {
-                    let list: Vec<[u64; 3]> = f
-                        .extents()
-                        .into_iter()
-                        .map(|(l, e)| [l, e.start, e.len])
-                        .collect();
-                    (format!("{}#{i}", f.id()), serde_json::json!(list))
-                })
+    Ok(Prepared {
+        trace,
+        dev,
+        traced,
+        rules,
+        reused,
+    })
+}
+
+/// One policy's replay: its run, the kernel's decisions, what was odd and (with
+/// `--dump-files`) its files' extents.
+struct PolicyReplay {
+    run: Run,
+    kernel: KernelModel,
+    odd: Oddities,
+    files: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// Replays the trace through `spec` (as the traced machine would have run it), checks the
+/// allocator afterwards and measures the run.
+fn replay_policy(
+    spec: &str,
+    prepared: &Prepared,
+    opts: &ReplayOptions<'_>,
+) -> Result<PolicyReplay> {
+    let geometry = prepared.traced.geometry;
+    let LabPolicy::Extalloc(policy) = LabPolicy::parse(spec)? else {
+        bail!("replay runs extalloc policies; {spec} has no files");
+    };
+    let policy = as_traced(&policy, &geometry, prepared.traced.cpus, &prepared.rules);
+    eprint!("replaying through {spec}... ");
+    let (alloc, files, seconds, kernel, odd) =
+        replay_one(&prepared.trace.events, geometry, &policy, prepared.rules)
+            .with_context(|| format!("{spec}: replaying {}", opts.trace.display()))?;
+    let layout_files: Vec<Vec<Extent>> = files
+        .iter()
+        .map(|f| f.extents().into_iter().map(|(_, e)| e).collect())
+        .collect();
+    let dumped = opts.dump_files.as_ref().map(|_| files_json(&files));
+    alloc.discard_preallocations();
+    alloc.allocator().commit();
+    alloc
+        .check()
+        .with_context(|| format!("{spec}: check after the replay"))?;
+    let ops = odd.requests;
+    eprintln!("{:.0} requests/s", ops as f64 / seconds.max(1e-9));
+    let run = Run {
+        policy: policy.name.clone(),
+        threads: 1,
+        seconds,
+        ops,
+        ops_per_sec: ops as f64 / seconds.max(1e-9),
+        ops_per_sec_repeats: vec![ops as f64 / seconds.max(1e-9)],
+        latency_ns: report::latency_of(&alloc.allocator().stats_handle().latency_histogram()),
+        layout: report::layout(&layout_files, geometry.block_size),
+        free_space: Some(report::free_space_json(
+            &alloc.allocator().free_space(),
+            geometry.block_size,
+            geometry.group_blocks,
+        )),
+        counters: Some(report::counters(&alloc.allocator().stats(), 0)),
+        progress: None,
+    };
+    Ok(PolicyReplay {
+        run,
+        kernel,
+        odd,
+        files: dumped,
+    })
+}
+
+/// Our files' `[logical, start, len]` extents, by file id and the order first met (files
+/// with none are left out), for `--dump-files`.
+fn files_json(files: &[Arc<FileAlloc>]) -> serde_json::Map<String, serde_json::Value> {
+    files
+        .iter()
+        .filter(|f| !f.extents().is_empty())
+        .enumerate()
+        .map(|(i, f)| {
+            let list: Vec<[u64; 3]> = f
+                .extents()
+                .into_iter()
+                .map(|(l, e)| [l, e.start, e.len])
                 .collect();
-            dump.insert(policy.name.clone(), ours.into());
-        }
-        alloc.discard_preallocations();
-        alloc.allocator().commit();
-        alloc
-            .check()
-            .with_context(|| format!("{spec}: check after the replay"))?;
-        let ops = this_odd.requests;
-        eprintln!("{:.0} requests/s", ops as f64 / seconds.max(1e-9));
-        runs.push(Run {
-            policy: policy.name.clone(),
-            threads: 1,
-            seconds,
-            ops,
-            ops_per_sec: ops as f64 / seconds.max(1e-9),
-            ops_per_sec_repeats: vec![ops as f64 / seconds.max(1e-9)],
-            latency_ns: report::latency_of(&alloc.allocator().stats_handle().latency_histogram()),
-            layout: report::layout(&layout_files, geometry.block_size),
-            free_space: Some(report::free_space_json(
-                &alloc.allocator().free_space(),
-                geometry.block_size,
-                geometry.group_blocks,
-            )),
-            counters: Some(report::counters(&alloc.allocator().stats(), 0)),
-            progress: None,
-        });
-    }
-    // The kernel's decisions, at the pace the trace recorded them.
-    let kernel = kernel.context("no policy to replay through")?;
-    if let Some(path) = &opts.dump_files {
-        dump.insert("kernel".into(), kernel.files_json());
-        std::fs::write(path, serde_json::to_vec(&dump)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
-    runs.push(Run {
+            (format!("{}#{i}", f.id()), serde_json::json!(list))
+        })
+        .collect()
+}
+
+/// The kernel's run: its decisions still live at the end, at the pace the trace recorded
+/// them (no latency or counters).
+fn kernel_run(kernel: &KernelModel, odd: &Oddities, prepared: &Prepared) -> Result<Run> {
+    let (geometry, seconds) = (prepared.traced.geometry, prepared.trace.span_seconds);
+    Ok(Run {
         policy: "kernel".into(),
         threads: 1,
-        seconds: trace.span_seconds,
+        seconds,
         ops: odd.requests,
-        ops_per_sec: odd.requests as f64 / trace.span_seconds.max(1e-9),
+        ops_per_sec: odd.requests as f64 / seconds.max(1e-9),
         ops_per_sec_repeats: Vec::new(),
         latency_ns: Latency {
             p50: 0,
@@ -278,8 +346,18 @@ pub fn run(opts: &ReplayOptions<'_>) -> Result<(Report, Oddities, Trace)> {
         )),
         counters: None,
         progress: None,
-    });
-    let report = Report {
+    })
+}
+
+/// The report of the replay's `runs`, with what the replay settled and met as parameters.
+fn report_of(
+    opts: &ReplayOptions<'_>,
+    prepared: &Prepared,
+    odd: &Oddities,
+    runs: Vec<Run>,
+) -> Report {
+    let (trace, dev) = (&prepared.trace, prepared.dev);
+    Report {
         schema: "extalloc-bench/1".into(),
         workload: format!(
             "replay {}",
@@ -295,12 +373,11 @@ pub fn run(opts: &ReplayOptions<'_>) -> Result<(Report, Oddities, Trace)> {
             "lines": trace.lines,
             "malformed": trace.malformed,
             "oddities": odd,
-            "rules": rules,
-            "geometry_source": traced.source,
-            "traced_cpus": traced.cpus,
+            "rules": prepared.rules,
+            "geometry_source": prepared.traced.source,
+            "traced_cpus": prepared.traced.cpus,
         }),
-        device: report::Device::of(&geometry),
+        device: report::Device::of(&prepared.traced.geometry),
         runs,
-    };
-    Ok((report, odd, trace))
+    }
 }

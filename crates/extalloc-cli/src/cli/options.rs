@@ -1,0 +1,169 @@
+//! `bench` and `compare`'s arguments ([`BenchArgs`], defined with the other arguments in
+//! `main.rs`) turned into [`LabOptions`] and [`Outputs`]: the workload's defaults filled in,
+//! sizes and thread counts parsed, every option checked before any work starts. Checks run
+//! in a fixed order, so the first that fails is the error whatever else is wrong.
+
+use super::output::Outputs;
+use crate::{BenchArgs, Workload};
+use anyhow::{Context, Result};
+use extalloc_cli::lab::{self, LabOptions};
+
+impl BenchArgs {
+    /// Checks the options and resolves the workload's defaults.
+    pub(crate) fn into_options(self) -> Result<(Workload, LabOptions, Outputs)> {
+        let workload = self
+            .workload
+            .context("a workload is required (or, for bench, --suite quick)")?;
+        self.into_options_for(workload)
+    }
+
+    /// The options with `workload`'s defaults. Checks run in a fixed order: the first that
+    /// fails is the error.
+    pub(crate) fn into_options_for(
+        self,
+        workload: Workload,
+    ) -> Result<(Workload, LabOptions, Outputs)> {
+        let (prefill, fill) = fill_fractions(workload, self.fill)?;
+        self.check_run(workload)?;
+        let file_size_given = self.file_size.is_some();
+        let (mut opts, out) = self.into_lab_options(workload, prefill, fill)?;
+        check_lab_options(workload, &opts, file_size_given)?;
+        if matches!(workload, Workload::Replay) {
+            // One thread per traced task: the run reports how many.
+            opts.threads = vec![1];
+        }
+        Ok((workload, opts, out))
+    }
+
+    /// The checks on how the run is made: `--device` for the workloads the journaled store
+    /// runs, `--seconds`, `--repeat`.
+    fn check_run(&self, workload: Workload) -> Result<()> {
+        if self.device.is_some() {
+            anyhow::ensure!(
+                matches!(
+                    workload,
+                    Workload::Fallocate2 | Workload::Fallocate3 | Workload::Frag
+                ),
+                "--device runs fallocate2, fallocate3 and frag (the journaled store does \
+                 not record files and preallocations)"
+            );
+        }
+        anyhow::ensure!(
+            self.seconds > 0.0 && self.seconds.is_finite(),
+            "--seconds must be positive"
+        );
+        anyhow::ensure!(self.repeat >= 1, "--repeat must be at least 1");
+        Ok(())
+    }
+
+    /// The lab options with the workload's defaults for threads and sizes (parsed here), and
+    /// where the results go.
+    fn into_lab_options(
+        self,
+        workload: Workload,
+        prefill: f64,
+        fill: f64,
+    ) -> Result<(LabOptions, Outputs)> {
+        let BenchArgs {
+            workload: _,
+            threads,
+            policy,
+            seconds,
+            repeat,
+            device_size,
+            file_size,
+            writes,
+            seq_burst,
+            mix,
+            fill: _,
+            trace,
+            block_size,
+            group_blocks,
+            commit_ms,
+            seed,
+            json,
+            plot,
+            device,
+        } = self;
+        let opts = LabOptions {
+            threads: lab::parse_threads(threads.as_deref().unwrap_or(workload.default_threads()))?,
+            policies: policy
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
+            seconds,
+            repeat,
+            device_bytes: lab::parse_size(
+                device_size
+                    .as_deref()
+                    .unwrap_or(workload.default_device_size()),
+            )?,
+            file_bytes: lab::parse_size(
+                file_size.as_deref().unwrap_or(workload.default_file_size()),
+            )?,
+            writes,
+            seq_burst,
+            mix,
+            fill,
+            trace,
+            block_size,
+            group_blocks,
+            commit_ms,
+            seed,
+            device,
+            prefill,
+        };
+        Ok((opts, Outputs { json, plot }))
+    }
+}
+
+/// `--fill` as `(prefill, fill)`: fallocate3 pre-fills that fraction of the device (0 <= f <
+/// 1, default 0) and fills to the end; small-files stops at it (0 < f <= 1, default 1).
+fn fill_fractions(workload: Workload, fill: Option<f64>) -> Result<(f64, f64)> {
+    let prefill = if matches!(workload, Workload::Fallocate3) {
+        let f = fill.unwrap_or(0.0);
+        anyhow::ensure!(
+            (0.0..1.0).contains(&f),
+            "fallocate3 --fill must be at least 0 and below 1"
+        );
+        f
+    } else {
+        0.0
+    };
+    let fill = if matches!(workload, Workload::Fallocate3) {
+        1.0
+    } else {
+        fill.unwrap_or(1.0)
+    };
+    anyhow::ensure!(
+        fill > 0.0 && fill <= 1.0,
+        "--fill must be above 0 and at most 1"
+    );
+    Ok((prefill, fill))
+}
+
+/// The checks on the resolved options: some policy, a trace for replay, `--writes`, a
+/// `--file-size` (when given) of at least one block, `--seq-burst`.
+fn check_lab_options(workload: Workload, opts: &LabOptions, file_size_given: bool) -> Result<()> {
+    anyhow::ensure!(!opts.policies.is_empty(), "--policy is empty");
+    if matches!(workload, Workload::Replay) {
+        anyhow::ensure!(
+            opts.trace.is_some(),
+            "bench replay needs --trace PATH (e.g. traces/git-checkout.trace.txt.gz)"
+        );
+    }
+    anyhow::ensure!(opts.writes >= 1, "--writes must be at least 1");
+    if file_size_given {
+        let block_size = opts.block_size;
+        anyhow::ensure!(
+            opts.file_bytes >= u64::from(block_size),
+            "--file-size must be at least one block ({block_size} bytes)"
+        );
+    }
+    anyhow::ensure!(
+        (1..=1 << 20).contains(&opts.seq_burst),
+        "--seq-burst must be from 1 to 1048576"
+    );
+    Ok(())
+}
