@@ -216,6 +216,12 @@ enum Command {
         seed: u64,
         #[arg(long, default_value_t = 2)]
         threads: usize,
+        /// Instead of crashes: a corruption campaign of this many damages (one each) to
+        /// images whose in-use blocks are known; fsck, then open and allocate until full.
+        /// The JSON counts damages, panics, hangs, fsck_missed and handed_in_use; it fails
+        /// when any of the last four is not zero.
+        #[arg(long, value_name = "N")]
+        corrupt: Option<u64>,
         #[arg(long)]
         json: Option<std::path::PathBuf>,
     },
@@ -381,10 +387,17 @@ fn run(cli: Cli) -> Result<()> {
             payload,
         } => commit_bench(&path, &threads, seconds, payload),
         Command::Torture {
+            corrupt: Some(damages),
+            seed,
+            json,
+            ..
+        } => cli::commands::corrupt(damages, seed, json.as_deref()),
+        Command::Torture {
             crashes,
             seed,
             threads,
             json,
+            corrupt: None,
         } => cli::commands::torture(crashes, seed, threads, json.as_deref()),
         Command::Fsck { path, json } => cli::device::fsck(&path, json),
         Command::Info { path, groups } => cli::device::info(&path, groups),

@@ -142,6 +142,32 @@ pub fn torture(crashes: u64, seed: u64, threads: usize, json: Option<&Path>) -> 
     Ok(())
 }
 
+/// `extalloc torture --corrupt N`: the campaign's JSON verdict on stdout (and in `json`);
+/// an error when anything that must be zero is not (the first failures on stderr).
+pub fn corrupt(damages: u64, seed: u64, json: Option<&Path>) -> Result<()> {
+    if let Some(path) = json {
+        super::output::writable_file("--json", path)?;
+    }
+    let out = extalloc_cli::corrupt::run(damages, seed)?;
+    let text = serde_json::to_string(&out)?;
+    println!("{text}");
+    if let Some(path) = json {
+        std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
+    }
+    for f in &out.failures {
+        eprintln!("{f}");
+    }
+    anyhow::ensure!(
+        out.passed(),
+        "the corruption campaign found {} panics, {} hangs, {} fsck misses, {} in-use blocks handed out",
+        out.panics,
+        out.hangs,
+        out.fsck_missed,
+        out.handed_in_use
+    );
+    Ok(())
+}
+
 /// `extalloc open-bench`: opening a large device, then recovery at each record count.
 pub fn open_bench(path: &Path, size: &str, group_blocks: u64, records: &str) -> Result<()> {
     let bytes = lab::parse_size(size)?;
