@@ -1,7 +1,7 @@
 //! `Allocator::check`: recomputes every cached figure from the bitmaps and compares, at
 //! quiescence (tests, and the lab and store after each run). Data structures are the
-//! allocator's (`allocator.rs`); this file only reads them, taking the global lock and then
-//! each group's lock, the order `allocate` takes them in.
+//! allocator's (`allocator.rs`); this file only reads them, taking the global lock, then
+//! only try-locking each group (a locked group is reported, never waited for).
 //!
 //! Besides each group's figures it checks the accounting equation (mballoc keeps the like
 //! in its header comment):
@@ -15,8 +15,9 @@
 //! file layer checks that its preallocations add up to exactly this), and `pending` blocks
 //! freed but waiting for their transaction's commit.
 
-use super::allocator::{free_order, Allocator};
+use super::allocator::Allocator;
 use super::policy::FreeList;
+use super::publish::free_order;
 use crate::error::{Error, Result};
 use std::sync::atomic::Ordering::Relaxed;
 
