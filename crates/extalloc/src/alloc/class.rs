@@ -5,6 +5,20 @@
 //! Passes try groups in tiers: same size and lifetime, same size, untagged, other size. Small
 //! short-lived extents then do not leave holes in groups of large long-lived ones, and the
 //! reverse.
+//!
+//! # Data structures
+//!
+//! [`SizeClass`] and [`Lifetime`], and the tag that combines them: `1 + 3 * size +
+//! lifetime`, 0 for an untagged group.
+//!
+//! # Invariant
+//!
+//! Tags run from 1 to `TAGS`; every tag other than a request's own is in exactly one of its
+//! tiers 1 and 3 (`tags_by_tier`), untagged groups are tier 2.
+//!
+//! # Lock order
+//!
+//! None: pure functions and plain data.
 
 use crate::error::Error;
 

@@ -1,4 +1,16 @@
-//! Lazy bitmap loading, read-ahead and dropping idle bitmaps (DESIGN.md section 6, seed 001).
+//! The loader of lazily loaded bitmaps: per-group load states, the read-ahead thread and
+//! its staged copies. The allocator's side (locking a group with its bitmap loaded, queueing
+//! read-ahead, dropping idle bitmaps) is `cache.rs`.
+//!
+//! # Data structures
+//!
+//! - `state`: one byte per group: `UNLOADED`, `QUEUED` (for the read-ahead thread) or
+//!   `LOADED`.
+//! - `staged` (a mutex): bitmaps the read-ahead thread read, by group, waiting for a load;
+//!   `in_flight`: the group it is reading.
+//! - `queue`: the channel to the read-ahead thread (absent without read-ahead).
+//!
+//! # Loading
 //!
 //! An allocator opened over a persistent device starts with every group *unloaded*: the
 //! group's mirrors (free blocks, largest and average free order, size-class tag) come from
@@ -14,9 +26,9 @@
 //! not wait: it loads the group in hand itself, and a later load of a staged group takes
 //! the staged bitmap instead of reading. The per-group load state is read with a plain load
 //! before the compare-and-swap that queues it, so scans over loaded groups make no shared
-//! write (seed 001, patch 1); groups are considered only after their mirrors passed (patch 2).
+//! write; groups are considered only after their mirrors passed.
 //!
-//! # Correctness of staging
+//! # Invariant: a staged copy is never stale
 //!
 //! A staged bitmap is the group's home copy read while the group was unloaded. The home copy
 //! of an unloaded group is its current state (a group is dropped only when it is clean: its
@@ -29,8 +41,14 @@
 //!
 //! An unloaded group costs its [`crate::groups::Group`] (64 bytes: one cache line, see
 //! there), one load-state byte, and its bits in the indexes and sets (about 6 bytes with
-//! groups of 2^15 blocks): see `Allocator::memory_per_unloaded_group`. With `bitmap_memory_mib` set, `sweep` (run by the
-//! store after each checkpoint) drops clean, unreferenced bitmaps until the loaded ones fit.
+//! groups of 2^15 blocks): see `Allocator::memory_per_unloaded_group`. With
+//! `bitmap_memory_mib` set, the store's sweep after each checkpoint drops clean,
+//! unreferenced bitmaps until the loaded ones fit (`Allocator::drop_idle_bitmaps`).
+//!
+//! # Lock order
+//!
+//! `staged` is a leaf: a load and a drop take it under the group lock, the read-ahead thread
+//! alone. The queue's mutex is a leaf too, taken by a scan holding no group lock.
 
 use crate::error::Result;
 use crate::geometry::Geometry;

@@ -1,23 +1,62 @@
-//! The allocator core: requests, stream goals and the criteria passes (`allocator.rs`),
-//! `check()` and its accounting equation (`check.rs`), deferred frees (`free.rs`), lazy
-//! loading (`lazy.rs`), size classes, policies, free-space figures, stats. It knows nothing
-//! of files (`crate::files` sits on top), journals or devices beyond the
-//! [`BitmapSource`] a store hands it.
+//! The allocator core. It knows nothing of files (`crate::files` sits on top), journals or
+//! devices beyond the [`BitmapSource`] a store hands it; `docs/architecture.md` maps the
+//! layers. One concern a file:
+//!
+//! - `allocator.rs`: the [`Allocator`] struct, its construction, accessors and accounting.
+//! - `request.rs`: [`AllocRequest`], its validation, the context of one allocation.
+//! - `allocate.rs`: the allocation path: entry points, retries, the steps in order.
+//! - `goal.rs`: stream goals: their slots and start positions, how a request picks and
+//!   moves one.
+//! - `passes.rs`: the criteria passes ([`Pass`]) and the search inside a group.
+//! - `walk.rs`: the order groups are visited in: index walks, right then left, size-class
+//!   tiers.
+//! - `publish.rs`: a group's mirrors, index positions and tag after a change.
+//! - `cache.rs`: locking a group with its bitmap loaded, read-ahead, dropping idle bitmaps,
+//!   corrupt and home-dirty groups; `lazy.rs`: the loader and its read-ahead thread.
+//! - `deferred.rs`: the free path: pending frees, seal, release, commit.
+//! - `check.rs`: `check()` and the accounting equation.
+//! - `class.rs` size classes, `policy.rs` policies, `space.rs` free-space figures,
+//!   `stats.rs` sharded statistics.
+//!
+//! # Data structures
+//!
+//! The [`Allocator`] (`allocator.rs`) over the groups and indexes of `crate::groups`.
+//!
+//! # Invariant
+//!
+//! At quiescence, every cached figure (mirrors, index positions, tags, counters) agrees with
+//! the group bitmaps, and `blocks marked used = allocated + reserved + pending`
+//! (`check.rs`).
+//!
+//! # Lock order
+//!
+//! group locks in ascending group order -> the global lock (`md`) -> list-index locks.
+//! `commit_lock` is taken before any of them, only by commit/release. The loader's locks
+//! (`lazy.rs`) and the stats shards' latency locks are leaves.
 
+mod allocate;
 mod allocator;
+mod cache;
 mod check;
 mod class;
-mod free;
+mod deferred;
+mod goal;
 mod lazy;
+mod passes;
 mod policy;
+mod publish;
+mod request;
 mod space;
 mod stats;
+mod walk;
 
-pub use allocator::{AllocRequest, Allocator};
+pub use allocator::Allocator;
 #[cfg(test)]
 pub(crate) use class::tag as class_tag;
 pub use class::{Lifetime, SizeClass};
 pub use lazy::{BitmapSource, GroupSummary};
+pub use passes::Pass;
 pub use policy::{FreeList, Policy, StreamStart, PRESETS};
+pub use request::AllocRequest;
 pub use space::{FreeBucket, FreeSpace, GroupFree};
-pub use stats::{HeldCounters, Pass, Stats, StatsSnapshot, SHARDS};
+pub use stats::{HeldCounters, Stats, StatsSnapshot, SHARDS};

@@ -15,6 +15,20 @@
 //!   (with a lifetime hint as second key).
 //!
 //! A spec string modifies a preset: `ext4-2025:optimize_scan=false:stream_goals=1`.
+//!
+//! # Data structures
+//!
+//! [`Policy`], one field per knob, and `KEYS`: per key a spec may set, the values it takes
+//! and the function that parses and stores them.
+//!
+//! # Invariant
+//!
+//! Every key of `KEYS` sets exactly one field, and a value out of its range is refused with
+//! what the key takes; a policy is plain data, fixed once an allocator is built with it.
+//!
+//! # Lock order
+//!
+//! None: plain data.
 
 use crate::error::{Error, Result};
 
@@ -116,38 +130,135 @@ pub struct Policy {
 /// Names of the presets, in the order the lab shows them.
 pub const PRESETS: [&str; 3] = ["ext4-base", "ext4-2025", "extalloc"];
 
-/// Keys a spec may set, with what they take.
-const KEYS: [(&str, &str); 26] = [
-    ("optimize_scan", "true|false"),
-    ("group_index", "list|ordered"),
-    ("trylock", "true|false"),
-    ("stream_goals", "a count, 0 = min(cpus, groups/4)"),
-    ("stream_goal_locked", "true|false"),
-    ("stream_start", "spread|front|packed|goals"),
-    ("stream_threshold_kib", "a size in KiB"),
-    ("free_list", "global|per-group"),
-    ("merge_before_insert", "true|false"),
-    ("atomic_pending", "true|false"),
-    ("zombie_groups", "true|false"),
-    ("first_free_hint", "true|false"),
-    ("max_scan_extents", "a count >= 1"),
-    ("min_scan_extents", "a count >= 1"),
-    ("order2_min_order", "an order 0..=20"),
-    ("best_avail_trim_orders", "an order count 0..=20"),
-    ("prealloc_index", "list|tree"),
-    ("locality_prealloc", "true|false"),
-    ("locality_prealloc_blocks", "a block count 1..=1048576"),
-    ("locality_leftovers", "a count 0..=64, 0 = release them"),
-    ("normalise_holes", "file-size|request"),
-    ("size_classes", "true|false"),
-    ("class_by", "request|window"),
-    ("prefetch_groups", "a count 0..=4096, 0 = no read-ahead"),
+/// How a key's value is parsed and stored: `None` when the value is not one it takes.
+type Setter = fn(&mut Policy, &str) -> Option<()>;
+
+/// Keys a spec may set, in the order they are listed: what each takes, and how it is set.
+const KEYS: [(&str, &str, Setter); 26] = [
+    ("optimize_scan", "true|false", |p, v| {
+        boolean(v).map(|b| p.optimize_scan = b)
+    }),
+    ("group_index", "list|ordered", |p, v| {
+        choice(v, &[("list", false), ("ordered", true)]).map(|b| p.ordered_index = b)
+    }),
+    ("trylock", "true|false", |p, v| {
+        boolean(v).map(|b| p.trylock = b)
+    }),
+    (
+        "stream_goals",
+        "a count, 0 = min(cpus, groups/4)",
+        |p, v| number(v, 0, 1 << 20).map(|n| p.stream_goals = n as u32),
+    ),
+    ("stream_goal_locked", "true|false", |p, v| {
+        boolean(v).map(|b| p.stream_goal_locked = b)
+    }),
+    ("stream_start", "spread|front|packed|goals", |p, v| {
+        let starts = [
+            ("spread", StreamStart::Spread),
+            ("front", StreamStart::Front),
+            ("packed", StreamStart::Packed),
+            ("goals", StreamStart::Goals),
+        ];
+        choice(v, &starts).map(|s| p.stream_start = s)
+    }),
+    ("stream_threshold_kib", "a size in KiB", |p, v| {
+        number(v, 0, 1 << 40).map(|n| p.stream_threshold_kib = n)
+    }),
+    ("free_list", "global|per-group", |p, v| {
+        let lists = [
+            ("global", FreeList::Global),
+            ("per-group", FreeList::PerGroup),
+        ];
+        choice(v, &lists).map(|l| p.free_list = l)
+    }),
+    ("merge_before_insert", "true|false", |p, v| {
+        boolean(v).map(|b| p.merge_before_insert = b)
+    }),
+    ("atomic_pending", "true|false", |p, v| {
+        boolean(v).map(|b| p.atomic_pending = b)
+    }),
+    ("zombie_groups", "true|false", |p, v| {
+        boolean(v).map(|b| p.zombie_groups = b)
+    }),
+    ("first_free_hint", "true|false", |p, v| {
+        boolean(v).map(|b| p.first_free_hint = b)
+    }),
+    ("max_scan_extents", "a count >= 1", |p, v| {
+        number(v, 1, u32::MAX.into()).map(|n| p.max_scan_extents = n as u32)
+    }),
+    ("min_scan_extents", "a count >= 1", |p, v| {
+        number(v, 1, u32::MAX.into()).map(|n| p.min_scan_extents = n as u32)
+    }),
+    ("order2_min_order", "an order 0..=20", |p, v| {
+        number(v, 0, 20).map(|n| p.order2_min_order = n as u32)
+    }),
+    ("best_avail_trim_orders", "an order count 0..=20", |p, v| {
+        number(v, 0, 20).map(|n| p.best_avail_trim_orders = n as u32)
+    }),
+    ("prealloc_index", "list|tree", |p, v| {
+        choice(v, &[("list", false), ("tree", true)]).map(|b| p.prealloc_tree = b)
+    }),
+    ("locality_prealloc", "true|false", |p, v| {
+        boolean(v).map(|b| p.locality_prealloc = b)
+    }),
+    (
+        "locality_prealloc_blocks",
+        "a block count 1..=1048576",
+        |p, v| number(v, 1, 1 << 20).map(|n| p.locality_prealloc_blocks = n),
+    ),
+    (
+        "locality_leftovers",
+        "a count 0..=64, 0 = release them",
+        |p, v| number(v, 0, 64).map(|n| p.locality_leftovers = n as u32),
+    ),
+    ("normalise_holes", "file-size|request", |p, v| {
+        choice(v, &[("file-size", true), ("request", false)]).map(|b| p.normalise_by_size = b)
+    }),
+    ("size_classes", "true|false", |p, v| {
+        boolean(v).map(|b| p.size_classes = b)
+    }),
+    ("class_by", "request|window", |p, v| {
+        choice(v, &[("window", true), ("request", false)]).map(|b| p.class_by_window = b)
+    }),
+    (
+        "prefetch_groups",
+        "a count 0..=4096, 0 = no read-ahead",
+        |p, v| number(v, 0, 4096).map(|n| p.prefetch_groups = n as u32),
+    ),
     (
         "bitmap_memory_mib",
         "MiB of loaded bitmaps kept, 0 = no limit",
+        |p, v| number(v, 0, 1 << 40).map(|n| p.bitmap_memory_mib = n),
     ),
-    ("slow_pass_index", "true|false"),
+    ("slow_pass_index", "true|false", |p, v| {
+        boolean(v).map(|b| p.slow_pass_index = b)
+    }),
 ];
+
+/// A boolean value: `true`, `1`, `on` or `false`, `0`, `off`.
+fn boolean(value: &str) -> Option<bool> {
+    match value {
+        "true" | "1" | "on" => Some(true),
+        "false" | "0" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+/// A whole number from `min` to `max`.
+fn number(value: &str, min: u64, max: u64) -> Option<u64> {
+    value
+        .parse::<u64>()
+        .ok()
+        .filter(|n| (min..=max).contains(n))
+}
+
+/// The value of the option named `value`.
+fn choice<T: Copy>(value: &str, options: &[(&str, T)]) -> Option<T> {
+    options
+        .iter()
+        .find(|(name, _)| *name == value)
+        .map(|&(_, t)| t)
+}
 
 impl Default for Policy {
     fn default() -> Self {
@@ -254,12 +365,11 @@ impl Policy {
 
     /// Every key a spec may set, with the values it takes.
     pub fn keys() -> impl Iterator<Item = (&'static str, &'static str)> {
-        KEYS.into_iter()
+        KEYS.into_iter().map(|(key, expected, _)| (key, expected))
     }
 
     fn set(&mut self, key: &str, value: &str) -> Result<()> {
-        let expected = Policy::keys().find(|(k, _)| *k == key).map(|(_, e)| e);
-        let Some(expected) = expected else {
+        let Some(&(_, expected, set)) = KEYS.iter().find(|(k, _, _)| *k == key) else {
             return Err(Error::UnknownPolicyKey {
                 key: key.into(),
                 valid: Policy::keys()
@@ -268,91 +378,11 @@ impl Policy {
                     .join(", "),
             });
         };
-        let bad = || Error::InvalidPolicyValue {
+        set(self, value).ok_or_else(|| Error::InvalidPolicyValue {
             key: key.into(),
             value: value.into(),
             expected: expected.into(),
-        };
-        let boolean = || match value {
-            "true" | "1" | "on" => Ok(true),
-            "false" | "0" | "off" => Ok(false),
-            _ => Err(bad()),
-        };
-        let number = |min: u64, max: u64| -> Result<u64> {
-            value
-                .parse::<u64>()
-                .ok()
-                .filter(|n| (min..=max).contains(n))
-                .ok_or_else(bad)
-        };
-        match key {
-            "optimize_scan" => self.optimize_scan = boolean()?,
-            "group_index" => {
-                self.ordered_index = match value {
-                    "list" => false,
-                    "ordered" => true,
-                    _ => return Err(bad()),
-                }
-            }
-            "trylock" => self.trylock = boolean()?,
-            "stream_goals" => self.stream_goals = number(0, 1 << 20)? as u32,
-            "stream_goal_locked" => self.stream_goal_locked = boolean()?,
-            "stream_threshold_kib" => self.stream_threshold_kib = number(0, 1 << 40)?,
-            "free_list" => {
-                self.free_list = match value {
-                    "global" => FreeList::Global,
-                    "per-group" => FreeList::PerGroup,
-                    _ => return Err(bad()),
-                }
-            }
-            "merge_before_insert" => self.merge_before_insert = boolean()?,
-            "atomic_pending" => self.atomic_pending = boolean()?,
-            "zombie_groups" => self.zombie_groups = boolean()?,
-            "first_free_hint" => self.first_free_hint = boolean()?,
-            "max_scan_extents" => self.max_scan_extents = number(1, u32::MAX.into())? as u32,
-            "min_scan_extents" => self.min_scan_extents = number(1, u32::MAX.into())? as u32,
-            "order2_min_order" => self.order2_min_order = number(0, 20)? as u32,
-            "best_avail_trim_orders" => self.best_avail_trim_orders = number(0, 20)? as u32,
-            "prealloc_index" => {
-                self.prealloc_tree = match value {
-                    "list" => false,
-                    "tree" => true,
-                    _ => return Err(bad()),
-                }
-            }
-            "locality_prealloc" => self.locality_prealloc = boolean()?,
-            "locality_prealloc_blocks" => self.locality_prealloc_blocks = number(1, 1 << 20)?,
-            "locality_leftovers" => self.locality_leftovers = number(0, 64)? as u32,
-            "normalise_holes" => {
-                self.normalise_by_size = match value {
-                    "file-size" => true,
-                    "request" => false,
-                    _ => return Err(bad()),
-                }
-            }
-            "stream_start" => {
-                self.stream_start = match value {
-                    "spread" => StreamStart::Spread,
-                    "front" => StreamStart::Front,
-                    "packed" => StreamStart::Packed,
-                    "goals" => StreamStart::Goals,
-                    _ => return Err(bad()),
-                }
-            }
-            "size_classes" => self.size_classes = boolean()?,
-            "class_by" => {
-                self.class_by_window = match value {
-                    "window" => true,
-                    "request" => false,
-                    _ => return Err(bad()),
-                }
-            }
-            "prefetch_groups" => self.prefetch_groups = number(0, 4096)? as u32,
-            "bitmap_memory_mib" => self.bitmap_memory_mib = number(0, 1 << 40)?,
-            "slow_pass_index" => self.slow_pass_index = boolean()?,
-            _ => unreachable!("key {key} is listed but not handled"),
-        }
-        Ok(())
+        })
     }
 }
 
@@ -391,6 +421,20 @@ mod tests {
             other => panic!("unexpected {other:?}"),
         }
         assert!(e.to_string().contains("valid keys"));
+    }
+
+    #[test]
+    fn every_key_refuses_a_bad_value_with_what_it_takes() {
+        for (key, takes) in Policy::keys() {
+            match Policy::parse(&format!("extalloc:{key}=bogus")) {
+                Err(Error::InvalidPolicyValue {
+                    key: k, expected, ..
+                }) => {
+                    assert_eq!((k.as_str(), expected.as_str()), (key, takes));
+                }
+                other => panic!("{key}: unexpected {other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -3,6 +3,22 @@
 //! Free extents are maximal runs of free blocks across the whole device (a run that crosses a
 //! group boundary counts once, as e2freefrag counts it). Per-group fragmentation follows
 //! btrfs's `frag_pct`: `100 * (1 - largest free run / free blocks)`.
+//!
+//! # Data structures
+//!
+//! [`FreeSpace`] (totals, a histogram of free extents by order, one [`GroupFree`] per group),
+//! built from the allocator's bitmaps, from a list of free runs, or from used extents.
+//!
+//! # Invariant
+//!
+//! `free_blocks` is the sum of the free extents, which are maximal and disjoint; pending
+//! frees count as used.
+//!
+//! # Lock order
+//!
+//! `free_space` takes one group lock at a time in ascending order, `group_bitmap_bytes` one;
+//! `load_extent` holds the locks of the groups an extent spans, taken in ascending order, and
+//! publishes under them (group locks -> list-index locks).
 
 use super::allocator::Allocator;
 use crate::error::{Error, Result};

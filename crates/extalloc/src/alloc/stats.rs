@@ -1,9 +1,21 @@
 //! Sharded statistics: counters and an allocation latency histogram.
 //!
-//! Each thread is given a shard (round-robin on first use) and only ever writes its own
-//! shard's cache lines, so counting adds no global shared write to the hot path. Readers sum
-//! the shards; a snapshot taken while threads run is approximate, one taken at quiescence is
-//! exact.
+//! # Data structures
+//!
+//! [`SHARDS`] cache-padded [`Shard`]s, each with its event counters, its share of the
+//! accounting ([`HeldCounters`]) and a latency histogram under a mutex. Each thread is given
+//! a shard (round-robin on first use) and only ever writes its own shard's cache lines, so
+//! counting adds no global shared write to the hot path.
+//!
+//! # Invariant
+//!
+//! Readers sum the shards; a snapshot taken while threads run is approximate, one taken at
+//! quiescence is exact. The held counters' shares wrap; only their sum means anything.
+//!
+//! # Lock order
+//!
+//! A shard's histogram mutex is a leaf: taken after an allocation (holding no other lock),
+//! and by readers one shard at a time.
 
 use crossbeam_utils::CachePadded;
 use hdrhistogram::Histogram;
@@ -17,46 +29,6 @@ const _: () = assert!(SHARDS.is_power_of_two());
 
 /// Highest latency the histogram tracks: 60 s in ns; anything slower is clamped.
 const LATENCY_NS_MAX: u64 = 60_000_000_000;
-
-/// The allocation passes, fastest first. Each variant's doc says what it costs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Pass {
-    /// The exact goal block: one group lock, one bitmap range test.
-    Goal = 0,
-    /// Power-of-two request: groups whose largest free order fits; one chunk lookup each.
-    Power2Aligned = 1,
-    /// Groups whose average free fragment is at least the request; bounded extent scan.
-    GoalLenFast = 2,
-    /// Request trimmed to the best length likely to exist; bounded extent scan.
-    BestAvailLen = 3,
-    /// Any group with enough free blocks; bounded extent scan of its bitmap.
-    GoalLenSlow = 4,
-    /// Any free blocks at all, waiting for busy groups; takes the best found.
-    AnyFree = 5,
-}
-
-impl Pass {
-    pub const ALL: [Pass; 6] = [
-        Pass::Goal,
-        Pass::Power2Aligned,
-        Pass::GoalLenFast,
-        Pass::BestAvailLen,
-        Pass::GoalLenSlow,
-        Pass::AnyFree,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Pass::Goal => "goal",
-            Pass::Power2Aligned => "power2-aligned",
-            Pass::GoalLenFast => "goal-len-fast",
-            Pass::BestAvailLen => "best-avail-len",
-            Pass::GoalLenSlow => "goal-len-slow",
-            Pass::AnyFree => "any-free",
-        }
-    }
-}
 
 /// Counters of one shard. Field names say what is counted.
 #[derive(Default)]
@@ -136,7 +108,7 @@ pub struct StatsSnapshot {
     pub alloc_blocks: u64,
     pub frees: u64,
     pub free_blocks: u64,
-    /// Hits per pass, indexed like [`Pass::ALL`].
+    /// Hits per pass, indexed like [`Pass::ALL`](super::Pass::ALL).
     pub pass_hits: [u64; 6],
     pub groups_considered: u64,
     pub groups_scanned: u64,

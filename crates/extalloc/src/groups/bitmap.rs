@@ -1,106 +1,46 @@
-//! One group's block bitmap and its buddy summary.
+//! One group's block bitmap: which blocks are used, the free runs, and the fragment count;
+//! it keeps its buddy summary (`buddy.rs`) in step with every change.
 //!
 //! # Data structures
 //!
 //! - `used`: one bit per block, 1 = used. Blocks past the end of a short last group (padding)
 //!   are permanently 1 and never counted as free or used.
-//! - `full[k]` for orders `k >= 1`: one bit per aligned chunk of `2^k` blocks, 1 = every block of
-//!   the chunk is free. Order 0's "full" bitmap is `!used`.
-//! - `full_count[k]`: how many order-`k` chunks are fully free (`F_k`). `F_0` is the free block
-//!   count.
-//! - `fragments`: the number of maximal free runs.
-//! - `first_free[k]`: a block offset below which no fully-free order-`k` chunk starts, so a
-//!   search never rescans a prefix it already knows is full.
+//! - `fragments`: the number of maximal free runs, kept exactly by looking at the two
+//!   neighbours of every changed range.
+//! - `buddy`: the per-order summary ([`Buddy`]): which aligned chunks of each order are
+//!   entirely free, how many (`F_0` is the free block count), and first-free hints.
 //!
 //! # Invariants (checked by [`GroupBitmap::check`])
 //!
 //! ```text
-//! full[k](c) = full[k-1](2c) && full[k-1](2c+1)          (k >= 1; full[0] = !used)
-//! F_k        = popcount(full[k])
-//! buddy counter of order k (maximal free aligned chunks, as ext4 counts them)
-//!            = F_k - 2 * F_{k+1}                            (F_{max+1} = 0)
-//! largest free order = max { k : F_k > 0 }
-//! no full[k] bit is set below first_free[k] >> k
+//! padding blocks are used
+//! F_0       = number of 0 bits of used below len_blocks
+//! fragments = number of maximal runs of free blocks
+//! no free block lies below first_free[0]
+//! the buddy summary agrees with used (see buddy.rs)
 //! ```
-//!
-//! The counter identity holds because a fully-free chunk whose parent is also fully free is
-//! exactly one of the two children of a fully-free parent; every other fully-free chunk is
-//! maximal. Keeping `F_k` instead of the counters makes every update a plain add.
 //!
 //! # Operations
 //!
-//! - `mark_used(off, len)`: the range must be free. Clears `used`-free bits, then at each order
-//!   clears the chunks overlapping the range; stops at the first order where no chunk was full
-//!   (a parent can only be full if its children are). Cost: O(len / 64 + orders).
-//! - `mark_free(off, len)`: the range must be used. Sets the bits, then at each order
-//!   recomputes the chunks overlapping the range from their children, a 64-bit word at a time;
-//!   stops at the first order where nothing became full.
+//! - `mark_used(off, len)`: the range must be free. Sets the `used` bits, adjusts `fragments`,
+//!   then lets the summary clear the chunks overlapping the range.
+//! - `mark_free(off, len)`: the range must be used. Clears the bits, adjusts `fragments`, then
+//!   lets the summary recompute the chunks overlapping the range.
+//!
+//! # Lock order
 //!
 //! The bitmap has no lock of its own: its owner (`Group`) keeps it under the group lock.
 
-/// Highest order a group can have: groups are at most 2^20 blocks.
-pub const ORDER_MAX: usize = 20;
-/// Number of orders, 0 ..= ORDER_MAX.
-pub const ORDERS: usize = ORDER_MAX + 1;
-const _: () = assert!(1u64 << ORDER_MAX == crate::geometry::GROUP_BLOCKS_MAX);
+use super::buddy::Buddy;
+use super::words::{next_one, word_mask};
 
 #[derive(Debug, Clone)]
 pub struct GroupBitmap {
     /// Blocks that exist in this group.
     len_blocks: u32,
-    /// log2 of the group size.
-    order_top: u32,
     used: Vec<u64>,
-    /// `full[k - 1]` is the order-`k` bitmap.
-    full: Vec<Vec<u64>>,
-    full_count: [u32; ORDERS],
     fragments: u32,
-    first_free: [u32; ORDERS],
-}
-
-/// Extracts the even-numbered bits of `x` into the low 32 bits.
-#[inline]
-fn even_bits(mut x: u64) -> u64 {
-    x &= 0x5555_5555_5555_5555;
-    x = (x | (x >> 1)) & 0x3333_3333_3333_3333;
-    x = (x | (x >> 2)) & 0x0F0F_0F0F_0F0F_0F0F;
-    x = (x | (x >> 4)) & 0x00FF_00FF_00FF_00FF;
-    x = (x | (x >> 8)) & 0x0000_FFFF_0000_FFFF;
-    x = (x | (x >> 16)) & 0x0000_0000_FFFF_FFFF;
-    x
-}
-
-/// Mask of bits `lo .. hi` (hi exclusive) that fall into word `w`.
-#[inline]
-fn word_mask(w: usize, lo: u64, hi: u64) -> u64 {
-    let word_lo = (w as u64) * 64;
-    let a = lo.max(word_lo) - word_lo;
-    let b = hi.min(word_lo + 64) - word_lo;
-    debug_assert!(a < b);
-    let upper = if b == 64 { u64::MAX } else { (1u64 << b) - 1 };
-    upper & !((1u64 << a) - 1)
-}
-
-/// First set bit at or after `from` in `words`, below `limit`.
-#[inline]
-fn next_one(words: &[u64], from: u64, limit: u64, invert: bool) -> Option<u64> {
-    if from >= limit {
-        return None;
-    }
-    let mut w = (from / 64) as usize;
-    let load = |w: usize| if invert { !words[w] } else { words[w] };
-    let mut word = load(w) & (u64::MAX << (from % 64));
-    loop {
-        if word != 0 {
-            let bit = (w as u64) * 64 + u64::from(word.trailing_zeros());
-            return (bit < limit).then_some(bit);
-        }
-        w += 1;
-        if w >= words.len() || (w as u64) * 64 >= limit {
-            return None;
-        }
-        word = load(w);
-    }
+    buddy: Buddy,
 }
 
 impl GroupBitmap {
@@ -168,19 +108,12 @@ impl GroupBitmap {
         assert!(group_blocks.is_power_of_two());
         assert!(group_blocks >= 64);
         assert!(len_blocks >= 1 && len_blocks <= group_blocks);
-        let order_top = group_blocks.trailing_zeros();
         let words = group_blocks as usize / 64;
-        let full = (1..=order_top)
-            .map(|k| vec![0u64; ((group_blocks >> k) as usize).div_ceil(64)])
-            .collect();
         GroupBitmap {
             len_blocks,
-            order_top,
             used: vec![u64::MAX; words],
-            full,
-            full_count: [0; ORDERS],
             fragments: 0,
-            first_free: [0; ORDERS],
+            buddy: Buddy::all_used(group_blocks),
         }
     }
 
@@ -189,11 +122,11 @@ impl GroupBitmap {
     }
 
     pub fn order_top(&self) -> u32 {
-        self.order_top
+        self.buddy.order_top()
     }
 
     pub fn free_blocks(&self) -> u32 {
-        self.full_count[0]
+        self.buddy.free_blocks()
     }
 
     pub fn fragments(&self) -> u32 {
@@ -203,23 +136,12 @@ impl GroupBitmap {
     /// ext4's buddy counter for `order`: free aligned chunks of `2^order` blocks that are not
     /// part of a larger free aligned chunk.
     pub fn buddy_count(&self, order: u32) -> u32 {
-        let k = order as usize;
-        if order > self.order_top {
-            return 0;
-        }
-        let parent = if order == self.order_top {
-            0
-        } else {
-            self.full_count[k + 1]
-        };
-        self.full_count[k] - 2 * parent
+        self.buddy.buddy_count(order)
     }
 
     /// The largest order with a fully free aligned chunk, if any block is free.
     pub fn largest_free_order(&self) -> Option<u32> {
-        (0..=self.order_top)
-            .rev()
-            .find(|&k| self.full_count[k as usize] > 0)
+        self.buddy.largest_free_order()
     }
 
     /// Order of the average free run length (`floor(log2(free / fragments))`).
@@ -227,7 +149,7 @@ impl GroupBitmap {
         if self.fragments == 0 {
             return None;
         }
-        let avg = self.full_count[0] / self.fragments;
+        let avg = self.free_blocks() / self.fragments;
         debug_assert!(avg >= 1);
         Some(31 - avg.leading_zeros())
     }
@@ -280,26 +202,8 @@ impl GroupBitmap {
     /// Start of the first fully-free aligned chunk of `order`, searching from the hint when
     /// `use_hint` (and advancing the hint past what the search proved full).
     pub fn find_free_chunk(&mut self, order: u32, use_hint: bool) -> Option<u32> {
-        if order > self.order_top || self.full_count[order as usize] == 0 {
-            return None;
-        }
-        let k = order as usize;
-        let from = if use_hint {
-            u64::from(self.first_free[k] >> order)
-        } else {
-            0
-        };
-        let chunks = u64::from(self.len_blocks >> order);
-        let found = if k == 0 {
-            next_one(&self.used, from, u64::from(self.len_blocks), true)
-        } else {
-            next_one(&self.full[k - 1], from, chunks, false)
-        };
-        let start = found.map(|c| (c << order) as u32);
-        if use_hint {
-            self.first_free[k] = start.unwrap_or(self.len_blocks);
-        }
-        start
+        self.buddy
+            .find_free_chunk(&self.used, self.len_blocks, order, use_hint)
     }
 
     /// Iterates the maximal free runs `(offset, len)` starting at or after `from`.
@@ -316,7 +220,7 @@ impl GroupBitmap {
     /// Where free-run scans may start: the first free block (by hint) or 0.
     pub fn scan_start(&self, use_hint: bool) -> u32 {
         if use_hint {
-            self.first_free[0]
+            self.buddy.first_free(0)
         } else {
             0
         }
@@ -328,7 +232,6 @@ impl GroupBitmap {
     }
 
     /// Marks `off .. off + len` used. The range must be free.
-    #[allow(clippy::needless_range_loop)] // word ranges index several bitmaps at once
     pub fn mark_used(&mut self, off: u32, len: u32) {
         assert!(len > 0);
         let end = off.checked_add(len).expect("range overflows");
@@ -343,26 +246,12 @@ impl GroupBitmap {
         for w in (lo / 64) as usize..=((hi - 1) / 64) as usize {
             self.used[w] |= word_mask(w, lo, hi);
         }
-        self.full_count[0] -= len;
         match (left_free, right_free) {
             (true, true) => self.fragments += 1,
             (false, false) => self.fragments -= 1,
             _ => {}
         }
-        for k in 1..=self.order_top as usize {
-            let (c_lo, c_hi) = (lo >> k, ((hi - 1) >> k) + 1);
-            let words = &mut self.full[k - 1];
-            let mut cleared = 0;
-            for w in (c_lo / 64) as usize..=((c_hi - 1) / 64) as usize {
-                let mask = word_mask(w, c_lo, c_hi);
-                cleared += (words[w] & mask).count_ones();
-                words[w] &= !mask;
-            }
-            if cleared == 0 {
-                break;
-            }
-            self.full_count[k] -= cleared;
-        }
+        self.buddy.mark_used(lo, hi);
     }
 
     /// Marks `off .. off + len` free. The range must be used (and exist).
@@ -380,60 +269,28 @@ impl GroupBitmap {
         for w in (lo / 64) as usize..=((hi - 1) / 64) as usize {
             self.used[w] &= !word_mask(w, lo, hi);
         }
-        self.full_count[0] += len;
         match (left_free, right_free) {
             (true, true) => self.fragments -= 1,
             (false, false) => self.fragments += 1,
             _ => {}
         }
-        self.first_free[0] = self.first_free[0].min(off);
-        for k in 1..=self.order_top as usize {
-            let (c_lo, c_hi) = (lo >> k, ((hi - 1) >> k) + 1);
-            let mut added = 0;
-            let mut lowest = None;
-            for w in (c_lo / 64) as usize..=((c_hi - 1) / 64) as usize {
-                let child = |i: usize| -> u64 {
-                    if k == 1 {
-                        self.used.get(i).map_or(0, |x| !x)
-                    } else {
-                        self.full[k - 2].get(i).copied().unwrap_or(0)
-                    }
-                };
-                let (a, b) = (child(2 * w), child(2 * w + 1));
-                let computed = even_bits(a & (a >> 1)) | (even_bits(b & (b >> 1)) << 32);
-                let mask = word_mask(w, c_lo, c_hi);
-                let words = &mut self.full[k - 1];
-                let new = computed & mask & !words[w];
-                if new != 0 && lowest.is_none() {
-                    lowest = Some((w as u64) * 64 + u64::from(new.trailing_zeros()));
-                }
-                words[w] |= new;
-                added += new.count_ones();
-            }
-            if added == 0 {
-                break;
-            }
-            self.full_count[k] += added;
-            let start = (lowest.expect("bits were added") << k) as u32;
-            self.first_free[k] = self.first_free[k].min(start);
-        }
+        self.buddy.mark_free(&self.used, lo, hi);
     }
 
     /// Recomputes every cached figure from `used` and compares. Returns what disagrees.
     pub fn check(&self) -> Result<(), String> {
-        let group_blocks = 1u64 << self.order_top;
+        let group_blocks = 1u64 << self.order_top();
         // Padding is used.
         for b in u64::from(self.len_blocks)..group_blocks {
             if self.used[(b / 64) as usize] & (1 << (b % 64)) == 0 {
                 return Err(format!("padding block {b} is marked free"));
             }
         }
-        let mut prev: Vec<u64> = self.used.iter().map(|w| !w).collect();
-        let free_blocks: u32 = prev.iter().map(|w| w.count_ones()).sum();
-        if free_blocks != self.full_count[0] {
+        let free_blocks: u32 = self.used.iter().map(|w| (!w).count_ones()).sum();
+        if free_blocks != self.free_blocks() {
             return Err(format!(
                 "free count {} but bitmap has {free_blocks}",
-                self.full_count[0]
+                self.free_blocks()
             ));
         }
         let runs = self.free_runs(0).count() as u32;
@@ -444,46 +301,14 @@ impl GroupBitmap {
             ));
         }
         if let Some(b) = self.next_free(0) {
-            if b < self.first_free[0] {
+            if b < self.buddy.first_free(0) {
                 return Err(format!(
                     "free block {b} below first-free hint {}",
-                    self.first_free[0]
+                    self.buddy.first_free(0)
                 ));
             }
         }
-        for k in 1..=self.order_top as usize {
-            let chunks = (group_blocks >> k) as usize;
-            let mut expect = vec![0u64; chunks.div_ceil(64)];
-            for c in 0..chunks {
-                let a = prev[(2 * c) / 64] >> ((2 * c) % 64) & 1;
-                let b = prev[(2 * c + 1) / 64] >> ((2 * c + 1) % 64) & 1;
-                if a & b == 1 {
-                    expect[c / 64] |= 1 << (c % 64);
-                }
-            }
-            if expect != self.full[k - 1] {
-                return Err(format!(
-                    "order-{k} buddy bitmap disagrees with the block bitmap"
-                ));
-            }
-            let count: u32 = expect.iter().map(|w| w.count_ones()).sum();
-            if count != self.full_count[k] {
-                return Err(format!(
-                    "order-{k} full count {} but bitmap has {count}",
-                    self.full_count[k]
-                ));
-            }
-            if let Some(c) = next_one(&expect, 0, chunks as u64, false) {
-                if ((c << k) as u32) < self.first_free[k] {
-                    return Err(format!(
-                        "free order-{k} chunk {c} below hint {}",
-                        self.first_free[k]
-                    ));
-                }
-            }
-            prev = expect;
-        }
-        Ok(())
+        self.buddy.check(&self.used)
     }
 }
 
@@ -539,7 +364,7 @@ mod tests {
                 assert_eq!(got.free_blocks(), expect.free_blocks());
                 assert_eq!(got.fragments(), expect.fragments());
                 assert_eq!(got.used, expect.used);
-                assert_eq!(got.full, expect.full);
+                assert_eq!(got.buddy.levels(), expect.buddy.levels());
             }
         }
         // All free, all used, and short input.

@@ -22,6 +22,13 @@
 //!
 //! Mirrors are written only under the lock and read without it; a reader may see a stale
 //! value, which is why every scan rechecks under the lock.
+//!
+//! # Lock order
+//!
+//! A thread holding several group locks took them in ascending group order (a free that
+//! spans groups). Under a group lock the core may take the global lock and the list-index
+//! locks; it never waits for a group lock while holding one of those (see `alloc/mod.rs`).
+//! Nothing in this file takes another lock.
 
 use super::bitmap::GroupBitmap;
 use parking_lot::{Mutex, MutexGuard};

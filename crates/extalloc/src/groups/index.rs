@@ -24,7 +24,11 @@
 //! the bit again if an inserter refilled it meanwhile. A summary bit may thus be set over an
 //! empty word for a moment; lookups skip such words.
 //!
-//! Lock order (list-based index): group lock -> list lock of the lower order -> higher order.
+//! # Lock order
+//!
+//! The ordered sets take no lock. List-based index: group lock -> one list lock at a time
+//! (`update` unlinks from the old order's list, then links into the new one's; `choose` reads
+//! the lists one after another) -> the link lock of one entry at a time.
 
 use crate::sync::{AtomicU64, Ordering::SeqCst};
 use parking_lot::RwLock;

@@ -1,9 +1,31 @@
 //! Per-group state and the group indexes.
+//!
+//! # Data structures
+//!
+//! - `words.rs`: bit helpers over `u64` words.
+//! - `buddy.rs`: a group's buddy summary (which aligned chunks of each order are free).
+//! - `bitmap.rs`: a group's block bitmap, which keeps its buddy summary in step.
+//! - `group.rs`: one group: bitmap and pending frees under a lock, lock-free mirrors.
+//! - `index.rs`: sets of groups by order, and the lock-free bitset they are made of.
+//!
+//! # Invariant
+//!
+//! Each file states its own; across them, a group's mirrors and index positions follow its
+//! bitmap's figures (the allocator core, `crate::alloc`, publishes them under the group lock).
+//!
+//! # Lock order
+//!
+//! group lock -> list-index locks (a list lock, then the link locks of its entries). Nothing
+//! here takes the allocator's global lock. This layer imports nothing from `crate::alloc` or
+//! anything above it.
 
 mod bitmap;
+mod buddy;
 mod group;
 mod index;
+mod words;
 
-pub use bitmap::{GroupBitmap, ORDERS, ORDER_MAX};
+pub use bitmap::GroupBitmap;
+pub use buddy::{ORDERS, ORDER_MAX};
 pub use group::{Group, GroupState, PendingFree, Slot};
 pub use index::{AtomicBitset, OrderIndex};

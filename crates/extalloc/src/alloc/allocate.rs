@@ -1,0 +1,172 @@
+//! The allocation path: the entry points, the retries, and the steps of one attempt in order.
+//!
+//! 1. Validate the request (`request.rs`); nothing changes if it is bad.
+//! 2. (Normalisation and 3. preallocation belong to the file layer, `crate::files`, which
+//!    calls `reserve` here.)
+//! 4. Goal: try the exact goal block in its group (`passes.rs`, pass 0).
+//! 5. Stream: requests of large files (and requests without a goal) start scanning at the
+//!    file's stream goal, picked by the file id modulo the number of goals; small files with
+//!    a goal start in the goal's group (`goal.rs`).
+//! 6. Passes 1-5 ([`Pass`]) over the group indexes, right of the start group first, then
+//!    left (`passes.rs`, `walk.rs`). A group is checked through its lock-free mirrors, then
+//!    locked (try-lock in passes 1-4 when the policy says so), rechecked and searched with
+//!    bounded effort.
+//! 7. Mark used: bitmap, buddy summary, mirrors, index positions (`passes.rs` `take`,
+//!    `publish.rs`).
+//!
+//! Finding nothing, the core fails with `NoSpace`, saying how many blocks wait for a commit
+//! and how many preallocations reserve; it applies no remedy itself. The owner of the
+//! commits may ask for one (`allocate_committing`); the file layer discards preallocations.
+//!
+//! # Data structures
+//!
+//! None of its own: an attempt builds an [`AllocContext`] on the stack and reads the
+//! allocator's (`allocator.rs`).
+//!
+//! # Invariant
+//!
+//! A returned extent has `min_len ..= len` blocks inside one group, marked used and counted
+//! as allocated or reserved (its [`Hold`]) in the thread's shard; a failed call changes
+//! nothing.
+//!
+//! # Lock order
+//!
+//! An attempt takes the global lock alone for a locked stream goal, then group locks one at
+//! a time (each released before the next), under which loading takes the loader's lock and
+//! `take` the global lock and list-index locks. A forced commit takes `commit_lock` holding
+//! nothing else.
+
+use super::allocator::{Allocator, Hold};
+use super::passes::Pass;
+use super::request::{AllocContext, AllocRequest};
+use super::stats::Shard;
+use crate::error::{Error, Result};
+use crate::geometry::Extent;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
+
+impl Allocator {
+    /// Allocates one extent of `min_len ..= len` blocks inside one group and hands it to
+    /// the caller. Finding no space, it fails with [`Error::NoSpace`], which says how many
+    /// blocks wait for a commit and how many preallocations reserve: the layer that owns
+    /// each remedy applies it and retries (see [`Allocator::allocate_committing`]).
+    pub fn allocate(&self, req: &AllocRequest) -> Result<Extent> {
+        self.allocate_as(req, Hold::Allocated, false)
+    }
+
+    /// [`Allocator::allocate`] for a caller that owns the commits (an allocator in memory,
+    /// no journal): finding no space while frees wait, it commits them and retries once.
+    pub fn allocate_committing(&self, req: &AllocRequest) -> Result<Extent> {
+        self.allocate_as(req, Hold::Allocated, true)
+    }
+
+    pub(super) fn allocate_as(
+        &self,
+        req: &AllocRequest,
+        hold: Hold,
+        commit_first: bool,
+    ) -> Result<Extent> {
+        req.validate(&self.geometry)?;
+        let shard = self.stats.shard();
+        let started = Instant::now();
+        let result = self.allocate_validated(req, shard, commit_first);
+        shard.record_latency_ns(started.elapsed().as_nanos() as u64);
+        if let Ok(extent) = &result {
+            debug_assert!(extent.len >= req.min_len && extent.len <= req.len);
+            debug_assert_eq!(
+                self.geometry.group_of(extent.start),
+                self.geometry.group_of(extent.end() - 1),
+                "an extent lies in one group"
+            );
+            shard.add(&shard.counters.allocs, 1);
+            shard.add(&shard.counters.alloc_blocks, extent.len);
+            let counter = match hold {
+                Hold::Allocated => &shard.held.allocated,
+                Hold::Reserved => &shard.held.reserved,
+            };
+            shard.add(counter, extent.len);
+        }
+        result
+    }
+
+    fn allocate_validated(
+        &self,
+        req: &AllocRequest,
+        shard: &Shard,
+        commit_first: bool,
+    ) -> Result<Extent> {
+        let mut committed = false;
+        let mut raced = 0;
+        loop {
+            let releases = self.releases.load(Relaxed);
+            if let Some(extent) = self.try_allocate(req, shard) {
+                return Ok(extent);
+            }
+            if self.releases.load(Relaxed) != releases && raced < 8 {
+                // A commit returned space while the passes ran: groups that became free
+                // behind a walk (or moved to an order it had already passed) were missed.
+                raced += 1;
+                continue;
+            }
+            if commit_first && !committed && self.pending_free_blocks() > 0 {
+                // The caller owns the commits: space waiting for one is made reusable.
+                committed = true;
+                shard.add(&shard.counters.forced_commits, 1);
+                self.commit();
+                continue;
+            }
+            break;
+        }
+        shard.add(&shard.counters.no_space, 1);
+        Err(Error::NoSpace {
+            requested: req.len,
+            min_len: req.min_len,
+            free_blocks: self.free_blocks(),
+            pending_blocks: self.pending_free_blocks(),
+            reserved_blocks: self.reserved_blocks(),
+        })
+    }
+
+    /// One attempt: steps 4 to 7.
+    fn try_allocate(&self, req: &AllocRequest, shard: &Shard) -> Option<Extent> {
+        let ctx = self.context(req, shard);
+
+        // Step 4: the exact goal.
+        if let Some(goal) = req.goal {
+            if let Some(extent) = self.alloc_at_goal(&ctx, goal) {
+                shard.add(&shard.counters.pass_hits[Pass::Goal as usize], 1);
+                return Some(extent);
+            }
+        }
+
+        // Step 5: where scanning starts.
+        let start = self.scan_start(&ctx);
+
+        // Step 6: the passes.
+        let (extent, pass) = self.scan_passes(&ctx, start)?;
+        shard.add(&shard.counters.pass_hits[pass as usize], 1);
+        if ctx.stream && self.geometry.group_of(extent.start) == start {
+            shard.add(&shard.counters.stream_goal_hits, 1);
+        }
+        Some(extent)
+    }
+
+    /// What is decided about a request before any group is looked at: whether it is a
+    /// stream's, its size class, its stream goal.
+    #[inline]
+    fn context<'a>(&self, req: &'a AllocRequest, shard: &'a Shard) -> AllocContext<'a> {
+        let stream = self.is_stream(req);
+        let (class_tag, class_index) = if self.policy.size_classes {
+            req.size_class(self.geometry.block_size)
+        } else {
+            (0, 0)
+        };
+        AllocContext {
+            request: req,
+            stream,
+            slot: self.stream_slot(req.file, class_index),
+            class_tag,
+            shard,
+        }
+    }
+}

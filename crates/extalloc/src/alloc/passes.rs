@@ -1,0 +1,312 @@
+//! The criteria passes: which groups each pass accepts and how it searches inside one.
+//!
+//! Pass 0 is the exact goal. Passes 1-5 ([`Pass`]) run fastest first until one finds space;
+//! each walks groups (`walk.rs`), checks a group's lock-free mirrors (`good_group`), locks it
+//! (try-lock in passes 1-4 when the policy says so) and searches its bitmap with bounded
+//! effort (`scan_group`): pass 1 a free aligned chunk, passes 2-4 a best fit, pass 5 the first
+//! run long enough or else the longest seen. `take` marks the extent used.
+//!
+//! # Data structures
+//!
+//! [`Pass`], the passes' names and numbers (stats count hits per pass). The rest reads the
+//! allocator's: the group mirrors and indexes, and a locked group's bitmap.
+//!
+//! # Invariant
+//!
+//! Mirrors are hints: a group is searched only under its lock, in its loaded bitmap, so a
+//! pass takes only blocks that are free there and not pending; an extent lies in one group.
+//!
+//! # Lock order
+//!
+//! One group lock at a time (a pass releases a group before it locks the next). Under it,
+//! loading takes the loader's lock (`cache.rs`), and `take` the global lock (a locked stream
+//! goal) and list-index locks (`publish.rs`).
+
+use super::allocator::Allocator;
+use super::request::AllocContext;
+use super::walk::{Route, Tiers, Walk};
+use crate::geometry::Extent;
+use crate::groups::{GroupState, OrderIndex};
+
+/// The allocation passes, fastest first. Each variant's doc says what it costs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Pass {
+    /// The exact goal block: one group lock, one bitmap range test.
+    Goal = 0,
+    /// Power-of-two request: groups whose largest free order fits; one chunk lookup each.
+    Power2Aligned = 1,
+    /// Groups whose average free fragment is at least the request; bounded extent scan.
+    GoalLenFast = 2,
+    /// Request trimmed to the best length likely to exist; bounded extent scan.
+    BestAvailLen = 3,
+    /// Any group with enough free blocks; bounded extent scan of its bitmap.
+    GoalLenSlow = 4,
+    /// Any free blocks at all, waiting for busy groups; takes the best found.
+    AnyFree = 5,
+}
+
+impl Pass {
+    pub const ALL: [Pass; 6] = [
+        Pass::Goal,
+        Pass::Power2Aligned,
+        Pass::GoalLenFast,
+        Pass::BestAvailLen,
+        Pass::GoalLenSlow,
+        Pass::AnyFree,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Pass::Goal => "goal",
+            Pass::Power2Aligned => "power2-aligned",
+            Pass::GoalLenFast => "goal-len-fast",
+            Pass::BestAvailLen => "best-avail-len",
+            Pass::GoalLenSlow => "goal-len-slow",
+            Pass::AnyFree => "any-free",
+        }
+    }
+}
+
+pub(super) fn floor_log2(n: u64) -> u32 {
+    63 - n.leading_zeros()
+}
+
+impl Allocator {
+    /// Pass 0: `len` blocks at exactly `goal`, if they are free.
+    pub(super) fn alloc_at_goal(&self, ctx: &AllocContext<'_>, goal: u64) -> Option<Extent> {
+        let len = ctx.request.len;
+        let g = self.geometry.group_of(goal);
+        let off = (goal - self.geometry.group_start(g)) as u32;
+        let group = &self.groups[g as usize];
+        if group.free_blocks() < len as u32 {
+            return None;
+        }
+        let mut state = self.lock_group(g, ctx.shard).ok()?;
+        if !state.bitmap.range_is_free(off, len as u32) {
+            return None;
+        }
+        Some(self.take(ctx, g, &mut state, off, len as u32))
+    }
+
+    /// Passes 1-5 from group `start`: the extent and the pass that found it.
+    pub(super) fn scan_passes<'a>(
+        &'a self,
+        ctx: &AllocContext<'_>,
+        start: u64,
+    ) -> Option<(Extent, Pass)> {
+        let req = ctx.request;
+        let len = req.len;
+        let order = floor_log2(len);
+        let indexed = self.policy.optimize_scan;
+        let walk = |index: &'a OrderIndex, order_min: u32| -> Walk<'a> {
+            if indexed {
+                Walk::Index(index, order_min)
+            } else {
+                Walk::Linear
+            }
+        };
+        // Without size classes every group is in tier 0; with them, each pass tries the tiers
+        // in order (same class, same size, untagged, other size).
+        let run = |pass: Pass, walk: Walk<'_>, want: u64| {
+            self.run_pass(ctx, pass, walk, start, want)
+                .map(|e| (e, pass))
+        };
+
+        if len.is_power_of_two() && order >= self.policy.order2_min_order {
+            if let Some(hit) = run(Pass::Power2Aligned, walk(&self.by_largest, order), len) {
+                return Some(hit);
+            }
+        }
+        if let Some(hit) = run(Pass::GoalLenFast, walk(&self.by_avg, order), len) {
+            return Some(hit);
+        }
+        let trim_floor = order.saturating_sub(self.policy.best_avail_trim_orders);
+        for trimmed in (trim_floor..order).rev() {
+            let want = 1u64 << trimmed;
+            if want < req.min_len {
+                break;
+            }
+            if let Some(hit) = run(Pass::BestAvailLen, walk(&self.by_avg, trimmed), want) {
+                return Some(hit);
+            }
+        }
+        if !self.slow_indexed() {
+            if let Some(hit) = run(Pass::GoalLenSlow, Walk::Linear, len) {
+                return Some(hit);
+            }
+            return run(Pass::AnyFree, Walk::Linear, len);
+        }
+        // Pass 4 among groups with at least the request's order of free blocks; pass 5 from
+        // the largest free chunk down, so a crowded device gives the longest extent there is
+        // and no scan looks at groups that cannot help.
+        if let Some(hit) = run(Pass::GoalLenSlow, Walk::Index(&self.by_free, order), len) {
+            return Some(hit);
+        }
+        let top = self.by_largest.order_count() - 1;
+        // A free run of `min_len` blocks holds an aligned chunk of this order at least (a run
+        // of 2^(k+1) - 1 blocks holds an aligned 2^k chunk wherever it starts).
+        let floor = floor_log2(req.min_len + 1).saturating_sub(1);
+        (floor..=top)
+            .rev()
+            .find_map(|o| run(Pass::AnyFree, Walk::IndexExact(&self.by_largest, o), len))
+    }
+
+    /// Passes 4 and 5 walk indexes too (`slow_pass_index` with ordered indexes).
+    pub(super) fn slow_indexed(&self) -> bool {
+        self.policy.slow_pass_index && self.policy.optimize_scan && self.policy.ordered_index
+    }
+
+    /// The lock-free check of a group's mirrors before locking it.
+    fn good_group(&self, ctx: &AllocContext<'_>, g: u64, pass: Pass, want: u64) -> bool {
+        let group = &self.groups[g as usize];
+        let free = u64::from(group.free_blocks());
+        let min_len = ctx.request.min_len;
+        match pass {
+            Pass::Goal => unreachable!("the goal is not a scanning pass"),
+            Pass::Power2Aligned => group.largest_order().is_some_and(|o| o >= floor_log2(want)),
+            Pass::GoalLenFast | Pass::BestAvailLen => {
+                free >= want && group.avg_order().is_some_and(|o| o >= floor_log2(want))
+            }
+            Pass::GoalLenSlow => free >= want,
+            Pass::AnyFree => free >= min_len,
+        }
+    }
+
+    /// Runs one pass: walks the groups from `start` (`walk.rs`), checking each with
+    /// `good_group` and searching it with `scan_group`, until one gives an extent. With size
+    /// classes, groups are tried in tiers ([`Tiers`]): the request's own tag first, other
+    /// tags and untagged groups after.
+    fn run_pass(
+        &self,
+        ctx: &AllocContext<'_>,
+        pass: Pass,
+        walk: Walk<'_>,
+        start: u64,
+        want: u64,
+    ) -> Option<Extent> {
+        let route = Route {
+            walk,
+            start,
+            class_tag: ctx.class_tag,
+            shard: ctx.shard,
+        };
+        let good = |g: u64| self.good_group(ctx, g, pass, want);
+        let mut visit = |g: u64| self.scan_group(ctx, g, pass, want);
+        // With indexed slow passes the device is crowded by the time they run: they take
+        // the best space the index knows whatever its class, rather than walking every
+        // tagged group once per tier (and per order in pass 5).
+        let untiered = self.slow_indexed() && matches!(pass, Pass::GoalLenSlow | Pass::AnyFree);
+        if !self.policy.size_classes || ctx.class_tag == 0 || untiered {
+            return self.walk_groups(&route, &good, &mut visit);
+        }
+        Tiers::new(&route, ctx.stream)
+            .find_map(|tier| self.walk_tier(&route, tier, &good, &mut visit))
+    }
+
+    /// Locks group `g` (or skips it when busy and the pass allows) and searches it.
+    fn scan_group(&self, ctx: &AllocContext<'_>, g: u64, pass: Pass, want: u64) -> Option<Extent> {
+        let (min_len, shard) = (ctx.request.min_len, ctx.shard);
+        let group = &self.groups[g as usize];
+        let slot = if self.policy.trylock && pass != Pass::AnyFree {
+            match group.try_lock() {
+                Some(s) => s,
+                None => {
+                    shard.add(&shard.counters.trylock_skips, 1);
+                    return None;
+                }
+            }
+        } else {
+            self.lock_slot(group, shard)
+        };
+        // A group that cannot be read is skipped (its error is counted); others still serve.
+        let mut state = self.loaded(g, slot, shard).ok()?;
+        shard.add(&shard.counters.groups_scanned, 1);
+        let hint = self.policy.first_free_hint;
+        let want32 = want as u32;
+        let found = match pass {
+            Pass::Goal => unreachable!("the goal is not a scanning pass"),
+            Pass::Power2Aligned => state
+                .bitmap
+                .find_free_chunk(floor_log2(want), hint)
+                .map(|off| (off, want32)),
+            Pass::GoalLenFast | Pass::BestAvailLen | Pass::GoalLenSlow => {
+                if u64::from(state.bitmap.free_blocks()) < want {
+                    None
+                } else {
+                    self.best_fit(&mut state, want32)
+                }
+            }
+            Pass::AnyFree => self.largest_fit(&mut state, want32, min_len as u32),
+        };
+        let (off, len) = found?;
+        Some(self.take(ctx, g, &mut state, off, len))
+    }
+
+    /// Smallest free run of at least `want` blocks, examining a bounded number of runs.
+    fn best_fit(&self, state: &mut GroupState, want: u32) -> Option<(u32, u32)> {
+        let from = state
+            .bitmap
+            .find_free_chunk(0, self.policy.first_free_hint)?;
+        let mut best: Option<(u32, u32)> = None;
+        for (examined, (off, run)) in state.bitmap.free_runs(from).enumerate() {
+            let examined = examined as u32 + 1;
+            if run >= want && best.is_none_or(|(_, b)| run < b) {
+                best = Some((off, run));
+                if run == want {
+                    break;
+                }
+            }
+            if examined >= self.policy.max_scan_extents
+                || (best.is_some() && examined >= self.policy.min_scan_extents)
+            {
+                break;
+            }
+        }
+        best.map(|(off, _)| (off, want))
+    }
+
+    /// The first run of `want` blocks, or the longest run seen (at least `min_len`).
+    fn largest_fit(&self, state: &mut GroupState, want: u32, min_len: u32) -> Option<(u32, u32)> {
+        let from = state
+            .bitmap
+            .find_free_chunk(0, self.policy.first_free_hint)?;
+        let mut best: Option<(u32, u32)> = None;
+        for (examined, (off, run)) in state.bitmap.free_runs(from).enumerate() {
+            if best.is_none_or(|(_, b)| run > b) {
+                best = Some((off, run.min(want)));
+            }
+            if run >= want || examined as u32 + 1 >= self.policy.max_scan_extents {
+                break;
+            }
+        }
+        best.filter(|&(_, len)| len >= min_len)
+    }
+
+    /// Step 7: marks `off .. off + len` of group `g` used, publishes the new summary and
+    /// moves a stream's goal to the group.
+    fn take(
+        &self,
+        ctx: &AllocContext<'_>,
+        g: u64,
+        state: &mut GroupState,
+        off: u32,
+        len: u32,
+    ) -> Extent {
+        debug_assert!(
+            !state.pending_overlaps(off, len),
+            "allocating blocks that wait to be freed"
+        );
+        state.bitmap.mark_used(off, len);
+        if ctx.class_tag != 0 && self.groups[g as usize].class_tag() == 0 {
+            // The group's first allocation gives it its class.
+            self.set_group_tag(g, ctx.class_tag);
+        }
+        self.publish(g, state, ctx.shard);
+        self.follow_stream(ctx, g);
+        Extent::new(
+            self.geometry.group_start(g) + u64::from(off),
+            u64::from(len),
+        )
+    }
+}

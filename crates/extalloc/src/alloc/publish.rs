@@ -1,0 +1,113 @@
+//! Publishing a group's figures: after a change under the group lock, its lock-free mirrors,
+//! its positions in the group indexes, its size-class tag and the per-tag sets follow the
+//! bitmap; at construction, every group is placed by the figures it starts with.
+//!
+//! # Data structures
+//!
+//! None of its own: it writes the group's mirrors (`Group::set_mirrors`), the order indexes
+//! `by_largest`, `by_avg`, `by_free`, the per-tag sets `by_tag` and `home_dirty`
+//! (`allocator.rs`).
+//!
+//! # Invariant
+//!
+//! After `publish` returns, and while the group lock is held:
+//!
+//! ```text
+//! mirror free / largest / avg  == the bitmap's (avg of a full group kept with zombie_groups)
+//! by_largest, by_avg           hold the group in the set of its mirror's order (optimize_scan)
+//! by_free                      holds it in the set of free_order(free) (slow-pass index)
+//! by_tag[t - 1] holds it       <=> its tag is t;  an empty group has no tag
+//! ```
+//!
+//! # Lock order
+//!
+//! Called under the group lock; index updates take list-index locks under it (group lock ->
+//! list-index locks); the ordered sets and per-tag sets are lock-free.
+
+use super::allocator::Allocator;
+use super::passes::floor_log2;
+use super::stats::Shard;
+use crate::groups::GroupState;
+
+/// The set of `by_free` a group of `free` blocks is in.
+pub(super) fn free_order(free: u32) -> Option<u32> {
+    (free > 0).then(|| floor_log2(u64::from(free)))
+}
+
+impl Allocator {
+    /// Places every group in the indexes and tag sets by the figures it starts with (at
+    /// construction, before any other thread can see the allocator).
+    pub(super) fn index_groups(&self) {
+        if self.policy.optimize_scan {
+            for (g, group) in self.groups.iter().enumerate() {
+                self.by_largest
+                    .update(g as u64, None, group.largest_order());
+                self.by_avg.update(g as u64, None, group.avg_order());
+                if self.slow_indexed() {
+                    self.by_free
+                        .update(g as u64, None, free_order(group.free_blocks()));
+                }
+            }
+        }
+        for (g, group) in self.groups.iter().enumerate() {
+            if group.class_tag() != 0 {
+                self.by_tag[usize::from(group.class_tag() - 1)].insert(g as u64);
+            }
+        }
+    }
+
+    /// Gives group `g` size-class tag `tag` (0 = none) and keeps the per-tag sets in step.
+    /// Called under the group's lock.
+    pub(super) fn set_group_tag(&self, g: u64, tag: u8) {
+        let group = &self.groups[g as usize];
+        let old = group.class_tag();
+        if old == tag {
+            return;
+        }
+        group.set_class_tag(tag);
+        if old != 0 {
+            self.by_tag[usize::from(old - 1)].remove(g);
+        }
+        if tag != 0 {
+            self.by_tag[usize::from(tag - 1)].insert(g);
+        }
+    }
+
+    /// Copies a group's new figures to its mirrors and index positions (under its lock),
+    /// after a change: the group now differs from its home copy.
+    pub(super) fn publish(&self, g: u64, state: &GroupState, shard: &Shard) {
+        if let Some(d) = &self.home_dirty {
+            d.insert(g);
+        }
+        self.publish_mirrors(g, state, shard);
+    }
+
+    /// Copies a group's figures to its mirrors and index positions (under its lock).
+    pub(super) fn publish_mirrors(&self, g: u64, state: &GroupState, shard: &Shard) {
+        let group = &self.groups[g as usize];
+        let free = state.bitmap.free_blocks();
+        if free == state.bitmap.len_blocks() {
+            // An empty group loses its size class.
+            self.set_group_tag(g, 0);
+        }
+        let largest = state.bitmap.largest_free_order();
+        let mut avg = state.bitmap.avg_fragment_order();
+        if self.policy.zombie_groups && free == 0 {
+            // Pre-2025 ext4 left a full group in its old average-fragment list.
+            avg = group.avg_order();
+        }
+        let (old_free, old_largest, old_avg) = group.set_mirrors(free, largest, avg);
+        if self.policy.optimize_scan {
+            let mut waits = self.by_largest.update(g, old_largest, largest)
+                + self.by_avg.update(g, old_avg, avg);
+            if self.slow_indexed() {
+                waits += self
+                    .by_free
+                    .update(g, free_order(old_free), free_order(free));
+            }
+            if waits > 0 {
+                shard.add(&shard.counters.lock_waits, waits);
+            }
+        }
+    }
+}

@@ -1,0 +1,293 @@
+//! The order in which a pass visits groups: its walk over an index (or every group), right
+//! of the start group first, then left, and with size classes the tiers it tries in turn.
+//!
+//! # Data structures
+//!
+//! - [`Walk`]: how a pass finds candidate groups: every group from the start (`Linear`), the
+//!   sets of orders `>= order_min` of an index (`Index`), or one order's set (`IndexExact`).
+//! - [`Route`]: one pass's walk, its start group, the request's size-class tag and the
+//!   thread's stats shard.
+//! - [`Tiers`]: the steps of a walk through the size-class tiers, in order, held in a small
+//!   array on the stack: the request's own tag, the same size with another lifetime,
+//!   untagged groups, other sizes.
+//!
+//! # Invariant
+//!
+//! A walk visits a group only if the pass's lock-free check (`good`) accepts it, and stops at
+//! the first visit that gives an extent. Ordered indexes and per-tag sets are walked from the
+//! start group to the end, then from group 0 to the start; the list index ("choose group")
+//! restarts from the head of its lists for every try, at most one try per group.
+//!
+//! # Lock order
+//!
+//! A walk holds no group lock while it looks: the ordered indexes and the per-tag sets are
+//! lock-free, the list index holds one list lock during a lookup, and read-ahead takes the
+//! loader's queue lock to queue a group (`cache.rs`). `visit` takes one group lock at a time
+//! (`passes.rs`).
+
+use super::allocator::Allocator;
+use super::class;
+use super::stats::Shard;
+use crate::geometry::Extent;
+use crate::groups::OrderIndex;
+
+/// How a pass walks the groups.
+#[derive(Clone, Copy)]
+pub(super) enum Walk<'a> {
+    /// Every group from the start, wrapping around.
+    Linear,
+    /// Groups in the sets of orders `>= order_min` of an index.
+    Index(&'a OrderIndex, u32),
+    /// Groups in the set of exactly this order of an ordered index.
+    IndexExact(&'a OrderIndex, u32),
+}
+
+/// One pass's walk: where it goes, where it starts, for which size class, counted where.
+pub(super) struct Route<'a> {
+    pub walk: Walk<'a>,
+    /// The start group: the goal's or the stream goal's.
+    pub start: u64,
+    /// The request's size-class tag (0 when size classes are off).
+    pub class_tag: u8,
+    pub shard: &'a Shard,
+}
+
+/// Which groups of the pass's own walk a tier keeps.
+#[derive(Clone, Copy)]
+pub(super) enum Keep {
+    /// Those of this tier (the start group, when untagged, counts as tier 0).
+    Tier(u8),
+    /// Those of the request's tag or of none.
+    OwnOrNone,
+    /// Untagged ones.
+    Untagged,
+}
+
+/// One step of a tiered walk.
+#[derive(Clone, Copy)]
+pub(super) enum Tier {
+    /// The start group alone, if untagged.
+    Start,
+    /// The groups carrying this tag, through the pass's ordered index if it has one, else
+    /// through the tag's set.
+    Tag(u8),
+    /// The pass's own walk, keeping some groups.
+    Walk(Keep),
+}
+
+/// The steps of a tiered walk, in the order they are tried.
+pub(super) struct Tiers {
+    steps: [Tier; 11],
+    len: usize,
+    at: usize,
+}
+
+impl Tiers {
+    /// The steps for a request of `route.class_tag` (not 0), a stream's or not.
+    ///
+    /// The list index walks once per tier, as its "choose group" lookup always restarts from
+    /// the head. Other walks take the start group if untagged (claiming the stream's or
+    /// goal's empty group keeps concurrent streams apart instead of crowding every stream of
+    /// a class into the same groups), then each tag's groups from the start, so finding the
+    /// few groups of a class costs nothing per group of other classes, and the untagged
+    /// groups through the pass's own walk.
+    ///
+    /// A stream takes the first group from its goal that is its class's or nobody's, as a
+    /// stream without size classes takes the first that fits: streams of one class then keep
+    /// apart instead of interleaving in the same groups, and a group still holds one class
+    /// only. That walk covers tiers 0 and 2: only the other tags remain.
+    pub(super) fn new(route: &Route<'_>, stream: bool) -> Self {
+        let mut tiers = Tiers {
+            steps: [Tier::Start; 11],
+            len: 0,
+            at: 0,
+        };
+        if matches!(route.walk, Walk::Index(index, _) if !index.is_ordered()) {
+            (0..class::TIERS).for_each(|t| tiers.push(Tier::Walk(Keep::Tier(t))));
+            return tiers;
+        }
+        let (same, same_size, other_sizes) = class::tags_by_tier(route.class_tag);
+        if stream {
+            tiers.push(Tier::Walk(Keep::OwnOrNone));
+        } else {
+            tiers.push(Tier::Start);
+            tiers.push(Tier::Tag(same));
+        }
+        same_size.into_iter().for_each(|t| tiers.push(Tier::Tag(t)));
+        if !stream {
+            tiers.push(Tier::Walk(Keep::Untagged));
+        }
+        other_sizes
+            .into_iter()
+            .for_each(|t| tiers.push(Tier::Tag(t)));
+        tiers
+    }
+
+    fn push(&mut self, step: Tier) {
+        self.steps[self.len] = step;
+        self.len += 1;
+    }
+}
+
+impl Iterator for Tiers {
+    type Item = Tier;
+
+    #[inline]
+    fn next(&mut self) -> Option<Tier> {
+        let step = *self.steps[..self.len].get(self.at)?;
+        self.at += 1;
+        Some(step)
+    }
+}
+
+impl Allocator {
+    /// Calls `visit` on the groups of one tier that `good` accepts, until one returns an
+    /// extent.
+    pub(super) fn walk_tier<G: Fn(u64) -> bool>(
+        &self,
+        route: &Route<'_>,
+        tier: Tier,
+        good: &G,
+        visit: &mut dyn FnMut(u64) -> Option<Extent>,
+    ) -> Option<Extent> {
+        let tag_of = |g: u64| self.groups[g as usize].class_tag();
+        match tier {
+            Tier::Start => {
+                let start = route.start;
+                if tag_of(start) == 0 && good(start) {
+                    visit(start)
+                } else {
+                    None
+                }
+            }
+            Tier::Tag(tag) => self.walk_tag(route, tag, good, visit),
+            Tier::Walk(keep) => {
+                let keeps = |g: u64| match keep {
+                    Keep::Tier(t) => {
+                        let tier = match class::tier(tag_of(g), route.class_tag) {
+                            class::UNTAGGED_TIER if g == route.start => 0,
+                            t => t,
+                        };
+                        tier == t
+                    }
+                    Keep::OwnOrNone => {
+                        let t = tag_of(g);
+                        t == 0 || t == route.class_tag
+                    }
+                    Keep::Untagged => tag_of(g) == 0,
+                };
+                self.walk_groups(route, &|g| good(g) && keeps(g), visit)
+            }
+        }
+    }
+
+    /// Calls `visit` on the groups carrying `tag` that `good` accepts, right of the start,
+    /// then left, until one returns an extent. The tag set is a hint: the tag is read again,
+    /// and the group rechecked under its lock by the visit.
+    fn walk_tag<G: Fn(u64) -> bool>(
+        &self,
+        route: &Route<'_>,
+        tag: u8,
+        good: &G,
+        visit: &mut dyn FnMut(u64) -> Option<Extent>,
+    ) -> Option<Extent> {
+        let set = &self.by_tag[usize::from(tag - 1)];
+        let good = |g: u64| self.groups[g as usize].class_tag() == tag && good(g);
+        match route.walk {
+            // An ordered index holds only the groups that can serve the pass: walk it and
+            // keep the tag's, rather than every group of the tag.
+            Walk::Index(index, _) if index.is_ordered() => self.walk_groups(route, &good, visit),
+            _ => self.right_then_left(
+                route,
+                &|at, limit| set.next_set(at).filter(|&g| g < limit),
+                &good,
+                visit,
+            ),
+        }
+    }
+
+    /// Visits the groups `next(at, limit)` yields right of the start, then left of it (the
+    /// order of the ordered indexes and of the per-tag sets), those passing `good`, until one
+    /// gives an extent.
+    fn right_then_left(
+        &self,
+        route: &Route<'_>,
+        next: &dyn Fn(u64, u64) -> Option<u64>,
+        good: &dyn Fn(u64) -> bool,
+        visit: &mut dyn FnMut(u64) -> Option<Extent>,
+    ) -> Option<Extent> {
+        let (shard, start) = (route.shard, route.start);
+        let groups_count = self.groups.len() as u64;
+        for (from, limit) in [(start, groups_count), (0, start)] {
+            let mut at = from;
+            while let Some(g) = next(at, limit) {
+                shard.add(&shard.counters.groups_considered, 1);
+                if good(g) {
+                    self.read_ahead(g, &|p| next(p + 1, limit), good);
+                    if let Some(e) = visit(g) {
+                        return Some(e);
+                    }
+                }
+                at = g + 1;
+            }
+        }
+        None
+    }
+
+    /// Calls `visit` on the groups the route's walk yields that `good` accepts, until one
+    /// returns an extent.
+    pub(super) fn walk_groups<G: Fn(u64) -> bool>(
+        &self,
+        route: &Route<'_>,
+        good: &G,
+        visit: &mut dyn FnMut(u64) -> Option<Extent>,
+    ) -> Option<Extent> {
+        let groups_count = self.groups.len() as u64;
+        let (shard, start) = (route.shard, route.start);
+        match route.walk {
+            Walk::Linear => (0..groups_count).find_map(|i| {
+                let g = (start + i) % groups_count;
+                shard.add(&shard.counters.groups_considered, 1);
+                if good(g) {
+                    self.read_ahead(g, &|p| Some((p + 1) % groups_count), good);
+                    visit(g)
+                } else {
+                    None
+                }
+            }),
+            // Right of the start across all orders >= order_min, then left of it.
+            Walk::Index(index, order_min) if index.is_ordered() => self.right_then_left(
+                route,
+                &|at, limit| index.next_in_orders(order_min, at, limit),
+                good,
+                visit,
+            ),
+            Walk::IndexExact(index, order) => self.right_then_left(
+                route,
+                &|at, limit| index.next_in_order(order, at, limit),
+                good,
+                visit,
+            ),
+            Walk::Index(index, order_min) => {
+                // Pre-2025 "choose group": the first good group from the list heads, up to
+                // one try per group.
+                for _ in 0..groups_count {
+                    let mut waits = 0;
+                    let chosen = index.choose(
+                        order_min,
+                        &mut |g| {
+                            shard.add(&shard.counters.groups_considered, 1);
+                            good(g)
+                        },
+                        &mut waits,
+                    );
+                    shard.add(&shard.counters.lock_waits, waits);
+                    if let Some(e) = visit(chosen?) {
+                        return Some(e);
+                    }
+                }
+                None
+            }
+        }
+    }
+}
