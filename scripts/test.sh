@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# The test suite: unit, model-based, stress, bad-input and lab smoke tests, then the loom
+# The test suite: unit, model-based, stress, bad-input and lab smoke tests, the library's
+# tests with debug assertions on, then the loom
 # model of the lock-free group index. Runs in a few minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/ci-deps.sh
 cargo test --workspace --release
+# The library's tests again with debug assertions on: the core's preconditions and
+# postconditions on the hot path (debug_assert!) are checked, not only compiled.
+CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS=true CARGO_TARGET_DIR=target/assert \
+  cargo test -p extalloc --release
 # Loom needs every crate built with --cfg loom: keep it in its own target directory.
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p extalloc --release --test loom_index

@@ -78,11 +78,12 @@ impl Allocator {
     /// Reads group `g`'s bitmap (under its lock): the read-ahead copy if one is staged.
     #[cold]
     fn load_group(&self, g: u64, slot: &mut Slot, shard: &Shard) -> Result<()> {
-        let lazy = self.lazy.as_ref().ok_or_else(|| {
-            Error::Invariant(format!(
-                "group {g} has no bitmap and no device to read it from"
-            ))
-        })?;
+        // An allocator in memory holds every bitmap from the start: an unloaded group
+        // without a device to read it from is a broken invariant, not an input error.
+        let lazy = self
+            .lazy
+            .as_ref()
+            .unwrap_or_else(|| panic!("group {g} has no bitmap and no device to read it from"));
         let (read, staged) = lazy.load(g);
         let (gb, len) = (
             self.geometry.group_blocks as u32,

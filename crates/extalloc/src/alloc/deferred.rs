@@ -347,6 +347,11 @@ impl Allocator {
         let entries = std::mem::take(&mut state.pending);
         for (off, p) in entries {
             if p.txn <= committed {
+                debug_assert!(
+                    state.bitmap.range_is_used(off, p.len),
+                    "group {g}: a pending free {off}+{} of blocks already free",
+                    p.len
+                );
                 state.bitmap.mark_free(off, p.len);
                 released += u64::from(p.len);
             } else {

@@ -297,6 +297,18 @@ impl Allocator {
             !state.pending_overlaps(off, len),
             "allocating blocks that wait to be freed"
         );
+        debug_assert!(
+            len > 0 && u64::from(off + len) <= self.geometry.group_len(g),
+            "group {g}: extent {off}+{len} outside the group"
+        );
+        debug_assert!(
+            state.bitmap.range_is_free(off, len),
+            "group {g}: handing out {off}+{len}, which is not all free"
+        );
+        debug_assert!(
+            !self.corrupt.contains(g),
+            "group {g} is held corrupt and must never be searched"
+        );
         state.bitmap.mark_used(off, len);
         if ctx.class_tag != 0 && self.groups[g as usize].class_tag() == 0 {
             // The group's first allocation gives it its class.
