@@ -26,8 +26,8 @@
 //! image; no shared state between steps. No locks of its own.
 
 use anyhow::{bail, Context, Result};
-use extalloc::device::{Crash, Device, FaultDevice, MemDevice};
-use extalloc::format;
+use extalloc::disk::device::{Crash, Device, FaultDevice, MemDevice};
+use extalloc::disk::format;
 use extalloc::store::Store;
 use extalloc::{AllocRequest, Error, Extent, Geometry, Policy};
 use rand::{Rng, SeedableRng};

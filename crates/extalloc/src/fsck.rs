@@ -6,10 +6,10 @@
 //! - the journal: the records after the tail, and whether each applies to the home state
 //!   (an allocation of free blocks, a free of used ones).
 
-use crate::device::Device;
+use crate::disk::device::Device;
+use crate::disk::format::{self, Superblock, SUPERBLOCK_BYTES};
+use crate::disk::journal::{self, Area, Op};
 use crate::error::{Error, Result};
-use crate::format::{self, Superblock, SUPERBLOCK_BYTES};
-use crate::journal::{self, Area, Op};
 
 /// What `fsck` found.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -164,7 +164,7 @@ pub fn check(dev: &dyn Device) -> Result<Report> {
 mod tests {
     use super::*;
     use crate::alloc::{AllocRequest, Policy};
-    use crate::device::MemDevice;
+    use crate::disk::device::MemDevice;
     use crate::geometry::Geometry;
     use crate::store::Store;
     use std::sync::Arc;

@@ -24,12 +24,12 @@
 //! frees refused), its journal changes skipped and its damaged home copy left for fsck.
 
 use crate::alloc::{AllocRequest, Allocator, BitmapSource, GroupSummary, Policy};
-use crate::device::Device;
+use crate::disk::device::Device;
+use crate::disk::format::{self, GroupDesc, Superblock, DESC_BYTES};
+use crate::disk::journal::{self, Area, Journal, Op, Record};
 use crate::error::{Error, Result};
 use crate::files::{DataRequest, FileAlloc, Files};
-use crate::format::{self, GroupDesc, Superblock, DESC_BYTES};
 use crate::geometry::{Extent, Geometry};
-use crate::journal::{self, Area, Journal, Op, Record};
 use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -884,7 +884,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::{Crash, FaultDevice, MemDevice};
+    use crate::disk::device::{Crash, FaultDevice, MemDevice};
     use rand::{Rng, SeedableRng};
     use std::collections::BTreeSet;
 
@@ -1594,7 +1594,7 @@ mod tests {
 #[cfg(test)]
 mod forced_commit_tests {
     use super::*;
-    use crate::device::MemDevice;
+    use crate::disk::device::MemDevice;
 
     /// Two threads truncate and reallocate 18,023 blocks each on a device with room for
     /// several times that, committing only when an allocation runs out of space (fallocate3
