@@ -54,7 +54,6 @@ pub mod alloc;
 pub mod disk;
 mod error;
 pub mod files;
-pub mod fsck;
 mod geometry;
 pub mod groups;
 pub mod store;

@@ -79,7 +79,7 @@ pub fn mkfs(a: &MkfsArgs<'_>) -> Result<()> {
 /// `extalloc fsck`: exits with an error when a problem was found.
 pub fn fsck(path: &Path, json: bool) -> Result<()> {
     let dev = FileDevice::open_read_only(path)?;
-    let r = extalloc::fsck::check(&dev).with_context(|| format!("{}", path.display()))?;
+    let r = extalloc::store::fsck::check(&dev).with_context(|| format!("{}", path.display()))?;
     if json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
