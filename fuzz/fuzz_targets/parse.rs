@@ -2,8 +2,8 @@
 //! record. None may panic; a record that decodes must encode back to the same bytes.
 #![no_main]
 
-use extalloc::format::{GroupDesc, Superblock};
-use extalloc::journal;
+use extalloc::disk::format::{GroupDesc, Superblock};
+use extalloc::disk::journal;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

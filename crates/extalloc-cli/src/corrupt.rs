@@ -26,8 +26,8 @@
 //! image; no shared state between steps. No locks of its own.
 
 use anyhow::{bail, Context, Result};
-use extalloc::device::{Crash, Device, FaultDevice, MemDevice};
-use extalloc::format;
+use extalloc::disk::device::{Crash, Device, FaultDevice, MemDevice};
+use extalloc::disk::format;
 use extalloc::store::Store;
 use extalloc::{AllocRequest, Error, Extent, Geometry, Policy};
 use rand::{Rng, SeedableRng};
@@ -370,7 +370,7 @@ fn judge(image: &Image, damage: Damage, noise: u64, tag: &str, out: &mut Corrupt
     let for_fsck = bytes.clone();
     let fsck = guarded(move || {
         let dev = image_device(&for_fsck);
-        extalloc::fsck::check(dev.as_ref()).map(|r| r.clean())
+        extalloc::store::fsck::check(dev.as_ref()).map(|r| r.clean())
     });
     let Some(fsck) = out.settle(fsck, tag, "fsck") else {
         return;

@@ -14,7 +14,7 @@
 //! inside the checkpoint a full journal makes the commit run (docs/format.md).
 
 use anyhow::{bail, Result};
-use extalloc::device::{Crash, FaultDevice, MemDevice};
+use extalloc::disk::device::{Crash, FaultDevice, MemDevice};
 use extalloc::store::Store;
 use extalloc::{AllocRequest, Extent, Geometry, Policy};
 use parking_lot::Mutex;
@@ -122,7 +122,7 @@ impl Model {
     fn check_reopened(
         &mut self,
         reopened: &Store,
-        records: &[extalloc::journal::Record],
+        records: &[extalloc::disk::journal::Record],
         round_payload: &[u8],
     ) -> Result<(u64, u64)> {
         reopened.allocator().check()?;

@@ -47,18 +47,15 @@
 //! Layers (see `docs/architecture.md`), each importing only from those below it:
 //! `groups` (bitmap + buddy summary + lock, group indexes) under `alloc` (the core: the
 //! allocation and free paths, size classes, policies, stats) under `files` (placement of file
-//! data: normalisation, preallocations) under `store` (journal, checkpoint, recovery over a
-//! `device` in the on-disk `format`).
+//! data: normalisation, preallocations) under `store` (transactions, checkpoint, recovery,
+//! fsck), which keeps its state on `disk` (devices, the on-disk format, the journal).
 
 pub mod alloc;
-pub mod device;
+pub mod disk;
 mod error;
 pub mod files;
-pub mod format;
-pub mod fsck;
 mod geometry;
 pub mod groups;
-pub mod journal;
 pub mod store;
 mod sync;
 

@@ -172,7 +172,7 @@ fn goal_is_honoured_and_streams_stay_apart() {
 /// the operating system's error (kind and all) as its source.
 #[test]
 fn io_errors_name_the_file_and_keep_their_source() {
-    use extalloc::device::FileDevice;
+    use extalloc::disk::device::FileDevice;
     use std::error::Error as _;
     let path = std::path::Path::new("/nonexistent-extalloc-dir/device.img");
     let err = match FileDevice::open(path) {
@@ -202,7 +202,7 @@ fn io_errors_name_the_file_and_keep_their_source() {
 /// that names it, even for root.
 #[test]
 fn a_read_only_device_refuses_writes() {
-    use extalloc::device::{Device, FileDevice};
+    use extalloc::disk::device::{Device, FileDevice};
     let path = std::env::temp_dir().join(format!("extalloc-ro-{}.img", std::process::id()));
     FileDevice::create(&path, 1 << 20)
         .unwrap()
@@ -227,10 +227,10 @@ fn a_read_only_device_refuses_writes() {
 /// closing lets the next user in. (Another process meets the same lock: it is `flock`'s.)
 #[test]
 fn a_device_opens_once_for_writing() {
-    use extalloc::device::FileDevice;
+    use extalloc::disk::device::FileDevice;
     let path = std::env::temp_dir().join(format!("extalloc-busy-{}.img", std::process::id()));
     let writer = FileDevice::create(&path, 1 << 20).unwrap();
-    use extalloc::device::Device;
+    use extalloc::disk::device::Device;
     writer.write_at(b"in use", 4096).unwrap();
     for second in [FileDevice::open(&path), FileDevice::open_read_only(&path)] {
         match second {

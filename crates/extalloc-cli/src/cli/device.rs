@@ -2,7 +2,7 @@
 //! (a summary from the superblock and descriptors, or every group) and `fsck`.
 
 use anyhow::{Context, Result};
-use extalloc::device::{Device, FileDevice};
+use extalloc::disk::device::{Device, FileDevice};
 use extalloc_cli::lab;
 use std::path::Path;
 
@@ -44,7 +44,7 @@ pub fn mkfs(a: &MkfsArgs<'_>) -> Result<()> {
             )
         })?;
     let journal_blocks = journal_bytes.div_ceil(u64::from(block_size));
-    extalloc::format::Superblock::layout(&geometry, journal_blocks, [0; 16])
+    extalloc::disk::format::Superblock::layout(&geometry, journal_blocks, [0; 16])
         .with_context(|| format!("{}: --journal-size {journal_size}", path.display()))?;
     let existed = path.exists();
     if existed && !force {
@@ -54,7 +54,7 @@ pub fn mkfs(a: &MkfsArgs<'_>) -> Result<()> {
         Some(_) => FileDevice::create(path, bytes)?,
         None => FileDevice::open(path)?,
     };
-    let sb = match extalloc::format::mkfs(&dev, &geometry, journal_blocks, rand::random()) {
+    let sb = match extalloc::disk::format::mkfs(&dev, &geometry, journal_blocks, rand::random()) {
         Ok(sb) => sb,
         Err(e) => {
             // Never leave a half-made file behind.
@@ -79,7 +79,7 @@ pub fn mkfs(a: &MkfsArgs<'_>) -> Result<()> {
 /// `extalloc fsck`: exits with an error when a problem was found.
 pub fn fsck(path: &Path, json: bool) -> Result<()> {
     let dev = FileDevice::open_read_only(path)?;
-    let r = extalloc::fsck::check(&dev).with_context(|| format!("{}", path.display()))?;
+    let r = extalloc::store::fsck::check(&dev).with_context(|| format!("{}", path.display()))?;
     if json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
@@ -118,14 +118,14 @@ pub fn fsck(path: &Path, json: bool) -> Result<()> {
 /// `extalloc info`: the summary, and each group with `groups`.
 pub fn info(path: &Path, groups: bool) -> Result<()> {
     let dev = FileDevice::open_read_only(path)?;
-    let sb =
-        extalloc::format::read_superblock(&dev).with_context(|| format!("{}", path.display()))?;
+    let sb = extalloc::disk::format::read_superblock(&dev)
+        .with_context(|| format!("{}", path.display()))?;
     let bs = u64::from(sb.block_size);
     println!(
         "{}: extalloc format {}, {} blocks of {bs} bytes ({:.1} GiB), {} groups of {} \
          blocks",
         path.display(),
-        extalloc::format::VERSION,
+        extalloc::disk::format::VERSION,
         sb.blocks_count,
         (sb.blocks_count * bs) as f64 / f64::from(1u32 << 30),
         sb.groups(),
@@ -141,7 +141,7 @@ pub fn info(path: &Path, groups: bool) -> Result<()> {
         sb.journal_tail,
         sb.journal_tail_seq,
         sb.generation,
-        if sb.state & extalloc::format::STATE_CHECKPOINTING != 0 {
+        if sb.state & extalloc::disk::format::STATE_CHECKPOINTING != 0 {
             "; a checkpoint was interrupted (open repairs it)"
         } else {
             ""
@@ -149,13 +149,13 @@ pub fn info(path: &Path, groups: bool) -> Result<()> {
     );
     if !groups {
         // The descriptors only: one read of the table, no bitmap.
-        let descs = extalloc::format::read_descriptors(&dev, &sb)?;
+        let descs = extalloc::disk::format::read_descriptors(&dev, &sb)?;
         let (mut free, mut uninit, mut bad) = (0u64, 0u64, 0u64);
         for d in &descs {
             match d {
                 Ok(d) => {
                     free += u64::from(d.free_blocks);
-                    uninit += u64::from(d.flags & extalloc::format::DESC_BITMAP_UNINIT != 0);
+                    uninit += u64::from(d.flags & extalloc::disk::format::DESC_BITMAP_UNINIT != 0);
                 }
                 Err(_) => bad += 1,
             }
@@ -170,7 +170,7 @@ pub fn info(path: &Path, groups: bool) -> Result<()> {
     let mut free = 0u64;
     let mut corrupt = 0u64;
     for g in 0..sb.groups() {
-        match extalloc::format::read_group(&dev, &sb, g) {
+        match extalloc::disk::format::read_group(&dev, &sb, g) {
             Ok((desc, _)) => {
                 free += u64::from(desc.free_blocks);
                 println!(
@@ -213,7 +213,7 @@ fn refuse_overwrite(path: &std::path::Path) -> Result<()> {
         }
     }
     let head = &head[..n];
-    if head.starts_with(&extalloc::format::MAGIC.to_le_bytes()) {
+    if head.starts_with(&extalloc::disk::format::MAGIC.to_le_bytes()) {
         anyhow::bail!(
             "{}: already an extalloc device; mkfs would discard everything on it \
              (give --force to do so)",

@@ -27,7 +27,7 @@
 
 use super::report::{self, Counters, Latency};
 use anyhow::{bail, Context, Result};
-use extalloc::device::{Device, FileDevice};
+use extalloc::disk::device::{Device, FileDevice};
 use extalloc::store::{AllocatorView, Store};
 use extalloc::{AllocRequest, Allocator, Error, Extent, Files, FreeSpace, Geometry, Policy};
 use hdrhistogram::Histogram;

@@ -5,8 +5,8 @@
 //! on a device whose flush costs something (a disk) more threads commit more per second.
 
 use anyhow::{Context, Result};
-use extalloc::device::{Device, FileDevice};
-use extalloc::journal::{Area, Journal, Op, Replayed};
+use extalloc::disk::device::{Device, FileDevice};
+use extalloc::disk::journal::{Area, Journal, Op, Replayed};
 use extalloc::{Extent, Geometry};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -23,7 +23,7 @@ pub struct Row {
 pub fn run(path: &Path, threads: &[usize], seconds: f64, payload: usize) -> Result<Vec<Row>> {
     let geometry = Geometry::new(4096, 32768, 65536)?;
     let dev = Arc::new(FileDevice::create(path, 65536 * 4096)?);
-    let sb = extalloc::format::mkfs(dev.as_ref(), &geometry, 16384, rand::random())
+    let sb = extalloc::disk::format::mkfs(dev.as_ref(), &geometry, 16384, rand::random())
         .with_context(|| format!("mkfs on {}", path.display()))?;
     let area = Area {
         start: sb.journal_start * 4096,

@@ -8,7 +8,7 @@
 //!    (no checkpoint), then `open` timed; the replay's share is reported.
 
 use anyhow::{Context, Result};
-use extalloc::device::{Device, FileDevice};
+use extalloc::disk::device::{Device, FileDevice};
 use extalloc::store::Store;
 use extalloc::{AllocRequest, Geometry, Policy};
 use std::path::Path;
@@ -77,7 +77,7 @@ pub fn open_big(path: &Path, bytes: u64, group_blocks: u64) -> Result<OpenRow> {
         read: AtomicU64::new(0),
     });
     let started = Instant::now();
-    extalloc::format::mkfs(dev.as_ref(), &geometry, 16384, [0; 16])?;
+    extalloc::disk::format::mkfs(dev.as_ref(), &geometry, 16384, [0; 16])?;
     let mkfs_seconds = started.elapsed().as_secs_f64();
     dev.read.store(0, Relaxed);
     let started = Instant::now();

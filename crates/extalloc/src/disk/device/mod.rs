@@ -1,4 +1,4 @@
-//! Devices: where persistent state lives (DESIGN.md section 6).
+//! Devices: where persistent state lives (the bottom of `disk/`, see `docs/architecture.md`).
 //!
 //! A [`Device`] is a range of bytes with positional reads and writes and a `flush` that makes
 //! every write before it durable. Three kinds:
@@ -9,6 +9,11 @@
 //!   its sectors) or starts failing writes, so crash-recovery code can be tested.
 //!
 //! Every access is checked against the device's size: `DeviceRange`, and nothing changes.
+//! What a device says must be true: once `flush` returns `Ok`, every write that completed
+//! before it is durable.
+//!
+//! Locks: the trait takes none; each kind keeps its own, a leaf held for one call (the
+//! fault-injecting device's state lock -> the wrapped device's).
 
 mod fault;
 mod file;

@@ -1,4 +1,10 @@
 //! Sparse memory: 64 KiB pages allocated on first write.
+//!
+//! Data structure: a map from page number to page. Invariant: a byte never written reads
+//! as zero, and a page exists only once a write touched it. `flush` does nothing: nothing
+//! survives the process anyway.
+//!
+//! Locks: one `RwLock` over the map (reads share it, writes take it alone); a leaf.
 
 use super::{check_range, Device};
 use crate::error::Result;

@@ -12,8 +12,16 @@
 //! used in their groups' bitmaps, so an allocator loaded from the device never hands them out.
 //! Decoding never panics on any bytes: it returns `NotExtalloc`, `Corrupt`,
 //! `UnsupportedVersion` or `DeviceTooSmall`.
+//!
+//! Data structures: [`Superblock`] and [`GroupDesc`], plain values with `encode`/`decode`;
+//! bitmaps are byte vectors, one bit per block. Invariant: what decodes passed its crc32c
+//! and its range checks; `mkfs` leaves every metadata block and the backup superblock
+//! marked used.
+//!
+//! Locks: none. These are free functions over a [`Device`]; whoever writes a structure
+//! serialises the writes of it (the store, under its `commit_lock`).
 
-use crate::device::Device;
+use crate::disk::device::Device;
 use crate::error::{Error, Result};
 use crate::geometry::Geometry;
 
@@ -606,7 +614,7 @@ pub fn bitmap_used(bitmap: &[u8], bits: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::MemDevice;
+    use crate::disk::device::MemDevice;
     use proptest::prelude::*;
 
     fn small() -> (MemDevice, Geometry) {

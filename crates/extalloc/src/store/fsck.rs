@@ -5,11 +5,22 @@
 //!   blocks and the backup superblock marked used;
 //! - the journal: the records after the tail, and whether each applies to the home state
 //!   (an allocation of free blocks, a free of used ones).
+//!
+//! `check` runs these as three steps, in this order, each adding to the [`Report`].
+//!
+//! Data structures: the [`Report`], and the home bitmaps as read (`Home`), to which the
+//! journal's records are applied in memory only. Invariant: nothing is written to the
+//! device, and `Report::clean` holds exactly when no problem was found (an interrupted
+//! checkpoint is not one: open repairs it). It uses `disk/` only, never a `Store`: it
+//! checks a device no store has open.
+//!
+//! Locks: none. Nothing may write the device meanwhile: the CLI opens it read-only, under a
+//! shared `flock`.
 
-use crate::device::Device;
+use crate::disk::device::Device;
+use crate::disk::format::{self, Superblock, SUPERBLOCK_BYTES};
+use crate::disk::journal::{self, Area, Op, Record};
 use crate::error::{Error, Result};
-use crate::format::{self, Superblock, SUPERBLOCK_BYTES};
-use crate::journal::{self, Area, Op};
 
 /// What `fsck` found.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -41,15 +52,35 @@ impl Report {
     }
 }
 
+/// Checks `dev` without writing to it: the superblocks, every group, then the journal
+/// against the home state. An I/O error, or a device with no superblock copy that decodes,
+/// is an error; every problem found is in the report.
 pub fn check(dev: &dyn Device) -> Result<Report> {
     let sb = format::read_superblock(dev)?;
-    let bs = u64::from(sb.block_size);
     let mut r = Report {
         blocks: sb.blocks_count,
         groups: sb.groups(),
         checkpoint_interrupted: sb.state & format::STATE_CHECKPOINTING != 0,
         ..Report::default()
     };
+    check_superblocks(dev, &sb, &mut r);
+    let home = check_groups(dev, &sb, &mut r)?;
+    check_journal(dev, &sb, home, &mut r)?;
+    Ok(r)
+}
+
+/// The home state as `check_groups` read it.
+struct Home {
+    /// Each group's bitmap; `None` for a group that failed its checks.
+    bitmaps: Vec<Option<Vec<u8>>>,
+    /// After an interrupted checkpoint: the groups that failed their checks, with what
+    /// failed, for the journal step to judge.
+    interrupted_mismatch: Vec<(u64, String)>,
+}
+
+/// Both superblock copies: whether each decodes.
+fn check_superblocks(dev: &dyn Device, sb: &Superblock, r: &mut Report) {
+    let bs = u64::from(sb.block_size);
     let copy_ok = |at: u64| -> bool {
         let mut b = [0u8; SUPERBLOCK_BYTES];
         dev.read_at(&mut b, at).is_ok() && Superblock::decode(&b).is_ok()
@@ -63,33 +94,33 @@ pub fn check(dev: &dyn Device) -> Result<Report> {
     if !r.backup_superblock_ok {
         r.problems.push("backup superblock damaged".into());
     }
-    let meta_end = sb.metadata_end();
-    let mut bitmaps: Vec<Option<Vec<u8>>> = Vec::new();
-    let mut interrupted_mismatch: Vec<(u64, String)> = Vec::new();
+}
+
+/// Every group's descriptor and bitmap: checksums, free count, metadata blocks and the
+/// backup superblock marked used. Returns the bitmaps read.
+fn check_groups(dev: &dyn Device, sb: &Superblock, r: &mut Report) -> Result<Home> {
+    let mut home = Home {
+        bitmaps: Vec::new(),
+        interrupted_mismatch: Vec::new(),
+    };
     for g in 0..sb.groups() {
-        match format::read_group(dev, &sb, g) {
+        match format::read_group(dev, sb, g) {
             Ok((desc, bitmap)) => {
                 r.free_blocks += u64::from(desc.free_blocks);
-                let start = g * sb.group_blocks;
-                let len = (sb.blocks_count - start).min(sb.group_blocks);
-                for i in 0..len {
-                    let b = start + i;
-                    let used = bitmap[(i / 8) as usize] & (1 << (i % 8)) != 0;
-                    if (b < meta_end || b == sb.backup_block()) && !used {
-                        r.metadata_marked_free += 1;
-                    }
-                }
-                bitmaps.push(Some(bitmap));
+                r.metadata_marked_free += metadata_marked_free(sb, g, &bitmap);
+                home.bitmaps.push(Some(bitmap));
             }
             Err(Error::Corrupt { what, detail }) => {
                 r.corrupt_groups.push(g);
                 if !r.checkpoint_interrupted {
                     r.problems.push(format!("{what}: {detail}"));
                 } else {
-                    // Judged below: only groups the journal touches may be half-written.
-                    interrupted_mismatch.push((g, format!("{what}: {detail}")));
+                    // Judged by the journal step: only groups the journal touches may be
+                    // half-written.
+                    home.interrupted_mismatch
+                        .push((g, format!("{what}: {detail}")));
                 }
-                bitmaps.push(None);
+                home.bitmaps.push(None);
             }
             Err(e) => return Err(e),
         }
@@ -100,6 +131,29 @@ pub fn check(dev: &dyn Device) -> Result<Report> {
             r.metadata_marked_free
         ));
     }
+    Ok(home)
+}
+
+/// Metadata blocks (and the backup superblock) of group `g` that `bitmap` marks free.
+fn metadata_marked_free(sb: &Superblock, g: u64, bitmap: &[u8]) -> u64 {
+    let meta_end = sb.metadata_end();
+    let start = g * sb.group_blocks;
+    let len = (sb.blocks_count - start).min(sb.group_blocks);
+    let mut free = 0;
+    for i in 0..len {
+        let b = start + i;
+        let used = bitmap[(i / 8) as usize] & (1 << (i % 8)) != 0;
+        if (b < meta_end || b == sb.backup_block()) && !used {
+            free += 1;
+        }
+    }
+    free
+}
+
+/// The journal: the records after the tail, damage in the middle, the groups an
+/// interrupted checkpoint left failing, and whether each record applies to the home state.
+fn check_journal(dev: &dyn Device, sb: &Superblock, mut home: Home, r: &mut Report) -> Result<()> {
+    let bs = u64::from(sb.block_size);
     let area = Area {
         start: sb.journal_start * bs,
         len: sb.journal_blocks * bs,
@@ -119,7 +173,7 @@ pub fn check(dev: &dyn Device) -> Result<Report> {
     // An interrupted checkpoint writes only groups the journal's records changed: a group
     // that fails its checks and no record touches is damaged, not half-written.
     let touched = journal::groups_touched(&replayed.records, &sb.geometry()?);
-    for (g, what) in interrupted_mismatch {
+    for (g, what) in home.interrupted_mismatch {
         if !touched.contains(&g) {
             r.problems.push(format!(
                 "{what} (a checkpoint was interrupted, but the journal does not touch group \
@@ -127,7 +181,22 @@ pub fn check(dev: &dyn Device) -> Result<Report> {
             ));
         }
     }
-    for rec in &replayed.records {
+    r.journal_conflicts = apply_to_home(sb, &replayed.records, &mut home.bitmaps);
+    if r.journal_conflicts > 0 && !r.checkpoint_interrupted {
+        r.problems.push(format!(
+            "{} journal changes do not apply to the home state",
+            r.journal_conflicts
+        ));
+    }
+    Ok(())
+}
+
+/// Applies `records` in order to the home `bitmaps` (groups that failed their checks are
+/// skipped) and counts the block changes that do not apply: an allocation of a used block,
+/// a free of a free one.
+fn apply_to_home(sb: &Superblock, records: &[Record], bitmaps: &mut [Option<Vec<u8>>]) -> u64 {
+    let mut conflicts = 0;
+    for rec in records {
         for op in &rec.ops {
             let (e, want_used_before) = match *op {
                 Op::Allocate(e) => (e, false),
@@ -141,7 +210,7 @@ pub fn check(dev: &dyn Device) -> Result<Report> {
                 };
                 let used = bitmap[(i / 8) as usize] & (1 << (i % 8)) != 0;
                 if used != want_used_before {
-                    r.journal_conflicts += 1;
+                    conflicts += 1;
                 }
                 if want_used_before {
                     bitmap[(i / 8) as usize] &= !(1 << (i % 8));
@@ -151,20 +220,14 @@ pub fn check(dev: &dyn Device) -> Result<Report> {
             }
         }
     }
-    if r.journal_conflicts > 0 && !r.checkpoint_interrupted {
-        r.problems.push(format!(
-            "{} journal changes do not apply to the home state",
-            r.journal_conflicts
-        ));
-    }
-    Ok(r)
+    conflicts
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::alloc::{AllocRequest, Policy};
-    use crate::device::MemDevice;
+    use crate::disk::device::MemDevice;
     use crate::geometry::Geometry;
     use crate::store::Store;
     use std::sync::Arc;

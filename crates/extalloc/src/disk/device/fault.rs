@@ -5,6 +5,12 @@
 //! seed, what of them reached the media: each is kept or dropped independently, and one of
 //! the kept ones may be torn (only a prefix of its 512-byte sectors written). After a crash
 //! the volatile writes are gone, as after a power loss; the device goes on working.
+//!
+//! Data structure: the wrapped device (the durable state) and, under one lock, the ordered
+//! list of unflushed writes, the failure switches and the crash rng. Invariant: the wrapped
+//! device changes only at `flush` (all pending writes, in order) or `crash` (the survivors).
+//!
+//! Locks: `state` -> the wrapped device's own lock; nothing else.
 
 use super::{check_range, Device, SECTOR_BYTES};
 use crate::error::{Error, IoSource, Result};
@@ -204,7 +210,7 @@ impl<D: Device> Device for FaultDevice<D> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::MemDevice;
+    use crate::disk::device::MemDevice;
     use proptest::prelude::*;
 
     fn read(d: &dyn Device, offset: u64, len: usize) -> Vec<u8> {

@@ -1,5 +1,12 @@
 //! A file or block device through positional I/O, held under an advisory lock (`flock`):
 //! one writer, or any number of readers, at a time.
+//!
+//! Data structure: the open file and its size, fixed at open. Invariant: an access outside
+//! the size is refused before any I/O; `flush` is `fdatasync`, so what it says is durable
+//! is on the media. Every error names the device, the operation and the offset.
+//!
+//! Locks: none in memory (positional I/O needs no shared cursor); the `flock` is held for
+//! the device's lifetime against other processes.
 
 use super::{check_range, Device};
 use crate::error::{Error, IoSource, Result};

@@ -15,6 +15,16 @@
 //! the same unflushed batch as N (`durable_through < N`) was never committed either, and
 //! the stop is a torn tail.
 //!
+//! Data structures: [`Journal`] (the writer's head, tail and next sequence number; the flush
+//! state: what is durable, whether a flush runs, who waits) and [`Record`] (sequence
+//! number, ops, payload). Invariant: records are numbered without gaps from the tail, the
+//! bytes between the tail and the head are never overwritten, and the byte after the last
+//! record is zeroed so replay stops there.
+//!
+//! Locks: `writer` and `flush` are never held together; `writer` -> the device's lock (an
+//! append writes under it); a flush of the device runs under neither. Committers wait on
+//! `flushed` with the `flush` lock.
+//!
 //! Record (all little-endian, 8-byte aligned, crc32c over the whole record with the crc
 //! field zero):
 //!
@@ -28,7 +38,7 @@
 //! .. payload, zero padding to 8 bytes
 //! ```
 
-use crate::device::Device;
+use crate::disk::device::Device;
 use crate::error::{Error, Result};
 use crate::geometry::Extent;
 use parking_lot::{Condvar, Mutex};
@@ -542,7 +552,7 @@ impl Journal {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::{Crash, FaultDevice, MemDevice};
+    use crate::disk::device::{Crash, FaultDevice, MemDevice};
     use proptest::prelude::*;
 
     const AREA: Area = Area {

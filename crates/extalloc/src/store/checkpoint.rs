@@ -1,0 +1,409 @@
+//! Checkpoints: the changed groups written home, then the journal emptied.
+//!
+//! The order on the media (`docs/format.md`): the superblock says `CHECKPOINTING`, flush;
+//! the changed groups' bitmaps, flush; their descriptor blocks; flush; the superblock with
+//! the tail at the front of the journal area and the state cleared, flush.
+//!
+//! Data structures: none of its own; the allocator's home-dirty groups say what to write.
+//!
+//! Invariant: home state holds exactly what the appended records say. Blocks preallocations
+//! reserve and the allocations of a transaction whose record is not appended yet are
+//! written home free, and their groups stay dirty; only the frees of transactions whose
+//! records were appended are released first. A group that did not get home stays dirty;
+//! a corrupt group is never written.
+//!
+//! Locks: runs under `commit_lock` and the closed `boundary` (taken by `checkpoint`, or by
+//! `commit` when its record finds the journal full), then takes `sb`, then the file layer's
+//! and the allocator's.
+
+use super::Store;
+use crate::disk::format::{self, GroupDesc, Superblock, DESC_BYTES};
+use crate::disk::journal::Op;
+use crate::error::{Error, Result};
+use crate::geometry::Extent;
+use std::collections::BTreeSet;
+use std::sync::atomic::Ordering::Relaxed;
+
+impl Store {
+    /// Writes every group home and moves the journal's tail past all records.
+    pub fn checkpoint(&self) -> Result<()> {
+        let _serial = self.commit_lock.lock();
+        let _closed = self.boundary.write();
+        // Changes of the open transaction would be lost if written home without a record.
+        if !self.ops.is_empty() {
+            return Err(Error::InvalidRequest(
+                "checkpoint with an open transaction: commit first".into(),
+            ));
+        }
+        let sealed = self.alloc().seal();
+        self.checkpoint_locked(&[], sealed)
+    }
+
+    /// The checkpoint a commit makes when its record finds the journal full: home state
+    /// without this transaction's changes (`ops`, whose record follows), and only the frees
+    /// of transactions whose records were appended released. Not `seal - 1`: a commit that
+    /// failed earlier took a seal number too, and its frees, back in the open transaction,
+    /// are not recorded anywhere yet.
+    pub(super) fn checkpoint_for_full_journal(&self, ops: &[Op]) -> Result<()> {
+        self.checkpoint_locked(ops, self.recorded_seal.load(Relaxed))
+    }
+
+    /// Under `commit_lock` and the closed boundary. Writes home the state of every
+    /// appended record: the allocator's, minus `exclude` (a transaction whose record is not
+    /// appended yet), with the frees of transactions up to `release_upto` released.
+    fn checkpoint_locked(&self, exclude: &[Op], release_upto: u64) -> Result<()> {
+        // Make every appended record durable and release their frees: home state is then
+        // exactly what the records say.
+        let (_, next_seq) = self.journal.head();
+        if next_seq > 1 {
+            self.journal.commit(next_seq - 1)?;
+        }
+        self.alloc().release(release_upto);
+        let mut sb = self.sb.lock();
+        // Say a checkpoint is under way before touching any group (see docs/format.md).
+        sb.state |= format::STATE_CHECKPOINTING;
+        sb.generation += 1;
+        format::write_superblock(self.dev.as_ref(), &sb)?;
+        self.dev.flush()?;
+        // Only the groups changed since the last checkpoint, and only the descriptor blocks
+        // that describe them.
+        let dirty: Vec<u64> = self
+            .alloc()
+            .home_dirty_groups()
+            .into_iter()
+            .filter(|&g| !self.alloc().is_corrupt(g))
+            .collect();
+        match self.write_groups_home(&sb, &dirty, exclude) {
+            Ok(redo) => {
+                for g in redo {
+                    self.alloc().mark_home_dirty(g);
+                }
+            }
+            Err(e) => {
+                // Nothing may count as home that did not get there: the next checkpoint
+                // writes every one of them again.
+                for &g in &dirty {
+                    self.alloc().mark_home_dirty(g);
+                }
+                return Err(e);
+            }
+        }
+        self.dev.flush()?;
+        // Every appended record is home: the journal is empty and starts again at the
+        // front of its area, so any record that fits the journal fits now. Replay from
+        // offset 0 meets an older record (or zeros) there and stops.
+        sb.journal_tail = 0;
+        sb.journal_tail_seq = next_seq;
+        sb.state &= !format::STATE_CHECKPOINTING;
+        sb.generation += 1;
+        format::write_superblock(self.dev.as_ref(), &sb)?;
+        self.dev.flush()?;
+        self.journal.restart();
+        drop(sb);
+        if self.alloc().policy().bitmap_memory_mib > 0 {
+            let keep = (self.alloc().policy().bitmap_memory_mib << 20)
+                / self.alloc().bitmap_memory_bytes().max(1);
+            self.alloc().drop_idle_bitmaps(keep);
+        }
+        Ok(())
+    }
+
+    /// Writes the `dirty` groups home (bitmaps first, flushed, then their descriptor
+    /// blocks: a descriptor never points at a bitmap that is not on the media, which matters
+    /// for a group leaving `BITMAP_UNINIT`, whose bitmap area held nothing). Groups an
+    /// unrecorded transaction's allocations (`exclude`) touched are returned: their home
+    /// copy differs from memory until the next checkpoint.
+    fn write_groups_home(
+        &self,
+        sb: &Superblock,
+        dirty: &[u64],
+        exclude: &[Op],
+    ) -> Result<BTreeSet<u64>> {
+        let bs = u64::from(sb.block_size);
+        let bitmap_bytes = (u64::from(sb.bitmap_blocks) * bs) as usize;
+        let mut redo: BTreeSet<u64> = BTreeSet::new();
+        let mut descs: Vec<(u64, GroupDesc)> = Vec::with_capacity(dirty.len());
+        // Reserved is not allocated: blocks preallocations hold were never recorded, so home
+        // shows them free (a crash frees them), and their groups stay dirty.
+        let unrecorded: Vec<Extent> = exclude
+            .iter()
+            .filter_map(|op| match *op {
+                Op::Allocate(e) => Some(e),
+                Op::Free(_) => None,
+            })
+            .chain(self.files.reserved_extents())
+            .collect();
+        for &g in dirty {
+            // Clean first: a change made while the group is written (a concurrent release)
+            // marks it dirty again. A failure marks every group dirty again (the caller).
+            self.alloc().mark_home_clean(g);
+            let mut bitmap = self.alloc().group_bitmap_bytes(g, bitmap_bytes)?;
+            let (gstart, gend) = (g * sb.group_blocks, (g + 1) * sb.group_blocks);
+            for &e in &unrecorded {
+                // The unrecorded transaction's allocations are not home yet. Its frees are
+                // still pending, so memory already has those blocks used, as home must
+                // (undoing a free of a block the same transaction allocated would mark it
+                // used at home with no record allocating it).
+                if e.start >= gend || e.end() <= gstart {
+                    continue;
+                }
+                redo.insert(g);
+                for b in e.start.max(gstart)..e.end().min(gend) {
+                    let i = b - gstart;
+                    bitmap[(i / 8) as usize] &= !(1 << (i % 8));
+                }
+            }
+            // Metadata, the backup superblock and the padding past a short last group stay
+            // marked whatever the bitmap says.
+            for (b, init) in bitmap.iter_mut().zip(format::initial_bitmap(sb, g)) {
+                *b |= init;
+            }
+            format::write_bitmap(self.dev.as_ref(), sb, g, &bitmap)?;
+            let tag = self.alloc().group_class_tag(g);
+            descs.push((g, GroupDesc::for_bitmap(sb, g, &bitmap, tag)));
+        }
+        self.dev.flush()?;
+        let per_block = bs / DESC_BYTES as u64;
+        let mut i = 0;
+        while i < descs.len() {
+            let block = descs[i].0 / per_block;
+            let at = sb.desc_start * bs + block * bs;
+            let mut table = vec![0u8; bs as usize];
+            self.dev.read_at(&mut table, at)?;
+            while i < descs.len() && descs[i].0 / per_block == block {
+                let (g, desc) = descs[i];
+                let off = ((g - block * per_block) * DESC_BYTES as u64) as usize;
+                table[off..off + DESC_BYTES].copy_from_slice(&desc.encode(g));
+                i += 1;
+            }
+            self.dev.write_at(&table, at)?;
+        }
+        Ok(redo)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alloc::{AllocRequest, Policy};
+    use crate::disk::device::{Crash, Device, FaultDevice, MemDevice};
+    use crate::store::tests::geometry;
+    use std::sync::Arc;
+
+    /// Free X, a commit fails (its record was never written), then the next commit finds
+    /// the journal full and checkpoints: X's free, recorded nowhere yet, must stay pending,
+    /// so X is neither handed out nor written home as free. (The old release bound,
+    /// `seal - 1`, released it.)
+    #[test]
+    fn a_failed_commits_frees_stay_pending_through_a_full_journal_checkpoint() {
+        let dev = Arc::new(MemDevice::new(8192 * 4096));
+        let store = Store::create(dev.clone(), &geometry(), 8, Policy::default()).unwrap();
+        let x = store.allocate(&AllocRequest::new(1, 8)).unwrap();
+        store.commit(b"x").unwrap();
+        store.free(x).unwrap();
+        // A commit that fails before its record is written: sealed, changes put back.
+        {
+            let _serial = store.commit_lock.lock();
+            let _closed = store.boundary.write();
+            let ops = store.ops.take();
+            store.alloc().seal();
+            store.ops.put_back(ops);
+        }
+        // The next commit's record finds the journal full: the checkpoint it makes.
+        {
+            let _serial = store.commit_lock.lock();
+            let _closed = store.boundary.write();
+            let ops = store.ops.take();
+            store.alloc().seal();
+            store.checkpoint_for_full_journal(&ops).unwrap();
+            store.ops.put_back(ops);
+        }
+        assert!(
+            !store.allocator().is_free(x.start).unwrap(),
+            "X released unrecorded"
+        );
+        let home = format::read_superblock(dev.as_ref()).unwrap();
+        let (_, bitmap) = format::read_group(dev.as_ref(), &home, 0).unwrap();
+        let bit = x.start % geometry().group_blocks;
+        assert!(
+            bitmap[(bit / 8) as usize] & (1 << (bit % 8)) != 0,
+            "X written home free"
+        );
+        // Committed at last: X is free after the commit.
+        store.commit(b"free x").unwrap();
+        assert!(store.allocator().is_free(x.start).unwrap());
+    }
+
+    /// A record that fits the journal but not the space left after its write position
+    /// fits once a checkpoint has emptied the journal (the journal restarts at its front),
+    /// and the store reopens with the record replayed.
+    #[test]
+    fn a_record_that_fits_the_journal_fits_after_a_checkpoint() {
+        let dev = Arc::new(MemDevice::new(8192 * 4096));
+        // 8 blocks: 32 KiB of journal.
+        let store = Store::create(dev.clone(), &geometry(), 8, Policy::default()).unwrap();
+        for i in 0..100u64 {
+            store.allocate(&AllocRequest::new(i, 1)).unwrap();
+            store.commit(&[0u8; 150]).unwrap();
+        }
+        store.checkpoint().unwrap();
+        let big = vec![7u8; 24 << 10];
+        store.allocate(&AllocRequest::new(1, 1)).unwrap();
+        let seq = store.commit(&big).unwrap();
+        drop(store);
+        let (store, replayed) = Store::open(dev, Policy::default()).unwrap();
+        assert_eq!(replayed.len(), 1);
+        assert_eq!(
+            (replayed[0].seq, replayed[0].payload.len()),
+            (seq, big.len())
+        );
+        store.allocator().check().unwrap();
+    }
+
+    /// Open reads the superblock and descriptors only; groups load as they are used, with
+    /// read-ahead, and a checkpoint writes only the changed ones; idle bitmaps are dropped
+    /// under the memory limit and come back intact.
+    #[test]
+    fn bitmaps_load_lazily_and_idle_ones_are_dropped() {
+        let dev: Arc<dyn Device> = Arc::new(MemDevice::new(8192 * 4096));
+        let policy = Policy::parse("extalloc:bitmap_memory_mib=0").unwrap();
+        Store::create(dev.clone(), &geometry(), 8, policy.clone()).unwrap();
+        let (s, _) = Store::open(dev.clone(), policy.clone()).unwrap();
+        assert_eq!(s.allocator().stats().loaded_bitmaps, 0);
+        // Tiny device: every set's words are mostly overhead; see the 16 TiB test.
+        assert!(s.allocator().memory_per_unloaded_group() > 65.0);
+        let mut held = Vec::new();
+        for i in 0..30u64 {
+            held.push(s.allocate(&AllocRequest::new(i, 100)).unwrap());
+        }
+        s.commit(b"a").unwrap();
+        let loaded = s.allocator().stats().loaded_bitmaps;
+        assert!(loaded > 0 && loaded < 8, "{loaded} loaded");
+        assert_eq!(s.allocator().home_dirty_groups().len() as u64, loaded);
+        s.checkpoint().unwrap();
+        assert!(s.allocator().home_dirty_groups().is_empty());
+        // Everything clean and idle: all of it can go.
+        s.drop_idle_bitmaps(0);
+        s.drop_idle_bitmaps(0);
+        assert_eq!(s.allocator().stats().loaded_bitmaps, 0);
+        s.allocator().check().unwrap();
+        // Reloaded groups hold what was written: freeing every extent works and the free
+        // space comes back whole.
+        let before = s.allocator().free_blocks();
+        for e in &held {
+            s.free(*e).unwrap();
+        }
+        s.commit(b"b").unwrap();
+        assert_eq!(s.allocator().free_blocks(), before + 30 * 100);
+        s.checkpoint().unwrap();
+        drop(s);
+        let (s, _) = Store::open(dev, policy).unwrap();
+        assert_eq!(s.allocator().free_blocks(), before + 30 * 100);
+        s.allocator().free_space();
+        s.allocator().check().unwrap();
+        assert!(crate::store::fsck::check(s.dev.as_ref()).unwrap().clean());
+    }
+
+    /// An extent allocated and freed in the same transaction, whose commit finds the
+    /// journal full: the checkpoint must not write it home as used (no record allocates it
+    /// before the one that frees it), or the next open fails replaying the allocation.
+    #[test]
+    fn allocated_and_freed_in_one_full_journal_commit_reopens() {
+        let dev: Arc<dyn Device> = Arc::new(MemDevice::new(8192 * 4096));
+        let store = Store::create(dev.clone(), &geometry(), 2, Policy::default()).unwrap();
+        let before = store.allocator().free_blocks();
+        for i in 0..300u64 {
+            let e = store.allocate(&AllocRequest::new(i, 3)).unwrap();
+            store.free(e).unwrap();
+            store.commit(&[7; 300]).unwrap();
+        }
+        drop(store);
+        let (s, _) = Store::open(dev, Policy::default()).unwrap();
+        s.allocator().check().unwrap();
+        assert_eq!(s.allocator().free_blocks(), before);
+    }
+
+    /// A checkpoint that fails part-way (an I/O error after 0-20 writes) must leave every
+    /// group it did not finish marked as changed: the next checkpoint writes them, and a
+    /// committed allocation survives dropping bitmaps and reopening.
+    #[test]
+    fn a_failed_checkpoint_loses_no_change() {
+        for n in 0..20u64 {
+            let dev = Arc::new(FaultDevice::new(MemDevice::new(8192 * 4096), n));
+            let s = Store::create(dev.clone(), &geometry(), 8, Policy::default()).unwrap();
+            let e = s.allocate(&AllocRequest::new(1, 40)).unwrap();
+            s.commit(b"a").unwrap();
+            dev.fail_after(n);
+            let failed = s.checkpoint().is_err();
+            dev.fail_writes(false);
+            s.checkpoint().unwrap();
+            s.drop_idle_bitmaps(0);
+            s.drop_idle_bitmaps(0);
+            for b in e.start..e.end() {
+                assert!(
+                    !s.allocator().is_free(b).unwrap(),
+                    "n {n} ({failed}): block {b}"
+                );
+            }
+            drop(s);
+            dev.crash(Crash::DropAll).unwrap();
+            let (r, _) = Store::open(dev, Policy::default()).unwrap();
+            r.allocator().check().unwrap();
+            for b in e.start..e.end() {
+                assert!(
+                    !r.allocator().is_free(b).unwrap(),
+                    "n {n}: block {b} after reopen"
+                );
+            }
+        }
+    }
+
+    /// A crash inside the first checkpoint that writes a group home (it leaves
+    /// `BITMAP_UNINIT`): whatever part of the writes survives, metadata stays used and the
+    /// committed allocation survives.
+    #[test]
+    fn a_crash_in_a_groups_first_checkpoint_keeps_metadata_used() {
+        for seed in 0..120u64 {
+            let dev = Arc::new(FaultDevice::new(MemDevice::new(8192 * 4096), seed));
+            let s = Store::create(dev.clone(), &geometry(), 8, Policy::default()).unwrap();
+            let sb = format::read_superblock(dev.as_ref()).unwrap();
+            let e = s.allocate(&AllocRequest::new(1, 7).goal(200)).unwrap();
+            s.commit(b"a").unwrap();
+            dev.fail_after(seed % 12);
+            let _ = s.checkpoint();
+            drop(s);
+            dev.crash(Crash::Random {
+                keep: 0.5,
+                tear: seed % 2 == 0,
+            })
+            .unwrap();
+            let (r, _) = Store::open(dev, Policy::default()).unwrap();
+            r.allocator().check().unwrap();
+            for b in (0..sb.metadata_end()).chain([sb.backup_block()]) {
+                assert!(!r.allocator().is_free(b).unwrap(), "seed {seed}: block {b}");
+            }
+            for b in e.start..e.end() {
+                assert!(!r.allocator().is_free(b).unwrap(), "seed {seed}: block {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_full_journal_checkpoints_instead_of_failing() {
+        let dev: Arc<dyn Device> = Arc::new(MemDevice::new(8192 * 4096));
+        let store = Store::create(dev.clone(), &geometry(), 2, Policy::default()).unwrap();
+        for i in 0..500u64 {
+            store.allocate(&AllocRequest::new(i, 1)).unwrap();
+            store.commit(&[7; 100]).unwrap();
+        }
+        drop(store);
+        let (s, records) = Store::open(dev, Policy::default()).unwrap();
+        assert!(records.len() < 500, "older records were checkpointed");
+        s.allocator().check().unwrap();
+        assert_eq!(
+            s.allocator().free_blocks(),
+            8192 - 500 - (1 + 2 + 1 + 8) - 1,
+            "metadata, the backup superblock and 500 blocks are used"
+        );
+    }
+}

@@ -1,0 +1,387 @@
+//! A persistent allocator: an [`Allocator`] whose state lives on a [`Device`] in the format
+//! of `docs/format.md`, changed through journaled transactions.
+//!
+//! - `allocate` / `free` record their change in the open transaction (frees stay pending as
+//!   in the allocator).
+//! - `commit(payload)` ends the transaction: its changes and the caller's payload become one
+//!   journal record; once it is durable (concurrent committers share flushes) the
+//!   transaction's frees become reusable.
+//! - `checkpoint()` writes every group's bitmap and descriptor home and moves the journal's
+//!   tail past everything written; a full journal checkpoints instead of failing.
+//! - `open` reads the home state and replays the records after the tail, stopping at a torn
+//!   or corrupt one; it returns the replayed records so the caller can redo its own metadata.
+//!
+//! Files: this one holds the [`Store`] and its transactions (allocate, free, the file calls,
+//! commit); `recovery.rs` opens a store (home state, journal replay); `checkpoint.rs` writes
+//! the changed groups home and empties the journal; `view.rs` is the read-only
+//! [`AllocatorView`]; `fsck.rs` checks a device offline, without opening a store. All of them
+//! sit on `disk/` (devices, format, journal) and on the file layer and the core.
+//!
+//! Data structures: the [`Store`] owns the device, the superblock in memory (`sb`), the
+//! [`Journal`], the file layer over the allocator core ([`Files`]) and the open
+//! transaction: its ops, sharded by the caller's stats shard (`OpShards`), fenced by the
+//! transaction boundary (`Boundary`, one `RwLock` per shard).
+//!
+//! Invariant: every change to allocator state goes through the store and joins the open
+//! transaction, so home state plus the records after the journal's tail are every committed
+//! transaction. The journal records only extents handed to a caller, never blocks a
+//! preallocation reserved; a transaction's frees stay pending until its record is durable;
+//! the device's own metadata is never freed. What the store says must be true: once
+//! `commit` returns `Ok`, the transaction survives a crash whole; once `open` returns `Ok`,
+//! memory is the home state with every intact record replayed.
+//!
+//! Lock order: `commit_lock` -> `boundary` (write: every shard, in order) -> `sb` -> the file
+//! layer's and the allocator's locks (their own order, `docs/architecture.md`). `allocate`,
+//! `free` and the file calls take one `boundary` shard for reading instead, so a
+//! transaction's boundary (the ops taken and the allocator's transaction number) is exact.
+//! An `ops` shard's lock and the journal's locks are taken with no allocator lock held.
+//!
+//! Bitmaps are loaded lazily: `open` reads the superblock and the descriptor table only;
+//! a group's bitmap is read when a scan, a free or the replay first needs it (with
+//! read-ahead, see `alloc/lazy.rs`). A checkpoint writes home only the groups changed since
+//! the last one, and the descriptor blocks that describe them.
+//!
+//! A group whose descriptor or bitmap fails its checks is held used (never handed out,
+//! frees refused), its journal changes skipped and its damaged home copy left for fsck.
+
+mod checkpoint;
+pub mod fsck;
+mod recovery;
+#[cfg(test)]
+mod tests;
+mod view;
+
+pub use view::AllocatorView;
+
+use crate::alloc::{AllocRequest, Allocator};
+use crate::disk::device::Device;
+use crate::disk::format::Superblock;
+use crate::disk::journal::{Journal, Op};
+use crate::error::{Error, Result};
+use crate::files::{DataRequest, FileAlloc, Files};
+use crate::geometry::{Extent, Geometry};
+use parking_lot::{Mutex, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+/// The transaction boundary: callers take their shard's lock for reading (no shared write
+/// between threads of different shards); a commit takes every shard's for writing, in order.
+struct Boundary {
+    shards: Box<[crossbeam_utils::CachePadded<RwLock<()>>]>,
+}
+
+impl Boundary {
+    fn new() -> Self {
+        Boundary {
+            shards: (0..crate::alloc::SHARDS)
+                .map(|_| crossbeam_utils::CachePadded::new(RwLock::new(())))
+                .collect(),
+        }
+    }
+
+    fn read(&self, shard: usize) -> parking_lot::RwLockReadGuard<'_, ()> {
+        self.shards[shard % self.shards.len()].read()
+    }
+
+    fn write(&self) -> Vec<parking_lot::RwLockWriteGuard<'_, ()>> {
+        self.shards.iter().map(|s| s.write()).collect()
+    }
+}
+
+/// The open transaction's ops, one list per stats shard.
+///
+/// A record lists its allocations before its frees. That is a valid order for replay: a
+/// block freed in a transaction stays pending (unusable) until the transaction commits, so
+/// within one transaction no allocation can follow a free of the same block, while a free
+/// may follow an allocation of it (by another thread, in another shard).
+struct OpShards {
+    shards: Box<[crossbeam_utils::CachePadded<Mutex<Vec<Op>>>]>,
+}
+
+impl OpShards {
+    fn new() -> Self {
+        OpShards {
+            shards: (0..crate::alloc::SHARDS)
+                .map(|_| crossbeam_utils::CachePadded::new(Mutex::new(Vec::new())))
+                .collect(),
+        }
+    }
+
+    fn push(&self, shard: usize, op: Op) {
+        self.shards[shard % self.shards.len()].lock().push(op);
+    }
+
+    /// Every op, allocations first (under the closed boundary: nobody pushes meanwhile).
+    fn take(&self) -> Vec<Op> {
+        let mut ops: Vec<Op> = Vec::new();
+        for s in self.shards.iter() {
+            ops.append(&mut s.lock());
+        }
+        // Stable: each kind keeps its order within a shard.
+        ops.sort_by_key(|op| matches!(op, Op::Free(_)));
+        ops
+    }
+
+    /// Returns ops of a failed append to the open transaction.
+    fn put_back(&self, ops: Vec<Op>) {
+        self.shards[0].lock().splice(0..0, ops);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.shards.iter().all(|s| s.lock().is_empty())
+    }
+}
+
+/// Most forced commits one allocation makes before it reports `NoSpace`.
+const FORCED_COMMITS_PER_ALLOCATION: usize = 64;
+
+/// The persistent allocator: the device, the journal, the file layer over the allocator core
+/// and the open transaction. Every change goes through its calls, so the journal records it.
+pub struct Store {
+    dev: Arc<dyn Device>,
+    sb: Mutex<Superblock>,
+    /// Blocks `0..metadata_end` (superblock, journal, descriptors, bitmaps) and the backup
+    /// superblock are the device's own: never freed, never handed out.
+    metadata_end: u64,
+    backup_block: u64,
+    /// The file layer over the allocator core: plain extents go to the core, file data
+    /// through the layer (its preallocations are reserved, never journaled).
+    files: Files,
+    journal: Journal,
+    /// The open transaction's changes, sharded by the caller's stats shard so concurrent
+    /// callers do not share one lock (see [`OpShards`]).
+    ops: OpShards,
+    boundary: Boundary,
+    commit_lock: Mutex<()>,
+    /// How long `open` took, and how much of it was the journal replay.
+    open_timing: OpenTiming,
+    /// An allocation that finds no space while frees wait commits the open transaction and
+    /// retries (see [`Store::set_forced_commits`]).
+    forced_commits: std::sync::atomic::AtomicBool,
+    /// The last transaction (its `Allocator::seal` number) whose record was appended: frees
+    /// up to it may be released once the journal is durable. A failed commit's frees carry
+    /// a later number and stay pending until a record holds them.
+    recorded_seal: AtomicU64,
+}
+
+/// Where the time of `Store::open` went.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct OpenTiming {
+    pub total_seconds: f64,
+    pub replay_seconds: f64,
+    pub records_replayed: u64,
+    pub bitmaps_loaded: u64,
+}
+
+impl Store {
+    /// Groups found corrupt so far (on open, or when their bitmap was first loaded): held
+    /// used, never written home.
+    pub fn corrupt_groups(&self) -> Vec<u64> {
+        self.alloc().corrupt_groups()
+    }
+
+    /// Where the time of `open` went.
+    pub fn open_timing(&self) -> OpenTiming {
+        self.open_timing
+    }
+
+    /// Flushes the device and asks the system to drop its cached copy (see
+    /// [`Device::drop_cache`]): bitmaps loaded after this read the media.
+    pub fn drop_device_cache(&self) -> Result<()> {
+        self.dev.flush()?;
+        self.dev.drop_cache()
+    }
+
+    /// Journal bytes between the tail and the head: what a crash now would replay.
+    pub fn journal_bytes_used(&self) -> u64 {
+        let sb = self.sb.lock();
+        let len = sb.journal_blocks * u64::from(sb.block_size);
+        let (head, _) = self.journal.head();
+        (head + len - sb.journal_tail) % len
+    }
+
+    fn alloc(&self) -> &Allocator {
+        self.files.allocator()
+    }
+
+    pub fn geometry(&self) -> &Geometry {
+        self.alloc().geometry()
+    }
+
+    /// A read-only view of the in-memory allocator: figures, stats, `check()`. Every
+    /// change goes through the store's own calls, so that the journal records it.
+    pub fn allocator(&self) -> AllocatorView<'_> {
+        AllocatorView::new(&self.files)
+    }
+
+    /// Loads group `g`'s bitmap if it is not in memory (the cache; no allocator state
+    /// changes).
+    pub fn ensure_loaded(&self, g: u64) -> Result<()> {
+        self.alloc().ensure_loaded(g)
+    }
+
+    /// Drops idle bitmaps until at most `keep` remain loaded (see
+    /// [`Allocator::drop_idle_bitmaps`]); returns how many were dropped.
+    pub fn drop_idle_bitmaps(&self, keep: u64) -> u64 {
+        self.alloc().drop_idle_bitmaps(keep)
+    }
+
+    /// Lets an allocation that finds no space while frees wait for a commit make the open
+    /// transaction durable itself (an empty payload) and retry once, as a file system forces
+    /// a journal commit. Off by default: the caller's allocations then never reach the
+    /// journal in a record other than the one carrying its payload.
+    pub fn set_forced_commits(&self, on: bool) {
+        self.forced_commits
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Allocates an extent in the open transaction (see [`Allocator::allocate`]). With
+    /// forced commits on, no space while frees wait commits and retries.
+    pub fn allocate(&self, req: &AllocRequest) -> Result<Extent> {
+        self.with_forced_commits(|| {
+            let shard = self.alloc().stats_handle().shard_index();
+            let _open = self.boundary.read(shard);
+            let e = self.alloc().allocate(req)?;
+            self.ops.push(shard, Op::Allocate(e));
+            Ok(e)
+        })
+    }
+
+    /// Runs `op` (an allocation), and while it finds no space with frees waiting for a
+    /// commit and forced commits are on, commits the open transaction (an empty payload)
+    /// and runs it again. This is the store's remedy for "no space": it owns the commits.
+    fn with_forced_commits(&self, op: impl Fn() -> Result<Extent>) -> Result<Extent> {
+        let mut result = op();
+        // Another thread may free into the next transaction while this one's commit waits
+        // for its flush, so one commit is not always enough: commit again while frees
+        // wait, a bounded number of times.
+        for _ in 0..FORCED_COMMITS_PER_ALLOCATION {
+            match result {
+                Err(Error::NoSpace { pending_blocks, .. })
+                    if pending_blocks > 0
+                        && self
+                            .forced_commits
+                            .load(std::sync::atomic::Ordering::Relaxed) =>
+                {
+                    let shard = self.alloc().stats_handle().shard();
+                    shard.add(&shard.counters.forced_commits, 1);
+                    self.commit(&[])?;
+                    result = op();
+                }
+                _ => break,
+            }
+        }
+        result
+    }
+
+    /// A file's allocation state (see [`Files::create_file`]). Files live in memory: after
+    /// a reopen the caller rebuilds its own map from its metadata (e.g. the payloads).
+    pub fn create_file(&self, id: u64) -> Arc<FileAlloc> {
+        self.files.create_file(id)
+    }
+
+    /// Maps data blocks of `file` in the open transaction (see [`Files::allocate_data`]).
+    /// The journal records only the extent handed to the file: blocks the call reserved
+    /// beyond it stay out of the journal and out of checkpoints, and are free after a
+    /// crash.
+    pub fn allocate_data(&self, file: &Arc<FileAlloc>, req: &DataRequest) -> Result<Extent> {
+        self.with_forced_commits(|| {
+            let shard = self.alloc().stats_handle().shard_index();
+            let _open = self.boundary.read(shard);
+            let e = self.files.allocate_data(file, req)?;
+            self.ops.push(shard, Op::Allocate(e));
+            Ok(e)
+        })
+    }
+
+    /// Punches a hole in `file` in the open transaction (see [`Files::free_data`]); the
+    /// freed extents are recorded and reusable once the transaction commits. Returns them.
+    pub fn free_data(&self, file: &FileAlloc, logical: u64, len: u64) -> Result<Vec<Extent>> {
+        let shard = self.alloc().stats_handle().shard_index();
+        let _open = self.boundary.read(shard);
+        let freed = self.files.free_data(file, logical, len)?;
+        for &e in &freed {
+            self.ops.push(shard, Op::Free(e));
+        }
+        Ok(freed)
+    }
+
+    /// Sets `file`'s size in the open transaction (see [`Files::set_file_size`]); blocks
+    /// past it are freed and recorded. Returns the extents freed.
+    pub fn set_file_size(&self, file: &FileAlloc, size_blocks: u64) -> Result<Vec<Extent>> {
+        let shard = self.alloc().stats_handle().shard_index();
+        let _open = self.boundary.read(shard);
+        let freed = self.files.set_file_size(file, size_blocks)?;
+        for &e in &freed {
+            self.ops.push(shard, Op::Free(e));
+        }
+        Ok(freed)
+    }
+
+    /// Returns `file`'s unused preallocated blocks at once (close). Nothing is recorded:
+    /// they were never handed out. Returns the blocks released.
+    pub fn release_prealloc(&self, file: &FileAlloc) -> Result<u64> {
+        let shard = self.alloc().stats_handle().shard_index();
+        let _open = self.boundary.read(shard);
+        self.files.release_prealloc(file)
+    }
+
+    /// Frees `extent` in the open transaction (reusable once it commits). A free of the
+    /// device's own metadata is refused with [`Error::MetadataBlocks`]; the other errors
+    /// are the allocator's. A refused free changes nothing.
+    pub fn free(&self, extent: Extent) -> Result<()> {
+        self.alloc().geometry().validate(extent)?;
+        if extent.start < self.metadata_end
+            || (extent.start..extent.end()).contains(&self.backup_block)
+        {
+            return Err(Error::MetadataBlocks {
+                start: extent.start,
+                len: extent.len,
+                metadata_end: self.metadata_end,
+                backup_block: self.backup_block,
+            });
+        }
+        let shard = self.alloc().stats_handle().shard_index();
+        let _open = self.boundary.read(shard);
+        self.alloc().free(extent)?;
+        self.ops.push(shard, Op::Free(extent));
+        Ok(())
+    }
+
+    /// Ends the open transaction with `payload` and returns once it is durable. Returns the
+    /// record's sequence number.
+    pub fn commit(&self, payload: &[u8]) -> Result<u64> {
+        let (seq, sealed) = {
+            let _serial = self.commit_lock.lock();
+            let _closed = self.boundary.write();
+            let ops = self.ops.take();
+            let sealed = self.alloc().seal();
+            let seq = match self.journal.append(&ops, payload) {
+                Ok(seq) => seq,
+                Err(Error::JournalFull { .. }) => {
+                    let appended = self
+                        .checkpoint_for_full_journal(&ops)
+                        .and_then(|()| self.journal.append(&ops, payload));
+                    match appended {
+                        Ok(seq) => seq,
+                        Err(e) => {
+                            // Not recorded: the changes stay in the open transaction.
+                            self.ops.put_back(ops);
+                            return Err(e);
+                        }
+                    }
+                }
+                Err(e) => {
+                    // Nothing was written: the changes stay in the open transaction.
+                    self.ops.put_back(ops);
+                    return Err(e);
+                }
+            };
+            self.recorded_seal.store(sealed, Relaxed);
+            (seq, sealed)
+        };
+        self.journal.commit(seq)?;
+        self.alloc().release(sealed);
+        Ok(seq)
+    }
+}

@@ -1,0 +1,539 @@
+//! Recovery: opening a store. `open` reads the superblock and the descriptor table (no
+//! bitmap), replays the journal's records after the tail into the allocator, and refuses a
+//! journal damaged in the middle unless told to accept the loss.
+//!
+//! Data structures: `HomeBitmaps`, the allocator's `BitmapSource` (the home copies,
+//! checked against their descriptors), and the [`OpenTiming`] figures it fills.
+//!
+//! Invariant: after `open`, memory is the home state with every replayed record applied in
+//! order. A group whose descriptor or bitmap fails its checks is held corrupt (used, never
+//! handed out, its records skipped), except after an interrupted checkpoint in a group the
+//! journal's records touch: that checkpoint may have been writing it, so it is taken as
+//! found and the replay, idempotent there, repairs it. Every other group is checked as on
+//! a clean device, so damage stays visible.
+//!
+//! Locks: none of the store's (no one else holds the store while it opens); the calls into
+//! the allocator take its own.
+
+use super::{Boundary, OpShards, OpenTiming, Store};
+use crate::alloc::{Allocator, BitmapSource, GroupSummary, Policy};
+use crate::disk::device::Device;
+use crate::disk::format::{self, GroupDesc, Superblock, DESC_BYTES};
+use crate::disk::journal::{self, Area, Journal, Op, Record};
+use crate::error::{Error, Result};
+use crate::files::Files;
+use crate::geometry::{Extent, Geometry};
+use parking_lot::Mutex;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+/// Reads bitmaps for the allocator: the home copy, checked against the descriptor on disk.
+/// After an interrupted checkpoint, the groups the journal's records touch (the only ones
+/// that checkpoint could have been writing) are taken as they are, for the replay to
+/// repair; every other group is checked as on a clean device, so damage stays visible.
+struct HomeBitmaps {
+    dev: Arc<dyn Device>,
+    sb: Superblock,
+    /// Groups taken as found (empty unless a checkpoint was interrupted).
+    repairing: std::collections::HashSet<u64>,
+}
+
+impl BitmapSource for HomeBitmaps {
+    fn read_bitmap(&self, g: u64) -> Result<Vec<u8>> {
+        let mut bitmap = self.read_home(g)?;
+        if self.repairing.contains(&g) {
+            // Taken as found: metadata stays used whatever the area held.
+            for (b, init) in bitmap.iter_mut().zip(format::initial_bitmap(&self.sb, g)) {
+                *b |= init;
+            }
+        }
+        Ok(bitmap)
+    }
+}
+
+impl HomeBitmaps {
+    fn read_home(&self, g: u64) -> Result<Vec<u8>> {
+        let bs = u64::from(self.sb.block_size);
+        let mut d = [0u8; DESC_BYTES];
+        self.dev
+            .read_at(&mut d, self.sb.desc_start * bs + g * DESC_BYTES as u64)?;
+        let repairing = self.repairing.contains(&g);
+        match GroupDesc::decode(&d, g) {
+            Ok(desc) if repairing && desc.flags & format::DESC_BITMAP_UNINIT == 0 => {
+                format::read_bitmap_raw(self.dev.as_ref(), &self.sb, g)
+            }
+            Ok(desc) => match format::read_bitmap(self.dev.as_ref(), &self.sb, g, &desc) {
+                Err(Error::Corrupt { .. }) if repairing => {
+                    format::read_bitmap_raw(self.dev.as_ref(), &self.sb, g)
+                }
+                other => other,
+            },
+            Err(Error::Corrupt { .. }) if repairing => {
+                format::read_bitmap_raw(self.dev.as_ref(), &self.sb, g)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Applies replayed records to the allocator (loading the groups they touch). Changes to a
+/// corrupt group are skipped; after an interrupted checkpoint (`repairing`) a record is
+/// applied block by block whatever the bits were (idempotent), otherwise a record that
+/// does not apply is corruption.
+fn apply_records(
+    alloc: &Allocator,
+    geometry: &Geometry,
+    records: &[Record],
+    repairing: bool,
+) -> Result<()> {
+    for r in records {
+        for op in &r.ops {
+            let (e, used) = match *op {
+                Op::Allocate(e) => (e, true),
+                Op::Free(e) => (e, false),
+            };
+            if e.len == 0 || geometry.validate(e).is_err() {
+                return Err(Error::Corrupt {
+                    what: format!("journal record {}", r.seq),
+                    detail: format!("extent {}+{} is not on the device", e.start, e.len),
+                });
+            }
+            // Load the groups it touches first: a bitmap found corrupt on load holds its
+            // group, whose changes are then skipped.
+            let mut in_corrupt = false;
+            for (g, _, _) in geometry.split(e) {
+                alloc.ensure_loaded(g)?;
+                in_corrupt |= alloc.is_corrupt(g);
+            }
+            if in_corrupt {
+                continue;
+            }
+            match alloc.load_extent(e, used) {
+                Ok(()) => {}
+                Err(Error::Corrupt { .. }) if repairing => {
+                    for b in e.start..e.end() {
+                        let _ = alloc.load_extent(Extent::new(b, 1), used);
+                    }
+                }
+                Err(err) => {
+                    return Err(Error::Corrupt {
+                        what: format!("journal record {}", r.seq),
+                        detail: err.to_string(),
+                    })
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn area(sb: &Superblock) -> Area {
+    let bs = u64::from(sb.block_size);
+    Area {
+        start: sb.journal_start * bs,
+        len: sb.journal_blocks * bs,
+    }
+}
+
+impl Store {
+    /// Makes a fresh file system on `dev` and opens it.
+    pub fn create(
+        dev: Arc<dyn Device>,
+        geometry: &Geometry,
+        journal_blocks: u64,
+        policy: Policy,
+    ) -> Result<Store> {
+        format::mkfs(dev.as_ref(), geometry, journal_blocks, [0; 16])?;
+        Ok(Store::open(dev, policy)?.0)
+    }
+
+    /// Opens the file system on `dev`: the superblock and descriptors, then the journal
+    /// replayed (loading the bitmaps of the groups it touches). Returns the replayed
+    /// records, oldest first.
+    ///
+    /// A journal damaged in the middle (a committed record unreadable while later committed
+    /// records are intact) is refused with [`Error::JournalDamaged`]: replaying up to the
+    /// damage would drop committed transactions and hand out blocks they own. `extalloc
+    /// fsck` reports it; [`Store::open_accepting_journal_loss`] opens anyway.
+    pub fn open(dev: Arc<dyn Device>, policy: Policy) -> Result<(Store, Vec<Record>)> {
+        Self::open_with(dev, policy, false)
+    }
+
+    /// Opens a device whose journal is damaged in the middle, accepting the loss: the
+    /// records before the damage are replayed, the ones after it are not, and every group
+    /// those later records touch is held out of use as corrupt (nothing is handed out of
+    /// it, frees into it are refused) for `extalloc fsck` and the caller to resolve. On an
+    /// undamaged journal it is [`Store::open`].
+    pub fn open_accepting_journal_loss(
+        dev: Arc<dyn Device>,
+        policy: Policy,
+    ) -> Result<(Store, Vec<Record>)> {
+        Self::open_with(dev, policy, true)
+    }
+
+    fn open_with(
+        dev: Arc<dyn Device>,
+        policy: Policy,
+        accept_loss: bool,
+    ) -> Result<(Store, Vec<Record>)> {
+        let started = std::time::Instant::now();
+        let sb = format::read_superblock(dev.as_ref())?;
+        let geometry = sb.geometry()?;
+        let replay_started = std::time::Instant::now();
+        let replayed = journal::replay(
+            dev.as_ref(),
+            area(&sb),
+            sb.journal_tail,
+            sb.journal_tail_seq,
+        )?;
+        let replay_read = replay_started.elapsed();
+        // After an interrupted checkpoint, the groups it was writing may be a mix of old
+        // and new: those (the groups the journal's records touch) are taken as they are,
+        // and the idempotent replay repairs them. Any other group must pass its checks.
+        let repairing = sb.state & format::STATE_CHECKPOINTING != 0;
+        let taken_as_found = if repairing {
+            journal::groups_touched(&replayed.records, &geometry)
+        } else {
+            Default::default()
+        };
+        let alloc = Self::open_home(&dev, &sb, policy, taken_as_found)?;
+        if let Some(d) = &replayed.damage {
+            if !accept_loss {
+                return Err(Error::JournalDamaged {
+                    lost_seq: d.lost_seq,
+                    offset: sb.journal_start * u64::from(sb.block_size) + d.offset,
+                    stranded: d.stranded.len() as u64,
+                });
+            }
+            // Their blocks may be in use or free: hold every group they touch.
+            for g in journal::groups_touched(&d.stranded, &geometry) {
+                alloc.mark_corrupt(g);
+            }
+        }
+        let apply_started = std::time::Instant::now();
+        apply_records(&alloc, &geometry, &replayed.records, repairing)?;
+        let replay_seconds = (replay_read + apply_started.elapsed()).as_secs_f64();
+        let journal = Journal::new(dev.clone(), area(&sb), sb.journal_tail, &replayed);
+        let alloc_seal = alloc.seal();
+        let records = replayed.records;
+        let open_timing = OpenTiming {
+            total_seconds: started.elapsed().as_secs_f64(),
+            replay_seconds,
+            records_replayed: records.len() as u64,
+            bitmaps_loaded: alloc.stats().loaded_bitmaps,
+        };
+        Ok((
+            Store {
+                dev,
+                metadata_end: sb.metadata_end(),
+                backup_block: sb.backup_block(),
+                sb: Mutex::new(sb),
+                files: Files::new(alloc),
+                journal,
+                ops: OpShards::new(),
+                boundary: Boundary::new(),
+                commit_lock: Mutex::new(()),
+                open_timing,
+                forced_commits: std::sync::atomic::AtomicBool::new(false),
+                // Nothing is pending at open: the seal ends an empty transaction.
+                recorded_seal: AtomicU64::new(alloc_seal),
+            },
+            records,
+        ))
+    }
+
+    /// The allocator over the home state: every group's figures from its descriptor (no
+    /// bitmap read), corrupt descriptors held. After an interrupted checkpoint
+    /// (`taken_as_found` not empty, or the superblock says so) every group is loaded now,
+    /// its figures from its bitmap, and marked for the next checkpoint.
+    fn open_home(
+        dev: &Arc<dyn Device>,
+        sb: &Superblock,
+        policy: Policy,
+        taken_as_found: std::collections::HashSet<u64>,
+    ) -> Result<Allocator> {
+        let geometry = sb.geometry()?;
+        let repairing = sb.state & format::STATE_CHECKPOINTING != 0;
+        let descs = format::read_descriptors(dev.as_ref(), sb)?;
+        let mut corrupt = Vec::new();
+        let summaries: Vec<GroupSummary> = descs
+            .iter()
+            .enumerate()
+            .map(|(g, d)| match d {
+                Ok(d) if !repairing => GroupSummary {
+                    free_blocks: d.free_blocks,
+                    largest_order: d.largest_order,
+                    avg_order: d.avg_order,
+                    class_tag: d.class_tag,
+                },
+                Ok(_) => GroupSummary::default(),
+                Err(_) => {
+                    if !taken_as_found.contains(&(g as u64)) {
+                        corrupt.push(g as u64);
+                    }
+                    GroupSummary::default()
+                }
+            })
+            .collect();
+        let source = Arc::new(HomeBitmaps {
+            dev: dev.clone(),
+            sb: sb.clone(),
+            repairing: taken_as_found,
+        });
+        let alloc = match Allocator::open_lazy(geometry, policy.clone(), source.clone(), &summaries)
+        {
+            // Figures that cannot be (a checksum-valid descriptor with an impossible
+            // summary): fall back to each group's bitmap.
+            Err(Error::Corrupt { .. }) if !repairing => {
+                let zero = vec![GroupSummary::default(); summaries.len()];
+                let alloc = Allocator::open_lazy(geometry, policy, source, &zero)?;
+                for g in 0..sb.groups() {
+                    alloc.ensure_loaded(g)?;
+                }
+                alloc
+            }
+            other => other?,
+        };
+        for &g in &corrupt {
+            alloc.mark_corrupt(g);
+        }
+        if repairing {
+            for g in 0..sb.groups() {
+                alloc.ensure_loaded(g)?;
+                alloc.mark_home_dirty(g);
+            }
+        }
+        Ok(alloc)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alloc::AllocRequest;
+    use crate::disk::device::{Crash, FaultDevice, MemDevice};
+    use crate::store::tests::geometry;
+    use std::collections::BTreeSet;
+
+    /// 300 committed one-extent transactions, then one 4 KiB block in the middle of the
+    /// journal zeroed (or one byte flipped): open refuses with `JournalDamaged` naming the
+    /// lost record, fsck reports the stranded records, and opening with the loss accepted
+    /// hands out no block that a committed transaction owns.
+    #[test]
+    fn damage_in_the_middle_of_the_journal_is_refused_not_replayed_past() {
+        use crate::store::fsck;
+        for flip_one_byte in [false, true] {
+            let dev = Arc::new(MemDevice::new(8192 * 4096));
+            let store = Store::create(dev.clone(), &geometry(), 256, Policy::default()).unwrap();
+            let mut owned = Vec::new();
+            for i in 0..300u64 {
+                owned.push(store.allocate(&AllocRequest::new(i, 4)).unwrap());
+                store.commit(&i.to_le_bytes()).unwrap();
+            }
+            let sb = format::read_superblock(dev.as_ref()).unwrap();
+            drop(store);
+            // A block a third of the way into the records: records are 72 bytes.
+            let at = sb.journal_start * 4096 + 4096 * 2;
+            if flip_one_byte {
+                let mut b = [0u8; 1];
+                dev.read_at(&mut b, at + 100).unwrap();
+                dev.write_at(&[b[0] ^ 0x10], at + 100).unwrap();
+            } else {
+                dev.write_at(&[0u8; 4096], at).unwrap();
+            }
+            let err = Store::open(dev.clone(), Policy::default()).err().unwrap();
+            match err {
+                Error::JournalDamaged {
+                    lost_seq, stranded, ..
+                } => {
+                    assert!(lost_seq > 50 && lost_seq < 200, "{lost_seq}");
+                    assert!(stranded > 100, "{stranded}");
+                }
+                e => panic!("{flip_one_byte}: not JournalDamaged: {e}"),
+            }
+            let report = fsck::check(dev.as_ref()).unwrap();
+            assert!(report.journal_records_lost > 100, "{report:?}");
+            assert!(!report.clean());
+            let (store, replayed) =
+                Store::open_accepting_journal_loss(dev.clone(), Policy::default()).unwrap();
+            assert!(replayed.len() < 200);
+            assert!(!store.corrupt_groups().is_empty(), "affected groups held");
+            let owned_blocks: BTreeSet<u64> = owned.iter().flat_map(|e| e.start..e.end()).collect();
+            while let Ok(e) = store.allocate(&AllocRequest::new(1, 4)) {
+                for b in e.start..e.end() {
+                    assert!(!owned_blocks.contains(&b), "{b} handed out twice");
+                }
+            }
+        }
+    }
+
+    /// A crash that tears the last unflushed records is a torn tail, not damage: the
+    /// records of a batch whose flush never finished carry `durable_through` below them.
+    #[test]
+    fn a_torn_unflushed_batch_is_not_damage() {
+        for seed in 0..40 {
+            let dev = Arc::new(FaultDevice::new(MemDevice::new(8192 * 4096), seed));
+            let store = Store::create(dev.clone(), &geometry(), 64, Policy::default()).unwrap();
+            for i in 0..20u64 {
+                store.allocate(&AllocRequest::new(i, 2)).unwrap();
+                store.commit(b"durable").unwrap();
+            }
+            // Appended, never flushed: a crash keeps any subset and may tear one.
+            for i in 0..10u64 {
+                store.allocate(&AllocRequest::new(i, 2)).unwrap();
+                let ops = store.ops.take();
+                store.journal.append(&ops, b"unflushed").unwrap();
+            }
+            drop(store);
+            dev.crash(Crash::Random {
+                keep: 0.5,
+                tear: true,
+            })
+            .unwrap();
+            let (_, replayed) = Store::open(dev.clone(), Policy::default())
+                .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+            assert!(replayed.len() >= 20);
+        }
+    }
+
+    /// A crash inside a checkpoint (state says so): the group the journal touches is taken
+    /// as found and repaired by the replay, but a group it does not touch whose bitmap is
+    /// damaged is held out of use and reported by fsck, as on a clean device, and nothing
+    /// in use is handed out.
+    #[test]
+    fn damage_is_not_hidden_by_an_interrupted_checkpoint() {
+        use crate::store::fsck;
+        let dev = Arc::new(MemDevice::new(8192 * 4096));
+        let store = Store::create(dev.clone(), &geometry(), 8, Policy::default()).unwrap();
+        // Blocks in groups 1 and 2, written home; then a record touching group 2 only.
+        let a = store
+            .allocate(&AllocRequest::new(1, 16).goal(1024 + 100))
+            .unwrap();
+        let b = store
+            .allocate(&AllocRequest::new(2, 16).goal(2048 + 100))
+            .unwrap();
+        assert_eq!((a.start / 1024, b.start / 1024), (1, 2));
+        store.commit(b"a b").unwrap();
+        store.checkpoint().unwrap();
+        let c = store
+            .allocate(&AllocRequest::new(3, 16).goal(2048 + 500))
+            .unwrap();
+        assert_eq!(c.start / 1024, 2);
+        store.commit(b"c").unwrap();
+        drop(store);
+        // The crash: the checkpoint had said it was under way and written half of group
+        // 2's bitmap; group 1's bitmap is damaged besides.
+        let mut sb = format::read_superblock(dev.as_ref()).unwrap();
+        sb.state |= format::STATE_CHECKPOINTING;
+        format::write_superblock(dev.as_ref(), &sb).unwrap();
+        let bitmap_at = |g: u64| (sb.bitmap_start + g * u64::from(sb.bitmap_blocks)) * 4096;
+        dev.write_at(&[0u8; 16], bitmap_at(2) + 500 / 8).unwrap();
+        dev.write_at(&[0xa5; 64], bitmap_at(1) + 64).unwrap();
+        let report = fsck::check(dev.as_ref()).unwrap();
+        assert!(
+            report
+                .problems
+                .iter()
+                .any(|p| p.contains("does not touch group 1")),
+            "{report:?}"
+        );
+        assert!(
+            !report.problems.iter().any(|p| p.contains("group 2")),
+            "group 2 is repaired by the journal: {report:?}"
+        );
+        let (store, _) = Store::open(dev, Policy::default()).unwrap();
+        assert_eq!(store.corrupt_groups(), vec![1]);
+        for e in [a, b, c] {
+            for blk in e.start..e.end() {
+                assert!(!store.allocator().is_free(blk).unwrap(), "{blk} of {e:?}");
+            }
+        }
+        store.allocator().check().unwrap();
+    }
+
+    #[test]
+    fn a_corrupt_group_is_held_and_the_rest_works() {
+        let dev: Arc<dyn Device> = Arc::new(MemDevice::new(8192 * 4096));
+        let s = Store::create(dev.clone(), &geometry(), 8, Policy::default()).unwrap();
+        drop(s);
+        let sb = format::read_superblock(dev.as_ref()).unwrap();
+        // Write group 5 home (mkfs writes no bitmap), then damage its bitmap.
+        let mut descs = vec![0u8; 4096];
+        dev.read_at(&mut descs, sb.desc_start * 4096).unwrap();
+        let (_, bm) = format::read_group(dev.as_ref(), &sb, 5).unwrap();
+        format::write_group(dev.as_ref(), &sb, 5, &bm, 0, &mut descs, 0).unwrap();
+        dev.write_at(&descs, sb.desc_start * 4096).unwrap();
+        let at = (sb.bitmap_start + 5 * u64::from(sb.bitmap_blocks)) * 4096 + 7;
+        dev.write_at(&[0x5a], at).unwrap();
+        let (s, _) = Store::open(dev.clone(), Policy::default()).unwrap();
+        assert!(s.corrupt_groups().is_empty(), "open reads no bitmap");
+        // A free as the group's first use loads it, finds it corrupt and is refused.
+        assert!(matches!(
+            s.free(Extent::new(5 * 1024 + 100, 50)),
+            Err(Error::Corrupt { .. })
+        ));
+        assert_eq!(s.corrupt_groups(), &[5]);
+        // Measuring the free space loads every group: the damage is found.
+        s.allocator().free_space();
+        assert_eq!(s.corrupt_groups(), &[5]);
+        assert_eq!(s.allocator().stats().corrupt_groups, 1);
+        s.allocator().check().unwrap();
+        for i in 0..200u64 {
+            let e = s.allocate(&AllocRequest::new(i, 30)).unwrap();
+            assert!(
+                e.start / 1024 != 5,
+                "nothing is handed out of the corrupt group"
+            );
+        }
+        assert!(matches!(
+            s.free(Extent::new(5 * 1024 + 100, 1)),
+            Err(Error::Corrupt { .. })
+        ));
+        s.commit(b"x").unwrap();
+        s.checkpoint().unwrap();
+        // The damage is left for fsck; the next open still holds the group.
+        let mut b = [0u8];
+        dev.read_at(&mut b, at).unwrap();
+        assert_eq!(b, [0x5a]);
+        assert!(
+            crate::store::fsck::check(dev.as_ref())
+                .unwrap()
+                .corrupt_groups
+                == vec![5]
+        );
+        let (again, _) = Store::open(dev.clone(), Policy::default()).unwrap();
+        again.ensure_loaded(5).unwrap();
+        assert_eq!(again.corrupt_groups(), &[5]);
+        again.allocator().check().unwrap();
+        drop(again);
+        // A damaged descriptor is found on open, before any bitmap is read.
+        dev.write_at(&[0x33], sb.desc_start * 4096 + 6 * DESC_BYTES as u64 + 2)
+            .unwrap();
+        let (third, _) = Store::open(dev, Policy::default()).unwrap();
+        assert_eq!(third.corrupt_groups(), &[6]);
+        third.ensure_loaded(5).unwrap();
+        assert_eq!(third.corrupt_groups(), &[5, 6]);
+        assert_eq!(third.allocator().free_space().groups[6].free_blocks, 0);
+        third.allocator().check().unwrap();
+    }
+
+    /// A 16 TiB device (sparse in memory): open reads no bitmap, an unloaded group costs its
+    /// cache line and a few bytes of set bits, and the first allocation loads one bitmap.
+    #[test]
+    fn a_16_tib_device_opens_without_reading_bitmaps() {
+        let bytes = 16u64 << 40;
+        let geometry = Geometry::from_bytes(4096, crate::GROUP_BLOCKS_DEFAULT, bytes).unwrap();
+        let dev: Arc<dyn Device> = Arc::new(MemDevice::new(bytes));
+        format::mkfs(dev.as_ref(), &geometry, 1024, [0; 16]).unwrap();
+        let (s, _) = Store::open(dev, Policy::default()).unwrap();
+        let a = s.allocator();
+        assert_eq!(a.stats().loaded_bitmaps, 0);
+        let per_group = a.memory_per_unloaded_group();
+        assert!(
+            (64.0..74.0).contains(&per_group),
+            "{per_group} bytes per group"
+        );
+        s.allocate(&AllocRequest::new(1, 100)).unwrap();
+        assert!(a.stats().loaded_bitmaps >= 1 && a.stats().loaded_bitmaps <= 2);
+    }
+}
