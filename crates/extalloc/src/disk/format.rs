@@ -1,4 +1,4 @@
-//! The on-disk format (version 1; byte-level tables in `docs/format.md`).
+//! The on-disk format (version 2; byte-level tables in `docs/format.md`).
 //!
 //! ```text
 //! block 0                      superblock (primary)
@@ -38,7 +38,7 @@ pub const DESC_BYTES: usize = 32;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Superblock {
     pub block_size: u32,
-    /// Feature flags a reader must understand (none defined in version 1).
+    /// Feature flags a reader must understand (none defined in version 2).
     pub incompat: u32,
     pub blocks_count: u64,
     pub group_blocks: u64,
