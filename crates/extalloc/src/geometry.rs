@@ -22,7 +22,8 @@ const _: () = assert!(GROUP_BLOCKS_MAX <= u32::MAX as u64);
 const _: () = assert!(DEVICE_BLOCKS_MAX < u64::MAX / 2);
 
 /// Physically contiguous blocks `start .. start + len`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Extent {
     pub start: u64,
     pub len: u64,
@@ -51,7 +52,8 @@ impl std::fmt::Display for Extent {
 }
 
 /// The shape of a device: block size, group size and number of blocks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Geometry {
     pub block_size: u32,
     pub group_blocks: u64,

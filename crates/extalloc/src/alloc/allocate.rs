@@ -79,12 +79,11 @@ impl Allocator {
                 "an extent lies in one group"
             );
             shard.add(&shard.counters.allocs, 1);
+            // `alloc_blocks` counts it as held (see `HeldCounters`).
             shard.add(&shard.counters.alloc_blocks, extent.len);
-            let counter = match hold {
-                Hold::Allocated => &shard.held.allocated,
-                Hold::Reserved => &shard.held.reserved,
-            };
-            shard.add(counter, extent.len);
+            if hold == Hold::Reserved {
+                shard.add(&shard.held.reserved, extent.len);
+            }
         }
         result
     }

@@ -234,7 +234,7 @@ impl Allocator {
             .map(|g| self.geometry.group_len(g) - u64::from(self.groups[g as usize].free_blocks()))
             .sum();
         let shard = self.stats.shard();
-        shard.add(&shard.held.allocated, used);
+        shard.add(&shard.held.adjusted, used);
     }
 
     pub fn geometry(&self) -> &Geometry {
@@ -323,6 +323,7 @@ impl Allocator {
             self.publish(g, &state, shard);
         }
         shard.sub(&shard.held.reserved, extent.len);
+        shard.add(&shard.held.released, extent.len);
         self.releases.fetch_add(1, Relaxed);
         Ok(())
     }
@@ -334,7 +335,6 @@ impl Allocator {
         debug_assert!(self.is_reserved(extent), "claimed blocks must be reserved");
         let shard = self.stats.shard();
         shard.sub(&shard.held.reserved, extent.len);
-        shard.add(&shard.held.allocated, extent.len);
     }
 
     /// Blocks handed to callers and not freed (with the device's own metadata and any

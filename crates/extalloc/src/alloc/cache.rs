@@ -110,8 +110,8 @@ impl Allocator {
         // The descriptor's figures were hints; the bitmap's are the truth (a corrupt group's
         // blocks all count as allocated: held, never handed out).
         let hinted_free = u64::from(self.groups[g as usize].free_blocks());
-        shard.add(&shard.held.allocated, hinted_free);
-        shard.sub(&shard.held.allocated, u64::from(bitmap.free_blocks()));
+        shard.add(&shard.held.adjusted, hinted_free);
+        shard.sub(&shard.held.adjusted, u64::from(bitmap.free_blocks()));
         let state = slot.insert(Box::new(GroupState {
             bitmap,
             pending: BTreeMap::new(),

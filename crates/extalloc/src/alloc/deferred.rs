@@ -109,7 +109,6 @@ impl Allocator {
         drop(guards);
         shard.add(&shard.counters.frees, 1);
         shard.add(&shard.counters.free_blocks, extent.len);
-        shard.sub(&shard.held.allocated, extent.len);
         Ok(())
     }
 

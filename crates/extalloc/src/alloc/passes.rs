@@ -29,8 +29,9 @@ use crate::geometry::Extent;
 use crate::groups::{GroupState, OrderIndex};
 
 /// The allocation passes, fastest first. Each variant's doc says what it costs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
 pub enum Pass {
     /// The exact goal block: one group lock, one bitmap range test.
     Goal = 0,

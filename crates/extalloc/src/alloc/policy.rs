@@ -33,8 +33,9 @@
 use crate::error::{Error, Result};
 
 /// Where freed extents wait for the commit that makes them reusable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
 pub enum FreeList {
     /// Per-group sets, plus one global list under the global lock (ext4's `s_md_lock`).
     Global,
@@ -43,7 +44,8 @@ pub enum FreeList {
 }
 
 /// Where the stream goals start (policy key `stream_start`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub enum StreamStart {
     /// Spread evenly over the device: concurrent streams start far apart, and data lands
     /// all over a lightly used device.
@@ -61,7 +63,8 @@ pub enum StreamStart {
 }
 
 /// Every knob the allocator has.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Policy {
     /// The spec this policy was parsed from (or the preset name).
     pub name: String,

@@ -25,14 +25,16 @@ use crate::error::{Error, Result};
 use crate::geometry::{Extent, Geometry};
 
 /// Free extents whose length has this floor(log2).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct FreeBucket {
     pub order: u32,
     pub count: u64,
     pub blocks: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct GroupFree {
     /// Size-class tag (0 = untagged; see `class.rs`).
     pub class_tag: u8,
@@ -52,7 +54,8 @@ impl GroupFree {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct FreeSpace {
     pub free_blocks: u64,
     pub free_extents: u64,
@@ -315,9 +318,9 @@ impl Allocator {
             self.publish(g, state, shard);
         }
         if used {
-            shard.add(&shard.held.allocated, extent.len);
+            shard.add(&shard.held.adjusted, extent.len);
         } else {
-            shard.sub(&shard.held.allocated, extent.len);
+            shard.sub(&shard.held.adjusted, extent.len);
         }
         Ok(())
     }

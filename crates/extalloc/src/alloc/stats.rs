@@ -56,14 +56,26 @@ pub struct ShardCounters {
 }
 
 /// The accounting behind the allocator's invariant `marked used = allocated + reserved +
-/// pending`, one shard's share. A share may go below zero (a block allocated on one thread
-/// and freed on another), so shares wrap and only their sum means anything. Never reset.
+/// pending`, one shard's share, beside the counters the hot path keeps anyway:
+///
+/// ```text
+/// allocated + reserved = adjusted + alloc_blocks - free_blocks - released
+/// reserved             = reserved
+/// ```
+///
+/// so a plain allocation or free adds no write of its own. A share may go below zero (a
+/// block allocated on one thread and freed on another), so shares wrap and only their sum
+/// means anything. Never reset: [`Stats::reset`] folds `alloc_blocks - free_blocks` into
+/// `adjusted` before it zeroes them.
 #[derive(Default)]
 pub struct HeldCounters {
-    /// Blocks handed to callers (or found used on disk) minus blocks they freed.
-    pub allocated: AtomicU64,
+    /// Blocks found used on disk (at open, at a load, by a replay), and what resets folded
+    /// in.
+    pub adjusted: AtomicU64,
     /// Blocks reserved by preallocations, not handed to anyone.
     pub reserved: AtomicU64,
+    /// Reserved blocks given back without being handed out (discarded preallocations).
+    pub released: AtomicU64,
 }
 
 pub struct Shard {
@@ -102,7 +114,8 @@ thread_local! {
 static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
 
 /// A summed copy of the counters.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct StatsSnapshot {
     pub allocs: u64,
     pub alloc_blocks: u64,
@@ -197,12 +210,16 @@ impl Stats {
     /// `(allocated, reserved)` summed over the shards (see [`HeldCounters`]); exact at
     /// quiescence.
     pub fn held(&self) -> (u64, u64) {
-        self.shards.iter().fold((0u64, 0u64), |(a, r), s| {
-            (
-                a.wrapping_add(s.held.allocated.load(Relaxed)),
-                r.wrapping_add(s.held.reserved.load(Relaxed)),
-            )
-        })
+        let (held, reserved) = self.shards.iter().fold((0u64, 0u64), |(h, r), s| {
+            let (c, d) = (&s.counters, &s.held);
+            let h = h
+                .wrapping_add(d.adjusted.load(Relaxed))
+                .wrapping_add(c.alloc_blocks.load(Relaxed))
+                .wrapping_sub(c.free_blocks.load(Relaxed))
+                .wrapping_sub(d.released.load(Relaxed));
+            (h, r.wrapping_add(d.reserved.load(Relaxed)))
+        });
+        (held.wrapping_sub(reserved), reserved)
     }
 
     /// All shards' allocation latencies merged.
@@ -218,11 +235,13 @@ impl Stats {
     pub fn reset(&self) {
         for shard in self.shards.iter() {
             let c = &shard.counters;
+            // The accounting keeps what these two say (see `HeldCounters`).
+            let allocated = c.alloc_blocks.swap(0, Relaxed);
+            let freed = c.free_blocks.swap(0, Relaxed);
+            shard.add(&shard.held.adjusted, allocated.wrapping_sub(freed));
             for a in [
                 &c.allocs,
-                &c.alloc_blocks,
                 &c.frees,
-                &c.free_blocks,
                 &c.groups_considered,
                 &c.groups_scanned,
                 &c.trylock_skips,

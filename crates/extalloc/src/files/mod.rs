@@ -82,6 +82,10 @@ pub use pa::PREALLOC_LIST_MAX;
 /// or before it, the first after it.
 type Neighbours = (Option<(u64, Extent)>, Option<(u64, Extent)>);
 
+/// Rounds of "discard what can be locked, then try again" before no space is reported
+/// while preallocations still hold blocks (see `Files::retrying`).
+const DISCARD_RETRIES: u32 = 16;
+
 /// Logical blocks a file may address: keeps every `logical + len` far from overflow.
 const LOGICAL_BLOCKS_MAX: u64 = DEVICE_BLOCKS_MAX << 8;
 
@@ -118,13 +122,13 @@ impl Files {
     /// A plain extent next to the files (metadata, say): [`Allocator::allocate`], with this
     /// layer's remedy when it finds no space while preallocations hold blocks.
     pub fn allocate(&self, req: &AllocRequest) -> Result<Extent> {
-        self.with_discard(|| self.alloc.allocate(req))
+        self.retrying(|| self.alloc.allocate(req))
     }
 
     /// [`Files::allocate`] for a caller that owns the commits: pending frees are committed
     /// first (see [`Allocator::allocate_committing`]), preallocations discarded next.
     pub fn allocate_committing(&self, req: &AllocRequest) -> Result<Extent> {
-        self.with_discard(|| self.alloc.allocate_committing(req))
+        self.retrying(|| self.alloc.allocate_committing(req))
     }
 
     /// Reserves blocks for a PA or locality chunk, with this layer's remedy.
@@ -132,8 +136,32 @@ impl Files {
         self.with_discard(|| self.alloc.reserve(req, commits == Commits::First))
     }
 
-    /// Runs a core allocation; finding no space while preallocations hold blocks, discards
-    /// every PA it can lock (this layer's remedy: the only one it owns) and runs it again.
+    /// Runs `op` (holding no file lock); while it finds no space and preallocations hold
+    /// blocks, discards every PA it can lock and runs it again, up to [`DISCARD_RETRIES`]
+    /// times. Files other threads are writing cannot be discarded at that moment (their
+    /// locks are only tried, never waited for: two writers discarding each other's files
+    /// would deadlock), so a round that released nothing yields first, as ext4's discard
+    /// retries do.
+    fn retrying(&self, mut op: impl FnMut() -> Result<Extent>) -> Result<Extent> {
+        let mut tries = 0;
+        loop {
+            match op() {
+                Err(Error::NoSpace {
+                    reserved_blocks, ..
+                }) if reserved_blocks > 0 && tries < DISCARD_RETRIES => {
+                    tries += 1;
+                    if self.discard_preallocations() == 0 {
+                        std::thread::yield_now();
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Runs a core allocation under a file lock; finding no space while preallocations hold
+    /// blocks, discards every PA it can lock (this layer's remedy: the only one it owns)
+    /// and runs it again once. The caller retries without its lock ([`Files::retrying`]).
     fn with_discard(&self, op: impl Fn() -> Result<Extent>) -> Result<Extent> {
         match op() {
             Err(Error::NoSpace {
@@ -199,6 +227,16 @@ impl Files {
         commits: Commits,
     ) -> Result<Extent> {
         self.validate_data_request(req)?;
+        self.retrying(|| self.allocate_data_locked(file, req, commits))
+    }
+
+    /// One attempt of `allocate_data`, under the file's lock.
+    fn allocate_data_locked(
+        &self,
+        file: &Arc<FileAlloc>,
+        req: &DataRequest,
+        commits: Commits,
+    ) -> Result<Extent> {
         let mut f = file.inner.write();
         let end = req.logical + req.len;
         // The mapped neighbours: the last extent starting at or before `logical`, the first

@@ -23,7 +23,8 @@ use crate::disk::journal::{self, Area, Op, Record};
 use crate::error::{Error, Result};
 
 /// What `fsck` found.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Report {
     pub blocks: u64,
     pub groups: u64,
