@@ -5,13 +5,14 @@
 
 Runs each benchmark of the layering acceptance (`bench fallocate2 --threads 1,2`, `bench frag`,
 `bench small-files`, `bench sparse-writes`, default policies) with BEFORE and AFTER in turn,
-`--rounds` times (before, after, before, after, ...), so drift of a shared machine hits both
-alike. Prints one Markdown table: per workload x policy x threads, the median ops/s of each
+`--rounds` times in ABBA order (before, after, after, before, ...), so drift of a shared
+machine hits both alike. Prints one Markdown table: per workload x policy x threads, the median ops/s of each
 binary, their ratio, and whether every layout and free-space figure of AFTER's median run is
 identical to BEFORE's (or, where it differs, which figure and both values).
 
 Progress goes to stderr, the table to stdout. Exit status 0 even when figures differ: the table
-says so; a run that fails stops the script with the failing command.
+says so. A run that fails is reported (its error on stderr, a count in the table) and the
+rounds go on. `--bench NAME` (repeatable) runs only those benchmarks.
 """
 import argparse
 import json
@@ -51,11 +52,14 @@ BETTER = {
 
 
 def run(binary, bench, out):
+    """The report of one run, or None if it failed (its error goes to stderr)."""
     cmd = [binary, "bench", *bench, "--json", out]
     print("+", " ".join(cmd), file=sys.stderr, flush=True)
     r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
-        sys.exit(f"failed ({r.returncode}): {' '.join(cmd)}\n{r.stderr}")
+        last = r.stderr.strip().splitlines()[-1:] or ["(no message)"]
+        print(f"FAILED ({r.returncode}): {' '.join(cmd)}: {last[0]}", file=sys.stderr, flush=True)
+        return None
     with open(out) as f:
         return json.load(f)
 
@@ -88,6 +92,7 @@ def main():
     ap.add_argument("after")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", help="keep the JSON reports here")
+    ap.add_argument("--bench", action="append", help="only this benchmark (repeatable)")
     args = ap.parse_args()
     for b in (args.before, args.after):
         if not os.access(b, os.X_OK):
@@ -96,24 +101,34 @@ def main():
     os.makedirs(out_dir, exist_ok=True)
     print("| workload | policy | threads | before ops/s | after ops/s | after/before | layout and free space |")
     print("|---|---|---:|---:|---:|---:|---|")
+    failed = {"before": 0, "after": 0}
     for bench in BENCHES:
         name = bench[0]
+        if args.bench and name not in args.bench:
+            continue
         runs = {"before": {}, "after": {}}
         for rnd in range(args.rounds):
-            for side, binary in (("before", args.before), ("after", args.after)):
+            order = (("before", args.before), ("after", args.after))
+            # ABBA: odd rounds run AFTER first, so a steady drift favours neither side.
+            for side, binary in order if rnd % 2 == 0 else order[::-1]:
                 path = os.path.join(out_dir, f"{name}-{side}-{rnd}.json")
-                for r in run(binary, bench, path)["runs"]:
+                report = run(binary, bench, path)
+                if report is None:
+                    failed[side] += 1
+                    continue
+                for r in report["runs"]:
                     runs[side].setdefault(key(r), []).append(r)
-        for k in sorted(runs["before"], key=lambda k: (k[1], k[0])):
-            b, a = runs["before"][k], runs["after"].get(k, [])
-            if not a:
-                print(f"| {name} | {k[0]} | {k[1]} | | | | missing after |")
+        for k in sorted(set(runs["before"]) | set(runs["after"]), key=lambda k: (k[1], k[0])):
+            b, a = runs["before"].get(k, []), runs["after"].get(k, [])
+            if not a or not b:
+                print(f"| {name} | {k[0]} | {k[1]} | | | | no run on one side |")
                 continue
             mb = statistics.median(r["ops_per_sec"] for r in b)
             ma = statistics.median(r["ops_per_sec"] for r in a)
             figures = compare_figures(median_run(b), median_run(a))
             print(f"| {name} | {k[0]} | {k[1]} | {mb:,.0f} | {ma:,.0f} | {ma / mb:.3f} | {figures} |",
                   flush=True)
+    print(f"\nfailed runs: before {failed['before']}, after {failed['after']}")
     print(f"\nreports: {out_dir}", file=sys.stderr)
 
 
