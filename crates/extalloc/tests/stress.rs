@@ -5,6 +5,8 @@
 //! free of a just-freed extent must be refused (on the tight device a forced commit could
 //! hand those blocks to another thread first, and no allocator could then tell).
 
+mod common;
+
 use extalloc::{AllocRequest, Allocator, Error, Extent, Geometry, Policy, PRESETS};
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -118,15 +120,7 @@ fn stress(spec: &str, threads: usize, ops_per_thread: usize, room: Room) {
                 })
             })
             .collect();
-        // Stop the committer even when a worker panicked, so the panic is reported
-        // instead of the scope waiting on the committer for ever.
-        let results: Vec<_> = workers.into_iter().map(|w| w.join()).collect();
-        stop.store(true, Ordering::Relaxed);
-        for r in results {
-            if let Err(panic) = r {
-                std::panic::resume_unwind(panic);
-            }
-        }
+        common::join_workers(workers, &stop);
     });
     let forced = alloc.stats().forced_commits;
     match room {
