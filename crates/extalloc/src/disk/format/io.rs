@@ -1,0 +1,236 @@
+//! The on-disk structures on a [`Device`]: `mkfs`, and reading and writing superblocks,
+//! the descriptor table and bitmaps at the places the layout (`format/mod.rs`) gives them.
+//! Every read checks what it decodes (crc32c, ranges) and says which structure failed.
+//!
+//! Data structures: none of its own (the structures are `mod.rs`'s). Locks: none; the
+//! caller serialises writes of one structure (the store, under its `commit_lock`).
+
+use super::{
+    bitmap_summary, bitmap_used, corrupt, initial_bitmap, GroupDesc, Superblock,
+    DESC_BITMAP_UNINIT, DESC_BYTES, SUPERBLOCK_BYTES,
+};
+use crate::disk::device::Device;
+use crate::error::{Error, Result};
+use crate::geometry::Geometry;
+
+/// Writes a fresh file system: every block free but the metadata. Returns the superblock.
+pub fn mkfs(
+    dev: &dyn Device,
+    geometry: &Geometry,
+    journal_blocks: u64,
+    uuid: [u8; 16],
+) -> Result<Superblock> {
+    let bs = u64::from(geometry.block_size);
+    let needed = geometry.blocks_count.saturating_mul(bs);
+    if dev.size() < needed {
+        return Err(Error::DeviceTooSmall {
+            needed,
+            size: dev.size(),
+        });
+    }
+    let sb = Superblock::layout(geometry, journal_blocks, uuid)?;
+    // An empty journal: its first block zeroed, so no stale record is replayed.
+    dev.write_at(&vec![0u8; bs as usize], sb.journal_start * bs)?;
+    // No bitmap is written: every group starts uninitialised (its initial bitmap follows
+    // from the layout), so making a 16 TiB device writes its descriptors only.
+    let mut descs = vec![0u8; ((sb.groups() * DESC_BYTES as u64).div_ceil(bs) * bs) as usize];
+    let mut plain: Option<GroupDesc> = None;
+    for g in 0..sb.groups() {
+        let special = g * sb.group_blocks < sb.metadata_end()
+            || sb.backup_block() / sb.group_blocks == g
+            || geometry.group_len(g) < sb.group_blocks;
+        // Groups with nothing in them but free blocks all look alike: summarise one.
+        let desc = match plain {
+            Some(d) if !special => d,
+            _ => {
+                let mut d = GroupDesc::for_bitmap(&sb, g, &initial_bitmap(&sb, g), 0);
+                d.flags = DESC_BITMAP_UNINIT;
+                d.bitmap_crc = 0;
+                if !special {
+                    plain = Some(d);
+                }
+                d
+            }
+        };
+        let at = (g * DESC_BYTES as u64) as usize;
+        descs[at..at + DESC_BYTES].copy_from_slice(&desc.encode(g));
+    }
+    dev.write_at(&descs, sb.desc_start * bs)?;
+    write_superblock(dev, &sb)?;
+    dev.flush()?;
+    Ok(sb)
+}
+
+/// Writes group `g`'s bitmap home and encodes its descriptor (with `class_tag`) into
+/// `descs`, a slice of the descriptor table starting at group `first`, which the caller
+/// writes. Tests use it to put a group home by hand; a checkpoint flushes bitmaps before it
+/// writes descriptors, so it uses [`write_bitmap`] and [`GroupDesc::for_bitmap`] itself.
+#[cfg(test)]
+pub(crate) fn write_group(
+    dev: &dyn Device,
+    sb: &Superblock,
+    g: u64,
+    bitmap: &[u8],
+    class_tag: u8,
+    descs: &mut [u8],
+    first: u64,
+) -> Result<()> {
+    write_bitmap(dev, sb, g, bitmap)?;
+    let desc = GroupDesc::for_bitmap(sb, g, bitmap, class_tag);
+    let at = ((g - first) * DESC_BYTES as u64) as usize;
+    descs[at..at + DESC_BYTES].copy_from_slice(&desc.encode(g));
+    Ok(())
+}
+
+/// Writes group `g`'s bitmap home (its descriptor is the caller's).
+pub fn write_bitmap(dev: &dyn Device, sb: &Superblock, g: u64, bitmap: &[u8]) -> Result<()> {
+    let bs = u64::from(sb.block_size);
+    dev.write_at(
+        bitmap,
+        (sb.bitmap_start + g * u64::from(sb.bitmap_blocks)) * bs,
+    )
+}
+
+/// Reads every descriptor (one read of the table). A descriptor that fails its checks is
+/// returned as its error; the others still decode.
+pub fn read_descriptors(dev: &dyn Device, sb: &Superblock) -> Result<Vec<Result<GroupDesc>>> {
+    let bs = u64::from(sb.block_size);
+    let mut table = vec![0u8; (sb.groups() * DESC_BYTES as u64) as usize];
+    dev.read_at(&mut table, sb.desc_start * bs)?;
+    Ok(table
+        .chunks_exact(DESC_BYTES)
+        .enumerate()
+        .map(|(g, d)| GroupDesc::decode(d, g as u64))
+        .collect())
+}
+
+/// Reads group `g`'s bitmap as its descriptor `desc` says (the initial bitmap when
+/// uninitialised), checking the checksum and the free count.
+pub fn read_bitmap(dev: &dyn Device, sb: &Superblock, g: u64, desc: &GroupDesc) -> Result<Vec<u8>> {
+    let bitmap = if desc.flags & DESC_BITMAP_UNINIT != 0 {
+        initial_bitmap(sb, g)
+    } else {
+        let bitmap = read_bitmap_raw(dev, sb, g)?;
+        if crc32c::crc32c(&bitmap) != desc.bitmap_crc {
+            return Err(corrupt(format!("bitmap of group {g}"), "checksum mismatch"));
+        }
+        bitmap
+    };
+    let used = bitmap_used(&bitmap, sb.group_blocks);
+    let len = (sb.blocks_count - g * sb.group_blocks).min(sb.group_blocks);
+    let padding = sb.group_blocks - len;
+    if u64::from(desc.free_blocks) + used != len + padding {
+        return Err(corrupt(
+            format!("group {g}"),
+            format!(
+                "descriptor says {} free, bitmap {}",
+                desc.free_blocks,
+                len + padding - used
+            ),
+        ));
+    }
+    Ok(bitmap)
+}
+
+/// Writes both superblock copies (the caller flushes).
+pub fn write_superblock(dev: &dyn Device, sb: &Superblock) -> Result<()> {
+    let bs = u64::from(sb.block_size);
+    let mut block = vec![0u8; bs as usize];
+    block[..SUPERBLOCK_BYTES].copy_from_slice(&sb.encode());
+    dev.write_at(&block, 0)?;
+    dev.write_at(&block, sb.backup_block() * bs)
+}
+
+/// Reads the superblock: the primary, or the backup when the primary is damaged; the newer
+/// generation when both are valid. Checks the device is as large as it says.
+pub fn read_superblock(dev: &dyn Device) -> Result<Superblock> {
+    let mut head = [0u8; SUPERBLOCK_BYTES];
+    if dev.size() < SUPERBLOCK_BYTES as u64 {
+        return Err(Error::NotExtalloc(format!(
+            "{} bytes is too small to hold a superblock",
+            dev.size()
+        )));
+    }
+    dev.read_at(&mut head, 0)?;
+    let primary = Superblock::decode(&head);
+    // Where the backup is depends on the size the primary records; if the primary is
+    // unreadable, try the device's last block of each supported block size.
+    let mut candidates: Vec<u64> = Vec::new();
+    if let Ok(sb) = &primary {
+        candidates.push(sb.backup_block() * u64::from(sb.block_size));
+    }
+    for bs in [4096u64, 512, 1024, 2048, 8192, 16384, 32768, 65536] {
+        if dev.size() >= bs {
+            candidates.push(dev.size() / bs * bs - bs);
+        }
+    }
+    let mut backup: Option<Superblock> = None;
+    for at in candidates {
+        if at + SUPERBLOCK_BYTES as u64 > dev.size() {
+            continue;
+        }
+        let mut b = [0u8; SUPERBLOCK_BYTES];
+        dev.read_at(&mut b, at)?;
+        if let Ok(sb) = Superblock::decode(&b) {
+            if sb.backup_block() * u64::from(sb.block_size) == at {
+                backup = Some(sb);
+                break;
+            }
+        }
+    }
+    let sb = match (primary, backup) {
+        (Ok(p), Some(b)) => {
+            if b.generation > p.generation {
+                b
+            } else {
+                p
+            }
+        }
+        (Ok(p), None) => p,
+        (Err(_), Some(b)) => b,
+        (Err(e @ Error::UnsupportedVersion { .. }), None) => return Err(e),
+        (Err(Error::NotExtalloc(m)), None) => return Err(Error::NotExtalloc(m)),
+        (Err(e), None) => return Err(e),
+    };
+    let needed = sb.blocks_count.saturating_mul(u64::from(sb.block_size));
+    if dev.size() < needed {
+        return Err(Error::DeviceTooSmall {
+            needed,
+            size: dev.size(),
+        });
+    }
+    Ok(sb)
+}
+
+/// Reads group `g`'s bitmap without any check (after an interrupted checkpoint, when the
+/// journal replay repairs it).
+pub fn read_bitmap_raw(dev: &dyn Device, sb: &Superblock, g: u64) -> Result<Vec<u8>> {
+    let bs = u64::from(sb.block_size);
+    let mut bitmap = vec![0u8; (u64::from(sb.bitmap_blocks) * bs) as usize];
+    dev.read_at(
+        &mut bitmap,
+        (sb.bitmap_start + g * u64::from(sb.bitmap_blocks)) * bs,
+    )?;
+    Ok(bitmap)
+}
+
+/// Reads group `g`'s descriptor and bitmap, checking both checksums, the free count and
+/// the descriptor's summary against the bitmap.
+pub fn read_group(dev: &dyn Device, sb: &Superblock, g: u64) -> Result<(GroupDesc, Vec<u8>)> {
+    let bs = u64::from(sb.block_size);
+    let mut d = [0u8; DESC_BYTES];
+    dev.read_at(&mut d, sb.desc_start * bs + g * DESC_BYTES as u64)?;
+    let desc = GroupDesc::decode(&d, g)?;
+    let bitmap = read_bitmap(dev, sb, g, &desc)?;
+    let (_, largest, avg) = bitmap_summary(sb, g, &bitmap);
+    if (largest, avg) != (desc.largest_order, desc.avg_order) {
+        return Err(corrupt(
+            format!("descriptor of group {g}"),
+            format!(
+                "orders {:?}/{:?}, bitmap {largest:?}/{avg:?}",
+                desc.largest_order, desc.avg_order
+            ),
+        ));
+    }
+    Ok((desc, bitmap))
+}
