@@ -7,7 +7,7 @@
 
 mod cli;
 
-use cli::output::{emit, Outputs};
+use cli::output::emit;
 use extalloc_cli::{compare, lab, replay};
 
 use anyhow::Result;
@@ -113,42 +113,7 @@ enum Command {
     },
     /// Replay a kernel ext4 allocation trace (tracefs text, plain or .gz) through policies
     /// and compare the layout and free space with what the kernel decided.
-    Replay {
-        /// The trace.
-        trace: std::path::PathBuf,
-        /// Device to keep, `major,minor` [default: the most frequent in the trace].
-        #[arg(long)]
-        dev: Option<String>,
-        /// Device size in blocks [default: the trace's capture header, else the README next
-        /// to it].
-        #[arg(long)]
-        blocks: Option<u64>,
-        /// Blocks per group [default: the header or README, else 32768].
-        #[arg(long)]
-        group_blocks: Option<u64>,
-        /// Block size in bytes [default: the header or README, else 4096].
-        #[arg(long)]
-        block_size: Option<u32>,
-        /// Policies, comma-separated.
-        #[arg(long, default_value = "ext4-base,ext4-2025,extalloc")]
-        policy: String,
-        /// Replay only the first N events.
-        #[arg(long)]
-        limit: Option<usize>,
-        /// Fidelity rules to switch off, comma-separated: commits, reuse, cpu, complete,
-        /// streams (docs/replay.md says what each does).
-        #[arg(long, value_delimiter = ',')]
-        without: Vec<String>,
-        /// Write every file's extents on each side to this JSON file.
-        #[arg(long)]
-        dump_files: Option<std::path::PathBuf>,
-        /// Write the JSON report here.
-        #[arg(long)]
-        json: Option<std::path::PathBuf>,
-        /// Also write report.md and PNG charts into this directory.
-        #[arg(long)]
-        plot: Option<std::path::PathBuf>,
-    },
+    Replay(cli::commands::ReplayArgs),
     /// Record ext4's allocation events on one device while a command runs (root), as a
     /// gzip trace that `replay` reads.
     Capture {
@@ -163,23 +128,7 @@ enum Command {
         command: Vec<String>,
     },
     /// Make an extalloc file system on a file or block device (docs/format.md).
-    Mkfs {
-        /// The file (created or truncated to --size) or block device.
-        path: std::path::PathBuf,
-        /// Size (K, M, G, T); a block device's own size when omitted.
-        #[arg(long)]
-        size: Option<String>,
-        #[arg(long, default_value_t = 4096)]
-        block_size: u32,
-        #[arg(long, default_value_t = extalloc::GROUP_BLOCKS_DEFAULT)]
-        group_blocks: u64,
-        /// Journal size (K, M, G).
-        #[arg(long, default_value = "64MiB")]
-        journal_size: String,
-        /// Overwrite a target that holds data or an extalloc device.
-        #[arg(long)]
-        force: bool,
-    },
+    Mkfs(cli::device::MkfsArgs),
     /// Group commit on a real file: commits per second at each thread count.
     CommitBench {
         /// A file to create (and remove afterwards): on /dev/shm, or on a disk.
@@ -334,46 +283,9 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Bench { suite, args } => bench(suite, args),
         Command::Compare { fs, args } => compare(&fs, args),
-        Command::Replay {
-            trace,
-            dev,
-            blocks,
-            group_blocks,
-            block_size,
-            policy,
-            limit,
-            without,
-            dump_files,
-            json,
-            plot,
-        } => cli::commands::replay(cli::commands::ReplayArgs {
-            trace,
-            dev,
-            blocks,
-            group_blocks,
-            block_size,
-            policy,
-            limit,
-            without,
-            dump_files,
-            outputs: Outputs { json, plot },
-        }),
+        Command::Replay(args) => cli::commands::replay(args),
         Command::Capture { dev, out, command } => capture(&dev, &out, &command),
-        Command::Mkfs {
-            path,
-            size,
-            block_size,
-            group_blocks,
-            journal_size,
-            force,
-        } => cli::device::mkfs(&cli::device::MkfsArgs {
-            path: &path,
-            size: size.as_deref(),
-            block_size,
-            group_blocks,
-            journal_size: &journal_size,
-            force,
-        }),
+        Command::Mkfs(args) => cli::device::mkfs(&args),
         Command::OpenBench {
             path,
             size,

@@ -6,7 +6,7 @@ use super::output::{emit, writable_file, Outputs};
 use anyhow::{Context, Result};
 use extalloc_cli::{lab, replay, torture};
 use lab::LabOptions;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// `extalloc bench --suite quick`: every table on stdout, each report under `--json DIR`
 /// and `--plot DIR`.
@@ -32,17 +32,42 @@ pub fn quick_suite(opts: &LabOptions, out: &Outputs) -> Result<()> {
 }
 
 /// What `extalloc replay` is asked.
+#[derive(clap::Args)]
 pub struct ReplayArgs {
-    pub trace: PathBuf,
+    /// The trace.
+    pub trace: std::path::PathBuf,
+    /// Device to keep, `major,minor` [default: the most frequent in the trace].
+    #[arg(long)]
     pub dev: Option<String>,
+    /// Device size in blocks [default: the trace's capture header, else the README next
+    /// to it].
+    #[arg(long)]
     pub blocks: Option<u64>,
+    /// Blocks per group [default: the header or README, else 32768].
+    #[arg(long)]
     pub group_blocks: Option<u64>,
+    /// Block size in bytes [default: the header or README, else 4096].
+    #[arg(long)]
     pub block_size: Option<u32>,
+    /// Policies, comma-separated.
+    #[arg(long, default_value = "ext4-base,ext4-2025,extalloc")]
     pub policy: String,
+    /// Replay only the first N events.
+    #[arg(long)]
     pub limit: Option<usize>,
+    /// Fidelity rules to switch off, comma-separated: commits, reuse, cpu, complete,
+    /// streams (docs/replay.md says what each does).
+    #[arg(long, value_delimiter = ',')]
     pub without: Vec<String>,
-    pub dump_files: Option<PathBuf>,
-    pub outputs: Outputs,
+    /// Write every file's extents on each side to this JSON file.
+    #[arg(long)]
+    pub dump_files: Option<std::path::PathBuf>,
+    /// Write the JSON report here.
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+    /// Also write report.md and PNG charts into this directory.
+    #[arg(long)]
+    pub plot: Option<std::path::PathBuf>,
 }
 
 /// `extalloc replay`: the report on stdout, what was odd on stderr.
@@ -57,8 +82,10 @@ pub fn replay(a: ReplayArgs) -> Result<()> {
         limit,
         without,
         dump_files,
-        outputs,
+        json,
+        plot,
     } = a;
+    let outputs = Outputs { json, plot };
 
     let dev = dev
         .map(|d| -> Result<(u32, u32)> {

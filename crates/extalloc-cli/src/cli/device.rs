@@ -7,23 +7,33 @@ use extalloc_cli::lab;
 use std::path::Path;
 
 /// What `mkfs` is asked to make.
-pub struct MkfsArgs<'a> {
-    pub path: &'a Path,
-    pub size: Option<&'a str>,
+#[derive(clap::Args)]
+pub struct MkfsArgs {
+    /// The file (created or truncated to --size) or block device.
+    pub path: std::path::PathBuf,
+    /// Size (K, M, G, T); a block device's own size when omitted.
+    #[arg(long)]
+    pub size: Option<String>,
+    #[arg(long, default_value_t = 4096)]
     pub block_size: u32,
+    #[arg(long, default_value_t = extalloc::GROUP_BLOCKS_DEFAULT)]
     pub group_blocks: u64,
-    pub journal_size: &'a str,
+    /// Journal size (K, M, G).
+    #[arg(long, default_value = "64MiB")]
+    pub journal_size: String,
+    /// Overwrite a target that holds data or an extalloc device.
+    #[arg(long)]
     pub force: bool,
 }
 
 /// `extalloc mkfs`.
-pub fn mkfs(a: &MkfsArgs<'_>) -> Result<()> {
+pub fn mkfs(a: &MkfsArgs) -> Result<()> {
     let MkfsArgs {
-        path,
-        size,
+        ref path,
+        ref size,
         block_size,
         group_blocks,
-        journal_size,
+        ref journal_size,
         force,
     } = *a;
 
