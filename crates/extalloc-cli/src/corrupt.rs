@@ -25,6 +25,7 @@
 //! Data structures: an `Image` (bytes, ground truth, the undamaged open's used set) per
 //! image; no shared state between steps. No locks of its own.
 
+use crate::torture::used_blocks;
 use anyhow::{bail, Context, Result};
 use extalloc::disk::device::{Crash, Device, FaultDevice, MemDevice};
 use extalloc::disk::format;
@@ -245,21 +246,6 @@ fn image_device(bytes: &[u8]) -> Arc<dyn Device> {
     dev.write_at(bytes, 0)
         .expect("a memory device takes its size");
     Arc::new(dev)
-}
-
-fn used_blocks(store: &Store) -> Result<BTreeSet<u64>> {
-    let a = store.allocator();
-    let g = *a.geometry();
-    let mut used = BTreeSet::new();
-    for grp in 0..g.groups_count() {
-        let bytes = a.group_bitmap_bytes(grp, g.group_blocks.div_ceil(8) as usize)?;
-        for i in 0..g.group_len(grp) {
-            if bytes[(i / 8) as usize] & (1 << (i % 8)) != 0 {
-                used.insert(g.group_start(grp) + i);
-            }
-        }
-    }
-    Ok(used)
 }
 
 fn pick_damage(rng: &mut impl Rng, sb: &format::Superblock, len: u64) -> Damage {

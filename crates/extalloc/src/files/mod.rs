@@ -52,7 +52,8 @@
 //!
 //! The core reports no space with the blocks pending and reserved. This layer owns one
 //! remedy: when preallocations hold blocks, it discards every PA it can lock and retries
-//! once. Committing pending frees belongs to the owner of the commits (a store's journal,
+//! (`Files::retrying`: once under a file lock, up to `DISCARD_RETRIES` times without one).
+//! Committing pending frees belongs to the owner of the commits (a store's journal,
 //! or the `_committing` calls of an owner in memory).
 //!
 //! Lock order: file lock -> locality shard lock -> group locks -> global lock.
@@ -122,52 +123,47 @@ impl Files {
     /// A plain extent next to the files (metadata, say): [`Allocator::allocate`], with this
     /// layer's remedy when it finds no space while preallocations hold blocks.
     pub fn allocate(&self, req: &AllocRequest) -> Result<Extent> {
-        self.retrying(|| self.alloc.allocate(req))
+        self.retrying(DISCARD_RETRIES, || self.alloc.allocate(req))
     }
 
     /// [`Files::allocate`] for a caller that owns the commits: pending frees are committed
     /// first (see [`Allocator::allocate_committing`]), preallocations discarded next.
     pub fn allocate_committing(&self, req: &AllocRequest) -> Result<Extent> {
-        self.retrying(|| self.alloc.allocate_committing(req))
+        self.retrying(DISCARD_RETRIES, || self.alloc.allocate_committing(req))
     }
 
-    /// Reserves blocks for a PA or locality chunk, with this layer's remedy.
+    /// Reserves blocks for a PA or locality chunk, with this layer's remedy once: the
+    /// caller holds a file lock, and retries without it ([`Files::retrying`]).
     fn reserve(&self, req: &AllocRequest, commits: Commits) -> Result<Extent> {
-        self.with_discard(|| self.alloc.reserve(req, commits == Commits::First))
+        self.retrying(1, || self.alloc.reserve(req, commits == Commits::First))
     }
 
-    /// Runs `op` (holding no file lock); while it finds no space and preallocations hold
-    /// blocks, discards every PA it can lock and runs it again, up to [`DISCARD_RETRIES`]
-    /// times. Files other threads are writing cannot be discarded at that moment (their
-    /// locks are only tried, never waited for: two writers discarding each other's files
-    /// would deadlock), so a round that released nothing yields first, as ext4's discard
-    /// retries do.
-    fn retrying(&self, mut op: impl FnMut() -> Result<Extent>) -> Result<Extent> {
+    /// Runs `op`; while it finds no space and preallocations hold blocks, discards every PA
+    /// it can lock (this layer's remedy: the only one it owns) and runs it again, up to
+    /// `rounds` times. Files other threads are writing cannot be discarded at that moment
+    /// (their locks are only tried, never waited for: two writers discarding each other's
+    /// files would deadlock), so a round that released nothing yields first, as ext4's
+    /// discard retries do. Holding no file lock, callers give [`DISCARD_RETRIES`] rounds.
+    fn retrying(&self, rounds: u32, mut op: impl FnMut() -> Result<Extent>) -> Result<Extent> {
         let mut tries = 0;
         loop {
-            match op() {
-                Err(Error::NoSpace {
-                    reserved_blocks, ..
-                }) if reserved_blocks > 0 && tries < DISCARD_RETRIES => {
-                    tries += 1;
-                    if self.discard_preallocations() == 0 {
-                        std::thread::yield_now();
-                    }
-                }
+            let err = match op() {
+                Err(
+                    e @ Error::NoSpace {
+                        reserved_blocks, ..
+                    },
+                ) if reserved_blocks > 0 && tries < rounds => e,
                 other => return other,
+            };
+            tries += 1;
+            if self.discard_preallocations() == 0 {
+                if rounds == 1 {
+                    // Under a file lock: waiting here only holds up the threads whose
+                    // files this one would discard.
+                    return Err(err);
+                }
+                std::thread::yield_now();
             }
-        }
-    }
-
-    /// Runs a core allocation under a file lock; finding no space while preallocations hold
-    /// blocks, discards every PA it can lock (this layer's remedy: the only one it owns)
-    /// and runs it again once. The caller retries without its lock ([`Files::retrying`]).
-    fn with_discard(&self, op: impl Fn() -> Result<Extent>) -> Result<Extent> {
-        match op() {
-            Err(Error::NoSpace {
-                reserved_blocks, ..
-            }) if reserved_blocks > 0 && self.discard_preallocations() > 0 => op(),
-            other => other,
         }
     }
 
@@ -227,7 +223,9 @@ impl Files {
         commits: Commits,
     ) -> Result<Extent> {
         self.validate_data_request(req)?;
-        self.retrying(|| self.allocate_data_locked(file, req, commits))
+        self.retrying(DISCARD_RETRIES, || {
+            self.allocate_data_locked(file, req, commits)
+        })
     }
 
     /// One attempt of `allocate_data`, under the file's lock.
@@ -508,18 +506,6 @@ impl Files {
     /// Blocks held in preallocations (files' unused PA blocks and locality chunks) of the
     /// registered files.
     pub fn prealloc_reserved_blocks(&self) -> u64 {
-        let files: u64 = self
-            .registry
-            .live_files()
-            .iter()
-            .map(|f| f.prealloc_unused_blocks())
-            .sum();
-        let locality: u64 = self
-            .registry
-            .locality
-            .iter()
-            .map(|s| s.lock().extents().map(|c| c.len).sum::<u64>())
-            .sum();
-        files + locality
+        self.reserved_extents().iter().map(|e| e.len).sum()
     }
 }
