@@ -12,7 +12,9 @@ identical to BEFORE's (or, where it differs, which figure and both values).
 
 Progress goes to stderr, the table to stdout. Exit status 0 even when figures differ: the table
 says so. A run that fails is reported (its error on stderr, a count in the table) and the
-rounds go on. `--bench NAME` (repeatable) runs only those benchmarks.
+rounds go on. `--bench NAME` (repeatable) runs only those benchmarks; `--extra "ARGS"` appends
+ARGS to every bench command (say `--extra "--device-size 32GiB"`: small-files on the default
+4 GiB device lasts about 0.15 s, too short to resolve 5 %).
 """
 import argparse
 import json
@@ -51,9 +53,9 @@ BETTER = {
 }
 
 
-def run(binary, bench, out):
+def run(binary, bench, out, extra):
     """The report of one run, or None if it failed (its error goes to stderr)."""
-    cmd = [binary, "bench", *bench, "--json", out]
+    cmd = [binary, "bench", *bench, *extra, "--json", out]
     print("+", " ".join(cmd), file=sys.stderr, flush=True)
     r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
@@ -93,6 +95,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", help="keep the JSON reports here")
     ap.add_argument("--bench", action="append", help="only this benchmark (repeatable)")
+    ap.add_argument("--extra", default="", help="arguments appended to every bench command")
     args = ap.parse_args()
     for b in (args.before, args.after):
         if not os.access(b, os.X_OK):
@@ -112,7 +115,7 @@ def main():
             # ABBA: odd rounds run AFTER first, so a steady drift favours neither side.
             for side, binary in order if rnd % 2 == 0 else order[::-1]:
                 path = os.path.join(out_dir, f"{name}-{side}-{rnd}.json")
-                report = run(binary, bench, path)
+                report = run(binary, bench, path, args.extra.split())
                 if report is None:
                     failed[side] += 1
                     continue

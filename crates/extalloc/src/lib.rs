@@ -37,9 +37,9 @@
 //! ));
 //! // Closing the file returns the unused preallocation at once.
 //! let unused = file.prealloc_unused_blocks();
-//! assert_eq!(alloc.allocator().reserved_blocks(), unused);
+//! assert_eq!(alloc.reserved_blocks(), unused);
 //! assert_eq!(alloc.release_prealloc(&file)?, unused);
-//! assert_eq!(alloc.allocator().reserved_blocks(), 0);
+//! assert_eq!(alloc.reserved_blocks(), 0);
 //! alloc.check()?;
 //! # Ok::<(), Error>(())
 //! ```

@@ -172,6 +172,9 @@ fn run(spec: &str, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 + fl.prealloc_reserved_blocks(),
             geometry.blocks_count
         );
+        // The file layer's split is exact, whatever the core has yet to hear of.
+        prop_assert_eq!(fl.allocated_blocks(), mapped);
+        prop_assert_eq!(fl.reserved_blocks(), fl.prealloc_reserved_blocks());
         // The model agrees with the files' maps.
         for (i, f) in files.iter().enumerate() {
             let mut got = BTreeMap::new();
@@ -388,6 +391,46 @@ fn appends_land_contiguously_and_small_files_sit_together() {
     for pair in ends.windows(2) {
         assert_eq!(pair[0].end(), pair[1].start);
     }
+    fl.check().unwrap();
+}
+
+/// Locality carves reach the core in batches; the file layer's figures and its no-space
+/// error are exact between batches, and a discard settles the core's figures too.
+#[test]
+fn small_files_are_counted_exactly_between_claim_batches() {
+    let alloc =
+        Allocator::new(Geometry::new(4096, 4096, 4096).unwrap(), Policy::default()).unwrap();
+    let fl = Files::new(alloc);
+    let mut n = 0u64;
+    while let Ok(e) = fl.allocate_data(&fl.create_file(n), &DataRequest::new(0, 1)) {
+        assert_eq!(e.len, 1);
+        n += 1;
+        if n == 3 {
+            // Mid-chunk: three small files carved, the rest of the chunk reserved.
+            assert_eq!(fl.allocated_blocks(), 3);
+            assert_eq!(fl.reserved_blocks(), fl.prealloc_reserved_blocks());
+            assert!(fl.reserved_blocks() > 0);
+            assert_eq!(
+                fl.allocated_blocks() + fl.reserved_blocks() + fl.allocator().free_blocks(),
+                4096
+            );
+            fl.check().unwrap();
+        }
+    }
+    assert_eq!(n, 4096, "every block went to a small file");
+    assert_eq!(fl.allocated_blocks(), 4096);
+    assert_eq!(fl.reserved_blocks(), 0);
+    match fl.allocate_data(&fl.create_file(n), &DataRequest::new(0, 1)) {
+        Err(Error::NoSpace {
+            free_blocks: 0,
+            reserved_blocks: 0,
+            ..
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    fl.discard_preallocations();
+    assert_eq!(fl.allocator().allocated_blocks(), 4096, "the core agrees");
+    assert_eq!(fl.allocator().reserved_blocks(), 0);
     fl.check().unwrap();
 }
 

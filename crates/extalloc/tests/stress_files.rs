@@ -95,7 +95,7 @@ fn stress(spec: &str, threads: usize, ops_per_thread: usize) {
                                 match files.allocate_data_committing(file, &req) {
                                     Ok(e) => {
                                         claim(shadow, owner, e, spec);
-                                        if files.allocator().reserved_blocks() > 0 {
+                                        if files.reserved_blocks() > 0 {
                                             saw_reserved.store(true, Ordering::Relaxed);
                                         }
                                     }
@@ -156,16 +156,8 @@ fn stress(spec: &str, threads: usize, ops_per_thread: usize) {
     // Locality chunks outlive files: what is still reserved is in them, and goes back too.
     files.discard_preallocations();
     files.check().unwrap_or_else(|e| panic!("{spec}: {e}"));
-    assert_eq!(
-        files.allocator().reserved_blocks(),
-        0,
-        "{spec}: reserved blocks left"
-    );
-    assert_eq!(
-        files.allocator().allocated_blocks(),
-        0,
-        "{spec}: allocated blocks left"
-    );
+    assert_eq!(files.reserved_blocks(), 0, "{spec}: reserved blocks left");
+    assert_eq!(files.allocated_blocks(), 0, "{spec}: allocated blocks left");
     assert_eq!(
         files.allocator().free_blocks(),
         total,

@@ -333,18 +333,29 @@ impl Allocator {
     /// the blocks were marked used when reserved.
     pub(crate) fn claim(&self, extent: Extent) {
         debug_assert!(self.is_reserved(extent), "claimed blocks must be reserved");
+        self.claim_blocks(extent.len);
+    }
+
+    /// [`Allocator::claim`] for `n` blocks the file layer handed out earlier and claims in
+    /// one batch (locality carves: one counter write per chunk, not per small file). Until
+    /// the batch lands, [`Allocator::reserved_blocks`] still counts those blocks; the file
+    /// layer's figures ([`Files::reserved_blocks`](crate::Files::reserved_blocks)) are exact.
+    pub(crate) fn claim_blocks(&self, n: u64) {
         let shard = self.stats.shard();
-        shard.sub(&shard.held.reserved, extent.len);
+        shard.sub(&shard.held.reserved, n);
     }
 
     /// Blocks handed to callers and not freed (with the device's own metadata and any
     /// group held corrupt). At quiescence, `blocks marked used = allocated + reserved +
-    /// pending` ([`Allocator::check`] verifies it).
+    /// pending` ([`Allocator::check`] verifies it). Under a file layer, blocks carved from
+    /// locality chunks count as reserved here until their batch is claimed: ask
+    /// [`Files::allocated_blocks`](crate::Files::allocated_blocks) for the exact split.
     pub fn allocated_blocks(&self) -> u64 {
         self.stats.held().0
     }
 
-    /// Blocks reserved by preallocations: marked used, handed to nobody, never journaled.
+    /// Blocks reserved by preallocations: marked used, handed to nobody, never journaled
+    /// (with the file layer's unclaimed locality carves: see [`Allocator::allocated_blocks`]).
     pub fn reserved_blocks(&self) -> u64 {
         self.stats.held().1
     }

@@ -15,7 +15,7 @@ impl Files {
         self.alloc.check()?;
         self.check_preallocations()?;
         let held = self.prealloc_reserved_blocks();
-        let counted = self.alloc.reserved_blocks();
+        let counted = self.reserved_blocks();
         if held != counted {
             return Err(Error::Invariant(format!(
                 "preallocations hold {held} blocks, the core counts {counted} reserved"

@@ -124,12 +124,14 @@ impl Files {
     /// layer's remedy when it finds no space while preallocations hold blocks.
     pub fn allocate(&self, req: &AllocRequest) -> Result<Extent> {
         self.retrying(DISCARD_RETRIES, || self.alloc.allocate(req))
+            .map_err(|e| self.exact_no_space(e))
     }
 
     /// [`Files::allocate`] for a caller that owns the commits: pending frees are committed
     /// first (see [`Allocator::allocate_committing`]), preallocations discarded next.
     pub fn allocate_committing(&self, req: &AllocRequest) -> Result<Extent> {
         self.retrying(DISCARD_RETRIES, || self.alloc.allocate_committing(req))
+            .map_err(|e| self.exact_no_space(e))
     }
 
     /// Reserves blocks for a PA or locality chunk, with this layer's remedy once: the
@@ -165,6 +167,57 @@ impl Files {
                 std::thread::yield_now();
             }
         }
+    }
+
+    /// `err` with a no-space error's reserved figure made exact (the core's counts
+    /// locality carves it has not heard of yet). Takes every locality shard's lock: call
+    /// holding none of the file layer's locks.
+    #[cold]
+    fn exact_no_space(&self, err: Error) -> Error {
+        match err {
+            Error::NoSpace {
+                requested,
+                min_len,
+                free_blocks,
+                pending_blocks,
+                ..
+            } => Error::NoSpace {
+                requested,
+                min_len,
+                free_blocks,
+                pending_blocks,
+                reserved_blocks: self.reserved_blocks(),
+            },
+            other => other,
+        }
+    }
+
+    /// Blocks handed to callers and not freed: the core's figure
+    /// ([`Allocator::allocated_blocks`]) with the locality carves it has not been told of.
+    /// Exact at quiescence. Takes every locality shard's lock.
+    pub fn allocated_blocks(&self) -> u64 {
+        self.alloc
+            .allocated_blocks()
+            .wrapping_add(self.unclaimed_blocks())
+    }
+
+    /// Blocks reserved by preallocations (files' unused PA blocks, locality chunks), handed
+    /// to nobody: the core's figure less the locality carves it has not been told of. Exact
+    /// at quiescence (equal to [`Files::prealloc_reserved_blocks`]; `check` verifies it).
+    /// Takes every locality shard's lock.
+    pub fn reserved_blocks(&self) -> u64 {
+        self.alloc
+            .reserved_blocks()
+            .saturating_sub(self.unclaimed_blocks())
+    }
+
+    /// Blocks carved from locality chunks that the core still counts as reserved.
+    fn unclaimed_blocks(&self) -> u64 {
+        self.registry
+            .locality
+            .iter()
+            .map(|shard| shard.lock().unclaimed)
+            .sum()
     }
 
     /// Every extent reserved by a preallocation (files' unused PA blocks, locality chunks):
@@ -226,6 +279,7 @@ impl Files {
         self.retrying(DISCARD_RETRIES, || {
             self.allocate_data_locked(file, req, commits)
         })
+        .map_err(|e| self.exact_no_space(e))
     }
 
     /// One attempt of `allocate_data`, under the file's lock.
@@ -274,8 +328,8 @@ impl Files {
             let slot = req
                 .locality
                 .map_or_else(|| self.alloc.shard_index(), |s| s as usize % SHARDS);
+            // Carving claims (in batches: see `locality`).
             let extent = self.carve_locality(file.id, len, req.lifetime, slot, commits)?;
-            self.alloc.claim(extent);
             map_insert(&mut f, req.logical, extent, left, right);
             return Ok(extent);
         }
@@ -490,6 +544,7 @@ impl Files {
         }
         for shard in self.registry.locality.iter() {
             if let Some(mut loc) = shard.try_lock() {
+                self.claim_carved(&mut loc);
                 let all: Vec<Extent> = loc.extents().collect();
                 *loc = Locality::default();
                 for rest in all {

@@ -46,14 +46,14 @@ impl<'a> AllocatorView<'a> {
         self.alloc().pending_free_blocks()
     }
 
-    /// See [`Allocator::allocated_blocks`].
+    /// See [`Files::allocated_blocks`].
     pub fn allocated_blocks(&self) -> u64 {
-        self.alloc().allocated_blocks()
+        self.files.allocated_blocks()
     }
 
-    /// See [`Allocator::reserved_blocks`].
+    /// See [`Files::reserved_blocks`].
     pub fn reserved_blocks(&self) -> u64 {
-        self.alloc().reserved_blocks()
+        self.files.reserved_blocks()
     }
 
     /// See [`Allocator::is_free`].
