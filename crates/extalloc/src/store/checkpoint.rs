@@ -1,8 +1,9 @@
 //! Checkpoints: the changed groups written home, then the journal emptied.
 //!
 //! The order on the media (`docs/format.md`): the superblock says `CHECKPOINTING`, flush;
-//! the changed groups' bitmaps, flush; their descriptor blocks; flush; the superblock with
-//! the tail at the front of the journal area and the state cleared, flush.
+//! the changed groups' descriptors in flight (new figures, and the bitmap each replaces),
+//! flush; their bitmaps, flush; their descriptors settled, flush; the superblock with the
+//! tail at the front of the journal area and the state cleared, flush.
 //!
 //! Data structures: none of its own; the allocator's home-dirty groups say what to write.
 //!
@@ -17,7 +18,7 @@
 //! and the allocator's.
 
 use super::Store;
-use crate::disk::format::{self, GroupDesc, Superblock, DESC_BYTES};
+use crate::disk::format::{self, GroupDesc, Replaced, Superblock, DESC_BYTES};
 use crate::disk::journal::Op;
 use crate::error::{Error, Result};
 use crate::geometry::Extent;
@@ -108,21 +109,53 @@ impl Store {
         Ok(())
     }
 
-    /// Writes the `dirty` groups home (bitmaps first, flushed, then their descriptor
-    /// blocks: a descriptor never points at a bitmap that is not on the media, which matters
-    /// for a group leaving `BITMAP_UNINIT`, whose bitmap area held nothing). Groups an
-    /// unrecorded transaction's allocations (`exclude`) touched are returned: their home
-    /// copy differs from memory until the next checkpoint.
+    /// Writes the `dirty` groups home in three steps, each flushed before the next: their
+    /// descriptors in flight (new figures and checksum, and the bitmap each replaces), the
+    /// bitmaps, then the descriptors again, settled (the caller flushes that step). A crash
+    /// anywhere leaves every group verifiable by a checksum: a settled descriptor matches
+    /// its bitmap, an in-flight one matches the new bitmap or the replaced one, and damage
+    /// matches neither (`docs/format.md`). A descriptor never points at a bitmap that is not
+    /// on the media, which matters for a group leaving `BITMAP_UNINIT`, whose bitmap area
+    /// held nothing. Groups an unrecorded transaction's allocations (`exclude`) touched are
+    /// returned: their home copy differs from memory until the next checkpoint.
     fn write_groups_home(
         &self,
         sb: &Superblock,
         dirty: &[u64],
         exclude: &[Op],
     ) -> Result<BTreeSet<u64>> {
+        let (homes, redo) = self.home_images(sb, dirty, exclude)?;
+        let mut tables = self.read_desc_tables(sb, dirty)?;
+        for (g, _, desc) in &homes {
+            let replaces = self.replaced_bitmap(sb, *g, &tables)?;
+            let in_flight = GroupDesc {
+                replaces: Some(replaces),
+                ..*desc
+            };
+            put_desc(sb, &mut tables, *g, &in_flight);
+        }
+        self.write_desc_tables(&tables)?;
+        self.dev.flush()?;
+        for (g, bitmap, desc) in &homes {
+            format::write_bitmap(self.dev.as_ref(), sb, *g, bitmap)?;
+            put_desc(sb, &mut tables, *g, desc);
+        }
+        self.dev.flush()?;
+        self.write_desc_tables(&tables)?;
+        Ok(redo)
+    }
+
+    /// The home image of each dirty group: `(group, bitmap, settled descriptor)`, and the
+    /// groups whose image leaves out an unrecorded transaction's allocations.
+    fn home_images(
+        &self,
+        sb: &Superblock,
+        dirty: &[u64],
+        exclude: &[Op],
+    ) -> Result<(Vec<HomeImage>, BTreeSet<u64>)> {
         let bs = u64::from(sb.block_size);
         let bitmap_bytes = (u64::from(sb.bitmap_blocks) * bs) as usize;
         let mut redo: BTreeSet<u64> = BTreeSet::new();
-        let mut descs: Vec<(u64, GroupDesc)> = Vec::with_capacity(dirty.len());
         // Reserved is not allocated: blocks preallocations hold were never recorded, so home
         // shows them free (a crash frees them), and their groups stay dirty.
         let unrecorded: Vec<Extent> = exclude
@@ -133,6 +166,7 @@ impl Store {
             })
             .chain(self.files.reserved_extents())
             .collect();
+        let mut homes = Vec::with_capacity(dirty.len());
         for &g in dirty {
             // Clean first: a change made while the group is written (a concurrent release)
             // marks it dirty again. A failure marks every group dirty again (the caller).
@@ -158,28 +192,104 @@ impl Store {
             for (b, init) in bitmap.iter_mut().zip(format::initial_bitmap(sb, g)) {
                 *b |= init;
             }
-            format::write_bitmap(self.dev.as_ref(), sb, g, &bitmap)?;
-            let tag = self.alloc().group_class_tag(g);
-            descs.push((g, GroupDesc::for_bitmap(sb, g, &bitmap, tag)));
+            let desc = GroupDesc::for_bitmap(sb, g, &bitmap, self.alloc().group_class_tag(g));
+            homes.push((g, bitmap, desc));
         }
-        self.dev.flush()?;
-        let per_block = bs / DESC_BYTES as u64;
-        let mut i = 0;
-        while i < descs.len() {
-            let block = descs[i].0 / per_block;
-            let at = sb.desc_start * bs + block * bs;
-            let mut table = vec![0u8; bs as usize];
-            self.dev.read_at(&mut table, at)?;
-            while i < descs.len() && descs[i].0 / per_block == block {
-                let (g, desc) = descs[i];
-                let off = ((g - block * per_block) * DESC_BYTES as u64) as usize;
-                table[off..off + DESC_BYTES].copy_from_slice(&desc.encode(g));
-                i += 1;
-            }
-            self.dev.write_at(&table, at)?;
-        }
-        Ok(redo)
+        Ok((homes, redo))
     }
+
+    /// The descriptor-table blocks that describe `groups` (sorted): `(device offset, bytes)`.
+    fn read_desc_tables(&self, sb: &Superblock, groups: &[u64]) -> Result<Vec<(u64, Vec<u8>)>> {
+        let bs = u64::from(sb.block_size);
+        let per_block = bs / DESC_BYTES as u64;
+        let mut blocks: Vec<u64> = groups.iter().map(|g| g / per_block).collect();
+        blocks.sort_unstable();
+        blocks.dedup();
+        blocks
+            .into_iter()
+            .map(|block| {
+                let at = sb.desc_start * bs + block * bs;
+                let mut table = vec![0u8; bs as usize];
+                self.dev.read_at(&mut table, at)?;
+                Ok((at, table))
+            })
+            .collect()
+    }
+
+    fn write_desc_tables(&self, tables: &[(u64, Vec<u8>)]) -> Result<()> {
+        for (at, table) in tables {
+            self.dev.write_at(table, *at)?;
+        }
+        Ok(())
+    }
+
+    /// What group `g`'s bitmap is at home now, as its current descriptor (in `tables`)
+    /// says: the initial state, or a bitmap's checksum and free count. A descriptor left in
+    /// flight by an interrupted checkpoint (or one that no longer decodes) is resolved by
+    /// reading the bitmap on the media.
+    fn replaced_bitmap(
+        &self,
+        sb: &Superblock,
+        g: u64,
+        tables: &[(u64, Vec<u8>)],
+    ) -> Result<Replaced> {
+        let (table, off) = desc_slot(sb, tables, g);
+        let old = GroupDesc::decode(&table[off..off + DESC_BYTES], g);
+        if let Ok(d) = &old {
+            if d.flags & format::DESC_BITMAP_UNINIT != 0 {
+                return Ok(Replaced::Uninit);
+            }
+            match d.replaces {
+                None => {
+                    return Ok(Replaced::Bitmap {
+                        crc: d.bitmap_crc,
+                        free_blocks: d.free_blocks,
+                    })
+                }
+                Some(Replaced::Uninit) => {
+                    if format::read_bitmap_which(self.dev.as_ref(), sb, g, d)?.1 {
+                        return Ok(Replaced::Bitmap {
+                            crc: d.bitmap_crc,
+                            free_blocks: d.free_blocks,
+                        });
+                    }
+                    return Ok(Replaced::Uninit);
+                }
+                Some(Replaced::Bitmap { .. }) => {}
+            }
+        }
+        let raw = format::read_bitmap_raw(self.dev.as_ref(), sb, g)?;
+        let used = format::bitmap_used(&raw, sb.group_blocks);
+        Ok(Replaced::Bitmap {
+            crc: crc32c::crc32c(&raw),
+            free_blocks: (sb.group_blocks - used) as u32,
+        })
+    }
+}
+
+/// A group's home image: `(group, bitmap, settled descriptor)`.
+type HomeImage = (u64, Vec<u8>, GroupDesc);
+
+/// The table holding group `g`'s descriptor among `tables`, and the descriptor's offset in it.
+fn desc_slot<'t>(sb: &Superblock, tables: &'t [(u64, Vec<u8>)], g: u64) -> (&'t Vec<u8>, usize) {
+    let (i, off) = desc_index(sb, tables, g);
+    (&tables[i].1, off)
+}
+
+fn desc_index(sb: &Superblock, tables: &[(u64, Vec<u8>)], g: u64) -> (usize, usize) {
+    let bs = u64::from(sb.block_size);
+    let per_block = bs / DESC_BYTES as u64;
+    let at = sb.desc_start * bs + (g / per_block) * bs;
+    let i = tables
+        .binary_search_by_key(&at, |(a, _)| *a)
+        .expect("the table block of a dirty group was read");
+    (i, ((g % per_block) * DESC_BYTES as u64) as usize)
+}
+
+/// Encodes `desc` into group `g`'s slot of `tables`.
+fn put_desc(sb: &Superblock, tables: &mut [(u64, Vec<u8>)], g: u64, desc: &GroupDesc) {
+    let (i, off) = desc_index(sb, tables, g);
+    tables[i].1[off..off + DESC_BYTES].copy_from_slice(&desc.encode(g));
 }
 
 #[cfg(test)]

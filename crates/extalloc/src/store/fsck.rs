@@ -30,8 +30,8 @@ pub struct Report {
     pub groups: u64,
     pub primary_superblock_ok: bool,
     pub backup_superblock_ok: bool,
-    /// A checkpoint was interrupted: group mismatches are expected and the journal repairs
-    /// them on the next open.
+    /// A checkpoint was interrupted: journal changes may already be home, and open repairs
+    /// it on the next open.
     pub checkpoint_interrupted: bool,
     pub free_blocks: u64,
     /// Groups whose descriptor or bitmap fails its checksum or disagrees with the other.
@@ -74,9 +74,6 @@ pub fn check(dev: &dyn Device) -> Result<Report> {
 struct Home {
     /// Each group's bitmap; `None` for a group that failed its checks.
     bitmaps: Vec<Option<Vec<u8>>>,
-    /// After an interrupted checkpoint: the groups that failed their checks, with what
-    /// failed, for the journal step to judge.
-    interrupted_mismatch: Vec<(u64, String)>,
 }
 
 /// Both superblock copies: whether each decodes.
@@ -102,7 +99,6 @@ fn check_superblocks(dev: &dyn Device, sb: &Superblock, r: &mut Report) {
 fn check_groups(dev: &dyn Device, sb: &Superblock, r: &mut Report) -> Result<Home> {
     let mut home = Home {
         bitmaps: Vec::new(),
-        interrupted_mismatch: Vec::new(),
     };
     for g in 0..sb.groups() {
         match format::read_group(dev, sb, g) {
@@ -111,16 +107,11 @@ fn check_groups(dev: &dyn Device, sb: &Superblock, r: &mut Report) -> Result<Hom
                 r.metadata_marked_free += metadata_marked_free(sb, g, &bitmap);
                 home.bitmaps.push(Some(bitmap));
             }
+            // After an interrupted checkpoint too: the groups it was writing have
+            // descriptors in flight, which accept either of their two bitmaps only.
             Err(Error::Corrupt { what, detail }) => {
                 r.corrupt_groups.push(g);
-                if !r.checkpoint_interrupted {
-                    r.problems.push(format!("{what}: {detail}"));
-                } else {
-                    // Judged by the journal step: only groups the journal touches may be
-                    // half-written.
-                    home.interrupted_mismatch
-                        .push((g, format!("{what}: {detail}")));
-                }
+                r.problems.push(format!("{what}: {detail}"));
                 home.bitmaps.push(None);
             }
             Err(e) => return Err(e),
@@ -151,8 +142,9 @@ fn metadata_marked_free(sb: &Superblock, g: u64, bitmap: &[u8]) -> u64 {
     free
 }
 
-/// The journal: the records after the tail, damage in the middle, the groups an
-/// interrupted checkpoint left failing, and whether each record applies to the home state.
+/// The journal: the records after the tail, damage in the middle, and whether each record
+/// applies to the home state (after an interrupted checkpoint a group may already hold
+/// them: conflicts are expected then).
 fn check_journal(dev: &dyn Device, sb: &Superblock, mut home: Home, r: &mut Report) -> Result<()> {
     let bs = u64::from(sb.block_size);
     let area = Area {
@@ -170,17 +162,6 @@ fn check_journal(dev: &dyn Device, sb: &Superblock, mut home: Home, r: &mut Repo
             d.lost_seq,
             d.stranded.len()
         ));
-    }
-    // An interrupted checkpoint writes only groups the journal's records changed: a group
-    // that fails its checks and no record touches is damaged, not half-written.
-    let touched = journal::groups_touched(&replayed.records, &sb.geometry()?);
-    for (g, what) in home.interrupted_mismatch {
-        if !touched.contains(&g) {
-            r.problems.push(format!(
-                "{what} (a checkpoint was interrupted, but the journal does not touch group \
-                 {g}: damaged, not half-written)"
-            ));
-        }
     }
     r.journal_conflicts = apply_to_home(sb, &replayed.records, &mut home.bitmaps);
     if r.journal_conflicts > 0 && !r.checkpoint_interrupted {

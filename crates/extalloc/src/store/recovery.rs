@@ -7,10 +7,10 @@
 //!
 //! Invariant: after `open`, memory is the home state with every replayed record applied in
 //! order. A group whose descriptor or bitmap fails its checks is held corrupt (used, never
-//! handed out, its records skipped), except after an interrupted checkpoint in a group the
-//! journal's records touch: that checkpoint may have been writing it, so it is taken as
-//! found and the replay, idempotent there, repairs it. Every other group is checked as on
-//! a clean device, so damage stays visible.
+//! handed out, its records skipped). After an interrupted checkpoint every group is still
+//! verified by a checksum: the checkpoint left the groups it was writing with descriptors
+//! in flight, which accept the new bitmap or the one it replaces and nothing else; the
+//! replay, idempotent then, brings either up to date. Damage stays visible.
 //!
 //! Locks: none of the store's (no one else holds the store while it opens); the calls into
 //! the allocator take its own.
@@ -27,52 +27,22 @@ use parking_lot::Mutex;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-/// Reads bitmaps for the allocator: the home copy, checked against the descriptor on disk.
-/// After an interrupted checkpoint, the groups the journal's records touch (the only ones
-/// that checkpoint could have been writing) are taken as they are, for the replay to
-/// repair; every other group is checked as on a clean device, so damage stays visible.
+/// Reads bitmaps for the allocator: the home copy, checked against the descriptor on disk
+/// (a descriptor an interrupted checkpoint left in flight accepts the new bitmap or the one
+/// it replaces: `format::read_bitmap`).
 struct HomeBitmaps {
     dev: Arc<dyn Device>,
     sb: Superblock,
-    /// Groups taken as found (empty unless a checkpoint was interrupted).
-    repairing: std::collections::HashSet<u64>,
 }
 
 impl BitmapSource for HomeBitmaps {
     fn read_bitmap(&self, g: u64) -> Result<Vec<u8>> {
-        let mut bitmap = self.read_home(g)?;
-        if self.repairing.contains(&g) {
-            // Taken as found: metadata stays used whatever the area held.
-            for (b, init) in bitmap.iter_mut().zip(format::initial_bitmap(&self.sb, g)) {
-                *b |= init;
-            }
-        }
-        Ok(bitmap)
-    }
-}
-
-impl HomeBitmaps {
-    fn read_home(&self, g: u64) -> Result<Vec<u8>> {
         let bs = u64::from(self.sb.block_size);
         let mut d = [0u8; DESC_BYTES];
         self.dev
             .read_at(&mut d, self.sb.desc_start * bs + g * DESC_BYTES as u64)?;
-        let repairing = self.repairing.contains(&g);
-        match GroupDesc::decode(&d, g) {
-            Ok(desc) if repairing && desc.flags & format::DESC_BITMAP_UNINIT == 0 => {
-                format::read_bitmap_raw(self.dev.as_ref(), &self.sb, g)
-            }
-            Ok(desc) => match format::read_bitmap(self.dev.as_ref(), &self.sb, g, &desc) {
-                Err(Error::Corrupt { .. }) if repairing => {
-                    format::read_bitmap_raw(self.dev.as_ref(), &self.sb, g)
-                }
-                other => other,
-            },
-            Err(Error::Corrupt { .. }) if repairing => {
-                format::read_bitmap_raw(self.dev.as_ref(), &self.sb, g)
-            }
-            Err(e) => Err(e),
-        }
+        let desc = GroupDesc::decode(&d, g)?;
+        format::read_bitmap(self.dev.as_ref(), &self.sb, g, &desc)
     }
 }
 
@@ -187,16 +157,10 @@ impl Store {
             sb.journal_tail_seq,
         )?;
         let replay_read = replay_started.elapsed();
-        // After an interrupted checkpoint, the groups it was writing may be a mix of old
-        // and new: those (the groups the journal's records touch) are taken as they are,
-        // and the idempotent replay repairs them. Any other group must pass its checks.
+        // After an interrupted checkpoint, a group's bitmap may be the new one or the one
+        // it replaces, and the records must be replayed idempotently.
         let repairing = sb.state & format::STATE_CHECKPOINTING != 0;
-        let taken_as_found = if repairing {
-            journal::groups_touched(&replayed.records, &geometry)
-        } else {
-            Default::default()
-        };
-        let alloc = Self::open_home(&dev, &sb, policy, taken_as_found)?;
+        let alloc = Self::open_home(&dev, &sb, policy)?;
         if let Some(d) = &replayed.damage {
             if !accept_loss {
                 return Err(Error::JournalDamaged {
@@ -243,24 +207,23 @@ impl Store {
     }
 
     /// The allocator over the home state: every group's figures from its descriptor (no
-    /// bitmap read), corrupt descriptors held. After an interrupted checkpoint
-    /// (`taken_as_found` not empty, or the superblock says so) every group is loaded now,
-    /// its figures from its bitmap, and marked for the next checkpoint.
-    fn open_home(
-        dev: &Arc<dyn Device>,
-        sb: &Superblock,
-        policy: Policy,
-        taken_as_found: std::collections::HashSet<u64>,
-    ) -> Result<Allocator> {
+    /// bitmap read), corrupt descriptors held. After an interrupted checkpoint (the
+    /// superblock says so) every group is loaded now, its figures from its bitmap, and
+    /// marked for the next checkpoint; so is a group whose descriptor is in flight.
+    fn open_home(dev: &Arc<dyn Device>, sb: &Superblock, policy: Policy) -> Result<Allocator> {
         let geometry = sb.geometry()?;
         let repairing = sb.state & format::STATE_CHECKPOINTING != 0;
         let descs = format::read_descriptors(dev.as_ref(), sb)?;
         let mut corrupt = Vec::new();
+        // In flight: its figures may not be those of the bitmap on the media.
+        let in_flight: Vec<u64> = (0..sb.groups())
+            .filter(|&g| matches!(&descs[g as usize], Ok(d) if d.replaces.is_some()))
+            .collect();
         let summaries: Vec<GroupSummary> = descs
             .iter()
             .enumerate()
             .map(|(g, d)| match d {
-                Ok(d) if !repairing => GroupSummary {
+                Ok(d) if !repairing && d.replaces.is_none() => GroupSummary {
                     free_blocks: d.free_blocks,
                     largest_order: d.largest_order,
                     avg_order: d.avg_order,
@@ -268,9 +231,7 @@ impl Store {
                 },
                 Ok(_) => GroupSummary::default(),
                 Err(_) => {
-                    if !taken_as_found.contains(&(g as u64)) {
-                        corrupt.push(g as u64);
-                    }
+                    corrupt.push(g as u64);
                     GroupSummary::default()
                 }
             })
@@ -278,7 +239,6 @@ impl Store {
         let source = Arc::new(HomeBitmaps {
             dev: dev.clone(),
             sb: sb.clone(),
-            repairing: taken_as_found,
         });
         let alloc = match Allocator::open_lazy(geometry, policy.clone(), source.clone(), &summaries)
         {
@@ -297,11 +257,14 @@ impl Store {
         for &g in &corrupt {
             alloc.mark_corrupt(g);
         }
-        if repairing {
-            for g in 0..sb.groups() {
-                alloc.ensure_loaded(g)?;
-                alloc.mark_home_dirty(g);
-            }
+        let eager: Vec<u64> = if repairing {
+            (0..sb.groups()).collect()
+        } else {
+            in_flight
+        };
+        for g in eager {
+            alloc.ensure_loaded(g)?;
+            alloc.mark_home_dirty(g);
         }
         Ok(alloc)
     }
@@ -396,59 +359,70 @@ mod tests {
         }
     }
 
-    /// A crash inside a checkpoint (state says so): the group the journal touches is taken
-    /// as found and repaired by the replay, but a group it does not touch whose bitmap is
-    /// damaged is held out of use and reported by fsck, as on a clean device, and nothing
-    /// in use is handed out.
+    /// A crash at every point of a checkpoint that writes group 2 home (a group an earlier
+    /// checkpoint wrote, whose blocks the journal does not all mention): without damage,
+    /// every group is verified by a checksum at open (none held), fsck is clean and every
+    /// committed block is in use; with group 2's bitmap damaged besides, fsck reports the
+    /// group and open holds it out of use. (Before in-flight descriptors, a group the
+    /// journal touched was taken as found after an interrupted checkpoint, and damage in it
+    /// handed out blocks in use.)
     #[test]
-    fn damage_is_not_hidden_by_an_interrupted_checkpoint() {
+    fn an_interrupted_checkpoint_leaves_every_group_verifiable() {
         use crate::store::fsck;
-        let dev = Arc::new(MemDevice::new(8192 * 4096));
-        let store = Store::create(dev.clone(), &geometry(), 8, Policy::default()).unwrap();
-        // Blocks in groups 1 and 2, written home; then a record touching group 2 only.
-        let a = store
-            .allocate(&AllocRequest::new(1, 16).goal(1024 + 100))
-            .unwrap();
-        let b = store
-            .allocate(&AllocRequest::new(2, 16).goal(2048 + 100))
-            .unwrap();
-        assert_eq!((a.start / 1024, b.start / 1024), (1, 2));
-        store.commit(b"a b").unwrap();
-        store.checkpoint().unwrap();
-        let c = store
-            .allocate(&AllocRequest::new(3, 16).goal(2048 + 500))
-            .unwrap();
-        assert_eq!(c.start / 1024, 2);
-        store.commit(b"c").unwrap();
-        drop(store);
-        // The crash: the checkpoint had said it was under way and written half of group
-        // 2's bitmap; group 1's bitmap is damaged besides.
-        let mut sb = format::read_superblock(dev.as_ref()).unwrap();
-        sb.state |= format::STATE_CHECKPOINTING;
-        format::write_superblock(dev.as_ref(), &sb).unwrap();
-        let bitmap_at = |g: u64| (sb.bitmap_start + g * u64::from(sb.bitmap_blocks)) * 4096;
-        dev.write_at(&[0u8; 16], bitmap_at(2) + 500 / 8).unwrap();
-        dev.write_at(&[0xa5; 64], bitmap_at(1) + 64).unwrap();
-        let report = fsck::check(dev.as_ref()).unwrap();
-        assert!(
-            report
-                .problems
-                .iter()
-                .any(|p| p.contains("does not touch group 1")),
-            "{report:?}"
-        );
-        assert!(
-            !report.problems.iter().any(|p| p.contains("group 2")),
-            "group 2 is repaired by the journal: {report:?}"
-        );
-        let (store, _) = Store::open(dev, Policy::default()).unwrap();
-        assert_eq!(store.corrupt_groups(), vec![1]);
-        for e in [a, b, c] {
-            for blk in e.start..e.end() {
-                assert!(!store.allocator().is_free(blk).unwrap(), "{blk} of {e:?}");
+        for fail_after in 0..8u64 {
+            for damage in [false, true] {
+                let dev = Arc::new(FaultDevice::new(MemDevice::new(8192 * 4096), fail_after));
+                let store = Store::create(dev.clone(), &geometry(), 8, Policy::default()).unwrap();
+                // Blocks in groups 1 and 2, written home; then a record touching group 2.
+                let a = store
+                    .allocate(&AllocRequest::new(1, 16).goal(1024 + 100))
+                    .unwrap();
+                let b = store
+                    .allocate(&AllocRequest::new(2, 16).goal(2048 + 100))
+                    .unwrap();
+                assert_eq!((a.start / 1024, b.start / 1024), (1, 2));
+                store.commit(b"a b").unwrap();
+                store.checkpoint().unwrap();
+                let c = store
+                    .allocate(&AllocRequest::new(3, 16).goal(2048 + 500))
+                    .unwrap();
+                assert_eq!(c.start / 1024, 2);
+                store.commit(b"c").unwrap();
+                dev.fail_after(fail_after);
+                let _ = store.checkpoint();
+                drop(store);
+                dev.crash(Crash::Random {
+                    keep: 0.5,
+                    tear: false,
+                })
+                .unwrap();
+                let sb = format::read_superblock(dev.as_ref()).unwrap();
+                if damage {
+                    // The byte holding b's first blocks: used in every version of group 2.
+                    let at = (sb.bitmap_start + 2 * u64::from(sb.bitmap_blocks)) * 4096 + 100 / 8;
+                    dev.write_at(&[0u8; 2], at).unwrap();
+                }
+                let case = format!("fail after {fail_after}, damage {damage}");
+                let report = fsck::check(dev.as_ref()).unwrap();
+                let (store, _) = Store::open(dev, Policy::default()).unwrap();
+                if damage {
+                    assert!(
+                        report.problems.iter().any(|p| p.contains("group 2")),
+                        "{case}: {report:?}"
+                    );
+                    assert_eq!(store.corrupt_groups(), vec![2], "{case}");
+                } else {
+                    assert!(report.clean(), "{case}: {report:?}");
+                    assert!(store.corrupt_groups().is_empty(), "{case}");
+                }
+                for e in [a, b, c] {
+                    for blk in e.start..e.end() {
+                        assert!(!store.allocator().is_free(blk).unwrap(), "{case}: {blk}");
+                    }
+                }
+                store.allocator().check().unwrap();
             }
         }
-        store.allocator().check().unwrap();
     }
 
     #[test]

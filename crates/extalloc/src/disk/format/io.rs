@@ -6,7 +6,7 @@
 //! caller serialises writes of one structure (the store, under its `commit_lock`).
 
 use super::{
-    bitmap_summary, bitmap_used, corrupt, initial_bitmap, GroupDesc, Superblock,
+    bitmap_summary, bitmap_used, corrupt, initial_bitmap, GroupDesc, Replaced, Superblock,
     DESC_BITMAP_UNINIT, DESC_BYTES, SUPERBLOCK_BYTES,
 };
 use crate::disk::device::Device;
@@ -105,31 +105,65 @@ pub fn read_descriptors(dev: &dyn Device, sb: &Superblock) -> Result<Vec<Result<
 }
 
 /// Reads group `g`'s bitmap as its descriptor `desc` says (the initial bitmap when
-/// uninitialised), checking the checksum and the free count.
+/// uninitialised), checking the checksum and the free count. A descriptor a checkpoint
+/// left in flight accepts the new bitmap or the one it replaces, and nothing else.
 pub fn read_bitmap(dev: &dyn Device, sb: &Superblock, g: u64, desc: &GroupDesc) -> Result<Vec<u8>> {
-    let bitmap = if desc.flags & DESC_BITMAP_UNINIT != 0 {
-        initial_bitmap(sb, g)
-    } else {
-        let bitmap = read_bitmap_raw(dev, sb, g)?;
-        if crc32c::crc32c(&bitmap) != desc.bitmap_crc {
-            return Err(corrupt(format!("bitmap of group {g}"), "checksum mismatch"));
+    Ok(read_bitmap_which(dev, sb, g, desc)?.0)
+}
+
+/// [`read_bitmap`], and whether the bitmap is the one `desc` describes (`false`: the one
+/// an in-flight checkpoint replaces, whose figures `desc` does not hold).
+pub fn read_bitmap_which(
+    dev: &dyn Device,
+    sb: &Superblock,
+    g: u64,
+    desc: &GroupDesc,
+) -> Result<(Vec<u8>, bool)> {
+    if desc.flags & DESC_BITMAP_UNINIT != 0 {
+        let bitmap = initial_bitmap(sb, g);
+        check_free_count(sb, g, &bitmap, desc.free_blocks)?;
+        return Ok((bitmap, true));
+    }
+    let bitmap = read_bitmap_raw(dev, sb, g)?;
+    let crc = crc32c::crc32c(&bitmap);
+    if crc == desc.bitmap_crc {
+        check_free_count(sb, g, &bitmap, desc.free_blocks)?;
+        return Ok((bitmap, true));
+    }
+    match desc.replaces {
+        None => Err(corrupt(format!("bitmap of group {g}"), "checksum mismatch")),
+        // Everything in the group since it was uninitialised is in the journal.
+        Some(Replaced::Uninit) => Ok((initial_bitmap(sb, g), false)),
+        Some(Replaced::Bitmap {
+            crc: old,
+            free_blocks,
+        }) if old == crc => {
+            check_free_count(sb, g, &bitmap, free_blocks)?;
+            Ok((bitmap, false))
         }
-        bitmap
-    };
-    let used = bitmap_used(&bitmap, sb.group_blocks);
+        Some(Replaced::Bitmap { .. }) => Err(corrupt(
+            format!("bitmap of group {g}"),
+            "checksum matches neither the bitmap an interrupted checkpoint was writing nor \
+             the one it replaces",
+        )),
+    }
+}
+
+/// The free count a descriptor gives against the bitmap.
+fn check_free_count(sb: &Superblock, g: u64, bitmap: &[u8], free_blocks: u32) -> Result<()> {
+    let used = bitmap_used(bitmap, sb.group_blocks);
     let len = (sb.blocks_count - g * sb.group_blocks).min(sb.group_blocks);
     let padding = sb.group_blocks - len;
-    if u64::from(desc.free_blocks) + used != len + padding {
+    if u64::from(free_blocks) + used != len + padding {
         return Err(corrupt(
             format!("group {g}"),
             format!(
-                "descriptor says {} free, bitmap {}",
-                desc.free_blocks,
+                "descriptor says {free_blocks} free, bitmap {}",
                 len + padding - used
             ),
         ));
     }
-    Ok(bitmap)
+    Ok(())
 }
 
 /// Writes both superblock copies (the caller flushes).
@@ -202,8 +236,7 @@ pub fn read_superblock(dev: &dyn Device) -> Result<Superblock> {
     Ok(sb)
 }
 
-/// Reads group `g`'s bitmap without any check (after an interrupted checkpoint, when the
-/// journal replay repairs it).
+/// Reads group `g`'s bitmap area as it is, without any check.
 pub fn read_bitmap_raw(dev: &dyn Device, sb: &Superblock, g: u64) -> Result<Vec<u8>> {
     let bs = u64::from(sb.block_size);
     let mut bitmap = vec![0u8; (u64::from(sb.bitmap_blocks) * bs) as usize];
@@ -221,8 +254,15 @@ pub fn read_group(dev: &dyn Device, sb: &Superblock, g: u64) -> Result<(GroupDes
     let mut d = [0u8; DESC_BYTES];
     dev.read_at(&mut d, sb.desc_start * bs + g * DESC_BYTES as u64)?;
     let desc = GroupDesc::decode(&d, g)?;
-    let bitmap = read_bitmap(dev, sb, g, &desc)?;
+    let (bitmap, described) = read_bitmap_which(dev, sb, g, &desc)?;
     let (_, largest, avg) = bitmap_summary(sb, g, &bitmap);
+    if !described {
+        // The bitmap an interrupted checkpoint replaces: its own figures.
+        return Ok((
+            GroupDesc::for_bitmap(sb, g, &bitmap, desc.class_tag),
+            bitmap,
+        ));
+    }
     if (largest, avg) != (desc.largest_order, desc.avg_order) {
         return Err(corrupt(
             format!("descriptor of group {g}"),

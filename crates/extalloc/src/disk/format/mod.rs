@@ -30,8 +30,8 @@ use crate::geometry::Geometry;
 #[cfg(test)]
 pub(crate) use io::write_group;
 pub use io::{
-    mkfs, read_bitmap, read_bitmap_raw, read_descriptors, read_group, read_superblock,
-    write_bitmap, write_superblock,
+    mkfs, read_bitmap, read_bitmap_raw, read_bitmap_which, read_descriptors, read_group,
+    read_superblock, write_bitmap, write_superblock,
 };
 
 /// "EXTALLOC" as a little-endian u64.
@@ -271,8 +271,15 @@ impl Superblock {
 /// Descriptor flag: the group's bitmap was never written; it is the group's initial state
 /// (only metadata, the backup superblock and padding used), computed from the layout.
 pub const DESC_BITMAP_UNINIT: u32 = 1;
+/// Descriptor flag: a checkpoint was writing this group's bitmap when this descriptor was
+/// written; the bitmap on the media is the new one (this descriptor's checksum and figures)
+/// or the one it replaces ([`GroupDesc::replaces`]). Cleared when the checkpoint ends.
+const DESC_IN_FLIGHT: u32 = 2;
+/// With `DESC_IN_FLIGHT`: the replaced bitmap is the group's initial state
+/// (`BITMAP_UNINIT` before this checkpoint).
+const DESC_REPLACES_UNINIT: u32 = 4;
 /// Every flag this version knows.
-const DESC_FLAGS_KNOWN: u32 = DESC_BITMAP_UNINIT;
+const DESC_FLAGS_KNOWN: u32 = DESC_BITMAP_UNINIT | DESC_IN_FLIGHT | DESC_REPLACES_UNINIT;
 /// "No order" in a descriptor's order bytes (the group has no free block).
 const ORDER_NONE: u8 = 0xff;
 
@@ -289,6 +296,20 @@ pub struct GroupDesc {
     pub avg_order: Option<u32>,
     /// Size-class tag of the group (0: none).
     pub class_tag: u8,
+    /// While a checkpoint writes the group's bitmap: the bitmap it replaces (`None` once
+    /// the checkpoint has written the descriptor again, after the bitmap).
+    pub replaces: Option<Replaced>,
+}
+
+/// The bitmap an in-flight checkpoint replaces: what a group's bitmap is if the new one
+/// did not reach the media.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replaced {
+    /// The group's initial state (it was `BITMAP_UNINIT`): everything in it since is in
+    /// the journal.
+    Uninit,
+    /// A bitmap with this crc32c and free count.
+    Bitmap { crc: u32, free_blocks: u32 },
 }
 
 /// Summary figures of an on-disk bitmap: `(free, largest order, average order)`.
@@ -313,14 +334,25 @@ impl GroupDesc {
             largest_order,
             avg_order,
             class_tag,
+            replaces: None,
         }
     }
 
     pub fn encode(&self, group: u64) -> [u8; DESC_BYTES] {
         let mut b = [0u8; DESC_BYTES];
         let order = |o: Option<u32>| o.map_or(ORDER_NONE, |o| o as u8);
+        let mut flags = self.flags;
+        match self.replaces {
+            None => {}
+            Some(Replaced::Uninit) => flags |= DESC_IN_FLIGHT | DESC_REPLACES_UNINIT,
+            Some(Replaced::Bitmap { crc, free_blocks }) => {
+                flags |= DESC_IN_FLIGHT;
+                b[16..20].copy_from_slice(&crc.to_le_bytes());
+                b[20..24].copy_from_slice(&free_blocks.to_le_bytes());
+            }
+        }
         b[0..4].copy_from_slice(&self.free_blocks.to_le_bytes());
-        b[4..8].copy_from_slice(&self.flags.to_le_bytes());
+        b[4..8].copy_from_slice(&flags.to_le_bytes());
         b[8..12].copy_from_slice(&self.bitmap_crc.to_le_bytes());
         b[12] = order(self.largest_order);
         b[13] = order(self.avg_order);
@@ -354,9 +386,22 @@ impl GroupDesc {
                 o => Err(corrupt(what(), format!("order {o} out of range"))),
             }
         };
+        let replaces = match (flags & DESC_IN_FLIGHT, flags & DESC_REPLACES_UNINIT) {
+            (0, 0) => None,
+            (0, _) => return Err(corrupt(what(), "replaces-uninit flag without in-flight")),
+            (_, 0) => Some(Replaced::Bitmap {
+                crc: get_u32(b, 16),
+                free_blocks: get_u32(b, 20),
+            }),
+            _ => Some(Replaced::Uninit),
+        };
+        if replaces.is_some() && flags & DESC_BITMAP_UNINIT != 0 {
+            return Err(corrupt(what(), "in flight, yet uninitialised"));
+        }
         Ok(GroupDesc {
             free_blocks: get_u32(b, 0),
-            flags,
+            flags: flags & DESC_BITMAP_UNINIT,
+            replaces,
             bitmap_crc: get_u32(b, 8),
             largest_order: order(b[12])?,
             avg_order: order(b[13])?,
