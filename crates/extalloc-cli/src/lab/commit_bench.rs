@@ -31,12 +31,7 @@ pub fn run(path: &Path, threads: &[usize], seconds: f64, payload: usize) -> Resu
     };
     let mut rows = Vec::new();
     for &n in threads {
-        let start = Replayed {
-            records: Vec::new(),
-            head: 0,
-            next_seq: 1,
-            damage: None,
-        };
+        let start = Replayed::empty();
         let dev: Arc<dyn Device> = dev.clone();
         let journal = Journal::new(dev, area, 0, &start);
         let stop = AtomicBool::new(false);
