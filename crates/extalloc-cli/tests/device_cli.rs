@@ -95,30 +95,31 @@ fn commit_bench_reports_each_thread_count() {
     assert!(!path.exists(), "the file is removed afterwards");
 }
 
+/// Runs `extalloc torture ARGS --json` (which must succeed) and returns its report.
+fn torture_json(name: &str, args: &[&str]) -> serde_json::Value {
+    let json = std::env::temp_dir().join(format!(
+        "extalloc-torture-{}-{name}.json",
+        std::process::id()
+    ));
+    let mut all = vec!["torture"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--json", json.to_str().unwrap()]);
+    let (ok, text) = extalloc(&all);
+    assert!(ok, "torture {args:?}: {text}");
+    let out = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    std::fs::remove_file(&json).unwrap();
+    out
+}
+
 /// Seed 3 checkpoints often; seed 2 (even) ten times less, so full journals checkpoint
 /// inside commits and reopens replay what follows.
 #[test]
 fn torture_survives_hundreds_of_crashes() {
     for seed in ["2", "3"] {
-        let json = std::env::temp_dir().join(format!(
-            "extalloc-torture-{}-{seed}.json",
-            std::process::id()
-        ));
-        let (ok, text) = extalloc(&[
-            "torture",
-            "--crashes",
-            "200",
-            "--seed",
-            seed,
-            "--threads",
-            "2",
-            "--json",
-            json.to_str().unwrap(),
-        ]);
-        assert!(ok, "seed {seed}: {text}");
-        let out: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-        std::fs::remove_file(&json).unwrap();
+        let out = torture_json(
+            &format!("crashes-{seed}"),
+            &["--crashes", "200", "--seed", seed, "--threads", "2"],
+        );
         assert_eq!(out["crashes"], 200);
         assert_eq!(out["recovered"], 200);
         for key in ["lost", "leaked", "double_allocated"] {
@@ -126,6 +127,31 @@ fn torture_survives_hundreds_of_crashes() {
         }
         assert!(out["commits"].as_u64().unwrap() > 200);
     }
+}
+
+/// The corruption campaign, a few hundred damages (the lab runs thousands: README): every
+/// counter but the damages is zero, and each kind of region was hit.
+#[test]
+fn corruption_campaign_finds_no_miss() {
+    let out = torture_json("corrupt", &["--corrupt", "300", "--seed", "11"]);
+    assert_eq!(out["damages"], 300);
+    for key in ["panics", "hangs", "fsck_missed", "handed_in_use"] {
+        assert_eq!(out[key], 0, "{key}: {out}");
+    }
+    for region in [
+        "superblock",
+        "backup",
+        "journal",
+        "descriptors",
+        "bitmaps",
+        "truncate",
+    ] {
+        assert!(
+            out["damages_by_region"][region].as_u64().unwrap() > 0,
+            "{region} never hit: {out}"
+        );
+    }
+    assert!(out["images_mid_checkpoint"].as_u64().unwrap() > 0);
 }
 
 /// mkfs checks everything before it touches the target: bad sizes and journal sizes are
