@@ -154,6 +154,15 @@ pub enum Error {
         #[source]
         source: IoSource,
     },
+
+    /// The open transaction's record would exceed the largest record the journal holds
+    /// (`Store::max_transaction_bytes`): the operation is refused and changes nothing.
+    #[error(
+        "transaction too large: its journal record would take {bytes} bytes, the journal \
+         holds records of at most {max}; commit the open transaction first (or a smaller \
+         payload), or make the device with a larger journal"
+    )]
+    TransactionTooLarge { bytes: u64, max: u64 },
 }
 
 /// The `std::io::Error` behind an [`Error::Io`], shared so that errors stay `Clone`;

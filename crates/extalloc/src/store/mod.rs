@@ -47,10 +47,12 @@
 mod checkpoint;
 pub mod fsck;
 mod recovery;
+mod statfs;
 #[cfg(test)]
 mod tests;
 mod view;
 
+pub use statfs::Statfs;
 pub use view::AllocatorView;
 
 use crate::alloc::{AllocRequest, Allocator};
@@ -96,6 +98,8 @@ impl Boundary {
 /// may follow an allocation of it (by another thread, in another shard).
 struct OpShards {
     shards: Box<[crossbeam_utils::CachePadded<Mutex<Vec<Op>>>]>,
+    /// Ops admitted to the open transaction (pushed, or about to be): its record's size.
+    admitted: AtomicU64,
 }
 
 impl OpShards {
@@ -104,9 +108,28 @@ impl OpShards {
             shards: (0..crate::alloc::SHARDS)
                 .map(|_| crossbeam_utils::CachePadded::new(Mutex::new(Vec::new())))
                 .collect(),
+            admitted: AtomicU64::new(0),
         }
     }
 
+    /// Admits up to `n` more ops to the open transaction if its record (with no payload)
+    /// still fits `max` bytes; the caller pushes them, or gives back what it did not use.
+    fn admit(&self, n: u64, max: u64) -> Result<()> {
+        let before = self.admitted.fetch_add(n, Relaxed);
+        let bytes = Journal::record_bytes(before + n, 0);
+        if bytes > max {
+            self.admitted.fetch_sub(n, Relaxed);
+            return Err(Error::TransactionTooLarge { bytes, max });
+        }
+        Ok(())
+    }
+
+    /// Gives back `n` admitted ops that were not pushed.
+    fn unadmit(&self, n: u64) {
+        self.admitted.fetch_sub(n, Relaxed);
+    }
+
+    /// Pushes an admitted op.
     fn push(&self, shard: usize, op: Op) {
         self.shards[shard % self.shards.len()].lock().push(op);
     }
@@ -117,6 +140,7 @@ impl OpShards {
         for s in self.shards.iter() {
             ops.append(&mut s.lock());
         }
+        self.admitted.fetch_sub(ops.len() as u64, Relaxed);
         // Stable: each kind keeps its order within a shard.
         ops.sort_by_key(|op| matches!(op, Op::Free(_)));
         ops
@@ -124,7 +148,13 @@ impl OpShards {
 
     /// Returns ops of a failed append to the open transaction.
     fn put_back(&self, ops: Vec<Op>) {
+        self.admitted.fetch_add(ops.len() as u64, Relaxed);
         self.shards[0].lock().splice(0..0, ops);
+    }
+
+    /// Bytes of the open transaction's record with no payload.
+    fn record_bytes(&self) -> u64 {
+        Journal::record_bytes(self.admitted.load(Relaxed), 0)
     }
 
     fn is_empty(&self) -> bool {
@@ -162,6 +192,10 @@ pub struct Store {
     /// up to it may be released once the journal is durable. A failed commit's frees carry
     /// a later number and stay pending until a record holds them.
     recorded_seal: AtomicU64,
+    /// The largest record the journal holds (`Journal::max_record_bytes`).
+    max_transaction_bytes: u64,
+    /// Blocks kept for the superuser in the `statfs` figures.
+    root_reserved_blocks: AtomicU64,
 }
 
 /// Where the time of `Store::open` went.
@@ -237,11 +271,17 @@ impl Store {
 
     /// Allocates an extent in the open transaction (see [`Allocator::allocate`]). With
     /// forced commits on, no space while frees wait commits and retries.
+    /// A transaction whose record would outgrow the journal is refused
+    /// ([`Error::TransactionTooLarge`]), changing nothing.
     pub fn allocate(&self, req: &AllocRequest) -> Result<Extent> {
         self.with_forced_commits(|| {
             let shard = self.alloc().stats_handle().shard_index();
             let _open = self.boundary.read(shard);
-            let e = self.alloc().allocate(req)?;
+            self.ops.admit(1, self.max_transaction_bytes)?;
+            let e = self
+                .alloc()
+                .allocate(req)
+                .inspect_err(|_| self.ops.unadmit(1))?;
             self.ops.push(shard, Op::Allocate(e));
             Ok(e)
         })
@@ -288,7 +328,11 @@ impl Store {
         self.with_forced_commits(|| {
             let shard = self.alloc().stats_handle().shard_index();
             let _open = self.boundary.read(shard);
-            let e = self.files.allocate_data(file, req)?;
+            self.ops.admit(1, self.max_transaction_bytes)?;
+            let e = self
+                .files
+                .allocate_data(file, req)
+                .inspect_err(|_| self.ops.unadmit(1))?;
             self.ops.push(shard, Op::Allocate(e));
             Ok(e)
         })
@@ -297,9 +341,36 @@ impl Store {
     /// Punches a hole in `file` in the open transaction (see [`Files::free_data`]); the
     /// freed extents are recorded and reusable once the transaction commits. Returns them.
     pub fn free_data(&self, file: &FileAlloc, logical: u64, len: u64) -> Result<Vec<Extent>> {
+        let end = logical.saturating_add(len);
+        self.freeing(file, end, logical, || {
+            self.files.free_data(file, logical, len)
+        })
+    }
+
+    /// Runs `op`, which frees what `file` maps in `from .. to` (at most one extent per
+    /// mapped extent there), in the open transaction: admitted first, so a transaction that
+    /// would outgrow the journal is refused before anything changes.
+    fn freeing(
+        &self,
+        file: &FileAlloc,
+        to: u64,
+        from: u64,
+        op: impl FnOnce() -> Result<Vec<Extent>>,
+    ) -> Result<Vec<Extent>> {
         let shard = self.alloc().stats_handle().shard_index();
         let _open = self.boundary.read(shard);
-        let freed = self.files.free_data(file, logical, len)?;
+        let bound = file
+            .extents()
+            .iter()
+            .filter(|(l, e)| *l < to && l + e.len > from)
+            .count() as u64;
+        self.ops.admit(bound, self.max_transaction_bytes)?;
+        let freed = op().inspect_err(|_| self.ops.unadmit(bound))?;
+        debug_assert!(
+            freed.len() as u64 <= bound,
+            "more extents freed than mapped"
+        );
+        self.ops.unadmit(bound.saturating_sub(freed.len() as u64));
         for &e in &freed {
             self.ops.push(shard, Op::Free(e));
         }
@@ -309,13 +380,9 @@ impl Store {
     /// Sets `file`'s size in the open transaction (see [`Files::set_file_size`]); blocks
     /// past it are freed and recorded. Returns the extents freed.
     pub fn set_file_size(&self, file: &FileAlloc, size_blocks: u64) -> Result<Vec<Extent>> {
-        let shard = self.alloc().stats_handle().shard_index();
-        let _open = self.boundary.read(shard);
-        let freed = self.files.set_file_size(file, size_blocks)?;
-        for &e in &freed {
-            self.ops.push(shard, Op::Free(e));
-        }
-        Ok(freed)
+        self.freeing(file, u64::MAX, size_blocks, || {
+            self.files.set_file_size(file, size_blocks)
+        })
     }
 
     /// Returns `file`'s unused preallocated blocks at once (close). Nothing is recorded:
@@ -343,18 +410,31 @@ impl Store {
         }
         let shard = self.alloc().stats_handle().shard_index();
         let _open = self.boundary.read(shard);
-        self.alloc().free(extent)?;
+        self.ops.admit(1, self.max_transaction_bytes)?;
+        self.alloc()
+            .free(extent)
+            .inspect_err(|_| self.ops.unadmit(1))?;
         self.ops.push(shard, Op::Free(extent));
         Ok(())
     }
 
     /// Ends the open transaction with `payload` and returns once it is durable. Returns the
-    /// record's sequence number.
+    /// record's sequence number. A payload that would make the record larger than the
+    /// journal holds is refused ([`Error::TransactionTooLarge`]) and the transaction stays
+    /// open, unchanged.
     pub fn commit(&self, payload: &[u8]) -> Result<u64> {
         let (seq, sealed) = {
             let _serial = self.commit_lock.lock();
             let _closed = self.boundary.write();
             let ops = self.ops.take();
+            let bytes = Journal::record_bytes(ops.len() as u64, payload.len() as u64);
+            if bytes > self.max_transaction_bytes {
+                self.ops.put_back(ops);
+                return Err(Error::TransactionTooLarge {
+                    bytes,
+                    max: self.max_transaction_bytes,
+                });
+            }
             let sealed = self.alloc().seal();
             let seq = match self.journal.append(&ops, payload) {
                 Ok(seq) => seq,

@@ -178,6 +178,9 @@ impl Store {
         apply_records(&alloc, &geometry, &replayed.records, repairing)?;
         let replay_seconds = (replay_read + apply_started.elapsed()).as_secs_f64();
         let journal = Journal::new(dev.clone(), area(&sb), sb.journal_tail, &replayed);
+        let max_transaction_bytes = journal.max_record_bytes();
+        // ext4's default: 5 % of the blocks outside the device's own metadata.
+        let root_reserved = sb.blocks_count.saturating_sub(sb.metadata_end() + 1) / 20;
         let alloc_seal = alloc.seal();
         let records = replayed.records;
         let open_timing = OpenTiming {
@@ -201,6 +204,8 @@ impl Store {
                 forced_commits: std::sync::atomic::AtomicBool::new(false),
                 // Nothing is pending at open: the seal ends an empty transaction.
                 recorded_seal: AtomicU64::new(alloc_seal),
+                max_transaction_bytes,
+                root_reserved_blocks: AtomicU64::new(root_reserved),
             },
             records,
         ))

@@ -366,6 +366,27 @@ impl Journal {
         Ok(seq)
     }
 
+    /// The largest record (in bytes, a multiple of 8) this journal holds: one that, with
+    /// its mirror, fits the empty journal. Any record up to it fits after a checkpoint.
+    pub fn max_record_bytes(&self) -> u64 {
+        // `footprint` grows with `n`: the largest n with footprint(0, n) <= len.
+        let (mut lo, mut hi) = (0u64, self.area.len / 8 + 1);
+        while lo + 1 < hi {
+            let mid = (lo + hi) / 2;
+            if Self::footprint(self.area, 0, mid * 8, 0) <= self.area.len {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        lo * 8
+    }
+
+    /// Bytes of a record holding `ops` operations and `payload` bytes.
+    pub fn record_bytes(ops: u64, payload: u64) -> u64 {
+        record::record_bytes(ops, payload)
+    }
+
     /// The end (in the area) of a record `n` bytes long at `at` with its mirror, which also
     /// copies `before` bytes before it.
     fn footprint(area: Area, at: u64, n: u64, before: u64) -> u64 {

@@ -15,6 +15,12 @@ pub(super) const KIND_MIRROR: u16 = 3;
 pub(super) const HEADER: usize = 40;
 pub(super) const OP: usize = 24;
 
+/// Bytes of a record holding `ops` operations and `payload` bytes (header and padding
+/// included).
+pub(super) fn record_bytes(ops: u64, payload: u64) -> u64 {
+    (HEADER as u64 + ops * OP as u64 + payload).next_multiple_of(8)
+}
+
 /// Encodes a transaction record.
 pub fn encode(seq: u64, durable_through: u64, ops: &[Op], payload: &[u8]) -> Vec<u8> {
     let body = HEADER + ops.len() * OP + payload.len();

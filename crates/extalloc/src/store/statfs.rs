@@ -1,0 +1,193 @@
+//! What a file system asks of its store besides allocations: `statfs` figures (free,
+//! pending until a commit, held by preallocations, kept for the superuser, the journal's
+//! capacity and use, the largest transaction).
+//!
+//! Data structures: [`Statfs`], a snapshot of figures. Invariant: read only; a snapshot
+//! taken while callers run is approximate, one at quiescence exact. Locks: `sb` briefly,
+//! then the file layer's locality locks (for the exact reserved figure), one at a time.
+
+use super::Store;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// The store's figures for `statfs`, in blocks of `block_size` bytes unless named bytes.
+/// A snapshot: exact at quiescence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct Statfs {
+    /// Bytes per block.
+    pub block_size: u32,
+    /// Blocks of the device.
+    pub blocks: u64,
+    /// The device's own blocks (superblocks, journal, descriptors, bitmaps): never free.
+    pub metadata_blocks: u64,
+    /// Free now.
+    pub free_blocks: u64,
+    /// Freed by the open (or a failed) transaction: free once it commits.
+    pub pending_blocks: u64,
+    /// Held by preallocations for files being written: given back under space pressure,
+    /// at close and at unmount, so counted as available.
+    pub prealloc_reserved_blocks: u64,
+    /// Kept for the superuser (`set_root_reserved_blocks`; 5 % of the non-metadata blocks
+    /// by default, as ext4). The store does not enforce it: the file system does.
+    pub root_reserved_blocks: u64,
+    /// What an unprivileged caller can still get: free and preallocated, less the
+    /// superuser's share (`f_bavail`).
+    pub available_blocks: u64,
+    /// Bytes of the journal area.
+    pub journal_bytes: u64,
+    /// Bytes of the journal holding records not yet checkpointed (what a crash replays).
+    pub journal_used_bytes: u64,
+    /// The largest transaction record the journal holds ([`Store::max_transaction_bytes`]).
+    pub max_transaction_bytes: u64,
+    /// The open transaction's record so far, without its payload.
+    pub open_transaction_bytes: u64,
+}
+
+impl Store {
+    /// The figures a file system's `statfs` reports (see [`Statfs`]).
+    pub fn statfs(&self) -> Statfs {
+        let sb = self.sb.lock();
+        let journal_bytes = sb.journal_blocks * u64::from(sb.block_size);
+        let (block_size, blocks) = (sb.block_size, sb.blocks_count);
+        drop(sb);
+        let free_blocks = self.alloc().free_blocks();
+        let prealloc_reserved_blocks = self.files.reserved_blocks();
+        let root_reserved_blocks = self.root_reserved_blocks.load(Relaxed);
+        Statfs {
+            block_size,
+            blocks,
+            metadata_blocks: self.metadata_end + 1,
+            free_blocks,
+            pending_blocks: self.alloc().pending_free_blocks(),
+            prealloc_reserved_blocks,
+            root_reserved_blocks,
+            available_blocks: (free_blocks + prealloc_reserved_blocks)
+                .saturating_sub(root_reserved_blocks),
+            journal_bytes,
+            journal_used_bytes: self.journal_bytes_used(),
+            max_transaction_bytes: self.max_transaction_bytes,
+            open_transaction_bytes: self.ops.record_bytes(),
+        }
+    }
+
+    /// The largest transaction record the journal holds (operations at 24 bytes each, the
+    /// payload, a 40-byte header): an operation or a commit that would exceed it is refused
+    /// with [`Error::TransactionTooLarge`](crate::Error::TransactionTooLarge).
+    pub fn max_transaction_bytes(&self) -> u64 {
+        self.max_transaction_bytes
+    }
+
+    /// Sets the blocks [`Statfs`] keeps for the superuser.
+    pub fn set_root_reserved_blocks(&self, blocks: u64) {
+        self.root_reserved_blocks.store(blocks, Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::alloc::{AllocRequest, Policy};
+    use crate::disk::device::{Device, MemDevice};
+    use crate::error::Error;
+    use crate::store::tests::geometry;
+    use crate::store::Store;
+    use crate::DataRequest;
+    use std::sync::Arc;
+
+    /// A transaction that would outgrow the journal is refused at the operation that would
+    /// exceed it, changing nothing; a payload too large is refused at commit with the
+    /// transaction left open; the store goes on (before, the record was refused only at
+    /// commit, put back, and every later commit failed the same way: wedged).
+    #[test]
+    fn a_transaction_never_outgrows_the_journal() {
+        let dev: Arc<dyn Device> = Arc::new(MemDevice::new(8192 * 4096));
+        // 2 blocks: 8 KiB of journal.
+        let store = Store::create(dev.clone(), &geometry(), 2, Policy::default()).unwrap();
+        let max = store.max_transaction_bytes();
+        assert!(max > 1000 && max < 8192, "{max}");
+        let mut held = Vec::new();
+        let refused = loop {
+            match store.allocate(&AllocRequest::new(1, 1)) {
+                Ok(e) => held.push(e),
+                Err(e) => break e,
+            }
+            assert!(held.len() < 10_000);
+        };
+        assert!(matches!(refused, Error::TransactionTooLarge { max: m, .. } if m == max));
+        let before = (
+            store.allocator().free_blocks(),
+            store.statfs().open_transaction_bytes,
+        );
+        assert!(before.1 <= max);
+        // Every kind of operation is refused alike, and changes nothing.
+        assert!(matches!(
+            store.free(held[0]),
+            Err(Error::TransactionTooLarge { .. })
+        ));
+        let file = store.create_file(9);
+        assert!(matches!(
+            store.allocate_data(&file, &DataRequest::new(0, 1)),
+            Err(Error::TransactionTooLarge { .. })
+        ));
+        assert_eq!(
+            before,
+            (
+                store.allocator().free_blocks(),
+                store.statfs().open_transaction_bytes
+            )
+        );
+        // A payload too large: refused, the transaction stays open, unchanged.
+        assert!(matches!(
+            store.commit(&vec![0u8; max as usize]),
+            Err(Error::TransactionTooLarge { .. })
+        ));
+        assert_eq!(store.statfs().open_transaction_bytes, before.1);
+        store.commit(b"").unwrap();
+        assert_eq!(store.statfs().open_transaction_bytes, 40);
+        // The store goes on: the next transaction, the reopen.
+        let freed: Vec<_> = held.drain(..10).collect();
+        for &e in &freed {
+            store.free(e).unwrap();
+        }
+        store.commit(b"frees").unwrap();
+        drop(store);
+        let (store, _) = Store::open(dev, Policy::default()).unwrap();
+        for e in &held {
+            assert!(!store.allocator().is_free(e.start).unwrap(), "{e:?} lost");
+        }
+        for e in &freed {
+            assert!(store.allocator().is_free(e.start).unwrap(), "{e:?} leaked");
+        }
+        store.allocator().check().unwrap();
+    }
+
+    /// The figures add up: every block is metadata, free, pending, reserved by a
+    /// preallocation or allocated; available leaves the superuser's share out.
+    #[test]
+    fn statfs_figures_add_up() {
+        let dev: Arc<dyn Device> = Arc::new(MemDevice::new(8192 * 4096));
+        let store = Store::create(dev, &geometry(), 8, Policy::default()).unwrap();
+        let a = store.allocate(&AllocRequest::new(1, 100)).unwrap();
+        let file = store.create_file(2);
+        store.allocate_data(&file, &DataRequest::new(0, 8)).unwrap();
+        store.commit(b"one").unwrap();
+        store.free(a).unwrap();
+        let s = store.statfs();
+        assert_eq!(s.blocks, 8192);
+        assert_eq!(s.pending_blocks, 100);
+        assert!(s.prealloc_reserved_blocks > 0);
+        assert_eq!(
+            s.metadata_blocks + s.free_blocks + s.pending_blocks + s.prealloc_reserved_blocks + 8,
+            s.blocks,
+            "{s:?}"
+        );
+        assert_eq!(s.root_reserved_blocks, (8192 - s.metadata_blocks) / 20);
+        assert_eq!(
+            s.available_blocks,
+            s.free_blocks + s.prealloc_reserved_blocks - s.root_reserved_blocks
+        );
+        assert!(s.journal_used_bytes > 0 && s.journal_used_bytes < s.journal_bytes);
+        assert_eq!(s.open_transaction_bytes, 40 + 24);
+        store.set_root_reserved_blocks(0);
+        assert_eq!(store.statfs().root_reserved_blocks, 0);
+    }
+}
