@@ -15,14 +15,22 @@ pub enum Error {
     /// An extent or goal that does not lie inside the device.
     #[error("extent {start}+{len} is out of range: the device has {device_blocks} blocks (0..{device_blocks})")]
     OutOfRange {
+        /// First block of the extent (the goal block, for a goal).
         start: u64,
+        /// Length of the extent in blocks (1 for a goal).
         len: u64,
+        /// Blocks on the device: valid block numbers are `0 .. device_blocks`.
         device_blocks: u64,
     },
 
     /// A free of blocks that are already waiting to be freed by the next commit.
     #[error("double free: blocks of extent {start}+{len} are already freed and wait for the next commit")]
-    DoubleFree { start: u64, len: u64 },
+    DoubleFree {
+        /// First block of the refused piece: the part of the freed extent inside one group.
+        start: u64,
+        /// Length of that piece in blocks.
+        len: u64,
+    },
 
     /// A free of the device's own metadata (superblock, journal, descriptors, bitmaps, the
     /// backup superblock), which no caller owns.
@@ -31,37 +39,63 @@ pub enum Error {
          backup superblock at {backup_block}): it is never freed"
     )]
     MetadataBlocks {
+        /// First block of the extent the caller tried to free.
         start: u64,
+        /// Length of that extent in blocks.
         len: u64,
+        /// End of the metadata at the front of the device: blocks `0 .. metadata_end`.
         metadata_end: u64,
+        /// The backup superblock's block (the device's last).
         backup_block: u64,
     },
 
     /// A free of blocks that are not allocated (never were, or were freed and committed).
     #[error("free of unallocated blocks: extent {start}+{len} contains blocks that are free")]
-    NotAllocated { start: u64, len: u64 },
+    NotAllocated {
+        /// First block of the refused piece: the part of the freed extent inside one group.
+        start: u64,
+        /// Length of that piece in blocks.
+        len: u64,
+    },
 
     /// No free extent of at least `min_len` blocks exists. `pending_blocks` wait for a
     /// commit and `reserved_blocks` are held by preallocations: the layer owning each
     /// remedy (the commits' owner, the file layer) may apply it and retry.
     #[error("no space: {requested} blocks requested (at least {min_len}), {free_blocks} free, none in a run of {min_len}; {pending_blocks} wait for a commit, {reserved_blocks} are reserved by preallocations")]
     NoSpace {
+        /// Blocks the request asked for (its `len`).
         requested: u64,
+        /// Fewest blocks the request accepted.
         min_len: u64,
+        /// Free blocks on the device, not counting those waiting for a commit.
         free_blocks: u64,
+        /// Blocks freed and waiting for a commit to become reusable.
         pending_blocks: u64,
+        /// Blocks reserved by preallocations and not handed out.
         reserved_blocks: u64,
     },
 
     /// A hint outside the values it can take.
     #[error("hint {value} is out of range; valid values: {valid}")]
-    InvalidHint { value: u64, valid: &'static str },
+    InvalidHint {
+        /// The value given.
+        value: u64,
+        /// The values the hint takes, with their meanings.
+        valid: &'static str,
+    },
 
     /// A data request for logical blocks the file already has.
     #[error(
         "logical blocks {logical}+{len} of file {file} are already allocated: allocate only holes"
     )]
-    LogicalOverlap { file: u64, logical: u64, len: u64 },
+    LogicalOverlap {
+        /// The file's id.
+        file: u64,
+        /// First logical block of the request.
+        logical: u64,
+        /// Blocks the request asked for.
+        len: u64,
+    },
 
     /// A request whose fields contradict each other.
     #[error("invalid request: {0}")]
@@ -73,17 +107,30 @@ pub enum Error {
 
     /// A policy spec named a key that does not exist.
     #[error("unknown policy key '{key}'; valid keys: {valid}")]
-    UnknownPolicyKey { key: String, valid: String },
+    UnknownPolicyKey {
+        /// The key as given.
+        key: String,
+        /// Every valid key, comma-separated.
+        valid: String,
+    },
 
     /// A policy spec started with a name that is not a preset.
     #[error("unknown policy preset '{name}'; valid presets: {valid}")]
-    UnknownPreset { name: String, valid: String },
+    UnknownPreset {
+        /// The name as given.
+        name: String,
+        /// Every preset name (`PRESETS`), comma-separated.
+        valid: String,
+    },
 
     /// A policy key was given a value it cannot take.
     #[error("invalid value '{value}' for policy key '{key}': expected {expected}")]
     InvalidPolicyValue {
+        /// The key (the whole part, for a part without `=`).
         key: String,
+        /// The value as given (empty for a part without `=`).
         value: String,
+        /// What the key takes (`key=value`, for a part without `=`).
         expected: String,
     },
 
@@ -97,18 +144,33 @@ pub enum Error {
 
     /// On-disk metadata that fails its checksum or says something impossible.
     #[error("corrupt {what}: {detail}")]
-    Corrupt { what: String, detail: String },
+    Corrupt {
+        /// The structure that failed: "superblock", "descriptor of group 3", "group 3", ...
+        what: String,
+        /// What is wrong with it.
+        detail: String,
+    },
 
     /// Made by another version of extalloc (format versions are not upgraded before 1.0).
     #[error(
         "on-disk format version {found}: this extalloc reads version {supported} only \
          (make the device again with this version's mkfs)"
     )]
-    UnsupportedVersion { found: u32, supported: u32 },
+    UnsupportedVersion {
+        /// The version the superblock records.
+        found: u32,
+        /// The only version this build reads and writes.
+        supported: u32,
+    },
 
-    /// The device is smaller than its superblock says.
+    /// The device is smaller than its superblock says (or, for `mkfs`, than the geometry).
     #[error("device has {size} bytes but its superblock describes {needed}")]
-    DeviceTooSmall { needed: u64, size: u64 },
+    DeviceTooSmall {
+        /// Bytes described: `blocks_count * block_size`.
+        needed: u64,
+        /// Bytes the device has.
+        size: u64,
+    },
 
     /// The journal is damaged in the middle: committed records after the damage would be
     /// lost by a replay that stops at it.
@@ -119,18 +181,33 @@ pub enum Error {
          anyway, holding the groups they touch out of use"
     )]
     JournalDamaged {
+        /// Sequence number of the record that cannot be read.
         lost_seq: u64,
+        /// Byte offset on the device where replay stopped (where that record should be).
         offset: u64,
+        /// Intact committed records after the damage, which a replay would lose.
         stranded: u64,
     },
 
     /// The journal has no room for a record until a checkpoint moves its tail.
+    /// `Store::commit` checkpoints and appends again by itself; a direct journal writer
+    /// checkpoints and retries.
     #[error("journal full: {needed} bytes needed; checkpoint to move the tail")]
-    JournalFull { needed: u64 },
+    JournalFull {
+        /// Bytes of the record that did not fit.
+        needed: u64,
+    },
 
     /// A device access outside the device.
     #[error("device access {offset}+{len} bytes is past the device's {size} bytes")]
-    DeviceRange { offset: u64, len: u64, size: u64 },
+    DeviceRange {
+        /// Byte offset of the access.
+        offset: u64,
+        /// Bytes accessed.
+        len: u64,
+        /// The device's size in bytes.
+        size: u64,
+    },
 
     /// The device is open elsewhere (this process or another): a writer excludes every
     /// other open, a reader excludes writers.
@@ -140,7 +217,9 @@ pub enum Error {
          user first"
     )]
     DeviceBusy {
+        /// The device's path.
         device: String,
+        /// What the refused open was for: "write" or "read".
         wanted: &'static str,
     },
 
@@ -148,9 +227,14 @@ pub enum Error {
     /// operating system's error as the source.
     #[error("device {device}: {op} at byte {offset} failed: {source}")]
     Io {
+        /// The device's path (a description, for a device without one).
         device: String,
+        /// The operation that failed: "open", "read", "write", "flush", ...
         op: &'static str,
+        /// Byte offset of the operation on the device (0 for one without an offset; the
+        /// new size for `set_len`).
         offset: u64,
+        /// The operating system's error.
         #[source]
         source: IoSource,
     },
@@ -171,6 +255,7 @@ pub enum Error {
 pub struct IoSource(pub std::sync::Arc<std::io::Error>);
 
 impl IoSource {
+    /// Wraps `e` for an [`Error::Io`].
     pub fn new(e: std::io::Error) -> Self {
         IoSource(std::sync::Arc::new(e))
     }

@@ -25,11 +25,14 @@ const _: () = assert!(DEVICE_BLOCKS_MAX < u64::MAX / 2);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Extent {
+    /// First block.
     pub start: u64,
+    /// Length in blocks.
     pub len: u64,
 }
 
 impl Extent {
+    /// Blocks `start .. start + len`, unchecked ([`Geometry::validate`] checks).
     pub const fn new(start: u64, len: u64) -> Self {
         Extent { start, len }
     }
@@ -55,8 +58,11 @@ impl std::fmt::Display for Extent {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Geometry {
+    /// Bytes per block: a power of two from 512 to 65536.
     pub block_size: u32,
+    /// Blocks per group: a power of two from 64 to 2^20.
     pub group_blocks: u64,
+    /// Blocks on the device, 1 to [`DEVICE_BLOCKS_MAX`].
     pub blocks_count: u64,
 }
 

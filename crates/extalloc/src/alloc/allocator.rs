@@ -71,6 +71,8 @@ pub(super) enum Hold {
 /// A locked group whose bitmap is loaded.
 pub(super) type StateGuard<'a> = MappedMutexGuard<'a, GroupState>;
 
+/// The extent allocator of one device: its groups and group indexes, stream goals, deferred
+/// frees and statistics. Shared between threads, which allocate and free concurrently.
 pub struct Allocator {
     pub(super) geometry: Geometry,
     pub(super) policy: Policy,
@@ -237,10 +239,12 @@ impl Allocator {
         shard.add(&shard.held.adjusted, used);
     }
 
+    /// The device's geometry.
     pub fn geometry(&self) -> &Geometry {
         &self.geometry
     }
 
+    /// The policy the allocator runs.
     pub fn policy(&self) -> &Policy {
         &self.policy
     }
@@ -273,6 +277,7 @@ impl Allocator {
         s
     }
 
+    /// The sharded statistics themselves: the latency histogram and `reset`.
     pub fn stats_handle(&self) -> &Stats {
         &self.stats
     }

@@ -27,6 +27,7 @@ use crate::error::Error;
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
 pub enum Lifetime {
+    /// No hint (the default); tagged apart from short- and long-lived extents.
     #[default]
     Unknown = 0,
     /// Freed soon (temporary files, short-lived fallocates).
@@ -52,12 +53,17 @@ impl TryFrom<u8> for Lifetime {
     }
 }
 
+/// An allocation's size class, by its length in bytes; with the lifetime hint it makes a
+/// group's tag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
 pub enum SizeClass {
+    /// Below `SMALL_BYTES_MAX` (128 KiB).
     Small = 0,
+    /// From 128 KiB up to, not including, `MEDIUM_BYTES_MAX` (8 MiB).
     Medium = 1,
+    /// 8 MiB and more.
     Large = 2,
 }
 
@@ -67,6 +73,7 @@ pub const SMALL_BYTES_MAX: u64 = 128 << 10;
 pub const MEDIUM_BYTES_MAX: u64 = 8 << 20;
 
 impl SizeClass {
+    /// The class of an allocation of `bytes` bytes.
     pub fn of_bytes(bytes: u64) -> Self {
         if bytes < SMALL_BYTES_MAX {
             SizeClass::Small

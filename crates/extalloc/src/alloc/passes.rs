@@ -48,6 +48,7 @@ pub enum Pass {
 }
 
 impl Pass {
+    /// Every pass in the order they run; `StatsSnapshot::pass_hits` is indexed alike.
     pub const ALL: [Pass; 6] = [
         Pass::Goal,
         Pass::Power2Aligned,
@@ -57,6 +58,7 @@ impl Pass {
         Pass::AnyFree,
     ];
 
+    /// The pass's kebab-case name, as reports print it.
     pub fn name(self) -> &'static str {
         match self {
             Pass::Goal => "goal",

@@ -58,21 +58,25 @@ impl AllocRequest {
         }
     }
 
+    /// Sets the lifetime hint.
     pub fn lifetime(mut self, lifetime: Lifetime) -> Self {
         self.lifetime = lifetime;
         self
     }
 
+    /// Sets the preferred first block.
     pub fn goal(mut self, goal: u64) -> Self {
         self.goal = Some(goal);
         self
     }
 
+    /// Sets the logical block offset in the file.
     pub fn logical(mut self, logical: u64) -> Self {
         self.logical = logical;
         self
     }
 
+    /// Sets the fewest blocks accepted (1 to `len`).
     pub fn min_len(mut self, min_len: u64) -> Self {
         self.min_len = min_len;
         self

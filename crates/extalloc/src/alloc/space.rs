@@ -28,18 +28,25 @@ use crate::geometry::{Extent, Geometry};
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct FreeBucket {
+    /// `floor(log2(len))` of the extents in the bucket.
     pub order: u32,
+    /// Free extents in the bucket.
     pub count: u64,
+    /// Blocks in those extents.
     pub blocks: u64,
 }
 
+/// One group's free-space figures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct GroupFree {
     /// Size-class tag (0 = untagged; see `class.rs`).
     pub class_tag: u8,
+    /// Free blocks in the group.
     pub free_blocks: u32,
+    /// Longest run of free blocks inside the group.
     pub largest_free_run: u32,
+    /// Maximal runs of free blocks inside the group.
     pub fragments: u32,
 }
 
@@ -54,14 +61,20 @@ impl GroupFree {
     }
 }
 
+/// What a report says about the device's free space: totals, free extents by order, and
+/// each group's figures.
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct FreeSpace {
+    /// Free blocks on the device.
     pub free_blocks: u64,
+    /// Maximal free runs on the device (a run across a group boundary counts once).
     pub free_extents: u64,
+    /// Length of the longest free extent in blocks (0 when nothing is free).
     pub largest_free_extent_blocks: u64,
     /// Buckets from order 0 to the largest non-empty one.
     pub histogram: Vec<FreeBucket>,
+    /// One entry per group, in group order.
     pub groups: Vec<GroupFree>,
 }
 
@@ -86,6 +99,7 @@ impl FreeSpace {
         }
     }
 
+    /// Mean free extent length in blocks; 0 when nothing is free.
     pub fn avg_free_extent_blocks(&self) -> f64 {
         if self.free_extents == 0 {
             0.0

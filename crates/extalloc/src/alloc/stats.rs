@@ -104,6 +104,8 @@ impl Shard {
     }
 }
 
+/// The allocator's statistics: [`SHARDS`] per-thread shards of counters, accounting shares
+/// and latency histograms, summed when read.
 pub struct Stats {
     shards: Box<[CachePadded<Shard>]>,
 }
@@ -117,26 +119,41 @@ static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct StatsSnapshot {
+    /// Allocations that succeeded (preallocation reserves included).
     pub allocs: u64,
+    /// Blocks those allocations returned.
     pub alloc_blocks: u64,
+    /// Frees accepted (each waits for a commit).
     pub frees: u64,
+    /// Blocks those frees covered.
     pub free_blocks: u64,
     /// Hits per pass, indexed like [`Pass::ALL`](super::Pass::ALL).
     pub pass_hits: [u64; 6],
+    /// Groups whose mirrors a pass checked (the lock-free look before any lock).
     pub groups_considered: u64,
+    /// Groups a pass locked and searched.
     pub groups_scanned: u64,
+    /// Groups a pass skipped because their lock was busy (policy `trylock`).
     pub trylock_skips: u64,
+    /// Lock acquisitions that had to wait: group locks, the global lock, index-list locks.
     pub lock_waits: u64,
+    /// Stream requests served by the group their scan started at (the stream goal's).
     pub stream_goal_hits: u64,
+    /// Commits forced by an allocation that found no space while frees waited.
     pub forced_commits: u64,
+    /// Allocations that failed with `NoSpace`.
     pub no_space: u64,
+    /// Bitmaps read from the device on first use (lazy loading).
     pub bitmaps_loaded: u64,
+    /// Of those loads, the ones that took a copy the read-ahead thread had already read.
     pub prefetch_hits: u64,
+    /// Loads that failed with an I/O error (the group was skipped).
     pub load_errors: u64,
-    /// Gauges (filled by `Allocator::stats`): bitmaps in memory now, bitmaps the read-ahead
-    /// thread has read, groups held corrupt.
+    /// Gauge (filled by `Allocator::stats`, like the two below): bitmaps in memory now.
     pub loaded_bitmaps: u64,
+    /// Gauge: bitmaps the read-ahead thread has read so far.
     pub prefetched_bitmaps: u64,
+    /// Gauge: groups held corrupt (all used, never allocated from).
     pub corrupt_groups: u64,
 }
 
@@ -147,6 +164,7 @@ impl Default for Stats {
 }
 
 impl Stats {
+    /// Zeroed counters and empty histograms in every shard.
     pub fn new() -> Self {
         let shards = (0..SHARDS)
             .map(|_| {
@@ -182,6 +200,8 @@ impl Stats {
         &self.shards[self.shard_index()]
     }
 
+    /// The counters summed over the shards (exact at quiescence); the gauges stay 0, as
+    /// only the allocator knows them.
     pub fn snapshot(&self) -> StatsSnapshot {
         let mut s = StatsSnapshot::default();
         for shard in self.shards.iter() {

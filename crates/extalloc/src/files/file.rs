@@ -30,6 +30,7 @@ pub struct DataRequest {
     /// Preferred physical block for `logical`; by default the block that would follow the
     /// file's previous extent.
     pub goal: Option<u64>,
+    /// Expected lifetime of the data: the size-class hint passed to the core.
     pub lifetime: Lifetime,
     /// Map exactly the request: no normalisation, no new preallocation, no locality chunk
     /// (ext4's `HINT_NOPREALLOC`, which its fallocate path passes). An existing PA that
@@ -47,6 +48,7 @@ pub struct DataRequest {
 }
 
 impl DataRequest {
+    /// A request for `len` blocks from logical block `logical`, with no goal and no hints.
     pub fn new(logical: u64, len: u64) -> Self {
         DataRequest {
             logical,
@@ -77,11 +79,13 @@ impl DataRequest {
         self
     }
 
+    /// Sets the preferred physical block for `logical`.
     pub fn goal(mut self, goal: u64) -> Self {
         self.goal = Some(goal);
         self
     }
 
+    /// Sets the lifetime hint.
     pub fn lifetime(mut self, lifetime: Lifetime) -> Self {
         self.lifetime = lifetime;
         self
@@ -104,6 +108,7 @@ pub struct FileAlloc {
 }
 
 impl FileAlloc {
+    /// The file's id, as given to `create_file`.
     pub fn id(&self) -> u64 {
         self.id
     }

@@ -34,6 +34,8 @@
 use super::buddy::Buddy;
 use super::words::{next_one, word_mask};
 
+/// One group's block bitmap (1 bit per block, 1 = used) with its fragment count and buddy
+/// summary.
 #[derive(Debug, Clone)]
 pub struct GroupBitmap {
     /// Blocks that exist in this group.
@@ -117,18 +119,22 @@ impl GroupBitmap {
         }
     }
 
+    /// Blocks that exist in the group (fewer than the group size for a short last group).
     pub fn len_blocks(&self) -> u32 {
         self.len_blocks
     }
 
+    /// log2 of the group size in blocks: the highest order.
     pub fn order_top(&self) -> u32 {
         self.buddy.order_top()
     }
 
+    /// Free blocks.
     pub fn free_blocks(&self) -> u32 {
         self.buddy.free_blocks()
     }
 
+    /// Maximal runs of free blocks.
     pub fn fragments(&self) -> u32 {
         self.fragments
     }
@@ -154,6 +160,7 @@ impl GroupBitmap {
         Some(31 - avg.leading_zeros())
     }
 
+    /// True if block `off` of the group exists and is free.
     pub fn is_free(&self, off: u32) -> bool {
         off < self.len_blocks && self.used[off as usize / 64] & (1 << (off % 64)) == 0
     }
@@ -167,12 +174,14 @@ impl GroupBitmap {
             .sum()
     }
 
+    /// True if `off .. off + len` is non-empty, inside the group and all free.
     pub fn range_is_free(&self, off: u32, len: u32) -> bool {
         len > 0
             && off.checked_add(len).is_some_and(|e| e <= self.len_blocks)
             && self.used_in(off, len) == 0
     }
 
+    /// True if `off .. off + len` is non-empty, inside the group and all used.
     pub fn range_is_used(&self, off: u32, len: u32) -> bool {
         len > 0
             && off.checked_add(len).is_some_and(|e| e <= self.len_blocks)

@@ -41,6 +41,7 @@ const ORDER_NONE: u8 = u8::MAX;
 /// A freed extent waiting for its transaction to become durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PendingFree {
+    /// Length in blocks; its offset in the group is its key in [`GroupState::pending`].
     pub len: u32,
     /// Transaction that freed it: released by the commit of this transaction or a later one.
     pub txn: u64,
@@ -48,7 +49,10 @@ pub struct PendingFree {
     pub id: u64,
 }
 
+/// What a group's lock protects once its bitmap is loaded: the bitmap and the frees waiting
+/// for a commit.
 pub struct GroupState {
+    /// The group's block bitmap; blocks of pending frees stay marked used until released.
     pub bitmap: GroupBitmap,
     /// Pending frees keyed by offset in the group.
     pub pending: BTreeMap<u32, PendingFree>,
@@ -70,6 +74,8 @@ impl GroupState {
 /// What the group lock protects: the state, or nothing while the bitmap is not loaded.
 pub type Slot = Option<Box<GroupState>>;
 
+/// One group: its state under a lock (absent while unloaded) and lock-free mirrors of its
+/// figures, in one cache line.
 #[repr(align(64))]
 pub struct Group {
     state: Mutex<Slot>,
@@ -94,6 +100,7 @@ fn decode(v: u8) -> Option<u32> {
 }
 
 impl Group {
+    /// A loaded group holding `bitmap`: untagged, no pending frees.
     pub fn new(bitmap: GroupBitmap) -> Self {
         Group {
             free_blocks: AtomicU32::new(bitmap.free_blocks()),
@@ -145,31 +152,38 @@ impl Group {
         }
     }
 
+    /// Takes the lock if it is free, without waiting.
     #[inline]
     pub fn try_lock(&self) -> Option<MutexGuard<'_, Slot>> {
         self.state.try_lock()
     }
 
+    /// True if a thread holds the lock at this moment.
     #[inline]
     pub fn is_locked(&self) -> bool {
         self.state.is_locked()
     }
 
+    /// Mirror: free blocks (read without the lock: a hint).
     #[inline]
     pub fn free_blocks(&self) -> u32 {
         self.free_blocks.load(Relaxed)
     }
 
+    /// Mirror: largest order with a free aligned chunk; `None` with no free block.
     #[inline]
     pub fn largest_order(&self) -> Option<u32> {
         decode(self.largest_order.load(Relaxed))
     }
 
+    /// Mirror: order of the average free run; `None` with no free block (a full group may
+    /// keep its old order under the `zombie_groups` policy).
     #[inline]
     pub fn avg_order(&self) -> Option<u32> {
         decode(self.avg_order.load(Relaxed))
     }
 
+    /// Size-class tag (0 = untagged).
     #[inline]
     pub fn class_tag(&self) -> u8 {
         self.class_tag.load(Relaxed)

@@ -40,6 +40,7 @@ pub struct AtomicBitset {
 }
 
 impl AtomicBitset {
+    /// An empty set of numbers below `bits` (at least 1).
     pub fn new(bits: u64) -> Self {
         assert!(bits > 0);
         let mut levels = Vec::new();
@@ -55,6 +56,7 @@ impl AtomicBitset {
         AtomicBitset { bits, levels }
     }
 
+    /// The bound: every member is below it.
     pub fn capacity(&self) -> u64 {
         self.bits
     }
@@ -64,11 +66,13 @@ impl AtomicBitset {
         self.levels.iter().map(|l| 8 * l.len() as u64).sum()
     }
 
+    /// True if `i` (below the capacity) is in the set.
     pub fn contains(&self, i: u64) -> bool {
         assert!(i < self.bits);
         self.levels[0][(i / 64) as usize].load(SeqCst) & (1 << (i % 64)) != 0
     }
 
+    /// Adds `i` (below the capacity), without a lock.
     pub fn insert(&self, i: u64) {
         assert!(i < self.bits);
         let word = &self.levels[0][(i / 64) as usize];
@@ -81,6 +85,7 @@ impl AtomicBitset {
         self.set_summary(0, i / 64);
     }
 
+    /// Removes `i` (below the capacity), without a lock.
     pub fn remove(&self, i: u64) {
         assert!(i < self.bits);
         let w = i / 64;
@@ -302,6 +307,8 @@ pub struct OrderIndex {
 }
 
 impl OrderIndex {
+    /// An empty index of `groups` groups with a set for each of `orders` orders: bitsets if
+    /// `ordered`, else the list-based sets.
     pub fn new(ordered: bool, orders: usize, groups: u64) -> Self {
         let sets = if ordered {
             OrderSets::Ordered((0..orders).map(|_| AtomicBitset::new(groups)).collect())
@@ -311,6 +318,7 @@ impl OrderIndex {
         OrderIndex { sets, groups }
     }
 
+    /// True for the ordered (bitset) sets, false for the list-based ones.
     pub fn is_ordered(&self) -> bool {
         matches!(self.sets, OrderSets::Ordered(_))
     }

@@ -25,7 +25,13 @@ pub enum Crash {
     /// All of them survive (the cache happened to be written back).
     KeepAll,
     /// Each survives with this probability; one survivor may be torn.
-    Random { keep: f64, tear: bool },
+    Random {
+        /// Probability that each write survives, 0 to 1 (clamped).
+        keep: f64,
+        /// Tear one survivor picked at random: only a prefix of its 512-byte sectors
+        /// (possibly none) is written.
+        tear: bool,
+    },
 }
 
 struct State {
@@ -52,6 +58,8 @@ impl State {
     }
 }
 
+/// A [`Device`] for crash tests: writes stay volatile until `flush`, `crash` keeps some of
+/// them (per [`Crash`]), and writes can be made to fail.
 pub struct FaultDevice<D: Device> {
     inner: D,
     state: Mutex<State>,
@@ -60,12 +68,17 @@ pub struct FaultDevice<D: Device> {
 /// What a crash did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CrashReport {
+    /// Unflushed writes at the crash.
     pub pending: usize,
+    /// How many of them reached the device.
     pub kept: usize,
+    /// Whether one of the kept writes was torn.
     pub torn: bool,
 }
 
 impl<D: Device> FaultDevice<D> {
+    /// Wraps `inner`, which holds the durable state; `seed` drives every random choice of
+    /// `crash`.
     pub fn new(inner: D, seed: u64) -> Self {
         FaultDevice {
             inner,
@@ -147,6 +160,7 @@ impl<D: Device> FaultDevice<D> {
         self.state.lock().crashes
     }
 
+    /// The wrapped device: the durable state, without the unflushed writes.
     pub fn into_inner(self) -> D {
         self.inner
     }

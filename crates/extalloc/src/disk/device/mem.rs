@@ -20,6 +20,7 @@ pub struct MemDevice {
 }
 
 impl MemDevice {
+    /// A device of `size` bytes, all zero.
     pub fn new(size: u64) -> Self {
         MemDevice {
             size,

@@ -46,21 +46,30 @@ pub const DESC_BYTES: usize = 32;
 /// The superblock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Superblock {
+    /// Bytes per block.
     pub block_size: u32,
     /// Feature flags a reader must understand (none defined in version 2).
     pub incompat: u32,
+    /// Blocks on the device.
     pub blocks_count: u64,
+    /// Blocks per group (a power of two).
     pub group_blocks: u64,
+    /// First block of the journal area (always 1).
     pub journal_start: u64,
+    /// Blocks in the journal area.
     pub journal_blocks: u64,
+    /// First block of the group descriptor table.
     pub desc_start: u64,
+    /// First block of the group bitmaps: group `g`'s starts at `bitmap_start + g *
+    /// bitmap_blocks`.
     pub bitmap_start: u64,
     /// Blocks per group bitmap.
     pub bitmap_blocks: u32,
-    /// Journal position where replay starts (byte offset inside the journal area) and the
-    /// sequence number expected there.
+    /// Journal position where replay starts (byte offset inside the journal area).
     pub journal_tail: u64,
+    /// Sequence number of the record expected at `journal_tail`.
     pub journal_tail_seq: u64,
+    /// The file system's identity, given to `mkfs` by its caller.
     pub uuid: [u8; 16],
     /// Bumped on every superblock write; the newer of two valid copies wins.
     pub generation: u64,
@@ -143,6 +152,7 @@ impl Superblock {
         })
     }
 
+    /// The geometry the superblock describes; `InvalidGeometry` if its figures make none.
     pub fn geometry(&self) -> Result<Geometry> {
         Geometry::new(self.block_size, self.group_blocks, self.blocks_count)
     }
@@ -152,6 +162,7 @@ impl Superblock {
         self.bitmap_start + self.groups() * u64::from(self.bitmap_blocks)
     }
 
+    /// Number of groups, the last one possibly short.
     pub fn groups(&self) -> u64 {
         self.blocks_count.div_ceil(self.group_blocks)
     }
@@ -161,6 +172,7 @@ impl Superblock {
         self.blocks_count - 1
     }
 
+    /// The superblock's on-disk bytes, checksum included.
     pub fn encode(&self) -> [u8; SUPERBLOCK_BYTES] {
         let mut b = [0u8; SUPERBLOCK_BYTES];
         b[0..8].copy_from_slice(&MAGIC.to_le_bytes());
@@ -287,12 +299,15 @@ const ORDER_NONE: u8 = 0xff;
 /// its bitmap is not loaded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct GroupDesc {
+    /// Free blocks in the group's bitmap.
     pub free_blocks: u32,
+    /// [`DESC_BITMAP_UNINIT`] or 0; the in-flight flags are carried by `replaces`.
     pub flags: u32,
     /// crc32c of the group's bitmap blocks (0 while `DESC_BITMAP_UNINIT`).
     pub bitmap_crc: u32,
-    /// Largest order with a free aligned chunk, and order of the average free run.
+    /// Largest order with a free aligned chunk (`None`: no free block).
     pub largest_order: Option<u32>,
+    /// Order of the average free run, `floor(log2(free / runs))` (`None`: no free block).
     pub avg_order: Option<u32>,
     /// Size-class tag of the group (0: none).
     pub class_tag: u8,
@@ -309,7 +324,12 @@ pub enum Replaced {
     /// the journal.
     Uninit,
     /// A bitmap with this crc32c and free count.
-    Bitmap { crc: u32, free_blocks: u32 },
+    Bitmap {
+        /// crc32c of the replaced bitmap's blocks.
+        crc: u32,
+        /// Free blocks in the replaced bitmap.
+        free_blocks: u32,
+    },
 }
 
 /// Summary figures of an on-disk bitmap: `(free, largest order, average order)`.
@@ -338,6 +358,8 @@ impl GroupDesc {
         }
     }
 
+    /// The descriptor's on-disk bytes in group `group`'s slot (the group number seeds the
+    /// checksum).
     pub fn encode(&self, group: u64) -> [u8; DESC_BYTES] {
         let mut b = [0u8; DESC_BYTES];
         let order = |o: Option<u32>| o.map_or(ORDER_NONE, |o| o as u8);
@@ -363,6 +385,8 @@ impl GroupDesc {
         b
     }
 
+    /// Decodes and checks group `group`'s descriptor (any bytes: never panics); `Corrupt`
+    /// for a bad checksum, unknown flags or an order out of range.
     pub fn decode(b: &[u8], group: u64) -> Result<Self> {
         let what = || format!("descriptor of group {group}");
         if b.len() < DESC_BYTES {
