@@ -246,7 +246,12 @@ pub enum Error {
          holds records of at most {max}; commit the open transaction first (or a smaller \
          payload), or make the device with a larger journal"
     )]
-    TransactionTooLarge { bytes: u64, max: u64 },
+    TransactionTooLarge {
+        /// Bytes the record would take.
+        bytes: u64,
+        /// The largest record the journal holds.
+        max: u64,
+    },
 }
 
 /// The `std::io::Error` behind an [`Error::Io`], shared so that errors stay `Clone`;

@@ -49,6 +49,7 @@
 //! allocation and free paths, size classes, policies, stats) under `files` (placement of file
 //! data: normalisation, preallocations) under `store` (transactions, checkpoint, recovery,
 //! fsck), which keeps its state on `disk` (devices, the on-disk format, the journal).
+#![warn(missing_docs)]
 
 pub mod alloc;
 pub mod disk;

@@ -26,23 +26,30 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Report {
+    /// Blocks of the device (from the superblock used).
     pub blocks: u64,
+    /// Block groups of the device.
     pub groups: u64,
+    /// The superblock at block 0 decodes.
     pub primary_superblock_ok: bool,
+    /// The backup superblock in the device's last block decodes.
     pub backup_superblock_ok: bool,
     /// A checkpoint was interrupted: journal changes may already be home, and open repairs
     /// it on the next open.
     pub checkpoint_interrupted: bool,
+    /// Free blocks the groups that passed their checks hold at home (before the journal).
     pub free_blocks: u64,
     /// Groups whose descriptor or bitmap fails its checksum or disagrees with the other.
     pub corrupt_groups: Vec<u64>,
     /// Metadata blocks (or the backup superblock) marked free.
     pub metadata_marked_free: u64,
+    /// Intact records after the journal's tail.
     pub journal_records: u64,
     /// Records whose changes do not apply to the home state (counted per operation).
     pub journal_conflicts: u64,
     /// Committed records stranded after damage in the middle of the journal (0: none).
     pub journal_records_lost: u64,
+    /// Every problem found, in words; empty on a clean device.
     pub problems: Vec<String>,
 }
 

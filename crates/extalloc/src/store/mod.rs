@@ -201,9 +201,13 @@ pub struct Store {
 /// Where the time of `Store::open` went.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct OpenTiming {
+    /// Seconds `open` took in all.
     pub total_seconds: f64,
+    /// Of them, reading the journal and applying its records.
     pub replay_seconds: f64,
+    /// Records replayed.
     pub records_replayed: u64,
+    /// Group bitmaps read during the open (the groups the records touch).
     pub bitmaps_loaded: u64,
 }
 
@@ -238,6 +242,7 @@ impl Store {
         self.files.allocator()
     }
 
+    /// The device's geometry, from its superblock.
     pub fn geometry(&self) -> &Geometry {
         self.alloc().geometry()
     }

@@ -28,10 +28,12 @@ impl<'a> AllocatorView<'a> {
         self.files.allocator()
     }
 
+    /// The device's geometry.
     pub fn geometry(&self) -> &'a Geometry {
         self.alloc().geometry()
     }
 
+    /// The allocation policy the store was opened with.
     pub fn policy(&self) -> &'a Policy {
         self.alloc().policy()
     }

@@ -68,17 +68,22 @@ use std::sync::Arc;
 /// One change recorded in a transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
+    /// Blocks handed out by the transaction.
     Allocate(Extent),
+    /// Blocks freed by the transaction (reusable once its record is durable).
     Free(Extent),
 }
 
 /// A committed transaction as replay returns it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
+    /// The record's sequence number (each is the previous one's + 1).
     pub seq: u64,
     /// Every record with a sequence number up to this was durable when this one was written.
     pub durable_through: u64,
+    /// The transaction's changes, allocations first.
     pub ops: Vec<Op>,
+    /// The caller's payload, opaque to the store.
     pub payload: Vec<u8>,
 }
 
@@ -102,16 +107,20 @@ pub fn groups_touched(
 /// Where the journal lives: `len` bytes from byte `start` of the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Area {
+    /// Byte offset of the area on the device.
     pub start: u64,
+    /// Bytes in the area.
     pub len: u64,
 }
 
 /// The result of a replay: the records, and where writing continues.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Replayed {
+    /// The intact records from the tail, in sequence.
     pub records: Vec<Record>,
     /// Offset (in the area) after the last good record, and the next sequence number.
     pub head: u64,
+    /// The sequence number the next record takes.
     pub next_seq: u64,
     /// Committed records lost to damage in the middle of the journal, if any.
     pub damage: Option<Damage>,
@@ -140,6 +149,7 @@ impl Replayed {
 pub struct Recent {
     /// Offset (in the area) of `bytes`.
     pub start: u64,
+    /// The records' bytes, from `start` up to the head.
     pub bytes: Vec<u8>,
     /// `(sequence number, offset)` of each record in `bytes`.
     pub records: Vec<(u64, u64)>,
@@ -149,7 +159,9 @@ pub struct Recent {
 /// be read, yet intact records written after it had been made durable prove it committed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Damage {
+    /// The first record replay could not read.
     pub lost_seq: u64,
+    /// Where it should have been (byte offset in the area).
     pub offset: u64,
     /// The intact records found after the damage (sequence order), which a replay cannot
     /// apply without the lost ones before them.
