@@ -319,17 +319,55 @@ impl Allocator {
     /// they carry no data and were never recorded, so no commit needs to cover them. They
     /// must be used and not pending.
     pub(crate) fn release_reserved(&self, extent: Extent) -> Result<()> {
+        let shard = self.mark_free_at_once(extent)?;
+        shard.sub(&shard.held.reserved, extent.len);
+        shard.add(&shard.held.released, extent.len);
+        Ok(())
+    }
+
+    /// Frees allocated blocks at once, without a pending stage: for blocks whose free is
+    /// already durable (a caller's transaction committed it) or whose allocation was never
+    /// recorded (an aborted transaction). All or nothing: every group is checked before any
+    /// changes. Their groups are marked for the next checkpoint.
+    pub(crate) fn free_now(&self, extent: Extent) -> Result<()> {
+        let shard = self.mark_free_at_once(extent)?;
+        shard.add(&shard.counters.frees, 1);
+        shard.add(&shard.counters.free_blocks, extent.len);
+        Ok(())
+    }
+
+    /// Marks used, not pending blocks free at once (no pending stage), all or nothing:
+    /// every group is locked and checked before any changes. Returns the caller's shard
+    /// for its accounting.
+    fn mark_free_at_once(&self, extent: Extent) -> Result<&Shard> {
+        self.geometry.validate(extent)?;
+        let shard = self.stats.shard();
+        let pieces: Vec<(u64, u32, u32)> = self.geometry.split(extent).collect();
+        let mut guards = pieces
+            .iter()
+            .map(|&(g, _, _)| self.lock_group(g, shard))
+            .collect::<Result<Vec<_>>>()?;
+        for (&(g, off, len), state) in pieces.iter().zip(&guards) {
+            self.check_freeable(g, state, off, len)?;
+        }
+        for (&(g, off, len), state) in pieces.iter().zip(guards.iter_mut()) {
+            state.bitmap.mark_free(off, len);
+            self.publish(g, state, shard);
+        }
+        drop(guards);
+        self.releases.fetch_add(1, Relaxed);
+        Ok(shard)
+    }
+
+    /// `Ok` if `extent` could be freed now: every block allocated (used, not pending) in
+    /// a group not held corrupt. Changes nothing.
+    pub(crate) fn check_allocated(&self, extent: Extent) -> Result<()> {
         self.geometry.validate(extent)?;
         let shard = self.stats.shard();
         for (g, off, len) in self.geometry.split(extent) {
-            let mut state = self.lock_group(g, shard)?;
+            let state = self.lock_group(g, shard)?;
             self.check_freeable(g, &state, off, len)?;
-            state.bitmap.mark_free(off, len);
-            self.publish(g, &state, shard);
         }
-        shard.sub(&shard.held.reserved, extent.len);
-        shard.add(&shard.held.released, extent.len);
-        self.releases.fetch_add(1, Relaxed);
         Ok(())
     }
 

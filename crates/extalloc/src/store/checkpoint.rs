@@ -49,6 +49,17 @@ impl Store {
         self.checkpoint_locked(ops, self.recorded_seal.load(Relaxed))
     }
 
+    /// The checkpoint a handle's commit makes when its record finds the journal full
+    /// (under `commit_lock`): the shared transaction's changes are recorded nowhere yet,
+    /// and every open handle's allocations (its own included) are left out.
+    pub(super) fn checkpoint_for_handle(&self) -> Result<()> {
+        let _closed = self.boundary.write();
+        let ops = self.ops.take();
+        let result = self.checkpoint_for_full_journal(&ops);
+        self.ops.put_back(ops);
+        result
+    }
+
     /// Under `commit_lock` and the closed boundary. Writes home the state of every
     /// appended record: the allocator's, minus `exclude` (a transaction whose record is not
     /// appended yet), with the frees of transactions up to `release_upto` released.
@@ -60,6 +71,10 @@ impl Store {
             self.journal.commit(next_seq - 1)?;
         }
         self.alloc().release(release_upto);
+        // Handles' frees of appended records are durable now: free them in memory, so
+        // home shows them free as their records say.
+        let frees = self.handles.take_appended();
+        self.apply_frees(&frees);
         let mut sb = self.sb.lock();
         // Say a checkpoint is under way before touching any group (see docs/format.md).
         sb.state |= format::STATE_CHECKPOINTING;
@@ -165,6 +180,8 @@ impl Store {
                 Op::Free(_) => None,
             })
             .chain(self.files.reserved_extents())
+            // Open handles' allocations are recorded nowhere yet.
+            .chain(self.handles.unrecorded())
             .collect();
         let mut homes = Vec::with_capacity(dirty.len());
         for &g in dirty {

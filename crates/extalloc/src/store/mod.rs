@@ -50,9 +50,11 @@ mod recovery;
 mod statfs;
 #[cfg(test)]
 mod tests;
+mod txn;
 mod view;
 
 pub use statfs::Statfs;
+pub use txn::{CommitFailed, Txn};
 pub use view::AllocatorView;
 
 use crate::alloc::{AllocRequest, Allocator};
@@ -196,6 +198,8 @@ pub struct Store {
     max_transaction_bytes: u64,
     /// Blocks kept for the superuser in the `statfs` figures.
     root_reserved_blocks: AtomicU64,
+    /// The callers' own transactions ([`Store::begin`]).
+    handles: txn::Handles,
 }
 
 /// Where the time of `Store::open` went.
@@ -402,6 +406,26 @@ impl Store {
     /// device's own metadata is refused with [`Error::MetadataBlocks`]; the other errors
     /// are the allocator's. A refused free changes nothing.
     pub fn free(&self, extent: Extent) -> Result<()> {
+        self.check_not_metadata(extent)?;
+        if self.handles.is_freeing(extent) {
+            // A handle frees it: its blocks are not free in memory until that commits.
+            return Err(Error::DoubleFree {
+                start: extent.start,
+                len: extent.len,
+            });
+        }
+        let shard = self.alloc().stats_handle().shard_index();
+        let _open = self.boundary.read(shard);
+        self.ops.admit(1, self.max_transaction_bytes)?;
+        self.alloc()
+            .free(extent)
+            .inspect_err(|_| self.ops.unadmit(1))?;
+        self.ops.push(shard, Op::Free(extent));
+        Ok(())
+    }
+
+    /// `Ok` if `extent` is on the device and holds none of the device's own blocks.
+    fn check_not_metadata(&self, extent: Extent) -> Result<()> {
         self.alloc().geometry().validate(extent)?;
         if extent.start < self.metadata_end
             || (extent.start..extent.end()).contains(&self.backup_block)
@@ -413,13 +437,6 @@ impl Store {
                 backup_block: self.backup_block,
             });
         }
-        let shard = self.alloc().stats_handle().shard_index();
-        let _open = self.boundary.read(shard);
-        self.ops.admit(1, self.max_transaction_bytes)?;
-        self.alloc()
-            .free(extent)
-            .inspect_err(|_| self.ops.unadmit(1))?;
-        self.ops.push(shard, Op::Free(extent));
         Ok(())
     }
 

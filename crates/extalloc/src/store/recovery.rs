@@ -206,6 +206,7 @@ impl Store {
                 recorded_seal: AtomicU64::new(alloc_seal),
                 max_transaction_bytes,
                 root_reserved_blocks: AtomicU64::new(root_reserved),
+                handles: Default::default(),
             },
             records,
         ))
