@@ -140,6 +140,10 @@ enum Command {
         /// Caller payload bytes per record.
         #[arg(long, default_value_t = 64)]
         payload: usize,
+        /// Commit through the store's per-caller transactions (each: begin, allocate one
+        /// block, free the one allocated before, commit) instead of the bare journal.
+        #[arg(long)]
+        handles: bool,
     },
     /// What mounting costs: open time of a large sparse device (bytes read, bitmaps loaded),
     /// then recovery time against the number of journal records to replay.
@@ -297,7 +301,8 @@ fn run(cli: Cli) -> Result<()> {
             threads,
             seconds,
             payload,
-        } => commit_bench(&path, &threads, seconds, payload),
+            handles,
+        } => commit_bench(&path, &threads, seconds, payload, handles),
         Command::Torture {
             corrupt: Some(damages),
             seed,
@@ -364,13 +369,23 @@ fn capture(dev: &std::path::Path, out: &std::path::Path, command: &[String]) -> 
 }
 
 /// `extalloc commit-bench`: the table of commits per second at each thread count.
-fn commit_bench(path: &std::path::Path, threads: &str, seconds: f64, payload: usize) -> Result<()> {
+fn commit_bench(
+    path: &std::path::Path,
+    threads: &str,
+    seconds: f64,
+    payload: usize,
+    handles: bool,
+) -> Result<()> {
     anyhow::ensure!(
         seconds > 0.0 && seconds.is_finite(),
         "--seconds must be positive"
     );
     let threads = lab::parse_threads(threads)?;
-    let rows = lab::commit_bench::run(path, &threads, seconds, payload)?;
+    let rows = if handles {
+        lab::commit_bench::run_handles(path, &threads, seconds, payload)?
+    } else {
+        lab::commit_bench::run(path, &threads, seconds, payload)?
+    };
     print!("{}", lab::commit_bench::markdown(path, &rows));
     Ok(())
 }

@@ -3,6 +3,7 @@
 //! caller's payload) and commit it, over and over, for `--seconds`. Reports commits per
 //! second and flushes per commit: with group commit, concurrent committers share flushes, so
 //! on a device whose flush costs something (a disk) more threads commit more per second.
+//! `--handles` runs the same through the store's per-caller transactions (`run_handles`).
 
 use anyhow::{Context, Result};
 use extalloc::disk::device::{Device, FileDevice};
@@ -77,6 +78,64 @@ pub fn run(path: &Path, threads: &[usize], seconds: f64, payload: usize) -> Resu
             flushes: journal.flushes(),
         });
     }
+    std::fs::remove_file(path).ok();
+    Ok(rows)
+}
+
+/// [`run`] through a [`Store`](extalloc::store::Store) and its per-caller transactions: each
+/// thread begins a transaction, allocates one block, frees the block its previous
+/// transaction allocated, and commits with the payload; full journals checkpoint.
+pub fn run_handles(
+    path: &Path,
+    threads: &[usize],
+    seconds: f64,
+    payload: usize,
+) -> Result<Vec<Row>> {
+    let geometry = Geometry::new(4096, 32768, 65536)?;
+    let dev: Arc<dyn Device> = Arc::new(FileDevice::create(path, 65536 * 4096)?);
+    let store = extalloc::store::Store::create(dev, &geometry, 16384, extalloc::Policy::default())
+        .with_context(|| format!("mkfs on {}", path.display()))?;
+    let mut rows = Vec::new();
+    for &n in threads {
+        let (stop, commits) = (AtomicBool::new(false), AtomicU64::new(0));
+        let flushes_before = store.journal_flushes();
+        let began = Instant::now();
+        std::thread::scope(|s| -> Result<()> {
+            let workers: Vec<_> = (0..n)
+                .map(|t| {
+                    let (store, stop, commits) = (&store, &stop, &commits);
+                    s.spawn(move || -> Result<()> {
+                        let body = vec![t as u8; payload];
+                        let mut last: Option<Extent> = None;
+                        while !stop.load(Ordering::Relaxed) {
+                            let txn = store.begin();
+                            let e = txn.allocate(&extalloc::AllocRequest::new(t as u64, 1))?;
+                            if let Some(old) = last {
+                                txn.free(old)?;
+                            }
+                            txn.commit(&body).map_err(|f| f.error)?;
+                            last = Some(e);
+                            commits.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            std::thread::sleep(Duration::from_secs_f64(seconds));
+            stop.store(true, Ordering::Relaxed);
+            for w in workers {
+                w.join().expect("committer panicked")?;
+            }
+            Ok(())
+        })?;
+        rows.push(Row {
+            threads: n,
+            commits: commits.load(Ordering::Relaxed),
+            seconds: began.elapsed().as_secs_f64(),
+            flushes: store.journal_flushes() - flushes_before,
+        });
+    }
+    drop(store);
     std::fs::remove_file(path).ok();
     Ok(rows)
 }

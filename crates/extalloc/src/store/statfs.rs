@@ -77,6 +77,12 @@ impl Store {
         self.max_transaction_bytes
     }
 
+    /// Flushes the journal has issued since the store was opened (group commit: one flush
+    /// covers every committer waiting for it).
+    pub fn journal_flushes(&self) -> u64 {
+        self.journal.flushes()
+    }
+
     /// Sets the blocks [`Statfs`] keeps for the superuser.
     pub fn set_root_reserved_blocks(&self, blocks: u64) {
         self.root_reserved_blocks.store(blocks, Relaxed);
