@@ -12,6 +12,11 @@
 //! model holds free must be free (else `leaked`), `check()` must hold and the replayed
 //! payloads must be the newest committed ones in order. A crash inside a commit may land
 //! inside the checkpoint a full journal makes the commit run (docs/format.md).
+//!
+//! Each round also runs per-caller transactions (`Store::begin`) on every thread: each
+//! allocates, frees committed blocks, then commits (its payload joins the model's), aborts,
+//! or is left open as by a caller that died (its blocks must be free after the next
+//! crash). One round in ten tries to open the device a second time: it must be refused.
 
 use anyhow::{bail, Result};
 use extalloc::disk::device::{Crash, FaultDevice, MemDevice};
@@ -33,6 +38,12 @@ pub struct Outcome {
     pub corrupt_detected: u64,
     pub commits: u64,
     pub checkpoints: u64,
+    /// Per-caller transactions committed, aborted, and left open (never committed).
+    pub handle_commits: u64,
+    pub handle_aborts: u64,
+    pub handles_left_open: u64,
+    /// Second opens of the open device, all refused (one that succeeds stops the run).
+    pub double_opens_refused: u64,
     pub seconds: f64,
 }
 
@@ -64,6 +75,9 @@ struct Model {
     /// The open transaction across rounds (a round may end without a commit):
     /// `(allocated?, extent)`.
     open: Vec<(bool, Extent)>,
+    /// Committed blocks a handle left open (never committed, never aborted) frees: no one
+    /// else may free them until a crash ends that handle.
+    limbo: BTreeSet<u64>,
 }
 
 impl Model {
@@ -92,7 +106,7 @@ impl Model {
         self.committed
             .iter()
             .copied()
-            .filter(|b| !freed_open.contains(b))
+            .filter(|b| !freed_open.contains(b) && !self.limbo.contains(b))
             .collect()
     }
 
@@ -148,6 +162,7 @@ impl Model {
             }
         }
         self.open.clear();
+        self.limbo.clear();
         Ok((lost, leaked))
     }
 }
@@ -216,6 +231,97 @@ fn round_ops(
     })
 }
 
+/// What one per-caller transaction did: its record's sequence number and payload if it
+/// committed, its allocations and its frees.
+struct HandleRun {
+    committed: Option<(u64, Vec<u8>)>,
+    aborted: bool,
+    allocs: Vec<Extent>,
+    frees: Vec<u64>,
+}
+
+/// Every thread runs one to three per-caller transactions: allocations, frees of blocks of
+/// `pool` (committed, freed by no one), then commit (7 in 10), abort (2 in 10) or nothing
+/// (the handle is forgotten, as by a caller that died).
+fn handle_round(
+    store: &Store,
+    pool: Vec<u64>,
+    threads: usize,
+    seed: u64,
+    round: u64,
+) -> Vec<HandleRun> {
+    let pool = Mutex::new(pool);
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let pool = &pool;
+                let mut r = rand::rngs::StdRng::seed_from_u64(!seed ^ (round << 8) ^ t as u64);
+                s.spawn(move || {
+                    (0..r.gen_range(1..4))
+                        .map(|k| {
+                            one_handle(
+                                store,
+                                pool,
+                                &mut r,
+                                t,
+                                format!("round {round} handle {t}.{k}"),
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("handle worker panicked"))
+            .collect()
+    })
+}
+
+fn one_handle(
+    store: &Store,
+    pool: &Mutex<Vec<u64>>,
+    r: &mut rand::rngs::StdRng,
+    t: usize,
+    payload: String,
+) -> HandleRun {
+    let h = store.begin();
+    let mut run = HandleRun {
+        committed: None,
+        aborted: false,
+        allocs: Vec::new(),
+        frees: Vec::new(),
+    };
+    for _ in 0..r.gen_range(1..6) {
+        if r.gen_bool(0.6) {
+            if let Ok(e) = h.allocate(&AllocRequest::new(100 + t as u64, r.gen_range(1..8))) {
+                run.allocs.push(e);
+            }
+        } else if let Some(b) = {
+            let mut p = pool.lock();
+            (!p.is_empty()).then(|| {
+                let i = r.gen_range(0..p.len());
+                p.swap_remove(i)
+            })
+        } {
+            h.free(Extent::new(b, 1)).expect("a committed block frees");
+            run.frees.push(b);
+        }
+    }
+    match r.gen_range(0..10) {
+        0..7 => {
+            let seq = h.commit(payload.as_bytes()).expect("a handle commits");
+            run.committed = Some((seq, payload.into_bytes()));
+        }
+        7..9 => {
+            h.abort().expect("a handle aborts");
+            run.aborted = true;
+        }
+        _ => std::mem::forget(h),
+    }
+    run
+}
+
 /// One torture run's state: the device, the store open on it (none from a crash until the
 /// reopen), what the model believes, the random source of the run's choices and the tally.
 struct Torture {
@@ -238,6 +344,7 @@ impl Torture {
             committed: BTreeSet::new(),
             payloads: Vec::new(),
             open: Vec::new(),
+            limbo: BTreeSet::new(),
         };
         Ok(Torture {
             dev,
@@ -289,6 +396,47 @@ impl Torture {
         Ok(crash_now)
     }
 
+    /// Round `round`'s per-caller transactions, into the model; and one round in ten, a
+    /// second open of the device, which must be refused.
+    fn handles(&mut self, round: u64) -> Result<()> {
+        let st = self.store.as_ref().expect("open");
+        let mut runs = handle_round(st, self.model.free_pool(), 2, self.seed, round);
+        // Committed ones in the order of their records. An aborted handle's blocks were
+        // free again at once (a later handle may hold them): only committed ones are
+        // checked against the model, each when its record applies.
+        runs.sort_by_key(|h| h.committed.as_ref().map_or(u64::MAX, |(seq, _)| *seq));
+        for h in runs {
+            match h.committed {
+                Some((_, payload)) => {
+                    let allocated: Vec<(bool, Extent)> =
+                        h.allocs.iter().map(|&e| (true, e)).collect();
+                    self.out.double_allocated += self.model.double_allocations(&allocated);
+                    self.out.handle_commits += 1;
+                    for e in h.allocs {
+                        self.model.committed.extend(e.start..e.end());
+                    }
+                    for b in h.frees {
+                        self.model.committed.remove(&b);
+                    }
+                    self.model.payloads.push(payload);
+                }
+                None if h.aborted => self.out.handle_aborts += 1,
+                None => {
+                    self.out.handles_left_open += 1;
+                    self.model.limbo.extend(h.frees);
+                }
+            }
+        }
+        if self.rng.gen_bool(0.1) {
+            match Store::open(self.dev.clone(), Policy::default()) {
+                Err(extalloc::Error::DeviceBusy { .. }) => self.out.double_opens_refused += 1,
+                Err(e) => bail!("round {round}: a second open failed, but not as busy: {e}"),
+                Ok(_) => bail!("round {round}: a second open of an open device succeeded"),
+            }
+        }
+        Ok(())
+    }
+
     /// Power loss in round `round` (whose commit carried `payload`), then the reopen and its
     /// check against the model. Returns false when they disagree: the run stops there.
     fn crash_and_reopen(&mut self, round: u64, payload: &[u8]) -> Result<bool> {
@@ -337,6 +485,7 @@ pub fn run(crashes: u64, seed: u64, threads: usize) -> Result<Outcome> {
         let ops = round_ops(st, t.model.free_pool(), threads, seed, round);
         t.out.double_allocated += t.model.double_allocations(&ops);
         t.model.open.extend(ops);
+        t.handles(round)?;
         let payload = format!("round {round}").into_bytes();
         if t.end_round(&payload)? && !t.crash_and_reopen(round, &payload)? {
             break;

@@ -200,6 +200,8 @@ pub struct Store {
     root_reserved_blocks: AtomicU64,
     /// The callers' own transactions ([`Store::begin`]).
     handles: txn::Handles,
+    /// This store's claim on its device object (dropped last: a reopen waits for it).
+    _claim: recovery::OpenClaim,
 }
 
 /// Where the time of `Store::open` went.

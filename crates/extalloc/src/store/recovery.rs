@@ -97,6 +97,35 @@ fn apply_records(
     Ok(())
 }
 
+/// The devices (by the address of the object) a store has open in this process: a second
+/// open of the same device object, which no file lock sees (a memory device, or a file
+/// device handed to two stores), is refused with [`Error::DeviceBusy`].
+static OPEN_DEVICES: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// A store's claim on its device object, given up when the store is dropped.
+pub(super) struct OpenClaim(usize);
+
+impl OpenClaim {
+    fn take(dev: &Arc<dyn Device>) -> Result<Self> {
+        let id = Arc::as_ptr(dev) as *const () as usize;
+        let mut open = OPEN_DEVICES.lock();
+        if open.contains(&id) {
+            return Err(Error::DeviceBusy {
+                device: format!("object at {id:#x} (already open by a store in this process)"),
+                wanted: "write",
+            });
+        }
+        open.push(id);
+        Ok(OpenClaim(id))
+    }
+}
+
+impl Drop for OpenClaim {
+    fn drop(&mut self) {
+        OPEN_DEVICES.lock().retain(|&id| id != self.0);
+    }
+}
+
 fn area(sb: &Superblock) -> Area {
     let bs = u64::from(sb.block_size);
     Area {
@@ -147,6 +176,7 @@ impl Store {
         accept_loss: bool,
     ) -> Result<(Store, Vec<Record>)> {
         let started = std::time::Instant::now();
+        let claim = OpenClaim::take(&dev)?;
         let sb = format::read_superblock(dev.as_ref())?;
         let geometry = sb.geometry()?;
         let replay_started = std::time::Instant::now();
@@ -207,6 +237,7 @@ impl Store {
                 max_transaction_bytes,
                 root_reserved_blocks: AtomicU64::new(root_reserved),
                 handles: Default::default(),
+                _claim: claim,
             },
             records,
         ))
@@ -471,6 +502,12 @@ mod tests {
         ));
         s.commit(b"x").unwrap();
         s.checkpoint().unwrap();
+        // One store per device: a second open while `s` lives is refused.
+        assert!(matches!(
+            Store::open(dev.clone(), Policy::default()),
+            Err(Error::DeviceBusy { .. })
+        ));
+        drop(s);
         // The damage is left for fsck; the next open still holds the group.
         let mut b = [0u8];
         dev.read_at(&mut b, at).unwrap();
