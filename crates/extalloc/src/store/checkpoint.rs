@@ -64,6 +64,9 @@ impl Store {
     /// appended record: the allocator's, minus `exclude` (a transaction whose record is not
     /// appended yet), with the frees of transactions up to `release_upto` released.
     fn checkpoint_locked(&self, exclude: &[Op], release_upto: u64) -> Result<()> {
+        // The caller's tables first, while no commit can run: they hold every committed
+        // record, so its root goes with the tail that leaves those records behind.
+        let root = self.next_root()?;
         // Make every appended record durable and release their frees: home state is then
         // exactly what the records say.
         let (_, next_seq) = self.journal.head();
@@ -110,10 +113,21 @@ impl Store {
         // offset 0 meets an older record (or zeros) there and stops.
         sb.journal_tail = 0;
         sb.journal_tail_seq = next_seq;
+        let old_root = match root {
+            Some(root) => Some(std::mem::replace(&mut sb.root, root)),
+            None => None,
+        };
         sb.state &= !format::STATE_CHECKPOINTING;
         sb.generation += 1;
-        format::write_superblock(self.dev.as_ref(), &sb)?;
-        self.dev.flush()?;
+        let written =
+            format::write_superblock(self.dev.as_ref(), &sb).and_then(|()| self.dev.flush());
+        if let Err(e) = written {
+            if let Some(old) = old_root {
+                // Not durable: the root in memory stays the one on the media.
+                sb.root = old;
+            }
+            return Err(e);
+        }
         self.journal.restart();
         drop(sb);
         if self.alloc().policy().bitmap_memory_mib > 0 {
@@ -122,6 +136,23 @@ impl Store {
             self.alloc().drop_idle_bitmaps(keep);
         }
         Ok(())
+    }
+
+    /// The root this checkpoint writes: the hook's, else one set by `set_root`, else none
+    /// (the root stays).
+    fn next_root(&self) -> Result<Option<Vec<u8>>> {
+        let root = match &*self.checkpoint_hook.lock() {
+            Some(hook) => Some(hook()?),
+            None => self.pending_root.lock().take(),
+        };
+        match root {
+            Some(r) if r.len() > format::ROOT_MAX => Err(Error::InvalidRequest(format!(
+                "a root of {} bytes: at most {} (a block address and a checksum, say)",
+                r.len(),
+                format::ROOT_MAX
+            ))),
+            other => Ok(other),
+        }
     }
 
     /// Writes the `dirty` groups home in three steps, each flushed before the next: their

@@ -18,7 +18,7 @@
 //! shared `flock`.
 
 use crate::disk::device::Device;
-use crate::disk::format::{self, Superblock, SUPERBLOCK_BYTES};
+use crate::disk::format::{self, Superblock, SUPERBLOCK_READ};
 use crate::disk::journal::{self, Area, Op, Record};
 use crate::error::{Error, Result};
 
@@ -87,8 +87,8 @@ struct Home {
 fn check_superblocks(dev: &dyn Device, sb: &Superblock, r: &mut Report) {
     let bs = u64::from(sb.block_size);
     let copy_ok = |at: u64| -> bool {
-        let mut b = [0u8; SUPERBLOCK_BYTES];
-        dev.read_at(&mut b, at).is_ok() && Superblock::decode(&b).is_ok()
+        let mut b = [0u8; SUPERBLOCK_READ];
+        dev.read_at(&mut b, at).is_ok() && Superblock::decode_with_root(&b).is_ok()
     };
     r.primary_superblock_ok = copy_ok(0);
     r.backup_superblock_ok = copy_ok(sb.backup_block() * bs);

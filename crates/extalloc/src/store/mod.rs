@@ -9,7 +9,11 @@
 //! - `checkpoint()` writes every group's bitmap and descriptor home and moves the journal's
 //!   tail past everything written; a full journal checkpoints instead of failing.
 //! - `open` reads the home state and replays the records after the tail, stopping at a torn
-//!   or corrupt one; it returns the replayed records so the caller can redo its own metadata.
+//!   or corrupt one; it returns the replayed records so the caller can redo its own metadata
+//!   from its durable root (`root`, written with the tail by each checkpoint, which first
+//!   calls the caller's checkpoint hook).
+//! - `begin` gives a caller a transaction of its own (`txn.rs`); `statfs` reports the
+//!   figures a file system shows (`statfs.rs`).
 //!
 //! Files: this one holds the [`Store`] and its transactions (allocate, free, the file calls,
 //! commit); `recovery.rs` opens a store (home state, journal replay); `checkpoint.rs` writes
@@ -164,6 +168,10 @@ impl OpShards {
     }
 }
 
+/// Called by every checkpoint before the journal's tail moves (see
+/// [`Store::set_checkpoint_hook`]): writes the caller's own tables and returns its new root.
+pub type CheckpointHook = Box<dyn Fn() -> Result<Vec<u8>> + Send + Sync>;
+
 /// Most forced commits one allocation makes before it reports `NoSpace`.
 const FORCED_COMMITS_PER_ALLOCATION: usize = 64;
 
@@ -200,6 +208,10 @@ pub struct Store {
     root_reserved_blocks: AtomicU64,
     /// The callers' own transactions ([`Store::begin`]).
     handles: txn::Handles,
+    /// The root the next checkpoint writes with the journal tail ([`Store::set_root`]),
+    /// and the hook that supplies it instead ([`Store::set_checkpoint_hook`]).
+    pending_root: Mutex<Option<Vec<u8>>>,
+    checkpoint_hook: Mutex<Option<CheckpointHook>>,
     /// This store's claim on its device object (dropped last: a reopen waits for it).
     _claim: recovery::OpenClaim,
 }

@@ -237,6 +237,8 @@ impl Store {
                 max_transaction_bytes,
                 root_reserved_blocks: AtomicU64::new(root_reserved),
                 handles: Default::default(),
+                pending_root: Mutex::new(None),
+                checkpoint_hook: Mutex::new(None),
                 _claim: claim,
             },
             records,

@@ -7,7 +7,7 @@
 
 use super::{
     bitmap_summary, bitmap_used, corrupt, initial_bitmap, GroupDesc, Replaced, Superblock,
-    DESC_BITMAP_UNINIT, DESC_BYTES, SUPERBLOCK_BYTES,
+    DESC_BITMAP_UNINIT, DESC_BYTES, SUPERBLOCK_BYTES, SUPERBLOCK_READ,
 };
 use crate::disk::device::Device;
 use crate::error::{Error, Result};
@@ -171,6 +171,8 @@ pub fn write_superblock(dev: &dyn Device, sb: &Superblock) -> Result<()> {
     let bs = u64::from(sb.block_size);
     let mut block = vec![0u8; bs as usize];
     block[..SUPERBLOCK_BYTES].copy_from_slice(&sb.encode());
+    let root = sb.encode_root();
+    block[SUPERBLOCK_BYTES..SUPERBLOCK_BYTES + root.len()].copy_from_slice(&root);
     dev.write_at(&block, 0)?;
     dev.write_at(&block, sb.backup_block() * bs)
 }
@@ -178,15 +180,15 @@ pub fn write_superblock(dev: &dyn Device, sb: &Superblock) -> Result<()> {
 /// Reads the superblock: the primary, or the backup when the primary is damaged; the newer
 /// generation when both are valid. Checks the device is as large as it says.
 pub fn read_superblock(dev: &dyn Device) -> Result<Superblock> {
-    let mut head = [0u8; SUPERBLOCK_BYTES];
-    if dev.size() < SUPERBLOCK_BYTES as u64 {
+    let mut head = [0u8; SUPERBLOCK_READ];
+    if dev.size() < SUPERBLOCK_READ as u64 {
         return Err(Error::NotExtalloc(format!(
             "{} bytes is too small to hold a superblock",
             dev.size()
         )));
     }
     dev.read_at(&mut head, 0)?;
-    let primary = Superblock::decode(&head);
+    let primary = Superblock::decode_with_root(&head);
     // Where the backup is depends on the size the primary records; if the primary is
     // unreadable, try the device's last block of each supported block size.
     let mut candidates: Vec<u64> = Vec::new();
@@ -200,12 +202,12 @@ pub fn read_superblock(dev: &dyn Device) -> Result<Superblock> {
     }
     let mut backup: Option<Superblock> = None;
     for at in candidates {
-        if at + SUPERBLOCK_BYTES as u64 > dev.size() {
+        if at + SUPERBLOCK_READ as u64 > dev.size() {
             continue;
         }
-        let mut b = [0u8; SUPERBLOCK_BYTES];
+        let mut b = [0u8; SUPERBLOCK_READ];
         dev.read_at(&mut b, at)?;
-        if let Ok(sb) = Superblock::decode(&b) {
+        if let Ok(sb) = Superblock::decode_with_root(&b) {
             if sb.backup_block() * u64::from(sb.block_size) == at {
                 backup = Some(sb);
                 break;

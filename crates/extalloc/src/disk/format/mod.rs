@@ -42,6 +42,10 @@ pub const VERSION: u32 = 2;
 pub const SUPERBLOCK_BYTES: usize = 128;
 /// Bytes per group descriptor.
 pub const DESC_BYTES: usize = 32;
+/// The largest caller root the superblock's block holds (after the superblock).
+pub const ROOT_MAX: usize = 256;
+/// Bytes of a superblock copy a reader reads: the superblock, the root's header and room.
+pub const SUPERBLOCK_READ: usize = SUPERBLOCK_BYTES + 8 + ROOT_MAX;
 
 /// The superblock.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,6 +79,9 @@ pub struct Superblock {
     pub generation: u64,
     /// `STATE_CHECKPOINTING` while a checkpoint writes groups home.
     pub state: u32,
+    /// The caller's durable root (at most [`ROOT_MAX`] bytes), written with the journal
+    /// tail in the same block, so both change together.
+    pub root: Vec<u8>,
 }
 
 /// A checkpoint was writing groups home: some may hold a mix of old and new bits (or fail
@@ -149,6 +156,7 @@ impl Superblock {
             uuid,
             generation: 1,
             state: 0,
+            root: Vec::new(),
         })
     }
 
@@ -241,8 +249,49 @@ impl Superblock {
             uuid: b[88..104].try_into().expect("16 bytes"),
             generation: get_u64(b, 104),
             state: get_u32(b, 112),
+            root: Vec::new(),
         };
         sb.validate()?;
+        Ok(sb)
+    }
+
+    /// The root's bytes at offset 128 of the superblock's block: length, crc32c over the
+    /// generation, the length and the root, then the root.
+    pub fn encode_root(&self) -> Vec<u8> {
+        debug_assert!(self.root.len() <= ROOT_MAX);
+        let len = (self.root.len() as u32).to_le_bytes();
+        let mut crc = crc32c::crc32c(&self.generation.to_le_bytes());
+        crc = crc32c::crc32c_append(crc, &len);
+        crc = crc32c::crc32c_append(crc, &self.root);
+        let mut b = len.to_vec();
+        b.extend_from_slice(&crc.to_le_bytes());
+        b.extend_from_slice(&self.root);
+        b
+    }
+
+    /// Decodes a superblock copy and the root after it (`b`: at least [`SUPERBLOCK_READ`]
+    /// bytes from the block's start; any bytes: never panics). A root area of zeros (a
+    /// device made before roots) is an empty root.
+    pub fn decode_with_root(b: &[u8]) -> Result<Self> {
+        let mut sb = Superblock::decode(b)?;
+        if b.len() < SUPERBLOCK_READ {
+            return Err(corrupt("superblock root", "block too short"));
+        }
+        let r = &b[SUPERBLOCK_BYTES..];
+        let (len, crc) = (get_u32(r, 0) as usize, get_u32(r, 4));
+        if len == 0 && crc == 0 {
+            return Ok(sb);
+        }
+        if len > ROOT_MAX {
+            return Err(corrupt(
+                "superblock root",
+                format!("{len} bytes, at most {ROOT_MAX}"),
+            ));
+        }
+        sb.root = r[8..8 + len].to_vec();
+        if sb.encode_root()[4..8] != crc.to_le_bytes() {
+            return Err(corrupt("superblock root", "checksum mismatch"));
+        }
         Ok(sb)
     }
 
