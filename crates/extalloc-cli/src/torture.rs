@@ -311,7 +311,7 @@ fn one_handle(
     match r.gen_range(0..10) {
         0..7 => {
             let seq = h.commit(payload.as_bytes()).expect("a handle commits");
-            run.committed = Some((seq, payload.into_bytes()));
+            run.committed = Some((seq.seq, payload.into_bytes()));
         }
         7..9 => {
             h.abort().expect("a handle aborts");

@@ -58,7 +58,7 @@ mod txn;
 mod view;
 
 pub use statfs::Statfs;
-pub use txn::{CommitFailed, Txn};
+pub use txn::{CommitFailed, Committed, Txn};
 pub use view::AllocatorView;
 
 use crate::alloc::{AllocRequest, Allocator};
@@ -459,6 +459,12 @@ impl Store {
     /// journal holds is refused ([`Error::TransactionTooLarge`]) and the transaction stays
     /// open, unchanged.
     pub fn commit(&self, payload: &[u8]) -> Result<u64> {
+        Ok(self.commit_reporting(payload)?.seq)
+    }
+
+    /// [`Store::commit`], saying whether the commit checkpointed first (a full journal).
+    pub fn commit_reporting(&self, payload: &[u8]) -> Result<Committed> {
+        let mut checkpointed = false;
         let (seq, sealed) = {
             let _serial = self.commit_lock.lock();
             let _closed = self.boundary.write();
@@ -475,6 +481,7 @@ impl Store {
             let seq = match self.journal.append(&ops, payload) {
                 Ok(seq) => seq,
                 Err(Error::JournalFull { .. }) => {
+                    checkpointed = true;
                     let appended = self
                         .checkpoint_for_full_journal(&ops)
                         .and_then(|()| self.journal.append(&ops, payload));
@@ -498,6 +505,6 @@ impl Store {
         };
         self.journal.commit(seq)?;
         self.alloc().release(sealed);
-        Ok(seq)
+        Ok(Committed { seq, checkpointed })
     }
 }

@@ -259,6 +259,37 @@ mod tests {
         assert_eq!(store.root(), b"tables at block 1234");
     }
 
+    /// A commit says whether it checkpointed (a full journal): exactly the commits during
+    /// which the checkpoint hook ran, through the shared transaction and through handles.
+    #[test]
+    fn a_commit_reports_its_checkpoint() {
+        let dev: Arc<dyn Device> = Arc::new(MemDevice::new(8192 * 4096));
+        let store = Store::create(dev, &geometry(), 2, Policy::default()).unwrap();
+        let hooks = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let h = hooks.clone();
+        store.set_checkpoint_hook(Box::new(move || {
+            h.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok(b"root".to_vec())
+        }));
+        let mut reported = 0;
+        for i in 0..200u64 {
+            let before = hooks.load(std::sync::atomic::Ordering::Relaxed);
+            let checkpointed = if i % 2 == 0 {
+                store.allocate(&AllocRequest::new(i, 1)).unwrap();
+                store.commit_reporting(&[7; 100]).unwrap().checkpointed
+            } else {
+                let t = store.begin();
+                t.allocate(&AllocRequest::new(i, 1)).unwrap();
+                t.commit(&[7; 100]).unwrap().checkpointed
+            };
+            let ran = hooks.load(std::sync::atomic::Ordering::Relaxed) - before;
+            assert_eq!(u64::from(checkpointed), ran, "commit {i}");
+            reported += ran;
+        }
+        assert!(reported >= 4, "{reported} checkpoints");
+        assert_eq!(store.root(), b"root");
+    }
+
     /// A caller keeps its own table of committed payloads and writes it from the
     /// checkpoint hook (full journals checkpoint often here); after a crash, the table the
     /// root names plus the replayed records are every committed payload, in order, whatever

@@ -103,6 +103,17 @@ impl std::fmt::Debug for Txn<'_> {
     }
 }
 
+/// A commit that succeeded: its record's sequence number, and whether the journal was full
+/// so the commit checkpointed first (every earlier record went home; a caller with its
+/// own tables saw its checkpoint hook run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Committed {
+    /// The record's sequence number.
+    pub seq: u64,
+    /// The commit checkpointed first.
+    pub checkpointed: bool,
+}
+
 /// A [`Txn::commit`] that failed: the error, and the handle unchanged if its record was
 /// not written (commit it again, or abort it).
 #[derive(Debug)]
@@ -217,9 +228,9 @@ impl<'s> Txn<'s> {
     /// again or abort. A flush that fails after the record was written comes back without
     /// a handle; the record's frees are applied by the next checkpoint, which makes it
     /// durable first.
-    pub fn commit(self, payload: &[u8]) -> std::result::Result<u64, CommitFailed<'s>> {
-        let seq = match self.append(payload) {
-            Ok(seq) => seq,
+    pub fn commit(self, payload: &[u8]) -> std::result::Result<Committed, CommitFailed<'s>> {
+        let (seq, checkpointed) = match self.append(payload) {
+            Ok(x) => x,
             Err(error) => {
                 return Err(CommitFailed {
                     error,
@@ -234,12 +245,12 @@ impl<'s> Txn<'s> {
             return Err(CommitFailed { error, txn: None });
         }
         store.apply_appended(seq);
-        Ok(seq)
+        Ok(Committed { seq, checkpointed })
     }
 
     /// Appends this transaction's record under the commit lock (checkpointing first when
     /// the journal is full) and hands its frees to `appended`. On failure nothing changed.
-    fn append(&self, payload: &[u8]) -> Result<u64> {
+    fn append(&self, payload: &[u8]) -> Result<(u64, bool)> {
         let store = self.store;
         let _serial = store.commit_lock.lock();
         let mut ops = self.ops.lock();
@@ -256,14 +267,14 @@ impl<'s> Txn<'s> {
                 max: store.max_transaction_bytes,
             });
         }
-        let seq = match store.journal.append(&record, payload) {
+        let (seq, checkpointed) = match store.journal.append(&record, payload) {
             Err(Error::JournalFull { .. }) => {
                 drop(ops);
                 store.checkpoint_for_handle()?;
                 ops = self.ops.lock();
-                store.journal.append(&record, payload)?
+                (store.journal.append(&record, payload)?, true)
             }
-            other => other?,
+            other => (other?, false),
         };
         // Recorded: no longer open, and its frees wait for durability.
         store.handles.open.lock().remove(&self.id);
@@ -273,7 +284,7 @@ impl<'s> Txn<'s> {
             .lock()
             .insert(seq, std::mem::take(&mut ops.frees));
         ops.allocs.clear();
-        Ok(seq)
+        Ok((seq, checkpointed))
     }
 
     /// Gives this transaction's allocations back (they were recorded nowhere) and cancels

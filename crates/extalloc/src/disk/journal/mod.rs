@@ -279,12 +279,15 @@ pub struct Journal {
     durable_seq: AtomicU64,
     /// Moving average of a flush's duration.
     avg_flush_ns: AtomicU64,
+    /// The largest record it holds ([`Journal::max_record_bytes`]).
+    max_record: u64,
 }
 
 impl Journal {
     /// A journal that continues after `replayed` (or starts empty at `tail`).
     pub fn new(dev: Arc<dyn Device>, area: Area, tail: u64, replayed: &Replayed) -> Self {
         Journal {
+            max_record: Self::largest_record(area),
             dev,
             area,
             writer: Mutex::new(WriterState::new(
@@ -315,16 +318,18 @@ impl Journal {
     /// without room returns `JournalFull` and changes nothing: the caller checkpoints
     /// (moves the tail) and tries again.
     pub fn append(&self, ops: &[Op], payload: &[u8]) -> Result<u64> {
+        let n = Self::record_bytes(ops.len() as u64, payload.len() as u64);
+        if n > self.max_record {
+            return Err(Error::InvalidRequest(format!(
+                "a {n}-byte record does not fit a {}-byte journal (with its mirror; at most \
+                 {} bytes)",
+                self.area.len, self.max_record
+            )));
+        }
         let mut w = self.writer.lock();
         let durable = self.durable_seq.load(std::sync::atomic::Ordering::Acquire);
         let record = encode(w.next_seq, durable, ops, payload);
-        let n = record.len() as u64;
-        if Self::footprint(self.area, 0, n, 0) > self.area.len {
-            return Err(Error::InvalidRequest(format!(
-                "a {n}-byte record does not fit a {}-byte journal (with its mirror)",
-                self.area.len
-            )));
-        }
+        debug_assert_eq!(record.len() as u64, n);
         let mut at = w.head;
         let mut wrap = false;
         let spanned = |w: &mut WriterState, at: u64| {
@@ -379,19 +384,26 @@ impl Journal {
     }
 
     /// The largest record (in bytes, a multiple of 8) this journal holds: one that, with
-    /// its mirror, fits the empty journal. Any record up to it fits after a checkpoint.
+    /// its mirror, fits the empty journal, and whose length (and its mirror's) fits the
+    /// 32-bit length field. Any record up to it fits after a checkpoint.
     pub fn max_record_bytes(&self) -> u64 {
+        self.max_record
+    }
+
+    fn largest_record(area: Area) -> u64 {
+        // A mirror's length field holds the record, a block of the span and its header.
+        const LEN_MAX: u64 = (u32::MAX as u64 - 8192) / 8 * 8;
         // `footprint` grows with `n`: the largest n with footprint(0, n) <= len.
-        let (mut lo, mut hi) = (0u64, self.area.len / 8 + 1);
+        let (mut lo, mut hi) = (0u64, area.len / 8 + 1);
         while lo + 1 < hi {
             let mid = (lo + hi) / 2;
-            if Self::footprint(self.area, 0, mid * 8, 0) <= self.area.len {
+            if Self::footprint(area, 0, mid * 8, 0) <= area.len {
                 lo = mid;
             } else {
                 hi = mid;
             }
         }
-        lo * 8
+        (lo * 8).min(LEN_MAX)
     }
 
     /// Bytes of a record holding `ops` operations and `payload` bytes.
