@@ -37,6 +37,9 @@ pub struct Report {
     /// A checkpoint was interrupted: journal changes may already be home, and open repairs
     /// it on the next open.
     pub checkpoint_interrupted: bool,
+    /// The device is marked in use: a store has it open, or the last one did not close it
+    /// (a crash; opening it read-write recovers). Not a problem by itself.
+    pub in_use: bool,
     /// Free blocks the groups that passed their checks hold at home (before the journal).
     pub free_blocks: u64,
     /// Groups whose descriptor or bitmap fails its checksum or disagrees with the other.
@@ -69,6 +72,7 @@ pub fn check(dev: &dyn Device) -> Result<Report> {
         blocks: sb.blocks_count,
         groups: sb.groups(),
         checkpoint_interrupted: sb.state & format::STATE_CHECKPOINTING != 0,
+        in_use: sb.state & format::STATE_IN_USE != 0,
         ..Report::default()
     };
     check_superblocks(dev, &sb, &mut r);

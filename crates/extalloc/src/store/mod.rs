@@ -212,8 +212,23 @@ pub struct Store {
     /// and the hook that supplies it instead ([`Store::set_checkpoint_hook`]).
     pending_root: Mutex<Option<Vec<u8>>>,
     checkpoint_hook: Mutex<Option<CheckpointHook>>,
+    /// The owner that left the device marked in use (it did not close it), if any.
+    unclean_close: Option<u64>,
     /// This store's claim on its device object (dropped last: a reopen waits for it).
     _claim: recovery::OpenClaim,
+}
+
+impl Drop for Store {
+    /// A clean close: the device is marked no longer in use (best effort: if the write
+    /// fails, the next open finds it in use and says the close was not clean, which the
+    /// journal makes safe either way).
+    fn drop(&mut self) {
+        let mut sb = self.sb.lock();
+        sb.state &= !crate::disk::format::STATE_IN_USE;
+        sb.generation += 1;
+        let _ = crate::disk::format::write_superblock(self.dev.as_ref(), &sb)
+            .and_then(|()| self.dev.flush());
+    }
 }
 
 /// Where the time of `Store::open` went.
@@ -234,6 +249,13 @@ impl Store {
     /// used, never written home.
     pub fn corrupt_groups(&self) -> Vec<u64> {
         self.alloc().corrupt_groups()
+    }
+
+    /// The owner number of the store that had the device open and did not close it, if
+    /// the device was found marked in use at open (a crash; the journal replay recovered
+    /// it). `None` after a clean close.
+    pub fn unclean_close(&self) -> Option<u64> {
+        self.unclean_close
     }
 
     /// Where the time of `open` went.

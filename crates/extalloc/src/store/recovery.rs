@@ -213,6 +213,8 @@ impl Store {
         let root_reserved = sb.blocks_count.saturating_sub(sb.metadata_end() + 1) / 20;
         let alloc_seal = alloc.seal();
         let records = replayed.records;
+        let mut sb = sb;
+        let unclean_close = Self::claim_in_use(dev.as_ref(), &mut sb)?;
         let open_timing = OpenTiming {
             total_seconds: started.elapsed().as_secs_f64(),
             replay_seconds,
@@ -237,12 +239,29 @@ impl Store {
                 max_transaction_bytes,
                 root_reserved_blocks: AtomicU64::new(root_reserved),
                 handles: Default::default(),
+                unclean_close,
                 pending_root: Mutex::new(None),
                 checkpoint_hook: Mutex::new(None),
                 _claim: claim,
             },
             records,
         ))
+    }
+
+    /// Marks the device in use on the media (`STATE_IN_USE`, a fresh owner number), flushed
+    /// before `open` returns. Returns the previous owner if the state was set already: it
+    /// did not close the device (a crash: the journal replay just recovered it).
+    fn claim_in_use(dev: &dyn Device, sb: &mut Superblock) -> Result<Option<u64>> {
+        let previous = (sb.state & format::STATE_IN_USE != 0).then_some(sb.owner);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        sb.owner = nanos ^ (u64::from(std::process::id()) << 32) ^ sb.generation;
+        sb.state |= format::STATE_IN_USE;
+        sb.generation += 1;
+        format::write_superblock(dev, sb)?;
+        dev.flush()?;
+        Ok(previous)
     }
 
     /// The allocator over the home state: every group's figures from its descriptor (no

@@ -259,6 +259,39 @@ mod tests {
         assert_eq!(store.root(), b"tables at block 1234");
     }
 
+    /// The device is marked in use on the media while a store has it open; a clean close
+    /// clears the mark; a store that dies without closing leaves it, and the next open
+    /// names the owner that did not close it.
+    #[test]
+    fn the_device_says_whether_it_was_closed() {
+        let dev = Arc::new(FaultDevice::new(MemDevice::new(8192 * 4096), 9));
+        let store = Store::create(dev.clone(), &geometry(), 8, Policy::default()).unwrap();
+        assert_eq!(store.unclean_close(), None);
+        assert!(fsck::check(dev.as_ref()).unwrap().in_use);
+        let owner = crate::disk::format::read_superblock(dev.as_ref())
+            .unwrap()
+            .owner;
+        drop(store);
+        assert!(!fsck::check(dev.as_ref()).unwrap().in_use, "a clean close");
+        let store = Store::open(dev.clone(), Policy::default()).unwrap().0;
+        assert_eq!(store.unclean_close(), None);
+        let second = crate::disk::format::read_superblock(dev.as_ref())
+            .unwrap()
+            .owner;
+        assert_ne!(owner, second, "each open draws its own owner number");
+        store.allocate(&AllocRequest::new(1, 4)).unwrap();
+        store.commit(b"a").unwrap();
+        // The process dies: nothing it writes from here reaches the media.
+        dev.fail_writes(true);
+        drop(store);
+        dev.crash(Crash::DropAll).unwrap();
+        let report = fsck::check(dev.as_ref()).unwrap();
+        assert!(report.in_use && report.clean(), "{report:?}");
+        let (store, records) = Store::open(dev, Policy::default()).unwrap();
+        assert_eq!(store.unclean_close(), Some(second));
+        assert_eq!(records.len(), 1);
+    }
+
     /// A commit says whether it checkpointed (a full journal): exactly the commits during
     /// which the checkpoint hook ran, through the shared transaction and through handles.
     #[test]

@@ -77,8 +77,12 @@ pub struct Superblock {
     pub uuid: [u8; 16],
     /// Bumped on every superblock write; the newer of two valid copies wins.
     pub generation: u64,
-    /// `STATE_CHECKPOINTING` while a checkpoint writes groups home.
+    /// `STATE_CHECKPOINTING` while a checkpoint writes groups home; `STATE_IN_USE` while a
+    /// store has the device open.
     pub state: u32,
+    /// Who last opened the device read-write (a number drawn at each open): with
+    /// `STATE_IN_USE` still set at the next open, that owner did not close it.
+    pub owner: u64,
     /// The caller's durable root (at most [`ROOT_MAX`] bytes), written with the journal
     /// tail in the same block, so both change together.
     pub root: Vec<u8>,
@@ -87,6 +91,9 @@ pub struct Superblock {
 /// A checkpoint was writing groups home: some may hold a mix of old and new bits (or fail
 /// their checksums); replaying the journal from the tail repairs them.
 pub const STATE_CHECKPOINTING: u32 = 1;
+/// A store has the device open read-write (set at open, cleared at a clean close): found
+/// set at open, the last owner crashed (or has it open on another machine).
+pub const STATE_IN_USE: u32 = 2;
 
 fn get_u32(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
@@ -156,6 +163,7 @@ impl Superblock {
             uuid,
             generation: 1,
             state: 0,
+            owner: 0,
             root: Vec::new(),
         })
     }
@@ -199,6 +207,7 @@ impl Superblock {
         b[88..104].copy_from_slice(&self.uuid);
         b[104..112].copy_from_slice(&self.generation.to_le_bytes());
         b[112..116].copy_from_slice(&self.state.to_le_bytes());
+        b[116..124].copy_from_slice(&self.owner.to_le_bytes());
         let crc = crc32c::crc32c(&b[..124]);
         b[124..128].copy_from_slice(&crc.to_le_bytes());
         b
@@ -249,6 +258,7 @@ impl Superblock {
             uuid: b[88..104].try_into().expect("16 bytes"),
             generation: get_u64(b, 104),
             state: get_u32(b, 112),
+            owner: get_u64(b, 116),
             root: Vec::new(),
         };
         sb.validate()?;
