@@ -146,18 +146,29 @@ impl Files {
     /// (their locks are only tried, never waited for: two writers discarding each other's
     /// files would deadlock), so a round that released nothing yields first, as ext4's
     /// discard retries do. Holding no file lock, callers give [`DISCARD_RETRIES`] rounds.
+    #[inline]
     fn retrying(&self, rounds: u32, mut op: impl FnMut() -> Result<Extent>) -> Result<Extent> {
-        let mut tries = 0;
-        loop {
-            let err = match op() {
-                Err(
-                    e @ Error::NoSpace {
-                        reserved_blocks, ..
-                    },
-                ) if reserved_blocks > 0 && tries < rounds => e,
-                other => return other,
-            };
-            tries += 1;
+        // The common case, inline: the first try succeeds (or fails for another reason).
+        match op() {
+            Err(
+                e @ Error::NoSpace {
+                    reserved_blocks, ..
+                },
+            ) if reserved_blocks > 0 && rounds > 0 => self.retry_after_discards(rounds, op, e),
+            other => other,
+        }
+    }
+
+    /// The rounds of [`Files::retrying`] after its first try found no space.
+    #[cold]
+    #[inline(never)]
+    fn retry_after_discards(
+        &self,
+        rounds: u32,
+        mut op: impl FnMut() -> Result<Extent>,
+        mut err: Error,
+    ) -> Result<Extent> {
+        for _ in 0..rounds {
             if self.discard_preallocations() == 0 {
                 if rounds == 1 {
                     // Under a file lock: waiting here only holds up the threads whose
@@ -166,7 +177,16 @@ impl Files {
                 }
                 std::thread::yield_now();
             }
+            err = match op() {
+                Err(
+                    e @ Error::NoSpace {
+                        reserved_blocks, ..
+                    },
+                ) if reserved_blocks > 0 => e,
+                other => return other,
+            };
         }
+        Err(err)
     }
 
     /// `err` with a no-space error's reserved figure made exact (the core's counts
