@@ -50,6 +50,7 @@
 
 mod checkpoint;
 pub mod fsck;
+mod ops;
 mod recovery;
 mod statfs;
 #[cfg(test)]
@@ -61,6 +62,7 @@ pub use statfs::Statfs;
 pub use txn::{CommitFailed, Committed, Txn};
 pub use view::AllocatorView;
 
+use self::ops::OpShards;
 use crate::alloc::{AllocRequest, Allocator};
 use crate::disk::device::Device;
 use crate::disk::format::Superblock;
@@ -93,78 +95,6 @@ impl Boundary {
 
     fn write(&self) -> Vec<parking_lot::RwLockWriteGuard<'_, ()>> {
         self.shards.iter().map(|s| s.write()).collect()
-    }
-}
-
-/// The open transaction's ops, one list per stats shard.
-///
-/// A record lists its allocations before its frees. That is a valid order for replay: a
-/// block freed in a transaction stays pending (unusable) until the transaction commits, so
-/// within one transaction no allocation can follow a free of the same block, while a free
-/// may follow an allocation of it (by another thread, in another shard).
-struct OpShards {
-    shards: Box<[crossbeam_utils::CachePadded<Mutex<Vec<Op>>>]>,
-    /// Ops admitted to the open transaction (pushed, or about to be): its record's size.
-    admitted: AtomicU64,
-}
-
-impl OpShards {
-    fn new() -> Self {
-        OpShards {
-            shards: (0..crate::alloc::SHARDS)
-                .map(|_| crossbeam_utils::CachePadded::new(Mutex::new(Vec::new())))
-                .collect(),
-            admitted: AtomicU64::new(0),
-        }
-    }
-
-    /// Admits up to `n` more ops to the open transaction if its record (with no payload)
-    /// still fits `max` bytes; the caller pushes them, or gives back what it did not use.
-    fn admit(&self, n: u64, max: u64) -> Result<()> {
-        let before = self.admitted.fetch_add(n, Relaxed);
-        let bytes = Journal::record_bytes(before + n, 0);
-        if bytes > max {
-            self.admitted.fetch_sub(n, Relaxed);
-            return Err(Error::TransactionTooLarge { bytes, max });
-        }
-        Ok(())
-    }
-
-    /// Gives back `n` admitted ops that were not pushed.
-    fn unadmit(&self, n: u64) {
-        self.admitted.fetch_sub(n, Relaxed);
-    }
-
-    /// Pushes an admitted op.
-    fn push(&self, shard: usize, op: Op) {
-        self.shards[shard % self.shards.len()].lock().push(op);
-    }
-
-    /// Every op, allocations first (under the closed boundary: nobody pushes meanwhile).
-    fn take(&self) -> Vec<Op> {
-        let mut ops: Vec<Op> = Vec::new();
-        for s in self.shards.iter() {
-            ops.append(&mut s.lock());
-        }
-        self.admitted.fetch_sub(ops.len() as u64, Relaxed);
-        // Stable: each kind keeps its order within a shard.
-        ops.sort_by_key(|op| matches!(op, Op::Free(_)));
-        ops
-    }
-
-    /// Returns ops of a failed append to the open transaction.
-    fn put_back(&self, ops: Vec<Op>) {
-        self.admitted.fetch_add(ops.len() as u64, Relaxed);
-        self.shards[0].lock().splice(0..0, ops);
-    }
-
-    /// Bytes of the open transaction's record with no payload.
-    fn record_bytes(&self) -> u64 {
-        Journal::record_bytes(self.admitted.load(Relaxed), 0)
-    }
-
-    fn is_empty(&self) -> bool {
-        self.shards.iter().all(|s| s.lock().is_empty())
     }
 }
 
@@ -322,11 +252,11 @@ impl Store {
         self.with_forced_commits(|| {
             let shard = self.alloc().stats_handle().shard_index();
             let _open = self.boundary.read(shard);
-            self.ops.admit(1, self.max_transaction_bytes)?;
+            self.ops.admit(shard, 1, self.max_transaction_bytes)?;
             let e = self
                 .alloc()
                 .allocate(req)
-                .inspect_err(|_| self.ops.unadmit(1))?;
+                .inspect_err(|_| self.ops.unadmit(shard, 1))?;
             self.ops.push(shard, Op::Allocate(e));
             Ok(e)
         })
@@ -373,11 +303,11 @@ impl Store {
         self.with_forced_commits(|| {
             let shard = self.alloc().stats_handle().shard_index();
             let _open = self.boundary.read(shard);
-            self.ops.admit(1, self.max_transaction_bytes)?;
+            self.ops.admit(shard, 1, self.max_transaction_bytes)?;
             let e = self
                 .files
                 .allocate_data(file, req)
-                .inspect_err(|_| self.ops.unadmit(1))?;
+                .inspect_err(|_| self.ops.unadmit(shard, 1))?;
             self.ops.push(shard, Op::Allocate(e));
             Ok(e)
         })
@@ -409,13 +339,14 @@ impl Store {
             .iter()
             .filter(|(l, e)| *l < to && l + e.len > from)
             .count() as u64;
-        self.ops.admit(bound, self.max_transaction_bytes)?;
-        let freed = op().inspect_err(|_| self.ops.unadmit(bound))?;
+        self.ops.admit(shard, bound, self.max_transaction_bytes)?;
+        let freed = op().inspect_err(|_| self.ops.unadmit(shard, bound))?;
         debug_assert!(
             freed.len() as u64 <= bound,
             "more extents freed than mapped"
         );
-        self.ops.unadmit(bound.saturating_sub(freed.len() as u64));
+        self.ops
+            .unadmit(shard, bound.saturating_sub(freed.len() as u64));
         for &e in &freed {
             self.ops.push(shard, Op::Free(e));
         }
@@ -452,10 +383,10 @@ impl Store {
         }
         let shard = self.alloc().stats_handle().shard_index();
         let _open = self.boundary.read(shard);
-        self.ops.admit(1, self.max_transaction_bytes)?;
+        self.ops.admit(shard, 1, self.max_transaction_bytes)?;
         self.alloc()
             .free(extent)
-            .inspect_err(|_| self.ops.unadmit(1))?;
+            .inspect_err(|_| self.ops.unadmit(shard, 1))?;
         self.ops.push(shard, Op::Free(extent));
         Ok(())
     }

@@ -48,6 +48,9 @@ pub(super) struct Handles {
     appended: Mutex<BTreeMap<u64, Vec<Extent>>>,
     /// Every extent a handle frees, until the free is applied or cancelled: start -> len.
     freeing: Mutex<BTreeMap<u64, u64>>,
+    /// Entries in `freeing` (written under its lock): the shared transaction's frees skip
+    /// the lock while no handle frees anything.
+    freeing_len: AtomicU64,
 }
 
 impl Handles {
@@ -69,6 +72,11 @@ impl Handles {
 
     /// Whether `e` overlaps an extent a handle frees.
     pub(super) fn is_freeing(&self, e: Extent) -> bool {
+        if self.freeing_len.load(Relaxed) == 0 {
+            // A handle's free marks `freeing` before its blocks could reach this caller's
+            // free (they stay allocated until the handle's record is durable).
+            return false;
+        }
         let freeing = self.freeing.lock();
         freeing
             .range(..e.end())
@@ -81,6 +89,7 @@ impl Handles {
         for e in extents {
             freeing.remove(&e.start);
         }
+        self.freeing_len.store(freeing.len() as u64, Relaxed);
     }
 }
 
@@ -166,6 +175,9 @@ impl Store {
                 .free_now(e)
                 .unwrap_or_else(|err| panic!("a durable free of {e:?} does not apply: {err}"));
             freeing.remove(&e.start);
+            self.handles
+                .freeing_len
+                .store(freeing.len() as u64, Relaxed);
         }
     }
 }
@@ -217,6 +229,10 @@ impl<'s> Txn<'s> {
         }
         self.store.alloc().check_allocated(extent)?;
         freeing.insert(extent.start, extent.len);
+        self.store
+            .handles
+            .freeing_len
+            .store(freeing.len() as u64, Relaxed);
         ops.frees.push(extent);
         Ok(())
     }

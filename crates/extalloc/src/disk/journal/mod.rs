@@ -60,7 +60,7 @@ use crate::disk::device::Device;
 use crate::error::{Error, Result};
 use crate::geometry::Extent;
 use parking_lot::{Condvar, Mutex};
-use record::{encode_mirror, wrap_marker, HEADER};
+use record::{append_mirror, wrap_marker, HEADER};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -350,23 +350,23 @@ impl Journal {
             return Err(Error::JournalFull { needed: n });
         }
         let mirror_at = WriterState::mirror_at(self.area, at, n);
-        let mut mirrored = if wrap {
-            Vec::new()
+        // One buffer: the record, zeros up to the mirror (so replay stops after the record:
+        // no stale record there), and the mirror, built in place (the record is copied
+        // once more, into the mirror).
+        let mut out = record;
+        out.resize((mirror_at - at) as usize, 0);
+        let seq = w.next_seq;
+        let prefix: &[u8] = if wrap {
+            &[]
         } else {
-            w.span(self.area, at, durable).1.to_vec()
+            w.span(self.area, at, durable).1
         };
-        debug_assert_eq!(mirrored.len() as u64, before);
-        mirrored.extend_from_slice(&record);
-        let mirror = encode_mirror(w.next_seq, span_start, &mirrored);
+        debug_assert_eq!(prefix.len() as u64, before);
+        append_mirror(&mut out, seq, span_start, prefix, n as usize);
         if wrap {
             self.dev
                 .write_at(&wrap_marker(w.next_seq), self.area.start + w.head)?;
         }
-        // The bytes after the record are zeroed up to the mirror, so replay stops there
-        // (no stale record).
-        let mut out = record;
-        out.resize((mirror_at - at) as usize, 0);
-        out.extend_from_slice(&mirror);
         self.dev.write_at(&out, self.area.start + at)?;
         if wrap {
             w.recent_start = 0;
@@ -374,7 +374,6 @@ impl Journal {
             w.recs.clear();
         }
         w.recent.extend_from_slice(&out[..n as usize]);
-        let seq = w.next_seq;
         w.recs.push_back((seq, at));
         w.head = at + n;
         w.wrapped = wrapped;

@@ -140,20 +140,33 @@ impl Mirror {
     }
 }
 
-/// Encodes a mirror of `bytes` (at `span_start` in the area), written with record `seq`.
-pub(super) fn encode_mirror(seq: u64, span_start: u64, bytes: &[u8]) -> Vec<u8> {
-    let total = (HEADER + bytes.len()).next_multiple_of(8);
-    let mut b = vec![0u8; total];
-    b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
-    b[4..6].copy_from_slice(&KIND_MIRROR.to_le_bytes());
-    b[8..16].copy_from_slice(&seq.to_le_bytes());
-    b[16..20].copy_from_slice(&(total as u32).to_le_bytes());
-    b[24..32].copy_from_slice(&span_start.to_le_bytes());
-    b[32..40].copy_from_slice(&(bytes.len() as u64).to_le_bytes());
-    b[HEADER..HEADER + bytes.len()].copy_from_slice(bytes);
-    let crc = crc32c::crc32c(&b);
-    b[20..24].copy_from_slice(&crc.to_le_bytes());
-    b
+/// Appends to `out` a mirror, written with record `seq`, of `prefix` followed by `out`'s
+/// first `record` bytes (the record just encoded there), the span starting at `span_start`
+/// in the area. The record is copied once, within `out`.
+pub(super) fn append_mirror(
+    out: &mut Vec<u8>,
+    seq: u64,
+    span_start: u64,
+    prefix: &[u8],
+    record: usize,
+) {
+    let span = prefix.len() + record;
+    let total = (HEADER + span).next_multiple_of(8);
+    let at = out.len();
+    let mut h = [0u8; HEADER];
+    h[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+    h[4..6].copy_from_slice(&KIND_MIRROR.to_le_bytes());
+    h[8..16].copy_from_slice(&seq.to_le_bytes());
+    h[16..20].copy_from_slice(&(total as u32).to_le_bytes());
+    h[24..32].copy_from_slice(&span_start.to_le_bytes());
+    h[32..40].copy_from_slice(&(span as u64).to_le_bytes());
+    out.reserve(total);
+    out.extend_from_slice(&h);
+    out.extend_from_slice(prefix);
+    out.extend_from_within(..record);
+    out.resize(at + total, 0);
+    let crc = crc32c::crc32c(&out[at..]);
+    out[at + 20..at + 24].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// Decodes a whole mirror (any bytes: never panics). `None` if torn or corrupt.
