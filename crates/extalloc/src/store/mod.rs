@@ -374,6 +374,7 @@ impl Store {
     /// are the allocator's. A refused free changes nothing.
     pub fn free(&self, extent: Extent) -> Result<()> {
         self.check_not_metadata(extent)?;
+        self.handles.check_not_unrecorded(extent, None)?;
         if self.handles.is_freeing(extent) {
             // A handle frees it: its blocks are not free in memory until that commits.
             return Err(Error::DoubleFree {

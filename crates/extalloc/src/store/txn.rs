@@ -51,6 +51,9 @@ pub(super) struct Handles {
     /// Entries in `freeing` (written under its lock): the shared transaction's frees skip
     /// the lock while no handle frees anything.
     freeing_len: AtomicU64,
+    /// Allocations open handles hold (recorded nowhere yet): frees skip the registry while
+    /// there are none.
+    unrecorded_len: AtomicU64,
 }
 
 impl Handles {
@@ -68,6 +71,34 @@ impl Handles {
             .into_values()
             .flatten()
             .collect()
+    }
+
+    /// `Err` if `e` overlaps an allocation of an open handle other than `except`: it is
+    /// recorded nowhere yet, so a record freeing it would free at replay a block no record
+    /// allocated. Takes the registry and each handle's lock: call holding neither.
+    pub(super) fn check_not_unrecorded(&self, e: Extent, except: Option<u64>) -> Result<()> {
+        if self.unrecorded_len.load(Relaxed) == 0 {
+            return Ok(());
+        }
+        let open = self.open.lock();
+        for (&id, ops) in open.iter() {
+            if Some(id) == except {
+                continue;
+            }
+            if ops
+                .lock()
+                .allocs
+                .iter()
+                .any(|a| a.start < e.end() && e.start < a.end())
+            {
+                return Err(Error::InvalidRequest(format!(
+                    "extent {}+{} belongs to transaction {id}, which has not committed: \
+                     only that transaction may free it before then",
+                    e.start, e.len
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Whether `e` overlaps an extent a handle frees.
@@ -204,6 +235,7 @@ impl<'s> Txn<'s> {
         self.admit(&ops)?;
         let e = self.store.alloc().allocate(req)?;
         ops.allocs.push(e);
+        self.store.handles.unrecorded_len.fetch_add(1, Relaxed);
         Ok(e)
     }
 
@@ -214,6 +246,9 @@ impl<'s> Txn<'s> {
     /// ([`Error::DoubleFree`]).
     pub fn free(&self, extent: Extent) -> Result<()> {
         self.store.check_not_metadata(extent)?;
+        self.store
+            .handles
+            .check_not_unrecorded(extent, Some(self.id))?;
         let mut ops = self.ops.lock();
         self.admit(&ops)?;
         let mut freeing = self.store.handles.freeing.lock();
@@ -292,19 +327,26 @@ impl<'s> Txn<'s> {
             }
             other => (other?, false),
         };
-        // Recorded: no longer open, and its frees wait for durability.
-        store.handles.open.lock().remove(&self.id);
+        // Recorded: its frees wait for durability, its allocations are no longer open.
         store
             .handles
             .appended
             .lock()
             .insert(seq, std::mem::take(&mut ops.frees));
-        ops.allocs.clear();
+        let recorded = std::mem::take(&mut ops.allocs).len() as u64;
+        drop(ops);
+        // The registry after the handle's ops (lock order: registry -> a handle's ops);
+        // checkpoints cannot come between (`commit_lock`).
+        store.handles.open.lock().remove(&self.id);
+        store.handles.unrecorded_len.fetch_sub(recorded, Relaxed);
         Ok((seq, checkpointed))
     }
 
     /// Gives this transaction's allocations back (they were recorded nowhere) and cancels
-    /// its frees.
+    /// its frees. A handle's unrecorded allocations are its own: if the caller freed one
+    /// elsewhere meanwhile (the shared transaction, another handle), that free gives it
+    /// back instead, and the first such block is reported as the error (the rest are
+    /// given back all the same).
     pub fn abort(self) -> Result<()> {
         let result = self.undo();
         std::mem::forget(self);
@@ -318,10 +360,27 @@ impl<'s> Txn<'s> {
         let mut ops = self.ops.lock();
         let frees = std::mem::take(&mut ops.frees);
         self.store.handles.unmark_freeing(&frees);
-        for e in std::mem::take(&mut ops.allocs) {
-            self.store.alloc().free_now(e)?;
+        let mut first_error = Ok(());
+        let allocs = std::mem::take(&mut ops.allocs);
+        self.store
+            .handles
+            .unrecorded_len
+            .fetch_sub(allocs.len() as u64, Relaxed);
+        for e in allocs {
+            if self.store.handles.is_freeing(e) {
+                // Misuse: another handle frees this handle's unrecorded allocation; its
+                // commit frees the blocks (they stay used until then).
+                continue;
+            }
+            // Misuse too: the shared transaction freed it already (pending), and its
+            // commit frees it. Give back the rest and report the first refusal.
+            if let Err(err) = self.store.alloc().free_now(e) {
+                if first_error.is_ok() {
+                    first_error = Err(err);
+                }
+            }
         }
-        Ok(())
+        first_error
     }
 
     /// The extents allocated and freed so far.
@@ -332,10 +391,11 @@ impl<'s> Txn<'s> {
 }
 
 impl Drop for Txn<'_> {
+    /// An abort. A refusal can come only from misuse (someone else freed this handle's
+    /// unrecorded blocks, and their free gives them back); `abort` reports it, a drop
+    /// cannot.
     fn drop(&mut self) {
-        // An abort: the handle's own allocations were checked when made.
-        self.undo()
-            .unwrap_or_else(|e| panic!("aborting transaction {}: {e}", self.id));
+        let _ = self.undo();
     }
 }
 
@@ -441,6 +501,33 @@ mod tests {
         assert!(used(&store, x));
         h.commit(b"h").unwrap();
         assert!(free(&store, x));
+        store.allocator().check().unwrap();
+    }
+
+    /// A handle's unrecorded blocks are its own: another handle or the shared transaction
+    /// freeing them is refused (a record freeing them would free, at replay, blocks no
+    /// record allocated), and changes nothing; the handle itself may free them.
+    #[test]
+    fn another_handles_unrecorded_blocks_cannot_be_freed() {
+        let (dev, store, _) = store_with_x(4);
+        let a = store.begin();
+        let e = a.allocate(&AllocRequest::new(2, 4)).unwrap();
+        let b = store.begin();
+        assert!(matches!(b.free(e), Err(Error::InvalidRequest(_))));
+        assert!(matches!(store.free(e), Err(Error::InvalidRequest(_))));
+        assert_eq!(b.changes(), (vec![], vec![]));
+        b.abort().unwrap();
+        let g = a.allocate(&AllocRequest::new(3, 4)).unwrap();
+        a.free(g).unwrap();
+        a.commit(b"a").unwrap();
+        // Recorded now: anyone may free it.
+        store.free(e).unwrap();
+        store.commit(b"shared").unwrap();
+        assert!(free(&store, e) && free(&store, g));
+        store.allocator().check().unwrap();
+        drop(store);
+        let (store, _) = Store::open(dev, Policy::default()).unwrap();
+        assert!(free(&store, e) && free(&store, g));
         store.allocator().check().unwrap();
     }
 
