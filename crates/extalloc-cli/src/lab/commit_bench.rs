@@ -35,46 +35,30 @@ pub fn run(path: &Path, threads: &[usize], seconds: f64, payload: usize) -> Resu
         let start = Replayed::empty();
         let dev: Arc<dyn Device> = dev.clone();
         let journal = Journal::new(dev, area, 0, &start);
-        let stop = AtomicBool::new(false);
-        let commits = AtomicU64::new(0);
-        let began = Instant::now();
-        std::thread::scope(|s| -> Result<()> {
-            let workers: Vec<_> = (0..n)
-                .map(|t| {
-                    let (journal, stop, commits) = (&journal, &stop, &commits);
-                    s.spawn(move || -> Result<()> {
-                        let body = vec![t as u8; payload];
-                        let mut i = 0u64;
-                        while !stop.load(Ordering::Relaxed) {
-                            let op = [Op::Allocate(Extent::new(1000 + i, 1))];
-                            let seq = match journal.append(&op, &body) {
-                                Ok(seq) => seq,
-                                Err(extalloc::Error::JournalFull { .. }) => {
-                                    // Nothing to write home here: free the whole log.
-                                    journal.set_tail(journal.head().0);
-                                    continue;
-                                }
-                                Err(e) => return Err(e.into()),
-                            };
-                            journal.commit(seq)?;
-                            commits.fetch_add(1, Ordering::Relaxed);
-                            i += 1;
-                        }
-                        Ok(())
-                    })
-                })
-                .collect();
-            std::thread::sleep(Duration::from_secs_f64(seconds));
-            stop.store(true, Ordering::Relaxed);
-            for w in workers {
-                w.join().expect("committer panicked")?;
+        let (commits, seconds) = committers(n, seconds, |t, stop, commits| {
+            let body = vec![t as u8; payload];
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let op = [Op::Allocate(Extent::new(1000 + i, 1))];
+                let seq = match journal.append(&op, &body) {
+                    Ok(seq) => seq,
+                    Err(extalloc::Error::JournalFull { .. }) => {
+                        // Nothing to write home here: free the whole log.
+                        journal.set_tail(journal.head().0);
+                        continue;
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                journal.commit(seq)?;
+                commits.fetch_add(1, Ordering::Relaxed);
+                i += 1;
             }
             Ok(())
         })?;
         rows.push(Row {
             threads: n,
-            commits: commits.load(Ordering::Relaxed),
-            seconds: began.elapsed().as_secs_f64(),
+            commits,
+            seconds,
             flushes: journal.flushes(),
         });
     }
@@ -97,47 +81,60 @@ pub fn run_handles(
         .with_context(|| format!("mkfs on {}", path.display()))?;
     let mut rows = Vec::new();
     for &n in threads {
-        let (stop, commits) = (AtomicBool::new(false), AtomicU64::new(0));
         let flushes_before = store.journal_flushes();
-        let began = Instant::now();
-        std::thread::scope(|s| -> Result<()> {
-            let workers: Vec<_> = (0..n)
-                .map(|t| {
-                    let (store, stop, commits) = (&store, &stop, &commits);
-                    s.spawn(move || -> Result<()> {
-                        let body = vec![t as u8; payload];
-                        let mut last: Option<Extent> = None;
-                        while !stop.load(Ordering::Relaxed) {
-                            let txn = store.begin();
-                            let e = txn.allocate(&extalloc::AllocRequest::new(t as u64, 1))?;
-                            if let Some(old) = last {
-                                txn.free(old)?;
-                            }
-                            txn.commit(&body).map_err(|f| f.error)?;
-                            last = Some(e);
-                            commits.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Ok(())
-                    })
-                })
-                .collect();
-            std::thread::sleep(Duration::from_secs_f64(seconds));
-            stop.store(true, Ordering::Relaxed);
-            for w in workers {
-                w.join().expect("committer panicked")?;
+        let (commits, seconds) = committers(n, seconds, |t, stop, commits| {
+            let body = vec![t as u8; payload];
+            let mut last: Option<Extent> = None;
+            while !stop.load(Ordering::Relaxed) {
+                let txn = store.begin();
+                let e = txn.allocate(&extalloc::AllocRequest::new(t as u64, 1))?;
+                if let Some(old) = last {
+                    txn.free(old)?;
+                }
+                txn.commit(&body).map_err(|f| f.error)?;
+                last = Some(e);
+                commits.fetch_add(1, Ordering::Relaxed);
             }
             Ok(())
         })?;
         rows.push(Row {
             threads: n,
-            commits: commits.load(Ordering::Relaxed),
-            seconds: began.elapsed().as_secs_f64(),
+            commits,
+            seconds,
             flushes: store.journal_flushes() - flushes_before,
         });
     }
     drop(store);
     std::fs::remove_file(path).ok();
     Ok(rows)
+}
+
+/// Runs `worker(thread, stop, commits)` on `n` threads for `seconds`, then stops them;
+/// returns the commits they counted and the seconds elapsed.
+fn committers<F>(n: usize, seconds: f64, worker: F) -> Result<(u64, f64)>
+where
+    F: Fn(usize, &AtomicBool, &AtomicU64) -> Result<()> + Sync,
+{
+    let (stop, commits) = (AtomicBool::new(false), AtomicU64::new(0));
+    let began = Instant::now();
+    std::thread::scope(|s| -> Result<()> {
+        let workers: Vec<_> = (0..n)
+            .map(|t| {
+                let (worker, stop, commits) = (&worker, &stop, &commits);
+                s.spawn(move || worker(t, stop, commits))
+            })
+            .collect();
+        std::thread::sleep(Duration::from_secs_f64(seconds));
+        stop.store(true, Ordering::Relaxed);
+        for w in workers {
+            w.join().expect("committer panicked")?;
+        }
+        Ok(())
+    })?;
+    Ok((
+        commits.load(Ordering::Relaxed),
+        began.elapsed().as_secs_f64(),
+    ))
 }
 
 pub fn markdown(path: &Path, rows: &[Row]) -> String {

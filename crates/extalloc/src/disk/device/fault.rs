@@ -192,12 +192,7 @@ impl<D: Device> Device for FaultDevice<D> {
         let mut st = self.state.lock();
         st.tick();
         if st.failing {
-            return Err(Error::Io {
-                device: "fault-injecting device".into(),
-                op: "write",
-                offset,
-                source: IoSource::new(std::io::Error::other("injected write failure")),
-            });
+            return Err(injected("write", offset));
         }
         st.pending.push((offset, buf.to_vec()));
         Ok(())
@@ -207,17 +202,22 @@ impl<D: Device> Device for FaultDevice<D> {
         let mut st = self.state.lock();
         st.tick();
         if st.failing {
-            return Err(Error::Io {
-                device: "fault-injecting device".into(),
-                op: "flush",
-                offset: 0,
-                source: IoSource::new(std::io::Error::other("injected flush failure")),
-            });
+            return Err(injected("flush", 0));
         }
         for (offset, data) in std::mem::take(&mut st.pending) {
             self.inner.write_at(&data, offset)?;
         }
         self.inner.flush()
+    }
+}
+
+/// The error an injected failure of `op` at `offset` returns.
+fn injected(op: &'static str, offset: u64) -> Error {
+    Error::Io {
+        device: "fault-injecting device".into(),
+        op,
+        offset,
+        source: IoSource::new(std::io::Error::other(format!("injected {op} failure"))),
     }
 }
 
