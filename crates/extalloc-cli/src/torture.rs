@@ -17,6 +17,12 @@
 //! allocates, frees committed blocks, then commits (its payload joins the model's), aborts,
 //! or is left open as by a caller that died (its blocks must be free after the next
 //! crash). One round in ten tries to open the device a second time: it must be refused.
+//!
+//! With discard notices (seeds 2 and 3 modulo 4), every round ends by taking the discards:
+//! they must be exactly the blocks committed frees made reusable and not yet acknowledged;
+//! seven in ten are acknowledged at once, the rest later or never (a crash). Until
+//! acknowledged, a block handed out again counts as a double allocation; after a crash it
+//! must be free.
 
 use anyhow::{bail, Result};
 use extalloc::disk::device::{Crash, FaultDevice, MemDevice};
@@ -44,6 +50,9 @@ pub struct Outcome {
     pub handles_left_open: u64,
     /// Second opens of the open device, all refused (one that succeeds stops the run).
     pub double_opens_refused: u64,
+    /// Discard notices taken and acknowledged (extents), with notices on.
+    pub discards_taken: u64,
+    pub discards_acknowledged: u64,
     pub seconds: f64,
 }
 
@@ -78,21 +87,34 @@ struct Model {
     /// Committed blocks a handle left open (never committed, never aborted) frees: no one
     /// else may free them until a crash ends that handle.
     limbo: BTreeSet<u64>,
+    /// With discard notices on: blocks committed frees released and no discard
+    /// acknowledged yet (held used), and the extents of them handed over.
+    notices: bool,
+    held: BTreeSet<u64>,
+    handed: Vec<Extent>,
 }
 
 impl Model {
     /// The open transaction's changes become committed.
     fn commit_open(&mut self) {
-        for &(allocated, e) in &self.open {
+        for (allocated, e) in std::mem::take(&mut self.open) {
             if allocated {
                 self.committed.extend(e.start..e.end());
             } else {
-                (e.start..e.end()).for_each(|b| {
-                    self.committed.remove(&b);
-                });
+                self.freed(e.start..e.end());
             }
         }
         self.open.clear();
+    }
+
+    /// Committed blocks freed by a durable record: held for a discard with notices on.
+    fn freed(&mut self, blocks: impl Iterator<Item = u64>) {
+        for b in blocks {
+            self.committed.remove(&b);
+            if self.notices {
+                self.held.insert(b);
+            }
+        }
     }
 
     /// Committed blocks no one has freed in the open transaction: what workers may free.
@@ -123,7 +145,10 @@ impl Model {
             .filter(|(allocated, e)| {
                 *allocated
                     && (e.start..e.end()).any(|b| {
-                        self.committed.contains(&b) || self.baseline.contains(&b) || !seen.insert(b)
+                        self.committed.contains(&b)
+                            || self.baseline.contains(&b)
+                            || self.held.contains(&b)
+                            || !seen.insert(b)
                     })
             })
             .count() as u64
@@ -163,6 +188,8 @@ impl Model {
         }
         self.open.clear();
         self.limbo.clear();
+        self.held.clear();
+        self.handed.clear();
         Ok((lost, leaked))
     }
 }
@@ -345,7 +372,11 @@ impl Torture {
             payloads: Vec::new(),
             open: Vec::new(),
             limbo: BTreeSet::new(),
+            notices: seed % 4 >= 2,
+            held: BTreeSet::new(),
+            handed: Vec::new(),
         };
+        store.set_discard_notices(model.notices);
         Ok(Torture {
             dev,
             store: Some(store),
@@ -415,9 +446,7 @@ impl Torture {
                     for e in h.allocs {
                         self.model.committed.extend(e.start..e.end());
                     }
-                    for b in h.frees {
-                        self.model.committed.remove(&b);
-                    }
+                    self.model.freed(h.frees.into_iter());
                     self.model.payloads.push(payload);
                 }
                 None if h.aborted => self.out.handle_aborts += 1,
@@ -434,6 +463,43 @@ impl Torture {
                 Ok(_) => bail!("round {round}: a second open of an open device succeeded"),
             }
         }
+        Ok(())
+    }
+
+    /// Takes the discard notices: with those handed over before and not acknowledged, they
+    /// must be exactly the held blocks. Acknowledges seven in ten of everything handed.
+    fn discards(&mut self, round: u64) -> Result<()> {
+        let st = self.store.as_ref().expect("open");
+        let taken = st.take_discards();
+        self.out.discards_taken += taken.len() as u64;
+        self.model.handed.extend(taken);
+        let handed: BTreeSet<u64> = self
+            .model
+            .handed
+            .iter()
+            .flat_map(|e| e.start..e.end())
+            .collect();
+        let count: u64 = self.model.handed.iter().map(|e| e.len).sum();
+        if handed != self.model.held || count != handed.len() as u64 {
+            bail!(
+                "round {round}: the discard notices ({count} blocks handed over) are not the \
+                 {} blocks committed frees released",
+                self.model.held.len()
+            );
+        }
+        let mut kept = Vec::new();
+        for e in std::mem::take(&mut self.model.handed) {
+            if self.rng.gen_bool(0.7) {
+                st.discarded(e)?;
+                self.out.discards_acknowledged += 1;
+                (e.start..e.end()).for_each(|b| {
+                    self.model.held.remove(&b);
+                });
+            } else {
+                kept.push(e);
+            }
+        }
+        self.model.handed = kept;
         Ok(())
     }
 
@@ -470,6 +536,7 @@ impl Torture {
             return Ok(false);
         }
         out.recovered += 1;
+        reopened.set_discard_notices(self.model.notices);
         self.store = Some(reopened);
         Ok(true)
     }
@@ -487,7 +554,9 @@ pub fn run(crashes: u64, seed: u64, threads: usize) -> Result<Outcome> {
         t.model.open.extend(ops);
         t.handles(round)?;
         let payload = format!("round {round}").into_bytes();
-        if t.end_round(&payload)? && !t.crash_and_reopen(round, &payload)? {
+        if !t.end_round(&payload)? {
+            t.discards(round)?;
+        } else if !t.crash_and_reopen(round, &payload)? {
             break;
         }
     }

@@ -126,6 +126,11 @@ fn torture_survives_hundreds_of_crashes() {
             assert_eq!(out[key], 0, "seed {seed}: {key}: {out}");
         }
         assert!(out["commits"].as_u64().unwrap() > 200);
+        // Seeds 2 and 3 run with discard notices.
+        assert!(
+            out["discards_acknowledged"].as_u64().unwrap() > 100,
+            "{out}"
+        );
     }
 }
 

@@ -71,6 +71,9 @@ pub(super) enum Hold {
 /// A locked group whose bitmap is loaded.
 pub(super) type StateGuard<'a> = MappedMutexGuard<'a, GroupState>;
 
+/// A part of an extent inside one group: `(group, offset in the group, length)`.
+pub(super) type Piece = (u64, u32, u32);
+
 /// The extent allocator of one device: its groups and group indexes, stream goals, deferred
 /// frees and statistics. Shared between threads, which allocate and free concurrently.
 pub struct Allocator {
@@ -336,17 +339,28 @@ impl Allocator {
         Ok(())
     }
 
+    /// `extent` validated and split into its groups' pieces `(group, offset, length)`, with
+    /// each of those groups locked (loaded), in ascending order.
+    pub(super) fn lock_extent(
+        &self,
+        extent: Extent,
+        shard: &Shard,
+    ) -> Result<(Vec<Piece>, Vec<StateGuard<'_>>)> {
+        self.geometry.validate(extent)?;
+        let pieces: Vec<(u64, u32, u32)> = self.geometry.split(extent).collect();
+        let guards = pieces
+            .iter()
+            .map(|&(g, _, _)| self.lock_group(g, shard))
+            .collect::<Result<Vec<_>>>()?;
+        Ok((pieces, guards))
+    }
+
     /// Marks used, not pending blocks free at once (no pending stage), all or nothing:
     /// every group is locked and checked before any changes. Returns the caller's shard
     /// for its accounting.
     fn mark_free_at_once(&self, extent: Extent) -> Result<&Shard> {
-        self.geometry.validate(extent)?;
         let shard = self.stats.shard();
-        let pieces: Vec<(u64, u32, u32)> = self.geometry.split(extent).collect();
-        let mut guards = pieces
-            .iter()
-            .map(|&(g, _, _)| self.lock_group(g, shard))
-            .collect::<Result<Vec<_>>>()?;
+        let (pieces, mut guards) = self.lock_extent(extent, shard)?;
         for (&(g, off, len), state) in pieces.iter().zip(&guards) {
             self.check_freeable(g, state, off, len)?;
         }

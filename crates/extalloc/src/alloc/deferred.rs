@@ -39,7 +39,8 @@
 //! to relist what stays pending, to count), and one group lock at a time, under which
 //! publishing the freed blocks takes list-index locks.
 
-use super::allocator::{Allocator, MdState, StateGuard};
+use super::allocator::{Allocator, MdState};
+use super::discard::HELD;
 use super::policy::FreeList;
 use super::stats::Shard;
 use crate::error::{Error, Result};
@@ -91,14 +92,9 @@ impl Insert {
 impl Allocator {
     /// Frees `extent` (which may span groups). The blocks become reusable at the next commit.
     pub fn free(&self, extent: Extent) -> Result<()> {
-        self.geometry.validate(extent)?;
         let shard = self.stats.shard();
-        let pieces: Vec<(u64, u32, u32)> = self.geometry.split(extent).collect();
         // Lock every group involved, in ascending order, then validate all before changing any.
-        let mut guards: Vec<StateGuard<'_>> = pieces
-            .iter()
-            .map(|&(g, _, _)| self.lock_group(g, shard))
-            .collect::<Result<_>>()?;
+        let (pieces, mut guards) = self.lock_extent(extent, shard)?;
         for (&(g, off, len), state) in pieces.iter().zip(&guards) {
             self.check_freeable(g, state, off, len)?;
         }
@@ -248,7 +244,7 @@ impl Allocator {
 
     /// Lists a new pending free of `len` blocks in group `g` on the global list and counts
     /// it, in one trip through the global lock. Returns its id.
-    fn list_new_free(&self, g: u64, len: u32, shard: &Shard) -> u64 {
+    pub(super) fn list_new_free(&self, g: u64, len: u32, shard: &Shard) -> u64 {
         let mut md = self.lock_md(shard);
         let id = next_id(&mut md);
         md.freed.insert((g, id));
@@ -258,7 +254,12 @@ impl Allocator {
 
     /// Adds to the pending counter: the atomic, or the field under the global lock (taking it
     /// unless the caller holds it).
-    fn add_pending(&self, blocks: u32, md: Option<&mut MutexGuard<'_, MdState>>, shard: &Shard) {
+    pub(super) fn add_pending(
+        &self,
+        blocks: u32,
+        md: Option<&mut MutexGuard<'_, MdState>>,
+        shard: &Shard,
+    ) {
         if self.policy.atomic_pending {
             self.pending_blocks.fetch_add(u64::from(blocks), Relaxed);
         } else if let Some(md) = md {
@@ -284,6 +285,13 @@ impl Allocator {
     /// Returns the frees of transactions up to `committed` (from [`Allocator::seal`]) to
     /// the groups. Returns the blocks released.
     pub fn release(&self, committed: u64) -> u64 {
+        self.release_into(committed, None)
+    }
+
+    /// [`Allocator::release`], or with `held` the holding variant of
+    /// [`Allocator::release_held`]: each due free is retagged [`HELD`] and listed in `held`
+    /// instead of being freed.
+    pub(super) fn release_into(&self, committed: u64, mut held: Option<&mut Vec<Extent>>) -> u64 {
         let _serial = self.commit_lock.lock();
         let shard = self.stats.shard();
         let mut released = 0u64;
@@ -296,7 +304,8 @@ impl Allocator {
                     let mut state = self
                         .lock_group(g, shard)
                         .expect("a group with pending frees is loaded");
-                    let (blocks, _) = self.release_group(g, &mut state, committed, shard);
+                    let (blocks, _) =
+                        self.release_group(g, &mut state, committed, held.as_deref_mut(), shard);
                     released += blocks;
                     if !state.pending.is_empty() {
                         self.dirty.insert(g);
@@ -312,7 +321,8 @@ impl Allocator {
                     let mut state = self
                         .lock_group(g, shard)
                         .expect("a group with pending frees is loaded");
-                    let (blocks, kept) = self.release_group(g, &mut state, committed, shard);
+                    let (blocks, kept) =
+                        self.release_group(g, &mut state, committed, held.as_deref_mut(), shard);
                     released += blocks;
                     keep.extend(kept.into_iter().map(|id| (g, id)));
                 }
@@ -332,20 +342,32 @@ impl Allocator {
         released
     }
 
-    /// Returns a group's pending frees of transactions `<= committed` to its bitmap. Returns
-    /// the blocks released and the ids of entries that stay pending.
+    /// Returns a group's pending frees of transactions `<= committed` to its bitmap (or,
+    /// with `held`, retags them [`HELD`] and lists them there). Returns the blocks released
+    /// and the ids of entries that stay pending.
     fn release_group(
         &self,
         g: u64,
         state: &mut GroupState,
         committed: u64,
+        mut held: Option<&mut Vec<Extent>>,
         shard: &Shard,
     ) -> (u64, Vec<u64>) {
         let mut released = 0u64;
         let mut kept = Vec::new();
         let entries = std::mem::take(&mut state.pending);
-        for (off, p) in entries {
-            if p.txn <= committed {
+        let group_start = self.geometry.group_start(g);
+        for (off, mut p) in entries {
+            if p.txn <= committed && p.txn != HELD {
+                if let Some(held) = held.as_deref_mut() {
+                    // Free at home from now on: the next checkpoint must write the group.
+                    self.mark_home_dirty(g);
+                    held.push(Extent::new(group_start + u64::from(off), u64::from(p.len)));
+                    p.txn = HELD;
+                    kept.push(p.id);
+                    state.pending.insert(off, p);
+                    continue;
+                }
                 debug_assert!(
                     state.bitmap.range_is_used(off, p.len),
                     "group {g}: a pending free {off}+{} of blocks already free",

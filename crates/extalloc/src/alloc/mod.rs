@@ -13,7 +13,8 @@
 //! - `publish.rs`: a group's mirrors, index positions and tag after a change.
 //! - `cache.rs`: locking a group with its bitmap loaded, read-ahead, dropping idle bitmaps,
 //!   corrupt and home-dirty groups; `lazy.rs`: the loader and its read-ahead thread.
-//! - `deferred.rs`: the free path: pending frees, seal, release, commit.
+//! - `deferred.rs`: the free path: pending frees, seal, release, commit; `discard.rs`:
+//!   durable frees held used until the caller has discarded (TRIMmed) them.
 //! - `check.rs`: `check()` and the accounting equation.
 //! - `class.rs` size classes, `policy.rs` policies, `space.rs` free-space figures,
 //!   `stats.rs` sharded statistics.
@@ -40,6 +41,7 @@ mod cache;
 mod check;
 mod class;
 mod deferred;
+mod discard;
 mod goal;
 mod lazy;
 mod passes;

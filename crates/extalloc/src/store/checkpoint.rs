@@ -73,7 +73,7 @@ impl Store {
         if next_seq > 1 {
             self.journal.commit(next_seq - 1)?;
         }
-        self.alloc().release(release_upto);
+        self.release_durable(release_upto);
         // Handles' frees of appended records are durable now: free them in memory, so
         // home shows them free as their records say.
         let frees = self.handles.take_appended();
@@ -213,6 +213,9 @@ impl Store {
             .chain(self.files.reserved_extents())
             // Open handles' allocations are recorded nowhere yet.
             .chain(self.handles.unrecorded())
+            // Frees held for a discard are durable: free at home, used in memory until
+            // the caller has discarded them.
+            .chain(self.discards.held_extents())
             .collect();
         let mut homes = Vec::with_capacity(dirty.len());
         for &g in dirty {

@@ -49,6 +49,7 @@
 //! frees refused), its journal changes skipped and its damaged home copy left for fsck.
 
 mod checkpoint;
+mod discard;
 pub mod fsck;
 mod ops;
 mod recovery;
@@ -138,6 +139,8 @@ pub struct Store {
     root_reserved_blocks: AtomicU64,
     /// The callers' own transactions ([`Store::begin`]).
     handles: txn::Handles,
+    /// Committed frees held for the caller's discards (`discard.rs`).
+    discards: discard::Discards,
     /// The root the next checkpoint writes with the journal tail ([`Store::set_root`]),
     /// and the hook that supplies it instead ([`Store::set_checkpoint_hook`]).
     pending_root: Mutex<Option<Vec<u8>>>,
@@ -273,7 +276,7 @@ impl Store {
         for _ in 0..FORCED_COMMITS_PER_ALLOCATION {
             match result {
                 Err(Error::NoSpace { pending_blocks, .. })
-                    if pending_blocks > 0
+                    if pending_blocks > self.discards.held_blocks()
                         && self
                             .forced_commits
                             .load(std::sync::atomic::Ordering::Relaxed) =>
@@ -458,7 +461,7 @@ impl Store {
             (seq, sealed)
         };
         self.journal.commit(seq)?;
-        self.alloc().release(sealed);
+        self.release_durable(sealed);
         Ok(Committed { seq, checkpointed })
     }
 }

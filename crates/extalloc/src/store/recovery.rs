@@ -239,6 +239,7 @@ impl Store {
                 max_transaction_bytes,
                 root_reserved_blocks: AtomicU64::new(root_reserved),
                 handles: Default::default(),
+                discards: Default::default(),
                 unclean_close,
                 pending_root: Mutex::new(None),
                 checkpoint_hook: Mutex::new(None),

@@ -1,5 +1,5 @@
 //! What a file system asks of its store besides allocations: `statfs` figures (free,
-//! pending until a commit, held by preallocations, kept for the superuser, the journal's
+//! pending until a commit, held for discards, held by preallocations, kept for the superuser, the journal's
 //! capacity and use, the largest transaction).
 //!
 //! Data structures: [`Statfs`], a snapshot of figures. Invariant: read only; a snapshot
@@ -24,6 +24,9 @@ pub struct Statfs {
     pub free_blocks: u64,
     /// Freed by the open (or a failed) transaction: free once it commits.
     pub pending_blocks: u64,
+    /// Freed by committed transactions and held for the caller's discards
+    /// ([`Store::take_discards`]): free once acknowledged.
+    pub discard_held_blocks: u64,
     /// Held by preallocations for files being written: given back under space pressure,
     /// at close and at unmount, so counted as available.
     pub prealloc_reserved_blocks: u64,
@@ -53,12 +56,17 @@ impl Store {
         let free_blocks = self.alloc().free_blocks();
         let prealloc_reserved_blocks = self.files.reserved_blocks();
         let root_reserved_blocks = self.root_reserved_blocks.load(Relaxed);
+        let discard_held_blocks = self.discards.held_blocks();
         Statfs {
             block_size,
             blocks,
             metadata_blocks: self.metadata_end + 1,
             free_blocks,
-            pending_blocks: self.alloc().pending_free_blocks(),
+            pending_blocks: self
+                .alloc()
+                .pending_free_blocks()
+                .saturating_sub(discard_held_blocks),
+            discard_held_blocks,
             prealloc_reserved_blocks,
             root_reserved_blocks,
             available_blocks: (free_blocks + prealloc_reserved_blocks)

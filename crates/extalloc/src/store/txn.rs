@@ -202,8 +202,7 @@ impl Store {
             let mut freeing = self.handles.freeing.lock();
             // Checked allocated when the handle freed it, and no one else may free it
             // meanwhile (`freeing`): a failure is a broken invariant.
-            self.alloc()
-                .free_now(e)
+            self.free_durable(e)
                 .unwrap_or_else(|err| panic!("a durable free of {e:?} does not apply: {err}"));
             freeing.remove(&e.start);
             self.handles

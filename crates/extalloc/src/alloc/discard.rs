@@ -1,0 +1,146 @@
+//! Frees held for a discard: durable frees that stay marked used until the caller says the
+//! device has discarded (TRIMmed) them, so no block is handed out again while a discard of
+//! it may still be in flight (ext4 with `-o discard` frees in its buddy only after the
+//! discard completes, for the same reason).
+//!
+//! # Data structures
+//!
+//! A held free is a group's pending free tagged with the transaction number [`HELD`], which
+//! no `release` reaches. It enters by [`Allocator::release_held`] (a committed
+//! transaction's pending frees, retagged instead of freed) or by [`Allocator::hold_free`]
+//! (a free that is durable already, entered as held directly, never merged with its
+//! neighbours), and leaves by [`Allocator::release_discarded`].
+//!
+//! # Invariant
+//!
+//! A held free is a pending free like any other for the accounting (`blocks marked used =
+//! allocated + reserved + pending`, `check.rs`): marked used, listed, counted pending. It is
+//! never merged with another entry, so the extents `release_held` and `hold_free` report
+//! are exactly the entries, and an extent made of whole held entries is what
+//! `release_discarded` accepts.
+//!
+//! # Lock order
+//!
+//! As the free path (`deferred.rs`): group locks in ascending order, then the global lock.
+
+use super::allocator::Allocator;
+use crate::error::{Error, Result};
+use crate::geometry::Extent;
+use crate::groups::{GroupState, PendingFree};
+use std::sync::atomic::Ordering::Relaxed;
+
+/// The transaction number of a free held for a discard: above every real one.
+pub(crate) const HELD: u64 = u64::MAX;
+
+impl Allocator {
+    /// [`Allocator::release`] for a caller that discards freed blocks first: the frees of
+    /// transactions up to `committed` stay marked used, held for a discard, and are
+    /// returned (one extent per pending entry, inside one group) instead of freed. Each is
+    /// freed by [`Allocator::release_discarded`].
+    pub fn release_held(&self, committed: u64) -> Vec<Extent> {
+        let mut held = Vec::new();
+        let released = self.release_into(committed, Some(&mut held));
+        debug_assert_eq!(released, 0, "a holding release freed blocks");
+        held
+    }
+
+    /// Holds `extent`, allocated and freed by a durable record already, for a discard:
+    /// marked used and counted pending until [`Allocator::release_discarded`]. All or
+    /// nothing, as a free. Returns the held entries (one per group the extent spans).
+    pub(crate) fn hold_free(&self, extent: Extent) -> Result<Vec<Extent>> {
+        let shard = self.stats.shard();
+        let (pieces, mut guards) = self.lock_extent(extent, shard)?;
+        for (&(g, off, len), state) in pieces.iter().zip(&guards) {
+            self.check_freeable(g, state, off, len)?;
+        }
+        let mut held = Vec::with_capacity(pieces.len());
+        for (&(g, off, len), state) in pieces.iter().zip(guards.iter_mut()) {
+            let id = match self.policy.free_list {
+                super::FreeList::PerGroup => {
+                    self.dirty.insert(g);
+                    self.add_pending(len, None, shard);
+                    0
+                }
+                super::FreeList::Global => self.list_new_free(g, len, shard),
+            };
+            state
+                .pending
+                .insert(off, PendingFree { len, txn: HELD, id });
+            // Free at home from now on: the next checkpoint must write the group.
+            self.mark_home_dirty(g);
+            held.push(Extent::new(
+                self.geometry.group_start(g) + u64::from(off),
+                u64::from(len),
+            ));
+        }
+        drop(guards);
+        shard.add(&shard.counters.frees, 1);
+        shard.add(&shard.counters.free_blocks, extent.len);
+        Ok(held)
+    }
+
+    /// Frees blocks held for a discard now that the caller has discarded them. `extent`
+    /// must be made of whole held entries (one of the extents `release_held` or `hold_free`
+    /// returned, or adjacent ones joined); anything else is refused with
+    /// [`Error::InvalidRequest`] and changes nothing. Returns the blocks freed.
+    pub fn release_discarded(&self, extent: Extent) -> Result<u64> {
+        let shard = self.stats.shard();
+        let (pieces, mut guards) = self.lock_extent(extent, shard)?;
+        for (&(_, off, len), state) in pieces.iter().zip(&guards) {
+            if !tiled_by_held(state, off, len) {
+                return Err(Error::InvalidRequest(format!(
+                    "blocks {}+{} are not a discard the store handed out: acknowledge exactly \
+                     the extents take_discards returned",
+                    extent.start, extent.len
+                )));
+            }
+        }
+        let mut ids = Vec::new();
+        for (&(g, off, len), state) in pieces.iter().zip(guards.iter_mut()) {
+            let offsets: Vec<u32> = state
+                .pending
+                .range(off..off + len)
+                .map(|(&o, _)| o)
+                .collect();
+            for o in offsets {
+                let p = state.pending.remove(&o).expect("listed just now");
+                ids.push((g, p.id));
+            }
+            state.bitmap.mark_free(off, len);
+            self.publish(g, state, shard);
+        }
+        drop(guards);
+        if self.policy.atomic_pending {
+            self.pending_blocks.fetch_sub(extent.len, Relaxed);
+        } else {
+            self.lock_md(shard).pending_blocks -= extent.len;
+        }
+        if self.policy.free_list == super::FreeList::Global {
+            let mut md = self.lock_md(shard);
+            for id in ids {
+                md.freed.remove(&id);
+            }
+        }
+        self.releases.fetch_add(1, Relaxed);
+        Ok(extent.len)
+    }
+}
+
+/// True if the pending entries inside `off .. off + len` are all held and cover it
+/// exactly, starting at `off` (no entry straddles either end).
+fn tiled_by_held(state: &GroupState, off: u32, len: u32) -> bool {
+    let end = off + len;
+    if let Some((&s, p)) = state.pending.range(..off).next_back() {
+        if s + p.len > off {
+            return false;
+        }
+    }
+    let mut at = off;
+    for (&s, p) in state.pending.range(off..end) {
+        if s != at || p.txn != HELD || s + p.len > end {
+            return false;
+        }
+        at = s + p.len;
+    }
+    at == end
+}

@@ -1,0 +1,300 @@
+//! Discard notices: the extents a commit made reusable, handed to the caller in batches so
+//! it can discard (TRIM) them, and held used until it says it has.
+//!
+//! A block freed by a commit may be handed out again at once; a discard of it issued later
+//! would then destroy the new owner's data. So with notices on
+//! ([`Store::set_discard_notices`]) a committed free does not return to the free space: it
+//! is held (`alloc/discard.rs`) and queued. [`Store::take_discards`] hands the queue over,
+//! adjacent extents joined; [`Store::discarded`] frees each once the caller has discarded
+//! it. Held blocks are free on the media (their records are durable, and a checkpoint
+//! writes them home free), so a crash loses only the notices: after a reopen the blocks
+//! are free and no discard is owed (a discard is advice to the device, never needed for
+//! correctness).
+//!
+//! Data structures: [`Discards`]: the switch, the queue (held, not handed over yet), the
+//! handed-over extents (start -> length), the held block count.
+//!
+//! Invariant: every held entry of the allocator lies in exactly one extent of the queue or
+//! of `taken`; `held_blocks` is their total.
+//!
+//! Lock order: `queue` -> `taken` -> the allocator's group locks (`discarded` releases
+//! under `taken`). Both are taken with no allocator lock held.
+
+use super::Store;
+use crate::error::{Error, Result};
+use crate::geometry::Extent;
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+
+/// The store's discard notices (see the module).
+#[derive(Default)]
+pub(super) struct Discards {
+    on: AtomicBool,
+    queue: Mutex<Vec<Extent>>,
+    taken: Mutex<BTreeMap<u64, u64>>,
+    held_blocks: AtomicU64,
+}
+
+impl Discards {
+    /// Queues extents the allocator now holds.
+    fn hold(&self, held: Vec<Extent>) {
+        if held.is_empty() {
+            return;
+        }
+        let blocks: u64 = held.iter().map(|e| e.len).sum();
+        self.held_blocks.fetch_add(blocks, Relaxed);
+        self.queue.lock().extend(held);
+    }
+
+    /// Every held extent, queued or handed over (a checkpoint writes them home free).
+    pub(super) fn held_extents(&self) -> Vec<Extent> {
+        let queue = self.queue.lock();
+        let mut all = queue.clone();
+        all.extend(self.taken.lock().iter().map(|(&s, &l)| Extent::new(s, l)));
+        all
+    }
+
+    /// Blocks held for a discard.
+    pub(super) fn held_blocks(&self) -> u64 {
+        self.held_blocks.load(Relaxed)
+    }
+}
+
+impl Store {
+    /// Turns discard notices on or off (off by default). On: blocks a commit frees are held
+    /// used and queued for [`Store::take_discards`] until [`Store::discarded`] says the
+    /// device discarded them. Turning them off leaves what is held until acknowledged.
+    pub fn set_discard_notices(&self, on: bool) {
+        self.discards.on.store(on, Relaxed);
+    }
+
+    /// Hands over the extents committed frees made reusable since the last call, adjacent
+    /// ones joined, in block order. Each stays used until [`Store::discarded`] is called
+    /// with it. Empty with notices off.
+    pub fn take_discards(&self) -> Vec<Extent> {
+        // The queue stays locked until the extents are in `taken`: a checkpoint between
+        // would miss them and write them home used.
+        let mut queue = self.discards.queue.lock();
+        let mut held = std::mem::take(&mut *queue);
+        held.sort_unstable_by_key(|e| e.start);
+        let mut joined: Vec<Extent> = Vec::with_capacity(held.len());
+        for e in held {
+            match joined.last_mut() {
+                Some(last) if last.end() == e.start => last.len += e.len,
+                _ => joined.push(e),
+            }
+        }
+        let mut taken = self.discards.taken.lock();
+        for e in &joined {
+            let previous = taken.insert(e.start, e.len);
+            assert!(previous.is_none(), "held extent {e:?} handed over twice");
+        }
+        joined
+    }
+
+    /// Says the device has discarded `extent`, one of the extents [`Store::take_discards`]
+    /// returned: its blocks are free from now on. Anything else is refused with
+    /// [`Error::InvalidRequest`], changing nothing.
+    pub fn discarded(&self, extent: Extent) -> Result<()> {
+        let mut taken = self.discards.taken.lock();
+        if taken.get(&extent.start) != Some(&extent.len) {
+            return Err(Error::InvalidRequest(format!(
+                "blocks {}+{} were not handed over by take_discards, or were acknowledged \
+                 already",
+                extent.start, extent.len
+            )));
+        }
+        let freed = self
+            .alloc()
+            .release_discarded(extent)
+            .unwrap_or_else(|e| panic!("a held extent {extent:?} does not release: {e}"));
+        taken.remove(&extent.start);
+        self.discards.held_blocks.fetch_sub(freed, Relaxed);
+        Ok(())
+    }
+
+    /// Returns the frees of transactions up to `sealed` (durable now) to the free space,
+    /// or holds them for a discard with notices on.
+    pub(super) fn release_durable(&self, sealed: u64) {
+        if self.discards.on.load(Relaxed) {
+            self.discards.hold(self.alloc().release_held(sealed));
+        } else {
+            self.alloc().release(sealed);
+        }
+    }
+
+    /// Frees `e`, which a durable handle record freed, in memory at once, or holds it
+    /// for a discard with notices on.
+    pub(super) fn free_durable(&self, e: Extent) -> Result<()> {
+        if self.discards.on.load(Relaxed) {
+            self.discards.hold(self.alloc().hold_free(e)?);
+            Ok(())
+        } else {
+            self.alloc().free_now(e)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alloc::{AllocRequest, Policy};
+    use crate::disk::device::{Crash, FaultDevice, MemDevice};
+    use crate::store::fsck;
+    use crate::store::tests::geometry;
+    use std::sync::Arc;
+
+    fn used(store: &Store, e: Extent) -> bool {
+        (e.start..e.end()).all(|b| !store.allocator().is_free(b).unwrap())
+    }
+
+    fn free(store: &Store, e: Extent) -> bool {
+        (e.start..e.end()).all(|b| store.allocator().is_free(b).unwrap())
+    }
+
+    /// Committed frees (shared transaction and a handle's) stay used until discarded,
+    /// come out joined, and the figures say where they are; misuse changes nothing.
+    fn notices_hold_frees_until_discarded(policy: Policy) {
+        let dev = Arc::new(MemDevice::new(8192 * 4096));
+        let store = Store::create(dev, &geometry(), 16, policy).unwrap();
+        store.set_discard_notices(true);
+        let a = store.allocate(&AllocRequest::new(1, 8).goal(3000)).unwrap();
+        let b = store
+            .allocate(&AllocRequest::new(1, 8).goal(a.end()))
+            .unwrap();
+        let c = store.allocate(&AllocRequest::new(1, 8).goal(5000)).unwrap();
+        assert_eq!(b.start, a.end(), "adjacent for the join");
+        store.commit(b"three").unwrap();
+        store.free(a).unwrap();
+        let h = store.begin();
+        h.free(b).unwrap();
+        store.commit(b"frees a").unwrap();
+        h.commit(b"frees b").unwrap();
+        assert!(used(&store, a) && used(&store, b), "held until discarded");
+        let s = store.statfs();
+        assert_eq!((s.discard_held_blocks, s.pending_blocks), (16, 0));
+        store.allocator().check().unwrap();
+        let taken = store.take_discards();
+        assert_eq!(taken, vec![Extent::new(a.start, 16)]);
+        assert!(store.take_discards().is_empty(), "handed over once");
+        // Misuse: never handed over, a part of one, the wrong length.
+        for bad in [c, a, Extent::new(a.start, 17), Extent::new(a.start + 1, 15)] {
+            let err = store.discarded(bad).unwrap_err();
+            assert!(matches!(err, Error::InvalidRequest(_)), "{bad:?}: {err}");
+        }
+        assert!(used(&store, a) && used(&store, b) && used(&store, c));
+        store.discarded(taken[0]).unwrap();
+        assert!(free(&store, a) && free(&store, b));
+        assert!(store.discarded(taken[0]).is_err(), "acknowledged twice");
+        let s = store.statfs();
+        assert_eq!((s.discard_held_blocks, s.pending_blocks), (0, 0));
+        store.allocator().check().unwrap();
+    }
+
+    #[test]
+    fn notices_hold_frees_until_discarded_per_group_lists() {
+        notices_hold_frees_until_discarded(Policy::default());
+    }
+
+    #[test]
+    fn notices_hold_frees_until_discarded_global_lists() {
+        for name in ["ext4-2025", "ext4-base"] {
+            let policy = Policy::preset(name).unwrap();
+            notices_hold_frees_until_discarded(policy);
+        }
+    }
+
+    /// Held blocks are free on the media: a checkpoint writes them home free, and after a
+    /// crash before the discard they are free (the notice is lost, the blocks are not);
+    /// fsck is clean; nothing is handed out while held.
+    #[test]
+    fn held_frees_survive_a_checkpoint_and_a_crash_free() {
+        let dev = Arc::new(FaultDevice::new(MemDevice::new(8192 * 4096), 7));
+        let store = Store::create(dev.clone(), &geometry(), 16, Policy::default()).unwrap();
+        store.set_discard_notices(true);
+        let kept = store.allocate(&AllocRequest::new(1, 64)).unwrap();
+        let gone: Vec<Extent> = (0..20)
+            .map(|i| {
+                store
+                    .allocate(&AllocRequest::new(1, 4).goal(2000 + 100 * i))
+                    .unwrap()
+            })
+            .collect();
+        store.commit(b"all").unwrap();
+        // Home clean before the frees: holding them must make their groups dirty again.
+        store.checkpoint().unwrap();
+        for &e in &gone {
+            store.free(e).unwrap();
+        }
+        store.commit(b"frees").unwrap();
+        store.checkpoint().unwrap();
+        let taken = store.take_discards();
+        assert_eq!(taken.iter().map(|e| e.len).sum::<u64>(), 80);
+        // Nothing held is handed out, whatever is asked for.
+        for e in &gone {
+            let got = store
+                .allocate(&AllocRequest::new(1, 4).goal(e.start))
+                .unwrap();
+            assert!(
+                got.end() <= e.start || got.start >= e.end(),
+                "{got:?} is held"
+            );
+        }
+        store.commit(b"more").unwrap();
+        drop(store);
+        dev.crash(Crash::DropAll).unwrap();
+        let report = fsck::check(dev.as_ref()).unwrap();
+        assert!(report.clean(), "{report:?}");
+        let (store, _) = Store::open(dev, Policy::default()).unwrap();
+        assert!(used(&store, kept));
+        for &e in &gone {
+            assert!(free(&store, e), "{e:?} leaked by the held discard");
+        }
+        assert!(
+            store.take_discards().is_empty(),
+            "notices do not survive a crash"
+        );
+        store.allocator().check().unwrap();
+    }
+
+    /// With every free block held, an allocation reports no space instead of forcing
+    /// commits that cannot help; acknowledging the discard makes the space usable.
+    #[test]
+    fn a_full_device_waits_for_the_discards() {
+        let dev = Arc::new(MemDevice::new(8192 * 4096));
+        let store = Store::create(dev, &geometry(), 16, Policy::default()).unwrap();
+        store.set_discard_notices(true);
+        store.set_forced_commits(true);
+        let mut held = Vec::new();
+        while let Ok(e) = store.allocate(&AllocRequest::new(64, 1)) {
+            held.push(e);
+            if held.len() % 64 == 0 {
+                store.commit(b"").unwrap();
+            }
+        }
+        store.commit(b"").unwrap();
+        for (i, &e) in held.iter().enumerate() {
+            store.free(e).unwrap();
+            if i % 64 == 63 {
+                store.commit(b"").unwrap();
+            }
+        }
+        store.commit(b"").unwrap();
+        let before = store.journal_flushes();
+        assert!(matches!(
+            store.allocate(&AllocRequest::new(1, 1)),
+            Err(Error::NoSpace { .. })
+        ));
+        assert_eq!(
+            store.journal_flushes(),
+            before,
+            "no pointless forced commits"
+        );
+        for e in store.take_discards() {
+            store.discarded(e).unwrap();
+        }
+        store.allocate(&AllocRequest::new(1, 1)).unwrap();
+        store.allocator().check().unwrap();
+    }
+}
