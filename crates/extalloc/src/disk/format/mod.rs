@@ -37,7 +37,7 @@ pub use io::{
 /// "EXTALLOC" as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"EXTALLOC");
 /// The version this code writes and reads.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Bytes of the superblock that are meaningful (the rest of its block is zero).
 pub const SUPERBLOCK_BYTES: usize = 128;
 /// Bytes per group descriptor.

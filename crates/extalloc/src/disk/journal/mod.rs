@@ -37,7 +37,8 @@
 //! `flushed` with the `flush` lock.
 //!
 //! Record (all little-endian, 8-byte aligned, crc32c over the whole record with the crc
-//! field zero):
+//! field zero; a mirror's over its 40-byte header only, each record in its span having its
+//! own):
 //!
 //! ```text
 //! 0  u32 magic "XJRN"   4 u16 kind (1 transaction, 2 wrap: continue at the area's start,
@@ -666,6 +667,32 @@ mod tests {
                 records + 1
             );
         }
+    }
+
+    /// A mirror's crc32c covers only its header: a newer mirror whose span is garbage gets
+    /// replay no further, and the older intact one covering the stop repairs the block.
+    #[test]
+    fn a_mirror_with_a_damaged_span_gives_way_to_an_older_one() {
+        let dev: Arc<dyn Device> = Arc::new(MemDevice::new(1 << 20));
+        let j = Journal::new(dev.clone(), AREA, 0, &empty());
+        for i in 1..=10u64 {
+            let s = j.append(&ops(i), &[i as u8; 100]).unwrap();
+            j.commit(s).unwrap();
+        }
+        let head = j.head().0;
+        let block = block_start(AREA, head - 1);
+        // A mirror "written with record 11" whose span (the last block up to the head) is
+        // garbage, planted well past the real one.
+        let span = (head - block) as usize;
+        let mut out = vec![0xAB; span];
+        append_mirror(&mut out, 11, block, &[], span);
+        let plant = (head + 3 * MIRROR_ALIGN).next_multiple_of(MIRROR_ALIGN);
+        dev.write_at(&out[span..], AREA.start + plant).unwrap();
+        dev.write_at(&[0u8; 4096], AREA.start + block).unwrap();
+        let r = replay(dev.as_ref(), AREA, 0, 1).unwrap();
+        assert_eq!(r.records.len(), 10, "repaired from the older mirror");
+        assert_eq!(r.records[9].ops, ops(10));
+        assert!(r.damage.is_none());
     }
 
     /// After one wrap the only room is up to the tail: a record that does not fit there is

@@ -2,8 +2,9 @@
 //! records"). Pure functions over bytes: decoding never panics on any input.
 //!
 //! Data structures: none of their own (a [`Record`] is `mod.rs`'s); the layouts are in the
-//! module comment of `mod.rs`. Invariant: `decode(encode(r)) == r`, and a record or mirror
-//! with any byte changed fails its crc32c. Locks: none.
+//! module comment of `mod.rs`. Invariant: `decode(encode(r)) == r`, and a record with any
+//! byte changed fails its crc32c; a mirror's crc32c covers its header, and each record in
+//! its span carries its own. Locks: none.
 
 use super::{Op, Record};
 use crate::geometry::Extent;
@@ -165,14 +166,26 @@ pub(super) fn append_mirror(
     out.extend_from_slice(prefix);
     out.extend_from_within(..record);
     out.resize(at + total, 0);
-    let crc = crc32c::crc32c(&out[at..]);
+    // The header alone: every record in the span carries its own crc32c, which replay
+    // checks as it reads through the mirror.
+    let crc = crc32c::crc32c(&out[at..at + HEADER]);
     out[at + 20..at + 24].copy_from_slice(&crc.to_le_bytes());
 }
 
-/// Decodes a whole mirror (any bytes: never panics). `None` if torn or corrupt.
+/// Decodes a whole mirror (any bytes: never panics). `None` if its header is torn or
+/// corrupt; the span's records are checked one by one as replay reads them.
 pub(super) fn decode_mirror(b: &[u8]) -> Option<Mirror> {
-    let (seq, b) = checked(b, KIND_MIRROR)?;
-    let total = b.len();
+    let (kind, seq, total) = parse_header(b)?;
+    if kind != KIND_MIRROR || b.len() < total {
+        return None;
+    }
+    let mut h = [0u8; HEADER];
+    h.copy_from_slice(&b[..HEADER]);
+    h[20..24].fill(0);
+    if crc32c::crc32c(&h) != u32_at(b, 20) {
+        return None;
+    }
+    let b = &b[..total];
     let span_len = usize::try_from(u64_at(b, 32)).ok()?;
     if HEADER.checked_add(span_len)? > total {
         return None;

@@ -59,12 +59,22 @@ pub fn replay(dev: &dyn Device, area: Area, tail: u64, tail_seq: u64) -> Result<
         wrapped: false,
     };
     let mut overlay: Option<Mirror> = None;
+    // Mirrors tried as overlays: a mirror's crc32c covers only its header, so one whose
+    // span is damaged gets the replay no further, and an older one may (its records are
+    // checked one by one).
+    let mut tried: Vec<(u64, u64)> = Vec::new();
     loop {
         stop = read_records(dev, area, overlay.as_ref(), tail, stop, &mut records)?;
-        let (mirror, later) = scan(dev, area, stop.seq)?;
-        match mirror.filter(|m| m.covers(stop.at) && overlay.as_ref().is_none_or(|o| o.seq < m.seq))
-        {
-            Some(m) => overlay = Some(m),
+        let (mirrors, later) = scan(dev, area, stop.seq)?;
+        let next = mirrors
+            .into_iter()
+            .filter(|m| m.covers(stop.at) && !tried.contains(&(m.seq, m.span_start)))
+            .max_by_key(|m| m.seq);
+        match next {
+            Some(m) => {
+                tried.push((m.seq, m.span_start));
+                overlay = Some(m);
+            }
             None => {
                 let recent = recent(dev, area, overlay.as_ref(), stop.at, &records)?;
                 return Ok(Replayed {
@@ -170,12 +180,12 @@ fn read_records(
 }
 
 /// After a replay stopped expecting record `lost_seq`: reads the whole area once for the
-/// newest intact mirror written with a record numbered `lost_seq` or later, and the intact
-/// records numbered `lost_seq` or later (for [`damage`]).
-fn scan(dev: &dyn Device, area: Area, lost_seq: u64) -> Result<(Option<Mirror>, Vec<Record>)> {
+/// mirrors written with a record numbered `lost_seq` or later (their headers intact), and
+/// the intact records numbered `lost_seq` or later (for [`damage`]).
+fn scan(dev: &dyn Device, area: Area, lost_seq: u64) -> Result<(Vec<Mirror>, Vec<Record>)> {
     const CHUNK: u64 = 1 << 20;
     let mut later: Vec<Record> = Vec::new();
-    let mut mirror: Option<Mirror> = None;
+    let mut mirrors: Vec<Mirror> = Vec::new();
     let mut chunk = vec![0u8; CHUNK as usize];
     let mut base = 0u64;
     while base < area.len {
@@ -195,8 +205,8 @@ fn scan(dev: &dyn Device, area: Area, lost_seq: u64) -> Result<(Option<Mirror>, 
                     let at = base + i as u64;
                     if header.is_none_or(|(k, _, _)| k == KIND_MIRROR) {
                         if let Some(m) = read_mirror_at(dev, area, at)? {
-                            if m.seq >= lost_seq && mirror.as_ref().is_none_or(|b| b.seq < m.seq) {
-                                mirror = Some(m);
+                            if m.seq >= lost_seq {
+                                mirrors.push(m);
                             }
                         }
                     }
@@ -211,7 +221,7 @@ fn scan(dev: &dyn Device, area: Area, lost_seq: u64) -> Result<(Option<Mirror>, 
         }
         base += n as u64;
     }
-    Ok((mirror, later))
+    Ok((mirrors, later))
 }
 
 /// The stop at `offset` expecting `lost_seq` was damage, not a torn tail, if one of the
