@@ -28,7 +28,7 @@ use std::sync::atomic::Ordering::Relaxed;
 impl Store {
     /// Writes every group home and moves the journal's tail past all records.
     pub fn checkpoint(&self) -> Result<()> {
-        let _serial = self.commit_lock.lock();
+        let _serial = self.commit_lock.write();
         let _closed = self.boundary.write();
         // Changes of the open transaction would be lost if written home without a record.
         if !self.ops.is_empty() {
@@ -364,7 +364,7 @@ mod tests {
         store.free(x).unwrap();
         // A commit that fails before its record is written: sealed, changes put back.
         {
-            let _serial = store.commit_lock.lock();
+            let _serial = store.commit_lock.write();
             let _closed = store.boundary.write();
             let ops = store.ops.take();
             store.alloc().seal();
@@ -372,7 +372,7 @@ mod tests {
         }
         // The next commit's record finds the journal full: the checkpoint it makes.
         {
-            let _serial = store.commit_lock.lock();
+            let _serial = store.commit_lock.write();
             let _closed = store.boundary.write();
             let ops = store.ops.take();
             store.alloc().seal();

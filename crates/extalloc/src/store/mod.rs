@@ -123,7 +123,10 @@ pub struct Store {
     /// callers do not share one lock (see [`OpShards`]).
     ops: OpShards,
     boundary: Boundary,
-    commit_lock: Mutex<()>,
+    /// Shared commits and checkpoints take it for writing; callers' own transactions
+    /// append their records under it for reading (the journal orders them), so they do
+    /// not wait for each other's writes, only for a checkpoint.
+    commit_lock: RwLock<()>,
     /// How long `open` took, and how much of it was the journal replay.
     open_timing: OpenTiming,
     /// An allocation that finds no space while frees wait commits the open transaction and
@@ -423,7 +426,7 @@ impl Store {
     pub fn commit_reporting(&self, payload: &[u8]) -> Result<Committed> {
         let mut checkpointed = false;
         let (seq, sealed) = {
-            let _serial = self.commit_lock.lock();
+            let _serial = self.commit_lock.write();
             let _closed = self.boundary.write();
             let ops = self.ops.take();
             let bytes = Journal::record_bytes(ops.len() as u64, payload.len() as u64);

@@ -23,7 +23,7 @@ use crate::disk::journal::{self, Area, Journal, Op, Record};
 use crate::error::{Error, Result};
 use crate::files::Files;
 use crate::geometry::{Extent, Geometry};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
@@ -231,7 +231,7 @@ impl Store {
                 journal,
                 ops: OpShards::new(),
                 boundary: Boundary::new(),
-                commit_lock: Mutex::new(()),
+                commit_lock: RwLock::new(()),
                 open_timing,
                 forced_commits: std::sync::atomic::AtomicBool::new(false),
                 // Nothing is pending at open: the seal ends an empty transaction.

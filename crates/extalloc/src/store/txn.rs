@@ -298,18 +298,37 @@ impl<'s> Txn<'s> {
         Ok(Committed { seq, checkpointed })
     }
 
-    /// Appends this transaction's record under the commit lock (checkpointing first when
-    /// the journal is full) and hands its frees to `appended`. On failure nothing changed.
+    /// Appends this transaction's record under the commit lock, read (a full journal:
+    /// written, to checkpoint first), and hands its frees to `appended`. On failure nothing
+    /// changed.
     fn append(&self, payload: &[u8]) -> Result<(u64, bool)> {
         let store = self.store;
-        let _serial = store.commit_lock.lock();
-        let mut ops = self.ops.lock();
+        let shared = store.commit_lock.read();
+        match self.append_locked(payload, false) {
+            Err(Error::JournalFull { .. }) => {
+                drop(shared);
+                let _serial = store.commit_lock.write();
+                self.append_locked(payload, true)
+            }
+            other => other,
+        }
+    }
+
+    /// [`Txn::append`] under the commit lock (written if `may_checkpoint`: a full journal
+    /// then checkpoints; read: it returns `JournalFull`).
+    fn append_locked(&self, payload: &[u8], may_checkpoint: bool) -> Result<(u64, bool)> {
+        let store = self.store;
+        let ops = self.ops.lock();
         let record: Vec<Op> = ops
             .allocs
             .iter()
             .map(|&e| Op::Allocate(e))
             .chain(ops.frees.iter().map(|&e| Op::Free(e)))
             .collect();
+        // Not held across the write: others read a handle's ops (a free checks that it
+        // does not free another handle's unrecorded blocks), and only this call, which
+        // owns the handle, changes them.
+        drop(ops);
         let bytes = Journal::record_bytes(record.len() as u64, payload.len() as u64);
         if bytes > store.max_transaction_bytes {
             return Err(Error::TransactionTooLarge {
@@ -318,14 +337,13 @@ impl<'s> Txn<'s> {
             });
         }
         let (seq, checkpointed) = match store.journal.append(&record, payload) {
-            Err(Error::JournalFull { .. }) => {
-                drop(ops);
+            Err(Error::JournalFull { .. }) if may_checkpoint => {
                 store.checkpoint_for_handle()?;
-                ops = self.ops.lock();
                 (store.journal.append(&record, payload)?, true)
             }
             other => (other?, false),
         };
+        let mut ops = self.ops.lock();
         // Recorded: its frees wait for durability, its allocations are no longer open.
         store
             .handles
@@ -335,7 +353,7 @@ impl<'s> Txn<'s> {
         let recorded = std::mem::take(&mut ops.allocs).len() as u64;
         drop(ops);
         // The registry after the handle's ops (lock order: registry -> a handle's ops);
-        // checkpoints cannot come between (`commit_lock`).
+        // checkpoints cannot come between (`commit_lock`, held read at least).
         store.handles.open.lock().remove(&self.id);
         store.handles.unrecorded_len.fetch_sub(recorded, Relaxed);
         Ok((seq, checkpointed))

@@ -16,21 +16,26 @@
 //! the stop is a torn tail.
 //!
 //! The last records have no later record to vouch for them: a damaged last block would pass
-//! for a torn tail and lose committed records silently. So every append also writes, in
-//! the same write, on the next 4 KiB boundary of the device after the record, a **mirror**:
-//! a checksummed copy of the journal bytes from the record holding the start of the block
-//! where the oldest record no later one vouches for starts, up to the end of the new
-//! record. The next append overwrites it with its own. Where replay stops, a mirror written
-//! with a record numbered at least the missing one and covering the stop supplies the bytes
-//! (`replay.rs`). Cost: one write of about 4 KiB more per append, and a record may use at
-//! most about half the journal (it and its mirror must fit).
+//! for a torn tail and lose committed records silently. So before a flush makes records
+//! durable, a **mirror** of them lies on the next 4 KiB boundary of the device after the
+//! head: a copy (its header checksummed; each record in it has its own crc32c) of the
+//! journal bytes from the record holding the start of the block where the oldest record no
+//! later one vouches for starts, up to the head. An append made while no flush runs writes
+//! its mirror in the same write as the record (one committer: one write per commit); one
+//! made while a flush runs leaves it to the next flush, which writes one mirror for all the
+//! records appended meanwhile (`write_mirror`) instead of one per append, each copying the
+//! last. Later appends overwrite it. Where replay stops, a mirror written with a record
+//! numbered at least the missing one and covering the stop supplies the bytes
+//! (`replay.rs`). Cost: about 4 KiB more written per flush, and a record may use at most
+//! about half the journal (it and its mirror must fit).
 //!
 //! Data structures: [`Journal`] (the writer's head, tail and next sequence number, the last
 //! records' offsets and bytes for the next mirror; the flush state: what is durable,
 //! whether a flush runs, who waits) and [`Record`] (sequence number, ops, payload).
 //! Invariant: records are numbered without gaps from the tail, the bytes between the tail
 //! and the head are never overwritten (a mirror lies past the head and before the tail),
-//! and the bytes after the last record are zeroed up to its mirror so replay stops there.
+//! and the 40 bytes after the last record are zero so replay stops there (an equally long
+//! record of a crashed, unflushed batch may have left its successor right after it).
 //!
 //! Locks: `writer` and `flush` are never held together; `writer` -> the device's lock (an
 //! append writes under it); a flush of the device runs under neither. Committers wait on
@@ -182,6 +187,9 @@ struct WriterState {
     /// The bytes written from `recent_start` up to the head (what a mirror copies).
     recent_start: u64,
     recent: Vec<u8>,
+    /// The last record the newest mirror on the device covers: a flush of records after it
+    /// writes one first.
+    mirrored: u64,
 }
 
 /// Mirrors start on this boundary of the device, so no 4 KiB block holds bytes of both a
@@ -209,6 +217,7 @@ impl WriterState {
             recs: records.into(),
             recent_start: start,
             recent: bytes,
+            mirrored: 0,
         }
     }
 
@@ -282,6 +291,8 @@ pub struct Journal {
     avg_flush_ns: AtomicU64,
     /// The largest record it holds ([`Journal::max_record_bytes`]).
     max_record: u64,
+    /// A flush is under way: appends leave their mirror to the next flush.
+    flushing: std::sync::atomic::AtomicBool,
 }
 
 impl Journal {
@@ -310,14 +321,16 @@ impl Journal {
             appended: AtomicU64::new(replayed.next_seq),
             durable_seq: AtomicU64::new(replayed.next_seq.saturating_sub(1)),
             avg_flush_ns: AtomicU64::new(0),
+            flushing: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
-    /// Writes a record after the head, and after it, on a 4 KiB boundary of its own, a
-    /// mirror of the record and of the records before it that no later record vouches for
-    /// yet (the next record overwrites the mirror). Returns its sequence number. A journal
-    /// without room returns `JournalFull` and changes nothing: the caller checkpoints
-    /// (moves the tail) and tries again.
+    /// Writes a record after the head and, unless a flush is under way (the next flush
+    /// writes one mirror for every record appended meanwhile), in the same write, on a
+    /// 4 KiB boundary of its own, a mirror of the record and of the records before it that
+    /// no later record vouches for yet. Returns its sequence number. A journal without room
+    /// (for the record and its mirror) returns `JournalFull` and changes nothing: the
+    /// caller checkpoints (moves the tail) and tries again.
     pub fn append(&self, ops: &[Op], payload: &[u8]) -> Result<u64> {
         let n = Self::record_bytes(ops.len() as u64, payload.len() as u64);
         if n > self.max_record {
@@ -350,20 +363,26 @@ impl Journal {
         if wrapped && Self::footprint(self.area, at, n, before) > w.tail {
             return Err(Error::JournalFull { needed: n });
         }
-        let mirror_at = WriterState::mirror_at(self.area, at, n);
-        // One buffer: the record, zeros up to the mirror (so replay stops after the record:
-        // no stale record there), and the mirror, built in place (the record is copied
-        // once more, into the mirror).
-        let mut out = record;
-        out.resize((mirror_at - at) as usize, 0);
         let seq = w.next_seq;
-        let prefix: &[u8] = if wrap {
-            &[]
+        let inline = !self.flushing.load(Relaxed);
+        let mut out = record;
+        if inline {
+            // One buffer: the record, zeros up to the mirror, and the mirror, built in
+            // place (the record is copied once more, into the mirror).
+            let mirror_at = WriterState::mirror_at(self.area, at, n);
+            out.resize((mirror_at - at) as usize, 0);
+            let prefix: &[u8] = if wrap {
+                &[]
+            } else {
+                w.span(self.area, at, durable).1
+            };
+            debug_assert_eq!(prefix.len() as u64, before);
+            append_mirror(&mut out, seq, span_start, prefix, n as usize);
         } else {
-            w.span(self.area, at, durable).1
-        };
-        debug_assert_eq!(prefix.len() as u64, before);
-        append_mirror(&mut out, seq, span_start, prefix, n as usize);
+            // Zeros where the next header would be: replay stops after this record even if
+            // an equally long record of a crashed batch left its successor right there.
+            out.resize(n as usize + HEADER, 0);
+        }
         if wrap {
             self.dev
                 .write_at(&wrap_marker(w.next_seq), self.area.start + w.head)?;
@@ -376,6 +395,9 @@ impl Journal {
         }
         w.recent.extend_from_slice(&out[..n as usize]);
         w.recs.push_back((seq, at));
+        if inline {
+            w.mirrored = seq;
+        }
         w.head = at + n;
         w.wrapped = wrapped;
         w.next_seq += 1;
@@ -442,11 +464,18 @@ impl Journal {
         let expect = (f.last_batch + f.waiters + 1).saturating_sub(in_last);
         let durable = f.durable;
         drop(f);
+        self.flushing.store(true, Relaxed);
         self.gather(durable, expect);
-        // Everything appended before this point is covered by this flush.
-        let upto = self.writer.lock().next_seq - 1;
+        // Everything appended before this point is covered by this flush, and by the
+        // mirror written now if the last of them did not write one.
+        let (upto, mirrored) = {
+            let mut w = self.writer.lock();
+            let upto = w.next_seq - 1;
+            (upto, self.write_mirror(&mut w, upto, durable))
+        };
         let started = std::time::Instant::now();
-        let result = self.dev.flush();
+        let result = mirrored.and_then(|()| self.dev.flush());
+        self.flushing.store(false, Relaxed);
         let took = started.elapsed().as_nanos() as u64;
         // Average flush time (a moving average over about 8 flushes).
         let avg = self.avg_flush_ns.load(Relaxed);
@@ -470,6 +499,22 @@ impl Journal {
         }
         self.flushed.notify_all();
         result
+    }
+
+    /// Writes, after the head, a mirror of the records up to `upto` that no record up to
+    /// `durable` vouches for, unless the newest mirror covers them already.
+    fn write_mirror(&self, w: &mut WriterState, upto: u64, durable: u64) -> Result<()> {
+        if w.mirrored >= upto || upto <= durable {
+            return Ok(());
+        }
+        let head = w.head;
+        let (span_start, span) = w.span(self.area, head, durable);
+        let mut out = Vec::with_capacity(HEADER + span.len());
+        append_mirror(&mut out, upto, span_start, span, 0);
+        let at = WriterState::mirror_at(self.area, head, 0);
+        self.dev.write_at(&out, self.area.start + at)?;
+        w.mirrored = upto;
+        Ok(())
     }
 
     /// The batching wait before a flush: yields until `expect` records wait after `durable`,
@@ -693,6 +738,61 @@ mod tests {
         assert_eq!(r.records.len(), 10, "repaired from the older mirror");
         assert_eq!(r.records[9].ops, ops(10));
         assert!(r.damage.is_none());
+    }
+
+    /// Records appended while a flush runs write no mirror; the next flush writes one for
+    /// all of them, which repairs their damaged last block.
+    #[test]
+    fn a_flush_mirrors_the_records_appended_while_another_ran() {
+        let dev: Arc<dyn Device> = Arc::new(MemDevice::new(1 << 20));
+        let j = Journal::new(dev.clone(), AREA, 0, &empty());
+        let s = j.append(&ops(1), &[1; 100]).unwrap();
+        j.commit(s).unwrap();
+        j.flushing.store(true, Relaxed);
+        for i in 2..=12u64 {
+            j.append(&ops(i), &[i as u8; 300]).unwrap();
+        }
+        j.flushing.store(false, Relaxed);
+        assert!(j.writer.lock().mirrored < 12, "no mirror written yet");
+        j.commit(12).unwrap();
+        assert_eq!(j.writer.lock().mirrored, 12);
+        let block = block_start(AREA, j.head().0 - 1);
+        dev.write_at(&[0u8; 4096], AREA.start + block).unwrap();
+        let r = replay(dev.as_ref(), AREA, 0, 1).unwrap();
+        assert_eq!(r.records.len(), 12, "repaired from the flush's mirror");
+        assert_eq!(r.records[11].ops, ops(12));
+    }
+
+    /// A crash tore record 4 of an unflushed batch and kept record 5 whole. After the
+    /// reopen a new record 4 just as long lands where the old one was, so the old record 5
+    /// sits right after it: the zeros written after each record keep replay from taking it.
+    #[test]
+    fn a_stale_successor_of_a_torn_record_is_never_replayed() {
+        for inline in [true, false] {
+            let dev: Arc<dyn Device> = Arc::new(MemDevice::new(1 << 20));
+            let j = Journal::new(dev.clone(), AREA, 0, &empty());
+            let s = j.append(&ops(1), &[1; 100]).unwrap();
+            j.commit(s).unwrap();
+            j.flushing.store(true, Relaxed);
+            let at4 = j.head().0;
+            j.append(&ops(4), &[4; 100]).unwrap();
+            j.append(&ops(5), &[5; 100]).unwrap();
+            // Tear record 4: a byte of its payload.
+            let at = AREA.start + at4 + HEADER as u64 + 2 * OP as u64 + 3;
+            dev.write_at(&[0xEE], at).unwrap();
+            let r = replay(dev.as_ref(), AREA, 0, 1).unwrap();
+            assert_eq!(r.records.len(), 1, "a torn tail");
+            let j = Journal::new(dev.clone(), AREA, 0, &r);
+            j.flushing.store(!inline, Relaxed);
+            assert_eq!(j.append(&ops(4), &[9; 100]).unwrap(), 2);
+            let r = replay(dev.as_ref(), AREA, 0, 1).unwrap();
+            assert_eq!(
+                r.records.len(),
+                2,
+                "inline {inline}: the stale record replayed"
+            );
+            assert_eq!(r.records[1].payload, vec![9; 100]);
+        }
     }
 
     /// After one wrap the only room is up to the tail: a record that does not fit there is
