@@ -204,7 +204,7 @@ impl Store {
         let mut redo: BTreeSet<u64> = BTreeSet::new();
         // Reserved is not allocated: blocks preallocations hold were never recorded, so home
         // shows them free (a crash frees them), and their groups stay dirty.
-        let unrecorded: Vec<Extent> = exclude
+        let mut unrecorded: Vec<Extent> = exclude
             .iter()
             .filter_map(|op| match *op {
                 Op::Allocate(e) => Some(e),
@@ -217,6 +217,9 @@ impl Store {
             // the caller has discarded them.
             .chain(self.discards.held_extents())
             .collect();
+        // By start, each group looks only at the extents that may reach into it.
+        unrecorded.sort_unstable_by_key(|e| e.start);
+        let longest = unrecorded.iter().map(|e| e.len).max().unwrap_or(0);
         let mut homes = Vec::with_capacity(dirty.len());
         for &g in dirty {
             // Clean first: a change made while the group is written (a concurrent release)
@@ -224,12 +227,13 @@ impl Store {
             self.alloc().mark_home_clean(g);
             let mut bitmap = self.alloc().group_bitmap_bytes(g, bitmap_bytes)?;
             let (gstart, gend) = (g * sb.group_blocks, (g + 1) * sb.group_blocks);
-            for &e in &unrecorded {
+            let first = unrecorded.partition_point(|e| e.start.saturating_add(longest) <= gstart);
+            for &e in unrecorded[first..].iter().take_while(|e| e.start < gend) {
                 // The unrecorded transaction's allocations are not home yet. Its frees are
                 // still pending, so memory already has those blocks used, as home must
                 // (undoing a free of a block the same transaction allocated would mark it
                 // used at home with no record allocating it).
-                if e.start >= gend || e.end() <= gstart {
+                if e.end() <= gstart {
                     continue;
                 }
                 redo.insert(g);

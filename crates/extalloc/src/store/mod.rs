@@ -241,10 +241,11 @@ impl Store {
         self.alloc().drop_idle_bitmaps(keep)
     }
 
-    /// Lets an allocation that finds no space while frees wait for a commit make the open
-    /// transaction durable itself (an empty payload) and retry once, as a file system forces
-    /// a journal commit. Off by default: the caller's allocations then never reach the
-    /// journal in a record other than the one carrying its payload.
+    /// Lets an allocation that finds no space while frees wait for a commit, and an
+    /// allocation or free that would make the open transaction too large for the journal,
+    /// make the open transaction durable itself (an empty payload) and retry, as a file
+    /// system forces a journal commit. Off by default: the caller's changes then never
+    /// reach the journal in a record other than the one carrying its payload.
     pub fn set_forced_commits(&self, on: bool) {
         self.forced_commits
             .store(on, std::sync::atomic::Ordering::Relaxed);
@@ -258,39 +259,40 @@ impl Store {
         self.with_forced_commits(|| {
             let shard = self.alloc().stats_handle().shard_index();
             let _open = self.boundary.read(shard);
-            self.ops.admit(shard, 1, self.max_transaction_bytes)?;
-            let e = self
-                .alloc()
-                .allocate(req)
-                .inspect_err(|_| self.ops.unadmit(shard, 1))?;
-            self.ops.push(shard, Op::Allocate(e));
-            Ok(e)
+            self.ops.allocating(shard, self.max_transaction_bytes, || {
+                self.alloc().allocate(req)
+            })
         })
     }
 
-    /// Runs `op` (an allocation), and while it finds no space with frees waiting for a
-    /// commit and forced commits are on, commits the open transaction (an empty payload)
-    /// and runs it again. This is the store's remedy for "no space": it owns the commits.
-    fn with_forced_commits(&self, op: impl Fn() -> Result<Extent>) -> Result<Extent> {
+    /// Runs `op` (an allocation or a free), and while forced commits are on and it finds
+    /// no space with frees waiting for a commit, or the open transaction too large for one
+    /// more operation, commits the open transaction (an empty payload) and runs it again.
+    /// This is the store's remedy for both: it owns the commits.
+    fn with_forced_commits<T>(&self, op: impl Fn() -> Result<T>) -> Result<T> {
         let mut result = op();
         // Another thread may free into the next transaction while this one's commit waits
         // for its flush, so one commit is not always enough: commit again while frees
         // wait, a bounded number of times.
         for _ in 0..FORCED_COMMITS_PER_ALLOCATION {
-            match result {
-                Err(Error::NoSpace { pending_blocks, .. })
-                    if pending_blocks > self.discards.held_blocks()
-                        && self
-                            .forced_commits
-                            .load(std::sync::atomic::Ordering::Relaxed) =>
-                {
-                    let shard = self.alloc().stats_handle().shard();
-                    shard.add(&shard.counters.forced_commits, 1);
-                    self.commit(&[])?;
-                    result = op();
-                }
-                _ => break,
+            if !self.forced_commits.load(Relaxed) {
+                break;
             }
+            let commit_helps = match &result {
+                Err(Error::NoSpace { pending_blocks, .. }) => {
+                    *pending_blocks > self.discards.held_blocks()
+                }
+                // An operation too large for an empty transaction stays too large.
+                Err(Error::TransactionTooLarge { .. }) => !self.ops.is_empty(),
+                _ => false,
+            };
+            if !commit_helps {
+                break;
+            }
+            let shard = self.alloc().stats_handle().shard();
+            shard.add(&shard.counters.forced_commits, 1);
+            self.commit(&[])?;
+            result = op();
         }
         result
     }
@@ -388,14 +390,16 @@ impl Store {
                 len: extent.len,
             });
         }
-        let shard = self.alloc().stats_handle().shard_index();
-        let _open = self.boundary.read(shard);
-        self.ops.admit(shard, 1, self.max_transaction_bytes)?;
-        self.alloc()
-            .free(extent)
-            .inspect_err(|_| self.ops.unadmit(shard, 1))?;
-        self.ops.push(shard, Op::Free(extent));
-        Ok(())
+        self.with_forced_commits(|| {
+            let shard = self.alloc().stats_handle().shard_index();
+            let _open = self.boundary.read(shard);
+            self.ops.admit(shard, 1, self.max_transaction_bytes)?;
+            self.alloc()
+                .free(extent)
+                .inspect_err(|_| self.ops.unadmit(shard, 1))?;
+            self.ops.push(shard, Op::Free(extent));
+            Ok(())
+        })
     }
 
     /// `Ok` if `extent` is on the device and holds none of the device's own blocks.
@@ -424,47 +428,50 @@ impl Store {
 
     /// [`Store::commit`], saying whether the commit checkpointed first (a full journal).
     pub fn commit_reporting(&self, payload: &[u8]) -> Result<Committed> {
-        let mut checkpointed = false;
-        let (seq, sealed) = {
-            let _serial = self.commit_lock.write();
+        let serial = self.commit_lock.write();
+        let (ops, sealed) = {
             let _closed = self.boundary.write();
-            let ops = self.ops.take();
-            let bytes = Journal::record_bytes(ops.len() as u64, payload.len() as u64);
+            let bytes = self.ops.record_bytes() + payload.len().next_multiple_of(8) as u64;
             if bytes > self.max_transaction_bytes {
-                self.ops.put_back(ops);
                 return Err(Error::TransactionTooLarge {
                     bytes,
                     max: self.max_transaction_bytes,
                 });
             }
-            let sealed = self.alloc().seal();
-            let seq = match self.journal.append(&ops, payload) {
-                Ok(seq) => seq,
-                Err(Error::JournalFull { .. }) => {
-                    checkpointed = true;
-                    let appended = self
-                        .checkpoint_for_full_journal(&ops)
-                        .and_then(|()| self.journal.append(&ops, payload));
-                    match appended {
-                        Ok(seq) => seq,
-                        Err(e) => {
-                            // Not recorded: the changes stay in the open transaction.
-                            self.ops.put_back(ops);
-                            return Err(e);
-                        }
-                    }
-                }
-                Err(e) => {
-                    // Nothing was written: the changes stay in the open transaction.
-                    self.ops.put_back(ops);
-                    return Err(e);
-                }
-            };
-            self.recorded_seal.store(sealed, Relaxed);
-            (seq, sealed)
+            (self.ops.take_in_flight(), self.alloc().seal())
         };
+        // The boundary is open again: the next transaction gathers while this record is
+        // encoded and written (its ops stay counted until then, see `OpShards`).
+        let (seq, checkpointed) = match self.append_shared(&ops, payload) {
+            Ok(x) => x,
+            Err(e) => {
+                // Not recorded: the changes go back to the open transaction.
+                self.ops.put_back_in_flight(ops);
+                return Err(e);
+            }
+        };
+        self.ops.settle(ops.len() as u64);
+        self.recorded_seal.store(sealed, Relaxed);
+        drop(serial);
         self.journal.commit(seq)?;
         self.release_durable(sealed);
         Ok(Committed { seq, checkpointed })
+    }
+
+    /// Appends the shared transaction's record (under `commit_lock`, the boundary open).
+    /// A full journal checkpoints first, with the boundary closed: home state leaves out
+    /// this record's allocations and the next transaction's. Returns the sequence number
+    /// and whether it checkpointed.
+    fn append_shared(&self, ops: &[Op], payload: &[u8]) -> Result<(u64, bool)> {
+        match self.journal.append(ops, payload) {
+            Err(Error::JournalFull { .. }) => {
+                let _closed = self.boundary.write();
+                let mut exclude = self.ops.allocations();
+                exclude.extend_from_slice(ops);
+                self.checkpoint_for_full_journal(&exclude)?;
+                Ok((self.journal.append(ops, payload)?, true))
+            }
+            other => Ok((other?, false)),
+        }
     }
 }

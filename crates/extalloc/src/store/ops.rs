@@ -9,10 +9,12 @@
 //! back before a refusal, so a refusal is exact: the ops pushed or admitted would not fit.
 //!
 //! Invariant: `reserved` = ops pushed since the last `take` + ops admitted and not yet
-//! pushed + every shard's credit; `record_bytes(reserved) <= max` whenever `admit` returns
-//! `Ok`.
+//! pushed + every shard's credit + ops in flight (taken by a commit whose record is being
+//! written: put back if the write fails, so they must fit with the next transaction);
+//! `record_bytes(reserved) <= max` whenever `admit` returns `Ok`.
 //!
-//! Locks: a shard's mutex is a leaf; `reclaim_credits` takes each shard's in turn, never
+//! Locks: a shard's mutex is taken under no allocator lock (an allocation may run under
+//! it: `allocating`); `reclaim_credits` takes each shard's in turn, never
 //! two at once; `take` and `put_back` run under the store's closed boundary.
 
 use crate::disk::journal::{Journal, Op};
@@ -95,6 +97,38 @@ impl OpShards {
         }
     }
 
+    /// Runs `allocate` as one admitted op and pushes the extent it returns; an error gives
+    /// the admission back. While the caller's shard holds credit, one trip through its lock
+    /// does both (held across the allocation: nothing takes a shard's lock under an
+    /// allocator lock, and the core's allocation waits for no one who could hold one);
+    /// otherwise [`OpShards::admit`] first. Not for the file layer's allocations, whose
+    /// no-space remedy waits for other files' locks.
+    pub(super) fn allocating(
+        &self,
+        shard: usize,
+        max: u64,
+        allocate: impl FnOnce() -> Result<crate::geometry::Extent>,
+    ) -> Result<crate::geometry::Extent> {
+        {
+            let mut s = self.shard(shard).lock();
+            if s.credit >= 1 {
+                let got = allocate();
+                if let Ok(e) = got {
+                    s.credit -= 1;
+                    s.ops.push(Op::Allocate(e));
+                }
+                return got;
+            }
+        }
+        self.admit(shard, 1, max)?;
+        let got = allocate();
+        match got {
+            Ok(e) => self.push(shard, Op::Allocate(e)),
+            Err(_) => self.unadmit(shard, 1),
+        }
+        got
+    }
+
     /// Gives back `n` admitted ops that were not pushed.
     pub(super) fn unadmit(&self, shard: usize, n: u64) {
         self.shard(shard).lock().credit += n;
@@ -108,16 +142,59 @@ impl OpShards {
     /// Every op, allocations first (under the closed boundary: nobody admits or pushes
     /// meanwhile). The transaction starts again empty: no credit, nothing reserved.
     pub(super) fn take(&self) -> Vec<Op> {
+        let ops = self.take_in_flight();
+        self.reserved.store(0, Relaxed);
+        ops
+    }
+
+    /// [`OpShards::take`] for a record written while the next transaction gathers: the
+    /// ops taken stay counted in `reserved` (so the next transaction and they, put back
+    /// after a failed write, still fit one record) until [`OpShards::settle`] or
+    /// [`OpShards::put_back_in_flight`].
+    pub(super) fn take_in_flight(&self) -> Vec<Op> {
         let mut ops: Vec<Op> = Vec::new();
+        let mut frees: Vec<Op> = Vec::new();
         for s in self.shards.iter() {
             let mut s = s.lock();
-            ops.append(&mut s.ops);
-            s.credit = 0;
+            // Each kind keeps its order within a shard.
+            for op in s.ops.drain(..) {
+                match op {
+                    Op::Allocate(_) => ops.push(op),
+                    Op::Free(_) => frees.push(op),
+                }
+            }
+            self.reserved
+                .fetch_sub(std::mem::take(&mut s.credit), Relaxed);
         }
-        self.reserved.store(0, Relaxed);
-        // Stable: each kind keeps its order within a shard.
-        ops.sort_by_key(|op| matches!(op, Op::Free(_)));
+        ops.append(&mut frees);
         ops
+    }
+
+    /// The in-flight ops (`n` of them) are recorded: they no longer count.
+    pub(super) fn settle(&self, n: u64) {
+        self.reserved.fetch_sub(n, Relaxed);
+    }
+
+    /// Returns in-flight ops whose record was not written to the open transaction (still
+    /// counted, so they fit with it).
+    pub(super) fn put_back_in_flight(&self, ops: Vec<Op>) {
+        self.shards[0].lock().ops.splice(0..0, ops);
+    }
+
+    /// The allocations of the open transaction so far (for a checkpoint, which must not
+    /// write them home).
+    pub(super) fn allocations(&self) -> Vec<Op> {
+        self.shards
+            .iter()
+            .flat_map(|s| {
+                s.lock()
+                    .ops
+                    .iter()
+                    .filter(|op| matches!(op, Op::Allocate(_)))
+                    .copied()
+                    .collect::<Vec<_>>()
+            })
+            .collect()
     }
 
     /// Returns ops of a failed append to the open transaction.

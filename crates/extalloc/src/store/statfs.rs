@@ -206,6 +206,34 @@ mod tests {
         store.allocator().check().unwrap();
     }
 
+    /// With forced commits on, the store splits a transaction that would outgrow the
+    /// journal itself: no operation is refused, every extent survives a reopen.
+    #[test]
+    fn forced_commits_split_a_transaction_too_large_for_the_journal() {
+        let dev: Arc<dyn Device> = Arc::new(MemDevice::new(8192 * 4096));
+        let store = Store::create(dev.clone(), &geometry(), 2, Policy::default()).unwrap();
+        store.set_forced_commits(true);
+        let per_record = (store.max_transaction_bytes() - 40) / 24;
+        let held: Vec<_> = (0..3 * per_record)
+            .map(|_| store.allocate(&AllocRequest::new(1, 1)).unwrap())
+            .collect();
+        for &e in &held[..per_record as usize * 2] {
+            store.free(e).unwrap();
+        }
+        assert!(store.journal_flushes() >= 4, "{}", store.journal_flushes());
+        store.commit(b"").unwrap();
+        drop(store);
+        let (store, _) = Store::open(dev, Policy::default()).unwrap();
+        let (freed, kept) = held.split_at(per_record as usize * 2);
+        assert!(kept
+            .iter()
+            .all(|e| !store.allocator().is_free(e.start).unwrap()));
+        assert!(freed
+            .iter()
+            .all(|e| store.allocator().is_free(e.start).unwrap()));
+        store.allocator().check().unwrap();
+    }
+
     /// The figures add up: every block is metadata, free, pending, reserved by a
     /// preallocation or allocated; available leaves the superuser's share out.
     #[test]
