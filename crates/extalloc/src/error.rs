@@ -101,6 +101,15 @@ pub enum Error {
     #[error("invalid request: {0}")]
     InvalidRequest(String),
 
+    /// A volume call named a file the volume does not hold (never created, or unlinked).
+    #[error(
+        "no file {id} on the volume (never created, or unlinked): `extalloc ls` lists the files"
+    )]
+    NoSuchFile {
+        /// The id asked for.
+        id: u64,
+    },
+
     /// A geometry the allocator cannot serve.
     #[error("invalid geometry: {0}")]
     InvalidGeometry(String),

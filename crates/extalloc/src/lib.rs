@@ -59,6 +59,7 @@ mod geometry;
 pub mod groups;
 pub mod store;
 mod sync;
+pub mod volume;
 
 pub use alloc::{
     AllocRequest, Allocator, FreeSpace, Lifetime, Pass, Policy, SizeClass, StatsSnapshot,

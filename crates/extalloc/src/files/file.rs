@@ -127,6 +127,44 @@ impl FileAlloc {
             .is_some_and(|(&s, e)| l < s + e.len)
     }
 
+    /// The mapping at logical block `l`: the physical block and how many blocks from `l`
+    /// the same extent maps (contiguous in both spaces), or `None` for a hole.
+    pub fn lookup(&self, l: u64) -> Option<(u64, u64)> {
+        let f = self.inner.read();
+        f.map
+            .range(..=l)
+            .next_back()
+            .filter(|(&s, e)| l < s + e.len)
+            .map(|(&s, e)| (e.start + (l - s), s + e.len - l))
+    }
+
+    /// The first mapped logical block at or after `l`, if any (where a hole at `l` ends).
+    pub fn next_mapped(&self, l: u64) -> Option<u64> {
+        let f = self.inner.read();
+        if let Some((&s, e)) = f.map.range(..=l).next_back() {
+            if l < s + e.len {
+                return Some(l);
+            }
+        }
+        f.map.range(l..).next().map(|(&s, _)| s)
+    }
+
+    /// The last `n` (at most) mapped extents that reach into `from .. to`, in logical
+    /// order, whole (they may start before `from` or end after `to`).
+    pub fn last_extents_in(&self, from: u64, to: u64, n: usize) -> Vec<(u64, Extent)> {
+        let f = self.inner.read();
+        let mut out: Vec<(u64, Extent)> = f
+            .map
+            .range(..to)
+            .rev()
+            .take_while(|(&s, e)| s + e.len > from)
+            .take(n)
+            .map(|(&s, &e)| (s, e))
+            .collect();
+        out.reverse();
+        out
+    }
+
     /// The mapped extents in logical order: `(logical start, physical extent)`.
     pub fn extents(&self) -> Vec<(u64, Extent)> {
         self.inner

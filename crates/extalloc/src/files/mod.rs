@@ -58,6 +58,7 @@
 //!
 //! Lock order: file lock -> locality shard lock -> group locks -> global lock.
 
+mod adopt;
 mod check;
 mod file;
 mod locality;

@@ -369,6 +369,13 @@ impl Store {
         })
     }
 
+    /// Maps `extent`, which committed records allocated, at `logical` of `file` in memory
+    /// and records nothing: for a caller rebuilding its files after [`Store::open`] from
+    /// its own metadata (see [`Files::adopt`]).
+    pub fn adopt_data(&self, file: &FileAlloc, logical: u64, extent: Extent) -> Result<()> {
+        self.files.adopt(file, logical, extent)
+    }
+
     /// Returns `file`'s unused preallocated blocks at once (close). Nothing is recorded:
     /// they were never handed out. Returns the blocks released.
     pub fn release_prealloc(&self, file: &FileAlloc) -> Result<u64> {

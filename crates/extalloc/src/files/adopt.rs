@@ -1,0 +1,42 @@
+//! Rebuilding a file's map from the caller's own metadata after a reopen: the store's
+//! replay makes the blocks used again, and the caller (a volume) says which file maps them.
+//!
+//! Data structures: none of their own (the file's map, `file.rs`). Invariant: an adopted
+//! extent is used in the allocator and not pending, and lies in a hole of the file; adopting
+//! changes no allocator state. Locks: the file's lock, then the core's group locks (to check
+//! the blocks), as every file call.
+
+use super::file::{map_insert, FileAlloc};
+use super::Files;
+use crate::error::{Error, Result};
+use crate::geometry::Extent;
+
+impl Files {
+    /// Maps `extent`, already allocated (used, not pending), at `logical` of `file`,
+    /// without allocating anything: for a caller rebuilding its files after a reopen. A
+    /// range that is not a hole of the file, or blocks that are free or pending, are
+    /// refused ([`Error::InvalidRequest`], [`Error::NotAllocated`], ...), changing nothing.
+    pub fn adopt(&self, file: &FileAlloc, logical: u64, extent: Extent) -> Result<()> {
+        self.allocator().check_allocated(extent)?;
+        let end = logical
+            .checked_add(extent.len)
+            .filter(|&e| e <= super::LOGICAL_BLOCKS_MAX)
+            .ok_or_else(|| {
+                Error::InvalidRequest(format!(
+                    "logical range {logical}+{} is past the largest file",
+                    extent.len
+                ))
+            })?;
+        let mut f = file.inner.write();
+        let left = f.map.range(..logical).next_back().map(|(&s, &e)| (s, e));
+        let right = f.map.range(logical..).next().map(|(&s, &e)| (s, e));
+        if left.is_some_and(|(s, e)| s + e.len > logical) || right.is_some_and(|(s, _)| s < end) {
+            return Err(Error::InvalidRequest(format!(
+                "file {}: logical blocks {logical}+{} are mapped already",
+                file.id, extent.len
+            )));
+        }
+        map_insert(&mut f, logical, extent, left, right);
+        Ok(())
+    }
+}

@@ -1,0 +1,283 @@
+//! One file of a volume in memory ([`VFile`]), the logical ranges it keeps unwritten
+//! ([`Ranges`]), and the map replay rebuilds before the file layer adopts it
+//! ([`ReplayMap`]).
+//!
+//! Data structures: a [`VFile`] holds its size in bytes, its attribute blob, its allocation
+//! state in the file layer (`FileAlloc`: the logical -> physical map and preallocations)
+//! and the unwritten logical ranges. Invariant: every unwritten range is mapped; ranges are
+//! disjoint and merged when they touch. Locks: a `VFile` lives under the volume's per-file
+//! mutex (`mod.rs`).
+
+use super::record::{Change, FileImage};
+use crate::files::FileAlloc;
+use crate::geometry::Extent;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Disjoint logical ranges, `start -> len`, merged when they touch.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Ranges(BTreeMap<u64, u64>);
+
+impl Ranges {
+    /// Adds `start .. start + len`.
+    pub(super) fn insert(&mut self, start: u64, len: u64) {
+        if len == 0 {
+            return;
+        }
+        self.remove(start, len);
+        let (mut s, mut end) = (start, start + len);
+        if let Some((&ps, &pl)) = self.0.range(..s).next_back() {
+            if ps + pl == s {
+                self.0.remove(&ps);
+                s = ps;
+            }
+        }
+        if let Some(nl) = self.0.remove(&end) {
+            end += nl;
+        }
+        self.0.insert(s, end - s);
+    }
+
+    /// Removes `start .. start + len` (saturating at the end of the logical space).
+    pub(super) fn remove(&mut self, start: u64, len: u64) {
+        let end = start.saturating_add(len);
+        let hit: Vec<(u64, u64)> = self
+            .0
+            .range(..end)
+            .rev()
+            .take_while(|(&s, &l)| s + l > start)
+            .map(|(&s, &l)| (s, l))
+            .collect();
+        for (s, l) in hit {
+            self.0.remove(&s);
+            if s < start {
+                self.0.insert(s, start - s);
+            }
+            if s + l > end {
+                self.0.insert(end, s + l - end);
+            }
+        }
+    }
+
+    /// True if block `l` lies in a range.
+    pub(super) fn contains(&self, l: u64) -> bool {
+        self.0
+            .range(..=l)
+            .next_back()
+            .is_some_and(|(&s, &len)| l < s + len)
+    }
+
+    /// The ranges, in order.
+    pub(super) fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.0.iter().map(|(&s, &l)| (s, l))
+    }
+}
+
+/// A file of the volume in memory.
+pub(super) struct VFile {
+    pub(super) size: u64,
+    pub(super) attr: Vec<u8>,
+    pub(super) alloc: Arc<FileAlloc>,
+    pub(super) unwritten: Ranges,
+}
+
+impl VFile {
+    /// The file as the table holds it: its map split where unwritten ranges begin and end.
+    pub(super) fn image(&self) -> FileImage {
+        let mut maps = Vec::new();
+        for (l, e) in self.alloc.extents() {
+            let mut at = l;
+            let end = l + e.len;
+            while at < end {
+                let unwritten = self.unwritten.contains(at);
+                let mut next = at + 1;
+                while next < end && self.unwritten.contains(next) == unwritten {
+                    next += 1;
+                }
+                maps.push((at, Extent::new(e.start + (at - l), next - at), unwritten));
+                at = next;
+            }
+        }
+        FileImage {
+            id: self.alloc.id(),
+            size: self.size,
+            attr: self.attr.clone(),
+            maps,
+        }
+    }
+}
+
+/// A file's map while replay rebuilds it: `logical -> (extent, unwritten)`, disjoint.
+#[derive(Debug, Clone, Default)]
+pub(super) struct ReplayFile {
+    pub(super) size: u64,
+    pub(super) attr: Vec<u8>,
+    pub(super) maps: BTreeMap<u64, (Extent, bool)>,
+}
+
+impl ReplayFile {
+    pub(super) fn from_image(img: FileImage) -> (u64, Self) {
+        let maps = img.maps.into_iter().map(|(l, e, u)| (l, (e, u))).collect();
+        (
+            img.id,
+            ReplayFile {
+                size: img.size,
+                attr: img.attr,
+                maps,
+            },
+        )
+    }
+
+    /// Cuts the map at `l` and `end`, so that no entry straddles either.
+    fn cut(&mut self, l: u64, end: u64) {
+        for at in [l, end] {
+            let hit = self
+                .maps
+                .range(..at)
+                .next_back()
+                .filter(|(&s, (e, _))| s + e.len > at)
+                .map(|(&s, &v)| (s, v));
+            if let Some((s, (e, u))) = hit {
+                self.maps.insert(s, (Extent::new(e.start, at - s), u));
+                self.maps
+                    .insert(at, (Extent::new(e.start + (at - s), s + e.len - at), u));
+            }
+        }
+    }
+
+    fn keys_in(&self, l: u64, end: u64) -> Vec<u64> {
+        self.maps.range(l..end).map(|(&s, _)| s).collect()
+    }
+}
+
+/// Applies one logged change to the files being rebuilt (a blind write: see `record.rs`).
+pub(super) fn apply(files: &mut BTreeMap<u64, ReplayFile>, change: Change) {
+    match change {
+        Change::Create { id, attr } => {
+            files.insert(
+                id,
+                ReplayFile {
+                    attr,
+                    ..ReplayFile::default()
+                },
+            );
+        }
+        Change::Unlink { id } => {
+            files.remove(&id);
+        }
+        Change::SetSize { id, size } => {
+            if let Some(f) = files.get_mut(&id) {
+                f.size = size;
+            }
+        }
+        Change::SetAttr { id, attr } => {
+            if let Some(f) = files.get_mut(&id) {
+                f.attr = attr;
+            }
+        }
+        Change::Map {
+            id,
+            logical,
+            extent,
+            unwritten,
+        } => {
+            if let Some(f) = files.get_mut(&id) {
+                let end = logical.saturating_add(extent.len);
+                f.cut(logical, end);
+                for k in f.keys_in(logical, end) {
+                    f.maps.remove(&k);
+                }
+                f.maps.insert(logical, (extent, unwritten));
+            }
+        }
+        Change::Unmap { id, logical, len } => {
+            if let Some(f) = files.get_mut(&id) {
+                let end = logical.saturating_add(len);
+                f.cut(logical, end);
+                for k in f.keys_in(logical, end) {
+                    f.maps.remove(&k);
+                }
+            }
+        }
+        Change::Written { id, logical, len } => {
+            if let Some(f) = files.get_mut(&id) {
+                let end = logical.saturating_add(len);
+                f.cut(logical, end);
+                for k in f.keys_in(logical, end) {
+                    if let Some(v) = f.maps.get_mut(&k) {
+                        v.1 = false;
+                    }
+                }
+            }
+        }
+        Change::Areas { .. } => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_merge_split_and_answer() {
+        let mut r = Ranges::default();
+        r.insert(10, 5);
+        r.insert(15, 5);
+        r.insert(0, 2);
+        assert_eq!(r.iter().collect::<Vec<_>>(), vec![(0, 2), (10, 10)]);
+        r.remove(12, 3);
+        assert_eq!(r.iter().collect::<Vec<_>>(), vec![(0, 2), (10, 2), (15, 5)]);
+        assert!(r.contains(16) && !r.contains(13) && !r.contains(2));
+        r.remove(1, u64::MAX);
+        assert_eq!(r.iter().collect::<Vec<_>>(), vec![(0, 1)]);
+    }
+
+    #[test]
+    fn replayed_changes_are_blind_writes() {
+        let mut files = BTreeMap::new();
+        let log = vec![
+            Change::Create {
+                id: 1,
+                attr: vec![],
+            },
+            Change::Map {
+                id: 1,
+                logical: 0,
+                extent: Extent::new(100, 10),
+                unwritten: true,
+            },
+            Change::Written {
+                id: 1,
+                logical: 2,
+                len: 3,
+            },
+            Change::Unmap {
+                id: 1,
+                logical: 8,
+                len: 5,
+            },
+            Change::SetSize {
+                id: 1,
+                size: 4096 * 8,
+            },
+        ];
+        for c in log.clone() {
+            apply(&mut files, c);
+        }
+        let once: Vec<_> = files[&1].maps.clone().into_iter().collect();
+        assert_eq!(
+            once,
+            vec![
+                (0, (Extent::new(100, 2), true)),
+                (2, (Extent::new(102, 3), false)),
+                (5, (Extent::new(105, 3), true)),
+            ]
+        );
+        // Applying the log again (a root that holds it already) changes nothing.
+        for c in log {
+            apply(&mut files, c);
+        }
+        let twice: Vec<_> = files[&1].maps.clone().into_iter().collect();
+        assert_eq!(once, twice);
+    }
+}

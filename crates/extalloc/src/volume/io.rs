@@ -1,0 +1,493 @@
+//! The file calls of a volume: create, write, read, fallocate, truncate, unlink, attributes.
+//!
+//! Each call works one chunk at a time (at most `CHUNK_BLOCKS` blocks mapped or
+//! `CHUNK_EXTENTS` extents freed), holding the gate for reading and the file's mutex: the
+//! chunk's allocations, frees and logged changes land in one transaction. A chunk that
+//! fails gives back what it mapped, so a failed call leaves the chunks before it done and
+//! nothing of its own.
+//!
+//! Data structures: none of their own. Invariant: a block mapped by a chunk is written
+//! whole (the caller's bytes, zeros around them, or the bytes the file held) before the
+//! chunk's changes are logged, or is logged unwritten; partial blocks at the edges of a
+//! punch, zero range or truncate are zeroed in place. Locks: `mod.rs`.
+
+use super::file::VFile;
+use super::record::Change;
+use super::{Volume, CHUNK_BLOCKS, CHUNK_EXTENTS};
+use crate::error::{Error, Result};
+use crate::files::DataRequest;
+use crate::geometry::Extent;
+use parking_lot::Mutex;
+use std::sync::Arc;
+
+/// Largest file, in bytes (64 PiB).
+pub const MAX_FILE_BYTES: u64 = 1 << 56;
+/// Largest attribute blob, in bytes.
+pub const MAX_ATTR_BYTES: usize = 1024;
+/// Times a chunk that finds no space while frees wait commits and tries again.
+const NO_SPACE_COMMITS: usize = 4;
+
+/// What [`Volume::fallocate`] does, as Linux's `fallocate(2)` modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fallocate {
+    /// Maps the holes of the range unwritten (they read as zeros); the size grows to cover
+    /// the range (mode 0).
+    Allocate,
+    /// As `Allocate`, the size unchanged (`FALLOC_FL_KEEP_SIZE`).
+    KeepSize,
+    /// Frees the whole blocks of the range and zeroes the partial ones; the size unchanged
+    /// (`FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`).
+    PunchHole,
+    /// The range reads as zeros afterwards, its whole blocks mapped unwritten and partial
+    /// ones zeroed; the size grows unless `keep_size` (`FALLOC_FL_ZERO_RANGE`).
+    ZeroRange {
+        /// `FALLOC_FL_KEEP_SIZE`.
+        keep_size: bool,
+    },
+}
+
+impl Volume {
+    /// Creates an empty file with `attr` (at most [`MAX_ATTR_BYTES`]); returns its id.
+    pub fn create(&self, attr: &[u8]) -> Result<u64> {
+        check_attr(attr)?;
+        self.ensure_room()?;
+        let _open = self.gate.read();
+        let id = {
+            let mut m = self.meta.lock();
+            m.next_id += 1;
+            m.next_id - 1
+        };
+        let vf = VFile {
+            size: 0,
+            attr: attr.to_vec(),
+            alloc: self.store.create_file(id),
+            unwritten: Default::default(),
+        };
+        self.files.write().insert(id, Arc::new(Mutex::new(vf)));
+        self.log(&[Change::Create {
+            id,
+            attr: attr.to_vec(),
+        }]);
+        Ok(id)
+    }
+
+    /// Replaces file `id`'s attribute blob.
+    pub fn set_attr(&self, id: u64, attr: &[u8]) -> Result<()> {
+        check_attr(attr)?;
+        self.chunk(id, |_, f| {
+            f.attr = attr.to_vec();
+            Ok(vec![Change::SetAttr {
+                id,
+                attr: attr.to_vec(),
+            }])
+        })
+    }
+
+    /// Runs `op` on file `id` under the gate (read) and the file's mutex, after making room
+    /// in the transaction, and logs the changes it returns. A file unlinked meanwhile is
+    /// [`Error::NoSuchFile`].
+    fn chunk(
+        &self,
+        id: u64,
+        op: impl FnOnce(&Volume, &mut VFile) -> Result<Vec<Change>>,
+    ) -> Result<()> {
+        self.ensure_room()?;
+        let _open = self.gate.read();
+        let file = self.file(id)?;
+        let mut f = file.lock();
+        let changes = op(self, &mut f)?;
+        self.log(&changes);
+        Ok(())
+    }
+
+    /// [`Volume::chunk`], committing and trying again (a few times) when it finds no space
+    /// while frees wait for a commit.
+    fn chunk_committing(
+        &self,
+        id: u64,
+        op: impl Fn(&Volume, &mut VFile) -> Result<Vec<Change>>,
+    ) -> Result<()> {
+        let mut tries = 0;
+        loop {
+            match self.chunk(id, &op) {
+                Err(Error::NoSpace { pending_blocks, .. })
+                    if pending_blocks > 0 && tries < NO_SPACE_COMMITS =>
+                {
+                    tries += 1;
+                    self.sync()?;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Writes `data` at byte `offset` of file `id`: holes are mapped (through the file
+    /// layer's placement), blocks written, unwritten ones converted, the size grown.
+    pub fn write(&self, id: u64, offset: u64, data: &[u8]) -> Result<()> {
+        let end = check_range(offset, data.len() as u64)?;
+        self.file(id)?;
+        let bs = self.block_size;
+        let mut pos = offset;
+        while pos < end {
+            let stop = end.min((pos / bs + CHUNK_BLOCKS) * bs);
+            let bytes = &data[(pos - offset) as usize..(stop - offset) as usize];
+            self.chunk_committing(id, |v, f| v.write_chunk(f, id, pos, bytes))?;
+            pos = stop;
+        }
+        Ok(())
+    }
+
+    fn write_chunk(&self, f: &mut VFile, id: u64, pos: u64, bytes: &[u8]) -> Result<Vec<Change>> {
+        let bs = self.block_size;
+        let first = pos / bs;
+        let last = (pos + bytes.len() as u64 - 1) / bs;
+        let new = self.map_holes(f, first, last + 1, false)?;
+        let fresh = |b: u64| {
+            f.unwritten.contains(b) || new.iter().any(|(l, e)| (*l..l + e.len).contains(&b))
+        };
+        let mut buf = vec![0u8; ((last - first + 1) * bs) as usize];
+        // The edge blocks the write covers only in part keep the bytes the file held.
+        for b in [first, last] {
+            let covered = pos <= b * bs && (b + 1) * bs <= pos + bytes.len() as u64;
+            if !covered && !fresh(b) {
+                let (p, _) = f.alloc.lookup(b).expect("mapped just now");
+                let at = ((b - first) * bs) as usize;
+                self.dev.read_at(&mut buf[at..at + bs as usize], p * bs)?;
+            }
+        }
+        let at = (pos - first * bs) as usize;
+        buf[at..at + bytes.len()].copy_from_slice(bytes);
+        if let Err(e) = self.write_blocks(f, first, last + 1, &buf) {
+            self.unmap_new(f, &new);
+            return Err(e);
+        }
+        let mut changes: Vec<Change> = new
+            .iter()
+            .map(|&(logical, extent)| Change::Map {
+                id,
+                logical,
+                extent,
+                unwritten: false,
+            })
+            .collect();
+        changes.extend(self.convert_written(f, id, first, last + 1));
+        let end = pos + bytes.len() as u64;
+        if end > f.size {
+            f.size = end;
+            changes.push(Change::SetSize { id, size: end });
+        }
+        Ok(changes)
+    }
+
+    /// Maps every hole of logical blocks `from .. to` of `f`; returns what it mapped. On
+    /// failure it gives back what it mapped and maps nothing.
+    fn map_holes(
+        &self,
+        f: &mut VFile,
+        from: u64,
+        to: u64,
+        unwritten: bool,
+    ) -> Result<Vec<(u64, Extent)>> {
+        let mut new = Vec::new();
+        let mut l = from;
+        while l < to {
+            if let Some((_, run)) = f.alloc.lookup(l) {
+                l += run;
+                continue;
+            }
+            let hole_end = f.alloc.next_mapped(l).map_or(to, |m| m.min(to));
+            let mut req = DataRequest::new(l, hole_end - l);
+            if unwritten {
+                // ext4's fallocate maps exactly the request (no preallocation).
+                req = req.no_prealloc();
+            }
+            match self.store.allocate_data(&f.alloc, &req) {
+                Ok(e) => {
+                    new.push((l, e));
+                    l += e.len;
+                }
+                Err(err) => {
+                    self.unmap_new(f, &new);
+                    return Err(err);
+                }
+            }
+        }
+        Ok(new)
+    }
+
+    /// Gives back extents a failed chunk mapped (freed in the same transaction; never
+    /// logged, so nothing maps them after a crash either).
+    fn unmap_new(&self, f: &mut VFile, new: &[(u64, Extent)]) {
+        for &(l, e) in new {
+            self.store
+                .free_data(&f.alloc, l, e.len)
+                .unwrap_or_else(|err| panic!("blocks mapped just now do not free: {err}"));
+        }
+    }
+
+    /// Writes `buf` (whole blocks) at logical blocks `from .. to` of `f`, all mapped.
+    fn write_blocks(&self, f: &VFile, from: u64, to: u64, buf: &[u8]) -> Result<()> {
+        let bs = self.block_size;
+        let mut l = from;
+        while l < to {
+            let (p, run) = f.alloc.lookup(l).expect("mapped");
+            let n = run.min(to - l);
+            let at = ((l - from) * bs) as usize;
+            self.dev
+                .write_at(&buf[at..at + (n * bs) as usize], p * bs)?;
+            l += n;
+        }
+        Ok(())
+    }
+
+    /// Blocks `from .. to` now hold data: the unwritten ones among them are converted.
+    fn convert_written(&self, f: &mut VFile, id: u64, from: u64, to: u64) -> Vec<Change> {
+        let hit: Vec<(u64, u64)> = f
+            .unwritten
+            .iter()
+            .filter(|&(s, l)| s < to && s + l > from)
+            .map(|(s, l)| (s.max(from), (s + l).min(to)))
+            .collect();
+        f.unwritten.remove(from, to - from);
+        hit.into_iter()
+            .map(|(s, e)| Change::Written {
+                id,
+                logical: s,
+                len: e - s,
+            })
+            .collect()
+    }
+
+    /// Reads up to `len` bytes at `offset` of file `id` (fewer at the end of the file):
+    /// holes and unwritten blocks read as zeros.
+    pub fn read(&self, id: u64, offset: u64, len: u64) -> Result<Vec<u8>> {
+        check_range(offset, len)?;
+        let file = self.file(id)?;
+        let f = file.lock();
+        let end = (offset + len).min(f.size);
+        if offset >= end {
+            return Ok(Vec::new());
+        }
+        let bs = self.block_size;
+        let mut out = vec![0u8; (end - offset) as usize];
+        let mut l = offset / bs;
+        while l * bs < end {
+            let Some((p, run)) = f.alloc.lookup(l) else {
+                l = f.alloc.next_mapped(l).unwrap_or(u64::MAX / bs);
+                continue;
+            };
+            let n = run.min(end.div_ceil(bs) - l).min(same_state_len(&f, l));
+            if !f.unwritten.contains(l) {
+                let (from, to) = ((l * bs).max(offset), ((l + n) * bs).min(end));
+                let dst = &mut out[(from - offset) as usize..(to - offset) as usize];
+                self.dev.read_at(dst, p * bs + (from - l * bs))?;
+            }
+            l += n;
+        }
+        Ok(out)
+    }
+
+    /// `fallocate(2)` on file `id` (see [`Fallocate`]).
+    pub fn fallocate(&self, id: u64, mode: Fallocate, offset: u64, len: u64) -> Result<()> {
+        if len == 0 {
+            return Err(Error::ZeroLength);
+        }
+        let end = check_range(offset, len)?;
+        self.file(id)?;
+        let bs = self.block_size;
+        let zero = matches!(mode, Fallocate::ZeroRange { .. });
+        if matches!(mode, Fallocate::PunchHole) || zero {
+            self.zero_partial_edges(id, offset, end)?;
+        }
+        let (whole_from, whole_to) = (offset.div_ceil(bs), end / bs);
+        if matches!(mode, Fallocate::PunchHole) {
+            if whole_from < whole_to {
+                self.free_blocks(id, whole_from, whole_to)?;
+            }
+            return Ok(());
+        }
+        let mut l = offset / bs;
+        while l < end.div_ceil(bs) {
+            let to = (l + CHUNK_BLOCKS).min(end.div_ceil(bs));
+            self.chunk_committing(id, |v, f| {
+                let new = v.map_holes(f, l, to, true)?;
+                let mut changes = Vec::new();
+                for &(logical, extent) in &new {
+                    f.unwritten.insert(logical, extent.len);
+                    changes.push(Change::Map {
+                        id,
+                        logical,
+                        extent,
+                        unwritten: true,
+                    });
+                }
+                if zero {
+                    changes.extend(v.make_unwritten(f, id, l.max(whole_from), to.min(whole_to)));
+                }
+                Ok(changes)
+            })?;
+            l = to;
+        }
+        let grow = matches!(
+            mode,
+            Fallocate::Allocate | Fallocate::ZeroRange { keep_size: false }
+        );
+        if grow {
+            self.chunk(id, |_, f| {
+                if end > f.size {
+                    f.size = end;
+                    return Ok(vec![Change::SetSize { id, size: end }]);
+                }
+                Ok(Vec::new())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Marks the mapped, written blocks of `from .. to` unwritten (zero range).
+    fn make_unwritten(&self, f: &mut VFile, id: u64, from: u64, to: u64) -> Vec<Change> {
+        let mut changes = Vec::new();
+        let mut l = from;
+        while l < to {
+            let Some((p, run)) = f.alloc.lookup(l) else {
+                l = f.alloc.next_mapped(l).unwrap_or(to);
+                continue;
+            };
+            let n = run.min(to - l);
+            f.unwritten.insert(l, n);
+            changes.push(Change::Map {
+                id,
+                logical: l,
+                extent: Extent::new(p, n),
+                unwritten: true,
+            });
+            l += n;
+        }
+        changes
+    }
+
+    /// Zeroes in place the bytes of `offset .. end` that lie in blocks the range covers
+    /// only in part, where those blocks are mapped and written.
+    fn zero_partial_edges(&self, id: u64, offset: u64, end: u64) -> Result<()> {
+        let bs = self.block_size;
+        let mut edges = vec![(offset, end.min((offset / bs + 1) * bs))];
+        if !end.is_multiple_of(bs) && end / bs != offset / bs {
+            edges.push(((end / bs) * bs, end));
+        }
+        for (from, to) in edges {
+            if from % bs == 0 && to - from == bs {
+                continue;
+            }
+            self.chunk(id, |v, f| {
+                let b = from / bs;
+                if let Some((p, _)) = f.alloc.lookup(b) {
+                    if !f.unwritten.contains(b) {
+                        let zeros = vec![0u8; (to - from) as usize];
+                        v.dev.write_at(&zeros, p * bs + (from - b * bs))?;
+                    }
+                }
+                Ok(Vec::new())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Unmaps and frees logical blocks `from .. to` of file `id`, at most `CHUNK_EXTENTS`
+    /// extents a chunk, from the end.
+    fn free_blocks(&self, id: u64, from: u64, mut to: u64) -> Result<()> {
+        while to > from {
+            let mut next_to = from;
+            self.chunk(id, |v, f| {
+                let last = f.alloc.last_extents_in(from, to, CHUNK_EXTENTS + 1);
+                let start = if last.len() > CHUNK_EXTENTS {
+                    last[1].0.max(from)
+                } else {
+                    from
+                };
+                next_to = start;
+                if last.is_empty() {
+                    next_to = from;
+                    return Ok(Vec::new());
+                }
+                v.store.free_data(&f.alloc, start, to - start)?;
+                f.unwritten.remove(start, to - start);
+                Ok(vec![Change::Unmap {
+                    id,
+                    logical: start,
+                    len: to - start,
+                }])
+            })?;
+            to = next_to;
+        }
+        Ok(())
+    }
+
+    /// Sets file `id`'s size in bytes: shrinking frees the blocks past it (and zeroes the
+    /// rest of the last block), growing leaves a hole.
+    pub fn truncate(&self, id: u64, size: u64) -> Result<()> {
+        check_range(size, 0)?;
+        let old = self.size(id)?;
+        let block_end = size.div_ceil(self.block_size) * self.block_size;
+        if size < old && size < block_end {
+            // The rest of the new last block reads as zeros if the file grows again.
+            self.zero_partial_edges(id, size, old.min(block_end))?;
+        }
+        self.chunk(id, |_, f| {
+            f.size = size;
+            Ok(vec![Change::SetSize { id, size }])
+        })?;
+        let bs = self.block_size;
+        self.free_blocks(id, size.div_ceil(bs), MAX_FILE_BYTES / bs)?;
+        // The file layer's size too (its normalisation reads it); nothing is mapped past it.
+        self.chunk(id, |v, f| {
+            v.store.set_file_size(&f.alloc, size.div_ceil(bs))?;
+            Ok(Vec::new())
+        })
+    }
+
+    /// Removes file `id`: its blocks are freed (a chunk at a time), then the file.
+    pub fn unlink(&self, id: u64) -> Result<()> {
+        let bs = self.block_size;
+        self.free_blocks(id, 0, MAX_FILE_BYTES / bs)?;
+        self.chunk(id, |v, f| {
+            v.store.release_prealloc(&f.alloc)?;
+            v.files.write().remove(&id);
+            Ok(vec![Change::Unlink { id }])
+        })
+    }
+}
+
+/// Blocks from `l` on that are all unwritten, or all not (up to the next boundary of an
+/// unwritten range).
+fn same_state_len(f: &VFile, l: u64) -> u64 {
+    for (s, len) in f.unwritten.iter() {
+        if s + len <= l {
+            continue;
+        }
+        return if s <= l { s + len - l } else { s - l };
+    }
+    u64::MAX
+}
+
+fn check_attr(attr: &[u8]) -> Result<()> {
+    if attr.len() > MAX_ATTR_BYTES {
+        return Err(Error::InvalidRequest(format!(
+            "an attribute blob of {} bytes: at most {MAX_ATTR_BYTES}",
+            attr.len()
+        )));
+    }
+    Ok(())
+}
+
+/// `offset .. offset + len` as bytes of a file: refused past [`MAX_FILE_BYTES`] or on
+/// overflow. Returns the end.
+fn check_range(offset: u64, len: u64) -> Result<u64> {
+    offset
+        .checked_add(len)
+        .filter(|&end| end <= MAX_FILE_BYTES)
+        .ok_or_else(|| {
+            Error::InvalidRequest(format!(
+                "bytes {offset}+{len} reach past the largest file ({MAX_FILE_BYTES} bytes)"
+            ))
+        })
+}

@@ -1,0 +1,335 @@
+//! Persistent files on a store: a [`Volume`] holds files addressed by a 64-bit id, each with
+//! a size, a small attribute blob of the caller's and an extent map, and writes and reads
+//! their data on the store's device. `docs/volume.md` has the crash semantics.
+//!
+//! - Every data allocation goes through the file layer (`files/`: normalisation, the file's
+//!   preallocations, locality chunks for small files, size classes), with the goal after
+//!   the file's previous extent.
+//! - Each operation logs its metadata changes ([`record::Change`]: create, size, map,
+//!   unmap, written, unlink) and makes its allocations and frees in the store's open
+//!   transaction; [`Volume::sync`] commits both in one journal record, after flushing the
+//!   data (ext4's `data=ordered`: data reaches the device before the metadata that maps it).
+//! - `fallocate` maps blocks unwritten: they read as zeros until written. A newly mapped
+//!   block is written whole (zeros around the caller's bytes) before its mapping commits,
+//!   or unwritten, so no file reads what another file, or a deleted one, left there.
+//! - After a commit that leaves the journal more than half full, the volume writes its
+//!   file table (every file with its map) to the inactive one of two table areas and
+//!   checkpoints the store with a root pointing at it (`checkpoint.rs`); `open` reads the
+//!   table and applies the changes logged in the records after it.
+//!
+//! Files: this one holds the [`Volume`] and its commits; `io.rs` the file calls (write,
+//! read, fallocate, truncate, unlink); `checkpoint.rs` the table and the open; `file.rs`
+//! a file in memory; `record.rs` the bytes; `check.rs` the ownership check.
+//!
+//! Data structures: the [`Volume`] owns the [`Store`], the device, the files (`id ->
+//! VFile` under a mutex each), the log of changes since the last commit, and `Meta` (the
+//! next id, the table areas).
+//!
+//! Invariant: the store's open transaction holds exactly the allocations and frees of the
+//! changes in `log`: an operation makes both under the gate (read), and a commit takes
+//! both under the gate (written). Durable state (the table, then the records after it)
+//! maps a block to at most one file, and only blocks the store holds allocated.
+//!
+//! Lock order: `gate` -> a file's mutex -> `files` / `log` / `meta`; then the store's
+//! locks. `files` is held only briefly and never while waiting for a file's mutex (callers
+//! clone a file's `Arc` out of it, then lock). Operations hold the gate for reading one chunk at a time (at most `CHUNK_BLOCKS`
+//! blocks or `CHUNK_EXTENTS` extents), so a commit waits for at most one chunk.
+
+mod check;
+mod checkpoint;
+mod file;
+mod io;
+mod record;
+#[cfg(test)]
+mod tests;
+
+pub use check::VolumeCheck;
+pub use io::Fallocate;
+
+use crate::alloc::Policy;
+use crate::disk::device::Device;
+use crate::error::{Error, Result};
+use crate::geometry::{Extent, Geometry};
+use crate::store::{Statfs, Store};
+use file::VFile;
+use parking_lot::{Mutex, RwLock};
+use record::{Change, PAYLOAD_MAGIC};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Blocks one chunk of a write or fallocate maps at most (one trip through the gate).
+const CHUNK_BLOCKS: u64 = 16;
+/// Extents one chunk of a truncate, punch or unlink frees at most.
+const CHUNK_EXTENTS: usize = 16;
+/// Journal bytes one chunk may add at most: an allocation or free (24 bytes in the store's
+/// record) and a change (up to 42 bytes in the payload) per block, twice over.
+const CHUNK_BUDGET: u64 = CHUNK_BLOCKS * 2 * (24 + 48);
+/// The id of the allocations holding the volume's own table areas.
+const TABLE_OWNER: u64 = u64::MAX;
+
+/// One file as [`Volume::list`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct FileInfo {
+    /// The file's id.
+    pub id: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Mapped extents (written or not).
+    pub extents: u64,
+    /// Blocks mapped.
+    pub blocks: u64,
+}
+
+/// One mapped extent of a file ([`Volume::extents`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct FileExtent {
+    /// First logical block.
+    pub logical: u64,
+    /// The physical blocks.
+    pub extent: Extent,
+    /// Allocated by `fallocate` and not written since: reads as zeros.
+    pub unwritten: bool,
+}
+
+/// The volume's files by id, each under its own mutex.
+type FileTable = BTreeMap<u64, Arc<Mutex<VFile>>>;
+
+/// The volume's own bookkeeping: ids and where its table lives.
+#[derive(Debug, Clone, Copy)]
+struct Meta {
+    next_id: u64,
+    areas: [Extent; 2],
+    active: usize,
+}
+
+/// Persistent files on a [`Store`] (see the module documentation).
+pub struct Volume {
+    store: Store,
+    dev: Arc<dyn Device>,
+    block_size: u64,
+    /// Operations read, commits write: an operation's store changes and its logged
+    /// changes always land in the same transaction.
+    gate: RwLock<()>,
+    files: RwLock<FileTable>,
+    /// Encoded changes since the last commit.
+    log: Mutex<Vec<u8>>,
+    meta: Mutex<Meta>,
+    /// The root the next checkpoint writes: set by the volume's own checkpoint, taken by
+    /// the store's checkpoint hook. Any other checkpoint finds none and is refused.
+    prepared_root: Arc<Mutex<Option<Vec<u8>>>>,
+}
+
+impl Volume {
+    /// Makes a volume on `dev` (a new store, see [`Store::create`]) and returns it open.
+    pub fn mkfs(
+        dev: Arc<dyn Device>,
+        geometry: &Geometry,
+        journal_blocks: u64,
+        policy: Policy,
+    ) -> Result<Volume> {
+        let store = Store::create(dev.clone(), geometry, journal_blocks, policy)?;
+        let vol = Volume::with_store(store, dev, BTreeMap::new(), Meta::empty())?;
+        {
+            let _closed = vol.gate.write();
+            vol.checkpoint_locked()?;
+        }
+        Ok(vol)
+    }
+
+    /// Opens the volume on `dev`: the store's open and journal replay, the file table, and
+    /// the changes logged after it. Every file's map is checked against the allocator.
+    pub fn open(dev: Arc<dyn Device>, policy: Policy) -> Result<Volume> {
+        let (store, records) = Store::open(dev.clone(), policy)?;
+        let (files, meta) = checkpoint::load(&store, dev.as_ref(), &records)?;
+        Volume::with_store(store, dev, files, meta)
+    }
+
+    fn with_store(
+        store: Store,
+        dev: Arc<dyn Device>,
+        files: FileTable,
+        meta: Meta,
+    ) -> Result<Volume> {
+        let prepared_root: Arc<Mutex<Option<Vec<u8>>>> = Arc::new(Mutex::new(None));
+        let slot = prepared_root.clone();
+        store.set_checkpoint_hook(Box::new(move || {
+            slot.lock().take().ok_or_else(|| {
+                Error::InvalidRequest(
+                    "a volume's store checkpoints only through the volume (its file table \
+                     must go with the journal tail)"
+                        .into(),
+                )
+            })
+        }));
+        let block_size = u64::from(store.geometry().block_size);
+        let budget = CHUNK_BUDGET * 4;
+        if store.max_transaction_bytes() < budget {
+            return Err(Error::InvalidRequest(format!(
+                "a journal whose records hold at most {} bytes is too small for a volume \
+                 (at least {budget}): make the device with a larger --journal-size",
+                store.max_transaction_bytes()
+            )));
+        }
+        Ok(Volume {
+            store,
+            dev,
+            block_size,
+            gate: RwLock::new(()),
+            files: RwLock::new(files),
+            log: Mutex::new(Vec::new()),
+            meta: Mutex::new(meta),
+            prepared_root,
+        })
+    }
+
+    /// The store under the volume (read-only use: figures, `allocator()`, `check`).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Bytes per block.
+    pub fn block_size(&self) -> u64 {
+        self.block_size
+    }
+
+    /// The figures of `statfs` (see [`Statfs`]).
+    pub fn statfs(&self) -> Statfs {
+        self.store.statfs()
+    }
+
+    /// Every file, in id order.
+    pub fn list(&self) -> Vec<FileInfo> {
+        let files: Vec<(u64, Arc<Mutex<VFile>>)> = self
+            .files
+            .read()
+            .iter()
+            .map(|(&id, f)| (id, f.clone()))
+            .collect();
+        files
+            .into_iter()
+            .map(|(id, f)| {
+                let f = f.lock();
+                let extents = f.alloc.extents();
+                FileInfo {
+                    id,
+                    size: f.size,
+                    extents: extents.len() as u64,
+                    blocks: extents.iter().map(|(_, e)| e.len).sum(),
+                }
+            })
+            .collect()
+    }
+
+    /// File `id`'s mapped extents, in logical order.
+    pub fn extents(&self, id: u64) -> Result<Vec<FileExtent>> {
+        let f = self.file(id)?;
+        let f = f.lock();
+        Ok(f.image()
+            .maps
+            .into_iter()
+            .map(|(logical, extent, unwritten)| FileExtent {
+                logical,
+                extent,
+                unwritten,
+            })
+            .collect())
+    }
+
+    /// File `id`'s size in bytes.
+    pub fn size(&self, id: u64) -> Result<u64> {
+        Ok(self.file(id)?.lock().size)
+    }
+
+    /// File `id`'s attribute blob.
+    pub fn attr(&self, id: u64) -> Result<Vec<u8>> {
+        Ok(self.file(id)?.lock().attr.clone())
+    }
+
+    fn file(&self, id: u64) -> Result<Arc<Mutex<VFile>>> {
+        self.files
+            .read()
+            .get(&id)
+            .cloned()
+            .ok_or(Error::NoSuchFile { id })
+    }
+
+    /// Appends `changes` to the log (under the gate, read).
+    fn log(&self, changes: &[Change]) {
+        if changes.is_empty() {
+            return;
+        }
+        let mut log = self.log.lock();
+        for c in changes {
+            c.encode(&mut log);
+        }
+    }
+
+    /// Commits first if one more chunk might not fit the open transaction's record.
+    fn ensure_room(&self) -> Result<()> {
+        let open = self.store.statfs().open_transaction_bytes + self.log.lock().len() as u64;
+        if open + CHUNK_BUDGET > self.store.max_transaction_bytes() / 2 {
+            self.sync()?;
+        }
+        Ok(())
+    }
+
+    /// Makes every change so far durable: the data written is flushed, then the logged
+    /// changes and the store's open transaction commit in one journal record. A full
+    /// journal makes the volume write its table and checkpoint afterwards. On failure
+    /// nothing is lost: the changes stay for the next commit.
+    pub fn sync(&self) -> Result<()> {
+        let _closed = self.gate.write();
+        self.commit_locked()?;
+        let s = self.store.statfs();
+        if s.journal_used_bytes > s.journal_bytes / 2 {
+            self.checkpoint_locked()?;
+        }
+        Ok(())
+    }
+
+    /// Syncs and closes the volume (dropping it without `close` loses what was not
+    /// synced, as a crash would).
+    pub fn close(self) -> Result<()> {
+        self.sync()
+    }
+
+    /// `fsync` of one file: the volume commits everything (one journal), so this is
+    /// [`Volume::sync`] once the file is known.
+    pub fn fsync(&self, id: u64) -> Result<()> {
+        self.file(id)?;
+        self.sync()
+    }
+
+    /// Under the gate (written): flush data, commit the log with the store's transaction.
+    fn commit_locked(&self) -> Result<()> {
+        let log = std::mem::take(&mut *self.log.lock());
+        let mut payload = Vec::with_capacity(PAYLOAD_MAGIC.len() + log.len());
+        if !log.is_empty() {
+            payload.extend_from_slice(PAYLOAD_MAGIC);
+            payload.extend_from_slice(&log);
+        }
+        let result = self
+            .dev
+            .flush()
+            .and_then(|()| self.store.commit(&payload).map(|_| ()));
+        if result.is_err() {
+            // Not recorded: the changes wait for the next commit, as the store's do.
+            let mut now = self.log.lock();
+            let later = std::mem::replace(&mut *now, log);
+            now.extend_from_slice(&later);
+        }
+        result
+    }
+}
+
+impl Meta {
+    fn empty() -> Meta {
+        Meta {
+            next_id: 1,
+            areas: [Extent::new(0, 0); 2],
+            active: 0,
+        }
+    }
+}
