@@ -193,6 +193,29 @@ enum Command {
         /// Read and check every group's bitmap and print each group (slow on large devices).
         #[arg(long)]
         groups: bool,
+        /// Also the volume's files: how many, their bytes and extents.
+        #[arg(long)]
+        files: bool,
+    },
+    /// Copy a host file into the volume on DEVICE through its write path; prints the new
+    /// file's id.
+    Put {
+        device: std::path::PathBuf,
+        host_file: std::path::PathBuf,
+    },
+    /// Copy file ID of the volume on DEVICE out to HOST_FILE (the device is only read).
+    Get {
+        device: std::path::PathBuf,
+        id: u64,
+        host_file: std::path::PathBuf,
+    },
+    /// List the files of the volume on DEVICE: id, size, extents, blocks, name (the device
+    /// is only read).
+    Ls {
+        device: std::path::PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Turn a bench or compare JSON report into Markdown and PNG charts.
     Report {
@@ -317,7 +340,18 @@ fn run(cli: Cli) -> Result<()> {
             corrupt: None,
         } => cli::commands::torture(crashes, seed, threads, json.as_deref()),
         Command::Fsck { path, json } => cli::device::fsck(&path, json),
-        Command::Info { path, groups } => cli::device::info(&path, groups),
+        Command::Info {
+            path,
+            groups,
+            files,
+        } => cli::device::info(&path, groups, files),
+        Command::Put { device, host_file } => cli::volume::put(&device, &host_file),
+        Command::Get {
+            device,
+            id,
+            host_file,
+        } => cli::volume::get(&device, id, &host_file),
+        Command::Ls { device, json } => cli::volume::ls(&device, json),
         Command::Report { json, out } => cli::commands::report(&json, &out),
     }
 }

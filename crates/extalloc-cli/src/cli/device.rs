@@ -1,5 +1,6 @@
-//! The device commands: `mkfs` (everything checked before the target is touched), `info`
-//! (a summary from the superblock and descriptors, or every group) and `fsck`.
+//! The device commands: `mkfs` (everything checked before the target is touched; it makes
+//! a volume), `info` (a summary from the superblock and descriptors, or every group, and
+//! the files) and `fsck` (the store's checks, then the volume's ownership check).
 
 use anyhow::{Context, Result};
 use extalloc::disk::device::{Device, FileDevice};
@@ -64,7 +65,15 @@ pub fn mkfs(a: &MkfsArgs) -> Result<()> {
         Some(_) => FileDevice::create(path, bytes)?,
         None => FileDevice::open(path)?,
     };
-    let sb = match extalloc::disk::format::mkfs(&dev, &geometry, journal_blocks, rand::random()) {
+    let dev: std::sync::Arc<dyn Device> = std::sync::Arc::new(dev);
+    let made =
+        extalloc::disk::format::mkfs(dev.as_ref(), &geometry, journal_blocks, rand::random())
+            .and_then(|sb| {
+                extalloc::volume::Volume::format(dev.clone(), extalloc::Policy::default())
+                    .and_then(|vol| vol.close())
+                    .map(|()| sb)
+            });
+    let sb = match made {
         Ok(sb) => sb,
         Err(e) => {
             // Never leave a half-made file behind.
@@ -75,7 +84,8 @@ pub fn mkfs(a: &MkfsArgs) -> Result<()> {
         }
     };
     println!(
-        "{}: {} blocks of {} bytes, {} groups, metadata in blocks 0..{}, journal {} blocks",
+        "{}: a volume of {} blocks of {} bytes, {} groups, metadata in blocks 0..{}, journal \
+         {} blocks",
         path.display(),
         sb.blocks_count,
         sb.block_size,
@@ -86,12 +96,31 @@ pub fn mkfs(a: &MkfsArgs) -> Result<()> {
     Ok(())
 }
 
+/// What `fsck --json` prints: the store's report and, on a volume, the files' check.
+#[derive(serde::Serialize)]
+struct FsckJson<'a> {
+    #[serde(flatten)]
+    store: &'a extalloc::store::fsck::Report,
+    files: Option<&'a extalloc::volume::VolumeCheck>,
+}
+
 /// `extalloc fsck`: exits with an error when a problem was found.
 pub fn fsck(path: &Path, json: bool) -> Result<()> {
     let dev = FileDevice::open_read_only(path)?;
     let r = extalloc::store::fsck::check(&dev).with_context(|| format!("{}", path.display()))?;
+    drop(dev);
+    // The files only on a store that opens: its own problems come first.
+    let files = if r.clean() {
+        super::volume::check(path)?
+    } else {
+        None
+    };
     if json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        let out = FsckJson {
+            store: &r,
+            files: files.as_ref(),
+        };
+        println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         println!(
             "{}: {} blocks, {} groups, {} free; superblocks: primary {}, backup {}; \
@@ -120,13 +149,43 @@ pub fn fsck(path: &Path, json: bool) -> Result<()> {
         for p in &r.problems {
             println!("problem: {p}");
         }
+        if let Some(f) = &files {
+            println!(
+                "files: {} files, {} extents, {} blocks mapped ({} unwritten); {} mapped \
+                 blocks free, {} mapped twice, {} leaked",
+                f.files,
+                f.extents,
+                f.blocks_mapped,
+                f.blocks_unwritten,
+                f.mapped_free,
+                f.mapped_twice,
+                f.leaked
+            );
+        }
     }
     anyhow::ensure!(r.clean(), "{} problems found", r.problems.len());
+    if let Some(f) = &files {
+        anyhow::ensure!(
+            f.clean(),
+            "the files' check failed: {} mapped blocks free, {} mapped twice, {} leaked",
+            f.mapped_free,
+            f.mapped_twice,
+            f.leaked
+        );
+    }
     Ok(())
 }
 
-/// `extalloc info`: the summary, and each group with `groups`.
-pub fn info(path: &Path, groups: bool) -> Result<()> {
+/// `extalloc info`: the summary, each group with `groups`, the files with `files`.
+pub fn info(path: &Path, groups: bool, files: bool) -> Result<()> {
+    info_store(path, groups)?;
+    if files {
+        super::volume::info_files(path)?;
+    }
+    Ok(())
+}
+
+fn info_store(path: &Path, groups: bool) -> Result<()> {
     let dev = FileDevice::open_read_only(path)?;
     let sb = extalloc::disk::format::read_superblock(&dev)
         .with_context(|| format!("{}", path.display()))?;

@@ -5,3 +5,4 @@ pub mod commands;
 pub mod device;
 pub mod options;
 pub mod output;
+pub mod volume;

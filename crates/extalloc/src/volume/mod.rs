@@ -64,6 +64,8 @@ const CHUNK_EXTENTS: usize = 16;
 /// Journal bytes one chunk may add at most: an allocation or free (24 bytes in the store's
 /// record) and a change (up to 42 bytes in the payload) per block, twice over.
 const CHUNK_BUDGET: u64 = CHUNK_BLOCKS * 2 * (24 + 48);
+/// A journal record with no change: its header.
+const EMPTY_RECORD_BYTES: u64 = 40;
 /// The id of the allocations holding the volume's own table areas.
 const TABLE_OWNER: u64 = u64::MAX;
 
@@ -129,7 +131,20 @@ impl Volume {
         journal_blocks: u64,
         policy: Policy,
     ) -> Result<Volume> {
-        let store = Store::create(dev.clone(), geometry, journal_blocks, policy)?;
+        crate::disk::format::mkfs(dev.as_ref(), geometry, journal_blocks, [0; 16])?;
+        Volume::format(dev, policy)
+    }
+
+    /// Makes a volume on `dev`, which holds a store no one has used yet (fresh from
+    /// [`format::mkfs`](crate::disk::format::mkfs)): its first, empty file table.
+    pub fn format(dev: Arc<dyn Device>, policy: Policy) -> Result<Volume> {
+        let (store, records) = Store::open(dev.clone(), policy)?;
+        if !store.root().is_empty() || !records.is_empty() {
+            return Err(Error::InvalidRequest(
+                "the store on this device is in use already: make a new one (mkfs) for a                  volume"
+                    .into(),
+            ));
+        }
         let vol = Volume::with_store(store, dev, BTreeMap::new(), Meta::empty())?;
         {
             let _closed = vol.gate.write();
@@ -305,6 +320,10 @@ impl Volume {
     /// Under the gate (written): flush data, commit the log with the store's transaction.
     fn commit_locked(&self) -> Result<()> {
         let log = std::mem::take(&mut *self.log.lock());
+        if log.is_empty() && self.store.statfs().open_transaction_bytes <= EMPTY_RECORD_BYTES {
+            // Nothing to commit (no record for nothing).
+            return Ok(());
+        }
         let mut payload = Vec::with_capacity(PAYLOAD_MAGIC.len() + log.len());
         if !log.is_empty() {
             payload.extend_from_slice(PAYLOAD_MAGIC);

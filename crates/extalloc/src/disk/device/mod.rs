@@ -6,7 +6,8 @@
 //! - [`FileDevice`]: a file or block device through positional I/O, `flush` = `fdatasync`;
 //! - [`FaultDevice`]: wraps another device and keeps writes volatile until `flush`; on
 //!   command it "crashes" (drops any subset of the unflushed writes, tears one to a prefix of
-//!   its sectors) or starts failing writes, so crash-recovery code can be tested.
+//!   its sectors) or starts failing writes, so crash-recovery code can be tested;
+//! - [`OverlayDevice`]: a read-only view whose writes stay in memory (inspection).
 //!
 //! Every access is checked against the device's size: `DeviceRange`, and nothing changes.
 //! What a device says must be true: once `flush` returns `Ok`, every write that completed
@@ -18,10 +19,12 @@
 mod fault;
 mod file;
 mod mem;
+mod overlay;
 
 pub use fault::{Crash, CrashReport, FaultDevice};
 pub use file::FileDevice;
 pub use mem::MemDevice;
+pub use overlay::OverlayDevice;
 
 use crate::error::{Error, Result};
 
