@@ -8,3 +8,4 @@ pub mod corrupt;
 pub mod lab;
 pub mod replay;
 pub mod torture;
+pub mod torture_volume;

@@ -175,6 +175,10 @@ enum Command {
         /// when any of the last four is not zero.
         #[arg(long, value_name = "N")]
         corrupt: Option<u64>,
+        /// Instead of the store's transactions: random file operations on a volume, with
+        /// crashes; every file checked after each reopen (stale reads, lost data, leaks).
+        #[arg(long, conflicts_with = "corrupt")]
+        volume: bool,
         #[arg(long)]
         json: Option<std::path::PathBuf>,
     },
@@ -337,7 +341,15 @@ fn run(cli: Cli) -> Result<()> {
             seed,
             threads,
             json,
-            corrupt: None,
+            volume: true,
+            ..
+        } => cli::commands::torture_volume(crashes, seed, threads, json.as_deref()),
+        Command::Torture {
+            crashes,
+            seed,
+            threads,
+            json,
+            ..
         } => cli::commands::torture(crashes, seed, threads, json.as_deref()),
         Command::Fsck { path, json } => cli::device::fsck(&path, json),
         Command::Info {

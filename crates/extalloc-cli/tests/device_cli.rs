@@ -135,6 +135,37 @@ fn torture_survives_hundreds_of_crashes() {
     }
 }
 
+/// The volume torture, a few hundred crashes at 1 and 2 threads (the lab runs 10,000):
+/// nothing lost, leaked, doubly allocated, no stale byte read, no file with wrong data.
+#[test]
+fn volume_torture_survives_hundreds_of_crashes() {
+    for (seed, threads) in [("1", "2"), ("2", "1")] {
+        let out = torture_json(
+            &format!("volume-{seed}"),
+            &[
+                "--volume",
+                "--crashes",
+                "150",
+                "--seed",
+                seed,
+                "--threads",
+                threads,
+            ],
+        );
+        assert_eq!(out["recovered"], 150, "{out}");
+        for key in [
+            "lost",
+            "leaked",
+            "double_allocated",
+            "stale_reads",
+            "data_mismatches",
+        ] {
+            assert_eq!(out[key], 0, "seed {seed}: {key}: {out}");
+        }
+        assert!(out["files_checked"].as_u64().unwrap() > 500, "{out}");
+    }
+}
+
 /// The corruption campaign, a few hundred damages (the lab runs thousands: README): every
 /// counter but the damages is zero, and each kind of region was hit.
 #[test]

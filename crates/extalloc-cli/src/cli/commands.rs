@@ -169,6 +169,30 @@ pub fn torture(crashes: u64, seed: u64, threads: usize, json: Option<&Path>) -> 
     Ok(())
 }
 
+/// `extalloc torture --volume`: the JSON verdict on stdout (and in `json`); an error when
+/// any file lost data, read bytes it never wrote, or any block was lost, leaked or mapped
+/// twice.
+pub fn torture_volume(crashes: u64, seed: u64, threads: usize, json: Option<&Path>) -> Result<()> {
+    anyhow::ensure!((1..=64).contains(&threads), "--threads must be 1 to 64");
+    let out = extalloc_cli::torture_volume::run(crashes, seed, threads)?;
+    let text = serde_json::to_string(&out)?;
+    println!("{text}");
+    if let Some(path) = json {
+        std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
+    }
+    anyhow::ensure!(
+        out.lost + out.leaked + out.double_allocated + out.stale_reads + out.data_mismatches == 0,
+        "volume torture found {} lost, {} leaked, {} doubly allocated, {} stale bytes, {} \
+         files with wrong data",
+        out.lost,
+        out.leaked,
+        out.double_allocated,
+        out.stale_reads,
+        out.data_mismatches
+    );
+    Ok(())
+}
+
 /// `extalloc torture --corrupt N`: the campaign's JSON verdict on stdout (and in `json`);
 /// an error when anything that must be zero is not (the first failures on stderr).
 pub fn corrupt(damages: u64, seed: u64, json: Option<&Path>) -> Result<()> {

@@ -141,6 +141,9 @@ impl Volume {
         let bs = self.block_size;
         let first = pos / bs;
         let last = (pos + bytes.len() as u64 - 1) / bs;
+        if pos + bytes.len() as u64 > f.size {
+            self.zero_tail(f, f.size)?;
+        }
         let new = self.map_holes(f, first, last + 1, false)?;
         let fresh = |b: u64| {
             f.unwritten.contains(b) || new.iter().any(|(l, e)| (*l..l + e.len).contains(&b))
@@ -333,8 +336,9 @@ impl Volume {
             Fallocate::Allocate | Fallocate::ZeroRange { keep_size: false }
         );
         if grow {
-            self.chunk(id, |_, f| {
+            self.chunk(id, |v, f| {
                 if end > f.size {
+                    v.zero_tail(f, f.size)?;
                     f.size = end;
                     return Ok(vec![Change::SetSize { id, size: end }]);
                 }
@@ -392,6 +396,25 @@ impl Volume {
         Ok(())
     }
 
+    /// Zeroes, in place, the bytes from `eof` to the end of its block if that block is
+    /// mapped and written: before a file grows past `eof`, as ext4 zeroes the tail of its
+    /// last block. Bytes past the end of a file are not its data: a crash may have kept
+    /// a write there whose size change it lost, and growing must not bring them back.
+    fn zero_tail(&self, f: &VFile, eof: u64) -> Result<()> {
+        let bs = self.block_size;
+        if eof.is_multiple_of(bs) {
+            return Ok(());
+        }
+        let b = eof / bs;
+        if let Some((p, _)) = f.alloc.lookup(b) {
+            if !f.unwritten.contains(b) {
+                let zeros = vec![0u8; (bs - eof % bs) as usize];
+                self.dev.write_at(&zeros, p * bs + eof % bs)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Unmaps and frees logical blocks `from .. to` of file `id`, at most `CHUNK_EXTENTS`
     /// extents a chunk, from the end.
     fn free_blocks(&self, id: u64, from: u64, mut to: u64) -> Result<()> {
@@ -432,7 +455,10 @@ impl Volume {
             // The rest of the new last block reads as zeros if the file grows again.
             self.zero_partial_edges(id, size, old.min(block_end))?;
         }
-        self.chunk(id, |_, f| {
+        self.chunk(id, |v, f| {
+            if size > f.size {
+                v.zero_tail(f, f.size)?;
+            }
             f.size = size;
             Ok(vec![Change::SetSize { id, size }])
         })?;

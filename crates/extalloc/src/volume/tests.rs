@@ -276,3 +276,29 @@ proptest! {
         compare(&vol, &model);
     }
 }
+
+/// Bytes past the end of a file (a crash kept a write whose size change it lost) never
+/// come back when the file grows: by fallocate, by truncate, or by a write past a gap.
+#[test]
+fn growing_a_file_never_shows_bytes_past_its_old_end() {
+    for grow in 0..3 {
+        let dev = device(10 + grow);
+        let vol = Volume::mkfs(dev.clone(), &geometry(), 64, Policy::default()).unwrap();
+        let f = vol.create(b"").unwrap();
+        vol.write(f, 0, &pattern(1, 100)).unwrap();
+        vol.sync().unwrap();
+        let block = vol.extents(f).unwrap()[0].extent.start;
+        dev.write_at(&[0xAA; 3996], block * BS + 100).unwrap();
+        match grow {
+            0 => vol.fallocate(f, Fallocate::Allocate, 0, 2 * BS).unwrap(),
+            1 => vol.truncate(f, 2 * BS).unwrap(),
+            _ => vol.write(f, BS + 10, b"x").unwrap(),
+        }
+        let back = vol.read(f, 0, 2 * BS).unwrap();
+        assert_eq!(&back[..100], &pattern(1, 100)[..], "grow {grow}");
+        assert!(
+            back[100..BS as usize].iter().all(|&b| b == 0),
+            "grow {grow}: stale bytes"
+        );
+    }
+}
