@@ -186,5 +186,6 @@ fn adopt(store: &Store, id: u64, f: ReplayFile) -> Result<VFile> {
         attr: f.attr,
         alloc,
         unwritten,
+        placement: f.placement,
     })
 }

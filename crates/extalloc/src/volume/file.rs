@@ -79,6 +79,8 @@ pub(super) struct VFile {
     pub(super) attr: Vec<u8>,
     pub(super) alloc: Arc<FileAlloc>,
     pub(super) unwritten: Ranges,
+    /// The caller's placement key, if any (see `Volume::create_placed`).
+    pub(super) placement: Option<u64>,
 }
 
 impl VFile {
@@ -102,6 +104,7 @@ impl VFile {
             id: self.alloc.id(),
             size: self.size,
             attr: self.attr.clone(),
+            placement: self.placement,
             maps,
         }
     }
@@ -112,6 +115,7 @@ impl VFile {
 pub(super) struct ReplayFile {
     pub(super) size: u64,
     pub(super) attr: Vec<u8>,
+    pub(super) placement: Option<u64>,
     pub(super) maps: BTreeMap<u64, (Extent, bool)>,
 }
 
@@ -123,6 +127,7 @@ impl ReplayFile {
             ReplayFile {
                 size: img.size,
                 attr: img.attr,
+                placement: img.placement,
                 maps,
             },
         )
@@ -208,6 +213,11 @@ pub(super) fn apply(files: &mut BTreeMap<u64, ReplayFile>, change: Change) {
                         v.1 = false;
                     }
                 }
+            }
+        }
+        Change::Placement { id, key } => {
+            if let Some(f) = files.get_mut(&id) {
+                f.placement = Some(key);
             }
         }
         Change::Areas { .. } => {}

@@ -47,8 +47,22 @@ pub enum Fallocate {
 }
 
 impl Volume {
-    /// Creates an empty file with `attr` (at most [`MAX_ATTR_BYTES`]); returns its id.
+    /// Creates an empty file with `attr` (at most [`MAX_ATTR_BYTES`]); returns its id. Its
+    /// first blocks follow the file layer's stream goals (by id).
     pub fn create(&self, attr: &[u8]) -> Result<u64> {
+        self.create_with(attr, None)
+    }
+
+    /// [`Volume::create`] with a placement key (a parent directory's id, a tenant, a
+    /// bucket): the file's first blocks go to the group the key picks, so files of one key
+    /// start near each other and files of different keys in different groups, as ext4
+    /// spreads directories over groups (Orlov) and XFS rotates allocation groups. Kept with
+    /// the file.
+    pub fn create_placed(&self, attr: &[u8], key: u64) -> Result<u64> {
+        self.create_with(attr, Some(key))
+    }
+
+    fn create_with(&self, attr: &[u8], placement: Option<u64>) -> Result<u64> {
         check_attr(attr)?;
         self.ensure_room()?;
         let _open = self.gate.read();
@@ -62,12 +76,17 @@ impl Volume {
             attr: attr.to_vec(),
             alloc: self.store.create_file(id),
             unwritten: Default::default(),
+            placement,
         };
         self.files.write().insert(id, Arc::new(Mutex::new(vf)));
-        self.log(&[Change::Create {
+        let mut changes = vec![Change::Create {
             id,
             attr: attr.to_vec(),
-        }]);
+        }];
+        if let Some(key) = placement {
+            changes.push(Change::Placement { id, key });
+        }
+        self.log(&changes);
         Ok(id)
     }
 
@@ -200,6 +219,9 @@ impl Volume {
             }
             let hole_end = f.alloc.next_mapped(l).map_or(to, |m| m.min(to));
             let mut req = DataRequest::new(l, hole_end - l);
+            if let Some(goal) = self.placement_goal(f) {
+                req = req.goal(goal);
+            }
             if unwritten {
                 // ext4's fallocate maps exactly the request (no preallocation).
                 req = req.no_prealloc();
@@ -216,6 +238,19 @@ impl Volume {
             }
         }
         Ok(new)
+    }
+
+    /// The goal of a placed file's first blocks: the start of the group its key picks
+    /// (a multiplicative hash, so neighbouring keys land far apart). `None` once the file
+    /// maps anything (the goal then follows its previous extent) or without a key.
+    fn placement_goal(&self, f: &VFile) -> Option<u64> {
+        let key = f.placement?;
+        if f.alloc.next_mapped(0).is_some() {
+            return None;
+        }
+        let g = self.store.geometry();
+        let group = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) % g.groups_count();
+        Some(g.group_start(group))
     }
 
     /// Gives back extents a failed chunk mapped (freed in the same transaction; never

@@ -42,6 +42,8 @@ pub(super) enum Change {
     Unlink { id: u64 },
     /// The two file-table areas.
     Areas { a: Extent, b: Extent },
+    /// The file's placement key: its first blocks go to the group the key picks.
+    Placement { id: u64, key: u64 },
 }
 
 /// A reader over bytes that fails instead of panicking.
@@ -160,6 +162,11 @@ impl Change {
                 put_extent(out, *a);
                 put_extent(out, *b);
             }
+            Change::Placement { id, key } => {
+                out.push(9);
+                put_u64(out, *id);
+                put_u64(out, *key);
+            }
         }
     }
 
@@ -200,6 +207,10 @@ impl Change {
                 a: r.extent()?,
                 b: r.extent()?,
             },
+            9 => Change::Placement {
+                id: r.u64()?,
+                key: r.u64()?,
+            },
             _ => return Err(corrupt("an unknown change kind")),
         })
     }
@@ -228,6 +239,8 @@ pub(super) struct FileImage {
     pub id: u64,
     pub size: u64,
     pub attr: Vec<u8>,
+    /// The placement key, if the file was created with one.
+    pub placement: Option<u64>,
     /// `(logical, extent, unwritten)`, in logical order.
     pub maps: Vec<(u64, Extent, bool)>,
 }
@@ -242,6 +255,8 @@ pub(super) fn encode_table(files: &[FileImage]) -> Vec<u8> {
         put_u64(&mut out, f.id);
         put_u64(&mut out, f.size);
         put_blob(&mut out, &f.attr);
+        out.push(u8::from(f.placement.is_some()));
+        put_u64(&mut out, f.placement.unwrap_or(0));
         put_u64(&mut out, f.maps.len() as u64);
         for &(l, e, unwritten) in &f.maps {
             put_u64(&mut out, l);
@@ -261,6 +276,11 @@ pub(super) fn decode_table(b: &[u8]) -> Result<Vec<FileImage>> {
     let mut files = Vec::new();
     for _ in 0..n {
         let (id, size, attr) = (r.u64()?, r.u64()?, r.blob()?);
+        let placement = match (r.u8()?, r.u64()?) {
+            (0, _) => None,
+            (1, key) => Some(key),
+            _ => return Err(corrupt("a table file with a bad placement flag")),
+        };
         let maps_n = r.u64()?;
         let mut maps = Vec::new();
         for _ in 0..maps_n {
@@ -276,6 +296,7 @@ pub(super) fn decode_table(b: &[u8]) -> Result<Vec<FileImage>> {
             id,
             size,
             attr,
+            placement,
             maps,
         });
     }
@@ -373,6 +394,7 @@ mod tests {
                 a: Extent::new(1, 2),
                 b: Extent::new(3, 4),
             },
+            Change::Placement { id: 7, key: 99 },
         ];
         let mut payload = PAYLOAD_MAGIC.to_vec();
         changes.iter().for_each(|c| c.encode(&mut payload));
@@ -386,6 +408,7 @@ mod tests {
             id: 1,
             size: 5,
             attr: b"a".to_vec(),
+            placement: Some(4),
             maps: vec![(0, Extent::new(9, 1), false)],
         }];
         let table = encode_table(&files);

@@ -302,3 +302,32 @@ fn growing_a_file_never_shows_bytes_past_its_old_end() {
         );
     }
 }
+
+/// A placed file's first blocks land in the group its key picks, before and after a
+/// reopen (the key is kept with the file); files of one key start in one group.
+#[test]
+fn placement_keys_pick_the_group_of_a_files_first_blocks() {
+    let dev = device(20);
+    let vol = Volume::mkfs(dev.clone(), &geometry(), 64, Policy::default()).unwrap();
+    let g = geometry();
+    let group_of = |key: u64| (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) % g.groups_count();
+    let keys = [3u64, 4, 5, 3];
+    let mut later = Vec::new();
+    for (i, &key) in keys.iter().enumerate() {
+        let id = vol.create_placed(b"", key).unwrap();
+        if i == 3 {
+            later.push((id, key));
+            continue;
+        }
+        vol.write(id, 0, &pattern(i as u64, 256 * 1024)).unwrap();
+        let first = vol.extents(id).unwrap()[0].extent.start;
+        assert_eq!(g.group_of(first), group_of(key), "key {key}");
+    }
+    vol.sync().unwrap();
+    let vol = reopen(&dev, vol, true);
+    for (id, key) in later {
+        vol.write(id, 0, &pattern(9, 256 * 1024)).unwrap();
+        let first = vol.extents(id).unwrap()[0].extent.start;
+        assert_eq!(g.group_of(first), group_of(key), "key {key} after a reopen");
+    }
+}
