@@ -159,6 +159,12 @@ enum Command {
         /// Records to replay, comma-separated (each a recovery measurement).
         #[arg(long, default_value = "1000,10000,100000")]
         records: String,
+        /// Also open a volume holding this many files (0: skip).
+        #[arg(long, default_value_t = 0)]
+        volume_files: u64,
+        /// Extents of each of those files.
+        #[arg(long, default_value_t = 10)]
+        extents_per_file: u64,
     },
     /// Random transactions with crashes on a fault-injecting device, checked after every
     /// recovery against a model. Exits non-zero on any loss, leak or double allocation.
@@ -322,7 +328,15 @@ fn run(cli: Cli) -> Result<()> {
             size,
             group_blocks,
             records,
-        } => cli::commands::open_bench(&path, &size, group_blocks, &records),
+            volume_files,
+            extents_per_file,
+        } => cli::commands::open_bench(
+            &path,
+            &size,
+            group_blocks,
+            &records,
+            (volume_files, extents_per_file),
+        ),
         Command::CommitBench {
             path,
             threads,

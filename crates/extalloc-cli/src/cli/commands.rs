@@ -220,7 +220,13 @@ pub fn corrupt(damages: u64, seed: u64, json: Option<&Path>) -> Result<()> {
 }
 
 /// `extalloc open-bench`: opening a large device, then recovery at each record count.
-pub fn open_bench(path: &Path, size: &str, group_blocks: u64, records: &str) -> Result<()> {
+pub fn open_bench(
+    path: &Path,
+    size: &str,
+    group_blocks: u64,
+    records: &str,
+    (volume_files, extents_per_file): (u64, u64),
+) -> Result<()> {
     let bytes = lab::parse_size(size)?;
     let open = lab::open_bench::open_big(path, bytes, group_blocks)?;
     let mut rows = Vec::new();
@@ -232,6 +238,14 @@ pub fn open_bench(path: &Path, size: &str, group_blocks: u64, records: &str) -> 
         rows.push(lab::open_bench::recovery(path, n)?);
     }
     print!("{}", lab::open_bench::markdown(&open, &rows));
+    if volume_files > 0 {
+        let v = lab::open_bench::volume_open(path, volume_files, extents_per_file)?;
+        println!(
+            "\n| volume files | extents | build s | open s | bytes read | bitmaps loaded |\n\
+             |---:|---:|---:|---:|---:|---:|\n| {} | {} | {:.1} | {:.3} | {} | {} |",
+            v.files, v.extents, v.build_seconds, v.open_seconds, v.bytes_read, v.bitmaps_loaded
+        );
+    }
     Ok(())
 }
 

@@ -6,6 +6,8 @@
 //! 2. Recovery time against journal size: on a smaller device, `N` committed records (each
 //!    one allocation of a few blocks and a 64-byte payload) left unreplayed by a crash
 //!    (no checkpoint), then `open` timed; the replay's share is reported.
+//! 3. With `--volume-files N`: a volume holding N files of `--extents-per-file` extents,
+//!    closed, then `Volume::open` timed (`volume_open`).
 
 use anyhow::{Context, Result};
 use extalloc::disk::device::{Device, FileDevice};
@@ -155,4 +157,66 @@ pub fn markdown(open: &OpenRow, recovery: &[RecoveryRow]) -> String {
         ));
     }
     out
+}
+
+/// Opening a volume that holds many files and extents.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct VolumeOpenRow {
+    pub files: u64,
+    pub extents: u64,
+    pub build_seconds: f64,
+    pub open_seconds: f64,
+    pub bytes_read: u64,
+    pub bitmaps_loaded: u64,
+}
+
+/// A volume on a sparse 64 GiB file at `path` with `files` files of `extents` one-block
+/// extents each (fallocated with a hole between them), closed, then `Volume::open` timed
+/// (the table read, the records after it applied, every map handed to the file layer).
+pub fn volume_open(path: &Path, files: u64, extents: u64) -> Result<VolumeOpenRow> {
+    use extalloc::volume::{Fallocate, Volume};
+    let bytes = 64u64 << 30;
+    let geometry = Geometry::new(4096, extalloc::GROUP_BLOCKS_DEFAULT, bytes / 4096)?;
+    let dev = Arc::new(Counting {
+        inner: FileDevice::create(path, bytes)
+            .with_context(|| format!("creating {}", path.display()))?,
+        read: AtomicU64::new(0),
+    });
+    let started = Instant::now();
+    extalloc::disk::format::mkfs(dev.as_ref(), &geometry, 16384, [0; 16])?;
+    let vol = Volume::format(dev.clone(), Policy::default())?;
+    for f in 0..files {
+        let id = vol.create(b"")?;
+        for k in 0..extents {
+            vol.fallocate(id, Fallocate::KeepSize, k * 2 * 4096, 4096)?;
+        }
+        if (f + 1) % (files / 10).max(1) == 0 {
+            eprintln!("volume open: {} of {files} files made", f + 1);
+        }
+    }
+    vol.close()?;
+    let build_seconds = started.elapsed().as_secs_f64();
+    dev.flush()?;
+    dev.inner.drop_cache()?;
+    dev.read.store(0, Relaxed);
+    let started = Instant::now();
+    let vol = Volume::open(dev.clone(), Policy::default())?;
+    let open_seconds = started.elapsed().as_secs_f64();
+    let listed = vol.list();
+    anyhow::ensure!(
+        listed.len() as u64 == files,
+        "{} files after the open",
+        listed.len()
+    );
+    let row = VolumeOpenRow {
+        files,
+        extents: listed.iter().map(|f| f.extents).sum(),
+        build_seconds,
+        open_seconds,
+        bytes_read: dev.read.load(Relaxed),
+        bitmaps_loaded: vol.store().open_timing().bitmaps_loaded,
+    };
+    drop(vol);
+    std::fs::remove_file(path).with_context(|| format!("removing {}", path.display()))?;
+    Ok(row)
 }

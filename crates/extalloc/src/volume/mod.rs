@@ -179,7 +179,7 @@ impl Volume {
             })
         }));
         let block_size = u64::from(store.geometry().block_size);
-        let budget = CHUNK_BUDGET * 4;
+        let budget = CHUNK_BUDGET * 16;
         if store.max_transaction_bytes() < budget {
             return Err(Error::InvalidRequest(format!(
                 "a journal whose records hold at most {} bytes is too small for a volume \
@@ -281,10 +281,14 @@ impl Volume {
         }
     }
 
-    /// Commits first if one more chunk might not fit the open transaction's record.
+    /// Commits first if one more chunk might take the open transaction's record past an
+    /// eighth of the largest (about a sixteenth of the journal). A commit leaves the
+    /// journal at most half full (else the volume checkpoints), so the next record and its
+    /// mirror always fit without the store checkpointing by itself, which a volume refuses
+    /// (its table must go with the tail).
     fn ensure_room(&self) -> Result<()> {
         let open = self.store.statfs().open_transaction_bytes + self.log.lock().len() as u64;
-        if open + CHUNK_BUDGET > self.store.max_transaction_bytes() / 2 {
+        if open + CHUNK_BUDGET > self.store.max_transaction_bytes() / 8 {
             self.sync()?;
         }
         Ok(())

@@ -331,3 +331,27 @@ fn placement_keys_pick_the_group_of_a_files_first_blocks() {
         assert_eq!(g.group_of(first), group_of(key), "key {key} after a reopen");
     }
 }
+
+/// Many small operations between syncs: the volume commits and checkpoints by itself
+/// often enough that the store never needs a checkpoint of its own (which a volume
+/// refuses), whatever the journal size; everything survives a reopen.
+#[test]
+fn long_runs_without_sync_never_overflow_the_journal() {
+    for journal in [24u64, 256] {
+        let dev = device(30 + journal);
+        let vol = Volume::mkfs(dev.clone(), &geometry(), journal, Policy::default()).unwrap();
+        let ids: Vec<u64> = (0..20).map(|_| vol.create(b"").unwrap()).collect();
+        for k in 0..150u64 {
+            for &id in &ids {
+                vol.fallocate(id, Fallocate::KeepSize, k * 2 * BS, BS)
+                    .unwrap();
+            }
+        }
+        vol.close().unwrap();
+        let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+        for &id in &ids {
+            assert_eq!(vol.extents(id).unwrap().len(), 150, "journal {journal}");
+        }
+        assert!(vol.check().unwrap().clean());
+    }
+}
