@@ -401,6 +401,9 @@ fn bench(suite: Option<Suite>, args: BenchArgs) -> Result<()> {
         None => {
             let (workload, opts, out) = args.into_options()?;
             out.check()?;
+            if matches!(workload, Workload::SmallFiles) && opts.device.is_some() {
+                return cli::commands::small_files_volume(&opts);
+            }
             let report = lab::run_matrix(workload.name(), &opts, workload.run_once())?;
             emit(&report, &out)
         }

@@ -295,3 +295,31 @@ fn put_get_ls_and_fsck_a_volume() {
     assert!(!ok && text.contains("missing"), "{text}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `bench small-files --device` runs on a volume: every file one extent, as in memory.
+#[test]
+fn small_files_run_on_a_volume() {
+    let img = std::env::temp_dir().join(format!("extalloc-sf-{}.img", std::process::id()));
+    let (ok, text) = extalloc(&[
+        "bench",
+        "small-files",
+        "--device",
+        img.to_str().unwrap(),
+        "--policy",
+        "extalloc",
+        "--threads",
+        "1",
+        "--device-size",
+        "256MiB",
+        "--fill",
+        "0.05",
+    ]);
+    assert!(ok, "{text}");
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("| extalloc | 1 |"))
+        .unwrap_or_else(|| panic!("no result row: {text}"));
+    let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+    assert_eq!((cells[6], cells[7]), ("1.00", "1.00"), "{row}");
+    assert!(!img.exists(), "the device file is removed afterwards");
+}

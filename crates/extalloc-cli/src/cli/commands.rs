@@ -249,6 +249,45 @@ pub fn open_bench(
     Ok(())
 }
 
+/// `extalloc bench small-files --device PATH`: each extalloc policy and thread count in
+/// memory and on a journaled volume made anew over PATH (every file created, written and
+/// closed through the volume), side by side.
+pub fn small_files_volume(opts: &lab::LabOptions) -> Result<()> {
+    let path = opts.device.clone().context("--device")?;
+    let mut in_memory = opts.clone();
+    in_memory.device = None;
+    println!(
+        "| policy | threads | memory files/s | volume files/s | volume/memory | extents/file \
+         memory | volume | free extents memory | volume |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for spec in &opts.policies {
+        let policy = lab::backend::LabPolicy::parse(spec)?;
+        let lab::backend::LabPolicy::Extalloc(p) = &policy else {
+            anyhow::bail!("--device runs extalloc policies only, not {spec}");
+        };
+        for &t in &opts.threads {
+            eprintln!(
+                "small-files {spec} x{t}: memory, then the volume on {}",
+                path.display()
+            );
+            let mem = lab::small_files::run_once(&policy, t, &in_memory)?;
+            let vol = lab::small_files::run_volume(&path, p, t, opts)?;
+            println!(
+                "| {spec} | {t} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {} |",
+                mem.ops_per_sec,
+                vol.files_per_sec,
+                vol.files_per_sec / mem.ops_per_sec,
+                mem.layout.extents_per_file,
+                vol.extents_per_file,
+                mem.free_space.as_ref().map_or(0, |f| f.free_extents),
+                vol.free_extents
+            );
+        }
+    }
+    Ok(())
+}
+
 /// `extalloc report`: charts and tables from a bench or compare report.
 pub fn report(json: &Path, out: &Path) -> Result<()> {
     let text =

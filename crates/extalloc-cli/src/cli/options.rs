@@ -42,10 +42,14 @@ impl BenchArgs {
             anyhow::ensure!(
                 matches!(
                     workload,
-                    Workload::Fallocate2 | Workload::Fallocate3 | Workload::Frag
+                    Workload::Fallocate2
+                        | Workload::Fallocate3
+                        | Workload::Frag
+                        | Workload::SmallFiles
                 ),
-                "--device runs fallocate2, fallocate3 and frag (the journaled store does \
-                 not record files and preallocations)"
+                "--device runs fallocate2, fallocate3 and frag on a journaled store and \
+                 small-files on a volume (the other file workloads do not run on a volume \
+                 yet)"
             );
         }
         anyhow::ensure!(

@@ -111,7 +111,7 @@ impl std::ops::Deref for Backend {
 }
 
 /// Journal of a `--device` run: 64 MiB (or a 16th of the device if smaller).
-fn journal_blocks(geometry: &Geometry) -> u64 {
+pub(crate) fn journal_blocks(geometry: &Geometry) -> u64 {
     let bs = u64::from(geometry.block_size);
     ((64 << 20) / bs).min(geometry.blocks_count / 16).max(8)
 }

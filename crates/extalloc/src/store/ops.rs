@@ -207,6 +207,12 @@ impl OpShards {
         self.shards.iter().all(|s| s.lock().ops.is_empty())
     }
 
+    /// An upper bound of [`OpShards::record_bytes`] from one atomic load: the ops admitted
+    /// (pushed or not) and the credit shards hold.
+    pub(super) fn record_bytes_bound(&self) -> u64 {
+        Journal::record_bytes(self.reserved.load(Relaxed), 0)
+    }
+
     /// Bytes of the open transaction's record so far with no payload (ops pushed).
     pub(super) fn record_bytes(&self) -> u64 {
         let pushed: usize = self.shards.iter().map(|s| s.lock().ops.len()).sum();

@@ -85,6 +85,13 @@ impl Store {
         self.max_transaction_bytes
     }
 
+    /// An upper bound of [`Statfs::open_transaction_bytes`] that costs one atomic load
+    /// (operations admitted count, and the admission credit threads hold, 64 a thread at
+    /// most): for a caller that checks before every operation.
+    pub fn open_transaction_bytes_bound(&self) -> u64 {
+        self.ops.record_bytes_bound()
+    }
+
     /// Flushes the journal has issued since the store was opened (group commit: one flush
     /// covers every committer waiting for it).
     pub fn journal_flushes(&self) -> u64 {

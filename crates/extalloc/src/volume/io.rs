@@ -506,6 +506,16 @@ impl Volume {
         })
     }
 
+    /// File `id` is closed: its unused preallocations go back to the free space, as a
+    /// file system gives them back at the last close (nothing is recorded: they were never
+    /// handed out).
+    pub fn close_file(&self, id: u64) -> Result<()> {
+        self.chunk(id, |v, f| {
+            v.store.release_prealloc(&f.alloc)?;
+            Ok(Vec::new())
+        })
+    }
+
     /// Removes file `id`: its blocks are freed (a chunk at a time), then the file.
     pub fn unlink(&self, id: u64) -> Result<()> {
         let bs = self.block_size;

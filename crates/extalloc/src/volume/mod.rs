@@ -287,7 +287,7 @@ impl Volume {
     /// mirror always fit without the store checkpointing by itself, which a volume refuses
     /// (its table must go with the tail).
     fn ensure_room(&self) -> Result<()> {
-        let open = self.store.statfs().open_transaction_bytes + self.log.lock().len() as u64;
+        let open = self.store.open_transaction_bytes_bound() + self.log.lock().len() as u64;
         if open + CHUNK_BUDGET > self.store.max_transaction_bytes() / 8 {
             self.sync()?;
         }
