@@ -152,14 +152,15 @@ pub fn fsck(path: &Path, json: bool) -> Result<()> {
         if let Some(f) = &files {
             println!(
                 "files: {} files, {} extents, {} blocks mapped ({} unwritten); {} mapped \
-                 blocks free, {} mapped twice, {} leaked",
+                 blocks free, {} mapped twice, {} leaked, {} groups held corrupt",
                 f.files,
                 f.extents,
                 f.blocks_mapped,
                 f.blocks_unwritten,
                 f.mapped_free,
                 f.mapped_twice,
-                f.leaked
+                f.leaked,
+                f.corrupt_groups
             );
         }
     }
@@ -167,10 +168,12 @@ pub fn fsck(path: &Path, json: bool) -> Result<()> {
     if let Some(f) = &files {
         anyhow::ensure!(
             f.clean(),
-            "the files' check failed: {} mapped blocks free, {} mapped twice, {} leaked",
+            "the files' check failed: {} mapped blocks free, {} mapped twice, {} leaked, {} \
+             groups held corrupt",
             f.mapped_free,
             f.mapped_twice,
-            f.leaked
+            f.leaked,
+            f.corrupt_groups
         );
     }
     Ok(())

@@ -27,14 +27,21 @@ pub struct VolumeCheck {
     pub mapped_free: u64,
     /// Blocks mapped by two files (or twice by one, or by a file and the table areas).
     pub mapped_twice: u64,
-    /// Allocated blocks no file, table area or store metadata owns.
+    /// Allocated blocks no file, table area or store metadata owns (counted only while no
+    /// group is held corrupt: such a group's blocks are all held used).
     pub leaked: u64,
+    /// Groups the store holds corrupt (found damaged at open or load; `extalloc fsck` tells
+    /// more).
+    pub corrupt_groups: u64,
 }
 
 impl VolumeCheck {
     /// True if nothing is wrong.
     pub fn clean(&self) -> bool {
-        self.mapped_free == 0 && self.mapped_twice == 0 && self.leaked == 0
+        self.mapped_free == 0
+            && self.mapped_twice == 0
+            && self.leaked == 0
+            && self.corrupt_groups == 0
     }
 }
 
@@ -81,10 +88,13 @@ impl Volume {
             distinct += e.end().saturating_sub(reach.max(e.start));
             reach = reach.max(e.end());
         }
-        let s = self.store.statfs();
-        let used = s.blocks - s.free_blocks - s.pending_blocks - s.discard_held_blocks;
-        let accounted = s.metadata_blocks + s.prealloc_reserved_blocks + distinct;
-        out.leaked = used.saturating_sub(accounted);
+        out.corrupt_groups = self.store.corrupt_groups().len() as u64;
+        if out.corrupt_groups == 0 {
+            let s = self.store.statfs();
+            let used = s.blocks - s.free_blocks - s.pending_blocks - s.discard_held_blocks;
+            let accounted = s.metadata_blocks + s.prealloc_reserved_blocks + distinct;
+            out.leaked = used.saturating_sub(accounted);
+        }
         Ok(out)
     }
 }
