@@ -401,8 +401,18 @@ fn bench(suite: Option<Suite>, args: BenchArgs) -> Result<()> {
         None => {
             let (workload, opts, out) = args.into_options()?;
             out.check()?;
-            if matches!(workload, Workload::SmallFiles) && opts.device.is_some() {
-                return cli::commands::small_files_volume(&opts);
+            let on_volume: Option<(cli::commands::InMemory, cli::commands::OnVolume)> =
+                match workload {
+                    Workload::SmallFiles => {
+                        Some((lab::small_files::run_once, lab::small_files::run_volume))
+                    }
+                    Workload::SparseWrites => {
+                        Some((lab::sparse_writes::run_once, lab::sparse_writes::run_volume))
+                    }
+                    _ => None,
+                };
+            if let (Some((memory, volume)), Some(_)) = (on_volume, &opts.device) {
+                return cli::commands::file_workload_volume(workload.name(), &opts, memory, volume);
             }
             let report = lab::run_matrix(workload.name(), &opts, workload.run_once())?;
             emit(&report, &out)

@@ -439,11 +439,13 @@ fn fallocate3_runs_on_a_file_device() {
 fn device_and_fill_options_are_checked() {
     let text = refused(&["fallocate3", "--fill", "1"]);
     assert!(text.contains("fallocate3 --fill"), "{text}");
-    let text = refused(&["sparse-writes", "--device", "/tmp/x.img"]);
+    let text = refused(&["random-fill", "--device", "/tmp/x.img"]);
     assert!(
-        text.contains("--device runs fallocate2, fallocate3 and frag"),
+        text.contains("--device runs fallocate2, fallocate3 and frag on a journaled store"),
         "{text}"
     );
+    let text = refused(&["sparse-writes", "--device", "/tmp/x.img", "--policy", "tlsf"]);
+    assert!(text.contains("extalloc policies only"), "{text}");
     let text = refused(&["fallocate2", "--device", "/tmp/x.img", "--policy", "tlsf"]);
     assert!(text.contains("extalloc policies only"), "{text}");
 }

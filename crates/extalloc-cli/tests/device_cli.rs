@@ -322,4 +322,32 @@ fn small_files_run_on_a_volume() {
     let cells: Vec<&str> = row.split('|').map(str::trim).collect();
     assert_eq!((cells[6], cells[7]), ("1.00", "1.00"), "{row}");
     assert!(!img.exists(), "the device file is removed afterwards");
+    // sparse-writes: the same writes make the same extents as in memory.
+    let (ok, text) = extalloc(&[
+        "bench",
+        "sparse-writes",
+        "--device",
+        img.to_str().unwrap(),
+        "--policy",
+        "extalloc",
+        "--threads",
+        "2",
+        "--device-size",
+        "512MiB",
+        "--file-size",
+        "64MiB",
+        "--writes",
+        "5000",
+    ]);
+    assert!(ok, "{text}");
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("| extalloc | 2 |"))
+        .unwrap_or_else(|| panic!("no result row: {text}"));
+    let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+    assert_eq!(
+        cells[6], cells[7],
+        "extents per file, memory and volume: {row}"
+    );
+    assert!(!img.exists(), "the device file is removed afterwards");
 }

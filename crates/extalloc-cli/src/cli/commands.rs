@@ -249,15 +249,27 @@ pub fn open_bench(
     Ok(())
 }
 
-/// `extalloc bench small-files --device PATH`: each extalloc policy and thread count in
-/// memory and on a journaled volume made anew over PATH (every file created, written and
-/// closed through the volume), side by side.
-pub fn small_files_volume(opts: &lab::LabOptions) -> Result<()> {
+/// How a file workload runs in memory.
+pub type InMemory =
+    fn(&lab::backend::LabPolicy, usize, &lab::LabOptions) -> Result<lab::report::Run>;
+/// How a file workload runs on a volume over a device file.
+pub type OnVolume =
+    fn(&Path, &extalloc::Policy, usize, &lab::LabOptions) -> Result<lab::volume_run::VolumeRun>;
+
+/// `extalloc bench small-files|sparse-writes --device PATH`: each extalloc policy and thread
+/// count in memory and on a journaled volume made anew over PATH (data written through the
+/// volume), side by side.
+pub fn file_workload_volume(
+    name: &str,
+    opts: &lab::LabOptions,
+    in_memory_run: InMemory,
+    volume_run: OnVolume,
+) -> Result<()> {
     let path = opts.device.clone().context("--device")?;
     let mut in_memory = opts.clone();
     in_memory.device = None;
     println!(
-        "| policy | threads | memory files/s | volume files/s | volume/memory | extents/file \
+        "| {name} policy | threads | memory ops/s | volume ops/s | volume/memory | extents/file \
          memory | volume | free extents memory | volume |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
@@ -268,16 +280,16 @@ pub fn small_files_volume(opts: &lab::LabOptions) -> Result<()> {
         };
         for &t in &opts.threads {
             eprintln!(
-                "small-files {spec} x{t}: memory, then the volume on {}",
+                "{name} {spec} x{t}: memory, then the volume on {}",
                 path.display()
             );
-            let mem = lab::small_files::run_once(&policy, t, &in_memory)?;
-            let vol = lab::small_files::run_volume(&path, p, t, opts)?;
+            let mem = in_memory_run(&policy, t, &in_memory)?;
+            let vol = volume_run(&path, p, t, opts)?;
             println!(
                 "| {spec} | {t} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {} |",
                 mem.ops_per_sec,
-                vol.files_per_sec,
-                vol.files_per_sec / mem.ops_per_sec,
+                vol.ops_per_sec,
+                vol.ops_per_sec / mem.ops_per_sec,
                 mem.layout.extents_per_file,
                 vol.extents_per_file,
                 mem.free_space.as_ref().map_or(0, |f| f.free_extents),

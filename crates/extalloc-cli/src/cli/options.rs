@@ -46,10 +46,11 @@ impl BenchArgs {
                         | Workload::Fallocate3
                         | Workload::Frag
                         | Workload::SmallFiles
+                        | Workload::SparseWrites
                 ),
-                "--device runs fallocate2, fallocate3 and frag on a journaled store and \
-                 small-files on a volume (the other file workloads do not run on a volume \
-                 yet)"
+                "--device runs fallocate2, fallocate3 and frag on a journaled store, and \
+                 small-files and sparse-writes on a volume (the other file workloads do not \
+                 run on a volume yet)"
             );
         }
         anyhow::ensure!(

@@ -15,6 +15,7 @@ pub mod size_class_edge;
 pub mod small_files;
 pub mod sparse_writes;
 pub mod suite;
+pub mod volume_run;
 
 use anyhow::{bail, Context, Result};
 use backend::{Backend, LabPolicy};

@@ -41,3 +41,29 @@ pub fn run_once(policy: &LabPolicy, threads: usize, opts: &LabOptions) -> Result
         },
     )
 }
+
+/// sparse-writes on a journaled volume made anew on `path`: each thread's file created,
+/// sized, then written 1 KiB at a time at the same random offsets (with data) through the
+/// volume (see `volume_run`).
+pub fn run_volume(
+    path: &std::path::Path,
+    policy: &extalloc::Policy,
+    threads: usize,
+    opts: &LabOptions,
+) -> Result<super::volume_run::VolumeRun> {
+    let data = vec![0xa5_u8; WRITE_BYTES as usize];
+    super::volume_run::run(path, policy, threads, opts, |vol, t, _| {
+        let id = vol.create(b"")?;
+        vol.truncate(id, opts.file_bytes)?;
+        let writes =
+            opts.writes / threads as u64 + u64::from((t as u64) < opts.writes % threads as u64);
+        let units = (opts.file_bytes / WRITE_BYTES).max(1);
+        let mut rng =
+            rand::rngs::StdRng::seed_from_u64(opts.seed.wrapping_mul(0x9e37_79b9) ^ t as u64);
+        for _ in 0..writes {
+            vol.write(id, rng.gen_range(0..units) * WRITE_BYTES, &data)?;
+        }
+        vol.close_file(id)?;
+        Ok(writes)
+    })
+}

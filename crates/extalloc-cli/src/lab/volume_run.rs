@@ -1,0 +1,88 @@
+//! File workloads on a journaled volume over a file device (`bench WORKLOAD --device`):
+//! the threads run the workload's body on a volume made anew on the device file while the
+//! calling thread syncs every `commit_ms`; then the figures the in-memory run reports
+//! (operations per second, extents per file, free space) are taken from the volume.
+
+use super::LabOptions;
+use anyhow::Result;
+use extalloc::disk::device::{Device, FileDevice};
+use extalloc::volume::Volume;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What a run on a volume measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct VolumeRun {
+    pub threads: usize,
+    pub ops: u64,
+    pub seconds: f64,
+    pub ops_per_sec: f64,
+    pub files: u64,
+    pub extents_per_file: f64,
+    pub free_extents: u64,
+    pub largest_free_extent_kib: f64,
+}
+
+/// Runs `body` (thread index, the stop flag; returns its operations) on `threads` threads
+/// over a volume made on `path` (removed afterwards), syncing every `commit_ms`; stops the
+/// threads (the flag) after `seconds`.
+pub fn run<F>(
+    path: &Path,
+    policy: &extalloc::Policy,
+    threads: usize,
+    opts: &LabOptions,
+    body: F,
+) -> Result<VolumeRun>
+where
+    F: Fn(&Volume, usize, &AtomicBool) -> Result<u64> + Sync,
+{
+    let geometry = opts.geometry()?;
+    let dev: Arc<dyn Device> = Arc::new(FileDevice::create(path, opts.device_bytes)?);
+    let journal = super::backend::journal_blocks(&geometry);
+    extalloc::disk::format::mkfs(dev.as_ref(), &geometry, journal, [0; 16])?;
+    let vol = Volume::format(dev, policy.clone())?;
+    let stop = AtomicBool::new(false);
+    let started = Instant::now();
+    let ops = std::thread::scope(|s| -> Result<u64> {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let (vol, stop, body) = (&vol, &stop, &body);
+                s.spawn(move || body(vol, t, stop))
+            })
+            .collect();
+        let deadline = started + Duration::from_secs_f64(opts.seconds);
+        while workers.iter().any(|w| !w.is_finished()) {
+            std::thread::sleep(Duration::from_millis(opts.commit_ms.max(1)));
+            vol.sync()?;
+            if Instant::now() >= deadline {
+                stop.store(true, Ordering::Relaxed);
+            }
+        }
+        let mut ops = 0;
+        for w in workers {
+            ops += w.join().expect("volume worker panicked")?;
+        }
+        Ok(ops)
+    })?;
+    vol.sync()?;
+    let seconds = started.elapsed().as_secs_f64();
+    let listed = vol.list();
+    let extents: u64 = listed.iter().map(|f| f.extents).sum();
+    let free = vol.store().allocator().free_space();
+    let row = VolumeRun {
+        threads,
+        ops,
+        seconds,
+        ops_per_sec: ops as f64 / seconds,
+        files: listed.len() as u64,
+        extents_per_file: extents as f64 / listed.len().max(1) as f64,
+        free_extents: free.free_extents,
+        largest_free_extent_kib: (free.largest_free_extent_blocks * opts.block_bytes()) as f64
+            / 1024.0,
+    };
+    drop(vol);
+    std::fs::remove_file(path)?;
+    Ok(row)
+}
