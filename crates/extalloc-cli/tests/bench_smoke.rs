@@ -444,7 +444,13 @@ fn device_and_fill_options_are_checked() {
         text.contains("--device runs fallocate2, fallocate3 and frag on a journaled store"),
         "{text}"
     );
-    let text = refused(&["sparse-writes", "--device", "/tmp/x.img", "--policy", "tlsf"]);
+    let text = refused(&[
+        "sparse-writes",
+        "--device",
+        "/tmp/x.img",
+        "--policy",
+        "tlsf",
+    ]);
     assert!(text.contains("extalloc policies only"), "{text}");
     let text = refused(&["fallocate2", "--device", "/tmp/x.img", "--policy", "tlsf"]);
     assert!(text.contains("extalloc policies only"), "{text}");
