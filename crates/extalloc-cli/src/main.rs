@@ -409,6 +409,9 @@ fn bench(suite: Option<Suite>, args: BenchArgs) -> Result<()> {
                     Workload::SparseWrites => {
                         Some((lab::sparse_writes::run_once, lab::sparse_writes::run_volume))
                     }
+                    Workload::RandomFill => {
+                        Some((lab::random_fill::run_once, lab::random_fill::run_volume))
+                    }
                     _ => None,
                 };
             if let (Some((memory, volume)), Some(_)) = (on_volume, &opts.device) {

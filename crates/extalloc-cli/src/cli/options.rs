@@ -47,10 +47,11 @@ impl BenchArgs {
                         | Workload::Frag
                         | Workload::SmallFiles
                         | Workload::SparseWrites
+                        | Workload::RandomFill
                 ),
                 "--device runs fallocate2, fallocate3 and frag on a journaled store, and \
-                 small-files and sparse-writes on a volume (the other file workloads do not \
-                 run on a volume yet)"
+                 small-files, sparse-writes and random-fill on a volume (the other file \
+                 workloads do not run on a volume yet)"
             );
         }
         anyhow::ensure!(

@@ -52,3 +52,37 @@ pub fn run_once(policy: &LabPolicy, threads: usize, opts: &LabOptions) -> Result
         },
     )
 }
+
+/// random-fill on a journaled volume made anew on `path`: each thread's file filled with
+/// the same 1 KiB writes in the same order, with data, through the volume (see
+/// `volume_run`).
+pub fn run_volume(
+    path: &std::path::Path,
+    policy: &extalloc::Policy,
+    threads: usize,
+    opts: &LabOptions,
+) -> Result<super::volume_run::VolumeRun> {
+    let data = vec![0x3c_u8; WRITE_BYTES as usize];
+    super::volume_run::run(path, policy, threads, opts, |vol, t, _| {
+        let file_bytes = opts.file_bytes / threads as u64;
+        let id = vol.create(b"")?;
+        vol.truncate(id, file_bytes)?;
+        let burst = opts.seq_burst.max(1);
+        let bursts = (file_bytes / WRITE_BYTES / burst).max(1);
+        anyhow::ensure!(
+            bursts <= u32::MAX as u64,
+            "--file-size too large for random-fill"
+        );
+        let mut order: Vec<u32> = (0..bursts as u32).collect();
+        order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(
+            opts.seed ^ (t as u64) << 20,
+        ));
+        for b in order {
+            for j in 0..burst {
+                vol.write(id, (u64::from(b) * burst + j) * WRITE_BYTES, &data)?;
+            }
+        }
+        vol.close_file(id)?;
+        Ok(bursts * burst)
+    })
+}

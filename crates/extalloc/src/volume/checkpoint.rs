@@ -63,9 +63,12 @@ impl Volume {
     /// may grow), the old one freed, the new areas logged and committed.
     fn replace_area(&self, meta: &mut Meta, which: usize, need: u64) -> Result<()> {
         let len = (need * 2).max(16);
+        // In the last group: out of the way of the files' streams.
+        let g = self.store.geometry();
+        let goal = g.group_start(g.groups_count() - 1);
         let new = self
             .store
-            .allocate(&AllocRequest::new(TABLE_OWNER, len).min_len(need))?;
+            .allocate(&AllocRequest::new(TABLE_OWNER, len).min_len(need).goal(goal))?;
         let old = meta.areas[which];
         if old.len > 0 {
             if let Err(e) = self.store.free(old) {
