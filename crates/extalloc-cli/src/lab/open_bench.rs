@@ -24,6 +24,17 @@ struct Counting {
     read: AtomicU64,
 }
 
+impl Counting {
+    /// A sparse file of `bytes` at `path`, counted.
+    fn create(path: &Path, bytes: u64) -> Result<Arc<Counting>> {
+        Ok(Arc::new(Counting {
+            inner: FileDevice::create(path, bytes)
+                .with_context(|| format!("creating {}", path.display()))?,
+            read: AtomicU64::new(0),
+        }))
+    }
+}
+
 impl Device for Counting {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> extalloc::Result<()> {
         self.read.fetch_add(buf.len() as u64, Relaxed);
@@ -73,11 +84,7 @@ fn remove(path: &Path) -> Result<()> {
 pub fn open_big(path: &Path, bytes: u64, group_blocks: u64) -> Result<OpenRow> {
     remove(path)?;
     let geometry = Geometry::from_bytes(4096, group_blocks, bytes)?;
-    let dev = Arc::new(Counting {
-        inner: FileDevice::create(path, bytes)
-            .with_context(|| format!("creating {}", path.display()))?,
-        read: AtomicU64::new(0),
-    });
+    let dev = Counting::create(path, bytes)?;
     let started = Instant::now();
     extalloc::disk::format::mkfs(dev.as_ref(), &geometry, 16384, [0; 16])?;
     let mkfs_seconds = started.elapsed().as_secs_f64();
@@ -177,11 +184,7 @@ pub fn volume_open(path: &Path, files: u64, extents: u64) -> Result<VolumeOpenRo
     use extalloc::volume::{Fallocate, Volume};
     let bytes = 64u64 << 30;
     let geometry = Geometry::new(4096, extalloc::GROUP_BLOCKS_DEFAULT, bytes / 4096)?;
-    let dev = Arc::new(Counting {
-        inner: FileDevice::create(path, bytes)
-            .with_context(|| format!("creating {}", path.display()))?,
-        read: AtomicU64::new(0),
-    });
+    let dev = Counting::create(path, bytes)?;
     let started = Instant::now();
     extalloc::disk::format::mkfs(dev.as_ref(), &geometry, 16384, [0; 16])?;
     let vol = Volume::format(dev.clone(), Policy::default())?;

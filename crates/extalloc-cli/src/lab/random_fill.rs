@@ -25,17 +25,8 @@ pub fn run_once(policy: &LabPolicy, threads: usize, opts: &LabOptions) -> Result
             let file_bytes = opts.file_bytes / threads as u64;
             let file = alloc.create_file((opts.seed << 32) | t as u64);
             alloc.set_file_size(&file, file_bytes / block_bytes)?;
-            let burst = opts.seq_burst.max(1);
-            let bursts = (file_bytes / WRITE_BYTES / burst).max(1);
-            anyhow::ensure!(
-                bursts <= u32::MAX as u64,
-                "--file-size too large for random-fill"
-            );
-            let mut order: Vec<u32> = (0..bursts as u32).collect();
-            order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(
-                opts.seed ^ (t as u64) << 20,
-            ));
-            let writes = bursts * burst;
+            let (burst, order) = write_order(opts, file_bytes, t)?;
+            let writes = order.len() as u64 * burst;
             let mut marks = Marks::new(writes, started);
             let mut done = 0;
             for b in order {
@@ -67,22 +58,30 @@ pub fn run_volume(
         let file_bytes = opts.file_bytes / threads as u64;
         let id = vol.create(b"")?;
         vol.truncate(id, file_bytes)?;
-        let burst = opts.seq_burst.max(1);
-        let bursts = (file_bytes / WRITE_BYTES / burst).max(1);
-        anyhow::ensure!(
-            bursts <= u32::MAX as u64,
-            "--file-size too large for random-fill"
-        );
-        let mut order: Vec<u32> = (0..bursts as u32).collect();
-        order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(
-            opts.seed ^ (t as u64) << 20,
-        ));
+        let (burst, order) = write_order(opts, file_bytes, t)?;
+        let writes = order.len() as u64 * burst;
         for b in order {
             for j in 0..burst {
                 vol.write(id, (u64::from(b) * burst + j) * WRITE_BYTES, &data)?;
             }
         }
         vol.close_file(id)?;
-        Ok(bursts * burst)
+        Ok(writes)
     })
+}
+
+/// Thread `t`'s writes of a `file_bytes` file: the burst length and the bursts in their
+/// shuffled order (burst `b` writes units `b * burst ..`).
+fn write_order(opts: &LabOptions, file_bytes: u64, t: usize) -> Result<(u64, Vec<u32>)> {
+    let burst = opts.seq_burst.max(1);
+    let bursts = (file_bytes / WRITE_BYTES / burst).max(1);
+    anyhow::ensure!(
+        bursts <= u32::MAX as u64,
+        "--file-size too large for random-fill"
+    );
+    let mut order: Vec<u32> = (0..bursts as u32).collect();
+    order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(
+        opts.seed ^ (t as u64) << 20,
+    ));
+    Ok((burst, order))
 }

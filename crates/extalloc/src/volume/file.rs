@@ -67,6 +67,28 @@ impl Ranges {
             .is_some_and(|(&s, &len)| l < s + len)
     }
 
+    /// Whether block `l` lies in a range, and how many blocks from `l` share that answer
+    /// (to the end of its range, or to the start of the next one; `u64::MAX` past the last).
+    pub(super) fn run_at(&self, l: u64) -> (bool, u64) {
+        if let Some((&s, &len)) = self.0.range(..=l).next_back() {
+            if l < s + len {
+                return (true, s + len - l);
+            }
+        }
+        let next = self.0.range(l..).next().map_or(u64::MAX, |(&s, _)| s - l);
+        (false, next)
+    }
+
+    /// The parts of the ranges inside `from .. to`, in order.
+    pub(super) fn within(&self, from: u64, to: u64) -> Vec<(u64, u64)> {
+        let first = self.0.range(..from).next_back().map_or(from, |(&s, _)| s);
+        self.0
+            .range(first..to)
+            .filter(|&(&s, &len)| s + len > from)
+            .map(|(&s, &len)| (s.max(from), (s + len).min(to)))
+            .collect()
+    }
+
     /// The ranges, in order.
     pub(super) fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.0.iter().map(|(&s, &l)| (s, l))
@@ -91,11 +113,8 @@ impl VFile {
             let mut at = l;
             let end = l + e.len;
             while at < end {
-                let unwritten = self.unwritten.contains(at);
-                let mut next = at + 1;
-                while next < end && self.unwritten.contains(next) == unwritten {
-                    next += 1;
-                }
+                let (unwritten, run) = self.unwritten.run_at(at);
+                let next = at.saturating_add(run).min(end);
                 maps.push((at, Extent::new(e.start + (at - l), next - at), unwritten));
                 at = next;
             }
@@ -153,6 +172,14 @@ impl ReplayFile {
     fn keys_in(&self, l: u64, end: u64) -> Vec<u64> {
         self.maps.range(l..end).map(|(&s, _)| s).collect()
     }
+
+    /// Unmaps `l .. end`.
+    fn clear(&mut self, l: u64, end: u64) {
+        self.cut(l, end);
+        for k in self.keys_in(l, end) {
+            self.maps.remove(&k);
+        }
+    }
 }
 
 /// Applies one logged change to the files being rebuilt (a blind write: see `record.rs`).
@@ -187,21 +214,13 @@ pub(super) fn apply(files: &mut BTreeMap<u64, ReplayFile>, change: Change) {
             unwritten,
         } => {
             if let Some(f) = files.get_mut(&id) {
-                let end = logical.saturating_add(extent.len);
-                f.cut(logical, end);
-                for k in f.keys_in(logical, end) {
-                    f.maps.remove(&k);
-                }
+                f.clear(logical, logical.saturating_add(extent.len));
                 f.maps.insert(logical, (extent, unwritten));
             }
         }
         Change::Unmap { id, logical, len } => {
             if let Some(f) = files.get_mut(&id) {
-                let end = logical.saturating_add(len);
-                f.cut(logical, end);
-                for k in f.keys_in(logical, end) {
-                    f.maps.remove(&k);
-                }
+                f.clear(logical, logical.saturating_add(len));
             }
         }
         Change::Written { id, logical, len } => {
@@ -238,6 +257,10 @@ mod tests {
         r.remove(12, 3);
         assert_eq!(r.iter().collect::<Vec<_>>(), vec![(0, 2), (10, 2), (15, 5)]);
         assert!(r.contains(16) && !r.contains(13) && !r.contains(2));
+        assert_eq!(r.run_at(10), (true, 2));
+        assert_eq!(r.run_at(12), (false, 3));
+        assert_eq!(r.run_at(30), (false, u64::MAX));
+        assert_eq!(r.within(11, 17), vec![(11, 12), (15, 17)]);
         r.remove(1, u64::MAX);
         assert_eq!(r.iter().collect::<Vec<_>>(), vec![(0, 1)]);
     }

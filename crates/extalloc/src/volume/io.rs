@@ -280,12 +280,7 @@ impl Volume {
 
     /// Blocks `from .. to` now hold data: the unwritten ones among them are converted.
     fn convert_written(&self, f: &mut VFile, id: u64, from: u64, to: u64) -> Vec<Change> {
-        let hit: Vec<(u64, u64)> = f
-            .unwritten
-            .iter()
-            .filter(|&(s, l)| s < to && s + l > from)
-            .map(|(s, l)| (s.max(from), (s + l).min(to)))
-            .collect();
+        let hit = f.unwritten.within(from, to);
         f.unwritten.remove(from, to - from);
         hit.into_iter()
             .map(|(s, e)| Change::Written {
@@ -314,8 +309,9 @@ impl Volume {
                 l = f.alloc.next_mapped(l).unwrap_or(u64::MAX / bs);
                 continue;
             };
-            let n = run.min(end.div_ceil(bs) - l).min(same_state_len(&f, l));
-            if !f.unwritten.contains(l) {
+            let (unwritten, same) = f.unwritten.run_at(l);
+            let n = run.min(end.div_ceil(bs) - l).min(same);
+            if !unwritten {
                 let (from, to) = ((l * bs).max(offset), ((l + n) * bs).min(end));
                 let dst = &mut out[(from - offset) as usize..(to - offset) as usize];
                 self.dev.read_at(dst, p * bs + (from - l * bs))?;
@@ -373,9 +369,7 @@ impl Volume {
         if grow {
             self.chunk(id, |v, f| {
                 if end > f.size {
-                    v.zero_tail(f, f.size)?;
-                    f.size = end;
-                    return Ok(vec![Change::SetSize { id, size: end }]);
+                    return Ok(vec![v.resize(f, id, end)?]);
                 }
                 Ok(Vec::new())
             })?;
@@ -429,6 +423,16 @@ impl Volume {
             })?;
         }
         Ok(())
+    }
+
+    /// Sets `f`'s size (zeroing the tail of its last block first when it grows) and
+    /// returns the change to log.
+    fn resize(&self, f: &mut VFile, id: u64, size: u64) -> Result<Change> {
+        if size > f.size {
+            self.zero_tail(f, f.size)?;
+        }
+        f.size = size;
+        Ok(Change::SetSize { id, size })
     }
 
     /// Zeroes, in place, the bytes from `eof` to the end of its block if that block is
@@ -490,13 +494,7 @@ impl Volume {
             // The rest of the new last block reads as zeros if the file grows again.
             self.zero_partial_edges(id, size, old.min(block_end))?;
         }
-        self.chunk(id, |v, f| {
-            if size > f.size {
-                v.zero_tail(f, f.size)?;
-            }
-            f.size = size;
-            Ok(vec![Change::SetSize { id, size }])
-        })?;
+        self.chunk(id, |v, f| Ok(vec![v.resize(f, id, size)?]))?;
         let bs = self.block_size;
         self.free_blocks(id, size.div_ceil(bs), MAX_FILE_BYTES / bs)?;
         // The file layer's size too (its normalisation reads it); nothing is mapped past it.
@@ -526,18 +524,6 @@ impl Volume {
             Ok(vec![Change::Unlink { id }])
         })
     }
-}
-
-/// Blocks from `l` on that are all unwritten, or all not (up to the next boundary of an
-/// unwritten range).
-fn same_state_len(f: &VFile, l: u64) -> u64 {
-    for (s, len) in f.unwritten.iter() {
-        if s + len <= l {
-            continue;
-        }
-        return if s <= l { s + len - l } else { s - l };
-    }
-    u64::MAX
 }
 
 fn check_attr(attr: &[u8]) -> Result<()> {

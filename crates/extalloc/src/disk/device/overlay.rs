@@ -29,11 +29,6 @@ impl OverlayDevice {
             pages: Mutex::new(BTreeMap::new()),
         }
     }
-
-    /// Bytes written to the view so far (kept in memory).
-    pub fn overlay_bytes(&self) -> u64 {
-        self.pages.lock().len() as u64 * PAGE
-    }
 }
 
 impl Device for OverlayDevice {
