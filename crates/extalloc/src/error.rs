@@ -110,6 +110,16 @@ pub enum Error {
         id: u64,
     },
 
+    /// Writing back a file's cached data failed (buffered writes, `crate::writeback`): the
+    /// data stays cached and dirty, and the next writeback tries again.
+    #[error("writeback of file {id} failed (its data stays cached): {source}")]
+    Writeback {
+        /// The file whose data could not be written back.
+        id: u64,
+        /// What the volume reported.
+        source: Box<Error>,
+    },
+
     /// A geometry the allocator cannot serve.
     #[error("invalid geometry: {0}")]
     InvalidGeometry(String),

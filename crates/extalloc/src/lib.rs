@@ -60,6 +60,7 @@ pub mod groups;
 pub mod store;
 mod sync;
 pub mod volume;
+pub mod writeback;
 
 pub use alloc::{
     AllocRequest, Allocator, FreeSpace, Lifetime, Pass, Policy, SizeClass, StatsSnapshot,

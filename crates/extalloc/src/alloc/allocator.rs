@@ -305,7 +305,7 @@ impl Allocator {
         match self.md.try_lock() {
             Some(g) => g,
             None => {
-                shard.add(&shard.counters.lock_waits, 1);
+                shard.lock_waited(1);
                 self.md.lock()
             }
         }

@@ -51,7 +51,7 @@ impl Allocator {
         let mut waited = false;
         let guard = group.lock(&mut waited);
         if waited {
-            shard.add(&shard.counters.lock_waits, 1);
+            shard.lock_waited(1);
         }
         guard
     }

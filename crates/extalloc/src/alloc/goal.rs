@@ -69,6 +69,23 @@ impl Allocator {
         self.stream_goals_per_class as usize
     }
 
+    /// The group file `file`'s next stream allocation of `blocks` (a window's length)
+    /// would start scanning from: its stream goal in the size class of that length.
+    pub fn stream_goal_group(&self, file: u64, blocks: u64) -> u64 {
+        if self.policy.stream_goal_locked {
+            return self.lock_md(self.stats.shard()).stream_goal % self.groups.len() as u64;
+        }
+        let class_index = if self.policy.size_classes {
+            AllocRequest::new(file, blocks.max(1))
+                .size_class(self.geometry.block_size)
+                .1
+        } else {
+            0
+        };
+        self.stream_goals[self.stream_slot(file, class_index)].load(Relaxed)
+            % self.groups.len() as u64
+    }
+
     /// True if `req` is a large file's: it starts at, and moves, its stream goal.
     #[inline]
     pub(super) fn is_stream(&self, req: &AllocRequest) -> bool {

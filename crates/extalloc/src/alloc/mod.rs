@@ -61,4 +61,4 @@ pub use passes::Pass;
 pub use policy::{FreeList, Policy, StreamStart, PRESETS};
 pub use request::AllocRequest;
 pub use space::{FreeBucket, FreeSpace, GroupFree};
-pub use stats::{HeldCounters, Stats, StatsSnapshot, SHARDS};
+pub use stats::{thread_lock_waits, HeldCounters, Stats, StatsSnapshot, SHARDS};

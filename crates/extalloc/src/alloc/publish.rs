@@ -106,7 +106,7 @@ impl Allocator {
                     .update(g, free_order(old_free), free_order(free));
             }
             if waits > 0 {
-                shard.add(&shard.counters.lock_waits, waits);
+                shard.lock_waited(waits);
             }
         }
     }

@@ -5,7 +5,8 @@
 //! [`SHARDS`] cache-padded [`Shard`]s, each with its event counters, its share of the
 //! accounting ([`HeldCounters`]) and a latency histogram under a mutex. Each thread is given
 //! a shard (round-robin on first use) and only ever writes its own shard's cache lines, so
-//! counting adds no global shared write to the hot path.
+//! counting adds no global shared write to the hot path. Lock waits are also counted per
+//! thread ([`thread_lock_waits`]), in a thread-local cell.
 //!
 //! # Invariant
 //!
@@ -85,6 +86,14 @@ pub struct Shard {
 }
 
 impl Shard {
+    /// Counts `n` waits for a lock, in the shard and in the calling thread's own count
+    /// ([`thread_lock_waits`]).
+    #[inline]
+    pub fn lock_waited(&self, n: u64) {
+        self.add(&self.counters.lock_waits, n);
+        THREAD_LOCK_WAITS.with(|w| w.set(w.get() + n));
+    }
+
     #[inline]
     pub fn add(&self, counter: &AtomicU64, n: u64) {
         // Only this shard's thread(s) write here; a relaxed add is enough.
@@ -112,6 +121,14 @@ pub struct Stats {
 
 thread_local! {
     static SHARD_INDEX: Cell<usize> = const { Cell::new(usize::MAX) };
+    static THREAD_LOCK_WAITS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Lock waits (group, global and cache locks) the calling thread has counted since it
+/// started: a caller that runs one role per thread (a writeback context) reads its own
+/// contention by the difference of two calls.
+pub fn thread_lock_waits() -> u64 {
+    THREAD_LOCK_WAITS.with(Cell::get)
 }
 static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
 

@@ -281,7 +281,7 @@ impl Allocator {
                         },
                         &mut waits,
                     );
-                    shard.add(&shard.counters.lock_waits, waits);
+                    shard.lock_waited(waits);
                     if let Some(e) = visit(chosen?) {
                         return Some(e);
                     }

@@ -138,6 +138,19 @@ impl FileAlloc {
             .map(|(&s, e)| (e.start + (l - s), s + e.len - l))
     }
 
+    /// Where logical block `l` (a hole) would most likely be placed: in the file's
+    /// preallocation that covers it, else after its previous extent at the same logical
+    /// distance (the goal `allocate_data` gives the core). `None` with neither: the core's
+    /// stream goal decides.
+    pub fn predicted_block(&self, l: u64) -> Option<u64> {
+        let f = self.inner.read();
+        if let Some(p) = f.pas.covering_block(l) {
+            return Some(p);
+        }
+        let (&s, e) = f.map.range(..=l).next_back()?;
+        Some(e.end() + l.saturating_sub(s + e.len))
+    }
+
     /// The first mapped logical block at or after `l`, if any (where a hole at `l` ends).
     pub fn next_mapped(&self, l: u64) -> Option<u64> {
         let f = self.inner.read();

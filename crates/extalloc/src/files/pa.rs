@@ -156,6 +156,16 @@ impl PaSet {
         }
     }
 
+    /// The start of the unused physical block `l` would take from the PA whose logical
+    /// range holds it, if one does.
+    pub(crate) fn covering_block(&self, l: u64) -> Option<u64> {
+        let at = |pa: &Pa| (pa.lstart <= l && l < pa.lend()).then(|| pa.pstart + (l - pa.lstart));
+        match self {
+            PaSet::Tree(t) => t.range(..=l).next_back().and_then(|(_, pa)| at(pa)),
+            PaSet::List(list) => list.iter().rev().find_map(|pa| at(&pa.lock())),
+        }
+    }
+
     /// The PA whose logical range holds `l`.
     pub(crate) fn covering_mut(&mut self, l: u64) -> Option<&mut Pa> {
         match self {

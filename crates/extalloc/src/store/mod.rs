@@ -297,6 +297,18 @@ impl Store {
         result
     }
 
+    /// Blocks an allocation can still get: free now, or held by preallocations (which the
+    /// file layer gives back under pressure). Cheaper than [`Store::statfs`]: no lock.
+    pub fn allocatable_blocks(&self) -> u64 {
+        self.alloc().free_blocks() + self.files.reserved_blocks()
+    }
+
+    /// The group file `file`'s next stream allocation of `blocks` would start scanning
+    /// from (see [`Allocator::stream_goal_group`]).
+    pub fn stream_goal_group(&self, file: u64, blocks: u64) -> u64 {
+        self.alloc().stream_goal_group(file, blocks)
+    }
+
     /// A file's allocation state (see [`Files::create_file`]). Files live in memory: after
     /// a reopen the caller rebuilds its own map from its metadata (e.g. the payloads).
     pub fn create_file(&self, id: u64) -> Arc<FileAlloc> {

@@ -27,6 +27,21 @@ pub const MAX_ATTR_BYTES: usize = 1024;
 /// Times a chunk that finds no space while frees wait commits and tries again.
 const NO_SPACE_COMMITS: usize = 4;
 
+/// How [`Volume::map_holes`] places a hole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Placing {
+    /// A direct write: the file layer's normalisation and preallocations.
+    Written,
+    /// `fallocate`: exactly the request.
+    Unwritten,
+    /// Writeback of cached data (reserved at write time); `complete`: the file is closed
+    /// and its size final, so exactly the request with no new preallocation.
+    Writeback {
+        /// Closed, its size final.
+        complete: bool,
+    },
+}
+
 /// What [`Volume::fallocate`] does, as Linux's `fallocate(2)` modes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fallocate {
@@ -121,7 +136,7 @@ impl Volume {
 
     /// [`Volume::chunk`], committing and trying again (a few times) when it finds no space
     /// while frees wait for a commit.
-    fn chunk_committing(
+    pub(super) fn chunk_committing(
         &self,
         id: u64,
         op: impl Fn(&Volume, &mut VFile) -> Result<Vec<Change>>,
@@ -163,7 +178,7 @@ impl Volume {
         if pos + bytes.len() as u64 > f.size {
             self.zero_tail(f, f.size)?;
         }
-        let new = self.map_holes(f, first, last + 1, false)?;
+        let (new, _) = self.map_holes(f, first, last + 1, Placing::Written)?;
         let fresh = |b: u64| {
             f.unwritten.contains(b) || new.iter().any(|(l, e)| (*l..l + e.len).contains(&b))
         };
@@ -179,8 +194,24 @@ impl Volume {
         }
         let at = (pos - first * bs) as usize;
         buf[at..at + bytes.len()].copy_from_slice(bytes);
-        if let Err(e) = self.write_blocks(f, first, last + 1, &buf) {
-            self.unmap_new(f, &new);
+        let end = pos + bytes.len() as u64;
+        self.write_mapped(f, id, &new, (first, last + 1), &buf, end)
+    }
+
+    /// Writes `buf` (whole blocks) at logical blocks `from .. to` of `f`, all mapped, `new`
+    /// among them just now (given back if the write fails); returns the changes to log:
+    /// the new maps, the unwritten blocks converted, the size grown to `end` if larger.
+    pub(super) fn write_mapped(
+        &self,
+        f: &mut VFile,
+        id: u64,
+        new: &[(u64, Extent)],
+        (from, to): (u64, u64),
+        buf: &[u8],
+        end: u64,
+    ) -> Result<Vec<Change>> {
+        if let Err(e) = self.write_blocks(f, from, to, buf) {
+            self.unmap_new(f, new);
             return Err(e);
         }
         let mut changes: Vec<Change> = new
@@ -192,8 +223,7 @@ impl Volume {
                 unwritten: false,
             })
             .collect();
-        changes.extend(self.convert_written(f, id, first, last + 1));
-        let end = pos + bytes.len() as u64;
+        changes.extend(self.convert_written(f, id, from, to));
         if end > f.size {
             f.size = end;
             changes.push(Change::SetSize { id, size: end });
@@ -201,30 +231,46 @@ impl Volume {
         Ok(changes)
     }
 
-    /// Maps every hole of logical blocks `from .. to` of `f`; returns what it mapped. On
+    /// Maps the holes of logical blocks `from .. to` of `f`, one request per hole (the
+    /// whole hole, placed through the file layer); returns what it mapped and where the
+    /// mapped prefix ends (every block of `from .. reached` mapped). A writeback maps at
+    /// most `CHUNK_EXTENTS` extents, and checks no space (its reservations were taken at
+    /// write time); a direct call maps every hole, leaving reserved blocks alone. On
     /// failure it gives back what it mapped and maps nothing.
-    fn map_holes(
+    pub(super) fn map_holes(
         &self,
         f: &mut VFile,
         from: u64,
         to: u64,
-        unwritten: bool,
-    ) -> Result<Vec<(u64, Extent)>> {
+        how: Placing,
+    ) -> Result<(Vec<(u64, Extent)>, u64)> {
         let mut new = Vec::new();
         let mut l = from;
         while l < to {
             if let Some((_, run)) = f.alloc.lookup(l) {
-                l += run;
+                l = to.min(l + run);
                 continue;
             }
+            let writeback = matches!(how, Placing::Writeback { .. });
+            if writeback && new.len() == CHUNK_EXTENTS {
+                break;
+            }
             let hole_end = f.alloc.next_mapped(l).map_or(to, |m| m.min(to));
+            if !writeback {
+                if let Err(err) = self.check_direct_space(hole_end - l) {
+                    self.unmap_new(f, &new);
+                    return Err(err);
+                }
+            }
             let mut req = DataRequest::new(l, hole_end - l);
             if let Some(goal) = self.placement_goal(f) {
                 req = req.goal(goal);
             }
-            if unwritten {
+            match how {
                 // ext4's fallocate maps exactly the request (no preallocation).
-                req = req.no_prealloc();
+                Placing::Unwritten => req = req.no_prealloc(),
+                Placing::Writeback { complete: true } => req = req.complete(),
+                _ => {}
             }
             match self.store.allocate_data(&f.alloc, &req) {
                 Ok(e) => {
@@ -237,13 +283,13 @@ impl Volume {
                 }
             }
         }
-        Ok(new)
+        Ok((new, l))
     }
 
     /// The goal of a placed file's first blocks: the start of the group its key picks
     /// (a multiplicative hash, so neighbouring keys land far apart). `None` once the file
     /// maps anything (the goal then follows its previous extent) or without a key.
-    fn placement_goal(&self, f: &VFile) -> Option<u64> {
+    pub(super) fn placement_goal(&self, f: &VFile) -> Option<u64> {
         let key = f.placement?;
         if f.alloc.next_mapped(0).is_some() {
             return None;
@@ -255,7 +301,7 @@ impl Volume {
 
     /// Gives back extents a failed chunk mapped (freed in the same transaction; never
     /// logged, so nothing maps them after a crash either).
-    fn unmap_new(&self, f: &mut VFile, new: &[(u64, Extent)]) {
+    pub(super) fn unmap_new(&self, f: &mut VFile, new: &[(u64, Extent)]) {
         for &(l, e) in new {
             self.store
                 .free_data(&f.alloc, l, e.len)
@@ -264,7 +310,7 @@ impl Volume {
     }
 
     /// Writes `buf` (whole blocks) at logical blocks `from .. to` of `f`, all mapped.
-    fn write_blocks(&self, f: &VFile, from: u64, to: u64, buf: &[u8]) -> Result<()> {
+    pub(super) fn write_blocks(&self, f: &VFile, from: u64, to: u64, buf: &[u8]) -> Result<()> {
         let bs = self.block_size;
         let mut l = from;
         while l < to {
@@ -279,7 +325,13 @@ impl Volume {
     }
 
     /// Blocks `from .. to` now hold data: the unwritten ones among them are converted.
-    fn convert_written(&self, f: &mut VFile, id: u64, from: u64, to: u64) -> Vec<Change> {
+    pub(super) fn convert_written(
+        &self,
+        f: &mut VFile,
+        id: u64,
+        from: u64,
+        to: u64,
+    ) -> Vec<Change> {
         let hit = f.unwritten.within(from, to);
         f.unwritten.remove(from, to - from);
         hit.into_iter()
@@ -344,7 +396,7 @@ impl Volume {
         while l < end.div_ceil(bs) {
             let to = (l + CHUNK_BLOCKS).min(end.div_ceil(bs));
             self.chunk_committing(id, |v, f| {
-                let new = v.map_holes(f, l, to, true)?;
+                let (new, _) = v.map_holes(f, l, to, Placing::Unwritten)?;
                 let mut changes = Vec::new();
                 for &(logical, extent) in &new {
                     f.unwritten.insert(logical, extent.len);
@@ -439,7 +491,7 @@ impl Volume {
     /// mapped and written: before a file grows past `eof`, as ext4 zeroes the tail of its
     /// last block. Bytes past the end of a file are not its data: a crash may have kept
     /// a write there whose size change it lost, and growing must not bring them back.
-    fn zero_tail(&self, f: &VFile, eof: u64) -> Result<()> {
+    pub(super) fn zero_tail(&self, f: &VFile, eof: u64) -> Result<()> {
         let bs = self.block_size;
         if eof.is_multiple_of(bs) {
             return Ok(());

@@ -18,12 +18,13 @@
 //!   table and applies the changes logged in the records after it.
 //!
 //! Files: this one holds the [`Volume`] and its commits; `io.rs` the file calls (write,
-//! read, fallocate, truncate, unlink); `checkpoint.rs` the table and the open; `file.rs`
-//! a file in memory; `record.rs` the bytes; `check.rs` the ownership check.
+//! read, fallocate, truncate, unlink); `delalloc.rs` delayed allocation's reservations and
+//! writeback (the cache itself is `crate::writeback`); `checkpoint.rs` the table and the
+//! open; `file.rs` a file in memory; `record.rs` the bytes; `check.rs` the ownership check.
 //!
 //! Data structures: the [`Volume`] owns the [`Store`], the device, the files (`id ->
 //! VFile` under a mutex each), the log of changes since the last commit, and `Meta` (the
-//! next id, the table areas).
+//! next id, the table areas), and the delayed-allocation reservation count.
 //!
 //! Invariant: the store's open transaction holds exactly the allocations and frees of the
 //! changes in `log`: an operation makes both under the gate (read), and a commit takes
@@ -37,6 +38,7 @@
 
 mod check;
 mod checkpoint;
+mod delalloc;
 mod file;
 mod io;
 mod record;
@@ -44,7 +46,8 @@ mod record;
 mod tests;
 
 pub use check::VolumeCheck;
-pub use io::Fallocate;
+pub use delalloc::WroteBack;
+pub use io::{Fallocate, MAX_ATTR_BYTES, MAX_FILE_BYTES};
 
 use crate::alloc::Policy;
 use crate::disk::device::Device;
@@ -81,6 +84,8 @@ pub struct FileInfo {
     pub extents: u64,
     /// Blocks mapped.
     pub blocks: u64,
+    /// Blocks its preallocations hold beyond what it maps (given back at `close_file`).
+    pub prealloc_blocks: u64,
 }
 
 /// One mapped extent of a file ([`Volume::extents`]).
@@ -121,6 +126,8 @@ pub struct Volume {
     /// The root the next checkpoint writes: set by the volume's own checkpoint, taken by
     /// the store's checkpoint hook. Any other checkpoint finds none and is refused.
     prepared_root: Arc<Mutex<Option<Vec<u8>>>>,
+    /// Blocks reserved for cached data not yet placed (`delalloc.rs`).
+    delalloc: Mutex<u64>,
 }
 
 impl Volume {
@@ -196,6 +203,7 @@ impl Volume {
             log: Mutex::new(Vec::new()),
             meta: Mutex::new(meta),
             prepared_root,
+            delalloc: Mutex::new(0),
         })
     }
 
@@ -232,6 +240,7 @@ impl Volume {
                     size: f.size,
                     extents: extents.len() as u64,
                     blocks: extents.iter().map(|(_, e)| e.len).sum(),
+                    prealloc_blocks: f.alloc.prealloc_unused_blocks(),
                 }
             })
             .collect()

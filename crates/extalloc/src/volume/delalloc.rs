@@ -1,0 +1,230 @@
+//! Delayed allocation, the volume's side: the space a buffered write reserves without
+//! placing it, the writeback of a dirty run (placed whole, through the file layer), and
+//! where a file's next allocation is predicted to land (which writeback context serves it).
+//! The cache and the contexts live in `crate::writeback`.
+//!
+//! Data structures: `Volume::delalloc`, the blocks reserved for cached data not yet
+//! placed.
+//!
+//! Invariant: a reservation is granted only while the allocatable blocks (free, or held
+//! by preallocations, which the file layer gives back under pressure) cover every
+//! reservation plus a margin for the volume's own table areas; a direct allocation
+//! (`write`, `fallocate` on a hole) is refused when it would eat into reserved blocks
+//! (checked before the chunk allocates, so racing direct chunks may dip into the margin by
+//! at most a chunk each). A writeback allocation consumes its run's reservation, which the
+//! cache then releases: placed data never needs a block nobody reserved.
+//!
+//! Locks: `delalloc` is a leaf mutex. `write_back` runs as the other file calls (gate
+//! read, then the file's mutex, one chunk at a time: `mod.rs`).
+
+use super::file::VFile;
+use super::io::Placing;
+use super::record::Change;
+use super::{Volume, CHUNK_EXTENTS};
+use crate::error::{Error, Result};
+use std::cell::Cell;
+
+/// Blocks a writeback chunk spans at most: one trip through the gate writes at most this
+/// much data (32 MiB of 4 KiB blocks), so a commit waits for at most that.
+const WRITEBACK_CHUNK_BLOCKS: u64 = 8192;
+
+/// A dirty run being written back: whole blocks from logical block `first`, the size the
+/// file reaches, and whether it is complete (closed, its size final).
+struct Run<'a> {
+    first: u64,
+    buf: &'a [u8],
+    size: u64,
+    complete: bool,
+}
+
+/// What one [`Volume::write_back`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WroteBack {
+    /// Extents it mapped (allocations).
+    pub allocations: u64,
+    /// Blocks it mapped (each consumed a reservation of the run's).
+    pub mapped_blocks: u64,
+}
+
+impl Volume {
+    /// Blocks kept out of reservations for the volume's own tables: 2 % of the device, at
+    /// most 4,096 blocks (ext4 keeps the same share for its metadata under delayed
+    /// allocation).
+    fn reserve_margin(&self) -> u64 {
+        (self.store.geometry().blocks_count / 50).min(4096)
+    }
+
+    /// Reserves `blocks` for cached data that writeback will place. Refused with
+    /// [`Error::NoSpace`] (nothing reserved) when the allocatable blocks do not cover every
+    /// reservation and the margin; `pending_blocks` says whether a commit would help.
+    pub(crate) fn reserve_delalloc(&self, blocks: u64) -> Result<()> {
+        let mut reserved = self.delalloc.lock();
+        let have = self.store.allocatable_blocks();
+        if have < *reserved + blocks + self.reserve_margin() {
+            return Err(Error::NoSpace {
+                requested: blocks,
+                min_len: blocks,
+                free_blocks: have.saturating_sub(*reserved + self.reserve_margin()),
+                pending_blocks: self.store.allocator().pending_free_blocks(),
+                reserved_blocks: *reserved,
+            });
+        }
+        *reserved += blocks;
+        Ok(())
+    }
+
+    /// Gives back `blocks` of reservation (placed by writeback, or their data dropped).
+    pub(crate) fn release_delalloc(&self, blocks: u64) {
+        let mut reserved = self.delalloc.lock();
+        assert!(
+            *reserved >= blocks,
+            "releasing {blocks} delalloc blocks, {} reserved",
+            *reserved
+        );
+        *reserved -= blocks;
+    }
+
+    /// Blocks reserved for cached data not yet placed.
+    pub fn delalloc_reserved_blocks(&self) -> u64 {
+        *self.delalloc.lock()
+    }
+
+    /// Before a direct allocation of up to `blocks`: refused if it would take blocks that
+    /// cached data has reserved.
+    pub(super) fn check_direct_space(&self, blocks: u64) -> Result<()> {
+        let reserved = *self.delalloc.lock();
+        if reserved == 0 {
+            return Ok(());
+        }
+        let have = self.store.allocatable_blocks();
+        if have < reserved + blocks {
+            return Err(Error::NoSpace {
+                requested: blocks,
+                min_len: blocks,
+                free_blocks: have.saturating_sub(reserved),
+                pending_blocks: self.store.allocator().pending_free_blocks(),
+                reserved_blocks: reserved,
+            });
+        }
+        Ok(())
+    }
+
+    /// The unmapped runs of logical blocks `from .. to` of file `id`, as `(start, len)`.
+    pub(crate) fn holes_in(&self, id: u64, from: u64, to: u64) -> Result<Vec<(u64, u64)>> {
+        let file = self.file(id)?;
+        let f = file.lock();
+        let mut holes = Vec::new();
+        let mut l = from;
+        while l < to {
+            if let Some((_, run)) = f.alloc.lookup(l) {
+                l = l.saturating_add(run);
+                continue;
+            }
+            let end = f.alloc.next_mapped(l).map_or(to, |m| m.min(to));
+            holes.push((l, end - l));
+            l = end;
+        }
+        Ok(holes)
+    }
+
+    /// The group where file `id`'s allocation for logical block `logical` (the start of a
+    /// dirty run of `run_blocks`) is predicted to land: its preallocation covering the
+    /// block, else after its previous extent, else its placement key's group, else its
+    /// stream goal for a window of the run's length.
+    pub(crate) fn predicted_group(&self, id: u64, logical: u64, run_blocks: u64) -> Result<u64> {
+        let file = self.file(id)?;
+        let f = file.lock();
+        let g = self.store.geometry();
+        let block = f
+            .alloc
+            .predicted_block(logical)
+            .filter(|&b| b < g.blocks_count)
+            .or_else(|| self.placement_goal(&f));
+        Ok(match block {
+            Some(b) => g.group_of(b),
+            None => self.store.stream_goal_group(id, run_blocks),
+        })
+    }
+
+    /// Writes back whole blocks `buf` at logical block `first` of file `id`: the holes are
+    /// placed a run at a time (one request per hole, through the file layer), the data is
+    /// written, unwritten blocks converted, and the durable size grows to `size` where the
+    /// run reaches it. `complete`: the file is closed and its size final, so every request
+    /// is mapped at its exact length with no new preallocation. Chunk by chunk as the other
+    /// calls: a failure leaves the chunks before it done and its own undone.
+    pub(crate) fn write_back(
+        &self,
+        id: u64,
+        first: u64,
+        buf: &[u8],
+        size: u64,
+        complete: bool,
+    ) -> Result<WroteBack> {
+        let bs = self.block_size;
+        assert!(
+            !buf.is_empty() && (buf.len() as u64).is_multiple_of(bs),
+            "writeback of whole blocks"
+        );
+        let run = Run {
+            first,
+            buf,
+            size,
+            complete,
+        };
+        let end = first + buf.len() as u64 / bs;
+        let mut done = WroteBack::default();
+        let mut l = first;
+        while l < end {
+            let reached = Cell::new(l);
+            let got = Cell::new(WroteBack::default());
+            self.chunk_committing(id, |v, f| {
+                let (to, wb, changes) = v.write_back_chunk(f, id, (l, end), &run)?;
+                reached.set(to);
+                got.set(wb);
+                Ok(changes)
+            })?;
+            done.allocations += got.get().allocations;
+            done.mapped_blocks += got.get().mapped_blocks;
+            assert!(reached.get() > l, "a writeback chunk makes progress");
+            l = reached.get();
+        }
+        Ok(done)
+    }
+
+    /// One chunk of `write_back`: from `l`, at most `WRITEBACK_CHUNK_BLOCKS` blocks, at
+    /// most `CHUNK_EXTENTS` new extents and as many unwritten ranges converted. Returns
+    /// where it stopped, what it mapped, and the changes to log.
+    fn write_back_chunk(
+        &self,
+        f: &mut VFile,
+        id: u64,
+        (l, end): (u64, u64),
+        run: &Run<'_>,
+    ) -> Result<(u64, WroteBack, Vec<Change>)> {
+        let bs = self.block_size;
+        let Run {
+            first,
+            buf,
+            size,
+            complete,
+        } = *run;
+        let mut to = end.min(l + WRITEBACK_CHUNK_BLOCKS);
+        // Each unwritten range converted is a change: at most CHUNK_EXTENTS of them.
+        let unwritten = f.unwritten.within(l, to);
+        if unwritten.len() > CHUNK_EXTENTS {
+            to = unwritten[CHUNK_EXTENTS].0.max(l + 1);
+        }
+        if to * bs > f.size {
+            self.zero_tail(f, f.size)?;
+        }
+        let (new, reached) = self.map_holes(f, l, to, Placing::Writeback { complete })?;
+        let at = ((l - first) * bs) as usize;
+        let data = &buf[at..at + ((reached - l) * bs) as usize];
+        let changes = self.write_mapped(f, id, &new, (l, reached), data, size.min(reached * bs))?;
+        let wb = WroteBack {
+            allocations: new.len() as u64,
+            mapped_blocks: new.iter().map(|(_, e)| e.len).sum(),
+        };
+        Ok((reached, wb, changes))
+    }
+}

@@ -1,0 +1,409 @@
+//! Writeback contexts: a bounded pool of worker threads, each owning a contiguous range of
+//! the device's groups, and the routing of a dirty file to the context that owns the group
+//! its next allocation is predicted to land in.
+//!
+//! Data structures: [`Shared`] (the volume, the cached files by id, the dirty byte count,
+//! the contexts and the first writeback error) and one [`Context`] per worker: a queue of
+//! file ids under a mutex with a condition variable, and its counters.
+//!
+//! Invariant: a file id is in at most one queue, and only while its `queued` flag is set;
+//! the worker that pops it clears the flag under the file's lock before writing back, so
+//! data cached after that is queued again. With `Affinity::None` every worker serves the
+//! one queue of context 0.
+//!
+//! Lock order: a file's cache mutex -> (the volume: gate -> its file mutex) -> a queue
+//! mutex; `files` and `cleaned` are leaves, never held while taking another lock.
+
+use super::cache::DirtyFile;
+use super::{Affinity, WritebackOptions, WRITE_PIECE_BLOCKS};
+use crate::alloc::thread_lock_waits;
+use crate::error::{Error, Result};
+use crate::volume::Volume;
+use parking_lot::{Condvar, Mutex};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Blocks one writeback trip takes from a file at most (its cache lock is held across the
+/// trip): 32 MiB of 4 KiB blocks.
+pub(super) const TRIP_BLOCKS: u64 = 8192;
+
+/// A file's cache, shared between callers and contexts.
+pub(super) type Entry = Arc<Mutex<DirtyFile>>;
+
+/// One writeback context: its queue and counters.
+#[derive(Default)]
+pub(super) struct Context {
+    queue: Mutex<VecDeque<u64>>,
+    wake: Condvar,
+    pub(super) runs: AtomicU64,
+    pub(super) bytes: AtomicU64,
+    pub(super) allocations: AtomicU64,
+    pub(super) lock_waits: AtomicU64,
+}
+
+/// State shared by the callers and the workers.
+pub(super) struct Shared {
+    pub(super) vol: Volume,
+    pub(super) opts: WritebackOptions,
+    pub(super) block_size: u64,
+    pub(super) files: Mutex<HashMap<u64, Entry>>,
+    pub(super) dirty_bytes: AtomicU64,
+    pub(super) dirty_peak_bytes: AtomicU64,
+    /// Numbers writes, so a sync knows which dirty data is older than itself.
+    pub(super) seq: AtomicU64,
+    pub(super) contexts: Vec<Context>,
+    pub(super) shutdown: AtomicBool,
+    /// Signalled whenever cached data is written back or dropped.
+    cleaned: (Mutex<()>, Condvar),
+    /// The first writeback failure since a caller last heard of one.
+    error: Mutex<Option<Error>>,
+    last_kick_ns: AtomicU64,
+    last_age_scan_ns: AtomicU64,
+    started: Instant,
+    pub(super) switches: AtomicU64,
+    pub(super) caller_runs: AtomicU64,
+    pub(super) caller_bytes: AtomicU64,
+    pub(super) caller_allocations: AtomicU64,
+    pub(super) throttled: AtomicU64,
+    pub(super) throttled_ns: AtomicU64,
+}
+
+impl Context {
+    /// Wakes every worker waiting on this context's queue (shutdown).
+    pub(super) fn notify_all(&self) {
+        let _q = self.queue.lock();
+        self.wake.notify_all();
+    }
+}
+
+impl Shared {
+    pub(super) fn new(vol: Volume, opts: WritebackOptions, contexts: usize) -> Shared {
+        Shared {
+            block_size: vol.block_size(),
+            vol,
+            opts,
+            files: Mutex::new(HashMap::new()),
+            dirty_bytes: AtomicU64::new(0),
+            dirty_peak_bytes: AtomicU64::new(0),
+            seq: AtomicU64::new(1),
+            contexts: (0..contexts).map(|_| Context::default()).collect(),
+            shutdown: AtomicBool::new(false),
+            cleaned: (Mutex::new(()), Condvar::new()),
+            error: Mutex::new(None),
+            last_kick_ns: AtomicU64::new(0),
+            last_age_scan_ns: AtomicU64::new(0),
+            started: Instant::now(),
+            switches: AtomicU64::new(0),
+            caller_runs: AtomicU64::new(0),
+            caller_bytes: AtomicU64::new(0),
+            caller_allocations: AtomicU64::new(0),
+            throttled: AtomicU64::new(0),
+            throttled_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// File `id`'s cache entry, made (from the volume's size) on first use.
+    pub(super) fn entry(&self, id: u64) -> Result<Entry> {
+        if let Some(e) = self.files.lock().get(&id) {
+            return Ok(e.clone());
+        }
+        let size = self.vol.size(id)?;
+        Ok(self
+            .files
+            .lock()
+            .entry(id)
+            .or_insert_with(|| Arc::new(Mutex::new(DirtyFile::new(size))))
+            .clone())
+    }
+
+    /// The entry of file `id` if it has one.
+    pub(super) fn existing(&self, id: u64) -> Option<Entry> {
+        self.files.lock().get(&id).cloned()
+    }
+
+    fn entries(&self) -> Vec<(u64, Entry)> {
+        self.files
+            .lock()
+            .iter()
+            .map(|(&id, e)| (id, e.clone()))
+            .collect()
+    }
+
+    /// The queue worker `i` serves.
+    fn queue_of(&self, i: usize) -> usize {
+        if self.opts.affinity == Affinity::None {
+            0
+        } else {
+            i
+        }
+    }
+
+    /// The context that owns group `g`: contexts own contiguous ranges of groups.
+    fn owner(&self, g: u64) -> usize {
+        let groups = self.vol.store().geometry().groups_count();
+        (u128::from(g) * self.contexts.len() as u128 / u128::from(groups)) as usize
+    }
+
+    /// The context file `id`'s dirty data goes to (under its cache lock, `d`).
+    fn route(&self, id: u64, d: &DirtyFile) -> Result<usize> {
+        let n = self.contexts.len();
+        Ok(match self.opts.affinity {
+            Affinity::None => 0,
+            Affinity::File => ((id ^ (id >> 32)) % n as u64) as usize,
+            Affinity::Group => match d.first_run(TRIP_BLOCKS) {
+                Some((start, len)) => self.owner(self.vol.predicted_group(id, start, len)?),
+                None => d.last_context.unwrap_or(0),
+            },
+        })
+    }
+
+    /// Queues file `id` (cache lock held: `d`) to its context, unless queued already.
+    pub(super) fn queue(&self, id: u64, d: &mut DirtyFile) -> Result<()> {
+        if d.queued || d.pages.is_empty() {
+            return Ok(());
+        }
+        let c = self.route(id, d)?;
+        self.push(id, d, c);
+        Ok(())
+    }
+
+    fn push(&self, id: u64, d: &mut DirtyFile, c: usize) {
+        if d.last_context.is_some_and(|last| last != c) {
+            self.switches.fetch_add(1, Relaxed);
+        }
+        d.last_context = Some(c);
+        d.queued = true;
+        let ctx = &self.contexts[c];
+        ctx.queue.lock().push_back(id);
+        ctx.wake.notify_one();
+    }
+
+    /// Queues every dirty file whose data is at least as old as write `upto`.
+    pub(super) fn queue_dirty(&self, upto: u64) -> Result<()> {
+        for (id, e) in self.entries() {
+            let mut d = e.lock();
+            if d.dirty_since.is_some_and(|(s, _)| s <= upto) {
+                self.queue(id, &mut d)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// True while some file holds data at least as old as write `upto`.
+    pub(super) fn dirty_upto(&self, upto: u64) -> bool {
+        self.entries()
+            .iter()
+            .any(|(_, e)| e.lock().dirty_since.is_some_and(|(s, _)| s <= upto))
+    }
+
+    /// Background writeback: above the background threshold, queue every dirty file (at
+    /// most once a millisecond).
+    pub(super) fn kick_if_over_background(&self) -> Result<()> {
+        if self.dirty_bytes.load(Relaxed) <= self.opts.background_bytes {
+            return Ok(());
+        }
+        let now = self.started.elapsed().as_nanos() as u64;
+        let last = self.last_kick_ns.load(Relaxed);
+        if now.saturating_sub(last) < 1_000_000
+            || self
+                .last_kick_ns
+                .compare_exchange(last, now, Relaxed, Relaxed)
+                .is_err()
+        {
+            return Ok(());
+        }
+        self.queue_dirty(u64::MAX)
+    }
+
+    /// Age: queue files dirty for longer than `expire` (by one worker, at most every
+    /// quarter of it).
+    fn age_scan(&self) -> Result<()> {
+        let expire = self.opts.expire;
+        let now = self.started.elapsed().as_nanos() as u64;
+        let last = self.last_age_scan_ns.load(Relaxed);
+        let due = now.saturating_sub(last) >= (expire.as_nanos() / 4) as u64;
+        if !due
+            || self
+                .last_age_scan_ns
+                .compare_exchange(last, now, Relaxed, Relaxed)
+                .is_err()
+        {
+            return Ok(());
+        }
+        for (id, e) in self.entries() {
+            let mut d = e.lock();
+            if d.dirty_since.is_some_and(|(_, t)| t.elapsed() >= expire) {
+                self.queue(id, &mut d)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until data is written back or dropped, or `timeout`.
+    pub(super) fn wait_cleaned(&self, timeout: Duration) {
+        let mut g = self.cleaned.0.lock();
+        self.cleaned.1.wait_for(&mut g, timeout);
+    }
+
+    fn signal_cleaned(&self) {
+        let _g = self.cleaned.0.lock();
+        self.cleaned.1.notify_all();
+    }
+
+    /// Hands the first writeback failure since the last call, if any.
+    pub(super) fn take_error(&self) -> Result<()> {
+        match self.error.lock().take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Blocks a writer while the cache is at its hard limit (writeback runs meanwhile);
+    /// a writeback failure ends the wait with its error.
+    pub(super) fn throttle(&self) -> Result<()> {
+        if self.dirty_bytes.load(Relaxed) < self.opts.dirty_limit_bytes {
+            return Ok(());
+        }
+        let t = Instant::now();
+        self.throttled.fetch_add(1, Relaxed);
+        while self.dirty_bytes.load(Relaxed) >= self.opts.dirty_limit_bytes {
+            self.queue_dirty(u64::MAX)?;
+            self.wait_cleaned(Duration::from_millis(10));
+            self.take_error()?;
+        }
+        self.throttled_ns
+            .fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
+        Ok(())
+    }
+
+    /// Counts `blocks` more cached blocks.
+    pub(super) fn add_dirty(&self, blocks: u64) {
+        let now = self
+            .dirty_bytes
+            .fetch_add(blocks * self.block_size, Relaxed)
+            + blocks * self.block_size;
+        self.dirty_peak_bytes.fetch_max(now, Relaxed);
+    }
+
+    /// Drops cached blocks `start .. start + len` of a file: their count and reservations.
+    pub(super) fn drop_cached(&self, d: &mut DirtyFile, start: u64, len: u64) {
+        let (blocks, reserved) = d.drop_range(start, len);
+        self.vol.release_delalloc(reserved);
+        self.dirty_bytes
+            .fetch_sub(blocks * self.block_size, Relaxed);
+        if blocks > 0 {
+            self.signal_cleaned();
+        }
+    }
+
+    /// One writeback trip on file `id` (cache lock held): its first dirty run, at most
+    /// `TRIP_BLOCKS`, allocated whole and written. `by`: the context doing it, which hands
+    /// the file over (returns `Ok(false)`) if the run's allocation is predicted in another
+    /// context's groups; `None` for a caller (fsync). Returns `Ok(false)` when the file is
+    /// clean.
+    pub(super) fn trip(&self, id: u64, d: &mut DirtyFile, by: Option<usize>) -> Result<bool> {
+        let Some((start, len)) = d.first_run(TRIP_BLOCKS) else {
+            return Ok(false);
+        };
+        if let Some(me) = by {
+            let c = self.route(id, d)?;
+            if self.opts.affinity == Affinity::Group && c != me {
+                self.push(id, d, c);
+                return Ok(false);
+            }
+        }
+        let buf = d.gather(start, len, self.block_size);
+        let waits = thread_lock_waits();
+        let wb = self
+            .vol
+            .write_back(id, start, &buf, d.size, d.closed)
+            .map_err(|e| Error::Writeback {
+                id,
+                source: Box::new(e),
+            })?;
+        let waited = thread_lock_waits() - waits;
+        let (runs, bytes, allocs) = match by {
+            Some(c) => {
+                let ctx = &self.contexts[c];
+                ctx.lock_waits.fetch_add(waited, Relaxed);
+                (&ctx.runs, &ctx.bytes, &ctx.allocations)
+            }
+            None => (
+                &self.caller_runs,
+                &self.caller_bytes,
+                &self.caller_allocations,
+            ),
+        };
+        runs.fetch_add(1, Relaxed);
+        bytes.fetch_add(len * self.block_size, Relaxed);
+        allocs.fetch_add(wb.allocations, Relaxed);
+        self.drop_cached(d, start, len);
+        if d.pages.is_empty() && d.closed {
+            // A closed file written back in full keeps no preallocation.
+            self.vol.close_file(id)?;
+        }
+        Ok(true)
+    }
+
+    /// Writes back file `id` in full from the caller's thread (fsync, truncate).
+    pub(super) fn flush_locked(&self, id: u64, d: &mut DirtyFile) -> Result<()> {
+        while self.trip(id, d, None)? {}
+        Ok(())
+    }
+
+    /// Worker `me`: serves its queue until shutdown, trip by trip (the file's lock is
+    /// released between trips so its writers and readers go on).
+    pub(super) fn work(self: &Arc<Self>, me: usize) {
+        let q = self.queue_of(me);
+        let nap = (self.opts.expire / 4).clamp(Duration::from_millis(1), Duration::from_secs(1));
+        loop {
+            let next = {
+                let ctx = &self.contexts[q];
+                let mut queue = ctx.queue.lock();
+                if queue.is_empty() && !self.shutdown.load(Relaxed) {
+                    ctx.wake.wait_for(&mut queue, nap);
+                }
+                queue.pop_front()
+            };
+            let result = match next {
+                Some(id) => self.serve(id, me),
+                None if self.shutdown.load(Relaxed) => return,
+                None => self.age_scan(),
+            };
+            if let Err(e) = result {
+                self.error.lock().get_or_insert(e);
+                self.signal_cleaned();
+            }
+        }
+    }
+
+    fn serve(&self, id: u64, me: usize) -> Result<()> {
+        let Some(e) = self.existing(id) else {
+            return Ok(());
+        };
+        e.lock().queued = false;
+        loop {
+            let mut d = e.lock();
+            if d.queued || !self.trip(id, &mut d, Some(me))? {
+                // Handed over (or queued again by a writer), or clean.
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Blocks a write is cut into, each throttled on its own (so the cache passes its limit
+/// by at most one piece per writer).
+pub(super) fn pieces(offset: u64, len: u64, block_size: u64) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut pos = offset;
+    let end = offset + len;
+    while pos < end {
+        let stop = end.min((pos / block_size + WRITE_PIECE_BLOCKS) * block_size);
+        out.push((pos, stop));
+        pos = stop;
+    }
+    out
+}

@@ -1,0 +1,564 @@
+//! Buffered writes with delayed allocation, written back by contexts affined to groups.
+//!
+//! A [`Buffered`] volume wraps a [`Volume`]: a write copies into a bounded dirty cache (per
+//! file, by logical block) and reserves space for the blocks that were holes, without
+//! placing them, so running out of space is reported at write time and never at
+//! writeback. Writeback places whole dirty runs at once through the file layer
+//! (normalisation, preallocations, size classes; a closed file at its exact size, its
+//! preallocations given back), writes them and logs their mapping; `read` sees cached
+//! data; `fsync` and `sync` make it durable.
+//!
+//! Writeback runs on a pool of contexts (threads), at most `min(groups, cpus x k)` of them
+//! ([`WritebackOptions::contexts_per_cpu`] is `k`, 2 by default), never one per group.
+//! Each context owns a contiguous range of groups; with [`Affinity::Group`] a file's dirty
+//! data goes to the context owning the group its next allocation is predicted to land in
+//! (its preallocation, the block after its last extent, its placement key's group, or its
+//! stream goal) and moves when that prediction moves (counted as a switch). Writeback
+//! starts above the background threshold, for data older than `expire`, at `fsync` and
+//! `sync`, and when a caller asks the cache to shrink ([`Buffered::shrink`], memory
+//! pressure); a writer at the hard limit waits for writeback, it does not fail.
+//!
+//! Files: this one holds the options, the figures and the file calls; `contexts.rs` the
+//! pool, the routing and the writeback trips; `cache.rs` one file's cache.
+//!
+//! Data structures: the [`Buffered`] owns the shared state (`contexts::Shared`: the
+//! volume, the cache entries by file id, the contexts) and the worker threads.
+//!
+//! Invariant: the data a caller reads is the volume's with the cached blocks over it; the
+//! volume's reserved-block count equals the cached pages that lay in holes. Only calls
+//! through the `Buffered` change the volume's files, so no cached block's mapping changes
+//! under it but by its own writeback.
+//!
+//! Lock order: a file's cache mutex -> the volume's locks (gate -> file) -> a context's
+//! queue; the entry table and the cleaned signal are leaves (see `contexts.rs`).
+
+mod cache;
+mod contexts;
+#[cfg(test)]
+mod tests;
+
+use crate::error::{Error, Result};
+use crate::store::Statfs;
+use crate::volume::{Fallocate, FileExtent, FileInfo, Volume, VolumeCheck};
+use cache::Page;
+use contexts::{pieces, Shared};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// A write is cached and throttled in pieces of at most this many blocks (1 MiB of 4 KiB).
+const WRITE_PIECE_BLOCKS: u64 = 256;
+/// Times a write that finds no space while frees wait for a commit commits and retries.
+const NO_SPACE_COMMITS: usize = 2;
+
+/// Which context a file's dirty data goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
+pub enum Affinity {
+    /// The context owning the group the file's next allocation is predicted to land in.
+    Group,
+    /// A context by file id (the seed's per-inode affinity).
+    File,
+    /// One queue served by every context: any context may allocate anywhere.
+    None,
+}
+
+impl std::str::FromStr for Affinity {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Affinity> {
+        match s {
+            "group" => Ok(Affinity::Group),
+            "file" => Ok(Affinity::File),
+            "none" => Ok(Affinity::None),
+            _ => Err(Error::InvalidRequest(format!(
+                "writeback affinity '{s}': one of group, file, none"
+            ))),
+        }
+    }
+}
+
+/// The knobs of a [`Buffered`] volume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WritebackOptions {
+    /// Contexts wanted; 0 for the bound `min(groups, cpus x contexts_per_cpu)`. More than
+    /// the bound is cut to it.
+    pub contexts: usize,
+    /// `k` of the bound: contexts per CPU at most (default 2).
+    pub contexts_per_cpu: usize,
+    /// Where a file's dirty data goes (default [`Affinity::Group`]).
+    pub affinity: Affinity,
+    /// The hard limit in bytes: a writer that finds this much cached waits (default 256 MiB).
+    pub dirty_limit_bytes: u64,
+    /// Writeback starts above this many cached bytes; 0 for half the hard limit.
+    pub background_bytes: u64,
+    /// Cached data older than this is written back (default 30 s, as `dirty_expire`).
+    pub expire: Duration,
+}
+
+impl Default for WritebackOptions {
+    fn default() -> Self {
+        WritebackOptions {
+            contexts: 0,
+            contexts_per_cpu: 2,
+            affinity: Affinity::Group,
+            dirty_limit_bytes: 256 << 20,
+            background_bytes: 0,
+            expire: Duration::from_secs(30),
+        }
+    }
+}
+
+impl WritebackOptions {
+    /// The contexts these options give on a device of `groups` groups and a machine of
+    /// `cpus` CPUs: `contexts` (or the bound when 0), cut to `min(groups, cpus x k)`.
+    pub fn contexts_for(&self, groups: u64, cpus: usize) -> usize {
+        let bound = (cpus.max(1) as u64)
+            .saturating_mul(self.contexts_per_cpu.max(1) as u64)
+            .min(groups.max(1)) as usize;
+        match self.contexts {
+            0 => bound,
+            n => n.min(bound),
+        }
+    }
+
+    fn validate(&self, block_size: u64) -> Result<()> {
+        let piece = WRITE_PIECE_BLOCKS * block_size;
+        if self.dirty_limit_bytes < 2 * piece {
+            return Err(Error::InvalidRequest(format!(
+                "a dirty limit of {} bytes: at least {} (two write pieces)",
+                self.dirty_limit_bytes,
+                2 * piece
+            )));
+        }
+        if self.background_bytes > self.dirty_limit_bytes {
+            return Err(Error::InvalidRequest(format!(
+                "a background threshold of {} bytes above the dirty limit of {}",
+                self.background_bytes, self.dirty_limit_bytes
+            )));
+        }
+        if self.contexts_per_cpu == 0 || self.expire.is_zero() {
+            return Err(Error::InvalidRequest(
+                "writeback needs at least one context per CPU and a non-zero expire".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One context's figures.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct ContextStats {
+    /// Writeback trips (each one dirty run, allocated whole).
+    pub runs: u64,
+    /// Bytes written back.
+    pub bytes: u64,
+    /// Extents its trips mapped.
+    pub allocations: u64,
+    /// Lock waits (group, global, cache locks) counted on its thread while writing back.
+    pub lock_waits: u64,
+}
+
+/// The figures of a [`Buffered`] volume.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct WritebackStats {
+    /// Contexts (worker threads) running.
+    pub contexts: usize,
+    /// Bytes cached now.
+    pub dirty_bytes: u64,
+    /// Most bytes cached at once.
+    pub dirty_peak_bytes: u64,
+    /// The hard limit.
+    pub dirty_limit_bytes: u64,
+    /// Blocks reserved on the volume for cached data.
+    pub reserved_blocks: u64,
+    /// Per context.
+    pub per_context: Vec<ContextStats>,
+    /// Trips run by callers (`fsync`, `truncate`, `fallocate`), not by a context.
+    pub caller: ContextStats,
+    /// Times a file's data went to another context than the one before.
+    pub context_switches: u64,
+    /// Writes that waited at the hard limit, and how long in all.
+    pub throttled_writes: u64,
+    /// Nanoseconds writers waited at the hard limit.
+    pub throttled_ns: u64,
+}
+
+impl WritebackStats {
+    /// Every trip, context or caller.
+    pub fn total(&self) -> ContextStats {
+        let mut t = self.caller.clone();
+        for c in &self.per_context {
+            t.runs += c.runs;
+            t.bytes += c.bytes;
+            t.allocations += c.allocations;
+            t.lock_waits += c.lock_waits;
+        }
+        t
+    }
+
+    /// Allocations (extents mapped) per MiB written back.
+    pub fn allocations_per_mib(&self) -> f64 {
+        let t = self.total();
+        t.allocations as f64 / (t.bytes as f64 / f64::from(1 << 20)).max(f64::MIN_POSITIVE)
+    }
+}
+
+/// A volume with buffered writes and delayed allocation (see the module documentation).
+pub struct Buffered {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl Buffered {
+    /// Starts the contexts over `vol`. Every file call must go through the `Buffered`
+    /// from now on ([`Buffered::into_volume`] gives the volume back).
+    pub fn new(vol: Volume, mut opts: WritebackOptions) -> Result<Buffered> {
+        opts.validate(vol.block_size())?;
+        if opts.background_bytes == 0 {
+            opts.background_bytes = opts.dirty_limit_bytes / 2;
+        }
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let n = opts.contexts_for(vol.store().geometry().groups_count(), cpus);
+        let shared = Arc::new(Shared::new(vol, opts, n));
+        let mut workers = Vec::with_capacity(n);
+        for i in 0..n {
+            let s = shared.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("extalloc-wb-{i}"))
+                .spawn(move || s.work(i));
+            match spawned {
+                Ok(h) => workers.push(h),
+                Err(e) => {
+                    let b = Buffered { shared, workers };
+                    drop(b);
+                    return Err(Error::InvalidRequest(format!(
+                        "cannot start writeback context {i}: {e}"
+                    )));
+                }
+            }
+        }
+        Ok(Buffered { shared, workers })
+    }
+
+    /// The volume underneath, for its figures and checks (its file calls would bypass the
+    /// cache: use the `Buffered`'s).
+    pub fn volume(&self) -> &Volume {
+        &self.shared.vol
+    }
+
+    /// The options in force (background threshold resolved).
+    pub fn options(&self) -> WritebackOptions {
+        self.shared.opts
+    }
+
+    /// Creates an empty file (see [`Volume::create`]).
+    pub fn create(&self, attr: &[u8]) -> Result<u64> {
+        self.shared.vol.create(attr)
+    }
+
+    /// Creates an empty file near others of `key` (see [`Volume::create_placed`]).
+    pub fn create_placed(&self, attr: &[u8], key: u64) -> Result<u64> {
+        self.shared.vol.create_placed(attr, key)
+    }
+
+    /// Copies `data` into the cache at byte `offset` of file `id`, reserving a block for
+    /// every hole it covers: [`Error::NoSpace`] when the device cannot hold it (nothing of
+    /// the failing piece cached; earlier pieces of a large write stay). Waits while the
+    /// cache is at its hard limit.
+    pub fn write(&self, id: u64, offset: u64, data: &[u8]) -> Result<()> {
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|&e| e <= crate::volume::MAX_FILE_BYTES)
+            .ok_or_else(|| {
+                Error::InvalidRequest(format!(
+                    "bytes {offset}+{} reach past the largest file",
+                    data.len()
+                ))
+            })?;
+        let entry = self.shared.entry(id)?;
+        for (from, to) in pieces(offset, end - offset, self.shared.block_size) {
+            self.shared.throttle()?;
+            let bytes = &data[(from - offset) as usize..(to - offset) as usize];
+            let mut tries = 0;
+            loop {
+                match self.write_piece(id, &entry, from, bytes) {
+                    Err(Error::NoSpace { pending_blocks, .. })
+                        if pending_blocks > 0 && tries < NO_SPACE_COMMITS =>
+                    {
+                        tries += 1;
+                        self.shared.vol.sync()?;
+                    }
+                    other => break other?,
+                }
+            }
+            self.shared.kick_if_over_background()?;
+        }
+        Ok(())
+    }
+
+    /// Caches one piece (at most `WRITE_PIECE_BLOCKS` blocks).
+    fn write_piece(&self, id: u64, entry: &contexts::Entry, pos: u64, bytes: &[u8]) -> Result<()> {
+        let s = &self.shared;
+        let bs = s.block_size;
+        let mut d = entry.lock();
+        if d.unlinked {
+            return Err(Error::NoSuchFile { id });
+        }
+        let (first, last) = (pos / bs, (pos + bytes.len() as u64 - 1) / bs);
+        let holes = s.vol.holes_in(id, first, last + 1)?;
+        let in_hole = |b: u64| holes.iter().any(|&(h, n)| (h..h + n).contains(&b));
+        let missing: Vec<u64> = (first..=last)
+            .filter(|b| !d.pages.contains_key(b))
+            .collect();
+        let reserve = missing.iter().filter(|&&b| in_hole(b)).count() as u64;
+        if reserve > 0 {
+            s.vol.reserve_delalloc(reserve)?;
+        }
+        for &b in &missing {
+            let covered = pos <= b * bs && (b + 1) * bs <= pos + bytes.len() as u64;
+            let mut data = vec![0u8; bs as usize];
+            if !covered && !in_hole(b) && b * bs < d.size {
+                let old = s.vol.read(id, b * bs, bs).inspect_err(|_| {
+                    s.vol.release_delalloc(reserve);
+                })?;
+                data[..old.len()].copy_from_slice(&old);
+            }
+            let page = Page {
+                data: data.into_boxed_slice(),
+                reserved: in_hole(b),
+            };
+            d.pages.insert(b, page);
+        }
+        let mut at = pos;
+        while at < pos + bytes.len() as u64 {
+            let b = at / bs;
+            let n = ((b + 1) * bs).min(pos + bytes.len() as u64) - at;
+            let page = d.pages.get_mut(&b).expect("cached just now");
+            let src = &bytes[(at - pos) as usize..(at - pos + n) as usize];
+            page.data[(at - b * bs) as usize..(at - b * bs + n) as usize].copy_from_slice(src);
+            at += n;
+        }
+        d.size = d.size.max(pos + bytes.len() as u64);
+        d.closed = false;
+        if d.dirty_since.is_none() {
+            d.dirty_since = Some((s.seq.fetch_add(1, Relaxed), Instant::now()));
+        }
+        s.add_dirty(missing.len() as u64);
+        Ok(())
+    }
+
+    /// Up to `len` bytes at `offset` of file `id` as callers see them: the volume's data
+    /// with the cached blocks over it.
+    pub fn read(&self, id: u64, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let Some(entry) = self.shared.existing(id) else {
+            return self.shared.vol.read(id, offset, len);
+        };
+        let d = entry.lock();
+        if d.unlinked {
+            return Err(Error::NoSuchFile { id });
+        }
+        let end = offset.saturating_add(len).min(d.size);
+        if offset >= end {
+            return Ok(Vec::new());
+        }
+        let mut out = self.shared.vol.read(id, offset, end - offset)?;
+        out.resize((end - offset) as usize, 0);
+        d.overlay(offset, &mut out, self.shared.block_size);
+        Ok(out)
+    }
+
+    /// File `id`'s size as callers see it.
+    pub fn size(&self, id: u64) -> Result<u64> {
+        match self.shared.existing(id) {
+            Some(e) if !e.lock().unlinked => Ok(e.lock().size),
+            _ => self.shared.vol.size(id),
+        }
+    }
+
+    /// Writes back file `id` (from the calling thread) and commits.
+    pub fn fsync(&self, id: u64) -> Result<()> {
+        if let Some(e) = self.shared.existing(id) {
+            let mut d = e.lock();
+            self.shared.flush_locked(id, &mut d)?;
+        }
+        self.shared.vol.fsync(id)
+    }
+
+    /// Writes back everything cached before the call (through the contexts), then commits.
+    /// A writeback failure since the last call is reported here.
+    pub fn sync(&self) -> Result<()> {
+        let s = &self.shared;
+        let upto = s.seq.load(Relaxed);
+        while s.dirty_upto(upto) {
+            s.take_error()?;
+            s.queue_dirty(upto)?;
+            s.wait_cleaned(Duration::from_millis(20));
+        }
+        s.take_error()?;
+        s.vol.sync()
+    }
+
+    /// Memory pressure: writes back (through the contexts) until at most `target_bytes`
+    /// are cached.
+    pub fn shrink(&self, target_bytes: u64) -> Result<()> {
+        let s = &self.shared;
+        while s.dirty_bytes.load(Relaxed) > target_bytes {
+            s.take_error()?;
+            s.queue_dirty(u64::MAX)?;
+            s.wait_cleaned(Duration::from_millis(20));
+        }
+        s.take_error()
+    }
+
+    /// Runs `op` on the volume's file `id` after writing its cached data back (under its
+    /// cache lock, so nothing is cached meanwhile), then takes the volume's size.
+    fn flushed<T>(&self, id: u64, op: impl FnOnce(&Volume) -> Result<T>) -> Result<T> {
+        let entry = self.shared.entry(id)?;
+        let mut d = entry.lock();
+        self.shared.flush_locked(id, &mut d)?;
+        let out = op(&self.shared.vol)?;
+        d.size = self.shared.vol.size(id)?;
+        Ok(out)
+    }
+
+    /// Sets file `id`'s size (see [`Volume::truncate`]), its cached data written back first.
+    pub fn truncate(&self, id: u64, size: u64) -> Result<()> {
+        self.flushed(id, |v| v.truncate(id, size))
+    }
+
+    /// `fallocate(2)` on file `id` (see [`Volume::fallocate`]), its cached data written
+    /// back first.
+    pub fn fallocate(&self, id: u64, mode: Fallocate, offset: u64, len: u64) -> Result<()> {
+        self.flushed(id, |v| v.fallocate(id, mode, offset, len))
+    }
+
+    /// File `id` is closed: its next writeback is its final size, allocated exactly, and
+    /// its preallocations are given back once nothing of it is cached.
+    pub fn close_file(&self, id: u64) -> Result<()> {
+        let entry = self.shared.entry(id)?;
+        let mut d = entry.lock();
+        d.closed = true;
+        if d.pages.is_empty() {
+            self.shared.vol.close_file(id)?;
+        }
+        Ok(())
+    }
+
+    /// Removes file `id`: its cached data is dropped (reservations given back), then the
+    /// volume's file.
+    pub fn unlink(&self, id: u64) -> Result<()> {
+        let entry = self.shared.entry(id)?;
+        let mut d = entry.lock();
+        self.shared.vol.unlink(id)?;
+        self.shared.drop_cached(&mut d, 0, u64::MAX);
+        d.unlinked = true;
+        self.shared.files.lock().remove(&id);
+        Ok(())
+    }
+
+    /// Replaces file `id`'s attribute blob (see [`Volume::set_attr`]).
+    pub fn set_attr(&self, id: u64, attr: &[u8]) -> Result<()> {
+        self.shared.vol.set_attr(id, attr)
+    }
+
+    /// File `id`'s attribute blob.
+    pub fn attr(&self, id: u64) -> Result<Vec<u8>> {
+        self.shared.vol.attr(id)
+    }
+
+    /// Every file with its size as callers see it; extents and blocks as placed so far.
+    pub fn list(&self) -> Vec<FileInfo> {
+        let mut files = self.shared.vol.list();
+        for f in &mut files {
+            if let Some(e) = self.shared.existing(f.id) {
+                f.size = e.lock().size;
+            }
+        }
+        files
+    }
+
+    /// File `id`'s placed extents (cached data has none yet).
+    pub fn extents(&self, id: u64) -> Result<Vec<FileExtent>> {
+        self.shared.vol.extents(id)
+    }
+
+    /// The volume's `statfs`; blocks reserved for cached data count as not available.
+    pub fn statfs(&self) -> Statfs {
+        let mut s = self.shared.vol.statfs();
+        s.available_blocks = s
+            .available_blocks
+            .saturating_sub(self.shared.vol.delalloc_reserved_blocks());
+        s
+    }
+
+    /// The volume's ownership check (see [`Volume::check`]).
+    pub fn check(&self) -> Result<VolumeCheck> {
+        self.shared.vol.check()
+    }
+
+    /// The cache's and the contexts' figures.
+    pub fn stats(&self) -> WritebackStats {
+        let s = &self.shared;
+        let ctx = |c: &contexts::Context| ContextStats {
+            runs: c.runs.load(Relaxed),
+            bytes: c.bytes.load(Relaxed),
+            allocations: c.allocations.load(Relaxed),
+            lock_waits: c.lock_waits.load(Relaxed),
+        };
+        WritebackStats {
+            contexts: self.workers.len(),
+            dirty_bytes: s.dirty_bytes.load(Relaxed),
+            dirty_peak_bytes: s.dirty_peak_bytes.load(Relaxed),
+            dirty_limit_bytes: s.opts.dirty_limit_bytes,
+            reserved_blocks: s.vol.delalloc_reserved_blocks(),
+            per_context: s.contexts.iter().map(ctx).collect(),
+            caller: ContextStats {
+                runs: s.caller_runs.load(Relaxed),
+                bytes: s.caller_bytes.load(Relaxed),
+                allocations: s.caller_allocations.load(Relaxed),
+                lock_waits: 0,
+            },
+            context_switches: s.switches.load(Relaxed),
+            throttled_writes: s.throttled.load(Relaxed),
+            throttled_ns: s.throttled_ns.load(Relaxed),
+        }
+    }
+
+    /// Syncs, stops the contexts and gives the volume back.
+    pub fn into_volume(mut self) -> Result<Volume> {
+        self.sync()?;
+        self.stop();
+        let shared = self.shared.clone();
+        drop(self);
+        match Arc::try_unwrap(shared) {
+            Ok(s) => Ok(s.vol),
+            Err(_) => unreachable!("the workers are joined"),
+        }
+    }
+
+    /// Syncs, stops the contexts and closes the volume.
+    pub fn close(self) -> Result<()> {
+        self.into_volume()?.close()
+    }
+
+    fn stop(&mut self) {
+        self.shared.shutdown.store(true, Relaxed);
+        for c in &self.shared.contexts {
+            c.notify_all();
+        }
+        for h in self.workers.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Buffered {
+    /// Stops the contexts; what was not synced is lost, as in a crash.
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
