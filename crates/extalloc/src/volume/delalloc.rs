@@ -18,7 +18,6 @@
 //! read, then the file's mutex, one chunk at a time: `mod.rs`).
 
 use super::file::VFile;
-use super::io::Placing;
 use super::record::Change;
 use super::{Volume, CHUNK_EXTENTS};
 use crate::error::{Error, Result};
@@ -27,6 +26,21 @@ use std::cell::Cell;
 /// Blocks a writeback chunk spans at most: one trip through the gate writes at most this
 /// much data (32 MiB of 4 KiB blocks), so a commit waits for at most that.
 const WRITEBACK_CHUNK_BLOCKS: u64 = 8192;
+
+/// How [`Volume::map_holes`] places a hole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Placing {
+    /// A direct write: the file layer's normalisation and preallocations.
+    Written,
+    /// `fallocate`: exactly the request.
+    Unwritten,
+    /// Writeback of cached data (reserved at write time); `complete`: the file is closed
+    /// and its size final, so exactly the request with no new preallocation.
+    Writeback {
+        /// Closed, its size final.
+        complete: bool,
+    },
+}
 
 /// A dirty run being written back: whole blocks from logical block `first`, the size the
 /// file reaches, and whether it is complete (closed, its size final).

@@ -11,6 +11,7 @@
 //! chunk's changes are logged, or is logged unwritten; partial blocks at the edges of a
 //! punch, zero range or truncate are zeroed in place. Locks: `mod.rs`.
 
+use super::delalloc::Placing;
 use super::file::VFile;
 use super::record::Change;
 use super::{Volume, CHUNK_BLOCKS, CHUNK_EXTENTS};
@@ -26,21 +27,6 @@ pub const MAX_FILE_BYTES: u64 = 1 << 56;
 pub const MAX_ATTR_BYTES: usize = 1024;
 /// Times a chunk that finds no space while frees wait commits and tries again.
 const NO_SPACE_COMMITS: usize = 4;
-
-/// How [`Volume::map_holes`] places a hole.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Placing {
-    /// A direct write: the file layer's normalisation and preallocations.
-    Written,
-    /// `fallocate`: exactly the request.
-    Unwritten,
-    /// Writeback of cached data (reserved at write time); `complete`: the file is closed
-    /// and its size final, so exactly the request with no new preallocation.
-    Writeback {
-        /// Closed, its size final.
-        complete: bool,
-    },
-}
 
 /// What [`Volume::fallocate`] does, as Linux's `fallocate(2)` modes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
