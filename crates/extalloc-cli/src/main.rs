@@ -41,6 +41,9 @@ enum Workload {
     Frag,
     /// a kernel trace (--trace), one thread per traced task
     Replay,
+    /// seed 003's fio job on a buffered volume: --files files, each in its own directory,
+    /// 4 KiB writes (--pattern), fsync, sync; per --wb-contexts x --wb-affinity
+    Writeback,
 }
 
 impl Workload {
@@ -55,6 +58,15 @@ impl Workload {
             Workload::SizeClassEdge => "size-class-edge",
             Workload::Frag => "frag",
             Workload::Replay => "replay",
+            Workload::Writeback => "writeback",
+        }
+    }
+
+    fn default_policies(self) -> &'static str {
+        match self {
+            // Buffered writes run on a volume, which takes extalloc's policies.
+            Workload::Writeback => "extalloc",
+            _ => "ext4-base,ext4-2025,extalloc",
         }
     }
 
@@ -71,6 +83,8 @@ impl Workload {
             Workload::SmallFiles => "4GiB",
             // The size the kernel reference figures were taken on.
             Workload::Fallocate3 => "8GiB",
+            // The kernel reference figures' file system.
+            Workload::Writeback => "10GiB",
             _ => "16GiB",
         }
     }
@@ -78,7 +92,7 @@ impl Workload {
     fn default_file_size(self) -> &'static str {
         match self {
             Workload::RandomFill => "5GiB",
-            Workload::Frag => "256MiB",
+            Workload::Frag | Workload::Writeback => "256MiB",
             _ => "4GiB",
         }
     }
@@ -248,9 +262,10 @@ struct BenchArgs {
     /// Thread counts, comma-separated (`--jobs` is the same) [default: 1,2,4,8; frag 16].
     #[arg(long, visible_alias = "jobs")]
     threads: Option<String>,
-    /// Policies: presets or specs (`preset:key=value:...`), comma-separated.
-    #[arg(long, default_value = "ext4-base,ext4-2025,extalloc")]
-    policy: String,
+    /// Policies: presets or specs (`preset:key=value:...`), comma-separated [default:
+    /// ext4-base,ext4-2025,extalloc; writeback extalloc].
+    #[arg(long)]
+    policy: Option<String>,
     /// Seconds per run (time-bound workloads; an upper bound for small-files).
     #[arg(long, default_value_t = 2.0)]
     seconds: f64,
@@ -282,6 +297,23 @@ struct BenchArgs {
     /// made again for every run) instead of the memory device: fallocate2, fallocate3, frag.
     #[arg(long, value_name = "PATH")]
     device: Option<std::path::PathBuf>,
+    /// writeback: files, one writer each, each in its own directory (placement key).
+    #[arg(long, default_value_t = 12)]
+    files: usize,
+    /// writeback: the order of the 4 KiB writes, random or seq.
+    #[arg(long, default_value = "random")]
+    pattern: String,
+    /// writeback: writeback contexts, comma-separated (one run each; cut to the pool's
+    /// bound of min(groups, 2 x CPUs)).
+    #[arg(long, default_value = "1,2,4")]
+    wb_contexts: String,
+    /// writeback: affinities, comma-separated (group, file, none; one run each).
+    #[arg(long, default_value = "group,file,none")]
+    wb_affinity: String,
+    /// writeback: the dirty cache's hard limit (e.g. 256MiB) [default: all the data,
+    /// no pressure].
+    #[arg(long)]
+    dirty_limit: Option<String>,
     /// replay: the kernel trace to replay (one thread per traced task; --threads is ignored).
     #[arg(long)]
     trace: Option<std::path::PathBuf>,
@@ -398,6 +430,13 @@ fn bench(suite: Option<Suite>, args: BenchArgs) -> Result<()> {
             let (_, opts, out) = args.into_options_for(Workload::Fallocate2)?;
             cli::commands::quick_suite(&opts, &out)
         }
+        None if matches!(args.workload, Some(Workload::Writeback)) => {
+            let wb = args.writeback_params()?;
+            let (_, opts, out) = args.into_options()?;
+            out.check()?;
+            let report = lab::writeback::run_matrix(&opts, &wb, &mut lab::StderrProgress)?;
+            emit(&report, &out)
+        }
         None => {
             let (workload, opts, out) = args.into_options()?;
             out.check()?;
@@ -478,6 +517,7 @@ impl Workload {
             Workload::SizeClassEdge => lab::size_class_edge::run_once,
             Workload::Frag => lab::frag::run_once,
             Workload::Replay => replay::bench::run_once,
+            Workload::Writeback => unreachable!("writeback runs its own matrix (bench)"),
         }
     }
 }

@@ -40,7 +40,10 @@ fn bench(name: &str, args: &[&str]) -> Value {
         .filter(|l| l.starts_with("| ") && !l.starts_with("| policy"))
         .count();
     let n = report["runs"].as_array().unwrap().len();
-    let tables = if table.contains("| groups considered /alloc |") {
+    let tables = if table.contains("| allocs/MiB |") {
+        // The writeback workload: one table of its own.
+        1
+    } else if table.contains("| groups considered /alloc |") {
         3
     } else {
         2
@@ -119,6 +122,63 @@ fn sparse_writes_reports_ten_tenths() {
             assert!(p["ops_per_sec"].as_f64().unwrap() > 0.0, "{p}");
         }
     }
+}
+
+/// The writeback workload: a run per contexts x affinity, each carrying its own fields;
+/// every byte written once, nothing preallocated left, the cache within its limit (plus a
+/// write piece per writer), sequential files in at most two extents.
+#[test]
+fn writeback_runs_every_context_and_affinity() {
+    let r = bench(
+        "writeback",
+        &[
+            "writeback",
+            "--files",
+            "3",
+            "--file-size",
+            "4MiB",
+            "--wb-contexts",
+            "1,2",
+            "--wb-affinity",
+            "group,none",
+            "--dirty-limit",
+            "4MiB",
+        ],
+    );
+    assert_eq!(r["workload"], "writeback");
+    assert_eq!(runs(&r).len(), 4);
+    for run in runs(&r) {
+        assert_eq!(run["ops"], 3 * 1024, "{run}");
+        assert!(run["mib_per_sec"].as_f64().unwrap() > 0.0);
+        assert!([1, 2].contains(&run["wb_contexts"].as_u64().unwrap()));
+        assert!(["group", "none"].contains(&run["wb_affinity"].as_str().unwrap()));
+        assert_eq!(run["dirty_limit_bytes"], 4 << 20);
+        assert!(run["dirty_peak_bytes"].as_u64().unwrap() <= (4 << 20) + 3 * (1 << 20));
+        assert_eq!(run["prealloc_left_blocks"], 0);
+        assert!(run["allocations_per_mib"].as_f64().unwrap() > 0.0);
+        assert!(run["context_lock_waits"].is_array());
+    }
+    let seq = bench(
+        "writeback-seq",
+        &[
+            "writeback",
+            "--files",
+            "2",
+            "--file-size",
+            "8MiB",
+            "--pattern",
+            "seq",
+            "--wb-contexts",
+            "2",
+            "--wb-affinity",
+            "group",
+        ],
+    );
+    let run = &runs(&seq)[0];
+    assert!(
+        run["layout"]["extents_per_file"].as_f64().unwrap() <= 2.0,
+        "{run}"
+    );
 }
 
 #[test]

@@ -24,6 +24,7 @@ impl BenchArgs {
         workload: Workload,
     ) -> Result<(Workload, LabOptions, Outputs)> {
         let (prefill, fill) = fill_fractions(workload, self.fill)?;
+        let files = self.files;
         self.check_run(workload)?;
         let file_size_given = self.file_size.is_some();
         let (mut opts, out) = self.into_lab_options(workload, prefill, fill)?;
@@ -31,6 +32,10 @@ impl BenchArgs {
         if matches!(workload, Workload::Replay) {
             // One thread per traced task: the run reports how many.
             opts.threads = vec![1];
+        }
+        if matches!(workload, Workload::Writeback) {
+            // One writer per file.
+            opts.threads = vec![files];
         }
         Ok((workload, opts, out))
     }
@@ -48,10 +53,11 @@ impl BenchArgs {
                         | Workload::SmallFiles
                         | Workload::SparseWrites
                         | Workload::RandomFill
+                        | Workload::Writeback
                 ),
                 "--device runs fallocate2, fallocate3 and frag on a journaled store, and \
-                 small-files, sparse-writes and random-fill on a volume (the other file \
-                 workloads do not run on a volume yet)"
+                 small-files, sparse-writes, random-fill and writeback on a volume (the other \
+                 file workloads do not run on a volume yet)"
             );
         }
         anyhow::ensure!(
@@ -82,6 +88,11 @@ impl BenchArgs {
             seq_burst,
             mix,
             fill: _,
+            files: _,
+            pattern: _,
+            wb_contexts: _,
+            wb_affinity: _,
+            dirty_limit: _,
             trace,
             block_size,
             group_blocks,
@@ -94,6 +105,8 @@ impl BenchArgs {
         let opts = LabOptions {
             threads: lab::parse_threads(threads.as_deref().unwrap_or(workload.default_threads()))?,
             policies: policy
+                .as_deref()
+                .unwrap_or(workload.default_policies())
                 .split(',')
                 .map(|s| s.trim().to_string())
                 .filter(|s| !s.is_empty())
@@ -121,6 +134,37 @@ impl BenchArgs {
             prefill,
         };
         Ok((opts, Outputs { json, plot }))
+    }
+}
+
+impl BenchArgs {
+    /// The writeback workload's own options, checked.
+    pub(crate) fn writeback_params(&self) -> Result<lab::writeback::WritebackParams> {
+        anyhow::ensure!(
+            (1..=1024).contains(&self.files),
+            "--files must be from 1 to 1024"
+        );
+        let contexts = lab::parse_threads(&self.wb_contexts).context("--wb-contexts")?;
+        let affinities: Vec<String> = self
+            .wb_affinity
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .collect();
+        for a in &affinities {
+            a.parse::<extalloc::writeback::Affinity>()?;
+        }
+        Ok(lab::writeback::WritebackParams {
+            files: self.files,
+            pattern: self.pattern.parse()?,
+            contexts,
+            affinities,
+            dirty_limit_bytes: self
+                .dirty_limit
+                .as_deref()
+                .map(lab::parse_size)
+                .transpose()
+                .context("--dirty-limit")?,
+        })
     }
 }
 

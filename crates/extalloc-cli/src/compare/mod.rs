@@ -222,5 +222,6 @@ pub fn kernel_run(fs: Fs, workload: &str, threads: usize, opts: &LabOptions) -> 
         free_space,
         counters: None,
         progress: None,
+        writeback: None,
     })
 }

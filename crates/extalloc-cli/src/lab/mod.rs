@@ -16,6 +16,7 @@ pub mod small_files;
 pub mod sparse_writes;
 pub mod suite;
 pub mod volume_run;
+pub mod writeback;
 
 use anyhow::{bail, Context, Result};
 use backend::{Backend, LabPolicy};
@@ -198,6 +199,7 @@ where
         )),
         counters: Some(alloc.counters(commits)),
         progress: progress(&marks, ops),
+        writeback: None,
     })
 }
 

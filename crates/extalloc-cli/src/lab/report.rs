@@ -52,6 +52,10 @@ pub struct Run {
     /// Throughput of each tenth of the run (workloads with a fixed amount of work).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub progress: Option<Vec<ProgressPoint>>,
+    /// The writeback workload's figures, beside the usual ones (`wb_contexts`,
+    /// `wb_affinity`, `mib_per_sec`, ...).
+    #[serde(flatten)]
+    pub writeback: Option<super::writeback::WritebackFields>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -274,6 +278,9 @@ fn per_kop(n: u64, ops: u64) -> f64 {
 /// Ratios are against the first policy of the list at the same thread count. Between them,
 /// when some run forced commits or loaded bitmaps, a third: how far allocations looked.
 pub fn markdown(report: &Report) -> String {
+    if report.runs.iter().any(|r| r.writeback.is_some()) {
+        return writeback_table(report);
+    }
     let scans = report.runs.iter().any(|r| {
         r.counters
             .as_ref()
@@ -386,6 +393,43 @@ fn layout_table(report: &Report) -> String {
             ));
         }
         out.push('\n');
+    }
+    out
+}
+
+/// The writeback workload: one row per policy x contexts x affinity.
+fn writeback_table(report: &Report) -> String {
+    let mut out = String::from(
+        "| policy | pattern | contexts | affinity | MiB/s | extents/file | avg extent MiB | \
+         free extents | largest free MiB | allocs/MiB | lock waits/MiB | switches | dirty peak MiB | throttled |\n",
+    );
+    out.push_str("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    let mib = |b: f64| b / f64::from(1 << 20);
+    for r in &report.runs {
+        let Some(w) = &r.writeback else { continue };
+        let (free, largest) = r.free_space.as_ref().map_or((0, 0.0), |f| {
+            (
+                f.free_extents,
+                f.largest_free_extent_kib.unwrap_or(0.0) / 1024.0,
+            )
+        });
+        out.push_str(&format!(
+            "| {} | {:?} | {} | {} | {:.0} | {:.2} | {:.1} | {} | {:.0} | {:.3} | {:.2} | {} | {:.0} | {} |\n",
+            r.policy,
+            w.pattern,
+            w.wb_contexts,
+            w.wb_affinity,
+            w.mib_per_sec,
+            r.layout.extents_per_file,
+            r.layout.avg_extent_kib / 1024.0,
+            free,
+            largest,
+            w.allocations_per_mib,
+            w.lock_waits_per_mib,
+            w.context_switches,
+            mib(w.dirty_peak_bytes as f64),
+            w.throttled_writes,
+        ));
     }
     out
 }

@@ -294,6 +294,7 @@ fn replay_policy(
         )),
         counters: Some(report::counters(&alloc.allocator().stats(), 0)),
         progress: None,
+        writeback: None,
     };
     Ok(PolicyReplay {
         run,
@@ -346,6 +347,7 @@ fn kernel_run(kernel: &KernelModel, odd: &Oddities, prepared: &Prepared) -> Resu
         )),
         counters: None,
         progress: None,
+        writeback: None,
     })
 }
 

@@ -45,6 +45,15 @@ pub struct DataRequest {
     /// by default the calling thread's. ext4 keeps one per CPU: a caller that knows the
     /// CPU (a trace replay) passes it.
     pub locality: Option<u32>,
+    /// The request starts a run of this many blocks that the caller maps in order (the
+    /// writeback of a dirty run, a trip at a time): the window covers the whole run (at
+    /// most a group) and the rest stays the file's preallocation, which the next requests
+    /// of the run take. 0: no run.
+    pub run: u64,
+    /// The file's size in blocks as its writer sees it, ahead of what is mapped (a
+    /// buffered layer's cached size): the window is sized by it and may reach a group
+    /// instead of 8 MiB, so the file's later writebacks land in the preallocation. 0: none.
+    pub size_hint: u64,
 }
 
 impl DataRequest {
@@ -58,6 +67,8 @@ impl DataRequest {
             no_prealloc: false,
             complete: false,
             locality: None,
+            run: 0,
+            size_hint: 0,
         }
     }
 
@@ -70,6 +81,18 @@ impl DataRequest {
     /// See [`DataRequest::complete`].
     pub fn complete(mut self) -> Self {
         self.complete = true;
+        self
+    }
+
+    /// See [`DataRequest::run`].
+    pub fn run(mut self, blocks: u64) -> Self {
+        self.run = blocks;
+        self
+    }
+
+    /// See [`DataRequest::size_hint`].
+    pub fn size_hint(mut self, blocks: u64) -> Self {
+        self.size_hint = blocks;
         self
     }
 
@@ -138,17 +161,16 @@ impl FileAlloc {
             .map(|(&s, e)| (e.start + (l - s), s + e.len - l))
     }
 
-    /// Where logical block `l` (a hole) would most likely be placed: in the file's
-    /// preallocation that covers it, else after its previous extent at the same logical
-    /// distance (the goal `allocate_data` gives the core). `None` with neither: the core's
-    /// stream goal decides.
+    /// Where the file's allocation for logical block `l` (a hole) is predicted to land:
+    /// in the file's preallocation that covers it, else right after its last extent
+    /// (where it grows). `None` with neither: the core's stream goal decides. A stable
+    /// prediction: it moves only when the file's allocations move.
     pub fn predicted_block(&self, l: u64) -> Option<u64> {
         let f = self.inner.read();
         if let Some(p) = f.pas.covering_block(l) {
             return Some(p);
         }
-        let (&s, e) = f.map.range(..=l).next_back()?;
-        Some(e.end() + l.saturating_sub(s + e.len))
+        f.map.last_key_value().map(|(_, e)| e.end())
     }
 
     /// The first mapped logical block at or after `l`, if any (where a hole at `l` ends).

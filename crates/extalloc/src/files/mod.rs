@@ -415,7 +415,7 @@ impl Files {
         }
         if req
             .logical
-            .checked_add(req.len)
+            .checked_add(req.len.max(req.run))
             .is_none_or(|e| e > LOGICAL_BLOCKS_MAX)
         {
             return Err(Error::InvalidRequest(format!(

@@ -48,11 +48,21 @@ impl Files {
         } else {
             len
         };
+        let bs = u64::from(geometry.block_size);
         let (mut ws, mut we) = if req.no_prealloc || req.complete {
             (req.logical, req.logical + len)
+        } else if req.size_hint > 0 {
+            // Delayed allocation knows the file's size ahead of its map: a window sized
+            // by it, up to a group (speculative preallocation growing with the file).
+            let max = geometry.group_blocks.saturating_mul(bs);
+            normalise(req.logical, len, basis.max(req.size_hint), bs, max)
         } else {
-            normalise(req.logical, len, basis, u64::from(geometry.block_size))
+            normalise(req.logical, len, basis, bs, BUCKET_BYTES_MAX)
         };
+        if !req.no_prealloc && req.run > len {
+            // A dirty run written back: its window is the run.
+            we = we.max(req.logical.saturating_add(req.run));
+        }
         if let Some((s, e)) = left {
             ws = ws.max(s + e.len);
         }
@@ -88,13 +98,15 @@ impl Files {
 }
 
 /// The window `ws .. we` for a request of `len` blocks at `logical`: `basis` blocks rounded
-/// up to the next bucket (16 KiB ... 8 MiB), aligned to the bucket, at least the request.
-fn normalise(logical: u64, len: u64, basis: u64, block_size: u64) -> (u64, u64) {
+/// up to the next bucket (16 KiB ... `max_bytes`, 8 MiB but for delayed allocation's
+/// size hints), aligned to the bucket, at least the request.
+fn normalise(logical: u64, len: u64, basis: u64, block_size: u64, max_bytes: u64) -> (u64, u64) {
+    let max_bytes = max_bytes.max(BUCKET_BYTES_MIN);
     let basis_bytes = basis.saturating_mul(block_size);
     let bucket_bytes = basis_bytes
         .checked_next_power_of_two()
-        .unwrap_or(BUCKET_BYTES_MAX)
-        .clamp(BUCKET_BYTES_MIN, BUCKET_BYTES_MAX);
+        .unwrap_or(max_bytes)
+        .clamp(BUCKET_BYTES_MIN, max_bytes);
     let bucket = (bucket_bytes / block_size).max(1);
     if len >= bucket {
         return (logical, logical + len);
@@ -111,13 +123,16 @@ mod tests {
     #[test]
     fn windows_round_up_and_align() {
         // 1 KiB into a hole of a big file: a 16 KiB window (4 blocks), aligned.
-        assert_eq!(normalise(1001, 1, 1, 4096), (1000, 1004));
+        assert_eq!(normalise(1001, 1, 1, 4096, BUCKET_BYTES_MAX), (1000, 1004));
         // Appending block 20 of a file (80 KiB so far + 4 KiB): 128 KiB window from 0.
-        assert_eq!(normalise(20, 1, 21, 4096), (0, 32));
+        assert_eq!(normalise(20, 1, 21, 4096, BUCKET_BYTES_MAX), (0, 32));
         // Huge files: 8 MiB windows.
-        assert_eq!(normalise(5000, 2, 5002, 4096), (4096, 6144));
+        assert_eq!(
+            normalise(5000, 2, 5002, 4096, BUCKET_BYTES_MAX),
+            (4096, 6144)
+        );
         // A request as large as its bucket is not extended.
-        assert_eq!(normalise(7, 2048, 4096, 4096), (7, 2055));
+        assert_eq!(normalise(7, 2048, 4096, 4096, BUCKET_BYTES_MAX), (7, 2055));
     }
 
     /// A 1-block write into a large file is normalised to an 8 MiB window: with

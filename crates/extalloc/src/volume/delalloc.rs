@@ -39,6 +39,11 @@ pub(super) enum Placing {
     Writeback {
         /// Closed, its size final.
         complete: bool,
+        /// Where the dirty run ends (logical block): each request asks for a window to it.
+        run_end: u64,
+        /// The file's size in blocks as its writers see it (cached data included): the
+        /// windows are sized by it.
+        size_blocks: u64,
     },
 }
 
@@ -49,6 +54,7 @@ struct Run<'a> {
     buf: &'a [u8],
     size: u64,
     complete: bool,
+    run_end: u64,
 }
 
 /// What one [`Volume::write_back`] did.
@@ -164,8 +170,11 @@ impl Volume {
     /// placed a run at a time (one request per hole, through the file layer), the data is
     /// written, unwritten blocks converted, and the durable size grows to `size` where the
     /// run reaches it. `complete`: the file is closed and its size final, so every request
-    /// is mapped at its exact length with no new preallocation. Chunk by chunk as the other
-    /// calls: a failure leaves the chunks before it done and its own undone.
+    /// is mapped at its exact length with no new preallocation. `run_blocks`: the dirty run
+    /// `buf` starts goes on that far (later trips write the rest); each request's window
+    /// covers it. Chunk by chunk as the other calls: a failure leaves the chunks before it
+    /// done and its own undone.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn write_back(
         &self,
         id: u64,
@@ -173,6 +182,7 @@ impl Volume {
         buf: &[u8],
         size: u64,
         complete: bool,
+        run_blocks: u64,
     ) -> Result<WroteBack> {
         let bs = self.block_size;
         assert!(
@@ -184,6 +194,7 @@ impl Volume {
             buf,
             size,
             complete,
+            run_end: first + run_blocks.max(buf.len() as u64 / self.block_size),
         };
         let end = first + buf.len() as u64 / bs;
         let mut done = WroteBack::default();
@@ -221,6 +232,7 @@ impl Volume {
             buf,
             size,
             complete,
+            run_end,
         } = *run;
         let mut to = end.min(l + WRITEBACK_CHUNK_BLOCKS);
         // Each unwritten range converted is a change: at most CHUNK_EXTENTS of them.
@@ -231,7 +243,16 @@ impl Volume {
         if to * bs > f.size {
             self.zero_tail(f, f.size)?;
         }
-        let (new, reached) = self.map_holes(f, l, to, Placing::Writeback { complete })?;
+        let (new, reached) = self.map_holes(
+            f,
+            l,
+            to,
+            Placing::Writeback {
+                complete,
+                run_end,
+                size_blocks: size.div_ceil(bs),
+            },
+        )?;
         let at = ((l - first) * bs) as usize;
         let data = &buf[at..at + ((reached - l) * bs) as usize];
         let changes = self.write_mapped(f, id, &new, (l, reached), data, size.min(reached * bs))?;

@@ -255,8 +255,17 @@ impl Volume {
             match how {
                 // ext4's fallocate maps exactly the request (no preallocation).
                 Placing::Unwritten => req = req.no_prealloc(),
-                Placing::Writeback { complete: true } => req = req.complete(),
-                _ => {}
+                Placing::Writeback {
+                    complete,
+                    run_end,
+                    size_blocks,
+                } => {
+                    req = req.run(run_end - l).size_hint(size_blocks);
+                    if complete {
+                        req = req.complete();
+                    }
+                }
+                Placing::Written => {}
             }
             match self.store.allocate_data(&f.alloc, &req) {
                 Ok(e) => {

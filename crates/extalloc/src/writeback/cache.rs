@@ -55,6 +55,11 @@ impl DirtyFile {
     /// The first run of contiguous cached blocks, at most `max` of them: `(start, len)`.
     pub(super) fn first_run(&self, max: u64) -> Option<(u64, u64)> {
         let (&start, _) = self.pages.first_key_value()?;
+        Some((start, self.run_len(start, max)))
+    }
+
+    /// How many contiguous cached blocks start at `start` (at most `max`).
+    pub(super) fn run_len(&self, start: u64, max: u64) -> u64 {
         let mut len = 0;
         for (&b, _) in self.pages.range(start..) {
             if b != start + len || len == max {
@@ -62,7 +67,27 @@ impl DirtyFile {
             }
             len += 1;
         }
-        Some((start, len))
+        len
+    }
+
+    /// The runs of contiguous cached blocks from the first, in logical order, until
+    /// `max_blocks` blocks (the last run cut there) or `max_runs` runs.
+    pub(super) fn runs(&self, max_blocks: u64, max_runs: usize) -> Vec<(u64, u64)> {
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        let mut blocks = 0;
+        for &b in self.pages.keys() {
+            let full = runs.len() == max_runs;
+            match runs.last_mut() {
+                Some((s, n)) if *s + *n == b => *n += 1,
+                _ if full => break,
+                _ => runs.push((b, 1)),
+            }
+            blocks += 1;
+            if blocks == max_blocks {
+                break;
+            }
+        }
+        runs
     }
 
     /// The data of cached blocks `start .. start + len` (all cached), one buffer.
@@ -129,6 +154,9 @@ mod tests {
         f.dirty_since = Some((1, Instant::now()));
         assert_eq!(f.first_run(10), Some((3, 3)));
         assert_eq!(f.first_run(2), Some((3, 2)));
+        assert_eq!(f.runs(10, 10), vec![(3, 3), (9, 1)]);
+        assert_eq!(f.runs(2, 10), vec![(3, 2)]);
+        assert_eq!(f.runs(10, 1), vec![(3, 3)]);
         assert_eq!(f.gather(3, 2, 4), vec![3, 3, 3, 3, 4, 4, 4, 4]);
         let mut out = vec![0u8; 8];
         f.overlay(14, &mut out, 4);

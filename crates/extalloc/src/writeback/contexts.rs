@@ -28,6 +28,11 @@ use std::time::{Duration, Instant};
 /// Blocks one writeback trip takes from a file at most (its cache lock is held across the
 /// trip): 32 MiB of 4 KiB blocks.
 pub(super) const TRIP_BLOCKS: u64 = 8192;
+/// How far a trip looks along its dirty run (1 GiB of 4 KiB blocks), to ask for windows
+/// that cover the run: more than the largest extent (a group).
+const RUN_SCAN_MAX: u64 = 1 << 18;
+/// Dirty runs one trip writes at most (each is a writeback call on the volume).
+const TRIP_RUNS: usize = 1024;
 
 /// A file's cache, shared between callers and contexts.
 pub(super) type Entry = Arc<Mutex<DirtyFile>>;
@@ -298,15 +303,16 @@ impl Shared {
         }
     }
 
-    /// One writeback trip on file `id` (cache lock held): its first dirty run, at most
-    /// `TRIP_BLOCKS`, allocated whole and written. `by`: the context doing it, which hands
-    /// the file over (returns `Ok(false)`) if the run's allocation is predicted in another
-    /// context's groups; `None` for a caller (fsync). Returns `Ok(false)` when the file is
-    /// clean.
+    /// One writeback trip on file `id` (cache lock held): its dirty runs in logical order,
+    /// at most `TRIP_BLOCKS` blocks and `TRIP_RUNS` runs, each allocated whole and written.
+    /// `by`: the context doing it, which hands the file over (returns `Ok(false)`) if the
+    /// first run's allocation is predicted in another context's groups; `None` for a
+    /// caller (fsync). Returns `Ok(false)` when the file is clean.
     pub(super) fn trip(&self, id: u64, d: &mut DirtyFile, by: Option<usize>) -> Result<bool> {
-        let Some((start, len)) = d.first_run(TRIP_BLOCKS) else {
+        let runs = d.runs(TRIP_BLOCKS, TRIP_RUNS);
+        if runs.is_empty() {
             return Ok(false);
-        };
+        }
         if let Some(me) = by {
             let c = self.route(id, d)?;
             if self.opts.affinity == Affinity::Group && c != me {
@@ -314,11 +320,31 @@ impl Shared {
                 return Ok(false);
             }
         }
+        for (start, len) in runs {
+            self.write_run(id, d, (start, len), by)?;
+        }
+        if d.pages.is_empty() && d.closed {
+            // A closed file written back in full keeps no preallocation.
+            self.vol.close_file(id)?;
+        }
+        Ok(true)
+    }
+
+    /// Writes back cached blocks `start .. start + len` of file `id` (a run, or the head
+    /// of one) and drops them from the cache.
+    fn write_run(
+        &self,
+        id: u64,
+        d: &mut DirtyFile,
+        (start, len): (u64, u64),
+        by: Option<usize>,
+    ) -> Result<()> {
         let buf = d.gather(start, len, self.block_size);
+        let run = d.run_len(start, RUN_SCAN_MAX);
         let waits = thread_lock_waits();
         let wb = self
             .vol
-            .write_back(id, start, &buf, d.size, d.closed)
+            .write_back(id, start, &buf, d.size, d.closed, run)
             .map_err(|e| Error::Writeback {
                 id,
                 source: Box::new(e),
@@ -340,11 +366,7 @@ impl Shared {
         bytes.fetch_add(len * self.block_size, Relaxed);
         allocs.fetch_add(wb.allocations, Relaxed);
         self.drop_cached(d, start, len);
-        if d.pages.is_empty() && d.closed {
-            // A closed file written back in full keeps no preallocation.
-            self.vol.close_file(id)?;
-        }
-        Ok(true)
+        Ok(())
     }
 
     /// Writes back file `id` in full from the caller's thread (fsync, truncate).
