@@ -2,7 +2,8 @@
 # What the build and tests need beyond Rust, installed only when missing: fontconfig's
 # development files (plotters draws text through font-kit) and a font to draw with; and
 # e2fsprogs, mount and util-linux (mkfs.ext4, dumpe2fs, losetup, fallocate), with which the tests
-# that need root make and trace an ext4 loop mount instead of skipping.
+# that need root make and trace an ext4 loop mount instead of skipping; fio, which the
+# writeback comparison runs on that mount.
 set -euo pipefail
 missing=()
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
@@ -15,6 +16,7 @@ for tool in mkfs.ext4 dumpe2fs e2freefrag; do
 done
 command -v losetup >/dev/null 2>&1 || missing+=(mount)
 command -v fallocate >/dev/null 2>&1 || missing+=(util-linux)
+command -v fio >/dev/null 2>&1 || missing+=(fio)
 if [[ ${#missing[@]} -eq 0 ]]; then
   exit 0
 fi

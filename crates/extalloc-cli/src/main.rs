@@ -465,6 +465,10 @@ fn bench(suite: Option<Suite>, args: BenchArgs) -> Result<()> {
 /// `extalloc compare`: the workload on our policies and on the kernel file systems `fs`
 /// (comma-separated).
 fn compare(fs: &str, args: BenchArgs) -> Result<()> {
+    let wb = match args.workload {
+        Some(Workload::Writeback) => Some(args.writeback_params()?),
+        _ => None,
+    };
     let (workload, opts, out) = args.into_options()?;
     out.check()?;
     let fs = fs
@@ -472,6 +476,10 @@ fn compare(fs: &str, args: BenchArgs) -> Result<()> {
         .filter(|s| !s.trim().is_empty())
         .map(compare::kernel::Fs::parse)
         .collect::<Result<Vec<_>>>()?;
+    if let Some(wb) = wb {
+        let report = compare::writeback::run(&fs, &opts, &wb)?;
+        return emit(&report, &out);
+    }
     let report = compare::run(workload.name(), workload.run_once(), &fs, &opts)?;
     emit(&report, &out)
 }

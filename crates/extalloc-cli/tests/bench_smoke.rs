@@ -374,6 +374,14 @@ fn workload_options_are_checked() {
     assert!(err.contains("cannot be used with"), "{err}");
     let err = refused(&["frag", "--jobs", "16", "--device-size", "1GiB"]);
     assert!(err.contains("do not fit"), "{err}");
+    let err = refused(&["writeback", "--files", "12", "--device-size", "1GiB"]);
+    assert!(err.contains("do not fit"), "{err}");
+    let err = refused(&["writeback", "--pattern", "zigzag"]);
+    assert!(err.contains("random or seq"), "{err}");
+    let err = refused(&["writeback", "--wb-affinity", "group,diagonal"]);
+    assert!(err.contains("one of group, file, none"), "{err}");
+    let err = refused(&["writeback", "--files", "0"]);
+    assert!(err.contains("--files"), "{err}");
     let err = refused(&["frag", "--file-size", "0"]);
     assert!(
         err.contains("--file-size must be at least one block"),
@@ -400,6 +408,34 @@ fn workload_options_are_checked() {
     assert!(err.contains("is a directory"), "{err}");
 }
 
+/// Runs `extalloc compare` with `args` and a JSON path; returns the report, or `None`
+/// (saying why) when this machine cannot run the kernel side: compare must then name the
+/// reason (root, a tool, loop devices), never fail silently.
+fn compare(name: &str, args: &[&str]) -> Option<Value> {
+    let dir = std::env::temp_dir().join(format!("extalloc-cmp-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("c.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_extalloc"))
+        .arg("compare")
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    if !out.status.success() {
+        assert!(
+            err.contains("needs root") || err.contains("not installed") || err.contains("losetup"),
+            "{err}"
+        );
+        eprintln!("skipped the kernel run: {}", err.trim());
+        return None;
+    }
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    Some(report)
+}
+
 #[test]
 fn compare_runs_on_kernel_ext4() {
     let out = Command::new(env!("CARGO_BIN_EXE_extalloc"))
@@ -410,35 +446,24 @@ fn compare_runs_on_kernel_ext4() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("bench workload only"), "{err}");
 
-    let dir = std::env::temp_dir().join(format!("extalloc-compare-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let json = dir.join("c.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_extalloc"))
-        .args(["compare", "frag", "--fs", "ext4", "--jobs", "2"])
-        .args([
+    let Some(report) = compare(
+        "frag",
+        &[
+            "frag",
+            "--fs",
+            "ext4",
+            "--jobs",
+            "2",
             "--file-size",
             "4MiB",
             "--device-size",
             "256MiB",
             "--policy",
             "extalloc",
-        ])
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    if !out.status.success() {
-        // Without root, the tools or loop devices, compare must say why, not fail silently.
-        assert!(
-            err.contains("needs root") || err.contains("not installed") || err.contains("losetup"),
-            "{err}"
-        );
-        eprintln!("skipped the kernel run: {}", err.trim());
+        ],
+    ) else {
         return;
-    }
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
+    };
     let kernel = report["runs"]
         .as_array()
         .unwrap()
@@ -455,6 +480,51 @@ fn compare_runs_on_kernel_ext4() {
     );
     assert!(kernel["free_space"]["free_extents"].as_u64().unwrap() >= 1);
     assert!(kernel["free_space"]["fragmented_groups"].is_u64());
+}
+
+/// The writeback job on kernel ext4 through fio beside extalloc's buffered volume: each
+/// file's data seen by FIEMAP, fio's latency read, no cache counters for the kernel.
+#[test]
+fn compare_writeback_runs_fio_on_kernel_ext4() {
+    let Some(report) = compare(
+        "writeback",
+        &[
+            "writeback",
+            "--fs",
+            "ext4",
+            "--files",
+            "2",
+            "--file-size",
+            "4MiB",
+            "--device-size",
+            "256MiB",
+            "--wb-contexts",
+            "2",
+            "--wb-affinity",
+            "group",
+        ],
+    ) else {
+        return;
+    };
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{report}");
+    let kernel = runs.iter().find(|r| r["policy"] == "kernel-ext4").unwrap();
+    assert_eq!(kernel["wb_affinity"], "kernel");
+    assert!(kernel["mib_per_sec"].as_f64().unwrap() > 0.0);
+    assert!(
+        kernel["latency_ns"]["p50"].as_u64().unwrap() > 0,
+        "{kernel}"
+    );
+    assert!(kernel.get("dirty_limit_bytes").is_none(), "{kernel}");
+    let kib = kernel["layout"]["extents_per_file"].as_f64().unwrap()
+        * kernel["layout"]["avg_extent_kib"].as_f64().unwrap();
+    assert!(
+        (kib - 4096.0).abs() < 1.0,
+        "FIEMAP sees each 4 MiB file: {kernel}"
+    );
+    let ours = runs.iter().find(|r| r["policy"] == "extalloc").unwrap();
+    assert_eq!(ours["wb_contexts"], 2);
+    assert!(ours["dirty_limit_bytes"].is_u64());
 }
 
 /// fallocate3 on a journaled file device after a half fill: every run allocates, the timed

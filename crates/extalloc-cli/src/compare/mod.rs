@@ -11,6 +11,7 @@
 pub mod fiemap;
 pub mod freespace;
 pub mod kernel;
+pub mod writeback;
 
 use crate::lab::report::{self, Report, Run};
 use crate::lab::{fallocate2, frag, LabOptions, RunOnce};
@@ -23,15 +24,28 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// Workloads the kernel side can run.
-pub const KERNEL_WORKLOADS: &[&str] = &["fallocate2", "frag"];
+pub const KERNEL_WORKLOADS: &[&str] = &["fallocate2", "frag", "writeback"];
 
 pub fn run(workload: &str, run_once: RunOnce, fs: &[Fs], opts: &LabOptions) -> Result<Report> {
     if !KERNEL_WORKLOADS.contains(&workload) {
         bail!(
             "compare runs {} on the kernel; {workload} is a bench workload only",
-            KERNEL_WORKLOADS.join(" and ")
+            KERNEL_WORKLOADS.join(", ")
         );
     }
+    preflight(fs, &[])?;
+    // extalloc's runs set nothing up: Ctrl-C may end them the usual way. From here on it
+    // stops the workers and unwinds, so the devices are torn down.
+    let mut report = crate::lab::run_matrix(workload, opts, run_once)?;
+    kernel::catch_interrupt()?;
+    kernel_matrix(&mut report, workload, fs, opts, |f, threads| {
+        kernel_run(f, workload, threads, opts)
+    })?;
+    Ok(report)
+}
+
+/// Root, and every tool the kernel runs need (`extra` besides the file systems' own).
+pub fn preflight(fs: &[Fs], extra: &[&'static str]) -> Result<()> {
     if !rustix::process::geteuid().is_root() {
         bail!(
             "extalloc compare needs root: it creates loop devices and mounts file systems \
@@ -40,19 +54,28 @@ pub fn run(workload: &str, run_once: RunOnce, fs: &[Fs], opts: &LabOptions) -> R
     }
     for tool in ["losetup", "mount", "umount"]
         .into_iter()
+        .chain(extra.iter().copied())
         .chain(fs.iter().map(|f| f.tool()))
         .chain(fs.contains(&Fs::Ext4).then_some("dumpe2fs"))
         .chain(fs.contains(&Fs::Ext4).then_some("e2freefrag"))
         .chain(fs.contains(&Fs::Xfs).then_some("xfs_db"))
     {
         if !kernel::have(tool) {
-            bail!("{tool} is not installed (scripts/setup.sh installs e2fsprogs, xfsprogs, btrfs-progs)");
+            bail!("{tool} is not installed (scripts/setup.sh installs e2fsprogs, xfsprogs, btrfs-progs and fio)");
         }
     }
-    // extalloc's runs set nothing up: Ctrl-C may end them the usual way. From here on it
-    // stops the workers and unwinds, so the devices are torn down.
-    let mut report = crate::lab::run_matrix(workload, opts, run_once)?;
-    kernel::catch_interrupt()?;
+    Ok(())
+}
+
+/// Appends to `report` a run per kernel file system x thread count (medians of
+/// `--repeat`), each made by `one`.
+pub fn kernel_matrix(
+    report: &mut Report,
+    workload: &str,
+    fs: &[Fs],
+    opts: &LabOptions,
+    one: impl Fn(Fs, usize) -> Result<Run>,
+) -> Result<()> {
     let total = fs.len() * opts.threads.len() * opts.repeat;
     let mut done = 0;
     for &f in fs {
@@ -66,7 +89,7 @@ pub fn run(workload: &str, run_once: RunOnce, fs: &[Fs], opts: &LabOptions) -> R
                     rep + 1,
                     opts.repeat
                 );
-                let run = kernel_run(f, workload, threads, opts)
+                let run = one(f, threads)
                     .with_context(|| format!("kernel {} with {threads} threads", f.name()))?;
                 eprintln!("{:.0} ops/s", run.ops_per_sec);
                 reps.push(run);
@@ -74,7 +97,7 @@ pub fn run(workload: &str, run_once: RunOnce, fs: &[Fs], opts: &LabOptions) -> R
             report.runs.push(report::median_run(reps));
         }
     }
-    Ok(report)
+    Ok(())
 }
 
 fn histogram() -> Histogram<u64> {
@@ -185,8 +208,34 @@ pub fn kernel_run(fs: Fs, workload: &str, threads: usize, opts: &LabOptions) -> 
         .map(|p| kernel::file_extents(p, opts.block_size))
         .collect::<Result<Vec<_>>>()?;
     dev.unmount()?;
+    let free_space = free_space_of(fs, &dev, opts)?;
+    drop(dev);
+    let ops_per_sec = ops as f64 / seconds;
+    Ok(Run {
+        policy: format!("kernel-{}", fs.name()),
+        threads,
+        seconds,
+        ops,
+        ops_per_sec,
+        ops_per_sec_repeats: vec![ops_per_sec],
+        latency_ns: report::latency_of(&lat),
+        layout: report::layout(&files, opts.block_size),
+        free_space,
+        counters: None,
+        progress: None,
+        writeback: None,
+    })
+}
+
+/// The free space of `dev`'s file system, unmounted, from its own tools (`None` for btrfs:
+/// none fits).
+pub fn free_space_of(
+    fs: Fs,
+    dev: &Device,
+    opts: &LabOptions,
+) -> Result<Option<report::FreeSpaceJson>> {
     let loop_dev = dev.loop_dev.clone().expect("attached");
-    let free_space = match fs {
+    Ok(match fs {
         Fs::Ext4 => {
             let dump = kernel::run(Command::new("dumpe2fs").arg(&loop_dev))?;
             let (geometry, runs) = freespace::parse_dumpe2fs(&dump)?;
@@ -207,21 +256,5 @@ pub fn kernel_run(fs: Fs, workload: &str, threads: usize, opts: &LabOptions) -> 
             Some(freespace::parse_xfs_freesp(&out, opts.block_size)?)
         }
         Fs::Btrfs => None,
-    };
-    drop(dev);
-    let ops_per_sec = ops as f64 / seconds;
-    Ok(Run {
-        policy: format!("kernel-{}", fs.name()),
-        threads,
-        seconds,
-        ops,
-        ops_per_sec,
-        ops_per_sec_repeats: vec![ops_per_sec],
-        latency_ns: report::latency_of(&lat),
-        layout: report::layout(&files, opts.block_size),
-        free_space,
-        counters: None,
-        progress: None,
-        writeback: None,
     })
 }

@@ -413,22 +413,31 @@ fn writeback_table(report: &Report) -> String {
                 f.largest_free_extent_kib.unwrap_or(0.0) / 1024.0,
             )
         });
+        let cache = w.cache.as_ref().map_or_else(
+            || "- | - | - | - | -".to_string(),
+            |c| {
+                format!(
+                    "{:.3} | {:.2} | {} | {:.0} | {}",
+                    c.allocations_per_mib,
+                    c.lock_waits_per_mib,
+                    c.context_switches,
+                    mib(c.dirty_peak_bytes as f64),
+                    c.throttled_writes
+                )
+            },
+        );
+        let contexts = match w.wb_contexts {
+            0 => "-".to_string(),
+            n => n.to_string(),
+        };
         out.push_str(&format!(
-            "| {} | {:?} | {} | {} | {:.0} | {:.2} | {:.1} | {} | {:.0} | {:.3} | {:.2} | {} | {:.0} | {} |\n",
+            "| {} | {:?} | {contexts} | {} | {:.0} | {:.2} | {:.1} | {free} | {largest:.0} | {cache} |\n",
             r.policy,
             w.pattern,
-            w.wb_contexts,
             w.wb_affinity,
             w.mib_per_sec,
             r.layout.extents_per_file,
             r.layout.avg_extent_kib / 1024.0,
-            free,
-            largest,
-            w.allocations_per_mib,
-            w.lock_waits_per_mib,
-            w.context_switches,
-            mib(w.dirty_peak_bytes as f64),
-            w.throttled_writes,
         ));
     }
     out

@@ -56,12 +56,21 @@ pub struct WritebackParams {
 /// The figures a writeback run adds to the usual ones (flattened into the run's JSON).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct WritebackFields {
-    /// Contexts that ran (the ones asked for, cut to the pool's bound).
+    /// Contexts that ran (the ones asked for, cut to the pool's bound); 0 for the kernel.
     pub wb_contexts: usize,
+    /// `group`, `file` or `none`; `kernel` for a kernel file system's run.
     pub wb_affinity: String,
     /// Data written over the time until it was durable.
     pub mib_per_sec: f64,
     pub pattern: Pattern,
+    /// The cache's figures: extalloc's runs only.
+    #[serde(flatten)]
+    pub cache: Option<CacheFields>,
+}
+
+/// What extalloc's writeback did (the kernel's runs have no such counters).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct CacheFields {
     pub dirty_limit_bytes: u64,
     pub dirty_peak_bytes: u64,
     pub writeback_runs: u64,
@@ -88,6 +97,15 @@ pub fn run_matrix(
         .iter()
         .map(|a| a.parse().map_err(anyhow::Error::from))
         .collect::<Result<_>>()?;
+    let data = (wb.files as u64).saturating_mul(opts.file_bytes);
+    anyhow::ensure!(
+        opts.file_bytes >= WRITE_BYTES && data <= opts.device_bytes / 10 * 9,
+        "writeback: {} files of {} bytes do not fit the {}-byte device with a tenth to \
+         spare (--files, --file-size, --device-size; each file at least 4 KiB)",
+        wb.files,
+        opts.file_bytes,
+        opts.device_bytes
+    );
     let mut cells = Vec::new();
     for policy in &opts.policies {
         for &c in &wb.contexts {
@@ -225,11 +243,7 @@ fn figures(
     let mib = data as f64 / f64::from(1 << 20);
     let ops = data / WRITE_BYTES;
     let alloc = b.volume().store().allocator();
-    let fields = WritebackFields {
-        wb_contexts: st.contexts,
-        wb_affinity: format!("{affinity:?}").to_lowercase(),
-        mib_per_sec: mib / seconds,
-        pattern: wb.pattern,
+    let cache = CacheFields {
         dirty_limit_bytes: st.dirty_limit_bytes,
         dirty_peak_bytes: st.dirty_peak_bytes,
         writeback_runs: total.runs,
@@ -241,6 +255,13 @@ fn figures(
         context_switches: st.context_switches,
         throttled_writes: st.throttled_writes,
         prealloc_left_blocks: b.list().iter().map(|f| f.prealloc_blocks).sum(),
+    };
+    let fields = WritebackFields {
+        wb_contexts: st.contexts,
+        wb_affinity: format!("{affinity:?}").to_lowercase(),
+        mib_per_sec: mib / seconds,
+        pattern: wb.pattern,
+        cache: Some(cache),
     };
     Ok(Run {
         policy: spec.to_string(),

@@ -285,6 +285,11 @@ impl Allocator {
         &self.stats
     }
 
+    /// Group `g`'s free blocks, read without its lock (a hint: it may change at once).
+    pub fn group_free_blocks(&self, g: u64) -> u64 {
+        u64::from(self.groups[g as usize].free_blocks())
+    }
+
     /// Group `g`'s size-class tag (0: none).
     pub fn group_class_tag(&self, g: u64) -> u8 {
         self.groups[g as usize].class_tag()

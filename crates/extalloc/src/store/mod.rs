@@ -303,6 +303,11 @@ impl Store {
         self.alloc().free_blocks() + self.files.reserved_blocks()
     }
 
+    /// Group `g`'s free blocks (a hint, read without its lock); `g` below the group count.
+    pub fn group_free_blocks(&self, g: u64) -> u64 {
+        self.alloc().group_free_blocks(g)
+    }
+
     /// The group file `file`'s next stream allocation of `blocks` would start scanning
     /// from (see [`Allocator::stream_goal_group`]).
     pub fn stream_goal_group(&self, file: u64, blocks: u64) -> u64 {

@@ -159,7 +159,7 @@ impl Volume {
             .alloc
             .predicted_block(logical)
             .filter(|&b| b < g.blocks_count)
-            .or_else(|| self.placement_goal(&f));
+            .or_else(|| self.placement_goal(&f, run_blocks));
         Ok(match block {
             Some(b) => g.group_of(b),
             None => self.store.stream_goal_group(id, run_blocks),

@@ -249,7 +249,11 @@ impl Volume {
                 }
             }
             let mut req = DataRequest::new(l, hole_end - l);
-            if let Some(goal) = self.placement_goal(f) {
+            let want = match how {
+                Placing::Writeback { size_blocks, .. } => size_blocks.max(hole_end - l),
+                _ => hole_end - l,
+            };
+            if let Some(goal) = self.placement_goal(f, want) {
                 req = req.goal(goal);
             }
             match how {
@@ -279,19 +283,6 @@ impl Volume {
             }
         }
         Ok((new, l))
-    }
-
-    /// The goal of a placed file's first blocks: the start of the group its key picks
-    /// (a multiplicative hash, so neighbouring keys land far apart). `None` once the file
-    /// maps anything (the goal then follows its previous extent) or without a key.
-    pub(super) fn placement_goal(&self, f: &VFile) -> Option<u64> {
-        let key = f.placement?;
-        if f.alloc.next_mapped(0).is_some() {
-            return None;
-        }
-        let g = self.store.geometry();
-        let group = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) % g.groups_count();
-        Some(g.group_start(group))
     }
 
     /// Gives back extents a failed chunk mapped (freed in the same transaction; never
@@ -555,6 +546,7 @@ impl Volume {
     /// file system gives them back at the last close (nothing is recorded: they were never
     /// handed out).
     pub fn close_file(&self, id: u64) -> Result<()> {
+        self.unclaim(id);
         self.chunk(id, |v, f| {
             v.store.release_prealloc(&f.alloc)?;
             Ok(Vec::new())
@@ -565,6 +557,7 @@ impl Volume {
     pub fn unlink(&self, id: u64) -> Result<()> {
         let bs = self.block_size;
         self.free_blocks(id, 0, MAX_FILE_BYTES / bs)?;
+        self.unclaim(id);
         self.chunk(id, |v, f| {
             v.store.release_prealloc(&f.alloc)?;
             v.files.write().remove(&id);

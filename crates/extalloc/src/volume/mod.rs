@@ -31,8 +31,8 @@
 //! both under the gate (written). Durable state (the table, then the records after it)
 //! maps a block to at most one file, and only blocks the store holds allocated.
 //!
-//! Lock order: `gate` -> a file's mutex -> `files` / `log` / `meta`; then the store's
-//! locks. `files` is held only briefly and never while waiting for a file's mutex (callers
+//! Lock order: `gate` -> a file's mutex -> `files` / `log` / `meta` / `claims` /
+//! `delalloc`; then the store's locks. `files` is held only briefly and never while waiting for a file's mutex (callers
 //! clone a file's `Arc` out of it, then lock). Operations hold the gate for reading one chunk at a time (at most `CHUNK_BLOCKS`
 //! blocks or `CHUNK_EXTENTS` extents), so a commit waits for at most one chunk.
 
@@ -41,6 +41,7 @@ mod checkpoint;
 mod delalloc;
 mod file;
 mod io;
+mod placement;
 mod record;
 #[cfg(test)]
 mod tests;
@@ -56,6 +57,7 @@ use crate::geometry::{Extent, Geometry};
 use crate::store::{Statfs, Store};
 use file::VFile;
 use parking_lot::{Mutex, RwLock};
+use placement::Claims;
 use record::{Change, PAYLOAD_MAGIC};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -128,6 +130,8 @@ pub struct Volume {
     prepared_root: Arc<Mutex<Option<Vec<u8>>>>,
     /// Blocks reserved for cached data not yet placed (`delalloc.rs`).
     delalloc: Mutex<u64>,
+    /// Runs of groups placed files have claimed for their first allocations (`io.rs`).
+    claims: Mutex<Claims>,
 }
 
 impl Volume {
@@ -204,6 +208,7 @@ impl Volume {
             meta: Mutex::new(meta),
             prepared_root,
             delalloc: Mutex::new(0),
+            claims: Mutex::new(Claims::default()),
         })
     }
 

@@ -310,7 +310,10 @@ fn placement_keys_pick_the_group_of_a_files_first_blocks() {
     let dev = device(20);
     let vol = Volume::mkfs(dev.clone(), &geometry(), 64, Policy::default()).unwrap();
     let g = geometry();
-    let group_of = |key: u64| (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) % g.groups_count();
+    let group_of = |key: u64| {
+        let hash = key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+        (hash * g.groups_count()) >> 32
+    };
     let keys = [3u64, 4, 5, 3];
     let mut later = Vec::new();
     for (i, &key) in keys.iter().enumerate() {
@@ -407,4 +410,39 @@ fn damage_is_refused_or_repaired_never_misread() {
     assert_eq!(vol.read(a, 0, 50_000).unwrap(), pattern(4, 50_000));
     assert_eq!(vol.read(b, 0, 9_000).unwrap(), pattern(5, 9_000));
     assert!(vol.check().unwrap().clean());
+}
+
+/// Files of one key wanting more than a group each claim a run of wholly free groups when
+/// placed, so two placed before either allocates do not share one; a file that fits a
+/// group starts in its key's group; the claim goes at close.
+#[test]
+fn large_placed_files_claim_disjoint_runs_of_groups() {
+    let dev = device(21);
+    let vol = Volume::mkfs(dev.clone(), &geometry(), 64, Policy::default()).unwrap();
+    let g = geometry();
+    let ids: Vec<u64> = (0..3).map(|_| vol.create_placed(b"", 5).unwrap()).collect();
+    let goal = |id: u64, want: u64| {
+        let f = vol.file(id).unwrap();
+        let f = f.lock();
+        g.group_of(vol.placement_goal(&f, want).unwrap())
+    };
+    let (a, b) = (
+        goal(ids[0], 2 * g.group_blocks),
+        goal(ids[1], 2 * g.group_blocks),
+    );
+    assert!(a + 2 <= b || b + 2 <= a, "runs {a} and {b} overlap");
+    assert_eq!(goal(ids[0], 2 * g.group_blocks), a, "a claim is kept");
+    let hash = 5u64.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+    let home = (hash * g.groups_count()) >> 32;
+    assert_eq!(
+        goal(ids[2], 10),
+        home,
+        "a small file starts at its key's group"
+    );
+    vol.close_file(ids[0]).unwrap();
+    assert_eq!(
+        goal(ids[2], 2 * g.group_blocks),
+        a,
+        "the claim went at close"
+    );
 }

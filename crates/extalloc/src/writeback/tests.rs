@@ -395,3 +395,39 @@ proptest! {
         b.volume().store().allocator().check().unwrap();
     }
 }
+
+/// Placed files larger than a group, of one key (one directory), one written back in part
+/// before the other is written: the first's windows (sized by its whole size) hold the
+/// groups it grows into, the second finds free groups of its own; both end up in one
+/// physically contiguous piece.
+#[test]
+fn large_placed_files_each_get_a_run_of_free_groups() {
+    let dev = device(65536, 9);
+    let b = buffered(&dev, 1024, WritebackOptions::default());
+    let blocks = 2560u64; // two and a half groups each
+    let (a, c) = (
+        b.create_placed(b"", 7).unwrap(),
+        b.create_placed(b"", 7).unwrap(),
+    );
+    // The end of `a` first (its size is known), its first half written back.
+    b.write(a, (blocks - 1) * BS, &fill(1, BS as usize))
+        .unwrap();
+    for l in 0..blocks / 2 {
+        b.write(a, l * BS, &fill(1, BS as usize)).unwrap();
+    }
+    b.fsync(a).unwrap();
+    for l in 0..blocks {
+        b.write(c, l * BS, &fill(2, BS as usize)).unwrap();
+    }
+    b.fsync(c).unwrap();
+    for l in blocks / 2..blocks - 1 {
+        b.write(a, l * BS, &fill(1, BS as usize)).unwrap();
+    }
+    b.sync().unwrap();
+    for f in [a, c] {
+        let e = b.extents(f).unwrap();
+        let contiguous = e.windows(2).all(|w| w[0].extent.end() == w[1].extent.start);
+        assert!(contiguous, "file {f}: {e:?}");
+        assert_eq!(e.iter().map(|x| x.extent.len).sum::<u64>(), blocks);
+    }
+}

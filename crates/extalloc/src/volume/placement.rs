@@ -1,0 +1,79 @@
+//! Where a placed file's first blocks go: its key's group (a multiplicative hash), or for
+//! a file larger than a group, the first run of wholly free groups from there that holds
+//! it, claimed so that files placed at the same time pick different runs.
+//!
+//! Data structures: [`Claims`], the claimed runs by group and by file. Invariant: a group
+//! is claimed by at most one file, a file claims at most one run, and only a file that
+//! has not mapped anything yet is given a claimed run. Locks: `claims` is a leaf, taken
+//! under a file's mutex (`mod.rs`).
+
+use super::file::VFile;
+use super::Volume;
+use std::collections::{BTreeMap, HashMap};
+
+/// Groups a placed file's first allocation looks through for a run of free groups.
+const PLACEMENT_SCAN_GROUPS: u64 = 1024;
+
+/// Runs of free groups claimed by placed files that want more than a group: by group
+/// (the claiming file) and by file (the run's first group and length).
+#[derive(Default)]
+pub(super) struct Claims {
+    groups: BTreeMap<u64, u64>,
+    by_file: HashMap<u64, (u64, u64)>,
+}
+
+impl Volume {
+    /// The goal of a placed file's first blocks, `want` blocks of them: from the group its
+    /// key picks (a multiplicative hash, so neighbouring keys land far apart: about 0.618
+    /// of the device from each other, wrapped). A file that fits a group starts there,
+    /// near the other files of its key; a larger one at the first run of wholly free
+    /// groups that holds `want` and that no other file has claimed (looking through at
+    /// most `PLACEMENT_SCAN_GROUPS`), else at the key's group. Such a file claims its run, so files placed at the same time (or before they allocate)
+    /// do not pick overlapping runs; the claim goes at close or unlink. `None` once the
+    /// file maps anything (the goal then follows its previous extent) or without a key.
+    pub(super) fn placement_goal(&self, f: &VFile, want: u64) -> Option<u64> {
+        let key = f.placement?;
+        if f.alloc.next_mapped(0).is_some() {
+            return None;
+        }
+        let id = f.alloc.id();
+        let g = self.store.geometry();
+        let mut claims = self.claims.lock();
+        if let Some(&(start, _)) = claims.by_file.get(&id) {
+            return Some(g.group_start(start));
+        }
+        let groups = g.groups_count();
+        // Fibonacci hashing: the hash's top 32 bits scaled to the group count (not taken
+        // modulo it, which steps consecutive keys by a fixed few groups and clusters them).
+        let hash = key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+        let home = ((u128::from(hash) * u128::from(groups)) >> 32) as u64;
+        let k = want.div_ceil(g.group_blocks).clamp(1, groups);
+        if k == 1 {
+            // A file that fits a group starts in its key's group, near its siblings.
+            return Some(g.group_start(home));
+        }
+        let free = |x: u64| {
+            self.store.group_free_blocks(x) == g.group_len(x) && !claims.groups.contains_key(&x)
+        };
+        let fits = |s: u64| s + k <= groups && (s..s + k).all(free);
+        let start = (0..groups.min(PLACEMENT_SCAN_GROUPS))
+            .map(|i| (home + i) % groups)
+            .find(|&s| fits(s));
+        let Some(s) = start else {
+            return Some(g.group_start(home));
+        };
+        claims.by_file.insert(id, (s, k));
+        claims.groups.extend((s..s + k).map(|x| (x, id)));
+        Some(g.group_start(s))
+    }
+
+    /// Drops file `id`'s claim on a run of groups, if it holds one.
+    pub(super) fn unclaim(&self, id: u64) {
+        let mut claims = self.claims.lock();
+        if let Some((s, k)) = claims.by_file.remove(&id) {
+            for x in s..s + k {
+                claims.groups.remove(&x);
+            }
+        }
+    }
+}
