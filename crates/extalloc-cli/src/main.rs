@@ -197,6 +197,7 @@ enum Command {
         corrupt: Option<u64>,
         /// Instead of the store's transactions: random file operations on a volume, with
         /// crashes; every file checked after each reopen (stale reads, lost data, leaks).
+        /// Odd seeds write through the buffered cache (delayed allocation, writeback).
         #[arg(long, conflicts_with = "corrupt")]
         volume: bool,
         #[arg(long)]

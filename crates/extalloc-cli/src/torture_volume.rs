@@ -23,10 +23,15 @@
 //! `EXTALLOC_TORTURE_DEBUG` set, every file is also compared after every sync, and each
 //! operation and crash is printed to stderr (to find the round where a model and the
 //! volume part).
+//!
+//! Odd seeds write through a buffered volume (`extalloc::writeback`: delayed allocation,
+//! contexts writing back under a 1 MiB dirty limit from 256 KiB cached): a crash then also
+//! drops whatever the cache held, and the same checks apply.
 
 use anyhow::{bail, Result};
 use extalloc::disk::device::{Crash, Device, FaultDevice, MemDevice};
-use extalloc::volume::{Fallocate, Volume};
+use extalloc::volume::{Fallocate, FileExtent, Volume, VolumeCheck};
+use extalloc::writeback::{Buffered, WritebackOptions};
 use extalloc::{Geometry, Policy};
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
@@ -36,6 +41,8 @@ use std::time::Instant;
 /// The verdict.
 #[derive(Debug, Default, serde::Serialize)]
 pub struct VolumeOutcome {
+    /// Written through a buffered volume (odd seeds).
+    pub buffered: bool,
     pub crashes: u64,
     pub recovered: u64,
     pub lost: u64,
@@ -59,9 +66,102 @@ const MAX_OFFSET: u64 = 1 << 20;
 /// Bytes of each file as the model believes them, by id.
 type Files = BTreeMap<u64, Vec<u8>>;
 
+/// The file calls the torture makes, on a volume (direct writes) or a buffered one.
+trait FileCalls: Sync {
+    fn create(&self, attr: &[u8]) -> extalloc::Result<u64>;
+    fn write(&self, id: u64, offset: u64, data: &[u8]) -> extalloc::Result<()>;
+    fn read(&self, id: u64, offset: u64, len: u64) -> extalloc::Result<Vec<u8>>;
+    fn size(&self, id: u64) -> extalloc::Result<u64>;
+    fn fallocate(&self, id: u64, mode: Fallocate, offset: u64, len: u64) -> extalloc::Result<()>;
+    fn truncate(&self, id: u64, size: u64) -> extalloc::Result<()>;
+    fn unlink(&self, id: u64) -> extalloc::Result<()>;
+    fn sync(&self) -> extalloc::Result<()>;
+    fn check(&self) -> extalloc::Result<VolumeCheck>;
+    fn ids(&self) -> Vec<u64>;
+    fn extents(&self, id: u64) -> extalloc::Result<Vec<FileExtent>>;
+}
+
+/// Both types have the calls under the same names.
+macro_rules! file_calls {
+    ($t:ty) => {
+        impl FileCalls for $t {
+            fn create(&self, attr: &[u8]) -> extalloc::Result<u64> {
+                <$t>::create(self, attr)
+            }
+            fn write(&self, id: u64, offset: u64, data: &[u8]) -> extalloc::Result<()> {
+                <$t>::write(self, id, offset, data)
+            }
+            fn read(&self, id: u64, offset: u64, len: u64) -> extalloc::Result<Vec<u8>> {
+                <$t>::read(self, id, offset, len)
+            }
+            fn size(&self, id: u64) -> extalloc::Result<u64> {
+                <$t>::size(self, id)
+            }
+            fn fallocate(
+                &self,
+                id: u64,
+                mode: Fallocate,
+                offset: u64,
+                len: u64,
+            ) -> extalloc::Result<()> {
+                <$t>::fallocate(self, id, mode, offset, len)
+            }
+            fn truncate(&self, id: u64, size: u64) -> extalloc::Result<()> {
+                <$t>::truncate(self, id, size)
+            }
+            fn unlink(&self, id: u64) -> extalloc::Result<()> {
+                <$t>::unlink(self, id)
+            }
+            fn sync(&self) -> extalloc::Result<()> {
+                <$t>::sync(self)
+            }
+            fn check(&self) -> extalloc::Result<VolumeCheck> {
+                <$t>::check(self)
+            }
+            fn ids(&self) -> Vec<u64> {
+                <$t>::list(self).iter().map(|f| f.id).collect()
+            }
+            fn extents(&self, id: u64) -> extalloc::Result<Vec<FileExtent>> {
+                <$t>::extents(self, id)
+            }
+        }
+    };
+}
+file_calls!(Volume);
+file_calls!(Buffered);
+
+/// The volume under test, written directly or through the cache.
+enum Vol {
+    Direct(Volume),
+    Buffered(Buffered),
+}
+
+impl Vol {
+    fn calls(&self) -> &dyn FileCalls {
+        match self {
+            Vol::Direct(v) => v,
+            Vol::Buffered(b) => b,
+        }
+    }
+
+    /// `vol`, buffered or not.
+    fn wrap(vol: Volume, buffered: bool) -> Result<Vol> {
+        if !buffered {
+            return Ok(Vol::Direct(vol));
+        }
+        let opts = WritebackOptions {
+            contexts: 2,
+            dirty_limit_bytes: 2 << 20,
+            background_bytes: 256 << 10,
+            ..WritebackOptions::default()
+        };
+        Ok(Vol::Buffered(Buffered::new(vol, opts)?))
+    }
+}
+
 /// One thread's round: operations on its own files (each at most once). Returns the ids
 /// it touched and its files afterwards.
-fn thread_round(vol: &Volume, mine: &mut Files, seed: u64) -> Result<Vec<u64>> {
+fn thread_round(vol: &dyn FileCalls, mine: &mut Files, seed: u64) -> Result<Vec<u64>> {
     let mut r = rand::rngs::StdRng::seed_from_u64(seed);
     let mut touched = Vec::new();
     for _ in 0..r.gen_range(1..5) {
@@ -113,7 +213,7 @@ fn thread_round(vol: &Volume, mine: &mut Files, seed: u64) -> Result<Vec<u64>> {
 }
 
 fn fallocate(
-    vol: &Volume,
+    vol: &dyn FileCalls,
     id: u64,
     bytes: &mut Vec<u8>,
     r: &mut rand::rngs::StdRng,
@@ -158,12 +258,12 @@ struct Round {
 
 /// Checks the reopened volume against the round; returns the files as they read now, per
 /// thread (a file's owner is the thread whose model held it).
-fn check(vol: &Volume, round: &Round, out: &mut VolumeOutcome) -> Result<Vec<Files>> {
+fn check(vol: &dyn FileCalls, round: &Round, out: &mut VolumeOutcome) -> Result<Vec<Files>> {
     let c = vol.check()?;
     out.lost += c.mapped_free;
     out.leaked += c.leaked;
     out.double_allocated += c.mapped_twice;
-    let present: Vec<u64> = vol.list().iter().map(|f| f.id).collect();
+    let present: Vec<u64> = vol.ids();
     let mut after: Vec<Files> = vec![Files::new(); round.now.len()];
     for (t, now) in round.now.iter().enumerate() {
         let ids: std::collections::BTreeSet<u64> = now
@@ -225,7 +325,12 @@ fn stale(back: &[u8], old: Option<&Vec<u8>>, new: Option<&Vec<u8>>) -> u64 {
 }
 
 /// Every thread's round at once; returns the files they touched.
-fn threads_round(vol: &Volume, files: &mut [Files], seed: u64, round: u64) -> Result<Vec<u64>> {
+fn threads_round(
+    vol: &dyn FileCalls,
+    files: &mut [Files],
+    seed: u64,
+    round: u64,
+) -> Result<Vec<u64>> {
     let results: Vec<Result<Vec<u64>>> = std::thread::scope(|s| {
         let handles: Vec<_> = files
             .iter_mut()
@@ -248,7 +353,7 @@ fn threads_round(vol: &Volume, files: &mut [Files], seed: u64, round: u64) -> Re
 }
 
 /// With `EXTALLOC_TORTURE_DEBUG`: every file read back against the model after a sync.
-fn compare_after_sync(vol: &Volume, durable: &Files, round: u64) -> Result<()> {
+fn compare_after_sync(vol: &dyn FileCalls, durable: &Files, round: u64) -> Result<()> {
     if std::env::var_os("EXTALLOC_TORTURE_DEBUG").is_none() {
         return Ok(());
     }
@@ -270,15 +375,16 @@ fn compare_after_sync(vol: &Volume, durable: &Files, round: u64) -> Result<()> {
 /// reopen. Returns the reopened volume.
 fn crash(
     dev: &Arc<FaultDevice<MemDevice>>,
-    vol: Volume,
+    vol: Vol,
     rng: &mut rand::rngs::StdRng,
     fail_sync: bool,
     n: u64,
-) -> Result<Volume> {
+) -> Result<Vol> {
     if fail_sync {
         dev.fail_after(rng.gen_range(0..40));
-        let _ = vol.sync();
+        let _ = vol.calls().sync();
     }
+    let buffered = matches!(vol, Vol::Buffered(_));
     drop(vol);
     let crash = if rng.gen_bool(0.5) {
         Crash::DropAll
@@ -293,7 +399,7 @@ fn crash(
     }
     dev.crash(crash)?;
     match Volume::open(dev.clone() as Arc<dyn Device>, Policy::default()) {
-        Ok(v) => Ok(v),
+        Ok(v) => Vol::wrap(v, buffered),
         Err(e) => bail!("crash {n}: the volume did not reopen: {e}"),
     }
 }
@@ -303,16 +409,23 @@ pub fn run(crashes: u64, seed: u64, threads: usize) -> Result<VolumeOutcome> {
     let started = Instant::now();
     let geometry = Geometry::new(4096, 2048, 16384)?;
     let dev = Arc::new(FaultDevice::new(MemDevice::new(16384 * 4096), seed));
-    let mut vol = Volume::mkfs(dev.clone(), &geometry, 32, Policy::default())?;
+    let buffered = seed % 2 == 1;
+    let mut vol = Vol::wrap(
+        Volume::mkfs(dev.clone(), &geometry, 32, Policy::default())?,
+        buffered,
+    )?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut out = VolumeOutcome::default();
+    let mut out = VolumeOutcome {
+        buffered,
+        ..VolumeOutcome::default()
+    };
     let mut files: Vec<Files> = vec![Files::new(); threads];
     let mut durable: Files = Files::new();
     let mut owners: BTreeMap<u64, usize> = BTreeMap::new();
     let mut round_no = 0u64;
     while out.crashes < crashes {
         round_no += 1;
-        let touched = threads_round(&vol, &mut files, seed, round_no)?;
+        let touched = threads_round(vol.calls(), &mut files, seed, round_no)?;
         // A file belongs to the thread that holds it now; an unlinked one to its last
         // holder (ids of files lost to a crash are given out again, maybe to another).
         for (t, mine) in files.iter().enumerate() {
@@ -323,10 +436,10 @@ pub fn run(crashes: u64, seed: u64, threads: usize) -> Result<VolumeOutcome> {
         out.operations += touched.len() as u64;
         let action = rng.gen_range(0..10);
         if action < 6 {
-            vol.sync()?;
+            vol.calls().sync()?;
             out.syncs += 1;
             durable = files.iter().flat_map(|f| f.clone()).collect();
-            compare_after_sync(&vol, &durable, round_no)?;
+            compare_after_sync(vol.calls(), &durable, round_no)?;
             continue;
         }
         out.crashes += 1;
@@ -337,10 +450,10 @@ pub fn run(crashes: u64, seed: u64, threads: usize) -> Result<VolumeOutcome> {
             touched,
             owners: owners.clone(),
         };
-        files = check(&vol, &round, &mut out)?;
+        files = check(vol.calls(), &round, &mut out)?;
         out.recovered += 1;
         // What the volume holds now is durable: sync it so the next round starts there.
-        vol.sync()?;
+        vol.calls().sync()?;
         durable = files.iter().flat_map(|f| f.clone()).collect();
         if out.lost + out.leaked + out.double_allocated + out.stale_reads + out.data_mismatches > 0
         {

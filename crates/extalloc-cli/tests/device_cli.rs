@@ -135,8 +135,9 @@ fn torture_survives_hundreds_of_crashes() {
     }
 }
 
-/// The volume torture, a few hundred crashes at 1 and 2 threads (the lab runs 10,000):
-/// nothing lost, leaked, doubly allocated, no stale byte read, no file with wrong data.
+/// The volume torture, a few hundred crashes at 1 and 2 threads (the lab runs 10,000),
+/// written directly (seed 2) and through the buffered cache (seed 1, odd): nothing lost,
+/// leaked, doubly allocated, no stale byte read, no file with wrong data.
 #[test]
 fn volume_torture_survives_hundreds_of_crashes() {
     for (seed, threads) in [("1", "2"), ("2", "1")] {
@@ -153,6 +154,7 @@ fn volume_torture_survives_hundreds_of_crashes() {
             ],
         );
         assert_eq!(out["recovered"], 150, "{out}");
+        assert_eq!(out["buffered"], seed == "1", "{out}");
         for key in [
             "lost",
             "leaked",
