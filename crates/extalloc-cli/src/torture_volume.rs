@@ -132,14 +132,14 @@ file_calls!(Buffered);
 
 /// The volume under test, written directly or through the cache.
 enum Vol {
-    Direct(Volume),
+    Direct(Box<Volume>),
     Buffered(Buffered),
 }
 
 impl Vol {
     fn calls(&self) -> &dyn FileCalls {
         match self {
-            Vol::Direct(v) => v,
+            Vol::Direct(v) => v.as_ref(),
             Vol::Buffered(b) => b,
         }
     }
@@ -147,7 +147,7 @@ impl Vol {
     /// `vol`, buffered or not.
     fn wrap(vol: Volume, buffered: bool) -> Result<Vol> {
         if !buffered {
-            return Ok(Vol::Direct(vol));
+            return Ok(Vol::Direct(Box::new(vol)));
         }
         let opts = WritebackOptions {
             contexts: 2,
