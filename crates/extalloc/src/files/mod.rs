@@ -341,7 +341,12 @@ impl Files {
 
         // 2. Small files: the shard's locality preallocation.
         let block_size = u64::from(self.alloc.geometry().block_size);
-        let file_bytes = f.size_blocks.max(end).saturating_mul(block_size);
+        // A writer's size hint counts: a file known to be large is not a small file.
+        let file_bytes = f
+            .size_blocks
+            .max(end)
+            .max(req.size_hint)
+            .saturating_mul(block_size);
         if self.alloc.policy().locality_prealloc
             && !req.no_prealloc
             && file_bytes < self.alloc.policy().stream_threshold_kib * 1024

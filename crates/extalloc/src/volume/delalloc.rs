@@ -148,9 +148,10 @@ impl Volume {
     }
 
     /// The group where file `id`'s allocation for logical block `logical` (the start of a
-    /// dirty run of `run_blocks`) is predicted to land: its preallocation covering the
-    /// block, else after its previous extent, else its placement key's group, else its
-    /// stream goal for a window of the run's length.
+    /// dirty run; the file wants `run_blocks` placed) is predicted to land: its
+    /// preallocation covering the block, else after its last extent, else its placement
+    /// (key's group, or claimed run of groups), else its stream goal for a window of that
+    /// length.
     pub(crate) fn predicted_group(&self, id: u64, logical: u64, run_blocks: u64) -> Result<u64> {
         let file = self.file(id)?;
         let f = file.lock();
@@ -159,7 +160,10 @@ impl Volume {
             .alloc
             .predicted_block(logical)
             .filter(|&b| b < g.blocks_count)
-            .or_else(|| self.placement_goal(&f, run_blocks));
+            .or_else(|| {
+                let start = self.placement_goal(&f, run_blocks)?;
+                Some(start.saturating_add(logical).min(g.blocks_count - 1))
+            });
         Ok(match block {
             Some(b) => g.group_of(b),
             None => self.store.stream_goal_group(id, run_blocks),

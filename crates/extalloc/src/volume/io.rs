@@ -253,8 +253,11 @@ impl Volume {
                 Placing::Writeback { size_blocks, .. } => size_blocks.max(hole_end - l),
                 _ => hole_end - l,
             };
+            // The placement is where the file's logical block 0 goes: block `l` at the
+            // same distance from it (a first write into the middle of a file).
+            let blocks = self.store.geometry().blocks_count;
             if let Some(goal) = self.placement_goal(f, want) {
-                req = req.goal(goal);
+                req = req.goal(goal.saturating_add(l).min(blocks - 1));
             }
             match how {
                 // ext4's fallocate maps exactly the request (no preallocation).

@@ -23,7 +23,8 @@ pub(super) struct Claims {
 }
 
 impl Volume {
-    /// The goal of a placed file's first blocks, `want` blocks of them: from the group its
+    /// The goal of a placed file's first blocks (where its logical block 0 goes), `want`
+    /// blocks of them: from the group its
     /// key picks (a multiplicative hash, so neighbouring keys land far apart: about 0.618
     /// of the device from each other, wrapped). A file that fits a group starts there,
     /// near the other files of its key; a larger one at the first run of wholly free

@@ -158,7 +158,11 @@ impl Shared {
             Affinity::None => 0,
             Affinity::File => ((id ^ (id >> 32)) % n as u64) as usize,
             Affinity::Group => match d.first_run(TRIP_BLOCKS) {
-                Some((start, len)) => self.owner(self.vol.predicted_group(id, start, len)?),
+                Some((start, len)) => {
+                    // A placed file's first run is placed by the size it will have.
+                    let want = len.max(d.size.div_ceil(self.block_size));
+                    self.owner(self.vol.predicted_group(id, start, want)?)
+                }
                 None => d.last_context.unwrap_or(0),
             },
         })

@@ -315,24 +315,26 @@ impl Buffered {
             .filter(|b| !d.pages.contains_key(b))
             .collect();
         let reserve = missing.iter().filter(|&&b| in_hole(b)).count() as u64;
-        if reserve > 0 {
-            s.vol.reserve_delalloc(reserve)?;
-        }
+        // The new pages first (a partial block is read from the volume), then the
+        // reservation: a failure before the insert changes nothing.
+        let mut new = Vec::with_capacity(missing.len());
         for &b in &missing {
             let covered = pos <= b * bs && (b + 1) * bs <= pos + bytes.len() as u64;
             let mut data = vec![0u8; bs as usize];
             if !covered && !in_hole(b) && b * bs < d.size {
-                let old = s.vol.read(id, b * bs, bs).inspect_err(|_| {
-                    s.vol.release_delalloc(reserve);
-                })?;
+                let old = s.vol.read(id, b * bs, bs)?;
                 data[..old.len()].copy_from_slice(&old);
             }
             let page = Page {
                 data: data.into_boxed_slice(),
                 reserved: in_hole(b),
             };
-            d.pages.insert(b, page);
+            new.push((b, page));
         }
+        if reserve > 0 {
+            s.vol.reserve_delalloc(reserve)?;
+        }
+        d.pages.extend(new);
         let mut at = pos;
         while at < pos + bytes.len() as u64 {
             let b = at / bs;
