@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every lab comparison the README quotes, each side by side in one invocation, and
-# writes lab-out/<name>.json and lab-out/<name>.md. Takes about 15 minutes on 2 cores, plus
+# writes lab-out/<name>.json and lab-out/<name>.md. Takes about 25 minutes on 2 cores, plus
 # the kernel comparisons when run as root.
 #
 #   ./scripts/lab-results.sh            # everything
@@ -120,6 +120,18 @@ run fallocate3-512-groups fallocate3 --threads 1 --fill 0.75 --commit-ms 5000 --
   --repeat 3 --group-blocks 4096 --policy extalloc,extalloc:prefetch_groups=0 \
   --device "$tmp/extalloc-lab.img"
 rm -f /dev/shm/extalloc-lab.img "$tmp/extalloc-lab.img"
+# Writeback (seed 003's job, docs/writeback.md): unpressured, under a 256 MiB limit,
+# sequential; then with fio on the kernel (root), and on a file device in /dev/shm.
+run writeback writeback --repeat 3
+run writeback-pressure writeback --repeat 3 --dirty-limit 256MiB
+run writeback-seq writeback --pattern seq --wb-contexts 1,2,4 --wb-affinity group,none --repeat 3
+compare compare-writeback writeback --fs ext4,xfs --wb-contexts 2 --wb-affinity group --repeat 3
+compare compare-writeback-seq writeback --fs ext4,xfs --pattern seq --wb-contexts 2 \
+  --wb-affinity group --repeat 3
+compare compare-writeback-640 writeback --fs ext4,xfs --file-size 640MiB --dirty-limit 256MiB \
+  --wb-contexts 2 --wb-affinity group
+run writeback-device-shm writeback --device /dev/shm/extalloc-wb.img --wb-contexts 1,2 \
+  --wb-affinity group,none --repeat 3
 if [[ -z "$only" || "open" == *"$only"* ]]; then
   # tmpfs: a 16 TiB sparse file (ext4 files stop just short of 16 TiB).
   echo "== open: extalloc open-bench /dev/shm/extalloc-open.img" >&2

@@ -297,3 +297,21 @@ impl Stats {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lock wait counts in the shard and in the waiting thread's own count, and only
+    /// there (another thread's count does not move).
+    #[test]
+    fn lock_waits_count_per_shard_and_per_thread() {
+        let stats = Stats::new();
+        let before = thread_lock_waits();
+        stats.shard().lock_waited(3);
+        assert_eq!(thread_lock_waits() - before, 3);
+        assert_eq!(stats.snapshot().lock_waits, 3);
+        let other = std::thread::spawn(thread_lock_waits).join().unwrap();
+        assert_eq!(other, 0);
+    }
+}
