@@ -385,6 +385,9 @@ fn crash(
         let _ = vol.calls().sync();
     }
     let buffered = matches!(vol, Vol::Buffered(_));
+    // Power is lost: nothing more reaches the device, not even what a clean close would
+    // flush (the store's superblock at drop); the crash then keeps what it keeps.
+    dev.fail_writes(true);
     drop(vol);
     let crash = if rng.gen_bool(0.5) {
         Crash::DropAll

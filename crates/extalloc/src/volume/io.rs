@@ -306,8 +306,7 @@ impl Volume {
             let (p, run) = f.alloc.lookup(l).expect("mapped");
             let n = run.min(to - l);
             let at = ((l - from) * bs) as usize;
-            self.dev
-                .write_at(&buf[at..at + (n * bs) as usize], p * bs)?;
+            self.write_data(&buf[at..at + (n * bs) as usize], p * bs)?;
             l += n;
         }
         Ok(())
@@ -457,7 +456,7 @@ impl Volume {
                 if let Some((p, _)) = f.alloc.lookup(b) {
                     if !f.unwritten.contains(b) {
                         let zeros = vec![0u8; (to - from) as usize];
-                        v.dev.write_at(&zeros, p * bs + (from - b * bs))?;
+                        v.write_data(&zeros, p * bs + (from - b * bs))?;
                     }
                 }
                 Ok(Vec::new())
@@ -489,7 +488,7 @@ impl Volume {
         if let Some((p, _)) = f.alloc.lookup(b) {
             if !f.unwritten.contains(b) {
                 let zeros = vec![0u8; (bs - eof % bs) as usize];
-                self.dev.write_at(&zeros, p * bs + eof % bs)?;
+                self.write_data(&zeros, p * bs + eof % bs)?;
             }
         }
         Ok(())

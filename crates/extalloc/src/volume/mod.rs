@@ -60,6 +60,7 @@ use parking_lot::{Mutex, RwLock};
 use placement::Claims;
 use record::{Change, PAYLOAD_MAGIC};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
 /// Blocks one chunk of a write or fallocate maps at most (one trip through the gate).
@@ -132,6 +133,8 @@ pub struct Volume {
     delalloc: Mutex<u64>,
     /// Runs of groups placed files have claimed for their first allocations (`io.rs`).
     claims: Mutex<Claims>,
+    /// Data written since the last flush (set under the gate read, taken under it written).
+    unflushed: AtomicBool,
 }
 
 impl Volume {
@@ -209,6 +212,7 @@ impl Volume {
             prepared_root,
             delalloc: Mutex::new(0),
             claims: Mutex::new(Claims::default()),
+            unflushed: AtomicBool::new(false),
         })
     }
 
@@ -335,11 +339,26 @@ impl Volume {
         self.sync()
     }
 
+    /// Writes file data (or zeros into a file's block) at byte `offset` of the device,
+    /// under the gate (read): the next commit or sync flushes it.
+    fn write_data(&self, buf: &[u8], offset: u64) -> Result<()> {
+        self.unflushed.store(true, Relaxed);
+        self.dev.write_at(buf, offset)
+    }
+
     /// Under the gate (written): flush data, commit the log with the store's transaction.
+    /// With nothing to log, data written in place since the last flush (an overwrite maps
+    /// nothing new) is still flushed: a sync makes it durable too.
     fn commit_locked(&self) -> Result<()> {
         let log = std::mem::take(&mut *self.log.lock());
+        let unflushed = self.unflushed.swap(false, Relaxed);
         if log.is_empty() && self.store.statfs().open_transaction_bytes <= EMPTY_RECORD_BYTES {
             // Nothing to commit (no record for nothing).
+            if unflushed {
+                self.dev
+                    .flush()
+                    .inspect_err(|_| self.unflushed.store(true, Relaxed))?;
+            }
             return Ok(());
         }
         let mut payload = Vec::with_capacity(PAYLOAD_MAGIC.len() + log.len());
@@ -353,6 +372,7 @@ impl Volume {
             .and_then(|()| self.store.commit(&payload).map(|_| ()));
         if result.is_err() {
             // Not recorded: the changes wait for the next commit, as the store's do.
+            self.unflushed.store(true, Relaxed);
             let mut now = self.log.lock();
             let later = std::mem::replace(&mut *now, log);
             now.extend_from_slice(&later);
