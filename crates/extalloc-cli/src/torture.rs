@@ -508,6 +508,9 @@ impl Torture {
     fn crash_and_reopen(&mut self, round: u64, payload: &[u8]) -> Result<bool> {
         let out = &mut self.out;
         out.crashes += 1;
+        // Power is lost: nothing more reaches the device, not even the superblock a clean
+        // close writes and flushes at drop; the crash then keeps what it keeps.
+        self.dev.fail_writes(true);
         drop(self.store.take());
         self.dev.crash(Crash::Random {
             keep: self.rng.gen_range(0.0..1.0),
