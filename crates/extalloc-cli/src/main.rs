@@ -452,6 +452,14 @@ fn bench(suite: Option<Suite>, args: BenchArgs) -> Result<()> {
                     Workload::RandomFill => {
                         Some((lab::random_fill::run_once, lab::random_fill::run_volume))
                     }
+                    Workload::AppendVsFallocate => Some((
+                        lab::append_vs_fallocate::run_once,
+                        lab::append_vs_fallocate::run_volume,
+                    )),
+                    Workload::SizeClassEdge => Some((
+                        lab::size_class_edge::run_once,
+                        lab::size_class_edge::run_volume,
+                    )),
                     _ => None,
                 };
             if let (Some((memory, volume)), Some(_)) = (on_volume, &opts.device) {

@@ -569,7 +569,7 @@ fn fallocate3_runs_on_a_file_device() {
 fn device_and_fill_options_are_checked() {
     let text = refused(&["fallocate3", "--fill", "1"]);
     assert!(text.contains("fallocate3 --fill"), "{text}");
-    let text = refused(&["append-vs-fallocate", "--device", "/tmp/x.img"]);
+    let text = refused(&["replay", "--device", "/tmp/x.img"]);
     assert!(
         text.contains("--device runs fallocate2, fallocate3 and frag on a journaled store"),
         "{text}"

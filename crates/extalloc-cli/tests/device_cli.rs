@@ -298,58 +298,68 @@ fn put_get_ls_and_fsck_a_volume() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `extalloc bench WORKLOAD --device IMG ARGS` (extalloc's policy): the result row of
+/// `threads` threads, split into cells; the device file must be gone afterwards.
+fn volume_row(workload: &str, img: &std::path::Path, threads: &str, args: &[&str]) -> Vec<String> {
+    let mut all = vec![
+        "bench",
+        workload,
+        "--device",
+        img.to_str().unwrap(),
+        "--policy",
+        "extalloc",
+        "--threads",
+        threads,
+    ];
+    all.extend_from_slice(args);
+    let (ok, text) = extalloc(&all);
+    assert!(ok, "{workload}: {text}");
+    let row = text
+        .lines()
+        .find(|l| l.starts_with(&format!("| extalloc | {threads} |")))
+        .unwrap_or_else(|| panic!("{workload}: no result row: {text}"));
+    assert!(!img.exists(), "the device file is removed afterwards");
+    row.split('|').map(|c| c.trim().to_string()).collect()
+}
+
+/// `bench append-vs-fallocate --device` and `size-class-edge --device` run on a volume:
+/// every table row has both sides, the files left are the long-lived ones (in a handful of
+/// extents each), and the device file goes afterwards.
+#[test]
+fn append_vs_fallocate_and_size_class_edge_run_on_a_volume() {
+    let img = std::env::temp_dir().join(format!("extalloc-avf-{}.img", std::process::id()));
+    for workload in ["append-vs-fallocate", "size-class-edge"] {
+        let cells = volume_row(workload, &img, "1", &["--device-size", "1GiB"]);
+        let volume_ops: f64 = cells[4].parse().unwrap();
+        let extents: f64 = cells[7].parse().unwrap();
+        assert!(volume_ops > 0.0, "{workload}: {cells:?}");
+        assert!((1.0..=32.0).contains(&extents), "{workload}: {cells:?}");
+    }
+}
+
 /// `bench small-files --device` runs on a volume: every file one extent, as in memory.
 #[test]
 fn small_files_run_on_a_volume() {
     let img = std::env::temp_dir().join(format!("extalloc-sf-{}.img", std::process::id()));
-    let (ok, text) = extalloc(&[
-        "bench",
-        "small-files",
-        "--device",
-        img.to_str().unwrap(),
-        "--policy",
-        "extalloc",
-        "--threads",
-        "1",
-        "--device-size",
-        "256MiB",
-        "--fill",
-        "0.05",
-    ]);
-    assert!(ok, "{text}");
-    let row = text
-        .lines()
-        .find(|l| l.starts_with("| extalloc | 1 |"))
-        .unwrap_or_else(|| panic!("no result row: {text}"));
-    let cells: Vec<&str> = row.split('|').map(str::trim).collect();
-    assert_eq!((cells[6], cells[7]), ("1.00", "1.00"), "{row}");
-    assert!(!img.exists(), "the device file is removed afterwards");
+    let args = ["--device-size", "256MiB", "--fill", "0.05"];
+    let cells = volume_row("small-files", &img, "1", &args);
+    assert_eq!(
+        (cells[6].as_str(), cells[7].as_str()),
+        ("1.00", "1.00"),
+        "{cells:?}"
+    );
     // sparse-writes: the same writes make the same extents as in memory.
-    let (ok, text) = extalloc(&[
-        "bench",
-        "sparse-writes",
-        "--device",
-        img.to_str().unwrap(),
-        "--policy",
-        "extalloc",
-        "--threads",
-        "2",
+    let args = [
         "--device-size",
         "512MiB",
         "--file-size",
         "64MiB",
         "--writes",
         "5000",
-    ]);
-    assert!(ok, "{text}");
-    let row = text
-        .lines()
-        .find(|l| l.starts_with("| extalloc | 2 |"))
-        .unwrap_or_else(|| panic!("no result row: {text}"));
-    let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+    ];
+    let cells = volume_row("sparse-writes", &img, "2", &args);
     assert_eq!(
         cells[6], cells[7],
-        "extents per file, memory and volume: {row}"
+        "extents per file, memory and volume: {cells:?}"
     );
-    assert!(!img.exists(), "the device file is removed afterwards");
 }

@@ -53,11 +53,13 @@ impl BenchArgs {
                         | Workload::SmallFiles
                         | Workload::SparseWrites
                         | Workload::RandomFill
+                        | Workload::AppendVsFallocate
+                        | Workload::SizeClassEdge
                         | Workload::Writeback
                 ),
                 "--device runs fallocate2, fallocate3 and frag on a journaled store, and \
-                 small-files, sparse-writes, random-fill and writeback on a volume (the other \
-                 file workloads do not run on a volume yet)"
+                 small-files, sparse-writes, random-fill, append-vs-fallocate, \
+                 size-class-edge and writeback on a volume (replay does not run on a device)"
             );
         }
         anyhow::ensure!(

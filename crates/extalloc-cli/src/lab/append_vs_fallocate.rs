@@ -138,3 +138,67 @@ fn fallocate(alloc: &extalloc::Files, id: u64, blocks: u64) -> Result<Vec<Extent
     }
     Ok(extents)
 }
+
+/// The same work on a volume over a file device (`bench append-vs-fallocate --device`):
+/// each thread appends 64 KiB of data at a time to its two long-lived files (hinted
+/// long-lived) and, after every 8 appends, fallocates a 32 MiB file (hinted short-lived),
+/// unlinking the oldest once more than two are held and syncing once the unlinked ones
+/// reach an eighth of its share of the device. The fallocates still held at the end are
+/// unlinked, so the files left are the appended ones, as in memory.
+pub fn run_volume(
+    path: &std::path::Path,
+    policy: &extalloc::Policy,
+    threads: usize,
+    opts: &LabOptions,
+) -> Result<super::volume_run::VolumeRun> {
+    let min_device = 8 * threads as u64 * FALLOCATE_BYTES;
+    anyhow::ensure!(
+        opts.device_bytes >= min_device,
+        "append-vs-fallocate with {threads} threads needs --device-size of at least {} MiB",
+        min_device >> 20
+    );
+    let appends_total = opts.device_bytes / 4 / threads as u64 / APPEND_BYTES;
+    let sync_after = opts.device_bytes / threads as u64 / COMMIT_FRACTION;
+    let data = vec![0xa5_u8; APPEND_BYTES as usize];
+    super::volume_run::run(path, policy, threads, opts, |vol, _, _| {
+        let files = [vol.create(b"")?, vol.create(b"")?];
+        for &f in &files {
+            vol.set_lifetime(f, Lifetime::Long)?;
+        }
+        let mut live: VecDeque<u64> = VecDeque::new();
+        let (mut ops, mut unsynced) = (0, 0);
+        for i in 0..appends_total {
+            let f = files[(i % 2) as usize];
+            vol.write(f, vol.size(f)?, &data)?;
+            ops += 1;
+            if (i + 1) % APPENDS_PER_FALLOCATE != 0 {
+                continue;
+            }
+            let id = vol.create(b"")?;
+            vol.set_lifetime(id, Lifetime::Short)?;
+            vol.fallocate(
+                id,
+                extalloc::volume::Fallocate::Allocate,
+                0,
+                FALLOCATE_BYTES,
+            )?;
+            live.push_back(id);
+            ops += 1;
+            if live.len() > FALLOCATES_LIVE {
+                vol.unlink(live.pop_front().expect("non-empty"))?;
+                unsynced += FALLOCATE_BYTES;
+                if unsynced >= sync_after {
+                    vol.sync()?;
+                    unsynced = 0;
+                }
+            }
+        }
+        for id in live {
+            vol.unlink(id)?;
+        }
+        for f in files {
+            vol.close_file(f)?;
+        }
+        Ok(ops)
+    })
+}

@@ -90,3 +90,57 @@ pub fn run_once(policy: &LabPolicy, threads: usize, opts: &LabOptions) -> Result
         },
     )
 }
+
+/// The same files on a volume over a file device (`bench size-class-edge --device`): each
+/// of a file's 8 extents is a `fallocate` of its length at the end of the file (mapped in
+/// one request, goal after the file's last extent), with the lifetime hint as in memory;
+/// short-lived files are unlinked once four newer exist, and those left at the end too. One
+/// op is one fallocate (in memory, one allocation: the same unless one splits).
+pub fn run_volume(
+    path: &std::path::Path,
+    policy: &extalloc::Policy,
+    threads: usize,
+    opts: &LabOptions,
+) -> Result<super::volume_run::VolumeRun> {
+    let block_bytes = opts.block_bytes();
+    let small = ((128 << 10) - block_bytes) / block_bytes;
+    let medium = ((8 << 20) - block_bytes) / block_bytes;
+    let avg_file_blocks = EXTENTS_PER_FILE * (small + medium) / 2;
+    let files_total =
+        (opts.device_bytes / block_bytes / 2 / (avg_file_blocks / 2)).max(2) / threads as u64;
+    super::volume_run::run(path, policy, threads, opts, |vol, t, _| {
+        let mut short: VecDeque<u64> = VecDeque::new();
+        let mut ops = 0;
+        for k in 0..files_total {
+            let is_small = k % 2 == 0;
+            let chunk = if is_small { small } else { medium } * block_bytes;
+            let long = if opts.mix { is_small } else { (k / 2) % 2 == 0 };
+            let id = vol.create_placed(b"", t as u64)?;
+            if opts.mix {
+                vol.set_lifetime(
+                    id,
+                    if long {
+                        Lifetime::Long
+                    } else {
+                        Lifetime::Short
+                    },
+                )?;
+            }
+            for i in 0..EXTENTS_PER_FILE {
+                let mode = extalloc::volume::Fallocate::Allocate;
+                vol.fallocate(id, mode, i * chunk, chunk)?;
+                ops += 1;
+            }
+            if !long {
+                short.push_back(id);
+                if short.len() > SHORT_LIVED_KEPT {
+                    vol.unlink(short.pop_front().expect("non-empty"))?;
+                }
+            }
+        }
+        for id in short {
+            vol.unlink(id)?;
+        }
+        Ok(ops)
+    })
+}

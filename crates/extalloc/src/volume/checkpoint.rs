@@ -190,5 +190,6 @@ fn adopt(store: &Store, id: u64, f: ReplayFile) -> Result<VFile> {
         alloc,
         unwritten,
         placement: f.placement,
+        lifetime: crate::alloc::Lifetime::Unknown,
     })
 }

@@ -9,6 +9,7 @@
 //! mutex (`mod.rs`).
 
 use super::record::{Change, FileImage};
+use crate::alloc::Lifetime;
 use crate::files::FileAlloc;
 use crate::geometry::Extent;
 use std::collections::BTreeMap;
@@ -103,6 +104,9 @@ pub(super) struct VFile {
     pub(super) unwritten: Ranges,
     /// The caller's placement key, if any (see `Volume::create_placed`).
     pub(super) placement: Option<u64>,
+    /// The caller's write-life hint (see `Volume::set_lifetime`): in memory only, as
+    /// Linux's `F_SET_RW_HINT`.
+    pub(super) lifetime: Lifetime,
 }
 
 impl VFile {

@@ -78,6 +78,7 @@ impl Volume {
             alloc: self.store.create_file(id),
             unwritten: Default::default(),
             placement,
+            lifetime: crate::alloc::Lifetime::Unknown,
         };
         self.files.write().insert(id, Arc::new(Mutex::new(vf)));
         let mut changes = vec![Change::Create {
@@ -106,7 +107,7 @@ impl Volume {
     /// Runs `op` on file `id` under the gate (read) and the file's mutex, after making room
     /// in the transaction, and logs the changes it returns. A file unlinked meanwhile is
     /// [`Error::NoSuchFile`].
-    fn chunk(
+    pub(super) fn chunk(
         &self,
         id: u64,
         op: impl FnOnce(&Volume, &mut VFile) -> Result<Vec<Change>>,
@@ -219,9 +220,10 @@ impl Volume {
 
     /// Maps the holes of logical blocks `from .. to` of `f`, one request per hole (the
     /// whole hole, placed through the file layer); returns what it mapped and where the
-    /// mapped prefix ends (every block of `from .. reached` mapped). A writeback maps at
-    /// most `CHUNK_EXTENTS` extents, and checks no space (its reservations were taken at
-    /// write time); a direct call maps every hole, leaving reserved blocks alone. On
+    /// mapped prefix ends (every block of `from .. reached` mapped). A writeback or a
+    /// fallocate maps at most `CHUNK_EXTENTS` extents (a write's range is a chunk already);
+    /// a writeback checks no space (its reservations were taken at write time), the direct
+    /// calls leave reserved blocks alone. On
     /// failure it gives back what it mapped and maps nothing.
     pub(super) fn map_holes(
         &self,
@@ -238,7 +240,7 @@ impl Volume {
                 continue;
             }
             let writeback = matches!(how, Placing::Writeback { .. });
-            if writeback && new.len() == CHUNK_EXTENTS {
+            if how != Placing::Written && new.len() == CHUNK_EXTENTS {
                 break;
             }
             let hole_end = f.alloc.next_mapped(l).map_or(to, |m| m.min(to));
@@ -248,7 +250,7 @@ impl Volume {
                     return Err(err);
                 }
             }
-            let mut req = DataRequest::new(l, hole_end - l);
+            let mut req = DataRequest::new(l, hole_end - l).lifetime(f.lifetime);
             let want = match how {
                 Placing::Writeback { size_blocks, .. } => size_blocks.max(hole_end - l),
                 _ => hole_end - l,
@@ -380,11 +382,22 @@ impl Volume {
             }
             return Ok(());
         }
+        // Allocating maps each hole in one request (up to `CHUNK_EXTENTS` extents a chunk),
+        // so a large fallocate is placed, and size-classed, as one; zeroing a range also
+        // marks every mapped extent unwritten (a change each), so it goes block-chunk-wise.
+        let span = if zero {
+            CHUNK_BLOCKS
+        } else {
+            self.store.geometry().group_blocks
+        };
         let mut l = offset / bs;
         while l < end.div_ceil(bs) {
-            let to = (l + CHUNK_BLOCKS).min(end.div_ceil(bs));
+            let to = (l + span).min(end.div_ceil(bs));
+            let reached = std::cell::Cell::new(to);
             self.chunk_committing(id, |v, f| {
-                let (new, _) = v.map_holes(f, l, to, Placing::Unwritten)?;
+                let (new, r) = v.map_holes(f, l, to, Placing::Unwritten)?;
+                reached.set(r);
+                let to = r;
                 let mut changes = Vec::new();
                 for &(logical, extent) in &new {
                     f.unwritten.insert(logical, extent.len);
@@ -400,7 +413,7 @@ impl Volume {
                 }
                 Ok(changes)
             })?;
-            l = to;
+            l = reached.get();
         }
         let grow = matches!(
             mode,
@@ -540,17 +553,6 @@ impl Volume {
         // The file layer's size too (its normalisation reads it); nothing is mapped past it.
         self.chunk(id, |v, f| {
             v.store.set_file_size(&f.alloc, size.div_ceil(bs))?;
-            Ok(Vec::new())
-        })
-    }
-
-    /// File `id` is closed: its unused preallocations go back to the free space, as a
-    /// file system gives them back at the last close (nothing is recorded: they were never
-    /// handed out).
-    pub fn close_file(&self, id: u64) -> Result<()> {
-        self.unclaim(id);
-        self.chunk(id, |v, f| {
-            v.store.release_prealloc(&f.alloc)?;
             Ok(Vec::new())
         })
     }

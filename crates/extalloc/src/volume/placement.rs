@@ -1,6 +1,8 @@
-//! Where a placed file's first blocks go: its key's group (a multiplicative hash), or for
-//! a file larger than a group, the first run of wholly free groups from there that holds
-//! it, claimed so that files placed at the same time pick different runs.
+//! Where a file's data goes beyond the file layer's own rules: a placed file's first blocks
+//! at its key's group (a multiplicative hash), or for a file larger than a group, the first
+//! run of wholly free groups from there that holds it, claimed so that files placed at the
+//! same time pick different runs; the caller's write-life hint; what a file's close gives
+//! back (its preallocations and its claim).
 //!
 //! Data structures: [`Claims`], the claimed runs by group and by file. Invariant: a group
 //! is claimed by at most one file, a file claims at most one run, and only a file that
@@ -9,6 +11,8 @@
 
 use super::file::VFile;
 use super::Volume;
+use crate::alloc::Lifetime;
+use crate::error::Result;
 use std::collections::{BTreeMap, HashMap};
 
 /// Groups a placed file's first allocation looks through for a run of free groups.
@@ -23,6 +27,25 @@ pub(super) struct Claims {
 }
 
 impl Volume {
+    /// Sets file `id`'s write-life hint: how long its data is expected to live, passed with
+    /// every allocation of its data (the size-class hint of `files/`). Kept in memory only,
+    /// as Linux keeps `F_SET_RW_HINT`: a reopened volume starts every file at `Unknown`.
+    pub fn set_lifetime(&self, id: u64, lifetime: Lifetime) -> Result<()> {
+        self.file(id)?.lock().lifetime = lifetime;
+        Ok(())
+    }
+
+    /// File `id` is closed: its unused preallocations go back to the free space, as a
+    /// file system gives them back at the last close (nothing is recorded: they were never
+    /// handed out).
+    pub fn close_file(&self, id: u64) -> Result<()> {
+        self.unclaim(id);
+        self.chunk(id, |v, f| {
+            v.store.release_prealloc(&f.alloc)?;
+            Ok(Vec::new())
+        })
+    }
+
     /// The goal of a placed file's first blocks (where its logical block 0 goes), `want`
     /// blocks of them: from the group its
     /// key picks (a multiplicative hash, so neighbouring keys land far apart: about 0.618
