@@ -460,6 +460,7 @@ fn bench(suite: Option<Suite>, args: BenchArgs) -> Result<()> {
                         lab::size_class_edge::run_once,
                         lab::size_class_edge::run_volume,
                     )),
+                    Workload::Frag => Some((lab::frag::run_once, lab::frag::run_volume)),
                     _ => None,
                 };
             if let (Some((memory, volume)), Some(_)) = (on_volume, &opts.device) {

@@ -571,7 +571,7 @@ fn device_and_fill_options_are_checked() {
     assert!(text.contains("fallocate3 --fill"), "{text}");
     let text = refused(&["replay", "--device", "/tmp/x.img"]);
     assert!(
-        text.contains("--device runs fallocate2, fallocate3 and frag on a journaled store"),
+        text.contains("--device runs fallocate2 and fallocate3 on a journaled store"),
         "{text}"
     );
     let text = refused(&[

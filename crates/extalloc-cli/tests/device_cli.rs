@@ -322,13 +322,13 @@ fn volume_row(workload: &str, img: &std::path::Path, threads: &str, args: &[&str
     row.split('|').map(|c| c.trim().to_string()).collect()
 }
 
-/// `bench append-vs-fallocate --device` and `size-class-edge --device` run on a volume:
-/// every table row has both sides, the files left are the long-lived ones (in a handful of
-/// extents each), and the device file goes afterwards.
+/// `bench append-vs-fallocate --device`, `size-class-edge --device` and `frag --device`
+/// run on a volume: every table row has both sides, the files left are the long-lived ones
+/// (in a handful of extents each), and the device file goes afterwards.
 #[test]
-fn append_vs_fallocate_and_size_class_edge_run_on_a_volume() {
+fn append_vs_fallocate_size_class_edge_and_frag_run_on_a_volume() {
     let img = std::env::temp_dir().join(format!("extalloc-avf-{}.img", std::process::id()));
-    for workload in ["append-vs-fallocate", "size-class-edge"] {
+    for workload in ["append-vs-fallocate", "size-class-edge", "frag"] {
         let cells = volume_row(workload, &img, "1", &["--device-size", "1GiB"]);
         let volume_ops: f64 = cells[4].parse().unwrap();
         let extents: f64 = cells[7].parse().unwrap();

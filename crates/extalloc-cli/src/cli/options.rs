@@ -57,9 +57,10 @@ impl BenchArgs {
                         | Workload::SizeClassEdge
                         | Workload::Writeback
                 ),
-                "--device runs fallocate2, fallocate3 and frag on a journaled store, and \
+                "--device runs fallocate2 and fallocate3 on a journaled store, and \
                  small-files, sparse-writes, random-fill, append-vs-fallocate, \
-                 size-class-edge and writeback on a volume (replay does not run on a device)"
+                 size-class-edge, frag and writeback on a volume (replay does not run on a \
+                 device)"
             );
         }
         anyhow::ensure!(

@@ -34,7 +34,8 @@ fn worker(alloc: &Backend, file: u64, file_bytes: u64, started: Instant) -> Resu
     })
 }
 
-pub fn run_once(policy: &LabPolicy, jobs: usize, opts: &LabOptions) -> Result<Run> {
+/// Refuses `jobs` files of `--file-size` that do not fit the device.
+fn fits(jobs: usize, opts: &LabOptions) -> Result<()> {
     let need = opts.file_bytes.saturating_mul(jobs as u64);
     anyhow::ensure!(
         need <= opts.device_bytes,
@@ -42,6 +43,11 @@ pub fn run_once(policy: &LabPolicy, jobs: usize, opts: &LabOptions) -> Result<Ru
         opts.file_bytes >> 20,
         opts.device_bytes >> 20
     );
+    Ok(())
+}
+
+pub fn run_once(policy: &LabPolicy, jobs: usize, opts: &LabOptions) -> Result<Run> {
+    fits(jobs, opts)?;
     run_threads(
         policy,
         jobs,
@@ -56,4 +62,27 @@ pub fn run_once(policy: &LabPolicy, jobs: usize, opts: &LabOptions) -> Result<Ru
             )
         },
     )
+}
+
+/// The same jobs on a volume over a file device (`bench frag --device`): each job's file
+/// grows by `fallocate(KEEP_SIZE)` of 4 KiB at its end, as fio's falloc engine issues them
+/// (the volume maps each exactly, no preallocation, goal after the file's last extent, and
+/// logs each mapping).
+pub fn run_volume(
+    path: &std::path::Path,
+    policy: &extalloc::Policy,
+    jobs: usize,
+    opts: &LabOptions,
+) -> Result<super::volume_run::VolumeRun> {
+    fits(jobs, opts)?;
+    let appends = (opts.file_bytes / APPEND_BYTES).max(1);
+    super::volume_run::run(path, policy, jobs, opts, |vol, _, _| {
+        let id = vol.create(b"")?;
+        let keep = extalloc::volume::Fallocate::KeepSize;
+        for i in 0..appends {
+            vol.fallocate(id, keep, i * APPEND_BYTES, APPEND_BYTES)?;
+        }
+        vol.close_file(id)?;
+        Ok(appends)
+    })
 }
