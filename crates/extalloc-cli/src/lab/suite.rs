@@ -117,6 +117,14 @@ pub fn quick() -> Vec<Step> {
             "16GiB",
             "4GiB",
         ),
+        Step::new(
+            "writeback",
+            super::writeback::run_quick,
+            "extalloc",
+            &[4],
+            "2GiB",
+            "128MiB",
+        ),
         Step {
             trace: Some(QUICK_TRACE),
             ..Step::new(
@@ -247,6 +255,7 @@ mod tests {
             "small-files",
             "append-vs-fallocate",
             "size-class-edge",
+            "writeback",
             "replay",
         ] {
             assert!(names.contains(&w), "{w} missing from the quick suite");

@@ -139,6 +139,23 @@ pub fn run_matrix(
     })
 }
 
+/// The quick suite's run: `threads` files of `--file-size`, random writes, the default
+/// contexts with group affinity, no dirty limit.
+pub fn run_quick(
+    policy: &super::backend::LabPolicy,
+    threads: usize,
+    opts: &LabOptions,
+) -> Result<Run> {
+    let wb = WritebackParams {
+        files: threads,
+        pattern: Pattern::Random,
+        contexts: vec![0],
+        affinities: vec!["group".into()],
+        dirty_limit_bytes: None,
+    };
+    run_once(&policy.name(), 0, Affinity::Group, opts, &wb)
+}
+
 /// One run: a fresh volume, the writers, fsync and close, sync; then the figures.
 pub fn run_once(
     spec: &str,
