@@ -253,10 +253,9 @@ pub fn open_bench(
 pub type InMemory =
     fn(&lab::backend::LabPolicy, usize, &lab::LabOptions) -> Result<lab::report::Run>;
 /// How a file workload runs on a volume over a device file.
-pub type OnVolume =
-    fn(&Path, &extalloc::Policy, usize, &lab::LabOptions) -> Result<lab::volume_run::VolumeRun>;
+pub type OnVolume = fn(&lab::volume_run::OnDevice<'_>) -> Result<lab::volume_run::VolumeRun>;
 
-/// `extalloc bench small-files|sparse-writes --device PATH`: each extalloc policy and thread
+/// `extalloc bench FILE-WORKLOAD --device PATH`: each extalloc policy and thread
 /// count in memory and on a journaled volume made anew over PATH (data written through the
 /// volume), side by side.
 pub fn file_workload_volume(
@@ -284,7 +283,12 @@ pub fn file_workload_volume(
                 path.display()
             );
             let mem = in_memory_run(&policy, t, &in_memory)?;
-            let vol = volume_run(&path, p, t, opts)?;
+            let vol = volume_run(&lab::volume_run::OnDevice {
+                path: &path,
+                policy: p,
+                threads: t,
+                opts,
+            })?;
             println!(
                 "| {spec} | {t} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {} |",
                 mem.ops_per_sec,

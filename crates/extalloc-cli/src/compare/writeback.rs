@@ -49,36 +49,59 @@ pub fn job_file(root: &std::path::Path, opts: &LabOptions, wb: &WritebackParams)
     job
 }
 
+/// One fio job's write completion latencies, in nanoseconds.
+struct JobClat {
+    p50: f64,
+    p95: f64,
+    p99: f64,
+    max: f64,
+}
+
+/// Each job's write completion latencies from fio's JSON report (after any notes fio
+/// prints before it: the report starts at the first line that opens an object).
+fn fio_job_clats(json: &str) -> Result<Vec<JobClat>> {
+    let start = if json.starts_with("{") {
+        0
+    } else {
+        json.find("\n{").context("fio printed no JSON report")? + 1
+    };
+    let v: serde_json::Value =
+        serde_json::from_str(&json[start..]).context("parsing fio's JSON report")?;
+    let jobs = v["jobs"]
+        .as_array()
+        .filter(|j| !j.is_empty())
+        .context("fio's report has no jobs")?;
+    jobs.iter()
+        .map(|job| {
+            let c = &job["write"]["clat_ns"];
+            let get = |x: &serde_json::Value, key: &str| {
+                x.as_f64()
+                    .with_context(|| format!("fio's report: no write clat_ns {key}"))
+            };
+            let pct = |key: &str| get(&c["percentile"][key], key);
+            Ok(JobClat {
+                p50: pct("50.000000")?,
+                p95: pct("95.000000")?,
+                p99: pct("99.000000")?,
+                max: get(&c["max"], "max")?,
+            })
+        })
+        .collect()
+}
+
 /// The write completion latency from fio's JSON report: each percentile the median over
 /// the jobs, the maximum their largest.
 pub fn fio_latency(json: &str) -> Result<report::Latency> {
-    let start = json.find('{').context("fio printed no JSON report")?;
-    let v: serde_json::Value =
-        serde_json::from_str(&json[start..]).context("parsing fio's JSON report")?;
-    let jobs = v["jobs"].as_array().context("fio's report has no jobs")?;
-    let clat = |job: &serde_json::Value, key: &str| -> Result<f64> {
-        let c = &job["write"]["clat_ns"];
-        let x = if key == "max" {
-            &c["max"]
-        } else {
-            &c["percentile"][key]
-        };
-        x.as_f64()
-            .with_context(|| format!("fio's report: no write clat_ns {key}"))
+    let jobs = fio_job_clats(json)?;
+    let median = |f: fn(&JobClat) -> f64| {
+        let v: Vec<f64> = jobs.iter().map(f).collect();
+        report::median(&v).round() as u64
     };
-    let median = |key: &str| -> Result<u64> {
-        let v: Vec<f64> = jobs.iter().map(|j| clat(j, key)).collect::<Result<_>>()?;
-        Ok(report::median(&v).round() as u64)
-    };
-    let mut max = 0f64;
-    for j in jobs {
-        max = max.max(clat(j, "max")?);
-    }
     Ok(report::Latency {
-        p50: median("50.000000")?,
-        p95: median("95.000000")?,
-        p99: median("99.000000")?,
-        max: max as u64,
+        p50: median(|j| j.p50),
+        p95: median(|j| j.p95),
+        p99: median(|j| j.p99),
+        max: jobs.iter().map(|j| j.max).fold(0.0, f64::max) as u64,
     })
 }
 
@@ -146,4 +169,35 @@ fn kernel_run(fs: Fs, opts: &LabOptions, wb: &WritebackParams) -> Result<Run> {
             cache: None,
         }),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(p50: u64, max: u64) -> String {
+        format!(
+            "{{\"write\": {{\"clat_ns\": {{\"max\": {max}, \"percentile\": \
+             {{\"50.000000\": {p50}, \"95.000000\": {}, \"99.000000\": {}}}}}}}}}",
+            p50 * 2,
+            p50 * 3
+        )
+    }
+
+    /// Percentiles are medians over the jobs, the maximum the largest; a note fio prints
+    /// before its report is skipped; a report without jobs or latencies is an error.
+    #[test]
+    fn fio_latency_reads_the_jobs_of_a_report() {
+        let report = format!(
+            "note: both iodepth >= 1 and synchronous I/O engine are selected\n{{\"jobs\": [{}, {}, {}]}}",
+            job(10, 100),
+            job(30, 900),
+            job(20, 400)
+        );
+        let l = fio_latency(&report).unwrap();
+        assert_eq!((l.p50, l.p95, l.p99, l.max), (20, 40, 60, 900));
+        assert!(fio_latency("{\"jobs\": []}").is_err());
+        assert!(fio_latency("{\"jobs\": [{\"write\": {}}]}").is_err());
+        assert!(fio_latency("fio: no such file").is_err());
+    }
 }

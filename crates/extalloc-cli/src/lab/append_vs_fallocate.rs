@@ -145,12 +145,8 @@ fn fallocate(alloc: &extalloc::Files, id: u64, blocks: u64) -> Result<Vec<Extent
 /// unlinking the oldest once more than two are held and syncing once the unlinked ones
 /// reach an eighth of its share of the device. The fallocates still held at the end are
 /// unlinked, so the files left are the appended ones, as in memory.
-pub fn run_volume(
-    path: &std::path::Path,
-    policy: &extalloc::Policy,
-    threads: usize,
-    opts: &LabOptions,
-) -> Result<super::volume_run::VolumeRun> {
+pub fn run_volume(on: &super::volume_run::OnDevice<'_>) -> Result<super::volume_run::VolumeRun> {
+    let (threads, opts) = (on.threads, on.opts);
     let min_device = 8 * threads as u64 * FALLOCATE_BYTES;
     anyhow::ensure!(
         opts.device_bytes >= min_device,
@@ -160,7 +156,7 @@ pub fn run_volume(
     let appends_total = opts.device_bytes / 4 / threads as u64 / APPEND_BYTES;
     let sync_after = opts.device_bytes / threads as u64 / COMMIT_FRACTION;
     let data = vec![0xa5_u8; APPEND_BYTES as usize];
-    super::volume_run::run(path, policy, threads, opts, |vol, _, _| {
+    super::volume_run::run(on, |vol, _, _| {
         let files = [vol.create(b"")?, vol.create(b"")?];
         for &f in &files {
             vol.set_lifetime(f, Lifetime::Long)?;

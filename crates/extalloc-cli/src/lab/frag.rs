@@ -68,15 +68,11 @@ pub fn run_once(policy: &LabPolicy, jobs: usize, opts: &LabOptions) -> Result<Ru
 /// grows by `fallocate(KEEP_SIZE)` of 4 KiB at its end, as fio's falloc engine issues them
 /// (the volume maps each exactly, no preallocation, goal after the file's last extent, and
 /// logs each mapping).
-pub fn run_volume(
-    path: &std::path::Path,
-    policy: &extalloc::Policy,
-    jobs: usize,
-    opts: &LabOptions,
-) -> Result<super::volume_run::VolumeRun> {
+pub fn run_volume(on: &super::volume_run::OnDevice<'_>) -> Result<super::volume_run::VolumeRun> {
+    let (jobs, opts) = (on.threads, on.opts);
     fits(jobs, opts)?;
     let appends = (opts.file_bytes / APPEND_BYTES).max(1);
-    super::volume_run::run(path, policy, jobs, opts, |vol, _, _| {
+    super::volume_run::run(on, |vol, _, _| {
         let id = vol.create(b"")?;
         let keep = extalloc::volume::Fallocate::KeepSize;
         for i in 0..appends {

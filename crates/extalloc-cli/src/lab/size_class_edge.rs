@@ -96,19 +96,15 @@ pub fn run_once(policy: &LabPolicy, threads: usize, opts: &LabOptions) -> Result
 /// one request, goal after the file's last extent), with the lifetime hint as in memory;
 /// short-lived files are unlinked once four newer exist, and those left at the end too. One
 /// op is one fallocate (in memory, one allocation: the same unless one splits).
-pub fn run_volume(
-    path: &std::path::Path,
-    policy: &extalloc::Policy,
-    threads: usize,
-    opts: &LabOptions,
-) -> Result<super::volume_run::VolumeRun> {
+pub fn run_volume(on: &super::volume_run::OnDevice<'_>) -> Result<super::volume_run::VolumeRun> {
+    let (threads, opts) = (on.threads, on.opts);
     let block_bytes = opts.block_bytes();
     let small = ((128 << 10) - block_bytes) / block_bytes;
     let medium = ((8 << 20) - block_bytes) / block_bytes;
     let avg_file_blocks = EXTENTS_PER_FILE * (small + medium) / 2;
     let files_total =
         (opts.device_bytes / block_bytes / 2 / (avg_file_blocks / 2)).max(2) / threads as u64;
-    super::volume_run::run(path, policy, threads, opts, |vol, t, _| {
+    super::volume_run::run(on, |vol, t, _| {
         let mut short: VecDeque<u64> = VecDeque::new();
         let mut ops = 0;
         for k in 0..files_total {

@@ -55,16 +55,12 @@ pub fn run_once(policy: &LabPolicy, threads: usize, opts: &LabOptions) -> Result
 
 /// small-files on a journaled volume made anew on `path`: every file created, written
 /// (2 KiB of data) and closed through the volume (see `volume_run`).
-pub fn run_volume(
-    path: &std::path::Path,
-    policy: &extalloc::Policy,
-    threads: usize,
-    opts: &LabOptions,
-) -> Result<super::volume_run::VolumeRun> {
+pub fn run_volume(on: &super::volume_run::OnDevice<'_>) -> Result<super::volume_run::VolumeRun> {
+    let opts = on.opts;
     let total = opts.geometry()?.blocks_count;
     let floor = ((1.0 - opts.fill) * total as f64) as u64;
     let data = vec![0x5a_u8; FILE_BYTES as usize];
-    super::volume_run::run(path, policy, threads, opts, |vol, _, stop| {
+    super::volume_run::run(on, |vol, _, stop| {
         let mut n = 0u64;
         loop {
             let id = vol.create(b"")?;

@@ -45,14 +45,10 @@ pub fn run_once(policy: &LabPolicy, threads: usize, opts: &LabOptions) -> Result
 /// sparse-writes on a journaled volume made anew on `path`: each thread's file created,
 /// sized, then written 1 KiB at a time at the same random offsets (with data) through the
 /// volume (see `volume_run`).
-pub fn run_volume(
-    path: &std::path::Path,
-    policy: &extalloc::Policy,
-    threads: usize,
-    opts: &LabOptions,
-) -> Result<super::volume_run::VolumeRun> {
+pub fn run_volume(on: &super::volume_run::OnDevice<'_>) -> Result<super::volume_run::VolumeRun> {
+    let (threads, opts) = (on.threads, on.opts);
     let data = vec![0xa5_u8; WRITE_BYTES as usize];
-    super::volume_run::run(path, policy, threads, opts, |vol, t, _| {
+    super::volume_run::run(on, |vol, t, _| {
         let id = vol.create(b"")?;
         vol.truncate(id, opts.file_bytes)?;
         let writes =

@@ -55,8 +55,15 @@ impl Step {
     }
 }
 
-/// The quick tour.
+/// The quick tour: the allocator's workloads, then the files'.
 pub fn quick() -> Vec<Step> {
+    let mut steps = allocator_steps();
+    steps.extend(file_steps());
+    steps
+}
+
+/// Workloads of plain extents, where the outside allocators run too.
+fn allocator_steps() -> Vec<Step> {
     vec![
         Step::new(
             "fallocate2",
@@ -74,6 +81,12 @@ pub fn quick() -> Vec<Step> {
             "16GiB",
             "256MiB",
         ),
+    ]
+}
+
+/// Workloads of files: preallocation, locality, size classes, writeback, a trace.
+fn file_steps() -> Vec<Step> {
+    vec![
         Step::new(
             "sparse-writes",
             super::sparse_writes::run_once,

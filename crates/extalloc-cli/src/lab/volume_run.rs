@@ -25,19 +25,28 @@ pub struct VolumeRun {
     pub largest_free_extent_kib: f64,
 }
 
-/// Runs `body` (thread index, the stop flag; returns its operations) on `threads` threads
-/// over a volume made on `path` (removed afterwards), syncing every `commit_ms`; stops the
-/// threads (the flag) after `seconds`.
-pub fn run<F>(
-    path: &Path,
-    policy: &extalloc::Policy,
-    threads: usize,
-    opts: &LabOptions,
-    body: F,
-) -> Result<VolumeRun>
+/// Where and how a file workload runs on a volume: the device file, the policy, the
+/// thread count and the lab's options.
+pub struct OnDevice<'a> {
+    pub path: &'a Path,
+    pub policy: &'a extalloc::Policy,
+    pub threads: usize,
+    pub opts: &'a LabOptions,
+}
+
+/// Runs `body` (thread index, the stop flag; returns its operations) on `on.threads`
+/// threads over a volume made on `on.path` (removed afterwards), syncing every
+/// `commit_ms`; stops the threads (the flag) after `seconds`.
+pub fn run<F>(on: &OnDevice<'_>, body: F) -> Result<VolumeRun>
 where
     F: Fn(&Volume, usize, &AtomicBool) -> Result<u64> + Sync,
 {
+    let OnDevice {
+        path,
+        policy,
+        threads,
+        opts,
+    } = *on;
     let geometry = opts.geometry()?;
     let dev: Arc<dyn Device> = Arc::new(FileDevice::create(path, opts.device_bytes)?);
     let journal = super::backend::journal_blocks(&geometry);

@@ -62,8 +62,6 @@ struct Run<'a> {
 pub struct WroteBack {
     /// Extents it mapped (allocations).
     pub allocations: u64,
-    /// Blocks it mapped (each consumed a reservation of the run's).
-    pub mapped_blocks: u64,
 }
 
 impl Volume {
@@ -213,7 +211,6 @@ impl Volume {
                 Ok(changes)
             })?;
             done.allocations += got.get().allocations;
-            done.mapped_blocks += got.get().mapped_blocks;
             assert!(reached.get() > l, "a writeback chunk makes progress");
             l = reached.get();
         }
@@ -262,7 +259,6 @@ impl Volume {
         let changes = self.write_mapped(f, id, &new, (l, reached), data, size.min(reached * bs))?;
         let wb = WroteBack {
             allocations: new.len() as u64,
-            mapped_blocks: new.iter().map(|(_, e)| e.len).sum(),
         };
         Ok((reached, wb, changes))
     }

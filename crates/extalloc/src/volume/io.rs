@@ -582,7 +582,7 @@ fn check_attr(attr: &[u8]) -> Result<()> {
 
 /// `offset .. offset + len` as bytes of a file: refused past [`MAX_FILE_BYTES`] or on
 /// overflow. Returns the end.
-fn check_range(offset: u64, len: u64) -> Result<u64> {
+pub(crate) fn check_range(offset: u64, len: u64) -> Result<u64> {
     offset
         .checked_add(len)
         .filter(|&end| end <= MAX_FILE_BYTES)

@@ -48,6 +48,7 @@ mod tests;
 
 pub use check::VolumeCheck;
 pub use delalloc::WroteBack;
+pub(crate) use io::check_range;
 pub use io::{Fallocate, MAX_ATTR_BYTES, MAX_FILE_BYTES};
 
 use crate::alloc::Policy;

@@ -68,9 +68,8 @@ pub(super) struct Shared {
     last_age_scan_ns: AtomicU64,
     started: Instant,
     pub(super) switches: AtomicU64,
-    pub(super) caller_runs: AtomicU64,
-    pub(super) caller_bytes: AtomicU64,
-    pub(super) caller_allocations: AtomicU64,
+    /// The trips callers run themselves (`fsync`, `truncate`, `fallocate`).
+    pub(super) caller: Context,
     pub(super) throttled: AtomicU64,
     pub(super) throttled_ns: AtomicU64,
 }
@@ -101,9 +100,7 @@ impl Shared {
             last_age_scan_ns: AtomicU64::new(0),
             started: Instant::now(),
             switches: AtomicU64::new(0),
-            caller_runs: AtomicU64::new(0),
-            caller_bytes: AtomicU64::new(0),
-            caller_allocations: AtomicU64::new(0),
+            caller: Context::default(),
             throttled: AtomicU64::new(0),
             throttled_ns: AtomicU64::new(0),
         }
@@ -354,21 +351,11 @@ impl Shared {
                 source: Box::new(e),
             })?;
         let waited = thread_lock_waits() - waits;
-        let (runs, bytes, allocs) = match by {
-            Some(c) => {
-                let ctx = &self.contexts[c];
-                ctx.lock_waits.fetch_add(waited, Relaxed);
-                (&ctx.runs, &ctx.bytes, &ctx.allocations)
-            }
-            None => (
-                &self.caller_runs,
-                &self.caller_bytes,
-                &self.caller_allocations,
-            ),
-        };
-        runs.fetch_add(1, Relaxed);
-        bytes.fetch_add(len * self.block_size, Relaxed);
-        allocs.fetch_add(wb.allocations, Relaxed);
+        let ctx = by.map_or(&self.caller, |c| &self.contexts[c]);
+        ctx.lock_waits.fetch_add(waited, Relaxed);
+        ctx.runs.fetch_add(1, Relaxed);
+        ctx.bytes.fetch_add(len * self.block_size, Relaxed);
+        ctx.allocations.fetch_add(wb.allocations, Relaxed);
         self.drop_cached(d, start, len);
         Ok(())
     }

@@ -270,15 +270,7 @@ impl Buffered {
     /// the failing piece cached; earlier pieces of a large write stay). Waits while the
     /// cache is at its hard limit.
     pub fn write(&self, id: u64, offset: u64, data: &[u8]) -> Result<()> {
-        let end = offset
-            .checked_add(data.len() as u64)
-            .filter(|&e| e <= crate::volume::MAX_FILE_BYTES)
-            .ok_or_else(|| {
-                Error::InvalidRequest(format!(
-                    "bytes {offset}+{} reach past the largest file",
-                    data.len()
-                ))
-            })?;
+        let end = crate::volume::check_range(offset, data.len() as u64)?;
         let entry = self.shared.entry(id)?;
         for (from, to) in pieces(offset, end - offset, self.shared.block_size) {
             self.shared.throttle()?;
@@ -518,12 +510,7 @@ impl Buffered {
             dirty_limit_bytes: s.opts.dirty_limit_bytes,
             reserved_blocks: s.vol.delalloc_reserved_blocks(),
             per_context: s.contexts.iter().map(ctx).collect(),
-            caller: ContextStats {
-                runs: s.caller_runs.load(Relaxed),
-                bytes: s.caller_bytes.load(Relaxed),
-                allocations: s.caller_allocations.load(Relaxed),
-                lock_waits: 0,
-            },
+            caller: ctx(&s.caller),
             context_switches: s.switches.load(Relaxed),
             throttled_writes: s.throttled.load(Relaxed),
             throttled_ns: s.throttled_ns.load(Relaxed),
