@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test suite: unit, model-based, stress, bad-input and lab smoke tests, the library's
-# tests with debug assertions on, then the loom
-# model of the lock-free group index. Runs in a few minutes on 2 cores.
+# tests with debug assertions on, the loom model of the lock-free group index, then the
+# mounted file system under fsx, pjdfstest, fio with verify and kill -9 crashes
+# (scripts/mount-tests.sh: root and /dev/fuse). About 10 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/ci-deps.sh
@@ -12,3 +13,4 @@ CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS=true CARGO_TARGET_DIR=target/assert \
   cargo test -p extalloc --release
 # Loom needs every crate built with --cfg loom: keep it in its own target directory.
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p extalloc --release --test loom_index
+./scripts/mount-tests.sh

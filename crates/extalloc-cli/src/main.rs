@@ -212,6 +212,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Mount the file system on an extalloc device through FUSE (an empty device gets a new
+    /// one); returns once it is served unless --foreground. Unmount with `umount` or
+    /// SIGTERM.
+    Mount(cli::mount::MountArgs),
     /// Print the superblock and the free space of each group of an extalloc device.
     Info {
         path: std::path::PathBuf,
@@ -234,13 +238,17 @@ enum Command {
         id: u64,
         host_file: std::path::PathBuf,
     },
-    /// List the files of the volume on DEVICE: id, size, extents, blocks, name (the device
-    /// is only read).
+    /// List the files of the volume on DEVICE: id, size, extents, blocks, name (on a file
+    /// system made by `extalloc mount`: path and kind); --extents maps each (the device is
+    /// only read).
     Ls {
         device: std::path::PathBuf,
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// Also each file's mapped extents (logical block, physical blocks, unwritten).
+        #[arg(long)]
+        extents: bool,
     },
     /// Turn a bench or compare JSON report into Markdown and PNG charts.
     Report {
@@ -399,6 +407,7 @@ fn run(cli: Cli) -> Result<()> {
             ..
         } => cli::commands::torture(crashes, seed, threads, json.as_deref()),
         Command::Fsck { path, json } => cli::device::fsck(&path, json),
+        Command::Mount(args) => cli::mount::mount(&args),
         Command::Info {
             path,
             groups,
@@ -410,7 +419,11 @@ fn run(cli: Cli) -> Result<()> {
             id,
             host_file,
         } => cli::volume::get(&device, id, &host_file),
-        Command::Ls { device, json } => cli::volume::ls(&device, json),
+        Command::Ls {
+            device,
+            json,
+            extents,
+        } => cli::volume::ls(&device, json, extents),
         Command::Report { json, out } => cli::commands::report(&json, &out),
     }
 }

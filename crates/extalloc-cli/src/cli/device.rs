@@ -164,6 +164,10 @@ pub fn fsck(path: &Path, json: bool) -> Result<()> {
             );
         }
     }
+    let names = match &files {
+        Some(f) if f.clean() => super::mount::check_namespace(path, json)?,
+        _ => None,
+    };
     anyhow::ensure!(r.clean(), "{} problems found", r.problems.len());
     if let Some(f) = &files {
         anyhow::ensure!(
@@ -175,6 +179,9 @@ pub fn fsck(path: &Path, json: bool) -> Result<()> {
             f.leaked,
             f.corrupt_groups
         );
+    }
+    if let Some(n) = &names {
+        anyhow::ensure!(n.clean(), "the file system's check failed: {}", n.summary());
     }
     Ok(())
 }

@@ -75,36 +75,105 @@ struct Listed {
     size: u64,
     extents: u64,
     blocks: u64,
+    /// The attribute blob as text, or the path on a file system.
     name: String,
+    /// On a file system: file, dir, symlink, fifo, socket, char, block.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kind: Option<&'static str>,
+    /// With `--extents`: each mapped extent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    map: Option<Vec<Mapped>>,
 }
 
-/// `extalloc ls DEVICE [--json]`.
-pub fn ls(device: &Path, json: bool) -> Result<()> {
+/// One mapped extent in `ls --extents`.
+#[derive(serde::Serialize)]
+struct Mapped {
+    logical: u64,
+    start: u64,
+    len: u64,
+    unwritten: bool,
+}
+
+/// `extalloc ls DEVICE [--json] [--extents]`: on a file system (`extalloc mount`) each
+/// file's path and kind instead of its attribute blob; inodes no path reaches are left out.
+pub fn ls(device: &Path, json: bool, extents: bool) -> Result<()> {
     let vol = open_read_only(device)?;
-    let files: Vec<Listed> = vol
-        .list()
-        .into_iter()
-        .map(|f| Listed {
-            name: String::from_utf8_lossy(&vol.attr(f.id).unwrap_or_default()).into_owned(),
+    let paths = super::mount::paths(&vol)?;
+    let mut files = Vec::new();
+    for f in vol.list() {
+        let (name, kind) = match &paths {
+            Some(p) => match p.get(&f.id) {
+                Some((path, kind)) => (path.clone(), Some(kind_name(*kind))),
+                None => continue,
+            },
+            None => {
+                let attr = vol.attr(f.id).unwrap_or_default();
+                (String::from_utf8_lossy(&attr).into_owned(), None)
+            }
+        };
+        let map = extents.then(|| {
+            vol.extents(f.id)
+                .unwrap_or_default()
+                .iter()
+                .map(|e| Mapped {
+                    logical: e.logical,
+                    start: e.extent.start,
+                    len: e.extent.len,
+                    unwritten: e.unwritten,
+                })
+                .collect()
+        });
+        files.push(Listed {
             id: f.id,
             size: f.size,
             extents: f.extents,
             blocks: f.blocks,
-        })
-        .collect();
+            name,
+            kind,
+            map,
+        });
+    }
     if json {
         println!("{}", serde_json::to_string_pretty(&files)?);
         return Ok(());
     }
+    print_listing(&files);
+    Ok(())
+}
+
+fn print_listing(files: &[Listed]) {
     println!("| id | size | extents | blocks | name |");
     println!("|---:|---:|---:|---:|---|");
-    for f in &files {
+    for f in files {
+        let kind = f.kind.map(|k| format!(" ({k})")).unwrap_or_default();
         println!(
-            "| {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {}{kind} |",
             f.id, f.size, f.extents, f.blocks, f.name
         );
+        for m in f.map.iter().flatten() {
+            println!(
+                "|  | logical {} | blocks {}..{} | {} | {} |",
+                m.logical,
+                m.start,
+                m.start + m.len,
+                m.len,
+                if m.unwritten { "unwritten" } else { "" }
+            );
+        }
     }
-    Ok(())
+}
+
+fn kind_name(k: extalloc_fuse::inode::Kind) -> &'static str {
+    use extalloc_fuse::inode::Kind;
+    match k {
+        Kind::File => "file",
+        Kind::Dir => "dir",
+        Kind::Symlink => "symlink",
+        Kind::Fifo => "fifo",
+        Kind::Socket => "socket",
+        Kind::CharDevice => "char",
+        Kind::BlockDevice => "block",
+    }
 }
 
 /// The files summary of `info --files`.

@@ -1,0 +1,219 @@
+//! `extalloc mount DEVICE MOUNTPOINT`: the file system of `extalloc-fuse`, in the
+//! foreground or detached; and the namespace part of `extalloc fsck`.
+//!
+//! Detached, the command runs itself again in the foreground in a new process group with
+//! `EXTALLOC_MOUNT_READY` set; that child prints one line on its standard output (`ready`
+//! or the error) once the mount is served or has failed, and the parent waits for that
+//! line, so `extalloc mount` returns only when the mount point works (or says why not).
+
+use anyhow::{bail, Context, Result};
+use extalloc::Policy;
+use extalloc_fuse::fs::MountReport;
+use extalloc_fuse::mount::{serve, MountOptions};
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// Set in a detached child: print the ready line on stdout.
+const READY_ENV: &str = "EXTALLOC_MOUNT_READY";
+
+/// Options of `extalloc mount`.
+#[derive(clap::Args, Debug)]
+pub struct MountArgs {
+    /// The extalloc device (made by `extalloc mkfs`); an empty one gets a new file system.
+    pub device: PathBuf,
+    /// An existing directory to mount on.
+    pub mountpoint: PathBuf,
+    /// Stay in the foreground until unmounted (otherwise return once mounted).
+    #[arg(long)]
+    pub foreground: bool,
+    /// Threads serving kernel requests.
+    #[arg(long, default_value_t = 4)]
+    pub threads: usize,
+    /// The dirty cache's hard limit (writers wait above it).
+    #[arg(long, default_value = "256MiB")]
+    pub dirty_limit: String,
+    /// Writeback contexts (0: one per group range, min(groups, CPUs x 2)).
+    #[arg(long, default_value_t = 0)]
+    pub wb_contexts: usize,
+    /// Allocation policy (a preset or a spec, as `bench --policy`).
+    #[arg(long, default_value = "extalloc")]
+    pub policy: String,
+    /// Where a detached mount writes its messages (default: nowhere).
+    #[arg(long)]
+    pub log: Option<PathBuf>,
+}
+
+/// `extalloc mount`.
+pub fn mount(args: &MountArgs) -> Result<()> {
+    let opts = options(args)?;
+    if !args.foreground {
+        return detach(args);
+    }
+    let announce = std::env::var_os(READY_ENV).is_some();
+    let result = serve(&opts, |r| report(&opts, r, announce));
+    if let Err(e) = &result {
+        if announce {
+            println!("error: {e}");
+        }
+    }
+    result.map_err(anyhow::Error::msg)
+}
+
+fn options(args: &MountArgs) -> Result<MountOptions> {
+    anyhow::ensure!(
+        (1..=64).contains(&args.threads),
+        "--threads must be from 1 to 64"
+    );
+    let writeback = extalloc::writeback::WritebackOptions {
+        dirty_limit_bytes: extalloc_cli::lab::parse_size(&args.dirty_limit)
+            .context("--dirty-limit")?,
+        contexts: args.wb_contexts,
+        ..Default::default()
+    };
+    Ok(MountOptions {
+        device: args.device.clone(),
+        mountpoint: args.mountpoint.clone(),
+        threads: args.threads,
+        writeback,
+        policy: Policy::parse(&args.policy).context("--policy")?,
+    })
+}
+
+fn report(opts: &MountOptions, r: &MountReport, announce: bool) {
+    let what = if r.created {
+        "made a new file system".to_string()
+    } else if r.repaired.clean() {
+        "clean".to_string()
+    } else {
+        format!("repaired {}", r.repaired.summary())
+    };
+    let line = format!(
+        "mounted {} on {} ({what}; {} directories, {} files)",
+        opts.device.display(),
+        opts.mountpoint.display(),
+        r.repaired.dirs,
+        r.repaired.files
+    );
+    eprintln!("{line}");
+    for p in r
+        .repaired
+        .bad_entries
+        .iter()
+        .chain(&r.repaired.link_counts)
+        .chain(&r.repaired.logs)
+    {
+        eprintln!("  repaired: {p}");
+    }
+    if announce {
+        println!("ready: {line}");
+    }
+}
+
+/// Runs the mount in a detached child and waits for its ready line.
+fn detach(args: &MountArgs) -> Result<()> {
+    let exe = std::env::current_exe().context("cannot find the extalloc executable")?;
+    let stderr = match &args.log {
+        Some(p) => Stdio::from(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .with_context(|| format!("{}", p.display()))?,
+        ),
+        None => Stdio::null(),
+    };
+    let mut cmd = Command::new(exe);
+    cmd.arg("mount")
+        .arg("--foreground")
+        .args(["--threads", &args.threads.to_string()])
+        .args(["--dirty-limit", &args.dirty_limit])
+        .args(["--wb-contexts", &args.wb_contexts.to_string()])
+        .args(["--policy", &args.policy])
+        .arg(&args.device)
+        .arg(&args.mountpoint)
+        .env(READY_ENV, "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .process_group(0);
+    let mut child = cmd.spawn().context("cannot start the mount process")?;
+    let out = child
+        .stdout
+        .take()
+        .context("no pipe from the mount process")?;
+    let mut line = String::new();
+    BufReader::new(out).read_line(&mut line)?;
+    match line.trim_end().strip_prefix("ready: ") {
+        Some(msg) => {
+            println!("{msg} (process {})", child.id());
+            Ok(())
+        }
+        None => {
+            let status = child.wait()?;
+            let msg = line
+                .trim_end()
+                .strip_prefix("error: ")
+                .unwrap_or(line.trim_end());
+            if msg.is_empty() {
+                bail!("the mount process exited ({status}) without a word");
+            }
+            bail!("{msg}")
+        }
+    }
+}
+
+/// Whether `vol` holds a file system (an inode in file 1).
+fn is_fs(vol: &extalloc::volume::Volume) -> bool {
+    vol.attr(extalloc_fuse::fs::ROOT)
+        .ok()
+        .and_then(|a| extalloc_fuse::inode::Inode::decode(&a))
+        .is_some()
+}
+
+/// Each inode's path and kind when `vol` holds a file system, for `ls`.
+pub fn paths(
+    vol: &extalloc::volume::Volume,
+) -> Result<Option<std::collections::BTreeMap<u64, (String, extalloc_fuse::inode::Kind)>>> {
+    if !is_fs(vol) {
+        return Ok(None);
+    }
+    Ok(Some(
+        extalloc_fuse::fs::paths(vol).map_err(anyhow::Error::msg)?,
+    ))
+}
+
+/// The file system's namespace check for `fsck`, on a read-only view of the volume,
+/// printed unless `quiet`: `None` when the volume holds no file system (no inode in
+/// file 1).
+pub fn check_namespace(
+    path: &Path,
+    quiet: bool,
+) -> Result<Option<extalloc_fuse::fs::NamespaceReport>> {
+    let vol = super::volume::open_read_only(path)?;
+    if !is_fs(&vol) {
+        return Ok(None);
+    }
+    let n = extalloc_fuse::fs::check(&vol).map_err(anyhow::Error::msg)?;
+    if !quiet {
+        println!(
+            "file system: {} directories, {} files, {} symbolic links, {} others; {}",
+            n.dirs,
+            n.files,
+            n.symlinks,
+            n.others,
+            n.summary()
+        );
+        for p in n.bad_entries.iter().chain(&n.link_counts).chain(&n.logs) {
+            println!("problem: {p}");
+        }
+        if !n.orphans.is_empty() {
+            println!(
+                "problem: orphan inodes (mount removes them): {:?}",
+                n.orphans
+            );
+        }
+    }
+    Ok(Some(n))
+}

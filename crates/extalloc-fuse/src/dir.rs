@@ -1,0 +1,174 @@
+//! A directory's entries and their log on the volume.
+//!
+//! Data structures: a directory's volume file holds a log of records, each
+//! `tag u8 (1 add, 2 remove) | ino u64 | name length u16 | name | crc32c u32` (little endian,
+//! the checksum over everything before it). [`DirLog::parse`] replays a log into the
+//! entries (name -> inode); [`record`] encodes one record. Each change appends one record
+//! at the end of the log through the volume, so it travels in the volume's journal with the
+//! operation that made it.
+//!
+//! Invariant: replaying the log's records in order gives the directory's entries; a
+//! record that does not check (a torn tail) ends the log there, and the parse says where.
+//! An add names a name that is absent, a remove one that is present; a log that says
+//! otherwise is reported, never followed blindly.
+//!
+//! Lock order: none (plain values; the namespace lock in `fs.rs` guards them).
+
+use std::collections::BTreeMap;
+
+/// Longest name (bytes), as `NAME_MAX`.
+pub const NAME_MAX: usize = 255;
+const ADD: u8 = 1;
+const REMOVE: u8 = 2;
+/// Bytes of a record besides its name.
+pub const RECORD_OVERHEAD: usize = 1 + 8 + 2 + 4;
+
+/// The record for adding (`Some(ino)`) or removing (`None`) `name`.
+pub fn record(name: &[u8], ino: Option<u64>) -> Vec<u8> {
+    debug_assert!(!name.is_empty() && name.len() <= NAME_MAX);
+    let mut out = Vec::with_capacity(RECORD_OVERHEAD + name.len());
+    out.push(if ino.is_some() { ADD } else { REMOVE });
+    out.extend_from_slice(&ino.unwrap_or(0).to_le_bytes());
+    out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+    out.extend_from_slice(name);
+    let crc = crc32c::crc32c(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// A directory log read back.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct DirLog {
+    /// The entries: name -> inode.
+    pub entries: BTreeMap<Vec<u8>, u64>,
+    /// Bytes of the log that parsed (the rest is a torn or damaged tail).
+    pub valid_bytes: u64,
+    /// Records read.
+    pub records: u64,
+    /// What stopped the parse before the end, if anything.
+    pub problem: Option<String>,
+}
+
+impl DirLog {
+    /// Replays `log`.
+    pub fn parse(log: &[u8]) -> DirLog {
+        let mut d = DirLog::default();
+        let mut pos = 0usize;
+        while pos < log.len() {
+            match parse_one(&log[pos..]) {
+                Ok((tag, ino, name, len)) => {
+                    let applied = match tag {
+                        ADD => d.entries.insert(name.to_vec(), ino).is_none(),
+                        _ => d.entries.remove(name).is_some(),
+                    };
+                    if !applied {
+                        d.problem = Some(format!(
+                            "record {} at byte {pos} {} {:?}, which {}",
+                            d.records,
+                            if tag == ADD { "adds" } else { "removes" },
+                            String::from_utf8_lossy(name),
+                            if tag == ADD {
+                                "is already there"
+                            } else {
+                                "is not there"
+                            }
+                        ));
+                    }
+                    pos += len;
+                    d.records += 1;
+                }
+                Err(why) => {
+                    d.problem = Some(format!("record {} at byte {pos}: {why}", d.records));
+                    break;
+                }
+            }
+        }
+        d.valid_bytes = pos as u64;
+        d
+    }
+}
+
+/// One record at the start of `b`: (tag, inode, name, bytes used).
+fn parse_one(b: &[u8]) -> Result<(u8, u64, &[u8], usize), String> {
+    if b.len() < RECORD_OVERHEAD {
+        return Err(format!(
+            "{} bytes left, a record takes at least {RECORD_OVERHEAD}",
+            b.len()
+        ));
+    }
+    let tag = b[0];
+    let ino = u64::from_le_bytes(b[1..9].try_into().expect("8 bytes"));
+    let name_len = usize::from(u16::from_le_bytes([b[9], b[10]]));
+    let len = RECORD_OVERHEAD + name_len;
+    if !(tag == ADD || tag == REMOVE) || name_len == 0 || name_len > NAME_MAX || b.len() < len {
+        return Err(format!(
+            "no record here (tag {tag}, name length {name_len})"
+        ));
+    }
+    let stored = u32::from_le_bytes(b[len - 4..len].try_into().expect("4 bytes"));
+    if crc32c::crc32c(&b[..len - 4]) != stored {
+        return Err("checksum mismatch".into());
+    }
+    Ok((tag, ino, &b[11..11 + name_len], len))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn adds_and_removes_replay_in_order() {
+        let mut log = record(b"a", Some(5));
+        log.extend(record(b"b", Some(6)));
+        log.extend(record(b"a", None));
+        log.extend(record(b"a", Some(7)));
+        let d = DirLog::parse(&log);
+        assert_eq!(d.problem, None);
+        assert_eq!(d.records, 4);
+        assert_eq!(d.valid_bytes, log.len() as u64);
+        let want: BTreeMap<Vec<u8>, u64> = [(b"a".to_vec(), 7), (b"b".to_vec(), 6)].into();
+        assert_eq!(d.entries, want);
+    }
+
+    #[test]
+    fn a_torn_tail_ends_the_log_where_it_starts() {
+        let mut log = record(b"keep", Some(2));
+        let good = log.len();
+        log.extend(record(b"torn", Some(3)));
+        log.truncate(log.len() - 2);
+        let d = DirLog::parse(&log);
+        assert_eq!(d.valid_bytes, good as u64);
+        assert!(
+            d.problem
+                .as_deref()
+                .unwrap()
+                .contains("record 1 at byte 19"),
+            "{d:?}"
+        );
+        assert_eq!(d.entries.len(), 1);
+        let mut flipped = record(b"x", Some(2));
+        flipped[11] ^= 1;
+        assert!(DirLog::parse(&flipped)
+            .problem
+            .unwrap()
+            .contains("checksum"));
+    }
+
+    #[test]
+    fn a_log_that_contradicts_itself_is_reported() {
+        let mut log = record(b"a", Some(5));
+        log.extend(record(b"a", Some(6)));
+        log.extend(record(b"zz", None));
+        let d = DirLog::parse(&log);
+        assert!(d.problem.unwrap().contains("removes \"zz\""));
+    }
+
+    proptest! {
+        #[test]
+        fn random_bytes_never_panic(b in proptest::collection::vec(any::<u8>(), 0..400)) {
+            let d = DirLog::parse(&b);
+            prop_assert!(d.valid_bytes <= b.len() as u64);
+        }
+    }
+}

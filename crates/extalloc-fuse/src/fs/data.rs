@@ -1,0 +1,227 @@
+//! Data and attribute calls: open, release, read, write, setattr (mode, owner, size,
+//! times), fallocate, fsync and statfs.
+
+use super::names::NewNode;
+use super::{now, Attr, Caller, Errno, Fs, FsResult};
+use crate::inode::{Kind, Time};
+use extalloc::volume::Fallocate;
+use std::sync::atomic::Ordering::Relaxed;
+
+fn err<T>(e: i32) -> FsResult<T> {
+    Err(Errno(e))
+}
+
+/// A time `setattr` sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetTime {
+    /// The current time.
+    Now,
+    /// This time.
+    At(Time),
+}
+
+/// What `setattr` changes (`None`: unchanged).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    /// Permission bits (the type bits are ignored).
+    pub mode: Option<u32>,
+    /// Owner.
+    pub uid: Option<u32>,
+    /// Group.
+    pub gid: Option<u32>,
+    /// Size (truncate or extend).
+    pub size: Option<u64>,
+    /// Access time.
+    pub atime: Option<SetTime>,
+    /// Modification time.
+    pub mtime: Option<SetTime>,
+    /// Change time.
+    pub ctime: Option<Time>,
+}
+
+/// File system figures for `statfs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FsStat {
+    /// Block size.
+    pub block_size: u32,
+    /// Blocks of the device.
+    pub blocks: u64,
+    /// Free blocks.
+    pub free: u64,
+    /// Blocks an unprivileged caller may still take.
+    pub available: u64,
+    /// Inodes in use.
+    pub files: u64,
+    /// Inodes that may still be made (bounded by free blocks: each needs none, but its
+    /// data needs some).
+    pub files_free: u64,
+}
+
+impl Fs {
+    /// Opens `ino` (`flags` as `open(2)`'s): `O_DIRECT` is refused with `EINVAL`, because
+    /// data goes through the volume's cache.
+    pub fn open(&self, ino: u64, flags: i32) -> FsResult<u64> {
+        if flags & libc::O_DIRECT != 0 {
+            return err(libc::EINVAL);
+        }
+        let mut ns = self.ns.write();
+        let n = ns.node_mut(ino)?;
+        n.open += 1;
+        Ok(self.next_fh.fetch_add(1, Relaxed))
+    }
+
+    /// Makes and opens a regular file (`creat`).
+    pub fn create(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        who: Caller,
+    ) -> FsResult<(Attr, u64)> {
+        if flags & libc::O_DIRECT != 0 {
+            return err(libc::EINVAL);
+        }
+        let new = NewNode {
+            kind: Kind::File,
+            mode,
+            umask,
+            rdev: 0,
+            target: None,
+        };
+        let attr = self.make(parent, name, new, who)?;
+        let fh = self.open(attr.ino, flags)?;
+        Ok((attr, fh))
+    }
+
+    /// The last close of one open: pending times are written, and a file unlinked while
+    /// open is removed once nothing else holds it.
+    pub fn release(&self, ino: u64) -> FsResult<()> {
+        self.flush_attrs(Some(ino))?;
+        let mut ns = self.ns.write();
+        let n = ns.node_mut(ino)?;
+        n.open = n.open.saturating_sub(1);
+        let (last, kind) = (n.open == 0, n.inode.kind);
+        if last && kind == Kind::File && n.inode.nlink > 0 {
+            self.vol.close_file(ino)?;
+        }
+        self.reap(&mut ns, ino)
+    }
+
+    /// Reads up to `len` bytes at `offset` (fewer at the end of the file).
+    pub fn read(&self, ino: u64, offset: u64, len: u32) -> FsResult<Vec<u8>> {
+        self.regular(ino, libc::EINVAL)?;
+        Ok(self.vol.read(ino, offset, u64::from(len))?)
+    }
+
+    /// Writes `data` at `offset` into the cache; returns the bytes written.
+    pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
+        self.regular(ino, libc::EINVAL)?;
+        self.vol.write(ino, offset, data)?;
+        self.data_changed(ino)?;
+        Ok(data.len() as u32)
+    }
+
+    /// Changes `ino`'s attributes.
+    pub fn setattr(&self, ino: u64, set: SetAttr) -> FsResult<Attr> {
+        let kind = self.ns.read().node(ino)?.inode.kind;
+        if let Some(size) = set.size {
+            match kind {
+                Kind::File => self.vol.truncate(ino, size)?,
+                Kind::Dir => return err(libc::EISDIR),
+                _ => return err(libc::EINVAL),
+            }
+        }
+        let mut ns = self.ns.write();
+        let n = ns.node_mut(ino)?;
+        let t = now();
+        let i = &mut n.inode;
+        if let Some(m) = set.mode {
+            i.perm = (m & 0o7777) as u16;
+        }
+        if let Some(u) = set.uid {
+            i.uid = u;
+        }
+        if let Some(g) = set.gid {
+            i.gid = g;
+        }
+        let pick = |s: SetTime| match s {
+            SetTime::Now => t,
+            SetTime::At(x) => x,
+        };
+        if let Some(a) = set.atime {
+            i.atime = pick(a);
+        }
+        match set.mtime {
+            Some(m) => i.mtime = pick(m),
+            None if set.size.is_some() => i.mtime = t,
+            None => {}
+        }
+        i.ctime = set.ctime.unwrap_or(t);
+        self.persist(&mut ns, ino)?;
+        self.attr_of(&ns, ino)
+    }
+
+    /// `fallocate(2)` with Linux's `mode` bits: plain, `KEEP_SIZE`, `PUNCH_HOLE |
+    /// KEEP_SIZE` and `ZERO_RANGE` (with or without `KEEP_SIZE`); others are
+    /// `EOPNOTSUPP`.
+    pub fn fallocate(&self, ino: u64, offset: u64, len: u64, mode: i32) -> FsResult<()> {
+        const KEEP: i32 = libc::FALLOC_FL_KEEP_SIZE;
+        const PUNCH: i32 = libc::FALLOC_FL_PUNCH_HOLE;
+        const ZERO: i32 = libc::FALLOC_FL_ZERO_RANGE;
+        let how = match mode {
+            0 => Fallocate::Allocate,
+            KEEP => Fallocate::KeepSize,
+            m if m == PUNCH | KEEP => Fallocate::PunchHole,
+            ZERO => Fallocate::ZeroRange { keep_size: false },
+            m if m == ZERO | KEEP => Fallocate::ZeroRange { keep_size: true },
+            _ => return err(libc::EOPNOTSUPP),
+        };
+        if len == 0 {
+            return err(libc::EINVAL);
+        }
+        self.regular(ino, libc::ENODEV)?;
+        self.vol.fallocate(ino, how, offset, len)?;
+        self.data_changed(ino)
+    }
+
+    /// Ok for a regular file; `EISDIR` for a directory, `other` for the rest.
+    fn regular(&self, ino: u64, other: i32) -> FsResult<()> {
+        match self.ns.read().node(ino)?.inode.kind {
+            Kind::File => Ok(()),
+            Kind::Dir => err(libc::EISDIR),
+            _ => err(other),
+        }
+    }
+
+    /// The data of `ino` changed: mtime and ctime are now, written later.
+    fn data_changed(&self, ino: u64) -> FsResult<()> {
+        let mut ns = self.ns.write();
+        let n = ns.node_mut(ino)?;
+        let t = now();
+        n.inode.mtime = t;
+        n.inode.ctime = t;
+        n.attr_dirty = true;
+        Ok(())
+    }
+
+    /// Makes `ino` durable, with every namespace change before it (one journal).
+    pub fn fsync(&self, ino: u64) -> FsResult<()> {
+        self.flush_attrs(Some(ino))?;
+        Ok(self.vol.fsync(ino)?)
+    }
+
+    /// Figures for `statfs`.
+    pub fn statfs(&self) -> FsStat {
+        let s = self.vol.statfs();
+        FsStat {
+            block_size: s.block_size,
+            blocks: s.blocks,
+            free: s.free_blocks,
+            available: s.available_blocks,
+            files: self.inodes(),
+            files_free: s.available_blocks,
+        }
+    }
+}

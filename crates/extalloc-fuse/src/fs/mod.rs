@@ -1,0 +1,346 @@
+//! The file system: a namespace of directories, files, symbolic links and special files
+//! on a buffered extalloc volume ([`extalloc::writeback::Buffered`]), independent of FUSE
+//! (`fuse.rs` turns kernel requests into these calls).
+//!
+//! - Every inode is a volume file; its number is the volume file's id, and the root is
+//!   file 1. Its attributes ([`Inode`]) are the file's attribute blob; its size is the
+//!   file's size; a directory's file holds its entry log (`dir.rs`), a symbolic link's its
+//!   target. Regular files' data goes through the volume's dirty cache and writeback
+//!   contexts.
+//! - A namespace change appends a record to each directory it touches and rewrites the
+//!   attributes it changes, through the volume, so it rides the volume's journal: `fsync`
+//!   of any file commits every namespace change made before it (as ext4's does).
+//! - Timestamps that only a data write changes are kept in memory and written at `fsync`,
+//!   `release` and unmount.
+//! - `scan.rs` reads the namespace back at mount, checks it, and repairs what a crash
+//!   between two steps of one operation leaves (see `docs/mount.md`).
+//!
+//! Data structures: [`Fs`] owns the [`Buffered`] volume, the namespace ([`Ns`]: every
+//! inode's [`Node`] by number, loaded at mount) and the open directory snapshots.
+//!
+//! Invariant: for every directory node, `entries` equals its log on the volume replayed;
+//! every entry names a node; a file's `nlink` counts its entries, a directory's is 2 plus
+//! its subdirectories; a node whose `nlink` is 0 is kept only while it is open or the
+//! kernel still knows it (`lookups`), then its volume file is unlinked.
+//!
+//! Lock order: `ns` (written by namespace changes, read by lookups) -> `dir_handles`;
+//! then the volume's locks. Data reads and writes call the volume without `ns`, then take
+//! it briefly to update times.
+
+pub mod data;
+pub mod names;
+mod scan;
+#[cfg(test)]
+mod tests;
+
+pub use scan::{check, paths, NamespaceReport};
+
+use crate::dir::DirLog;
+use crate::inode::{Inode, Kind, Time};
+use extalloc::volume::Volume;
+use extalloc::writeback::{Buffered, WritebackOptions};
+use parking_lot::{Mutex, RwLock};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::AtomicU64;
+
+/// The root directory's inode (FUSE's root id; the volume's first file).
+pub const ROOT: u64 = 1;
+
+/// An error for the kernel: an `errno` value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Errno(pub i32);
+
+impl std::fmt::Display for Errno {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", std::io::Error::from_raw_os_error(self.0))
+    }
+}
+
+impl From<extalloc::Error> for Errno {
+    fn from(e: extalloc::Error) -> Errno {
+        use extalloc::Error as E;
+        Errno(match e {
+            E::NoSpace { .. } | E::JournalFull { .. } => libc::ENOSPC,
+            E::NoSuchFile { .. } => libc::ENOENT,
+            E::InvalidRequest(_) | E::OutOfRange { .. } => libc::EFBIG,
+            E::TransactionTooLarge { .. } => libc::EFBIG,
+            other => {
+                log::error!("volume error: {other}");
+                libc::EIO
+            }
+        })
+    }
+}
+
+/// The result of a file system call.
+pub type FsResult<T> = Result<T, Errno>;
+
+/// Who makes a call (the kernel's request credentials).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caller {
+    /// User id.
+    pub uid: u32,
+    /// Group id.
+    pub gid: u32,
+}
+
+/// An inode as `stat` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attr {
+    /// Inode number.
+    pub ino: u64,
+    /// The attributes kept on the volume.
+    pub inode: Inode,
+    /// Size in bytes.
+    pub size: u64,
+    /// Bytes of blocks mapped.
+    pub allocated: u64,
+}
+
+/// A directory's state in memory.
+#[derive(Debug, Clone)]
+pub(crate) struct DirState {
+    pub(crate) entries: BTreeMap<Vec<u8>, u64>,
+    /// The directory holding this one (the root's is itself).
+    pub(crate) parent: u64,
+    /// Bytes of the entry log on the volume (where the next record goes).
+    pub(crate) log_bytes: u64,
+}
+
+/// One inode in memory.
+#[derive(Debug, Clone)]
+pub(crate) struct Node {
+    pub(crate) inode: Inode,
+    pub(crate) dir: Option<DirState>,
+    /// Open file handles.
+    pub(crate) open: u32,
+    /// References the kernel holds (lookups not yet forgotten).
+    pub(crate) lookups: u64,
+    /// Times changed in memory and not yet written to the volume.
+    pub(crate) attr_dirty: bool,
+}
+
+/// One entry of an open directory's snapshot: name, inode, kind.
+pub(crate) type Listed = (Vec<u8>, u64, Kind);
+
+/// Every inode by number.
+#[derive(Debug, Default)]
+pub(crate) struct Ns {
+    pub(crate) nodes: HashMap<u64, Node>,
+}
+
+impl Ns {
+    pub(crate) fn node(&self, ino: u64) -> FsResult<&Node> {
+        self.nodes.get(&ino).ok_or(Errno(libc::ENOENT))
+    }
+
+    pub(crate) fn node_mut(&mut self, ino: u64) -> FsResult<&mut Node> {
+        self.nodes.get_mut(&ino).ok_or(Errno(libc::ENOENT))
+    }
+
+    pub(crate) fn dir(&self, ino: u64) -> FsResult<&DirState> {
+        self.node(ino)?.dir.as_ref().ok_or(Errno(libc::ENOTDIR))
+    }
+
+    /// The inode `name` names in directory `parent`.
+    pub(crate) fn entry(&self, parent: u64, name: &[u8]) -> FsResult<u64> {
+        self.dir(parent)?
+            .entries
+            .get(name)
+            .copied()
+            .ok_or(Errno(libc::ENOENT))
+    }
+}
+
+/// What mounting found and repaired.
+#[derive(Debug, Clone, Default)]
+pub struct MountReport {
+    /// A new file system was made on an empty volume.
+    pub created: bool,
+    /// What the namespace check found (and mount repaired).
+    pub repaired: NamespaceReport,
+}
+
+/// A file system on a buffered volume (see the module documentation).
+pub struct Fs {
+    pub(crate) vol: Buffered,
+    pub(crate) ns: RwLock<Ns>,
+    /// Open directory handles: a snapshot of the entries at `opendir`.
+    pub(crate) dir_handles: Mutex<HashMap<u64, Vec<Listed>>>,
+    pub(crate) next_fh: AtomicU64,
+}
+
+impl Fs {
+    /// Mounts the file system on `vol`: makes one on an empty volume (the root is its first
+    /// file), else reads the namespace back and repairs what a crash left (orphans, link
+    /// counts, torn entry logs; see [`MountReport`]).
+    pub fn mount(vol: Volume, opts: WritebackOptions) -> Result<(Fs, MountReport), String> {
+        let mut report = MountReport::default();
+        if vol.list().is_empty() {
+            make_root(&vol)?;
+            report.created = true;
+        }
+        let (nodes, found) = scan::load(&vol, true)?;
+        report.repaired = found;
+        vol.sync()
+            .map_err(|e| format!("cannot commit the repairs: {e}"))?;
+        let vol = Buffered::new(vol, opts).map_err(|e| e.to_string())?;
+        let fs = Fs {
+            vol,
+            ns: RwLock::new(Ns { nodes }),
+            dir_handles: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+        };
+        Ok((fs, report))
+    }
+
+    /// The buffered volume underneath (figures, checks).
+    pub fn volume(&self) -> &Buffered {
+        &self.vol
+    }
+
+    /// Writes every inode's pending times, then the dirty data, and commits.
+    pub fn sync(&self) -> FsResult<()> {
+        self.flush_attrs(None)?;
+        Ok(self.vol.sync()?)
+    }
+
+    /// Unmounts: files unlinked while open are removed, everything is written and the
+    /// volume closed.
+    pub fn unmount(self) -> Result<(), String> {
+        let orphans: Vec<u64> = {
+            let ns = self.ns.read();
+            ns.nodes
+                .iter()
+                .filter(|(_, n)| n.inode.nlink == 0)
+                .map(|(&i, _)| i)
+                .collect()
+        };
+        for ino in orphans {
+            self.vol
+                .unlink(ino)
+                .map_err(|e| format!("cannot remove unlinked inode {ino}: {e}"))?;
+            self.ns.write().nodes.remove(&ino);
+        }
+        self.sync().map_err(|e| format!("cannot sync: {e}"))?;
+        self.vol
+            .close()
+            .map_err(|e| format!("cannot close the volume: {e}"))
+    }
+
+    /// Writes the pending times of `only` (or of every inode).
+    pub(crate) fn flush_attrs(&self, only: Option<u64>) -> FsResult<()> {
+        let dirty: Vec<(u64, Inode)> = {
+            let mut ns = self.ns.write();
+            let mut out = Vec::new();
+            for (&ino, n) in ns.nodes.iter_mut() {
+                if n.attr_dirty && only.is_none_or(|o| o == ino) {
+                    n.attr_dirty = false;
+                    out.push((ino, n.inode));
+                }
+            }
+            out
+        };
+        for (ino, inode) in dirty {
+            self.vol.set_attr(ino, &inode.encode())?;
+        }
+        Ok(())
+    }
+
+    /// `stat` of `ino`.
+    pub fn getattr(&self, ino: u64) -> FsResult<Attr> {
+        let ns = self.ns.read();
+        self.attr_of(&ns, ino)
+    }
+
+    pub(crate) fn attr_of(&self, ns: &Ns, ino: u64) -> FsResult<Attr> {
+        let n = ns.node(ino)?;
+        let (size, allocated) = match &n.dir {
+            Some(d) => {
+                let bs = self.vol.volume().block_size();
+                (
+                    d.log_bytes.div_ceil(bs).max(1) * bs,
+                    d.log_bytes.div_ceil(bs) * bs,
+                )
+            }
+            None => {
+                let bs = self.vol.volume().block_size();
+                let size = self.vol.size(ino)?;
+                let mapped: u64 = self.vol.extents(ino)?.iter().map(|e| e.extent.len).sum();
+                // Data still in the cache has no blocks yet: count what it will take.
+                (size, (mapped * bs).max(size.div_ceil(bs) * bs))
+            }
+        };
+        Ok(Attr {
+            ino,
+            inode: n.inode,
+            size,
+            allocated,
+        })
+    }
+
+    /// Writes `ino`'s attributes to the volume now.
+    pub(crate) fn persist(&self, ns: &mut Ns, ino: u64) -> FsResult<()> {
+        let n = ns.node_mut(ino)?;
+        n.attr_dirty = false;
+        let blob = n.inode.encode();
+        Ok(self.vol.set_attr(ino, &blob)?)
+    }
+
+    /// Removes `ino` from the volume if nothing names, opens or remembers it any more.
+    pub(crate) fn reap(&self, ns: &mut Ns, ino: u64) -> FsResult<()> {
+        let gone = ns
+            .nodes
+            .get(&ino)
+            .is_some_and(|n| n.inode.nlink == 0 && n.open == 0 && n.lookups == 0);
+        if gone {
+            self.vol.unlink(ino)?;
+            ns.nodes.remove(&ino);
+        }
+        Ok(())
+    }
+
+    /// Number of inodes (for `statfs`).
+    pub fn inodes(&self) -> u64 {
+        self.ns.read().nodes.len() as u64
+    }
+}
+
+/// Makes the root directory as the first file of an empty volume.
+fn make_root(vol: &Volume) -> Result<(), String> {
+    // SAFETY: geteuid and getegid cannot fail.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let root = Inode::new(Kind::Dir, 0o755, uid, gid, 0);
+    let id = vol
+        .create(&root.encode())
+        .map_err(|e| format!("cannot make the root directory: {e}"))?;
+    if id != ROOT {
+        // Ids are never reused: a volume whose files were all removed cannot give id 1.
+        let _ = vol.unlink(id);
+        return Err(format!(
+            "this volume has held files before (its next file would be {id}, the root must \
+             be 1): make a fresh one with `extalloc mkfs`"
+        ));
+    }
+    Ok(())
+}
+
+/// A directory node loaded from its log.
+pub(crate) fn dir_node(inode: Inode, log: &DirLog, parent: u64) -> Node {
+    Node {
+        inode,
+        dir: Some(DirState {
+            entries: log.entries.clone(),
+            parent,
+            log_bytes: log.valid_bytes,
+        }),
+        open: 0,
+        lookups: 0,
+        attr_dirty: false,
+    }
+}
+
+/// `now` for timestamps.
+pub(crate) fn now() -> Time {
+    Time::now()
+}

@@ -1,0 +1,435 @@
+//! Namespace calls: lookup, make (files, directories, links, special files), unlink,
+//! rmdir, link, rename, readlink and directory listing.
+//!
+//! Each call holds the namespace lock written for its whole length and orders its volume
+//! steps so that a crash between two of them leaves a state `scan.rs` repairs without
+//! losing a name that was there before: a new inode's file is made before the entry that
+//! names it; a rename adds the new name before it removes the old one.
+
+use super::{now, scan, Attr, Caller, DirState, Errno, Fs, FsResult, Node, Ns, ROOT};
+use crate::dir::{record, NAME_MAX};
+use crate::inode::{Inode, Kind};
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// `RENAME_NOREPLACE`.
+pub const RENAME_NOREPLACE: u32 = 1;
+/// `RENAME_EXCHANGE`.
+pub const RENAME_EXCHANGE: u32 = 2;
+
+fn err<T>(e: i32) -> FsResult<T> {
+    Err(Errno(e))
+}
+
+/// A name a directory may hold.
+fn check_name(name: &[u8]) -> FsResult<()> {
+    if name.len() > NAME_MAX {
+        return err(libc::ENAMETOOLONG);
+    }
+    if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
+        return err(libc::EINVAL);
+    }
+    Ok(())
+}
+
+/// What a new inode is made of.
+#[derive(Debug, Clone, Copy)]
+pub struct NewNode<'a> {
+    /// Its kind.
+    pub kind: Kind,
+    /// Requested mode (permission bits; the type bits are ignored).
+    pub mode: u32,
+    /// The caller's umask.
+    pub umask: u32,
+    /// Device number of a device node.
+    pub rdev: u32,
+    /// A symbolic link's target.
+    pub target: Option<&'a [u8]>,
+}
+
+impl Fs {
+    /// Finds `name` in directory `parent` (the kernel now holds one more reference).
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> FsResult<Attr> {
+        let mut ns = self.ns.write();
+        let ino = match name {
+            b"." => parent,
+            b".." => ns.dir(parent)?.parent,
+            _ => {
+                check_name(name)?;
+                ns.entry(parent, name)?
+            }
+        };
+        ns.node_mut(ino)?.lookups += 1;
+        self.attr_of(&ns, ino)
+    }
+
+    /// The kernel drops `n` references to `ino`.
+    pub fn forget(&self, ino: u64, n: u64) {
+        let mut ns = self.ns.write();
+        if let Some(node) = ns.nodes.get_mut(&ino) {
+            node.lookups = node.lookups.saturating_sub(n);
+            if let Err(e) = self.reap(&mut ns, ino) {
+                log::error!("cannot remove inode {ino} after its last reference: {e}");
+            }
+        }
+    }
+
+    /// Makes `name` in `parent`: a file, directory, symbolic link or special file.
+    pub fn make(&self, parent: u64, name: &[u8], new: NewNode<'_>, who: Caller) -> FsResult<Attr> {
+        check_name(name)?;
+        let mut ns = self.ns.write();
+        let pdir = ns.node(parent)?;
+        let dir = pdir.dir.as_ref().ok_or(Errno(libc::ENOTDIR))?;
+        if pdir.inode.nlink == 0 {
+            return err(libc::ENOENT);
+        }
+        if dir.entries.contains_key(name) {
+            return err(libc::EEXIST);
+        }
+        let mut perm = (new.mode & !new.umask & 0o7777) as u16;
+        let setgid = pdir.inode.perm & libc::S_ISGID as u16 != 0;
+        let gid = if setgid { pdir.inode.gid } else { who.gid };
+        if setgid && new.kind == Kind::Dir {
+            perm |= libc::S_ISGID as u16;
+        }
+        let inode = Inode::new(new.kind, perm, who.uid, gid, new.rdev);
+        // Files of one directory start near each other; directories spread by name.
+        let key = match new.kind {
+            Kind::Dir => parent ^ fnv(name),
+            _ => parent,
+        };
+        let ino = self.vol.create_placed(&inode.encode(), key)?;
+        let made = self.fill_and_link(&mut ns, parent, name, ino, new);
+        if let Err(e) = made {
+            let _ = self.vol.unlink(ino);
+            return Err(e);
+        }
+        let dir = (new.kind == Kind::Dir).then(|| DirState {
+            entries: BTreeMap::new(),
+            parent,
+            log_bytes: 0,
+        });
+        ns.nodes.insert(
+            ino,
+            Node {
+                inode,
+                dir,
+                open: 0,
+                lookups: 1,
+                attr_dirty: false,
+            },
+        );
+        self.attr_of(&ns, ino)
+    }
+
+    /// A new inode's target (symbolic links) and its entry in `parent`.
+    fn fill_and_link(
+        &self,
+        ns: &mut Ns,
+        parent: u64,
+        name: &[u8],
+        ino: u64,
+        new: NewNode<'_>,
+    ) -> FsResult<()> {
+        if let Some(t) = new.target {
+            self.vol.volume().write(ino, 0, t)?;
+        }
+        self.append(ns, parent, name, Some(ino))?;
+        let p = ns.node_mut(parent)?;
+        if new.kind == Kind::Dir {
+            p.inode.nlink += 1;
+        }
+        touch(&mut p.inode);
+        self.persist(ns, parent)
+    }
+
+    /// Appends an add (`Some(ino)`) or remove record for `name` to `dir`'s log.
+    fn append(&self, ns: &mut Ns, dir: u64, name: &[u8], ino: Option<u64>) -> FsResult<()> {
+        let rec = record(name, ino);
+        let d = ns.node_mut(dir)?.dir.as_mut().ok_or(Errno(libc::ENOTDIR))?;
+        scan::append(self.vol.volume(), dir, d.log_bytes, &rec)?;
+        d.log_bytes += rec.len() as u64;
+        match ino {
+            Some(i) => d.entries.insert(name.to_vec(), i),
+            None => d.entries.remove(name),
+        };
+        Ok(())
+    }
+
+    /// Removes the name `name` of a non-directory from `parent`.
+    pub fn unlink(&self, parent: u64, name: &[u8]) -> FsResult<()> {
+        check_name(name)?;
+        let mut ns = self.ns.write();
+        let ino = ns.entry(parent, name)?;
+        if ns.node(ino)?.dir.is_some() {
+            return err(libc::EISDIR);
+        }
+        self.append(&mut ns, parent, name, None)?;
+        touch(&mut ns.node_mut(parent)?.inode);
+        self.persist(&mut ns, parent)?;
+        let n = ns.node_mut(ino)?;
+        n.inode.nlink = n.inode.nlink.saturating_sub(1);
+        n.inode.ctime = now();
+        self.persist(&mut ns, ino)?;
+        self.reap(&mut ns, ino)
+    }
+
+    /// Removes the empty directory `name` from `parent`.
+    pub fn rmdir(&self, parent: u64, name: &[u8]) -> FsResult<()> {
+        match name {
+            b"." => return err(libc::EINVAL),
+            b".." => return err(libc::ENOTEMPTY),
+            _ => check_name(name)?,
+        }
+        let mut ns = self.ns.write();
+        let ino = ns.entry(parent, name)?;
+        if !ns.dir(ino)?.entries.is_empty() {
+            return err(libc::ENOTEMPTY);
+        }
+        self.append(&mut ns, parent, name, None)?;
+        let p = ns.node_mut(parent)?;
+        p.inode.nlink -= 1;
+        touch(&mut p.inode);
+        self.persist(&mut ns, parent)?;
+        let n = ns.node_mut(ino)?;
+        n.inode.nlink = 0;
+        n.inode.ctime = now();
+        self.persist(&mut ns, ino)?;
+        self.reap(&mut ns, ino)
+    }
+
+    /// Gives the non-directory `ino` one more name, `newname` in `newparent`.
+    pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> FsResult<Attr> {
+        check_name(newname)?;
+        let mut ns = self.ns.write();
+        let node = ns.node(ino)?;
+        if node.dir.is_some() {
+            return err(libc::EPERM);
+        }
+        if node.inode.nlink == 0 {
+            return err(libc::ENOENT);
+        }
+        if node.inode.nlink >= u32::from(u16::MAX) {
+            return err(libc::EMLINK);
+        }
+        if ns.dir(newparent)?.entries.contains_key(newname) {
+            return err(libc::EEXIST);
+        }
+        let n = ns.node_mut(ino)?;
+        n.inode.nlink += 1;
+        n.inode.ctime = now();
+        self.persist(&mut ns, ino)?;
+        if let Err(e) = self.append(&mut ns, newparent, newname, Some(ino)) {
+            let n = ns.node_mut(ino)?;
+            n.inode.nlink -= 1;
+            self.persist(&mut ns, ino)?;
+            return Err(e);
+        }
+        touch(&mut ns.node_mut(newparent)?.inode);
+        self.persist(&mut ns, newparent)?;
+        ns.node_mut(ino)?.lookups += 1;
+        self.attr_of(&ns, ino)
+    }
+
+    /// A symbolic link's target.
+    pub fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
+        if self.ns.read().node(ino)?.inode.kind != Kind::Symlink {
+            return err(libc::EINVAL);
+        }
+        let size = self.vol.size(ino)?;
+        Ok(self.vol.read(ino, 0, size)?)
+    }
+
+    /// Moves `name` of `parent` to `newname` of `newparent` (`flags`: [`RENAME_NOREPLACE`],
+    /// [`RENAME_EXCHANGE`]).
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &[u8],
+        newparent: u64,
+        newname: &[u8],
+        flags: u32,
+    ) -> FsResult<()> {
+        check_name(name)?;
+        check_name(newname)?;
+        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0
+            || flags == RENAME_NOREPLACE | RENAME_EXCHANGE
+        {
+            return err(libc::EINVAL);
+        }
+        let mut ns = self.ns.write();
+        let src = ns.entry(parent, name)?;
+        let dst = ns.dir(newparent)?.entries.get(newname).copied();
+        if flags & RENAME_EXCHANGE != 0 {
+            let dst = dst.ok_or(Errno(libc::ENOENT))?;
+            return self.exchange(&mut ns, (parent, name, src), (newparent, newname, dst));
+        }
+        if dst.is_some() && flags & RENAME_NOREPLACE != 0 {
+            return err(libc::EEXIST);
+        }
+        if dst == Some(src) {
+            return Ok(()); // two names of one inode: nothing to do (POSIX)
+        }
+        let src_is_dir = ns.node(src)?.dir.is_some();
+        if src_is_dir && is_within(&ns, newparent, src)? {
+            return err(libc::EINVAL);
+        }
+        if let Some(d) = dst {
+            match (src_is_dir, &ns.node(d)?.dir) {
+                (true, None) => return err(libc::ENOTDIR),
+                (false, Some(_)) => return err(libc::EISDIR),
+                (true, Some(dd)) if !dd.entries.is_empty() => return err(libc::ENOTEMPTY),
+                _ => {}
+            }
+        }
+        self.move_entry(&mut ns, (parent, name, src), (newparent, newname, dst))
+    }
+
+    /// Moves `src` from `(parent, name)` to `(newparent, newname)`, replacing `dst` there.
+    fn move_entry(
+        &self,
+        ns: &mut Ns,
+        (parent, name, src): (u64, &[u8], u64),
+        (newparent, newname, dst): (u64, &[u8], Option<u64>),
+    ) -> FsResult<()> {
+        let src_is_dir = ns.node(src)?.dir.is_some();
+        if dst.is_some() {
+            self.append(ns, newparent, newname, None)?;
+        }
+        self.append(ns, newparent, newname, Some(src))?;
+        self.append(ns, parent, name, None)?;
+        if let Some(d) = dst {
+            let n = ns.node_mut(d)?;
+            n.inode.nlink = if n.dir.is_some() {
+                0
+            } else {
+                n.inode.nlink - 1
+            };
+            n.inode.ctime = now();
+            if n.dir.is_some() {
+                ns.node_mut(newparent)?.inode.nlink -= 1;
+            }
+            self.persist(ns, d)?;
+        }
+        if src_is_dir && parent != newparent {
+            ns.node_mut(parent)?.inode.nlink -= 1;
+            ns.node_mut(newparent)?.inode.nlink += 1;
+            if let Some(d) = ns.node_mut(src)?.dir.as_mut() {
+                d.parent = newparent;
+            }
+        }
+        for p in [parent, newparent] {
+            touch(&mut ns.node_mut(p)?.inode);
+            self.persist(ns, p)?;
+        }
+        ns.node_mut(src)?.inode.ctime = now();
+        self.persist(ns, src)?;
+        if let Some(d) = dst {
+            self.reap(ns, d)?;
+        }
+        Ok(())
+    }
+
+    /// `RENAME_EXCHANGE`: the two names swap inodes.
+    fn exchange(
+        &self,
+        ns: &mut Ns,
+        (p1, n1, i1): (u64, &[u8], u64),
+        (p2, n2, i2): (u64, &[u8], u64),
+    ) -> FsResult<()> {
+        if i1 == i2 {
+            return Ok(());
+        }
+        let (d1, d2) = (ns.node(i1)?.dir.is_some(), ns.node(i2)?.dir.is_some());
+        if (d1 && is_within(ns, p2, i1)?) || (d2 && is_within(ns, p1, i2)?) {
+            return err(libc::EINVAL);
+        }
+        for (p, n, i) in [(p1, n1, i2), (p2, n2, i1)] {
+            self.append(ns, p, n, None)?;
+            self.append(ns, p, n, Some(i))?;
+        }
+        for (i, is_dir, from, to) in [(i1, d1, p1, p2), (i2, d2, p2, p1)] {
+            if is_dir && from != to {
+                ns.node_mut(from)?.inode.nlink -= 1;
+                ns.node_mut(to)?.inode.nlink += 1;
+                if let Some(d) = ns.node_mut(i)?.dir.as_mut() {
+                    d.parent = to;
+                }
+            }
+            ns.node_mut(i)?.inode.ctime = now();
+            self.persist(ns, i)?;
+        }
+        for p in [p1, p2] {
+            touch(&mut ns.node_mut(p)?.inode);
+            self.persist(ns, p)?;
+        }
+        Ok(())
+    }
+
+    /// Opens directory `ino` for listing: a snapshot of its entries, `.` and `..` first.
+    pub fn opendir(&self, ino: u64) -> FsResult<u64> {
+        let ns = self.ns.read();
+        let d = ns.dir(ino)?;
+        let mut list = vec![
+            (b".".to_vec(), ino, Kind::Dir),
+            (b"..".to_vec(), d.parent, Kind::Dir),
+        ];
+        for (name, &i) in &d.entries {
+            list.push((name.clone(), i, ns.node(i)?.inode.kind));
+        }
+        drop(ns);
+        let fh = self.next_fh.fetch_add(1, Relaxed);
+        self.dir_handles.lock().insert(fh, list);
+        Ok(fh)
+    }
+
+    /// Entries of an open directory from position `offset`: (name, inode, kind, position
+    /// of the next). `f` returns true when the reply is full.
+    pub fn readdir(
+        &self,
+        fh: u64,
+        offset: u64,
+        mut f: impl FnMut(&[u8], u64, Kind, u64) -> bool,
+    ) -> FsResult<()> {
+        let handles = self.dir_handles.lock();
+        let list = handles.get(&fh).ok_or(Errno(libc::EBADF))?;
+        for (i, (name, ino, kind)) in list.iter().enumerate().skip(offset as usize) {
+            if f(name, *ino, *kind, i as u64 + 1) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes an open directory.
+    pub fn releasedir(&self, fh: u64) {
+        self.dir_handles.lock().remove(&fh);
+    }
+}
+
+/// Is `ino` `dir` itself or below it?
+fn is_within(ns: &Ns, mut ino: u64, dir: u64) -> FsResult<bool> {
+    loop {
+        if ino == dir {
+            return Ok(true);
+        }
+        if ino == ROOT {
+            return Ok(false);
+        }
+        ino = ns.dir(ino)?.parent;
+    }
+}
+
+/// A directory's contents changed: its mtime and ctime are now.
+fn touch(inode: &mut Inode) {
+    let t = now();
+    inode.mtime = t;
+    inode.ctime = t;
+}
+
+/// FNV-1a of a name (spreads directories' placement keys).
+fn fnv(name: &[u8]) -> u64 {
+    name.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}

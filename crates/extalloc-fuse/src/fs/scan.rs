@@ -1,0 +1,282 @@
+//! Reading the namespace back at mount, checking it, and repairing what a crash between the
+//! steps of one operation leaves.
+//!
+//! A namespace change is several volume operations (create the inode's file, append to a
+//! directory's log, rewrite a link count), and the volume may commit between them. The
+//! order of the steps makes every state a crash can leave one of these, each repaired here:
+//!
+//! - an **orphan**: an inode no directory names (made, or renamed away, or unlinked while
+//!   open, and the operation or the last close never finished): removed;
+//! - a **link count** that disagrees with the names found: set to what was found;
+//! - an **entry** naming an inode that does not exist, or a second name of a directory
+//!   (a rename cut between its add and its remove): dropped;
+//! - a **torn log** tail (a record cut short): cut off.
+//!
+//! Data structures: [`NamespaceReport`] lists what was found; `load` builds the nodes.
+//!
+//! Invariant: after `load(.., repair = true)` and a sync, `check` of the same volume
+//! reports nothing.
+//!
+//! Lock order: none (runs before the file system serves anything, or on a read-only view).
+
+use super::{dir_node, Node, ROOT};
+use crate::dir::{record, DirLog};
+use crate::inode::{Inode, Kind};
+use extalloc::volume::Volume;
+use std::collections::{HashMap, HashSet, VecDeque};
+
+/// What a namespace check found (or mount repaired).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NamespaceReport {
+    /// Directories.
+    pub dirs: u64,
+    /// Regular files.
+    pub files: u64,
+    /// Symbolic links.
+    pub symlinks: u64,
+    /// Fifos, sockets and device nodes.
+    pub others: u64,
+    /// Inodes no directory names (removed at mount).
+    pub orphans: Vec<u64>,
+    /// Entries naming nothing, or a directory a second time (dropped at mount).
+    pub bad_entries: Vec<String>,
+    /// Link counts that disagreed with the names found (set at mount).
+    pub link_counts: Vec<String>,
+    /// Directory logs with a torn tail or a record that contradicts the log (cut at mount).
+    pub logs: Vec<String>,
+}
+
+impl NamespaceReport {
+    /// Nothing to repair.
+    pub fn clean(&self) -> bool {
+        self.orphans.is_empty()
+            && self.bad_entries.is_empty()
+            && self.link_counts.is_empty()
+            && self.logs.is_empty()
+    }
+
+    /// A one-line summary of the repairs.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} orphans, {} bad entries, {} link counts, {} damaged directory logs",
+            self.orphans.len(),
+            self.bad_entries.len(),
+            self.link_counts.len(),
+            self.logs.len()
+        )
+    }
+}
+
+/// Checks the file system on `vol` without changing it.
+pub fn check(vol: &Volume) -> Result<NamespaceReport, String> {
+    load(vol, false).map(|(_, r)| r)
+}
+
+/// Appends `rec` to directory `dir`'s log at byte `at`.
+pub(crate) fn append(vol: &Volume, dir: u64, at: u64, rec: &[u8]) -> extalloc::Result<()> {
+    vol.write(dir, at, rec)
+}
+
+/// Reads every inode and directory log of `vol`; with `repair`, fixes what it finds (see
+/// the module documentation). Fails when the volume holds no file system.
+pub(crate) fn load(
+    vol: &Volume,
+    repair: bool,
+) -> Result<(HashMap<u64, Node>, NamespaceReport), String> {
+    let mut report = NamespaceReport::default();
+    let mut inodes = read_inodes(vol)?;
+    let mut logs = HashMap::new();
+    for (&ino, inode) in &inodes {
+        if inode.kind != Kind::Dir {
+            continue;
+        }
+        let size = vol.size(ino).map_err(|e| e.to_string())?;
+        let bytes = vol.read(ino, 0, size).map_err(|e| e.to_string())?;
+        let log = DirLog::parse(&bytes);
+        if let Some(p) = &log.problem {
+            report.logs.push(format!("directory {ino}: {p}"));
+        }
+        if repair && log.valid_bytes < size {
+            vol.truncate(ino, log.valid_bytes)
+                .map_err(|e| format!("cannot cut directory {ino}'s log: {e}"))?;
+        }
+        logs.insert(ino, log);
+    }
+    let walk = walk(&inodes, &logs, &mut report);
+    let mut nodes = HashMap::new();
+    for (&ino, inode) in inodes.iter_mut() {
+        if !walk.parent.contains_key(&ino) {
+            report.orphans.push(ino);
+            continue;
+        }
+        let want = match inode.kind {
+            Kind::Dir => 2 + walk.subdirs.get(&ino).copied().unwrap_or(0),
+            _ => walk.links.get(&ino).copied().unwrap_or(0),
+        };
+        if inode.nlink != want {
+            report.link_counts.push(format!(
+                "inode {ino}: {} recorded, {want} found",
+                inode.nlink
+            ));
+            inode.nlink = want;
+            if repair {
+                vol.set_attr(ino, &inode.encode())
+                    .map_err(|e| format!("cannot set inode {ino}'s link count: {e}"))?;
+            }
+        }
+        match inode.kind {
+            Kind::Dir => report.dirs += 1,
+            Kind::File => report.files += 1,
+            Kind::Symlink => report.symlinks += 1,
+            _ => report.others += 1,
+        }
+        let node = match inode.kind {
+            Kind::Dir => dir_node(*inode, &logs[&ino], walk.parent[&ino]),
+            _ => Node {
+                inode: *inode,
+                dir: None,
+                open: 0,
+                lookups: 0,
+                attr_dirty: false,
+            },
+        };
+        nodes.insert(ino, node);
+    }
+    report.orphans.sort_unstable();
+    if repair {
+        drop_bad_entries(vol, &walk.drop, &mut nodes)?;
+        for &ino in &report.orphans {
+            vol.unlink(ino)
+                .map_err(|e| format!("cannot remove orphan inode {ino}: {e}"))?;
+        }
+    }
+    Ok((nodes, report))
+}
+
+/// Every volume file's inode; fails on a file that holds none.
+fn read_inodes(vol: &Volume) -> Result<HashMap<u64, Inode>, String> {
+    let files = vol.list();
+    if files.is_empty() {
+        return Err("the volume holds no file system (no files at all)".into());
+    }
+    let mut inodes = HashMap::with_capacity(files.len());
+    for f in files {
+        let blob = vol.attr(f.id).map_err(|e| e.to_string())?;
+        let Some(inode) = Inode::decode(&blob) else {
+            return Err(format!(
+                "volume file {} holds no inode (attributes {:?}): this volume is not an \
+                 extalloc file system (was it filled with `extalloc put`?)",
+                f.id,
+                String::from_utf8_lossy(&blob[..blob.len().min(32)])
+            ));
+        };
+        inodes.insert(f.id, inode);
+    }
+    match inodes.get(&ROOT) {
+        Some(i) if i.kind == Kind::Dir => Ok(inodes),
+        _ => Err(format!(
+            "volume file {ROOT} is not a directory: the root of this file system is gone"
+        )),
+    }
+}
+
+/// What a walk from the root found.
+#[derive(Default)]
+struct Walk {
+    /// Every inode reached, with the directory it was reached from.
+    parent: HashMap<u64, u64>,
+    /// Names of each non-directory.
+    links: HashMap<u64, u32>,
+    /// Subdirectories of each directory.
+    subdirs: HashMap<u64, u32>,
+    /// Entries to drop: (directory, name).
+    drop: Vec<(u64, Vec<u8>)>,
+}
+
+/// Walks the tree from the root, breadth first, in name order.
+fn walk(
+    inodes: &HashMap<u64, Inode>,
+    logs: &HashMap<u64, DirLog>,
+    report: &mut NamespaceReport,
+) -> Walk {
+    let mut w = Walk::default();
+    w.parent.insert(ROOT, ROOT);
+    let mut queue = VecDeque::from([ROOT]);
+    let mut seen_dirs = HashSet::from([ROOT]);
+    while let Some(d) = queue.pop_front() {
+        for (name, &ino) in &logs[&d].entries {
+            let shown = String::from_utf8_lossy(name);
+            let why = match inodes.get(&ino) {
+                None => Some(format!("names inode {ino}, which does not exist")),
+                Some(_) if ino == ROOT => Some("names the root".to_string()),
+                Some(i) if i.kind == Kind::Dir && !seen_dirs.insert(ino) => {
+                    Some(format!("names directory {ino} a second time"))
+                }
+                Some(i) => {
+                    if i.kind == Kind::Dir {
+                        w.parent.insert(ino, d);
+                        *w.subdirs.entry(d).or_default() += 1;
+                        queue.push_back(ino);
+                    } else {
+                        w.parent.entry(ino).or_insert(d);
+                        *w.links.entry(ino).or_default() += 1;
+                    }
+                    None
+                }
+            };
+            if let Some(why) = why {
+                report
+                    .bad_entries
+                    .push(format!("directory {d}, {shown:?}: {why}"));
+                w.drop.push((d, name.clone()));
+            }
+        }
+    }
+    w
+}
+
+/// Appends a remove record for every entry in `drop`.
+fn drop_bad_entries(
+    vol: &Volume,
+    drop: &[(u64, Vec<u8>)],
+    nodes: &mut HashMap<u64, Node>,
+) -> Result<(), String> {
+    for (d, name) in drop {
+        let Some(dir) = nodes.get_mut(d).and_then(|n| n.dir.as_mut()) else {
+            continue;
+        };
+        let rec = record(name, None);
+        append(vol, *d, dir.log_bytes, &rec)
+            .map_err(|e| format!("cannot drop an entry of directory {d}: {e}"))?;
+        dir.log_bytes += rec.len() as u64;
+        dir.entries.remove(name);
+    }
+    Ok(())
+}
+
+/// Every inode a walk from the root reaches, with its first path (`/` for the root) and
+/// its kind; for `extalloc ls`, which reads a volume read-only.
+pub fn paths(vol: &Volume) -> Result<std::collections::BTreeMap<u64, (String, Kind)>, String> {
+    let (nodes, _) = load(vol, false)?;
+    let mut out = std::collections::BTreeMap::new();
+    out.insert(ROOT, ("/".to_string(), Kind::Dir));
+    let mut queue = VecDeque::from([ROOT]);
+    while let Some(d) = queue.pop_front() {
+        let base = out[&d].0.trim_end_matches('/').to_string();
+        let Some(dir) = nodes.get(&d).and_then(|n| n.dir.as_ref()) else {
+            continue;
+        };
+        for (name, &ino) in &dir.entries {
+            let Some(n) = nodes.get(&ino) else { continue };
+            if out.contains_key(&ino) {
+                continue;
+            }
+            let path = format!("{base}/{}", String::from_utf8_lossy(name));
+            out.insert(ino, (path, n.inode.kind));
+            if n.dir.is_some() {
+                queue.push_back(ino);
+            }
+        }
+    }
+    Ok(out)
+}

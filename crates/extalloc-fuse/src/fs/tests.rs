@@ -1,0 +1,322 @@
+//! File system tests on a memory device: the namespace through unmount and mount, POSIX
+//! errors, files unlinked while open, and crashes at random writes against what was
+//! fsync'd.
+
+use super::data::SetAttr;
+use super::names::{NewNode, RENAME_EXCHANGE, RENAME_NOREPLACE};
+use super::*;
+use extalloc::disk::device::{Crash, FaultDevice, MemDevice};
+use extalloc::{Geometry, Policy};
+use rand::{Rng, SeedableRng};
+use std::sync::Arc;
+
+const ME: Caller = Caller { uid: 0, gid: 0 };
+
+fn device(seed: u64) -> Arc<FaultDevice<MemDevice>> {
+    Arc::new(FaultDevice::new(MemDevice::new(8192 * 4096), seed))
+}
+
+fn fresh(dev: &Arc<FaultDevice<MemDevice>>) -> Fs {
+    let geometry = Geometry::new(4096, 1024, 8192).unwrap();
+    let vol = Volume::mkfs(dev.clone(), &geometry, 64, Policy::default()).unwrap();
+    let (fs, r) = Fs::mount(vol, WritebackOptions::default()).unwrap();
+    assert!(r.created && r.repaired.clean(), "{r:?}");
+    fs
+}
+
+fn remount(dev: &Arc<FaultDevice<MemDevice>>) -> (Fs, MountReport) {
+    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+    Fs::mount(vol, WritebackOptions::default()).unwrap()
+}
+
+fn node(kind: Kind) -> NewNode<'static> {
+    NewNode {
+        kind,
+        mode: 0o755,
+        umask: 0o022,
+        rdev: 0,
+        target: None,
+    }
+}
+
+fn mkdir(fs: &Fs, parent: u64, name: &str) -> u64 {
+    fs.make(parent, name.as_bytes(), node(Kind::Dir), ME)
+        .unwrap()
+        .ino
+}
+
+fn put(fs: &Fs, parent: u64, name: &str, data: &[u8]) -> u64 {
+    let ino = fs
+        .make(parent, name.as_bytes(), node(Kind::File), ME)
+        .unwrap()
+        .ino;
+    fs.write(ino, 0, data).unwrap();
+    ino
+}
+
+fn find(fs: &Fs, path: &str) -> FsResult<u64> {
+    let mut ino = ROOT;
+    for part in path.split('/').filter(|p| !p.is_empty()) {
+        ino = fs.lookup(ino, part.as_bytes())?.ino;
+    }
+    Ok(ino)
+}
+
+fn contents(fs: &Fs, path: &str) -> FsResult<Vec<u8>> {
+    let ino = find(fs, path)?;
+    fs.read(ino, 0, 1 << 24)
+}
+
+/// Every volume check and the namespace check are clean after an unmount.
+fn assert_clean(dev: &Arc<FaultDevice<MemDevice>>) {
+    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+    assert!(vol.check().unwrap().clean());
+    let r = check(&vol).unwrap();
+    assert!(r.clean(), "{r:?}");
+    vol.close().unwrap();
+}
+
+#[test]
+fn the_namespace_and_data_survive_unmount_and_mount() {
+    let dev = device(1);
+    let fs = fresh(&dev);
+    let d = mkdir(&fs, ROOT, "d");
+    let e = mkdir(&fs, d, "e");
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    let f = put(&fs, e, "big", &big);
+    put(&fs, ROOT, "small", b"hello");
+    fs.link(f, ROOT, b"big-link").unwrap();
+    let sym = NewNode {
+        target: Some(b"d/e/big"),
+        ..node(Kind::Symlink)
+    };
+    fs.make(ROOT, b"sym", sym, ME).unwrap();
+    fs.rename(ROOT, b"small", d, b"moved", 0).unwrap();
+    fs.unmount().unwrap();
+    assert_clean(&dev);
+    let (fs, r) = remount(&dev);
+    assert!(!r.created && r.repaired.clean(), "{r:?}");
+    assert_eq!(
+        (r.repaired.dirs, r.repaired.files, r.repaired.symlinks),
+        (3, 2, 1)
+    );
+    assert_eq!(contents(&fs, "d/e/big").unwrap(), big);
+    assert_eq!(contents(&fs, "big-link").unwrap(), big);
+    assert_eq!(contents(&fs, "d/moved").unwrap(), b"hello");
+    assert_eq!(find(&fs, "small"), Err(Errno(libc::ENOENT)));
+    assert_eq!(fs.readlink(find(&fs, "sym").unwrap()).unwrap(), b"d/e/big");
+    assert_eq!(fs.getattr(f).unwrap().inode.nlink, 2);
+    assert_eq!(fs.getattr(d).unwrap().inode.nlink, 3, "d holds e");
+    assert_eq!(fs.getattr(ROOT).unwrap().inode.nlink, 3, "the root holds d");
+    let mut names = Vec::new();
+    let h = fs.opendir(d).unwrap();
+    fs.readdir(h, 0, |n, _, _, _| {
+        names.push(String::from_utf8_lossy(n).into_owned());
+        false
+    })
+    .unwrap();
+    fs.releasedir(h);
+    assert_eq!(names, [".", "..", "e", "moved"]);
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn bad_calls_get_posix_errors_and_change_nothing() {
+    let dev = device(2);
+    let fs = fresh(&dev);
+    let d = mkdir(&fs, ROOT, "d");
+    let sub = mkdir(&fs, d, "sub");
+    let f = put(&fs, ROOT, "f", b"x");
+    let e = |r: FsResult<Attr>| r.map(|_| ()).unwrap_err().0;
+    assert_eq!(e(fs.make(ROOT, b"d", node(Kind::File), ME)), libc::EEXIST);
+    assert_eq!(e(fs.make(f, b"x", node(Kind::File), ME)), libc::ENOTDIR);
+    assert_eq!(
+        e(fs.make(ROOT, &[b'a'; 256], node(Kind::File), ME)),
+        libc::ENAMETOOLONG
+    );
+    assert_eq!(e(fs.lookup(ROOT, b"nope")), libc::ENOENT);
+    assert_eq!(fs.rmdir(ROOT, b"d"), Err(Errno(libc::ENOTEMPTY)));
+    assert_eq!(fs.rmdir(ROOT, b"f"), Err(Errno(libc::ENOTDIR)));
+    assert_eq!(fs.unlink(ROOT, b"d"), Err(Errno(libc::EISDIR)));
+    assert_eq!(
+        fs.rename(ROOT, b"d", sub, b"loop", 0),
+        Err(Errno(libc::EINVAL))
+    );
+    assert_eq!(
+        fs.rename(ROOT, b"f", ROOT, b"d", 0),
+        Err(Errno(libc::EISDIR))
+    );
+    assert_eq!(
+        fs.rename(d, b"sub", ROOT, b"f", 0),
+        Err(Errno(libc::ENOTDIR))
+    );
+    assert_eq!(
+        fs.rename(ROOT, b"f", ROOT, b"d", RENAME_NOREPLACE),
+        Err(Errno(libc::EEXIST))
+    );
+    assert_eq!(
+        fs.rename(ROOT, b"f", ROOT, b"g", RENAME_EXCHANGE),
+        Err(Errno(libc::ENOENT))
+    );
+    assert_eq!(e(fs.link(d, ROOT, b"dlink")), libc::EPERM);
+    assert_eq!(fs.readlink(f), Err(Errno(libc::EINVAL)));
+    assert_eq!(fs.open(f, libc::O_DIRECT), Err(Errno(libc::EINVAL)));
+    assert_eq!(
+        fs.fallocate(f, 0, 4096, 0x8),
+        Err(Errno(libc::EOPNOTSUPP)),
+        "collapse range"
+    );
+    let too_far = SetAttr {
+        size: Some(u64::MAX),
+        ..Default::default()
+    };
+    assert!(fs.setattr(f, too_far).is_err());
+    assert_eq!(fs.getattr(f).unwrap().size, 1);
+    // Exchange swaps a file and a directory, and the link counts follow.
+    fs.rename(ROOT, b"f", d, b"sub", RENAME_EXCHANGE).unwrap();
+    assert_eq!(find(&fs, "d/sub"), Ok(f));
+    assert_eq!(find(&fs, "f"), Ok(sub));
+    assert_eq!(fs.getattr(d).unwrap().inode.nlink, 2);
+    assert_eq!(fs.getattr(ROOT).unwrap().inode.nlink, 4);
+    fs.unmount().unwrap();
+    assert_clean(&dev);
+}
+
+#[test]
+fn a_file_unlinked_while_open_keeps_its_data_until_the_last_close() {
+    let dev = device(3);
+    let fs = fresh(&dev);
+    let f = put(&fs, ROOT, "f", b"still here");
+    fs.open(f, libc::O_RDWR).unwrap();
+    fs.unlink(ROOT, b"f").unwrap();
+    assert_eq!(fs.read(f, 0, 100).unwrap(), b"still here");
+    assert_eq!(fs.getattr(f).unwrap().inode.nlink, 0);
+    fs.forget(f, 1);
+    assert!(fs.volume().list().iter().any(|i| i.id == f), "open: kept");
+    fs.release(f).unwrap();
+    assert!(
+        !fs.volume().list().iter().any(|i| i.id == f),
+        "last close: gone"
+    );
+    // One left open at unmount goes too.
+    let g = put(&fs, ROOT, "g", b"x");
+    fs.open(g, 0).unwrap();
+    fs.unlink(ROOT, b"g").unwrap();
+    fs.unmount().unwrap();
+    assert_clean(&dev);
+}
+
+/// What the crash test's churn did to one name.
+#[derive(Clone)]
+struct Durable {
+    path: String,
+    data: Vec<u8>,
+}
+
+#[test]
+fn crashes_at_random_writes_keep_every_fsynced_file_and_mount_repairs_the_rest() {
+    let mut repaired = 0;
+    for seed in 0..48u64 {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let dev = device(seed);
+        let fs = fresh(&dev);
+        let keep = mkdir(&fs, ROOT, "keep");
+        let kept: Vec<Durable> = (0..4)
+            .map(|i| {
+                let data = vec![i as u8 + 1; 5000 * (i + 1)];
+                put(&fs, keep, &format!("k{i}"), &data);
+                Durable {
+                    path: format!("keep/k{i}"),
+                    data,
+                }
+            })
+            .collect();
+        fs.sync().unwrap();
+        let mut synced = kept.clone();
+        dev.fail_after(rng.gen_range(0..400));
+        churn(&fs, &mut rng, &mut synced);
+        dev.fail_writes(true);
+        drop(fs);
+        let how = match seed % 3 {
+            0 => Crash::DropAll,
+            1 => Crash::KeepAll,
+            _ => Crash::Random {
+                keep: 0.5,
+                tear: true,
+            },
+        };
+        dev.crash(how).unwrap();
+        let (fs, r) = remount(&dev);
+        repaired += usize::from(!r.repaired.clean());
+        for d in &synced {
+            assert_eq!(
+                contents(&fs, &d.path).as_deref(),
+                Ok(&d.data[..]),
+                "seed {seed}: {} was fsync'd ({r:?})",
+                d.path
+            );
+        }
+        fs.unmount().unwrap();
+        assert_clean(&dev);
+    }
+    assert!(
+        repaired > 0,
+        "no crash left anything to repair: the test cut nothing"
+    );
+}
+
+/// Random namespace changes under `work/`, with fsyncs; `synced` gains what each fsync
+/// made durable and loses what a later change touched.
+fn churn(fs: &Fs, rng: &mut impl Rng, synced: &mut Vec<Durable>) {
+    let Ok(work) = fs.make(ROOT, b"work", node(Kind::Dir), ME).map(|a| a.ino) else {
+        return;
+    };
+    let mut live: Vec<String> = Vec::new();
+    for step in 0..120 {
+        let name = format!("n{}", rng.gen_range(0..12));
+        let path = format!("work/{name}");
+        let touched = match rng.gen_range(0..7) {
+            0 | 1 => {
+                let data = vec![step as u8; rng.gen_range(1..20_000)];
+                match fs.make(work, name.as_bytes(), node(Kind::File), ME) {
+                    Ok(a) if fs.write(a.ino, 0, &data).is_ok() => {
+                        live.push(path.clone());
+                        if rng.gen_bool(0.5) && fs.fsync(a.ino).is_ok() {
+                            synced.push(Durable {
+                                path: path.clone(),
+                                data,
+                            });
+                        }
+                    }
+                    _ => {}
+                }
+                vec![path]
+            }
+            2 => {
+                let to = format!("work/m{}", rng.gen_range(0..12));
+                let _ = fs.rename(work, name.as_bytes(), work, &to.as_bytes()[5..], 0);
+                vec![path, to]
+            }
+            3 => {
+                let _ = fs.unlink(work, name.as_bytes());
+                vec![path]
+            }
+            4 => {
+                let to = format!("l{}", rng.gen_range(0..12));
+                if let Ok(ino) = fs.lookup(work, name.as_bytes()).map(|a| a.ino) {
+                    let _ = fs.link(ino, work, to.as_bytes());
+                }
+                vec![format!("work/{to}")]
+            }
+            5 => {
+                let _ = fs.make(work, name.as_bytes(), node(Kind::Dir), ME);
+                vec![path]
+            }
+            _ => {
+                let _ = fs.rmdir(work, name.as_bytes());
+                vec![path]
+            }
+        };
+        synced.retain(|d| !touched.contains(&d.path));
+    }
+}

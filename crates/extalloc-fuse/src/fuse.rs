@@ -1,0 +1,439 @@
+//! Kernel requests to [`Fs`] calls, through the `fuser` crate. Each request is served on
+//! the session's thread that read it (several threads; [`Fs`] is shared).
+//!
+//! Data structures: [`FuseFs`] holds the shared [`Fs`] and the block size.
+//!
+//! Invariant: every request gets exactly one reply; an [`Fs`] error becomes its `errno`.
+//!
+//! Lock order: none here (see `fs/mod.rs`).
+
+use crate::fs::data::{SetAttr, SetTime};
+use crate::fs::names::NewNode;
+use crate::fs::{Attr, Caller, Errno as FsErrno, Fs};
+use crate::inode::{Kind, Time};
+use fuser::{
+    Errno, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig,
+    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// How long the kernel may keep attributes and names: every change goes through this
+/// process, so the kernel's own changes keep its cache right.
+const TTL: Duration = Duration::from_secs(1);
+
+/// The `fuser` file system: the shared [`Fs`].
+pub struct FuseFs {
+    fs: Arc<Fs>,
+    block_size: u32,
+}
+
+impl FuseFs {
+    /// Serves `fs`.
+    pub fn new(fs: Arc<Fs>) -> FuseFs {
+        let block_size = fs.volume().volume().block_size() as u32;
+        FuseFs { fs, block_size }
+    }
+
+    fn file_attr(&self, a: &Attr) -> FileAttr {
+        let i = &a.inode;
+        FileAttr {
+            ino: INodeNo(a.ino),
+            size: a.size,
+            blocks: a.allocated / 512,
+            atime: i.atime.to_system(),
+            mtime: i.mtime.to_system(),
+            ctime: i.ctime.to_system(),
+            crtime: i.ctime.to_system(),
+            kind: i.kind.file_type(),
+            perm: i.perm,
+            nlink: i.nlink,
+            uid: i.uid,
+            gid: i.gid,
+            rdev: i.rdev,
+            blksize: self.block_size,
+            flags: 0,
+        }
+    }
+
+    fn entry(&self, r: Result<Attr, FsErrno>, reply: ReplyEntry) {
+        match r {
+            Ok(a) => reply.entry(&TTL, &self.file_attr(&a), Generation(0)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn attr(&self, r: Result<Attr, FsErrno>, reply: ReplyAttr) {
+        match r {
+            Ok(a) => reply.attr(&TTL, &self.file_attr(&a)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn make(&self, req: &Request, parent: INodeNo, name: &OsStr, new: NewNode<'_>, r: ReplyEntry) {
+        self.entry(self.fs.make(parent.0, name.as_bytes(), new, caller(req)), r);
+    }
+}
+
+fn errno(e: FsErrno) -> Errno {
+    Errno::from_i32(e.0)
+}
+
+fn caller(req: &Request) -> Caller {
+    Caller {
+        uid: req.uid(),
+        gid: req.gid(),
+    }
+}
+
+fn empty(r: Result<(), FsErrno>, reply: ReplyEmpty) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(e)),
+    }
+}
+
+fn data(r: Result<Vec<u8>, FsErrno>, reply: ReplyData) {
+    match r {
+        Ok(d) => reply.data(&d),
+        Err(e) => reply.error(errno(e)),
+    }
+}
+
+fn opened(r: Result<u64, FsErrno>, reply: ReplyOpen) {
+    match r {
+        Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+        Err(e) => reply.error(errno(e)),
+    }
+}
+
+fn set_time(t: TimeOrNow) -> SetTime {
+    match t {
+        TimeOrNow::Now => SetTime::Now,
+        TimeOrNow::SpecificTime(s) => SetTime::At(Time::from_system(s)),
+    }
+}
+
+impl Filesystem for FuseFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let _ = config.set_max_write(1 << 20);
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.entry(self.fs.lookup(parent.0, name.as_bytes()), reply);
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.fs.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.attr(self.fs.getattr(ino.0), reply);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let set = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: atime.map(set_time),
+            mtime: mtime.map(set_time),
+            ctime: ctime.map(Time::from_system),
+        };
+        self.attr(self.fs.setattr(ino.0, set), reply);
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        data(self.fs.readlink(ino.0), reply);
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let Some(kind) = Kind::from_mode(mode).filter(|k| !matches!(k, Kind::Dir | Kind::Symlink))
+        else {
+            return reply.error(Errno::EINVAL);
+        };
+        let new = NewNode {
+            kind,
+            mode,
+            umask,
+            rdev,
+            target: None,
+        };
+        self.make(req, parent, name, new, reply);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let new = NewNode {
+            kind: Kind::Dir,
+            mode,
+            umask,
+            rdev: 0,
+            target: None,
+        };
+        self.make(req, parent, name, new, reply);
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty(self.fs.unlink(parent.0, name.as_bytes()), reply);
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty(self.fs.rmdir(parent.0, name.as_bytes()), reply);
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let new = NewNode {
+            kind: Kind::Symlink,
+            mode: 0o777,
+            umask: 0,
+            rdev: 0,
+            target: Some(target.as_os_str().as_bytes()),
+        };
+        self.make(req, parent, link_name, new, reply);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let r = self.fs.rename(
+            parent.0,
+            name.as_bytes(),
+            newparent.0,
+            newname.as_bytes(),
+            flags.bits(),
+        );
+        empty(r, reply);
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        self.entry(self.fs.link(ino.0, newparent.0, newname.as_bytes()), reply);
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        opened(self.fs.open(ino.0, flags.0), reply);
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        data(self.fs.read(ino.0, offset, size), reply);
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.fs.write(ino.0, offset, data) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        empty(self.fs.release(ino.0), reply);
+    }
+
+    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _ds: bool, reply: ReplyEmpty) {
+        empty(self.fs.fsync(ino.0), reply);
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        opened(self.fs.opendir(ino.0), reply);
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let r = self.fs.readdir(fh.0, offset, |name, ino, kind, next| {
+            reply.add(
+                INodeNo(ino),
+                next,
+                kind.file_type(),
+                OsStr::from_bytes(name),
+            )
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.fs.releasedir(fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _ds: bool,
+        reply: ReplyEmpty,
+    ) {
+        empty(self.fs.fsync(ino.0), reply);
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let s = self.fs.statfs();
+        let name_max = crate::dir::NAME_MAX as u32;
+        reply.statfs(
+            s.blocks,
+            s.free,
+            s.available,
+            s.files,
+            s.files_free,
+            s.block_size,
+            name_max,
+            s.block_size,
+        );
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        match self
+            .fs
+            .create(parent.0, name.as_bytes(), mode, umask, flags, caller(req))
+        {
+            Ok((a, fh)) => reply.created(
+                &TTL,
+                &self.file_attr(&a),
+                Generation(0),
+                FileHandle(fh),
+                FopenFlags::empty(),
+            ),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        empty(self.fs.fallocate(ino.0, offset, length, mode), reply);
+    }
+}

@@ -1,0 +1,278 @@
+//! An inode's attributes as the volume keeps them: the attribute blob of the inode's
+//! volume file.
+//!
+//! Data structures: [`Inode`] (kind, permission bits, owner, link count, device number,
+//! three timestamps) and its fixed 64-byte encoding, which starts with [`MAGIC`] and a
+//! version byte so that a volume made by `extalloc put` (whose blobs hold file names) is
+//! told apart from a file system.
+//!
+//! Invariant: `decode(encode(i)) == i` for every inode; a blob that is not 64 bytes, does
+//! not start with the magic or names an unknown kind or version is refused, never guessed.
+//!
+//! Lock order: none (plain values).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// First bytes of every inode blob.
+pub const MAGIC: &[u8; 4] = b"EXFS";
+/// The encoding's version.
+const VERSION: u8 = 1;
+/// Bytes of an encoded inode.
+pub const INODE_BYTES: usize = 64;
+
+/// What an inode is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// A regular file: its data is the volume file's.
+    File,
+    /// A directory: its volume file holds its entry log (`dir.rs`).
+    Dir,
+    /// A symbolic link: its volume file holds the target.
+    Symlink,
+    /// A named pipe.
+    Fifo,
+    /// A socket.
+    Socket,
+    /// A character device (only its number is kept).
+    CharDevice,
+    /// A block device (only its number is kept).
+    BlockDevice,
+}
+
+impl Kind {
+    /// The kind of a `st_mode` (its `S_IFMT` bits); `None` for an unknown type.
+    pub fn from_mode(mode: u32) -> Option<Kind> {
+        Some(match mode & libc::S_IFMT {
+            libc::S_IFREG => Kind::File,
+            libc::S_IFDIR => Kind::Dir,
+            libc::S_IFLNK => Kind::Symlink,
+            libc::S_IFIFO => Kind::Fifo,
+            libc::S_IFSOCK => Kind::Socket,
+            libc::S_IFCHR => Kind::CharDevice,
+            libc::S_IFBLK => Kind::BlockDevice,
+            _ => return None,
+        })
+    }
+
+    fn code(self) -> u8 {
+        match self {
+            Kind::File => 1,
+            Kind::Dir => 2,
+            Kind::Symlink => 3,
+            Kind::Fifo => 4,
+            Kind::Socket => 5,
+            Kind::CharDevice => 6,
+            Kind::BlockDevice => 7,
+        }
+    }
+
+    fn from_code(c: u8) -> Option<Kind> {
+        Some(match c {
+            1 => Kind::File,
+            2 => Kind::Dir,
+            3 => Kind::Symlink,
+            4 => Kind::Fifo,
+            5 => Kind::Socket,
+            6 => Kind::CharDevice,
+            7 => Kind::BlockDevice,
+            _ => return None,
+        })
+    }
+
+    /// The FUSE file type.
+    pub fn file_type(self) -> fuser::FileType {
+        match self {
+            Kind::File => fuser::FileType::RegularFile,
+            Kind::Dir => fuser::FileType::Directory,
+            Kind::Symlink => fuser::FileType::Symlink,
+            Kind::Fifo => fuser::FileType::NamedPipe,
+            Kind::Socket => fuser::FileType::Socket,
+            Kind::CharDevice => fuser::FileType::CharDevice,
+            Kind::BlockDevice => fuser::FileType::BlockDevice,
+        }
+    }
+}
+
+/// A timestamp as seconds and nanoseconds since the epoch (negative seconds are before it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Time {
+    /// Seconds since the epoch.
+    pub secs: i64,
+    /// Nanoseconds within the second (below 1e9).
+    pub nanos: u32,
+}
+
+impl Time {
+    /// The current time.
+    pub fn now() -> Time {
+        Time::from_system(SystemTime::now())
+    }
+
+    /// From a `SystemTime`.
+    pub fn from_system(t: SystemTime) -> Time {
+        match t.duration_since(UNIX_EPOCH) {
+            Ok(d) => Time {
+                secs: d.as_secs() as i64,
+                nanos: d.subsec_nanos(),
+            },
+            Err(e) => {
+                let d = e.duration();
+                let (secs, nanos) = (d.as_secs() as i64, d.subsec_nanos());
+                if nanos == 0 {
+                    Time { secs: -secs, nanos }
+                } else {
+                    Time {
+                        secs: -secs - 1,
+                        nanos: 1_000_000_000 - nanos,
+                    }
+                }
+            }
+        }
+    }
+
+    /// As a `SystemTime`.
+    pub fn to_system(self) -> SystemTime {
+        if self.secs >= 0 {
+            UNIX_EPOCH + Duration::new(self.secs as u64, self.nanos)
+        } else {
+            UNIX_EPOCH - Duration::from_secs(self.secs.unsigned_abs())
+                + Duration::from_nanos(u64::from(self.nanos))
+        }
+    }
+}
+
+/// An inode's attributes (everything but its size, which the volume keeps).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Inode {
+    /// What it is.
+    pub kind: Kind,
+    /// Permission bits with set-user-id, set-group-id and sticky (`mode & 0o7777`).
+    pub perm: u16,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Links: names for a file; 2 plus subdirectories for a directory.
+    pub nlink: u32,
+    /// Device number of a device node.
+    pub rdev: u32,
+    /// Last access.
+    pub atime: Time,
+    /// Last change of the data.
+    pub mtime: Time,
+    /// Last change of the inode.
+    pub ctime: Time,
+}
+
+impl Inode {
+    /// A new inode of `kind` made now.
+    pub fn new(kind: Kind, perm: u16, uid: u32, gid: u32, rdev: u32) -> Inode {
+        let now = Time::now();
+        Inode {
+            kind,
+            perm: perm & 0o7777,
+            uid,
+            gid,
+            nlink: if kind == Kind::Dir { 2 } else { 1 },
+            rdev,
+            atime: now,
+            mtime: now,
+            ctime: now,
+        }
+    }
+
+    /// The 64-byte blob.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(INODE_BYTES);
+        out.extend_from_slice(MAGIC);
+        out.push(VERSION);
+        out.push(self.kind.code());
+        out.extend_from_slice(&self.perm.to_le_bytes());
+        for v in [self.uid, self.gid, self.nlink, self.rdev] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        for t in [self.atime, self.mtime, self.ctime] {
+            out.extend_from_slice(&t.secs.to_le_bytes());
+            out.extend_from_slice(&t.nanos.to_le_bytes());
+        }
+        out.resize(INODE_BYTES, 0);
+        out
+    }
+
+    /// Reads a blob; `None` when it is not an inode of this version.
+    pub fn decode(b: &[u8]) -> Option<Inode> {
+        if b.len() != INODE_BYTES || &b[..4] != MAGIC || b[4] != VERSION {
+            return None;
+        }
+        let kind = Kind::from_code(b[5])?;
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+        let time_at = |o: usize| Time {
+            secs: i64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes")),
+            nanos: u32_at(o + 8),
+        };
+        let inode = Inode {
+            kind,
+            perm: u16::from_le_bytes([b[6], b[7]]),
+            uid: u32_at(8),
+            gid: u32_at(12),
+            nlink: u32_at(16),
+            rdev: u32_at(20),
+            atime: time_at(24),
+            mtime: time_at(36),
+            ctime: time_at(48),
+        };
+        let times_ok = [inode.atime, inode.mtime, inode.ctime]
+            .iter()
+            .all(|t| t.nanos < 1_000_000_000);
+        (times_ok && inode.perm <= 0o7777).then_some(inode)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn an_inode_reads_back_as_written(kind in 1u8..8, perm in 0u16..0o10000, uid: u32, gid: u32,
+                nlink: u32, rdev: u32, secs in proptest::array::uniform3(any::<i64>()),
+                nanos in proptest::array::uniform3(0u32..1_000_000_000)) {
+            let t = |i: usize| Time { secs: secs[i], nanos: nanos[i] };
+            let i = Inode { kind: Kind::from_code(kind).unwrap(), perm, uid, gid, nlink, rdev,
+                atime: t(0), mtime: t(1), ctime: t(2) };
+            let b = i.encode();
+            prop_assert_eq!(b.len(), INODE_BYTES);
+            prop_assert_eq!(Inode::decode(&b), Some(i));
+        }
+
+        #[test]
+        fn random_blobs_never_panic(b in proptest::collection::vec(any::<u8>(), 0..80)) {
+            let _ = Inode::decode(&b);
+        }
+    }
+
+    #[test]
+    fn foreign_blobs_are_refused() {
+        let good = Inode::new(Kind::File, 0o644, 0, 0, 0).encode();
+        assert!(Inode::decode(&good).is_some());
+        assert!(Inode::decode(b"name=hello.txt").is_none());
+        let mut bad = good.clone();
+        bad[4] = 9;
+        assert!(Inode::decode(&bad).is_none(), "unknown version");
+        let mut bad = good.clone();
+        bad[5] = 0;
+        assert!(Inode::decode(&bad).is_none(), "unknown kind");
+        let mut bad = good;
+        bad[32..36].copy_from_slice(&2_000_000_000u32.to_le_bytes());
+        assert!(Inode::decode(&bad).is_none(), "nanoseconds out of range");
+    }
+
+    #[test]
+    fn times_before_the_epoch_survive() {
+        let t = UNIX_EPOCH - Duration::new(5, 250);
+        assert_eq!(Time::from_system(t).to_system(), t);
+        let t = UNIX_EPOCH + Duration::new(7, 3);
+        assert_eq!(Time::from_system(t).to_system(), t);
+    }
+}

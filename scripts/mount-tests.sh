@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# The file system under tools nobody on the project wrote: `extalloc mount` on a fresh
+# device, then fsx (several seeds), pjdfstest, fio with verify=crc32c (seed 003's
+# random-write job, sequential writes, mixed reads and writes), and kill -9 crashes of the
+# mount in the middle of fio: each followed by `fusermount3 -u`, a new mount (which
+# repairs), fio's verify of every round that finished (and so was fsync'd), and fsck.
+#
+#   scripts/mount-tests.sh            # CI: 2 fsx seeds x 100,000 ops, 3 crashes (~4 min)
+#   scripts/mount-tests.sh --lab      # 4 fsx seeds, 20 crashes (~10 min)
+#
+# Needs root and /dev/fuse. Without them it says so loudly and stops; under CI=true it
+# fails instead. Tools come from scripts/fs-tools.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+FSX_OPS=${FSX_OPS:-100000}
+FSX_SEEDS="1 2"
+CRASHES=3
+if [[ "${1:-}" == "--lab" ]]; then
+  FSX_SEEDS="1 2 3 4"
+  CRASHES=20
+fi
+
+skip() {
+  if [[ "${CI:-}" == "true" ]]; then
+    echo "mount-tests.sh: FAILED: $1 (CI may not skip)" >&2
+    exit 1
+  fi
+  echo "############################################################" >&2
+  echo "mount-tests.sh: SKIPPED, the mount was NOT tested: $1" >&2
+  echo "############################################################" >&2
+  exit 0
+}
+[[ $(id -u) -eq 0 ]] || skip "not root (the mount tests switch users and mount)"
+[[ -c /dev/fuse ]] || skip "no /dev/fuse"
+./scripts/fs-tools.sh
+PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+cargo build --release -q -p extalloc-cli
+BIN="$PWD/target/release/extalloc"
+TOOLS="$PWD/crates/extalloc-fuse/tools"
+
+WORK=$(mktemp -d /var/tmp/extalloc-mount.XXXXXX)
+chmod 755 "$WORK" # pjdfstest works as other users below it
+IMG="$WORK/fs.img"
+MNT="$WORK/mnt"
+mkdir -p "$MNT" "$WORK/second"
+cd "$WORK" # fio leaves its verify state files in the working directory
+cleanup() {
+  pkill -9 -f "fio.*$WORK" 2>/dev/null || true
+  if mountpoint -q "$MNT"; then umount "$MNT" 2>/dev/null || fusermount3 -uz "$MNT" || true; fi
+  sleep 0.5
+  cd /
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+step() { printf '\n== %s (%s)\n' "$1" "$(date +%T)"; }
+
+DAEMON=0
+do_mount() {
+  local out
+  out=$("$BIN" mount "$IMG" "$MNT" --log "$WORK/mount.log")
+  echo "$out"
+  DAEMON=$(sed -n 's/.*(process \([0-9]*\)).*/\1/p' <<<"$out")
+  [[ -n "$DAEMON" ]] || { echo "no daemon pid in: $out" >&2; exit 1; }
+}
+do_umount() {
+  umount "$MNT"
+  # umount returns before the daemon has written everything back and closed the volume.
+  while kill -0 "$DAEMON" 2>/dev/null; do sleep 0.1; done
+}
+
+step "mkfs and mount"
+"$BIN" mkfs "$IMG" --size 4GiB
+do_mount
+
+step "fsx: seeds $FSX_SEEDS, $FSX_OPS operations each"
+for seed in $FSX_SEEDS; do
+  mkdir -p "$WORK/fsx-$seed"
+  (cd "$WORK/fsx-$seed" && fsx -q -f "$TOOLS/fsx.toml" -N "$FSX_OPS" -S "$seed" \
+    -P "$WORK/fsx-$seed" "$MNT/fsx-$seed.bin") || { echo "fsx seed $seed FAILED" >&2; exit 1; }
+  echo "fsx seed $seed: $FSX_OPS operations passed"
+done
+
+step "pjdfstest"
+mkdir -p "$MNT/pjd"
+(cd "$MNT/pjd" && pjdfstest -c "$TOOLS/pjdfstest.toml" -p "$MNT/pjd" -s "$WORK/second") \
+  >"$WORK/pjdfstest.out" 2>&1 || true
+summary=$(grep '^Summary:' "$WORK/pjdfstest.out" || true)
+echo "pjdfstest: ${summary:-no summary}"
+if [[ -z "$summary" ]] || ! grep -q '^Summary: 0 failed' <<<"$summary"; then
+  grep -B2 -A8 -i 'failed' "$WORK/pjdfstest.out" | head -80 >&2
+  echo "pjdfstest FAILED" >&2
+  exit 1
+fi
+grep -A1 'skipped$' "$WORK/pjdfstest.out" | grep -v -- '^--' | paste - - | sed 's/  */ /g' || true
+
+fio_job() { # NAME DIR EXTRA...: a fio job file on stdout
+  local name=$1 dir=$2
+  shift 2
+  printf '[global]\ndirectory=%s\nioengine=io_uring\niodepth=32\ndirect=0\nverify=crc32c\nrandrepeat=1\nrandseed=42\n' "$dir"
+  printf '%s\n' "$@"
+  printf '[%s]\n' "$name"
+}
+
+step "fio with verify=crc32c"
+mkdir -p "$MNT/fio"
+for d in 1 2 3 4; do mkdir -p "$MNT/fio/dir$d"; done
+{
+  printf '[global]\nbs=4k\niodepth=32\nrw=randwrite\nioengine=io_uring\nnrfiles=1\nsize=64m\n'
+  printf 'direct=0\nverify=crc32c\ndo_verify=1\n'
+  for d in 1 2 3 4; do printf '[job%s]\ndirectory=%s/fio/dir%s\n' "$d" "$MNT" "$d"; done
+} >"$WORK/seed003.fio"
+fio_job seq "$MNT/fio" "rw=write" "bs=1m" "size=256m" "end_fsync=1" >"$WORK/seq.fio"
+fio_job mixed "$MNT/fio" "rw=randrw" "rwmixread=50" "bsrange=4k-64k" "size=128m" \
+  "numjobs=2" >"$WORK/mixed.fio"
+for job in seed003 seq mixed; do
+  fio --output="$WORK/$job.out" "$WORK/$job.fio" || { cat "$WORK/$job.out" >&2; echo "fio $job FAILED" >&2; exit 1; }
+  grep -qi 'verify.*bad\|crc32c.*mismatch' "$WORK/$job.out" && { cat "$WORK/$job.out" >&2; exit 1; }
+  echo "fio $job: written and verified ($(grep -m1 -o 'WRITE: bw=[^ ]*' "$WORK/$job.out"))"
+done
+
+step "unmount and fsck"
+do_umount
+"$BIN" fsck "$IMG"
+
+step "kill -9 in the middle of fio: $CRASHES crashes"
+crash_job() { # DIR: a round of writes, every file fsync'd at its end
+  fio_job round "$1" "rw=randwrite" "bs=4k" "size=16m" "nrfiles=2" "numjobs=2" "end_fsync=1" \
+    "do_verify=0"
+}
+for c in $(seq 1 "$CRASHES"); do
+  do_mount >/dev/null
+  rm -f "$WORK/done"
+  (
+    r=0
+    while :; do
+      r=$((r + 1))
+      mkdir -p "$MNT/crash$c/r$r" 2>/dev/null || exit 0
+      crash_job "$MNT/crash$c/r$r" >"$WORK/crash$c-$r.fio"
+      fio --output=/dev/null "$WORK/crash$c-$r.fio" >/dev/null 2>&1 || exit 0
+      echo "$r" >>"$WORK/done"
+    done
+  ) &
+  loop=$!
+  sleep "$(awk -v s="$RANDOM" 'BEGIN { srand(s); printf "%.2f", 1 + rand() * 4 }')"
+  kill -9 "$DAEMON"
+  wait "$loop" 2>/dev/null || true
+  pkill -9 -f "fio.*$WORK" 2>/dev/null || true
+  fusermount3 -u "$MNT" 2>/dev/null || umount -l "$MNT"
+  do_mount >"$WORK/remount.out"
+  out=$(cat "$WORK/remount.out")
+  rounds=$(wc -l <"$WORK/done" 2>/dev/null || echo 0)
+  for r in $(cat "$WORK/done" 2>/dev/null); do
+    fio --output="$WORK/verify.out" --verify_only "$WORK/crash$c-$r.fio" \
+      || { cat "$WORK/verify.out" >&2; echo "crash $c: round $r was fsync'd and does not verify" >&2; exit 1; }
+  done
+  do_umount
+  "$BIN" fsck "$IMG" >"$WORK/fsck.out" || { cat "$WORK/fsck.out" >&2; echo "crash $c: fsck FAILED" >&2; exit 1; }
+  echo "crash $c: $rounds fsync'd rounds verified, fsck clean; remount said: ${out#mounted }"
+done
+
+step "mount tests passed"
