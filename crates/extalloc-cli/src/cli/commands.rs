@@ -321,3 +321,66 @@ pub fn report(json: &Path, out: &Path) -> Result<()> {
     }
     Ok(())
 }
+
+/// Options of `extalloc compare-fs`.
+#[derive(clap::Args, Debug)]
+pub struct CompareFsArgs {
+    /// A fio job file (run from the mount's root; relative directories are made first), or
+    /// `fsmark` for fs_mark's small files.
+    pub job: String,
+    /// File systems, comma-separated: ext4, xfs, btrfs, extalloc.
+    #[arg(long, default_value = "ext4,xfs,extalloc")]
+    pub fs: String,
+    /// Size of each file system.
+    #[arg(long, default_value = "8GiB")]
+    pub device_size: String,
+    /// Block size.
+    #[arg(long, default_value_t = 4096)]
+    pub block_size: u32,
+    /// fsmark: files per directory, bytes per file, directories (threads).
+    #[arg(long, default_value = "20000,4096,2")]
+    pub fsmark: String,
+    /// Also write the runs as JSON here.
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+}
+
+/// `extalloc compare-fs`.
+pub fn compare_fs(args: &CompareFsArgs) -> Result<()> {
+    use extalloc_cli::compare::mounted::{self, Job, Target};
+    let targets = args
+        .fs
+        .split(',')
+        .map(Target::parse)
+        .collect::<Result<Vec<_>>>()?;
+    let device_bytes = extalloc_cli::lab::parse_size(&args.device_size).context("--device-size")?;
+    let job = if args.job == "fsmark" {
+        let v: Vec<u64> = args
+            .fsmark
+            .split(',')
+            .map(|x| x.trim().parse())
+            .collect::<std::result::Result<_, _>>()
+            .context("--fsmark: FILES,BYTES,DIRS")?;
+        anyhow::ensure!(
+            v.len() == 3 && v.iter().all(|&x| x > 0),
+            "--fsmark takes three positive numbers: FILES,BYTES,DIRS"
+        );
+        Job::FsMark {
+            files: v[0],
+            bytes: v[1],
+            dirs: v[2],
+        }
+    } else {
+        Job::Fio(std::path::PathBuf::from(&args.job))
+    };
+    if let Some(p) = &args.json {
+        writable_file("--json", p)?;
+    }
+    let runs = mounted::run(&job, &targets, device_bytes, args.block_size)?;
+    println!("{}", mounted::table(&args.job, &runs));
+    if let Some(p) = &args.json {
+        std::fs::write(p, serde_json::to_string_pretty(&runs)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}

@@ -11,6 +11,7 @@
 pub mod fiemap;
 pub mod freespace;
 pub mod kernel;
+pub mod mounted;
 pub mod writeback;
 
 use crate::lab::report::{self, Report, Run};
@@ -208,7 +209,7 @@ pub fn kernel_run(fs: Fs, workload: &str, threads: usize, opts: &LabOptions) -> 
         .map(|p| kernel::file_extents(p, opts.block_size))
         .collect::<Result<Vec<_>>>()?;
     dev.unmount()?;
-    let free_space = free_space_of(fs, &dev, opts)?;
+    let free_space = free_space_of(fs, &dev, opts.block_size)?;
     drop(dev);
     let ops_per_sec = ops as f64 / seconds;
     Ok(Run {
@@ -232,7 +233,7 @@ pub fn kernel_run(fs: Fs, workload: &str, threads: usize, opts: &LabOptions) -> 
 pub fn free_space_of(
     fs: Fs,
     dev: &Device,
-    opts: &LabOptions,
+    block_size: u32,
 ) -> Result<Option<report::FreeSpaceJson>> {
     let loop_dev = dev.loop_dev.clone().expect("attached");
     Ok(match fs {
@@ -253,7 +254,7 @@ pub fn free_space_of(
         Fs::Xfs => {
             let out =
                 kernel::run(Command::new("xfs_db").args(["-r", "-c", "freesp -s", &loop_dev]))?;
-            Some(freespace::parse_xfs_freesp(&out, opts.block_size)?)
+            Some(freespace::parse_xfs_freesp(&out, block_size)?)
         }
         Fs::Btrfs => None,
     })

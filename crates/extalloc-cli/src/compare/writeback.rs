@@ -145,7 +145,7 @@ fn kernel_run(fs: Fs, opts: &LabOptions, wb: &WritebackParams) -> Result<Run> {
         .map(|i| kernel::file_extents(&root.join(format!("dir{i}/file")), opts.block_size))
         .collect::<Result<Vec<_>>>()?;
     dev.unmount()?;
-    let free_space = free_space_of(fs, &dev, opts)?;
+    let free_space = free_space_of(fs, &dev, opts.block_size)?;
     drop(dev);
     let ops = data / WRITE_BYTES;
     let mib_per_sec = data as f64 / f64::from(1 << 20) / seconds;
