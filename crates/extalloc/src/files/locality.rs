@@ -53,6 +53,12 @@ impl Files {
 
     /// Carves `len` blocks from locality chunk `slot` (the calling thread's shard, or the
     /// request's `locality`), replacing the chunk when it is too short.
+    /// Would a carve of `len` blocks from shard `slot`'s chunk start at block `at`?
+    pub(super) fn carve_continues(&self, slot: usize, at: u64, len: u64) -> bool {
+        let loc = self.registry.locality[slot].lock();
+        loc.current.is_some_and(|c| c.start == at && c.len >= len)
+    }
+
     pub(super) fn carve_locality(
         &self,
         file: u64,

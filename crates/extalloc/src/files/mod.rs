@@ -36,7 +36,9 @@
 //!
 //! - `allocate_data(file, {logical, len})`: the range must be a hole. (1) If a PA covers
 //!   `logical`, map from it: no group is touched. (2) Small files (size below
-//!   `stream_threshold_kib`) carve from the shard's locality PA. (3) Otherwise normalise: the
+//!   `stream_threshold_kib`) carve from the shard's locality PA, unless the request continues
+//!   the file's last extent and the carve would not (another file carved in between): then
+//!   step 3 places a window after the file's own extent. (3) Otherwise normalise: the
 //!   window is the request rounded up to the next size bucket (16 KiB ... 8 MiB) of the file's
 //!   size or of the request's end, whichever is larger (as ext4 uses i_size), aligned to the bucket,
 //!   clamped to the hole between the neighbouring mapped extents and to the file's other PAs;
@@ -347,13 +349,20 @@ impl Files {
             .max(end)
             .max(req.size_hint)
             .saturating_mul(block_size);
+        let slot = req
+            .locality
+            .map_or_else(|| self.alloc.shard_index(), |s| s as usize % SHARDS);
+        // A request that continues the file's last extent carves only where the carve
+        // continues it too: an appender whose neighbour in the chunk is another file
+        // (appenders taking turns) goes to a window after its own extent instead.
+        let carve_continues = left
+            .filter(|&(s, e)| s + e.len == req.logical)
+            .is_none_or(|(_, e)| self.carve_continues(slot, e.end(), len));
         if self.alloc.policy().locality_prealloc
             && !req.no_prealloc
             && file_bytes < self.alloc.policy().stream_threshold_kib * 1024
+            && carve_continues
         {
-            let slot = req
-                .locality
-                .map_or_else(|| self.alloc.shard_index(), |s| s as usize % SHARDS);
             // Carving claims (in batches: see `locality`).
             let extent = self.carve_locality(file.id, len, req.lifetime, slot, commits)?;
             map_insert(&mut f, req.logical, extent, left, right);
