@@ -232,14 +232,24 @@ impl Fs {
     pub(crate) fn flush_attrs(&self, only: Option<u64>) -> FsResult<()> {
         let dirty: Vec<(u64, Inode)> = {
             let mut ns = self.ns.write();
-            let mut out = Vec::new();
-            for (&ino, n) in ns.nodes.iter_mut() {
-                if n.attr_dirty && only.is_none_or(|o| o == ino) {
-                    n.attr_dirty = false;
-                    out.push((ino, n.inode));
-                }
+            let mut take = |ino: u64, n: &mut Node| {
+                let was = std::mem::replace(&mut n.attr_dirty, false);
+                was.then_some((ino, n.inode))
+            };
+            match only {
+                // One inode: a lookup, not a scan of every inode (this runs at every close).
+                Some(ino) => ns
+                    .nodes
+                    .get_mut(&ino)
+                    .and_then(|n| take(ino, n))
+                    .into_iter()
+                    .collect(),
+                None => ns
+                    .nodes
+                    .iter_mut()
+                    .filter_map(|(&ino, n)| take(ino, n))
+                    .collect(),
             }
-            out
         };
         for (ino, inode) in dirty {
             self.vol.set_attr(ino, &inode.encode())?;
