@@ -232,7 +232,7 @@ impl Fs {
     pub(crate) fn flush_attrs(&self, only: Option<u64>) -> FsResult<()> {
         let dirty: Vec<(u64, Inode)> = {
             let mut ns = self.ns.write();
-            let mut take = |ino: u64, n: &mut Node| {
+            let take = |ino: u64, n: &mut Node| {
                 let was = std::mem::replace(&mut n.attr_dirty, false);
                 was.then_some((ino, n.inode))
             };
