@@ -122,6 +122,27 @@ step "unmount and fsck"
 do_umount
 "$BIN" fsck "$IMG"
 
+step "refusals and SIGTERM"
+do_mount >/dev/null
+if "$BIN" mount "$IMG" "$WORK/second" 2>"$WORK/busy.err"; then
+  echo "a second mount of the same device was accepted" >&2; exit 1
+fi
+grep -q "in use" "$WORK/busy.err" || { cat "$WORK/busy.err" >&2; exit 1; }
+echo "second mount refused: $(head -c 100 "$WORK/busy.err")..."
+head -c 1048576 /dev/urandom >"$WORK/not-extalloc.img"
+if "$BIN" mount "$WORK/not-extalloc.img" "$WORK/second" 2>"$WORK/foreign.err"; then
+  echo "a device that is not extalloc's was mounted" >&2; exit 1
+fi
+grep -q "not an extalloc device" "$WORK/foreign.err" || { cat "$WORK/foreign.err" >&2; exit 1; }
+echo "foreign device refused: $(head -c 100 "$WORK/foreign.err")..."
+echo data >"$MNT/sigterm-file"
+kill -TERM "$DAEMON"
+while kill -0 "$DAEMON" 2>/dev/null; do sleep 0.1; done
+mountpoint -q "$MNT" && { echo "SIGTERM left the mount in place" >&2; exit 1; }
+"$BIN" fsck "$IMG" >/dev/null
+"$BIN" ls "$IMG" | grep -q "/sigterm-file (file)" || { echo "SIGTERM lost an unsynced file" >&2; exit 1; }
+echo "SIGTERM: unmounted, daemon exited, written back (an unsynced file is there), fsck clean"
+
 step "kill -9 in the middle of fio: $CRASHES crashes"
 crash_job() { # DIR: a round of writes, every file fsync'd at its end. psync, not io_uring:
   # fio exits 0 when an io_uring fsync dies with the mount (measured), so a round that
