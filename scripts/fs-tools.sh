@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# What the mount tests (scripts/mount-tests.sh) need, installed only when missing: fuse3
-# (fusermount3), fio, libacl1-dev and acl (pjdfstest links libacl); fsx and pjdfstest from
+# What the mount tests (scripts/mount-tests.sh) and `compare-fs` need, installed only when
+# missing: fuse3 (fusermount3), fio, fsmark (fs_mark), libacl1-dev and acl (pjdfstest links libacl); fsx and pjdfstest from
 # crates.io at pinned versions; and the unprivileged `tests` user pjdfstest switches to
 # (with `nobody`). Debian, as root.
 set -euo pipefail
@@ -10,6 +10,7 @@ bin="${CARGO_HOME:-$HOME/.cargo}/bin"
 missing=()
 command -v fusermount3 >/dev/null 2>&1 || missing+=(fuse3)
 command -v fio >/dev/null 2>&1 || missing+=(fio)
+command -v fs_mark >/dev/null 2>&1 || missing+=(fsmark)
 [[ -e /usr/include/sys/acl.h ]] || missing+=(libacl1-dev)
 command -v setfacl >/dev/null 2>&1 || missing+=(acl)
 if [[ ${#missing[@]} -gt 0 ]]; then
