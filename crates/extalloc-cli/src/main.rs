@@ -310,6 +310,14 @@ struct BenchArgs {
     /// made again for every run) instead of the memory device: fallocate2, fallocate3, frag.
     #[arg(long, value_name = "PATH")]
     device: Option<std::path::PathBuf>,
+    /// Run on a journaled store on a synthetic device of --device-size (up to 1 PiB),
+    /// already --fill full (default 0.7, at most 0.95), generated from --seed on demand:
+    /// fallocate2, fallocate3, frag.
+    #[arg(long)]
+    synthetic: bool,
+    /// --synthetic: the free runs' sizes in KiB, log-uniform between the two.
+    #[arg(long, default_value = "4-4096", value_name = "MIN-MAX")]
+    free_extent_kib: String,
     /// writeback: files, one writer each, each in its own directory (placement key).
     #[arg(long, default_value_t = 12)]
     files: usize,

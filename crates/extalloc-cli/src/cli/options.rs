@@ -23,11 +23,17 @@ impl BenchArgs {
         self,
         workload: Workload,
     ) -> Result<(Workload, LabOptions, Outputs)> {
-        let (prefill, fill) = fill_fractions(workload, self.fill)?;
+        let synthetic = self.synthetic_options(workload)?;
+        let (prefill, fill) = if synthetic.is_some() {
+            (0.0, 1.0)
+        } else {
+            fill_fractions(workload, self.fill)?
+        };
         let files = self.files;
         self.check_run(workload)?;
         let file_size_given = self.file_size.is_some();
         let (mut opts, out) = self.into_lab_options(workload, prefill, fill)?;
+        opts.synthetic = synthetic;
         check_lab_options(workload, &opts, file_size_given)?;
         if matches!(workload, Workload::Replay) {
             // One thread per traced task: the run reports how many.
@@ -38,6 +44,40 @@ impl BenchArgs {
             opts.threads = vec![files];
         }
         Ok((workload, opts, out))
+    }
+
+    /// `--synthetic`'s device: for fallocate2, fallocate3 and frag, not with `--device`;
+    /// `--fill` is its fill (default 0.7, at most 0.95).
+    fn synthetic_options(&self, workload: Workload) -> Result<Option<lab::Synthetic>> {
+        if !self.synthetic {
+            return Ok(None);
+        }
+        anyhow::ensure!(
+            matches!(
+                workload,
+                Workload::Fallocate2 | Workload::Fallocate3 | Workload::Frag
+            ),
+            "--synthetic runs fallocate2, fallocate3 and frag"
+        );
+        anyhow::ensure!(
+            self.device.is_none(),
+            "--synthetic and --device are two devices: give one"
+        );
+        let fill = self.fill.unwrap_or(0.7);
+        anyhow::ensure!(
+            (0.0..=0.95).contains(&fill),
+            "--synthetic --fill must be from 0 to 0.95"
+        );
+        let (lo, hi) = self
+            .free_extent_kib
+            .split_once('-')
+            .and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)))
+            .filter(|&(a, b): &(u64, u64)| a >= 1 && a <= b)
+            .context("--free-extent-kib takes MIN-MAX in KiB, 1 <= MIN <= MAX (e.g. 4-4096)")?;
+        Ok(Some(lab::Synthetic {
+            fill,
+            free_extent_kib: (lo, hi),
+        }))
     }
 
     /// The checks on how the run is made: `--device` for the workloads the journaled store
@@ -96,6 +136,8 @@ impl BenchArgs {
             wb_contexts: _,
             wb_affinity: _,
             dirty_limit: _,
+            synthetic: _,
+            free_extent_kib: _,
             trace,
             block_size,
             group_blocks,
@@ -135,6 +177,7 @@ impl BenchArgs {
             seed,
             device,
             prefill,
+            synthetic: None,
         };
         Ok((opts, Outputs { json, plot }))
     }

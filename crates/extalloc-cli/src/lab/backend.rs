@@ -128,7 +128,16 @@ impl Backend {
 
     /// The backend of a run: on a fresh file device at `device` (made anew, sparse) when
     /// given, else in memory.
-    pub fn open(policy: &LabPolicy, geometry: Geometry, device: Option<&Path>) -> Result<Self> {
+    pub fn open(
+        policy: &LabPolicy,
+        geometry: Geometry,
+        device: Option<&Path>,
+        synthetic: Option<super::Synthetic>,
+        seed: u64,
+    ) -> Result<Self> {
+        if let Some(syn) = synthetic {
+            return Self::synthetic(policy, geometry, syn, seed);
+        }
         let Some(path) = device else {
             return Self::new(policy, geometry);
         };
@@ -153,6 +162,27 @@ impl Backend {
             .with_context(|| format!("making extalloc on {}", path.display()))?;
         // The lab's workloads free and reallocate within one transaction's window, as a
         // file system does: out of space with frees waiting, the store commits and retries.
+        store.set_forced_commits(true);
+        Ok(Backend(Box::new(Stored(store))))
+    }
+}
+
+impl Backend {
+    /// A journaled store on a synthetic device filled as `syn` says, opened as a real one.
+    fn synthetic(
+        policy: &LabPolicy,
+        geometry: Geometry,
+        syn: super::Synthetic,
+        seed: u64,
+    ) -> Result<Self> {
+        let LabPolicy::Extalloc(p) = policy else {
+            bail!(
+                "--synthetic runs extalloc policies only ({} has no on-disk format)",
+                policy.name()
+            );
+        };
+        let dev = syn.device(geometry, journal_blocks(&geometry), seed)?;
+        let (store, _) = Store::open(dev, p.clone()).context("opening the synthetic device")?;
         store.set_forced_commits(true);
         Ok(Backend(Box::new(Stored(store))))
     }

@@ -352,16 +352,14 @@ impl Files {
         let slot = req
             .locality
             .map_or_else(|| self.alloc.shard_index(), |s| s as usize % SHARDS);
-        // A request that continues the file's last extent carves only where the carve
-        // continues it too: an appender whose neighbour in the chunk is another file
-        // (appenders taking turns) goes to a window after its own extent instead.
-        let carve_continues = left
-            .filter(|&(s, e)| s + e.len == req.logical)
-            .is_none_or(|(_, e)| self.carve_continues(slot, e.end(), len));
+        // A request continuing the file's last extent carves only where the carve continues
+        // it (appenders taking turns go to a window after their own extent instead).
+        let after = left.filter(|&(s, e)| s + e.len == req.logical);
+        let carve_ok = after.is_none_or(|(_, e)| self.carve_continues(slot, e.end(), len));
         if self.alloc.policy().locality_prealloc
             && !req.no_prealloc
             && file_bytes < self.alloc.policy().stream_threshold_kib * 1024
-            && carve_continues
+            && carve_ok
         {
             // Carving claims (in batches: see `locality`).
             let extent = self.carve_locality(file.id, len, req.lifetime, slot, commits)?;

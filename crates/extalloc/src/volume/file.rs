@@ -110,6 +110,14 @@ pub(super) struct VFile {
 }
 
 impl VFile {
+    /// Does a hole at logical block `l` start right after the last mapped block? Such a
+    /// fallocate gets a preallocation: appenders whose requests interleave finely (writers
+    /// behind a FUSE daemon, fio's falloc engine) would otherwise take turns block by
+    /// block and split each other's files.
+    pub(super) fn appends_at(&self, l: u64) -> bool {
+        l > 0 && self.alloc.lookup(l - 1).is_some() && self.alloc.next_mapped(l).is_none()
+    }
+
     /// The file as the table holds it: its map split where unwritten ranges begin and end.
     pub(super) fn image(&self) -> FileImage {
         let mut maps = Vec::new();

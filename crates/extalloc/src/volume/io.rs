@@ -47,11 +47,6 @@ pub enum Fallocate {
     },
 }
 
-/// Does a hole at logical block `l` of `f` start right after its last mapped block?
-fn appends(f: &VFile, l: u64) -> bool {
-    l > 0 && f.alloc.lookup(l - 1).is_some() && f.alloc.next_mapped(l).is_none()
-}
-
 impl Volume {
     /// Creates an empty file with `attr` (at most [`MAX_ATTR_BYTES`]); returns its id. Its
     /// first blocks follow the file layer's stream goals (by id).
@@ -267,12 +262,9 @@ impl Volume {
                 req = req.goal(goal.saturating_add(l).min(blocks - 1));
             }
             match how {
-                // ext4's fallocate maps exactly the request (no preallocation). One that
-                // appends, right after the file's last mapped block, gets the file's
-                // preallocation as an appending write does: appenders whose requests
-                // interleave finely (writers behind a FUSE daemon, fio's falloc engine)
-                // would otherwise take turns block by block and split each other's files.
-                Placing::Unwritten if !appends(f, l) => req = req.no_prealloc(),
+                // ext4's fallocate maps exactly the request; one that appends gets the
+                // file's preallocation, as a write does (`VFile::appends_at`).
+                Placing::Unwritten if !f.appends_at(l) => req = req.no_prealloc(),
                 Placing::Unwritten => {}
                 Placing::Writeback {
                     complete,

@@ -7,7 +7,9 @@
 //! - [`FaultDevice`]: wraps another device and keeps writes volatile until `flush`; on
 //!   command it "crashes" (drops any subset of the unflushed writes, tears one to a prefix of
 //!   its sectors) or starts failing writes, so crash-recovery code can be tested;
-//! - [`OverlayDevice`]: a read-only view whose writes stay in memory (inspection).
+//! - [`OverlayDevice`]: a read-only view whose writes stay in memory (inspection);
+//! - [`SyntheticDevice`]: a filled device of any size generated from a seed on demand,
+//!   writes kept in memory (scale measurements).
 //!
 //! Every access is checked against the device's size: `DeviceRange`, and nothing changes.
 //! What a device says must be true: once `flush` returns `Ok`, every write that completed
@@ -20,11 +22,13 @@ mod fault;
 mod file;
 mod mem;
 mod overlay;
+mod synthetic;
 
 pub use fault::{Crash, CrashReport, FaultDevice};
 pub use file::FileDevice;
 pub use mem::MemDevice;
 pub use overlay::OverlayDevice;
+pub use synthetic::{SyntheticDevice, SyntheticSpec, TEMPLATES};
 
 use crate::error::{Error, Result};
 
