@@ -213,6 +213,23 @@ fn template_bitmap(sb: &Superblock, spec: &SyntheticSpec, rng: &mut impl Rng) ->
     bitmap
 }
 
+/// The blocks `len` bytes from `offset` touch: (block, offset in it, bytes before it in
+/// the buffer, bytes in it).
+fn pieces(offset: u64, len: usize, bs: u64) -> impl Iterator<Item = (u64, usize, usize, usize)> {
+    let mut done = 0usize;
+    std::iter::from_fn(move || {
+        if done >= len {
+            return None;
+        }
+        let at = offset + done as u64;
+        let within = (at % bs) as usize;
+        let n = (bs as usize - within).min(len - done);
+        let piece = (at / bs, within, done, n);
+        done += n;
+        Some(piece)
+    })
+}
+
 /// SplitMix64: a well-mixed hash of a 64-bit value.
 fn splitmix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -228,15 +245,9 @@ impl Device for SyntheticDevice {
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         check_range(offset, buf.len(), self.size())?;
-        let bs = self.block_size;
         let written = self.written.read();
-        let mut block = vec![0u8; bs as usize];
-        let mut done = 0usize;
-        while done < buf.len() {
-            let at = offset + done as u64;
-            let b = at / bs;
-            let within = (at % bs) as usize;
-            let n = (bs as usize - within).min(buf.len() - done);
+        let mut block = vec![0u8; self.block_size as usize];
+        for (b, within, done, n) in pieces(offset, buf.len(), self.block_size) {
             match written.get(&b) {
                 Some(data) => buf[done..done + n].copy_from_slice(&data[within..within + n]),
                 None => {
@@ -244,28 +255,20 @@ impl Device for SyntheticDevice {
                     buf[done..done + n].copy_from_slice(&block[within..within + n]);
                 }
             }
-            done += n;
         }
         Ok(())
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
         check_range(offset, buf.len(), self.size())?;
-        let bs = self.block_size;
         let mut written = self.written.write();
-        let mut done = 0usize;
-        while done < buf.len() {
-            let at = offset + done as u64;
-            let b = at / bs;
-            let within = (at % bs) as usize;
-            let n = (bs as usize - within).min(buf.len() - done);
+        for (b, within, done, n) in pieces(offset, buf.len(), self.block_size) {
             let data = written.entry(b).or_insert_with(|| {
-                let mut block = vec![0u8; bs as usize].into_boxed_slice();
+                let mut block = vec![0u8; self.block_size as usize].into_boxed_slice();
                 self.generate(b, &mut block);
                 block
             });
             data[within..within + n].copy_from_slice(&buf[done..done + n]);
-            done += n;
         }
         Ok(())
     }
