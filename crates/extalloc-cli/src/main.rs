@@ -183,6 +183,13 @@ enum Command {
         /// Extents of each of those files.
         #[arg(long, default_value_t = 10)]
         extents_per_file: u64,
+        /// Instead: open synthetic devices of each --size (comma-separated, e.g.
+        /// 64GiB,1TiB,1PiB), --fill full; PATH is not used.
+        #[arg(long)]
+        synthetic: bool,
+        /// --synthetic: fraction of each group in use (0 to 0.95).
+        #[arg(long, default_value_t = 0.7)]
+        fill: f64,
     },
     /// Random transactions with crashes on a fault-injecting device, checked after every
     /// recovery against a model. Exits non-zero on any loss, leak or double allocation.
@@ -378,12 +385,20 @@ fn run(cli: Cli) -> Result<()> {
         Command::Capture { dev, out, command } => capture(&dev, &out, &command),
         Command::Mkfs(args) => cli::device::mkfs(&args),
         Command::OpenBench {
+            size,
+            group_blocks,
+            synthetic: true,
+            fill,
+            ..
+        } => cli::commands::open_bench_synthetic(&size, group_blocks, fill),
+        Command::OpenBench {
             path,
             size,
             group_blocks,
             records,
             volume_files,
             extents_per_file,
+            ..
         } => cli::commands::open_bench(
             &path,
             &size,

@@ -615,3 +615,52 @@ fn the_quick_suite_prints_every_table_through_a_pipe() {
         "the replay runs: {stdout}"
     );
 }
+
+/// A synthetic device 70 % full: fallocate3 runs on it through the store, finds room in
+/// its small holes without searching every group, and the device's fill shows in the free
+/// space; a workload it does not run, and a fill out of range, are refused.
+#[test]
+fn synthetic_devices_run_fallocate3_and_refuse_misuse() {
+    let r = bench(
+        "synthetic",
+        &[
+            "fallocate3",
+            "--synthetic",
+            "--device-size",
+            "1GiB",
+            "--fill",
+            "0.7",
+            "--threads",
+            "1",
+            "--policy",
+            "extalloc",
+        ],
+    );
+    let run = &r["runs"][0];
+    assert!(run["ops"].as_u64().unwrap() > 0, "{run}");
+    let c = &run["counters"];
+    let scanned = c["groups_scanned"].as_f64().unwrap() / c["allocs"].as_f64().unwrap();
+    assert!(scanned < 4.0, "groups searched per allocation: {scanned}");
+    let free = run["free_space"]["free_blocks"].as_f64().unwrap();
+    assert!(
+        free < 0.4 * 262144.0,
+        "the device was 70 % full: {free} blocks free"
+    );
+    for bad in [
+        &["small-files", "--synthetic"][..],
+        &["fallocate2", "--synthetic", "--fill", "0.99"][..],
+        &["fallocate2", "--synthetic", "--free-extent-kib", "8-4"][..],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_extalloc"))
+            .arg("bench")
+            .args(bad)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{bad:?} was accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("--synthetic") || err.contains("--free-extent-kib"),
+            "{err}"
+        );
+    }
+}

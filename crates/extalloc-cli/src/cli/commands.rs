@@ -249,6 +249,32 @@ pub fn open_bench(
     Ok(())
 }
 
+/// `extalloc open-bench --synthetic --size A,B,...`: one synthetic device of each size,
+/// smallest first, each made and opened in this process (RSS grows with the largest).
+pub fn open_bench_synthetic(sizes: &str, group_blocks: u64, fill: f64) -> Result<()> {
+    anyhow::ensure!(
+        (0.0..=0.95).contains(&fill),
+        "--fill must be from 0 to 0.95"
+    );
+    let syn = lab::Synthetic {
+        fill,
+        free_extent_kib: (4, 4096),
+    };
+    let mut rows = Vec::new();
+    for size in sizes.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let bytes = lab::parse_size(size).with_context(|| format!("--size {size}"))?;
+        eprintln!("open-bench: synthetic {size}, {fill} full...");
+        rows.push(lab::open_bench::open_synthetic(
+            bytes,
+            group_blocks,
+            syn,
+            1,
+        )?);
+    }
+    print!("{}", lab::open_bench::synthetic_markdown(&rows));
+    Ok(())
+}
+
 /// How a file workload runs in memory.
 pub type InMemory =
     fn(&lab::backend::LabPolicy, usize, &lab::LabOptions) -> Result<lab::report::Run>;

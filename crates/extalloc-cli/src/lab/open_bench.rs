@@ -223,3 +223,74 @@ pub fn volume_open(path: &Path, files: u64, extents: u64) -> Result<VolumeOpenRo
     std::fs::remove_file(path).with_context(|| format!("removing {}", path.display()))?;
     Ok(row)
 }
+
+/// Opening a synthetic device (`open-bench --synthetic`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SyntheticOpenRow {
+    pub device_bytes: u64,
+    pub groups: u64,
+    /// Making the device (layout, templates, superblocks): no I/O.
+    pub make_seconds: f64,
+    pub open_seconds: f64,
+    pub bitmaps_loaded: u64,
+    pub bytes_per_unloaded_group: f64,
+    /// Resident memory of this process after the open, in MiB.
+    pub rss_after_open_mib: f64,
+}
+
+/// This process's resident memory in MiB (`VmRSS` of /proc/self/status; 0 where unknown).
+pub fn rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+/// Makes and opens a synthetic device of `bytes` filled as `syn` says.
+pub fn open_synthetic(
+    bytes: u64,
+    group_blocks: u64,
+    syn: super::Synthetic,
+    seed: u64,
+) -> Result<SyntheticOpenRow> {
+    let geometry = Geometry::from_bytes(4096, group_blocks, bytes)?;
+    let started = Instant::now();
+    let dev = syn.device(geometry, 16384, seed)?;
+    let make_seconds = started.elapsed().as_secs_f64();
+    let started = Instant::now();
+    let (store, _) = Store::open(dev, Policy::default())?;
+    let open_seconds = started.elapsed().as_secs_f64();
+    Ok(SyntheticOpenRow {
+        device_bytes: bytes,
+        groups: geometry.groups_count(),
+        make_seconds,
+        open_seconds,
+        bitmaps_loaded: store.allocator().stats().loaded_bitmaps,
+        bytes_per_unloaded_group: store.allocator().memory_per_unloaded_group(),
+        rss_after_open_mib: rss_mib(),
+    })
+}
+
+/// The synthetic open rows as a Markdown table.
+pub fn synthetic_markdown(rows: &[SyntheticOpenRow]) -> String {
+    let mut out = String::from(
+        "| device | groups | make s | open s | bitmaps loaded | bytes per unloaded group | RSS after open MiB |\n|---|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for r in rows {
+        out.push_str(&format!(
+            "| {:.0} GiB | {} | {:.3} | {:.3} | {} | {:.1} | {:.0} |\n",
+            r.device_bytes as f64 / f64::from(1u32 << 30),
+            r.groups,
+            r.make_seconds,
+            r.open_seconds,
+            r.bitmaps_loaded,
+            r.bytes_per_unloaded_group,
+            r.rss_after_open_mib
+        ));
+    }
+    out
+}

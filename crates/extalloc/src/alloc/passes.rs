@@ -143,8 +143,15 @@ impl Allocator {
         // Pass 4 among groups with at least the request's order of free blocks; pass 5 from
         // the largest free chunk down, so a crowded device gives the longest extent there is
         // and no scan looks at groups that cannot help.
-        if let Some(hit) = run(Pass::GoalLenSlow, Walk::Index(&self.by_free, order), len) {
-            return Some(hit);
+        // Only when some group's largest free chunk could hold the run: on a crowded device
+        // every group is in `by_free`'s sets and none passes, so the walk would cost the
+        // whole device each time.
+        let could = floor_log2(len + 1).saturating_sub(1);
+        let groups = self.geometry.groups_count();
+        if self.by_largest.next_in_orders(could, 0, groups).is_some() {
+            if let Some(hit) = run(Pass::GoalLenSlow, Walk::Index(&self.by_free, order), len) {
+                return Some(hit);
+            }
         }
         let top = self.by_largest.order_count() - 1;
         // A free run of `min_len` blocks holds an aligned chunk of this order at least (a run
@@ -169,9 +176,14 @@ impl Allocator {
             Pass::Goal => unreachable!("the goal is not a scanning pass"),
             Pass::Power2Aligned => group.largest_order().is_some_and(|o| o >= floor_log2(want)),
             Pass::GoalLenFast | Pass::BestAvailLen => {
-                free >= want && group.avg_order().is_some_and(|o| o >= floor_log2(want))
+                free >= want
+                    && group.avg_order().is_some_and(|o| o >= floor_log2(want))
+                    && may_hold_run(group.largest_order(), want)
             }
-            Pass::GoalLenSlow => free >= want,
+            // Enough free blocks is not enough: on a crowded device with small holes every
+            // group has them, and searching each bitmap for a run it cannot hold made the
+            // cost of a large request grow with the device.
+            Pass::GoalLenSlow => free >= want && may_hold_run(group.largest_order(), want),
             Pass::AnyFree => free >= min_len,
         }
     }
@@ -324,4 +336,11 @@ impl Allocator {
             u64::from(len),
         )
     }
+}
+
+/// Can a group whose largest free aligned chunk has order `largest` hold a free run of
+/// `want` blocks? A run of `want` blocks holds an aligned chunk of order
+/// `floor(log2(want + 1)) - 1` wherever it starts, so a smaller largest order rules it out.
+fn may_hold_run(largest: Option<u32>, want: u64) -> bool {
+    largest.is_some_and(|o| o >= floor_log2(want + 1).saturating_sub(1))
 }
