@@ -165,32 +165,7 @@ enum Command {
     },
     /// What mounting costs: open time of a large sparse device (bytes read, bitmaps loaded),
     /// then recovery time against the number of journal records to replay.
-    OpenBench {
-        /// A file to create (and remove afterwards).
-        path: std::path::PathBuf,
-        /// Size of the sparse device for the open measurement.
-        #[arg(long, default_value = "16TiB")]
-        size: String,
-        /// Blocks per group of that device.
-        #[arg(long, default_value_t = extalloc::GROUP_BLOCKS_DEFAULT)]
-        group_blocks: u64,
-        /// Records to replay, comma-separated (each a recovery measurement).
-        #[arg(long, default_value = "1000,10000,100000")]
-        records: String,
-        /// Also open a volume holding this many files (0: skip).
-        #[arg(long, default_value_t = 0)]
-        volume_files: u64,
-        /// Extents of each of those files.
-        #[arg(long, default_value_t = 10)]
-        extents_per_file: u64,
-        /// Instead: open synthetic devices of each --size (comma-separated, e.g.
-        /// 64GiB,1TiB,1PiB), --fill full; PATH is not used.
-        #[arg(long)]
-        synthetic: bool,
-        /// --synthetic: fraction of each group in use (0 to 0.95).
-        #[arg(long, default_value_t = 0.7)]
-        fill: f64,
-    },
+    OpenBench(cli::commands::OpenBenchArgs),
     /// Random transactions with crashes on a fault-injecting device, checked after every
     /// recovery against a model. Exits non-zero on any loss, leak or double allocation.
     Torture {
@@ -384,28 +359,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Replay(args) => cli::commands::replay(args),
         Command::Capture { dev, out, command } => capture(&dev, &out, &command),
         Command::Mkfs(args) => cli::device::mkfs(&args),
-        Command::OpenBench {
-            size,
-            group_blocks,
-            synthetic: true,
-            fill,
-            ..
-        } => cli::commands::open_bench_synthetic(&size, group_blocks, fill),
-        Command::OpenBench {
-            path,
-            size,
-            group_blocks,
-            records,
-            volume_files,
-            extents_per_file,
-            ..
-        } => cli::commands::open_bench(
-            &path,
-            &size,
-            group_blocks,
-            &records,
-            (volume_files, extents_per_file),
-        ),
+        Command::OpenBench(args) => cli::commands::open_bench(&args),
         Command::CommitBench {
             path,
             threads,

@@ -219,14 +219,43 @@ pub fn corrupt(damages: u64, seed: u64, json: Option<&Path>) -> Result<()> {
     Ok(())
 }
 
-/// `extalloc open-bench`: opening a large device, then recovery at each record count.
-pub fn open_bench(
-    path: &Path,
-    size: &str,
-    group_blocks: u64,
-    records: &str,
-    (volume_files, extents_per_file): (u64, u64),
-) -> Result<()> {
+/// Options of `extalloc open-bench`.
+#[derive(clap::Args, Debug)]
+pub struct OpenBenchArgs {
+    /// A file to create (and remove afterwards).
+    pub path: std::path::PathBuf,
+    /// Size of the sparse device for the open measurement.
+    #[arg(long, default_value = "16TiB")]
+    pub size: String,
+    /// Blocks per group of that device.
+    #[arg(long, default_value_t = extalloc::GROUP_BLOCKS_DEFAULT)]
+    pub group_blocks: u64,
+    /// Records to replay, comma-separated (each a recovery measurement).
+    #[arg(long, default_value = "1000,10000,100000")]
+    pub records: String,
+    /// Also open a volume holding this many files (0: skip).
+    #[arg(long, default_value_t = 0)]
+    pub volume_files: u64,
+    /// Extents of each of those files.
+    #[arg(long, default_value_t = 10)]
+    pub extents_per_file: u64,
+    /// Instead: open synthetic devices of each --size (comma-separated, e.g.
+    /// 64GiB,1TiB,1PiB), --fill full; PATH is not used.
+    #[arg(long)]
+    pub synthetic: bool,
+    /// --synthetic: fraction of each group in use (0 to 0.95).
+    #[arg(long, default_value_t = 0.7)]
+    pub fill: f64,
+}
+
+/// `extalloc open-bench`: opening a large device, then recovery at each record count (or,
+/// with `--synthetic`, opening synthetic filled devices).
+pub fn open_bench(a: &OpenBenchArgs) -> Result<()> {
+    if a.synthetic {
+        return open_bench_synthetic(&a.size, a.group_blocks, a.fill);
+    }
+    let (path, size, group_blocks, records) = (&a.path, &a.size, a.group_blocks, &a.records);
+    let (volume_files, extents_per_file) = (a.volume_files, a.extents_per_file);
     let bytes = lab::parse_size(size)?;
     let open = lab::open_bench::open_big(path, bytes, group_blocks)?;
     let mut rows = Vec::new();
