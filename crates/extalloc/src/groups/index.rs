@@ -13,6 +13,7 @@
 //!
 //! ```text
 //! at quiescence: summary bit (l+1, w) == (word (l, w) != 0)
+//! at quiescence: a bitset's count == its set bits
 //! a group is in at most one order's set of an index, the one its summary says
 //! a group with no free blocks is in no set (unless the policy keeps "zombie" groups)
 //! ```
@@ -37,6 +38,8 @@ use parking_lot::RwLock;
 pub struct AtomicBitset {
     bits: u64,
     levels: Vec<Vec<AtomicU64>>,
+    /// Members (exact at quiescence): lets a walk pick the smaller of two sets.
+    count: AtomicU64,
 }
 
 impl AtomicBitset {
@@ -53,7 +56,11 @@ impl AtomicBitset {
             }
             n = words;
         }
-        AtomicBitset { bits, levels }
+        AtomicBitset {
+            bits,
+            levels,
+            count: AtomicU64::new(0),
+        }
     }
 
     /// The bound: every member is below it.
@@ -64,6 +71,11 @@ impl AtomicBitset {
     /// Bytes the set's words take (every level).
     pub fn memory_bytes(&self) -> u64 {
         self.levels.iter().map(|l| 8 * l.len() as u64).sum()
+    }
+
+    /// Members (exact at quiescence, a moment behind under concurrent updates).
+    pub fn population(&self) -> u64 {
+        self.count.load(SeqCst)
     }
 
     /// True if `i` (below the capacity) is in the set.
@@ -81,7 +93,9 @@ impl AtomicBitset {
         if word.load(SeqCst) & bit != 0 {
             return;
         }
-        word.fetch_or(bit, SeqCst);
+        if word.fetch_or(bit, SeqCst) & bit == 0 {
+            self.count.fetch_add(1, SeqCst);
+        }
         self.set_summary(0, i / 64);
     }
 
@@ -95,6 +109,9 @@ impl AtomicBitset {
             return;
         }
         let prev = word.fetch_and(!bit, SeqCst);
+        if prev & bit != 0 {
+            self.count.fetch_sub(1, SeqCst);
+        }
         if prev & !bit == 0 {
             self.clear_summary(0, w);
         }
@@ -188,6 +205,16 @@ impl AtomicBitset {
                     ));
                 }
             }
+        }
+        let members: u64 = self.levels[0]
+            .iter()
+            .map(|w| u64::from(w.load(SeqCst).count_ones()))
+            .sum();
+        if members != self.population() {
+            return Err(format!(
+                "bitset holds {members} members but counts {}",
+                self.population()
+            ));
         }
         Ok(())
     }
@@ -356,6 +383,20 @@ impl OrderIndex {
             }
         }
         waits
+    }
+
+    /// Members of the sets of orders `>= order_min` (ordered sets; `None` for lists).
+    pub fn population_in_orders(&self, order_min: u32) -> Option<u64> {
+        match &self.sets {
+            OrderSets::Ordered(sets) => Some(
+                sets.get(order_min as usize..)
+                    .unwrap_or(&[])
+                    .iter()
+                    .map(AtomicBitset::population)
+                    .sum(),
+            ),
+            OrderSets::List(_) => None,
+        }
     }
 
     /// Ordered sets only: the smallest group in `[from, limit)` in any order `>= order_min`.
