@@ -121,6 +121,10 @@ done
 step "unmount and fsck"
 do_umount
 "$BIN" fsck "$IMG"
+"$BIN" fsck --json "$IMG" | python3 -c 'import json, sys
+n = json.load(sys.stdin)["namespace"]
+assert n["clean"] and n["dirs"] >= 2 and n["files"] >= 1, n
+print("fsck --json: namespace clean,", n["dirs"], "directories,", n["files"], "files")'
 
 step "refusals and SIGTERM"
 do_mount >/dev/null

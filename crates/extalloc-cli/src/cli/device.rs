@@ -102,6 +102,38 @@ struct FsckJson<'a> {
     #[serde(flatten)]
     store: &'a extalloc::store::fsck::Report,
     files: Option<&'a extalloc::volume::VolumeCheck>,
+    /// A file system's namespace (`extalloc mount`), when the volume holds one.
+    namespace: Option<NamespaceJson<'a>>,
+}
+
+/// The namespace check as `fsck --json` prints it.
+#[derive(serde::Serialize)]
+struct NamespaceJson<'a> {
+    dirs: u64,
+    files: u64,
+    symlinks: u64,
+    others: u64,
+    orphans: &'a [u64],
+    bad_entries: &'a [String],
+    link_counts: &'a [String],
+    logs: &'a [String],
+    clean: bool,
+}
+
+impl<'a> NamespaceJson<'a> {
+    fn of(n: &'a extalloc_fuse::fs::NamespaceReport) -> Self {
+        NamespaceJson {
+            dirs: n.dirs,
+            files: n.files,
+            symlinks: n.symlinks,
+            others: n.others,
+            orphans: &n.orphans,
+            bad_entries: &n.bad_entries,
+            link_counts: &n.link_counts,
+            logs: &n.logs,
+            clean: n.clean(),
+        }
+    }
 }
 
 /// `extalloc fsck`: exits with an error when a problem was found.
@@ -115,59 +147,23 @@ pub fn fsck(path: &Path, json: bool) -> Result<()> {
     } else {
         None
     };
+    let names = match &files {
+        Some(f) if f.clean() => super::mount::check_namespace(path)?,
+        _ => None,
+    };
     if json {
         let out = FsckJson {
             store: &r,
             files: files.as_ref(),
+            namespace: names.as_ref().map(NamespaceJson::of),
         };
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
-        println!(
-            "{}: {} blocks, {} groups, {} free; superblocks: primary {}, backup {}; \
-             journal: {} records to replay{}",
-            path.display(),
-            r.blocks,
-            r.groups,
-            r.free_blocks,
-            if r.primary_superblock_ok {
-                "ok"
-            } else {
-                "DAMAGED"
-            },
-            if r.backup_superblock_ok {
-                "ok"
-            } else {
-                "DAMAGED"
-            },
-            r.journal_records,
-            if r.checkpoint_interrupted {
-                " (a checkpoint was interrupted: open repairs it)"
-            } else {
-                ""
-            }
-        );
-        for p in &r.problems {
-            println!("problem: {p}");
-        }
-        if let Some(f) = &files {
-            println!(
-                "files: {} files, {} extents, {} blocks mapped ({} unwritten); {} mapped \
-                 blocks free, {} mapped twice, {} leaked, {} groups held corrupt",
-                f.files,
-                f.extents,
-                f.blocks_mapped,
-                f.blocks_unwritten,
-                f.mapped_free,
-                f.mapped_twice,
-                f.leaked,
-                f.corrupt_groups
-            );
+        print_fsck(path, &r, files.as_ref());
+        if let Some(n) = &names {
+            super::mount::print_namespace(n);
         }
     }
-    let names = match &files {
-        Some(f) if f.clean() => super::mount::check_namespace(path, json)?,
-        _ => None,
-    };
     anyhow::ensure!(r.clean(), "{} problems found", r.problems.len());
     if let Some(f) = &files {
         anyhow::ensure!(
@@ -184,6 +180,55 @@ pub fn fsck(path: &Path, json: bool) -> Result<()> {
         anyhow::ensure!(n.clean(), "the file system's check failed: {}", n.summary());
     }
     Ok(())
+}
+
+/// `fsck`'s text report of the store and the files.
+fn print_fsck(
+    path: &Path,
+    r: &extalloc::store::fsck::Report,
+    files: Option<&extalloc::volume::VolumeCheck>,
+) {
+    println!(
+        "{}: {} blocks, {} groups, {} free; superblocks: primary {}, backup {}; \
+         journal: {} records to replay{}",
+        path.display(),
+        r.blocks,
+        r.groups,
+        r.free_blocks,
+        if r.primary_superblock_ok {
+            "ok"
+        } else {
+            "DAMAGED"
+        },
+        if r.backup_superblock_ok {
+            "ok"
+        } else {
+            "DAMAGED"
+        },
+        r.journal_records,
+        if r.checkpoint_interrupted {
+            " (a checkpoint was interrupted: open repairs it)"
+        } else {
+            ""
+        }
+    );
+    for p in &r.problems {
+        println!("problem: {p}");
+    }
+    if let Some(f) = files {
+        println!(
+            "files: {} files, {} extents, {} blocks mapped ({} unwritten); {} mapped \
+             blocks free, {} mapped twice, {} leaked, {} groups held corrupt",
+            f.files,
+            f.extents,
+            f.blocks_mapped,
+            f.blocks_unwritten,
+            f.mapped_free,
+            f.mapped_twice,
+            f.leaked,
+            f.corrupt_groups
+        );
+    }
 }
 
 /// `extalloc info`: the summary, each group with `groups`, the files with `files`.

@@ -184,36 +184,35 @@ pub fn paths(
     ))
 }
 
-/// The file system's namespace check for `fsck`, on a read-only view of the volume,
-/// printed unless `quiet`: `None` when the volume holds no file system (no inode in
-/// file 1).
-pub fn check_namespace(
-    path: &Path,
-    quiet: bool,
-) -> Result<Option<extalloc_fuse::fs::NamespaceReport>> {
+/// The file system's namespace check for `fsck`, on a read-only view of the volume: `None`
+/// when the volume holds no file system (no inode in file 1).
+pub fn check_namespace(path: &Path) -> Result<Option<extalloc_fuse::fs::NamespaceReport>> {
     let vol = super::volume::open_read_only(path)?;
     if !is_fs(&vol) {
         return Ok(None);
     }
-    let n = extalloc_fuse::fs::check(&vol).map_err(anyhow::Error::msg)?;
-    if !quiet {
-        println!(
-            "file system: {} directories, {} files, {} symbolic links, {} others; {}",
-            n.dirs,
-            n.files,
-            n.symlinks,
-            n.others,
-            n.summary()
-        );
-        for p in n.bad_entries.iter().chain(&n.link_counts).chain(&n.logs) {
-            println!("problem: {p}");
-        }
-        if !n.orphans.is_empty() {
-            println!(
-                "problem: orphan inodes (mount removes them): {:?}",
-                n.orphans
-            );
-        }
+    Ok(Some(
+        extalloc_fuse::fs::check(&vol).map_err(anyhow::Error::msg)?,
+    ))
+}
+
+/// `fsck`'s text lines for a namespace check.
+pub fn print_namespace(n: &extalloc_fuse::fs::NamespaceReport) {
+    println!(
+        "file system: {} directories, {} files, {} symbolic links, {} others; {}",
+        n.dirs,
+        n.files,
+        n.symlinks,
+        n.others,
+        n.summary()
+    );
+    for p in n.bad_entries.iter().chain(&n.link_counts).chain(&n.logs) {
+        println!("problem: {p}");
     }
-    Ok(Some(n))
+    if !n.orphans.is_empty() {
+        println!(
+            "problem: orphan inodes (mount removes them): {:?}",
+            n.orphans
+        );
+    }
 }
