@@ -1,8 +1,11 @@
 //! A directory's entries and their log on the volume.
 //!
 //! Data structures: a directory's volume file holds a log of records, each
-//! `tag u8 (1 add, 2 remove) | ino u64 | name length u16 | name | crc32c u32` (little endian,
-//! the checksum over everything before it). [`DirLog::parse`] replays a log into the
+//! `tag u8 (1 add, 2 remove, 3 reset) | ino u64 | name length u16 | name | crc32c u32` (little
+//! endian, the checksum over everything before it). A reset (no name) drops every entry
+//! before it: compaction appends a reset and the live entries, block-aligned, then punches
+//! the blocks before them, which read as zeros. Zero bytes between records are skipped (no
+//! record starts with a zero tag). [`DirLog::parse`] replays a log into the
 //! entries (name -> inode); [`record`] encodes one record. Each change appends one record
 //! at the end of the log through the volume, so it travels in the volume's journal with the
 //! operation that made it.
@@ -20,6 +23,7 @@ use std::collections::BTreeMap;
 pub const NAME_MAX: usize = 255;
 const ADD: u8 = 1;
 const REMOVE: u8 = 2;
+const RESET: u8 = 3;
 /// Bytes of a record besides its name.
 pub const RECORD_OVERHEAD: usize = 1 + 8 + 2 + 4;
 
@@ -36,6 +40,24 @@ pub fn record(name: &[u8], ino: Option<u64>) -> Vec<u8> {
     out
 }
 
+/// The log that replaces a whole directory: a reset, then an add for each entry.
+pub fn compacted<'a>(entries: impl Iterator<Item = (&'a Vec<u8>, u64)>) -> Vec<u8> {
+    let mut out = vec![RESET];
+    out.extend_from_slice(&0u64.to_le_bytes());
+    out.extend_from_slice(&0u16.to_le_bytes());
+    let crc = crc32c::crc32c(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    for (name, ino) in entries {
+        out.extend(record(name, Some(ino)));
+    }
+    out
+}
+
+/// Bytes a directory's entries take as add records.
+pub fn live_bytes<'a>(entries: impl Iterator<Item = &'a Vec<u8>>) -> u64 {
+    entries.map(|n| (RECORD_OVERHEAD + n.len()) as u64).sum()
+}
+
 /// A directory log read back.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct DirLog {
@@ -43,6 +65,9 @@ pub struct DirLog {
     pub entries: BTreeMap<Vec<u8>, u64>,
     /// Bytes of the log that parsed (the rest is a torn or damaged tail).
     pub valid_bytes: u64,
+    /// Where the parsed bytes started in the directory's file (what came before is punched
+    /// history).
+    pub start: u64,
     /// Records read.
     pub records: u64,
     /// What stopped the parse before the end, if anything.
@@ -55,10 +80,18 @@ impl DirLog {
         let mut d = DirLog::default();
         let mut pos = 0usize;
         while pos < log.len() {
+            if log[pos] == 0 {
+                pos += 1; // a punched or padded stretch
+                continue;
+            }
             match parse_one(&log[pos..]) {
                 Ok((tag, ino, name, len)) => {
                     let applied = match tag {
                         ADD => d.entries.insert(name.to_vec(), ino).is_none(),
+                        RESET => {
+                            d.entries.clear();
+                            true
+                        }
                         _ => d.entries.remove(name).is_some(),
                     };
                     if !applied {
@@ -100,7 +133,13 @@ fn parse_one(b: &[u8]) -> Result<(u8, u64, &[u8], usize), String> {
     let ino = u64::from_le_bytes(b[1..9].try_into().expect("8 bytes"));
     let name_len = usize::from(u16::from_le_bytes([b[9], b[10]]));
     let len = RECORD_OVERHEAD + name_len;
-    if !(tag == ADD || tag == REMOVE) || name_len == 0 || name_len > NAME_MAX || b.len() < len {
+    let named = tag == ADD || tag == REMOVE;
+    let shape_ok = if named {
+        (1..=NAME_MAX).contains(&name_len)
+    } else {
+        tag == RESET && name_len == 0
+    };
+    if !shape_ok || b.len() < len {
         return Err(format!(
             "no record here (tag {tag}, name length {name_len})"
         ));
@@ -162,6 +201,24 @@ mod tests {
         log.extend(record(b"zz", None));
         let d = DirLog::parse(&log);
         assert!(d.problem.unwrap().contains("removes \"zz\""));
+    }
+
+    #[test]
+    fn a_reset_after_zeros_replaces_everything_before_it() {
+        let mut log = record(b"old", Some(1));
+        log.extend(record(b"gone", Some(2)));
+        log.resize(4096, 0);
+        let live: Vec<(Vec<u8>, u64)> = vec![(b"kept".to_vec(), 3), (b"new".to_vec(), 4)];
+        log.extend(compacted(live.iter().map(|(n, i)| (n, *i))));
+        log.extend(record(b"after", Some(5)));
+        let d = DirLog::parse(&log);
+        assert_eq!(d.problem, None);
+        let names: Vec<&[u8]> = d.entries.keys().map(|k| &k[..]).collect();
+        assert_eq!(names, [&b"after"[..], b"kept", b"new"]);
+        // The blocks before the reset punched: the same result.
+        log[..4096].fill(0);
+        assert_eq!(DirLog::parse(&log).entries, d.entries);
+        assert_eq!(live_bytes([b"ab".to_vec()].iter()), 17);
     }
 
     proptest! {

@@ -105,6 +105,10 @@ pub(crate) struct DirState {
     pub(crate) parent: u64,
     /// Bytes of the entry log on the volume (where the next record goes).
     pub(crate) log_bytes: u64,
+    /// Where the log's live part starts (the blocks before it are punched or history).
+    pub(crate) log_start: u64,
+    /// Bytes the entries would take as records (compaction's yardstick).
+    pub(crate) live: u64,
 }
 
 /// One inode in memory.
@@ -265,20 +269,21 @@ impl Fs {
 
     pub(crate) fn attr_of(&self, ns: &Ns, ino: u64) -> FsResult<Attr> {
         let n = ns.node(ino)?;
+        let bs = self.vol.volume().block_size();
+        let mapped = bs
+            * self
+                .vol
+                .extents(ino)?
+                .iter()
+                .map(|e| e.extent.len)
+                .sum::<u64>();
         let (size, allocated) = match &n.dir {
-            Some(d) => {
-                let bs = self.vol.volume().block_size();
-                (
-                    d.log_bytes.div_ceil(bs).max(1) * bs,
-                    d.log_bytes.div_ceil(bs) * bs,
-                )
-            }
+            // A directory's size: its live log, in blocks (the log's file is sparse).
+            Some(d) => ((d.log_bytes - d.log_start).div_ceil(bs).max(1) * bs, mapped),
             None => {
-                let bs = self.vol.volume().block_size();
                 let size = self.vol.size(ino)?;
-                let mapped: u64 = self.vol.extents(ino)?.iter().map(|e| e.extent.len).sum();
                 // Data still in the cache has no blocks yet: count what it will take.
-                (size, (mapped * bs).max(size.div_ceil(bs) * bs))
+                (size, mapped.max(size.div_ceil(bs) * bs))
             }
         };
         Ok(Attr {
@@ -343,6 +348,8 @@ pub(crate) fn dir_node(inode: Inode, log: &DirLog, parent: u64) -> Node {
             entries: log.entries.clone(),
             parent,
             log_bytes: log.valid_bytes,
+            log_start: log.start,
+            live: crate::dir::live_bytes(log.entries.keys()),
         }),
         open: 0,
         lookups: 0,

@@ -9,8 +9,12 @@
 use super::{now, scan, Attr, Caller, DirState, Errno, Fs, FsResult, Node, Ns, ROOT};
 use crate::dir::{record, NAME_MAX};
 use crate::inode::{Inode, Kind};
+use extalloc::volume::Fallocate;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
+
+/// A directory's log is compacted once it exceeds this and four times its live entries.
+const COMPACT_MIN_BYTES: u64 = 64 << 10;
 
 /// `RENAME_NOREPLACE`.
 pub const RENAME_NOREPLACE: u32 = 1;
@@ -108,6 +112,8 @@ impl Fs {
             entries: BTreeMap::new(),
             parent,
             log_bytes: 0,
+            log_start: 0,
+            live: 0,
         });
         ns.nodes.insert(
             ino,
@@ -149,10 +155,37 @@ impl Fs {
         let d = ns.node_mut(dir)?.dir.as_mut().ok_or(Errno(libc::ENOTDIR))?;
         scan::append(self.vol.volume(), dir, d.log_bytes, &rec)?;
         d.log_bytes += rec.len() as u64;
+        let bytes = (crate::dir::RECORD_OVERHEAD + name.len()) as u64;
         match ino {
-            Some(i) => d.entries.insert(name.to_vec(), i),
-            None => d.entries.remove(name),
+            Some(i) => {
+                d.entries.insert(name.to_vec(), i);
+                d.live += bytes;
+            }
+            None => {
+                d.entries.remove(name);
+                d.live -= bytes;
+            }
         };
+        if d.log_bytes - d.log_start > COMPACT_MIN_BYTES.max(4 * d.live) {
+            self.compact(dir, d)?;
+        }
+        Ok(())
+    }
+
+    /// Rewrites `dir`'s log as its live entries: a reset and an add per entry, from the
+    /// next block boundary, then the blocks before punched. A crash in between leaves the
+    /// old records and the reset, which replay to the same entries.
+    fn compact(&self, dir: u64, d: &mut DirState) -> FsResult<()> {
+        let vol = self.vol.volume();
+        let bs = vol.block_size();
+        let at = d.log_bytes.div_ceil(bs) * bs;
+        let log = crate::dir::compacted(d.entries.iter().map(|(n, &i)| (n, i)));
+        vol.write(dir, at, &log)?;
+        if at > d.log_start {
+            vol.fallocate(dir, Fallocate::PunchHole, d.log_start, at - d.log_start)?;
+        }
+        d.log_start = at;
+        d.log_bytes = at + log.len() as u64;
         Ok(())
     }
 

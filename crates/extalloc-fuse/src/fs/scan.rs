@@ -90,16 +90,7 @@ pub(crate) fn load(
         if inode.kind != Kind::Dir {
             continue;
         }
-        let size = vol.size(ino).map_err(|e| e.to_string())?;
-        let bytes = vol.read(ino, 0, size).map_err(|e| e.to_string())?;
-        let log = DirLog::parse(&bytes);
-        if let Some(p) = &log.problem {
-            report.logs.push(format!("directory {ino}: {p}"));
-        }
-        if repair && log.valid_bytes < size {
-            vol.truncate(ino, log.valid_bytes)
-                .map_err(|e| format!("cannot cut directory {ino}'s log: {e}"))?;
-        }
+        let log = read_log(vol, ino, repair, &mut report)?;
         logs.insert(ino, log);
     }
     let walk = walk(&inodes, &logs, &mut report);
@@ -151,6 +142,41 @@ pub(crate) fn load(
         }
     }
     Ok((nodes, report))
+}
+
+/// Directory `ino`'s log, from its first mapped block (compaction punches its history); a
+/// problem goes to `report`, and with `repair` a torn tail is cut.
+fn read_log(
+    vol: &Volume,
+    ino: u64,
+    repair: bool,
+    report: &mut NamespaceReport,
+) -> Result<DirLog, String> {
+    let size = vol.size(ino).map_err(|e| e.to_string())?;
+    // Compaction punches the log's history: read from the first block still mapped.
+    let bs = vol.block_size();
+    let start = vol
+        .extents(ino)
+        .map_err(|e| e.to_string())?
+        .iter()
+        .map(|e| e.logical * bs)
+        .min()
+        .unwrap_or(size)
+        .min(size);
+    let bytes = vol
+        .read(ino, start, size - start)
+        .map_err(|e| e.to_string())?;
+    let mut log = DirLog::parse(&bytes);
+    log.valid_bytes += start;
+    log.start = start;
+    if let Some(p) = &log.problem {
+        report.logs.push(format!("directory {ino}: {p}"));
+    }
+    if repair && log.valid_bytes < size {
+        vol.truncate(ino, log.valid_bytes)
+            .map_err(|e| format!("cannot cut directory {ino}'s log: {e}"))?;
+    }
+    Ok(log)
 }
 
 /// Every volume file's inode; fails on a file that holds none.

@@ -320,3 +320,58 @@ fn churn(fs: &Fs, rng: &mut impl Rng, synced: &mut Vec<Durable>) {
         synced.retain(|d| !touched.contains(&d.path));
     }
 }
+
+/// A directory that sees many creates and removes keeps a bounded log (compaction), and
+/// crashes in the middle of compacting lose no entry that was fsync'd.
+#[test]
+fn directory_logs_are_compacted_and_survive_crashes_while_compacting() {
+    for seed in 0..12u64 {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let dev = device(100 + seed);
+        let fs = fresh(&dev);
+        let d = mkdir(&fs, ROOT, "d");
+        for i in 0..50 {
+            put(&fs, d, &format!("keep{i}"), b"k");
+        }
+        fs.sync().unwrap();
+        if seed > 0 {
+            dev.fail_after(rng.gen_range(0..3000));
+        }
+        for i in 0..4000u32 {
+            let name = format!("churn{i:05}");
+            if fs.make(d, name.as_bytes(), node(Kind::File), ME).is_err()
+                || fs.unlink(d, name.as_bytes()).is_err()
+            {
+                break;
+            }
+        }
+        if seed == 0 {
+            let log = fs.getattr(d).unwrap().allocated;
+            assert!(
+                log <= 128 << 10,
+                "the log maps {log} bytes after compaction"
+            );
+            let start = fs.ns.read().dir(d).unwrap().log_start;
+            assert!(start > 0, "4,000 creates and removes compacted the log");
+            fs.unmount().unwrap();
+        } else {
+            dev.fail_writes(true);
+            drop(fs);
+            dev.crash(Crash::Random {
+                keep: 0.5,
+                tear: true,
+            })
+            .unwrap();
+        }
+        let (fs, _) = remount(&dev);
+        for i in 0..50 {
+            assert_eq!(
+                contents(&fs, &format!("d/keep{i}")).as_deref(),
+                Ok(&b"k"[..]),
+                "seed {seed}: keep{i}"
+            );
+        }
+        fs.unmount().unwrap();
+        assert_clean(&dev);
+    }
+}
