@@ -299,10 +299,7 @@ pub fn directories(job: &str) -> Vec<String> {
 
 /// Bytes every job of a fio JSON report wrote.
 pub fn fio_written(json: &str) -> Result<u64> {
-    let start = json.find('{').context("fio printed no JSON report")?;
-    let v: serde_json::Value = serde_json::from_str(&json[start..]).context("fio's JSON")?;
-    let jobs = v["jobs"].as_array().context("fio's report has no jobs")?;
-    Ok(jobs
+    Ok(super::writeback::fio_jobs(json)?
         .iter()
         .map(|j| j["write"]["io_bytes"].as_u64().unwrap_or(0))
         .sum())

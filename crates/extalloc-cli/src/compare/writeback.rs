@@ -57,20 +57,31 @@ struct JobClat {
     max: f64,
 }
 
-/// Each job's write completion latencies from fio's JSON report (after any notes fio
-/// prints before it: the report starts at the first line that opens an object).
-fn fio_job_clats(json: &str) -> Result<Vec<JobClat>> {
-    let start = if json.starts_with("{") {
+/// The report fio prints with `--output-format=json` starts at the first line that opens
+/// an object (`{`); notes may come before it.
+const REPORT_OPENS: char = '\u{7b}';
+
+/// The jobs of fio's JSON report (after any notes fio prints before it); an error for a
+/// report without jobs.
+pub fn fio_jobs(out: &str) -> Result<Vec<serde_json::Value>> {
+    let start = if out.starts_with(REPORT_OPENS) {
         0
     } else {
-        json.find("\n{").context("fio printed no JSON report")? + 1
+        out.find(&format!("\n{REPORT_OPENS}"))
+            .context("fio printed no JSON report")?
+            + 1
     };
-    let v: serde_json::Value =
-        serde_json::from_str(&json[start..]).context("parsing fio's JSON report")?;
-    let jobs = v["jobs"]
-        .as_array()
-        .filter(|j| !j.is_empty())
-        .context("fio's report has no jobs")?;
+    let mut v: serde_json::Value =
+        serde_json::from_str(&out[start..]).context("parsing fio's JSON report")?;
+    match v["jobs"].take() {
+        serde_json::Value::Array(jobs) if !jobs.is_empty() => Ok(jobs),
+        _ => anyhow::bail!("fio's report has no jobs"),
+    }
+}
+
+/// Each job's write completion latencies from fio's JSON report.
+fn fio_job_clats(json: &str) -> Result<Vec<JobClat>> {
+    let jobs = fio_jobs(json)?;
     jobs.iter()
         .map(|job| {
             let c = &job["write"]["clat_ns"];
