@@ -52,23 +52,23 @@ impl Files {
     }
 
     /// Carves `len` blocks from locality chunk `slot` (the calling thread's shard, or the
-    /// request's `locality`), replacing the chunk when it is too short.
-    /// Would a carve of `len` blocks from shard `slot`'s chunk start at block `at`?
-    pub(super) fn carve_continues(&self, slot: usize, at: u64, len: u64) -> bool {
-        let loc = self.registry.locality[slot].lock();
-        loc.current.is_some_and(|c| c.start == at && c.len >= len)
-    }
-
+    /// request's `locality`), replacing the chunk when it is too short. With `continues`
+    /// (the end of the file's extent the request follows), carves only where the carve
+    /// would start there: `None` otherwise (another file carved in between), and the caller
+    /// places a window after the file's own extent instead.
     pub(super) fn carve_locality(
         &self,
         file: u64,
         len: u64,
         lifetime: Lifetime,
-        slot: usize,
+        (slot, continues): (usize, Option<u64>),
         commits: Commits,
-    ) -> Result<Extent> {
+    ) -> Result<Option<Extent>> {
         let shard = &self.registry.locality[slot];
         let mut loc = shard.lock();
+        if continues.is_some_and(|at| !loc.current.is_some_and(|c| c.start == at && c.len >= len)) {
+            return Ok(None);
+        }
         if loc.current.is_none_or(|c| c.len < len) {
             // The smallest leftover that holds the request, as ext4 picks among its group
             // preallocations.
@@ -86,7 +86,7 @@ impl Files {
                     self.claim_carved(&mut loc);
                 }
                 debug_assert!(self.alloc.is_reserved(extent), "carved blocks are reserved");
-                return Ok(extent);
+                return Ok(Some(extent));
             }
             let goal = loc.current.map(|c| c.end());
             self.claim_carved(&mut loc);
@@ -119,7 +119,7 @@ impl Files {
             self.claim_carved(&mut loc);
         }
         debug_assert!(self.alloc.is_reserved(extent), "carved blocks are reserved");
-        Ok(extent)
+        Ok(Some(extent))
     }
 
     /// A chunk too short for a request: kept as a leftover for smaller files, or released

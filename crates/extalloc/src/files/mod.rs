@@ -341,30 +341,25 @@ impl Files {
             return Ok(extent);
         }
 
-        // 2. Small files: the shard's locality preallocation.
-        let block_size = u64::from(self.alloc.geometry().block_size);
-        // A writer's size hint counts: a file known to be large is not a small file.
-        let file_bytes = f
-            .size_blocks
-            .max(end)
-            .max(req.size_hint)
-            .saturating_mul(block_size);
-        let slot = req
-            .locality
-            .map_or_else(|| self.alloc.shard_index(), |s| s as usize % SHARDS);
-        // A request continuing the file's last extent carves only where the carve continues
-        // it (appenders taking turns go to a window after their own extent instead).
-        let after = left.filter(|&(s, e)| s + e.len == req.logical);
-        let carve_ok = after.is_none_or(|(_, e)| self.carve_continues(slot, e.end(), len));
-        if self.alloc.policy().locality_prealloc
-            && !req.no_prealloc
-            && file_bytes < self.alloc.policy().stream_threshold_kib * 1024
-            && carve_ok
-        {
-            // Carving claims (in batches: see `locality`).
-            let extent = self.carve_locality(file.id, len, req.lifetime, slot, commits)?;
-            map_insert(&mut f, req.logical, extent, left, right);
-            return Ok(extent);
+        // 2. Small files (a writer's size hint counts): the shard's locality preallocation.
+        let file_blocks = f.size_blocks.max(end).max(req.size_hint);
+        let small_blocks = (self.alloc.policy().stream_threshold_kib * 1024)
+            .div_ceil(u64::from(self.alloc.geometry().block_size));
+        if self.alloc.policy().locality_prealloc && !req.no_prealloc && file_blocks < small_blocks {
+            let slot = req
+                .locality
+                .map_or_else(|| self.alloc.shard_index(), |s| s as usize % SHARDS);
+            // Carving claims in batches (`locality`). Continuing the file's last extent, it
+            // carves only where the carve continues it.
+            let after = left
+                .filter(|&(s, e)| s + e.len == req.logical)
+                .map(|(_, e)| e.end());
+            if let Some(e) =
+                self.carve_locality(file.id, len, req.lifetime, (slot, after), commits)?
+            {
+                map_insert(&mut f, req.logical, e, left, right);
+                return Ok(e);
+            }
         }
 
         // 3. Normalise and allocate the window.
