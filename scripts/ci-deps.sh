@@ -3,7 +3,9 @@
 # development files (plotters draws text through font-kit) and a font to draw with; and
 # e2fsprogs, mount and util-linux (mkfs.ext4, dumpe2fs, losetup, fallocate), with which the tests
 # that need root make and trace an ext4 loop mount instead of skipping; fio, which the
-# writeback comparison runs on that mount.
+# writeback comparison runs on that mount; and for the mount tests (scripts/fs-tools.sh
+# adds the crates.io tools): fuse3 (fusermount3), fsmark (fs_mark, for compare-fs), and
+# libacl1-dev and acl, which pjdfstest links.
 set -euo pipefail
 missing=()
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
@@ -17,6 +19,10 @@ done
 command -v losetup >/dev/null 2>&1 || missing+=(mount)
 command -v fallocate >/dev/null 2>&1 || missing+=(util-linux)
 command -v fio >/dev/null 2>&1 || missing+=(fio)
+command -v fusermount3 >/dev/null 2>&1 || missing+=(fuse3)
+command -v fs_mark >/dev/null 2>&1 || missing+=(fsmark)
+[[ -e /usr/include/sys/acl.h ]] || missing+=(libacl1-dev)
+command -v setfacl >/dev/null 2>&1 || missing+=(acl)
 if [[ ${#missing[@]} -eq 0 ]]; then
   exit 0
 fi

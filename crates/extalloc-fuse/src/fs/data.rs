@@ -2,7 +2,7 @@
 //! times), fallocate, fsync and statfs.
 
 use super::names::NewNode;
-use super::{now, Attr, Caller, Errno, Fs, FsResult};
+use super::{Attr, Caller, Errno, Fs, FsResult};
 use crate::inode::{Kind, Time};
 use extalloc::volume::Fallocate;
 use std::sync::atomic::Ordering::Relaxed;
@@ -135,7 +135,7 @@ impl Fs {
         }
         let mut ns = self.ns.write();
         let n = ns.node_mut(ino)?;
-        let t = now();
+        let t = Time::now();
         let i = &mut n.inode;
         if let Some(m) = set.mode {
             i.perm = (m & 0o7777) as u16;
@@ -199,7 +199,7 @@ impl Fs {
     fn data_changed(&self, ino: u64) -> FsResult<()> {
         let mut ns = self.ns.write();
         let n = ns.node_mut(ino)?;
-        let t = now();
+        let t = Time::now();
         n.inode.mtime = t;
         n.inode.ctime = t;
         n.attr_dirty = true;

@@ -36,7 +36,7 @@ mod tests;
 pub use scan::{check, paths, NamespaceReport};
 
 use crate::dir::DirLog;
-use crate::inode::{Inode, Kind, Time};
+use crate::inode::{Inode, Kind};
 use extalloc::volume::Volume;
 use extalloc::writeback::{Buffered, WritebackOptions};
 use parking_lot::{Mutex, RwLock};
@@ -355,9 +355,4 @@ pub(crate) fn dir_node(inode: Inode, log: &DirLog, parent: u64) -> Node {
         lookups: 0,
         attr_dirty: false,
     }
-}
-
-/// `now` for timestamps.
-pub(crate) fn now() -> Time {
-    Time::now()
 }

@@ -6,9 +6,9 @@
 //! losing a name that was there before: a new inode's file is made before the entry that
 //! names it; a rename adds the new name before it removes the old one.
 
-use super::{now, scan, Attr, Caller, DirState, Errno, Fs, FsResult, Node, Ns, ROOT};
+use super::{scan, Attr, Caller, DirState, Errno, Fs, FsResult, Node, Ns, ROOT};
 use crate::dir::{record, NAME_MAX};
-use crate::inode::{Inode, Kind};
+use crate::inode::{Inode, Kind, Time};
 use extalloc::volume::Fallocate;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -202,7 +202,7 @@ impl Fs {
         self.persist(&mut ns, parent)?;
         let n = ns.node_mut(ino)?;
         n.inode.nlink = n.inode.nlink.saturating_sub(1);
-        n.inode.ctime = now();
+        n.inode.ctime = Time::now();
         self.persist(&mut ns, ino)?;
         self.reap(&mut ns, ino)
     }
@@ -226,7 +226,7 @@ impl Fs {
         self.persist(&mut ns, parent)?;
         let n = ns.node_mut(ino)?;
         n.inode.nlink = 0;
-        n.inode.ctime = now();
+        n.inode.ctime = Time::now();
         self.persist(&mut ns, ino)?;
         self.reap(&mut ns, ino)
     }
@@ -250,7 +250,7 @@ impl Fs {
         }
         let n = ns.node_mut(ino)?;
         n.inode.nlink += 1;
-        n.inode.ctime = now();
+        n.inode.ctime = Time::now();
         self.persist(&mut ns, ino)?;
         if let Err(e) = self.append(&mut ns, newparent, newname, Some(ino)) {
             let n = ns.node_mut(ino)?;
@@ -338,7 +338,7 @@ impl Fs {
             } else {
                 n.inode.nlink - 1
             };
-            n.inode.ctime = now();
+            n.inode.ctime = Time::now();
             if n.dir.is_some() {
                 ns.node_mut(newparent)?.inode.nlink -= 1;
             }
@@ -355,7 +355,7 @@ impl Fs {
             touch(&mut ns.node_mut(p)?.inode);
             self.persist(ns, p)?;
         }
-        ns.node_mut(src)?.inode.ctime = now();
+        ns.node_mut(src)?.inode.ctime = Time::now();
         self.persist(ns, src)?;
         if let Some(d) = dst {
             self.reap(ns, d)?;
@@ -389,7 +389,7 @@ impl Fs {
                     d.parent = to;
                 }
             }
-            ns.node_mut(i)?.inode.ctime = now();
+            ns.node_mut(i)?.inode.ctime = Time::now();
             self.persist(ns, i)?;
         }
         for p in [p1, p2] {
@@ -455,7 +455,7 @@ fn is_within(ns: &Ns, mut ino: u64, dir: u64) -> FsResult<bool> {
 
 /// A directory's contents changed: its mtime and ctime are now.
 fn touch(inode: &mut Inode) {
-    let t = now();
+    let t = Time::now();
     inode.mtime = t;
     inode.ctime = t;
 }
