@@ -142,14 +142,16 @@ pub fn fsck(path: &Path, json: bool) -> Result<()> {
     let r = extalloc::store::fsck::check(&dev).with_context(|| format!("{}", path.display()))?;
     drop(dev);
     // The files only on a store that opens: its own problems come first.
-    let files = if r.clean() {
-        super::volume::check(path)?
-    } else {
-        None
-    };
-    let names = match &files {
-        Some(f) if f.clean() => super::mount::check_namespace(path)?,
-        _ => None,
+    let (files, names) = match r.clean().then(|| super::volume::check(path)).transpose()? {
+        Some(Some((f, vol))) => {
+            let names = if f.clean() {
+                super::mount::check_namespace(&vol)?
+            } else {
+                None
+            };
+            (Some(f), names)
+        }
+        _ => (None, None),
     };
     if json {
         let out = FsckJson {

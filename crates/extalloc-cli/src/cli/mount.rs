@@ -12,7 +12,7 @@ use extalloc_fuse::fs::MountReport;
 use extalloc_fuse::mount::{serve, MountOptions};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 /// Set in a detached child: print the ready line on stdout.
@@ -186,13 +186,14 @@ pub fn paths(
 
 /// The file system's namespace check for `fsck`, on a read-only view of the volume: `None`
 /// when the volume holds no file system (no inode in file 1).
-pub fn check_namespace(path: &Path) -> Result<Option<extalloc_fuse::fs::NamespaceReport>> {
-    let vol = super::volume::open_read_only(path)?;
-    if !is_fs(&vol) {
+pub fn check_namespace(
+    vol: &extalloc::volume::Volume,
+) -> Result<Option<extalloc_fuse::fs::NamespaceReport>> {
+    if !is_fs(vol) {
         return Ok(None);
     }
     Ok(Some(
-        extalloc_fuse::fs::check(&vol).map_err(anyhow::Error::msg)?,
+        extalloc_fuse::fs::check(vol).map_err(anyhow::Error::msg)?,
     ))
 }
 

@@ -191,11 +191,14 @@ pub fn info_files(device: &Path) -> Result<()> {
 }
 
 /// The volume's ownership check for `fsck`, if the device holds a volume.
-pub fn check(device: &Path) -> Result<Option<VolumeCheck>> {
+/// With it, the open volume, so the namespace check (`mount::check_namespace`) need not
+/// open and replay it again.
+pub fn check(device: &Path) -> Result<Option<(VolumeCheck, Volume)>> {
     let dev = FileDevice::open_read_only(device)?;
     let sb = extalloc::disk::format::read_superblock(&dev)?;
     if sb.root.is_empty() {
         return Ok(None);
     }
-    Ok(Some(open_read_only(device)?.check()?))
+    let vol = open_read_only(device)?;
+    Ok(Some((vol.check()?, vol)))
 }
