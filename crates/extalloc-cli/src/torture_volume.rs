@@ -52,6 +52,8 @@ pub struct VolumeOutcome {
     pub data_mismatches: u64,
     pub files_checked: u64,
     pub syncs: u64,
+    /// Syncs that were checkpoints (the table and changed maps written).
+    pub checkpoints: u64,
     pub operations: u64,
     pub seconds: f64,
 }
@@ -76,6 +78,7 @@ trait FileCalls: Sync {
     fn truncate(&self, id: u64, size: u64) -> extalloc::Result<()>;
     fn unlink(&self, id: u64) -> extalloc::Result<()>;
     fn sync(&self) -> extalloc::Result<()>;
+    fn checkpoint(&self) -> extalloc::Result<()>;
     fn check(&self) -> extalloc::Result<VolumeCheck>;
     fn ids(&self) -> Vec<u64>;
     fn extents(&self, id: u64) -> extalloc::Result<Vec<FileExtent>>;
@@ -114,6 +117,9 @@ macro_rules! file_calls {
             }
             fn sync(&self) -> extalloc::Result<()> {
                 <$t>::sync(self)
+            }
+            fn checkpoint(&self) -> extalloc::Result<()> {
+                <$t>::checkpoint(self)
             }
             fn check(&self) -> extalloc::Result<VolumeCheck> {
                 <$t>::check(self)
@@ -382,7 +388,12 @@ fn crash(
 ) -> Result<Vol> {
     if fail_sync {
         dev.fail_after(rng.gen_range(0..40));
-        let _ = vol.calls().sync();
+        // Half of the cuts land in a checkpoint: its map segments, their commit, the table.
+        let _ = if rng.gen_bool(0.5) {
+            vol.calls().checkpoint()
+        } else {
+            vol.calls().sync()
+        };
     }
     let buffered = matches!(vol, Vol::Buffered(_));
     // Power is lost: nothing more reaches the device, not even what a clean close would
@@ -439,7 +450,12 @@ pub fn run(crashes: u64, seed: u64, threads: usize) -> Result<VolumeOutcome> {
         out.operations += touched.len() as u64;
         let action = rng.gen_range(0..10);
         if action < 6 {
-            vol.calls().sync()?;
+            if action == 5 {
+                vol.calls().checkpoint()?;
+                out.checkpoints += 1;
+            } else {
+                vol.calls().sync()?;
+            }
             out.syncs += 1;
             durable = files.iter().flat_map(|f| f.clone()).collect();
             compare_after_sync(vol.calls(), &durable, round_no)?;

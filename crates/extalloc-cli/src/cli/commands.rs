@@ -270,9 +270,19 @@ pub fn open_bench(a: &OpenBenchArgs) -> Result<()> {
     if volume_files > 0 {
         let v = lab::open_bench::volume_open(path, volume_files, extents_per_file)?;
         println!(
-            "\n| volume files | extents | build s | open s | bytes read | bitmaps loaded |\n\
-             |---:|---:|---:|---:|---:|---:|\n| {} | {} | {:.1} | {:.3} | {} | {} |",
-            v.files, v.extents, v.build_seconds, v.open_seconds, v.bytes_read, v.bitmaps_loaded
+            "\n| volume files | extents | build s | open s | bytes read | bitmaps loaded | maps read | \
+             check s (every map) | check bytes read |\n\
+             |---:|---:|---:|---:|---:|---:|---:|---:|---:|\n\
+             | {} | {} | {:.1} | {:.3} | {} | {} | {} | {:.3} | {} |",
+            v.files,
+            v.extents,
+            v.build_seconds,
+            v.open_seconds,
+            v.bytes_read,
+            v.bitmaps_loaded,
+            v.maps_read,
+            v.check_seconds,
+            v.check_bytes_read
         );
     }
     Ok(())

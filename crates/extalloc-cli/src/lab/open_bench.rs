@@ -175,11 +175,17 @@ pub struct VolumeOpenRow {
     pub open_seconds: f64,
     pub bytes_read: u64,
     pub bitmaps_loaded: u64,
+    /// Extent maps the open read (none after a clean close: maps are read at first use).
+    pub maps_read: u64,
+    /// Then every map read and checked: `Volume::check`.
+    pub check_seconds: f64,
+    pub check_bytes_read: u64,
 }
 
 /// A volume on a sparse 64 GiB file at `path` with `files` files of `extents` one-block
 /// extents each (fallocated with a hole between them), closed, then `Volume::open` timed
-/// (the table read, the records after it applied, every map handed to the file layer).
+/// (the root, the file table and any records after it; no map is read until used), then
+/// `Volume::check` (every map read and handed to the file layer, every block's owner).
 pub fn volume_open(path: &Path, files: u64, extents: u64) -> Result<VolumeOpenRow> {
     use extalloc::volume::{Fallocate, Volume};
     let bytes = 64u64 << 30;
@@ -211,13 +217,24 @@ pub fn volume_open(path: &Path, files: u64, extents: u64) -> Result<VolumeOpenRo
         "{} files after the open",
         listed.len()
     );
+    let (bytes_read, bitmaps_loaded) = (
+        dev.read.load(Relaxed),
+        vol.store().open_timing().bitmaps_loaded,
+    );
+    let maps_read = vol.maps_read();
+    let started = Instant::now();
+    let check = vol.check()?;
+    anyhow::ensure!(check.clean(), "the volume's check found {check:?}");
     let row = VolumeOpenRow {
         files,
         extents: listed.iter().map(|f| f.extents).sum(),
         build_seconds,
         open_seconds,
-        bytes_read: dev.read.load(Relaxed),
-        bitmaps_loaded: vol.store().open_timing().bitmaps_loaded,
+        bytes_read,
+        bitmaps_loaded,
+        maps_read,
+        check_seconds: started.elapsed().as_secs_f64(),
+        check_bytes_read: dev.read.load(Relaxed) - bytes_read,
     };
     drop(vol);
     std::fs::remove_file(path).with_context(|| format!("removing {}", path.display()))?;

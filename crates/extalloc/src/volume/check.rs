@@ -57,7 +57,7 @@ impl Volume {
         let mut owned: Vec<Extent> = Vec::new();
         let files: Vec<_> = self.files.read().values().cloned().collect();
         for f in files {
-            let f = f.lock();
+            let f = self.lock_loaded(&f)?;
             out.files += 1;
             for (s, len) in f.unwritten.iter() {
                 debug_assert!((s..s + len).all(|b| f.alloc.lookup(b).is_some()));
@@ -78,6 +78,7 @@ impl Volume {
             }
         }
         owned.extend(self.meta.lock().areas.iter().filter(|a| a.len > 0));
+        owned.extend(self.segs.lock().all());
         owned.sort_unstable_by_key(|e| e.start);
         let mut reach = 0u64;
         let mut distinct = 0u64;

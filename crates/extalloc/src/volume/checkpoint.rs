@@ -1,18 +1,22 @@
-//! The volume's checkpoint (its file table written, then the store's checkpoint with a root
-//! pointing at it) and its open (the table read, the changes logged after it applied).
+//! The volume's checkpoint (the changed maps written to map segments, its file table
+//! written, then the store's checkpoint with a root pointing at it) and its open (the table
+//! read, the changes logged after it applied; maps stay unread, `maps.rs`).
 //!
 //! Two table areas take turns: the table goes to the inactive one, which no durable root
 //! points at, so a crash while it is written leaves the old table whole. An area too small
 //! for the table is replaced first (a new one allocated, the old inactive one freed, in a
 //! transaction of its own that logs the new areas).
 //!
-//! Data structures: none of their own (`Meta`, `record::Root`). Invariant: the store's root
-//! names the active area, and the table there holds every change of the records the
-//! checkpoint left behind; both areas are allocated (owner `TABLE_OWNER`). Locks: runs
-//! under the gate, written.
+//! Data structures: none of their own (`Meta`, `record::Root`, `maps::Segs`). Invariant:
+//! the store's root names the active area, and the table there (with the map segments it
+//! names) holds every change of the records the checkpoint left behind; both areas are
+//! allocated (owner `TABLE_OWNER`). Locks: runs under the gate, written.
 
-use super::file::{apply, ReplayFile, VFile};
-use super::record::{decode_payload, decode_table, encode_table, Change, Root, PAYLOAD_MAGIC};
+use super::file::{apply, maps_of, ReplayFile, VFile};
+use super::maps::{adopt_entries, read_map, Segs};
+use super::record::{
+    decode_payload, decode_table, encode_table, Change, Root, Table, PAYLOAD_MAGIC,
+};
 use super::{FileTable, Meta, Volume, TABLE_OWNER};
 use crate::alloc::AllocRequest;
 use crate::disk::device::Device;
@@ -24,13 +28,38 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 impl Volume {
-    /// Under the gate (written): commits what is logged, writes the table to the inactive
-    /// area and checkpoints the store with a root naming it.
+    /// Under the gate (written): commits what is logged, writes the changed maps to new
+    /// map segments, the table to the inactive area, and checkpoints the store with a root
+    /// naming it.
     pub(super) fn checkpoint_locked(&self) -> Result<()> {
         self.commit_locked()?;
         let files: Vec<Arc<Mutex<VFile>>> = self.files.read().values().cloned().collect();
-        let images: Vec<_> = files.iter().map(|f| f.lock().image()).collect();
-        let table = encode_table(&images);
+        let pending = self.plan_maps(&files)?;
+        let new = self.write_segments(&pending)?;
+        let table = Table {
+            files: pending.resolve(&new),
+            retired: pending.dead.clone(),
+        };
+        self.write_table(&table)?;
+        let mut segs = self.segs.lock();
+        for dead in &pending.dead {
+            segs.named.remove(dead);
+        }
+        segs.named.extend(&new);
+        segs.retired = pending.dead.clone();
+        drop(segs);
+        for &i in &pending.moved {
+            let mut f = files[i].lock();
+            f.stored = Some(table.files[i].map.clone());
+            f.map_dirty = false;
+        }
+        Ok(())
+    }
+
+    /// Writes `table` to the inactive area (replaced first if too small) and checkpoints
+    /// the store with a root naming it.
+    fn write_table(&self, table: &Table) -> Result<()> {
+        let table = encode_table(table);
         let need = (table.len() as u64).div_ceil(self.block_size);
         let mut meta = *self.meta.lock();
         let inactive = 1 - meta.active;
@@ -91,13 +120,14 @@ impl Volume {
 }
 
 /// Reads the volume of an open store: its table (from the root's active area) and the
-/// changes of `records`, then hands every file's map to the file layer (which checks that
-/// the store holds each block allocated).
+/// changes of `records`. Only the maps of files those changes map or unmap are read, and
+/// handed to the file layer (which checks that the store holds each block allocated); the
+/// others wait for their first use.
 pub(super) fn load(
     store: &Store,
     dev: &dyn Device,
     records: &[Record],
-) -> Result<(FileTable, Meta)> {
+) -> Result<(FileTable, Meta, Segs)> {
     let root_bytes = store.root();
     if root_bytes.is_empty() {
         return Err(Error::InvalidRequest(
@@ -106,20 +136,42 @@ pub(super) fn load(
     }
     let root = Root::decode(&root_bytes)?;
     let table = read_table(store, dev, &root)?;
-    let mut files: BTreeMap<u64, ReplayFile> =
-        table.into_iter().map(ReplayFile::from_image).collect();
+    let mut segs = Segs {
+        named: table.files.iter().filter_map(|f| f.map.segment()).collect(),
+        retired: table.retired,
+    };
+    let mut files: BTreeMap<u64, ReplayFile> = table
+        .files
+        .into_iter()
+        .map(ReplayFile::from_table)
+        .collect();
     let mut meta = Meta {
         next_id: root.next_id,
         areas: root.areas,
         active: root.active,
     };
+    let mut changes = Vec::new();
     for r in records {
-        for change in decode_payload(&r.payload).map_err(|e| at_record(e, r.seq))? {
-            if let Change::Areas { a, b } = change {
-                meta.areas = [a, b];
-            }
-            apply(&mut files, change);
+        changes.extend(decode_payload(&r.payload).map_err(|e| at_record(e, r.seq))?);
+    }
+    for id in changes.iter().filter_map(maps_of) {
+        if let Some(f) = files.get_mut(&id).filter(|f| !f.loaded) {
+            let stored = f.stored.as_ref().expect("a map not read is stored");
+            f.set_loaded(read_map(store, dev, id, stored)?);
         }
+    }
+    for change in changes {
+        match &change {
+            Change::Areas { a, b } => meta.areas = [*a, *b],
+            // A checkpoint that never finished: what it freed is gone, what it wrote
+            // is named by no table.
+            Change::Segments { new, freed } => {
+                segs.retired.retain(|s| !freed.contains(s));
+                segs.retired.extend(new);
+            }
+            _ => {}
+        }
+        apply(&mut files, change);
     }
     meta.next_id = meta
         .next_id
@@ -128,7 +180,7 @@ pub(super) fn load(
     for (id, f) in files {
         out.insert(id, Arc::new(Mutex::new(adopt(store, id, f)?)));
     }
-    Ok((out, meta))
+    Ok((out, meta, segs))
 }
 
 fn at_record(e: Error, seq: u64) -> Error {
@@ -141,11 +193,7 @@ fn at_record(e: Error, seq: u64) -> Error {
     }
 }
 
-fn read_table(
-    store: &Store,
-    dev: &dyn Device,
-    root: &Root,
-) -> Result<Vec<super::record::FileImage>> {
+fn read_table(store: &Store, dev: &dyn Device, root: &Root) -> Result<Table> {
     let area = root.areas[root.active];
     let bs = u64::from(store.geometry().block_size);
     if root.table_bytes > area.len.saturating_mul(bs) {
@@ -169,20 +217,15 @@ fn read_table(
     decode_table(&table)
 }
 
-/// A rebuilt file: the file layer adopts each mapped extent (checked allocated).
+/// A rebuilt file. One whose map was read (changed since the table) is handed to the file
+/// layer now, each mapped extent checked allocated, and is written by the next checkpoint;
+/// the others keep their stored map until first used.
 fn adopt(store: &Store, id: u64, f: ReplayFile) -> Result<VFile> {
     let alloc = store.create_file(id);
     let mut unwritten = super::file::Ranges::default();
-    for (&l, &(e, u)) in &f.maps {
-        store
-            .adopt_data(&alloc, l, e)
-            .map_err(|err| Error::Corrupt {
-                what: format!("volume file {id}"),
-                detail: format!("logical block {l} maps {}+{}: {err}", e.start, e.len),
-            })?;
-        if u {
-            unwritten.insert(l, e.len);
-        }
+    if f.loaded {
+        let entries: Vec<_> = f.maps.iter().map(|(&l, &(e, u))| (l, e, u)).collect();
+        adopt_entries(store, &alloc, &mut unwritten, id, &entries)?;
     }
     Ok(VFile {
         size: f.size,
@@ -191,5 +234,8 @@ fn adopt(store: &Store, id: u64, f: ReplayFile) -> Result<VFile> {
         unwritten,
         placement: f.placement,
         lifetime: crate::alloc::Lifetime::Unknown,
+        stored: f.stored,
+        loaded: f.loaded,
+        map_dirty: f.loaded,
     })
 }

@@ -130,7 +130,7 @@ impl Volume {
     /// The unmapped runs of logical blocks `from .. to` of file `id`, as `(start, len)`.
     pub(crate) fn holes_in(&self, id: u64, from: u64, to: u64) -> Result<Vec<(u64, u64)>> {
         let file = self.file(id)?;
-        let f = file.lock();
+        let f = self.lock_loaded(&file)?;
         let mut holes = Vec::new();
         let mut l = from;
         while l < to {
@@ -152,7 +152,7 @@ impl Volume {
     /// length.
     pub(crate) fn predicted_group(&self, id: u64, logical: u64, run_blocks: u64) -> Result<u64> {
         let file = self.file(id)?;
-        let f = file.lock();
+        let f = self.lock_loaded(&file)?;
         let g = self.store.geometry();
         let block = f
             .alloc

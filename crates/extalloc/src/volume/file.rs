@@ -3,12 +3,16 @@
 //! ([`ReplayMap`]).
 //!
 //! Data structures: a [`VFile`] holds its size in bytes, its attribute blob, its allocation
-//! state in the file layer (`FileAlloc`: the logical -> physical map and preallocations)
-//! and the unwritten logical ranges. Invariant: every unwritten range is mapped; ranges are
-//! disjoint and merged when they touch. Locks: a `VFile` lives under the volume's per-file
-//! mutex (`mod.rs`).
+//! state in the file layer (`FileAlloc`: the logical -> physical map and preallocations),
+//! the unwritten logical ranges, and where the durable table keeps its map (`stored`).
+//! Maps are read lazily: a file the open found untouched since the table keeps only
+//! `stored` until an operation needs its map (`maps.rs`).
+//!
+//! Invariant: every unwritten range is mapped; ranges are disjoint and merged when they
+//! touch. A file not `loaded` has `stored`, an empty `alloc` and no unwritten ranges, and
+//! is not `map_dirty`. Locks: a `VFile` lives under the volume's per-file mutex (`mod.rs`).
 
-use super::record::{Change, FileImage};
+use super::record::{Change, MapEntry, MapRef, TableFile};
 use crate::alloc::Lifetime;
 use crate::files::FileAlloc;
 use crate::geometry::Extent;
@@ -107,6 +111,12 @@ pub(super) struct VFile {
     /// The caller's write-life hint (see `Volume::set_lifetime`): in memory only, as
     /// Linux's `F_SET_RW_HINT`.
     pub(super) lifetime: Lifetime,
+    /// Where the durable table keeps the map (`None`: not in a checkpointed table yet).
+    pub(super) stored: Option<MapRef>,
+    /// The map is in `alloc` and `unwritten` (else it is only `stored`).
+    pub(super) loaded: bool,
+    /// The map changed since `stored` was written: the next checkpoint writes it.
+    pub(super) map_dirty: bool,
 }
 
 impl VFile {
@@ -118,8 +128,24 @@ impl VFile {
         l > 0 && self.alloc.lookup(l - 1).is_some() && self.alloc.next_mapped(l).is_none()
     }
 
-    /// The file as the table holds it: its map split where unwritten ranges begin and end.
-    pub(super) fn image(&self) -> FileImage {
+    /// A new, empty file (mapped nothing, in no table yet).
+    pub(super) fn new(alloc: Arc<FileAlloc>, attr: Vec<u8>, placement: Option<u64>) -> VFile {
+        VFile {
+            size: 0,
+            attr,
+            alloc,
+            unwritten: Ranges::default(),
+            placement,
+            lifetime: Lifetime::Unknown,
+            stored: None,
+            loaded: true,
+            map_dirty: true,
+        }
+    }
+
+    /// The map's entries, split where unwritten ranges begin and end (a loaded file's).
+    pub(super) fn entries(&self) -> Vec<MapEntry> {
+        debug_assert!(self.loaded);
         let mut maps = Vec::new();
         for (l, e) in self.alloc.extents() {
             let mut at = l;
@@ -131,37 +157,67 @@ impl VFile {
                 at = next;
             }
         }
-        FileImage {
+        maps
+    }
+
+    /// The file as a table holds it, its map at `map`.
+    pub(super) fn table_file(&self, map: MapRef) -> TableFile {
+        TableFile {
             id: self.alloc.id(),
             size: self.size,
             attr: self.attr.clone(),
             placement: self.placement,
-            maps,
+            map,
         }
     }
 }
 
-/// A file's map while replay rebuilds it: `logical -> (extent, unwritten)`, disjoint.
-#[derive(Debug, Clone, Default)]
+/// A file while replay rebuilds it: its map `logical -> (extent, unwritten)`, disjoint,
+/// once `loaded` (a file no replayed change maps or unmaps keeps only `stored`).
+#[derive(Debug, Clone)]
 pub(super) struct ReplayFile {
     pub(super) size: u64,
     pub(super) attr: Vec<u8>,
     pub(super) placement: Option<u64>,
     pub(super) maps: BTreeMap<u64, (Extent, bool)>,
+    pub(super) stored: Option<MapRef>,
+    pub(super) loaded: bool,
+}
+
+impl Default for ReplayFile {
+    /// A new, empty file: loaded (there is nothing to read).
+    fn default() -> Self {
+        ReplayFile {
+            size: 0,
+            attr: Vec::new(),
+            placement: None,
+            maps: BTreeMap::new(),
+            stored: None,
+            loaded: true,
+        }
+    }
 }
 
 impl ReplayFile {
-    pub(super) fn from_image(img: FileImage) -> (u64, Self) {
-        let maps = img.maps.into_iter().map(|(l, e, u)| (l, (e, u))).collect();
+    /// A file of the table, its map not read yet.
+    pub(super) fn from_table(t: TableFile) -> (u64, Self) {
         (
-            img.id,
+            t.id,
             ReplayFile {
-                size: img.size,
-                attr: img.attr,
-                placement: img.placement,
-                maps,
+                size: t.size,
+                attr: t.attr,
+                placement: t.placement,
+                maps: BTreeMap::new(),
+                stored: Some(t.map),
+                loaded: false,
             },
         )
+    }
+
+    /// Takes the map's entries as read from `stored`.
+    pub(super) fn set_loaded(&mut self, entries: Vec<MapEntry>) {
+        self.maps = entries.into_iter().map(|(l, e, u)| (l, (e, u))).collect();
+        self.loaded = true;
     }
 
     /// Cuts the map at `l` and `end`, so that no entry straddles either.
@@ -194,8 +250,21 @@ impl ReplayFile {
     }
 }
 
+/// The file a change maps, unmaps or marks written, if any: its map must be loaded
+/// before the change applies.
+pub(super) fn maps_of(change: &Change) -> Option<u64> {
+    match change {
+        Change::Map { id, .. } | Change::Unmap { id, .. } | Change::Written { id, .. } => Some(*id),
+        _ => None,
+    }
+}
+
 /// Applies one logged change to the files being rebuilt (a blind write: see `record.rs`).
+/// A file a map change names is loaded (`maps_of`).
 pub(super) fn apply(files: &mut BTreeMap<u64, ReplayFile>, change: Change) {
+    if let Some(f) = maps_of(&change).and_then(|id| files.get(&id)) {
+        assert!(f.loaded, "a map change applied to a map not read");
+    }
     match change {
         Change::Create { id, attr } => {
             files.insert(
@@ -251,7 +320,7 @@ pub(super) fn apply(files: &mut BTreeMap<u64, ReplayFile>, change: Change) {
                 f.placement = Some(key);
             }
         }
-        Change::Areas { .. } => {}
+        Change::Areas { .. } | Change::Segments { .. } => {}
     }
 }
 

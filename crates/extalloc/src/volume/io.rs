@@ -72,14 +72,7 @@ impl Volume {
             m.next_id += 1;
             m.next_id - 1
         };
-        let vf = VFile {
-            size: 0,
-            attr: attr.to_vec(),
-            alloc: self.store.create_file(id),
-            unwritten: Default::default(),
-            placement,
-            lifetime: crate::alloc::Lifetime::Unknown,
-        };
+        let vf = VFile::new(self.store.create_file(id), attr.to_vec(), placement);
         self.files.write().insert(id, Arc::new(Mutex::new(vf)));
         let mut changes = vec![Change::Create {
             id,
@@ -115,8 +108,11 @@ impl Volume {
         self.ensure_room()?;
         let _open = self.gate.read();
         let file = self.file(id)?;
-        let mut f = file.lock();
+        let mut f = self.lock_loaded(&file)?;
         let changes = op(self, &mut f)?;
+        if changes.iter().any(|c| super::file::maps_of(c).is_some()) {
+            f.map_dirty = true;
+        }
         self.log(&changes);
         Ok(())
     }
@@ -340,7 +336,7 @@ impl Volume {
     pub fn read(&self, id: u64, offset: u64, len: u64) -> Result<Vec<u8>> {
         check_range(offset, len)?;
         let file = self.file(id)?;
-        let f = file.lock();
+        let f = self.lock_loaded(&file)?;
         let end = (offset + len).min(f.size);
         if offset >= end {
             return Ok(Vec::new());

@@ -41,6 +41,9 @@ mod checkpoint;
 mod delalloc;
 mod file;
 mod io;
+mod maps;
+#[cfg(test)]
+mod maps_tests;
 mod placement;
 mod record;
 #[cfg(test)]
@@ -61,7 +64,7 @@ use parking_lot::{Mutex, RwLock};
 use placement::Claims;
 use record::{Change, PAYLOAD_MAGIC};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 /// Blocks one chunk of a write or fallocate maps at most (one trip through the gate).
@@ -136,6 +139,10 @@ pub struct Volume {
     claims: Mutex<Claims>,
     /// Data written since the last flush (set under the gate read, taken under it written).
     unflushed: AtomicBool,
+    /// The map segments in use (`maps.rs`).
+    segs: Mutex<maps::Segs>,
+    /// Maps read since the open.
+    maps_read: AtomicU64,
 }
 
 impl Volume {
@@ -160,7 +167,11 @@ impl Volume {
                     .into(),
             ));
         }
-        let vol = Volume::with_store(store, dev, BTreeMap::new(), Meta::empty())?;
+        let vol = Volume::with_store(
+            store,
+            dev,
+            (BTreeMap::new(), Meta::empty(), maps::Segs::default()),
+        )?;
         {
             let _closed = vol.gate.write();
             vol.checkpoint_locked()?;
@@ -169,18 +180,19 @@ impl Volume {
     }
 
     /// Opens the volume on `dev`: the store's open and journal replay, the file table, and
-    /// the changes logged after it. Every file's map is checked against the allocator.
+    /// the changes logged after it. A file's map is read, and checked against the
+    /// allocator, when first used ([`Volume::check`] reads them all); only the maps the
+    /// journal's records change are read now.
     pub fn open(dev: Arc<dyn Device>, policy: Policy) -> Result<Volume> {
         let (store, records) = Store::open(dev.clone(), policy)?;
-        let (files, meta) = checkpoint::load(&store, dev.as_ref(), &records)?;
-        Volume::with_store(store, dev, files, meta)
+        let loaded = checkpoint::load(&store, dev.as_ref(), &records)?;
+        Volume::with_store(store, dev, loaded)
     }
 
     fn with_store(
         store: Store,
         dev: Arc<dyn Device>,
-        files: FileTable,
-        meta: Meta,
+        (files, meta, segs): (FileTable, Meta, maps::Segs),
     ) -> Result<Volume> {
         let prepared_root: Arc<Mutex<Option<Vec<u8>>>> = Arc::new(Mutex::new(None));
         let slot = prepared_root.clone();
@@ -214,6 +226,8 @@ impl Volume {
             delalloc: Mutex::new(0),
             claims: Mutex::new(Claims::default()),
             unflushed: AtomicBool::new(false),
+            segs: Mutex::new(segs),
+            maps_read: AtomicU64::new(0),
         })
     }
 
@@ -244,12 +258,19 @@ impl Volume {
             .into_iter()
             .map(|(id, f)| {
                 let f = f.lock();
-                let extents = f.alloc.extents();
+                let (extents, blocks) = match &f.stored {
+                    Some(stored) if !f.loaded => stored.counts(),
+                    _ => {
+                        let extents = f.alloc.extents();
+                        let blocks = extents.iter().map(|(_, e)| e.len).sum();
+                        (extents.len() as u64, blocks)
+                    }
+                };
                 FileInfo {
                     id,
                     size: f.size,
-                    extents: extents.len() as u64,
-                    blocks: extents.iter().map(|(_, e)| e.len).sum(),
+                    extents,
+                    blocks,
                     prealloc_blocks: f.alloc.prealloc_unused_blocks(),
                 }
             })
@@ -259,9 +280,8 @@ impl Volume {
     /// File `id`'s mapped extents, in logical order.
     pub fn extents(&self, id: u64) -> Result<Vec<FileExtent>> {
         let f = self.file(id)?;
-        let f = f.lock();
-        Ok(f.image()
-            .maps
+        let f = self.lock_loaded(&f)?;
+        Ok(f.entries()
             .into_iter()
             .map(|(logical, extent, unwritten)| FileExtent {
                 logical,
@@ -327,10 +347,20 @@ impl Volume {
         Ok(())
     }
 
-    /// Syncs and closes the volume (dropping it without `close` loses what was not
-    /// synced, as a crash would).
+    /// Syncs and writes the volume's table now (a checkpoint: the changed maps, the table,
+    /// the store's home state; the journal is then empty), as `close` does, without
+    /// closing. A sync checkpoints by itself once the journal is half full.
+    pub fn checkpoint(&self) -> Result<()> {
+        let _closed = self.gate.write();
+        self.checkpoint_locked()
+    }
+
+    /// Syncs and closes the volume, writing its table (a checkpoint), so that the next open
+    /// replays no record and reads no map. Dropping it without `close` loses what was not
+    /// synced, as a crash would.
     pub fn close(self) -> Result<()> {
-        self.sync()
+        let _closed = self.gate.write();
+        self.checkpoint_locked()
     }
 
     /// `fsync` of one file: the volume commits everything (one journal), so this is

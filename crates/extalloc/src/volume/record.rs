@@ -1,10 +1,11 @@
 //! The volume's bytes on the device (`docs/volume.md`): the changes it logs in journal
-//! payloads ([`Change`]), its file table ([`encode_table`]) and its root ([`Root`]).
+//! payloads ([`Change`]), its file table ([`encode_table`]), the extent maps kept in map
+//! segments ([`encode_map`]) and its root ([`Root`]).
 //! Pure functions over bytes: decoding never panics on any input and refuses what it cannot
 //! read whole.
 //!
-//! Data structures: [`Change`], [`FileImage`], [`Root`]. Invariant: `decode(encode(x)) ==
-//! x` for each. Locks: none.
+//! Data structures: [`Change`], [`Table`] (each file's [`TableFile`] with its [`MapRef`]),
+//! [`Root`]. Invariant: `decode(encode(x)) == x` for each. Locks: none.
 //!
 //! Every change is a blind write of the state it names (map these blocks, set this size,
 //! drop this file), so applying a change to a state that already holds it changes nothing.
@@ -16,7 +17,16 @@ use crate::geometry::Extent;
 pub(super) const PAYLOAD_MAGIC: &[u8; 4] = b"XVOL";
 const TABLE_MAGIC: &[u8; 4] = b"XVTB";
 const ROOT_MAGIC: &[u8; 4] = b"XVRT";
-const VERSION: u32 = 1;
+/// Version 2: maps of more than [`INLINE_EXTENTS`] extents live in map segments.
+const VERSION: u32 = 2;
+/// A file of at most this many map entries keeps its map in the table (as an ext4 inode
+/// keeps four extents in `i_block`); a longer map goes to a map segment.
+pub(super) const INLINE_EXTENTS: usize = 4;
+/// Bytes of one map entry: logical block, extent, unwritten flag.
+pub(super) const MAP_ENTRY_BYTES: usize = 25;
+
+/// One map entry: `(logical, extent, unwritten)`.
+pub(super) type MapEntry = (u64, Extent, bool);
 
 /// One metadata change of a volume, as logged in a journal payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +54,13 @@ pub(super) enum Change {
     Areas { a: Extent, b: Extent },
     /// The file's placement key: its first blocks go to the group the key picks.
     Placement { id: u64, key: u64 },
+    /// A checkpoint wrote map segments `new` (allocated in this record) and freed `freed`
+    /// (segments its table's predecessor had retired). Replayed after the root, it means
+    /// that checkpoint never finished: `new` is unreferenced and retired, `freed` is gone.
+    Segments {
+        new: Vec<Extent>,
+        freed: Vec<Extent>,
+    },
 }
 
 /// A reader over bytes that fails instead of panicking.
@@ -82,6 +99,23 @@ impl<'a> Reader<'a> {
         Ok(self.bytes(n)?.to_vec())
     }
 
+    /// A count then that many extents (the count checked against the bytes left).
+    fn extents(&mut self) -> Result<Vec<Extent>> {
+        let n = self.count(16)?;
+        (0..n).map(|_| self.extent()).collect()
+    }
+
+    /// A count of items of at least `item_bytes` each, refused if the bytes left cannot
+    /// hold them (no allocation sized by a damaged count).
+    fn count(&mut self, item_bytes: usize) -> Result<usize> {
+        let n = self.u64()?;
+        let left = (self.b.len() - self.at) as u64;
+        if n > left / item_bytes as u64 {
+            return Err(corrupt("a count larger than the bytes that follow"));
+        }
+        Ok(n as usize)
+    }
+
     fn extent(&mut self) -> Result<Extent> {
         Ok(Extent::new(self.u64()?, self.u64()?))
     }
@@ -110,6 +144,11 @@ fn put_blob(out: &mut Vec<u8>, b: &[u8]) {
 fn put_extent(out: &mut Vec<u8>, e: Extent) {
     put_u64(out, e.start);
     put_u64(out, e.len);
+}
+
+fn put_extents(out: &mut Vec<u8>, es: &[Extent]) {
+    put_u64(out, es.len() as u64);
+    es.iter().for_each(|&e| put_extent(out, e));
 }
 
 impl Change {
@@ -167,6 +206,11 @@ impl Change {
                 put_u64(out, *id);
                 put_u64(out, *key);
             }
+            Change::Segments { new, freed } => {
+                out.push(10);
+                put_extents(out, new);
+                put_extents(out, freed);
+            }
         }
     }
 
@@ -211,6 +255,10 @@ impl Change {
                 id: r.u64()?,
                 key: r.u64()?,
             },
+            10 => Change::Segments {
+                new: r.extents()?,
+                freed: r.extents()?,
+            },
             _ => return Err(corrupt("an unknown change kind")),
         })
     }
@@ -233,47 +281,186 @@ pub(super) fn decode_payload(payload: &[u8]) -> Result<Vec<Change>> {
     Ok(changes)
 }
 
+/// Where a file's map is, as the table names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum MapRef {
+    /// At most [`INLINE_EXTENTS`] entries, in the table itself.
+    Inline(Vec<MapEntry>),
+    /// In a map segment.
+    Segment(SegRef),
+}
+
+/// A map in a map segment: `len` bytes at byte `offset` of segment `seg` ([`encode_map`]),
+/// with their crc32c, and the map's extent and block counts (for listing without reading
+/// it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct SegRef {
+    pub seg: Extent,
+    pub offset: u32,
+    pub len: u32,
+    pub crc: u32,
+    pub extents: u64,
+    pub blocks: u64,
+}
+
+impl MapRef {
+    /// Mapped extents and blocks, as the file layer counts them ([`map_counts`]).
+    pub(super) fn counts(&self) -> (u64, u64) {
+        match self {
+            MapRef::Inline(m) => map_counts(m),
+            MapRef::Segment(r) => (r.extents, r.blocks),
+        }
+    }
+
+    /// The map segment holding the map, if it is not inline.
+    pub(super) fn segment(&self) -> Option<Extent> {
+        match self {
+            MapRef::Inline(_) => None,
+            MapRef::Segment(r) => Some(r.seg),
+        }
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            MapRef::Inline(m) => {
+                out.push(0);
+                put_map(out, m);
+            }
+            MapRef::Segment(r) => {
+                out.push(1);
+                put_extent(out, r.seg);
+                for v in [r.offset, r.len, r.crc] {
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
+                put_u64(out, r.extents);
+                put_u64(out, r.blocks);
+            }
+        }
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<MapRef> {
+        Ok(match r.u8()? {
+            0 => {
+                let m = read_map(r)?;
+                if m.len() > INLINE_EXTENTS {
+                    return Err(corrupt("an inline map longer than an inline map may be"));
+                }
+                MapRef::Inline(m)
+            }
+            1 => MapRef::Segment(SegRef {
+                seg: r.extent()?,
+                offset: r.u32()?,
+                len: r.u32()?,
+                crc: r.u32()?,
+                extents: r.u64()?,
+                blocks: r.u64()?,
+            }),
+            _ => return Err(corrupt("a table file with a bad map kind")),
+        })
+    }
+}
+
+/// A map's extents and blocks as the file layer counts them: entries that continue each
+/// other logically and physically (split only where unwritten ranges begin and end) are
+/// one extent.
+pub(super) fn map_counts(m: &[MapEntry]) -> (u64, u64) {
+    let mut extents = 0;
+    let mut prev: Option<(u64, Extent)> = None;
+    for &(l, e, _) in m {
+        if !prev.is_some_and(|(pl, pe)| pl + pe.len == l && pe.end() == e.start) {
+            extents += 1;
+        }
+        prev = Some((l, e));
+    }
+    (extents, m.iter().map(|(_, e, _)| e.len).sum())
+}
+
+fn put_map(out: &mut Vec<u8>, m: &[MapEntry]) {
+    put_u64(out, m.len() as u64);
+    for &(l, e, unwritten) in m {
+        put_u64(out, l);
+        put_extent(out, e);
+        out.push(u8::from(unwritten));
+    }
+}
+
+fn read_map(r: &mut Reader<'_>) -> Result<Vec<MapEntry>> {
+    let n = r.count(MAP_ENTRY_BYTES)?;
+    let mut m = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (l, e) = (r.u64()?, r.extent()?);
+        let unwritten = match r.u8()? {
+            0 => false,
+            1 => true,
+            _ => return Err(corrupt("a map entry with a bad unwritten flag")),
+        };
+        m.push((l, e, unwritten));
+    }
+    Ok(m)
+}
+
+/// A map as a map segment holds it: a count, then the entries.
+pub(super) fn encode_map(m: &[MapEntry]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(8 + m.len() * MAP_ENTRY_BYTES);
+    put_map(&mut out, m);
+    out
+}
+
+/// The entries of a map [`encode_map`] wrote (every byte of `b` used).
+pub(super) fn decode_map(b: &[u8]) -> Result<Vec<MapEntry>> {
+    let mut r = Reader::new(b);
+    let m = read_map(&mut r)?;
+    if !r.done() {
+        return Err(corrupt("bytes after a map"));
+    }
+    Ok(m)
+}
+
 /// One file as the table holds it.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub(super) struct FileImage {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct TableFile {
     pub id: u64,
     pub size: u64,
     pub attr: Vec<u8>,
     /// The placement key, if the file was created with one.
     pub placement: Option<u64>,
-    /// `(logical, extent, unwritten)`, in logical order.
-    pub maps: Vec<(u64, Extent, bool)>,
+    pub map: MapRef,
 }
 
-/// The file table: every file with its map.
-pub(super) fn encode_table(files: &[FileImage]) -> Vec<u8> {
+/// The file table: every file, and the map segments no file of this table uses that the
+/// next checkpoint frees (they were in use by the table before this one).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(super) struct Table {
+    pub files: Vec<TableFile>,
+    pub retired: Vec<Extent>,
+}
+
+/// The table's bytes.
+pub(super) fn encode_table(t: &Table) -> Vec<u8> {
     let mut out = Vec::new();
     out.extend_from_slice(TABLE_MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
-    put_u64(&mut out, files.len() as u64);
-    for f in files {
+    put_u64(&mut out, t.files.len() as u64);
+    for f in &t.files {
         put_u64(&mut out, f.id);
         put_u64(&mut out, f.size);
         put_blob(&mut out, &f.attr);
         out.push(u8::from(f.placement.is_some()));
         put_u64(&mut out, f.placement.unwrap_or(0));
-        put_u64(&mut out, f.maps.len() as u64);
-        for &(l, e, unwritten) in &f.maps {
-            put_u64(&mut out, l);
-            put_extent(&mut out, e);
-            out.push(u8::from(unwritten));
-        }
+        f.map.encode(&mut out);
     }
+    put_extents(&mut out, &t.retired);
     out
 }
 
-pub(super) fn decode_table(b: &[u8]) -> Result<Vec<FileImage>> {
+/// The table [`encode_table`] wrote.
+pub(super) fn decode_table(b: &[u8]) -> Result<Table> {
     let mut r = Reader::new(b);
     if r.bytes(4)? != TABLE_MAGIC || r.u32()? != VERSION {
         return Err(corrupt("the file table has a bad magic or version"));
     }
-    let n = r.u64()?;
-    let mut files = Vec::new();
+    let n = r.count(30)?;
+    let mut files = Vec::with_capacity(n);
     for _ in 0..n {
         let (id, size, attr) = (r.u64()?, r.u64()?, r.blob()?);
         let placement = match (r.u8()?, r.u64()?) {
@@ -281,29 +468,20 @@ pub(super) fn decode_table(b: &[u8]) -> Result<Vec<FileImage>> {
             (1, key) => Some(key),
             _ => return Err(corrupt("a table file with a bad placement flag")),
         };
-        let maps_n = r.u64()?;
-        let mut maps = Vec::new();
-        for _ in 0..maps_n {
-            let (l, e) = (r.u64()?, r.extent()?);
-            let unwritten = match r.u8()? {
-                0 => false,
-                1 => true,
-                _ => return Err(corrupt("a table map with a bad unwritten flag")),
-            };
-            maps.push((l, e, unwritten));
-        }
-        files.push(FileImage {
+        let map = MapRef::decode(&mut r)?;
+        files.push(TableFile {
             id,
             size,
             attr,
             placement,
-            maps,
+            map,
         });
     }
+    let retired = r.extents()?;
     if !r.done() {
         return Err(corrupt("bytes after the file table"));
     }
-    Ok(files)
+    Ok(Table { files, retired })
 }
 
 /// The volume's root, kept in the store's durable root: where the file table is.
@@ -334,6 +512,16 @@ impl Root {
 
     pub(super) fn decode(b: &[u8]) -> Result<Root> {
         let mut r = Reader::new(b);
+        if b.len() >= 8 && b[..4] == ROOT_MAGIC[..] {
+            let version = u32::from_le_bytes(b[4..8].try_into().expect("four bytes"));
+            if version != VERSION {
+                return Err(Error::InvalidRequest(format!(
+                    "the volume on this device is of format version {version}; this build \
+                     reads version {VERSION}: copy the files out with an older build, then \
+                     make the device again with `extalloc mkfs --force`"
+                )));
+            }
+        }
         if r.bytes(4)? != ROOT_MAGIC || r.u32()? != VERSION {
             return Err(Error::InvalidRequest(
                 "the device holds a store but no volume (its root is not a volume's): make \
@@ -395,6 +583,10 @@ mod tests {
                 b: Extent::new(3, 4),
             },
             Change::Placement { id: 7, key: 99 },
+            Change::Segments {
+                new: vec![Extent::new(50, 1)],
+                freed: vec![Extent::new(60, 2), Extent::new(70, 1)],
+            },
         ];
         let mut payload = PAYLOAD_MAGIC.to_vec();
         changes.iter().for_each(|c| c.encode(&mut payload));
@@ -404,16 +596,50 @@ mod tests {
             let _ = decode_payload(&payload[..cut]);
         }
         assert!(decode_payload(b"junk").is_err());
-        let files = vec![FileImage {
-            id: 1,
-            size: 5,
-            attr: b"a".to_vec(),
-            placement: Some(4),
-            maps: vec![(0, Extent::new(9, 1), false)],
-        }];
-        let table = encode_table(&files);
-        assert_eq!(decode_table(&table).unwrap(), files);
-        assert!(decode_table(&table[..table.len() - 1]).is_err());
+        let map: Vec<MapEntry> = (0..9)
+            .map(|i| (i * 3, Extent::new(100 + i * 7, 2), i % 2 == 0))
+            .collect();
+        let bytes = encode_map(&map);
+        assert_eq!(bytes.len(), 8 + map.len() * MAP_ENTRY_BYTES);
+        assert_eq!(decode_map(&bytes).unwrap(), map);
+        assert!(decode_map(&bytes[..bytes.len() - 1]).is_err());
+        let table = Table {
+            files: vec![
+                TableFile {
+                    id: 1,
+                    size: 5,
+                    attr: b"a".to_vec(),
+                    placement: Some(4),
+                    map: MapRef::Inline(vec![(0, Extent::new(9, 1), false)]),
+                },
+                TableFile {
+                    id: 2,
+                    size: 0,
+                    attr: vec![],
+                    placement: None,
+                    map: MapRef::Segment(SegRef {
+                        seg: Extent::new(40, 1),
+                        offset: 8,
+                        len: bytes.len() as u32,
+                        crc: crc32c::crc32c(&bytes),
+                        extents: 9,
+                        blocks: 18,
+                    }),
+                },
+            ],
+            retired: vec![Extent::new(30, 2)],
+        };
+        let encoded = encode_table(&table);
+        assert_eq!(decode_table(&encoded).unwrap(), table);
+        for cut in 0..encoded.len() {
+            assert!(decode_table(&encoded[..cut]).is_err());
+        }
+        let mut huge = encoded.clone();
+        huge[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(
+            decode_table(&huge).is_err(),
+            "a damaged count is refused, not allocated"
+        );
         let root = Root {
             areas: [Extent::new(1, 2), Extent::new(3, 4)],
             active: 1,

@@ -396,6 +396,12 @@ impl Buffered {
         s.vol.sync()
     }
 
+    /// [`Buffered::sync`], then the volume's checkpoint ([`Volume::checkpoint`]).
+    pub fn checkpoint(&self) -> Result<()> {
+        self.sync()?;
+        self.shared.vol.checkpoint()
+    }
+
     /// Memory pressure: writes back (through the contexts) until at most `target_bytes`
     /// are cached.
     pub fn shrink(&self, target_bytes: u64) -> Result<()> {

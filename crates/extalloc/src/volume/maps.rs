@@ -1,0 +1,394 @@
+//! Lazy extent maps and the map segments that hold the long ones.
+//!
+//! - **Inline maps.** A file of at most [`INLINE_EXTENTS`] map entries keeps its map in the
+//!   file table, as an ext4 inode keeps four extents in `i_block`.
+//! - **Map segments.** Longer maps live in map segments: runs of blocks allocated from the
+//!   store (owner `TABLE_OWNER`, in the last group) holding many files' maps end to end, each
+//!   named by the table with its offset, length and crc32c. A checkpoint writes only the maps
+//!   that changed since the last one, copy-on-write: into a new segment, never over one the
+//!   durable table names. Segments whose live maps fill less than a quarter of them are
+//!   cleaned, when that gives blocks back: their live maps are copied into the new segment
+//!   too.
+//! - **Retiring.** A segment the new table no longer uses is *retired*: listed in the new
+//!   table, and freed by the next checkpoint (until the new table is in force, a crash
+//!   leaves the old one, which still names the segment). The freeing checkpoint logs
+//!   `Segments {new, freed}` with the allocations; replayed after the root, that record means
+//!   the checkpoint never finished, so open takes `freed` as gone and `new` as retired.
+//! - **Lazy maps.** Open reads no map (and so loads no bitmap for one): a file keeps its
+//!   `MapRef` until an operation needs the map, which is then read, checked against its crc
+//!   and counts, and handed to the file layer (each block checked allocated). Files the
+//!   journal's records after the table change are read at open, to replay onto.
+//!
+//! Data structures: [`Segs`] (the segments the durable table names, and the retired ones);
+//! `Pending` (a checkpoint's new segments while they are built). Invariant: every segment in
+//! `Segs` is allocated to `TABLE_OWNER`, and none is both named and retired. Locks: `segs`
+//! is changed under the gate (written); a file is read under its own mutex.
+
+use super::file::VFile;
+use super::record::{
+    decode_map, encode_map, map_counts as counts, Change, MapEntry, MapRef, SegRef, TableFile,
+    INLINE_EXTENTS,
+};
+use super::{Volume, TABLE_OWNER};
+use crate::alloc::AllocRequest;
+use crate::disk::device::Device;
+use crate::error::{Error, Result};
+use crate::files::FileAlloc;
+use crate::geometry::Extent;
+use crate::store::Store;
+use parking_lot::{Mutex, MutexGuard};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+/// A new map segment holds at most this many bytes (unless one map is larger).
+const SEGMENT_BYTES: usize = 1 << 20;
+
+/// The map segments in use: those the durable table names and those it retired.
+#[derive(Debug, Default, Clone)]
+pub(super) struct Segs {
+    pub(super) named: BTreeSet<Extent>,
+    pub(super) retired: Vec<Extent>,
+}
+
+impl Segs {
+    /// Every segment allocated to maps.
+    pub(super) fn all(&self) -> impl Iterator<Item = Extent> + '_ {
+        self.named
+            .iter()
+            .copied()
+            .chain(self.retired.iter().copied())
+    }
+}
+
+/// Where a map goes in a new segment: the segment's index, the byte offset, the length and
+/// the crc32c.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Slot {
+    seg: usize,
+    offset: u32,
+    len: u32,
+    crc: u32,
+}
+
+/// The maps a checkpoint writes: each file's table entry, with its map where it is or at
+/// a [`Slot`] of a new segment not yet allocated.
+pub(super) struct Pending {
+    pub(super) files: Vec<(TableFile, Option<Slot>)>,
+    /// The new segments' bytes.
+    pub(super) segments: Vec<Vec<u8>>,
+    /// Named segments no file of the new table uses.
+    pub(super) dead: Vec<Extent>,
+    /// Files whose map moved (dirty or cleaned), by index into `files`.
+    pub(super) moved: Vec<usize>,
+}
+
+impl Volume {
+    /// Locks `file`, reading its map first if the open left it unread.
+    pub(super) fn lock_loaded<'a>(&self, file: &'a Mutex<VFile>) -> Result<MutexGuard<'a, VFile>> {
+        let mut f = file.lock();
+        if !f.loaded {
+            let id = f.alloc.id();
+            let stored = f.stored.as_ref().expect("a map not read is stored");
+            let entries = read_map(&self.store, self.dev.as_ref(), id, stored)?;
+            let fresh = self.store.create_file(id);
+            let mut unwritten = super::file::Ranges::default();
+            adopt_entries(&self.store, &fresh, &mut unwritten, id, &entries)?;
+            f.alloc = fresh;
+            f.unwritten = unwritten;
+            f.loaded = true;
+            self.maps_read.fetch_add(1, Relaxed);
+        }
+        Ok(f)
+    }
+
+    /// Maps read since the open (figures: an open reads none of the files it did not
+    /// replay changes onto).
+    pub fn maps_read(&self) -> u64 {
+        self.maps_read.load(Relaxed)
+    }
+
+    /// Under the gate (written): each file's table entry, the changed maps laid out in new
+    /// segments (with the live maps of sparse segments), and the named segments that die.
+    pub(super) fn plan_maps(&self, files: &[Arc<Mutex<VFile>>]) -> Result<Pending> {
+        let bs = self.block_size;
+        let mut p = Pending {
+            files: Vec::with_capacity(files.len()),
+            segments: Vec::new(),
+            dead: Vec::new(),
+            moved: Vec::new(),
+        };
+        let mut live: BTreeMap<Extent, u64> = BTreeMap::new();
+        for file in files {
+            let f = file.lock();
+            match &f.stored {
+                Some(stored) if !f.map_dirty => {
+                    if let MapRef::Segment(r) = stored {
+                        *live.entry(r.seg).or_default() += u64::from(r.len);
+                    }
+                    p.files.push((f.table_file(stored.clone()), None));
+                }
+                _ => {
+                    let entries = f.entries();
+                    let counts = counts(&entries);
+                    if entries.len() <= INLINE_EXTENTS {
+                        p.files.push((f.table_file(MapRef::Inline(entries)), None));
+                    } else {
+                        let at = p.push(&encode_map(&entries));
+                        p.files.push((f.table_file(placeholder(counts)), Some(at)));
+                    }
+                    p.moved.push(p.files.len() - 1);
+                }
+            }
+        }
+        let segs = self.segs.lock().clone();
+        let mut sparse: BTreeSet<Extent> = live
+            .iter()
+            .filter(|(seg, &bytes)| bytes * 4 < seg.len * bs)
+            .map(|(&seg, _)| seg)
+            .collect();
+        // Cleaning must give blocks back: a lone segment already as small as its maps
+        // (one block of a few maps) stays.
+        let held: u64 = sparse.iter().map(|s| s.len).sum();
+        let need = sparse.iter().map(|s| live[s]).sum::<u64>().div_ceil(bs);
+        if held <= need {
+            sparse.clear();
+        }
+        self.clean(&mut p, &sparse)?;
+        for seg in &sparse {
+            live.remove(seg);
+        }
+        p.dead = segs
+            .named
+            .iter()
+            .filter(|s| !live.contains_key(s))
+            .copied()
+            .collect();
+        Ok(p)
+    }
+
+    /// Copies the maps kept in `sparse` segments into new ones (checked against their crc).
+    fn clean(&self, p: &mut Pending, sparse: &BTreeSet<Extent>) -> Result<()> {
+        let mut cache: BTreeMap<Extent, Vec<u8>> = BTreeMap::new();
+        for i in 0..p.files.len() {
+            let r = match &p.files[i] {
+                (
+                    TableFile {
+                        map: MapRef::Segment(r),
+                        ..
+                    },
+                    None,
+                ) if sparse.contains(&r.seg) => *r,
+                _ => continue,
+            };
+            let (seg, offset, len) = (r.seg, r.offset, r.len);
+            if let std::collections::btree_map::Entry::Vacant(e) = cache.entry(seg) {
+                let mut bytes = vec![0u8; (seg.len * self.block_size) as usize];
+                self.dev.read_at(&mut bytes, seg.start * self.block_size)?;
+                e.insert(bytes);
+            }
+            let bytes = &cache[&seg][offset as usize..(offset + len) as usize];
+            if crc32c::crc32c(bytes) != r.crc {
+                let id = p.files[i].0.id;
+                return Err(map_corrupt(
+                    id,
+                    seg,
+                    "its crc32c does not match the table's",
+                ));
+            }
+            let at = p.push(bytes);
+            p.files[i].0.map = placeholder((r.extents, r.blocks));
+            p.files[i].1 = Some(at);
+            p.moved.push(i);
+        }
+        Ok(())
+    }
+
+    /// Allocates and writes `p`'s new segments (flushed), frees the segments the durable
+    /// table retired, and commits both with a `Segments` change. Returns the new
+    /// segments. On failure after the change is logged, the retired list becomes what an
+    /// open would find (the freed ones gone, the new ones retired).
+    pub(super) fn write_segments(&self, p: &Pending) -> Result<Vec<Extent>> {
+        let bs = self.block_size;
+        let g = self.store.geometry();
+        let goal = g.group_start(g.groups_count() - 1);
+        let mut new: Vec<Extent> = Vec::new();
+        let written = (|| -> Result<()> {
+            for bytes in &p.segments {
+                let len = (bytes.len() as u64).div_ceil(bs);
+                let req = AllocRequest::new(TABLE_OWNER, len).min_len(len).goal(goal);
+                new.push(self.store.allocate(&req)?);
+            }
+            for (bytes, seg) in p.segments.iter().zip(&new) {
+                let mut padded = bytes.clone();
+                padded.resize((seg.len * bs) as usize, 0);
+                self.dev.write_at(&padded, seg.start * bs)?;
+            }
+            self.dev.flush()
+        })();
+        if let Err(e) = written {
+            // Nothing recorded yet: the new segments go back with the transaction.
+            for &seg in &new {
+                let _ = self.store.free(seg);
+            }
+            return Err(e);
+        }
+        let retired = self.segs.lock().retired.clone();
+        if new.is_empty() && retired.is_empty() {
+            return Ok(new);
+        }
+        let mut freed = Vec::new();
+        let mut result = Ok(());
+        for &seg in &retired {
+            result = self.store.free(seg);
+            if result.is_err() {
+                break;
+            }
+            freed.push(seg);
+        }
+        self.log(&[Change::Segments {
+            new: new.clone(),
+            freed: freed.clone(),
+        }]);
+        let result = result.and_then(|()| self.commit_locked());
+        // Committed or waiting for the next commit, this is what an open would find until
+        // the new table is in force.
+        let mut segs = self.segs.lock();
+        segs.retired.retain(|s| !freed.contains(s));
+        segs.retired.extend(&new);
+        drop(segs);
+        result.map(|()| new)
+    }
+}
+
+impl Pending {
+    /// Appends a map's bytes to the last new segment (or a fresh one) and returns where.
+    fn push(&mut self, bytes: &[u8]) -> Slot {
+        let (len, crc) = (bytes.len() as u32, crc32c::crc32c(bytes));
+        match self.segments.last_mut() {
+            Some(seg) if seg.len() + bytes.len() <= SEGMENT_BYTES => {
+                let offset = seg.len() as u32;
+                seg.extend_from_slice(bytes);
+                Slot {
+                    seg: self.segments.len() - 1,
+                    offset,
+                    len,
+                    crc,
+                }
+            }
+            _ => {
+                self.segments.push(bytes.to_vec());
+                Slot {
+                    seg: self.segments.len() - 1,
+                    offset: 0,
+                    len,
+                    crc,
+                }
+            }
+        }
+    }
+
+    /// The table's entries, each moved map pointing into its new segment.
+    pub(super) fn resolve(&self, new: &[Extent]) -> Vec<TableFile> {
+        self.files
+            .iter()
+            .map(|(t, at)| {
+                let mut t = t.clone();
+                if let (Some(slot), MapRef::Segment(r)) = (at, &mut t.map) {
+                    r.seg = new[slot.seg];
+                    r.offset = slot.offset;
+                    r.len = slot.len;
+                    r.crc = slot.crc;
+                }
+                t
+            })
+            .collect()
+    }
+}
+
+/// A segment reference whose place is filled in by [`Pending::resolve`].
+fn placeholder((extents, blocks): (u64, u64)) -> MapRef {
+    MapRef::Segment(SegRef {
+        seg: Extent::new(0, 0),
+        offset: 0,
+        len: 0,
+        crc: 0,
+        extents,
+        blocks,
+    })
+}
+
+fn map_corrupt(id: u64, seg: Extent, detail: &str) -> Error {
+    Error::Corrupt {
+        what: format!(
+            "the map of volume file {id} in the map segment at block {}",
+            seg.start
+        ),
+        detail: format!("{detail}: run `extalloc fsck`"),
+    }
+}
+
+/// File `id`'s map entries as `stored` names them: inline, or read from its segment and
+/// checked against the crc32c and counts the table keeps.
+pub(super) fn read_map(
+    store: &Store,
+    dev: &dyn Device,
+    id: u64,
+    stored: &MapRef,
+) -> Result<Vec<MapEntry>> {
+    let r = match stored {
+        MapRef::Inline(entries) => return Ok(entries.clone()),
+        MapRef::Segment(r) => r,
+    };
+    let (seg, offset, len, crc) = (r.seg, u64::from(r.offset), u64::from(r.len), r.crc);
+    store.geometry().validate(seg)?;
+    let bs = u64::from(store.geometry().block_size);
+    if offset + len > seg.len * bs {
+        return Err(map_corrupt(
+            id,
+            seg,
+            "the table places it past the segment's end",
+        ));
+    }
+    let mut bytes = vec![0u8; len as usize];
+    dev.read_at(&mut bytes, seg.start * bs + offset)?;
+    if crc32c::crc32c(&bytes) != crc {
+        return Err(map_corrupt(
+            id,
+            seg,
+            "its crc32c does not match the table's",
+        ));
+    }
+    let entries = decode_map(&bytes).map_err(|e| map_corrupt(id, seg, &e.to_string()))?;
+    if counts(&entries) != stored.counts() {
+        return Err(map_corrupt(
+            id,
+            seg,
+            "its extent and block counts differ from the table's",
+        ));
+    }
+    Ok(entries)
+}
+
+/// Hands `entries` to the file layer's `alloc` (each block checked allocated) and notes the
+/// unwritten ones.
+pub(super) fn adopt_entries(
+    store: &Store,
+    alloc: &FileAlloc,
+    unwritten: &mut super::file::Ranges,
+    id: u64,
+    entries: &[MapEntry],
+) -> Result<()> {
+    for &(l, e, u) in entries {
+        store
+            .adopt_data(alloc, l, e)
+            .map_err(|err| Error::Corrupt {
+                what: format!("volume file {id}"),
+                detail: format!("logical block {l} maps {}+{}: {err}", e.start, e.len),
+            })?;
+        if u {
+            unwritten.insert(l, e.len);
+        }
+    }
+    Ok(())
+}
