@@ -1,10 +1,12 @@
 //! Open, check and read of a damaged volume. One small volume is built once: files written,
-//! fallocated, truncated and unlinked, a checkpoint (so a file table is on the device) and
-//! more changes in the journal after it. The input overwrites bytes of it (each patch 4
-//! bytes of offset and 1 byte of value) anywhere in its first blocks: store metadata, the
-//! journal with the volume's payloads, the table areas and file data. Neither fsck nor the
-//! volume's open may panic; a volume that opens passes its ownership check, reads every
-//! file, and writes and syncs one more.
+//! fallocated and fragmented, a checkpoint (so a file table and a map segment are on the
+//! device), then files truncated, unlinked and written, synced into the journal after it.
+//! The input overwrites bytes of it (each patch 4 bytes of offset and 1 byte of value) in
+//! its first quarter (store metadata, the journal with the volume's payloads, file data) or
+//! its last group (the table areas and map segments). Neither fsck nor the volume's open
+//! may panic; a volume that opens either passes its ownership check (which reads every
+//! map), reads every file, and writes and syncs one more, or its check refuses a damaged
+//! map as corrupt.
 #![no_main]
 
 use extalloc::disk::device::{Device, MemDevice};
@@ -34,9 +36,19 @@ fn build() -> Vec<u8> {
             vol.sync().expect("sync");
         }
     }
+    // Maps of more than four extents go to a map segment at the checkpoint.
+    for k in 0..8u64 {
+        for &id in &ids[6..] {
+            vol.write(id, 40_000 + k * 2 * BLOCK, &[k as u8 + 9; 100]).expect("write");
+        }
+    }
+    vol.checkpoint().expect("checkpoint");
     vol.truncate(ids[1], 100).expect("truncate");
     vol.unlink(ids[2]).expect("unlink");
-    vol.close().expect("close");
+    vol.write(ids[7], 60_000, &[3; 2000]).expect("write");
+    vol.sync().expect("sync");
+    // Dropped without close: the last changes stay in the journal.
+    drop(vol);
     let mut bytes = vec![0u8; (BLOCKS * BLOCK) as usize];
     dev.read_at(&mut bytes, 0).expect("read");
     bytes
@@ -49,10 +61,13 @@ fn image() -> &'static [u8] {
 
 fuzz_target!(|data: &[u8]| {
     let mut bytes = image().to_vec();
-    // Patches land in the first quarter: metadata, journal, table areas, early data.
+    // Patches land in the first quarter (metadata, journal, early data) or the last group
+    // (table areas, map segments).
     let span = bytes.len() / 4;
+    let group = 1024 * BLOCK as usize;
     for p in data.chunks_exact(5) {
-        let at = u32::from_le_bytes([p[0], p[1], p[2], p[3]]) as usize % span;
+        let at = u32::from_le_bytes([p[0], p[1], p[2], p[3]]) as usize % (span + group);
+        let at = if at < span { at } else { bytes.len() - group + (at - span) };
         bytes[at] = p[4];
     }
     let dev: Arc<dyn Device> = Arc::new(MemDevice::new(BLOCKS * BLOCK));
@@ -61,7 +76,12 @@ fuzz_target!(|data: &[u8]| {
     let Ok(vol) = Volume::open(dev, Policy::default()) else {
         return;
     };
-    let check = vol.check().expect("the check runs on an opened volume");
+    let check = match vol.check() {
+        Ok(check) => check,
+        // A damaged map is found when first read (the check reads them all).
+        Err(extalloc::Error::Corrupt { .. }) => return,
+        Err(e) => panic!("the check of an opened volume fails with {e}"),
+    };
     // A group held corrupt holds all its blocks used (fsck reports it); nothing else may
     // be wrong, and no block is ever mapped twice or mapped while free.
     assert!(
