@@ -1,8 +1,9 @@
 //! Where a file's data goes beyond the file layer's own rules: a placed file's first blocks
-//! at its key's group (a multiplicative hash), or for a file larger than a group, the first
-//! run of wholly free groups from there that holds it, claimed so that files placed at the
-//! same time pick different runs; the caller's write-life hint; what a file's close gives
-//! back (its preallocations and its claim).
+//! in the first group from its key's (a multiplicative hash) that is not running low (at
+//! least half the average free space: Orlov's kind of test), or for a file larger than a group, the
+//! first run of wholly free groups from there that holds it, claimed so that files placed
+//! at the same time pick different runs; the caller's write-life hint; what a file's close
+//! gives back (its preallocations and its claim).
 //!
 //! Data structures: [`Claims`], the claimed runs by group and by file. Invariant: a group
 //! is claimed by at most one file, a file claims at most one run, and only a file that
@@ -17,6 +18,9 @@ use std::collections::{BTreeMap, HashMap};
 
 /// Groups a placed file's first allocation looks through for a run of free groups.
 const PLACEMENT_SCAN_GROUPS: u64 = 1024;
+/// Groups a placed file that fits a group looks through, from its key's, for one that is
+/// not running low.
+const ROOMY_SCAN_GROUPS: u64 = 64;
 
 /// Runs of free groups claimed by placed files that want more than a group: by group
 /// (the claiming file) and by file (the run's first group and length).
@@ -49,8 +53,13 @@ impl Volume {
     /// The goal of a placed file's first blocks (where its logical block 0 goes), `want`
     /// blocks of them: from the group its
     /// key picks (a multiplicative hash, so neighbouring keys land far apart: about 0.618
-    /// of the device from each other, wrapped). A file that fits a group starts there,
-    /// near the other files of its key; a larger one at the first run of wholly free
+    /// of the device from each other, wrapped). A file that fits a group starts in the
+    /// first group from there holding `want` free blocks and at least half the average
+    /// free blocks per group (looking through at most `ROOMY_SCAN_GROUPS`, else the key's
+    /// group): with the other files of its key until their group runs low, then in the
+    /// next roomy one. (ext4's Orlov allocator keeps a new directory out of groups with
+    /// below-average free space; halving the average keeps a key's files together while
+    /// their group fills.) A larger one at the first run of wholly free
     /// groups that holds `want` and that no other file has claimed (looking through at
     /// most `PLACEMENT_SCAN_GROUPS`), else at the key's group. Such a file claims its run, so files placed at the same time (or before they allocate)
     /// do not pick overlapping runs; the claim goes at close or unlink. `None` once the
@@ -73,8 +82,13 @@ impl Volume {
         let home = ((u128::from(hash) * u128::from(groups)) >> 32) as u64;
         let k = want.div_ceil(g.group_blocks).clamp(1, groups);
         if k == 1 {
-            // A file that fits a group starts in its key's group, near its siblings.
-            return Some(g.group_start(home));
+            let low = self.store.statfs().free_blocks / groups / 2;
+            let roomy = |x: u64| self.store.group_free_blocks(x) >= low.max(want);
+            let group = (0..groups.min(ROOMY_SCAN_GROUPS))
+                .map(|i| (home + i) % groups)
+                .find(|&x| roomy(x))
+                .unwrap_or(home);
+            return Some(g.group_start(group));
         }
         let free = |x: u64| {
             self.store.group_free_blocks(x) == g.group_len(x) && !claims.groups.contains_key(&x)

@@ -2,6 +2,7 @@
 //! bad input.
 
 use super::*;
+use crate::alloc::AllocRequest;
 use crate::disk::device::{Crash, FaultDevice, MemDevice};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -469,4 +470,43 @@ fn a_sync_after_an_overwrite_in_place_makes_it_durable() {
     dev.fail_writes(true);
     let vol = reopen(&dev, vol, true);
     assert_eq!(vol.read(f, BS + 10, 100).unwrap(), pattern(2, 100));
+}
+
+/// A key's group running low (under half the average free space) sends the key's next
+/// file to the next roomy group, as Orlov keeps new directories out of crowded groups;
+/// files of a key whose group has room stay there.
+#[test]
+fn a_placed_file_skips_its_keys_group_when_it_runs_low() {
+    let dev = device(22);
+    let vol = Volume::mkfs(dev.clone(), &geometry(), 64, Policy::default()).unwrap();
+    let g = geometry();
+    let key = 1u64;
+    let home = ((key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) * g.groups_count()) >> 32;
+    assert!(
+        home + 1 < g.groups_count() - 1,
+        "the test wants a middle group"
+    );
+    let first_group = |id: u64| g.group_of(vol.extents(id).unwrap()[0].extent.start);
+    let a = vol.create_placed(b"", key).unwrap();
+    vol.write(a, 0, &pattern(1, 256 * 1024)).unwrap();
+    assert_eq!(first_group(a), home);
+    // Someone else fills most of the key's group (the file's preallocation given back).
+    vol.close_file(a).unwrap();
+    let left = vol.store().group_free_blocks(home);
+    let req = AllocRequest::new(u64::MAX - 1, left - 100)
+        .min_len(left - 100)
+        .goal(g.group_start(home) + 64)
+        .exact();
+    let taken = vol.store().allocate(&req).unwrap();
+    assert_eq!(g.group_of(taken.start), home);
+    let b = vol.create_placed(b"", key).unwrap();
+    vol.write(b, 0, &pattern(2, 256 * 1024)).unwrap();
+    assert_eq!(first_group(b), home + 1, "the crowded group is skipped");
+    let c = vol.create_placed(b"", key).unwrap();
+    vol.write(c, 0, &pattern(3, 256 * 1024)).unwrap();
+    assert_eq!(
+        first_group(c),
+        home + 1,
+        "and the key's files stay together there"
+    );
 }
