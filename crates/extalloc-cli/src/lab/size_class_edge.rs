@@ -94,7 +94,7 @@ pub fn run_once(policy: &LabPolicy, threads: usize, opts: &LabOptions) -> Result
 /// The same files on a volume over a file device (`bench size-class-edge --device`): each
 /// of a file's 8 extents is a `fallocate` of its length at the end of the file (mapped in
 /// one request, goal after the file's last extent), with the lifetime hint as in memory;
-/// short-lived files are unlinked once four newer exist, and those left at the end too. One
+/// each file is closed once written; short-lived files are unlinked once four newer exist, and those left at the end too. One
 /// op is one fallocate (in memory, one allocation: the same unless one splits).
 pub fn run_volume(on: &super::volume_run::OnDevice<'_>) -> Result<super::volume_run::VolumeRun> {
     let (threads, opts) = (on.threads, on.opts);
@@ -104,14 +104,14 @@ pub fn run_volume(on: &super::volume_run::OnDevice<'_>) -> Result<super::volume_
     let avg_file_blocks = EXTENTS_PER_FILE * (small + medium) / 2;
     let files_total =
         (opts.device_bytes / block_bytes / 2 / (avg_file_blocks / 2)).max(2) / threads as u64;
-    super::volume_run::run(on, |vol, t, _| {
+    super::volume_run::run(on, |vol, _, _| {
         let mut short: VecDeque<u64> = VecDeque::new();
         let mut ops = 0;
         for k in 0..files_total {
             let is_small = k % 2 == 0;
             let chunk = if is_small { small } else { medium } * block_bytes;
             let long = if opts.mix { is_small } else { (k / 2) % 2 == 0 };
-            let id = vol.create_placed(b"", t as u64)?;
+            let id = vol.create(b"")?;
             if opts.mix {
                 vol.set_lifetime(
                     id,
@@ -127,6 +127,9 @@ pub fn run_volume(on: &super::volume_run::OnDevice<'_>) -> Result<super::volume_
                 vol.fallocate(id, mode, i * chunk, chunk)?;
                 ops += 1;
             }
+            // Written whole: closed, as a program closes a file it has written (its
+            // preallocation goes back; in memory no allocation holds one).
+            vol.close_file(id)?;
             if !long {
                 short.push_back(id);
                 if short.len() > SHORT_LIVED_KEPT {
