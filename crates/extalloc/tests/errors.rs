@@ -43,6 +43,14 @@ fn every_error_changes_nothing() {
             a.allocate(&AllocRequest::new(1, 4).min_len(0)),
             Err(Error::InvalidRequest(_))
         ));
+        assert!(matches!(
+            a.allocate(&AllocRequest::new(1, 4).min_len(2).goal_min_len(1)),
+            Err(Error::InvalidRequest(_))
+        ));
+        assert!(matches!(
+            a.allocate(&AllocRequest::new(1, 4).goal_min_len(5)),
+            Err(Error::InvalidRequest(_))
+        ));
         assert_eq!(
             a.allocate(&AllocRequest::new(1, 4).goal(200)),
             Err(Error::OutOfRange {
@@ -165,6 +173,40 @@ fn goal_is_honoured_and_streams_stay_apart() {
         .unwrap();
     assert_eq!(next.start, first.end());
     assert_eq!(a.stats().pass_hits[0], 1);
+    a.check().unwrap();
+}
+
+/// `goal_min_len`: the free run at the goal is taken when it holds that many blocks, even
+/// if shorter than the request; shorter than that, the goal is passed over.
+#[test]
+fn a_goal_run_at_least_goal_min_len_is_taken() {
+    let a = Allocator::new(
+        Geometry::new(4096, 32768, 1 << 20).unwrap(),
+        Policy::default(),
+    )
+    .unwrap();
+    // Free run 100 .. 164 between two used extents.
+    let low = a
+        .allocate(&AllocRequest::new(1, 100).goal(0).exact())
+        .unwrap();
+    let high = a
+        .allocate(&AllocRequest::new(2, 8).goal(164).exact())
+        .unwrap();
+    assert_eq!((low.start, high.start), (0, 164));
+    let got = a
+        .allocate(&AllocRequest::new(3, 256).goal(100).goal_min_len(64))
+        .unwrap();
+    assert_eq!((got.start, got.len), (100, 64), "the whole run at the goal");
+    a.free(got).unwrap();
+    a.commit();
+    let got = a
+        .allocate(&AllocRequest::new(3, 256).goal(100).goal_min_len(65))
+        .unwrap();
+    assert_ne!(
+        got.start, 100,
+        "a run shorter than goal_min_len is passed over"
+    );
+    assert_eq!(got.len, 256);
     a.check().unwrap();
 }
 

@@ -76,20 +76,26 @@ pub(super) fn floor_log2(n: u64) -> u32 {
 }
 
 impl Allocator {
-    /// Pass 0: `len` blocks at exactly `goal`, if they are free.
+    /// Pass 0: the free run at exactly `goal`, up to `len` blocks, if it holds at least
+    /// the request's `goal_min_len` (all of `len` unless the request says less).
     pub(super) fn alloc_at_goal(&self, ctx: &AllocContext<'_>, goal: u64) -> Option<Extent> {
-        let len = ctx.request.len;
+        let len = ctx.request.len as u32;
+        let want = match ctx.request.goal_min_len {
+            0 => len,
+            n => n as u32,
+        };
         let g = self.geometry.group_of(goal);
         let off = (goal - self.geometry.group_start(g)) as u32;
         let group = &self.groups[g as usize];
-        if group.free_blocks() < len as u32 {
+        if group.free_blocks() < want {
             return None;
         }
         let mut state = self.lock_group(g, ctx.shard).ok()?;
-        if !state.bitmap.range_is_free(off, len as u32) {
+        let run = state.bitmap.free_run_at(off, len);
+        if run < want || run == 0 {
             return None;
         }
-        Some(self.take(ctx, g, &mut state, off, len as u32))
+        Some(self.take(ctx, g, &mut state, off, run))
     }
 
     /// Passes 1-5 from group `start`: the extent and the pass that found it.

@@ -119,6 +119,11 @@ pub struct Policy {
     /// A file data request's size class is that of its normalised window (`true`: what is
     /// actually allocated), or of the caller's request (`false`).
     pub class_by_window: bool,
+    /// The largest window, in KiB, for a sequential append (a request right after the
+    /// file's last mapped block) without a size hint: ext4 caps every window at 8 MiB (8192); 0 lets it
+    /// grow with the file up to a group, as XFS's speculative preallocation doubles with
+    /// the file, so appenders that interleave keep a few large extents.
+    pub append_window_kib: u64,
     /// Lazily loaded devices: groups a scan reads ahead when it reaches an unloaded group
     /// (0 = no read-ahead).
     pub prefetch_groups: u32,
@@ -137,7 +142,7 @@ pub const PRESETS: [&str; 3] = ["ext4-base", "ext4-2025", "extalloc"];
 type Setter = fn(&mut Policy, &str) -> Option<()>;
 
 /// Keys a spec may set, in the order they are listed: what each takes, and how it is set.
-const KEYS: [(&str, &str, Setter); 26] = [
+const KEYS: [(&str, &str, Setter); 27] = [
     ("optimize_scan", "true|false", |p, v| {
         boolean(v).map(|b| p.optimize_scan = b)
     }),
@@ -220,6 +225,14 @@ const KEYS: [(&str, &str, Setter); 26] = [
     ("size_classes", "true|false", |p, v| {
         boolean(v).map(|b| p.size_classes = b)
     }),
+    (
+        "append_window_kib",
+        "a size in KiB >= 16, 0 = a group",
+        |p, v| {
+            let n = number(v, 0, 1 << 40).filter(|&n| n == 0 || n >= 16);
+            n.map(|n| p.append_window_kib = n)
+        },
+    ),
     ("class_by", "request|window", |p, v| {
         choice(v, &[("window", true), ("request", false)]).map(|b| p.class_by_window = b)
     }),
@@ -297,6 +310,7 @@ impl Policy {
             normalise_by_size: true,
             size_classes: false,
             class_by_window: false,
+            append_window_kib: 8192,
             // ext4's default prefetch distance (s_mb_prefetch) on a device without flex_bg.
             prefetch_groups: 32,
             bitmap_memory_mib: 0,
@@ -325,6 +339,8 @@ impl Policy {
                 // A 1-block write normalised to an 8 MiB window allocates 8 MiB: its class
                 // is the window's (docs/preallocation.md has the measurements).
                 class_by_window: true,
+                // Appends' windows grow with the file up to a group (docs/preallocation.md).
+                append_window_kib: 0,
                 // Look through as many free extents as ext4's upper bound for an exact fit
                 // before splitting a larger one: 11 % fewer free extents on the tree-copy
                 // trace, no throughput lost (docs/allocator.md).

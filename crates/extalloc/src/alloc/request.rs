@@ -42,6 +42,10 @@ pub struct AllocRequest {
     /// Length (blocks) that decides the size class; 0 = `len`. A normalised request passes
     /// the caller's original length here, so preallocation does not change its class.
     pub class_len: u64,
+    /// Fewest blocks taken at the exact goal; 0 = all of `len`. A speculative window (an
+    /// append's, grown with its file) asks for a shorter contiguous run here rather than
+    /// leaving the file's end for a place where all of it fits.
+    pub goal_min_len: u64,
 }
 
 impl AllocRequest {
@@ -55,6 +59,7 @@ impl AllocRequest {
             goal: None,
             lifetime: Lifetime::Unknown,
             class_len: 0,
+            goal_min_len: 0,
         }
     }
 
@@ -82,6 +87,13 @@ impl AllocRequest {
         self
     }
 
+    /// Sets the fewest blocks taken at the exact goal (at least `min_len`, at most `len`;
+    /// 0 = all of `len`).
+    pub fn goal_min_len(mut self, blocks: u64) -> Self {
+        self.goal_min_len = blocks;
+        self
+    }
+
     /// Insist on all of `len`.
     pub fn exact(mut self) -> Self {
         self.min_len = self.len;
@@ -104,6 +116,12 @@ impl AllocRequest {
             return Err(Error::InvalidRequest(format!(
                 "min_len {} must be from 1 to len {}",
                 self.min_len, self.len
+            )));
+        }
+        if self.goal_min_len != 0 && !(self.min_len..=self.len).contains(&self.goal_min_len) {
+            return Err(Error::InvalidRequest(format!(
+                "goal_min_len {} must be 0 or from min_len {} to len {}",
+                self.goal_min_len, self.min_len, self.len
             )));
         }
         if let Some(goal) = self.goal {

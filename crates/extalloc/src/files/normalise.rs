@@ -40,25 +40,7 @@ impl Files {
         right: Option<(u64, Extent)>,
     ) -> (u64, AllocRequest, u64) {
         let (geometry, policy) = (self.alloc.geometry(), self.alloc.policy());
-        let end = req.logical + req.len;
-        let basis = if policy.normalise_by_size {
-            end.max(f.size_blocks)
-        } else if req.logical >= f.size_blocks {
-            end
-        } else {
-            len
-        };
-        let bs = u64::from(geometry.block_size);
-        let (mut ws, mut we) = if req.no_prealloc || req.complete {
-            (req.logical, req.logical + len)
-        } else if req.size_hint > 0 {
-            // Delayed allocation knows the file's size ahead of its map: a window sized
-            // by it, up to a group (speculative preallocation growing with the file).
-            let max = geometry.group_blocks.saturating_mul(bs);
-            normalise(req.logical, len, basis.max(req.size_hint), bs, max)
-        } else {
-            normalise(req.logical, len, basis, bs, BUCKET_BYTES_MAX)
-        };
+        let (mut ws, mut we) = self.bucket(f, req, len, left);
         if !req.no_prealloc && req.run > len {
             // A dirty run written back: its window is the run.
             we = we.max(req.logical.saturating_add(req.run));
@@ -90,10 +72,59 @@ impl Files {
             .min_len(req.logical - ws + 1)
             .lifetime(req.lifetime);
         window.class_len = if policy.class_by_window { we - ws } else { len };
+        let ordinary = BUCKET_BYTES_MAX / u64::from(geometry.block_size);
+        if we - ws > ordinary && !req.no_prealloc && req.size_hint == 0 && req.run <= len {
+            // Speculative growth past ext4's window is taken where the file ends, as far
+            // as it is free: the goal need only hold an ordinary window.
+            window = window.goal_min_len(ordinary.max(window.min_len));
+        }
         if let Some(g) = goal {
             window = window.goal(g);
         }
         (ws, window, len)
+    }
+
+    /// The window before clamping: the request's bucket (`normalise`), as large as the
+    /// file's size says, up to 8 MiB, a group for delayed allocation's size hints and, with
+    /// `append_window_kib`, for sequential appends.
+    fn bucket(
+        &self,
+        f: &FileInner,
+        req: &DataRequest,
+        len: u64,
+        left: Option<(u64, Extent)>,
+    ) -> (u64, u64) {
+        let (geometry, policy) = (self.alloc.geometry(), self.alloc.policy());
+        let end = req.logical + req.len;
+        let basis = if policy.normalise_by_size {
+            end.max(f.size_blocks)
+        } else if req.logical >= f.size_blocks {
+            end
+        } else {
+            len
+        };
+        let bs = u64::from(geometry.block_size);
+        if req.no_prealloc || req.complete {
+            (req.logical, req.logical + len)
+        } else if req.size_hint > 0 {
+            // Delayed allocation knows the file's size ahead of its map: a window sized
+            // by it, up to a group (speculative preallocation growing with the file).
+            let max = geometry.group_blocks.saturating_mul(bs);
+            normalise(req.logical, len, basis.max(req.size_hint), bs, max)
+        } else if req.logical == f.size_blocks
+            && left.is_some_and(|(s, e)| s + e.len == req.logical)
+        {
+            // A sequential append (right after the file's last block, which is mapped):
+            // its window may grow with the file past ext4's 8 MiB. A write past a hole
+            // at the end says nothing about how the file grows.
+            let max = match policy.append_window_kib {
+                0 => geometry.group_blocks.saturating_mul(bs),
+                kib => kib.saturating_mul(1024),
+            };
+            normalise(req.logical, len, basis, bs, max)
+        } else {
+            normalise(req.logical, len, basis, bs, BUCKET_BYTES_MAX)
+        }
     }
 }
 
@@ -133,6 +164,52 @@ mod tests {
         );
         // A request as large as its bucket is not extended.
         assert_eq!(normalise(7, 2048, 4096, 4096, BUCKET_BYTES_MAX), (7, 2055));
+    }
+
+    /// A file appended to block by block: the PA left after the write at `logical` (the
+    /// first block past everything written), under `spec`, on 16 MiB groups.
+    fn unused_after_append(spec: &str, logical: u64, hole: bool) -> (u64, Vec<(u64, Extent)>) {
+        use crate::alloc::Policy;
+        use crate::geometry::Geometry;
+        let geometry = Geometry::new(4096, 4096, 1 << 16).unwrap();
+        let alloc = Files::new(Allocator::new(geometry, Policy::parse(spec).unwrap()).unwrap());
+        let file = alloc.create_file(7);
+        // Map 0 .. logical in 1 MiB writes (each after the last), then release the PA so
+        // the next write needs a window of its own.
+        let mut l = 0;
+        while l < logical {
+            let n = 256.min(logical - l);
+            alloc
+                .allocate_data(&file, &DataRequest::new(l, n).no_prealloc())
+                .unwrap();
+            l += n;
+        }
+        let at = if hole { logical + 100 } else { logical };
+        alloc
+            .allocate_data(&file, &DataRequest::new(at, 1))
+            .unwrap();
+        alloc.check().unwrap();
+        (file.prealloc_unused_blocks(), file.extents())
+    }
+
+    /// XFS-like speculative growth: a sequential append to a 20 MiB file gets a window up
+    /// to the next power of two (32 MiB: 12 MiB, 3072 blocks), taken right after the file's
+    /// last block; with ext4's cap (`append_window_kib=8192`), or after a hole at the end,
+    /// an 8 MiB bucket; and it never spans more than a group.
+    #[test]
+    fn an_append_window_grows_with_the_file() {
+        let (unused, map) = unused_after_append("extalloc", 5120, false);
+        assert_eq!(unused, 3072 - 1, "the window runs to 32 MiB");
+        assert_eq!(map.len(), 1, "taken contiguously at the goal: {map:?}");
+        let (unused, _) = unused_after_append("extalloc:append_window_kib=8192", 5120, false);
+        assert_eq!(unused, 6144 - 5120 - 1, "an 8 MiB bucket, aligned");
+        let (unused, _) = unused_after_append("extalloc", 5120, true);
+        // The bucket 4096 .. 6144 starts after the file's last block, hole and all.
+        assert_eq!(unused, 6144 - 5120 - 1, "past a hole: the 8 MiB bucket");
+        // 40 MiB into a file on 16 MiB groups: at most a group.
+        let (unused, map) = unused_after_append("extalloc", 10240, false);
+        assert!(unused < 4096, "{unused} blocks left in the window");
+        assert!(map.len() <= 4, "{map:?}");
     }
 
     /// A 1-block write into a large file is normalised to an 8 MiB window: with
