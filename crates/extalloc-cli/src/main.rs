@@ -342,9 +342,25 @@ struct BenchArgs {
 
 fn main() {
     if let Err(e) = run(Cli::parse()) {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", error_text(&e));
         std::process::exit(1);
     }
+}
+
+/// The error and its causes, each cause once: the library's messages already quote the
+/// operating system's error they keep as their source.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let t = cause.to_string();
+        if !text.contains(&t) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&t);
+        }
+    }
+    text
 }
 
 fn run(cli: Cli) -> Result<()> {

@@ -13,6 +13,21 @@ fn extalloc(args: &[&str]) -> (bool, String) {
     (out.status.success(), text)
 }
 
+/// A device that is not there: one line naming the file, the operation and the operating
+/// system's reason, the reason once (the library's message quotes its source).
+#[test]
+fn a_missing_device_is_named_with_its_reason_once() {
+    let (ok, text) = extalloc(&["info", "/nonexistent-extalloc-dir/dev.img"]);
+    assert!(!ok, "{text}");
+    assert!(text.contains("/nonexistent-extalloc-dir/dev.img"), "{text}");
+    assert!(text.contains("open"), "{text}");
+    assert_eq!(
+        text.matches("No such file or directory").count(),
+        1,
+        "{text}"
+    );
+}
+
 #[test]
 fn mkfs_then_info() {
     let path = std::env::temp_dir().join(format!("extalloc-mkfs-{}.img", std::process::id()));
