@@ -4,12 +4,17 @@
 //! settles it; `--device-size` and `--group-blocks` only when the trace says nothing).
 //! Files are shared: a kworker and an fio task may write the same inode. A free logged by
 //! one task of blocks another task allocated is counted as unseen (each thread translates
-//! frees through its own tasks' decisions). Journal commits are the jbd2 thread's events,
+//! frees through its own tasks' decisions). A file's own events (decisions, frees, discards,
+//! its inode's death) keep their trace order across tasks: an event waits until the file's
+//! earlier ones, whichever task logged them, have run (`FileOrder`), so a kworker's final
+//! writeback and discards do not overtake the writer before them; different files race
+//! freely. Journal commits are the jbd2 thread's events,
 //! so under the traced rule that thread commits; the fallback rule commits per task. One op
 //! is one request.
 
 use super::engine::{replay_events, Rules, SharedFiles};
 use super::generations::number_generations;
+use super::parse::{Event, Traced};
 use super::{as_traced, geometry, load, traced_dev, Trace};
 use crate::lab::backend::LabPolicy;
 use crate::lab::report::Run;
@@ -17,7 +22,7 @@ use crate::lab::{run_file_threads, LabOptions, ThreadOutput, Until};
 use anyhow::{Context, Result};
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// A trace with its inode generations numbered, and the rules it allows (every one on).
@@ -56,24 +61,7 @@ pub fn run_once(policy: &LabPolicy, _threads: usize, opts: &LabOptions) -> Resul
         }
     }
     let tasks: Vec<Vec<usize>> = tasks.into_values().collect();
-    let mut opts = opts.clone();
-    let blocks = opts.device_bytes / u64::from(opts.block_size);
-    let traced =
-        match geometry::resolve(path, trace.header.as_ref(), &trace.events, None, None, None) {
-            Ok(t) => t,
-            // The trace says nothing of its geometry: the lab's device, checked.
-            Err(_) => geometry::resolve(
-                path,
-                None,
-                &trace.events,
-                Some(blocks),
-                Some(opts.group_blocks),
-                Some(opts.block_size),
-            )?,
-        };
-    opts.device_bytes = traced.geometry.blocks_count * u64::from(traced.geometry.block_size);
-    opts.group_blocks = traced.geometry.group_blocks;
-    opts.block_size = traced.geometry.block_size;
+    let (opts, traced) = with_traced_geometry(path, trace, opts)?;
     let policy = match policy {
         LabPolicy::Extalloc(p) => {
             LabPolicy::Extalloc(as_traced(p, &traced.geometry, traced.cpus, &rules))
@@ -81,6 +69,8 @@ pub fn run_once(policy: &LabPolicy, _threads: usize, opts: &LabOptions) -> Resul
         other => other.clone(),
     };
     let policy = &policy;
+    let order = FileOrder::new(&trace.events, dev);
+    let abort = AtomicBool::new(false);
     let files = SharedFiles::default();
     let running = AtomicUsize::new(tasks.len());
     run_file_threads(
@@ -92,10 +82,19 @@ pub fn run_once(policy: &LabPolicy, _threads: usize, opts: &LabOptions) -> Resul
         |alloc, t, _, _| {
             let result = replay_events(
                 alloc,
-                tasks[t].iter().map(|&i| &trace.events[i]),
+                Ordered {
+                    indices: tasks[t].iter(),
+                    events: &trace.events,
+                    order: &order,
+                    abort: &abort,
+                    pending: None,
+                },
                 &files,
                 rules,
             );
+            if result.is_err() {
+                abort.store(true, Ordering::SeqCst);
+            }
             // The last task to finish reports every file, once all have stopped writing.
             let last = running.fetch_sub(1, Ordering::SeqCst) == 1;
             let (_, odd) = result?;
@@ -115,4 +114,184 @@ pub fn run_once(policy: &LabPolicy, _threads: usize, opts: &LabOptions) -> Resul
             })
         },
     )
+}
+
+/// `opts` on the trace's own geometry (its header or README; the lab's device, checked,
+/// when the trace says nothing), and that geometry.
+fn with_traced_geometry(
+    path: &std::path::Path,
+    trace: &Trace,
+    opts: &LabOptions,
+) -> Result<(LabOptions, geometry::TracedGeometry)> {
+    let mut opts = opts.clone();
+    let blocks = opts.device_bytes / u64::from(opts.block_size);
+    let traced =
+        match geometry::resolve(path, trace.header.as_ref(), &trace.events, None, None, None) {
+            Ok(t) => t,
+            // The trace says nothing of its geometry: the lab's device, checked.
+            Err(_) => geometry::resolve(
+                path,
+                None,
+                &trace.events,
+                Some(blocks),
+                Some(opts.group_blocks),
+                Some(opts.block_size),
+            )?,
+        };
+    opts.device_bytes = traced.geometry.blocks_count * u64::from(traced.geometry.block_size);
+    opts.group_blocks = traced.geometry.group_blocks;
+    opts.block_size = traced.geometry.block_size;
+    Ok((opts, traced))
+}
+
+/// Trace order per file across tasks: an event that changes a file (a decision, a free, a
+/// discard, the inode's death) waits until the file's earlier such events, whichever task
+/// logged them, have been replayed. Tasks still race on different files (and on the
+/// allocator), but a writeback or close that the kernel logged after a writer's last write
+/// is not replayed before it. No deadlock: each task replays its events in trace order, and
+/// an event only waits for events earlier in the trace.
+struct FileOrder {
+    /// Per event: (the file's slot, the event's rank among the file's ordered events).
+    rank: Vec<Option<(usize, usize)>>,
+    /// Per file slot: how many of its ordered events have been replayed.
+    done: Vec<AtomicUsize>,
+}
+
+impl FileOrder {
+    fn new(events: &[Traced], dev: (u32, u32)) -> Self {
+        let mut slots: HashMap<u64, (usize, usize)> = HashMap::new();
+        let rank = events
+            .iter()
+            .map(|t| {
+                if t.dev != dev {
+                    return None;
+                }
+                let ino = match t.event {
+                    Event::Allocate { ino, .. }
+                    | Event::Free { ino, .. }
+                    | Event::Discard { ino }
+                    | Event::InodeFree { ino } => ino,
+                    _ => return None,
+                };
+                let n = slots.len();
+                let (slot, next) = slots.entry(ino).or_insert((n, 0));
+                let r = *next;
+                *next += 1;
+                Some((*slot, r))
+            })
+            .collect();
+        let done = (0..slots.len()).map(|_| AtomicUsize::new(0)).collect();
+        FileOrder { rank, done }
+    }
+}
+
+/// One task's events, each released in its file's trace order (see [`FileOrder`]).
+struct Ordered<'a, I> {
+    indices: I,
+    events: &'a [Traced],
+    order: &'a FileOrder,
+    abort: &'a AtomicBool,
+    /// The file slot of the event handed out last: done once the next one is asked for.
+    pending: Option<usize>,
+}
+
+impl<I> Ordered<'_, I> {
+    fn finish_pending(&mut self) {
+        if let Some(slot) = self.pending.take() {
+            self.order.done[slot].fetch_add(1, Ordering::Release);
+        }
+    }
+}
+
+impl<'a, I: Iterator<Item = &'a usize>> Iterator for Ordered<'a, I> {
+    type Item = &'a Traced;
+
+    fn next(&mut self) -> Option<&'a Traced> {
+        self.finish_pending();
+        let &i = self.indices.next()?;
+        if let Some((slot, rank)) = self.order.rank[i] {
+            let mut spins = 0u32;
+            while self.order.done[slot].load(Ordering::Acquire) != rank
+                && !self.abort.load(Ordering::Relaxed)
+            {
+                spins += 1;
+                if spins < 64 {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+            self.pending = Some(slot);
+        }
+        Some(&self.events[i])
+    }
+}
+
+impl<I> Drop for Ordered<'_, I> {
+    fn drop(&mut self) {
+        self.finish_pending();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One file's events reach the replay in trace order whichever task's thread runs
+    /// first; another file's event does not wait for them.
+    #[test]
+    fn a_files_events_keep_their_trace_order_across_tasks() {
+        let ev = |pid, event| Traced {
+            ns: 0,
+            cpu: 0,
+            pid,
+            dev: (7, 1),
+            event,
+        };
+        let events = vec![
+            ev(1, Event::Discard { ino: 5 }),
+            ev(2, Event::Discard { ino: 5 }),
+            ev(2, Event::Discard { ino: 6 }),
+            ev(1, Event::InodeFree { ino: 5 }),
+            ev(
+                2,
+                Event::Free {
+                    ino: 5,
+                    block: 0,
+                    count: 1,
+                    metadata: false,
+                },
+            ),
+        ];
+        let order = FileOrder::new(&events, (7, 1));
+        let abort = AtomicBool::new(false);
+        let seen = Mutex::new(Vec::new());
+        let tasks = [vec![0usize, 3], vec![1, 2, 4]];
+        std::thread::scope(|s| {
+            for t in [1, 0] {
+                let (tasks, events, order, abort, seen) = (&tasks, &events, &order, &abort, &seen);
+                s.spawn(move || {
+                    if t == 0 {
+                        // Task 2's thread is well under way: its first event still waits.
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                    let ordered = Ordered {
+                        indices: tasks[t].iter(),
+                        events,
+                        order,
+                        abort,
+                        pending: None,
+                    };
+                    for e in ordered {
+                        let i = events.iter().position(|x| std::ptr::eq(x, e)).unwrap();
+                        seen.lock().unwrap().push(i);
+                    }
+                });
+            }
+        });
+        let seen = seen.into_inner().unwrap();
+        let file5: Vec<usize> = seen.iter().copied().filter(|&i| i != 2).collect();
+        assert_eq!(file5, vec![0, 1, 3, 4], "{seen:?}");
+        assert!(seen.contains(&2));
+    }
 }

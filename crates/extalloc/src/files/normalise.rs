@@ -66,6 +66,12 @@ impl Files {
                 let (s, e) = left?;
                 let goal = e.end() + (ws - (s + e.len));
                 (goal < geometry.blocks_count).then_some(goal)
+            })
+            .or_else(|| {
+                // Nothing mapped before it: before the file's next extent, at the same
+                // logical distance (as ext4's `ext4_ext_find_goal` does from either side).
+                let (s, e) = right?;
+                e.start.checked_sub(s - ws)
             });
         let mut window = AllocRequest::new(id, we - ws)
             .logical(ws)
@@ -210,6 +216,36 @@ mod tests {
         let (unused, map) = unused_after_append("extalloc", 10240, false);
         assert!(unused < 4096, "{unused} blocks left in the window");
         assert!(map.len() <= 4, "{map:?}");
+    }
+
+    /// A write with nothing mapped before it takes its goal from the extent after it, at
+    /// the same logical distance (as ext4's `ext4_ext_find_goal`): the window ends where
+    /// that extent starts, so filling the hole later makes one extent.
+    #[test]
+    fn a_window_with_only_a_right_neighbour_ends_at_it() {
+        use crate::alloc::Policy;
+        use crate::geometry::Geometry;
+        let geometry = Geometry::new(4096, 4096, 1 << 16).unwrap();
+        let alloc = Files::new(Allocator::new(geometry, Policy::default()).unwrap());
+        let file = alloc.create_file(7);
+        let right = alloc
+            .allocate_data(&file, &DataRequest::new(200, 64).goal(10_000).no_prealloc())
+            .unwrap();
+        assert_eq!(right.start, 10_000);
+        let e = alloc
+            .allocate_data(&file, &DataRequest::new(150, 1))
+            .unwrap();
+        assert_eq!(
+            e.start,
+            10_000 - 50,
+            "block 150 lies 50 blocks before block 200"
+        );
+        // The rest of the hole comes from the window's PA: the file is one extent.
+        for l in (0..150).chain(151..200) {
+            alloc.allocate_data(&file, &DataRequest::new(l, 1)).unwrap();
+        }
+        assert_eq!(file.extents(), vec![(0, Extent::new(10_000 - 200, 264))]);
+        alloc.check().unwrap();
     }
 
     /// A 1-block write into a large file is normalised to an 8 MiB window: with
