@@ -475,6 +475,7 @@ impl Store {
             }
         };
         self.ops.settle(ops.len() as u64);
+        self.ops.recycle(ops);
         self.recorded_seal.store(sealed, Relaxed);
         drop(serial);
         self.journal.commit(seq)?;

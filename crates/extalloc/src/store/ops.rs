@@ -14,8 +14,9 @@
 //! `record_bytes(reserved) <= max` whenever `admit` returns `Ok`.
 //!
 //! Locks: a shard's mutex is taken under no allocator lock (an allocation may run under
-//! it: `allocating`); `reclaim_credits` takes each shard's in turn, never
-//! two at once; `take` and `put_back` run under the store's closed boundary.
+//! it: `allocating`); `reclaim_credits` and `take_in_flight` take each shard's in turn, never
+//! two at once; `take` and `put_back` run under the store's closed boundary. `spare` (the
+//! list the last commit recorded, kept for the next) is locked alone.
 
 use crate::disk::journal::{Journal, Op};
 use crate::error::{Error, Result};
@@ -42,7 +43,13 @@ struct ShardOps {
 pub(super) struct OpShards {
     shards: Box<[CachePadded<Mutex<ShardOps>>]>,
     reserved: CachePadded<AtomicU64>,
+    /// The list the last commit recorded, given back ([`OpShards::recycle`]) for the next
+    /// [`OpShards::take_in_flight`]: a commit's list can hold millions of ops.
+    spare: Mutex<Vec<Op>>,
 }
+
+/// Largest op list kept for the next commit (in ops: 24 MiB).
+const SPARE_KEEP_OPS: usize = 1 << 20;
 
 impl OpShards {
     pub(super) fn new() -> Self {
@@ -51,6 +58,7 @@ impl OpShards {
                 .map(|_| CachePadded::new(Mutex::new(ShardOps::default())))
                 .collect(),
             reserved: CachePadded::new(AtomicU64::new(0)),
+            spare: Mutex::new(Vec::new()),
         }
     }
 
@@ -152,27 +160,38 @@ impl OpShards {
     /// after a failed write, still fit one record) until [`OpShards::settle`] or
     /// [`OpShards::put_back_in_flight`].
     pub(super) fn take_in_flight(&self) -> Vec<Op> {
-        let mut ops: Vec<Op> = Vec::new();
-        let mut frees: Vec<Op> = Vec::new();
+        // Sized once (nobody pushes meanwhile): a commit can take millions of ops, and a
+        // list grown by doubling copies them and faults in fresh pages at every step.
+        // Each shard's lock is taken in turn, once per pass, never two at once.
+        let total = self.shards.iter().map(|s| s.lock().ops.len()).sum();
+        let mut ops = std::mem::take(&mut *self.spare.lock());
+        ops.clear();
+        ops.reserve(total);
+        // Allocations first, then frees; each kind keeps its order within a shard.
+        for s in self.shards.iter() {
+            let s = s.lock();
+            ops.extend(s.ops.iter().filter(|op| matches!(op, Op::Allocate(_))));
+        }
         for s in self.shards.iter() {
             let mut s = s.lock();
-            // Each kind keeps its order within a shard.
-            for op in s.ops.drain(..) {
-                match op {
-                    Op::Allocate(_) => ops.push(op),
-                    Op::Free(_) => frees.push(op),
-                }
-            }
+            ops.extend(s.ops.iter().filter(|op| matches!(op, Op::Free(_))));
+            s.ops.clear();
             self.reserved
                 .fetch_sub(std::mem::take(&mut s.credit), Relaxed);
         }
-        ops.append(&mut frees);
         ops
     }
 
     /// The in-flight ops (`n` of them) are recorded: they no longer count.
     pub(super) fn settle(&self, n: u64) {
         self.reserved.fetch_sub(n, Relaxed);
+    }
+
+    /// Takes back a recorded list's memory for the next commit.
+    pub(super) fn recycle(&self, ops: Vec<Op>) {
+        if ops.capacity() <= SPARE_KEEP_OPS {
+            *self.spare.lock() = ops;
+        }
     }
 
     /// Returns in-flight ops whose record was not written to the open transaction (still

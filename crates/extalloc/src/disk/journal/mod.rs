@@ -66,7 +66,7 @@ use crate::disk::device::Device;
 use crate::error::{Error, Result};
 use crate::geometry::Extent;
 use parking_lot::{Condvar, Mutex};
-use record::{append_mirror, wrap_marker, HEADER};
+use record::{append_mirror, encode_into, wrap_marker, HEADER};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -190,7 +190,14 @@ struct WriterState {
     /// The last record the newest mirror on the device covers: a flush of records after it
     /// writes one first.
     mirrored: u64,
+    /// The buffer the last append wrote (record, padding, mirror), kept for the next one:
+    /// a commit's record can run to megabytes, and fresh pages for each cost page faults,
+    /// zeroing and TLB shootdowns when they go back. Dropped above `BUF_KEEP_BYTES`.
+    buf: Vec<u8>,
 }
+
+/// Largest append buffer kept for the next append.
+const BUF_KEEP_BYTES: usize = 64 << 20;
 
 /// Mirrors start on this boundary of the device, so no 4 KiB block holds bytes of both a
 /// record and the mirror written with it.
@@ -218,6 +225,7 @@ impl WriterState {
             recent_start: start,
             recent: bytes,
             mirrored: 0,
+            buf: Vec::new(),
         }
     }
 
@@ -250,6 +258,18 @@ impl WriterState {
         self.recent.drain(..drop);
         self.recent_start = start;
         (start, &self.recent)
+    }
+
+    /// The next record (`n` bytes) encoded into the kept buffer, with room for all the
+    /// append writes (padding, and the mirror of the span kept in `recent` and of the
+    /// record), so the buffer is never grown, copying, mid-append.
+    fn encode(&mut self, n: u64, durable: u64, ops: &[Op], payload: &[u8]) -> Vec<u8> {
+        let mut record = std::mem::take(&mut self.buf);
+        let most = 2 * n as usize + self.recent.len() + 2 * (MIRROR_ALIGN as usize + HEADER);
+        record.reserve(most.saturating_sub(record.len()));
+        encode_into(&mut record, self.next_seq, durable, ops, payload);
+        debug_assert_eq!(record.len() as u64, n);
+        record
     }
 
     /// Where the mirror of a record `n` bytes long at `at` starts.
@@ -342,8 +362,7 @@ impl Journal {
         }
         let mut w = self.writer.lock();
         let durable = self.durable_seq.load(std::sync::atomic::Ordering::Acquire);
-        let record = encode(w.next_seq, durable, ops, payload);
-        debug_assert_eq!(record.len() as u64, n);
+        let record = w.encode(n, durable, ops, payload);
         let mut at = w.head;
         let mut wrap = false;
         let spanned = |w: &mut WriterState, at: u64| {
@@ -397,6 +416,9 @@ impl Journal {
         w.recs.push_back((seq, at));
         if inline {
             w.mirrored = seq;
+        }
+        if out.capacity() <= BUF_KEEP_BYTES {
+            w.buf = out;
         }
         w.head = at + n;
         w.wrapped = wrapped;

@@ -24,30 +24,48 @@ pub(super) fn record_bytes(ops: u64, payload: u64) -> u64 {
 
 /// Encodes a transaction record.
 pub fn encode(seq: u64, durable_through: u64, ops: &[Op], payload: &[u8]) -> Vec<u8> {
+    let mut b = Vec::new();
+    encode_into(&mut b, seq, durable_through, ops, payload);
+    b
+}
+
+/// [`encode`] into `b` (cleared first), so a writer can keep one buffer from record to
+/// record instead of mapping and zeroing fresh pages for each.
+pub(super) fn encode_into(
+    b: &mut Vec<u8>,
+    seq: u64,
+    durable_through: u64,
+    ops: &[Op],
+    payload: &[u8],
+) {
     let body = HEADER + ops.len() * OP + payload.len();
     let total = body.next_multiple_of(8);
-    let mut b = vec![0u8; total];
-    b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
-    b[4..6].copy_from_slice(&KIND_TXN.to_le_bytes());
-    b[8..16].copy_from_slice(&seq.to_le_bytes());
-    b[16..20].copy_from_slice(&(total as u32).to_le_bytes());
-    b[24..28].copy_from_slice(&(ops.len() as u32).to_le_bytes());
-    b[28..32].copy_from_slice(&(payload.len() as u32).to_le_bytes());
-    b[32..40].copy_from_slice(&durable_through.to_le_bytes());
-    for (i, op) in ops.iter().enumerate() {
-        let at = HEADER + i * OP;
+    b.clear();
+    b.reserve(total);
+    let mut h = [0u8; HEADER];
+    h[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+    h[4..6].copy_from_slice(&KIND_TXN.to_le_bytes());
+    h[8..16].copy_from_slice(&seq.to_le_bytes());
+    h[16..20].copy_from_slice(&(total as u32).to_le_bytes());
+    h[24..28].copy_from_slice(&(ops.len() as u32).to_le_bytes());
+    h[28..32].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    h[32..40].copy_from_slice(&durable_through.to_le_bytes());
+    b.extend_from_slice(&h);
+    for op in ops {
         let (kind, e) = match op {
             Op::Allocate(e) => (1u8, e),
             Op::Free(e) => (2u8, e),
         };
-        b[at] = kind;
-        b[at + 8..at + 16].copy_from_slice(&e.start.to_le_bytes());
-        b[at + 16..at + 24].copy_from_slice(&e.len.to_le_bytes());
+        let mut o = [0u8; OP];
+        o[0] = kind;
+        o[8..16].copy_from_slice(&e.start.to_le_bytes());
+        o[16..24].copy_from_slice(&e.len.to_le_bytes());
+        b.extend_from_slice(&o);
     }
-    b[HEADER + ops.len() * OP..body].copy_from_slice(payload);
-    let crc = crc32c::crc32c(&b);
+    b.extend_from_slice(payload);
+    b.resize(total, 0);
+    let crc = crc32c::crc32c(b);
     b[20..24].copy_from_slice(&crc.to_le_bytes());
-    b
 }
 
 pub(super) fn wrap_marker(seq: u64) -> [u8; HEADER] {
