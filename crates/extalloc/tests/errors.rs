@@ -157,6 +157,18 @@ fn policy_errors_are_precise() {
         Policy::parse("ext5"),
         Err(Error::UnknownPreset { .. })
     ));
+    // A window below the smallest bucket (16 KiB) is refused; 0 means a group.
+    assert!(matches!(
+        Policy::parse("extalloc:append_window_kib=8"),
+        Err(Error::InvalidPolicyValue { .. })
+    ));
+    assert_eq!(
+        Policy::parse("extalloc:append_window_kib=0")
+            .unwrap()
+            .append_window_kib,
+        0
+    );
+    assert_eq!(Policy::parse("ext4-2025").unwrap().append_window_kib, 8192);
     assert!(Geometry::new(4096, 100, 1000).is_err());
 }
 

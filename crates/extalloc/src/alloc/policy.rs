@@ -120,9 +120,10 @@ pub struct Policy {
     /// actually allocated), or of the caller's request (`false`).
     pub class_by_window: bool,
     /// The largest window, in KiB, for a sequential append (a request right after the
-    /// file's last mapped block) without a size hint: ext4 caps every window at 8 MiB (8192); 0 lets it
-    /// grow with the file up to a group, as XFS's speculative preallocation doubles with
-    /// the file, so appenders that interleave keep a few large extents.
+    /// file's last mapped block) without a size hint: ext4 caps every window at 8 MiB
+    /// (8192); 0 lets it grow with the file up to a group, as XFS's speculative
+    /// preallocation doubles with the file, so appenders that interleave keep a few large
+    /// extents.
     pub append_window_kib: u64,
     /// Lazily loaded devices: groups a scan reads ahead when it reaches an unloaded group
     /// (0 = no read-ahead).

@@ -180,7 +180,7 @@ mod tests {
         let geometry = Geometry::new(4096, 4096, 1 << 16).unwrap();
         let alloc = Files::new(Allocator::new(geometry, Policy::parse(spec).unwrap()).unwrap());
         let file = alloc.create_file(7);
-        // Map 0 .. logical in 1 MiB writes (each after the last), then release the PA so
+        // Map 0 .. logical in 1 MiB writes without preallocation (each after the last), so
         // the next write needs a window of its own.
         let mut l = 0;
         while l < logical {
