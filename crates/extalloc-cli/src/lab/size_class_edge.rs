@@ -94,8 +94,9 @@ pub fn run_once(policy: &LabPolicy, threads: usize, opts: &LabOptions) -> Result
 /// The same files on a volume over a file device (`bench size-class-edge --device`): each
 /// of a file's 8 extents is a `fallocate` of its length at the end of the file (mapped in
 /// one request, goal after the file's last extent), with the lifetime hint as in memory;
-/// each file is closed once written; short-lived files are unlinked once four newer exist, and those left at the end too. One
-/// op is one fallocate (in memory, one allocation: the same unless one splits).
+/// each file is closed once written; short-lived files are unlinked once four newer exist,
+/// and those left at the end too. One op is one fallocate (in memory, one allocation: the
+/// same unless one splits).
 pub fn run_volume(on: &super::volume_run::OnDevice<'_>) -> Result<super::volume_run::VolumeRun> {
     let (threads, opts) = (on.threads, on.opts);
     let block_bytes = opts.block_bytes();

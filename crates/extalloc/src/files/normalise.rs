@@ -40,7 +40,7 @@ impl Files {
         right: Option<(u64, Extent)>,
     ) -> (u64, AllocRequest, u64) {
         let (geometry, policy) = (self.alloc.geometry(), self.alloc.policy());
-        let (mut ws, mut we) = self.bucket(f, req, len, left);
+        let (mut ws, mut we, grown) = self.bucket(f, req, len, left);
         if !req.no_prealloc && req.run > len {
             // A dirty run written back: its window is the run.
             we = we.max(req.logical.saturating_add(req.run));
@@ -79,7 +79,7 @@ impl Files {
             .lifetime(req.lifetime);
         window.class_len = if policy.class_by_window { we - ws } else { len };
         let ordinary = BUCKET_BYTES_MAX / u64::from(geometry.block_size);
-        if we - ws > ordinary && !req.no_prealloc && req.size_hint == 0 && req.run <= len {
+        if grown && we - ws > ordinary {
             // Speculative growth past ext4's window is taken where the file ends, as far
             // as it is free: the goal need only hold an ordinary window.
             window = window.goal_min_len(ordinary.max(window.min_len));
@@ -92,14 +92,15 @@ impl Files {
 
     /// The window before clamping: the request's bucket (`normalise`), as large as the
     /// file's size says, up to 8 MiB, a group for delayed allocation's size hints and, with
-    /// `append_window_kib`, for sequential appends.
+    /// `append_window_kib`, for sequential appends; and whether it is an append's, allowed
+    /// to grow past 8 MiB.
     fn bucket(
         &self,
         f: &FileInner,
         req: &DataRequest,
         len: u64,
         left: Option<(u64, Extent)>,
-    ) -> (u64, u64) {
+    ) -> (u64, u64, bool) {
         let (geometry, policy) = (self.alloc.geometry(), self.alloc.policy());
         let end = req.logical + req.len;
         let basis = if policy.normalise_by_size {
@@ -111,12 +112,13 @@ impl Files {
         };
         let bs = u64::from(geometry.block_size);
         if req.no_prealloc || req.complete {
-            (req.logical, req.logical + len)
+            (req.logical, req.logical + len, false)
         } else if req.size_hint > 0 {
             // Delayed allocation knows the file's size ahead of its map: a window sized
             // by it, up to a group (speculative preallocation growing with the file).
             let max = geometry.group_blocks.saturating_mul(bs);
-            normalise(req.logical, len, basis.max(req.size_hint), bs, max)
+            let (ws, we) = normalise(req.logical, len, basis.max(req.size_hint), bs, max);
+            (ws, we, false)
         } else if req.logical == f.size_blocks
             && left.is_some_and(|(s, e)| s + e.len == req.logical)
         {
@@ -127,9 +129,11 @@ impl Files {
                 0 => geometry.group_blocks.saturating_mul(bs),
                 kib => kib.saturating_mul(1024),
             };
-            normalise(req.logical, len, basis, bs, max)
+            let (ws, we) = normalise(req.logical, len, basis, bs, max);
+            (ws, we, req.run <= len)
         } else {
-            normalise(req.logical, len, basis, bs, BUCKET_BYTES_MAX)
+            let (ws, we) = normalise(req.logical, len, basis, bs, BUCKET_BYTES_MAX);
+            (ws, we, false)
         }
     }
 }

@@ -359,8 +359,7 @@ impl Volume {
     /// replays no record and reads no map. Dropping it without `close` loses what was not
     /// synced, as a crash would.
     pub fn close(self) -> Result<()> {
-        let _closed = self.gate.write();
-        self.checkpoint_locked()
+        self.checkpoint()
     }
 
     /// `fsync` of one file: the volume commits everything (one journal), so this is

@@ -1,9 +1,9 @@
 //! Where a file's data goes beyond the file layer's own rules: a placed file's first blocks
 //! in the first group from its key's (a multiplicative hash) that is not running low (at
-//! least half the average free space: Orlov's kind of test), or for a file larger than a group, the
-//! first run of wholly free groups from there that holds it, claimed so that files placed
-//! at the same time pick different runs; the caller's write-life hint; what a file's close
-//! gives back (its preallocations and its claim).
+//! least half the average free space: Orlov's kind of test), or for a file larger than a
+//! group, the first run of wholly free groups from there that holds it, claimed so that
+//! files placed at the same time pick different runs; the caller's write-life hint; what a
+//! file's close gives back (its preallocations and its claim).
 //!
 //! Data structures: [`Claims`], the claimed runs by group and by file. Invariant: a group
 //! is claimed by at most one file, a file claims at most one run, and only a file that
@@ -61,9 +61,10 @@ impl Volume {
     /// below-average free space; halving the average keeps a key's files together while
     /// their group fills.) A larger one at the first run of wholly free
     /// groups that holds `want` and that no other file has claimed (looking through at
-    /// most `PLACEMENT_SCAN_GROUPS`), else at the key's group. Such a file claims its run, so files placed at the same time (or before they allocate)
-    /// do not pick overlapping runs; the claim goes at close or unlink. `None` once the
-    /// file maps anything (the goal then follows its previous extent) or without a key.
+    /// most `PLACEMENT_SCAN_GROUPS`), else at the key's group. Such a file claims its run,
+    /// so files placed at the same time (or before they allocate) do not pick overlapping
+    /// runs; the claim goes at close or unlink. `None` once the file maps anything (the
+    /// goal then follows its previous extent) or without a key.
     pub(super) fn placement_goal(&self, f: &VFile, want: u64) -> Option<u64> {
         let key = f.placement?;
         if f.alloc.next_mapped(0).is_some() {
@@ -76,13 +77,10 @@ impl Volume {
             return Some(g.group_start(start));
         }
         let groups = g.groups_count();
-        // Fibonacci hashing: the hash's top 32 bits scaled to the group count (not taken
-        // modulo it, which steps consecutive keys by a fixed few groups and clusters them).
-        let hash = key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
-        let home = ((u128::from(hash) * u128::from(groups)) >> 32) as u64;
+        let home = key_group(key, groups);
         let k = want.div_ceil(g.group_blocks).clamp(1, groups);
         if k == 1 {
-            let low = self.store.statfs().free_blocks / groups / 2;
+            let low = self.store.allocator().free_blocks() / groups / 2;
             let roomy = |x: u64| self.store.group_free_blocks(x) >= low.max(want);
             let group = (0..groups.min(ROOMY_SCAN_GROUPS))
                 .map(|i| (home + i) % groups)
@@ -114,4 +112,12 @@ impl Volume {
             }
         }
     }
+}
+
+/// The group placement key `key` picks among `groups`: Fibonacci hashing, the hash's top 32
+/// bits scaled to the group count (not taken modulo it, which steps consecutive keys by a
+/// fixed few groups and clusters them).
+pub(super) fn key_group(key: u64, groups: u64) -> u64 {
+    let hash = key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+    ((u128::from(hash) * u128::from(groups)) >> 32) as u64
 }

@@ -481,7 +481,7 @@ fn a_placed_file_skips_its_keys_group_when_it_runs_low() {
     let vol = Volume::mkfs(dev.clone(), &geometry(), 64, Policy::default()).unwrap();
     let g = geometry();
     let key = 1u64;
-    let home = ((key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) * g.groups_count()) >> 32;
+    let home = super::placement::key_group(key, g.groups_count());
     assert!(
         home + 1 < g.groups_count() - 1,
         "the test wants a middle group"
