@@ -29,7 +29,7 @@ impl Store {
     /// Writes every group home and moves the journal's tail past all records.
     pub fn checkpoint(&self) -> Result<()> {
         let _serial = self.commit_lock.write();
-        let _closed = self.boundary.write();
+        let _closed = self.close_boundary();
         // Changes of the open transaction would be lost if written home without a record.
         if !self.ops.is_empty() {
             return Err(Error::InvalidRequest(
@@ -53,7 +53,7 @@ impl Store {
     /// (under `commit_lock`): the shared transaction's changes are recorded nowhere yet,
     /// and every open handle's allocations (its own included) are left out.
     pub(super) fn checkpoint_for_handle(&self) -> Result<()> {
-        let _closed = self.boundary.write();
+        let _closed = self.close_boundary();
         let ops = self.ops.take();
         let result = self.checkpoint_for_full_journal(&ops);
         self.ops.put_back(ops);
@@ -369,7 +369,7 @@ mod tests {
         // A commit that fails before its record is written: sealed, changes put back.
         {
             let _serial = store.commit_lock.write();
-            let _closed = store.boundary.write();
+            let _closed = store.close_boundary();
             let ops = store.ops.take();
             store.alloc().seal();
             store.ops.put_back(ops);
@@ -377,7 +377,7 @@ mod tests {
         // The next commit's record finds the journal full: the checkpoint it makes.
         {
             let _serial = store.commit_lock.write();
-            let _closed = store.boundary.write();
+            let _closed = store.close_boundary();
             let ops = store.ops.take();
             store.alloc().seal();
             store.checkpoint_for_full_journal(&ops).unwrap();

@@ -23,8 +23,9 @@
 //!
 //! Data structures: the [`Store`] owns the device, the superblock in memory (`sb`), the
 //! [`Journal`], the file layer over the allocator core ([`Files`]) and the open
-//! transaction: its ops, sharded by the caller's stats shard (`OpShards`), fenced by the
-//! transaction boundary (`Boundary`, one `RwLock` per shard).
+//! transaction: its ops, sharded by the caller's stats shard (`OpShards`; an op that
+//! continues the shard's last one in its group grows it), fenced by the transaction
+//! boundary (`Boundary`, one `RwLock` per shard).
 //!
 //! Invariant: every change to allocator state goes through the store and joins the open
 //! transaction, so home state plus the records after the journal's tail are every committed
@@ -38,6 +39,10 @@
 //! layer's and the allocator's locks (their own order, `docs/architecture.md`). `allocate`,
 //! `free` and the file calls take one `boundary` shard for reading instead, so a
 //! transaction's boundary (the ops taken and the allocator's transaction number) is exact.
+//! `allocate` first tries its open path, which takes only its ops shard's lock: closing the
+//! boundary takes the write locks, then passes once through every ops shard's lock with
+//! the boundary marked closed (`OpShards::fence`), so no such allocation is half done
+//! while it is closed.
 //! An `ops` shard's lock and the journal's locks are taken with no allocator lock held.
 //!
 //! Bitmaps are loaded lazily: `open` reads the superblock and the descriptor table only;
@@ -94,8 +99,28 @@ impl Boundary {
         self.shards[shard % self.shards.len()].read()
     }
 
-    fn write(&self) -> Vec<parking_lot::RwLockWriteGuard<'_, ()>> {
-        self.shards.iter().map(|s| s.write()).collect()
+    /// Closes the boundary: every shard for writing, then `ops` fenced, so that no
+    /// allocation on its open path ([`OpShards::allocating_open`]) runs meanwhile either.
+    fn close<'a>(&'a self, ops: &'a OpShards) -> Closed<'a> {
+        let guards = self.shards.iter().map(|s| s.write()).collect();
+        ops.fence();
+        Closed {
+            ops,
+            _guards: guards,
+        }
+    }
+}
+
+/// The closed boundary ([`Boundary::close`]); dropping it opens it again.
+struct Closed<'a> {
+    ops: &'a OpShards,
+    _guards: Vec<parking_lot::RwLockWriteGuard<'a, ()>>,
+}
+
+impl Drop for Closed<'_> {
+    fn drop(&mut self) {
+        // Before the write guards (fields drop after this).
+        self.ops.reopen();
     }
 }
 
@@ -258,6 +283,12 @@ impl Store {
     pub fn allocate(&self, req: &AllocRequest) -> Result<Extent> {
         self.with_forced_commits(|| {
             let shard = self.alloc().stats_handle().shard_index();
+            if let Some(got) = self
+                .ops
+                .allocating_open(shard, || self.alloc().allocate(req))
+            {
+                return got;
+            }
             let _open = self.boundary.read(shard);
             self.ops.allocating(shard, self.max_transaction_bytes, || {
                 self.alloc().allocate(req)
@@ -426,6 +457,11 @@ impl Store {
         })
     }
 
+    /// Closes the transaction boundary (see [`Boundary::close`]).
+    fn close_boundary(&self) -> Closed<'_> {
+        self.boundary.close(&self.ops)
+    }
+
     /// `Ok` if `extent` is on the device and holds none of the device's own blocks.
     fn check_not_metadata(&self, extent: Extent) -> Result<()> {
         self.alloc().geometry().validate(extent)?;
@@ -454,7 +490,7 @@ impl Store {
     pub fn commit_reporting(&self, payload: &[u8]) -> Result<Committed> {
         let serial = self.commit_lock.write();
         let (ops, sealed) = {
-            let _closed = self.boundary.write();
+            let _closed = self.close_boundary();
             let bytes = self.ops.record_bytes() + payload.len().next_multiple_of(8) as u64;
             if bytes > self.max_transaction_bytes {
                 return Err(Error::TransactionTooLarge {
@@ -490,7 +526,7 @@ impl Store {
     fn append_shared(&self, ops: &[Op], payload: &[u8]) -> Result<(u64, bool)> {
         match self.journal.append(ops, payload) {
             Err(Error::JournalFull { .. }) => {
-                let _closed = self.boundary.write();
+                let _closed = self.close_boundary();
                 let mut exclude = self.ops.allocations();
                 exclude.extend_from_slice(ops);
                 self.checkpoint_for_full_journal(&exclude)?;

@@ -8,21 +8,26 @@
 //! limit, else exactly what it needs; near the limit every shard's unused credit is taken
 //! back before a refusal, so a refusal is exact: the ops pushed or admitted would not fit.
 //!
-//! Invariant: `reserved` = ops pushed since the last `take` + ops admitted and not yet
-//! pushed + every shard's credit + ops in flight (taken by a commit whose record is being
-//! written: put back if the write fails, so they must fit with the next transaction);
-//! `record_bytes(reserved) <= max` whenever `admit` returns `Ok`.
+//! Invariant: `reserved` = ops in the lists since the last `take` (an op merged into the
+//! one before it is not one more: its admission goes back as credit) + ops admitted and
+//! not yet pushed + every shard's credit + ops in flight (taken by a commit whose record is
+//! being written: put back if the write fails, so they must fit with the next
+//! transaction); `record_bytes(reserved) <= max` whenever `admit` returns `Ok`. No op
+//! crosses a group.
 //!
 //! Locks: a shard's mutex is taken under no allocator lock (an allocation may run under
-//! it: `allocating`); `reclaim_credits` and `take_in_flight` take each shard's in turn, never
-//! two at once; `take` and `put_back` run under the store's closed boundary. `spare` (the
-//! list the last commit recorded, kept for the next) is locked alone.
+//! it: `allocating`, and `allocating_open`, which holds no boundary shard: while the
+//! boundary is open the shard's mutex stands in for it, and `fence`, under the closed
+//! boundary, waits for it); `fence`, `reclaim_credits` and `take_in_flight` take each
+//! shard's in turn, never two at once; `take` and `put_back` run under the store's closed
+//! boundary. `spare` (the list the last commit recorded, kept for the next) is locked
+//! alone.
 
 use crate::disk::journal::{Journal, Op};
 use crate::error::{Error, Result};
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 /// Ops a shard takes from `reserved` at a time while the transaction is far from the limit.
 const CHUNK: u64 = 64;
@@ -34,6 +39,35 @@ struct ShardOps {
     credit: u64,
 }
 
+impl ShardOps {
+    /// Pushes `op`, or grows the list's last op when `op` continues it (same kind, the
+    /// next blocks, one group of `group_blocks`): a file appended to 8 KiB at a time
+    /// then costs its transaction one op, not one per append. Returns whether it merged
+    /// (the admitted op was then not used).
+    ///
+    /// Replay applies the merged op block for block as it would the two, and a group
+    /// found corrupt skips exactly the ops inside it, as before: no op crosses a group.
+    fn push_merging(&mut self, op: Op, group_blocks: u64) -> bool {
+        if let Some(last) = self.ops.last_mut() {
+            let same_kind = matches!(
+                (&*last, op),
+                (Op::Allocate(_), Op::Allocate(_)) | (Op::Free(_), Op::Free(_))
+            );
+            let (Op::Allocate(prev) | Op::Free(prev)) = last;
+            let (Op::Allocate(e) | Op::Free(e)) = op;
+            if same_kind
+                && prev.end() == e.start
+                && prev.start / group_blocks == (e.end() - 1) / group_blocks
+            {
+                prev.len += e.len;
+                return true;
+            }
+        }
+        self.ops.push(op);
+        false
+    }
+}
+
 /// The open transaction's ops, one list per stats shard.
 ///
 /// A record lists its allocations before its frees. That is a valid order for replay: a
@@ -43,6 +77,11 @@ struct ShardOps {
 pub(super) struct OpShards {
     shards: Box<[CachePadded<Mutex<ShardOps>>]>,
     reserved: CachePadded<AtomicU64>,
+    /// The device's blocks per group: ops merge within one ([`ShardOps::push_merging`]).
+    group_blocks: u64,
+    /// The store's boundary is closed (set before, cleared after, under its write locks;
+    /// see [`OpShards::fence`]): [`OpShards::allocating_open`] then steps aside.
+    closed: CachePadded<AtomicBool>,
     /// The list the last commit recorded, given back ([`OpShards::recycle`]) for the next
     /// [`OpShards::take_in_flight`]: a commit's list can hold millions of ops.
     spare: Mutex<Vec<Op>>,
@@ -52,8 +91,11 @@ pub(super) struct OpShards {
 const SPARE_KEEP_OPS: usize = 1 << 20;
 
 impl OpShards {
-    pub(super) fn new() -> Self {
+    pub(super) fn new(group_blocks: u64) -> Self {
+        assert!(group_blocks > 0, "a group holds blocks");
         OpShards {
+            group_blocks,
+            closed: CachePadded::new(AtomicBool::new(false)),
             shards: (0..crate::alloc::SHARDS)
                 .map(|_| CachePadded::new(Mutex::new(ShardOps::default())))
                 .collect(),
@@ -105,6 +147,45 @@ impl OpShards {
         }
     }
 
+    /// The boundary closes: after this, no [`OpShards::allocating_open`] is under way or
+    /// starts until [`OpShards::reopen`]. Called with every boundary shard held for
+    /// writing; takes each shard's lock once, in turn: a call that held one has finished,
+    /// and one that takes it later sees `closed` (set before, published by the lock).
+    pub(super) fn fence(&self) {
+        self.closed.store(true, Relaxed);
+        for s in self.shards.iter() {
+            drop(s.lock());
+        }
+    }
+
+    /// The boundary opens again (before its write locks are released).
+    pub(super) fn reopen(&self) {
+        self.closed.store(false, Relaxed);
+    }
+
+    /// [`OpShards::allocating`] without the caller holding its boundary shard: the shard's
+    /// own lock stands in for it while the boundary is open and the shard holds credit
+    /// (one lock per allocation, the common case). `None` when it cannot (the boundary is
+    /// closed, or the shard needs admission): the caller takes its boundary shard and
+    /// calls [`OpShards::allocating`].
+    pub(super) fn allocating_open(
+        &self,
+        shard: usize,
+        allocate: impl FnOnce() -> Result<crate::geometry::Extent>,
+    ) -> Option<Result<crate::geometry::Extent>> {
+        let mut s = self.shard(shard).lock();
+        if s.credit == 0 || self.closed.load(Relaxed) {
+            return None;
+        }
+        let got = allocate();
+        if let Ok(e) = got {
+            if !s.push_merging(Op::Allocate(e), self.group_blocks) {
+                s.credit -= 1;
+            }
+        }
+        Some(got)
+    }
+
     /// Runs `allocate` as one admitted op and pushes the extent it returns; an error gives
     /// the admission back. While the caller's shard holds credit, one trip through its lock
     /// does both (held across the allocation: nothing takes a shard's lock under an
@@ -122,8 +203,9 @@ impl OpShards {
             if s.credit >= 1 {
                 let got = allocate();
                 if let Ok(e) = got {
-                    s.credit -= 1;
-                    s.ops.push(Op::Allocate(e));
+                    if !s.push_merging(Op::Allocate(e), self.group_blocks) {
+                        s.credit -= 1;
+                    }
                 }
                 return got;
             }
@@ -142,9 +224,13 @@ impl OpShards {
         self.shard(shard).lock().credit += n;
     }
 
-    /// Pushes an admitted op.
+    /// Pushes an admitted op (merged into the shard's last when it continues it: its
+    /// admission then goes back as credit).
     pub(super) fn push(&self, shard: usize, op: Op) {
-        self.shard(shard).lock().ops.push(op);
+        let mut s = self.shard(shard).lock();
+        if s.push_merging(op, self.group_blocks) {
+            s.credit += 1;
+        }
     }
 
     /// Every op, allocations first (under the closed boundary: nobody admits or pushes
@@ -236,5 +322,62 @@ impl OpShards {
     pub(super) fn record_bytes(&self) -> u64 {
         let pushed: usize = self.shards.iter().map(|s| s.lock().ops.len()).sum();
         Journal::record_bytes(pushed as u64, 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::geometry::Extent;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// The fence waits for an allocation under way on the open path (its op is in the
+    /// list when the fence returns), and while the boundary is closed the open path steps
+    /// aside; once reopened it runs again.
+    #[test]
+    fn the_fence_waits_for_open_allocations_and_closes_the_open_path() {
+        let ops = OpShards::new(1024);
+        ops.admit(0, 1, u64::MAX).unwrap();
+        ops.unadmit(0, 1);
+        let (started, wait_started) = mpsc::channel();
+        std::thread::scope(|s| {
+            let ops = &ops;
+            let worker = s.spawn(move || {
+                ops.allocating_open(0, || {
+                    started.send(()).unwrap();
+                    std::thread::sleep(Duration::from_millis(50));
+                    Ok(Extent::new(5000, 1))
+                })
+            });
+            wait_started.recv().unwrap();
+            ops.fence();
+            assert_eq!(ops.allocations(), vec![Op::Allocate(Extent::new(5000, 1))]);
+            assert!(worker.join().unwrap().is_some_and(|r| r.is_ok()));
+        });
+        let mut ran = false;
+        assert!(ops
+            .allocating_open(0, || {
+                ran = true;
+                Ok(Extent::new(6000, 1))
+            })
+            .is_none());
+        assert!(!ran, "nothing allocates on the open path while the boundary is closed");
+        ops.reopen();
+        let got = ops.allocating_open(0, || Ok(Extent::new(6000, 1)));
+        assert_eq!(got.map(|r| r.unwrap()), Some(Extent::new(6000, 1)));
+        // Continuing ops merge; one that crosses into the next group does not.
+        // (group 5 ends at block 6144).
+        ops.push(0, Op::Allocate(Extent::new(6001, 2)));
+        ops.push(0, Op::Allocate(Extent::new(6003, 141)));
+        ops.push(0, Op::Allocate(Extent::new(6144, 1)));
+        assert_eq!(
+            ops.allocations(),
+            vec![
+                Op::Allocate(Extent::new(5000, 1)),
+                Op::Allocate(Extent::new(6000, 144)),
+                Op::Allocate(Extent::new(6144, 1)),
+            ]
+        );
     }
 }

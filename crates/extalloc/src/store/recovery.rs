@@ -229,7 +229,7 @@ impl Store {
                 sb: Mutex::new(sb),
                 files: Files::new(alloc),
                 journal,
-                ops: OpShards::new(),
+                ops: OpShards::new(geometry.group_blocks),
                 boundary: Boundary::new(),
                 commit_lock: RwLock::new(()),
                 open_timing,

@@ -142,9 +142,19 @@ mod tests {
     use crate::error::Error;
     use crate::store::tests::geometry;
     use crate::store::{fsck, Store};
-    use crate::DataRequest;
+    use crate::{DataRequest, Extent};
     use parking_lot::Mutex;
     use std::sync::Arc;
+
+    /// A 1-block request a block past `last` (one op each: blocks that continue the last
+    /// op of the transaction would merge into it).
+    fn spaced(last: Option<&Extent>) -> AllocRequest {
+        let req = AllocRequest::new(1, 1);
+        match last {
+            Some(e) => req.goal(e.end() + 1),
+            None => req,
+        }
+    }
 
     /// A transaction that would outgrow the journal is refused at the operation that would
     /// exceed it, changing nothing; a payload too large is refused at commit with the
@@ -157,9 +167,9 @@ mod tests {
         let store = Store::create(dev.clone(), &geometry(), 2, Policy::default()).unwrap();
         let max = store.max_transaction_bytes();
         assert!(max > 1000 && max < 8192, "{max}");
-        let mut held = Vec::new();
+        let mut held: Vec<Extent> = Vec::new();
         let refused = loop {
-            match store.allocate(&AllocRequest::new(1, 1)) {
+            match store.allocate(&spaced(held.last())) {
                 Ok(e) => held.push(e),
                 Err(e) => break e,
             }
@@ -221,9 +231,10 @@ mod tests {
         let store = Store::create(dev.clone(), &geometry(), 2, Policy::default()).unwrap();
         store.set_forced_commits(true);
         let per_record = (store.max_transaction_bytes() - 40) / 24;
-        let held: Vec<_> = (0..3 * per_record)
-            .map(|_| store.allocate(&AllocRequest::new(1, 1)).unwrap())
-            .collect();
+        let mut held: Vec<Extent> = Vec::new();
+        for _ in 0..3 * per_record {
+            held.push(store.allocate(&spaced(held.last())).unwrap());
+        }
         for &e in &held[..per_record as usize * 2] {
             store.free(e).unwrap();
         }

@@ -353,6 +353,130 @@ fn an_extent_allocated_and_freed_in_one_transaction_replays() {
     store.allocator().check().unwrap();
 }
 
+/// Allocations (and frees) that continue the transaction's last op in the same group grow
+/// it: a file appended to block by block costs one op. None crosses a group, and the
+/// replay gives the state the separate ops would.
+#[test]
+fn continuing_ops_merge_within_a_group() {
+    let dev: Arc<dyn Device> = Arc::new(MemDevice::new(8192 * 4096));
+    let store = Store::create(dev.clone(), &geometry(), 64, Policy::default()).unwrap();
+    let at = |b: u64| {
+        let e = store.allocate(&AllocRequest::new(1, 1).goal(b)).unwrap();
+        assert_eq!(e, Extent::new(b, 1), "the goal is free");
+        e
+    };
+    // Group 1 is blocks 1024..2048.
+    for b in [2000, 2001, 2002, 2047, 2048, 2049] {
+        at(b);
+    }
+    store.free(Extent::new(2000, 1)).unwrap();
+    store.free(Extent::new(2001, 1)).unwrap();
+    store.free(Extent::new(2049, 1)).unwrap();
+    store.commit(b"one").unwrap();
+    let used = used_blocks(store.alloc());
+    drop(store);
+    let (store, records) = Store::open(dev, Policy::default()).unwrap();
+    assert_eq!(
+        records[0].ops,
+        vec![
+            Op::Allocate(Extent::new(2000, 3)),
+            Op::Allocate(Extent::new(2047, 1)),
+            Op::Allocate(Extent::new(2048, 2)),
+            Op::Free(Extent::new(2000, 2)),
+            Op::Free(Extent::new(2049, 1)),
+        ]
+    );
+    assert_eq!(used_blocks(store.alloc()), used);
+    store.allocator().check().unwrap();
+}
+
+/// Allocations on their open path (no boundary shard, `OpShards::allocating_open`) race
+/// commits whose full journal checkpoints: none may reach home state while it is still in
+/// the open transaction. Two threads allocate (and free their oldest) while a third
+/// commits into a small journal; then a crash drops every unflushed write. Used after the
+/// reopen must be exactly the metadata and what the threads hold, as of the last commit.
+#[test]
+fn allocations_racing_checkpoints_stay_out_of_home_state() {
+    for round in 0..32u64 {
+        let dev = Arc::new(FaultDevice::new(MemDevice::new(8192 * 4096), round));
+        let store = Store::create(dev.clone(), &geometry(), 8, Policy::default()).unwrap();
+        let metadata = used_blocks(store.alloc());
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let (held, checkpoints) = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..2u64)
+                .map(|t| {
+                    let (store, stop) = (&store, &stop);
+                    s.spawn(move || race_allocating(store, stop, round * 2 + t))
+                })
+                .collect();
+            // Until a commit checkpoints: the allocations racing it are then in the open
+            // transaction at the crash, where home state must not have them.
+            let mut checkpoints = 0;
+            for _ in 0..10_000 {
+                if store.commit_reporting(b"").unwrap().checkpointed {
+                    checkpoints += 1;
+                    break;
+                }
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            let held: Vec<Extent> = workers
+                .into_iter()
+                .flat_map(|w| w.join().unwrap())
+                .collect();
+            (held, checkpoints)
+        });
+        assert!(checkpoints > 0, "the journal never filled");
+        // As of the last commit: the open transaction's allocations were not there yet,
+        // its frees not done.
+        let (mut open_allocs, mut open_frees) = (BTreeSet::new(), BTreeSet::new());
+        for op in store.ops.take() {
+            match op {
+                Op::Allocate(e) => open_allocs.extend(e.start..e.end()),
+                Op::Free(e) => open_frees.extend(e.start..e.end()),
+            }
+        }
+        // Nothing of the open transaction is recorded: its changes are simply lost.
+        drop(store);
+        dev.crash(Crash::DropAll).unwrap();
+        let (store, _) = Store::open(dev, Policy::default()).unwrap();
+        let mut expect = metadata;
+        expect.extend(
+            held.iter()
+                .flat_map(|e| e.start..e.end())
+                .chain(open_frees)
+                .filter(|b| !open_allocs.contains(b)),
+        );
+        assert_eq!(used_blocks(store.alloc()), expect, "round {round}");
+    }
+}
+
+/// One thread of [`allocations_racing_checkpoints_stay_out_of_home_state`]: allocates 1 to
+/// 3 blocks at a time, freeing its oldest extent once it holds 32, until `stop`. Returns
+/// what it holds.
+fn race_allocating(store: &Store, stop: &std::sync::atomic::AtomicBool, seed: u64) -> Vec<Extent> {
+    let mut held = std::collections::VecDeque::new();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        match store.allocate(&AllocRequest::new(seed, rng.gen_range(1..4))) {
+            Ok(e) => held.push_back(e),
+            // Frees wait for the next commit, and so does a full transaction.
+            Err(Error::NoSpace { .. } | Error::TransactionTooLarge { .. }) => {
+                std::thread::yield_now()
+            }
+            Err(e) => panic!("{e}"),
+        }
+        if held.len() > 32 {
+            let oldest = held.pop_front().unwrap();
+            match store.free(oldest) {
+                Ok(()) => {}
+                Err(Error::TransactionTooLarge { .. }) => held.push_front(oldest),
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    held.into()
+}
+
 #[test]
 fn two_threads_refill_through_forced_commits() {
     truncate_and_refill("extalloc");
