@@ -16,7 +16,7 @@ import tempfile
 
 EXTALLOC = os.environ.get("EXTALLOC", "target/release/extalloc")
 POLICY = os.environ.get("POLICY", "extalloc")
-RULES = ["commits", "reuse", "cpu", "complete", "streams"]
+RULES = ["commits", "reuse", "cpu", "complete", "streams", "metagoals"]
 
 
 def replay(trace, *extra):

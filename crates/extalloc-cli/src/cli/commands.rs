@@ -56,7 +56,7 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub limit: Option<usize>,
     /// Fidelity rules to switch off, comma-separated: commits, reuse, cpu, complete,
-    /// streams (docs/replay.md says what each does).
+    /// streams, metagoals (docs/replay.md says what each does).
     #[arg(long, value_delimiter = ',')]
     pub without: Vec<String>,
     /// Write every file's extents on each side to this JSON file.

@@ -27,6 +27,7 @@
 //! [`number_generations`]: super::generations::number_generations
 
 use super::parse::{Event, Flags, Traced};
+pub use super::rules::{CommitRule, Rules};
 use anyhow::{bail, Context, Result};
 use extalloc::{
     AllocRequest, Allocator, DataRequest, Error, Extent, FileAlloc, Files, FreeSpace, Geometry,
@@ -52,110 +53,8 @@ pub struct Oddities {
     pub complete_requests: u64,
 }
 
-/// When the replay commits (makes freed blocks reusable).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub enum CommitRule {
-    /// At each `jbd2_end_commit` in the trace (captures by `extalloc capture`).
-    Traced,
-    /// Traces without journal events: when this many nanoseconds of trace time have passed
-    /// since the last commit (jbd2's commit interval, 5 s by default), and at each fsync.
-    Interval(u64),
-    /// After every this many requests, whatever the kernel did (`--without commits`).
-    Requests(u64),
-}
-
 /// Logical blocks a traced file may reach: ext4's limit is 2^32 blocks; this leaves room.
 const LOGICAL_END_MAX: u64 = 1 << 48;
-
-/// jbd2's default commit interval (`commit=5`).
-pub const DEFAULT_COMMIT_NS: u64 = 5_000_000_000;
-
-/// The fidelity rules of one replay, derived from what the trace holds.
-#[derive(Debug, Clone, Copy, serde::Serialize)]
-pub struct Rules {
-    pub commit: CommitRule,
-    /// The trace records inode deaths (`ext4_free_inode`); else a file whose every data
-    /// block the kernel freed starts anew at its next discard.
-    pub traced_inode_frees: bool,
-    /// The trace records mballoc's searches and new preallocations, so a request served at
-    /// exactly its length with no preallocation can be replayed as complete.
-    pub traced_searches: bool,
-    /// Small files carve from the locality chunk of the traced CPU.
-    pub locality_by_cpu: bool,
-    /// A reused inode number starts a new file.
-    pub new_file_on_reuse: bool,
-    /// Stream goals as many as the traced machine had CPUs (see `as_traced`).
-    pub traced_stream_goals: bool,
-}
-
-/// Names of the rules `--without` can switch off, with what each does.
-pub const RULES: [(&str, &str); 5] = [
-    (
-        "commits",
-        "commit at jbd2's commits (else every 4,096 requests)",
-    ),
-    ("reuse", "a reused inode number is a new file"),
-    (
-        "cpu",
-        "small files carve from the traced CPU's locality chunk",
-    ),
-    (
-        "complete",
-        "requests the kernel did not round up are not rounded up",
-    ),
-    ("streams", "stream goals for the traced CPU count"),
-];
-
-/// The request count between commits when the `commits` rule is off (the replay's rule
-/// before commits followed the kernel's).
-pub const LEGACY_COMMIT_REQUESTS: u64 = 4096;
-
-impl Rules {
-    /// Switches off the named rules (`commits`, `reuse`, `cpu`, `complete`, `streams`).
-    pub fn without(mut self, names: &[String]) -> Result<Rules> {
-        for name in names {
-            match name.as_str() {
-                "commits" => self.commit = CommitRule::Requests(LEGACY_COMMIT_REQUESTS),
-                "reuse" => self.new_file_on_reuse = false,
-                "cpu" => self.locality_by_cpu = false,
-                "complete" => self.traced_searches = false,
-                "streams" => self.traced_stream_goals = false,
-                other => bail!(
-                    "--without: unknown rule '{other}'; rules: {}",
-                    RULES.map(|r| r.0).join(", ")
-                ),
-            }
-        }
-        Ok(self)
-    }
-}
-
-impl Rules {
-    /// The rules a trace's events allow.
-    pub fn for_events<'e>(events: impl Iterator<Item = &'e Traced>) -> Rules {
-        let (mut commits, mut inode_frees, mut searches) = (false, false, false);
-        for t in events {
-            match t.event {
-                Event::Commit => commits = true,
-                Event::InodeFree { .. } => inode_frees = true,
-                Event::Search { .. } => searches = true,
-                _ => {}
-            }
-        }
-        Rules {
-            commit: if commits {
-                CommitRule::Traced
-            } else {
-                CommitRule::Interval(DEFAULT_COMMIT_NS)
-            },
-            traced_inode_frees: inode_frees,
-            traced_searches: searches,
-            locality_by_cpu: true,
-            new_file_on_reuse: true,
-            traced_stream_goals: true,
-        }
-    }
-}
 
 /// The kernel's decisions: live allocations by start, and live data blocks per inode.
 #[derive(Default)]
@@ -311,20 +210,26 @@ pub fn replay_events<'e>(
     files: &SharedFiles,
     rules: Rules,
 ) -> Result<(KernelModel, Oddities)> {
-    let mut r = Replayer {
-        alloc,
-        files,
-        rules,
-        meta: BTreeMap::new(),
-        in_flight: HashMap::new(),
-        kernel: KernelModel::default(),
-        last_commit_ns: None,
-        odd: Oddities::default(),
-    };
+    let mut r = Replayer::new(alloc, files, rules);
     for t in events {
         r.event(t)?;
     }
     Ok((r.kernel, r.odd))
+}
+
+impl<'a> Replayer<'a> {
+    fn new(alloc: &'a Files, files: &'a SharedFiles, rules: Rules) -> Self {
+        Replayer {
+            alloc,
+            files,
+            rules,
+            meta: BTreeMap::new(),
+            in_flight: HashMap::new(),
+            kernel: KernelModel::default(),
+            last_commit_ns: None,
+            odd: Oddities::default(),
+        }
+    }
 }
 
 impl Replayer<'_> {
@@ -401,7 +306,7 @@ impl Replayer<'_> {
         else {
             unreachable!("called for allocations");
         };
-        let (flags, complete) = self.answered_request(t.pid, ino, flags, len);
+        let (flags, complete, goal) = self.answered_request(t.pid, ino, flags, len);
         // Logical blocks far past any file (a damaged line): refuse before the models
         // change, so their arithmetic cannot overflow.
         if lblk.checked_add(len).is_none_or(|e| e > LOGICAL_END_MAX) {
@@ -417,30 +322,40 @@ impl Replayer<'_> {
         if flags.data {
             self.allocate_data(t.cpu, ino, lblk, len, flags, complete)?;
         } else {
-            let ours = self.allocate_metadata(ino, len)?;
+            let goal = goal
+                .filter(|_| self.rules.traced_metadata_goals)
+                .and_then(|g| self.our_metadata_after(g));
+            let ours = self.allocate_metadata(ino, len, goal)?;
             self.meta.insert(block, (len, ours));
         }
         Ok(())
     }
 
     /// Ends the request in flight on `pid`, which the kernel's decision of `len` blocks of
-    /// `ino` (with `flags`) answers. Returns the request's flags and whether the kernel
-    /// treated the file as complete.
-    fn answered_request(&mut self, pid: u32, ino: u64, flags: Flags, len: u64) -> (Flags, bool) {
+    /// `ino` (with `flags`) answers. Returns the request's flags, whether the kernel
+    /// treated the file as complete, and the request's goal.
+    fn answered_request(
+        &mut self,
+        pid: u32,
+        ino: u64,
+        flags: Flags,
+        len: u64,
+    ) -> (Flags, bool, Option<u64>) {
         let flight = self.in_flight.remove(&pid).unwrap_or_default();
         if flight.request.is_none() {
             self.odd.decisions_without_request += 1;
         }
         // The request's flags; the kernel's decision says which blocks (a request the
         // kernel met only in part is asked again for the rest).
-        let (flags, asked): (Flags, u64) = match flight.request {
+        let (flags, asked, goal): (Flags, u64, Option<u64>) = match flight.request {
             Some(Event::Request {
                 flags,
                 ino: rino,
                 len: rlen,
+                goal,
                 ..
-            }) if rino == ino => (flags, rlen),
-            _ => (flags, len),
+            }) if rino == ino => (flags, rlen, Some(goal)),
+            _ => (flags, len, None),
         };
         // Served at exactly its length, searched for without normalisation, and no
         // preallocation made: the kernel treated the file as complete (closed, written).
@@ -450,7 +365,25 @@ impl Replayer<'_> {
             && !flight.new_pa
             && len == asked
             && flight.search.is_some_and(|(orig, goal)| orig == goal);
-        (flags, complete)
+        (flags, complete, goal)
+    }
+
+    /// Our block after our copy of kernel block `goal - 1`, if that block is kernel
+    /// metadata we replayed: ext4 asks for a directory's (or extent tree's) next block
+    /// right after its last one, so the goal follows our copy of it, as the kernel's
+    /// followed the original. Any other goal names the kernel's layout, not ours: none.
+    fn our_metadata_after(&self, goal: u64) -> Option<u64> {
+        let k = goal.checked_sub(1)?;
+        let (&start, (len, ours)) = self.meta.range(..=k).next_back()?;
+        let mut off = k.checked_sub(start).filter(|&o| o < *len)?;
+        for e in ours {
+            if off < e.len {
+                return Some(e.start + off + 1)
+                    .filter(|&b| b < self.alloc.allocator().geometry().blocks_count);
+            }
+            off -= e.len;
+        }
+        None
     }
 
     /// Maps logical blocks `lblk .. lblk + len` of our file `ino`, as CPU `cpu` asked them
@@ -493,14 +426,25 @@ impl Replayer<'_> {
         Ok(())
     }
 
-    /// Our blocks for a kernel metadata allocation of `len` blocks for `ino`, in order.
-    fn allocate_metadata(&self, ino: u64, len: u64) -> Result<Vec<Extent>> {
-        let mut ours = Vec::new();
+    /// Our blocks for a kernel metadata allocation of `len` blocks for `ino`, in order,
+    /// the first asked for at `goal` and each further piece after the one before.
+    fn allocate_metadata(&self, ino: u64, len: u64, goal: Option<u64>) -> Result<Vec<Extent>> {
+        let mut ours: Vec<Extent> = Vec::new();
         let mut got = 0;
+        let blocks = self.alloc.allocator().geometry().blocks_count;
         while got < len {
+            let mut req = AllocRequest::new(ino, len - got);
+            if let Some(g) = ours
+                .last()
+                .map(|e| e.end())
+                .or(goal)
+                .filter(|&g| g < blocks)
+            {
+                req = req.goal(g);
+            }
             let e = self
                 .alloc
-                .allocate_committing(&AllocRequest::new(ino, len - got))
+                .allocate_committing(&req)
                 .with_context(|| format!("metadata of inode {ino}"))?;
             got += e.len;
             ours.push(e);
@@ -722,6 +666,66 @@ mod tests {
         assert_ne!(at[0] + 1, at[1], "the CPUs use different chunks: {at:?}");
     }
 
+    /// A metadata block the kernel asked for right after one of its metadata blocks (a
+    /// directory's next block) is asked for right after our copy of it: here a hole another
+    /// inode's metadata left there.
+    #[test]
+    fn metadata_goals_follow_our_copy_of_the_kernels_block() {
+        let meta = |ts: &str, ino: u64, block: u64, goal: u64| {
+            [
+                format!("d-1 [000] ..... {ts}: ext4_request_blocks: dev 7,1 ino {ino} flags  len 1 lblk 0 goal {goal} lleft 0 lright 0 pleft 0 pright 0"),
+                format!("d-1 [000] ..... {ts}: ext4_allocate_blocks: dev 7,1 ino {ino} flags  len 1 block {block} lblk 0 goal {goal} lleft 0 lright 0 pleft 0 pright 0"),
+            ]
+        };
+        let mut lines: Vec<String> = Vec::new();
+        // Directory 2's first block, then inode 7's, then 7's freed and committed: a hole
+        // right after our copy of 2's block. Then 2's next block, asked for after its first.
+        lines.extend(meta("1.0", 2, 5000, 0));
+        lines.extend(meta("1.1", 7, 5001, 0));
+        lines.push("rm-2 [000] ..... 1.2: ext4_free_blocks: dev 7,1 ino 7 mode 0100644 block 5001 count 1 flags METADATA".into());
+        lines.push(
+            "jbd2/loop0-8-3 [000] ..... 1.3: jbd2_end_commit: dev 7,1 transaction 2 sync 0 head 1"
+                .into(),
+        );
+        lines.extend(meta("1.4", 2, 7000, 5001));
+        let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+        let events = traced(&refs);
+        let placed = |rules: Rules| {
+            let alloc = small_alloc();
+            let files = SharedFiles::default();
+            let mut r = Replayer::new(&alloc, &files, rules);
+            for t in &events {
+                r.event(t).unwrap();
+            }
+            let first = r.meta[&5000].1[0];
+            let next = r.meta[&7000].1[0];
+            (first, next)
+        };
+        let rules = Rules::for_events(events.iter());
+        assert!(rules.traced_metadata_goals);
+        let (first, next) = placed(rules);
+        assert_eq!(
+            next.start,
+            first.end(),
+            "after our copy of the directory's block"
+        );
+        let without = rules.without(&["metagoals".into()]).unwrap();
+        assert!(!without.traced_metadata_goals);
+        // The translation: kernel block goal - 1 through our pieces of its allocation.
+        let alloc = small_alloc();
+        let files = SharedFiles::default();
+        let mut r = Replayer::new(&alloc, &files, rules);
+        r.meta
+            .insert(100, (5, vec![Extent::new(40, 3), Extent::new(900, 2)]));
+        assert_eq!(r.our_metadata_after(101), Some(41));
+        assert_eq!(r.our_metadata_after(103), Some(43));
+        assert_eq!(r.our_metadata_after(104), Some(901));
+        assert_eq!(r.our_metadata_after(105), Some(902));
+        assert_eq!(r.our_metadata_after(106), None, "past the allocation");
+        assert_eq!(r.our_metadata_after(100), None, "before it");
+        assert_eq!(r.our_metadata_after(0), None);
+    }
+
     /// With journal events, frees become reusable at the kernel's commits and not before.
     #[test]
     fn commits_happen_where_the_kernel_committed() {
@@ -760,7 +764,10 @@ mod tests {
         let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
         let events = traced(&refs);
         let rules = Rules::for_events(events.iter());
-        assert_eq!(rules.commit, CommitRule::Interval(DEFAULT_COMMIT_NS));
+        assert_eq!(
+            rules.commit,
+            CommitRule::Interval(crate::replay::rules::DEFAULT_COMMIT_NS)
+        );
         let alloc = small_alloc();
         let files = SharedFiles::default();
         let (_, odd) = replay_events(&alloc, events[..5].iter(), &files, rules).unwrap();

@@ -17,6 +17,7 @@ pub mod engine;
 pub mod generations;
 pub mod geometry;
 pub mod parse;
+pub mod rules;
 
 use crate::lab::backend::LabPolicy;
 use crate::lab::report::{self, Latency, Report, Run};
@@ -145,7 +146,7 @@ pub struct ReplayOptions<'a> {
     pub policies: Vec<String>,
     /// Replay only the first this many events (tests).
     pub limit: Option<usize>,
-    /// Fidelity rules switched off (names of `engine::RULES`), to measure what each does.
+    /// Fidelity rules switched off (names of `rules::RULES`), to measure what each does.
     pub without: Vec<String>,
     /// Write every file's extents on each side here (JSON: policy -> file id -> list of
     /// `[logical, start, len]`).

@@ -57,6 +57,12 @@ impl Allocator {
                         let (class, k) = (i / per_class, i % per_class);
                         (k * groups_count / per_class + class) % groups_count
                     }
+                    StreamStart::Interleaved => {
+                        // As `Goals`, but goal k of a class sits where `Spread` puts
+                        // goal k of the first class.
+                        let (class, k) = (i / per_class, i % per_class);
+                        (k * groups_count / slots + class) % groups_count
+                    }
                 };
                 CachePadded::new(AtomicU64::new(start))
             })

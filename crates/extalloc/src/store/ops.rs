@@ -362,7 +362,10 @@ mod tests {
                 Ok(Extent::new(6000, 1))
             })
             .is_none());
-        assert!(!ran, "nothing allocates on the open path while the boundary is closed");
+        assert!(
+            !ran,
+            "nothing allocates on the open path while the boundary is closed"
+        );
         ops.reopen();
         let got = ops.allocating_open(0, || Ok(Extent::new(6000, 1)));
         assert_eq!(got.map(|r| r.unwrap()), Some(Extent::new(6000, 1)));
