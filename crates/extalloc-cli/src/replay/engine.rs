@@ -11,7 +11,8 @@
 //!   and how many times it was reused before, so a reused number is a new file in every
 //!   replay, serial or not.
 //! - `Replayer`: one task's (or the whole trace's) state: the request in flight per pid
-//!   with what mballoc said of it, our blocks for each kernel metadata allocation, and the
+//!   with what mballoc said of it, our blocks for each kernel metadata allocation, where
+//!   our copy of the first metadata block asked for at each other kernel goal went, and the
 //!   time of the last commit.
 //!
 //! # Invariants
@@ -196,6 +197,9 @@ struct Replayer<'a> {
     rules: Rules,
     /// Our blocks for each kernel metadata allocation: kernel start -> (len, our extents).
     meta: BTreeMap<u64, (u64, Vec<Extent>)>,
+    /// Kernel goals that name the kernel's layout (not one of its metadata blocks we
+    /// copied) -> our first block for the first metadata request asked for there.
+    goal_places: HashMap<u64, u64>,
     in_flight: HashMap<u32, InFlight>,
     kernel: KernelModel,
     last_commit_ns: Option<u64>,
@@ -224,6 +228,7 @@ impl<'a> Replayer<'a> {
             files,
             rules,
             meta: BTreeMap::new(),
+            goal_places: HashMap::new(),
             in_flight: HashMap::new(),
             kernel: KernelModel::default(),
             last_commit_ns: None,
@@ -322,10 +327,17 @@ impl Replayer<'_> {
         if flags.data {
             self.allocate_data(t.cpu, ino, lblk, len, flags, complete)?;
         } else {
-            let goal = goal
-                .filter(|_| self.rules.traced_metadata_goals)
-                .and_then(|g| self.our_metadata_after(g));
-            let ours = self.allocate_metadata(ino, len, goal)?;
+            let traced = goal.filter(|_| self.rules.traced_metadata_goals);
+            let after = traced.and_then(|g| self.our_metadata_after(g));
+            // Any other goal names a place of the kernel's (a flex group's start, the goal
+            // of every directory whose inode lives there): requests the kernel aimed at one
+            // place are aimed at one place of ours, where the first of them went.
+            let elsewhere = traced.filter(|_| after.is_none());
+            let placed = elsewhere.and_then(|g| self.goal_places.get(&g).copied());
+            let ours = self.allocate_metadata(ino, len, after.or(placed))?;
+            if let Some(g) = elsewhere {
+                self.goal_places.entry(g).or_insert(ours[0].start);
+            }
             self.meta.insert(block, (len, ours));
         }
         Ok(())
@@ -724,6 +736,56 @@ mod tests {
         assert_eq!(r.our_metadata_after(106), None, "past the allocation");
         assert_eq!(r.our_metadata_after(100), None, "before it");
         assert_eq!(r.our_metadata_after(0), None);
+    }
+
+    /// Metadata the kernel asked for at one place of its own layout (a flex group's start:
+    /// the goal of each directory whose inode lives there) is asked for at one place of
+    /// ours, where our copy of the first of it went, rather than wherever each file's
+    /// stream goal lies.
+    #[test]
+    fn metadata_goals_at_one_kernel_place_share_one_place_of_ours() {
+        let meta = |ts: &str, ino: u64, block: u64| {
+            [
+                format!("d-1 [000] ..... {ts}: ext4_request_blocks: dev 7,1 ino {ino} flags  len 1 lblk 0 goal 4096 lleft 0 lright 0 pleft 0 pright 0"),
+                format!("d-1 [000] ..... {ts}: ext4_allocate_blocks: dev 7,1 ino {ino} flags  len 1 block {block} lblk 0 goal 4096 lleft 0 lright 0 pleft 0 pright 0"),
+            ]
+        };
+        let mut lines: Vec<String> = Vec::new();
+        for (i, ino) in (2..6).enumerate() {
+            lines.extend(meta(&format!("1.{i}"), ino, 5000 + i as u64));
+        }
+        let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+        let events = traced(&refs);
+        let placed = |rules: Rules| {
+            // Two stream goals whatever the machine: files without a goal alternate.
+            let alloc = Files::new(
+                Allocator::new(
+                    Geometry::new(4096, 1024, 8192).unwrap(),
+                    extalloc::Policy::parse("extalloc:stream_goals=2").unwrap(),
+                )
+                .unwrap(),
+            );
+            let files = SharedFiles::default();
+            let mut r = Replayer::new(&alloc, &files, rules);
+            for t in &events {
+                r.event(t).unwrap();
+            }
+            let g = alloc.allocator().geometry().group_blocks;
+            (5000..5004)
+                .map(|k| r.meta[&k].1[0].start / g)
+                .collect::<Vec<u64>>()
+        };
+        let rules = Rules::for_events(events.iter());
+        let groups = placed(rules);
+        assert!(
+            groups.iter().all(|&g| g == groups[0]),
+            "one group: {groups:?}"
+        );
+        let without = placed(rules.without(&["metagoals".into()]).unwrap());
+        assert!(
+            without.iter().any(|&g| g != without[0]),
+            "without the rule, each file's stream goal: {without:?}"
+        );
     }
 
     /// With journal events, frees become reusable at the kernel's commits and not before.

@@ -39,7 +39,9 @@ pub struct Rules {
     /// Stream goals as many as the traced machine had CPUs (see `as_traced`).
     pub traced_stream_goals: bool,
     /// A metadata block the kernel asked for right after one of its metadata blocks (a
-    /// directory's next block) is asked for right after our copy of that block.
+    /// directory's next block) is asked for right after our copy of that block; metadata it
+    /// asked for at another place of its layout (a flex group's start) is asked for where
+    /// our copy of the first metadata asked for there went.
     pub traced_metadata_goals: bool,
 }
 
