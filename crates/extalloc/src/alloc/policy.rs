@@ -65,7 +65,8 @@ pub enum StreamStart {
     /// (racing streams of one class get as much room before they meet), but the classes
     /// share each goal's place instead of each taking a third of the device, so the
     /// goals cover its first third and free space stays whole behind them. Without size
-    /// classes it is `spread`.
+    /// classes it is `spread`. Not a preset's: a file whose first window lands far into
+    /// it finds no room to its left (random-fill 1.00 -> 548 extents per file).
     Interleaved,
 }
 
@@ -358,11 +359,6 @@ impl Policy {
                 // before splitting a larger one: 11 % fewer free extents on the tree-copy
                 // trace, no throughput lost (docs/allocator.md).
                 min_scan_extents: 200,
-                // A class's stream goals as far apart as `spread`'s, the classes side by
-                // side: the mixed-lifetimes trace's largest free extent 781 -> 2,610 MB
-                // (the kernel 2,130), the fio randwrite traces' 2,097 -> 2,753 and
-                // 1,573 -> 2,884 MB (docs/results.md).
-                stream_start: StreamStart::Interleaved,
                 slow_pass_index: true,
                 ..ext4_2025
             }),
