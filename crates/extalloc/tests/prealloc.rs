@@ -583,3 +583,33 @@ fn no_space_reports_pending_and_reserved_and_each_layer_applies_its_remedy() {
     assert_eq!(alloc.stats().forced_commits, 1);
     fl.check().unwrap();
 }
+
+#[test]
+fn a_stream_that_outgrew_its_class_grows_next_to_its_file() {
+    use extalloc::AllocRequest;
+    // 16 groups; the large class's stream goals start spread over the device.
+    let g = Geometry::new(4096, 8192, 8192 * 16).unwrap();
+    let alloc = Allocator::new(g, Policy::parse("extalloc:stream_goals=1").unwrap()).unwrap();
+    // A small file in group 3, far from the large class's goal: its group takes the small
+    // class's tag.
+    let small = alloc
+        .allocate(&AllocRequest::new(7, 4).goal(3 * 8192).exact())
+        .unwrap();
+    assert_eq!(g.group_of(small.start), 3);
+    // The file turns into a stream of the large class; its goal (its own first block) is
+    // taken, so the allocation scans.
+    let large = alloc
+        .allocate(
+            &AllocRequest::new(7, 2048)
+                .logical(4096)
+                .goal(small.start)
+                .exact(),
+        )
+        .unwrap();
+    let group = g.group_of(large.start);
+    assert!(
+        group.abs_diff(3) == 1,
+        "the stream took group {group}, not the nearest group of its class to its file"
+    );
+    alloc.check().unwrap();
+}

@@ -10,8 +10,10 @@
 //!
 //! A request is a stream's when its logical end passes `stream_threshold_kib`. A stream
 //! request (or one without a goal) starts scanning at its file's goal: the file id folded
-//! and taken modulo the goals of its class. A stream allocation moves the goal to the group
-//! it got.
+//! and taken modulo the goals of its class, except when its own goal lies in a group of
+//! another size (a file that outgrew its class): it then starts at that group, and the walk
+//! takes the nearest group of its class or nobody's, next to the file. A stream allocation
+//! moves the goal to the group it got.
 //!
 //! # Invariant
 //!
@@ -26,6 +28,7 @@
 //! [`MdState`]: super::allocator::MdState
 
 use super::allocator::Allocator;
+use super::class;
 use super::policy::{Policy, StreamStart};
 use super::request::{AllocContext, AllocRequest};
 use crossbeam_utils::CachePadded;
@@ -116,10 +119,24 @@ impl Allocator {
         let groups_count = self.groups.len() as u64;
         let start = match ctx.request.goal {
             Some(goal) if !ctx.stream => self.geometry.group_of(goal),
+            Some(goal) if self.leaves_class(ctx, goal) => self.geometry.group_of(goal),
             _ if self.policy.stream_goal_locked => self.lock_md(ctx.shard).stream_goal,
             _ => self.stream_goals[ctx.slot].load(Relaxed),
         };
         start % groups_count
+    }
+
+    /// Whether a stream request's own goal lies in a group tagged for another size class.
+    ///
+    /// Such a goal is a file that outgrew its class (it began small and became a stream).
+    /// Scanning from its goal's group, the walk takes the nearest group of the stream's class
+    /// or nobody's, next to the file; scanning from the class's shared goal would instead cut
+    /// into the untouched space around that goal and shrink the device's largest free
+    /// extent (`docs/results.md`, the mixed-lifetimes trace).
+    fn leaves_class(&self, ctx: &AllocContext<'_>, goal: u64) -> bool {
+        let group = self.geometry.group_of(goal) as usize;
+        ctx.class_tag != 0
+            && class::tier(self.groups[group].class_tag(), ctx.class_tag) > class::UNTAGGED_TIER
     }
 
     /// A stream allocation got group `g` (under its lock): its goal moves there.
