@@ -160,8 +160,12 @@ enum Command {
         payload: usize,
         /// Commit through the store's per-caller transactions (each: begin, allocate one
         /// block, free the one allocated before, commit) instead of the bare journal.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "shared")]
         handles: bool,
+        /// The same work through the store's shared transaction (allocate, free, commit: a
+        /// commit takes every thread's operations so far).
+        #[arg(long)]
+        shared: bool,
     },
     /// What mounting costs: open time of a large sparse device (bytes read, bitmaps loaded),
     /// then recovery time against the number of journal records to replay.
@@ -382,7 +386,16 @@ fn run(cli: Cli) -> Result<()> {
             seconds,
             payload,
             handles,
-        } => commit_bench(&path, &threads, seconds, payload, handles),
+            shared,
+        } => {
+            use lab::commit_bench::StoreMode;
+            let mode = match (handles, shared) {
+                (true, _) => Some(StoreMode::Handles),
+                (_, true) => Some(StoreMode::Shared),
+                _ => None,
+            };
+            commit_bench(&path, &threads, seconds, payload, mode)
+        }
         Command::Torture {
             corrupt: Some(damages),
             seed,
@@ -518,17 +531,16 @@ fn commit_bench(
     threads: &str,
     seconds: f64,
     payload: usize,
-    handles: bool,
+    mode: Option<lab::commit_bench::StoreMode>,
 ) -> Result<()> {
     anyhow::ensure!(
         seconds > 0.0 && seconds.is_finite(),
         "--seconds must be positive"
     );
     let threads = lab::parse_threads(threads)?;
-    let rows = if handles {
-        lab::commit_bench::run_handles(path, &threads, seconds, payload)?
-    } else {
-        lab::commit_bench::run(path, &threads, seconds, payload)?
+    let rows = match mode {
+        Some(mode) => lab::commit_bench::run_store(path, &threads, seconds, payload, mode)?,
+        None => lab::commit_bench::run(path, &threads, seconds, payload)?,
     };
     print!("{}", lab::commit_bench::markdown(path, &rows));
     Ok(())

@@ -3,7 +3,9 @@
 //! caller's payload) and commit it, over and over, for `--seconds`. Reports commits per
 //! second and flushes per commit: with group commit, concurrent committers share flushes, so
 //! on a device whose flush costs something (a disk) more threads commit more per second.
-//! `--handles` runs the same through the store's per-caller transactions (`run_handles`).
+//! `--handles` runs the same through the store's per-caller transactions, `--shared` through
+//! its shared transaction (`run_store`): each commit then also allocates a block and frees
+//! one, as a caller's would.
 
 use anyhow::{Context, Result};
 use extalloc::disk::device::{Device, FileDevice};
@@ -66,14 +68,25 @@ pub fn run(path: &Path, threads: &[usize], seconds: f64, payload: usize) -> Resu
     Ok(rows)
 }
 
-/// [`run`] through a [`Store`](extalloc::store::Store) and its per-caller transactions: each
-/// thread begins a transaction, allocates one block, frees the block its previous
-/// transaction allocated, and commits with the payload; full journals checkpoint.
-pub fn run_handles(
+/// How [`run_store`] commits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreMode {
+    /// Each commit through its own [`Txn`](extalloc::store::Txn) (`Store::begin`).
+    Handles,
+    /// Through the store's one shared transaction (`Store::allocate`, `free`, `commit`):
+    /// a commit takes every thread's operations so far.
+    Shared,
+}
+
+/// [`run`] through a [`Store`](extalloc::store::Store): each thread allocates one block,
+/// frees the block it allocated before, and commits with the payload, in a transaction of
+/// its own or the shared one (`mode`); full journals checkpoint.
+pub fn run_store(
     path: &Path,
     threads: &[usize],
     seconds: f64,
     payload: usize,
+    mode: StoreMode,
 ) -> Result<Vec<Row>> {
     let geometry = Geometry::new(4096, 32768, 65536)?;
     let dev: Arc<dyn Device> = Arc::new(FileDevice::create(path, 65536 * 4096)?);
@@ -85,13 +98,27 @@ pub fn run_handles(
         let (commits, seconds) = committers(n, seconds, |t, stop, commits| {
             let body = vec![t as u8; payload];
             let mut last: Option<Extent> = None;
+            let req = extalloc::AllocRequest::new(t as u64, 1);
             while !stop.load(Ordering::Relaxed) {
-                let txn = store.begin();
-                let e = txn.allocate(&extalloc::AllocRequest::new(t as u64, 1))?;
-                if let Some(old) = last {
-                    txn.free(old)?;
-                }
-                txn.commit(&body).map_err(|f| f.error)?;
+                let e = match mode {
+                    StoreMode::Handles => {
+                        let txn = store.begin();
+                        let e = txn.allocate(&req)?;
+                        if let Some(old) = last {
+                            txn.free(old)?;
+                        }
+                        txn.commit(&body).map_err(|f| f.error)?;
+                        e
+                    }
+                    StoreMode::Shared => {
+                        let e = store.allocate(&req)?;
+                        if let Some(old) = last {
+                            store.free(old)?;
+                        }
+                        store.commit(&body)?;
+                        e
+                    }
+                };
                 last = Some(e);
                 commits.fetch_add(1, Ordering::Relaxed);
             }

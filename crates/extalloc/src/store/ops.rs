@@ -3,7 +3,8 @@
 //!
 //! Data structures: [`OpShards`], per shard a `ShardOps` (its list, and the admission credit
 //! it holds) under the shard's own mutex, plus `reserved`, the ops admitted or held as
-//! credit across shards. Admission takes from the caller's shard's credit (no shared write);
+//! credit across shards, and `busy`, a bit per shard that holds ops or credit: a commit
+//! visits only those (one thread's commit touches one shard, not all 64). Admission takes from the caller's shard's credit (no shared write);
 //! a shard that runs out takes a chunk of `CHUNK` from `reserved` while that still fits the
 //! limit, else exactly what it needs; near the limit every shard's unused credit is taken
 //! back before a refusal, so a refusal is exact: the ops pushed or admitted would not fit.
@@ -13,7 +14,9 @@
 //! not yet pushed + every shard's credit + ops in flight (taken by a commit whose record is
 //! being written: put back if the write fails, so they must fit with the next
 //! transaction); `record_bytes(reserved) <= max` whenever `admit` returns `Ok`. No op
-//! crosses a group.
+//! crosses a group. A shard whose `busy` bit is clear holds no ops and no credit: the bit is
+//! set, under the shard's mutex, before ops or credit are added, and cleared, under it,
+//! only once both are gone.
 //!
 //! Locks: a shard's mutex is taken under no allocator lock (an allocation may run under
 //! it: `allocating`, and `allocating_open`, which holds no boundary shard: while the
@@ -26,8 +29,10 @@
 use crate::disk::journal::{Journal, Op};
 use crate::error::{Error, Result};
 use crossbeam_utils::CachePadded;
-use parking_lot::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use parking_lot::{Mutex, MutexGuard};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64, Ordering::AcqRel, Ordering::Acquire, Ordering::Relaxed,
+};
 
 /// Ops a shard takes from `reserved` at a time while the transaction is far from the limit.
 const CHUNK: u64 = 64;
@@ -85,6 +90,8 @@ pub(super) struct OpShards {
     /// The list the last commit recorded, given back ([`OpShards::recycle`]) for the next
     /// [`OpShards::take_in_flight`]: a commit's list can hold millions of ops.
     spare: Mutex<Vec<Op>>,
+    /// Bit `i`: shard `i` may hold ops or credit (see the invariant).
+    busy: CachePadded<AtomicU64>,
 }
 
 /// Largest op list kept for the next commit (in ops: 24 MiB).
@@ -93,6 +100,7 @@ const SPARE_KEEP_OPS: usize = 1 << 20;
 impl OpShards {
     pub(super) fn new(group_blocks: u64) -> Self {
         assert!(group_blocks > 0, "a group holds blocks");
+        const { assert!(crate::alloc::SHARDS <= 64, "one busy bit per shard") };
         OpShards {
             group_blocks,
             closed: CachePadded::new(AtomicBool::new(false)),
@@ -101,11 +109,46 @@ impl OpShards {
                 .collect(),
             reserved: CachePadded::new(AtomicU64::new(0)),
             spare: Mutex::new(Vec::new()),
+            busy: CachePadded::new(AtomicU64::new(0)),
         }
     }
 
     fn shard(&self, shard: usize) -> &Mutex<ShardOps> {
         &self.shards[shard % self.shards.len()]
+    }
+
+    /// Locks `shard` to add ops or credit to it: its `busy` bit is set first.
+    fn lock_adding(&self, shard: usize) -> MutexGuard<'_, ShardOps> {
+        let i = shard % self.shards.len();
+        let guard = self.shards[i].lock();
+        let bit = 1u64 << i;
+        // Read first: while the bit stays set (a busy shard), no shared write.
+        if self.busy.load(Acquire) & bit == 0 {
+            self.busy.fetch_or(bit, AcqRel);
+        }
+        guard
+    }
+
+    /// Clears shard `i`'s `busy` bit if `s` (its locked state) holds nothing.
+    fn settle_busy(&self, i: usize, s: &ShardOps) {
+        if s.ops.is_empty() && s.credit == 0 {
+            self.busy.fetch_and(!(1u64 << i), AcqRel);
+        }
+    }
+
+    /// The shards that may hold ops or credit, with their index. Those that become busy
+    /// after the call are not seen: callers run where nobody adds (the boundary closed),
+    /// or want no more than a shard's state at some moment.
+    fn busy_shards(&self) -> impl Iterator<Item = (usize, &Mutex<ShardOps>)> {
+        let mut mask = self.busy.load(Acquire);
+        std::iter::from_fn(move || {
+            if mask == 0 {
+                return None;
+            }
+            let i = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            Some((i, &*self.shards[i]))
+        })
     }
 
     /// Admits `n` more ops to the open transaction if its record (with no payload) still
@@ -122,7 +165,7 @@ impl OpShards {
         for want in [CHUNK.max(n), n] {
             let before = self.reserved.fetch_add(want, Relaxed);
             if fits(before + want) {
-                self.shard(shard).lock().credit += want - n;
+                self.lock_adding(shard).credit += want - n;
                 return Ok(());
             }
             self.reserved.fetch_sub(want, Relaxed);
@@ -141,19 +184,24 @@ impl OpShards {
     }
 
     fn reclaim_credits(&self) {
-        for s in self.shards.iter() {
-            let credit = std::mem::take(&mut s.lock().credit);
+        for (i, s) in self.busy_shards() {
+            let mut s = s.lock();
+            let credit = std::mem::take(&mut s.credit);
+            self.settle_busy(i, &s);
+            drop(s);
             self.reserved.fetch_sub(credit, Relaxed);
         }
     }
 
     /// The boundary closes: after this, no [`OpShards::allocating_open`] is under way or
     /// starts until [`OpShards::reopen`]. Called with every boundary shard held for
-    /// writing; takes each shard's lock once, in turn: a call that held one has finished,
-    /// and one that takes it later sees `closed` (set before, published by the lock).
+    /// writing; takes each busy shard's lock once, in turn: a call that held one has
+    /// finished, and one that takes it later sees `closed` (set before, published by the
+    /// lock). A shard that is not busy holds no credit, so no call runs in it, and none
+    /// can get credit while the boundary is closed (credit is given under it).
     pub(super) fn fence(&self) {
         self.closed.store(true, Relaxed);
-        for s in self.shards.iter() {
+        for (_, s) in self.busy_shards() {
             drop(s.lock());
         }
     }
@@ -221,13 +269,13 @@ impl OpShards {
 
     /// Gives back `n` admitted ops that were not pushed.
     pub(super) fn unadmit(&self, shard: usize, n: u64) {
-        self.shard(shard).lock().credit += n;
+        self.lock_adding(shard).credit += n;
     }
 
     /// Pushes an admitted op (merged into the shard's last when it continues it: its
     /// admission then goes back as credit).
     pub(super) fn push(&self, shard: usize, op: Op) {
-        let mut s = self.shard(shard).lock();
+        let mut s = self.lock_adding(shard);
         if s.push_merging(op, self.group_blocks) {
             s.credit += 1;
         }
@@ -249,21 +297,22 @@ impl OpShards {
         // Sized once (nobody pushes meanwhile): a commit can take millions of ops, and a
         // list grown by doubling copies them and faults in fresh pages at every step.
         // Each shard's lock is taken in turn, once per pass, never two at once.
-        let total = self.shards.iter().map(|s| s.lock().ops.len()).sum();
+        let total = self.busy_shards().map(|(_, s)| s.lock().ops.len()).sum();
         let mut ops = std::mem::take(&mut *self.spare.lock());
         ops.clear();
         ops.reserve(total);
         // Allocations first, then frees; each kind keeps its order within a shard.
-        for s in self.shards.iter() {
+        for (_, s) in self.busy_shards() {
             let s = s.lock();
             ops.extend(s.ops.iter().filter(|op| matches!(op, Op::Allocate(_))));
         }
-        for s in self.shards.iter() {
+        for (i, s) in self.busy_shards() {
             let mut s = s.lock();
             ops.extend(s.ops.iter().filter(|op| matches!(op, Op::Free(_))));
             s.ops.clear();
             self.reserved
                 .fetch_sub(std::mem::take(&mut s.credit), Relaxed);
+            self.settle_busy(i, &s);
         }
         ops
     }
@@ -283,15 +332,14 @@ impl OpShards {
     /// Returns in-flight ops whose record was not written to the open transaction (still
     /// counted, so they fit with it).
     pub(super) fn put_back_in_flight(&self, ops: Vec<Op>) {
-        self.shards[0].lock().ops.splice(0..0, ops);
+        self.lock_adding(0).ops.splice(0..0, ops);
     }
 
     /// The allocations of the open transaction so far (for a checkpoint, which must not
     /// write them home).
     pub(super) fn allocations(&self) -> Vec<Op> {
-        self.shards
-            .iter()
-            .flat_map(|s| {
+        self.busy_shards()
+            .flat_map(|(_, s)| {
                 s.lock()
                     .ops
                     .iter()
@@ -305,11 +353,11 @@ impl OpShards {
     /// Returns ops of a failed append to the open transaction.
     pub(super) fn put_back(&self, ops: Vec<Op>) {
         self.reserved.fetch_add(ops.len() as u64, Relaxed);
-        self.shards[0].lock().ops.splice(0..0, ops);
+        self.lock_adding(0).ops.splice(0..0, ops);
     }
 
     pub(super) fn is_empty(&self) -> bool {
-        self.shards.iter().all(|s| s.lock().ops.is_empty())
+        self.busy_shards().all(|(_, s)| s.lock().ops.is_empty())
     }
 
     /// An upper bound of [`OpShards::record_bytes`] from one atomic load: the ops admitted
@@ -320,7 +368,7 @@ impl OpShards {
 
     /// Bytes of the open transaction's record so far with no payload (ops pushed).
     pub(super) fn record_bytes(&self) -> u64 {
-        let pushed: usize = self.shards.iter().map(|s| s.lock().ops.len()).sum();
+        let pushed: usize = self.busy_shards().map(|(_, s)| s.lock().ops.len()).sum();
         Journal::record_bytes(pushed as u64, 0)
     }
 }
@@ -382,5 +430,36 @@ mod tests {
                 Op::Allocate(Extent::new(6144, 1)),
             ]
         );
+    }
+
+    /// A commit visits only busy shards: one with ops or credit is busy, and a take leaves
+    /// none busy; the ops of every shard, and only those, are taken, allocations first.
+    #[test]
+    fn only_shards_with_ops_or_credit_are_busy() {
+        let ops = OpShards::new(1024);
+        assert_eq!(ops.busy.load(Relaxed), 0);
+        ops.admit(5, 1, u64::MAX).unwrap();
+        ops.push(5, Op::Free(Extent::new(10, 1)));
+        ops.admit(63, 1, u64::MAX).unwrap();
+        ops.push(63, Op::Allocate(Extent::new(3000, 1)));
+        ops.admit(7, 1, u64::MAX).unwrap();
+        ops.unadmit(7, 1);
+        let busy = ops.busy.load(Relaxed);
+        assert_eq!(busy, (1 << 5) | (1 << 7) | (1 << 63), "{busy:#x}");
+        assert!(!ops.is_empty());
+        assert_eq!(ops.record_bytes(), Journal::record_bytes(2, 0));
+        assert_eq!(
+            ops.take(),
+            vec![
+                Op::Allocate(Extent::new(3000, 1)),
+                Op::Free(Extent::new(10, 1)),
+            ]
+        );
+        assert_eq!(ops.busy.load(Relaxed), 0, "a take leaves no shard busy");
+        assert!(ops.is_empty());
+        // Ops put back after a failed write make shard 0 busy again.
+        ops.put_back(vec![Op::Allocate(Extent::new(4000, 1))]);
+        assert_eq!(ops.busy.load(Relaxed), 1);
+        assert_eq!(ops.allocations(), vec![Op::Allocate(Extent::new(4000, 1))]);
     }
 }
