@@ -4,7 +4,8 @@
 //! file system can commit "file X owns extent E" atomically with "E is used". `append`
 //! writes a record after the head; `commit(seq)` returns once the record `seq` is durable,
 //! and concurrent committers share one flush (group commit: whoever finds no flush running
-//! flushes for everyone appended so far; the others wait for it). Replay reads records from
+//! flushes for everyone appended so far; the others wait for it, except where a flush costs
+//! less than the wait: they then flush alongside, `flush.rs`). Replay reads records from
 //! the tail in sequence and stops at the first one that is torn, corrupt or out of sequence.
 //!
 //! A torn tail and damage in the middle look alike at the point where replay stops; what
@@ -31,7 +32,7 @@
 //!
 //! Data structures: [`Journal`] (the writer's head, tail and next sequence number, the last
 //! records' offsets and bytes for the next mirror; the flush state: what is durable,
-//! whether a flush runs, who waits) and [`Record`] (sequence number, ops, payload).
+//! the flushes under way, who waits) and [`Record`] (sequence number, ops, payload).
 //! Invariant: records are numbered without gaps from the tail, the bytes between the tail
 //! and the head are never overwritten (a mirror lies past the head and before the tail),
 //! and the 40 bytes after the last record are zero so replay stops there (an equally long
@@ -56,6 +57,7 @@
 //! .. payload, zero padding to 8 bytes
 //! ```
 
+mod flush;
 mod record;
 mod replay;
 
@@ -281,18 +283,15 @@ impl WriterState {
 struct FlushState {
     /// Every record with seq <= this is durable.
     durable: u64,
-    running: bool,
+    /// Flushes under way (more than one only where flushes cost less than waiting for
+    /// one: [`Journal::flush_is_free`]).
+    running: u32,
     flushes: u64,
     /// Records the last flush made durable: those after `last_from`, up to `durable`.
     last_batch: u64,
     last_from: u64,
     /// Committers waiting for a flush.
     waiters: u64,
-}
-
-thread_local! {
-    /// The sequence number this thread last committed (for the batching estimate).
-    static LAST_COMMIT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// Appends records and commits them with shared flushes.
@@ -311,8 +310,9 @@ pub struct Journal {
     avg_flush_ns: AtomicU64,
     /// The largest record it holds ([`Journal::max_record_bytes`]).
     max_record: u64,
-    /// A flush is under way: appends leave their mirror to the next flush.
-    flushing: std::sync::atomic::AtomicBool,
+    /// Flushes under way (`running`, readable without the flush lock): while any is,
+    /// appends leave their mirror to the next flush.
+    flushing: std::sync::atomic::AtomicU32,
 }
 
 impl Journal {
@@ -331,7 +331,7 @@ impl Journal {
             )),
             flush: Mutex::new(FlushState {
                 durable: replayed.next_seq.saturating_sub(1),
-                running: false,
+                running: 0,
                 flushes: 0,
                 last_batch: 0,
                 last_from: 0,
@@ -341,7 +341,7 @@ impl Journal {
             appended: AtomicU64::new(replayed.next_seq),
             durable_seq: AtomicU64::new(replayed.next_seq.saturating_sub(1)),
             avg_flush_ns: AtomicU64::new(0),
-            flushing: std::sync::atomic::AtomicBool::new(false),
+            flushing: std::sync::atomic::AtomicU32::new(0),
         }
     }
 
@@ -383,7 +383,7 @@ impl Journal {
             return Err(Error::JournalFull { needed: n });
         }
         let seq = w.next_seq;
-        let inline = !self.flushing.load(Relaxed);
+        let inline = self.flushing.load(Relaxed) == 0;
         let mut out = record;
         if inline {
             // One buffer: the record, zeros up to the mirror, and the mirror, built in
@@ -459,111 +459,6 @@ impl Journal {
     /// copies `before` bytes before it.
     fn footprint(area: Area, at: u64, n: u64, before: u64) -> u64 {
         WriterState::mirror_at(area, at, n) + (HEADER as u64 + before + n).next_multiple_of(8)
-    }
-
-    /// Returns once record `seq` is durable. Committers that arrive while a flush runs wait
-    /// for it, and the next flush covers all of them.
-    pub fn commit(&self, seq: u64) -> Result<()> {
-        let mine = LAST_COMMIT.with(|c| c.replace(seq));
-        let mut f = self.flush.lock();
-        loop {
-            if f.durable >= seq {
-                return Ok(());
-            }
-            if !f.running {
-                break;
-            }
-            f.waiters += 1;
-            self.flushed.wait(&mut f);
-            f.waiters -= 1;
-        }
-        f.running = true;
-        // The committers the last flush released are likely to commit again at once, and
-        // those waiting now already have: wait briefly for them to append, so this flush
-        // covers all of them instead of half (jbd2 batches the same way).
-        // This thread's previous commit may be one of the last batch: do not count it twice.
-        let in_last = u64::from(mine > f.last_from && mine <= f.durable);
-        let expect = (f.last_batch + f.waiters + 1).saturating_sub(in_last);
-        let durable = f.durable;
-        drop(f);
-        self.flushing.store(true, Relaxed);
-        self.gather(durable, expect);
-        // Everything appended before this point is covered by this flush, and by the
-        // mirror written now if the last of them did not write one.
-        let (upto, mirrored) = {
-            let mut w = self.writer.lock();
-            let upto = w.next_seq - 1;
-            (upto, self.write_mirror(&mut w, upto, durable))
-        };
-        let started = std::time::Instant::now();
-        let result = mirrored.and_then(|()| self.dev.flush());
-        self.flushing.store(false, Relaxed);
-        let took = started.elapsed().as_nanos() as u64;
-        // Average flush time (a moving average over about 8 flushes).
-        let avg = self.avg_flush_ns.load(Relaxed);
-        self.avg_flush_ns.store(
-            if avg == 0 {
-                took
-            } else {
-                avg - avg / 8 + took / 8
-            },
-            Relaxed,
-        );
-        let mut f = self.flush.lock();
-        f.running = false;
-        f.flushes += 1;
-        if result.is_ok() {
-            f.last_batch = upto.saturating_sub(f.durable);
-            f.last_from = f.durable;
-            f.durable = f.durable.max(upto);
-            self.durable_seq
-                .store(f.durable, std::sync::atomic::Ordering::Release);
-        }
-        self.flushed.notify_all();
-        result
-    }
-
-    /// Writes, after the head, a mirror of the records up to `upto` that no record up to
-    /// `durable` vouches for, unless the newest mirror covers them already.
-    fn write_mirror(&self, w: &mut WriterState, upto: u64, durable: u64) -> Result<()> {
-        if w.mirrored >= upto || upto <= durable {
-            return Ok(());
-        }
-        let head = w.head;
-        let (span_start, span) = w.span(self.area, head, durable);
-        let mut out = Vec::with_capacity(HEADER + span.len());
-        append_mirror(&mut out, upto, span_start, span, 0);
-        let at = WriterState::mirror_at(self.area, head, 0);
-        self.dev.write_at(&out, self.area.start + at)?;
-        w.mirrored = upto;
-        Ok(())
-    }
-
-    /// The batching wait before a flush: yields until `expect` records wait after `durable`,
-    /// for at most half the average flush time, and stops early once no record arrived for
-    /// a tenth of it. On a device whose flush costs nothing, this costs nothing.
-    fn gather(&self, durable: u64, expect: u64) {
-        let avg = self.avg_flush_ns.load(Relaxed);
-        if avg < 20_000 || expect <= 1 {
-            return;
-        }
-        let limit = std::time::Duration::from_nanos(avg / 2);
-        let quiet = std::time::Duration::from_nanos(avg / 10);
-        let started = std::time::Instant::now();
-        let mut seen = self.appended.load(Relaxed);
-        let mut last_change = started;
-        while seen.saturating_sub(1).saturating_sub(durable) < expect {
-            let now = std::time::Instant::now();
-            if now - started >= limit || now - last_change >= quiet {
-                break;
-            }
-            std::thread::yield_now();
-            let next = self.appended.load(Relaxed);
-            if next != seen {
-                seen = next;
-                last_change = std::time::Instant::now();
-            }
-        }
     }
 
     /// Moves the tail: records before `tail` (offset in the area) are no longer needed
@@ -770,11 +665,11 @@ mod tests {
         let j = Journal::new(dev.clone(), AREA, 0, &empty());
         let s = j.append(&ops(1), &[1; 100]).unwrap();
         j.commit(s).unwrap();
-        j.flushing.store(true, Relaxed);
+        j.flushing.store(1, Relaxed);
         for i in 2..=12u64 {
             j.append(&ops(i), &[i as u8; 300]).unwrap();
         }
-        j.flushing.store(false, Relaxed);
+        j.flushing.store(0, Relaxed);
         assert!(j.writer.lock().mirrored < 12, "no mirror written yet");
         j.commit(12).unwrap();
         assert_eq!(j.writer.lock().mirrored, 12);
@@ -795,7 +690,7 @@ mod tests {
             let j = Journal::new(dev.clone(), AREA, 0, &empty());
             let s = j.append(&ops(1), &[1; 100]).unwrap();
             j.commit(s).unwrap();
-            j.flushing.store(true, Relaxed);
+            j.flushing.store(1, Relaxed);
             let at4 = j.head().0;
             j.append(&ops(4), &[4; 100]).unwrap();
             j.append(&ops(5), &[5; 100]).unwrap();
@@ -805,7 +700,7 @@ mod tests {
             let r = replay(dev.as_ref(), AREA, 0, 1).unwrap();
             assert_eq!(r.records.len(), 1, "a torn tail");
             let j = Journal::new(dev.clone(), AREA, 0, &r);
-            j.flushing.store(!inline, Relaxed);
+            j.flushing.store(u32::from(!inline), Relaxed);
             assert_eq!(j.append(&ops(4), &[9; 100]).unwrap(), 2);
             let r = replay(dev.as_ref(), AREA, 0, 1).unwrap();
             assert_eq!(
@@ -882,6 +777,68 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_micros(300));
             Ok(())
         }
+    }
+
+    /// A device whose first flush waits at `gate` twice (entered, then released); later
+    /// flushes cost nothing.
+    struct GatedFlush {
+        dev: MemDevice,
+        first: std::sync::atomic::AtomicBool,
+        gate: std::sync::Barrier,
+    }
+
+    impl Device for GatedFlush {
+        fn size(&self) -> u64 {
+            self.dev.size()
+        }
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+            self.dev.read_at(buf, offset)
+        }
+        fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+            self.dev.write_at(buf, offset)
+        }
+        fn flush(&self) -> Result<()> {
+            if self.first.swap(false, Relaxed) {
+                self.gate.wait();
+                self.gate.wait();
+            }
+            Ok(())
+        }
+    }
+
+    /// Where flushes cost nothing (memory, `/dev/shm`), a committer that finds a flush under
+    /// way flushes alongside it instead of sleeping until it ends; its record is durable,
+    /// and replay finds both.
+    #[test]
+    fn where_flushes_cost_nothing_a_committer_flushes_alongside() {
+        let gated = Arc::new(GatedFlush {
+            dev: MemDevice::new(1 << 20),
+            first: std::sync::atomic::AtomicBool::new(true),
+            gate: std::sync::Barrier::new(2),
+        });
+        let dev: Arc<dyn Device> = gated.clone();
+        let j = Journal::new(dev.clone(), AREA, 0, &empty());
+        j.avg_flush_ns.store(500, Relaxed);
+        std::thread::scope(|s| {
+            let first = s.spawn(|| j.commit(j.append(&ops(1), &[1; 16]).unwrap()));
+            gated.gate.wait();
+            let (done, finished) = std::sync::mpsc::channel();
+            let j = &j;
+            s.spawn(move || {
+                let seq = j.append(&ops(2), &[2; 16]).unwrap();
+                done.send(j.commit(seq)).unwrap();
+            });
+            let second = finished.recv_timeout(std::time::Duration::from_secs(10));
+            gated.gate.wait();
+            let second = second.expect("the second committer waited for the first's flush");
+            second.unwrap();
+            assert!(j.durable_seq.load(Relaxed) >= 2);
+            first.join().unwrap().unwrap();
+        });
+        assert_eq!(j.flushes(), 2);
+        assert_eq!(j.flush.lock().running, 0);
+        let r = replay(dev.as_ref(), AREA, 0, 1).unwrap();
+        assert_eq!(r.records.len(), 2);
     }
 
     #[test]

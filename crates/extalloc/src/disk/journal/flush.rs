@@ -1,0 +1,143 @@
+//! Group commit: [`Journal::commit`] and the flush it runs or waits for.
+//!
+//! Data structures: the journal's `FlushState` under its `flush` mutex (what is durable,
+//! the flushes under way, who waits, the last batch) and `flushed`, the condition variable
+//! committers wait on; `avg_flush_ns`, a moving average of a flush's duration.
+//!
+//! Invariant: `durable` only grows, and only to the last record appended before a flush
+//! that succeeded started; a flush writes the mirror of the records it covers first
+//! (`write_mirror`). Several flushes run at once only where a flush costs less than waiting
+//! for one (`flush_is_free`): each still covers what was appended before it started.
+//!
+//! Locks: `flush` and `writer` are never held together; the device's flush runs under
+//! neither.
+
+use super::record::{append_mirror, HEADER};
+use super::{Journal, WriterState};
+use crate::error::Result;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// A flush that takes less on average than this (in nanoseconds) costs less than sleeping
+/// until another committer's ends ([`Journal::flush_is_free`]).
+const FREE_FLUSH_NS: u64 = 4_000;
+
+thread_local! {
+    /// The sequence number this thread last committed (for the batching estimate).
+    static LAST_COMMIT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+impl Journal {
+    /// Returns once record `seq` is durable. Committers that arrive while a flush runs wait
+    /// for it, and the next flush covers all of them.
+    pub fn commit(&self, seq: u64) -> Result<()> {
+        let mine = LAST_COMMIT.with(|c| c.replace(seq));
+        let mut f = self.flush.lock();
+        loop {
+            if f.durable >= seq {
+                return Ok(());
+            }
+            if f.running == 0 || self.flush_is_free() {
+                break;
+            }
+            f.waiters += 1;
+            self.flushed.wait(&mut f);
+            f.waiters -= 1;
+        }
+        f.running += 1;
+        // The committers the last flush released are likely to commit again at once, and
+        // those waiting now already have: wait briefly for them to append, so this flush
+        // covers all of them instead of half (jbd2 batches the same way).
+        // This thread's previous commit may be one of the last batch: do not count it twice.
+        let in_last = u64::from(mine > f.last_from && mine <= f.durable);
+        let expect = (f.last_batch + f.waiters + 1).saturating_sub(in_last);
+        let durable = f.durable;
+        drop(f);
+        self.flushing.fetch_add(1, Relaxed);
+        self.gather(durable, expect);
+        // Everything appended before this point is covered by this flush, and by the
+        // mirror written now if the last of them did not write one.
+        let (upto, mirrored) = {
+            let mut w = self.writer.lock();
+            let upto = w.next_seq - 1;
+            (upto, self.write_mirror(&mut w, upto, durable))
+        };
+        let started = std::time::Instant::now();
+        let result = mirrored.and_then(|()| self.dev.flush());
+        self.flushing.fetch_sub(1, Relaxed);
+        let took = started.elapsed().as_nanos() as u64;
+        // Average flush time (a moving average over about 8 flushes).
+        let avg = self.avg_flush_ns.load(Relaxed);
+        self.avg_flush_ns.store(
+            if avg == 0 {
+                took
+            } else {
+                avg - avg / 8 + took / 8
+            },
+            Relaxed,
+        );
+        let mut f = self.flush.lock();
+        f.running -= 1;
+        f.flushes += 1;
+        if result.is_ok() {
+            f.last_batch = upto.saturating_sub(f.durable);
+            f.last_from = f.durable;
+            f.durable = f.durable.max(upto);
+            self.durable_seq
+                .store(f.durable, std::sync::atomic::Ordering::Release);
+        }
+        self.flushed.notify_all();
+        result
+    }
+
+    /// Whether a flush costs less than waiting for another committer's (a sleep on the
+    /// condition variable and a wake-up, several microseconds): on such a device (memory,
+    /// `/dev/shm`) a committer that finds a flush under way flushes alongside it instead.
+    /// Each flush covers what was appended before it started, so `durable` only grows.
+    fn flush_is_free(&self) -> bool {
+        let avg = self.avg_flush_ns.load(Relaxed);
+        avg != 0 && avg < FREE_FLUSH_NS
+    }
+
+    /// Writes, after the head, a mirror of the records up to `upto` that no record up to
+    /// `durable` vouches for, unless the newest mirror covers them already.
+    fn write_mirror(&self, w: &mut WriterState, upto: u64, durable: u64) -> Result<()> {
+        if w.mirrored >= upto || upto <= durable {
+            return Ok(());
+        }
+        let head = w.head;
+        let (span_start, span) = w.span(self.area, head, durable);
+        let mut out = Vec::with_capacity(HEADER + span.len());
+        append_mirror(&mut out, upto, span_start, span, 0);
+        let at = WriterState::mirror_at(self.area, head, 0);
+        self.dev.write_at(&out, self.area.start + at)?;
+        w.mirrored = upto;
+        Ok(())
+    }
+
+    /// The batching wait before a flush: yields until `expect` records wait after `durable`,
+    /// for at most half the average flush time, and stops early once no record arrived for
+    /// a tenth of it. On a device whose flush costs nothing, this costs nothing.
+    fn gather(&self, durable: u64, expect: u64) {
+        let avg = self.avg_flush_ns.load(Relaxed);
+        if avg < 20_000 || expect <= 1 {
+            return;
+        }
+        let limit = std::time::Duration::from_nanos(avg / 2);
+        let quiet = std::time::Duration::from_nanos(avg / 10);
+        let started = std::time::Instant::now();
+        let mut seen = self.appended.load(Relaxed);
+        let mut last_change = started;
+        while seen.saturating_sub(1).saturating_sub(durable) < expect {
+            let now = std::time::Instant::now();
+            if now - started >= limit || now - last_change >= quiet {
+                break;
+            }
+            std::thread::yield_now();
+            let next = self.appended.load(Relaxed);
+            if next != seen {
+                seen = next;
+                last_change = std::time::Instant::now();
+            }
+        }
+    }
+}
