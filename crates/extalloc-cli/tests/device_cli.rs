@@ -372,9 +372,18 @@ fn small_files_run_on_a_volume() {
         "--writes",
         "5000",
     ];
-    let cells = volume_row("sparse-writes", &img, "2", &args);
+    let cells = volume_row("sparse-writes", &img, "1", &args);
     assert_eq!(
         cells[6], cells[7],
+        "extents per file, memory and volume: {cells:?}"
+    );
+    // At 2 threads the two files' windows race for neighbouring blocks, on the volume in
+    // another order than in memory from run to run (about one run in three leaves one file
+    // one extent more: 2,002.50 against 2,003.00 per file). Within one extent per file.
+    let cells = volume_row("sparse-writes", &img, "2", &args);
+    let (memory, volume): (f64, f64) = (cells[6].parse().unwrap(), cells[7].parse().unwrap());
+    assert!(
+        memory > 1000.0 && (volume - memory).abs() <= 1.0,
         "extents per file, memory and volume: {cells:?}"
     );
 }

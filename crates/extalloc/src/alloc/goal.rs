@@ -134,9 +134,11 @@ impl Allocator {
     /// into the untouched space around that goal and shrink the device's largest free
     /// extent (`docs/results.md`, the mixed-lifetimes trace).
     fn leaves_class(&self, ctx: &AllocContext<'_>, goal: u64) -> bool {
+        if ctx.class_tag == 0 {
+            return false;
+        }
         let group = self.geometry.group_of(goal) as usize;
-        ctx.class_tag != 0
-            && class::tier(self.groups[group].class_tag(), ctx.class_tag) > class::UNTAGGED_TIER
+        class::tier(self.groups[group].class_tag(), ctx.class_tag) > class::UNTAGGED_TIER
     }
 
     /// A stream allocation got group `g` (under its lock): its goal moves there.

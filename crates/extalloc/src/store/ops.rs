@@ -4,10 +4,11 @@
 //! Data structures: [`OpShards`], per shard a `ShardOps` (its list, and the admission credit
 //! it holds) under the shard's own mutex, plus `reserved`, the ops admitted or held as
 //! credit across shards, and `busy`, a bit per shard that holds ops or credit: a commit
-//! visits only those (one thread's commit touches one shard, not all 64). Admission takes from the caller's shard's credit (no shared write);
-//! a shard that runs out takes a chunk of `CHUNK` from `reserved` while that still fits the
-//! limit, else exactly what it needs; near the limit every shard's unused credit is taken
-//! back before a refusal, so a refusal is exact: the ops pushed or admitted would not fit.
+//! visits only those (one thread's commit touches one shard, not all 64). Admission takes
+//! from the caller's shard's credit (no shared write); a shard that runs out takes a chunk
+//! of `CHUNK` from `reserved` while that still fits the limit, else exactly what it needs;
+//! near the limit every shard's unused credit is taken back before a refusal, so a refusal
+//! is exact: the ops pushed or admitted would not fit.
 //!
 //! Invariant: `reserved` = ops in the lists since the last `take` (an op merged into the
 //! one before it is not one more: its admission goes back as credit) + ops admitted and

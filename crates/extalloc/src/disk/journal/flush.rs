@@ -28,7 +28,8 @@ thread_local! {
 
 impl Journal {
     /// Returns once record `seq` is durable. Committers that arrive while a flush runs wait
-    /// for it, and the next flush covers all of them.
+    /// for it, and the next flush covers all of them; where a flush costs less than that
+    /// wait ([`Journal::flush_is_free`]), they flush alongside it instead.
     pub fn commit(&self, seq: u64) -> Result<()> {
         let mine = LAST_COMMIT.with(|c| c.replace(seq));
         let mut f = self.flush.lock();
