@@ -166,6 +166,10 @@ enum Command {
         /// commit takes every thread's operations so far).
         #[arg(long)]
         shared: bool,
+        /// With --handles or --shared: each commit records only the payload (no allocation,
+        /// no free), so the run measures what the transaction itself adds to group commit.
+        #[arg(long)]
+        payload_only: bool,
     },
     /// What mounting costs: open time of a large sparse device (bytes read, bitmaps loaded),
     /// then recovery time against the number of journal records to replay.
@@ -387,6 +391,7 @@ fn run(cli: Cli) -> Result<()> {
             payload,
             handles,
             shared,
+            payload_only,
         } => {
             use lab::commit_bench::StoreMode;
             let mode = match (handles, shared) {
@@ -394,7 +399,12 @@ fn run(cli: Cli) -> Result<()> {
                 (_, true) => Some(StoreMode::Shared),
                 _ => None,
             };
-            commit_bench(&path, &threads, seconds, payload, mode)
+            anyhow::ensure!(
+                mode.is_some() || !payload_only,
+                "--payload-only needs --handles or --shared (the bare journal's records \
+                 always carry one allocation)"
+            );
+            commit_bench(&path, &threads, seconds, payload, mode, !payload_only)
         }
         Command::Torture {
             corrupt: Some(damages),
@@ -532,6 +542,7 @@ fn commit_bench(
     seconds: f64,
     payload: usize,
     mode: Option<lab::commit_bench::StoreMode>,
+    ops: bool,
 ) -> Result<()> {
     anyhow::ensure!(
         seconds > 0.0 && seconds.is_finite(),
@@ -539,7 +550,7 @@ fn commit_bench(
     );
     let threads = lab::parse_threads(threads)?;
     let rows = match mode {
-        Some(mode) => lab::commit_bench::run_store(path, &threads, seconds, payload, mode)?,
+        Some(mode) => lab::commit_bench::run_store(path, &threads, seconds, payload, mode, ops)?,
         None => lab::commit_bench::run(path, &threads, seconds, payload)?,
     };
     print!("{}", lab::commit_bench::markdown(path, &rows));

@@ -5,7 +5,8 @@
 //! on a device whose flush costs something (a disk) more threads commit more per second.
 //! `--handles` runs the same through the store's per-caller transactions, `--shared` through
 //! its shared transaction (`run_store`): each commit then also allocates a block and frees
-//! one, as a caller's would.
+//! one, as a caller's would; with `--payload-only` it records only the payload, which
+//! isolates what the transaction adds to group commit from the allocator's work.
 
 use anyhow::{Context, Result};
 use extalloc::disk::device::{Device, FileDevice};
@@ -79,14 +80,16 @@ pub enum StoreMode {
 }
 
 /// [`run`] through a [`Store`](extalloc::store::Store): each thread allocates one block,
-/// frees the block it allocated before, and commits with the payload, in a transaction of
-/// its own or the shared one (`mode`); full journals checkpoint.
+/// frees the block it allocated before (unless not `ops`: the record then holds only the
+/// payload), and commits with the payload, in a transaction of its own or the shared one
+/// (`mode`); full journals checkpoint.
 pub fn run_store(
     path: &Path,
     threads: &[usize],
     seconds: f64,
     payload: usize,
     mode: StoreMode,
+    ops: bool,
 ) -> Result<Vec<Row>> {
     let geometry = Geometry::new(4096, 32768, 65536)?;
     let dev: Arc<dyn Device> = Arc::new(FileDevice::create(path, 65536 * 4096)?);
@@ -100,10 +103,10 @@ pub fn run_store(
             let mut last: Option<Extent> = None;
             let req = extalloc::AllocRequest::new(t as u64, 1);
             while !stop.load(Ordering::Relaxed) {
-                let e = match mode {
+                last = match mode {
                     StoreMode::Handles => {
                         let txn = store.begin();
-                        let e = txn.allocate(&req)?;
+                        let e = if ops { Some(txn.allocate(&req)?) } else { None };
                         if let Some(old) = last {
                             txn.free(old)?;
                         }
@@ -111,7 +114,11 @@ pub fn run_store(
                         e
                     }
                     StoreMode::Shared => {
-                        let e = store.allocate(&req)?;
+                        let e = if ops {
+                            Some(store.allocate(&req)?)
+                        } else {
+                            None
+                        };
                         if let Some(old) = last {
                             store.free(old)?;
                         }
@@ -119,7 +126,6 @@ pub fn run_store(
                         e
                     }
                 };
-                last = Some(e);
                 commits.fetch_add(1, Ordering::Relaxed);
             }
             Ok(())

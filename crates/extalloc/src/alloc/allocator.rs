@@ -74,6 +74,12 @@ pub(super) type StateGuard<'a> = MappedMutexGuard<'a, GroupState>;
 /// A part of an extent inside one group: `(group, offset in the group, length)`.
 pub(super) type Piece = (u64, u32, u32);
 
+/// The pieces of an extent, one per group it spans: inline for the usual one or two.
+pub(super) type Pieces = smallvec::SmallVec<[Piece; 2]>;
+
+/// The locked states of an extent's groups, in the order of its [`Pieces`].
+pub(super) type Guards<'a> = smallvec::SmallVec<[StateGuard<'a>; 2]>;
+
 /// The extent allocator of one device: its groups and group indexes, stream goals, deferred
 /// frees and statistics. Shared between threads, which allocate and free concurrently.
 pub struct Allocator {
@@ -350,13 +356,13 @@ impl Allocator {
         &self,
         extent: Extent,
         shard: &Shard,
-    ) -> Result<(Vec<Piece>, Vec<StateGuard<'_>>)> {
+    ) -> Result<(Pieces, Guards<'_>)> {
         self.geometry.validate(extent)?;
-        let pieces: Vec<(u64, u32, u32)> = self.geometry.split(extent).collect();
-        let guards = pieces
-            .iter()
-            .map(|&(g, _, _)| self.lock_group(g, shard))
-            .collect::<Result<Vec<_>>>()?;
+        let pieces: Pieces = self.geometry.split(extent).collect();
+        let mut guards = Guards::new();
+        for &(g, _, _) in &pieces {
+            guards.push(self.lock_group(g, shard)?);
+        }
         Ok((pieces, guards))
     }
 

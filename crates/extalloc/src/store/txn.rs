@@ -4,8 +4,10 @@
 //! cancels its frees; a commit whose record cannot be written leaves the handle as it was.
 //!
 //! Data structures: a [`Txn`] holds its `TxnOps` (allocations, frees) behind an
-//! `Arc<Mutex>` that the store's `Handles` registry also holds, so a checkpoint sees every
-//! open handle's allocations and writes them home as free (they are recorded nowhere yet).
+//! `Arc<Mutex>` that the store's `Handles` registry also holds from the handle's first
+//! allocation on, so a checkpoint sees every open handle's allocations and writes them home
+//! as free (they are recorded nowhere yet). A handle that allocates nothing never enters
+//! the registry.
 //! `Handles::freeing` holds every extent an open or committing handle frees, so no one
 //! frees a block twice; `Handles::appended` holds the frees of records appended whose
 //! blocks are not free in memory yet, by sequence number.
@@ -27,8 +29,9 @@ use crate::disk::journal::{Journal, Op};
 use crate::error::{Error, Result};
 use crate::geometry::Extent;
 use parking_lot::Mutex;
+use smallvec::SmallVec;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 /// One handle's changes so far.
@@ -42,7 +45,7 @@ pub(super) struct TxnOps {
 #[derive(Default)]
 pub(super) struct Handles {
     next_id: AtomicU64,
-    /// Open handles, by id: their allocations are unrecorded.
+    /// Open handles that allocated, by id: their allocations are unrecorded.
     open: Mutex<HashMap<u64, Arc<Mutex<TxnOps>>>>,
     /// Frees of appended records not yet applied in memory, by sequence number.
     appended: Mutex<BTreeMap<u64, Vec<Extent>>>,
@@ -130,6 +133,8 @@ pub struct Txn<'s> {
     store: &'s Store,
     id: u64,
     ops: Arc<Mutex<TxnOps>>,
+    /// In the store's registry of open handles (from the first allocation on).
+    registered: AtomicBool,
 }
 
 impl std::fmt::Debug for Txn<'_> {
@@ -177,12 +182,11 @@ impl Store {
     /// ([`Store::allocate`] ... [`Store::commit`]).
     pub fn begin(&self) -> Txn<'_> {
         let id = self.handles.next_id.fetch_add(1, Relaxed);
-        let ops = Arc::new(Mutex::new(TxnOps::default()));
-        self.handles.open.lock().insert(id, ops.clone());
         Txn {
             store: self,
             id,
-            ops,
+            ops: Arc::new(Mutex::new(TxnOps::default())),
+            registered: AtomicBool::new(false),
         }
     }
 
@@ -230,12 +234,30 @@ impl<'s> Txn<'s> {
     pub fn allocate(&self, req: &AllocRequest) -> Result<Extent> {
         let shard = self.store.alloc().stats_handle().shard_index();
         let _open = self.store.boundary.read(shard);
+        self.register();
         let mut ops = self.ops.lock();
         self.admit(&ops)?;
         let e = self.store.alloc().allocate(req)?;
         ops.allocs.push(e);
         self.store.handles.unrecorded_len.fetch_add(1, Relaxed);
         Ok(e)
+    }
+
+    /// Enters this handle in the registry of open handles (lock order: before its ops), so
+    /// a checkpoint sees its allocations.
+    fn register(&self) {
+        if !self.registered.load(Relaxed) {
+            let mut open = self.store.handles.open.lock();
+            open.entry(self.id).or_insert_with(|| self.ops.clone());
+            self.registered.store(true, Relaxed);
+        }
+    }
+
+    /// Leaves the registry of open handles, if this handle entered it.
+    fn unregister(&self) {
+        if self.registered.swap(false, Relaxed) {
+            self.store.handles.open.lock().remove(&self.id);
+        }
     }
 
     /// Frees `extent` in this transaction: it stays allocated until the commit is durable,
@@ -279,7 +301,7 @@ impl<'s> Txn<'s> {
     /// a handle; the record's frees are applied by the next checkpoint, which makes it
     /// durable first.
     pub fn commit(self, payload: &[u8]) -> std::result::Result<Committed, CommitFailed<'s>> {
-        let (seq, checkpointed) = match self.append(payload) {
+        let (seq, checkpointed, frees) = match self.append(payload) {
             Ok(x) => x,
             Err(error) => {
                 return Err(CommitFailed {
@@ -294,14 +316,17 @@ impl<'s> Txn<'s> {
         if let Err(error) = store.journal.commit(seq) {
             return Err(CommitFailed { error, txn: None });
         }
-        store.apply_appended(seq);
+        if frees {
+            store.apply_appended(seq);
+        }
         Ok(Committed { seq, checkpointed })
     }
 
     /// Appends this transaction's record under the commit lock, read (a full journal:
-    /// written, to checkpoint first), and hands its frees to `appended`. On failure nothing
-    /// changed.
-    fn append(&self, payload: &[u8]) -> Result<(u64, bool)> {
+    /// written, to checkpoint first), and hands its frees to `appended`. Returns the
+    /// record's sequence number, whether it checkpointed, and whether it frees anything.
+    /// On failure nothing changed.
+    fn append(&self, payload: &[u8]) -> Result<(u64, bool, bool)> {
         let store = self.store;
         let shared = store.commit_lock.read();
         match self.append_locked(payload, false) {
@@ -316,10 +341,10 @@ impl<'s> Txn<'s> {
 
     /// [`Txn::append`] under the commit lock (written if `may_checkpoint`: a full journal
     /// then checkpoints; read: it returns `JournalFull`).
-    fn append_locked(&self, payload: &[u8], may_checkpoint: bool) -> Result<(u64, bool)> {
+    fn append_locked(&self, payload: &[u8], may_checkpoint: bool) -> Result<(u64, bool, bool)> {
         let store = self.store;
         let ops = self.ops.lock();
-        let record: Vec<Op> = ops
+        let record: SmallVec<[Op; 4]> = ops
             .allocs
             .iter()
             .map(|&e| Op::Allocate(e))
@@ -345,18 +370,21 @@ impl<'s> Txn<'s> {
         };
         let mut ops = self.ops.lock();
         // Recorded: its frees wait for durability, its allocations are no longer open.
-        store
-            .handles
-            .appended
-            .lock()
-            .insert(seq, std::mem::take(&mut ops.frees));
+        let frees = !ops.frees.is_empty();
+        if frees {
+            store
+                .handles
+                .appended
+                .lock()
+                .insert(seq, std::mem::take(&mut ops.frees));
+        }
         let recorded = std::mem::take(&mut ops.allocs).len() as u64;
         drop(ops);
         // The registry after the handle's ops (lock order: registry -> a handle's ops);
         // checkpoints cannot come between (`commit_lock`, held read at least).
-        store.handles.open.lock().remove(&self.id);
+        self.unregister();
         store.handles.unrecorded_len.fetch_sub(recorded, Relaxed);
-        Ok((seq, checkpointed))
+        Ok((seq, checkpointed, frees))
     }
 
     /// Gives this transaction's allocations back (they were recorded nowhere) and cancels
@@ -373,7 +401,7 @@ impl<'s> Txn<'s> {
     fn undo(&self) -> Result<()> {
         let shard = self.store.alloc().stats_handle().shard_index();
         let _open = self.store.boundary.read(shard);
-        self.store.handles.open.lock().remove(&self.id);
+        self.unregister();
         let mut ops = self.ops.lock();
         let frees = std::mem::take(&mut ops.frees);
         self.store.handles.unmark_freeing(&frees);

@@ -94,7 +94,7 @@ impl Journal {
     /// condition variable and a wake-up, several microseconds): on such a device (memory,
     /// `/dev/shm`) a committer that finds a flush under way flushes alongside it instead.
     /// Each flush covers what was appended before it started, so `durable` only grows.
-    fn flush_is_free(&self) -> bool {
+    pub(super) fn flush_is_free(&self) -> bool {
         let avg = self.avg_flush_ns.load(Relaxed);
         avg != 0 && avg < FREE_FLUSH_NS
     }

@@ -25,7 +25,9 @@
 //! its mirror in the same write as the record (one committer: one write per commit); one
 //! made while a flush runs leaves it to the next flush, which writes one mirror for all the
 //! records appended meanwhile (`write_mirror`) instead of one per append, each copying the
-//! last. Later appends overwrite it. Where replay stops, a mirror written with a record
+//! last — except where a flush costs nothing (`flush_is_free`): every committer then
+//! flushes at once, alongside any other, and a mirror in the record's own write saves that
+//! flush a second write. Later appends overwrite it. Where replay stops, a mirror written with a record
 //! numbered at least the missing one and covering the stop supplies the bytes
 //! (`replay.rs`). Cost: about 4 KiB more written per flush, and a record may use at most
 //! about half the journal (it and its mirror must fit).
@@ -383,7 +385,9 @@ impl Journal {
             return Err(Error::JournalFull { needed: n });
         }
         let seq = w.next_seq;
-        let inline = self.flushing.load(Relaxed) == 0;
+        // Where flushes cost nothing, the committer flushes right after this append
+        // whether or not another flush runs: its mirror goes in this write, not in one more.
+        let inline = self.flushing.load(Relaxed) == 0 || self.flush_is_free();
         let mut out = record;
         if inline {
             // One buffer: the record, zeros up to the mirror, and the mirror, built in
@@ -657,6 +661,34 @@ mod tests {
         assert!(r.damage.is_none());
     }
 
+    /// Flushes as slow as a disk's from here on: an append made while a flush runs leaves
+    /// its mirror to the next flush (on memory every append writes its own).
+    fn as_on_a_disk(j: &Journal) {
+        j.avg_flush_ns.store(100_000, Relaxed);
+    }
+
+    /// Where flushes cost nothing, every append writes its mirror, even while a flush runs:
+    /// the committer flushes right after it, and needs no second write.
+    #[test]
+    fn where_flushes_cost_nothing_every_append_mirrors_itself() {
+        let dev: Arc<dyn Device> = Arc::new(MemDevice::new(1 << 20));
+        let j = Journal::new(dev.clone(), AREA, 0, &empty());
+        j.avg_flush_ns.store(500, Relaxed);
+        j.flushing.store(1, Relaxed);
+        for i in 1..=5u64 {
+            j.append(&ops(i), &[i as u8; 300]).unwrap();
+            assert_eq!(j.writer.lock().mirrored, i, "record {i} wrote its mirror");
+        }
+        as_on_a_disk(&j);
+        j.append(&ops(6), &[6; 300]).unwrap();
+        assert_eq!(
+            j.writer.lock().mirrored,
+            5,
+            "on a disk the next flush mirrors it"
+        );
+        j.flushing.store(0, Relaxed);
+    }
+
     /// Records appended while a flush runs write no mirror; the next flush writes one for
     /// all of them, which repairs their damaged last block.
     #[test]
@@ -665,6 +697,7 @@ mod tests {
         let j = Journal::new(dev.clone(), AREA, 0, &empty());
         let s = j.append(&ops(1), &[1; 100]).unwrap();
         j.commit(s).unwrap();
+        as_on_a_disk(&j);
         j.flushing.store(1, Relaxed);
         for i in 2..=12u64 {
             j.append(&ops(i), &[i as u8; 300]).unwrap();
@@ -690,6 +723,7 @@ mod tests {
             let j = Journal::new(dev.clone(), AREA, 0, &empty());
             let s = j.append(&ops(1), &[1; 100]).unwrap();
             j.commit(s).unwrap();
+            as_on_a_disk(&j);
             j.flushing.store(1, Relaxed);
             let at4 = j.head().0;
             j.append(&ops(4), &[4; 100]).unwrap();
