@@ -35,6 +35,14 @@
 //!   time (pair-AND, then compact even bits); stops at the first order where nothing became
 //!   full.
 //!
+//! # Queries
+//!
+//! - [`Buddy::find_free_chunk`]: the first fully free aligned chunk of an order, from its
+//!   hint.
+//! - [`Buddy::free_run_end`]: where a free run stops, stepping over the largest fully free
+//!   chunk at each position (best-fit's run lengths: a whole free group in about a dozen
+//!   steps instead of one per 64 blocks).
+//!
 //! # Lock order
 //!
 //! None of its own: the summary lives inside the group's bitmap, under the group lock.
@@ -81,6 +89,35 @@ impl Buddy {
     #[inline]
     pub(super) fn free_blocks(&self) -> u32 {
         self.full_count[0]
+    }
+
+    /// The end of the free run that reaches the 64-aligned block `at`, at most `limit`:
+    /// steps over the largest fully free aligned chunk at each position (a few steps per
+    /// order instead of one per 64 blocks), then reads the block bitmap `used` for where
+    /// the run stops inside the last word.
+    pub(super) fn free_run_end(&self, used: &[u64], mut at: u64, limit: u64) -> u64 {
+        debug_assert_eq!(at % 64, 0);
+        'step: while at < limit {
+            // Orders above 6 whose chunk starts at `at` and ends by `limit`, largest first.
+            let top = self.order_top.min(at.trailing_zeros());
+            for k in (7..=top).rev() {
+                let size = 1u64 << k;
+                if at + size <= limit
+                    && self.full[k as usize - 1][(at >> k) as usize / 64] >> ((at >> k) % 64) & 1
+                        == 1
+                {
+                    at += size;
+                    continue 'step;
+                }
+            }
+            // Order 6 is one word of the block bitmap.
+            let word = used[(at / 64) as usize];
+            if word != 0 {
+                return limit.min(at + u64::from(word.trailing_zeros()));
+            }
+            at += 64;
+        }
+        limit
     }
 
     /// The order-`k` first-free hint.
