@@ -57,7 +57,7 @@ struct Run<'a> {
     run_end: u64,
 }
 
-/// What one [`Volume::write_back`] did.
+/// What one `Volume::write_back` did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WroteBack {
     /// Extents it mapped (allocations).

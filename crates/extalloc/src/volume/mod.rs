@@ -5,7 +5,7 @@
 //! - Every data allocation goes through the file layer (`files/`: normalisation, the file's
 //!   preallocations, locality chunks for small files, size classes), with the goal after
 //!   the file's previous extent.
-//! - Each operation logs its metadata changes ([`record::Change`]: create, size, map,
+//! - Each operation logs its metadata changes (`record::Change`: create, size, map,
 //!   unmap, written, unlink) and makes its allocations and frees in the store's open
 //!   transaction; [`Volume::sync`] commits both in one journal record, after flushing the
 //!   data (ext4's `data=ordered`: data reaches the device before the metadata that maps it).

@@ -18,7 +18,7 @@ use crate::error::Result;
 use std::sync::atomic::Ordering::Relaxed;
 
 /// A flush that takes less on average than this (in nanoseconds) costs less than sleeping
-/// until another committer's ends ([`Journal::flush_is_free`]).
+/// until another committer's ends (`flush_is_free`).
 const FREE_FLUSH_NS: u64 = 4_000;
 
 thread_local! {
@@ -29,7 +29,7 @@ thread_local! {
 impl Journal {
     /// Returns once record `seq` is durable. Committers that arrive while a flush runs wait
     /// for it, and the next flush covers all of them; where a flush costs less than that
-    /// wait ([`Journal::flush_is_free`]), they flush alongside it instead.
+    /// wait (`flush_is_free`), they flush alongside it instead.
     pub fn commit(&self, seq: u64) -> Result<()> {
         let mine = LAST_COMMIT.with(|c| c.replace(seq));
         let mut f = self.flush.lock();

@@ -286,7 +286,7 @@ struct FlushState {
     /// Every record with seq <= this is durable.
     durable: u64,
     /// Flushes under way (more than one only where flushes cost less than waiting for
-    /// one: [`Journal::flush_is_free`]).
+    /// one: `flush_is_free`).
     running: u32,
     flushes: u64,
     /// Records the last flush made durable: those after `last_from`, up to `durable`.
