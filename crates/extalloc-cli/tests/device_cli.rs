@@ -111,6 +111,28 @@ fn commit_bench_reports_each_thread_count() {
     assert!(!path.exists(), "the file is removed afterwards");
 }
 
+/// Handles committing only their payload run and report; `--payload-only` without a store
+/// mode is refused with a message naming what it needs, and creates nothing.
+#[test]
+fn commit_bench_payload_only_needs_a_store_mode() {
+    let path = std::env::temp_dir().join(format!("extalloc-po-{}.img", std::process::id()));
+    let p = path.to_str().unwrap();
+    let common = ["commit-bench", p, "--threads", "1", "--seconds", "0.2"];
+    let (ok, text) = extalloc(&[&common[..], &["--handles", "--payload-only"]].concat());
+    assert!(ok, "{text}");
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("| 1 |")).count(),
+        1,
+        "{text}"
+    );
+    let (ok, text) = extalloc(&[&common[..], &["--payload-only"]].concat());
+    assert!(
+        !ok && text.contains("--payload-only needs --handles or --shared"),
+        "{text}"
+    );
+    assert!(!path.exists(), "nothing is left behind");
+}
+
 /// Runs `extalloc torture ARGS --json` (which must succeed) and returns its report.
 fn torture_json(name: &str, args: &[&str]) -> serde_json::Value {
     let json = std::env::temp_dir().join(format!(
