@@ -148,6 +148,7 @@ enum Command {
     /// Make an extalloc file system on a file or block device (docs/format.md).
     Mkfs(cli::device::MkfsArgs),
     /// Group commit on a real file: commits per second at each thread count.
+    #[command(group(clap::ArgGroup::new("store").args(["handles", "shared"])))]
     CommitBench {
         /// A file to create (and remove afterwards): on /dev/shm, or on a disk.
         path: std::path::PathBuf,
@@ -160,7 +161,7 @@ enum Command {
         payload: usize,
         /// Commit through the store's per-caller transactions (each: begin, allocate one
         /// block, free the one allocated before, commit) instead of the bare journal.
-        #[arg(long, conflicts_with = "shared")]
+        #[arg(long)]
         handles: bool,
         /// The same work through the store's shared transaction (allocate, free, commit: a
         /// commit takes every thread's operations so far).
@@ -168,7 +169,7 @@ enum Command {
         shared: bool,
         /// With --handles or --shared: each commit records only the payload (no allocation,
         /// no free), so the run measures what the transaction itself adds to group commit.
-        #[arg(long)]
+        #[arg(long, requires = "store")]
         payload_only: bool,
     },
     /// What mounting costs: open time of a large sparse device (bytes read, bitmaps loaded),
@@ -399,11 +400,6 @@ fn run(cli: Cli) -> Result<()> {
                 (_, true) => Some(StoreMode::Shared),
                 _ => None,
             };
-            anyhow::ensure!(
-                mode.is_some() || !payload_only,
-                "--payload-only needs --handles or --shared (the bare journal's records \
-                 always carry one allocation)"
-            );
             commit_bench(&path, &threads, seconds, payload, mode, !payload_only)
         }
         Command::Torture {

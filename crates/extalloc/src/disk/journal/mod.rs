@@ -25,12 +25,13 @@
 //! its mirror in the same write as the record (one committer: one write per commit); one
 //! made while a flush runs leaves it to the next flush, which writes one mirror for all the
 //! records appended meanwhile (`write_mirror`) instead of one per append, each copying the
-//! last — except where a flush costs nothing (`flush_is_free`): every committer then
-//! flushes at once, alongside any other, and a mirror in the record's own write saves that
-//! flush a second write. Later appends overwrite it. Where replay stops, a mirror written with a record
-//! numbered at least the missing one and covering the stop supplies the bytes
-//! (`replay.rs`). Cost: about 4 KiB more written per flush, and a record may use at most
-//! about half the journal (it and its mirror must fit).
+//! last. Where a flush costs nothing (`flush_is_free`) every committer flushes at once,
+//! alongside any other, so every append writes its own mirror: that saves the flush a
+//! second write. Later appends overwrite it. Where replay stops, a mirror written with a
+//! record numbered at least the missing one and covering the stop supplies the bytes
+//! (`replay.rs`). Cost: about 4 KiB more written per flush (per commit where flushes are
+//! free), and a record may use at most about half the journal (it and its mirror must
+//! fit).
 //!
 //! Data structures: [`Journal`] (the writer's head, tail and next sequence number, the last
 //! records' offsets and bytes for the next mirror; the flush state: what is durable,
@@ -313,7 +314,7 @@ pub struct Journal {
     /// The largest record it holds ([`Journal::max_record_bytes`]).
     max_record: u64,
     /// Flushes under way (`running`, readable without the flush lock): while any is,
-    /// appends leave their mirror to the next flush.
+    /// appends leave their mirror to the next flush, unless flushes are free.
     flushing: std::sync::atomic::AtomicU32,
 }
 
