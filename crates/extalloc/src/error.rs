@@ -271,6 +271,18 @@ pub enum Error {
         /// The largest record the journal holds.
         max: u64,
     },
+
+    /// A multi-step change of the volume ([`crate::volume::Volume::atomic`]) stopped half
+    /// made: the volume commits nothing more, so the half change never becomes durable.
+    #[error(
+        "the volume stopped committing: a change that must be durable whole was left half \
+         made ({reason}); nothing since the last commit will be written: close the volume \
+         and open it again (recovery keeps every committed change)"
+    )]
+    Aborted {
+        /// What failed in the middle of the change.
+        reason: String,
+    },
 }
 
 /// The `std::io::Error` behind an [`Error::Io`], shared so that errors stay `Clone`;

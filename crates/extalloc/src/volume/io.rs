@@ -128,7 +128,7 @@ impl Volume {
         loop {
             match self.chunk(id, &op) {
                 Err(Error::NoSpace { pending_blocks, .. })
-                    if pending_blocks > 0 && tries < NO_SPACE_COMMITS =>
+                    if pending_blocks > 0 && tries < NO_SPACE_COMMITS && !self.inside_group() =>
                 {
                     tries += 1;
                     self.sync()?;

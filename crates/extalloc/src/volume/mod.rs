@@ -22,6 +22,9 @@
 //! writeback (the cache itself is `crate::writeback`); `checkpoint.rs` the table and the
 //! open; `file.rs` a file in memory; `record.rs` the bytes; `check.rs` the ownership check.
 //!
+//! - Several calls that must be durable together (a file system's rename) run in an
+//!   atomic group ([`Volume::atomic`], `atomic.rs`): no commit falls between them.
+//!
 //! Data structures: the [`Volume`] owns the [`Store`], the device, the files (`id ->
 //! VFile` under a mutex each), the log of changes since the last commit, and `Meta` (the
 //! next id, the table areas), and the delayed-allocation reservation count.
@@ -31,11 +34,14 @@
 //! both under the gate (written). Durable state (the table, then the records after it)
 //! maps a block to at most one file, and only blocks the store holds allocated.
 //!
-//! Lock order: `gate` -> a file's mutex -> `files` / `log` / `meta` / `claims` /
+//! Lock order: `groups` -> `gate` -> a file's mutex -> `files` / `log` / `meta` / `claims` /
 //! `delalloc`; then the store's locks. `files` is held only briefly and never while waiting for a file's mutex (callers
 //! clone a file's `Arc` out of it, then lock). Operations hold the gate for reading one chunk at a time (at most `CHUNK_BLOCKS`
 //! blocks or `CHUNK_EXTENTS` extents), so a commit waits for at most one chunk.
 
+mod atomic;
+#[cfg(test)]
+mod atomic_tests;
 mod check;
 mod checkpoint;
 mod delalloc;
@@ -49,6 +55,7 @@ mod record;
 #[cfg(test)]
 mod tests;
 
+pub use atomic::Atomic;
 pub use check::VolumeCheck;
 pub use delalloc::WroteBack;
 pub(crate) use io::check_range;
@@ -60,7 +67,7 @@ use crate::error::{Error, Result};
 use crate::geometry::{Extent, Geometry};
 use crate::store::{Statfs, Store};
 use file::VFile;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
 use placement::Claims;
 use record::{Change, PAYLOAD_MAGIC};
 use std::collections::BTreeMap;
@@ -78,6 +85,8 @@ const CHUNK_BUDGET: u64 = CHUNK_BLOCKS * 2 * (24 + 48);
 const EMPTY_RECORD_BYTES: u64 = 40;
 /// The id of the allocations holding the volume's own table areas.
 const TABLE_OWNER: u64 = u64::MAX;
+/// The next volume's identity (atomic groups tell volumes apart by it).
+static NEXT_IDENTITY: AtomicU64 = AtomicU64::new(1);
 
 /// One file as [`Volume::list`] reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,6 +132,12 @@ pub struct Volume {
     store: Store,
     dev: Arc<dyn Device>,
     block_size: u64,
+    /// Atomic groups read, commits write: no commit falls inside a group (`atomic.rs`).
+    groups: RwLock<()>,
+    /// Why commits stopped: a group was left half made (`atomic.rs`).
+    aborted: Mutex<Option<String>>,
+    /// This volume among others in the process (atomic groups' thread-local list).
+    identity: u64,
     /// Operations read, commits write: an operation's store changes and its logged
     /// changes always land in the same transaction.
     gate: RwLock<()>,
@@ -218,6 +233,9 @@ impl Volume {
             store,
             dev,
             block_size,
+            groups: RwLock::new(()),
+            aborted: Mutex::new(None),
+            identity: NEXT_IDENTITY.fetch_add(1, Relaxed),
             gate: RwLock::new(()),
             files: RwLock::new(files),
             log: Mutex::new(Vec::new()),
@@ -320,14 +338,25 @@ impl Volume {
         }
     }
 
-    /// Commits first if one more chunk might take the open transaction's record past an
+    /// Makes room for one chunk call: see [`Volume::make_room`]. Inside an atomic group of
+    /// this thread the room was made when the group opened: the call only counts against
+    /// the group's budget.
+    fn ensure_room(&self) -> Result<()> {
+        if self.inside_group() {
+            self.debit_group(1);
+            return Ok(());
+        }
+        self.make_room(CHUNK_BUDGET)
+    }
+
+    /// Commits first if `bytes` more might take the open transaction's record past an
     /// eighth of the largest (about a sixteenth of the journal). A commit leaves the
     /// journal at most half full (else the volume checkpoints), so the next record and its
     /// mirror always fit without the store checkpointing by itself, which a volume refuses
     /// (its table must go with the tail).
-    fn ensure_room(&self) -> Result<()> {
+    fn make_room(&self, bytes: u64) -> Result<()> {
         let open = self.store.open_transaction_bytes_bound() + self.log.lock().len() as u64;
-        if open + CHUNK_BUDGET > self.store.max_transaction_bytes() / 8 {
+        if open + bytes > self.store.max_transaction_bytes() / 8 {
             self.sync()?;
         }
         Ok(())
@@ -337,8 +366,12 @@ impl Volume {
     /// changes and the store's open transaction commit in one journal record. A full
     /// journal makes the volume write its table and checkpoint afterwards. On failure
     /// nothing is lost: the changes stay for the next commit.
+    ///
+    /// Waits for the atomic groups under way ([`Volume::atomic`]); called from inside one
+    /// (which would split it) it panics. After a group was left half made it fails with
+    /// [`Error::Aborted`].
     pub fn sync(&self) -> Result<()> {
-        let _closed = self.gate.write();
+        let (_groups, _closed) = self.close_gate();
         self.commit_locked()?;
         let s = self.store.statfs();
         if s.journal_used_bytes > s.journal_bytes / 2 {
@@ -351,8 +384,18 @@ impl Volume {
     /// the store's home state; the journal is then empty), as `close` does, without
     /// closing. A sync checkpoints by itself once the journal is half full.
     pub fn checkpoint(&self) -> Result<()> {
-        let _closed = self.gate.write();
+        let (_groups, _closed) = self.close_gate();
         self.checkpoint_locked()
+    }
+
+    /// Takes the locks a commit needs: the groups' (every group under way has ended) and
+    /// the gate (every chunk under way has ended).
+    fn close_gate(&self) -> (RwLockWriteGuard<'_, ()>, RwLockWriteGuard<'_, ()>) {
+        assert!(
+            !self.inside_group(),
+            "a commit from inside an atomic group would split it"
+        );
+        (self.groups.write(), self.gate.write())
     }
 
     /// Syncs and closes the volume, writing its table (a checkpoint), so that the next open
@@ -380,6 +423,7 @@ impl Volume {
     /// With nothing to log, data written in place since the last flush (an overwrite maps
     /// nothing new) is still flushed: a sync makes it durable too.
     fn commit_locked(&self) -> Result<()> {
+        self.check_not_aborted()?;
         let log = std::mem::take(&mut *self.log.lock());
         let unflushed = self.unflushed.swap(false, Relaxed);
         if log.is_empty() && self.store.statfs().open_transaction_bytes <= EMPTY_RECORD_BYTES {
