@@ -8,4 +8,5 @@ pub mod corrupt;
 pub mod lab;
 pub mod replay;
 pub mod torture;
+pub mod torture_fs;
 pub mod torture_volume;

@@ -195,6 +195,12 @@ enum Command {
         /// Odd seeds write through the buffered cache (delayed allocation, writeback).
         #[arg(long, conflicts_with = "corrupt")]
         volume: bool,
+        /// Instead of the store's transactions: the file system's namespace changes from
+        /// every thread in its own directory, crashes at random write boundaries; after
+        /// each recovery every tree checked against a model (names, link counts, synced
+        /// data) and the namespace check run.
+        #[arg(long, conflicts_with_all = ["corrupt", "volume"])]
+        fs: bool,
         #[arg(long)]
         json: Option<std::path::PathBuf>,
     },
@@ -416,6 +422,14 @@ fn run(cli: Cli) -> Result<()> {
             volume: true,
             ..
         } => cli::commands::torture_volume(crashes, seed, threads, json.as_deref()),
+        Command::Torture {
+            crashes,
+            seed,
+            threads,
+            json,
+            fs: true,
+            ..
+        } => cli::commands::torture_fs(crashes, seed, threads, json.as_deref()),
         Command::Torture {
             crashes,
             seed,

@@ -408,3 +408,44 @@ fn small_files_run_on_a_volume() {
         "extents per file, memory and volume: {cells:?}"
     );
 }
+
+/// The namespace torture, a few hundred crashes at 2 and 3 threads (the lab runs 10,000):
+/// every tree read back is one its thread may be in, no link count wrong, no named inode
+/// reaped, synced data intact, the namespace check clean; and the operations really ran
+/// into failing writes and orphans (the crashes fell inside changes).
+#[test]
+fn namespace_torture_survives_hundreds_of_crashes() {
+    for (seed, threads) in [("1", "2"), ("2", "3")] {
+        let out = torture_json(
+            &format!("fs-{seed}"),
+            &[
+                "--fs",
+                "--crashes",
+                "150",
+                "--seed",
+                seed,
+                "--threads",
+                threads,
+            ],
+        );
+        assert_eq!(out["crashes"], 150, "{out}");
+        assert_eq!(
+            out["trees_checked"],
+            150 * threads.parse::<u64>().unwrap(),
+            "{out}"
+        );
+        for key in [
+            "names_lost",
+            "wrong_link_counts",
+            "reaped_named",
+            "bad_entries",
+            "data_mismatches",
+            "fsck_dirty",
+            "unexpected_errors",
+        ] {
+            assert_eq!(out[key], 0, "seed {seed}: {key}: {out}");
+        }
+        assert!(out["operations"].as_u64().unwrap() > 150 * 10, "{out}");
+        assert!(out["files_checked"].as_u64().unwrap() > 1000, "{out}");
+    }
+}

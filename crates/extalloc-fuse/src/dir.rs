@@ -2,8 +2,10 @@
 //!
 //! Data structures: a directory's volume file holds a log of records, each
 //! `tag u8 (1 add, 2 remove, 3 reset) | ino u64 | name length u16 | name | crc32c u32` (little
-//! endian, the checksum over everything before it). A reset (no name) drops every entry
-//! before it: compaction appends a reset and the live entries, block-aligned, then punches
+//! endian, the checksum over everything before it). A reset (no name; in place of the inode,
+//! the number of adds that follow it) drops every entry before it, and applies only when
+//! those adds are all there (a compaction cut short by a crash is the log's torn tail):
+//! compaction appends a reset and the live entries, block-aligned, then punches
 //! the blocks before them, which read as zeros. Zero bytes between records are skipped (no
 //! record starts with a zero tag). [`DirLog::parse`] replays a log into the
 //! entries (name -> inode); [`record`] encodes one record. Each change appends one record
@@ -40,10 +42,11 @@ pub fn record(name: &[u8], ino: Option<u64>) -> Vec<u8> {
     out
 }
 
-/// The log that replaces a whole directory: a reset, then an add for each entry.
-pub fn compacted<'a>(entries: impl Iterator<Item = (&'a Vec<u8>, u64)>) -> Vec<u8> {
+/// The log that replaces a whole directory: a reset counting the adds that follow, then
+/// an add for each entry.
+pub fn compacted<'a>(entries: impl ExactSizeIterator<Item = (&'a Vec<u8>, u64)>) -> Vec<u8> {
     let mut out = vec![RESET];
-    out.extend_from_slice(&0u64.to_le_bytes());
+    out.extend_from_slice(&(entries.len() as u64).to_le_bytes());
     out.extend_from_slice(&0u16.to_le_bytes());
     let crc = crc32c::crc32c(&out);
     out.extend_from_slice(&crc.to_le_bytes());
@@ -51,6 +54,19 @@ pub fn compacted<'a>(entries: impl Iterator<Item = (&'a Vec<u8>, u64)>) -> Vec<u
         out.extend(record(name, Some(ino)));
     }
     out
+}
+
+/// Do the `count` records after a reset that ends at `b`'s start all check, and add?
+/// A compaction cut short by a crash leaves fewer: its reset must not apply.
+fn complete(b: &[u8], count: u64) -> bool {
+    let mut pos = 0;
+    for _ in 0..count {
+        match parse_one(&b[pos..]) {
+            Ok((ADD, _, _, len)) => pos += len,
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// Bytes a directory's entries take as add records.
@@ -85,6 +101,14 @@ impl DirLog {
                 continue;
             }
             match parse_one(&log[pos..]) {
+                Ok((RESET, count, _, len)) if !complete(&log[pos + len..], count) => {
+                    d.problem = Some(format!(
+                        "record {} at byte {pos}: a compaction cut short (a reset for {count} \
+                         entries without them all)",
+                        d.records
+                    ));
+                    break;
+                }
                 Ok((tag, ino, name, len)) => {
                     let applied = match tag {
                         ADD => d.entries.insert(name.to_vec(), ino).is_none(),
@@ -219,6 +243,36 @@ mod tests {
         log[..4096].fill(0);
         assert_eq!(DirLog::parse(&log).entries, d.entries);
         assert_eq!(live_bytes([b"ab".to_vec()].iter()), 17);
+    }
+
+    /// A compaction cut short by a crash (its reset, and some of the adds it counts) is a
+    /// torn tail: the entries before it stand, whatever follows in the cut part.
+    #[test]
+    fn a_compaction_cut_short_leaves_the_entries_before_it() {
+        let mut log = record(b"a", Some(1));
+        log.extend(record(b"b", Some(2)));
+        log.extend(record(b"c", Some(3)));
+        let before = DirLog::parse(&log);
+        let valid = log.len();
+        let live: Vec<(Vec<u8>, u64)> = (1..=3).map(|i| (vec![b'`' + i as u8], i)).collect();
+        let full = compacted(live.iter().map(|(n, i)| (n, *i)));
+        let add = RECORD_OVERHEAD + 1;
+        for cut in [RECORD_OVERHEAD, RECORD_OVERHEAD + add, full.len() - 1] {
+            let mut torn = log.clone();
+            torn.extend_from_slice(&full[..cut]);
+            torn.resize(torn.len() + 100, 0); // a hole read back as zeros
+            let d = DirLog::parse(&torn);
+            assert_eq!(d.entries, before.entries, "cut at {cut}");
+            assert_eq!(d.valid_bytes, valid as u64, "cut at {cut}");
+            assert!(
+                d.problem.as_deref().unwrap().contains("cut short"),
+                "{:?}",
+                d.problem
+            );
+        }
+        let mut whole = log.clone();
+        whole.extend_from_slice(&full);
+        assert_eq!(DirLog::parse(&whole).problem, None);
     }
 
     proptest! {

@@ -193,6 +193,23 @@ pub fn torture_volume(crashes: u64, seed: u64, threads: usize, json: Option<&Pat
     Ok(())
 }
 
+/// `extalloc torture --fs`: the JSON verdict on stdout (and in `json`); an error when a
+/// name was lost, a link count wrong, synced data wrong or the check not clean.
+pub fn torture_fs(crashes: u64, seed: u64, threads: usize, json: Option<&Path>) -> Result<()> {
+    anyhow::ensure!((1..=16).contains(&threads), "--threads must be 1 to 16");
+    if let Some(path) = json {
+        super::output::writable_file("--json", path)?;
+    }
+    let out = extalloc_cli::torture_fs::run(crashes, seed, threads)?;
+    let text = serde_json::to_string(&out)?;
+    println!("{text}");
+    if let Some(path) = json {
+        std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
+    }
+    anyhow::ensure!(out.clean(), "namespace torture failed: {out:?}");
+    Ok(())
+}
+
 /// `extalloc torture --corrupt N`: the campaign's JSON verdict on stdout (and in `json`);
 /// an error when anything that must be zero is not (the first failures on stderr).
 pub fn corrupt(damages: u64, seed: u64, json: Option<&Path>) -> Result<()> {

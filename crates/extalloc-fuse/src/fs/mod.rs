@@ -56,6 +56,8 @@ impl std::fmt::Display for Errno {
     }
 }
 
+impl std::error::Error for Errno {}
+
 impl From<extalloc::Error> for Errno {
     fn from(e: extalloc::Error) -> Errno {
         use extalloc::Error as E;
@@ -109,6 +111,9 @@ pub(crate) struct DirState {
     pub(crate) log_start: u64,
     /// Bytes the entries would take as records (compaction's yardstick).
     pub(crate) live: u64,
+    /// The log's blocks are mapped up to this byte (0: not known; `names.rs` maps a
+    /// change's records before it starts, so no append inside one allocates).
+    pub(crate) mapped_to: u64,
 }
 
 /// One inode in memory.
@@ -350,6 +355,7 @@ pub(crate) fn dir_node(inode: Inode, log: &DirLog, parent: u64) -> Node {
             log_bytes: log.valid_bytes,
             log_start: log.start,
             live: crate::dir::live_bytes(log.entries.keys()),
+            mapped_to: 0,
         }),
         open: 0,
         lookups: 0,

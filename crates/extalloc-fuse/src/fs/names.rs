@@ -1,20 +1,42 @@
 //! Namespace calls: lookup, make (files, directories, links, special files), unlink,
 //! rmdir, link, rename, readlink and directory listing.
 //!
-//! Each call holds the namespace lock written for its whole length and orders its volume
-//! steps so that a crash between two of them leaves a state `scan.rs` repairs without
-//! losing a name that was there before: a new inode's file is made before the entry that
-//! names it; a rename adds the new name before it removes the old one.
+//! Each call holds the namespace lock written for its whole length, checks everything it
+//! can before it changes anything, makes room for the records it will append (`reserve`:
+//! the blocks of each directory log it appends to are mapped first, so no step inside the
+//! change allocates), then makes its volume steps in one atomic group of the volume
+//! ([`extalloc::volume::Volume::atomic`]): a crash keeps the whole change or none of it.
+//! What may run long stays outside the group: removing an inode's file once its last name
+//! is gone (`reap`: a crash before it leaves an inode with link count 0, which mount
+//! removes) and compacting a directory's log (its reset record counts the adds that follow,
+//! so a compaction cut short is ignored at mount).
+//!
+//! A step that fails inside a group after an earlier step changed something leaves the
+//! group unfinished: the volume commits nothing more ([`extalloc::Error::Aborted`]), so the
+//! half change is never durable, and the file system answers `EIO` until it is mounted
+//! again. Only a device error can do that: every check comes first.
 
 use super::{scan, Attr, Caller, DirState, Errno, Fs, FsResult, Node, Ns, ROOT};
 use crate::dir::{record, NAME_MAX};
 use crate::inode::{Inode, Kind, Time};
-use extalloc::volume::Fallocate;
+use extalloc::volume::{Atomic, Fallocate};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
 
 /// A directory's log is compacted once it exceeds this and four times its live entries.
 const COMPACT_MIN_BYTES: u64 = 64 << 10;
+
+/// Volume chunk calls of one namespace change at most (the room its atomic group makes
+/// first): a create, a symbolic link's target and its undo, two appends (a record may
+/// straddle a chunk's boundary), the parent's attributes.
+const MAKE_CHUNKS: u64 = 6;
+/// An unlink or rmdir: an append, the parent's and the inode's attributes.
+const REMOVE_CHUNKS: u64 = 4;
+/// A link: the inode's attributes, an append, the parent's attributes.
+const LINK_CHUNKS: u64 = 4;
+/// A rename or exchange: four appends, four attribute blobs, with room for a record
+/// straddling a chunk boundary in each append.
+const RENAME_CHUNKS: u64 = 12;
 
 /// `RENAME_NOREPLACE`.
 pub const RENAME_NOREPLACE: u32 = 1;
@@ -102,18 +124,27 @@ impl Fs {
             Kind::Dir => parent ^ fnv(name),
             _ => parent,
         };
-        let ino = self.vol.create_placed(&inode.encode(), key)?;
-        let made = self.fill_and_link(&mut ns, parent, name, ino, new);
-        if let Err(e) = made {
-            let _ = self.vol.unlink(ino);
-            return Err(e);
+        self.reserve(&mut ns, &[(parent, record_bytes(name))])?;
+        let group = self.group(MAKE_CHUNKS)?;
+        let ino = self.vol.volume().create_placed(&inode.encode(), key)?;
+        if let Some(t) = new.target {
+            if let Err(e) = self.vol.volume().write(ino, 0, t) {
+                // Nothing names it yet: undoing the create leaves the group whole.
+                self.vol.volume().unlink(ino)?;
+                group.finish();
+                return Err(e.into());
+            }
         }
+        self.link_new(&mut ns, parent, name, ino, new.kind)?;
+        group.finish();
+        self.compact_due(&mut ns, &[parent])?;
         let dir = (new.kind == Kind::Dir).then(|| DirState {
             entries: BTreeMap::new(),
             parent,
             log_bytes: 0,
             log_start: 0,
             live: 0,
+            mapped_to: 0,
         });
         ns.nodes.insert(
             ino,
@@ -128,25 +159,51 @@ impl Fs {
         self.attr_of(&ns, ino)
     }
 
-    /// A new inode's target (symbolic links) and its entry in `parent`.
-    fn fill_and_link(
+    /// A new inode's entry in `parent`, and the parent's link count and times.
+    fn link_new(
         &self,
         ns: &mut Ns,
         parent: u64,
         name: &[u8],
         ino: u64,
-        new: NewNode<'_>,
+        kind: Kind,
     ) -> FsResult<()> {
-        if let Some(t) = new.target {
-            self.vol.volume().write(ino, 0, t)?;
-        }
         self.append(ns, parent, name, Some(ino))?;
         let p = ns.node_mut(parent)?;
-        if new.kind == Kind::Dir {
+        if kind == Kind::Dir {
             p.inode.nlink += 1;
         }
         touch(&mut p.inode);
         self.persist(ns, parent)
+    }
+
+    /// Opens the atomic group of one namespace change of at most `chunks` volume calls.
+    fn group(&self, chunks: u64) -> FsResult<Atomic<'_>> {
+        Ok(self.vol.volume().atomic(chunks)?)
+    }
+
+    /// Maps the blocks the records about to be appended to each directory will take
+    /// (`(dir, bytes)`; a directory may come twice), so that no append inside a group
+    /// allocates: running out of space fails here, before anything changed. Blocks mapped
+    /// past a log's end read as zeros, which a log skips.
+    fn reserve(&self, ns: &mut Ns, appends: &[(u64, u64)]) -> FsResult<()> {
+        let bs = self.vol.volume().block_size();
+        for (i, &(dir, _)) in appends.iter().enumerate() {
+            if appends[..i].iter().any(|&(d, _)| d == dir) {
+                continue;
+            }
+            let bytes: u64 = appends.iter().filter(|a| a.0 == dir).map(|a| a.1).sum();
+            let d = ns.node_mut(dir)?.dir.as_mut().ok_or(Errno(libc::ENOTDIR))?;
+            let end = d.log_bytes + bytes;
+            if end <= d.mapped_to {
+                continue;
+            }
+            let to = end.div_ceil(bs) * bs;
+            let vol = self.vol.volume();
+            vol.fallocate(dir, Fallocate::KeepSize, d.log_bytes, to - d.log_bytes)?;
+            d.mapped_to = to;
+        }
+        Ok(())
     }
 
     /// Appends an add (`Some(ino)`) or remove record for `name` to `dir`'s log.
@@ -166,8 +223,23 @@ impl Fs {
                 d.live -= bytes;
             }
         };
-        if d.log_bytes - d.log_start > COMPACT_MIN_BYTES.max(4 * d.live) {
-            self.compact(dir, d)?;
+        debug_assert!(
+            d.log_bytes <= d.mapped_to,
+            "an append past the reserved blocks"
+        );
+        Ok(())
+    }
+
+    /// Compacts the logs of `dirs` that are over their yardstick (after a change's group:
+    /// a compaction may take many volume calls, and a crash inside one is harmless).
+    fn compact_due(&self, ns: &mut Ns, dirs: &[u64]) -> FsResult<()> {
+        for &dir in dirs {
+            let Some(d) = ns.nodes.get_mut(&dir).and_then(|n| n.dir.as_mut()) else {
+                continue; // removed by the change itself
+            };
+            if d.log_bytes - d.log_start > COMPACT_MIN_BYTES.max(4 * d.live) {
+                self.compact(dir, d)?;
+            }
         }
         Ok(())
     }
@@ -186,6 +258,7 @@ impl Fs {
         }
         d.log_start = at;
         d.log_bytes = at + log.len() as u64;
+        d.mapped_to = d.mapped_to.max(d.log_bytes.div_ceil(bs) * bs);
         Ok(())
     }
 
@@ -197,14 +270,7 @@ impl Fs {
         if ns.node(ino)?.dir.is_some() {
             return err(libc::EISDIR);
         }
-        self.append(&mut ns, parent, name, None)?;
-        touch(&mut ns.node_mut(parent)?.inode);
-        self.persist(&mut ns, parent)?;
-        let n = ns.node_mut(ino)?;
-        n.inode.nlink = n.inode.nlink.saturating_sub(1);
-        n.inode.ctime = Time::now();
-        self.persist(&mut ns, ino)?;
-        self.reap(&mut ns, ino)
+        self.remove(&mut ns, parent, name, ino)
     }
 
     /// Removes the empty directory `name` from `parent`.
@@ -219,16 +285,41 @@ impl Fs {
         if !ns.dir(ino)?.entries.is_empty() {
             return err(libc::ENOTEMPTY);
         }
-        self.append(&mut ns, parent, name, None)?;
+        self.remove(&mut ns, parent, name, ino)
+    }
+
+    /// Unlink and rmdir, once checked: the name goes in one group, then the inode's file
+    /// if nothing else holds it.
+    fn remove(&self, ns: &mut Ns, parent: u64, name: &[u8], ino: u64) -> FsResult<()> {
+        self.reserve(ns, &[(parent, record_bytes(name))])?;
+        let group = self.group(REMOVE_CHUNKS)?;
+        self.remove_name(ns, parent, name, ino)?;
+        group.finish();
+        self.compact_due(ns, &[parent])?;
+        self.reap(ns, ino)
+    }
+
+    /// Inside a group: `name` (naming `ino`) leaves `parent`; `ino` loses a link (a
+    /// directory all of them, and its parent the one its `..` held).
+    fn remove_name(&self, ns: &mut Ns, parent: u64, name: &[u8], ino: u64) -> FsResult<()> {
+        debug_assert_eq!(ns.entry(parent, name), Ok(ino));
+        self.append(ns, parent, name, None)?;
+        let is_dir = ns.node(ino)?.dir.is_some();
         let p = ns.node_mut(parent)?;
-        p.inode.nlink -= 1;
+        if is_dir {
+            assert!(
+                p.inode.nlink > 2,
+                "a directory with a subdirectory has 3+ links"
+            );
+            p.inode.nlink -= 1;
+        }
         touch(&mut p.inode);
-        self.persist(&mut ns, parent)?;
+        self.persist(ns, parent)?;
         let n = ns.node_mut(ino)?;
-        n.inode.nlink = 0;
+        assert!(n.inode.nlink > 0, "inode {ino} had a name but no link");
+        n.inode.nlink = if is_dir { 0 } else { n.inode.nlink - 1 };
         n.inode.ctime = Time::now();
-        self.persist(&mut ns, ino)?;
-        self.reap(&mut ns, ino)
+        self.persist(ns, ino)
     }
 
     /// Gives the non-directory `ino` one more name, `newname` in `newparent`.
@@ -245,21 +336,30 @@ impl Fs {
         if node.inode.nlink >= u32::from(u16::MAX) {
             return err(libc::EMLINK);
         }
-        if ns.dir(newparent)?.entries.contains_key(newname) {
+        let pdir = ns.node(newparent)?;
+        if pdir
+            .dir
+            .as_ref()
+            .ok_or(Errno(libc::ENOTDIR))?
+            .entries
+            .contains_key(newname)
+        {
             return err(libc::EEXIST);
         }
+        if pdir.inode.nlink == 0 {
+            return err(libc::ENOENT);
+        }
+        self.reserve(&mut ns, &[(newparent, record_bytes(newname))])?;
+        let group = self.group(LINK_CHUNKS)?;
         let n = ns.node_mut(ino)?;
         n.inode.nlink += 1;
         n.inode.ctime = Time::now();
         self.persist(&mut ns, ino)?;
-        if let Err(e) = self.append(&mut ns, newparent, newname, Some(ino)) {
-            let n = ns.node_mut(ino)?;
-            n.inode.nlink -= 1;
-            self.persist(&mut ns, ino)?;
-            return Err(e);
-        }
+        self.append(&mut ns, newparent, newname, Some(ino))?;
         touch(&mut ns.node_mut(newparent)?.inode);
         self.persist(&mut ns, newparent)?;
+        group.finish();
+        self.compact_due(&mut ns, &[newparent])?;
         ns.node_mut(ino)?.lookups += 1;
         self.attr_of(&ns, ino)
     }
@@ -274,7 +374,8 @@ impl Fs {
     }
 
     /// Moves `name` of `parent` to `newname` of `newparent` (`flags`: [`RENAME_NOREPLACE`],
-    /// [`RENAME_EXCHANGE`]).
+    /// [`RENAME_EXCHANGE`]). One atomic change: after a crash both names are as before or
+    /// as after, never missing.
     pub fn rename(
         &self,
         parent: u64,
@@ -315,36 +416,33 @@ impl Fs {
                 _ => {}
             }
         }
-        self.move_entry(&mut ns, (parent, name, src), (newparent, newname, dst))
+        let new_bytes = record_bytes(newname) * if dst.is_some() { 2 } else { 1 };
+        let appends = [(newparent, new_bytes), (parent, record_bytes(name))];
+        self.reserve(&mut ns, &appends)?;
+        let group = self.group(RENAME_CHUNKS)?;
+        self.move_entry(&mut ns, (parent, name, src), (newparent, newname, dst))?;
+        group.finish();
+        self.compact_due(&mut ns, &[parent, newparent])?;
+        match dst {
+            Some(d) => self.reap(&mut ns, d),
+            None => Ok(()),
+        }
     }
 
-    /// Moves `src` from `(parent, name)` to `(newparent, newname)`, replacing `dst` there.
+    /// Inside a group: moves `src` from `(parent, name)` to `(newparent, newname)`,
+    /// replacing `dst` there.
     fn move_entry(
         &self,
         ns: &mut Ns,
         (parent, name, src): (u64, &[u8], u64),
         (newparent, newname, dst): (u64, &[u8], Option<u64>),
     ) -> FsResult<()> {
-        let src_is_dir = ns.node(src)?.dir.is_some();
-        if dst.is_some() {
-            self.append(ns, newparent, newname, None)?;
+        if let Some(d) = dst {
+            self.remove_name(ns, newparent, newname, d)?;
         }
         self.append(ns, newparent, newname, Some(src))?;
         self.append(ns, parent, name, None)?;
-        if let Some(d) = dst {
-            let n = ns.node_mut(d)?;
-            n.inode.nlink = if n.dir.is_some() {
-                0
-            } else {
-                n.inode.nlink - 1
-            };
-            n.inode.ctime = Time::now();
-            if n.dir.is_some() {
-                ns.node_mut(newparent)?.inode.nlink -= 1;
-            }
-            self.persist(ns, d)?;
-        }
-        if src_is_dir && parent != newparent {
+        if ns.node(src)?.dir.is_some() && parent != newparent {
             ns.node_mut(parent)?.inode.nlink -= 1;
             ns.node_mut(newparent)?.inode.nlink += 1;
             if let Some(d) = ns.node_mut(src)?.dir.as_mut() {
@@ -356,14 +454,10 @@ impl Fs {
             self.persist(ns, p)?;
         }
         ns.node_mut(src)?.inode.ctime = Time::now();
-        self.persist(ns, src)?;
-        if let Some(d) = dst {
-            self.reap(ns, d)?;
-        }
-        Ok(())
+        self.persist(ns, src)
     }
 
-    /// `RENAME_EXCHANGE`: the two names swap inodes.
+    /// `RENAME_EXCHANGE`: the two names swap inodes, in one atomic change.
     fn exchange(
         &self,
         ns: &mut Ns,
@@ -377,6 +471,9 @@ impl Fs {
         if (d1 && is_within(ns, p2, i1)?) || (d2 && is_within(ns, p1, i2)?) {
             return err(libc::EINVAL);
         }
+        let appends = [(p1, 2 * record_bytes(n1)), (p2, 2 * record_bytes(n2))];
+        self.reserve(ns, &appends)?;
+        let group = self.group(RENAME_CHUNKS)?;
         for (p, n, i) in [(p1, n1, i2), (p2, n2, i1)] {
             self.append(ns, p, n, None)?;
             self.append(ns, p, n, Some(i))?;
@@ -396,7 +493,8 @@ impl Fs {
             touch(&mut ns.node_mut(p)?.inode);
             self.persist(ns, p)?;
         }
-        Ok(())
+        group.finish();
+        self.compact_due(ns, &[p1, p2])
     }
 
     /// Opens directory `ino` for listing: a snapshot of its entries, `.` and `..` first.
@@ -458,6 +556,11 @@ fn touch(inode: &mut Inode) {
     let t = Time::now();
     inode.mtime = t;
     inode.ctime = t;
+}
+
+/// Bytes one record for `name` takes in a directory log.
+fn record_bytes(name: &[u8]) -> u64 {
+    (crate::dir::RECORD_OVERHEAD + name.len()) as u64
 }
 
 /// FNV-1a of a name (spreads directories' placement keys).

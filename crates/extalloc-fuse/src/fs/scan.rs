@@ -2,11 +2,14 @@
 //! steps of one operation leaves.
 //!
 //! A namespace change is several volume operations (create the inode's file, append to a
-//! directory's log, rewrite a link count), and the volume may commit between them. The
-//! order of the steps makes every state a crash can leave one of these, each repaired here:
+//! directory's log, rewrite a link count) made in one atomic group of the volume, so a
+//! crash keeps all or none of them (`names.rs`). What a crash can still leave, each
+//! repaired here:
 //!
-//! - an **orphan**: an inode no directory names (made, or renamed away, or unlinked while
-//!   open, and the operation or the last close never finished): removed;
+//! - an **orphan**: an inode no directory names and whose link count is 0 (unlinked while
+//!   open, or replaced by a rename, and the removal of its file never ran): removed. An
+//!   inode no name refers to whose link count is not 0 is damage, reported apart
+//!   (`unnamed`) and removed too;
 //! - a **link count** that disagrees with the names found: set to what was found;
 //! - an **entry** naming an inode that does not exist, or a second name of a directory
 //!   (a rename cut between its add and its remove): dropped;
@@ -38,6 +41,10 @@ pub struct NamespaceReport {
     pub others: u64,
     /// Inodes no directory names (removed at mount).
     pub orphans: Vec<u64>,
+    /// Those of the orphans whose link count says they have names: not what a crash
+    /// leaves (every namespace change is atomic, and an inode's last name goes with its
+    /// link count), so damage, or a bug.
+    pub unnamed: Vec<u64>,
     /// Entries naming nothing, or a directory a second time (dropped at mount).
     pub bad_entries: Vec<String>,
     /// Link counts that disagreed with the names found (set at mount).
@@ -98,6 +105,9 @@ pub(crate) fn load(
     for (&ino, inode) in inodes.iter_mut() {
         if !walk.parent.contains_key(&ino) {
             report.orphans.push(ino);
+            if inode.nlink > 0 {
+                report.unnamed.push(ino);
+            }
             continue;
         }
         let want = match inode.kind {
@@ -134,6 +144,7 @@ pub(crate) fn load(
         nodes.insert(ino, node);
     }
     report.orphans.sort_unstable();
+    report.unnamed.sort_unstable();
     if repair {
         drop_bad_entries(vol, &walk.drop, &mut nodes)?;
         for &ino in &report.orphans {
