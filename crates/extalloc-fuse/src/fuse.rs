@@ -1,12 +1,17 @@
 //! Kernel requests to [`Fs`] calls, through the `fuser` crate. Each request is served on
 //! the session's thread that read it (several threads; [`Fs`] is shared).
 //!
-//! Data structures: [`FuseFs`] holds the shared [`Fs`] and the block size.
+//! Data structures: [`FuseFs`] holds the shared [`Fs`], the block size, and the mount
+//! point with when its atime flags were last read (`/proc/self/mountinfo`, at most once a
+//! second, at a read or a listing: FUSE does not pass the mount's flags, and a remount may
+//! change them).
 //!
 //! Invariant: every request gets exactly one reply; an [`Fs`] error becomes its `errno`.
 //!
-//! Lock order: none here (see `fs/mod.rs`).
+//! Lock order: `atime_checked` is a leaf, never held across an [`Fs`] call (see
+//! `fs/mod.rs`).
 
+use crate::fs::atime::mount_atime;
 use crate::fs::data::{SetAttr, SetTime};
 use crate::fs::names::NewNode;
 use crate::fs::{Attr, Caller, Errno as FsErrno, Fs};
@@ -16,27 +21,66 @@ use fuser::{
     LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
     ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
+use parking_lot::Mutex;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 /// How long the kernel may keep attributes and names: every change goes through this
 /// process, so the kernel's own changes keep its cache right.
 const TTL: Duration = Duration::from_secs(1);
 
+/// How often the mount's atime flags are read again.
+const ATIME_RECHECK: Duration = Duration::from_secs(1);
+
 /// The `fuser` file system: the shared [`Fs`].
 pub struct FuseFs {
     fs: Arc<Fs>,
     block_size: u32,
+    /// Where `fs` is mounted (its atime flags are that mount's).
+    mountpoint: PathBuf,
+    /// When the mount's atime flags were last read.
+    atime_checked: Mutex<Option<Instant>>,
 }
 
 impl FuseFs {
-    /// Serves `fs`.
-    pub fn new(fs: Arc<Fs>) -> FuseFs {
+    /// Serves `fs` mounted on `mountpoint`.
+    pub fn new(fs: Arc<Fs>, mountpoint: &Path) -> FuseFs {
         let block_size = fs.volume().volume().block_size() as u32;
-        FuseFs { fs, block_size }
+        let mountpoint = mountpoint
+            .canonicalize()
+            .unwrap_or_else(|_| mountpoint.to_path_buf());
+        FuseFs {
+            fs,
+            block_size,
+            mountpoint,
+            atime_checked: Mutex::new(None),
+        }
+    }
+
+    /// Reads the mount's atime flags again if they are over [`ATIME_RECHECK`] old.
+    fn refresh_atime_mode(&self) {
+        {
+            let mut checked = self.atime_checked.lock();
+            if checked.is_some_and(|t| t.elapsed() < ATIME_RECHECK) {
+                return;
+            }
+            *checked = Some(Instant::now());
+        }
+        match std::fs::read_to_string("/proc/self/mountinfo") {
+            Ok(info) => {
+                if let Some(mode) = mount_atime(&info, &self.mountpoint) {
+                    self.fs.set_atime_mode(mode);
+                }
+            }
+            Err(e) => log::warn!(
+                "cannot read /proc/self/mountinfo for the atime flags of {}: {e} (keeping {:?})",
+                self.mountpoint.display(),
+                self.fs.atime_mode()
+            ),
+        }
     }
 
     fn file_attr(&self, a: &Attr) -> FileAttr {
@@ -124,6 +168,12 @@ impl Filesystem for FuseFs {
         // The kernel gathers small writes in its page cache and sends them in pages (a 4 KiB
         // random write is otherwise one request each); fsync sends them first.
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_WRITEBACK_CACHE);
+        // The kernel leaves clearing set-user-id and set-group-id to the daemon and says
+        // when a write's caller lacks CAP_FSETID (FUSE_WRITE_KILL_SUIDGID); it also sends
+        // a write from such a caller to a set-id file straight through, not via its cache.
+        if let Err(missing) = config.add_capabilities(fuser::InitFlags::FUSE_HANDLE_KILLPRIV_V2) {
+            log::warn!("the kernel does not offer {missing:?}: it clears set-id bits itself");
+        }
         Ok(())
     }
 
@@ -142,7 +192,7 @@ impl Filesystem for FuseFs {
     #[allow(clippy::too_many_arguments)]
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -167,7 +217,7 @@ impl Filesystem for FuseFs {
             mtime: mtime.map(set_time),
             ctime: ctime.map(Time::from_system),
         };
-        self.attr(self.fs.setattr(ino.0, set), reply);
+        self.attr(self.fs.setattr(ino.0, set, caller(req)), reply);
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
@@ -289,6 +339,7 @@ impl Filesystem for FuseFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        self.refresh_atime_mode();
         data(self.fs.read(ino.0, offset, size), reply);
     }
 
@@ -299,12 +350,13 @@ impl Filesystem for FuseFs {
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.fs.write(ino.0, offset, data) {
+        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        match self.fs.write(ino.0, offset, data, kill) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(e)),
         }
@@ -350,6 +402,9 @@ impl Filesystem for FuseFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        if offset == 0 {
+            self.refresh_atime_mode();
+        }
         let r = self.fs.readdir(fh.0, offset, |name, ino, kind, next| {
             reply.add(
                 INodeNo(ino),
@@ -388,7 +443,10 @@ impl Filesystem for FuseFs {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let s = self.fs.statfs();
+        let s = match self.fs.statfs() {
+            Ok(s) => s,
+            Err(e) => return reply.error(errno(e)),
+        };
         let name_max = crate::dir::NAME_MAX as u32;
         reply.statfs(
             s.blocks,
@@ -429,7 +487,7 @@ impl Filesystem for FuseFs {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -437,6 +495,7 @@ impl Filesystem for FuseFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        empty(self.fs.fallocate(ino.0, offset, length, mode), reply);
+        let r = self.fs.fallocate(ino.0, offset, length, mode, caller(req));
+        empty(r, reply);
     }
 }

@@ -63,7 +63,11 @@ pub fn serve(opts: &MountOptions, ready: impl FnOnce(&MountReport)) -> Result<()
     ];
     cfg.acl = SessionACL::All;
     cfg.n_threads = Some(opts.threads.max(1));
-    let mut session = match Session::new(FuseFs::new(fs.clone()), &opts.mountpoint, &cfg) {
+    let mut session = match Session::new(
+        FuseFs::new(fs.clone(), &opts.mountpoint),
+        &opts.mountpoint,
+        &cfg,
+    ) {
         Ok(s) => s,
         Err(e) => {
             let _ = close(fs);

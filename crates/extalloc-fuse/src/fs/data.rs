@@ -1,9 +1,15 @@
 //! Data and attribute calls: open, release, read, write, setattr (mode, owner, size,
 //! times), fallocate, fsync and statfs.
+//!
+//! Privileges: a write, truncate or fallocate by an unprivileged caller, and a change of
+//! owner, clear set-user-id, and set-group-id when the group may execute (set-group-id
+//! without group execute marks mandatory locking and stays), as the kernel's own file
+//! systems do (`should_remove_suid`). The FUSE layer says who is unprivileged: the
+//! kernel's `FUSE_WRITE_KILL_SUIDGID` for a write, a caller other than root otherwise.
 
 use super::names::NewNode;
 use super::{Attr, Caller, Errno, Fs, FsResult};
-use crate::inode::{Kind, Time};
+use crate::inode::{Inode, Kind, Time};
 use extalloc::volume::Fallocate;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -109,22 +115,29 @@ impl Fs {
         self.reap(&mut ns, ino)
     }
 
-    /// Reads up to `len` bytes at `offset` (fewer at the end of the file).
+    /// Reads up to `len` bytes at `offset` (fewer at the end of the file); updates atime
+    /// as the mount's atime mode says (`atime.rs`).
     pub fn read(&self, ino: u64, offset: u64, len: u32) -> FsResult<Vec<u8>> {
         self.regular(ino, libc::EINVAL)?;
-        Ok(self.vol.read(ino, offset, u64::from(len))?)
+        let data = self.vol.read(ino, offset, u64::from(len))?;
+        self.accessed(ino)?;
+        Ok(data)
     }
 
-    /// Writes `data` at `offset` into the cache; returns the bytes written.
-    pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
+    /// Writes `data` at `offset` into the cache; returns the bytes written. `kill_priv`:
+    /// the writer is unprivileged (see the module documentation). A write reaching past
+    /// the largest file ([`extalloc::volume::MAX_FILE_BYTES`], 2^56) is `EFBIG` and changes
+    /// nothing.
+    pub fn write(&self, ino: u64, offset: u64, data: &[u8], kill_priv: bool) -> FsResult<u32> {
         self.regular(ino, libc::EINVAL)?;
         self.vol.write(ino, offset, data)?;
-        self.data_changed(ino)?;
+        self.data_changed(ino, kill_priv)?;
         Ok(data.len() as u32)
     }
 
-    /// Changes `ino`'s attributes.
-    pub fn setattr(&self, ino: u64, set: SetAttr) -> FsResult<Attr> {
+    /// Changes `ino`'s attributes for `who` (a truncate by anyone but root, and a change
+    /// of owner, clear set-user-id and set-group-id as the module documentation says).
+    pub fn setattr(&self, ino: u64, set: SetAttr, who: Caller) -> FsResult<Attr> {
         let kind = self.ns.read().node(ino)?.inode.kind;
         if let Some(size) = set.size {
             match kind {
@@ -137,6 +150,10 @@ impl Fs {
         let n = ns.node_mut(ino)?;
         let t = Time::now();
         let i = &mut n.inode;
+        let chown = set.uid.is_some() || set.gid.is_some();
+        if (set.size.is_some() && who.uid != 0) || chown {
+            drop_privileges(i);
+        }
         if let Some(m) = set.mode {
             i.perm = (m & 0o7777) as u16;
         }
@@ -166,7 +183,15 @@ impl Fs {
     /// `fallocate(2)` with Linux's `mode` bits: plain, `KEEP_SIZE`, `PUNCH_HOLE |
     /// KEEP_SIZE` and `ZERO_RANGE` (with or without `KEEP_SIZE`); others are
     /// `EOPNOTSUPP`.
-    pub fn fallocate(&self, ino: u64, offset: u64, len: u64, mode: i32) -> FsResult<()> {
+    /// An unprivileged `who` (not root) clears set-user-id and set-group-id as a write does.
+    pub fn fallocate(
+        &self,
+        ino: u64,
+        offset: u64,
+        len: u64,
+        mode: i32,
+        who: Caller,
+    ) -> FsResult<()> {
         const KEEP: i32 = libc::FALLOC_FL_KEEP_SIZE;
         const PUNCH: i32 = libc::FALLOC_FL_PUNCH_HOLE;
         const ZERO: i32 = libc::FALLOC_FL_ZERO_RANGE;
@@ -183,7 +208,7 @@ impl Fs {
         }
         self.regular(ino, libc::ENODEV)?;
         self.vol.fallocate(ino, how, offset, len)?;
-        self.data_changed(ino)
+        self.data_changed(ino, who.uid != 0)
     }
 
     /// Ok for a regular file; `EISDIR` for a directory, `other` for the rest.
@@ -195,14 +220,18 @@ impl Fs {
         }
     }
 
-    /// The data of `ino` changed: mtime and ctime are now, written later.
-    fn data_changed(&self, ino: u64) -> FsResult<()> {
+    /// The data of `ino` changed: mtime and ctime are now, written later; `kill_priv`
+    /// clears set-user-id and set-group-id, written now (a crash must not bring them back).
+    fn data_changed(&self, ino: u64, kill_priv: bool) -> FsResult<()> {
         let mut ns = self.ns.write();
         let n = ns.node_mut(ino)?;
         let t = Time::now();
         n.inode.mtime = t;
         n.inode.ctime = t;
         n.attr_dirty = true;
+        if kill_priv && drop_privileges(&mut n.inode) {
+            self.persist(&mut ns, ino)?;
+        }
         Ok(())
     }
 
@@ -212,16 +241,36 @@ impl Fs {
         Ok(self.vol.fsync(ino)?)
     }
 
-    /// Figures for `statfs`.
-    pub fn statfs(&self) -> FsStat {
-        let s = self.vol.statfs();
-        FsStat {
+    /// Figures for `statfs`. Blocks freed since the last commit (a removed file's, a
+    /// punched range's) are free only once the free is durable, so blocks waiting for a
+    /// commit are committed first: a `df` after `rm` shows the space back.
+    pub fn statfs(&self) -> FsResult<FsStat> {
+        let mut s = self.vol.statfs();
+        if s.pending_blocks > 0 {
+            self.vol.volume().sync()?;
+            s = self.vol.statfs();
+        }
+        Ok(FsStat {
             block_size: s.block_size,
             blocks: s.blocks,
             free: s.free_blocks,
             available: s.available_blocks,
             files: self.inodes(),
             files_free: s.available_blocks,
-        }
+        })
     }
+}
+
+/// Clears set-user-id, and set-group-id when the group may execute, of a regular file
+/// (the kernel's `should_remove_suid`); true if a bit changed.
+fn drop_privileges(i: &mut Inode) -> bool {
+    if i.kind != Kind::File {
+        return false;
+    }
+    let before = i.perm;
+    i.perm &= !(libc::S_ISUID as u16);
+    if i.perm & libc::S_IXGRP as u16 != 0 {
+        i.perm &= !(libc::S_ISGID as u16);
+    }
+    i.perm != before
 }

@@ -10,13 +10,17 @@
 //! - A namespace change appends a record to each directory it touches and rewrites the
 //!   attributes it changes, through the volume, so it rides the volume's journal: `fsync`
 //!   of any file commits every namespace change made before it (as ext4's does).
-//! - Timestamps that only a data write changes are kept in memory and written at `fsync`,
+//! - Timestamps that only a data write or a read changes (mtime, ctime; atime as the
+//!   mount's atime mode says, `atime.rs`) are kept in memory and written at `fsync`,
 //!   `release` and unmount.
+//! - A write, truncate or fallocate by an unprivileged caller clears set-user-id, and
+//!   set-group-id when the group may execute (`data.rs`), written at once.
 //! - `scan.rs` reads the namespace back at mount, checks it, and repairs what a crash
 //!   between two steps of one operation leaves (see `docs/mount.md`).
 //!
 //! Data structures: [`Fs`] owns the [`Buffered`] volume, the namespace ([`Ns`]: every
-//! inode's [`Node`] by number, loaded at mount) and the open directory snapshots.
+//! inode's [`Node`] by number, loaded at mount), the open directory handles
+//! (`listing.rs`) and the atime mode.
 //!
 //! Invariant: for every directory node, `entries` equals its log on the volume replayed;
 //! every entry names a node; a file's `nlink` counts its entries, a directory's is 2 plus
@@ -27,7 +31,9 @@
 //! then the volume's locks. Data reads and writes call the volume without `ns`, then take
 //! it briefly to update times.
 
+pub mod atime;
 pub mod data;
+mod listing;
 pub mod names;
 mod scan;
 #[cfg(test)]
@@ -41,7 +47,7 @@ use extalloc::volume::Volume;
 use extalloc::writeback::{Buffered, WritebackOptions};
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, AtomicU8};
 
 /// The root directory's inode (FUSE's root id; the volume's first file).
 pub const ROOT: u64 = 1;
@@ -174,9 +180,11 @@ pub struct MountReport {
 pub struct Fs {
     pub(crate) vol: Buffered,
     pub(crate) ns: RwLock<Ns>,
-    /// Open directory handles: a snapshot of the entries at `opendir`.
-    pub(crate) dir_handles: Mutex<HashMap<u64, Vec<Listed>>>,
+    /// Open directory handles: the directory and a snapshot of its entries.
+    pub(crate) dir_handles: Mutex<HashMap<u64, listing::DirHandle>>,
     pub(crate) next_fh: AtomicU64,
+    /// The atime mode's code ([`atime::AtimeMode`]).
+    pub(crate) atime_mode: AtomicU8,
 }
 
 impl Fs {
@@ -199,6 +207,7 @@ impl Fs {
             ns: RwLock::new(Ns { nodes }),
             dir_handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
+            atime_mode: AtomicU8::new(atime::AtimeMode::default().code()),
         };
         Ok((fs, report))
     }
@@ -285,11 +294,11 @@ impl Fs {
         let (size, allocated) = match &n.dir {
             // A directory's size: its live log, in blocks (the log's file is sparse).
             Some(d) => ((d.log_bytes - d.log_start).div_ceil(bs).max(1) * bs, mapped),
-            None => {
-                let size = self.vol.size(ino)?;
-                // Data still in the cache has no blocks yet: count what it will take.
-                (size, mapped.max(size.div_ceil(bs) * bs))
-            }
+            // Data still in the cache has no blocks yet: count the blocks reserved for it.
+            None => (
+                self.vol.size(ino)?,
+                mapped + bs * self.vol.cached_reserved_blocks(ino),
+            ),
         };
         Ok(Attr {
             ino,

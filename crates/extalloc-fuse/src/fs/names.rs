@@ -1,5 +1,5 @@
 //! Namespace calls: lookup, make (files, directories, links, special files), unlink,
-//! rmdir, link, rename, readlink and directory listing.
+//! rmdir, link, rename and readlink (directory listing: `listing.rs`).
 //!
 //! Each call holds the namespace lock written for its whole length, checks everything it
 //! can before it changes anything, makes room for the records it will append (`reserve`:
@@ -21,7 +21,6 @@ use crate::dir::{record, NAME_MAX};
 use crate::inode::{Inode, Kind, Time};
 use extalloc::volume::{Atomic, Fallocate};
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering::Relaxed;
 
 /// A directory's log is compacted once it exceeds this and four times its live entries.
 const COMPACT_MIN_BYTES: u64 = 64 << 10;
@@ -495,46 +494,6 @@ impl Fs {
         }
         group.finish();
         self.compact_due(ns, &[p1, p2])
-    }
-
-    /// Opens directory `ino` for listing: a snapshot of its entries, `.` and `..` first.
-    pub fn opendir(&self, ino: u64) -> FsResult<u64> {
-        let ns = self.ns.read();
-        let d = ns.dir(ino)?;
-        let mut list = vec![
-            (b".".to_vec(), ino, Kind::Dir),
-            (b"..".to_vec(), d.parent, Kind::Dir),
-        ];
-        for (name, &i) in &d.entries {
-            list.push((name.clone(), i, ns.node(i)?.inode.kind));
-        }
-        drop(ns);
-        let fh = self.next_fh.fetch_add(1, Relaxed);
-        self.dir_handles.lock().insert(fh, list);
-        Ok(fh)
-    }
-
-    /// Entries of an open directory from position `offset`: (name, inode, kind, position
-    /// of the next). `f` returns true when the reply is full.
-    pub fn readdir(
-        &self,
-        fh: u64,
-        offset: u64,
-        mut f: impl FnMut(&[u8], u64, Kind, u64) -> bool,
-    ) -> FsResult<()> {
-        let handles = self.dir_handles.lock();
-        let list = handles.get(&fh).ok_or(Errno(libc::EBADF))?;
-        for (i, (name, ino, kind)) in list.iter().enumerate().skip(offset as usize) {
-            if f(name, *ino, *kind, i as u64 + 1) {
-                break;
-            }
-        }
-        Ok(())
-    }
-
-    /// Closes an open directory.
-    pub fn releasedir(&self, fh: u64) {
-        self.dir_handles.lock().remove(&fh);
     }
 }
 

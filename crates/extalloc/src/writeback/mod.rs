@@ -373,6 +373,15 @@ impl Buffered {
         }
     }
 
+    /// Blocks reserved for file `id`'s cached data (its cached blocks that lay in holes):
+    /// what its writeback will map beyond the blocks it has.
+    pub fn cached_reserved_blocks(&self, id: u64) -> u64 {
+        match self.shared.existing(id) {
+            Some(e) => e.lock().pages.values().filter(|p| p.reserved).count() as u64,
+            None => 0,
+        }
+    }
+
     /// Writes back file `id` (from the calling thread) and commits.
     pub fn fsync(&self, id: u64) -> Result<()> {
         if let Some(e) = self.shared.existing(id) {

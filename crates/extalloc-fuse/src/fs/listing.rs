@@ -1,0 +1,88 @@
+//! Directory listing: opendir, readdir and releasedir.
+//!
+//! Data structures: [`DirHandle`], one per open directory handle in `Fs::dir_handles`:
+//! the directory's inode and a snapshot of its entries (`.` and `..` first, then the
+//! entries in name order).
+//!
+//! Invariant: a position (the `offset` readdir gets and gives) is an index into the
+//! handle's snapshot, so positions stay stable while entries come and go. A readdir at
+//! position 0 (the first read after `opendir`, or after `rewinddir`/`lseek(fd, 0)`, which
+//! is how the kernel asks again from the start) takes a new snapshot, so a rewound listing
+//! shows the directory as it is now (POSIX: entries added or removed after `opendir` may or
+//! may not appear, but `rewinddir` must show the current state).
+//!
+//! Lock order: `ns` (read, to take a snapshot) -> `dir_handles`, as in `mod.rs`.
+
+use super::{Errno, Fs, FsResult, Listed, Ns};
+use crate::inode::Kind;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// One open directory handle.
+#[derive(Debug, Clone)]
+pub(crate) struct DirHandle {
+    /// The directory.
+    pub(crate) ino: u64,
+    /// Its entries when last read from position 0.
+    pub(crate) list: Vec<Listed>,
+}
+
+impl Fs {
+    /// Opens directory `ino` for listing (`ENOTDIR` for anything else).
+    pub fn opendir(&self, ino: u64) -> FsResult<u64> {
+        let list = snapshot(&self.ns.read(), ino)?;
+        let fh = self.next_fh.fetch_add(1, Relaxed);
+        self.dir_handles.lock().insert(fh, DirHandle { ino, list });
+        Ok(fh)
+    }
+
+    /// Entries of an open directory from position `offset`: (name, inode, kind, position
+    /// of the next). `f` returns true when the reply is full. Position 0 takes a new
+    /// snapshot of the directory (see the module documentation) and counts as an access
+    /// of it (atime, as the mount's atime mode says).
+    pub fn readdir(
+        &self,
+        fh: u64,
+        offset: u64,
+        mut f: impl FnMut(&[u8], u64, Kind, u64) -> bool,
+    ) -> FsResult<()> {
+        if offset == 0 {
+            let ino = self.dir_handle_ino(fh)?;
+            let list = snapshot(&self.ns.read(), ino)?;
+            if let Some(h) = self.dir_handles.lock().get_mut(&fh) {
+                h.list = list;
+            }
+            self.accessed(ino)?;
+        }
+        let handles = self.dir_handles.lock();
+        let h = handles.get(&fh).ok_or(Errno(libc::EBADF))?;
+        for (i, (name, ino, kind)) in h.list.iter().enumerate().skip(offset as usize) {
+            if f(name, *ino, *kind, i as u64 + 1) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes an open directory.
+    pub fn releasedir(&self, fh: u64) {
+        self.dir_handles.lock().remove(&fh);
+    }
+
+    /// The directory an open handle lists (`EBADF` for an unknown handle).
+    fn dir_handle_ino(&self, fh: u64) -> FsResult<u64> {
+        let handles = self.dir_handles.lock();
+        Ok(handles.get(&fh).ok_or(Errno(libc::EBADF))?.ino)
+    }
+}
+
+/// Directory `ino`'s entries now: `.` and `..` first, then the entries in name order.
+fn snapshot(ns: &Ns, ino: u64) -> FsResult<Vec<Listed>> {
+    let d = ns.dir(ino)?;
+    let mut list = Vec::with_capacity(d.entries.len() + 2);
+    list.push((b".".to_vec(), ino, Kind::Dir));
+    list.push((b"..".to_vec(), d.parent, Kind::Dir));
+    for (name, &i) in &d.entries {
+        list.push((name.clone(), i, ns.node(i)?.inode.kind));
+    }
+    Ok(list)
+}
