@@ -419,7 +419,7 @@ fn step(fs: &Fs, m: &mut Model, rng: &mut StdRng, progress: &Progress) -> Result
                 old.resize(data.len(), 0);
             }
             old[..data.len()].copy_from_slice(&data);
-            fs.write(ino, 0, &data)?;
+            fs.write(ino, 0, &data, false)?;
         }
         32..=36 => {
             let Some(ino) = pick(rng, &files) else {
@@ -432,7 +432,7 @@ fn step(fs: &Fs, m: &mut Model, rng: &mut StdRng, progress: &Progress) -> Result
                 size: Some(size),
                 ..SetAttr::default()
             };
-            fs.setattr(ino, set)?;
+            fs.setattr(ino, set, ME)?;
         }
         37..=44 => {
             let Some(ino) = pick(rng, &files) else {
