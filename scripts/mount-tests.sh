@@ -5,8 +5,9 @@
 # mount in the middle of fio: each followed by `fusermount3 -u`, a new mount (which
 # repairs), fio's verify of every round that finished (and so was fsync'd), and fsck.
 #
-#   scripts/mount-tests.sh            # CI: 2 fsx seeds x 100,000 ops, 3 crashes (~4 min)
-#   scripts/mount-tests.sh --lab      # 4 fsx seeds, 20 crashes (~10 min)
+#   scripts/mount-tests.sh            # CI: 2 fsx seeds x 100,000 ops, 3 crashes, 5+5 rename
+#                                     # kills (scripts/rename-crash.sh) (~5 min)
+#   scripts/mount-tests.sh --lab      # 4 fsx seeds, 20 crashes, 100+100 rename kills (~25 min)
 #
 # Needs root and /dev/fuse. Without them it says so loudly and stops; under CI=true it
 # fails instead. Tools come from scripts/fs-tools.sh.
@@ -15,9 +16,11 @@ cd "$(dirname "$0")/.."
 FSX_OPS=${FSX_OPS:-100000}
 FSX_SEEDS="1 2"
 CRASHES=${CRASHES:-3}
+RENAME_KILLS=${RENAME_KILLS:-5}
 if [[ "${1:-}" == "--lab" ]]; then
   FSX_SEEDS="1 2 3 4"
   CRASHES=20
+  RENAME_KILLS=100
 fi
 
 skip() {
@@ -36,6 +39,7 @@ skip() {
 PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 cargo build --release -q -p extalloc-cli
 BIN="$PWD/target/release/extalloc"
+REPO="$PWD"
 TOOLS="$PWD/crates/extalloc-fuse/tools"
 
 WORK=$(mktemp -d /var/tmp/extalloc-mount.XXXXXX)
@@ -188,5 +192,8 @@ for f in sys.argv[1:]:
   "$BIN" fsck "$IMG" >"$WORK/fsck.out" || { cat "$WORK/fsck.out" >&2; echo "crash $c: fsck FAILED" >&2; exit 1; }
   echo "crash $c: $rounds fsync'd rounds verified, fsck clean; remount: (${out##*(clean; }"
 done
+
+step "renames killed mid-flight: $RENAME_KILLS kills of a rename-over loop, $RENAME_KILLS of an exchange loop"
+EXTALLOC_BIN="$BIN" "$REPO/scripts/rename-crash.sh" "$RENAME_KILLS"
 
 step "mount tests passed"
