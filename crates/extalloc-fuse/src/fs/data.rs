@@ -2,10 +2,15 @@
 //! times), fallocate, fsync and statfs.
 //!
 //! Privileges: a write, truncate or fallocate by an unprivileged caller, and a change of
-//! owner, clear set-user-id, and set-group-id when the group may execute (set-group-id
-//! without group execute marks mandatory locking and stays), as the kernel's own file
-//! systems do (`should_remove_suid`). The FUSE layer says who is unprivileged: the
-//! kernel's `FUSE_WRITE_KILL_SUIDGID` for a write, a caller other than root otherwise.
+//! owner, clear set-user-id, and set-group-id when the group may execute or the caller is
+//! not in the file's group (set-group-id without group execute otherwise marks mandatory
+//! locking and stays), as the kernel's own file systems do (`setattr_should_drop_suidgid`,
+//! generic/683-685). The FUSE layer says who is unprivileged: the kernel's
+//! `FUSE_WRITE_KILL_SUIDGID` for a write, a caller other than root otherwise. FUSE passes
+//! the caller's group but not its supplementary groups, so "in the file's group" is "the
+//! caller's group is the file's": one in it only through a supplementary group loses the
+//! bit where the kernel would keep it (the safe side). A write does not say who wrote, so
+//! for a write set-group-id without group execute stays.
 
 use super::names::NewNode;
 use super::{Attr, Caller, Errno, Fs, FsResult};
@@ -131,7 +136,7 @@ impl Fs {
     pub fn write(&self, ino: u64, offset: u64, data: &[u8], kill_priv: bool) -> FsResult<u32> {
         self.regular(ino, libc::EINVAL)?;
         self.vol.write(ino, offset, data)?;
-        self.data_changed(ino, kill_priv)?;
+        self.data_changed(ino, kill_priv.then_some(None))?;
         Ok(data.len() as u32)
     }
 
@@ -151,8 +156,10 @@ impl Fs {
         let t = Time::now();
         let i = &mut n.inode;
         let chown = set.uid.is_some() || set.gid.is_some();
-        if (set.size.is_some() && who.uid != 0) || chown {
-            drop_privileges(i);
+        if set.size.is_some() && who.uid != 0 {
+            drop_privileges(i, Some(who.gid));
+        } else if chown {
+            drop_privileges(i, None);
         }
         if let Some(m) = set.mode {
             i.perm = (m & 0o7777) as u16;
@@ -208,7 +215,7 @@ impl Fs {
         }
         self.regular(ino, libc::ENODEV)?;
         self.vol.fallocate(ino, how, offset, len)?;
-        self.data_changed(ino, who.uid != 0)
+        self.data_changed(ino, (who.uid != 0).then_some(Some(who.gid)))
     }
 
     /// Ok for a regular file; `EISDIR` for a directory, `other` for the rest.
@@ -221,15 +228,17 @@ impl Fs {
     }
 
     /// The data of `ino` changed: mtime and ctime are now, written later; `kill_priv`
-    /// clears set-user-id and set-group-id, written now (a crash must not bring them back).
-    fn data_changed(&self, ino: u64, kill_priv: bool) -> FsResult<()> {
+    /// (an unprivileged caller, with its group when known) clears set-user-id and
+    /// set-group-id as [`drop_privileges`] says, written now (a crash must not bring them
+    /// back).
+    fn data_changed(&self, ino: u64, kill_priv: Option<Option<u32>>) -> FsResult<()> {
         let mut ns = self.ns.write();
         let n = ns.node_mut(ino)?;
         let t = Time::now();
         n.inode.mtime = t;
         n.inode.ctime = t;
         n.attr_dirty = true;
-        if kill_priv && drop_privileges(&mut n.inode) {
+        if kill_priv.is_some_and(|gid| drop_privileges(&mut n.inode, gid)) {
             self.persist(&mut ns, ino)?;
         }
         Ok(())
@@ -261,15 +270,16 @@ impl Fs {
     }
 }
 
-/// Clears set-user-id, and set-group-id when the group may execute, of a regular file
-/// (the kernel's `should_remove_suid`); true if a bit changed.
-fn drop_privileges(i: &mut Inode) -> bool {
+/// Clears set-user-id, and set-group-id when the group may execute or the caller's group
+/// `caller_gid` (when known) is not the file's, of a regular file (the kernel's
+/// `setattr_should_drop_suidgid`); true if a bit changed.
+fn drop_privileges(i: &mut Inode, caller_gid: Option<u32>) -> bool {
     if i.kind != Kind::File {
         return false;
     }
     let before = i.perm;
     i.perm &= !(libc::S_ISUID as u16);
-    if i.perm & libc::S_IXGRP as u16 != 0 {
+    if i.perm & libc::S_IXGRP as u16 != 0 || caller_gid.is_some_and(|g| g != i.gid) {
         i.perm &= !(libc::S_ISGID as u16);
     }
     i.perm != before

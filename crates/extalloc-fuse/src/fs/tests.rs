@@ -566,24 +566,14 @@ fn set_id_file(fs: &Fs, name: &str, perm: u16) -> u64 {
     ino
 }
 
-/// generic/683-685: an unprivileged write, truncate, fallocate, punch or zero range
-/// clears set-user-id, and set-group-id when the group may execute (without it, the bit
-/// marks mandatory locking and stays); root keeps both; a change of owner clears them.
-#[test]
-fn unprivileged_data_changes_clear_set_id_bits() {
-    let dev = device(6);
-    let fs = fresh(&dev);
-    let user = Caller {
-        uid: 1000,
-        gid: 1000,
-    };
+/// A change of a file's data or size by `who`, for the set-id tests.
+type Change = Box<dyn Fn(&Fs, u64, Caller) -> FsResult<()>>;
+
+/// The changes that clear set-id bits with the caller known: truncate, fallocate, punch
+/// hole and zero range (generic/683-685).
+fn set_id_changes() -> Vec<(&'static str, Change)> {
     const KEEP: i32 = libc::FALLOC_FL_KEEP_SIZE;
-    type Change<'a> = Box<dyn Fn(&Fs, u64, Caller) -> FsResult<()> + 'a>;
-    let changes: Vec<(&str, Change)> = vec![
-        (
-            "write",
-            Box::new(|fs, i, who| fs.write(i, 0, b"x", who.uid != 0).map(|_| ())),
-        ),
+    vec![
         (
             "truncate",
             Box::new(|fs, i, who| {
@@ -606,7 +596,26 @@ fn unprivileged_data_changes_clear_set_id_bits() {
             "zero",
             Box::new(|fs, i, who| fs.fallocate(i, 0, 4096, libc::FALLOC_FL_ZERO_RANGE, who)),
         ),
-    ];
+    ]
+}
+
+/// generic/683-685: an unprivileged write, truncate, fallocate, punch or zero range
+/// clears set-user-id, and set-group-id when the group may execute (without it, for a
+/// caller in the file's group, the bit marks mandatory locking and stays); root keeps
+/// both; a change of owner clears them.
+#[test]
+fn unprivileged_data_changes_clear_set_id_bits() {
+    let dev = device(6);
+    let fs = fresh(&dev);
+    let user = Caller {
+        uid: 1000,
+        gid: 1000,
+    };
+    let mut changes: Vec<(&str, Change)> = vec![(
+        "write",
+        Box::new(|fs, i, who| fs.write(i, 0, b"x", who.uid != 0).map(|_| ())),
+    )];
+    changes.extend(set_id_changes());
     for (n, (what, change)) in changes.iter().enumerate() {
         let a = set_id_file(&fs, &format!("gx{n}"), 0o6755);
         change(&fs, a, user).unwrap();
@@ -706,4 +715,87 @@ fn statfs_counts_a_removed_files_blocks_as_free() {
         "{before:?} -> {after:?}"
     );
     fs.unmount().unwrap();
+}
+
+/// generic/683-685, tests 1 and 3: an unprivileged truncate or fallocate (plain, punch,
+/// zero range) by a caller outside the file's group clears set-group-id even without
+/// group execute (the kernel's `setattr_should_drop_sgid`); inside the group it stays.
+#[test]
+fn a_caller_outside_the_group_clears_set_group_id() {
+    let dev = device(7);
+    let fs = fresh(&dev);
+    let outsider = Caller {
+        uid: 1001,
+        gid: 1001,
+    };
+    let member = Caller {
+        uid: 1001,
+        gid: 1000,
+    };
+    for (n, (what, change)) in set_id_changes().iter().enumerate() {
+        let a = set_id_file(&fs, &format!("out{n}"), 0o6666);
+        change(&fs, a, outsider).unwrap();
+        assert_eq!(
+            perm(&fs, a),
+            0o666,
+            "{what}: outside the group, both bits go"
+        );
+        let b = set_id_file(&fs, &format!("in{n}"), 0o6666);
+        change(&fs, b, member).unwrap();
+        assert_eq!(
+            perm(&fs, b),
+            0o2666,
+            "{what}: in the group, set-group-id stays"
+        );
+    }
+    fs.unmount().unwrap();
+}
+
+/// generic/003: under FUSE's writeback cache the kernel stamps a write's mtime and ctime
+/// from its coarse clock, up to a tick before the atime the daemon gave the file at its
+/// create; relatime must still update atime at the first read.
+#[test]
+fn relatime_updates_atime_when_mtime_is_a_coarse_tick_before_it() {
+    let dev = device(8);
+    let fs = fresh(&dev);
+    let f = put(&fs, ROOT, "f", b"data");
+    let created = ago(1);
+    let tick_before = Time {
+        secs: created.secs - i64::from(created.nanos < 4_000_000),
+        nanos: (created.nanos + 1_000_000_000 - 4_000_000) % 1_000_000_000,
+    };
+    let set = SetAttr {
+        atime: Some(SetTime::At(created)),
+        mtime: Some(SetTime::At(tick_before)),
+        ctime: Some(tick_before),
+        ..Default::default()
+    };
+    fs.setattr(f, set, ME).unwrap();
+    fs.read(f, 0, 10).unwrap();
+    let first = fs.getattr(f).unwrap().inode.atime;
+    assert!(first.secs > created.secs, "the first read updates atime");
+    fs.read(f, 0, 10).unwrap();
+    assert_eq!(
+        fs.getattr(f).unwrap().inode.atime,
+        first,
+        "a second read does not"
+    );
+    fs.unmount().unwrap();
+}
+
+/// generic/003: a read-only mount (here a bind remount with `ro,strictatime`) never
+/// updates atime.
+#[test]
+fn a_read_only_mount_never_updates_atime() {
+    use super::atime::{mount_atime, AtimeMode, AtimeRule};
+    let info = "40 35 0:50 / /mnt/r ro,relatime - fuse /r rw\n\
+                41 35 0:51 / /mnt/s ro - fuse /s rw";
+    let at = |p: &str| mount_atime(info, std::path::Path::new(p)).unwrap();
+    assert_eq!(at("/mnt/r").rule, AtimeRule::NoAtime, "ro,relatime");
+    assert_eq!(at("/mnt/s").rule, AtimeRule::NoAtime, "ro,strictatime");
+    assert_eq!(
+        AtimeMode::from_options("rw").rule,
+        AtimeRule::Strict,
+        "rw,strictatime"
+    );
 }
