@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # fstests (xfstests), the file-system community's regression suite, on `extalloc mount`.
 #
-#   sudo scripts/fstests.sh                      # the tests of scripts/fstests.list
+#   sudo scripts/fstests.sh                      # the tests of scripts/fstests.list (~6 min)
 #   sudo scripts/fstests.sh generic/003 generic/471
 #   sudo scripts/fstests.sh --group quick        # every generic test of a group (~20 min)
 #   sudo scripts/fstests.sh --src DIR ...        # fstests from DIR (default ../shared/fstests)
