@@ -123,14 +123,11 @@ impl AtimeMode {
 /// which is the one visible); `None` if nothing is mounted there.
 pub fn mount_atime(mountinfo: &str, mountpoint: &Path) -> Option<AtimeMode> {
     let want = mountpoint.as_os_str().as_encoded_bytes();
-    mountinfo
-        .lines()
-        .rev()
-        .find_map(|line| {
-            let mut f = line.split(' ');
-            let (point, opts) = (f.nth(4)?, f.next()?);
-            (unescape(point) == want).then(|| AtimeMode::from_options(opts))
-        })
+    mountinfo.lines().rev().find_map(|line| {
+        let mut f = line.split(' ');
+        let (point, opts) = (f.nth(4)?, f.next()?);
+        (unescape(point) == want).then(|| AtimeMode::from_options(opts))
+    })
 }
 
 /// A mountinfo path with its octal escapes (`\040` for a space) undone.

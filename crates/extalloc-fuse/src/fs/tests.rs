@@ -644,10 +644,30 @@ fn unprivileged_data_changes_clear_set_id_bits() {
 /// nothing; later calls work.
 #[test]
 fn a_write_past_the_largest_file_is_efbig_and_changes_nothing() {
+    // Up to the kernel's largest file, a write is a sparse write like any other.
+    let far = {
+        let dev = device(17);
+        let fs = fresh(&dev);
+        let f = put(&fs, ROOT, "far", b"");
+        let far = [1u64 << 56, 1 << 62, extalloc::volume::MAX_FILE_BYTES - 4];
+        for (i, at) in far.into_iter().enumerate() {
+            fs.write(f, at, b"abcd", false).unwrap();
+            fs.fsync(f).unwrap();
+            assert_eq!(fs.read(f, at, 4).unwrap(), b"abcd", "at {at}");
+            // One block each: sparse.
+            assert_eq!(fs.getattr(f).unwrap().allocated, 4096 * (i as u64 + 1));
+        }
+        fs.unmount().unwrap();
+        let (fs, r) = remount(&dev);
+        assert!(r.repaired.clean(), "{r:?}");
+        fs.getattr(find(&fs, "far").unwrap()).unwrap().size
+    };
+    assert_eq!(far, extalloc::volume::MAX_FILE_BYTES);
     let dev = device(7);
     let fs = fresh(&dev);
     let f = put(&fs, ROOT, "f", b"four");
-    for at in [1u64 << 56, (1 << 56) - 2, 1 << 62, u64::MAX - 1] {
+    let max = extalloc::volume::MAX_FILE_BYTES;
+    for at in [max, max - 2, 1 << 63, u64::MAX - 1] {
         assert_eq!(
             fs.write(f, at, b"abcd", false),
             Err(Errno(libc::EFBIG)),
