@@ -190,7 +190,9 @@ impl InUse {
         if let Some(interval) = interval {
             claim.heartbeat = Some(start_heartbeat(dev.clone(), rec, interval)?);
         }
-        if verdict.watched {
+        // A device without a heartbeat is this process's alone (memory, a view of another
+        // device whose writes stay in memory): no other opener can claim it meanwhile.
+        if verdict.watched && interval.is_some() {
             claim.check_still_ours(dev.as_ref(), interval)?;
         }
         Ok(claim)
