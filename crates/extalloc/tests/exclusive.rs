@@ -283,6 +283,13 @@ fn a_live_mark_is_refused() {
         "refused without waiting"
     );
     sleeper.kill().unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    // Killed, not yet reaped: a zombie holds no file and no lock, and owns nothing.
+    assert_eq!(
+        format::process_start_time(sleeper.id()),
+        None,
+        "a zombie is gone"
+    );
     sleeper.wait().unwrap();
     assert_eq!(
         store_on(&path, Duration::from_secs(5))

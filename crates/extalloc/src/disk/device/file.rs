@@ -77,14 +77,18 @@ impl FileDevice {
         let size = file
             .seek(SeekFrom::End(0))
             .map_err(|e| io(path, "seek", 0, e))?;
-        let path = path.display().to_string();
-        Ok(FileDevice {
+        Ok(Self::held(file, size, path, backing))
+    }
+
+    /// The device over `file`, locked (with its loop device's `backing` file, if any).
+    fn held(file: File, size: u64, path: &Path, backing: Option<File>) -> Self {
+        FileDevice {
             file,
             size,
-            path,
+            path: path.display().to_string(),
             _backing: backing,
             heartbeat: DEFAULT_HEARTBEAT,
-        })
+        }
     }
 
     /// The same device, whose store beats every `interval` instead of
@@ -110,14 +114,7 @@ impl FileDevice {
         file.set_len(0)
             .and_then(|()| file.set_len(size))
             .map_err(|e| io(path, "set_len", size, e))?;
-        let path = path.display().to_string();
-        Ok(FileDevice {
-            file,
-            size,
-            path,
-            _backing: backing,
-            heartbeat: DEFAULT_HEARTBEAT,
-        })
+        Ok(Self::held(file, size, path, backing))
     }
 }
 

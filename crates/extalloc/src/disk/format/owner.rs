@@ -163,12 +163,16 @@ pub fn host_name() -> String {
 }
 
 /// Process `pid`'s start time in clock ticks after boot (`/proc/PID/stat` field 22), in
-/// this process's pid namespace; `None` if there is no such process (or no `/proc`).
+/// this process's pid namespace; `None` if there is no such process (or no `/proc`), or it
+/// has exited (a zombie, state `Z` or `X`: its files, and its locks, are gone).
 pub fn process_start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may hold spaces and parentheses: count after its end.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    if matches!(fields.next()?, "Z" | "X") {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
 }
 
 #[cfg(test)]
