@@ -126,6 +126,29 @@ impl Drop for OpenClaim {
     }
 }
 
+/// A journal damaged in the middle: refused with [`Error::JournalDamaged`], or, accepting
+/// the loss, every group the stranded records touch held corrupt (their blocks may be in
+/// use or free).
+fn hold_stranded(
+    d: &journal::Damage,
+    sb: &Superblock,
+    alloc: &Allocator,
+    geometry: &Geometry,
+    accept_loss: bool,
+) -> Result<()> {
+    if !accept_loss {
+        return Err(Error::JournalDamaged {
+            lost_seq: d.lost_seq,
+            offset: sb.journal_start * u64::from(sb.block_size) + d.offset,
+            stranded: d.stranded.len() as u64,
+        });
+    }
+    for g in journal::groups_touched(&d.stranded, geometry) {
+        alloc.mark_corrupt(g);
+    }
+    Ok(())
+}
+
 fn area(sb: &Superblock) -> Area {
     let bs = u64::from(sb.block_size);
     Area {
@@ -194,17 +217,7 @@ impl Store {
         let repairing = sb.state & format::STATE_CHECKPOINTING != 0;
         let alloc = Self::open_home(&dev, &sb, policy)?;
         if let Some(d) = &replayed.damage {
-            if !accept_loss {
-                return Err(Error::JournalDamaged {
-                    lost_seq: d.lost_seq,
-                    offset: sb.journal_start * u64::from(sb.block_size) + d.offset,
-                    stranded: d.stranded.len() as u64,
-                });
-            }
-            // Their blocks may be in use or free: hold every group they touch.
-            for g in journal::groups_touched(&d.stranded, &geometry) {
-                alloc.mark_corrupt(g);
-            }
+            hold_stranded(d, &sb, &alloc, &geometry, accept_loss)?;
         }
         let apply_started = std::time::Instant::now();
         apply_records(&alloc, &geometry, &replayed.records, repairing)?;
