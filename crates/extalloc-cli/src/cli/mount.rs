@@ -165,7 +165,7 @@ fn detach(args: &MountArgs) -> Result<()> {
 }
 
 /// Whether `vol` holds a file system (an inode in file 1).
-fn is_fs(vol: &extalloc::volume::Volume) -> bool {
+pub fn is_fs(vol: &extalloc::volume::Volume) -> bool {
     vol.attr(extalloc_fuse::fs::ROOT)
         .ok()
         .and_then(|a| extalloc_fuse::inode::Inode::decode(&a))
