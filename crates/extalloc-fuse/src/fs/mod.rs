@@ -11,7 +11,7 @@
 //!   attributes it changes, through the volume, so it rides the volume's journal: `fsync`
 //!   of any file commits every namespace change made before it (as ext4's does).
 //! - Timestamps that only a data write changes are kept in memory and written at `fsync`,
-//!   `release` and unmount.
+//!   `release`, [`Fs::sync`] (the background commit) and unmount.
 //! - `scan.rs` reads the namespace back at mount, checks it, and repairs what a crash
 //!   between two steps of one operation leaves (see `docs/mount.md`).
 //!
