@@ -4,7 +4,7 @@
 //! Data structures: [`MountOptions`]; the served [`Fs`] is shared between the session's
 //! threads, the background commit ([`Committer`]) and this function, which gets it back
 //! whole once the session has ended and the committer has stopped; the signal thread
-//! ([`Ending`]) holds it weakly.
+//! (`Ending`, `ending.rs`) holds it weakly.
 //!
 //! Invariant: the volume is opened before the mount point is mounted on (so a busy or
 //! foreign device never leaves a mount behind) and closed only after the session and the
@@ -50,7 +50,7 @@ pub struct MountOptions {
 /// Opens the device, mounts, calls `ready` once the file system is served, and serves it
 /// until it is unmounted (`umount`, `fusermount3 -u`, or SIGTERM, SIGINT or SIGHUP to
 /// this process, which end the session even when the mount is busy or copied into another
-/// mount namespace: [`Ending`]); then writes everything back and closes the volume.
+/// mount namespace: `ending.rs`); then writes everything back and closes the volume.
 pub fn serve(opts: &MountOptions, ready: impl FnOnce(&MountReport)) -> Result<(), String> {
     let dev_name = opts.device.display().to_string();
     let mountpoint = opts
