@@ -215,9 +215,12 @@ enum Command {
         json: bool,
     },
     /// Mount the file system on an extalloc device through FUSE (an empty device gets a new
-    /// one); returns once it is served unless --foreground. Unmount with `umount` or
-    /// SIGTERM.
+    /// one); returns once it is served unless --foreground. Unmount with `extalloc umount`
+    /// (or `umount`, or SIGTERM to the daemon).
     Mount(cli::mount::MountArgs),
+    /// Unmount an extalloc mount and wait until its daemon has written everything back and
+    /// released the device (a plain `umount` returns before that).
+    Umount(cli::mount::UmountArgs),
     /// Print the superblock and the free space of each group of an extalloc device.
     Info {
         path: std::path::PathBuf,
@@ -436,6 +439,7 @@ fn run(cli: Cli) -> Result<()> {
         } => cli::commands::torture(crashes, seed, threads, json.as_deref()),
         Command::Fsck { .. } => unreachable!("fsck sets its own exit code (main)"),
         Command::Mount(args) => cli::mount::mount(&args),
+        Command::Umount(args) => cli::mount::umount(&args),
         Command::Info {
             path,
             groups,

@@ -1,5 +1,6 @@
 //! `extalloc mount DEVICE MOUNTPOINT`: the file system of `extalloc-fuse`, in the
-//! foreground or detached; and the namespace part of `extalloc fsck`.
+//! foreground or detached; `extalloc umount MOUNTPOINT`, which waits for the device to be
+//! released; and the namespace part of `extalloc fsck`.
 //!
 //! Detached, the command runs itself again in the foreground in a new process group with
 //! `EXTALLOC_MOUNT_READY` set; that child prints one line on its standard output (`ready`
@@ -43,6 +44,20 @@ pub struct MountArgs {
     /// Where a detached mount writes its messages (default: nowhere).
     #[arg(long)]
     pub log: Option<PathBuf>,
+    /// Seconds between background commits (everything written back and committed, so a
+    /// killed daemon loses at most about this much); 0: only fsync and unmount commit.
+    #[arg(long, default_value_t = 5)]
+    pub commit_interval: u64,
+}
+
+/// Options of `extalloc umount`.
+#[derive(clap::Args, Debug)]
+pub struct UmountArgs {
+    /// Where an extalloc file system is mounted.
+    pub mountpoint: PathBuf,
+    /// Seconds to wait for the daemon to write back and release the device.
+    #[arg(long, default_value_t = 120)]
+    pub timeout: u64,
 }
 
 /// `extalloc mount`.
@@ -78,7 +93,30 @@ fn options(args: &MountArgs) -> Result<MountOptions> {
         threads: args.threads,
         writeback,
         policy: Policy::parse(&args.policy).context("--policy")?,
+        commit_interval: std::time::Duration::from_secs(args.commit_interval),
     })
+}
+
+/// `extalloc umount`: unmount, then wait until the daemon has released the device, so that
+/// `extalloc fsck` or a new mount can follow at once.
+pub fn umount(args: &UmountArgs) -> Result<()> {
+    let timeout = std::time::Duration::from_secs(args.timeout);
+    let done = extalloc_fuse::umount::unmount(&args.mountpoint, timeout, &|m| {
+        eprintln!("extalloc umount: {m}")
+    })
+    .map_err(anyhow::Error::msg)?;
+    println!(
+        "unmounted {}; {} released {} ms after the unmount{}",
+        args.mountpoint.display(),
+        done.device.display(),
+        done.waited.as_millis(),
+        if done.nudged {
+            " (the daemon was asked to end its session)"
+        } else {
+            ""
+        }
+    );
+    Ok(())
 }
 
 fn report(opts: &MountOptions, r: &MountReport, announce: bool) {
@@ -131,6 +169,7 @@ fn detach(args: &MountArgs) -> Result<()> {
         .args(["--dirty-limit", &args.dirty_limit])
         .args(["--wb-contexts", &args.wb_contexts.to_string()])
         .args(["--policy", &args.policy])
+        .args(["--commit-interval", &args.commit_interval.to_string()])
         .arg(&args.device)
         .arg(&args.mountpoint)
         .env(READY_ENV, "1")

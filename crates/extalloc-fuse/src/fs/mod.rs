@@ -12,7 +12,7 @@
 //!   of any file commits every namespace change made before it (as ext4's does).
 //! - Timestamps that only a data write or a read changes (mtime, ctime; atime as the
 //!   mount's atime mode says, `atime.rs`) are kept in memory and written at `fsync`,
-//!   `release` and unmount.
+//!   `release`, [`Fs::sync`] (the background commit) and unmount.
 //! - A write, truncate or fallocate by an unprivileged caller clears set-user-id, and
 //!   set-group-id when the group may execute (`data.rs`), written at once.
 //! - `scan.rs` reads the namespace back at mount, checks it, and repairs what a crash
