@@ -98,6 +98,9 @@ const ME: Caller = Caller { uid: 0, gid: 0 };
 const ANY: u64 = u64::MAX;
 /// Names a thread's directories use.
 const NAMES: u32 = 10;
+/// Inodes a thread keeps at most: the tree stays the size of a busy directory, not of a
+/// device (rounds go on for thousands of crashes on one device).
+const MAX_INODES: usize = 64;
 /// Operations a thread makes in a round at most.
 const MAX_OPS: u32 = 80;
 
@@ -385,7 +388,7 @@ fn step(fs: &Fs, m: &mut Model, rng: &mut StdRng, progress: &Progress) -> Result
     // a call the failing device cut short may have happened, so the last state allows it.
     match rng.gen_range(0..100) {
         0..=19 => {
-            if m.tree[&dir].contains_key(&n) {
+            if m.tree[&dir].contains_key(&n) || m.kinds.len() >= MAX_INODES {
                 return Ok(false);
             }
             let kind = match rng.gen_range(0..10) {
