@@ -148,7 +148,7 @@ mod tests {
                 .make(ROOT, format!("f{i}").as_bytes(), new, me)
                 .unwrap()
                 .ino;
-            fs.write(ino, 0, &[i; 5000]).unwrap();
+            fs.write(ino, 0, &[i; 5000], false).unwrap();
         }
     }
 

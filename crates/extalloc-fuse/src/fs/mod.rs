@@ -29,7 +29,8 @@
 //!
 //! Lock order: `ns` (written by namespace changes, read by lookups) -> `dir_handles`;
 //! then the volume's locks. Data reads and writes call the volume without `ns`, then take
-//! it briefly to update times.
+//! it briefly to update times. An inode's attribute blob is written only under `ns`
+//! written, from the node as it is then (never from a copy taken earlier).
 
 pub mod atime;
 pub mod data;
@@ -247,30 +248,30 @@ impl Fs {
     }
 
     /// Writes the pending times of `only` (or of every inode).
+    ///
+    /// The blobs are written under the namespace lock: a copy written after the lock was
+    /// let go could carry a link count a namespace change has since replaced (found by
+    /// `extalloc torture --fs`: a sync's stale blob undid an unlink's count).
     pub(crate) fn flush_attrs(&self, only: Option<u64>) -> FsResult<()> {
-        let dirty: Vec<(u64, Inode)> = {
-            let mut ns = self.ns.write();
-            let take = |ino: u64, n: &mut Node| {
-                let was = std::mem::replace(&mut n.attr_dirty, false);
-                was.then_some((ino, n.inode))
-            };
-            match only {
-                // One inode: a lookup, not a scan of every inode (this runs at every close).
-                Some(ino) => ns
-                    .nodes
-                    .get_mut(&ino)
-                    .and_then(|n| take(ino, n))
-                    .into_iter()
-                    .collect(),
-                None => ns
-                    .nodes
-                    .iter_mut()
-                    .filter_map(|(&ino, n)| take(ino, n))
-                    .collect(),
-            }
+        let mut ns = self.ns.write();
+        let dirty: Vec<u64> = match only {
+            // One inode: a lookup, not a scan of every inode (this runs at every close).
+            Some(ino) => ns
+                .nodes
+                .get(&ino)
+                .filter(|n| n.attr_dirty)
+                .map(|_| ino)
+                .into_iter()
+                .collect(),
+            None => ns
+                .nodes
+                .iter()
+                .filter(|(_, n)| n.attr_dirty)
+                .map(|(&ino, _)| ino)
+                .collect(),
         };
-        for (ino, inode) in dirty {
-            self.vol.set_attr(ino, &inode.encode())?;
+        for ino in dirty {
+            self.persist(&mut ns, ino)?;
         }
         Ok(())
     }
@@ -311,9 +312,11 @@ impl Fs {
     /// Writes `ino`'s attributes to the volume now.
     pub(crate) fn persist(&self, ns: &mut Ns, ino: u64) -> FsResult<()> {
         let n = ns.node_mut(ino)?;
-        n.attr_dirty = false;
         let blob = n.inode.encode();
-        Ok(self.vol.set_attr(ino, &blob)?)
+        self.vol.set_attr(ino, &blob)?;
+        // Clean only once written: a failed write leaves the times for the next try.
+        ns.node_mut(ino)?.attr_dirty = false;
+        Ok(())
     }
 
     /// Removes `ino` from the volume if nothing names, opens or remembers it any more.
