@@ -251,8 +251,15 @@ pub fn print_namespace(n: &extalloc_fuse::fs::NamespaceReport) {
     }
     if !n.orphans.is_empty() {
         println!(
-            "problem: orphan inodes (mount removes them): {:?}",
+            "problem: orphan inodes, link count 0 (mount removes them): {:?}",
             n.orphans
+        );
+    }
+    if !n.unnamed.is_empty() {
+        println!(
+            "problem: inodes no name refers to, with links (damage; mount links them into \
+             /lost+found as #INODE, with their data): {:?}",
+            n.unnamed
         );
     }
 }

@@ -767,3 +767,57 @@ fn pending_times_never_write_a_stale_link_count() {
     let (_, r) = remount(&dev);
     assert!(r.repaired.clean(), "{r:?}");
 }
+
+/// A flipped byte in the root directory's log cuts every name after it: mount links the
+/// inodes that lost their names into /lost+found with their data (a directory with what
+/// it holds), removes nothing, and the next check is clean.
+#[test]
+fn damage_that_cuts_a_log_sends_files_to_lost_and_found_with_their_data() {
+    let dev = device(31);
+    let fs = fresh(&dev);
+    let a = put(&fs, ROOT, "a", b"first");
+    let d = mkdir(&fs, ROOT, "d");
+    let inner = put(&fs, d, "inner", b"below d");
+    let b = put(&fs, ROOT, "b", b"second");
+    fs.link(b, d, b"b-again").unwrap();
+    fs.unmount().unwrap();
+    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+    let files_before = vol.list().len();
+    let mut log = vol.read(ROOT, 0, 64).unwrap();
+    log[3] ^= 0x40; // inside the first record ("a"): every record from here is cut
+    vol.write(ROOT, 0, &log).unwrap();
+    vol.close().unwrap();
+
+    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+    let seen = check(&vol).unwrap();
+    // Everything below the cut, d's contents too, until d is found again.
+    assert_eq!(seen.unnamed, vec![a, d, inner, b], "{seen:?}");
+    drop(vol);
+    let (fs, r) = remount(&dev);
+    assert_eq!(r.repaired.lost_found, vec![a, d], "{r:?}");
+    assert!(r.repaired.orphans.is_empty(), "{r:?}");
+    assert_eq!(
+        fs.volume().list().len(),
+        files_before + 1,
+        "nothing removed, one made"
+    );
+    assert_eq!(find(&fs, &format!("lost+found/#{a}")).unwrap(), a);
+    assert_eq!(fs.read(a, 0, 100).unwrap(), b"first");
+    assert_eq!(find(&fs, &format!("lost+found/#{d}/inner")).unwrap(), inner);
+    assert_eq!(fs.read(inner, 0, 100).unwrap(), b"below d");
+    assert_eq!(
+        fs.getattr(b).unwrap().inode.nlink,
+        1,
+        "b's one name left, in d"
+    );
+    let lf = find(&fs, "lost+found").unwrap();
+    assert_eq!(
+        fs.getattr(lf).unwrap().inode.nlink,
+        3,
+        "lost+found holds one directory"
+    );
+    fs.unmount().unwrap();
+    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+    let after = check(&vol).unwrap();
+    assert!(after.clean(), "{after:?}");
+}
