@@ -203,6 +203,28 @@ do_mount >/dev/null
 check_files "$MNT/committed" "--commit-interval 1, 2.5 s idle, kill -9"
 do_umount
 
+step "--read-only after kill -9: files served, changes refused, the image unchanged"
+do_mount --commit-interval 0 >/dev/null
+put_files "$MNT/ro"
+sync "$MNT"
+echo "never committed" >"$MNT/ro/late"
+kill -9 "$DAEMON"
+killed
+released 30
+before=$(sha256sum <"$IMG")
+do_mount --read-only >/dev/null
+check_files "$MNT/ro" "a read-only mount of a journal that needs recovery"
+if echo x >"$MNT/ro/new" 2>/dev/null || touch "$MNT/ro/f1" 2>/dev/null; then
+  echo "a read-only mount accepted a change" >&2
+  exit 1
+fi
+do_umount
+[[ "$(sha256sum <"$IMG")" == "$before" ]] || { echo "--read-only changed the image" >&2; exit 1; }
+do_mount >/dev/null
+check_files "$MNT/ro" "a mount after the read-only one"
+do_umount
+echo "read-only: 50 files served, writes refused (EROFS), the image byte for byte unchanged"
+
 step "extalloc umount, then at once fsck and a new mount, 5 times"
 for r in 1 2 3 4 5; do
   do_mount >/dev/null || { echo "round $r: the mount right after extalloc umount FAILED" >&2; exit 1; }

@@ -20,7 +20,7 @@ use crate::fs::{Fs, MountReport};
 use crate::fuse::FuseFs;
 use crate::mountinfo;
 use extalloc::alloc::Policy;
-use extalloc::disk::device::FileDevice;
+use extalloc::disk::device::{Device, FileDevice, OverlayDevice};
 use extalloc::volume::Volume;
 use extalloc::writeback::WritebackOptions;
 use fuser::{Config, MountOption, Session, SessionACL};
@@ -45,6 +45,10 @@ pub struct MountOptions {
     /// How often the background commit syncs the file system ([`Committer`]); zero: never
     /// (only `fsync` and unmount commit).
     pub commit_interval: Duration,
+    /// Serve read-only: the device is opened to read, under a memory overlay that takes
+    /// the journal's recovery, mount's repairs and everything else the volume writes, so
+    /// nothing reaches the device; the kernel refuses every change (`EROFS`).
+    pub read_only: bool,
 }
 
 /// Opens the device, mounts, calls `ready` once the file system is served, and serves it
@@ -69,7 +73,7 @@ pub fn serve(opts: &MountOptions, ready: impl FnOnce(&MountReport)) -> Result<()
         .device
         .canonicalize()
         .map_err(|e| format!("{dev_name}: {e}"))?;
-    let cfg = config(&source.display().to_string(), opts.threads);
+    let cfg = config(&source.display().to_string(), opts.threads, opts.read_only);
     let fuse = FuseFs::new(fs.clone(), &mountpoint);
     let mut session = match Session::new(fuse, &mountpoint, &cfg) {
         Ok(s) => s,
@@ -94,7 +98,13 @@ pub fn serve(opts: &MountOptions, ready: impl FnOnce(&MountReport)) -> Result<()
                 ended: ended.clone(),
             };
             watch_signals(ending)?;
-            start_committer(&fs, opts.commit_interval)
+            // Read-only: nothing to commit (the overlay would only grow).
+            let interval = if opts.read_only {
+                Duration::ZERO
+            } else {
+                opts.commit_interval
+            };
+            start_committer(&fs, interval)
         });
     let committer = match started {
         Ok(c) => c,
@@ -116,22 +126,31 @@ pub fn serve(opts: &MountOptions, ready: impl FnOnce(&MountReport)) -> Result<()
 
 /// Opens the device's volume and mounts its file system (nothing is mounted yet).
 fn open_fs(opts: &MountOptions, dev_name: &str) -> Result<(Arc<Fs>, MountReport), String> {
-    let dev = FileDevice::open(&opts.device).map_err(|e| device_error(dev_name, e))?;
-    let vol =
-        Volume::open(Arc::new(dev), opts.policy.clone()).map_err(|e| device_error(dev_name, e))?;
+    let dev: Arc<dyn Device> = if opts.read_only {
+        let dev =
+            FileDevice::open_read_only(&opts.device).map_err(|e| device_error(dev_name, e))?;
+        Arc::new(OverlayDevice::new(Arc::new(dev)))
+    } else {
+        Arc::new(FileDevice::open(&opts.device).map_err(|e| device_error(dev_name, e))?)
+    };
+    let vol = Volume::open(dev, opts.policy.clone()).map_err(|e| device_error(dev_name, e))?;
     let (fs, report) = Fs::mount(vol, opts.writeback).map_err(|e| format!("{dev_name}: {e}"))?;
     Ok((Arc::new(fs), report))
 }
 
 /// The session's configuration: mount options (the device's path as the source) and
 /// threads.
-fn config(source: &str, threads: usize) -> Config {
+fn config(source: &str, threads: usize, read_only: bool) -> Config {
     let mut cfg = Config::default();
     cfg.mount_options = vec![
         MountOption::FSName(source.to_string()),
         MountOption::Subtype("extalloc".into()),
         MountOption::DefaultPermissions,
-        MountOption::RW,
+        if read_only {
+            MountOption::RO
+        } else {
+            MountOption::RW
+        },
         MountOption::Suid,
         MountOption::Dev,
     ];

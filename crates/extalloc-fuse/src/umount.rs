@@ -13,7 +13,6 @@
 //! Lock order: none.
 
 use crate::mountinfo;
-use extalloc::disk::device::FileDevice;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -106,12 +105,22 @@ fn device_of(mp: &Path) -> Result<PathBuf, String> {
     Ok(device)
 }
 
-/// Whether a writer holds `device` (its daemon has not closed it).
+/// Whether a daemon holds `device` (to write, or to read for a read-only mount): it has
+/// not closed it yet.
 fn busy(device: &Path) -> Result<bool, String> {
-    match FileDevice::open_read_only(device) {
-        Ok(_) => Ok(false),
-        Err(extalloc::Error::DeviceBusy { .. }) => Ok(true),
-        Err(e) => Err(format!(
+    use std::os::fd::AsRawFd;
+    // A probe for any holder, a reader (`mount --read-only`) too: an exclusive try-lock.
+    let f = std::fs::File::open(device)
+        .map_err(|e| format!("cannot check whether {} is in use: {e}", device.display()))?;
+    // SAFETY: flock on a descriptor this function owns; the lock goes with the file.
+    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r == 0 {
+        return Ok(false);
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EWOULDBLOCK) => Ok(true),
+        _ => Err(format!(
             "cannot check whether {} is in use: {e}",
             device.display()
         )),
@@ -146,8 +155,9 @@ fn daemon(pid: Option<u32>) -> String {
     pid.map_or("the daemon".into(), |p| format!("the daemon (process {p})"))
 }
 
-/// The process holding `device`'s exclusive `flock`, from `/proc/locks`
-/// (`N: FLOCK ADVISORY WRITE PID MAJOR:MINOR:INODE 0 EOF`, major and minor in hex).
+/// The process holding `device`'s `flock` (exclusive, or shared for a read-only mount),
+/// from `/proc/locks` (`N: FLOCK ADVISORY WRITE|READ PID MAJOR:MINOR:INODE 0 EOF`, major
+/// and minor in hex).
 fn holder(device: &Path) -> Option<u32> {
     let meta = std::fs::metadata(device).ok()?;
     let want = (
@@ -158,7 +168,7 @@ fn holder(device: &Path) -> Option<u32> {
     let locks = std::fs::read_to_string("/proc/locks").ok()?;
     locks.lines().find_map(|line| {
         let t: Vec<&str> = line.split_whitespace().collect();
-        if t.get(1) != Some(&"FLOCK") || t.get(3) != Some(&"WRITE") {
+        if t.get(1) != Some(&"FLOCK") || !matches!(t.get(3), Some(&"WRITE" | &"READ")) {
             return None;
         }
         let mut id = t.get(5)?.split(':');
@@ -172,6 +182,7 @@ fn holder(device: &Path) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use extalloc::disk::device::FileDevice;
 
     #[test]
     fn the_holder_of_a_locked_device_is_this_process() {

@@ -48,6 +48,11 @@ pub struct MountArgs {
     /// killed daemon loses at most about this much); 0: only fsync and unmount commit.
     #[arg(long, default_value_t = 5)]
     pub commit_interval: u64,
+    /// Serve the file system read-only and write nothing to the device, not even the
+    /// journal's recovery: the device is opened to read (a writer elsewhere refuses it)
+    /// under a memory overlay, so a damaged file system can be copied off before repair.
+    #[arg(long)]
+    pub read_only: bool,
 }
 
 /// Options of `extalloc umount`.
@@ -94,6 +99,7 @@ fn options(args: &MountArgs) -> Result<MountOptions> {
         writeback,
         policy: Policy::parse(&args.policy).context("--policy")?,
         commit_interval: std::time::Duration::from_secs(args.commit_interval),
+        read_only: args.read_only,
     })
 }
 
@@ -170,6 +176,7 @@ fn detach(args: &MountArgs) -> Result<()> {
         .args(["--wb-contexts", &args.wb_contexts.to_string()])
         .args(["--policy", &args.policy])
         .args(["--commit-interval", &args.commit_interval.to_string()])
+        .args(args.read_only.then_some("--read-only"))
         .arg(&args.device)
         .arg(&args.mountpoint)
         .env(READY_ENV, "1")
