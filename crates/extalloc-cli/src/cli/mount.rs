@@ -128,8 +128,10 @@ pub fn umount(args: &UmountArgs) -> Result<()> {
 fn report(opts: &MountOptions, r: &MountReport, announce: bool) {
     let what = if r.created {
         "made a new file system".to_string()
-    } else if r.repaired.clean() {
+    } else if r.repaired.clean() && r.corrupt_groups.is_empty() {
         "clean".to_string()
+    } else if r.repaired.clean() {
+        format!("{} groups held corrupt", r.corrupt_groups.len())
     } else {
         format!("repaired {}", r.repaired.summary())
     };
@@ -149,6 +151,20 @@ fn report(opts: &MountOptions, r: &MountReport, announce: bool) {
         .chain(&r.repaired.logs)
     {
         eprintln!("  repaired: {p}");
+    }
+    if !r.repaired.lost_found.is_empty() {
+        eprintln!(
+            "  linked into /lost+found (damage had cut them from their names): inodes {:?}",
+            r.repaired.lost_found
+        );
+    }
+    if !r.corrupt_groups.is_empty() {
+        eprintln!(
+            "  groups {:?} failed their checks: held out of allocation, their files still \
+             read; `extalloc fsck {}` says what is damaged",
+            r.corrupt_groups,
+            opts.device.display()
+        );
     }
     if announce {
         println!("ready: {line}");

@@ -175,6 +175,9 @@ pub struct MountReport {
     pub created: bool,
     /// What the namespace check found (and mount repaired).
     pub repaired: NamespaceReport,
+    /// Groups whose metadata failed its checks so far (their bitmaps load on first use):
+    /// held out of allocation, every block held used; files with data there still read.
+    pub corrupt_groups: Vec<u64>,
 }
 
 /// A file system on a buffered volume (see the module documentation).
@@ -200,6 +203,7 @@ impl Fs {
         }
         let (nodes, found) = scan::load(&vol, true)?;
         report.repaired = found;
+        report.corrupt_groups = vol.store().corrupt_groups();
         vol.sync()
             .map_err(|e| format!("cannot commit the repairs: {e}"))?;
         let vol = Buffered::new(vol, opts).map_err(|e| e.to_string())?;
