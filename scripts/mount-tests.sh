@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The file system under tools nobody on the project wrote: `extalloc mount` on a fresh
 # device, then fsx (several seeds), pjdfstest, fio with verify=crc32c (seed 003's
-# random-write job, sequential writes, mixed reads and writes), and kill -9 crashes of the
-# mount in the middle of fio: each followed by `fusermount3 -u`, a new mount (which
-# repairs), fio's verify of every round that finished (and so was fsync'd), and fsck.
+# random-write job, sequential writes, mixed reads and writes), durability without fsync
+# (kill -9 right after `sync; sync MOUNTPOINT`, and after the background commit's
+# interval), `extalloc umount` followed at once by fsck and a new mount, SIGTERM with the
+# mount copied into another mount namespace, and kill -9 crashes of the mount in the
+# middle of fio: each followed by `fusermount3 -u`, a new mount (which repairs), fio's
+# verify of every round that finished (and so was fsync'd), and fsck.
 #
 #   scripts/mount-tests.sh            # CI: 2 fsx seeds x 100,000 ops, 3 crashes, 5+5 rename
 #                                     # kills (scripts/rename-crash.sh) (~5 min)
@@ -59,17 +62,27 @@ trap cleanup EXIT
 step() { printf '\n== %s (%s)\n' "$1" "$(date +%T)"; }
 
 DAEMON=0
-do_mount() {
+do_mount() { # [MOUNT OPTIONS...]
   local out
-  out=$("$BIN" mount "$IMG" "$MNT" --log "$WORK/mount.log")
+  out=$("$BIN" mount "$IMG" "$MNT" --log "$WORK/mount.log" "$@")
   echo "$out"
   DAEMON=$(sed -n 's/.*(process \([0-9]*\)).*/\1/p' <<<"$out")
   [[ -n "$DAEMON" ]] || { echo "no daemon pid in: $out" >&2; exit 1; }
 }
 do_umount() {
-  umount "$MNT"
-  # umount returns before the daemon has written everything back and closed the volume.
-  while kill -0 "$DAEMON" 2>/dev/null; do sleep 0.1; done
+  # Not plain umount: it returns before the daemon has written everything back and
+  # released the device; extalloc umount waits for that.
+  "$BIN" umount "$MNT" >/dev/null
+}
+killed() { # after kill -9 of the daemon: drop its dead mount
+  fusermount3 -u "$MNT" 2>/dev/null || umount -l "$MNT"
+}
+released() { # SECONDS: wait until no daemon holds the device, or fail
+  local deadline=$((SECONDS + $1))
+  until flock -n -x "$IMG" true; do
+    ((SECONDS < deadline)) || { echo "the daemon still holds $IMG after $1 s" >&2; exit 1; }
+    sleep 0.05
+  done
 }
 
 step "mkfs and mount"
@@ -145,11 +158,103 @@ grep -q "not an extalloc device" "$WORK/foreign.err" || { cat "$WORK/foreign.err
 echo "foreign device refused: $(head -c 100 "$WORK/foreign.err")..."
 echo data >"$MNT/sigterm-file"
 kill -TERM "$DAEMON"
-while kill -0 "$DAEMON" 2>/dev/null; do sleep 0.1; done
+released 10
 mountpoint -q "$MNT" && { echo "SIGTERM left the mount in place" >&2; exit 1; }
 "$BIN" fsck "$IMG" >/dev/null
 "$BIN" ls "$IMG" | grep -q "/sigterm-file (file)" || { echo "SIGTERM lost an unsynced file" >&2; exit 1; }
 echo "SIGTERM: unmounted, daemon exited, written back (an unsynced file is there), fsck clean"
+
+mkdir -p "$WORK/ref"
+for i in $(seq 1 50); do head -c $((i * 997)) /dev/urandom >"$WORK/ref/f$i"; done
+put_files() { # DIR: the 50 reference files, closed (so their data has left the kernel)
+  mkdir -p "$1"
+  for i in $(seq 1 50); do cp "$WORK/ref/f$i" "$1/f$i"; done
+}
+check_files() { # DIR WHAT: all 50 reference files under DIR, byte for byte, or fail
+  local bad=0
+  for i in $(seq 1 50); do cmp -s "$WORK/ref/f$i" "$1/f$i" || bad=$((bad + 1)); done
+  if ((bad > 0)); then
+    echo "$2: $bad of 50 files missing or different after kill -9 and a new mount" >&2
+    exit 1
+  fi
+  echo "$2: all 50 files read back as written"
+}
+
+step "sync, then kill -9 at once (no background commit)"
+# The kernel sends a FUSE mount no syncfs: `sync` only hands the kernel's dirty pages to
+# the daemon; an fsync of the root directory (`sync MOUNTPOINT`) commits everything.
+do_mount --commit-interval 0 >/dev/null
+put_files "$MNT/synced"
+sync
+sync "$MNT"
+kill -9 "$DAEMON"
+killed
+do_mount >/dev/null
+check_files "$MNT/synced" "sync; sync MOUNTPOINT; kill -9"
+do_umount
+
+step "the background commit, then kill -9"
+do_mount --commit-interval 1 >/dev/null
+put_files "$MNT/committed"
+sleep 2.5 # past the interval, and the commit's own time
+kill -9 "$DAEMON"
+killed
+do_mount >/dev/null
+check_files "$MNT/committed" "--commit-interval 1, 2.5 s idle, kill -9"
+do_umount
+
+step "--read-only after kill -9: files served, changes refused, the image unchanged"
+do_mount --commit-interval 0 >/dev/null
+put_files "$MNT/ro"
+sync "$MNT"
+echo "never committed" >"$MNT/ro/late"
+kill -9 "$DAEMON"
+killed
+released 30
+before=$(sha256sum <"$IMG")
+do_mount --read-only >/dev/null
+check_files "$MNT/ro" "a read-only mount of a journal that needs recovery"
+if echo x >"$MNT/ro/new" 2>/dev/null || touch "$MNT/ro/f1" 2>/dev/null; then
+  echo "a read-only mount accepted a change" >&2
+  exit 1
+fi
+do_umount
+[[ "$(sha256sum <"$IMG")" == "$before" ]] || { echo "--read-only changed the image" >&2; exit 1; }
+do_mount >/dev/null
+check_files "$MNT/ro" "a mount after the read-only one"
+do_umount
+echo "read-only: 50 files served, writes refused (EROFS), the image byte for byte unchanged"
+
+step "extalloc umount, then at once fsck and a new mount, 5 times"
+for r in 1 2 3 4 5; do
+  do_mount >/dev/null || { echo "round $r: the mount right after extalloc umount FAILED" >&2; exit 1; }
+  head -c 4000000 /dev/urandom >"$MNT/umount-$r"
+  "$BIN" umount "$MNT" >"$WORK/umount.out" || { echo "round $r: extalloc umount FAILED" >&2; exit 1; }
+  "$BIN" fsck "$IMG" >"$WORK/fsck.out" || { cat "$WORK/fsck.out" >&2; echo "round $r: fsck right after extalloc umount FAILED" >&2; exit 1; }
+done
+echo "5 rounds: fsck and a new mount right after extalloc umount ($(cat "$WORK/umount.out"))"
+
+step "SIGTERM and extalloc umount with the mount copied into another mount namespace"
+for how in sigterm umount; do
+  do_mount >/dev/null
+  echo "$how" >"$MNT/ns-$how"
+  unshare -m --propagation private sleep 30 &
+  copy=$!
+  sleep 0.3
+  grep -q " $MNT " "/proc/$copy/mountinfo" || { echo "the other namespace has no copy of the mount" >&2; exit 1; }
+  if [[ $how == sigterm ]]; then
+    kill -TERM "$DAEMON"
+    released 10
+  else
+    "$BIN" umount "$MNT" --timeout 10 || { echo "extalloc umount FAILED with the mount copied" >&2; exit 1; }
+  fi
+  kill "$copy"
+  wait "$copy" 2>/dev/null || true
+  mountpoint -q "$MNT" && { echo "$how left the mount in place" >&2; exit 1; }
+  "$BIN" fsck "$IMG" >/dev/null || { echo "$how with the mount copied: fsck FAILED" >&2; exit 1; }
+  "$BIN" ls "$IMG" | grep -q "/ns-$how (file)" || { echo "$how with the mount copied lost a file" >&2; exit 1; }
+  echo "$how with the mount in another namespace: the daemon wrote back and released the device"
+done
 
 step "kill -9 in the middle of fio: $CRASHES crashes"
 crash_job() { # DIR: a round of writes, every file fsync'd at its end. psync, not io_uring:
@@ -180,7 +285,7 @@ for f in sys.argv[1:]:
   kill -9 "$DAEMON"
   wait "$loop" 2>/dev/null || true
   pkill -9 -f "fio.*$WORK" 2>/dev/null || true
-  fusermount3 -u "$MNT" 2>/dev/null || umount -l "$MNT"
+  killed
   do_mount >"$WORK/remount.out"
   out=$(cat "$WORK/remount.out")
   rounds=$(wc -l <"$WORK/done" 2>/dev/null || echo 0)

@@ -206,7 +206,8 @@ enum Command {
     },
     /// Check an extalloc device without changing it: superblocks, every group's checksums
     /// and counts, metadata marked used, the journal's records against the home state.
-    /// Exits non-zero when it finds a problem.
+    /// Exits as e2fsck: 0 clean, 4 problems found (left uncorrected: fsck only reads), 8
+    /// an operational error (no such file, the device in use, not an extalloc device, I/O).
     Fsck {
         path: std::path::PathBuf,
         /// Print the report as JSON.
@@ -214,9 +215,12 @@ enum Command {
         json: bool,
     },
     /// Mount the file system on an extalloc device through FUSE (an empty device gets a new
-    /// one); returns once it is served unless --foreground. Unmount with `umount` or
-    /// SIGTERM.
+    /// one); returns once it is served unless --foreground. Unmount with `extalloc umount`
+    /// (or `umount`, or SIGTERM to the daemon).
     Mount(cli::mount::MountArgs),
+    /// Unmount an extalloc mount and wait until its daemon has written everything back and
+    /// released the device (a plain `umount` returns before that).
+    Umount(cli::mount::UmountArgs),
     /// Print the superblock and the free space of each group of an extalloc device.
     Info {
         path: std::path::PathBuf,
@@ -228,11 +232,14 @@ enum Command {
         files: bool,
     },
     /// Copy a host file into the volume on DEVICE through its write path; prints the new
-    /// file's id.
+    /// file's id. Refuses a file system made by `extalloc mount` (mount it instead).
     Put {
         device: std::path::PathBuf,
         host_file: std::path::PathBuf,
     },
+    /// Remove file ID from the volume on DEVICE (its blocks are freed); refuses a file
+    /// system made by `extalloc mount`, as put and get do.
+    Rm { device: std::path::PathBuf, id: u64 },
     /// Copy file ID of the volume on DEVICE out to HOST_FILE (the device is only read).
     Get {
         device: std::path::PathBuf,
@@ -356,26 +363,19 @@ struct BenchArgs {
 }
 
 fn main() {
-    if let Err(e) = run(Cli::parse()) {
-        eprintln!("error: {}", error_text(&e));
+    let cli = Cli::parse();
+    // Every command but the mount's server writes to stdout only to report: a closed
+    // pipe (`extalloc ls IMG | head`) ends it quietly, as it ends `ls` or `cat`.
+    if !matches!(&cli.command, Command::Mount(m) if m.foreground) {
+        cli::output::end_quietly_on_closed_stdout();
+    }
+    if let Command::Fsck { path, json } = &cli.command {
+        std::process::exit(cli::device::fsck(path, *json));
+    }
+    if let Err(e) = run(cli) {
+        eprintln!("error: {}", cli::output::error_text(&e));
         std::process::exit(1);
     }
-}
-
-/// The error and its causes, each cause once: the library's messages already quote the
-/// operating system's error they keep as their source.
-fn error_text(e: &anyhow::Error) -> String {
-    let mut text = String::new();
-    for cause in e.chain() {
-        let t = cause.to_string();
-        if !text.contains(&t) {
-            if !text.is_empty() {
-                text.push_str(": ");
-            }
-            text.push_str(&t);
-        }
-    }
-    text
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -437,8 +437,9 @@ fn run(cli: Cli) -> Result<()> {
             json,
             ..
         } => cli::commands::torture(crashes, seed, threads, json.as_deref()),
-        Command::Fsck { path, json } => cli::device::fsck(&path, json),
+        Command::Fsck { .. } => unreachable!("fsck sets its own exit code (main)"),
         Command::Mount(args) => cli::mount::mount(&args),
+        Command::Umount(args) => cli::mount::umount(&args),
         Command::Info {
             path,
             groups,
@@ -450,6 +451,7 @@ fn run(cli: Cli) -> Result<()> {
             id,
             host_file,
         } => cli::volume::get(&device, id, &host_file),
+        Command::Rm { device, id } => cli::volume::rm(&device, id),
         Command::Ls {
             device,
             json,

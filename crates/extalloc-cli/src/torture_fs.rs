@@ -21,7 +21,7 @@
 //!   all or nothing (`names_lost` otherwise);
 //! - every inode's link count as recorded must agree with the names found: mount repairs
 //!   none (`wrong_link_counts`), and no inode is found without a name but with links
-//!   (`reaped_named`);
+//!   (`unnamed`: mount would move it to /lost+found);
 //! - a file whose data this thread synced after its last write reads exactly as synced
 //!   (`data_mismatches`);
 //! - after an unmount, `fsck`'s namespace check of the volume is clean (`fsck_dirty`).
@@ -64,8 +64,8 @@ pub struct FsOutcome {
     pub names_lost: u64,
     /// Link counts mount had to set.
     pub wrong_link_counts: u64,
-    /// Inodes with links that no name referred to (mount removed them).
-    pub reaped_named: u64,
+    /// Inodes with links that no name referred to (mount moves them to /lost+found).
+    pub unnamed: u64,
     /// Entries naming nothing or a directory twice.
     pub bad_entries: u64,
     pub data_mismatches: u64,
@@ -81,7 +81,7 @@ impl FsOutcome {
     pub fn clean(&self) -> bool {
         self.names_lost
             + self.wrong_link_counts
-            + self.reaped_named
+            + self.unnamed
             + self.bad_entries
             + self.data_mismatches
             + self.fsck_dirty
@@ -98,6 +98,9 @@ const ME: Caller = Caller { uid: 0, gid: 0 };
 const ANY: u64 = u64::MAX;
 /// Names a thread's directories use.
 const NAMES: u32 = 10;
+/// Inodes a thread keeps at most: the tree stays the size of a busy directory, not of a
+/// device (rounds go on for thousands of crashes on one device).
+const MAX_INODES: usize = 64;
 /// Operations a thread makes in a round at most.
 const MAX_OPS: u32 = 80;
 
@@ -385,7 +388,7 @@ fn step(fs: &Fs, m: &mut Model, rng: &mut StdRng, progress: &Progress) -> Result
     // a call the failing device cut short may have happened, so the last state allows it.
     match rng.gen_range(0..100) {
         0..=19 => {
-            if m.tree[&dir].contains_key(&n) {
+            if m.tree[&dir].contains_key(&n) || m.kinds.len() >= MAX_INODES {
                 return Ok(false);
             }
             let kind = match rng.gen_range(0..10) {
@@ -562,11 +565,11 @@ fn recover(
     let (fs, report) = Fs::mount(vol, opts()).map_err(anyhow::Error::msg)?;
     let r = &report.repaired;
     out.orphans_reaped += r.orphans.len() as u64;
-    out.reaped_named += r.unnamed.len() as u64;
+    out.unnamed += (r.unnamed.len() + r.lost_found.len()) as u64;
     out.wrong_link_counts += r.link_counts.len() as u64;
     out.bad_entries += r.bad_entries.len() as u64;
     out.logs_cut += r.logs.len() as u64;
-    if !r.unnamed.is_empty() || !r.link_counts.is_empty() || !r.bad_entries.is_empty() {
+    if !r.lost_found.is_empty() || !r.link_counts.is_empty() || !r.bad_entries.is_empty() {
         eprintln!("torture --fs: mount repaired {r:?}");
     }
     for (t, m) in models.iter_mut().enumerate() {

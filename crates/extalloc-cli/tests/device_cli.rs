@@ -437,7 +437,7 @@ fn namespace_torture_survives_hundreds_of_crashes() {
         for key in [
             "names_lost",
             "wrong_link_counts",
-            "reaped_named",
+            "unnamed",
             "bad_entries",
             "data_mismatches",
             "fsck_dirty",

@@ -439,7 +439,14 @@ impl Filesystem for FuseFs {
         _ds: bool,
         reply: ReplyEmpty,
     ) {
-        empty(self.fs.fsync(ino.0), reply);
+        // The kernel sends a FUSE mount no syncfs (docs/mount.md): an fsync of the root
+        // directory (`sync MOUNTPOINT`) syncs the whole file system instead.
+        let r = if ino.0 == crate::fs::ROOT {
+            self.fs.sync()
+        } else {
+            self.fs.fsync(ino.0)
+        };
+        empty(r, reply);
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

@@ -5,7 +5,11 @@
 //!   and writeback contexts, crash repair at mount), callable without FUSE.
 //! - `fuse.rs`: kernel requests to [`fs::Fs`] calls (the `fuser` crate, several threads).
 //! - [`mount`]: the mount command (foreground or daemon, clean unmount on SIGTERM,
-//!   exclusive access through the store's lock).
+//!   exclusive access through the store's lock); [`commit`]: its background commit;
+//!   `ending.rs`: how a signal ends the session even when the mount is busy or copied
+//!   into another mount namespace.
+//! - [`umount`]: `extalloc umount`, which unmounts and waits until the daemon has
+//!   released the device ([`mountinfo`] finds the device from the mount point).
 //! - `inode.rs` and `dir.rs`: what the file system keeps in each volume file's attribute
 //!   blob and in a directory's data.
 //!
@@ -14,8 +18,12 @@
 
 #![warn(missing_docs)]
 
+pub mod commit;
 pub mod dir;
+mod ending;
 pub mod fs;
 mod fuse;
 pub mod inode;
 pub mod mount;
+pub mod mountinfo;
+pub mod umount;

@@ -2,24 +2,32 @@
 //! until `umount` or a signal, then unmount cleanly.
 //!
 //! Data structures: [`MountOptions`]; the served [`Fs`] is shared between the session's
-//! threads and this function, which gets it back whole once the session ends.
+//! threads, the background commit ([`Committer`]) and this function, which gets it back
+//! whole once the session has ended and the committer has stopped; the signal thread
+//! (`Ending`, `ending.rs`) holds it weakly.
 //!
-//! Invariant: the volume is opened before the mount point is touched (so a busy or foreign
-//! device never leaves a mount behind) and closed only after the session has stopped (no
-//! request can reach a closed volume). The store's lock on the device makes a second mount
-//! of the same device fail.
+//! Invariant: the volume is opened before the mount point is mounted on (so a busy or
+//! foreign device never leaves a mount behind) and closed only after the session and the
+//! committer have stopped (no request or commit can reach a closed volume). The store's
+//! lock on the device makes a second mount of the same device fail; it is released when
+//! the volume is closed, which `extalloc umount` waits for.
 //!
 //! Lock order: none here.
 
+use crate::commit::Committer;
+use crate::ending::Ending;
 use crate::fs::{Fs, MountReport};
 use crate::fuse::FuseFs;
+use crate::mountinfo;
 use extalloc::alloc::Policy;
-use extalloc::disk::device::FileDevice;
+use extalloc::disk::device::{Device, FileDevice, OverlayDevice};
 use extalloc::volume::Volume;
 use extalloc::writeback::WritebackOptions;
 use fuser::{Config, MountOption, Session, SessionACL};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// What to mount and how.
 #[derive(Debug, Clone)]
@@ -34,51 +42,125 @@ pub struct MountOptions {
     pub writeback: WritebackOptions,
     /// The allocation policy.
     pub policy: Policy,
+    /// How often the background commit syncs the file system ([`Committer`]); zero: never
+    /// (only `fsync` and unmount commit).
+    pub commit_interval: Duration,
+    /// Serve read-only: the device is opened to read, under a memory overlay that takes
+    /// the journal's recovery, mount's repairs and everything else the volume writes, so
+    /// nothing reaches the device; the kernel refuses every change (`EROFS`).
+    pub read_only: bool,
 }
 
 /// Opens the device, mounts, calls `ready` once the file system is served, and serves it
 /// until it is unmounted (`umount`, `fusermount3 -u`, or SIGTERM, SIGINT or SIGHUP to
-/// this process); then writes everything back and closes the volume.
+/// this process, which end the session even when the mount is busy or copied into another
+/// mount namespace: `ending.rs`); then writes everything back and closes the volume.
 pub fn serve(opts: &MountOptions, ready: impl FnOnce(&MountReport)) -> Result<(), String> {
     let dev_name = opts.device.display().to_string();
-    if !opts.mountpoint.is_dir() {
+    let mountpoint = opts
+        .mountpoint
+        .canonicalize()
+        .map_err(|e| format!("mount point {}: {e}", opts.mountpoint.display()))?;
+    if !mountpoint.is_dir() {
         return Err(format!(
             "mount point {} is not a directory",
-            opts.mountpoint.display()
+            mountpoint.display()
         ));
     }
-    let dev = FileDevice::open(&opts.device).map_err(|e| device_error(&dev_name, e))?;
-    let vol =
-        Volume::open(Arc::new(dev), opts.policy.clone()).map_err(|e| device_error(&dev_name, e))?;
-    let (fs, report) = Fs::mount(vol, opts.writeback).map_err(|e| format!("{dev_name}: {e}"))?;
-    let fs = Arc::new(fs);
-    let mut cfg = Config::default();
-    cfg.mount_options = vec![
-        MountOption::FSName(dev_name.clone()),
-        MountOption::Subtype("extalloc".into()),
-        MountOption::DefaultPermissions,
-        MountOption::RW,
-        MountOption::Suid,
-        MountOption::Dev,
-    ];
-    cfg.acl = SessionACL::All;
-    cfg.n_threads = Some(opts.threads.max(1));
-    let mut session = match Session::new(
-        FuseFs::new(fs.clone(), &opts.mountpoint),
-        &opts.mountpoint,
-        &cfg,
-    ) {
+    let (fs, report) = open_fs(opts, &dev_name)?;
+    // The canonical path: `extalloc umount` finds the device from the mount's source.
+    let source = opts
+        .device
+        .canonicalize()
+        .map_err(|e| format!("{dev_name}: {e}"))?;
+    let cfg = config(&source.display().to_string(), opts.threads, opts.read_only);
+    let fuse = FuseFs::new(fs.clone(), &mountpoint);
+    let mut session = match Session::new(fuse, &mountpoint, &cfg) {
         Ok(s) => s,
         Err(e) => {
             let _ = close(fs);
             return Err(format!(
                 "cannot mount {dev_name} on {}: {e} (is /dev/fuse there, and are you root or \
                  is fusermount3 installed?)",
-                opts.mountpoint.display()
+                mountpoint.display()
             ));
         }
     };
-    let mut unmounter = session.unmount_callable();
+    let ended = Arc::new(AtomicBool::new(false));
+    let started = mountinfo::find(&mountpoint)
+        .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))
+        .and_then(|m| {
+            let m = m.ok_or("the new mount is not in /proc/self/mountinfo")?;
+            let ending = Ending {
+                mountpoint: mountpoint.clone(),
+                connection: m.connection(),
+                fs: Arc::downgrade(&fs),
+                ended: ended.clone(),
+            };
+            watch_signals(ending)?;
+            // Read-only: nothing to commit (the overlay would only grow).
+            let interval = if opts.read_only {
+                Duration::ZERO
+            } else {
+                opts.commit_interval
+            };
+            start_committer(&fs, interval)
+        });
+    let committer = match started {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = session.unmount();
+            drop(session);
+            let _ = close(fs);
+            return Err(e);
+        }
+    };
+    ready(&report);
+    let served = session.run();
+    ended.store(true, Ordering::Release);
+    drop(committer);
+    let closed = close(fs);
+    served.map_err(|e| format!("the FUSE session failed: {e}"))?;
+    closed
+}
+
+/// Opens the device's volume and mounts its file system (nothing is mounted yet).
+fn open_fs(opts: &MountOptions, dev_name: &str) -> Result<(Arc<Fs>, MountReport), String> {
+    let dev: Arc<dyn Device> = if opts.read_only {
+        let dev =
+            FileDevice::open_read_only(&opts.device).map_err(|e| device_error(dev_name, e))?;
+        Arc::new(OverlayDevice::new(Arc::new(dev)))
+    } else {
+        Arc::new(FileDevice::open(&opts.device).map_err(|e| device_error(dev_name, e))?)
+    };
+    let vol = Volume::open(dev, opts.policy.clone()).map_err(|e| device_error(dev_name, e))?;
+    let (fs, report) = Fs::mount(vol, opts.writeback).map_err(|e| format!("{dev_name}: {e}"))?;
+    Ok((Arc::new(fs), report))
+}
+
+/// The session's configuration: mount options (the device's path as the source) and
+/// threads.
+fn config(source: &str, threads: usize, read_only: bool) -> Config {
+    let mut cfg = Config::default();
+    cfg.mount_options = vec![
+        MountOption::FSName(source.to_string()),
+        MountOption::Subtype("extalloc".into()),
+        MountOption::DefaultPermissions,
+        if read_only {
+            MountOption::RO
+        } else {
+            MountOption::RW
+        },
+        MountOption::Suid,
+        MountOption::Dev,
+    ];
+    cfg.acl = SessionACL::All;
+    cfg.n_threads = Some(threads.max(1));
+    cfg
+}
+
+/// A thread that ends the session on SIGTERM, SIGINT or SIGHUP (each signal tries again).
+fn watch_signals(ending: Ending) -> Result<(), String> {
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGINT,
@@ -88,18 +170,22 @@ pub fn serve(opts: &MountOptions, ready: impl FnOnce(&MountReport)) -> Result<()
     std::thread::Builder::new()
         .name("extalloc-signals".into())
         .spawn(move || {
-            if signals.forever().next().is_some() {
-                if let Err(e) = unmounter.unmount() {
-                    eprintln!("extalloc mount: cannot unmount: {e}");
-                }
+            for _ in signals.forever() {
+                ending.end(&|m| eprintln!("extalloc mount: {m}"));
             }
         })
         .map_err(|e| format!("cannot start the signal thread: {e}"))?;
-    ready(&report);
-    let served = session.run();
-    let closed = close(fs);
-    served.map_err(|e| format!("the FUSE session failed: {e}"))?;
-    closed
+    Ok(())
+}
+
+/// The background commit, unless `every` is zero.
+fn start_committer(fs: &Arc<Fs>, every: Duration) -> Result<Option<Committer>, String> {
+    if every.is_zero() {
+        return Ok(None);
+    }
+    Committer::start(fs.clone(), every, |m| eprintln!("extalloc mount: {m}"))
+        .map(Some)
+        .map_err(|e| format!("cannot start the background commit thread: {e}"))
 }
 
 /// Closes the file system once the session has let go of it.

@@ -242,6 +242,22 @@ pub enum Error {
         wanted: &'static str,
     },
 
+    /// The device's owner record (`docs/format.md`) names a live owner: a store has it open
+    /// read-write, in this process, another one, another namespace or on another machine.
+    #[error(
+        "device {device} is in use by {owner} ({why}): close it there first (an owner that \
+         is gone is taken over at the next open: at once on its own machine, after its \
+         heartbeat has stood still for two intervals and a second elsewhere)"
+    )]
+    DeviceInUse {
+        /// The device's name (its path, for a device that has one).
+        device: String,
+        /// Who holds it, from its owner record: host, boot id, pid, heartbeat.
+        owner: String,
+        /// How the owner was found live.
+        why: String,
+    },
+
     /// The device failed an operation: which device (its path), what, where, and the
     /// operating system's error as the source.
     #[error("device {device}: {op} at byte {offset} failed: {source}")]

@@ -114,6 +114,7 @@ struct NamespaceJson<'a> {
     symlinks: u64,
     others: u64,
     orphans: &'a [u64],
+    unnamed: &'a [u64],
     bad_entries: &'a [String],
     link_counts: &'a [String],
     logs: &'a [String],
@@ -128,6 +129,7 @@ impl<'a> NamespaceJson<'a> {
             symlinks: n.symlinks,
             others: n.others,
             orphans: &n.orphans,
+            unnamed: &n.unnamed,
             bad_entries: &n.bad_entries,
             link_counts: &n.link_counts,
             logs: &n.logs,
@@ -136,8 +138,58 @@ impl<'a> NamespaceJson<'a> {
     }
 }
 
-/// `extalloc fsck`: exits with an error when a problem was found.
-pub fn fsck(path: &Path, json: bool) -> Result<()> {
+/// e2fsck's exit codes that `fsck` uses (it only reads: never 1, "errors fixed").
+pub const FSCK_CLEAN: i32 = 0;
+/// Problems found and left as they are.
+pub const FSCK_UNCORRECTED: i32 = 4;
+/// An operational error: no such file, the device in use, not an extalloc device, I/O.
+pub const FSCK_OPERATIONAL: i32 = 8;
+
+/// Problems `fsck` found on the device (exit [`FSCK_UNCORRECTED`]).
+#[derive(Debug)]
+struct Damage(String);
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Damage {}
+
+/// `extalloc fsck`: prints the report (or the error) and returns the exit code, e2fsck's:
+/// [`FSCK_CLEAN`], [`FSCK_UNCORRECTED`] (problems found, or a device too damaged to read:
+/// no superblock copy or a journal damaged in the middle), [`FSCK_OPERATIONAL`] (anything
+/// else that stopped the check), so scripts can tell damage from a device they could not
+/// check.
+pub fn fsck(path: &Path, json: bool) -> i32 {
+    match fsck_checked(path, json) {
+        Ok(()) => FSCK_CLEAN,
+        Err(e) => {
+            eprintln!("error: {}", super::output::error_text(&e));
+            fsck_code(&e)
+        }
+    }
+}
+
+/// The exit code of a failed check: damage found or met, or an operational error.
+fn fsck_code(e: &anyhow::Error) -> i32 {
+    let damaged = e.chain().any(|c| {
+        c.is::<Damage>()
+            || matches!(
+                c.downcast_ref::<extalloc::Error>(),
+                Some(extalloc::Error::Corrupt { .. } | extalloc::Error::JournalDamaged { .. })
+            )
+    });
+    if damaged {
+        FSCK_UNCORRECTED
+    } else {
+        FSCK_OPERATIONAL
+    }
+}
+
+/// The check itself: `Err` with [`Damage`] when it found problems.
+fn fsck_checked(path: &Path, json: bool) -> Result<()> {
     let dev = FileDevice::open_read_only(path)?;
     let r = extalloc::store::fsck::check(&dev).with_context(|| format!("{}", path.display()))?;
     drop(dev);
@@ -166,20 +218,20 @@ pub fn fsck(path: &Path, json: bool) -> Result<()> {
             super::mount::print_namespace(n);
         }
     }
-    anyhow::ensure!(r.clean(), "{} problems found", r.problems.len());
-    if let Some(f) = &files {
-        anyhow::ensure!(
-            f.clean(),
+    if !r.clean() {
+        return Err(Damage(format!("{} problems found", r.problems.len())).into());
+    }
+    if let Some(f) = files.as_ref().filter(|f| !f.clean()) {
+        return Err(Damage(format!(
             "the files' check failed: {} mapped blocks free, {} mapped twice, {} leaked, {} \
              groups held corrupt",
-            f.mapped_free,
-            f.mapped_twice,
-            f.leaked,
-            f.corrupt_groups
-        );
+            f.mapped_free, f.mapped_twice, f.leaked, f.corrupt_groups
+        ))
+        .into());
     }
-    if let Some(n) = &names {
-        anyhow::ensure!(n.clean(), "the file system's check failed: {}", n.summary());
+    if let Some(n) = names.as_ref().filter(|n| !n.clean()) {
+        let summary = n.summary();
+        return Err(Damage(format!("the file system's check failed: {summary}")).into());
     }
     Ok(())
 }
@@ -214,6 +266,15 @@ fn print_fsck(
             ""
         }
     );
+    if r.in_use {
+        println!(
+            "marked in use by {} (open elsewhere, or its owner crashed: a read-write open \
+             takes a stale mark over and recovers)",
+            r.owner
+                .as_deref()
+                .unwrap_or("an owner with no readable record")
+        );
+    }
     for p in &r.problems {
         println!("problem: {p}");
     }

@@ -1,5 +1,6 @@
 //! `extalloc mount DEVICE MOUNTPOINT`: the file system of `extalloc-fuse`, in the
-//! foreground or detached; and the namespace part of `extalloc fsck`.
+//! foreground or detached; `extalloc umount MOUNTPOINT`, which waits for the device to be
+//! released; and the namespace part of `extalloc fsck`.
 //!
 //! Detached, the command runs itself again in the foreground in a new process group with
 //! `EXTALLOC_MOUNT_READY` set; that child prints one line on its standard output (`ready`
@@ -43,6 +44,25 @@ pub struct MountArgs {
     /// Where a detached mount writes its messages (default: nowhere).
     #[arg(long)]
     pub log: Option<PathBuf>,
+    /// Seconds between background commits (everything written back and committed, so a
+    /// killed daemon loses at most about this much); 0: only fsync and unmount commit.
+    #[arg(long, default_value_t = 5)]
+    pub commit_interval: u64,
+    /// Serve the file system read-only and write nothing to the device, not even the
+    /// journal's recovery: the device is opened to read (a writer elsewhere refuses it)
+    /// under a memory overlay, so a damaged file system can be copied off before repair.
+    #[arg(long)]
+    pub read_only: bool,
+}
+
+/// Options of `extalloc umount`.
+#[derive(clap::Args, Debug)]
+pub struct UmountArgs {
+    /// Where an extalloc file system is mounted.
+    pub mountpoint: PathBuf,
+    /// Seconds to wait for the daemon to write back and release the device.
+    #[arg(long, default_value_t = 120)]
+    pub timeout: u64,
 }
 
 /// `extalloc mount`.
@@ -78,14 +98,40 @@ fn options(args: &MountArgs) -> Result<MountOptions> {
         threads: args.threads,
         writeback,
         policy: Policy::parse(&args.policy).context("--policy")?,
+        commit_interval: std::time::Duration::from_secs(args.commit_interval),
+        read_only: args.read_only,
     })
+}
+
+/// `extalloc umount`: unmount, then wait until the daemon has released the device, so that
+/// `extalloc fsck` or a new mount can follow at once.
+pub fn umount(args: &UmountArgs) -> Result<()> {
+    let timeout = std::time::Duration::from_secs(args.timeout);
+    let done = extalloc_fuse::umount::unmount(&args.mountpoint, timeout, &|m| {
+        eprintln!("extalloc umount: {m}")
+    })
+    .map_err(anyhow::Error::msg)?;
+    println!(
+        "unmounted {}; {} released {} ms after the unmount{}",
+        args.mountpoint.display(),
+        done.device.display(),
+        done.waited.as_millis(),
+        if done.nudged {
+            " (the daemon was asked to end its session)"
+        } else {
+            ""
+        }
+    );
+    Ok(())
 }
 
 fn report(opts: &MountOptions, r: &MountReport, announce: bool) {
     let what = if r.created {
         "made a new file system".to_string()
-    } else if r.repaired.clean() {
+    } else if r.repaired.clean() && r.corrupt_groups.is_empty() {
         "clean".to_string()
+    } else if r.repaired.clean() {
+        format!("{} groups held corrupt", r.corrupt_groups.len())
     } else {
         format!("repaired {}", r.repaired.summary())
     };
@@ -105,6 +151,20 @@ fn report(opts: &MountOptions, r: &MountReport, announce: bool) {
         .chain(&r.repaired.logs)
     {
         eprintln!("  repaired: {p}");
+    }
+    if !r.repaired.lost_found.is_empty() {
+        eprintln!(
+            "  linked into /lost+found (damage had cut them from their names): inodes {:?}",
+            r.repaired.lost_found
+        );
+    }
+    if !r.corrupt_groups.is_empty() {
+        eprintln!(
+            "  groups {:?} failed their checks: held out of allocation, their files still \
+             read; `extalloc fsck {}` says what is damaged",
+            r.corrupt_groups,
+            opts.device.display()
+        );
     }
     if announce {
         println!("ready: {line}");
@@ -131,6 +191,8 @@ fn detach(args: &MountArgs) -> Result<()> {
         .args(["--dirty-limit", &args.dirty_limit])
         .args(["--wb-contexts", &args.wb_contexts.to_string()])
         .args(["--policy", &args.policy])
+        .args(["--commit-interval", &args.commit_interval.to_string()])
+        .args(args.read_only.then_some("--read-only"))
         .arg(&args.device)
         .arg(&args.mountpoint)
         .env(READY_ENV, "1")
@@ -165,7 +227,7 @@ fn detach(args: &MountArgs) -> Result<()> {
 }
 
 /// Whether `vol` holds a file system (an inode in file 1).
-fn is_fs(vol: &extalloc::volume::Volume) -> bool {
+pub fn is_fs(vol: &extalloc::volume::Volume) -> bool {
     vol.attr(extalloc_fuse::fs::ROOT)
         .ok()
         .and_then(|a| extalloc_fuse::inode::Inode::decode(&a))
@@ -212,8 +274,15 @@ pub fn print_namespace(n: &extalloc_fuse::fs::NamespaceReport) {
     }
     if !n.orphans.is_empty() {
         println!(
-            "problem: orphan inodes (mount removes them): {:?}",
+            "problem: orphan inodes, link count 0 (mount removes them): {:?}",
             n.orphans
+        );
+    }
+    if !n.unnamed.is_empty() {
+        println!(
+            "problem: inodes no name refers to, with links (damage; mount links them into \
+             /lost+found as #INODE, with their data): {:?}",
+            n.unnamed
         );
     }
 }

@@ -1,4 +1,5 @@
-//! Where a run's results go besides stdout, checked before any work starts.
+//! Where a run's results go besides stdout, checked before any work starts; how errors
+//! are worded; and what a closed stdout does.
 
 use anyhow::{Context, Result};
 use extalloc_cli::lab;
@@ -81,4 +82,35 @@ pub fn emit(report: &lab::report::Report, out: &Outputs) -> Result<()> {
         eprintln!("wrote {}", path.display());
     }
     Ok(())
+}
+
+/// The error and its causes, each cause once: the library's messages already quote the
+/// operating system's error they keep as their source.
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let t = cause.to_string();
+        if !text.contains(&t) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&t);
+        }
+    }
+    text
+}
+
+/// Restores `SIGPIPE`'s default action, which Rust's runtime sets to ignore: a write to a
+/// closed pipe then ends the process at once and quietly (status 141 in a shell), as it
+/// ends `ls` or `cat`, instead of `println!` panicking on `EPIPE`. One place for every
+/// command, since reports are printed from hundreds of places (the lab's tables too);
+/// a writer that maps `BrokenPipe` to an exit would have to replace every one of them.
+/// The mount's server keeps ignoring it: its writes to the FUSE channel and its ready line
+/// must fail as errors, never kill a file system that is being served.
+pub fn end_quietly_on_closed_stdout() {
+    // SAFETY: setting a signal's disposition to its default is async-signal-safe and
+    // runs before any other thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
 }

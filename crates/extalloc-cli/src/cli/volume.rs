@@ -1,7 +1,13 @@
 //! The volume commands: `put` (a host file in, through the volume's write path), `get` (a
-//! file out), `ls`, and the file summaries of `info --files` and `fsck`. Commands that only
-//! read open the device read-only under a view whose writes stay in memory
-//! (`OverlayDevice`), so the journal replay of the open never changes the device.
+//! file out), `rm` (a file removed), `ls`, and the file summaries of `info --files` and
+//! `fsck`. Commands that only read open the device read-only under a view whose writes
+//! stay in memory (`OverlayDevice`), so the journal replay of the open never changes the
+//! device.
+//!
+//! `put`, `get` and `rm` work on plain volumes (files by id) and refuse a file system made
+//! by `extalloc mount` (every file an inode, reached by path): a file put there would hold
+//! no inode and the file system would no longer mount, a file removed by id would leave
+//! its directory entry behind.
 
 use anyhow::{Context, Result};
 use extalloc::disk::device::{Device, FileDevice, OverlayDevice};
@@ -21,12 +27,31 @@ pub fn open_read_only(path: &Path) -> Result<Volume> {
     Volume::open(view, Policy::default()).with_context(|| format!("{}", path.display()))
 }
 
+/// The volume on `path`, read-write.
+fn open_read_write(path: &Path) -> Result<Volume> {
+    let dev = FileDevice::open(path)?;
+    Volume::open(Arc::new(dev), Policy::default()).with_context(|| format!("{}", path.display()))
+}
+
+/// Refuses a volume that holds a file system (`extalloc mount`) for `command`, which
+/// works on files by id.
+fn refuse_file_system(vol: &Volume, device: &Path, command: &str) -> Result<()> {
+    anyhow::ensure!(
+        !super::mount::is_fs(vol),
+        "{}: holds a file system (made by `extalloc mount`), whose files are inodes reached \
+         by path; `{command}` works on a plain volume's files by id and would break it: \
+         mount it (`extalloc mount {} MOUNTPOINT`) and use the mount point instead",
+        device.display(),
+        device.display()
+    );
+    Ok(())
+}
+
 /// `extalloc put DEVICE HOST_FILE`: prints the new file's id.
 pub fn put(device: &Path, host: &Path) -> Result<()> {
     let mut src = std::fs::File::open(host).with_context(|| format!("{}", host.display()))?;
-    let dev = FileDevice::open(device)?;
-    let vol = Volume::open(Arc::new(dev), Policy::default())
-        .with_context(|| format!("{}", device.display()))?;
+    let vol = open_read_write(device)?;
+    refuse_file_system(&vol, device, "put")?;
     let name = host
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -51,9 +76,20 @@ pub fn put(device: &Path, host: &Path) -> Result<()> {
     Ok(())
 }
 
+/// `extalloc rm DEVICE ID`: removes file `id` (its blocks are freed), durably.
+pub fn rm(device: &Path, id: u64) -> Result<()> {
+    let vol = open_read_write(device)?;
+    refuse_file_system(&vol, device, "rm")?;
+    vol.unlink(id)
+        .with_context(|| format!("{}: removing file {id}", device.display()))?;
+    vol.close()
+        .with_context(|| format!("{}: sync", device.display()))
+}
+
 /// `extalloc get DEVICE ID HOST_FILE`.
 pub fn get(device: &Path, id: u64, host: &Path) -> Result<()> {
     let vol = open_read_only(device)?;
+    refuse_file_system(&vol, device, "get")?;
     let size = vol.size(id)?;
     let mut out = std::fs::File::create(host).with_context(|| format!("{}", host.display()))?;
     let mut at = 0u64;

@@ -362,19 +362,15 @@ impl ExtallocMount {
         Ok(m)
     }
 
-    /// Unmounts and waits for the daemon to write everything back and close the volume.
+    /// Unmounts and waits for the daemon to write everything back and release the device
+    /// (`extalloc umount`; a plain `umount` returns before that).
     fn unmount(&mut self) -> Result<()> {
-        if let Some(pid) = self.pid.take() {
-            kernel::run(Command::new("umount").arg(&self.mountpoint))?;
-            let proc = PathBuf::from(format!("/proc/{pid}"));
-            let started = Instant::now();
-            while proc.exists() {
-                anyhow::ensure!(
-                    started.elapsed().as_secs() < 600,
-                    "the mount process {pid} did not exit within 10 minutes of its unmount"
-                );
-                std::thread::sleep(std::time::Duration::from_millis(50));
-            }
+        if self.pid.take().is_some() {
+            let ten_minutes = std::time::Duration::from_secs(600);
+            extalloc_fuse::umount::unmount(&self.mountpoint, ten_minutes, &|m| {
+                eprintln!("extalloc umount: {m}")
+            })
+            .map_err(anyhow::Error::msg)?;
         }
         Ok(())
     }

@@ -131,7 +131,7 @@ impl Fs {
 
     /// Writes `data` at `offset` into the cache; returns the bytes written. `kill_priv`:
     /// the writer is unprivileged (see the module documentation). A write reaching past
-    /// the largest file ([`extalloc::volume::MAX_FILE_BYTES`], 2^56) is `EFBIG` and changes
+    /// the largest file ([`extalloc::volume::MAX_FILE_BYTES`], 2^63 - 1, the kernel's own) is `EFBIG` and changes
     /// nothing.
     pub fn write(&self, ino: u64, offset: u64, data: &[u8], kill_priv: bool) -> FsResult<u32> {
         self.regular(ino, libc::EINVAL)?;

@@ -12,7 +12,7 @@
 //!   of any file commits every namespace change made before it (as ext4's does).
 //! - Timestamps that only a data write or a read changes (mtime, ctime; atime as the
 //!   mount's atime mode says, `atime.rs`) are kept in memory and written at `fsync`,
-//!   `release` and unmount.
+//!   `release`, [`Fs::sync`] (the background commit) and unmount.
 //! - A write, truncate or fallocate by an unprivileged caller clears set-user-id, and
 //!   set-group-id when the group may execute (`data.rs`), written at once.
 //! - `scan.rs` reads the namespace back at mount, checks it, and repairs what a crash
@@ -29,7 +29,8 @@
 //!
 //! Lock order: `ns` (written by namespace changes, read by lookups) -> `dir_handles`;
 //! then the volume's locks. Data reads and writes call the volume without `ns`, then take
-//! it briefly to update times.
+//! it briefly to update times. An inode's attribute blob is written only under `ns`
+//! written, from the node as it is then (never from a copy taken earlier).
 
 pub mod atime;
 pub mod data;
@@ -174,6 +175,9 @@ pub struct MountReport {
     pub created: bool,
     /// What the namespace check found (and mount repaired).
     pub repaired: NamespaceReport,
+    /// Groups whose metadata failed its checks so far (their bitmaps load on first use):
+    /// held out of allocation, every block held used; files with data there still read.
+    pub corrupt_groups: Vec<u64>,
 }
 
 /// A file system on a buffered volume (see the module documentation).
@@ -199,6 +203,7 @@ impl Fs {
         }
         let (nodes, found) = scan::load(&vol, true)?;
         report.repaired = found;
+        report.corrupt_groups = vol.store().corrupt_groups();
         vol.sync()
             .map_err(|e| format!("cannot commit the repairs: {e}"))?;
         let vol = Buffered::new(vol, opts).map_err(|e| e.to_string())?;
@@ -247,30 +252,30 @@ impl Fs {
     }
 
     /// Writes the pending times of `only` (or of every inode).
+    ///
+    /// The blobs are written under the namespace lock: a copy written after the lock was
+    /// let go could carry a link count a namespace change has since replaced (found by
+    /// `extalloc torture --fs`: a sync's stale blob undid an unlink's count).
     pub(crate) fn flush_attrs(&self, only: Option<u64>) -> FsResult<()> {
-        let dirty: Vec<(u64, Inode)> = {
-            let mut ns = self.ns.write();
-            let take = |ino: u64, n: &mut Node| {
-                let was = std::mem::replace(&mut n.attr_dirty, false);
-                was.then_some((ino, n.inode))
-            };
-            match only {
-                // One inode: a lookup, not a scan of every inode (this runs at every close).
-                Some(ino) => ns
-                    .nodes
-                    .get_mut(&ino)
-                    .and_then(|n| take(ino, n))
-                    .into_iter()
-                    .collect(),
-                None => ns
-                    .nodes
-                    .iter_mut()
-                    .filter_map(|(&ino, n)| take(ino, n))
-                    .collect(),
-            }
+        let mut ns = self.ns.write();
+        let dirty: Vec<u64> = match only {
+            // One inode: a lookup, not a scan of every inode (this runs at every close).
+            Some(ino) => ns
+                .nodes
+                .get(&ino)
+                .filter(|n| n.attr_dirty)
+                .map(|_| ino)
+                .into_iter()
+                .collect(),
+            None => ns
+                .nodes
+                .iter()
+                .filter(|(_, n)| n.attr_dirty)
+                .map(|(&ino, _)| ino)
+                .collect(),
         };
-        for (ino, inode) in dirty {
-            self.vol.set_attr(ino, &inode.encode())?;
+        for ino in dirty {
+            self.persist(&mut ns, ino)?;
         }
         Ok(())
     }
@@ -311,9 +316,11 @@ impl Fs {
     /// Writes `ino`'s attributes to the volume now.
     pub(crate) fn persist(&self, ns: &mut Ns, ino: u64) -> FsResult<()> {
         let n = ns.node_mut(ino)?;
-        n.attr_dirty = false;
         let blob = n.inode.encode();
-        Ok(self.vol.set_attr(ino, &blob)?)
+        self.vol.set_attr(ino, &blob)?;
+        // Clean only once written: a failed write leaves the times for the next try.
+        ns.node_mut(ino)?.attr_dirty = false;
+        Ok(())
     }
 
     /// Removes `ino` from the volume if nothing names, opens or remembers it any more.

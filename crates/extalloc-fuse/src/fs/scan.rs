@@ -7,9 +7,10 @@
 //! repaired here:
 //!
 //! - an **orphan**: an inode no directory names and whose link count is 0 (unlinked while
-//!   open, or replaced by a rename, and the removal of its file never ran): removed. An
-//!   inode no name refers to whose link count is not 0 is damage, reported apart
-//!   (`unnamed`) and removed too;
+//!   open, or replaced by a rename, and the removal of its file never ran): removed;
+//! - an **unnamed** inode: no name refers to it but its link count says it has names (a
+//!   damaged directory log cut short, a lost record; never a crash): linked into
+//!   `/lost+found` as `#INODE` with its data, before any other repair (`rescue`);
 //! - a **link count** that disagrees with the names found: set to what was found;
 //! - an **entry** naming an inode that does not exist, or a second name of a directory
 //!   (a rename cut between its add and its remove): dropped;
@@ -41,10 +42,14 @@ pub struct NamespaceReport {
     pub others: u64,
     /// Inodes no directory names (removed at mount).
     pub orphans: Vec<u64>,
-    /// Those of the orphans whose link count says they have names: not what a crash
+    /// Inodes no name refers to whose link count says they have names: not what a crash
     /// leaves (every namespace change is atomic, and an inode's last name goes with its
-    /// link count), so damage, or a bug.
+    /// link count), so damage (a directory log cut short, a record lost), or a bug. Never
+    /// removed: mount links them into `/lost+found` (see `lost_found`).
     pub unnamed: Vec<u64>,
+    /// Inodes mount linked into `/lost+found` as `#INODE`, with their data (a directory
+    /// brings what it holds).
+    pub lost_found: Vec<u64>,
     /// Entries naming nothing, or a directory a second time (dropped at mount).
     pub bad_entries: Vec<String>,
     /// Link counts that disagreed with the names found (set at mount).
@@ -57,6 +62,8 @@ impl NamespaceReport {
     /// Nothing to repair.
     pub fn clean(&self) -> bool {
         self.orphans.is_empty()
+            && self.unnamed.is_empty()
+            && self.lost_found.is_empty()
             && self.bad_entries.is_empty()
             && self.link_counts.is_empty()
             && self.logs.is_empty()
@@ -65,8 +72,14 @@ impl NamespaceReport {
     /// A one-line summary of the repairs.
     pub fn summary(&self) -> String {
         format!(
-            "{} orphans, {} bad entries, {} link counts, {} damaged directory logs",
+            "{} orphans, {} unnamed inodes{}, {} bad entries, {} link counts, {} damaged \
+             directory logs",
             self.orphans.len(),
+            self.unnamed.len(),
+            match self.lost_found.len() {
+                0 => String::new(),
+                n => format!(" ({n} linked into /lost+found)"),
+            },
             self.bad_entries.len(),
             self.link_counts.len(),
             self.logs.len()
@@ -90,6 +103,14 @@ pub(crate) fn load(
     vol: &Volume,
     repair: bool,
 ) -> Result<(HashMap<u64, Node>, NamespaceReport), String> {
+    let lost_found = if repair { rescue(vol)? } else { Vec::new() };
+    let (nodes, mut report) = load_once(vol, repair)?;
+    report.lost_found = lost_found;
+    Ok((nodes, report))
+}
+
+/// One pass of [`load`]: every inode and log read, checked, and with `repair` fixed.
+fn load_once(vol: &Volume, repair: bool) -> Result<(HashMap<u64, Node>, NamespaceReport), String> {
     let mut report = NamespaceReport::default();
     let mut inodes = read_inodes(vol)?;
     let mut logs = HashMap::new();
@@ -104,9 +125,10 @@ pub(crate) fn load(
     let mut nodes = HashMap::new();
     for (&ino, inode) in inodes.iter_mut() {
         if !walk.parent.contains_key(&ino) {
-            report.orphans.push(ino);
             if inode.nlink > 0 {
                 report.unnamed.push(ino);
+            } else {
+                report.orphans.push(ino);
             }
             continue;
         }
@@ -153,6 +175,98 @@ pub(crate) fn load(
         }
     }
     Ok((nodes, report))
+}
+
+/// Links every inode no name refers to but whose link count says it has names into
+/// `/lost+found` (made if missing) as `#INODE`, before anything is repaired or removed:
+/// damage that cut a directory's log never costs a file its data. Returns them.
+fn rescue(vol: &Volume) -> Result<Vec<u64>, String> {
+    let mut rescued = Vec::new();
+    loop {
+        let inodes = read_inodes(vol)?;
+        let mut scratch = NamespaceReport::default();
+        let mut logs = HashMap::new();
+        for (&ino, inode) in &inodes {
+            if inode.kind == Kind::Dir {
+                logs.insert(ino, read_log(vol, ino, false, &mut scratch)?);
+            }
+        }
+        let walk = walk(&inodes, &logs, &mut scratch);
+        let mut lost: Vec<u64> = inodes
+            .iter()
+            .filter(|(i, n)| !walk.parent.contains_key(i) && n.nlink > 0)
+            .map(|(&i, _)| i)
+            .collect();
+        if lost.is_empty() {
+            return Ok(rescued);
+        }
+        lost.sort_unstable();
+        // Link only the tops: what a lost directory names comes back with it.
+        let named: HashSet<u64> = lost
+            .iter()
+            .filter_map(|i| logs.get(i))
+            .flat_map(|l| l.entries.values().copied())
+            .collect();
+        let mut tops: Vec<u64> = lost
+            .iter()
+            .copied()
+            .filter(|i| !named.contains(i))
+            .collect();
+        if tops.is_empty() {
+            tops.push(lost[0]); // lost directories naming each other
+        }
+        let lf = lost_found_dir(vol, &inodes, &logs)?;
+        for &ino in &tops {
+            link_into(vol, lf, format!("#{ino}").as_bytes(), ino)?;
+            if inodes[&ino].kind == Kind::Dir {
+                add_link(vol, lf, 1)?;
+            }
+        }
+        rescued.extend(tops);
+    }
+}
+
+/// `/lost+found`: the root's entry of that name when it is a directory, else a new one.
+fn lost_found_dir(
+    vol: &Volume,
+    inodes: &HashMap<u64, Inode>,
+    logs: &HashMap<u64, DirLog>,
+) -> Result<u64, String> {
+    let name = b"lost+found".as_slice();
+    if let Some(&ino) = logs[&ROOT].entries.get(name) {
+        if inodes.get(&ino).is_some_and(|i| i.kind == Kind::Dir) {
+            return Ok(ino);
+        }
+    }
+    let mut name = name.to_vec();
+    while logs[&ROOT].entries.contains_key(&name) {
+        name.push(b'~'); // the name is taken by something else: keep it
+    }
+    let dir = Inode::new(Kind::Dir, 0o700, 0, 0, 0);
+    let ino = vol
+        .create(&dir.encode())
+        .map_err(|e| format!("cannot make /lost+found: {e}"))?;
+    link_into(vol, ROOT, &name, ino)?;
+    add_link(vol, ROOT, 1)?;
+    Ok(ino)
+}
+
+/// Appends an add of `name -> ino` to directory `dir`'s log, after its last good record
+/// (a damaged tail is cut first, as mount's repair would).
+fn link_into(vol: &Volume, dir: u64, name: &[u8], ino: u64) -> Result<(), String> {
+    let mut scratch = NamespaceReport::default();
+    let log = read_log(vol, dir, true, &mut scratch)?;
+    append(vol, dir, log.valid_bytes, &record(name, Some(ino)))
+        .map_err(|e| format!("cannot link inode {ino} into directory {dir}: {e}"))
+}
+
+/// Adds `n` to inode `ino`'s link count.
+fn add_link(vol: &Volume, ino: u64, n: u32) -> Result<(), String> {
+    let blob = vol.attr(ino).map_err(|e| e.to_string())?;
+    let mut inode = Inode::decode(&blob).ok_or(format!("inode {ino} does not decode"))?;
+    inode.nlink += n;
+    vol.set_attr(ino, &inode.encode())
+        .map_err(|e| format!("cannot set inode {ino}'s link count: {e}"))
 }
 
 /// Directory `ino`'s log, from its first mapped block (compaction punches its history); a

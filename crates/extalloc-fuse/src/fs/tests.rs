@@ -653,10 +653,30 @@ fn unprivileged_data_changes_clear_set_id_bits() {
 /// nothing; later calls work.
 #[test]
 fn a_write_past_the_largest_file_is_efbig_and_changes_nothing() {
+    // Up to the kernel's largest file, a write is a sparse write like any other.
+    let far = {
+        let dev = device(17);
+        let fs = fresh(&dev);
+        let f = put(&fs, ROOT, "far", b"");
+        let far = [1u64 << 56, 1 << 62, extalloc::volume::MAX_FILE_BYTES - 4];
+        for (i, at) in far.into_iter().enumerate() {
+            fs.write(f, at, b"abcd", false).unwrap();
+            fs.fsync(f).unwrap();
+            assert_eq!(fs.read(f, at, 4).unwrap(), b"abcd", "at {at}");
+            // One block each: sparse.
+            assert_eq!(fs.getattr(f).unwrap().allocated, 4096 * (i as u64 + 1));
+        }
+        fs.unmount().unwrap();
+        let (fs, r) = remount(&dev);
+        assert!(r.repaired.clean(), "{r:?}");
+        fs.getattr(find(&fs, "far").unwrap()).unwrap().size
+    };
+    assert_eq!(far, extalloc::volume::MAX_FILE_BYTES);
     let dev = device(7);
     let fs = fresh(&dev);
     let f = put(&fs, ROOT, "f", b"four");
-    for at in [1u64 << 56, (1 << 56) - 2, 1 << 62, u64::MAX - 1] {
+    let max = extalloc::volume::MAX_FILE_BYTES;
+    for at in [max, max - 2, 1 << 63, u64::MAX - 1] {
         assert_eq!(
             fs.write(f, at, b"abcd", false),
             Err(Errno(libc::EFBIG)),
@@ -717,6 +737,7 @@ fn statfs_counts_a_removed_files_blocks_as_free() {
     fs.unmount().unwrap();
 }
 
+<<<<<<< HEAD
 /// generic/683-685, tests 1 and 3: an unprivileged truncate or fallocate (plain, punch,
 /// zero range) by a caller outside the file's group clears set-group-id even without
 /// group execute (the kernel's `setattr_should_drop_sgid`); inside the group it stays.
@@ -798,4 +819,98 @@ fn a_read_only_mount_never_updates_atime() {
         AtimeRule::Strict,
         "rw,strictatime"
     );
+=======
+/// A sync writing an inode's pending times races links and unlinks of that inode: the
+/// blob it writes must carry the link count of the moment it is written, never one a
+/// namespace change has replaced since. The interleaving that broke it (a sync's copy
+/// taken, a link, then the copy written) is rare here: `extalloc torture --fs` found it,
+/// about once in a thousand crashes; this stress checks the property after every round.
+#[test]
+fn pending_times_never_write_a_stale_link_count() {
+    let dev = device(21);
+    let fs = fresh(&dev);
+    let f = put(&fs, ROOT, "f", b"data");
+    let recorded = |fs: &Fs| Inode::decode(&fs.volume().attr(f).unwrap()).unwrap().nlink;
+    let barrier = std::sync::Barrier::new(2);
+    for i in 0..2000 {
+        fs.write(f, 0, b"more", false).unwrap();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                barrier.wait();
+                fs.sync().unwrap();
+            });
+            barrier.wait();
+            let name = format!("l{}", i % 3);
+            match fs.link(f, ROOT, name.as_bytes()) {
+                Ok(_) => fs.forget(f, 1),
+                Err(_) => fs.unlink(ROOT, name.as_bytes()).unwrap(),
+            }
+        });
+        let want = fs.getattr(f).unwrap().inode.nlink;
+        assert_eq!(
+            recorded(&fs),
+            want,
+            "round {i}: the volume holds a stale link count"
+        );
+    }
+    fs.sync().unwrap();
+    drop(fs);
+    dev.crash(Crash::DropAll).unwrap();
+    let (_, r) = remount(&dev);
+    assert!(r.repaired.clean(), "{r:?}");
+}
+
+/// A flipped byte in the root directory's log cuts every name after it: mount links the
+/// inodes that lost their names into /lost+found with their data (a directory with what
+/// it holds), removes nothing, and the next check is clean.
+#[test]
+fn damage_that_cuts_a_log_sends_files_to_lost_and_found_with_their_data() {
+    let dev = device(31);
+    let fs = fresh(&dev);
+    let a = put(&fs, ROOT, "a", b"first");
+    let d = mkdir(&fs, ROOT, "d");
+    let inner = put(&fs, d, "inner", b"below d");
+    let b = put(&fs, ROOT, "b", b"second");
+    fs.link(b, d, b"b-again").unwrap();
+    fs.unmount().unwrap();
+    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+    let files_before = vol.list().len();
+    let mut log = vol.read(ROOT, 0, 64).unwrap();
+    log[3] ^= 0x40; // inside the first record ("a"): every record from here is cut
+    vol.write(ROOT, 0, &log).unwrap();
+    vol.close().unwrap();
+
+    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+    let seen = check(&vol).unwrap();
+    // Everything below the cut, d's contents too, until d is found again.
+    assert_eq!(seen.unnamed, vec![a, d, inner, b], "{seen:?}");
+    drop(vol);
+    let (fs, r) = remount(&dev);
+    assert_eq!(r.repaired.lost_found, vec![a, d], "{r:?}");
+    assert!(r.repaired.orphans.is_empty(), "{r:?}");
+    assert_eq!(
+        fs.volume().list().len(),
+        files_before + 1,
+        "nothing removed, one made"
+    );
+    assert_eq!(find(&fs, &format!("lost+found/#{a}")).unwrap(), a);
+    assert_eq!(fs.read(a, 0, 100).unwrap(), b"first");
+    assert_eq!(find(&fs, &format!("lost+found/#{d}/inner")).unwrap(), inner);
+    assert_eq!(fs.read(inner, 0, 100).unwrap(), b"below d");
+    assert_eq!(
+        fs.getattr(b).unwrap().inode.nlink,
+        1,
+        "b's one name left, in d"
+    );
+    let lf = find(&fs, "lost+found").unwrap();
+    assert_eq!(
+        fs.getattr(lf).unwrap().inode.nlink,
+        3,
+        "lost+found holds one directory"
+    );
+    fs.unmount().unwrap();
+    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+    let after = check(&vol).unwrap();
+    assert!(after.clean(), "{after:?}");
+>>>>>>> main
 }

@@ -396,6 +396,22 @@ impl Allocator {
         Ok(())
     }
 
+    /// `Ok` if every block of `extent` is held used: allocated and not pending, or in a
+    /// group held corrupt (every block of which is held used until a repair). For a
+    /// caller adopting its own map after a reopen ([`Files::adopt`](crate::Files::adopt)):
+    /// a file whose blocks lie in a damaged group still reads. Changes nothing.
+    pub(crate) fn check_held(&self, extent: Extent) -> Result<()> {
+        self.geometry.validate(extent)?;
+        let shard = self.stats.shard();
+        for (g, off, len) in self.geometry.split(extent) {
+            let state = self.lock_group(g, shard)?;
+            if !self.corrupt.contains(g) {
+                self.check_freeable(g, &state, off, len)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Hands reserved blocks to the caller: from here on they count as allocated (the
     /// journal records them; a checkpoint writes them home). Only the accounting changes:
     /// the blocks were marked used when reserved.

@@ -2,7 +2,8 @@
 //! replay makes the blocks used again, and the caller (a volume) says which file maps them.
 //!
 //! Data structures: none of their own (the file's map, `file.rs`). Invariant: an adopted
-//! extent is used in the allocator and not pending, and lies in a hole of the file; adopting
+//! extent is used in the allocator and not pending (or in a group held corrupt, all of
+//! whose blocks are held used), and lies in a hole of the file; adopting
 //! changes no allocator state. Locks: the file's lock, then the core's group locks (to check
 //! the blocks), as every file call.
 
@@ -16,8 +17,10 @@ impl Files {
     /// without allocating anything: for a caller rebuilding its files after a reopen. A
     /// range that is not a hole of the file, or blocks that are free or pending, are
     /// refused ([`Error::InvalidRequest`], [`Error::NotAllocated`], ...), changing nothing.
+    /// Blocks in a group held corrupt are held used, so they are adopted: the file reads
+    /// (freeing them waits for a repair).
     pub fn adopt(&self, file: &FileAlloc, logical: u64, extent: Extent) -> Result<()> {
-        self.allocator().check_allocated(extent)?;
+        self.allocator().check_held(extent)?;
         let end = logical
             .checked_add(extent.len)
             .filter(|&e| e <= super::LOGICAL_BLOCKS_MAX)

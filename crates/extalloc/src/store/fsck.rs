@@ -40,6 +40,8 @@ pub struct Report {
     /// The device is marked in use: a store has it open, or the last one did not close it
     /// (a crash; opening it read-write recovers). Not a problem by itself.
     pub in_use: bool,
+    /// Who the owner record says holds it (host, boot id, pid, heartbeat), when in use.
+    pub owner: Option<String>,
     /// Free blocks the groups that passed their checks hold at home (before the journal).
     pub free_blocks: u64,
     /// Groups whose descriptor or bitmap fails its checksum or disagrees with the other.
@@ -75,6 +77,9 @@ pub fn check(dev: &dyn Device) -> Result<Report> {
         in_use: sb.state & format::STATE_IN_USE != 0,
         ..Report::default()
     };
+    if r.in_use {
+        r.owner = format::read_owner(dev)?.map(|o| o.describe());
+    }
     check_superblocks(dev, &sb, &mut r);
     let home = check_groups(dev, &sb, &mut r)?;
     check_journal(dev, &sb, home, &mut r)?;

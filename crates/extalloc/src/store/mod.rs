@@ -17,7 +17,8 @@
 //!
 //! Files: this one holds the [`Store`] and its transactions (allocate, free, the file calls,
 //! commit); `recovery.rs` opens a store (home state, journal replay); `checkpoint.rs` writes
-//! the changed groups home and empties the journal; `view.rs` is the read-only
+//! the changed groups home and empties the journal; `claim.rs` keeps the in-use mark (who
+//! has the device open, its heartbeat; a live owner refuses the open); `view.rs` is the read-only
 //! [`AllocatorView`]; `fsck.rs` checks a device offline, without opening a store. All of them
 //! sit on `disk/` (devices, format, journal) and on the file layer and the core.
 //!
@@ -44,6 +45,8 @@
 //! the boundary marked closed (`OpShards::fence`), so no such allocation is half done
 //! while it is closed.
 //! An `ops` shard's lock and the journal's locks are taken with no allocator lock held.
+//! The in-use claim's registry (`claim.rs`) is a leaf; its heartbeat thread takes no lock
+//! of the store's (it writes the owner record, which nothing else writes while it runs).
 //!
 //! Bitmaps are loaded lazily: `open` reads the superblock and the descriptor table only;
 //! a group's bitmap is read when a scan, a free or the replay first needs it (with
@@ -54,6 +57,7 @@
 //! frees refused), its journal changes skipped and its damaged home copy left for fsck.
 
 mod checkpoint;
+mod claim;
 mod discard;
 pub mod fsck;
 mod ops;
@@ -175,6 +179,8 @@ pub struct Store {
     checkpoint_hook: Mutex<Option<CheckpointHook>>,
     /// The owner that left the device marked in use (it did not close it), if any.
     unclean_close: Option<u64>,
+    /// This store's in-use mark on the media and its heartbeat (`claim.rs`).
+    in_use: claim::InUse,
     /// This store's claim on its device object (dropped last: a reopen waits for it).
     _claim: recovery::OpenClaim,
 }
@@ -184,10 +190,13 @@ impl Drop for Store {
     /// fails, the next open finds it in use and says the close was not clean, which the
     /// journal makes safe either way).
     fn drop(&mut self) {
+        // No beat after the mark is cleared.
+        self.in_use.stop();
         let mut sb = self.sb.lock();
         sb.state &= !crate::disk::format::STATE_IN_USE;
         sb.generation += 1;
         let _ = crate::disk::format::write_superblock(self.dev.as_ref(), &sb)
+            .and_then(|()| crate::disk::format::clear_owner(self.dev.as_ref()))
             .and_then(|()| self.dev.flush());
     }
 }

@@ -15,7 +15,7 @@
 //! Locks: none of the store's (no one else holds the store while it opens); the calls into
 //! the allocator take its own.
 
-use super::{Boundary, OpShards, OpenTiming, Store};
+use super::{claim, Boundary, OpShards, OpenTiming, Store};
 use crate::alloc::{Allocator, BitmapSource, GroupSummary, Policy};
 use crate::disk::device::Device;
 use crate::disk::format::{self, GroupDesc, Superblock, DESC_BYTES};
@@ -126,6 +126,29 @@ impl Drop for OpenClaim {
     }
 }
 
+/// A journal damaged in the middle: refused with [`Error::JournalDamaged`], or, accepting
+/// the loss, every group the stranded records touch held corrupt (their blocks may be in
+/// use or free).
+fn hold_stranded(
+    d: &journal::Damage,
+    sb: &Superblock,
+    alloc: &Allocator,
+    geometry: &Geometry,
+    accept_loss: bool,
+) -> Result<()> {
+    if !accept_loss {
+        return Err(Error::JournalDamaged {
+            lost_seq: d.lost_seq,
+            offset: sb.journal_start * u64::from(sb.block_size) + d.offset,
+            stranded: d.stranded.len() as u64,
+        });
+    }
+    for g in journal::groups_touched(&d.stranded, geometry) {
+        alloc.mark_corrupt(g);
+    }
+    Ok(())
+}
+
 fn area(sb: &Superblock) -> Area {
     let bs = u64::from(sb.block_size);
     Area {
@@ -176,8 +199,10 @@ impl Store {
         accept_loss: bool,
     ) -> Result<(Store, Vec<Record>)> {
         let started = std::time::Instant::now();
-        let claim = OpenClaim::take(&dev)?;
+        let object_claim = OpenClaim::take(&dev)?;
         let sb = format::read_superblock(dev.as_ref())?;
+        // Refused before anything is read further when a live owner holds it.
+        let verdict = claim::judge(dev.as_ref(), &sb)?;
         let geometry = sb.geometry()?;
         let replay_started = std::time::Instant::now();
         let replayed = journal::replay(
@@ -192,17 +217,7 @@ impl Store {
         let repairing = sb.state & format::STATE_CHECKPOINTING != 0;
         let alloc = Self::open_home(&dev, &sb, policy)?;
         if let Some(d) = &replayed.damage {
-            if !accept_loss {
-                return Err(Error::JournalDamaged {
-                    lost_seq: d.lost_seq,
-                    offset: sb.journal_start * u64::from(sb.block_size) + d.offset,
-                    stranded: d.stranded.len() as u64,
-                });
-            }
-            // Their blocks may be in use or free: hold every group they touch.
-            for g in journal::groups_touched(&d.stranded, &geometry) {
-                alloc.mark_corrupt(g);
-            }
+            hold_stranded(d, &sb, &alloc, &geometry, accept_loss)?;
         }
         let apply_started = std::time::Instant::now();
         apply_records(&alloc, &geometry, &replayed.records, repairing)?;
@@ -214,7 +229,8 @@ impl Store {
         let alloc_seal = alloc.seal();
         let records = replayed.records;
         let mut sb = sb;
-        let unclean_close = Self::claim_in_use(dev.as_ref(), &mut sb)?;
+        let in_use = claim::InUse::take(&dev, &mut sb, &verdict)?;
+        let unclean_close = verdict.previous;
         let open_timing = OpenTiming {
             total_seconds: started.elapsed().as_secs_f64(),
             replay_seconds,
@@ -243,26 +259,11 @@ impl Store {
                 unclean_close,
                 pending_root: Mutex::new(None),
                 checkpoint_hook: Mutex::new(None),
-                _claim: claim,
+                in_use,
+                _claim: object_claim,
             },
             records,
         ))
-    }
-
-    /// Marks the device in use on the media (`STATE_IN_USE`, a fresh owner number), flushed
-    /// before `open` returns. Returns the previous owner if the state was set already: it
-    /// did not close the device (a crash: the journal replay just recovered it).
-    fn claim_in_use(dev: &dyn Device, sb: &mut Superblock) -> Result<Option<u64>> {
-        let previous = (sb.state & format::STATE_IN_USE != 0).then_some(sb.owner);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        sb.owner = nanos ^ (u64::from(std::process::id()) << 32) ^ sb.generation;
-        sb.state |= format::STATE_IN_USE;
-        sb.generation += 1;
-        format::write_superblock(dev, sb)?;
-        dev.flush()?;
-        Ok(previous)
     }
 
     /// The allocator over the home state: every group's figures from its descriptor (no

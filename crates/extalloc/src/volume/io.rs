@@ -21,8 +21,10 @@ use crate::geometry::Extent;
 use parking_lot::Mutex;
 use std::sync::Arc;
 
-/// Largest file, in bytes (64 PiB).
-pub const MAX_FILE_BYTES: u64 = 1 << 56;
+/// Largest file, in bytes: 2^63 - 1, as Linux's `MAX_LFS_FILESIZE` (a file system on the
+/// volume then refuses no offset the kernel accepts; with 4 KiB blocks its last block is
+/// 2^51 - 1, so block arithmetic stays far from `u64`'s end).
+pub const MAX_FILE_BYTES: u64 = i64::MAX as u64;
 /// Largest attribute blob, in bytes.
 pub const MAX_ATTR_BYTES: usize = 1024;
 /// Times a chunk that finds no space while frees wait commits and tries again.

@@ -8,12 +8,17 @@
 //! Locks: none in memory (positional I/O needs no shared cursor); the `flock` is held for
 //! the device's lifetime against other processes.
 
-use super::{check_range, Device};
+use super::{backing, check_range, Device};
 use crate::error::{Error, IoSource, Result};
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::Path;
+use std::time::Duration;
+
+/// How often a store on a file device beats by default (ext4's multi-mount protection
+/// updates its block every 5 s too).
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(5);
 
 /// A file (sparse is fine) or a block device.
 pub struct FileDevice {
@@ -21,6 +26,9 @@ pub struct FileDevice {
     size: u64,
     /// For errors: which device failed.
     path: String,
+    /// A loop device's backing file, held open for its lock.
+    _backing: Option<File>,
+    heartbeat: Duration,
 }
 
 fn io(path: &Path, op: &'static str, offset: u64, e: std::io::Error) -> Error {
@@ -46,18 +54,49 @@ impl FileDevice {
 
     fn open_with(path: &Path, write: bool) -> Result<Self> {
         let op = if write { "open" } else { "open (read-only)" };
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(write)
-            .open(path)
-            .map_err(|e| io(path, op, 0, e))?;
+        let block = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device());
+        let mut options = OpenOptions::new();
+        options.read(true).write(write);
+        if write && block {
+            // The kernel's exclusive claim: refused while mounted or claimed elsewhere.
+            options.custom_flags(rustix::fs::OFlags::EXCL.bits() as i32);
+        }
+        let mut file = options.open(path).map_err(|e| match e.raw_os_error() {
+            Some(code) if code == rustix::io::Errno::BUSY.raw_os_error() => Error::DeviceBusy {
+                device: format!(
+                    "{} (a block device claimed by a mount or another exclusive opener)",
+                    path.display()
+                ),
+                wanted: "write",
+            },
+            _ => io(path, op, 0, e),
+        })?;
         lock(&file, path, write)?;
+        let backing = lock_backing(&file, path, write)?;
         // A block device's metadata length is 0: ask where its end is.
         let size = file
             .seek(SeekFrom::End(0))
             .map_err(|e| io(path, "seek", 0, e))?;
-        let path = path.display().to_string();
-        Ok(FileDevice { file, size, path })
+        Ok(Self::held(file, size, path, backing))
+    }
+
+    /// The device over `file`, locked (with its loop device's `backing` file, if any).
+    fn held(file: File, size: u64, path: &Path, backing: Option<File>) -> Self {
+        FileDevice {
+            file,
+            size,
+            path: path.display().to_string(),
+            _backing: backing,
+            heartbeat: DEFAULT_HEARTBEAT,
+        }
+    }
+
+    /// The same device, whose store beats every `interval` instead of
+    /// [`DEFAULT_HEARTBEAT`] (a second opener waits up to two of them and a second to
+    /// tell a live owner on another machine from a dead one).
+    pub fn with_heartbeat(mut self, interval: Duration) -> Self {
+        self.heartbeat = interval;
+        self
     }
 
     /// Creates (or truncates) a file of `size` bytes, sparse.
@@ -71,12 +110,27 @@ impl FileDevice {
             .open(path)
             .map_err(|e| io(path, "create", 0, e))?;
         lock(&file, path, true)?;
+        let backing = lock_backing(&file, path, true)?;
         file.set_len(0)
             .and_then(|()| file.set_len(size))
             .map_err(|e| io(path, "set_len", size, e))?;
-        let path = path.display().to_string();
-        Ok(FileDevice { file, size, path })
+        Ok(Self::held(file, size, path, backing))
     }
+}
+
+/// Locks the backing file of a loop device `file` as `lock` locks the device (nothing for
+/// any other file): the image and a loop device over it are one device.
+fn lock_backing(file: &File, path: &Path, exclusive: bool) -> Result<Option<File>> {
+    let Some((backing, backing_path)) = backing::backing_file(file) else {
+        return Ok(None);
+    };
+    let name = format!(
+        "{} (the backing file of loop device {})",
+        backing_path.display(),
+        path.display()
+    );
+    lock(&backing, Path::new(&name), exclusive)?;
+    Ok(Some(backing))
 }
 
 /// Takes the device's advisory lock: exclusive for a writer, shared for a reader. The lock
@@ -131,6 +185,14 @@ impl Device for FileDevice {
 
     fn flush(&self) -> Result<()> {
         self.file.sync_data().map_err(|e| self.err("flush", 0, e))
+    }
+
+    fn name(&self) -> String {
+        self.path.clone()
+    }
+
+    fn heartbeat(&self) -> Option<Duration> {
+        Some(self.heartbeat)
     }
 
     fn drop_cache(&self) -> Result<()> {

@@ -18,6 +18,7 @@
 //! Locks: the trait takes none; each kind keeps its own, a leaf held for one call (the
 //! fault-injecting device's state lock -> the wrapped device's).
 
+mod backing;
 mod fault;
 mod file;
 mod mem;
@@ -25,7 +26,7 @@ mod overlay;
 mod synthetic;
 
 pub use fault::{Crash, CrashReport, FaultDevice};
-pub use file::FileDevice;
+pub use file::{FileDevice, DEFAULT_HEARTBEAT};
 pub use mem::MemDevice;
 pub use overlay::OverlayDevice;
 pub use synthetic::{SyntheticDevice, SyntheticSpec, TEMPLATES};
@@ -45,6 +46,16 @@ pub trait Device: Send + Sync {
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()>;
     /// Makes every completed write durable.
     fn flush(&self) -> Result<()>;
+    /// Words naming the device in errors (its path, for a device that has one).
+    fn name(&self) -> String {
+        "a device in memory".into()
+    }
+    /// How often a store that has the device open read-write updates its owner record
+    /// (`store/claim.rs`), for devices another machine or process may see; `None` (the
+    /// default) for devices only this process sees, on which no heartbeat runs.
+    fn heartbeat(&self) -> Option<std::time::Duration> {
+        None
+    }
     /// Asks the system to forget its cached copy of the device (after a `flush`), so later
     /// reads go to the media: a cold start for benchmarks. Does nothing where there is no
     /// such cache.

@@ -36,6 +36,10 @@ impl Device for OverlayDevice {
         self.base.size()
     }
 
+    fn name(&self) -> String {
+        format!("{} (a read-only view)", self.base.name())
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         check_range(offset, buf.len(), self.size())?;
         self.base.read_at(buf, offset)?;

@@ -57,6 +57,8 @@ pub fn mkfs(
     }
     dev.write_at(&descs, sb.desc_start * bs)?;
     write_superblock(dev, &sb)?;
+    // No owner: whatever a former user of the device left after the root goes.
+    super::clear_owner(dev)?;
     dev.flush()?;
     Ok(sb)
 }
@@ -166,14 +168,16 @@ fn check_free_count(sb: &Superblock, g: u64, bitmap: &[u8], free_blocks: u32) ->
     Ok(())
 }
 
-/// Writes both superblock copies (the caller flushes).
+/// Writes both superblock copies (the caller flushes). Of the primary's block only the
+/// first [`SUPERBLOCK_READ`] bytes (superblock and root): the owner record after them is
+/// the owner's alone (`owner.rs`), written by its heartbeat.
 pub fn write_superblock(dev: &dyn Device, sb: &Superblock) -> Result<()> {
     let bs = u64::from(sb.block_size);
     let mut block = vec![0u8; bs as usize];
     block[..SUPERBLOCK_BYTES].copy_from_slice(&sb.encode());
     let root = sb.encode_root();
     block[SUPERBLOCK_BYTES..SUPERBLOCK_BYTES + root.len()].copy_from_slice(&root);
-    dev.write_at(&block, 0)?;
+    dev.write_at(&block[..SUPERBLOCK_READ], 0)?;
     dev.write_at(&block, sb.backup_block() * bs)
 }
 

@@ -1,4 +1,4 @@
-//! The on-disk format (version 2; byte-level tables in `docs/format.md`).
+//! The on-disk format (version 4; byte-level tables in `docs/format.md`).
 //!
 //! ```text
 //! block 0                      superblock (primary)
@@ -7,6 +7,9 @@
 //! next G x P blocks            one bitmap per group (P blocks each, 1 bit per block)
 //! last block of the device     superblock (backup)
 //! ```
+//!
+//! Block 0 also holds, after the superblock and the caller's root, the owner record
+//! (`owner.rs`): who has the device open read-write and its heartbeat.
 //!
 //! All integers little-endian; every structure carries a crc32c. Metadata blocks are marked
 //! used in their groups' bitmaps, so an allocator loaded from the device never hands them out.
@@ -23,6 +26,7 @@
 //! writes a structure serialises the writes of it (the store, under its `commit_lock`).
 
 mod io;
+mod owner;
 
 use crate::error::{Error, Result};
 use crate::geometry::Geometry;
@@ -33,11 +37,15 @@ pub use io::{
     mkfs, read_bitmap, read_bitmap_raw, read_bitmap_which, read_descriptors, read_group,
     read_superblock, write_bitmap, write_superblock,
 };
+pub use owner::{
+    boot_id, clear_owner, host_name, pid_namespace, process_start_time, read_owner, write_owner,
+    OwnerRecord, OWNER_BYTES, OWNER_OFFSET,
+};
 
 /// "EXTALLOC" as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"EXTALLOC");
 /// The version this code writes and reads.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 /// Bytes of the superblock that are meaningful (the rest of its block is zero).
 pub const SUPERBLOCK_BYTES: usize = 128;
 /// Bytes per group descriptor.
@@ -52,7 +60,7 @@ pub const SUPERBLOCK_READ: usize = SUPERBLOCK_BYTES + 8 + ROOT_MAX;
 pub struct Superblock {
     /// Bytes per block.
     pub block_size: u32,
-    /// Feature flags a reader must understand (none defined in version 2).
+    /// Feature flags a reader must understand (none defined in version 4).
     pub incompat: u32,
     /// Blocks on the device.
     pub blocks_count: u64,
@@ -229,7 +237,8 @@ impl Superblock {
             return Err(corrupt("superblock", "checksum mismatch"));
         }
         let version = get_u32(b, 8);
-        // Version 1 journals had no `durable_through`; nothing before 1.0 is upgraded.
+        // Version 1 journals had no `durable_through`, version 3 had no owner record;
+        // nothing before 1.0 is upgraded.
         if version != VERSION {
             return Err(Error::UnsupportedVersion {
                 found: version,
@@ -640,7 +649,7 @@ mod tests {
             Err(Error::DeviceTooSmall { .. })
         ));
         // A future version and an old one (with a valid checksum).
-        for other in [VERSION + 1, 1] {
+        for other in [VERSION + 1, 3, 1] {
             let mut future = sb.encode();
             future[8..12].copy_from_slice(&other.to_le_bytes());
             let crc = crc32c::crc32c(&future[..124]);

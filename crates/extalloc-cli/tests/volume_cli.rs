@@ -1,0 +1,201 @@
+//! The command line's contract with scripts: `fsck`'s exit codes (e2fsck's), a closed
+//! stdout ending a command quietly, `put`/`get`/`rm` refusing a file system, and `rm`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_extalloc"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("extalloc-clitest-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn mkfs(img: &Path) {
+    let out = run(&[
+        "mkfs",
+        img.to_str().unwrap(),
+        "--size",
+        "64MiB",
+        "--journal-size",
+        "1MiB",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+/// 0 on a clean device, 4 when it finds damage, 8 when it cannot check: a missing file, a
+/// device open for writing elsewhere, something that is not an extalloc device. Before,
+/// all of them exited 1.
+#[test]
+fn fsck_exits_with_e2fscks_codes() {
+    let dir = scratch("fsck");
+    let img = dir.join("vol.img");
+    let d = img.to_str().unwrap();
+    mkfs(&img);
+    let code = |args: &[&str]| {
+        let out = run(args);
+        (out.status.code(), text(&out))
+    };
+    assert_eq!(code(&["fsck", d]).0, Some(0), "clean");
+    let (c, t) = code(&["fsck", dir.join("missing.img").to_str().unwrap()]);
+    assert_eq!(c, Some(8), "a missing file: {t}");
+    assert!(t.contains("missing.img"), "{t}");
+    let writer = extalloc::disk::device::FileDevice::open(&img).unwrap();
+    let (c, t) = code(&["fsck", d]);
+    assert_eq!(c, Some(8), "a device open for writing: {t}");
+    assert!(t.contains("in use"), "{t}");
+    drop(writer);
+    std::fs::write(dir.join("junk.img"), vec![7u8; 1 << 16]).unwrap();
+    let (c, t) = code(&["fsck", dir.join("junk.img").to_str().unwrap()]);
+    assert_eq!(c, Some(8), "not an extalloc device: {t}");
+    // Damage group 0's descriptor (1 superblock + 256 journal blocks before the table).
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
+    f.write_all_at(&[0xff; 4], (1 + 256) * 4096 + 1).unwrap();
+    let (c, t) = code(&["fsck", d]);
+    assert_eq!(c, Some(4), "damage found: {t}");
+    assert!(t.contains("problem: "), "{t}");
+    assert_eq!(
+        code(&["fsck", d, "--json"]).0,
+        Some(4),
+        "the same with --json"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `extalloc ls IMG | head` and the like: a command whose stdout is a closed pipe ends at
+/// its first write, quietly (no panic, no message), killed by SIGPIPE as `ls` would be.
+/// Before, `println!` panicked with "failed printing to stdout: Broken pipe".
+#[test]
+fn a_closed_stdout_ends_a_command_quietly() {
+    let dir = scratch("pipe");
+    let img = dir.join("vol.img");
+    let d = img.to_str().unwrap();
+    mkfs(&img);
+    for args in [
+        vec!["ls", d],
+        vec!["fsck", d],
+        vec!["info", d],
+        vec!["policies"],
+    ] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = Command::new(env!("CARGO_BIN_EXE_extalloc"))
+            .args(&args)
+            .stdout(Stdio::from(writer))
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.is_empty(), "{args:?} said: {stderr}");
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(out.status.signal(), Some(13), "{args:?}: {:?}", out.status);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A volume made into a file system (as `extalloc mount` makes it, here without FUSE):
+/// `put`, `get` and `rm` refuse it with a message saying to mount it, and change nothing
+/// (fsck stays clean and the file system still mounts). Before, `put` was accepted and the
+/// file system no longer mounted ("volume file 2 holds no inode").
+#[test]
+fn put_get_and_rm_refuse_a_file_system() {
+    use extalloc::disk::device::{Device, FileDevice};
+    let dir = scratch("fs");
+    let img = dir.join("fs.img");
+    let d = img.to_str().unwrap();
+    mkfs(&img);
+    let mount = || {
+        let dev: std::sync::Arc<dyn Device> = std::sync::Arc::new(FileDevice::open(&img).unwrap());
+        let vol = extalloc::volume::Volume::open(dev, extalloc::Policy::default()).unwrap();
+        extalloc_fuse::fs::Fs::mount(vol, Default::default())
+    };
+    let (fs, report) = mount().unwrap();
+    assert!(report.created);
+    fs.unmount().unwrap();
+    let host = dir.join("host.txt");
+    std::fs::write(&host, b"not an inode").unwrap();
+    let out_file = dir.join("out");
+    for args in [
+        vec!["put", d, host.to_str().unwrap()],
+        vec!["get", d, "1", out_file.to_str().unwrap()],
+        vec!["rm", d, "1"],
+    ] {
+        let out = run(&args);
+        let t = text(&out);
+        assert!(!out.status.success(), "{args:?} accepted: {t}");
+        assert!(
+            t.contains("holds a file system") && t.contains("extalloc mount"),
+            "{t}"
+        );
+    }
+    assert!(!out_file.exists(), "nothing written by a refused get");
+    let out = run(&["fsck", d]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let (fs, report) = mount().expect("the file system still mounts");
+    assert!(
+        !report.created && report.repaired.clean(),
+        "{:?}",
+        report.repaired
+    );
+    fs.unmount().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `rm` removes a plain volume's file by id: it is gone from `ls`, its blocks are free
+/// again (fsck clean, nothing leaked), the other file is intact; an unknown id is refused.
+#[test]
+fn rm_removes_a_file_by_id() {
+    let dir = scratch("rm");
+    let img = dir.join("vol.img");
+    let d = img.to_str().unwrap();
+    mkfs(&img);
+    let free_blocks = || {
+        let out = run(&["fsck", d, "--json"]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(r["files"]["leaked"], 0, "{r}");
+        r["free_blocks"].as_u64().unwrap()
+    };
+    let before = free_blocks();
+    for (name, len) in [("a.bin", 1 << 20), ("b.bin", 4096)] {
+        let h = dir.join(name);
+        std::fs::write(&h, vec![5u8; len]).unwrap();
+        let out = run(&["put", d, h.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    let out = run(&["rm", d, "1"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = run(&["ls", d, "--json"]);
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(listed[0]["name"], "b.bin");
+    let back = dir.join("b.out");
+    assert!(run(&["get", d, "2", back.to_str().unwrap()])
+        .status
+        .success());
+    assert_eq!(std::fs::read(&back).unwrap(), vec![5u8; 4096]);
+    let after = free_blocks();
+    assert!(
+        before - after < 256,
+        "the 1 MiB file's 256 blocks are free again: {before} -> {after}"
+    );
+    let out = run(&["rm", d, "9"]);
+    assert!(
+        !out.status.success() && text(&out).contains("no file 9"),
+        "{}",
+        text(&out)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,116 @@
+//! The kernel's table of mounts as this process sees it (`/proc/self/mountinfo`): which
+//! device a FUSE mount serves (its source, `extalloc mount` puts the device's path there)
+//! and which FUSE connection it is (its device number names
+//! `/sys/fs/fuse/connections/N`). Reading it sends no request to any file system, so the
+//! daemon can read its own entry before it serves.
+//!
+//! Data structures: [`MountEntry`], one parsed line. Invariant: paths are unescaped
+//! (`\040` is a space), so they compare equal to the paths the caller has.
+//!
+//! Lock order: none.
+
+use std::path::{Path, PathBuf};
+
+/// One mount.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountEntry {
+    /// The mount's device number, major and minor (a FUSE mount's names its connection).
+    pub dev: (u32, u32),
+    /// Where it is mounted.
+    pub mountpoint: PathBuf,
+    /// The file system type (`fuse`, `fuse.NAME`, `ext4`, ...).
+    pub fstype: String,
+    /// The source (for `extalloc mount`, the device's path).
+    pub source: String,
+}
+
+impl MountEntry {
+    /// The FUSE connection's number: its directory in `/sys/fs/fuse/connections` (the
+    /// kernel's own encoding of the device number).
+    pub fn connection(&self) -> u32 {
+        (self.dev.0 << 20) | self.dev.1
+    }
+
+    /// Whether this is a FUSE mount.
+    pub fn is_fuse(&self) -> bool {
+        self.fstype == "fuse" || self.fstype.starts_with("fuse.")
+    }
+}
+
+/// The mount on top at `mountpoint` (the last one mounted there), if any.
+pub fn find(mountpoint: &Path) -> std::io::Result<Option<MountEntry>> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo")?;
+    Ok(text
+        .lines()
+        .rev()
+        .filter_map(parse)
+        .find(|e| e.mountpoint == mountpoint))
+}
+
+/// Parses `ID PARENT MAJOR:MINOR ROOT MOUNTPOINT OPTIONS [FIELDS...] - TYPE SOURCE ...`.
+fn parse(line: &str) -> Option<MountEntry> {
+    let (left, right) = line.split_once(" - ")?;
+    let mut l = left.split(' ');
+    let (major, minor) = l.nth(2)?.split_once(':')?;
+    let mountpoint = PathBuf::from(unescape(l.nth(1)?));
+    let mut r = right.split(' ');
+    let fstype = unescape(r.next()?);
+    let source = unescape(r.next()?);
+    Some(MountEntry {
+        dev: (major.parse().ok()?, minor.parse().ok()?),
+        mountpoint,
+        fstype,
+        source,
+    })
+}
+
+/// Undoes the kernel's octal escapes (`\040` space, `\011` tab, `\012` newline, `\134`
+/// backslash).
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match (b[i], octal) {
+            (b'\\', Some(d)) => {
+                out.push(d.iter().fold(0u8, |v, c| (v << 3) | (c - b'0')));
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fuse_line_gives_its_device_source_and_connection() {
+        let line = "66 45 0:39 / /var/tmp/a\\040b/mnt rw,relatime shared:7 - fuse \
+                    /var/tmp/fs\\040x.img rw,user_id=0,group_id=0";
+        let e = parse(line).unwrap();
+        assert_eq!(e.dev, (0, 39));
+        assert_eq!(e.connection(), 39);
+        assert_eq!(e.mountpoint, Path::new("/var/tmp/a b/mnt"));
+        assert_eq!(e.source, "/var/tmp/fs x.img");
+        assert!(e.is_fuse());
+        let e = parse("1 0 259:3 / / rw - ext4 /dev/nvme0n1p3 rw").unwrap();
+        assert_eq!(e.connection(), (259 << 20) | 3);
+        assert!(!e.is_fuse());
+        assert_eq!(parse("garbage"), None);
+    }
+
+    #[test]
+    fn the_root_is_found_in_this_process_table() {
+        let root = find(Path::new("/")).unwrap().expect("/ is mounted");
+        assert!(!root.fstype.is_empty());
+    }
+}

@@ -1,0 +1,209 @@
+//! `extalloc umount MOUNTPOINT`: unmount, then wait until the daemon has released the
+//! device. A plain `umount` returns as soon as the kernel has let go of the mount: the
+//! kernel sends a FUSE mount (not `fuseblk`) no `DESTROY`, so the daemon learns of the
+//! unmount only when its next read of `/dev/fuse` fails, and only then writes back its
+//! cache, checkpoints and closes the device. Until then `extalloc fsck` and a new mount
+//! find the device in use.
+//!
+//! Data structures: none kept; the device is the mount's source in
+//! `/proc/self/mountinfo`, and the daemon is the holder of the device's exclusive lock in
+//! `/proc/locks`. Invariant: nothing is unmounted unless the mount point is a FUSE mount
+//! whose source is a device held under an exclusive lock (an extalloc mount's daemon).
+//!
+//! Lock order: none.
+
+use crate::mountinfo;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// After this long with the device still held, the daemon is asked to end its session
+/// (SIGTERM): the mount lives on elsewhere (another mount namespace), or it is slow.
+const NUDGE_AFTER: Duration = Duration::from_secs(1);
+
+/// What an unmount did.
+#[derive(Debug, Clone)]
+pub struct Unmounted {
+    /// The device the mount served.
+    pub device: PathBuf,
+    /// How long the device stayed held after the kernel's unmount.
+    pub waited: Duration,
+    /// Whether the daemon had to be sent SIGTERM to end its session.
+    pub nudged: bool,
+}
+
+/// Unmounts the extalloc mount at `mountpoint` and waits up to `timeout` for its daemon to
+/// release the device; `say` gets progress worth telling the user.
+pub fn unmount(
+    mountpoint: &Path,
+    timeout: Duration,
+    say: &dyn Fn(&str),
+) -> Result<Unmounted, String> {
+    let mp = mountpoint
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", mountpoint.display()))?;
+    let device = device_of(&mp)?;
+    let pid = holder(&device);
+    umount(&mp, pid)?;
+    let start = Instant::now();
+    let mut nudged = false;
+    while busy(&device)? {
+        let waited = start.elapsed();
+        if waited >= timeout {
+            return Err(format!(
+                "{} is still in use {timeout:?} after {} was unmounted: {} has not \
+                 released it (its --log says why); `extalloc fsck` and a new mount refuse \
+                 the device until it does",
+                device.display(),
+                mp.display(),
+                daemon(pid)
+            ));
+        }
+        if let (Some(p), false) = (pid, nudged) {
+            if waited >= NUDGE_AFTER {
+                say(&format!(
+                    "{} is still held {NUDGE_AFTER:?} after the unmount (the mount may live \
+                     on in another mount namespace): asking {} to end its session",
+                    device.display(),
+                    daemon(pid)
+                ));
+                // SAFETY: kill has no memory effects; a gone process gives ESRCH.
+                unsafe { libc::kill(p as libc::pid_t, libc::SIGTERM) };
+                nudged = true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(Unmounted {
+        device,
+        waited: start.elapsed(),
+        nudged,
+    })
+}
+
+/// The device an extalloc mount at `mp` serves, refusing anything else.
+fn device_of(mp: &Path) -> Result<PathBuf, String> {
+    let m = mountinfo::find(mp)
+        .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))?
+        .ok_or_else(|| format!("nothing is mounted on {}", mp.display()))?;
+    let not_ours = |why: String| {
+        format!(
+            "{} is not an extalloc mount ({why}); nothing was unmounted (use `umount`)",
+            mp.display()
+        )
+    };
+    if !m.is_fuse() {
+        return Err(not_ours(format!("its type is {}", m.fstype)));
+    }
+    let device = PathBuf::from(&m.source);
+    if !device.exists() {
+        return Err(not_ours(format!("its source {} is not a file", m.source)));
+    }
+    if !busy(&device)? {
+        return Err(not_ours(format!("no daemon holds its source {}", m.source)));
+    }
+    Ok(device)
+}
+
+/// Whether a daemon holds `device` (to write, or to read for a read-only mount): it has
+/// not closed it yet.
+fn busy(device: &Path) -> Result<bool, String> {
+    use std::os::fd::AsRawFd;
+    // A probe for any holder, a reader (`mount --read-only`) too: an exclusive try-lock.
+    let f = std::fs::File::open(device)
+        .map_err(|e| format!("cannot check whether {} is in use: {e}", device.display()))?;
+    // SAFETY: flock on a descriptor this function owns; the lock goes with the file.
+    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r == 0 {
+        return Ok(false);
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EWOULDBLOCK) => Ok(true),
+        _ => Err(format!(
+            "cannot check whether {} is in use: {e}",
+            device.display()
+        )),
+    }
+}
+
+/// `umount2(mp, 0)`, its errors said with what to do.
+fn umount(mp: &Path, pid: Option<u32>) -> Result<(), String> {
+    let c = std::ffi::CString::new(mp.as_os_str().as_encoded_bytes())
+        .map_err(|e| format!("{}: {e}", mp.display()))?;
+    // SAFETY: `c` is a valid NUL-terminated path for the call's duration.
+    if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    Err(match e.raw_os_error() {
+        Some(libc::EBUSY) => format!(
+            "cannot unmount {}: busy (a process has a file or its working directory there; \
+             `fuser -vm {}` lists them): close them, or `kill -TERM` {} to end the mount \
+             anyway (it writes everything back first)",
+            mp.display(),
+            mp.display(),
+            daemon(pid)
+        ),
+        Some(libc::EPERM) => format!("cannot unmount {}: {e} (run as root)", mp.display()),
+        _ => format!("cannot unmount {}: {e}", mp.display()),
+    })
+}
+
+/// The daemon, for messages.
+fn daemon(pid: Option<u32>) -> String {
+    pid.map_or("the daemon".into(), |p| format!("the daemon (process {p})"))
+}
+
+/// The process holding `device`'s `flock` (exclusive, or shared for a read-only mount),
+/// from `/proc/locks` (`N: FLOCK ADVISORY WRITE|READ PID MAJOR:MINOR:INODE 0 EOF`, major
+/// and minor in hex).
+fn holder(device: &Path) -> Option<u32> {
+    let meta = std::fs::metadata(device).ok()?;
+    let want = (
+        u64::from(libc::major(meta.dev())),
+        u64::from(libc::minor(meta.dev())),
+        meta.ino(),
+    );
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    locks.lines().find_map(|line| {
+        let t: Vec<&str> = line.split_whitespace().collect();
+        if t.get(1) != Some(&"FLOCK") || !matches!(t.get(3), Some(&"WRITE" | &"READ")) {
+            return None;
+        }
+        let mut id = t.get(5)?.split(':');
+        let major = u64::from_str_radix(id.next()?, 16).ok()?;
+        let minor = u64::from_str_radix(id.next()?, 16).ok()?;
+        let ino = id.next()?.parse().ok()?;
+        ((major, minor, ino) == want).then(|| t[4].parse().ok())?
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use extalloc::disk::device::FileDevice;
+
+    #[test]
+    fn the_holder_of_a_locked_device_is_this_process() {
+        let dir = std::env::temp_dir().join(format!("extalloc-umount-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("dev.img");
+        let dev = FileDevice::create(&path, 1 << 20).unwrap();
+        assert_eq!(busy(&path), Ok(true));
+        assert_eq!(holder(&path), Some(std::process::id()));
+        drop(dev);
+        assert_eq!(busy(&path), Ok(false));
+        assert_eq!(holder(&path), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_directory_that_is_no_mount_is_refused_untouched() {
+        let e = unmount(&std::env::temp_dir(), Duration::from_secs(1), &|_| {}).unwrap_err();
+        assert!(
+            e.contains("nothing is mounted") || e.contains("not an extalloc mount"),
+            "{e}"
+        );
+    }
+}

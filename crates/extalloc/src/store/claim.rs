@@ -1,0 +1,267 @@
+//! The in-use mark: who has the device open read-write, on the media, so that an opener
+//! the file locks cannot see (another machine, another namespace, a device node no lock
+//! reaches) finds a live owner and is refused, as ext4's multi-mount protection does.
+//!
+//! The mark is the superblock's `STATE_IN_USE` bit with its owner number, and the owner
+//! record after the root in block 0 (`disk/format/owner.rs`): host name, boot id, pid
+//! namespace, pid and start time, heartbeat interval and sequence. While a store is open on
+//! a device that has a heartbeat ([`Device::heartbeat`], file and block devices: every 5 s
+//! by default) a thread bumps the sequence and flushes it.
+//!
+//! [`judge`] decides, at open, about a mark found set:
+//! - the owner is this process: live if a store here has that owner number open, else
+//!   stale (a store of this process crashed, as the tortures make them);
+//! - the owner is on this boot, in this pid namespace: live while its process runs (same
+//!   pid, same start time), stale at once when it is gone;
+//! - the owner's host name is this host's, on another boot: stale at once (the host
+//!   rebooted since);
+//! - anything else (another machine, another pid namespace, no readable record): the
+//!   record is watched for two heartbeat intervals and one second (the owner's own
+//!   interval, at most 60 s); if it changes the owner is live, else stale. A store that
+//!   takes over a device it watched writes its claim, waits as long again and reads the
+//!   record back: another opener that took it over meanwhile wins and this open is refused.
+//!
+//! A stale mark is taken over (the journal replay has recovered what its owner
+//! committed); a live one refuses the open with [`Error::DeviceInUse`], naming the owner.
+//!
+//! Data structures: `LIVE`, the owner numbers of the stores open in this process, and the
+//! [`InUse`] claim a store holds (its number, its heartbeat thread). Invariant: a number is
+//! in `LIVE` exactly while its store is open; the heartbeat thread is stopped before the
+//! store clears its mark. Locks: `LIVE` is a leaf, held for one look-up or change.
+
+use crate::disk::device::Device;
+use crate::disk::format::{self, OwnerRecord, Superblock, OWNER_BYTES, OWNER_OFFSET};
+use crate::error::{Error, Result};
+use parking_lot::Mutex;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The owner numbers of the stores open in this process.
+static LIVE: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+/// The longest heartbeat interval a watcher believes (a larger one waits this long).
+const MAX_INTERVAL: Duration = Duration::from_secs(60);
+
+/// What [`judge`] found: the owner to take over (none: the device was not in use), and
+/// whether it took watching the heartbeat (then the claim is checked once more).
+pub(super) struct Verdict {
+    pub previous: Option<u64>,
+    pub watched: bool,
+}
+
+/// Decides about the in-use mark of `sb` (read-only): `Ok` when the device is free or its
+/// owner is gone, [`Error::DeviceInUse`] when its owner is live (see the module's rules).
+pub(super) fn judge(dev: &dyn Device, sb: &Superblock) -> Result<Verdict> {
+    if sb.state & format::STATE_IN_USE == 0 {
+        return Ok(Verdict {
+            previous: None,
+            watched: false,
+        });
+    }
+    let rec = format::read_owner(dev)?;
+    let live = |owner: &str, why: &str| Error::DeviceInUse {
+        device: dev.name(),
+        owner: owner.to_string(),
+        why: why.to_string(),
+    };
+    let watched = match rec.as_ref().map(local_verdict) {
+        Some(Local::Stale) => false,
+        Some(Local::Live(why)) => return Err(live(&rec.expect("a record").describe(), why)),
+        Some(Local::Unknown) | None => {
+            let interval = rec
+                .as_ref()
+                .map_or(crate::disk::device::DEFAULT_HEARTBEAT, |r| {
+                    Duration::from_millis(u64::from(r.interval_ms))
+                });
+            if let Some(now) = watch(dev, interval)? {
+                return Err(live(&now, "its heartbeat moved while this open watched it"));
+            }
+            true
+        }
+    };
+    Ok(Verdict {
+        previous: Some(sb.owner),
+        watched,
+    })
+}
+
+/// What this machine alone can tell about an owner.
+enum Local {
+    Live(&'static str),
+    Stale,
+    Unknown,
+}
+
+fn local_verdict(rec: &OwnerRecord) -> Local {
+    let boot = format::boot_id();
+    let known = |id: &[u8; 16]| *id != [0; 16];
+    if known(&boot) && rec.boot_id == boot {
+        let ns = format::pid_namespace();
+        if ns == 0 || rec.pid_ns != ns {
+            return Local::Unknown;
+        }
+        if rec.pid == std::process::id() {
+            return if LIVE.lock().contains(&rec.nonce) {
+                Local::Live("a store of this process has it open")
+            } else {
+                Local::Stale
+            };
+        }
+        return match format::process_start_time(rec.pid) {
+            None => Local::Stale,
+            Some(t) if rec.start_time != 0 && t != rec.start_time => Local::Stale,
+            Some(_) => Local::Live("its process is running on this machine"),
+        };
+    }
+    let same_host = !rec.host.is_empty() && rec.host == format::host_name();
+    if known(&boot) && known(&rec.boot_id) && same_host {
+        return Local::Stale;
+    }
+    Local::Unknown
+}
+
+/// How long a watcher waits for a heartbeat of `interval`: two of them and a second.
+fn patience(interval: Duration) -> Duration {
+    2 * interval.min(MAX_INTERVAL) + Duration::from_secs(1)
+}
+
+/// Watches the owner record for [`patience`]: the owner (described) if it changed, `None`
+/// if it stood still. Reads from the media (the system's cached copy dropped first).
+fn watch(dev: &dyn Device, interval: Duration) -> Result<Option<String>> {
+    let first = read_raw(dev)?;
+    let deadline = Instant::now() + patience(interval);
+    let step = interval.clamp(Duration::from_millis(10), Duration::from_secs(1));
+    while Instant::now() < deadline {
+        std::thread::sleep(step.min(deadline.saturating_duration_since(Instant::now())));
+        dev.drop_cache()?;
+        let now = read_raw(dev)?;
+        if now != first {
+            return Ok(Some(OwnerRecord::decode(&now).map_or_else(
+                || "an owner whose record is unreadable".to_string(),
+                |r| r.describe(),
+            )));
+        }
+    }
+    Ok(None)
+}
+
+fn read_raw(dev: &dyn Device) -> Result<[u8; OWNER_BYTES]> {
+    let mut b = [0u8; OWNER_BYTES];
+    dev.read_at(&mut b, OWNER_OFFSET)?;
+    Ok(b)
+}
+
+/// A store's claim on its device: its owner number (in `LIVE`) and its heartbeat.
+pub(super) struct InUse {
+    nonce: u64,
+    heartbeat: Option<(mpsc::Sender<()>, JoinHandle<()>)>,
+}
+
+impl InUse {
+    /// Marks `dev` in use by this process: the superblock's state and owner number, and
+    /// the owner record, flushed; then the heartbeat, if the device has one. After a
+    /// watched takeover (`verdict.watched`) it waits and reads the record back: another
+    /// opener's claim there refuses this open (its own claim is left to the winner).
+    pub(super) fn take(
+        dev: &Arc<dyn Device>,
+        sb: &mut Superblock,
+        verdict: &Verdict,
+    ) -> Result<Self> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let nonce = nanos ^ (u64::from(std::process::id()) << 32) ^ sb.generation;
+        let interval = dev.heartbeat();
+        let ms = interval.map_or(0, |i| i.as_millis().min(u128::from(u32::MAX)) as u32);
+        let rec = OwnerRecord::here(nonce, ms);
+        LIVE.lock().push(nonce);
+        let mut claim = InUse {
+            nonce,
+            heartbeat: None,
+        };
+        sb.owner = nonce;
+        sb.state |= format::STATE_IN_USE;
+        sb.generation += 1;
+        format::write_superblock(dev.as_ref(), sb)?;
+        format::write_owner(dev.as_ref(), &rec)?;
+        dev.flush()?;
+        if let Some(interval) = interval {
+            claim.heartbeat = Some(start_heartbeat(dev.clone(), rec, interval)?);
+        }
+        // A device without a heartbeat is this process's alone (memory, a view of another
+        // device whose writes stay in memory): no other opener can claim it meanwhile.
+        if verdict.watched && interval.is_some() {
+            claim.check_still_ours(dev.as_ref(), interval)?;
+        }
+        Ok(claim)
+    }
+
+    /// After a watched takeover: waits as a watcher would, then reads the record back.
+    fn check_still_ours(&self, dev: &dyn Device, interval: Option<Duration>) -> Result<()> {
+        std::thread::sleep(patience(interval.unwrap_or(Duration::ZERO)));
+        dev.drop_cache()?;
+        match format::read_owner(dev)? {
+            Some(r) if r.nonce == self.nonce => Ok(()),
+            other => Err(Error::DeviceInUse {
+                device: dev.name(),
+                owner: other.map_or_else(|| "an unknown owner".into(), |r| r.describe()),
+                why: "it took the device over while this open did, after the last owner's \
+                      heartbeat stopped"
+                    .into(),
+            }),
+        }
+    }
+
+    /// Stops the heartbeat (before the store clears its mark): no beat is written after
+    /// this returns.
+    pub(super) fn stop(&mut self) {
+        if let Some((stop, thread)) = self.heartbeat.take() {
+            drop(stop);
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for InUse {
+    fn drop(&mut self) {
+        self.stop();
+        LIVE.lock().retain(|&n| n != self.nonce);
+    }
+}
+
+/// Starts the thread that bumps `rec`'s sequence every `base` (or twice as long as the
+/// last beat's write and flush took, if longer: a slow device must not look dead), until
+/// its sender is dropped. A beat that fails is retried at the next one.
+fn start_heartbeat(
+    dev: Arc<dyn Device>,
+    mut rec: OwnerRecord,
+    base: Duration,
+) -> Result<(mpsc::Sender<()>, JoinHandle<()>)> {
+    let (stop, stopped) = mpsc::channel::<()>();
+    let name = dev.name();
+    let thread = std::thread::Builder::new()
+        .name("extalloc-heartbeat".into())
+        .spawn(move || {
+            let mut interval = base;
+            while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
+                rec.sequence += 1;
+                let started = Instant::now();
+                if format::write_owner(dev.as_ref(), &rec)
+                    .and_then(|()| dev.flush())
+                    .is_ok()
+                {
+                    interval = base.max(2 * started.elapsed()).min(MAX_INTERVAL);
+                    rec.interval_ms = interval.as_millis() as u32;
+                }
+            }
+        })
+        .map_err(|e| Error::Io {
+            device: name,
+            op: "spawn the heartbeat thread",
+            offset: 0,
+            source: crate::error::IoSource::new(e),
+        })?;
+    Ok((stop, thread))
+}
