@@ -18,7 +18,7 @@ use crate::fs::{Attr, Caller, Errno as FsErrno, Fs};
 use crate::inode::{Kind, Time};
 use fuser::{
     Errno, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig,
-    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
     ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
@@ -26,6 +26,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime};
 
 /// How long the kernel may keep attributes and names: every change goes through this
@@ -38,6 +39,9 @@ const ATIME_RECHECK: Duration = Duration::from_secs(1);
 /// The `fuser` file system: the shared [`Fs`].
 pub struct FuseFs {
     fs: Arc<Fs>,
+    /// The session's channel for telling the kernel its cache is stale (set once the
+    /// session exists: `mount.rs`).
+    notifier: Arc<OnceLock<Notifier>>,
     block_size: u32,
     /// Where `fs` is mounted (its atime flags are that mount's).
     mountpoint: PathBuf,
@@ -54,9 +58,27 @@ impl FuseFs {
             .unwrap_or_else(|_| mountpoint.to_path_buf());
         FuseFs {
             fs,
+            notifier: Arc::new(OnceLock::new()),
             block_size,
             mountpoint,
             atime_checked: Mutex::new(None),
+        }
+    }
+
+    /// Where the session's notifier goes once the session exists (so a data call that
+    /// clears set-id bits can tell the kernel).
+    pub fn notifier_slot(&self) -> Arc<OnceLock<Notifier>> {
+        self.notifier.clone()
+    }
+
+    /// A write or fallocate cleared set-user-id or set-group-id: the kernel keeps the
+    /// mode it cached (an unprivileged fallocate invalidates only size and times there), so
+    /// its attributes are dropped now; `stat` then asks again (fstests generic/683-685).
+    fn mode_changed(&self, ino: u64) {
+        if let Some(n) = self.notifier.get() {
+            if let Err(e) = n.inval_inode(INodeNo(ino), -1, 0) {
+                log::warn!("cannot invalidate inode {ino}'s cached attributes: {e}");
+            }
         }
     }
 
@@ -356,8 +378,13 @@ impl Filesystem for FuseFs {
         reply: ReplyWrite,
     ) {
         let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
-        match self.fs.write(ino.0, offset, data, kill) {
-            Ok(n) => reply.written(n),
+        match self.fs.write_clearing(ino.0, offset, data, kill) {
+            Ok((n, cleared)) => {
+                if cleared {
+                    self.mode_changed(ino.0);
+                }
+                reply.written(n)
+            }
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -502,7 +529,12 @@ impl Filesystem for FuseFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let r = self.fs.fallocate(ino.0, offset, length, mode, caller(req));
-        empty(r, reply);
+        let r = self
+            .fs
+            .fallocate_clearing(ino.0, offset, length, mode, caller(req));
+        if r == Ok(true) {
+            self.mode_changed(ino.0);
+        }
+        empty(r.map(|_| ()), reply);
     }
 }

@@ -75,6 +75,7 @@ pub fn serve(opts: &MountOptions, ready: impl FnOnce(&MountReport)) -> Result<()
         .map_err(|e| format!("{dev_name}: {e}"))?;
     let cfg = config(&source.display().to_string(), opts.threads, opts.read_only);
     let fuse = FuseFs::new(fs.clone(), &mountpoint);
+    let notifier = fuse.notifier_slot();
     let mut session = match Session::new(fuse, &mountpoint, &cfg) {
         Ok(s) => s,
         Err(e) => {
@@ -86,6 +87,9 @@ pub fn serve(opts: &MountOptions, ready: impl FnOnce(&MountReport)) -> Result<()
             ));
         }
     };
+    // Set before any request is served? Requests may come first; until then a cleared
+    // set-id bit shows in the kernel's cache for at most the attribute timeout.
+    let _ = notifier.set(session.notifier());
     let ended = Arc::new(AtomicBool::new(false));
     let started = mountinfo::find(&mountpoint)
         .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))

@@ -134,10 +134,23 @@ impl Fs {
     /// the largest file ([`extalloc::volume::MAX_FILE_BYTES`], 2^63 - 1, the kernel's own) is `EFBIG` and changes
     /// nothing.
     pub fn write(&self, ino: u64, offset: u64, data: &[u8], kill_priv: bool) -> FsResult<u32> {
+        self.write_clearing(ino, offset, data, kill_priv)
+            .map(|(n, _)| n)
+    }
+
+    /// [`Fs::write`], and whether it cleared set-user-id or set-group-id (a cache of the
+    /// mode, the kernel's, is then stale).
+    pub fn write_clearing(
+        &self,
+        ino: u64,
+        offset: u64,
+        data: &[u8],
+        kill_priv: bool,
+    ) -> FsResult<(u32, bool)> {
         self.regular(ino, libc::EINVAL)?;
         self.vol.write(ino, offset, data)?;
-        self.data_changed(ino, kill_priv.then_some(None))?;
-        Ok(data.len() as u32)
+        let cleared = self.data_changed(ino, kill_priv.then_some(None))?;
+        Ok((data.len() as u32, cleared))
     }
 
     /// Changes `ino`'s attributes for `who` (a truncate by anyone but root, and a change
@@ -199,6 +212,19 @@ impl Fs {
         mode: i32,
         who: Caller,
     ) -> FsResult<()> {
+        self.fallocate_clearing(ino, offset, len, mode, who)
+            .map(|_| ())
+    }
+
+    /// [`Fs::fallocate`], and whether it cleared set-user-id or set-group-id.
+    pub fn fallocate_clearing(
+        &self,
+        ino: u64,
+        offset: u64,
+        len: u64,
+        mode: i32,
+        who: Caller,
+    ) -> FsResult<bool> {
         const KEEP: i32 = libc::FALLOC_FL_KEEP_SIZE;
         const PUNCH: i32 = libc::FALLOC_FL_PUNCH_HOLE;
         const ZERO: i32 = libc::FALLOC_FL_ZERO_RANGE;
@@ -230,18 +256,19 @@ impl Fs {
     /// The data of `ino` changed: mtime and ctime are now, written later; `kill_priv`
     /// (an unprivileged caller, with its group when known) clears set-user-id and
     /// set-group-id as [`drop_privileges`] says, written now (a crash must not bring them
-    /// back).
-    fn data_changed(&self, ino: u64, kill_priv: Option<Option<u32>>) -> FsResult<()> {
+    /// back). True when it cleared a bit.
+    fn data_changed(&self, ino: u64, kill_priv: Option<Option<u32>>) -> FsResult<bool> {
         let mut ns = self.ns.write();
         let n = ns.node_mut(ino)?;
         let t = Time::now();
         n.inode.mtime = t;
         n.inode.ctime = t;
         n.attr_dirty = true;
-        if kill_priv.is_some_and(|gid| drop_privileges(&mut n.inode, gid)) {
+        let cleared = kill_priv.is_some_and(|gid| drop_privileges(&mut n.inode, gid));
+        if cleared {
             self.persist(&mut ns, ino)?;
         }
-        Ok(())
+        Ok(cleared)
     }
 
     /// Makes `ino` durable, with every namespace change before it (one journal).

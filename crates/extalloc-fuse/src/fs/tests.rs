@@ -737,7 +737,6 @@ fn statfs_counts_a_removed_files_blocks_as_free() {
     fs.unmount().unwrap();
 }
 
-<<<<<<< HEAD
 /// generic/683-685, tests 1 and 3: an unprivileged truncate or fallocate (plain, punch,
 /// zero range) by a caller outside the file's group clears set-group-id even without
 /// group execute (the kernel's `setattr_should_drop_sgid`); inside the group it stays.
@@ -819,7 +818,8 @@ fn a_read_only_mount_never_updates_atime() {
         AtimeRule::Strict,
         "rw,strictatime"
     );
-=======
+}
+
 /// A sync writing an inode's pending times races links and unlinks of that inode: the
 /// blob it writes must carry the link count of the moment it is written, never one a
 /// namespace change has replaced since. The interleaving that broke it (a sync's copy
@@ -912,5 +912,38 @@ fn damage_that_cuts_a_log_sends_files_to_lost_and_found_with_their_data() {
     let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
     let after = check(&vol).unwrap();
     assert!(after.clean(), "{after:?}");
->>>>>>> main
+}
+
+/// A write or fallocate says whether it cleared a set-id bit (the FUSE layer then drops
+/// the kernel's cached mode): once, not on the writes after.
+#[test]
+fn data_calls_say_when_they_cleared_set_id_bits() {
+    let dev = device(41);
+    let fs = fresh(&dev);
+    let f = put(&fs, ROOT, "f", b"data");
+    let other = Caller {
+        uid: 1000,
+        gid: 1000,
+    };
+    let set = SetAttr {
+        mode: Some(0o6755),
+        ..SetAttr::default()
+    };
+    fs.setattr(f, set, ME).unwrap();
+    assert_eq!(fs.write_clearing(f, 0, b"x", true), Ok((1, true)));
+    assert_eq!(
+        fs.write_clearing(f, 0, b"y", true),
+        Ok((1, false)),
+        "nothing left"
+    );
+    fs.setattr(f, set, ME).unwrap();
+    assert_eq!(
+        fs.write_clearing(f, 0, b"z", false),
+        Ok((1, false)),
+        "a privileged write"
+    );
+    assert_eq!(fs.fallocate_clearing(f, 0, 4096, 0, other), Ok(true));
+    assert_eq!(fs.fallocate_clearing(f, 0, 4096, 0, other), Ok(false));
+    assert_eq!(fs.getattr(f).unwrap().inode.perm & 0o6000, 0);
+    fs.unmount().unwrap();
 }
