@@ -2,7 +2,7 @@
 # The test suite: unit, model-based, stress, bad-input and lab smoke tests, the library's
 # tests with debug assertions on, the loom model of the lock-free group index, then the
 # mounted file system under fsx, pjdfstest, fio with verify and kill -9 crashes
-# (scripts/mount-tests.sh: root and /dev/fuse). About 10 minutes on 2 cores.
+# (scripts/mount-tests.sh: root and /dev/fuse). About 13 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/ci-deps.sh
