@@ -13,7 +13,9 @@
 //! operation that made it.
 //!
 //! Invariant: replaying the log's records in order gives the directory's entries; a
-//! record that does not check (a torn tail) ends the log there, and the parse says where.
+//! record that does not check ends the log there when nothing after it checks (a torn
+//! tail), else the parse steps over the damage to the next record that checks and says so
+//! (only the damaged records' names are lost; mount then rewrites the log whole).
 //! An add names a name that is absent, a remove one that is present; a log that says
 //! otherwise is reported, never followed blindly.
 //!
@@ -56,6 +58,21 @@ pub fn compacted<'a>(entries: impl ExactSizeIterator<Item = (&'a Vec<u8>, u64)>)
     out
 }
 
+/// The first position at or after `from` where a whole record checks (a reset only with
+/// all the adds it counts): where the log goes on after damage in its middle. A name
+/// cannot hold a record (a record's inode and length fields hold zero bytes, which no name
+/// does), so nothing a caller named is taken for one.
+fn resume(log: &[u8], from: usize) -> Option<usize> {
+    (from..log.len()).find(|&q| {
+        log[q] != 0
+            && match parse_one(&log[q..]) {
+                Ok((RESET, count, _, len)) => complete(&log[q + len..], count),
+                Ok(_) => true,
+                Err(_) => false,
+            }
+    })
+}
+
 /// Do the `count` records after a reset that ends at `b`'s start all check, and add?
 /// A compaction cut short by a crash leaves fewer: its reset must not apply.
 fn complete(b: &[u8], count: u64) -> bool {
@@ -86,8 +103,11 @@ pub struct DirLog {
     pub start: u64,
     /// Records read.
     pub records: u64,
-    /// What stopped the parse before the end, if anything.
+    /// What stopped the parse before the end, or what it stepped over, if anything.
     pub problem: Option<String>,
+    /// Damage in the middle was stepped over (the records after it were read): the log
+    /// must be rewritten whole to be clean again (mount does, `scan.rs`).
+    pub skipped_damage: bool,
 }
 
 impl DirLog {
@@ -135,8 +155,18 @@ impl DirLog {
                     d.records += 1;
                 }
                 Err(why) => {
-                    d.problem = Some(format!("record {} at byte {pos}: {why}", d.records));
-                    break;
+                    let Some(next) = resume(log, pos + 1) else {
+                        // Nothing checks after it: a torn tail, where the log ends.
+                        d.problem = Some(format!("record {} at byte {pos}: {why}", d.records));
+                        break;
+                    };
+                    d.problem = Some(format!(
+                        "record {} at byte {pos}: {why}; bytes {pos}..{next} stepped over, \
+                         the records after them read",
+                        d.records
+                    ));
+                    d.skipped_damage = true;
+                    pos = next;
                 }
             }
         }
@@ -216,6 +246,31 @@ mod tests {
             .problem
             .unwrap()
             .contains("checksum"));
+    }
+
+    /// A damaged record in the middle costs only its own name: the parse steps over it
+    /// to the next record that checks, says so, and ends where the log ends.
+    #[test]
+    fn damage_in_the_middle_is_stepped_over() {
+        let mut log = record(b"first", Some(2));
+        let hit = log.len();
+        log.extend(record(b"damaged", Some(3)));
+        log.extend(record(b"after", Some(4)));
+        log.extend(record(b"first", None));
+        log[hit + 12] ^= 0x40; // inside the name of "damaged"
+        let d = DirLog::parse(&log);
+        let names: Vec<&[u8]> = d.entries.keys().map(|k| &k[..]).collect();
+        assert_eq!(names, [&b"after"[..]], "{d:?}");
+        assert!(d.skipped_damage);
+        assert_eq!(d.valid_bytes, log.len() as u64);
+        assert!(d.problem.unwrap().contains("stepped over"));
+        // Damage in the last record is a torn tail, as before.
+        let mut tail = record(b"first", Some(2));
+        tail.extend(record(b"last", Some(3)));
+        let n = tail.len();
+        tail[n - 3] ^= 1;
+        let d = DirLog::parse(&tail);
+        assert!(!d.skipped_damage && d.entries.len() == 1, "{d:?}");
     }
 
     #[test]

@@ -26,7 +26,7 @@
 use super::{dir_node, Node, ROOT};
 use crate::dir::{record, DirLog};
 use crate::inode::{Inode, Kind};
-use extalloc::volume::Volume;
+use extalloc::volume::{Fallocate, Volume};
 use std::collections::{HashMap, HashSet, VecDeque};
 
 /// What a namespace check found (or mount repaired).
@@ -301,7 +301,29 @@ fn read_log(
         vol.truncate(ino, log.valid_bytes)
             .map_err(|e| format!("cannot cut directory {ino}'s log: {e}"))?;
     }
+    if repair && log.skipped_damage {
+        rewrite_log(vol, ino, &mut log)?;
+    }
     Ok(log)
+}
+
+/// Rewrites directory `ino`'s log as its entries (a counted reset and an add each, from
+/// the next block boundary, the blocks before punched), as compaction does: the damage the
+/// parse stepped over is gone, and the next check is clean.
+fn rewrite_log(vol: &Volume, ino: u64, log: &mut DirLog) -> Result<(), String> {
+    let bs = vol.block_size();
+    let at = log.valid_bytes.div_ceil(bs) * bs;
+    let bytes = crate::dir::compacted(log.entries.iter().map(|(n, &i)| (n, i)));
+    let fail = |e: extalloc::Error| format!("cannot rewrite directory {ino}'s log: {e}");
+    vol.write(ino, at, &bytes).map_err(fail)?;
+    if at > log.start {
+        vol.fallocate(ino, Fallocate::PunchHole, log.start, at - log.start)
+            .map_err(fail)?;
+    }
+    log.start = at;
+    log.valid_bytes = at + bytes.len() as u64;
+    log.skipped_damage = false;
+    Ok(())
 }
 
 /// Every volume file's inode; fails on a file that holds none.

@@ -860,12 +860,12 @@ fn pending_times_never_write_a_stale_link_count() {
     assert!(r.repaired.clean(), "{r:?}");
 }
 
-/// A flipped byte in the root directory's log cuts every name after it: mount links the
-/// inodes that lost their names into /lost+found with their data (a directory with what
-/// it holds), removes nothing, and the next check is clean.
-#[test]
-fn damage_that_cuts_a_log_sends_files_to_lost_and_found_with_their_data() {
-    let dev = device(31);
+/// A flipped byte in a record of the root directory's log costs only that record's name:
+/// the parse steps over it, mount links the inode that lost its name into /lost+found with
+/// its data (a directory with what it holds), removes nothing, rewrites the log, and the
+/// next check is clean. `byte` picks the record: 3 is in "a"'s, 19 in "d"'s.
+fn damage_root_log(seed: u64, byte: usize) -> (Arc<FaultDevice<MemDevice>>, [u64; 4], usize) {
+    let dev = device(seed);
     let fs = fresh(&dev);
     let a = put(&fs, ROOT, "a", b"first");
     let d = mkdir(&fs, ROOT, "d");
@@ -876,37 +876,61 @@ fn damage_that_cuts_a_log_sends_files_to_lost_and_found_with_their_data() {
     let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
     let files_before = vol.list().len();
     let mut log = vol.read(ROOT, 0, 64).unwrap();
-    log[3] ^= 0x40; // inside the first record ("a"): every record from here is cut
+    log[byte] ^= 0x40;
     vol.write(ROOT, 0, &log).unwrap();
     vol.close().unwrap();
+    (dev, [a, d, inner, b], files_before)
+}
 
+#[test]
+fn damage_in_a_log_costs_only_the_damaged_name_which_goes_to_lost_and_found() {
+    // The first record, a file's.
+    let (dev, [a, d, inner, b], files_before) = damage_root_log(31, 3);
     let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
     let seen = check(&vol).unwrap();
-    // Everything below the cut, d's contents too, until d is found again.
-    assert_eq!(seen.unnamed, vec![a, d, inner, b], "{seen:?}");
+    assert_eq!(
+        seen.unnamed,
+        vec![a],
+        "only a's name was in the damage: {seen:?}"
+    );
     drop(vol);
     let (fs, r) = remount(&dev);
-    assert_eq!(r.repaired.lost_found, vec![a, d], "{r:?}");
+    assert_eq!(r.repaired.lost_found, vec![a], "{r:?}");
     assert!(r.repaired.orphans.is_empty(), "{r:?}");
-    assert_eq!(
-        fs.volume().list().len(),
-        files_before + 1,
-        "nothing removed, one made"
-    );
+    let made = fs.volume().list().len() - files_before;
+    assert_eq!(made, 1, "nothing removed, /lost+found made");
     assert_eq!(find(&fs, &format!("lost+found/#{a}")).unwrap(), a);
     assert_eq!(fs.read(a, 0, 100).unwrap(), b"first");
+    assert_eq!(find(&fs, "d/inner").unwrap(), inner);
+    assert_eq!(find(&fs, "b").unwrap(), b);
+    assert_eq!(
+        fs.getattr(b).unwrap().inode.nlink,
+        2,
+        "both of b's names kept"
+    );
+    fs.unmount().unwrap();
+    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+    let after = check(&vol).unwrap();
+    assert!(after.clean(), "the log was rewritten: {after:?}");
+    drop(vol);
+
+    // The second record, a directory's: it comes back in /lost+found with its contents.
+    let (dev, [_, d2, inner2, b2], _) = damage_root_log(32, 19);
+    assert_eq!((d2, inner2, b2), (d, inner, b));
+    let (fs, r) = remount(&dev);
+    assert_eq!(r.repaired.lost_found, vec![d], "{r:?}");
     assert_eq!(find(&fs, &format!("lost+found/#{d}/inner")).unwrap(), inner);
     assert_eq!(fs.read(inner, 0, 100).unwrap(), b"below d");
     assert_eq!(
         fs.getattr(b).unwrap().inode.nlink,
-        1,
-        "b's one name left, in d"
+        2,
+        "b: / and /lost+found/#d"
     );
     let lf = find(&fs, "lost+found").unwrap();
     assert_eq!(
         fs.getattr(lf).unwrap().inode.nlink,
         3,
-        "lost+found holds one directory"
+        "one directory in it"
     );
     fs.unmount().unwrap();
     let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
