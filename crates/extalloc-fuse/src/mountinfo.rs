@@ -9,6 +9,8 @@
 //!
 //! Lock order: none.
 
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
 /// One mount.
@@ -18,6 +20,8 @@ pub struct MountEntry {
     pub dev: (u32, u32),
     /// Where it is mounted.
     pub mountpoint: PathBuf,
+    /// The mount's own options (`rw,nosuid,relatime`, ...; not the file system's).
+    pub options: String,
     /// The file system type (`fuse`, `fuse.NAME`, `ext4`, ...).
     pub fstype: String,
     /// The source (for `extalloc mount`, the device's path).
@@ -40,11 +44,16 @@ impl MountEntry {
 /// The mount on top at `mountpoint` (the last one mounted there), if any.
 pub fn find(mountpoint: &Path) -> std::io::Result<Option<MountEntry>> {
     let text = std::fs::read_to_string("/proc/self/mountinfo")?;
-    Ok(text
+    Ok(find_in(&text, mountpoint))
+}
+
+/// [`find`] in a mountinfo text.
+pub fn find_in(mountinfo: &str, mountpoint: &Path) -> Option<MountEntry> {
+    mountinfo
         .lines()
         .rev()
         .filter_map(parse)
-        .find(|e| e.mountpoint == mountpoint))
+        .find(|e| e.mountpoint == mountpoint)
 }
 
 /// Parses `ID PARENT MAJOR:MINOR ROOT MOUNTPOINT OPTIONS [FIELDS...] - TYPE SOURCE ...`.
@@ -52,21 +61,24 @@ fn parse(line: &str) -> Option<MountEntry> {
     let (left, right) = line.split_once(" - ")?;
     let mut l = left.split(' ');
     let (major, minor) = l.nth(2)?.split_once(':')?;
-    let mountpoint = PathBuf::from(unescape(l.nth(1)?));
+    let mountpoint = PathBuf::from(OsString::from_vec(unescape(l.nth(1)?)));
+    let options = l.next()?.to_string();
     let mut r = right.split(' ');
-    let fstype = unescape(r.next()?);
-    let source = unescape(r.next()?);
+    let text = |f: &str| String::from_utf8_lossy(&unescape(f)).into_owned();
+    let fstype = text(r.next()?);
+    let source = text(r.next()?);
     Some(MountEntry {
         dev: (major.parse().ok()?, minor.parse().ok()?),
         mountpoint,
+        options,
         fstype,
         source,
     })
 }
 
 /// Undoes the kernel's octal escapes (`\040` space, `\011` tab, `\012` newline, `\134`
-/// backslash).
-fn unescape(s: &str) -> String {
+/// backslash), to the path's bytes.
+fn unescape(s: &str) -> Vec<u8> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -85,7 +97,7 @@ fn unescape(s: &str) -> String {
             }
         }
     }
-    String::from_utf8_lossy(&out).into_owned()
+    out
 }
 
 #[cfg(test)]

@@ -138,35 +138,7 @@ impl AtimeMode {
 /// The atime mode of the mount at `mountpoint` in a mountinfo text (the last mount there,
 /// which is the one visible); `None` if nothing is mounted there.
 pub fn mount_atime(mountinfo: &str, mountpoint: &Path) -> Option<AtimeMode> {
-    let want = mountpoint.as_os_str().as_encoded_bytes();
-    mountinfo.lines().rev().find_map(|line| {
-        let mut f = line.split(' ');
-        let (point, opts) = (f.nth(4)?, f.next()?);
-        (unescape(point) == want).then(|| AtimeMode::from_options(opts))
-    })
-}
-
-/// A mountinfo path with its octal escapes (`\040` for a space) undone.
-fn unescape(s: &str) -> Vec<u8> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let octal = b
-            .get(i + 1..i + 4)
-            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
-        match (b[i], octal) {
-            (b'\\', Some(d)) => {
-                out.push(d.iter().fold(0u8, |v, c| v.wrapping_mul(8) + (c - b'0')));
-                i += 4;
-            }
-            (c, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    out
+    crate::mountinfo::find_in(mountinfo, mountpoint).map(|e| AtimeMode::from_options(&e.options))
 }
 
 impl Fs {
