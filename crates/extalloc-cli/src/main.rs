@@ -177,33 +177,7 @@ enum Command {
     OpenBench(cli::commands::OpenBenchArgs),
     /// Random transactions with crashes on a fault-injecting device, checked after every
     /// recovery against a model. Exits non-zero on any loss, leak or double allocation.
-    Torture {
-        #[arg(long, default_value_t = 200)]
-        crashes: u64,
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        #[arg(long, default_value_t = 2)]
-        threads: usize,
-        /// Instead of crashes: a corruption campaign of this many damages (one each) to
-        /// images whose in-use blocks are known; fsck, then open and allocate until full.
-        /// The JSON counts damages, panics, hangs, fsck_missed and handed_in_use; it fails
-        /// when any of the last four is not zero.
-        #[arg(long, value_name = "N")]
-        corrupt: Option<u64>,
-        /// Instead of the store's transactions: random file operations on a volume, with
-        /// crashes; every file checked after each reopen (stale reads, lost data, leaks).
-        /// Odd seeds write through the buffered cache (delayed allocation, writeback).
-        #[arg(long, conflicts_with = "corrupt")]
-        volume: bool,
-        /// Instead of the store's transactions: the file system's namespace changes from
-        /// every thread in its own directory, crashes at random write boundaries; after
-        /// each recovery every tree checked against a model (names, link counts, synced
-        /// data) and the namespace check run.
-        #[arg(long, conflicts_with_all = ["corrupt", "volume"])]
-        fs: bool,
-        #[arg(long)]
-        json: Option<std::path::PathBuf>,
-    },
+    Torture(cli::commands::TortureArgs),
     /// Check an extalloc device without changing it: superblocks, every group's checksums
     /// and counts, metadata marked used, the journal's records against the home state.
     /// Exits as e2fsck: 0 clean, 4 problems found (left uncorrected: fsck only reads), 8
@@ -408,35 +382,7 @@ fn run(cli: Cli) -> Result<()> {
             };
             commit_bench(&path, &threads, seconds, payload, mode, !payload_only)
         }
-        Command::Torture {
-            corrupt: Some(damages),
-            seed,
-            json,
-            ..
-        } => cli::commands::corrupt(damages, seed, json.as_deref()),
-        Command::Torture {
-            crashes,
-            seed,
-            threads,
-            json,
-            volume: true,
-            ..
-        } => cli::commands::torture_volume(crashes, seed, threads, json.as_deref()),
-        Command::Torture {
-            crashes,
-            seed,
-            threads,
-            json,
-            fs: true,
-            ..
-        } => cli::commands::torture_fs(crashes, seed, threads, json.as_deref()),
-        Command::Torture {
-            crashes,
-            seed,
-            threads,
-            json,
-            ..
-        } => cli::commands::torture(crashes, seed, threads, json.as_deref()),
+        Command::Torture(args) => cli::commands::torture_command(&args),
         Command::Fsck { .. } => unreachable!("fsck sets its own exit code (main)"),
         Command::Mount(args) => cli::mount::mount(&args),
         Command::Umount(args) => cli::mount::umount(&args),

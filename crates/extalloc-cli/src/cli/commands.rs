@@ -193,6 +193,52 @@ pub fn torture_volume(crashes: u64, seed: u64, threads: usize, json: Option<&Pat
     Ok(())
 }
 
+/// `extalloc torture`'s options.
+#[derive(clap::Args, Debug)]
+pub struct TortureArgs {
+    /// Crashes to inject (rounds).
+    #[arg(long, default_value_t = 200)]
+    pub crashes: u64,
+    /// Seed of every random choice.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Threads working at once.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// Instead of crashes: a corruption campaign of this many damages (one each) to
+    /// images whose in-use blocks are known; fsck, then open and allocate until full.
+    /// The JSON counts damages, panics, hangs, fsck_missed and handed_in_use; it fails
+    /// when any of the last four is not zero.
+    #[arg(long, value_name = "N")]
+    pub corrupt: Option<u64>,
+    /// Instead of the store's transactions: random file operations on a volume, with
+    /// crashes; every file checked after each reopen (stale reads, lost data, leaks).
+    /// Odd seeds write through the buffered cache (delayed allocation, writeback).
+    #[arg(long, conflicts_with = "corrupt")]
+    pub volume: bool,
+    /// Instead of the store's transactions: the file system's namespace changes from
+    /// every thread in its own directory, crashes at random write boundaries; after
+    /// each recovery every tree checked against a model (names, link counts, synced
+    /// data) and the namespace check run.
+    #[arg(long, conflicts_with_all = ["corrupt", "volume"])]
+    pub fs: bool,
+    /// Also write the JSON verdict here.
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+}
+
+/// `extalloc torture`: the store's crash torture, or (by flag) the corruption campaign,
+/// the volume's or the file system's namespace torture.
+pub fn torture_command(a: &TortureArgs) -> Result<()> {
+    let json = a.json.as_deref();
+    match a.corrupt {
+        Some(damages) => corrupt(damages, a.seed, json),
+        None if a.volume => torture_volume(a.crashes, a.seed, a.threads, json),
+        None if a.fs => torture_fs(a.crashes, a.seed, a.threads, json),
+        None => torture(a.crashes, a.seed, a.threads, json),
+    }
+}
+
 /// `extalloc torture --fs`: the JSON verdict on stdout (and in `json`); an error when a
 /// name was lost, a link count wrong, synced data wrong or the check not clean.
 pub fn torture_fs(crashes: u64, seed: u64, threads: usize, json: Option<&Path>) -> Result<()> {

@@ -36,6 +36,8 @@ pub mod atime;
 pub mod data;
 mod listing;
 pub mod names;
+#[cfg(test)]
+mod posix_tests;
 mod scan;
 #[cfg(test)]
 mod tests;

@@ -27,20 +27,26 @@
 //! - after an unmount, `fsck`'s namespace check of the volume is clean (`fsck_dirty`).
 //!
 //! The models then take what was read back and the rounds go on on the same device.
+//!
+//! Files: this one holds the rounds and the checks after each crash; `model.rs` a thread's
+//! model and the trees read back; `ops.rs` the operations, each applied to the file system
+//! and then to the model.
 
-use anyhow::{bail, Context, Result};
+mod model;
+mod ops;
+
+use anyhow::{Context, Result};
 use extalloc::disk::device::{Crash, FaultDevice, MemDevice};
 use extalloc::volume::Volume;
 use extalloc::writeback::WritebackOptions;
 use extalloc::{Geometry, Policy};
-use extalloc_fuse::fs::data::SetAttr;
-use extalloc_fuse::fs::names::{NewNode, RENAME_EXCHANGE};
 use extalloc_fuse::fs::{Caller, Errno, Fs, ROOT};
 use extalloc_fuse::inode::Kind;
+use model::{diff, read_tree, same, Model, Tree};
 use parking_lot::Mutex;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
@@ -90,42 +96,31 @@ impl FsOutcome {
     }
 }
 
-/// A thread's tree: directory -> name -> inode.
-type Tree = BTreeMap<u64, BTreeMap<Vec<u8>, u64>>;
-
+/// Who makes every call (root: the torture is about names, not permissions).
 const ME: Caller = Caller { uid: 0, gid: 0 };
-/// The inode of an entry whose make failed with the device: any inode, or none.
-const ANY: u64 = u64::MAX;
-/// Names a thread's directories use.
-const NAMES: u32 = 10;
-/// Inodes a thread keeps at most: the tree stays the size of a busy directory, not of a
-/// device (rounds go on for thousands of crashes on one device).
-const MAX_INODES: usize = 64;
 /// Operations a thread makes in a round at most.
 const MAX_OPS: u32 = 80;
-
-/// One thread's model.
-#[derive(Debug, Clone)]
-struct Model {
-    /// The thread's own directory.
-    top: u64,
-    tree: Tree,
-    kinds: HashMap<u64, Kind>,
-    /// What a file holds, as written.
-    data: HashMap<u64, Vec<u8>>,
-    /// Files whose data a sync of this thread made durable, with that data.
-    synced: HashMap<u64, Vec<u8>>,
-    /// The tree after each operation of the round (the first: at its start).
-    states: Vec<Tree>,
-    /// States up to this index are durable (a successful sync started after them).
-    durable: usize,
-}
 
 /// How many states each thread had finished, published for syncs to read at their start.
 struct Progress {
     done: Vec<AtomicU64>,
     /// For each thread, the highest state count a finished sync started after.
     durable: Mutex<Vec<u64>>,
+}
+
+impl Progress {
+    /// How many states each thread has finished, read as a sync starts.
+    fn marks(&self) -> Vec<u64> {
+        self.done.iter().map(|d| d.load(Relaxed)).collect()
+    }
+
+    /// A sync that started at `marks` succeeded: those states are durable.
+    fn durable_from(&self, marks: Vec<u64>) {
+        let mut durable = self.durable.lock();
+        for (d, mark) in durable.iter_mut().zip(marks) {
+            *d = (*d).max(mark);
+        }
+    }
 }
 
 /// Runs `crashes` rounds with `threads` threads from `seed`.
@@ -138,7 +133,7 @@ pub fn run(crashes: u64, seed: u64, threads: usize) -> Result<FsOutcome> {
     let (mut fs, _) = Fs::mount(vol, opts()).map_err(anyhow::Error::msg)?;
     let mut models = Vec::new();
     for t in 0..threads {
-        let top = make(&fs, ROOT, format!("t{t}").as_bytes(), Kind::Dir)?;
+        let top = ops::make(&fs, ROOT, format!("t{t}").as_bytes(), Kind::Dir)?;
         models.push(Model::new(top));
     }
     fs.sync().map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -261,7 +256,7 @@ fn worker(
     m.durable = 0;
     let ops = rng.gen_range(1..=MAX_OPS);
     for _ in 0..ops {
-        let result = step(fs, &mut m, &mut rng, progress);
+        let result = ops::step(fs, &mut m, &mut rng, progress);
         m.states.push(m.tree.clone());
         progress.done[t].store(m.states.len() as u64, Relaxed);
         let mut c = counts.lock();
@@ -288,270 +283,6 @@ const EIO: i32 = 5;
 /// An error the failing device explains (EIO, or the abort that follows one).
 fn failing(e: Errno) -> bool {
     e.0 == EIO
-}
-
-impl Model {
-    fn new(top: u64) -> Model {
-        let mut tree = Tree::new();
-        tree.insert(top, BTreeMap::new());
-        Model {
-            top,
-            tree,
-            kinds: HashMap::from([(top, Kind::Dir)]),
-            data: HashMap::new(),
-            synced: HashMap::new(),
-            states: Vec::new(),
-            durable: 0,
-        }
-    }
-
-    fn dirs(&self) -> Vec<u64> {
-        self.tree.keys().copied().collect()
-    }
-
-    /// Every (directory, name, inode) of the tree.
-    fn entries(&self) -> Vec<(u64, Vec<u8>, u64)> {
-        self.tree
-            .iter()
-            .flat_map(|(&d, e)| e.iter().map(move |(n, &i)| (d, n.clone(), i)))
-            .collect()
-    }
-
-    /// Is `ino` the directory `top` or below it?
-    fn below(&self, ino: u64, top: u64) -> bool {
-        ino == top
-            || self
-                .tree
-                .get(&top)
-                .is_some_and(|e| e.values().any(|&c| self.below(ino, c)))
-    }
-
-    fn names_of(&self, ino: u64) -> usize {
-        self.tree
-            .values()
-            .map(|e| e.values().filter(|&&i| i == ino).count())
-            .sum()
-    }
-
-    /// Drops what no name refers to any more.
-    fn forget_unnamed(&mut self, ino: u64) {
-        if self.names_of(ino) == 0 {
-            self.kinds.remove(&ino);
-            self.data.remove(&ino);
-            self.synced.remove(&ino);
-            self.tree.remove(&ino);
-        }
-    }
-}
-
-fn pick<T: Clone>(rng: &mut StdRng, v: &[T]) -> Option<T> {
-    (!v.is_empty()).then(|| v[rng.gen_range(0..v.len())].clone())
-}
-
-fn name(rng: &mut StdRng) -> Vec<u8> {
-    format!("n{}", rng.gen_range(0..NAMES)).into_bytes()
-}
-
-fn pattern(rng: &mut StdRng) -> Vec<u8> {
-    let len = rng.gen_range(0..3 * 4096 + 100);
-    let b: u8 = rng.gen_range(1..=255);
-    (0..len).map(|i| b.wrapping_add((i / 512) as u8)).collect()
-}
-
-fn make(fs: &Fs, parent: u64, name: &[u8], kind: Kind) -> Result<u64, Errno> {
-    let target = (kind == Kind::Symlink).then_some(&b"target/of/a/link"[..]);
-    let new = NewNode {
-        kind,
-        mode: 0o755,
-        umask: 0o022,
-        rdev: 0,
-        target,
-    };
-    let ino = fs.make(parent, name, new, ME)?.ino;
-    fs.forget(ino, 1);
-    Ok(ino)
-}
-
-/// One random operation, applied to the file system and then to the model; true for a
-/// successful sync or fsync.
-fn step(fs: &Fs, m: &mut Model, rng: &mut StdRng, progress: &Progress) -> Result<bool, Errno> {
-    let dir = pick(rng, &m.dirs()).expect("the top directory");
-    let n = name(rng);
-    let entries = m.entries();
-    let files: Vec<u64> = m
-        .kinds
-        .iter()
-        .filter(|(_, &k)| k == Kind::File)
-        .map(|(&i, _)| i)
-        .collect();
-    // Each arm calls the file system, then changes the model whatever the call returned:
-    // a call the failing device cut short may have happened, so the last state allows it.
-    match rng.gen_range(0..100) {
-        0..=19 => {
-            if m.tree[&dir].contains_key(&n) || m.kinds.len() >= MAX_INODES {
-                return Ok(false);
-            }
-            let kind = match rng.gen_range(0..10) {
-                0..=5 => Kind::File,
-                6..=8 => Kind::Dir,
-                _ => Kind::Symlink,
-            };
-            let made = make(fs, dir, &n, kind);
-            let ino = *made.as_ref().unwrap_or(&ANY);
-            m.tree.get_mut(&dir).unwrap().insert(n, ino);
-            made?;
-            m.kinds.insert(ino, kind);
-            match kind {
-                Kind::Dir => {
-                    m.tree.insert(ino, BTreeMap::new());
-                }
-                Kind::File => {
-                    m.data.insert(ino, Vec::new());
-                }
-                _ => {}
-            }
-        }
-        20..=31 => {
-            let Some(ino) = pick(rng, &files) else {
-                return Ok(false);
-            };
-            let data = pattern(rng);
-            m.synced.remove(&ino);
-            let old = m.data.get_mut(&ino).unwrap();
-            if old.len() < data.len() {
-                old.resize(data.len(), 0);
-            }
-            old[..data.len()].copy_from_slice(&data);
-            fs.write(ino, 0, &data, false)?;
-        }
-        32..=36 => {
-            let Some(ino) = pick(rng, &files) else {
-                return Ok(false);
-            };
-            let size = rng.gen_range(0..2 * 4096 + 10);
-            m.synced.remove(&ino);
-            m.data.get_mut(&ino).unwrap().resize(size as usize, 0);
-            let set = SetAttr {
-                size: Some(size),
-                ..SetAttr::default()
-            };
-            fs.setattr(ino, set, ME)?;
-        }
-        37..=44 => {
-            let Some(ino) = pick(rng, &files) else {
-                return Ok(false);
-            };
-            if m.tree[&dir].contains_key(&n) {
-                return Ok(false);
-            }
-            let linked = fs.link(ino, dir, &n);
-            m.tree.get_mut(&dir).unwrap().insert(n, ino);
-            fs.forget(linked?.ino, 1);
-        }
-        45..=56 => {
-            let Some((d, nm, ino)) = pick(rng, &entries) else {
-                return Ok(false);
-            };
-            let removed = if m.kinds[&ino] == Kind::Dir {
-                if !m.tree[&ino].is_empty() {
-                    return Ok(false);
-                }
-                fs.rmdir(d, &nm)
-            } else {
-                fs.unlink(d, &nm)
-            };
-            m.tree.get_mut(&d).unwrap().remove(&nm);
-            m.forget_unnamed(ino);
-            removed?;
-        }
-        57..=76 => return rename(fs, m, rng, &entries, dir, n),
-        77..=84 => {
-            let Some((d1, n1, i1)) = pick(rng, &entries) else {
-                return Ok(false);
-            };
-            let Some((d2, n2, i2)) = pick(rng, &entries) else {
-                return Ok(false);
-            };
-            // A directory may not move below itself.
-            let loops = (m.kinds[&i1] == Kind::Dir && m.below(d2, i1))
-                || (m.kinds[&i2] == Kind::Dir && m.below(d1, i2));
-            if loops || (d1, &n1) == (d2, &n2) {
-                return Ok(false);
-            }
-            let swapped = fs.rename(d1, &n1, d2, &n2, RENAME_EXCHANGE);
-            m.tree.get_mut(&d1).unwrap().insert(n1, i2);
-            m.tree.get_mut(&d2).unwrap().insert(n2, i1);
-            swapped?;
-        }
-        85..=92 => {
-            let ino = pick(rng, &files).unwrap_or(dir);
-            let marks = progress.marks();
-            fs.fsync(ino)?;
-            progress.durable_from(marks);
-            // An fsync commits every namespace change, but writes back only its file.
-            if let Some(d) = m.data.get(&ino) {
-                m.synced.insert(ino, d.clone());
-            }
-            return Ok(true);
-        }
-        _ => {
-            let marks = progress.marks();
-            fs.sync()?;
-            progress.durable_from(marks);
-            m.synced = m.data.clone();
-            return Ok(true);
-        }
-    }
-    Ok(false)
-}
-
-impl Progress {
-    /// How many states each thread has finished, read as a sync starts.
-    fn marks(&self) -> Vec<u64> {
-        self.done.iter().map(|d| d.load(Relaxed)).collect()
-    }
-
-    /// A sync that started at `marks` succeeded: those states are durable.
-    fn durable_from(&self, marks: Vec<u64>) {
-        let mut durable = self.durable.lock();
-        for (d, mark) in durable.iter_mut().zip(marks) {
-            *d = (*d).max(mark);
-        }
-    }
-}
-
-/// A rename of an entry to `(dir, n)`: a free name, over a file, over an empty directory.
-fn rename(
-    fs: &Fs,
-    m: &mut Model,
-    rng: &mut StdRng,
-    entries: &[(u64, Vec<u8>, u64)],
-    dir: u64,
-    n: Vec<u8>,
-) -> Result<bool, Errno> {
-    let Some((d, nm, ino)) = pick(rng, entries) else {
-        return Ok(false);
-    };
-    let is_dir = m.kinds[&ino] == Kind::Dir;
-    if is_dir && m.below(dir, ino) {
-        return Ok(false);
-    }
-    let dst = m.tree[&dir].get(&n).copied();
-    if let Some(x) = dst {
-        let x_dir = m.kinds[&x] == Kind::Dir;
-        if x_dir != is_dir || (x_dir && !m.tree[&x].is_empty()) {
-            return Ok(false);
-        }
-    }
-    let moved = fs.rename(d, &nm, dir, &n, 0);
-    if dst != Some(ino) {
-        m.tree.get_mut(&d).unwrap().remove(&nm);
-        m.tree.get_mut(&dir).unwrap().insert(n, ino);
-        if let Some(x) = dst {
-            m.forget_unnamed(x);
-        }
-    }
-    moved.map(|()| false)
 }
 
 /// Opens the crashed device, mounts, and checks every thread's tree, link counts and
@@ -662,82 +393,4 @@ fn adopt(fs: &Fs, m: &mut Model, tree: Tree) -> Result<()> {
     m.kinds = kinds;
     m.data = data;
     Ok(())
-}
-
-/// Is `tree` the state `s`? An entry of `s` naming [`ANY`] (a make the failing device cut
-/// short) may be missing from `tree` or name any inode there (an empty directory too).
-fn same(s: &Tree, tree: &Tree) -> bool {
-    let mut s = s.clone();
-    for (dir, entries) in s.clone() {
-        for (name, ino) in entries {
-            if ino != ANY {
-                continue;
-            }
-            let slot = s.get_mut(&dir).expect("listed");
-            match tree.get(&dir).and_then(|e| e.get(&name)) {
-                Some(&got) => {
-                    slot.insert(name, got);
-                    if tree.get(&got).is_some_and(|e| e.is_empty()) {
-                        s.insert(got, BTreeMap::new());
-                    }
-                }
-                None => {
-                    slot.remove(&name);
-                }
-            }
-        }
-    }
-    &s == tree
-}
-
-/// What `tree` has that `s` has not (+) and the other way round (-).
-fn diff(s: &Tree, tree: &Tree) -> String {
-    let flat = |t: &Tree| -> std::collections::BTreeSet<(u64, String, u64)> {
-        t.iter()
-            .flat_map(|(&d, e)| {
-                e.iter()
-                    .map(move |(n, &i)| (d, String::from_utf8_lossy(n).into_owned(), i))
-            })
-            .collect()
-    };
-    let (a, b) = (flat(s), flat(tree));
-    let plus: Vec<_> = b.difference(&a).collect();
-    let minus: Vec<_> = a.difference(&b).collect();
-    format!("read back +{plus:?} -{minus:?}")
-}
-
-/// The tree below `top` as the file system lists it.
-fn read_tree(fs: &Fs, top: u64) -> Result<Tree, Errno> {
-    let mut tree = Tree::new();
-    let mut todo = vec![top];
-    while let Some(dir) = todo.pop() {
-        let fh = fs.opendir(dir)?;
-        let mut entries = BTreeMap::new();
-        let mut kinds = Vec::new();
-        fs.readdir(fh, 0, |name, ino, kind, _| {
-            if name != b"." && name != b".." {
-                entries.insert(name.to_vec(), ino);
-                kinds.push((ino, kind));
-            }
-            false
-        })?;
-        fs.releasedir(fh);
-        todo.extend(
-            kinds
-                .iter()
-                .filter(|(_, k)| *k == Kind::Dir)
-                .map(|(i, _)| *i),
-        );
-        tree.insert(dir, entries);
-    }
-    Ok(tree)
-}
-
-/// A quick run for the tests: fails with what it found.
-pub fn check_run(crashes: u64, seed: u64, threads: usize) -> Result<FsOutcome> {
-    let out = run(crashes, seed, threads)?;
-    if !out.clean() {
-        bail!("namespace torture failed: {out:?}");
-    }
-    Ok(out)
 }
