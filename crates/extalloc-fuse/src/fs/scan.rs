@@ -217,14 +217,21 @@ fn rescue(vol: &Volume) -> Result<Vec<u64>, String> {
         }
         let lf = lost_found_dir(vol, &inodes, &logs)?;
         for &ino in &tops {
+            // The name and lost+found's link count together: a crash keeps both or none.
+            let group = vol.atomic(RESCUE_CHUNKS).map_err(|e| e.to_string())?;
             link_into(vol, lf, format!("#{ino}").as_bytes(), ino)?;
             if inodes[&ino].kind == Kind::Dir {
                 add_link(vol, lf, 1)?;
             }
+            group.finish();
         }
         rescued.extend(tops);
     }
 }
+
+/// Volume chunk calls of linking one inode into a directory at most: cutting a damaged
+/// tail (a truncate of a few extents), the record (two chunks at a boundary), a link count.
+const RESCUE_CHUNKS: u64 = 6;
 
 /// `/lost+found`: the root's entry of that name when it is a directory, else a new one.
 fn lost_found_dir(
@@ -243,11 +250,14 @@ fn lost_found_dir(
         name.push(b'~'); // the name is taken by something else: keep it
     }
     let dir = Inode::new(Kind::Dir, 0o700, 0, 0, 0);
+    // Made and named in one atomic group: a crash never leaves an unnamed /lost+found.
+    let group = vol.atomic(RESCUE_CHUNKS + 1).map_err(|e| e.to_string())?;
     let ino = vol
         .create(&dir.encode())
         .map_err(|e| format!("cannot make /lost+found: {e}"))?;
     link_into(vol, ROOT, &name, ino)?;
     add_link(vol, ROOT, 1)?;
+    group.finish();
     Ok(ino)
 }
 
@@ -314,6 +324,11 @@ fn rewrite_log(vol: &Volume, ino: u64, log: &mut DirLog) -> Result<(), String> {
     let bs = vol.block_size();
     let at = log.valid_bytes.div_ceil(bs) * bs;
     let bytes = crate::dir::compacted(log.entries.iter().map(|(n, &i)| (n, i)));
+    debug_assert_eq!(
+        DirLog::parse(&bytes).entries,
+        log.entries,
+        "a rewritten log replays to the entries it was written from"
+    );
     let fail = |e: extalloc::Error| format!("cannot rewrite directory {ino}'s log: {e}");
     vol.write(ino, at, &bytes).map_err(fail)?;
     if at > log.start {
