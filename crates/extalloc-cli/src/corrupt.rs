@@ -79,25 +79,42 @@ impl CorruptOutcome {
     }
 
     fn fail(&mut self, what: String) {
-        if self.failures.len() < 20 {
-            self.failures.push(what);
-        }
+        note(&mut self.failures, what);
     }
 
     /// The value of a step that finished; a panic or a hang is counted (and `None`).
     fn settle<T>(&mut self, step: Step<T>, tag: &str, what: &str) -> Option<T> {
-        match step {
-            Step::Done(v) => Some(v),
-            Step::Panicked(p) => {
-                self.panics += 1;
-                self.fail(format!("{tag}: {what} panicked: {p}"));
-                None
-            }
-            Step::Hung => {
-                self.hangs += 1;
-                self.fail(format!("{tag}: {what} hung"));
-                None
-            }
+        let counts = (&mut self.panics, &mut self.hangs);
+        settle(step, counts, &mut self.failures, &format!("{tag}: {what}"))
+    }
+}
+
+/// Keeps `what` among the first 20 failures.
+pub(crate) fn note(failures: &mut Vec<String>, what: String) {
+    if failures.len() < 20 {
+        failures.push(what);
+    }
+}
+
+/// The value of a step that finished; a panic or a hang is counted in `(panics, hangs)`
+/// and noted (and `None`).
+pub(crate) fn settle<T>(
+    step: Step<T>,
+    (panics, hangs): (&mut u64, &mut u64),
+    failures: &mut Vec<String>,
+    what: &str,
+) -> Option<T> {
+    match step {
+        Step::Done(v) => Some(v),
+        Step::Panicked(p) => {
+            *panics += 1;
+            note(failures, format!("{what} panicked: {p}"));
+            None
+        }
+        Step::Hung => {
+            *hangs += 1;
+            note(failures, format!("{what} hung"));
+            None
         }
     }
 }
@@ -241,7 +258,7 @@ fn build_image(seed: u64, mid_checkpoint: bool) -> Result<Image> {
     })
 }
 
-fn image_device(bytes: &[u8]) -> Arc<dyn Device> {
+pub(crate) fn image_device(bytes: &[u8]) -> Arc<dyn Device> {
     let dev = MemDevice::new(bytes.len() as u64);
     dev.write_at(bytes, 0)
         .expect("a memory device takes its size");
@@ -293,7 +310,7 @@ fn damaged(image: &Image, damage: Damage, noise: u64) -> Vec<u8> {
 }
 
 /// What one step found.
-enum Step<T> {
+pub(crate) enum Step<T> {
     Done(T),
     Panicked(String),
     Hung,
@@ -301,7 +318,7 @@ enum Step<T> {
 
 /// Runs `f` on its own thread under a panic guard and [`STEP_LIMIT`]. A hung thread is left
 /// behind (it holds only its own copy of the image).
-fn guarded<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Step<T> {
+pub(crate) fn guarded<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Step<T> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));

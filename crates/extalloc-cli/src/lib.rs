@@ -9,4 +9,5 @@ pub mod lab;
 pub mod replay;
 pub mod torture;
 pub mod torture_fs;
+pub mod torture_fs_damage;
 pub mod torture_volume;

@@ -229,6 +229,43 @@ fn corruption_campaign_finds_no_miss() {
     assert!(out["images_mid_checkpoint"].as_u64().unwrap() > 0);
 }
 
+/// The file-system damage campaign, 120 damages (the lab runs thousands: docs/results.md):
+/// every damage counted, nothing that must be zero is not, every metadata kind damaged,
+/// files found again in /lost+found, and the images of every sort built. (The campaign
+/// refusing to run, or an image not holding its ground truth, fails `torture_json`.)
+#[test]
+fn fs_damage_campaign_loses_no_file_it_did_not_hit() {
+    let out = torture_json("fs-damage", &["--fs-damage", "120", "--seed", "7"]);
+    assert_eq!(out["damages"], 120, "{out}");
+    assert_eq!(out["total"]["damages"], 120, "{out}");
+    for key in ["panics", "hangs"] {
+        assert_eq!(out[key], 0, "{key}: {out}");
+    }
+    for key in ["mount_lost", "handed_twice"] {
+        assert_eq!(out["total"][key], 0, "{key}: {out}");
+    }
+    for kind in [
+        "primary_superblock",
+        "backup_superblock",
+        "descriptors",
+        "bitmaps",
+        "journal_records",
+        "dir_logs",
+        "symlink_targets",
+    ] {
+        let n = out["kinds"][kind]["damages"].as_u64();
+        assert!(n.is_some_and(|n| n > 0), "{kind} never damaged: {out}");
+    }
+    assert!(out["total"]["detected"].as_u64().unwrap() > 0, "{out}");
+    assert!(
+        out["total"]["mount_lost_found"].as_u64().unwrap() > 0,
+        "{out}"
+    );
+    for key in ["images_mid_checkpoint", "images_journal_tail", "long_maps"] {
+        assert!(out[key].as_u64().unwrap() > 0, "{key}: {out}");
+    }
+}
+
 /// mkfs checks everything before it touches the target: bad sizes and journal sizes are
 /// refused and leave no file; a file with data and an extalloc device are kept unless
 /// --force; fsck and info work on a read-only image (that they never write is tested on

@@ -222,6 +222,13 @@ pub struct TortureArgs {
     /// data) and the namespace check run.
     #[arg(long, conflicts_with_all = ["corrupt", "volume"])]
     pub fs: bool,
+    /// Instead: a damage campaign of this many damages (one each) to file-system images
+    /// whose every path, content and metadata place is known; fsck, then mount and check
+    /// every file the damage did not hit, then fill the device. One line per metadata
+    /// kind on stdout, the counts in --json; fails when panics, hangs, mount_lost or
+    /// handed_twice is not zero.
+    #[arg(long, value_name = "N", conflicts_with_all = ["corrupt", "volume", "fs"])]
+    pub fs_damage: Option<u64>,
     /// Also write the JSON verdict here.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
@@ -231,6 +238,9 @@ pub struct TortureArgs {
 /// the volume's or the file system's namespace torture.
 pub fn torture_command(a: &TortureArgs) -> Result<()> {
     let json = a.json.as_deref();
+    if let Some(damages) = a.fs_damage {
+        return fs_damage(damages, a.seed, json);
+    }
     match a.corrupt {
         Some(damages) => corrupt(damages, a.seed, json),
         None if a.volume => torture_volume(a.crashes, a.seed, a.threads, json),
@@ -278,6 +288,33 @@ pub fn corrupt(damages: u64, seed: u64, json: Option<&Path>) -> Result<()> {
         out.hangs,
         out.fsck_missed,
         out.handed_in_use
+    );
+    Ok(())
+}
+
+/// `extalloc torture --fs-damage N`: a line per metadata kind on stdout, the JSON in
+/// `json`; an error when anything that must be zero is not (the first failures on stderr).
+pub fn fs_damage(damages: u64, seed: u64, json: Option<&Path>) -> Result<()> {
+    if let Some(path) = json {
+        super::output::writable_file("--json", path)?;
+    }
+    let out = extalloc_cli::torture_fs_damage::run(damages, seed)?;
+    print!("{}", out.summary());
+    if let Some(path) = json {
+        let text = serde_json::to_string_pretty(&out)?;
+        std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
+    }
+    for f in &out.failures {
+        eprintln!("{f}");
+    }
+    anyhow::ensure!(
+        out.passed(),
+        "the file-system damage campaign found {} panics, {} hangs, {} files lost by mount, \
+         {} files handed out twice",
+        out.panics,
+        out.hangs,
+        out.total.mount_lost,
+        out.total.handed_twice
     );
     Ok(())
 }

@@ -1,0 +1,76 @@
+//! Picking and making one damage: a metadata kind, a form, a place.
+//!
+//! Data structures: [`Form`] and [`Damage`] (kind, form, the device byte it starts at).
+//! Invariant: a damage changes only the block it starts in, and what it reports as damaged
+//! is the span of bytes it really changed (a stale block equal to the current one changes
+//! nothing and hits nothing). Lock order: none.
+
+use super::image::BLOCK;
+use super::truth::Truth;
+use super::MetaKind;
+use rand::Rng;
+use std::ops::Range;
+
+/// How a damage changes its block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Form {
+    /// One byte flipped (xor with a non-zero byte).
+    FlipByte,
+    /// The whole 4 KiB block zeroed.
+    ZeroBlock,
+    /// The block as it was in a snapshot taken before the last checkpoint.
+    StaleBlock,
+}
+
+/// One damage.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Damage {
+    pub(super) kind: MetaKind,
+    pub(super) form: Form,
+    /// The device byte it starts at.
+    pub(super) at: u64,
+}
+
+/// A damage of a kind the image has places of, a form, and a byte of those places.
+pub(super) fn pick(rng: &mut impl Rng, truth: &Truth) -> Damage {
+    let kinds: Vec<(&MetaKind, &Vec<Range<u64>>)> = truth
+        .places
+        .iter()
+        .filter(|(_, p)| p.iter().any(|r| !r.is_empty()))
+        .collect();
+    let (&kind, places) = kinds[rng.gen_range(0..kinds.len())];
+    let places: Vec<&Range<u64>> = places.iter().filter(|r| !r.is_empty()).collect();
+    let r = places[rng.gen_range(0..places.len())];
+    let form = match rng.gen_range(0..3) {
+        0 => Form::FlipByte,
+        1 => Form::ZeroBlock,
+        _ => Form::StaleBlock,
+    };
+    Damage {
+        kind,
+        form,
+        at: rng.gen_range(r.clone()),
+    }
+}
+
+/// Makes `damage` on `bytes` (`stale`: the earlier snapshot); returns the span of bytes it
+/// changed (empty when it changed none).
+pub(super) fn make(bytes: &mut [u8], stale: &[u8], damage: Damage, flip: u8) -> Range<u64> {
+    let block = damage.at / BLOCK * BLOCK;
+    let span = block as usize..(block + BLOCK) as usize;
+    let before = bytes[span.clone()].to_vec();
+    match damage.form {
+        Form::FlipByte => bytes[damage.at as usize] ^= flip.max(1),
+        Form::ZeroBlock => bytes[span.clone()].fill(0),
+        Form::StaleBlock => bytes[span.clone()].copy_from_slice(&stale[span.clone()]),
+    }
+    let after = &bytes[span];
+    let changed = |i: &usize| before[*i] != after[*i];
+    match (
+        (0..before.len()).find(changed),
+        (0..before.len()).rev().find(changed),
+    ) {
+        (Some(first), Some(last)) => block + first as u64..block + last as u64 + 1,
+        _ => block..block,
+    }
+}

@@ -1,0 +1,340 @@
+//! Building one image: a file system made through `Fs` on a fault-injecting memory device
+//! by a seeded run, with a model of what it must hold.
+//!
+//! The run: nested directories, regular files of many sizes (empty, under a block, many
+//! blocks, sparse ones whose maps exceed the inline extents and live in map segments),
+//! hard links, symbolic links (short and long targets), fifos; a sync and a checkpoint;
+//! the *stale* snapshot of the device; changes (overwrites, appends, new files, unlinks,
+//! renames), a sync and the last checkpoint; on some images more changes synced after it
+//! (they live in the journal only), and on one image in four a checkpoint that a failing
+//! device cuts short, then a power loss keeping a random part of the unflushed writes.
+//!
+//! Data structures: [`Model`] (path -> kind, inode, bytes) kept as the run goes; [`Built`]
+//! the image's bytes, the stale snapshot and the model. Invariant: the model holds what
+//! the last successful sync made durable. Lock order: none (one thread).
+
+use super::{opts, Kind, ME};
+use anyhow::{Context, Result};
+use extalloc::disk::device::{Crash, Device, FaultDevice, MemDevice};
+use extalloc::volume::Volume;
+use extalloc::{Geometry, Policy};
+use extalloc_fuse::fs::names::NewNode;
+use extalloc_fuse::fs::{Fs, ROOT};
+use rand::distributions::uniform::SampleRange;
+use rand::rngs::StdRng;
+use rand::Rng;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The campaign's device: 16 MiB in 4 KiB blocks, 4 groups, a 1 MiB journal.
+pub(super) const BLOCK: u64 = 4096;
+pub(super) const BLOCKS: u64 = 4096;
+const GROUP_BLOCKS: u64 = 1024;
+const JOURNAL_BLOCKS: u64 = 256;
+
+/// One name of the model: its inode, kind and bytes (a file's data, a link's target).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Named {
+    pub(super) ino: u64,
+    pub(super) kind: Kind,
+    pub(super) bytes: Vec<u8>,
+}
+
+/// What the file system must hold: every path (`/` is the root) with what it names.
+pub(super) type Model = BTreeMap<String, Named>;
+
+/// A built image.
+pub(super) struct Built {
+    pub(super) bytes: Vec<u8>,
+    /// The device as it was before the last checkpoint.
+    pub(super) stale: Vec<u8>,
+    pub(super) model: Model,
+    pub(super) mid_checkpoint: bool,
+    /// Changes were synced after the last checkpoint (the journal holds them).
+    pub(super) journal_tail: bool,
+}
+
+/// The run that builds an image, with its model.
+struct Run<'a> {
+    fs: &'a Fs,
+    rng: &'a mut StdRng,
+    model: Model,
+    serial: u32,
+}
+
+/// Builds an image from `seed` (see the module documentation).
+pub(super) fn build(seed: u64, mid_checkpoint: bool, rng: &mut StdRng) -> Result<Built> {
+    let geometry = Geometry::new(BLOCK as u32, GROUP_BLOCKS, BLOCKS)?;
+    let dev = Arc::new(FaultDevice::new(MemDevice::new(BLOCKS * BLOCK), seed));
+    let vol = Volume::mkfs(dev.clone(), &geometry, JOURNAL_BLOCKS, Policy::default())?;
+    let (fs, _) = Fs::mount(vol, opts()).map_err(anyhow::Error::msg)?;
+    let mut model = Model::new();
+    model.insert("/".into(), named(ROOT, Kind::Dir, Vec::new()));
+    let mut run = Run {
+        fs: &fs,
+        rng,
+        model,
+        serial: 0,
+    };
+    run.populate().context("populating")?;
+    run.durable(true)?;
+    let stale = snapshot(dev.as_ref())?;
+    run.change().context("changing")?;
+    run.durable(true)?;
+    let journal_tail = mid_checkpoint || run.rng.gen_bool(0.5);
+    if journal_tail {
+        run.change().context("changing after the last checkpoint")?;
+        run.durable(false)?;
+    }
+    let model = std::mem::take(&mut run.model);
+    if mid_checkpoint {
+        dev.fail_after(run.rng.gen_range(1..40));
+        // Expected to fail: the device stops taking writes part way.
+        let _ = fs.volume().checkpoint();
+    }
+    let keep = run.rng.gen_bool(0.5);
+    drop(fs);
+    dev.crash(if mid_checkpoint {
+        Crash::Random {
+            keep: 0.5,
+            tear: keep,
+        }
+    } else {
+        Crash::DropAll
+    })?;
+    Ok(Built {
+        bytes: snapshot(dev.as_ref())?,
+        stale,
+        model,
+        mid_checkpoint,
+        journal_tail,
+    })
+}
+
+fn named(ino: u64, kind: Kind, bytes: Vec<u8>) -> Named {
+    Named { ino, kind, bytes }
+}
+
+/// The device's bytes.
+fn snapshot(dev: &dyn Device) -> Result<Vec<u8>> {
+    let mut bytes = vec![0u8; dev.size() as usize];
+    dev.read_at(&mut bytes, 0)?;
+    Ok(bytes)
+}
+
+/// Fs's errors as anyhow's.
+fn fs_err(what: &str) -> impl Fn(extalloc_fuse::fs::Errno) -> anyhow::Error + '_ {
+    move |e| anyhow::anyhow!("{what}: {e}")
+}
+
+impl Run<'_> {
+    /// Directories of the model, as (path, inode).
+    fn dirs(&self) -> Vec<(String, u64)> {
+        self.model
+            .iter()
+            .filter(|(_, n)| n.kind == Kind::Dir)
+            .map(|(p, n)| (p.clone(), n.ino))
+            .collect()
+    }
+
+    /// Paths of the model naming `kind`.
+    fn paths_of(&self, kind: Kind) -> Vec<String> {
+        let paths = self.model.iter().filter(|(_, n)| n.kind == kind);
+        paths.map(|(p, _)| p.clone()).collect()
+    }
+
+    /// A new name in a random directory: (parent inode, name, path).
+    fn new_name(&mut self, what: &str) -> (u64, String, String) {
+        let dirs = self.dirs();
+        let (dir, ino) = dirs[self.rng.gen_range(0..dirs.len())].clone();
+        self.serial += 1;
+        let name = format!("{what}{}", self.serial);
+        let path = format!("{}/{name}", dir.trim_end_matches('/'));
+        (ino, name, path)
+    }
+
+    /// Makes a node of `kind` at a new name; returns its path.
+    fn make(&mut self, kind: Kind, target: Option<Vec<u8>>) -> Result<String> {
+        let what = match kind {
+            Kind::Dir => "d",
+            Kind::Symlink => "l",
+            Kind::Fifo => "p",
+            _ => "f",
+        };
+        let (parent, name, path) = self.new_name(what);
+        let new = NewNode {
+            kind,
+            mode: 0o644,
+            umask: 0o022,
+            rdev: 0,
+            target: target.as_deref(),
+        };
+        let ino = self.fs.make(parent, name.as_bytes(), new, ME);
+        let ino = ino.map_err(fs_err(&path))?.ino;
+        self.fs.forget(ino, 1);
+        let bytes = target.unwrap_or_default();
+        self.model.insert(path.clone(), named(ino, kind, bytes));
+        Ok(path)
+    }
+
+    /// Writes `data` at `offset` of the file at `path` (every name of it in the model).
+    fn write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<()> {
+        let ino = self.model[path].ino;
+        self.fs
+            .write(ino, offset, data, false)
+            .map_err(fs_err(path))?;
+        // Written back now, in the run's order (a sync's writeback order is not the
+        // run's, and the image must be the same for the same seed).
+        self.fs.fsync(ino).map_err(fs_err(path))?;
+        for n in self.model.values_mut().filter(|n| n.ino == ino) {
+            let end = offset as usize + data.len();
+            if n.bytes.len() < end {
+                n.bytes.resize(end, 0);
+            }
+            n.bytes[offset as usize..end].copy_from_slice(data);
+        }
+        Ok(())
+    }
+
+    /// Bytes of a length in `len`, in a pattern of the run.
+    fn pattern(&mut self, len: impl SampleRange<usize>) -> Vec<u8> {
+        let len = self.rng.gen_range(len);
+        let b: u8 = self.rng.gen_range(1..=255);
+        let step: u8 = self.rng.gen_range(1..=7);
+        (0..len)
+            .map(|i| b.wrapping_add(step.wrapping_mul((i / 97) as u8)) ^ (i as u8))
+            .collect()
+    }
+
+    /// A new regular file of one of the size classes (a sparse one: every other block,
+    /// so that its map outgrows the inline extents).
+    fn file(&mut self) -> Result<()> {
+        let path = self.make(Kind::File, None)?;
+        match self.rng.gen_range(0..10) {
+            0 => {}
+            1..=3 => {
+                let data = self.pattern(1..BLOCK as usize);
+                self.write(&path, 0, &data)?;
+            }
+            4..=6 => {
+                let data = self.pattern(BLOCK as usize..64 << 10);
+                self.write(&path, 0, &data)?;
+            }
+            7 => {
+                let data = self.pattern(64 << 10..256 << 10);
+                self.write(&path, 0, &data)?;
+            }
+            _ => {
+                for k in 0..self.rng.gen_range(5..14u64) {
+                    let data = self.pattern(1..=BLOCK as usize);
+                    self.write(&path, 2 * k * BLOCK, &data)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A symbolic link whose target is 1 to 400 bytes.
+    fn symlink(&mut self) -> Result<()> {
+        let len = self.rng.gen_range(1..400);
+        let target: Vec<u8> = (0..len)
+            .map(|_| b"abcdefghij/._-xyz"[self.rng.gen_range(0..17)])
+            .collect();
+        self.make(Kind::Symlink, Some(target)).map(|_| ())
+    }
+
+    /// One more name for a regular file.
+    fn link(&mut self) -> Result<()> {
+        let files = self.paths_of(Kind::File);
+        if files.is_empty() {
+            return Ok(());
+        }
+        let from = files[self.rng.gen_range(0..files.len())].clone();
+        let (parent, name, path) = self.new_name("h");
+        let node = self.model[&from].clone();
+        let linked = self.fs.link(node.ino, parent, name.as_bytes());
+        self.fs.forget(linked.map_err(fs_err(&path))?.ino, 1);
+        self.model.insert(path, node);
+        Ok(())
+    }
+
+    /// The first tree: directories, files, links, symbolic links, fifos.
+    fn populate(&mut self) -> Result<()> {
+        for _ in 0..self.rng.gen_range(3..8) {
+            self.make(Kind::Dir, None)?;
+        }
+        for _ in 0..self.rng.gen_range(12..24) {
+            self.file()?;
+        }
+        for _ in 0..self.rng.gen_range(2..6) {
+            self.symlink()?;
+        }
+        for _ in 0..self.rng.gen_range(1..4) {
+            self.make(Kind::Fifo, None)?;
+        }
+        for _ in 0..self.rng.gen_range(2..5) {
+            self.link()?;
+        }
+        Ok(())
+    }
+
+    /// Changes to the tree: overwrites, appends, new nodes, unlinks, renames of files.
+    fn change(&mut self) -> Result<()> {
+        for _ in 0..self.rng.gen_range(4..12) {
+            let files = self.paths_of(Kind::File);
+            if files.is_empty() {
+                self.file()?;
+                continue;
+            }
+            let path = files[self.rng.gen_range(0..files.len())].clone();
+            match self.rng.gen_range(0..8) {
+                0..=1 => {
+                    let len = self.model[&path].bytes.len() as u64;
+                    let at = self.rng.gen_range(0..=len);
+                    let data = self.pattern(1..3 * BLOCK as usize);
+                    self.write(&path, at, &data)?;
+                }
+                2..=3 => self.file()?,
+                4 => self.symlink()?,
+                5 => self.link()?,
+                6 => self.unlink(&path)?,
+                _ => self.rename(&path)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// The (directory inode, name) of `path`.
+    fn split(&self, path: &str) -> (u64, String) {
+        let (dir, name) = path.rsplit_once('/').expect("an absolute path");
+        let dir = if dir.is_empty() { "/" } else { dir };
+        (self.model[dir].ino, name.to_string())
+    }
+
+    fn unlink(&mut self, path: &str) -> Result<()> {
+        let (dir, name) = self.split(path);
+        self.fs.unlink(dir, name.as_bytes()).map_err(fs_err(path))?;
+        self.model.remove(path);
+        Ok(())
+    }
+
+    fn rename(&mut self, path: &str) -> Result<()> {
+        let (dir, name) = self.split(path);
+        let (to_dir, to_name, to_path) = self.new_name("r");
+        self.fs
+            .rename(dir, name.as_bytes(), to_dir, to_name.as_bytes(), 0)
+            .map_err(fs_err(path))?;
+        let node = self.model.remove(path).expect("in the model");
+        self.model.insert(to_path, node);
+        Ok(())
+    }
+
+    /// A sync, and with `checkpoint` a checkpoint (the journal then empty).
+    fn durable(&mut self, checkpoint: bool) -> Result<()> {
+        self.fs.sync().map_err(fs_err("sync"))?;
+        if checkpoint {
+            self.fs.volume().checkpoint()?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,198 @@
+//! The steps run on a damaged copy: fsck (read-only, as `extalloc fsck`), mount (as
+//! `extalloc mount`, its repair at mount included), the check of every inode the damage did
+//! not hit, and filling the device with new data, after which every surviving file's
+//! blocks must still hold its data.
+//!
+//! Data structures: [`Served`] (what a mount served: inodes lost, found in /lost+found,
+//! handed out twice). Invariant: every step works on its own copy of the image, on its
+//! own thread (a hung one holds nothing shared). Lock order: none.
+
+use super::image::BLOCK;
+use super::truth::{bytes_of, walk, Truth};
+use super::{opts, Kind, ME};
+use crate::corrupt::image_device;
+use extalloc::disk::device::{Device, OverlayDevice};
+use extalloc::volume::Volume;
+use extalloc::Policy;
+use extalloc_fuse::fs::names::NewNode;
+use extalloc_fuse::fs::{Fs, ROOT};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// What `extalloc fsck` would say of `bytes`: true when it reports a problem or refuses
+/// (the store's check, then the volume's, then the file system's, as `fsck_checked`).
+pub(super) fn fsck_detects(bytes: &[u8]) -> bool {
+    let dev = image_device(bytes);
+    match extalloc::store::fsck::check(dev.as_ref()) {
+        Ok(r) if r.clean() => {}
+        _ => return true,
+    }
+    let view: Arc<dyn Device> = Arc::new(OverlayDevice::new(dev));
+    let Ok(vol) = Volume::open(view, Policy::default()) else {
+        return true;
+    };
+    match vol.check() {
+        Ok(c) if c.clean() => {}
+        _ => return true,
+    }
+    // As `fsck`: a volume whose file 1 holds no inode holds no file system to check.
+    let is_fs = vol
+        .attr(ROOT)
+        .ok()
+        .and_then(|a| extalloc_fuse::inode::Inode::decode(&a))
+        .is_some();
+    is_fs && !extalloc_fuse::fs::check(&vol).is_ok_and(|n| n.clean())
+}
+
+/// What a mount of a damaged image did.
+#[derive(Debug, Default)]
+pub(super) struct Served {
+    /// Why it refused, if it did.
+    pub(super) refused: Option<String>,
+    /// Inodes not hit that it lost or served wrong, each with why.
+    pub(super) lost: Vec<String>,
+    /// Inodes not hit found only in /lost+found.
+    pub(super) lost_found: u64,
+    /// Inodes not hit found only under another name in a directory whose log was hit.
+    pub(super) renamed: u64,
+    /// Surviving files whose blocks new data overwrote, each with why.
+    pub(super) handed_twice: Vec<String>,
+}
+
+/// Opens `bytes` as `extalloc mount` does (the volume, then the file system with its repair
+/// at mount), checks every inode not in `hit`, then fills the device and checks again.
+pub(super) fn mount_and_check(bytes: Vec<u8>, truth: Arc<Truth>, hit: BTreeSet<u64>) -> Served {
+    let dev = image_device(&bytes);
+    drop(bytes);
+    let vol = match Volume::open(dev.clone(), Policy::default()) {
+        Ok(v) => v,
+        Err(e) => return refused(e.to_string()),
+    };
+    let fs = match Fs::mount(vol, opts()) {
+        Ok((fs, _)) => fs,
+        Err(e) => return refused(e),
+    };
+    let mut out = Served::default();
+    let intact = check_served(&fs, &truth, &hit, &mut out);
+    out.handed_twice = fill_and_recheck(&fs, dev.as_ref(), &truth, &intact);
+    out
+}
+
+fn refused(why: String) -> Served {
+    Served {
+        refused: Some(why),
+        ..Served::default()
+    }
+}
+
+/// Checks every inode not in `hit`: found under one of its paths, below /lost+found, or
+/// under another name in a directory that was hit; of its kind, with its bytes. Returns the regular files found intact.
+fn check_served(fs: &Fs, truth: &Truth, hit: &BTreeSet<u64>, out: &mut Served) -> Vec<u64> {
+    let served = match walk(fs) {
+        Ok(s) => s,
+        Err(e) => {
+            out.lost.push(format!("listing the tree failed: {e}"));
+            return Vec::new();
+        }
+    };
+    // A name in a directory whose log was hit is that log's data: it may be an old one
+    // (a stale block brings back the names it held).
+    let in_hit_dir = |p: &str| {
+        let dir = p
+            .rsplit_once('/')
+            .map_or("/", |(d, _)| if d.is_empty() { "/" } else { d });
+        served.get(dir).is_some_and(|(d, _)| hit.contains(d))
+    };
+    let mut intact = Vec::new();
+    for (&ino, want) in truth.inodes.iter().filter(|(i, _)| !hit.contains(i)) {
+        let at_path = want
+            .paths
+            .iter()
+            .any(|p| served.get(p) == Some(&(ino, want.kind)));
+        let mut elsewhere = served.iter().filter(|(_, &(i, _))| i == ino);
+        let in_lost_found = elsewhere
+            .clone()
+            .any(|(p, _)| p.starts_with("/lost+found/"));
+        let renamed = elsewhere.any(|(p, _)| in_hit_dir(p));
+        let first = &want.paths[0];
+        if !(at_path || in_lost_found || renamed) {
+            out.lost.push(format!("inode {ino} ({first}) missing"));
+            continue;
+        }
+        out.lost_found += u64::from(!at_path && in_lost_found);
+        out.renamed += u64::from(!at_path && !in_lost_found);
+        match bytes_of(fs, ino, want.kind) {
+            Ok(b) if b == want.bytes => intact.extend((want.kind == Kind::File).then_some(ino)),
+            Ok(b) => out.lost.push(format!(
+                "inode {ino} ({first}) reads {} bytes, not its {}{}",
+                b.len(),
+                want.bytes.len(),
+                if b.len() == want.bytes.len() {
+                    " (others)"
+                } else {
+                    ""
+                }
+            )),
+            Err(e) => out.lost.push(format!("inode {ino} ({first}) fails: {e}")),
+        }
+    }
+    intact
+}
+
+/// Writes new data into a new file until the device is full, then reads each file of
+/// `intact` straight from the device by the map it had before: every byte must be its own.
+fn fill_and_recheck(fs: &Fs, dev: &dyn Device, truth: &Truth, intact: &[u64]) -> Vec<String> {
+    let maps: Vec<_> = intact
+        .iter()
+        .filter_map(|&ino| Some((ino, fs.volume().extents(ino).ok()?)))
+        .collect();
+    fill(fs);
+    let mut twice = Vec::new();
+    for (ino, map) in maps {
+        let want = &truth.inodes[&ino].bytes;
+        let mut got = vec![0u8; want.len()];
+        for e in map.iter().filter(|e| !e.unwritten) {
+            let from = (e.logical * BLOCK) as usize;
+            if from >= got.len() {
+                continue;
+            }
+            let to = (from + (e.extent.len * BLOCK) as usize).min(got.len());
+            if let Err(err) = dev.read_at(&mut got[from..to], e.extent.start * BLOCK) {
+                twice.push(format!("inode {ino}: reading its blocks: {err}"));
+            }
+        }
+        if &got != want {
+            let first = (0..want.len()).find(|&i| got[i] != want[i]).unwrap_or(0);
+            twice.push(format!(
+                "inode {ino} ({}): byte {first} changed after the device was filled",
+                truth.inodes[&ino].paths[0]
+            ));
+        }
+    }
+    twice
+}
+
+/// Bytes written between two syncs while filling.
+const FILL_PIECE: usize = 256 << 10;
+
+/// Fills the device through a new file in the root until a write or a sync fails.
+fn fill(fs: &Fs) {
+    let new = NewNode {
+        kind: Kind::File,
+        mode: 0o644,
+        umask: 0o022,
+        rdev: 0,
+        target: None,
+    };
+    let Ok(made) = fs.make(ROOT, b"fill-after-damage", new, ME) else {
+        return;
+    };
+    let piece: Vec<u8> = (0..FILL_PIECE).map(|i| (i % 251) as u8 ^ 0xa5).collect();
+    let most = super::image::BLOCKS * BLOCK / FILL_PIECE as u64 + 4;
+    for k in 0..most {
+        let written = fs.write(made.ino, k * FILL_PIECE as u64, &piece, false);
+        if written.is_err() || fs.sync().is_err() {
+            break;
+        }
+    }
+}
