@@ -278,10 +278,17 @@ pub fn print_namespace(n: &extalloc_fuse::fs::NamespaceReport) {
             n.orphans
         );
     }
+    if !n.damaged_inodes.is_empty() {
+        println!(
+            "problem: volume files whose attributes are not an inode (damage; mount refuses, \
+             `extalloc fsck --repair` gives each a new inode and keeps its data): {:?}",
+            n.damaged_inodes
+        );
+    }
     if !n.unnamed.is_empty() {
         println!(
-            "problem: inodes no name refers to, with links (damage; mount links them into \
-             /lost+found as #INODE, with their data): {:?}",
+            "problem: inodes no name refers to, with links (damage; mount and `fsck --repair` \
+             link them into /lost+found as #INODE, with their data): {:?}",
             n.unnamed
         );
     }
