@@ -122,3 +122,35 @@ fn repair_gives_damaged_inodes_new_ones_and_keeps_their_data_and_names() {
     assert_eq!(remade, want);
     assert_repaired(&dev, &files);
 }
+
+/// A device of one group whose bitmap or descriptor is damaged: mount serves every file
+/// (the group held out of allocation, so writes fail with no space), and the repair makes
+/// it whole.
+#[test]
+fn a_single_group_with_a_damaged_bitmap_or_descriptor_mounts_and_is_repaired() {
+    for descriptor in [false, true] {
+        single_group_damaged(descriptor);
+    }
+}
+
+fn single_group_damaged(descriptor: bool) {
+    let dev = device(43);
+    let geometry = extalloc::Geometry::new(4096, 8192, 8192).unwrap();
+    let vol = Volume::mkfs(dev.clone(), &geometry, 64, Policy::default()).unwrap();
+    let (fs, _) = Fs::mount(vol, Default::default()).unwrap();
+    let data = vec![0x33u8; 200_000];
+    put(&fs, ROOT, "only", &data);
+    fs.unmount().unwrap();
+    let files = vec![("only".to_string(), data)];
+    let sb = read_superblock(dev.as_ref()).unwrap();
+    assert_eq!(sb.groups(), 1);
+    let at = if descriptor { sb.desc_start } else { sb.bitmap_start };
+    flip(dev.as_ref(), at * BS + 8);
+    let (fs, r) = remount(&dev);
+    assert_eq!(r.corrupt_groups, vec![0]);
+    assert_files(&fs, &files);
+    drop(fs);
+    let r = repair(dev.clone(), Policy::default()).unwrap();
+    assert_eq!(r.allocation.corrupt_cleared, vec![0]);
+    assert_repaired(&dev, &files);
+}
