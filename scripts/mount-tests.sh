@@ -212,7 +212,7 @@ kill -9 "$DAEMON"
 killed
 released 30
 before=$(sha256sum <"$IMG")
-do_mount --read-only >/dev/null
+do_mount -o ro >/dev/null # as --read-only
 check_files "$MNT/ro" "a read-only mount of a journal that needs recovery"
 if echo x >"$MNT/ro/new" 2>/dev/null || touch "$MNT/ro/f1" 2>/dev/null; then
   echo "a read-only mount accepted a change" >&2

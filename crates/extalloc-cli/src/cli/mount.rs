@@ -53,6 +53,30 @@ pub struct MountArgs {
     /// under a memory overlay, so a damaged file system can be copied off before repair.
     #[arg(long)]
     pub read_only: bool,
+    /// Mount options as mount(8) passes them, comma-separated: `ro` (as --read-only),
+    /// `rw`, `defaults`; the last of `ro` and `rw` wins. Others are refused.
+    #[arg(short = 'o', value_delimiter = ',')]
+    pub options: Vec<String>,
+}
+
+impl MountArgs {
+    /// --read-only, or `-o ro` (the last of `ro`/`rw` given wins over the flag).
+    fn read_only(&self) -> Result<bool> {
+        let mut ro = self.read_only;
+        for o in &self.options {
+            match o.as_str() {
+                "ro" => ro = true,
+                "rw" => ro = false,
+                "defaults" | "" => {}
+                other => bail!(
+                    "-o {other}: extalloc mount takes the options ro, rw and defaults (it \
+                     mounts suid, dev and relatime; use `mount -o remount,bind,...` for \
+                     other flags)"
+                ),
+            }
+        }
+        Ok(ro)
+    }
 }
 
 /// Options of `extalloc umount`.
@@ -99,7 +123,7 @@ fn options(args: &MountArgs) -> Result<MountOptions> {
         writeback,
         policy: Policy::parse(&args.policy).context("--policy")?,
         commit_interval: std::time::Duration::from_secs(args.commit_interval),
-        read_only: args.read_only,
+        read_only: args.read_only()?,
     })
 }
 
@@ -192,7 +216,7 @@ fn detach(args: &MountArgs) -> Result<()> {
         .args(["--wb-contexts", &args.wb_contexts.to_string()])
         .args(["--policy", &args.policy])
         .args(["--commit-interval", &args.commit_interval.to_string()])
-        .args(args.read_only.then_some("--read-only"))
+        .args(args.read_only()?.then_some("--read-only"))
         .arg(&args.device)
         .arg(&args.mountpoint)
         .env(READY_ENV, "1")
