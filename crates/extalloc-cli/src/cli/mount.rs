@@ -10,7 +10,7 @@
 use anyhow::{bail, Context, Result};
 use extalloc::Policy;
 use extalloc_fuse::fs::MountReport;
-use extalloc_fuse::mount::{serve, MountOptions};
+use extalloc_fuse::mount::{serve, MountFlags, MountOptions};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -54,28 +54,53 @@ pub struct MountArgs {
     #[arg(long)]
     pub read_only: bool,
     /// Mount options as mount(8) passes them, comma-separated: `ro` (as --read-only),
-    /// `rw`, `defaults`; the last of `ro` and `rw` wins. Others are refused.
+    /// `rw`, `nosuid`/`suid`, `nodev`/`dev`, `noexec`/`exec`, `noatime`/`atime`/`relatime`,
+    /// `async`, `defaults`; of two opposites the last wins. Others are refused.
     #[arg(short = 'o', value_delimiter = ',')]
     pub options: Vec<String>,
 }
 
 impl MountArgs {
-    /// --read-only, or `-o ro` (the last of `ro`/`rw` given wins over the flag).
-    fn read_only(&self) -> Result<bool> {
-        let mut ro = self.read_only;
+    /// --read-only and the flags of `-o` (an `ro` or `rw` there wins over --read-only).
+    fn flags(&self) -> Result<(bool, MountFlags)> {
+        let (mut ro, mut f) = (self.read_only, MountFlags::default());
         for o in &self.options {
             match o.as_str() {
-                "ro" => ro = true,
-                "rw" => ro = false,
-                "defaults" | "" => {}
+                "ro" | "rw" => ro = o == "ro",
+                "nosuid" | "suid" => f.nosuid = o == "nosuid",
+                "nodev" | "dev" => f.nodev = o == "nodev",
+                "noexec" | "exec" => f.noexec = o == "noexec",
+                "noatime" | "atime" | "relatime" => f.noatime = o == "noatime",
+                "defaults" | "async" | "" => {}
+                "sync" | "dirsync" | "strictatime" | "nodiratime" => bail!(
+                    "-o {o}: not supported by extalloc mount (data and names are durable at \
+                     fsync, sync MOUNTPOINT, the background commit and unmount; atime is \
+                     relatime or noatime)"
+                ),
                 other => bail!(
-                    "-o {other}: extalloc mount takes the options ro, rw and defaults (it \
-                     mounts suid, dev and relatime; use `mount -o remount,bind,...` for \
-                     other flags)"
+                    "-o {other}: unknown mount option (extalloc mount takes ro, rw, nosuid, \
+                     suid, nodev, dev, noexec, exec, noatime, atime, relatime, async, defaults)"
                 ),
             }
         }
-        Ok(ro)
+        Ok((ro, f))
+    }
+
+    /// The arguments that give the same flags again (for the detached child).
+    fn flag_args(&self) -> Result<Vec<String>> {
+        let (ro, f) = self.flags()?;
+        let on = [
+            (ro, "ro"),
+            (f.nosuid, "nosuid"),
+            (f.nodev, "nodev"),
+            (f.noexec, "noexec"),
+            (f.noatime, "noatime"),
+        ];
+        let list: Vec<&str> = on.iter().filter(|(b, _)| *b).map(|(_, n)| *n).collect();
+        Ok(match list.is_empty() {
+            true => Vec::new(),
+            false => vec!["-o".into(), list.join(",")],
+        })
     }
 }
 
@@ -123,7 +148,8 @@ fn options(args: &MountArgs) -> Result<MountOptions> {
         writeback,
         policy: Policy::parse(&args.policy).context("--policy")?,
         commit_interval: std::time::Duration::from_secs(args.commit_interval),
-        read_only: args.read_only()?,
+        read_only: args.flags()?.0,
+        flags: args.flags()?.1,
     })
 }
 
@@ -216,7 +242,7 @@ fn detach(args: &MountArgs) -> Result<()> {
         .args(["--wb-contexts", &args.wb_contexts.to_string()])
         .args(["--policy", &args.policy])
         .args(["--commit-interval", &args.commit_interval.to_string()])
-        .args(args.read_only()?.then_some("--read-only"))
+        .args(args.flag_args()?)
         .arg(&args.device)
         .arg(&args.mountpoint)
         .env(READY_ENV, "1")

@@ -144,7 +144,11 @@ fn single_group_damaged(descriptor: bool) {
     let files = vec![("only".to_string(), data)];
     let sb = read_superblock(dev.as_ref()).unwrap();
     assert_eq!(sb.groups(), 1);
-    let at = if descriptor { sb.desc_start } else { sb.bitmap_start };
+    let at = if descriptor {
+        sb.desc_start
+    } else {
+        sb.bitmap_start
+    };
     flip(dev.as_ref(), at * BS + 8);
     let (fs, r) = remount(&dev);
     assert_eq!(r.corrupt_groups, vec![0]);
