@@ -212,7 +212,7 @@ kill -9 "$DAEMON"
 killed
 released 30
 before=$(sha256sum <"$IMG")
-do_mount --read-only >/dev/null
+do_mount -o ro >/dev/null # as --read-only
 check_files "$MNT/ro" "a read-only mount of a journal that needs recovery"
 if echo x >"$MNT/ro/new" 2>/dev/null || touch "$MNT/ro/f1" 2>/dev/null; then
   echo "a read-only mount accepted a change" >&2
@@ -224,6 +224,35 @@ do_mount >/dev/null
 check_files "$MNT/ro" "a mount after the read-only one"
 do_umount
 echo "read-only: 50 files served, writes refused (EROFS), the image byte for byte unchanged"
+
+step "damaged bitmaps and a descriptor: fsck finds them, fsck --repair rebuilds them"
+# Every group's bitmap byte 0 flipped and descriptor 0 zeroed (offsets from the superblock).
+python3 - "$IMG" <<'PY'
+import struct, sys
+with open(sys.argv[1], "r+b") as f:
+    sb = f.read(128)
+    bs, bitmap_blocks = struct.unpack_from("<II", sb, 16)
+    blocks, group_blocks = struct.unpack_from("<QQ", sb, 24)
+    desc_start, bitmap_start = struct.unpack_from("<QQ", sb, 56)
+    for g in range((blocks + group_blocks - 1) // group_blocks):
+        at = (bitmap_start + g * bitmap_blocks) * bs + 64
+        f.seek(at); b = f.read(1); f.seek(at); f.write(bytes([b[0] ^ 0x10]))
+    f.seek(desc_start * bs); f.write(bytes(32))
+PY
+set +e
+"$BIN" fsck "$IMG" >"$WORK/fsck.out"; code=$?
+[[ $code == 4 ]] || { cat "$WORK/fsck.out" >&2; echo "fsck of damaged bitmaps exited $code, not 4" >&2; exit 1; }
+"$BIN" fsck --repair "$IMG" >"$WORK/repair.out"; code=$?
+[[ $code == 1 ]] || { cat "$WORK/repair.out" >&2; echo "fsck --repair exited $code, not 1 (fixed)" >&2; exit 1; }
+"$BIN" fsck "$IMG" >"$WORK/fsck.out"; code=$?
+[[ $code == 0 ]] || { cat "$WORK/fsck.out" >&2; echo "fsck after the repair exited $code, not 0" >&2; exit 1; }
+"$BIN" fsck -y "$IMG" >/dev/null; code=$?
+[[ $code == 0 ]] || { echo "a second fsck --repair exited $code, not 0 (nothing to do)" >&2; exit 1; }
+set -e
+do_mount >/dev/null
+check_files "$MNT/ro" "a mount after fsck --repair"
+do_umount
+echo "fsck --repair: $(grep -c '^repaired:' "$WORK/repair.out") changes, then clean; 50 files intact"
 
 step "extalloc umount, then at once fsck and a new mount, 5 times"
 for r in 1 2 3 4 5; do

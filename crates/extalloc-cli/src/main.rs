@@ -178,15 +178,26 @@ enum Command {
     /// Random transactions with crashes on a fault-injecting device, checked after every
     /// recovery against a model. Exits non-zero on any loss, leak or double allocation.
     Torture(cli::commands::TortureArgs),
-    /// Check an extalloc device without changing it: superblocks, every group's checksums
-    /// and counts, metadata marked used, the journal's records against the home state.
-    /// Exits as e2fsck: 0 clean, 4 problems found (left uncorrected: fsck only reads), 8
-    /// an operational error (no such file, the device in use, not an extalloc device, I/O).
+    /// Check an extalloc device without changing it (the default, `-n`): superblocks,
+    /// every group's checksums and counts, metadata marked used, the journal's records
+    /// against the home state, who owns every block, the file system's names and link
+    /// counts. With `--repair` (`-y`), repair the file system, then check it again.
+    /// Exits as e2fsck: 0 clean, 1 problems fixed (`--repair`), 4 problems left
+    /// uncorrected, 8 an operational error (no such file, the device in use, not an
+    /// extalloc device, I/O).
     Fsck {
         path: std::path::PathBuf,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        /// Repair: rebuild bitmaps and descriptors from the files' maps, give damaged
+        /// inodes new ones, link names lost to damage into /lost+found, fix link counts,
+        /// then check again. Every change is printed. Needs the device unmounted.
+        #[arg(short = 'y', long, conflicts_with = "no_changes")]
+        repair: bool,
+        /// Only check, change nothing (the default; e2fsck's `-n`).
+        #[arg(short = 'n')]
+        no_changes: bool,
     },
     /// Mount the file system on an extalloc device through FUSE (an empty device gets a new
     /// one); returns once it is served unless --foreground. Unmount with `extalloc umount`
@@ -343,8 +354,14 @@ fn main() {
     if !matches!(&cli.command, Command::Mount(m) if m.foreground) {
         cli::output::end_quietly_on_closed_stdout();
     }
-    if let Command::Fsck { path, json } = &cli.command {
-        std::process::exit(cli::device::fsck(path, *json));
+    if let Command::Fsck {
+        path, json, repair, ..
+    } = &cli.command
+    {
+        std::process::exit(match repair {
+            true => cli::fsck::fsck_repair(path, *json),
+            false => cli::fsck::fsck(path, *json),
+        });
     }
     if let Err(e) = run(cli) {
         eprintln!("error: {}", cli::output::error_text(&e));

@@ -8,6 +8,7 @@
 //!   exclusive access through the store's lock); [`commit`]: its background commit;
 //!   `ending.rs`: how a signal ends the session even when the mount is busy or copied
 //!   into another mount namespace.
+//! - [`repair`]: `extalloc fsck --repair`, the file system repaired offline.
 //! - [`umount`]: `extalloc umount`, which unmounts and waits until the daemon has
 //!   released the device ([`mountinfo`] finds the device from the mount point).
 //! - `inode.rs` and `dir.rs`: what the file system keeps in each volume file's attribute
@@ -26,4 +27,5 @@ mod fuse;
 pub mod inode;
 pub mod mount;
 pub mod mountinfo;
+pub mod repair;
 pub mod umount;

@@ -49,6 +49,22 @@ pub struct MountOptions {
     /// the journal's recovery, mount's repairs and everything else the volume writes, so
     /// nothing reaches the device; the kernel refuses every change (`EROFS`).
     pub read_only: bool,
+    /// The mount point's flags beside `ro`.
+    pub flags: MountFlags,
+}
+
+/// Mount flags the kernel applies to the mount point (mount(8)'s `nosuid`, `nodev`,
+/// `noexec`, `noatime`); the defaults are ext4's: suid, dev, exec, relatime.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MountFlags {
+    /// Set-user-id and set-group-id bits are ignored on exec.
+    pub nosuid: bool,
+    /// Device nodes cannot be opened.
+    pub nodev: bool,
+    /// Files cannot be executed.
+    pub noexec: bool,
+    /// Reads never update atime.
+    pub noatime: bool,
 }
 
 /// Opens the device, mounts, calls `ready` once the file system is served, and serves it
@@ -73,7 +89,7 @@ pub fn serve(opts: &MountOptions, ready: impl FnOnce(&MountReport)) -> Result<()
         .device
         .canonicalize()
         .map_err(|e| format!("{dev_name}: {e}"))?;
-    let cfg = config(&source.display().to_string(), opts.threads, opts.read_only);
+    let cfg = config(&source.display().to_string(), opts);
     let fuse = FuseFs::new(fs.clone(), &mountpoint);
     let notifier = fuse.notifier_slot();
     let mut session = match Session::new(fuse, &mountpoint, &cfg) {
@@ -144,22 +160,22 @@ fn open_fs(opts: &MountOptions, dev_name: &str) -> Result<(Arc<Fs>, MountReport)
 
 /// The session's configuration: mount options (the device's path as the source) and
 /// threads.
-fn config(source: &str, threads: usize, read_only: bool) -> Config {
+fn config(source: &str, opts: &MountOptions) -> Config {
+    let f = opts.flags;
+    let pick = |on: bool, yes: MountOption, no: MountOption| if on { yes } else { no };
     let mut cfg = Config::default();
     cfg.mount_options = vec![
         MountOption::FSName(source.to_string()),
         MountOption::Subtype("extalloc".into()),
         MountOption::DefaultPermissions,
-        if read_only {
-            MountOption::RO
-        } else {
-            MountOption::RW
-        },
-        MountOption::Suid,
-        MountOption::Dev,
+        pick(opts.read_only, MountOption::RO, MountOption::RW),
+        pick(f.nosuid, MountOption::NoSuid, MountOption::Suid),
+        pick(f.nodev, MountOption::NoDev, MountOption::Dev),
+        pick(f.noexec, MountOption::NoExec, MountOption::Exec),
+        pick(f.noatime, MountOption::NoAtime, MountOption::Atime),
     ];
     cfg.acl = SessionACL::All;
-    cfg.n_threads = Some(threads.max(1));
+    cfg.n_threads = Some(opts.threads.max(1));
     cfg
 }
 

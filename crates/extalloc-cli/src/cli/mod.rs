@@ -3,6 +3,7 @@
 
 pub mod commands;
 pub mod device;
+pub mod fsck;
 pub mod mount;
 pub mod options;
 pub mod output;

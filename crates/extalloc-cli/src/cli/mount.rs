@@ -10,7 +10,7 @@
 use anyhow::{bail, Context, Result};
 use extalloc::Policy;
 use extalloc_fuse::fs::MountReport;
-use extalloc_fuse::mount::{serve, MountOptions};
+use extalloc_fuse::mount::{serve, MountFlags, MountOptions};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -53,6 +53,55 @@ pub struct MountArgs {
     /// under a memory overlay, so a damaged file system can be copied off before repair.
     #[arg(long)]
     pub read_only: bool,
+    /// Mount options as mount(8) passes them, comma-separated: `ro` (as --read-only),
+    /// `rw`, `nosuid`/`suid`, `nodev`/`dev`, `noexec`/`exec`, `noatime`/`atime`/`relatime`,
+    /// `async`, `defaults`; of two opposites the last wins. Others are refused.
+    #[arg(short = 'o', value_delimiter = ',')]
+    pub options: Vec<String>,
+}
+
+impl MountArgs {
+    /// --read-only and the flags of `-o` (an `ro` or `rw` there wins over --read-only).
+    fn flags(&self) -> Result<(bool, MountFlags)> {
+        let (mut ro, mut f) = (self.read_only, MountFlags::default());
+        for o in &self.options {
+            match o.as_str() {
+                "ro" | "rw" => ro = o == "ro",
+                "nosuid" | "suid" => f.nosuid = o == "nosuid",
+                "nodev" | "dev" => f.nodev = o == "nodev",
+                "noexec" | "exec" => f.noexec = o == "noexec",
+                "noatime" | "atime" | "relatime" => f.noatime = o == "noatime",
+                "defaults" | "async" | "" => {}
+                "sync" | "dirsync" | "strictatime" | "nodiratime" => bail!(
+                    "-o {o}: not supported by extalloc mount (data and names are durable at \
+                     fsync, sync MOUNTPOINT, the background commit and unmount; atime is \
+                     relatime or noatime)"
+                ),
+                other => bail!(
+                    "-o {other}: unknown mount option (extalloc mount takes ro, rw, nosuid, \
+                     suid, nodev, dev, noexec, exec, noatime, atime, relatime, async, defaults)"
+                ),
+            }
+        }
+        Ok((ro, f))
+    }
+
+    /// The arguments that give the same flags again (for the detached child).
+    fn flag_args(&self) -> Result<Vec<String>> {
+        let (ro, f) = self.flags()?;
+        let on = [
+            (ro, "ro"),
+            (f.nosuid, "nosuid"),
+            (f.nodev, "nodev"),
+            (f.noexec, "noexec"),
+            (f.noatime, "noatime"),
+        ];
+        let list: Vec<&str> = on.iter().filter(|(b, _)| *b).map(|(_, n)| *n).collect();
+        Ok(match list.is_empty() {
+            true => Vec::new(),
+            false => vec!["-o".into(), list.join(",")],
+        })
+    }
 }
 
 /// Options of `extalloc umount`.
@@ -99,7 +148,8 @@ fn options(args: &MountArgs) -> Result<MountOptions> {
         writeback,
         policy: Policy::parse(&args.policy).context("--policy")?,
         commit_interval: std::time::Duration::from_secs(args.commit_interval),
-        read_only: args.read_only,
+        read_only: args.flags()?.0,
+        flags: args.flags()?.1,
     })
 }
 
@@ -192,7 +242,7 @@ fn detach(args: &MountArgs) -> Result<()> {
         .args(["--wb-contexts", &args.wb_contexts.to_string()])
         .args(["--policy", &args.policy])
         .args(["--commit-interval", &args.commit_interval.to_string()])
-        .args(args.read_only.then_some("--read-only"))
+        .args(args.flag_args()?)
         .arg(&args.device)
         .arg(&args.mountpoint)
         .env(READY_ENV, "1")
@@ -278,10 +328,17 @@ pub fn print_namespace(n: &extalloc_fuse::fs::NamespaceReport) {
             n.orphans
         );
     }
+    if !n.damaged_inodes.is_empty() {
+        println!(
+            "problem: volume files whose attributes are not an inode (damage; mount refuses, \
+             `extalloc fsck --repair` gives each a new inode and keeps its data): {:?}",
+            n.damaged_inodes
+        );
+    }
     if !n.unnamed.is_empty() {
         println!(
-            "problem: inodes no name refers to, with links (damage; mount links them into \
-             /lost+found as #INODE, with their data): {:?}",
+            "problem: inodes no name refers to, with links (damage; mount and `fsck --repair` \
+             link them into /lost+found as #INODE, with their data): {:?}",
             n.unnamed
         );
     }

@@ -38,7 +38,9 @@ mod listing;
 pub mod names;
 #[cfg(test)]
 mod posix_tests;
-mod scan;
+#[cfg(test)]
+mod repair_tests;
+pub(crate) mod scan;
 #[cfg(test)]
 mod tests;
 

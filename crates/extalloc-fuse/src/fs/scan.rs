@@ -50,6 +50,9 @@ pub struct NamespaceReport {
     /// Inodes mount linked into `/lost+found` as `#INODE`, with their data (a directory
     /// brings what it holds).
     pub lost_found: Vec<u64>,
+    /// Volume files whose attribute blob is not an inode (damage): mount refuses them, and
+    /// `fsck --repair` gives each a new inode.
+    pub damaged_inodes: Vec<u64>,
     /// Entries naming nothing, or a directory a second time (dropped at mount).
     pub bad_entries: Vec<String>,
     /// Link counts that disagreed with the names found (set at mount).
@@ -63,6 +66,7 @@ impl NamespaceReport {
     pub fn clean(&self) -> bool {
         self.orphans.is_empty()
             && self.unnamed.is_empty()
+            && self.damaged_inodes.is_empty()
             && self.lost_found.is_empty()
             && self.bad_entries.is_empty()
             && self.link_counts.is_empty()
@@ -72,9 +76,10 @@ impl NamespaceReport {
     /// A one-line summary of the repairs.
     pub fn summary(&self) -> String {
         format!(
-            "{} orphans, {} unnamed inodes{}, {} bad entries, {} link counts, {} damaged \
-             directory logs",
+            "{} orphans, {} damaged inodes, {} unnamed inodes{}, {} bad entries, {} link \
+             counts, {} damaged directory logs",
             self.orphans.len(),
+            self.damaged_inodes.len(),
             self.unnamed.len(),
             match self.lost_found.len() {
                 0 => String::new(),
@@ -112,7 +117,14 @@ pub(crate) fn load(
 /// One pass of [`load`]: every inode and log read, checked, and with `repair` fixed.
 fn load_once(vol: &Volume, repair: bool) -> Result<(HashMap<u64, Node>, NamespaceReport), String> {
     let mut report = NamespaceReport::default();
-    let mut inodes = read_inodes(vol)?;
+    let (mut inodes, damaged) = read_inodes(vol)?;
+    if repair && !damaged.is_empty() {
+        return Err(format!(
+            "the attributes of inodes {damaged:?} are damaged (not an inode): run `extalloc \
+             fsck --repair`, which gives each a new inode and keeps its data"
+        ));
+    }
+    report.damaged_inodes = damaged;
     let mut logs = HashMap::new();
     for (&ino, inode) in &inodes {
         if inode.kind != Kind::Dir {
@@ -183,7 +195,7 @@ fn load_once(vol: &Volume, repair: bool) -> Result<(HashMap<u64, Node>, Namespac
 fn rescue(vol: &Volume) -> Result<Vec<u64>, String> {
     let mut rescued = Vec::new();
     loop {
-        let inodes = read_inodes(vol)?;
+        let (inodes, _) = read_inodes(vol)?;
         let mut scratch = NamespaceReport::default();
         let mut logs = HashMap::new();
         for (&ino, inode) in &inodes {
@@ -281,7 +293,7 @@ fn add_link(vol: &Volume, ino: u64, n: u32) -> Result<(), String> {
 
 /// Directory `ino`'s log, from its first mapped block (compaction punches its history); a
 /// problem goes to `report`, and with `repair` a torn tail is cut.
-fn read_log(
+pub(crate) fn read_log(
     vol: &Volume,
     ino: u64,
     repair: bool,
@@ -341,27 +353,41 @@ fn rewrite_log(vol: &Volume, ino: u64, log: &mut DirLog) -> Result<(), String> {
     Ok(())
 }
 
-/// Every volume file's inode; fails on a file that holds none.
-fn read_inodes(vol: &Volume) -> Result<HashMap<u64, Inode>, String> {
+/// Every volume file's inode, and the files whose attribute blob is not one (damaged:
+/// `fsck --repair` gives them a new inode). Fails when the volume is not a file system:
+/// no file holds an inode, or the root is not a directory.
+fn read_inodes(vol: &Volume) -> Result<(HashMap<u64, Inode>, Vec<u64>), String> {
     let files = vol.list();
     if files.is_empty() {
         return Err("the volume holds no file system (no files at all)".into());
     }
     let mut inodes = HashMap::with_capacity(files.len());
+    let mut damaged = Vec::new();
+    let mut first_bad = None;
     for f in files {
         let blob = vol.attr(f.id).map_err(|e| e.to_string())?;
-        let Some(inode) = Inode::decode(&blob) else {
-            return Err(format!(
-                "volume file {} holds no inode (attributes {:?}): this volume is not an \
-                 extalloc file system (was it filled with `extalloc put`?)",
-                f.id,
-                String::from_utf8_lossy(&blob[..blob.len().min(32)])
-            ));
-        };
-        inodes.insert(f.id, inode);
+        match Inode::decode(&blob) {
+            Some(inode) => drop(inodes.insert(f.id, inode)),
+            None => {
+                first_bad.get_or_insert((f.id, blob));
+                damaged.push(f.id);
+            }
+        }
+    }
+    if inodes.is_empty() {
+        let (id, blob) = first_bad.expect("a file without an inode");
+        return Err(format!(
+            "volume file {id} holds no inode (attributes {:?}): this volume is not an \
+             extalloc file system (was it filled with `extalloc put`?)",
+            String::from_utf8_lossy(&blob[..blob.len().min(32)])
+        ));
     }
     match inodes.get(&ROOT) {
-        Some(i) if i.kind == Kind::Dir => Ok(inodes),
+        Some(i) if i.kind == Kind::Dir => Ok((inodes, damaged)),
+        _ if damaged.contains(&ROOT) => Err(format!(
+            "the root directory's attributes (volume file {ROOT}) are damaged: run \
+             `extalloc fsck --repair`"
+        )),
         _ => Err(format!(
             "volume file {ROOT} is not a directory: the root of this file system is gone"
         )),

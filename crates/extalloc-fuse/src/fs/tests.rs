@@ -30,7 +30,7 @@ pub(super) fn remount(dev: &Arc<FaultDevice<MemDevice>>) -> (Fs, MountReport) {
     Fs::mount(vol, WritebackOptions::default()).unwrap()
 }
 
-fn node(kind: Kind) -> NewNode<'static> {
+pub(super) fn node(kind: Kind) -> NewNode<'static> {
     NewNode {
         kind,
         mode: 0o755,

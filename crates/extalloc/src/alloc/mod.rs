@@ -15,7 +15,8 @@
 //!   corrupt and home-dirty groups; `lazy.rs`: the loader and its read-ahead thread.
 //! - `deferred.rs`: the free path: pending frees, seal, release, commit; `discard.rs`:
 //!   durable frees held used until the caller has discarded (TRIMmed) them.
-//! - `check.rs`: `check()` and the accounting equation.
+//! - `check.rs`: `check()` and the accounting equation; `repair.rs`: replacing a group's
+//!   bitmap with one rebuilt from who owns each block.
 //! - `class.rs` size classes, `policy.rs` policies, `space.rs` free-space figures,
 //!   `stats.rs` sharded statistics.
 //!
@@ -47,6 +48,7 @@ mod lazy;
 mod passes;
 mod policy;
 mod publish;
+mod repair;
 mod request;
 mod space;
 mod stats;
@@ -59,6 +61,7 @@ pub use class::{Lifetime, SizeClass};
 pub use lazy::{BitmapSource, GroupSummary};
 pub use passes::Pass;
 pub use policy::{FreeList, Policy, StreamStart, PRESETS};
+pub use repair::Replaced;
 pub use request::AllocRequest;
 pub use space::{FreeBucket, FreeSpace, GroupFree};
 pub use stats::{thread_lock_waits, HeldCounters, Stats, StatsSnapshot, SHARDS};

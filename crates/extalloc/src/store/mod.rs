@@ -62,12 +62,14 @@ mod discard;
 pub mod fsck;
 mod ops;
 mod recovery;
+mod repair;
 mod statfs;
 #[cfg(test)]
 mod tests;
 mod txn;
 mod view;
 
+pub use repair::Rebuilt;
 pub use statfs::Statfs;
 pub use txn::{CommitFailed, Committed, Txn};
 pub use view::AllocatorView;

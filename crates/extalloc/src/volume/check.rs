@@ -2,9 +2,13 @@
 //! and every allocated block belongs to a file, to the table areas or to the store's own
 //! metadata (else it is leaked).
 //!
-//! Data structures: [`VolumeCheck`], the counts. Invariant: read only; exact at
-//! quiescence (no call running). Locks: the gate for writing (no chunk runs meanwhile),
-//! then each file's mutex in turn.
+//! [`Volume::rebuild_allocation`], `fsck --repair`'s use of the same owners: the store's
+//! bitmaps rebuilt from them.
+//!
+//! Data structures: [`VolumeCheck`], the counts. Invariant: the check only reads and is
+//! exact at quiescence (no call running); after a rebuild the check finds no block mapped
+//! free, none leaked and no group held corrupt. Locks: the gate for writing (no chunk runs
+//! meanwhile), then each file's mutex in turn.
 
 use super::Volume;
 use crate::error::Result;
@@ -77,9 +81,7 @@ impl Volume {
                 }
             }
         }
-        owned.extend(self.meta.lock().areas.iter().filter(|a| a.len > 0));
-        owned.extend(self.segs.lock().all());
-        owned.sort_unstable_by_key(|e| e.start);
+        self.own_metadata(&mut owned);
         let mut reach = 0u64;
         let mut distinct = 0u64;
         for e in &owned {
@@ -97,5 +99,42 @@ impl Volume {
             out.leaked = used.saturating_sub(accounted);
         }
         Ok(out)
+    }
+
+    /// The volume's own blocks (the table areas, the map segments) added to `owned`, then
+    /// everything sorted by start.
+    fn own_metadata(&self, owned: &mut Vec<Extent>) {
+        owned.extend(self.meta.lock().areas.iter().filter(|a| a.len > 0));
+        owned.extend(self.segs.lock().all());
+        owned.sort_unstable_by_key(|e| e.start);
+    }
+
+    /// Rebuilds the store's bitmaps from what the volume owns (every file's map, the table
+    /// areas, the map segments; [`Store::rebuild_allocation`](crate::store::Store::rebuild_allocation)
+    /// adds the store's metadata) and clears the groups held corrupt. Nothing is written
+    /// until the next [`checkpoint`](Volume::checkpoint), which writes the changed groups
+    /// home.
+    ///
+    /// Runs right after an open, before any other call (refused once files hold
+    /// preallocations or frees are pending, with nothing changed). Fails with the file's
+    /// error when a file's map cannot be read (a damaged map segment: open with
+    /// [`Volume::open_salvaging`] first), changing nothing.
+    pub fn rebuild_allocation(&self) -> Result<crate::store::Rebuilt> {
+        let _closed = self.gate.write();
+        assert_eq!(
+            *self.delalloc.lock(),
+            0,
+            "a rebuild runs with no data cached unplaced"
+        );
+        let mut owned: Vec<Extent> = Vec::new();
+        let files: Vec<_> = self.files.read().values().cloned().collect();
+        for f in files {
+            let f = self.lock_loaded(&f)?;
+            owned.extend(f.alloc.extents().into_iter().map(|(_, e)| e));
+        }
+        self.own_metadata(&mut owned);
+        let rebuilt = self.store.rebuild_allocation(&owned)?;
+        debug_assert!(self.store.corrupt_groups().is_empty());
+        Ok(rebuilt)
     }
 }

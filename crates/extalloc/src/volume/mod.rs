@@ -53,6 +53,8 @@ mod maps_tests;
 mod placement;
 mod record;
 #[cfg(test)]
+mod repair_tests;
+#[cfg(test)]
 mod tests;
 
 pub use atomic::Atomic;

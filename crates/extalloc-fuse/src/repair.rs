@@ -1,0 +1,159 @@
+//! `extalloc fsck --repair`: the file system repaired offline, modelled on e2fsck's passes.
+//!
+//! 1. The volume is opened (the store's journal replayed).
+//! 2. Allocation (e2fsck's pass 5): every group's bitmap and descriptor rebuilt from who
+//!    owns each block — the files' maps, the volume's table areas and map segments, the
+//!    store's own metadata ([`Volume::rebuild_allocation`]); groups held corrupt are
+//!    cleared.
+//! 3. Inodes (pass 1): a volume file whose attribute blob is not an inode gets a new one
+//!    (a directory when its data reads as a directory log, else a regular file; mode 0600
+//!    or 0700, owner root, one link), so its data is kept and the namespace pass names it.
+//! 4. Namespace (passes 2-4, what mount repairs too, `fs/scan.rs`): unnamed inodes with
+//!    links into `/lost+found` as `#INODE` with their data, entries naming nothing
+//!    dropped, damaged directory logs cut or rewritten from what survives, link counts
+//!    set to the names found, orphans (link count 0, no name) removed.
+//! 5. A checkpoint writes everything home; the device is closed.
+//!
+//! Every change is reported ([`RepairReport::changes`]). Nothing that holds data is removed
+//! except an orphan: an inode whose last name went with a link count of 0, both written in
+//! one checksummed record.
+//!
+//! Data structures: [`RepairReport`]. Invariant: after `repair` returns `Ok`, the device
+//! checks clean unless [`RepairReport::left`] says what could not be repaired. Locks: none
+//! of its own (the volume's device is opened exclusively by the caller's device).
+
+use crate::fs::{scan, NamespaceReport, ROOT};
+use crate::inode::{Inode, Kind};
+use extalloc::disk::device::Device;
+use extalloc::store::Rebuilt;
+use extalloc::volume::Volume;
+use extalloc::Policy;
+use std::sync::Arc;
+
+/// What [`repair`] changed.
+#[derive(Debug, Clone, Default)]
+pub struct RepairReport {
+    /// Bitmaps and descriptors rebuilt.
+    pub allocation: Rebuilt,
+    /// Volume files given a new inode (their attribute blob was not one), with the kind.
+    pub inodes_remade: Vec<(u64, Kind)>,
+    /// What the namespace pass found and repaired.
+    pub namespace: NamespaceReport,
+}
+
+impl RepairReport {
+    /// True if anything was changed.
+    pub fn changed(&self) -> bool {
+        self.allocation != Rebuilt::default()
+            || !self.inodes_remade.is_empty()
+            || !self.namespace.clean()
+    }
+
+    /// One line per change, in words.
+    pub fn changes(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let a = &self.allocation;
+        for &g in &a.corrupt_cleared {
+            out.push(format!(
+                "group {g}: descriptor or bitmap damaged, rebuilt from the owners of its blocks"
+            ));
+        }
+        if a.marked_used + a.marked_free > 0 {
+            out.push(format!(
+                "bitmaps of groups {:?}: {} blocks in use marked used, {} blocks no one owns \
+                 marked free",
+                a.groups, a.marked_used, a.marked_free
+            ));
+        }
+        for (ino, kind) in &self.inodes_remade {
+            out.push(format!(
+                "inode {ino}: attributes damaged, made a {} again (owner root, private mode)",
+                if *kind == Kind::Dir {
+                    "directory"
+                } else {
+                    "regular file"
+                }
+            ));
+        }
+        let n = &self.namespace;
+        let lines = n.bad_entries.iter().chain(&n.link_counts).chain(&n.logs);
+        out.extend(lines.map(|l| format!("fixed: {l}")));
+        for ino in &n.lost_found {
+            out.push(format!(
+                "inode {ino}: no name referred to it; linked as /lost+found/#{ino}"
+            ));
+        }
+        for ino in &n.orphans {
+            out.push(format!(
+                "inode {ino}: orphan (link count 0, no name): removed"
+            ));
+        }
+        out
+    }
+}
+
+/// Repairs the file system on `dev` (see the module documentation) and leaves the device
+/// closed, everything written home. Fails, having written nothing, when the volume does
+/// not open or holds no file system; fails part way (the changes made so far committed or
+/// not, each whole, as after a crash) on an I/O error or a full device.
+pub fn repair(dev: Arc<dyn Device>, policy: Policy) -> Result<RepairReport, String> {
+    let vol = Volume::open(dev, policy).map_err(|e| format!("cannot open the volume: {e}"))?;
+    let mut report = RepairReport {
+        allocation: vol
+            .rebuild_allocation()
+            .map_err(|e| format!("cannot rebuild the bitmaps: {e}"))?,
+        ..RepairReport::default()
+    };
+    report.inodes_remade = remake_inodes(&vol)?;
+    let (_, namespace) = scan::load(&vol, true)?;
+    report.namespace = namespace;
+    vol.close()
+        .map_err(|e| format!("cannot write the repairs home: {e}"))?;
+    Ok(report)
+}
+
+/// Gives every volume file whose attribute blob is not an inode a new one (the root a
+/// directory). Refuses a volume where no file holds an inode: not a file system.
+fn remake_inodes(vol: &Volume) -> Result<Vec<(u64, Kind)>, String> {
+    let files = vol.list();
+    let blobs: Vec<(u64, Option<Inode>)> = files
+        .iter()
+        .map(|f| {
+            Ok((
+                f.id,
+                Inode::decode(&vol.attr(f.id).map_err(|e| e.to_string())?),
+            ))
+        })
+        .collect::<Result<_, String>>()?;
+    if !blobs.iter().any(|(_, i)| i.is_some()) {
+        return Err("the volume holds no file system (no file holds an inode)".into());
+    }
+    if !blobs.iter().any(|(id, _)| *id == ROOT) {
+        return Err(format!(
+            "the root directory (volume file {ROOT}) is gone; repair cannot make it again"
+        ));
+    }
+    let mut out = Vec::new();
+    for (id, _) in blobs.iter().filter(|(_, i)| i.is_none()) {
+        let kind = if *id == ROOT || reads_as_dir_log(vol, *id)? {
+            Kind::Dir
+        } else {
+            Kind::File
+        };
+        let mut inode = Inode::new(kind, if kind == Kind::Dir { 0o700 } else { 0o600 }, 0, 0, 0);
+        inode.nlink = 1; // named or rescued by the namespace pass, which sets the count
+        vol.set_attr(*id, &inode.encode())
+            .map_err(|e| format!("cannot give volume file {id} an inode: {e}"))?;
+        out.push((*id, kind));
+    }
+    Ok(out)
+}
+
+/// True if file `id`'s data is a directory log: non-empty, every record whole and checked.
+fn reads_as_dir_log(vol: &Volume, id: u64) -> Result<bool, String> {
+    if vol.size(id).map_err(|e| e.to_string())? == 0 {
+        return Ok(false);
+    }
+    let log = scan::read_log(vol, id, false, &mut NamespaceReport::default())?;
+    Ok(log.problem.is_none() && log.records > 0)
+}

@@ -1,0 +1,87 @@
+//! Repair: replacing a group's bitmap with one rebuilt from who owns each block
+//! (`extalloc fsck --repair`, through `Store::rebuild_allocation`).
+//!
+//! # Data structures
+//!
+//! None of its own: a rebuilt bitmap arrives in the on-disk form (bit `i` set = block `i`
+//! of the group used) and replaces the group's [`GroupBitmap`].
+//!
+//! # Invariant
+//!
+//! A replacement runs at quiescence for its group: no pending frees in it (asserted) and
+//! no preallocation holding blocks of it (the store refuses a rebuild while any block is
+//! reserved). After it the group is not held corrupt, its mirrors and indexes agree with
+//! the new bitmap, it is marked for the next checkpoint, and the accounting equation
+//! `marked used = allocated + reserved + pending` still holds: the difference in used
+//! blocks moves into `adjusted` (blocks found used), as a load does.
+//!
+//! # Lock order
+//!
+//! The group's lock only (as a load).
+
+use super::allocator::Allocator;
+use crate::error::Result;
+use crate::groups::GroupBitmap;
+
+/// What replacing one group's bitmap changed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Replaced {
+    /// Blocks the old bitmap held free that the new one marks used.
+    pub marked_used: u64,
+    /// Blocks the old bitmap held used that the new one marks free.
+    pub marked_free: u64,
+    /// The group was held corrupt (its descriptor or bitmap failed its checks).
+    pub was_corrupt: bool,
+}
+
+impl Replaced {
+    /// True if the group's bitmap changed or it was held corrupt.
+    pub fn changed(&self) -> bool {
+        self.marked_used > 0 || self.marked_free > 0 || self.was_corrupt
+    }
+}
+
+impl Allocator {
+    /// Replaces group `g`'s bitmap with `used` (the on-disk form: bit `i` set = block `i`
+    /// used; missing bytes count as used) when it differs or the group is held corrupt;
+    /// else changes nothing. Relies on the group having no pending frees and no reserved
+    /// blocks (a broken precondition is a panic: the caller checks quiescence).
+    pub(crate) fn replace_bitmap(&self, g: u64, used: &[u8]) -> Result<Replaced> {
+        let shard = self.stats.shard();
+        let mut state = self.lock_group(g, shard)?;
+        assert!(
+            state.pending.is_empty(),
+            "group {g}: a bitmap is replaced only with no frees pending in it"
+        );
+        let len = self.geometry.group_len(g) as u32;
+        let new = GroupBitmap::from_used_bytes(self.geometry.group_blocks as u32, len, used);
+        let mut out = Replaced {
+            was_corrupt: self.corrupt.contains(g),
+            ..Replaced::default()
+        };
+        for off in 0..len {
+            match (state.bitmap.is_free(off), new.is_free(off)) {
+                (true, false) => out.marked_used += 1,
+                (false, true) => out.marked_free += 1,
+                _ => {}
+            }
+        }
+        if !out.changed() {
+            return Ok(out);
+        }
+        let (old_free, new_free) = (state.bitmap.free_blocks(), new.free_blocks());
+        debug_assert_eq!(
+            u64::from(old_free) + out.marked_used,
+            u64::from(new_free) + out.marked_free,
+            "the counted changes are the bitmaps' difference"
+        );
+        shard.add(&shard.held.adjusted, u64::from(old_free));
+        shard.sub(&shard.held.adjusted, u64::from(new_free));
+        state.bitmap = new;
+        self.corrupt.remove(g);
+        self.publish_mirrors(g, &state, shard);
+        self.mark_home_dirty(g);
+        debug_assert!(!self.corrupt.contains(g) && state.bitmap.free_blocks() == new_free);
+        Ok(out)
+    }
+}
