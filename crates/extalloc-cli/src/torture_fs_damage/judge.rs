@@ -1,7 +1,8 @@
 //! The steps run on a damaged copy: fsck (read-only, as `extalloc fsck`), mount (as
-//! `extalloc mount`, its repair at mount included), the check of every inode the damage did
-//! not hit, and filling the device with new data, after which every surviving file's
-//! blocks must still hold its data.
+//! `extalloc mount`, its repair at mount included), and the repair pipeline (`extalloc fsck
+//! --repair`) followed by fsck and a mount; after each mount the check of every inode the
+//! damage did not hit, and filling the device with new data, after which every surviving
+//! file's blocks must still hold its data.
 //!
 //! Data structures: [`Served`] (what a mount served: inodes lost, found in /lost+found,
 //! handed out twice). Invariant: every step works on its own copy of the image, on its
@@ -19,21 +20,25 @@ use extalloc_fuse::fs::{Fs, ROOT};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-/// What `extalloc fsck` would say of `bytes`: true when it reports a problem or refuses
-/// (the store's check, then the volume's, then the file system's, as `fsck_checked`).
-pub(super) fn fsck_detects(bytes: &[u8]) -> bool {
+/// What `extalloc fsck` would say of `bytes`: the first problem it reports, or why it
+/// refuses (the store's check, then the volume's, then the file system's, as
+/// `fsck_checked`); `None` when clean.
+pub(super) fn fsck_problem(bytes: &[u8]) -> Option<String> {
     let dev = image_device(bytes);
     match extalloc::store::fsck::check(dev.as_ref()) {
         Ok(r) if r.clean() => {}
-        _ => return true,
+        Ok(r) => return Some(format!("store: {:?}", r.problems.first())),
+        Err(e) => return Some(format!("store: {e}")),
     }
     let view: Arc<dyn Device> = Arc::new(OverlayDevice::new(dev));
-    let Ok(vol) = Volume::open(view, Policy::default()) else {
-        return true;
+    let vol = match Volume::open(view, Policy::default()) {
+        Ok(v) => v,
+        Err(e) => return Some(format!("volume: {e}")),
     };
     match vol.check() {
         Ok(c) if c.clean() => {}
-        _ => return true,
+        Ok(c) => return Some(format!("files: {c:?}")),
+        Err(e) => return Some(format!("files: {e}")),
     }
     // As `fsck`: a volume whose file 1 holds no inode holds no file system to check.
     let is_fs = vol
@@ -41,7 +46,12 @@ pub(super) fn fsck_detects(bytes: &[u8]) -> bool {
         .ok()
         .and_then(|a| extalloc_fuse::inode::Inode::decode(&a))
         .is_some();
-    is_fs && !extalloc_fuse::fs::check(&vol).is_ok_and(|n| n.clean())
+    match extalloc_fuse::fs::check(&vol) {
+        _ if !is_fs => None,
+        Ok(n) if n.clean() => None,
+        Ok(n) => Some(format!("file system: {}", n.summary())),
+        Err(e) => Some(format!("file system: {e}")),
+    }
 }
 
 /// What a mount of a damaged image did.
@@ -59,11 +69,9 @@ pub(super) struct Served {
     pub(super) handed_twice: Vec<String>,
 }
 
-/// Opens `bytes` as `extalloc mount` does (the volume, then the file system with its repair
+/// Opens `dev` as `extalloc mount` does (the volume, then the file system with its repair
 /// at mount), checks every inode not in `hit`, then fills the device and checks again.
-pub(super) fn mount_and_check(bytes: Vec<u8>, truth: Arc<Truth>, hit: BTreeSet<u64>) -> Served {
-    let dev = image_device(&bytes);
-    drop(bytes);
+pub(super) fn mount_and_check(dev: Arc<dyn Device>, truth: &Truth, hit: &BTreeSet<u64>) -> Served {
     let vol = match Volume::open(dev.clone(), Policy::default()) {
         Ok(v) => v,
         Err(e) => return refused(e.to_string()),
@@ -73,9 +81,43 @@ pub(super) fn mount_and_check(bytes: Vec<u8>, truth: Arc<Truth>, hit: BTreeSet<u
         Err(e) => return refused(e),
     };
     let mut out = Served::default();
-    let intact = check_served(&fs, &truth, &hit, &mut out);
-    out.handed_twice = fill_and_recheck(&fs, dev.as_ref(), &truth, &intact);
+    let intact = check_served(&fs, truth, hit, &mut out);
+    out.handed_twice = fill_and_recheck(&fs, dev.as_ref(), truth, &intact);
     out
+}
+
+/// What the repair did with a damaged image, and the mount after it.
+#[derive(Debug, Default)]
+pub(super) struct Repaired {
+    /// Why the repair refused or failed, if it did.
+    pub(super) refused: Option<String>,
+    /// What fsck still reports after the repair.
+    pub(super) dirty: Option<String>,
+    pub(super) served: Served,
+}
+
+/// Runs the repair pipeline on `bytes` (`extalloc fsck --repair`), fsck on what it left,
+/// then [`mount_and_check`].
+pub(super) fn repair_and_check(bytes: Vec<u8>, truth: &Truth, hit: &BTreeSet<u64>) -> Repaired {
+    let dev = image_device(&bytes);
+    drop(bytes);
+    if let Err(e) = extalloc_fuse::repair::repair(dev.clone(), Policy::default()) {
+        return Repaired {
+            refused: Some(e),
+            ..Repaired::default()
+        };
+    }
+    let mut now = vec![0u8; dev.size() as usize];
+    let dirty = match dev.read_at(&mut now, 0) {
+        Ok(()) => fsck_problem(&now),
+        Err(e) => Some(format!("reading the repaired device: {e}")),
+    };
+    drop(now);
+    Repaired {
+        refused: None,
+        dirty,
+        served: mount_and_check(dev, truth, hit),
+    }
 }
 
 fn refused(why: String) -> Served {

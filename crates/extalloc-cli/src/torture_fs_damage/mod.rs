@@ -19,12 +19,17 @@
 //!    (`mount_refused`), or every inode not hit is served under one of its paths or below
 //!    `/lost+found` (`mount_lost_found`) or under another name in a directory whose log
 //!    was hit (`mount_renamed`: a stale block brings back the names it held), of its kind,
-//!    with its bytes (`mount_lost` otherwise); then the device is filled with new data and every surviving file's
-//!    blocks re-read (`handed_twice`: a file's data changed).
+//!    with its bytes (`mount_lost` otherwise); then the device is filled with new data
+//!    and every surviving file's blocks re-read (`mount_handed_twice`: its data changed);
+//! 3. **repair, then mount**: the repair pipeline (`extalloc_fuse::repair`, as `extalloc
+//!    fsck --repair`) refuses (`repair_refused`) or repairs; then fsck must be clean
+//!    (`fsck_dirty_after_repair`), and a mount must serve every inode not hit as in 2
+//!    (`intact_lost` otherwise; `recovered_lost_found`, `recovered_renamed`); then the
+//!    device is filled and the files re-read (`handed_twice`).
 //!
-//! Must be zero: `panics`, `hangs`, `mount_lost`, `handed_twice`. Counted per metadata
-//! kind. Not yet: the file table entries and map segments as kinds (they need the volume's
-//! `places`), and the repair-then-mount step (`extalloc_fuse::repair`).
+//! Must be zero: `panics`, `hangs`, `mount_lost`, `mount_handed_twice`, `intact_lost`,
+//! `fsck_dirty_after_repair`, `handed_twice`. Counted per metadata kind. Not yet: the file
+//! table entries and map segments as kinds (they need the volume's `places`).
 //!
 //! Data structures: an `Image` (bytes, stale snapshot, truth) per image, shared read-only
 //! with its steps through an `Arc`; the [`FsDamageOutcome`] counts. No locks of its own.
@@ -34,7 +39,7 @@ mod image;
 mod judge;
 mod truth;
 
-use crate::corrupt::{guarded, note, settle, Step};
+use crate::corrupt::{guarded, image_device, note, settle, Step};
 use anyhow::{bail, Context, Result};
 use extalloc::writeback::WritebackOptions;
 use extalloc_fuse::fs::Caller;
@@ -94,21 +99,74 @@ pub struct KindCounts {
     /// Inodes not hit that a mount served only under another name in a directory whose
     /// log was hit (a stale block brings its old names back).
     pub mount_renamed: u64,
-    /// Surviving files whose data changed once the device was filled (must be 0).
+    /// Surviving files whose data changed once the mounted device was filled (must be 0).
+    pub mount_handed_twice: u64,
+    /// Damages the repair pipeline refused or failed on.
+    pub repair_refused: u64,
+    /// Inodes not hit that the mount after the repair lost or served wrong (must be 0).
+    pub intact_lost: u64,
+    /// Inodes not hit that the mount after the repair served only below /lost+found.
+    pub recovered_lost_found: u64,
+    /// ... only under another name in a directory whose log was hit.
+    pub recovered_renamed: u64,
+    /// Repairs after which fsck still reported a problem (must be 0).
+    pub fsck_dirty_after_repair: u64,
+    /// Surviving files whose data changed once the repaired device was filled (must be 0).
     pub handed_twice: u64,
 }
 
 impl KindCounts {
+    /// The counts as (name, value), in the order above.
+    fn fields(&self) -> [(&'static str, u64); 15] {
+        [
+            ("damages", self.damages),
+            ("unchanged", self.unchanged),
+            ("files_hit", self.files_hit),
+            ("detected", self.detected),
+            ("mount_refused", self.mount_refused),
+            ("mount_lost", self.mount_lost),
+            ("mount_lost_found", self.mount_lost_found),
+            ("mount_renamed", self.mount_renamed),
+            ("mount_handed_twice", self.mount_handed_twice),
+            ("repair_refused", self.repair_refused),
+            ("intact_lost", self.intact_lost),
+            ("recovered_lost_found", self.recovered_lost_found),
+            ("recovered_renamed", self.recovered_renamed),
+            ("fsck_dirty_after_repair", self.fsck_dirty_after_repair),
+            ("handed_twice", self.handed_twice),
+        ]
+    }
+
     fn add(&mut self, o: &KindCounts) {
-        self.damages += o.damages;
-        self.unchanged += o.unchanged;
-        self.files_hit += o.files_hit;
-        self.detected += o.detected;
-        self.mount_refused += o.mount_refused;
-        self.mount_lost += o.mount_lost;
-        self.mount_lost_found += o.mount_lost_found;
-        self.mount_renamed += o.mount_renamed;
-        self.handed_twice += o.handed_twice;
+        let mut all = [
+            &mut self.damages,
+            &mut self.unchanged,
+            &mut self.files_hit,
+            &mut self.detected,
+            &mut self.mount_refused,
+            &mut self.mount_lost,
+            &mut self.mount_lost_found,
+            &mut self.mount_renamed,
+            &mut self.mount_handed_twice,
+            &mut self.repair_refused,
+            &mut self.intact_lost,
+            &mut self.recovered_lost_found,
+            &mut self.recovered_renamed,
+            &mut self.fsck_dirty_after_repair,
+            &mut self.handed_twice,
+        ];
+        for (mine, (_, theirs)) in all.iter_mut().zip(o.fields()) {
+            **mine += theirs;
+        }
+    }
+
+    /// The counts that must be zero, summed.
+    fn must_be_zero(&self) -> u64 {
+        self.mount_lost
+            + self.mount_handed_twice
+            + self.intact_lost
+            + self.fsck_dirty_after_repair
+            + self.handed_twice
     }
 }
 
@@ -132,16 +190,27 @@ pub struct FsDamageOutcome {
     pub seconds: f64,
     /// The first failures (at most 20), to reproduce: seed, image, damage, what happened.
     pub failures: Vec<String>,
+    /// Each reason the repair refused, with the first damage that made it.
+    pub refusals: BTreeMap<String, String>,
 }
 
 impl FsDamageOutcome {
     /// Nothing that must be zero is not.
     pub fn passed(&self) -> bool {
-        self.panics + self.hangs + self.total.mount_lost + self.total.handed_twice == 0
+        self.panics + self.hangs + self.total.must_be_zero() == 0
     }
 
     fn fail(&mut self, what: String) {
         note(&mut self.failures, what);
+    }
+
+    /// A mount's counts (lost, /lost+found, renamed, handed twice), its failures noted.
+    fn served(&mut self, s: &judge::Served, tag: &str, what: &str) -> (u64, u64, u64, u64) {
+        for why in s.lost.iter().chain(&s.handed_twice) {
+            self.fail(format!("{tag}: {what}: {why}"));
+        }
+        let lost = s.lost.len() as u64;
+        (lost, s.lost_found, s.renamed, s.handed_twice.len() as u64)
     }
 
     /// The value of a step that finished; a panic or a hang is counted (and `None`).
@@ -154,19 +223,8 @@ impl FsDamageOutcome {
     pub fn summary(&self) -> String {
         let mut s = String::new();
         for (k, c) in self.kinds.iter().chain([(&"all".to_string(), &self.total)]) {
-            s += &format!(
-                "{k}: {} damages ({} unchanged), {} files hit, fsck detected {}, mount \
-                 refused {}, lost {}, /lost+found {}, renamed {}, handed twice {}\n",
-                c.damages,
-                c.unchanged,
-                c.files_hit,
-                c.detected,
-                c.mount_refused,
-                c.mount_lost,
-                c.mount_lost_found,
-                c.mount_renamed,
-                c.handed_twice
-            );
+            let counts: Vec<String> = c.fields().iter().map(|(n, v)| format!("{n} {v}")).collect();
+            s += &format!("{k}: {}\n", counts.join(", "));
         }
         s
     }
@@ -201,7 +259,6 @@ pub fn run(damages: u64, seed: u64) -> Result<FsDamageOutcome> {
             "file_table and map_segments damages: the volume's places are not on this \
              branch"
                 .into(),
-            "repair then mount: extalloc_fuse::repair is not on this branch".into(),
         ],
         ..FsDamageOutcome::default()
     };
@@ -265,26 +322,68 @@ fn judge(image: &Image, damage: damage::Damage, flip: u8, tag: &str, out: &mut F
     c.unchanged = u64::from(span.is_empty());
     c.files_hit = hit.len() as u64;
     let for_fsck = bytes.clone();
-    if let Some(d) = out.settle(guarded(move || judge::fsck_detects(&for_fsck)), tag, "fsck") {
+    let fsck = guarded(move || judge::fsck_problem(&for_fsck).is_some());
+    if let Some(d) = out.settle(fsck, tag, "fsck") {
         c.detected = u64::from(d);
     }
-    let truth = image.truth.clone();
-    let mounted = guarded(move || judge::mount_and_check(bytes, truth, hit));
+    let (truth, hit) = (image.truth.clone(), Arc::new(hit));
+    let (t, h, b) = (truth.clone(), hit.clone(), bytes.clone());
+    let mounted = guarded(move || judge::mount_and_check(image_device(&b), &t, &h));
     if let Some(served) = out.settle(mounted, tag, "mount") {
         c.mount_refused = u64::from(served.refused.is_some());
-        c.mount_lost = served.lost.len() as u64;
-        c.mount_lost_found = served.lost_found;
-        c.mount_renamed = served.renamed;
-        c.handed_twice = served.handed_twice.len() as u64;
-        for why in served.lost.iter().chain(&served.handed_twice) {
-            out.fail(format!("{tag}: {why}"));
-        }
+        let (lost, found, renamed, twice) = out.served(&served, tag, "mount");
+        c.mount_lost = lost;
+        c.mount_lost_found = found;
+        c.mount_renamed = renamed;
+        c.mount_handed_twice = twice;
+    }
+    let repaired = guarded(move || judge::repair_and_check(bytes, &truth, &hit));
+    if let Some(r) = out.settle(repaired, tag, "repair") {
+        count_repair(
+            &r,
+            image.truth.inodes.len() as u64 - c.files_hit,
+            &mut c,
+            tag,
+            out,
+        );
     }
     out.kinds
         .entry(damage.kind.name().to_string())
         .or_default()
         .add(&c);
     out.total.add(&c);
+}
+
+/// Counts what the repair and the mount after it did. A mount that refuses a repaired
+/// device loses every inode not hit (`not_hit`).
+fn count_repair(
+    r: &judge::Repaired,
+    not_hit: u64,
+    c: &mut KindCounts,
+    tag: &str,
+    out: &mut FsDamageOutcome,
+) {
+    if let Some(why) = &r.refused {
+        c.repair_refused = 1;
+        out.refusals
+            .entry(why.clone())
+            .or_insert_with(|| tag.to_string());
+        return;
+    }
+    if let Some(problem) = &r.dirty {
+        c.fsck_dirty_after_repair = 1;
+        out.fail(format!("{tag}: fsck after the repair: {problem}"));
+    }
+    if let Some(why) = &r.served.refused {
+        c.intact_lost = not_hit;
+        out.fail(format!("{tag}: mount after the repair refused: {why}"));
+        return;
+    }
+    let (lost, found, renamed, twice) = out.served(&r.served, tag, "mount after repair");
+    c.intact_lost = lost;
+    c.recovered_lost_found = found;
+    c.recovered_renamed = renamed;
+    c.handed_twice = twice;
 }
 
 #[cfg(test)]

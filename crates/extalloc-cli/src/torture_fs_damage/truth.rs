@@ -56,8 +56,8 @@ impl Truth {
 /// Reads `built`'s undamaged image back and takes its truth; fails when the image does
 /// not hold the run's model, or its check is not clean (the image is wrong, not a damage).
 pub(super) fn take(built: &Built) -> Result<Truth> {
-    if super::judge::fsck_detects(&built.bytes) {
-        bail!("the undamaged image is not clean by fsck");
+    if let Some(problem) = super::judge::fsck_problem(&built.bytes) {
+        bail!("the undamaged image is not clean by fsck: {problem}");
     }
     let (fs, report) = Fs::mount(
         Volume::open(image_device(&built.bytes), Policy::default())?,
