@@ -52,6 +52,10 @@ mod maps;
 mod maps_tests;
 mod placement;
 mod record;
+mod salvage;
+#[cfg(test)]
+mod salvage_tests;
+mod table;
 #[cfg(test)]
 mod tests;
 
@@ -60,6 +64,7 @@ pub use check::VolumeCheck;
 pub use delalloc::WroteBack;
 pub(crate) use io::check_range;
 pub use io::{Fallocate, MAX_ATTR_BYTES, MAX_FILE_BYTES};
+pub use salvage::{ClearedMap, FilePlace, LostEntry, Salvage};
 
 use crate::alloc::Policy;
 use crate::disk::device::Device;
