@@ -26,7 +26,8 @@
 //! [`Journal`], the file layer over the allocator core ([`Files`]) and the open
 //! transaction: its ops, sharded by the caller's stats shard (`OpShards`; an op that
 //! continues the shard's last one in its group grows it), fenced by the transaction
-//! boundary (`Boundary`, one `RwLock` per shard).
+//! boundary (`Boundary`, one `RwLock` per shard). It keeps what journal damage its open
+//! accepted (`journal_loss`, fixed at open).
 //!
 //! Invariant: every change to allocator state goes through the store and joins the open
 //! transaction, so home state plus the records after the journal's tail are every committed

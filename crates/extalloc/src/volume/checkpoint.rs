@@ -1,6 +1,9 @@
 //! The volume's checkpoint (the changed maps written to map segments, its file table
 //! written, then the store's checkpoint with a root pointing at it) and its open (the table
-//! read, the changes logged after it applied; maps stay unread, `maps.rs`).
+//! read, the changes logged after it applied; maps stay unread, `maps.rs`). A table whose
+//! crc does not match the root's is salvaged frame by frame (`table.rs`); a plain open
+//! refuses it, naming the damage, and `salvage.rs` opens it for repair with the pieces
+//! here ([`read_table`], [`replay`], [`adopt_all`]).
 //!
 //! Two table areas take turns: the table goes to the inactive one, which no durable root
 //! points at, so a crash while it is written leaves the old table whole. An area too small
