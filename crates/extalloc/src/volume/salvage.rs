@@ -20,10 +20,11 @@ use super::file::{Ranges, ReplayFile};
 use super::maps::{read_map, Segs};
 use super::record::{Change, MapEntry, Root};
 use super::table::{Salvaged, TableFile};
-use super::Volume;
+use super::{Volume, MAX_FILE_BYTES};
 use crate::alloc::Policy;
 use crate::disk::device::Device;
 use crate::error::Result;
+use crate::files::LOGICAL_BLOCKS_MAX;
 use crate::store::Store;
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -46,6 +47,8 @@ pub struct Salvage {
     pub lost: Vec<LostEntry>,
     /// Files whose map could not be read: kept with an empty map (they read as holes).
     pub maps_cleared: Vec<ClearedMap>,
+    /// The table's crc did not match the root's (it was read frame by frame).
+    pub table_damaged: bool,
     /// Journal changes that named a file not there (lost), skipped.
     pub changes_skipped: u64,
     /// The table's list of retired map segments was damaged: those segments leak.
@@ -109,63 +112,42 @@ impl Volume {
             ..Salvage::default()
         };
         let root = volume_root(&store)?;
-        let bs = u64::from(store.geometry().block_size);
-        let table_at = root.areas[root.active].start * bs;
         let s = match read_table(&store, dev.as_ref(), &root)? {
             TableRead::Whole(table, places) => Salvaged {
                 table,
                 places,
                 ..Salvaged::default()
             },
-            TableRead::Damaged(s) => s,
+            TableRead::Damaged(s) => {
+                report.table_damaged = true;
+                s
+            }
         };
         report.damaged_entries = s.damaged.len() as u64 + s.uncounted;
         report.retired_lost = s.retired_lost;
         let mut segs = segs_of(&s.table);
         let mut files = read_all_maps(&store, dev.as_ref(), &s.table.files, &mut report);
-        let mut taken = taken_of(&files, &root, &segs);
-        let mut fresh = Vec::new();
-        for d in &s.damaged {
-            let bytes = table_at + d.bytes.start..table_at + d.bytes.end;
-            let Some(f) = &d.file else {
-                report.lost.push(LostEntry {
-                    bytes,
-                    id: None,
-                    why: "its bytes do not decode as a file".into(),
-                });
-                continue;
-            };
-            match survived(&store, dev.as_ref(), f, &taken) {
-                Ok(entries) => {
-                    entries
-                        .iter()
-                        .for_each(|(_, e, _)| taken.insert(e.start, e.len));
-                    segs.named.extend(f.map.segment());
-                    let rf = kept_file(f, entries, bs);
-                    if f.id != 0 && f.id < root.next_id && !files.contains_key(&f.id) {
-                        report.recovered.push((f.id, f.id));
-                        files.insert(f.id, rf);
-                    } else {
-                        fresh.push((f.id, rf));
-                    }
-                }
-                Err(why) => report.lost.push(LostEntry {
-                    bytes,
-                    id: Some(f.id),
-                    why,
-                }),
-            }
-        }
+        let mut kept = Kept::default();
+        kept.take(
+            &store,
+            dev.as_ref(),
+            &root,
+            &s,
+            &mut files,
+            &mut segs,
+            &mut report,
+        );
         let changes = changes_of(&records)?;
         report.changes_skipped = skipped(&files, &changes);
         let (mut files, mut meta, segs) =
             replay(&store, dev.as_ref(), &root, files, segs, changes)?;
-        for (was, f) in fresh {
+        for (was, bytes, f) in std::mem::take(&mut kept.fresh) {
             let id = meta.next_id;
             meta.next_id += 1;
-            report.recovered.push((id, was));
+            kept.now.insert(id, (was, bytes));
             files.insert(id, f);
         }
+        kept.settle(&mut files, &mut report);
         let table = adopt_all(&store, files)?;
         let vol = Volume::with_store(store, dev, (table, meta, segs))?;
         Ok((vol, report))
@@ -212,6 +194,106 @@ impl Volume {
                 })
             })
             .collect())
+    }
+}
+
+/// The damaged entries kept, while the open goes on.
+#[derive(Default)]
+struct Kept {
+    /// Kept under their own id (in the files): `id -> (id named, entry's device bytes)`;
+    /// then those given fresh ids too.
+    now: BTreeMap<u64, (u64, Range<u64>)>,
+    /// To get a fresh id once the journal's changes are applied: `(id named, entry's
+    /// device bytes, file)`.
+    fresh: Vec<(u64, Range<u64>, ReplayFile)>,
+}
+
+impl Kept {
+    /// Takes each damaged entry of `s` whose map survived (see [`survived`]) into `files`
+    /// (its own id free and sane) or `fresh`; reports the others lost.
+    #[allow(clippy::too_many_arguments)]
+    fn take(
+        &mut self,
+        store: &Store,
+        dev: &dyn Device,
+        root: &Root,
+        s: &Salvaged,
+        files: &mut BTreeMap<u64, ReplayFile>,
+        segs: &mut Segs,
+        report: &mut Salvage,
+    ) {
+        let bs = u64::from(store.geometry().block_size);
+        let table_at = root.areas[root.active].start * bs;
+        let mut taken = taken_of(files, root, segs);
+        for d in &s.damaged {
+            let bytes = table_at + d.bytes.start..table_at + d.bytes.end;
+            let Some(f) = &d.file else {
+                report.lost.push(LostEntry {
+                    bytes,
+                    id: None,
+                    why: "its bytes do not decode as a file".into(),
+                });
+                continue;
+            };
+            match survived(store, dev, f, &taken) {
+                Ok(entries) => {
+                    entries
+                        .iter()
+                        .for_each(|(_, e, _)| taken.insert(e.start, e.len));
+                    adopt_segment(store, f, segs, &mut taken);
+                    let rf = kept_file(f, entries, bs);
+                    if f.id != 0 && f.id < root.next_id && !files.contains_key(&f.id) {
+                        self.now.insert(f.id, (f.id, bytes));
+                        files.insert(f.id, rf);
+                    } else {
+                        self.fresh.push((f.id, bytes, rf));
+                    }
+                }
+                Err(why) => report.lost.push(LostEntry {
+                    bytes,
+                    id: Some(f.id),
+                    why,
+                }),
+            }
+        }
+    }
+
+    /// After the journal's changes: drops each kept file that now maps a block another
+    /// file maps (its entry named the wrong file), reporting it lost, and reports the
+    /// others recovered. Leaves no kept file sharing a block with any file.
+    fn settle(self, files: &mut BTreeMap<u64, ReplayFile>, report: &mut Salvage) {
+        let mut others = Ranges::default();
+        for (id, f) in files.iter() {
+            if !self.now.contains_key(id) {
+                f.maps
+                    .values()
+                    .for_each(|(e, _)| others.insert(e.start, e.len));
+            }
+        }
+        for (id, (was, bytes)) in self.now {
+            let f = &files[&id];
+            assert!(f.loaded, "a kept file's map is read");
+            let clash = f
+                .maps
+                .values()
+                .find(|(e, _)| !others.within(e.start, e.end()).is_empty());
+            if let Some((e, _)) = clash {
+                report.lost.push(LostEntry {
+                    bytes,
+                    id: Some(was),
+                    why: format!(
+                        "after the journal's changes it maps {}+{}, another file's",
+                        e.start, e.len
+                    ),
+                });
+                files.remove(&id);
+                continue;
+            }
+            f.maps
+                .values()
+                .for_each(|(e, _)| others.insert(e.start, e.len));
+            report.recovered.push((id, was));
+        }
     }
 }
 
@@ -264,10 +346,13 @@ fn survived(
     taken: &Ranges,
 ) -> std::result::Result<Vec<MapEntry>, String> {
     let entries = read_map(store, dev, f.id, &f.map).map_err(|e| e.to_string())?;
+    let bs = u64::from(store.geometry().block_size);
+    let largest = MAX_FILE_BYTES.div_ceil(bs).min(LOGICAL_BLOCKS_MAX);
     let mut next = 0u64;
     for &(l, e, _) in &entries {
-        let end = l.checked_add(e.len).filter(|_| l >= next && e.len > 0);
-        next = end.ok_or_else(|| format!("logical block {l} out of order"))?;
+        let end = l.checked_add(e.len);
+        let end = end.filter(|&end| l >= next && e.len > 0 && end <= largest);
+        next = end.ok_or_else(|| format!("logical block {l} out of order or too far"))?;
         store
             .check_not_metadata(e)
             .map_err(|err| format!("maps {}+{}: {err}", e.start, e.len))?;
@@ -280,6 +365,22 @@ fn survived(
             .map_err(|err| format!("maps {}+{}: {err}", e.start, e.len))?;
     }
     Ok(entries)
+}
+
+/// Names a kept damaged file's map segment, so the next checkpoints retire and free it:
+/// if it is a segment named already, or (the file its only user) allocated and clear of
+/// everything `taken`. Any other (its reference damaged, though the map's crc matched) is
+/// left alone: never freed twice, nor over what something else holds.
+fn adopt_segment(store: &Store, f: &TableFile, segs: &mut Segs, taken: &mut Ranges) {
+    let Some(seg) = f.map.segment() else {
+        return;
+    };
+    let clear =
+        taken.within(seg.start, seg.end()).is_empty() && store.allocator().check_held(seg).is_ok();
+    if segs.named.contains(&seg) || clear {
+        segs.named.insert(seg);
+        taken.insert(seg.start, seg.len);
+    }
 }
 
 /// A kept damaged file: its map loaded, its size at most the end of its last mapped block.
