@@ -6,11 +6,15 @@
 //! (every extent on the device outside its metadata, allocated, overlapping nothing kept
 //! so far, the logical ranges sorted and disjoint, a segment map's crc matching), else
 //! reported lost. Every map is read: a file whose map segment fails keeps its id, size and
-//! attribute with an empty map. The next checkpoint writes all of it as a clean table.
+//! attribute with an empty map. The journal's changes then apply (those naming a lost
+//! file do nothing, and are counted); a kept file that now shares a block with another is
+//! dropped. The next checkpoint writes all of it as a clean table.
 //!
 //! Data structures: [`Salvage`] (the report), [`LostEntry`], [`ClearedMap`],
-//! [`FilePlace`]. Invariant: no two kept files map the same block, nor a block of the table
-//! areas or map segments. Locks: none of its own (the volume is not shared yet; `places`
+//! [`FilePlace`]; `Kept` (the kept entries while the open goes on). Invariant: once the
+//! journal's changes apply, no kept file maps a block any other file maps, nor a block of
+//! the table areas or map segments; a segment is named again only if the table named it
+//! or it is allocated and clear of everything else (never freed twice). Locks: none of its own (the volume is not shared yet; `places`
 //! reads only the durable root and table).
 
 use super::checkpoint::{
