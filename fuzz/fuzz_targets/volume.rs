@@ -6,7 +6,9 @@
 //! its last group (the table areas and map segments). Neither fsck nor the volume's open
 //! may panic; a volume that opens either passes its ownership check (which reads every
 //! map), reads every file, and writes and syncs one more, or its check refuses a damaged
-//! map as corrupt.
+//! map as corrupt. A volume the open refuses is opened for repair (`open_salvaging`): never
+//! a panic, and once its checkpoint and close succeed a plain open works and maps no block
+//! twice or while free.
 #![no_main]
 
 use extalloc::disk::device::{Device, MemDevice};
@@ -73,7 +75,8 @@ fuzz_target!(|data: &[u8]| {
     let dev: Arc<dyn Device> = Arc::new(MemDevice::new(BLOCKS * BLOCK));
     dev.write_at(&bytes, 0).expect("write");
     let _ = fsck::check(dev.as_ref());
-    let Ok(vol) = Volume::open(dev, Policy::default()) else {
+    let Ok(vol) = Volume::open(dev.clone(), Policy::default()) else {
+        salvage(dev);
         return;
     };
     let check = match vol.check() {
@@ -96,3 +99,20 @@ fuzz_target!(|data: &[u8]| {
         let _ = vol.sync();
     }
 });
+
+/// Opens a volume `Volume::open` refused for repair, checkpoints it, and opens it again.
+fn salvage(dev: Arc<dyn Device>) {
+    let Ok((vol, _report)) = Volume::open_salvaging(dev.clone(), Policy::default()) else {
+        return;
+    };
+    if vol.close().is_err() {
+        return;
+    }
+    let vol = Volume::open(dev, Policy::default()).expect("a salvaged volume opens");
+    if let Ok(check) = vol.check() {
+        assert!(
+            check.mapped_twice == 0 && check.mapped_free == 0,
+            "a salvaged volume maps no block twice or while free: {check:?}"
+        );
+    }
+}

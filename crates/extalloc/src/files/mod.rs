@@ -91,7 +91,7 @@ type Neighbours = (Option<(u64, Extent)>, Option<(u64, Extent)>);
 const DISCARD_RETRIES: u32 = 16;
 
 /// Logical blocks a file may address: keeps every `logical + len` far from overflow.
-const LOGICAL_BLOCKS_MAX: u64 = DEVICE_BLOCKS_MAX << 8;
+pub(crate) const LOGICAL_BLOCKS_MAX: u64 = DEVICE_BLOCKS_MAX << 8;
 
 /// The file layer over an allocator (see the module comment).
 pub struct Files {

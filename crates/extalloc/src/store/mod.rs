@@ -26,7 +26,8 @@
 //! [`Journal`], the file layer over the allocator core ([`Files`]) and the open
 //! transaction: its ops, sharded by the caller's stats shard (`OpShards`; an op that
 //! continues the shard's last one in its group grows it), fenced by the transaction
-//! boundary (`Boundary`, one `RwLock` per shard).
+//! boundary (`Boundary`, one `RwLock` per shard). It keeps what journal damage its open
+//! accepted (`journal_loss`, fixed at open).
 //!
 //! Invariant: every change to allocator state goes through the store and joins the open
 //! transaction, so home state plus the records after the journal's tail are every committed
@@ -146,6 +147,9 @@ pub struct Store {
     /// superblock are the device's own: never freed, never handed out.
     metadata_end: u64,
     backup_block: u64,
+    /// The journal damage an open accepted: the first record lost and the intact records
+    /// after it not replayed ([`Store::open_accepting_journal_loss`]).
+    journal_loss: Option<(u64, u64)>,
     /// The file layer over the allocator core: plain extents go to the core, file data
     /// through the layer (its preallocations are reserved, never journaled).
     files: Files,
@@ -217,6 +221,13 @@ pub struct OpenTiming {
 }
 
 impl Store {
+    /// The journal damage the open accepted, if any: the sequence number of the first
+    /// record lost and how many intact records after it were not replayed
+    /// ([`Store::open_accepting_journal_loss`]).
+    pub fn journal_loss(&self) -> Option<(u64, u64)> {
+        self.journal_loss
+    }
+
     /// Groups found corrupt so far (on open, or when their bitmap was first loaded): held
     /// used, never written home.
     pub fn corrupt_groups(&self) -> Vec<u64> {
@@ -474,7 +485,7 @@ impl Store {
     }
 
     /// `Ok` if `extent` is on the device and holds none of the device's own blocks.
-    fn check_not_metadata(&self, extent: Extent) -> Result<()> {
+    pub(crate) fn check_not_metadata(&self, extent: Extent) -> Result<()> {
         self.alloc().geometry().validate(extent)?;
         if extent.start < self.metadata_end
             || (extent.start..extent.end()).contains(&self.backup_block)

@@ -227,6 +227,10 @@ impl Store {
         // ext4's default: 5 % of the blocks outside the device's own metadata.
         let root_reserved = sb.blocks_count.saturating_sub(sb.metadata_end() + 1) / 20;
         let alloc_seal = alloc.seal();
+        let journal_loss = replayed
+            .damage
+            .as_ref()
+            .map(|d| (d.lost_seq, d.stranded.len() as u64));
         let records = replayed.records;
         let mut sb = sb;
         let in_use = claim::InUse::take(&dev, &mut sb, &verdict)?;
@@ -242,6 +246,7 @@ impl Store {
                 dev,
                 metadata_end: sb.metadata_end(),
                 backup_block: sb.backup_block(),
+                journal_loss,
                 sb: Mutex::new(sb),
                 files: Files::new(alloc),
                 journal,

@@ -28,6 +28,11 @@ impl<'a> AllocatorView<'a> {
         self.files.allocator()
     }
 
+    /// `Ok` if every block of `extent` is allocated (or in a group held corrupt).
+    pub(crate) fn check_held(&self, extent: crate::geometry::Extent) -> crate::error::Result<()> {
+        self.alloc().check_held(extent)
+    }
+
     /// The device's geometry.
     pub fn geometry(&self) -> &'a Geometry {
         self.alloc().geometry()

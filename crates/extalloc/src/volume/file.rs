@@ -12,7 +12,8 @@
 //! touch. A file not `loaded` has `stored`, an empty `alloc` and no unwritten ranges, and
 //! is not `map_dirty`. Locks: a `VFile` lives under the volume's per-file mutex (`mod.rs`).
 
-use super::record::{Change, MapEntry, MapRef, TableFile};
+use super::record::{Change, MapEntry, MapRef};
+use super::table::TableFile;
 use crate::alloc::Lifetime;
 use crate::files::FileAlloc;
 use crate::geometry::Extent;

@@ -26,9 +26,9 @@
 
 use super::file::VFile;
 use super::record::{
-    decode_map, encode_map, map_counts as counts, Change, MapEntry, MapRef, SegRef, TableFile,
-    INLINE_EXTENTS,
+    decode_map, encode_map, map_counts as counts, Change, MapEntry, MapRef, SegRef, INLINE_EXTENTS,
 };
+use super::table::TableFile;
 use super::{Volume, TABLE_OWNER};
 use crate::alloc::AllocRequest;
 use crate::disk::device::Device;

@@ -20,7 +20,10 @@
 //! Files: this one holds the [`Volume`] and its commits; `io.rs` the file calls (write,
 //! read, fallocate, truncate, unlink); `delalloc.rs` delayed allocation's reservations and
 //! writeback (the cache itself is `crate::writeback`); `checkpoint.rs` the table and the
-//! open; `file.rs` a file in memory; `record.rs` the bytes; `check.rs` the ownership check.
+//! open; `file.rs` a file in memory; `record.rs` the bytes; `table.rs` the file table's
+//! frames and their salvage; `salvage.rs` the open for repair ([`Volume::open_salvaging`])
+//! and where each file's metadata lives ([`Volume::places`]); `check.rs` the ownership
+//! check.
 //!
 //! - Several calls that must be durable together (a file system's rename) run in an
 //!   atomic group ([`Volume::atomic`], `atomic.rs`): no commit falls between them.
@@ -52,6 +55,10 @@ mod maps;
 mod maps_tests;
 mod placement;
 mod record;
+mod salvage;
+#[cfg(test)]
+mod salvage_tests;
+mod table;
 #[cfg(test)]
 mod repair_tests;
 #[cfg(test)]
@@ -62,6 +69,7 @@ pub use check::VolumeCheck;
 pub use delalloc::WroteBack;
 pub(crate) use io::check_range;
 pub use io::{Fallocate, MAX_ATTR_BYTES, MAX_FILE_BYTES};
+pub use salvage::{ClearedMap, FilePlace, LostEntry, Salvage};
 
 use crate::alloc::Policy;
 use crate::disk::device::Device;

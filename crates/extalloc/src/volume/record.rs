@@ -1,11 +1,11 @@
 //! The volume's bytes on the device (`docs/volume.md`): the changes it logs in journal
-//! payloads ([`Change`]), its file table ([`encode_table`]), the extent maps kept in map
-//! segments ([`encode_map`]) and its root ([`Root`]).
+//! payloads ([`Change`]), the extent maps kept in map segments ([`encode_map`]), where a
+//! file's map is ([`MapRef`]) and its root ([`Root`]). The file table's framing is
+//! `table.rs`.
 //! Pure functions over bytes: decoding never panics on any input and refuses what it cannot
 //! read whole.
 //!
-//! Data structures: [`Change`], [`Table`] (each file's [`TableFile`] with its [`MapRef`]),
-//! [`Root`]. Invariant: `decode(encode(x)) == x` for each. Locks: none.
+//! Data structures: [`Change`], [`MapRef`] (with its [`SegRef`]), [`Root`]. Invariant: `decode(encode(x)) == x` for each. Locks: none.
 //!
 //! Every change is a blind write of the state it names (map these blocks, set this size,
 //! drop this file), so applying a change to a state that already holds it changes nothing.
@@ -15,9 +15,10 @@ use crate::geometry::Extent;
 
 /// First bytes of a journal payload the volume wrote.
 pub(super) const PAYLOAD_MAGIC: &[u8; 4] = b"XVOL";
-const TABLE_MAGIC: &[u8; 4] = b"XVTB";
 const ROOT_MAGIC: &[u8; 4] = b"XVRT";
-/// Version 2: maps of more than [`INLINE_EXTENTS`] extents live in map segments.
+/// The root's version. 2: maps of more than [`INLINE_EXTENTS`] extents live in map
+/// segments. The file table has its own version (`table::TABLE_VERSION`): a version-2 root
+/// names a table of version 2 or 3.
 const VERSION: u32 = 2;
 /// A file of at most this many map entries keeps its map in the table (as an ext4 inode
 /// keeps four extents in `i_block`); a longer map goes to a map segment.
@@ -74,7 +75,7 @@ impl<'a> Reader<'a> {
         Reader { b, at: 0 }
     }
 
-    fn bytes(&mut self, n: usize) -> Result<&'a [u8]> {
+    pub(super) fn bytes(&mut self, n: usize) -> Result<&'a [u8]> {
         let end = self.at.checked_add(n).filter(|&e| e <= self.b.len());
         let end = end.ok_or_else(|| corrupt("ends inside a field"))?;
         let s = &self.b[self.at..end];
@@ -94,20 +95,20 @@ impl<'a> Reader<'a> {
         Ok(u64::from_le_bytes(self.bytes(8)?.try_into().expect("8")))
     }
 
-    fn blob(&mut self) -> Result<Vec<u8>> {
+    pub(super) fn blob(&mut self) -> Result<Vec<u8>> {
         let n = self.u32()? as usize;
         Ok(self.bytes(n)?.to_vec())
     }
 
     /// A count then that many extents (the count checked against the bytes left).
-    fn extents(&mut self) -> Result<Vec<Extent>> {
+    pub(super) fn extents(&mut self) -> Result<Vec<Extent>> {
         let n = self.count(16)?;
         (0..n).map(|_| self.extent()).collect()
     }
 
     /// A count of items of at least `item_bytes` each, refused if the bytes left cannot
     /// hold them (no allocation sized by a damaged count).
-    fn count(&mut self, item_bytes: usize) -> Result<usize> {
+    pub(super) fn count(&mut self, item_bytes: usize) -> Result<usize> {
         let n = self.u64()?;
         let left = (self.b.len() - self.at) as u64;
         if n > left / item_bytes as u64 {
@@ -120,23 +121,28 @@ impl<'a> Reader<'a> {
         Ok(Extent::new(self.u64()?, self.u64()?))
     }
 
+    /// Bytes read so far.
+    pub(super) fn at(&self) -> usize {
+        self.at
+    }
+
     pub(super) fn done(&self) -> bool {
         self.at == self.b.len()
     }
 }
 
-fn corrupt(detail: &str) -> Error {
+pub(super) fn corrupt(detail: &str) -> Error {
     Error::Corrupt {
         what: "volume metadata".into(),
         detail: detail.into(),
     }
 }
 
-fn put_u64(out: &mut Vec<u8>, v: u64) {
+pub(super) fn put_u64(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(&v.to_le_bytes());
 }
 
-fn put_blob(out: &mut Vec<u8>, b: &[u8]) {
+pub(super) fn put_blob(out: &mut Vec<u8>, b: &[u8]) {
     out.extend_from_slice(&(b.len() as u32).to_le_bytes());
     out.extend_from_slice(b);
 }
@@ -146,7 +152,7 @@ fn put_extent(out: &mut Vec<u8>, e: Extent) {
     put_u64(out, e.len);
 }
 
-fn put_extents(out: &mut Vec<u8>, es: &[Extent]) {
+pub(super) fn put_extents(out: &mut Vec<u8>, es: &[Extent]) {
     put_u64(out, es.len() as u64);
     es.iter().for_each(|&e| put_extent(out, e));
 }
@@ -211,6 +217,21 @@ impl Change {
                 put_extents(out, new);
                 put_extents(out, freed);
             }
+        }
+    }
+
+    /// The file the change names (none for `Areas` and `Segments`).
+    pub(super) fn file(&self) -> Option<u64> {
+        match self {
+            Change::Create { id, .. }
+            | Change::SetSize { id, .. }
+            | Change::SetAttr { id, .. }
+            | Change::Map { id, .. }
+            | Change::Unmap { id, .. }
+            | Change::Written { id, .. }
+            | Change::Unlink { id }
+            | Change::Placement { id, .. } => Some(*id),
+            Change::Areas { .. } | Change::Segments { .. } => None,
         }
     }
 
@@ -312,6 +333,14 @@ impl MapRef {
         }
     }
 
+    /// The reference into a map segment, if the map is not inline.
+    pub(super) fn seg_ref(&self) -> Option<&SegRef> {
+        match self {
+            MapRef::Inline(_) => None,
+            MapRef::Segment(r) => Some(r),
+        }
+    }
+
     /// The map segment holding the map, if it is not inline.
     pub(super) fn segment(&self) -> Option<Extent> {
         match self {
@@ -320,7 +349,7 @@ impl MapRef {
         }
     }
 
-    fn encode(&self, out: &mut Vec<u8>) {
+    pub(super) fn encode(&self, out: &mut Vec<u8>) {
         match self {
             MapRef::Inline(m) => {
                 out.push(0);
@@ -338,7 +367,7 @@ impl MapRef {
         }
     }
 
-    fn decode(r: &mut Reader<'_>) -> Result<MapRef> {
+    pub(super) fn decode(r: &mut Reader<'_>) -> Result<MapRef> {
         Ok(match r.u8()? {
             0 => {
                 let m = read_map(r)?;
@@ -414,74 +443,6 @@ pub(super) fn decode_map(b: &[u8]) -> Result<Vec<MapEntry>> {
         return Err(corrupt("bytes after a map"));
     }
     Ok(m)
-}
-
-/// One file as the table holds it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct TableFile {
-    pub id: u64,
-    pub size: u64,
-    pub attr: Vec<u8>,
-    /// The placement key, if the file was created with one.
-    pub placement: Option<u64>,
-    pub map: MapRef,
-}
-
-/// The file table: every file, and the map segments no file of this table uses that the
-/// next checkpoint frees (they were in use by the table before this one).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub(super) struct Table {
-    pub files: Vec<TableFile>,
-    pub retired: Vec<Extent>,
-}
-
-/// The table's bytes.
-pub(super) fn encode_table(t: &Table) -> Vec<u8> {
-    let mut out = Vec::new();
-    out.extend_from_slice(TABLE_MAGIC);
-    out.extend_from_slice(&VERSION.to_le_bytes());
-    put_u64(&mut out, t.files.len() as u64);
-    for f in &t.files {
-        put_u64(&mut out, f.id);
-        put_u64(&mut out, f.size);
-        put_blob(&mut out, &f.attr);
-        out.push(u8::from(f.placement.is_some()));
-        put_u64(&mut out, f.placement.unwrap_or(0));
-        f.map.encode(&mut out);
-    }
-    put_extents(&mut out, &t.retired);
-    out
-}
-
-/// The table [`encode_table`] wrote.
-pub(super) fn decode_table(b: &[u8]) -> Result<Table> {
-    let mut r = Reader::new(b);
-    if r.bytes(4)? != TABLE_MAGIC || r.u32()? != VERSION {
-        return Err(corrupt("the file table has a bad magic or version"));
-    }
-    let n = r.count(30)?;
-    let mut files = Vec::with_capacity(n);
-    for _ in 0..n {
-        let (id, size, attr) = (r.u64()?, r.u64()?, r.blob()?);
-        let placement = match (r.u8()?, r.u64()?) {
-            (0, _) => None,
-            (1, key) => Some(key),
-            _ => return Err(corrupt("a table file with a bad placement flag")),
-        };
-        let map = MapRef::decode(&mut r)?;
-        files.push(TableFile {
-            id,
-            size,
-            attr,
-            placement,
-            map,
-        });
-    }
-    let retired = r.extents()?;
-    if !r.done() {
-        return Err(corrupt("bytes after the file table"));
-    }
-    Ok(Table { files, retired })
 }
 
 /// The volume's root, kept in the store's durable root: where the file table is.
@@ -603,43 +564,6 @@ mod tests {
         assert_eq!(bytes.len(), 8 + map.len() * MAP_ENTRY_BYTES);
         assert_eq!(decode_map(&bytes).unwrap(), map);
         assert!(decode_map(&bytes[..bytes.len() - 1]).is_err());
-        let table = Table {
-            files: vec![
-                TableFile {
-                    id: 1,
-                    size: 5,
-                    attr: b"a".to_vec(),
-                    placement: Some(4),
-                    map: MapRef::Inline(vec![(0, Extent::new(9, 1), false)]),
-                },
-                TableFile {
-                    id: 2,
-                    size: 0,
-                    attr: vec![],
-                    placement: None,
-                    map: MapRef::Segment(SegRef {
-                        seg: Extent::new(40, 1),
-                        offset: 8,
-                        len: bytes.len() as u32,
-                        crc: crc32c::crc32c(&bytes),
-                        extents: 9,
-                        blocks: 18,
-                    }),
-                },
-            ],
-            retired: vec![Extent::new(30, 2)],
-        };
-        let encoded = encode_table(&table);
-        assert_eq!(decode_table(&encoded).unwrap(), table);
-        for cut in 0..encoded.len() {
-            assert!(decode_table(&encoded[..cut]).is_err());
-        }
-        let mut huge = encoded.clone();
-        huge[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
-        assert!(
-            decode_table(&huge).is_err(),
-            "a damaged count is refused, not allocated"
-        );
         let root = Root {
             areas: [Extent::new(1, 2), Extent::new(3, 4)],
             active: 1,

@@ -1,0 +1,421 @@
+//! Opening a damaged volume for repair ([`Volume::open_salvaging`]), and where each file's
+//! metadata lives ([`Volume::places`]).
+//!
+//! A damaged file table entry costs at most that file: the table's intact frames are taken
+//! (`table.rs`); a damaged entry whose body still decodes is kept if its map survived
+//! (every extent on the device outside its metadata, allocated, overlapping nothing kept
+//! so far, the logical ranges sorted and disjoint, a segment map's crc matching), else
+//! reported lost. Every map is read: a file whose map segment fails keeps its id, size and
+//! attribute with an empty map. The journal's changes then apply (those naming a lost
+//! file do nothing, and are counted); a kept file that now shares a block with another is
+//! dropped. The next checkpoint writes all of it as a clean table.
+//!
+//! Data structures: [`Salvage`] (the report), [`LostEntry`], [`ClearedMap`],
+//! [`FilePlace`]; `Kept` (the kept entries while the open goes on). Invariant: once the
+//! journal's changes apply, no kept file maps a block any other file maps, nor a block of
+//! the table areas or map segments; a segment is named again only if the table named it
+//! or it is allocated and clear of everything else (never freed twice). Locks: none of its own (the volume is not shared yet; `places`
+//! reads only the durable root and table).
+
+use super::checkpoint::{
+    adopt_all, changes_of, read_table, replay, segs_of, volume_root, TableRead,
+};
+use super::file::{Ranges, ReplayFile};
+use super::maps::{read_map, Segs};
+use super::record::{Change, MapEntry, Root};
+use super::table::{Salvaged, TableFile};
+use super::{Volume, MAX_FILE_BYTES};
+use crate::alloc::Policy;
+use crate::disk::device::Device;
+use crate::error::Result;
+use crate::files::LOGICAL_BLOCKS_MAX;
+use crate::store::Store;
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::Arc;
+
+/// What [`Volume::open_salvaging`] found damaged and what it made of it. A volume with no
+/// damage gives an empty one ([`Salvage::clean`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct Salvage {
+    /// The journal was damaged in the middle: the first record lost, and how many intact
+    /// records after it could not be replayed.
+    pub journal_loss: Option<(u64, u64)>,
+    /// Damaged file table entries (at least: a damaged stretch that lost its entries'
+    /// magics counts as one, unless the table's header counts more).
+    pub damaged_entries: u64,
+    /// Damaged entries kept: `(id it has now, id its entry named)`.
+    pub recovered: Vec<(u64, u64)>,
+    /// Damaged entries lost (their files are gone; their blocks stay allocated).
+    pub lost: Vec<LostEntry>,
+    /// Files whose map could not be read: kept with an empty map (they read as holes).
+    pub maps_cleared: Vec<ClearedMap>,
+    /// The table's crc did not match the root's (it was read frame by frame).
+    pub table_damaged: bool,
+    /// Journal changes that named a file not there (lost), skipped.
+    pub changes_skipped: u64,
+    /// The table's list of retired map segments was damaged: those segments leak.
+    pub retired_lost: bool,
+}
+
+/// A damaged table entry whose file could not be kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct LostEntry {
+    /// The entry's bytes on the device.
+    pub bytes: Range<u64>,
+    /// Its file's id, if its body decoded.
+    pub id: Option<u64>,
+    /// Why it was not kept.
+    pub why: String,
+}
+
+/// A file kept without its map.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct ClearedMap {
+    /// The file's id.
+    pub id: u64,
+    /// Why its map could not be read.
+    pub why: String,
+}
+
+/// Where a file's metadata lives on the device ([`Volume::places`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct FilePlace {
+    /// The file's id.
+    pub id: u64,
+    /// Device bytes of its entry in the active table as of the last checkpoint (empty if
+    /// the file is newer than that table).
+    pub table: Range<u64>,
+    /// Device bytes of its map in a map segment (none if the map is in the table, or the
+    /// file is newer than the table).
+    pub map: Option<Range<u64>>,
+}
+
+impl Salvage {
+    /// True if nothing was damaged.
+    pub fn clean(&self) -> bool {
+        *self == Salvage::default()
+    }
+}
+
+impl Volume {
+    /// Opens a damaged volume for repair: the store accepting a journal damaged in the
+    /// middle ([`Store::open_accepting_journal_loss`]), then the file table salvaged and
+    /// every map read (see the module documentation and `docs/volume.md`). The caller
+    /// makes the result durable with [`Volume::checkpoint`] (which writes a clean table),
+    /// after which a plain [`Volume::open`] succeeds. On an undamaged volume it is
+    /// [`Volume::open`] with every map read, and the report is clean.
+    pub fn open_salvaging(dev: Arc<dyn Device>, policy: Policy) -> Result<(Volume, Salvage)> {
+        let (store, records) = Store::open_accepting_journal_loss(dev.clone(), policy)?;
+        let mut report = Salvage {
+            journal_loss: store.journal_loss(),
+            ..Salvage::default()
+        };
+        let root = volume_root(&store)?;
+        let s = match read_table(&store, dev.as_ref(), &root)? {
+            TableRead::Whole(table, places) => Salvaged {
+                table,
+                places,
+                ..Salvaged::default()
+            },
+            TableRead::Damaged(s) => {
+                report.table_damaged = true;
+                s
+            }
+        };
+        report.damaged_entries = s.damaged.len() as u64 + s.uncounted;
+        report.retired_lost = s.retired_lost;
+        let mut segs = segs_of(&s.table);
+        let mut files = read_all_maps(&store, dev.as_ref(), &s.table.files, &mut report);
+        let mut kept = Kept::default();
+        kept.take(
+            &store,
+            dev.as_ref(),
+            &root,
+            &s,
+            &mut files,
+            &mut segs,
+            &mut report,
+        );
+        let changes = changes_of(&records)?;
+        report.changes_skipped = skipped(&files, &changes);
+        let (mut files, mut meta, segs) =
+            replay(&store, dev.as_ref(), &root, files, segs, changes)?;
+        for (was, bytes, f) in std::mem::take(&mut kept.fresh) {
+            let id = meta.next_id;
+            meta.next_id += 1;
+            kept.now.insert(id, (was, bytes));
+            files.insert(id, f);
+        }
+        kept.settle(&mut files, &mut report);
+        let table = adopt_all(&store, files)?;
+        let vol = Volume::with_store(store, dev, (table, meta, segs))?;
+        Ok((vol, report))
+    }
+
+    /// Where each file's metadata lives on the device, in id order (see [`FilePlace`]):
+    /// for a damage campaign's ground truth. Reads the durable table again.
+    pub fn places(&self) -> Result<Vec<FilePlace>> {
+        let root = volume_root(&self.store)?;
+        let (table, places) = match read_table(&self.store, self.dev.as_ref(), &root)? {
+            TableRead::Whole(t, p) => (t, p),
+            TableRead::Damaged(s) => (s.table, s.places),
+        };
+        let at = root.areas[root.active].start * self.block_size;
+        let bs = self.block_size;
+        let durable: BTreeMap<u64, FilePlace> = table
+            .files
+            .iter()
+            .zip(places)
+            .map(|(f, p)| {
+                let map = f.map.seg_ref().map(|r| {
+                    let start = r.seg.start * bs + u64::from(r.offset);
+                    start..start + u64::from(r.len)
+                });
+                let table = at + p.start..at + p.end;
+                (
+                    f.id,
+                    FilePlace {
+                        id: f.id,
+                        table,
+                        map,
+                    },
+                )
+            })
+            .collect();
+        let ids: Vec<u64> = self.files.read().keys().copied().collect();
+        Ok(ids
+            .into_iter()
+            .map(|id| {
+                durable.get(&id).cloned().unwrap_or(FilePlace {
+                    id,
+                    table: 0..0,
+                    map: None,
+                })
+            })
+            .collect())
+    }
+}
+
+/// The damaged entries kept, while the open goes on.
+#[derive(Default)]
+struct Kept {
+    /// Kept under their own id (in the files): `id -> (id named, entry's device bytes)`;
+    /// then those given fresh ids too.
+    now: BTreeMap<u64, (u64, Range<u64>)>,
+    /// To get a fresh id once the journal's changes are applied: `(id named, entry's
+    /// device bytes, file)`.
+    fresh: Vec<(u64, Range<u64>, ReplayFile)>,
+}
+
+impl Kept {
+    /// Takes each damaged entry of `s` whose map survived (see [`survived`]) into `files`
+    /// (its own id free and sane) or `fresh`; reports the others lost.
+    #[allow(clippy::too_many_arguments)]
+    fn take(
+        &mut self,
+        store: &Store,
+        dev: &dyn Device,
+        root: &Root,
+        s: &Salvaged,
+        files: &mut BTreeMap<u64, ReplayFile>,
+        segs: &mut Segs,
+        report: &mut Salvage,
+    ) {
+        let bs = u64::from(store.geometry().block_size);
+        let table_at = root.areas[root.active].start * bs;
+        let mut taken = taken_of(files, root, segs);
+        for d in &s.damaged {
+            let bytes = table_at + d.bytes.start..table_at + d.bytes.end;
+            let Some(f) = &d.file else {
+                report.lost.push(LostEntry {
+                    bytes,
+                    id: None,
+                    why: "its bytes do not decode as a file".into(),
+                });
+                continue;
+            };
+            match survived(store, dev, f, &taken) {
+                Ok(entries) => {
+                    entries
+                        .iter()
+                        .for_each(|(_, e, _)| taken.insert(e.start, e.len));
+                    adopt_segment(store, f, segs, &mut taken);
+                    let rf = kept_file(f, entries, bs);
+                    if f.id != 0 && f.id < root.next_id && !files.contains_key(&f.id) {
+                        self.now.insert(f.id, (f.id, bytes));
+                        files.insert(f.id, rf);
+                    } else {
+                        self.fresh.push((f.id, bytes, rf));
+                    }
+                }
+                Err(why) => report.lost.push(LostEntry {
+                    bytes,
+                    id: Some(f.id),
+                    why,
+                }),
+            }
+        }
+    }
+
+    /// After the journal's changes: drops each kept file that now maps a block another
+    /// file maps (its entry named the wrong file), reporting it lost, and reports the
+    /// others recovered. Leaves no kept file sharing a block with any file.
+    fn settle(self, files: &mut BTreeMap<u64, ReplayFile>, report: &mut Salvage) {
+        let mut others = Ranges::default();
+        for (id, f) in files.iter() {
+            if !self.now.contains_key(id) {
+                f.maps
+                    .values()
+                    .for_each(|(e, _)| others.insert(e.start, e.len));
+            }
+        }
+        for (id, (was, bytes)) in self.now {
+            let f = &files[&id];
+            assert!(f.loaded, "a kept file's map is read");
+            let clash = f
+                .maps
+                .values()
+                .find(|(e, _)| !others.within(e.start, e.end()).is_empty());
+            if let Some((e, _)) = clash {
+                report.lost.push(LostEntry {
+                    bytes,
+                    id: Some(was),
+                    why: format!(
+                        "after the journal's changes it maps {}+{}, another file's",
+                        e.start, e.len
+                    ),
+                });
+                files.remove(&id);
+                continue;
+            }
+            f.maps
+                .values()
+                .for_each(|(e, _)| others.insert(e.start, e.len));
+            report.recovered.push((id, was));
+        }
+    }
+}
+
+/// The intact files with their maps read; one whose map fails is kept with an empty map
+/// and reported.
+fn read_all_maps(
+    store: &Store,
+    dev: &dyn Device,
+    files: &[TableFile],
+    report: &mut Salvage,
+) -> BTreeMap<u64, ReplayFile> {
+    let mut out = BTreeMap::new();
+    for t in files {
+        let (id, mut f) = ReplayFile::from_table(t.clone());
+        match read_map(store, dev, id, &t.map) {
+            Ok(entries) => f.set_loaded(entries),
+            Err(e) => {
+                report.maps_cleared.push(ClearedMap {
+                    id,
+                    why: e.to_string(),
+                });
+                f.set_loaded(Vec::new());
+            }
+        }
+        out.insert(id, f);
+    }
+    out
+}
+
+/// The blocks the intact files, the table areas and the map segments hold.
+fn taken_of(files: &BTreeMap<u64, ReplayFile>, root: &Root, segs: &Segs) -> Ranges {
+    let mut taken = Ranges::default();
+    for f in files.values() {
+        f.maps
+            .values()
+            .for_each(|(e, _)| taken.insert(e.start, e.len));
+    }
+    root.areas.iter().for_each(|a| taken.insert(a.start, a.len));
+    segs.all().for_each(|s| taken.insert(s.start, s.len));
+    taken
+}
+
+/// A damaged entry's map, if it survived: read (a segment's checked against its crc),
+/// logical ranges sorted and disjoint, every extent on the device outside its metadata,
+/// allocated, and overlapping nothing `taken`.
+fn survived(
+    store: &Store,
+    dev: &dyn Device,
+    f: &TableFile,
+    taken: &Ranges,
+) -> std::result::Result<Vec<MapEntry>, String> {
+    let entries = read_map(store, dev, f.id, &f.map).map_err(|e| e.to_string())?;
+    let bs = u64::from(store.geometry().block_size);
+    let largest = MAX_FILE_BYTES.div_ceil(bs).min(LOGICAL_BLOCKS_MAX);
+    let mut next = 0u64;
+    for &(l, e, _) in &entries {
+        let end = l.checked_add(e.len);
+        let end = end.filter(|&end| l >= next && e.len > 0 && end <= largest);
+        next = end.ok_or_else(|| format!("logical block {l} out of order or too far"))?;
+        store
+            .check_not_metadata(e)
+            .map_err(|err| format!("maps {}+{}: {err}", e.start, e.len))?;
+        if !taken.within(e.start, e.end()).is_empty() {
+            return Err(format!("maps {}+{}, which is in use", e.start, e.len));
+        }
+        store
+            .allocator()
+            .check_held(e)
+            .map_err(|err| format!("maps {}+{}: {err}", e.start, e.len))?;
+    }
+    Ok(entries)
+}
+
+/// Names a kept damaged file's map segment, so the next checkpoints retire and free it:
+/// if it is a segment named already, or (the file its only user) allocated and clear of
+/// everything `taken`. Any other (its reference damaged, though the map's crc matched) is
+/// left alone: never freed twice, nor over what something else holds.
+fn adopt_segment(store: &Store, f: &TableFile, segs: &mut Segs, taken: &mut Ranges) {
+    let Some(seg) = f.map.segment() else {
+        return;
+    };
+    let clear =
+        taken.within(seg.start, seg.end()).is_empty() && store.allocator().check_held(seg).is_ok();
+    if segs.named.contains(&seg) || clear {
+        segs.named.insert(seg);
+        taken.insert(seg.start, seg.len);
+    }
+}
+
+/// A kept damaged file: its map loaded, its size at most the end of its last mapped block.
+fn kept_file(f: &TableFile, entries: Vec<MapEntry>, bs: u64) -> ReplayFile {
+    let end = entries.last().map_or(0, |&(l, e, _)| (l + e.len) * bs);
+    let (_, mut rf) = ReplayFile::from_table(f.clone());
+    rf.size = rf.size.min(end);
+    rf.set_loaded(entries);
+    rf
+}
+
+/// Changes that name a file neither in `files` nor created by an earlier change.
+fn skipped(files: &BTreeMap<u64, ReplayFile>, changes: &[Change]) -> u64 {
+    let mut known: std::collections::BTreeSet<u64> = files.keys().copied().collect();
+    let mut n = 0;
+    for c in changes {
+        match c {
+            Change::Create { id, .. } => {
+                known.insert(*id);
+            }
+            Change::Areas { .. } | Change::Segments { .. } => {}
+            other => {
+                let id = other.file().expect("a change naming a file");
+                if !known.contains(&id) {
+                    n += 1;
+                }
+                if matches!(other, Change::Unlink { .. }) {
+                    known.remove(&id);
+                }
+            }
+        }
+    }
+    n
+}
