@@ -256,6 +256,8 @@ fn fs_damage_campaign_loses_no_file_it_did_not_hit() {
         "backup_superblock",
         "descriptors",
         "bitmaps",
+        "file_table",
+        "map_segments",
         "journal_records",
         "dir_logs",
         "symlink_targets",

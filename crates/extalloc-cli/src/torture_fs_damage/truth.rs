@@ -37,7 +37,7 @@ pub(super) struct Truth {
     pub(super) places: BTreeMap<MetaKind, Vec<Range<u64>>>,
     /// Each inode's own places: its table entry, its map, its data.
     pub(super) own: BTreeMap<u64, Vec<Range<u64>>>,
-    /// Inodes whose map lives in a map segment.
+    /// Inodes whose map lives in a map segment (as of the last checkpoint).
     pub(super) long_maps: u64,
 }
 
@@ -267,8 +267,22 @@ fn data_places(truth: &mut Truth, vol: &Volume) -> Result<()> {
     table_places(truth, vol)
 }
 
-/// The file table entries and map segments (`Volume::places`): not on this branch yet,
-/// so no damage of those kinds is picked and no inode is hit through them.
-fn table_places(_truth: &mut Truth, _vol: &Volume) -> Result<()> {
+/// Each file's entry in the durable file table and its map in a map segment
+/// ([`Volume::places`]): places of those kinds, and the file's own.
+fn table_places(truth: &mut Truth, vol: &Volume) -> Result<()> {
+    for p in vol.places()? {
+        let own = truth.own.entry(p.id).or_default();
+        if !p.table.is_empty() {
+            own.push(p.table.clone());
+            let table = truth.places.entry(MetaKind::FileTable).or_default();
+            table.push(p.table);
+        }
+        if let Some(map) = p.map.filter(|m| !m.is_empty()) {
+            own.push(map.clone());
+            truth.long_maps += 1;
+            let maps = truth.places.entry(MetaKind::MapSegments).or_default();
+            maps.push(map);
+        }
+    }
     Ok(())
 }
