@@ -192,8 +192,16 @@ pub struct FsDamageOutcome {
     pub seconds: f64,
     /// The first failures (at most 20), to reproduce: seed, image, damage, what happened.
     pub failures: Vec<String>,
-    /// Each reason the repair refused, with the first damage that made it.
-    pub refusals: BTreeMap<String, String>,
+    /// Why the repair refused (numbers as `N`, cut at 100 characters): how often, and the
+    /// first damage that made it.
+    pub refusals: BTreeMap<String, Refusal>,
+}
+
+/// One reason the repair refused.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct Refusal {
+    pub count: u64,
+    pub first: String,
 }
 
 impl FsDamageOutcome {
@@ -362,9 +370,11 @@ fn count_repair(
 ) {
     if let Some(why) = &r.refused {
         c.repair_refused = 1;
-        out.refusals
-            .entry(why.clone())
-            .or_insert_with(|| tag.to_string());
+        let r = out.refusals.entry(reason(why)).or_default();
+        r.count += 1;
+        if r.first.is_empty() {
+            r.first = format!("{tag}: {why}");
+        }
         return;
     }
     if let Some(problem) = &r.dirty {
@@ -381,6 +391,19 @@ fn count_repair(
     c.recovered_lost_found = found;
     c.recovered_renamed = renamed;
     c.handed_twice = twice;
+}
+
+/// A refusal's message as its reason: every number `N`, cut at 100 characters.
+fn reason(why: &str) -> String {
+    let mut out = String::new();
+    for ch in why.chars() {
+        match ch {
+            '0'..='9' if out.ends_with('N') => {}
+            '0'..='9' => out.push('N'),
+            _ => out.push(ch),
+        }
+    }
+    out.chars().take(100).collect()
 }
 
 #[cfg(test)]
