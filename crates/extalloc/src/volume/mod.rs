@@ -55,12 +55,12 @@ mod maps;
 mod maps_tests;
 mod placement;
 mod record;
+#[cfg(test)]
+mod repair_tests;
 mod salvage;
 #[cfg(test)]
 mod salvage_tests;
 mod table;
-#[cfg(test)]
-mod repair_tests;
 #[cfg(test)]
 mod tests;
 
