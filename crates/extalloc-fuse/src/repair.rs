@@ -39,6 +39,9 @@ use std::sync::Arc;
 /// What [`repair`] changed.
 #[derive(Debug, Clone, Default)]
 pub struct RepairReport {
+    /// Superblock copies that failed their check before the repair (`"primary"`,
+    /// `"backup"`): the repair's checkpoint writes both from the good one.
+    pub superblocks_rewritten: Vec<&'static str>,
     /// What the salvaging open found and kept or lost (journal, file table, map segments).
     pub salvage: Salvage,
     /// Kept files whose inode was made safe: `(inode, what was changed)`.
@@ -55,6 +58,7 @@ impl RepairReport {
     /// True if anything was changed.
     pub fn changed(&self) -> bool {
         self.allocation != Rebuilt::default()
+            || !self.superblocks_rewritten.is_empty()
             || !self.salvage.clean()
             || !self.inodes_remade.is_empty()
             || !self.namespace.clean()
@@ -62,7 +66,12 @@ impl RepairReport {
 
     /// One line per change, in words.
     pub fn changes(&self) -> Vec<String> {
-        let mut out = salvage_lines(&self.salvage);
+        let mut out: Vec<String> = self
+            .superblocks_rewritten
+            .iter()
+            .map(|c| format!("the {c} superblock was damaged: written again from the other copy"))
+            .collect();
+        out.extend(salvage_lines(&self.salvage));
         for (ino, what) in &self.distrusted {
             out.push(format!("inode {ino} (kept from a damaged entry): {what}"));
         }
@@ -111,6 +120,16 @@ impl RepairReport {
 /// not open or holds no file system; fails part way (the changes made so far committed or
 /// not, each whole, as after a crash) on an I/O error or a full device.
 pub fn repair(dev: Arc<dyn Device>, policy: Policy) -> Result<RepairReport, String> {
+    let before = extalloc::store::fsck::check(dev.as_ref())
+        .map_err(|e| format!("cannot read the device: {e}"))?;
+    let superblocks_rewritten = [
+        (before.primary_superblock_ok, "primary"),
+        (before.backup_superblock_ok, "backup"),
+    ]
+    .iter()
+    .filter(|(ok, _)| !ok)
+    .map(|(_, c)| *c)
+    .collect();
     let (vol, salvage) =
         Volume::open_salvaging(dev, policy).map_err(|e| format!("cannot open the volume: {e}"))?;
     let mut report = RepairReport {
@@ -118,6 +137,7 @@ pub fn repair(dev: Arc<dyn Device>, policy: Policy) -> Result<RepairReport, Stri
             .rebuild_allocation()
             .map_err(|e| format!("cannot rebuild the bitmaps: {e}"))?,
         salvage,
+        superblocks_rewritten,
         ..RepairReport::default()
     };
     report.inodes_remade = remake_inodes(&vol)?;

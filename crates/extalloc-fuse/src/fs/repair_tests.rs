@@ -54,9 +54,12 @@ fn assert_files(fs: &Fs, files: &[(String, Vec<u8>)]) {
     }
 }
 
-/// The namespace and ownership checks are clean, then mount serves every file, and
+/// The store's, the ownership and the namespace checks are clean, then mount serves every
+/// file, and
 /// filling the device to the last block leaves every file as it was.
 fn assert_repaired(dev: &Arc<FaultDevice<MemDevice>>, files: &[(String, Vec<u8>)]) {
+    let store = extalloc::store::fsck::check(dev.as_ref()).unwrap();
+    assert!(store.clean(), "{store:?}");
     let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
     let c = vol.check().unwrap();
     assert!(c.clean(), "{c:?}");
@@ -79,7 +82,8 @@ fn assert_repaired(dev: &Arc<FaultDevice<MemDevice>>, files: &[(String, Vec<u8>)
     assert_files(&fs, files);
 }
 
-/// Bitmaps (a flipped byte, a zeroed block) and a descriptor damaged: the check says so,
+/// Bitmaps (a flipped byte, a zeroed block), a descriptor and the primary superblock
+/// damaged: the check says so,
 /// the repair rebuilds each from the files' maps, and the result is whole.
 #[test]
 fn repair_rebuilds_damaged_bitmaps_and_descriptors() {
@@ -89,8 +93,10 @@ fn repair_rebuilds_damaged_bitmaps_and_descriptors() {
     flip(dev.as_ref(), bitmap(1) + 40);
     dev.write_at(&vec![0u8; BS as usize], bitmap(2)).unwrap();
     flip(dev.as_ref(), sb.desc_start * BS + 3 * DESC_BYTES as u64 + 1);
+    flip(dev.as_ref(), 20); // the primary superblock
     let r = repair(dev.clone(), Policy::default()).unwrap();
     assert_eq!(r.allocation.corrupt_cleared, vec![1, 2, 3], "{r:?}");
+    assert_eq!(r.superblocks_rewritten, vec!["primary"]);
     assert!(r.changed() && !r.changes().is_empty());
     assert_repaired(&dev, &files);
     let again = repair(dev.clone(), Policy::default()).unwrap();
