@@ -153,8 +153,17 @@ fn open_fs(opts: &MountOptions, dev_name: &str) -> Result<(Arc<Fs>, MountReport)
     } else {
         Arc::new(FileDevice::open(&opts.device).map_err(|e| device_error(dev_name, e))?)
     };
-    let vol = Volume::open(dev, opts.policy.clone()).map_err(|e| device_error(dev_name, e))?;
-    let (fs, report) = Fs::mount(vol, opts.writeback).map_err(|e| format!("{dev_name}: {e}"))?;
+    // Read-only, the volume is salvaged into the overlay: a damaged journal, table entry or
+    // map segment still lets every file that survived be copied off before a repair.
+    let (vol, salvage) = if opts.read_only {
+        Volume::open_salvaging(dev, opts.policy.clone())
+    } else {
+        Volume::open(dev, opts.policy.clone()).map(|v| (v, Default::default()))
+    }
+    .map_err(|e| device_error(dev_name, e))?;
+    let (fs, mut report) =
+        Fs::mount(vol, opts.writeback).map_err(|e| format!("{dev_name}: {e}"))?;
+    report.salvage = salvage;
     Ok((Arc::new(fs), report))
 }
 

@@ -1,6 +1,12 @@
 //! `extalloc fsck --repair`: the file system repaired offline, modelled on e2fsck's passes.
 //!
-//! 1. The volume is opened (the store's journal replayed).
+//! 1. The volume is opened salvaging ([`Volume::open_salvaging`]): a journal damaged in
+//!    the middle is replayed up to the damage, a damaged file table entry keeps its file
+//!    when the file's map survived, a map segment that fails its check costs only the maps
+//!    it held (those files read as holes). A kept file's inode is distrusted: a link count
+//!    of 0 becomes 1 (so it is named or rescued, never taken for an orphan), and a
+//!    "directory" whose data is not a directory log becomes a regular file (so no log
+//!    repair cuts its data).
 //! 2. Allocation (e2fsck's pass 5): every group's bitmap and descriptor rebuilt from who
 //!    owns each block — the files' maps, the volume's table areas and map segments, the
 //!    store's own metadata ([`Volume::rebuild_allocation`]); groups held corrupt are
@@ -26,13 +32,20 @@ use crate::fs::{scan, NamespaceReport, ROOT};
 use crate::inode::{Inode, Kind};
 use extalloc::disk::device::Device;
 use extalloc::store::Rebuilt;
-use extalloc::volume::Volume;
+use extalloc::volume::{Salvage, Volume};
 use extalloc::Policy;
 use std::sync::Arc;
 
 /// What [`repair`] changed.
 #[derive(Debug, Clone, Default)]
 pub struct RepairReport {
+    /// Superblock copies that failed their check before the repair (`"primary"`,
+    /// `"backup"`): the repair's checkpoint writes both from the good one.
+    pub superblocks_rewritten: Vec<&'static str>,
+    /// What the salvaging open found and kept or lost (journal, file table, map segments).
+    pub salvage: Salvage,
+    /// Kept files whose inode was made safe: `(inode, what was changed)`.
+    pub distrusted: Vec<(u64, String)>,
     /// Bitmaps and descriptors rebuilt.
     pub allocation: Rebuilt,
     /// Volume files given a new inode (their attribute blob was not one), with the kind.
@@ -45,13 +58,23 @@ impl RepairReport {
     /// True if anything was changed.
     pub fn changed(&self) -> bool {
         self.allocation != Rebuilt::default()
+            || !self.superblocks_rewritten.is_empty()
+            || !self.salvage.clean()
             || !self.inodes_remade.is_empty()
             || !self.namespace.clean()
     }
 
     /// One line per change, in words.
     pub fn changes(&self) -> Vec<String> {
-        let mut out = Vec::new();
+        let mut out: Vec<String> = self
+            .superblocks_rewritten
+            .iter()
+            .map(|c| format!("the {c} superblock was damaged: written again from the other copy"))
+            .collect();
+        out.extend(salvage_lines(&self.salvage));
+        for (ino, what) in &self.distrusted {
+            out.push(format!("inode {ino} (kept from a damaged entry): {what}"));
+        }
         let a = &self.allocation;
         for &g in &a.corrupt_cleared {
             out.push(format!(
@@ -97,14 +120,28 @@ impl RepairReport {
 /// not open or holds no file system; fails part way (the changes made so far committed or
 /// not, each whole, as after a crash) on an I/O error or a full device.
 pub fn repair(dev: Arc<dyn Device>, policy: Policy) -> Result<RepairReport, String> {
-    let vol = Volume::open(dev, policy).map_err(|e| format!("cannot open the volume: {e}"))?;
+    let before = extalloc::store::fsck::check(dev.as_ref())
+        .map_err(|e| format!("cannot read the device: {e}"))?;
+    let superblocks_rewritten = [
+        (before.primary_superblock_ok, "primary"),
+        (before.backup_superblock_ok, "backup"),
+    ]
+    .iter()
+    .filter(|(ok, _)| !ok)
+    .map(|(_, c)| *c)
+    .collect();
+    let (vol, salvage) =
+        Volume::open_salvaging(dev, policy).map_err(|e| format!("cannot open the volume: {e}"))?;
     let mut report = RepairReport {
         allocation: vol
             .rebuild_allocation()
             .map_err(|e| format!("cannot rebuild the bitmaps: {e}"))?,
+        salvage,
+        superblocks_rewritten,
         ..RepairReport::default()
     };
     report.inodes_remade = remake_inodes(&vol)?;
+    report.distrusted = distrust_kept(&vol, &report.salvage)?;
     let (_, namespace) = scan::load(&vol, true)?;
     report.namespace = namespace;
     vol.close()
@@ -156,4 +193,88 @@ fn reads_as_dir_log(vol: &Volume, id: u64) -> Result<bool, String> {
     }
     let log = scan::read_log(vol, id, false, &mut NamespaceReport::default())?;
     Ok(log.problem.is_none() && log.records > 0)
+}
+
+/// What a salvaging open ([`Volume::open_salvaging`]) found, one line each (also printed
+/// by a read-only mount of a damaged file system).
+pub fn salvage_lines(s: &Salvage) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some((seq, after)) = s.journal_loss {
+        out.push(format!(
+            "journal damaged at record {seq}: the records before it replayed, {after} intact \
+             records after it lost"
+        ));
+    }
+    if s.damaged_entries > 0 {
+        out.push(format!(
+            "file table: {} damaged entries; {} files kept, {} lost",
+            s.damaged_entries,
+            s.recovered.len(),
+            s.lost.len()
+        ));
+    }
+    for (now, was) in &s.recovered {
+        out.push(match now == was {
+            true => format!("inode {now}: kept from its damaged table entry (its map survived)"),
+            false => format!("inode {now}: kept from a damaged table entry that named {was}"),
+        });
+    }
+    for l in &s.lost {
+        let who = l.id.map_or("a file".to_string(), |i| format!("inode {i}"));
+        out.push(format!(
+            "{who}: lost with its damaged table entry ({})",
+            l.why
+        ));
+    }
+    for c in &s.maps_cleared {
+        out.push(format!(
+            "inode {}: its extent map was damaged ({}); the file keeps its name and size and \
+             reads as zeros",
+            c.id, c.why
+        ));
+    }
+    if s.changes_skipped > 0 {
+        out.push(format!(
+            "{} journal changes to lost files skipped",
+            s.changes_skipped
+        ));
+    }
+    if s.retired_lost {
+        out.push(
+            "the list of retired map segments was damaged: their blocks freed by the \
+                  rebuild"
+                .into(),
+        );
+    }
+    out
+}
+
+/// Makes each file kept from a damaged table entry safe for the namespace pass: its inode
+/// came from bytes that failed their check. A link count of 0 becomes 1 (an orphan is
+/// only what was written whole), and a directory whose data is not a directory log
+/// becomes a regular file (no log repair may cut its data).
+fn distrust_kept(vol: &Volume, s: &Salvage) -> Result<Vec<(u64, String)>, String> {
+    let mut out = Vec::new();
+    for &(id, _) in &s.recovered {
+        let blob = vol.attr(id).map_err(|e| e.to_string())?;
+        let Some(mut inode) = Inode::decode(&blob) else {
+            continue; // remade already (`remake_inodes`)
+        };
+        let mut what = Vec::new();
+        if inode.nlink == 0 {
+            inode.nlink = 1;
+            what.push("link count 0 taken as damage, not an orphan");
+        }
+        let empty = vol.size(id).map_err(|e| e.to_string())? == 0;
+        if inode.kind == Kind::Dir && id != ROOT && !empty && !reads_as_dir_log(vol, id)? {
+            inode.kind = Kind::File;
+            what.push("a directory whose data is no directory log: made a regular file");
+        }
+        if !what.is_empty() {
+            vol.set_attr(id, &inode.encode())
+                .map_err(|e| format!("cannot set inode {id}: {e}"))?;
+            out.push((id, what.join("; ")));
+        }
+    }
+    Ok(out)
 }

@@ -178,6 +178,8 @@ pub fn umount(args: &UmountArgs) -> Result<()> {
 fn report(opts: &MountOptions, r: &MountReport, announce: bool) {
     let what = if r.created {
         "made a new file system".to_string()
+    } else if !r.salvage.clean() {
+        "damaged: read-only, salvaged in memory; `extalloc fsck --repair` repairs it".into()
     } else if r.repaired.clean() && r.corrupt_groups.is_empty() {
         "clean".to_string()
     } else if r.repaired.clean() {
@@ -193,6 +195,9 @@ fn report(opts: &MountOptions, r: &MountReport, announce: bool) {
         r.repaired.files
     );
     eprintln!("{line}");
+    for l in extalloc_fuse::repair::salvage_lines(&r.salvage) {
+        eprintln!("  salvaged: {l}");
+    }
     for p in r
         .repaired
         .bad_entries

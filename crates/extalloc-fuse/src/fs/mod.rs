@@ -182,6 +182,8 @@ pub struct MountReport {
     /// Groups whose metadata failed its checks so far (their bitmaps load on first use):
     /// held out of allocation, every block held used; files with data there still read.
     pub corrupt_groups: Vec<u64>,
+    /// A read-only mount's salvage of damage (in memory only): what was kept and lost.
+    pub salvage: extalloc::volume::Salvage,
 }
 
 /// A file system on a buffered volume (see the module documentation).

@@ -54,9 +54,12 @@ fn assert_files(fs: &Fs, files: &[(String, Vec<u8>)]) {
     }
 }
 
-/// The namespace and ownership checks are clean, then mount serves every file, and
+/// The store's, the ownership and the namespace checks are clean, then mount serves every
+/// file, and
 /// filling the device to the last block leaves every file as it was.
 fn assert_repaired(dev: &Arc<FaultDevice<MemDevice>>, files: &[(String, Vec<u8>)]) {
+    let store = extalloc::store::fsck::check(dev.as_ref()).unwrap();
+    assert!(store.clean(), "{store:?}");
     let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
     let c = vol.check().unwrap();
     assert!(c.clean(), "{c:?}");
@@ -79,7 +82,8 @@ fn assert_repaired(dev: &Arc<FaultDevice<MemDevice>>, files: &[(String, Vec<u8>)
     assert_files(&fs, files);
 }
 
-/// Bitmaps (a flipped byte, a zeroed block) and a descriptor damaged: the check says so,
+/// Bitmaps (a flipped byte, a zeroed block), a descriptor and the primary superblock
+/// damaged: the check says so,
 /// the repair rebuilds each from the files' maps, and the result is whole.
 #[test]
 fn repair_rebuilds_damaged_bitmaps_and_descriptors() {
@@ -89,8 +93,10 @@ fn repair_rebuilds_damaged_bitmaps_and_descriptors() {
     flip(dev.as_ref(), bitmap(1) + 40);
     dev.write_at(&vec![0u8; BS as usize], bitmap(2)).unwrap();
     flip(dev.as_ref(), sb.desc_start * BS + 3 * DESC_BYTES as u64 + 1);
+    flip(dev.as_ref(), 20); // the primary superblock
     let r = repair(dev.clone(), Policy::default()).unwrap();
     assert_eq!(r.allocation.corrupt_cleared, vec![1, 2, 3], "{r:?}");
+    assert_eq!(r.superblocks_rewritten, vec!["primary"]);
     assert!(r.changed() && !r.changes().is_empty());
     assert_repaired(&dev, &files);
     let again = repair(dev.clone(), Policy::default()).unwrap();
@@ -157,4 +163,64 @@ fn single_group_damaged(descriptor: bool) {
     let r = repair(dev.clone(), Policy::default()).unwrap();
     assert_eq!(r.allocation.corrupt_cleared, vec![0]);
     assert_repaired(&dev, &files);
+}
+
+/// One flipped byte in each file's file table entry in turn (its id, attributes, size or
+/// map):
+/// mount refuses, naming the repair; the repair keeps every other file whole under its
+/// name, and the hit file is whole under its name or in /lost+found, or reported lost.
+#[test]
+fn a_damaged_table_entry_costs_at_most_its_file() {
+    let (dev, files) = image(44);
+    let mut pristine = vec![0u8; 8192 * BS as usize];
+    dev.read_at(&mut pristine, 0).unwrap();
+    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+    let paths = paths(&vol).unwrap();
+    let places = vol.places().unwrap();
+    drop(vol);
+    let (mut kept_count, mut lost_count) = (0, 0);
+    for (k, (path, data)) in files.iter().enumerate() {
+        let ino = *paths
+            .iter()
+            .find(|(_, (p, _))| p == &format!("/{path}"))
+            .unwrap()
+            .0;
+        let place = places.iter().find(|p| p.id == ino).unwrap();
+        dev.write_at(&pristine, 0).unwrap();
+        dev.flush().unwrap();
+        let at = place.table.start + (place.table.end - place.table.start) * (k as u64 % 7 + 1) / 9;
+        flip(dev.as_ref(), at);
+        let e = Volume::open(dev.clone(), Policy::default()).err().unwrap();
+        assert!(e.to_string().contains("fsck --repair"), "{e}");
+        let r = repair(dev.clone(), Policy::default()).unwrap();
+        assert!(r.changed(), "{r:?}");
+        let others: Files = files.iter().filter(|(p, _)| p != path).cloned().collect();
+        let (fs, m) = remount(&dev);
+        assert!(m.repaired.clean(), "{m:?}");
+        assert_files(&fs, &others);
+        // The one damaged entry's file, kept (under a new id if the damage hit its id).
+        let kept = r.salvage.recovered.first().map(|(n, _)| *n);
+        if let Some(now) = kept {
+            let at_path = super::tests::find(&fs, path).ok() == Some(now);
+            let in_lf = super::tests::find(&fs, &format!("lost+found/#{now}")).ok() == Some(now);
+            assert!(at_path || in_lf, "{path}: kept as {now} but not named");
+            let got = fs.read(now, 0, 1 << 24).unwrap();
+            assert!(got.starts_with(data), "{path}: kept with other data");
+            kept_count += 1;
+        } else {
+            assert_eq!(
+                r.salvage.lost.len(),
+                1,
+                "{path}: neither kept nor lost: {r:?}"
+            );
+            lost_count += 1;
+        }
+        drop(fs);
+        assert_repaired(&dev, &others);
+    }
+    eprintln!("{kept_count} hit files kept, {lost_count} lost");
+    assert!(
+        kept_count > 0,
+        "a byte in the attributes or size keeps the file"
+    );
 }
