@@ -157,7 +157,10 @@ fn hold_stranded(
 fn wipe_stranded(dev: &dyn Device, sb: &Superblock, head: u64) -> Result<()> {
     let a = area(sb);
     let tail = sb.journal_tail;
-    assert!(head <= a.len && tail <= a.len, "head and tail lie inside the journal");
+    assert!(
+        head <= a.len && tail <= a.len,
+        "head and tail lie inside the journal"
+    );
     let ranges = if head >= tail {
         vec![(head, a.len), (0, tail)]
     } else {

@@ -66,16 +66,49 @@ impl Volume {
     }
 
     fn create_with(&self, attr: &[u8], placement: Option<u64>) -> Result<u64> {
+        self.create_as(attr, placement, None)
+    }
+
+    /// Creates an empty file with `attr` under id `id`, one that was handed out before and
+    /// is gone (for a repair that gives back a lost file, such as a file system's root).
+    /// Refused (`InvalidRequest`, nothing changed) for id 0, an id never handed out, or
+    /// the id of a file that exists.
+    pub fn create_at(&self, id: u64, attr: &[u8]) -> Result<()> {
+        self.create_as(attr, None, Some(id)).map(drop)
+    }
+
+    fn create_as(&self, attr: &[u8], placement: Option<u64>, at: Option<u64>) -> Result<u64> {
         check_attr(attr)?;
         self.ensure_room()?;
         let _open = self.gate.read();
+        let exists = at.is_some_and(|id| self.files.read().contains_key(&id));
         let id = {
             let mut m = self.meta.lock();
-            m.next_id += 1;
-            m.next_id - 1
+            match at {
+                Some(id) if id == 0 || id >= m.next_id || exists => {
+                    return Err(Error::InvalidRequest(format!(
+                        "file id {id} cannot be made again: only an id handed out before (below \
+                         {}) whose file is gone can",
+                        m.next_id
+                    )));
+                }
+                Some(id) => id,
+                None => {
+                    m.next_id += 1;
+                    m.next_id - 1
+                }
+            }
         };
         let vf = VFile::new(self.store.create_file(id), attr.to_vec(), placement);
-        self.files.write().insert(id, Arc::new(Mutex::new(vf)));
+        {
+            let mut files = self.files.write();
+            if files.contains_key(&id) {
+                // Only a made-again id can meet a file: another call made it meanwhile.
+                assert!(at.is_some(), "a fresh id {id} names a file already");
+                return Err(Error::InvalidRequest(format!("file id {id} exists")));
+            }
+            files.insert(id, Arc::new(Mutex::new(vf)));
+        }
         let mut changes = vec![Change::Create {
             id,
             attr: attr.to_vec(),
