@@ -50,6 +50,8 @@ pub struct RepairReport {
     pub allocation: Rebuilt,
     /// Volume files given a new inode (their attribute blob was not one), with the kind.
     pub inodes_remade: Vec<(u64, Kind)>,
+    /// The root directory was lost (its table entry with it) and made again, empty.
+    pub root_made: bool,
     /// What the namespace pass found and repaired.
     pub namespace: NamespaceReport,
 }
@@ -61,6 +63,7 @@ impl RepairReport {
             || !self.superblocks_rewritten.is_empty()
             || !self.salvage.clean()
             || !self.inodes_remade.is_empty()
+            || self.root_made
             || !self.namespace.clean()
     }
 
@@ -87,6 +90,13 @@ impl RepairReport {
                  marked free",
                 a.groups, a.marked_used, a.marked_free
             ));
+        }
+        if self.root_made {
+            out.push(
+                "the root directory was lost: made again, empty (what it named is in \
+                 /lost+found)"
+                    .into(),
+            );
         }
         for (ino, kind) in &self.inodes_remade {
             out.push(format!(
@@ -140,6 +150,7 @@ pub fn repair(dev: Arc<dyn Device>, policy: Policy) -> Result<RepairReport, Stri
         superblocks_rewritten,
         ..RepairReport::default()
     };
+    report.root_made = make_root_again(&vol)?;
     report.inodes_remade = remake_inodes(&vol)?;
     report.distrusted = distrust_kept(&vol, &report.salvage)?;
     let (_, namespace) = scan::load(&vol, true)?;
@@ -147,6 +158,27 @@ pub fn repair(dev: Arc<dyn Device>, policy: Policy) -> Result<RepairReport, Stri
     vol.close()
         .map_err(|e| format!("cannot write the repairs home: {e}"))?;
     Ok(report)
+}
+
+/// Makes the root directory again, empty, when its volume file is gone (lost with its
+/// table entry) and other files hold inodes; what it named goes to /lost+found in the
+/// namespace pass. True if it did.
+fn make_root_again(vol: &Volume) -> Result<bool, String> {
+    let files = vol.list();
+    if files.iter().any(|f| f.id == ROOT) {
+        return Ok(false);
+    }
+    let inodes = files
+        .iter()
+        .filter(|f| vol.attr(f.id).is_ok_and(|b| Inode::decode(&b).is_some()))
+        .count();
+    if inodes == 0 {
+        return Err("the volume holds no file system (no file holds an inode)".into());
+    }
+    let root = Inode::new(Kind::Dir, 0o755, 0, 0, 0);
+    vol.create_at(ROOT, &root.encode())
+        .map_err(|e| format!("cannot make the root directory again: {e}"))?;
+    Ok(true)
 }
 
 /// Gives every volume file whose attribute blob is not an inode a new one (the root a
@@ -164,11 +196,6 @@ fn remake_inodes(vol: &Volume) -> Result<Vec<(u64, Kind)>, String> {
         .collect::<Result<_, String>>()?;
     if !blobs.iter().any(|(_, i)| i.is_some()) {
         return Err("the volume holds no file system (no file holds an inode)".into());
-    }
-    if !blobs.iter().any(|(id, _)| *id == ROOT) {
-        return Err(format!(
-            "the root directory (volume file {ROOT}) is gone; repair cannot make it again"
-        ));
     }
     let mut out = Vec::new();
     for (id, _) in blobs.iter().filter(|(_, i)| i.is_none()) {

@@ -224,3 +224,43 @@ fn a_damaged_table_entry_costs_at_most_its_file() {
         "a byte in the attributes or size keeps the file"
     );
 }
+
+/// The root directory's volume file gone (as when its table entry is lost): mount refuses,
+/// and the repair makes an empty root again and links everything it named into
+/// /lost+found, with the data.
+#[test]
+fn a_lost_root_is_made_again_and_its_children_go_to_lost_and_found() {
+    let (dev, files) = image(45);
+    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+    let by_path: Vec<(u64, String)> = paths(&vol)
+        .unwrap()
+        .into_iter()
+        .map(|(i, (p, _))| (i, p))
+        .collect();
+    vol.unlink(ROOT).unwrap();
+    vol.close().unwrap();
+    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+    assert!(check(&vol).is_err(), "the root is gone");
+    drop(vol);
+    let r = repair(dev.clone(), Policy::default()).unwrap();
+    assert!(r.root_made, "{r:?}");
+    let (fs, _) = remount(&dev);
+    for (path, data) in &files {
+        // A top-level file is /lost+found/#INODE; one in d is under d's entry there.
+        let ino = by_path
+            .iter()
+            .find(|(_, p)| p == &format!("/{path}"))
+            .unwrap()
+            .0;
+        let top = path.split('/').next().unwrap();
+        let top_ino = by_path
+            .iter()
+            .find(|(_, p)| p == &format!("/{top}"))
+            .unwrap()
+            .0;
+        let rest = path.strip_prefix(top).unwrap();
+        let moved = format!("lost+found/#{top_ino}{rest}");
+        assert_eq!(super::tests::find(&fs, &moved).unwrap(), ino, "{moved}");
+        assert_eq!(&fs.read(ino, 0, 1 << 24).unwrap(), data, "{moved}");
+    }
+}

@@ -1,4 +1,5 @@
-//! The file calls of a volume: create, write, read, fallocate, truncate, unlink, attributes.
+//! The file calls of a volume: write, read, fallocate, truncate, unlink, attributes
+//! (`create.rs` makes files).
 //!
 //! Each call works one chunk at a time (at most `CHUNK_BLOCKS` blocks mapped or
 //! `CHUNK_EXTENTS` extents freed), holding the gate for reading and the file's mutex: the
@@ -18,8 +19,6 @@ use super::{Volume, CHUNK_BLOCKS, CHUNK_EXTENTS};
 use crate::error::{Error, Result};
 use crate::files::DataRequest;
 use crate::geometry::Extent;
-use parking_lot::Mutex;
-use std::sync::Arc;
 
 /// Largest file, in bytes: 2^63 - 1, as Linux's `MAX_LFS_FILESIZE` (a file system on the
 /// volume then refuses no offset the kernel accepts; with 4 KiB blocks its last block is
@@ -50,43 +49,6 @@ pub enum Fallocate {
 }
 
 impl Volume {
-    /// Creates an empty file with `attr` (at most [`MAX_ATTR_BYTES`]); returns its id. Its
-    /// first blocks follow the file layer's stream goals (by id).
-    pub fn create(&self, attr: &[u8]) -> Result<u64> {
-        self.create_with(attr, None)
-    }
-
-    /// [`Volume::create`] with a placement key (a parent directory's id, a tenant, a
-    /// bucket): the file's first blocks go to the group the key picks, so files of one key
-    /// start near each other and files of different keys in different groups, as ext4
-    /// spreads directories over groups (Orlov) and XFS rotates allocation groups. Kept with
-    /// the file.
-    pub fn create_placed(&self, attr: &[u8], key: u64) -> Result<u64> {
-        self.create_with(attr, Some(key))
-    }
-
-    fn create_with(&self, attr: &[u8], placement: Option<u64>) -> Result<u64> {
-        check_attr(attr)?;
-        self.ensure_room()?;
-        let _open = self.gate.read();
-        let id = {
-            let mut m = self.meta.lock();
-            m.next_id += 1;
-            m.next_id - 1
-        };
-        let vf = VFile::new(self.store.create_file(id), attr.to_vec(), placement);
-        self.files.write().insert(id, Arc::new(Mutex::new(vf)));
-        let mut changes = vec![Change::Create {
-            id,
-            attr: attr.to_vec(),
-        }];
-        if let Some(key) = placement {
-            changes.push(Change::Placement { id, key });
-        }
-        self.log(&changes);
-        Ok(id)
-    }
-
     /// Replaces file `id`'s attribute blob.
     pub fn set_attr(&self, id: u64, attr: &[u8]) -> Result<()> {
         check_attr(attr)?;
@@ -570,7 +532,7 @@ impl Volume {
     }
 }
 
-fn check_attr(attr: &[u8]) -> Result<()> {
+pub(super) fn check_attr(attr: &[u8]) -> Result<()> {
     if attr.len() > MAX_ATTR_BYTES {
         return Err(Error::InvalidRequest(format!(
             "an attribute blob of {} bytes: at most {MAX_ATTR_BYTES}",

@@ -47,6 +47,7 @@ mod atomic;
 mod atomic_tests;
 mod check;
 mod checkpoint;
+mod create;
 mod delalloc;
 mod file;
 mod io;

@@ -1,0 +1,87 @@
+//! Making a volume's files: [`Volume::create`], [`Volume::create_placed`] (first blocks in
+//! the group a key picks) and [`Volume::create_at`] (an id handed out before whose file is
+//! gone, for a repair).
+//!
+//! Data structures: none of their own. Invariant: an id names at most one file, and a
+//! fresh id is never one handed out before (`next_id` only grows). Locks: the gate (read),
+//! then `meta`, released before the file table's lock.
+
+use super::file::VFile;
+use super::io::check_attr;
+use super::record::Change;
+use super::Volume;
+use crate::error::{Error, Result};
+use parking_lot::Mutex;
+use std::sync::Arc;
+
+impl Volume {
+    /// Creates an empty file with `attr` (at most [`MAX_ATTR_BYTES`](crate::volume::MAX_ATTR_BYTES)); returns its id. Its
+    /// first blocks follow the file layer's stream goals (by id).
+    pub fn create(&self, attr: &[u8]) -> Result<u64> {
+        self.create_with(attr, None)
+    }
+
+    /// [`Volume::create`] with a placement key (a parent directory's id, a tenant, a
+    /// bucket): the file's first blocks go to the group the key picks, so files of one key
+    /// start near each other and files of different keys in different groups, as ext4
+    /// spreads directories over groups (Orlov) and XFS rotates allocation groups. Kept with
+    /// the file.
+    pub fn create_placed(&self, attr: &[u8], key: u64) -> Result<u64> {
+        self.create_with(attr, Some(key))
+    }
+
+    fn create_with(&self, attr: &[u8], placement: Option<u64>) -> Result<u64> {
+        self.create_as(attr, placement, None)
+    }
+
+    /// Creates an empty file with `attr` under id `id`, one that was handed out before and
+    /// is gone (for a repair that gives back a lost file, such as a file system's root).
+    /// Refused (`InvalidRequest`, nothing changed) for id 0, an id never handed out, or
+    /// the id of a file that exists.
+    pub fn create_at(&self, id: u64, attr: &[u8]) -> Result<()> {
+        self.create_as(attr, None, Some(id)).map(drop)
+    }
+
+    fn create_as(&self, attr: &[u8], placement: Option<u64>, at: Option<u64>) -> Result<u64> {
+        check_attr(attr)?;
+        self.ensure_room()?;
+        let _open = self.gate.read();
+        let exists = at.is_some_and(|id| self.files.read().contains_key(&id));
+        let id = {
+            let mut m = self.meta.lock();
+            match at {
+                Some(id) if id == 0 || id >= m.next_id || exists => {
+                    return Err(Error::InvalidRequest(format!(
+                        "file id {id} cannot be made again: only an id handed out before (below \
+                         {}) whose file is gone can",
+                        m.next_id
+                    )));
+                }
+                Some(id) => id,
+                None => {
+                    m.next_id += 1;
+                    m.next_id - 1
+                }
+            }
+        };
+        let vf = VFile::new(self.store.create_file(id), attr.to_vec(), placement);
+        {
+            let mut files = self.files.write();
+            if files.contains_key(&id) {
+                // Only a made-again id can meet a file: another call made it meanwhile.
+                assert!(at.is_some(), "a fresh id {id} names a file already");
+                return Err(Error::InvalidRequest(format!("file id {id} exists")));
+            }
+            files.insert(id, Arc::new(Mutex::new(vf)));
+        }
+        let mut changes = vec![Change::Create {
+            id,
+            attr: attr.to_vec(),
+        }];
+        if let Some(key) = placement {
+            changes.push(Change::Placement { id, key });
+        }
+        self.log(&changes);
+        Ok(id)
+    }
+}
