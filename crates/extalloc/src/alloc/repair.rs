@@ -1,5 +1,6 @@
 //! Repair: replacing a group's bitmap with one rebuilt from who owns each block
-//! (`extalloc fsck --repair`, through `Store::rebuild_allocation`).
+//! (`extalloc fsck --repair`, through `Store::rebuild_allocation`); and holding a group
+//! corrupt when an owner's map names blocks its bitmap holds free (`hold_owned`).
 //!
 //! # Data structures
 //!
@@ -20,7 +21,8 @@
 //! The group's lock only (as a load).
 
 use super::allocator::Allocator;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::geometry::Extent;
 use crate::groups::GroupBitmap;
 
 /// What replacing one group's bitmap changed.
@@ -83,5 +85,45 @@ impl Allocator {
         self.mark_home_dirty(g);
         debug_assert!(!self.corrupt.contains(g) && state.bitmap.free_blocks() == new_free);
         Ok(out)
+    }
+
+    /// `Ok` once every block of `extent` is held used, for an owner adopting its map after
+    /// a reopen: blocks allocated (not pending) or in a group held corrupt are; a group
+    /// that holds any of them free is held corrupt now (its bitmap or descriptor
+    /// disagrees with a checksummed map: damage, a stale block), its bitmap all used,
+    /// nothing of it handed out until a repair rebuilds it. Pending blocks (freed, not
+    /// yet durable) are refused ([`Error::DoubleFree`]): no owner maps those.
+    pub(crate) fn hold_owned(&self, extent: Extent) -> Result<()> {
+        self.geometry.validate(extent)?;
+        let shard = self.stats.shard();
+        for (g, off, len) in self.geometry.split(extent) {
+            let mut state = self.lock_group(g, shard)?;
+            if self.corrupt.contains(g) || state.bitmap.range_is_used(off, len) {
+                if !self.corrupt.contains(g) && state.pending_overlaps(off, len) {
+                    return Err(Error::DoubleFree {
+                        start: self.geometry.group_start(g) + u64::from(off),
+                        len: u64::from(len),
+                    });
+                }
+                continue;
+            }
+            if !state.pending.is_empty() {
+                // Frees waiting in the group: they would be released into a bitmap held
+                // all used. Refuse as before; the caller's repair rebuilds the group.
+                return Err(Error::NotAllocated {
+                    start: self.geometry.group_start(g) + u64::from(off),
+                    len: u64::from(len),
+                });
+            }
+            let glen = self.geometry.group_len(g) as u32;
+            let old_free = state.bitmap.free_blocks();
+            state.bitmap =
+                GroupBitmap::from_used_bytes(self.geometry.group_blocks as u32, glen, &[]);
+            shard.add(&shard.held.adjusted, u64::from(old_free));
+            self.corrupt.insert(g);
+            self.publish_mirrors(g, &state, shard);
+            debug_assert!(state.bitmap.free_blocks() == 0 && self.corrupt.contains(g));
+        }
+        Ok(())
     }
 }

@@ -3,9 +3,11 @@
 //!
 //! Data structures: none of their own (the file's map, `file.rs`). Invariant: an adopted
 //! extent is used in the allocator and not pending (or in a group held corrupt, all of
-//! whose blocks are held used), and lies in a hole of the file; adopting
-//! changes no allocator state. Locks: the file's lock, then the core's group locks (to check
-//! the blocks), as every file call.
+//! whose blocks are held used), and lies in a hole of the file. Adopting changes no
+//! allocator state but one: a map (checksummed, the owner's word) naming blocks its group
+//! holds free means the group's bitmap or descriptor is wrong (a stale block), and the
+//! group is held corrupt, as if its checks had failed. Locks: the file's lock, then the
+//! core's group locks (to check the blocks), as every file call.
 
 use super::file::{map_insert, FileAlloc};
 use super::Files;
@@ -16,11 +18,12 @@ impl Files {
     /// Maps `extent`, already allocated (used, not pending), at `logical` of `file`,
     /// without allocating anything: for a caller rebuilding its files after a reopen. A
     /// range that is not a hole of the file, or blocks that are free or pending, are
-    /// refused ([`Error::InvalidRequest`], [`Error::NotAllocated`], ...), changing nothing.
+    /// refused ([`Error::InvalidRequest`], [`Error::DoubleFree`], ...), changing nothing.
     /// Blocks in a group held corrupt are held used, so they are adopted: the file reads
-    /// (freeing them waits for a repair).
+    /// (freeing them waits for a repair). Free blocks mean the group's allocation state is
+    /// damaged: the group is held corrupt from now on and the extent adopted.
     pub fn adopt(&self, file: &FileAlloc, logical: u64, extent: Extent) -> Result<()> {
-        self.allocator().check_held(extent)?;
+        self.allocator().geometry().validate(extent)?;
         let end = logical
             .checked_add(extent.len)
             .filter(|&e| e <= super::LOGICAL_BLOCKS_MAX)
@@ -39,6 +42,7 @@ impl Files {
                 file.id, extent.len
             )));
         }
+        self.allocator().hold_owned(extent)?;
         map_insert(&mut f, logical, extent, left, right);
         Ok(())
     }
