@@ -18,6 +18,13 @@ fn image() -> (Arc<MemDevice>, Vec<(u64, Vec<u8>)>) {
     let dev = Arc::new(MemDevice::new(8192 * BS));
     let g = Geometry::new(4096, 1024, 8192).unwrap();
     let vol = Volume::mkfs(dev.clone(), &g, 64, Policy::default()).unwrap();
+    let files = write_files(&vol);
+    vol.close().unwrap();
+    (dev, files)
+}
+
+/// 12 files of 300,000 bytes each, placed by keys that spread them over the groups.
+fn write_files(vol: &Volume) -> Vec<(u64, Vec<u8>)> {
     let mut files = Vec::new();
     for i in 0..12u64 {
         let f = vol.create_placed(b"", i * 977).unwrap();
@@ -25,8 +32,7 @@ fn image() -> (Arc<MemDevice>, Vec<(u64, Vec<u8>)>) {
         vol.write(f, 0, &data).unwrap();
         files.push((f, data));
     }
-    vol.close().unwrap();
-    (dev, files)
+    files
 }
 
 fn flip(dev: &MemDevice, at: u64) {
@@ -141,13 +147,7 @@ fn a_stale_descriptor_block_leaves_every_file_readable() {
     let sb = read_superblock(dev.as_ref()).unwrap();
     let mut fresh = vec![0u8; BS as usize];
     dev.read_at(&mut fresh, sb.desc_start * BS).unwrap();
-    let mut files = Vec::new();
-    for i in 0..12u64 {
-        let f = vol.create_placed(b"", i * 977).unwrap();
-        let data = pattern(i, 300_000);
-        vol.write(f, 0, &data).unwrap();
-        files.push((f, data));
-    }
+    let files = write_files(&vol);
     vol.close().unwrap();
     dev.write_at(&fresh, sb.desc_start * BS).unwrap();
     let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
