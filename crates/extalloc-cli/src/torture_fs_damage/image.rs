@@ -23,7 +23,7 @@ use extalloc_fuse::fs::{Fs, ROOT};
 use rand::distributions::uniform::SampleRange;
 use rand::rngs::StdRng;
 use rand::Rng;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 /// The campaign's device: 16 MiB in 4 KiB blocks, 4 groups, a 1 MiB journal.
@@ -52,6 +52,10 @@ pub(super) struct Built {
     pub(super) mid_checkpoint: bool,
     /// Changes were synced after the last checkpoint (the journal holds them).
     pub(super) journal_tail: bool,
+    /// The inodes those changes touched (written, made, named, unnamed): what a damaged
+    /// journal may cost, as a journal damaged in the middle loses the records from the
+    /// damage on (`docs/mount.md`, "Damage and repair").
+    pub(super) journal_touched: BTreeSet<u64>,
 }
 
 /// The run that builds an image, with its model.
@@ -82,9 +86,12 @@ pub(super) fn build(seed: u64, mid_checkpoint: bool, rng: &mut StdRng) -> Result
     run.change().context("changing")?;
     run.durable(true)?;
     let journal_tail = mid_checkpoint || run.rng.gen_bool(0.5);
+    let mut journal_touched = BTreeSet::new();
     if journal_tail {
+        let before = run.model.clone();
         run.change().context("changing after the last checkpoint")?;
         run.durable(false)?;
+        journal_touched = touched(&before, &run.model);
     }
     let model = std::mem::take(&mut run.model);
     if mid_checkpoint {
@@ -108,7 +115,20 @@ pub(super) fn build(seed: u64, mid_checkpoint: bool, rng: &mut StdRng) -> Result
         model,
         mid_checkpoint,
         journal_tail,
+        journal_touched,
     })
+}
+
+/// The inodes whose names or bytes differ between two models.
+fn touched(before: &Model, after: &Model) -> BTreeSet<u64> {
+    let mut out = BTreeSet::new();
+    for path in before.keys().chain(after.keys()) {
+        let (b, a) = (before.get(path), after.get(path));
+        if b != a {
+            out.extend(b.iter().chain(a.iter()).map(|n| n.ino));
+        }
+    }
+    out
 }
 
 fn named(ino: u64, kind: Kind, bytes: Vec<u8>) -> Named {

@@ -323,7 +323,10 @@ fn judge(image: &Image, damage: damage::Damage, flip: u8, tag: &str, out: &mut F
     };
     let mut bytes = image.bytes.clone();
     let span = damage::make(&mut bytes, &image.stale, damage, flip);
-    let hit: BTreeSet<u64> = image.truth.hit(&span).into_iter().collect();
+    let mut hit: BTreeSet<u64> = image.truth.hit(&span).into_iter().collect();
+    if damage.kind == MetaKind::JournalRecords && !span.is_empty() {
+        hit.extend(&image.truth.journal_touched);
+    }
     c.unchanged = u64::from(span.is_empty());
     c.files_hit = hit.len() as u64;
     let for_fsck = bytes.clone();

@@ -4,8 +4,9 @@
 //! Data structures: [`Truth`]: every inode (kind, bytes, paths), each metadata kind's
 //! places (device byte ranges a damage may start in), and each inode's own places (its
 //! file table entry, its map segment, its data: a directory's log, a link's target).
-//! Invariant: an inode's own places are the only ones whose damage "hits" it. Lock
-//! order: none.
+//! Invariant: an inode's own places are the only ones whose damage "hits" it, but for the
+//! journal: a damaged record costs the records from it on, so damage to the journal hits
+//! every inode changed after the last checkpoint. Lock order: none.
 
 use super::image::{Built, Model, Named, BLOCK};
 use super::{opts, MetaKind};
@@ -39,6 +40,9 @@ pub(super) struct Truth {
     pub(super) own: BTreeMap<u64, Vec<Range<u64>>>,
     /// Inodes whose map lives in a map segment (as of the last checkpoint).
     pub(super) long_maps: u64,
+    /// Inodes changed after the last checkpoint (their changes live in the journal only):
+    /// hit by any damage to the journal's records.
+    pub(super) journal_touched: std::collections::BTreeSet<u64>,
 }
 
 impl Truth {
@@ -86,6 +90,7 @@ pub(super) fn take(built: &Built) -> Result<Truth> {
         places: BTreeMap::new(),
         own: BTreeMap::new(),
         long_maps: 0,
+        journal_touched: built.journal_touched.clone(),
     };
     store_places(&mut truth, view.as_ref(), &vol)?;
     data_places(&mut truth, &vol)?;
