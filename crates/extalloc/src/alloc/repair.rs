@@ -73,8 +73,8 @@ impl Allocator {
         }
         let (old_free, new_free) = (state.bitmap.free_blocks(), new.free_blocks());
         debug_assert_eq!(
-            u64::from(old_free) + out.marked_used,
-            u64::from(new_free) + out.marked_free,
+            u64::from(old_free) + out.marked_free,
+            u64::from(new_free) + out.marked_used,
             "the counted changes are the bitmaps' difference"
         );
         shard.add(&shard.held.adjusted, u64::from(old_free));
