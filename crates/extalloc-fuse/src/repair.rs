@@ -241,12 +241,22 @@ pub fn salvage_lines(s: &Salvage) -> Vec<String> {
         ));
     }
     for (now, was) in &s.recovered {
-        out.push(match now == was {
-            true => format!("inode {now}: kept from its damaged table entry (its map survived)"),
-            false => format!("inode {now}: kept from a damaged table entry that named {was}"),
+        out.push(if s.restored.contains(now) {
+            format!(
+                "inode {now}: lost from the table, taken from the previous checkpoint's table \
+                 (its map survived; its bytes may be older)"
+            )
+        } else if now == was {
+            format!("inode {now}: kept from its damaged table entry (its map survived)")
+        } else {
+            format!("inode {now}: kept from a damaged table entry that named {was}")
         });
     }
-    for l in &s.lost {
+    for l in s
+        .lost
+        .iter()
+        .filter(|l| !l.id.is_some_and(|i| s.restored.contains(&i)))
+    {
         let who = l.id.map_or("a file".to_string(), |i| format!("inode {i}"));
         out.push(format!(
             "{who}: lost with its damaged table entry ({})",

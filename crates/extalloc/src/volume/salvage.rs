@@ -57,6 +57,10 @@ pub struct Salvage {
     pub changes_skipped: u64,
     /// The table's list of retired map segments was damaged: those segments leak.
     pub retired_lost: bool,
+    /// Files the damaged table lost that the previous checkpoint's table (in the other
+    /// area) still held with a map that survived: taken from it, so their bytes may be
+    /// older than at the last checkpoint. Also listed in `recovered` once settled.
+    pub restored: Vec<u64>,
 }
 
 /// A damaged table entry whose file could not be kept.
@@ -141,6 +145,16 @@ impl Volume {
             &mut segs,
             &mut report,
         );
+        if report.table_damaged {
+            kept.restore_previous(
+                &store,
+                dev.as_ref(),
+                &root,
+                &mut files,
+                &mut segs,
+                &mut report,
+            );
+        }
         let changes = changes_of(&records)?;
         report.changes_skipped = skipped(&files, &changes);
         let (mut files, mut meta, segs) =
@@ -213,6 +227,51 @@ struct Kept {
 }
 
 impl Kept {
+    /// Takes from the table in the other area (the previous checkpoint's, or the frames a
+    /// checkpoint cut short had written) every file the damaged table lost: an id no file
+    /// has now, below `next_id`, whose map survived (as a damaged entry's must). Its
+    /// bytes may be older than the lost entry's; each is reported in `restored`.
+    fn restore_previous(
+        &mut self,
+        store: &Store,
+        dev: &dyn Device,
+        root: &Root,
+        files: &mut BTreeMap<u64, ReplayFile>,
+        segs: &mut Segs,
+        report: &mut Salvage,
+    ) {
+        let bs = u64::from(store.geometry().block_size);
+        let area = root.areas[1 - root.active];
+        if area.len == 0 || store.geometry().validate(area).is_err() {
+            return;
+        }
+        let mut bytes = vec![0u8; (area.len * bs) as usize];
+        if dev.read_at(&mut bytes, area.start * bs).is_err() {
+            return;
+        }
+        let previous = super::table::salvage_table(&bytes);
+        let mut taken = taken_of(files, root, segs);
+        let fresh: Vec<u64> = self.fresh.iter().map(|(was, _, _)| *was).collect();
+        for (f, at) in previous.table.files.iter().zip(&previous.places) {
+            let known = files.contains_key(&f.id) || fresh.contains(&f.id);
+            if known || f.id == 0 || f.id >= root.next_id {
+                continue;
+            }
+            let Ok(entries) = survived(store, dev, f, &taken) else {
+                continue; // gone since (its blocks freed or taken), or never whole
+            };
+            entries
+                .iter()
+                .for_each(|(_, e, _)| taken.insert(e.start, e.len));
+            adopt_segment(store, f, segs, &mut taken);
+            let place = area.start * bs + at.start..area.start * bs + at.end;
+            self.now.insert(f.id, (f.id, place));
+            files.insert(f.id, kept_file(f, entries, bs));
+            report.restored.push(f.id);
+        }
+        debug_assert!(report.restored.iter().all(|id| files.contains_key(id)));
+    }
+
     /// Takes each damaged entry of `s` whose map survived (see [`survived`]) into `files`
     /// (its own id free and sane) or `fresh`; reports the others lost.
     #[allow(clippy::too_many_arguments)]
