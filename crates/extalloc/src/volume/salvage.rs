@@ -5,7 +5,9 @@
 //! (`table.rs`); a damaged entry whose body still decodes is kept if its map survived
 //! (every extent on the device outside its metadata, allocated, overlapping nothing kept
 //! so far, the logical ranges sorted and disjoint, a segment map's crc matching), else
-//! reported lost. Every map is read: a file whose map segment fails keeps its id, size and
+//! reported lost. When the table is damaged, the table in the other area (the previous
+//! checkpoint's) gives back each file the damaged one lost whose old map survives the same
+//! checks (`restored`: its bytes may be older). Every map is read: a file whose map segment fails keeps its id, size and
 //! attribute with an empty map. The journal's changes then apply (those naming a lost
 //! file do nothing, and are counted); a kept file that now shares a block with another is
 //! dropped. The next checkpoint writes all of it as a clean table.
