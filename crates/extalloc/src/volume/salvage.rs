@@ -6,18 +6,20 @@
 //! (every extent on the device outside its metadata, allocated, overlapping nothing kept
 //! so far, the logical ranges sorted and disjoint, a segment map's crc matching), else
 //! reported lost. When the table is damaged, the table in the other area (the previous
-//! checkpoint's) gives back each file the damaged one lost whose old map survives the same
-//! checks (`restored`: its bytes may be older). Every map is read: a file whose map segment fails keeps its id, size and
-//! attribute with an empty map. The journal's changes then apply (those naming a lost
-//! file do nothing, and are counted); a kept file that now shares a block with another is
+//! checkpoint's) gives back each file the damaged one lost whose old map survives the
+//! same checks (`restored`: its bytes may be older). Every map is read: a file whose map
+//! segment fails keeps its id, size and attribute with an empty map. The journal's
+//! changes then apply (those naming a lost file do nothing, and are counted; an unlink
+//! removes a kept file again); a kept file that now shares a block with another is
 //! dropped. The next checkpoint writes all of it as a clean table.
 //!
 //! Data structures: [`Salvage`] (the report), [`LostEntry`], [`ClearedMap`],
 //! [`FilePlace`]; `Kept` (the kept entries while the open goes on). Invariant: once the
 //! journal's changes apply, no kept file maps a block any other file maps, nor a block of
 //! the table areas or map segments; a segment is named again only if the table named it
-//! or it is allocated and clear of everything else (never freed twice). Locks: none of its own (the volume is not shared yet; `places`
-//! reads only the durable root and table).
+//! or it is allocated and clear of everything else (never freed twice). Locks: none of
+//! its own (the volume is not shared yet; `places` reads only the durable root and
+//! table).
 
 use super::checkpoint::{
     adopt_all, changes_of, read_table, replay, segs_of, volume_root, TableRead,
@@ -336,7 +338,11 @@ impl Kept {
             }
         }
         for (id, (was, bytes)) in self.now {
-            let f = &files[&id];
+            let Some(f) = files.get(&id) else {
+                // Removed by a journal change after the table (an unlink): nothing to keep.
+                report.restored.retain(|&r| r != id);
+                continue;
+            };
             assert!(f.loaded, "a kept file's map is read");
             let clash = f
                 .maps
