@@ -36,6 +36,11 @@ use extalloc::volume::{Salvage, Volume};
 use extalloc::Policy;
 use std::sync::Arc;
 
+/// Why a volume whose files hold no inode is not repaired as a file system.
+const NO_FILE_SYSTEM: &str = "the volume holds no file system (no file holds an inode: a \
+                              plain volume of `extalloc put`, or a file table that lost every \
+                              entry)";
+
 /// What [`repair`] changed.
 #[derive(Debug, Clone, Default)]
 pub struct RepairReport {
@@ -150,11 +155,15 @@ pub fn repair(dev: Arc<dyn Device>, policy: Policy) -> Result<RepairReport, Stri
         superblocks_rewritten,
         ..RepairReport::default()
     };
-    report.root_made = make_root_again(&vol)?;
-    report.inodes_remade = remake_inodes(&vol)?;
-    report.distrusted = distrust_kept(&vol, &report.salvage)?;
-    let (_, namespace) = scan::load(&vol, true)?;
-    report.namespace = namespace;
+    // A volume with no file yet (made by mkfs, never mounted) holds no namespace to check:
+    // the store's and the volume's repairs are all there is.
+    if !vol.list().is_empty() || report.salvage.table_damaged {
+        report.root_made = make_root_again(&vol)?;
+        report.inodes_remade = remake_inodes(&vol)?;
+        report.distrusted = distrust_kept(&vol, &report.salvage)?;
+        let (_, namespace) = scan::load(&vol, true)?;
+        report.namespace = namespace;
+    }
     vol.close()
         .map_err(|e| format!("cannot write the repairs home: {e}"))?;
     Ok(report)
@@ -173,7 +182,7 @@ fn make_root_again(vol: &Volume) -> Result<bool, String> {
         .filter(|f| vol.attr(f.id).is_ok_and(|b| Inode::decode(&b).is_some()))
         .count();
     if inodes == 0 {
-        return Err("the volume holds no file system (no file holds an inode)".into());
+        return Err(NO_FILE_SYSTEM.into());
     }
     let root = Inode::new(Kind::Dir, 0o755, 0, 0, 0);
     vol.create_at(ROOT, &root.encode())
@@ -195,7 +204,7 @@ fn remake_inodes(vol: &Volume) -> Result<Vec<(u64, Kind)>, String> {
         })
         .collect::<Result<_, String>>()?;
     if !blobs.iter().any(|(_, i)| i.is_some()) {
-        return Err("the volume holds no file system (no file holds an inode)".into());
+        return Err(NO_FILE_SYSTEM.into());
     }
     let mut out = Vec::new();
     for (id, _) in blobs.iter().filter(|(_, i)| i.is_none()) {

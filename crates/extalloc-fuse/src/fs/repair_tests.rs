@@ -264,3 +264,17 @@ fn a_lost_root_is_made_again_and_its_children_go_to_lost_and_found() {
         assert_eq!(&fs.read(ino, 0, 1 << 24).unwrap(), data, "{moved}");
     }
 }
+
+/// A volume made by mkfs and never mounted holds no file system yet: the repair finds
+/// nothing to do (and does not call it damage).
+#[test]
+fn a_fresh_volume_has_nothing_to_repair() {
+    let dev = device(46);
+    let geometry = extalloc::Geometry::new(4096, 1024, 8192).unwrap();
+    Volume::mkfs(dev.clone(), &geometry, 64, Policy::default())
+        .unwrap()
+        .close()
+        .unwrap();
+    let r = repair(dev.clone(), Policy::default()).unwrap();
+    assert!(!r.changed(), "{r:?}");
+}
