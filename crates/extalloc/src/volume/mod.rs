@@ -189,7 +189,8 @@ impl Volume {
         let (store, records) = Store::open(dev.clone(), policy)?;
         if !store.root().is_empty() || !records.is_empty() {
             return Err(Error::InvalidRequest(
-                "the store on this device is in use already: make a new one (mkfs) for a                  volume"
+                "the store on this device is in use already: make a new one (mkfs) for a \
+                 volume"
                     .into(),
             ));
         }
