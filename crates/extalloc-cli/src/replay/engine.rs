@@ -366,7 +366,7 @@ impl Replayer<'_> {
                 len: rlen,
                 goal,
                 ..
-            }) if rino == ino => (flags, rlen, Some(goal)),
+            }) if rino == ino => (flags, rlen, Some(self.clamped_goal(goal))),
             _ => (flags, len, None),
         };
         // Served at exactly its length, searched for without normalisation, and no
@@ -378,6 +378,17 @@ impl Replayer<'_> {
             && len == asked
             && flight.search.is_some_and(|(orig, goal)| orig == goal);
         (flags, complete, goal)
+    }
+
+    /// A traced goal as the kernel used it: one outside the device (`pleft + 1` of a file
+    /// ending at the last block) is the first data block (`ext4_mb_initialize_context`).
+    fn clamped_goal(&self, goal: u64) -> u64 {
+        let g = self.alloc.allocator().geometry();
+        if goal < g.blocks_count {
+            goal
+        } else {
+            u64::from(g.block_size == 1024) // s_first_data_block
+        }
     }
 
     /// Our block after our copy of kernel block `goal - 1`, if that block is kernel

@@ -186,6 +186,29 @@ mod tests {
         }
     }
 
+    /// A file ending at the device's last block makes the kernel ask for the block count
+    /// as its goal (and clamp it): a trace of a full device replays at its true geometry.
+    #[test]
+    fn a_goal_at_the_block_count_names_no_block() {
+        let dir = std::env::temp_dir().join(format!("extalloc-goal-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let trace = dir.join("t.trace.txt");
+        let request = Traced {
+            event: Event::Request {
+                ino: 12,
+                flags: Default::default(),
+                len: 8,
+                lblk: 0,
+                goal: 2_097_152,
+            },
+            ..alloc_at(0, 1)
+        };
+        let events = [alloc_at(2_097_144, 8), request];
+        let g = resolve(&trace, None, &events, Some(2_097_152), None, None).unwrap();
+        assert_eq!(g.geometry.blocks_count, 2_097_152);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
     #[test]
     fn blocks_past_the_described_device_are_refused_with_the_fix() {
         let dir = std::env::temp_dir().join(format!("extalloc-geo-{}", std::process::id()));

@@ -89,9 +89,12 @@ impl Event {
 
     /// The end of the highest block the event names (for the geometry check), if it names
     /// any; `u64::MAX` when the end overflows (no device holds it).
+    /// A request's goal names no block: the kernel asks for `pleft + 1`, the device's block
+    /// count when a file ends at its last block, and clamps a goal outside the device to
+    /// the first data block itself (`ext4_mb_initialize_context`).
     pub fn highest_block_end(&self) -> Option<u64> {
         match self {
-            Event::Request { goal, .. } => Some(goal.saturating_add(1)),
+            Event::Request { .. } => None,
             Event::Allocate { block, len, .. } => Some(block.saturating_add(*len)),
             Event::Free { block, count, .. } => Some(block.saturating_add(*count)),
             _ => None,
