@@ -196,6 +196,14 @@ impl Filesystem for FuseFs {
         if let Err(missing) = config.add_capabilities(fuser::InitFlags::FUSE_HANDLE_KILLPRIV_V2) {
             log::warn!("the kernel does not offer {missing:?}: it clears set-id bits itself");
         }
+        // File handles (`name_to_handle_at`, NFS export) name a node id and generation
+        // (always 0: a volume never hands an inode number out twice). With export support
+        // the kernel looks up "." of a node id it no longer holds (after a cache drop, or a
+        // remount: inode numbers are the volume's file ids, stable on the device) and ".."
+        // for its parent, instead of failing with ESTALE (`Fs::lookup` answers both).
+        if let Err(missing) = config.add_capabilities(fuser::InitFlags::FUSE_EXPORT_SUPPORT) {
+            log::warn!("the kernel does not offer {missing:?}: file handles go stale");
+        }
         Ok(())
     }
 
