@@ -145,6 +145,27 @@ impl FuseFs {
     }
 }
 
+/// The attributes of a negative lookup reply: node id 0 (the rest is not read).
+fn negative_entry() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: SystemTime::UNIX_EPOCH,
+        mtime: SystemTime::UNIX_EPOCH,
+        ctime: SystemTime::UNIX_EPOCH,
+        crtime: SystemTime::UNIX_EPOCH,
+        kind: fuser::FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 0,
+        flags: 0,
+    }
+}
+
 fn errno(e: FsErrno) -> Errno {
     Errno::from_i32(e.0)
 }
@@ -208,7 +229,17 @@ impl Filesystem for FuseFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.entry(self.fs.lookup(parent.0, name.as_bytes()), reply);
+        match self.fs.lookup(parent.0, name.as_bytes()) {
+            // A name that is not there: node id 0 with the entry timeout, so the kernel
+            // caches the miss (a negative dentry) instead of asking again at every stat or
+            // open of a missing name. Every name is made through the kernel, which replaces
+            // the negative entry when it makes one; nothing makes names behind its back
+            // while the mount is served.
+            Err(FsErrno(libc::ENOENT)) => {
+                reply.entry(&TTL, &negative_entry(), Generation(0));
+            }
+            r => self.entry(r, reply),
+        }
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
