@@ -116,16 +116,19 @@ impl Volume {
     /// home.
     ///
     /// Runs right after an open, before any other call (refused once files hold
-    /// preallocations or frees are pending, with nothing changed). Fails with the file's
+    /// preallocations, cached data waits for placement or frees are pending, with nothing
+    /// changed). Fails with the file's
     /// error when a file's map cannot be read (a damaged map segment: open with
     /// [`Volume::open_salvaging`] first), changing nothing.
     pub fn rebuild_allocation(&self) -> Result<crate::store::Rebuilt> {
         let _closed = self.gate.write();
-        assert_eq!(
-            *self.delalloc.lock(),
-            0,
-            "a rebuild runs with no data cached unplaced"
-        );
+        let cached = *self.delalloc.lock();
+        if cached > 0 {
+            return Err(crate::error::Error::InvalidRequest(format!(
+                "the allocation is rebuilt only at rest, and {cached} blocks are reserved for \
+                 cached data not yet placed: rebuild right after opening"
+            )));
+        }
         let mut owned: Vec<Extent> = Vec::new();
         let files: Vec<_> = self.files.read().values().cloned().collect();
         for f in files {
