@@ -5,7 +5,8 @@
 # that need root make and trace an ext4 loop mount instead of skipping; fio, which the
 # writeback comparison runs on that mount; and for the mount tests (scripts/fs-tools.sh
 # adds the crates.io tools): fuse3 (fusermount3), fsmark (fs_mark, for compare-fs), and
-# libacl1-dev and acl, which pjdfstest links.
+# libacl1-dev and acl, which pjdfstest links (setfacl/getfacl also check the mount's ACLs);
+# attr (setfattr/getfattr), with which the mount tests check extended attributes.
 set -euo pipefail
 missing=()
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
@@ -23,6 +24,7 @@ command -v fusermount3 >/dev/null 2>&1 || missing+=(fuse3)
 command -v fs_mark >/dev/null 2>&1 || missing+=(fsmark)
 [[ -e /usr/include/sys/acl.h ]] || missing+=(libacl1-dev)
 command -v setfacl >/dev/null 2>&1 || missing+=(acl)
+command -v setfattr >/dev/null 2>&1 || missing+=(attr)
 if [[ ${#missing[@]} -eq 0 ]]; then
   exit 0
 fi

@@ -135,6 +135,33 @@ for job in seed003 seq mixed; do
   echo "fio $job: written and verified ($(grep -m1 -o 'WRITE: bw=[^ ]*' "$WORK/$job.out"))"
 done
 
+step "extended attributes: set, copied by cp -a and tar --xattrs, kept across a remount"
+mkdir "$MNT/xa"
+echo data >"$MNT/xa/f"
+setfattr -n user.small -v hello "$MNT/xa/f"
+setfattr -n trusted.t -v 1 "$MNT/xa/f"
+head -c 60000 /dev/urandom | base64 -w0 >"$WORK/big.txt" # spills out of the inode
+setfattr -n user.big -v "$(cat "$WORK/big.txt")" "$MNT/xa/f"
+cp -a "$MNT/xa/f" "$MNT/xa/copy"
+(cd "$MNT/xa" && tar --xattrs --xattrs-include='*' -cf "$WORK/xa.tar" f)
+mkdir "$MNT/xa/untar"
+tar --xattrs --xattrs-include='*' -xf "$WORK/xa.tar" -C "$MNT/xa/untar"
+if setfattr -n user.x -v 1 "$MNT/xa/none" 2>/dev/null; then
+  echo "setfattr on a missing file succeeded" >&2; exit 1
+fi
+do_umount
+do_mount
+for f in f copy untar/f; do
+  [[ $(getfattr --only-values -n user.small "$MNT/xa/$f") == hello ]] \
+    || { echo "user.small of xa/$f lost" >&2; exit 1; }
+  [[ $(getfattr --only-values -n user.big "$MNT/xa/$f") == "$(cat "$WORK/big.txt")" ]] \
+    || { echo "user.big of xa/$f lost" >&2; exit 1; }
+done
+[[ $(getfattr --only-values -n trusted.t "$MNT/xa/f") == 1 ]] || { echo "trusted.t lost" >&2; exit 1; }
+setfattr -x user.big "$MNT/xa/f"
+if getfattr -n user.big "$MNT/xa/f" 2>/dev/null; then echo "user.big not removed" >&2; exit 1; fi
+echo "extended attributes: inline and spilled values kept through cp -a, tar and a remount"
+
 step "unmount and fsck"
 do_umount
 "$BIN" fsck "$IMG"

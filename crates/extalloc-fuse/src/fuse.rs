@@ -16,10 +16,12 @@ use crate::fs::data::{SetAttr, SetTime};
 use crate::fs::names::NewNode;
 use crate::fs::{Attr, Caller, Errno as FsErrno, Fs};
 use crate::inode::{Kind, Time};
+use crate::replies::{negative_entry, xattr_reply};
 use fuser::{
     Errno, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig,
     LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
 };
 use parking_lot::Mutex;
 use std::ffi::OsStr;
@@ -146,26 +148,6 @@ impl FuseFs {
 }
 
 /// The attributes of a negative lookup reply: node id 0 (the rest is not read).
-fn negative_entry() -> FileAttr {
-    FileAttr {
-        ino: INodeNo(0),
-        size: 0,
-        blocks: 0,
-        atime: SystemTime::UNIX_EPOCH,
-        mtime: SystemTime::UNIX_EPOCH,
-        ctime: SystemTime::UNIX_EPOCH,
-        crtime: SystemTime::UNIX_EPOCH,
-        kind: fuser::FileType::RegularFile,
-        perm: 0,
-        nlink: 0,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        blksize: 0,
-        flags: 0,
-    }
-}
-
 fn errno(e: FsErrno) -> Errno {
     Errno::from_i32(e.0)
 }
@@ -575,5 +557,34 @@ impl Filesystem for FuseFs {
             self.mode_changed(ino.0);
         }
         empty(r.map(|_| ()), reply);
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        empty(
+            self.fs.setxattr(ino.0, name.as_bytes(), value, flags),
+            reply,
+        );
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        xattr_reply(self.fs.getxattr(ino.0, name.as_bytes()), size, reply);
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        // Privilege as the uid says: FUSE passes no capabilities.
+        xattr_reply(self.fs.listxattr(ino.0, req.uid() == 0), size, reply);
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty(self.fs.removexattr(ino.0, name.as_bytes()), reply);
     }
 }

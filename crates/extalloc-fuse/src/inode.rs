@@ -4,10 +4,14 @@
 //! Data structures: [`Inode`] (kind, permission bits, owner, link count, device number,
 //! three timestamps) and its fixed 64-byte encoding, which starts with [`MAGIC`] and a
 //! version byte so that a volume made by `extalloc put` (whose blobs hold file names) is
-//! told apart from a file system.
+//! told apart from a file system. Version 1 is the 64 bytes alone; version 2 has a tail
+//! after them: where the inode's extended attributes are (`xattr.rs`). An inode without
+//! attributes is still written as version 1.
 //!
-//! Invariant: `decode(encode(i)) == i` for every inode; a blob that is not 64 bytes, does
-//! not start with the magic or names an unknown kind or version is refused, never guessed.
+//! Invariant: `decode(encode_with_tail(i, t)) == i` and [`tail`] gives `t` back, for every
+//! inode and tail; a blob of version 1 that is not 64 bytes, of version 2 without a tail,
+//! that does not start with the magic or names an unknown kind or version is refused,
+//! never guessed. Whoever rewrites an inode keeps its tail ([`rewrite`]).
 //!
 //! Lock order: none (plain values).
 
@@ -15,8 +19,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// First bytes of every inode blob.
 pub const MAGIC: &[u8; 4] = b"EXFS";
-/// The encoding's version.
+/// The encoding's version without a tail.
 const VERSION: u8 = 1;
+/// The encoding's version with a tail (extended attributes).
+const VERSION_TAIL: u8 = 2;
 /// Bytes of an encoded inode.
 pub const INODE_BYTES: usize = 64;
 
@@ -195,7 +201,17 @@ impl Inode {
         }
     }
 
-    /// The 64-byte blob.
+    /// The blob with `tail` after the 64 bytes (version 2), or without one (version 1).
+    pub fn encode_with_tail(&self, tail: &[u8]) -> Vec<u8> {
+        let mut out = self.encode();
+        if !tail.is_empty() {
+            out[4] = VERSION_TAIL;
+            out.extend_from_slice(tail);
+        }
+        out
+    }
+
+    /// The 64-byte blob (no tail: no extended attributes).
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(INODE_BYTES);
         out.extend_from_slice(MAGIC);
@@ -213,9 +229,15 @@ impl Inode {
         out
     }
 
-    /// Reads a blob; `None` when it is not an inode of this version.
+    /// Reads a blob (its first 64 bytes; [`tail`] gives the rest); `None` when it is not
+    /// an inode of a known version.
     pub fn decode(b: &[u8]) -> Option<Inode> {
-        if b.len() != INODE_BYTES || &b[..4] != MAGIC || b[4] != VERSION {
+        let whole = match b.get(4) {
+            Some(&VERSION) => b.len() == INODE_BYTES,
+            Some(&VERSION_TAIL) => b.len() > INODE_BYTES,
+            _ => false,
+        };
+        if !whole || &b[..4] != MAGIC {
             return None;
         }
         let kind = Kind::from_code(b[5])?;
@@ -242,6 +264,19 @@ impl Inode {
     }
 }
 
+/// The tail of an inode's blob (the bytes after the inode; empty for version 1).
+pub fn tail(blob: &[u8]) -> &[u8] {
+    blob.get(INODE_BYTES..).unwrap_or_default()
+}
+
+/// `blob` with its inode replaced by `inode` and its tail kept: how every repair that
+/// changes an inode's fields writes it back, so its extended attributes stay.
+pub fn rewrite(blob: &[u8], inode: &Inode) -> Vec<u8> {
+    let out = inode.encode_with_tail(tail(blob));
+    debug_assert_eq!(Inode::decode(&out).as_ref(), Some(inode));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,6 +293,11 @@ mod tests {
             let b = i.encode();
             prop_assert_eq!(b.len(), INODE_BYTES);
             prop_assert_eq!(Inode::decode(&b), Some(i));
+            let with = i.encode_with_tail(&[2, 7, 0, 0, 0, 0, 0, 0, 0]);
+            prop_assert_eq!(Inode::decode(&with), Some(i));
+            prop_assert_eq!(tail(&with), &[2, 7, 0, 0, 0, 0, 0, 0, 0]);
+            let again = rewrite(&with, &i);
+            prop_assert_eq!(tail(&again), tail(&with));
         }
 
         #[test]
@@ -271,6 +311,12 @@ mod tests {
         let good = Inode::new(Kind::File, 0o644, 0, 0, 0).encode();
         assert!(Inode::decode(&good).is_some());
         assert!(Inode::decode(b"name=hello.txt").is_none());
+        let mut bad = good.clone();
+        bad[4] = 2;
+        assert!(Inode::decode(&bad).is_none(), "version 2 without its tail");
+        let mut bad = good.clone();
+        bad.push(0);
+        assert!(Inode::decode(&bad).is_none(), "version 1 with a tail");
         let mut bad = good.clone();
         bad[4] = 9;
         assert!(Inode::decode(&bad).is_none(), "unknown version");

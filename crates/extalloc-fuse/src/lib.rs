@@ -11,8 +11,8 @@
 //! - [`repair`]: `extalloc fsck --repair`, the file system repaired offline.
 //! - [`umount`]: `extalloc umount`, which unmounts and waits until the daemon has
 //!   released the device ([`mountinfo`] finds the device from the mount point).
-//! - `inode.rs` and `dir.rs`: what the file system keeps in each volume file's attribute
-//!   blob and in a directory's data.
+//! - `inode.rs`, `dir.rs` and `xattr.rs`: what the file system keeps in each volume
+//!   file's attribute blob, in a directory's data and in an extended attribute spill file.
 //!
 //! `docs/mount.md` describes the layout, the crash behaviour and what the outside tools
 //! (fsx, pjdfstest, fio) check.
@@ -28,4 +28,6 @@ pub mod inode;
 pub mod mount;
 pub mod mountinfo;
 pub mod repair;
+mod replies;
 pub mod umount;
+pub mod xattr;

@@ -14,10 +14,14 @@
 //! 3. Inodes (pass 1): a volume file whose attribute blob is not an inode gets a new one
 //!    (a directory when its data reads as a directory log, else a regular file; mode 0600
 //!    or 0700, owner root, one link), so its data is kept and the namespace pass names it.
+//!    A spill file of extended attributes is not an inode and keeps its blob; an inode
+//!    whose extended attributes are damaged (a tail that does not decode, a spill file
+//!    that fails its checksum or names another owner) loses them, and keeps its data.
 //! 4. Namespace (passes 2-4, what mount repairs too, `fs/scan.rs`): unnamed inodes with
 //!    links into `/lost+found` as `#INODE` with their data, entries naming nothing
 //!    dropped, damaged directory logs cut or rewritten from what survives, link counts
-//!    set to the names found, orphans (link count 0, no name) removed.
+//!    set to the names found, orphans (link count 0, no name) removed, spill files no inode
+//!    names removed.
 //! 5. A checkpoint writes everything home; the device is closed.
 //!
 //! Every change is reported ([`RepairReport::changes`]). Nothing that holds data is removed
@@ -29,7 +33,8 @@
 //! of its own (the volume's device is opened exclusively by the caller's device).
 
 use crate::fs::{scan, NamespaceReport, ROOT};
-use crate::inode::{Inode, Kind};
+use crate::inode::{self, Inode, Kind};
+use crate::xattr;
 use extalloc::disk::device::Device;
 use extalloc::store::Rebuilt;
 use extalloc::volume::{Salvage, Volume};
@@ -57,6 +62,8 @@ pub struct RepairReport {
     pub inodes_remade: Vec<(u64, Kind)>,
     /// The root directory was lost (its table entry with it) and made again, empty.
     pub root_made: bool,
+    /// Inodes whose damaged extended attributes were dropped, with why.
+    pub xattrs_dropped: Vec<(u64, String)>,
     /// What the namespace pass found and repaired.
     pub namespace: NamespaceReport,
 }
@@ -69,6 +76,7 @@ impl RepairReport {
             || !self.salvage.clean()
             || !self.inodes_remade.is_empty()
             || self.root_made
+            || !self.xattrs_dropped.is_empty()
             || !self.namespace.clean()
     }
 
@@ -113,7 +121,17 @@ impl RepairReport {
                 }
             ));
         }
+        for (ino, why) in &self.xattrs_dropped {
+            out.push(format!(
+                "inode {ino}: extended attributes damaged ({why}): dropped, the file kept"
+            ));
+        }
         let n = &self.namespace;
+        for id in &n.stray_xattrs {
+            out.push(format!(
+                "volume file {id}: extended attributes of an inode that is gone: removed"
+            ));
+        }
         let lines = n.bad_entries.iter().chain(&n.link_counts).chain(&n.logs);
         out.extend(lines.map(|l| format!("fixed: {l}")));
         for ino in &n.lost_found {
@@ -161,6 +179,7 @@ pub fn repair(dev: Arc<dyn Device>, policy: Policy) -> Result<RepairReport, Stri
         report.root_made = make_root_again(&vol)?;
         report.inodes_remade = remake_inodes(&vol)?;
         report.distrusted = distrust_kept(&vol, &report.salvage)?;
+        report.xattrs_dropped = drop_damaged_xattrs(&vol)?;
         let (_, namespace) = scan::load(&vol, true)?;
         report.namespace = namespace;
     }
@@ -208,6 +227,10 @@ fn remake_inodes(vol: &Volume) -> Result<Vec<(u64, Kind)>, String> {
     }
     let mut out = Vec::new();
     for (id, _) in blobs.iter().filter(|(_, i)| i.is_none()) {
+        let blob = vol.attr(*id).map_err(|e| e.to_string())?;
+        if xattr::spill_owner(&blob).is_some() {
+            continue; // extended attributes, not an inode
+        }
         let kind = if *id == ROOT || reads_as_dir_log(vol, *id)? {
             Kind::Dir
         } else {
@@ -317,10 +340,24 @@ fn distrust_kept(vol: &Volume, s: &Salvage) -> Result<Vec<(u64, String)>, String
             what.push("a directory whose data is no directory log: made a regular file");
         }
         if !what.is_empty() {
-            vol.set_attr(id, &inode.encode())
+            vol.set_attr(id, &inode::rewrite(&blob, &inode))
                 .map_err(|e| format!("cannot set inode {id}: {e}"))?;
             out.push((id, what.join("; ")));
         }
     }
     Ok(out)
+}
+
+/// Drops the extended attributes the namespace check finds damaged: each such inode's
+/// blob loses its tail (its spill file, if any, is then stray and removed by the namespace
+/// pass). Returns them with why.
+fn drop_damaged_xattrs(vol: &Volume) -> Result<Vec<(u64, String)>, String> {
+    let found = scan::check(vol)?.damaged_xattrs;
+    for (ino, _) in &found {
+        let blob = vol.attr(*ino).map_err(|e| e.to_string())?;
+        let inode = Inode::decode(&blob).expect("a damaged set is found on an inode");
+        vol.set_attr(*ino, &inode.encode())
+            .map_err(|e| format!("cannot drop inode {ino}'s extended attributes: {e}"))?;
+    }
+    Ok(found)
 }

@@ -43,11 +43,15 @@ mod repair_tests;
 pub(crate) mod scan;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod xattr_tests;
+mod xattrs;
 
 pub use scan::{check, paths, NamespaceReport};
 
 use crate::dir::DirLog;
 use crate::inode::{Inode, Kind};
+use crate::xattr::{Tail, Xattrs};
 use extalloc::volume::Volume;
 use extalloc::writeback::{Buffered, WritebackOptions};
 use parking_lot::{Mutex, RwLock};
@@ -138,6 +142,39 @@ pub(crate) struct Node {
     pub(crate) lookups: u64,
     /// Times changed in memory and not yet written to the volume.
     pub(crate) attr_dirty: bool,
+    /// Extended attributes (`xattrs.rs`), loaded at mount.
+    pub(crate) xattrs: Xattrs,
+    /// The spill file holding them, when they do not fit the inode's blob.
+    pub(crate) spill: Option<u64>,
+}
+
+impl Node {
+    /// A node of `inode` with no directory, no attributes, nothing open or looked up.
+    pub(crate) fn plain(inode: Inode) -> Node {
+        Node {
+            inode,
+            dir: None,
+            open: 0,
+            lookups: 0,
+            attr_dirty: false,
+            xattrs: Xattrs::new(),
+            spill: None,
+        }
+    }
+
+    /// Where its extended attributes are, as its blob's tail says.
+    pub(crate) fn tail(&self) -> Tail {
+        match self.spill {
+            Some(id) => Tail::Spill(id),
+            None if self.xattrs.is_empty() => Tail::None,
+            None => Tail::Inline(self.xattrs.clone()),
+        }
+    }
+
+    /// Its attribute blob: the inode and where its extended attributes are.
+    pub(crate) fn blob(&self) -> Vec<u8> {
+        self.inode.encode_with_tail(&self.tail().encode())
+    }
 }
 
 /// One entry of an open directory's snapshot: name, inode, kind.
@@ -246,10 +283,9 @@ impl Fs {
                 .collect()
         };
         for ino in orphans {
-            self.vol
-                .unlink(ino)
+            let mut ns = self.ns.write();
+            self.remove_inode(&mut ns, ino)
                 .map_err(|e| format!("cannot remove unlinked inode {ino}: {e}"))?;
-            self.ns.write().nodes.remove(&ino);
         }
         self.sync().map_err(|e| format!("cannot sync: {e}"))?;
         self.vol
@@ -321,8 +357,7 @@ impl Fs {
 
     /// Writes `ino`'s attributes to the volume now.
     pub(crate) fn persist(&self, ns: &mut Ns, ino: u64) -> FsResult<()> {
-        let n = ns.node_mut(ino)?;
-        let blob = n.inode.encode();
+        let blob = ns.node(ino)?.blob();
         self.vol.set_attr(ino, &blob)?;
         // Clean only once written: a failed write leaves the times for the next try.
         ns.node_mut(ino)?.attr_dirty = false;
@@ -336,8 +371,24 @@ impl Fs {
             .get(&ino)
             .is_some_and(|n| n.inode.nlink == 0 && n.open == 0 && n.lookups == 0);
         if gone {
-            self.vol.unlink(ino)?;
-            ns.nodes.remove(&ino);
+            self.remove_inode(ns, ino)?;
+        }
+        Ok(())
+    }
+
+    /// Unlinks `ino`'s volume file, then its extended attributes' spill file (a crash
+    /// between the two leaves a stray spill file, which mount removes), and forgets it.
+    fn remove_inode(&self, ns: &mut Ns, ino: u64) -> FsResult<()> {
+        let spill = ns.node(ino)?.spill;
+        debug_assert_eq!(
+            ns.node(ino)?.inode.nlink,
+            0,
+            "only an inode no name refers to"
+        );
+        self.vol.unlink(ino)?;
+        ns.nodes.remove(&ino);
+        if let Some(s) = spill {
+            self.vol.volume().unlink(s)?;
         }
         Ok(())
     }
@@ -379,8 +430,6 @@ pub(crate) fn dir_node(inode: Inode, log: &DirLog, parent: u64) -> Node {
             live: crate::dir::live_bytes(log.entries.keys()),
             mapped_to: 0,
         }),
-        open: 0,
-        lookups: 0,
-        attr_dirty: false,
+        ..Node::plain(inode)
     }
 }

@@ -148,11 +148,9 @@ impl Fs {
         ns.nodes.insert(
             ino,
             Node {
-                inode,
                 dir,
-                open: 0,
                 lookups: 1,
-                attr_dirty: false,
+                ..Node::plain(inode)
             },
         );
         self.attr_of(&ns, ino)

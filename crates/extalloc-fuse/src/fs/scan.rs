@@ -14,7 +14,13 @@
 //! - a **link count** that disagrees with the names found: set to what was found;
 //! - an **entry** naming an inode that does not exist, or a second name of a directory
 //!   (a rename cut between its add and its remove): dropped;
-//! - a **torn log** tail (a record cut short): cut off.
+//! - a **torn log** tail (a record cut short): cut off;
+//! - a **stray spill file** of extended attributes (its inode was removed and the crash
+//!   came before its spill file was): removed.
+//!
+//! Extended attributes whose bytes fail their checks (a blob's tail that does not decode,
+//! a spill file that is damaged or names another owner) are damage: mount refuses them,
+//! and `fsck --repair` drops them (`damaged_xattrs`).
 //!
 //! Data structures: [`NamespaceReport`] lists what was found; `load` builds the nodes.
 //!
@@ -25,7 +31,8 @@
 
 use super::{dir_node, Node, ROOT};
 use crate::dir::{record, DirLog};
-use crate::inode::{Inode, Kind};
+use crate::inode::{self, Inode, Kind};
+use crate::xattr::{self, Tail};
 use extalloc::volume::{Fallocate, Volume};
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -59,6 +66,11 @@ pub struct NamespaceReport {
     pub link_counts: Vec<String>,
     /// Directory logs with a torn tail or a record that contradicts the log (cut at mount).
     pub logs: Vec<String>,
+    /// Spill files of extended attributes no inode names (removed at mount).
+    pub stray_xattrs: Vec<u64>,
+    /// Inodes whose extended attributes are damaged, with why: mount refuses them, and
+    /// `fsck --repair` drops those attributes.
+    pub damaged_xattrs: Vec<(u64, String)>,
 }
 
 impl NamespaceReport {
@@ -71,13 +83,16 @@ impl NamespaceReport {
             && self.bad_entries.is_empty()
             && self.link_counts.is_empty()
             && self.logs.is_empty()
+            && self.stray_xattrs.is_empty()
+            && self.damaged_xattrs.is_empty()
     }
 
     /// A one-line summary of the repairs.
     pub fn summary(&self) -> String {
         format!(
             "{} orphans, {} damaged inodes, {} unnamed inodes{}, {} bad entries, {} link \
-             counts, {} damaged directory logs",
+             counts, {} damaged directory logs, {} stray and {} damaged extended attribute \
+             sets",
             self.orphans.len(),
             self.damaged_inodes.len(),
             self.unnamed.len(),
@@ -87,7 +102,9 @@ impl NamespaceReport {
             },
             self.bad_entries.len(),
             self.link_counts.len(),
-            self.logs.len()
+            self.logs.len(),
+            self.stray_xattrs.len(),
+            self.damaged_xattrs.len()
         )
     }
 }
@@ -155,7 +172,8 @@ fn load_once(vol: &Volume, repair: bool) -> Result<(HashMap<u64, Node>, Namespac
             ));
             inode.nlink = want;
             if repair {
-                vol.set_attr(ino, &inode.encode())
+                let blob = vol.attr(ino).map_err(|e| e.to_string())?;
+                vol.set_attr(ino, &inode::rewrite(&blob, inode))
                     .map_err(|e| format!("cannot set inode {ino}'s link count: {e}"))?;
             }
         }
@@ -167,26 +185,91 @@ fn load_once(vol: &Volume, repair: bool) -> Result<(HashMap<u64, Node>, Namespac
         }
         let node = match inode.kind {
             Kind::Dir => dir_node(*inode, &logs[&ino], walk.parent[&ino]),
-            _ => Node {
-                inode: *inode,
-                dir: None,
-                open: 0,
-                lookups: 0,
-                attr_dirty: false,
-            },
+            _ => Node::plain(*inode),
         };
         nodes.insert(ino, node);
     }
     report.orphans.sort_unstable();
     report.unnamed.sort_unstable();
+    load_xattrs(vol, &mut nodes, repair, &mut report)?;
     if repair {
         drop_bad_entries(vol, &walk.drop, &mut nodes)?;
         for &ino in &report.orphans {
             vol.unlink(ino)
                 .map_err(|e| format!("cannot remove orphan inode {ino}: {e}"))?;
         }
+        // After the orphans: their spill files are stray now.
+        for &id in &report.stray_xattrs {
+            vol.unlink(id)
+                .map_err(|e| format!("cannot remove stray attribute file {id}: {e}"))?;
+        }
     }
     Ok((nodes, report))
+}
+
+/// Every node's extended attributes, from its blob's tail and spill file; spill files no
+/// node names (an orphan's among them) go to `stray_xattrs`, damage to `damaged_xattrs`.
+/// With `repair` (mount), damage is refused: `fsck --repair` drops it.
+fn load_xattrs(
+    vol: &Volume,
+    nodes: &mut HashMap<u64, Node>,
+    repair: bool,
+    report: &mut NamespaceReport,
+) -> Result<(), String> {
+    let mut spills = HashMap::new();
+    for f in vol.list() {
+        let blob = vol.attr(f.id).map_err(|e| e.to_string())?;
+        if let Some(owner) = xattr::spill_owner(&blob) {
+            spills.insert(f.id, owner);
+        }
+    }
+    let mut named = HashSet::new();
+    for (&ino, node) in nodes.iter_mut() {
+        let blob = vol.attr(ino).map_err(|e| e.to_string())?;
+        let damage = match Tail::decode(inode::tail(&blob)) {
+            None => Some("its inode's tail does not decode".to_string()),
+            Some(Tail::None) => None,
+            Some(Tail::Inline(set)) => {
+                node.xattrs = set;
+                None
+            }
+            Some(Tail::Spill(id)) if spills.get(&id) != Some(&ino) => Some(format!(
+                "its spill file {id} is missing or names another inode"
+            )),
+            Some(Tail::Spill(id)) => {
+                named.insert(id);
+                let size = vol.size(id).map_err(|e| e.to_string())?;
+                let data = vol.read(id, 0, size).map_err(|e| e.to_string())?;
+                match xattr::read_spill(&data) {
+                    Some(set) => {
+                        node.xattrs = set;
+                        node.spill = Some(id);
+                        None
+                    }
+                    None => Some(format!("its spill file {id} fails its checksum")),
+                }
+            }
+        };
+        if let Some(why) = damage {
+            report.damaged_xattrs.push((ino, why));
+        }
+    }
+    report.damaged_xattrs.sort_unstable();
+    report.stray_xattrs = spills.into_keys().filter(|s| !named.contains(s)).collect();
+    report.stray_xattrs.sort_unstable();
+    if repair && !report.damaged_xattrs.is_empty() {
+        return Err(format!(
+            "the extended attributes of inodes {:?} are damaged ({}): run `extalloc fsck \
+             --repair`, which drops them and keeps the files",
+            report
+                .damaged_xattrs
+                .iter()
+                .map(|d| d.0)
+                .collect::<Vec<_>>(),
+            report.damaged_xattrs[0].1
+        ));
+    }
+    Ok(())
 }
 
 /// Links every inode no name refers to but whose link count says it has names into
@@ -287,7 +370,7 @@ fn add_link(vol: &Volume, ino: u64, n: u32) -> Result<(), String> {
     let blob = vol.attr(ino).map_err(|e| e.to_string())?;
     let mut inode = Inode::decode(&blob).ok_or(format!("inode {ino} does not decode"))?;
     inode.nlink += n;
-    vol.set_attr(ino, &inode.encode())
+    vol.set_attr(ino, &inode::rewrite(&blob, &inode))
         .map_err(|e| format!("cannot set inode {ino}'s link count: {e}"))
 }
 
@@ -368,6 +451,8 @@ fn read_inodes(vol: &Volume) -> Result<(HashMap<u64, Inode>, Vec<u64>), String> 
         let blob = vol.attr(f.id).map_err(|e| e.to_string())?;
         match Inode::decode(&blob) {
             Some(inode) => drop(inodes.insert(f.id, inode)),
+            // Extended attributes of an inode (`load_xattrs`), not an inode.
+            None if xattr::spill_owner(&blob).is_some() => {}
             None => {
                 first_bad.get_or_insert((f.id, blob));
                 damaged.push(f.id);

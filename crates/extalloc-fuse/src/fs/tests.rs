@@ -68,6 +68,18 @@ fn contents(fs: &Fs, path: &str) -> FsResult<Vec<u8>> {
     fs.read(ino, 0, 1 << 24)
 }
 
+/// The daemon dies with `fs` (nothing more reaches the device), and the device loses half
+/// its unsynced writes, some torn.
+pub(super) fn crash(fs: Fs, dev: &Arc<FaultDevice<MemDevice>>) {
+    dev.fail_writes(true);
+    drop(fs);
+    dev.crash(Crash::Random {
+        keep: 0.5,
+        tear: true,
+    })
+    .unwrap();
+}
+
 /// Every volume check and the namespace check are clean after an unmount.
 fn assert_clean(dev: &Arc<FaultDevice<MemDevice>>) {
     let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
@@ -356,13 +368,7 @@ fn directory_logs_are_compacted_and_survive_crashes_while_compacting() {
             assert!(start > 0, "4,000 creates and removes compacted the log");
             fs.unmount().unwrap();
         } else {
-            dev.fail_writes(true);
-            drop(fs);
-            dev.crash(Crash::Random {
-                keep: 0.5,
-                tear: true,
-            })
-            .unwrap();
+            crash(fs, &dev);
         }
         let (fs, _) = remount(&dev);
         for i in 0..50 {

@@ -1,0 +1,148 @@
+//! Extended attribute calls: get, list, set and remove (the encoding and limits are
+//! `xattr.rs`'s).
+//!
+//! An inode's set lives in its node (loaded at mount) and on the volume, inline in the
+//! inode's blob while the blob stays within the volume's attribute limit, else in a spill
+//! file. A change replaces the set whole in one atomic group of the volume: the inode's new
+//! blob (its ctime with it), the new spill file when one is needed, and the old spill
+//! file's removal. A crash keeps the old set or the new one. The kernel checks permissions
+//! before it asks (`trusted.` and `security.` need privilege, `user.` only on regular files
+//! and directories, write access to the inode); the daemon checks names, flags and sizes.
+//!
+//! Invariant: a node's `xattrs` is what its blob's tail (and spill file) holds on the
+//! volume, and `spill` names the spill file its tail names.
+//!
+//! Lock order: `ns` written for a change's whole length, then the volume's locks.
+
+use super::{Errno, Fs, FsResult, Ns};
+use crate::inode::{Time, INODE_BYTES};
+use crate::xattr::{self, Tail, Xattrs};
+use extalloc::volume::MAX_ATTR_BYTES;
+
+/// `XATTR_CREATE`: fail if the attribute exists.
+pub const XATTR_CREATE: i32 = 1;
+/// `XATTR_REPLACE`: fail if the attribute does not exist.
+pub const XATTR_REPLACE: i32 = 2;
+
+fn err<T>(e: i32) -> FsResult<T> {
+    Err(Errno(e))
+}
+
+impl Fs {
+    /// The value of attribute `name` of `ino`; `ENODATA` when it has none of that name.
+    pub fn getxattr(&self, ino: u64, name: &[u8]) -> FsResult<Vec<u8>> {
+        xattr::check_name(name).map_err(Errno)?;
+        let ns = self.ns.read();
+        match ns.node(ino)?.xattrs.get(name) {
+            Some(v) => Ok(v.clone()),
+            None => err(libc::ENODATA),
+        }
+    }
+
+    /// The names of `ino`'s attributes, each followed by a NUL; `trusted.` names only for a
+    /// `privileged` caller (as ext4 lists them to `CAP_SYS_ADMIN` only).
+    pub fn listxattr(&self, ino: u64, privileged: bool) -> FsResult<Vec<u8>> {
+        let ns = self.ns.read();
+        Ok(xattr::listing(&ns.node(ino)?.xattrs, privileged))
+    }
+
+    /// Sets attribute `name` of `ino` to `value`. `flags`: [`XATTR_CREATE`] (`EEXIST` if it
+    /// exists) or [`XATTR_REPLACE`] (`ENODATA` if it does not); other bits are `EINVAL`. A
+    /// value over 64 KiB is `E2BIG`, a set past the per-inode limit `ENOSPC`. On failure
+    /// nothing changed.
+    pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32) -> FsResult<()> {
+        xattr::check_name(name).map_err(Errno)?;
+        if flags & !(XATTR_CREATE | XATTR_REPLACE) != 0 {
+            return err(libc::EINVAL);
+        }
+        if value.len() > xattr::VALUE_MAX {
+            return err(libc::E2BIG);
+        }
+        let mut ns = self.ns.write();
+        let node = ns.node(ino)?;
+        let exists = node.xattrs.contains_key(name);
+        if flags & XATTR_CREATE != 0 && exists {
+            return err(libc::EEXIST);
+        }
+        if flags & XATTR_REPLACE != 0 && !exists {
+            return err(libc::ENODATA);
+        }
+        let mut set = node.xattrs.clone();
+        set.insert(name.to_vec(), value.to_vec());
+        self.store_set(&mut ns, ino, set)
+    }
+
+    /// Removes attribute `name` of `ino`; `ENODATA` when it has none. On failure nothing
+    /// changed.
+    pub fn removexattr(&self, ino: u64, name: &[u8]) -> FsResult<()> {
+        xattr::check_name(name).map_err(Errno)?;
+        let mut ns = self.ns.write();
+        let mut set = ns.node(ino)?.xattrs.clone();
+        if set.remove(name).is_none() {
+            return err(libc::ENODATA);
+        }
+        self.store_set(&mut ns, ino, set)
+    }
+
+    /// Replaces `ino`'s set by `set` on the volume and in its node, its ctime now (see the
+    /// module documentation). Fails with nothing changed when the set is over the limit or
+    /// the device is full; a device error part way leaves the group unfinished, so the
+    /// volume commits nothing more (`names.rs`).
+    pub(crate) fn store_set(&self, ns: &mut Ns, ino: u64, set: Xattrs) -> FsResult<()> {
+        let bytes = xattr::set_bytes(&set);
+        if bytes > xattr::MAX_SET_BYTES {
+            return err(libc::ENOSPC);
+        }
+        let vol = self.vol.volume();
+        let bs = vol.block_size();
+        let node = ns.node(ino)?;
+        let old = node.spill;
+        let mut inode = node.inode;
+        inode.ctime = Time::now();
+        // Chunk calls of removing the old spill file: its blocks 16 at a time, then itself.
+        let old_chunks = match old {
+            Some(o) => vol.size(o)?.div_ceil(bs).div_ceil(16) + 1,
+            None => 0,
+        };
+        let inline = INODE_BYTES + 1 + bytes <= MAX_ATTR_BYTES;
+        let data = (!set.is_empty() && !inline).then(|| xattr::spill_data(&set));
+        let new_chunks = data
+            .as_ref()
+            .map_or(0, |d| (d.len() as u64).div_ceil(bs).div_ceil(16) + 2);
+        let group = vol.atomic(1 + old_chunks + new_chunks)?;
+        let tail = match &data {
+            Some(d) => {
+                let id = vol.create(&xattr::spill_blob(ino))?;
+                if let Err(e) = vol.write(id, 0, d) {
+                    // Nothing names it yet: undoing the create leaves the group whole.
+                    vol.unlink(id)?;
+                    group.finish();
+                    return Err(e.into());
+                }
+                Tail::Spill(id)
+            }
+            None if set.is_empty() => Tail::None,
+            None => Tail::Inline(set.clone()),
+        };
+        vol.set_attr(ino, &inode.encode_with_tail(&tail.encode()))?;
+        if let Some(o) = old {
+            vol.unlink(o)?;
+        }
+        group.finish();
+        let node = ns.node_mut(ino)?;
+        node.inode = inode;
+        node.spill = match tail {
+            Tail::Spill(id) => Some(id),
+            _ => None,
+        };
+        node.xattrs = set;
+        // The blob just written carries the times too.
+        node.attr_dirty = false;
+        debug_assert_eq!(
+            crate::inode::tail(&vol.attr(ino)?),
+            node.tail().encode().as_slice(),
+            "the node's attributes are the ones its blob names"
+        );
+        Ok(())
+    }
+}
