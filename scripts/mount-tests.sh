@@ -162,6 +162,27 @@ setfattr -x user.big "$MNT/xa/f"
 if getfattr -n user.big "$MNT/xa/f" 2>/dev/null; then echo "user.big not removed" >&2; exit 1; fi
 echo "extended attributes: inline and spilled values kept through cp -a, tar and a remount"
 
+step "POSIX ACLs: enforced by the kernel, the mask kept with the mode, default ACLs inherited"
+mkdir "$MNT/acl"
+echo secret >"$MNT/acl/f"
+chmod 600 "$MNT/acl/f"
+reads() { su nobody -s /bin/sh -c "cat $MNT/acl/f" >/dev/null 2>&1; }
+if reads; then echo "nobody read a 0600 file of root's" >&2; exit 1; fi
+setfacl -m u:nobody:r "$MNT/acl/f"
+reads || { echo "an ACL entry for nobody did not let it read" >&2; exit 1; }
+[[ $(stat -c %a "$MNT/acl/f") == 640 ]] || { echo "the mode's group bits are not the mask" >&2; exit 1; }
+chmod 600 "$MNT/acl/f" # the mask goes to ---
+if reads; then echo "chmod 600 did not mask nobody's entry" >&2; exit 1; fi
+setfacl -d -m u:nobody:rwx "$MNT/acl"
+(umask 077 && touch "$MNT/acl/new" && mkdir "$MNT/acl/sub")
+[[ $(stat -c %a "$MNT/acl/new") == 664 ]] || { echo "a new file did not take the default ACL" >&2; exit 1; }
+getfacl -p "$MNT/acl/sub" | grep -q '^default:user:nobody:rwx' \
+  || { echo "a new directory did not take the default ACL" >&2; exit 1; }
+do_umount
+do_mount
+getfacl -p "$MNT/acl/f" | grep -q '^user:nobody:r--' || { echo "an ACL was lost in a remount" >&2; exit 1; }
+echo "ACLs: enforced, masked by chmod, inherited, kept across a remount"
+
 step "unmount and fsck"
 do_umount
 "$BIN" fsck "$IMG"

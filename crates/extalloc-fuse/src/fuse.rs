@@ -16,7 +16,7 @@ use crate::fs::data::{SetAttr, SetTime};
 use crate::fs::names::NewNode;
 use crate::fs::{Attr, Caller, Errno as FsErrno, Fs};
 use crate::inode::{Kind, Time};
-use crate::replies::{negative_entry, xattr_reply};
+use crate::replies::{acl_groups, negative_entry, xattr_reply};
 use fuser::{
     Errno, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig,
     LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
@@ -206,6 +206,13 @@ impl Filesystem for FuseFs {
         // for its parent, instead of failing with ESTALE (`Fs::lookup` answers both).
         if let Err(missing) = config.add_capabilities(fuser::InitFlags::FUSE_EXPORT_SUPPORT) {
             log::warn!("the kernel does not offer {missing:?}: file handles go stale");
+        }
+        // POSIX ACLs: the kernel enforces them; the daemon keeps them, their mode and their
+        // inheritance, and applies the umask itself (FUSE_DONT_MASK; `fs/xattrs.rs`).
+        let acl = fuser::InitFlags::FUSE_POSIX_ACL | fuser::InitFlags::FUSE_DONT_MASK;
+        match config.add_capabilities(acl) {
+            Ok(()) => self.fs.enable_acls(),
+            Err(missing) => log::warn!("the kernel does not offer {missing:?}: no ACLs"),
         }
         Ok(())
     }
@@ -561,7 +568,7 @@ impl Filesystem for FuseFs {
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -569,10 +576,12 @@ impl Filesystem for FuseFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        empty(
-            self.fs.setxattr(ino.0, name.as_bytes(), value, flags),
-            reply,
-        );
+        let name = name.as_bytes();
+        let groups = acl_groups(name, req.pid());
+        let r = self
+            .fs
+            .setxattr(ino.0, name, value, flags, caller(req), &groups);
+        empty(r, reply);
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {

@@ -11,6 +11,8 @@
 //! - [`repair`]: `extalloc fsck --repair`, the file system repaired offline.
 //! - [`umount`]: `extalloc umount`, which unmounts and waits until the daemon has
 //!   released the device ([`mountinfo`] finds the device from the mount point).
+//! - [`acl`]: POSIX ACLs as the kernel hands them over, and the mode arithmetic they
+//!   bring (the kernel enforces them; the daemon keeps them).
 //! - `inode.rs`, `dir.rs` and `xattr.rs`: what the file system keeps in each volume
 //!   file's attribute blob, in a directory's data and in an extended attribute spill file.
 //!
@@ -19,6 +21,7 @@
 
 #![warn(missing_docs)]
 
+pub mod acl;
 pub mod commit;
 pub mod dir;
 mod ending;

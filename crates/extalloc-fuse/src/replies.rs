@@ -1,6 +1,6 @@
-//! Replies the kernel gets for answers that take more than one line to build: the
-//! negative entry of a name that is not there, and the size-or-bytes answer of extended
-//! attribute calls.
+//! Replies the kernel gets for answers that take more than one line to build (the negative
+//! entry of a name that is not there, the size-or-bytes answer of extended attribute
+//! calls), and a caller's supplementary groups, which FUSE does not pass.
 //!
 //! Data structures: none (free functions). Invariant: each function sends exactly one
 //! reply. Lock order: none.
@@ -40,4 +40,23 @@ pub(crate) fn xattr_reply(r: Result<Vec<u8>, FsErrno>, size: u32, reply: ReplyXa
         Ok(v) => reply.data(&v),
         Err(e) => reply.error(Errno::from_i32(e.0)),
     }
+}
+
+/// The supplementary groups of process `pid` when a setxattr of `name` needs them (only an
+/// access ACL does: it decides set-group-id), from `Groups:` of `/proc/PID/status`; none
+/// when it cannot be read (the process is gone), so only the request's own group counts.
+pub(crate) fn acl_groups(name: &[u8], pid: u32) -> Vec<u32> {
+    if name != crate::xattr::ACL_ACCESS {
+        return Vec::new();
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .map(|g| {
+            g.split_whitespace()
+                .filter_map(|n| n.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
 }

@@ -78,6 +78,11 @@ pub fn privileged(name: &[u8]) -> bool {
     name.starts_with(b"trusted.")
 }
 
+/// True when `set` fits in an inode's blob beside the inode (inline, no spill file).
+pub fn fits_inline(set: &Xattrs) -> bool {
+    crate::inode::INODE_BYTES + 1 + set_bytes(set) <= extalloc::volume::MAX_ATTR_BYTES
+}
+
 /// Bytes `set` takes encoded.
 pub fn set_bytes(set: &Xattrs) -> usize {
     4 + set

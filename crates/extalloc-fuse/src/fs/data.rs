@@ -14,7 +14,9 @@
 
 use super::names::NewNode;
 use super::{Attr, Caller, Errno, Fs, FsResult};
+use crate::acl::Acl;
 use crate::inode::{Inode, Kind, Time};
+use crate::xattr::ACL_ACCESS;
 use extalloc::volume::Fallocate;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -196,7 +198,17 @@ impl Fs {
             None => {}
         }
         i.ctime = set.ctime.unwrap_or(t);
-        self.persist(&mut ns, ino)?;
+        let perm = i.perm;
+        match n.xattrs.get(ACL_ACCESS).and_then(|v| Acl::parse(v)) {
+            // A chmod rewrites the access ACL's base entries with the inode, in one group.
+            Some(mut acl) if set.mode.is_some() => {
+                acl.chmod(perm);
+                let mut xattrs = n.xattrs.clone();
+                xattrs.insert(ACL_ACCESS.to_vec(), acl.encode());
+                self.store_set(&mut ns, ino, xattrs)?;
+            }
+            _ => self.persist(&mut ns, ino)?,
+        }
         self.attr_of(&ns, ino)
     }
 

@@ -56,7 +56,7 @@ use extalloc::volume::Volume;
 use extalloc::writeback::{Buffered, WritebackOptions};
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, AtomicU8};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8};
 
 /// The root directory's inode (FUSE's root id; the volume's first file).
 pub const ROOT: u64 = 1;
@@ -232,6 +232,9 @@ pub struct Fs {
     pub(crate) next_fh: AtomicU64,
     /// The atime mode's code ([`atime::AtimeMode`]).
     pub(crate) atime_mode: AtomicU8,
+    /// The kernel enforces POSIX ACLs (FUSE_POSIX_ACL): the daemon keeps them and the mode
+    /// arithmetic they bring (`xattrs.rs`); without it, ACL names are `EOPNOTSUPP`.
+    pub(crate) acls: AtomicBool,
 }
 
 impl Fs {
@@ -256,6 +259,7 @@ impl Fs {
             dir_handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             atime_mode: AtomicU8::new(atime::AtimeMode::default().code()),
+            acls: AtomicBool::new(false),
         };
         Ok((fs, report))
     }

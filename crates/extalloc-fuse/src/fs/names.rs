@@ -19,6 +19,7 @@
 use super::{scan, Attr, Caller, DirState, Errno, Fs, FsResult, Node, Ns, ROOT};
 use crate::dir::{record, NAME_MAX};
 use crate::inode::{Inode, Kind, Time};
+use crate::xattr::Xattrs;
 use extalloc::volume::{Atomic, Fallocate};
 use std::collections::BTreeMap;
 
@@ -111,7 +112,7 @@ impl Fs {
         if dir.entries.contains_key(name) {
             return err(libc::EEXIST);
         }
-        let mut perm = (new.mode & !new.umask & 0o7777) as u16;
+        let (mut perm, xattrs) = self.inherit(pdir, &new);
         let setgid = pdir.inode.perm & libc::S_ISGID as u16 != 0;
         let gid = if setgid { pdir.inode.gid } else { who.gid };
         if setgid && new.kind == Kind::Dir {
@@ -125,7 +126,15 @@ impl Fs {
         };
         self.reserve(&mut ns, &[(parent, record_bytes(name))])?;
         let group = self.group(MAKE_CHUNKS)?;
-        let ino = self.vol.volume().create_placed(&inode.encode(), key)?;
+        // Inherited ACLs ride in the new inode's blob when they fit (nearly always), else
+        // they are stored once it is named, in a group of their own.
+        let inline = Node {
+            xattrs: xattrs.clone(),
+            ..Node::plain(inode)
+        };
+        let fits = crate::xattr::fits_inline(&xattrs);
+        let blob = if fits { inline.blob() } else { inode.encode() };
+        let ino = self.vol.volume().create_placed(&blob, key)?;
         if let Some(t) = new.target {
             if let Err(e) = self.vol.volume().write(ino, 0, t) {
                 // Nothing names it yet: undoing the create leaves the group whole.
@@ -150,9 +159,13 @@ impl Fs {
             Node {
                 dir,
                 lookups: 1,
+                xattrs: if fits { xattrs.clone() } else { Xattrs::new() },
                 ..Node::plain(inode)
             },
         );
+        if !fits {
+            self.store_set(&mut ns, ino, xattrs)?;
+        }
         self.attr_of(&ns, ino)
     }
 

@@ -2,7 +2,7 @@
 //! surviving unmount and mount, the per-inode limit, removal with the inode, crashes at
 //! every write against a model of committed sets, and stray or damaged spill files.
 
-use super::tests::{crash, device, fresh, put, remount};
+use super::tests::{crash, device, fresh, put, remount, ME};
 use super::xattrs::{XATTR_CREATE, XATTR_REPLACE};
 use super::*;
 use crate::repair::repair;
@@ -25,7 +25,7 @@ fn calls_follow_linux_and_survive_a_remount() {
     let f = put(&fs, ROOT, "f", b"data");
     let before = fs.getattr(f).unwrap().inode.ctime;
     std::thread::sleep(std::time::Duration::from_millis(20));
-    fs.setxattr(f, b"user.a", b"one", 0).unwrap();
+    fs.setxattr(f, b"user.a", b"one", 0, ME, &[]).unwrap();
     let after = fs.getattr(f).unwrap().inode.ctime;
     assert!(
         (after.secs, after.nanos) > (before.secs, before.nanos),
@@ -33,26 +33,31 @@ fn calls_follow_linux_and_survive_a_remount() {
     );
     assert_eq!(fs.getxattr(f, b"user.a").unwrap(), b"one");
     assert_eq!(
-        e(fs.setxattr(f, b"user.a", b"x", XATTR_CREATE)),
+        e(fs.setxattr(f, b"user.a", b"x", XATTR_CREATE, ME, &[])),
         libc::EEXIST
     );
     assert_eq!(
-        e(fs.setxattr(f, b"user.b", b"x", XATTR_REPLACE)),
+        e(fs.setxattr(f, b"user.b", b"x", XATTR_REPLACE, ME, &[])),
         libc::ENODATA
     );
-    assert_eq!(e(fs.setxattr(f, b"user.b", b"x", 4)), libc::EINVAL);
-    assert_eq!(e(fs.setxattr(f, b"user.", b"x", 0)), libc::EINVAL);
-    assert_eq!(e(fs.setxattr(f, b"os2.x", b"x", 0)), libc::EOPNOTSUPP);
+    assert_eq!(e(fs.setxattr(f, b"user.b", b"x", 4, ME, &[])), libc::EINVAL);
+    assert_eq!(e(fs.setxattr(f, b"user.", b"x", 0, ME, &[])), libc::EINVAL);
     assert_eq!(
-        e(fs.setxattr(f, b"user.big", &vec![0; VALUE_MAX + 1], 0)),
+        e(fs.setxattr(f, b"os2.x", b"x", 0, ME, &[])),
+        libc::EOPNOTSUPP
+    );
+    assert_eq!(
+        e(fs.setxattr(f, b"user.big", &vec![0; VALUE_MAX + 1], 0, ME, &[])),
         libc::E2BIG
     );
     assert_eq!(e(fs.getxattr(f, b"user.none")), libc::ENODATA);
     assert_eq!(e(fs.removexattr(f, b"user.none")), libc::ENODATA);
     assert_eq!(e(fs.getxattr(99, b"user.a")), libc::ENOENT);
-    fs.setxattr(f, b"user.a", b"two", XATTR_REPLACE).unwrap();
-    fs.setxattr(f, b"trusted.t", b"", XATTR_CREATE).unwrap();
-    fs.setxattr(f, b"security.s", b"sec", 0).unwrap();
+    fs.setxattr(f, b"user.a", b"two", XATTR_REPLACE, ME, &[])
+        .unwrap();
+    fs.setxattr(f, b"trusted.t", b"", XATTR_CREATE, ME, &[])
+        .unwrap();
+    fs.setxattr(f, b"security.s", b"sec", 0, ME, &[]).unwrap();
     assert_eq!(
         fs.listxattr(f, true).unwrap(),
         b"security.s\0trusted.t\0user.a\0"
@@ -75,12 +80,12 @@ fn a_large_set_spills_into_a_file_that_follows_the_set() {
     let f = put(&fs, ROOT, "f", b"x");
     let files = fs.volume().volume().list().len();
     let big: Vec<u8> = (0..VALUE_MAX).map(|i| (i % 251) as u8).collect();
-    fs.setxattr(f, b"user.big", &big, 0).unwrap();
+    fs.setxattr(f, b"user.big", &big, 0, ME, &[]).unwrap();
     let spill = fs.ns.read().node(f).unwrap().spill.expect("64 KiB spills");
     assert_eq!(fs.volume().volume().list().len(), files + 1);
     // A thousand small ones (fstests generic/020's count for FUSE) on top.
     for i in 0..1000 {
-        fs.setxattr(f, format!("user.n{i}").as_bytes(), b"v", 0)
+        fs.setxattr(f, format!("user.n{i}").as_bytes(), b"v", 0, ME, &[])
             .unwrap();
     }
     let replaced = fs.ns.read().node(f).unwrap().spill.unwrap();
@@ -100,7 +105,7 @@ fn a_large_set_spills_into_a_file_that_follows_the_set() {
     for i in 0..1000 {
         fs.removexattr(f, format!("user.n{i}").as_bytes()).unwrap();
     }
-    fs.setxattr(f, b"user.small", b"s", 0).unwrap();
+    fs.setxattr(f, b"user.small", b"s", 0, ME, &[]).unwrap();
     assert_eq!(fs.ns.read().node(f).unwrap().spill, None);
     assert_eq!(fs.volume().volume().list().len(), files);
     fs.unmount().unwrap();
@@ -117,7 +122,7 @@ fn a_set_past_the_limit_is_enospc_and_changes_nothing() {
     let value = vec![7u8; VALUE_MAX];
     let mut i = 0;
     let err = loop {
-        match fs.setxattr(f, format!("user.v{i}").as_bytes(), &value, 0) {
+        match fs.setxattr(f, format!("user.v{i}").as_bytes(), &value, 0, ME, &[]) {
             Ok(()) => i += 1,
             Err(e) => break e,
         }
@@ -137,7 +142,8 @@ fn an_inode_removed_takes_its_spill_file_with_it() {
     let fs = fresh(&dev);
     let f = put(&fs, ROOT, "f", b"x");
     let files = fs.volume().volume().list().len();
-    fs.setxattr(f, b"user.big", &vec![1; 5000], 0).unwrap();
+    fs.setxattr(f, b"user.big", &vec![1; 5000], 0, ME, &[])
+        .unwrap();
     assert_eq!(fs.volume().volume().list().len(), files + 1);
     fs.unlink(ROOT, b"f").unwrap();
     fs.forget(f, 1);
@@ -170,7 +176,7 @@ fn crashes_keep_each_set_whole_old_or_new() {
             let r = if rng.gen_bool(0.7) {
                 let len = [3, 900, 5000, 40_000][rng.gen_range(0..4)];
                 let v = vec![rng.gen::<u8>(); len];
-                fs.setxattr(files[k], name.as_bytes(), &v, 0)
+                fs.setxattr(files[k], name.as_bytes(), &v, 0, ME, &[])
             } else {
                 fs.removexattr(files[k], name.as_bytes())
             };
@@ -234,7 +240,8 @@ fn damaged_attributes_are_dropped_by_repair_and_the_file_kept() {
     let dev = device(6);
     let fs = fresh(&dev);
     let f = put(&fs, ROOT, "f", b"file data");
-    fs.setxattr(f, b"user.big", &vec![3; 9000], 0).unwrap();
+    fs.setxattr(f, b"user.big", &vec![3; 9000], 0, ME, &[])
+        .unwrap();
     let spill = fs.ns.read().node(f).unwrap().spill.unwrap();
     fs.unmount().unwrap();
     let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
@@ -253,5 +260,141 @@ fn damaged_attributes_are_dropped_by_repair_and_the_file_kept() {
     assert_eq!(fs.lookup(ROOT, b"f").unwrap().ino, f);
     assert_eq!(fs.read(f, 0, 100).unwrap(), b"file data");
     assert!(set_of(&fs, f).is_empty());
+    fs.unmount().unwrap();
+}
+
+fn acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
+    crate::acl::Acl {
+        entries: entries.to_vec(),
+    }
+    .encode()
+}
+
+const NONE: u32 = u32::MAX;
+
+/// An ACL with a named user and a mask of `mask`, owner rwx, group r-x, other nothing.
+fn named(mask: u16) -> Vec<u8> {
+    use crate::acl::*;
+    acl(&[
+        (USER_OBJ, 7, NONE),
+        (USER, 7, 1000),
+        (GROUP_OBJ, 5, NONE),
+        (MASK, mask, NONE),
+        (OTHER, 0, NONE),
+    ])
+}
+
+fn chmod(fs: &Fs, ino: u64, mode: u32) {
+    let set = data::SetAttr {
+        mode: Some(mode),
+        ..Default::default()
+    };
+    fs.setattr(ino, set, ME).unwrap();
+}
+
+#[test]
+fn an_access_acl_sets_the_mode_and_a_chmod_sets_the_acl() {
+    use crate::acl::*;
+    use crate::xattr::{ACL_ACCESS, ACL_DEFAULT};
+    let dev = device(7);
+    let fs = fresh(&dev);
+    let f = put(&fs, ROOT, "f", b"x");
+    assert_eq!(
+        e(fs.setxattr(f, ACL_ACCESS, &named(6), 0, ME, &[])),
+        libc::EOPNOTSUPP,
+        "no ACLs unless the kernel enforces them"
+    );
+    fs.enable_acls();
+    fs.setxattr(f, ACL_ACCESS, &named(6), 0, ME, &[]).unwrap();
+    assert_eq!(
+        fs.getattr(f).unwrap().inode.perm,
+        0o760,
+        "group bits are the mask"
+    );
+    assert_eq!(fs.getxattr(f, ACL_ACCESS).unwrap(), named(6));
+    chmod(&fs, f, 0o750);
+    assert_eq!(
+        fs.getxattr(f, ACL_ACCESS).unwrap(),
+        named(5),
+        "chmod sets the mask"
+    );
+    // An ACL the mode says all of is not kept; the mode takes it.
+    let minimal = acl(&[(USER_OBJ, 6, NONE), (GROUP_OBJ, 4, NONE), (OTHER, 0, NONE)]);
+    fs.setxattr(f, ACL_ACCESS, &minimal, 0, ME, &[]).unwrap();
+    assert_eq!(fs.getattr(f).unwrap().inode.perm, 0o640);
+    assert_eq!(e(fs.getxattr(f, ACL_ACCESS)), libc::ENODATA);
+    assert_eq!(
+        e(fs.setxattr(f, ACL_ACCESS, b"junk", 0, ME, &[])),
+        libc::EINVAL
+    );
+    assert_eq!(
+        e(fs.setxattr(f, ACL_DEFAULT, &named(7), 0, ME, &[])),
+        libc::EACCES
+    );
+    // Set-group-id goes when the caller is outside the file's group and not root.
+    chmod(&fs, f, 0o2770);
+    let user = Caller { uid: 5, gid: 5 };
+    fs.setxattr(f, ACL_ACCESS, &named(7), 0, user, &[0])
+        .unwrap();
+    assert_eq!(
+        fs.getattr(f).unwrap().inode.perm,
+        0o2770,
+        "a member keeps it"
+    );
+    fs.setxattr(f, ACL_ACCESS, &named(7), 0, user, &[9])
+        .unwrap();
+    assert_eq!(
+        fs.getattr(f).unwrap().inode.perm,
+        0o770,
+        "a stranger clears it"
+    );
+    fs.unmount().unwrap();
+    let (fs, _) = remount(&dev);
+    fs.enable_acls();
+    assert_eq!(fs.getxattr(f, ACL_ACCESS).unwrap(), named(7));
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn a_default_acl_is_inherited_instead_of_the_umask() {
+    use crate::acl::*;
+    use crate::xattr::{ACL_ACCESS, ACL_DEFAULT};
+    let dev = device(8);
+    let fs = fresh(&dev);
+    fs.enable_acls();
+    let d = super::tests::mkdir(&fs, ROOT, "d");
+    fs.setxattr(d, ACL_DEFAULT, &named(7), 0, ME, &[]).unwrap();
+    let file = super::names::NewNode {
+        mode: 0o666,
+        umask: 0o077,
+        ..super::tests::node(Kind::File)
+    };
+    let f = fs.make(d, b"f", file, ME).unwrap();
+    assert_eq!(
+        f.inode.perm, 0o660,
+        "the default ACL, not the umask, and the mode"
+    );
+    let masked = acl(&[
+        (USER_OBJ, 6, NONE),
+        (USER, 7, 1000),
+        (GROUP_OBJ, 5, NONE),
+        (MASK, 6, NONE),
+        (OTHER, 0, NONE),
+    ]);
+    assert_eq!(fs.getxattr(f.ino, ACL_ACCESS).unwrap(), masked);
+    assert_eq!(e(fs.getxattr(f.ino, ACL_DEFAULT)), libc::ENODATA);
+    let sub = fs
+        .make(d, b"sub", super::tests::node(Kind::Dir), ME)
+        .unwrap();
+    assert_eq!(fs.getxattr(sub.ino, ACL_DEFAULT).unwrap(), named(7));
+    assert_eq!(sub.inode.perm, 0o750, "mode 0755 masked by the default ACL");
+    let plain = super::tests::mkdir(&fs, ROOT, "plain");
+    let g = fs.make(plain, b"g", file, ME).unwrap();
+    assert_eq!(g.inode.perm, 0o600, "no default ACL: the umask");
+    fs.unmount().unwrap();
+    let (fs, r) = remount(&dev);
+    assert!(r.repaired.clean(), "{r:?}");
+    fs.enable_acls();
+    assert_eq!(fs.getxattr(sub.ino, ACL_DEFAULT).unwrap(), named(7));
     fs.unmount().unwrap();
 }

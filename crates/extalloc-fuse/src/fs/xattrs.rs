@@ -9,15 +9,25 @@
 //! before it asks (`trusted.` and `security.` need privilege, `user.` only on regular files
 //! and directories, write access to the inode); the daemon checks names, flags and sizes.
 //!
+//! POSIX ACLs (when the kernel enforces them, FUSE_POSIX_ACL) are the two `system.`
+//! attributes, with what the kernel leaves to the daemon (`acl.rs`): an access ACL sets
+//! the mode's bits (and is not kept when the mode says all it says), and clears
+//! set-group-id when the caller is outside the file's group and not root; a chmod
+//! rewrites it (`data.rs`); a new inode in a directory with a default ACL takes its
+//! access ACL and mode from it instead of the umask, and a new directory the default ACL
+//! itself ([`Fs::inherit`]).
+//!
 //! Invariant: a node's `xattrs` is what its blob's tail (and spill file) holds on the
 //! volume, and `spill` names the spill file its tail names.
 //!
 //! Lock order: `ns` written for a change's whole length, then the volume's locks.
 
-use super::{Errno, Fs, FsResult, Ns};
-use crate::inode::{Time, INODE_BYTES};
-use crate::xattr::{self, Tail, Xattrs};
-use extalloc::volume::MAX_ATTR_BYTES;
+use super::names::NewNode;
+use super::{Caller, Errno, Fs, FsResult, Node, Ns};
+use crate::acl::Acl;
+use crate::inode::{Kind, Time};
+use crate::xattr::{self, Tail, Xattrs, ACL_ACCESS, ACL_DEFAULT};
+use std::sync::atomic::Ordering::Relaxed;
 
 /// `XATTR_CREATE`: fail if the attribute exists.
 pub const XATTR_CREATE: i32 = 1;
@@ -28,10 +38,28 @@ fn err<T>(e: i32) -> FsResult<T> {
     Err(Errno(e))
 }
 
+fn is_acl(name: &[u8]) -> bool {
+    name == ACL_ACCESS || name == ACL_DEFAULT
+}
+
 impl Fs {
+    /// The kernel enforces POSIX ACLs (it accepted FUSE_POSIX_ACL): keep them.
+    pub fn enable_acls(&self) {
+        self.acls.store(true, Relaxed);
+    }
+
+    /// A name this mount takes: ACL names only when the kernel enforces ACLs.
+    fn check_name(&self, name: &[u8]) -> FsResult<()> {
+        xattr::check_name(name).map_err(Errno)?;
+        if is_acl(name) && !self.acls.load(Relaxed) {
+            return err(libc::EOPNOTSUPP);
+        }
+        Ok(())
+    }
+
     /// The value of attribute `name` of `ino`; `ENODATA` when it has none of that name.
     pub fn getxattr(&self, ino: u64, name: &[u8]) -> FsResult<Vec<u8>> {
-        xattr::check_name(name).map_err(Errno)?;
+        self.check_name(name)?;
         let ns = self.ns.read();
         match ns.node(ino)?.xattrs.get(name) {
             Some(v) => Ok(v.clone()),
@@ -49,9 +77,19 @@ impl Fs {
     /// Sets attribute `name` of `ino` to `value`. `flags`: [`XATTR_CREATE`] (`EEXIST` if it
     /// exists) or [`XATTR_REPLACE`] (`ENODATA` if it does not); other bits are `EINVAL`. A
     /// value over 64 KiB is `E2BIG`, a set past the per-inode limit `ENOSPC`. On failure
-    /// nothing changed.
-    pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32) -> FsResult<()> {
-        xattr::check_name(name).map_err(Errno)?;
+    /// nothing changed. An ACL that is not valid is `EINVAL`, a default ACL on anything
+    /// but a directory `EACCES`; `who` and its supplementary `groups` decide whether an
+    /// access ACL clears set-group-id.
+    pub fn setxattr(
+        &self,
+        ino: u64,
+        name: &[u8],
+        value: &[u8],
+        flags: i32,
+        who: Caller,
+        groups: &[u32],
+    ) -> FsResult<()> {
+        self.check_name(name)?;
         if flags & !(XATTR_CREATE | XATTR_REPLACE) != 0 {
             return err(libc::EINVAL);
         }
@@ -68,14 +106,65 @@ impl Fs {
             return err(libc::ENODATA);
         }
         let mut set = node.xattrs.clone();
-        set.insert(name.to_vec(), value.to_vec());
-        self.store_set(&mut ns, ino, set)
+        if !is_acl(name) {
+            set.insert(name.to_vec(), value.to_vec());
+            return self.store_set(&mut ns, ino, set);
+        }
+        let acl = Acl::parse(value).ok_or(Errno(libc::EINVAL))?;
+        if name == ACL_DEFAULT {
+            if node.inode.kind != Kind::Dir {
+                return err(libc::EACCES);
+            }
+            set.insert(name.to_vec(), value.to_vec());
+            return self.store_set(&mut ns, ino, set);
+        }
+        let old = node.inode.perm;
+        let mut perm = (old & !0o777) | acl.mode_bits();
+        let gid = node.inode.gid;
+        if who.uid != 0 && who.gid != gid && !groups.contains(&gid) {
+            perm &= !(libc::S_ISGID as u16);
+        }
+        if acl.is_minimal() {
+            set.remove(name);
+        } else {
+            set.insert(name.to_vec(), acl.encode());
+        }
+        ns.node_mut(ino)?.inode.perm = perm;
+        let r = self.store_set(&mut ns, ino, set);
+        if r.is_err() {
+            ns.node_mut(ino)?.inode.perm = old;
+        }
+        r
+    }
+
+    /// A new inode's permission bits and attributes in `parent`: with a default ACL there
+    /// (and ACLs enforced), what it and the asked mode both allow, its access ACL unless
+    /// the mode says it all, and for a directory the default ACL too; else the asked mode
+    /// less the umask. Symbolic links take no ACLs.
+    pub(crate) fn inherit(&self, parent: &Node, new: &NewNode<'_>) -> (u16, Xattrs) {
+        let mut xattrs = Xattrs::new();
+        let default = parent.xattrs.get(ACL_DEFAULT);
+        let acl = default.and_then(|d| Acl::parse(d));
+        match acl {
+            Some(mut acl) if self.acls.load(Relaxed) && new.kind != Kind::Symlink => {
+                let bits = acl.create_masq((new.mode & 0o777) as u16);
+                if !acl.is_minimal() {
+                    xattrs.insert(ACL_ACCESS.to_vec(), acl.encode());
+                }
+                if new.kind == Kind::Dir {
+                    let d = default.expect("an ACL parsed from it").clone();
+                    xattrs.insert(ACL_DEFAULT.to_vec(), d);
+                }
+                ((new.mode & 0o7000) as u16 | bits, xattrs)
+            }
+            _ => ((new.mode & !new.umask & 0o7777) as u16, xattrs),
+        }
     }
 
     /// Removes attribute `name` of `ino`; `ENODATA` when it has none. On failure nothing
     /// changed.
     pub fn removexattr(&self, ino: u64, name: &[u8]) -> FsResult<()> {
-        xattr::check_name(name).map_err(Errno)?;
+        self.check_name(name)?;
         let mut ns = self.ns.write();
         let mut set = ns.node(ino)?.xattrs.clone();
         if set.remove(name).is_none() {
@@ -104,7 +193,7 @@ impl Fs {
             Some(o) => vol.size(o)?.div_ceil(bs).div_ceil(16) + 1,
             None => 0,
         };
-        let inline = INODE_BYTES + 1 + bytes <= MAX_ATTR_BYTES;
+        let inline = xattr::fits_inline(&set);
         let data = (!set.is_empty() && !inline).then(|| xattr::spill_data(&set));
         let new_chunks = data
             .as_ref()
