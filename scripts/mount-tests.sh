@@ -140,7 +140,7 @@ mkdir "$MNT/xa"
 echo data >"$MNT/xa/f"
 setfattr -n user.small -v hello "$MNT/xa/f"
 setfattr -n trusted.t -v 1 "$MNT/xa/f"
-head -c 60000 /dev/urandom | base64 -w0 >"$WORK/big.txt" # spills out of the inode
+head -c 45000 /dev/urandom | base64 -w0 >"$WORK/big.txt" # 60,000 bytes: spills out of the inode
 setfattr -n user.big -v "$(cat "$WORK/big.txt")" "$MNT/xa/f"
 cp -a "$MNT/xa/f" "$MNT/xa/copy"
 (cd "$MNT/xa" && tar --xattrs --xattrs-include='*' -cf "$WORK/xa.tar" f)

@@ -345,7 +345,7 @@ impl Filesystem for FuseFs {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -353,13 +353,13 @@ impl Filesystem for FuseFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let r = self.fs.rename(
-            parent.0,
-            name.as_bytes(),
-            newparent.0,
-            newname.as_bytes(),
-            flags.bits(),
+        let (from, to) = (
+            (parent.0, name.as_bytes()),
+            (newparent.0, newname.as_bytes()),
         );
+        let r = self
+            .fs
+            .rename(from.0, from.1, to.0, to.1, flags.bits(), caller(req));
         empty(r, reply);
     }
 

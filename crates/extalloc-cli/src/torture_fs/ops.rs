@@ -11,7 +11,7 @@ use super::model::{Model, ANY};
 use super::{Progress, ME};
 use extalloc_fuse::fs::data::SetAttr;
 use extalloc_fuse::fs::names::{NewNode, RENAME_EXCHANGE};
-use extalloc_fuse::fs::{Errno, Fs};
+use extalloc_fuse::fs::{Caller, Errno, Fs};
 use extalloc_fuse::inode::Kind;
 use rand::rngs::StdRng;
 use rand::Rng;
@@ -150,7 +150,7 @@ fn rename(fs: &Fs, m: &mut Model, rng: &mut StdRng, dir: u64, n: Vec<u8>) -> Res
             return Ok(());
         }
     }
-    let moved = fs.rename(d, &nm, dir, &n, 0);
+    let moved = fs.rename(d, &nm, dir, &n, 0, Caller::ROOT);
     if dst != Some(ino) {
         m.tree.get_mut(&d).unwrap().remove(&nm);
         m.tree.get_mut(&dir).unwrap().insert(n, ino);
@@ -173,7 +173,7 @@ fn exchange(fs: &Fs, m: &mut Model, rng: &mut StdRng) -> Result<(), Errno> {
     if loops || (d1, &n1) == (d2, &n2) {
         return Ok(());
     }
-    let swapped = fs.rename(d1, &n1, d2, &n2, RENAME_EXCHANGE);
+    let swapped = fs.rename(d1, &n1, d2, &n2, RENAME_EXCHANGE, Caller::ROOT);
     m.tree.get_mut(&d1).unwrap().insert(n1, i2);
     m.tree.get_mut(&d2).unwrap().insert(n2, i1);
     swapped

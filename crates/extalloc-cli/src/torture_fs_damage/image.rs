@@ -19,7 +19,7 @@ use extalloc::disk::device::{Crash, Device, FaultDevice, MemDevice};
 use extalloc::volume::Volume;
 use extalloc::{Geometry, Policy};
 use extalloc_fuse::fs::names::NewNode;
-use extalloc_fuse::fs::{Fs, ROOT};
+use extalloc_fuse::fs::{Caller, Fs, ROOT};
 use rand::distributions::uniform::SampleRange;
 use rand::rngs::StdRng;
 use rand::Rng;
@@ -342,7 +342,14 @@ impl Run<'_> {
         let (dir, name) = self.split(path);
         let (to_dir, to_name, to_path) = self.new_name("r");
         self.fs
-            .rename(dir, name.as_bytes(), to_dir, to_name.as_bytes(), 0)
+            .rename(
+                dir,
+                name.as_bytes(),
+                to_dir,
+                to_name.as_bytes(),
+                0,
+                Caller::ROOT,
+            )
             .map_err(fs_err(path))?;
         let node = self.model.remove(path).expect("in the model");
         self.model.insert(to_path, node);

@@ -101,6 +101,11 @@ pub struct Caller {
     pub gid: u32,
 }
 
+impl Caller {
+    /// Root, for calls made by the project's own tools and tests.
+    pub const ROOT: Caller = Caller { uid: 0, gid: 0 };
+}
+
 /// An inode as `stat` reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Attr {

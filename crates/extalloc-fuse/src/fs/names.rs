@@ -38,10 +38,19 @@ const LINK_CHUNKS: u64 = 4;
 /// straddling a chunk boundary in each append.
 const RENAME_CHUNKS: u64 = 12;
 
+/// A rename that is not an exchange: the replaced name's remove (an append, the parent's
+/// and the inode's attributes), two appends, both parents' and the inode's attributes.
+const MOVE_CHUNKS: u64 = 11;
+/// The whiteout a `RENAME_WHITEOUT` leaves: a create and an append.
+const WHITEOUT_CHUNKS: u64 = 3;
+
 /// `RENAME_NOREPLACE`.
 pub const RENAME_NOREPLACE: u32 = 1;
 /// `RENAME_EXCHANGE`.
 pub const RENAME_EXCHANGE: u32 = 2;
+/// `RENAME_WHITEOUT`: a whiteout (a character device 0:0, what overlayfs reads as "deleted
+/// here") takes the old name, in the same atomic change.
+pub const RENAME_WHITEOUT: u32 = 4;
 
 fn err<T>(e: i32) -> FsResult<T> {
     Err(Errno(e))
@@ -384,8 +393,10 @@ impl Fs {
     }
 
     /// Moves `name` of `parent` to `newname` of `newparent` (`flags`: [`RENAME_NOREPLACE`],
-    /// [`RENAME_EXCHANGE`]). One atomic change: after a crash both names are as before or
-    /// as after, never missing.
+    /// [`RENAME_EXCHANGE`], [`RENAME_WHITEOUT`], whose whiteout `who` owns; the kernel
+    /// checks that `who` may make device nodes). One atomic change: after a crash both
+    /// names are as before or as after, never missing. `RENAME_EXCHANGE` with either other
+    /// flag is `EINVAL`.
     pub fn rename(
         &self,
         parent: u64,
@@ -393,11 +404,12 @@ impl Fs {
         newparent: u64,
         newname: &[u8],
         flags: u32,
+        who: Caller,
     ) -> FsResult<()> {
         check_name(name)?;
         check_name(newname)?;
-        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0
-            || flags == RENAME_NOREPLACE | RENAME_EXCHANGE
+        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE | RENAME_WHITEOUT) != 0
+            || (flags & RENAME_EXCHANGE != 0 && flags != RENAME_EXCHANGE)
         {
             return err(libc::EINVAL);
         }
@@ -426,11 +438,23 @@ impl Fs {
                 _ => {}
             }
         }
+        let whiteout = flags & RENAME_WHITEOUT != 0;
         let new_bytes = record_bytes(newname) * if dst.is_some() { 2 } else { 1 };
-        let appends = [(newparent, new_bytes), (parent, record_bytes(name))];
-        self.reserve(&mut ns, &appends)?;
-        let group = self.group(RENAME_CHUNKS)?;
+        let old_bytes = record_bytes(name) * if whiteout { 2 } else { 1 };
+        self.reserve(&mut ns, &[(newparent, new_bytes), (parent, old_bytes)])?;
+        let chunks = if whiteout {
+            MOVE_CHUNKS + WHITEOUT_CHUNKS
+        } else {
+            RENAME_CHUNKS
+        };
+        let group = self.group(chunks)?;
         self.move_entry(&mut ns, (parent, name, src), (newparent, newname, dst))?;
+        if whiteout {
+            let inode = Inode::new(Kind::CharDevice, 0, who.uid, who.gid, 0);
+            let ino = self.vol.volume().create_placed(&inode.encode(), parent)?;
+            self.append(&mut ns, parent, name, Some(ino))?;
+            ns.nodes.insert(ino, Node::plain(inode));
+        }
         group.finish();
         self.compact_due(&mut ns, &[parent, newparent])?;
         match dst {

@@ -104,7 +104,7 @@ fn the_namespace_and_data_survive_unmount_and_mount() {
         ..node(Kind::Symlink)
     };
     fs.make(ROOT, b"sym", sym, ME).unwrap();
-    fs.rename(ROOT, b"small", d, b"moved", 0).unwrap();
+    fs.rename(ROOT, b"small", d, b"moved", 0, ME).unwrap();
     fs.unmount().unwrap();
     assert_clean(&dev);
     let (fs, r) = remount(&dev);
@@ -152,23 +152,23 @@ fn bad_calls_get_posix_errors_and_change_nothing() {
     assert_eq!(fs.rmdir(ROOT, b"f"), Err(Errno(libc::ENOTDIR)));
     assert_eq!(fs.unlink(ROOT, b"d"), Err(Errno(libc::EISDIR)));
     assert_eq!(
-        fs.rename(ROOT, b"d", sub, b"loop", 0),
+        fs.rename(ROOT, b"d", sub, b"loop", 0, ME),
         Err(Errno(libc::EINVAL))
     );
     assert_eq!(
-        fs.rename(ROOT, b"f", ROOT, b"d", 0),
+        fs.rename(ROOT, b"f", ROOT, b"d", 0, ME),
         Err(Errno(libc::EISDIR))
     );
     assert_eq!(
-        fs.rename(d, b"sub", ROOT, b"f", 0),
+        fs.rename(d, b"sub", ROOT, b"f", 0, ME),
         Err(Errno(libc::ENOTDIR))
     );
     assert_eq!(
-        fs.rename(ROOT, b"f", ROOT, b"d", RENAME_NOREPLACE),
+        fs.rename(ROOT, b"f", ROOT, b"d", RENAME_NOREPLACE, ME),
         Err(Errno(libc::EEXIST))
     );
     assert_eq!(
-        fs.rename(ROOT, b"f", ROOT, b"g", RENAME_EXCHANGE),
+        fs.rename(ROOT, b"f", ROOT, b"g", RENAME_EXCHANGE, ME),
         Err(Errno(libc::ENOENT))
     );
     assert_eq!(e(fs.link(d, ROOT, b"dlink")), libc::EPERM);
@@ -186,7 +186,8 @@ fn bad_calls_get_posix_errors_and_change_nothing() {
     assert!(fs.setattr(f, too_far, ME).is_err());
     assert_eq!(fs.getattr(f).unwrap().size, 1);
     // Exchange swaps a file and a directory, and the link counts follow.
-    fs.rename(ROOT, b"f", d, b"sub", RENAME_EXCHANGE).unwrap();
+    fs.rename(ROOT, b"f", d, b"sub", RENAME_EXCHANGE, ME)
+        .unwrap();
     assert_eq!(find(&fs, "d/sub"), Ok(f));
     assert_eq!(find(&fs, "f"), Ok(sub));
     assert_eq!(fs.getattr(d).unwrap().inode.nlink, 2);
@@ -307,7 +308,7 @@ fn churn(fs: &Fs, rng: &mut impl Rng, synced: &mut Vec<Durable>) {
             }
             2 => {
                 let to = format!("work/m{}", rng.gen_range(0..12));
-                let _ = fs.rename(work, name.as_bytes(), work, &to.as_bytes()[5..], 0);
+                let _ = fs.rename(work, name.as_bytes(), work, &to.as_bytes()[5..], 0, ME);
                 vec![path, to]
             }
             3 => {
@@ -499,4 +500,33 @@ fn damage_in_a_log_costs_only_the_damaged_name_which_goes_to_lost_and_found() {
     let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
     let after = check(&vol).unwrap();
     assert!(after.clean(), "{after:?}");
+}
+
+/// `RENAME_WHITEOUT`: the file moves, a character device 0:0 of the caller's takes its old
+/// name in the same change, and both survive a remount; with `RENAME_EXCHANGE` it is
+/// `EINVAL`.
+#[test]
+fn a_rename_with_whiteout_leaves_a_whiteout_at_the_old_name() {
+    use super::names::RENAME_WHITEOUT;
+    let dev = device(9);
+    let fs = fresh(&dev);
+    let f = put(&fs, ROOT, "f", b"data");
+    let user = Caller { uid: 7, gid: 8 };
+    let both = RENAME_WHITEOUT | RENAME_EXCHANGE;
+    assert_eq!(
+        fs.rename(ROOT, b"f", ROOT, b"g", both, user),
+        Err(Errno(libc::EINVAL))
+    );
+    fs.rename(ROOT, b"f", ROOT, b"g", RENAME_WHITEOUT, user)
+        .unwrap();
+    fs.unmount().unwrap();
+    let (fs, r) = remount(&dev);
+    assert!(r.repaired.clean(), "{r:?}");
+    assert_eq!(find(&fs, "g"), Ok(f));
+    let wh = fs.lookup(ROOT, b"f").unwrap();
+    assert_eq!(wh.inode.kind, Kind::CharDevice);
+    assert_eq!((wh.inode.rdev, wh.inode.perm), (0, 0));
+    assert_eq!((wh.inode.uid, wh.inode.gid), (7, 8));
+    fs.unmount().unwrap();
+    assert_clean(&dev);
 }
