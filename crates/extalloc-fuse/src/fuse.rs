@@ -191,9 +191,20 @@ fn data(r: Result<Vec<u8>, FsErrno>, reply: ReplyData) {
     }
 }
 
+/// The flags every open (a file's, `O_DIRECT` or not, and a directory's) is answered
+/// with: none. Without `FOPEN_DIRECT_IO` the kernel serves an `O_DIRECT` open through its
+/// own direct I/O path (the address space's `direct_IO`): before a direct write it writes
+/// back and drops the page-cache pages of the range, and drops them again after; before a
+/// direct read it writes back the range's dirty pages. So a buffered read or a mapping sees
+/// a direct write, and a direct read sees data still dirty in the page cache (the writeback
+/// cache). `FOPEN_DIRECT_IO` would send every read and write of that open, buffered ones
+/// too, to the daemon, and refuse a shared mapping of it unless `FUSE_DIRECT_IO_ALLOW_MMAP`
+/// were negotiated; nothing here needs that.
+const OPEN_FLAGS: FopenFlags = FopenFlags::empty();
+
 fn opened(r: Result<u64, FsErrno>, reply: ReplyOpen) {
     match r {
-        Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+        Ok(fh) => reply.opened(FileHandle(fh), OPEN_FLAGS),
         Err(e) => reply.error(errno(e)),
     }
 }
@@ -552,7 +563,7 @@ impl Filesystem for FuseFs {
                 &self.file_attr(&a),
                 Generation(0),
                 FileHandle(fh),
-                FopenFlags::empty(),
+                OPEN_FLAGS,
             ),
             Err(e) => reply.error(errno(e)),
         }
