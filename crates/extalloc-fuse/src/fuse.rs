@@ -14,12 +14,14 @@
 use crate::fs::atime::mount_atime;
 use crate::fs::data::{SetAttr, SetTime};
 use crate::fs::names::NewNode;
-use crate::fs::{Attr, Caller, Errno as FsErrno, Fs};
+use crate::fs::{Attr, Errno as FsErrno, Fs};
 use crate::inode::{Kind, Time};
-use crate::replies::{acl_groups, negative_entry, xattr_reply};
+use crate::replies::{
+    acl_groups, caller, data, empty, errno, negative_entry, opened, xattr_reply, OPEN_FLAGS,
+};
 use fuser::{
-    Errno, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig,
-    LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    Errno, FileAttr, FileHandle, Filesystem, Generation, INodeNo, KernelConfig, LockOwner,
+    Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
     ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
     WriteFlags,
 };
@@ -148,38 +150,6 @@ impl FuseFs {
 }
 
 /// The attributes of a negative lookup reply: node id 0 (the rest is not read).
-fn errno(e: FsErrno) -> Errno {
-    Errno::from_i32(e.0)
-}
-
-fn caller(req: &Request) -> Caller {
-    Caller {
-        uid: req.uid(),
-        gid: req.gid(),
-    }
-}
-
-fn empty(r: Result<(), FsErrno>, reply: ReplyEmpty) {
-    match r {
-        Ok(()) => reply.ok(),
-        Err(e) => reply.error(errno(e)),
-    }
-}
-
-fn data(r: Result<Vec<u8>, FsErrno>, reply: ReplyData) {
-    match r {
-        Ok(d) => reply.data(&d),
-        Err(e) => reply.error(errno(e)),
-    }
-}
-
-fn opened(r: Result<u64, FsErrno>, reply: ReplyOpen) {
-    match r {
-        Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
-        Err(e) => reply.error(errno(e)),
-    }
-}
-
 fn set_time(t: TimeOrNow) -> SetTime {
     match t {
         TimeOrNow::Now => SetTime::Now,
@@ -541,7 +511,7 @@ impl Filesystem for FuseFs {
                 &self.file_attr(&a),
                 Generation(0),
                 FileHandle(fh),
-                FopenFlags::empty(),
+                OPEN_FLAGS,
             ),
             Err(e) => reply.error(errno(e)),
         }

@@ -1,13 +1,65 @@
-//! Replies the kernel gets for answers that take more than one line to build (the negative
-//! entry of a name that is not there, the size-or-bytes answer of extended attribute
-//! calls), and a caller's supplementary groups, which FUSE does not pass.
+//! Replies the kernel gets (empty, data, an open handle and the flags every open is answered
+//! with, the negative entry of a name that is not there, the size-or-bytes answer of
+//! extended attribute calls), and who makes a request (its supplementary groups read from
+//! `/proc`, which FUSE does not pass).
 //!
 //! Data structures: none (free functions). Invariant: each function sends exactly one
 //! reply. Lock order: none.
 
-use crate::fs::Errno as FsErrno;
-use fuser::{Errno, FileAttr, INodeNo, ReplyXattr};
+use crate::fs::{Caller, Errno as FsErrno};
+use fuser::{
+    Errno, FileAttr, FileHandle, FopenFlags, INodeNo, ReplyData, ReplyEmpty, ReplyOpen, ReplyXattr,
+    Request,
+};
 use std::time::SystemTime;
+
+/// The kernel's errno for a file system error.
+pub(crate) fn errno(e: FsErrno) -> Errno {
+    Errno::from_i32(e.0)
+}
+
+/// Who makes the request.
+pub(crate) fn caller(req: &Request) -> Caller {
+    Caller {
+        uid: req.uid(),
+        gid: req.gid(),
+    }
+}
+
+/// An empty reply, or the error.
+pub(crate) fn empty(r: Result<(), FsErrno>, reply: ReplyEmpty) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(e)),
+    }
+}
+
+/// The bytes, or the error.
+pub(crate) fn data(r: Result<Vec<u8>, FsErrno>, reply: ReplyData) {
+    match r {
+        Ok(d) => reply.data(&d),
+        Err(e) => reply.error(errno(e)),
+    }
+}
+
+/// The flags every open (a file's, `O_DIRECT` or not, and a directory's) is answered
+/// with: none. Without `FOPEN_DIRECT_IO` the kernel serves an `O_DIRECT` open through its
+/// own direct I/O path (the address space's `direct_IO`): before a direct write it writes
+/// back and drops the page-cache pages of the range, and drops them again after; before a
+/// direct read it writes back the range's dirty pages. So a buffered read or a mapping sees
+/// a direct write, and a direct read sees data still dirty in the page cache (the writeback
+/// cache). `FOPEN_DIRECT_IO` would send every read and write of that open, buffered ones
+/// too, to the daemon, and refuse a shared mapping of it unless `FUSE_DIRECT_IO_ALLOW_MMAP`
+/// were negotiated; nothing here needs that.
+pub(crate) const OPEN_FLAGS: FopenFlags = FopenFlags::empty();
+
+/// An open file handle with [`OPEN_FLAGS`], or the error.
+pub(crate) fn opened(r: Result<u64, FsErrno>, reply: ReplyOpen) {
+    match r {
+        Ok(fh) => reply.opened(FileHandle(fh), OPEN_FLAGS),
+        Err(e) => reply.error(errno(e)),
+    }
+}
 
 /// The attributes of a lookup that found nothing: node id 0, which the kernel caches as a
 /// negative entry for the entry timeout.
@@ -38,7 +90,7 @@ pub(crate) fn xattr_reply(r: Result<Vec<u8>, FsErrno>, size: u32, reply: ReplyXa
         Ok(v) if size == 0 => reply.size(v.len() as u32),
         Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
         Ok(v) => reply.data(&v),
-        Err(e) => reply.error(Errno::from_i32(e.0)),
+        Err(e) => reply.error(errno(e)),
     }
 }
 

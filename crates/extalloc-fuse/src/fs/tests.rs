@@ -173,7 +173,6 @@ fn bad_calls_get_posix_errors_and_change_nothing() {
     );
     assert_eq!(e(fs.link(d, ROOT, b"dlink")), libc::EPERM);
     assert_eq!(fs.readlink(f), Err(Errno(libc::EINVAL)));
-    assert_eq!(fs.open(f, libc::O_DIRECT), Err(Errno(libc::EINVAL)));
     assert_eq!(
         fs.fallocate(f, 0, 4096, 0x8, ME),
         Err(Errno(libc::EOPNOTSUPP)),
