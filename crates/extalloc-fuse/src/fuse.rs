@@ -20,10 +20,10 @@ use crate::replies::{
     acl_groups, caller, data, empty, errno, negative_entry, opened, xattr_reply, OPEN_FLAGS,
 };
 use fuser::{
-    Errno, FileAttr, FileHandle, Filesystem, Generation, INodeNo, KernelConfig, LockOwner,
-    Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
-    WriteFlags,
+    Errno, FileAttr, FileHandle, Filesystem, Generation, INodeNo, IoctlFlags, KernelConfig,
+    LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
+    TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
 use std::ffi::OsStr;
@@ -565,5 +565,23 @@ impl Filesystem for FuseFs {
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         empty(self.fs.removexattr(ino.0, name.as_bytes()), reply);
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        // chattr and lsattr (`fs/flags.rs`); the kernel has checked who may.
+        match self.fs.ioctl(ino.0, cmd, in_data) {
+            Ok(out) => reply.ioctl(0, &out),
+            Err(e) => reply.error(errno(e)),
+        }
     }
 }

@@ -182,6 +182,10 @@ pub struct Inode {
     pub mtime: Time,
     /// Last change of the inode.
     pub ctime: Time,
+    /// The `chattr` flags kept ([`crate::fs::flags::KEPT`]: immutable, append-only,
+    /// no-dump, no-atime); the bytes were zero before flags existed, so older inodes read
+    /// as having none.
+    pub flags: u32,
 }
 
 impl Inode {
@@ -198,6 +202,7 @@ impl Inode {
             atime: now,
             mtime: now,
             ctime: now,
+            flags: 0,
         }
     }
 
@@ -225,6 +230,8 @@ impl Inode {
             out.extend_from_slice(&t.secs.to_le_bytes());
             out.extend_from_slice(&t.nanos.to_le_bytes());
         }
+        out.extend_from_slice(&self.flags.to_le_bytes());
+        debug_assert_eq!(out.len(), INODE_BYTES);
         out.resize(INODE_BYTES, 0);
         out
     }
@@ -256,11 +263,13 @@ impl Inode {
             atime: time_at(24),
             mtime: time_at(36),
             ctime: time_at(48),
+            flags: u32_at(60),
         };
         let times_ok = [inode.atime, inode.mtime, inode.ctime]
             .iter()
             .all(|t| t.nanos < 1_000_000_000);
-        (times_ok && inode.perm <= 0o7777).then_some(inode)
+        let flags_ok = inode.flags & !crate::fs::flags::KEPT == 0;
+        (times_ok && flags_ok && inode.perm <= 0o7777).then_some(inode)
     }
 }
 
@@ -285,11 +294,11 @@ mod tests {
     proptest! {
         #[test]
         fn an_inode_reads_back_as_written(kind in 1u8..8, perm in 0u16..0o10000, uid: u32, gid: u32,
-                nlink: u32, rdev: u32, secs in proptest::array::uniform3(any::<i64>()),
+                nlink: u32, rdev: u32, flags in 0u32..256, secs in proptest::array::uniform3(any::<i64>()),
                 nanos in proptest::array::uniform3(0u32..1_000_000_000)) {
             let t = |i: usize| Time { secs: secs[i], nanos: nanos[i] };
             let i = Inode { kind: Kind::from_code(kind).unwrap(), perm, uid, gid, nlink, rdev,
-                atime: t(0), mtime: t(1), ctime: t(2) };
+                atime: t(0), mtime: t(1), ctime: t(2), flags: flags & crate::fs::flags::KEPT };
             let b = i.encode();
             prop_assert_eq!(b.len(), INODE_BYTES);
             prop_assert_eq!(Inode::decode(&b), Some(i));

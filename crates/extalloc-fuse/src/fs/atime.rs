@@ -157,8 +157,10 @@ impl Fs {
     pub(crate) fn accessed(&self, ino: u64) -> FsResult<()> {
         let mode = self.atime_mode();
         let now = Time::now();
-        let wants =
-            |i: &crate::inode::Inode| mode.wants_update(i.kind, i.atime, i.mtime, i.ctime, now);
+        let wants = |i: &crate::inode::Inode| {
+            i.flags & super::flags::NOATIME == 0
+                && mode.wants_update(i.kind, i.atime, i.mtime, i.ctime, now)
+        };
         if !wants(&self.ns.read().node(ino)?.inode) {
             return Ok(());
         }

@@ -13,7 +13,7 @@
 //! for a write set-group-id without group execute stays.
 
 use super::names::NewNode;
-use super::{Attr, Caller, Errno, Fs, FsResult};
+use super::{flags, Attr, Caller, Errno, Fs, FsResult};
 use crate::acl::Acl;
 use crate::inode::{Inode, Kind, Time};
 use crate::xattr::ACL_ACCESS;
@@ -75,8 +75,9 @@ impl Fs {
     /// `O_DIRECT` the kernel bypasses its page cache (writing back and dropping the range
     /// first, `fuse.rs`) and sends plain reads and writes, which take the same path through
     /// the volume's cache as buffered ones, so both see the same data.
-    pub fn open(&self, ino: u64, _flags: i32) -> FsResult<u64> {
+    pub fn open(&self, ino: u64, flags: i32) -> FsResult<u64> {
         let mut ns = self.ns.write();
+        flags::check_open(&ns, ino, flags)?;
         let n = ns.node_mut(ino)?;
         n.open += 1;
         Ok(self.next_fh.fetch_add(1, Relaxed))
@@ -154,7 +155,19 @@ impl Fs {
     /// Changes `ino`'s attributes for `who` (a truncate by anyone but root, and a change
     /// of owner, clear set-user-id and set-group-id as the module documentation says).
     pub fn setattr(&self, ino: u64, set: SetAttr, who: Caller) -> FsResult<Attr> {
-        let kind = self.ns.read().node(ino)?.inode.kind;
+        let kind = {
+            let ns = self.ns.read();
+            // Append-only: times may only be set to now (as `touch` does).
+            let explicit = |t: Option<SetTime>| matches!(t, Some(SetTime::At(_)));
+            let fixed = set.size.is_some()
+                || set.mode.is_some()
+                || set.uid.is_some()
+                || set.gid.is_some()
+                || explicit(set.atime)
+                || explicit(set.mtime);
+            flags::check(&ns, ino, fixed)?;
+            ns.node(ino)?.inode.kind
+        };
         if let Some(size) = set.size {
             match kind {
                 Kind::File => self.vol.truncate(ino, size)?,
@@ -233,6 +246,7 @@ impl Fs {
         mode: i32,
         who: Caller,
     ) -> FsResult<bool> {
+        flags::check(&self.ns.read(), ino, true)?;
         const KEEP: i32 = libc::FALLOC_FL_KEEP_SIZE;
         const PUNCH: i32 = libc::FALLOC_FL_PUNCH_HOLE;
         const ZERO: i32 = libc::FALLOC_FL_ZERO_RANGE;

@@ -34,6 +34,9 @@
 
 pub mod atime;
 pub mod data;
+pub mod flags;
+#[cfg(test)]
+mod flags_tests;
 mod listing;
 pub mod names;
 #[cfg(test)]

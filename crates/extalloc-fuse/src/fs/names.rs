@@ -16,7 +16,7 @@
 //! half change is never durable, and the file system answers `EIO` until it is mounted
 //! again. Only a device error can do that: every check comes first.
 
-use super::{scan, Attr, Caller, DirState, Errno, Fs, FsResult, Node, Ns, ROOT};
+use super::{flags, scan, Attr, Caller, DirState, Errno, Fs, FsResult, Node, Ns, ROOT};
 use crate::dir::{record, NAME_MAX};
 use crate::inode::{Inode, Kind, Time};
 use crate::xattr::Xattrs;
@@ -113,6 +113,7 @@ impl Fs {
     pub fn make(&self, parent: u64, name: &[u8], new: NewNode<'_>, who: Caller) -> FsResult<Attr> {
         check_name(name)?;
         let mut ns = self.ns.write();
+        flags::check(&ns, parent, false)?;
         let pdir = ns.node(parent)?;
         let dir = pdir.dir.as_ref().ok_or(Errno(libc::ENOTDIR))?;
         if pdir.inode.nlink == 0 {
@@ -286,6 +287,9 @@ impl Fs {
         check_name(name)?;
         let mut ns = self.ns.write();
         let ino = ns.entry(parent, name)?;
+        // As the kernel's may_delete: the flags come before the kind and emptiness.
+        flags::check(&ns, parent, true)?;
+        flags::check(&ns, ino, true)?;
         if ns.node(ino)?.dir.is_some() {
             return err(libc::EISDIR);
         }
@@ -301,6 +305,9 @@ impl Fs {
         }
         let mut ns = self.ns.write();
         let ino = ns.entry(parent, name)?;
+        // As the kernel's may_delete: the flags come before the kind and emptiness.
+        flags::check(&ns, parent, true)?;
+        flags::check(&ns, ino, true)?;
         if !ns.dir(ino)?.entries.is_empty() {
             return err(libc::ENOTEMPTY);
         }
@@ -345,6 +352,8 @@ impl Fs {
     pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> FsResult<Attr> {
         check_name(newname)?;
         let mut ns = self.ns.write();
+        flags::check(&ns, ino, true)?;
+        flags::check(&ns, newparent, false)?;
         let node = ns.node(ino)?;
         if node.dir.is_some() {
             return err(libc::EPERM);
@@ -416,6 +425,13 @@ impl Fs {
         let mut ns = self.ns.write();
         let src = ns.entry(parent, name)?;
         let dst = ns.dir(newparent)?.entries.get(newname).copied();
+        // The source and what it replaces leave their directories; the target's gains.
+        for (ino, append_too) in [(src, true), (parent, true), (newparent, dst.is_some())] {
+            flags::check(&ns, ino, append_too)?;
+        }
+        if let Some(d) = dst {
+            flags::check(&ns, d, true)?;
+        }
         if flags & RENAME_EXCHANGE != 0 {
             let dst = dst.ok_or(Errno(libc::ENOENT))?;
             return self.exchange(&mut ns, (parent, name, src), (newparent, newname, dst));

@@ -97,6 +97,7 @@ impl Fs {
             return err(libc::E2BIG);
         }
         let mut ns = self.ns.write();
+        super::flags::check(&ns, ino, true)?;
         let node = ns.node(ino)?;
         let exists = node.xattrs.contains_key(name);
         if flags & XATTR_CREATE != 0 && exists {
@@ -166,6 +167,7 @@ impl Fs {
     pub fn removexattr(&self, ino: u64, name: &[u8]) -> FsResult<()> {
         self.check_name(name)?;
         let mut ns = self.ns.write();
+        super::flags::check(&ns, ino, true)?;
         let mut set = ns.node(ino)?.xattrs.clone();
         if set.remove(name).is_none() {
             return err(libc::ENODATA);

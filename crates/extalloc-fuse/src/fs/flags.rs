@@ -1,0 +1,171 @@
+//! `chattr` flags: immutable, append-only, no-dump and no-atime, kept in the inode and
+//! enforced by the daemon.
+//!
+//! The kernel reads and sets them through `FS_IOC_GETFLAGS`/`FS_IOC_SETFLAGS` (and
+//! `FS_IOC_FSGETXATTR`/`FS_IOC_FSSETXATTR`, `xfs_io chattr`), which FUSE forwards as ioctls
+//! after checking that the caller owns the inode and, for immutable and append-only, has
+//! `CAP_LINUX_IMMUTABLE`. FUSE does not mark its inodes `S_IMMUTABLE`/`S_APPEND`, so the
+//! kernel's own checks of those flags never fire: every call that changes an inode or a
+//! directory checks them here, with ext4's errors (`EPERM`):
+//!
+//! - an **immutable** inode: no open for writing or truncation, no attribute change (mode,
+//!   owner, times, size), no extended attribute change, no new link, not unlinked,
+//!   renamed or replaced; an immutable directory gains and loses no entries;
+//! - an **append-only** inode: opened for writing only with `O_APPEND`, never truncated,
+//!   its mode, owner and explicit times unchanged, no extended attribute change, no new
+//!   link, not unlinked, renamed or replaced; an append-only directory gains entries but
+//!   loses none;
+//! - **no-atime**: a read never updates atime (`atime.rs`); **no-dump** is only kept.
+//!
+//! Writes themselves reach the daemon from the kernel's page cache long after `write(2)`
+//! returned, so an open for writing is where the flags are enforced.
+//!
+//! Data structures: the flags are `Inode::flags`. Invariant: only [`KEPT`] bits are ever
+//! set. Lock order: `ns` (read for checks inside a caller's section, written to set).
+
+use super::{Errno, Fs, FsResult, Ns};
+use crate::inode::Time;
+
+/// `FS_IMMUTABLE_FL`.
+pub const IMMUTABLE: u32 = 0x10;
+/// `FS_APPEND_FL`.
+pub const APPEND: u32 = 0x20;
+/// `FS_NODUMP_FL`.
+pub const NODUMP: u32 = 0x40;
+/// `FS_NOATIME_FL`.
+pub const NOATIME: u32 = 0x80;
+/// The flags an inode keeps; `FS_IOC_SETFLAGS` with any other is `EOPNOTSUPP`.
+pub const KEPT: u32 = IMMUTABLE | APPEND | NODUMP | NOATIME;
+
+/// `FS_IOC_GETFLAGS` (`_IOR('f', 1, long)`).
+pub const FS_IOC_GETFLAGS: u32 = 0x8008_6601;
+/// `FS_IOC_SETFLAGS` (`_IOW('f', 2, long)`).
+pub const FS_IOC_SETFLAGS: u32 = 0x4008_6602;
+/// `FS_IOC_FSGETXATTR` (`_IOR('X', 31, struct fsxattr)`).
+pub const FS_IOC_FSGETXATTR: u32 = 0x801c_581f;
+/// `FS_IOC_FSSETXATTR` (`_IOW('X', 32, struct fsxattr)`).
+pub const FS_IOC_FSSETXATTR: u32 = 0x401c_5820;
+/// Bytes of `struct fsxattr`.
+pub const FSXATTR_BYTES: usize = 28;
+
+/// `FS_XFLAG_*` bits and the flags they stand for.
+const XFLAGS: [(u32, u32); 4] = [
+    (0x08, IMMUTABLE),
+    (0x10, APPEND),
+    (0x40, NOATIME),
+    (0x80, NODUMP),
+];
+
+/// The `fsx_xflags` of `flags`.
+pub fn to_xflags(flags: u32) -> u32 {
+    XFLAGS
+        .iter()
+        .filter(|(_, f)| flags & f != 0)
+        .fold(0, |x, (b, _)| x | b)
+}
+
+/// The flags of `fsx_xflags`; `None` when it has a bit this file system does not keep.
+pub fn from_xflags(xflags: u32) -> Option<u32> {
+    let known = XFLAGS.iter().fold(0, |x, (b, _)| x | b);
+    (xflags & !known == 0).then(|| {
+        XFLAGS
+            .iter()
+            .filter(|(b, _)| xflags & b != 0)
+            .fold(0, |f, (_, v)| f | v)
+    })
+}
+
+/// `EPERM` when `ino` is immutable, or append-only and `append_too`.
+pub(crate) fn check(ns: &Ns, ino: u64, append_too: bool) -> FsResult<()> {
+    let f = ns.node(ino)?.inode.flags;
+    let stop = if append_too {
+        IMMUTABLE | APPEND
+    } else {
+        IMMUTABLE
+    };
+    if f & stop != 0 {
+        return Err(Errno(libc::EPERM));
+    }
+    Ok(())
+}
+
+/// An open of `ino` with `flags` (`open(2)`'s): `EPERM` for writing an immutable inode,
+/// and for writing an append-only one without `O_APPEND` or with `O_TRUNC`.
+pub(crate) fn check_open(ns: &Ns, ino: u64, flags: i32) -> FsResult<()> {
+    let writes = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
+    if !writes {
+        return Ok(());
+    }
+    check(ns, ino, false)?;
+    let appends = flags & libc::O_APPEND != 0 && flags & libc::O_TRUNC == 0;
+    check(ns, ino, !appends)
+}
+
+impl Fs {
+    /// `ino`'s `chattr` flags.
+    pub fn get_flags(&self, ino: u64) -> FsResult<u32> {
+        Ok(self.ns.read().node(ino)?.inode.flags)
+    }
+
+    /// Sets `ino`'s `chattr` flags (the kernel has checked who may); a flag this file
+    /// system does not keep is `EOPNOTSUPP`, with nothing changed. The ctime moves.
+    pub fn set_flags(&self, ino: u64, flags: u32) -> FsResult<()> {
+        if flags & !KEPT != 0 {
+            return Err(Errno(libc::EOPNOTSUPP));
+        }
+        let mut ns = self.ns.write();
+        let n = ns.node_mut(ino)?;
+        let old = n.inode;
+        n.inode.flags = flags;
+        n.inode.ctime = Time::now();
+        let r = self.persist(&mut ns, ino);
+        if r.is_err() {
+            ns.node_mut(ino)?.inode = old;
+        }
+        r
+    }
+
+    /// The ioctls FUSE forwards for `chattr`/`lsattr` (`cmd` and its input; the output's
+    /// bytes): `FS_IOC_GETFLAGS`/`SETFLAGS` with a 4-byte flags word, and
+    /// `FS_IOC_FSGETXATTR`/`FSSETXATTR` with a `struct fsxattr` (a project id other than 0
+    /// is `EOPNOTSUPP`: no project quotas). Any other command is `ENOTTY`, input cut short
+    /// `EINVAL`.
+    pub fn ioctl(&self, ino: u64, cmd: u32, input: &[u8]) -> FsResult<Vec<u8>> {
+        let word = |at: usize| {
+            input
+                .get(at..at + 4)
+                .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+                .ok_or(Errno(libc::EINVAL))
+        };
+        match cmd {
+            FS_IOC_GETFLAGS => Ok(self.get_flags(ino)?.to_le_bytes().to_vec()),
+            FS_IOC_SETFLAGS => self.set_flags(ino, word(0)?).map(|()| Vec::new()),
+            FS_IOC_FSGETXATTR => {
+                let mut out = vec![0u8; FSXATTR_BYTES];
+                out[..4].copy_from_slice(&to_xflags(self.get_flags(ino)?).to_le_bytes());
+                Ok(out)
+            }
+            FS_IOC_FSSETXATTR => {
+                let flags = from_xflags(word(0)?).ok_or(Errno(libc::EOPNOTSUPP))?;
+                if word(12)? != 0 {
+                    return Err(Errno(libc::EOPNOTSUPP));
+                }
+                self.set_flags(ino, flags).map(|()| Vec::new())
+            }
+            _ => Err(Errno(libc::ENOTTY)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xflags_map_both_ways() {
+        for f in [0, IMMUTABLE, APPEND, NODUMP, NOATIME, KEPT] {
+            assert_eq!(from_xflags(to_xflags(f)), Some(f));
+        }
+        assert_eq!(from_xflags(0x01), None, "realtime is not kept");
+    }
+}
