@@ -578,9 +578,15 @@ impl Filesystem for FuseFs {
         _out_size: u32,
         reply: ReplyIoctl,
     ) {
-        // chattr and lsattr (`fs/flags.rs`); the kernel has checked who may.
+        // chattr and lsattr (`fs/flags.rs`); the kernel has checked who may. It keeps the
+        // attributes it cached across the ioctl: a set moved ctime, so drop them.
         match self.fs.ioctl(ino.0, cmd, in_data) {
-            Ok(out) => reply.ioctl(0, &out),
+            Ok(out) => {
+                reply.ioctl(0, &out);
+                if out.is_empty() {
+                    self.mode_changed(ino.0);
+                }
+            }
             Err(e) => reply.error(errno(e)),
         }
     }

@@ -157,14 +157,16 @@ impl Fs {
     pub fn setattr(&self, ino: u64, set: SetAttr, who: Caller) -> FsResult<Attr> {
         let kind = {
             let ns = self.ns.read();
-            // Append-only: times may only be set to now (as `touch` does).
-            let explicit = |t: Option<SetTime>| matches!(t, Some(SetTime::At(_)));
+            // Append-only: times may only be set to now (`utime(path, NULL)`, `touch`). With
+            // the writeback cache the kernel sends even that mtime as a time, but its atime
+            // as "now" (FATTR_ATIME_NOW): an explicit atime, or an mtime alone, is explicit.
+            let at = |t: Option<SetTime>| matches!(t, Some(SetTime::At(_)));
+            let explicit = at(set.atime) || (set.atime.is_none() && at(set.mtime));
             let fixed = set.size.is_some()
                 || set.mode.is_some()
                 || set.uid.is_some()
                 || set.gid.is_some()
-                || explicit(set.atime)
-                || explicit(set.mtime);
+                || explicit;
             flags::check(&ns, ino, fixed)?;
             ns.node(ino)?.inode.kind
         };
