@@ -1,38 +1,51 @@
 #!/usr/bin/env bash
-# fstests (xfstests), the file-system community's regression suite, on `extalloc mount`.
+# fstests (xfstests), the file-system community's regression suite, on `extalloc mount`,
+# and with the same runner, devices and tests on kernel ext4 and on fuse2fs, to compare.
 #
 #   sudo scripts/fstests.sh                      # the tests of scripts/fstests.list (~6 min)
 #   sudo scripts/fstests.sh generic/003 generic/471
 #   sudo scripts/fstests.sh --group quick        # every generic test of a group (~20 min)
-#   sudo scripts/fstests.sh --src DIR ...        # fstests from DIR (default ../shared/fstests)
+#   sudo scripts/fstests.sh --fs ext4 --group quick     # the same on kernel ext4, or fuse2fs
+#   options: --fs extalloc|ext4|fuse2fs (default extalloc), --json PATH (default
+#   WORK/summary.json), --timeout SECONDS per test (900), --src DIR (../shared/fstests)
 #
 # fstests is a test tool, not part of extalloc: its source is copied to a build directory
 # outside the repository (/var/tmp/fstests-build/HASH, one per source commit or content
-# hash, built once) and run from there. The script installs what it needs (Debian build
-# dependencies, the users fsgqa, fsgqa2 and 123456-fsgqa, the mount helper
-# /sbin/mount.fuse.extalloc from scripts/mount.fuse.extalloc), makes two fresh volumes in
-# image files (TEST_DEV and SCRATCH_DEV: plain files, not loop devices, as the baseline in
-# the source's FOR-EXTALLOC.md was measured; with loop devices fstests would also run the
-# tests that need block devices, which drive dm and the device itself, not the mount), and
-# runs each test as its own `./check TEST` in new PID, mount and IPC namespaces with a
-# private /tmp (unshare), under a watchdog (--timeout, default 900 s per test). It prints
-# each test's result and a summary, and exits 1 when a test failed or timed out; a test
-# that fstests does not run (missing feature) is listed with its reason and is not a
-# failure. Needs root and /dev/fuse; without them, or without the fstests source, it says
-# so and exits 2: it never passes without running.
+# hash, built once) and run from there. The script installs what it needs (Debian packages,
+# the users fsgqa, fsgqa2 and 123456-fsgqa, the mount helper /sbin/mount.fuse.extalloc from
+# scripts/mount.fuse.extalloc or /sbin/mount.fuse.fuse2fs from scripts/mount.fuse.fuse2fs),
+# makes two image files in WORK (FSTESTS_WORK; default /var/tmp/extalloc-fstests, or
+# /var/tmp/fstests-FS for ext4 and fuse2fs) with a loop device over each, TEST_DEV and
+# SCRATCH_DEV (block devices, so the tests that need one run too), formatted by
+# `extalloc mkfs` or mkfs.ext4 (fuse2fs serves an ext4 made by mkfs.ext4), and runs each
+# test as its own `./check TEST` in new PID, mount and IPC namespaces with a private /tmp
+# (unshare), under a watchdog (--timeout). FSTYP is fuse with FUSE_SUBTYP .extalloc or
+# .fuse2fs, or ext4.
+#
+# It prints each test's result, then the passed / failed / not run counts, the failures
+# with a reason, and the reasons tests were not run, grouped and counted (also in
+# WORK/summary.txt), and writes a JSON summary (each test's name, result, seconds and
+# reason, and the totals). It exits 1 when a test failed or timed out; a test that fstests
+# does not run (missing feature) is not a failure. On exit, also when interrupted (INT,
+# TERM), it stops the running test, unmounts, detaches its loop devices, and removes what
+# it installed: a mount helper it put in /sbin (the one it replaced is put back) and the
+# users it added. Needs root and /dev/fuse; without them, or without the fstests source, it
+# says so and exits 2: it never passes without running.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 SRC="$REPO/../shared/fstests"
 LIST="$REPO/scripts/fstests.list"
 BUILD_ROOT=${FSTESTS_BUILD:-/var/tmp/fstests-build}
-WORK=${FSTESTS_WORK:-/var/tmp/extalloc-fstests}
 TIMEOUT=900
 DEV_SIZE=${FSTESTS_DEV_SIZE:-4GiB}
+FS=extalloc
+JSON=""
 GROUP=""
 TESTS=()
+ARGS=("$@")
 
 usage() {
-  sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '5,11p' "$0" | sed 's/^# \{0,1\}//'
   exit "${1:-2}"
 }
 fatal() {
@@ -46,11 +59,20 @@ while (($#)); do
     --src) SRC=${2:?--src needs a directory}; shift 2 ;;
     --group) GROUP=${2:?--group needs a name}; shift 2 ;;
     --timeout) TIMEOUT=${2:?--timeout needs seconds}; shift 2 ;;
+    --fs) FS=${2:?--fs needs extalloc, ext4 or fuse2fs}; shift 2 ;;
+    --json) JSON=${2:?--json needs a path}; shift 2 ;;
     -h | --help) usage 0 ;;
     -*) echo "fstests.sh: unknown option $1" >&2; usage ;;
     *) TESTS+=("$1"); shift ;;
   esac
 done
+case "$FS" in
+  extalloc) WORK=${FSTESTS_WORK:-/var/tmp/extalloc-fstests} ;;
+  ext4 | fuse2fs) WORK=${FSTESTS_WORK:-/var/tmp/fstests-$FS} ;;
+  *) echo "fstests.sh: --fs $FS: not extalloc, ext4 or fuse2fs" >&2; usage ;;
+esac
+[[ "$TIMEOUT" =~ ^[1-9][0-9]*$ ]] || { echo "fstests.sh: --timeout $TIMEOUT: not seconds" >&2; usage; }
+JSON=$(realpath -m "${JSON:-$WORK/summary.json}")
 
 [[ $(id -u) -eq 0 ]] || fatal "not root (fstests mounts, makes users and switches to them)"
 [[ -c /dev/fuse ]] || fatal "no /dev/fuse"
@@ -58,9 +80,61 @@ done
 SRC=$(cd "$SRC" && pwd)
 step() { printf '== %s (%s)\n' "$1" "$(date +%T)" >&2; }
 
+# What this run made or changed, undone by cleanup on any exit.
+LOOPS=()          # loop devices it attached
+ADDED_USERS=()    # users it added
+HELPER=""         # the mount helper it installed in /sbin (a copy: WORK/mount.fuse.installed)
+HELPER_SAVED=""   # the helper that was there before (put back), if any
+TEST_PID=""       # the running test's watchdog (its process group)
+STARTED=0         # tests have started: the summary is due
+SUMMARY_DONE=0
+
+detach_loop() { # LOOP: remove the device-mapper devices over it (a test's leftovers), detach
+  local loop=$1 h
+  for h in /sys/block/"${loop#/dev/}"/holders/*; do
+    [[ -e "$h/dm/name" ]] && dmsetup remove --retry "$(cat "$h/dm/name")" >/dev/null 2>&1
+  done
+  losetup -d "$loop" 2>/dev/null || true
+}
+cleanup() {
+  local rc=$? m l n u
+  trap - EXIT INT TERM
+  set +e
+  if [[ -n "$TEST_PID" ]] && kill -0 "$TEST_PID" 2>/dev/null; then
+    echo "fstests.sh: stopping the running test" >&2
+    kill -TERM "$TEST_PID" 2>/dev/null
+    n=0
+    while kill -0 "$TEST_PID" 2>/dev/null && ((n++ < 400)); do sleep 0.1; done
+    kill -KILL -- "-$TEST_PID" 2>/dev/null
+    wait "$TEST_PID" 2>/dev/null
+  fi
+  ((STARTED && !SUMMARY_DONE)) && summary interrupted
+  for m in "$WORK/scratch" "$WORK/test"; do
+    n=0
+    while mountpoint -q "$m" 2>/dev/null && ((n++ < 10)); do umount "$m" 2>/dev/null || umount -l "$m"; done
+  done
+  # The daemons of the test's namespace are gone with it; give the kernel a moment to
+  # drop their hold on the loop devices (losetup -d of a busy device detaches on last close).
+  for l in "${LOOPS[@]}"; do
+    n=0
+    while fuser -s "$l" 2>/dev/null && ((n++ < 50)); do sleep 0.1; done
+    detach_loop "$l"
+  done
+  # Only while it is still the one this run installed (another run may have replaced it).
+  if [[ -n "$HELPER" ]] && cmp -s "$HELPER" "$WORK/mount.fuse.installed"; then
+    if [[ -n "$HELPER_SAVED" ]]; then mv -f "$HELPER_SAVED" "$HELPER"; else rm -f "$HELPER"; fi
+  fi
+  for u in "${ADDED_USERS[@]}"; do userdel -r "$u" >/dev/null 2>&1 || userdel "$u"; done
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
 step "Debian packages and users"
 PKGS=(xfsprogs xfslibs-dev uuid-dev libattr1-dev libacl1-dev libaio-dev libtool autoconf
-  automake gcc make bc psmisc attr acl fio fuse3 util-linux)
+  automake gcc make bc psmisc attr acl fio fuse3 util-linux e2fsprogs dmsetup jq)
+[[ "$FS" == fuse2fs ]] && PKGS+=(fuse2fs)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then
@@ -70,8 +144,9 @@ if ((${#missing[@]})); then
     || fatal "cannot install ${missing[*]}"
 fi
 for u in fsgqa fsgqa2 123456-fsgqa; do
-  id "$u" >/dev/null 2>&1 || useradd -m "$u" || useradd -m --badname "$u" \
-    || fatal "cannot add user $u"
+  id "$u" >/dev/null 2>&1 && continue
+  useradd -m "$u" 2>/dev/null || useradd -m --badname "$u" || fatal "cannot add user $u"
+  ADDED_USERS+=("$u")
 done
 
 step "build fstests (outside the repository)"
@@ -95,10 +170,12 @@ if [[ ! -f "$FST/.extalloc-built" ]]; then
 fi
 echo "fstests: $FST (source $SRC, key $key)" >&2
 
-step "build extalloc and install the mount helper"
-PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
-(cd "$REPO" && cargo build --release -q -p extalloc-cli)
-BUILT="${CARGO_TARGET_DIR:-$REPO/target}/release/extalloc"
+if [[ "$FS" == extalloc ]]; then
+  step "build extalloc"
+  PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+  (cd "$REPO" && cargo build --release -q -p extalloc-cli)
+  BUILT="${CARGO_TARGET_DIR:-$REPO/target}/release/extalloc"
+fi
 
 if [[ -n "$GROUP" ]]; then
   mapfile -t more < <(awk -v g="$GROUP" '{ for (i = 2; i <= NF; i++) if ($i == g) print "generic/" $1 }' \
@@ -114,28 +191,78 @@ for t in "${TESTS[@]}"; do
   [[ -f "$FST/tests/$t" ]] || fatal "no test $t in $SRC/tests"
 done
 
-step "volumes and config in $WORK"
-# Unmount what a run that was killed may have left (only this work directory's mounts).
+step "devices and config in $WORK ($FS)"
+# Undo what a run that was killed may have left (only this work directory's mounts and
+# loop devices).
 for m in "$WORK/test" "$WORK/scratch"; do
   mountpoint -q "$m" 2>/dev/null && { umount "$m" || umount -l "$m"; }
+done
+for img in "$WORK/test.img" "$WORK/scratch.img"; do
+  [[ -f "$img" ]] || continue
+  for l in $(losetup -j "$img" -O NAME -n 2>/dev/null); do detach_loop "$l"; done
 done
 rm -rf "$WORK"
 mkdir -p "$WORK/test" "$WORK/scratch" "$WORK/results"
 chmod 755 "$WORK"
-# The run's own copy of the binary: a rebuild during a long run does not mix two builds.
-BIN="$WORK/extalloc"
-cp "$BUILT" "$BIN"
-sed "s|@EXTALLOC_BIN@|$BIN|" "$REPO/scripts/mount.fuse.extalloc" >/sbin/mount.fuse.extalloc.new
-chmod 755 /sbin/mount.fuse.extalloc.new
-mv /sbin/mount.fuse.extalloc.new /sbin/mount.fuse.extalloc
-"$BIN" mkfs "$WORK/test.img" --size "$DEV_SIZE" >/dev/null
-"$BIN" mkfs "$WORK/scratch.img" --size "$DEV_SIZE" >/dev/null
+truncate -s "$DEV_SIZE" "$WORK/test.img" "$WORK/scratch.img"
+devs=()
+for img in "$WORK/test.img" "$WORK/scratch.img"; do
+  l=$(losetup -f --show "$img") || fatal "cannot attach a loop device to $img"
+  LOOPS+=("$l")
+  devs+=("$l")
+done
+TEST_DEV=${devs[0]}
+SCRATCH_DEV=${devs[1]}
+echo "TEST_DEV $TEST_DEV ($WORK/test.img), SCRATCH_DEV $SCRATCH_DEV ($WORK/scratch.img), $DEV_SIZE each" >&2
+
+install_helper() { # NAME SOURCE: /sbin/mount.fuse.NAME from SOURCE (stdin), undone on exit
+  local dest=/sbin/mount.fuse.$1
+  cat >"$dest.new.$$"
+  chmod 755 "$dest.new.$$"
+  if [[ -e "$dest" ]] && cmp -s "$dest" "$dest.new.$$"; then
+    rm -f "$dest.new.$$" # the same helper is there already: not ours to remove
+    return
+  fi
+  if [[ -e "$dest" ]]; then
+    HELPER_SAVED="$WORK/mount.fuse.$1.before"
+    cp -a "$dest" "$HELPER_SAVED"
+  fi
+  HELPER=$dest
+  cp "$dest.new.$$" "$WORK/mount.fuse.installed"
+  mv -f "$dest.new.$$" "$dest"
+}
+case "$FS" in
+  extalloc)
+    # The run's own copy of the binary: a rebuild during a long run does not mix two builds.
+    BIN="$WORK/extalloc"
+    cp "$BUILT" "$BIN"
+    sed "s|@EXTALLOC_BIN@|$BIN|" "$REPO/scripts/mount.fuse.extalloc" | install_helper extalloc
+    "$BIN" mkfs "$TEST_DEV" >/dev/null
+    "$BIN" mkfs "$SCRATCH_DEV" >/dev/null
+    VERSION="extalloc $(git -C "$REPO" describe --always --dirty 2>/dev/null || echo unknown)"
+    FSTYP_LINES="export FSTYP=fuse
+export FUSE_SUBTYP=.extalloc"
+    ;;
+  fuse2fs)
+    install_helper fuse2fs <"$REPO/scripts/mount.fuse.fuse2fs"
+    mkfs.ext4 -q -F "$TEST_DEV"
+    mkfs.ext4 -q -F "$SCRATCH_DEV"
+    VERSION=$(fuse2fs -V 2>&1 | sed -n 1p) # sed reads it all: no SIGPIPE under pipefail
+    FSTYP_LINES="export FSTYP=fuse
+export FUSE_SUBTYP=.fuse2fs"
+    ;;
+  ext4)
+    mkfs.ext4 -q -F "$TEST_DEV"
+    mkfs.ext4 -q -F "$SCRATCH_DEV"
+    VERSION="kernel ext4, $(mkfs.ext4 -V 2>&1 | sed -n 1p)" # sed reads it all: no SIGPIPE under pipefail
+    FSTYP_LINES="export FSTYP=ext4"
+    ;;
+esac
 cat >"$WORK/local.config" <<EOF
-export FSTYP=fuse
-export FUSE_SUBTYP=.extalloc
-export TEST_DEV=$WORK/test.img
+$FSTYP_LINES
+export TEST_DEV=$TEST_DEV
 export TEST_DIR=$WORK/test
-export SCRATCH_DEV=$WORK/scratch.img
+export SCRATCH_DEV=$SCRATCH_DEV
 export SCRATCH_MNT=$WORK/scratch
 export RESULT_BASE=$WORK/results
 EOF
@@ -155,54 +282,105 @@ inner() {
     while mountpoint -q "$m"; do umount "$m" 2>/dev/null || umount -l "$m"; done
   done
   local n=0
-  while fuser -s "$WORK/test.img" "$WORK/scratch.img" 2>/dev/null && ((n++ < 600)); do
+  while fuser -s "$TEST_DEV" "$SCRATCH_DEV" "$WORK/test.img" "$WORK/scratch.img" 2>/dev/null \
+    && ((n++ < 600)); do
     sleep 0.1
   done
   return $rc
 }
 export -f inner
+export FST WORK TEST_DEV SCRATCH_DEV
 # The helper takes the binary from EXTALLOC_BIN before the path it was installed with, so
 # two runs (two FSTESTS_WORK) at once each mount with their own copy.
-export FST WORK EXTALLOC_BIN="$BIN"
+[[ "$FS" == extalloc ]] && export EXTALLOC_BIN="$BIN"
 
-passed=()
-failed=()
-notrun=()
-declare -A why
+TSV="$WORK/results.tsv" # name, result, seconds, reason: one line a test
+: >"$TSV"
+KERNEL=$(uname -r)
+DATE=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+case "$FS" in
+  extalloc) LABEL="extalloc mount" ;;
+  ext4) LABEL="kernel ext4" ;;
+  fuse2fs) LABEL="fuse2fs" ;;
+esac
+
+summary() { # [interrupted]: print the counts, failures and grouped reasons; write the JSON
+  local state=${1:-complete} p f n
+  SUMMARY_DONE=1
+  p=$(awk -F'\t' '$2 == "passed"' "$TSV" | wc -l)
+  f=$(awk -F'\t' '$2 == "failed"' "$TSV" | wc -l)
+  n=$(awk -F'\t' '$2 == "not run"' "$TSV" | wc -l)
+  {
+    echo
+    [[ "$state" == complete ]] \
+      || echo "INTERRUPTED: $((p + f + n)) of ${#TESTS[@]} tests ran; the counts are of those"
+    echo "fstests on $LABEL ($VERSION; Linux $KERNEL; $DATE): $p passed, $f failed, $n not run (of $((p + f + n)); results and logs in $WORK/results)"
+    awk -F'\t' '$2 == "failed" { print "  failed:  " $1 ": " $4 }' "$TSV"
+    if ((n)); then
+      echo "not run, by reason:"
+      awk -F'\t' '$2 == "not run" { print $4 }' "$TSV" | sort | uniq -c | sort -k1,1nr -k2 \
+        | sed 's/^ *\([0-9]*\) \(.*\)/  \2: \1/'
+    fi
+  } | tee "$WORK/summary.txt"
+  mkdir -p "$(dirname "$JSON")"
+  jq -R -s --arg fs "$FS" --arg version "$VERSION" --arg kernel "$KERNEL" --arg date "$DATE" \
+    --arg state "$state" --arg fstests "$key" --argjson planned "${#TESTS[@]}" \
+    --arg command "scripts/fstests.sh ${ARGS[*]}" --arg timeout "$TIMEOUT" '
+    split("\n") | map(select(length > 0) | split("\t")
+      | {name: .[0], result: .[1], seconds: (.[2] | tonumber),
+         reason: (if (.[3] // "") == "" then null else .[3] end)}) as $t
+    | def count(r): $t | map(select(.result == r)) | length;
+    {fs: $fs, version: $version, kernel: $kernel, date: $date, command: $command,
+     fstests: $fstests, timeout_seconds: ($timeout | tonumber), state: $state,
+     totals: {planned: $planned, ran: ($t | length), passed: count("passed"),
+              failed: count("failed"), not_run: count("not run")},
+     not_run_reasons: ($t | map(select(.result == "not run")) | group_by(.reason)
+       | map({reason: .[0].reason, count: length}) | sort_by(-.count, .reason)),
+     tests: $t}' "$TSV" >"$JSON.new" && mv "$JSON.new" "$JSON"
+  echo "JSON summary: $JSON"
+}
+
+STARTED=1
 for t in "${TESTS[@]}"; do
   rm -f "$WORK/results/$t".*
+  log="$WORK/results/$(tr / _ <<<"$t").log"
   start=$SECONDS
   set +e
-  timeout --kill-after=30 "$TIMEOUT" unshare --pid --mount --ipc --mount-proc --kill-child \
-    bash -c 'inner "$1"' _ "$t" >"$WORK/results/$(tr / _ <<<"$t").log" 2>&1
+  # In the background and waited for: a trapped INT or TERM is handled at once, not after
+  # the test (cleanup stops it). A background command of a script starts with INT and QUIT
+  # ignored, which its children would inherit: env gives them their default action back.
+  # shellcheck disable=SC2016 # $1 is inner's argument, expanded by that bash
+  env --default-signal=INT,QUIT timeout --kill-after=30 "$TIMEOUT" unshare --pid --mount --ipc --mount-proc --kill-child \
+    bash -c 'inner "$1"' _ "$t" >"$log" 2>&1 &
+  TEST_PID=$!
+  wait "$TEST_PID"
   rc=$?
+  TEST_PID=""
   set -e
   secs=$((SECONDS - start))
-  log="$WORK/results/$(tr / _ <<<"$t").log"
+  reason=""
   if ((rc == 124 || rc == 137)); then
-    failed+=("$t")
-    why[$t]="timed out after ${TIMEOUT}s (watchdog)"
+    s=failed
+    reason="timed out after ${TIMEOUT}s (watchdog)"
   elif [[ -f "$WORK/results/$t.notrun" ]]; then
-    notrun+=("$t")
-    why[$t]=$(head -n 1 "$WORK/results/$t.notrun")
+    s="not run"
+    reason=$(head -n 1 "$WORK/results/$t.notrun")
   elif ((rc == 0)) && grep -q '^Passed all 1 tests' "$log"; then
-    passed+=("$t")
+    s=passed
   else
-    failed+=("$t")
+    s=failed
     if [[ -f "$WORK/results/$t.out.bad" ]]; then
       r=$(diff "$FST/tests/$t.out" "$WORK/results/$t.out.bad" | grep -m1 '^[<>]' || true)
-      r="output mismatch, first difference: $r (diff $FST/tests/$t.out $WORK/results/$t.out.bad)"
+      reason="output mismatch, first difference: $r (diff $FST/tests/$t.out $WORK/results/$t.out.bad)"
     else
       r=$(grep -m1 -o '\[failed.*\|_check_.*\|- .*' "$log" || true)
+      reason=${r:-"check exited $rc, see $log"}
     fi
-    why[$t]=${r:-"check exited $rc, see $log"}
   fi
-  if [[ " ${failed[*]} " == *" $t "* ]]; then s=FAILED; elif [[ " ${notrun[*]} " == *" $t "* ]]; then s="not run"; else s=passed; fi
-  printf '%-14s %-8s %4ss %s\n' "$t" "$s" "$secs" "${why[$t]:-}"
+  reason=$(tr '\t\n' '  ' <<<"$reason" | sed 's/ *$//')
+  printf '%s\t%s\t%s\t%s\n' "$t" "$s" "$secs" "$reason" >>"$TSV"
+  printf '%-14s %-8s %4ss %s\n' "$t" "$([[ $s == failed ]] && echo FAILED || echo "$s")" "$secs" "$reason"
 done
 
-echo
-echo "fstests on extalloc mount: ${#passed[@]} passed, ${#failed[@]} failed, ${#notrun[@]} not run (of ${#TESTS[@]}; results and logs in $WORK/results)"
-for t in "${failed[@]}"; do echo "  failed:  $t: ${why[$t]}"; done
-for t in "${notrun[@]}"; do echo "  not run: $t: ${why[$t]}"; done
-((${#failed[@]} == 0))
+summary
+! grep -q $'\tfailed\t' "$TSV"
