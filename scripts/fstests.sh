@@ -6,8 +6,10 @@
 #   sudo scripts/fstests.sh generic/003 generic/471
 #   sudo scripts/fstests.sh --group quick        # every generic test of a group (~20 min)
 #   sudo scripts/fstests.sh --fs ext4 --group quick     # the same on kernel ext4, or fuse2fs
+#   sudo scripts/fstests.sh --list scripts/fstests-ci.list  # CI's selection (~5 min)
 #   options: --fs extalloc|ext4|fuse2fs (default extalloc), --json PATH (default
-#   WORK/summary.json), --timeout SECONDS per test (900), --src DIR (../shared/fstests)
+#   WORK/summary.json), --timeout SECONDS per test (900), --src DIR (../shared/fstests),
+#   --list FILE (tests one a line, # comments; default scripts/fstests.list)
 #
 # fstests is a test tool, not part of extalloc: its source is copied to a build directory
 # outside the repository (/var/tmp/fstests-build/HASH, one per source commit or content
@@ -45,7 +47,7 @@ TESTS=()
 ARGS=("$@")
 
 usage() {
-  sed -n '5,11p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '5,13p' "$0" | sed 's/^# \{0,1\}//'
   exit "${1:-2}"
 }
 fatal() {
@@ -61,6 +63,7 @@ while (($#)); do
     --timeout) TIMEOUT=${2:?--timeout needs seconds}; shift 2 ;;
     --fs) FS=${2:?--fs needs extalloc, ext4 or fuse2fs}; shift 2 ;;
     --json) JSON=${2:?--json needs a path}; shift 2 ;;
+    --list) LIST=$(realpath "${2:?--list needs a file}"); shift 2 ;;
     -h | --help) usage 0 ;;
     -*) echo "fstests.sh: unknown option $1" >&2; usage ;;
     *) TESTS+=("$1"); shift ;;
@@ -133,7 +136,7 @@ trap 'exit 143' TERM
 
 step "Debian packages and users"
 PKGS=(xfsprogs xfslibs-dev uuid-dev libattr1-dev libacl1-dev libaio-dev libtool autoconf
-  automake gcc make bc psmisc attr acl fio fuse3 util-linux e2fsprogs dmsetup jq)
+  automake gcc make bc psmisc attr acl fio fuse3 util-linux e2fsprogs dmsetup jq gawk)
 [[ "$FS" == fuse2fs ]] && PKGS+=(fuse2fs)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

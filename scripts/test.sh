@@ -2,7 +2,8 @@
 # The test suite: unit, model-based, stress, bad-input and lab smoke tests, the library's
 # tests with debug assertions on, the loom model of the lock-free group index, then the
 # mounted file system under fsx, pjdfstest, fio with verify and kill -9 crashes
-# (scripts/mount-tests.sh: root and /dev/fuse). About 13 minutes on 2 cores.
+# (scripts/mount-tests.sh: root and /dev/fuse), then fstests' CI selection on the mount
+# (scripts/fstests-ci.list). About 13 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/ci-deps.sh
@@ -14,3 +15,15 @@ CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS=true CARGO_TARGET_DIR=target/assert \
 # Loom needs every crate built with --cfg loom: keep it in its own target directory.
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p extalloc --release --test loom_index
 ./scripts/mount-tests.sh
+# fstests, the community's suite, on the mount: CI's selection (scripts/fstests-ci.list, 88
+# tests: data, namespace, extended attributes and ACLs, O_DIRECT, chattr, whiteouts, file
+# handles across remounts). fstests is a test tool kept outside the repository; its source
+# is ../shared/fstests or FSTESTS_SRC. Without it the step is not run and says so loudly.
+FSTESTS_SRC=${FSTESTS_SRC:-../shared/fstests}
+if [[ -x "$FSTESTS_SRC/check" ]]; then
+  ./scripts/fstests.sh --src "$FSTESTS_SRC" --list scripts/fstests-ci.list --timeout 300
+else
+  echo "############################################################" >&2
+  echo "test.sh: fstests NOT RUN: no fstests source at $FSTESTS_SRC (set FSTESTS_SRC)" >&2
+  echo "############################################################" >&2
+fi
