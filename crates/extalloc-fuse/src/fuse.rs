@@ -12,18 +12,19 @@
 //! `fs/mod.rs`).
 
 use crate::fs::atime::mount_atime;
-use crate::fs::data::{SetAttr, SetTime};
+use crate::fs::data::SetAttr;
 use crate::fs::names::NewNode;
 use crate::fs::{Attr, Errno as FsErrno, Fs};
 use crate::inode::{Kind, Time};
 use crate::replies::{
-    acl_groups, caller, data, empty, errno, negative_entry, opened, xattr_reply, OPEN_FLAGS,
+    acl_groups, caller, data, empty, errno, file_attr, negative_entry, opened, set_time,
+    xattr_reply, OPEN_FLAGS,
 };
 use fuser::{
-    Errno, FileAttr, FileHandle, Filesystem, Generation, INodeNo, IoctlFlags, KernelConfig,
-    LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
-    TimeOrNow, WriteFlags,
+    CopyFileRangeFlags, Errno, FileAttr, FileHandle, Filesystem, Generation, INodeNo, IoctlFlags,
+    KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
 use std::ffi::OsStr;
@@ -110,24 +111,7 @@ impl FuseFs {
     }
 
     fn file_attr(&self, a: &Attr) -> FileAttr {
-        let i = &a.inode;
-        FileAttr {
-            ino: INodeNo(a.ino),
-            size: a.size,
-            blocks: a.allocated / 512,
-            atime: i.atime.to_system(),
-            mtime: i.mtime.to_system(),
-            ctime: i.ctime.to_system(),
-            crtime: i.ctime.to_system(),
-            kind: i.kind.file_type(),
-            perm: i.perm,
-            nlink: i.nlink,
-            uid: i.uid,
-            gid: i.gid,
-            rdev: i.rdev,
-            blksize: self.block_size,
-            flags: 0,
-        }
+        file_attr(a, self.block_size)
     }
 
     fn entry(&self, r: Result<Attr, FsErrno>, reply: ReplyEntry) {
@@ -150,13 +134,6 @@ impl FuseFs {
 }
 
 /// The attributes of a negative lookup reply: node id 0 (the rest is not read).
-fn set_time(t: TimeOrNow) -> SetTime {
-    match t {
-        TimeOrNow::Now => SetTime::Now,
-        TimeOrNow::SpecificTime(s) => SetTime::At(Time::from_system(s)),
-    }
-}
-
 impl Filesystem for FuseFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.set_max_write(1 << 20);
@@ -591,6 +568,29 @@ impl Filesystem for FuseFs {
                     self.mode_changed(ino.0);
                 }
             }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        ino_in: INodeNo,
+        _fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        // The kernel has written both ranges' dirty pages back and drops the target's after.
+        match self
+            .fs
+            .copy_range(ino_in.0, offset_in, ino_out.0, offset_out, len)
+        {
+            Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(e)),
         }
     }

@@ -6,10 +6,12 @@
 //! Data structures: none (free functions). Invariant: each function sends exactly one
 //! reply. Lock order: none.
 
-use crate::fs::{Caller, Errno as FsErrno};
+use crate::fs::data::SetTime;
+use crate::fs::{Attr, Caller, Errno as FsErrno};
+use crate::inode::Time;
 use fuser::{
     Errno, FileAttr, FileHandle, FopenFlags, INodeNo, ReplyData, ReplyEmpty, ReplyOpen, ReplyXattr,
-    Request,
+    Request, TimeOrNow,
 };
 use std::time::SystemTime;
 
@@ -111,4 +113,35 @@ pub(crate) fn acl_groups(name: &[u8], pid: u32) -> Vec<u32> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// `stat`'s view of `a` for the kernel (`st_blocks` in 512-byte sectors; no birth time is
+/// kept, so the ctime stands in for it).
+pub(crate) fn file_attr(a: &Attr, block_size: u32) -> FileAttr {
+    let i = &a.inode;
+    FileAttr {
+        ino: INodeNo(a.ino),
+        size: a.size,
+        blocks: a.allocated / 512,
+        atime: i.atime.to_system(),
+        mtime: i.mtime.to_system(),
+        ctime: i.ctime.to_system(),
+        crtime: i.ctime.to_system(),
+        kind: i.kind.file_type(),
+        perm: i.perm,
+        nlink: i.nlink,
+        uid: i.uid,
+        gid: i.gid,
+        rdev: i.rdev,
+        blksize: block_size,
+        flags: 0,
+    }
+}
+
+/// A time a setattr asks for.
+pub(crate) fn set_time(t: TimeOrNow) -> SetTime {
+    match t {
+        TimeOrNow::Now => SetTime::Now,
+        TimeOrNow::SpecificTime(s) => SetTime::At(Time::from_system(s)),
+    }
 }

@@ -20,6 +20,9 @@ use crate::xattr::ACL_ACCESS;
 use extalloc::volume::Fallocate;
 use std::sync::atomic::Ordering::Relaxed;
 
+/// Bytes one `copy_file_range` request copies at most.
+pub const COPY_MAX: u64 = 16 << 20;
+
 fn err<T>(e: i32) -> FsResult<T> {
     Err(Errno(e))
 }
@@ -150,6 +153,27 @@ impl Fs {
         self.vol.write(ino, offset, data)?;
         let cleared = self.data_changed(ino, kill_priv.then_some(None))?;
         Ok((data.len() as u32, cleared))
+    }
+
+    /// `copy_file_range(2)` served by the daemon: up to `len` bytes of `ino_in` from
+    /// `off_in` (fewer at its end, and at most [`COPY_MAX`] a call: a short copy, which
+    /// callers loop over) written to `ino_out` at `off_out` through the cache; returns the
+    /// bytes copied. An immutable target is `EPERM` (the kernel's own check does not see
+    /// FUSE's flags, `flags.rs`); the kernel has cleared its set-id bits already.
+    pub fn copy_range(
+        &self,
+        ino_in: u64,
+        off_in: u64,
+        ino_out: u64,
+        off_out: u64,
+        len: u64,
+    ) -> FsResult<u32> {
+        flags::check(&self.ns.read(), ino_out, false)?;
+        let data = self.read(ino_in, off_in, len.min(COPY_MAX) as u32)?;
+        if data.is_empty() {
+            return Ok(0);
+        }
+        Ok(self.write_clearing(ino_out, off_out, &data, false)?.0)
     }
 
     /// Changes `ino`'s attributes for `who` (a truncate by anyone but root, and a change
