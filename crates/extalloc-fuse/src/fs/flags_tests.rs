@@ -155,13 +155,24 @@ fn copy_range_copies_through_the_cache_and_refuses_an_immutable_target() {
     let src = put(&fs, ROOT, "src", &data);
     let dst = put(&fs, ROOT, "dst", b"head");
     assert_eq!(fs.copy_range(src, 1000, dst, 4, 50_000), Ok(50_000));
-    assert_eq!(fs.copy_range(src, 99_000, dst, 50_004, 5_000), Ok(1_000), "short at the end");
-    assert_eq!(fs.copy_range(src, 200_000, dst, 0, 10), Ok(0), "past the end");
+    assert_eq!(
+        fs.copy_range(src, 99_000, dst, 50_004, 5_000),
+        Ok(1_000),
+        "short at the end"
+    );
+    assert_eq!(
+        fs.copy_range(src, 200_000, dst, 0, 10),
+        Ok(0),
+        "past the end"
+    );
     let got = fs.read(dst, 0, 60_000).unwrap();
     assert_eq!(&got[..4], b"head");
     assert_eq!(&got[4..50_004], &data[1000..51_000]);
     assert_eq!(&got[50_004..], &data[99_000..]);
     fs.set_flags(dst, IMMUTABLE).unwrap();
-    eperm(fs.copy_range(src, 0, dst, 0, 10), "copy into an immutable file");
+    eperm(
+        fs.copy_range(src, 0, dst, 0, 10),
+        "copy into an immutable file",
+    );
     fs.unmount().unwrap();
 }

@@ -510,3 +510,28 @@ fn a_placed_file_skips_its_keys_group_when_it_runs_low() {
         "and the key's files stay together there"
     );
 }
+
+/// A volume made over a used one, whose first page something else has overwritten since
+/// (fstests generic/570 runs mkswap on the device): the former volume's journal records
+/// must not read as the new journal's, so the new volume opens (before, mkfs zeroed only
+/// the journal's first block and the open refused a "journal damaged in the middle").
+#[test]
+fn mkfs_over_a_used_device_leaves_no_stale_journal_record() {
+    let dev = device(77);
+    let vol = Volume::mkfs(dev.clone(), &geometry(), 64, Policy::default()).unwrap();
+    for i in 0..20u64 {
+        let id = vol.create(b"old").unwrap();
+        vol.write(id, 0, &pattern(i, 5000)).unwrap();
+        vol.sync().unwrap();
+    }
+    drop(vol);
+    dev.write_at(&[0x5a; 4096], 0).unwrap(); // a swap header over block 0
+    let vol = Volume::mkfs(dev.clone(), &geometry(), 64, Policy::default()).unwrap();
+    assert!(vol.list().is_empty(), "a fresh volume");
+    let id = vol.create(b"new").unwrap();
+    vol.write(id, 0, b"data").unwrap();
+    vol.close().unwrap();
+    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+    assert_eq!(vol.list().len(), 1);
+    vol.close().unwrap();
+}

@@ -29,8 +29,22 @@ pub fn mkfs(
         });
     }
     let sb = Superblock::layout(geometry, journal_blocks, uuid)?;
-    // An empty journal: its first block zeroed, so no stale record is replayed.
-    dev.write_at(&vec![0u8; bs as usize], sb.journal_start * bs)?;
+    // An empty journal: the whole area zeroed. Zeroing only its first block left a former
+    // volume's records after it, whose sequence numbers (from 1, as the new journal's) read
+    // as committed records behind an unreadable first one: the next open refused the new
+    // volume as a journal damaged in the middle (fstests generic/570, mkfs over a device
+    // whose first page mkswap had written).
+    let zeros = vec![0u8; (bs * sb.journal_blocks).min(1 << 20) as usize];
+    let (start, end) = (
+        sb.journal_start * bs,
+        (sb.journal_start + sb.journal_blocks) * bs,
+    );
+    let mut at = start;
+    while at < end {
+        let n = (end - at).min(zeros.len() as u64) as usize;
+        dev.write_at(&zeros[..n], at)?;
+        at += n as u64;
+    }
     // No bitmap is written: every group starts uninitialised (its initial bitmap follows
     // from the layout), so making a 16 TiB device writes its descriptors only.
     let mut descs = vec![0u8; ((sb.groups() * DESC_BYTES as u64).div_ceil(bs) * bs) as usize];
