@@ -13,6 +13,7 @@
 
 use crate::fs::atime::mount_atime;
 use crate::fs::data::SetAttr;
+use crate::fs::flags;
 use crate::fs::names::NewNode;
 use crate::fs::{Attr, Errno as FsErrno, Fs};
 use crate::inode::{Kind, Time};
@@ -564,7 +565,7 @@ impl Filesystem for FuseFs {
         match self.fs.ioctl(ino.0, cmd, in_data) {
             Ok(out) => {
                 reply.ioctl(0, &out);
-                if out.is_empty() {
+                if matches!(cmd, flags::FS_IOC_SETFLAGS | flags::FS_IOC_FSSETXATTR) {
                     self.mode_changed(ino.0);
                 }
             }

@@ -96,7 +96,7 @@ pub(crate) fn check_open(ns: &Ns, ino: u64, flags: i32) -> FsResult<()> {
     if !writes {
         return Ok(());
     }
-    check(ns, ino, false)?;
+    // Immutable always stops a writer; append-only unless it only appends.
     let appends = flags & libc::O_APPEND != 0 && flags & libc::O_TRUNC == 0;
     check(ns, ino, !appends)
 }

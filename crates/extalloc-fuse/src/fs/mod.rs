@@ -175,7 +175,13 @@ impl Node {
         match self.spill {
             Some(id) => Tail::Spill(id),
             None if self.xattrs.is_empty() => Tail::None,
-            None => Tail::Inline(self.xattrs.clone()),
+            None => {
+                debug_assert!(
+                    crate::xattr::fits_inline(&self.xattrs),
+                    "a set without a spill file fits in the inode's blob (`store_set`)"
+                );
+                Tail::Inline(self.xattrs.clone())
+            }
         }
     }
 

@@ -255,6 +255,16 @@ fn load_xattrs(
         }
     }
     report.damaged_xattrs.sort_unstable();
+    // An unnamed inode is kept (mount links it into /lost+found before this pass): its
+    // spill file is not stray. An orphan's is: it goes with the orphan.
+    for &ino in &report.unnamed {
+        let blob = vol.attr(ino).map_err(|e| e.to_string())?;
+        if let Some(Tail::Spill(id)) = Tail::decode(inode::tail(&blob)) {
+            if spills.get(&id) == Some(&ino) {
+                named.insert(id);
+            }
+        }
+    }
     report.stray_xattrs = spills.into_keys().filter(|s| !named.contains(s)).collect();
     report.stray_xattrs.sort_unstable();
     if repair && !report.damaged_xattrs.is_empty() {

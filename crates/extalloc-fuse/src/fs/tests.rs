@@ -4,7 +4,7 @@
 //! `posix_tests.rs` shares.
 
 use super::data::SetAttr;
-use super::names::{NewNode, RENAME_EXCHANGE, RENAME_NOREPLACE};
+use super::names::{NewNode, RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT};
 use super::*;
 use extalloc::disk::device::{Crash, FaultDevice, MemDevice};
 use extalloc::{Geometry, Policy};
@@ -307,7 +307,13 @@ fn churn(fs: &Fs, rng: &mut impl Rng, synced: &mut Vec<Durable>) {
             }
             2 => {
                 let to = format!("work/m{}", rng.gen_range(0..12));
-                let _ = fs.rename(work, name.as_bytes(), work, &to.as_bytes()[5..], 0, ME);
+                // Half of them leave a whiteout: the move and the whiteout, one change.
+                let flags = if rng.gen_bool(0.5) {
+                    RENAME_WHITEOUT
+                } else {
+                    0
+                };
+                let _ = fs.rename(work, name.as_bytes(), work, &to.as_bytes()[5..], flags, ME);
                 vec![path, to]
             }
             3 => {
@@ -506,7 +512,6 @@ fn damage_in_a_log_costs_only_the_damaged_name_which_goes_to_lost_and_found() {
 /// `EINVAL`.
 #[test]
 fn a_rename_with_whiteout_leaves_a_whiteout_at_the_old_name() {
-    use super::names::RENAME_WHITEOUT;
     let dev = device(9);
     let fs = fresh(&dev);
     let f = put(&fs, ROOT, "f", b"data");

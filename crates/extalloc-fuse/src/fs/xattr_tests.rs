@@ -398,3 +398,28 @@ fn a_default_acl_is_inherited_instead_of_the_umask() {
     assert_eq!(fs.getxattr(sub.ino, ACL_DEFAULT).unwrap(), named(7));
     fs.unmount().unwrap();
 }
+
+/// An inode that lost its name to damage (its link count says it has one) keeps its spill
+/// file: the check does not call it stray, and mount links the inode into /lost+found with
+/// its attributes.
+#[test]
+fn an_unnamed_inode_keeps_its_spill_file() {
+    let dev = device(16);
+    let fs = fresh(&dev);
+    let f = put(&fs, ROOT, "f", b"x");
+    fs.setxattr(f, b"user.big", &vec![9; 5000], 0, ME, &[])
+        .unwrap();
+    fs.unmount().unwrap();
+    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+    let end = vol.size(ROOT).unwrap();
+    scan::append(&vol, ROOT, end, &crate::dir::record(b"f", None)).unwrap();
+    vol.sync().unwrap();
+    let seen = check(&vol).unwrap();
+    assert_eq!(seen.unnamed, vec![f], "{seen:?}");
+    assert!(seen.stray_xattrs.is_empty(), "{seen:?}");
+    vol.close().unwrap();
+    let (fs, r) = remount(&dev);
+    assert_eq!(r.repaired.lost_found, vec![f], "{r:?}");
+    assert_eq!(fs.getxattr(f, b"user.big").unwrap(), vec![9; 5000]);
+    fs.unmount().unwrap();
+}
