@@ -10,7 +10,8 @@
 //!
 //! Invariant: once [`Committer::stop`] (or drop) returns, the thread has ended and dropped
 //! its `Arc<Fs>`, so the file system can be closed. A failed commit is reported once, and
-//! once more when a later one succeeds; it never ends the thread or the mount.
+//! once more when a later one succeeds; it never ends the thread or the mount. A shutdown
+//! of the file system ends the thread quietly.
 //!
 //! Lock order: the stop mutex is never held while syncing; [`Fs::sync`] takes `ns` only
 //! to collect the inodes with pending times, then the volume's locks (see `fs/mod.rs`).
@@ -92,6 +93,10 @@ fn run(fs: &Fs, every: Duration, stop: &Stop, log: &dyn Fn(&str)) {
             if *stopped {
                 return;
             }
+        }
+        if fs.is_down() {
+            // Shut down (`fs/shutdown.rs`): nothing is written until the next mount.
+            return;
         }
         match fs.sync() {
             Ok(()) if failing => {

@@ -551,7 +551,7 @@ impl Filesystem for FuseFs {
 
     fn ioctl(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         _flags: IoctlFlags,
@@ -560,9 +560,10 @@ impl Filesystem for FuseFs {
         _out_size: u32,
         reply: ReplyIoctl,
     ) {
-        // chattr and lsattr (`fs/flags.rs`); the kernel has checked who may. It keeps the
-        // attributes it cached across the ioctl: a set moved ctime, so drop them.
-        match self.fs.ioctl(ino.0, cmd, in_data) {
+        // chattr and lsattr (`fs/flags.rs`; the kernel has checked who may), and the
+        // shutdown (`fs/shutdown.rs`). The kernel keeps the attributes it cached across
+        // the ioctl: a set moved ctime, so drop them.
+        match self.fs.ioctl(ino.0, cmd, in_data, caller(req)) {
             Ok(out) => {
                 reply.ioctl(0, &out);
                 if matches!(cmd, flags::FS_IOC_SETFLAGS | flags::FS_IOC_FSSETXATTR) {

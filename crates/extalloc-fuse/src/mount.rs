@@ -20,7 +20,7 @@ use crate::fs::{Fs, MountReport};
 use crate::fuse::FuseFs;
 use crate::mountinfo;
 use extalloc::alloc::Policy;
-use extalloc::disk::device::{Device, FileDevice, OverlayDevice};
+use extalloc::disk::device::{Device, FenceDevice, FileDevice, OverlayDevice};
 use extalloc::volume::Volume;
 use extalloc::writeback::WritebackOptions;
 use fuser::{Config, MountOption, Session, SessionACL};
@@ -146,12 +146,17 @@ pub fn serve(opts: &MountOptions, ready: impl FnOnce(&MountReport)) -> Result<()
 
 /// Opens the device's volume and mounts its file system (nothing is mounted yet).
 fn open_fs(opts: &MountOptions, dev_name: &str) -> Result<(Arc<Fs>, MountReport), String> {
+    // Read-write, the device sits behind a fence a shutdown closes (`fs/shutdown.rs`).
+    let mut fence = None;
     let dev: Arc<dyn Device> = if opts.read_only {
         let dev =
             FileDevice::open_read_only(&opts.device).map_err(|e| device_error(dev_name, e))?;
         Arc::new(OverlayDevice::new(Arc::new(dev)))
     } else {
-        Arc::new(FileDevice::open(&opts.device).map_err(|e| device_error(dev_name, e))?)
+        let dev = FileDevice::open(&opts.device).map_err(|e| device_error(dev_name, e))?;
+        let f = Arc::new(FenceDevice::new(Arc::new(dev)));
+        fence = Some(f.clone());
+        f
     };
     // Read-only, the volume is salvaged into the overlay: a damaged journal, table entry or
     // map segment still lets every file that survived be copied off before a repair.
@@ -164,6 +169,10 @@ fn open_fs(opts: &MountOptions, dev_name: &str) -> Result<(Arc<Fs>, MountReport)
     let (fs, mut report) =
         Fs::mount(vol, opts.writeback).map_err(|e| format!("{dev_name}: {e}"))?;
     report.salvage = salvage;
+    if let Some(f) = fence {
+        fs.attach_fence(f)
+            .expect("a file system just mounted has no fence yet");
+    }
     Ok((Arc::new(fs), report))
 }
 

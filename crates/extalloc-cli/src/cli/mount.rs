@@ -55,7 +55,8 @@ pub struct MountArgs {
     pub read_only: bool,
     /// Mount options as mount(8) passes them, comma-separated: `ro` (as --read-only),
     /// `rw`, `nosuid`/`suid`, `nodev`/`dev`, `noexec`/`exec`, `noatime`/`atime`/`relatime`,
-    /// `async`, `defaults`; of two opposites the last wins. Others are refused.
+    /// `lazytime` (times are always written lazily), `async`, `defaults`; of two opposites
+    /// the last wins. Others are refused.
     #[arg(short = 'o', value_delimiter = ',')]
     pub options: Vec<String>,
 }
@@ -71,7 +72,9 @@ impl MountArgs {
                 "nodev" | "dev" => f.nodev = o == "nodev",
                 "noexec" | "exec" => f.noexec = o == "noexec",
                 "noatime" | "atime" | "relatime" => f.noatime = o == "noatime",
-                "defaults" | "async" | "" => {}
+                // Times are lazy already: kept in memory, written at fsync, the last close,
+                // the background commit, `sync MOUNTPOINT` and unmount (docs/mount.md).
+                "defaults" | "async" | "lazytime" | "nolazytime" | "" => {}
                 "sync" | "dirsync" | "strictatime" | "nodiratime" => bail!(
                     "-o {o}: not supported by extalloc mount (data and names are durable at \
                      fsync, sync MOUNTPOINT, the background commit and unmount; atime is \
@@ -79,7 +82,8 @@ impl MountArgs {
                 ),
                 other => bail!(
                     "-o {other}: unknown mount option (extalloc mount takes ro, rw, nosuid, \
-                     suid, nodev, dev, noexec, exec, noatime, atime, relatime, async, defaults)"
+                     suid, nodev, dev, noexec, exec, noatime, atime, relatime, lazytime, async, \
+                     defaults)"
                 ),
             }
         }

@@ -79,6 +79,7 @@ impl Fs {
     /// first, `fuse.rs`) and sends plain reads and writes, which take the same path through
     /// the volume's cache as buffered ones, so both see the same data.
     pub fn open(&self, ino: u64, flags: i32) -> FsResult<u64> {
+        self.live()?;
         let mut ns = self.ns.write();
         flags::check_open(&ns, ino, flags)?;
         let n = ns.node_mut(ino)?;
@@ -96,6 +97,7 @@ impl Fs {
         flags: i32,
         who: Caller,
     ) -> FsResult<(Attr, u64)> {
+        self.live()?;
         let new = NewNode {
             kind: Kind::File,
             mode,
@@ -125,6 +127,7 @@ impl Fs {
     /// Reads up to `len` bytes at `offset` (fewer at the end of the file); updates atime
     /// as the mount's atime mode says (`atime.rs`).
     pub fn read(&self, ino: u64, offset: u64, len: u32) -> FsResult<Vec<u8>> {
+        self.live()?;
         self.regular(ino, libc::EINVAL)?;
         let data = self.vol.read(ino, offset, u64::from(len))?;
         self.accessed(ino)?;
@@ -149,6 +152,7 @@ impl Fs {
         data: &[u8],
         kill_priv: bool,
     ) -> FsResult<(u32, bool)> {
+        self.live()?;
         self.regular(ino, libc::EINVAL)?;
         self.vol.write(ino, offset, data)?;
         let cleared = self.data_changed(ino, kill_priv.then_some(None))?;
@@ -168,6 +172,7 @@ impl Fs {
         off_out: u64,
         len: u64,
     ) -> FsResult<u32> {
+        self.live()?;
         flags::check(&self.ns.read(), ino_out, false)?;
         let data = self.read(ino_in, off_in, len.min(COPY_MAX) as u32)?;
         if data.is_empty() {
@@ -179,6 +184,7 @@ impl Fs {
     /// Changes `ino`'s attributes for `who` (a truncate by anyone but root, and a change
     /// of owner, clear set-user-id and set-group-id as the module documentation says).
     pub fn setattr(&self, ino: u64, set: SetAttr, who: Caller) -> FsResult<Attr> {
+        self.live()?;
         let kind = {
             let ns = self.ns.read();
             // Append-only: times may only be set to now (`utime(path, NULL)`, `touch`). With
@@ -272,6 +278,7 @@ impl Fs {
         mode: i32,
         who: Caller,
     ) -> FsResult<bool> {
+        self.live()?;
         flags::check(&self.ns.read(), ino, true)?;
         const KEEP: i32 = libc::FALLOC_FL_KEEP_SIZE;
         const PUNCH: i32 = libc::FALLOC_FL_PUNCH_HOLE;
@@ -321,6 +328,7 @@ impl Fs {
 
     /// Makes `ino` durable, with every namespace change before it (one journal).
     pub fn fsync(&self, ino: u64) -> FsResult<()> {
+        self.live()?;
         self.flush_attrs(Some(ino))?;
         Ok(self.vol.fsync(ino)?)
     }

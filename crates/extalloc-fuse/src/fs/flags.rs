@@ -23,7 +23,7 @@
 //! Data structures: the flags are `Inode::flags`. Invariant: only [`KEPT`] bits are ever
 //! set. Lock order: `ns` (read for checks inside a caller's section, written to set).
 
-use super::{Errno, Fs, FsResult, Ns};
+use super::{Caller, Errno, Fs, FsResult, Ns};
 use crate::inode::Time;
 
 /// `FS_IMMUTABLE_FL`.
@@ -45,6 +45,9 @@ pub const FS_IOC_SETFLAGS: u32 = 0x4008_6602;
 pub const FS_IOC_FSGETXATTR: u32 = 0x801c_581f;
 /// `FS_IOC_FSSETXATTR` (`_IOW('X', 32, struct fsxattr)`).
 pub const FS_IOC_FSSETXATTR: u32 = 0x401c_5820;
+/// `FS_IOC_SHUTDOWN` (`_IOR('X', 125, __u32)`), the same number as XFS's
+/// `XFS_IOC_GOINGDOWN` (`shutdown.rs`).
+pub const FS_IOC_SHUTDOWN: u32 = 0x8004_587d;
 /// Bytes of `struct fsxattr`.
 pub const FSXATTR_BYTES: usize = 28;
 
@@ -128,9 +131,19 @@ impl Fs {
     /// The ioctls FUSE forwards for `chattr`/`lsattr` (`cmd` and its input; the output's
     /// bytes): `FS_IOC_GETFLAGS`/`SETFLAGS` with a 4-byte flags word, and
     /// `FS_IOC_FSGETXATTR`/`FSSETXATTR` with a `struct fsxattr` (a project id other than 0
-    /// is `EOPNOTSUPP`: no project quotas). Any other command is `ENOTTY`, input cut short
-    /// `EINVAL`.
-    pub fn ioctl(&self, ino: u64, cmd: u32, input: &[u8]) -> FsResult<Vec<u8>> {
+    /// is `EOPNOTSUPP`: no project quotas), and `FS_IOC_SHUTDOWN` from root (`EPERM`
+    /// otherwise; [`Fs::shutdown`]). Any other command is `ENOTTY`, input cut short
+    /// `EINVAL`; after a shutdown every command but another shutdown is `EIO`.
+    pub fn ioctl(&self, ino: u64, cmd: u32, input: &[u8], who: Caller) -> FsResult<Vec<u8>> {
+        if cmd == FS_IOC_SHUTDOWN {
+            // ext4 asks for CAP_SYS_ADMIN; FUSE passes no capabilities, so root by uid.
+            if who.uid != 0 {
+                return Err(Errno(libc::EPERM));
+            }
+            self.shutdown();
+            return Ok(Vec::new());
+        }
+        self.live()?;
         let word = |at: usize| {
             input
                 .get(at..at + 4)

@@ -15,10 +15,10 @@ fn an_immutable_file_refuses_every_change_and_still_reads() {
     let dev = device(11);
     let fs = fresh(&dev);
     let f = put(&fs, ROOT, "f", b"data");
-    fs.ioctl(f, FS_IOC_SETFLAGS, &IMMUTABLE.to_le_bytes())
+    fs.ioctl(f, FS_IOC_SETFLAGS, &IMMUTABLE.to_le_bytes(), Caller::ROOT)
         .unwrap();
     assert_eq!(
-        fs.ioctl(f, FS_IOC_GETFLAGS, &[]).unwrap(),
+        fs.ioctl(f, FS_IOC_GETFLAGS, &[], Caller::ROOT).unwrap(),
         IMMUTABLE.to_le_bytes()
     );
     eperm(fs.open(f, libc::O_WRONLY), "open for writing");
@@ -134,16 +134,25 @@ fn fsxattr_carries_the_flags_and_refuses_project_ids() {
     let f = put(&fs, ROOT, "f", b"x");
     let mut x = vec![0u8; FSXATTR_BYTES];
     x[..4].copy_from_slice(&to_xflags(APPEND | NODUMP).to_le_bytes());
-    fs.ioctl(f, FS_IOC_FSSETXATTR, &x).unwrap();
+    fs.ioctl(f, FS_IOC_FSSETXATTR, &x, Caller::ROOT).unwrap();
     assert_eq!(fs.get_flags(f), Ok(APPEND | NODUMP));
-    assert_eq!(fs.ioctl(f, FS_IOC_FSGETXATTR, &[]).unwrap()[..4], x[..4]);
+    assert_eq!(
+        fs.ioctl(f, FS_IOC_FSGETXATTR, &[], Caller::ROOT).unwrap()[..4],
+        x[..4]
+    );
     x[12] = 1;
     assert_eq!(
-        fs.ioctl(f, FS_IOC_FSSETXATTR, &x),
+        fs.ioctl(f, FS_IOC_FSSETXATTR, &x, Caller::ROOT),
         Err(Errno(libc::EOPNOTSUPP))
     );
-    assert_eq!(fs.ioctl(f, 0x1234, &[]), Err(Errno(libc::ENOTTY)));
-    assert_eq!(fs.ioctl(f, FS_IOC_SETFLAGS, &[1]), Err(Errno(libc::EINVAL)));
+    assert_eq!(
+        fs.ioctl(f, 0x1234, &[], Caller::ROOT),
+        Err(Errno(libc::ENOTTY))
+    );
+    assert_eq!(
+        fs.ioctl(f, FS_IOC_SETFLAGS, &[1], Caller::ROOT),
+        Err(Errno(libc::EINVAL))
+    );
     fs.unmount().unwrap();
 }
 

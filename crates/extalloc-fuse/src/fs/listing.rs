@@ -29,6 +29,7 @@ pub(crate) struct DirHandle {
 impl Fs {
     /// Opens directory `ino` for listing (`ENOTDIR` for anything else).
     pub fn opendir(&self, ino: u64) -> FsResult<u64> {
+        self.live()?;
         let list = snapshot(&self.ns.read(), ino)?;
         let fh = self.next_fh.fetch_add(1, Relaxed);
         self.dir_handles.lock().insert(fh, DirHandle { ino, list });

@@ -44,6 +44,7 @@ mod posix_tests;
 #[cfg(test)]
 mod repair_tests;
 pub(crate) mod scan;
+mod shutdown;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -55,11 +56,13 @@ pub use scan::{check, paths, NamespaceReport};
 use crate::dir::DirLog;
 use crate::inode::{Inode, Kind};
 use crate::xattr::{Tail, Xattrs};
+use extalloc::disk::device::FenceDevice;
 use extalloc::volume::Volume;
 use extalloc::writeback::{Buffered, WritebackOptions};
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8};
+use std::sync::{Arc, OnceLock};
 
 /// The root directory's inode (FUSE's root id; the volume's first file).
 pub const ROOT: u64 = 1;
@@ -249,6 +252,10 @@ pub struct Fs {
     /// The kernel enforces POSIX ACLs (FUSE_POSIX_ACL): the daemon keeps them and the mode
     /// arithmetic they bring (`xattrs.rs`); without it, ACL names are `EOPNOTSUPP`.
     pub(crate) acls: AtomicBool,
+    /// Shut down (`shutdown.rs`): every change fails with `EIO`, nothing is written.
+    pub(crate) down: AtomicBool,
+    /// The fence over the device, for a shutdown (`shutdown.rs`).
+    pub(crate) fence: OnceLock<Arc<FenceDevice>>,
 }
 
 impl Fs {
@@ -274,6 +281,8 @@ impl Fs {
             next_fh: AtomicU64::new(1),
             atime_mode: AtomicU8::new(atime::AtimeMode::default().code()),
             acls: AtomicBool::new(false),
+            down: AtomicBool::new(false),
+            fence: OnceLock::new(),
         };
         Ok((fs, report))
     }
@@ -284,14 +293,21 @@ impl Fs {
     }
 
     /// Writes every inode's pending times, then the dirty data, and commits.
+    /// `EIO` once the file system is shut down.
     pub fn sync(&self) -> FsResult<()> {
+        self.live()?;
         self.flush_attrs(None)?;
         Ok(self.vol.sync()?)
     }
 
     /// Unmounts: files unlinked while open are removed, everything is written and the
-    /// volume closed.
+    /// volume closed. After a shutdown nothing is written: the volume is dropped as in a
+    /// crash (the next mount recovers it).
     pub fn unmount(self) -> Result<(), String> {
+        if self.is_down() {
+            log::warn!("unmounting a file system that was shut down: nothing written");
+            return Ok(());
+        }
         let orphans: Vec<u64> = {
             let ns = self.ns.read();
             ns.nodes
@@ -317,7 +333,11 @@ impl Fs {
     /// let go could carry a link count a namespace change has since replaced (found by
     /// `extalloc torture --fs`: a sync's stale blob undid an unlink's count).
     pub(crate) fn flush_attrs(&self, only: Option<u64>) -> FsResult<()> {
-        let mut ns = self.ns.write();
+        self.flush_attrs_locked(&mut self.ns.write(), only)
+    }
+
+    /// [`Fs::flush_attrs`] with the namespace lock held.
+    pub(crate) fn flush_attrs_locked(&self, ns: &mut Ns, only: Option<u64>) -> FsResult<()> {
         let dirty: Vec<u64> = match only {
             // One inode: a lookup, not a scan of every inode (this runs at every close).
             Some(ino) => ns
@@ -335,7 +355,7 @@ impl Fs {
                 .collect(),
         };
         for ino in dirty {
-            self.persist(&mut ns, ino)?;
+            self.persist(ns, ino)?;
         }
         Ok(())
     }

@@ -111,6 +111,7 @@ impl Fs {
 
     /// Makes `name` in `parent`: a file, directory, symbolic link or special file.
     pub fn make(&self, parent: u64, name: &[u8], new: NewNode<'_>, who: Caller) -> FsResult<Attr> {
+        self.live()?;
         check_name(name)?;
         let mut ns = self.ns.write();
         flags::check(&ns, parent, false)?;
@@ -284,6 +285,7 @@ impl Fs {
 
     /// Removes the name `name` of a non-directory from `parent`.
     pub fn unlink(&self, parent: u64, name: &[u8]) -> FsResult<()> {
+        self.live()?;
         check_name(name)?;
         let mut ns = self.ns.write();
         let ino = ns.entry(parent, name)?;
@@ -298,6 +300,7 @@ impl Fs {
 
     /// Removes the empty directory `name` from `parent`.
     pub fn rmdir(&self, parent: u64, name: &[u8]) -> FsResult<()> {
+        self.live()?;
         match name {
             b"." => return err(libc::EINVAL),
             b".." => return err(libc::ENOTEMPTY),
@@ -350,6 +353,7 @@ impl Fs {
 
     /// Gives the non-directory `ino` one more name, `newname` in `newparent`.
     pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> FsResult<Attr> {
+        self.live()?;
         check_name(newname)?;
         let mut ns = self.ns.write();
         flags::check(&ns, ino, true)?;
@@ -415,6 +419,7 @@ impl Fs {
         flags: u32,
         who: Caller,
     ) -> FsResult<()> {
+        self.live()?;
         check_name(name)?;
         check_name(newname)?;
         if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE | RENAME_WHITEOUT) != 0

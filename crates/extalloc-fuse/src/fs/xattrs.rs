@@ -89,6 +89,7 @@ impl Fs {
         who: Caller,
         groups: &[u32],
     ) -> FsResult<()> {
+        self.live()?;
         self.check_name(name)?;
         if flags & !(XATTR_CREATE | XATTR_REPLACE) != 0 {
             return err(libc::EINVAL);
@@ -165,6 +166,7 @@ impl Fs {
     /// Removes attribute `name` of `ino`; `ENODATA` when it has none. On failure nothing
     /// changed.
     pub fn removexattr(&self, ino: u64, name: &[u8]) -> FsResult<()> {
+        self.live()?;
         self.check_name(name)?;
         let mut ns = self.ns.write();
         super::flags::check(&ns, ino, true)?;

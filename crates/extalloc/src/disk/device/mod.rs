@@ -1,12 +1,14 @@
 //! Devices: where persistent state lives (the bottom of `disk/`, see `docs/architecture.md`).
 //!
 //! A [`Device`] is a range of bytes with positional reads and writes and a `flush` that makes
-//! every write before it durable. Three kinds:
+//! every write before it durable. Its kinds:
 //! - [`MemDevice`]: sparse memory (the lab's default; nothing survives the process);
 //! - [`FileDevice`]: a file or block device through positional I/O, `flush` = `fdatasync`;
 //! - [`FaultDevice`]: wraps another device and keeps writes volatile until `flush`; on
 //!   command it "crashes" (drops any subset of the unflushed writes, tears one to a prefix of
 //!   its sectors) or starts failing writes, so crash-recovery code can be tested;
+//! - [`FenceDevice`]: wraps another device and, once fenced, refuses every write and flush
+//!   (a file system's shutdown: the media keeps what reached it before);
 //! - [`OverlayDevice`]: a read-only view whose writes stay in memory (inspection);
 //! - [`SyntheticDevice`]: a filled device of any size generated from a seed on demand,
 //!   writes kept in memory (scale measurements).
@@ -20,12 +22,14 @@
 
 mod backing;
 mod fault;
+mod fence;
 mod file;
 mod mem;
 mod overlay;
 mod synthetic;
 
 pub use fault::{Crash, CrashReport, FaultDevice};
+pub use fence::FenceDevice;
 pub use file::{FileDevice, DEFAULT_HEARTBEAT};
 pub use mem::MemDevice;
 pub use overlay::OverlayDevice;
@@ -74,7 +78,7 @@ pub(crate) fn check_range(offset: u64, len: usize, size: u64) -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// The contract every device keeps.
