@@ -4,7 +4,7 @@
 # random-write job, sequential writes, mixed reads and writes), O_DIRECT against buffered
 # I/O and mmap (both ways, checksums), durability without fsync
 # (kill -9 right after `sync; sync MOUNTPOINT`, and after the background commit's
-# interval), `extalloc umount` followed at once by fsck and a new mount, SIGTERM with the
+# interval, and under -o sync and -o dirsync), a shutdown ioctl, `extalloc umount` followed at once by fsck and a new mount, SIGTERM with the
 # mount copied into another mount namespace, and kill -9 crashes of the mount in the
 # middle of fio: each followed by `fusermount3 -u`, a new mount (which repairs), fio's
 # verify of every round that finished (and so was fsync'd), and fsck.
@@ -316,6 +316,42 @@ kill -9 "$DAEMON"
 killed
 do_mount >/dev/null
 check_files "$MNT/committed" "--commit-interval 1, 2.5 s idle, kill -9"
+do_umount
+
+step "-o sync and -o dirsync, then kill -9 at once (no background commit)"
+# sync: the kernel fsyncs after every write and the daemon commits every other change
+# before its reply; dirsync: every namespace change is committed before its reply.
+do_mount --commit-interval 0 -o sync >/dev/null
+grep -q " $MNT .* rw,sync" /proc/self/mountinfo || { echo "-o sync: the mount is not sync" >&2; exit 1; }
+put_files "$MNT/sync"
+chmod 600 "$MNT/sync/f1"
+kill -9 "$DAEMON"
+killed
+do_mount --commit-interval 0 -o dirsync >/dev/null
+check_files "$MNT/sync" "-o sync; kill -9"
+[[ $(stat -c %a "$MNT/sync/f1") == 600 ]] || { echo "-o sync: a chmod was lost" >&2; exit 1; }
+mkdir -p "$MNT/dirsync/a/b" && touch "$MNT/dirsync/a/b/c" && mv "$MNT/dirsync/a/b/c" "$MNT/dirsync/d"
+kill -9 "$DAEMON"
+killed
+do_mount >/dev/null
+[[ -d "$MNT/dirsync/a/b" && -f "$MNT/dirsync/d" && ! -e "$MNT/dirsync/a/b/c" ]] \
+  || { echo "-o dirsync: names lost after kill -9: $(find "$MNT/dirsync")" >&2; exit 1; }
+echo "-o sync: 50 files and a chmod kept; -o dirsync: 2 mkdirs, a create and a rename kept"
+do_umount
+
+step "shutdown (FS_IOC_SHUTDOWN): what reached the daemon kept, every later change refused"
+do_mount --commit-interval 0 >/dev/null
+put_files "$MNT/down"
+python3 -c 'import fcntl, os, sys; fcntl.ioctl(os.open(sys.argv[1], os.O_RDONLY), 0x8004587d, bytes(4))' "$MNT"
+if mkdir "$MNT/after-shutdown" 2>/dev/null; then
+  echo "shutdown: a mkdir after it succeeded" >&2
+  exit 1
+fi
+do_umount
+"$BIN" fsck "$IMG" >/dev/null
+do_mount >/dev/null
+check_files "$MNT/down" "shutdown"
+[[ ! -e "$MNT/after-shutdown" ]] || { echo "shutdown: a change after it reached the device" >&2; exit 1; }
 do_umount
 
 step "--read-only after kill -9: files served, changes refused, the image unchanged"

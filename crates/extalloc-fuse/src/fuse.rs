@@ -1,22 +1,24 @@
 //! Kernel requests to [`Fs`] calls, through the `fuser` crate. Each request is served on
 //! the session's thread that read it (several threads; [`Fs`] is shared).
 //!
-//! Data structures: [`FuseFs`] holds the shared [`Fs`], the block size, and the mount
-//! point with when its atime flags were last read (`/proc/self/mountinfo`, at most once a
-//! second, at a read or a listing: FUSE does not pass the mount's flags, and a remount may
-//! change them).
+//! Data structures: [`FuseFs`] holds the shared [`Fs`], the block size, and the mount's
+//! flags as last read (`kernel.rs`: at a read, a listing and a change, at most once a
+//! second: FUSE does not pass them, and a remount may change them).
 //!
-//! Invariant: every request gets exactly one reply; an [`Fs`] error becomes its `errno`.
+//! Invariant: every request gets exactly one reply; an [`Fs`] error becomes its `errno`;
+//! a change is answered only once settled as `-o sync`/`-o dirsync` ask
+//! (`fs/syncmode.rs`).
 //!
-//! Lock order: `atime_checked` is a leaf, never held across an [`Fs`] call (see
+//! Lock order: the flags' lock is a leaf, never held across an [`Fs`] call (see
 //! `fs/mod.rs`).
 
-use crate::fs::atime::mount_atime;
 use crate::fs::data::SetAttr;
 use crate::fs::flags;
 use crate::fs::names::NewNode;
-use crate::fs::{Attr, Errno as FsErrno, Fs};
+use crate::fs::syncmode::Settle;
+use crate::fs::{Attr, Errno as FsErrno, Fs, FsResult};
 use crate::inode::{Kind, Time};
+use crate::kernel::{negotiate, MountFlags};
 use crate::replies::{
     acl_groups, caller, data, empty, errno, file_attr, negative_entry, opened, set_time,
     xattr_reply, OPEN_FLAGS,
@@ -27,20 +29,16 @@ use fuser::{
     ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite,
     ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use parking_lot::Mutex;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 /// How long the kernel may keep attributes and names: every change goes through this
 /// process, so the kernel's own changes keep its cache right.
 const TTL: Duration = Duration::from_secs(1);
-
-/// How often the mount's atime flags are read again.
-const ATIME_RECHECK: Duration = Duration::from_secs(1);
 
 /// The `fuser` file system: the shared [`Fs`].
 pub struct FuseFs {
@@ -49,10 +47,8 @@ pub struct FuseFs {
     /// session exists: `mount.rs`).
     notifier: Arc<OnceLock<Notifier>>,
     block_size: u32,
-    /// Where `fs` is mounted (its atime flags are that mount's).
-    mountpoint: PathBuf,
-    /// When the mount's atime flags were last read.
-    atime_checked: Mutex<Option<Instant>>,
+    /// The flags of the mount `fs` is served on.
+    flags: MountFlags,
 }
 
 impl FuseFs {
@@ -66,8 +62,7 @@ impl FuseFs {
             fs,
             notifier: Arc::new(OnceLock::new()),
             block_size,
-            mountpoint,
-            atime_checked: Mutex::new(None),
+            flags: MountFlags::new(&mountpoint),
         }
     }
 
@@ -88,27 +83,17 @@ impl FuseFs {
         }
     }
 
-    /// Reads the mount's atime flags again if they are over [`ATIME_RECHECK`] old.
-    fn refresh_atime_mode(&self) {
-        {
-            let mut checked = self.atime_checked.lock();
-            if checked.is_some_and(|t| t.elapsed() < ATIME_RECHECK) {
-                return;
-            }
-            *checked = Some(Instant::now());
+    /// Reads the mount's flags again if they are over a second old.
+    fn refresh_mount_flags(&self) {
+        self.flags.refresh(&self.fs);
+    }
+
+    /// `r`, settled as the mount's `sync`/`dirsync` ask (`fs/syncmode.rs`).
+    fn settled<T>(&self, r: FsResult<T>, what: Settle) -> FsResult<T> {
+        if r.is_ok() {
+            self.refresh_mount_flags();
         }
-        match std::fs::read_to_string("/proc/self/mountinfo") {
-            Ok(info) => {
-                if let Some(mode) = mount_atime(&info, &self.mountpoint) {
-                    self.fs.set_atime_mode(mode);
-                }
-            }
-            Err(e) => log::warn!(
-                "cannot read /proc/self/mountinfo for the atime flags of {}: {e} (keeping {:?})",
-                self.mountpoint.display(),
-                self.fs.atime_mode()
-            ),
-        }
+        self.fs.settled(r, what)
     }
 
     fn file_attr(&self, a: &Attr) -> FileAttr {
@@ -130,38 +115,16 @@ impl FuseFs {
     }
 
     fn make(&self, req: &Request, parent: INodeNo, name: &OsStr, new: NewNode<'_>, r: ReplyEntry) {
-        self.entry(self.fs.make(parent.0, name.as_bytes(), new, caller(req)), r);
+        let made = self.fs.make(parent.0, name.as_bytes(), new, caller(req));
+        self.entry(self.settled(made, Settle::Names), r);
     }
 }
 
 /// The attributes of a negative lookup reply: node id 0 (the rest is not read).
 impl Filesystem for FuseFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let _ = config.set_max_write(1 << 20);
-        // The kernel gathers small writes in its page cache and sends them in pages (a 4 KiB
-        // random write is otherwise one request each); fsync sends them first.
-        let _ = config.add_capabilities(fuser::InitFlags::FUSE_WRITEBACK_CACHE);
-        // The kernel leaves clearing set-user-id and set-group-id to the daemon and says
-        // when a write's caller lacks CAP_FSETID (FUSE_WRITE_KILL_SUIDGID); it also sends
-        // a write from such a caller to a set-id file straight through, not via its cache.
-        if let Err(missing) = config.add_capabilities(fuser::InitFlags::FUSE_HANDLE_KILLPRIV_V2) {
-            log::warn!("the kernel does not offer {missing:?}: it clears set-id bits itself");
-        }
-        // File handles (`name_to_handle_at`, NFS export) name a node id and generation
-        // (always 0: a volume never hands an inode number out twice). With export support
-        // the kernel looks up "." of a node id it no longer holds (after a cache drop, or a
-        // remount: inode numbers are the volume's file ids, stable on the device) and ".."
-        // for its parent, instead of failing with ESTALE (`Fs::lookup` answers both).
-        if let Err(missing) = config.add_capabilities(fuser::InitFlags::FUSE_EXPORT_SUPPORT) {
-            log::warn!("the kernel does not offer {missing:?}: file handles go stale");
-        }
-        // POSIX ACLs: the kernel enforces them; the daemon keeps them, their mode and their
-        // inheritance, and applies the umask itself (FUSE_DONT_MASK; `fs/xattrs.rs`).
-        let acl = fuser::InitFlags::FUSE_POSIX_ACL | fuser::InitFlags::FUSE_DONT_MASK;
-        match config.add_capabilities(acl) {
-            Ok(()) => self.fs.enable_acls(),
-            Err(missing) => log::warn!("the kernel does not offer {missing:?}: no ACLs"),
-        }
+        negotiate(&self.fs, config);
+        self.refresh_mount_flags();
         Ok(())
     }
 
@@ -215,7 +178,8 @@ impl Filesystem for FuseFs {
             mtime: mtime.map(set_time),
             ctime: ctime.map(Time::from_system),
         };
-        self.attr(self.fs.setattr(ino.0, set, caller(req)), reply);
+        let r = self.fs.setattr(ino.0, set, caller(req));
+        self.attr(self.settled(r, Settle::Inode(ino.0)), reply);
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
@@ -266,11 +230,13 @@ impl Filesystem for FuseFs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(self.fs.unlink(parent.0, name.as_bytes()), reply);
+        let r = self.fs.unlink(parent.0, name.as_bytes());
+        empty(self.settled(r, Settle::Names), reply);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(self.fs.rmdir(parent.0, name.as_bytes()), reply);
+        let r = self.fs.rmdir(parent.0, name.as_bytes());
+        empty(self.settled(r, Settle::Names), reply);
     }
 
     fn symlink(
@@ -308,7 +274,7 @@ impl Filesystem for FuseFs {
         let r = self
             .fs
             .rename(from.0, from.1, to.0, to.1, flags.bits(), caller(req));
-        empty(r, reply);
+        empty(self.settled(r, Settle::Names), reply);
     }
 
     fn link(
@@ -319,7 +285,8 @@ impl Filesystem for FuseFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        self.entry(self.fs.link(ino.0, newparent.0, newname.as_bytes()), reply);
+        let r = self.fs.link(ino.0, newparent.0, newname.as_bytes());
+        self.entry(self.settled(r, Settle::Names), reply);
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -337,7 +304,7 @@ impl Filesystem for FuseFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.refresh_atime_mode();
+        self.refresh_mount_flags();
         data(self.fs.read(ino.0, offset, size), reply);
     }
 
@@ -410,7 +377,7 @@ impl Filesystem for FuseFs {
         mut reply: ReplyDirectory,
     ) {
         if offset == 0 {
-            self.refresh_atime_mode();
+            self.refresh_mount_flags();
         }
         let r = self.fs.readdir(fh.0, offset, |name, ino, kind, next| {
             reply.add(
@@ -484,10 +451,11 @@ impl Filesystem for FuseFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        match self
+        let who = caller(req);
+        let r = self
             .fs
-            .create(parent.0, name.as_bytes(), mode, umask, flags, caller(req))
-        {
+            .create(parent.0, name.as_bytes(), mode, umask, flags, who);
+        match self.settled(r, Settle::Names) {
             Ok((a, fh)) => reply.created(
                 &TTL,
                 &self.file_attr(&a),
@@ -512,6 +480,7 @@ impl Filesystem for FuseFs {
         let r = self
             .fs
             .fallocate_clearing(ino.0, offset, length, mode, caller(req));
+        let r = self.settled(r, Settle::Inode(ino.0));
         if r == Ok(true) {
             self.mode_changed(ino.0);
         }
@@ -533,7 +502,7 @@ impl Filesystem for FuseFs {
         let r = self
             .fs
             .setxattr(ino.0, name, value, flags, caller(req), &groups);
-        empty(r, reply);
+        empty(self.settled(r, Settle::Inode(ino.0)), reply);
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -546,7 +515,8 @@ impl Filesystem for FuseFs {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(self.fs.removexattr(ino.0, name.as_bytes()), reply);
+        let r = self.fs.removexattr(ino.0, name.as_bytes());
+        empty(self.settled(r, Settle::Inode(ino.0)), reply);
     }
 
     fn ioctl(
@@ -563,7 +533,13 @@ impl Filesystem for FuseFs {
         // chattr and lsattr (`fs/flags.rs`; the kernel has checked who may), and the
         // shutdown (`fs/shutdown.rs`). The kernel keeps the attributes it cached across
         // the ioctl: a set moved ctime, so drop them.
-        match self.fs.ioctl(ino.0, cmd, in_data, caller(req)) {
+        let r = self.fs.ioctl(ino.0, cmd, in_data, caller(req));
+        let settle = matches!(cmd, flags::FS_IOC_SETFLAGS | flags::FS_IOC_FSSETXATTR);
+        match if settle {
+            self.settled(r, Settle::Inode(ino.0))
+        } else {
+            r
+        } {
             Ok(out) => {
                 reply.ioctl(0, &out);
                 if matches!(cmd, flags::FS_IOC_SETFLAGS | flags::FS_IOC_FSSETXATTR) {
@@ -588,10 +564,10 @@ impl Filesystem for FuseFs {
         reply: ReplyWrite,
     ) {
         // The kernel has written both ranges' dirty pages back and drops the target's after.
-        match self
+        let r = self
             .fs
-            .copy_range(ino_in.0, offset_in, ino_out.0, offset_out, len)
-        {
+            .copy_range(ino_in.0, offset_in, ino_out.0, offset_out, len);
+        match self.settled(r, Settle::Inode(ino_out.0)) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(e)),
         }

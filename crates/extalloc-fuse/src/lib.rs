@@ -3,7 +3,8 @@
 //!
 //! - [`fs::Fs`]: the file system itself (namespace, data through the volume's dirty cache
 //!   and writeback contexts, crash repair at mount), callable without FUSE.
-//! - `fuse.rs`: kernel requests to [`fs::Fs`] calls (the `fuser` crate, several threads).
+//! - `fuse.rs`: kernel requests to [`fs::Fs`] calls (the `fuser` crate, several threads);
+//!   `kernel.rs`: what it asks of the kernel at init and reads of the mount's flags.
 //! - [`mount`]: the mount command (foreground or daemon, clean unmount on SIGTERM,
 //!   exclusive access through the store's lock); [`commit`]: its background commit;
 //!   `ending.rs`: how a signal ends the session even when the mount is busy or copied
@@ -28,6 +29,7 @@ mod ending;
 pub mod fs;
 mod fuse;
 pub mod inode;
+mod kernel;
 pub mod mount;
 pub mod mountinfo;
 pub mod repair;

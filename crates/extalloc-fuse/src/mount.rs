@@ -65,6 +65,10 @@ pub struct MountFlags {
     pub noexec: bool,
     /// Reads never update atime.
     pub noatime: bool,
+    /// `sync`: every change is durable before it is answered (`fs/syncmode.rs`).
+    pub sync: bool,
+    /// `dirsync`: every namespace change is durable before it is answered.
+    pub dirsync: bool,
 }
 
 /// Opens the device, mounts, calls `ready` once the file system is served, and serves it
@@ -191,7 +195,11 @@ fn config(source: &str, opts: &MountOptions) -> Config {
         pick(f.nodev, MountOption::NoDev, MountOption::Dev),
         pick(f.noexec, MountOption::NoExec, MountOption::Exec),
         pick(f.noatime, MountOption::NoAtime, MountOption::Atime),
+        pick(f.sync, MountOption::Sync, MountOption::Async),
     ];
+    if f.dirsync {
+        cfg.mount_options.push(MountOption::DirSync);
+    }
     cfg.acl = SessionACL::All;
     cfg.n_threads = Some(opts.threads.max(1));
     cfg

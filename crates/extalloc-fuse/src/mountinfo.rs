@@ -26,6 +26,8 @@ pub struct MountEntry {
     pub fstype: String,
     /// The source (for `extalloc mount`, the device's path).
     pub source: String,
+    /// The file system's options (`rw,sync,user_id=0,...`: the superblock's flags first).
+    pub super_options: String,
 }
 
 impl MountEntry {
@@ -67,12 +69,14 @@ fn parse(line: &str) -> Option<MountEntry> {
     let text = |f: &str| String::from_utf8_lossy(&unescape(f)).into_owned();
     let fstype = text(r.next()?);
     let source = text(r.next()?);
+    let super_options = r.next().unwrap_or("").to_string();
     Some(MountEntry {
         dev: (major.parse().ok()?, minor.parse().ok()?),
         mountpoint,
         options,
         fstype,
         source,
+        super_options,
     })
 }
 
@@ -114,6 +118,7 @@ mod tests {
         assert_eq!(e.mountpoint, Path::new("/var/tmp/a b/mnt"));
         assert_eq!(e.source, "/var/tmp/fs x.img");
         assert!(e.is_fuse());
+        assert_eq!(e.super_options, "rw,user_id=0,group_id=0");
         let e = parse("1 0 259:3 / / rw - ext4 /dev/nvme0n1p3 rw").unwrap();
         assert_eq!(e.connection(), (259 << 20) | 3);
         assert!(!e.is_fuse());

@@ -55,8 +55,9 @@ pub struct MountArgs {
     pub read_only: bool,
     /// Mount options as mount(8) passes them, comma-separated: `ro` (as --read-only),
     /// `rw`, `nosuid`/`suid`, `nodev`/`dev`, `noexec`/`exec`, `noatime`/`atime`/`relatime`,
-    /// `lazytime` (times are always written lazily), `async`, `defaults`; of two opposites
-    /// the last wins. Others are refused.
+    /// `lazytime` (times are always written lazily), `sync` (every change durable before
+    /// it is answered), `async`, `dirsync` (every namespace change durable before it is
+    /// answered), `defaults`; of two opposites the last wins. Others are refused.
     #[arg(short = 'o', value_delimiter = ',')]
     pub options: Vec<String>,
 }
@@ -74,16 +75,16 @@ impl MountArgs {
                 "noatime" | "atime" | "relatime" => f.noatime = o == "noatime",
                 // Times are lazy already: kept in memory, written at fsync, the last close,
                 // the background commit, `sync MOUNTPOINT` and unmount (docs/mount.md).
-                "defaults" | "async" | "lazytime" | "nolazytime" | "" => {}
-                "sync" | "dirsync" | "strictatime" | "nodiratime" => bail!(
-                    "-o {o}: not supported by extalloc mount (data and names are durable at \
-                     fsync, sync MOUNTPOINT, the background commit and unmount; atime is \
-                     relatime or noatime)"
-                ),
+                "defaults" | "lazytime" | "nolazytime" | "" => {}
+                "sync" | "async" => f.sync = o == "sync",
+                "dirsync" => f.dirsync = true,
+                "strictatime" | "nodiratime" => {
+                    bail!("-o {o}: not supported by extalloc mount (atime is relatime or noatime)")
+                }
                 other => bail!(
                     "-o {other}: unknown mount option (extalloc mount takes ro, rw, nosuid, \
-                     suid, nodev, dev, noexec, exec, noatime, atime, relatime, lazytime, async, \
-                     defaults)"
+                     suid, nodev, dev, noexec, exec, noatime, atime, relatime, lazytime, sync, \
+                     async, dirsync, defaults)"
                 ),
             }
         }
@@ -99,6 +100,8 @@ impl MountArgs {
             (f.nodev, "nodev"),
             (f.noexec, "noexec"),
             (f.noatime, "noatime"),
+            (f.sync, "sync"),
+            (f.dirsync, "dirsync"),
         ];
         let list: Vec<&str> = on.iter().filter(|(b, _)| *b).map(|(_, n)| *n).collect();
         Ok(match list.is_empty() {

@@ -45,6 +45,7 @@ mod posix_tests;
 mod repair_tests;
 pub(crate) mod scan;
 mod shutdown;
+pub mod syncmode;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -252,6 +253,8 @@ pub struct Fs {
     /// The kernel enforces POSIX ACLs (FUSE_POSIX_ACL): the daemon keeps them and the mode
     /// arithmetic they bring (`xattrs.rs`); without it, ACL names are `EOPNOTSUPP`.
     pub(crate) acls: AtomicBool,
+    /// The [`syncmode::SyncMode`]'s code (`-o sync`, `-o dirsync`).
+    pub(crate) sync_mode: AtomicU8,
     /// Shut down (`shutdown.rs`): every change fails with `EIO`, nothing is written.
     pub(crate) down: AtomicBool,
     /// The fence over the device, for a shutdown (`shutdown.rs`).
@@ -281,6 +284,7 @@ impl Fs {
             next_fh: AtomicU64::new(1),
             atime_mode: AtomicU8::new(atime::AtimeMode::default().code()),
             acls: AtomicBool::new(false),
+            sync_mode: AtomicU8::new(0),
             down: AtomicBool::new(false),
             fence: OnceLock::new(),
         };

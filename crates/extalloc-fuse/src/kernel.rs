@@ -1,0 +1,93 @@
+//! What the daemon asks of the kernel at `FUSE_INIT` ([`negotiate`]), and what it reads of
+//! the mount's flags, which FUSE does not pass ([`MountFlags`]): the atime flags of the
+//! mount (`fs/atime.rs`) and the superblock's `sync`/`dirsync` (`fs/syncmode.rs`), from
+//! `/proc/self/mountinfo`, at most once a second (a remount may change them).
+//!
+//! Data structures: [`MountFlags`], the mount point and when its flags were last read.
+//! Invariant: the flags are read again only once [`RECHECK`] has passed since the last read.
+//! Lock order: `checked` is a leaf, never held across an [`Fs`] call.
+
+use crate::fs::atime::mount_atime;
+use crate::fs::syncmode::SyncMode;
+use crate::fs::Fs;
+use fuser::{InitFlags, KernelConfig};
+use parking_lot::Mutex;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How often the mount's flags are read again.
+pub const RECHECK: Duration = Duration::from_secs(1);
+
+/// Asks the kernel for what the file system serves best with, and tells `fs` what it got.
+pub fn negotiate(fs: &Fs, config: &mut KernelConfig) {
+    let _ = config.set_max_write(1 << 20);
+    // The kernel gathers small writes in its page cache and sends them in pages (a 4 KiB
+    // random write is otherwise one request each); fsync sends them first.
+    let _ = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE);
+    // The kernel leaves clearing set-user-id and set-group-id to the daemon and says when a
+    // write's caller lacks CAP_FSETID (FUSE_WRITE_KILL_SUIDGID); it also sends a write from
+    // such a caller to a set-id file straight through, not via its cache.
+    if let Err(missing) = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2) {
+        log::warn!("the kernel does not offer {missing:?}: it clears set-id bits itself");
+    }
+    // File handles (`name_to_handle_at`, NFS export) name a node id and generation (always
+    // 0: a volume never hands an inode number out twice). With export support the kernel
+    // looks up "." of a node id it no longer holds (after a cache drop, or a remount: inode
+    // numbers are the volume's file ids, stable on the device) and ".." for its parent,
+    // instead of failing with ESTALE (`Fs::lookup` answers both).
+    if let Err(missing) = config.add_capabilities(InitFlags::FUSE_EXPORT_SUPPORT) {
+        log::warn!("the kernel does not offer {missing:?}: file handles go stale");
+    }
+    // POSIX ACLs: the kernel enforces them; the daemon keeps them, their mode and their
+    // inheritance, and applies the umask itself (FUSE_DONT_MASK; `fs/xattrs.rs`).
+    let acl = InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;
+    match config.add_capabilities(acl) {
+        Ok(()) => fs.enable_acls(),
+        Err(missing) => log::warn!("the kernel does not offer {missing:?}: no ACLs"),
+    }
+}
+
+/// The mount's flags as last read (see the module documentation).
+pub struct MountFlags {
+    mountpoint: PathBuf,
+    checked: Mutex<Option<Instant>>,
+}
+
+impl MountFlags {
+    /// Watches the mount at `mountpoint` (canonical).
+    pub fn new(mountpoint: &Path) -> MountFlags {
+        MountFlags {
+            mountpoint: mountpoint.to_path_buf(),
+            checked: Mutex::new(None),
+        }
+    }
+
+    /// Reads the flags again into `fs` if they are over [`RECHECK`] old.
+    pub fn refresh(&self, fs: &Fs) {
+        {
+            let mut checked = self.checked.lock();
+            if checked.is_some_and(|t| t.elapsed() < RECHECK) {
+                return;
+            }
+            *checked = Some(Instant::now());
+        }
+        let info = match std::fs::read_to_string("/proc/self/mountinfo") {
+            Ok(info) => info,
+            Err(e) => {
+                return log::warn!(
+                    "cannot read /proc/self/mountinfo for the flags of {}: {e} (keeping \
+                     {:?} and {:?})",
+                    self.mountpoint.display(),
+                    fs.atime_mode(),
+                    fs.sync_mode()
+                )
+            }
+        };
+        if let Some(mode) = mount_atime(&info, &self.mountpoint) {
+            fs.set_atime_mode(mode);
+        }
+        if let Some(e) = crate::mountinfo::find_in(&info, &self.mountpoint) {
+            fs.set_sync_mode(SyncMode::from_super_options(&e.super_options));
+        }
+    }
+}
