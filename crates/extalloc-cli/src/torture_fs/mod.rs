@@ -6,7 +6,8 @@
 //! own while its calls race the other threads' and the writeback contexts' commits. Its
 //! operations: create (with data), mkdir, symlink, write, truncate, link, unlink, rmdir,
 //! rename (to a free name, over a file, over an empty directory, across directories),
-//! `RENAME_EXCHANGE`, fsync of a file or a directory, and sync. After every operation the
+//! `RENAME_EXCHANGE`, setting and removing extended attributes (small ones in the inode,
+//! large ones in a spill file), fsync of a file or a directory, and sync. After every operation the
 //! model records the thread's tree (directory -> name -> inode) as a *state*.
 //!
 //! A round ends in a crash at a write boundary: the device lets 0 to a few hundred more
@@ -23,7 +24,8 @@
 //!   none (`wrong_link_counts`), and no inode is found without a name but with links
 //!   (`unnamed`: mount would move it to /lost+found);
 //! - a file whose data this thread synced after its last write reads exactly as synced
-//!   (`data_mismatches`);
+//!   (`data_mismatches`), and an inode whose extended attributes it synced after their
+//!   last change lists and reads exactly that set (`xattr_mismatches`);
 //! - after an unmount, `fsck`'s namespace check of the volume is clean (`fsck_dirty`).
 //!
 //! The models then take what was read back and the rounds go on on the same device.
@@ -42,7 +44,7 @@ use extalloc::writeback::WritebackOptions;
 use extalloc::{Geometry, Policy};
 use extalloc_fuse::fs::{Caller, Errno, Fs, ROOT};
 use extalloc_fuse::inode::Kind;
-use model::{diff, read_tree, same, Model, Tree};
+use model::{diff, read_tree, read_xattrs, same, Model, Tree};
 use parking_lot::Mutex;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -51,7 +53,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// The verdict: every count but the first seven must be zero.
+/// The verdict: every count but the first eight must be zero.
 #[derive(Debug, Default, Clone, serde::Serialize)]
 pub struct FsOutcome {
     pub crashes: u64,
@@ -61,6 +63,8 @@ pub struct FsOutcome {
     pub trees_checked: u64,
     /// Files whose synced data was read back.
     pub files_checked: u64,
+    /// Inodes whose synced extended attributes were read back.
+    pub xattr_sets_checked: u64,
     /// Orphans (link count 0) mount removed: files unlinked or replaced whose last step
     /// had not run.
     pub orphans_reaped: u64,
@@ -75,6 +79,8 @@ pub struct FsOutcome {
     /// Entries naming nothing or a directory twice.
     pub bad_entries: u64,
     pub data_mismatches: u64,
+    /// Inodes whose synced extended attributes read back otherwise.
+    pub xattr_mismatches: u64,
     /// Namespace checks that were not clean after a repair and an unmount.
     pub fsck_dirty: u64,
     /// Calls that failed while the device worked.
@@ -90,6 +96,7 @@ impl FsOutcome {
             + self.unnamed
             + self.bad_entries
             + self.data_mismatches
+            + self.xattr_mismatches
             + self.fsck_dirty
             + self.unexpected_errors
             == 0
@@ -358,6 +365,19 @@ fn check_links_and_data(fs: &Fs, m: &Model, tree: &Tree, out: &mut FsOutcome) ->
                 a.inode.nlink
             );
         }
+        if let Some(set) = m.xsynced.get(&ino) {
+            out.xattr_sets_checked += 1;
+            let got = read_xattrs(fs, ino).map_err(|e| anyhow::anyhow!("xattrs of {ino}: {e}"))?;
+            if &got != set {
+                out.xattr_mismatches += 1;
+                eprintln!(
+                    "torture --fs: inode {ino}'s synced extended attributes read back \
+                     otherwise ({} names, {} expected)",
+                    got.len(),
+                    set.len()
+                );
+            }
+        }
         if let Some(data) = m.synced.get(&ino) {
             out.files_checked += 1;
             let got = fs.read(ino, 0, data.len() as u32 + 4096);
@@ -374,12 +394,17 @@ fn check_links_and_data(fs: &Fs, m: &Model, tree: &Tree, out: &mut FsOutcome) ->
 fn adopt(fs: &Fs, m: &mut Model, tree: Tree) -> Result<()> {
     let mut kinds = HashMap::from([(m.top, Kind::Dir)]);
     let mut data = HashMap::new();
+    let mut xattrs = HashMap::new();
     for e in tree.values() {
         for &i in e.values() {
             let a = fs
                 .getattr(i)
                 .map_err(|e| anyhow::anyhow!("stat {i}: {e}"))?;
             kinds.insert(i, a.inode.kind);
+            let set = read_xattrs(fs, i).map_err(|e| anyhow::anyhow!("xattrs of {i}: {e}"))?;
+            if !set.is_empty() {
+                xattrs.insert(i, set);
+            }
             if a.inode.kind == Kind::File {
                 let got = fs
                     .read(i, 0, a.size as u32)
@@ -389,6 +414,8 @@ fn adopt(fs: &Fs, m: &mut Model, tree: Tree) -> Result<()> {
         }
     }
     m.synced = data.clone();
+    m.xsynced = xattrs.clone();
+    m.xattrs = xattrs;
     m.tree = tree;
     m.kinds = kinds;
     m.data = data;

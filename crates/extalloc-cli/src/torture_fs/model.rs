@@ -12,6 +12,9 @@ use std::collections::{BTreeMap, HashMap};
 /// A thread's tree: directory -> name -> inode.
 pub(super) type Tree = BTreeMap<u64, BTreeMap<Vec<u8>, u64>>;
 
+/// An inode's extended attributes: name -> value.
+pub(super) type Xattrs = BTreeMap<Vec<u8>, Vec<u8>>;
+
 /// The inode of an entry whose make failed with the device: any inode, or none.
 pub(super) const ANY: u64 = u64::MAX;
 
@@ -26,6 +29,10 @@ pub(super) struct Model {
     pub(super) data: HashMap<u64, Vec<u8>>,
     /// Files whose data a sync of this thread made durable, with that data.
     pub(super) synced: HashMap<u64, Vec<u8>>,
+    /// Each file's and directory's extended attributes, as set (absent: none).
+    pub(super) xattrs: HashMap<u64, Xattrs>,
+    /// Inodes whose attributes a sync of this thread made durable, with that set.
+    pub(super) xsynced: HashMap<u64, Xattrs>,
     /// The tree after each operation of the round (the first: at its start).
     pub(super) states: Vec<Tree>,
     /// States up to this index are durable (a successful sync started after them).
@@ -42,6 +49,8 @@ impl Model {
             kinds: HashMap::from([(top, Kind::Dir)]),
             data: HashMap::new(),
             synced: HashMap::new(),
+            xattrs: HashMap::new(),
+            xsynced: HashMap::new(),
             states: Vec::new(),
             durable: 0,
         }
@@ -81,6 +90,8 @@ impl Model {
             self.kinds.remove(&ino);
             self.data.remove(&ino);
             self.synced.remove(&ino);
+            self.xattrs.remove(&ino);
+            self.xsynced.remove(&ino);
             self.tree.remove(&ino);
         }
     }
@@ -126,6 +137,17 @@ pub(super) fn diff(s: &Tree, tree: &Tree) -> String {
     let plus: Vec<_> = b.difference(&a).collect();
     let minus: Vec<_> = a.difference(&b).collect();
     format!("read back +{plus:?} -{minus:?}")
+}
+
+/// `ino`'s extended attributes as the file system lists them.
+pub(super) fn read_xattrs(fs: &Fs, ino: u64) -> Result<Xattrs, Errno> {
+    let mut set = Xattrs::new();
+    for name in fs.listxattr(ino, true)?.split(|&b| b == 0) {
+        if !name.is_empty() {
+            set.insert(name.to_vec(), fs.getxattr(ino, name)?);
+        }
+    }
+    Ok(set)
 }
 
 /// The tree below `top` as the file system lists it.

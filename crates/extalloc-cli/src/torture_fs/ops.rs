@@ -47,8 +47,9 @@ pub(super) fn step(
         37..=44 => file.map_or(Ok(()), |f| link(fs, m, f, dir, n)),
         45..=56 => remove(fs, m, rng),
         57..=76 => rename(fs, m, rng, dir, n),
-        77..=84 => exchange(fs, m, rng),
-        85..=92 => return fsync(fs, m, progress, file.unwrap_or(dir)).map(|()| true),
+        77..=81 => exchange(fs, m, rng),
+        82..=86 => xattr(fs, m, rng, file.unwrap_or(dir)),
+        87..=92 => return fsync(fs, m, progress, file.unwrap_or(dir)).map(|()| true),
         _ => return sync(fs, m, progress).map(|()| true),
     }
     .map(|()| false)
@@ -161,6 +162,31 @@ fn rename(fs: &Fs, m: &mut Model, rng: &mut StdRng, dir: u64, n: Vec<u8>) -> Res
     moved
 }
 
+/// Names of the extended attributes a thread sets.
+const XATTR_NAMES: u32 = 4;
+
+/// Sets or removes an extended attribute of a file or directory: small values stay in the
+/// inode's blob, large ones (up to 6 KiB) move the set to a spill file and back.
+fn xattr(fs: &Fs, m: &mut Model, rng: &mut StdRng, ino: u64) -> Result<(), Errno> {
+    let name = format!("user.t{}", rng.gen_range(0..XATTR_NAMES)).into_bytes();
+    m.xsynced.remove(&ino);
+    let set = m.xattrs.entry(ino).or_default();
+    if rng.gen_range(0..4) == 0 {
+        if set.remove(&name).is_none() {
+            return Ok(());
+        }
+        return fs.removexattr(ino, &name);
+    }
+    let len = match rng.gen_range(0..3) {
+        0 => rng.gen_range(0..6 * 1024),
+        _ => rng.gen_range(0..64),
+    };
+    let b: u8 = rng.gen_range(0..=255);
+    let value: Vec<u8> = (0..len).map(|i| b.wrapping_add(i as u8)).collect();
+    set.insert(name.clone(), value.clone());
+    fs.setxattr(ino, &name, &value, 0, Caller::ROOT, &[])
+}
+
 /// `RENAME_EXCHANGE` of two entries (no directory moved below itself).
 fn exchange(fs: &Fs, m: &mut Model, rng: &mut StdRng) -> Result<(), Errno> {
     let entries = m.entries();
@@ -188,6 +214,11 @@ fn fsync(fs: &Fs, m: &mut Model, progress: &Progress, ino: u64) -> Result<(), Er
     if let Some(d) = m.data.get(&ino) {
         m.synced.insert(ino, d.clone());
     }
+    // An inode's attributes are its blob (and spill file), written in the journal's
+    // order: the commit makes them durable with the namespace.
+    for (&i, set) in &m.xattrs {
+        m.xsynced.insert(i, set.clone());
+    }
     Ok(())
 }
 
@@ -197,6 +228,7 @@ fn sync(fs: &Fs, m: &mut Model, progress: &Progress) -> Result<(), Errno> {
     fs.sync()?;
     progress.durable_from(marks);
     m.synced = m.data.clone();
+    m.xsynced = m.xattrs.clone();
     Ok(())
 }
 
