@@ -19,7 +19,7 @@
 //! An add names a name that is absent, a remove one that is present; a log that says
 //! otherwise is reported, never followed blindly.
 //!
-//! Lock order: none (plain values; the namespace lock in `fs.rs` guards them).
+//! Lock order: none (plain values; the namespace lock, `Fs::ns` in `fs/mod.rs`, guards them).
 
 use std::collections::BTreeMap;
 

@@ -4,7 +4,8 @@
 //! - [`fs::Fs`]: the file system itself (namespace, data through the volume's dirty cache
 //!   and writeback contexts, crash repair at mount), callable without FUSE.
 //! - `fuse.rs`: kernel requests to [`fs::Fs`] calls (the `fuser` crate, several threads);
-//!   `kernel.rs`: what it asks of the kernel at init and reads of the mount's flags.
+//!   `kernel.rs`: what it asks of the kernel at init and reads of the mount's flags;
+//!   `replies.rs`: the replies it sends and who makes a request (supplementary groups).
 //! - [`mount`]: the mount command (foreground or daemon, clean unmount on SIGTERM,
 //!   exclusive access through the store's lock); [`commit`]: its background commit;
 //!   `ending.rs`: how a signal ends the session even when the mount is busy or copied

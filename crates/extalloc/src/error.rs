@@ -1,7 +1,23 @@
 //! The one error type of the library.
 //!
-//! Every public operation returns `Result<T, Error>`. A call that fails changes nothing: the
-//! allocator validates the whole request before it touches any state.
+//! Every public operation returns `Result<T, Error>`. What a call that fails leaves depends
+//! on its layer:
+//!
+//! - The allocator core (`alloc/`, `groups/`) and the file layer (`files/`) validate the
+//!   whole request before they touch any state: a refused call changes nothing. A call that
+//!   finds no space changes nothing but what a remedy did before it gave up (pending frees
+//!   committed by a caller that owns the commits, preallocations discarded:
+//!   `docs/architecture.md`, "No space").
+//! - The store (`store/`) refuses a bad request, a free of metadata or a transaction too
+//!   large for the journal without changing anything. With forced commits on, a call may
+//!   have committed the open transaction before it fails. A commit that fails at the flush,
+//!   after its record was appended, leaves that record in the journal (it may survive a
+//!   crash or not) and the transaction's frees pending.
+//! - The volume (`volume/`) and its buffered writes (`writeback/`) work a chunk (or a
+//!   piece) at a time: the chunk that fails gives back what it mapped, but the chunks
+//!   before it stay done, so a failed `write`, `fallocate`, `truncate` or `unlink` can leave
+//!   part of its work (a file written in part, a range allocated in part). Each of their
+//!   public calls says in its doc what it leaves when it fails.
 
 use thiserror::Error;
 

@@ -2,8 +2,9 @@
 //!
 //! One [`Allocator`] serves one device. Threads call [`Allocator::allocate`] and
 //! [`Allocator::free`] concurrently; freed blocks become reusable at [`Allocator::commit`].
-//! Every call returns a [`Result`]; a failed call changes nothing. [`Allocator::check`]
-//! recomputes every cached figure and compares, and checks the accounting equation
+//! Every call returns a [`Result`]; an `allocate` or `free` that fails changes nothing (what
+//! a failure leaves in each layer: `error.rs`). [`Allocator::check`] recomputes every
+//! cached figure and compares, and checks the accounting equation
 //! `marked used = allocated + reserved + pending`.
 //!
 //! ```
@@ -48,7 +49,10 @@
 //! `groups` (bitmap + buddy summary + lock, group indexes) under `alloc` (the core: the
 //! allocation and free paths, size classes, policies, stats) under `files` (placement of file
 //! data: normalisation, preallocations) under `store` (transactions, checkpoint, recovery,
-//! fsck), which keeps its state on `disk` (devices, the on-disk format, the journal).
+//! fsck) under `volume` (persistent files: their data on the device, extent maps, the file
+//! table, atomic groups, repair) under `writeback` (buffered writes: a dirty cache, delayed
+//! allocation, writeback contexts). Beside them, `disk` (devices, the on-disk format, the
+//! journal): `store` and `volume` keep their state on it, and it uses `groups` alone.
 #![warn(missing_docs)]
 
 pub mod alloc;

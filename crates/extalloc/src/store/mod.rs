@@ -503,7 +503,9 @@ impl Store {
     /// Ends the open transaction with `payload` and returns once it is durable. Returns the
     /// record's sequence number. A payload that would make the record larger than the
     /// journal holds is refused ([`Error::TransactionTooLarge`]) and the transaction stays
-    /// open, unchanged.
+    /// open, unchanged; so does one whose record could not be appended. A commit that fails
+    /// at the flush, after its record was appended, leaves the record in the journal (it
+    /// may survive a crash or not) and the transaction's frees pending.
     pub fn commit(&self, payload: &[u8]) -> Result<u64> {
         Ok(self.commit_reporting(payload)?.seq)
     }

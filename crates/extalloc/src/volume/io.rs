@@ -4,8 +4,10 @@
 //! Each call works one chunk at a time (at most `CHUNK_BLOCKS` blocks mapped or
 //! `CHUNK_EXTENTS` extents freed), holding the gate for reading and the file's mutex: the
 //! chunk's allocations, frees and logged changes land in one transaction. A chunk that
-//! fails gives back what it mapped, so a failed call leaves the chunks before it done and
-//! nothing of its own.
+//! fails gives back what it mapped and logs nothing, so a failed call leaves the chunks
+//! before it done (logged for the next commit); what the failing chunk wrote in place
+//! (bytes over blocks already mapped and written, zeros in a partial block) stays. Each
+//! call's doc says what a failure leaves.
 //!
 //! Data structures: none of their own. Invariant: a block mapped by a chunk is written
 //! whole (the caller's bytes, zeros around them, or the bytes the file held) before the
@@ -49,7 +51,7 @@ pub enum Fallocate {
 }
 
 impl Volume {
-    /// Replaces file `id`'s attribute blob.
+    /// Replaces file `id`'s attribute blob. One chunk: a failure changes nothing.
     pub fn set_attr(&self, id: u64, attr: &[u8]) -> Result<()> {
         check_attr(attr)?;
         self.chunk(id, |_, f| {
@@ -104,6 +106,12 @@ impl Volume {
 
     /// Writes `data` at byte `offset` of file `id`: holes are mapped (through the file
     /// layer's placement), blocks written, unwritten ones converted, the size grown.
+    ///
+    /// Works `CHUNK_BLOCKS` blocks at a time. On failure the chunks before the failing one
+    /// stay written, mapped and logged, the size grown to their end; the failing chunk maps
+    /// nothing (blocks it had just mapped are given back) and leaves the size as it was,
+    /// but bytes it wrote over blocks the file had mapped and written may have reached
+    /// them, in part: the file can read part of the new data.
     pub fn write(&self, id: u64, offset: u64, data: &[u8]) -> Result<()> {
         let end = check_range(offset, data.len() as u64)?;
         self.file(id)?;
@@ -326,6 +334,12 @@ impl Volume {
     }
 
     /// `fallocate(2)` on file `id` (see [`Fallocate`]).
+    ///
+    /// On failure the size is as it was (it grows last) and the range is done in part: the
+    /// partial blocks at its edges may be zeroed already (punch, zero range); of its whole
+    /// blocks, a punch leaves freed those it reached from the end of the range down, an
+    /// allocate or a zero range leaves mapped or marked unwritten those it reached from
+    /// the start up (they read as zeros).
     pub fn fallocate(&self, id: u64, mode: Fallocate, offset: u64, len: u64) -> Result<()> {
         if len == 0 {
             return Err(Error::ZeroLength);
@@ -501,6 +515,14 @@ impl Volume {
 
     /// Sets file `id`'s size in bytes: shrinking frees the blocks past it (and zeroes the
     /// rest of the last block), growing leaves a hole.
+    ///
+    /// A shrink zeroes the rest of the new last block, then sets the size, then frees the
+    /// blocks past it a chunk at a time. On failure before the size is set, the size is as
+    /// it was but the bytes from `size` to the end of its block may read as zeros already;
+    /// after, the file has its new size with some blocks past it still mapped, holding
+    /// their data (a truncate to this size or less that completes, or an unlink, frees
+    /// them; growing the file before that shows that data again). A grow that fails
+    /// changes nothing the file reads.
     pub fn truncate(&self, id: u64, size: u64) -> Result<()> {
         check_range(size, 0)?;
         let old = self.size(id)?;
@@ -519,7 +541,9 @@ impl Volume {
         })
     }
 
-    /// Removes file `id`: its blocks are freed (a chunk at a time), then the file.
+    /// Removes file `id`: its blocks are freed (a chunk at a time, from the end), then the
+    /// file. On failure the file stays, its size as it was, the blocks freed so far reading
+    /// as zeros.
     pub fn unlink(&self, id: u64) -> Result<()> {
         let bs = self.block_size;
         self.free_blocks(id, 0, MAX_FILE_BYTES / bs)?;

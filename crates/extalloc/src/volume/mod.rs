@@ -5,10 +5,12 @@
 //! - Every data allocation goes through the file layer (`files/`: normalisation, the file's
 //!   preallocations, locality chunks for small files, size classes), with the goal after
 //!   the file's previous extent.
-//! - Each operation logs its metadata changes (`record::Change`: create, size, map,
-//!   unmap, written, unlink) and makes its allocations and frees in the store's open
-//!   transaction; [`Volume::sync`] commits both in one journal record, after flushing the
-//!   data (ext4's `data=ordered`: data reaches the device before the metadata that maps it).
+//! - Each operation logs its metadata changes (`record::Change`: a file's create, size,
+//!   attribute blob, map, unmap, written, unlink and placement key; the volume's two table
+//!   areas, and the map segments a checkpoint wrote and freed) and makes its allocations
+//!   and frees in the store's open transaction; [`Volume::sync`] commits both in one
+//!   journal record, after flushing the data (ext4's `data=ordered`: data reaches the
+//!   device before the metadata that maps it).
 //! - `fallocate` maps blocks unwritten: they read as zeros until written. A newly mapped
 //!   block is written whole (zeros around the caller's bytes) before its mapping commits,
 //!   or unwritten, so no file reads what another file, or a deleted one, left there.
@@ -17,13 +19,21 @@
 //!   checkpoints the store with a root pointing at it (`checkpoint.rs`); `open` reads the
 //!   table and applies the changes logged in the records after it.
 //!
-//! Files: this one holds the [`Volume`] and its commits; `io.rs` the file calls (write,
-//! read, fallocate, truncate, unlink); `delalloc.rs` delayed allocation's reservations and
-//! writeback (the cache itself is `crate::writeback`); `checkpoint.rs` the table and the
-//! open; `file.rs` a file in memory; `record.rs` the bytes; `table.rs` the file table's
-//! frames and their salvage; `salvage.rs` the open for repair ([`Volume::open_salvaging`])
-//! and where each file's metadata lives ([`Volume::places`]); `check.rs` the ownership
-//! check.
+//! Files: this one holds the [`Volume`] and its commits; `create.rs` makes files; `io.rs`
+//! the file calls (write, read, fallocate, truncate, unlink, attributes); `delalloc.rs`
+//! delayed allocation's reservations and writeback (the cache itself is
+//! `crate::writeback`); `placement.rs` where a file's data goes beyond the file layer's
+//! rules (a placed file's group, claimed runs of free groups for large files, the
+//! write-life hint) and what a file's close gives back; `atomic.rs` atomic groups;
+//! `checkpoint.rs` the checkpoint (table and map segments written) and the open; `maps.rs`
+//! lazy extent maps and the map segments that hold the long ones; `file.rs` a file in
+//! memory; `record.rs` the bytes (changes, map segments, the root); `table.rs` the file
+//! table's frames and their salvage; `salvage.rs` the open for repair
+//! ([`Volume::open_salvaging`]) and where each file's metadata lives ([`Volume::places`]);
+//! `check.rs` the ownership check and the allocation rebuilt from the owners
+//! ([`Volume::rebuild_allocation`]). Tests: `tests.rs` (contents against a model through
+//! crashes, bad input), `atomic_tests.rs`, `maps_tests.rs`, `repair_tests.rs`,
+//! `salvage_tests.rs`, and `table_tests.rs` (declared in `table.rs`).
 //!
 //! - Several calls that must be durable together (a file system's rename) run in an
 //!   atomic group ([`Volume::atomic`], `atomic.rs`): no commit falls between them.
@@ -90,7 +100,8 @@ const CHUNK_BLOCKS: u64 = 16;
 /// Extents one chunk of a truncate, punch or unlink frees at most.
 const CHUNK_EXTENTS: usize = 16;
 /// Journal bytes one chunk may add at most: an allocation or free (24 bytes in the store's
-/// record) and a change (up to 42 bytes in the payload) per block, twice over.
+/// record) and a change (counted as 48 bytes in the payload; a map change, the largest a
+/// chunk logs for a block, takes 34) per block, twice over.
 const CHUNK_BUDGET: u64 = CHUNK_BLOCKS * 2 * (24 + 48);
 /// A journal record with no change: its header.
 const EMPTY_RECORD_BYTES: u64 = 40;

@@ -435,12 +435,15 @@ impl Buffered {
     }
 
     /// Sets file `id`'s size (see [`Volume::truncate`]), its cached data written back first.
+    /// A failure leaves the cached data written back in part, or what
+    /// [`Volume::truncate`] leaves.
     pub fn truncate(&self, id: u64, size: u64) -> Result<()> {
         self.flushed(id, |v| v.truncate(id, size))
     }
 
     /// `fallocate(2)` on file `id` (see [`Volume::fallocate`]), its cached data written
-    /// back first.
+    /// back first. A failure leaves the cached data written back in part, or what
+    /// [`Volume::fallocate`] leaves.
     pub fn fallocate(&self, id: u64, mode: Fallocate, offset: u64, len: u64) -> Result<()> {
         self.flushed(id, |v| v.fallocate(id, mode, offset, len))
     }
@@ -457,8 +460,9 @@ impl Buffered {
         Ok(())
     }
 
-    /// Removes file `id`: its cached data is dropped (reservations given back), then the
-    /// volume's file.
+    /// Removes file `id`: the volume's file (see [`Volume::unlink`]), then its cached data
+    /// (reservations given back). A failure leaves the cache as it was and the volume's
+    /// file as [`Volume::unlink`] leaves it.
     pub fn unlink(&self, id: u64) -> Result<()> {
         let entry = self.shared.entry(id)?;
         let mut d = entry.lock();
