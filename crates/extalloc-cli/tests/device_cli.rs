@@ -495,3 +495,27 @@ fn namespace_torture_survives_hundreds_of_crashes() {
         assert!(out["files_checked"].as_u64().unwrap() > 1000, "{out}");
     }
 }
+
+/// Without --journal-size the journal is scaled to the device (ext4's steps, at most an
+/// eighth of it), so a small device can be made at all: 16 MiB used to be refused with the
+/// 64 MiB default.
+#[test]
+fn mkfs_scales_the_journal_to_the_device() {
+    let dir = std::env::temp_dir().join(format!("extalloc-mkfs-scale-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (size, journal) in [
+        ("16MiB", "journal 512 blocks"),
+        ("128MiB", "journal 1024 blocks"),
+        ("1GiB", "journal 4096 blocks"),
+        ("2GiB", "journal 8192 blocks"),
+        ("4GiB", "journal 16384 blocks"),
+    ] {
+        let img = dir.join(format!("{size}.img"));
+        let (ok, text) = extalloc(&["mkfs", img.to_str().unwrap(), "--size", size]);
+        assert!(ok && text.contains(journal), "{size}: {text}");
+        let (ok, text) = extalloc(&["fsck", img.to_str().unwrap()]);
+        assert!(ok, "{size}: fsck: {text}");
+        std::fs::remove_file(&img).unwrap();
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -83,15 +83,15 @@ impl FuseFs {
         }
     }
 
-    /// Reads the mount's flags again if they are over a second old.
+    /// Reads the mount's atime flags again if they are over a second old.
     fn refresh_mount_flags(&self) {
-        self.flags.refresh(&self.fs);
+        self.flags.refresh_atime(&self.fs);
     }
 
     /// `r`, settled as the mount's `sync`/`dirsync` ask (`fs/syncmode.rs`).
     fn settled<T>(&self, r: FsResult<T>, what: Settle) -> FsResult<T> {
         if r.is_ok() {
-            self.refresh_mount_flags();
+            self.flags.refresh_sync(&self.fs);
         }
         self.fs.settled(r, what)
     }
@@ -123,8 +123,9 @@ impl FuseFs {
 /// The attributes of a negative lookup reply: node id 0 (the rest is not read).
 impl Filesystem for FuseFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // The mount is not in the mount table before init is answered: the flags are read
+        // at the first read, listing or change.
         negotiate(&self.fs, config);
-        self.refresh_mount_flags();
         Ok(())
     }
 

@@ -3,9 +3,10 @@
 //! mount (`fs/atime.rs`) and the superblock's `sync`/`dirsync` (`fs/syncmode.rs`), from
 //! `/proc/self/mountinfo`, at most once a second (a remount may change them).
 //!
-//! Data structures: [`MountFlags`], the mount point and when its flags were last read.
-//! Invariant: the flags are read again only once [`RECHECK`] has passed since the last read.
-//! Lock order: `checked` is a leaf, never held across an [`Fs`] call.
+//! Data structures: [`MountFlags`], the mount point and when its atime and its sync flags
+//! were last read (apart: a read's view of the atime flags never waits on a change's read).
+//! Invariant: each is read again only once [`RECHECK`] has passed since its last read.
+//! Lock order: each `*_checked` lock is a leaf, never held across an [`Fs`] call.
 
 use crate::fs::atime::mount_atime;
 use crate::fs::syncmode::SyncMode;
@@ -50,7 +51,11 @@ pub fn negotiate(fs: &Fs, config: &mut KernelConfig) {
 /// The mount's flags as last read (see the module documentation).
 pub struct MountFlags {
     mountpoint: PathBuf,
-    checked: Mutex<Option<Instant>>,
+    /// When the atime flags were last read (at a read or a listing).
+    atime_checked: Mutex<Option<Instant>>,
+    /// When the sync flags were last read (at a change). Apart from the atime flags', so
+    /// that changes never make a read wait longer for a remount's atime flags.
+    sync_checked: Mutex<Option<Instant>>,
 }
 
 impl MountFlags {
@@ -58,36 +63,48 @@ impl MountFlags {
     pub fn new(mountpoint: &Path) -> MountFlags {
         MountFlags {
             mountpoint: mountpoint.to_path_buf(),
-            checked: Mutex::new(None),
+            atime_checked: Mutex::new(None),
+            sync_checked: Mutex::new(None),
         }
     }
 
-    /// Reads the flags again into `fs` if they are over [`RECHECK`] old.
-    pub fn refresh(&self, fs: &Fs) {
+    /// Reads the atime flags again into `fs` if they are over [`RECHECK`] old.
+    pub fn refresh_atime(&self, fs: &Fs) {
+        if let Some(info) = self.due(&self.atime_checked) {
+            if let Some(mode) = mount_atime(&info, &self.mountpoint) {
+                fs.set_atime_mode(mode);
+            }
+        }
+    }
+
+    /// Reads the sync flags again into `fs` if they are over [`RECHECK`] old.
+    pub fn refresh_sync(&self, fs: &Fs) {
+        if let Some(info) = self.due(&self.sync_checked) {
+            if let Some(e) = crate::mountinfo::find_in(&info, &self.mountpoint) {
+                fs.set_sync_mode(SyncMode::from_super_options(&e.super_options));
+            }
+        }
+    }
+
+    /// The mount table, if `checked` is over [`RECHECK`] old (then it is now).
+    fn due(&self, checked: &Mutex<Option<Instant>>) -> Option<String> {
         {
-            let mut checked = self.checked.lock();
+            let mut checked = checked.lock();
             if checked.is_some_and(|t| t.elapsed() < RECHECK) {
-                return;
+                return None;
             }
             *checked = Some(Instant::now());
         }
-        let info = match std::fs::read_to_string("/proc/self/mountinfo") {
-            Ok(info) => info,
+        match std::fs::read_to_string("/proc/self/mountinfo") {
+            Ok(info) => Some(info),
             Err(e) => {
-                return log::warn!(
-                    "cannot read /proc/self/mountinfo for the flags of {}: {e} (keeping \
-                     {:?} and {:?})",
-                    self.mountpoint.display(),
-                    fs.atime_mode(),
-                    fs.sync_mode()
-                )
+                log::warn!(
+                    "cannot read /proc/self/mountinfo for the flags of {}: {e} (keeping the \
+                     last ones)",
+                    self.mountpoint.display()
+                );
+                None
             }
-        };
-        if let Some(mode) = mount_atime(&info, &self.mountpoint) {
-            fs.set_atime_mode(mode);
-        }
-        if let Some(e) = crate::mountinfo::find_in(&info, &self.mountpoint) {
-            fs.set_sync_mode(SyncMode::from_super_options(&e.super_options));
         }
     }
 }

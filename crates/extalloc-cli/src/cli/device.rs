@@ -19,9 +19,10 @@ pub struct MkfsArgs {
     pub block_size: u32,
     #[arg(long, default_value_t = extalloc::GROUP_BLOCKS_DEFAULT)]
     pub group_blocks: u64,
-    /// Journal size (K, M, G).
-    #[arg(long, default_value = "64MiB")]
-    pub journal_size: String,
+    /// Journal size (K, M, G); by default scaled to the device as ext4's: 4 MiB up to a
+    /// 128 MiB device, 16 MiB up to 1 GiB, 32 MiB up to 2 GiB, 64 MiB above.
+    #[arg(long)]
+    pub journal_size: Option<String>,
     /// Overwrite a target that holds data or an extalloc device.
     #[arg(long)]
     pub force: bool,
@@ -39,7 +40,10 @@ pub fn mkfs(a: &MkfsArgs) -> Result<()> {
     } = *a;
 
     // Everything is checked before the target is touched.
-    let journal_bytes = lab::parse_size(journal_size).context("--journal-size")?;
+    let journal_bytes = match journal_size {
+        Some(j) => Some(lab::parse_size(j).context("--journal-size")?),
+        None => None,
+    };
     let bytes = match &size {
         Some(s) => lab::parse_size(s).context("--size")?,
         None => FileDevice::open_read_only(path)
@@ -54,9 +58,16 @@ pub fn mkfs(a: &MkfsArgs) -> Result<()> {
                 path.display()
             )
         })?;
-    let journal_blocks = journal_bytes.div_ceil(u64::from(block_size));
-    extalloc::disk::format::Superblock::layout(&geometry, journal_blocks, [0; 16])
-        .with_context(|| format!("{}: --journal-size {journal_size}", path.display()))?;
+    let journal_blocks = match journal_bytes {
+        Some(j) => j.div_ceil(u64::from(block_size)),
+        None => extalloc::disk::format::default_journal_blocks(bytes, block_size),
+    };
+    extalloc::disk::format::Superblock::layout(&geometry, journal_blocks, [0; 16]).with_context(
+        || {
+            let size = journal_blocks * u64::from(block_size);
+            format!("{}: a journal of {size} bytes", path.display())
+        },
+    )?;
     let existed = path.exists();
     if existed && !force {
         refuse_overwrite(path)?;

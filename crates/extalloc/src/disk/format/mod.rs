@@ -121,6 +121,25 @@ fn corrupt(what: impl Into<String>, detail: impl Into<String>) -> Error {
 /// The smallest journal `mkfs` makes: one block for records, one to wrap into.
 pub const JOURNAL_MIN_BLOCKS: u64 = 2;
 
+/// The journal size for a device of `device_bytes` when the caller does not choose one,
+/// in blocks of `block_size` bytes, scaled as ext4's `mke2fs` scales its journal: 4 MiB up
+/// to a 128 MiB device, 16 MiB up to 1 GiB, 32 MiB up to 2 GiB, 64 MiB above (ext4 goes
+/// on to 1 GiB; a commit here writes one record, so 64 MiB holds thousands). Never more
+/// than an eighth of the device, never fewer than [`JOURNAL_MIN_BLOCKS`].
+pub fn default_journal_blocks(device_bytes: u64, block_size: u32) -> u64 {
+    const MIB: u64 = 1 << 20;
+    let bytes = match device_bytes {
+        b if b <= 128 * MIB => 4 * MIB,
+        b if b <= 1024 * MIB => 16 * MIB,
+        b if b <= 2048 * MIB => 32 * MIB,
+        _ => 64 * MIB,
+    };
+    let bytes = bytes.min(device_bytes / 8);
+    let blocks = (bytes / u64::from(block_size.max(1))).max(JOURNAL_MIN_BLOCKS);
+    debug_assert!(blocks >= JOURNAL_MIN_BLOCKS);
+    blocks
+}
+
 impl Superblock {
     /// The layout for a device of `geometry` with a journal of `journal_blocks` blocks.
     pub fn layout(geometry: &Geometry, journal_blocks: u64, uuid: [u8; 16]) -> Result<Self> {
