@@ -57,7 +57,9 @@ pub struct MountArgs {
     /// `rw`, `nosuid`/`suid`, `nodev`/`dev`, `noexec`/`exec`, `noatime`/`atime`/`relatime`,
     /// `lazytime` (times are always written lazily), `sync` (every change durable before
     /// it is answered), `async`, `dirsync` (every namespace change durable before it is
-    /// answered), `defaults`; of two opposites the last wins. Others are refused.
+    /// answered), `norecovery`/`noload` (with `ro`: what a read-only mount does, the journal
+    /// replayed into memory only), `defaults`; of two opposites the last wins. Others are
+    /// refused.
     #[arg(short = 'o', value_delimiter = ',')]
     pub options: Vec<String>,
 }
@@ -66,6 +68,7 @@ impl MountArgs {
     /// --read-only and the flags of `-o` (an `ro` or `rw` there wins over --read-only).
     fn flags(&self) -> Result<(bool, MountFlags)> {
         let (mut ro, mut f) = (self.read_only, MountFlags::default());
+        let mut norecovery = false;
         for o in &self.options {
             match o.as_str() {
                 "ro" | "rw" => ro = o == "ro",
@@ -78,15 +81,24 @@ impl MountArgs {
                 "defaults" | "lazytime" | "nolazytime" | "" => {}
                 "sync" | "async" => f.sync = o == "sync",
                 "dirsync" => f.dirsync = true,
+                // ext4's: mount read-only without replaying the journal onto the device,
+                // which is what a read-only mount does here (it replays into memory).
+                "norecovery" | "noload" => norecovery = true,
                 "strictatime" | "nodiratime" => {
                     bail!("-o {o}: not supported by extalloc mount (atime is relatime or noatime)")
                 }
                 other => bail!(
                     "-o {other}: unknown mount option (extalloc mount takes ro, rw, nosuid, \
                      suid, nodev, dev, noexec, exec, noatime, atime, relatime, lazytime, sync, \
-                     async, dirsync, defaults)"
+                     async, dirsync, norecovery, defaults)"
                 ),
             }
+        }
+        if norecovery && !ro {
+            bail!(
+                "-o norecovery needs ro (as ext4's): a read-only mount writes nothing to the \
+                 device, not even the journal's recovery"
+            );
         }
         Ok((ro, f))
     }

@@ -132,7 +132,8 @@ impl Fs {
     /// bytes): `FS_IOC_GETFLAGS`/`SETFLAGS` with a 4-byte flags word, and
     /// `FS_IOC_FSGETXATTR`/`FSSETXATTR` with a `struct fsxattr` (a project id other than 0
     /// is `EOPNOTSUPP`: no project quotas), and `FS_IOC_SHUTDOWN` from root (`EPERM`
-    /// otherwise; [`Fs::shutdown`]). Any other command is `ENOTTY`, input cut short
+    /// otherwise; [`Fs::shutdown`]), and `FITRIM` ([`Fs::trim`]). Any other command is
+    /// `ENOTTY`, input cut short
     /// `EINVAL`; after a shutdown every command but another shutdown is `EIO`.
     pub fn ioctl(&self, ino: u64, cmd: u32, input: &[u8], who: Caller) -> FsResult<Vec<u8>> {
         if cmd == FS_IOC_SHUTDOWN {
@@ -142,6 +143,9 @@ impl Fs {
             }
             self.shutdown();
             return Ok(Vec::new());
+        }
+        if cmd == super::trim::FITRIM {
+            return self.trim(input, who);
         }
         self.live()?;
         let word = |at: usize| {

@@ -48,6 +48,7 @@ mod shutdown;
 pub mod syncmode;
 #[cfg(test)]
 mod tests;
+pub mod trim;
 #[cfg(test)]
 mod xattr_tests;
 mod xattrs;

@@ -55,28 +55,97 @@ impl Allocator {
         }
         let mut held = Vec::with_capacity(pieces.len());
         for (&(g, off, len), state) in pieces.iter().zip(guards.iter_mut()) {
-            let id = match self.policy.free_list {
-                super::FreeList::PerGroup => {
-                    self.dirty.insert(g);
-                    self.add_pending(len, None, shard);
-                    0
-                }
-                super::FreeList::Global => self.list_new_free(g, len, shard),
-            };
-            state
-                .pending
-                .insert(off, PendingFree { len, txn: HELD, id });
-            // Free at home from now on: the next checkpoint must write the group.
-            self.mark_home_dirty(g);
-            held.push(Extent::new(
-                self.geometry.group_start(g) + u64::from(off),
-                u64::from(len),
-            ));
+            held.push(self.hold_entry(g, state, off, len, shard));
         }
         drop(guards);
         shard.add(&shard.counters.frees, 1);
         shard.add(&shard.counters.free_blocks, extent.len);
         Ok(held)
+    }
+
+    /// Enters `off .. off + len` of the locked group `g`, marked used already, as a held
+    /// pending free: counted pending, listed the policy's way, free at home. Returns it as
+    /// an extent.
+    fn hold_entry(
+        &self,
+        g: u64,
+        state: &mut GroupState,
+        off: u32,
+        len: u32,
+        shard: &crate::alloc::stats::Shard,
+    ) -> Extent {
+        debug_assert!(
+            state.bitmap.range_is_used(off, len),
+            "a held free is marked used"
+        );
+        debug_assert!(
+            !state.pending_overlaps(off, len),
+            "a held free is no other pending"
+        );
+        let id = match self.policy.free_list {
+            super::FreeList::PerGroup => {
+                self.dirty.insert(g);
+                self.add_pending(len, None, shard);
+                0
+            }
+            super::FreeList::Global => self.list_new_free(g, len, shard),
+        };
+        state
+            .pending
+            .insert(off, PendingFree { len, txn: HELD, id });
+        // Free at home from now on: the next checkpoint must write the group.
+        self.mark_home_dirty(g);
+        Extent::new(
+            self.geometry.group_start(g) + u64::from(off),
+            u64::from(len),
+        )
+    }
+
+    /// Holds free blocks of group `g` for a batched discard (FITRIM): each free run of at
+    /// least `min_len` blocks between offsets `from` and `to` (cut at `to`), up to `max`
+    /// blocks in all, is marked used and held pending until
+    /// [`Allocator::release_discarded`], so that no allocation hands it out while the
+    /// device discards it. The allocated count does not change (the blocks were never
+    /// handed out). Returns the held extents and the offset to go on from (`to` once the
+    /// range is done). A group held corrupt holds nothing (its blocks all count as used).
+    pub(crate) fn hold_unused(
+        &self,
+        g: u64,
+        (from, to): (u32, u32),
+        min_len: u32,
+        max: u64,
+    ) -> Result<(Vec<Extent>, u32)> {
+        assert!(
+            from <= to && max > 0,
+            "a range and a budget: {from}..{to}, {max}"
+        );
+        let shard = self.stats.shard();
+        let mut state = self.lock_group(g, shard)?;
+        let runs: Vec<(u32, u32)> = state
+            .bitmap
+            .free_runs(from)
+            .take_while(|&(s, _)| s < to)
+            .map(|(s, l)| (s, l.min(to - s)))
+            .filter(|&(_, l)| l >= min_len.max(1))
+            .collect();
+        let (mut held, mut total, mut next) = (Vec::new(), 0u64, to);
+        for (s, l) in runs {
+            if total >= max {
+                next = s;
+                break;
+            }
+            let l = l.min(u32::try_from(max - total).unwrap_or(u32::MAX));
+            debug_assert!(state.bitmap.range_is_free(s, l), "a free run is free");
+            state.bitmap.mark_used(s, l);
+            held.push(self.hold_entry(g, &mut state, s, l, shard));
+            total += u64::from(l);
+            next = s + l;
+        }
+        if !held.is_empty() {
+            self.publish(g, &state, shard);
+        }
+        debug_assert!(next <= to, "the next offset stays in the range");
+        Ok((held, if total < max { to } else { next }))
     }
 
     /// Frees blocks held for a discard now that the caller has discarded them. `extent`

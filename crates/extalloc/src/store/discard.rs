@@ -136,6 +136,89 @@ impl Store {
     }
 }
 
+/// Blocks a batched discard holds at most at a time: the rest of a group stays free for
+/// allocations while the device discards a batch.
+const TRIM_BATCH: u64 = 8192;
+
+impl Store {
+    /// Discards (TRIMs) the free blocks of `blocks`, clamped to the device, in free runs of
+    /// at least `min_len` blocks, as `FITRIM` asks of a file system: each batch of runs is
+    /// held used (no allocation hands it out meanwhile; they count as held for a discard),
+    /// discarded on the device ([`Device::discard`](crate::disk::device::Device::discard)),
+    /// then freed again. Held blocks are free on the media, so a crash at any point leaves
+    /// every block as it was. Returns the blocks discarded, `None` from a device that does
+    /// not discard (found at its first batch). A start past the device is [`Error::OutOfRange`], no blocks
+    /// [`Error::ZeroLength`]; both change nothing. On a device error the
+    /// batch is freed again and the error returned (the batches before it stay discarded).
+    pub fn trim(&self, blocks: Extent, min_len: u64) -> Result<Option<u64>> {
+        let total = self.alloc().geometry().blocks_count;
+        if blocks.start >= total {
+            return Err(Error::OutOfRange {
+                start: blocks.start,
+                len: blocks.len,
+                device_blocks: total,
+            });
+        }
+        if blocks.len == 0 {
+            return Err(Error::ZeroLength);
+        }
+        let end = blocks.start.saturating_add(blocks.len).min(total);
+        let min_len = u32::try_from(min_len.max(1)).unwrap_or(u32::MAX);
+        let geometry = *self.alloc().geometry();
+        let mut trimmed = 0;
+        for g in geometry.group_of(blocks.start)..=geometry.group_of(end - 1) {
+            let gstart = geometry.group_start(g);
+            let gend = gstart + geometry.group_len(g);
+            let to = (end.min(gend) - gstart) as u32;
+            let mut from = (blocks.start.max(gstart) - gstart) as u32;
+            while from < to {
+                let (batch, next) = self.hold_for_trim(g, (from, to), min_len)?;
+                match self.discard_batch(&batch)? {
+                    Some(n) => trimmed += n,
+                    None => return Ok(None),
+                }
+                from = next;
+            }
+        }
+        Ok(Some(trimmed))
+    }
+
+    /// Holds a batch of group `g`'s free runs for [`Store::trim`], entered as handed over
+    /// (so a checkpoint writes them home free). Under `commit_lock`: no checkpoint falls
+    /// between the hold and the entry.
+    fn hold_for_trim(&self, g: u64, range: (u32, u32), min_len: u32) -> Result<(Vec<Extent>, u32)> {
+        let _serial = self.commit_lock.read();
+        let mut taken = self.discards.taken.lock();
+        let (batch, next) = self.alloc().hold_unused(g, range, min_len, TRIM_BATCH)?;
+        for e in &batch {
+            let previous = taken.insert(e.start, e.len);
+            assert!(previous.is_none(), "held extent {e:?} handed over twice");
+        }
+        let blocks: u64 = batch.iter().map(|e| e.len).sum();
+        self.discards.held_blocks.fetch_add(blocks, Relaxed);
+        Ok((batch, next))
+    }
+
+    /// Discards each extent of `batch` and frees it; `None` if the device does not discard.
+    /// Every extent is freed whatever happens.
+    fn discard_batch(&self, batch: &[Extent]) -> Result<Option<u64>> {
+        let bs = u64::from(self.alloc().geometry().block_size);
+        let mut outcome = Ok(Some(0));
+        for e in batch {
+            if let Ok(Some(n)) = outcome {
+                outcome = match self.dev.discard(e.start * bs, e.len * bs) {
+                    Ok(true) => Ok(Some(n + e.len)),
+                    Ok(false) => Ok(None),
+                    Err(err) => Err(err),
+                };
+            }
+            self.discarded(*e)
+                .unwrap_or_else(|err| panic!("a trim's held extent {e:?} does not free: {err}"));
+        }
+        outcome
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -295,6 +378,97 @@ mod tests {
             store.discarded(e).unwrap();
         }
         store.allocate(&AllocRequest::new(1, 1)).unwrap();
+        store.allocator().check().unwrap();
+    }
+
+    /// FITRIM: every free run discarded (zeros on a memory device) and free again, blocks
+    /// in use untouched, the figures as before; a run shorter than `min_len` kept; a device
+    /// that cannot discard trims nothing; misuse refused. Under both free-list policies.
+    fn trim_discards_free_runs_only(policy: Policy) {
+        use crate::disk::device::Device;
+        let dev = Arc::new(MemDevice::new(8192 * 4096));
+        let store = Store::create(dev.clone(), &geometry(), 16, policy).unwrap();
+        let kept = store.allocate(&AllocRequest::new(1, 8).goal(3000)).unwrap();
+        let gap = store
+            .allocate(&AllocRequest::new(1, 3).goal(kept.end()))
+            .unwrap();
+        let next = store
+            .allocate(&AllocRequest::new(1, 8).goal(gap.end()))
+            .unwrap();
+        store.commit(b"three").unwrap();
+        store.free(gap).unwrap();
+        store.commit(b"a gap of 3 blocks").unwrap();
+        assert_eq!(
+            next.start,
+            gap.end(),
+            "the gap lies between two used extents"
+        );
+        let bs = 4096u64;
+        for e in [kept, gap, next] {
+            dev.write_at(&vec![0xab; (e.len * bs) as usize], e.start * bs)
+                .unwrap();
+        }
+        let before = store.statfs();
+        let all = Extent::new(0, before.blocks);
+        // The gap (3 blocks) is shorter than a minimum of 4: kept as it was.
+        let big = store.trim(all, 4).unwrap().unwrap();
+        assert_eq!(big, before.free_blocks - gap.len);
+        let mut byte = [0u8; 1];
+        dev.read_at(&mut byte, gap.start * bs).unwrap();
+        assert_eq!(byte, [0xab], "a run under the minimum is not discarded");
+        assert_eq!(store.trim(all, 1).unwrap(), Some(before.free_blocks));
+        for (e, want) in [(kept, 0xab), (gap, 0), (next, 0xab)] {
+            let mut back = vec![0u8; (e.len * bs) as usize];
+            dev.read_at(&mut back, e.start * bs).unwrap();
+            assert!(back.iter().all(|&b| b == want), "{e:?} reads {want:#x}");
+        }
+        let after = store.statfs();
+        assert_eq!(
+            after.free_blocks, before.free_blocks,
+            "every held run freed again"
+        );
+        assert_eq!((after.discard_held_blocks, after.pending_blocks), (0, 0));
+        store.allocator().check().unwrap();
+        // A range: only its free blocks, clamped to the device.
+        let tail = Extent::new(before.blocks - 100, 1000);
+        let free_in_tail = (tail.start..before.blocks)
+            .filter(|&b| store.allocator().is_free(b).unwrap())
+            .count() as u64;
+        assert!(
+            free_in_tail >= 90,
+            "the tail is mostly free: {free_in_tail}"
+        );
+        assert_eq!(store.trim(tail, 1).unwrap(), Some(free_in_tail));
+        assert!(matches!(
+            store.trim(Extent::new(before.blocks, 1), 1),
+            Err(Error::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            store.trim(Extent::new(0, 0), 1),
+            Err(Error::ZeroLength)
+        ));
+        store.allocator().check().unwrap();
+    }
+
+    #[test]
+    fn trim_discards_free_runs_only_per_group_lists() {
+        trim_discards_free_runs_only(Policy::default());
+    }
+
+    #[test]
+    fn trim_discards_free_runs_only_global_lists() {
+        for name in ["ext4-2025", "ext4-base"] {
+            trim_discards_free_runs_only(Policy::preset(name).unwrap());
+        }
+    }
+
+    #[test]
+    fn trim_on_a_device_that_cannot_discard_trims_nothing() {
+        let dev = Arc::new(FaultDevice::new(MemDevice::new(8192 * 4096), 3));
+        let store = Store::create(dev, &geometry(), 16, Policy::default()).unwrap();
+        let free = store.statfs().free_blocks;
+        assert_eq!(store.trim(Extent::new(0, 8192), 1).unwrap(), None);
+        assert_eq!(store.statfs().free_blocks, free);
         store.allocator().check().unwrap();
     }
 }

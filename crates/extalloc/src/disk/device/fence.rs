@@ -1,5 +1,5 @@
 //! A device that can be shut down ([`FenceDevice`]): after [`FenceDevice::fence`] every
-//! write and flush fails and the device underneath never changes again, while reads go on.
+//! write, flush and discard fails and the device underneath never changes again, while reads go on.
 //! What a file system's shutdown (`FS_IOC_SHUTDOWN`, XFS's `GOINGDOWN`) needs: the media
 //! keeps exactly what reached it before, as after a power loss, and nothing the running
 //! system does later (a commit, a write-back, the clean-close mark) can land.
@@ -82,6 +82,14 @@ impl Device for FenceDevice {
             return Err(self.refused("flush", 0));
         }
         self.inner.flush()
+    }
+
+    fn discard(&self, offset: u64, len: u64) -> Result<bool> {
+        let fenced = self.fenced.read();
+        if *fenced {
+            return Err(self.refused("discard", offset));
+        }
+        self.inner.discard(offset, len)
     }
 
     fn name(&self) -> String {

@@ -187,6 +187,21 @@ impl Device for FileDevice {
         self.file.sync_data().map_err(|e| self.err("flush", 0, e))
     }
 
+    /// `fallocate(PUNCH_HOLE | KEEP_SIZE)`: a hole in an image file; on a block device the
+    /// kernel's zero-out with unmapping (a discard where the device has one: a loop device
+    /// punches its backing file). `Ok(false)` where neither is supported.
+    fn discard(&self, offset: u64, len: u64) -> Result<bool> {
+        check_range(offset, len as usize, self.size)?;
+        use rustix::fs::FallocateFlags as F;
+        match rustix::fs::fallocate(&self.file, F::PUNCH_HOLE | F::KEEP_SIZE, offset, len) {
+            Ok(()) => Ok(true),
+            Err(e) if e == rustix::io::Errno::OPNOTSUPP || e == rustix::io::Errno::NOSYS => {
+                Ok(false)
+            }
+            Err(e) => Err(self.err("discard", offset, e.into())),
+        }
+    }
+
     fn name(&self) -> String {
         self.path.clone()
     }

@@ -69,6 +69,27 @@ impl Device for MemDevice {
         Ok(())
     }
 
+    /// Forgets the range: whole pages are dropped (they read as zeros), the parts of pages
+    /// at its ends are zeroed.
+    fn discard(&self, offset: u64, len: u64) -> Result<bool> {
+        check_range(offset, len as usize, self.size)?;
+        let mut pages = self.pages.write();
+        let end = offset + len;
+        let mut at = offset;
+        while at < end {
+            let page = at / PAGE;
+            let in_page = (at % PAGE) as usize;
+            let n = (PAGE - at % PAGE).min(end - at) as usize;
+            if n as u64 == PAGE {
+                pages.remove(&page);
+            } else if let Some(p) = pages.get_mut(&page) {
+                p[in_page..in_page + n].fill(0);
+            }
+            at += n as u64;
+        }
+        Ok(true)
+    }
+
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
         check_range(offset, buf.len(), self.size)?;
         let mut pages = self.pages.write();

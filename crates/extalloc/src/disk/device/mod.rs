@@ -60,6 +60,15 @@ pub trait Device: Send + Sync {
     fn heartbeat(&self) -> Option<std::time::Duration> {
         None
     }
+    /// Discards `offset .. offset + len` (TRIM: the media may forget those bytes; they read
+    /// back as zeros or as before, unspecified): advice for thin devices, SSDs and sparse
+    /// image files, never needed for correctness. `Ok(true)` if done, `Ok(false)` if this
+    /// device does not discard (the default: nothing happens). A range past the end is
+    /// `DeviceRange`.
+    fn discard(&self, offset: u64, len: u64) -> Result<bool> {
+        check_range(offset, len as usize, self.size())?;
+        Ok(false)
+    }
     /// Asks the system to forget its cached copy of the device (after a `flush`), so later
     /// reads go to the media: a cold start for benchmarks. Does nothing where there is no
     /// such cache.
