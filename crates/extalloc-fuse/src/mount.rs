@@ -69,6 +69,10 @@ pub struct MountFlags {
     pub sync: bool,
     /// `dirsync`: every namespace change is durable before it is answered.
     pub dirsync: bool,
+    /// `norecovery` (with read-only): a volume whose journal needs recovery is served from
+    /// a write-protected device all the same (replayed into memory only); without it such
+    /// a mount is refused, as ext4 refuses it.
+    pub norecovery: bool,
 }
 
 /// Opens the device, mounts, calls `ready` once the file system is served, and serves it
@@ -170,6 +174,14 @@ fn open_fs(opts: &MountOptions, dev_name: &str) -> Result<(Arc<Fs>, MountReport)
         Volume::open(dev, opts.policy.clone()).map(|v| (v, Default::default()))
     }
     .map_err(|e| device_error(dev_name, e))?;
+    let needs_recovery = vol.store().unclean_close().is_some();
+    if opts.read_only && !opts.flags.norecovery && needs_recovery && write_protected(&opts.device) {
+        return Err(format!(
+            "cannot mount {dev_name} read-only: it was not closed cleanly and its journal \
+             needs recovery, which a write-protected device cannot take (mount it with -o \
+             ro,norecovery to replay the journal into memory only)"
+        ));
+    }
     let (fs, mut report) =
         Fs::mount(vol, opts.writeback).map_err(|e| format!("{dev_name}: {e}"))?;
     report.salvage = salvage;
@@ -247,6 +259,25 @@ fn close(fs: Arc<Fs>) -> Result<(), String> {
             )
         }
     }
+}
+
+/// Whether `path` is a block device the kernel holds read-only (`blockdev --setro`).
+fn write_protected(path: &std::path::Path) -> bool {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    if !file
+        .metadata()
+        .is_ok_and(|m| m.file_type().is_block_device())
+    {
+        return false;
+    }
+    let mut ro: libc::c_int = 0;
+    // SAFETY: BLKROGET writes one int through the pointer, which lives across the call.
+    let r = unsafe { libc::ioctl(file.as_raw_fd(), 0x125e, &mut ro) };
+    r == 0 && ro != 0
 }
 
 /// A device that cannot be opened, said so that the user knows what to do.

@@ -94,6 +94,7 @@ impl MountArgs {
                 ),
             }
         }
+        f.norecovery = norecovery;
         if norecovery && !ro {
             bail!(
                 "-o norecovery needs ro (as ext4's): a read-only mount writes nothing to the \
@@ -114,6 +115,7 @@ impl MountArgs {
             (f.noatime, "noatime"),
             (f.sync, "sync"),
             (f.dirsync, "dirsync"),
+            (f.norecovery, "norecovery"),
         ];
         let list: Vec<&str> = on.iter().filter(|(b, _)| *b).map(|(_, n)| *n).collect();
         Ok(match list.is_empty() {
