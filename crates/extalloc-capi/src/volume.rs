@@ -1,0 +1,428 @@
+//! A volume of blobs on a file: create, open, put, get, delete, list, statfs, sync, close.
+//! A blob is one of the volume's files (`extalloc::volume::Volume`), named by its 64-bit id
+//! and written whole by one put.
+//!
+//! Data structures: [`extalloc_volume`], the opaque handle (a boxed `Volume` and its path);
+//! [`extalloc_statfs`], the figures `extalloc_volume_statfs` fills in.
+//!
+//! Invariant: a handle is live from the `_create`/`_open` that returned it to its
+//! `extalloc_volume_close`, which frees it whatever it returns. Durability is the volume's
+//! (`docs/volume.md`): what was put or deleted before a successful `extalloc_volume_sync`
+//! (or close) survives a crash; later changes may be lost, each blob whole or in part.
+//!
+//! Lock order: none here; each call takes the volume's locks in its order. `Volume` is
+//! `Send + Sync`, so calls on one handle from many threads run concurrently.
+
+use crate::error::{buffer_arg, c_str, deref, guard, out_ref, Failure};
+use crate::extalloc_code::{self, *};
+use extalloc::disk::device::{Device, FileDevice};
+use extalloc::volume::Volume;
+use extalloc::{Geometry, Policy, GROUP_BLOCKS_DEFAULT};
+use std::ffi::{c_char, OsStr};
+use std::hash::{BuildHasher, Hasher};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Bytes per block of a volume `extalloc_volume_create` makes.
+const BLOCK_SIZE: u32 = 4096;
+/// Bytes one read of `extalloc_volume_get` asks the volume for.
+const READ_BYTES: u64 = 1 << 20;
+
+/// An open volume (opaque). Made by `extalloc_volume_create` or `extalloc_volume_open`,
+/// freed by `extalloc_volume_close`.
+pub struct extalloc_volume {
+    vol: Volume,
+}
+
+/// A volume's figures, in blocks of `block_size` bytes: a snapshot, exact when no other
+/// call runs.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct extalloc_statfs {
+    /// Bytes per block.
+    pub block_size: u32,
+    /// Blocks of the device.
+    pub blocks: u64,
+    /// The volume's own blocks (superblocks, journal, descriptors, bitmaps).
+    pub metadata_blocks: u64,
+    /// Free now.
+    pub free_blocks: u64,
+    /// What puts can still get: free and preallocated blocks, less the 5 % kept for a
+    /// superuser (`f_bavail`; the C API does not enforce that share).
+    pub available_blocks: u64,
+    /// Freed by deletes since the last sync: free once it commits.
+    pub pending_blocks: u64,
+    /// Blobs on the volume.
+    pub blobs: u64,
+}
+
+fn path_of(path: *const c_char) -> Result<PathBuf, Failure> {
+    // SAFETY: the C caller's promise: NULL or a NUL-terminated string.
+    let path = unsafe { c_str(path, "path") }?;
+    if path.is_empty() {
+        return Err(Failure::invalid("path is empty"));
+    }
+    Ok(PathBuf::from(OsStr::from_bytes(path.to_bytes())))
+}
+
+/// A random uuid for a new volume (std's hasher keys are random per process and per call).
+fn new_uuid() -> [u8; 16] {
+    let mut uuid = [0u8; 16];
+    for half in uuid.chunks_mut(8) {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        h.write_u128(now.map_or(0, |d| d.as_nanos()));
+        half.copy_from_slice(&h.finish().to_le_bytes());
+    }
+    uuid
+}
+
+/// Makes a volume on a new file at `path` of `size_bytes` bytes (sparse), with 4 KiB
+/// blocks, groups of 32768 blocks and a journal scaled to the size as `extalloc mkfs`
+/// scales it (4 MiB up to 128 MiB, 16 MiB up to 1 GiB, 32 MiB up to 2 GiB, 64 MiB above,
+/// at most an eighth of the file), and stores it open in `*out`.
+///
+/// Fails with `EXTALLOC_EXISTS` when `path` exists (nothing is touched),
+/// `EXTALLOC_INVALID_ARGUMENT` for a size too small for a volume (a few MiB at least) or a
+/// NULL argument, `EXTALLOC_IO` when the file cannot be made. On failure `*out` is NULL
+/// and no file is left at `path`.
+///
+/// Thread safety: any thread; two calls on one path: one makes it, the other fails.
+///
+/// # Safety
+/// `path` is NULL or a NUL-terminated string; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn extalloc_volume_create(
+    path: *const c_char,
+    size_bytes: u64,
+    out: *mut *mut extalloc_volume,
+) -> extalloc_code {
+    guard(|| {
+        // SAFETY: the caller's promise: NULL or writable.
+        let slot = unsafe { out_ref(out, "out") }?;
+        *slot = std::ptr::null_mut();
+        let path = path_of(path)?;
+        let blocks = size_bytes / u64::from(BLOCK_SIZE);
+        let geometry = Geometry::new(BLOCK_SIZE, GROUP_BLOCKS_DEFAULT, blocks)?;
+        let journal = extalloc::disk::format::default_journal_blocks(size_bytes, BLOCK_SIZE);
+        extalloc::disk::format::Superblock::layout(&geometry, journal, [0; 16])?;
+        if path.symlink_metadata().is_ok() {
+            return Err(Failure::new(
+                EXTALLOC_EXISTS,
+                format!("{} exists: a volume is made on a new file", path.display()),
+            ));
+        }
+        let made = FileDevice::create(&path, size_bytes).and_then(|dev| {
+            let dev: Arc<dyn Device> = Arc::new(dev);
+            extalloc::disk::format::mkfs(dev.as_ref(), &geometry, journal, new_uuid())?;
+            Volume::format(dev, Policy::default())
+        });
+        match made {
+            Ok(vol) => {
+                *slot = Box::into_raw(Box::new(extalloc_volume { vol }));
+                Ok(())
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                Err(e.into())
+            }
+        }
+    })
+}
+
+/// Opens the volume on the file at `path` (made by `extalloc_volume_create` or `extalloc
+/// mkfs`) read-write, replaying its journal: every blob synced before the last close or
+/// crash is there. Stores the handle in `*out`.
+///
+/// Fails with `EXTALLOC_BUSY` when the file is open elsewhere (one handle per file, in any
+/// process), `EXTALLOC_CORRUPT` when it holds no volume or damaged metadata, `EXTALLOC_IO`
+/// when it cannot be read, `EXTALLOC_INVALID_ARGUMENT` for a NULL or empty argument. On
+/// failure `*out` is NULL; the open may have replayed the journal onto the file (as any
+/// open does), nothing else. A file system made by `extalloc mount` is not refused: do not
+/// put blobs there.
+///
+/// Thread safety: any thread.
+///
+/// # Safety
+/// `path` is NULL or a NUL-terminated string; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn extalloc_volume_open(
+    path: *const c_char,
+    out: *mut *mut extalloc_volume,
+) -> extalloc_code {
+    guard(|| {
+        // SAFETY: the caller's promise: NULL or writable.
+        let slot = unsafe { out_ref(out, "out") }?;
+        *slot = std::ptr::null_mut();
+        let path = path_of(path)?;
+        let dev: Arc<dyn Device> = Arc::new(FileDevice::open(&path)?);
+        let vol = Volume::open(dev, Policy::default())?;
+        *slot = Box::into_raw(Box::new(extalloc_volume { vol }));
+        Ok(())
+    })
+}
+
+/// Puts a blob: a new file holding the `len` bytes at `data` (`data` may be NULL when `len`
+/// is 0). Stores its id in `*id`. Durable at the next sync or close.
+///
+/// Fails with `EXTALLOC_NO_SPACE` when the volume is full (after committing pending
+/// deletes and trying again), `EXTALLOC_IO`, `EXTALLOC_INVALID_ARGUMENT` for a NULL
+/// argument. A failed put leaves no blob: what it wrote is deleted again (its blocks are
+/// free after the next sync).
+///
+/// Thread safety: any thread, concurrently with every call on `vol` but close.
+///
+/// # Safety
+/// `vol` is NULL or live; `data` is NULL or holds `len` readable bytes; `id` is NULL or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn extalloc_volume_put(
+    vol: *const extalloc_volume,
+    data: *const u8,
+    len: usize,
+    id: *mut u64,
+) -> extalloc_code {
+    guard(|| {
+        // SAFETY: the caller's promises, as the doc states.
+        let (vol, id) = unsafe { (&deref(vol, "vol")?.vol, out_ref(id, "id")?) };
+        let bytes: &[u8] = match (data.is_null(), len) {
+            (_, 0) => &[],
+            (true, _) => return Err(Failure::invalid("data is NULL and len is not 0")),
+            // SAFETY: non-NULL and `len` readable bytes (the caller's promise).
+            (false, _) => unsafe { std::slice::from_raw_parts(data, len) },
+        };
+        let new = vol.create(&[])?;
+        if !bytes.is_empty() {
+            if let Err(e) = vol.write(new, 0, bytes) {
+                let _ = vol.unlink(new);
+                return Err(e.into());
+            }
+        }
+        *id = new;
+        Ok(())
+    })
+}
+
+/// Stores blob `id`'s size in bytes in `*size`.
+///
+/// Fails with `EXTALLOC_NOT_FOUND` for an id not on the volume. Changes nothing.
+///
+/// Thread safety: any thread, concurrently with every call on `vol` but close.
+///
+/// # Safety
+/// `vol` is NULL or live; `size` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn extalloc_volume_size(
+    vol: *const extalloc_volume,
+    id: u64,
+    size: *mut u64,
+) -> extalloc_code {
+    guard(|| {
+        // SAFETY: the caller's promises, as the doc states.
+        let (vol, size) = unsafe { (&deref(vol, "vol")?.vol, out_ref(size, "size")?) };
+        *size = vol.size(id)?;
+        Ok(())
+    })
+}
+
+/// Reads blob `id` whole into `buf`, which holds `cap` bytes, and stores its length in
+/// `*len`. With a `cap` smaller than the blob (a size query: `buf` NULL, `cap` 0) it reads
+/// nothing, stores the blob's size in `*len` and returns `EXTALLOC_BUFFER_TOO_SMALL`.
+///
+/// Fails with `EXTALLOC_NOT_FOUND` for an id not on the volume, `EXTALLOC_IO`. Changes
+/// nothing on the volume; on failure `buf` may hold part of the blob.
+///
+/// Thread safety: any thread, concurrently with every call on `vol` but close. A blob
+/// deleted meanwhile may read in part (`*len` says how much) or fail with NOT_FOUND.
+///
+/// # Safety
+/// `vol` is NULL or live; `buf` is NULL or holds `cap` writable bytes; `len` is NULL or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn extalloc_volume_get(
+    vol: *const extalloc_volume,
+    id: u64,
+    buf: *mut u8,
+    cap: usize,
+    len: *mut usize,
+) -> extalloc_code {
+    guard(|| {
+        // SAFETY: the caller's promises, as the doc states.
+        let (vol, len) = unsafe { (&deref(vol, "vol")?.vol, out_ref(len, "len")?) };
+        buffer_arg(buf, cap, "buf")?;
+        let size = vol.size(id)?;
+        if size > cap as u64 {
+            *len = usize::try_from(size).unwrap_or(usize::MAX);
+            return Err(Failure::new(
+                EXTALLOC_BUFFER_TOO_SMALL,
+                format!("blob {id} holds {size} bytes, the buffer {cap}"),
+            ));
+        }
+        let mut at = 0u64;
+        while at < size {
+            let bytes = vol.read(id, at, READ_BYTES.min(size - at))?;
+            if bytes.is_empty() {
+                break;
+            }
+            // SAFETY: `at + bytes.len() <= size <= cap` bytes of `buf` (non-NULL: size > 0).
+            unsafe {
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.add(at as usize), bytes.len())
+            };
+            at += bytes.len() as u64;
+        }
+        *len = at as usize;
+        Ok(())
+    })
+}
+
+/// Deletes blob `id`: its blocks are free once the next sync commits.
+///
+/// Fails with `EXTALLOC_NOT_FOUND` for an id not on the volume, `EXTALLOC_IO`. A delete
+/// that fails in the middle (an I/O error) may have freed part of the blob's blocks: the
+/// blob is then still listed, shorter; delete it again.
+///
+/// Thread safety: any thread, concurrently with every call on `vol` but close.
+///
+/// # Safety
+/// `vol` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn extalloc_volume_delete(
+    vol: *const extalloc_volume,
+    id: u64,
+) -> extalloc_code {
+    guard(|| {
+        // SAFETY: the caller's promise: NULL or live.
+        let vol = unsafe { &deref(vol, "vol")?.vol };
+        vol.unlink(id)?;
+        Ok(())
+    })
+}
+
+/// Lists the blobs' ids in increasing order: stores their number in `*count` and the first
+/// `min(count, cap)` ids in `ids`. With fewer than `count` places (a count query: `ids`
+/// NULL, `cap` 0) it returns `EXTALLOC_BUFFER_TOO_SMALL` after filling what fits.
+///
+/// Changes nothing. Thread safety: any thread, concurrently with every call on `vol` but
+/// close; a put or delete meanwhile may change the count between a query and the list.
+///
+/// # Safety
+/// `vol` is NULL or live; `ids` is NULL or holds `cap` writable ids; `count` is NULL or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn extalloc_volume_list(
+    vol: *const extalloc_volume,
+    ids: *mut u64,
+    cap: usize,
+    count: *mut usize,
+) -> extalloc_code {
+    guard(|| {
+        // SAFETY: the caller's promises, as the doc states.
+        let (vol, count) = unsafe { (&deref(vol, "vol")?.vol, out_ref(count, "count")?) };
+        buffer_arg(ids, cap, "ids")?;
+        let files = vol.list();
+        *count = files.len();
+        for (i, f) in files.iter().take(cap).enumerate() {
+            // SAFETY: `i < cap` places of `ids` (non-NULL: cap > 0).
+            unsafe { *ids.add(i) = f.id };
+        }
+        if files.len() > cap {
+            return Err(Failure::new(
+                EXTALLOC_BUFFER_TOO_SMALL,
+                format!("{} blobs, room for {cap}", files.len()),
+            ));
+        }
+        Ok(())
+    })
+}
+
+/// Fills `*out` with the volume's figures. Changes nothing.
+///
+/// Thread safety: any thread, concurrently with every call on `vol` but close.
+///
+/// # Safety
+/// `vol` is NULL or live; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn extalloc_volume_statfs(
+    vol: *const extalloc_volume,
+    out: *mut extalloc_statfs,
+) -> extalloc_code {
+    guard(|| {
+        // SAFETY: the caller's promises, as the doc states.
+        let (vol, slot) = unsafe { (&deref(vol, "vol")?.vol, out_ref(out, "out")?) };
+        let s = vol.statfs();
+        *slot = extalloc_statfs {
+            block_size: s.block_size,
+            blocks: s.blocks,
+            metadata_blocks: s.metadata_blocks,
+            free_blocks: s.free_blocks,
+            available_blocks: s.available_blocks,
+            pending_blocks: s.pending_blocks,
+            blobs: vol.list().len() as u64,
+        };
+        Ok(())
+    })
+}
+
+/// Makes every put and delete so far durable: the data is flushed, then one journal record
+/// commits the changes (`docs/volume.md`, "Crash semantics").
+///
+/// Fails with `EXTALLOC_IO` (nothing is lost: the changes stay for the next sync, but a
+/// crash before one succeeds loses them) or `EXTALLOC_ABORTED`.
+///
+/// Thread safety: any thread, concurrently with every call on `vol` but close: it waits for
+/// the puts and deletes under way to finish their current chunk.
+///
+/// # Safety
+/// `vol` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn extalloc_volume_sync(vol: *const extalloc_volume) -> extalloc_code {
+    guard(|| {
+        // SAFETY: the caller's promise: NULL or live.
+        let vol = unsafe { &deref(vol, "vol")?.vol };
+        vol.sync()?;
+        Ok(())
+    })
+}
+
+/// Syncs the volume, writes its table (so the next open replays nothing) and frees the
+/// handle, which is gone whatever this returns. NULL is accepted and does nothing.
+///
+/// Fails with `EXTALLOC_IO` or `EXTALLOC_ABORTED`: then what was not synced before may be
+/// lost, as in a crash, and the next open recovers to the last sync that succeeded. The
+/// file is released either way: it can be opened again.
+///
+/// Thread safety: after every other call on `vol` has returned, and none after.
+///
+/// # Safety
+/// `vol` is NULL or live, and not used again.
+#[no_mangle]
+pub unsafe extern "C" fn extalloc_volume_close(vol: *mut extalloc_volume) -> extalloc_code {
+    guard(|| {
+        if vol.is_null() {
+            return Ok(());
+        }
+        // SAFETY: live and made by Box::into_raw here (the caller's promise); taken once.
+        let handle = unsafe { Box::from_raw(vol) };
+        handle.vol.close()?;
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn handles_are_send_and_sync() {
+        assert_send_sync::<extalloc_volume>();
+        assert_send_sync::<crate::allocator::extalloc_allocator>();
+    }
+
+    #[test]
+    fn uuids_differ() {
+        assert_ne!(new_uuid(), new_uuid());
+    }
+}
