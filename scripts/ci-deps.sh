@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# What the build and tests need beyond Rust, installed only when missing: fontconfig's
-# development files (plotters draws text through font-kit) and a font to draw with; and
+# What the build and tests need beyond Rust, installed only when missing: gcc with its
+# sanitizer runtimes (the C API's tests, scripts/c-tests.sh); fontconfig's development
+# files (plotters draws text through font-kit) and a font to draw with; and
 # e2fsprogs, mount and util-linux (mkfs.ext4, dumpe2fs, losetup, fallocate), with which the tests
 # that need root make and trace an ext4 loop mount instead of skipping; fio, which the
 # writeback comparison runs on that mount; and for the mount tests (scripts/fs-tools.sh
@@ -10,6 +11,7 @@
 set -euo pipefail
 missing=()
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+command -v gcc >/dev/null 2>&1 || missing+=(gcc)
 pkg-config --exists fontconfig 2>/dev/null || missing+=(libfontconfig1-dev)
 if ! command -v fc-list >/dev/null 2>&1 || [[ -z "$(fc-list 2>/dev/null | head -1)" ]]; then
   missing+=(fontconfig fonts-dejavu-core)

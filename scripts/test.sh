@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The test suite: unit, model-based, stress, bad-input and lab smoke tests, the library's
-# tests with debug assertions on, the loom model of the lock-free group index, then the
+# The test suite: unit, model-based, stress, bad-input and lab smoke tests, the C API's
+# tests in C under ASan and UBSan, the library's tests with debug assertions on, the loom
+# model of the lock-free group index, then the
 # mounted file system under fsx, pjdfstest, fio with verify and kill -9 crashes
 # (scripts/mount-tests.sh: root and /dev/fuse), then fstests' CI selection on the mount
 # (scripts/fstests-ci.list, about 5 minutes). About 16 minutes on 2 cores, first builds
@@ -9,6 +10,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/ci-deps.sh
 cargo test --workspace --release
+# The C API from C (docs/c.md): its C tests and example under ASan and UBSan, against the
+# library the line above built (about 10 s).
+./scripts/c-tests.sh --workspace
 # The library's tests again with debug assertions on: the core's preconditions and
 # postconditions on the hot path (debug_assert!) are checked, not only compiled.
 CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS=true CARGO_TARGET_DIR=target/assert \

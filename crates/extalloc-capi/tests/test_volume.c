@@ -1,0 +1,239 @@
+/*
+ * The volume's calls from C: each call's success, its misuse (NULL handles and pointers,
+ * wrong ids, buffers too small, a path that exists, a file that holds no volume, a second
+ * open), ENOSPC on a small device, and a reopen after close with every synced blob intact.
+ */
+#include "common.h"
+
+#include <stdint.h>
+#include <unistd.h>
+
+/* Blob i's bytes: a pattern of its own, so a blob read for another shows. */
+static void fill(uint8_t *buf, size_t len, unsigned seed) {
+  for (size_t i = 0; i < len; i++) buf[i] = (uint8_t)(seed * 131u + i * 7u + (i >> 9));
+}
+
+static void test_codes(void) {
+  CHECK(strcmp(extalloc_code_name(EXTALLOC_OK), "EXTALLOC_OK") == 0);
+  CHECK(strcmp(extalloc_code_name(EXTALLOC_NO_SPACE), "EXTALLOC_NO_SPACE") == 0);
+  CHECK(strcmp(extalloc_code_name(EXTALLOC_PANIC), "EXTALLOC_PANIC") == 0);
+  /* A cut message: the length returned is the whole one, the buffer ends with a NUL. */
+  EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_sync(NULL));
+  char small[4] = {1, 1, 1, 1};
+  size_t n = extalloc_last_error(small, sizeof small);
+  CHECK(n > 3 && small[3] == '\0');
+  CHECK(extalloc_last_error(NULL, 0) == n);
+  CHECK(extalloc_last_error_code() == EXTALLOC_INVALID_ARGUMENT);
+}
+
+static void test_null_arguments(void) {
+  extalloc_volume *vol = (extalloc_volume *)1;
+  uint64_t id, ids[4], size;
+  size_t len, count;
+  uint8_t buf[8];
+  extalloc_statfs st;
+  EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_create(NULL, 64 << 20, &vol));
+  CHECK(vol == NULL && last_error_has("path is NULL"));
+  EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_create("", 64 << 20, &vol));
+  EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_create("x", 64 << 20, NULL));
+  EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_open(NULL, &vol));
+  EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_open("x", NULL));
+  EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_put(NULL, buf, 1, &id));
+  CHECK(last_error_has("vol is NULL"));
+  EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_size(NULL, 1, &size));
+  EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_get(NULL, 1, buf, 8, &len));
+  EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_delete(NULL, 1));
+  EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_list(NULL, ids, 4, &count));
+  EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_statfs(NULL, &st));
+  EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_sync(NULL));
+  OK(extalloc_volume_close(NULL));
+  CHECK(extalloc_last_error(NULL, 0) == 0);
+}
+
+/* Calls on a live volume with NULL out-pointers, NULL buffers, ids it does not hold. */
+static void test_misuse_on_live_volume(extalloc_volume *vol) {
+  uint64_t id, size;
+  size_t len, count;
+  uint8_t buf[8];
+  EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_put(vol, buf, 8, NULL));
+  EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_put(vol, NULL, 8, &id));
+  EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_size(vol, 1, NULL));
+  EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_get(vol, 1, buf, 8, NULL));
+  EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_get(vol, 1, NULL, 8, &len));
+  EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_list(vol, NULL, 4, &count));
+  EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_list(vol, NULL, 0, NULL));
+  EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_statfs(vol, NULL));
+  EXPECT_CODE(EXTALLOC_NOT_FOUND, extalloc_volume_size(vol, 987654, &size));
+  CHECK(last_error_has("987654"));
+  EXPECT_CODE(EXTALLOC_NOT_FOUND, extalloc_volume_get(vol, 987654, buf, 8, &len));
+  EXPECT_CODE(EXTALLOC_NOT_FOUND, extalloc_volume_delete(vol, 987654));
+  EXPECT_CODE(EXTALLOC_NOT_FOUND, extalloc_volume_delete(vol, UINT64_MAX));
+}
+
+static void test_create_refusals(void) {
+  extalloc_volume *vol = NULL;
+  char *path = scratch_path("refused.vol");
+  /* Too small for a volume: refused before the file is made. */
+  EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_create(path, 4096, &vol));
+  CHECK(vol == NULL && access(path, F_OK) != 0);
+  /* A path that exists is never touched. */
+  FILE *f = fopen(path, "w");
+  fputs("not a volume", f);
+  fclose(f);
+  EXPECT_CODE(EXTALLOC_EXISTS, extalloc_volume_create(path, 64 << 20, &vol));
+  CHECK(vol == NULL);
+  /* A file that holds no volume: as it is, and grown to a volume's size. */
+  EXPECT_CODE(EXTALLOC_CORRUPT, extalloc_volume_open(path, &vol));
+  CHECK(truncate(path, 64 << 20) == 0);
+  EXPECT_CODE(EXTALLOC_CORRUPT, extalloc_volume_open(path, &vol));
+  CHECK(vol == NULL);
+  unlink(path);
+  EXPECT_CODE(EXTALLOC_IO, extalloc_volume_open(path, &vol));
+  free(path);
+}
+
+/* Put, size, get (the size query, a buffer too small, an exact one), list, statfs, delete. */
+static void test_round_trip(extalloc_volume *vol) {
+  enum { N = 5 };
+  size_t sizes[N] = {1, 4096, 4097, 300000, 2u << 20};
+  uint64_t ids[N];
+  extalloc_statfs before, after;
+  OK(extalloc_volume_statfs(vol, &before));
+  for (int i = 0; i < N; i++) {
+    uint8_t *data = malloc(sizes[i]);
+    fill(data, sizes[i], (unsigned)i);
+    OK(extalloc_volume_put(vol, data, sizes[i], &ids[i]));
+    free(data);
+  }
+  uint64_t empty;
+  OK(extalloc_volume_put(vol, NULL, 0, &empty));
+  OK(extalloc_volume_statfs(vol, &after));
+  CHECK(after.blobs == before.blobs + N + 1);
+  CHECK(after.free_blocks < before.free_blocks && after.block_size == 4096);
+  for (int i = 0; i < N; i++) {
+    uint64_t size = 0;
+    size_t len = 0;
+    OK(extalloc_volume_size(vol, ids[i], &size));
+    CHECK(size == sizes[i]);
+    EXPECT_CODE(EXTALLOC_BUFFER_TOO_SMALL, extalloc_volume_get(vol, ids[i], NULL, 0, &len));
+    CHECK(len == sizes[i]);
+    uint8_t *got = malloc(sizes[i]), *want = malloc(sizes[i]);
+    fill(want, sizes[i], (unsigned)i);
+    if (sizes[i] > 1) {
+      EXPECT_CODE(EXTALLOC_BUFFER_TOO_SMALL,
+                  extalloc_volume_get(vol, ids[i], got, sizes[i] - 1, &len));
+      CHECK(len == sizes[i]);
+    }
+    OK(extalloc_volume_get(vol, ids[i], got, sizes[i], &len));
+    CHECK(len == sizes[i] && memcmp(got, want, len) == 0);
+    free(got);
+    free(want);
+  }
+  size_t len = 99;
+  OK(extalloc_volume_get(vol, empty, NULL, 0, &len));
+  CHECK(len == 0);
+  /* The count query, a list cut short (filled as far as it goes), a whole list. */
+  size_t count = 0;
+  EXPECT_CODE(EXTALLOC_BUFFER_TOO_SMALL, extalloc_volume_list(vol, NULL, 0, &count));
+  CHECK(count == after.blobs);
+  uint64_t *listed = calloc(count, sizeof *listed);
+  EXPECT_CODE(EXTALLOC_BUFFER_TOO_SMALL, extalloc_volume_list(vol, listed, 2, &count));
+  CHECK(count == after.blobs && listed[0] != 0 && listed[2] == 0);
+  OK(extalloc_volume_list(vol, listed, count, &count));
+  for (size_t i = 1; i < count; i++) CHECK(listed[i - 1] < listed[i]);
+  free(listed);
+  /* Delete: gone at once, twice is NOT_FOUND. */
+  OK(extalloc_volume_delete(vol, empty));
+  EXPECT_CODE(EXTALLOC_NOT_FOUND, extalloc_volume_delete(vol, empty));
+  EXPECT_CODE(EXTALLOC_NOT_FOUND, extalloc_volume_get(vol, empty, NULL, 0, &len));
+  OK(extalloc_volume_delete(vol, ids[4]));
+  OK(extalloc_volume_sync(vol));
+  OK(extalloc_volume_statfs(vol, &after));
+  CHECK(after.blobs == before.blobs + N - 1);
+}
+
+/* A small device fills: the put that fails leaves no blob; a delete and a sync make room. */
+static void test_no_space(void) {
+  char *path = scratch_path("small.vol");
+  extalloc_volume *vol = NULL;
+  OK(extalloc_volume_create(path, 16u << 20, &vol));
+  size_t chunk = 1u << 20;
+  uint8_t *data = malloc(chunk);
+  fill(data, chunk, 7);
+  uint64_t ids[64];
+  int put = 0;
+  extalloc_code code = EXTALLOC_OK;
+  while (put < 64 && (code = extalloc_volume_put(vol, data, chunk, &ids[put])) == EXTALLOC_OK)
+    put++;
+  CHECK(code == EXTALLOC_NO_SPACE);
+  CHECK(last_error_has("no space"));
+  CHECK(put >= 4 && put < 16);
+  size_t count = 0;
+  extalloc_volume_list(vol, NULL, 0, &count);
+  CHECK(count == (size_t)put);
+  OK(extalloc_volume_sync(vol));
+  OK(extalloc_volume_delete(vol, ids[0]));
+  OK(extalloc_volume_delete(vol, ids[1]));
+  OK(extalloc_volume_sync(vol));
+  uint64_t again;
+  OK(extalloc_volume_put(vol, data, chunk, &again));
+  /* Every blob that stayed reads back whole. */
+  uint8_t *got = malloc(chunk);
+  for (int i = 2; i < put; i++) {
+    size_t len = 0;
+    OK(extalloc_volume_get(vol, ids[i], got, chunk, &len));
+    CHECK(len == chunk && memcmp(got, data, chunk) == 0);
+  }
+  OK(extalloc_volume_close(vol));
+  free(got);
+  free(data);
+  unlink(path);
+  free(path);
+}
+
+/* Synced blobs survive a close and an open; a second open of an open file is BUSY. */
+static void test_reopen(void) {
+  char *path = scratch_path("reopen.vol");
+  extalloc_volume *vol = NULL, *other = NULL;
+  OK(extalloc_volume_create(path, 64u << 20, &vol));
+  EXPECT_CODE(EXTALLOC_BUSY, extalloc_volume_open(path, &other));
+  CHECK(other == NULL);
+  test_misuse_on_live_volume(vol);
+  test_round_trip(vol);
+  enum { N = 40 };
+  uint64_t ids[N];
+  uint8_t buf[20000], got[20000];
+  for (int i = 0; i < N; i++) {
+    fill(buf, 100 + (size_t)i * 450, 100u + (unsigned)i);
+    OK(extalloc_volume_put(vol, buf, 100 + (size_t)i * 450, &ids[i]));
+    if (i % 10 == 9) OK(extalloc_volume_sync(vol));
+  }
+  for (int i = 0; i < N; i += 3) OK(extalloc_volume_delete(vol, ids[i]));
+  OK(extalloc_volume_sync(vol));
+  OK(extalloc_volume_close(vol));
+  vol = NULL;
+  OK(extalloc_volume_open(path, &vol));
+  for (int i = 0; i < N; i++) {
+    size_t len = 0, want = 100 + (size_t)i * 450;
+    if (i % 3 == 0) {
+      EXPECT_CODE(EXTALLOC_NOT_FOUND, extalloc_volume_get(vol, ids[i], got, sizeof got, &len));
+      continue;
+    }
+    fill(buf, want, 100u + (unsigned)i);
+    OK(extalloc_volume_get(vol, ids[i], got, sizeof got, &len));
+    CHECK(len == want && memcmp(got, buf, want) == 0);
+  }
+  OK(extalloc_volume_close(vol));
+  unlink(path);
+  free(path);
+}
+
+int main(int argc, char **argv) {
+  setup(argc, argv);
+  test_codes();
+  test_null_arguments();
+  test_create_refusals();
+  test_no_space();
+  test_reopen();
+  return finish("test_volume");
+}

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The C API from C (crates/extalloc-capi): builds the crate in release, then compiles each
+# C test (crates/extalloc-capi/tests/*.c) and the example (examples/blobstore.c) with gcc
+# under AddressSanitizer and UndefinedBehaviorSanitizer against the shared library, the
+# example also against the static one, and runs them. Fails on a failed check, a non-zero
+# exit or any sanitizer report (leaks included). About 10 s once the library is built.
+#
+#   scripts/c-tests.sh               # builds the crate alone (about 2 minutes the first time)
+#   scripts/c-tests.sh --workspace   # reuses `cargo test --workspace --release` (test.sh)
+#
+# The library is the one `cargo test --release --no-run` builds for the tests (its path from
+# cargo's JSON messages): with --workspace, features are unified over the workspace and its
+# dev-dependencies as in test.sh's run, so nothing is compiled again; `cargo build` would
+# unify them otherwise and rebuild the library and everything under it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+select=(--package extalloc-capi)
+if [[ ${1:-} == --workspace ]]; then
+  select=(--workspace)
+fi
+so=$(cargo test --release "${select[@]}" --no-run --message-format=json-render-diagnostics |
+  python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and "cdylib" in m["target"]["kind"]:
+        print("\n".join(f for f in m["filenames"] if f.endswith("/libextalloc_capi.so")))
+')
+if [[ ! -f $so ]]; then
+  echo "c-tests: cargo reported no libextalloc_capi.so" >&2
+  exit 1
+fi
+lib=$(dirname "$so")
+capi=crates/extalloc-capi
+out=$(mktemp -d "${TMPDIR:-/tmp}/extalloc-c-tests.XXXXXX")
+trap 'rm -rf "$out"' EXIT
+cflags=(-std=gnu11 -Wall -Wextra -Werror -g -O1 -fsanitize=address,undefined
+  -fno-sanitize-recover=all -fno-omit-frame-pointer -I"$capi/include")
+shared=(-L"$lib" -lextalloc_capi -Wl,-rpath,"$lib" -lpthread)
+static=("$lib/libextalloc_capi.a" -lpthread -ldl -lm)
+export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+
+progs=()
+for src in "$capi"/tests/*.c; do
+  name=$(basename "$src" .c)
+  gcc "${cflags[@]}" "$src" "${shared[@]}" -o "$out/$name"
+  progs+=("$name")
+done
+gcc "${cflags[@]}" "$capi/examples/blobstore.c" "${shared[@]}" -o "$out/blobstore"
+gcc "${cflags[@]}" "$capi/examples/blobstore.c" "${static[@]}" -o "$out/blobstore-static"
+
+failed=0
+run() {
+  local name=$1
+  shift
+  local start=$SECONDS
+  if ! "$out/$name" "$@" >"$out/$name.out" 2>"$out/$name.err"; then
+    echo "c-tests: $name FAILED" >&2
+    failed=1
+  elif grep -qE "Sanitizer|runtime error" "$out/$name.err"; then
+    echo "c-tests: $name: a sanitizer report" >&2
+    failed=1
+  fi
+  cat "$out/$name.out" "$out/$name.err"
+  echo "c-tests: $name done in $((SECONDS - start)) s"
+}
+mkdir "$out/scratch"
+for name in "${progs[@]}"; do
+  run "$name" "$out/scratch"
+done
+run blobstore "$out/scratch/blobstore.vol"
+run blobstore-static "$out/scratch/blobstore-static.vol"
+if [[ $failed -ne 0 ]]; then
+  echo "c-tests: FAILED" >&2
+  exit 1
+fi
+echo "c-tests: all passed (${#progs[@]} test programs, the example twice)"
