@@ -12,8 +12,9 @@
 //! Invariant: every entry point runs inside [`error::guard`]: it checks its pointers before
 //! it reads them, returns an [`error::extalloc_code`], sets the calling thread's last error
 //! (cleared on success), and never lets a panic cross into C (caught, turned into
-//! `EXTALLOC_PANIC`). Out-parameters are written only on success, except the size a call
-//! reports with `EXTALLOC_BUFFER_TOO_SMALL` and the `NULL` a failed constructor stores.
+//! `EXTALLOC_PANIC`). Out-parameters are written only on success, except the `NULL` a
+//! failed constructor stores, what a call reports with `EXTALLOC_BUFFER_TOO_SMALL` (the size
+//! or count it needs, the ids that fit) and the part of a blob a failed get read.
 //!
 //! Lock order: this crate takes no lock of its own beyond the thread-local last error (never
 //! held across a call into the library); each handle's calls take the library's locks, in
