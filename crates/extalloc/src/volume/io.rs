@@ -501,6 +501,11 @@ impl Volume {
 
     /// Sets file `id`'s size in bytes: shrinking frees the blocks past it (and zeroes the
     /// rest of the last block), growing leaves a hole.
+    ///
+    /// The blocks past the new size are freed before the size changes: a commit the
+    /// volume makes by itself falls between chunks, and a crash after one must not leave
+    /// the new size with written blocks past it, whose old bytes a later growth would show
+    /// (it leaves the old size with the last blocks freed, reading as zeros).
     pub fn truncate(&self, id: u64, size: u64) -> Result<()> {
         check_range(size, 0)?;
         let old = self.size(id)?;
@@ -509,9 +514,9 @@ impl Volume {
             // The rest of the new last block reads as zeros if the file grows again.
             self.zero_partial_edges(id, size, old.min(block_end))?;
         }
-        self.chunk(id, |v, f| Ok(vec![v.resize(f, id, size)?]))?;
         let bs = self.block_size;
         self.free_blocks(id, size.div_ceil(bs), MAX_FILE_BYTES / bs)?;
+        self.chunk(id, |v, f| Ok(vec![v.resize(f, id, size)?]))?;
         // The file layer's size too (its normalisation reads it); nothing is mapped past it.
         self.chunk(id, |v, f| {
             v.store.set_file_size(&f.alloc, size.div_ceil(bs))?;
