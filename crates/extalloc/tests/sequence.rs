@@ -4,7 +4,9 @@
 //!
 //! The long run: `SEQUENCE_EVENTS=1000000 cargo test --release --test sequence -- --ignored
 //! long --nocapture` (progress lines every ten seconds, events per second at the end;
-//! `SEQUENCE_SEED` picks the first seed).
+//! `SEQUENCE_SEED` picks the first seed, `SEQUENCE_SECONDS` bounds the time). One seed:
+//! `SEQUENCE_ONE=3 SEQUENCE_LEN=16000 SEQUENCE_TRACE=1 ... -- --ignored one` prints every
+//! event.
 
 use extalloc::sequence::{self, Input};
 use extalloc::Policy;
@@ -19,6 +21,29 @@ proptest! {
     fn a_volume_follows_its_model(bytes in proptest::collection::vec(any::<u8>(), 40..1600)) {
         if let Err(failure) = sequence::run(&bytes) {
             prop_assert!(false, "{}", failure);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Random sequences of store calls (shared and per-caller transactions, checkpoints,
+    /// power losses) against a model of every block.
+    #[test]
+    fn a_store_follows_its_model(bytes in proptest::collection::vec(any::<u8>(), 40..1600)) {
+        if let Err(failure) = sequence::run_store(&bytes) {
+            prop_assert!(false, "{}", failure);
+        }
+    }
+}
+
+/// Fixed seeds of longer store runs.
+#[test]
+fn seeded_store_runs_follow_the_model() {
+    for seed in 0..4 {
+        if let Err(failure) = sequence::run_store(&sequence::random_input(seed, 3000)) {
+            panic!("seed {seed}: {failure}");
         }
     }
 }
@@ -49,7 +74,8 @@ fn random_policies_cover_every_key() {
 }
 
 /// The long run (ignored): `SEQUENCE_EVENTS` events (default 200,000) over runs of about
-/// 2,000 events each, from seed `SEQUENCE_SEED` (default 1) on.
+/// 2,000 events each, from seed `SEQUENCE_SEED` (default 1) on, or until
+/// `SEQUENCE_SECONDS` have passed.
 #[test]
 #[ignore]
 fn long() {
@@ -61,11 +87,12 @@ fn long() {
     };
     let events = var("SEQUENCE_EVENTS", 200_000);
     let first = var("SEQUENCE_SEED", 1);
+    let seconds = var("SEQUENCE_SECONDS", u64::MAX);
     let start = Instant::now();
     let mut last = start;
     let mut total = sequence::Summary::default();
     let mut seed = first;
-    while total.events < events {
+    while total.events < events && start.elapsed().as_secs() < seconds {
         let bytes = sequence::random_input(seed, 16_000);
         match sequence::run(&bytes) {
             Ok(s) => total.add(&s),

@@ -27,9 +27,11 @@ mod crash;
 mod input;
 mod model;
 mod steps;
+mod store;
 
 pub use input::{policy_keys, random_policy, Event, Input, Setup};
 pub use model::{pattern, Model};
+pub use store::{run_store, StoreRunner};
 
 use crate::alloc::Policy;
 use crate::disk::device::{Device, FaultDevice, MemDevice};
