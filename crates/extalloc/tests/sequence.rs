@@ -75,7 +75,7 @@ fn random_policies_cover_every_key() {
 
 /// The long run (ignored): `SEQUENCE_EVENTS` events (default 200,000) over runs of about
 /// 2,000 events each, from seed `SEQUENCE_SEED` (default 1) on, or until
-/// `SEQUENCE_SECONDS` have passed.
+/// `SEQUENCE_SECONDS` have passed; `SEQUENCE_STORE=1` runs the store's fuzzer instead.
 #[test]
 #[ignore]
 fn long() {
@@ -88,13 +88,18 @@ fn long() {
     let events = var("SEQUENCE_EVENTS", 200_000);
     let first = var("SEQUENCE_SEED", 1);
     let seconds = var("SEQUENCE_SECONDS", u64::MAX);
+    let store = var("SEQUENCE_STORE", 0) == 1;
     let start = Instant::now();
     let mut last = start;
     let mut total = sequence::Summary::default();
     let mut seed = first;
     while total.events < events && start.elapsed().as_secs() < seconds {
         let bytes = sequence::random_input(seed, 16_000);
-        match sequence::run(&bytes) {
+        let result = match store {
+            true => sequence::run_store(&bytes),
+            false => sequence::run(&bytes),
+        };
+        match result {
             Ok(s) => total.add(&s),
             Err(failure) => panic!("seed {seed}: {failure}"),
         }
