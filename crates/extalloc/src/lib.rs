@@ -74,6 +74,8 @@ mod error;
 pub mod files;
 mod geometry;
 pub mod groups;
+#[doc(hidden)]
+pub mod sequence;
 pub mod store;
 mod sync;
 pub mod volume;

@@ -99,7 +99,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 /// Blocks one chunk of a write or fallocate maps at most (one trip through the gate).
-const CHUNK_BLOCKS: u64 = 16;
+pub(crate) const CHUNK_BLOCKS: u64 = 16;
 /// Extents one chunk of a truncate, punch or unlink frees at most.
 const CHUNK_EXTENTS: usize = 16;
 /// Journal bytes one chunk may add at most: an allocation or free (24 bytes in the store's
