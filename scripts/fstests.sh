@@ -269,6 +269,10 @@ export SCRATCH_DEV=$SCRATCH_DEV
 export SCRATCH_MNT=$WORK/scratch
 export RESULT_BASE=$WORK/results
 EOF
+# FUSE: an unmount that returns once the daemon has let go of the device (the script says why).
+if [[ "$FS" != ext4 ]]; then
+  echo "export UMOUNT_PROG=$REPO/scripts/umount.fuse-wait" >>"$WORK/local.config"
+fi
 
 # One test: ./check in new PID, mount and IPC namespaces with a private /proc and /tmp, so
 # a test's leftover processes and files cannot reach the next; the mounts it makes

@@ -11,8 +11,12 @@ cd "$(dirname "$0")/.."
 ./scripts/ci-deps.sh
 cargo test --workspace --release
 # The C API from C (docs/c.md): its C tests and example under ASan and UBSan, against the
-# library the line above built (about 10 s).
+# library the line above built (about 5 s).
 ./scripts/c-tests.sh --workspace
+# The library's examples (built by the tests above): each checks what it shows.
+for example in blobstore vm_image store_payloads; do
+  cargo run --release -q -p extalloc --example "$example"
+done
 # The library's tests again with debug assertions on: the core's preconditions and
 # postconditions on the hot path (debug_assert!) are checked, not only compiled.
 CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS=true CARGO_TARGET_DIR=target/assert \

@@ -1,5 +1,18 @@
 //! extalloc: a scalable, fragmentation-resistant extent allocator for storage in user space.
 //!
+//! Which layer do I want?
+//!
+//! | you have | use |
+//! | --- | --- |
+//! | your own on-disk format, blocks in memory | [`Allocator`] |
+//! | files whose blocks should stay contiguous | [`Files`] over an [`Allocator`] |
+//! | a device, your own metadata in each commit | [`store::Store`] |
+//! | a device, files by id (a blob store) | [`volume::Volume`] ([`volume::Volume::mkfs_file`]) |
+//! | many small writes to a volume | [`writeback::Buffered`] |
+//!
+//! Each has a runnable program in the crate's `examples/` (`vm_image`, `store_payloads`,
+//! `blobstore`).
+//!
 //! One [`Allocator`] serves one device. Threads call [`Allocator::allocate`] and
 //! [`Allocator::free`] concurrently; freed blocks become reusable at [`Allocator::commit`].
 //! Every call returns a [`Result`]; an `allocate` or `free` that fails changes nothing (what
@@ -61,6 +74,8 @@ mod error;
 pub mod files;
 mod geometry;
 pub mod groups;
+#[doc(hidden)]
+pub mod sequence;
 pub mod store;
 mod sync;
 pub mod volume;

@@ -516,13 +516,13 @@ impl Volume {
     /// Sets file `id`'s size in bytes: shrinking frees the blocks past it (and zeroes the
     /// rest of the last block), growing leaves a hole.
     ///
-    /// A shrink zeroes the rest of the new last block, then sets the size, then frees the
-    /// blocks past it a chunk at a time. On failure before the size is set, the size is as
-    /// it was but the bytes from `size` to the end of its block may read as zeros already;
-    /// after, the file has its new size with some blocks past it still mapped, holding
-    /// their data (a truncate to this size or less that completes, or an unlink, frees
-    /// them; growing the file before that shows that data again). A grow that fails
-    /// changes nothing the file reads.
+    /// A shrink zeroes the rest of the new last block, frees the blocks past the new size a
+    /// chunk at a time, and only then sets the size: a commit the volume makes by itself
+    /// falls between chunks, and a crash after one must not leave the new size with written
+    /// blocks past it, whose old bytes a later growth would show. On failure the size is as
+    /// it was; the bytes from `size` to the end of its block may read as zeros already, and
+    /// so may the blocks past it freed so far (a truncate that completes, or an unlink,
+    /// frees the rest). A grow that fails changes nothing the file reads.
     pub fn truncate(&self, id: u64, size: u64) -> Result<()> {
         check_range(size, 0)?;
         let old = self.size(id)?;
@@ -531,9 +531,9 @@ impl Volume {
             // The rest of the new last block reads as zeros if the file grows again.
             self.zero_partial_edges(id, size, old.min(block_end))?;
         }
-        self.chunk(id, |v, f| Ok(vec![v.resize(f, id, size)?]))?;
         let bs = self.block_size;
         self.free_blocks(id, size.div_ceil(bs), MAX_FILE_BYTES / bs)?;
+        self.chunk(id, |v, f| Ok(vec![v.resize(f, id, size)?]))?;
         // The file layer's size too (its normalisation reads it); nothing is mapped past it.
         self.chunk(id, |v, f| {
             v.store.set_file_size(&f.alloc, size.div_ceil(bs))?;

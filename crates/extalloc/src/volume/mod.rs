@@ -19,7 +19,8 @@
 //!   checkpoints the store with a root pointing at it (`checkpoint.rs`); `open` reads the
 //!   table and applies the changes logged in the records after it.
 //!
-//! Files: this one holds the [`Volume`] and its commits; `create.rs` makes files; `io.rs`
+//! Files: this one holds the [`Volume`] and its commits; `path.rs` the one-call volumes on a
+//! file ([`Volume::mkfs_file`], [`Volume::open_file`]); `create.rs` makes files; `io.rs`
 //! the file calls (write, read, fallocate, truncate, unlink, attributes); `delalloc.rs`
 //! delayed allocation's reservations and writeback (the cache itself is
 //! `crate::writeback`); `placement.rs` where a file's data goes beyond the file layer's
@@ -64,6 +65,7 @@ mod io;
 mod maps;
 #[cfg(test)]
 mod maps_tests;
+mod path;
 mod placement;
 mod record;
 #[cfg(test)]
@@ -80,6 +82,7 @@ pub use check::VolumeCheck;
 pub use delalloc::WroteBack;
 pub(crate) use io::check_range;
 pub use io::{Fallocate, MAX_ATTR_BYTES, MAX_FILE_BYTES};
+pub use path::DEFAULT_BLOCK_SIZE;
 pub use salvage::{ClearedMap, FilePlace, LostEntry, Salvage};
 
 use crate::alloc::Policy;
@@ -96,7 +99,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 /// Blocks one chunk of a write or fallocate maps at most (one trip through the gate).
-const CHUNK_BLOCKS: u64 = 16;
+pub(crate) const CHUNK_BLOCKS: u64 = 16;
 /// Extents one chunk of a truncate, punch or unlink frees at most.
 const CHUNK_EXTENTS: usize = 16;
 /// Journal bytes one chunk may add at most: an allocation or free (24 bytes in the store's

@@ -1,0 +1,106 @@
+//! One-call volumes on a file or block device: [`Volume::mkfs_file`] makes one with
+//! defaults scaled to the device, [`Volume::open_file`] opens it. For the programs that want
+//! a volume of files (a blob store, an image format) and not the geometry's knobs; the
+//! knobs stay in [`Volume::mkfs`] and [`Volume::open`].
+//!
+//! Defaults: 4 KiB blocks, groups of [`GROUP_BLOCKS_DEFAULT`] blocks (one shorter group at
+//! the end), the journal [`default_journal_blocks`] gives (4 MiB to 64 MiB, as ext4's), the
+//! default [`Policy`].
+//!
+//! Data structures: none of their own. Invariant: a volume made here opens with
+//! [`Volume::open_file`] and with `extalloc` on the command line. Locks: none.
+
+use super::Volume;
+use crate::alloc::Policy;
+use crate::disk::device::{Device, FileDevice};
+use crate::disk::format::default_journal_blocks;
+use crate::error::Result;
+use crate::geometry::{Geometry, GROUP_BLOCKS_DEFAULT};
+use std::path::Path;
+use std::sync::Arc;
+
+/// Bytes per block of a volume made by [`Volume::mkfs_file`].
+pub const DEFAULT_BLOCK_SIZE: u32 = 4096;
+
+impl Volume {
+    /// Makes a volume of `size` bytes in the file at `path` (created, or truncated to
+    /// `size`: what it held is lost) or on the block device there (`size` 0: the device's
+    /// own size), with the defaults of the module documentation, and returns it open.
+    /// On failure a file it created is removed; a device or file that existed may have
+    /// been written in part (make it again).
+    ///
+    /// ```
+    /// # let dir = std::env::temp_dir().join(format!("extalloc-doc-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir).unwrap();
+    /// # let path = dir.join("blobs.img");
+    /// use extalloc::volume::Volume;
+    /// let vol = Volume::mkfs_file(&path, 64 << 20)?;
+    /// let id = vol.create(b"my key")?;
+    /// vol.write(id, 0, b"hello")?;
+    /// vol.close()?; // commits, checkpoints and lets the device go
+    /// let vol = Volume::open_file(&path)?;
+    /// assert_eq!(vol.read(id, 0, 5)?, b"hello");
+    /// # vol.close()?;
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), extalloc::Error>(())
+    /// ```
+    pub fn mkfs_file(path: impl AsRef<Path>, size: u64) -> Result<Volume> {
+        let path = path.as_ref();
+        let existed = path.exists();
+        let dev = match size {
+            0 => FileDevice::open(path)?,
+            _ => FileDevice::create(path, size)?,
+        };
+        let blocks = dev.size() / u64::from(DEFAULT_BLOCK_SIZE);
+        let made = Geometry::new(DEFAULT_BLOCK_SIZE, GROUP_BLOCKS_DEFAULT, blocks).and_then(|g| {
+            let journal = default_journal_blocks(dev.size(), DEFAULT_BLOCK_SIZE);
+            Volume::mkfs(Arc::new(dev), &g, journal, Policy::default())
+        });
+        if made.is_err() && !existed {
+            let _ = std::fs::remove_file(path);
+        }
+        made
+    }
+
+    /// Opens the volume in the file or block device at `path` with the default [`Policy`]
+    /// (recovering what a crash left: see [`Volume::open`]). A device in use by another
+    /// process is [`Error::DeviceBusy`](crate::Error::DeviceBusy); on failure nothing was
+    /// written.
+    pub fn open_file(path: impl AsRef<Path>) -> Result<Volume> {
+        let dev: Arc<dyn Device> = Arc::new(FileDevice::open(path.as_ref())?);
+        Volume::open(dev, Policy::default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_volume_made_by_path_opens_by_path_with_a_scaled_journal() {
+        let dir = std::env::temp_dir().join(format!("extalloc-path-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("v.img");
+        let vol = Volume::mkfs_file(&path, 32 << 20).unwrap();
+        let sb_journal = vol.store().statfs().journal_bytes;
+        assert_eq!(sb_journal, 4 << 20, "a 32 MiB device gets a 4 MiB journal");
+        let id = vol.create(b"k").unwrap();
+        vol.write(id, 0, &[7u8; 10_000]).unwrap();
+        vol.close().unwrap();
+        let vol = Volume::open_file(&path).unwrap();
+        assert_eq!(vol.read(id, 0, 10_000).unwrap(), vec![7u8; 10_000]);
+        assert!(
+            matches!(
+                Volume::open_file(&path),
+                Err(crate::Error::DeviceBusy { .. })
+            ),
+            "a second open of the same file is refused"
+        );
+        vol.close().unwrap();
+        // Too small to hold a volume: refused, and the file it would have made is gone.
+        let tiny = dir.join("tiny.img");
+        assert!(Volume::mkfs_file(&tiny, 64 << 10).is_err());
+        assert!(!tiny.exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
