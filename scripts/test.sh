@@ -24,7 +24,7 @@ CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS=true CARGO_TARGET_DIR=target/assert \
 # Loom needs every crate built with --cfg loom: keep it in its own target directory.
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p extalloc --release --test loom_index
 ./scripts/mount-tests.sh
-# fstests, the community's suite, on the mount: CI's selection (scripts/fstests-ci.list, 101
+# fstests, the community's suite, on the mount: CI's selection (scripts/fstests-ci.list, 100
 # tests: data, namespace, extended attributes and ACLs, O_DIRECT, chattr, whiteouts, file
 # handles across remounts). fstests is a test tool kept outside the repository; its source
 # is ../shared/fstests or FSTESTS_SRC. Without it the step is not run and says so loudly.
