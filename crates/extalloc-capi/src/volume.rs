@@ -15,17 +15,10 @@
 
 use crate::error::{buffer_arg, c_str, deref, guard, out_ref, Failure};
 use crate::extalloc_code::{self, *};
-use extalloc::disk::device::{Device, FileDevice};
 use extalloc::volume::Volume;
-use extalloc::{Geometry, Policy, GROUP_BLOCKS_DEFAULT};
 use std::ffi::{c_char, OsStr};
-use std::hash::{BuildHasher, Hasher};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
-use std::sync::Arc;
-
-/// Bytes per block of a volume `extalloc_volume_create` makes.
-const BLOCK_SIZE: u32 = 4096;
 /// Bytes one read of `extalloc_volume_get` asks the volume for.
 const READ_BYTES: u64 = 1 << 20;
 
@@ -66,18 +59,6 @@ fn path_of(path: *const c_char) -> Result<PathBuf, Failure> {
     Ok(PathBuf::from(OsStr::from_bytes(path.to_bytes())))
 }
 
-/// A random uuid for a new volume (std's hasher keys are random per process and per call).
-fn new_uuid() -> [u8; 16] {
-    let mut uuid = [0u8; 16];
-    for half in uuid.chunks_mut(8) {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-        h.write_u128(now.map_or(0, |d| d.as_nanos()));
-        half.copy_from_slice(&h.finish().to_le_bytes());
-    }
-    uuid
-}
-
 /// Makes a volume on a new file at `path` of `size_bytes` bytes (sparse), with 4 KiB
 /// blocks, groups of 32768 blocks and a journal scaled to the size as `extalloc mkfs`
 /// scales it (4 MiB up to 128 MiB, 16 MiB up to 1 GiB, 32 MiB up to 2 GiB, 64 MiB above,
@@ -103,31 +84,23 @@ pub unsafe extern "C" fn extalloc_volume_create(
         let slot = unsafe { out_ref(out, "out") }?;
         *slot = std::ptr::null_mut();
         let path = path_of(path)?;
-        let blocks = size_bytes / u64::from(BLOCK_SIZE);
-        let geometry = Geometry::new(BLOCK_SIZE, GROUP_BLOCKS_DEFAULT, blocks)?;
-        let journal = extalloc::disk::format::default_journal_blocks(size_bytes, BLOCK_SIZE);
-        extalloc::disk::format::Superblock::layout(&geometry, journal, [0; 16])?;
         if path.symlink_metadata().is_ok() {
             return Err(Failure::new(
                 EXTALLOC_EXISTS,
                 format!("{} exists: a volume is made on a new file", path.display()),
             ));
         }
-        let made = FileDevice::create(&path, size_bytes).and_then(|dev| {
-            let dev: Arc<dyn Device> = Arc::new(dev);
-            extalloc::disk::format::mkfs(dev.as_ref(), &geometry, journal, new_uuid())?;
-            Volume::format(dev, Policy::default())
-        });
-        match made {
-            Ok(vol) => {
-                *slot = Box::into_raw(Box::new(extalloc_volume { vol }));
-                Ok(())
-            }
-            Err(e) => {
-                let _ = std::fs::remove_file(&path);
-                Err(e.into())
-            }
+        if size_bytes == 0 {
+            // The library reads 0 as "a device's own size"; here a file is always new.
+            return Err(Failure::new(
+                EXTALLOC_INVALID_ARGUMENT,
+                "size_bytes is 0: give the new file's size",
+            ));
         }
+        // Checks the size before the file is made, removes a file it made on failure.
+        let vol = Volume::mkfs_file(&path, size_bytes)?;
+        *slot = Box::into_raw(Box::new(extalloc_volume { vol }));
+        Ok(())
     })
 }
 
@@ -156,8 +129,7 @@ pub unsafe extern "C" fn extalloc_volume_open(
         let slot = unsafe { out_ref(out, "out") }?;
         *slot = std::ptr::null_mut();
         let path = path_of(path)?;
-        let dev: Arc<dyn Device> = Arc::new(FileDevice::open(&path)?);
-        let vol = Volume::open(dev, Policy::default())?;
+        let vol = Volume::open_file(&path)?;
         *slot = Box::into_raw(Box::new(extalloc_volume { vol }));
         Ok(())
     })
@@ -419,10 +391,5 @@ mod tests {
     fn handles_are_send_and_sync() {
         assert_send_sync::<extalloc_volume>();
         assert_send_sync::<crate::allocator::extalloc_allocator>();
-    }
-
-    #[test]
-    fn uuids_differ() {
-        assert_ne!(new_uuid(), new_uuid());
     }
 }

@@ -8,7 +8,7 @@
 //! Invariant: each is read again only once [`RECHECK`] has passed since its last read.
 //! Lock order: each `*_checked` lock is a leaf, never held across an [`Fs`] call.
 
-use crate::fs::atime::mount_atime;
+use crate::fs::atime::AtimeMode;
 use crate::fs::syncmode::SyncMode;
 use crate::fs::Fs;
 use fuser::{InitFlags, KernelConfig};
@@ -70,24 +70,21 @@ impl MountFlags {
 
     /// Reads the atime flags again into `fs` if they are over [`RECHECK`] old.
     pub fn refresh_atime(&self, fs: &Fs) {
-        if let Some(info) = self.due(&self.atime_checked) {
-            if let Some(mode) = mount_atime(&info, &self.mountpoint) {
-                fs.set_atime_mode(mode);
-            }
+        if let Some(e) = self.due(&self.atime_checked) {
+            fs.set_atime_mode(AtimeMode::from_options(&e.options));
         }
     }
 
     /// Reads the sync flags again into `fs` if they are over [`RECHECK`] old.
     pub fn refresh_sync(&self, fs: &Fs) {
-        if let Some(info) = self.due(&self.sync_checked) {
-            if let Some(e) = crate::mountinfo::find_in(&info, &self.mountpoint) {
-                fs.set_sync_mode(SyncMode::from_super_options(&e.super_options));
-            }
+        if let Some(e) = self.due(&self.sync_checked) {
+            fs.set_sync_mode(SyncMode::from_super_options(&e.super_options));
         }
     }
 
-    /// The mount table, if `checked` is over [`RECHECK`] old (then it is now).
-    fn due(&self, checked: &Mutex<Option<Instant>>) -> Option<String> {
+    /// The mount's entry in the mount table, if `checked` is over [`RECHECK`] old (then it
+    /// is now) and the mount is listed.
+    fn due(&self, checked: &Mutex<Option<Instant>>) -> Option<crate::mountinfo::MountEntry> {
         {
             let mut checked = checked.lock();
             if checked.is_some_and(|t| t.elapsed() < RECHECK) {
@@ -95,16 +92,15 @@ impl MountFlags {
             }
             *checked = Some(Instant::now());
         }
-        match std::fs::read_to_string("/proc/self/mountinfo") {
-            Ok(info) => Some(info),
-            Err(e) => {
+        crate::mountinfo::find(&self.mountpoint)
+            .map_err(|e| {
                 log::warn!(
                     "cannot read /proc/self/mountinfo for the flags of {}: {e} (keeping the \
                      last ones)",
                     self.mountpoint.display()
-                );
-                None
-            }
-        }
+                )
+            })
+            .ok()
+            .flatten()
     }
 }

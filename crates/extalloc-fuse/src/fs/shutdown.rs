@@ -62,6 +62,10 @@ impl Fs {
         if let Some(f) = self.fence.get() {
             f.fence();
         }
+        debug_assert!(
+            self.is_down() && self.fence.get().is_none_or(|f| f.is_fenced()),
+            "down and fenced before the namespace is let go"
+        );
         drop(ns);
         log::warn!("the file system was shut down: every change now fails with EIO; unmount and mount again");
     }

@@ -173,6 +173,13 @@ impl Store {
             let mut from = (blocks.start.max(gstart) - gstart) as u32;
             while from < to {
                 let (batch, next) = self.hold_for_trim(g, (from, to), min_len)?;
+                debug_assert!(next > from || batch.is_empty(), "a trim makes progress");
+                debug_assert!(
+                    batch
+                        .iter()
+                        .all(|e| e.start >= gstart && e.end() <= gstart + u64::from(to)),
+                    "a batch lies in the range asked"
+                );
                 match self.discard_batch(&batch)? {
                     Some(n) => trimmed += n,
                     None => return Ok(None),

@@ -22,12 +22,20 @@ use std::sync::Arc;
 /// Bytes per block of a volume made by [`Volume::mkfs_file`].
 pub const DEFAULT_BLOCK_SIZE: u32 = 4096;
 
+/// The default geometry and journal for a device of `bytes`.
+fn layout(bytes: u64) -> Result<(Geometry, u64)> {
+    let blocks = bytes / u64::from(DEFAULT_BLOCK_SIZE);
+    let geometry = Geometry::new(DEFAULT_BLOCK_SIZE, GROUP_BLOCKS_DEFAULT, blocks)?;
+    Ok((geometry, default_journal_blocks(bytes, DEFAULT_BLOCK_SIZE)))
+}
+
 impl Volume {
     /// Makes a volume of `size` bytes in the file at `path` (created, or truncated to
     /// `size`: what it held is lost) or on the block device there (`size` 0: the device's
-    /// own size), with the defaults of the module documentation, and returns it open.
-    /// On failure a file it created is removed; a device or file that existed may have
-    /// been written in part (make it again).
+    /// own size), with the defaults of the module documentation and a random identity,
+    /// and returns it open. A size that cannot hold a volume is refused before the file is
+    /// touched; on a later failure a file it created is removed, and a device or file that
+    /// existed may have been written in part (make it again).
     ///
     /// ```
     /// # let dir = std::env::temp_dir().join(format!("extalloc-doc-{}", std::process::id()));
@@ -46,15 +54,22 @@ impl Volume {
     /// ```
     pub fn mkfs_file(path: impl AsRef<Path>, size: u64) -> Result<Volume> {
         let path = path.as_ref();
+        // A file of `size` is checked before it is touched; a device's size is its own.
+        if size > 0 {
+            let (geometry, journal) = layout(size)?;
+            crate::disk::format::Superblock::layout(&geometry, journal, [0; 16])?;
+        }
         let existed = path.exists();
-        let dev = match size {
-            0 => FileDevice::open(path)?,
-            _ => FileDevice::create(path, size)?,
-        };
-        let blocks = dev.size() / u64::from(DEFAULT_BLOCK_SIZE);
-        let made = Geometry::new(DEFAULT_BLOCK_SIZE, GROUP_BLOCKS_DEFAULT, blocks).and_then(|g| {
-            let journal = default_journal_blocks(dev.size(), DEFAULT_BLOCK_SIZE);
-            Volume::mkfs(Arc::new(dev), &g, journal, Policy::default())
+        let made = match size {
+            0 => FileDevice::open(path),
+            _ => FileDevice::create(path, size),
+        }
+        .and_then(|dev| {
+            let (geometry, journal) = layout(dev.size())?;
+            let dev: Arc<dyn Device> = Arc::new(dev);
+            // A fresh identity each volume, as `extalloc mkfs` gives.
+            crate::disk::format::mkfs(dev.as_ref(), &geometry, journal, rand::random())?;
+            Volume::format(dev, Policy::default())
         });
         if made.is_err() && !existed {
             let _ = std::fs::remove_file(path);
@@ -97,6 +112,18 @@ mod tests {
             "a second open of the same file is refused"
         );
         vol.close().unwrap();
+        // Each volume its own identity.
+        let other = dir.join("w.img");
+        Volume::mkfs_file(&other, 32 << 20)
+            .unwrap()
+            .close()
+            .unwrap();
+        let uuid = |p: &Path| {
+            let dev = FileDevice::open_read_only(p).unwrap();
+            crate::disk::format::read_superblock(&dev).unwrap().uuid
+        };
+        assert_ne!(uuid(&path), uuid(&other));
+        assert_ne!(uuid(&path), [0; 16]);
         // Too small to hold a volume: refused, and the file it would have made is gone.
         let tiny = dir.join("tiny.img");
         assert!(Volume::mkfs_file(&tiny, 64 << 10).is_err());
