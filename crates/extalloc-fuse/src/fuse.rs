@@ -20,25 +20,21 @@ use crate::fs::{Attr, Errno as FsErrno, Fs, FsResult};
 use crate::inode::{Kind, Time};
 use crate::kernel::{negotiate, MountFlags};
 use crate::replies::{
-    acl_groups, caller, data, empty, errno, file_attr, negative_entry, opened, set_time,
-    xattr_reply, OPEN_FLAGS,
+    acl_groups, caller, data, drop_attrs, empty, errno, file_attr, negative_entry, opened,
+    set_time, xattr_reply, DIR_OPEN_FLAGS, OPEN_FLAGS, OPEN_KEEPING_FLAGS, TTL,
 };
 use fuser::{
     CopyFileRangeFlags, Errno, FileAttr, FileHandle, Filesystem, Generation, INodeNo, IoctlFlags,
     KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::OnceLock;
-use std::time::{Duration, SystemTime};
-
-/// How long the kernel may keep attributes and names: every change goes through this
-/// process, so the kernel's own changes keep its cache right.
-const TTL: Duration = Duration::from_secs(1);
+use std::time::SystemTime;
 
 /// The `fuser` file system: the shared [`Fs`].
 pub struct FuseFs {
@@ -58,9 +54,12 @@ impl FuseFs {
         let mountpoint = mountpoint
             .canonicalize()
             .unwrap_or_else(|_| mountpoint.to_path_buf());
+        let notifier: Arc<OnceLock<Notifier>> = Arc::new(OnceLock::new());
+        let slot = notifier.clone();
+        fs.on_stale_attrs(Box::new(move |ino| drop_attrs(&slot, ino)));
         FuseFs {
             fs,
-            notifier: Arc::new(OnceLock::new()),
+            notifier,
             block_size,
             flags: MountFlags::new(&mountpoint),
         }
@@ -76,11 +75,7 @@ impl FuseFs {
     /// mode it cached (an unprivileged fallocate invalidates only size and times there), so
     /// its attributes are dropped now; `stat` then asks again (fstests generic/683-685).
     fn mode_changed(&self, ino: u64) {
-        if let Some(n) = self.notifier.get() {
-            if let Err(e) = n.inval_inode(INodeNo(ino), -1, 0) {
-                log::warn!("cannot invalidate inode {ino}'s cached attributes: {e}");
-            }
-        }
+        drop_attrs(&self.notifier, ino);
     }
 
     /// Reads the mount's atime flags again if they are over a second old.
@@ -120,7 +115,6 @@ impl FuseFs {
     }
 }
 
-/// The attributes of a negative lookup reply: node id 0 (the rest is not read).
 impl Filesystem for FuseFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // The mount is not in the mount table before init is answered: the flags are read
@@ -291,7 +285,10 @@ impl Filesystem for FuseFs {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        opened(self.fs.open(ino.0, flags.0), reply);
+        self.refresh_mount_flags();
+        let keep = self.fs.access_keeps_atime(ino.0);
+        let flags_out = if keep { OPEN_KEEPING_FLAGS } else { OPEN_FLAGS };
+        opened(self.fs.open(ino.0, flags.0), flags_out, reply);
     }
 
     fn read(
@@ -366,7 +363,7 @@ impl Filesystem for FuseFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        opened(self.fs.opendir(ino.0), reply);
+        opened(self.fs.opendir(ino.0), DIR_OPEN_FLAGS, reply);
     }
 
     fn readdir(
@@ -387,6 +384,28 @@ impl Filesystem for FuseFs {
                 kind.file_type(),
                 OsStr::from_bytes(name),
             )
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        if offset == 0 {
+            self.refresh_mount_flags();
+        }
+        let r = self.fs.readdirplus(fh.0, offset, |name, a, next| {
+            let attr = self.file_attr(a);
+            let name = OsStr::from_bytes(name);
+            reply.add(INodeNo(a.ino), next, name, &TTL, &attr, Generation(0))
         });
         match r {
             Ok(()) => reply.ok(),

@@ -39,6 +39,16 @@ pub fn negotiate(fs: &Fs, config: &mut KernelConfig) {
     if let Err(missing) = config.add_capabilities(InitFlags::FUSE_EXPORT_SUPPORT) {
         log::warn!("the kernel does not offer {missing:?}: file handles go stale");
     }
+    // Lookups and listings of one directory side by side (the namespace lock lets lookups
+    // share it); listings carry each entry's attributes (READDIRPLUS), so `ls -l`, `find`
+    // and `rm -rf` need no LOOKUP per name, the kernel choosing plus or plain per listing
+    // (READDIRPLUS_AUTO: plus while the entries are being looked up).
+    let dirs = InitFlags::FUSE_PARALLEL_DIROPS
+        | InitFlags::FUSE_DO_READDIRPLUS
+        | InitFlags::FUSE_READDIRPLUS_AUTO;
+    if let Err(missing) = config.add_capabilities(dirs) {
+        log::warn!("the kernel does not offer {missing:?}: a round trip per name listed");
+    }
     // POSIX ACLs: the kernel enforces them; the daemon keeps them, their mode and their
     // inheritance, and applies the umask itself (FUSE_DONT_MASK; `fs/xattrs.rs`).
     let acl = InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;

@@ -1,7 +1,8 @@
 //! Replies the kernel gets (empty, data, an open handle and the flags every open is answered
 //! with, the negative entry of a name that is not there, the size-or-bytes answer of
-//! extended attribute calls), and who makes a request (its supplementary groups read from
-//! `/proc`, which FUSE does not pass).
+//! extended attribute calls), how long the kernel may cache what a reply carries ([`TTL`])
+//! and the notice that drops what it cached ([`drop_attrs`]), and who makes a request (its
+//! supplementary groups read from `/proc`, which FUSE does not pass).
 //!
 //! Data structures: none (free functions). Invariant: each function sends exactly one
 //! reply. Lock order: none.
@@ -10,10 +11,11 @@ use crate::fs::data::SetTime;
 use crate::fs::{Attr, Caller, Errno as FsErrno};
 use crate::inode::Time;
 use fuser::{
-    Errno, FileAttr, FileHandle, FopenFlags, INodeNo, ReplyData, ReplyEmpty, ReplyOpen, ReplyXattr,
-    Request, TimeOrNow,
+    Errno, FileAttr, FileHandle, FopenFlags, INodeNo, Notifier, ReplyData, ReplyEmpty, ReplyOpen,
+    ReplyXattr, Request, TimeOrNow,
 };
-use std::time::SystemTime;
+use std::sync::OnceLock;
+use std::time::{Duration, SystemTime};
 
 /// The kernel's errno for a file system error.
 pub(crate) fn errno(e: FsErrno) -> Errno {
@@ -44,8 +46,19 @@ pub(crate) fn data(r: Result<Vec<u8>, FsErrno>, reply: ReplyData) {
     }
 }
 
-/// The flags every open (a file's, `O_DIRECT` or not, and a directory's) is answered
-/// with: none. Without `FOPEN_DIRECT_IO` the kernel serves an `O_DIRECT` open through its
+/// The flags a directory's open is answered with: none (the kernel keeps no listing
+/// cache, `FOPEN_CACHE_DIR`: a listing's snapshot is the daemon's).
+pub(crate) const DIR_OPEN_FLAGS: FopenFlags = FopenFlags::empty();
+
+/// The flags a file's open (`O_DIRECT` or not) is answered with when a read would set no
+/// atime (`Fs::access_keeps_atime`): `FOPEN_KEEP_CACHE`, so an open keeps the pages the
+/// kernel holds of the file instead of dropping them (a file read again after a close is
+/// read from memory, as on a kernel file system). They are never stale: a file's data
+/// changes only through the kernel, which updates or drops its pages for each change
+/// (writes go through its cache; a direct write, a punch, a zeroed range and a
+/// `copy_file_range` the daemon serves drop the range they touch), and the image is held
+/// exclusively. When a read would set the atime, the open drops them ([`OPEN_FLAGS`]
+/// without it), so that the first read reaches the daemon. Without `FOPEN_DIRECT_IO` the kernel serves an `O_DIRECT` open through its
 /// own direct I/O path (the address space's `direct_IO`): before a direct write it writes
 /// back and drops the page-cache pages of the range, and drops them again after; before a
 /// direct read it writes back the range's dirty pages. So a buffered read or a mapping sees
@@ -55,10 +68,13 @@ pub(crate) fn data(r: Result<Vec<u8>, FsErrno>, reply: ReplyData) {
 /// were negotiated; nothing here needs that.
 pub(crate) const OPEN_FLAGS: FopenFlags = FopenFlags::empty();
 
-/// An open file handle with [`OPEN_FLAGS`], or the error.
-pub(crate) fn opened(r: Result<u64, FsErrno>, reply: ReplyOpen) {
+/// [`OPEN_FLAGS`] for an open whose reads would set no atime.
+pub(crate) const OPEN_KEEPING_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE;
+
+/// An open handle with `flags` ([`OPEN_FLAGS`] or [`DIR_OPEN_FLAGS`]), or the error.
+pub(crate) fn opened(r: Result<u64, FsErrno>, flags: FopenFlags, reply: ReplyOpen) {
     match r {
-        Ok(fh) => reply.opened(FileHandle(fh), OPEN_FLAGS),
+        Ok(fh) => reply.opened(FileHandle(fh), flags),
         Err(e) => reply.error(errno(e)),
     }
 }
@@ -143,5 +159,28 @@ pub(crate) fn set_time(t: TimeOrNow) -> SetTime {
     match t {
         TimeOrNow::Now => SetTime::Now,
         TimeOrNow::SpecificTime(s) => SetTime::At(Time::from_system(s)),
+    }
+}
+
+/// How long the kernel may keep attributes, names and misses. Every change to the mount
+/// comes through the kernel, which updates or drops what it cached for each (a create or
+/// unlink drops the directory's attributes and replaces the name; a link, rename, setattr,
+/// write, fallocate or xattr change drops the inode's); the image is held exclusively, so
+/// nothing else changes it. What the daemon changes on its own, it says with a
+/// notification ([`drop_attrs`]: an atime a read set, set-id bits a write cleared). So the
+/// timeout is long, and a `stat`, `open` or path walk of a known name costs no round trip
+/// (at 1 s, a tree touched again after a second was looked up again name by name).
+pub(crate) const TTL: Duration = Duration::from_secs(3600);
+
+/// Tells the kernel to drop its cached attributes of `ino` (offset -1: its pages stay),
+/// once the session exists. A node the kernel no longer holds (`ENOENT`) has nothing to
+/// drop.
+pub(crate) fn drop_attrs(notifier: &OnceLock<Notifier>, ino: u64) {
+    if let Some(n) = notifier.get() {
+        match n.inval_inode(INodeNo(ino), -1, 0) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(e) => log::warn!("cannot invalidate inode {ino}'s cached attributes: {e}"),
+        }
     }
 }

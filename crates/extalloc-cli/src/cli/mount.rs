@@ -29,8 +29,9 @@ pub struct MountArgs {
     /// Stay in the foreground until unmounted (otherwise return once mounted).
     #[arg(long)]
     pub foreground: bool,
-    /// Threads serving kernel requests.
-    #[arg(long, default_value_t = 4)]
+    /// Threads serving kernel requests (0: one per CPU, at most 8; measured in
+    /// docs/mount.md "Round trips": more threads than cores only add context switches).
+    #[arg(long, default_value_t = 0)]
     pub threads: usize,
     /// The dirty cache's hard limit (writers wait above it).
     #[arg(long, default_value = "256MiB")]
@@ -153,8 +154,8 @@ pub fn mount(args: &MountArgs) -> Result<()> {
 
 fn options(args: &MountArgs) -> Result<MountOptions> {
     anyhow::ensure!(
-        (1..=64).contains(&args.threads),
-        "--threads must be from 1 to 64"
+        (0..=64).contains(&args.threads),
+        "--threads must be from 0 (one per CPU) to 64"
     );
     let writeback = extalloc::writeback::WritebackOptions {
         dirty_limit_bytes: extalloc_cli::lab::parse_size(&args.dirty_limit)
@@ -165,7 +166,10 @@ fn options(args: &MountArgs) -> Result<MountOptions> {
     Ok(MountOptions {
         device: args.device.clone(),
         mountpoint: args.mountpoint.clone(),
-        threads: args.threads,
+        threads: match args.threads {
+            0 => extalloc_fuse::mount::default_threads(),
+            n => n,
+        },
         writeback,
         policy: Policy::parse(&args.policy).context("--policy")?,
         commit_interval: std::time::Duration::from_secs(args.commit_interval),

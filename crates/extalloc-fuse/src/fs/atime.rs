@@ -152,8 +152,23 @@ impl Fs {
         AtimeMode::from_code(self.atime_mode.load(Relaxed))
     }
 
+    /// Whether an access of `ino` now would leave its atime as it is (the mount's atime
+    /// mode, the file's `NOATIME` flag). A read the kernel serves from its page cache never
+    /// reaches the daemon, so an open may keep that cache (`FOPEN_KEEP_CACHE`) only when so:
+    /// otherwise the first read after the open would not set the atime it should (fstests
+    /// generic/003). False for an inode that is gone.
+    pub fn access_keeps_atime(&self, ino: u64) -> bool {
+        let mode = self.atime_mode();
+        let ns = self.ns.read();
+        ns.node(ino).is_ok_and(|n| {
+            let i = &n.inode;
+            i.flags & super::flags::NOATIME != 0
+                || !mode.wants_update(i.kind, i.atime, i.mtime, i.ctime, Time::now())
+        })
+    }
+
     /// `ino` was read (or listed): its atime is now if the mode says so, written later
-    /// with the other in-memory times.
+    /// with the other in-memory times; the kernel's cached attributes are then dropped.
     pub(crate) fn accessed(&self, ino: u64) -> FsResult<()> {
         let mode = self.atime_mode();
         let now = Time::now();
@@ -164,11 +179,19 @@ impl Fs {
         if !wants(&self.ns.read().node(ino)?.inode) {
             return Ok(());
         }
-        let mut ns = self.ns.write();
-        let n = ns.node_mut(ino)?;
-        if wants(&n.inode) {
-            n.inode.atime = now;
-            n.attr_dirty = true;
+        let changed = {
+            let mut ns = self.ns.write();
+            let n = ns.node_mut(ino)?;
+            let changed = wants(&n.inode);
+            if changed {
+                n.inode.atime = now;
+                n.attr_dirty = true;
+            }
+            changed
+        };
+        if changed {
+            // The kernel holds the old atime for as long as its attribute timeout.
+            self.attrs_changed(ino);
         }
         Ok(())
     }

@@ -240,6 +240,7 @@ impl Fs {
         }
         i.ctime = set.ctime.unwrap_or(t);
         let perm = i.perm;
+        let times_only = set.size.is_none() && set.mode.is_none() && !chown;
         match n.xattrs.get(ACL_ACCESS).and_then(|v| Acl::parse(v)) {
             // A chmod rewrites the access ACL's base entries with the inode, in one group.
             Some(mut acl) if set.mode.is_some() => {
@@ -248,6 +249,11 @@ impl Fs {
                 xattrs.insert(ACL_ACCESS.to_vec(), acl.encode());
                 self.store_set(&mut ns, ino, xattrs)?;
             }
+            // Times alone (the writeback cache's mtime and ctime at every close, `touch`,
+            // `utimensat`) wait in memory for the next commit, `fsync`, last close or
+            // unmount, as a write's times do: what a crash before then loses is what ext4
+            // loses of an uncommitted journal (`-o sync` commits it at once).
+            _ if times_only => n.attr_dirty = true,
             _ => self.persist(&mut ns, ino)?,
         }
         self.attr_of(&ns, ino)

@@ -11,9 +11,10 @@
 //! shows the directory as it is now (POSIX: entries added or removed after `opendir` may or
 //! may not appear, but `rewinddir` must show the current state).
 //!
-//! Lock order: `ns` (read, to take a snapshot) -> `dir_handles`, as in `mod.rs`.
+//! Lock order: `ns` (read, to take a snapshot or the entries' attributes) ->
+//! `dir_handles`, as in `mod.rs`.
 
-use super::{Errno, Fs, FsResult, Listed, Ns};
+use super::{Attr, Errno, Fs, FsResult, Listed, Ns};
 use crate::inode::Kind;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -47,12 +48,7 @@ impl Fs {
         mut f: impl FnMut(&[u8], u64, Kind, u64) -> bool,
     ) -> FsResult<()> {
         if offset == 0 {
-            let ino = self.dir_handle_ino(fh)?;
-            let list = snapshot(&self.ns.read(), ino)?;
-            if let Some(h) = self.dir_handles.lock().get_mut(&fh) {
-                h.list = list;
-            }
-            self.accessed(ino)?;
+            self.relist(fh)?;
         }
         let handles = self.dir_handles.lock();
         let h = handles.get(&fh).ok_or(Errno(libc::EBADF))?;
@@ -62,6 +58,59 @@ impl Fs {
             }
         }
         Ok(())
+    }
+
+    /// [`Fs::readdir`] with each entry's attributes (`READDIRPLUS`): `f` gets the name,
+    /// the attributes and the position of the next, and returns true when the reply is full
+    /// (that entry was not added). Every entry added but `.` and `..` counts as a lookup:
+    /// the kernel makes a dentry of it and forgets it later, as after [`Fs::lookup`] (it
+    /// takes no reference for `.` and `..`). An entry whose inode is gone since the
+    /// snapshot is left out, as a new snapshot would. An error after the first entry ends
+    /// the reply short instead (the kernel's next read, from that position, gets it): the
+    /// references of the entries added stand only if the reply carries them.
+    pub fn readdirplus(
+        &self,
+        fh: u64,
+        offset: u64,
+        mut f: impl FnMut(&[u8], &Attr, u64) -> bool,
+    ) -> FsResult<()> {
+        if offset == 0 {
+            self.relist(fh)?;
+        }
+        let ns = self.ns.read();
+        let handles = self.dir_handles.lock();
+        let h = handles.get(&fh).ok_or(Errno(libc::EBADF))?;
+        let mut added = 0usize;
+        for (i, (name, ino, _)) in h.list.iter().enumerate().skip(offset as usize) {
+            let attr = match self.attr_of(&ns, *ino) {
+                Ok(a) => a,
+                Err(Errno(libc::ENOENT)) => continue,
+                Err(e) if added == 0 => return Err(e),
+                Err(e) => {
+                    log::warn!("listing stops short at inode {ino}: {e}");
+                    break;
+                }
+            };
+            if f(name, &attr, i as u64 + 1) {
+                break;
+            }
+            added += 1;
+            if name != b"." && name != b".." {
+                ns.node(*ino)?.lookups.add();
+            }
+        }
+        Ok(())
+    }
+
+    /// A listing read from position 0: a new snapshot of the directory, and an access of
+    /// it (atime, as the mount's atime mode says).
+    fn relist(&self, fh: u64) -> FsResult<()> {
+        let ino = self.dir_handle_ino(fh)?;
+        let list = snapshot(&self.ns.read(), ino)?;
+        if let Some(h) = self.dir_handles.lock().get_mut(&fh) {
+            h.list = list;
+        }
+        self.accessed(ino)
     }
 
     /// Closes an open directory.

@@ -10,9 +10,9 @@
 //! - A namespace change appends a record to each directory it touches and rewrites the
 //!   attributes it changes, through the volume, so it rides the volume's journal: `fsync`
 //!   of any file commits every namespace change made before it (as ext4's does).
-//! - Timestamps that only a data write or a read changes (mtime, ctime; atime as the
-//!   mount's atime mode says, `atime.rs`) are kept in memory and written at `fsync`,
-//!   `release`, [`Fs::sync`] (the background commit) and unmount.
+//! - Timestamps that only a data write, a read or a times-only setattr changes (mtime,
+//!   ctime; atime as the mount's atime mode says, `atime.rs`) are kept in memory and
+//!   written at `fsync`, `release`, [`Fs::sync`] (the background commit) and unmount.
 //! - A write, truncate or fallocate by an unprivileged caller clears set-user-id, and
 //!   set-group-id when the group may execute (`data.rs`), written at once.
 //! - `scan.rs` reads the namespace back at mount, checks it, and repairs what a crash
@@ -27,12 +27,16 @@
 //! its subdirectories; a node whose `nlink` is 0 is kept only while it is open or the
 //! kernel still knows it (`lookups`), then its volume file is unlinked.
 //!
-//! Lock order: `ns` (written by namespace changes, read by lookups) -> `dir_handles`;
+//! Lock order: `ns` (written by namespace changes; read by lookups, forgets and listings,
+//! which count the kernel's references in each node's atomic [`Refs`]) -> `dir_handles`;
 //! then the volume's locks. Data reads and writes call the volume without `ns`, then take
-//! it briefly to update times. An inode's attribute blob is written only under `ns`
+//! it briefly to update times. The stale-attribute callback ([`Fs::on_stale_attrs`]) is
+//! called with no lock held. An inode's attribute blob is written only under `ns`
 //! written, from the node as it is then (never from a copy taken earlier).
 
 pub mod atime;
+#[cfg(test)]
+mod cache_tests;
 pub mod data;
 pub mod flags;
 #[cfg(test)]
@@ -63,7 +67,7 @@ use extalloc::volume::Volume;
 use extalloc::writeback::{Buffered, WritebackOptions};
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// The root directory's inode (FUSE's root id; the volume's first file).
@@ -144,6 +148,49 @@ pub(crate) struct DirState {
     pub(crate) mapped_to: u64,
 }
 
+/// The kernel's references to a node (FUSE's lookup count): changed under the namespace
+/// lock held for reading (lookups) or writing (makes, links), read under either. Only a
+/// holder of the lock for writing acts on a count of 0 (`Fs::reap`), so a lookup racing a
+/// forget can only keep a node alive, never lose one.
+#[derive(Debug, Default)]
+pub(crate) struct Refs(AtomicU64);
+
+impl Refs {
+    /// A count of `n`.
+    pub(crate) fn new(n: u64) -> Refs {
+        Refs(AtomicU64::new(n))
+    }
+
+    /// The count now.
+    pub(crate) fn get(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// One more reference.
+    pub(crate) fn add(&self) {
+        let before = self.0.fetch_add(1, Ordering::AcqRel);
+        assert!(before < u64::MAX, "a lookup count cannot overflow");
+    }
+
+    /// `n` references fewer (never below 0: the kernel forgets no more than it got, but a
+    /// remount's counts start at 0); the count left.
+    pub(crate) fn forget(&self, n: u64) -> u64 {
+        let prev = self
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+                Some(c.saturating_sub(n))
+            })
+            .expect("the update always returns Some");
+        prev.saturating_sub(n)
+    }
+}
+
+impl Clone for Refs {
+    fn clone(&self) -> Refs {
+        Refs::new(self.get())
+    }
+}
+
 /// One inode in memory.
 #[derive(Debug, Clone)]
 pub(crate) struct Node {
@@ -151,8 +198,9 @@ pub(crate) struct Node {
     pub(crate) dir: Option<DirState>,
     /// Open file handles.
     pub(crate) open: u32,
-    /// References the kernel holds (lookups not yet forgotten).
-    pub(crate) lookups: u64,
+    /// References the kernel holds (lookups not yet forgotten): counted under `ns` read,
+    /// so a lookup never waits for another lookup.
+    pub(crate) lookups: Refs,
     /// Times changed in memory and not yet written to the volume.
     pub(crate) attr_dirty: bool,
     /// Extended attributes (`xattrs.rs`), loaded at mount.
@@ -168,7 +216,7 @@ impl Node {
             inode,
             dir: None,
             open: 0,
-            lookups: 0,
+            lookups: Refs::default(),
             attr_dirty: false,
             xattrs: Xattrs::new(),
             spill: None,
@@ -260,7 +308,13 @@ pub struct Fs {
     pub(crate) down: AtomicBool,
     /// The fence over the device, for a shutdown (`shutdown.rs`).
     pub(crate) fence: OnceLock<Arc<FenceDevice>>,
+    /// Told the inode whose attributes the daemon changed on its own (an atime a read
+    /// set): the FUSE layer drops the kernel's cached copy ([`Fs::on_stale_attrs`]).
+    pub(crate) stale_attrs: OnceLock<StaleAttrs>,
 }
+
+/// What [`Fs`] calls with an inode whose attributes the kernel may hold stale.
+pub type StaleAttrs = Box<dyn Fn(u64) + Send + Sync>;
 
 impl Fs {
     /// Mounts the file system on `vol`: makes one on an empty volume (the root is its first
@@ -288,8 +342,26 @@ impl Fs {
             sync_mode: AtomicU8::new(0),
             down: AtomicBool::new(false),
             fence: OnceLock::new(),
+            stale_attrs: OnceLock::new(),
         };
         Ok((fs, report))
+    }
+
+    /// Sets what is told of an inode whose attributes changed without a request that
+    /// changed them (an atime a read set): the kernel keeps attributes for as long as a
+    /// reply said, so the FUSE layer drops its copy. Set once; a second call is ignored.
+    pub fn on_stale_attrs(&self, f: StaleAttrs) {
+        if self.stale_attrs.set(f).is_err() {
+            log::warn!("the stale-attribute callback is set already");
+        }
+    }
+
+    /// `ino`'s attributes changed behind the kernel's back (see [`Fs::on_stale_attrs`]).
+    /// Called with no lock held: the callback writes to the FUSE device.
+    pub(crate) fn attrs_changed(&self, ino: u64) {
+        if let Some(f) = self.stale_attrs.get() {
+            f(ino);
+        }
     }
 
     /// The buffered volume underneath (figures, checks).
@@ -412,7 +484,7 @@ impl Fs {
         let gone = ns
             .nodes
             .get(&ino)
-            .is_some_and(|n| n.inode.nlink == 0 && n.open == 0 && n.lookups == 0);
+            .is_some_and(|n| n.inode.nlink == 0 && n.open == 0 && n.lookups.get() == 0);
         if gone {
             self.remove_inode(ns, ino)?;
         }

@@ -16,7 +16,7 @@
 //! half change is never durable, and the file system answers `EIO` until it is mounted
 //! again. Only a device error can do that: every check comes first.
 
-use super::{flags, scan, Attr, Caller, DirState, Errno, Fs, FsResult, Node, Ns, ROOT};
+use super::{flags, scan, Attr, Caller, DirState, Errno, Fs, FsResult, Node, Ns, Refs, ROOT};
 use crate::dir::{record, NAME_MAX};
 use crate::inode::{Inode, Kind, Time};
 use crate::xattr::Xattrs;
@@ -84,8 +84,9 @@ pub struct NewNode<'a> {
 
 impl Fs {
     /// Finds `name` in directory `parent` (the kernel now holds one more reference).
+    /// Takes the namespace lock for reading only: lookups run side by side (`Refs`).
     pub fn lookup(&self, parent: u64, name: &[u8]) -> FsResult<Attr> {
-        let mut ns = self.ns.write();
+        let ns = self.ns.read();
         let ino = match name {
             b"." => parent,
             b".." => ns.dir(parent)?.parent,
@@ -94,16 +95,26 @@ impl Fs {
                 ns.entry(parent, name)?
             }
         };
-        ns.node_mut(ino)?.lookups += 1;
-        self.attr_of(&ns, ino)
+        let attr = self.attr_of(&ns, ino)?;
+        ns.node(ino)?.lookups.add();
+        Ok(attr)
     }
 
-    /// The kernel drops `n` references to `ino`.
+    /// The kernel drops `n` references to `ino`. The count drops under the namespace lock
+    /// held for reading; only a node left unnamed, closed and unreferenced takes it for
+    /// writing, to be removed (`Fs::reap` looks again: a lookup may have come between).
     pub fn forget(&self, ino: u64, n: u64) {
-        let mut ns = self.ns.write();
-        if let Some(node) = ns.nodes.get_mut(&ino) {
-            node.lookups = node.lookups.saturating_sub(n);
-            if let Err(e) = self.reap(&mut ns, ino) {
+        let unused = {
+            let ns = self.ns.read();
+            match ns.nodes.get(&ino) {
+                Some(node) => {
+                    node.lookups.forget(n) == 0 && node.inode.nlink == 0 && node.open == 0
+                }
+                None => false,
+            }
+        };
+        if unused {
+            if let Err(e) = self.reap(&mut self.ns.write(), ino) {
                 log::error!("cannot remove inode {ino} after its last reference: {e}");
             }
         }
@@ -169,7 +180,7 @@ impl Fs {
             ino,
             Node {
                 dir,
-                lookups: 1,
+                lookups: Refs::new(1),
                 xattrs: if fits { xattrs.clone() } else { Xattrs::new() },
                 ..Node::plain(inode)
             },
@@ -392,7 +403,7 @@ impl Fs {
         self.persist(&mut ns, newparent)?;
         group.finish();
         self.compact_due(&mut ns, &[newparent])?;
-        ns.node_mut(ino)?.lookups += 1;
+        ns.node(ino)?.lookups.add();
         self.attr_of(&ns, ino)
     }
 
