@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 # The test suite: unit, model-based, stress, bad-input and lab smoke tests, the C API's
-# tests in C under ASan and UBSan, the library's tests with debug assertions on, the loom
-# model of the lock-free group index, then the
-# mounted file system under fsx, pjdfstest, fio with verify and kill -9 crashes
-# (scripts/mount-tests.sh: root and /dev/fuse), then fstests' CI selection on the mount
-# (scripts/fstests-ci.list, about 4 minutes). About 20 minutes on 2 cores, first builds
-# included.
+# tests in C under ASan and UBSan, the Python package's tests, the library's tests with
+# debug assertions on, the loom model of the lock-free group index, then the mounted file
+# system under fsx, pjdfstest, fio with verify and kill -9 crashes (scripts/mount-tests.sh:
+# root and /dev/fuse), then fstests' CI selection on the mount (scripts/fstests-ci.list,
+# about 4 minutes). About 20 minutes on 2 cores, first builds included.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/ci-deps.sh
@@ -13,6 +12,9 @@ cargo test --workspace --release
 # The C API from C (docs/c.md): its C tests and example under ASan and UBSan, against the
 # library the line above built (about 5 s).
 ./scripts/c-tests.sh --workspace
+# The Python package (docs/python.md): pip install into target/python-venv, then its tests
+# (pytest, hypothesis; about 1 minute, the module built on the workspace's release build).
+./scripts/python-tests.sh
 # The library's examples (built by the tests above): each checks what it shows.
 for example in blobstore vm_image store_payloads; do
   cargo run --release -q -p extalloc --example "$example"

@@ -1,0 +1,459 @@
+//! The Python package `extalloc` (PyO3, abi3): a [`Volume`] of blobs on a file, and the
+//! in-memory [`Allocator`]; `docs/python.md` is the guide, `extalloc.pyi` the types.
+//!
+//! Data structures: [`Volume`] holds the open `extalloc::volume::Volume` in a lock, `None`
+//! once closed; [`Allocator`] holds an `::extalloc::Allocator`. Errors become exceptions
+//! named after the library's error kinds ([`to_py`]), all subclasses of `extalloc.Error`.
+//!
+//! Invariant: a closed volume answers every call with `extalloc.Closed`, and nothing of it
+//! stays open (its device lock is let go at `close`). Every call that touches the device
+//! lets go of the GIL first, so Python threads use the volume side by side.
+//!
+//! Lock order: the GIL is released before the volume's lock is taken (never the other way
+//! round); the volume's lock is read by every call but `close`, which takes it for writing
+//! (it waits for calls in flight), then the library's own locks.
+
+use ::extalloc::volume::Volume as Vol;
+use ::extalloc::{AllocRequest, Error as E, Extent, Geometry, Policy};
+use parking_lot::RwLock;
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+use std::path::PathBuf;
+
+create_exception!(extalloc, Error, PyException, "Every error extalloc raises.");
+create_exception!(
+    extalloc,
+    NoSpace,
+    Error,
+    "No free run was big enough (the device or its journal is full)."
+);
+create_exception!(
+    extalloc,
+    NoSuchFile,
+    Error,
+    "No blob or file has this id (never made, or deleted)."
+);
+create_exception!(
+    extalloc,
+    InvalidRequest,
+    Error,
+    "A bad argument: a size, geometry, policy, range or path the library refuses."
+);
+create_exception!(
+    extalloc,
+    Corrupt,
+    Error,
+    "The device holds damage the library will not serve (run `extalloc fsck`)."
+);
+create_exception!(
+    extalloc,
+    DeviceInUse,
+    Error,
+    "The device is open already, in this process or another."
+);
+create_exception!(
+    extalloc,
+    IoError,
+    Error,
+    "The device failed a read, write or flush."
+);
+create_exception!(
+    extalloc,
+    Exists,
+    Error,
+    "Volume.create found a file at the path: it never overwrites one."
+);
+create_exception!(
+    extalloc,
+    Closed,
+    Error,
+    "The volume was closed: open it again."
+);
+
+/// The exception for a library error: its kind, and its message, which names what failed.
+fn to_py(e: E) -> PyErr {
+    let msg = e.to_string();
+    match e {
+        E::NoSpace { .. } | E::JournalFull { .. } | E::TransactionTooLarge { .. } => {
+            NoSpace::new_err(msg)
+        }
+        E::NoSuchFile { .. } => NoSuchFile::new_err(msg),
+        E::ZeroLength
+        | E::OutOfRange { .. }
+        | E::DoubleFree { .. }
+        | E::MetadataBlocks { .. }
+        | E::NotAllocated { .. }
+        | E::InvalidHint { .. }
+        | E::LogicalOverlap { .. }
+        | E::InvalidRequest(_)
+        | E::InvalidGeometry(_)
+        | E::UnknownPolicyKey { .. }
+        | E::UnknownPreset { .. }
+        | E::InvalidPolicyValue { .. }
+        | E::DeviceTooSmall { .. }
+        | E::DeviceRange { .. } => InvalidRequest::new_err(msg),
+        E::NotExtalloc(_)
+        | E::Corrupt { .. }
+        | E::UnsupportedVersion { .. }
+        | E::JournalDamaged { .. } => Corrupt::new_err(msg),
+        E::DeviceBusy { .. } | E::DeviceInUse { .. } => DeviceInUse::new_err(msg),
+        _ => IoError::new_err(msg),
+    }
+}
+
+/// Bytes one read asks the volume for (a blob is read in pieces of this size).
+const READ_BYTES: u64 = 1 << 20;
+
+/// A volume of blobs on a file (`docs/python.md`). Made by `Volume.create` or
+/// `Volume.open`; a context manager that closes it. Safe to share between threads.
+#[pyclass(frozen, module = "extalloc")]
+pub struct Volume {
+    vol: RwLock<Option<Vol>>,
+    path: PathBuf,
+}
+
+impl Volume {
+    /// Runs `f` on the open volume without the GIL.
+    fn with<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&Vol) -> Result<T, E> + Send,
+    ) -> PyResult<T> {
+        py.detach(|| {
+            let guard = self.vol.read();
+            let vol = guard
+                .as_ref()
+                .ok_or_else(|| Closed::new_err(format!("{} is closed", self.path.display())))?;
+            f(vol).map_err(to_py)
+        })
+    }
+
+    fn opened(vol: Vol, path: PathBuf) -> Volume {
+        Volume {
+            vol: RwLock::new(Some(vol)),
+            path,
+        }
+    }
+}
+
+#[pymethods]
+impl Volume {
+    /// Makes a new volume of `size` bytes in a new file at `path`, with a journal and
+    /// groups scaled to it, and opens it. Raises Exists when something is at `path` (it
+    /// never overwrites), InvalidRequest for a size too small (the message says the least);
+    /// on failure no file is left.
+    #[staticmethod]
+    fn create(py: Python<'_>, path: PathBuf, size: u64) -> PyResult<Volume> {
+        let p = path.clone();
+        let vol = py.detach(move || {
+            // Made here with O_EXCL, so a file that appears meanwhile is not overwritten.
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&p)
+            {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    return Err(Exists::new_err(format!(
+                        "{} exists: Volume.create never overwrites a file (open it with \
+                         Volume.open, or remove it first)",
+                        p.display()
+                    )));
+                }
+                Err(e) => return Err(IoError::new_err(format!("{}: {e}", p.display()))),
+            }
+            Vol::mkfs_file(&p, size).map_err(|e| {
+                let _ = std::fs::remove_file(&p);
+                to_py(e)
+            })
+        })?;
+        Ok(Volume::opened(vol, path))
+    }
+
+    /// Opens the volume in the file at `path`, replaying its journal. Raises DeviceInUse
+    /// when it is open already, Corrupt when it is not a volume or is damaged.
+    #[staticmethod]
+    fn open(py: Python<'_>, path: PathBuf) -> PyResult<Volume> {
+        let p = path.clone();
+        let vol = py.detach(move || Vol::open_file(&p)).map_err(to_py)?;
+        Ok(Volume::opened(vol, path))
+    }
+
+    /// Stores `data` (any bytes-like object) as a new blob and returns its id. Durable at
+    /// the next `sync` or `close`. On failure (NoSpace) no blob is left.
+    fn put(&self, py: Python<'_>, data: Vec<u8>) -> PyResult<u64> {
+        self.with(py, |vol| {
+            let id = vol.create(&[])?;
+            if !data.is_empty() {
+                if let Err(e) = vol.write(id, 0, &data) {
+                    let _ = vol.unlink(id);
+                    return Err(e);
+                }
+            }
+            Ok(id)
+        })
+    }
+
+    /// The bytes of blob `id`. Raises NoSuchFile for an unknown id.
+    fn get<'py>(&self, py: Python<'py>, id: u64) -> PyResult<Bound<'py, PyBytes>> {
+        let bytes = self.with(py, |vol| {
+            let size = vol.size(id)?;
+            let mut out = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+            while (out.len() as u64) < size {
+                let at = out.len() as u64;
+                let piece = vol.read(id, at, READ_BYTES.min(size - at))?;
+                if piece.is_empty() {
+                    break;
+                }
+                out.extend_from_slice(&piece);
+            }
+            Ok(out)
+        })?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// The size in bytes of blob or file `id`.
+    fn size(&self, py: Python<'_>, id: u64) -> PyResult<u64> {
+        self.with(py, |vol| vol.size(id))
+    }
+
+    /// Deletes blob or file `id`: its space is free once the delete is durable (the next
+    /// `sync`). Raises NoSuchFile for an unknown id; a failed delete leaves it whole.
+    fn delete(&self, py: Python<'_>, id: u64) -> PyResult<()> {
+        self.with(py, |vol| vol.unlink(id))
+    }
+
+    /// Every blob's and file's id, in increasing order.
+    fn ids(&self, py: Python<'_>) -> PyResult<Vec<u64>> {
+        self.with(py, |vol| Ok(vol.list().iter().map(|f| f.id).collect()))
+    }
+
+    /// The volume's figures as a dict: block_size, blocks, metadata_blocks, free_blocks,
+    /// available_blocks, pending_blocks (freed, free at the next sync) and blobs.
+    fn statfs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let (s, blobs) = self.with(py, |vol| Ok((vol.statfs(), vol.list().len())))?;
+        let d = PyDict::new(py);
+        d.set_item("block_size", s.block_size)?;
+        d.set_item("blocks", s.blocks)?;
+        d.set_item("metadata_blocks", s.metadata_blocks)?;
+        d.set_item("free_blocks", s.free_blocks)?;
+        d.set_item("available_blocks", s.available_blocks)?;
+        d.set_item("pending_blocks", s.pending_blocks)?;
+        d.set_item("blobs", blobs)?;
+        Ok(d)
+    }
+
+    /// Makes every put, write and delete before it durable (one journal commit).
+    fn sync(&self, py: Python<'_>) -> PyResult<()> {
+        self.with(py, |vol| vol.sync())
+    }
+
+    /// A new empty file with the attribute bytes `attr` (the caller's own metadata, up to
+    /// a block); returns its id. For files written in place: `write`, `read`, `truncate`.
+    #[pyo3(signature = (attr = Vec::new()))]
+    fn create_file(&self, py: Python<'_>, attr: Vec<u8>) -> PyResult<u64> {
+        self.with(py, |vol| vol.create(&attr))
+    }
+
+    /// Writes `data` into file `id` at `offset` (growing it). A write that fails part way
+    /// may leave part of it written, never beyond the file's old size plus `data`.
+    fn write(&self, py: Python<'_>, id: u64, offset: u64, data: Vec<u8>) -> PyResult<()> {
+        self.with(py, |vol| vol.write(id, offset, &data))
+    }
+
+    /// Up to `length` bytes of file `id` from `offset` (fewer at its end).
+    fn read<'py>(
+        &self,
+        py: Python<'py>,
+        id: u64,
+        offset: u64,
+        length: u64,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let bytes = self.with(py, |vol| vol.read(id, offset, length))?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// Sets file `id`'s size (cutting or extending with zeros).
+    fn truncate(&self, py: Python<'_>, id: u64, size: u64) -> PyResult<()> {
+        self.with(py, |vol| vol.truncate(id, size))
+    }
+
+    /// File `id`'s attribute bytes.
+    fn attr<'py>(&self, py: Python<'py>, id: u64) -> PyResult<Bound<'py, PyBytes>> {
+        let bytes = self.with(py, |vol| vol.attr(id))?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// Replaces file `id`'s attribute bytes.
+    fn set_attr(&self, py: Python<'_>, id: u64, attr: Vec<u8>) -> PyResult<()> {
+        self.with(py, |vol| vol.set_attr(id, &attr))
+    }
+
+    /// Makes file `id` durable (and every change before it: one journal).
+    fn fsync(&self, py: Python<'_>, id: u64) -> PyResult<()> {
+        self.with(py, |vol| vol.fsync(id))
+    }
+
+    /// Done writing file `id` for now: the space kept ahead of its end for appends goes back
+    /// (call it when a file is complete, or free space sits in those reservations).
+    fn close_file(&self, py: Python<'_>, id: u64) -> PyResult<()> {
+        self.with(py, |vol| vol.close_file(id))
+    }
+
+    /// Writes everything, closes the volume and lets go of its file. Idempotent. Every
+    /// later call raises Closed.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| match self.vol.write().take() {
+            Some(vol) => vol.close().map_err(to_py),
+            None => Ok(()),
+        })
+    }
+
+    /// Whether `close` has run.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.vol.read().is_none()
+    }
+
+    /// The file the volume lives in.
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.path.clone()
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// Closes the volume, whether the block raised or not; never swallows the exception.
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _ty: Option<Bound<'_, PyAny>>,
+        _value: Option<Bound<'_, PyAny>>,
+        _tb: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        let state = if self.closed() { "closed" } else { "open" };
+        format!("<extalloc.Volume {} ({state})>", self.path.display())
+    }
+}
+
+/// An extent allocator in memory (`docs/python.md`): runs of blocks for owners, frees that
+/// become reusable at `commit`. Safe to share between threads.
+#[pyclass(frozen, module = "extalloc")]
+pub struct Allocator {
+    alloc: ::extalloc::Allocator,
+}
+
+#[pymethods]
+impl Allocator {
+    /// An allocator for a device of `device_blocks` blocks of `block_size` bytes (a power
+    /// of two from 512 to 65536) in groups of `group_blocks`, every block free, under
+    /// `policy` (a preset such as "extalloc" or "ext4-2025", `key=value` overrides after a
+    /// comma). Raises InvalidRequest for a bad geometry or policy.
+    #[new]
+    #[pyo3(signature = (device_blocks, block_size = 4096, group_blocks = 32768, policy = None))]
+    fn new(
+        device_blocks: u64,
+        block_size: u32,
+        group_blocks: u64,
+        policy: Option<&str>,
+    ) -> PyResult<Allocator> {
+        let policy = match policy {
+            Some(spec) => Policy::parse(spec).map_err(to_py)?,
+            None => Policy::default(),
+        };
+        let geometry = Geometry::new(block_size, group_blocks, device_blocks).map_err(to_py)?;
+        let alloc = ::extalloc::Allocator::new(geometry, policy).map_err(to_py)?;
+        Ok(Allocator { alloc })
+    }
+
+    /// A run of at most `length` blocks and at least `min_length` (default: all of
+    /// `length`) for `owner` (runs of one owner are kept near each other), at `goal` when
+    /// free, else near it. Returns `(start, length)`. Raises NoSpace when no run of
+    /// `min_length` is free; a failed call changes nothing.
+    #[pyo3(signature = (owner, length, min_length = None, goal = None))]
+    fn allocate(
+        &self,
+        py: Python<'_>,
+        owner: u64,
+        length: u64,
+        min_length: Option<u64>,
+        goal: Option<u64>,
+    ) -> PyResult<(u64, u64)> {
+        let min = min_length.unwrap_or(length);
+        if min == 0 || min > length {
+            return Err(InvalidRequest::new_err(format!(
+                "min_length {min} must be from 1 to length {length}"
+            )));
+        }
+        let mut req = AllocRequest::new(owner, length).min_len(min);
+        if let Some(g) = goal {
+            req = req.goal(g);
+        }
+        let e = py.detach(|| self.alloc.allocate(&req)).map_err(to_py)?;
+        Ok((e.start, e.len))
+    }
+
+    /// Frees `length` blocks from `start` (allocated before): reusable after `commit`.
+    /// Raises InvalidRequest for a double free or blocks not allocated; changes nothing then.
+    fn free(&self, py: Python<'_>, start: u64, length: u64) -> PyResult<()> {
+        py.detach(|| self.alloc.free(Extent::new(start, length)))
+            .map_err(to_py)
+    }
+
+    /// Makes the frees before it reusable; returns the blocks they freed.
+    fn commit(&self, py: Python<'_>) -> u64 {
+        py.detach(|| self.alloc.commit())
+    }
+
+    /// Blocks free now (frees not yet committed are not).
+    fn free_blocks(&self) -> u64 {
+        self.alloc.free_blocks()
+    }
+
+    /// Checks the allocator's invariants (bitmaps against counters and indexes); raises
+    /// Corrupt or IoError naming the first that fails.
+    fn check(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.alloc.check()).map_err(to_py)
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        _ty: Option<Bound<'_, PyAny>>,
+        _value: Option<Bound<'_, PyAny>>,
+        _tb: Option<Bound<'_, PyAny>>,
+    ) -> bool {
+        false
+    }
+}
+
+/// The module: the two classes and the exceptions.
+#[pymodule(name = "extalloc")]
+fn extalloc_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<Volume>()?;
+    m.add_class::<Allocator>()?;
+    m.add("Error", py.get_type::<Error>())?;
+    m.add("NoSpace", py.get_type::<NoSpace>())?;
+    m.add("NoSuchFile", py.get_type::<NoSuchFile>())?;
+    m.add("InvalidRequest", py.get_type::<InvalidRequest>())?;
+    m.add("Corrupt", py.get_type::<Corrupt>())?;
+    m.add("DeviceInUse", py.get_type::<DeviceInUse>())?;
+    m.add("IoError", py.get_type::<IoError>())?;
+    m.add("Exists", py.get_type::<Exists>())?;
+    m.add("Closed", py.get_type::<Closed>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
