@@ -230,6 +230,16 @@ impl Volume {
         self.with(py, |vol| Ok(vol.list().iter().map(|f| f.id).collect()))
     }
 
+    /// Every blob and file as `(id, size, attr)`, in id order, in one pass (to rebuild an
+    /// index of keys kept in the attribute bytes).
+    fn list<'py>(&self, py: Python<'py>) -> PyResult<Vec<(u64, u64, Bound<'py, PyBytes>)>> {
+        let files = self.with(py, |vol| Ok(vol.list_with_attrs()))?;
+        Ok(files
+            .into_iter()
+            .map(|(f, attr)| (f.id, f.size, PyBytes::new(py, &attr)))
+            .collect())
+    }
+
     /// The volume's figures as a dict: block_size, blocks, metadata_blocks, free_blocks,
     /// available_blocks, pending_blocks (freed, free at the next sync) and blobs.
     fn statfs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {

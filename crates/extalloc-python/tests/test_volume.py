@@ -44,6 +44,7 @@ def test_put_get_delete_and_reopen(path):
 def test_files_written_in_place_with_attributes(path):
     with extalloc.Volume.create(path, 64 * MiB) as vol:
         f = vol.create_file(b"meta")
+        assert vol.list() == [(f, 0, b"meta")]
         vol.write(f, 0, b"abcdef")
         vol.write(f, 3, b"XY")
         assert vol.read(f, 0, 100) == b"abcXYf"

@@ -303,36 +303,6 @@ impl Volume {
             .collect()
     }
 
-    /// Reads up to `len` bytes at `offset` of file `id` (fewer at the end of the file):
-    /// holes and unwritten blocks read as zeros.
-    pub fn read(&self, id: u64, offset: u64, len: u64) -> Result<Vec<u8>> {
-        check_range(offset, len)?;
-        let file = self.file(id)?;
-        let f = self.lock_loaded(&file)?;
-        let end = (offset + len).min(f.size);
-        if offset >= end {
-            return Ok(Vec::new());
-        }
-        let bs = self.block_size;
-        let mut out = vec![0u8; (end - offset) as usize];
-        let mut l = offset / bs;
-        while l * bs < end {
-            let Some((p, run)) = f.alloc.lookup(l) else {
-                l = f.alloc.next_mapped(l).unwrap_or(u64::MAX / bs);
-                continue;
-            };
-            let (unwritten, same) = f.unwritten.run_at(l);
-            let n = run.min(end.div_ceil(bs) - l).min(same);
-            if !unwritten {
-                let (from, to) = ((l * bs).max(offset), ((l + n) * bs).min(end));
-                let dst = &mut out[(from - offset) as usize..(to - offset) as usize];
-                self.dev.read_at(dst, p * bs + (from - l * bs))?;
-            }
-            l += n;
-        }
-        Ok(out)
-    }
-
     /// `fallocate(2)` on file `id` (see [`Fallocate`]).
     ///
     /// On failure the size is as it was (it grows last) and the range is done in part: the

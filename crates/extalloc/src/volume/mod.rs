@@ -67,6 +67,7 @@ mod maps;
 mod maps_tests;
 mod path;
 mod placement;
+mod read;
 mod record;
 #[cfg(test)]
 mod repair_tests;
@@ -292,6 +293,21 @@ impl Volume {
 
     /// Every file, in id order.
     pub fn list(&self) -> Vec<FileInfo> {
+        self.list_with(|_| ())
+            .into_iter()
+            .map(|(i, ())| i)
+            .collect()
+    }
+
+    /// Every file with its attribute blob, in id order: one pass to rebuild an index of
+    /// the caller's keys (instead of [`Volume::attr`] per file). A snapshot: each file as
+    /// it is when the pass reaches it.
+    pub fn list_with_attrs(&self) -> Vec<(FileInfo, Vec<u8>)> {
+        self.list_with(|f| f.attr.clone())
+    }
+
+    /// Every file's figures and `extra(file)`, in id order.
+    fn list_with<T>(&self, mut extra: impl FnMut(&VFile) -> T) -> Vec<(FileInfo, T)> {
         let files: Vec<(u64, Arc<Mutex<VFile>>)> = self
             .files
             .read()
@@ -310,13 +326,14 @@ impl Volume {
                         (extents.len() as u64, blocks)
                     }
                 };
-                FileInfo {
+                let info = FileInfo {
                     id,
                     size: f.size,
                     extents,
                     blocks,
                     prealloc_blocks: f.alloc.prealloc_unused_blocks(),
-                }
+                };
+                (info, extra(&f))
             })
             .collect()
     }
