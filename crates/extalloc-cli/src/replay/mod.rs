@@ -13,6 +13,8 @@
 
 pub mod bench;
 pub mod capture;
+#[cfg(test)]
+mod edge_traces;
 pub mod engine;
 pub mod generations;
 pub mod geometry;
