@@ -586,9 +586,10 @@ fn device_and_fill_options_are_checked() {
     assert!(text.contains("extalloc policies only"), "{text}");
 }
 
-/// The quick suite piped to a file, as `... | tee out.md` would: every workload's table and
-/// the summary reach stdout (a hidden progress bar must not swallow them), nothing is
-/// skipped (the replay's trace is in the repository), and progress stays off stdout.
+/// The quick suite piped to a file, as `... | tee out.md` would: every workload's table,
+/// verdict and spreads and the summary reach stdout (a hidden progress bar must not swallow
+/// them), nothing is skipped (the replay's trace is in the repository), and progress stays
+/// off stdout, as a plain line per run on stderr (not a terminal here).
 #[test]
 fn the_quick_suite_prints_every_table_through_a_pipe() {
     let out = Command::new(env!("CARGO_BIN_EXE_extalloc"))
@@ -613,6 +614,41 @@ fn the_quick_suite_prints_every_table_through_a_pipe() {
     assert!(
         stdout.contains("| replay | extalloc |"),
         "the replay runs: {stdout}"
+    );
+    // Three repetitions by default: a verdict per workload, in its section and in the
+    // summary, and every ratio against the same reference policy.
+    assert_eq!(
+        stdout.matches("**Verdict**: ").count(),
+        steps.len(),
+        "{stdout}"
+    );
+    let summary = &stdout[stdout.find("## Summary\n").unwrap()..];
+    for s in &steps {
+        let line = format!("- **{}**: ", s.workload);
+        assert!(
+            summary.contains(&line),
+            "no verdict for {}: {summary}",
+            s.workload
+        );
+    }
+    assert!(summary.contains("median of 3"), "{summary}");
+    assert_eq!(
+        stdout.matches("vs extalloc (reference)").count(),
+        steps.len(),
+        "each throughput table (writeback has none) and the summary: {stdout}"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let progress = stderr
+        .lines()
+        .filter(|l| l.starts_with('[') && l.contains(" (repeat ") && l.contains(" ops/s"))
+        .count();
+    assert!(
+        progress >= 3 * steps.len(),
+        "progress lines on stderr: {stderr}"
+    );
+    assert!(
+        stderr.contains("[1/30] fallocate2 ext4-base x1 (repeat 1/3) ... "),
+        "{stderr}"
     );
 }
 
