@@ -108,9 +108,10 @@ enum Suite {
 enum Command {
     /// Run a workload for every policy x thread count and print a results table.
     Bench {
-        /// Instead of one workload: a tour of them all (`quick`: about a minute on 2 cores),
-        /// with a progress bar and a summary table. `--json` and `--plot` then name
-        /// directories (one report per workload).
+        /// Instead of one workload: a tour of them all (`quick`: about a minute and a half
+        /// on 2 cores), with a progress bar (plain lines when stderr is not a terminal), a
+        /// verdict per workload and a summary. `--json` and `--plot` then name directories
+        /// (one report per workload; `--plot DIR/index.md` links every chart).
         #[arg(long, value_enum, conflicts_with = "workload")]
         suite: Option<Suite>,
         #[command(flatten)]
