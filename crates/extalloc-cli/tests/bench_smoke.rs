@@ -32,7 +32,18 @@ fn bench(name: &str, args: &[&str]) -> Value {
     );
     let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
-    let table = String::from_utf8(out.stdout).unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    // Above the tables: any warning (a busy machine) and the verdict, each a paragraph.
+    let at = text.find("| policy").expect("a table");
+    let (preamble, table) = text.split_at(at);
+    assert!(preamble.contains("**Verdict**: "), "{name}: {text}");
+    assert!(
+        preamble
+            .split("\n\n")
+            .filter(|p| !p.is_empty())
+            .all(|p| p.starts_with("**Verdict**: ") || p.starts_with("> warning: ")),
+        "{name}: {preamble}"
+    );
     // Two tables (throughput; layout and free space), and a third (the crowded-device
     // path) when a run forced commits or loaded bitmaps: one row per run in each.
     let rows = table
