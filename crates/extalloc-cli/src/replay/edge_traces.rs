@@ -7,6 +7,11 @@
 //! block (`ext4_mb_initialize_context`), so each trace must replay without refusal, and
 //! every policy must end with exactly the kernel's free blocks (the replay allocates the
 //! same logical blocks the kernel did).
+//!
+//! Data structures: `Edge`, one synthetic trace (geometry, files laid back to back up to
+//! the last block, each request's goal, an append, a free, a commit). Invariant: the
+//! kernel's decisions it writes never overlap and lie inside the device, each within one
+//! group, and `Edge::used_blocks` is what they leave allocated. Lock order: none.
 
 use super::{run, ReplayOptions};
 use proptest::prelude::*;
