@@ -66,6 +66,27 @@ fn bench(name: &str, args: &[&str]) -> Value {
         "{table}"
     );
     assert_eq!(report["schema"], "extalloc-bench/1");
+    // The fields added for a reader: the reference, the verdict (as printed), every
+    // repetition's extents per file (3 by default), the machine's load.
+    assert!(report["reference"].is_string(), "{name}");
+    let verdict = report["verdict"]["text"].as_str().unwrap();
+    assert!(preamble.contains(verdict), "{name}: {verdict}");
+    let repeats = report["extents_per_file_repeats"].as_array().unwrap();
+    assert_eq!(repeats.len(), n, "{name}");
+    let wanted = args
+        .iter()
+        .position(|a| *a == "--repeat")
+        .map_or(3, |i| args[i + 1].parse().unwrap());
+    for cell in repeats {
+        assert_eq!(
+            cell["values"].as_array().unwrap().len(),
+            wanted,
+            "{name}: {cell}"
+        );
+    }
+    if std::path::Path::new("/proc/loadavg").exists() {
+        assert!(report["machine"]["busy"].is_boolean(), "{name}");
+    }
     for run in report["runs"].as_array().unwrap() {
         assert!(run["ops"].as_u64().unwrap() > 0, "{name}: {run}");
         assert!(run["ops_per_sec"].as_f64().unwrap() > 0.0, "{name}");
@@ -119,10 +140,19 @@ fn sparse_writes_reports_ten_tenths() {
             "16MiB",
             "--policy",
             "extalloc,extalloc:prealloc_index=list",
+            "--repeat",
+            "1",
         ],
     );
     assert_eq!(r["workload"], "sparse-writes");
     assert_eq!(runs(&r).len(), 4);
+    // One run each: no spread, and the verdict claims no lead beyond noise.
+    assert_eq!(r["verdict"]["within_noise"], serde_json::Value::Null);
+    let verdict = r["verdict"]["text"].as_str().unwrap();
+    assert!(
+        verdict.contains("median of 1") && verdict.contains("no spread"),
+        "{verdict}"
+    );
     for run in runs(&r) {
         assert_eq!(run["ops"], 3000, "every write is one op");
         let progress = run["progress"].as_array().unwrap();
