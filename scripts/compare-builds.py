@@ -55,7 +55,9 @@ BETTER = {
 
 def run(binary, bench, out, extra):
     """The report of one run, or None if it failed (its error goes to stderr)."""
-    cmd = [binary, "bench", *bench, *extra, "--json", out]
+    # One repetition per invocation (the rounds repeat, ABBA): the bench default became 3,
+    # and a BEFORE binary built before that would otherwise run once where AFTER runs three.
+    cmd = [binary, "bench", *bench, "--repeat", "1", *extra, "--json", out]
     print("+", " ".join(cmd), file=sys.stderr, flush=True)
     r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:

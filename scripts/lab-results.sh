@@ -101,7 +101,7 @@ compare() {
 
 # btrfs is left out of frag: its 4 KiB KEEP_SIZE fallocates by 16 jobs had done about a third
 # of the 4 GiB after 6 minutes here.
-compare compare-frag frag --fs ext4,xfs --policy extalloc,ext4-base,tlsf,first-fit
+compare compare-frag frag --fs ext4,xfs --policy extalloc,ext4-base,tlsf,first-fit --repeat 1
 compare compare-fallocate2 fallocate2 --fs ext4,xfs,btrfs --threads 1,2 --seconds 2 \
   --repeat 3 --policy extalloc,tlsf,first-fit
 # Persistence: fallocate2 on a journaled file device against the memory device (one table
@@ -129,7 +129,7 @@ compare compare-writeback writeback --fs ext4,xfs --wb-contexts 2 --wb-affinity 
 compare compare-writeback-seq writeback --fs ext4,xfs --pattern seq --wb-contexts 2 \
   --wb-affinity group --repeat 3
 compare compare-writeback-640 writeback --fs ext4,xfs --file-size 640MiB --dirty-limit 256MiB \
-  --wb-contexts 2 --wb-affinity group
+  --wb-contexts 2 --wb-affinity group --repeat 1
 run writeback-device-shm writeback --device /dev/shm/extalloc-wb.img --wb-contexts 1,2 \
   --wb-affinity group,none --repeat 3
 if [[ -z "$only" || "open" == *"$only"* ]]; then

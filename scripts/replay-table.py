@@ -34,7 +34,7 @@ def bench_replay(trace):
     """The threaded replay (one thread per traced task): extalloc's extents per file."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         cmd = [EXTALLOC, "bench", "replay", "--trace", trace, "--policy", POLICY,
-               "--json", out.name]
+               "--repeat", "1", "--json", out.name]
         done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if done.returncode != 0:
             sys.exit(f"{' '.join(cmd)} failed:\n{done.stderr}")

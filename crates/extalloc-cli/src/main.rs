@@ -100,7 +100,7 @@ impl Workload {
 
 #[derive(Clone, Copy, ValueEnum)]
 enum Suite {
-    /// Every workload, small: about a minute on 2 cores.
+    /// Every workload, small, three repetitions: about a minute and a half on 2 cores.
     Quick,
 }
 
@@ -108,9 +108,10 @@ enum Suite {
 enum Command {
     /// Run a workload for every policy x thread count and print a results table.
     Bench {
-        /// Instead of one workload: a tour of them all (`quick`: about a minute on 2 cores),
-        /// with a progress bar and a summary table. `--json` and `--plot` then name
-        /// directories (one report per workload).
+        /// Instead of one workload: a tour of them all (`quick`: about a minute and a half
+        /// on 2 cores), with a progress bar (plain lines when stderr is not a terminal), a
+        /// verdict per workload and a summary. `--json` and `--plot` then name directories
+        /// (one report per workload; `--plot DIR/index.md` links every chart).
         #[arg(long, value_enum, conflicts_with = "workload")]
         suite: Option<Suite>,
         #[command(flatten)]
@@ -271,8 +272,10 @@ struct BenchArgs {
     /// Seconds per run (time-bound workloads; an upper bound for small-files).
     #[arg(long, default_value_t = 2.0)]
     seconds: f64,
-    /// Repetitions of the whole matrix; the table shows the median.
-    #[arg(long, default_value_t = 1)]
+    /// Repetitions of the whole matrix, interleaved; the tables show the median with the
+    /// min-max beside it, and the verdict flags a lead within that noise (1: one run each,
+    /// no spread).
+    #[arg(long, default_value_t = 3)]
     repeat: usize,
     /// Device size (K, M, G, T; KiB, MiB, GiB, TiB) [default: 16GiB; small-files 4GiB].
     #[arg(long)]

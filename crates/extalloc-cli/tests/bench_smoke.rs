@@ -32,7 +32,18 @@ fn bench(name: &str, args: &[&str]) -> Value {
     );
     let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
-    let table = String::from_utf8(out.stdout).unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    // Above the tables: any warning (a busy machine) and the verdict, each a paragraph.
+    let at = text.find("| policy").expect("a table");
+    let (preamble, table) = text.split_at(at);
+    assert!(preamble.contains("**Verdict**: "), "{name}: {text}");
+    assert!(
+        preamble
+            .split("\n\n")
+            .filter(|p| !p.is_empty())
+            .all(|p| p.starts_with("**Verdict**: ") || p.starts_with("> warning: ")),
+        "{name}: {preamble}"
+    );
     // Two tables (throughput; layout and free space), and a third (the crowded-device
     // path) when a run forced commits or loaded bitmaps: one row per run in each.
     let rows = table
@@ -55,6 +66,27 @@ fn bench(name: &str, args: &[&str]) -> Value {
         "{table}"
     );
     assert_eq!(report["schema"], "extalloc-bench/1");
+    // The fields added for a reader: the reference, the verdict (as printed), every
+    // repetition's extents per file (3 by default), the machine's load.
+    assert!(report["reference"].is_string(), "{name}");
+    let verdict = report["verdict"]["text"].as_str().unwrap();
+    assert!(preamble.contains(verdict), "{name}: {verdict}");
+    let repeats = report["extents_per_file_repeats"].as_array().unwrap();
+    assert_eq!(repeats.len(), n, "{name}");
+    let wanted = args
+        .iter()
+        .position(|a| *a == "--repeat")
+        .map_or(3, |i| args[i + 1].parse().unwrap());
+    for cell in repeats {
+        assert_eq!(
+            cell["values"].as_array().unwrap().len(),
+            wanted,
+            "{name}: {cell}"
+        );
+    }
+    if std::path::Path::new("/proc/loadavg").exists() {
+        assert!(report["machine"]["busy"].is_boolean(), "{name}");
+    }
     for run in report["runs"].as_array().unwrap() {
         assert!(run["ops"].as_u64().unwrap() > 0, "{name}: {run}");
         assert!(run["ops_per_sec"].as_f64().unwrap() > 0.0, "{name}");
@@ -108,10 +140,19 @@ fn sparse_writes_reports_ten_tenths() {
             "16MiB",
             "--policy",
             "extalloc,extalloc:prealloc_index=list",
+            "--repeat",
+            "1",
         ],
     );
     assert_eq!(r["workload"], "sparse-writes");
     assert_eq!(runs(&r).len(), 4);
+    // One run each: no spread, and the verdict claims no lead beyond noise.
+    assert_eq!(r["verdict"]["within_noise"], serde_json::Value::Null);
+    let verdict = r["verdict"]["text"].as_str().unwrap();
+    assert!(
+        verdict.contains("median of 1") && verdict.contains("no spread"),
+        "{verdict}"
+    );
     for run in runs(&r) {
         assert_eq!(run["ops"], 3000, "every write is one op");
         let progress = run["progress"].as_array().unwrap();
@@ -586,9 +627,10 @@ fn device_and_fill_options_are_checked() {
     assert!(text.contains("extalloc policies only"), "{text}");
 }
 
-/// The quick suite piped to a file, as `... | tee out.md` would: every workload's table and
-/// the summary reach stdout (a hidden progress bar must not swallow them), nothing is
-/// skipped (the replay's trace is in the repository), and progress stays off stdout.
+/// The quick suite piped to a file, as `... | tee out.md` would: every workload's table,
+/// verdict and spreads and the summary reach stdout (a hidden progress bar must not swallow
+/// them), nothing is skipped (the replay's trace is in the repository), and progress stays
+/// off stdout, as a plain line per run on stderr (not a terminal here).
 #[test]
 fn the_quick_suite_prints_every_table_through_a_pipe() {
     let out = Command::new(env!("CARGO_BIN_EXE_extalloc"))
@@ -613,6 +655,41 @@ fn the_quick_suite_prints_every_table_through_a_pipe() {
     assert!(
         stdout.contains("| replay | extalloc |"),
         "the replay runs: {stdout}"
+    );
+    // Three repetitions by default: a verdict per workload, in its section and in the
+    // summary, and every ratio against the same reference policy.
+    assert_eq!(
+        stdout.matches("**Verdict**: ").count(),
+        steps.len(),
+        "{stdout}"
+    );
+    let summary = &stdout[stdout.find("## Summary\n").unwrap()..];
+    for s in &steps {
+        let line = format!("- **{}**: ", s.workload);
+        assert!(
+            summary.contains(&line),
+            "no verdict for {}: {summary}",
+            s.workload
+        );
+    }
+    assert!(summary.contains("median of 3"), "{summary}");
+    assert_eq!(
+        stdout.matches("vs extalloc (reference)").count(),
+        steps.len(),
+        "each throughput table (writeback has none) and the summary: {stdout}"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let progress = stderr
+        .lines()
+        .filter(|l| l.starts_with('[') && l.contains(" (repeat ") && l.contains(" ops/s"))
+        .count();
+    assert!(
+        progress >= 3 * steps.len(),
+        "progress lines on stderr: {stderr}"
+    );
+    assert!(
+        stderr.contains("[1/30] fallocate2 ext4-base x1 (repeat 1/3) ... "),
+        "{stderr}"
     );
 }
 

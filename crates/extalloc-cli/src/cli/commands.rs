@@ -9,11 +9,12 @@ use lab::LabOptions;
 use std::path::Path;
 
 /// `extalloc bench --suite quick`: every table on stdout, each report under `--json DIR`
-/// and `--plot DIR`.
+/// and `--plot DIR` (a folder per workload, and `DIR/index.md` linking every chart).
 pub fn quick_suite(opts: &LabOptions, out: &Outputs) -> Result<()> {
     out.check_dirs()?;
     let reports = lab::suite::run(&lab::suite::quick(), opts)?;
     println!("## Summary\n\n{}", lab::suite::summary(&reports));
+    let mut sections = Vec::new();
     for report in &reports {
         if let Some(dir) = &out.json {
             std::fs::create_dir_all(dir)?;
@@ -22,8 +23,13 @@ pub fn quick_suite(opts: &LabOptions, out: &Outputs) -> Result<()> {
                 .with_context(|| format!("writing {}", path.display()))?;
         }
         if let Some(dir) = &out.plot {
-            lab::charts::write_all(report, &dir.join(&report.workload))?;
+            let charts = lab::charts::write_charts(report, &dir.join(&report.workload))?;
+            sections.push((report.workload.clone(), charts));
         }
+    }
+    if let Some(dir) = &out.plot {
+        let index = lab::charts::write_index(dir, &sections)?;
+        eprintln!("wrote {} (a link to every chart)", index.display());
     }
     if let Some(dir) = out.json.as_ref().or(out.plot.as_ref()) {
         eprintln!("wrote the reports under {}", dir.display());

@@ -68,8 +68,12 @@ fn ready_dir(flag: &str, dir: &std::path::Path) -> Result<()> {
         .with_context(|| format!("{flag} {}: cannot create the directory", dir.display()))
 }
 
-/// Prints the tables, writes the JSON report and the charts.
+/// Prints the tables, writes the JSON report and the charts. The verdict is made again
+/// first: `compare` adds the kernel's runs after its matrix judged extalloc's.
 pub fn emit(report: &lab::report::Report, out: &Outputs) -> Result<()> {
+    let mut report = report.clone();
+    report.verdict = lab::verdict::of(&report);
+    let report = &report;
     print!("{}", lab::report::markdown(report));
     if let Some(dir) = &out.plot {
         for path in lab::charts::write_all(report, dir)? {

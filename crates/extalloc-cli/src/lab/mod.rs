@@ -1,5 +1,13 @@
 //! The lab: workloads that run against each requested policy and thread count in one process
 //! and report throughput, latency, layout and free-space figures (`docs/lab.md`).
+//!
+//! Data structures: [`LabOptions`] (one matrix's options), a [`RunOnce`] per workload, and
+//! the [`report::Report`] a matrix leaves. Invariants: a matrix runs every policy x threads
+//! `repeat` times interleaved and keeps, per cell, the median repetition
+//! ([`report::median_run`]) and every repetition's rate and extents per file; it reads the
+//! machine's load before the first run and after the last ([`machine`]) and warns on stderr
+//! and in the report when it was busy. Lock order: none here (each workload's own module
+//! says what its threads share).
 
 pub mod append_vs_fallocate;
 pub mod backend;
@@ -8,6 +16,7 @@ pub mod commit_bench;
 pub mod fallocate2;
 pub mod fallocate3;
 pub mod frag;
+pub mod machine;
 pub mod open_bench;
 pub mod random_fill;
 pub mod report;
@@ -15,6 +24,8 @@ pub mod size_class_edge;
 pub mod small_files;
 pub mod sparse_writes;
 pub mod suite;
+pub mod units;
+pub mod verdict;
 pub mod volume_run;
 pub mod writeback;
 
@@ -424,6 +435,28 @@ pub trait Progress {
 /// Progress as lines on stderr.
 pub struct StderrProgress;
 
+/// Progress as whole plain lines on stderr, each run's label then its time and rate
+/// (`[3/12] frag extalloc x2 (repeat 1/3) ... 1.2 s, 5.27 M ops/s`): for a log file or a
+/// pipe, where a progress bar shows nothing.
+#[derive(Default)]
+pub struct LineProgress {
+    started: Option<Instant>,
+}
+
+impl Progress for LineProgress {
+    fn start(&mut self, label: &str) {
+        self.started = Some(Instant::now());
+        eprint!("{label} ... ");
+    }
+    fn done(&mut self, ops_per_sec: f64) {
+        let secs = self
+            .started
+            .take()
+            .map_or(0.0, |s| s.elapsed().as_secs_f64());
+        eprintln!("{secs:.1} s, {} ops/s", units::rate(ops_per_sec));
+    }
+}
+
 impl Progress for StderrProgress {
     fn start(&mut self, label: &str) {
         eprint!("{label}... ");
@@ -465,6 +498,7 @@ pub fn run_matrix_with(
         );
     }
     let geometry = opts.geometry()?;
+    let load = machine::start();
     let total = policies.len() * opts.threads.len() * opts.repeat;
     let mut done = 0;
     let mut all: Vec<Vec<Run>> = vec![Vec::new(); policies.len() * opts.threads.len()];
@@ -484,14 +518,26 @@ pub fn run_matrix_with(
             }
         }
     }
-    let runs = all.into_iter().map(report::median_run).collect();
-    Ok(Report {
-        schema: "extalloc-bench/1".into(),
-        workload: workload.to_string(),
-        params: serde_json::to_value(opts)?,
-        device: report::Device::of(&geometry),
-        runs,
-    })
+    let report = Report {
+        extents_per_file_repeats: report::extents_repeats(&all),
+        ..Report::new(
+            workload,
+            serde_json::to_value(opts)?,
+            report::Device::of(&geometry),
+            all.into_iter().map(report::median_run).collect(),
+        )
+    };
+    Ok(judge(report, load))
+}
+
+/// The report judged ([`Report::judged`]) with the machine's load since `load`; a busy
+/// machine's warning also goes to stderr.
+pub fn judge(report: Report, load: Option<machine::Load>) -> Report {
+    let report = report.judged(machine::finish(load));
+    for w in &report.warnings {
+        eprintln!("warning: {}: {w}", report.workload);
+    }
+    report
 }
 
 #[cfg(test)]

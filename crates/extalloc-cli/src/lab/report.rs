@@ -1,9 +1,20 @@
 //! The lab's JSON report (schema `extalloc-bench/1`, described in `docs/lab.md`) and its Markdown
-//! table. Fields may be added, never renamed.
+//! tables.
+//!
+//! Data structures: [`Report`] (one workload's matrix: a [`Run`] per policy x threads, each
+//! standing for its repetitions) and the figures inside a run. Invariants: fields may be
+//! added, never renamed (scripts and `extalloc report` read old reports, so every added
+//! field has a serde default); a run's `ops_per_sec` is the median of its
+//! `ops_per_sec_repeats`; the tables' ratio column compares with one reference policy,
+//! [`reference`], named in its header. Lock order: none.
 
+use super::machine::MachineLoad;
+use super::units;
+use super::verdict::{self, Verdict};
 use extalloc::{Extent, FreeSpace};
 use serde::{Deserialize, Serialize};
 
+/// One workload's results.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
     pub schema: String,
@@ -11,7 +22,86 @@ pub struct Report {
     pub params: serde_json::Value,
     pub device: Device,
     pub runs: Vec<Run>,
+    /// The policy the ratio column compares with (see [`reference`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+    /// Whether the machine was busy during the matrix (absent where unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<MachineLoad>,
+    /// What the reader must know before trusting the figures (a busy machine).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    /// Extents per file of every repetition of each run, in run order (the run's own
+    /// figure is the median-throughput repetition's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extents_per_file_repeats: Vec<CellRepeats>,
+    /// The one-line verdict (`lab::verdict`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<Verdict>,
 }
+
+/// One figure of every repetition of a policy x threads run.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CellRepeats {
+    pub policy: String,
+    pub threads: usize,
+    pub values: Vec<f64>,
+}
+
+impl Report {
+    /// A report of `runs` with no load check, warnings or verdict yet ([`Report::judged`]).
+    pub fn new(
+        workload: impl Into<String>,
+        params: serde_json::Value,
+        device: Device,
+        runs: Vec<Run>,
+    ) -> Report {
+        Report {
+            schema: "extalloc-bench/1".into(),
+            workload: workload.into(),
+            params,
+            device,
+            runs,
+            reference: None,
+            machine: None,
+            warnings: Vec::new(),
+            extents_per_file_repeats: Vec::new(),
+            verdict: None,
+        }
+    }
+
+    /// The report with its reference policy, load check (and its warning) and verdict.
+    pub fn judged(mut self, machine: Option<MachineLoad>) -> Report {
+        self.reference = Some(reference(&self));
+        if let Some(w) = machine.as_ref().and_then(MachineLoad::warning) {
+            self.warnings.push(w);
+        }
+        self.machine = machine;
+        self.verdict = verdict::of(&self);
+        self
+    }
+}
+
+/// The policy every ratio compares with: `extalloc` (the library's default, which every
+/// workload of the quick suite runs) when it ran, else the first policy.
+pub fn reference(report: &Report) -> String {
+    if let Some(r) = &report.reference {
+        return r.clone();
+    }
+    let ran = |p: &str| report.runs.iter().any(|r| r.policy == p);
+    if ran(REFERENCE) {
+        REFERENCE.into()
+    } else {
+        report
+            .runs
+            .first()
+            .map(|r| r.policy.clone())
+            .unwrap_or_default()
+    }
+}
+
+/// The reference policy when it runs.
+pub const REFERENCE: &str = "extalloc";
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Device {
@@ -254,6 +344,21 @@ pub fn median_run(mut reps: Vec<Run>) -> Run {
     chosen
 }
 
+/// Every repetition's extents per file, per cell of a matrix (cells with runs only).
+pub fn extents_repeats(cells: &[Vec<Run>]) -> Vec<CellRepeats> {
+    cells
+        .iter()
+        .filter_map(|reps| {
+            let first = reps.first()?;
+            Some(CellRepeats {
+                policy: first.policy.clone(),
+                threads: first.threads,
+                values: reps.iter().map(|r| r.layout.extents_per_file).collect(),
+            })
+        })
+        .collect()
+}
+
 /// Median of a non-empty list.
 pub fn median(values: &[f64]) -> f64 {
     let mut v = values.to_vec();
@@ -274,19 +379,22 @@ fn per_kop(n: u64, ops: u64) -> f64 {
     }
 }
 
-/// Two Markdown tables: throughput, latency and contention; then layout and free space.
-/// Ratios are against the first policy of the list at the same thread count. Between them,
-/// when some run forced commits or loaded bitmaps, a third: how far allocations looked.
+/// The report in Markdown: its warnings, its verdict, then two tables: throughput, latency
+/// and contention; then layout and free space. Ratios are against [`reference`] at the
+/// same thread count. Between them, when some run forced commits or loaded bitmaps, a
+/// third: how far allocations looked.
 pub fn markdown(report: &Report) -> String {
+    let mut out = preamble(report);
     if report.runs.iter().any(|r| r.writeback.is_some()) {
-        return writeback_table(report);
+        out.push_str(&writeback_table(report));
+        return out;
     }
     let scans = report.runs.iter().any(|r| {
         r.counters
             .as_ref()
             .is_some_and(|c| c.forced_commits > 0 || c.bitmaps_loaded > 0)
     });
-    let mut out = throughput_table(report);
+    out.push_str(&throughput_table(report));
     if scans {
         out.push_str(&scan_table(report));
     }
@@ -294,17 +402,26 @@ pub fn markdown(report: &Report) -> String {
     out
 }
 
-/// Throughput, latency and contention, one row per run, with the ratio to the first
-/// policy's run at the same thread count (when it ran).
-fn throughput_table(report: &Report) -> String {
-    let baseline = report
-        .runs
-        .first()
-        .map(|r| r.policy.clone())
-        .unwrap_or_default();
+/// The warnings (`> warning: ...`) and the verdict line, each followed by a blank line.
+fn preamble(report: &Report) -> String {
     let mut out = String::new();
-    out.push_str(&format!("| policy | threads | ops/s | vs {baseline} | p50 ns | p99 ns | lock waits /1k ops | try-lock skips /1k ops | groups scanned /op |\n"));
-    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for w in &report.warnings {
+        out.push_str(&format!("> warning: {w}\n\n"));
+    }
+    let v = report.verdict.clone().or_else(|| verdict::of(report));
+    if let Some(v) = v {
+        out.push_str(&format!("**Verdict**: {}\n\n", v.text));
+    }
+    out
+}
+
+/// Throughput (median, min-max over the repetitions, ratio to [`reference`]), latency and
+/// contention, one row per run.
+fn throughput_table(report: &Report) -> String {
+    let baseline = reference(report);
+    let mut out = String::new();
+    out.push_str(&format!("| policy | threads | ops/s | min-max | vs {baseline} (reference) | p50 | p99 | lock waits /1k ops | try-lock skips /1k ops | groups scanned /op |\n"));
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for r in &report.runs {
         let base = report
             .runs
@@ -315,13 +432,14 @@ fn throughput_table(report: &Report) -> String {
         let counter = |f: &dyn Fn(&Counters) -> String| r.counters.as_ref().map_or("-".into(), f);
         let ops = r.ops;
         out.push_str(&format!(
-            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.policy,
             r.threads,
-            r.ops_per_sec,
+            units::rate(r.ops_per_sec),
+            units::spread(&r.ops_per_sec_repeats, units::rate),
             ratio,
-            r.latency_ns.p50,
-            r.latency_ns.p99,
+            units::ns(r.latency_ns.p50),
+            units::ns(r.latency_ns.p99),
             counter(&|c| format!("{:.2}", per_kop(c.lock_waits, ops))),
             counter(&|c| format!("{:.2}", per_kop(c.trylock_skips, ops))),
             counter(&|c| format!("{:.2}", c.groups_scanned as f64 / ops.max(1) as f64)),
@@ -353,39 +471,43 @@ fn scan_table(report: &Report) -> String {
     out
 }
 
-/// Layout and free space, one row per run; with the first and last tenth's ops/s when some
-/// run recorded its progress.
+/// Layout and free space, one row per run (extents per file with their min-max over the
+/// repetitions when known); with the first and last tenth's ops/s when some run recorded
+/// its progress.
 fn layout_table(report: &Report) -> String {
     let progress = report.runs.iter().any(|r| r.progress.is_some());
-    let mut out = String::from("\n| policy | threads | extents/file | avg extent KiB | free extents | largest free KiB | fragmented groups | frag_pct mean |");
+    let mut out = String::from("\n| policy | threads | extents/file | min-max | avg extent | free extents | largest free | fragmented groups | frag_pct mean |");
     out.push_str(if progress {
-        " first 10% ops/s | last 10% ops/s |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+        " first 10% ops/s | last 10% ops/s |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     } else {
-        "\n|---|---:|---:|---:|---:|---:|---:|---:|\n"
+        "\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     });
     fn known<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
         v.map_or("-".into(), f)
     }
     for r in &report.runs {
         let (l, f) = (&r.layout, r.free_space.as_ref());
+        let repeats = report
+            .extents_per_file_repeats
+            .iter()
+            .find(|c| c.policy == r.policy && c.threads == r.threads)
+            .map_or(&[][..], |c| &c.values[..]);
         out.push_str(&format!(
-            "| {} | {} | {:.2} | {:.0} | {} | {} | {} | {} |",
+            "| {} | {} | {:.2} | {} | {} | {} | {} | {} | {} |",
             r.policy,
             r.threads,
             l.extents_per_file,
-            l.avg_extent_kib,
+            units::spread(repeats, |v| format!("{v:.2}")),
+            units::kib(l.avg_extent_kib),
             known(f, |f| f.free_extents.to_string()),
-            known(f.and_then(|f| f.largest_free_extent_kib), |v| format!(
-                "{v:.0}"
-            )),
+            known(f.and_then(|f| f.largest_free_extent_kib), units::kib),
             known(f.and_then(|f| f.fragmented_groups), |v| v.to_string()),
             known(f.and_then(|f| f.frag_pct_mean), |v| format!("{v:.2}")),
         ));
         if progress {
             let tenths = r.progress.as_deref().unwrap_or_default();
-            let rate = |p: Option<&ProgressPoint>| {
-                p.map_or("-".into(), |p| format!("{:.0}", p.ops_per_sec))
-            };
+            let rate =
+                |p: Option<&ProgressPoint>| p.map_or("-".into(), |p| units::rate(p.ops_per_sec));
             out.push_str(&format!(
                 " {} | {} |",
                 rate(tenths.first()),
@@ -400,10 +522,14 @@ fn layout_table(report: &Report) -> String {
 /// The writeback workload: one row per policy x contexts x affinity.
 fn writeback_table(report: &Report) -> String {
     let mut out = String::from(
-        "| policy | pattern | contexts | affinity | MiB/s | extents/file | avg extent MiB | \
+        "| policy | pattern | contexts | affinity | MiB/s | min-max | p99 | extents/file | avg extent MiB | \
          free extents | largest free MiB | allocs/MiB | lock waits/MiB | switches | dirty peak MiB | throttled |\n",
     );
-    out.push_str("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    out.push_str(
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    // The repetitions' rates are 4 KiB writes per second.
+    let write_mib = super::writeback::WRITE_BYTES as f64 / f64::from(1 << 20);
     let mib = |b: f64| b / f64::from(1 << 20);
     for r in &report.runs {
         let Some(w) = &r.writeback else { continue };
@@ -431,11 +557,13 @@ fn writeback_table(report: &Report) -> String {
             n => n.to_string(),
         };
         out.push_str(&format!(
-            "| {} | {:?} | {contexts} | {} | {:.0} | {:.2} | {:.1} | {free} | {largest:.0} | {cache} |\n",
+            "| {} | {:?} | {contexts} | {} | {:.0} | {} | {} | {:.2} | {:.1} | {free} | {largest:.0} | {cache} |\n",
             r.policy,
             w.pattern,
             w.wb_affinity,
             w.mib_per_sec,
+            units::spread(&r.ops_per_sec_repeats, |v| format!("{:.0}", v * write_mib)),
+            units::ns(r.latency_ns.p99),
             r.layout.extents_per_file,
             r.layout.avg_extent_kib / 1024.0,
         ));

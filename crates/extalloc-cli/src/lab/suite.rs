@@ -1,11 +1,19 @@
-//! `extalloc bench --suite quick`: every workload at a size that finishes in about a minute
-//! in all on 2 cores, each comparing what it exists to show, with a progress bar and a final
-//! summary table (each policy's run with the most threads).
+//! `extalloc bench --suite quick`: every workload at a size that finishes in well under two
+//! minutes in all on 2 cores (three repetitions), each comparing what it exists to show,
+//! with a progress bar on a terminal (plain lines otherwise) and a final summary: a table
+//! (each policy's run with the most threads, with its spread and its ratio to the
+//! reference policy) and each workload's verdict.
+//!
+//! Data structures: [`Step`] (a workload and the options it differs in), the list of
+//! [`quick`]. Invariants: every step runs the reference policy `extalloc`, so every table's
+//! ratio column compares with the same policy; results go to stdout, progress and warnings
+//! to stderr. Lock order: none.
 
 use super::report::{markdown, Report};
-use super::{run_matrix_with, LabOptions, Progress, RunOnce};
+use super::{run_matrix_with, units, LabOptions, LineProgress, Progress, RunOnce};
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
+use std::io::IsTerminal;
 
 /// One entry of a suite: a workload, what it compares and the options that differ from the
 /// defaults.
@@ -163,18 +171,22 @@ impl Progress for Bar<'_> {
     }
 }
 
-/// Runs every step; returns each step's report.
+/// Runs every step; returns each step's report. Progress: a bar when stderr is a terminal,
+/// else a plain line per run.
 pub fn run(steps: &[Step], base: &LabOptions) -> Result<Vec<Report>> {
-    let total: usize = steps
-        .iter()
-        .map(|s| s.policies.split(',').count() * s.threads.len() * base.repeat)
-        .sum();
+    let total: usize = steps.iter().map(|s| runs_of(s, base)).sum();
     let bar = ProgressBar::new(total as u64);
     bar.set_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
             .expect("a valid template")
             .progress_chars("=> "),
     );
+    let (mut lines, mut on_terminal) = (LineProgress::default(), Bar(&bar));
+    let progress: &mut dyn Progress = if std::io::stderr().is_terminal() {
+        &mut on_terminal
+    } else {
+        &mut lines
+    };
     let mut reports = Vec::new();
     for step in steps {
         let trace = match (step.trace, &base.trace) {
@@ -191,7 +203,7 @@ pub fn run(steps: &[Step], base: &LabOptions) -> Result<Vec<Report>> {
                     t.display()
                 )
             });
-            bar.inc((step.policies.split(',').count() * step.threads.len() * base.repeat) as u64);
+            bar.inc(runs_of(step, base) as u64);
             continue;
         }
         let opts = LabOptions {
@@ -207,7 +219,7 @@ pub fn run(steps: &[Step], base: &LabOptions) -> Result<Vec<Report>> {
             prefill: 0.0,
             ..base.clone()
         };
-        let report = run_matrix_with(step.workload, &opts, step.run_once, &mut Bar(&bar))?;
+        let report = run_matrix_with(step.workload, &opts, step.run_once, progress)?;
         // Results go to stdout whatever it is; the bar (stderr) steps aside while they print.
         bar.suspend(|| println!("## {}\n\n{}", step.workload, markdown(&report)));
         reports.push(report);
@@ -216,10 +228,18 @@ pub fn run(steps: &[Step], base: &LabOptions) -> Result<Vec<Report>> {
     Ok(reports)
 }
 
-/// One row per workload x policy: the policy's run with the most threads.
+/// The runs a step makes.
+fn runs_of(step: &Step, base: &LabOptions) -> usize {
+    step.policies.split(',').count() * step.threads.len() * base.repeat
+}
+
+/// The summary: one row per workload x policy (the policy's run with the most threads:
+/// median ops/s, its min-max, the ratio to the reference policy at the same threads, p99,
+/// layout), then each workload's verdict and any warning.
 pub fn summary(reports: &[Report]) -> String {
-    let mut out = String::from(
-        "| workload | policy | threads | ops/s | p99 ns | extents/file | free extents | fragmented groups |\n|---|---|---:|---:|---:|---:|---:|---:|\n",
+    let reference = super::report::REFERENCE;
+    let mut out = format!(
+        "| workload | policy | threads | ops/s | min-max | vs {reference} (reference) | p99 | extents/file | free extents | fragmented groups |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     );
     for report in reports {
         let mut seen: Vec<&str> = Vec::new();
@@ -234,20 +254,49 @@ pub fn summary(reports: &[Report]) -> String {
                 .filter(|x| x.policy == r.policy)
                 .max_by_key(|x| x.threads)
                 .expect("this run");
+            let base = report
+                .runs
+                .iter()
+                .find(|b| b.policy == reference && b.threads == best.threads)
+                .map(|b| b.ops_per_sec);
             let fs = best.free_space.as_ref();
             out.push_str(&format!(
-                "| {} | {} | {} | {:.0} | {} | {:.2} | {} | {} |\n",
+                "| {} | {} | {} | {} | {} | {} | {} | {:.2} | {} | {} |\n",
                 report.workload,
                 best.policy,
                 best.threads,
-                best.ops_per_sec,
-                best.latency_ns.p99,
+                units::rate(best.ops_per_sec),
+                units::spread(&best.ops_per_sec_repeats, units::rate),
+                base.map_or("-".into(), |b| format!("{:.2}x", best.ops_per_sec / b)),
+                units::ns(best.latency_ns.p99),
                 best.layout.extents_per_file,
                 fs.map_or("-".into(), |f| f.free_extents.to_string()),
                 fs.and_then(|f| f.fragmented_groups)
                     .map_or("-".into(), |v| v.to_string()),
             ));
         }
+    }
+    out.push('\n');
+    for report in reports {
+        if let Some(v) = report
+            .verdict
+            .clone()
+            .or_else(|| super::verdict::of(report))
+        {
+            out.push_str(&format!("- **{}**: {}\n", report.workload, v.text));
+        }
+    }
+    let busy: Vec<&str> = reports
+        .iter()
+        .filter(|r| !r.warnings.is_empty())
+        .map(|r| r.workload.as_str())
+        .collect();
+    if !busy.is_empty() {
+        out.push_str(&format!(
+            "\n> warning: the machine was busy during {} (see each table's warning): rerun on \
+             a quiet machine before acting on these figures\n",
+            busy.join(", ")
+        ));
     }
     out
 }
@@ -285,10 +334,30 @@ mod tests {
         let report: Report =
             serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
         let table = summary(&[report]);
-        // One row per policy (its 2-job run), after the header and the rule.
-        let rows: Vec<_> = table.lines().skip(2).collect();
+        // One row per policy (its 2-job run), after the header and the rule; then the
+        // verdict.
+        let rows: Vec<_> = table
+            .lines()
+            .skip(2)
+            .take_while(|l| l.starts_with('|'))
+            .collect();
         assert_eq!(rows.len(), 2, "{table}");
-        assert!(rows[0].starts_with("| frag | extalloc | 2 |"), "{table}");
-        assert!(rows[1].starts_with("| frag | tlsf | 2 |"), "{table}");
+        assert!(
+            rows[0].starts_with("| frag | extalloc | 2 | 96.9 k | - | 1.00x |"),
+            "{table}"
+        );
+        assert!(
+            rows[1].starts_with("| frag | tlsf | 2 | 96.7 k | - | 1.00x |"),
+            "{table}"
+        );
+        assert!(table.contains("| vs extalloc (reference) |"), "{table}");
+        assert!(
+            table.contains("- **frag**: 2 threads, median of 1: fastest extalloc, 1.00x tlsf"),
+            "{table}"
+        );
+        assert!(
+            table.contains("fewest extents/file extalloc 1.00 (next tlsf 46.00)"),
+            "{table}"
+        );
     }
 }

@@ -114,6 +114,7 @@ pub fn run_matrix(
             }
         }
     }
+    let load = super::machine::start();
     let total = cells.len() * opts.repeat;
     let mut all: Vec<Vec<Run>> = vec![Vec::new(); cells.len()];
     let mut done = 0;
@@ -130,13 +131,16 @@ pub fn run_matrix(
             all[i].push(run);
         }
     }
-    Ok(Report {
-        schema: "extalloc-bench/1".into(),
-        workload: "writeback".into(),
-        params: serde_json::json!({ "lab": opts, "writeback": wb }),
-        device: report::Device::of(&opts.geometry()?),
-        runs: all.into_iter().map(report::median_run).collect(),
-    })
+    let report = Report {
+        extents_per_file_repeats: report::extents_repeats(&all),
+        ..Report::new(
+            "writeback",
+            serde_json::json!({ "lab": opts, "writeback": wb }),
+            report::Device::of(&opts.geometry()?),
+            all.into_iter().map(report::median_run).collect(),
+        )
+    };
+    Ok(super::judge(report, load))
 }
 
 /// The quick suite's run: `threads` files of `--file-size`, random writes, the default

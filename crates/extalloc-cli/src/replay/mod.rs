@@ -13,6 +13,8 @@
 
 pub mod bench;
 pub mod capture;
+#[cfg(test)]
+mod edge_traces;
 pub mod engine;
 pub mod generations;
 pub mod geometry;
@@ -360,15 +362,14 @@ fn report_of(
     runs: Vec<Run>,
 ) -> Report {
     let (trace, dev) = (&prepared.trace, prepared.dev);
-    Report {
-        schema: "extalloc-bench/1".into(),
-        workload: format!(
+    Report::new(
+        format!(
             "replay {}",
             opts.trace
                 .file_name()
                 .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
         ),
-        params: serde_json::json!({
+        serde_json::json!({
             "trace": opts.trace,
             "dev": format!("{},{}", dev.0, dev.1),
             "policies": opts.policies,
@@ -380,7 +381,7 @@ fn report_of(
             "geometry_source": prepared.traced.source,
             "traced_cpus": prepared.traced.cpus,
         }),
-        device: report::Device::of(&prepared.traced.geometry),
+        report::Device::of(&prepared.traced.geometry),
         runs,
-    }
+    )
 }

@@ -280,7 +280,9 @@ fn parse_event(event: &str, rest: &str) -> Option<Option<((u32, u32), Event)>> {
         (a.parse().ok()?, b.parse().ok()?)
     };
     if event.starts_with("jbd2_") {
-        num("transaction")?;
+        // jbd2 prints its tid_t (unsigned) through an `int` field with `%d`: a file system
+        // past 2^31 commits logs negative transaction numbers.
+        get("transaction")?.parse::<i64>().ok()?;
         return Some(match event {
             "jbd2_end_commit" => Some((dev, Event::Commit)),
             _ => None,
@@ -444,6 +446,9 @@ mod tests {
             panic!("parses")
         };
         assert_eq!((t.pid, t.dev, t.event), (612, (7, 1), Event::Commit));
+        // A tid past 2^31, as the kernel's `%d` of its `int` field prints it.
+        let wrapped = "jbd2/sda1-8-377 [001] ..... 11.0: jbd2_end_commit: dev 8,1 transaction -2147483611 sync 0 head -2147483613";
+        assert_eq!(event(wrapped), Event::Commit);
         let start =
             "jbd2/loop0-8-612 [000] ..... 10.4: jbd2_start_commit: dev 7,1 transaction 42 sync 0";
         assert_eq!(parse_line(start), Line::Ignored);

@@ -21,7 +21,7 @@
 
 use super::{Commits, Files};
 use crate::alloc::{AllocRequest, Lifetime};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::geometry::Extent;
 
 /// One shard's locality preallocation.
@@ -55,7 +55,9 @@ impl Files {
     /// request's `locality`), replacing the chunk when it is too short. With `continues`
     /// (the end of the file's extent the request follows), carves only where the carve
     /// would start there: `None` otherwise (another file carved in between), and the caller
-    /// places a window after the file's own extent instead.
+    /// places a window after the file's own extent instead. `None` too when no free run
+    /// holds a new chunk of at least `len` blocks: the caller's window path then serves
+    /// what it can.
     pub(super) fn carve_locality(
         &self,
         file: u64,
@@ -106,7 +108,15 @@ impl Files {
             if let Some(g) = goal.filter(|&g| g < self.alloc.geometry().blocks_count) {
                 req = req.goal(g);
             }
-            loc.current = Some(self.reserve(&req, commits)?);
+            loc.current = match self.reserve(&req, commits) {
+                Ok(chunk) => Some(chunk),
+                // No free run holds the request (a full, fragmented device): the file's own
+                // path serves it, a window and then whatever run is free, as ext4 falls
+                // back from a group preallocation to its regular allocator, which may
+                // return fewer blocks than asked.
+                Err(Error::NoSpace { .. }) => return Ok(None),
+                Err(e) => return Err(e),
+            };
         }
         let c = loc.current.as_mut().expect("chunk was just filled");
         let extent = Extent::new(c.start, len);
@@ -140,5 +150,42 @@ impl Files {
             self.alloc.release_reserved(smallest)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::alloc::{AllocRequest, Allocator, Policy};
+    use crate::files::{DataRequest, Files};
+    use crate::geometry::{Extent, Geometry};
+
+    /// A small file on a full, fragmented device (free space only in runs of 2 blocks):
+    /// no locality chunk holds its 4 blocks, so its own path serves what it can, 2 blocks,
+    /// as ext4's regular allocator does when a group preallocation cannot be made (a trace
+    /// replay of such a device was refused before).
+    #[test]
+    fn a_small_file_without_a_run_for_a_chunk_gets_what_is_free() {
+        let geometry = Geometry::new(4096, 64, 64).unwrap();
+        let files =
+            Files::new(Allocator::new(geometry, Policy::parse("extalloc").unwrap()).unwrap());
+        let core = files.allocator();
+        let all = core
+            .allocate(&AllocRequest::new(1, 64).min_len(64))
+            .unwrap();
+        assert_eq!(all, Extent::new(0, 64));
+        for start in (0..64).step_by(8) {
+            core.free(Extent::new(start, 2)).unwrap();
+        }
+        core.commit();
+        let file = files.create_file(7);
+        let got = files
+            .allocate_data_committing(&file, &DataRequest::new(0, 4))
+            .expect("two blocks, not a refusal");
+        assert_eq!(got.len, 2, "{got:?}");
+        let rest = files
+            .allocate_data_committing(&file, &DataRequest::new(2, 2))
+            .unwrap();
+        assert_eq!(rest.len, 2, "{rest:?}");
+        files.check().unwrap();
     }
 }
