@@ -10,8 +10,12 @@
 
 pub mod fiemap;
 pub mod freespace;
+pub mod fuse2fs;
+pub mod fusetrace;
+pub mod jobs;
 pub mod kernel;
 pub mod mounted;
+pub mod rounds;
 pub mod writeback;
 
 use crate::lab::report::{self, Report, Run};
@@ -237,20 +241,7 @@ pub fn free_space_of(
 ) -> Result<Option<report::FreeSpaceJson>> {
     let loop_dev = dev.loop_dev.clone().expect("attached");
     Ok(match fs {
-        Fs::Ext4 => {
-            let dump = kernel::run(Command::new("dumpe2fs").arg(&loop_dev))?;
-            let (geometry, runs) = freespace::parse_dumpe2fs(&dump)?;
-            let json = freespace::ext4_json(&geometry, runs)?;
-            let frag = kernel::run(Command::new("e2freefrag").arg(&loop_dev))?;
-            let count = freespace::parse_e2freefrag_count(&frag)?;
-            if count != json.free_extents {
-                eprintln!(
-                    "note: e2freefrag counts {count} free extents, dumpe2fs's ranges {}",
-                    json.free_extents
-                );
-            }
-            Some(json)
-        }
+        Fs::Ext4 => Some(ext4_free_space(&loop_dev)?),
         Fs::Xfs => {
             let out =
                 kernel::run(Command::new("xfs_db").args(["-r", "-c", "freesp -s", &loop_dev]))?;
@@ -258,4 +249,21 @@ pub fn free_space_of(
         }
         Fs::Btrfs => None,
     })
+}
+
+/// The free space of an unmounted ext4 (a device or an image file), from dumpe2fs, checked
+/// against e2freefrag's count.
+pub fn ext4_free_space(dev: &str) -> Result<report::FreeSpaceJson> {
+    let dump = kernel::run(Command::new("dumpe2fs").arg(dev))?;
+    let (geometry, runs) = freespace::parse_dumpe2fs(&dump)?;
+    let json = freespace::ext4_json(&geometry, runs)?;
+    let frag = kernel::run(Command::new("e2freefrag").arg(dev))?;
+    let count = freespace::parse_e2freefrag_count(&frag)?;
+    if count != json.free_extents {
+        eprintln!(
+            "note: e2freefrag counts {count} free extents, dumpe2fs's ranges {}",
+            json.free_extents
+        );
+    }
+    Ok(json)
 }
