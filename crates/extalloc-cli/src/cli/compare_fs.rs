@@ -99,6 +99,7 @@ fn compare_fs_jobs(
                 }
                 let t = tarball.as_ref().expect("just made");
                 Job::Tar {
+                    source: t.source.clone(),
                     tarball: t.path.clone(),
                     top: t.top.clone(),
                     entries: t.entries,

@@ -15,7 +15,7 @@
 //! `trace_pipe` during the job would take CPU from the job on a small machine. Events lost
 //! to a full buffer are counted from `per_cpu/cpu*/stats` and reported, never hidden.
 //!
-//! Needs root and tracefs with the fuse events (Linux 6.10 and later); without them
+//! Needs root and tracefs with the kernel's fuse trace events (`events/fuse/`, not in older kernels); without them
 //! [`FuseTrace::start`] fails with the reason, which the report prints instead of figures.
 
 use anyhow::{bail, Context, Result};
@@ -150,7 +150,7 @@ impl FuseTrace {
             bail!("FUSE request counts need tracefs at /sys/kernel/tracing (mount -t tracefs nodev /sys/kernel/tracing)");
         }
         if !root.join(EVENT).is_dir() {
-            bail!("FUSE request counts need the kernel's fuse/fuse_request_send event (Linux 6.10 or later)");
+            bail!("FUSE request counts need the kernel's fuse/fuse_request_send event (not in this kernel: no FUSE request counts)");
         }
         let conn = connection_of(mountpoint)?;
         let dir = root

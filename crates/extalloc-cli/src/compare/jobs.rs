@@ -83,6 +83,8 @@ pub enum Job {
     },
     /// `tar -xf` of a tarball (made once, in /dev/shm), then `rm -rf` of the tree.
     Tar {
+        /// The directory it was made of (for the report).
+        source: PathBuf,
         /// The tarball.
         tarball: PathBuf,
         /// Its top directory's name (what `rm -rf` removes).
@@ -117,7 +119,7 @@ impl Job {
                 .map_or("fio".into(), |s| s.to_string_lossy().into_owned()),
             Job::FsMark { files, bytes, dirs } => format!("fsmark {dirs}x{files}x{bytes}B"),
             Job::Metadata { files, dirs } => format!("metadata {files} files in {dirs} dirs"),
-            Job::Tar { tarball, .. } => format!("tar {}", tarball.display()),
+            Job::Tar { source, .. } => format!("tar -xf, rm -rf of {}", source.display()),
             Job::GitClone { repo, .. } => format!("git clone {}", repo.display()),
             Job::StressNg {
                 stressor,
@@ -207,6 +209,7 @@ pub fn run(job: &Job, root: &Path, rec: &mut Recorder) -> Result<()> {
             tarball,
             top,
             entries,
+            ..
         } => {
             let t = Instant::now();
             kernel::run(
@@ -399,6 +402,8 @@ pub fn stress_ng_bogo_ops(text: &str, stressor: &str) -> Result<(u64, f64)> {
 
 /// A tarball of `source` in /dev/shm, made once per command; removed on drop.
 pub struct Tarball {
+    /// The directory it is made of.
+    pub source: PathBuf,
     /// The tarball.
     pub path: PathBuf,
     /// The source's last component (the tree's top directory).
@@ -422,6 +427,7 @@ impl Tarball {
         let path = PathBuf::from("/dev/shm")
             .join(format!("extalloc-compare-{}-{top}.tar", std::process::id()));
         let mut t = Tarball {
+            source: source.clone(),
             path,
             top,
             entries: 0,

@@ -7,6 +7,10 @@
 //! engine issues them). Layout comes from FIEMAP, merged as our `extents_per_file` counts;
 //! free space from the file system's own tools after unmounting (see `freespace.rs`; btrfs
 //! has none that fits, so its runs carry no free-space figures). Latency is one system call.
+//!
+//! `extalloc compare-fs` lives in the submodules: `mounted` (targets, rounds, the report),
+//! `jobs` (what runs in the mount), `fuse2fs` (fuse2fs as a target), `fusetrace` (FUSE
+//! requests by opcode from tracefs) and `rounds` (medians and same-round ratios).
 
 pub mod fiemap;
 pub mod freespace;

@@ -213,27 +213,41 @@ pub fn job_table(job: &str, rounds: usize, phases: &[PhaseSummary], fuse_note: &
     s
 }
 
+/// The opcodes of at least [`SHOWN_PER_OP`] requests per operation, largest first, then
+/// the sum of the rest (the JSON report has them all).
+pub fn by_opcode_text(per_op: &BTreeMap<String, f64>) -> String {
+    let mut shown: Vec<(&String, f64)> = per_op
+        .iter()
+        .filter(|(_, v)| **v >= SHOWN_PER_OP)
+        .map(|(k, v)| (k, *v))
+        .collect();
+    shown.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
+    let mut s: Vec<String> = shown
+        .iter()
+        .map(|(k, v)| format!("{k} {}", fmt(*v)))
+        .collect();
+    let rest: f64 = per_op.values().filter(|v| **v < SHOWN_PER_OP).sum();
+    if rest > 0.0 {
+        s.push(format!("others {}", fmt(rest)));
+    }
+    s.join(", ")
+}
+
+/// Opcodes under this many requests per operation are summed as `others` in the tables.
+pub const SHOWN_PER_OP: f64 = 0.01;
+
 /// FUSE requests per operation by opcode, one row per phase and traced target.
 fn opcode_table(phases: &[PhaseSummary], fuse_note: &str) -> String {
     let mut rows = String::new();
     for p in phases {
         for t in p.targets.iter().filter(|t| t.fuse_per_op.is_some()) {
-            let ops: Vec<String> = t
-                .fuse_per_op_by_opcode
-                .iter()
-                .map(|(k, v)| format!("{k} {}", fmt(*v)))
-                .collect();
+            let ops = by_opcode_text(&t.fuse_per_op_by_opcode);
             let lost = if t.fuse_lost > 0 {
                 format!(" (buffer lost {} events: a lower bound)", t.fuse_lost)
             } else {
                 String::new()
             };
-            rows.push_str(&format!(
-                "| {} | {} | {}{lost} |\n",
-                p.phase,
-                t.fs,
-                ops.join(", ")
-            ));
+            rows.push_str(&format!("| {} | {} | {}{lost} |\n", p.phase, t.fs, ops));
         }
     }
     let mut s = String::new();
@@ -243,7 +257,7 @@ fn opcode_table(phases: &[PhaseSummary], fuse_note: &str) -> String {
     if !rows.is_empty() {
         s.push_str(
             "\nFUSE requests per operation by opcode (fuse_request_send, this mount's \
-             connection only):\n\n| phase | fs | requests per operation |\n|---|---|---|\n",
+             connection only; under 0.01 summed as others):\n\n| phase | fs | requests per operation |\n|---|---|---|\n",
         );
         s.push_str(&rows);
     }
@@ -294,6 +308,23 @@ mod tests {
                 lost: 0,
             }),
         }
+    }
+
+    #[test]
+    fn small_opcodes_are_summed_as_others() {
+        let per_op: BTreeMap<String, f64> = [
+            ("LOOKUP", 1.0),
+            ("CREATE", 2.0),
+            ("ACCESS", 0.004),
+            ("FLUSH", 0.002),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        assert_eq!(
+            by_opcode_text(&per_op),
+            "CREATE 2.00, LOOKUP 1.00, others 0.006"
+        );
     }
 
     #[test]
