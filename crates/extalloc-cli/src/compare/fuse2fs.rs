@@ -112,7 +112,13 @@ impl Fuse2fsMount {
         let Some(mut child) = self.child.take() else {
             return Ok(());
         };
-        let unmounted = kernel::run(Command::new("umount").arg(&self.mountpoint));
+        let mut unmounted = kernel::run(Command::new("umount").arg(&self.mountpoint));
+        if unmounted.is_err() {
+            // Busy (a process still in it): detach it, so the daemon's exit ends it.
+            if kernel::run(Command::new("umount").arg("-l").arg(&self.mountpoint)).is_ok() {
+                unmounted = Ok(String::new());
+            }
+        }
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Some(status) = child.try_wait()? {

@@ -567,6 +567,37 @@ mod tests {
     }
 
     #[test]
+    fn without_tracefs_the_report_says_so_instead_of_zeros() {
+        let mut run = failed(Target::Extalloc, 1, &anyhow::anyhow!("x"));
+        run.error = None;
+        run.phases = vec![Phase {
+            name: "create".into(),
+            unit: "ops/s".into(),
+            value: 10.0,
+            ops: 5,
+            fuse: None,
+        }];
+        run.fuse_trace_unavailable = Some("FUSE request counts need root".into());
+        let names = vec!["extalloc".to_string()];
+        let summary = rounds::summarise(&names, 0, &[vec![Some(run.phases.clone())]]);
+        let report = JobReport {
+            job: "metadata".into(),
+            runs: vec![run],
+            summary,
+        };
+        let text = report_text(&names, 1, &[report]);
+        assert!(
+            text.contains("FUSE requests: not counted on extalloc: FUSE request counts need root"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| create | ops/s | extalloc | 10.0 | 10.0-10.0 | 1.00 | 1.00 | - |"),
+            "{text}"
+        );
+        assert!(!text.contains("requests per operation by opcode"), "{text}");
+    }
+
+    #[test]
     fn targets_parse() {
         assert_eq!(Target::parse("extalloc").unwrap(), Target::Extalloc);
         assert_eq!(Target::parse("xfs").unwrap(), Target::Kernel(Fs::Xfs));

@@ -169,8 +169,10 @@ fn fmt(v: f64) -> String {
         format!("{v:.1}")
     } else if v.abs() >= 1.0 || v == 0.0 {
         format!("{v:.2}")
-    } else {
+    } else if v.abs() >= 0.001 {
         format!("{v:.3}")
+    } else {
+        "<0.001".to_string()
     }
 }
 
