@@ -70,7 +70,7 @@ pub fn preflight(fs: &[Fs], extra: &[&'static str]) -> Result<()> {
         .chain(fs.contains(&Fs::Xfs).then_some("xfs_db"))
     {
         if !kernel::have(tool) {
-            bail!("{tool} is not installed (scripts/setup.sh installs e2fsprogs, xfsprogs, btrfs-progs and fio)");
+            bail!("{tool} is not installed (scripts/setup.sh installs the file systems' tools, fio, fs_mark, fuse2fs and stress-ng)");
         }
     }
     Ok(())
