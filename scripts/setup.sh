@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the lab needs beyond Rust: the kernel file systems' user-space tools for
-# `extalloc compare` (mkfs, dumpe2fs/e2freefrag, xfs_db; fio for its writeback job; fuse3
+# `extalloc compare` (mkfs, dumpe2fs/e2freefrag, xfs_db; fio for its writeback job; fuse3,
 # fs_mark, fuse2fs and stress-ng for compare-fs) and
 # fontconfig with a font for the charts. Debian/Ubuntu; run as root.
 set -euo pipefail
