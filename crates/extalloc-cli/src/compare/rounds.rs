@@ -182,8 +182,13 @@ pub fn job_table(job: &str, rounds: usize, phases: &[PhaseSummary], fuse_note: &
     let Some(p0) = phases.first() else {
         return format!("### compare-fs: {job}\n\nEvery run failed (see above).\n");
     };
+    let rounds = if rounds == 1 {
+        "1 round".to_string()
+    } else {
+        format!("{rounds} rounds")
+    };
     let mut s = format!(
-        "### compare-fs: {job}\n\n{rounds} rounds, the targets' order rotated each round; \
+        "### compare-fs: {job}\n\n{rounds}, the targets' order rotated each round; \
          ratio: to {} in the same round, then the median (for `s`, lower is better; for \
          the rest, higher).\n\n| phase | unit | fs | median | min-max | ratio | ratios per round | FUSE req/op |\n\
          |---|---|---|---:|---:|---:|---|---:|\n",
