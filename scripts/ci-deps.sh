@@ -7,7 +7,9 @@
 # writeback comparison runs on that mount; and for the mount tests (scripts/fs-tools.sh
 # adds the crates.io tools): fuse3 (fusermount3), fsmark (fs_mark, for compare-fs), and
 # libacl1-dev and acl, which pjdfstest links (setfacl/getfacl also check the mount's ACLs);
-# attr (setfattr/getfattr), with which the mount tests check extended attributes.
+# attr (setfattr/getfattr), with which the mount tests check extended attributes; fuse2fs
+# (e2fsprogs' ext4 through FUSE) and stress-ng (--dentry, --fallocate), which
+# `compare-fs --fs ...,fuse2fs` and its stress-ng job run.
 set -euo pipefail
 missing=()
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
@@ -27,6 +29,8 @@ command -v fs_mark >/dev/null 2>&1 || missing+=(fsmark)
 [[ -e /usr/include/sys/acl.h ]] || missing+=(libacl1-dev)
 command -v setfacl >/dev/null 2>&1 || missing+=(acl)
 command -v setfattr >/dev/null 2>&1 || missing+=(attr)
+command -v fuse2fs >/dev/null 2>&1 || missing+=(fuse2fs)
+command -v stress-ng >/dev/null 2>&1 || missing+=(stress-ng)
 if [[ ${#missing[@]} -eq 0 ]]; then
   exit 0
 fi

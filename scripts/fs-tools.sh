@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # What the mount tests (scripts/mount-tests.sh) and `compare-fs` need, installed only when
-# missing: the Debian packages through ci-deps.sh (fuse3, fio, fsmark, libacl1-dev, acl);
+# missing: the Debian packages through ci-deps.sh (fuse3, fio, fsmark, libacl1-dev, acl, fuse2fs,
+# stress-ng);
 # fsx and pjdfstest from crates.io at pinned versions; and the unprivileged `tests` user
 # pjdfstest switches to (with `nobody`). Debian, as root.
 set -euo pipefail
 FSX_VERSION=0.3.2
 PJDFSTEST_VERSION=0.2.2
 bin="${CARGO_HOME:-$HOME/.cargo}/bin"
-# The Debian packages (fuse3, fio, fsmark, libacl1-dev, acl) come with the others.
+# The Debian packages (fuse3, fio, fsmark, libacl1-dev, acl, fuse2fs, stress-ng) come with
+# the others.
 "$(dirname "$0")/ci-deps.sh"
 install_crate() { # NAME VERSION
   if ! "$bin/$1" --version 2>/dev/null | grep -q "$2"; then

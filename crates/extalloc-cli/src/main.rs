@@ -129,7 +129,7 @@ enum Command {
     /// Run a fio job file (or `fsmark`) on whole file systems: the kernel's (loop devices
     /// in /dev/shm) and an extalloc mount of the same size; MiB/s, extents per file and
     /// free space after (root).
-    CompareFs(cli::commands::CompareFsArgs),
+    CompareFs(cli::compare_fs::CompareFsArgs),
     /// Replay a kernel ext4 allocation trace (tracefs text, plain or .gz) through policies
     /// and compare the layout and free space with what the kernel decided.
     Replay(cli::commands::ReplayArgs),
@@ -380,7 +380,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Bench { suite, args } => bench(suite, args),
         Command::Compare { fs, args } => compare(&fs, args),
-        Command::CompareFs(args) => cli::commands::compare_fs(&args),
+        Command::CompareFs(args) => cli::compare_fs::compare_fs(&args),
         Command::Replay(args) => cli::commands::replay(args),
         Command::Capture { dev, out, command } => capture(&dev, &out, &command),
         Command::Mkfs(args) => cli::device::mkfs(&args),

@@ -51,7 +51,8 @@ impl Fs {
         }
     }
 
-    fn mkfs(self, dev: &str, block_size: u32) -> Command {
+    /// The mkfs command for `dev` (a device or an image file).
+    pub(super) fn mkfs(self, dev: &str, block_size: u32) -> Command {
         let bs = block_size.to_string();
         let mut c;
         match self {

@@ -7,11 +7,19 @@
 //! engine issues them). Layout comes from FIEMAP, merged as our `extents_per_file` counts;
 //! free space from the file system's own tools after unmounting (see `freespace.rs`; btrfs
 //! has none that fits, so its runs carry no free-space figures). Latency is one system call.
+//!
+//! `extalloc compare-fs` lives in the submodules: `mounted` (targets, rounds, the report),
+//! `jobs` (what runs in the mount), `fuse2fs` (fuse2fs as a target), `fusetrace` (FUSE
+//! requests by opcode from tracefs) and `rounds` (medians and same-round ratios).
 
 pub mod fiemap;
 pub mod freespace;
+pub mod fuse2fs;
+pub mod fusetrace;
+pub mod jobs;
 pub mod kernel;
 pub mod mounted;
+pub mod rounds;
 pub mod writeback;
 
 use crate::lab::report::{self, Report, Run};
@@ -62,7 +70,7 @@ pub fn preflight(fs: &[Fs], extra: &[&'static str]) -> Result<()> {
         .chain(fs.contains(&Fs::Xfs).then_some("xfs_db"))
     {
         if !kernel::have(tool) {
-            bail!("{tool} is not installed (scripts/setup.sh installs e2fsprogs, xfsprogs, btrfs-progs and fio)");
+            bail!("{tool} is not installed (scripts/setup.sh installs the file systems' tools, fio, fs_mark, fuse2fs and stress-ng)");
         }
     }
     Ok(())
@@ -237,20 +245,7 @@ pub fn free_space_of(
 ) -> Result<Option<report::FreeSpaceJson>> {
     let loop_dev = dev.loop_dev.clone().expect("attached");
     Ok(match fs {
-        Fs::Ext4 => {
-            let dump = kernel::run(Command::new("dumpe2fs").arg(&loop_dev))?;
-            let (geometry, runs) = freespace::parse_dumpe2fs(&dump)?;
-            let json = freespace::ext4_json(&geometry, runs)?;
-            let frag = kernel::run(Command::new("e2freefrag").arg(&loop_dev))?;
-            let count = freespace::parse_e2freefrag_count(&frag)?;
-            if count != json.free_extents {
-                eprintln!(
-                    "note: e2freefrag counts {count} free extents, dumpe2fs's ranges {}",
-                    json.free_extents
-                );
-            }
-            Some(json)
-        }
+        Fs::Ext4 => Some(ext4_free_space(&loop_dev)?),
         Fs::Xfs => {
             let out =
                 kernel::run(Command::new("xfs_db").args(["-r", "-c", "freesp -s", &loop_dev]))?;
@@ -258,4 +253,21 @@ pub fn free_space_of(
         }
         Fs::Btrfs => None,
     })
+}
+
+/// The free space of an unmounted ext4 (a device or an image file), from dumpe2fs, checked
+/// against e2freefrag's count.
+pub fn ext4_free_space(dev: &str) -> Result<report::FreeSpaceJson> {
+    let dump = kernel::run(Command::new("dumpe2fs").arg(dev))?;
+    let (geometry, runs) = freespace::parse_dumpe2fs(&dump)?;
+    let json = freespace::ext4_json(&geometry, runs)?;
+    let frag = kernel::run(Command::new("e2freefrag").arg(dev))?;
+    let count = freespace::parse_e2freefrag_count(&frag)?;
+    if count != json.free_extents {
+        eprintln!(
+            "note: e2freefrag counts {count} free extents, dumpe2fs's ranges {}",
+            json.free_extents
+        );
+    }
+    Ok(json)
 }

@@ -1,20 +1,35 @@
-//! `extalloc compare-fs JOB --fs ext4,xfs,extalloc`: one job on whole file systems: the
-//! kernel's (a loop device backed by /dev/shm, as `compare` makes them) and an extalloc
-//! mount (`extalloc mount` of an image in /dev/shm of the same size). The job is a fio job
-//! file (run with the mount as its working directory, so relative names land on it; every
-//! `directory=` it names is made first) or `fsmark` (fs_mark's small files).
+//! `extalloc compare-fs JOB... --fs ext4,fuse2fs,extalloc --repeat 3`: jobs on whole file
+//! systems: the kernel's (a loop device backed by /dev/shm, as `compare` makes them), an
+//! extalloc mount (`extalloc mount` of an image in /dev/shm of the same size) and fuse2fs
+//! (an ext4 image in /dev/shm through FUSE, `fuse2fs.rs`). The jobs (`jobs.rs`) are fio job
+//! files, fs_mark, and issue 34's metadata jobs; `issue34` names them all.
+//!
+//! Rounds: every job runs `--repeat` rounds; each round runs it once on every target, on a
+//! fresh file system, the targets' order rotated by one each round so that none always
+//! runs first. `rounds.rs` takes the medians and the same-round ratios to ext4 (or the
+//! first target). On the FUSE targets the requests are counted by opcode while the job
+//! runs (`fusetrace.rs`).
 //!
 //! Layout: every regular file's extents, merged where physically contiguous as FIEMAP's
 //! are counted (the kernel's through FIEMAP; extalloc's from the volume after unmounting,
-//! since FIEMAP does not reach through FUSE). Free space: the kernel's tools after
-//! unmounting (`freespace.rs`); the store's own figures for extalloc.
+//! since FIEMAP does not reach through FUSE; none for fuse2fs). Free space: the kernel's
+//! tools after unmounting (`freespace.rs`; for fuse2fs dumpe2fs on its image); the store's
+//! own figures for extalloc.
 //!
-//! Data structures: [`Target`], [`Job`], one [`FsRun`] per target.
+//! Data structures: [`Target`], [`Job`], one [`FsRun`] per target and round, one
+//! [`JobReport`] per job.
 //!
-//! Invariant: every device made is torn down (unmounted, detached, removed) whatever
-//! fails, as `kernel::Device` and [`ExtallocMount`]'s `Drop` do.
+//! Invariant: every device, image, mount and trace instance made is torn down (unmounted,
+//! its daemon waited for, detached, removed) whatever fails, as `kernel::Device`,
+//! [`ExtallocMount`], `Fuse2fsMount` and `FuseTrace` do on drop. A run that fails is
+//! reported as failed and the other runs go on; Ctrl-C stops everything.
 
-use super::kernel::{self, Device, Fs};
+use super::fuse2fs::Fuse2fsMount;
+use super::fusetrace::FuseTrace;
+pub use super::jobs::Job;
+use super::jobs::{self, Phase, Recorder};
+use super::kernel::{self, Device, Fs, INTERRUPTED};
+use super::rounds::{self, PhaseSummary};
 use super::{free_space_of, preflight};
 use crate::lab::report::{self, FreeSpaceJson};
 use anyhow::{bail, Context, Result};
@@ -22,6 +37,7 @@ use extalloc::disk::device::{FileDevice, OverlayDevice};
 use extalloc::Extent;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -32,16 +48,19 @@ pub enum Target {
     Kernel(Fs),
     /// `extalloc mount` of an image file.
     Extalloc,
+    /// fuse2fs of an ext4 image file.
+    Fuse2fs,
 }
 
 impl Target {
-    /// `ext4`, `xfs`, `btrfs` or `extalloc`.
+    /// `ext4`, `xfs`, `btrfs`, `extalloc` or `fuse2fs`.
     pub fn parse(s: &str) -> Result<Target> {
         match s.trim() {
             "extalloc" => Ok(Target::Extalloc),
+            "fuse2fs" => Ok(Target::Fuse2fs),
             other => Fs::parse(other)
                 .map(Target::Kernel)
-                .context("--fs: expected ext4, xfs, btrfs or extalloc"),
+                .context("--fs: expected ext4, xfs, btrfs, extalloc or fuse2fs"),
         }
     }
 
@@ -50,119 +69,239 @@ impl Target {
         match self {
             Target::Kernel(f) => f.name(),
             Target::Extalloc => "extalloc",
+            Target::Fuse2fs => "fuse2fs",
         }
     }
 }
 
-/// What to run on each file system.
+/// How every run is made.
 #[derive(Debug, Clone)]
-pub enum Job {
-    /// A fio job file.
-    Fio(PathBuf),
-    /// fs_mark: `dirs` directories of small files of `bytes` (4 KiB by default), one
-    /// thread per directory, no fsync, `files` files each.
-    FsMark {
-        /// Files per directory.
-        files: u64,
-        /// Bytes per file.
-        bytes: u64,
-        /// Directories (and fs_mark threads).
-        dirs: u64,
-    },
+pub struct Options {
+    /// Size of each file system.
+    pub device_bytes: u64,
+    /// Block size.
+    pub block_size: u32,
+    /// Rounds (`--repeat`), at least 1.
+    pub rounds: usize,
 }
 
-/// One file system's figures.
+/// One run of a job on one target.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct FsRun {
     /// The file system.
     pub fs: String,
-    /// Seconds the job took.
+    /// The round (from 1).
+    pub round: usize,
+    /// Seconds the whole job took.
     pub seconds: f64,
-    /// MiB the job wrote (fio's count, or fs_mark's files times their size).
-    pub written_mib: f64,
-    /// Written MiB per second.
-    pub mib_per_sec: f64,
-    /// fs_mark's files per second.
-    pub files_per_sec: Option<f64>,
-    /// Regular files left.
-    pub files: u64,
+    /// Its timed phases (empty when it failed).
+    pub phases: Vec<Phase>,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// Why a FUSE target's requests were not counted.
+    pub fuse_trace_unavailable: Option<String>,
+    /// Regular files left (None where the layout is not read: fuse2fs, failed runs).
+    pub files: Option<u64>,
     /// Extents per file (physically contiguous neighbours merged).
-    pub extents_per_file: f64,
+    pub extents_per_file: Option<f64>,
     /// The most extents of one file.
-    pub max_extents: u64,
+    pub max_extents: Option<u64>,
     /// Free space after the job (None for btrfs).
     pub free_space: Option<FreeSpaceJson>,
 }
 
-/// Runs `job` on every target, a fresh file system of `device_bytes` each.
-pub fn run(
-    job: &Job,
-    targets: &[Target],
-    device_bytes: u64,
-    block_size: u32,
-) -> Result<Vec<FsRun>> {
-    let kernel_fs: Vec<Fs> = targets
+/// One job on every target, every round, and its summary.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct JobReport {
+    /// The job's name.
+    pub job: String,
+    /// Every run, in the order made.
+    pub runs: Vec<FsRun>,
+    /// Per phase: medians and same-round ratios.
+    pub summary: Vec<PhaseSummary>,
+}
+
+/// The target ratios divide by: ext4 if there, else the first.
+pub fn baseline(targets: &[Target]) -> usize {
+    targets
+        .iter()
+        .position(|t| *t == Target::Kernel(Fs::Ext4))
+        .unwrap_or(0)
+}
+
+/// The order of the targets in `round` (from 0): rotated by one each round.
+pub fn round_order(targets: usize, round: usize) -> Vec<usize> {
+    (0..targets).map(|k| (round + k) % targets).collect()
+}
+
+/// Root, the tools the targets and jobs need, /dev/fuse for the FUSE targets.
+fn check_tools(jobs: &[Job], targets: &[Target]) -> Result<()> {
+    let mut kernel_fs: Vec<Fs> = targets
         .iter()
         .filter_map(|t| match t {
             Target::Kernel(f) => Some(*f),
-            Target::Extalloc => None,
+            _ => None,
         })
         .collect();
-    let tool = match job {
-        Job::Fio(p) => {
+    if targets.contains(&Target::Fuse2fs) && !kernel_fs.contains(&Fs::Ext4) {
+        kernel_fs.push(Fs::Ext4);
+    }
+    let mut tools: Vec<&'static str> = jobs.iter().filter_map(Job::tool).collect();
+    if targets.contains(&Target::Fuse2fs) {
+        tools.push("fuse2fs");
+    }
+    preflight(&kernel_fs, &tools)?;
+    for job in jobs {
+        if let Job::Fio(p) = job {
             anyhow::ensure!(p.is_file(), "fio job file {} not found", p.display());
-            "fio"
         }
-        Job::FsMark { .. } => "fs_mark",
-    };
-    preflight(&kernel_fs, &[tool])?;
-    if targets.contains(&Target::Extalloc) {
+    }
+    if targets.contains(&Target::Extalloc) || targets.contains(&Target::Fuse2fs) {
         anyhow::ensure!(
             Path::new("/dev/fuse").exists(),
-            "extalloc's side needs /dev/fuse (and fusermount3: scripts/fs-tools.sh)"
+            "the FUSE targets need /dev/fuse (and fusermount3: scripts/fs-tools.sh)"
         );
     }
+    Ok(())
+}
+
+/// Runs every job on every target, `opts.rounds` rounds each.
+pub fn run(jobs: &[Job], targets: &[Target], opts: &Options) -> Result<Vec<JobReport>> {
+    anyhow::ensure!(opts.rounds >= 1, "--repeat must be at least 1");
+    anyhow::ensure!(!targets.is_empty(), "--fs names no file system");
+    check_tools(jobs, targets)?;
     kernel::catch_interrupt()?;
-    let mut runs = Vec::new();
-    for &t in targets {
-        eprint!("compare-fs: {} ... ", t.name());
-        let run = match t {
-            Target::Kernel(f) => kernel_run(f, job, device_bytes, block_size),
-            Target::Extalloc => extalloc_run(job, device_bytes, block_size),
+    let names: Vec<String> = targets.iter().map(|t| t.name().to_string()).collect();
+    let mut reports = Vec::new();
+    for job in jobs {
+        let name = job.name();
+        let mut runs = Vec::new();
+        let mut phases: Vec<Vec<Option<Vec<Phase>>>> = vec![Vec::new(); targets.len()];
+        for round in 0..opts.rounds {
+            for t in round_order(targets.len(), round) {
+                let target = targets[t];
+                eprint!(
+                    "compare-fs: {name} on {} (round {}/{}) ... ",
+                    target.name(),
+                    round + 1,
+                    opts.rounds
+                );
+                let run = match run_one(job, target, opts) {
+                    Ok(mut r) => {
+                        eprintln!("{}", brief(&r.phases));
+                        r.round = round + 1;
+                        r
+                    }
+                    Err(e) if INTERRUPTED.load(Ordering::SeqCst) => return Err(e),
+                    Err(e) => {
+                        eprintln!("failed: {e:#}");
+                        failed(target, round + 1, &e)
+                    }
+                };
+                phases[t].push(run.error.is_none().then(|| run.phases.clone()));
+                runs.push(run);
+            }
         }
-        .with_context(|| format!("the job on {}", t.name()))?;
-        eprintln!(
-            "{:.1} MiB/s, {:.2} extents per file",
-            run.mib_per_sec, run.extents_per_file
-        );
-        runs.push(run);
+        let summary = rounds::summarise(&names, baseline(targets), &phases);
+        reports.push(JobReport {
+            job: name,
+            runs,
+            summary,
+        });
     }
-    Ok(runs)
+    Ok(reports)
+}
+
+fn brief(phases: &[Phase]) -> String {
+    phases
+        .iter()
+        .map(|p| format!("{} {:.1} {}", p.name, p.value, p.unit))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn failed(target: Target, round: usize, e: &anyhow::Error) -> FsRun {
+    FsRun {
+        fs: target.name().to_string(),
+        round,
+        seconds: 0.0,
+        phases: Vec::new(),
+        error: Some(format!("{e:#}")),
+        fuse_trace_unavailable: None,
+        files: None,
+        extents_per_file: None,
+        max_extents: None,
+        free_space: None,
+    }
+}
+
+fn run_one(job: &Job, target: Target, opts: &Options) -> Result<FsRun> {
+    match target {
+        Target::Kernel(f) => kernel_run(f, job, opts),
+        Target::Extalloc => extalloc_run(job, opts),
+        Target::Fuse2fs => fuse2fs_run(job, opts),
+    }
+    .with_context(|| format!("the job {} on {}", job.name(), target.name()))
 }
 
 /// What a job run reports before the layout is read.
 struct Ran {
     seconds: f64,
-    written_bytes: u64,
-    files_per_sec: Option<f64>,
+    phases: Vec<Phase>,
+    fuse_trace_unavailable: Option<String>,
 }
 
-fn kernel_run(fs: Fs, job: &Job, device_bytes: u64, block_size: u32) -> Result<FsRun> {
-    let mut dev = Device::create(fs, device_bytes, block_size)?;
+/// Runs the job in `root`, counting FUSE requests when `fuse` (and tracefs allows).
+fn run_job(job: &Job, root: &Path, fuse: bool) -> Result<Ran> {
+    let (mut trace, unavailable) = if fuse {
+        match FuseTrace::start(root) {
+            Ok(t) => (Some(t), None),
+            Err(e) => (None, Some(format!("{e:#}"))),
+        }
+    } else {
+        (None, None)
+    };
+    let mut rec = Recorder::new(trace.as_mut());
+    let started = Instant::now();
+    jobs::run(job, root, &mut rec)?;
+    Ok(Ran {
+        seconds: started.elapsed().as_secs_f64(),
+        phases: rec.phases,
+        fuse_trace_unavailable: unavailable,
+    })
+}
+
+fn kernel_run(fs: Fs, job: &Job, opts: &Options) -> Result<FsRun> {
+    let mut dev = Device::create(fs, opts.device_bytes, opts.block_size)?;
     let root = dev.path("");
-    let ran = run_job(job, &root)?;
+    let ran = run_job(job, &root, false)?;
     let mut files = Vec::new();
     for path in regular_files(&root)? {
-        files.push(kernel::file_extents(&path, block_size)?);
+        files.push(kernel::file_extents(&path, opts.block_size)?);
     }
     dev.unmount()?;
-    let free_space = free_space_of(fs, &dev, block_size)?;
-    Ok(fs_run(fs.name(), &ran, &files, block_size, free_space))
+    let free_space = free_space_of(fs, &dev, opts.block_size)?;
+    Ok(fs_run(
+        fs.name(),
+        ran,
+        Some(&files),
+        opts.block_size,
+        free_space,
+    ))
 }
 
-fn extalloc_run(job: &Job, device_bytes: u64, block_size: u32) -> Result<FsRun> {
-    let mut m = ExtallocMount::create(device_bytes, block_size)?;
-    let ran = run_job(job, &m.mountpoint)?;
+fn fuse2fs_run(job: &Job, opts: &Options) -> Result<FsRun> {
+    let mut m = Fuse2fsMount::create(opts.device_bytes, opts.block_size)?;
+    let ran = run_job(job, &m.mountpoint, true)?;
+    m.unmount()?;
+    let free = super::ext4_free_space(&m.image.to_string_lossy())?;
+    Ok(fs_run("fuse2fs", ran, None, opts.block_size, Some(free)))
+}
+
+fn extalloc_run(job: &Job, opts: &Options) -> Result<FsRun> {
+    let block_size = opts.block_size;
+    let mut m = ExtallocMount::create(opts.device_bytes, block_size)?;
+    let ran = run_job(job, &m.mountpoint, true)?;
     m.unmount()?;
     let dev = FileDevice::open_read_only(&m.image)?;
     let view: Arc<dyn extalloc::disk::device::Device> = Arc::new(OverlayDevice::new(Arc::new(dev)));
@@ -180,7 +319,13 @@ fn extalloc_run(job: &Job, device_bytes: u64, block_size: u32) -> Result<FsRun> 
         geometry.block_size,
         geometry.group_blocks,
     );
-    Ok(fs_run("extalloc", &ran, &files, block_size, Some(free)))
+    Ok(fs_run(
+        "extalloc",
+        ran,
+        Some(&files),
+        block_size,
+        Some(free),
+    ))
 }
 
 /// A volume file's extents in logical order, physically contiguous ones merged.
@@ -199,22 +344,22 @@ fn merged(map: &[extalloc::volume::FileExtent]) -> Vec<Extent> {
 
 fn fs_run(
     name: &str,
-    ran: &Ran,
-    files: &[Vec<Extent>],
+    ran: Ran,
+    files: Option<&[Vec<Extent>]>,
     block_size: u32,
     free_space: Option<FreeSpaceJson>,
 ) -> FsRun {
-    let layout = report::layout(files, block_size);
-    let mib = ran.written_bytes as f64 / f64::from(1 << 20);
+    let layout = files.map(|f| report::layout(f, block_size));
     FsRun {
         fs: name.to_string(),
+        round: 0,
         seconds: ran.seconds,
-        written_mib: mib,
-        mib_per_sec: mib / ran.seconds.max(1e-9),
-        files_per_sec: ran.files_per_sec,
-        files: layout.files,
-        extents_per_file: layout.extents_per_file,
-        max_extents: files.iter().map(|f| f.len() as u64).max().unwrap_or(0),
+        phases: ran.phases,
+        error: None,
+        fuse_trace_unavailable: ran.fuse_trace_unavailable,
+        files: layout.as_ref().map(|l| l.files),
+        extents_per_file: layout.as_ref().map(|l| l.extents_per_file),
+        max_extents: files.map(|f| f.iter().map(|e| e.len() as u64).max().unwrap_or(0)),
         free_space,
     }
 }
@@ -238,55 +383,6 @@ fn regular_files(root: &Path) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// Runs the job with `root` as its working directory.
-fn run_job(job: &Job, root: &Path) -> Result<Ran> {
-    match job {
-        Job::Fio(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            for dir in directories(&text) {
-                std::fs::create_dir_all(root.join(&dir))
-                    .with_context(|| format!("making {dir} for the job"))?;
-            }
-            let path = std::fs::canonicalize(path)?;
-            let started = Instant::now();
-            let out = kernel::run(
-                Command::new("fio")
-                    .current_dir(root)
-                    .arg("--output-format=json")
-                    .arg(&path),
-            )?;
-            Ok(Ran {
-                seconds: started.elapsed().as_secs_f64(),
-                written_bytes: fio_written(&out)?,
-                files_per_sec: None,
-            })
-        }
-        Job::FsMark { files, bytes, dirs } => {
-            // fs_mark takes directory names under 40 bytes: relative ones, from the root.
-            let log =
-                std::env::temp_dir().join(format!("extalloc-fsmark-{}.log", std::process::id()));
-            let mut cmd = Command::new("fs_mark");
-            cmd.current_dir(root).arg("-l").arg(&log);
-            for i in 0..*dirs {
-                cmd.args(["-d", &format!("fsmark{i}")]);
-            }
-            cmd.args(["-n", &files.to_string(), "-s", &bytes.to_string()]);
-            cmd.args(["-S", "0", "-k", "-L", "1", "-D", "16"]);
-            let started = Instant::now();
-            let out = kernel::run(&mut cmd);
-            let _ = std::fs::remove_file(&log);
-            let out = out?;
-            let seconds = started.elapsed().as_secs_f64();
-            Ok(Ran {
-                seconds,
-                written_bytes: files * dirs * bytes,
-                files_per_sec: Some(fsmark_files_per_sec(&out)?),
-            })
-        }
-    }
-}
-
 /// The `directory=` values of a fio job file (relative ones are made under the mount).
 pub fn directories(job: &str) -> Vec<String> {
     job.lines()
@@ -295,14 +391,6 @@ pub fn directories(job: &str) -> Vec<String> {
         .map(|d| d.trim().to_string())
         .filter(|d| !d.is_empty() && !d.starts_with('/'))
         .collect()
-}
-
-/// Bytes every job of a fio JSON report wrote.
-pub fn fio_written(json: &str) -> Result<u64> {
-    Ok(super::writeback::fio_jobs(json)?
-        .iter()
-        .map(|j| j["write"]["io_bytes"].as_u64().unwrap_or(0))
-        .sum())
 }
 
 /// fs_mark's files per second (its table's `Files/sec` column, summed over its rows).
@@ -386,28 +474,68 @@ impl Drop for ExtallocMount {
     }
 }
 
-/// The runs as a Markdown table.
-pub fn table(job: &str, runs: &[FsRun]) -> String {
-    let mut s = format!(
-        "### compare-fs: {job}\n\n| fs | seconds | MiB/s | files/s | files | extents/file | \
-         max extents | free extents | largest free (MiB) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+/// The runs' layout and free space after the job, one row per target and round.
+pub fn layout_table(runs: &[FsRun]) -> String {
+    let mut s = String::from(
+        "Layout and free space after the job:\n\n| fs | round | seconds | files | extents/file | \
+         max extents | free extents | largest free (MiB) |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
     );
+    let dash = || "-".to_string();
     for r in runs {
         let free = r.free_space.as_ref();
+        let seconds = match &r.error {
+            Some(_) => "failed".to_string(),
+            None => format!("{:.1}", r.seconds),
+        };
         s.push_str(&format!(
-            "| {} | {:.1} | {:.1} | {} | {} | {:.2} | {} | {} | {} |\n",
+            "| {} | {} | {seconds} | {} | {} | {} | {} | {} |\n",
             r.fs,
-            r.seconds,
-            r.mib_per_sec,
-            r.files_per_sec.map_or("-".into(), |v| format!("{v:.0}")),
-            r.files,
-            r.extents_per_file,
-            r.max_extents,
-            free.map_or("-".into(), |f| f.free_extents.to_string()),
+            r.round,
+            r.files.map_or_else(dash, |v| v.to_string()),
+            r.extents_per_file.map_or_else(dash, |v| format!("{v:.2}")),
+            r.max_extents.map_or_else(dash, |v| v.to_string()),
+            free.map_or_else(dash, |f| f.free_extents.to_string()),
             free.and_then(|f| f.largest_free_extent_kib)
-                .map_or("-".into(), |k| format!("{:.0}", k / 1024.0)),
+                .map_or_else(dash, |k| format!("{:.0}", k / 1024.0)),
         ));
     }
+    s
+}
+
+/// Why the FUSE targets of `runs` have no request counts ("" when they all have them).
+pub fn fuse_note(runs: &[FsRun]) -> String {
+    let mut notes: Vec<String> = runs
+        .iter()
+        .filter_map(|r| {
+            r.fuse_trace_unavailable
+                .as_ref()
+                .map(|why| format!("not counted on {}: {why}", r.fs))
+        })
+        .collect();
+    notes.sort();
+    notes.dedup();
+    notes.join("; ")
+}
+
+/// Every job's tables, then the medians side by side.
+pub fn report_text(names: &[String], rounds: usize, reports: &[JobReport]) -> String {
+    let mut s = String::new();
+    for r in reports {
+        s.push_str(&rounds::job_table(
+            &r.job,
+            rounds,
+            &r.summary,
+            &fuse_note(&r.runs),
+        ));
+        s.push('\n');
+        s.push_str(&layout_table(&r.runs));
+        s.push('\n');
+    }
+    let all: Vec<(String, Vec<PhaseSummary>)> = reports
+        .iter()
+        .map(|r| (r.job.clone(), r.summary.clone()))
+        .collect();
+    s.push_str(&rounds::side_by_side(names, &all));
     s
 }
 
@@ -416,12 +544,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn job_directories_and_fio_bytes_are_read() {
+    fn job_directories_are_read() {
         let job = "[global]\ndirectory=dir1\n[a]\ndirectory=/abs\n[b]\ndirectory=d2:d3\n";
         assert_eq!(directories(job), ["dir1", "d2", "d3"]);
-        let json = "note: x\n{\"jobs\": [{\"write\": {\"io_bytes\": 10}}, {\"write\": {\"io_bytes\": 5}}]}";
-        assert_eq!(fio_written(json).unwrap(), 15);
-        assert!(fio_written("{\"x\": 1}").is_err());
     }
 
     #[test]
@@ -432,9 +557,51 @@ mod tests {
     }
 
     #[test]
+    fn rounds_rotate_the_order_and_ratios_divide_by_ext4() {
+        assert_eq!(round_order(3, 0), [0, 1, 2]);
+        assert_eq!(round_order(3, 1), [1, 2, 0]);
+        assert_eq!(round_order(3, 2), [2, 0, 1]);
+        let t = [Target::Extalloc, Target::Fuse2fs, Target::Kernel(Fs::Ext4)];
+        assert_eq!(baseline(&t), 2);
+        assert_eq!(baseline(&t[..2]), 0);
+    }
+
+    #[test]
+    fn without_tracefs_the_report_says_so_instead_of_zeros() {
+        let mut run = failed(Target::Extalloc, 1, &anyhow::anyhow!("x"));
+        run.error = None;
+        run.phases = vec![Phase {
+            name: "create".into(),
+            unit: "ops/s".into(),
+            value: 10.0,
+            ops: 5,
+            fuse: None,
+        }];
+        run.fuse_trace_unavailable = Some("FUSE request counts need root".into());
+        let names = vec!["extalloc".to_string()];
+        let summary = rounds::summarise(&names, 0, &[vec![Some(run.phases.clone())]]);
+        let report = JobReport {
+            job: "metadata".into(),
+            runs: vec![run],
+            summary,
+        };
+        let text = report_text(&names, 1, &[report]);
+        assert!(
+            text.contains("FUSE requests: not counted on extalloc: FUSE request counts need root"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| create | ops/s | extalloc | 10.0 | 10.0-10.0 | 1.00 | 1.00 | - |"),
+            "{text}"
+        );
+        assert!(!text.contains("requests per operation by opcode"), "{text}");
+    }
+
+    #[test]
     fn targets_parse() {
         assert_eq!(Target::parse("extalloc").unwrap(), Target::Extalloc);
         assert_eq!(Target::parse("xfs").unwrap(), Target::Kernel(Fs::Xfs));
+        assert_eq!(Target::parse("fuse2fs").unwrap(), Target::Fuse2fs);
         assert!(Target::parse("zfs").is_err());
     }
 }
