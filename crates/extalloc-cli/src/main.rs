@@ -259,8 +259,9 @@ enum Command {
 /// A workload and its options (shared by `bench` and `compare`).
 #[derive(clap::Args)]
 struct BenchArgs {
-    /// The workload (bench: or --suite).
-    #[arg(value_enum, required_unless_present = "suite")]
+    /// The workload (bench: or --suite; checked when the options are read, since
+    /// `compare` shares these arguments and has no --suite).
+    #[arg(value_enum)]
     workload: Option<Workload>,
     /// Thread counts, comma-separated (`--jobs` is the same) [default: 1,2,4,8; frag 16].
     #[arg(long, visible_alias = "jobs")]
