@@ -116,6 +116,36 @@ fn syncfs(path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Before a shutdown (`fs/shutdown.rs`): `syncfs` of the mount from a thread of its own,
+/// so the kernel hands over what it still holds (dirty pages, and the times its writeback
+/// cache keeps: fstests generic/622 found an mtime the shutdown's commit missed), waited
+/// for at most [`HAND_OVER_WAIT`]. Other session threads serve what the sync sends; with a single
+/// session thread, the one calling this, nothing can, so the wait ends at `wait` and the
+/// sync finishes after the shutdown, refused.
+pub(crate) fn hand_over(mountpoint: &Path) {
+    let wait = HAND_OVER_WAIT;
+    let (done, finished) = std::sync::mpsc::channel();
+    let path = mountpoint.to_path_buf();
+    let spawned = std::thread::Builder::new()
+        .name("extalloc-syncfs".into())
+        .spawn(move || {
+            let r = syncfs(&path);
+            let _ = done.send(r);
+        });
+    match spawned.map(|_| finished.recv_timeout(wait)) {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => log::warn!("shutdown: syncfs {}: {e}", mountpoint.display()),
+        Ok(Err(_)) => log::warn!(
+            "shutdown: syncfs {} still running after {wait:?}: committing without it",
+            mountpoint.display()
+        ),
+        Err(e) => log::warn!("shutdown: cannot start the syncfs thread: {e}"),
+    }
+}
+
+/// How long a shutdown waits for the kernel to hand over what it holds ([`hand_over`]).
+pub const HAND_OVER_WAIT: Duration = Duration::from_secs(5);
+
 /// `umount2(path, MNT_DETACH)`.
 fn detach(path: &Path) -> std::io::Result<()> {
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())?;

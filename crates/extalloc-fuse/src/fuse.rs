@@ -45,6 +45,8 @@ pub struct FuseFs {
     block_size: u32,
     /// The flags of the mount `fs` is served on.
     flags: MountFlags,
+    /// Where it is mounted (canonical).
+    mountpoint: std::path::PathBuf,
 }
 
 impl FuseFs {
@@ -62,6 +64,7 @@ impl FuseFs {
             notifier,
             block_size,
             flags: MountFlags::new(&mountpoint),
+            mountpoint,
         }
     }
 
@@ -76,11 +79,6 @@ impl FuseFs {
     /// its attributes are dropped now; `stat` then asks again (fstests generic/683-685).
     fn mode_changed(&self, ino: u64) {
         drop_attrs(&self.notifier, ino);
-    }
-
-    /// Reads the mount's atime flags again if they are over a second old.
-    fn refresh_mount_flags(&self) {
-        self.flags.refresh_atime(&self.fs);
     }
 
     /// `r`, settled as the mount's `sync`/`dirsync` ask (`fs/syncmode.rs`).
@@ -285,7 +283,7 @@ impl Filesystem for FuseFs {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.refresh_mount_flags();
+        self.flags.refresh_atime(&self.fs);
         let keep = self.fs.access_keeps_atime(ino.0);
         let flags_out = if keep { OPEN_KEEPING_FLAGS } else { OPEN_FLAGS };
         opened(self.fs.open(ino.0, flags.0), flags_out, reply);
@@ -302,7 +300,7 @@ impl Filesystem for FuseFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.refresh_mount_flags();
+        self.flags.refresh_atime(&self.fs);
         data(self.fs.read(ino.0, offset, size), reply);
     }
 
@@ -375,7 +373,7 @@ impl Filesystem for FuseFs {
         mut reply: ReplyDirectory,
     ) {
         if offset == 0 {
-            self.refresh_mount_flags();
+            self.flags.refresh_atime(&self.fs);
         }
         let r = self.fs.readdir(fh.0, offset, |name, ino, kind, next| {
             reply.add(
@@ -400,7 +398,7 @@ impl Filesystem for FuseFs {
         mut reply: ReplyDirectoryPlus,
     ) {
         if offset == 0 {
-            self.refresh_mount_flags();
+            self.flags.refresh_atime(&self.fs);
         }
         let r = self.fs.readdirplus(fh.0, offset, |name, a, next| {
             let attr = self.file_attr(a);
@@ -553,16 +551,19 @@ impl Filesystem for FuseFs {
         // chattr and lsattr (`fs/flags.rs`; the kernel has checked who may), and the
         // shutdown (`fs/shutdown.rs`). The kernel keeps the attributes it cached across
         // the ioctl: a set moved ctime, so drop them.
+        if cmd == flags::FS_IOC_SHUTDOWN && req.uid() == 0 && !self.fs.is_down() {
+            crate::ending::hand_over(&self.mountpoint);
+        }
+        let set = matches!(cmd, flags::FS_IOC_SETFLAGS | flags::FS_IOC_FSSETXATTR);
         let r = self.fs.ioctl(ino.0, cmd, in_data, caller(req));
-        let settle = matches!(cmd, flags::FS_IOC_SETFLAGS | flags::FS_IOC_FSSETXATTR);
-        match if settle {
-            self.settled(r, Settle::Inode(ino.0))
-        } else {
-            r
-        } {
+        let what = match set {
+            true => Settle::Inode(ino.0),
+            false => Settle::Nothing,
+        };
+        match self.settled(r, what) {
             Ok(out) => {
                 reply.ioctl(0, &out);
-                if matches!(cmd, flags::FS_IOC_SETFLAGS | flags::FS_IOC_FSSETXATTR) {
+                if set {
                     self.mode_changed(ino.0);
                 }
             }

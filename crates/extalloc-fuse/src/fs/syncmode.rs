@@ -66,6 +66,8 @@ pub enum Settle {
     Names,
     /// An inode's attributes (or its data's size and blocks).
     Inode(u64),
+    /// Nothing the mount's sync modes cover (a query).
+    Nothing,
 }
 
 impl Fs {
@@ -83,7 +85,9 @@ impl Fs {
     /// the change stands in memory and becomes durable at a later commit, if any succeeds.
     pub fn settle(&self, what: Settle) -> FsResult<()> {
         match (self.sync_mode(), what) {
-            (SyncMode::Lazy, _) | (SyncMode::DirSync, Settle::Inode(_)) => Ok(()),
+            (SyncMode::Lazy, _) | (SyncMode::DirSync, Settle::Inode(_)) | (_, Settle::Nothing) => {
+                Ok(())
+            }
             (_, Settle::Names) => Ok(self.vol.volume().sync()?),
             (SyncMode::Sync, Settle::Inode(ino)) => self.fsync(ino),
         }
