@@ -343,8 +343,9 @@ fn allocated_counts_mapped_and_reserved_blocks_not_the_size() {
     fs.unmount().unwrap();
 }
 
-/// A removed file's blocks are free in statfs at once (its free is made durable first),
-/// not at the next fsync or mount.
+/// A removed file's blocks are free in statfs at once, with no commit (as ext4 counts
+/// them), not at the next fsync or mount; a write that needs them gets them (the volume
+/// commits the waiting frees when it finds no room).
 #[test]
 fn statfs_counts_a_removed_files_blocks_as_free() {
     let dev = device(9);
@@ -364,6 +365,15 @@ fn statfs_counts_a_removed_files_blocks_as_free() {
         (before.free, before.available),
         "{before:?} -> {after:?}"
     );
+    assert!(
+        fs.volume().statfs().pending_blocks >= 2048,
+        "statfs committed nothing: the frees still wait"
+    );
+    // A file as large as what statfs says is available (less a little for its map): it
+    // needs the waiting blocks, and gets them.
+    let g = put(&fs, ROOT, "g", b"");
+    let bytes = (after.available - 64) * u64::from(after.block_size);
+    fs.fallocate(g, 0, bytes, 0, ME).unwrap();
     fs.unmount().unwrap();
 }
 
