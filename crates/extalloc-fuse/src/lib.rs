@@ -24,6 +24,7 @@
 #![warn(missing_docs)]
 
 pub mod acl;
+pub mod bdi;
 pub mod commit;
 pub mod dir;
 mod ending;

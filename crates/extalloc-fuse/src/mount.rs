@@ -51,6 +51,9 @@ pub struct MountOptions {
     pub read_only: bool,
     /// The mount point's flags beside `ro`.
     pub flags: MountFlags,
+    /// The share of the kernel's dirty page threshold the mount may hold, in percent
+    /// (`bdi.rs`): 100 as a kernel file system, 1 as FUSE's strict default.
+    pub kernel_dirty_ratio: u32,
 }
 
 /// Mount flags the kernel applies to the mount point (mount(8)'s `nosuid`, `nodev`,
@@ -119,6 +122,9 @@ pub fn serve(opts: &MountOptions, ready: impl FnOnce(&MountReport)) -> Result<()
         .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))
         .and_then(|m| {
             let m = m.ok_or("the new mount is not in /proc/self/mountinfo")?;
+            if let Err(e) = crate::bdi::set_dirty_ratio(m.dev, opts.kernel_dirty_ratio) {
+                log::warn!("the kernel keeps FUSE's 1 % dirty limit for this mount: {e}");
+            }
             let ending = Ending {
                 mountpoint: mountpoint.clone(),
                 connection: m.connection(),

@@ -33,6 +33,11 @@ pub struct MountArgs {
     /// docs/mount.md "Round trips": more threads than cores only add context switches).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
+    /// The share of the kernel's dirty page threshold the mount may hold, in percent (1 to
+    /// 100): 100 as a kernel file system, 1 as FUSE's strict default (the kernel then sends
+    /// random writes one page a request; docs/mount.md "Round trips").
+    #[arg(long, default_value_t = 100)]
+    pub kernel_dirty_ratio: u32,
     /// The dirty cache's hard limit (writers wait above it).
     #[arg(long, default_value = "256MiB")]
     pub dirty_limit: String,
@@ -154,6 +159,10 @@ pub fn mount(args: &MountArgs) -> Result<()> {
 
 fn options(args: &MountArgs) -> Result<MountOptions> {
     anyhow::ensure!(
+        (1..=100).contains(&args.kernel_dirty_ratio),
+        "--kernel-dirty-ratio must be a percentage from 1 to 100"
+    );
+    anyhow::ensure!(
         (0..=64).contains(&args.threads),
         "--threads must be from 0 (one per CPU) to 64"
     );
@@ -173,6 +182,7 @@ fn options(args: &MountArgs) -> Result<MountOptions> {
         writeback,
         policy: Policy::parse(&args.policy).context("--policy")?,
         commit_interval: std::time::Duration::from_secs(args.commit_interval),
+        kernel_dirty_ratio: args.kernel_dirty_ratio,
         read_only: args.flags()?.0,
         flags: args.flags()?.1,
     })
@@ -272,6 +282,7 @@ fn detach(args: &MountArgs) -> Result<()> {
         .args(["--wb-contexts", &args.wb_contexts.to_string()])
         .args(["--policy", &args.policy])
         .args(["--commit-interval", &args.commit_interval.to_string()])
+        .args(["--kernel-dirty-ratio", &args.kernel_dirty_ratio.to_string()])
         .args(args.flag_args()?)
         .arg(&args.device)
         .arg(&args.mountpoint)
