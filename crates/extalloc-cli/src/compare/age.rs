@@ -129,6 +129,35 @@ pub fn extents_per_file(files: &[&FileLayout]) -> (f64, f64, f64) {
     (mean, nearest_rank(&v, 0.5), nearest_rank(&v, 0.99))
 }
 
+/// Blocks within which a file that starts after the previous file's end counts as next to
+/// it (256: 1 MiB of 4 KiB blocks).
+pub const NEAR_BLOCKS: u64 = 256;
+
+/// Of consecutive files in path order (a proxy for the order `grep -r` reads them in),
+/// the percentage whose first block is not within [`NEAR_BLOCKS`] after the previous
+/// file's last block: how often a reader of the tree jumps. Empty files are skipped; 0
+/// with fewer than two files.
+pub fn jumps_pct(files: &[&FileLayout]) -> f64 {
+    let mut sorted: Vec<&FileLayout> = files
+        .iter()
+        .copied()
+        .filter(|f| !f.extents.is_empty())
+        .collect();
+    sorted.sort_by(|a, b| a.path.cmp(&b.path));
+    if sorted.len() < 2 {
+        return 0.0;
+    }
+    let jumps = sorted
+        .windows(2)
+        .filter(|w| {
+            let end = w[0].extents.last().expect("not empty").end();
+            let start = w[1].extents[0].start;
+            !(end..end + NEAR_BLOCKS).contains(&start)
+        })
+        .count();
+    100.0 * jumps as f64 / (sorted.len() - 1) as f64
+}
+
 /// The groups of a [`FreeSpace`] (ext4 from dumpe2fs, extalloc from its store).
 fn groups_of(fs: &FreeSpace) -> Vec<GroupFrag> {
     fs.groups
@@ -390,6 +419,19 @@ mod tests {
         assert_eq!(nearest_rank(&v, 1.0), 100.0);
         assert_eq!(nearest_rank(&v, 0.0), 1.0);
         assert_eq!(nearest_rank(&[], 0.5), 0.0);
+    }
+
+    #[test]
+    fn jumps_between_files_in_path_order() {
+        let f = |p: &str, start: u64| FileLayout {
+            path: p.into(),
+            extents: vec![Extent::new(start, 2)],
+        };
+        // a(10-11) -> b(12): near; b -> c(5000): a jump; c -> d(3): backwards, a jump.
+        let files = [f("d", 3), f("b", 12), f("a", 10), f("c", 5000)];
+        let refs: Vec<&FileLayout> = files.iter().collect();
+        assert!((jumps_pct(&refs) - 200.0 / 3.0).abs() < 1e-9);
+        assert_eq!(jumps_pct(&refs[..1]), 0.0);
     }
 
     #[test]

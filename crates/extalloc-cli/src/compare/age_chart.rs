@@ -1,5 +1,6 @@
-//! `age-git`'s chart: the layout score (upper half) and the aged tree's extents per file
-//! (lower half) against checkouts, one line per file system (plotters, as `lab/charts.rs`).
+//! `age-git`'s chart: the layout score, the aged tree's extents per file and its jumps %
+//! (three panels) against checkouts, one line per file system (plotters, as
+//! `lab/charts.rs`).
 //!
 //! Data structures: none of its own (it reads [`GitRun`]s).
 //!
@@ -26,10 +27,10 @@ pub fn git_chart(runs: &[GitRun], path: &Path) -> Result<bool> {
         .iter()
         .flat_map(|r| r.points.iter().map(|p| p.checkouts as f64))
         .fold(1.0, f64::max);
-    let root = BitMapBackend::new(path, (760, 640)).into_drawing_area();
+    let root = BitMapBackend::new(path, (640, 720)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
-    let halves = root.split_evenly((2, 1));
-    let panels: [Panel; 2] = [
+    let halves = root.split_evenly((3, 1));
+    let panels: [Panel; 3] = [
         (
             "age-git: layout score (aged / fresh cold read)",
             "score",
@@ -38,6 +39,11 @@ pub fn git_chart(runs: &[GitRun], path: &Path) -> Result<bool> {
         ("extents per file of the aged tree", "extents/file", |p| {
             p.aged_extents_per_file
         }),
+        (
+            "aged tree: % of files not within 1 MiB after the previous",
+            "jumps %",
+            |p| p.aged_jumps_pct,
+        ),
     ];
     for (area, (title, y_desc, value)) in halves.iter().zip(panels) {
         let series: Vec<(&str, Vec<(f64, f64)>)> = measured
@@ -64,6 +70,8 @@ pub fn git_chart(runs: &[GitRun], path: &Path) -> Result<bool> {
             .map_err(err)?;
         chart
             .configure_mesh()
+            // No light grid: the PNG stays small enough to commit.
+            .light_line_style(WHITE)
             .x_desc("checkouts")
             .y_desc(y_desc)
             .draw()

@@ -6,7 +6,10 @@
 //! the median of `--age-reads` such reads),
 //! then a fresh copy of the same tree (`git archive | tar -x` into a new directory of the
 //! same file system) is read the same way: layout score = aged time / fresh time (above 1:
-//! the aged tree reads slower). Extents per file of both trees come from `AgeFs::layout`.
+//! the aged tree reads slower). Extents per file of both trees come from `AgeFs::layout`,
+//! and how often a reader jumps from one file's data to a far place for the next
+//! (`age::jumps_pct`): on a RAM-backed device the read times are mostly CPU, the layout
+//! figures are what aging changes.
 //! The copy is removed before the next checkout.
 //!
 //! Data structures: [`GitOptions`], [`GitPoint`] (one measurement), [`GitRun`] (one
@@ -15,7 +18,7 @@
 //! Invariant: the aged tree is `aged/` and the copy `fresh/` under the root, and nothing
 //! else is written there; the copy exists only during a measurement. No locks.
 
-use super::age::{extents_per_file, AgeFs, FileLayout};
+use super::age::{extents_per_file, jumps_pct, AgeFs, FileLayout};
 use super::kernel;
 use super::rounds::median;
 use anyhow::{bail, Context, Result};
@@ -65,6 +68,11 @@ pub struct GitPoint {
     pub aged_extents_p99: f64,
     /// The same of the fresh copy.
     pub fresh_extents_p99: f64,
+    /// Of consecutive files of the aged tree (path order), the percentage whose data does
+    /// not follow the previous file's within 1 MiB (`age::jumps_pct`).
+    pub aged_jumps_pct: f64,
+    /// The same of the fresh copy.
+    pub fresh_jumps_pct: f64,
 }
 
 /// One target's curve.
@@ -230,6 +238,8 @@ fn measure(fs: &mut AgeFs, checkouts: usize, commit: &str, reads: usize) -> Resu
         fresh_extents_per_file: f_mean,
         aged_extents_p99: a_p99,
         fresh_extents_p99: f_p99,
+        aged_jumps_pct: jumps_pct(&aged),
+        fresh_jumps_pct: jumps_pct(&fresh),
     })
 }
 
@@ -284,13 +294,13 @@ pub fn run_on(
 pub fn table(runs: &[GitRun]) -> String {
     let mut s = String::from(
         "| fs | checkouts | files | aged read (s) | fresh read (s) | layout score | \
-         extents/file aged | fresh | p99 aged | p99 fresh | checkouts took (s) |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+         extents/file aged | fresh | p99 aged | p99 fresh | jumps % aged | fresh | \
+         checkouts took (s) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in runs {
         for p in &r.points {
             s.push_str(&format!(
-                "| {} | {} | {} | {:.3} | {:.3} | {:.2} | {:.3} | {:.3} | {:.0} | {:.0} | {:.1} |\n",
+                "| {} | {} | {} | {:.3} | {:.3} | {:.2} | {:.3} | {:.3} | {:.0} | {:.0} | {:.1} | {:.1} | {:.1} |\n",
                 r.fs,
                 p.checkouts,
                 p.files,
@@ -301,6 +311,8 @@ pub fn table(runs: &[GitRun]) -> String {
                 p.fresh_extents_per_file,
                 p.aged_extents_p99,
                 p.fresh_extents_p99,
+                p.aged_jumps_pct,
+                p.fresh_jumps_pct,
                 p.checkout_seconds
             ));
         }

@@ -1,6 +1,7 @@
 //! `compare-fs age-profile`: a Geriatrix-like aging (ATC'18). Files whose sizes are
 //! log-uniform between two bounds fill the file system to a target share of its capacity
-//! (statvfs's size of the fresh file system); then churn deletes and creates files, keeping
+//! (statvfs's size of the fresh file system), each file fsynced once written (so it is
+//! allocated while its neighbours live); then churn deletes and creates files, keeping
 //! that level, until the bytes created since the fill reach `rewrites` x the capacity. A
 //! share of the files is short-lived: the files deleted are short-lived ones nine times in
 //! ten (while there are any), else any live file. Everything is drawn from one seeded
@@ -196,7 +197,7 @@ pub fn file_path(root: &Path, id: u64) -> PathBuf {
     root.join(format!("p/d{:02}/f{id}", id % 64))
 }
 
-/// Writes `bytes` of `pattern` (repeated) to a new file.
+/// Writes `bytes` of `pattern` (repeated) to a new file, then fsyncs it.
 fn write_file(path: &Path, bytes: u64, pattern: &[u8]) -> Result<()> {
     let mut f =
         std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
@@ -207,7 +208,11 @@ fn write_file(path: &Path, bytes: u64, pattern: &[u8]) -> Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
         left -= n as u64;
     }
-    Ok(())
+    // Allocated now, while its neighbours are live: without it the kernel's delayed
+    // allocation never allocates most short-lived files (deleted before writeback), and
+    // the churn would not age the file system at all.
+    f.sync_all()
+        .with_context(|| format!("fsync of {}", path.display()))
 }
 
 /// Runs the profile's steps in `root` until it is done; the files are written with
