@@ -133,11 +133,12 @@ pub fn extents_per_file(files: &[&FileLayout]) -> (f64, f64, f64) {
 /// it (256: 1 MiB of 4 KiB blocks).
 pub const NEAR_BLOCKS: u64 = 256;
 
-/// Of consecutive files in path order (a proxy for the order `grep -r` reads them in),
+/// Of consecutive files in path order (a proxy for the order `grep -r` reads them in):
 /// the percentage whose first block is not within [`NEAR_BLOCKS`] after the previous
-/// file's last block: how often a reader of the tree jumps. Empty files are skipped; 0
-/// with fewer than two files.
-pub fn jumps_pct(files: &[&FileLayout]) -> f64 {
+/// file's last block (how often a reader of the tree jumps), and the percentage whose
+/// first block is not within [`NEAR_BLOCKS`] of it either way (how often it jumps far).
+/// Empty files are skipped; zeros with fewer than two files.
+pub fn jumps_pct(files: &[&FileLayout]) -> (f64, f64) {
     let mut sorted: Vec<&FileLayout> = files
         .iter()
         .copied()
@@ -145,17 +146,17 @@ pub fn jumps_pct(files: &[&FileLayout]) -> f64 {
         .collect();
     sorted.sort_by(|a, b| a.path.cmp(&b.path));
     if sorted.len() < 2 {
-        return 0.0;
+        return (0.0, 0.0);
     }
-    let jumps = sorted
-        .windows(2)
-        .filter(|w| {
-            let end = w[0].extents.last().expect("not empty").end();
-            let start = w[1].extents[0].start;
-            !(end..end + NEAR_BLOCKS).contains(&start)
-        })
-        .count();
-    100.0 * jumps as f64 / (sorted.len() - 1) as f64
+    let (mut jumps, mut far) = (0, 0);
+    for w in sorted.windows(2) {
+        let end = w[0].extents.last().expect("not empty").end();
+        let start = w[1].extents[0].start;
+        jumps += usize::from(!(end..end + NEAR_BLOCKS).contains(&start));
+        far += usize::from(start.abs_diff(end) >= NEAR_BLOCKS);
+    }
+    let pct = |n: usize| 100.0 * n as f64 / (sorted.len() - 1) as f64;
+    (pct(jumps), pct(far))
 }
 
 /// The groups of a [`FreeSpace`] (ext4 from dumpe2fs, extalloc from its store).
@@ -427,11 +428,12 @@ mod tests {
             path: p.into(),
             extents: vec![Extent::new(start, 2)],
         };
-        // a(10-11) -> b(12): near; b -> c(5000): a jump; c -> d(3): backwards, a jump.
-        let files = [f("d", 3), f("b", 12), f("a", 10), f("c", 5000)];
+        // a(10-11) -> b(12): near; b -> c(5000): a far jump; c -> d(3): a far jump back;
+        // d(3-4) -> e(1): a near jump back.
+        let files = [f("d", 3), f("b", 12), f("a", 10), f("c", 5000), f("e", 1)];
         let refs: Vec<&FileLayout> = files.iter().collect();
-        assert!((jumps_pct(&refs) - 200.0 / 3.0).abs() < 1e-9);
-        assert_eq!(jumps_pct(&refs[..1]), 0.0);
+        assert_eq!(jumps_pct(&refs), (75.0, 50.0));
+        assert_eq!(jumps_pct(&refs[..1]), (0.0, 0.0));
     }
 
     #[test]

@@ -7,8 +7,8 @@
 //! then a fresh copy of the same tree (`git archive | tar -x` into a new directory of the
 //! same file system) is read the same way: layout score = aged time / fresh time (above 1:
 //! the aged tree reads slower). Extents per file of both trees come from `AgeFs::layout`,
-//! and how often a reader jumps from one file's data to a far place for the next
-//! (`age::jumps_pct`): on a RAM-backed device the read times are mostly CPU, the layout
+//! and how often a reader jumps from one file's data to another place for the next, and
+//! how often that place is far (`age::jumps_pct`): on a RAM-backed device the read times are mostly CPU, the layout
 //! figures are what aging changes.
 //! The copy is removed before the next checkout.
 //!
@@ -73,6 +73,11 @@ pub struct GitPoint {
     pub aged_jumps_pct: f64,
     /// The same of the fresh copy.
     pub fresh_jumps_pct: f64,
+    /// Of consecutive files of the aged tree, the percentage whose data is not within
+    /// 1 MiB of the previous file's end either way.
+    pub aged_far_pct: f64,
+    /// The same of the fresh copy.
+    pub fresh_far_pct: f64,
 }
 
 /// One target's curve.
@@ -226,6 +231,7 @@ fn measure(fs: &mut AgeFs, checkouts: usize, commit: &str, reads: usize) -> Resu
     std::fs::remove_dir_all(&copy).with_context(|| format!("removing {}", copy.display()))?;
     let (a_mean, _, a_p99) = extents_per_file(&aged);
     let (f_mean, _, f_p99) = extents_per_file(&fresh);
+    let ((a_jumps, a_far), (f_jumps, f_far)) = (jumps_pct(&aged), jumps_pct(&fresh));
     Ok(GitPoint {
         checkouts,
         commit: commit.to_string(),
@@ -238,8 +244,10 @@ fn measure(fs: &mut AgeFs, checkouts: usize, commit: &str, reads: usize) -> Resu
         fresh_extents_per_file: f_mean,
         aged_extents_p99: a_p99,
         fresh_extents_p99: f_p99,
-        aged_jumps_pct: jumps_pct(&aged),
-        fresh_jumps_pct: jumps_pct(&fresh),
+        aged_jumps_pct: a_jumps,
+        fresh_jumps_pct: f_jumps,
+        aged_far_pct: a_far,
+        fresh_far_pct: f_far,
     })
 }
 
@@ -295,12 +303,13 @@ pub fn table(runs: &[GitRun]) -> String {
     let mut s = String::from(
         "| fs | checkouts | files | aged read (s) | fresh read (s) | layout score | \
          extents/file aged | fresh | p99 aged | p99 fresh | jumps % aged | fresh | \
-         checkouts took (s) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+         far % aged | fresh | checkouts took (s) |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in runs {
         for p in &r.points {
             s.push_str(&format!(
-                "| {} | {} | {} | {:.3} | {:.3} | {:.2} | {:.3} | {:.3} | {:.0} | {:.0} | {:.1} | {:.1} | {:.1} |\n",
+                "| {} | {} | {} | {:.3} | {:.3} | {:.2} | {:.3} | {:.3} | {:.0} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |\n",
                 r.fs,
                 p.checkouts,
                 p.files,
@@ -313,6 +322,8 @@ pub fn table(runs: &[GitRun]) -> String {
                 p.fresh_extents_p99,
                 p.aged_jumps_pct,
                 p.fresh_jumps_pct,
+                p.aged_far_pct,
+                p.fresh_far_pct,
                 p.checkout_seconds
             ));
         }
