@@ -9,7 +9,8 @@ use anyhow::{Context, Result};
 pub struct CompareFsArgs {
     /// Jobs: fio job files (run from the mount's root; relative directories are made first),
     /// fsmark, metadata, tar, git-clone, stress-dentry, stress-fallocate, or issue34 for all
-    /// of issue 34's table (run from the repository's root: its fio jobs are in jobs/).
+    /// of issue 34's table (run from the repository's root: its fio jobs are in jobs/); the
+    /// aging jobs age-git and age-profile (issue 35) run once per target, after the rest.
     #[arg(required = true)]
     pub jobs: Vec<String>,
     /// File systems, comma-separated: ext4, xfs, btrfs, extalloc, fuse2fs. Ratios are to
@@ -45,6 +46,9 @@ pub struct CompareFsArgs {
     /// Also write the runs and their summaries as JSON here.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
+    /// The aging jobs (age-git, age-profile).
+    #[command(flatten)]
+    pub age: super::compare_age::AgeArgs,
 }
 
 /// Positive numbers separated by commas, `n` of them.
@@ -72,7 +76,8 @@ fn compare_fs_jobs(
     use extalloc_cli::compare::jobs::{self, Job};
     let mut tarball = None;
     let mut out = Vec::new();
-    for name in jobs::expand_names(&args.jobs)? {
+    let (_, names) = super::compare_age::split_jobs(&args.jobs);
+    for name in jobs::expand_names(&names)? {
         out.push(match name.as_str() {
             "fsmark" => {
                 let v = positive_list(&args.fsmark, 3, "--fsmark FILES,BYTES,DIRS")?;
@@ -141,16 +146,33 @@ pub fn compare_fs(args: &CompareFsArgs) -> Result<()> {
     if let Some(p) = &args.json {
         writable_file("--json", p)?;
     }
+    let (aging, rest) = super::compare_age::split_jobs(&args.jobs);
+    let age_opts = super::compare_age::options(
+        &args.age,
+        &aging,
+        args.repo.as_ref(),
+        opts.device_bytes,
+        opts.block_size,
+    )?;
     let (jobs, _tarball) = compare_fs_jobs(args)?;
-    let reports = mounted::run(&jobs, &targets, &opts)?;
     let names: Vec<String> = targets.iter().map(|t| t.name().to_string()).collect();
-    println!("{}", mounted::report_text(&names, args.repeat, &reports));
+    let mut reports = Vec::new();
+    if !rest.is_empty() {
+        reports = mounted::run(&jobs, &targets, &opts)?;
+        println!("{}", mounted::report_text(&names, args.repeat, &reports));
+    }
+    let aging_report = if aging.is_empty() {
+        None
+    } else {
+        Some(super::compare_age::run(&args.age, &targets, &age_opts)?)
+    };
     if let Some(p) = &args.json {
         let json = serde_json::json!({
             "schema": "extalloc-compare-fs/2",
             "targets": names,
             "rounds": args.repeat,
             "jobs": reports,
+            "aging": aging_report,
         });
         std::fs::write(p, serde_json::to_string_pretty(&json)?)
             .with_context(|| format!("writing {}", p.display()))?;

@@ -2,6 +2,7 @@
 //! `main.rs` holds the arguments and the dispatch only.
 
 pub mod commands;
+pub mod compare_age;
 pub mod compare_fs;
 pub mod device;
 pub mod fsck;

@@ -10,8 +10,15 @@
 //!
 //! `extalloc compare-fs` lives in the submodules: `mounted` (targets, rounds, the report),
 //! `jobs` (what runs in the mount), `fuse2fs` (fuse2fs as a target), `fusetrace` (FUSE
-//! requests by opcode from tracefs) and `rounds` (medians and same-round ratios).
+//! requests by opcode from tracefs) and `rounds` (medians and same-round ratios); its
+//! aging jobs in `age_run` (`age_git`, `age_profile` on `age`'s remountable targets).
 
+pub mod age;
+pub mod age_chart;
+pub mod age_freespace;
+pub mod age_git;
+pub mod age_profile;
+pub mod age_run;
 pub mod fiemap;
 pub mod freespace;
 pub mod fuse2fs;

@@ -329,7 +329,7 @@ fn extalloc_run(job: &Job, opts: &Options) -> Result<FsRun> {
 }
 
 /// A volume file's extents in logical order, physically contiguous ones merged.
-fn merged(map: &[extalloc::volume::FileExtent]) -> Vec<Extent> {
+pub(super) fn merged(map: &[extalloc::volume::FileExtent]) -> Vec<Extent> {
     let mut sorted: Vec<_> = map.to_vec();
     sorted.sort_by_key(|e| e.logical);
     let mut out: Vec<Extent> = Vec::new();
@@ -365,7 +365,7 @@ fn fs_run(
 }
 
 /// Every regular file under `root`.
-fn regular_files(root: &Path) -> Result<Vec<PathBuf>> {
+pub(super) fn regular_files(root: &Path) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -413,15 +413,16 @@ pub fn fsmark_files_per_sec(out: &str) -> Result<f64> {
 }
 
 /// An extalloc image in /dev/shm, mounted by `extalloc mount` in a child process;
-/// unmounted and removed on drop.
-struct ExtallocMount {
-    image: PathBuf,
-    mountpoint: PathBuf,
+/// unmounted and removed on drop. The aging jobs (`age.rs`) unmount and mount it again.
+pub struct ExtallocMount {
+    pub(super) image: PathBuf,
+    pub(super) mountpoint: PathBuf,
     pid: Option<u32>,
 }
 
 impl ExtallocMount {
-    fn create(bytes: u64, block_size: u32) -> Result<Self> {
+    /// A fresh image of `bytes`, made by `extalloc mkfs`, mounted.
+    pub(super) fn create(bytes: u64, block_size: u32) -> Result<Self> {
         let tag = format!("extalloc-compare-{}-extalloc", std::process::id());
         let mut m = ExtallocMount {
             image: PathBuf::from("/dev/shm").join(format!("{tag}.img")),
@@ -437,22 +438,30 @@ impl ExtallocMount {
                 .args(["--size", &bytes.to_string()])
                 .args(["--block-size", &block_size.to_string()]),
         )?;
+        m.mount()?;
+        Ok(m)
+    }
+
+    /// Mounts the image again (after [`ExtallocMount::unmount`]).
+    pub(super) fn mount(&mut self) -> Result<()> {
+        anyhow::ensure!(self.pid.is_none(), "{} is mounted", self.image.display());
+        let exe = std::env::current_exe().context("cannot find the extalloc executable")?;
         let out = kernel::run(
             Command::new(&exe)
                 .arg("mount")
-                .arg(&m.image)
-                .arg(&m.mountpoint),
+                .arg(&self.image)
+                .arg(&self.mountpoint),
         )?;
-        m.pid = out
+        self.pid = out
             .rsplit_once("(process ")
             .and_then(|(_, p)| p.trim().trim_end_matches(')').parse().ok());
-        anyhow::ensure!(m.pid.is_some(), "no process id in mount's answer: {out}");
-        Ok(m)
+        anyhow::ensure!(self.pid.is_some(), "no process id in mount's answer: {out}");
+        Ok(())
     }
 
     /// Unmounts and waits for the daemon to write everything back and release the device
     /// (`extalloc umount`; a plain `umount` returns before that).
-    fn unmount(&mut self) -> Result<()> {
+    pub(super) fn unmount(&mut self) -> Result<()> {
         if self.pid.take().is_some() {
             let ten_minutes = std::time::Duration::from_secs(600);
             extalloc_fuse::umount::unmount(&self.mountpoint, ten_minutes, &|m| {

@@ -135,7 +135,7 @@ fn policies(report: &Report) -> Vec<&str> {
     out
 }
 
-fn err<E: std::fmt::Display>(e: E) -> anyhow::Error {
+pub(crate) fn err<E: std::fmt::Display>(e: E) -> anyhow::Error {
     anyhow::anyhow!("drawing: {e}")
 }
 
@@ -293,7 +293,7 @@ fn throughput_bars(report: &Report, threads: usize, path: &Path) -> Result<()> {
 }
 
 /// One line with dots per policy, and the legend.
-fn draw_lines<'a, DB, Y>(
+pub(crate) fn draw_lines<'a, DB, Y>(
     chart: &mut ChartContext<'a, DB, Cartesian2d<RangedCoordf64, Y>>,
     series: Vec<(&str, Vec<(f64, f64)>)>,
 ) -> Result<()>
