@@ -19,8 +19,6 @@ use extalloc::volume::Volume;
 use std::ffi::{c_char, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
-/// Bytes one read of `extalloc_volume_get` asks the volume for.
-const READ_BYTES: u64 = 1 << 20;
 
 /// An open volume (opaque). Made by `extalloc_volume_create` or `extalloc_volume_open`,
 /// freed by `extalloc_volume_close`.
@@ -164,14 +162,7 @@ pub unsafe extern "C" fn extalloc_volume_put(
             // SAFETY: non-NULL and `len` readable bytes (the caller's promise).
             (false, _) => unsafe { std::slice::from_raw_parts(data, len) },
         };
-        let new = vol.create(&[])?;
-        if !bytes.is_empty() {
-            if let Err(e) = vol.write(new, 0, bytes) {
-                let _ = vol.unlink(new);
-                return Err(e.into());
-            }
-        }
-        *id = new;
+        *id = vol.put(&[], bytes)?;
         Ok(())
     })
 }
@@ -231,19 +222,15 @@ pub unsafe extern "C" fn extalloc_volume_get(
                 format!("blob {id} holds {size} bytes, the buffer {cap}"),
             ));
         }
-        let mut at = 0u64;
-        while at < size {
-            let bytes = vol.read(id, at, READ_BYTES.min(size - at))?;
-            if bytes.is_empty() {
-                break;
-            }
-            // SAFETY: `at + bytes.len() <= size <= cap` bytes of `buf` (non-NULL: size > 0).
-            unsafe {
-                std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.add(at as usize), bytes.len())
-            };
-            at += bytes.len() as u64;
-        }
-        *len = at as usize;
+        let n = if size == 0 {
+            0
+        } else {
+            // SAFETY: `cap >= size > 0` writable bytes at `buf` (non-NULL: cap > 0), the
+            // caller's promise.
+            let out = unsafe { std::slice::from_raw_parts_mut(buf, size as usize) };
+            vol.read_into(id, 0, out)?
+        };
+        *len = n;
         Ok(())
     })
 }

@@ -103,9 +103,6 @@ fn to_py(e: E) -> PyErr {
     }
 }
 
-/// Bytes one read asks the volume for (a blob is read in pieces of this size).
-const READ_BYTES: u64 = 1 << 20;
-
 /// A volume of blobs on a file (`docs/python.md`). Made by `Volume.create` or
 /// `Volume.open`; a context manager that closes it. Safe to share between threads.
 #[pyclass(frozen, module = "extalloc")]
@@ -184,33 +181,13 @@ impl Volume {
     /// Stores `data` (any bytes-like object) as a new blob and returns its id. Durable at
     /// the next `sync` or `close`. On failure (NoSpace) no blob is left.
     fn put(&self, py: Python<'_>, data: Vec<u8>) -> PyResult<u64> {
-        self.with(py, |vol| {
-            let id = vol.create(&[])?;
-            if !data.is_empty() {
-                if let Err(e) = vol.write(id, 0, &data) {
-                    let _ = vol.unlink(id);
-                    return Err(e);
-                }
-            }
-            Ok(id)
-        })
+        self.with(py, |vol| vol.put(&[], &data))
     }
 
     /// The bytes of blob `id`. Raises NoSuchFile for an unknown id.
     fn get<'py>(&self, py: Python<'py>, id: u64) -> PyResult<Bound<'py, PyBytes>> {
-        let bytes = self.with(py, |vol| {
-            let size = vol.size(id)?;
-            let mut out = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
-            while (out.len() as u64) < size {
-                let at = out.len() as u64;
-                let piece = vol.read(id, at, READ_BYTES.min(size - at))?;
-                if piece.is_empty() {
-                    break;
-                }
-                out.extend_from_slice(&piece);
-            }
-            Ok(out)
-        })?;
+        // One read under the file's lock: the blob as it is, whole.
+        let bytes = self.with(py, |vol| vol.read(id, 0, vol.size(id)?))?;
         Ok(PyBytes::new(py, &bytes))
     }
 

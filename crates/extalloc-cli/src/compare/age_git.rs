@@ -363,14 +363,41 @@ mod tests {
         assert!(checkpoints(0, 10).is_empty());
     }
 
+    /// A repository of three commits made here (git is one of the project's tools): its
+    /// history oldest first; a shallow clone of it and a plain directory are refused.
     #[test]
-    fn this_repository_has_history() {
-        // The tests run inside the project's repository, unless packaged without it.
-        let Ok(h) = history(Path::new(env!("CARGO_MANIFEST_DIR"))) else {
-            eprintln!("skipped: not in a full git clone");
-            return;
+    fn history_reads_a_full_clone_and_refuses_shallow_ones() {
+        let dir = std::env::temp_dir().join(format!("extalloc-age-git-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let repo = dir.join("repo");
+        std::fs::create_dir_all(&repo).unwrap();
+        let run = |args: &[&str]| {
+            kernel::run(
+                Command::new("git")
+                    .arg("-C")
+                    .arg(&dir)
+                    .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+                    .args(args),
+            )
+            .unwrap()
         };
-        assert!(!h.is_empty());
-        assert!(h.iter().all(|c| c.len() >= 40));
+        run(&["init", "-q", "repo"]);
+        for m in ["one", "two", "three"] {
+            run(&["-C", "repo", "commit", "-q", "--allow-empty", "-m", m]);
+        }
+        let h = history(&repo).unwrap();
+        assert_eq!(h.len(), 3);
+        assert!(h.iter().all(|c| c.len() == 40));
+        let first = run(&["-C", "repo", "rev-list", "--max-parents=0", "HEAD"]);
+        assert_eq!(h[0], first.trim(), "oldest first");
+        let url = format!("file://{}", repo.display());
+        run(&["clone", "-q", "--depth", "1", &url, "shallow"]);
+        assert!(
+            history(&dir.join("shallow")).is_err(),
+            "a shallow clone is refused"
+        );
+        std::fs::create_dir_all(dir.join("plain")).unwrap();
+        assert!(history(&dir.join("plain")).is_err(), "not a repository");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -21,6 +21,22 @@ impl Volume {
         self.create_with(attr, None)
     }
 
+    /// A new file with `attr` holding `data` (a blob written whole); returns its id. On
+    /// failure (`NoSpace` with the device full) the file is unlinked again, so no part of
+    /// it is left; it is durable at the next commit, as any write.
+    pub fn put(&self, attr: &[u8], data: &[u8]) -> Result<u64> {
+        let id = self.create(attr)?;
+        if !data.is_empty() {
+            if let Err(e) = self.write(id, 0, data) {
+                // The unlink's own failure is not the caller's news: the write's error is.
+                let _ = self.unlink(id);
+                return Err(e);
+            }
+        }
+        debug_assert_eq!(self.size(id).ok(), Some(data.len() as u64), "written whole");
+        Ok(id)
+    }
+
     /// [`Volume::create`] with a placement key (a parent directory's id, a tenant, a
     /// bucket): the file's first blocks go to the group the key picks, so files of one key
     /// start near each other and files of different keys in different groups, as ext4

@@ -5,6 +5,7 @@
 //! Data structures: none of its own (the file's map and unwritten set, `file.rs`).
 //! Invariant: a read changes nothing. Lock order: the file's mutex only.
 
+use super::file::VFile;
 use super::io::check_range;
 use super::Volume;
 use crate::error::Result;
@@ -14,12 +15,11 @@ impl Volume {
     /// holes and unwritten blocks read as zeros.
     pub fn read(&self, id: u64, offset: u64, len: u64) -> Result<Vec<u8>> {
         check_range(offset, len)?;
-        let size = self.size(id)?;
-        let want = len.min(size.saturating_sub(offset));
-        let mut out = vec![0u8; want as usize];
-        let n = self.read_into(id, offset, &mut out)?;
-        // The file may have shrunk between the two looks: what it holds now is read.
-        out.truncate(n);
+        let file = self.file(id)?;
+        let f = self.lock_loaded(&file)?;
+        let mut out = vec![0u8; len.min(f.size.saturating_sub(offset)) as usize];
+        let n = self.read_locked(&f, offset, &mut out)?;
+        debug_assert_eq!(n, out.len(), "sized to what the file holds, under its lock");
         Ok(out)
     }
 
@@ -47,6 +47,11 @@ impl Volume {
         check_range(offset, buf.len() as u64)?;
         let file = self.file(id)?;
         let f = self.lock_loaded(&file)?;
+        self.read_locked(&f, offset, buf)
+    }
+
+    /// [`Volume::read_into`] with the file's mutex held and its map loaded.
+    fn read_locked(&self, f: &VFile, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let end = (offset + buf.len() as u64).min(f.size);
         if offset >= end {
             return Ok(0);
@@ -127,5 +132,32 @@ mod tests {
         assert_eq!(got, [(a, 0, &b"key-a2"[..]), (b, 5000, &b"key-b"[..])]);
         let plain: Vec<_> = vol.list().into_iter().map(|i| (i.id, i.size)).collect();
         assert_eq!(plain, [(a, 0), (b, 5000)]);
+    }
+}
+
+#[cfg(test)]
+mod put_tests {
+    use crate::disk::device::MemDevice;
+    use crate::volume::Volume;
+    use crate::{Error, Geometry, Policy};
+    use std::sync::Arc;
+
+    #[test]
+    fn put_writes_a_blob_whole_or_leaves_nothing() {
+        let dev = Arc::new(MemDevice::new(4096 * 4096));
+        let g = Geometry::new(4096, 1024, 4096).unwrap();
+        let vol = Volume::mkfs(dev, &g, 64, Policy::default()).unwrap();
+        let a = vol.put(b"key", &[5u8; 10_000]).unwrap();
+        assert_eq!(vol.read(a, 0, 20_000).unwrap(), vec![5u8; 10_000]);
+        assert_eq!(vol.attr(a).unwrap(), b"key");
+        let before: Vec<u64> = vol.list().iter().map(|f| f.id).collect();
+        let too_big = vec![1u8; 32 << 20];
+        assert!(matches!(
+            vol.put(b"big", &too_big),
+            Err(Error::NoSpace { .. })
+        ));
+        let after: Vec<u64> = vol.list().iter().map(|f| f.id).collect();
+        assert_eq!(after, before, "the failed put left no file");
+        assert!(vol.check().unwrap().clean());
     }
 }
