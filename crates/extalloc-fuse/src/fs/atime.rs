@@ -180,7 +180,7 @@ impl Fs {
             return Ok(());
         }
         let changed = {
-            let mut ns = self.ns.write();
+            let mut ns = self.ns_write();
             let n = ns.node_mut(ino)?;
             let changed = wants(&n.inode);
             if changed {

@@ -80,7 +80,7 @@ impl Fs {
     /// the volume's cache as buffered ones, so both see the same data.
     pub fn open(&self, ino: u64, flags: i32) -> FsResult<u64> {
         self.live()?;
-        let mut ns = self.ns.write();
+        let mut ns = self.ns_write();
         flags::check_open(&ns, ino, flags)?;
         let n = ns.node_mut(ino)?;
         n.open += 1;
@@ -114,7 +114,7 @@ impl Fs {
     /// open is removed once nothing else holds it.
     pub fn release(&self, ino: u64) -> FsResult<()> {
         self.flush_attrs(Some(ino))?;
-        let mut ns = self.ns.write();
+        let mut ns = self.ns_write();
         let n = ns.node_mut(ino)?;
         n.open = n.open.saturating_sub(1);
         let (last, kind) = (n.open == 0, n.inode.kind);
@@ -207,7 +207,7 @@ impl Fs {
                 _ => return err(libc::EINVAL),
             }
         }
-        let mut ns = self.ns.write();
+        let mut ns = self.ns_write();
         let n = ns.node_mut(ino)?;
         let t = Time::now();
         let i = &mut n.inode;
@@ -319,7 +319,7 @@ impl Fs {
     /// set-group-id as [`drop_privileges`] says, written now (a crash must not bring them
     /// back). True when it cleared a bit.
     fn data_changed(&self, ino: u64, kill_priv: Option<Option<u32>>) -> FsResult<bool> {
-        let mut ns = self.ns.write();
+        let mut ns = self.ns_write();
         let n = ns.node_mut(ino)?;
         let t = Time::now();
         n.inode.mtime = t;

@@ -116,7 +116,7 @@ impl Fs {
         if flags & !KEPT != 0 {
             return Err(Errno(libc::EOPNOTSUPP));
         }
-        let mut ns = self.ns.write();
+        let mut ns = self.ns_write();
         let n = ns.node_mut(ino)?;
         let old = n.inode;
         n.inode.flags = flags;

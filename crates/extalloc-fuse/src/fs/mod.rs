@@ -25,7 +25,11 @@
 //! Invariant: for every directory node, `entries` equals its log on the volume replayed;
 //! every entry names a node; a file's `nlink` counts its entries, a directory's is 2 plus
 //! its subdirectories; a node whose `nlink` is 0 is kept only while it is open or the
-//! kernel still knows it (`lookups`), then its volume file is unlinked.
+//! kernel still knows it (`lookups`), then its volume file is unlinked. Every writer takes
+//! `ns` through [`Fs::ns_write`]; in the unit tests letting it go checks this invariant in
+//! memory and against the volume (`invariants.rs`, [`Fs::check_namespace`]). Directory
+//! logs, link targets and spill files are changed through [`Buffered::uncached`], which
+//! asserts the file has no cache entry.
 //!
 //! Lock order: `ns` (written by namespace changes; read by lookups, forgets and listings,
 //! which count the kernel's references in each node's atomic [`Refs`]) -> `dir_handles`;
@@ -41,6 +45,7 @@ pub mod data;
 pub mod flags;
 #[cfg(test)]
 mod flags_tests;
+mod invariants;
 mod listing;
 pub mod names;
 #[cfg(test)]
@@ -394,7 +399,7 @@ impl Fs {
                 .collect()
         };
         for ino in orphans {
-            let mut ns = self.ns.write();
+            let mut ns = self.ns_write();
             self.remove_inode(&mut ns, ino)
                 .map_err(|e| format!("cannot remove unlinked inode {ino}: {e}"))?;
         }
@@ -410,7 +415,7 @@ impl Fs {
     /// let go could carry a link count a namespace change has since replaced (found by
     /// `extalloc torture --fs`: a sync's stale blob undid an unlink's count).
     pub(crate) fn flush_attrs(&self, only: Option<u64>) -> FsResult<()> {
-        self.flush_attrs_locked(&mut self.ns.write(), only)
+        self.flush_attrs_locked(&mut self.ns_write(), only)
     }
 
     /// [`Fs::flush_attrs`] with the namespace lock held.
@@ -503,7 +508,7 @@ impl Fs {
         self.vol.unlink(ino)?;
         ns.nodes.remove(&ino);
         if let Some(s) = spill {
-            self.vol.volume().unlink(s)?;
+            self.vol.uncached(s).unlink(s)?;
         }
         Ok(())
     }

@@ -114,7 +114,7 @@ impl Fs {
             }
         };
         if unused {
-            if let Err(e) = self.reap(&mut self.ns.write(), ino) {
+            if let Err(e) = self.reap(&mut self.ns_write(), ino) {
                 log::error!("cannot remove inode {ino} after its last reference: {e}");
             }
         }
@@ -124,7 +124,7 @@ impl Fs {
     pub fn make(&self, parent: u64, name: &[u8], new: NewNode<'_>, who: Caller) -> FsResult<Attr> {
         self.live()?;
         check_name(name)?;
-        let mut ns = self.ns.write();
+        let mut ns = self.ns_write();
         flags::check(&ns, parent, false)?;
         let pdir = ns.node(parent)?;
         let dir = pdir.dir.as_ref().ok_or(Errno(libc::ENOTDIR))?;
@@ -158,9 +158,9 @@ impl Fs {
         let blob = if fits { inline.blob() } else { inode.encode() };
         let ino = self.vol.volume().create_placed(&blob, key)?;
         if let Some(t) = new.target {
-            if let Err(e) = self.vol.volume().write(ino, 0, t) {
+            if let Err(e) = self.vol.uncached(ino).write(ino, 0, t) {
                 // Nothing names it yet: undoing the create leaves the group whole.
-                self.vol.volume().unlink(ino)?;
+                self.vol.uncached(ino).unlink(ino)?;
                 group.finish();
                 return Err(e.into());
             }
@@ -231,7 +231,7 @@ impl Fs {
                 continue;
             }
             let to = end.div_ceil(bs) * bs;
-            let vol = self.vol.volume();
+            let vol = self.vol.uncached(dir);
             vol.fallocate(dir, Fallocate::KeepSize, d.log_bytes, to - d.log_bytes)?;
             d.mapped_to = to;
         }
@@ -242,7 +242,7 @@ impl Fs {
     fn append(&self, ns: &mut Ns, dir: u64, name: &[u8], ino: Option<u64>) -> FsResult<()> {
         let rec = record(name, ino);
         let d = ns.node_mut(dir)?.dir.as_mut().ok_or(Errno(libc::ENOTDIR))?;
-        scan::append(self.vol.volume(), dir, d.log_bytes, &rec)?;
+        scan::append(self.vol.uncached(dir), dir, d.log_bytes, &rec)?;
         d.log_bytes += rec.len() as u64;
         let bytes = (crate::dir::RECORD_OVERHEAD + name.len()) as u64;
         match ino {
@@ -280,7 +280,7 @@ impl Fs {
     /// next block boundary, then the blocks before punched. A crash in between leaves the
     /// old records and the reset, which replay to the same entries.
     fn compact(&self, dir: u64, d: &mut DirState) -> FsResult<()> {
-        let vol = self.vol.volume();
+        let vol = self.vol.uncached(dir);
         let bs = vol.block_size();
         let at = d.log_bytes.div_ceil(bs) * bs;
         let log = crate::dir::compacted(d.entries.iter().map(|(n, &i)| (n, i)));
@@ -298,7 +298,7 @@ impl Fs {
     pub fn unlink(&self, parent: u64, name: &[u8]) -> FsResult<()> {
         self.live()?;
         check_name(name)?;
-        let mut ns = self.ns.write();
+        let mut ns = self.ns_write();
         let ino = ns.entry(parent, name)?;
         // As the kernel's may_delete: the flags come before the kind and emptiness.
         flags::check(&ns, parent, true)?;
@@ -317,7 +317,7 @@ impl Fs {
             b".." => return err(libc::ENOTEMPTY),
             _ => check_name(name)?,
         }
-        let mut ns = self.ns.write();
+        let mut ns = self.ns_write();
         let ino = ns.entry(parent, name)?;
         // As the kernel's may_delete: the flags come before the kind and emptiness.
         flags::check(&ns, parent, true)?;
@@ -366,7 +366,7 @@ impl Fs {
     pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> FsResult<Attr> {
         self.live()?;
         check_name(newname)?;
-        let mut ns = self.ns.write();
+        let mut ns = self.ns_write();
         flags::check(&ns, ino, true)?;
         flags::check(&ns, newparent, false)?;
         let node = ns.node(ino)?;
@@ -438,7 +438,7 @@ impl Fs {
         {
             return err(libc::EINVAL);
         }
-        let mut ns = self.ns.write();
+        let mut ns = self.ns_write();
         let src = ns.entry(parent, name)?;
         let dst = ns.dir(newparent)?.entries.get(newname).copied();
         // The source and what it replaces leave their directories; the target's gains.

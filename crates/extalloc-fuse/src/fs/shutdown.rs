@@ -48,7 +48,7 @@ impl Fs {
     /// goes on (the device keeps its last commit). A second call does nothing. Without a
     /// fence (a read-only mount, whose writes stay in memory) only the flag is set.
     pub fn shutdown(&self) {
-        let mut ns = self.ns.write();
+        let mut ns = self.ns_write();
         if self.is_down() {
             return;
         }

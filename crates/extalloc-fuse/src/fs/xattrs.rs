@@ -97,7 +97,7 @@ impl Fs {
         if value.len() > xattr::VALUE_MAX {
             return err(libc::E2BIG);
         }
-        let mut ns = self.ns.write();
+        let mut ns = self.ns_write();
         super::flags::check(&ns, ino, true)?;
         let node = ns.node(ino)?;
         let exists = node.xattrs.contains_key(name);
@@ -168,7 +168,7 @@ impl Fs {
     pub fn removexattr(&self, ino: u64, name: &[u8]) -> FsResult<()> {
         self.live()?;
         self.check_name(name)?;
-        let mut ns = self.ns.write();
+        let mut ns = self.ns_write();
         super::flags::check(&ns, ino, true)?;
         let mut set = ns.node(ino)?.xattrs.clone();
         if set.remove(name).is_none() {
@@ -206,9 +206,9 @@ impl Fs {
         let tail = match &data {
             Some(d) => {
                 let id = vol.create(&xattr::spill_blob(ino))?;
-                if let Err(e) = vol.write(id, 0, d) {
+                if let Err(e) = self.vol.uncached(id).write(id, 0, d) {
                     // Nothing names it yet: undoing the create leaves the group whole.
-                    vol.unlink(id)?;
+                    self.vol.uncached(id).unlink(id)?;
                     group.finish();
                     return Err(e.into());
                 }
@@ -219,7 +219,7 @@ impl Fs {
         };
         vol.set_attr(ino, &inode.encode_with_tail(&tail.encode()))?;
         if let Some(o) = old {
-            vol.unlink(o)?;
+            self.vol.uncached(o).unlink(o)?;
         }
         group.finish();
         let node = ns.node_mut(ino)?;

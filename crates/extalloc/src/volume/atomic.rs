@@ -151,6 +151,13 @@ impl Drop for Atomic<'_> {
 }
 
 impl Volume {
+    /// Why commits stopped, if they did: a change left half made in the open transaction
+    /// (an atomic group ended unfinished after a call inside it failed). Nothing more
+    /// reaches the device; a remount recovers the last commit.
+    pub fn aborted(&self) -> Option<String> {
+        self.aborted.lock().clone()
+    }
+
     /// Stops every later commit: a change was left half made in the open transaction.
     fn abort(&self, reason: &str) {
         let mut a = self.aborted.lock();

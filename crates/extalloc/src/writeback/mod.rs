@@ -245,8 +245,26 @@ impl Buffered {
     }
 
     /// The volume underneath, for its figures and checks (its file calls would bypass the
-    /// cache: use the `Buffered`'s).
+    /// cache: use the `Buffered`'s, or [`Buffered::uncached`] for a file that never goes
+    /// through the cache).
     pub fn volume(&self) -> &Volume {
+        &self.shared.vol
+    }
+
+    /// The volume underneath, for calls that change file `id` directly: a file whose data
+    /// never goes through the cache (a file system's directory logs, symbolic link
+    /// targets, spill files). A direct write to a cached file would be lost or undone by
+    /// its cached size and pages, so this asserts that `id` has no cache entry.
+    ///
+    /// # Panics
+    ///
+    /// When `id` has a cache entry (a caller broke the rule above: a bug, not bad input).
+    pub fn uncached(&self, id: u64) -> &Volume {
+        assert!(
+            self.shared.existing(id).is_none(),
+            "file {id} is written directly but has a cache entry: its cached size and \
+             pages would undo the direct change"
+        );
         &self.shared.vol
     }
 

@@ -1,0 +1,275 @@
+//! The namespace's invariant (`fs/mod.rs`), checked: in the unit tests after every change
+//! of the namespace, when the lock for writing is let go.
+//!
+//! Data structures: [`NsWrite`], the namespace lock held for writing, which every writer
+//! takes through [`Fs::ns_write`]; in a test build its drop runs [`Fs::check_namespace`]
+//! (unless the thread is already panicking).
+//!
+//! What is checked, in memory: the root is a directory that is its own parent; every entry
+//! names a node; a directory is named by exactly one entry, in the directory its `parent`
+//! says; a file's `nlink` counts its entries, a named directory's is 2 plus its
+//! subdirectories, an unnamed directory has no entries; each directory's `live` is what its
+//! entries take as records and `log_start <= log_bytes <= mapped_to` (once known). Against
+//! the volume (while the file system is not shut down and holds at most
+//! [`VOLUME_CHECK_MAX_NODES`] inodes, so the tests of large namespaces stay quick): each
+//! directory's log, replayed from `log_start`, gives its entries and ends at `log_bytes`,
+//! and a node whose times are not kept in memory (`attr_dirty` clear) has exactly the
+//! attribute blob it would write. Nothing is checked once the volume has stopped
+//! committing after a change failed part way ([`extalloc::volume::Volume::aborted`]).
+//!
+//! Lock order: the checks run with `ns` held for writing and take the volume's locks
+//! (reads only), as every namespace change does.
+
+use super::{Fs, Ns, ROOT};
+use crate::dir::{DirLog, RECORD_OVERHEAD};
+use parking_lot::RwLockWriteGuard;
+use std::collections::HashMap;
+use std::ops::{Deref, DerefMut};
+
+/// Namespaces larger than this are checked in memory only after each change.
+pub(crate) const VOLUME_CHECK_MAX_NODES: usize = 256;
+
+/// The namespace held for writing (see the module documentation).
+pub(crate) struct NsWrite<'a> {
+    fs: &'a Fs,
+    guard: RwLockWriteGuard<'a, Ns>,
+}
+
+impl Fs {
+    /// Takes the namespace lock for writing.
+    pub(crate) fn ns_write(&self) -> NsWrite<'_> {
+        NsWrite {
+            fs: self,
+            guard: self.ns.write(),
+        }
+    }
+
+    /// Checks the namespace's invariant (see the module documentation): the first
+    /// violation found, described.
+    pub fn check_namespace(&self) -> Result<(), String> {
+        check(self, &self.ns.read())
+    }
+}
+
+impl Deref for NsWrite<'_> {
+    type Target = Ns;
+    fn deref(&self) -> &Ns {
+        &self.guard
+    }
+}
+
+impl DerefMut for NsWrite<'_> {
+    fn deref_mut(&mut self) -> &mut Ns {
+        &mut self.guard
+    }
+}
+
+impl Drop for NsWrite<'_> {
+    fn drop(&mut self) {
+        if cfg!(test) && !std::thread::panicking() {
+            if let Err(why) = check(self.fs, &self.guard) {
+                panic!("the namespace's invariant is broken after a change: {why}");
+            }
+        }
+    }
+}
+
+/// Checks `ns` (held by the caller) against the invariant and, when small, the volume.
+/// Once the volume has stopped committing (a change failed inside its atomic group, as
+/// after a device error), memory may hold that change's first steps and nothing more is
+/// checked: no commit writes them, and the next mount reads the last commit back.
+fn check(fs: &Fs, ns: &Ns) -> Result<(), String> {
+    if fs.vol.volume().aborted().is_some() {
+        return Ok(());
+    }
+    check_memory(ns)?;
+    let down = fs.down.load(std::sync::atomic::Ordering::Acquire);
+    if !down && ns.nodes.len() <= VOLUME_CHECK_MAX_NODES {
+        check_volume(fs, ns)?;
+    }
+    Ok(())
+}
+
+/// The invariant in memory.
+fn check_memory(ns: &Ns) -> Result<(), String> {
+    let root = ns.nodes.get(&ROOT).ok_or("no root node")?;
+    match &root.dir {
+        Some(d) if d.parent == ROOT => {}
+        _ => return Err("the root is not a directory that is its own parent".into()),
+    }
+    // Entries naming each node; the directory naming each directory.
+    let mut names: HashMap<u64, u32> = HashMap::new();
+    let mut subdirs: HashMap<u64, u32> = HashMap::new();
+    for (&ino, node) in &ns.nodes {
+        let Some(d) = &node.dir else { continue };
+        for (name, &child) in &d.entries {
+            let c = ns.nodes.get(&child).ok_or_else(|| {
+                format!("directory {ino}: {name:?} names inode {child}, which is not there")
+            })?;
+            *names.entry(child).or_default() += 1;
+            if let Some(cd) = &c.dir {
+                *subdirs.entry(ino).or_default() += 1;
+                if cd.parent != ino {
+                    return Err(format!(
+                        "directory {child} is named in {ino} but its parent is {}",
+                        cd.parent
+                    ));
+                }
+            }
+        }
+        let live: u64 = d
+            .entries
+            .keys()
+            .map(|n| (RECORD_OVERHEAD + n.len()) as u64)
+            .sum();
+        if live != d.live {
+            return Err(format!(
+                "directory {ino}: live {} but entries take {live}",
+                d.live
+            ));
+        }
+        let mapped_ok = d.mapped_to == 0 || d.log_bytes <= d.mapped_to;
+        if d.log_start > d.log_bytes || !mapped_ok {
+            return Err(format!(
+                "directory {ino}: log start {}, end {}, mapped to {}",
+                d.log_start, d.log_bytes, d.mapped_to
+            ));
+        }
+    }
+    for (&ino, node) in &ns.nodes {
+        let named = names.get(&ino).copied().unwrap_or(0);
+        let want = match &node.dir {
+            _ if ino == ROOT => 2 + subdirs.get(&ino).copied().unwrap_or(0),
+            Some(_) if named > 1 => return Err(format!("directory {ino} has {named} names")),
+            Some(d) if named == 0 && !d.entries.is_empty() => {
+                return Err(format!("directory {ino} has no name but has entries"))
+            }
+            Some(_) if named == 0 => 0,
+            Some(_) => 2 + subdirs.get(&ino).copied().unwrap_or(0),
+            None => named,
+        };
+        if node.inode.nlink != want {
+            return Err(format!(
+                "inode {ino} ({:?}): nlink {}, {want} by its names",
+                node.inode.kind, node.inode.nlink
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Every directory's log and every clean node's blob, against the volume.
+fn check_volume(fs: &Fs, ns: &Ns) -> Result<(), String> {
+    let vol = fs.vol.volume();
+    for (&ino, node) in &ns.nodes {
+        if let Some(d) = &node.dir {
+            let size = vol.size(ino).map_err(|e| format!("directory {ino}: {e}"))?;
+            let bytes = vol
+                .read(ino, d.log_start, size.saturating_sub(d.log_start))
+                .map_err(|e| format!("directory {ino}: {e}"))?;
+            let log = DirLog::parse(&bytes);
+            if size != d.log_bytes || log.entries != d.entries || log.problem.is_some() {
+                return Err(format!(
+                    "directory {ino}: its log ({size} bytes, {} entries, problem {:?}) is not \
+                     what memory holds ({} bytes, {} entries)",
+                    log.entries.len(),
+                    log.problem,
+                    d.log_bytes,
+                    d.entries.len()
+                ));
+            }
+        }
+        if !node.attr_dirty {
+            let blob = vol.attr(ino).map_err(|e| format!("inode {ino}: {e}"))?;
+            if blob != node.blob() {
+                return Err(format!(
+                    "inode {ino}: its blob on the volume is not the node's (times not \
+                     marked as kept in memory)"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{device, fresh, mkdir, put};
+    use super::*;
+
+    /// Runs `break_it` on the namespace held for writing and returns what the check said
+    /// when the lock was let go (the drop's panic message).
+    fn caught(fs: &Fs, break_it: impl FnOnce(&mut Ns)) -> String {
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut ns = fs.ns_write();
+            break_it(&mut ns);
+        }));
+        let payload = outcome.expect_err("a broken invariant passed the check");
+        match payload.downcast::<String>() {
+            Ok(s) => *s,
+            Err(p) => p.downcast_ref::<&str>().unwrap_or(&"?").to_string(),
+        }
+    }
+
+    #[test]
+    fn each_broken_invariant_is_caught_when_the_change_lets_the_lock_go() {
+        let dev = device(1);
+        let fs = fresh(&dev);
+        let dir = mkdir(&fs, ROOT, "d");
+        let f = put(&fs, dir, "f", b"data");
+        fs.check_namespace().expect("a fresh namespace is sound");
+
+        let why = caught(&fs, |ns| ns.nodes.get_mut(&f).unwrap().inode.nlink += 1);
+        assert!(why.contains("nlink 2, 1 by its names"), "{why}");
+        fs.ns.write().nodes.get_mut(&f).unwrap().inode.nlink -= 1;
+
+        // An entry removed in memory only: the directory's log still names it.
+        let why = caught(&fs, |ns| {
+            let d = ns.nodes.get_mut(&dir).unwrap().dir.as_mut().unwrap();
+            d.entries.remove(&b"f"[..]);
+            d.live -= (RECORD_OVERHEAD + 1) as u64;
+            ns.nodes.get_mut(&f).unwrap().inode.nlink = 0;
+        });
+        assert!(why.contains(&format!("directory {dir}: its log")), "{why}");
+        {
+            let mut ns = fs.ns.write();
+            let d = ns.nodes.get_mut(&dir).unwrap().dir.as_mut().unwrap();
+            d.entries.insert(b"f".to_vec(), f);
+            d.live += (RECORD_OVERHEAD + 1) as u64;
+            ns.nodes.get_mut(&f).unwrap().inode.nlink = 1;
+        }
+
+        // A mode changed in memory, neither written nor marked as kept in memory (after a
+        // sync, which writes the times the data write kept in memory).
+        fs.sync().unwrap();
+        assert!(!fs.ns.read().nodes[&f].attr_dirty);
+        let why = caught(&fs, |ns| ns.nodes.get_mut(&f).unwrap().inode.perm ^= 0o100);
+        assert!(why.contains(&format!("inode {f}: its blob")), "{why}");
+        fs.ns.write().nodes.get_mut(&f).unwrap().inode.perm ^= 0o100;
+
+        let why = caught(&fs, |ns| {
+            ns.nodes.get_mut(&dir).unwrap().dir.as_mut().unwrap().parent = dir;
+        });
+        assert!(why.contains("its parent is"), "{why}");
+        fs.ns
+            .write()
+            .nodes
+            .get_mut(&dir)
+            .unwrap()
+            .dir
+            .as_mut()
+            .unwrap()
+            .parent = ROOT;
+
+        fs.check_namespace().expect("every break above was mended");
+    }
+
+    #[test]
+    #[should_panic(expected = "has a cache entry")]
+    fn a_direct_change_to_a_cached_file_is_refused() {
+        let dev = device(2);
+        let fs = fresh(&dev);
+        let f = put(&fs, ROOT, "f", b"cached");
+        let _ = fs.vol.uncached(f).write(f, 0, b"direct");
+    }
+}
