@@ -82,7 +82,7 @@ pub mod volume;
 pub mod writeback;
 
 pub use alloc::{
-    AllocRequest, Allocator, FreeSpace, Lifetime, Pass, Policy, SizeClass, StatsSnapshot,
+    AllocRequest, Allocator, FreeSpace, KeyGroup, Lifetime, Pass, Policy, SizeClass, StatsSnapshot,
     StreamStart, PRESETS,
 };
 pub use error::{Error, IoSource, Result};

@@ -16,6 +16,11 @@
 //!
 //! A spec string modifies a preset: `ext4-2025:optimize_scan=false:stream_goals=1`.
 //!
+//! The design extalloc runs is the `extalloc` preset. Of the 27 keys, 15 have other values
+//! only to reproduce ext4's designs in the lab (8 for ext4 before the 2025 series, 7 for
+//! ext4 as of it); the rest are tuning knobs. `policy_groups.rs` derives which is which
+//! from the presets ([`Policy::key_group`], [`Policy::emulations`]).
+//!
 //! # Data structures
 //!
 //! [`Policy`], one field per knob, and `KEYS`: per key a spec may set, the values it takes
