@@ -134,7 +134,9 @@ pub unsafe extern "C" fn extalloc_volume_open(
 }
 
 /// Puts a blob: a new file holding the `len` bytes at `data` (`data` may be NULL when `len`
-/// is 0). Stores its id in `*id`. Durable at the next sync or close.
+/// is 0). Stores its id in `*id`. Durable at the next sync or close. Atomic: the blob is
+/// listed only once written whole, and a crash never leaves part of one (the volume's
+/// publish: a pending file, removed at the next open if the crash came first).
 ///
 /// Fails with `EXTALLOC_NO_SPACE` when the volume is full (after committing pending
 /// deletes and trying again), `EXTALLOC_IO`, `EXTALLOC_INVALID_ARGUMENT` for a NULL

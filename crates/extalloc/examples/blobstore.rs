@@ -1,7 +1,10 @@
 //! A blob store on a [`Volume`]: each blob a file whose attribute blob holds its key, put
-//! with `fallocate` then `write` (one extent a blob, no preallocation left behind) and
-//! `close_file`, made durable by `sync`; then a crash that loses every unflushed write,
-//! a reopen, and every synced blob read back and verified, the unsynced ones gone whole.
+//! into a pending file (`create_pending`: listed by nothing, removed at open if a crash
+//! comes first) with `fallocate` then `write` (one extent a blob, no preallocation left
+//! behind) and `close_file`, then published under its key (`publish`: the whole blob or
+//! nothing, with no marker of the caller's own), made durable by `sync`; then a crash
+//! that loses every unflushed write, a reopen, and every synced blob read back and
+//! verified, the unsynced ones gone whole.
 //!
 //! `cargo run --release -p extalloc --example blobstore` (CI runs it).
 
@@ -19,14 +22,16 @@ fn content(key: &str, len: usize) -> Vec<u8> {
     (0..len).map(|i| seed.wrapping_add((i / 7) as u8)).collect()
 }
 
-/// Puts one blob: the file, its space in one extent, its bytes, its unused space back.
+/// Puts one blob: a pending file, its space in one extent, its bytes, its unused space
+/// back, then published under its key.
 fn put(vol: &Volume, key: &str, data: &[u8]) -> Result<u64> {
-    let id = vol.create(key.as_bytes())?;
+    let id = vol.create_pending()?;
     if !data.is_empty() {
         vol.fallocate(id, Fallocate::Allocate, 0, data.len() as u64)?;
     }
     vol.write(id, 0, data)?;
     vol.close_file(id)?;
+    vol.publish(id, key.as_bytes())?;
     Ok(id)
 }
 

@@ -200,6 +200,19 @@ pub enum Event {
         /// The policy of the open.
         policy: Policy,
     },
+    /// An atomic put (`Volume::put`: made pending, written, published) of
+    /// `pattern(seed, len)`, or with `replace` and a file to replace, the same written into
+    /// a pending file then published in place of that file (`publish_replacing`).
+    Put {
+        /// Rank of the file replaced (with `replace`).
+        file: u8,
+        /// Bytes.
+        len: u32,
+        /// Seed of the pattern.
+        seed: u8,
+        /// Replace the file of rank `file`.
+        replace: bool,
+    },
     /// A call the volume must refuse with its documented error, changing nothing.
     Misuse {
         /// Which call.
@@ -210,7 +223,7 @@ pub enum Event {
 }
 
 /// Event kinds and their weights (out of their sum).
-const WEIGHTS: [(u8, u32); 11] = [
+const WEIGHTS: [(u8, u32); 12] = [
     (0, 6),  // create
     (1, 30), // write
     (2, 14), // fallocate and punch
@@ -222,6 +235,7 @@ const WEIGHTS: [(u8, u32); 11] = [
     (8, 5),  // crash
     (9, 2),  // reopen, close and open
     (10, 2), // misuse
+    (11, 5), // atomic put, or replace
 ];
 
 /// Largest byte offset of a write or fallocate (a few hundred KiB: files stay cheap to
@@ -287,10 +301,20 @@ impl Event {
             9 => Event::CloseOpen {
                 policy: random_policy(input),
             },
-            _ => Event::Misuse {
+            10 => Event::Misuse {
                 kind: input.u8(),
                 file,
             },
+            _ => {
+                let b = input.u8();
+                Event::Put {
+                    file,
+                    // Up to 256 KiB: many chunks, so small journals commit inside a put.
+                    len: u32::from(input.u16()) * 4 + u32::from(b & 3),
+                    seed: input.u8(),
+                    replace: b & 0x80 != 0,
+                }
+            }
         })
     }
 

@@ -1,6 +1,7 @@
 //! A fuzzer of operation sequences for the [`Volume`], in the manner of TigerBeetle's
 //! `free_set_fuzz`: weighted random events (create, write, fallocate in every mode, punch,
-//! truncate, unlink, sync, checkpoint, power loss, reopen, close and open, misuse) run
+//! truncate, unlink, atomic put and replace, sync, checkpoint, power loss, reopen, close
+//! and open, misuse) run
 //! against a trivial model ([`Model`]: each file's bytes), under a random valid
 //! [`Policy`], on a small fault-injecting device. After every event the interpreter
 //! compares the list of files, every file's size and bytes read back, the ownership
@@ -26,6 +27,7 @@
 mod crash;
 mod input;
 mod model;
+mod put;
 mod steps;
 mod store;
 
@@ -46,6 +48,21 @@ pub struct Counted {
     /// The device that crashes.
     pub fault: Arc<FaultDevice<MemDevice>>,
     flushes: AtomicU64,
+}
+
+impl Counted {
+    /// `fault`, its flushes counted from 0.
+    pub fn new(fault: Arc<FaultDevice<MemDevice>>) -> Counted {
+        Counted {
+            fault,
+            flushes: AtomicU64::new(0),
+        }
+    }
+
+    /// Flushes so far.
+    pub fn flushes(&self) -> u64 {
+        self.flushes.load(Relaxed)
+    }
 }
 
 impl Device for Counted {
@@ -201,7 +218,8 @@ fn event_file(event: &Event) -> u8 {
         | Event::Fallocate { file, .. }
         | Event::Truncate { file, .. }
         | Event::Unlink { file }
-        | Event::Misuse { file, .. } => *file,
+        | Event::Misuse { file, .. }
+        | Event::Put { file, .. } => *file,
         _ => 0,
     }
 }
@@ -220,10 +238,7 @@ impl Runner {
             .map_err(|e| format!("geometry: {e}"))?;
         let bytes = setup.blocks * u64::from(setup.block_size);
         let fault = Arc::new(FaultDevice::new(MemDevice::new(bytes), setup.seed));
-        let dev = Arc::new(Counted {
-            fault,
-            flushes: AtomicU64::new(0),
-        });
+        let dev = Arc::new(Counted::new(fault));
         let vol = Volume::mkfs(dev.clone(), &geometry, setup.journal_blocks, policy.clone())
             .map_err(|e| format!("mkfs: {e}"))?;
         Ok(Runner {
@@ -290,7 +305,7 @@ impl Runner {
                     self.model.commit_all();
                 }
             }
-            steps::Touched::Reopened => {}
+            steps::Touched::Reopened | steps::Touched::Accounted => {}
         }
         self.verify()?;
         if self.model.since_versions() > model::MAX_SINCE_VERSIONS {
@@ -343,6 +358,12 @@ impl Runner {
                     bytes[i]
                 ));
             }
+        }
+        let pending = vol.pending();
+        if !pending.is_empty() {
+            return Err(format!(
+                "files {pending:?} are left pending after the event"
+            ));
         }
         let check = vol.check().map_err(|e| format!("check: {e}"))?;
         let mapped: u64 = list.iter().map(|f| f.blocks).sum();

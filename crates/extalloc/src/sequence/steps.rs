@@ -21,6 +21,8 @@ pub(super) enum Touched {
     File(u64, Version),
     /// Everything is durable (sync, checkpoint).
     Committed,
+    /// The event kept the model's commit bookkeeping itself (an atomic put).
+    Accounted,
     /// The volume was opened again (the crash code brought the model up to date).
     Reopened,
 }
@@ -71,6 +73,15 @@ impl Runner {
                 Ok(Touched::Reopened)
             }
             Event::Misuse { kind, file } => self.misuse(*kind, *file),
+            Event::Put {
+                file,
+                len,
+                seed,
+                replace,
+            } => {
+                let old = replace.then(|| self.pick(*file)).flatten();
+                self.put(old, *len as usize, *seed)
+            }
         }
     }
 
@@ -233,7 +244,8 @@ impl Runner {
         let absent = self.unlinked.unwrap_or(1 << 48);
         let id = self.pick(file).unwrap_or(absent);
         let vol = self.vol();
-        let (what, result, documented): (&str, _, fn(&Error) -> bool) = match kind % 6 {
+        let pending = crate::volume::publish::PENDING;
+        let (what, result, documented): (&str, _, fn(&Error) -> bool) = match kind % 8 {
             0 => ("write to an absent file", vol.write(absent, 0, b"x"), |e| {
                 matches!(e, Error::NoSuchFile { .. })
             }),
@@ -256,6 +268,16 @@ impl Runner {
                 "an attribute too large",
                 vol.set_attr(id, &[0; crate::volume::MAX_ATTR_BYTES + 1]),
                 |e| matches!(e, Error::InvalidRequest(_)),
+            ),
+            5 => (
+                "the pending mark as an attribute",
+                vol.set_attr(id, pending),
+                |e| matches!(e, Error::InvalidRequest(_)),
+            ),
+            6 => (
+                "a publish of a file that is not pending",
+                vol.publish(id, b"again"),
+                |e| matches!(e, Error::InvalidRequest(_) | Error::NoSuchFile { .. }),
             ),
             _ => ("unlink of an absent file", vol.unlink(absent), |e| {
                 matches!(e, Error::NoSuchFile { .. })

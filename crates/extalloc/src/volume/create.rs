@@ -7,7 +7,7 @@
 //! then `meta`, released before the file table's lock.
 
 use super::file::VFile;
-use super::io::check_attr;
+use super::publish::check_caller_attr;
 use super::record::Change;
 use super::Volume;
 use crate::error::{Error, Result};
@@ -21,17 +21,22 @@ impl Volume {
         self.create_with(attr, None)
     }
 
-    /// A new file with `attr` holding `data` (a blob written whole); returns its id. On
-    /// failure (`NoSpace` with the device full) the file is unlinked again, so no part of
-    /// it is left; it is durable at the next commit, as any write.
+    /// A new file with `attr` holding `data` (a blob written whole), published atomically
+    /// (`publish.rs`): made pending, written, then given `attr`, so no listing and no
+    /// crash ever shows part of it. Returns its id; durable at the next commit. On failure
+    /// (`NoSpace` with the device full) the pending file is unlinked again (or, if that
+    /// fails too, left pending and hidden for the next open to remove): nothing is left.
     pub fn put(&self, attr: &[u8], data: &[u8]) -> Result<u64> {
-        let id = self.create(attr)?;
-        if !data.is_empty() {
-            if let Err(e) = self.write(id, 0, data) {
-                // The unlink's own failure is not the caller's news: the write's error is.
-                let _ = self.unlink(id);
-                return Err(e);
-            }
+        super::publish::check_caller_attr(attr)?;
+        let id = self.create_pending()?;
+        let written = match data.is_empty() {
+            true => Ok(()),
+            false => self.write(id, 0, data),
+        };
+        if let Err(e) = written.and_then(|()| self.publish(id, attr)) {
+            // The unlink's own failure is not the caller's news: the write's error is.
+            let _ = self.unlink(id);
+            return Err(e);
         }
         debug_assert_eq!(self.size(id).ok(), Some(data.len() as u64), "written whole");
         Ok(id)
@@ -59,7 +64,17 @@ impl Volume {
     }
 
     fn create_as(&self, attr: &[u8], placement: Option<u64>, at: Option<u64>) -> Result<u64> {
-        check_attr(attr)?;
+        check_caller_attr(attr)?;
+        self.make_file(attr, placement, at)
+    }
+
+    /// Makes the file (`attr` checked by the caller): an id, the table entry, the changes.
+    pub(super) fn make_file(
+        &self,
+        attr: &[u8],
+        placement: Option<u64>,
+        at: Option<u64>,
+    ) -> Result<u64> {
         self.ensure_room()?;
         let _open = self.gate.read();
         let exists = at.is_some_and(|id| self.files.read().contains_key(&id));

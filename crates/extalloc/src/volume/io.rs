@@ -53,8 +53,13 @@ pub enum Fallocate {
 impl Volume {
     /// Replaces file `id`'s attribute blob. One chunk: a failure changes nothing.
     pub fn set_attr(&self, id: u64, attr: &[u8]) -> Result<()> {
-        check_attr(attr)?;
+        super::publish::check_caller_attr(attr)?;
         self.chunk(id, |_, f| {
+            if f.attr == super::publish::PENDING {
+                return Err(Error::InvalidRequest(format!(
+                    "file {id} is pending: give it its attributes with Volume::publish"
+                )));
+            }
             f.attr = attr.to_vec();
             Ok(vec![Change::SetAttr {
                 id,

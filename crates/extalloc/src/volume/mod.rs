@@ -67,6 +67,9 @@ mod maps;
 mod maps_tests;
 mod path;
 mod placement;
+pub(crate) mod publish;
+#[cfg(test)]
+mod publish_tests;
 mod read;
 mod record;
 #[cfg(test)]
@@ -224,11 +227,16 @@ impl Volume {
     /// Opens the volume on `dev`: the store's open and journal replay, the file table, and
     /// the changes logged after it. A file's map is read, and checked against the
     /// allocator, when first used ([`Volume::check`] reads them all); only the maps the
-    /// journal's records change are read now.
+    /// journal's records change are read now. Files left pending by a crash (made by
+    /// [`Volume::create_pending`], never published) are removed and their blocks freed.
     pub fn open(dev: Arc<dyn Device>, policy: Policy) -> Result<Volume> {
         let (store, records) = Store::open(dev.clone(), policy)?;
         let loaded = checkpoint::load(&store, dev.as_ref(), &records)?;
-        Volume::with_store(store, dev, loaded)
+        let vol = Volume::with_store(store, dev, loaded)?;
+        // Files a crash left pending are removed; on a device that refuses writes they
+        // stay, hidden, for the next open (`publish.rs`).
+        let _ = vol.remove_pending();
+        Ok(vol)
     }
 
     fn with_store(
@@ -291,7 +299,7 @@ impl Volume {
         self.store.statfs()
     }
 
-    /// Every file, in id order.
+    /// Every file, in id order (pending files, `publish.rs`, are not shown).
     pub fn list(&self) -> Vec<FileInfo> {
         self.list_with(|_| ())
             .into_iter()
@@ -316,8 +324,11 @@ impl Volume {
             .collect();
         files
             .into_iter()
-            .map(|(id, f)| {
+            .filter_map(|(id, f)| {
                 let f = f.lock();
+                if f.attr == publish::PENDING {
+                    return None;
+                }
                 let (extents, blocks) = match &f.stored {
                     Some(stored) if !f.loaded => stored.counts(),
                     _ => {
@@ -333,7 +344,7 @@ impl Volume {
                     blocks,
                     prealloc_blocks: f.alloc.prealloc_unused_blocks(),
                 };
-                (info, extra(&f))
+                Some((info, extra(&f)))
             })
             .collect()
     }
@@ -357,9 +368,13 @@ impl Volume {
         Ok(self.file(id)?.lock().size)
     }
 
-    /// File `id`'s attribute blob.
+    /// File `id`'s attribute blob (empty while it is pending: `publish.rs`).
     pub fn attr(&self, id: u64) -> Result<Vec<u8>> {
-        Ok(self.file(id)?.lock().attr.clone())
+        let attr = self.file(id)?.lock().attr.clone();
+        Ok(match attr == publish::PENDING {
+            true => Vec::new(),
+            false => attr,
+        })
     }
 
     fn file(&self, id: u64) -> Result<Arc<Mutex<VFile>>> {

@@ -1,0 +1,166 @@
+//! Atomic publish: a file that becomes visible only once all its data is in.
+//!
+//! A blob store wants a new object to appear whole or not at all, even when its data spans
+//! many commits. [`Volume::create_pending`] makes a file no listing shows; the caller
+//! writes its data (as many calls and commits as it takes); [`Volume::publish`] gives it
+//! its attribute blob in one change. Under `data=ordered` the commit that carries that
+//! change is written after the file's data, so after a crash the file is either published
+//! with every byte or still pending; [`Volume::open`] removes pending files (their blocks
+//! free again), so a crash never leaves a partial object behind. [`Volume::put`] is
+//! create, write and publish in one call; [`Volume::publish_replacing`] also makes the
+//! file the new one replaces pending in the same commit (an object overwritten
+//! atomically), then unlinks it.
+//!
+//! Data structures: the pending mark, [`PENDING`]: an attribute blob the volume reserves
+//! (every public call that sets a blob refuses it), so the mark rides the file table and
+//! the journal's records as any blob does and the format is unchanged.
+//!
+//! Invariant: a file is pending iff its blob is [`PENDING`]; no listing shows a pending
+//! file and [`Volume::attr`] gives it an empty blob; after a writable open no pending file
+//! exists. Locks: those of the calls it makes (`create`, `set_attr`, `unlink`, `atomic`).
+
+use super::io::check_attr;
+use super::record::Change;
+use super::Volume;
+use crate::error::{Error, Result};
+
+/// The attribute blob that marks a pending file (reserved: see the module documentation).
+pub(crate) const PENDING: &[u8] = b"\0extalloc: pending file, not yet published\0";
+
+/// A blob a caller may set: within the size limit and not the pending mark.
+pub(super) fn check_caller_attr(attr: &[u8]) -> Result<()> {
+    check_attr(attr)?;
+    if attr == PENDING {
+        return Err(Error::InvalidRequest(
+            "this attribute blob is the volume's pending mark (reserved): choose another".into(),
+        ));
+    }
+    Ok(())
+}
+
+impl Volume {
+    /// Creates an empty file that no listing shows until [`Volume::publish`] gives it its
+    /// attribute blob; returns its id. Write its data with the usual calls. If the
+    /// process or the power goes before it is published (and that publish committed), the
+    /// next writable [`Volume::open`] removes it. Fails as [`Volume::create`] does,
+    /// leaving nothing.
+    ///
+    /// ```
+    /// # use extalloc::volume::Volume;
+    /// # let dir = std::env::temp_dir().join(format!("extalloc-doc-pub-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir).unwrap();
+    /// let vol = Volume::mkfs_file(dir.join("v.img"), 32 << 20)?;
+    /// let id = vol.create_pending()?;
+    /// vol.write(id, 0, b"the whole object")?;
+    /// assert!(vol.list().is_empty(), "not visible yet");
+    /// vol.publish(id, b"key:report.pdf")?;
+    /// vol.sync()?; // durable, with all of its data
+    /// assert_eq!(vol.list()[0].id, id);
+    /// # vol.close()?;
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), extalloc::Error>(())
+    /// ```
+    pub fn create_pending(&self) -> Result<u64> {
+        let id = self.make_file(PENDING, None, None)?;
+        debug_assert!(self.is_pending(id), "made pending");
+        Ok(id)
+    }
+
+    /// Publishes pending file `id` under `attr`: one change, durable at the next commit
+    /// ([`Volume::sync`]) together with, never before, the file's data. Refused
+    /// (`InvalidRequest`, nothing changed) when `id` is not pending or `attr` is the
+    /// reserved mark or too large; `NoSuchFile` when there is no file `id`.
+    pub fn publish(&self, id: u64, attr: &[u8]) -> Result<()> {
+        check_caller_attr(attr)?;
+        self.chunk(id, |_, f| {
+            if f.attr != PENDING {
+                return Err(Error::InvalidRequest(format!(
+                    "file {id} is not pending: only a file made by create_pending is published"
+                )));
+            }
+            f.attr = attr.to_vec();
+            Ok(vec![Change::SetAttr {
+                id,
+                attr: attr.to_vec(),
+            }])
+        })?;
+        debug_assert!(!self.is_pending(id), "published");
+        Ok(())
+    }
+
+    /// Publishes pending file `id` under `attr` in place of file `old` (the object it
+    /// replaces): one atomic group of two changes (`id` published, `old` made pending),
+    /// then `old` is unlinked. After a crash either `old` is there as it was and `id` is
+    /// pending, or `id` is published and `old` pending; an open removes whichever is
+    /// pending. Refused, nothing changed, as [`Volume::publish`] is, and when `old` is
+    /// `id`, pending, or missing. If only the last step, freeing `old`'s blocks, fails,
+    /// the replacement stands and its error is returned; `old` stays pending and hidden
+    /// and the next open removes it.
+    pub fn publish_replacing(&self, id: u64, attr: &[u8], old: u64) -> Result<()> {
+        check_caller_attr(attr)?;
+        if old == id || self.is_pending(old) {
+            return Err(Error::InvalidRequest(format!(
+                "file {old} cannot be replaced by {id}: it is the same file or pending"
+            )));
+        }
+        self.file(old)?;
+        let group = self.atomic(2)?;
+        if let Err(e) = self.publish(id, attr) {
+            // Nothing in the group changed yet: it ends whole.
+            group.finish();
+            return Err(e);
+        }
+        // A failure here leaves the group unfinished: the volume stops committing, so the
+        // half change (both published) is never durable.
+        self.chunk(old, |_, f| {
+            assert!(f.attr != PENDING, "checked above; ids are not reused");
+            f.attr = PENDING.to_vec();
+            Ok(vec![Change::SetAttr {
+                id: old,
+                attr: PENDING.to_vec(),
+            }])
+        })?;
+        group.finish();
+        debug_assert!(!self.is_pending(id) && self.is_pending(old), "swapped");
+        self.unlink(old)
+    }
+
+    /// Is file `id` pending (made by [`Volume::create_pending`], not yet published)?
+    /// `false` when there is no such file.
+    pub fn is_pending(&self, id: u64) -> bool {
+        self.file(id).is_ok_and(|f| f.lock().attr == PENDING)
+    }
+
+    /// The pending files, in id order (a writable open removes those a crash left).
+    pub fn pending(&self) -> Vec<u64> {
+        // The table's lock is let go before any file's mutex is taken (as `list` does).
+        let files: Vec<_> = self
+            .files
+            .read()
+            .iter()
+            .map(|(&id, f)| (id, f.clone()))
+            .collect();
+        let mut ids: Vec<u64> = files
+            .into_iter()
+            .filter(|(_, f)| f.lock().attr == PENDING)
+            .map(|(id, _)| id)
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// Removes the pending files a crash left (at open): returns how many. Stops at the
+    /// first failure (a read-only device), leaving the rest pending and hidden for the
+    /// next open.
+    pub(super) fn remove_pending(&self) -> Result<usize> {
+        let ids = self.pending();
+        for &id in &ids {
+            self.unlink(id)?;
+        }
+        if !ids.is_empty() {
+            self.sync()?;
+        }
+        debug_assert!(self.pending().is_empty(), "every pending file removed");
+        Ok(ids.len())
+    }
+}
