@@ -33,12 +33,10 @@ use super::rounds::{self, PhaseSummary};
 use super::{free_space_of, preflight};
 use crate::lab::report::{self, FreeSpaceJson};
 use anyhow::{bail, Context, Result};
-use extalloc::disk::device::{FileDevice, OverlayDevice};
 use extalloc::Extent;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Instant;
 
 /// A file system to run the job on.
@@ -303,9 +301,7 @@ fn extalloc_run(job: &Job, opts: &Options) -> Result<FsRun> {
     let mut m = ExtallocMount::create(opts.device_bytes, block_size)?;
     let ran = run_job(job, &m.mountpoint, true)?;
     m.unmount()?;
-    let dev = FileDevice::open_read_only(&m.image)?;
-    let view: Arc<dyn extalloc::disk::device::Device> = Arc::new(OverlayDevice::new(Arc::new(dev)));
-    let vol = extalloc::volume::Volume::open(view, extalloc::Policy::default())?;
+    let vol = crate::lab::volume_run::open_read_only(&m.image)?;
     let paths = extalloc_fuse::fs::paths(&vol).map_err(anyhow::Error::msg)?;
     let mut files = Vec::new();
     for (&id, (_, kind)) in &paths {

@@ -17,11 +17,9 @@ use super::mounted::{merged, regular_files, ExtallocMount, Target};
 use super::{age_freespace as freespace_age, freespace, jobs::drop_caches};
 use crate::lab::report::{self, FreeSpaceJson};
 use anyhow::{bail, Context, Result};
-use extalloc::disk::device::{FileDevice, OverlayDevice};
 use extalloc::{Extent, FreeSpace};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 
 /// A target the aging jobs run on, mounted.
 pub enum AgeFs {
@@ -172,11 +170,8 @@ fn groups_of(fs: &FreeSpace) -> Vec<GroupFrag> {
 
 /// An extalloc image opened read-only (the writes of the open go to memory).
 fn open_volume(image: &Path) -> Result<extalloc::volume::Volume> {
-    let dev = FileDevice::open_read_only(image)
-        .with_context(|| format!("opening {} read-only", image.display()))?;
-    let view: Arc<dyn extalloc::disk::device::Device> = Arc::new(OverlayDevice::new(Arc::new(dev)));
-    extalloc::volume::Volume::open(view, extalloc::Policy::default())
-        .with_context(|| format!("opening the volume in {}", image.display()))
+    crate::lab::volume_run::open_read_only(image)
+        .with_context(|| format!("opening the volume in {} read-only", image.display()))
 }
 
 impl AgeFs {
