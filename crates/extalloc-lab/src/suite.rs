@@ -9,7 +9,8 @@
 //! ratio column compares with the same policy; results go to stdout, progress and warnings
 //! to stderr. Lock order: none.
 
-use crate::lab::report::{markdown, Report};
+use crate::lab::markdown::markdown;
+use crate::lab::report::Report;
 use crate::lab::{run_matrix_with, units, LabOptions, LineProgress, Progress, RunOnce};
 use crate::workload::{Quick, Shape, Workload, WORKLOADS};
 use anyhow::Result;

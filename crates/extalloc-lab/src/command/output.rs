@@ -75,7 +75,7 @@ pub fn emit(report: &lab::report::Report, out: &Outputs) -> Result<()> {
     let mut report = report.clone();
     report.verdict = lab::verdict::of(&report);
     let report = &report;
-    print!("{}", lab::report::markdown(report));
+    print!("{}", lab::markdown::markdown(report));
     if let Some(dir) = &out.plot {
         for path in lab::charts::write_all(report, dir)? {
             eprintln!("wrote {}", path.display());

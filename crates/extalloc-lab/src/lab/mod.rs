@@ -20,6 +20,7 @@ pub mod fallocate2;
 pub mod fallocate3;
 pub mod frag;
 pub mod machine;
+pub mod markdown;
 pub mod open_bench;
 pub mod random_fill;
 pub mod report;
