@@ -206,7 +206,7 @@ fn main() {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Policies => {
-            print_policies();
+            cli::commands::print_policies();
             Ok(())
         }
         Command::Bench { suite, args } => bench(suite, args),
@@ -267,14 +267,5 @@ fn bench(suite: Option<Suite>, args: BenchArgs) -> Result<()> {
             lab::quick_suite(&opts, &out)
         }
         None => lab::bench(&args.into_run()?),
-    }
-}
-
-/// `extalloc policies`: the presets and the keys a spec may set.
-fn print_policies() {
-    println!("presets: {}", extalloc::PRESETS.join(", "));
-    println!("keys (spec: preset:key=value:key=value; lists: spec,spec):");
-    for (key, values) in extalloc::Policy::keys() {
-        println!("  {key:<26} {values}");
     }
 }

@@ -1,5 +1,5 @@
 //! The arguments of the lab commands that have more than a few (`replay`, `open-bench`),
-//! read into the lab's options and handed to `extalloc_lab::command`.
+//! read into the lab's options and handed to `extalloc_lab::command`; and `policies`.
 
 use anyhow::{Context, Result};
 use extalloc_lab::command::output::Outputs;
@@ -135,4 +135,13 @@ pub fn open_bench(a: &OpenBenchArgs) -> Result<()> {
         a.volume_files,
         a.extents_per_file,
     )
+}
+
+/// `extalloc policies`: the presets and the keys a spec may set.
+pub fn print_policies() {
+    println!("presets: {}", extalloc::PRESETS.join(", "));
+    println!("keys (spec: preset:key=value:key=value; lists: spec,spec):");
+    for (key, values) in extalloc::Policy::keys() {
+        println!("  {key:<26} {values}");
+    }
 }

@@ -30,7 +30,7 @@ impl clap::ValueEnum for WorkloadArg {
 
 /// The workload whose defaults the suite's base options take (each step sets its own).
 pub fn suite_base() -> &'static Workload {
-    &WORKLOADS[0]
+    Workload::named("fallocate2").expect("in the registry")
 }
 
 /// A workload and its options (shared by `bench` and `compare`).
