@@ -4,7 +4,7 @@
 #![no_main]
 
 use extalloc::{Allocator, Files, Policy};
-use extalloc_cli::replay::{engine, generations, geometry, load_from};
+use extalloc_lab::replay::{engine, generations, geometry, load_from};
 use libfuzzer_sys::fuzz_target;
 use std::path::Path;
 

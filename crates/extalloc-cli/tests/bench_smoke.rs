@@ -643,7 +643,7 @@ fn the_quick_suite_prints_every_table_through_a_pipe() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let steps = extalloc_cli::lab::suite::quick();
+    let steps = extalloc_lab::suite::quick();
     assert!(steps.len() >= 8, "the suite has its workloads");
     for workload in steps.iter().map(|s| s.workload).chain(["Summary"]) {
         assert!(

@@ -1,4 +1,4 @@
-//! `extalloc replay` on cuts of the kernel traces (tests/fixtures/traces): every policy
+//! `extalloc replay` on cuts of the kernel traces (extalloc-lab's tests/fixtures/traces): every policy
 //! replays them, `check()` holds (the command checks after each policy and fails otherwise),
 //! and the report has a run per policy plus the kernel's.
 
@@ -7,7 +7,7 @@ use std::process::Command;
 
 fn replay(trace: &str, extra: &[&str]) -> (Value, String) {
     let path = format!(
-        "{}/tests/fixtures/traces/{trace}",
+        "{}/../extalloc-lab/tests/fixtures/traces/{trace}",
         env!("CARGO_MANIFEST_DIR")
     );
     // Tests run at once and may replay the same trace: a file of its own per call.

@@ -1,13 +1,13 @@
 //! `extalloc compare-fs age-git age-profile`: the aging jobs' options (flattened into
-//! `compare-fs`'s) and their run (`compare::age_run`), separate from the other jobs'
-//! rounds since each aging run is long and unmounts its file system mid-job.
+//! `compare-fs`'s), read into the lab's [`AgeOptions`]; the lab runs them
+//! (`compare::age_run`) apart from the other jobs' rounds, since each aging run is long and
+//! unmounts its file system mid-job.
 
 use anyhow::{Context, Result};
-use extalloc_cli::compare::age_git::GitOptions;
-use extalloc_cli::compare::age_profile::ProfileOptions;
-use extalloc_cli::compare::age_run::{self, AgeOptions, AgeReport, AGING_JOBS};
-use extalloc_cli::compare::mounted::Target;
-use extalloc_cli::lab::parse_size;
+use extalloc_lab::compare::age_git::GitOptions;
+use extalloc_lab::compare::age_profile::ProfileOptions;
+use extalloc_lab::compare::age_run::{AgeOptions, AGING_JOBS};
+use extalloc_lab::lab::parse_size;
 use std::path::PathBuf;
 
 /// The aging jobs' options.
@@ -61,7 +61,7 @@ pub fn options(
         anyhow::ensure!(a.age_checkouts >= 1, "--age-checkouts must be at least 1");
         let repo = match repo {
             Some(r) => r.clone(),
-            None => extalloc_cli::compare::jobs::own_repo()?,
+            None => extalloc_lab::compare::jobs::own_repo()?,
         };
         Some(GitOptions {
             repo,
@@ -109,23 +109,6 @@ pub fn options(
         git,
         profile,
     })
-}
-
-/// Runs the aging jobs, prints their tables on stdout and writes the chart.
-pub fn run(a: &AgeArgs, targets: &[Target], opts: &AgeOptions) -> Result<AgeReport> {
-    if let Some(dir) = &a.age_charts {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("making --age-charts {}", dir.display()))?;
-    }
-    let report = age_run::run(targets, opts)?;
-    println!("{}", age_run::report_text(&report));
-    if let Some(dir) = &a.age_charts {
-        let path = dir.join("age-git.png");
-        if extalloc_cli::compare::age_chart::git_chart(&report.git, &path)? {
-            eprintln!("compare-fs: wrote {}", path.display());
-        }
-    }
-    Ok(report)
 }
 
 #[cfg(test)]

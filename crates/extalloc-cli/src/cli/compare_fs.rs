@@ -1,8 +1,9 @@
 //! `extalloc compare-fs`: its options, and the jobs they name (`compare::jobs`), made
-//! here (the tar job's tarball included) before `compare::mounted::run` runs them.
+//! here (the tar job's tarball included) before the lab runs them
+//! (`extalloc_lab::command::compare_fs`).
 
-use super::output::writable_file;
 use anyhow::{Context, Result};
+use extalloc_lab::command::output::writable_file;
 
 /// Options of `extalloc compare-fs`.
 #[derive(clap::Args, Debug)]
@@ -70,10 +71,10 @@ fn positive_list(s: &str, n: usize, what: &str) -> Result<Vec<u64>> {
 fn compare_fs_jobs(
     args: &CompareFsArgs,
 ) -> Result<(
-    Vec<extalloc_cli::compare::jobs::Job>,
-    Option<extalloc_cli::compare::jobs::Tarball>,
+    Vec<extalloc_lab::compare::jobs::Job>,
+    Option<extalloc_lab::compare::jobs::Tarball>,
 )> {
-    use extalloc_cli::compare::jobs::{self, Job};
+    use extalloc_lab::compare::jobs::{self, Job};
     let mut tarball = None;
     let mut out = Vec::new();
     let (_, names) = super::compare_age::split_jobs(&args.jobs);
@@ -131,14 +132,15 @@ fn compare_fs_jobs(
 
 /// `extalloc compare-fs`.
 pub fn compare_fs(args: &CompareFsArgs) -> Result<()> {
-    use extalloc_cli::compare::mounted::{self, Target};
+    use extalloc_lab::command::compare_fs::CompareFs;
+    use extalloc_lab::compare::mounted::{self, Target};
     let targets = args
         .fs
         .split(',')
         .map(Target::parse)
         .collect::<Result<Vec<_>>>()?;
     let opts = mounted::Options {
-        device_bytes: extalloc_cli::lab::parse_size(&args.device_size).context("--device-size")?,
+        device_bytes: extalloc_lab::lab::parse_size(&args.device_size).context("--device-size")?,
         block_size: args.block_size,
         rounds: args.repeat,
     };
@@ -155,29 +157,14 @@ pub fn compare_fs(args: &CompareFsArgs) -> Result<()> {
         opts.block_size,
     )?;
     let (jobs, _tarball) = compare_fs_jobs(args)?;
-    let names: Vec<String> = targets.iter().map(|t| t.name().to_string()).collect();
-    let mut reports = Vec::new();
-    if !rest.is_empty() {
-        reports = mounted::run(&jobs, &targets, &opts)?;
-        println!("{}", mounted::report_text(&names, args.repeat, &reports));
-    }
-    let aging_report = if aging.is_empty() {
-        None
-    } else {
-        Some(super::compare_age::run(&args.age, &targets, &age_opts)?)
-    };
-    if let Some(p) = &args.json {
-        let json = serde_json::json!({
-            "schema": "extalloc-compare-fs/2",
-            "targets": names,
-            "rounds": args.repeat,
-            "jobs": reports,
-            "aging": aging_report,
-        });
-        std::fs::write(p, serde_json::to_string_pretty(&json)?)
-            .with_context(|| format!("writing {}", p.display()))?;
-    }
-    Ok(())
+    extalloc_lab::command::compare_fs::compare_fs(&CompareFs {
+        targets: &targets,
+        opts: &opts,
+        jobs: if rest.is_empty() { &[] } else { &jobs },
+        aging: (!aging.is_empty()).then_some(&age_opts),
+        age_charts: args.age.age_charts.as_deref(),
+        json: args.json.as_deref(),
+    })
 }
 
 #[cfg(test)]
@@ -221,14 +208,14 @@ mod tests {
         assert!(tarball.is_none(), "no tar job, no tarball");
         assert!(matches!(
             jobs[0],
-            extalloc_cli::compare::jobs::Job::Metadata {
+            extalloc_lab::compare::jobs::Job::Metadata {
                 files: 2000,
                 dirs: 10
             }
         ));
         assert!(matches!(
             &jobs[1],
-            extalloc_cli::compare::jobs::Job::StressNg { stressor, instances: 2, seconds: 5 }
+            extalloc_lab::compare::jobs::Job::StressNg { stressor, instances: 2, seconds: 5 }
                 if stressor == "dentry"
         ));
         assert!(

@@ -4,7 +4,7 @@
 
 use anyhow::{Context, Result};
 use extalloc::disk::device::{Device, FileDevice};
-use extalloc_cli::lab;
+use extalloc_lab::lab;
 use std::path::Path;
 
 /// What `mkfs` is asked to make.

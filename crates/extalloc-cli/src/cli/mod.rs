@@ -1,5 +1,11 @@
-//! The command line's own code (not the library's): each command family in a file, so
-//! `main.rs` holds the arguments and the dispatch only.
+//! The command line's own code, each command family in a file, so `main.rs` holds the
+//! arguments and the dispatch only: the admin commands ([`device`]: `mkfs`, `info`;
+//! [`fsck`]; [`volume`]: `put`, `get`, `rm`, `ls`; [`mount`]: `mount`, `umount`), the
+//! arguments of the lab's commands read into its options ([`options`] for `bench` and
+//! `compare`, [`commands`] for `replay` and `open-bench`, [`compare_fs`] and
+//! [`compare_age`] for `compare-fs`), the harnesses' verdicts ([`torture`]) and how errors
+//! and a closed stdout end a command ([`output`]). The lab's work is `extalloc-lab`'s, the
+//! torture's `extalloc-harness`'s.
 
 pub mod commands;
 pub mod compare_age;
@@ -9,4 +15,5 @@ pub mod fsck;
 pub mod mount;
 pub mod options;
 pub mod output;
+pub mod torture;
 pub mod volume;

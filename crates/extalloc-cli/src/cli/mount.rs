@@ -167,7 +167,7 @@ fn options(args: &MountArgs) -> Result<MountOptions> {
         "--threads must be from 0 (one per CPU) to 64"
     );
     let writeback = extalloc::writeback::WritebackOptions {
-        dirty_limit_bytes: extalloc_cli::lab::parse_size(&args.dirty_limit)
+        dirty_limit_bytes: extalloc_lab::lab::parse_size(&args.dirty_limit)
             .context("--dirty-limit")?,
         contexts: args.wb_contexts,
         ..Default::default()

@@ -10,7 +10,7 @@
 //! its directory entry behind.
 
 use anyhow::{Context, Result};
-use extalloc::disk::device::{Device, FileDevice, OverlayDevice};
+use extalloc::disk::device::FileDevice;
 use extalloc::volume::{Volume, VolumeCheck};
 use extalloc::Policy;
 use std::io::{Read, Write};
@@ -20,12 +20,7 @@ use std::sync::Arc;
 /// Bytes copied per call.
 const COPY_BYTES: usize = 1 << 20;
 
-/// The volume on `path`, read-only (the device under a memory overlay).
-pub fn open_read_only(path: &Path) -> Result<Volume> {
-    let dev = FileDevice::open_read_only(path)?;
-    let view: Arc<dyn Device> = Arc::new(OverlayDevice::new(Arc::new(dev)));
-    Volume::open(view, Policy::default()).with_context(|| format!("{}", path.display()))
-}
+use extalloc_lab::lab::volume_run::open_read_only;
 
 /// The volume on `path`, read-write.
 fn open_read_write(path: &Path) -> Result<Volume> {

@@ -39,16 +39,9 @@ use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-/// Workloads the kernel side can run.
-pub const KERNEL_WORKLOADS: &[&str] = &["fallocate2", "frag", "writeback"];
-
+/// `workload` (one whose registry row says `kernel`: fallocate2 or frag here, writeback in
+/// [`writeback`]) on extalloc's policies, then on each kernel file system.
 pub fn run(workload: &str, run_once: RunOnce, fs: &[Fs], opts: &LabOptions) -> Result<Report> {
-    if !KERNEL_WORKLOADS.contains(&workload) {
-        bail!(
-            "compare runs {} on the kernel; {workload} is a bench workload only",
-            KERNEL_WORKLOADS.join(", ")
-        );
-    }
     preflight(fs, &[])?;
     // extalloc's runs set nothing up: Ctrl-C may end them the usual way. From here on it
     // stops the workers and unwinds, so the devices are torn down.

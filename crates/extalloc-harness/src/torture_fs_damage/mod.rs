@@ -330,7 +330,7 @@ fn judge(image: &Image, damage: damage::Damage, flip: u8, tag: &str, out: &mut F
     c.unchanged = u64::from(span.is_empty());
     c.files_hit = hit.len() as u64;
     let for_fsck = bytes.clone();
-    let fsck = guarded(move || judge::fsck_problem(&for_fsck).is_some());
+    let fsck = guarded(move || truth::fsck_problem(&for_fsck).is_some());
     if let Some(d) = out.settle(fsck, tag, "fsck") {
         c.detected = u64::from(d);
     }

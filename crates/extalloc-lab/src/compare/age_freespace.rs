@@ -4,15 +4,74 @@
 //! from its free-space tree (`btrfs inspect-internal dump-tree -t 10`), its data block
 //! groups only (their flags from the extent tree, `dump-tree -t 2`).
 //!
-//! Data structures: none of their own; the parsers return [`GroupFrag`]s, one per group.
+//! Data structures: [`GroupFrag`] (one group's free blocks and longest free run), which the
+//! parsers return one per group, and [`FragStats`] (fsperf's frag % over groups).
 //!
 //! Invariant: a parser returns an error rather than a partial list when its input does not
 //! read as expected (a count that does not match, a field missing), naming the tool.
 //! No locks.
 
-use super::age::GroupFrag;
 use crate::lab::report::{FreeSpaceJson, HistogramBucket};
 use anyhow::{bail, Context, Result};
+
+/// One allocation group's (ext4 group, XFS AG, extalloc group, btrfs block group) free
+/// space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupFrag {
+    /// Free blocks in the group.
+    pub free_blocks: u64,
+    /// Its longest free run.
+    pub largest_free_run: u64,
+}
+
+/// fsperf's frag % over the groups that have free space: per group
+/// `100 x (1 - largest free run / free blocks)`.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct FragStats {
+    /// Groups with free space (the ones counted).
+    pub groups: usize,
+    /// Mean.
+    pub mean: f64,
+    /// Median (nearest rank).
+    pub p50: f64,
+    /// 95th percentile (nearest rank).
+    pub p95: f64,
+    /// 99th percentile (nearest rank).
+    pub p99: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+/// The `q`-quantile (0..=1) of sorted `v` by nearest rank; 0 when empty.
+pub fn nearest_rank(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = (q * sorted.len() as f64).ceil().max(1.0) as usize;
+    sorted[rank.min(sorted.len()) - 1]
+}
+
+/// fsperf's frag % over `groups`; groups without free space are left out (their frag %
+/// is undefined). None when no group has free space.
+pub fn frag_stats(groups: &[GroupFrag]) -> Option<FragStats> {
+    let mut v: Vec<f64> = groups
+        .iter()
+        .filter(|g| g.free_blocks > 0)
+        .map(|g| 100.0 * (1.0 - g.largest_free_run as f64 / g.free_blocks as f64))
+        .collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    Some(FragStats {
+        groups: v.len(),
+        mean: v.iter().sum::<f64>() / v.len() as f64,
+        p50: nearest_rank(&v, 0.50),
+        p95: nearest_rank(&v, 0.95),
+        p99: nearest_rank(&v, 0.99),
+        max: *v.last().expect("not empty"),
+    })
+}
 
 /// `name = value` from xfs_db's `print`.
 pub fn xfs_field(text: &str, name: &str) -> Result<u64> {
@@ -147,7 +206,7 @@ pub fn free_space_json_of_runs(runs: &[Vec<u64>], block_size: u32) -> FreeSpaceJ
                 .filter(|g| g.largest_free_run < g.free_blocks)
                 .count() as u64,
         ),
-        frag_pct_mean: super::age::frag_stats(&groups).map(|f| f.mean),
+        frag_pct_mean: frag_stats(&groups).map(|f| f.mean),
         group_free_pct: Vec::new(),
         histogram: (0..top)
             .map(|o| HistogramBucket {
@@ -161,6 +220,27 @@ pub fn free_space_json_of_runs(runs: &[Vec<u64>], block_size: u32) -> FreeSpaceJ
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn g(free_blocks: u64, largest_free_run: u64) -> GroupFrag {
+        GroupFrag {
+            free_blocks,
+            largest_free_run,
+        }
+    }
+
+    #[test]
+    fn frag_percent_over_groups() {
+        // 0 %, 50 %, 75 %, 90 %, and a full group (left out).
+        let groups = [g(100, 100), g(100, 50), g(100, 25), g(100, 10), g(0, 0)];
+        let s = frag_stats(&groups).unwrap();
+        assert_eq!(s.groups, 4);
+        assert!((s.mean - 53.75).abs() < 1e-9, "{s:?}");
+        assert_eq!(s.p50, 50.0);
+        assert_eq!(s.p95, 90.0);
+        assert_eq!(s.p99, 90.0);
+        assert_eq!(s.max, 90.0);
+        assert!(frag_stats(&[g(0, 0)]).is_none());
+    }
 
     #[test]
     fn xfs_agf_fields() {

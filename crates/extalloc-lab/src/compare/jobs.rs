@@ -274,7 +274,7 @@ pub fn run(job: &Job, root: &Path, rec: &mut Recorder) -> Result<()> {
 fn fio(path: &Path, root: &Path, rec: &mut Recorder) -> Result<()> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    for dir in super::mounted::directories(&text) {
+    for dir in directories(&text) {
         std::fs::create_dir_all(root.join(&dir))
             .with_context(|| format!("making {dir} for the job"))?;
     }
@@ -338,7 +338,7 @@ fn fsmark(files: u64, bytes: u64, dirs: u64, root: &Path, rec: &mut Recorder) ->
     cmd.args(["-S", "0", "-k", "-L", "1", "-D", "16"]);
     let out = kernel::run(&mut cmd);
     let _ = std::fs::remove_file(&log);
-    let per_sec = super::mounted::fsmark_files_per_sec(&out?)?;
+    let per_sec = fsmark_files_per_sec(&out?)?;
     rec.phase("fs_mark", "files/s", per_sec, files * dirs)
 }
 
@@ -469,6 +469,35 @@ pub fn repo_files(repo: &Path) -> Result<u64> {
     Ok(out.lines().count() as u64)
 }
 
+/// The `directory=` values of a fio job file (relative ones are made under the mount).
+pub fn directories(job: &str) -> Vec<String> {
+    job.lines()
+        .filter_map(|l| l.trim().strip_prefix("directory="))
+        .flat_map(|v| v.split(':'))
+        .map(|d| d.trim().to_string())
+        .filter(|d| !d.is_empty() && !d.starts_with('/'))
+        .collect()
+}
+
+/// fs_mark's files per second (its table's `Files/sec` column, summed over its rows).
+pub fn fsmark_files_per_sec(out: &str) -> Result<f64> {
+    let mut rows = 0;
+    let mut sum = 0.0;
+    for line in out.lines() {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        if cols.len() >= 4 && cols[0].parse::<u64>().is_ok() && cols[1].parse::<u64>().is_ok() {
+            if let Ok(v) = cols[3].parse::<f64>() {
+                sum += v;
+                rows += 1;
+            }
+        }
+    }
+    if rows == 0 {
+        bail!("no result row in fs_mark's output: {}", out.trim());
+    }
+    Ok(sum / f64::from(rows))
+}
+
 /// The repository the current directory is in (`git rev-parse --show-toplevel`).
 pub fn own_repo() -> Result<PathBuf> {
     let out = kernel::run(Command::new("git").args(["rev-parse", "--show-toplevel"]))
@@ -479,6 +508,19 @@ pub fn own_repo() -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn job_directories_are_read() {
+        let job = "[global]\ndirectory=dir1\n[a]\ndirectory=/abs\n[b]\ndirectory=d2:d3\n";
+        assert_eq!(directories(job), ["dir1", "d2", "d3"]);
+    }
+
+    #[test]
+    fn fsmark_rows_are_averaged() {
+        let out = "#  fs_mark  -d x\n\nFSUse%        Count         Size    Files/sec     App Overhead\n     2         1000         4096       2000.0            12345\n     2         2000         4096       4000.0            12345\n";
+        assert_eq!(fsmark_files_per_sec(out).unwrap(), 3000.0);
+        assert!(fsmark_files_per_sec("nothing").is_err());
+    }
 
     #[test]
     fn job_names_expand() {

@@ -6,6 +6,7 @@
 //! contexts x affinity, on a volume over the memory device or a file device (`--device`).
 
 use super::report::{self, Report, Run};
+pub use super::report::{CacheFields, Pattern, WritebackFields};
 use super::{LabOptions, Progress};
 use anyhow::{Context, Result};
 use extalloc::disk::device::{Device, FileDevice, MemDevice};
@@ -19,27 +20,6 @@ use std::time::Instant;
 /// Bytes of one write (fio's `bs=4k`).
 pub const WRITE_BYTES: u64 = 4096;
 
-/// The order each file's blocks are written in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Pattern {
-    /// fio's `randwrite`: every 4 KiB block once, in a random order.
-    Random,
-    /// fio's `write`: in order.
-    Seq,
-}
-
-impl std::str::FromStr for Pattern {
-    type Err = anyhow::Error;
-    fn from_str(s: &str) -> Result<Pattern> {
-        match s {
-            "random" => Ok(Pattern::Random),
-            "seq" => Ok(Pattern::Seq),
-            _ => anyhow::bail!("--pattern '{s}': random or seq"),
-        }
-    }
-}
-
 /// The workload's own options.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct WritebackParams {
@@ -51,39 +31,6 @@ pub struct WritebackParams {
     pub affinities: Vec<String>,
     /// The cache's hard limit; `None`: room for all the data (no pressure).
     pub dirty_limit_bytes: Option<u64>,
-}
-
-/// The figures a writeback run adds to the usual ones (flattened into the run's JSON).
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct WritebackFields {
-    /// Contexts that ran (the ones asked for, cut to the pool's bound); 0 for the kernel.
-    pub wb_contexts: usize,
-    /// `group`, `file` or `none`; `kernel` for a kernel file system's run.
-    pub wb_affinity: String,
-    /// Data written over the time until it was durable.
-    pub mib_per_sec: f64,
-    pub pattern: Pattern,
-    /// The cache's figures: extalloc's runs only.
-    #[serde(flatten)]
-    pub cache: Option<CacheFields>,
-}
-
-/// What extalloc's writeback did (the kernel's runs have no such counters).
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct CacheFields {
-    pub dirty_limit_bytes: u64,
-    pub dirty_peak_bytes: u64,
-    pub writeback_runs: u64,
-    pub bytes_per_run: f64,
-    pub allocations_per_mib: f64,
-    /// Lock waits (group, global, cache) on the contexts' and fsync callers' threads.
-    pub lock_waits: u64,
-    pub lock_waits_per_mib: f64,
-    pub context_lock_waits: Vec<u64>,
-    pub context_switches: u64,
-    pub throttled_writes: u64,
-    /// Blocks still held by the files' preallocations after close (should be 0).
-    pub prealloc_left_blocks: u64,
 }
 
 /// Every policy x contexts x affinity, `repeat` times interleaved, medians kept.

@@ -2,32 +2,28 @@
 //! median ops/s to the next one's), flagged "within noise" when the two min-max spreads
 //! over the repetitions overlap; and which left the fewest extents per file.
 //!
-//! Data structures: [`Verdict`], kept in the JSON report (fields may be added, never
-//! renamed). Invariants: the compared runs are those at the largest thread count that two
+//! Data structures: [`Verdict`], kept in the JSON report (`report.rs`; fields may be added,
+//! never renamed); [`Report::judged`] sets it. Invariants: the compared runs are those at the largest thread count that two
 //! or more policies ran (every policy's, else the single policy's largest); runs without a
 //! measured rate (a replay's `kernel` row, which has the trace's pace, not a measurement)
 //! are never compared; `within_noise` is `None` when either side ran once (no spread to
 //! judge by), never `false`. Lock order: none.
 
-use super::report::{CellRepeats, Report, Run};
+use super::machine::MachineLoad;
+use super::report::{reference, CellRepeats, Report, Run, Verdict};
 use super::units;
-use serde::{Deserialize, Serialize};
 
-/// The verdict of one workload.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Verdict {
-    /// The thread count of the compared runs.
-    pub threads: usize,
-    /// The policy with the highest median ops/s.
-    pub fastest: String,
-    /// The runner-up (`None`: a single policy ran).
-    pub next: Option<String>,
-    /// fastest's median ops/s over next's.
-    pub ratio: Option<f64>,
-    /// The two min-max spreads overlap (`None`: a side ran once).
-    pub within_noise: Option<bool>,
-    /// The line as printed.
-    pub text: String,
+impl Report {
+    /// The report with its reference policy, load check (and its warning) and verdict.
+    pub fn judged(mut self, machine: Option<MachineLoad>) -> Report {
+        self.reference = Some(reference(&self));
+        if let Some(w) = machine.as_ref().and_then(MachineLoad::warning) {
+            self.warnings.push(w);
+        }
+        self.machine = machine;
+        self.verdict = of(&self);
+        self
+    }
 }
 
 /// The verdict of `report` (`None` when no run has a measured rate).

@@ -4,13 +4,15 @@
 //! (each policy's run with the most threads, with its spread and its ratio to the
 //! reference policy) and each workload's verdict.
 //!
-//! Data structures: [`Step`] (a workload and the options it differs in), the list of
-//! [`quick`]. Invariants: every step runs the reference policy `extalloc`, so every table's
+//! Data structures: [`Step`] (a workload and the options it differs in), the steps of
+//! [`quick`], read from the workload registry ([`crate::workload`]). Invariants: every step runs the reference policy `extalloc`, so every table's
 //! ratio column compares with the same policy; results go to stdout, progress and warnings
 //! to stderr. Lock order: none.
 
-use super::report::{markdown, Report};
-use super::{run_matrix_with, units, LabOptions, LineProgress, Progress, RunOnce};
+use crate::lab::markdown::markdown;
+use crate::lab::report::Report;
+use crate::lab::{run_matrix_with, units, LabOptions, LineProgress, Progress, RunOnce};
+use crate::workload::{Quick, Shape, Workload, WORKLOADS};
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
@@ -38,126 +40,33 @@ pub const QUICK_TRACE: &str = concat!(
     "/../../traces/mixed-lifetimes.trace.txt.gz"
 );
 
-impl Step {
-    /// A step of `seconds` 2, `writes` 200,000, `fill` 1 and no trace.
-    fn new(
-        workload: &'static str,
-        run_once: RunOnce,
-        policies: &'static str,
-        threads: &'static [usize],
-        device: &'static str,
-        file: &'static str,
-    ) -> Step {
-        Step {
-            workload,
-            run_once,
-            policies,
-            threads,
-            device,
-            file,
+/// The quick tour: every workload with a quick step ([`crate::workload::Quick`]), the
+/// allocator's (plain extents, where the outside allocators run too) first, then the files',
+/// the trace last (its step is skipped when the trace is missing).
+pub fn quick() -> Vec<Step> {
+    let mut rows: Vec<(&Workload, &Quick)> = WORKLOADS
+        .iter()
+        .filter_map(|w| Some((w, w.quick.as_ref()?)))
+        .collect();
+    rows.sort_by_key(|(w, _)| match (w.outside, w.shape) {
+        (true, _) => 0,
+        (_, Shape::Trace) => 2,
+        _ => 1,
+    });
+    rows.into_iter()
+        .map(|(w, q)| Step {
+            workload: w.name,
+            run_once: w.run_once,
+            policies: q.policies,
+            threads: q.threads,
+            device: q.device,
+            file: q.file,
             seconds: 2.0,
             writes: 200_000,
-            fill: 1.0,
-            trace: None,
-        }
-    }
-}
-
-/// The quick tour: the allocator's workloads, then the files'.
-pub fn quick() -> Vec<Step> {
-    let mut steps = allocator_steps();
-    steps.extend(file_steps());
-    steps
-}
-
-/// Workloads of plain extents, where the outside allocators run too.
-fn allocator_steps() -> Vec<Step> {
-    vec![
-        Step::new(
-            "fallocate2",
-            super::fallocate2::run_once,
-            "ext4-base,ext4-2025,extalloc,tlsf,first-fit",
-            &[1, 2],
-            "16GiB",
-            "1MiB",
-        ),
-        Step::new(
-            "frag",
-            super::frag::run_once,
-            "ext4-base,extalloc,tlsf,first-fit",
-            &[16],
-            "16GiB",
-            "256MiB",
-        ),
-    ]
-}
-
-/// Workloads of files: preallocation, locality, size classes, writeback, a trace.
-fn file_steps() -> Vec<Step> {
-    vec![
-        Step::new(
-            "sparse-writes",
-            super::sparse_writes::run_once,
-            "extalloc:prealloc_index=list,extalloc",
-            &[1],
-            "16GiB",
-            "4GiB",
-        ),
-        Step::new(
-            "random-fill",
-            super::random_fill::run_once,
-            "ext4-base,extalloc",
-            &[2],
-            "4GiB",
-            "1GiB",
-        ),
-        Step {
-            fill: 0.9,
-            ..Step::new(
-                "small-files",
-                super::small_files::run_once,
-                "extalloc:locality_prealloc=false,extalloc",
-                &[2],
-                "1GiB",
-                "4GiB",
-            )
-        },
-        Step::new(
-            "append-vs-fallocate",
-            super::append_vs_fallocate::run_once,
-            "extalloc:size_classes=false,extalloc",
-            &[2],
-            "16GiB",
-            "4GiB",
-        ),
-        Step::new(
-            "size-class-edge",
-            super::size_class_edge::run_once,
-            "extalloc:size_classes=false,extalloc",
-            &[2],
-            "16GiB",
-            "4GiB",
-        ),
-        Step::new(
-            "writeback",
-            super::writeback::run_quick,
-            "extalloc",
-            &[4],
-            "2GiB",
-            "128MiB",
-        ),
-        Step {
-            trace: Some(QUICK_TRACE),
-            ..Step::new(
-                "replay",
-                crate::replay::bench::run_once,
-                "ext4-base,extalloc",
-                &[1],
-                "4GiB",
-                "4GiB",
-            )
-        },
-    ]
+            fill: q.fill,
+            trace: (w.shape == Shape::Trace).then_some(QUICK_TRACE),
+        })
+        .collect()
 }
 
 struct Bar<'a>(&'a ProgressBar);
@@ -211,8 +120,8 @@ pub fn run(steps: &[Step], base: &LabOptions) -> Result<Vec<Report>> {
             threads: step.threads.to_vec(),
             policies: step.policies.split(',').map(str::to_string).collect(),
             seconds: step.seconds,
-            device_bytes: super::parse_size(step.device)?,
-            file_bytes: super::parse_size(step.file)?,
+            device_bytes: crate::lab::parse_size(step.device)?,
+            file_bytes: crate::lab::parse_size(step.file)?,
             writes: step.writes,
             fill: step.fill,
             device: None,
@@ -237,7 +146,7 @@ fn runs_of(step: &Step, base: &LabOptions) -> usize {
 /// median ops/s, its min-max, the ratio to the reference policy at the same threads, p99,
 /// layout), then each workload's verdict and any warning.
 pub fn summary(reports: &[Report]) -> String {
-    let reference = super::report::REFERENCE;
+    let reference = crate::lab::report::REFERENCE;
     let mut out = format!(
         "| workload | policy | threads | ops/s | min-max | vs {reference} (reference) | p99 | extents/file | free extents | fragmented groups |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     );
@@ -281,7 +190,7 @@ pub fn summary(reports: &[Report]) -> String {
         if let Some(v) = report
             .verdict
             .clone()
-            .or_else(|| super::verdict::of(report))
+            .or_else(|| crate::lab::verdict::of(report))
         {
             out.push_str(&format!("- **{}**: {}\n", report.workload, v.text));
         }
@@ -309,22 +218,18 @@ mod tests {
     fn quick_covers_every_workload_and_summarises() {
         let steps = quick();
         let names: Vec<_> = steps.iter().map(|s| s.workload).collect();
-        for w in [
-            "fallocate2",
-            "frag",
-            "sparse-writes",
-            "random-fill",
-            "small-files",
-            "append-vs-fallocate",
-            "size-class-edge",
-            "writeback",
-            "replay",
-        ] {
-            assert!(names.contains(&w), "{w} missing from the quick suite");
+        for w in WORKLOADS.iter().filter(|w| w.quick.is_some()) {
+            assert!(
+                names.contains(&w.name),
+                "{} missing from the quick suite",
+                w.name
+            );
         }
+        assert_eq!(names[..2], ["fallocate2", "frag"], "the allocator's first");
+        assert_eq!(names.last(), Some(&"replay"), "the trace last");
         for s in &steps {
             for p in s.policies.split(',') {
-                super::super::backend::LabPolicy::parse(p).unwrap();
+                crate::lab::backend::LabPolicy::parse(p).unwrap();
             }
         }
         let fixture = concat!(

@@ -1,8 +1,11 @@
 //! The lab: workloads that run against each requested policy and thread count in one process
 //! and report throughput, latency, layout and free-space figures (`docs/lab.md`).
 //!
-//! Data structures: [`LabOptions`] (one matrix's options), a [`RunOnce`] per workload, and
-//! the [`report::Report`] a matrix leaves. Invariants: a matrix runs every policy x threads
+//! Data structures: [`LabOptions`] (one matrix's options), a [`RunOnce`] per workload (the
+//! workloads are listed in [`crate::workload`], above this module), and the
+//! [`report::Report`] a matrix leaves. Outside allocators run only plain extents: the
+//! commands refuse them for other workloads before a matrix starts, and
+//! [`run_file_threads`] refuses them anyway. Invariants: a matrix runs every policy x threads
 //! `repeat` times interleaved and keeps, per cell, the median repetition
 //! ([`report::median_run`]) and every repetition's rate and extents per file; it reads the
 //! machine's load before the first run and after the last ([`machine`]) and warns on stderr
@@ -17,13 +20,13 @@ pub mod fallocate2;
 pub mod fallocate3;
 pub mod frag;
 pub mod machine;
+pub mod markdown;
 pub mod open_bench;
 pub mod random_fill;
 pub mod report;
 pub mod size_class_edge;
 pub mod small_files;
 pub mod sparse_writes;
-pub mod suite;
 pub mod units;
 pub mod verdict;
 pub mod volume_run;
@@ -38,9 +41,6 @@ use std::time::{Duration, Instant};
 
 /// One run of a workload: a policy, a thread count, the options.
 pub type RunOnce = fn(&LabPolicy, usize, &LabOptions) -> Result<Run>;
-
-/// Workloads that allocate plain extents (no files): outside allocators can run them.
-pub const PLAIN_WORKLOADS: &[&str] = &["fallocate2", "frag"];
 
 /// Options shared by the lab's workloads.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -488,15 +488,6 @@ pub fn run_matrix_with(
         .iter()
         .map(|p| LabPolicy::parse(p))
         .collect::<Result<_>>()?;
-    if let Some(outside) = policies.iter().find(|p| matches!(p, LabPolicy::Outside(_))) {
-        anyhow::ensure!(
-            PLAIN_WORKLOADS.contains(&workload),
-            "{workload} needs files and preallocation, which {} does not have; outside \
-             allocators run {}",
-            outside.name(),
-            PLAIN_WORKLOADS.join(" and ")
-        );
-    }
     let geometry = opts.geometry()?;
     let load = machine::start();
     let total = policies.len() * opts.threads.len() * opts.repeat;

@@ -1,5 +1,6 @@
 //! The ground truth of an image: what the undamaged image serves (checked against the
-//! run's model), and the device places of every piece of metadata.
+//! run's model, and by fsck: [`fsck_problem`], which the judge runs on damaged copies too),
+//! and the device places of every piece of metadata.
 //!
 //! Data structures: [`Truth`]: every inode (kind, bytes, paths), each metadata kind's
 //! places (device byte ranges a damage may start in), and each inode's own places (its
@@ -21,6 +22,40 @@ use extalloc_fuse::inode::Kind;
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
+
+/// What `extalloc fsck` would say of `bytes`: the first problem it reports, or why it
+/// refuses (the store's check, then the volume's, then the file system's, as
+/// `fsck_checked`); `None` when clean.
+pub(super) fn fsck_problem(bytes: &[u8]) -> Option<String> {
+    let dev = image_device(bytes);
+    match extalloc::store::fsck::check(dev.as_ref()) {
+        Ok(r) if r.clean() => {}
+        Ok(r) => return Some(format!("store: {:?}", r.problems.first())),
+        Err(e) => return Some(format!("store: {e}")),
+    }
+    let view: Arc<dyn Device> = Arc::new(OverlayDevice::new(dev));
+    let vol = match Volume::open(view, Policy::default()) {
+        Ok(v) => v,
+        Err(e) => return Some(format!("volume: {e}")),
+    };
+    match vol.check() {
+        Ok(c) if c.clean() => {}
+        Ok(c) => return Some(format!("files: {c:?}")),
+        Err(e) => return Some(format!("files: {e}")),
+    }
+    // As `fsck`: a volume whose file 1 holds no inode holds no file system to check.
+    let is_fs = vol
+        .attr(ROOT)
+        .ok()
+        .and_then(|a| extalloc_fuse::inode::Inode::decode(&a))
+        .is_some();
+    match extalloc_fuse::fs::check(&vol) {
+        _ if !is_fs => None,
+        Ok(n) if n.clean() => None,
+        Ok(n) => Some(format!("file system: {}", n.summary())),
+        Err(e) => Some(format!("file system: {e}")),
+    }
+}
 
 /// One inode of the truth.
 #[derive(Debug, Clone)]
@@ -60,7 +95,7 @@ impl Truth {
 /// Reads `built`'s undamaged image back and takes its truth; fails when the image does
 /// not hold the run's model, or its check is not clean (the image is wrong, not a damage).
 pub(super) fn take(built: &Built) -> Result<Truth> {
-    if let Some(problem) = super::judge::fsck_problem(&built.bytes) {
+    if let Some(problem) = fsck_problem(&built.bytes) {
         bail!("the undamaged image is not clean by fsck: {problem}");
     }
     let (fs, report) = Fs::mount(

@@ -32,13 +32,11 @@ use super::kernel::{self, Device, Fs, INTERRUPTED};
 use super::rounds::{self, PhaseSummary};
 use super::{free_space_of, preflight};
 use crate::lab::report::{self, FreeSpaceJson};
-use anyhow::{bail, Context, Result};
-use extalloc::disk::device::{FileDevice, OverlayDevice};
+use anyhow::{Context, Result};
 use extalloc::Extent;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Instant;
 
 /// A file system to run the job on.
@@ -303,9 +301,7 @@ fn extalloc_run(job: &Job, opts: &Options) -> Result<FsRun> {
     let mut m = ExtallocMount::create(opts.device_bytes, block_size)?;
     let ran = run_job(job, &m.mountpoint, true)?;
     m.unmount()?;
-    let dev = FileDevice::open_read_only(&m.image)?;
-    let view: Arc<dyn extalloc::disk::device::Device> = Arc::new(OverlayDevice::new(Arc::new(dev)));
-    let vol = extalloc::volume::Volume::open(view, extalloc::Policy::default())?;
+    let vol = crate::lab::volume_run::open_read_only(&m.image)?;
     let paths = extalloc_fuse::fs::paths(&vol).map_err(anyhow::Error::msg)?;
     let mut files = Vec::new();
     for (&id, (_, kind)) in &paths {
@@ -381,35 +377,6 @@ pub(super) fn regular_files(root: &Path) -> Result<Vec<PathBuf>> {
     }
     out.sort();
     Ok(out)
-}
-
-/// The `directory=` values of a fio job file (relative ones are made under the mount).
-pub fn directories(job: &str) -> Vec<String> {
-    job.lines()
-        .filter_map(|l| l.trim().strip_prefix("directory="))
-        .flat_map(|v| v.split(':'))
-        .map(|d| d.trim().to_string())
-        .filter(|d| !d.is_empty() && !d.starts_with('/'))
-        .collect()
-}
-
-/// fs_mark's files per second (its table's `Files/sec` column, summed over its rows).
-pub fn fsmark_files_per_sec(out: &str) -> Result<f64> {
-    let mut rows = 0;
-    let mut sum = 0.0;
-    for line in out.lines() {
-        let cols: Vec<&str> = line.split_whitespace().collect();
-        if cols.len() >= 4 && cols[0].parse::<u64>().is_ok() && cols[1].parse::<u64>().is_ok() {
-            if let Ok(v) = cols[3].parse::<f64>() {
-                sum += v;
-                rows += 1;
-            }
-        }
-    }
-    if rows == 0 {
-        bail!("no result row in fs_mark's output: {}", out.trim());
-    }
-    Ok(sum / f64::from(rows))
 }
 
 /// An extalloc image in /dev/shm, mounted by `extalloc mount` in a child process;
@@ -551,19 +518,6 @@ pub fn report_text(names: &[String], rounds: usize, reports: &[JobReport]) -> St
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn job_directories_are_read() {
-        let job = "[global]\ndirectory=dir1\n[a]\ndirectory=/abs\n[b]\ndirectory=d2:d3\n";
-        assert_eq!(directories(job), ["dir1", "d2", "d3"]);
-    }
-
-    #[test]
-    fn fsmark_rows_are_averaged() {
-        let out = "#  fs_mark  -d x\n\nFSUse%        Count         Size    Files/sec     App Overhead\n     2         1000         4096       2000.0            12345\n     2         2000         4096       4000.0            12345\n";
-        assert_eq!(fsmark_files_per_sec(out).unwrap(), 3000.0);
-        assert!(fsmark_files_per_sec("nothing").is_err());
-    }
 
     #[test]
     fn rounds_rotate_the_order_and_ratios_divide_by_ext4() {

@@ -11,7 +11,8 @@
 //! call writes is listed in the index it writes (the suite's index lists every workload's
 //! folder). Lock order: none.
 
-use super::report::{markdown, Report, Run};
+use super::markdown::markdown;
+use super::report::{Report, Run};
 use super::units;
 use anyhow::{Context, Result};
 use plotters::coord::types::RangedCoordf64;

@@ -9,50 +9,16 @@
 //! own thread (a hung one holds nothing shared). Lock order: none.
 
 use super::image::BLOCK;
-use super::truth::{bytes_of, walk, Truth};
+use super::truth::{bytes_of, fsck_problem, walk, Truth};
 use super::{opts, Kind, ME};
 use crate::corrupt::image_device;
-use extalloc::disk::device::{Device, OverlayDevice};
+use extalloc::disk::device::Device;
 use extalloc::volume::Volume;
 use extalloc::Policy;
 use extalloc_fuse::fs::names::NewNode;
 use extalloc_fuse::fs::{Fs, ROOT};
 use std::collections::BTreeSet;
 use std::sync::Arc;
-
-/// What `extalloc fsck` would say of `bytes`: the first problem it reports, or why it
-/// refuses (the store's check, then the volume's, then the file system's, as
-/// `fsck_checked`); `None` when clean.
-pub(super) fn fsck_problem(bytes: &[u8]) -> Option<String> {
-    let dev = image_device(bytes);
-    match extalloc::store::fsck::check(dev.as_ref()) {
-        Ok(r) if r.clean() => {}
-        Ok(r) => return Some(format!("store: {:?}", r.problems.first())),
-        Err(e) => return Some(format!("store: {e}")),
-    }
-    let view: Arc<dyn Device> = Arc::new(OverlayDevice::new(dev));
-    let vol = match Volume::open(view, Policy::default()) {
-        Ok(v) => v,
-        Err(e) => return Some(format!("volume: {e}")),
-    };
-    match vol.check() {
-        Ok(c) if c.clean() => {}
-        Ok(c) => return Some(format!("files: {c:?}")),
-        Err(e) => return Some(format!("files: {e}")),
-    }
-    // As `fsck`: a volume whose file 1 holds no inode holds no file system to check.
-    let is_fs = vol
-        .attr(ROOT)
-        .ok()
-        .and_then(|a| extalloc_fuse::inode::Inode::decode(&a))
-        .is_some();
-    match extalloc_fuse::fs::check(&vol) {
-        _ if !is_fs => None,
-        Ok(n) if n.clean() => None,
-        Ok(n) => Some(format!("file system: {}", n.summary())),
-        Err(e) => Some(format!("file system: {e}")),
-    }
-}
 
 /// What a mount of a damaged image did.
 #[derive(Debug, Default)]

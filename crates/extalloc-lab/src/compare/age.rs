@@ -4,9 +4,8 @@
 //! they unmount and mount again mid-job (cold reads, extalloc's layout, free space).
 //!
 //! Data structures: [`AgeFs`] (the mounted target), [`FileLayout`] (one file's extents by
-//! its path under the root), [`GroupFrag`] (one group's free blocks and longest free run),
-//! [`FragStats`] (fsperf's frag % over groups), [`FreeReport`] (the free space after
-//! unmounting).
+//! its path under the root), [`FreeReport`] (the free space after unmounting; its
+//! [`GroupFrag`] and [`FragStats`] are `age_freespace.rs`'s).
 //!
 //! Invariant: between calls an [`AgeFs`] is mounted at [`AgeFs::root`]; every method that
 //! unmounts mounts again before returning, or fails (and the drop tears everything down:
@@ -17,11 +16,10 @@ use super::mounted::{merged, regular_files, ExtallocMount, Target};
 use super::{age_freespace as freespace_age, freespace, jobs::drop_caches};
 use crate::lab::report::{self, FreeSpaceJson};
 use anyhow::{bail, Context, Result};
-use extalloc::disk::device::{FileDevice, OverlayDevice};
 use extalloc::{Extent, FreeSpace};
+pub use freespace_age::{frag_stats, nearest_rank, FragStats, GroupFrag};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 
 /// A target the aging jobs run on, mounted.
 pub enum AgeFs {
@@ -48,34 +46,6 @@ pub struct FileLayout {
     pub extents: Vec<Extent>,
 }
 
-/// One allocation group's (ext4 group, XFS AG, extalloc group, btrfs block group) free
-/// space.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GroupFrag {
-    /// Free blocks in the group.
-    pub free_blocks: u64,
-    /// Its longest free run.
-    pub largest_free_run: u64,
-}
-
-/// fsperf's frag % over the groups that have free space: per group
-/// `100 x (1 - largest free run / free blocks)`.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
-pub struct FragStats {
-    /// Groups with free space (the ones counted).
-    pub groups: usize,
-    /// Mean.
-    pub mean: f64,
-    /// Median (nearest rank).
-    pub p50: f64,
-    /// 95th percentile (nearest rank).
-    pub p95: f64,
-    /// 99th percentile (nearest rank).
-    pub p99: f64,
-    /// Largest.
-    pub max: f64,
-}
-
 /// The free space of an unmounted target.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct FreeReport {
@@ -85,37 +55,6 @@ pub struct FreeReport {
     pub free_space: Option<FreeSpaceJson>,
     /// Where the figures come from, or why some are missing.
     pub source: String,
-}
-
-/// The `q`-quantile (0..=1) of sorted `v` by nearest rank; 0 when empty.
-pub fn nearest_rank(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = (q * sorted.len() as f64).ceil().max(1.0) as usize;
-    sorted[rank.min(sorted.len()) - 1]
-}
-
-/// fsperf's frag % over `groups`; groups without free space are left out (their frag %
-/// is undefined). None when no group has free space.
-pub fn frag_stats(groups: &[GroupFrag]) -> Option<FragStats> {
-    let mut v: Vec<f64> = groups
-        .iter()
-        .filter(|g| g.free_blocks > 0)
-        .map(|g| 100.0 * (1.0 - g.largest_free_run as f64 / g.free_blocks as f64))
-        .collect();
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    Some(FragStats {
-        groups: v.len(),
-        mean: v.iter().sum::<f64>() / v.len() as f64,
-        p50: nearest_rank(&v, 0.50),
-        p95: nearest_rank(&v, 0.95),
-        p99: nearest_rank(&v, 0.99),
-        max: *v.last().expect("not empty"),
-    })
 }
 
 /// Extents per file of `files`: (mean, p50, p99); zeros when there are none.
@@ -172,11 +111,8 @@ fn groups_of(fs: &FreeSpace) -> Vec<GroupFrag> {
 
 /// An extalloc image opened read-only (the writes of the open go to memory).
 fn open_volume(image: &Path) -> Result<extalloc::volume::Volume> {
-    let dev = FileDevice::open_read_only(image)
-        .with_context(|| format!("opening {} read-only", image.display()))?;
-    let view: Arc<dyn extalloc::disk::device::Device> = Arc::new(OverlayDevice::new(Arc::new(dev)));
-    extalloc::volume::Volume::open(view, extalloc::Policy::default())
-        .with_context(|| format!("opening the volume in {}", image.display()))
+    crate::lab::volume_run::open_read_only(image)
+        .with_context(|| format!("opening the volume in {} read-only", image.display()))
 }
 
 impl AgeFs {
@@ -389,27 +325,6 @@ fn btrfs_none(why: &str) -> FreeReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn g(free_blocks: u64, largest_free_run: u64) -> GroupFrag {
-        GroupFrag {
-            free_blocks,
-            largest_free_run,
-        }
-    }
-
-    #[test]
-    fn frag_percent_over_groups() {
-        // 0 %, 50 %, 75 %, 90 %, and a full group (left out).
-        let groups = [g(100, 100), g(100, 50), g(100, 25), g(100, 10), g(0, 0)];
-        let s = frag_stats(&groups).unwrap();
-        assert_eq!(s.groups, 4);
-        assert!((s.mean - 53.75).abs() < 1e-9, "{s:?}");
-        assert_eq!(s.p50, 50.0);
-        assert_eq!(s.p95, 90.0);
-        assert_eq!(s.p99, 90.0);
-        assert_eq!(s.max, 90.0);
-        assert!(frag_stats(&[g(0, 0)]).is_none());
-    }
 
     #[test]
     fn nearest_rank_percentiles() {

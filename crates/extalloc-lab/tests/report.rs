@@ -1,7 +1,8 @@
-//! `extalloc report` on a small fixture (a frag run of extalloc and tlsf at 1 and 2 jobs):
-//! the files exist, the PNGs decode, and the Markdown has a row per run in each table.
+//! `extalloc report` (`extalloc_lab::command::report`) on a small fixture (a frag run of
+//! extalloc and tlsf at 1 and 2 jobs): the files exist, the PNGs decode, and the Markdown
+//! has a row per run in each table.
 
-use std::process::Command;
+use extalloc_lab::command::report;
 
 #[test]
 fn report_writes_markdown_and_decodable_charts() {
@@ -10,16 +11,7 @@ fn report_writes_markdown_and_decodable_charts() {
         "/tests/fixtures/frag-report.json"
     );
     let out = std::env::temp_dir().join(format!("extalloc-report-{}", std::process::id()));
-    let run = Command::new(env!("CARGO_BIN_EXE_extalloc"))
-        .args(["report", fixture, "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    report(fixture.as_ref(), &out).unwrap();
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     let rows = md
         .lines()
@@ -59,12 +51,8 @@ fn report_writes_markdown_and_decodable_charts() {
 fn report_refuses_what_is_not_a_report() {
     let path = std::env::temp_dir().join(format!("extalloc-notreport-{}.json", std::process::id()));
     std::fs::write(&path, "{\"schema\": 3}").unwrap();
-    let run = Command::new(env!("CARGO_BIN_EXE_extalloc"))
-        .arg("report")
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(!run.status.success());
-    assert!(String::from_utf8_lossy(&run.stderr).contains("not a bench report"));
+    let out = std::env::temp_dir().join(format!("extalloc-notreport-{}", std::process::id()));
+    let e = report(&path, &out).unwrap_err();
+    assert!(format!("{e:#}").contains("not a bench report"), "{e:#}");
     std::fs::remove_file(&path).unwrap();
 }

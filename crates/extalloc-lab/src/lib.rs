@@ -1,0 +1,16 @@
+//! extalloc's allocation lab: workloads run against policies and outside allocators
+//! ([`lab`]), one registry of them ([`workload`]), the quick suite ([`suite`]), trace replay
+//! and capture ([`replay`]), the comparison with the kernel's file systems ([`compare`]),
+//! and what the `extalloc` commands of the lab do once their arguments are read
+//! ([`command`]: tables, JSON reports, charts).
+//!
+//! Modules depend one way: `command` -> `suite` -> `workload` -> `replay` -> `compare` ->
+//! `lab`; `lab` imports none of the others. The fuzz targets reach the trace parser through
+//! [`replay`].
+
+pub mod command;
+pub mod compare;
+pub mod lab;
+pub mod replay;
+pub mod suite;
+pub mod workload;
