@@ -199,3 +199,31 @@ fn rm_removes_a_file_by_id() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn policies_shows_each_presets_value_and_what_a_key_reproduces() {
+    let out = run(&["policies"]);
+    assert!(out.status.success());
+    let t = text(&out);
+    let row = |key: &str| {
+        t.lines()
+            .find(|l| l.split_whitespace().next() == Some(key))
+            .unwrap_or_else(|| panic!("no row for {key}: {t}"))
+            .split_whitespace()
+            .take(5)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert_eq!(
+        row("zombie_groups"),
+        "zombie_groups false false true ext4-base"
+    );
+    assert_eq!(
+        row("free_list"),
+        "free_list per-group global global ext4-2025"
+    );
+    assert_eq!(
+        row("max_scan_extents"),
+        "max_scan_extents 200 200 200 tuning"
+    );
+}
