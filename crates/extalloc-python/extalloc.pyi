@@ -2,7 +2,7 @@
 
 from os import PathLike
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 __version__: str
 
@@ -90,3 +90,25 @@ class Allocator:
     def check(self) -> None: ...
     def __enter__(self) -> "Allocator": ...
     def __exit__(self, *exc_info: object) -> bool: ...
+
+class _Lab:
+    """The allocation lab (`extalloc.lab`): records are dicts, one per policy x threads run."""
+
+    def workloads(self) -> list[str]: ...
+    def run(
+        self,
+        workload: str,
+        *,
+        policies: Union[str, Sequence[str], None] = None,
+        threads: Union[int, str, Sequence[int], None] = None,
+        seconds: Optional[float] = None,
+        repeat: Optional[int] = None,
+        device_size: Optional[str] = None,
+        file_size: Optional[str] = None,
+        seed: Optional[int] = None,
+    ) -> list[dict[str, Any]]: ...
+    def replay(
+        self, trace: _Path, *, policies: Union[str, Sequence[str], None] = None
+    ) -> list[dict[str, Any]]: ...
+
+lab: _Lab

@@ -2,12 +2,14 @@
 //! ([`lab`]), one registry of them ([`workload`]), the quick suite ([`suite`]), trace replay
 //! and capture ([`replay`]), the comparison with the kernel's file systems ([`compare`]),
 //! and what the `extalloc` commands of the lab do once their arguments are read
-//! ([`command`]: tables, JSON reports, charts).
+//! ([`command`]: tables, JSON reports, charts); [`api`] runs a workload or a replay for a
+//! program (the Python package) and returns the report.
 //!
-//! Modules depend one way: `command` -> `suite` -> `workload` -> `replay` -> `compare` ->
+//! Modules depend one way: `api` -> `command` -> `suite` -> `workload` -> `replay` -> `compare` ->
 //! `lab`; `lab` imports none of the others. The fuzz targets reach the trace parser through
 //! [`replay`].
 
+pub mod api;
 pub mod command;
 pub mod compare;
 pub mod lab;

@@ -13,6 +13,8 @@
 //! round); the volume's lock is read by every call but `close`, which takes it for writing
 //! (it waits for calls in flight), then the library's own locks.
 
+mod lab;
+
 use ::extalloc::volume::Volume as Vol;
 use ::extalloc::{AllocRequest, Error as E, Extent, Geometry, Policy};
 use parking_lot::RwLock;
@@ -426,7 +428,7 @@ impl Allocator {
     }
 }
 
-/// The module: the two classes and the exceptions.
+/// The module: the two classes, the exceptions and the `lab` submodule.
 #[pymodule(name = "extalloc")]
 fn extalloc_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -442,5 +444,6 @@ fn extalloc_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("Exists", py.get_type::<Exists>())?;
     m.add("Closed", py.get_type::<Closed>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    lab::add(m)?;
     Ok(())
 }

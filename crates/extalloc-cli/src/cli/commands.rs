@@ -24,7 +24,7 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub block_size: Option<u32>,
     /// Policies, comma-separated.
-    #[arg(long, default_value = "ext4-base,ext4-2025,extalloc")]
+    #[arg(long, default_value = extalloc_lab::api::DEFAULT_REPLAY_POLICIES)]
     pub policy: String,
     /// Replay only the first N events.
     #[arg(long)]

@@ -7,6 +7,7 @@
 
 use anyhow::{Context, Result};
 use clap::builder::PossibleValue;
+use extalloc_lab::api;
 use extalloc_lab::command::output::Outputs;
 use extalloc_lab::command::Run;
 use extalloc_lab::lab::{self, LabOptions};
@@ -48,12 +49,12 @@ pub struct BenchArgs {
     #[arg(long)]
     policy: Option<String>,
     /// Seconds per run (time-bound workloads; an upper bound for small-files).
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = api::DEFAULT_SECONDS)]
     seconds: f64,
     /// Repetitions of the whole matrix, interleaved; the tables show the median with the
     /// min-max beside it, and the verdict flags a lead within that noise (1: one run each,
     /// no spread).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = api::DEFAULT_REPEAT)]
     repeat: usize,
     /// Device size (K, M, G, T; KiB, MiB, GiB, TiB) [default: 16GiB; small-files 4GiB].
     #[arg(long)]
@@ -63,10 +64,10 @@ pub struct BenchArgs {
     #[arg(long)]
     file_size: Option<String>,
     /// sparse-writes: number of 1 KiB writes (split between threads).
-    #[arg(long, default_value_t = 200_000)]
+    #[arg(long, default_value_t = api::DEFAULT_WRITES)]
     writes: u64,
     /// random-fill: sequential 1 KiB writes before each jump.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = api::DEFAULT_SEQ_BURST)]
     seq_burst: u64,
     /// size-class-edge: pass lifetime hints that run against size.
     #[arg(long)]
@@ -109,16 +110,16 @@ pub struct BenchArgs {
     #[arg(long)]
     trace: Option<std::path::PathBuf>,
     /// Block size in bytes.
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = api::DEFAULT_BLOCK_SIZE)]
     block_size: u32,
     /// Blocks per group (a power of two).
     #[arg(long, default_value_t = extalloc::GROUP_BLOCKS_DEFAULT)]
     group_blocks: u64,
     /// How often the committer makes pending frees reusable, in milliseconds.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = api::DEFAULT_COMMIT_MS)]
     commit_ms: u64,
     /// Seed: varies file ids (and so stream-goal hashing) between runs.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = api::DEFAULT_SEED)]
     seed: u64,
     /// Write the JSON report (schema extalloc-bench/1) here.
     #[arg(long)]

@@ -60,7 +60,7 @@ pub fn bench(run: &Run) -> Result<()> {
 
 /// Outside allocators run plain extents only: refused for the other workloads before the
 /// matrix starts (each policy checked first, as the matrix would).
-fn refuse_outside(workload: &Workload, opts: &LabOptions) -> Result<()> {
+pub(crate) fn refuse_outside(workload: &Workload, opts: &LabOptions) -> Result<()> {
     let policies: Vec<LabPolicy> = opts
         .policies
         .iter()
