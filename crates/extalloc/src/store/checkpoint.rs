@@ -32,9 +32,7 @@ impl Store {
         let _closed = self.close_boundary();
         // Changes of the open transaction would be lost if written home without a record.
         if !self.ops.is_empty() {
-            return Err(Error::InvalidRequest(
-                "checkpoint with an open transaction: commit first".into(),
-            ));
+            return Err(Error::TransactionOpen { op: "checkpoint" });
         }
         let sealed = self.alloc().seal();
         self.checkpoint_locked(&[], sealed)
@@ -146,11 +144,10 @@ impl Store {
             None => self.pending_root.lock().take(),
         };
         match root {
-            Some(r) if r.len() > format::ROOT_MAX => Err(Error::InvalidRequest(format!(
-                "a root of {} bytes: at most {} (a block address and a checksum, say)",
-                r.len(),
-                format::ROOT_MAX
-            ))),
+            Some(r) if r.len() > format::ROOT_MAX => Err(Error::RootTooLarge {
+                bytes: r.len() as u64,
+                max: format::ROOT_MAX as u64,
+            }),
             other => Ok(other),
         }
     }

@@ -70,11 +70,11 @@ impl Volume {
         let bytes = chunks * CHUNK_BUDGET;
         let most = self.store.max_transaction_bytes() / 4;
         if bytes > most {
-            return Err(Error::InvalidRequest(format!(
-                "an atomic group of {chunks} chunk calls needs up to {bytes} journal bytes; \
-                 this journal's records allow groups of {most}: make fewer calls in one \
-                 group, or the device with a larger --journal-size"
-            )));
+            return Err(Error::AtomicGroupTooLarge {
+                chunks,
+                bytes,
+                max: most,
+            });
         }
         self.make_room(bytes)?;
         let held = self.groups.read();

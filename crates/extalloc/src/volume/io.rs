@@ -528,10 +528,10 @@ impl Volume {
 
 pub(super) fn check_attr(attr: &[u8]) -> Result<()> {
     if attr.len() > MAX_ATTR_BYTES {
-        return Err(Error::InvalidRequest(format!(
-            "an attribute blob of {} bytes: at most {MAX_ATTR_BYTES}",
-            attr.len()
-        )));
+        return Err(Error::AttrTooLarge {
+            bytes: attr.len() as u64,
+            max: MAX_ATTR_BYTES as u64,
+        });
     }
     Ok(())
 }
@@ -542,9 +542,10 @@ pub(crate) fn check_range(offset: u64, len: u64) -> Result<u64> {
     offset
         .checked_add(len)
         .filter(|&end| end <= MAX_FILE_BYTES)
-        .ok_or_else(|| {
-            Error::InvalidRequest(format!(
-                "bytes {offset}+{len} reach past the largest file ({MAX_FILE_BYTES} bytes)"
-            ))
+        .ok_or(Error::PastLargestFile {
+            unit: "bytes",
+            start: offset,
+            len,
+            max: MAX_FILE_BYTES,
         })
 }

@@ -203,11 +203,7 @@ impl Volume {
     pub fn format(dev: Arc<dyn Device>, policy: Policy) -> Result<Volume> {
         let (store, records) = Store::open(dev.clone(), policy)?;
         if !store.root().is_empty() || !records.is_empty() {
-            return Err(Error::InvalidRequest(
-                "the store on this device is in use already: make a new one (mkfs) for a \
-                 volume"
-                    .into(),
-            ));
+            return Err(Error::StoreInUse);
         }
         let vol = Volume::with_store(
             store,
@@ -239,22 +235,15 @@ impl Volume {
         let prepared_root: Arc<Mutex<Option<Vec<u8>>>> = Arc::new(Mutex::new(None));
         let slot = prepared_root.clone();
         store.set_checkpoint_hook(Box::new(move || {
-            slot.lock().take().ok_or_else(|| {
-                Error::InvalidRequest(
-                    "a volume's store checkpoints only through the volume (its file table \
-                     must go with the journal tail)"
-                        .into(),
-                )
-            })
+            slot.lock().take().ok_or(Error::CheckpointOutsideVolume)
         }));
         let block_size = u64::from(store.geometry().block_size);
         let budget = CHUNK_BUDGET * 16;
         if store.max_transaction_bytes() < budget {
-            return Err(Error::InvalidRequest(format!(
-                "a journal whose records hold at most {} bytes is too small for a volume \
-                 (at least {budget}): make the device with a larger --journal-size",
-                store.max_transaction_bytes()
-            )));
+            return Err(Error::JournalTooSmall {
+                max_record: store.max_transaction_bytes(),
+                needed: budget,
+            });
         }
         Ok(Volume {
             store,

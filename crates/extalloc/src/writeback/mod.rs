@@ -72,9 +72,11 @@ impl std::str::FromStr for Affinity {
             "group" => Ok(Affinity::Group),
             "file" => Ok(Affinity::File),
             "none" => Ok(Affinity::None),
-            _ => Err(Error::InvalidRequest(format!(
-                "writeback affinity '{s}': one of group, file, none"
-            ))),
+            _ => Err(Error::InvalidSetting {
+                setting: "writeback affinity",
+                value: format!("'{s}'"),
+                expected: "give one of group, file, none".into(),
+            }),
         }
     }
 }
@@ -126,22 +128,35 @@ impl WritebackOptions {
     fn validate(&self, block_size: u64) -> Result<()> {
         let piece = WRITE_PIECE_BLOCKS * block_size;
         if self.dirty_limit_bytes < 2 * piece {
-            return Err(Error::InvalidRequest(format!(
-                "a dirty limit of {} bytes: at least {} (two write pieces)",
-                self.dirty_limit_bytes,
-                2 * piece
-            )));
+            return Err(Error::InvalidSetting {
+                setting: "writeback dirty limit",
+                value: format!("{} bytes", self.dirty_limit_bytes),
+                expected: format!("give at least {} bytes (two write pieces)", 2 * piece),
+            });
         }
         if self.background_bytes > self.dirty_limit_bytes {
-            return Err(Error::InvalidRequest(format!(
-                "a background threshold of {} bytes above the dirty limit of {}",
-                self.background_bytes, self.dirty_limit_bytes
-            )));
+            return Err(Error::InvalidSetting {
+                setting: "writeback background threshold",
+                value: format!("{} bytes", self.background_bytes),
+                expected: format!(
+                    "give at most the dirty limit, {} bytes",
+                    self.dirty_limit_bytes
+                ),
+            });
         }
-        if self.contexts_per_cpu == 0 || self.expire.is_zero() {
-            return Err(Error::InvalidRequest(
-                "writeback needs at least one context per CPU and a non-zero expire".into(),
-            ));
+        if self.contexts_per_cpu == 0 {
+            return Err(Error::InvalidSetting {
+                setting: "writeback contexts per CPU",
+                value: "0".into(),
+                expected: "give at least 1".into(),
+            });
+        }
+        if self.expire.is_zero() {
+            return Err(Error::InvalidSetting {
+                setting: "writeback expire age",
+                value: "0 s".into(),
+                expected: "give a non-zero age".into(),
+            });
         }
         Ok(())
     }
@@ -235,9 +250,10 @@ impl Buffered {
                 Err(e) => {
                     let b = Buffered { shared, workers };
                     drop(b);
-                    return Err(Error::InvalidRequest(format!(
-                        "cannot start writeback context {i}: {e}"
-                    )));
+                    return Err(Error::Spawn {
+                        thread: format!("writeback context {i}"),
+                        source: crate::error::IoSource::new(e),
+                    });
                 }
             }
         }

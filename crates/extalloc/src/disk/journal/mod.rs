@@ -357,11 +357,10 @@ impl Journal {
     pub fn append(&self, ops: &[Op], payload: &[u8]) -> Result<u64> {
         let n = Self::record_bytes(ops.len() as u64, payload.len() as u64);
         if n > self.max_record {
-            return Err(Error::InvalidRequest(format!(
-                "a {n}-byte record does not fit a {}-byte journal (with its mirror; at most \
-                 {} bytes)",
-                self.area.len, self.max_record
-            )));
+            return Err(Error::TransactionTooLarge {
+                bytes: n,
+                max: self.max_record,
+            });
         }
         let mut w = self.writer.lock();
         let durable = self.durable_seq.load(std::sync::atomic::Ordering::Acquire);
