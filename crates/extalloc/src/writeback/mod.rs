@@ -49,8 +49,6 @@ use std::time::{Duration, Instant};
 
 /// A write is cached and throttled in pieces of at most this many blocks (1 MiB of 4 KiB).
 const WRITE_PIECE_BLOCKS: u64 = 256;
-/// Times a write that finds no space while frees wait for a commit commits and retries.
-const NO_SPACE_COMMITS: usize = 2;
 
 /// Which context a file's dirty data goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -291,18 +289,9 @@ impl Buffered {
         for (from, to) in pieces(offset, end - offset, self.shared.block_size) {
             self.shared.throttle()?;
             let bytes = &data[(from - offset) as usize..(to - offset) as usize];
-            let mut tries = 0;
-            loop {
-                match self.write_piece(id, &entry, from, bytes) {
-                    Err(Error::NoSpace { pending_blocks, .. })
-                        if pending_blocks > 0 && tries < NO_SPACE_COMMITS =>
-                    {
-                        tries += 1;
-                        self.shared.vol.sync()?;
-                    }
-                    other => break other?,
-                }
-            }
+            self.shared
+                .vol
+                .retry_after_sync(|| self.write_piece(id, &entry, from, bytes))?;
             self.shared.kick_if_over_background()?;
         }
         Ok(())
