@@ -8,6 +8,8 @@
 //!   finds no space changes nothing but what a remedy did before it gave up (pending frees
 //!   committed by a caller that owns the commits, preallocations discarded:
 //!   `docs/architecture.md`, "No space").
+//! - The journal (`disk/journal/`) refuses a record larger than it holds, or one that
+//!   does not fit until a checkpoint, without writing anything.
 //! - The store (`store/`) refuses a bad request, a free of metadata or a transaction too
 //!   large for the journal without changing anything. With forced commits on, a call may
 //!   have committed the open transaction before it fails. A commit that fails at the flush,

@@ -465,7 +465,7 @@ impl Files {
 
     /// Sets the file's logical size. Shrinking frees the mapped blocks past `size_blocks`
     /// (they wait for the next commit, like any free) and discards the file's PAs. Returns
-    /// the extents freed.
+    /// the extents freed. Refused past the largest file ([`Error::SizePastLargestFile`]).
     pub fn set_file_size(&self, file: &FileAlloc, size_blocks: u64) -> Result<Vec<Extent>> {
         if size_blocks > LOGICAL_BLOCKS_MAX {
             return Err(Error::SizePastLargestFile {
@@ -503,7 +503,7 @@ impl Files {
     /// mapped there (they wait for the next commit, like any free). Unmapped blocks in the
     /// range are left alone. The file's PAs are discarded first, as ext4's punch hole does,
     /// so none keeps a block it handed out. The size does not change. Returns the extents
-    /// freed.
+    /// freed. Refused, changing nothing, for no blocks or past the largest file.
     pub fn free_data(&self, file: &FileAlloc, logical: u64, len: u64) -> Result<Vec<Extent>> {
         if len == 0 {
             return Err(Error::ZeroLength);

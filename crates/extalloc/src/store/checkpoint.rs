@@ -27,6 +27,12 @@ use std::sync::atomic::Ordering::Relaxed;
 
 impl Store {
     /// Writes every group home and moves the journal's tail past all records.
+    ///
+    /// Refused ([`Error::TransactionOpen`], nothing written) while the open transaction
+    /// holds changes. A checkpoint that fails later (the caller's checkpoint hook, a write,
+    /// a flush) leaves the journal's tail and the root where they were, so every record
+    /// still replays; the groups it did not finish stay marked for the next checkpoint.
+    /// The appended records may have been made durable (and their frees released) by then.
     pub fn checkpoint(&self) -> Result<()> {
         let _serial = self.commit_lock.write();
         let _closed = self.close_boundary();

@@ -107,7 +107,8 @@ impl Store {
 
     /// Sets the root the next checkpoint writes (at most
     /// [`ROOT_MAX`](crate::disk::format::ROOT_MAX) bytes): for a caller that writes its own
-    /// tables, then checkpoints. Without a checkpoint it is not durable.
+    /// tables, then checkpoints. Without a checkpoint it is not durable. A larger root is
+    /// refused ([`RootTooLarge`](crate::error::Error::RootTooLarge)), changing nothing.
     pub fn set_root(&self, root: &[u8]) -> crate::error::Result<()> {
         if root.len() > crate::disk::format::ROOT_MAX {
             return Err(crate::error::Error::RootTooLarge {

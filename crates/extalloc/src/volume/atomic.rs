@@ -54,8 +54,9 @@ impl Volume {
     /// blocks): room for them is made in the open transaction first, committing if needed,
     /// then commits wait until the group ends. Nested groups share the outer one.
     ///
-    /// Fails, changing nothing, when making room fails (the commit's error) or the volume
-    /// has stopped committing ([`Error::Aborted`]).
+    /// Fails, changing nothing, when the group would need more than one journal record
+    /// holds ([`Error::AtomicGroupTooLarge`]), making room fails (the commit's error) or
+    /// the volume has stopped committing ([`Error::Aborted`]).
     pub fn atomic(&self, chunks: u64) -> Result<Atomic<'_>> {
         assert!(chunks > 0, "an atomic group makes at least one call");
         if self.inside_group() {

@@ -49,7 +49,8 @@ pub enum Fallocate {
 }
 
 impl Volume {
-    /// Replaces file `id`'s attribute blob. One chunk: a failure changes nothing.
+    /// Replaces file `id`'s attribute blob. One chunk: a failure changes nothing. A blob
+    /// over [`MAX_ATTR_BYTES`] is refused ([`Error::AttrTooLarge`]).
     pub fn set_attr(&self, id: u64, attr: &[u8]) -> Result<()> {
         check_attr(attr)?;
         self.chunk(id, |_, f| {

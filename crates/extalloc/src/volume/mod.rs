@@ -200,6 +200,11 @@ impl Volume {
 
     /// Makes a volume on `dev`, which holds a store no one has used yet (fresh from
     /// [`format::mkfs`](crate::disk::format::mkfs)): its first, empty file table.
+    ///
+    /// A store used already ([`Error::StoreInUse`]) or one whose journal is too small for
+    /// a volume ([`Error::JournalTooSmall`]) is refused before anything is written. A
+    /// failure writing the first table (a checkpoint) leaves the store without a volume:
+    /// format it again.
     pub fn format(dev: Arc<dyn Device>, policy: Policy) -> Result<Volume> {
         let (store, records) = Store::open(dev.clone(), policy)?;
         if !store.root().is_empty() || !records.is_empty() {
@@ -221,6 +226,11 @@ impl Volume {
     /// the changes logged after it. A file's map is read, and checked against the
     /// allocator, when first used ([`Volume::check`] reads them all); only the maps the
     /// journal's records change are read now.
+    ///
+    /// Fails on a device that holds no volume ([`Error::NoVolume`]), a volume of another
+    /// format version ([`Error::UnsupportedVolumeVersion`]) or a journal too small for a
+    /// volume ([`Error::JournalTooSmall`]), and with the store's errors
+    /// ([`Store::open`]); the volume's table and maps are not written.
     pub fn open(dev: Arc<dyn Device>, policy: Policy) -> Result<Volume> {
         let (store, records) = Store::open(dev.clone(), policy)?;
         let loaded = checkpoint::load(&store, dev.as_ref(), &records)?;

@@ -229,6 +229,11 @@ pub struct Buffered {
 impl Buffered {
     /// Starts the contexts over `vol`. Every file call must go through the `Buffered`
     /// from now on ([`Buffered::into_volume`] gives the volume back).
+    ///
+    /// Options out of range are refused ([`Error::InvalidSetting`]) before anything starts;
+    /// a context that cannot start ([`Error::Spawn`]) stops those started before it. Either
+    /// way the volume is dropped without a sync, as at a crash: sync it before, if it holds
+    /// changes.
     pub fn new(vol: Volume, mut opts: WritebackOptions) -> Result<Buffered> {
         opts.validate(vol.block_size())?;
         if opts.background_bytes == 0 {

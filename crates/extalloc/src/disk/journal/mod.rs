@@ -353,7 +353,8 @@ impl Journal {
     /// 4 KiB boundary of its own, a mirror of the record and of the records before it that
     /// no later record vouches for yet. Returns its sequence number. A journal without room
     /// (for the record and its mirror) returns `JournalFull` and changes nothing: the
-    /// caller checkpoints (moves the tail) and tries again.
+    /// caller checkpoints (moves the tail) and tries again. A record larger than the
+    /// journal ever holds is refused ([`Error::TransactionTooLarge`]), changing nothing.
     pub fn append(&self, ops: &[Op], payload: &[u8]) -> Result<u64> {
         let n = Self::record_bytes(ops.len() as u64, payload.len() as u64);
         if n > self.max_record {
