@@ -383,7 +383,7 @@ pub enum Error {
     },
 
     /// A thread the library starts could not be started.
-    #[error("cannot start {thread}: {source}; free threads or memory, or ask for fewer")]
+    #[error("cannot start {thread}: {source}; free threads or memory, or ask for fewer threads")]
     Spawn {
         /// The thread: "writeback context 3".
         thread: String,
