@@ -21,6 +21,12 @@ class NoSuchFile(Error):
 class InvalidRequest(Error):
     """A bad argument: a size, geometry, policy, range or path the library refuses."""
 
+class FileTooBig(InvalidRequest):
+    """An offset or size past the largest file (2^63 - 1 bytes)."""
+
+class WrongState(InvalidRequest):
+    """A call not valid in the state it found (work under way): make it at another time."""
+
 class Corrupt(Error):
     """The device holds damage the library will not serve (run `extalloc fsck`)."""
 
@@ -29,6 +35,9 @@ class DeviceInUse(Error):
 
 class IoError(Error):
     """The device failed a read, write or flush."""
+
+class Aborted(IoError):
+    """The volume stopped committing after a change was left half made: close it and open it again."""
 
 class Exists(Error):
     """Volume.create found a file at the path: it never overwrites one."""

@@ -26,16 +26,18 @@
 typedef enum extalloc_code {
   // Success.
   EXTALLOC_OK = 0,
-  // A NULL pointer, a bad path, geometry, policy or extent, a double free, a free of
-  // blocks not allocated: the call changed nothing.
+  // A NULL pointer, a bad path, size, geometry, policy or extent, a double free, a free
+  // of blocks not allocated: the call changed nothing.
   EXTALLOC_INVALID_ARGUMENT = 1,
-  // No free run long enough (the device or the allocator is full).
+  // No free run long enough (the device or the allocator is full), or no room in the
+  // journal for the change.
   EXTALLOC_NO_SPACE = 2,
   // No blob with that id (never put, or deleted).
   EXTALLOC_NOT_FOUND = 3,
   // The operating system failed a read, write, flush or open of the volume's file.
   EXTALLOC_IO = 4,
-  // The file holds no extalloc volume, another format version, or damaged metadata.
+  // The file holds no extalloc volume, another format version, or damaged metadata
+  // (run `extalloc fsck`).
   EXTALLOC_CORRUPT = 5,
   // The volume's file is open elsewhere (this process or another).
   EXTALLOC_BUSY = 6,
@@ -49,6 +51,12 @@ typedef enum extalloc_code {
   // A bug in extalloc (a panic, caught at the boundary). The handle's state is
   // unknown: close it; reopening a volume recovers to its last sync.
   EXTALLOC_PANIC = 10,
+  // An offset or size past the largest blob (2^63 - 1 bytes, the library's largest
+  // file): the call changed nothing.
+  EXTALLOC_FILE_TOO_BIG = 11,
+  // A call not valid in the state the volume is in (work under way, a store used
+  // another way): the call changed nothing; make it at another time.
+  EXTALLOC_WRONG_STATE = 12,
 } extalloc_code;
 
 // An allocator over a device of blocks, in memory (opaque). Made by

@@ -11,7 +11,7 @@
 //! Lock order: `LAST` is a thread-local `RefCell`, borrowed briefly and never across a call
 //! into the library.
 
-use extalloc::Error;
+use extalloc::{Error, ErrorKind};
 use std::cell::RefCell;
 use std::ffi::{c_char, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -23,16 +23,18 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 pub enum extalloc_code {
     /// Success.
     EXTALLOC_OK = 0,
-    /// A NULL pointer, a bad path, geometry, policy or extent, a double free, a free of
-    /// blocks not allocated: the call changed nothing.
+    /// A NULL pointer, a bad path, size, geometry, policy or extent, a double free, a free
+    /// of blocks not allocated: the call changed nothing.
     EXTALLOC_INVALID_ARGUMENT = 1,
-    /// No free run long enough (the device or the allocator is full).
+    /// No free run long enough (the device or the allocator is full), or no room in the
+    /// journal for the change.
     EXTALLOC_NO_SPACE = 2,
     /// No blob with that id (never put, or deleted).
     EXTALLOC_NOT_FOUND = 3,
     /// The operating system failed a read, write, flush or open of the volume's file.
     EXTALLOC_IO = 4,
-    /// The file holds no extalloc volume, another format version, or damaged metadata.
+    /// The file holds no extalloc volume, another format version, or damaged metadata
+    /// (run `extalloc fsck`).
     EXTALLOC_CORRUPT = 5,
     /// The volume's file is open elsewhere (this process or another).
     EXTALLOC_BUSY = 6,
@@ -46,6 +48,12 @@ pub enum extalloc_code {
     /// A bug in extalloc (a panic, caught at the boundary). The handle's state is
     /// unknown: close it; reopening a volume recovers to its last sync.
     EXTALLOC_PANIC = 10,
+    /// An offset or size past the largest blob (2^63 - 1 bytes, the library's largest
+    /// file): the call changed nothing.
+    EXTALLOC_FILE_TOO_BIG = 11,
+    /// A call not valid in the state the volume is in (work under way, a store used
+    /// another way): the call changed nothing; make it at another time.
+    EXTALLOC_WRONG_STATE = 12,
 }
 
 use extalloc_code::*;
@@ -76,35 +84,25 @@ impl From<Error> for Failure {
     }
 }
 
-/// The code of a library error. Every variant is named, so a new one fails the build here
-/// until it is given a code.
+/// The code of a library error: its kind's ([`code_of_kind`]).
 pub(crate) fn code_of(e: &Error) -> extalloc_code {
-    match e {
-        Error::ZeroLength
-        | Error::OutOfRange { .. }
-        | Error::DoubleFree { .. }
-        | Error::MetadataBlocks { .. }
-        | Error::NotAllocated { .. }
-        | Error::InvalidHint { .. }
-        | Error::LogicalOverlap { .. }
-        | Error::InvalidRequest(_)
-        | Error::InvalidGeometry(_)
-        | Error::UnknownPolicyKey { .. }
-        | Error::UnknownPreset { .. }
-        | Error::InvalidPolicyValue { .. }
-        | Error::TransactionTooLarge { .. } => EXTALLOC_INVALID_ARGUMENT,
-        Error::NoSpace { .. } | Error::JournalFull { .. } => EXTALLOC_NO_SPACE,
-        Error::NoSuchFile { .. } => EXTALLOC_NOT_FOUND,
-        Error::Io { .. } | Error::DeviceRange { .. } => EXTALLOC_IO,
-        Error::Invariant(_)
-        | Error::NotExtalloc(_)
-        | Error::Corrupt { .. }
-        | Error::UnsupportedVersion { .. }
-        | Error::DeviceTooSmall { .. }
-        | Error::JournalDamaged { .. } => EXTALLOC_CORRUPT,
-        Error::DeviceBusy { .. } | Error::DeviceInUse { .. } => EXTALLOC_BUSY,
-        Error::Aborted { .. } => EXTALLOC_ABORTED,
-        Error::Writeback { source, .. } => code_of(source),
+    code_of_kind(e.kind())
+}
+
+/// The code of each kind of library error. Every kind is named, so a new one fails the
+/// build here until it is given a code.
+pub(crate) fn code_of_kind(kind: ErrorKind) -> extalloc_code {
+    match kind {
+        ErrorKind::InvalidArgument => EXTALLOC_INVALID_ARGUMENT,
+        ErrorKind::FileTooBig => EXTALLOC_FILE_TOO_BIG,
+        ErrorKind::WrongState => EXTALLOC_WRONG_STATE,
+        ErrorKind::NotFound => EXTALLOC_NOT_FOUND,
+        ErrorKind::Exists => EXTALLOC_EXISTS,
+        ErrorKind::NoSpace | ErrorKind::TransactionTooLarge => EXTALLOC_NO_SPACE,
+        ErrorKind::Busy => EXTALLOC_BUSY,
+        ErrorKind::Io => EXTALLOC_IO,
+        ErrorKind::Corrupt | ErrorKind::Unrecognized => EXTALLOC_CORRUPT,
+        ErrorKind::Aborted => EXTALLOC_ABORTED,
     }
 }
 
@@ -231,6 +229,8 @@ pub extern "C" fn extalloc_code_name(code: extalloc_code) -> *const c_char {
         EXTALLOC_EXISTS => c"EXTALLOC_EXISTS",
         EXTALLOC_ABORTED => c"EXTALLOC_ABORTED",
         EXTALLOC_PANIC => c"EXTALLOC_PANIC",
+        EXTALLOC_FILE_TOO_BIG => c"EXTALLOC_FILE_TOO_BIG",
+        EXTALLOC_WRONG_STATE => c"EXTALLOC_WRONG_STATE",
     };
     name.as_ptr()
 }
@@ -254,6 +254,45 @@ mod tests {
         assert_eq!(guard(|| Ok(())), EXTALLOC_OK);
         // SAFETY: NULL with cap 0 is the length query.
         assert_eq!(unsafe { extalloc_last_error(std::ptr::null_mut(), 0) }, 0);
+    }
+
+    #[test]
+    fn each_kind_has_its_code_and_old_codes_keep_their_values() {
+        use ErrorKind as K;
+        let want = [
+            (K::InvalidArgument, EXTALLOC_INVALID_ARGUMENT),
+            (K::FileTooBig, EXTALLOC_FILE_TOO_BIG),
+            (K::WrongState, EXTALLOC_WRONG_STATE),
+            (K::NotFound, EXTALLOC_NOT_FOUND),
+            (K::Exists, EXTALLOC_EXISTS),
+            (K::NoSpace, EXTALLOC_NO_SPACE),
+            (K::TransactionTooLarge, EXTALLOC_NO_SPACE),
+            (K::Busy, EXTALLOC_BUSY),
+            (K::Io, EXTALLOC_IO),
+            (K::Corrupt, EXTALLOC_CORRUPT),
+            (K::Unrecognized, EXTALLOC_CORRUPT),
+            (K::Aborted, EXTALLOC_ABORTED),
+        ];
+        assert_eq!(want.map(|(k, _)| k), K::ALL);
+        for (k, code) in want {
+            assert_eq!(code_of_kind(k), code, "{k:?}");
+        }
+        let values = [
+            EXTALLOC_OK as i32,
+            EXTALLOC_INVALID_ARGUMENT as i32,
+            EXTALLOC_NO_SPACE as i32,
+            EXTALLOC_NOT_FOUND as i32,
+            EXTALLOC_IO as i32,
+            EXTALLOC_CORRUPT as i32,
+            EXTALLOC_BUSY as i32,
+            EXTALLOC_BUFFER_TOO_SMALL as i32,
+            EXTALLOC_EXISTS as i32,
+            EXTALLOC_ABORTED as i32,
+            EXTALLOC_PANIC as i32,
+            EXTALLOC_FILE_TOO_BIG as i32,
+            EXTALLOC_WRONG_STATE as i32,
+        ];
+        assert_eq!(values, std::array::from_fn(|i| i as i32));
     }
 
     #[test]

@@ -17,6 +17,9 @@ static void test_codes(void) {
   CHECK(strcmp(extalloc_code_name(EXTALLOC_OK), "EXTALLOC_OK") == 0);
   CHECK(strcmp(extalloc_code_name(EXTALLOC_NO_SPACE), "EXTALLOC_NO_SPACE") == 0);
   CHECK(strcmp(extalloc_code_name(EXTALLOC_PANIC), "EXTALLOC_PANIC") == 0);
+  CHECK(strcmp(extalloc_code_name(EXTALLOC_FILE_TOO_BIG), "EXTALLOC_FILE_TOO_BIG") == 0);
+  CHECK(strcmp(extalloc_code_name(EXTALLOC_WRONG_STATE), "EXTALLOC_WRONG_STATE") == 0);
+  CHECK(EXTALLOC_PANIC == 10 && EXTALLOC_FILE_TOO_BIG == 11 && EXTALLOC_WRONG_STATE == 12);
   /* A cut message: the length returned is the whole one, the buffer ends with a NUL. */
   EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_sync(NULL));
   char small[4] = {1, 1, 1, 1};

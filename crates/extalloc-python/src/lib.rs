@@ -16,7 +16,7 @@
 mod lab;
 
 use ::extalloc::volume::Volume as Vol;
-use ::extalloc::{AllocRequest, Error as E, Extent, Geometry, Policy};
+use ::extalloc::{AllocRequest, Error as E, ErrorKind as K, Extent, Geometry, Policy};
 use parking_lot::RwLock;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -45,6 +45,18 @@ create_exception!(
 );
 create_exception!(
     extalloc,
+    FileTooBig,
+    InvalidRequest,
+    "An offset or size past the largest file (2^63 - 1 bytes)."
+);
+create_exception!(
+    extalloc,
+    WrongState,
+    InvalidRequest,
+    "A call not valid in the state it found (work under way): make it at another time."
+);
+create_exception!(
+    extalloc,
     Corrupt,
     Error,
     "The device holds damage the library will not serve (run `extalloc fsck`)."
@@ -63,6 +75,12 @@ create_exception!(
 );
 create_exception!(
     extalloc,
+    Aborted,
+    IoError,
+    "The volume stopped committing after a change was left half made: close it and open it again."
+);
+create_exception!(
+    extalloc,
     Exists,
     Error,
     "Volume.create found a file at the path: it never overwrites one."
@@ -74,34 +92,21 @@ create_exception!(
     "The volume was closed: open it again."
 );
 
-/// The exception for a library error: its kind, and its message, which names what failed.
+/// The exception for a library error: its kind's ([`E::kind`]), with its message, which
+/// names what failed. Every kind is named, so a new one fails the build here.
 fn to_py(e: E) -> PyErr {
     let msg = e.to_string();
-    match e {
-        E::NoSpace { .. } | E::JournalFull { .. } | E::TransactionTooLarge { .. } => {
-            NoSpace::new_err(msg)
-        }
-        E::NoSuchFile { .. } => NoSuchFile::new_err(msg),
-        E::ZeroLength
-        | E::OutOfRange { .. }
-        | E::DoubleFree { .. }
-        | E::MetadataBlocks { .. }
-        | E::NotAllocated { .. }
-        | E::InvalidHint { .. }
-        | E::LogicalOverlap { .. }
-        | E::InvalidRequest(_)
-        | E::InvalidGeometry(_)
-        | E::UnknownPolicyKey { .. }
-        | E::UnknownPreset { .. }
-        | E::InvalidPolicyValue { .. }
-        | E::DeviceTooSmall { .. }
-        | E::DeviceRange { .. } => InvalidRequest::new_err(msg),
-        E::NotExtalloc(_)
-        | E::Corrupt { .. }
-        | E::UnsupportedVersion { .. }
-        | E::JournalDamaged { .. } => Corrupt::new_err(msg),
-        E::DeviceBusy { .. } | E::DeviceInUse { .. } => DeviceInUse::new_err(msg),
-        _ => IoError::new_err(msg),
+    match e.kind() {
+        K::InvalidArgument => InvalidRequest::new_err(msg),
+        K::FileTooBig => FileTooBig::new_err(msg),
+        K::WrongState => WrongState::new_err(msg),
+        K::NotFound => NoSuchFile::new_err(msg),
+        K::Exists => Exists::new_err(msg),
+        K::NoSpace | K::TransactionTooLarge => NoSpace::new_err(msg),
+        K::Busy => DeviceInUse::new_err(msg),
+        K::Io => IoError::new_err(msg),
+        K::Corrupt | K::Unrecognized => Corrupt::new_err(msg),
+        K::Aborted => Aborted::new_err(msg),
     }
 }
 
@@ -438,9 +443,12 @@ fn extalloc_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("NoSpace", py.get_type::<NoSpace>())?;
     m.add("NoSuchFile", py.get_type::<NoSuchFile>())?;
     m.add("InvalidRequest", py.get_type::<InvalidRequest>())?;
+    m.add("FileTooBig", py.get_type::<FileTooBig>())?;
+    m.add("WrongState", py.get_type::<WrongState>())?;
     m.add("Corrupt", py.get_type::<Corrupt>())?;
     m.add("DeviceInUse", py.get_type::<DeviceInUse>())?;
     m.add("IoError", py.get_type::<IoError>())?;
+    m.add("Aborted", py.get_type::<Aborted>())?;
     m.add("Exists", py.get_type::<Exists>())?;
     m.add("Closed", py.get_type::<Closed>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -82,6 +82,22 @@ def test_errors_are_named_after_their_kind(path, tmp_path):
         extalloc.Allocator(1024, policy="no-such-preset")
 
 
+def test_a_file_too_big_and_an_attribute_too_large_name_their_cause(path):
+    with extalloc.Volume.create(path, 64 * MiB) as vol:
+        f = vol.create_file(b"")
+        largest = (1 << 63) - 1
+        with pytest.raises(extalloc.FileTooBig) as e:
+            vol.write(f, largest - 1, b"xy")
+        assert isinstance(e.value, extalloc.InvalidRequest), "a subclass: old handlers catch it"
+        assert "past the largest file" in str(e.value)
+        with pytest.raises(extalloc.FileTooBig):
+            vol.truncate(f, largest + 1)
+        with pytest.raises(extalloc.InvalidRequest) as e:
+            vol.set_attr(f, b"a" * 4096)
+        assert not isinstance(e.value, extalloc.FileTooBig)
+        assert vol.size(f) == 0 and vol.attr(f) == b""
+
+
 def test_a_full_volume_refuses_a_put_and_leaves_no_part_of_it(path):
     with extalloc.Volume.create(path, 32 * MiB) as vol:
         kept = []

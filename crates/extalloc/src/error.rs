@@ -3,23 +3,31 @@
 //! Every public operation returns `Result<T, Error>`. What a call that fails leaves depends
 //! on its layer:
 //!
-//! - The allocator core (`alloc/`, `groups/`) and the file layer (`files/`) validate the
-//!   whole request before they touch any state: a refused call changes nothing. A call that
-//!   finds no space changes nothing but what a remedy did before it gave up (pending frees
-//!   committed by a caller that owns the commits, preallocations discarded:
-//!   `docs/architecture.md`, "No space").
+//! - The allocator core (`alloc/`, `groups/`) and the file layer (`files/`) change nothing
+//!   when they refuse a call, nor when they find no space but what a remedy did first
+//!   (frees committed, preallocations discarded: `docs/architecture.md`, "No space").
+//! - The journal (`disk/journal/`) refuses a record larger than it holds, or one that
+//!   does not fit until a checkpoint, without writing anything.
 //! - The store (`store/`) refuses a bad request, a free of metadata or a transaction too
-//!   large for the journal without changing anything. With forced commits on, a call may
-//!   have committed the open transaction before it fails. A commit that fails at the flush,
-//!   after its record was appended, leaves that record in the journal (it may survive a
-//!   crash or not) and the transaction's frees pending.
+//!   large for the journal without changing anything (with forced commits on, a call may
+//!   have committed the open transaction first). A commit that fails at the flush leaves
+//!   its record in the journal (it may survive a crash or not), its frees pending.
 //! - The volume (`volume/`) and its buffered writes (`writeback/`) work a chunk (or a
 //!   piece) at a time: the chunk that fails gives back what it mapped, but the chunks
 //!   before it stay done, so a failed `write`, `fallocate`, `truncate` or `unlink` can leave
 //!   part of its work (a file written in part, a range allocated in part). Each of their
 //!   public calls says in its doc what it leaves when it fails.
+//!
+//! Each variant is one cause with the values involved; its kind ([`Error::kind`]) is the one
+//! table from a cause to a remedy and an errno ([`Error::errno`]) that the mount, the C API
+//! and the Python package map errors through (`docs/architecture.md`, "Errors").
 
 use thiserror::Error;
+
+mod kind;
+mod source;
+pub use kind::ErrorKind;
+pub use source::IoSource;
 
 /// Everything that can go wrong when calling into extalloc.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -113,9 +121,280 @@ pub enum Error {
         len: u64,
     },
 
-    /// A request whose fields contradict each other.
-    #[error("invalid request: {0}")]
-    InvalidRequest(String),
+    /// A request for one extent longer than a group: an extent lies in one group.
+    #[error(
+        "{len} blocks asked in one extent; an extent lies in one group of {group_blocks} \
+         blocks: split the request"
+    )]
+    ExtentTooLong {
+        /// Blocks asked.
+        len: u64,
+        /// Blocks of a group: the longest extent.
+        group_blocks: u64,
+    },
+
+    /// A request whose `min_len` is 0 or above its `len`.
+    #[error("min_len {min_len} must be from 1 to len {len}: lower it, or ask for more")]
+    InvalidMinLen {
+        /// The `min_len` given.
+        min_len: u64,
+        /// The request's `len`.
+        len: u64,
+    },
+
+    /// A request whose `goal_min_len` is neither 0 nor from `min_len` to `len`.
+    #[error("goal_min_len {goal_min_len} must be 0 (none) or from min_len {min_len} to len {len}")]
+    InvalidGoalMinLen {
+        /// The `goal_min_len` given.
+        goal_min_len: u64,
+        /// The request's `min_len`.
+        min_len: u64,
+        /// The request's `len`.
+        len: u64,
+    },
+
+    /// A setting outside the values it takes (a writeback option, a synthetic device's
+    /// spec).
+    #[error("invalid {setting} {value}: {expected}")]
+    InvalidSetting {
+        /// The setting: "writeback affinity", "writeback dirty limit", ...
+        setting: &'static str,
+        /// The value given, with its unit.
+        value: String,
+        /// What the setting takes.
+        expected: String,
+    },
+
+    /// Group summaries given for another number of groups than the device has.
+    #[error("{given} group summaries for {groups} groups: give one per group")]
+    SummaryCount {
+        /// Summaries given.
+        given: u64,
+        /// Groups on the device.
+        groups: u64,
+    },
+
+    /// A group number past the device's groups.
+    #[error("group {group} does not exist: the device has {groups} groups (0..{groups})")]
+    NoSuchGroup {
+        /// The group asked for.
+        group: u64,
+        /// Groups on the device.
+        groups: u64,
+    },
+
+    /// A list of extents that must be sorted (and, for free runs, disjoint) was not.
+    #[error("{what} {start}+{len} starts before block {bound}: {rule}")]
+    Unsorted {
+        /// What the list holds: "free run", "used extent".
+        what: &'static str,
+        /// First block of the extent out of order.
+        start: u64,
+        /// Its length in blocks.
+        len: u64,
+        /// The block it should start at or after.
+        bound: u64,
+        /// The order the list must follow.
+        rule: &'static str,
+    },
+
+    /// An acknowledged discard that is not one the store handed over (or was acknowledged
+    /// already).
+    #[error(
+        "blocks {start}+{len} are not a discard take_discards handed over, or were \
+         acknowledged already: acknowledge exactly the extents it returned, once each"
+    )]
+    NotADiscard {
+        /// First block of the extent acknowledged.
+        start: u64,
+        /// Its length in blocks.
+        len: u64,
+    },
+
+    /// A volume file's attribute blob larger than a volume keeps.
+    #[error(
+        "an attribute blob of {bytes} bytes: at most {max}; keep larger data in the file \
+         itself"
+    )]
+    AttrTooLarge {
+        /// Bytes given.
+        bytes: u64,
+        /// The largest blob (`volume::MAX_ATTR_BYTES`).
+        max: u64,
+    },
+
+    /// A store root larger than the superblock keeps.
+    #[error(
+        "a root of {bytes} bytes: at most {max}; write larger tables to blocks and keep \
+         their address (and a checksum) in the root"
+    )]
+    RootTooLarge {
+        /// Bytes given.
+        bytes: u64,
+        /// The largest root (`disk::format::ROOT_MAX`).
+        max: u64,
+    },
+
+    /// A device whose journal is too small for a volume's records.
+    #[error(
+        "a journal whose records hold at most {max_record} bytes is too small for a volume \
+         (at least {needed}): make the device with a larger --journal-size"
+    )]
+    JournalTooSmall {
+        /// The largest record this journal holds.
+        max_record: u64,
+        /// The least a volume needs.
+        needed: u64,
+    },
+
+    /// A file id that cannot be made again: 0, or never handed out.
+    #[error(
+        "file id {id} cannot be made again: it was never handed out (ids handed out so far \
+         run from 1 to below {next_id}); make again only an id whose file is gone"
+    )]
+    FileIdNeverHandedOut {
+        /// The id asked for.
+        id: u64,
+        /// The next id the volume hands out.
+        next_id: u64,
+    },
+
+    /// A byte or block range of a file reaching past the largest file.
+    #[error(
+        "{unit} {start}+{len} reach past the largest file ({max} {unit}): keep offsets and \
+         lengths below it"
+    )]
+    PastLargestFile {
+        /// The range's unit: "bytes" or "logical blocks".
+        unit: &'static str,
+        /// First byte or block of the range.
+        start: u64,
+        /// Its length.
+        len: u64,
+        /// The largest file in that unit.
+        max: u64,
+    },
+
+    /// A file size past the largest file.
+    #[error("a file size of {size} {unit} is past the largest file ({max} {unit})")]
+    SizePastLargestFile {
+        /// The size's unit: "bytes" or "blocks".
+        unit: &'static str,
+        /// The size asked for.
+        size: u64,
+        /// The largest file in that unit.
+        max: u64,
+    },
+
+    /// A call that needs the open transaction empty found changes in it.
+    #[error("{op} with an open transaction holding changes: commit first")]
+    TransactionOpen {
+        /// The call refused: "checkpoint".
+        op: &'static str,
+    },
+
+    /// A call that runs only at rest (right after opening) found work under way.
+    #[error(
+        "the allocation is rebuilt only at rest, and there are {count} {what}: rebuild \
+         right after opening, before any other call"
+    )]
+    NotAtRest {
+        /// How many of `what` there are.
+        count: u64,
+        /// What is under way: "frees pending", "blocks reserved by preallocations", ...
+        what: &'static str,
+    },
+
+    /// A free of an extent that another open transaction allocated and has not committed.
+    #[error(
+        "extent {start}+{len} belongs to transaction {txn}, which has not committed: only \
+         that transaction may free it before then"
+    )]
+    OwnedByTransaction {
+        /// First block of the extent freed.
+        start: u64,
+        /// Its length in blocks.
+        len: u64,
+        /// The transaction that allocated it.
+        txn: u64,
+    },
+
+    /// A volume made on a store someone used already.
+    #[error(
+        "the store on this device is in use already (it has a root or committed records): \
+         make a new one with mkfs for a volume"
+    )]
+    StoreInUse,
+
+    /// A checkpoint of a volume's store called on the store, not through the volume.
+    #[error(
+        "a volume's store checkpoints only through the volume (its file table must go with \
+         the journal tail): call Volume::checkpoint"
+    )]
+    CheckpointOutsideVolume,
+
+    /// The volume's pending mark given as a caller's attribute blob (`volume/publish.rs`).
+    #[error("this attribute blob is the volume's pending mark (reserved): choose another")]
+    AttrReserved,
+    /// A publish of file `id` that is not pending, or a call a pending file refuses: `why`.
+    #[error("file {id} {why}")]
+    #[allow(missing_docs)] // the variant's line names both fields
+    Pending { id: u64, why: &'static str },
+
+    /// A volume file made again under an id whose file exists.
+    #[error("file {id} exists: make a file again only under an id whose file is gone")]
+    FileExists {
+        /// The id asked for.
+        id: u64,
+    },
+
+    /// An atomic group of more chunk calls than one journal record can hold.
+    #[error(
+        "an atomic group of {chunks} chunk calls needs up to {bytes} journal bytes; this \
+         journal's records allow groups of {max}: make fewer calls in one group, or the \
+         device with a larger --journal-size"
+    )]
+    AtomicGroupTooLarge {
+        /// Chunk calls the group announced.
+        chunks: u64,
+        /// Journal bytes they may need.
+        bytes: u64,
+        /// The most a group may need.
+        max: u64,
+    },
+
+    /// A volume written by another version of extalloc's volume format.
+    #[error(
+        "the volume on this device is of format version {found}; this build reads version \
+         {supported}: copy the files out with a build that reads it, then make the device \
+         again with `extalloc mkfs --force`"
+    )]
+    UnsupportedVolumeVersion {
+        /// The version the volume's root records.
+        found: u32,
+        /// The only version this build reads.
+        supported: u32,
+    },
+
+    /// A store that holds no volume (its root is empty or not a volume's).
+    #[error(
+        "the device holds a store but no volume (its root, {root_bytes} bytes, is not a \
+         volume's): make one with `extalloc mkfs`"
+    )]
+    NoVolume {
+        /// Bytes of the store's root.
+        root_bytes: u64,
+    },
+
+    /// A thread the library starts could not be started.
+    #[error("cannot start {thread}: {source}; free threads or memory, or ask for fewer threads")]
+    Spawn {
+        /// The thread: "writeback context 3".
+        thread: String,
+        /// The operating system's error.
+        #[source]
+        source: IoSource,
+    },
 
     /// A volume call named a file the volume does not hold (never created, or unlinked).
     #[error(
@@ -316,43 +595,6 @@ pub enum Error {
         reason: String,
     },
 }
-
-/// The `std::io::Error` behind an [`Error::Io`], shared so that errors stay `Clone`;
-/// compared by kind and text.
-#[derive(Debug, Clone)]
-pub struct IoSource(pub std::sync::Arc<std::io::Error>);
-
-impl IoSource {
-    /// Wraps `e` for an [`Error::Io`].
-    pub fn new(e: std::io::Error) -> Self {
-        IoSource(std::sync::Arc::new(e))
-    }
-
-    /// The kind of the operating system's error.
-    pub fn kind(&self) -> std::io::ErrorKind {
-        self.0.kind()
-    }
-}
-
-impl std::fmt::Display for IoSource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-impl std::error::Error for IoSource {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&*self.0)
-    }
-}
-
-impl PartialEq for IoSource {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.kind() == other.0.kind() && self.0.to_string() == other.0.to_string()
-    }
-}
-
-impl Eq for IoSource {}
 
 /// Shorthand used throughout the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -31,25 +31,35 @@ fn every_error_changes_nothing() {
 
         assert_eq!(a.allocate(&AllocRequest::new(1, 0)), Err(Error::ZeroLength));
         assert_eq!(a.free(Extent::new(3, 0)), Err(Error::ZeroLength));
-        assert!(matches!(
+        assert_eq!(
             a.allocate(&AllocRequest::new(1, 65)),
-            Err(Error::InvalidRequest(_))
-        ));
-        assert!(matches!(
+            Err(Error::ExtentTooLong {
+                len: 65,
+                group_blocks: 64
+            })
+        );
+        assert_eq!(
             a.allocate(&AllocRequest::new(1, 4).min_len(5)),
-            Err(Error::InvalidRequest(_))
-        ));
-        assert!(matches!(
+            Err(Error::InvalidMinLen { min_len: 5, len: 4 })
+        );
+        assert_eq!(
             a.allocate(&AllocRequest::new(1, 4).min_len(0)),
-            Err(Error::InvalidRequest(_))
-        ));
-        assert!(matches!(
+            Err(Error::InvalidMinLen { min_len: 0, len: 4 })
+        );
+        assert_eq!(
             a.allocate(&AllocRequest::new(1, 4).min_len(2).goal_min_len(1)),
-            Err(Error::InvalidRequest(_))
-        ));
+            Err(Error::InvalidGoalMinLen {
+                goal_min_len: 1,
+                min_len: 2,
+                len: 4
+            })
+        );
         assert!(matches!(
             a.allocate(&AllocRequest::new(1, 4).goal_min_len(5)),
-            Err(Error::InvalidRequest(_))
+            Err(Error::InvalidGoalMinLen {
+                goal_min_len: 5,
+                ..
+            })
         ));
         assert_eq!(
             a.allocate(&AllocRequest::new(1, 4).goal(200)),

@@ -131,7 +131,7 @@ fn run(spec: &str, blocks_count: u64, ops: Vec<Op>) -> Result<(), TestCaseError>
                 let forced = alloc.stats().forced_commits - forced_before;
                 if len > GROUP_BLOCKS {
                     prop_assert!(
-                        matches!(result, Err(Error::InvalidRequest(_))),
+                        matches!(result, Err(Error::ExtentTooLong { .. })),
                         "{result:?}"
                     );
                 } else if goal.is_some_and(|g| g >= blocks_count) {

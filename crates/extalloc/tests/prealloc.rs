@@ -334,7 +334,11 @@ fn bad_data_requests_change_nothing() {
     );
     assert!(matches!(
         fl.allocate_data(&file, &DataRequest::new(u64::MAX - 1, 4)),
-        Err(Error::InvalidRequest(_))
+        Err(Error::PastLargestFile {
+            start: 18446744073709551614,
+            len: 4,
+            ..
+        })
     ));
     assert!(matches!(
         fl.allocate_data(&file, &DataRequest::new(30, 1).goal(8192)),
@@ -346,12 +350,16 @@ fn bad_data_requests_change_nothing() {
     ));
     assert!(matches!(
         fl.set_file_size(&file, u64::MAX),
-        Err(Error::InvalidRequest(_))
+        Err(Error::SizePastLargestFile { size: u64::MAX, .. })
     ));
     assert_eq!(fl.free_data(&file, 10, 0), Err(Error::ZeroLength));
     assert!(matches!(
         fl.free_data(&file, u64::MAX - 1, 4),
-        Err(Error::InvalidRequest(_))
+        Err(Error::PastLargestFile {
+            unit: "logical blocks",
+            len: 4,
+            ..
+        })
     ));
     // A hole over unmapped blocks frees nothing and changes nothing.
     assert_eq!(fl.free_data(&file, 100, 50), Ok(Vec::new()));

@@ -42,6 +42,8 @@ pub mod atime;
 #[cfg(test)]
 mod cache_tests;
 pub mod data;
+#[cfg(test)]
+mod errno_tests;
 pub mod flags;
 #[cfg(test)]
 mod flags_tests;
@@ -90,19 +92,21 @@ impl std::fmt::Display for Errno {
 
 impl std::error::Error for Errno {}
 
+/// A volume error as the kernel sees it: its kind's errno ([`extalloc::ErrorKind::errno`]:
+/// `EFBIG` only past the largest file, `ENOSPC`, `EINVAL`, `EUCLEAN`, `EIO`, ...). Errors of
+/// the device or the volume's state (not the caller's) are logged too.
 impl From<extalloc::Error> for Errno {
     fn from(e: extalloc::Error) -> Errno {
-        use extalloc::Error as E;
-        Errno(match e {
-            E::NoSpace { .. } | E::JournalFull { .. } => libc::ENOSPC,
-            E::NoSuchFile { .. } => libc::ENOENT,
-            E::InvalidRequest(_) | E::OutOfRange { .. } => libc::EFBIG,
-            E::TransactionTooLarge { .. } => libc::EFBIG,
-            other => {
-                log::error!("volume error: {other}");
-                libc::EIO
-            }
-        })
+        use extalloc::ErrorKind as K;
+        // A caller's own limits (no space, no such file, too big) are not the volume's
+        // trouble; anything else is logged.
+        if !matches!(
+            e.kind(),
+            K::NoSpace | K::NotFound | K::FileTooBig | K::TransactionTooLarge
+        ) {
+            log::error!("volume error: {e}");
+        }
+        Errno(e.errno())
     }
 }
 

@@ -124,10 +124,10 @@ pub struct Allocator {
 fn check_summaries(geometry: &Geometry, summaries: &[GroupSummary]) -> Result<()> {
     let groups_count = geometry.groups_count();
     if summaries.len() as u64 != groups_count {
-        return Err(Error::InvalidRequest(format!(
-            "{} group summaries for {groups_count} groups",
-            summaries.len()
-        )));
+        return Err(Error::SummaryCount {
+            given: summaries.len() as u64,
+            groups: groups_count,
+        });
     }
     for (g, s) in summaries.iter().enumerate() {
         if u64::from(s.free_blocks) > geometry.group_len(g as u64)

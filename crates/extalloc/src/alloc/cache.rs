@@ -148,12 +148,13 @@ impl Allocator {
     }
 
     /// Loads group `g`'s bitmap if it is not in memory (a corrupt one loads as all used).
+    /// A group past the device's is refused ([`Error::NoSuchGroup`]), changing nothing.
     pub fn ensure_loaded(&self, g: u64) -> Result<()> {
         if g >= self.groups.len() as u64 {
-            return Err(Error::InvalidRequest(format!(
-                "group {g}: the device has {} groups",
-                self.groups.len()
-            )));
+            return Err(Error::NoSuchGroup {
+                group: g,
+                groups: self.groups.len() as u64,
+            });
         }
         self.lock_group(g, self.stats.shard()).map(drop)
     }

@@ -151,17 +151,16 @@ impl Allocator {
     /// Frees blocks held for a discard now that the caller has discarded them. `extent`
     /// must be made of whole held entries (one of the extents `release_held` or `hold_free`
     /// returned, or adjacent ones joined); anything else is refused with
-    /// [`Error::InvalidRequest`] and changes nothing. Returns the blocks freed.
+    /// [`Error::NotADiscard`] and changes nothing. Returns the blocks freed.
     pub fn release_discarded(&self, extent: Extent) -> Result<u64> {
         let shard = self.stats.shard();
         let (pieces, mut guards) = self.lock_extent(extent, shard)?;
         for (&(_, off, len), state) in pieces.iter().zip(&guards) {
             if !tiled_by_held(state, off, len) {
-                return Err(Error::InvalidRequest(format!(
-                    "blocks {}+{} are not a discard the store handed out: acknowledge exactly \
-                     the extents take_discards returned",
-                    extent.start, extent.len
-                )));
+                return Err(Error::NotADiscard {
+                    start: extent.start,
+                    len: extent.len,
+                });
             }
         }
         let mut ids = Vec::new();

@@ -107,22 +107,23 @@ impl AllocRequest {
             return Err(Error::ZeroLength);
         }
         if self.len > geometry.group_blocks {
-            return Err(Error::InvalidRequest(format!(
-                "{} blocks asked in one extent; an extent lies in one group of {} blocks: split the request",
-                self.len, geometry.group_blocks
-            )));
+            return Err(Error::ExtentTooLong {
+                len: self.len,
+                group_blocks: geometry.group_blocks,
+            });
         }
         if self.min_len == 0 || self.min_len > self.len {
-            return Err(Error::InvalidRequest(format!(
-                "min_len {} must be from 1 to len {}",
-                self.min_len, self.len
-            )));
+            return Err(Error::InvalidMinLen {
+                min_len: self.min_len,
+                len: self.len,
+            });
         }
         if self.goal_min_len != 0 && !(self.min_len..=self.len).contains(&self.goal_min_len) {
-            return Err(Error::InvalidRequest(format!(
-                "goal_min_len {} must be 0 or from min_len {} to len {}",
-                self.goal_min_len, self.min_len, self.len
-            )));
+            return Err(Error::InvalidGoalMinLen {
+                goal_min_len: self.goal_min_len,
+                min_len: self.min_len,
+                len: self.len,
+            });
         }
         if let Some(goal) = self.goal {
             if goal >= geometry.blocks_count {

@@ -117,7 +117,7 @@ impl FreeSpace {
     ///
     /// Errors: a run of zero blocks ([`Error::ZeroLength`]), one that reaches past the
     /// device ([`Error::OutOfRange`]), or one that starts before the end of the previous run
-    /// ([`Error::InvalidRequest`]: not sorted or not disjoint).
+    /// ([`Error::Unsorted`]: not sorted or not disjoint).
     pub fn from_free_runs(
         geometry: &Geometry,
         runs: impl IntoIterator<Item = (u64, u64)>,
@@ -136,10 +136,13 @@ impl FreeSpace {
             geometry.validate(Extent::new(start, len))?;
             if let Some((s, l)) = open {
                 if start < s + l {
-                    return Err(Error::InvalidRequest(format!(
-                        "free run {start}+{len} starts before the end of the run {s}+{l} \
-                         before it: runs must be sorted and disjoint"
-                    )));
+                    return Err(Error::Unsorted {
+                        what: "free run",
+                        start,
+                        len,
+                        bound: s + l,
+                        rule: "free runs must be sorted by start and disjoint",
+                    });
                 }
             }
             let (mut at, end) = (start, start + len);
@@ -172,7 +175,7 @@ impl FreeSpace {
     /// may overlap): the free runs are the gaps between them.
     ///
     /// Errors: a used extent of zero blocks or past the device, or one that starts before
-    /// the previous one ([`Error::InvalidRequest`]).
+    /// the previous one ([`Error::Unsorted`]).
     pub fn from_used(
         geometry: &Geometry,
         used: impl IntoIterator<Item = (u64, u64)>,
@@ -183,9 +186,13 @@ impl FreeSpace {
         for (s, l) in used {
             geometry.validate(Extent::new(s, l))?;
             if s < last_start {
-                return Err(Error::InvalidRequest(format!(
-                    "used extent {s}+{l} comes after one starting at {last_start}: sort by start"
-                )));
+                return Err(Error::Unsorted {
+                    what: "used extent",
+                    start: s,
+                    len: l,
+                    bound: last_start,
+                    rule: "used extents must be sorted by start",
+                });
             }
             last_start = s;
             if s > at {
@@ -364,7 +371,11 @@ mod tests {
         );
         assert!(matches!(
             FreeSpace::from_free_runs(&g, [(50, 10), (55, 1)]),
-            Err(Error::InvalidRequest(_))
+            Err(Error::Unsorted {
+                start: 55,
+                bound: 60,
+                ..
+            })
         ));
     }
 
@@ -379,7 +390,11 @@ mod tests {
         ));
         assert!(matches!(
             FreeSpace::from_used(&g, [(50, 1), (10, 1)]),
-            Err(Error::InvalidRequest(_))
+            Err(Error::Unsorted {
+                start: 10,
+                bound: 50,
+                ..
+            })
         ));
     }
 }

@@ -18,7 +18,7 @@ impl Files {
     /// Maps `extent`, already allocated (used, not pending), at `logical` of `file`,
     /// without allocating anything: for a caller rebuilding its files after a reopen. A
     /// range that is not a hole of the file, or blocks that are free or pending, are
-    /// refused ([`Error::InvalidRequest`], [`Error::DoubleFree`], ...), changing nothing.
+    /// refused ([`Error::LogicalOverlap`], [`Error::DoubleFree`], ...), changing nothing.
     /// Blocks in a group held corrupt are held used, so they are adopted: the file reads
     /// (freeing them waits for a repair). Free blocks mean the group's allocation state is
     /// damaged: the group is held corrupt from now on and the extent adopted.
@@ -27,20 +27,21 @@ impl Files {
         let end = logical
             .checked_add(extent.len)
             .filter(|&e| e <= super::LOGICAL_BLOCKS_MAX)
-            .ok_or_else(|| {
-                Error::InvalidRequest(format!(
-                    "logical range {logical}+{} is past the largest file",
-                    extent.len
-                ))
+            .ok_or(Error::PastLargestFile {
+                unit: "logical blocks",
+                start: logical,
+                len: extent.len,
+                max: super::LOGICAL_BLOCKS_MAX,
             })?;
         let mut f = file.inner.write();
         let left = f.map.range(..logical).next_back().map(|(&s, &e)| (s, e));
         let right = f.map.range(logical..).next().map(|(&s, &e)| (s, e));
         if left.is_some_and(|(s, e)| s + e.len > logical) || right.is_some_and(|(s, _)| s < end) {
-            return Err(Error::InvalidRequest(format!(
-                "file {}: logical blocks {logical}+{} are mapped already",
-                file.id, extent.len
-            )));
+            return Err(Error::LogicalOverlap {
+                file: file.id,
+                logical,
+                len: extent.len,
+            });
         }
         self.allocator().hold_owned(extent)?;
         map_insert(&mut f, logical, extent, left, right);

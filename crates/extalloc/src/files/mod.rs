@@ -425,10 +425,12 @@ impl Files {
             .checked_add(req.len.max(req.run))
             .is_none_or(|e| e > LOGICAL_BLOCKS_MAX)
         {
-            return Err(Error::InvalidRequest(format!(
-                "logical range {}+{} is past the largest file ({LOGICAL_BLOCKS_MAX} blocks)",
-                req.logical, req.len
-            )));
+            return Err(Error::PastLargestFile {
+                unit: "logical blocks",
+                start: req.logical,
+                len: req.len.max(req.run),
+                max: LOGICAL_BLOCKS_MAX,
+            });
         }
         if let Some(goal) = req.goal {
             self.alloc.geometry().validate(Extent::new(goal, 1))?;
@@ -463,12 +465,14 @@ impl Files {
 
     /// Sets the file's logical size. Shrinking frees the mapped blocks past `size_blocks`
     /// (they wait for the next commit, like any free) and discards the file's PAs. Returns
-    /// the extents freed.
+    /// the extents freed. Refused past the largest file ([`Error::SizePastLargestFile`]).
     pub fn set_file_size(&self, file: &FileAlloc, size_blocks: u64) -> Result<Vec<Extent>> {
         if size_blocks > LOGICAL_BLOCKS_MAX {
-            return Err(Error::InvalidRequest(format!(
-                "file size {size_blocks} blocks is past the largest file ({LOGICAL_BLOCKS_MAX} blocks)"
-            )));
+            return Err(Error::SizePastLargestFile {
+                unit: "blocks",
+                size: size_blocks,
+                max: LOGICAL_BLOCKS_MAX,
+            });
         }
         let mut f = file.inner.write();
         let mut freed = Vec::new();
@@ -499,7 +503,7 @@ impl Files {
     /// mapped there (they wait for the next commit, like any free). Unmapped blocks in the
     /// range are left alone. The file's PAs are discarded first, as ext4's punch hole does,
     /// so none keeps a block it handed out. The size does not change. Returns the extents
-    /// freed.
+    /// freed. Refused, changing nothing, for no blocks or past the largest file.
     pub fn free_data(&self, file: &FileAlloc, logical: u64, len: u64) -> Result<Vec<Extent>> {
         if len == 0 {
             return Err(Error::ZeroLength);
@@ -507,10 +511,11 @@ impl Files {
         let end = logical
             .checked_add(len)
             .filter(|&e| e <= LOGICAL_BLOCKS_MAX)
-            .ok_or_else(|| {
-                Error::InvalidRequest(format!(
-                    "logical range {logical}+{len} is past the largest file ({LOGICAL_BLOCKS_MAX} blocks)"
-                ))
+            .ok_or(Error::PastLargestFile {
+                unit: "logical blocks",
+                start: logical,
+                len,
+                max: LOGICAL_BLOCKS_MAX,
             })?;
         let mut f = file.inner.write();
         let hit: Vec<(u64, Extent)> = f

@@ -10,7 +10,8 @@
 //! volume must read what `docs/volume.md` promises (`crash.rs`); `close` is followed by the
 //! store's `fsck` of the device. Errors must be the documented ones: `NoSpace` where a call
 //! allocates (and the call leaves a prefix of its chunks done, or nothing: `steps.rs`),
-//! `NoSuchFile`, `ZeroLength` and `InvalidRequest` for misuse.
+//! `NoSuchFile`, `ZeroLength`, `PastLargestFile`, `AttrTooLarge` and `TransactionOpen` for
+//! misuse (each the precise cause, `steps.rs` and `store.rs`).
 //!
 //! Runs are decoded from bytes ([`run`]), so a proptest (`tests/sequence.rs`), a cargo-fuzz
 //! target (`fuzz/fuzz_targets/volume_ops.rs`) and a long run (`sequence_long` in the same

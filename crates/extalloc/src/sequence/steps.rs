@@ -257,27 +257,27 @@ impl Runner {
             2 => (
                 "a write past the largest file",
                 vol.write(id, MAX_FILE_BYTES - 1, b"xy"),
-                |e| matches!(e, Error::InvalidRequest(_)),
+                |e| matches!(e, Error::PastLargestFile { unit: "bytes", .. }),
             ),
             3 => (
                 "a truncate past the largest file",
                 vol.truncate(id, MAX_FILE_BYTES + 1),
-                |e| matches!(e, Error::InvalidRequest(_)),
+                |e| matches!(e, Error::PastLargestFile { unit: "bytes", .. }),
             ),
             4 => (
                 "an attribute too large",
                 vol.set_attr(id, &[0; crate::volume::MAX_ATTR_BYTES + 1]),
-                |e| matches!(e, Error::InvalidRequest(_)),
+                |e| matches!(e, Error::AttrTooLarge { .. }),
             ),
             5 => (
                 "the pending mark as an attribute",
                 vol.set_attr(id, pending),
-                |e| matches!(e, Error::InvalidRequest(_)),
+                |e| matches!(e, Error::AttrReserved),
             ),
             6 => (
                 "a publish of a file that is not pending",
                 vol.publish(id, b"again"),
-                |e| matches!(e, Error::InvalidRequest(_) | Error::NoSuchFile { .. }),
+                |e| matches!(e, Error::Pending { .. } | Error::NoSuchFile { .. }),
             ),
             _ => ("unlink of an absent file", vol.unlink(absent), |e| {
                 matches!(e, Error::NoSuchFile { .. })

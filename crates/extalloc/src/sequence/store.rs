@@ -278,7 +278,7 @@ impl StoreRunner {
             .any(|&s| matches!(s, NEW | PENDING_D | PENDING_N));
         match (self.store().checkpoint(), open) {
             (Ok(()), false) => Ok(()),
-            (Err(Error::InvalidRequest(_)), true) => {
+            (Err(Error::TransactionOpen { .. }), true) => {
                 self.summary.misuses += 1;
                 Ok(())
             }

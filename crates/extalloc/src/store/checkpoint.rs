@@ -27,14 +27,18 @@ use std::sync::atomic::Ordering::Relaxed;
 
 impl Store {
     /// Writes every group home and moves the journal's tail past all records.
+    ///
+    /// Refused ([`Error::TransactionOpen`], nothing written) while the open transaction
+    /// holds changes. A checkpoint that fails later (the caller's checkpoint hook, a write,
+    /// a flush) leaves the journal's tail and the root where they were, so every record
+    /// still replays; the groups it did not finish stay marked for the next checkpoint.
+    /// The appended records may have been made durable (and their frees released) by then.
     pub fn checkpoint(&self) -> Result<()> {
         let _serial = self.commit_lock.write();
         let _closed = self.close_boundary();
         // Changes of the open transaction would be lost if written home without a record.
         if !self.ops.is_empty() {
-            return Err(Error::InvalidRequest(
-                "checkpoint with an open transaction: commit first".into(),
-            ));
+            return Err(Error::TransactionOpen { op: "checkpoint" });
         }
         let sealed = self.alloc().seal();
         self.checkpoint_locked(&[], sealed)
@@ -146,11 +150,10 @@ impl Store {
             None => self.pending_root.lock().take(),
         };
         match root {
-            Some(r) if r.len() > format::ROOT_MAX => Err(Error::InvalidRequest(format!(
-                "a root of {} bytes: at most {} (a block address and a checksum, say)",
-                r.len(),
-                format::ROOT_MAX
-            ))),
+            Some(r) if r.len() > format::ROOT_MAX => Err(Error::RootTooLarge {
+                bytes: r.len() as u64,
+                max: format::ROOT_MAX as u64,
+            }),
             other => Ok(other),
         }
     }

@@ -95,15 +95,14 @@ impl Store {
 
     /// Says the device has discarded `extent`, one of the extents [`Store::take_discards`]
     /// returned: its blocks are free from now on. Anything else is refused with
-    /// [`Error::InvalidRequest`], changing nothing.
+    /// [`Error::NotADiscard`], changing nothing.
     pub fn discarded(&self, extent: Extent) -> Result<()> {
         let mut taken = self.discards.taken.lock();
         if taken.get(&extent.start) != Some(&extent.len) {
-            return Err(Error::InvalidRequest(format!(
-                "blocks {}+{} were not handed over by take_discards, or were acknowledged \
-                 already",
-                extent.start, extent.len
-            )));
+            return Err(Error::NotADiscard {
+                start: extent.start,
+                len: extent.len,
+            });
         }
         let freed = self
             .alloc()
@@ -271,7 +270,13 @@ mod tests {
         // Misuse: never handed over, a part of one, the wrong length.
         for bad in [c, a, Extent::new(a.start, 17), Extent::new(a.start + 1, 15)] {
             let err = store.discarded(bad).unwrap_err();
-            assert!(matches!(err, Error::InvalidRequest(_)), "{bad:?}: {err}");
+            assert_eq!(
+                err,
+                Error::NotADiscard {
+                    start: bad.start,
+                    len: bad.len
+                }
+            );
         }
         assert!(used(&store, a) && used(&store, b) && used(&store, c));
         store.discarded(taken[0]).unwrap();

@@ -63,6 +63,7 @@ mod discard;
 pub mod fsck;
 mod ops;
 mod recovery;
+pub(crate) mod remedy;
 mod repair;
 mod statfs;
 #[cfg(test)]
@@ -134,9 +135,6 @@ impl Drop for Closed<'_> {
 /// Called by every checkpoint before the journal's tail moves (see
 /// [`Store::set_checkpoint_hook`]): writes the caller's own tables and returns its new root.
 pub type CheckpointHook = Box<dyn Fn() -> Result<Vec<u8>> + Send + Sync>;
-
-/// Most forced commits one allocation makes before it reports `NoSpace`.
-const FORCED_COMMITS_PER_ALLOCATION: usize = 64;
 
 /// The persistent allocator: the device, the journal, the file layer over the allocator core
 /// and the open transaction. Every change goes through its calls, so the journal records it.
@@ -320,34 +318,24 @@ impl Store {
 
     /// Runs `op` (an allocation or a free), and while forced commits are on and it finds
     /// no space with frees waiting for a commit, or the open transaction too large for one
-    /// more operation, commits the open transaction (an empty payload) and runs it again.
-    /// This is the store's remedy for both: it owns the commits.
+    /// more operation, commits the open transaction (an empty payload) and runs it again,
+    /// at most [`remedy::NO_SPACE_COMMITS`] times ([`remedy::retry_after_commit`]). This is
+    /// the store's remedy for both: it owns the commits.
     fn with_forced_commits<T>(&self, op: impl Fn() -> Result<T>) -> Result<T> {
-        let mut result = op();
-        // Another thread may free into the next transaction while this one's commit waits
-        // for its flush, so one commit is not always enough: commit again while frees
-        // wait, a bounded number of times.
-        for _ in 0..FORCED_COMMITS_PER_ALLOCATION {
-            if !self.forced_commits.load(Relaxed) {
-                break;
-            }
-            let commit_helps = match &result {
-                Err(Error::NoSpace { pending_blocks, .. }) => {
-                    *pending_blocks > self.discards.held_blocks()
-                }
+        remedy::retry_after_commit(
+            op,
+            |e| {
                 // An operation too large for an empty transaction stays too large.
-                Err(Error::TransactionTooLarge { .. }) => !self.ops.is_empty(),
-                _ => false,
-            };
-            if !commit_helps {
-                break;
-            }
-            let shard = self.alloc().stats_handle().shard();
-            shard.add(&shard.counters.forced_commits, 1);
-            self.commit(&[])?;
-            result = op();
-        }
-        result
+                let too_large =
+                    matches!(e, Error::TransactionTooLarge { .. }) && !self.ops.is_empty();
+                self.forced_commits.load(Relaxed) && (self.commit_frees_space(e) || too_large)
+            },
+            || {
+                let shard = self.alloc().stats_handle().shard();
+                shard.add(&shard.counters.forced_commits, 1);
+                self.commit(&[]).map(drop)
+            },
+        )
     }
 
     /// Blocks an allocation can still get: free now, or held by preallocations (which the

@@ -38,7 +38,7 @@ impl Store {
     /// own metadata, which is added here) and clears the groups held corrupt; the next
     /// [`checkpoint`](Store::checkpoint) writes the changed groups home.
     ///
-    /// Refused (`InvalidRequest`, nothing changed) while a transaction holds changes,
+    /// Refused ([`Error::NotAtRest`], nothing changed) while a transaction holds changes,
     /// frees are pending or preallocations hold blocks: the owners must be complete. An
     /// extent outside the device is refused before any group changes. On an I/O error
     /// reading a bitmap, the groups before it are rebuilt and the rest untouched.
@@ -56,10 +56,7 @@ impl Store {
             ),
         ];
         if let Some((what, n)) = busy.iter().find(|(_, n)| *n > 0) {
-            return Err(Error::InvalidRequest(format!(
-                "the allocation is rebuilt only at rest, and the store holds {n} {what}: \
-                 rebuild right after opening"
-            )));
+            return Err(Error::NotAtRest { count: *n, what });
         }
         let geometry = *self.geometry();
         for &e in owned {

@@ -107,14 +107,14 @@ impl Store {
 
     /// Sets the root the next checkpoint writes (at most
     /// [`ROOT_MAX`](crate::disk::format::ROOT_MAX) bytes): for a caller that writes its own
-    /// tables, then checkpoints. Without a checkpoint it is not durable.
+    /// tables, then checkpoints. Without a checkpoint it is not durable. A larger root is
+    /// refused ([`RootTooLarge`](crate::error::Error::RootTooLarge)), changing nothing.
     pub fn set_root(&self, root: &[u8]) -> crate::error::Result<()> {
         if root.len() > crate::disk::format::ROOT_MAX {
-            return Err(crate::error::Error::InvalidRequest(format!(
-                "a root of {} bytes: at most {}",
-                root.len(),
-                crate::disk::format::ROOT_MAX
-            )));
+            return Err(crate::error::Error::RootTooLarge {
+                bytes: root.len() as u64,
+                max: crate::disk::format::ROOT_MAX as u64,
+            });
         }
         *self.pending_root.lock() = Some(root.to_vec());
         Ok(())
@@ -292,7 +292,7 @@ mod tests {
         assert!(store.root().is_empty());
         assert!(matches!(
             store.set_root(&[0; 300]),
-            Err(Error::InvalidRequest(_))
+            Err(Error::RootTooLarge { bytes: 300, .. })
         ));
         store.allocate(&AllocRequest::new(1, 1)).unwrap();
         store.commit(b"before").unwrap();

@@ -94,11 +94,11 @@ impl Handles {
                 .iter()
                 .any(|a| a.start < e.end() && e.start < a.end())
             {
-                return Err(Error::InvalidRequest(format!(
-                    "extent {}+{} belongs to transaction {id}, which has not committed: \
-                     only that transaction may free it before then",
-                    e.start, e.len
-                )));
+                return Err(Error::OwnedByTransaction {
+                    start: e.start,
+                    len: e.len,
+                    txn: id,
+                });
             }
         }
         Ok(())
@@ -558,8 +558,12 @@ mod tests {
         let a = store.begin();
         let e = a.allocate(&AllocRequest::new(2, 4)).unwrap();
         let b = store.begin();
-        assert!(matches!(b.free(e), Err(Error::InvalidRequest(_))));
-        assert!(matches!(store.free(e), Err(Error::InvalidRequest(_))));
+        let owned = |r: Result<()>| {
+            matches!(r, Err(Error::OwnedByTransaction { start, len, .. })
+                if (start, len) == (e.start, e.len))
+        };
+        assert!(owned(b.free(e)));
+        assert!(owned(store.free(e)));
         assert_eq!(b.changes(), (vec![], vec![]));
         b.abort().unwrap();
         let g = a.allocate(&AllocRequest::new(3, 4)).unwrap();

@@ -54,8 +54,9 @@ impl Volume {
     /// blocks): room for them is made in the open transaction first, committing if needed,
     /// then commits wait until the group ends. Nested groups share the outer one.
     ///
-    /// Fails, changing nothing, when making room fails (the commit's error) or the volume
-    /// has stopped committing ([`Error::Aborted`]).
+    /// Fails, changing nothing, when the group would need more than one journal record
+    /// holds ([`Error::AtomicGroupTooLarge`]), making room fails (the commit's error) or
+    /// the volume has stopped committing ([`Error::Aborted`]).
     pub fn atomic(&self, chunks: u64) -> Result<Atomic<'_>> {
         assert!(chunks > 0, "an atomic group makes at least one call");
         if self.inside_group() {
@@ -70,11 +71,11 @@ impl Volume {
         let bytes = chunks * CHUNK_BUDGET;
         let most = self.store.max_transaction_bytes() / 4;
         if bytes > most {
-            return Err(Error::InvalidRequest(format!(
-                "an atomic group of {chunks} chunk calls needs up to {bytes} journal bytes; \
-                 this journal's records allow groups of {most}: make fewer calls in one \
-                 group, or the device with a larger --journal-size"
-            )));
+            return Err(Error::AtomicGroupTooLarge {
+                chunks,
+                bytes,
+                max: most,
+            });
         }
         self.make_room(bytes)?;
         let held = self.groups.read();

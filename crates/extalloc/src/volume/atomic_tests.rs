@@ -175,7 +175,7 @@ fn a_group_larger_than_the_journal_allows_is_refused() {
     let too_many = vol.store().max_transaction_bytes() / CHUNK_BUDGET;
     assert!(matches!(
         vol.atomic(too_many),
-        Err(Error::InvalidRequest(_))
+        Err(Error::AtomicGroupTooLarge { .. })
     ));
     vol.sync().unwrap();
 }

@@ -124,10 +124,10 @@ impl Volume {
         let _closed = self.gate.write();
         let cached = *self.delalloc.lock();
         if cached > 0 {
-            return Err(crate::error::Error::InvalidRequest(format!(
-                "the allocation is rebuilt only at rest, and {cached} blocks are reserved for \
-                 cached data not yet placed: rebuild right after opening"
-            )));
+            return Err(crate::error::Error::NotAtRest {
+                count: cached,
+                what: "blocks reserved for cached data not yet placed",
+            });
         }
         let mut owned: Vec<Extent> = Vec::new();
         let files: Vec<_> = self.files.read().values().cloned().collect();

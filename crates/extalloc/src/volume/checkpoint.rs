@@ -167,9 +167,7 @@ pub(super) fn load(
 pub(super) fn volume_root(store: &Store) -> Result<Root> {
     let root_bytes = store.root();
     if root_bytes.is_empty() {
-        return Err(Error::InvalidRequest(
-            "the device holds a store but no volume: make one with `extalloc mkfs`".into(),
-        ));
+        return Err(Error::NoVolume { root_bytes: 0 });
     }
     Root::decode(&root_bytes)
 }

@@ -57,8 +57,9 @@ impl Volume {
 
     /// Creates an empty file with `attr` under id `id`, one that was handed out before and
     /// is gone (for a repair that gives back a lost file, such as a file system's root).
-    /// Refused (`InvalidRequest`, nothing changed) for id 0, an id never handed out, or
-    /// the id of a file that exists.
+    /// Refused (nothing changed) for id 0 or an id never handed out
+    /// ([`Error::FileIdNeverHandedOut`]), or the id of a file that exists
+    /// ([`Error::FileExists`]).
     pub fn create_at(&self, id: u64, attr: &[u8]) -> Result<()> {
         self.create_as(attr, None, Some(id)).map(drop)
     }
@@ -81,12 +82,12 @@ impl Volume {
         let id = {
             let mut m = self.meta.lock();
             match at {
-                Some(id) if id == 0 || id >= m.next_id || exists => {
-                    return Err(Error::InvalidRequest(format!(
-                        "file id {id} cannot be made again: only an id handed out before (below \
-                         {}) whose file is gone can",
-                        m.next_id
-                    )));
+                Some(id) if exists => return Err(Error::FileExists { id }),
+                Some(id) if id == 0 || id >= m.next_id => {
+                    return Err(Error::FileIdNeverHandedOut {
+                        id,
+                        next_id: m.next_id,
+                    });
                 }
                 Some(id) => id,
                 None => {
@@ -101,7 +102,7 @@ impl Volume {
             if files.contains_key(&id) {
                 // Only a made-again id can meet a file: another call made it meanwhile.
                 assert!(at.is_some(), "a fresh id {id} names a file already");
-                return Err(Error::InvalidRequest(format!("file id {id} exists")));
+                return Err(Error::FileExists { id });
             }
             files.insert(id, Arc::new(Mutex::new(vf)));
         }

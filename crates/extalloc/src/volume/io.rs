@@ -28,8 +28,6 @@ use crate::geometry::Extent;
 pub const MAX_FILE_BYTES: u64 = i64::MAX as u64;
 /// Largest attribute blob, in bytes.
 pub const MAX_ATTR_BYTES: usize = 1024;
-/// Times a chunk that finds no space while frees wait commits and tries again.
-const NO_SPACE_COMMITS: usize = 4;
 
 /// What [`Volume::fallocate`] does, as Linux's `fallocate(2)` modes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,14 +49,16 @@ pub enum Fallocate {
 }
 
 impl Volume {
-    /// Replaces file `id`'s attribute blob. One chunk: a failure changes nothing.
+    /// Replaces file `id`'s attribute blob. One chunk: a failure changes nothing. A blob
+    /// over [`MAX_ATTR_BYTES`] is refused ([`Error::AttrTooLarge`]).
     pub fn set_attr(&self, id: u64, attr: &[u8]) -> Result<()> {
         super::publish::check_caller_attr(attr)?;
         self.chunk(id, |_, f| {
             if f.attr == super::publish::PENDING {
-                return Err(Error::InvalidRequest(format!(
-                    "file {id} is pending: give it its attributes with Volume::publish"
-                )));
+                return Err(Error::Pending {
+                    id,
+                    why: "is pending: give it its attributes with Volume::publish",
+                });
             }
             f.attr = attr.to_vec();
             Ok(vec![Change::SetAttr {
@@ -88,25 +88,27 @@ impl Volume {
         Ok(())
     }
 
-    /// [`Volume::chunk`], committing and trying again (a few times) when it finds no space
-    /// while frees wait for a commit.
+    /// [`Volume::chunk`], syncing and trying again when it finds no space while frees wait
+    /// for a commit ([`Volume::retry_after_sync`]).
     pub(super) fn chunk_committing(
         &self,
         id: u64,
         op: impl Fn(&Volume, &mut VFile) -> Result<Vec<Change>>,
     ) -> Result<()> {
-        let mut tries = 0;
-        loop {
-            match self.chunk(id, &op) {
-                Err(Error::NoSpace { pending_blocks, .. })
-                    if pending_blocks > 0 && tries < NO_SPACE_COMMITS && !self.inside_group() =>
-                {
-                    tries += 1;
-                    self.sync()?;
-                }
-                other => return other,
-            }
-        }
+        self.retry_after_sync(|| self.chunk(id, &op))
+    }
+
+    /// Runs `op`; while it finds no space that a commit would remedy (frees wait for one)
+    /// and the caller is not inside an atomic group (a sync there would split it), syncs
+    /// and runs it again: the store's commit remedy and bound
+    /// ([`crate::store::remedy::retry_after_commit`]), with the volume's sync as the commit.
+    /// A failed sync's error is returned.
+    pub(crate) fn retry_after_sync<T>(&self, op: impl FnMut() -> Result<T>) -> Result<T> {
+        crate::store::remedy::retry_after_commit(
+            op,
+            |e| self.store.commit_frees_space(e) && !self.inside_group(),
+            || self.sync(),
+        )
     }
 
     /// Writes `data` at byte `offset` of file `id`: holes are mapped (through the file
@@ -533,10 +535,10 @@ impl Volume {
 
 pub(super) fn check_attr(attr: &[u8]) -> Result<()> {
     if attr.len() > MAX_ATTR_BYTES {
-        return Err(Error::InvalidRequest(format!(
-            "an attribute blob of {} bytes: at most {MAX_ATTR_BYTES}",
-            attr.len()
-        )));
+        return Err(Error::AttrTooLarge {
+            bytes: attr.len() as u64,
+            max: MAX_ATTR_BYTES as u64,
+        });
     }
     Ok(())
 }
@@ -547,9 +549,10 @@ pub(crate) fn check_range(offset: u64, len: u64) -> Result<u64> {
     offset
         .checked_add(len)
         .filter(|&end| end <= MAX_FILE_BYTES)
-        .ok_or_else(|| {
-            Error::InvalidRequest(format!(
-                "bytes {offset}+{len} reach past the largest file ({MAX_FILE_BYTES} bytes)"
-            ))
+        .ok_or(Error::PastLargestFile {
+            unit: "bytes",
+            start: offset,
+            len,
+            max: MAX_FILE_BYTES,
         })
 }

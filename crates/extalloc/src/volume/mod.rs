@@ -203,14 +203,15 @@ impl Volume {
 
     /// Makes a volume on `dev`, which holds a store no one has used yet (fresh from
     /// [`format::mkfs`](crate::disk::format::mkfs)): its first, empty file table.
+    ///
+    /// A store used already ([`Error::StoreInUse`]) or one whose journal is too small for
+    /// a volume ([`Error::JournalTooSmall`]) is refused before anything is written. A
+    /// failure writing the first table (a checkpoint) leaves the store without a volume:
+    /// format it again.
     pub fn format(dev: Arc<dyn Device>, policy: Policy) -> Result<Volume> {
         let (store, records) = Store::open(dev.clone(), policy)?;
         if !store.root().is_empty() || !records.is_empty() {
-            return Err(Error::InvalidRequest(
-                "the store on this device is in use already: make a new one (mkfs) for a \
-                 volume"
-                    .into(),
-            ));
+            return Err(Error::StoreInUse);
         }
         let vol = Volume::with_store(
             store,
@@ -229,6 +230,11 @@ impl Volume {
     /// allocator, when first used ([`Volume::check`] reads them all); only the maps the
     /// journal's records change are read now. Files left pending by a crash (made by
     /// [`Volume::create_pending`], never published) are removed and their blocks freed.
+    ///
+    /// Fails on a device that holds no volume ([`Error::NoVolume`]), a volume of another
+    /// format version ([`Error::UnsupportedVolumeVersion`]) or a journal too small for a
+    /// volume ([`Error::JournalTooSmall`]), and with the store's errors
+    /// ([`Store::open`]); the volume's table and maps are not written.
     pub fn open(dev: Arc<dyn Device>, policy: Policy) -> Result<Volume> {
         let (store, records) = Store::open(dev.clone(), policy)?;
         let loaded = checkpoint::load(&store, dev.as_ref(), &records)?;
@@ -247,22 +253,15 @@ impl Volume {
         let prepared_root: Arc<Mutex<Option<Vec<u8>>>> = Arc::new(Mutex::new(None));
         let slot = prepared_root.clone();
         store.set_checkpoint_hook(Box::new(move || {
-            slot.lock().take().ok_or_else(|| {
-                Error::InvalidRequest(
-                    "a volume's store checkpoints only through the volume (its file table \
-                     must go with the journal tail)"
-                        .into(),
-                )
-            })
+            slot.lock().take().ok_or(Error::CheckpointOutsideVolume)
         }));
         let block_size = u64::from(store.geometry().block_size);
         let budget = CHUNK_BUDGET * 16;
         if store.max_transaction_bytes() < budget {
-            return Err(Error::InvalidRequest(format!(
-                "a journal whose records hold at most {} bytes is too small for a volume \
-                 (at least {budget}): make the device with a larger --journal-size",
-                store.max_transaction_bytes()
-            )));
+            return Err(Error::JournalTooSmall {
+                max_record: store.max_transaction_bytes(),
+                needed: budget,
+            });
         }
         Ok(Volume {
             store,

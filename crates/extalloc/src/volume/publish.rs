@@ -31,9 +31,7 @@ pub(crate) const PENDING: &[u8] = b"\0extalloc: pending file, not yet published\
 pub(super) fn check_caller_attr(attr: &[u8]) -> Result<()> {
     check_attr(attr)?;
     if attr == PENDING {
-        return Err(Error::InvalidRequest(
-            "this attribute blob is the volume's pending mark (reserved): choose another".into(),
-        ));
+        return Err(Error::AttrReserved);
     }
     Ok(())
 }
@@ -67,16 +65,18 @@ impl Volume {
     }
 
     /// Publishes pending file `id` under `attr`: one change, durable at the next commit
-    /// ([`Volume::sync`]) together with, never before, the file's data. Refused
-    /// (`InvalidRequest`, nothing changed) when `id` is not pending or `attr` is the
-    /// reserved mark or too large; `NoSuchFile` when there is no file `id`.
+    /// ([`Volume::sync`]) together with, never before, the file's data. Refused, nothing
+    /// changed: [`Error::Pending`] when `id` is not pending, [`Error::AttrReserved`] or
+    /// [`Error::AttrTooLarge`] for such an `attr`, [`Error::NoSuchFile`] when there is no
+    /// file `id`.
     pub fn publish(&self, id: u64, attr: &[u8]) -> Result<()> {
         check_caller_attr(attr)?;
         self.chunk(id, |_, f| {
             if f.attr != PENDING {
-                return Err(Error::InvalidRequest(format!(
-                    "file {id} is not pending: only a file made by create_pending is published"
-                )));
+                return Err(Error::Pending {
+                    id,
+                    why: "is not pending: only a file made by create_pending is published",
+                });
             }
             f.attr = attr.to_vec();
             Ok(vec![Change::SetAttr {
@@ -99,9 +99,10 @@ impl Volume {
     pub fn publish_replacing(&self, id: u64, attr: &[u8], old: u64) -> Result<()> {
         check_caller_attr(attr)?;
         if old == id || self.is_pending(old) {
-            return Err(Error::InvalidRequest(format!(
-                "file {old} cannot be replaced by {id}: it is the same file or pending"
-            )));
+            return Err(Error::Pending {
+                id: old,
+                why: "cannot be replaced: it is the new file itself, or pending",
+            });
         }
         self.file(old)?;
         let group = self.atomic(2)?;

@@ -37,10 +37,7 @@ fn a_pending_file_is_hidden_until_published_and_a_crash_before_leaves_nothing() 
     assert!(vol.list().is_empty() && vol.list_with_attrs().is_empty());
     assert!(vol.is_pending(id) && vol.pending() == [id]);
     assert_eq!(vol.attr(id).unwrap(), b"");
-    assert!(matches!(
-        vol.set_attr(id, b"k"),
-        Err(Error::InvalidRequest(_))
-    ));
+    assert!(matches!(vol.set_attr(id, b"k"), Err(Error::Pending { .. })));
     let vol = power_loss(&dev, vol);
     assert!(vol.list().is_empty() && vol.pending().is_empty());
     assert!(matches!(vol.size(id), Err(Error::NoSuchFile { .. })));
@@ -68,18 +65,15 @@ fn a_published_and_synced_file_survives_with_all_its_data() {
     assert_eq!(vol.read(id, 0, bytes.len() as u64).unwrap(), bytes);
     assert_eq!(vol.attr(id).unwrap(), b"key:a");
     // Misuse: published twice, the reserved mark, a file that is not there.
-    assert!(matches!(
-        vol.publish(id, b"x"),
-        Err(Error::InvalidRequest(_))
-    ));
+    assert!(matches!(vol.publish(id, b"x"), Err(Error::Pending { .. })));
     let p = vol.create_pending().unwrap();
     assert!(matches!(
         vol.publish(p, publish::PENDING),
-        Err(Error::InvalidRequest(_))
+        Err(Error::AttrReserved)
     ));
     assert!(matches!(
         vol.create(publish::PENDING),
-        Err(Error::InvalidRequest(_))
+        Err(Error::AttrReserved)
     ));
     assert!(matches!(
         vol.publish(999, b"x"),
@@ -158,7 +152,7 @@ fn a_replacement_swaps_the_old_file_for_the_new_in_one_commit() {
     vol.write(new, 0, &data(5, 300_000)).unwrap();
     assert!(matches!(
         vol.publish_replacing(new, b"key:a", new),
-        Err(Error::InvalidRequest(_))
+        Err(Error::Pending { .. })
     ));
     assert!(matches!(
         vol.publish_replacing(new, b"key:a", 999),

@@ -476,19 +476,16 @@ impl Root {
         if b.len() >= 8 && b[..4] == ROOT_MAGIC[..] {
             let version = u32::from_le_bytes(b[4..8].try_into().expect("four bytes"));
             if version != VERSION {
-                return Err(Error::InvalidRequest(format!(
-                    "the volume on this device is of format version {version}; this build \
-                     reads version {VERSION}: copy the files out with an older build, then \
-                     make the device again with `extalloc mkfs --force`"
-                )));
+                return Err(Error::UnsupportedVolumeVersion {
+                    found: version,
+                    supported: VERSION,
+                });
             }
         }
         if r.bytes(4)? != ROOT_MAGIC || r.u32()? != VERSION {
-            return Err(Error::InvalidRequest(
-                "the device holds a store but no volume (its root is not a volume's): make \
-                 one with `extalloc mkfs`"
-                    .into(),
-            ));
+            return Err(Error::NoVolume {
+                root_bytes: b.len() as u64,
+            });
         }
         let areas = [r.extent()?, r.extent()?];
         let active = r.u8()? as usize;

@@ -49,8 +49,6 @@ use std::time::{Duration, Instant};
 
 /// A write is cached and throttled in pieces of at most this many blocks (1 MiB of 4 KiB).
 const WRITE_PIECE_BLOCKS: u64 = 256;
-/// Times a write that finds no space while frees wait for a commit commits and retries.
-const NO_SPACE_COMMITS: usize = 2;
 
 /// Which context a file's dirty data goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,9 +70,11 @@ impl std::str::FromStr for Affinity {
             "group" => Ok(Affinity::Group),
             "file" => Ok(Affinity::File),
             "none" => Ok(Affinity::None),
-            _ => Err(Error::InvalidRequest(format!(
-                "writeback affinity '{s}': one of group, file, none"
-            ))),
+            _ => Err(Error::InvalidSetting {
+                setting: "writeback affinity",
+                value: format!("'{s}'"),
+                expected: "give one of group, file, none".into(),
+            }),
         }
     }
 }
@@ -126,22 +126,35 @@ impl WritebackOptions {
     fn validate(&self, block_size: u64) -> Result<()> {
         let piece = WRITE_PIECE_BLOCKS * block_size;
         if self.dirty_limit_bytes < 2 * piece {
-            return Err(Error::InvalidRequest(format!(
-                "a dirty limit of {} bytes: at least {} (two write pieces)",
-                self.dirty_limit_bytes,
-                2 * piece
-            )));
+            return Err(Error::InvalidSetting {
+                setting: "writeback dirty limit",
+                value: format!("{} bytes", self.dirty_limit_bytes),
+                expected: format!("give at least {} bytes (two write pieces)", 2 * piece),
+            });
         }
         if self.background_bytes > self.dirty_limit_bytes {
-            return Err(Error::InvalidRequest(format!(
-                "a background threshold of {} bytes above the dirty limit of {}",
-                self.background_bytes, self.dirty_limit_bytes
-            )));
+            return Err(Error::InvalidSetting {
+                setting: "writeback background threshold",
+                value: format!("{} bytes", self.background_bytes),
+                expected: format!(
+                    "give at most the dirty limit, {} bytes",
+                    self.dirty_limit_bytes
+                ),
+            });
         }
-        if self.contexts_per_cpu == 0 || self.expire.is_zero() {
-            return Err(Error::InvalidRequest(
-                "writeback needs at least one context per CPU and a non-zero expire".into(),
-            ));
+        if self.contexts_per_cpu == 0 {
+            return Err(Error::InvalidSetting {
+                setting: "writeback contexts per CPU",
+                value: "0".into(),
+                expected: "give at least 1".into(),
+            });
+        }
+        if self.expire.is_zero() {
+            return Err(Error::InvalidSetting {
+                setting: "writeback expire age",
+                value: "0 s".into(),
+                expected: "give a non-zero age".into(),
+            });
         }
         Ok(())
     }
@@ -216,6 +229,11 @@ pub struct Buffered {
 impl Buffered {
     /// Starts the contexts over `vol`. Every file call must go through the `Buffered`
     /// from now on ([`Buffered::into_volume`] gives the volume back).
+    ///
+    /// Options out of range are refused ([`Error::InvalidSetting`]) before anything starts;
+    /// a context that cannot start ([`Error::Spawn`]) stops those started before it. Either
+    /// way the volume is dropped without a sync, as at a crash: sync it before, if it holds
+    /// changes.
     pub fn new(vol: Volume, mut opts: WritebackOptions) -> Result<Buffered> {
         opts.validate(vol.block_size())?;
         if opts.background_bytes == 0 {
@@ -235,9 +253,10 @@ impl Buffered {
                 Err(e) => {
                     let b = Buffered { shared, workers };
                     drop(b);
-                    return Err(Error::InvalidRequest(format!(
-                        "cannot start writeback context {i}: {e}"
-                    )));
+                    return Err(Error::Spawn {
+                        thread: format!("writeback context {i}"),
+                        source: crate::error::IoSource::new(e),
+                    });
                 }
             }
         }
@@ -293,18 +312,9 @@ impl Buffered {
         for (from, to) in pieces(offset, end - offset, self.shared.block_size) {
             self.shared.throttle()?;
             let bytes = &data[(from - offset) as usize..(to - offset) as usize];
-            let mut tries = 0;
-            loop {
-                match self.write_piece(id, &entry, from, bytes) {
-                    Err(Error::NoSpace { pending_blocks, .. })
-                        if pending_blocks > 0 && tries < NO_SPACE_COMMITS =>
-                    {
-                        tries += 1;
-                        self.shared.vol.sync()?;
-                    }
-                    other => break other?,
-                }
-            }
+            self.shared
+                .vol
+                .retry_after_sync(|| self.write_piece(id, &entry, from, bytes))?;
             self.shared.kick_if_over_background()?;
         }
         Ok(())

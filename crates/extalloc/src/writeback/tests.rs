@@ -304,7 +304,10 @@ fn bad_input_is_refused() {
     };
     assert!(matches!(
         Buffered::new(vol, tiny),
-        Err(Error::InvalidRequest(_))
+        Err(Error::InvalidSetting {
+            setting: "writeback dirty limit",
+            ..
+        })
     ));
     let b = Buffered::new(
         Volume::open(dev.clone(), Policy::default()).unwrap(),

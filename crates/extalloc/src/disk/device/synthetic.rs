@@ -56,16 +56,23 @@ pub struct SyntheticSpec {
 
 impl SyntheticSpec {
     fn validate(&self) -> Result<()> {
-        let bad = |why: String| Err(Error::InvalidRequest(format!("synthetic device: {why}")));
         if !(0.0..=0.95).contains(&self.fill) {
-            return bad(format!("fill {} is not between 0 and 0.95", self.fill));
+            return Err(Error::InvalidSetting {
+                setting: "synthetic device fill",
+                value: self.fill.to_string(),
+                expected: "give a fraction from 0 to 0.95".into(),
+            });
         }
         let (lo, hi) = self.free_extent_blocks;
         if lo == 0 || lo > hi || hi > self.geometry.group_blocks {
-            return bad(format!(
-                "free extents of {lo}..{hi} blocks: need 1 <= min <= max <= a group ({})",
-                self.geometry.group_blocks
-            ));
+            return Err(Error::InvalidSetting {
+                setting: "synthetic device free extent lengths",
+                value: format!("{lo}..{hi} blocks"),
+                expected: format!(
+                    "need 1 <= min <= max <= a group ({} blocks)",
+                    self.geometry.group_blocks
+                ),
+            });
         }
         Ok(())
     }

@@ -353,15 +353,15 @@ impl Journal {
     /// 4 KiB boundary of its own, a mirror of the record and of the records before it that
     /// no later record vouches for yet. Returns its sequence number. A journal without room
     /// (for the record and its mirror) returns `JournalFull` and changes nothing: the
-    /// caller checkpoints (moves the tail) and tries again.
+    /// caller checkpoints (moves the tail) and tries again. A record larger than the
+    /// journal ever holds is refused ([`Error::TransactionTooLarge`]), changing nothing.
     pub fn append(&self, ops: &[Op], payload: &[u8]) -> Result<u64> {
         let n = Self::record_bytes(ops.len() as u64, payload.len() as u64);
         if n > self.max_record {
-            return Err(Error::InvalidRequest(format!(
-                "a {n}-byte record does not fit a {}-byte journal (with its mirror; at most \
-                 {} bytes)",
-                self.area.len, self.max_record
-            )));
+            return Err(Error::TransactionTooLarge {
+                bytes: n,
+                max: self.max_record,
+            });
         }
         let mut w = self.writer.lock();
         let durable = self.durable_seq.load(std::sync::atomic::Ordering::Acquire);
