@@ -28,8 +28,12 @@ State-changing, decided from the text alone (never from a function's name):
      `.drain(`, `mem::take(`/`replace(`/`swap(`, an assignment to a place (`x.f = `,
      `*g = `, `a[i] = `) or a compound one (`+=`, `-=`, `|=`, `&=`, `^=`, `<<=`, `>>=`).
 A `&self` function that changes state only by calling other functions is not counted:
-the writes are asserted where they happen, in those functions. A method taking `mut self`
-by value (a builder) changes only a value its caller gave up, and is not counted.
+the writes are asserted where they happen, in those functions. Nor is, under 2 and 3, a
+forwarder: a `&self` body of nothing but method calls on one field of `self` (a setter,
+`self.flag.store(on, Relaxed)`; a pass-through, `self.dev.flush()?; self.dev.drop_cache()`):
+any value is valid and the field's own methods hold the checks (the `fwd` column counts
+them, so what is left out shows). A method taking `mut self` by value (a builder) changes
+only a value its caller gave up, and is not counted.
 
 What counts as an assertion: `assert!`, `assert_eq!`, `assert_ne!`, `debug_assert!`,
 `debug_assert_eq!`, `debug_assert_ne!` (comments are skipped), or a call to a check
@@ -138,9 +142,31 @@ def takes_mut(params):
     return False
 
 
+FORWARD_RE = re.compile(r'^self\.(\w+)(\s*\.\s*\w+)*\s*\.\s*\w+\s*\(')
+
+
+def forwarder(body):
+    """Whether `body` is nothing but method calls on one field of `self`."""
+    text = body.strip()
+    if text.endswith('}'):
+        text = text[:-1]
+    stmts = [st.strip() for st in text.split(';') if st.strip()]
+    fields = set()
+    for st in stmts:
+        m = FORWARD_RE.match(st)
+        # One call on the field, its arguments and `?` the rest (no `.lock().push(..)`).
+        if not m or '{' in st or params_of(st[m.end() - 1:]) != st[m.end():].rstrip('?')[:-1]:
+            return False
+        fields.add(m.group(1))
+    return len(fields) == 1
+
+
 def state_changing(signature, body):
+    """True, False, or 'fwd' (a forwarder: writes only through one field's methods)."""
     if takes_mut(params_of(signature)):
         return True
+    if forwarder(body):
+        return 'fwd' if WRITER_RE.search(body) or LOCK_RE.search(body) else False
     if WRITER_RE.search(body):
         return True
     return bool(LOCK_RE.search(body) and MUTATION_RE.search(body))
@@ -189,7 +215,7 @@ def rs_files(root):
 def offenders(path, fns):
     found = []
     for line, name, changing, n in fns:
-        if n == 0 and (changing or HELPER_NAME_RE.match(name)):
+        if n == 0 and (changing is True or HELPER_NAME_RE.match(name)):
             why = 'check helper asserts nothing' if HELPER_NAME_RE.match(name) \
                 else 'changes state, asserts nothing'
             found.append(f'{path}:{line} {name}: {why}')
@@ -198,10 +224,11 @@ def offenders(path, fns):
 
 def summary(fns):
     total = len(fns)
-    changing = [f for f in fns if f[2]]
+    changing = [f for f in fns if f[2] is True]
     asserted = [f for f in changing if f[3] > 0]
     count = sum(f[3] for f in fns)
-    return total, len(changing), len(asserted), count, sum(f[3] for f in changing)
+    fwd = sum(1 for f in fns if f[2] == 'fwd')
+    return total, len(changing), len(asserted), count, sum(f[3] for f in changing), fwd
 
 
 def main(args):
@@ -218,12 +245,12 @@ def main(args):
             fns_all += fns
             bad += offenders(p, fns)
         rows.append((root, summary(fns_all)))
-    print(f"{'folder':40} {'fns':>5} {'changing':>8} {'asserted':>8} {'asserts':>7} "
-          f"{'per fn':>6} {'per changing':>12}")
-    for root, (total, changing, asserted, count, in_changing) in rows:
+    print(f"{'folder':34} {'fns':>5} {'changing':>8} {'asserted':>8} {'asserts':>7} "
+          f"{'per fn':>6} {'per changing':>12} {'fwd':>4}")
+    for root, (total, changing, asserted, count, in_changing, fwd) in rows:
         per = count / total if total else 0
-        print(f"{root:40} {total:5} {changing:8} {asserted:8} {count:7} {per:6.2f} "
-              f"{in_changing / changing if changing else 0:12.2f}")
+        print(f"{root:34} {total:5} {changing:8} {asserted:8} {count:7} {per:6.2f} "
+              f"{in_changing / changing if changing else 0:12.2f} {fwd:4}")
     for b in bad:
         print(f'OFFENDER {b}')
     if bad:
@@ -273,6 +300,12 @@ def self_test():
          '    X::go(&mut 1);\n}\nfn g(&mut self) { assert!(self.ok()) }',
          [(1, 'f', False, 0), (7, 'g', True, 1)])
     case('trait declaration is no function', 'trait T {\n    fn f(&mut self);\n}', [])
+    case('forwarders', 'fn set(&self, on: bool) {\n    self.flag\n        .store(on, Relaxed);\n}\n'
+         'fn cache(&self) -> Result<()> {\n    self.dev.flush()?;\n    self.dev.drop_cache()\n}\n'
+         'fn two(&self) {\n    self.a.store(1, Relaxed);\n    self.b.store(1, Relaxed);\n}\n'
+         'fn set_mut(&mut self, on: bool) {\n    self.flag.set(on);\n}',
+         [(1, 'set', 'fwd', 0), (5, 'cache', 'fwd', 0), (9, 'two', True, 0),
+          (13, 'set_mut', True, 0)])
 
     failed = 0
     for name, text, want in cases:
