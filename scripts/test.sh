@@ -25,6 +25,8 @@ CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS=true CARGO_TARGET_DIR=target/assert \
   cargo test -p extalloc --release
 # Loom needs every crate built with --cfg loom: keep it in its own target directory.
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p extalloc --release --test loom_index
+# ... and the loom model of the store's op shards: an open-path allocation against the fence.
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p extalloc --release --lib loom_
 ./scripts/mount-tests.sh
 # fstests, the community's suite, on the mount: CI's selection (scripts/fstests-ci.list, 100
 # tests: data, namespace, extended attributes and ACLs, O_DIRECT, chattr, whiteouts, file

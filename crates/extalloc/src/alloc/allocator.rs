@@ -372,12 +372,17 @@ impl Allocator {
     fn mark_free_at_once(&self, extent: Extent) -> Result<&Shard> {
         let shard = self.stats.shard();
         let (pieces, mut guards) = self.lock_extent(extent, shard)?;
+        debug_assert_eq!(pieces.len(), guards.len(), "a lock per piece");
         for (&(g, off, len), state) in pieces.iter().zip(&guards) {
             self.check_freeable(g, state, off, len)?;
         }
         for (&(g, off, len), state) in pieces.iter().zip(guards.iter_mut()) {
             state.bitmap.mark_free(off, len);
             self.publish(g, state, shard);
+            debug_assert!(
+                !state.pending_overlaps(off, len),
+                "freed at once, yet pending"
+            );
         }
         drop(guards);
         self.releases.fetch_add(1, Relaxed);

@@ -78,6 +78,7 @@ impl Allocator {
     /// Reads group `g`'s bitmap (under its lock): the read-ahead copy if one is staged.
     #[cold]
     fn load_group(&self, g: u64, slot: &mut Slot, shard: &Shard) -> Result<()> {
+        debug_assert!(slot.is_none(), "group {g} loaded twice");
         // An allocator in memory holds every bitmap from the start: an unloaded group
         // without a device to read it from is a broken invariant, not an input error.
         let lazy = self
@@ -117,6 +118,11 @@ impl Allocator {
             pending: BTreeMap::new(),
         }));
         self.publish_mirrors(g, state, shard);
+        debug_assert_eq!(
+            self.groups[g as usize].free_blocks(),
+            state.bitmap.free_blocks(),
+            "group {g}'s mirror after its load"
+        );
         Ok(())
     }
 

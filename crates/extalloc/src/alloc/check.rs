@@ -50,6 +50,7 @@ impl Allocator {
     /// Recomputes every cached figure and compares (call at quiescence: no other thread may
     /// allocate, free or commit meanwhile).
     pub fn check(&self) -> Result<()> {
+        assert_eq!(self.groups.len() as u64, self.geometry.groups_count());
         let mut pending_total = 0u64;
         let mut marked_total = 0u64;
         let md = self.md.lock();

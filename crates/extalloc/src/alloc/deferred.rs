@@ -151,6 +151,12 @@ impl Allocator {
         txn: u64,
         shard: &Shard,
     ) {
+        // Pending blocks stay marked used, and no block is pending twice.
+        debug_assert!(
+            state.bitmap.range_is_used(off, len),
+            "a free of free blocks"
+        );
+        debug_assert!(!state.pending_overlaps(off, len), "blocks pending twice");
         let ins = Insert::new(g, state, off, len, txn);
         match self.policy.free_list {
             FreeList::PerGroup => self.insert_per_group(state, &ins, shard),
@@ -183,6 +189,7 @@ impl Allocator {
         );
         self.dirty.insert(ins.g);
         self.add_pending(ins.len, None, shard);
+        debug_check_inserted(state, ins);
     }
 
     /// Global list, merge before insert: merge without the global lock; take it once, only
@@ -215,6 +222,7 @@ impl Allocator {
                 state.pending.insert(off, PendingFree { len, txn, id });
             }
         }
+        debug_check_inserted(state, ins);
     }
 
     /// Global list, insert then merge: list the new entry, then absorb each neighbour with
@@ -240,6 +248,7 @@ impl Allocator {
             self.lock_md(shard).freed.remove(&(g, n.id));
         }
         state.pending.insert(start, entry);
+        debug_check_inserted(state, ins);
     }
 
     /// Lists a new pending free of `len` blocks in group `g` on the global list and counts
@@ -260,6 +269,7 @@ impl Allocator {
         md: Option<&mut MutexGuard<'_, MdState>>,
         shard: &Shard,
     ) {
+        debug_assert!(blocks > 0, "no blocks made pending");
         if self.policy.atomic_pending {
             self.pending_blocks.fetch_add(u64::from(blocks), Relaxed);
         } else if let Some(md) = md {
@@ -279,7 +289,10 @@ impl Allocator {
     /// [`Allocator::release`] once the transaction is durable (a journal commit in between).
     /// Frees after this call belong to the next transaction.
     pub fn seal(&self) -> u64 {
-        self.txn.fetch_add(1, Relaxed)
+        let sealed = self.txn.fetch_add(1, Relaxed);
+        // A wrap would make every pending free look committed.
+        assert_ne!(sealed, u64::MAX, "transaction numbers ran out");
+        sealed
     }
 
     /// Returns the frees of transactions up to `committed` (from [`Allocator::seal`]) to
@@ -334,7 +347,8 @@ impl Allocator {
         if released > 0 {
             self.releases.fetch_add(1, Relaxed);
             if self.policy.atomic_pending {
-                self.pending_blocks.fetch_sub(released, Relaxed);
+                let was = self.pending_blocks.fetch_sub(released, Relaxed);
+                debug_assert!(was >= released, "released {released} of {was} pending");
             } else {
                 self.lock_md(shard).pending_blocks -= released;
             }
@@ -389,5 +403,22 @@ impl Allocator {
 
 fn next_id(md: &mut MdState) -> u64 {
     md.next_id += 1;
+    // 0 means "not listed" (a per-group free list's entries).
+    debug_assert_ne!(md.next_id, 0, "free ids wrapped");
     md.next_id
+}
+
+/// Debug builds: the free `ins` just inserted is pending, in one entry of its group.
+fn debug_check_inserted(state: &GroupState, ins: &Insert) {
+    debug_assert!(
+        state
+            .pending
+            .range(..=ins.off)
+            .next_back()
+            .is_some_and(|(&s, p)| s + p.len >= ins.end() && p.txn == ins.txn),
+        "blocks {}+{} of group {} freed, not pending",
+        ins.off,
+        ins.len,
+        ins.g
+    );
 }

@@ -176,10 +176,15 @@ impl Allocator {
             }
             state.bitmap.mark_free(off, len);
             self.publish(g, state, shard);
+            debug_assert!(
+                !state.pending_overlaps(off, len),
+                "a released discard pending"
+            );
         }
         drop(guards);
         if self.policy.atomic_pending {
-            self.pending_blocks.fetch_sub(extent.len, Relaxed);
+            let was = self.pending_blocks.fetch_sub(extent.len, Relaxed);
+            debug_assert!(was >= extent.len, "released more than pending");
         } else {
             self.lock_md(shard).pending_blocks -= extent.len;
         }

@@ -144,6 +144,10 @@ impl Allocator {
     /// A stream allocation got group `g` (under its lock): its goal moves there.
     #[inline]
     pub(super) fn follow_stream(&self, ctx: &AllocContext<'_>, g: u64) {
+        debug_assert!(
+            g < self.groups.len() as u64,
+            "stream goal {g} past the groups"
+        );
         if !ctx.stream {
             return;
         }

@@ -141,6 +141,8 @@ impl Lazy {
                             if s.state[g as usize].load(Relaxed) != QUEUED {
                                 continue;
                             }
+                            // One reader: no read is under way when it starts one.
+                            debug_assert_eq!(s.in_flight.load(Relaxed), u64::MAX);
                             s.in_flight.store(g, Relaxed);
                         }
                         let read = s.decode(g);
@@ -188,7 +190,9 @@ impl Lazy {
             return false;
         }
         if queue.lock().send(g).is_err() {
-            state.store(UNLOADED, Relaxed);
+            // Only this call moves the group out of QUEUED before the reader sees it.
+            let was = state.swap(UNLOADED, Relaxed);
+            debug_assert_eq!(was, QUEUED, "group {g} changed state while being queued");
             return false;
         }
         true
@@ -199,7 +203,8 @@ impl Lazy {
     pub fn load(&self, g: u64) -> (Result<GroupBitmap>, bool) {
         let staged = {
             let mut staged = self.shared.staged.lock();
-            self.shared.state[g as usize].store(LOADED, Relaxed);
+            let was = self.shared.state[g as usize].swap(LOADED, Relaxed);
+            debug_assert_ne!(was, LOADED, "group {g} loaded twice");
             staged.remove(&g)
         };
         self.loaded.fetch_add(1, Relaxed);
@@ -211,8 +216,10 @@ impl Lazy {
 
     /// A load failed with an I/O error: the group is unloaded again.
     pub fn unload_failed(&self, g: u64) {
-        self.loaded.fetch_sub(1, Relaxed);
-        self.shared.state[g as usize].store(UNLOADED, Relaxed);
+        let loaded = self.loaded.fetch_sub(1, Relaxed);
+        debug_assert!(loaded > 0, "more groups unloaded than loaded");
+        let was = self.shared.state[g as usize].swap(UNLOADED, Relaxed);
+        debug_assert_eq!(was, LOADED, "group {g} unloaded, not loaded");
     }
 
     /// Before dropping group `g`'s bitmap (under its lock): false if the read-ahead thread
@@ -222,8 +229,10 @@ impl Lazy {
         if self.shared.in_flight.load(Relaxed) == g {
             return false;
         }
-        self.loaded.fetch_sub(1, Relaxed);
-        self.shared.state[g as usize].store(UNLOADED, Relaxed);
+        let loaded = self.loaded.fetch_sub(1, Relaxed);
+        debug_assert!(loaded > 0, "more groups dropped than loaded");
+        let was = self.shared.state[g as usize].swap(UNLOADED, Relaxed);
+        debug_assert_eq!(was, LOADED, "group {g} dropped, not loaded");
         true
     }
 
@@ -240,7 +249,10 @@ impl Drop for Lazy {
     fn drop(&mut self) {
         self.queue = None;
         if let Some(r) = self.reader.take() {
-            let _ = r.join();
+            if r.join().is_ok() {
+                // The reader ended between reads.
+                debug_assert_eq!(self.shared.in_flight.load(Relaxed), u64::MAX);
+            }
         }
     }
 }

@@ -284,6 +284,9 @@ impl Allocator {
                 break;
             }
         }
+        debug_assert!(
+            best.is_none_or(|(off, run)| run >= want && state.bitmap.range_is_free(off, want))
+        );
         best.map(|(off, _)| (off, want))
     }
 
@@ -301,6 +304,9 @@ impl Allocator {
                 break;
             }
         }
+        debug_assert!(
+            best.is_none_or(|(off, len)| len <= want && state.bitmap.range_is_free(off, len))
+        );
         best.filter(|&(_, len)| len >= min_len)
     }
 

@@ -407,6 +407,10 @@ impl Policy {
     }
 
     fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        debug_assert!(
+            KEYS.iter().filter(|(k, _, _)| *k == key).count() <= 1,
+            "policy key {key} listed twice"
+        );
         let Some(&(_, expected, set)) = KEYS.iter().find(|(k, _, _)| *k == key) else {
             return Err(Error::UnknownPolicyKey {
                 key: key.into(),

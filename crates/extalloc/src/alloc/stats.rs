@@ -97,12 +97,27 @@ impl Shard {
     #[inline]
     pub fn add(&self, counter: &AtomicU64, n: u64) {
         // Only this shard's thread(s) write here; a relaxed add is enough.
+        self.debug_check_owns(counter);
         counter.fetch_add(n, Relaxed);
+    }
+
+    /// Debug builds: `counter` is one of this shard's (what makes a relaxed add enough).
+    #[inline]
+    fn debug_check_owns(&self, counter: &AtomicU64) {
+        let (at, me) = (
+            counter as *const AtomicU64 as usize,
+            self as *const Self as usize,
+        );
+        debug_assert!(
+            (me..me + std::mem::size_of::<Self>()).contains(&at),
+            "a counter of another shard"
+        );
     }
 
     /// Takes `n` from a wrapping counter (a [`HeldCounters`] share).
     #[inline]
     pub fn sub(&self, counter: &AtomicU64, n: u64) {
+        self.debug_check_owns(counter);
         counter.fetch_sub(n, Relaxed);
     }
 
@@ -200,6 +215,8 @@ impl Stats {
     /// This thread's shard number, `0 .. SHARDS`.
     #[inline]
     pub fn shard_index(&self) -> usize {
+        // The mask below takes a thread's number modulo SHARDS.
+        const { assert!(SHARDS.is_power_of_two()) };
         let i = SHARD_INDEX.with(|c| {
             let mut i = c.get();
             if i == usize::MAX {
@@ -293,7 +310,9 @@ impl Stats {
                 a.store(0, Relaxed);
             }
             c.pass_hits.iter().for_each(|a| a.store(0, Relaxed));
-            shard.latency.lock().reset();
+            let mut latency = shard.latency.lock();
+            latency.reset();
+            debug_assert_eq!(latency.len(), 0, "a latency left after the reset");
         }
     }
 }

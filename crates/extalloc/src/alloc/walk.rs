@@ -124,6 +124,7 @@ impl Tiers {
     }
 
     fn push(&mut self, step: Tier) {
+        debug_assert_eq!(self.at, 0, "a step pushed while the walk runs");
         self.steps[self.len] = step;
         self.len += 1;
     }
@@ -134,6 +135,7 @@ impl Iterator for Tiers {
 
     #[inline]
     fn next(&mut self) -> Option<Tier> {
+        debug_assert!(self.at <= self.len, "the walk ran past its steps");
         let step = *self.steps[..self.len].get(self.at)?;
         self.at += 1;
         Some(step)
@@ -231,6 +233,7 @@ impl Allocator {
         for (from, limit) in [(start, groups_count), (0, start)] {
             let mut at = from;
             while let Some(g) = next(at, limit) {
+                debug_assert!((at..limit).contains(&g), "group {g} outside {at}..{limit}");
                 shard.add(&shard.counters.groups_considered, 1);
                 if good(g) {
                     self.read_ahead(g, &|p| next(p + 1, limit), good);

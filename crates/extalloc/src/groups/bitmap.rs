@@ -235,8 +235,16 @@ impl GroupBitmap {
     /// Start of the first fully-free aligned chunk of `order`, searching from the hint when
     /// `use_hint` (and advancing the hint past what the search proved full).
     pub fn find_free_chunk(&mut self, order: u32, use_hint: bool) -> Option<u32> {
-        self.buddy
-            .find_free_chunk(&self.used, self.len_blocks, order, use_hint)
+        let found = self
+            .buddy
+            .find_free_chunk(&self.used, self.len_blocks, order, use_hint);
+        debug_assert!(
+            found.is_none_or(|off| off % (1 << order) == 0
+                && off + (1 << order) <= self.len_blocks
+                && self.range_is_free(off, 1 << order)),
+            "chunk {found:?} of order {order} is not aligned, inside and free"
+        );
+        found
     }
 
     /// Iterates the maximal free runs `(offset, len)` starting at or after `from`.

@@ -130,26 +130,38 @@ impl Group {
     /// Marks the group used since the last sweep.
     #[inline]
     pub fn touch(&self) {
-        if self.referenced.load(Relaxed) == 0 {
+        let referenced = self.referenced.load(Relaxed);
+        debug_assert!(referenced <= 1, "the reference bit holds {referenced}");
+        if referenced == 0 {
             self.referenced.store(1, Relaxed);
         }
     }
 
     /// Clears the reference bit; returns whether it was set.
     pub fn take_referenced(&self) -> bool {
-        self.referenced.swap(0, Relaxed) != 0
+        let was = self.referenced.swap(0, Relaxed);
+        debug_assert!(was <= 1, "the reference bit held {was}");
+        was != 0
     }
 
     /// Takes the lock, waiting if needed; `waited` is set when it had to wait.
     #[inline]
     pub fn lock(&self, waited: &mut bool) -> MutexGuard<'_, Slot> {
-        match self.state.try_lock() {
+        let guard = match self.state.try_lock() {
             Some(g) => g,
             None => {
                 *waited = true;
                 self.state.lock()
             }
-        }
+        };
+        // Mirrors change only under the lock, so whoever held it left them true.
+        debug_assert!(
+            guard
+                .as_ref()
+                .is_none_or(|s| s.bitmap.free_blocks() == self.free_blocks()),
+            "group free-block mirror stale under its lock"
+        );
+        guard
     }
 
     /// Takes the lock if it is free, without waiting.
@@ -191,6 +203,7 @@ impl Group {
 
     /// Sets the size-class tag (under the lock).
     pub fn set_class_tag(&self, tag: u8) {
+        debug_assert!(self.state.is_locked(), "a class tag set without the lock");
         if self.class_tag.load(Relaxed) != tag {
             self.class_tag.store(tag, Relaxed);
         }
@@ -203,6 +216,9 @@ impl Group {
         largest: Option<u32>,
         avg: Option<u32>,
     ) -> (u32, Option<u32>, Option<u32>) {
+        debug_assert!(self.state.is_locked(), "mirrors set without the lock");
+        debug_assert_eq!(largest.is_none(), free == 0, "largest order vs free blocks");
+        debug_assert!(largest.is_none_or(|o| o < u32::from(ORDER_NONE)));
         let old_free = self.free_blocks.load(Relaxed);
         if old_free != free {
             self.free_blocks.store(free, Relaxed);

@@ -119,6 +119,10 @@ impl AtomicBitset {
 
     /// Word `w` of level `l` is non-empty: make sure every level above shows it.
     fn set_summary(&self, mut l: usize, mut w: u64) {
+        debug_assert!(
+            (w as usize) < self.levels[l].len(),
+            "word {w} past level {l}"
+        );
         while l + 1 < self.levels.len() {
             let bit = 1u64 << (w % 64);
             let parent = &self.levels[l + 1][(w / 64) as usize];
@@ -134,6 +138,10 @@ impl AtomicBitset {
     /// Word `w` of level `l` was seen empty: clear its summary bit, then repair if it was
     /// refilled in the meantime.
     fn clear_summary(&self, l: usize, w: u64) {
+        debug_assert!(
+            (w as usize) < self.levels[l].len(),
+            "word {w} past level {l}"
+        );
         if l + 1 == self.levels.len() {
             return;
         }
@@ -259,10 +267,17 @@ impl ListIndex {
             self.lists[order].write()
         });
         let old_tail = list.tail;
-        *self.links[g as usize].lock() = Link {
+        let mut link = self.links[g as usize].lock();
+        debug_assert!(
+            link.prev.is_none() && link.next.is_none() && list.head != Some(g),
+            "group {g} pushed onto list {order} while linked"
+        );
+        *link = Link {
             prev: old_tail,
             next: None,
         };
+        drop(link);
+        debug_assert_ne!(old_tail, Some(g), "group {g} is its own predecessor");
         match old_tail {
             Some(t) => self.links[t as usize].lock().next = Some(g),
             None => list.head = Some(g),
@@ -276,6 +291,11 @@ impl ListIndex {
             self.lists[order].write()
         });
         let link = std::mem::take(&mut *self.links[g as usize].lock());
+        debug_assert!(
+            link.prev.is_some() || list.head == Some(g),
+            "group {g} unlinked from list {order}, which does not hold it"
+        );
+        debug_assert!(link.next.is_some() || list.tail == Some(g));
         match link.prev {
             Some(p) => self.links[p as usize].lock().next = link.next,
             None => list.head = link.next,
@@ -300,6 +320,7 @@ impl ListIndex {
             });
             let mut at = list.head;
             while let Some(g) = at {
+                debug_assert!((g as usize) < self.links.len(), "group {g} in list {order}");
                 if good(g) {
                     return Some(g);
                 }
@@ -314,9 +335,15 @@ impl ListIndex {
         let mut out = Vec::new();
         let mut at = list.head;
         while let Some(g) = at {
+            debug_assert!(out.len() < self.links.len(), "a cycle in list {order}");
             out.push(g);
             at = self.links[g as usize].lock().next;
         }
+        debug_assert_eq!(
+            out.last().copied(),
+            list.tail,
+            "list {order} ends past its tail"
+        );
         out
     }
 }
@@ -450,7 +477,12 @@ impl OrderIndex {
         let OrderSets::List(lists) = &self.sets else {
             panic!("choose on an ordered index");
         };
-        lists.choose(order_min as usize, good, waits)
+        let found = lists.choose(order_min as usize, good, waits);
+        debug_assert!(
+            found.is_none_or(|g| g < self.groups),
+            "group {found:?} chosen"
+        );
+        found
     }
 
     /// The order whose set holds `group`, checking that it is in at most one (quiescent).

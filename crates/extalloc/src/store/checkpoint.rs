@@ -41,7 +41,12 @@ impl Store {
             return Err(Error::TransactionOpen { op: "checkpoint" });
         }
         let sealed = self.alloc().seal();
-        self.checkpoint_locked(&[], sealed)
+        let done = self.checkpoint_locked(&[], sealed);
+        debug_assert!(
+            done.is_err() || self.journal.head().0 == 0,
+            "records left behind"
+        );
+        done
     }
 
     /// The checkpoint a commit makes when its record finds the journal full: home state
@@ -57,10 +62,10 @@ impl Store {
     /// (under `commit_lock`): the shared transaction's changes are recorded nowhere yet,
     /// and every open handle's allocations (its own included) are left out.
     pub(super) fn checkpoint_for_handle(&self) -> Result<()> {
-        let _closed = self.close_boundary();
-        let ops = self.ops.take();
+        let closed = self.close_boundary();
+        let ops = self.ops.take(&closed.fenced);
         let result = self.checkpoint_for_full_journal(&ops);
-        self.ops.put_back(ops);
+        self.ops.put_back(ops, &closed.fenced);
         result
     }
 
@@ -68,6 +73,10 @@ impl Store {
     /// appended record: the allocator's, minus `exclude` (a transaction whose record is not
     /// appended yet), with the frees of transactions up to `release_upto` released.
     fn checkpoint_locked(&self, exclude: &[Op], release_upto: u64) -> Result<()> {
+        debug_assert!(
+            self.commit_lock.is_locked_exclusive(),
+            "a checkpoint, no commit lock"
+        );
         // The caller's tables first, while no commit can run: they hold every committed
         // record, so its root goes with the tail that leaves those records behind.
         let root = self.next_root()?;
@@ -133,6 +142,7 @@ impl Store {
             return Err(e);
         }
         self.journal.restart();
+        debug_assert_eq!(self.journal.head(), (0, next_seq), "the journal restarted");
         drop(sb);
         if self.alloc().policy().bitmap_memory_mib > 0 {
             let keep = (self.alloc().policy().bitmap_memory_mib << 20)
@@ -173,7 +183,14 @@ impl Store {
         dirty: &[u64],
         exclude: &[Op],
     ) -> Result<BTreeSet<u64>> {
+        // A group held corrupt keeps its damaged home copy for fsck.
+        debug_assert!(dirty.iter().all(|&g| !self.alloc().is_corrupt(g)));
         let (homes, redo) = self.home_images(sb, dirty, exclude)?;
+        debug_assert!(homes.iter().map(|h| h.0).eq(dirty.iter().copied()));
+        debug_assert!(
+            redo.iter().all(|g| dirty.contains(g)),
+            "redo a group not written"
+        );
         let mut tables = self.read_desc_tables(sb, dirty)?;
         for (g, _, desc) in &homes {
             let replaces = self.replaced_bitmap(sb, *g, &tables)?;
@@ -275,7 +292,10 @@ impl Store {
     }
 
     fn write_desc_tables(&self, tables: &[(u64, Vec<u8>)]) -> Result<()> {
+        let bs = u64::from(self.alloc().geometry().block_size);
         for (at, table) in tables {
+            // Whole descriptor blocks, at their place (no other metadata shares them).
+            debug_assert!(at % bs == 0 && table.len() as u64 == bs, "a table at {at}");
             self.dev.write_at(table, *at)?;
         }
         Ok(())
@@ -348,6 +368,11 @@ fn desc_index(sb: &Superblock, tables: &[(u64, Vec<u8>)], g: u64) -> (usize, usi
 fn put_desc(sb: &Superblock, tables: &mut [(u64, Vec<u8>)], g: u64, desc: &GroupDesc) {
     let (i, off) = desc_index(sb, tables, g);
     tables[i].1[off..off + DESC_BYTES].copy_from_slice(&desc.encode(g));
+    debug_assert_eq!(
+        GroupDesc::decode(&tables[i].1[off..off + DESC_BYTES], g).ok(),
+        Some(*desc),
+        "group {g}'s descriptor reads back otherwise"
+    );
 }
 
 #[cfg(test)]
@@ -372,19 +397,19 @@ mod tests {
         // A commit that fails before its record is written: sealed, changes put back.
         {
             let _serial = store.commit_lock.write();
-            let _closed = store.close_boundary();
-            let ops = store.ops.take();
+            let closed = store.close_boundary();
+            let ops = store.ops.take(&closed.fenced);
             store.alloc().seal();
-            store.ops.put_back(ops);
+            store.ops.put_back(ops, &closed.fenced);
         }
         // The next commit's record finds the journal full: the checkpoint it makes.
         {
             let _serial = store.commit_lock.write();
-            let _closed = store.close_boundary();
-            let ops = store.ops.take();
+            let closed = store.close_boundary();
+            let ops = store.ops.take(&closed.fenced);
             store.alloc().seal();
             store.checkpoint_for_full_journal(&ops).unwrap();
-            store.ops.put_back(ops);
+            store.ops.put_back(ops, &closed.fenced);
         }
         assert!(
             !store.allocator().is_free(x.start).unwrap(),

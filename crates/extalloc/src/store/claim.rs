@@ -176,6 +176,7 @@ impl InUse {
         let interval = dev.heartbeat();
         let ms = interval.map_or(0, |i| i.as_millis().min(u128::from(u32::MAX)) as u32);
         let rec = OwnerRecord::here(nonce, ms);
+        debug_assert!(!LIVE.lock().contains(&nonce), "two claims with one nonce");
         LIVE.lock().push(nonce);
         let mut claim = InUse {
             nonce,
@@ -214,6 +215,11 @@ impl InUse {
         }
     }
 
+    /// Whether the heartbeat thread runs.
+    pub(super) fn beating(&self) -> bool {
+        self.heartbeat.is_some()
+    }
+
     /// Stops the heartbeat (before the store clears its mark): no beat is written after
     /// this returns.
     pub(super) fn stop(&mut self) {
@@ -227,7 +233,14 @@ impl InUse {
 impl Drop for InUse {
     fn drop(&mut self) {
         self.stop();
-        LIVE.lock().retain(|&n| n != self.nonce);
+        debug_assert!(self.heartbeat.is_none(), "a beat after the claim ends");
+        let mut live = LIVE.lock();
+        debug_assert!(
+            live.contains(&self.nonce),
+            "claim {:#x} not live",
+            self.nonce
+        );
+        live.retain(|&n| n != self.nonce);
     }
 }
 
@@ -239,6 +252,7 @@ fn start_heartbeat(
     mut rec: OwnerRecord,
     base: Duration,
 ) -> Result<(mpsc::Sender<()>, JoinHandle<()>)> {
+    debug_assert!(base > Duration::ZERO, "a heartbeat needs an interval");
     let (stop, stopped) = mpsc::channel::<()>();
     let name = dev.name();
     let thread = std::thread::Builder::new()

@@ -42,6 +42,7 @@ impl Discards {
         if held.is_empty() {
             return;
         }
+        debug_assert!(held.iter().all(|e| e.len > 0), "an empty extent held");
         let blocks: u64 = held.iter().map(|e| e.len).sum();
         self.held_blocks.fetch_add(blocks, Relaxed);
         self.queue.lock().extend(held);
@@ -52,6 +53,8 @@ impl Discards {
         let queue = self.queue.lock();
         let mut all = queue.clone();
         all.extend(self.taken.lock().iter().map(|(&s, &l)| Extent::new(s, l)));
+        // Counted before they are queued, uncounted after they leave `taken`.
+        debug_assert!(all.iter().map(|e| e.len).sum::<u64>() <= self.held_blocks());
         all
     }
 
@@ -109,7 +112,9 @@ impl Store {
             .release_discarded(extent)
             .unwrap_or_else(|e| panic!("a held extent {extent:?} does not release: {e}"));
         taken.remove(&extent.start);
-        self.discards.held_blocks.fetch_sub(freed, Relaxed);
+        debug_assert_eq!(freed, extent.len, "a held extent released in part");
+        let was = self.discards.held_blocks.fetch_sub(freed, Relaxed);
+        debug_assert!(was >= freed, "released more than held");
         Ok(())
     }
 
@@ -211,6 +216,7 @@ impl Store {
         let bs = u64::from(self.alloc().geometry().block_size);
         let mut outcome = Ok(Some(0));
         for e in batch {
+            debug_assert!(self.check_not_metadata(*e).is_ok(), "a discard of metadata");
             if let Ok(Some(n)) = outcome {
                 outcome = match self.dev.discard(e.start * bs, e.len * bs) {
                     Ok(true) => Ok(Some(n + e.len)),

@@ -108,6 +108,7 @@ fn check_superblocks(dev: &dyn Device, sb: &Superblock, r: &mut Report) {
     if !r.backup_superblock_ok {
         r.problems.push("backup superblock damaged".into());
     }
+    debug_assert!(r.primary_superblock_ok && r.backup_superblock_ok || !r.problems.is_empty());
 }
 
 /// Every group's descriptor and bitmap: checksums, free count, metadata blocks and the
@@ -139,6 +140,12 @@ fn check_groups(dev: &dyn Device, sb: &Superblock, r: &mut Report) -> Result<Hom
             r.metadata_marked_free
         ));
     }
+    // A bitmap per group, none for exactly the corrupt ones.
+    debug_assert_eq!(home.bitmaps.len() as u64, sb.groups());
+    debug_assert_eq!(
+        home.bitmaps.iter().filter(|b| b.is_none()).count(),
+        r.corrupt_groups.len()
+    );
     Ok(home)
 }
 
@@ -179,6 +186,10 @@ fn check_journal(dev: &dyn Device, sb: &Superblock, mut home: Home, r: &mut Repo
             d.stranded.len()
         ));
     }
+    debug_assert!(
+        replayed.damage.is_none() || !r.problems.is_empty(),
+        "damage unreported"
+    );
     r.journal_conflicts = apply_to_home(sb, &replayed.records, &mut home.bitmaps);
     if r.journal_conflicts > 0 && !r.checkpoint_interrupted {
         r.problems.push(format!(
@@ -193,6 +204,11 @@ fn check_journal(dev: &dyn Device, sb: &Superblock, mut home: Home, r: &mut Repo
 /// skipped) and counts the block changes that do not apply: an allocation of a used block,
 /// a free of a free one.
 fn apply_to_home(sb: &Superblock, records: &[Record], bitmaps: &mut [Option<Vec<u8>>]) -> u64 {
+    debug_assert_eq!(bitmaps.len() as u64, sb.groups(), "a bitmap slot per group");
+    debug_assert!(
+        records.windows(2).all(|w| w[1].seq == w[0].seq + 1),
+        "records in order"
+    );
     let mut conflicts = 0;
     for rec in records {
         for op in &rec.ops {

@@ -76,7 +76,7 @@ pub use statfs::Statfs;
 pub use txn::{CommitFailed, Committed, Txn};
 pub use view::AllocatorView;
 
-use self::ops::OpShards;
+use self::ops::{per_group, ClosedBoundary, OpShards};
 use crate::alloc::{AllocRequest, Allocator};
 use crate::disk::device::Device;
 use crate::disk::format::Superblock;
@@ -110,10 +110,11 @@ impl Boundary {
     /// Closes the boundary: every shard for writing, then `ops` fenced, so that no
     /// allocation on its open path ([`OpShards::allocating_open`]) runs meanwhile either.
     fn close<'a>(&'a self, ops: &'a OpShards) -> Closed<'a> {
-        let guards = self.shards.iter().map(|s| s.write()).collect();
-        ops.fence();
+        let guards: Vec<_> = self.shards.iter().map(|s| s.write()).collect();
+        debug_assert!(self.shards.iter().all(|s| s.is_locked_exclusive()));
+        let fenced = ops.fence(&guards);
         Closed {
-            ops,
+            fenced,
             _guards: guards,
         }
     }
@@ -121,15 +122,10 @@ impl Boundary {
 
 /// The closed boundary ([`Boundary::close`]); dropping it opens it again.
 struct Closed<'a> {
-    ops: &'a OpShards,
+    /// The witness `OpShards::take` and `put_back` require. Declared before the write
+    /// guards: it drops first, reopening the open path while they are still held.
+    fenced: ClosedBoundary<'a>,
     _guards: Vec<parking_lot::RwLockWriteGuard<'a, ()>>,
-}
-
-impl Drop for Closed<'_> {
-    fn drop(&mut self) {
-        // Before the write guards (fields drop after this).
-        self.ops.reopen();
-    }
 }
 
 /// Called by every checkpoint before the journal's tail moves (see
@@ -196,6 +192,7 @@ impl Drop for Store {
     fn drop(&mut self) {
         // No beat after the mark is cleared.
         self.in_use.stop();
+        debug_assert!(!self.in_use.beating(), "the heartbeat outlives the store");
         let mut sb = self.sb.lock();
         sb.state &= !crate::disk::format::STATE_IN_USE;
         sb.generation += 1;
@@ -400,20 +397,25 @@ impl Store {
     ) -> Result<Vec<Extent>> {
         let shard = self.alloc().stats_handle().shard_index();
         let _open = self.boundary.read(shard);
+        // A mapped extent may span groups (the file's map merges neighbours): one op per
+        // group it touches.
+        let geometry = self.alloc().geometry();
         let bound = file
             .extents()
             .iter()
             .filter(|(l, e)| *l < to && l + e.len > from)
-            .count() as u64;
+            .map(|(_, e)| geometry.split(*e).count() as u64)
+            .sum();
         self.ops.admit(shard, bound, self.max_transaction_bytes)?;
         let freed = op().inspect_err(|_| self.ops.unadmit(shard, bound))?;
+        let pieces: Vec<Extent> = freed.iter().flat_map(|&e| per_group(geometry, e)).collect();
         debug_assert!(
-            freed.len() as u64 <= bound,
+            pieces.len() as u64 <= bound,
             "more extents freed than mapped"
         );
         self.ops
-            .unadmit(shard, bound.saturating_sub(freed.len() as u64));
-        for &e in &freed {
+            .unadmit(shard, bound.saturating_sub(pieces.len() as u64));
+        for e in pieces {
             self.ops.push(shard, Op::Free(e));
         }
         Ok(freed)
@@ -458,11 +460,15 @@ impl Store {
         self.with_forced_commits(|| {
             let shard = self.alloc().stats_handle().shard_index();
             let _open = self.boundary.read(shard);
-            self.ops.admit(shard, 1, self.max_transaction_bytes)?;
+            // One op per group the extent touches.
+            let n = self.alloc().geometry().split(extent).count() as u64;
+            self.ops.admit(shard, n, self.max_transaction_bytes)?;
             self.alloc()
                 .free(extent)
-                .inspect_err(|_| self.ops.unadmit(shard, 1))?;
-            self.ops.push(shard, Op::Free(extent));
+                .inspect_err(|_| self.ops.unadmit(shard, n))?;
+            for e in per_group(self.alloc().geometry(), extent) {
+                self.ops.push(shard, Op::Free(e));
+            }
             Ok(())
         })
     }
@@ -502,7 +508,7 @@ impl Store {
     pub fn commit_reporting(&self, payload: &[u8]) -> Result<Committed> {
         let serial = self.commit_lock.write();
         let (ops, sealed) = {
-            let _closed = self.close_boundary();
+            let closed = self.close_boundary();
             let bytes = self.ops.record_bytes() + payload.len().next_multiple_of(8) as u64;
             if bytes > self.max_transaction_bytes {
                 return Err(Error::TransactionTooLarge {
@@ -510,7 +516,7 @@ impl Store {
                     max: self.max_transaction_bytes,
                 });
             }
-            (self.ops.take_in_flight(), self.alloc().seal())
+            (self.ops.take_in_flight(&closed.fenced), self.alloc().seal())
         };
         // The boundary is open again: the next transaction gathers while this record is
         // encoded and written (its ops stay counted until then, see `OpShards`).
@@ -524,7 +530,9 @@ impl Store {
         };
         self.ops.settle(ops.len() as u64);
         self.ops.recycle(ops);
-        self.recorded_seal.store(sealed, Relaxed);
+        // Seals are taken in order under `commit_lock`: the recorded one only grows.
+        let before = self.recorded_seal.swap(sealed, Relaxed);
+        debug_assert!(before < sealed, "seal {sealed} recorded after {before}");
         drop(serial);
         self.journal.commit(seq)?;
         self.release_durable(sealed);

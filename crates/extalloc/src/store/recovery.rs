@@ -116,13 +116,16 @@ impl OpenClaim {
             });
         }
         open.push(id);
+        debug_assert_eq!(open.iter().filter(|&&o| o == id).count(), 1);
         Ok(OpenClaim(id))
     }
 }
 
 impl Drop for OpenClaim {
     fn drop(&mut self) {
-        OPEN_DEVICES.lock().retain(|&id| id != self.0);
+        let mut open = OPEN_DEVICES.lock();
+        debug_assert!(open.contains(&self.0), "a device claim not registered");
+        open.retain(|&id| id != self.0);
     }
 }
 
@@ -455,7 +458,7 @@ mod tests {
             // Appended, never flushed: a crash keeps any subset and may tear one.
             for i in 0..10u64 {
                 store.allocate(&AllocRequest::new(i, 2)).unwrap();
-                let ops = store.ops.take();
+                let ops = store.ops.take(&store.close_boundary().fenced);
                 store.journal.append(&ops, b"unflushed").unwrap();
             }
             drop(store);

@@ -429,7 +429,8 @@ fn allocations_racing_checkpoints_stay_out_of_home_state() {
         // As of the last commit: the open transaction's allocations were not there yet,
         // its frees not done.
         let (mut open_allocs, mut open_frees) = (BTreeSet::new(), BTreeSet::new());
-        for op in store.ops.take() {
+        let taken = store.ops.take(&store.close_boundary().fenced);
+        for op in taken {
             match op {
                 Op::Allocate(e) => open_allocs.extend(e.start..e.end()),
                 Op::Free(e) => open_frees.extend(e.start..e.end()),

@@ -70,10 +70,17 @@ impl Handles {
 
     /// Takes every appended record's frees (a checkpoint applies them).
     pub(super) fn take_appended(&self) -> Vec<Extent> {
-        std::mem::take(&mut *self.appended.lock())
+        let frees: Vec<Extent> = std::mem::take(&mut *self.appended.lock())
             .into_values()
             .flatten()
-            .collect()
+            .collect();
+        // `freeing` let no block be freed twice: the frees are disjoint.
+        debug_assert!({
+            let mut sorted = frees.clone();
+            sorted.sort_unstable_by_key(|e| e.start);
+            sorted.windows(2).all(|w| w[0].end() <= w[1].start)
+        });
+        frees
     }
 
     /// `Err` if `e` overlaps an allocation of an open handle other than `except`: it is
@@ -121,7 +128,8 @@ impl Handles {
     fn unmark_freeing(&self, extents: &[Extent]) {
         let mut freeing = self.freeing.lock();
         for e in extents {
-            freeing.remove(&e.start);
+            let was = freeing.remove(&e.start);
+            debug_assert_eq!(was, Some(e.len), "{e:?} was not being freed");
         }
         self.freeing_len.store(freeing.len() as u64, Relaxed);
     }
@@ -182,6 +190,10 @@ impl Store {
     /// ([`Store::allocate`] ... [`Store::commit`]).
     pub fn begin(&self) -> Txn<'_> {
         let id = self.handles.next_id.fetch_add(1, Relaxed);
+        debug_assert!(
+            !self.handles.open.lock().contains_key(&id),
+            "handle id {id} reused"
+        );
         Txn {
             store: self,
             id,
@@ -192,6 +204,11 @@ impl Store {
 
     /// Applies the frees of the appended record `seq` if no checkpoint did yet.
     fn apply_appended(&self, seq: u64) {
+        // A transaction's frees wait until its record is durable.
+        debug_assert!(
+            self.journal.durable_through() >= seq,
+            "record {seq} not durable"
+        );
         let frees = self.handles.appended.lock().remove(&seq);
         if let Some(frees) = frees {
             self.apply_frees(&frees);
@@ -208,7 +225,8 @@ impl Store {
             // meanwhile (`freeing`): a failure is a broken invariant.
             self.free_durable(e)
                 .unwrap_or_else(|err| panic!("a durable free of {e:?} does not apply: {err}"));
-            freeing.remove(&e.start);
+            let was = freeing.remove(&e.start);
+            debug_assert_eq!(was, Some(e.len), "{e:?} applied, not being freed");
             self.handles
                 .freeing_len
                 .store(freeing.len() as u64, Relaxed);
@@ -238,6 +256,11 @@ impl<'s> Txn<'s> {
         let mut ops = self.ops.lock();
         self.admit(&ops)?;
         let e = self.store.alloc().allocate(req)?;
+        // Registered first: others see its unrecorded allocations through the registry.
+        debug_assert!(
+            self.registered.load(Relaxed),
+            "an unregistered handle allocates"
+        );
         ops.allocs.push(e);
         self.store.handles.unrecorded_len.fetch_add(1, Relaxed);
         Ok(e)
@@ -248,7 +271,12 @@ impl<'s> Txn<'s> {
     fn register(&self) {
         if !self.registered.load(Relaxed) {
             let mut open = self.store.handles.open.lock();
-            open.entry(self.id).or_insert_with(|| self.ops.clone());
+            let entry = open.entry(self.id).or_insert_with(|| self.ops.clone());
+            debug_assert!(
+                Arc::ptr_eq(entry, &self.ops),
+                "handle id {} reused",
+                self.id
+            );
             self.registered.store(true, Relaxed);
         }
     }
@@ -256,7 +284,8 @@ impl<'s> Txn<'s> {
     /// Leaves the registry of open handles, if this handle entered it.
     fn unregister(&self) {
         if self.registered.swap(false, Relaxed) {
-            self.store.handles.open.lock().remove(&self.id);
+            let was = self.store.handles.open.lock().remove(&self.id);
+            debug_assert!(was.is_some_and(|ops| Arc::ptr_eq(&ops, &self.ops)));
         }
     }
 
@@ -285,6 +314,13 @@ impl<'s> Txn<'s> {
         }
         self.store.alloc().check_allocated(extent)?;
         freeing.insert(extent.start, extent.len);
+        debug_assert!(
+            freeing
+                .range(extent.start + 1..)
+                .next()
+                .is_none_or(|(&s, _)| s >= extent.end()),
+            "frees overlap"
+        );
         self.store
             .handles
             .freeing_len
@@ -329,14 +365,19 @@ impl<'s> Txn<'s> {
     fn append(&self, payload: &[u8]) -> Result<(u64, bool, bool)> {
         let store = self.store;
         let shared = store.commit_lock.read();
-        match self.append_locked(payload, false) {
+        let appended = match self.append_locked(payload, false) {
             Err(Error::JournalFull { .. }) => {
                 drop(shared);
                 let _serial = store.commit_lock.write();
                 self.append_locked(payload, true)
             }
             other => other,
-        }
+        };
+        debug_assert!(
+            appended.is_err() || !self.registered.load(Relaxed),
+            "still open"
+        );
+        appended
     }
 
     /// [`Txn::append`] under the commit lock (written if `may_checkpoint`: a full journal
@@ -348,7 +389,12 @@ impl<'s> Txn<'s> {
             .allocs
             .iter()
             .map(|&e| Op::Allocate(e))
-            .chain(ops.frees.iter().map(|&e| Op::Free(e)))
+            .chain(
+                ops.frees
+                    .iter()
+                    .flat_map(|&e| super::ops::per_group(store.geometry(), e))
+                    .map(Op::Free),
+            )
             .collect();
         // Not held across the write: others read a handle's ops (a free checks that it
         // does not free another handle's unrecorded blocks), and only this call, which
@@ -383,7 +429,8 @@ impl<'s> Txn<'s> {
         // The registry after the handle's ops (lock order: registry -> a handle's ops);
         // checkpoints cannot come between (`commit_lock`, held read at least).
         self.unregister();
-        store.handles.unrecorded_len.fetch_sub(recorded, Relaxed);
+        let was = store.handles.unrecorded_len.fetch_sub(recorded, Relaxed);
+        debug_assert!(was >= recorded, "more allocations recorded than open");
         Ok((seq, checkpointed, frees))
     }
 
@@ -425,6 +472,9 @@ impl<'s> Txn<'s> {
                 }
             }
         }
+        debug_assert!(
+            ops.allocs.is_empty() && ops.frees.is_empty() && !self.registered.load(Relaxed)
+        );
         first_error
     }
 
@@ -441,6 +491,10 @@ impl Drop for Txn<'_> {
     /// cannot.
     fn drop(&mut self) {
         let _ = self.undo();
+        debug_assert!(
+            !self.registered.load(Relaxed),
+            "a dropped handle stays registered"
+        );
     }
 }
 

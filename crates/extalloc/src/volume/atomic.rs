@@ -134,6 +134,7 @@ impl Drop for Atomic<'_> {
             if !self.finished {
                 self.vol.abort("a nested atomic group ended unfinished");
             }
+            debug_assert!(self.finished || self.vol.aborted.lock().is_some());
             return;
         }
         INSIDE.with(|g| {
@@ -148,6 +149,8 @@ impl Drop for Atomic<'_> {
             self.vol
                 .abort("an atomic group ended without finishing (a call inside it failed)");
         }
+        // Unfinished, the volume refuses every commit from now on.
+        debug_assert!(self.finished || self.vol.aborted.lock().is_some());
     }
 }
 
@@ -161,6 +164,7 @@ impl Volume {
 
     /// Stops every later commit: a change was left half made in the open transaction.
     fn abort(&self, reason: &str) {
+        debug_assert!(!reason.is_empty(), "an abort says why");
         let mut a = self.aborted.lock();
         if a.is_none() {
             *a = Some(reason.to_string());

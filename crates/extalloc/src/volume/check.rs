@@ -104,8 +104,19 @@ impl Volume {
     /// The volume's own blocks (the table areas, the map segments) added to `owned`, then
     /// everything sorted by start.
     fn own_metadata(&self, owned: &mut Vec<Extent>) {
-        owned.extend(self.meta.lock().areas.iter().filter(|a| a.len > 0));
-        owned.extend(self.segs.lock().all());
+        let mut own: Vec<Extent> = self
+            .meta
+            .lock()
+            .areas
+            .iter()
+            .filter(|a| a.len > 0)
+            .copied()
+            .collect();
+        own.extend(self.segs.lock().all());
+        own.sort_unstable_by_key(|e| e.start);
+        // Allocated from the store one by one: the table areas and segments never overlap.
+        debug_assert!(own.windows(2).all(|w| w[0].end() <= w[1].start), "{own:?}");
+        owned.extend(own);
         owned.sort_unstable_by_key(|e| e.start);
     }
 

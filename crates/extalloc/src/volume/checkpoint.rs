@@ -41,6 +41,10 @@ impl Volume {
     /// map segments, the table to the inactive area, and checkpoints the store with a root
     /// naming it.
     pub(super) fn checkpoint_locked(&self) -> Result<()> {
+        debug_assert!(
+            self.gate.is_locked_exclusive(),
+            "a checkpoint, the gate open"
+        );
         self.commit_locked()?;
         let files: Vec<Arc<Mutex<VFile>>> = self.files.read().values().cloned().collect();
         let pending = self.plan_maps(&files)?;
@@ -49,6 +53,7 @@ impl Volume {
             files: pending.resolve(&new),
             retired: pending.dead.clone(),
         };
+        debug_assert_eq!(table.files.len(), files.len(), "a table entry per file");
         self.write_table(&table)?;
         let mut segs = self.segs.lock();
         for dead in &pending.dead {
@@ -109,6 +114,7 @@ impl Volume {
     /// Gives area `which` at least `need` blocks: a new one (twice the need, so the table
     /// may grow), the old one freed, the new areas logged and committed.
     fn replace_area(&self, meta: &mut Meta, which: usize, need: u64) -> Result<()> {
+        debug_assert!(which < meta.areas.len() && need > 0);
         let len = (need * 2).max(16);
         // In the last group: out of the way of the files' streams.
         let g = self.store.geometry();
@@ -116,6 +122,7 @@ impl Volume {
         let new = self
             .store
             .allocate(&AllocRequest::new(TABLE_OWNER, len).min_len(need).goal(goal))?;
+        debug_assert!(new.len >= need, "an area of {} blocks for {need}", new.len);
         let old = meta.areas[which];
         if old.len > 0 {
             if let Err(e) = self.store.free(old) {

@@ -88,6 +88,10 @@ impl Volume {
             });
         }
         *reserved += blocks;
+        debug_assert!(
+            *reserved + self.reserve_margin() <= have,
+            "reserved past the space"
+        );
         Ok(())
     }
 
@@ -256,6 +260,10 @@ impl Volume {
         )?;
         let at = ((l - first) * bs) as usize;
         let data = &buf[at..at + ((reached - l) * bs) as usize];
+        debug_assert!(
+            l < reached && reached <= to,
+            "writeback of {l}..{to} reached {reached}"
+        );
         let changes = self.write_mapped(f, id, &new, (l, reached), data, size.min(reached * bs))?;
         let wb = WroteBack {
             allocations: new.len() as u64,

@@ -235,6 +235,13 @@ impl ReplayFile {
                 self.maps
                     .insert(at, (Extent::new(e.start + (at - s), s + e.len - at), u));
             }
+            debug_assert!(
+                self.maps
+                    .range(..at)
+                    .next_back()
+                    .is_none_or(|(&s, (e, _))| s + e.len <= at),
+                "an extent still crosses {at}"
+            );
         }
     }
 
@@ -248,6 +255,7 @@ impl ReplayFile {
         for k in self.keys_in(l, end) {
             self.maps.remove(&k);
         }
+        debug_assert!(self.keys_in(l, end).is_empty(), "{l}..{end} still mapped");
     }
 }
 

@@ -134,6 +134,7 @@ impl Volume {
     }
 
     fn write_chunk(&self, f: &mut VFile, id: u64, pos: u64, bytes: &[u8]) -> Result<Vec<Change>> {
+        debug_assert!(!bytes.is_empty(), "an empty chunk");
         let bs = self.block_size;
         let first = pos / bs;
         let last = (pos + bytes.len() as u64 - 1) / bs;
@@ -393,6 +394,7 @@ impl Volume {
                 continue;
             };
             let n = run.min(to - l);
+            debug_assert!(n > 0, "no progress at block {l}");
             f.unwritten.insert(l, n);
             changes.push(Change::Map {
                 id,
@@ -434,6 +436,7 @@ impl Volume {
     /// Sets `f`'s size (zeroing the tail of its last block first when it grows) and
     /// returns the change to log.
     fn resize(&self, f: &mut VFile, id: u64, size: u64) -> Result<Change> {
+        debug_assert!(size <= MAX_FILE_BYTES, "size {size} past the largest file");
         if size > f.size {
             self.zero_tail(f, f.size)?;
         }
@@ -525,11 +528,13 @@ impl Volume {
         let bs = self.block_size;
         self.free_blocks(id, 0, MAX_FILE_BYTES / bs)?;
         self.unclaim(id);
-        self.chunk(id, |v, f| {
+        let unlinked = self.chunk(id, |v, f| {
             v.store.release_prealloc(&f.alloc)?;
             v.files.write().remove(&id);
             Ok(vec![Change::Unlink { id }])
-        })
+        });
+        debug_assert!(unlinked.is_err() || !self.files.read().contains_key(&id));
+        unlinked
     }
 }
 

@@ -94,6 +94,7 @@ impl Volume {
             let fresh = self.store.create_file(id);
             let mut unwritten = super::file::Ranges::default();
             adopt_entries(&self.store, &fresh, &mut unwritten, id, &entries)?;
+            debug_assert_eq!(fresh.id(), id, "a map read into another file");
             f.alloc = fresh;
             f.unwritten = unwritten;
             f.loaded = true;
@@ -141,6 +142,7 @@ impl Volume {
                 }
             }
         }
+        debug_assert_eq!(p.files.len(), files.len(), "an entry per file");
         let segs = self.segs.lock().clone();
         let mut sparse: BTreeSet<Extent> = live
             .iter()
@@ -201,6 +203,9 @@ impl Volume {
             p.files[i].1 = Some(at);
             p.moved.push(i);
         }
+        // No file's map is left in a segment being cleaned.
+        debug_assert!(p.files.iter().all(|(t, slot)| slot.is_some()
+            || !matches!(&t.map, MapRef::Segment(r) if sparse.contains(&r.seg))));
         Ok(())
     }
 
@@ -218,6 +223,7 @@ impl Volume {
                 let len = (bytes.len() as u64).div_ceil(bs);
                 let req = AllocRequest::new(TABLE_OWNER, len).min_len(len).goal(goal);
                 new.push(self.store.allocate(&req)?);
+                debug_assert!(new[new.len() - 1].len >= len, "a segment too short");
             }
             for (bytes, seg) in p.segments.iter().zip(&new) {
                 let mut padded = bytes.clone();
@@ -265,7 +271,7 @@ impl Pending {
     /// Appends a map's bytes to the last new segment (or a fresh one) and returns where.
     fn push(&mut self, bytes: &[u8]) -> Slot {
         let (len, crc) = (bytes.len() as u32, crc32c::crc32c(bytes));
-        match self.segments.last_mut() {
+        let slot = match self.segments.last_mut() {
             Some(seg) if seg.len() + bytes.len() <= SEGMENT_BYTES => {
                 let offset = seg.len() as u32;
                 seg.extend_from_slice(bytes);
@@ -285,7 +291,10 @@ impl Pending {
                     crc,
                 }
             }
-        }
+        };
+        let (at, end) = (slot.offset as usize, (slot.offset + slot.len) as usize);
+        debug_assert_eq!(&self.segments[slot.seg][at..end], bytes, "a map misplaced");
+        slot
     }
 
     /// The table's entries, each moved map pointing into its new segment.

@@ -222,6 +222,10 @@ impl Volume {
             let _closed = vol.gate.write();
             vol.checkpoint_locked()?;
         }
+        debug_assert!(
+            !vol.store.root().is_empty(),
+            "a volume without its table's root"
+        );
         Ok(vol)
     }
 
@@ -256,6 +260,7 @@ impl Volume {
             slot.lock().take().ok_or(Error::CheckpointOutsideVolume)
         }));
         let block_size = u64::from(store.geometry().block_size);
+        debug_assert!(block_size.is_power_of_two(), "block size {block_size}");
         let budget = CHUNK_BUDGET * 16;
         if store.max_transaction_bytes() < budget {
             return Err(Error::JournalTooSmall {
@@ -472,6 +477,14 @@ impl Volume {
     /// Writes file data (or zeros into a file's block) at byte `offset` of the device,
     /// under the gate (read): the next commit or sync flushes it.
     fn write_data(&self, buf: &[u8], offset: u64) -> Result<()> {
+        // Data (whole blocks, or a block's tail zeroed), never over the device's own
+        // metadata.
+        let (bs, end) = (self.block_size, offset + buf.len() as u64);
+        debug_assert!(!buf.is_empty(), "a write of nothing");
+        debug_assert!(self
+            .store
+            .check_not_metadata(Extent::new(offset / bs, end.div_ceil(bs) - offset / bs))
+            .is_ok());
         self.unflushed.store(true, Relaxed);
         self.dev.write_at(buf, offset)
     }
@@ -480,6 +493,8 @@ impl Volume {
     /// With nothing to log, data written in place since the last flush (an overwrite maps
     /// nothing new) is still flushed: a sync makes it durable too.
     fn commit_locked(&self) -> Result<()> {
+        // The log and the store's open transaction are taken together under the gate.
+        debug_assert!(self.gate.is_locked_exclusive(), "a commit, the gate open");
         self.check_not_aborted()?;
         let log = std::mem::take(&mut *self.log.lock());
         let unflushed = self.unflushed.swap(false, Relaxed);

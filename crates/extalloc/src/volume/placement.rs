@@ -100,6 +100,11 @@ impl Volume {
         };
         claims.by_file.insert(id, (s, k));
         claims.groups.extend((s..s + k).map(|x| (x, id)));
+        debug_assert_eq!(
+            claims.groups.len() as u64,
+            claims.by_file.values().map(|c| c.1).sum::<u64>(),
+            "a group claimed twice, or by no file's claim"
+        );
         Some(g.group_start(s))
     }
 
@@ -108,7 +113,8 @@ impl Volume {
         let mut claims = self.claims.lock();
         if let Some((s, k)) = claims.by_file.remove(&id) {
             for x in s..s + k {
-                claims.groups.remove(&x);
+                let was = claims.groups.remove(&x);
+                debug_assert_eq!(was, Some(id), "group {x} claimed by another file");
             }
         }
     }

@@ -47,11 +47,14 @@ impl Volume {
         check_range(offset, buf.len() as u64)?;
         let file = self.file(id)?;
         let f = self.lock_loaded(&file)?;
-        self.read_locked(&f, offset, buf)
+        let n = self.read_locked(&f, offset, buf)?;
+        debug_assert!(n <= buf.len() && (n == 0 || offset + n as u64 <= f.size));
+        Ok(n)
     }
 
     /// [`Volume::read_into`] with the file's mutex held and its map loaded.
     fn read_locked(&self, f: &VFile, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        debug_assert!(f.loaded, "a read of a map not loaded");
         let end = (offset + buf.len() as u64).min(f.size);
         if offset >= end {
             return Ok(0);

@@ -75,6 +75,11 @@ impl<'a> Reader<'a> {
         Reader { b, at: 0 }
     }
 
+    /// Debug builds: the reader is within its bytes.
+    pub(super) fn debug_check(&self) {
+        debug_assert!(self.at <= self.b.len(), "read past the end");
+    }
+
     pub(super) fn bytes(&mut self, n: usize) -> Result<&'a [u8]> {
         let end = self.at.checked_add(n).filter(|&e| e <= self.b.len());
         let end = end.ok_or_else(|| corrupt("ends inside a field"))?;
@@ -118,7 +123,9 @@ impl<'a> Reader<'a> {
     }
 
     fn extent(&mut self) -> Result<Extent> {
-        Ok(Extent::new(self.u64()?, self.u64()?))
+        let e = Extent::new(self.u64()?, self.u64()?);
+        self.debug_check();
+        Ok(e)
     }
 
     /// Bytes read so far.
@@ -150,6 +157,7 @@ pub(super) fn put_blob(out: &mut Vec<u8>, b: &[u8]) {
 fn put_extent(out: &mut Vec<u8>, e: Extent) {
     put_u64(out, e.start);
     put_u64(out, e.len);
+    debug_assert_eq!(Reader::new(&out[out.len() - 16..]).extent().ok(), Some(e));
 }
 
 pub(super) fn put_extents(out: &mut Vec<u8>, es: &[Extent]) {
@@ -236,6 +244,7 @@ impl Change {
     }
 
     fn decode(r: &mut Reader<'_>) -> Result<Change> {
+        r.debug_check();
         Ok(match r.u8()? {
             1 => Change::Create {
                 id: r.u64()?,
@@ -405,12 +414,14 @@ pub(super) fn map_counts(m: &[MapEntry]) -> (u64, u64) {
 }
 
 fn put_map(out: &mut Vec<u8>, m: &[MapEntry]) {
+    let from = out.len();
     put_u64(out, m.len() as u64);
     for &(l, e, unwritten) in m {
         put_u64(out, l);
         put_extent(out, e);
         out.push(u8::from(unwritten));
     }
+    debug_assert!(read_map(&mut Reader::new(&out[from..])).is_ok_and(|back| back == m));
 }
 
 fn read_map(r: &mut Reader<'_>) -> Result<Vec<MapEntry>> {
@@ -425,6 +436,7 @@ fn read_map(r: &mut Reader<'_>) -> Result<Vec<MapEntry>> {
         };
         m.push((l, e, unwritten));
     }
+    r.debug_check();
     Ok(m)
 }
 

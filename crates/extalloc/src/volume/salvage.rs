@@ -292,6 +292,9 @@ impl Kept {
         let bs = u64::from(store.geometry().block_size);
         let table_at = root.areas[root.active].start * bs;
         let mut taken = taken_of(files, root, segs);
+        let accounted =
+            |me: &Self, report: &Salvage| me.now.len() + me.fresh.len() + report.lost.len();
+        let before = accounted(self, report);
         for d in &s.damaged {
             let bytes = table_at + d.bytes.start..table_at + d.bytes.end;
             let Some(f) = &d.file else {
@@ -323,6 +326,8 @@ impl Kept {
                 }),
             }
         }
+        // Each damaged entry is kept, taken as fresh, or reported lost.
+        debug_assert_eq!(accounted(self, report), before + s.damaged.len());
     }
 
     /// After the journal's changes: drops each kept file that now maps a block another
@@ -391,6 +396,7 @@ fn read_all_maps(
         }
         out.insert(id, f);
     }
+    debug_assert!(report.maps_cleared.iter().all(|c| out.contains_key(&c.id)));
     out
 }
 
@@ -452,6 +458,8 @@ fn adopt_segment(store: &Store, f: &TableFile, segs: &mut Segs, taken: &mut Rang
         segs.named.insert(seg);
         taken.insert(seg.start, seg.len);
     }
+    // A segment adopted is taken: no salvaged file may claim its blocks.
+    debug_assert!(!segs.named.contains(&seg) || !taken.within(seg.start, seg.end()).is_empty());
 }
 
 /// A kept damaged file: its map loaded, its size at most the end of its last mapped block.

@@ -62,12 +62,14 @@ pub(super) struct Table {
 }
 
 fn encode_file(f: &TableFile, out: &mut Vec<u8>) {
+    let from = out.len();
     put_u64(out, f.id);
     put_u64(out, f.size);
     put_blob(out, &f.attr);
     out.push(u8::from(f.placement.is_some()));
     put_u64(out, f.placement.unwrap_or(0));
     f.map.encode(out);
+    debug_assert!(read_file(&mut Reader::new(&out[from..])).is_ok_and(|back| back == *f));
 }
 
 fn read_file(r: &mut Reader<'_>) -> Result<TableFile> {
@@ -78,6 +80,7 @@ fn read_file(r: &mut Reader<'_>) -> Result<TableFile> {
         _ => return Err(corrupt("a table file with a bad placement flag")),
     };
     let map = MapRef::decode(r)?;
+    r.debug_check();
     Ok(TableFile {
         id,
         size,
@@ -98,10 +101,12 @@ fn decode_file(body: &[u8]) -> Result<TableFile> {
 }
 
 fn put_frame(out: &mut Vec<u8>, magic: &[u8; 4], body: &[u8]) {
+    let from = out.len();
     out.extend_from_slice(magic);
     out.extend_from_slice(&(body.len() as u32).to_le_bytes());
     out.extend_from_slice(&crc32c::crc32c(body).to_le_bytes());
     out.extend_from_slice(body);
+    debug_assert!(frame(&mut Reader::new(&out[from..]), magic, true).is_ok_and(|b| b == body));
 }
 
 /// The table's bytes (version 3).
@@ -187,6 +192,7 @@ fn frame<'a>(r: &mut Reader<'a>, magic: &[u8; 4], verify: bool) -> Result<&'a [u
     }
     let (len, crc) = (r.u32()?, r.u32()?);
     let body = r.bytes(len as usize)?;
+    r.debug_check();
     if verify && crc32c::crc32c(body) != crc {
         return Err(corrupt("a table frame whose crc32c does not match"));
     }
@@ -294,6 +300,7 @@ fn take_frame(magic: &[u8], body: &[u8], bytes: Range<usize>, out: &mut Salvaged
             }
             Err(_) => out.damaged.push(Damaged { bytes, file: None }),
         }
+        debug_assert_eq!(out.table.files.len(), out.places.len(), "a place per file");
         return;
     }
     let mut r = Reader::new(body);
@@ -318,6 +325,10 @@ fn next_magic(b: &[u8], from: usize) -> usize {
 /// Splits a damaged stretch at the file magics inside it, one damaged entry each (a piece
 /// that starts with the retired magic is the retired frame, lost).
 fn damaged_stretch(b: &[u8], stretch: Range<usize>, out: &mut Salvaged) {
+    debug_assert!(
+        stretch.start < stretch.end && stretch.end <= b.len(),
+        "{stretch:?}"
+    );
     let mut starts = vec![stretch.start];
     let mut at = stretch.start + 1;
     while at < stretch.end {

@@ -12,6 +12,7 @@
 //! Locks: `flush` and `writer` are never held together; the device's flush runs under
 //! neither.
 
+use super::debug_check_mirror;
 use super::record::{append_mirror, HEADER};
 use super::{Journal, WriterState};
 use crate::error::Result;
@@ -77,12 +78,15 @@ impl Journal {
             Relaxed,
         );
         let mut f = self.flush.lock();
+        debug_assert!(f.running > 0, "a flush ended that never started");
         f.running -= 1;
         f.flushes += 1;
         if result.is_ok() {
             f.last_batch = upto.saturating_sub(f.durable);
             f.last_from = f.durable;
             f.durable = f.durable.max(upto);
+            // Monotone, and never past what was appended before the flush started.
+            debug_assert!(self.durable_seq.load(Relaxed) <= f.durable && upto >= seq);
             self.durable_seq
                 .store(f.durable, std::sync::atomic::Ordering::Release);
         }
@@ -110,6 +114,10 @@ impl Journal {
         let mut out = Vec::with_capacity(HEADER + span.len());
         append_mirror(&mut out, upto, span_start, span, 0);
         let at = WriterState::mirror_at(self.area, head, 0);
+        debug_check_mirror(&out, upto, span_start, &[]);
+        // Past the head, before the tail (or the area's end).
+        let end = if w.wrapped { w.tail } else { self.area.len };
+        debug_assert!(at + out.len() as u64 <= end, "a mirror past {end}");
         self.dev.write_at(&out, self.area.start + at)?;
         w.mirrored = upto;
         Ok(())

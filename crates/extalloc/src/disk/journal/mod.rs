@@ -64,6 +64,7 @@ mod flush;
 mod record;
 mod replay;
 
+use record::decode_mirror;
 pub use record::{decode, encode};
 pub use replay::replay;
 
@@ -240,6 +241,8 @@ impl WriterState {
     /// but not if the damage takes this one too), within the bytes kept since the last
     /// wrap. Returns its start and bytes (up to `at`).
     fn span(&mut self, area: Area, at: u64, durable: u64) -> (u64, &[u8]) {
+        // What a mirror copies ends at the head.
+        debug_assert_eq!(self.recent_start + self.recent.len() as u64, self.head);
         let oldest = self
             .recs
             .iter()
@@ -262,6 +265,7 @@ impl WriterState {
         let drop = (start - self.recent_start) as usize;
         self.recent.drain(..drop);
         self.recent_start = start;
+        debug_assert!(start <= at && self.recs.front().is_none_or(|&(_, o)| o <= block));
         (start, &self.recent)
     }
 
@@ -274,6 +278,7 @@ impl WriterState {
         record.reserve(most.saturating_sub(record.len()));
         encode_into(&mut record, self.next_seq, durable, ops, payload);
         debug_assert_eq!(record.len() as u64, n);
+        debug_check_encoded(&record, self.next_seq, durable, ops, payload);
         record
     }
 
@@ -402,11 +407,14 @@ impl Journal {
             };
             debug_assert_eq!(prefix.len() as u64, before);
             append_mirror(&mut out, seq, span_start, prefix, n as usize);
+            let (record, mirror) = out.split_at((mirror_at - at) as usize);
+            debug_check_mirror(mirror, seq, span_start, &record[..n as usize]);
         } else {
             // Zeros where the next header would be: replay stops after this record even if
             // an equally long record of a crashed batch left its successor right there.
             out.resize(n as usize + HEADER, 0);
         }
+        self.debug_check_placement(&w, at, out.len() as u64, wrapped);
         if wrap {
             self.dev
                 .write_at(&wrap_marker(w.next_seq), self.area.start + w.head)?;
@@ -469,7 +477,20 @@ impl Journal {
     /// Moves the tail: records before `tail` (offset in the area) are no longer needed
     /// (their changes are written home). The caller records the tail in the superblock.
     pub fn set_tail(&self, tail: u64) {
+        assert!(tail <= self.area.len, "tail {tail} past the journal area");
         let mut w = self.writer.lock();
+        // The tail moves forward, over records written, never past the head.
+        debug_assert!(
+            if w.wrapped {
+                tail >= w.tail || tail <= w.head
+            } else {
+                (w.tail..=w.head).contains(&tail)
+            },
+            "tail {tail} outside {}..{} (wrapped: {})",
+            w.tail,
+            w.head,
+            w.wrapped
+        );
         w.tail = tail;
         w.wrapped = w.head < tail;
     }
@@ -479,7 +500,29 @@ impl Journal {
     pub fn restart(&self) {
         let mut w = self.writer.lock();
         let next_seq = w.next_seq;
+        // `appended` is the writer's `next_seq`, published under its lock.
+        debug_assert_eq!(self.appended.load(Relaxed), next_seq);
         *w = WriterState::new(0, next_seq, 0, false, Recent::default());
+    }
+
+    /// Debug builds: an append's bytes (`len` from `at`, with its mirror) lie in the area
+    /// after the head, never over the records from the tail up to it.
+    fn debug_check_placement(&self, w: &WriterState, at: u64, len: u64, wrapped: bool) {
+        debug_assert!(
+            at + len <= self.area.len
+                && if wrapped {
+                    at + len <= w.tail
+                } else {
+                    at == w.head
+                },
+            "{len} bytes at {at}: the journal's records run from {} to {} (wrapped: {wrapped})",
+            w.tail,
+            w.head
+        );
+        debug_assert!(
+            w.wrapped || w.tail <= w.head,
+            "not wrapped, yet the head is behind"
+        );
     }
 
     /// The head offset and next sequence number (for a checkpoint that frees everything).
@@ -488,9 +531,43 @@ impl Journal {
         (w.head, w.next_seq)
     }
 
+    /// Every record up to this sequence number is durable.
+    pub fn durable_through(&self) -> u64 {
+        self.durable_seq.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// Flushes issued so far.
     pub fn flushes(&self) -> u64 {
         self.flush.lock().flushes
+    }
+}
+
+/// Debug builds: `record` decodes to what was meant (record `seq`, `ops`, `payload`).
+fn debug_check_encoded(record: &[u8], seq: u64, durable: u64, ops: &[Op], payload: &[u8]) {
+    if cfg!(debug_assertions) {
+        let back = decode(record).expect("a record just encoded decodes");
+        assert_eq!((back.seq, back.durable_through), (seq, durable));
+        assert!(
+            back.ops == ops && back.payload == payload,
+            "record {seq} decodes otherwise"
+        );
+    }
+}
+
+/// Debug builds: `b` starts with a mirror written with record `seq` of the span at
+/// `span_start`, whose bytes end with `last` (the record written with it, or nothing).
+fn debug_check_mirror(b: &[u8], seq: u64, span_start: u64, last: &[u8]) {
+    if cfg!(debug_assertions) {
+        let m = decode_mirror(b).expect("a mirror just encoded decodes");
+        assert_eq!(
+            (m.seq, m.span_start),
+            (seq, span_start),
+            "mirror decodes otherwise"
+        );
+        assert!(
+            m.bytes.ends_with(last),
+            "mirror {seq} does not end with its record"
+        );
     }
 }
 

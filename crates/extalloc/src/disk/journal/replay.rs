@@ -23,6 +23,10 @@ fn read(
     buf: &mut [u8],
     at: u64,
 ) -> Result<()> {
+    debug_assert!(
+        at + buf.len() as u64 <= area.len,
+        "a read past the journal area"
+    );
     dev.read_at(buf, area.start + at)?;
     if let Some(m) = overlay {
         let (from, to) = (
@@ -168,6 +172,7 @@ fn read_records(
         let Some(r) = decode(&b) else {
             break;
         };
+        debug_assert_eq!(r.seq, seq, "a record out of sequence");
         records.push((r, at));
         at += total as u64;
         seq += 1;
