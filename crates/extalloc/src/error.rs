@@ -58,10 +58,7 @@ pub enum Error {
 
     /// A free of the device's own metadata (superblock, journal, descriptors, bitmaps, the
     /// backup superblock), which no caller owns.
-    #[error(
-        "extent {start}+{len} holds the device's metadata (blocks 0..{metadata_end} and the \
-         backup superblock at {backup_block}): it is never freed"
-    )]
+    #[error("extent {start}+{len} holds the device's metadata (blocks 0..{metadata_end} and the backup superblock at {backup_block}): it is never freed")]
     MetadataBlocks {
         /// First block of the extent the caller tried to free.
         start: u64,
@@ -340,6 +337,9 @@ pub enum Error {
     #[error("file {id} {why}")]
     #[allow(missing_docs)] // the variant's line names both fields
     Pending { id: u64, why: &'static str },
+    /// A change or commit of a volume after [`crate::volume::Volume::shutdown`].
+    #[error("the volume was shut down: open its device again to change it")]
+    Closed,
 
     /// A volume file made again under an id whose file exists.
     #[error("file {id} exists: make a file again only under an id whose file is gone")]

@@ -118,7 +118,8 @@ impl Error {
             | Error::OwnedByTransaction { .. }
             | Error::StoreInUse
             | Error::CheckpointOutsideVolume
-            | Error::Pending { .. } => K::WrongState,
+            | Error::Pending { .. }
+            | Error::Closed => K::WrongState,
             Error::NoSuchFile { .. } => K::NotFound,
             Error::FileExists { .. } => K::Exists,
             Error::NoSpace { .. } | Error::JournalFull { .. } => K::NoSpace,

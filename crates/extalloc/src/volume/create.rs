@@ -78,6 +78,7 @@ impl Volume {
     ) -> Result<u64> {
         self.ensure_room()?;
         let _open = self.gate.read();
+        self.check_open()?;
         let exists = at.is_some_and(|id| self.files.read().contains_key(&id));
         let id = {
             let mut m = self.meta.lock();

@@ -78,6 +78,7 @@ impl Volume {
     ) -> Result<()> {
         self.ensure_room()?;
         let _open = self.gate.read();
+        self.check_open()?;
         let file = self.file(id)?;
         let mut f = self.lock_loaded(&file)?;
         let changes = op(self, &mut f)?;

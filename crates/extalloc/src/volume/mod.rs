@@ -77,6 +77,8 @@ mod repair_tests;
 mod salvage;
 #[cfg(test)]
 mod salvage_tests;
+#[cfg(test)]
+mod shutdown_tests;
 mod table;
 #[cfg(test)]
 mod tests;
@@ -99,7 +101,9 @@ use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
 use placement::Claims;
 use record::{Change, PAYLOAD_MAGIC};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
 use std::sync::Arc;
 
 /// Blocks one chunk of a write or fallocate maps at most (one trip through the gate).
@@ -165,6 +169,8 @@ pub struct Volume {
     groups: RwLock<()>,
     /// Why commits stopped: a group was left half made (`atomic.rs`).
     aborted: Mutex<Option<String>>,
+    /// Shut down ([`Volume::shutdown`]): every change and commit is refused.
+    shut: AtomicBool,
     /// This volume among others in the process (atomic groups' thread-local list).
     identity: u64,
     /// Operations read, commits write: an operation's store changes and its logged
@@ -274,6 +280,7 @@ impl Volume {
             block_size,
             groups: RwLock::new(()),
             aborted: Mutex::new(None),
+            shut: AtomicBool::new(false),
             identity: NEXT_IDENTITY.fetch_add(1, Relaxed),
             gate: RwLock::new(()),
             files: RwLock::new(files),
@@ -464,7 +471,35 @@ impl Volume {
     /// replays no record and reads no map. Dropping it without `close` loses what was not
     /// synced, as a crash would.
     pub fn close(self) -> Result<()> {
-        self.checkpoint()
+        match self.shut.load(Acquire) {
+            true => Ok(()), // written whole by the shutdown
+            false => self.checkpoint(),
+        }
+    }
+
+    /// [`Volume::close`] through a shared reference (a volume in an `Arc` that other
+    /// threads still hold): waits for the calls under way, checkpoints, and from then on
+    /// refuses every change and commit with [`Error::Closed`] (reads still work). The
+    /// device stays claimed until the last reference is dropped. On failure (the
+    /// checkpoint's error) the volume is not shut down and nothing else changed.
+    pub fn shutdown(&self) -> Result<()> {
+        let (_groups, _closed) = self.close_gate();
+        if self.shut.load(Acquire) {
+            return Ok(());
+        }
+        self.checkpoint_locked()?;
+        self.shut.store(true, Release);
+        debug_assert!(self.log.lock().is_empty(), "nothing left to commit");
+        Ok(())
+    }
+
+    /// Refuses a change or commit once the volume is shut down. Called with the gate held
+    /// (read by a chunk, written by a commit), so no change starts after a shutdown began.
+    fn check_open(&self) -> Result<()> {
+        match self.shut.load(Acquire) {
+            true => Err(Error::Closed),
+            false => Ok(()),
+        }
     }
 
     /// `fsync` of one file: the volume commits everything (one journal), so this is
@@ -495,6 +530,7 @@ impl Volume {
     fn commit_locked(&self) -> Result<()> {
         // The log and the store's open transaction are taken together under the gate.
         debug_assert!(self.gate.is_locked_exclusive(), "a commit, the gate open");
+        self.check_open()?;
         self.check_not_aborted()?;
         let log = std::mem::take(&mut *self.log.lock());
         let unflushed = self.unflushed.swap(false, Relaxed);

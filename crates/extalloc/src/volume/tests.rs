@@ -7,17 +7,17 @@ use crate::disk::device::{Crash, FaultDevice, MemDevice};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
-const BS: u64 = 4096;
+pub(super) const BS: u64 = 4096;
 
-fn geometry() -> Geometry {
+pub(super) fn geometry() -> Geometry {
     Geometry::new(4096, 1024, 8192).unwrap()
 }
 
-fn device(seed: u64) -> Arc<FaultDevice<MemDevice>> {
+pub(super) fn device(seed: u64) -> Arc<FaultDevice<MemDevice>> {
     Arc::new(FaultDevice::new(MemDevice::new(8192 * 4096), seed))
 }
 
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
+pub(super) fn pattern(seed: u64, len: usize) -> Vec<u8> {
     (0..len)
         .map(|i| (seed.wrapping_mul(31).wrapping_add(i as u64 * 7) % 251) as u8 + 1)
         .collect()
