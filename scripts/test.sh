@@ -4,7 +4,7 @@
 # debug assertions on, the loom model of the lock-free group index, then the mounted file
 # system under fsx, pjdfstest, fio with verify and kill -9 crashes (scripts/mount-tests.sh:
 # root and /dev/fuse), then fstests' CI selection on the mount (scripts/fstests-ci.list,
-# about 4 minutes). About 20 minutes on 2 cores, first builds included.
+# about 4 minutes). About 25 minutes on 2 cores, first builds included.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/ci-deps.sh
