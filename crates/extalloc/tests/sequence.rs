@@ -57,6 +57,12 @@ fn seeded_runs_follow_the_model() {
             panic!("seed {seed}: {failure}");
         }
     }
+    // A replacement whose freeing of the old file committed after the swap (event 1574):
+    // the model first assumed every commit inside a put came before it.
+    let bytes = sequence::random_input(60063, 16_000);
+    if let Err(failure) = sequence::run(&bytes) {
+        panic!("seed 60063: {failure}");
+    }
 }
 
 /// The random policies cover every key a policy spec takes, and every combination of

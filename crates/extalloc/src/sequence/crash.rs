@@ -72,6 +72,7 @@ impl Runner {
             .map_err(|e| format!("open after a loss: {e}"))?;
         self.vol = Some(vol);
         self.unlinked = None;
+        self.leftovers.clear();
         let listed: Vec<u64> = self.vol().list().iter().map(|f| f.id).collect();
         let mut read_back = BTreeMap::new();
         for id in self.model.ids_after_crash(listed.iter().copied()) {
@@ -128,6 +129,7 @@ impl Runner {
         let vol = Volume::open(self.dev.clone(), self.policy.clone())
             .map_err(|e| format!("open after close: {e}"))?;
         self.vol = Some(vol);
+        self.leftovers.clear();
         self.summary.reopens += 1;
         Ok(())
     }

@@ -27,18 +27,80 @@ impl Runner {
             return Ok(Touched::Accounted);
         }
         let data = model::pattern(u64::from(seed) << 40 | len as u64, len);
-        let flushes = self.dev.flushes.load(Relaxed);
-        let result = match old {
-            None => self.vol().put(b"sequence", &data),
-            Some(old) => self.replace(old, &data),
+        let Some(old) = old else {
+            let flushes = self.dev.flushes.load(Relaxed);
+            let result = self.vol().put(b"sequence", &data);
+            // Any commit inside came before the publish was logged: everything the model
+            // held before the put is durable, the new file durably absent.
+            self.committed_inside(flushes);
+            return self.published(result.map(|id| (id, true)), data, None);
         };
+        let flushes = self.dev.flushes.load(Relaxed);
+        let pending = self.vol().create_pending().and_then(|id| {
+            self.vol()
+                .write(id, 0, &data)
+                .map(|()| id)
+                .inspect_err(|_| {
+                    let _ = self.vol().unlink(id);
+                })
+        });
+        self.committed_inside(flushes);
+        let id = match pending {
+            Ok(id) => id,
+            Err(e) => return self.published(Err(e), data, None),
+        };
+        let flushes = self.dev.flushes.load(Relaxed);
+        let result = self.vol().publish_replacing(id, b"sequence", old);
+        let swapped = !self.vol().is_pending(id);
+        if result.is_err() && !swapped {
+            let _ = self.vol().unlink(id);
+        }
+        let inside = self.dev.flushes.load(Relaxed) != flushes;
+        self.committed_inside(flushes);
+        let before = self.model.current.get(&old).cloned();
+        let outcome = match result {
+            Ok(()) => Ok((id, true)),
+            // The swap stands; only freeing the old file failed: it stays pending.
+            Err(_) if swapped => {
+                self.leftovers.insert(old);
+                Ok((id, false))
+            }
+            Err(e) => Err(e),
+        };
+        self.published(outcome, data, Some(old))?;
+        if inside && swapped {
+            // A commit inside may have come before the swap (making room for its group) or
+            // after it (freeing the old file): either pair may be durable.
+            self.model
+                .durable
+                .insert(id, vec![None, self.model.current.get(&id).cloned()]);
+            self.model.durable.insert(old, vec![before, None]);
+        }
+        Ok(Touched::Accounted)
+    }
+
+    /// A commit the volume made inside the call since `flushes`: everything the model
+    /// holds (not yet changed by the call) is durable.
+    fn committed_inside(&mut self, flushes: u64) {
         if self.dev.flushes.load(Relaxed) != flushes {
-            // Committed inside: everything the model held before the put is durable.
             self.summary.commits_inside += 1;
             self.model.commit_all();
         }
+    }
+
+    /// The model after a put that returned `result` ((id, whole) on success; `whole` false
+    /// when only freeing the replaced file failed).
+    fn published(
+        &mut self,
+        result: crate::error::Result<(u64, bool)>,
+        data: Vec<u8>,
+        old: Option<u64>,
+    ) -> Step {
         match result {
-            Ok(id) => {
+            Ok((id, whole)) => {
+                if !whole {
+                    self.summary.no_space_freeing += 1;
+                }
                 if self.model.current.insert(id, data).is_some() {
                     return Err(format!("put returned id {id}, which a file has"));
                 }
@@ -53,20 +115,5 @@ impl Runner {
             Err(e) => return Err(format!("put (replacing {old:?}): {e}")),
         }
         Ok(Touched::Accounted)
-    }
-
-    /// A pending file written with `data`, then published in place of `old`; on failure
-    /// the pending file is unlinked (`Volume::put`'s promise, kept by hand here).
-    fn replace(&self, old: u64, data: &[u8]) -> crate::error::Result<u64> {
-        let vol = self.vol();
-        let id = vol.create_pending()?;
-        let done = vol
-            .write(id, 0, data)
-            .and_then(|()| vol.publish_replacing(id, b"sequence", old));
-        if let Err(e) = done {
-            let _ = vol.unlink(id);
-            return Err(e);
-        }
-        Ok(id)
     }
 }
