@@ -165,8 +165,8 @@ pub struct Runner {
     model: Model,
     /// The last file unlinked (misuse names it).
     unlinked: Option<u64>,
-    /// Files a replacement left pending (only freeing them failed): hidden, removed at the
-    /// next open.
+    /// Files a put or replacement left pending (a failed call whose own unlink failed, or
+    /// an old file only whose freeing failed): hidden, removed at the next open.
     leftovers: std::collections::BTreeSet<u64>,
     /// What this run did.
     pub summary: Summary,
@@ -368,7 +368,7 @@ impl Runner {
         if pending.iter().any(|id| !self.leftovers.contains(id)) {
             return Err(format!(
                 "files {pending:?} are left pending after the event (leftovers of failed \
-                 replacements: {:?})",
+                 puts: {:?})",
                 self.leftovers
             ));
         }
