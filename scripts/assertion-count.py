@@ -44,6 +44,9 @@ import os
 import re
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rustfns import closing, functions as fn_spans  # noqa: E402
+
 DEFAULT_ROOTS = [
     'crates/extalloc/src/groups',
     'crates/extalloc/src/alloc',
@@ -52,10 +55,6 @@ DEFAULT_ROOTS = [
     'crates/extalloc/src/volume',
 ]
 
-FN_RE = re.compile(
-    r'^(\s*)(pub(\([^)]*\))?\s+)?(default\s+)?(const\s+)?(async\s+)?(unsafe\s+)?'
-    r'(extern\s+"[^"]*"\s+)?fn\s+(\w+)'
-)
 BLOCK_RE = re.compile(r'^(\s*)(pub(\([^)]*\))?\s+)?(mod\s+\w+\s*|impl\b.*)\{\s*$')
 ASSERT_RE = re.compile(r'\b(debug_)?assert(_eq|_ne)?!')
 HELPER_RE = re.compile(r'\b(debug_check\w*|assert_\w+)\s*(::<[^>]*>)?\(')
@@ -71,14 +70,6 @@ MUTATION_RE = re.compile(
     r'|mem::(take|replace|swap)\s*\('
     r'|(\+=|-=|\|=|&=|\^=|<<=|>>=)'
     r'|^\s*(\*\s*[\w.]+|[\w]+(\.[\w]+)+|[\w.]+\[[^\]]*\])\s*=[^=]', re.M)
-
-
-def closing(lines, start, ind):
-    """The index of the line `ind}` that closes the block opened at `start`, or the last line."""
-    k = start + 1
-    while k < len(lines) and lines[k].rstrip() != ind + '}':
-        k += 1
-    return min(k, len(lines) - 1)
 
 
 def attrs_before(lines, i):
@@ -181,27 +172,13 @@ def functions(text):
     lines = text.splitlines()
     skipped = test_blocks(lines)
     out = []
-    i = 0
-    while i < len(lines):
-        m = FN_RE.match(lines[i]) if i not in skipped else None
-        if not m:
-            i += 1
-            continue
-        ind = m.group(1)
-        j = i
-        while j < len(lines) and not lines[j].rstrip().endswith(('{', ';', '}')):
-            j += 1
-        if j == len(lines) or lines[j].rstrip().endswith(';'):
-            i = j + 1
-            continue
-        k = j if lines[j].rstrip().endswith('}') else closing(lines, j, ind)
+    for i, j, k, name in fn_spans(lines, skipped):
         if not is_test_attr(attrs_before(lines, i)):
             sig = strip_comments('\n'.join(lines[i:j + 1]))
             # The body: after the signature's `{` (a one-line fn keeps its text after it).
             first = lines[j][lines[j].rfind('{') + 1:] if j == k else ''
             body = strip_comments('\n'.join([first] + lines[j + 1:k + 1]))
-            out.append((i + 1, m.group(9), state_changing(sig, body), assertions(body)))
-        i = k + 1
+            out.append((i + 1, name, state_changing(sig, body), assertions(body)))
     return out
 
 

@@ -23,22 +23,13 @@ import os
 import re
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rustfns import closing, functions  # noqa: E402
+
 FILE_LIMIT = 600
 FN_LIMIT = 80
 
-FN_RE = re.compile(
-    r'^(\s*)(pub(\([^)]*\))?\s+)?(default\s+)?(const\s+)?(async\s+)?(unsafe\s+)?'
-    r'(extern\s+"[^"]*"\s+)?fn\s+(\w+)'
-)
 TEST_MOD_RE = re.compile(r'^(\s*)(pub(\([^)]*\))?\s+)?mod\s+\w+\s*\{')
-
-
-def closing(lines, start, ind):
-    """The index of the line `ind}` that closes the block opened at `start`, or the last line."""
-    k = start + 1
-    while k < len(lines) and lines[k].rstrip() != ind + '}':
-        k += 1
-    return min(k, len(lines) - 1)
 
 
 def test_blocks(lines):
@@ -71,26 +62,9 @@ def check(path, text):
     counted = len(lines) - len(skipped)
     if counted > FILE_LIMIT:
         found.append(('FILE', counted))
-    i = 0
-    while i < len(lines):
-        m = FN_RE.match(lines[i]) if i not in skipped else None
-        if m:
-            ind = m.group(1)
-            j = i
-            # The end of the signature: a `{` opens the body, a `;` ends a declaration.
-            while j < len(lines) and not lines[j].rstrip().endswith(('{', ';', '}')):
-                j += 1
-            if j == len(lines) or lines[j].rstrip().endswith(';'):
-                i = j + 1
-                continue
-            if lines[j].rstrip().endswith('}'):
-                k = j  # `fn f() {}`: the body closes on its opening line
-            else:
-                k = closing(lines, j, ind)
-            if k - i + 1 > FN_LIMIT:
-                found.append(('FN', i + 1, m.group(9), k - i + 1))
-            i = k
-        i += 1
+    for i, _, k, name in functions(lines, skipped):
+        if k - i + 1 > FN_LIMIT:
+            found.append(('FN', i + 1, name, k - i + 1))
     return found
 
 
