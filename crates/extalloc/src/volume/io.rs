@@ -53,19 +53,8 @@ impl Volume {
     /// over [`MAX_ATTR_BYTES`] is refused ([`Error::AttrTooLarge`]).
     pub fn set_attr(&self, id: u64, attr: &[u8]) -> Result<()> {
         super::publish::check_caller_attr(attr)?;
-        self.chunk(id, |_, f| {
-            if f.attr == super::publish::PENDING {
-                return Err(Error::Pending {
-                    id,
-                    why: "is pending: give it its attributes with Volume::publish",
-                });
-            }
-            f.attr = attr.to_vec();
-            Ok(vec![Change::SetAttr {
-                id,
-                attr: attr.to_vec(),
-            }])
-        })
+        let why = "is pending: give it its attributes with Volume::publish";
+        self.replace_attr(id, attr, false, why)
     }
 
     /// Runs `op` on file `id` under the gate (read) and the file's mutex, after making room

@@ -71,21 +71,33 @@ impl Volume {
     /// file `id`.
     pub fn publish(&self, id: u64, attr: &[u8]) -> Result<()> {
         check_caller_attr(attr)?;
+        let why = "is not pending: only a file made by create_pending is published";
+        self.replace_attr(id, attr, true, why)?;
+        debug_assert!(!self.is_pending(id), "published");
+        Ok(())
+    }
+
+    /// Sets file `id`'s blob to `attr` in one chunk if the file is pending exactly when
+    /// `pending` says, else refuses with [`Error::Pending`] and `why`, changing nothing.
+    /// The one place a blob is replaced (`set_attr`, `publish`, a replacement's old file).
+    pub(super) fn replace_attr(
+        &self,
+        id: u64,
+        attr: &[u8],
+        pending: bool,
+        why: &'static str,
+    ) -> Result<()> {
         self.chunk(id, |_, f| {
-            if f.attr != PENDING {
-                return Err(Error::Pending {
-                    id,
-                    why: "is not pending: only a file made by create_pending is published",
-                });
+            if (f.attr == PENDING) != pending {
+                return Err(Error::Pending { id, why });
             }
             f.attr = attr.to_vec();
+            debug_assert_eq!(f.attr, attr, "the blob replaced");
             Ok(vec![Change::SetAttr {
                 id,
                 attr: attr.to_vec(),
             }])
-        })?;
-        debug_assert!(!self.is_pending(id), "published");
-        Ok(())
+        })
     }
 
     /// Publishes pending file `id` under `attr` in place of file `old` (the object it
@@ -113,14 +125,7 @@ impl Volume {
         }
         // A failure here leaves the group unfinished: the volume stops committing, so the
         // half change (both published) is never durable.
-        self.chunk(old, |_, f| {
-            assert!(f.attr != PENDING, "checked above; ids are not reused");
-            f.attr = PENDING.to_vec();
-            Ok(vec![Change::SetAttr {
-                id: old,
-                attr: PENDING.to_vec(),
-            }])
-        })?;
+        self.replace_attr(old, PENDING, false, "is pending already")?;
         group.finish();
         debug_assert!(!self.is_pending(id) && self.is_pending(old), "swapped");
         self.unlink(old)
