@@ -74,20 +74,20 @@ pub fn run(name: &str, p: &Params) -> Result<Report> {
                 workloads().join(", ")
             )
         })?;
-    let opts = options(w, p)?;
+    let opts = lab_options(w, p)?;
+    anyhow::ensure!(
+        opts.seconds > 0.0 && opts.seconds.is_finite(),
+        "seconds must be positive"
+    );
+    anyhow::ensure!(opts.repeat >= 1, "repeat must be at least 1");
+    anyhow::ensure!(!opts.policies.is_empty(), "policies is empty");
     crate::command::refuse_outside(w, &opts)?;
     lab::run_matrix_with(w.name, &opts, w.run_once, &mut LineProgress::default())
 }
 
-/// `w`'s options: `p` over `extalloc bench`'s defaults.
-fn options(w: &Workload, p: &Params) -> Result<LabOptions> {
-    let seconds = p.seconds.unwrap_or(DEFAULT_SECONDS);
-    anyhow::ensure!(
-        seconds > 0.0 && seconds.is_finite(),
-        "seconds must be positive"
-    );
-    let repeat = p.repeat.unwrap_or(DEFAULT_REPEAT);
-    anyhow::ensure!(repeat >= 1, "repeat must be at least 1");
+/// `w`'s options: `p` over `extalloc bench`'s defaults (the command line's too: it sets
+/// the rest of its options over these). Parses threads and sizes; checks nothing else.
+pub fn lab_options(w: &Workload, p: &Params) -> Result<LabOptions> {
     let policies: Vec<String> = p
         .policies
         .as_deref()
@@ -96,17 +96,16 @@ fn options(w: &Workload, p: &Params) -> Result<LabOptions> {
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
         .collect();
-    anyhow::ensure!(!policies.is_empty(), "policies is empty");
     let size = |given: &Option<String>, default| -> Result<u64> {
         lab::parse_size(given.as_deref().unwrap_or(default))
     };
     Ok(LabOptions {
         threads: lab::parse_threads(p.threads.as_deref().unwrap_or(w.threads))?,
         policies,
-        seconds,
-        repeat,
-        device_bytes: size(&p.device_size, w.device_size).context("device_size")?,
-        file_bytes: size(&p.file_size, w.file_size).context("file_size")?,
+        seconds: p.seconds.unwrap_or(DEFAULT_SECONDS),
+        repeat: p.repeat.unwrap_or(DEFAULT_REPEAT),
+        device_bytes: size(&p.device_size, w.device_size)?,
+        file_bytes: size(&p.file_size, w.file_size)?,
         writes: DEFAULT_WRITES,
         seq_burst: DEFAULT_SEQ_BURST,
         mix: false,

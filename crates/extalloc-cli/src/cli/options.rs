@@ -270,19 +270,16 @@ impl BenchArgs {
             plot,
             device,
         } = self;
+        let params = api::Params {
+            policies: policy,
+            threads,
+            seconds: Some(seconds),
+            repeat: Some(repeat),
+            device_size,
+            file_size,
+            seed: Some(seed),
+        };
         let opts = LabOptions {
-            threads: lab::parse_threads(threads.as_deref().unwrap_or(workload.threads))?,
-            policies: policy
-                .as_deref()
-                .unwrap_or(workload.policies)
-                .split(',')
-                .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty())
-                .collect(),
-            seconds,
-            repeat,
-            device_bytes: lab::parse_size(device_size.as_deref().unwrap_or(workload.device_size))?,
-            file_bytes: lab::parse_size(file_size.as_deref().unwrap_or(workload.file_size))?,
             writes,
             seq_burst,
             mix,
@@ -291,10 +288,9 @@ impl BenchArgs {
             block_size,
             group_blocks,
             commit_ms,
-            seed,
             device,
             prefill,
-            synthetic: None,
+            ..api::lab_options(workload, &params)?
         };
         Ok((opts, Outputs { json, plot }))
     }
