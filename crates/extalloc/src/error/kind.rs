@@ -3,7 +3,7 @@
 //! API's `extalloc_code` and the Python package's exception classes all go through
 //! [`Error::kind`].
 
-use super::Error;
+use super::cause::Error;
 
 /// What kind of failure an [`Error`](enum@Error) is: one per remedy a caller has. The list
 /// is stable: a kind is added only with a new remedy (and the C codes and Python exceptions

@@ -19,28 +19,11 @@
 //!
 //! Lock order: file lock -> locality shard lock -> group locks -> global lock.
 
+use super::registry::Locality;
 use super::{Commits, Files};
 use crate::alloc::{AllocRequest, Lifetime};
 use crate::error::{Error, Result};
 use crate::geometry::Extent;
-
-/// One shard's locality preallocation.
-#[derive(Default)]
-pub(crate) struct Locality {
-    /// The chunk small files carve from, front first.
-    pub(crate) current: Option<Extent>,
-    /// Ends of earlier chunks too short for the request that retired them, kept (at most
-    /// `locality_leftovers`) for smaller files, as ext4 keeps its group preallocations.
-    pub(crate) leftovers: Vec<Extent>,
-    /// Blocks carved to files that the core still counts as reserved.
-    pub(crate) unclaimed: u64,
-}
-
-impl Locality {
-    pub(crate) fn extents(&self) -> impl Iterator<Item = Extent> + '_ {
-        self.current.iter().chain(self.leftovers.iter()).copied()
-    }
-}
 
 impl Files {
     /// Tells the core about the blocks `loc` carved since it last did.
@@ -150,6 +133,26 @@ impl Files {
             self.alloc.release_reserved(smallest)?;
         }
         Ok(())
+    }
+
+    /// Discards the chunk and leftovers of every locality shard not busy right now (for
+    /// [`Files::discard_preallocations`]); returns the blocks released.
+    pub(super) fn discard_localities(&self) -> u64 {
+        let mut released = 0;
+        for shard in self.registry.locality.iter() {
+            if let Some(mut loc) = shard.try_lock() {
+                self.claim_carved(&mut loc);
+                let all: Vec<Extent> = loc.extents().collect();
+                *loc = Locality::default();
+                for rest in all {
+                    self.alloc
+                        .release_reserved(rest)
+                        .expect("locality blocks are reserved");
+                    released += rest.len;
+                }
+            }
+        }
+        released
     }
 }
 

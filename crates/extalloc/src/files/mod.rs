@@ -72,7 +72,6 @@ use crate::alloc::{AllocRequest, Allocator, SHARDS};
 use crate::error::{Error, Result};
 use crate::geometry::{Extent, DEVICE_BLOCKS_MAX};
 use file::{map_insert, FileInner};
-use locality::Locality;
 use pa::{Pa, PaSet};
 use parking_lot::RwLock;
 use registry::PreallocRegistry;
@@ -575,20 +574,7 @@ impl Files {
                     .expect("PA blocks are reserved");
             }
         }
-        for shard in self.registry.locality.iter() {
-            if let Some(mut loc) = shard.try_lock() {
-                self.claim_carved(&mut loc);
-                let all: Vec<Extent> = loc.extents().collect();
-                *loc = Locality::default();
-                for rest in all {
-                    self.alloc
-                        .release_reserved(rest)
-                        .expect("locality blocks are reserved");
-                    released += rest.len;
-                }
-            }
-        }
-        released
+        released + self.discard_localities()
     }
 
     /// Blocks held in preallocations (files' unused PA blocks and locality chunks) of the

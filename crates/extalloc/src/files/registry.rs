@@ -4,7 +4,8 @@
 //! # Data structures
 //!
 //! - `PreallocRegistry`: weak references to the files that ever made a PA (pruned of dead
-//!   ones as it grows) and, per shard, a `Locality` under its own lock.
+//!   ones as it grows) and, per shard, a [`Locality`] under its own lock (its chunk and
+//!   leftovers; `locality.rs` carves from them).
 //!
 //! # Invariant
 //!
@@ -15,8 +16,8 @@
 //! lock is never held while taking any other.
 
 use super::file::FileAlloc;
-use super::locality::Locality;
 use crate::alloc::SHARDS;
+use crate::geometry::Extent;
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 use std::sync::{Arc, Weak};
@@ -61,5 +62,23 @@ impl PreallocRegistry {
             .iter()
             .filter_map(Weak::upgrade)
             .collect()
+    }
+}
+
+/// One shard's locality preallocation.
+#[derive(Default)]
+pub(crate) struct Locality {
+    /// The chunk small files carve from, front first.
+    pub(crate) current: Option<Extent>,
+    /// Ends of earlier chunks too short for the request that retired them, kept (at most
+    /// `locality_leftovers`) for smaller files, as ext4 keeps its group preallocations.
+    pub(crate) leftovers: Vec<Extent>,
+    /// Blocks carved to files that the core still counts as reserved.
+    pub(crate) unclaimed: u64,
+}
+
+impl Locality {
+    pub(crate) fn extents(&self) -> impl Iterator<Item = Extent> + '_ {
+        self.current.iter().chain(self.leftovers.iter()).copied()
     }
 }

@@ -19,8 +19,8 @@
 //! `close`. Locks: none.
 
 use super::model::{self, Version};
+use super::runner::Runner;
 use super::steps::Touched;
-use super::Runner;
 use crate::alloc::Policy;
 use crate::disk::device::Crash;
 use crate::store::fsck;

@@ -17,9 +17,10 @@
 //! target (`fuzz/fuzz_targets/volume_ops.rs`) and a long run (`sequence_long` in the same
 //! test file) share the interpreter. Not part of the library's interface (hidden).
 //!
-//! Data structures: [`Runner`] (the device, the volume, the model, counts), [`Counted`]
-//! (the device under the volume, counting flushes: a flush during a call that is not a
-//! sync means the volume committed by itself inside it), [`Summary`], [`Failure`].
+//! Data structures (`runner.rs`): [`Runner`] (the device, the volume, the model, counts),
+//! [`Counted`] (the device under the volume, counting flushes: a flush during a call that
+//! is not a sync means the volume committed by itself inside it), [`Summary`], [`Failure`].
+//! This file runs the loop; the children never name it.
 //!
 //! Invariant: between events the model's `current` is exactly what the volume reads, and
 //! `durable` what a power loss that drops every unflushed write leaves. Locks: none of
@@ -29,148 +30,21 @@ mod crash;
 mod input;
 mod model;
 mod put;
+mod runner;
 mod steps;
 mod store;
 
 pub use input::{policy_keys, random_policy, Event, Input, Setup};
 pub use model::{pattern, Model};
+pub use runner::{Counted, Failure, Runner, Summary};
 pub use store::{run_store, StoreRunner};
 
 use crate::alloc::Policy;
-use crate::disk::device::{Device, FaultDevice, MemDevice};
-use crate::error::Result;
+use crate::disk::device::{FaultDevice, MemDevice};
 use crate::geometry::Geometry;
 use crate::volume::Volume;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-
-/// The device under the volume: a fault-injecting memory device whose flushes are counted.
-pub struct Counted {
-    /// The device that crashes.
-    pub fault: Arc<FaultDevice<MemDevice>>,
-    flushes: AtomicU64,
-}
-
-impl Counted {
-    /// `fault`, its flushes counted from 0.
-    pub fn new(fault: Arc<FaultDevice<MemDevice>>) -> Counted {
-        Counted {
-            fault,
-            flushes: AtomicU64::new(0),
-        }
-    }
-
-    /// Flushes so far.
-    pub fn flushes(&self) -> u64 {
-        self.flushes.load(Relaxed)
-    }
-}
-
-impl Device for Counted {
-    fn size(&self) -> u64 {
-        self.fault.size()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        self.fault.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
-        self.fault.write_at(buf, offset)
-    }
-    fn flush(&self) -> Result<()> {
-        self.flushes.fetch_add(1, Relaxed);
-        self.fault.flush()
-    }
-}
-
-/// What a run did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Summary {
-    /// Runs (volumes made).
-    pub runs: u64,
-    /// Events run.
-    pub events: u64,
-    /// Events that named a file when none existed (nothing to do).
-    pub skipped: u64,
-    /// Calls that failed with `NoSpace` (and left what their documentation says).
-    pub no_space: u64,
-    /// Syncs, checkpoints and closes that failed with `NoSpace` (a full device leaves no
-    /// room for the volume's table or map segments).
-    pub no_space_commits: u64,
-    /// Truncates, punches and unlinks that failed with `NoSpace` (the commit they made
-    /// room with ran into a checkpoint without space).
-    pub no_space_freeing: u64,
-    /// Commits the volume made by itself inside a call.
-    pub commits_inside: u64,
-    /// Syncs, checkpoints and closes.
-    pub commits: u64,
-    /// Power losses.
-    pub crashes: u64,
-    /// Of those, ones that kept some unflushed writes.
-    pub crashes_keeping: u64,
-    /// Reopens without a power loss (dropped, or closed).
-    pub reopens: u64,
-    /// Misuses refused as documented.
-    pub misuses: u64,
-}
-
-impl Summary {
-    /// Adds `other`'s counts.
-    pub fn add(&mut self, other: &Summary) {
-        self.runs += other.runs;
-        self.events += other.events;
-        self.skipped += other.skipped;
-        self.no_space += other.no_space;
-        self.no_space_commits += other.no_space_commits;
-        self.no_space_freeing += other.no_space_freeing;
-        self.commits_inside += other.commits_inside;
-        self.commits += other.commits;
-        self.crashes += other.crashes;
-        self.crashes_keeping += other.crashes_keeping;
-        self.reopens += other.reopens;
-        self.misuses += other.misuses;
-    }
-}
-
-/// Where and why a run failed.
-#[derive(Debug, Clone)]
-pub struct Failure {
-    /// Index of the event (0 = setting up).
-    pub event: u64,
-    /// The event, as `Debug` shows it.
-    pub what: String,
-    /// The policy in force.
-    pub policy: String,
-    /// The device.
-    pub setup: Setup,
-    /// What did not hold.
-    pub message: String,
-}
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "event {} ({}) under policy {} on {:?}: {}",
-            self.event, self.what, self.policy, self.setup, self.message
-        )
-    }
-}
-
-/// The interpreter: a volume, its device and the model (see the module documentation).
-pub struct Runner {
-    setup: Setup,
-    dev: Arc<Counted>,
-    vol: Option<Volume>,
-    policy: Policy,
-    model: Model,
-    /// The last file unlinked (misuse names it).
-    unlinked: Option<u64>,
-    /// Files a put or replacement left pending (a failed call whose own unlink failed, or
-    /// an old file only whose freeing failed): hidden, removed at the next open.
-    leftovers: std::collections::BTreeSet<u64>,
-    /// What this run did.
-    pub summary: Summary,
-}
 
 /// Runs the sequence `bytes` decode to: the setup and the policy, then events until the
 /// bytes end, then `close` and an open whose files must be the model's.

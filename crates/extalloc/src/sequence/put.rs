@@ -12,8 +12,8 @@
 //! the event. Locks: none.
 
 use super::model;
+use super::runner::Runner;
 use super::steps::Touched;
-use super::Runner;
 use crate::error::Error;
 use std::sync::atomic::Ordering::Relaxed;
 

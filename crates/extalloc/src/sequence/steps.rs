@@ -8,8 +8,9 @@
 //! a prefix of its range), checked by reading the file back; any other error is a
 //! failure, except the misuse events' documented ones. Locks: none.
 
+use super::input::Event;
 use super::model::{self, Version};
-use super::{Event, Runner};
+use super::runner::Runner;
 use crate::error::Error;
 use crate::volume::{Fallocate, MAX_FILE_BYTES};
 

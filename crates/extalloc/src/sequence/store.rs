@@ -15,7 +15,7 @@
 //! while the model holds it. Locks: none (one thread).
 
 use super::input::{random_policy, Input, Setup};
-use super::{Failure, Summary};
+use super::runner::{Failure, Summary};
 use crate::alloc::{AllocRequest, Policy};
 use crate::disk::device::{Crash, FaultDevice, MemDevice};
 use crate::error::Error;

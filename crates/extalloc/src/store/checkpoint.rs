@@ -17,7 +17,7 @@
 //! `commit` when its record finds the journal full), then takes `sb`, then the file layer's
 //! and the allocator's.
 
-use super::Store;
+use super::state::Store;
 use crate::disk::format::{self, GroupDesc, Replaced, Superblock, DESC_BYTES};
 use crate::disk::journal::Op;
 use crate::error::{Error, Result};

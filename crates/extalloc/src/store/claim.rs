@@ -279,3 +279,35 @@ fn start_heartbeat(
         })?;
     Ok((stop, thread))
 }
+
+/// The devices (by the address of the object) a store has open in this process: a second
+/// open of the same device object, which no file lock sees (a memory device, or a file
+/// device handed to two stores), is refused with [`Error::DeviceBusy`].
+static OPEN_DEVICES: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// A store's claim on its device object, given up when the store is dropped.
+pub(super) struct OpenClaim(usize);
+
+impl OpenClaim {
+    pub(super) fn take(dev: &Arc<dyn Device>) -> Result<Self> {
+        let id = Arc::as_ptr(dev) as *const () as usize;
+        let mut open = OPEN_DEVICES.lock();
+        if open.contains(&id) {
+            return Err(Error::DeviceBusy {
+                device: format!("object at {id:#x} (already open by a store in this process)"),
+                wanted: "write",
+            });
+        }
+        open.push(id);
+        debug_assert_eq!(open.iter().filter(|&&o| o == id).count(), 1);
+        Ok(OpenClaim(id))
+    }
+}
+
+impl Drop for OpenClaim {
+    fn drop(&mut self) {
+        let mut open = OPEN_DEVICES.lock();
+        debug_assert!(open.contains(&self.0), "a device claim not registered");
+        open.retain(|&id| id != self.0);
+    }
+}

@@ -20,49 +20,10 @@
 //! Lock order: `queue` -> `taken` -> the allocator's group locks (`discarded` releases
 //! under `taken`). Both are taken with no allocator lock held.
 
-use super::Store;
+use super::state::Store;
 use crate::error::{Error, Result};
 use crate::geometry::Extent;
-use parking_lot::Mutex;
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-
-/// The store's discard notices (see the module).
-#[derive(Default)]
-pub(super) struct Discards {
-    on: AtomicBool,
-    queue: Mutex<Vec<Extent>>,
-    taken: Mutex<BTreeMap<u64, u64>>,
-    held_blocks: AtomicU64,
-}
-
-impl Discards {
-    /// Queues extents the allocator now holds.
-    fn hold(&self, held: Vec<Extent>) {
-        if held.is_empty() {
-            return;
-        }
-        debug_assert!(held.iter().all(|e| e.len > 0), "an empty extent held");
-        let blocks: u64 = held.iter().map(|e| e.len).sum();
-        self.held_blocks.fetch_add(blocks, Relaxed);
-        self.queue.lock().extend(held);
-    }
-
-    /// Every held extent, queued or handed over (a checkpoint writes them home free).
-    pub(super) fn held_extents(&self) -> Vec<Extent> {
-        let queue = self.queue.lock();
-        let mut all = queue.clone();
-        all.extend(self.taken.lock().iter().map(|(&s, &l)| Extent::new(s, l)));
-        // Counted before they are queued, uncounted after they leave `taken`.
-        debug_assert!(all.iter().map(|e| e.len).sum::<u64>() <= self.held_blocks());
-        all
-    }
-
-    /// Blocks held for a discard.
-    pub(super) fn held_blocks(&self) -> u64 {
-        self.held_blocks.load(Relaxed)
-    }
-}
+use std::sync::atomic::Ordering::Relaxed;
 
 impl Store {
     /// Turns discard notices on or off (off by default). On: blocks a commit frees are held

@@ -15,8 +15,11 @@
 //! - `begin` gives a caller a transaction of its own (`txn.rs`); `statfs` reports the
 //!   figures a file system shows (`statfs.rs`).
 //!
-//! Files: this one holds the [`Store`] and its transactions (allocate, free, the file calls,
-//! commit); `recovery.rs` opens a store (home state, journal replay); `checkpoint.rs` writes
+//! Files: this one holds the [`Store`]'s calls (allocate, free, the file calls, commit);
+//! `state.rs` the `Store` itself (its fields, the transaction boundary), which the other
+//! files name instead of this one; `txn.rs` callers' own transactions (their registry in
+//! `handles.rs`); `discard.rs` discard notices (their queue in `discard_queue.rs`);
+//! `recovery.rs` opens a store (home state, journal replay); `checkpoint.rs` writes
 //! the changed groups home and empties the journal; `claim.rs` keeps the in-use mark (who
 //! has the device open, its heartbeat; a live owner refuses the open); `view.rs` is the read-only
 //! [`AllocatorView`]; `fsck.rs` checks a device offline, without opening a store. All of them
@@ -60,11 +63,14 @@
 mod checkpoint;
 mod claim;
 mod discard;
+mod discard_queue;
 pub mod fsck;
+mod handles;
 mod ops;
 mod recovery;
 pub(crate) mod remedy;
 mod repair;
+mod state;
 mod statfs;
 #[cfg(test)]
 mod tests;
@@ -72,148 +78,20 @@ mod txn;
 mod view;
 
 pub use repair::Rebuilt;
+pub use state::{CheckpointHook, OpenTiming, Store};
 pub use statfs::Statfs;
 pub use txn::{CommitFailed, Committed, Txn};
 pub use view::AllocatorView;
 
-use self::ops::{per_group, ClosedBoundary, OpShards};
+use self::ops::per_group;
+use self::state::Closed;
 use crate::alloc::{AllocRequest, Allocator};
-use crate::disk::device::Device;
-use crate::disk::format::Superblock;
-use crate::disk::journal::{Journal, Op};
+use crate::disk::journal::Op;
 use crate::error::{Error, Result};
-use crate::files::{DataRequest, FileAlloc, Files};
+use crate::files::{DataRequest, FileAlloc};
 use crate::geometry::{Extent, Geometry};
-use parking_lot::{Mutex, RwLock};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-
-/// The transaction boundary: callers take their shard's lock for reading (no shared write
-/// between threads of different shards); a commit takes every shard's for writing, in order.
-struct Boundary {
-    shards: Box<[crossbeam_utils::CachePadded<RwLock<()>>]>,
-}
-
-impl Boundary {
-    fn new() -> Self {
-        Boundary {
-            shards: (0..crate::alloc::SHARDS)
-                .map(|_| crossbeam_utils::CachePadded::new(RwLock::new(())))
-                .collect(),
-        }
-    }
-
-    fn read(&self, shard: usize) -> parking_lot::RwLockReadGuard<'_, ()> {
-        self.shards[shard % self.shards.len()].read()
-    }
-
-    /// Closes the boundary: every shard for writing, then `ops` fenced, so that no
-    /// allocation on its open path ([`OpShards::allocating_open`]) runs meanwhile either.
-    fn close<'a>(&'a self, ops: &'a OpShards) -> Closed<'a> {
-        let guards: Vec<_> = self.shards.iter().map(|s| s.write()).collect();
-        debug_assert!(self.shards.iter().all(|s| s.is_locked_exclusive()));
-        let fenced = ops.fence(&guards);
-        Closed {
-            fenced,
-            _guards: guards,
-        }
-    }
-}
-
-/// The closed boundary ([`Boundary::close`]); dropping it opens it again.
-struct Closed<'a> {
-    /// The witness `OpShards::take` and `put_back` require. Declared before the write
-    /// guards: it drops first, reopening the open path while they are still held.
-    fenced: ClosedBoundary<'a>,
-    _guards: Vec<parking_lot::RwLockWriteGuard<'a, ()>>,
-}
-
-/// Called by every checkpoint before the journal's tail moves (see
-/// [`Store::set_checkpoint_hook`]): writes the caller's own tables and returns its new root.
-pub type CheckpointHook = Box<dyn Fn() -> Result<Vec<u8>> + Send + Sync>;
-
-/// The persistent allocator: the device, the journal, the file layer over the allocator core
-/// and the open transaction. Every change goes through its calls, so the journal records it.
-pub struct Store {
-    dev: Arc<dyn Device>,
-    sb: Mutex<Superblock>,
-    /// Blocks `0..metadata_end` (superblock, journal, descriptors, bitmaps) and the backup
-    /// superblock are the device's own: never freed, never handed out.
-    metadata_end: u64,
-    backup_block: u64,
-    /// The journal damage an open accepted: the first record lost and the intact records
-    /// after it not replayed ([`Store::open_accepting_journal_loss`]).
-    journal_loss: Option<(u64, u64)>,
-    /// The file layer over the allocator core: plain extents go to the core, file data
-    /// through the layer (its preallocations are reserved, never journaled).
-    files: Files,
-    journal: Journal,
-    /// The open transaction's changes, sharded by the caller's stats shard so concurrent
-    /// callers do not share one lock (see [`OpShards`]).
-    ops: OpShards,
-    boundary: Boundary,
-    /// Shared commits and checkpoints take it for writing; callers' own transactions
-    /// append their records under it for reading (the journal orders them), so they do
-    /// not wait for each other's writes, only for a checkpoint.
-    commit_lock: RwLock<()>,
-    /// How long `open` took, and how much of it was the journal replay.
-    open_timing: OpenTiming,
-    /// An allocation that finds no space while frees wait commits the open transaction and
-    /// retries (see [`Store::set_forced_commits`]).
-    forced_commits: std::sync::atomic::AtomicBool,
-    /// The last transaction (its `Allocator::seal` number) whose record was appended: frees
-    /// up to it may be released once the journal is durable. A failed commit's frees carry
-    /// a later number and stay pending until a record holds them.
-    recorded_seal: AtomicU64,
-    /// The largest record the journal holds (`Journal::max_record_bytes`).
-    max_transaction_bytes: u64,
-    /// Blocks kept for the superuser in the `statfs` figures.
-    root_reserved_blocks: AtomicU64,
-    /// The callers' own transactions ([`Store::begin`]).
-    handles: txn::Handles,
-    /// Committed frees held for the caller's discards (`discard.rs`).
-    discards: discard::Discards,
-    /// The root the next checkpoint writes with the journal tail ([`Store::set_root`]),
-    /// and the hook that supplies it instead ([`Store::set_checkpoint_hook`]).
-    pending_root: Mutex<Option<Vec<u8>>>,
-    checkpoint_hook: Mutex<Option<CheckpointHook>>,
-    /// The owner that left the device marked in use (it did not close it), if any.
-    unclean_close: Option<u64>,
-    /// This store's in-use mark on the media and its heartbeat (`claim.rs`).
-    in_use: claim::InUse,
-    /// This store's claim on its device object (dropped last: a reopen waits for it).
-    _claim: recovery::OpenClaim,
-}
-
-impl Drop for Store {
-    /// A clean close: the device is marked no longer in use (best effort: if the write
-    /// fails, the next open finds it in use and says the close was not clean, which the
-    /// journal makes safe either way).
-    fn drop(&mut self) {
-        // No beat after the mark is cleared.
-        self.in_use.stop();
-        debug_assert!(!self.in_use.beating(), "the heartbeat outlives the store");
-        let mut sb = self.sb.lock();
-        sb.state &= !crate::disk::format::STATE_IN_USE;
-        sb.generation += 1;
-        let _ = crate::disk::format::write_superblock(self.dev.as_ref(), &sb)
-            .and_then(|()| crate::disk::format::clear_owner(self.dev.as_ref()))
-            .and_then(|()| self.dev.flush());
-    }
-}
-
-/// Where the time of `Store::open` went.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct OpenTiming {
-    /// Seconds `open` took in all.
-    pub total_seconds: f64,
-    /// Of them, reading the journal and applying its records.
-    pub replay_seconds: f64,
-    /// Records replayed.
-    pub records_replayed: u64,
-    /// Group bitmaps read during the open (the groups the records touch).
-    pub bitmaps_loaded: u64,
-}
 
 impl Store {
     /// The journal damage the open accepted, if any: the sequence number of the first

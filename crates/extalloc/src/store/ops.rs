@@ -542,7 +542,7 @@ impl OpShards {
 mod tests {
     use super::*;
     use crate::geometry::Extent;
-    use crate::store::Boundary;
+    use crate::store::state::Boundary;
     #[cfg(not(loom))]
     use std::{sync::mpsc, time::Duration};
 

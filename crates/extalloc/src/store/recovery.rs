@@ -15,7 +15,9 @@
 //! Locks: none of the store's (no one else holds the store while it opens); the calls into
 //! the allocator take its own.
 
-use super::{claim, Boundary, OpShards, OpenTiming, Store};
+use super::claim::{self, OpenClaim};
+use super::ops::OpShards;
+use super::state::{Boundary, OpenTiming, Store};
 use crate::alloc::{Allocator, BitmapSource, GroupSummary, Policy};
 use crate::disk::device::Device;
 use crate::disk::format::{self, GroupDesc, Superblock, DESC_BYTES};
@@ -95,38 +97,6 @@ fn apply_records(
         }
     }
     Ok(())
-}
-
-/// The devices (by the address of the object) a store has open in this process: a second
-/// open of the same device object, which no file lock sees (a memory device, or a file
-/// device handed to two stores), is refused with [`Error::DeviceBusy`].
-static OPEN_DEVICES: Mutex<Vec<usize>> = Mutex::new(Vec::new());
-
-/// A store's claim on its device object, given up when the store is dropped.
-pub(super) struct OpenClaim(usize);
-
-impl OpenClaim {
-    fn take(dev: &Arc<dyn Device>) -> Result<Self> {
-        let id = Arc::as_ptr(dev) as *const () as usize;
-        let mut open = OPEN_DEVICES.lock();
-        if open.contains(&id) {
-            return Err(Error::DeviceBusy {
-                device: format!("object at {id:#x} (already open by a store in this process)"),
-                wanted: "write",
-            });
-        }
-        open.push(id);
-        debug_assert_eq!(open.iter().filter(|&&o| o == id).count(), 1);
-        Ok(OpenClaim(id))
-    }
-}
-
-impl Drop for OpenClaim {
-    fn drop(&mut self) {
-        let mut open = OPEN_DEVICES.lock();
-        debug_assert!(open.contains(&self.0), "a device claim not registered");
-        open.retain(|&id| id != self.0);
-    }
 }
 
 /// A journal damaged in the middle: refused with [`Error::JournalDamaged`], or, accepting

@@ -9,7 +9,7 @@
 //! commit is a call, not a journal record) commits once inside its allocation loop.
 //! `docs/architecture.md`, "No space", lists the three.
 
-use super::Store;
+use super::state::Store;
 use crate::error::{Error, Result};
 
 /// Most commits one call makes to remedy no space before it reports the error.

@@ -13,7 +13,7 @@
 //! Lock order: the boundary (write, so nothing joins a transaction meanwhile), then each
 //! group's lock in ascending order, one at a time.
 
-use super::Store;
+use super::state::Store;
 use crate::alloc::Replaced;
 use crate::disk::journal::Journal;
 use crate::error::{Error, Result};

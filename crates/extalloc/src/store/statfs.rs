@@ -6,7 +6,7 @@
 //! taken while callers run is approximate, one at quiescence exact. Locks: `sb` briefly,
 //! then the file layer's locality locks (for the exact reserved figure), one at a time.
 
-use super::Store;
+use super::state::Store;
 use std::sync::atomic::Ordering::Relaxed;
 
 /// The store's figures for `statfs`, in blocks of `block_size` bytes unless named bytes.
@@ -125,7 +125,7 @@ impl Store {
     /// blocks, with its own I/O: it must not call this store) so they hold every committed
     /// record, and returns the new root, written with the journal tail that leaves those
     /// records behind. An error from it fails the checkpoint (the tail does not move).
-    pub fn set_checkpoint_hook(&self, hook: super::CheckpointHook) {
+    pub fn set_checkpoint_hook(&self, hook: super::state::CheckpointHook) {
         *self.checkpoint_hook.lock() = Some(hook);
     }
 

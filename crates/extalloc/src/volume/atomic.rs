@@ -28,7 +28,7 @@
 //! writeback context holds its file's cache mutex then (`writeback/`), so a group calls the
 //! volume directly, never through the cache.
 
-use super::{Volume, CHUNK_BUDGET};
+use super::state::{Volume, CHUNK_BUDGET};
 use crate::error::{Error, Result};
 use parking_lot::RwLockReadGuard;
 use std::cell::RefCell;

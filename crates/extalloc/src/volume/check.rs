@@ -10,7 +10,7 @@
 //! free, none leaked and no group held corrupt. Locks: the gate for writing (no chunk runs
 //! meanwhile), then each file's mutex in turn.
 
-use super::Volume;
+use super::state::Volume;
 use crate::error::Result;
 use crate::geometry::Extent;
 

@@ -16,10 +16,11 @@
 //! allocated (owner `TABLE_OWNER`). Locks: runs under the gate, written.
 
 use super::file::{apply, maps_of, ReplayFile, VFile};
-use super::maps::{adopt_entries, read_map, Segs};
+use super::maps::{adopt_entries, read_map};
 use super::record::{decode_payload, Change, Root, PAYLOAD_MAGIC};
+use super::state::Segs;
+use super::state::{FileTable, Meta, Volume, TABLE_OWNER};
 use super::table::{decode_placed, decode_table, encode_table, salvage_table, Salvaged, Table};
-use super::{FileTable, Meta, Volume, TABLE_OWNER};
 use crate::alloc::AllocRequest;
 use crate::disk::device::Device;
 use crate::disk::journal::Record;

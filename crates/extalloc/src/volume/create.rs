@@ -9,7 +9,7 @@
 use super::file::VFile;
 use super::publish::check_caller_attr;
 use super::record::Change;
-use super::Volume;
+use super::state::Volume;
 use crate::error::{Error, Result};
 use parking_lot::Mutex;
 use std::sync::Arc;

@@ -19,7 +19,7 @@
 
 use super::file::VFile;
 use super::record::Change;
-use super::{Volume, CHUNK_EXTENTS};
+use super::state::{Volume, CHUNK_EXTENTS};
 use crate::error::{Error, Result};
 use std::cell::Cell;
 

@@ -1,5 +1,5 @@
-//! The file calls of a volume: write, read, fallocate, truncate, unlink, attributes
-//! (`create.rs` makes files).
+//! The file calls of a volume: write, read, fallocate, truncate, unlink (`create.rs` makes
+//! files, `publish.rs` sets attribute blobs).
 //!
 //! Each call works one chunk at a time (at most `CHUNK_BLOCKS` blocks mapped or
 //! `CHUNK_EXTENTS` extents freed), holding the gate for reading and the file's mutex: the
@@ -17,7 +17,7 @@
 use super::delalloc::Placing;
 use super::file::VFile;
 use super::record::Change;
-use super::{Volume, CHUNK_BLOCKS, CHUNK_EXTENTS};
+use super::state::{Volume, CHUNK_BLOCKS, CHUNK_EXTENTS};
 use crate::error::{Error, Result};
 use crate::files::DataRequest;
 use crate::geometry::Extent;
@@ -49,14 +49,6 @@ pub enum Fallocate {
 }
 
 impl Volume {
-    /// Replaces file `id`'s attribute blob. One chunk: a failure changes nothing. A blob
-    /// over [`MAX_ATTR_BYTES`] is refused ([`Error::AttrTooLarge`]).
-    pub fn set_attr(&self, id: u64, attr: &[u8]) -> Result<()> {
-        super::publish::check_caller_attr(attr)?;
-        let why = "is pending: give it its attributes with Volume::publish";
-        self.replace_attr(id, attr, false, why)
-    }
-
     /// Runs `op` on file `id` under the gate (read) and the file's mutex, after making room
     /// in the transaction, and logs the changes it returns. A file unlinked meanwhile is
     /// [`Error::NoSuchFile`].

@@ -28,8 +28,8 @@ use super::file::VFile;
 use super::record::{
     decode_map, encode_map, map_counts as counts, Change, MapEntry, MapRef, SegRef, INLINE_EXTENTS,
 };
+use super::state::{Volume, TABLE_OWNER};
 use super::table::TableFile;
-use super::{Volume, TABLE_OWNER};
 use crate::alloc::AllocRequest;
 use crate::disk::device::Device;
 use crate::error::{Error, Result};
@@ -43,23 +43,6 @@ use std::sync::Arc;
 
 /// A new map segment holds at most this many bytes (unless one map is larger).
 const SEGMENT_BYTES: usize = 1 << 20;
-
-/// The map segments in use: those the durable table names and those it retired.
-#[derive(Debug, Default, Clone)]
-pub(super) struct Segs {
-    pub(super) named: BTreeSet<Extent>,
-    pub(super) retired: Vec<Extent>,
-}
-
-impl Segs {
-    /// Every segment allocated to maps.
-    pub(super) fn all(&self) -> impl Iterator<Item = Extent> + '_ {
-        self.named
-            .iter()
-            .copied()
-            .chain(self.retired.iter().copied())
-    }
-}
 
 /// Where a map goes in a new segment: the segment's index, the byte offset, the length and
 /// the crc32c.

@@ -19,9 +19,12 @@
 //!   checkpoints the store with a root pointing at it (`checkpoint.rs`); `open` reads the
 //!   table and applies the changes logged in the records after it.
 //!
-//! Files: this one holds the [`Volume`] and its commits; `path.rs` the one-call volumes on a
+//! Files: this one holds the [`Volume`]'s open and its commits; `state.rs` the `Volume`
+//! itself (its fields, the file table, the constants every part uses), which the other
+//! files name instead of this one; `path.rs` the one-call volumes on a
 //! file ([`Volume::mkfs_file`], [`Volume::open_file`]); `create.rs` makes files; `io.rs`
-//! the file calls (write, read, fallocate, truncate, unlink, attributes); `delalloc.rs`
+//! the file calls (write, read, fallocate, truncate, unlink); `publish.rs` attribute blobs
+//! and the atomic publish; `delalloc.rs`
 //! delayed allocation's reservations and writeback (the cache itself is
 //! `crate::writeback`); `placement.rs` where a file's data goes beyond the file layer's
 //! rules (a placed file's group, claimed runs of free groups for large files, the
@@ -79,6 +82,7 @@ mod salvage;
 mod salvage_tests;
 #[cfg(test)]
 mod shutdown_tests;
+mod state;
 mod table;
 #[cfg(test)]
 mod tests;
@@ -90,6 +94,9 @@ pub(crate) use io::check_range;
 pub use io::{Fallocate, MAX_ATTR_BYTES, MAX_FILE_BYTES};
 pub use path::DEFAULT_BLOCK_SIZE;
 pub use salvage::{ClearedMap, FilePlace, LostEntry, Salvage};
+pub(crate) use state::CHUNK_BLOCKS;
+use state::{Claims, FileTable, Meta, Segs, CHUNK_BUDGET, EMPTY_RECORD_BYTES, NEXT_IDENTITY};
+pub use state::{FileExtent, FileInfo, Volume};
 
 use crate::alloc::Policy;
 use crate::disk::device::Device;
@@ -98,102 +105,13 @@ use crate::geometry::{Extent, Geometry};
 use crate::store::{Statfs, Store};
 use file::VFile;
 use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
-use placement::Claims;
+
 use record::{Change, PAYLOAD_MAGIC};
 use std::collections::BTreeMap;
 use std::sync::atomic::{
     AtomicBool, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
 };
 use std::sync::Arc;
-
-/// Blocks one chunk of a write or fallocate maps at most (one trip through the gate).
-pub(crate) const CHUNK_BLOCKS: u64 = 16;
-/// Extents one chunk of a truncate, punch or unlink frees at most.
-const CHUNK_EXTENTS: usize = 16;
-/// Journal bytes one chunk may add at most: an allocation or free (24 bytes in the store's
-/// record) and a change (counted as 48 bytes in the payload; a map change, the largest a
-/// chunk logs for a block, takes 34) per block, twice over.
-const CHUNK_BUDGET: u64 = CHUNK_BLOCKS * 2 * (24 + 48);
-/// A journal record with no change: its header.
-const EMPTY_RECORD_BYTES: u64 = 40;
-/// The id of the allocations holding the volume's own table areas.
-const TABLE_OWNER: u64 = u64::MAX;
-/// The next volume's identity (atomic groups tell volumes apart by it).
-static NEXT_IDENTITY: AtomicU64 = AtomicU64::new(1);
-
-/// One file as [`Volume::list`] reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-pub struct FileInfo {
-    /// The file's id.
-    pub id: u64,
-    /// Size in bytes.
-    pub size: u64,
-    /// Mapped extents (written or not).
-    pub extents: u64,
-    /// Blocks mapped.
-    pub blocks: u64,
-    /// Blocks its preallocations hold beyond what it maps (given back at `close_file`).
-    pub prealloc_blocks: u64,
-}
-
-/// One mapped extent of a file ([`Volume::extents`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-pub struct FileExtent {
-    /// First logical block.
-    pub logical: u64,
-    /// The physical blocks.
-    pub extent: Extent,
-    /// Allocated by `fallocate` and not written since: reads as zeros.
-    pub unwritten: bool,
-}
-
-/// The volume's files by id, each under its own mutex.
-type FileTable = BTreeMap<u64, Arc<Mutex<VFile>>>;
-
-/// The volume's own bookkeeping: ids and where its table lives.
-#[derive(Debug, Clone, Copy)]
-struct Meta {
-    next_id: u64,
-    areas: [Extent; 2],
-    active: usize,
-}
-
-/// Persistent files on a [`Store`] (see the module documentation).
-pub struct Volume {
-    store: Store,
-    dev: Arc<dyn Device>,
-    block_size: u64,
-    /// Atomic groups read, commits write: no commit falls inside a group (`atomic.rs`).
-    groups: RwLock<()>,
-    /// Why commits stopped: a group was left half made (`atomic.rs`).
-    aborted: Mutex<Option<String>>,
-    /// Shut down ([`Volume::shutdown`]): every change and commit is refused.
-    shut: AtomicBool,
-    /// This volume among others in the process (atomic groups' thread-local list).
-    identity: u64,
-    /// Operations read, commits write: an operation's store changes and its logged
-    /// changes always land in the same transaction.
-    gate: RwLock<()>,
-    files: RwLock<FileTable>,
-    /// Encoded changes since the last commit.
-    log: Mutex<Vec<u8>>,
-    meta: Mutex<Meta>,
-    /// The root the next checkpoint writes: set by the volume's own checkpoint, taken by
-    /// the store's checkpoint hook. Any other checkpoint finds none and is refused.
-    prepared_root: Arc<Mutex<Option<Vec<u8>>>>,
-    /// Blocks reserved for cached data not yet placed (`delalloc.rs`).
-    delalloc: Mutex<u64>,
-    /// Runs of groups placed files have claimed for their first allocations (`io.rs`).
-    claims: Mutex<Claims>,
-    /// Data written since the last flush (set under the gate read, taken under it written).
-    unflushed: AtomicBool,
-    /// The map segments in use (`maps.rs`).
-    segs: Mutex<maps::Segs>,
-    /// Maps read since the open.
-    maps_read: AtomicU64,
-}
 
 impl Volume {
     /// Makes a volume on `dev` (a new store, see [`Store::create`]) and returns it open.
@@ -222,7 +140,7 @@ impl Volume {
         let vol = Volume::with_store(
             store,
             dev,
-            (BTreeMap::new(), Meta::empty(), maps::Segs::default()),
+            (BTreeMap::new(), Meta::empty(), Segs::default()),
         )?;
         {
             let _closed = vol.gate.write();
@@ -258,7 +176,7 @@ impl Volume {
     fn with_store(
         store: Store,
         dev: Arc<dyn Device>,
-        (files, meta, segs): (FileTable, Meta, maps::Segs),
+        (files, meta, segs): (FileTable, Meta, Segs),
     ) -> Result<Volume> {
         let prepared_root: Arc<Mutex<Option<Vec<u8>>>> = Arc::new(Mutex::new(None));
         let slot = prepared_root.clone();
@@ -560,15 +478,5 @@ impl Volume {
             now.extend_from_slice(&later);
         }
         result
-    }
-}
-
-impl Meta {
-    fn empty() -> Meta {
-        Meta {
-            next_id: 1,
-            areas: [Extent::new(0, 0); 2],
-            active: 0,
-        }
     }
 }

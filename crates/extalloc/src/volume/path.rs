@@ -10,7 +10,7 @@
 //! Data structures: none of their own. Invariant: a volume made here opens with
 //! [`Volume::open_file`] and with `extalloc` on the command line. Locks: none.
 
-use super::Volume;
+use super::state::Volume;
 use crate::alloc::Policy;
 use crate::disk::device::{Device, FileDevice};
 use crate::disk::format::default_journal_blocks;

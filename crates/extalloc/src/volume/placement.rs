@@ -11,24 +11,15 @@
 //! under a file's mutex (`mod.rs`).
 
 use super::file::VFile;
-use super::Volume;
+use super::state::Volume;
 use crate::alloc::Lifetime;
 use crate::error::Result;
-use std::collections::{BTreeMap, HashMap};
 
 /// Groups a placed file's first allocation looks through for a run of free groups.
 const PLACEMENT_SCAN_GROUPS: u64 = 1024;
 /// Groups a placed file that fits a group looks through, from its key's, for one that is
 /// not running low.
 const ROOMY_SCAN_GROUPS: u64 = 64;
-
-/// Runs of free groups claimed by placed files that want more than a group: by group
-/// (the claiming file) and by file (the run's first group and length).
-#[derive(Default)]
-pub(super) struct Claims {
-    groups: BTreeMap<u64, u64>,
-    by_file: HashMap<u64, (u64, u64)>,
-}
 
 impl Volume {
     /// Sets file `id`'s write-life hint: how long its data is expected to live, passed with

@@ -21,7 +21,7 @@
 
 use super::io::check_attr;
 use super::record::Change;
-use super::Volume;
+use super::state::Volume;
 use crate::error::{Error, Result};
 
 /// The attribute blob that marks a pending file (reserved: see the module documentation).
@@ -37,6 +37,14 @@ pub(super) fn check_caller_attr(attr: &[u8]) -> Result<()> {
 }
 
 impl Volume {
+    /// Replaces file `id`'s attribute blob. One chunk: a failure changes nothing. A blob
+    /// over [`MAX_ATTR_BYTES`](super::MAX_ATTR_BYTES) is refused ([`Error::AttrTooLarge`]).
+    pub fn set_attr(&self, id: u64, attr: &[u8]) -> Result<()> {
+        check_caller_attr(attr)?;
+        let why = "is pending: give it its attributes with Volume::publish";
+        self.replace_attr(id, attr, false, why)
+    }
+
     /// Creates an empty file that no listing shows until [`Volume::publish`] gives it its
     /// attribute blob; returns its id. Write its data with the usual calls. If the
     /// process or the power goes before it is published (and that publish committed), the

@@ -7,7 +7,7 @@
 
 use super::file::VFile;
 use super::io::check_range;
-use super::Volume;
+use super::state::Volume;
 use crate::error::Result;
 
 impl Volume {

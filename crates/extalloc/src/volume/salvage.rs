@@ -25,10 +25,12 @@ use super::checkpoint::{
     adopt_all, changes_of, read_table, replay, segs_of, volume_root, TableRead,
 };
 use super::file::{Ranges, ReplayFile};
-use super::maps::{read_map, Segs};
+use super::io::MAX_FILE_BYTES;
+use super::maps::read_map;
 use super::record::{Change, MapEntry, Root};
+use super::state::Segs;
+use super::state::Volume;
 use super::table::{Salvaged, TableFile};
-use super::{Volume, MAX_FILE_BYTES};
 use crate::alloc::Policy;
 use crate::disk::device::Device;
 use crate::error::Result;

@@ -15,7 +15,7 @@
 //! mutex; `files` and `cleaned` are leaves, never held while taking another lock.
 
 use super::cache::DirtyFile;
-use super::{Affinity, WritebackOptions, WRITE_PIECE_BLOCKS};
+use super::options::{Affinity, WritebackOptions, WRITE_PIECE_BLOCKS};
 use crate::alloc::thread_lock_waits;
 use crate::error::{Error, Result};
 use crate::volume::Volume;

@@ -12,7 +12,7 @@
 //!
 //! Locks: `state` -> the wrapped device's own lock; nothing else.
 
-use super::{check_range, Device, SECTOR_BYTES};
+use super::contract::{check_range, Device, SECTOR_BYTES};
 use crate::error::{Error, IoSource, Result};
 use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};

@@ -13,7 +13,7 @@
 //!
 //! Locks: `fenced` -> the wrapped device's own lock; nothing else.
 
-use super::{check_range, Device};
+use super::contract::{check_range, Device};
 use crate::error::{Error, IoSource, Result};
 use parking_lot::RwLock;
 use std::sync::Arc;

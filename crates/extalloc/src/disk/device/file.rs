@@ -8,7 +8,8 @@
 //! Locks: none in memory (positional I/O needs no shared cursor); the `flock` is held for
 //! the device's lifetime against other processes.
 
-use super::{backing, check_range, Device};
+use super::backing;
+use super::contract::{check_range, Device};
 use crate::error::{Error, IoSource, Result};
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom};

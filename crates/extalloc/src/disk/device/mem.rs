@@ -6,7 +6,7 @@
 //!
 //! Locks: one `RwLock` over the map (reads share it, writes take it alone); a leaf.
 
-use super::{check_range, Device};
+use super::contract::{check_range, Device};
 use crate::error::Result;
 use parking_lot::RwLock;
 use std::collections::HashMap;

@@ -7,7 +7,7 @@
 //! Invariant: a read returns the newest write of each byte, else the base's byte. Locks:
 //! `pages` is a leaf, held for one call (the base's own lock under it).
 
-use super::{check_range, Device};
+use super::contract::{check_range, Device};
 use crate::error::Result;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;

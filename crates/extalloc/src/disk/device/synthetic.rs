@@ -25,7 +25,7 @@
 //!
 //! Lock order: the overlay's lock only, never held across a call out.
 
-use super::{check_range, Device};
+use super::contract::{check_range, Device};
 use crate::disk::format::{
     initial_bitmap, write_superblock, GroupDesc, Superblock, DESC_BITMAP_UNINIT, DESC_BYTES,
 };

@@ -5,7 +5,7 @@
 //! Data structures: none of its own (the structures are `mod.rs`'s). Locks: none; the
 //! caller serialises writes of one structure (the store, under its `commit_lock`).
 
-use super::{
+use super::layout::{
     bitmap_summary, bitmap_used, corrupt, initial_bitmap, GroupDesc, Replaced, Superblock,
     DESC_BITMAP_UNINIT, DESC_BYTES, SUPERBLOCK_BYTES, SUPERBLOCK_READ,
 };
@@ -72,7 +72,7 @@ pub fn mkfs(
     dev.write_at(&descs, sb.desc_start * bs)?;
     write_superblock(dev, &sb)?;
     // No owner: whatever a former user of the device left after the root goes.
-    super::clear_owner(dev)?;
+    super::owner::clear_owner(dev)?;
     dev.flush()?;
     Ok(sb)
 }

@@ -12,7 +12,7 @@
 //! 0), and the heartbeat writes only these bytes. Locks: none; its one writer is the store
 //! that owns the device (its heartbeat thread, or the open and close themselves).
 
-use super::{get_u32, get_u64, SUPERBLOCK_READ};
+use super::layout::{get_u32, get_u64, SUPERBLOCK_READ};
 use crate::disk::device::Device;
 use crate::error::Result;
 

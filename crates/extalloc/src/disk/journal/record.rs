@@ -6,7 +6,7 @@
 //! byte changed fails its crc32c; a mirror's crc32c covers its header, and each record in
 //! its span carries its own. Locks: none.
 
-use super::{Op, Record};
+use super::types::{Op, Record};
 use crate::geometry::Extent;
 
 pub(super) const MAGIC: u32 = u32::from_le_bytes(*b"XJRN");

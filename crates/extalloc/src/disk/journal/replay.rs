@@ -10,7 +10,7 @@ use super::record::{
     decode, decode_mirror, parse_header, u32_at, Mirror, HEADER, KIND_MIRROR, KIND_TXN, KIND_WRAP,
     MAGIC,
 };
-use super::{block_start, Area, Damage, Recent, Record, Replayed};
+use super::types::{block_start, Area, Damage, Recent, Record, Replayed};
 use crate::disk::device::Device;
 use crate::error::Result;
 

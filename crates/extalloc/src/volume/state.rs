@@ -1,0 +1,138 @@
+//! The [`Volume`] itself: its fields and the state they hold ([`Meta`], the file table,
+//! the map segments in use, the claimed runs of groups), the figures its listings return
+//! ([`FileInfo`], [`FileExtent`]) and the constants every part of the volume uses. What
+//! each field means and the lock order are in the parent module; the volume's calls live
+//! in the parent and the other files. This file names only `file.rs` (a file in memory).
+
+use super::file::VFile;
+use crate::disk::device::Device;
+use crate::geometry::Extent;
+use crate::store::Store;
+use parking_lot::{Mutex, RwLock};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::Arc;
+
+/// Blocks one chunk of a write or fallocate maps at most (one trip through the gate).
+pub(crate) const CHUNK_BLOCKS: u64 = 16;
+/// Extents one chunk of a truncate, punch or unlink frees at most.
+pub(super) const CHUNK_EXTENTS: usize = 16;
+/// Journal bytes one chunk may add at most: an allocation or free (24 bytes in the store's
+/// record) and a change (counted as 48 bytes in the payload; a map change, the largest a
+/// chunk logs for a block, takes 34) per block, twice over.
+pub(super) const CHUNK_BUDGET: u64 = CHUNK_BLOCKS * 2 * (24 + 48);
+/// A journal record with no change: its header.
+pub(super) const EMPTY_RECORD_BYTES: u64 = 40;
+/// The id of the allocations holding the volume's own table areas.
+pub(super) const TABLE_OWNER: u64 = u64::MAX;
+/// The next volume's identity (atomic groups tell volumes apart by it).
+pub(super) static NEXT_IDENTITY: AtomicU64 = AtomicU64::new(1);
+
+/// One file as [`Volume::list`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct FileInfo {
+    /// The file's id.
+    pub id: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Mapped extents (written or not).
+    pub extents: u64,
+    /// Blocks mapped.
+    pub blocks: u64,
+    /// Blocks its preallocations hold beyond what it maps (given back at `close_file`).
+    pub prealloc_blocks: u64,
+}
+
+/// One mapped extent of a file ([`Volume::extents`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct FileExtent {
+    /// First logical block.
+    pub logical: u64,
+    /// The physical blocks.
+    pub extent: Extent,
+    /// Allocated by `fallocate` and not written since: reads as zeros.
+    pub unwritten: bool,
+}
+
+/// The volume's files by id, each under its own mutex.
+pub(super) type FileTable = BTreeMap<u64, Arc<Mutex<VFile>>>;
+
+/// The volume's own bookkeeping: ids and where its table lives.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Meta {
+    pub(super) next_id: u64,
+    pub(super) areas: [Extent; 2],
+    pub(super) active: usize,
+}
+
+/// Persistent files on a [`Store`] (see the module documentation).
+pub struct Volume {
+    pub(super) store: Store,
+    pub(super) dev: Arc<dyn Device>,
+    pub(super) block_size: u64,
+    /// Atomic groups read, commits write: no commit falls inside a group (`atomic.rs`).
+    pub(super) groups: RwLock<()>,
+    /// Why commits stopped: a group was left half made (`atomic.rs`).
+    pub(super) aborted: Mutex<Option<String>>,
+    /// Shut down ([`Volume::shutdown`]): every change and commit is refused.
+    pub(super) shut: AtomicBool,
+    /// This volume among others in the process (atomic groups' thread-local list).
+    pub(super) identity: u64,
+    /// Operations read, commits write: an operation's store changes and its logged
+    /// changes always land in the same transaction.
+    pub(super) gate: RwLock<()>,
+    pub(super) files: RwLock<FileTable>,
+    /// Encoded changes since the last commit.
+    pub(super) log: Mutex<Vec<u8>>,
+    pub(super) meta: Mutex<Meta>,
+    /// The root the next checkpoint writes: set by the volume's own checkpoint, taken by
+    /// the store's checkpoint hook. Any other checkpoint finds none and is refused.
+    pub(super) prepared_root: Arc<Mutex<Option<Vec<u8>>>>,
+    /// Blocks reserved for cached data not yet placed (`delalloc.rs`).
+    pub(super) delalloc: Mutex<u64>,
+    /// Runs of groups placed files have claimed for their first allocations (`io.rs`).
+    pub(super) claims: Mutex<Claims>,
+    /// Data written since the last flush (set under the gate read, taken under it written).
+    pub(super) unflushed: AtomicBool,
+    /// The map segments in use (`maps.rs`).
+    pub(super) segs: Mutex<Segs>,
+    /// Maps read since the open.
+    pub(super) maps_read: AtomicU64,
+}
+
+impl Meta {
+    pub(super) fn empty() -> Meta {
+        Meta {
+            next_id: 1,
+            areas: [Extent::new(0, 0); 2],
+            active: 0,
+        }
+    }
+}
+
+/// Runs of free groups claimed by placed files that want more than a group: by group
+/// (the claiming file) and by file (the run's first group and length).
+#[derive(Default)]
+pub(super) struct Claims {
+    pub(super) groups: BTreeMap<u64, u64>,
+    pub(super) by_file: HashMap<u64, (u64, u64)>,
+}
+
+/// The map segments in use: those the durable table names and those it retired.
+#[derive(Debug, Default, Clone)]
+pub(super) struct Segs {
+    pub(super) named: BTreeSet<Extent>,
+    pub(super) retired: Vec<Extent>,
+}
+
+impl Segs {
+    /// Every segment allocated to maps.
+    pub(super) fn all(&self) -> impl Iterator<Item = Extent> + '_ {
+        self.named
+            .iter()
+            .copied()
+            .chain(self.retired.iter().copied())
+    }
+}
