@@ -249,12 +249,12 @@ pub struct Fs {
     /// Open directory handles: the directory and a snapshot of its entries.
     pub(crate) dir_handles: Mutex<HashMap<u64, DirHandle>>,
     pub(crate) next_fh: AtomicU64,
-    /// The atime mode's code ([`atime::AtimeMode`]).
+    /// The atime mode's code (`atime::AtimeMode`, `atime.rs`).
     pub(crate) atime_mode: AtomicU8,
     /// The kernel enforces POSIX ACLs (FUSE_POSIX_ACL): the daemon keeps them and the mode
     /// arithmetic they bring (`xattrs.rs`); without it, ACL names are `EOPNOTSUPP`.
     pub(crate) acls: AtomicBool,
-    /// The [`syncmode::SyncMode`]'s code (`-o sync`, `-o dirsync`).
+    /// The `syncmode::SyncMode`'s code (`syncmode.rs`: `-o sync`, `-o dirsync`).
     pub(crate) sync_mode: AtomicU8,
     /// Shut down (`shutdown.rs`): every change fails with `EIO`, nothing is written.
     pub(crate) down: AtomicBool,
