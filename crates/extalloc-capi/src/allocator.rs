@@ -12,8 +12,8 @@
 //! then the global one). `Allocator` is `Send + Sync`: allocate, free and commit run
 //! concurrently from many threads, as the library is meant to be used.
 
+use crate::error::extalloc_code;
 use crate::error::{c_str, deref, guard, out_ref, Failure};
-use crate::extalloc_code;
 use extalloc::{AllocRequest, Allocator, Extent, Geometry, Policy};
 use std::ffi::c_char;
 

@@ -13,8 +13,8 @@
 //! Lock order: none here; each call takes the volume's locks in its order. `Volume` is
 //! `Send + Sync`, so calls on one handle from many threads run concurrently.
 
+use crate::error::extalloc_code::{self, *};
 use crate::error::{buffer_arg, c_str, deref, guard, out_ref, Failure};
-use crate::extalloc_code::{self, *};
 use extalloc::volume::Volume;
 use std::ffi::{c_char, OsStr};
 use std::os::unix::ffi::OsStrExt;

@@ -2,7 +2,8 @@
 //! volume file.
 //!
 //! Data structures: [`Inode`] (kind, permission bits, owner, link count, device number,
-//! three timestamps) and its fixed 64-byte encoding, which starts with [`MAGIC`] and a
+//! three timestamps, the `chattr` flags whose bits, [`KEPT`], are defined here and
+//! enforced by `fs/flags.rs`) and its fixed 64-byte encoding, which starts with [`MAGIC`] and a
 //! version byte so that a volume made by `extalloc put` (whose blobs hold file names) is
 //! told apart from a file system. Version 1 is the 64 bytes alone; version 2 has a tail
 //! after them: where the inode's extended attributes are (`xattr.rs`). An inode without
@@ -25,6 +26,19 @@ const VERSION: u8 = 1;
 const VERSION_TAIL: u8 = 2;
 /// Bytes of an encoded inode.
 pub const INODE_BYTES: usize = 64;
+
+// The `chattr` flags an inode keeps (`Inode::flags`), enforced by `fs/flags.rs`, which
+// re-exports them.
+/// `FS_IMMUTABLE_FL`.
+pub const IMMUTABLE: u32 = 0x10;
+/// `FS_APPEND_FL`.
+pub const APPEND: u32 = 0x20;
+/// `FS_NODUMP_FL`.
+pub const NODUMP: u32 = 0x40;
+/// `FS_NOATIME_FL`.
+pub const NOATIME: u32 = 0x80;
+/// The flags an inode keeps; `FS_IOC_SETFLAGS` with any other is `EOPNOTSUPP`.
+pub const KEPT: u32 = IMMUTABLE | APPEND | NODUMP | NOATIME;
 
 /// What an inode is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -182,7 +196,7 @@ pub struct Inode {
     pub mtime: Time,
     /// Last change of the inode.
     pub ctime: Time,
-    /// The `chattr` flags kept ([`crate::fs::flags::KEPT`]: immutable, append-only,
+    /// The `chattr` flags kept ([`KEPT`]: immutable, append-only,
     /// no-dump, no-atime); the bytes were zero before flags existed, so older inodes read
     /// as having none.
     pub flags: u32,
@@ -268,7 +282,7 @@ impl Inode {
         let times_ok = [inode.atime, inode.mtime, inode.ctime]
             .iter()
             .all(|t| t.nanos < 1_000_000_000);
-        let flags_ok = inode.flags & !crate::fs::flags::KEPT == 0;
+        let flags_ok = inode.flags & !KEPT == 0;
         (times_ok && flags_ok && inode.perm <= 0o7777).then_some(inode)
     }
 }
@@ -298,7 +312,7 @@ mod tests {
                 nanos in proptest::array::uniform3(0u32..1_000_000_000)) {
             let t = |i: usize| Time { secs: secs[i], nanos: nanos[i] };
             let i = Inode { kind: Kind::from_code(kind).unwrap(), perm, uid, gid, nlink, rdev,
-                atime: t(0), mtime: t(1), ctime: t(2), flags: flags & crate::fs::flags::KEPT };
+                atime: t(0), mtime: t(1), ctime: t(2), flags: flags & KEPT };
             let b = i.encode();
             prop_assert_eq!(b.len(), INODE_BYTES);
             prop_assert_eq!(Inode::decode(&b), Some(i));

@@ -8,7 +8,7 @@
 //! for the whole run, so other Python threads go on. Errors raise `extalloc.Error` with
 //! the lab's message (an unknown workload lists the known ones).
 
-use crate::Error;
+use crate::exceptions::Error;
 use extalloc_lab::api::{self, Params};
 use extalloc_lab::lab::report::Report;
 use pyo3::prelude::*;

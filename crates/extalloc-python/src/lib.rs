@@ -3,7 +3,8 @@
 //!
 //! Data structures: [`Volume`] holds the open `extalloc::volume::Volume` in a lock, `None`
 //! once closed; [`Allocator`] holds an `::extalloc::Allocator`. Errors become exceptions
-//! named after the library's error kinds ([`to_py`]), all subclasses of `extalloc.Error`.
+//! named after the library's error kinds ([`to_py`]), all subclasses of `extalloc.Error`,
+//! defined in `exceptions.rs` (which `lab.rs` uses too).
 //!
 //! Invariant: a closed volume answers every call with `extalloc.Closed`, and nothing of it
 //! stays open (its device lock is let go at `close`). Every call that touches the device
@@ -13,102 +14,19 @@
 //! round); the volume's lock is read by every call but `close`, which takes it for writing
 //! (it waits for calls in flight), then the library's own locks.
 
+mod exceptions;
 mod lab;
 
 use ::extalloc::volume::Volume as Vol;
-use ::extalloc::{AllocRequest, Error as E, ErrorKind as K, Extent, Geometry, Policy};
+use ::extalloc::{AllocRequest, Error as E, Extent, Geometry, Policy};
+use exceptions::{
+    to_py, Aborted, Closed, Corrupt, DeviceInUse, Error, Exists, FileTooBig, InvalidRequest,
+    IoError, NoSpace, NoSuchFile, WrongState,
+};
 use parking_lot::RwLock;
-use pyo3::create_exception;
-use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use std::path::PathBuf;
-
-create_exception!(extalloc, Error, PyException, "Every error extalloc raises.");
-create_exception!(
-    extalloc,
-    NoSpace,
-    Error,
-    "No free run was big enough (the device or its journal is full)."
-);
-create_exception!(
-    extalloc,
-    NoSuchFile,
-    Error,
-    "No blob or file has this id (never made, or deleted)."
-);
-create_exception!(
-    extalloc,
-    InvalidRequest,
-    Error,
-    "A bad argument: a size, geometry, policy, range or path the library refuses."
-);
-create_exception!(
-    extalloc,
-    FileTooBig,
-    InvalidRequest,
-    "An offset or size past the largest file (2^63 - 1 bytes)."
-);
-create_exception!(
-    extalloc,
-    WrongState,
-    InvalidRequest,
-    "A call not valid in the state it found (work under way): make it at another time."
-);
-create_exception!(
-    extalloc,
-    Corrupt,
-    Error,
-    "The device holds damage the library will not serve (run `extalloc fsck`)."
-);
-create_exception!(
-    extalloc,
-    DeviceInUse,
-    Error,
-    "The device is open already, in this process or another."
-);
-create_exception!(
-    extalloc,
-    IoError,
-    Error,
-    "The device failed a read, write or flush."
-);
-create_exception!(
-    extalloc,
-    Aborted,
-    IoError,
-    "The volume stopped committing after a change was left half made: close it and open it again."
-);
-create_exception!(
-    extalloc,
-    Exists,
-    Error,
-    "Volume.create found a file at the path: it never overwrites one."
-);
-create_exception!(
-    extalloc,
-    Closed,
-    Error,
-    "The volume was closed: open it again."
-);
-
-/// The exception for a library error: its kind's ([`E::kind`]), with its message, which
-/// names what failed. Every kind is named, so a new one fails the build here.
-fn to_py(e: E) -> PyErr {
-    let msg = e.to_string();
-    match e.kind() {
-        K::InvalidArgument => InvalidRequest::new_err(msg),
-        K::FileTooBig => FileTooBig::new_err(msg),
-        K::WrongState => WrongState::new_err(msg),
-        K::NotFound => NoSuchFile::new_err(msg),
-        K::Exists => Exists::new_err(msg),
-        K::NoSpace | K::TransactionTooLarge => NoSpace::new_err(msg),
-        K::Busy => DeviceInUse::new_err(msg),
-        K::Io => IoError::new_err(msg),
-        K::Corrupt | K::Unrecognized => Corrupt::new_err(msg),
-        K::Aborted => Aborted::new_err(msg),
-    }
-}
 
 /// A volume of blobs on a file (`docs/python.md`). Made by `Volume.create` or
 /// `Volume.open`; a context manager that closes it. Safe to share between threads.

@@ -26,7 +26,7 @@
 //!
 //! Lock order: `ns` only (read to decide, written to update).
 
-use super::{Fs, FsResult};
+use super::core::{Fs, FsResult};
 use crate::inode::{Kind, Time};
 use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;

@@ -8,6 +8,7 @@ use super::tests::{device, fresh, put, remount, ME};
 use super::*;
 use crate::inode::Time;
 use extalloc::disk::device::{Crash, FaultDevice, MemDevice};
+use std::sync::Arc;
 
 fn refs(fs: &Fs, ino: u64) -> Option<u64> {
     fs.ns.read().nodes.get(&ino).map(|n| n.lookups.get())

@@ -12,8 +12,9 @@
 //! bit where the kernel would keep it (the safe side). A write does not say who wrote, so
 //! for a write set-group-id without group execute stays.
 
+use super::core::{Attr, Caller, Errno, Fs, FsResult};
+use super::flags;
 use super::names::NewNode;
-use super::{flags, Attr, Caller, Errno, Fs, FsResult};
 use crate::acl::Acl;
 use crate::inode::{Inode, Kind, Time};
 use crate::xattr::ACL_ACCESS;

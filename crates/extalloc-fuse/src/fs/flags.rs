@@ -20,22 +20,15 @@
 //! Writes themselves reach the daemon from the kernel's page cache long after `write(2)`
 //! returned, so an open for writing is where the flags are enforced.
 //!
-//! Data structures: the flags are `Inode::flags`. Invariant: only [`KEPT`] bits are ever
+//! Data structures: the flags are `Inode::flags` (their bits are defined with the inode's
+//! encoding in `inode.rs`, re-exported here). Invariant: only [`KEPT`] bits are ever
 //! set. Lock order: `ns` (read for checks inside a caller's section, written to set).
 
-use super::{Caller, Errno, Fs, FsResult, Ns};
+use super::core::{Caller, Errno, Fs, FsResult, Ns};
 use crate::inode::Time;
 
-/// `FS_IMMUTABLE_FL`.
-pub const IMMUTABLE: u32 = 0x10;
-/// `FS_APPEND_FL`.
-pub const APPEND: u32 = 0x20;
-/// `FS_NODUMP_FL`.
-pub const NODUMP: u32 = 0x40;
-/// `FS_NOATIME_FL`.
-pub const NOATIME: u32 = 0x80;
-/// The flags an inode keeps; `FS_IOC_SETFLAGS` with any other is `EOPNOTSUPP`.
-pub const KEPT: u32 = IMMUTABLE | APPEND | NODUMP | NOATIME;
+// The flag bits are part of the inode's encoding (`inode.rs`), re-exported here.
+pub use crate::inode::{APPEND, IMMUTABLE, KEPT, NOATIME, NODUMP};
 
 /// `FS_IOC_GETFLAGS` (`_IOR('f', 1, long)`).
 pub const FS_IOC_GETFLAGS: u32 = 0x8008_6601;

@@ -20,7 +20,7 @@
 //! Lock order: the checks run with `ns` held for writing and take the volume's locks
 //! (reads only), as every namespace change does.
 
-use super::{Fs, Ns, ROOT};
+use super::core::{Fs, Ns, ROOT};
 use crate::dir::{DirLog, RECORD_OVERHEAD};
 use parking_lot::RwLockWriteGuard;
 use std::collections::HashMap;

@@ -1,8 +1,8 @@
 //! Directory listing: opendir, readdir and releasedir.
 //!
-//! Data structures: [`DirHandle`], one per open directory handle in `Fs::dir_handles`:
-//! the directory's inode and a snapshot of its entries (`.` and `..` first, then the
-//! entries in name order).
+//! Data structures: [`DirHandle`] (defined in `core.rs`, where [`Fs`] names it), one per
+//! open directory handle in `Fs::dir_handles`: the directory's inode and a snapshot of
+//! its entries (`.` and `..` first, then the entries in name order).
 //!
 //! Invariant: a position (the `offset` readdir gets and gives) is an index into the
 //! handle's snapshot, so positions stay stable while entries come and go. A readdir at
@@ -14,18 +14,9 @@
 //! Lock order: `ns` (read, to take a snapshot or the entries' attributes) ->
 //! `dir_handles`, as in `mod.rs`.
 
-use super::{Attr, Errno, Fs, FsResult, Listed, Ns};
+use super::core::{Attr, DirHandle, Errno, Fs, FsResult, Listed, Ns};
 use crate::inode::Kind;
 use std::sync::atomic::Ordering::Relaxed;
-
-/// One open directory handle.
-#[derive(Debug, Clone)]
-pub(crate) struct DirHandle {
-    /// The directory.
-    pub(crate) ino: u64,
-    /// Its entries when last read from position 0.
-    pub(crate) list: Vec<Listed>,
-}
 
 impl Fs {
     /// Opens directory `ino` for listing (`ENOTDIR` for anything else).

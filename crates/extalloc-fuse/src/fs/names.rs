@@ -16,7 +16,8 @@
 //! half change is never durable, and the file system answers `EIO` until it is mounted
 //! again. Only a device error can do that: every check comes first.
 
-use super::{flags, scan, Attr, Caller, DirState, Errno, Fs, FsResult, Node, Ns, Refs, ROOT};
+use super::core::{Attr, Caller, DirState, Errno, Fs, FsResult, Node, Ns, Refs, ROOT};
+use super::{flags, scan};
 use crate::dir::{record, NAME_MAX};
 use crate::inode::{Inode, Kind, Time};
 use crate::xattr::Xattrs;

@@ -29,7 +29,7 @@
 //!
 //! Lock order: none (runs before the file system serves anything, or on a read-only view).
 
-use super::{dir_node, Node, ROOT};
+use super::core::{dir_node, Node, ROOT};
 use crate::dir::{record, DirLog};
 use crate::inode::{self, Inode, Kind};
 use crate::xattr::{self, Tail};

@@ -18,7 +18,7 @@
 //!
 //! Lock order: `ns` (written) -> the volume's locks, as everywhere (`fs/mod.rs`).
 
-use super::{Errno, Fs, FsResult};
+use super::core::{Errno, Fs, FsResult};
 use extalloc::disk::device::FenceDevice;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -17,7 +17,7 @@
 //! a mode, a call that [`Fs::settle`]s has committed before it returns `Ok`. Lock order:
 //! none held here; a commit takes the volume's locks (`fs/mod.rs`).
 
-use super::{Fs, FsResult};
+use super::core::{Fs, FsResult};
 use std::sync::atomic::Ordering::Relaxed;
 
 /// When changes are committed, as the mount's `sync`/`dirsync` flags ask.

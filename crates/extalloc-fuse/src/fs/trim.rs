@@ -9,7 +9,7 @@
 //! Data structures: none of its own. Invariant: nothing that holds data is discarded (the
 //! store's). Lock order: no namespace lock; the store's locks (`fs/mod.rs`).
 
-use super::{Caller, Errno, Fs, FsResult};
+use super::core::{Caller, Errno, Fs, FsResult};
 use extalloc::Extent;
 
 /// `FITRIM` (`_IOWR('X', 121, struct fstrim_range)`).

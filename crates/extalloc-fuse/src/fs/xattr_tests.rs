@@ -6,6 +6,7 @@ use super::tests::{crash, device, fresh, put, remount, ME};
 use super::xattrs::{XATTR_CREATE, XATTR_REPLACE};
 use super::*;
 use crate::repair::repair;
+use crate::xattr::Xattrs;
 use crate::xattr::{self, MAX_SET_BYTES, VALUE_MAX};
 use extalloc::Policy;
 use rand::{Rng, SeedableRng};

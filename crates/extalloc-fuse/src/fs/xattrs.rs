@@ -22,8 +22,8 @@
 //!
 //! Lock order: `ns` written for a change's whole length, then the volume's locks.
 
+use super::core::{Caller, Errno, Fs, FsResult, Node, Ns};
 use super::names::NewNode;
-use super::{Caller, Errno, Fs, FsResult, Node, Ns};
 use crate::acl::Acl;
 use crate::inode::{Kind, Time};
 use crate::xattr::{self, Tail, Xattrs, ACL_ACCESS, ACL_DEFAULT};

@@ -32,20 +32,23 @@
 //!
 //! Files: this one holds the rounds and the checks after each crash; `model.rs` a thread's
 //! model and the trees read back; `ops.rs` the operations, each applied to the file system
-//! and then to the model.
+//! and then to the model; `progress.rs` the states each thread finished, which syncs
+//! read (shared by the rounds and the operations).
 
 mod model;
 mod ops;
+mod progress;
 
 use anyhow::{Context, Result};
 use extalloc::disk::device::{Crash, FaultDevice, MemDevice};
 use extalloc::volume::Volume;
 use extalloc::writeback::WritebackOptions;
 use extalloc::{Geometry, Policy};
-use extalloc_fuse::fs::{Caller, Errno, Fs, ROOT};
+use extalloc_fuse::fs::{Errno, Fs, ROOT};
 use extalloc_fuse::inode::Kind;
 use model::{diff, read_tree, read_xattrs, same, Model, Tree};
 use parking_lot::Mutex;
+use progress::Progress;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
@@ -103,32 +106,8 @@ impl FsOutcome {
     }
 }
 
-/// Who makes every call (root: the torture is about names, not permissions).
-const ME: Caller = Caller { uid: 0, gid: 0 };
 /// Operations a thread makes in a round at most.
 const MAX_OPS: u32 = 80;
-
-/// How many states each thread had finished, published for syncs to read at their start.
-struct Progress {
-    done: Vec<AtomicU64>,
-    /// For each thread, the highest state count a finished sync started after.
-    durable: Mutex<Vec<u64>>,
-}
-
-impl Progress {
-    /// How many states each thread has finished, read as a sync starts.
-    fn marks(&self) -> Vec<u64> {
-        self.done.iter().map(|d| d.load(Relaxed)).collect()
-    }
-
-    /// A sync that started at `marks` succeeded: those states are durable.
-    fn durable_from(&self, marks: Vec<u64>) {
-        let mut durable = self.durable.lock();
-        for (d, mark) in durable.iter_mut().zip(marks) {
-            *d = (*d).max(mark);
-        }
-    }
-}
 
 /// Runs `crashes` rounds with `threads` threads from `seed`.
 pub fn run(crashes: u64, seed: u64, threads: usize) -> Result<FsOutcome> {

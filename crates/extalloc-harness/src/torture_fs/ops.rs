@@ -8,7 +8,7 @@
 //! made, so any error while the device works is the file system's. Lock order: none.
 
 use super::model::{Model, ANY};
-use super::{Progress, ME};
+use super::progress::Progress;
 use extalloc_fuse::fs::data::SetAttr;
 use extalloc_fuse::fs::names::{NewNode, RENAME_EXCHANGE};
 use extalloc_fuse::fs::{Caller, Errno, Fs};
@@ -16,6 +16,9 @@ use extalloc_fuse::inode::Kind;
 use rand::rngs::StdRng;
 use rand::Rng;
 use std::collections::BTreeMap;
+
+/// Who makes every call (root: the torture is about names, not permissions).
+const ME: Caller = Caller { uid: 0, gid: 0 };
 
 /// Names a thread's directories use.
 const NAMES: u32 = 10;

@@ -7,7 +7,7 @@
 
 use super::image::BLOCK;
 use super::truth::Truth;
-use super::MetaKind;
+use super::types::MetaKind;
 use rand::Rng;
 use std::ops::Range;
 

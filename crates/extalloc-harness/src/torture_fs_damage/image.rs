@@ -13,13 +13,14 @@
 //! the image's bytes, the stale snapshot and the model. Invariant: the model holds what
 //! the last successful sync made durable. Lock order: none (one thread).
 
-use super::{opts, Kind, ME};
+use super::types::{opts, ME};
 use anyhow::{Context, Result};
 use extalloc::disk::device::{Crash, Device, FaultDevice, MemDevice};
 use extalloc::volume::Volume;
 use extalloc::{Geometry, Policy};
 use extalloc_fuse::fs::names::NewNode;
 use extalloc_fuse::fs::{Caller, Fs, ROOT};
+use extalloc_fuse::inode::Kind;
 use rand::distributions::uniform::SampleRange;
 use rand::rngs::StdRng;
 use rand::Rng;

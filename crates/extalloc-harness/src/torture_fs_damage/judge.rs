@@ -10,13 +10,14 @@
 
 use super::image::BLOCK;
 use super::truth::{bytes_of, fsck_problem, walk, Truth};
-use super::{opts, Kind, ME};
+use super::types::{opts, ME};
 use crate::corrupt::image_device;
 use extalloc::disk::device::Device;
 use extalloc::volume::Volume;
 use extalloc::Policy;
 use extalloc_fuse::fs::names::NewNode;
 use extalloc_fuse::fs::{Fs, ROOT};
+use extalloc_fuse::inode::Kind;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 

@@ -33,57 +33,26 @@
 //!
 //! Data structures: an `Image` (bytes, stale snapshot, truth) per image, shared read-only
 //! with its steps through an `Arc`; the [`FsDamageOutcome`] counts. No locks of its own.
+//! What the steps share (the metadata kinds, the caller, the mounts' writeback options)
+//! is in `types.rs`, which this file and every step import.
 
 mod damage;
 mod image;
 mod judge;
 mod truth;
+mod types;
 
 use crate::corrupt::{guarded, image_device, note, settle, Step};
 use anyhow::{bail, Context, Result};
-use extalloc::writeback::WritebackOptions;
-use extalloc_fuse::fs::Caller;
-use extalloc_fuse::inode::Kind;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
+use types::MetaKind;
 
 /// Damages per image.
 const DAMAGES_PER_IMAGE: u64 = 8;
-/// Who makes every call.
-const ME: Caller = Caller { uid: 0, gid: 0 };
-
-/// The metadata kinds a damage lands in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum MetaKind {
-    PrimarySuperblock,
-    BackupSuperblock,
-    Descriptors,
-    Bitmaps,
-    FileTable,
-    MapSegments,
-    JournalRecords,
-    DirLogs,
-    SymlinkTargets,
-}
-
-impl MetaKind {
-    fn name(self) -> &'static str {
-        match self {
-            MetaKind::PrimarySuperblock => "primary_superblock",
-            MetaKind::BackupSuperblock => "backup_superblock",
-            MetaKind::Descriptors => "descriptors",
-            MetaKind::Bitmaps => "bitmaps",
-            MetaKind::FileTable => "file_table",
-            MetaKind::MapSegments => "map_segments",
-            MetaKind::JournalRecords => "journal_records",
-            MetaKind::DirLogs => "dir_logs",
-            MetaKind::SymlinkTargets => "symlink_targets",
-        }
-    }
-}
 
 /// The counts of one metadata kind (and of all).
 #[derive(Debug, Default, Clone, serde::Serialize)]
@@ -237,16 +206,6 @@ impl FsDamageOutcome {
             s += &format!("{k}: {}\n", counts.join(", "));
         }
         s
-    }
-}
-
-/// The writeback of every mount here: one context, no background writeback (the build
-/// is reproducible from its seed).
-fn opts() -> WritebackOptions {
-    WritebackOptions {
-        contexts: 1,
-        dirty_limit_bytes: 64 << 20,
-        ..WritebackOptions::default()
     }
 }
 

@@ -10,7 +10,7 @@
 //! every inode changed after the last checkpoint. Lock order: none.
 
 use super::image::{Built, Model, Named, BLOCK};
-use super::{opts, MetaKind};
+use super::types::{opts, MetaKind};
 use crate::corrupt::image_device;
 use anyhow::{bail, Context, Result};
 use extalloc::disk::device::{Device, OverlayDevice};

@@ -132,7 +132,7 @@ impl Backend {
         policy: &LabPolicy,
         geometry: Geometry,
         device: Option<&Path>,
-        synthetic: Option<super::Synthetic>,
+        synthetic: Option<super::synthetic::Synthetic>,
         seed: u64,
     ) -> Result<Self> {
         if let Some(syn) = synthetic {
@@ -172,7 +172,7 @@ impl Backend {
     fn synthetic(
         policy: &LabPolicy,
         geometry: Geometry,
-        syn: super::Synthetic,
+        syn: super::synthetic::Synthetic,
         seed: u64,
     ) -> Result<Self> {
         let LabPolicy::Extalloc(p) = policy else {

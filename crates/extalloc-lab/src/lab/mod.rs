@@ -27,6 +27,7 @@ pub mod report;
 pub mod size_class_edge;
 pub mod small_files;
 pub mod sparse_writes;
+mod synthetic;
 pub mod units;
 pub mod verdict;
 pub mod volume_run;
@@ -38,6 +39,8 @@ use extalloc::{Extent, Geometry};
 use report::{ProgressPoint, Report, Run};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+pub use synthetic::Synthetic;
 
 /// One run of a workload: a policy, a thread count, the options.
 pub type RunOnce = fn(&LabPolicy, usize, &LabOptions) -> Result<Run>;
@@ -77,40 +80,6 @@ pub struct LabOptions {
 
 /// Groups up to which a synthetic run reports free-space figures (each needs every bitmap).
 pub const SYNTHETIC_FREE_SPACE_GROUPS: u64 = 1 << 16;
-
-/// A synthetic device's fill for `--synthetic` runs.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
-pub struct Synthetic {
-    /// Fraction of each group in use.
-    pub fill: f64,
-    /// Free runs' sizes in KiB, log-uniform between the two.
-    pub free_extent_kib: (u64, u64),
-}
-
-impl Synthetic {
-    /// The device: `geometry`, a journal of `journal_blocks`, generated from `seed`.
-    pub fn device(
-        &self,
-        geometry: Geometry,
-        journal_blocks: u64,
-        seed: u64,
-    ) -> Result<std::sync::Arc<dyn extalloc::disk::device::Device>> {
-        let kib_blocks = |k: u64| (k * 1024 / u64::from(geometry.block_size)).max(1);
-        let spec = extalloc::disk::device::SyntheticSpec {
-            geometry,
-            journal_blocks,
-            fill: self.fill,
-            free_extent_blocks: (
-                kib_blocks(self.free_extent_kib.0),
-                kib_blocks(self.free_extent_kib.1),
-            ),
-            seed,
-        };
-        Ok(std::sync::Arc::new(
-            extalloc::disk::device::SyntheticDevice::new(&spec)?,
-        ))
-    }
-}
 
 impl LabOptions {
     pub fn geometry(&self) -> Result<Geometry> {

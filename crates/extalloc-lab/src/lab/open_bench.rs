@@ -271,7 +271,7 @@ pub fn rss_mib() -> f64 {
 pub fn open_synthetic(
     bytes: u64,
     group_blocks: u64,
-    syn: super::Synthetic,
+    syn: super::synthetic::Synthetic,
     seed: u64,
 ) -> Result<SyntheticOpenRow> {
     let geometry = Geometry::from_bytes(4096, group_blocks, bytes)?;

@@ -1,0 +1,418 @@
+//! The file system's core types, shared by `mod.rs` and every module under `fs/`: the
+//! [`Fs`] itself, the namespace in memory ([`Ns`], [`Node`], [`DirState`], [`Refs`]), the
+//! errors ([`Errno`], [`FsResult`]), [`Caller`], [`Attr`], an open directory's
+//! [`DirHandle`], and the methods on them that need nothing else of `fs/` (attributes,
+//! persisting and reaping inodes). `mod.rs` re-exports the public ones; mount, sync and
+//! unmount stay there, since they call its children.
+//!
+//! Data structures: [`Fs`] owns the [`Buffered`] volume, the namespace ([`Ns`]: every
+//! inode's [`Node`] by number, loaded at mount), the open directory handles
+//! ([`DirHandle`], `listing.rs`) and the atime mode.
+//!
+//! Invariant: the namespace invariant of `mod.rs` (a directory node's `entries` is its
+//! log replayed, every entry names a node, `nlink` counts the names); a node's attribute
+//! blob ([`Node::blob`]) is written only under `ns` written ([`Fs::persist`]).
+//!
+//! Lock order: `ns` -> `dir_handles`, then the volume's locks, as in `mod.rs`.
+
+use crate::dir::DirLog;
+use crate::inode::{Inode, Kind};
+use crate::xattr::{Tail, Xattrs};
+use extalloc::disk::device::FenceDevice;
+use extalloc::writeback::Buffered;
+use parking_lot::{Mutex, RwLock};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// The root directory's inode (FUSE's root id; the volume's first file).
+pub const ROOT: u64 = 1;
+
+/// An error for the kernel: an `errno` value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Errno(pub i32);
+
+impl std::fmt::Display for Errno {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", std::io::Error::from_raw_os_error(self.0))
+    }
+}
+
+impl std::error::Error for Errno {}
+
+/// A volume error as the kernel sees it: its kind's errno ([`extalloc::ErrorKind::errno`]:
+/// `EFBIG` only past the largest file, `ENOSPC`, `EINVAL`, `EUCLEAN`, `EIO`, ...). Errors of
+/// the device or the volume's state (not the caller's) are logged too.
+impl From<extalloc::Error> for Errno {
+    fn from(e: extalloc::Error) -> Errno {
+        use extalloc::ErrorKind as K;
+        // A caller's own limits (no space, no such file, too big) are not the volume's
+        // trouble; anything else is logged.
+        if !matches!(
+            e.kind(),
+            K::NoSpace | K::NotFound | K::FileTooBig | K::TransactionTooLarge
+        ) {
+            log::error!("volume error: {e}");
+        }
+        Errno(e.errno())
+    }
+}
+
+/// The result of a file system call.
+pub type FsResult<T> = Result<T, Errno>;
+
+/// Who makes a call (the kernel's request credentials).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caller {
+    /// User id.
+    pub uid: u32,
+    /// Group id.
+    pub gid: u32,
+}
+
+impl Caller {
+    /// Root, for calls made by the project's own tools and tests.
+    pub const ROOT: Caller = Caller { uid: 0, gid: 0 };
+}
+
+/// An inode as `stat` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attr {
+    /// Inode number.
+    pub ino: u64,
+    /// The attributes kept on the volume.
+    pub inode: Inode,
+    /// Size in bytes.
+    pub size: u64,
+    /// Bytes of blocks mapped.
+    pub allocated: u64,
+}
+
+/// A directory's state in memory.
+#[derive(Debug, Clone)]
+pub(crate) struct DirState {
+    pub(crate) entries: BTreeMap<Vec<u8>, u64>,
+    /// The directory holding this one (the root's is itself).
+    pub(crate) parent: u64,
+    /// Bytes of the entry log on the volume (where the next record goes).
+    pub(crate) log_bytes: u64,
+    /// Where the log's live part starts (the blocks before it are punched or history).
+    pub(crate) log_start: u64,
+    /// Bytes the entries would take as records (compaction's yardstick).
+    pub(crate) live: u64,
+    /// The log's blocks are mapped up to this byte (0: not known; `names.rs` maps a
+    /// change's records before it starts, so no append inside one allocates).
+    pub(crate) mapped_to: u64,
+}
+
+/// The kernel's references to a node (FUSE's lookup count): changed under the namespace
+/// lock held for reading (lookups) or writing (makes, links), read under either. Only a
+/// holder of the lock for writing acts on a count of 0 (`Fs::reap`), so a lookup racing a
+/// forget can only keep a node alive, never lose one.
+#[derive(Debug, Default)]
+pub(crate) struct Refs(AtomicU64);
+
+impl Refs {
+    /// A count of `n`.
+    pub(crate) fn new(n: u64) -> Refs {
+        Refs(AtomicU64::new(n))
+    }
+
+    /// The count now.
+    pub(crate) fn get(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// One more reference.
+    pub(crate) fn add(&self) {
+        let before = self.0.fetch_add(1, Ordering::AcqRel);
+        assert!(before < u64::MAX, "a lookup count cannot overflow");
+    }
+
+    /// `n` references fewer (never below 0: the kernel forgets no more than it got, but a
+    /// remount's counts start at 0); the count left.
+    pub(crate) fn forget(&self, n: u64) -> u64 {
+        let prev = self
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+                Some(c.saturating_sub(n))
+            })
+            .expect("the update always returns Some");
+        prev.saturating_sub(n)
+    }
+}
+
+impl Clone for Refs {
+    fn clone(&self) -> Refs {
+        Refs::new(self.get())
+    }
+}
+
+/// One inode in memory.
+#[derive(Debug, Clone)]
+pub(crate) struct Node {
+    pub(crate) inode: Inode,
+    pub(crate) dir: Option<DirState>,
+    /// Open file handles.
+    pub(crate) open: u32,
+    /// References the kernel holds (lookups not yet forgotten): counted under `ns` read,
+    /// so a lookup never waits for another lookup.
+    pub(crate) lookups: Refs,
+    /// Times changed in memory and not yet written to the volume.
+    pub(crate) attr_dirty: bool,
+    /// Extended attributes (`xattrs.rs`), loaded at mount.
+    pub(crate) xattrs: Xattrs,
+    /// The spill file holding them, when they do not fit the inode's blob.
+    pub(crate) spill: Option<u64>,
+}
+
+impl Node {
+    /// A node of `inode` with no directory, no attributes, nothing open or looked up.
+    pub(crate) fn plain(inode: Inode) -> Node {
+        Node {
+            inode,
+            dir: None,
+            open: 0,
+            lookups: Refs::default(),
+            attr_dirty: false,
+            xattrs: Xattrs::new(),
+            spill: None,
+        }
+    }
+
+    /// Where its extended attributes are, as its blob's tail says.
+    pub(crate) fn tail(&self) -> Tail {
+        match self.spill {
+            Some(id) => Tail::Spill(id),
+            None if self.xattrs.is_empty() => Tail::None,
+            None => {
+                debug_assert!(
+                    crate::xattr::fits_inline(&self.xattrs),
+                    "a set without a spill file fits in the inode's blob (`store_set`)"
+                );
+                Tail::Inline(self.xattrs.clone())
+            }
+        }
+    }
+
+    /// Its attribute blob: the inode and where its extended attributes are.
+    pub(crate) fn blob(&self) -> Vec<u8> {
+        self.inode.encode_with_tail(&self.tail().encode())
+    }
+}
+
+/// One entry of an open directory's snapshot: name, inode, kind.
+pub(crate) type Listed = (Vec<u8>, u64, Kind);
+
+/// Every inode by number.
+#[derive(Debug, Default)]
+pub(crate) struct Ns {
+    pub(crate) nodes: HashMap<u64, Node>,
+}
+
+impl Ns {
+    pub(crate) fn node(&self, ino: u64) -> FsResult<&Node> {
+        self.nodes.get(&ino).ok_or(Errno(libc::ENOENT))
+    }
+
+    pub(crate) fn node_mut(&mut self, ino: u64) -> FsResult<&mut Node> {
+        self.nodes.get_mut(&ino).ok_or(Errno(libc::ENOENT))
+    }
+
+    pub(crate) fn dir(&self, ino: u64) -> FsResult<&DirState> {
+        self.node(ino)?.dir.as_ref().ok_or(Errno(libc::ENOTDIR))
+    }
+
+    /// The inode `name` names in directory `parent`.
+    pub(crate) fn entry(&self, parent: u64, name: &[u8]) -> FsResult<u64> {
+        self.dir(parent)?
+            .entries
+            .get(name)
+            .copied()
+            .ok_or(Errno(libc::ENOENT))
+    }
+}
+
+/// One open directory handle (`listing.rs`).
+#[derive(Debug, Clone)]
+pub(crate) struct DirHandle {
+    /// The directory.
+    pub(crate) ino: u64,
+    /// Its entries when last read from position 0.
+    pub(crate) list: Vec<Listed>,
+}
+
+/// A file system on a buffered volume (see the module documentation).
+pub struct Fs {
+    pub(crate) vol: Buffered,
+    pub(crate) ns: RwLock<Ns>,
+    /// Open directory handles: the directory and a snapshot of its entries.
+    pub(crate) dir_handles: Mutex<HashMap<u64, DirHandle>>,
+    pub(crate) next_fh: AtomicU64,
+    /// The atime mode's code (`atime::AtimeMode`, `atime.rs`).
+    pub(crate) atime_mode: AtomicU8,
+    /// The kernel enforces POSIX ACLs (FUSE_POSIX_ACL): the daemon keeps them and the mode
+    /// arithmetic they bring (`xattrs.rs`); without it, ACL names are `EOPNOTSUPP`.
+    pub(crate) acls: AtomicBool,
+    /// The `syncmode::SyncMode`'s code (`syncmode.rs`: `-o sync`, `-o dirsync`).
+    pub(crate) sync_mode: AtomicU8,
+    /// Shut down (`shutdown.rs`): every change fails with `EIO`, nothing is written.
+    pub(crate) down: AtomicBool,
+    /// The fence over the device, for a shutdown (`shutdown.rs`).
+    pub(crate) fence: OnceLock<Arc<FenceDevice>>,
+    /// Told the inode whose attributes the daemon changed on its own (an atime a read
+    /// set): the FUSE layer drops the kernel's cached copy ([`Fs::on_stale_attrs`]).
+    pub(crate) stale_attrs: OnceLock<StaleAttrs>,
+}
+
+/// What [`Fs`] calls with an inode whose attributes the kernel may hold stale.
+pub type StaleAttrs = Box<dyn Fn(u64) + Send + Sync>;
+
+impl Fs {
+    /// Sets what is told of an inode whose attributes changed without a request that
+    /// changed them (an atime a read set): the kernel keeps attributes for as long as a
+    /// reply said, so the FUSE layer drops its copy. Set once; a second call is ignored.
+    pub fn on_stale_attrs(&self, f: StaleAttrs) {
+        if self.stale_attrs.set(f).is_err() {
+            log::warn!("the stale-attribute callback is set already");
+        }
+    }
+
+    /// `ino`'s attributes changed behind the kernel's back (see [`Fs::on_stale_attrs`]).
+    /// Called with no lock held: the callback writes to the FUSE device.
+    pub(crate) fn attrs_changed(&self, ino: u64) {
+        if let Some(f) = self.stale_attrs.get() {
+            f(ino);
+        }
+    }
+
+    /// The buffered volume underneath (figures, checks).
+    pub fn volume(&self) -> &Buffered {
+        &self.vol
+    }
+
+    /// Writes the pending times of `only` (or of every inode).
+    ///
+    /// The blobs are written under the namespace lock: a copy written after the lock was
+    /// let go could carry a link count a namespace change has since replaced (found by
+    /// `extalloc torture --fs`: a sync's stale blob undid an unlink's count).
+    pub(crate) fn flush_attrs(&self, only: Option<u64>) -> FsResult<()> {
+        self.flush_attrs_locked(&mut self.ns_write(), only)
+    }
+
+    /// [`Fs::flush_attrs`] with the namespace lock held.
+    pub(crate) fn flush_attrs_locked(&self, ns: &mut Ns, only: Option<u64>) -> FsResult<()> {
+        let dirty: Vec<u64> = match only {
+            // One inode: a lookup, not a scan of every inode (this runs at every close).
+            Some(ino) => ns
+                .nodes
+                .get(&ino)
+                .filter(|n| n.attr_dirty)
+                .map(|_| ino)
+                .into_iter()
+                .collect(),
+            None => ns
+                .nodes
+                .iter()
+                .filter(|(_, n)| n.attr_dirty)
+                .map(|(&ino, _)| ino)
+                .collect(),
+        };
+        for ino in dirty {
+            self.persist(ns, ino)?;
+        }
+        Ok(())
+    }
+
+    /// `stat` of `ino`.
+    pub fn getattr(&self, ino: u64) -> FsResult<Attr> {
+        let ns = self.ns.read();
+        self.attr_of(&ns, ino)
+    }
+
+    pub(crate) fn attr_of(&self, ns: &Ns, ino: u64) -> FsResult<Attr> {
+        let n = ns.node(ino)?;
+        let bs = self.vol.volume().block_size();
+        let mapped = bs
+            * self
+                .vol
+                .extents(ino)?
+                .iter()
+                .map(|e| e.extent.len)
+                .sum::<u64>();
+        let (size, allocated) = match &n.dir {
+            // A directory's size: its live log, in blocks (the log's file is sparse).
+            Some(d) => ((d.log_bytes - d.log_start).div_ceil(bs).max(1) * bs, mapped),
+            // Data still in the cache has no blocks yet: count the blocks reserved for it.
+            None => (
+                self.vol.size(ino)?,
+                mapped + bs * self.vol.cached_reserved_blocks(ino),
+            ),
+        };
+        Ok(Attr {
+            ino,
+            inode: n.inode,
+            size,
+            allocated,
+        })
+    }
+
+    /// Writes `ino`'s attributes to the volume now.
+    pub(crate) fn persist(&self, ns: &mut Ns, ino: u64) -> FsResult<()> {
+        let blob = ns.node(ino)?.blob();
+        self.vol.set_attr(ino, &blob)?;
+        // Clean only once written: a failed write leaves the times for the next try.
+        ns.node_mut(ino)?.attr_dirty = false;
+        Ok(())
+    }
+
+    /// Removes `ino` from the volume if nothing names, opens or remembers it any more.
+    pub(crate) fn reap(&self, ns: &mut Ns, ino: u64) -> FsResult<()> {
+        let gone = ns
+            .nodes
+            .get(&ino)
+            .is_some_and(|n| n.inode.nlink == 0 && n.open == 0 && n.lookups.get() == 0);
+        if gone {
+            self.remove_inode(ns, ino)?;
+        }
+        Ok(())
+    }
+
+    /// Unlinks `ino`'s volume file, then its extended attributes' spill file (a crash
+    /// between the two leaves a stray spill file, which mount removes), and forgets it.
+    pub(super) fn remove_inode(&self, ns: &mut Ns, ino: u64) -> FsResult<()> {
+        let spill = ns.node(ino)?.spill;
+        debug_assert_eq!(
+            ns.node(ino)?.inode.nlink,
+            0,
+            "only an inode no name refers to"
+        );
+        self.vol.unlink(ino)?;
+        ns.nodes.remove(&ino);
+        if let Some(s) = spill {
+            self.vol.uncached(s).unlink(s)?;
+        }
+        Ok(())
+    }
+
+    /// Number of inodes (for `statfs`).
+    pub fn inodes(&self) -> u64 {
+        self.ns.read().nodes.len() as u64
+    }
+}
+
+/// A directory node loaded from its log.
+pub(crate) fn dir_node(inode: Inode, log: &DirLog, parent: u64) -> Node {
+    Node {
+        inode,
+        dir: Some(DirState {
+            entries: log.entries.clone(),
+            parent,
+            log_bytes: log.valid_bytes,
+            log_start: log.start,
+            live: crate::dir::live_bytes(log.entries.keys()),
+            mapped_to: 0,
+        }),
+        ..Node::plain(inode)
+    }
+}
