@@ -303,7 +303,7 @@ def main(args):
         for a, la, b, lb in pairs:
             print(f'{a} <-> {b}\n    {a}: {la}\n    {b}: {lb}')
         for c in longer:
-            print('cycle: ' + ' -> '.join(c))
+            print(f'files that reach each other through others ({len(c)}): ' + ', '.join(c))
         total += len(pairs)
         loops += len(longer)
     print(f'import-cycles: {total} pair(s) of files importing each other and {loops} longer '
