@@ -2,6 +2,7 @@
 """Before/after comparison of two `extalloc` binaries, run alternately.
 
     scripts/compare-builds.py BEFORE AFTER [--rounds 3] [--out DIR]
+    scripts/compare-builds.py BEFORE AFTER --suite quick [--rounds 3]
 
 Runs each benchmark of the layering acceptance (`bench fallocate2 --threads 1,2`, `bench frag`,
 `bench small-files`, `bench sparse-writes`, default policies) with BEFORE and AFTER in turn,
@@ -15,6 +16,12 @@ says so. A run that fails is reported (its error on stderr, a count in the table
 rounds go on. `--bench NAME` (repeatable) runs only those benchmarks; `--extra "ARGS"` appends
 ARGS to every bench command (say `--extra "--device-size 32GiB"`: small-files on the default
 4 GiB device lasts about 0.15 s, too short to resolve 5 %).
+
+`--suite quick` runs `bench --suite quick --repeat 1` instead, ABBA as above, and prints one
+row per workload x policy x threads of every report with the layout and free-space figures
+of all rounds: "identical" when every run of both binaries gave the same value, otherwise
+each side's values, and whether BEFORE's own runs already differ from each other (a threaded
+run's layout depends on how its threads interleave).
 """
 import argparse
 import json
@@ -68,6 +75,67 @@ def run(binary, bench, out, extra):
         return json.load(f)
 
 
+def run_suite(binary, suite, out_dir, extra):
+    """Every run of one suite invocation as {(workload, policy, threads): run}, or None."""
+    cmd = [binary, "bench", "--suite", suite, "--repeat", "1", *extra, "--json", out_dir]
+    print("+", " ".join(cmd), file=sys.stderr, flush=True)
+    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        last = r.stderr.strip().splitlines()[-1:] or ["(no message)"]
+        print(f"FAILED ({r.returncode}): {' '.join(cmd)}: {last[0]}", file=sys.stderr, flush=True)
+        return None
+    runs = {}
+    for name in sorted(os.listdir(out_dir)):
+        with open(os.path.join(out_dir, name)) as f:
+            report = json.load(f)
+        for run in report["runs"]:
+            runs[(report["workload"], run["policy"], run["threads"])] = run
+    return runs
+
+
+def figure(run, section, name):
+    value = (run.get(section) or {}).get(name)
+    return None if value is None else round(value, 6)
+
+
+def compare_suite(args, out_dir):
+    runs = {"before": {}, "after": {}}
+    failed = {"before": 0, "after": 0}
+    for rnd in range(args.rounds):
+        order = (("before", args.before), ("after", args.after))
+        for side, binary in order if rnd % 2 == 0 else order[::-1]:
+            got = run_suite(binary, args.suite, os.path.join(out_dir, f"{side}-{rnd}"),
+                            args.extra.split())
+            if got is None:
+                failed[side] += 1
+                continue
+            for k, run in got.items():
+                runs[side].setdefault(k, []).append(run)
+    print("| workload | policy | threads | layout and free space over every round |")
+    print("|---|---|---:|---|")
+    rows = {"identical": 0, "differ": 0, "differ, before varies too": 0}
+    for k in sorted(set(runs["before"]) | set(runs["after"])):
+        b, a = runs["before"].get(k, []), runs["after"].get(k, [])
+        if not a or not b:
+            print(f"| {k[0]} | {k[1]} | {k[2]} | no run on one side |")
+            continue
+        notes, varies = [], False
+        for section, name in FIGURES:
+            vb = [figure(r, section, name) for r in b]
+            va = [figure(r, section, name) for r in a]
+            if len(set(vb + va)) <= 1:
+                continue
+            varies |= len(set(vb)) > 1
+            notes.append(f"{name} before {sorted(set(vb))} after {sorted(set(va))}")
+        verdict = "identical" if not notes else "differ, before varies too" if varies else "differ"
+        rows[verdict] += 1
+        print(f"| {k[0]} | {k[1]} | {k[2]} | {verdict if not notes else verdict + ': ' + '; '.join(notes)} |",
+              flush=True)
+    print(f"\nrows: {rows['identical']} identical, {rows['differ, before varies too']} differ where "
+          f"BEFORE's own runs differ, {rows['differ']} differ where BEFORE's runs agree")
+    print(f"failed runs: before {failed['before']}, after {failed['after']}")
+
+
 def key(run):
     return (run["policy"], run["threads"])
 
@@ -98,12 +166,17 @@ def main():
     ap.add_argument("--out", help="keep the JSON reports here")
     ap.add_argument("--bench", action="append", help="only this benchmark (repeatable)")
     ap.add_argument("--extra", default="", help="arguments appended to every bench command")
+    ap.add_argument("--suite", help="compare the layout figures of a suite's runs (quick)")
     args = ap.parse_args()
     for b in (args.before, args.after):
         if not os.access(b, os.X_OK):
             sys.exit(f"{b}: not an executable (build it first: cargo build --release)")
     out_dir = args.out or tempfile.mkdtemp(prefix="extalloc-compare-")
     os.makedirs(out_dir, exist_ok=True)
+    if args.suite:
+        compare_suite(args, out_dir)
+        print(f"\nreports: {out_dir}", file=sys.stderr)
+        return
     print("| workload | policy | threads | before ops/s | after ops/s | after/before | layout and free space |")
     print("|---|---|---:|---:|---:|---:|---|")
     failed = {"before": 0, "after": 0}
