@@ -21,6 +21,9 @@
 // one from the owner's stream.
 #define EXTALLOC_NO_GOAL UINT64_MAX
 
+// Largest attribute of a blob, in bytes (`extalloc_volume_put_attr`).
+#define EXTALLOC_MAX_ATTR_BYTES 1024
+
 // What a call returns: `EXTALLOC_OK` (0) or why it failed. The calling thread's last error
 // (`extalloc_last_error`) then holds the message.
 typedef enum extalloc_code {
@@ -86,8 +89,10 @@ typedef struct extalloc_statfs {
   uint64_t metadata_blocks;
   // Free now.
   uint64_t free_blocks;
-  // What puts can still get: free and preallocated blocks, less the 5 % kept for a
-  // superuser (`f_bavail`; the C API does not enforce that share).
+  // What puts can still get: the free blocks and those held in preallocations (space
+  // a file layer keeps ahead of a growing file; puts leave none held, so this exceeds
+  // `free_blocks` only while other writers' preallocations are), less the 5 % kept
+  // for a superuser (`f_bavail`; the C API does not enforce that share).
   uint64_t available_blocks;
   // Freed by deletes since the last sync: free once it commits.
   uint64_t pending_blocks;
@@ -248,9 +253,12 @@ enum extalloc_code extalloc_volume_create(const char *path,
 enum extalloc_code extalloc_volume_open(const char *path, struct extalloc_volume **out);
 
 // Puts a blob: a new file holding the `len` bytes at `data` (`data` may be NULL when `len`
-// is 0). Stores its id in `*id`. Durable at the next sync or close. Atomic: the blob is
-// listed only once written whole, and a crash never leaves part of one (the volume's
-// publish: a pending file, removed at the next open if the crash came first).
+// is 0), with no attribute (see `extalloc_volume_put_attr` to store a key with it).
+// Stores its id in `*id`. Durable at the next sync or close. Atomic: the blob is listed
+// only once written whole, and a crash never leaves part of one (the volume's publish: a
+// pending file, removed at the next open if the crash came first). Its space is
+// allocated at once (one extent where the free space allows) and nothing is held beyond
+// it.
 //
 // Fails with `EXTALLOC_NO_SPACE` when the volume is full (after committing pending
 // deletes and trying again), `EXTALLOC_IO`, `EXTALLOC_INVALID_ARGUMENT` for a NULL
@@ -266,6 +274,46 @@ enum extalloc_code extalloc_volume_put(const struct extalloc_volume *vol,
                                        const uint8_t *data,
                                        size_t len,
                                        uint64_t *id);
+
+// Puts a blob with an attribute: as `extalloc_volume_put`, and the `attr_len` bytes at
+// `attr` (a key, a name, metadata of the caller's; at most `EXTALLOC_MAX_ATTR_BYTES`)
+// become the blob's attribute in the same atomic publish: after a crash the blob is there
+// with its attribute, or not at all. `extalloc_volume_attr` reads it back; an index of
+// keys is rebuilt at open from `extalloc_volume_list` and it.
+//
+// Fails as `extalloc_volume_put` does, and with `EXTALLOC_INVALID_ARGUMENT` for an
+// attribute over the limit or `attr` NULL with `attr_len` not 0 (nothing changed).
+//
+// Thread safety: any thread, concurrently with every call on `vol` but close.
+//
+// # Safety
+// `vol` is NULL or live; `attr` is NULL or holds `attr_len` readable bytes; `data` is
+// NULL or holds `len` readable bytes; `id` is NULL or writable.
+enum extalloc_code extalloc_volume_put_attr(const struct extalloc_volume *vol,
+                                            const uint8_t *attr,
+                                            size_t attr_len,
+                                            const uint8_t *data,
+                                            size_t len,
+                                            uint64_t *id);
+
+// Copies blob `id`'s attribute (the bytes `extalloc_volume_put_attr` stored; none for
+// `extalloc_volume_put`) into `buf`, which holds `cap` bytes, and stores its length in
+// `*len`. With a `cap` smaller than the attribute (a size query: `buf` NULL, `cap` 0) it
+// copies nothing, stores the attribute's length in `*len` and returns
+// `EXTALLOC_BUFFER_TOO_SMALL`.
+//
+// Fails with `EXTALLOC_NOT_FOUND` for an id not on the volume. Changes nothing.
+//
+// Thread safety: any thread, concurrently with every call on `vol` but close.
+//
+// # Safety
+// `vol` is NULL or live; `buf` is NULL or holds `cap` writable bytes; `len` is NULL or
+// writable.
+enum extalloc_code extalloc_volume_attr(const struct extalloc_volume *vol,
+                                        uint64_t id,
+                                        uint8_t *buf,
+                                        size_t cap,
+                                        size_t *len);
 
 // Stores blob `id`'s size in bytes in `*size`.
 //

@@ -30,4 +30,4 @@ pub mod volume;
 
 pub use allocator::{extalloc_allocator, extalloc_extent, EXTALLOC_NO_GOAL};
 pub use error::extalloc_code;
-pub use volume::{extalloc_statfs, extalloc_volume};
+pub use volume::{extalloc_statfs, extalloc_volume, EXTALLOC_MAX_ATTR_BYTES};

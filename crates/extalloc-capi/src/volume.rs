@@ -1,6 +1,7 @@
-//! A volume of blobs on a file: create, open, put, get, delete, list, statfs, sync, close.
-//! A blob is one of the volume's files (`extalloc::volume::Volume`), named by its 64-bit id
-//! and written whole by one put.
+//! A volume of blobs on a file: create, open, put (with an attribute: a key), get, attr,
+//! delete, list, statfs, sync, close. A blob is one of the volume's files
+//! (`extalloc::volume::Volume`), named by its 64-bit id, written whole by one atomic put,
+//! and carries the caller's attribute bytes (a key) if it was put with some.
 //!
 //! Data structures: [`extalloc_volume`], the opaque handle (a boxed `Volume` and its path);
 //! [`extalloc_statfs`], the figures `extalloc_volume_statfs` fills in.
@@ -8,7 +9,7 @@
 //! Invariant: a handle is live from the `_create`/`_open` that returned it to its
 //! `extalloc_volume_close`, which frees it whatever it returns. Durability is the volume's
 //! (`docs/volume.md`): what was put or deleted before a successful `extalloc_volume_sync`
-//! (or close) survives a crash; later changes may be lost, each blob whole or in part.
+//! (or close) survives a crash; later puts may be lost, each blob whole or absent.
 //!
 //! Lock order: none here; each call takes the volume's locks in its order. `Volume` is
 //! `Send + Sync`, so calls on one handle from many threads run concurrently.
@@ -19,6 +20,10 @@ use extalloc::volume::Volume;
 use std::ffi::{c_char, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
+
+/// Largest attribute of a blob, in bytes (`extalloc_volume_put_attr`).
+pub const EXTALLOC_MAX_ATTR_BYTES: usize = 1024;
+const _: () = assert!(EXTALLOC_MAX_ATTR_BYTES == extalloc::volume::MAX_ATTR_BYTES);
 
 /// An open volume (opaque). Made by `extalloc_volume_create` or `extalloc_volume_open`,
 /// freed by `extalloc_volume_close`.
@@ -39,8 +44,10 @@ pub struct extalloc_statfs {
     pub metadata_blocks: u64,
     /// Free now.
     pub free_blocks: u64,
-    /// What puts can still get: free and preallocated blocks, less the 5 % kept for a
-    /// superuser (`f_bavail`; the C API does not enforce that share).
+    /// What puts can still get: the free blocks and those held in preallocations (space
+    /// a file layer keeps ahead of a growing file; puts leave none held, so this exceeds
+    /// `free_blocks` only while other writers' preallocations are), less the 5 % kept
+    /// for a superuser (`f_bavail`; the C API does not enforce that share).
     pub available_blocks: u64,
     /// Freed by deletes since the last sync: free once it commits.
     pub pending_blocks: u64,
@@ -134,9 +141,12 @@ pub unsafe extern "C" fn extalloc_volume_open(
 }
 
 /// Puts a blob: a new file holding the `len` bytes at `data` (`data` may be NULL when `len`
-/// is 0). Stores its id in `*id`. Durable at the next sync or close. Atomic: the blob is
-/// listed only once written whole, and a crash never leaves part of one (the volume's
-/// publish: a pending file, removed at the next open if the crash came first).
+/// is 0), with no attribute (see `extalloc_volume_put_attr` to store a key with it).
+/// Stores its id in `*id`. Durable at the next sync or close. Atomic: the blob is listed
+/// only once written whole, and a crash never leaves part of one (the volume's publish: a
+/// pending file, removed at the next open if the crash came first). Its space is
+/// allocated at once (one extent where the free space allows) and nothing is held beyond
+/// it.
 ///
 /// Fails with `EXTALLOC_NO_SPACE` when the volume is full (after committing pending
 /// deletes and trying again), `EXTALLOC_IO`, `EXTALLOC_INVALID_ARGUMENT` for a NULL
@@ -155,16 +165,103 @@ pub unsafe extern "C" fn extalloc_volume_put(
     len: usize,
     id: *mut u64,
 ) -> extalloc_code {
+    // SAFETY: the caller's promises, passed on with an empty attribute.
+    unsafe { extalloc_volume_put_attr(vol, std::ptr::null(), 0, data, len, id) }
+}
+
+/// Puts a blob with an attribute: as `extalloc_volume_put`, and the `attr_len` bytes at
+/// `attr` (a key, a name, metadata of the caller's; at most `EXTALLOC_MAX_ATTR_BYTES`)
+/// become the blob's attribute in the same atomic publish: after a crash the blob is there
+/// with its attribute, or not at all. `extalloc_volume_attr` reads it back; an index of
+/// keys is rebuilt at open from `extalloc_volume_list` and it.
+///
+/// Fails as `extalloc_volume_put` does, and with `EXTALLOC_INVALID_ARGUMENT` for an
+/// attribute over the limit or `attr` NULL with `attr_len` not 0 (nothing changed).
+///
+/// Thread safety: any thread, concurrently with every call on `vol` but close.
+///
+/// # Safety
+/// `vol` is NULL or live; `attr` is NULL or holds `attr_len` readable bytes; `data` is
+/// NULL or holds `len` readable bytes; `id` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn extalloc_volume_put_attr(
+    vol: *const extalloc_volume,
+    attr: *const u8,
+    attr_len: usize,
+    data: *const u8,
+    len: usize,
+    id: *mut u64,
+) -> extalloc_code {
     guard(|| {
         // SAFETY: the caller's promises, as the doc states.
         let (vol, id) = unsafe { (&deref(vol, "vol")?.vol, out_ref(id, "id")?) };
-        let bytes: &[u8] = match (data.is_null(), len) {
-            (_, 0) => &[],
-            (true, _) => return Err(Failure::invalid("data is NULL and len is not 0")),
-            // SAFETY: non-NULL and `len` readable bytes (the caller's promise).
-            (false, _) => unsafe { std::slice::from_raw_parts(data, len) },
+        // SAFETY: the caller's promises: `attr_len` and `len` readable bytes.
+        let (attr, bytes) = unsafe {
+            (
+                bytes_arg(attr, attr_len, "attr")?,
+                bytes_arg(data, len, "data")?,
+            )
         };
-        *id = vol.put(&[], bytes)?;
+        *id = vol.put(attr, bytes)?;
+        Ok(())
+    })
+}
+
+/// The `len` bytes at `p` (`p` may be NULL when `len` is 0).
+///
+/// # Safety
+/// `p` is NULL or holds `len` readable bytes that outlive the slice.
+unsafe fn bytes_arg<'a>(p: *const u8, len: usize, what: &str) -> Result<&'a [u8], Failure> {
+    match (p.is_null(), len) {
+        (_, 0) => Ok(&[]),
+        (true, _) => Err(Failure::invalid(format!(
+            "{what} is NULL and its length is not 0"
+        ))),
+        // SAFETY: non-NULL and `len` readable bytes (the caller's promise).
+        (false, _) => Ok(unsafe { std::slice::from_raw_parts(p, len) }),
+    }
+}
+
+/// Copies blob `id`'s attribute (the bytes `extalloc_volume_put_attr` stored; none for
+/// `extalloc_volume_put`) into `buf`, which holds `cap` bytes, and stores its length in
+/// `*len`. With a `cap` smaller than the attribute (a size query: `buf` NULL, `cap` 0) it
+/// copies nothing, stores the attribute's length in `*len` and returns
+/// `EXTALLOC_BUFFER_TOO_SMALL`.
+///
+/// Fails with `EXTALLOC_NOT_FOUND` for an id not on the volume. Changes nothing.
+///
+/// Thread safety: any thread, concurrently with every call on `vol` but close.
+///
+/// # Safety
+/// `vol` is NULL or live; `buf` is NULL or holds `cap` writable bytes; `len` is NULL or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn extalloc_volume_attr(
+    vol: *const extalloc_volume,
+    id: u64,
+    buf: *mut u8,
+    cap: usize,
+    len: *mut usize,
+) -> extalloc_code {
+    guard(|| {
+        // SAFETY: the caller's promises, as the doc states.
+        let (vol, len) = unsafe { (&deref(vol, "vol")?.vol, out_ref(len, "len")?) };
+        buffer_arg(buf, cap, "buf")?;
+        let attr = vol.attr(id)?;
+        *len = attr.len();
+        if attr.len() > cap {
+            return Err(Failure::new(
+                EXTALLOC_BUFFER_TOO_SMALL,
+                format!(
+                    "blob {id}'s attribute holds {} bytes, the buffer {cap}",
+                    attr.len()
+                ),
+            ));
+        }
+        if !attr.is_empty() {
+            // SAFETY: `cap >= attr.len() > 0` writable bytes at `buf` (non-NULL: cap > 0).
+            unsafe { std::ptr::copy_nonoverlapping(attr.as_ptr(), buf, attr.len()) };
+        }
         Ok(())
     })
 }

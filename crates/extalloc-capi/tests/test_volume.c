@@ -1,7 +1,8 @@
 /*
  * The volume's calls from C: each call's success, its misuse (NULL handles and pointers,
  * wrong ids, buffers too small, a path that exists, a file that holds no volume, a second
- * open), ENOSPC on a small device, and a reopen after close with every synced blob intact.
+ * open), ENOSPC on a small device, a reopen after close with every synced blob intact, and
+ * blobs put under keys whose index is rebuilt from the attributes after a reopen.
  */
 #include "common.h"
 
@@ -66,6 +67,14 @@ static void test_misuse_on_live_volume(extalloc_volume *vol) {
   EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_list(vol, NULL, 4, &count));
   EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_list(vol, NULL, 0, NULL));
   EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_statfs(vol, NULL));
+  EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_put_attr(vol, NULL, 3, buf, 8, &id));
+  CHECK(last_error_has("attr is NULL"));
+  static uint8_t big[EXTALLOC_MAX_ATTR_BYTES + 1];
+  EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_put_attr(vol, big, sizeof big, buf, 8, &id));
+  CHECK(last_error_has("1025"));
+  EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_attr(vol, 1, buf, 8, NULL));
+  EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_attr(vol, 1, NULL, 8, &len));
+  EXPECT_CODE(EXTALLOC_NOT_FOUND, extalloc_volume_attr(vol, 987654, buf, 8, &len));
   EXPECT_CODE(EXTALLOC_NOT_FOUND, extalloc_volume_size(vol, 987654, &size));
   CHECK(last_error_has("987654"));
   EXPECT_CODE(EXTALLOC_NOT_FOUND, extalloc_volume_get(vol, 987654, buf, 8, &len));
@@ -231,6 +240,58 @@ static void test_reopen(void) {
   free(path);
 }
 
+/* Blobs under keys: put with an attribute, the index rebuilt from list and attr after a
+ * reopen; a size query for an attribute; a blob put without one has an empty attribute. */
+static void test_keys(void) {
+  char *path = scratch_path("keys.vol");
+  extalloc_volume *vol = NULL;
+  OK(extalloc_volume_create(path, 64u << 20, &vol));
+  enum { N = 12 };
+  uint8_t buf[30000], got[30000];
+  char key[32];
+  uint64_t plain;
+  for (int i = 0; i < N; i++) {
+    uint64_t id;
+    int n = snprintf(key, sizeof key, "photos/%04d.jpg", i);
+    fill(buf, 1000 + (size_t)i * 2000, 300u + (unsigned)i);
+    OK(extalloc_volume_put_attr(vol, (const uint8_t *)key, (size_t)n, buf,
+                                1000 + (size_t)i * 2000, &id));
+  }
+  OK(extalloc_volume_put(vol, buf, 10, &plain));
+  OK(extalloc_volume_sync(vol));
+  OK(extalloc_volume_close(vol));
+  vol = NULL;
+  OK(extalloc_volume_open(path, &vol));
+  uint64_t ids[N + 1];
+  size_t count = 0, len = 0;
+  OK(extalloc_volume_list(vol, ids, N + 1, &count));
+  CHECK(count == N + 1);
+  int found = 0;
+  for (size_t k = 0; k < count; k++) {
+    char attr[EXTALLOC_MAX_ATTR_BYTES + 1];
+    if (ids[k] == plain) {
+      OK(extalloc_volume_attr(vol, ids[k], NULL, 0, &len));
+      CHECK(len == 0);
+      continue;
+    }
+    EXPECT_CODE(EXTALLOC_BUFFER_TOO_SMALL, extalloc_volume_attr(vol, ids[k], NULL, 0, &len));
+    CHECK(len == strlen("photos/0000.jpg"));
+    OK(extalloc_volume_attr(vol, ids[k], (uint8_t *)attr, sizeof attr, &len));
+    attr[len] = '\0';
+    int i = -1;
+    CHECK(sscanf(attr, "photos/%d.jpg", &i) == 1 && i >= 0 && i < N);
+    size_t want = 1000 + (size_t)i * 2000, n = 0;
+    fill(buf, want, 300u + (unsigned)i);
+    OK(extalloc_volume_get(vol, ids[k], got, sizeof got, &n));
+    CHECK(n == want && memcmp(got, buf, want) == 0);
+    found++;
+  }
+  CHECK(found == N);
+  OK(extalloc_volume_close(vol));
+  unlink(path);
+  free(path);
+}
+
 int main(int argc, char **argv) {
   setup(argc, argv);
   test_codes();
@@ -238,5 +299,6 @@ int main(int argc, char **argv) {
   test_create_refusals();
   test_no_space();
   test_reopen();
+  test_keys();
   return finish("test_volume");
 }

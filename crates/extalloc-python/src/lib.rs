@@ -103,10 +103,13 @@ impl Volume {
         Ok(Volume::opened(vol, path))
     }
 
-    /// Stores `data` (any bytes-like object) as a new blob and returns its id. Durable at
-    /// the next `sync` or `close`. On failure (NoSpace) no blob is left.
-    fn put(&self, py: Python<'_>, data: Vec<u8>) -> PyResult<u64> {
-        self.with(py, |vol| vol.put(&[], &data))
+    /// Stores `data` (any bytes-like object) as a new blob with `attr` (a key, up to 1,024
+    /// bytes: `list()` gives it back) and returns its id. Atomic: after a crash the blob is
+    /// there whole with its `attr`, or not at all. Durable at the next `sync` or `close`.
+    /// On failure (NoSpace) no blob is left.
+    #[pyo3(signature = (data, attr = Vec::new()))]
+    fn put(&self, py: Python<'_>, data: Vec<u8>, attr: Vec<u8>) -> PyResult<u64> {
+        self.with(py, |vol| vol.put(&attr, &data))
     }
 
     /// The bytes of blob `id`. Raises NoSuchFile for an unknown id.

@@ -24,6 +24,24 @@ def path(tmp_path):
     return str(tmp_path / "vol.img")
 
 
+def test_put_under_a_key_and_the_index_rebuilt_after_a_reopen(path):
+    blobs = {f"photos/{i:03}.jpg".encode(): os.urandom(1000 + 3000 * i) for i in range(20)}
+    with extalloc.Volume.create(path, 64 * MiB) as vol:
+        for key, data in blobs.items():
+            vol.put(data, attr=key)
+        plain = vol.put(b"no key")
+        with pytest.raises(extalloc.InvalidRequest, match="1025"):
+            vol.put(b"x", attr=b"k" * 1025)
+    with extalloc.Volume.open(path) as vol:
+        index = {attr: id for id, size, attr in vol.list() if id != plain}
+        assert sorted(index) == sorted(blobs)
+        for key, id in index.items():
+            assert vol.get(id) == blobs[key]
+            assert vol.attr(id) == key
+        assert vol.attr(plain) == b""
+        assert vol.statfs()["blobs"] == 21
+
+
 def test_put_get_delete_and_reopen(path):
     with extalloc.Volume.create(path, 64 * MiB) as vol:
         a = vol.put(b"hello")

@@ -1,15 +1,15 @@
 //! A blob store on a [`Volume`]: each blob a file whose attribute blob holds its key, put
-//! into a pending file (`create_pending`: listed by nothing, removed at open if a crash
-//! comes first) with `fallocate` then `write` (one extent a blob, no preallocation left
-//! behind) and `close_file`, then published under its key (`publish`: the whole blob or
-//! nothing, with no marker of the caller's own), made durable by `sync`; then a crash
-//! that loses every unflushed write, a reopen, and every synced blob read back and
-//! verified, the unsynced ones gone whole.
+//! with [`Volume::put`] (one call: a pending file no listing shows, its space allocated at
+//! once so the blob is one extent, its bytes, its unused preallocation given back, then
+//! published under its key: a crash leaves the whole blob or nothing, with no marker of
+//! the caller's own), made durable by `sync`; the index rebuilt in one pass
+//! ([`Volume::list_with_attrs`]); then a crash that loses every unflushed write, a reopen,
+//! and every synced blob read back and verified, the unsynced ones gone whole.
 //!
 //! `cargo run --release -p extalloc --example blobstore` (CI runs it).
 
 use extalloc::disk::device::{Crash, FaultDevice, MemDevice};
-use extalloc::volume::{Fallocate, Volume};
+use extalloc::volume::Volume;
 use extalloc::{Geometry, Policy, Result};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -22,24 +22,11 @@ fn content(key: &str, len: usize) -> Vec<u8> {
     (0..len).map(|i| seed.wrapping_add((i / 7) as u8)).collect()
 }
 
-/// Puts one blob: a pending file, its space in one extent, its bytes, its unused space
-/// back, then published under its key.
-fn put(vol: &Volume, key: &str, data: &[u8]) -> Result<u64> {
-    let id = vol.create_pending()?;
-    if !data.is_empty() {
-        vol.fallocate(id, Fallocate::Allocate, 0, data.len() as u64)?;
-    }
-    vol.write(id, 0, data)?;
-    vol.close_file(id)?;
-    vol.publish(id, key.as_bytes())?;
-    Ok(id)
-}
-
 /// Every blob by key, read back.
 fn index(vol: &Volume) -> Result<BTreeMap<String, Vec<u8>>> {
     let mut blobs = BTreeMap::new();
-    for f in vol.list() {
-        let key = String::from_utf8_lossy(&vol.attr(f.id)?).into_owned();
+    for (f, attr) in vol.list_with_attrs() {
+        let key = String::from_utf8_lossy(&attr).into_owned();
         blobs.insert(key, vol.read(f.id, 0, f.size)?);
     }
     Ok(blobs)
@@ -56,21 +43,30 @@ fn main() -> Result<()> {
     for i in 0..200 {
         let key = format!("photos/{i:04}.jpg");
         let data = content(&key, 1000 + i * 997);
-        put(&vol, &key, &data)?;
+        vol.put(key.as_bytes(), &data)?;
         synced.insert(key, data);
     }
     vol.sync()?; // the 200 blobs are durable from here
     for i in 0..50 {
         let key = format!("tmp/{i}");
-        put(&vol, &key, &content(&key, 50_000))?;
+        vol.put(key.as_bytes(), &content(&key, 50_000))?;
     }
-    let s = vol.statfs();
+    let (s, files) = (vol.statfs(), vol.list());
+    let extents: u64 = files.iter().map(|f| f.extents).sum();
     println!(
-        "put 250 blobs ({} extents for {} files), synced 200; free {} of {} blocks",
-        vol.list().iter().map(|f| f.extents).sum::<u64>(),
-        vol.list().len(),
+        "put 250 blobs ({extents} extents for {} files), synced 200; free {} of {} blocks",
+        files.len(),
         s.free_blocks,
         s.blocks
+    );
+    assert_eq!(
+        extents,
+        files.len() as u64,
+        "one extent a blob on a fresh volume"
+    );
+    assert!(
+        files.iter().all(|f| f.prealloc_blocks == 0),
+        "no space held after a put"
     );
 
     // Power cut: the daemon is gone (nothing more reaches the device) and every write

@@ -22,8 +22,10 @@ impl Volume {
     }
 
     /// A new file with `attr` holding `data` (a blob written whole), published atomically
-    /// (`publish.rs`): made pending, written, then given `attr`, so no listing and no
-    /// crash ever shows part of it. Returns its id; durable at the next commit. On failure
+    /// (`publish.rs`): made pending, its space allocated at once (`fallocate`: one extent
+    /// where the free space allows), written, its unused preallocation given back
+    /// (`close_file`), then given `attr`, so no listing and no crash ever shows part of it
+    /// and no space stays held for it. Returns its id; durable at the next commit. On failure
     /// (`NoSpace` with the device full) the pending file is unlinked again (or, if that
     /// fails too, left pending and hidden for the next open to remove): nothing is left.
     pub fn put(&self, attr: &[u8], data: &[u8]) -> Result<u64> {
@@ -31,7 +33,10 @@ impl Volume {
         let id = self.create_pending()?;
         let written = match data.is_empty() {
             true => Ok(()),
-            false => self.write(id, 0, data),
+            false => self
+                .fallocate(id, super::io::Fallocate::Allocate, 0, data.len() as u64)
+                .and_then(|()| self.write(id, 0, data))
+                .and_then(|()| self.close_file(id)),
         };
         if let Err(e) = written.and_then(|()| self.publish(id, attr)) {
             // The unlink's own failure is not the caller's news: the write's error is.
@@ -39,6 +44,11 @@ impl Volume {
             return Err(e);
         }
         debug_assert_eq!(self.size(id).ok(), Some(data.len() as u64), "written whole");
+        debug_assert!(
+            self.extents(id)
+                .map_or(true, |m| m.iter().all(|e| !e.unwritten)),
+            "every block the put mapped is written"
+        );
         Ok(id)
     }
 

@@ -82,9 +82,45 @@ fn a_published_and_synced_file_survives_with_all_its_data() {
     assert!(vol.is_pending(p), "refusals changed nothing");
 }
 
-/// A put of 16 MiB through a 64-block journal commits several times by itself. Cut at
+/// A put of 16 MiB through a 20-block journal commits several times by itself. Cut at
 /// every 7th device write (and the last few), the volume opened after the loss holds the
 /// object whole or not at all, and every block not in a file is free.
+/// A put leaves what a careful writer would: one extent a blob where the free space
+/// allows, every block written, no preallocation held, and free space that is the device's
+/// less the blobs' blocks once synced.
+#[test]
+fn a_put_leaves_one_extent_and_no_space_held() {
+    let vol = Volume::mkfs(device(9), &geometry(), 256, Policy::default()).unwrap();
+    vol.sync().unwrap();
+    let free = vol.statfs().free_blocks;
+    let mut blocks = 0;
+    for (i, len) in [1_000usize, 4_096, 70_000, 300_001, 1 << 20, 2_000_000]
+        .iter()
+        .enumerate()
+    {
+        let id = vol
+            .put(format!("k{i}").as_bytes(), &data(i as u8, *len))
+            .unwrap();
+        let map = vol.extents(id).unwrap();
+        assert_eq!(
+            map.len(),
+            1,
+            "blob {i} of {len} bytes in one extent: {map:?}"
+        );
+        assert!(!map[0].unwritten, "blob {i}: every block written");
+        assert_eq!(vol.read(id, 0, *len as u64).unwrap(), data(i as u8, *len));
+        blocks += (*len as u64).div_ceil(4096);
+    }
+    assert!(
+        vol.list().iter().all(|f| f.prealloc_blocks == 0),
+        "{:?}",
+        vol.list()
+    );
+    vol.sync().unwrap();
+    assert_eq!(vol.statfs().free_blocks, free - blocks);
+    assert!(vol.check().unwrap().clean());
+}
+
 #[test]
 fn a_put_cut_at_any_write_holds_the_object_whole_or_not_at_all() {
     let bytes = data(3, 16 << 20);
@@ -95,7 +131,7 @@ fn a_put_cut_at_any_write_holds_the_object_whole_or_not_at_all() {
         let dev = device(cut);
         // Its flushes counted: one inside the put is a commit the volume made by itself.
         let counted = Arc::new(crate::sequence::Counted::new(dev.clone()));
-        let vol = Volume::mkfs(counted.clone(), &geometry(), 64, Policy::default()).unwrap();
+        let vol = Volume::mkfs(counted.clone(), &geometry(), 20, Policy::default()).unwrap();
         vol.sync().unwrap();
         let flushes = counted.flushes();
         dev.fail_after(cut);
