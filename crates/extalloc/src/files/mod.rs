@@ -339,6 +339,14 @@ impl Files {
             map_insert(&mut f, req.logical, extent, left, right);
             return Ok(extent);
         }
+        // No PA covers the block, so none may cover what is mapped from here: the request
+        // stops where the file's next PA starts (its blocks there are that PA's to give).
+        let (_, pa_end) = f.pas.clamp(req.logical, req.logical, req.logical + len);
+        debug_assert!(
+            pa_end > req.logical,
+            "no PA covers the request's first block"
+        );
+        let len = pa_end - req.logical;
 
         // 2. Small files (a writer's size hint counts): the shard's locality preallocation.
         let file_blocks = f.size_blocks.max(end).max(req.size_hint);
