@@ -89,15 +89,16 @@ typedef struct extalloc_statfs {
   uint64_t metadata_blocks;
   // Free now.
   uint64_t free_blocks;
-  // What puts can still get: the free blocks and those held in preallocations (space
-  // a file layer keeps ahead of a growing file; puts leave none held, so this exceeds
-  // `free_blocks` only while other writers' preallocations are), less the 5 % kept
+  // What puts can still get: the free blocks and `prealloc_blocks`, less the 5 % kept
   // for a superuser (`f_bavail`; the C API does not enforce that share).
   uint64_t available_blocks;
   // Freed by deletes since the last sync: free once it commits.
   uint64_t pending_blocks;
   // Blobs on the volume.
   uint64_t blobs;
+  // Blocks held in preallocations (space kept ahead of a growing file; a put leaves
+  // none held, so this is 0 on a volume only puts wrote).
+  uint64_t prealloc_blocks;
 } extalloc_statfs;
 
 #ifdef __cplusplus

@@ -44,15 +44,16 @@ pub struct extalloc_statfs {
     pub metadata_blocks: u64,
     /// Free now.
     pub free_blocks: u64,
-    /// What puts can still get: the free blocks and those held in preallocations (space
-    /// a file layer keeps ahead of a growing file; puts leave none held, so this exceeds
-    /// `free_blocks` only while other writers' preallocations are), less the 5 % kept
+    /// What puts can still get: the free blocks and `prealloc_blocks`, less the 5 % kept
     /// for a superuser (`f_bavail`; the C API does not enforce that share).
     pub available_blocks: u64,
     /// Freed by deletes since the last sync: free once it commits.
     pub pending_blocks: u64,
     /// Blobs on the volume.
     pub blobs: u64,
+    /// Blocks held in preallocations (space kept ahead of a growing file; a put leaves
+    /// none held, so this is 0 on a volume only puts wrote).
+    pub prealloc_blocks: u64,
 }
 
 fn path_of(path: *const c_char) -> Result<PathBuf, Failure> {
@@ -417,6 +418,7 @@ pub unsafe extern "C" fn extalloc_volume_statfs(
             available_blocks: s.available_blocks,
             pending_blocks: s.pending_blocks,
             blobs: vol.list().len() as u64,
+            prealloc_blocks: s.prealloc_reserved_blocks,
         };
         Ok(())
     })

@@ -122,6 +122,11 @@ static void test_round_trip(extalloc_volume *vol) {
   OK(extalloc_volume_statfs(vol, &after));
   CHECK(after.blobs == before.blobs + N + 1);
   CHECK(after.free_blocks < before.free_blocks && after.block_size == 4096);
+  /* A put holds nothing beyond its blocks: the blobs took exactly their blocks. */
+  CHECK(after.prealloc_blocks == 0);
+  uint64_t blocks = 0;
+  for (int i = 0; i < N; i++) blocks += (sizes[i] + 4095) / 4096;
+  CHECK(before.free_blocks - after.free_blocks == blocks);
   for (int i = 0; i < N; i++) {
     uint64_t size = 0;
     size_t len = 0;

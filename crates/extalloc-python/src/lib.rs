@@ -157,6 +157,7 @@ impl Volume {
         d.set_item("available_blocks", s.available_blocks)?;
         d.set_item("pending_blocks", s.pending_blocks)?;
         d.set_item("blobs", blobs)?;
+        d.set_item("prealloc_blocks", s.prealloc_reserved_blocks)?;
         Ok(d)
     }
 

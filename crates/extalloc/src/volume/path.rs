@@ -43,11 +43,18 @@ impl Volume {
     /// # let path = dir.join("blobs.img");
     /// use extalloc::volume::Volume;
     /// let vol = Volume::mkfs_file(&path, 64 << 20)?;
-    /// let id = vol.create(b"my key")?;
-    /// vol.write(id, 0, b"hello")?;
+    /// let a = vol.put(b"greeting", b"hello")?; // key (up to 1 KiB), data: atomic
+    /// let b = vol.put(b"scratch", &[7; 100_000])?;
+    /// vol.unlink(b)?; // delete
+    /// vol.sync()?; // durable from here on
     /// vol.close()?; // commits, checkpoints and lets the device go
     /// let vol = Volume::open_file(&path)?;
-    /// assert_eq!(vol.read(id, 0, 5)?, b"hello");
+    /// // The index of keys, rebuilt in one pass: (FileInfo { id, size, .. }, key).
+    /// let index: Vec<_> = vol.list_with_attrs();
+    /// assert_eq!(index.len(), 1);
+    /// let (info, key) = &index[0];
+    /// assert_eq!((info.id, key.as_slice()), (a, &b"greeting"[..]));
+    /// assert_eq!(vol.read(a, 0, info.size)?, b"hello");
     /// # vol.close()?;
     /// # std::fs::remove_dir_all(&dir).unwrap();
     /// # Ok::<(), extalloc::Error>(())
