@@ -60,16 +60,21 @@ BETTER = {
 }
 
 
-def run(binary, bench, out, extra):
-    """The report of one run, or None if it failed (its error goes to stderr)."""
-    # One repetition per invocation (the rounds repeat, ABBA): the bench default became 3,
-    # and a BEFORE binary built before that would otherwise run once where AFTER runs three.
-    cmd = [binary, "bench", *bench, "--repeat", "1", *extra, "--json", out]
+def invoke(cmd):
+    """Runs one bench command; False if it failed (its last error line goes to stderr)."""
     print("+", " ".join(cmd), file=sys.stderr, flush=True)
     r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
         last = r.stderr.strip().splitlines()[-1:] or ["(no message)"]
         print(f"FAILED ({r.returncode}): {' '.join(cmd)}: {last[0]}", file=sys.stderr, flush=True)
+    return r.returncode == 0
+
+
+def run(binary, bench, out, extra):
+    """The report of one run, or None if it failed."""
+    # One repetition per invocation (the rounds repeat, ABBA): the bench default became 3,
+    # and a BEFORE binary built before that would otherwise run once where AFTER runs three.
+    if not invoke([binary, "bench", *bench, "--repeat", "1", *extra, "--json", out]):
         return None
     with open(out) as f:
         return json.load(f)
@@ -77,12 +82,7 @@ def run(binary, bench, out, extra):
 
 def run_suite(binary, suite, out_dir, extra):
     """Every run of one suite invocation as {(workload, policy, threads): run}, or None."""
-    cmd = [binary, "bench", "--suite", suite, "--repeat", "1", *extra, "--json", out_dir]
-    print("+", " ".join(cmd), file=sys.stderr, flush=True)
-    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if r.returncode != 0:
-        last = r.stderr.strip().splitlines()[-1:] or ["(no message)"]
-        print(f"FAILED ({r.returncode}): {' '.join(cmd)}: {last[0]}", file=sys.stderr, flush=True)
+    if not invoke([binary, "bench", "--suite", suite, "--repeat", "1", *extra, "--json", out_dir]):
         return None
     runs = {}
     for name in sorted(os.listdir(out_dir)):

@@ -43,10 +43,6 @@ def module_files(src):
     return files
 
 
-def is_mod_file(path):
-    return os.path.basename(path) in ('mod.rs', 'lib.rs', 'main.rs')
-
-
 def strip_tests(text):
     """The text without `#[cfg(test)]` inline module blocks, comments and string bodies."""
     text = re.sub(r'//[^\n]*', '', text)
@@ -110,7 +106,7 @@ DEF_RE = r'^\s*(?:pub(?:\([^)]*\))?\s+)?(?:unsafe\s+)?(?:fn|struct|enum|const|st
 REEXPORTS = {}
 
 
-def reexports(path, files):
+def reexports(path):
     """{name: [paths]} a file re-exports with `pub use`; '*' holds its glob re-exports."""
     if path not in REEXPORTS:
         REEXPORTS[path] = {}
@@ -131,7 +127,7 @@ def follow(target, rest, files, depth=0):
     if not rest or depth > 8 or defines(target, rest[0]):
         return target
     mod = next(m for m, p in files.items() if p == target)
-    exports = reexports(target, files)
+    exports = reexports(target)
     children = {m.group(1) for m in MOD_RE.finditer(strip_tests(open(target).read()))}
     for p in exports.get(rest[0], []):
         found = resolve(p, mod, files, children, depth + 1)
@@ -172,10 +168,8 @@ def resolve(path, here, files, children, depth=0):
 def imports(path, here, files):
     """{file it names: a line that names it}."""
     text = strip_tests(open(path).read())
-    children = {m.group(1) for m in MOD_RE.finditer(text)} if is_mod_file(path) else set()
-    if not is_mod_file(path):
-        # `a.rs` with children in `a/`: its children are declared in it too.
-        children = {m.group(1) for m in MOD_RE.finditer(text)}
+    # A file's child modules (`mod.rs`'s, or `a.rs`'s in `a/`) are those it declares.
+    children = {m.group(1) for m in MOD_RE.finditer(text)}
     found = {}
     candidates = []
     for m in USE_RE.finditer(text):

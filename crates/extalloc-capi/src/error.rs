@@ -167,6 +167,24 @@ pub(crate) fn buffer_arg<T>(p: *const T, cap: usize, what: &str) -> Result<(), F
     Ok(())
 }
 
+/// The size query's answer: stores `need` (bytes) in `*len` and refuses with
+/// `EXTALLOC_BUFFER_TOO_SMALL`, naming `what`, when it does not fit a buffer of `cap`.
+pub(crate) fn fits(
+    need: u64,
+    cap: usize,
+    len: &mut usize,
+    what: impl FnOnce() -> String,
+) -> Result<(), Failure> {
+    *len = usize::try_from(need).unwrap_or(usize::MAX);
+    if need > cap as u64 {
+        return Err(Failure::new(
+            EXTALLOC_BUFFER_TOO_SMALL,
+            format!("{} holds {need} bytes, the buffer {cap}", what()),
+        ));
+    }
+    Ok(())
+}
+
 /// The C string at `p` as UTF-8, or `EXTALLOC_INVALID_ARGUMENT` naming `what`.
 ///
 /// # Safety

@@ -15,7 +15,7 @@
 //! `Send + Sync`, so calls on one handle from many threads run concurrently.
 
 use crate::error::extalloc_code::{self, *};
-use crate::error::{buffer_arg, c_str, deref, guard, out_ref, Failure};
+use crate::error::{buffer_arg, c_str, deref, fits, guard, out_ref, Failure};
 use extalloc::volume::Volume;
 use std::ffi::{c_char, OsStr};
 use std::os::unix::ffi::OsStrExt;
@@ -249,16 +249,9 @@ pub unsafe extern "C" fn extalloc_volume_attr(
         let (vol, len) = unsafe { (&deref(vol, "vol")?.vol, out_ref(len, "len")?) };
         buffer_arg(buf, cap, "buf")?;
         let attr = vol.attr(id)?;
-        *len = attr.len();
-        if attr.len() > cap {
-            return Err(Failure::new(
-                EXTALLOC_BUFFER_TOO_SMALL,
-                format!(
-                    "blob {id}'s attribute holds {} bytes, the buffer {cap}",
-                    attr.len()
-                ),
-            ));
-        }
+        fits(attr.len() as u64, cap, len, || {
+            format!("blob {id}'s attribute")
+        })?;
         if !attr.is_empty() {
             // SAFETY: `cap >= attr.len() > 0` writable bytes at `buf` (non-NULL: cap > 0).
             unsafe { std::ptr::copy_nonoverlapping(attr.as_ptr(), buf, attr.len()) };
@@ -315,13 +308,7 @@ pub unsafe extern "C" fn extalloc_volume_get(
         let (vol, len) = unsafe { (&deref(vol, "vol")?.vol, out_ref(len, "len")?) };
         buffer_arg(buf, cap, "buf")?;
         let size = vol.size(id)?;
-        if size > cap as u64 {
-            *len = usize::try_from(size).unwrap_or(usize::MAX);
-            return Err(Failure::new(
-                EXTALLOC_BUFFER_TOO_SMALL,
-                format!("blob {id} holds {size} bytes, the buffer {cap}"),
-            ));
-        }
+        fits(size, cap, len, || format!("blob {id}"))?;
         let n = if size == 0 {
             0
         } else {

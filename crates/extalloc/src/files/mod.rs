@@ -81,9 +81,14 @@ use std::sync::Arc;
 pub use file::{DataRequest, FileAlloc};
 pub use pa::PREALLOC_LIST_MAX;
 
-/// A request's mapped neighbours, `(logical start, extent)`: the last extent starting at
-/// or before it, the first after it.
-type Neighbours = (Option<(u64, Extent)>, Option<(u64, Extent)>);
+/// Around a request's first block, looked up once: its mapped neighbours `(logical, extent)`
+/// (the last extent starting at or before it, the first after) and `room`, the logical
+/// range between the file's PAs around it.
+pub(super) struct Around {
+    pub(super) left: Option<(u64, Extent)>,
+    pub(super) right: Option<(u64, Extent)>,
+    pub(super) room: (u64, u64),
+}
 
 /// Rounds of "discard what can be locked, then try again" before no space is reported
 /// while preallocations still hold blocks (see `Files::retrying`).
@@ -340,13 +345,13 @@ impl Files {
             return Ok(extent);
         }
         // No PA covers the block, so none may cover what is mapped from here: the request
-        // stops where the file's next PA starts (its blocks there are that PA's to give).
-        let (_, pa_end) = f.pas.clamp(req.logical, req.logical, req.logical + len);
+        // (carve or window) stops where the file's next PA starts (its blocks are its own).
+        let room = f.pas.clamp(req.logical, 0, u64::MAX);
         debug_assert!(
-            pa_end > req.logical,
+            room.0 <= req.logical && req.logical < room.1,
             "no PA covers the request's first block"
         );
-        let len = pa_end - req.logical;
+        let len = len.min(room.1 - req.logical);
 
         // 2. Small files (a writer's size hint counts): the shard's locality preallocation.
         let file_blocks = f.size_blocks.max(end).max(req.size_hint);
@@ -370,7 +375,8 @@ impl Files {
         }
 
         // 3. Normalise and allocate the window.
-        let extent = self.map_from_window(file, &mut f, req, len, (left, right), commits)?;
+        let around = Around { left, right, room };
+        let extent = self.map_from_window(file, &mut f, req, len, &around, commits)?;
         map_insert(&mut f, req.logical, extent, left, right);
         Ok(extent)
     }
@@ -384,10 +390,10 @@ impl Files {
         f: &mut FileInner,
         req: &DataRequest,
         len: u64,
-        (left, right): Neighbours,
+        around: &Around,
         commits: Commits,
     ) -> Result<Extent> {
-        let (ws, window, len) = self.window(file.id, f, req, len, left, right);
+        let (ws, window, len) = self.window(file.id, f, req, len, around);
         let (ws, got) = match self.reserve(&window, commits) {
             Ok(e) => (ws, e),
             Err(Error::NoSpace { .. }) => {

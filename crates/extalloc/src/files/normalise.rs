@@ -12,7 +12,7 @@
 //! the file, and fits one group.
 
 use super::file::{DataRequest, FileInner};
-use super::Files;
+use super::{Around, Files};
 use crate::alloc::AllocRequest;
 use crate::geometry::Extent;
 
@@ -23,7 +23,7 @@ const _: () = assert!(BUCKET_BYTES_MIN.is_power_of_two() && BUCKET_BYTES_MAX.is_
 
 impl Files {
     /// The normalised window for a request of `len` blocks at `req.logical` (not covered
-    /// by a PA): its logical start, the allocation request for it, and the request's
+    /// by a PA; `around` its neighbours and the room between its PAs): its logical start, the allocation request for it, and the request's
     /// length clamped to the window.
     ///
     /// The bucket follows the larger of the request's end and the file's size, as ext4's
@@ -36,8 +36,7 @@ impl Files {
         f: &FileInner,
         req: &DataRequest,
         len: u64,
-        left: Option<(u64, Extent)>,
-        right: Option<(u64, Extent)>,
+        &Around { left, right, room }: &Around,
     ) -> (u64, AllocRequest, u64) {
         let (geometry, policy) = (self.alloc.geometry(), self.alloc.policy());
         let (mut ws, mut we, grown) = self.bucket(f, req, len, left);
@@ -51,7 +50,8 @@ impl Files {
         if let Some((s, _)) = right {
             we = we.min(s);
         }
-        (ws, we) = f.pas.clamp(req.logical, ws, we);
+        // The file's PAs around it (looked up once, `Around::room`).
+        (ws, we) = (ws.max(room.0), we.min(room.1));
         if we - ws > geometry.group_blocks {
             ws = ws.max(req.logical);
             we = we.min(ws + geometry.group_blocks);
