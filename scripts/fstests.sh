@@ -135,8 +135,14 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 step "Debian packages and users"
-PKGS=(xfsprogs xfslibs-dev uuid-dev libattr1-dev libacl1-dev libaio-dev libtool autoconf
-  automake gcc make bc psmisc attr acl fio fuse3 util-linux e2fsprogs dmsetup jq gawk)
+# liburing-dev (with pkg-config) builds fstests' io_uring programs (`src/feature -R`,
+# uring_read_fault); acct brings accton (BSD process accounting, generic/596).
+PKGS=(xfsprogs xfslibs-dev uuid-dev libattr1-dev libacl1-dev libaio-dev liburing-dev pkg-config
+  libtool autoconf automake gcc make bc psmisc attr acl fio fuse3 util-linux e2fsprogs dmsetup
+  jq gawk acct)
+# What fstests was built against: a change of this list makes a new build (configure looks
+# for optional libraries once; a build made without liburing never runs an io_uring test).
+BUILD_DEPS=uring1
 [[ "$FS" == fuse2fs ]] && PKGS+=(fuse2fs)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
@@ -145,6 +151,9 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null \
     || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null; } \
     || fatal "cannot install ${missing[*]}"
+  # Debian's acct turns process accounting on for the whole machine when installed; the
+  # tests turn it on and off themselves.
+  [[ " ${missing[*]} " == *" acct "* ]] && { accton off >/dev/null 2>&1 || true; }
 fi
 for u in fsgqa fsgqa2 123456-fsgqa; do
   id "$u" >/dev/null 2>&1 && continue
@@ -160,6 +169,7 @@ else
   key=$(cd "$SRC" && find . -path ./.git -prune -o -type f -print0 | LC_ALL=C sort -z \
     | xargs -0 sha256sum | sha256sum | cut -c1-12)
 fi
+key="$key-$BUILD_DEPS"
 FST="$BUILD_ROOT/$key"
 case "$FST/" in "$REPO"/*) fatal "build directory $FST is inside the repository" ;; esac
 if [[ ! -f "$FST/.extalloc-built" ]]; then
