@@ -4,7 +4,7 @@
 # random-write job, sequential writes, mixed reads and writes), O_DIRECT against buffered
 # I/O and mmap (both ways, checksums), durability without fsync
 # (kill -9 right after `sync; sync MOUNTPOINT`, and after the background commit's
-# interval, and under -o sync and -o dirsync), a shutdown ioctl, `extalloc umount` followed at once by fsck and a new mount, SIGTERM with the
+# interval, under -o sync and -o dirsync, and in a chattr +S directory), a shutdown ioctl, `extalloc umount` followed at once by fsck and a new mount, SIGTERM with the
 # mount copied into another mount namespace, and kill -9 crashes of the mount in the
 # middle of fio: each followed by `fusermount3 -u`, a new mount (which repairs), fio's
 # verify of every round that finished (and so was fsync'd), and fsck.
@@ -337,6 +337,28 @@ do_mount >/dev/null
 [[ -d "$MNT/dirsync/a/b" && -f "$MNT/dirsync/d" && ! -e "$MNT/dirsync/a/b/c" ]] \
   || { echo "-o dirsync: names lost after kill -9: $(find "$MNT/dirsync")" >&2; exit 1; }
 echo "-o sync: 50 files and a chmod kept; -o dirsync: 2 mkdirs, a create and a rename kept"
+do_umount
+
+step "chattr +S on a directory, then kill -9 at once (no background commit)"
+# A synchronous directory commits the names made in it; its files inherit the flag, are
+# opened with direct I/O and commit each write before answering it, so even a file still
+# open when the daemon dies keeps what write(2) returned for.
+do_mount --commit-interval 0 >/dev/null
+mkdir "$MNT/S"
+chattr +S "$MNT/S"
+put_files "$MNT/S/files"
+exec 3>"$MNT/S/open"
+printf 'written, never closed' >&3
+kill -9 "$DAEMON"
+exec 3>&-
+killed
+do_mount >/dev/null
+check_files "$MNT/S/files" "chattr +S; kill -9"
+[[ $(cat "$MNT/S/open") == "written, never closed" ]] \
+  || { echo "chattr +S: a write of a file still open was lost" >&2; exit 1; }
+lsattr -d "$MNT/S/files" | grep -q '^[^ ]*S' \
+  || { echo "chattr +S: not inherited: $(lsattr -d "$MNT/S/files")" >&2; exit 1; }
+echo "chattr +S: 50 files, a directory and an open file's write kept; the flag inherited"
 do_umount
 
 step "shutdown (FS_IOC_SHUTDOWN): what reached the daemon kept, every later change refused"

@@ -16,12 +16,12 @@ use crate::fs::data::SetAttr;
 use crate::fs::flags;
 use crate::fs::names::NewNode;
 use crate::fs::syncmode::Settle;
-use crate::fs::{Attr, Errno as FsErrno, Fs, FsResult};
+use crate::fs::{Attr, Caller, Errno as FsErrno, Fs, FsResult};
 use crate::inode::{Kind, Time};
 use crate::kernel::{negotiate, MountFlags};
 use crate::replies::{
-    acl_groups, caller, data, drop_attrs, empty, errno, file_attr, negative_entry, opened,
-    set_time, xattr_reply, DIR_OPEN_FLAGS, OPEN_FLAGS, OPEN_KEEPING_FLAGS, TTL,
+    acl_groups, caller, data, drop_attrs, empty, errno, file_attr, negative_entry, open_flags,
+    opened, set_time, statfs_reply, xattr_reply, DIR_OPEN_FLAGS, OPEN_FLAGS, TTL,
 };
 use fuser::{
     CopyFileRangeFlags, Errno, FileAttr, FileHandle, Filesystem, Generation, INodeNo, IoctlFlags,
@@ -109,7 +109,7 @@ impl FuseFs {
 
     fn make(&self, req: &Request, parent: INodeNo, name: &OsStr, new: NewNode<'_>, r: ReplyEntry) {
         let made = self.fs.make(parent.0, name.as_bytes(), new, caller(req));
-        self.entry(self.settled(made, Settle::Names), r);
+        self.entry(self.settled(made, Settle::names(parent.0)), r);
     }
 }
 
@@ -171,7 +171,13 @@ impl Filesystem for FuseFs {
             mtime: mtime.map(set_time),
             ctime: ctime.map(Time::from_system),
         };
-        let r = self.fs.setattr(ino.0, set, caller(req));
+        // Only a truncate asks who calls: no read of /proc for the rest (`replies::caller`).
+        let who = if size.is_some() {
+            caller(req)
+        } else {
+            Caller::NOBODY
+        };
+        let r = self.fs.setattr(ino.0, set, who);
         self.attr(self.settled(r, Settle::Inode(ino.0)), reply);
     }
 
@@ -224,12 +230,12 @@ impl Filesystem for FuseFs {
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let r = self.fs.unlink(parent.0, name.as_bytes());
-        empty(self.settled(r, Settle::Names), reply);
+        empty(self.settled(r, Settle::names(parent.0)), reply);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let r = self.fs.rmdir(parent.0, name.as_bytes());
-        empty(self.settled(r, Settle::Names), reply);
+        empty(self.settled(r, Settle::names(parent.0)), reply);
     }
 
     fn symlink(
@@ -267,7 +273,7 @@ impl Filesystem for FuseFs {
         let r = self
             .fs
             .rename(from.0, from.1, to.0, to.1, flags.bits(), caller(req));
-        empty(self.settled(r, Settle::Names), reply);
+        empty(self.settled(r, Settle::Names([from.0, to.0])), reply);
     }
 
     fn link(
@@ -279,14 +285,16 @@ impl Filesystem for FuseFs {
         reply: ReplyEntry,
     ) {
         let r = self.fs.link(ino.0, newparent.0, newname.as_bytes());
-        self.entry(self.settled(r, Settle::Names), reply);
+        self.entry(self.settled(r, Settle::names(newparent.0)), reply);
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         self.flags.refresh_atime(&self.fs);
-        let keep = self.fs.access_keeps_atime(ino.0);
-        let flags_out = if keep { OPEN_KEEPING_FLAGS } else { OPEN_FLAGS };
-        opened(self.fs.open(ino.0, flags.0), flags_out, reply);
+        opened(
+            self.fs.open(ino.0, flags.0),
+            open_flags(&self.fs, ino.0),
+            reply,
+        );
     }
 
     fn read(
@@ -317,7 +325,10 @@ impl Filesystem for FuseFs {
         reply: ReplyWrite,
     ) {
         let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
-        match self.fs.write_clearing(ino.0, offset, data, kill) {
+        // A synchronous file's write is durable before it is answered (`fs/flags.rs`).
+        let r = self.fs.write_clearing(ino.0, offset, data, kill);
+        let r = self.settled(r, Settle::Inode(ino.0));
+        match r {
             Ok((n, cleared)) => {
                 if cleared {
                     self.mode_changed(ino.0);
@@ -442,21 +453,7 @@ impl Filesystem for FuseFs {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let s = match self.fs.statfs() {
-            Ok(s) => s,
-            Err(e) => return reply.error(errno(e)),
-        };
-        let name_max = crate::dir::NAME_MAX as u32;
-        reply.statfs(
-            s.blocks,
-            s.free,
-            s.available,
-            s.files,
-            s.files_free,
-            s.block_size,
-            name_max,
-            s.block_size,
-        );
+        statfs_reply(self.fs.statfs(), reply);
     }
 
     fn create(
@@ -473,7 +470,7 @@ impl Filesystem for FuseFs {
         let r = self
             .fs
             .create(parent.0, name.as_bytes(), mode, umask, flags, who);
-        match self.settled(r, Settle::Names) {
+        match self.settled(r, Settle::names(parent.0)) {
             Ok((a, fh)) => reply.created(
                 &TTL,
                 &self.file_attr(&a),
@@ -529,7 +526,7 @@ impl Filesystem for FuseFs {
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         // Privilege as the uid says: FUSE passes no capabilities.
-        xattr_reply(self.fs.listxattr(ino.0, req.uid() == 0), size, reply);
+        xattr_reply(self.fs.listxattr(ino.0, caller(req).uid == 0), size, reply);
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -551,11 +548,12 @@ impl Filesystem for FuseFs {
         // chattr and lsattr (`fs/flags.rs`; the kernel has checked who may), and the
         // shutdown (`fs/shutdown.rs`). The kernel keeps the attributes it cached across
         // the ioctl: a set moved ctime, so drop them.
-        if cmd == flags::FS_IOC_SHUTDOWN && req.uid() == 0 && !self.fs.is_down() {
+        let who = caller(req);
+        if cmd == flags::FS_IOC_SHUTDOWN && who.uid == 0 && !self.fs.is_down() {
             crate::ending::hand_over(&self.mountpoint);
         }
         let set = matches!(cmd, flags::FS_IOC_SETFLAGS | flags::FS_IOC_FSSETXATTR);
-        let r = self.fs.ioctl(ino.0, cmd, in_data, caller(req));
+        let r = self.fs.ioctl(ino.0, cmd, in_data, who);
         let what = match set {
             true => Settle::Inode(ino.0),
             false => Settle::Nothing,

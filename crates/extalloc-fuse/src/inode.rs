@@ -29,6 +29,8 @@ pub const INODE_BYTES: usize = 64;
 
 // The `chattr` flags an inode keeps (`Inode::flags`), enforced by `fs/flags.rs`, which
 // re-exports them.
+/// `FS_SYNC_FL`.
+pub const SYNC: u32 = 0x08;
 /// `FS_IMMUTABLE_FL`.
 pub const IMMUTABLE: u32 = 0x10;
 /// `FS_APPEND_FL`.
@@ -38,7 +40,7 @@ pub const NODUMP: u32 = 0x40;
 /// `FS_NOATIME_FL`.
 pub const NOATIME: u32 = 0x80;
 /// The flags an inode keeps; `FS_IOC_SETFLAGS` with any other is `EOPNOTSUPP`.
-pub const KEPT: u32 = IMMUTABLE | APPEND | NODUMP | NOATIME;
+pub const KEPT: u32 = SYNC | IMMUTABLE | APPEND | NODUMP | NOATIME;
 
 /// What an inode is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -196,7 +198,7 @@ pub struct Inode {
     pub mtime: Time,
     /// Last change of the inode.
     pub ctime: Time,
-    /// The `chattr` flags kept ([`KEPT`]: immutable, append-only,
+    /// The `chattr` flags kept ([`KEPT`]: synchronous, immutable, append-only,
     /// no-dump, no-atime); the bytes were zero before flags existed, so older inodes read
     /// as having none.
     pub flags: u32,

@@ -49,6 +49,19 @@ pub fn negotiate(fs: &Fs, config: &mut KernelConfig) {
     if let Err(missing) = config.add_capabilities(dirs) {
         log::warn!("the kernel does not offer {missing:?}: a round trip per name listed");
     }
+    // A synchronous file (`chattr +S`) is opened with FOPEN_DIRECT_IO (`fs/flags.rs`); this
+    // lets a program still map it shared.
+    if let Err(missing) = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP) {
+        log::warn!("the kernel does not offer {missing:?}: a synchronous file cannot be mapped");
+    }
+    // Idmapped mounts (`mount --bind -o X-mount.idmap=...`; the mount runs with
+    // default_permissions, which the kernel requires for them): the kernel maps ids on the
+    // way in and out itself. In exchange it sends the caller's ids only with the requests
+    // that make an inode, and none (`replies::NO_ID`) with the rest, idmapped mount or not;
+    // the few calls that ask who calls read the process's ids from /proc (`replies::caller`).
+    if let Err(missing) = config.add_capabilities(InitFlags::FUSE_ALLOW_IDMAP) {
+        log::warn!("the kernel does not offer {missing:?}: no idmapped mounts");
+    }
     // POSIX ACLs: the kernel enforces them; the daemon keeps them, their mode and their
     // inheritance, and applies the umask itself (FUSE_DONT_MASK; `fs/xattrs.rs`).
     let acl = InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;

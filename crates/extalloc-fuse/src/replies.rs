@@ -1,8 +1,9 @@
 //! Replies the kernel gets (empty, data, an open handle and the flags every open is answered
 //! with, the negative entry of a name that is not there, the size-or-bytes answer of
 //! extended attribute calls), how long the kernel may cache what a reply carries ([`TTL`])
-//! and the notice that drops what it cached ([`drop_attrs`]), and who makes a request (its
-//! supplementary groups read from `/proc`, which FUSE does not pass).
+//! and the notice that drops what it cached ([`drop_attrs`]), and who makes a request
+//! ([`caller`]: its ids, read from `/proc` where the kernel sends none, and its
+//! supplementary groups, which FUSE does not pass).
 //!
 //! Data structures: none (free functions). Invariant: each function sends exactly one
 //! reply. Lock order: none.
@@ -12,7 +13,7 @@ use crate::fs::{Attr, Caller, Errno as FsErrno};
 use crate::inode::Time;
 use fuser::{
     Errno, FileAttr, FileHandle, FopenFlags, INodeNo, Notifier, ReplyData, ReplyEmpty, ReplyOpen,
-    ReplyXattr, Request, TimeOrNow,
+    ReplyStatfs, ReplyXattr, Request, TimeOrNow,
 };
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
@@ -22,12 +23,55 @@ pub(crate) fn errno(e: FsErrno) -> Errno {
     Errno::from_i32(e.0)
 }
 
-/// Who makes the request.
+/// What the kernel puts in a request's uid and gid when it sends none
+/// (`FUSE_INVALID_UIDGID`): with `FUSE_ALLOW_IDMAP` (`kernel.rs`) it sends the caller's ids
+/// only with the requests that make an inode (mknod, mkdir, symlink, create, a rename's
+/// whiteout), mapped through the mount's idmap, and this with every other one.
+pub(crate) const NO_ID: u32 = u32::MAX;
+
+/// Who makes the request: the ids in its header, or, where the kernel sent [`NO_ID`], the
+/// filesystem ids of the calling process read from `/proc/PID/status` (`Uid:`/`Gid:`, the
+/// fourth field). Those are the process's own ids, not mapped through an idmapped mount's
+/// idmap; the daemon asks who calls only to decide privilege (root may trim, shut down,
+/// list `trusted.` names; a truncate or fallocate by anyone else clears set-id bits), which
+/// the idmap does not change for a caller that is root outside it. When the process is gone
+/// the ids stay [`NO_ID`]: an unprivileged caller in no group.
 pub(crate) fn caller(req: &Request) -> Caller {
-    Caller {
-        uid: req.uid(),
-        gid: req.gid(),
+    caller_of(req.uid(), req.gid(), req.pid())
+}
+
+/// [`caller`] of a request's header fields.
+fn caller_of(uid: u32, gid: u32, pid: u32) -> Caller {
+    if uid != NO_ID && gid != NO_ID {
+        return Caller { uid, gid };
     }
+    let status = proc_status(pid);
+    let id = |key: &str, given: u32| {
+        if given != NO_ID {
+            return given;
+        }
+        status_field(&status, key)
+            .and_then(|f| f.split_whitespace().nth(3)?.parse().ok())
+            .unwrap_or(NO_ID)
+    };
+    Caller {
+        uid: id("Uid:", uid),
+        gid: id("Gid:", gid),
+    }
+}
+
+/// `/proc/PID/status`, empty when it cannot be read (the process is gone, or pid 0: a
+/// request the kernel makes on no process's behalf).
+fn proc_status(pid: u32) -> String {
+    if pid == 0 {
+        return String::new();
+    }
+    std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default()
+}
+
+/// The rest of the line of `status` that starts with `key`.
+fn status_field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
+    status.lines().find_map(|l| l.strip_prefix(key))
 }
 
 /// An empty reply, or the error.
@@ -68,8 +112,46 @@ pub(crate) const DIR_OPEN_FLAGS: FopenFlags = FopenFlags::empty();
 /// were negotiated; nothing here needs that.
 pub(crate) const OPEN_FLAGS: FopenFlags = FopenFlags::empty();
 
+/// [`OPEN_FLAGS`] for an open of a file with the synchronous flag (`chattr +S`,
+/// `fs/flags.rs`): every read and write of it goes to the daemon, which commits each write
+/// before it answers. A shared mapping of it still works (`FUSE_DIRECT_IO_ALLOW_MMAP`,
+/// `kernel.rs`): the kernel writes back and drops the cached pages of a range around each
+/// such write.
+pub(crate) const OPEN_SYNC_FLAGS: FopenFlags = FopenFlags::FOPEN_DIRECT_IO;
+
 /// [`OPEN_FLAGS`] for an open whose reads would set no atime.
 pub(crate) const OPEN_KEEPING_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE;
+
+/// The flags an open of file `ino` is answered with: [`OPEN_SYNC_FLAGS`] for a synchronous
+/// file, [`OPEN_KEEPING_FLAGS`] when a read would set no atime, else [`OPEN_FLAGS`].
+pub(crate) fn open_flags(fs: &crate::fs::Fs, ino: u64) -> FopenFlags {
+    if fs.is_sync_inode(ino) {
+        OPEN_SYNC_FLAGS
+    } else if fs.access_keeps_atime(ino) {
+        OPEN_KEEPING_FLAGS
+    } else {
+        OPEN_FLAGS
+    }
+}
+
+/// `statfs`'s figures (names up to [`crate::dir::NAME_MAX`] bytes; the fragment size is
+/// the block size), or the error.
+pub(crate) fn statfs_reply(r: Result<crate::fs::data::FsStat, FsErrno>, reply: ReplyStatfs) {
+    let s = match r {
+        Ok(s) => s,
+        Err(e) => return reply.error(errno(e)),
+    };
+    let name_max = crate::dir::NAME_MAX as u32;
+    let (b, f, a, n, nf, bs) = (
+        s.blocks,
+        s.free,
+        s.available,
+        s.files,
+        s.files_free,
+        s.block_size,
+    );
+    reply.statfs(b, f, a, n, nf, bs, name_max, bs);
+}
 
 /// An open handle with `flags` ([`OPEN_FLAGS`] or [`DIR_OPEN_FLAGS`]), or the error.
 pub(crate) fn opened(r: Result<u64, FsErrno>, flags: FopenFlags, reply: ReplyOpen) {
@@ -119,10 +201,8 @@ pub(crate) fn acl_groups(name: &[u8], pid: u32) -> Vec<u32> {
     if name != crate::xattr::ACL_ACCESS {
         return Vec::new();
     }
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Groups:"))
+    let status = proc_status(pid);
+    status_field(&status, "Groups:")
         .map(|g| {
             g.split_whitespace()
                 .filter_map(|n| n.parse().ok())
@@ -181,6 +261,31 @@ pub(crate) fn drop_attrs(notifier: &OnceLock<Notifier>, ino: u64) {
             Ok(()) => {}
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
             Err(e) => log::warn!("cannot invalidate inode {ino}'s cached attributes: {e}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_caller_without_ids_is_read_from_proc_and_nobody_once_gone() {
+        // Ids the kernel sent are taken as they are, whatever the process.
+        let given = caller_of(1000, 100, 0);
+        assert_eq!((given.uid, given.gid), (1000, 100));
+        // None sent: this process's filesystem ids, as the kernel would have sent them.
+        let me = caller_of(NO_ID, NO_ID, std::process::id());
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        assert_eq!((me.uid, me.gid), (uid, gid));
+        // Only the missing one is read.
+        let half = caller_of(7, NO_ID, std::process::id());
+        assert_eq!((half.uid, half.gid), (7, gid));
+        // No process: unprivileged, in no group.
+        for pid in [0, u32::MAX] {
+            let gone = caller_of(NO_ID, NO_ID, pid);
+            assert_eq!((gone.uid, gone.gid), (NO_ID, NO_ID), "pid {pid}");
+            assert_eq!(gone, Caller::NOBODY);
         }
     }
 }

@@ -73,6 +73,12 @@ pub struct Caller {
 impl Caller {
     /// Root, for calls made by the project's own tools and tests.
     pub const ROOT: Caller = Caller { uid: 0, gid: 0 };
+    /// No one: unprivileged and in no group (`u32::MAX`, which names no user), for a
+    /// caller the daemon could not learn and for calls that do not ask who calls.
+    pub const NOBODY: Caller = Caller {
+        uid: u32::MAX,
+        gid: u32::MAX,
+    };
 }
 
 /// An inode as `stat` reports it.

@@ -183,7 +183,8 @@ impl Fs {
     }
 
     /// Changes `ino`'s attributes for `who` (a truncate by anyone but root, and a change
-    /// of owner, clear set-user-id and set-group-id as the module documentation says).
+    /// of owner, clear set-user-id and set-group-id as the module documentation says; `who`
+    /// is read only for a truncate, and may be [`Caller::NOBODY`] otherwise).
     pub fn setattr(&self, ino: u64, set: SetAttr, who: Caller) -> FsResult<Attr> {
         self.live()?;
         let kind = {

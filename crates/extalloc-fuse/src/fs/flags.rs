@@ -1,5 +1,5 @@
-//! `chattr` flags: immutable, append-only, no-dump and no-atime, kept in the inode and
-//! enforced by the daemon.
+//! `chattr` flags: synchronous, immutable, append-only, no-dump and no-atime, kept in the
+//! inode and enforced by the daemon.
 //!
 //! The kernel reads and sets them through `FS_IOC_GETFLAGS`/`FS_IOC_SETFLAGS` (and
 //! `FS_IOC_FSGETXATTR`/`FS_IOC_FSSETXATTR`, `xfs_io chattr`), which FUSE forwards as ioctls
@@ -15,7 +15,15 @@
 //!   its mode, owner and explicit times unchanged, no extended attribute change, no new
 //!   link, not unlinked, renamed or replaced; an append-only directory gains entries but
 //!   loses none;
-//! - **no-atime**: a read never updates atime (`atime.rs`); **no-dump** is only kept.
+//! - **no-atime**: a read never updates atime (`atime.rs`); **no-dump** is only kept;
+//! - **synchronous** (`chattr +S`, ext4's `EXT4_SYNC_FL`): a change of the inode is
+//!   durable before it is answered, as on a `sync` mount for that inode alone
+//!   (`syncmode.rs`): its attribute changes and, for a directory, the names made or removed
+//!   in it are committed before their replies; a regular file is opened with
+//!   `FOPEN_DIRECT_IO`, so that each `write(2)` reaches the daemon, which commits it before
+//!   answering (the kernel does not know the flag, so it would otherwise keep the write in
+//!   its cache and never follow it with an fsync, as it does for `IS_SYNC` inodes). Opens
+//!   made before the flag was set keep the cache until closed.
 //!
 //! Writes themselves reach the daemon from the kernel's page cache long after `write(2)`
 //! returned, so an open for writing is where the flags are enforced.
@@ -25,10 +33,10 @@
 //! set. Lock order: `ns` (read for checks inside a caller's section, written to set).
 
 use super::core::{Caller, Errno, Fs, FsResult, Ns};
-use crate::inode::Time;
+use crate::inode::{Kind, Time};
 
 // The flag bits are part of the inode's encoding (`inode.rs`), re-exported here.
-pub use crate::inode::{APPEND, IMMUTABLE, KEPT, NOATIME, NODUMP};
+pub use crate::inode::{APPEND, IMMUTABLE, KEPT, NOATIME, NODUMP, SYNC};
 
 /// `FS_IOC_GETFLAGS` (`_IOR('f', 1, long)`).
 pub const FS_IOC_GETFLAGS: u32 = 0x8008_6601;
@@ -45,10 +53,11 @@ pub const FS_IOC_SHUTDOWN: u32 = 0x8004_587d;
 pub const FSXATTR_BYTES: usize = 28;
 
 /// `FS_XFLAG_*` bits and the flags they stand for.
-const XFLAGS: [(u32, u32); 4] = [
+const XFLAGS: [(u32, u32); 5] = [
     (0x08, IMMUTABLE),
     (0x10, APPEND),
     (0x40, NOATIME),
+    (0x20, SYNC),
     (0x80, NODUMP),
 ];
 
@@ -85,6 +94,18 @@ pub(crate) fn check(ns: &Ns, ino: u64, append_too: bool) -> FsResult<()> {
     Ok(())
 }
 
+/// The flags a new inode of `kind` takes from its directory's `dir_flags`, as ext4's
+/// `EXT4_FL_INHERITED` masked by kind: synchronous, no-dump and no-atime for a file or a
+/// directory; no-dump and no-atime for the rest. Immutable and append-only are never
+/// inherited.
+pub(crate) fn inherited(dir_flags: u32, kind: Kind) -> u32 {
+    let passed = match kind {
+        Kind::File | Kind::Dir => SYNC | NODUMP | NOATIME,
+        _ => NODUMP | NOATIME,
+    };
+    dir_flags & passed
+}
+
 /// An open of `ino` with `flags` (`open(2)`'s): `EPERM` for writing an immutable inode,
 /// and for writing an append-only one without `O_APPEND` or with `O_TRUNC`.
 pub(crate) fn check_open(ns: &Ns, ino: u64, flags: i32) -> FsResult<()> {
@@ -98,6 +119,14 @@ pub(crate) fn check_open(ns: &Ns, ino: u64, flags: i32) -> FsResult<()> {
 }
 
 impl Fs {
+    /// Whether `ino` has the synchronous flag (`chattr +S`); false for an inode not there.
+    pub fn is_sync_inode(&self, ino: u64) -> bool {
+        self.ns
+            .read()
+            .node(ino)
+            .is_ok_and(|n| n.inode.flags & SYNC != 0)
+    }
+
     /// `ino`'s `chattr` flags.
     pub fn get_flags(&self, ino: u64) -> FsResult<u32> {
         Ok(self.ns.read().node(ino)?.inode.flags)
@@ -172,8 +201,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn new_inodes_inherit_what_ext4_passes_on() {
+        let all = KEPT;
+        assert_eq!(inherited(all, Kind::File), SYNC | NODUMP | NOATIME);
+        assert_eq!(inherited(all, Kind::Dir), SYNC | NODUMP | NOATIME);
+        for k in [Kind::Symlink, Kind::Fifo, Kind::Socket, Kind::CharDevice] {
+            assert_eq!(inherited(all, k), NODUMP | NOATIME, "{k:?}");
+        }
+        assert_eq!(inherited(IMMUTABLE | APPEND, Kind::File), 0);
+    }
+
+    #[test]
     fn xflags_map_both_ways() {
-        for f in [0, IMMUTABLE, APPEND, NODUMP, NOATIME, KEPT] {
+        for f in [0, SYNC, IMMUTABLE, APPEND, NODUMP, NOATIME, KEPT] {
             assert_eq!(from_xflags(to_xflags(f)), Some(f));
         }
         assert_eq!(from_xflags(0x01), None, "realtime is not kept");

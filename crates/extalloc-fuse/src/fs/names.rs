@@ -141,7 +141,8 @@ impl Fs {
         if setgid && new.kind == Kind::Dir {
             perm |= libc::S_ISGID as u16;
         }
-        let inode = Inode::new(new.kind, perm, who.uid, gid, new.rdev);
+        let mut inode = Inode::new(new.kind, perm, who.uid, gid, new.rdev);
+        inode.flags = flags::inherited(pdir.inode.flags, new.kind);
         // Files of one directory start near each other; directories spread by name.
         let key = match new.kind {
             Kind::Dir => parent ^ fnv(name),

@@ -62,12 +62,20 @@ impl SyncMode {
 /// What a change touched, for [`Fs::settle`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Settle {
-    /// The namespace: a name made, removed, linked or renamed.
-    Names,
+    /// The namespace: a name made, removed, linked or renamed in these directories (the
+    /// same one twice when one directory changed).
+    Names([u64; 2]),
     /// An inode's attributes (or its data's size and blocks).
     Inode(u64),
     /// Nothing the mount's sync modes cover (a query).
     Nothing,
+}
+
+impl Settle {
+    /// A name made or removed in directory `dir`.
+    pub fn names(dir: u64) -> Settle {
+        Settle::Names([dir, dir])
+    }
 }
 
 impl Fs {
@@ -81,14 +89,21 @@ impl Fs {
         SyncMode::from_code(self.sync_mode.load(Relaxed))
     }
 
-    /// Commits what a change that succeeded touched, if the mode asks for it. On failure
-    /// the change stands in memory and becomes durable at a later commit, if any succeeds.
+    /// Commits what a change that succeeded touched, if the mode asks for it or the inode
+    /// (for names, a directory) has the synchronous flag (`chattr +S`, `flags.rs`). On
+    /// failure the change stands in memory and becomes durable at a later commit, if any
+    /// succeeds.
     pub fn settle(&self, what: Settle) -> FsResult<()> {
-        match (self.sync_mode(), what) {
+        let mode = match what {
+            Settle::Inode(ino) if self.is_sync_inode(ino) => SyncMode::Sync,
+            Settle::Names(dirs) if dirs.iter().any(|&d| self.is_sync_inode(d)) => SyncMode::DirSync,
+            _ => self.sync_mode(),
+        };
+        match (mode, what) {
             (SyncMode::Lazy, _) | (SyncMode::DirSync, Settle::Inode(_)) | (_, Settle::Nothing) => {
                 Ok(())
             }
-            (_, Settle::Names) => Ok(self.vol.volume().sync()?),
+            (_, Settle::Names(_)) => Ok(self.vol.volume().sync()?),
             (SyncMode::Sync, Settle::Inode(ino)) => self.fsync(ino),
         }
     }
@@ -103,12 +118,14 @@ impl Fs {
 
 #[cfg(test)]
 mod tests {
+    use super::super::core::Errno;
     use super::super::data::SetAttr;
     use super::super::tests::{device, find, fresh, node, remount, ME};
     use super::super::ROOT;
     use super::*;
     use crate::inode::Kind;
-    use extalloc::disk::device::Crash;
+    use extalloc::disk::device::{Crash, FaultDevice, MemDevice};
+    use std::sync::Arc;
 
     #[test]
     fn the_flags_give_the_mode() {
@@ -122,6 +139,25 @@ mod tests {
         }
     }
 
+    /// Sets `ino`'s mode to 0600, settled.
+    fn chmod_600(fs: &Fs, ino: u64) {
+        let chmod = SetAttr {
+            mode: Some(0o600),
+            ..SetAttr::default()
+        };
+        let changed = fs.setattr(ino, chmod, ME);
+        fs.settled(changed, Settle::Inode(ino)).unwrap();
+    }
+
+    /// `fs` after a power cut that loses every write not flushed, remounted.
+    fn power_cut(fs: Fs, dev: &Arc<FaultDevice<MemDevice>>) -> Fs {
+        dev.fail_writes(true);
+        drop(fs);
+        dev.crash(Crash::DropAll).unwrap();
+        dev.fail_writes(false);
+        remount(dev).0
+    }
+
     /// Makes a name and changes a mode under `mode`, then loses every unflushed write:
     /// which of the two survived.
     fn survivors(mode: SyncMode) -> (bool, bool) {
@@ -131,21 +167,43 @@ mod tests {
         fs.set_sync_mode(mode);
         assert_eq!(fs.sync_mode(), mode);
         let made = fs.make(ROOT, b"f", node(Kind::File), ME);
-        let ino = fs.settled(made, Settle::Names).unwrap().ino;
-        let chmod = SetAttr {
-            mode: Some(0o600),
-            ..SetAttr::default()
-        };
-        let changed = fs.setattr(ino, chmod, ME);
-        fs.settled(changed, Settle::Inode(ino)).unwrap();
-        dev.fail_writes(true);
-        drop(fs);
-        dev.crash(Crash::DropAll).unwrap();
-        dev.fail_writes(false);
-        let (fs, _) = remount(&dev);
+        let ino = fs.settled(made, Settle::names(ROOT)).unwrap().ino;
+        chmod_600(&fs, ino);
+        let fs = power_cut(fs, &dev);
         let named = find(&fs, "f").ok();
         let perm = named.map(|i| fs.getattr(i).unwrap().inode.perm);
         (named.is_some(), perm == Some(0o600))
+    }
+
+    /// Under a lazy mount, `chattr +S` on the root makes a name and changes a mode in it,
+    /// then loses every unflushed write: which of the two survived (both: the directory's
+    /// flag commits the name, the new file inherits the flag and commits its mode).
+    #[test]
+    fn the_synchronous_flag_commits_its_inode_and_its_directory_alone() {
+        let dev = device(6);
+        let fs = fresh(&dev);
+        fs.sync().unwrap();
+        assert_eq!(fs.sync_mode(), SyncMode::Lazy);
+        let other = fs.make(ROOT, b"plain", node(Kind::Dir), ME).unwrap().ino;
+        let set = super::super::flags::SYNC.to_le_bytes();
+        let r = fs.ioctl(ROOT, super::super::flags::FS_IOC_SETFLAGS, &set, ME);
+        fs.settled(r, Settle::Inode(ROOT)).unwrap();
+        assert!(fs.is_sync_inode(ROOT) && !fs.is_sync_inode(other));
+        let made = fs.make(ROOT, b"f", node(Kind::File), ME);
+        let ino = fs.settled(made, Settle::names(ROOT)).unwrap().ino;
+        assert!(
+            fs.is_sync_inode(ino),
+            "a file inherits +S from its directory"
+        );
+        chmod_600(&fs, ino);
+        // A name made in a directory without the flag waits for a commit.
+        let lazy = fs.make(other, b"g", node(Kind::File), ME);
+        fs.settled(lazy, Settle::names(other)).unwrap();
+        let fs = power_cut(fs, &dev);
+        let f = find(&fs, "f").expect("the name made in a +S directory survives");
+        assert_eq!(fs.getattr(f).unwrap().inode.perm, 0o600);
+        let other = find(&fs, "plain").unwrap();
+        assert_eq!(fs.lookup(other, b"g").map(|_| ()), Err(Errno(libc::ENOENT)));
     }
 
     #[test]
