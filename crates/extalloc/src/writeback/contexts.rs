@@ -133,6 +133,29 @@ impl Shared {
             .collect()
     }
 
+    /// The files holding dirty data, the oldest data first (by the number of the write
+    /// that first dirtied them since their last writeback; ties by id). Writeback queues
+    /// them in this order, as the kernel's takes inodes in the order they were dirtied, so
+    /// that files written one after another (a checkout, an archive extracted, a tree
+    /// copied) are allocated, and land on the device, in that order: a directory's files
+    /// are read back in one sweep. (A hash map's order scattered them within their
+    /// locality group.)
+    fn dirty_oldest_first(&self) -> Vec<(u64, Entry)> {
+        let mut dirty: Vec<(u64, u64, Entry)> = self
+            .entries()
+            .into_iter()
+            .filter_map(|(id, e)| {
+                let since = e.lock().dirty_since.map(|(s, _)| s)?;
+                Some((since, id, e))
+            })
+            .collect();
+        dirty.sort_unstable_by_key(|&(since, id, _)| (since, id));
+        debug_assert!(dirty
+            .windows(2)
+            .all(|w| (w[0].0, w[0].1) < (w[1].0, w[1].1)));
+        dirty.into_iter().map(|(_, id, e)| (id, e)).collect()
+    }
+
     /// The queue worker `i` serves.
     fn queue_of(&self, i: usize) -> usize {
         if self.opts.affinity == Affinity::None {
@@ -186,9 +209,9 @@ impl Shared {
         ctx.wake.notify_one();
     }
 
-    /// Queues every dirty file whose data is at least as old as write `upto`.
+    /// Queues every dirty file whose data is at least as old as write `upto`, oldest first.
     pub(super) fn queue_dirty(&self, upto: u64) -> Result<()> {
-        for (id, e) in self.entries() {
+        for (id, e) in self.dirty_oldest_first() {
             let mut d = e.lock();
             if d.dirty_since.is_some_and(|(s, _)| s <= upto) {
                 self.queue(id, &mut d)?;
@@ -238,7 +261,7 @@ impl Shared {
         {
             return Ok(());
         }
-        for (id, e) in self.entries() {
+        for (id, e) in self.dirty_oldest_first() {
             let mut d = e.lock();
             if d.dirty_since.is_some_and(|(_, t)| t.elapsed() >= expire) {
                 self.queue(id, &mut d)?;
