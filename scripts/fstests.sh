@@ -30,9 +30,10 @@
 # reason, and the totals). It exits 1 when a test failed or timed out; a test that fstests
 # does not run (missing feature) is not a failure. On exit, also when interrupted (INT,
 # TERM), it stops the running test, unmounts, detaches its loop devices, and removes what
-# it installed: a mount helper it put in /sbin (the one it replaced is put back) and the
-# users it added. Needs root and /dev/fuse; without them, or without the fstests source, it
-# says so and exits 2: it never passes without running.
+# it installed: the mount helper in /sbin once no other run of it uses it (one that was
+# there before is put back) and the users it added. Needs root and /dev/fuse; without
+# them, or without the fstests source, it says so and exits 2: it never passes without
+# running.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 SRC="$REPO/../shared/fstests"
@@ -86,8 +87,7 @@ step() { printf '== %s (%s)\n' "$1" "$(date +%T)" >&2; }
 # What this run made or changed, undone by cleanup on any exit.
 LOOPS=()          # loop devices it attached
 ADDED_USERS=()    # users it added
-HELPER=""         # the mount helper it installed in /sbin (a copy: WORK/mount.fuse.installed)
-HELPER_SAVED=""   # the helper that was there before (put back), if any
+HELPER=""         # the mount helper this run uses, /sbin/mount.fuse.NAME (install_helper)
 TEST_PID=""       # the running test's watchdog (its process group)
 STARTED=0         # tests have started: the summary is due
 SUMMARY_DONE=0
@@ -123,10 +123,7 @@ cleanup() {
     while fuser -s "$l" 2>/dev/null && ((n++ < 50)); do sleep 0.1; done
     detach_loop "$l"
   done
-  # Only while it is still the one this run installed (another run may have replaced it).
-  if [[ -n "$HELPER" ]] && cmp -s "$HELPER" "$WORK/mount.fuse.installed"; then
-    if [[ -n "$HELPER_SAVED" ]]; then mv -f "$HELPER_SAVED" "$HELPER"; else rm -f "$HELPER"; fi
-  fi
+  [[ -n "$HELPER" ]] && release_helper
   for u in "${ADDED_USERS[@]}"; do userdel -r "$u" >/dev/null 2>&1 || userdel "$u"; done
   exit "$rc"
 }
@@ -228,28 +225,60 @@ TEST_DEV=${devs[0]}
 SCRATCH_DEV=${devs[1]}
 echo "TEST_DEV $TEST_DEV ($WORK/test.img), SCRATCH_DEV $SCRATCH_DEV ($WORK/scratch.img), $DEV_SIZE each" >&2
 
+# The mount helper /sbin/mount.fuse.NAME is shared by the runs of this script going on at
+# once (each mounts with its own binary: EXTALLOC_BIN), so it is counted, not owned: each
+# run adds its process id to HELPERS/NAME.users under HELPERS/NAME.lock; a helper that was
+# there before any run (not one this script wrote: no marker line) is kept in
+# HELPERS/NAME.saved; the last run to leave (runs that died unseen are pruned) puts that
+# back, or removes the helper.
+HELPERS=/run/extalloc-fstests
+MARK="# installed by scripts/fstests.sh"
 install_helper() { # NAME SOURCE: /sbin/mount.fuse.NAME from SOURCE (stdin), undone on exit
-  local dest=/sbin/mount.fuse.$1
-  cat >"$dest.new.$$"
-  chmod 755 "$dest.new.$$"
-  if [[ -e "$dest" ]] && cmp -s "$dest" "$dest.new.$$"; then
-    rm -f "$dest.new.$$" # the same helper is there already: not ours to remove
-    return
-  fi
-  if [[ -e "$dest" ]]; then
-    HELPER_SAVED="$WORK/mount.fuse.$1.before"
-    cp -a "$dest" "$HELPER_SAVED"
-  fi
-  HELPER=$dest
-  cp "$dest.new.$$" "$WORK/mount.fuse.installed"
-  mv -f "$dest.new.$$" "$dest"
+  local name=$1 dest=/sbin/mount.fuse.$1
+  mkdir -p "$HELPERS"
+  {
+    flock 9
+    if [[ -e "$dest" ]] && ! grep -qxF "$MARK" "$dest" && [[ ! -e "$HELPERS/$name.saved" ]]; then
+      cp -a "$dest" "$HELPERS/$name.saved"
+    fi
+    if [[ -e "$dest" ]] && grep -qxF "$MARK" "$dest"; then
+      cat >/dev/null # another run's: the same template, and EXTALLOC_BIN picks the binary
+    else
+      { cat; echo "$MARK"; } >"$dest.new.$$"
+      chmod 755 "$dest.new.$$"
+      mv -f "$dest.new.$$" "$dest"
+    fi
+    echo $$ >>"$HELPERS/$name.users"
+  } 9>"$HELPERS/$name.lock"
+  HELPER=$name
+}
+release_helper() { # undoes install_helper for this run
+  local name=$HELPER dest=/sbin/mount.fuse.$HELPER users p
+  {
+    flock 9
+    users=$(while read -r p; do
+      [[ "$p" != "$$" ]] && kill -0 "$p" 2>/dev/null && echo "$p"
+    done <"$HELPERS/$name.users")
+    if [[ -n "$users" ]]; then
+      echo "$users" >"$HELPERS/$name.users"
+    else
+      rm -f "$HELPERS/$name.users"
+      if [[ -e "$HELPERS/$name.saved" ]]; then
+        mv -f "$HELPERS/$name.saved" "$dest"
+      elif grep -qxF "$MARK" "$dest" 2>/dev/null; then
+        rm -f "$dest"
+      fi
+    fi
+  } 9>"$HELPERS/$name.lock"
 }
 case "$FS" in
   extalloc)
     # The run's own copy of the binary: a rebuild during a long run does not mix two builds.
     BIN="$WORK/extalloc"
     cp "$BUILT" "$BIN"
-    sed "s|@EXTALLOC_BIN@|$BIN|" "$REPO/scripts/mount.fuse.extalloc" | install_helper extalloc
+    # Not a pipeline: install_helper must run in this shell, or what it records for the
+    # cleanup (HELPER) is lost with a subshell and the helper is left behind.
+    install_helper extalloc < <(sed "s|@EXTALLOC_BIN@|$BIN|" "$REPO/scripts/mount.fuse.extalloc")
     "$BIN" mkfs "$TEST_DEV" >/dev/null
     "$BIN" mkfs "$SCRATCH_DEV" >/dev/null
     VERSION="extalloc $(git -C "$REPO" describe --always --dirty 2>/dev/null || echo unknown)"
