@@ -16,12 +16,12 @@ use crate::fs::data::SetAttr;
 use crate::fs::flags;
 use crate::fs::names::NewNode;
 use crate::fs::syncmode::Settle;
-use crate::fs::{Attr, Caller, Errno as FsErrno, Fs, FsResult};
+use crate::fs::{Attr, Errno as FsErrno, Fs, FsResult};
 use crate::inode::{Kind, Time};
 use crate::kernel::{negotiate, MountFlags};
 use crate::replies::{
-    acl_groups, caller, data, drop_attrs, empty, errno, file_attr, negative_entry, open_flags,
-    opened, set_time, statfs_reply, xattr_reply, DIR_OPEN_FLAGS, OPEN_FLAGS, TTL,
+    acl_groups, caller, caller_if, data, drop_attrs, empty, errno, file_attr, negative_entry,
+    open_flags, opened, set_time, statfs_reply, xattr_reply, DIR_OPEN_FLAGS, OPEN_FLAGS, TTL,
 };
 use fuser::{
     CopyFileRangeFlags, Errno, FileAttr, FileHandle, Filesystem, Generation, INodeNo, IoctlFlags,
@@ -171,12 +171,7 @@ impl Filesystem for FuseFs {
             mtime: mtime.map(set_time),
             ctime: ctime.map(Time::from_system),
         };
-        // Only a truncate asks who calls: no read of /proc for the rest (`replies::caller`).
-        let who = if size.is_some() {
-            caller(req)
-        } else {
-            Caller::NOBODY
-        };
+        let who = caller_if(req, size.is_some());
         let r = self.fs.setattr(ino.0, set, who);
         self.attr(self.settled(r, Settle::Inode(ino.0)), reply);
     }
@@ -270,9 +265,10 @@ impl Filesystem for FuseFs {
             (parent.0, name.as_bytes()),
             (newparent.0, newname.as_bytes()),
         );
+        let who = caller_if(req, flags.bits() & crate::fs::names::RENAME_WHITEOUT != 0);
         let r = self
             .fs
-            .rename(from.0, from.1, to.0, to.1, flags.bits(), caller(req));
+            .rename(from.0, from.1, to.0, to.1, flags.bits(), who);
         empty(self.settled(r, Settle::Names([from.0, to.0])), reply);
     }
 
@@ -514,9 +510,8 @@ impl Filesystem for FuseFs {
     ) {
         let name = name.as_bytes();
         let groups = acl_groups(name, req.pid());
-        let r = self
-            .fs
-            .setxattr(ino.0, name, value, flags, caller(req), &groups);
+        let who = caller_if(req, name == crate::xattr::ACL_ACCESS);
+        let r = self.fs.setxattr(ino.0, name, value, flags, who, &groups);
         empty(self.settled(r, Settle::Inode(ino.0)), reply);
     }
 
@@ -526,7 +521,11 @@ impl Filesystem for FuseFs {
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         // Privilege as the uid says: FUSE passes no capabilities.
-        xattr_reply(self.fs.listxattr(ino.0, caller(req).uid == 0), size, reply);
+        xattr_reply(
+            self.fs.listxattr(ino.0, || caller(req).uid == 0),
+            size,
+            reply,
+        );
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {

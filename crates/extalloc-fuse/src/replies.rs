@@ -40,6 +40,16 @@ pub(crate) fn caller(req: &Request) -> Caller {
     caller_of(req.uid(), req.gid(), req.pid())
 }
 
+/// [`caller`] where the call asks who calls (`asks`), else [`Caller::NOBODY`]: the calls
+/// whose callee reads `who` only in some cases (a setattr for a truncate, a setxattr for an
+/// access ACL, a rename for its whiteout) read /proc only in those.
+pub(crate) fn caller_if(req: &Request, asks: bool) -> Caller {
+    match asks {
+        true => caller(req),
+        false => Caller::NOBODY,
+    }
+}
+
 /// [`caller`] of a request's header fields.
 fn caller_of(uid: u32, gid: u32, pid: u32) -> Caller {
     if uid != NO_ID && gid != NO_ID {

@@ -69,9 +69,12 @@ impl Fs {
 
     /// The names of `ino`'s attributes, each followed by a NUL; `trusted.` names only for a
     /// `privileged` caller (as ext4 lists them to `CAP_SYS_ADMIN` only).
-    pub fn listxattr(&self, ino: u64, privileged: bool) -> FsResult<Vec<u8>> {
+    pub fn listxattr(&self, ino: u64, privileged: impl FnOnce() -> bool) -> FsResult<Vec<u8>> {
         let ns = self.ns.read();
-        Ok(xattr::listing(&ns.node(ino)?.xattrs, privileged))
+        let set = &ns.node(ino)?.xattrs;
+        // Who asks matters only when there is a name to hide from the unprivileged.
+        let hides = set.keys().any(|n| xattr::privileged(n));
+        Ok(xattr::listing(set, hides && privileged()))
     }
 
     /// Sets attribute `name` of `ino` to `value`. `flags`: [`XATTR_CREATE`] (`EEXIST` if it
