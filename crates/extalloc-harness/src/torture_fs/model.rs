@@ -142,7 +142,7 @@ pub(super) fn diff(s: &Tree, tree: &Tree) -> String {
 /// `ino`'s extended attributes as the file system lists them.
 pub(super) fn read_xattrs(fs: &Fs, ino: u64) -> Result<Xattrs, Errno> {
     let mut set = Xattrs::new();
-    for name in fs.listxattr(ino, true)?.split(|&b| b == 0) {
+    for name in fs.listxattr(ino, || true)?.split(|&b| b == 0) {
         if !name.is_empty() {
             set.insert(name.to_vec(), fs.getxattr(ino, name)?);
         }
