@@ -86,7 +86,7 @@ step() { printf '== %s (%s)\n' "$1" "$(date +%T)" >&2; }
 
 # What this run made or changed, undone by cleanup on any exit.
 LOOPS=()          # loop devices it attached
-ADDED_USERS=()    # users it added
+USERS=0           # it joined the runs that use the test users (add_users)
 HELPER=""         # the mount helper this run uses, /sbin/mount.fuse.NAME (install_helper)
 TEST_PID=""       # the running test's watchdog (its process group)
 STARTED=0         # tests have started: the summary is due
@@ -98,6 +98,51 @@ detach_loop() { # LOOP: remove the device-mapper devices over it (a test's lefto
     [[ -e "$h/dm/name" ]] && dmsetup remove --retry "$(cat "$h/dm/name")" >/dev/null 2>&1
   done
   losetup -d "$loop" 2>/dev/null || true
+}
+# Shared by the runs of this script going on at once (each in its own work directory): the
+# test users and the mount helpers. They are counted, not owned: a run adds its process id
+# to SHARED/KEY.runs under SHARED/KEY.lock, and the last run to leave (runs that died
+# unseen are pruned) undoes what the first did. (Owned by the run that made them, they were
+# taken away from the others when it ended: their later tests found no fsgqa user, or no
+# mount helper.)
+SHARED=/run/extalloc-fstests
+last_run() { # KEY, under KEY's lock: leaves KEY; true when no other live run is in it
+  local p others=""
+  if [[ -f "$SHARED/$1.runs" ]]; then
+    others=$(while read -r p; do
+      [[ "$p" != "$$" ]] && kill -0 "$p" 2>/dev/null && echo "$p"
+    done <"$SHARED/$1.runs" || true)
+  fi
+  if [[ -n "$others" ]]; then
+    echo "$others" >"$SHARED/$1.runs"
+    return 1
+  fi
+  rm -f "$SHARED/$1.runs"
+}
+add_users() { # the users the tests switch to, added unless there (SHARED/users.added)
+  local u ok=0
+  mkdir -p "$SHARED"
+  {
+    flock 9
+    for u in fsgqa fsgqa2 123456-fsgqa; do
+      id "$u" >/dev/null 2>&1 && continue
+      { useradd -m "$u" 2>/dev/null || useradd -m --badname "$u"; } || { ok=1; break; }
+      echo "$u" >>"$SHARED/users.added"
+    done
+    echo $$ >>"$SHARED/users.runs"
+  } 9>"$SHARED/users.lock"
+  USERS=1
+  return $ok
+}
+remove_users() { # the last run to leave removes the users the runs added
+  local u
+  {
+    flock 9
+    if last_run users && [[ -f "$SHARED/users.added" ]]; then
+      while read -r u; do userdel -r "$u" >/dev/null 2>&1 || userdel "$u"; done <"$SHARED/users.added"
+      rm -f "$SHARED/users.added"
+    fi
+  } 9>"$SHARED/users.lock"
 }
 cleanup() {
   local rc=$? m l n u
@@ -124,7 +169,7 @@ cleanup() {
     detach_loop "$l"
   done
   [[ -n "$HELPER" ]] && release_helper
-  for u in "${ADDED_USERS[@]}"; do userdel -r "$u" >/dev/null 2>&1 || userdel "$u"; done
+  ((USERS)) && remove_users
   exit "$rc"
 }
 trap cleanup EXIT
@@ -152,11 +197,7 @@ if ((${#missing[@]})); then
   # tests turn it on and off themselves.
   [[ " ${missing[*]} " == *" acct "* ]] && { accton off >/dev/null 2>&1 || true; }
 fi
-for u in fsgqa fsgqa2 123456-fsgqa; do
-  id "$u" >/dev/null 2>&1 && continue
-  useradd -m "$u" 2>/dev/null || useradd -m --badname "$u" || fatal "cannot add user $u"
-  ADDED_USERS+=("$u")
-done
+add_users || fatal "cannot add the test users (fsgqa, fsgqa2, 123456-fsgqa)"
 
 step "build fstests (outside the repository)"
 if [[ -d "$SRC/.git" ]] && key=$(git -C "$SRC" rev-parse --short=12 HEAD 2>/dev/null) \
@@ -225,21 +266,18 @@ TEST_DEV=${devs[0]}
 SCRATCH_DEV=${devs[1]}
 echo "TEST_DEV $TEST_DEV ($WORK/test.img), SCRATCH_DEV $SCRATCH_DEV ($WORK/scratch.img), $DEV_SIZE each" >&2
 
-# The mount helper /sbin/mount.fuse.NAME is shared by the runs of this script going on at
-# once (each mounts with its own binary: EXTALLOC_BIN), so it is counted, not owned: each
-# run adds its process id to HELPERS/NAME.users under HELPERS/NAME.lock; a helper that was
-# there before any run (not one this script wrote: no marker line) is kept in
-# HELPERS/NAME.saved; the last run to leave (runs that died unseen are pruned) puts that
-# back, or removes the helper.
-HELPERS=/run/extalloc-fstests
+# The mount helper /sbin/mount.fuse.NAME: each run mounts with its own binary
+# (EXTALLOC_BIN), so one helper serves every run going on at once. A helper that was there
+# before any run (not one this script wrote: no marker line) is kept in SHARED/NAME.saved
+# and put back by the last run to leave; else that run removes the helper.
 MARK="# installed by scripts/fstests.sh"
 install_helper() { # NAME SOURCE: /sbin/mount.fuse.NAME from SOURCE (stdin), undone on exit
   local name=$1 dest=/sbin/mount.fuse.$1
-  mkdir -p "$HELPERS"
+  mkdir -p "$SHARED"
   {
     flock 9
-    if [[ -e "$dest" ]] && ! grep -qxF "$MARK" "$dest" && [[ ! -e "$HELPERS/$name.saved" ]]; then
-      cp -a "$dest" "$HELPERS/$name.saved"
+    if [[ -e "$dest" ]] && ! grep -qxF "$MARK" "$dest" && [[ ! -e "$SHARED/$name.saved" ]]; then
+      cp -a "$dest" "$SHARED/$name.saved"
     fi
     if [[ -e "$dest" ]] && grep -qxF "$MARK" "$dest"; then
       cat >/dev/null # another run's: the same template, and EXTALLOC_BIN picks the binary
@@ -248,28 +286,22 @@ install_helper() { # NAME SOURCE: /sbin/mount.fuse.NAME from SOURCE (stdin), und
       chmod 755 "$dest.new.$$"
       mv -f "$dest.new.$$" "$dest"
     fi
-    echo $$ >>"$HELPERS/$name.users"
-  } 9>"$HELPERS/$name.lock"
+    echo $$ >>"$SHARED/helper-$name.runs"
+  } 9>"$SHARED/helper-$name.lock"
   HELPER=$name
 }
 release_helper() { # undoes install_helper for this run
-  local name=$HELPER dest=/sbin/mount.fuse.$HELPER users p
+  local name=$HELPER dest=/sbin/mount.fuse.$HELPER
   {
     flock 9
-    users=$(while read -r p; do
-      [[ "$p" != "$$" ]] && kill -0 "$p" 2>/dev/null && echo "$p"
-    done <"$HELPERS/$name.users")
-    if [[ -n "$users" ]]; then
-      echo "$users" >"$HELPERS/$name.users"
-    else
-      rm -f "$HELPERS/$name.users"
-      if [[ -e "$HELPERS/$name.saved" ]]; then
-        mv -f "$HELPERS/$name.saved" "$dest"
+    if last_run "helper-$name"; then
+      if [[ -e "$SHARED/$name.saved" ]]; then
+        mv -f "$SHARED/$name.saved" "$dest"
       elif grep -qxF "$MARK" "$dest" 2>/dev/null; then
         rm -f "$dest"
       fi
     fi
-  } 9>"$HELPERS/$name.lock"
+  } 9>"$SHARED/helper-$name.lock"
 }
 case "$FS" in
   extalloc)
