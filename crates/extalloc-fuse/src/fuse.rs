@@ -322,7 +322,10 @@ impl Filesystem for FuseFs {
     ) {
         let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         // A synchronous file's write is durable before it is answered (`fs/flags.rs`).
-        let r = self.fs.write_clearing(ino.0, offset, data, kill);
+        let r = match write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
+            true => self.fs.write_cached(ino.0, offset, data, kill),
+            false => self.fs.write_clearing(ino.0, offset, data, kill),
+        };
         let r = self.settled(r, Settle::Inode(ino.0));
         match r {
             Ok((n, cleared)) => {

@@ -528,3 +528,48 @@ fn direct_opens_share_the_buffered_path() {
     assert_eq!(fs.read(find(&fs, "d").unwrap(), 0, 1 << 20).unwrap(), want);
     fs.unmount().unwrap();
 }
+
+/// Under the writeback cache the kernel owns a file's mtime and ctime: a write from its
+/// cache leaves the times the kernel set (with its SETATTR, served before or after the
+/// write), while a write straight from a caller (direct I/O) stamps them now. A cached
+/// write that clears set-id bits still moves ctime (a mode change).
+#[test]
+fn a_write_from_the_kernels_cache_leaves_the_times_to_the_kernel() {
+    let dev = device(41);
+    let fs = fresh(&dev);
+    let f = put(&fs, ROOT, "f", b"data");
+    let kernels = Time {
+        secs: 1_000_000,
+        nanos: 5,
+    };
+    let set = SetAttr {
+        mtime: Some(SetTime::At(kernels)),
+        ctime: Some(kernels),
+        ..SetAttr::default()
+    };
+    fs.setattr(f, set, ME).unwrap();
+    assert_eq!(fs.write_cached(f, 0, b"more", false), Ok((4, false)));
+    let i = fs.getattr(f).unwrap().inode;
+    assert_eq!((i.mtime, i.ctime), (kernels, kernels));
+    assert_eq!(fs.read(f, 0, 4).unwrap(), b"more");
+    let (_, _) = fs.write_clearing(f, 0, b"again", false).unwrap();
+    let i = fs.getattr(f).unwrap().inode;
+    assert!(
+        i.mtime.secs > kernels.secs && i.ctime.secs > kernels.secs,
+        "a direct write stamps now"
+    );
+    let setid = SetAttr {
+        mode: Some(0o6755),
+        mtime: Some(SetTime::At(kernels)),
+        ctime: Some(kernels),
+        ..SetAttr::default()
+    };
+    fs.setattr(f, setid, ME).unwrap();
+    assert_eq!(fs.write_cached(f, 0, b"x", true), Ok((1, true)));
+    let i = fs.getattr(f).unwrap().inode;
+    assert_eq!(i.mtime, kernels);
+    assert!(
+        i.ctime.secs > kernels.secs,
+        "clearing set-id bits is a change of the inode"
+    );
+}
