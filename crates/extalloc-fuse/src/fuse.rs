@@ -6,8 +6,8 @@
 //! second: FUSE does not pass them, and a remount may change them).
 //!
 //! Invariant: every request gets exactly one reply; an [`Fs`] error becomes its `errno`;
-//! a change is answered only once settled as `-o sync`/`-o dirsync` ask
-//! (`fs/syncmode.rs`).
+//! a change is answered only once settled as `-o sync`/`-o dirsync` or the inode's
+//! `chattr +S` ask (`fs/syncmode.rs`).
 //!
 //! Lock order: the flags' lock is a leaf, never held across an [`Fs`] call (see
 //! `fs/mod.rs`).

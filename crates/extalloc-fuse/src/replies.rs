@@ -5,8 +5,8 @@
 //! ([`caller`]: its ids, read from `/proc` where the kernel sends none, and its
 //! supplementary groups, which FUSE does not pass).
 //!
-//! Data structures: none (free functions). Invariant: each function sends exactly one
-//! reply. Lock order: none.
+//! Data structures: none (free functions). Invariant: each function that takes a reply
+//! sends exactly one. Lock order: none.
 
 use crate::fs::data::SetTime;
 use crate::fs::{Attr, Caller, Errno as FsErrno};
@@ -119,7 +119,7 @@ pub(crate) const DIR_OPEN_FLAGS: FopenFlags = FopenFlags::empty();
 /// a direct write, and a direct read sees data still dirty in the page cache (the writeback
 /// cache). `FOPEN_DIRECT_IO` would send every read and write of that open, buffered ones
 /// too, to the daemon, and refuse a shared mapping of it unless `FUSE_DIRECT_IO_ALLOW_MMAP`
-/// were negotiated; nothing here needs that.
+/// were negotiated: only a synchronous file's open wants that ([`OPEN_SYNC_FLAGS`]).
 pub(crate) const OPEN_FLAGS: FopenFlags = FopenFlags::empty();
 
 /// [`OPEN_FLAGS`] for an open of a file with the synchronous flag (`chattr +S`,
