@@ -6,6 +6,12 @@
 //! effort (`scan_group`): pass 1 a free aligned chunk, passes 2-4 a best fit, pass 5 the first
 //! run long enough or else the longest seen. `take` marks the extent used.
 //!
+//! A normalised window asks for more than its caller needs ([`AllocRequest::need`]): pass 3
+//! trims it down to the need and no further, and with indexed slow passes, pass 4 looks for
+//! the whole window, then for a best fit of the need, before pass 5 takes a shorter run.
+//!
+//! [`AllocRequest::need`]: super::request::AllocRequest::need
+//!
 //! # Data structures
 //!
 //! [`Pass`], the passes' names and numbers (stats count hits per pass). The rest reads the
@@ -130,10 +136,14 @@ impl Allocator {
         if let Some(hit) = run(Pass::GoalLenFast, walk(&self.by_avg, order), len) {
             return Some(hit);
         }
+        // Trimmed, the request still holds what the caller needs (ext4's cr1.5 stops at
+        // the original request's length, `ac_o_ex`): a window trimmed below it would map
+        // the caller's blocks in two extents where one run may hold them all.
+        let need = req.need();
         let trim_floor = order.saturating_sub(self.policy.best_avail_trim_orders);
         for trimmed in (trim_floor..order).rev() {
             let want = 1u64 << trimmed;
-            if want < req.min_len {
+            if want < need {
                 break;
             }
             if let Some(hit) = run(Pass::BestAvailLen, walk(&self.by_avg, trimmed), want) {
@@ -157,6 +167,18 @@ impl Allocator {
         if self.by_largest.next_in_orders(could, 0, groups).is_some() {
             if let Some(hit) = run(Pass::GoalLenSlow, Walk::Index(&self.by_free, order), len) {
                 return Some(hit);
+            }
+        }
+        // The window found no room: a best fit of what the caller needs, wherever a group
+        // may hold it, before pass 5 settles for the longest run near the start (XFS's
+        // by-size lookup: the smallest free extent that holds the request).
+        if need < len {
+            let could = floor_log2(need + 1).saturating_sub(1);
+            if self.by_largest.next_in_orders(could, 0, groups).is_some() {
+                let walk = Walk::Index(&self.by_free, floor_log2(need));
+                if let Some(hit) = run(Pass::GoalLenSlow, walk, need) {
+                    return Some(hit);
+                }
             }
         }
         let top = self.by_largest.order_count() - 1;
@@ -355,4 +377,57 @@ impl Allocator {
 /// `floor(log2(want + 1)) - 1` wherever it starts, so a smaller largest order rules it out.
 fn may_hold_run(largest: Option<u32>, want: u64) -> bool {
     largest.is_some_and(|o| o >= floor_log2(want + 1).saturating_sub(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::alloc::{AllocRequest, Allocator, Policy};
+    use crate::geometry::{Extent, Geometry};
+
+    /// Four groups of 4,096 blocks, all used but for: in group 0, 20 runs of 128 blocks (a
+    /// good average fragment); in group 1, one run of 600 blocks among 100 single blocks
+    /// (a poor average, but the only run that holds 600).
+    fn aged() -> Allocator {
+        let a = Allocator::new(
+            Geometry::new(4096, 4096, 4 * 4096).unwrap(),
+            Policy::parse("extalloc").unwrap(),
+        )
+        .unwrap();
+        while a.allocate(&AllocRequest::new(1, 4096)).is_ok() {}
+        assert_eq!(a.free_blocks(), 0);
+        for i in 0..20 {
+            a.free(Extent::new(i * 129, 128)).unwrap();
+        }
+        a.free(Extent::new(4096, 600)).unwrap();
+        for i in 0..100 {
+            a.free(Extent::new(4096 + 700 + 2 * i, 1)).unwrap();
+        }
+        a.commit();
+        a
+    }
+
+    /// A normalised window (1,024 blocks) of which the caller needs 600: pass 3 does not
+    /// trim it to the 128-block runs near the goal, and the run that holds the whole need
+    /// is found elsewhere. Asking for nothing in particular (a need of one block), the
+    /// trimmed window near the goal is taken, as before.
+    #[test]
+    fn a_window_is_not_trimmed_below_what_its_caller_needs() {
+        let a = aged();
+        let window = AllocRequest::new(7, 1024).min_len(1).goal(0);
+        let got = a.allocate(&window.need_len(600)).unwrap();
+        assert_eq!(
+            got,
+            Extent::new(4096, 600),
+            "the one run that holds the need"
+        );
+        a.check().unwrap();
+
+        let a = aged();
+        let got = a.allocate(&window).unwrap();
+        assert!(
+            got.len < 600 && got.start < 4096,
+            "{got:?}: trimmed near the goal"
+        );
+        a.check().unwrap();
+    }
 }
