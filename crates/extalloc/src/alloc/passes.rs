@@ -8,7 +8,8 @@
 //!
 //! A normalised window asks for more than its caller needs ([`AllocRequest::need`]): pass 3
 //! trims it down to the need and no further, and with indexed slow passes, pass 4 looks for
-//! the whole window, then for a best fit of the need, before pass 5 takes a shorter run.
+//! the whole window, then for the smallest run that holds the need (taking as much of it as
+//! the window asks), before pass 5 takes a shorter run.
 //!
 //! [`AllocRequest::need`]: super::request::AllocRequest::need
 //!
@@ -171,8 +172,10 @@ impl Allocator {
         }
         // The window found no room: a best fit of what the caller needs, wherever a group
         // may hold it, before pass 5 settles for the longest run near the start (XFS's
-        // by-size lookup: the smallest free extent that holds the request).
-        if need < len {
+        // by-size lookup: the smallest free extent that holds the request). Only for a
+        // need the caller states beyond `min_len`: a request that accepts any length from
+        // `min_len` wants the longest run pass 5 finds, not the smallest that fits.
+        if req.min_len < need && need < len {
             let could = floor_log2(need + 1).saturating_sub(1);
             if self.by_largest.next_in_orders(could, 0, groups).is_some() {
                 let walk = Walk::Index(&self.by_free, floor_log2(need));
@@ -277,7 +280,17 @@ impl Allocator {
                 if u64::from(state.bitmap.free_blocks()) < want {
                     None
                 } else {
+                    // The need's best fit (pass 4 for less than the request) takes as
+                    // much of the run as the window asks: the rest is the file's
+                    // preallocation, not a sliver left beside it.
+                    let need_fit = pass == Pass::GoalLenSlow && want < ctx.request.len;
+                    let most = if need_fit {
+                        ctx.request.len as u32
+                    } else {
+                        want32
+                    };
                     self.best_fit(&mut state, want32)
+                        .map(|(off, run)| (off, run.min(most)))
                 }
             }
             Pass::AnyFree => self.largest_fit(&mut state, want32, min_len as u32),
@@ -286,7 +299,8 @@ impl Allocator {
         Some(self.take(ctx, g, &mut state, off, len))
     }
 
-    /// Smallest free run of at least `want` blocks, examining a bounded number of runs.
+    /// Smallest free run of at least `want` blocks, examining a bounded number of runs:
+    /// its offset and length.
     fn best_fit(&self, state: &mut GroupState, want: u32) -> Option<(u32, u32)> {
         let from = state
             .bitmap
@@ -307,9 +321,9 @@ impl Allocator {
             }
         }
         debug_assert!(
-            best.is_none_or(|(off, run)| run >= want && state.bitmap.range_is_free(off, want))
+            best.is_none_or(|(off, run)| run >= want && state.bitmap.range_is_free(off, run))
         );
-        best.map(|(off, _)| (off, want))
+        best
     }
 
     /// The first run of `want` blocks, or the longest run seen (at least `min_len`).
