@@ -157,18 +157,18 @@ impl Allocator {
             }
             return run(Pass::AnyFree, Walk::Linear, len);
         }
-        // Pass 4 among groups with at least the request's order of free blocks; pass 5 from
-        // the largest free chunk down, so a crowded device gives the longest extent there is
-        // and no scan looks at groups that cannot help.
-        // Only when some group's largest free chunk could hold the run: on a crowded device
-        // every group is in `by_free`'s sets and none passes, so the walk would cost the
-        // whole device each time.
-        let could = floor_log2(len + 1).saturating_sub(1);
-        let groups = self.geometry.groups_count();
-        if self.by_largest.next_in_orders(could, 0, groups).is_some() {
-            if let Some(hit) = run(Pass::GoalLenSlow, Walk::Index(&self.by_free, order), len) {
-                return Some(hit);
-            }
+        self.indexed_slow_passes(ctx, start)
+    }
+
+    /// Passes 4 and 5 over the indexes (`slow_indexed`): pass 4 among groups with at least
+    /// the request's order of free blocks, for the whole request, then for what the caller
+    /// needs; pass 5 from the largest free chunk down, so a crowded device gives the longest
+    /// extent there is and no scan looks at groups that cannot help.
+    fn indexed_slow_passes(&self, ctx: &AllocContext<'_>, start: u64) -> Option<(Extent, Pass)> {
+        let req = ctx.request;
+        let (len, need) = (req.len, req.need());
+        if let Some(e) = self.indexed_fit(ctx, start, len) {
+            return Some((e, Pass::GoalLenSlow));
         }
         // The window found no room: a best fit of what the caller needs, wherever a group
         // may hold it, before pass 5 settles for the longest run near the start (XFS's
@@ -176,21 +176,30 @@ impl Allocator {
         // need the caller states beyond `min_len`: a request that accepts any length from
         // `min_len` wants the longest run pass 5 finds, not the smallest that fits.
         if req.min_len < need && need < len {
-            let could = floor_log2(need + 1).saturating_sub(1);
-            if self.by_largest.next_in_orders(could, 0, groups).is_some() {
-                let walk = Walk::Index(&self.by_free, floor_log2(need));
-                if let Some(hit) = run(Pass::GoalLenSlow, walk, need) {
-                    return Some(hit);
-                }
+            if let Some(e) = self.indexed_fit(ctx, start, need) {
+                return Some((e, Pass::GoalLenSlow));
             }
         }
         let top = self.by_largest.order_count() - 1;
         // A free run of `min_len` blocks holds an aligned chunk of this order at least (a run
         // of 2^(k+1) - 1 blocks holds an aligned 2^k chunk wherever it starts).
         let floor = floor_log2(req.min_len + 1).saturating_sub(1);
-        (floor..=top)
-            .rev()
-            .find_map(|o| run(Pass::AnyFree, Walk::IndexExact(&self.by_largest, o), len))
+        (floor..=top).rev().find_map(|o| {
+            let walk = Walk::IndexExact(&self.by_largest, o);
+            self.run_pass(ctx, Pass::AnyFree, walk, start, len)
+                .map(|e| (e, Pass::AnyFree))
+        })
+    }
+
+    /// Pass 4 through `by_free` for a best fit of `want` blocks. Only when some group's
+    /// largest free chunk could hold the run: on a crowded device every group is in
+    /// `by_free`'s sets and none passes, so the walk would cost the whole device each time.
+    fn indexed_fit(&self, ctx: &AllocContext<'_>, start: u64, want: u64) -> Option<Extent> {
+        let could = floor_log2(want + 1).saturating_sub(1);
+        let groups = self.geometry.groups_count();
+        self.by_largest.next_in_orders(could, 0, groups)?;
+        let walk = Walk::Index(&self.by_free, floor_log2(want));
+        self.run_pass(ctx, Pass::GoalLenSlow, walk, start, want)
     }
 
     /// Passes 4 and 5 walk indexes too (`slow_pass_index` with ordered indexes).
