@@ -6,6 +6,13 @@
 //! effort (`scan_group`): pass 1 a free aligned chunk, passes 2-4 a best fit, pass 5 the first
 //! run long enough or else the longest seen. `take` marks the extent used.
 //!
+//! A normalised window asks for more than its caller needs ([`AllocRequest::need`]): pass 3
+//! trims it down to the need and no further, and with indexed slow passes, pass 4 looks for
+//! the whole window, then for the smallest run that holds the need (taking as much of it as
+//! the window asks), before pass 5 takes a shorter run.
+//!
+//! [`AllocRequest::need`]: super::request::AllocRequest::need
+//!
 //! # Data structures
 //!
 //! [`Pass`], the passes' names and numbers (stats count hits per pass). The rest reads the
@@ -130,10 +137,14 @@ impl Allocator {
         if let Some(hit) = run(Pass::GoalLenFast, walk(&self.by_avg, order), len) {
             return Some(hit);
         }
+        // Trimmed, the request still holds what the caller needs (ext4's cr1.5 stops at
+        // the original request's length, `ac_o_ex`): a window trimmed below it would map
+        // the caller's blocks in two extents where one run may hold them all.
+        let need = req.need();
         let trim_floor = order.saturating_sub(self.policy.best_avail_trim_orders);
         for trimmed in (trim_floor..order).rev() {
             let want = 1u64 << trimmed;
-            if want < req.min_len {
+            if want < need {
                 break;
             }
             if let Some(hit) = run(Pass::BestAvailLen, walk(&self.by_avg, trimmed), want) {
@@ -146,26 +157,49 @@ impl Allocator {
             }
             return run(Pass::AnyFree, Walk::Linear, len);
         }
-        // Pass 4 among groups with at least the request's order of free blocks; pass 5 from
-        // the largest free chunk down, so a crowded device gives the longest extent there is
-        // and no scan looks at groups that cannot help.
-        // Only when some group's largest free chunk could hold the run: on a crowded device
-        // every group is in `by_free`'s sets and none passes, so the walk would cost the
-        // whole device each time.
-        let could = floor_log2(len + 1).saturating_sub(1);
-        let groups = self.geometry.groups_count();
-        if self.by_largest.next_in_orders(could, 0, groups).is_some() {
-            if let Some(hit) = run(Pass::GoalLenSlow, Walk::Index(&self.by_free, order), len) {
-                return Some(hit);
+        self.indexed_slow_passes(ctx, start)
+    }
+
+    /// Passes 4 and 5 over the indexes (`slow_indexed`): pass 4 among groups with at least
+    /// the request's order of free blocks, for the whole request, then for what the caller
+    /// needs; pass 5 from the largest free chunk down, so a crowded device gives the longest
+    /// extent there is and no scan looks at groups that cannot help.
+    fn indexed_slow_passes(&self, ctx: &AllocContext<'_>, start: u64) -> Option<(Extent, Pass)> {
+        let req = ctx.request;
+        let (len, need) = (req.len, req.need());
+        if let Some(e) = self.indexed_fit(ctx, start, len) {
+            return Some((e, Pass::GoalLenSlow));
+        }
+        // The window found no room: a best fit of what the caller needs, wherever a group
+        // may hold it, before pass 5 settles for the longest run near the start (XFS's
+        // by-size lookup: the smallest free extent that holds the request). Only for a
+        // need the caller states beyond `min_len`: a request that accepts any length from
+        // `min_len` wants the longest run pass 5 finds, not the smallest that fits.
+        if req.min_len < need && need < len {
+            if let Some(e) = self.indexed_fit(ctx, start, need) {
+                return Some((e, Pass::GoalLenSlow));
             }
         }
         let top = self.by_largest.order_count() - 1;
         // A free run of `min_len` blocks holds an aligned chunk of this order at least (a run
         // of 2^(k+1) - 1 blocks holds an aligned 2^k chunk wherever it starts).
         let floor = floor_log2(req.min_len + 1).saturating_sub(1);
-        (floor..=top)
-            .rev()
-            .find_map(|o| run(Pass::AnyFree, Walk::IndexExact(&self.by_largest, o), len))
+        (floor..=top).rev().find_map(|o| {
+            let walk = Walk::IndexExact(&self.by_largest, o);
+            self.run_pass(ctx, Pass::AnyFree, walk, start, len)
+                .map(|e| (e, Pass::AnyFree))
+        })
+    }
+
+    /// Pass 4 through `by_free` for a best fit of `want` blocks. Only when some group's
+    /// largest free chunk could hold the run: on a crowded device every group is in
+    /// `by_free`'s sets and none passes, so the walk would cost the whole device each time.
+    fn indexed_fit(&self, ctx: &AllocContext<'_>, start: u64, want: u64) -> Option<Extent> {
+        let could = floor_log2(want + 1).saturating_sub(1);
+        let groups = self.geometry.groups_count();
+        self.by_largest.next_in_orders(could, 0, groups)?;
+        let walk = Walk::Index(&self.by_free, floor_log2(want));
+        self.run_pass(ctx, Pass::GoalLenSlow, walk, start, want)
     }
 
     /// Passes 4 and 5 walk indexes too (`slow_pass_index` with ordered indexes).
@@ -255,7 +289,17 @@ impl Allocator {
                 if u64::from(state.bitmap.free_blocks()) < want {
                     None
                 } else {
+                    // The need's best fit (pass 4 for less than the request) takes as
+                    // much of the run as the window asks: the rest is the file's
+                    // preallocation, not a sliver left beside it.
+                    let need_fit = pass == Pass::GoalLenSlow && want < ctx.request.len;
+                    let most = if need_fit {
+                        ctx.request.len as u32
+                    } else {
+                        want32
+                    };
                     self.best_fit(&mut state, want32)
+                        .map(|(off, run)| (off, run.min(most)))
                 }
             }
             Pass::AnyFree => self.largest_fit(&mut state, want32, min_len as u32),
@@ -264,7 +308,8 @@ impl Allocator {
         Some(self.take(ctx, g, &mut state, off, len))
     }
 
-    /// Smallest free run of at least `want` blocks, examining a bounded number of runs.
+    /// Smallest free run of at least `want` blocks, examining a bounded number of runs:
+    /// its offset and length.
     fn best_fit(&self, state: &mut GroupState, want: u32) -> Option<(u32, u32)> {
         let from = state
             .bitmap
@@ -285,9 +330,9 @@ impl Allocator {
             }
         }
         debug_assert!(
-            best.is_none_or(|(off, run)| run >= want && state.bitmap.range_is_free(off, want))
+            best.is_none_or(|(off, run)| run >= want && state.bitmap.range_is_free(off, run))
         );
-        best.map(|(off, _)| (off, want))
+        best
     }
 
     /// The first run of `want` blocks, or the longest run seen (at least `min_len`).
@@ -355,4 +400,57 @@ impl Allocator {
 /// `floor(log2(want + 1)) - 1` wherever it starts, so a smaller largest order rules it out.
 fn may_hold_run(largest: Option<u32>, want: u64) -> bool {
     largest.is_some_and(|o| o >= floor_log2(want + 1).saturating_sub(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::alloc::{AllocRequest, Allocator, Policy};
+    use crate::geometry::{Extent, Geometry};
+
+    /// Four groups of 4,096 blocks, all used but for: in group 0, 20 runs of 128 blocks (a
+    /// good average fragment); in group 1, one run of 600 blocks among 100 single blocks
+    /// (a poor average, but the only run that holds 600).
+    fn aged() -> Allocator {
+        let a = Allocator::new(
+            Geometry::new(4096, 4096, 4 * 4096).unwrap(),
+            Policy::parse("extalloc").unwrap(),
+        )
+        .unwrap();
+        while a.allocate(&AllocRequest::new(1, 4096)).is_ok() {}
+        assert_eq!(a.free_blocks(), 0);
+        for i in 0..20 {
+            a.free(Extent::new(i * 129, 128)).unwrap();
+        }
+        a.free(Extent::new(4096, 600)).unwrap();
+        for i in 0..100 {
+            a.free(Extent::new(4096 + 700 + 2 * i, 1)).unwrap();
+        }
+        a.commit();
+        a
+    }
+
+    /// A normalised window (1,024 blocks) of which the caller needs 600: pass 3 does not
+    /// trim it to the 128-block runs near the goal, and the run that holds the whole need
+    /// is found elsewhere. Asking for nothing in particular (a need of one block), the
+    /// trimmed window near the goal is taken, as before.
+    #[test]
+    fn a_window_is_not_trimmed_below_what_its_caller_needs() {
+        let a = aged();
+        let window = AllocRequest::new(7, 1024).min_len(1).goal(0);
+        let got = a.allocate(&window.need_len(600)).unwrap();
+        assert_eq!(
+            got,
+            Extent::new(4096, 600),
+            "the one run that holds the need"
+        );
+        a.check().unwrap();
+
+        let a = aged();
+        let got = a.allocate(&window).unwrap();
+        assert!(
+            got.len < 600 && got.start < 4096,
+            "{got:?}: trimmed near the goal"
+        );
+        a.check().unwrap();
+    }
 }

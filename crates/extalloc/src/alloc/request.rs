@@ -46,6 +46,13 @@ pub struct AllocRequest {
     /// append's, grown with its file) asks for a shorter contiguous run here rather than
     /// leaving the file's end for a place where all of it fits.
     pub goal_min_len: u64,
+    /// Blocks the caller needs from the request's first block (ext4's original request,
+    /// `ac_o_ex`, beside the normalised `ac_g_ex`); 0 = `min_len`. A normalised window asks
+    /// for `len`, accepts `min_len`, and needs this much: pass 3 never trims the request
+    /// below it, and with indexed slow passes a best fit of this length is searched before
+    /// a shorter run is taken. Read through [`AllocRequest::need`] (clamped to
+    /// `min_len ..= len`).
+    pub need_len: u64,
 }
 
 impl AllocRequest {
@@ -60,6 +67,7 @@ impl AllocRequest {
             lifetime: Lifetime::Unknown,
             class_len: 0,
             goal_min_len: 0,
+            need_len: 0,
         }
     }
 
@@ -92,6 +100,20 @@ impl AllocRequest {
     pub fn goal_min_len(mut self, blocks: u64) -> Self {
         self.goal_min_len = blocks;
         self
+    }
+
+    /// Sets the blocks the caller needs (from `min_len` to `len`; 0 = `min_len`).
+    pub fn need_len(mut self, blocks: u64) -> Self {
+        self.need_len = blocks;
+        self
+    }
+
+    /// The blocks the caller needs: `need_len` within `min_len ..= len`, or `min_len`.
+    pub fn need(&self) -> u64 {
+        match self.need_len {
+            0 => self.min_len,
+            n => n.clamp(self.min_len, self.len),
+        }
     }
 
     /// Insist on all of `len`.

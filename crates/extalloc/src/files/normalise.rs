@@ -76,6 +76,7 @@ impl Files {
         let mut window = AllocRequest::new(id, we - ws)
             .logical(ws)
             .min_len(req.logical - ws + 1)
+            .need_len(req.logical - ws + len)
             .lifetime(req.lifetime);
         window.class_len = if policy.class_by_window { we - ws } else { len };
         let ordinary = BUCKET_BYTES_MAX / u64::from(geometry.block_size);
