@@ -8,7 +8,8 @@
 //!
 //! Invariant: a file id is in at most one queue, and only while its `queued` flag is set;
 //! the worker that pops it clears the flag under the file's lock before writing back, so
-//! data cached after that is queued again. With `Affinity::None` every worker serves the
+//! data cached after that is queued again. A scan queues files oldest data first
+//! (`dirty_oldest_first`), so files written one after another are placed in that order. With `Affinity::None` every worker serves the
 //! one queue of context 0.
 //!
 //! Lock order: a file's cache mutex -> (the volume: gate -> its file mutex) -> a queue
