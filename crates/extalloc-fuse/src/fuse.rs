@@ -321,12 +321,9 @@ impl Filesystem for FuseFs {
         reply: ReplyWrite,
     ) {
         let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
-        // A synchronous file's write is durable before it is answered (`fs/flags.rs`).
-        let r = match write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
-            true => self.fs.write_cached(ino.0, offset, data, kill),
-            false => self.fs.write_clearing(ino.0, offset, data, kill),
-        };
-        let r = self.settled(r, Settle::Inode(ino.0));
+        let cached = write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
+        let r = self.fs.write_from(ino.0, offset, data, kill, cached);
+        let r = self.settled(r, Settle::Data(ino.0));
         match r {
             Ok((n, cleared)) => {
                 if cleared {

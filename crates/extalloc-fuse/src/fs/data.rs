@@ -153,38 +153,30 @@ impl Fs {
         data: &[u8],
         kill_priv: bool,
     ) -> FsResult<(u32, bool)> {
-        self.write_stamping(ino, offset, data, kill_priv, true)
+        self.write_from(ino, offset, data, kill_priv, false)
     }
 
-    /// [`Fs::write_clearing`] of data the kernel's page cache writes back
-    /// (`FUSE_WRITE_CACHE`), which leaves mtime and ctime alone: under the writeback cache
+    /// [`Fs::write_clearing`]; `from_cache`: the kernel's page cache writes the data back
+    /// (`FUSE_WRITE_CACHE`), and mtime and ctime are left alone. Under the writeback cache
     /// the kernel owns a regular file's times and sends them in a SETATTR of its own (when
-    /// it writes the inode back, at fsync and at close). Stamping them here raced that
+    /// it writes the inode back, at fsync and at close); stamping them here raced that
     /// SETATTR: a writeback's WRITE served after it, on another session thread, replaced
     /// the kernel's times with the daemon's later clock (fstests generic/003, "modify time
-    /// has changed for file1 after remount", about 1 run in 10 under load).
-    pub fn write_cached(
+    /// has changed for file1 after remount", about 1 run in 10 under load). A commit
+    /// between the two keeps the new data with the old times, as the kernel had not yet
+    /// handed them over.
+    pub fn write_from(
         &self,
         ino: u64,
         offset: u64,
         data: &[u8],
         kill_priv: bool,
-    ) -> FsResult<(u32, bool)> {
-        self.write_stamping(ino, offset, data, kill_priv, false)
-    }
-
-    fn write_stamping(
-        &self,
-        ino: u64,
-        offset: u64,
-        data: &[u8],
-        kill_priv: bool,
-        stamp: bool,
+        from_cache: bool,
     ) -> FsResult<(u32, bool)> {
         self.live()?;
         self.regular(ino, libc::EINVAL)?;
         self.vol.write(ino, offset, data)?;
-        let cleared = self.data_changed(ino, kill_priv.then_some(None), stamp)?;
+        let cleared = self.data_changed(ino, kill_priv.then_some(None), !from_cache)?;
         Ok((data.len() as u32, cleared))
     }
 
@@ -363,6 +355,7 @@ impl Fs {
             n.attr_dirty = true;
         }
         let cleared = kill_priv.is_some_and(|gid| drop_privileges(&mut n.inode, gid));
+        debug_assert!(!cleared || n.inode.perm & libc::S_ISUID as u16 == 0);
         if cleared {
             n.inode.ctime = t;
             self.persist(&mut ns, ino)?;

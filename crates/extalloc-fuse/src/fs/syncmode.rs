@@ -67,6 +67,10 @@ pub enum Settle {
     Names([u64; 2]),
     /// An inode's attributes (or its data's size and blocks).
     Inode(u64),
+    /// A write of an inode's data: committed only for a synchronous inode (`chattr +S`,
+    /// whose writes the kernel never follows with an fsync); under `-o sync` the kernel
+    /// fsyncs after each `write(2)` itself, so no second commit here.
+    Data(u64),
     /// Nothing the mount's sync modes cover (a query).
     Nothing,
 }
@@ -95,16 +99,18 @@ impl Fs {
     /// succeeds.
     pub fn settle(&self, what: Settle) -> FsResult<()> {
         let mode = match what {
+            Settle::Data(ino) if self.is_sync_inode(ino) => SyncMode::Sync,
+            Settle::Data(_) => return Ok(()),
             Settle::Inode(ino) if self.is_sync_inode(ino) => SyncMode::Sync,
             Settle::Names(dirs) if dirs.iter().any(|&d| self.is_sync_inode(d)) => SyncMode::DirSync,
             _ => self.sync_mode(),
         };
         match (mode, what) {
-            (SyncMode::Lazy, _) | (SyncMode::DirSync, Settle::Inode(_)) | (_, Settle::Nothing) => {
-                Ok(())
-            }
+            (SyncMode::Lazy, _)
+            | (SyncMode::DirSync, Settle::Inode(_) | Settle::Data(_))
+            | (_, Settle::Nothing) => Ok(()),
             (_, Settle::Names(_)) => Ok(self.vol.volume().sync()?),
-            (SyncMode::Sync, Settle::Inode(ino)) => self.fsync(ino),
+            (SyncMode::Sync, Settle::Inode(ino) | Settle::Data(ino)) => self.fsync(ino),
         }
     }
 
@@ -196,11 +202,16 @@ mod tests {
             "a file inherits +S from its directory"
         );
         chmod_600(&fs, ino);
+        // A write from the kernel's cache, as the FUSE layer settles it: committed for
+        // the synchronous file (the kernel follows it with no fsync).
+        let w = fs.write_from(ino, 0, b"synced", false, true);
+        fs.settled(w, Settle::Data(ino)).unwrap();
         // A name made in a directory without the flag waits for a commit.
         let lazy = fs.make(other, b"g", node(Kind::File), ME);
         fs.settled(lazy, Settle::names(other)).unwrap();
         let fs = power_cut(fs, &dev);
         let f = find(&fs, "f").expect("the name made in a +S directory survives");
+        assert_eq!(fs.read(f, 0, 6).unwrap(), b"synced");
         assert_eq!(fs.getattr(f).unwrap().inode.perm, 0o600);
         let other = find(&fs, "plain").unwrap();
         assert_eq!(fs.lookup(other, b"g").map(|_| ()), Err(Errno(libc::ENOENT)));
