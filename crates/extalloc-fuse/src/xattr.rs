@@ -6,7 +6,8 @@
 //! - [`Xattrs`]: an inode's attributes, full name (`user.x`) -> value, in name order. Its
 //!   encoding ([`encode_set`]): `count u32 | (name length u8 | value length u32 | name |
 //!   value)*`, little endian.
-//! - The **tail** of an inode's blob (the bytes after its 64-byte [`Inode`](crate::inode)):
+//! - The **tail** of an inode's blob (the bytes after its [`Inode`](crate::inode)'s head:
+//!   64 bytes, 80 with a birth time):
 //!   empty (no attributes), `1 | set` (inline, when the whole blob stays within the
 //!   volume's attribute limit), or `2 | spill file id u64`.
 //! - A **spill file**: a volume file whose attribute blob is [`SPILL_MAGIC`] `| version u8 |
@@ -78,9 +79,10 @@ pub fn privileged(name: &[u8]) -> bool {
     name.starts_with(b"trusted.")
 }
 
-/// True when `set` fits in an inode's blob beside the inode (inline, no spill file).
-pub fn fits_inline(set: &Xattrs) -> bool {
-    crate::inode::INODE_BYTES + 1 + set_bytes(set) <= extalloc::volume::MAX_ATTR_BYTES
+/// True when `set` fits in `inode`'s blob beside the inode's head (inline, no spill
+/// file): an inode with a birth time has a longer head, so a little less room.
+pub fn fits_inline(inode: &crate::inode::Inode, set: &Xattrs) -> bool {
+    inode.head_bytes() + 1 + set_bytes(set) <= extalloc::volume::MAX_ATTR_BYTES
 }
 
 /// Bytes `set` takes encoded.

@@ -170,6 +170,10 @@ pub(crate) struct Node {
     pub(crate) xattrs: Xattrs,
     /// The spill file holding them, when they do not fit the inode's blob.
     pub(crate) spill: Option<u64>,
+    /// Made by `Fs::tmpfile` (`O_TMPFILE`) and never named since: a regular file with link
+    /// count 0 that `Fs::link` may give its first name (which clears this). Any other
+    /// node with link count 0 was unlinked and `link` refuses it (`ENOENT`).
+    pub(crate) tmpfile: bool,
 }
 
 impl Node {
@@ -183,6 +187,7 @@ impl Node {
             attr_dirty: false,
             xattrs: Xattrs::new(),
             spill: None,
+            tmpfile: false,
         }
     }
 
@@ -193,7 +198,7 @@ impl Node {
             None if self.xattrs.is_empty() => Tail::None,
             None => {
                 debug_assert!(
-                    crate::xattr::fits_inline(&self.xattrs),
+                    crate::xattr::fits_inline(&self.inode, &self.xattrs),
                     "a set without a spill file fits in the inode's blob (`store_set`)"
                 );
                 Tail::Inline(self.xattrs.clone())

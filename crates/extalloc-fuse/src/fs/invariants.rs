@@ -8,7 +8,8 @@
 //! What is checked, in memory: the root is a directory that is its own parent; every entry
 //! names a node; a directory is named by exactly one entry, in the directory its `parent`
 //! says; a file's `nlink` counts its entries, a named directory's is 2 plus its
-//! subdirectories, an unnamed directory has no entries; each directory's `live` is what its
+//! subdirectories, an unnamed directory has no entries; a tmpfile never named (`tmpfile.rs`)
+//! is a regular file with link count 0; each directory's `live` is what its
 //! entries take as records and `log_start <= log_bytes <= mapped_to` (once known). Against
 //! the volume (while the file system is not shut down and holds at most
 //! [`VOLUME_CHECK_MAX_NODES`] inodes, so the tests of large namespaces stay quick): each
@@ -22,6 +23,7 @@
 
 use super::core::{Fs, Ns, ROOT};
 use crate::dir::{DirLog, RECORD_OVERHEAD};
+use crate::inode::Kind;
 use parking_lot::RwLockWriteGuard;
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
@@ -154,6 +156,12 @@ fn check_memory(ns: &Ns) -> Result<(), String> {
                 node.inode.kind, node.inode.nlink
             ));
         }
+        if node.tmpfile && (node.inode.kind != Kind::File || node.inode.nlink != 0) {
+            return Err(format!(
+                "inode {ino} ({:?}): a tmpfile with nlink {}",
+                node.inode.kind, node.inode.nlink
+            ));
+        }
     }
     Ok(())
 }
@@ -260,6 +268,11 @@ mod tests {
             .as_mut()
             .unwrap()
             .parent = ROOT;
+
+        // A named file marked as a tmpfile (one `link` could name as if it had none).
+        let why = caught(&fs, |ns| ns.nodes.get_mut(&f).unwrap().tmpfile = true);
+        assert!(why.contains("a tmpfile with nlink 1"), "{why}");
+        fs.ns.write().nodes.get_mut(&f).unwrap().tmpfile = false;
 
         fs.check_namespace().expect("every break above was mended");
     }

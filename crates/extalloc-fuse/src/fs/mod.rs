@@ -28,7 +28,10 @@
 //! Invariant: for every directory node, `entries` equals its log on the volume replayed;
 //! every entry names a node; a file's `nlink` counts its entries, a directory's is 2 plus
 //! its subdirectories; a node whose `nlink` is 0 is kept only while it is open or the
-//! kernel still knows it (`lookups`), then its volume file is unlinked. Every writer takes
+//! kernel still knows it (`lookups`), then its volume file is unlinked. Such a node is a
+//! file unlinked while open, or an `O_TMPFILE` file never named (`tmpfile.rs`: made with
+//! `nlink` 0, which [`Fs::link`] alone may name). An inode's birth time (`Inode::btime`)
+//! is set when it is made and never changed. Every writer takes
 //! `ns` through [`Fs::ns_write`]; in the unit tests letting it go checks this invariant in
 //! memory and against the volume (`invariants.rs`, [`Fs::check_namespace`]). Directory
 //! logs, link targets and spill files are changed through [`Buffered::uncached`], which
@@ -63,6 +66,9 @@ mod shutdown;
 pub mod syncmode;
 #[cfg(test)]
 mod tests;
+mod tmpfile;
+#[cfg(test)]
+mod tmpfile_tests;
 pub mod trim;
 #[cfg(test)]
 mod xattr_tests;

@@ -1,5 +1,6 @@
 //! Namespace calls: lookup, make (files, directories, links, special files), unlink,
-//! rmdir, link, rename and readlink (directory listing: `listing.rs`).
+//! rmdir, link, rename and readlink (directory listing: `listing.rs`; what a new inode
+//! inherits from its directory, and `O_TMPFILE`: `tmpfile.rs`).
 //!
 //! Each call holds the namespace lock written for its whole length, checks everything it
 //! can before it changes anything, makes room for the records it will append (`reserve`:
@@ -17,12 +18,14 @@
 //! again. Only a device error can do that: every check comes first.
 
 use super::core::{Attr, Caller, DirState, Errno, Fs, FsResult, Node, Ns, Refs, ROOT};
-use super::{flags, scan};
+use super::{flags, scan, tmpfile};
 use crate::dir::{record, NAME_MAX};
 use crate::inode::{Inode, Kind, Time};
 use crate::xattr::Xattrs;
 use extalloc::volume::{Atomic, Fallocate};
 use std::collections::BTreeMap;
+
+pub use super::tmpfile::NewNode;
 
 /// A directory's log is compacted once it exceeds this and four times its live entries.
 const COMPACT_MIN_BYTES: u64 = 64 << 10;
@@ -68,21 +71,6 @@ fn check_name(name: &[u8]) -> FsResult<()> {
     Ok(())
 }
 
-/// What a new inode is made of.
-#[derive(Debug, Clone, Copy)]
-pub struct NewNode<'a> {
-    /// Its kind.
-    pub kind: Kind,
-    /// Requested mode (permission bits; the type bits are ignored).
-    pub mode: u32,
-    /// The caller's umask.
-    pub umask: u32,
-    /// Device number of a device node.
-    pub rdev: u32,
-    /// A symbolic link's target.
-    pub target: Option<&'a [u8]>,
-}
-
 impl Fs {
     /// Finds `name` in directory `parent` (the kernel now holds one more reference).
     /// Takes the namespace lock for reading only: lookups run side by side (`Refs`).
@@ -126,23 +114,10 @@ impl Fs {
         self.live()?;
         check_name(name)?;
         let mut ns = self.ns_write();
-        flags::check(&ns, parent, false)?;
-        let pdir = ns.node(parent)?;
-        let dir = pdir.dir.as_ref().ok_or(Errno(libc::ENOTDIR))?;
-        if pdir.inode.nlink == 0 {
-            return err(libc::ENOENT);
-        }
-        if dir.entries.contains_key(name) {
+        let (inode, xattrs) = self.new_inode(&ns, parent, &new, who)?;
+        if ns.dir(parent)?.entries.contains_key(name) {
             return err(libc::EEXIST);
         }
-        let (mut perm, xattrs) = self.inherit(pdir, &new);
-        let setgid = pdir.inode.perm & libc::S_ISGID as u16 != 0;
-        let gid = if setgid { pdir.inode.gid } else { who.gid };
-        if setgid && new.kind == Kind::Dir {
-            perm |= libc::S_ISGID as u16;
-        }
-        let mut inode = Inode::new(new.kind, perm, who.uid, gid, new.rdev);
-        inode.flags = flags::inherited(pdir.inode.flags, new.kind);
         // Files of one directory start near each other; directories spread by name.
         let key = match new.kind {
             Kind::Dir => parent ^ fnv(name),
@@ -150,14 +125,8 @@ impl Fs {
         };
         self.reserve(&mut ns, &[(parent, record_bytes(name))])?;
         let group = self.group(MAKE_CHUNKS)?;
-        // Inherited ACLs ride in the new inode's blob when they fit (nearly always), else
-        // they are stored once it is named, in a group of their own.
-        let inline = Node {
-            xattrs: xattrs.clone(),
-            ..Node::plain(inode)
-        };
-        let fits = crate::xattr::fits_inline(&xattrs);
-        let blob = if fits { inline.blob() } else { inode.encode() };
+        // Inherited ACLs that do not fit the blob are stored once it is named.
+        let (blob, fits) = tmpfile::new_blob(&inode, &xattrs);
         let ino = self.vol.volume().create_placed(&blob, key)?;
         if let Some(t) = new.target {
             if let Err(e) = self.vol.uncached(ino).write(ino, 0, t) {
@@ -364,7 +333,11 @@ impl Fs {
         self.persist(ns, ino)
     }
 
-    /// Gives the non-directory `ino` one more name, `newname` in `newparent`.
+    /// Gives the non-directory `ino` one more name, `newname` in `newparent`. An inode
+    /// with link count 0 is refused (`ENOENT`: it was unlinked) unless it is a tmpfile
+    /// never named ([`Fs::tmpfile`]; the kernel sends its link only when it was opened
+    /// without `O_EXCL`): that one gets its first name, link count 0 -> 1, and is a file as
+    /// any other from then on.
     pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> FsResult<Attr> {
         self.live()?;
         check_name(newname)?;
@@ -375,7 +348,7 @@ impl Fs {
         if node.dir.is_some() {
             return err(libc::EPERM);
         }
-        if node.inode.nlink == 0 {
+        if node.inode.nlink == 0 && !node.tmpfile {
             return err(libc::ENOENT);
         }
         if node.inode.nlink >= u32::from(u16::MAX) {
@@ -397,8 +370,10 @@ impl Fs {
         self.reserve(&mut ns, &[(newparent, record_bytes(newname))])?;
         let group = self.group(LINK_CHUNKS)?;
         let n = ns.node_mut(ino)?;
+        debug_assert!(!n.tmpfile || n.inode.nlink == 0, "a tmpfile has no name");
         n.inode.nlink += 1;
         n.inode.ctime = Time::now();
+        n.tmpfile = false;
         self.persist(&mut ns, ino)?;
         self.append(&mut ns, newparent, newname, Some(ino))?;
         touch(&mut ns.node_mut(newparent)?.inode);

@@ -7,7 +7,8 @@
 //! repaired here:
 //!
 //! - an **orphan**: an inode no directory names and whose link count is 0 (unlinked while
-//!   open, or replaced by a rename, and the removal of its file never ran): removed;
+//!   open, or replaced by a rename, or an `O_TMPFILE` file never linked, and the removal
+//!   of its file never ran): removed;
 //! - an **unnamed** inode: no name refers to it but its link count says it has names (a
 //!   damaged directory log cut short, a lost record; never a crash): linked into
 //!   `/lost+found` as `#INODE` with its data, before any other repair (`rescue`);

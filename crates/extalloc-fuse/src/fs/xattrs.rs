@@ -200,7 +200,7 @@ impl Fs {
             Some(o) => vol.size(o)?.div_ceil(bs).div_ceil(16) + 1,
             None => 0,
         };
-        let inline = xattr::fits_inline(&set);
+        let inline = xattr::fits_inline(&inode, &set);
         let data = (!set.is_empty() && !inline).then(|| xattr::spill_data(&set));
         let new_chunks = data
             .as_ref()
