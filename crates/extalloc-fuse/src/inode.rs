@@ -123,17 +123,22 @@ impl Kind {
         })
     }
 
-    /// The FUSE file type.
-    pub fn file_type(self) -> fuser::FileType {
+    /// The kind's `S_IFMT` bits (`st_mode`'s file type).
+    pub fn mode_bits(self) -> u32 {
         match self {
-            Kind::File => fuser::FileType::RegularFile,
-            Kind::Dir => fuser::FileType::Directory,
-            Kind::Symlink => fuser::FileType::Symlink,
-            Kind::Fifo => fuser::FileType::NamedPipe,
-            Kind::Socket => fuser::FileType::Socket,
-            Kind::CharDevice => fuser::FileType::CharDevice,
-            Kind::BlockDevice => fuser::FileType::BlockDevice,
+            Kind::File => libc::S_IFREG,
+            Kind::Dir => libc::S_IFDIR,
+            Kind::Symlink => libc::S_IFLNK,
+            Kind::Fifo => libc::S_IFIFO,
+            Kind::Socket => libc::S_IFSOCK,
+            Kind::CharDevice => libc::S_IFCHR,
+            Kind::BlockDevice => libc::S_IFBLK,
         }
+    }
+
+    /// The kind as a directory entry's type (`DT_*`: the `S_IFMT` bits shifted down).
+    pub fn dirent_type(self) -> u32 {
+        self.mode_bits() >> 12
     }
 }
 

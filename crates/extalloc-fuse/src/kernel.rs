@@ -11,7 +11,7 @@
 use crate::fs::atime::AtimeMode;
 use crate::fs::syncmode::SyncMode;
 use crate::fs::Fs;
-use fuser::{InitFlags, KernelConfig};
+use crate::transport::{flags as f, Init};
 use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -20,54 +20,52 @@ use std::time::{Duration, Instant};
 pub const RECHECK: Duration = Duration::from_secs(1);
 
 /// Asks the kernel for what the file system serves best with, and tells `fs` what it got.
-pub fn negotiate(fs: &Fs, config: &mut KernelConfig) {
-    let _ = config.set_max_write(1 << 20);
+pub(crate) fn negotiate(fs: &Fs, config: &mut Init) {
+    config.set_max_write(1 << 20);
     // The kernel gathers small writes in its page cache and sends them in pages (a 4 KiB
     // random write is otherwise one request each); fsync sends them first.
-    let _ = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE);
+    let _ = config.want(f::WRITEBACK_CACHE);
     // The kernel leaves clearing set-user-id and set-group-id to the daemon and says when a
     // write's caller lacks CAP_FSETID (FUSE_WRITE_KILL_SUIDGID); it also sends a write from
     // such a caller to a set-id file straight through, not via its cache.
-    if let Err(missing) = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2) {
-        log::warn!("the kernel does not offer {missing:?}: it clears set-id bits itself");
+    if let Err(missing) = config.want(f::HANDLE_KILLPRIV_V2) {
+        log::warn!("the kernel does not offer {missing:#x}: it clears set-id bits itself");
     }
     // File handles (`name_to_handle_at`, NFS export) name a node id and generation (always
     // 0: a volume never hands an inode number out twice). With export support the kernel
     // looks up "." of a node id it no longer holds (after a cache drop, or a remount: inode
     // numbers are the volume's file ids, stable on the device) and ".." for its parent,
     // instead of failing with ESTALE (`Fs::lookup` answers both).
-    if let Err(missing) = config.add_capabilities(InitFlags::FUSE_EXPORT_SUPPORT) {
-        log::warn!("the kernel does not offer {missing:?}: file handles go stale");
+    if let Err(missing) = config.want(f::EXPORT_SUPPORT) {
+        log::warn!("the kernel does not offer {missing:#x}: file handles go stale");
     }
     // Lookups and listings of one directory side by side (the namespace lock lets lookups
     // share it); listings carry each entry's attributes (READDIRPLUS), so `ls -l`, `find`
     // and `rm -rf` need no LOOKUP per name, the kernel choosing plus or plain per listing
     // (READDIRPLUS_AUTO: plus while the entries are being looked up).
-    let dirs = InitFlags::FUSE_PARALLEL_DIROPS
-        | InitFlags::FUSE_DO_READDIRPLUS
-        | InitFlags::FUSE_READDIRPLUS_AUTO;
-    if let Err(missing) = config.add_capabilities(dirs) {
-        log::warn!("the kernel does not offer {missing:?}: a round trip per name listed");
+    let dirs = f::PARALLEL_DIROPS | f::DO_READDIRPLUS | f::READDIRPLUS_AUTO;
+    if let Err(missing) = config.want(dirs) {
+        log::warn!("the kernel does not offer {missing:#x}: a round trip per name listed");
     }
     // A synchronous file (`chattr +S`) is opened with FOPEN_DIRECT_IO (`fs/flags.rs`); this
     // lets a program still map it shared.
-    if let Err(missing) = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP) {
-        log::warn!("the kernel does not offer {missing:?}: a synchronous file cannot be mapped");
+    if let Err(missing) = config.want(f::DIRECT_IO_ALLOW_MMAP) {
+        log::warn!("the kernel does not offer {missing:#x}: a synchronous file cannot be mapped");
     }
     // Idmapped mounts (`mount --bind -o X-mount.idmap=...`; the mount runs with
     // default_permissions, which the kernel requires for them): the kernel maps ids on the
     // way in and out itself. In exchange it sends the caller's ids only with the requests
     // that make an inode, and none (`replies::NO_ID`) with the rest, idmapped mount or not;
     // the few calls that ask who calls read the process's ids from /proc (`replies::caller`).
-    if let Err(missing) = config.add_capabilities(InitFlags::FUSE_ALLOW_IDMAP) {
-        log::warn!("the kernel does not offer {missing:?}: no idmapped mounts");
+    if let Err(missing) = config.want(f::ALLOW_IDMAP) {
+        log::warn!("the kernel does not offer {missing:#x}: no idmapped mounts");
     }
     // POSIX ACLs: the kernel enforces them; the daemon keeps them, their mode and their
     // inheritance, and applies the umask itself (FUSE_DONT_MASK; `fs/xattrs.rs`).
-    let acl = InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;
-    match config.add_capabilities(acl) {
+    let acl = f::POSIX_ACL | f::DONT_MASK;
+    match config.want(acl) {
         Ok(()) => fs.enable_acls(),
-        Err(missing) => log::warn!("the kernel does not offer {missing:?}: no ACLs"),
+        Err(missing) => log::warn!("the kernel does not offer {missing:#x}: no ACLs"),
     }
 }
 

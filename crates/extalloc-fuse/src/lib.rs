@@ -3,7 +3,8 @@
 //!
 //! - [`fs::Fs`]: the file system itself (namespace, data through the volume's dirty cache
 //!   and writeback contexts, crash repair at mount), callable without FUSE.
-//! - `fuse.rs`: kernel requests to [`fs::Fs`] calls (the `fuser` crate, several threads);
+//! - `transport/`: the daemon's own FUSE transport (mount, `/dev/fuse` requests decoded
+//!   and replies encoded, several threads); `fuse.rs`: kernel requests to [`fs::Fs`] calls;
 //!   `kernel.rs`: what it asks of the kernel at init and reads of the mount's flags;
 //!   `replies.rs`: the replies it sends and who makes a request (supplementary groups).
 //! - [`mount`]: the mount command (foreground or daemon, clean unmount on SIGTERM,
@@ -36,5 +37,6 @@ pub mod mount;
 pub mod mountinfo;
 pub mod repair;
 mod replies;
+mod transport;
 pub mod umount;
 pub mod xattr;

@@ -19,11 +19,11 @@ use crate::ending::Ending;
 use crate::fs::{Fs, MountReport};
 use crate::fuse::FuseFs;
 use crate::mountinfo;
+use crate::transport::{MountSpec, Session};
 use extalloc::alloc::Policy;
 use extalloc::disk::device::{Device, FenceDevice, FileDevice, OverlayDevice};
 use extalloc::volume::Volume;
 use extalloc::writeback::WritebackOptions;
-use fuser::{Config, MountOption, Session, SessionACL};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -100,10 +100,10 @@ pub fn serve(opts: &MountOptions, ready: impl FnOnce(&MountReport)) -> Result<()
         .device
         .canonicalize()
         .map_err(|e| format!("{dev_name}: {e}"))?;
-    let cfg = config(&source.display().to_string(), opts);
-    let fuse = FuseFs::new(fs.clone(), &mountpoint);
+    let spec = spec(&source.display().to_string(), opts);
+    let fuse = Arc::new(FuseFs::new(fs.clone(), &mountpoint));
     let notifier = fuse.notifier_slot();
-    let mut session = match Session::new(fuse, &mountpoint, &cfg) {
+    let mut session = match Session::mount(&mountpoint, &spec) {
         Ok(s) => s,
         Err(e) => {
             let _ = close(fs);
@@ -150,7 +150,7 @@ pub fn serve(opts: &MountOptions, ready: impl FnOnce(&MountReport)) -> Result<()
         }
     };
     ready(&report);
-    let served = session.run();
+    let served = session.run(fuse, opts.threads.max(1));
     ended.store(true, Ordering::Release);
     drop(committer);
     let closed = close(fs);
@@ -206,29 +206,23 @@ pub fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 8))
 }
 
-/// The session's configuration: mount options (the device's path as the source) and
-/// threads.
-fn config(source: &str, opts: &MountOptions) -> Config {
+/// What to mount: the device's path as the source, the `MS_*` flags of the options, the
+/// kernel's permission checks (`default_permissions`) for everyone (`allow_other`).
+fn spec(source: &str, opts: &MountOptions) -> MountSpec {
     let f = opts.flags;
-    let pick = |on: bool, yes: MountOption, no: MountOption| if on { yes } else { no };
-    let mut cfg = Config::default();
-    cfg.mount_options = vec![
-        MountOption::FSName(source.to_string()),
-        MountOption::Subtype("extalloc".into()),
-        MountOption::DefaultPermissions,
-        pick(opts.read_only, MountOption::RO, MountOption::RW),
-        pick(f.nosuid, MountOption::NoSuid, MountOption::Suid),
-        pick(f.nodev, MountOption::NoDev, MountOption::Dev),
-        pick(f.noexec, MountOption::NoExec, MountOption::Exec),
-        pick(f.noatime, MountOption::NoAtime, MountOption::Atime),
-        pick(f.sync, MountOption::Sync, MountOption::Async),
-    ];
-    if f.dirsync {
-        cfg.mount_options.push(MountOption::DirSync);
+    let flag = |on: bool, bit: libc::c_ulong| if on { bit } else { 0 };
+    MountSpec {
+        source: source.to_string(),
+        subtype: "extalloc".into(),
+        flags: flag(opts.read_only, libc::MS_RDONLY)
+            | flag(f.nosuid, libc::MS_NOSUID)
+            | flag(f.nodev, libc::MS_NODEV)
+            | flag(f.noexec, libc::MS_NOEXEC)
+            | flag(f.noatime, libc::MS_NOATIME)
+            | flag(f.sync, libc::MS_SYNCHRONOUS)
+            | flag(f.dirsync, libc::MS_DIRSYNC),
+        options: vec!["default_permissions", "allow_other"],
     }
-    cfg.acl = SessionACL::All;
-    cfg.n_threads = Some(opts.threads.max(1));
-    cfg
 }
 
 /// A thread that ends the session on SIGTERM, SIGINT or SIGHUP (each signal tries again).

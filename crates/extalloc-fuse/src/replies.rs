@@ -11,16 +11,14 @@
 use crate::fs::data::SetTime;
 use crate::fs::{Attr, Caller, Errno as FsErrno};
 use crate::inode::Time;
-use fuser::{
-    Errno, FileAttr, FileHandle, FopenFlags, INodeNo, Notifier, ReplyData, ReplyEmpty, ReplyOpen,
-    ReplyStatfs, ReplyXattr, Request, TimeOrNow,
-};
+use crate::transport::{self, Notifier, Reply, Request, TimeOrNow};
 use std::sync::OnceLock;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 /// The kernel's errno for a file system error.
-pub(crate) fn errno(e: FsErrno) -> Errno {
-    Errno::from_i32(e.0)
+pub(crate) fn errno(e: FsErrno) -> i32 {
+    debug_assert!(e.0 > 0, "an errno is positive: {}", e.0);
+    e.0
 }
 
 /// What the kernel puts in a request's uid and gid when it sends none
@@ -37,7 +35,7 @@ pub(crate) const NO_ID: u32 = u32::MAX;
 /// the idmap does not change for a caller that is root outside it. When the process is gone
 /// the ids stay [`NO_ID`]: an unprivileged caller in no group.
 pub(crate) fn caller(req: &Request) -> Caller {
-    caller_of(req.uid(), req.gid(), req.pid())
+    caller_of(req.uid, req.gid, req.pid)
 }
 
 /// [`caller`] where the call asks who calls (`asks`), else [`Caller::NOBODY`]: the calls
@@ -85,7 +83,7 @@ fn status_field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
 }
 
 /// An empty reply, or the error.
-pub(crate) fn empty(r: Result<(), FsErrno>, reply: ReplyEmpty) {
+pub(crate) fn empty(r: Result<(), FsErrno>, reply: Reply<'_>) {
     match r {
         Ok(()) => reply.ok(),
         Err(e) => reply.error(errno(e)),
@@ -93,7 +91,7 @@ pub(crate) fn empty(r: Result<(), FsErrno>, reply: ReplyEmpty) {
 }
 
 /// The bytes, or the error.
-pub(crate) fn data(r: Result<Vec<u8>, FsErrno>, reply: ReplyData) {
+pub(crate) fn data(r: Result<Vec<u8>, FsErrno>, reply: Reply<'_>) {
     match r {
         Ok(d) => reply.data(&d),
         Err(e) => reply.error(errno(e)),
@@ -102,7 +100,7 @@ pub(crate) fn data(r: Result<Vec<u8>, FsErrno>, reply: ReplyData) {
 
 /// The flags a directory's open is answered with: none (the kernel keeps no listing
 /// cache, `FOPEN_CACHE_DIR`: a listing's snapshot is the daemon's).
-pub(crate) const DIR_OPEN_FLAGS: FopenFlags = FopenFlags::empty();
+pub(crate) const DIR_OPEN_FLAGS: u32 = 0;
 
 /// The flags a file's open (`O_DIRECT` or not) is answered with when a read would set no
 /// atime (`Fs::access_keeps_atime`): `FOPEN_KEEP_CACHE`, so an open keeps the pages the
@@ -120,21 +118,21 @@ pub(crate) const DIR_OPEN_FLAGS: FopenFlags = FopenFlags::empty();
 /// cache). `FOPEN_DIRECT_IO` would send every read and write of that open, buffered ones
 /// too, to the daemon, and refuse a shared mapping of it unless `FUSE_DIRECT_IO_ALLOW_MMAP`
 /// were negotiated: only a synchronous file's open wants that ([`OPEN_SYNC_FLAGS`]).
-pub(crate) const OPEN_FLAGS: FopenFlags = FopenFlags::empty();
+pub(crate) const OPEN_FLAGS: u32 = 0;
 
 /// [`OPEN_FLAGS`] for an open of a file with the synchronous flag (`chattr +S`,
 /// `fs/flags.rs`): every read and write of it goes to the daemon, which commits each write
 /// before it answers. A shared mapping of it still works (`FUSE_DIRECT_IO_ALLOW_MMAP`,
 /// `kernel.rs`): the kernel writes back and drops the cached pages of a range around each
 /// such write.
-pub(crate) const OPEN_SYNC_FLAGS: FopenFlags = FopenFlags::FOPEN_DIRECT_IO;
+pub(crate) const OPEN_SYNC_FLAGS: u32 = transport::FOPEN_DIRECT_IO;
 
 /// [`OPEN_FLAGS`] for an open whose reads would set no atime.
-pub(crate) const OPEN_KEEPING_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE;
+pub(crate) const OPEN_KEEPING_FLAGS: u32 = transport::FOPEN_KEEP_CACHE;
 
 /// The flags an open of file `ino` is answered with: [`OPEN_SYNC_FLAGS`] for a synchronous
 /// file, [`OPEN_KEEPING_FLAGS`] when a read would set no atime, else [`OPEN_FLAGS`].
-pub(crate) fn open_flags(fs: &crate::fs::Fs, ino: u64) -> FopenFlags {
+pub(crate) fn open_flags(fs: &crate::fs::Fs, ino: u64) -> u32 {
     if fs.is_sync_inode(ino) {
         OPEN_SYNC_FLAGS
     } else if fs.access_keeps_atime(ino) {
@@ -146,59 +144,45 @@ pub(crate) fn open_flags(fs: &crate::fs::Fs, ino: u64) -> FopenFlags {
 
 /// `statfs`'s figures (names up to [`crate::dir::NAME_MAX`] bytes; the fragment size is
 /// the block size), or the error.
-pub(crate) fn statfs_reply(r: Result<crate::fs::data::FsStat, FsErrno>, reply: ReplyStatfs) {
+pub(crate) fn statfs_reply(r: Result<crate::fs::data::FsStat, FsErrno>, reply: Reply<'_>) {
     let s = match r {
         Ok(s) => s,
         Err(e) => return reply.error(errno(e)),
     };
-    let name_max = crate::dir::NAME_MAX as u32;
-    let (b, f, a, n, nf, bs) = (
-        s.blocks,
-        s.free,
-        s.available,
-        s.files,
-        s.files_free,
-        s.block_size,
-    );
-    reply.statfs(b, f, a, n, nf, bs, name_max, bs);
+    let out = transport::StatfsOut {
+        blocks: s.blocks,
+        bfree: s.free,
+        bavail: s.available,
+        files: s.files,
+        ffree: s.files_free,
+        bsize: s.block_size,
+        namelen: crate::dir::NAME_MAX as u32,
+        frsize: s.block_size,
+        ..Default::default()
+    };
+    reply.with(&out, &[]);
 }
 
 /// An open handle with `flags` ([`OPEN_FLAGS`] or [`DIR_OPEN_FLAGS`]), or the error.
-pub(crate) fn opened(r: Result<u64, FsErrno>, flags: FopenFlags, reply: ReplyOpen) {
+pub(crate) fn opened(r: Result<u64, FsErrno>, flags: u32, reply: Reply<'_>) {
     match r {
-        Ok(fh) => reply.opened(FileHandle(fh), flags),
+        Ok(fh) => reply.opened(fh, flags),
         Err(e) => reply.error(errno(e)),
     }
 }
 
 /// The attributes of a lookup that found nothing: node id 0, which the kernel caches as a
 /// negative entry for the entry timeout.
-pub(crate) fn negative_entry() -> FileAttr {
-    FileAttr {
-        ino: INodeNo(0),
-        size: 0,
-        blocks: 0,
-        atime: SystemTime::UNIX_EPOCH,
-        mtime: SystemTime::UNIX_EPOCH,
-        ctime: SystemTime::UNIX_EPOCH,
-        crtime: SystemTime::UNIX_EPOCH,
-        kind: fuser::FileType::RegularFile,
-        perm: 0,
-        nlink: 0,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        blksize: 0,
-        flags: 0,
-    }
+pub(crate) fn negative_entry() -> transport::Attr {
+    transport::Attr::default()
 }
 
 /// A value or a listing: its size when the caller asked with size 0, `ERANGE` when it does
 /// not fit the caller's buffer, else the bytes.
-pub(crate) fn xattr_reply(r: Result<Vec<u8>, FsErrno>, size: u32, reply: ReplyXattr) {
+pub(crate) fn xattr_reply(r: Result<Vec<u8>, FsErrno>, size: u32, reply: Reply<'_>) {
     match r {
-        Ok(v) if size == 0 => reply.size(v.len() as u32),
-        Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
+        Ok(v) if size == 0 => reply.xattr_size(v.len() as u32),
+        Ok(v) if v.len() > size as usize => reply.error(libc::ERANGE),
         Ok(v) => reply.data(&v),
         Err(e) => reply.error(errno(e)),
     }
@@ -221,20 +205,21 @@ pub(crate) fn acl_groups(name: &[u8], pid: u32) -> Vec<u32> {
         .unwrap_or_default()
 }
 
-/// `stat`'s view of `a` for the kernel (`st_blocks` in 512-byte sectors; no birth time is
-/// kept, so the ctime stands in for it).
-pub(crate) fn file_attr(a: &Attr, block_size: u32) -> FileAttr {
+/// `stat`'s view of `a` for the kernel (`st_blocks` in 512-byte sectors; the birth time
+/// goes only with a statx reply, [`statx`]).
+pub(crate) fn file_attr(a: &Attr, block_size: u32) -> transport::Attr {
     let i = &a.inode;
-    FileAttr {
-        ino: INodeNo(a.ino),
+    transport::Attr {
+        ino: a.ino,
         size: a.size,
         blocks: a.allocated / 512,
-        atime: i.atime.to_system(),
-        mtime: i.mtime.to_system(),
-        ctime: i.ctime.to_system(),
-        crtime: i.ctime.to_system(),
-        kind: i.kind.file_type(),
-        perm: i.perm,
+        atime: i.atime.secs as u64,
+        mtime: i.mtime.secs as u64,
+        ctime: i.ctime.secs as u64,
+        atimensec: i.atime.nanos,
+        mtimensec: i.mtime.nanos,
+        ctimensec: i.ctime.nanos,
+        mode: i.kind.mode_bits() | u32::from(i.perm),
         nlink: i.nlink,
         uid: i.uid,
         gid: i.gid,
@@ -244,11 +229,48 @@ pub(crate) fn file_attr(a: &Attr, block_size: u32) -> FileAttr {
     }
 }
 
+/// `statx`'s view of `a`: [`file_attr`]'s and the birth time, where the inode has one
+/// (inodes written before birth times were kept have none: the mask then says so). The
+/// kernel fills in the device itself.
+pub(crate) fn statx(a: &Attr, block_size: u32) -> transport::Statx {
+    let f = file_attr(a, block_size);
+    let sx = |t: Time| transport::SxTime {
+        tv_sec: t.secs,
+        tv_nsec: t.nanos,
+        reserved: 0,
+    };
+    let i = &a.inode;
+    let mut mask = transport::STATX_BASIC_STATS;
+    if i.btime.is_some() {
+        mask |= transport::STATX_BTIME;
+    }
+    let s = transport::Statx {
+        mask,
+        blksize: f.blksize,
+        nlink: f.nlink,
+        uid: f.uid,
+        gid: f.gid,
+        mode: f.mode as u16,
+        ino: f.ino,
+        size: f.size,
+        blocks: f.blocks,
+        atime: sx(i.atime),
+        btime: i.btime.map(sx).unwrap_or_default(),
+        ctime: sx(i.ctime),
+        mtime: sx(i.mtime),
+        rdev_major: libc::major(u64::from(i.rdev)),
+        rdev_minor: libc::minor(u64::from(i.rdev)),
+        ..Default::default()
+    };
+    debug_assert_eq!(s.mode as u32, f.mode, "a mode fits 16 bits");
+    s
+}
+
 /// A time a setattr asks for.
 pub(crate) fn set_time(t: TimeOrNow) -> SetTime {
     match t {
         TimeOrNow::Now => SetTime::Now,
-        TimeOrNow::SpecificTime(s) => SetTime::At(Time::from_system(s)),
+        TimeOrNow::At(secs, nanos) => SetTime::At(Time { secs, nanos }),
     }
 }
 
@@ -267,7 +289,7 @@ pub(crate) const TTL: Duration = Duration::from_secs(3600);
 /// drop.
 pub(crate) fn drop_attrs(notifier: &OnceLock<Notifier>, ino: u64) {
     if let Some(n) = notifier.get() {
-        match n.inval_inode(INodeNo(ino), -1, 0) {
+        match n.inval_inode(ino, -1, 0) {
             Ok(()) => {}
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
             Err(e) => log::warn!("cannot invalidate inode {ino}'s cached attributes: {e}"),

@@ -1,0 +1,270 @@
+//! The daemon's own FUSE transport: it mounts a connection (`mnt.rs`), reads the kernel's
+//! requests from `/dev/fuse`, decodes them (`request.rs`, over the protocol's structures
+//! in `abi.rs`), hands each to a [`Handler`] with its [`Reply`] (`reply.rs`) and answers
+//! `FUSE_INIT` as the handler asks. It speaks what the kernel of this machine offers and
+//! the `fuser` crate did not: `FUSE_TMPFILE` (`O_TMPFILE`) and `FUSE_STATX` (birth
+//! times), and it reads a write's data in place from the request buffer.
+//!
+//! Data structures: [`Session`] (the connection's descriptor and the mount); one buffer
+//! per serving thread, each thread reading from its own clone of the descriptor
+//! (`FUSE_DEV_IOC_CLONE`), which takes the replies to the requests it read.
+//!
+//! Invariant: `FUSE_INIT` is read and answered before any other request is read; every
+//! request but FORGET, BATCH_FORGET, INTERRUPT and NOTIFY_REPLY gets exactly one reply
+//! (`reply.rs`); the session ends when the kernel says the connection is gone (`ENODEV`:
+//! unmounted or aborted), and the mount it made is unmounted at the end if still there.
+//!
+//! Lock order: none (the handler has its own).
+
+mod abi;
+mod mnt;
+mod reply;
+mod request;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use abi::{Attr, CreateIn, StatfsOut};
+pub(crate) use abi::{Statx, SxTime};
+pub(crate) use abi::{FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE, STATX_BASIC_STATS, STATX_BTIME};
+pub(crate) use mnt::MountSpec;
+pub(crate) use reply::{DirBuf, Notifier, Reply};
+pub(crate) use request::{Op, Request, Setattr, TimeOrNow};
+
+/// Init flags a handler may ask for (`Init::want`).
+pub(crate) mod flags {
+    pub(crate) use super::abi::{
+        ALLOW_IDMAP, DIRECT_IO_ALLOW_MMAP, DONT_MASK, DO_READDIRPLUS, EXPORT_SUPPORT,
+        HANDLE_KILLPRIV_V2, PARALLEL_DIROPS, POSIX_ACL, READDIRPLUS_AUTO, WRITEBACK_CACHE,
+    };
+    pub(crate) use super::abi::{WRITE_CACHE, WRITE_KILL_SUIDGID};
+}
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::sync::Arc;
+use zerocopy::IntoBytes;
+
+/// What serves the requests.
+pub(crate) trait Handler: Send + Sync + 'static {
+    /// Asks for what it wants of what the kernel offers (once, before any request).
+    fn init(&self, init: &mut Init);
+    /// The kernel drops `nlookup` references to `ino` (no reply).
+    fn forget(&self, ino: u64, nlookup: u64);
+    /// Serves one request; answers it through `reply`.
+    fn serve(&self, req: &Request, op: Op<'_>, reply: Reply<'_>);
+}
+
+/// The kernel's offer at `FUSE_INIT` and what the handler asks of it.
+#[derive(Debug)]
+pub(crate) struct Init {
+    offered: u64,
+    wanted: u64,
+    max_write: u32,
+}
+
+impl Init {
+    /// Asks for `flags`; `Err` with those the kernel does not offer (none is then taken).
+    pub(crate) fn want(&mut self, flags: u64) -> Result<(), u64> {
+        let missing = flags & !self.offered;
+        if missing != 0 {
+            return Err(missing);
+        }
+        self.wanted |= flags;
+        Ok(())
+    }
+
+    /// The largest write the kernel sends in one request.
+    pub(crate) fn set_max_write(&mut self, bytes: u32) {
+        assert!((4096..=MAX_WRITE).contains(&bytes), "max_write {bytes}");
+        self.max_write = bytes;
+    }
+}
+
+/// The largest `max_write` a handler may ask for (the buffers' size).
+const MAX_WRITE: u32 = 1 << 20;
+
+/// A mounted connection, not yet served.
+pub(crate) struct Session {
+    dev: Arc<File>,
+    mounted: mnt::Mounted,
+}
+
+impl Session {
+    /// Mounts a connection on `mountpoint` (canonical) as `spec` says.
+    pub(crate) fn mount(mountpoint: &Path, spec: &MountSpec) -> io::Result<Session> {
+        let (dev, mounted) = mnt::mount(mountpoint, spec)?;
+        Ok(Session {
+            dev: Arc::new(dev),
+            mounted,
+        })
+    }
+
+    /// Where the handler sends notifications.
+    pub(crate) fn notifier(&self) -> Notifier {
+        Notifier::new(self.dev.clone())
+    }
+
+    /// Unmounts without serving (a start that failed after the mount).
+    pub(crate) fn unmount(&mut self) -> io::Result<()> {
+        self.mounted.unmount()
+    }
+
+    /// Serves requests with `threads` threads until the connection is gone, then
+    /// unmounts if the mount is still there.
+    pub(crate) fn run<H: Handler>(mut self, handler: Arc<H>, threads: usize) -> io::Result<()> {
+        let mut buf = vec![0u8; MAX_WRITE as usize + abi::BUFFER_HEADROOM];
+        let served = handshake(&self.dev, &*handler, &mut buf).and_then(|()| {
+            let mut devs = Vec::with_capacity(threads);
+            for _ in 1..threads.max(1) {
+                devs.push(clone_dev(&self.dev)?);
+            }
+            let spawned: io::Result<Vec<_>> = devs
+                .into_iter()
+                .enumerate()
+                .map(|(i, dev)| {
+                    let h = handler.clone();
+                    std::thread::Builder::new()
+                        .name(format!("extalloc-fuse-{}", i + 1))
+                        .spawn(move || serve_loop(&dev, &*h, &mut vec![0; buf_len()]))
+                })
+                .collect();
+            let spawned = spawned?;
+            let mine = serve_loop(&self.dev, &*handler, &mut buf);
+            let mut first = mine;
+            for t in spawned {
+                let r = t
+                    .join()
+                    .unwrap_or_else(|_| Err(io::Error::other("a FUSE thread panicked")));
+                first = first.and(r);
+            }
+            first
+        });
+        let unmounted = self.mounted.unmount();
+        served.and(unmounted)
+    }
+}
+
+fn buf_len() -> usize {
+    MAX_WRITE as usize + abi::BUFFER_HEADROOM
+}
+
+/// A clone of the connection's descriptor: its own queue of requests being answered.
+fn clone_dev(dev: &File) -> io::Result<File> {
+    let clone = File::options().read(true).write(true).open("/dev/fuse")?;
+    let mut fd = dev.as_raw_fd() as u32;
+    // SAFETY: FUSE_DEV_IOC_CLONE reads one u32 (the session's descriptor) through the pointer.
+    let r = unsafe { libc::ioctl(clone.as_raw_fd(), abi::DEV_IOC_CLONE, &mut fd) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(clone)
+}
+
+/// One request into `buf`; `Ok(None)` when the connection is gone.
+fn read_request<'b>(dev: &File, buf: &'b mut [u8]) -> io::Result<Option<&'b [u8]>> {
+    loop {
+        // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`.
+        let n = unsafe { libc::read(dev.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        // /dev/fuse never reads empty; a socket standing in for it (the tests) ends so.
+        if n == 0 {
+            return Ok(None);
+        }
+        if n > 0 {
+            return Ok(Some(&buf[..n as usize]));
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            // Interrupted, or a request aborted before it was read: read again.
+            Some(libc::EINTR | libc::EAGAIN | libc::ENOENT) => continue,
+            Some(libc::ENODEV) => return Ok(None),
+            _ => return Err(e),
+        }
+    }
+}
+
+/// Reads `FUSE_INIT`, asks the handler, answers.
+fn handshake<H: Handler>(dev: &File, handler: &H, buf: &mut [u8]) -> io::Result<()> {
+    let Some(msg) = read_request(dev, buf)? else {
+        return Err(io::Error::other("the connection ended before FUSE_INIT"));
+    };
+    let Some((req, Op::Init(init))) = request::parse(msg) else {
+        return Err(io::Error::other(
+            "the kernel's first request is not FUSE_INIT",
+        ));
+    };
+    let reply = Reply::new(dev, req.unique);
+    if init.major != abi::KERNEL_MAJOR || init.minor < 31 {
+        reply.error(libc::EPROTO);
+        return Err(io::Error::other(format!(
+            "the kernel speaks FUSE {}.{}; this daemon needs 7.31 or later",
+            init.major, init.minor
+        )));
+    }
+    let mut offered = u64::from(init.flags);
+    if offered & abi::INIT_EXT != 0 {
+        offered |= u64::from(init.flags2) << 32;
+    }
+    let mut ask = Init {
+        offered,
+        wanted: (abi::ASYNC_READ | abi::BIG_WRITES | abi::MAX_PAGES | abi::INIT_EXT) & offered,
+        max_write: 128 << 10,
+    };
+    handler.init(&mut ask);
+    debug_assert_eq!(ask.wanted & !offered, 0, "only what the kernel offers");
+    let out = abi::InitOut {
+        major: abi::KERNEL_MAJOR,
+        minor: init.minor.min(abi::KERNEL_MINOR),
+        max_readahead: init.max_readahead,
+        flags: ask.wanted as u32,
+        flags2: (ask.wanted >> 32) as u32,
+        max_background: 16,
+        congestion_threshold: 12,
+        max_write: ask.max_write,
+        time_gran: 1,
+        max_pages: ask.max_write.div_ceil(4096) as u16,
+        ..Default::default()
+    };
+    reply.data(out.as_bytes());
+    Ok(())
+}
+
+/// Serves requests read from `dev` until the connection is gone.
+fn serve_loop<H: Handler>(dev: &File, handler: &H, buf: &mut [u8]) -> io::Result<()> {
+    while let Some(msg) = read_request(dev, buf)? {
+        let Some((req, op)) = request::parse(msg) else {
+            log::error!(
+                "a FUSE request of {} bytes without its header: ignored",
+                msg.len()
+            );
+            continue;
+        };
+        let reply = Reply::new(dev, req.unique);
+        match op {
+            Op::Forget(n) => no_reply(reply, || handler.forget(req.nodeid, n)),
+            Op::BatchForget(nodes) => no_reply(reply, || {
+                for f in nodes {
+                    handler.forget(f.nodeid, f.nlookup);
+                }
+            }),
+            // Requests are short: an interrupted one is answered when done.
+            Op::Interrupt | Op::NotifyReply => no_reply(reply, || {}),
+            Op::Init(_) => reply.error(libc::EIO),
+            Op::Destroy => reply.ok(),
+            Op::Unknown => reply.error(libc::ENOSYS),
+            Op::Malformed => {
+                log::error!("a malformed FUSE request (opcode {}): EIO", req.opcode);
+                reply.error(libc::EIO)
+            }
+            op => handler.serve(&req, op, reply),
+        }
+    }
+    Ok(())
+}
+
+/// Runs `f` for a request that takes no reply.
+fn no_reply(reply: Reply<'_>, f: impl FnOnce()) {
+    reply.none();
+    f();
+}

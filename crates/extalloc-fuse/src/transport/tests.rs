@@ -1,0 +1,422 @@
+//! The transport against requests built byte by byte: decoding (every opcode served, and
+//! what is malformed), replies as the kernel reads them, listings, and a whole session
+//! (handshake, requests, the end) over a socket pair standing in for `/dev/fuse`.
+
+use super::abi::{self, InHeader, OutHeader};
+use super::*;
+use std::os::fd::FromRawFd;
+use std::sync::Mutex;
+use zerocopy::FromBytes;
+
+/// A request: header (length filled in) and argument bytes.
+fn request(opcode: u32, nodeid: u64, args: &[&[u8]]) -> Vec<u8> {
+    let body: Vec<u8> = args.concat();
+    let h = InHeader {
+        len: (40 + body.len()) as u32,
+        opcode,
+        unique: 7,
+        nodeid,
+        uid: 1000,
+        gid: 100,
+        pid: 42,
+        ..Default::default()
+    };
+    [h.as_bytes(), &body].concat()
+}
+
+#[test]
+fn names_and_data_are_borrowed_from_the_request() {
+    let buf = request(abi::LOOKUP, 5, &[b"hello\0"]);
+    let (req, op) = request::parse(&buf).unwrap();
+    assert_eq!(
+        (req.unique, req.nodeid, req.uid, req.gid, req.pid),
+        (7, 5, 1000, 100, 42)
+    );
+    assert!(matches!(op, Op::Lookup(n) if n == "hello"));
+
+    let w = abi::WriteIn {
+        offset: 4096,
+        size: 3,
+        write_flags: abi::WRITE_CACHE,
+        ..Default::default()
+    };
+    let buf = request(abi::WRITE, 9, &[w.as_bytes(), b"abcXYZ"]);
+    match request::parse(&buf).unwrap().1 {
+        Op::Write {
+            offset,
+            data,
+            flags,
+        } => {
+            assert_eq!((offset, data, flags), (4096, &b"abc"[..], abi::WRITE_CACHE))
+        }
+        op => panic!("{op:?}"),
+    }
+
+    let r = abi::Rename2In {
+        newdir: 3,
+        flags: 2,
+        padding: 0,
+    };
+    let buf = request(abi::RENAME2, 1, &[r.as_bytes(), b"a\0b\0"]);
+    assert!(matches!(request::parse(&buf).unwrap().1,
+        Op::Rename { name, newdir: 3, newname, flags: 2 } if name == "a" && newname == "b"));
+    let buf = request(
+        abi::RENAME,
+        1,
+        &[abi::RenameIn { newdir: 4 }.as_bytes(), b"a\0b\0"],
+    );
+    assert!(matches!(
+        request::parse(&buf).unwrap().1,
+        Op::Rename {
+            newdir: 4,
+            flags: 0,
+            ..
+        }
+    ));
+
+    let s = abi::SetxattrIn { size: 2, flags: 1 };
+    let buf = request(abi::SETXATTR, 1, &[s.as_bytes(), b"user.x\0", b"v1"]);
+    assert!(matches!(request::parse(&buf).unwrap().1,
+        Op::Setxattr { name, value: b"v1", flags: 1 } if name == "user.x"));
+
+    let c = abi::CreateIn {
+        flags: 2,
+        mode: 0o100644,
+        umask: 0o22,
+        open_flags: 0,
+    };
+    let buf = request(abi::TMPFILE, 1, &[c.as_bytes(), b"/\0"]);
+    assert!(
+        matches!(request::parse(&buf).unwrap().1, Op::Tmpfile { create } if create.mode == 0o100644)
+    );
+    let buf = request(abi::STATX, 1, &[abi::StatxIn::default().as_bytes()]);
+    assert!(matches!(request::parse(&buf).unwrap().1, Op::Statx));
+}
+
+#[test]
+fn short_or_unterminated_arguments_are_malformed_and_unknown_opcodes_unknown() {
+    // A name without its NUL.
+    let buf = request(abi::LOOKUP, 1, &[b"hello"]);
+    assert!(matches!(request::parse(&buf).unwrap().1, Op::Malformed));
+    // A write that says more bytes than it carries.
+    let w = abi::WriteIn {
+        size: 10,
+        ..Default::default()
+    };
+    let buf = request(abi::WRITE, 1, &[w.as_bytes(), b"abc"]);
+    assert!(matches!(request::parse(&buf).unwrap().1, Op::Malformed));
+    // A structure cut short.
+    let buf = request(abi::SETATTR, 1, &[&[0u8; 20]]);
+    assert!(matches!(request::parse(&buf).unwrap().1, Op::Malformed));
+    // A batch forget that lists fewer nodes than its count.
+    let b = abi::BatchForgetIn { count: 3, dummy: 0 };
+    let one = abi::ForgetOne {
+        nodeid: 2,
+        nlookup: 1,
+    };
+    let buf = request(abi::BATCH_FORGET, 0, &[b.as_bytes(), one.as_bytes()]);
+    assert!(matches!(request::parse(&buf).unwrap().1, Op::Malformed));
+    let b = abi::BatchForgetIn { count: 1, dummy: 0 };
+    let buf = request(abi::BATCH_FORGET, 0, &[b.as_bytes(), one.as_bytes()]);
+    assert!(matches!(request::parse(&buf).unwrap().1, Op::BatchForget(v) if v.len() == 1));
+    // Opcodes not served: the kernel learns ENOSYS.
+    for opcode in [31, 34, 37, 40, 46, 48, 4096, 9999] {
+        let buf = request(opcode, 1, &[]);
+        assert!(
+            matches!(request::parse(&buf).unwrap().1, Op::Unknown),
+            "{opcode}"
+        );
+    }
+    // A header whose length is not what was read, or no header at all.
+    let mut buf = request(abi::GETATTR, 1, &[]);
+    buf.push(0);
+    assert!(request::parse(&buf).is_none());
+    assert!(request::parse(&buf[..30]).is_none());
+}
+
+#[test]
+fn setattr_says_what_it_changes_and_times_before_1970_stay_negative() {
+    let s = abi::SetattrIn {
+        valid: abi::FATTR_MODE
+            | abi::FATTR_SIZE
+            | abi::FATTR_ATIME
+            | abi::FATTR_MTIME
+            | abi::FATTR_MTIME_NOW
+            | abi::FATTR_CTIME,
+        mode: 0o100600,
+        size: 77,
+        atime: (-5i64) as u64,
+        atimensec: 9,
+        ctime: 10,
+        ctimensec: 1,
+        uid: 123,
+        ..Default::default()
+    };
+    let buf = request(abi::SETATTR, 1, &[s.as_bytes()]);
+    let Op::Setattr(set) = request::parse(&buf).unwrap().1 else {
+        panic!()
+    };
+    assert_eq!(set.mode, Some(0o100600));
+    assert_eq!(set.size, Some(77));
+    assert_eq!(set.uid, None, "FATTR_UID not set: the field is not read");
+    assert_eq!(set.atime, Some(TimeOrNow::At(-5, 9)));
+    assert_eq!(set.mtime, Some(TimeOrNow::Now));
+    assert_eq!(set.ctime, Some((10, 1)));
+}
+
+#[test]
+fn a_listing_is_padded_to_eight_bytes_and_stops_whole_when_full() {
+    let mut d = DirBuf::new(64);
+    assert!(!d.add(2, 1, 4, b"abc", None)); // 24 + 3 -> 32
+    assert!(!d.add(3, 2, 8, b"defghijk", None)); // 24 + 8 -> 32
+    assert!(
+        d.add(4, 3, 8, b"x", None),
+        "a third does not fit in 64 bytes"
+    );
+    // READDIRPLUS: the entry before each name; 128 + 24 + 1 padded to 160.
+    let mut plus = DirBuf::new(160);
+    let e = DirBuf::entry(
+        std::time::Duration::from_secs(1),
+        &Attr {
+            ino: 9,
+            ..Default::default()
+        },
+    );
+    assert!(!plus.add(9, 1, 8, b"f", Some(&e)));
+    assert!(plus.add(10, 2, 8, b"g", Some(&e)), "160 bytes hold one");
+    let mut bytes = Vec::new();
+    let (a, b) = socket_pair();
+    d.send(Reply::new(&a, 3));
+    bytes.extend(read_message(&b));
+    let h = OutHeader::read_from_prefix(&bytes).unwrap().0;
+    assert_eq!((h.len, h.error, h.unique), (16 + 64, 0, 3));
+    let first = abi::Dirent::read_from_prefix(&bytes[16..]).unwrap().0;
+    assert_eq!(
+        (first.ino, first.off, first.namelen, first.kind),
+        (2, 1, 3, 4)
+    );
+    assert_eq!(&bytes[16 + 24..16 + 27], b"abc");
+    assert_eq!(&bytes[16 + 27..16 + 32], &[0; 5], "padding is zero");
+    let second = abi::Dirent::read_from_prefix(&bytes[16 + 32..]).unwrap().0;
+    assert_eq!((second.ino, second.namelen), (3, 8));
+}
+
+#[test]
+fn init_takes_only_what_the_kernel_offers() {
+    let mut init = Init {
+        offered: abi::WRITEBACK_CACHE | abi::POSIX_ACL,
+        wanted: 0,
+        max_write: 4096,
+    };
+    assert_eq!(
+        init.want(abi::POSIX_ACL | abi::DONT_MASK),
+        Err(abi::DONT_MASK)
+    );
+    assert_eq!(init.wanted, 0, "nothing of a refused ask is taken");
+    assert_eq!(init.want(abi::WRITEBACK_CACHE), Ok(()));
+    assert_eq!(init.wanted, abi::WRITEBACK_CACHE);
+}
+
+/// A connected pair of sequenced-packet sockets: one write is one read, as on /dev/fuse.
+fn socket_pair() -> (File, File) {
+    let mut fds = [0; 2];
+    // SAFETY: socketpair writes two descriptors into `fds`.
+    let r = unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET, 0, fds.as_mut_ptr()) };
+    assert_eq!(r, 0);
+    // SAFETY: fresh descriptors, owned from here.
+    unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) }
+}
+
+fn read_message(f: &File) -> Vec<u8> {
+    use std::io::Read;
+    let mut buf = vec![0u8; 1 << 16];
+    let n = (&*f).read(&mut buf).unwrap();
+    buf.truncate(n);
+    buf
+}
+
+#[test]
+fn replies_are_one_message_each_and_an_unanswered_request_gets_eio() {
+    let (a, b) = socket_pair();
+    Reply::new(&a, 11).error(libc::ENOENT);
+    let m = read_message(&b);
+    let h = OutHeader::read_from_prefix(&m).unwrap().0;
+    assert_eq!(
+        (h.len as usize, h.error, h.unique),
+        (m.len(), -libc::ENOENT, 11)
+    );
+
+    let attr = Attr {
+        ino: 5,
+        size: 10,
+        mode: 0o100644,
+        ..Default::default()
+    };
+    Reply::new(&a, 12).created(
+        std::time::Duration::new(2, 5),
+        &attr,
+        99,
+        abi::FOPEN_KEEP_CACHE,
+    );
+    let m = read_message(&b);
+    assert_eq!(m.len(), 16 + 128 + 16);
+    let e = abi::EntryOut::read_from_prefix(&m[16..]).unwrap().0;
+    assert_eq!(
+        (e.nodeid, e.entry_valid, e.attr_valid_nsec, e.attr.size),
+        (5, 2, 5, 10)
+    );
+    let o = abi::OpenOut::read_from_prefix(&m[16 + 128..]).unwrap().0;
+    assert_eq!((o.fh, o.open_flags), (99, abi::FOPEN_KEEP_CACHE));
+
+    drop(Reply::new(&a, 13));
+    let m = read_message(&b);
+    let h = OutHeader::read_from_prefix(&m).unwrap().0;
+    assert_eq!((h.error, h.unique), (-libc::EIO, 13));
+}
+
+/// Records what it is asked.
+#[derive(Default)]
+struct Recorder {
+    forgotten: Mutex<Vec<(u64, u64)>>,
+}
+
+impl Handler for Recorder {
+    fn init(&self, init: &mut Init) {
+        let _ = init.want(abi::WRITEBACK_CACHE);
+        init.set_max_write(1 << 20);
+    }
+    fn forget(&self, ino: u64, nlookup: u64) {
+        self.forgotten.lock().unwrap().push((ino, nlookup));
+    }
+    fn serve(&self, req: &Request, op: Op<'_>, reply: Reply<'_>) {
+        match op {
+            Op::Getattr => reply.attr(
+                std::time::Duration::ZERO,
+                &Attr {
+                    ino: req.nodeid,
+                    ..Default::default()
+                },
+            ),
+            _ => reply.error(libc::EPERM),
+        }
+    }
+}
+
+#[test]
+fn a_session_answers_init_then_each_request_and_ends_with_the_connection() {
+    let (daemon, kernel) = socket_pair();
+    let send = |bytes: Vec<u8>| {
+        use std::io::Write;
+        (&kernel).write_all(&bytes).unwrap();
+    };
+    let init = abi::InitIn {
+        major: 7,
+        minor: 45,
+        max_readahead: 1 << 17,
+        flags: (abi::WRITEBACK_CACHE | abi::ASYNC_READ | abi::INIT_EXT | abi::MAX_PAGES) as u32,
+        flags2: (abi::ALLOW_IDMAP >> 32) as u32,
+        ..Default::default()
+    };
+    send(request(abi::INIT, 0, &[init.as_bytes()]));
+    send(request(abi::GETATTR, 5, &[&[0u8; 16]]));
+    send(request(
+        abi::FORGET,
+        5,
+        &[abi::ForgetIn { nlookup: 3 }.as_bytes()],
+    ));
+    send(request(abi::LOOKUP, 1, &[b"no-nul"]));
+    send(request(46, 1, &[])); // LSEEK: not served
+    send(request(abi::UNLINK, 1, &[b"x\0"]));
+    let handler = Recorder::default();
+    let t = std::thread::spawn(move || {
+        let mut buf = vec![0; buf_len()];
+        handshake(&daemon, &handler, &mut buf).unwrap();
+        serve_loop(&daemon, &handler, &mut buf).unwrap();
+        handler
+    });
+    let m = read_message(&kernel);
+    let out = abi::InitOut::read_from_prefix(&m[16..]).unwrap().0;
+    assert_eq!(
+        (out.major, out.minor, out.max_write, out.max_pages),
+        (7, abi::KERNEL_MINOR, 1 << 20, 256)
+    );
+    let flags = u64::from(out.flags) | u64::from(out.flags2) << 32;
+    assert_eq!(
+        flags,
+        abi::WRITEBACK_CACHE | abi::ASYNC_READ | abi::INIT_EXT | abi::MAX_PAGES
+    );
+    let errors: Vec<i32> = (0..4)
+        .map(|_| {
+            OutHeader::read_from_prefix(&read_message(&kernel))
+                .unwrap()
+                .0
+                .error
+        })
+        .collect();
+    // GETATTR answered, FORGET not at all, the malformed LOOKUP EIO, LSEEK ENOSYS, UNLINK
+    // the handler's.
+    assert_eq!(errors, [0, -libc::EIO, -libc::ENOSYS, -libc::EPERM]);
+    // The kernel's end closes: the session ends.
+    // SAFETY: shutting down a socket this test owns.
+    unsafe { libc::shutdown(kernel.as_raw_fd(), libc::SHUT_RDWR) };
+    let handler = t.join().unwrap();
+    assert_eq!(*handler.forgotten.lock().unwrap(), [(5, 3)]);
+}
+
+#[test]
+fn every_served_opcode_decodes_to_its_request() {
+    use abi::*;
+    let served = [
+        INIT,
+        LOOKUP,
+        FORGET,
+        GETATTR,
+        SETATTR,
+        READLINK,
+        SYMLINK,
+        MKNOD,
+        MKDIR,
+        UNLINK,
+        RMDIR,
+        RENAME,
+        LINK,
+        OPEN,
+        READ,
+        WRITE,
+        STATFS,
+        RELEASE,
+        FSYNC,
+        SETXATTR,
+        GETXATTR,
+        LISTXATTR,
+        REMOVEXATTR,
+        FLUSH,
+        OPENDIR,
+        READDIR,
+        RELEASEDIR,
+        FSYNCDIR,
+        CREATE,
+        INTERRUPT,
+        DESTROY,
+        IOCTL,
+        NOTIFY_REPLY,
+        BATCH_FORGET,
+        FALLOCATE,
+        READDIRPLUS,
+        RENAME2,
+        COPY_FILE_RANGE,
+        TMPFILE,
+        STATX,
+    ];
+    // Zeroed structures (a write of 0 bytes, a batch of 0 nodes) and two names: enough for
+    // any of them.
+    let args = [&[0u8; 128][..], b"a\0b\0"].concat();
+    for opcode in served {
+        let buf = request(opcode, 1, &[&args]);
+        let op = request::parse(&buf).unwrap().1;
+        assert!(
+            !matches!(op, Op::Unknown | Op::Malformed),
+            "opcode {opcode}: {op:?}"
+        );
+    }
+}
