@@ -54,7 +54,14 @@ pub struct MountOptions {
     /// The share of the kernel's dirty page threshold the mount may hold, in percent
     /// (`bdi.rs`): 100 as a kernel file system, 1 as FUSE's strict default.
     pub kernel_dirty_ratio: u32,
+    /// Serve through FUSE over io_uring where the kernel offers it (`docs/mount.md`, "The
+    /// FUSE transport"); else, and without it, through `/dev/fuse`.
+    pub io_uring: bool,
 }
+
+/// Entries of each CPU's io_uring queue: requests a queue's thread can have handed to it
+/// at once (one is served at a time; the rest wait in the ring instead of the kernel).
+const URING_DEPTH: usize = 4;
 
 /// Mount flags the kernel applies to the mount point (mount(8)'s `nosuid`, `nodev`,
 /// `noexec`, `noatime`); the defaults are ext4's: suid, dev, exec, relatime.
@@ -150,7 +157,8 @@ pub fn serve(opts: &MountOptions, ready: impl FnOnce(&MountReport)) -> Result<()
         }
     };
     ready(&report);
-    let served = session.run(fuse, opts.threads.max(1));
+    let uring = opts.io_uring.then_some(URING_DEPTH);
+    let served = session.run(fuse, opts.threads.max(1), uring);
     ended.store(true, Ordering::Release);
     drop(committer);
     let closed = close(fs);

@@ -14,8 +14,9 @@ pub struct CompareFsArgs {
     /// aging jobs age-git and age-profile (issue 35) run once per target, after the rest.
     #[arg(required = true)]
     pub jobs: Vec<String>,
-    /// File systems, comma-separated: ext4, xfs, btrfs, extalloc, fuse2fs. Ratios are to
-    /// ext4 when it is one of them, else to the first.
+    /// File systems, comma-separated: ext4, xfs, btrfs, extalloc, extalloc-uring (the mount
+    /// with --io-uring), fuse2fs. Ratios are to ext4 when it is one of them, else to the
+    /// first.
     #[arg(long, default_value = "ext4,xfs,extalloc")]
     pub fs: String,
     /// Rounds: each runs every job once on every target (a fresh file system each time),

@@ -38,6 +38,12 @@ pub struct MountArgs {
     /// random writes one page a request; docs/mount.md "Round trips").
     #[arg(long, default_value_t = 100)]
     pub kernel_dirty_ratio: u32,
+    /// Serve through FUSE over io_uring (Linux 6.14+, with
+    /// /sys/module/fuse/parameters/enable_uring set to 1 before mounting); where the kernel
+    /// does not offer it, the mount says so and serves through /dev/fuse (docs/mount.md,
+    /// "The FUSE transport").
+    #[arg(long)]
+    pub io_uring: bool,
     /// The dirty cache's hard limit (writers wait above it).
     #[arg(long, default_value = "256MiB")]
     pub dirty_limit: String,
@@ -183,6 +189,7 @@ fn options(args: &MountArgs) -> Result<MountOptions> {
         policy: Policy::parse(&args.policy).context("--policy")?,
         commit_interval: std::time::Duration::from_secs(args.commit_interval),
         kernel_dirty_ratio: args.kernel_dirty_ratio,
+        io_uring: args.io_uring,
         read_only: args.flags()?.0,
         flags: args.flags()?.1,
     })
@@ -283,6 +290,7 @@ fn detach(args: &MountArgs) -> Result<()> {
         .args(["--policy", &args.policy])
         .args(["--commit-interval", &args.commit_interval.to_string()])
         .args(["--kernel-dirty-ratio", &args.kernel_dirty_ratio.to_string()])
+        .args(args.io_uring.then_some("--io-uring"))
         .args(args.flag_args()?)
         .arg(&args.device)
         .arg(&args.mountpoint)

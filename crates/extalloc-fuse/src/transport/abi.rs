@@ -125,6 +125,12 @@ abi! {
         pub fh_out: u64, pub off_out: u64, pub len: u64, pub flags: u64, } = 56;
     /// A listing's entry, followed by its name, padded to 8 bytes.
     pub struct Dirent { pub ino: u64, pub off: u64, pub namelen: u32, pub kind: u32, } = 24;
+    /// An io_uring entry's own part of its header buffer (at [`RING_ENT_IN_OUT`]).
+    pub struct RingEntInOut { pub flags: u64, pub commit_id: u64, pub payload_sz: u32,
+        pub padding: u32, pub reserved: u64, } = 32;
+    /// The FUSE part of an io_uring command (`fuse_uring_cmd_req`, in the entry's cmd area).
+    pub struct RingCmdReq { pub flags: u64, pub commit_id: u64, pub qid: u16,
+        pub padding: [u8; 6], } = 24;
     /// `FUSE_NOTIFY_INVAL_INODE`'s notification.
     pub struct NotifyInvalInode { pub ino: u64, pub off: i64, pub len: i64, } = 24;
 }
@@ -209,6 +215,19 @@ pub const FOPEN_KEEP_CACHE: u32 = 1 << 1;
 // A write's flags.
 pub const WRITE_CACHE: u32 = 1 << 0;
 pub const WRITE_KILL_SUIDGID: u32 = 1 << 2;
+
+/// FUSE over io_uring (bit 9 of `flags2`).
+pub const OVER_IO_URING: u64 = 1 << 41;
+
+// An io_uring entry's header buffer (`fuse_uring_req_header`): the request's header (and
+// the reply's) at 0, the opcode's structure at [`RING_OP`] (at most [`RING_OP_IN`] bytes),
+// [`RingEntInOut`] at [`RING_ENT_IN_OUT`], its `payload_sz` [`RING_PAYLOAD_SZ`] into it.
+pub const RING_HEADER: usize = 288;
+pub const RING_OP: usize = 128;
+pub const RING_OP_IN: usize = 128;
+pub const RING_ENT_IN_OUT: usize = 256;
+pub const RING_PAYLOAD_SZ: usize = 16;
+const _: () = assert!(RING_ENT_IN_OUT + std::mem::size_of::<RingEntInOut>() == RING_HEADER);
 
 /// `FUSE_NOTIFY_INVAL_INODE`, in a notification's `error` field.
 pub const NOTIFY_INVAL_INODE: i32 = 2;

@@ -13,6 +13,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -30,8 +31,9 @@ pub(crate) struct MountSpec {
 #[derive(Debug)]
 pub(crate) struct Mounted {
     mountpoint: PathBuf,
-    /// The mount's device number (major, minor: `st_dev` of its root), once known.
-    dev: Option<(u32, u32)>,
+    /// The mount as the mount table showed it once made (device number, source, type);
+    /// `None` once unmounted.
+    entry: Option<((u32, u32), String, String)>,
     /// Made through `fusermount3` (then unmounted through it too).
     helper: bool,
 }
@@ -70,25 +72,32 @@ pub(crate) fn mount(mountpoint: &Path, spec: &MountSpec) -> io::Result<(File, Mo
             data.as_ptr().cast(),
         )
     };
-    let mut mounted = Mounted {
-        mountpoint: mountpoint.to_path_buf(),
-        dev: None,
-        helper: false,
-    };
-    let dev = if r == 0 {
-        dev
+    let (dev, helper) = if r == 0 {
+        (dev, false)
     } else {
         let e = io::Error::last_os_error();
         if e.raw_os_error() != Some(libc::EPERM) {
             return Err(e);
         }
         drop(dev);
-        mounted.helper = true;
-        through_helper(mountpoint, spec)?
+        (through_helper(mountpoint, spec)?, true)
+    };
+    let mut mounted = Mounted {
+        mountpoint: mountpoint.to_path_buf(),
+        entry: None,
+        helper,
     };
     // From the mount table, not a stat: the mount answers nothing before FUSE_INIT.
-    mounted.dev = crate::mountinfo::find(mountpoint)?.map(|m| m.dev);
-    debug_assert!(mounted.dev.is_some(), "a mount just made is in the table");
+    match crate::mountinfo::find(mountpoint) {
+        Ok(Some(m)) => mounted.entry = Some((m.dev, m.source, m.fstype)),
+        found => {
+            let _ = mounted.detach();
+            return Err(match found {
+                Err(e) => e,
+                _ => io::Error::other("the new mount is not in /proc/self/mountinfo"),
+            });
+        }
+    }
     Ok((dev, mounted))
 }
 
@@ -96,14 +105,21 @@ impl Mounted {
     /// Unmounts (lazily: open files keep it alive) if the mount on the mount point is
     /// still this one; nothing if it is gone already.
     pub(crate) fn unmount(&mut self) -> io::Result<()> {
-        let Some(dev) = self.dev else {
+        let Some(made) = self.entry.take() else {
             return Ok(());
         };
-        let ours = crate::mountinfo::find(&self.mountpoint)?.is_some_and(|m| m.dev == dev);
-        if !ours {
-            self.dev = None;
-            return Ok(());
+        // The same device number, source and type: a mount made on the same point since
+        // (its anonymous device number may be the freed one) has another source or type.
+        let ours = crate::mountinfo::find(&self.mountpoint)?
+            .is_some_and(|m| (m.dev, m.source, m.fstype) == made);
+        match ours {
+            true => self.detach(),
+            false => Ok(()),
         }
+    }
+
+    /// Unmounts the mount point lazily, without following a symbolic link to it.
+    fn detach(&self) -> io::Result<()> {
         if self.helper {
             let out = Command::new("fusermount3")
                 .args(["-u", "-q", "-z", "--"])
@@ -116,14 +132,14 @@ impl Mounted {
                     String::from_utf8_lossy(&out.stderr).trim()
                 )));
             }
-        } else {
-            let target = c_path(&self.mountpoint)?;
-            // SAFETY: `target` is NUL-terminated and outlives the call.
-            if unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) } != 0 {
-                return Err(io::Error::last_os_error());
-            }
+            return Ok(());
         }
-        self.dev = None;
+        let target = c_path(&self.mountpoint)?;
+        let flags = libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW;
+        // SAFETY: `target` is NUL-terminated and outlives the call.
+        if unsafe { libc::umount2(target.as_ptr(), flags) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
         Ok(())
     }
 }
@@ -136,15 +152,19 @@ fn c_path(p: &Path) -> io::Result<CString> {
 /// socket pair in `_FUSE_COMMFD` and sends the `/dev/fuse` descriptor back on it.
 fn through_helper(mountpoint: &Path, spec: &MountSpec) -> io::Result<File> {
     let mut fds = [0; 2];
+    let kind = libc::SOCK_STREAM | libc::SOCK_CLOEXEC;
     // SAFETY: `fds` has room for the two descriptors socketpair writes.
-    if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, fds.as_mut_ptr()) } != 0 {
+    if unsafe { libc::socketpair(libc::AF_UNIX, kind, 0, fds.as_mut_ptr()) } != 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: socketpair returned two fresh descriptors this function now owns.
     let (ours, theirs) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    let mut opts = format!("fsname={},subtype={}", spec.source, spec.subtype);
-    for (bit, name) in FLAG_NAMES {
-        if spec.flags & bit != 0 {
+    // fusermount3 splits options at commas; a backslash escapes one.
+    let source = spec.source.replace('\\', "\\\\").replace(',', "\\,");
+    let mut opts = format!("fsname={source},subtype={}", spec.subtype);
+    for (bit, set, clear) in FLAG_NAMES {
+        let name = if spec.flags & bit != 0 { set } else { clear };
+        if !name.is_empty() {
             opts.push(',');
             opts.push_str(name);
         }
@@ -153,10 +173,20 @@ fn through_helper(mountpoint: &Path, spec: &MountSpec) -> io::Result<File> {
         opts.push(',');
         opts.push_str(o);
     }
-    let out = Command::new("fusermount3")
-        .env("_FUSE_COMMFD", theirs.as_raw_fd().to_string())
+    let inherited = theirs.as_raw_fd();
+    let mut cmd = Command::new("fusermount3");
+    cmd.env("_FUSE_COMMFD", inherited.to_string())
         .args(["-o", &opts, "--"])
-        .arg(mountpoint)
+        .arg(mountpoint);
+    // SAFETY: between fork and exec only fcntl runs, which is async-signal-safe; it lets
+    // fusermount3 inherit its end of the socket pair (and no other thread's child does).
+    unsafe {
+        cmd.pre_exec(move || match libc::fcntl(inherited, libc::F_SETFD, 0) {
+            -1 => Err(io::Error::last_os_error()),
+            _ => Ok(()),
+        });
+    }
+    let out = cmd
         .output()
         .map_err(|e| io::Error::new(e.kind(), format!("fusermount3: {e}")))?;
     drop(theirs);
@@ -166,18 +196,25 @@ fn through_helper(mountpoint: &Path, spec: &MountSpec) -> io::Result<File> {
             String::from_utf8_lossy(&out.stderr).trim()
         )));
     }
-    receive_fd(&ours)
+    receive_fd(&ours).inspect_err(|_| {
+        // Mounted, but the descriptor is lost: a dead mount otherwise.
+        let _ = Command::new("fusermount3")
+            .args(["-u", "-q", "-z", "--"])
+            .arg(mountpoint)
+            .status();
+    })
 }
 
-/// The `MS_*` flags fusermount3 takes by name.
-const FLAG_NAMES: [(libc::c_ulong, &str); 7] = [
-    (libc::MS_RDONLY, "ro"),
-    (libc::MS_NOSUID, "nosuid"),
-    (libc::MS_NODEV, "nodev"),
-    (libc::MS_NOEXEC, "noexec"),
-    (libc::MS_NOATIME, "noatime"),
-    (libc::MS_SYNCHRONOUS, "sync"),
-    (libc::MS_DIRSYNC, "dirsync"),
+/// The `MS_*` flags fusermount3 takes by name: set, clear ("" for its default). It
+/// mounts nosuid,nodev unless told `suid`/`dev` (which it takes from root only).
+const FLAG_NAMES: [(libc::c_ulong, &str, &str); 7] = [
+    (libc::MS_RDONLY, "ro", ""),
+    (libc::MS_NOSUID, "nosuid", "suid"),
+    (libc::MS_NODEV, "nodev", "dev"),
+    (libc::MS_NOEXEC, "noexec", ""),
+    (libc::MS_NOATIME, "noatime", ""),
+    (libc::MS_SYNCHRONOUS, "sync", ""),
+    (libc::MS_DIRSYNC, "dirsync", ""),
 ];
 
 /// The descriptor sent on `sock` (`SCM_RIGHTS`).
@@ -201,10 +238,15 @@ fn receive_fd(sock: &OwnedFd) -> io::Result<File> {
     }
     // SAFETY: the kernel filled `msg`; CMSG_FIRSTHDR reads within msg_control.
     let cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
-    // SAFETY: a non-null header lies within `control`; its data holds one descriptor when
-    // it is SCM_RIGHTS.
+    let one = std::mem::size_of::<libc::c_int>() as u32;
+    // SAFETY: a non-null header lies within `control`; its data holds a descriptor when it
+    // is SCM_RIGHTS at the socket level and long enough for one (checked).
     unsafe {
-        if cmsg.is_null() || (*cmsg).cmsg_type != libc::SCM_RIGHTS {
+        if cmsg.is_null()
+            || (*cmsg).cmsg_level != libc::SOL_SOCKET
+            || (*cmsg).cmsg_type != libc::SCM_RIGHTS
+            || ((*cmsg).cmsg_len as u64) < u64::from(libc::CMSG_LEN(one))
+        {
             return Err(io::Error::other("fusermount3 sent no descriptor"));
         }
         let fd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>());

@@ -1,13 +1,16 @@
 //! The daemon's own FUSE transport: it mounts a connection (`mnt.rs`), reads the kernel's
-//! requests from `/dev/fuse`, decodes them (`request.rs`, over the protocol's structures
-//! in `abi.rs`), hands each to a [`Handler`] with its [`Reply`] (`reply.rs`) and answers
-//! `FUSE_INIT` as the handler asks. It speaks what the kernel of this machine offers and
-//! the `fuser` crate did not: `FUSE_TMPFILE` (`O_TMPFILE`) and `FUSE_STATX` (birth
-//! times), and it reads a write's data in place from the request buffer.
+//! requests from `/dev/fuse` or, with `--io-uring`, from io_uring entries (`uring.rs`),
+//! decodes them (`request.rs`, over the protocol's structures in `abi.rs`), hands each to
+//! a [`Handler`] (`handler.rs`) with its [`Reply`] (`reply.rs`) and answers `FUSE_INIT` as
+//! the handler asks. It speaks what the kernel of this machine offers and the `fuser`
+//! crate did not: `FUSE_TMPFILE` (`O_TMPFILE`), `FUSE_STATX` (birth times) and FUSE over
+//! io_uring, and it reads a write's data in place from the request buffer.
 //!
 //! Data structures: [`Session`] (the connection's descriptor and the mount); one buffer
 //! per serving thread, each thread reading from its own clone of the descriptor
-//! (`FUSE_DEV_IOC_CLONE`), which takes the replies to the requests it read.
+//! (`FUSE_DEV_IOC_CLONE`), which takes the replies to the requests it read; with io_uring,
+//! one queue per CPU (`uring.rs`) and one thread on the descriptor for forgets and
+//! interrupts.
 //!
 //! Invariant: `FUSE_INIT` is read and answered before any other request is read; every
 //! request but FORGET, BATCH_FORGET, INTERRUPT and NOTIFY_REPLY gets exactly one reply
@@ -17,15 +20,19 @@
 //! Lock order: none (the handler has its own).
 
 mod abi;
+mod handler;
 mod mnt;
 mod reply;
 mod request;
 #[cfg(test)]
 mod tests;
+mod uring;
 
 pub(crate) use abi::{Attr, CreateIn, StatfsOut};
 pub(crate) use abi::{Statx, SxTime};
 pub(crate) use abi::{FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE, STATX_BASIC_STATS, STATX_BTIME};
+use handler::{dispatch, MAX_WRITE};
+pub(crate) use handler::{Handler, Init};
 pub(crate) use mnt::MountSpec;
 pub(crate) use reply::{DirBuf, Notifier, Reply};
 pub(crate) use request::{Op, Request, Setattr, TimeOrNow};
@@ -44,46 +51,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::Arc;
-use zerocopy::IntoBytes;
-
-/// What serves the requests.
-pub(crate) trait Handler: Send + Sync + 'static {
-    /// Asks for what it wants of what the kernel offers (once, before any request).
-    fn init(&self, init: &mut Init);
-    /// The kernel drops `nlookup` references to `ino` (no reply).
-    fn forget(&self, ino: u64, nlookup: u64);
-    /// Serves one request; answers it through `reply`.
-    fn serve(&self, req: &Request, op: Op<'_>, reply: Reply<'_>);
-}
-
-/// The kernel's offer at `FUSE_INIT` and what the handler asks of it.
-#[derive(Debug)]
-pub(crate) struct Init {
-    offered: u64,
-    wanted: u64,
-    max_write: u32,
-}
-
-impl Init {
-    /// Asks for `flags`; `Err` with those the kernel does not offer (none is then taken).
-    pub(crate) fn want(&mut self, flags: u64) -> Result<(), u64> {
-        let missing = flags & !self.offered;
-        if missing != 0 {
-            return Err(missing);
-        }
-        self.wanted |= flags;
-        Ok(())
-    }
-
-    /// The largest write the kernel sends in one request.
-    pub(crate) fn set_max_write(&mut self, bytes: u32) {
-        assert!((4096..=MAX_WRITE).contains(&bytes), "max_write {bytes}");
-        self.max_write = bytes;
-    }
-}
-
-/// The largest `max_write` a handler may ask for (the buffers' size).
-const MAX_WRITE: u32 = 1 << 20;
+use zerocopy::{FromBytes, IntoBytes};
 
 /// A mounted connection, not yet served.
 pub(crate) struct Session {
@@ -113,11 +81,31 @@ impl Session {
 
     /// Serves requests with `threads` threads until the connection is gone, then
     /// unmounts if the mount is still there.
-    pub(crate) fn run<H: Handler>(mut self, handler: Arc<H>, threads: usize) -> io::Result<()> {
+    ///
+    /// `uring`: serve through FUSE over io_uring with entries of this depth per CPU, if the
+    /// kernel offers it (else through `/dev/fuse` as without); the descriptor then only
+    /// carries forgets and interrupts, read by one thread.
+    pub(crate) fn run<H: Handler>(
+        mut self,
+        handler: Arc<H>,
+        threads: usize,
+        uring: Option<usize>,
+    ) -> io::Result<()> {
         let mut buf = vec![0u8; MAX_WRITE as usize + abi::BUFFER_HEADROOM];
-        let served = handshake(&self.dev, &*handler, &mut buf).and_then(|()| {
-            let mut devs = Vec::with_capacity(threads);
-            for _ in 1..threads.max(1) {
+        let served = handshake(&self.dev, &*handler, &mut buf, uring).and_then(|queues| {
+            let readers = if queues.is_empty() { threads.max(1) } else { 1 };
+            let rings: io::Result<Vec<_>> = queues
+                .into_iter()
+                .map(|q| {
+                    let h = handler.clone();
+                    std::thread::Builder::new()
+                        .name("extalloc-fuse-ring".into())
+                        .spawn(move || q.run(&*h))
+                })
+                .collect();
+            let rings = rings?;
+            let mut devs = Vec::with_capacity(readers);
+            for _ in 1..readers {
                 devs.push(clone_dev(&self.dev)?);
             }
             let spawned: io::Result<Vec<_>> = devs
@@ -133,7 +121,7 @@ impl Session {
             let spawned = spawned?;
             let mine = serve_loop(&self.dev, &*handler, &mut buf);
             let mut first = mine;
-            for t in spawned {
+            for t in spawned.into_iter().chain(rings) {
                 let r = t
                     .join()
                     .unwrap_or_else(|_| Err(io::Error::other("a FUSE thread panicked")));
@@ -144,6 +132,13 @@ impl Session {
         let unmounted = self.mounted.unmount();
         served.and(unmounted)
     }
+}
+
+/// The machine's page size (`max_pages` counts pages).
+fn page_size() -> u32 {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u32::try_from(n).unwrap_or(4096)
 }
 
 fn buf_len() -> usize {
@@ -178,14 +173,22 @@ fn read_request<'b>(dev: &File, buf: &'b mut [u8]) -> io::Result<Option<&'b [u8]
         match e.raw_os_error() {
             // Interrupted, or a request aborted before it was read: read again.
             Some(libc::EINTR | libc::EAGAIN | libc::ENOENT) => continue,
-            Some(libc::ENODEV) => return Ok(None),
+            // Unmounted, or aborted (a request dequeued as the connection was aborted).
+            Some(libc::ENODEV | libc::ECONNABORTED) => return Ok(None),
             _ => return Err(e),
         }
     }
 }
 
-/// Reads `FUSE_INIT`, asks the handler, answers.
-fn handshake<H: Handler>(dev: &File, handler: &H, buf: &mut [u8]) -> io::Result<()> {
+/// Reads `FUSE_INIT`, asks the handler, answers; with `uring` (a depth), builds the
+/// io_uring queues first and asks for the rings only if the kernel offers them and every
+/// queue was built (then returns them, to be registered now that init is answered).
+fn handshake<H: Handler>(
+    dev: &File,
+    handler: &H,
+    buf: &mut [u8],
+    uring: Option<usize>,
+) -> io::Result<Vec<uring::Queue>> {
     let Some(msg) = read_request(dev, buf)? else {
         return Err(io::Error::other("the connection ended before FUSE_INIT"));
     };
@@ -195,10 +198,10 @@ fn handshake<H: Handler>(dev: &File, handler: &H, buf: &mut [u8]) -> io::Result<
         ));
     };
     let reply = Reply::new(dev, req.unique);
-    if init.major != abi::KERNEL_MAJOR || init.minor < 31 {
+    if init.major != abi::KERNEL_MAJOR || init.minor < 36 {
         reply.error(libc::EPROTO);
         return Err(io::Error::other(format!(
-            "the kernel speaks FUSE {}.{}; this daemon needs 7.31 or later",
+            "the kernel speaks FUSE {}.{}; this daemon needs 7.36 (Linux 5.17) or later",
             init.major, init.minor
         )));
     }
@@ -212,6 +215,10 @@ fn handshake<H: Handler>(dev: &File, handler: &H, buf: &mut [u8]) -> io::Result<
         max_write: 128 << 10,
     };
     handler.init(&mut ask);
+    let queues = match uring {
+        Some(depth) => rings(dev, &mut ask, depth),
+        None => Vec::new(),
+    };
     debug_assert_eq!(ask.wanted & !offered, 0, "only what the kernel offers");
     let out = abi::InitOut {
         major: abi::KERNEL_MAJOR,
@@ -223,11 +230,34 @@ fn handshake<H: Handler>(dev: &File, handler: &H, buf: &mut [u8]) -> io::Result<
         congestion_threshold: 12,
         max_write: ask.max_write,
         time_gran: 1,
-        max_pages: ask.max_write.div_ceil(4096) as u16,
+        max_pages: ask.max_write.div_ceil(page_size()) as u16,
         ..Default::default()
     };
     reply.data(out.as_bytes());
-    Ok(())
+    Ok(queues)
+}
+
+/// The io_uring queues, built and asked for, or none (and the reason said).
+fn rings(dev: &File, ask: &mut Init, depth: usize) -> Vec<uring::Queue> {
+    if ask.want(abi::OVER_IO_URING).is_err() {
+        log::warn!(
+            "the kernel does not offer FUSE over io_uring (as root, `echo 1 > \
+             /sys/module/fuse/parameters/enable_uring` before mounting; Linux 6.14 or \
+             later): serving through /dev/fuse"
+        );
+        return Vec::new();
+    }
+    // The payload takes the largest write and the largest reply (a listing or an
+    // extended attribute's value, at most a write's size).
+    let payload = ask.max_write as usize + abi::BUFFER_HEADROOM;
+    match uring::build(dev, payload, depth) {
+        Ok(q) => q,
+        Err(e) => {
+            ask.wanted &= !abi::OVER_IO_URING;
+            log::warn!("cannot set up FUSE over io_uring ({e}): serving through /dev/fuse");
+            Vec::new()
+        }
+    }
 }
 
 /// Serves requests read from `dev` until the connection is gone.
@@ -235,36 +265,15 @@ fn serve_loop<H: Handler>(dev: &File, handler: &H, buf: &mut [u8]) -> io::Result
     while let Some(msg) = read_request(dev, buf)? {
         let Some((req, op)) = request::parse(msg) else {
             log::error!(
-                "a FUSE request of {} bytes without its header: ignored",
+                "a FUSE request of {} bytes unlike its header: EIO",
                 msg.len()
             );
+            if let Ok((h, _)) = abi::InHeader::read_from_prefix(msg) {
+                Reply::new(dev, h.unique).error(libc::EIO);
+            }
             continue;
         };
-        let reply = Reply::new(dev, req.unique);
-        match op {
-            Op::Forget(n) => no_reply(reply, || handler.forget(req.nodeid, n)),
-            Op::BatchForget(nodes) => no_reply(reply, || {
-                for f in nodes {
-                    handler.forget(f.nodeid, f.nlookup);
-                }
-            }),
-            // Requests are short: an interrupted one is answered when done.
-            Op::Interrupt | Op::NotifyReply => no_reply(reply, || {}),
-            Op::Init(_) => reply.error(libc::EIO),
-            Op::Destroy => reply.ok(),
-            Op::Unknown => reply.error(libc::ENOSYS),
-            Op::Malformed => {
-                log::error!("a malformed FUSE request (opcode {}): EIO", req.opcode);
-                reply.error(libc::EIO)
-            }
-            op => handler.serve(&req, op, reply),
-        }
+        dispatch(handler, &req, op, Reply::new(dev, req.unique));
     }
     Ok(())
-}
-
-/// Runs `f` for a request that takes no reply.
-fn no_reply(reply: Reply<'_>, f: impl FnOnce()) {
-    reply.none();
-    f();
 }

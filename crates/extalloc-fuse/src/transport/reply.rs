@@ -16,9 +16,31 @@ use std::sync::Arc;
 use std::time::Duration;
 use zerocopy::IntoBytes;
 
+/// Where a reply goes: the descriptor the request was read from, or the io_uring entry
+/// it came in (`uring.rs`), whose commit sends it.
+pub(crate) enum Sink<'a> {
+    Dev(&'a File),
+    Ring(&'a dyn Put),
+}
+
+/// A place a reply is written into whole (an io_uring entry).
+pub(crate) trait Put {
+    /// The reply of `unique`: `error` (negative) or `parts`, one after the other.
+    fn put(&self, unique: u64, error: i32, parts: &[&[u8]]) -> io::Result<()>;
+}
+
+impl Sink<'_> {
+    fn send(&self, unique: u64, error: i32, parts: &[&[u8]]) -> io::Result<()> {
+        match self {
+            Sink::Dev(dev) => send(dev, unique, error, parts),
+            Sink::Ring(slot) => slot.put(unique, error, parts),
+        }
+    }
+}
+
 /// The one reply to a request.
 pub(crate) struct Reply<'a> {
-    dev: &'a File,
+    sink: Sink<'a>,
     unique: u64,
     sent: bool,
 }
@@ -65,6 +87,16 @@ fn send(dev: &File, unique: u64, error: i32, parts: &[&[u8]]) -> io::Result<()> 
     Ok(())
 }
 
+/// The header of a reply of `parts`.
+pub(crate) fn out_header(unique: u64, error: i32, parts: &[&[u8]]) -> abi::OutHeader {
+    let len = std::mem::size_of::<abi::OutHeader>() + parts.iter().map(|p| p.len()).sum::<usize>();
+    abi::OutHeader {
+        len: len as u32,
+        error,
+        unique,
+    }
+}
+
 /// Seconds and nanoseconds of a timeout.
 fn split(d: Duration) -> (u64, u32) {
     (d.as_secs(), d.subsec_nanos())
@@ -72,8 +104,12 @@ fn split(d: Duration) -> (u64, u32) {
 
 impl<'a> Reply<'a> {
     pub(crate) fn new(dev: &'a File, unique: u64) -> Reply<'a> {
+        Reply::to(Sink::Dev(dev), unique)
+    }
+
+    pub(crate) fn to(sink: Sink<'a>, unique: u64) -> Reply<'a> {
         Reply {
-            dev,
+            sink,
             unique,
             sent: false,
         }
@@ -81,7 +117,7 @@ impl<'a> Reply<'a> {
 
     fn finish(mut self, error: i32, parts: &[&[u8]]) {
         self.sent = true;
-        match send(self.dev, self.unique, error, parts) {
+        match self.sink.send(self.unique, error, parts) {
             Ok(()) => {}
             // The request was interrupted and is gone: nobody waits for the answer.
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
@@ -89,14 +125,25 @@ impl<'a> Reply<'a> {
         }
     }
 
-    /// No reply: the request takes none (FORGET, INTERRUPT).
+    /// No reply: the request takes none (FORGET, INTERRUPT). One that came through an
+    /// io_uring entry is committed all the same (empty), or the entry would be lost.
     pub(crate) fn none(mut self) {
-        self.sent = true;
+        match self.sink {
+            Sink::Dev(_) => self.sent = true,
+            Sink::Ring(_) => self.finish(0, &[]),
+        }
     }
 
     /// The error `errno` (positive).
     pub(crate) fn error(self, errno: i32) {
-        debug_assert!(errno > 0, "an errno is positive: {errno}");
+        debug_assert!(errno > 0 && errno < 512, "an errno is positive: {errno}");
+        // The kernel refuses a reply whose error is out of range before it finds the
+        // request, whose caller would then wait until the connection ends.
+        let errno = if errno > 0 && errno < 512 {
+            errno
+        } else {
+            libc::EIO
+        };
         self.finish(-errno, &[]);
     }
 
@@ -197,7 +244,7 @@ impl Drop for Reply<'_> {
                 "FUSE request {} left unanswered: answering EIO",
                 self.unique
             );
-            let _ = send(self.dev, self.unique, -libc::EIO, &[]);
+            let _ = self.sink.send(self.unique, -libc::EIO, &[]);
         }
     }
 }

@@ -215,7 +215,7 @@ fn decode<'a>(opcode: u32, a: &mut Args<'a>) -> Option<Op<'a>> {
 fn nodes<'a>(opcode: u32, a: &mut Args<'a>) -> Option<Op<'a>> {
     use abi::*;
     Some(match opcode {
-        INIT => Op::Init(a.fixed()?),
+        INIT => Op::Init(init(a)?),
         LOOKUP => Op::Lookup(a.name()?),
         FORGET => Op::Forget(a.fixed::<ForgetIn>()?.nlookup),
         BATCH_FORGET => batch_forget(a)?,
@@ -378,6 +378,21 @@ fn data<'a>(opcode: u32, a: &mut Args<'a>) -> Option<Op<'a>> {
         }
         NOTIFY_REPLY => Op::NotifyReply,
         _ => Op::Unknown,
+    })
+}
+
+/// `FUSE_INIT`'s request: 64 bytes since 7.36, 16 before (no `flags2`).
+fn init(a: &mut Args<'_>) -> Option<abi::InitIn> {
+    if let Some(i) = a.fixed::<abi::InitIn>() {
+        return Some(i);
+    }
+    let [major, minor, max_readahead, flags] = a.fixed::<[u32; 4]>()?;
+    Some(abi::InitIn {
+        major,
+        minor,
+        max_readahead,
+        flags,
+        ..Default::default()
     })
 }
 

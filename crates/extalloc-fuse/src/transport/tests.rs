@@ -330,7 +330,8 @@ fn a_session_answers_init_then_each_request_and_ends_with_the_connection() {
     let handler = Recorder::default();
     let t = std::thread::spawn(move || {
         let mut buf = vec![0; buf_len()];
-        handshake(&daemon, &handler, &mut buf).unwrap();
+        let rings = handshake(&daemon, &handler, &mut buf, None).unwrap();
+        assert!(rings.is_empty(), "no io_uring asked for");
         serve_loop(&daemon, &handler, &mut buf).unwrap();
         handler
     });
@@ -419,4 +420,28 @@ fn every_served_opcode_decodes_to_its_request() {
             "opcode {opcode}: {op:?}"
         );
     }
+}
+
+#[test]
+fn an_old_kernels_short_init_is_read_and_refused_by_version() {
+    let short = [7u32, 34, 1 << 17, 1];
+    let buf = request(abi::INIT, 0, &[short.as_bytes()]);
+    let Op::Init(i) = request::parse(&buf).unwrap().1 else {
+        panic!()
+    };
+    assert_eq!((i.major, i.minor, i.flags, i.flags2), (7, 34, 1, 0));
+    let (daemon, kernel) = socket_pair();
+    {
+        use std::io::Write;
+        (&kernel).write_all(&buf).unwrap();
+    }
+    let mut b = vec![0; buf_len()];
+    let Err(e) = handshake(&daemon, &Recorder::default(), &mut b, None) else {
+        panic!("a kernel older than 7.36 is refused")
+    };
+    assert!(e.to_string().contains("7.36"), "{e}");
+    let h = OutHeader::read_from_prefix(&read_message(&kernel))
+        .unwrap()
+        .0;
+    assert_eq!(h.error, -libc::EPROTO);
 }

@@ -124,7 +124,10 @@ impl AgeFs {
                 dev: Device::create(fs, bytes, block_size)?,
                 block_size,
             },
-            Target::Extalloc => AgeFs::Extalloc(ExtallocMount::create(bytes, block_size)?),
+            Target::Extalloc => AgeFs::Extalloc(ExtallocMount::create(bytes, block_size, false)?),
+            Target::ExtallocUring => {
+                AgeFs::Extalloc(ExtallocMount::create(bytes, block_size, true)?)
+            }
             Target::Fuse2fs => bail!("the aging jobs run on ext4, xfs, btrfs and extalloc, not fuse2fs (drop it from --fs)"),
         })
     }

@@ -73,7 +73,7 @@ fn check(targets: &[Target]) -> Result<()> {
         tools.push("btrfs");
     }
     super::preflight(&kernel_fs, &tools)?;
-    if targets.contains(&Target::Extalloc) {
+    if targets.contains(&Target::Extalloc) || targets.contains(&Target::ExtallocUring) {
         anyhow::ensure!(
             std::path::Path::new("/dev/fuse").exists(),
             "extalloc mounts need /dev/fuse (and fusermount3: scripts/fs-tools.sh)"

@@ -46,6 +46,9 @@ pub enum Target {
     Kernel(Fs),
     /// `extalloc mount` of an image file.
     Extalloc,
+    /// `extalloc mount --io-uring` of an image file (FUSE over io_uring; the fuse module's
+    /// `enable_uring` is set for the mount and put back after).
+    ExtallocUring,
     /// fuse2fs of an ext4 image file.
     Fuse2fs,
 }
@@ -55,10 +58,11 @@ impl Target {
     pub fn parse(s: &str) -> Result<Target> {
         match s.trim() {
             "extalloc" => Ok(Target::Extalloc),
+            "extalloc-uring" => Ok(Target::ExtallocUring),
             "fuse2fs" => Ok(Target::Fuse2fs),
             other => Fs::parse(other)
                 .map(Target::Kernel)
-                .context("--fs: expected ext4, xfs, btrfs, extalloc or fuse2fs"),
+                .context("--fs: expected ext4, xfs, btrfs, extalloc, extalloc-uring or fuse2fs"),
         }
     }
 
@@ -67,6 +71,7 @@ impl Target {
         match self {
             Target::Kernel(f) => f.name(),
             Target::Extalloc => "extalloc",
+            Target::ExtallocUring => "extalloc-uring",
             Target::Fuse2fs => "fuse2fs",
         }
     }
@@ -154,7 +159,8 @@ fn check_tools(jobs: &[Job], targets: &[Target]) -> Result<()> {
             anyhow::ensure!(p.is_file(), "fio job file {} not found", p.display());
         }
     }
-    if targets.contains(&Target::Extalloc) || targets.contains(&Target::Fuse2fs) {
+    let fuse = [Target::Extalloc, Target::ExtallocUring, Target::Fuse2fs];
+    if targets.iter().any(|t| fuse.contains(t)) {
         anyhow::ensure!(
             Path::new("/dev/fuse").exists(),
             "the FUSE targets need /dev/fuse (and fusermount3: scripts/fs-tools.sh)"
@@ -236,7 +242,8 @@ fn failed(target: Target, round: usize, e: &anyhow::Error) -> FsRun {
 fn run_one(job: &Job, target: Target, opts: &Options) -> Result<FsRun> {
     match target {
         Target::Kernel(f) => kernel_run(f, job, opts),
-        Target::Extalloc => extalloc_run(job, opts),
+        Target::Extalloc => extalloc_run(job, opts, false),
+        Target::ExtallocUring => extalloc_run(job, opts, true),
         Target::Fuse2fs => fuse2fs_run(job, opts),
     }
     .with_context(|| format!("the job {} on {}", job.name(), target.name()))
@@ -296,9 +303,9 @@ fn fuse2fs_run(job: &Job, opts: &Options) -> Result<FsRun> {
     Ok(fs_run("fuse2fs", ran, None, opts.block_size, Some(free)))
 }
 
-fn extalloc_run(job: &Job, opts: &Options) -> Result<FsRun> {
+fn extalloc_run(job: &Job, opts: &Options, uring: bool) -> Result<FsRun> {
     let block_size = opts.block_size;
-    let mut m = ExtallocMount::create(opts.device_bytes, block_size)?;
+    let mut m = ExtallocMount::create(opts.device_bytes, block_size, uring)?;
     let ran = run_job(job, &m.mountpoint, true)?;
     m.unmount()?;
     let vol = crate::lab::volume_run::open_read_only(&m.image)?;
@@ -315,13 +322,8 @@ fn extalloc_run(job: &Job, opts: &Options) -> Result<FsRun> {
         geometry.block_size,
         geometry.group_blocks,
     );
-    Ok(fs_run(
-        "extalloc",
-        ran,
-        Some(&files),
-        block_size,
-        Some(free),
-    ))
+    let name = if uring { "extalloc-uring" } else { "extalloc" };
+    Ok(fs_run(name, ran, Some(&files), block_size, Some(free)))
 }
 
 /// A volume file's extents in logical order, physically contiguous ones merged.
@@ -385,16 +387,23 @@ pub struct ExtallocMount {
     pub(super) image: PathBuf,
     pub(super) mountpoint: PathBuf,
     pid: Option<u32>,
+    /// Mounted with `--io-uring`.
+    uring: bool,
 }
 
+/// The fuse module's switch for FUSE over io_uring, read at each mount's init.
+const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+
 impl ExtallocMount {
-    /// A fresh image of `bytes`, made by `extalloc mkfs`, mounted.
-    pub(super) fn create(bytes: u64, block_size: u32) -> Result<Self> {
+    /// A fresh image of `bytes`, made by `extalloc mkfs`, mounted (`uring`: with
+    /// `--io-uring`).
+    pub(super) fn create(bytes: u64, block_size: u32, uring: bool) -> Result<Self> {
         let tag = format!("extalloc-compare-{}-extalloc", std::process::id());
         let mut m = ExtallocMount {
             image: PathBuf::from("/dev/shm").join(format!("{tag}.img")),
             mountpoint: std::env::temp_dir().join(tag),
             pid: None,
+            uring,
         };
         let exe = std::env::current_exe().context("cannot find the extalloc executable")?;
         std::fs::create_dir_all(&m.mountpoint)?;
@@ -413,12 +422,25 @@ impl ExtallocMount {
     pub(super) fn mount(&mut self) -> Result<()> {
         anyhow::ensure!(self.pid.is_none(), "{} is mounted", self.image.display());
         let exe = std::env::current_exe().context("cannot find the extalloc executable")?;
-        let out = kernel::run(
-            Command::new(&exe)
-                .arg("mount")
-                .arg(&self.image)
-                .arg(&self.mountpoint),
-        )?;
+        let mut cmd = Command::new(&exe);
+        cmd.arg("mount").arg(&self.image).arg(&self.mountpoint);
+        let was = match self.uring {
+            true => {
+                cmd.arg("--io-uring");
+                let was = std::fs::read_to_string(ENABLE_URING)
+                    .with_context(|| format!("{ENABLE_URING} (FUSE over io_uring: Linux 6.14+)"))?;
+                std::fs::write(ENABLE_URING, "1")
+                    .with_context(|| format!("cannot turn on {ENABLE_URING} (root?)"))?;
+                Some(was)
+            }
+            false => None,
+        };
+        let out = kernel::run(&mut cmd);
+        if let Some(was) = was {
+            std::fs::write(ENABLE_URING, was.trim())
+                .with_context(|| format!("cannot put {ENABLE_URING} back to {was}"))?;
+        }
+        let out = out?;
         self.pid = out
             .rsplit_once("(process ")
             .and_then(|(_, p)| p.trim().trim_end_matches(')').parse().ok());
