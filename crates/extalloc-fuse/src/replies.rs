@@ -244,8 +244,14 @@ pub(crate) fn statx(a: &Attr, block_size: u32) -> transport::Statx {
     if i.btime.is_some() {
         mask |= transport::STATX_BTIME;
     }
+    // The chattr flags statx reports (`STATX_ATTR_*`, each the same bit as the inode flag's
+    // `FS_*_FL`): this kernel takes only the mask and the birth time of the reply and fills
+    // the attributes itself (none for FUSE), so `stx_attributes` stays empty (fstests 424).
+    let shown = crate::inode::IMMUTABLE | crate::inode::APPEND | crate::inode::NODUMP;
     let s = transport::Statx {
         mask,
+        attributes: u64::from(i.flags & shown),
+        attributes_mask: u64::from(shown),
         blksize: f.blksize,
         nlink: f.nlink,
         uid: f.uid,
