@@ -28,9 +28,9 @@ RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p extalloc --rel
 # ... and the loom model of the store's op shards: an open-path allocation against the fence.
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p extalloc --release --lib loom_
 ./scripts/mount-tests.sh
-# fstests, the community's suite, on the mount: CI's selection (scripts/fstests-ci.list, 100
-# tests: data, namespace, extended attributes and ACLs, O_DIRECT, chattr, whiteouts, file
-# handles across remounts). fstests is a test tool kept outside the repository; its source
+# fstests, the community's suite, on the mount: CI's selection (scripts/fstests-ci.list, 112
+# tests: data, namespace, extended attributes and ACLs, O_DIRECT, O_TMPFILE, birth times,
+# chattr, whiteouts, file handles across remounts). fstests is a test tool kept outside the repository; its source
 # is ../shared/fstests or FSTESTS_SRC. Without it the step is not run and says so loudly.
 FSTESTS_SRC=${FSTESTS_SRC:-../shared/fstests}
 if [[ -x "$FSTESTS_SRC/check" ]]; then

@@ -156,9 +156,10 @@ pub fn serve(opts: &MountOptions, ready: impl FnOnce(&MountReport)) -> Result<()
             return Err(e);
         }
     };
-    ready(&report);
     let uring = opts.io_uring.then_some(URING_DEPTH);
-    let served = session.run(fuse, opts.threads.max(1), uring);
+    // Ready once FUSE_INIT is answered: the mount then serves (and a caller that turned on
+    // io_uring for this mount may turn it off again).
+    let served = session.run(fuse, opts.threads.max(1), uring, || ready(&report));
     ended.store(true, Ordering::Release);
     drop(committer);
     let closed = close(fs);

@@ -20,6 +20,7 @@
 //! Lock order: none (the handler has its own).
 
 mod abi;
+mod dev;
 mod handler;
 mod mnt;
 mod reply;
@@ -31,7 +32,8 @@ mod uring;
 pub(crate) use abi::{Attr, CreateIn, StatfsOut};
 pub(crate) use abi::{Statx, SxTime};
 pub(crate) use abi::{FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE, STATX_BASIC_STATS, STATX_BTIME};
-use handler::{dispatch, MAX_WRITE};
+use dev::{buf_len, clone_dev, read_request, serve_loop};
+use handler::MAX_WRITE;
 pub(crate) use handler::{Handler, Init};
 pub(crate) use mnt::MountSpec;
 pub(crate) use reply::{DirBuf, Notifier, Reply};
@@ -48,10 +50,9 @@ pub(crate) mod flags {
 
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::Arc;
-use zerocopy::{FromBytes, IntoBytes};
+use zerocopy::IntoBytes;
 
 /// A mounted connection, not yet served.
 pub(crate) struct Session {
@@ -90,6 +91,7 @@ impl Session {
         handler: Arc<H>,
         threads: usize,
         uring: Option<usize>,
+        ready: impl FnOnce(),
     ) -> io::Result<()> {
         let mut buf = vec![0u8; MAX_WRITE as usize + abi::BUFFER_HEADROOM];
         let served = handshake(&self.dev, &*handler, &mut buf, uring).and_then(|queues| {
@@ -97,10 +99,10 @@ impl Session {
             let rings: io::Result<Vec<_>> = queues
                 .into_iter()
                 .map(|q| {
-                    let h = handler.clone();
+                    let (h, dev) = (handler.clone(), self.dev.clone());
                     std::thread::Builder::new()
                         .name("extalloc-fuse-ring".into())
-                        .spawn(move || q.run(&*h))
+                        .spawn(move || q.run(&*h, &dev))
                 })
                 .collect();
             let rings = rings?;
@@ -119,6 +121,8 @@ impl Session {
                 })
                 .collect();
             let spawned = spawned?;
+            // Init is answered and every thread started: the mount serves.
+            ready();
             let mine = serve_loop(&self.dev, &*handler, &mut buf);
             let mut first = mine;
             for t in spawned.into_iter().chain(rings) {
@@ -131,52 +135,6 @@ impl Session {
         });
         let unmounted = self.mounted.unmount();
         served.and(unmounted)
-    }
-}
-
-/// The machine's page size (`max_pages` counts pages).
-fn page_size() -> u32 {
-    // SAFETY: sysconf has no preconditions.
-    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    u32::try_from(n).unwrap_or(4096)
-}
-
-fn buf_len() -> usize {
-    MAX_WRITE as usize + abi::BUFFER_HEADROOM
-}
-
-/// A clone of the connection's descriptor: its own queue of requests being answered.
-fn clone_dev(dev: &File) -> io::Result<File> {
-    let clone = File::options().read(true).write(true).open("/dev/fuse")?;
-    let mut fd = dev.as_raw_fd() as u32;
-    // SAFETY: FUSE_DEV_IOC_CLONE reads one u32 (the session's descriptor) through the pointer.
-    let r = unsafe { libc::ioctl(clone.as_raw_fd(), abi::DEV_IOC_CLONE, &mut fd) };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(clone)
-}
-
-/// One request into `buf`; `Ok(None)` when the connection is gone.
-fn read_request<'b>(dev: &File, buf: &'b mut [u8]) -> io::Result<Option<&'b [u8]>> {
-    loop {
-        // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`.
-        let n = unsafe { libc::read(dev.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        // /dev/fuse never reads empty; a socket standing in for it (the tests) ends so.
-        if n == 0 {
-            return Ok(None);
-        }
-        if n > 0 {
-            return Ok(Some(&buf[..n as usize]));
-        }
-        let e = io::Error::last_os_error();
-        match e.raw_os_error() {
-            // Interrupted, or a request aborted before it was read: read again.
-            Some(libc::EINTR | libc::EAGAIN | libc::ENOENT) => continue,
-            // Unmounted, or aborted (a request dequeued as the connection was aborted).
-            Some(libc::ENODEV | libc::ECONNABORTED) => return Ok(None),
-            _ => return Err(e),
-        }
     }
 }
 
@@ -260,20 +218,9 @@ fn rings(dev: &File, ask: &mut Init, depth: usize) -> Vec<uring::Queue> {
     }
 }
 
-/// Serves requests read from `dev` until the connection is gone.
-fn serve_loop<H: Handler>(dev: &File, handler: &H, buf: &mut [u8]) -> io::Result<()> {
-    while let Some(msg) = read_request(dev, buf)? {
-        let Some((req, op)) = request::parse(msg) else {
-            log::error!(
-                "a FUSE request of {} bytes unlike its header: EIO",
-                msg.len()
-            );
-            if let Ok((h, _)) = abi::InHeader::read_from_prefix(msg) {
-                Reply::new(dev, h.unique).error(libc::EIO);
-            }
-            continue;
-        };
-        dispatch(handler, &req, op, Reply::new(dev, req.unique));
-    }
-    Ok(())
+/// The machine's page size (`max_pages` counts pages).
+fn page_size() -> u32 {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u32::try_from(n).unwrap_or(4096)
 }

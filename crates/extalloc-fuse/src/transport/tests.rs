@@ -4,7 +4,7 @@
 
 use super::abi::{self, InHeader, OutHeader};
 use super::*;
-use std::os::fd::FromRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::sync::Mutex;
 use zerocopy::FromBytes;
 

@@ -156,8 +156,11 @@ impl Queue {
     }
 
     /// Pins the thread to the queue's CPU, registers the entries, then serves until the
-    /// connection ends.
-    pub(crate) fn run<H: Handler>(mut self, handler: &H) -> io::Result<()> {
+    /// connection ends. If the kernel refuses every entry's registration (the rings were
+    /// turned off for the connection: it then queues every request on the descriptor),
+    /// the thread reads requests from its own clone of `dev` instead, so the mount keeps
+    /// its threads.
+    pub(crate) fn run<H: Handler>(mut self, handler: &H, dev: &File) -> io::Result<()> {
         pin_to(self.qid as usize);
         for i in 0..self.ents.len() {
             let sqe = self.sqe(i, CMD_REGISTER, 0);
@@ -165,7 +168,7 @@ impl Queue {
         }
         let mut scratch = vec![0u8; self.ents[0].payload.len() + abi::RING_HEADER];
         let mut done = Vec::with_capacity(self.ents.len());
-        let mut live = self.ents.len();
+        let (mut live, mut served, mut refused) = (self.ents.len(), false, None);
         while live > 0 {
             match self.ring.submit_and_wait(1) {
                 Ok(_) => {}
@@ -181,6 +184,7 @@ impl Queue {
             for &(i, res) in &done {
                 match -res {
                     0 => {
+                        served = true;
                         let commit_id = self.serve(i, handler, &mut scratch);
                         let sqe = self.sqe(i, CMD_COMMIT_AND_FETCH, commit_id);
                         self.push(sqe)?;
@@ -192,16 +196,28 @@ impl Queue {
                     libc::ENOTCONN | libc::ECONNABORTED | libc::ECANCELED => live -= 1,
                     e => {
                         live -= 1;
-                        log::error!(
-                            "FUSE io_uring queue {}: entry {i} failed: {}",
-                            self.qid,
-                            io::Error::from_raw_os_error(e)
-                        );
+                        refused = Some(io::Error::from_raw_os_error(e));
                     }
                 }
             }
         }
-        Ok(())
+        match refused {
+            Some(e) if !served => {
+                log::warn!(
+                    "FUSE io_uring queue {}: the kernel refused its entries ({e}); its thread \
+                     reads /dev/fuse instead",
+                    self.qid
+                );
+                drop(self.ring);
+                let clone = super::dev::clone_dev(dev)?;
+                super::dev::serve_loop(&clone, handler, &mut vec![0; super::dev::buf_len()])
+            }
+            Some(e) => {
+                log::error!("FUSE io_uring queue {}: an entry failed: {e}", self.qid);
+                Ok(())
+            }
+            None => Ok(()),
+        }
     }
 
     /// Serves the request entry `i` holds; returns its commit id.
