@@ -183,11 +183,15 @@ enum Command {
 
 fn main() {
     let cli = Cli::parse();
-    // Warnings and errors the layers log (`log` records): to stderr, with the time and
-    // the module, at `warn` unless RUST_LOG says otherwise.
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
-        .format_target(true)
-        .init();
+    // The mount's daemon logs what it meets (`log` records of the FUSE layer and the file
+    // system: a kernel without a feature, a failed write-back) to stderr, which `--log`
+    // sends to a file, at `warn` unless RUST_LOG says otherwise. Other commands report for
+    // themselves (a torture's injected faults would flood it).
+    if matches!(&cli.command, Command::Mount(_)) {
+        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
+            .format_target(true)
+            .init();
+    }
     // Every command but the mount's server writes to stdout only to report: a closed
     // pipe (`extalloc ls IMG | head`) ends it quietly, as it ends `ls` or `cat`.
     if !matches!(&cli.command, Command::Mount(m) if m.foreground) {

@@ -20,6 +20,9 @@ use std::collections::BTreeMap;
 /// Who makes every call (root: the torture is about names, not permissions).
 const ME: Caller = Caller { uid: 0, gid: 0 };
 
+/// `open(2)`'s `O_RDWR`, the flags a tmpfile is opened with.
+const O_RDWR: i32 = 2;
+
 /// Names a thread's directories use.
 const NAMES: u32 = 10;
 /// Inodes a thread keeps at most: the tree stays the size of a busy directory, not of a
@@ -44,7 +47,8 @@ pub(super) fn step(
         .collect();
     let file = pick(rng, &files);
     match rng.gen_range(0..100) {
-        0..=19 => create(fs, m, rng, dir, n),
+        0..=15 => create(fs, m, rng, dir, n),
+        16..=19 => tmpfile(fs, m, rng, dir, n),
         20..=31 => file.map_or(Ok(()), |f| write(fs, m, rng, f)),
         32..=36 => file.map_or(Ok(()), |f| truncate(fs, m, rng, f)),
         37..=44 => file.map_or(Ok(()), |f| link(fs, m, f, dir, n)),
@@ -83,6 +87,36 @@ fn create(fs: &Fs, m: &mut Model, rng: &mut StdRng, dir: u64, n: Vec<u8>) -> Res
         _ => {}
     }
     Ok(())
+}
+
+/// `O_TMPFILE`: a file with no name in `dir`, written, then named at a free name two times
+/// in three (`linkat`) or closed unnamed (an orphan, gone at the last close; a crash
+/// before it leaves one the next mount removes).
+fn tmpfile(fs: &Fs, m: &mut Model, rng: &mut StdRng, dir: u64, n: Vec<u8>) -> Result<(), Errno> {
+    if m.tree[&dir].contains_key(&n) || m.kinds.len() >= MAX_INODES {
+        return Ok(());
+    }
+    let (attr, _fh) = fs.tmpfile(dir, 0o644, 0o022, O_RDWR, ME)?;
+    let ino = attr.ino;
+    assert_eq!(attr.inode.nlink, 0, "a tmpfile has no name");
+    let data = pattern(rng);
+    let written = fs.write(ino, 0, &data, false);
+    let named = match (written, rng.gen_range(0..3)) {
+        (Ok(_), 0) => Ok(()),
+        (Ok(_), _) => {
+            let linked = fs.link(ino, dir, &n);
+            m.tree.get_mut(&dir).unwrap().insert(n, ino);
+            linked.map(|a| {
+                fs.forget(a.ino, 1);
+                m.kinds.insert(ino, Kind::File);
+                m.data.insert(ino, data);
+            })
+        }
+        (Err(e), _) => Err(e),
+    };
+    let closed = fs.release(ino);
+    fs.forget(ino, 1);
+    named.and(closed)
 }
 
 /// New bytes from the start of `file` (it grows if they run past its end).
