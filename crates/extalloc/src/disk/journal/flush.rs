@@ -22,6 +22,24 @@ use std::sync::atomic::Ordering::Relaxed;
 /// until another committer's ends (`flush_is_free`).
 const FREE_FLUSH_NS: u64 = 4_000;
 
+/// Ends a flush that panicked: its count off the flushes under way, its waiters woken (they
+/// flush themselves or see the error), so the panic surfaces instead of a hang.
+struct Unwinding<'a>(&'a Journal);
+
+impl Drop for Unwinding<'_> {
+    fn drop(&mut self) {
+        debug_assert!(
+            std::thread::panicking(),
+            "defused on every path but a panic"
+        );
+        self.0.flushing.fetch_sub(1, Relaxed);
+        let mut f = self.0.flush.lock();
+        f.running = f.running.saturating_sub(1);
+        drop(f);
+        self.0.flushed.notify_all();
+    }
+}
+
 thread_local! {
     /// The sequence number this thread last committed (for the batching estimate).
     static LAST_COMMIT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
@@ -55,6 +73,10 @@ impl Journal {
         let durable = f.durable;
         drop(f);
         self.flushing.fetch_add(1, Relaxed);
+        // A panic from here to the accounting below must not leave `running` raised: the
+        // committers waiting for this flush would wait for ever, a hang in place of the
+        // panic (seen once in a test run, the panic itself unseen).
+        let unwinding = Unwinding(self);
         self.gather(durable, expect);
         // Everything appended before this point is covered by this flush, and by the
         // mirror written now if the last of them did not write one.
@@ -66,6 +88,7 @@ impl Journal {
         let started = std::time::Instant::now();
         let result = mirrored.and_then(|()| self.dev.flush());
         self.flushing.fetch_sub(1, Relaxed);
+        std::mem::forget(unwinding);
         let took = started.elapsed().as_nanos() as u64;
         // Average flush time (a moving average over about 8 flushes).
         let avg = self.avg_flush_ns.load(Relaxed);
