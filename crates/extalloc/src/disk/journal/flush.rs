@@ -83,7 +83,14 @@ impl Journal {
         let (upto, mirrored) = {
             let mut w = self.writer.lock();
             let upto = w.next_seq - 1;
-            (upto, self.write_mirror(&mut w, upto, durable))
+            // What is durable now, not when this flush began: appends made meanwhile have
+            // pruned the writer's record list (`WriterState::span`) against a newer value,
+            // and a span asked with the older one would start before what is kept (the
+            // mirror still right, the span's invariant not). Records up to it are on the
+            // device, so a later value only leaves out what needs no mirror.
+            let now = self.durable_seq.load(std::sync::atomic::Ordering::Acquire);
+            debug_assert!(now >= durable, "durable only grows");
+            (upto, self.write_mirror(&mut w, upto, now))
         };
         let started = std::time::Instant::now();
         let result = mirrored.and_then(|()| self.dev.flush());
