@@ -99,13 +99,7 @@ impl Fs {
         who: Caller,
     ) -> FsResult<(Attr, u64)> {
         self.live()?;
-        let new = NewNode {
-            kind: Kind::File,
-            mode,
-            umask,
-            rdev: 0,
-            target: None,
-        };
+        let new = NewNode::file(mode, umask);
         let attr = self.make(parent, name, new, who)?;
         let fh = self.open(attr.ino, flags)?;
         Ok((attr, fh))

@@ -40,6 +40,19 @@ pub struct NewNode<'a> {
     pub target: Option<&'a [u8]>,
 }
 
+impl NewNode<'static> {
+    /// A regular file of `mode` under `umask` (`creat`, `O_TMPFILE`).
+    pub fn file(mode: u32, umask: u32) -> NewNode<'static> {
+        NewNode {
+            kind: Kind::File,
+            mode,
+            umask,
+            rdev: 0,
+            target: None,
+        }
+    }
+}
+
 impl Fs {
     /// Makes a regular file with no name in directory `parent` and opens it
     /// (`open(parent, O_TMPFILE)`): owner, group, mode, flags and ACLs as [`Fs::make`]
@@ -56,13 +69,7 @@ impl Fs {
         who: Caller,
     ) -> FsResult<(Attr, u64)> {
         self.live()?;
-        let new = NewNode {
-            kind: Kind::File,
-            mode,
-            umask,
-            rdev: 0,
-            target: None,
-        };
+        let new = NewNode::file(mode, umask);
         let mut ns = self.ns_write();
         let (mut inode, xattrs) = self.new_inode(&ns, parent, &new, who)?;
         inode.nlink = 0;
