@@ -56,6 +56,7 @@ pub fn options(
     repo: Option<&PathBuf>,
     device_bytes: u64,
     block_size: u32,
+    policy: Option<&str>,
 ) -> Result<AgeOptions> {
     let git = if aging.iter().any(|j| j == "age-git") {
         anyhow::ensure!(a.age_checkouts >= 1, "--age-checkouts must be at least 1");
@@ -108,6 +109,7 @@ pub fn options(
         block_size,
         git,
         profile,
+        policy: policy.map(str::to_owned),
     })
 }
 

@@ -29,6 +29,10 @@ pub struct CompareFsArgs {
     /// Block size.
     #[arg(long, default_value_t = 4096)]
     pub block_size: u32,
+    /// The allocation policy of extalloc's mounts (a preset or a spec, as `mount --policy`;
+    /// default: the mount's default, `extalloc`).
+    #[arg(long)]
+    pub extalloc_policy: Option<String>,
     /// fsmark: files per directory, bytes per file, directories (threads).
     #[arg(long, default_value = "20000,4096,2")]
     pub fsmark: String,
@@ -144,7 +148,11 @@ pub fn compare_fs(args: &CompareFsArgs) -> Result<()> {
         device_bytes: extalloc_lab::lab::parse_size(&args.device_size).context("--device-size")?,
         block_size: args.block_size,
         rounds: args.repeat,
+        policy: args.extalloc_policy.clone(),
     };
+    if let Some(p) = &args.extalloc_policy {
+        extalloc::Policy::parse(p).map_err(|e| anyhow::anyhow!("--extalloc-policy: {e}"))?;
+    }
     anyhow::ensure!(args.repeat >= 1, "--repeat must be at least 1");
     if let Some(p) = &args.json {
         writable_file("--json", p)?;
@@ -156,6 +164,7 @@ pub fn compare_fs(args: &CompareFsArgs) -> Result<()> {
         args.repo.as_ref(),
         opts.device_bytes,
         opts.block_size,
+        opts.policy.as_deref(),
     )?;
     let (jobs, _tarball) = compare_fs_jobs(args)?;
     extalloc_lab::command::compare_fs::compare_fs(&CompareFs {

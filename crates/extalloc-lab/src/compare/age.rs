@@ -116,17 +116,23 @@ fn open_volume(image: &Path) -> Result<extalloc::volume::Volume> {
 }
 
 impl AgeFs {
-    /// A fresh file system of `bytes` on `target`, mounted (fuse2fs is not one of them).
-    pub fn create(target: Target, bytes: u64, block_size: u32) -> Result<AgeFs> {
+    /// A fresh file system of `bytes` on `target`, mounted (fuse2fs is not one of them);
+    /// extalloc's with allocation policy `policy` (None: the default).
+    pub fn create(
+        target: Target,
+        bytes: u64,
+        block_size: u32,
+        policy: Option<&str>,
+    ) -> Result<AgeFs> {
         Ok(match target {
             Target::Kernel(fs) => AgeFs::Kernel {
                 fs,
                 dev: Device::create(fs, bytes, block_size)?,
                 block_size,
             },
-            Target::Extalloc => AgeFs::Extalloc(ExtallocMount::create(bytes, block_size, false)?),
+            Target::Extalloc => AgeFs::Extalloc(ExtallocMount::create(bytes, block_size, false, policy)?),
             Target::ExtallocUring => {
-                AgeFs::Extalloc(ExtallocMount::create(bytes, block_size, true)?)
+                AgeFs::Extalloc(ExtallocMount::create(bytes, block_size, true, policy)?)
             }
             Target::Fuse2fs => bail!("the aging jobs run on ext4, xfs, btrfs and extalloc, not fuse2fs (drop it from --fs)"),
         })

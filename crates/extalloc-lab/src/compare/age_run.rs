@@ -32,6 +32,8 @@ pub struct AgeOptions {
     pub git: Option<GitOptions>,
     /// `age-profile`, if asked for.
     pub profile: Option<ProfileOptions>,
+    /// The allocation policy of extalloc's mounts (None: the default preset).
+    pub policy: Option<String>,
 }
 
 /// Every target's aging runs.
@@ -90,8 +92,8 @@ fn on_fresh(
     job: impl FnOnce(&mut AgeFs) -> Result<()>,
 ) -> Result<(f64, Option<String>)> {
     let started = Instant::now();
-    let r =
-        AgeFs::create(target, opts.device_bytes, opts.block_size).and_then(|mut fs| job(&mut fs));
+    let (bytes, policy) = (opts.device_bytes, opts.policy.as_deref());
+    let r = AgeFs::create(target, bytes, opts.block_size, policy).and_then(|mut fs| job(&mut fs));
     let seconds = started.elapsed().as_secs_f64();
     match r {
         Ok(()) => Ok((seconds, None)),

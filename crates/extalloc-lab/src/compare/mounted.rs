@@ -86,6 +86,9 @@ pub struct Options {
     pub block_size: u32,
     /// Rounds (`--repeat`), at least 1.
     pub rounds: usize,
+    /// The allocation policy extalloc's mounts use (`extalloc mount --policy`; None: the
+    /// default preset).
+    pub policy: Option<String>,
 }
 
 /// One run of a job on one target.
@@ -305,7 +308,8 @@ fn fuse2fs_run(job: &Job, opts: &Options) -> Result<FsRun> {
 
 fn extalloc_run(job: &Job, opts: &Options, uring: bool) -> Result<FsRun> {
     let block_size = opts.block_size;
-    let mut m = ExtallocMount::create(opts.device_bytes, block_size, uring)?;
+    let mut m =
+        ExtallocMount::create(opts.device_bytes, block_size, uring, opts.policy.as_deref())?;
     let ran = run_job(job, &m.mountpoint, true)?;
     m.unmount()?;
     let vol = crate::lab::volume_run::open_read_only(&m.image)?;
@@ -389,6 +393,8 @@ pub struct ExtallocMount {
     pid: Option<u32>,
     /// Mounted with `--io-uring`.
     uring: bool,
+    /// `--policy` of every mount (None: the default).
+    policy: Option<String>,
 }
 
 /// The fuse module's switch for FUSE over io_uring, read at each mount's init.
@@ -396,14 +402,20 @@ const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
 
 impl ExtallocMount {
     /// A fresh image of `bytes`, made by `extalloc mkfs`, mounted (`uring`: with
-    /// `--io-uring`).
-    pub(super) fn create(bytes: u64, block_size: u32, uring: bool) -> Result<Self> {
+    /// `--io-uring`; `policy`: with `--policy`).
+    pub(super) fn create(
+        bytes: u64,
+        block_size: u32,
+        uring: bool,
+        policy: Option<&str>,
+    ) -> Result<Self> {
         let tag = format!("extalloc-compare-{}-extalloc", std::process::id());
         let mut m = ExtallocMount {
             image: PathBuf::from("/dev/shm").join(format!("{tag}.img")),
             mountpoint: std::env::temp_dir().join(tag),
             pid: None,
             uring,
+            policy: policy.map(str::to_owned),
         };
         let exe = std::env::current_exe().context("cannot find the extalloc executable")?;
         std::fs::create_dir_all(&m.mountpoint)?;
@@ -424,6 +436,9 @@ impl ExtallocMount {
         let exe = std::env::current_exe().context("cannot find the extalloc executable")?;
         let mut cmd = Command::new(&exe);
         cmd.arg("mount").arg(&self.image).arg(&self.mountpoint);
+        if let Some(p) = &self.policy {
+            cmd.args(["--policy", p]);
+        }
         let was = match self.uring {
             true => {
                 cmd.arg("--io-uring");

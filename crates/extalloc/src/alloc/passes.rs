@@ -453,4 +453,45 @@ mod tests {
         );
         a.check().unwrap();
     }
+
+    /// A 1,024-block window on a device whose group 0 holds a free run of 1,030 blocks
+    /// (no aligned 1,024-block chunk in it) and group 1 a run of 3,584 (one aligned chunk
+    /// in its middle). `extalloc` takes the best fit in group 0 and leaves group 1's run
+    /// whole; pass 1 (`ext4-2025`, every power-of-two request of 4 blocks or more) takes
+    /// the aligned chunk and splits group 1's run in two.
+    #[test]
+    fn a_window_below_pass_1s_order_takes_the_best_fit_not_an_aligned_chunk() {
+        let setup = |policy: &str| {
+            let a = Allocator::new(
+                Geometry::new(4096, 4096, 4 * 4096).unwrap(),
+                Policy::parse(policy).unwrap(),
+            )
+            .unwrap();
+            while a.allocate(&AllocRequest::new(1, 4096)).is_ok() {}
+            a.free(Extent::new(100, 1030)).unwrap();
+            a.free(Extent::new(4096 + 512, 3584)).unwrap();
+            a.commit();
+            a
+        };
+        let window = AllocRequest::new(7, 1024).min_len(1).goal(0);
+
+        let a = setup("extalloc");
+        assert_eq!(a.allocate(&window).unwrap(), Extent::new(100, 1024));
+        let after = a.free_space();
+        assert_eq!(
+            after.largest_free_extent_blocks, 3584,
+            "group 1's run left whole"
+        );
+        a.check().unwrap();
+
+        let a = setup("ext4-2025");
+        let got = a.allocate(&window).unwrap();
+        assert_eq!(got, Extent::new(4096 + 1024, 1024), "the aligned chunk");
+        assert_eq!(
+            a.free_space().largest_free_extent_blocks,
+            2048,
+            "a piece on each side"
+        );
+        a.check().unwrap();
+    }
 }

@@ -179,6 +179,7 @@ mod tests {
                 "free_list",
                 "first_free_hint",
                 "min_scan_extents",
+                "order2_min_order",
                 "size_classes",
                 "append_window_kib",
                 "class_by",
@@ -187,7 +188,7 @@ mod tests {
         );
         assert!(Policy::default().emulations().is_empty());
         let base = Policy::preset("ext4-base").unwrap().emulations();
-        assert_eq!(base.len(), 15, "{base:?}");
+        assert_eq!(base.len(), 16, "{base:?}");
         let one = Policy::parse("extalloc:zombie_groups=true:stream_goals=7").unwrap();
         assert_eq!(one.emulations(), ["zombie_groups"]);
     }
