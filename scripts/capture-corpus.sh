@@ -19,7 +19,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
-ALL=(tree-copy fsmark-small dbench fio-randwrite-fsync git-checkout sqlite-wal sqlite-journal mixed-lifetimes)
+ALL=(tree-copy fsmark-small dbench fio-randwrite-fsync git-checkout sqlite-wal sqlite-journal mixed-lifetimes
+     aging-churn full-churn)
 
 if [[ "${1:-}" == "--list" ]]; then
   printf '%s\n' "${ALL[@]}"
@@ -207,6 +208,80 @@ for f in logs:
     f.close()
 EOF
 
+# Aging churn (Geriatrix-like): fill to a share of statvfs's size with files log-uniform in
+# 4 KiB .. 4 MiB, each written whole and fsynced, 70 % of them short-lived (deleted after a
+# random number of later creates), then keep creating and deleting at that fill until the
+# bytes created reach ROUNDS x the capacity. Arguments: root, fill %, rounds, seed.
+cat >"$WORK/aging-churn.py" <<'EOF'
+import os, random, sys
+root, fill, rounds, seed = sys.argv[1], float(sys.argv[2]) / 100, float(sys.argv[3]), int(sys.argv[4])
+rng = random.Random(seed)
+st = os.statvfs(root)
+cap = st.f_blocks * st.f_frsize
+chunk = os.urandom(4 << 20)
+live, short, used, made, serial = {}, [], 0, 0, 0
+for d in range(16):
+    os.makedirs(f"{root}/d{d:02d}")
+def create():
+    global used, made, serial
+    size = int(4096 * 2 ** rng.uniform(0, 10))          # 4 KiB .. 4 MiB
+    p = f"{root}/d{serial % 16:02d}/f{serial:07d}"; serial += 1
+    with open(p, "wb") as f:
+        f.write(chunk[:size]); f.flush(); os.fsync(f.fileno())
+    live[p] = size; used += size; made += size
+    if rng.random() < 0.7:
+        short.append((serial + int(2 ** rng.uniform(0, 9)), p))
+def expire(force):
+    global used
+    keep = []
+    for until, p in short:
+        if until <= serial or force:
+            used -= live.pop(p); os.unlink(p); force = False
+        else:
+            keep.append((until, p))
+    short[:] = keep
+while used < fill * cap:
+    create(); expire(False)
+while made < rounds * cap:
+    while used > fill * cap:                             # at the fill: delete before adding
+        if short:
+            expire(True)
+        else:
+            p = rng.choice(list(live)); used -= live.pop(p); os.unlink(p)
+    create(); expire(False)
+EOF
+
+# Full-device churn: fill with 1 MiB files until the device refuses (ENOSPC), delete every
+# third, refill with 16 KiB .. 256 KiB files until it refuses again, delete every other
+# small file, and refill with 64 KiB .. 8 MiB files: the kernel's goals at the device's end.
+cat >"$WORK/full-churn.py" <<'EOF'
+import errno, os, random, sys
+root, seed = sys.argv[1], int(sys.argv[2])
+rng = random.Random(seed)
+chunk = os.urandom(8 << 20)
+def fill(d, lo, hi):
+    os.makedirs(d); made = []
+    while True:
+        size = rng.randint(lo, hi) // 4096 * 4096 or 4096
+        p = f"{d}/f{len(made):06d}"
+        try:
+            with open(p, "wb") as f:
+                f.write(chunk[:size]); f.flush(); os.fsync(f.fileno())
+        except OSError as e:
+            if e.errno != errno.ENOSPC:
+                raise
+            os.unlink(p)
+            return made
+        made.append(p)
+big = fill(f"{root}/big", 1 << 20, 1 << 20)
+for p in big[::3]:
+    os.unlink(p)
+small = fill(f"{root}/small", 16 << 10, 256 << 10)
+for p in small[::2]:
+    os.unlink(p)
+fill(f"{root}/mixed", 64 << 10, 8 << 20)
+EOF
+
 # ---------------------------------------------------------------- workloads
 # Each prints the shell command (run with `sh -c` inside the mounted file system) and may
 # prepare things outside the mount first. The command is what the trace header records.
@@ -246,6 +321,12 @@ wl_sqlite_journal() {
 }
 wl_mixed_lifetimes() {
   echo "$PY $WORK/mixed-lifetimes.py $MNT 4000"
+}
+wl_aging_churn() {
+  echo "$PY $WORK/aging-churn.py $MNT 80 2 11"
+}
+wl_full_churn() {
+  echo "$PY $WORK/full-churn.py $MNT 5"
 }
 
 # ---------------------------------------------------------------- one run
