@@ -9,8 +9,10 @@
 //! earlier ones, whichever task logged them, have run (`FileOrder`), so a kworker's final
 //! writeback and discards do not overtake the writer before them; different files race
 //! freely. Journal commits are the jbd2 thread's events,
-//! so under the traced rule that thread commits; the fallback rule commits per task. One op
-//! is one request.
+//! so under the traced rule that thread commits; the fallback rule commits per task. A
+//! commit waits until the frees logged before it have run (`FileOrder`): a jbd2 thread that
+//! ran ahead of the writers committed nothing, and every later free stayed pending, so a
+//! crowded device looked fuller than the kernel's ever was. One op is one request.
 
 use super::engine::{replay_events, Rules, SharedFiles};
 use super::generations::number_generations;
@@ -148,13 +150,19 @@ fn with_traced_geometry(
 /// discard, the inode's death) waits until the file's earlier such events, whichever task
 /// logged them, have been replayed. Tasks still race on different files (and on the
 /// allocator), but a writeback or close that the kernel logged after a writer's last write
-/// is not replayed before it. No deadlock: each task replays its events in trace order, and
-/// an event only waits for events earlier in the trace.
+/// is not replayed before it. A journal commit waits until as many frees have been
+/// replayed as the trace logged before it (the blocks a commit makes reusable are those
+/// freed before it). No deadlock: each task replays its events in trace order, and an event
+/// only waits for events earlier in the trace.
 struct FileOrder {
     /// Per event: (the file's slot, the event's rank among the file's ordered events).
     rank: Vec<Option<(usize, usize)>>,
     /// Per file slot: how many of its ordered events have been replayed.
     done: Vec<AtomicUsize>,
+    /// Per event: for a commit, the number of frees logged before it.
+    frees_before: Vec<Option<usize>>,
+    /// Frees replayed so far, whichever task logged them.
+    frees_done: AtomicUsize,
 }
 
 impl FileOrder {
@@ -181,7 +189,38 @@ impl FileOrder {
             })
             .collect();
         let done = (0..slots.len()).map(|_| AtomicUsize::new(0)).collect();
-        FileOrder { rank, done }
+        let mut frees = 0;
+        let frees_before = events
+            .iter()
+            .map(|t| match t.event {
+                _ if t.dev != dev => None,
+                Event::Free { .. } => {
+                    frees += 1;
+                    None
+                }
+                Event::Commit => Some(frees),
+                _ => None,
+            })
+            .collect();
+        FileOrder {
+            rank,
+            done,
+            frees_before,
+            frees_done: AtomicUsize::new(0),
+        }
+    }
+}
+
+/// Spins, then yields, until `ready` or `abort`.
+fn wait_until(abort: &AtomicBool, ready: impl Fn() -> bool) {
+    let mut spins = 0u32;
+    while !ready() && !abort.load(Ordering::Relaxed) {
+        spins += 1;
+        if spins < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
     }
 }
 
@@ -191,13 +230,17 @@ struct Ordered<'a, I> {
     events: &'a [Traced],
     order: &'a FileOrder,
     abort: &'a AtomicBool,
-    /// The file slot of the event handed out last: done once the next one is asked for.
-    pending: Option<usize>,
+    /// The file slot of the event handed out last, and whether it was a free: done once
+    /// the next one is asked for.
+    pending: Option<(usize, bool)>,
 }
 
 impl<I> Ordered<'_, I> {
     fn finish_pending(&mut self) {
-        if let Some(slot) = self.pending.take() {
+        if let Some((slot, free)) = self.pending.take() {
+            if free {
+                self.order.frees_done.fetch_add(1, Ordering::Release);
+            }
             self.order.done[slot].fetch_add(1, Ordering::Release);
         }
     }
@@ -209,19 +252,18 @@ impl<'a, I: Iterator<Item = &'a usize>> Iterator for Ordered<'a, I> {
     fn next(&mut self) -> Option<&'a Traced> {
         self.finish_pending();
         let &i = self.indices.next()?;
-        if let Some((slot, rank)) = self.order.rank[i] {
-            let mut spins = 0u32;
-            while self.order.done[slot].load(Ordering::Acquire) != rank
-                && !self.abort.load(Ordering::Relaxed)
-            {
-                spins += 1;
-                if spins < 64 {
-                    std::hint::spin_loop();
-                } else {
-                    std::thread::yield_now();
-                }
-            }
-            self.pending = Some(slot);
+        let order = self.order;
+        if let Some((slot, rank)) = order.rank[i] {
+            wait_until(self.abort, || {
+                order.done[slot].load(Ordering::Acquire) == rank
+            });
+            let free = matches!(self.events[i].event, Event::Free { .. });
+            self.pending = Some((slot, free));
+        }
+        if let Some(frees) = order.frees_before[i] {
+            wait_until(self.abort, || {
+                order.frees_done.load(Ordering::Acquire) >= frees
+            });
         }
         Some(&self.events[i])
     }
@@ -293,5 +335,61 @@ mod tests {
         let file5: Vec<usize> = seen.iter().copied().filter(|&i| i != 2).collect();
         assert_eq!(file5, vec![0, 1, 3, 4], "{seen:?}");
         assert!(seen.contains(&2));
+    }
+
+    /// A journal commit is replayed after the frees the trace logged before it, however
+    /// far ahead the jbd2 task's thread runs; a free logged after it does not hold it back.
+    #[test]
+    fn a_commit_waits_for_the_frees_logged_before_it() {
+        let ev = |pid, event| Traced {
+            ns: 0,
+            cpu: 0,
+            pid,
+            dev: (7, 1),
+            event,
+        };
+        let free = |ino| Event::Free {
+            ino,
+            block: 0,
+            count: 1,
+            metadata: false,
+        };
+        let events = vec![
+            ev(1, free(5)),
+            ev(1, free(6)),
+            ev(2, Event::Commit),
+            ev(1, free(7)),
+        ];
+        let order = FileOrder::new(&events, (7, 1));
+        assert_eq!(order.frees_before, [None, None, Some(2), None]);
+        let abort = AtomicBool::new(false);
+        let seen = Mutex::new(Vec::new());
+        let tasks = [vec![0usize, 1, 3], vec![2]];
+        std::thread::scope(|s| {
+            for t in [1, 0] {
+                let (tasks, events, order, abort, seen) = (&tasks, &events, &order, &abort, &seen);
+                s.spawn(move || {
+                    if t == 0 {
+                        // The jbd2 task's thread is well under way: its commit still waits.
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                    let ordered = Ordered {
+                        indices: tasks[t].iter(),
+                        events,
+                        order,
+                        abort,
+                        pending: None,
+                    };
+                    for e in ordered {
+                        let i = events.iter().position(|x| std::ptr::eq(x, e)).unwrap();
+                        seen.lock().unwrap().push(i);
+                    }
+                });
+            }
+        });
+        let seen = seen.into_inner().unwrap();
+        let at = |i| seen.iter().position(|&x| x == i).unwrap();
+        assert!(at(0) < at(2) && at(1) < at(2), "{seen:?}");
+        assert_eq!(order.frees_done.load(Ordering::SeqCst), 3);
     }
 }
