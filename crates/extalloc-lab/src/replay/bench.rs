@@ -281,6 +281,39 @@ mod tests {
 
     /// One file's events reach the replay in trace order whichever task's thread runs
     /// first; another file's event does not wait for them.
+    /// Replays two tasks' events on two threads, the second task's thread starting first
+    /// and the first's 20 ms later: the events' indices in the order they were replayed.
+    fn replay_late_first(
+        events: &[Traced],
+        order: &FileOrder,
+        tasks: [Vec<usize>; 2],
+    ) -> Vec<usize> {
+        let abort = AtomicBool::new(false);
+        let seen = Mutex::new(Vec::new());
+        std::thread::scope(|s| {
+            for t in [1, 0] {
+                let (tasks, abort, seen) = (&tasks, &abort, &seen);
+                s.spawn(move || {
+                    if t == 0 {
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                    let ordered = Ordered {
+                        indices: tasks[t].iter(),
+                        events,
+                        order,
+                        abort,
+                        pending: None,
+                    };
+                    for e in ordered {
+                        let i = events.iter().position(|x| std::ptr::eq(x, e)).unwrap();
+                        seen.lock().unwrap().push(i);
+                    }
+                });
+            }
+        });
+        seen.into_inner().unwrap()
+    }
+
     #[test]
     fn a_files_events_keep_their_trace_order_across_tasks() {
         let ev = |pid, event| Traced {
@@ -306,32 +339,8 @@ mod tests {
             ),
         ];
         let order = FileOrder::new(&events, (7, 1));
-        let abort = AtomicBool::new(false);
-        let seen = Mutex::new(Vec::new());
-        let tasks = [vec![0usize, 3], vec![1, 2, 4]];
-        std::thread::scope(|s| {
-            for t in [1, 0] {
-                let (tasks, events, order, abort, seen) = (&tasks, &events, &order, &abort, &seen);
-                s.spawn(move || {
-                    if t == 0 {
-                        // Task 2's thread is well under way: its first event still waits.
-                        std::thread::sleep(std::time::Duration::from_millis(20));
-                    }
-                    let ordered = Ordered {
-                        indices: tasks[t].iter(),
-                        events,
-                        order,
-                        abort,
-                        pending: None,
-                    };
-                    for e in ordered {
-                        let i = events.iter().position(|x| std::ptr::eq(x, e)).unwrap();
-                        seen.lock().unwrap().push(i);
-                    }
-                });
-            }
-        });
-        let seen = seen.into_inner().unwrap();
+        // Task 2's thread is well under way: its first event still waits.
+        let seen = replay_late_first(&events, &order, [vec![0, 3], vec![1, 2, 4]]);
         let file5: Vec<usize> = seen.iter().copied().filter(|&i| i != 2).collect();
         assert_eq!(file5, vec![0, 1, 3, 4], "{seen:?}");
         assert!(seen.contains(&2));
@@ -362,32 +371,8 @@ mod tests {
         ];
         let order = FileOrder::new(&events, (7, 1));
         assert_eq!(order.frees_before, [None, None, Some(2), None]);
-        let abort = AtomicBool::new(false);
-        let seen = Mutex::new(Vec::new());
-        let tasks = [vec![0usize, 1, 3], vec![2]];
-        std::thread::scope(|s| {
-            for t in [1, 0] {
-                let (tasks, events, order, abort, seen) = (&tasks, &events, &order, &abort, &seen);
-                s.spawn(move || {
-                    if t == 0 {
-                        // The jbd2 task's thread is well under way: its commit still waits.
-                        std::thread::sleep(std::time::Duration::from_millis(20));
-                    }
-                    let ordered = Ordered {
-                        indices: tasks[t].iter(),
-                        events,
-                        order,
-                        abort,
-                        pending: None,
-                    };
-                    for e in ordered {
-                        let i = events.iter().position(|x| std::ptr::eq(x, e)).unwrap();
-                        seen.lock().unwrap().push(i);
-                    }
-                });
-            }
-        });
-        let seen = seen.into_inner().unwrap();
+        // The jbd2 task's thread is well under way: its commit still waits.
+        let seen = replay_late_first(&events, &order, [vec![0, 1, 3], vec![2]]);
         let at = |i| seen.iter().position(|&x| x == i).unwrap();
         assert!(at(0) < at(2) && at(1) < at(2), "{seen:?}");
         assert_eq!(order.frees_done.load(Ordering::SeqCst), 3);
