@@ -73,6 +73,8 @@ pub fn run_once(policy: &LabPolicy, _threads: usize, opts: &LabOptions) -> Resul
     let policy = &policy;
     let order = FileOrder::new(&trace.events, dev);
     let abort = AtomicBool::new(false);
+    let reserved = super::header_reserved(path, trace.header.as_ref())?;
+    let held = AtomicBool::new(reserved.is_empty());
     let files = SharedFiles::default();
     let running = AtomicUsize::new(tasks.len());
     run_file_threads(
@@ -82,6 +84,7 @@ pub fn run_once(policy: &LabPolicy, _threads: usize, opts: &LabOptions) -> Resul
         &opts,
         Until::Done,
         |alloc, t, _, _| {
+            hold_before_replay(alloc, t, &traced.geometry, &reserved, &held, &abort)?;
             let result = replay_events(
                 alloc,
                 Ordered {
@@ -116,6 +119,31 @@ pub fn run_once(policy: &LabPolicy, _threads: usize, opts: &LabOptions) -> Resul
             })
         },
     )
+}
+
+/// The first task's thread holds the file system's metadata (`reserved`) used and sets
+/// `held`; every thread waits for that before it replays an event. A failure sets `abort`.
+fn hold_before_replay(
+    alloc: &extalloc::Files,
+    t: usize,
+    geometry: &extalloc::Geometry,
+    reserved: &[(u64, u64)],
+    held: &AtomicBool,
+    abort: &AtomicBool,
+) -> Result<()> {
+    if t == 0 && !reserved.is_empty() {
+        if let Err(e) = super::reserved::hold(alloc, geometry, reserved) {
+            abort.store(true, Ordering::SeqCst);
+            return Err(e);
+        }
+        held.store(true, Ordering::SeqCst);
+    }
+    wait_until(abort, || held.load(Ordering::SeqCst));
+    anyhow::ensure!(
+        held.load(Ordering::SeqCst),
+        "another task's thread failed before the replay"
+    );
+    Ok(())
 }
 
 /// `opts` on the trace's own geometry (its header or README; the lab's device, checked,

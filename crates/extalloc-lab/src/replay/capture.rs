@@ -8,10 +8,11 @@
 //! reusable there), fsyncs, inode creation and deletion (a reused inode number is a new
 //! file; the parent directory is a placement key), and mballoc's search and preallocation
 //! events (whether the kernel rounded a request up). The first line of the trace describes
-//! the file system, read with `dumpe2fs -h`:
+//! the file system, read with `dumpe2fs` before the command starts: its geometry, and the
+//! blocks already used then (its metadata, which no event names: `reserved.rs`):
 //!
 //! ```text
-//! # extalloc capture: dev 7,1; block_size 4096; blocks 1048576; group_blocks 32768; cpus 2; command: fio ...
+//! # extalloc capture: dev 7,1; block_size 4096; blocks 1048576; group_blocks 32768; reserved 0+1058,...; cpus 2; command: fio ...
 //! ```
 
 use anyhow::{bail, Context, Result};
@@ -156,11 +157,11 @@ pub fn capture(dev: &Path, command: &[String], out: &Path) -> Result<u64> {
     Ok(lines)
 }
 
-/// The file system's geometry as header fields (`block_size 4096; blocks N; group_blocks N; `), from `dumpe2fs -h`; empty (with a warning) when it cannot be read, so
-/// a replay then needs `--blocks`.
+/// The file system's geometry and used blocks as header fields (`block_size 4096; blocks
+/// N; group_blocks N; reserved S+L,...; `), from `dumpe2fs`; empty (with a warning) when it
+/// cannot be read, so a replay then needs `--blocks` and runs on an empty device.
 fn describe(dev: &Path) -> String {
     let out = std::process::Command::new("dumpe2fs")
-        .arg("-h")
         .arg(dev)
         .stderr(std::process::Stdio::null())
         .output();
@@ -168,7 +169,7 @@ fn describe(dev: &Path) -> String {
         Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
         Ok(o) => {
             eprintln!(
-                "warning: dumpe2fs -h {} exited with {}: the trace will not say its geometry",
+                "warning: dumpe2fs {} exited with {}: the trace will not say its geometry",
                 dev.display(),
                 o.status
             );
@@ -182,12 +183,22 @@ fn describe(dev: &Path) -> String {
     describe_dumpe2fs(&text)
 }
 
-/// Header fields from `dumpe2fs -h` text; empty unless every field was found.
+/// Header fields from `dumpe2fs` text; empty unless every field was found. The used
+/// ranges are the complement of the groups' free ones (not given for `-h` text, which
+/// lists no groups).
 pub fn describe_dumpe2fs(text: &str) -> String {
+    let groups_listed = text.lines().any(|l| l.starts_with("Group "));
     match crate::compare::freespace::parse_dumpe2fs(text) {
-        Ok((g, _)) => format!(
+        Ok((g, _)) if !groups_listed => format!(
             "block_size {}; blocks {}; group_blocks {}; ",
             g.block_size, g.blocks_count, g.group_blocks
+        ),
+        Ok((g, free)) => format!(
+            "block_size {}; blocks {}; group_blocks {}; reserved {}; ",
+            g.block_size,
+            g.blocks_count,
+            g.group_blocks,
+            super::reserved::format(&super::reserved::used_ranges(g.blocks_count, &free))
         ),
         Err(e) => {
             eprintln!("warning: {e:#}: the trace will not say its geometry");
@@ -257,6 +268,16 @@ mod tests {
             "block_size 4096; blocks 262144; group_blocks 32768; "
         );
         assert_eq!(describe_dumpe2fs("Block count: 5\n"), "");
+        // The full listing: the used blocks are what no group lists free.
+        let full = format!(
+            "{text}\nGroup 0: (Blocks 0-32767)\n  Free blocks: 1058-32767\n\
+             Group 1: (Blocks 32768-65535)\n  Free blocks: 32768-32769, 40000-65535\n"
+        );
+        let full = full.replace("262144", "65536");
+        assert_eq!(
+            describe_dumpe2fs(&full),
+            "block_size 4096; blocks 65536; group_blocks 32768; reserved 0+1058,32770+7230; "
+        );
     }
 
     /// A real capture on an ext4 loop mount: the trace parses, its header carries the
@@ -293,6 +314,12 @@ mod tests {
         assert_eq!(header.blocks, Some(16384), "64 MiB of 4 KiB blocks");
         assert_eq!(header.block_size, Some(4096));
         assert!(header.group_blocks.is_some() && header.cpus.is_some());
+        assert_eq!(
+            header.reserved.first().map(|r| r.0),
+            Some(0),
+            "the superblock's group is used from block 0: {:?}",
+            header.reserved
+        );
         let has = |f: &dyn Fn(&Event) -> bool| trace.events.iter().any(|t| f(&t.event));
         assert!(
             has(&|e| matches!(e, Event::Request { flags, .. } if flags.no_prealloc)),

@@ -144,8 +144,22 @@ impl KernelModel {
     }
 
     /// The kernel's free space on `geometry` (checked to hold every decision beforehand).
-    pub fn free_space(&self, geometry: &Geometry) -> Result<FreeSpace> {
-        FreeSpace::from_used(geometry, self.live.iter().map(|(&s, &(l, ..))| (s, l)))
+    /// The free space the kernel's live decisions leave, with `reserved` (the file
+    /// system's own metadata, `reserved.rs`) held used as well.
+    pub fn free_space(&self, geometry: &Geometry, reserved: &[(u64, u64)]) -> Result<FreeSpace> {
+        let mut used: Vec<(u64, u64)> = self.live.iter().map(|(&s, &(l, ..))| (s, l)).collect();
+        used.extend_from_slice(reserved);
+        used.sort_unstable();
+        // A decision inside a reserved range (blocks used at the capture's start and freed
+        // by the workload before the kernel reused them) counts once.
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(used.len());
+        for (s, l) in used {
+            match merged.last_mut() {
+                Some((ms, ml)) if s < *ms + *ml => *ml = (*ml).max(s + l - *ms),
+                _ => merged.push((s, l)),
+            }
+        }
+        FreeSpace::from_used(geometry, merged)
             .context("the kernel's decisions on the replay device")
     }
 }
@@ -570,7 +584,11 @@ mod tests {
         let files = k.files();
         assert_eq!(files, vec![vec![Extent::new(100, 3), Extent::new(107, 3)]]);
         let g = Geometry::new(4096, 256, 1024).unwrap();
-        assert_eq!(k.free_space(&g).unwrap().free_blocks, 1024 - 6 - 5);
+        assert_eq!(k.free_space(&g, &[]).unwrap().free_blocks, 1024 - 6 - 5);
+        assert_eq!(
+            k.free_space(&g, &[(900, 4)]).unwrap().free_blocks,
+            1024 - 6 - 5 - 4
+        );
         k.free(100, 10);
         assert_eq!(k.data_blocks_of(1), 0);
     }

@@ -8,8 +8,9 @@
 //!   reused inode is a new file, locality chunks per traced CPU, commits where the kernel
 //!   committed, unrounded requests replayed as complete, stream goals for the traced CPU
 //!   count); [`bench`] runs the same engine one thread per task.
-//! - Both sides are measured on an otherwise empty device of the traced size: the kernel's
-//!   own metadata (inode tables, journal) is not in the trace, so neither side has it.
+//! - Both sides are measured on a device of the traced size that holds the kernel's own
+//!   metadata (inode tables, journal) where the capture header lists it ([`reserved`]),
+//!   and on an otherwise empty one where it does not (older traces).
 
 pub mod bench;
 pub mod capture;
@@ -19,6 +20,7 @@ pub mod engine;
 pub mod generations;
 pub mod geometry;
 pub mod parse;
+pub mod reserved;
 pub mod rules;
 
 use crate::lab::backend::LabPolicy;
@@ -124,14 +126,16 @@ pub fn as_traced(policy: &Policy, geometry: &Geometry, cpus: u32, rules: &Rules)
 /// kernel's decisions.
 type Replay = (Files, Vec<Arc<FileAlloc>>, f64, KernelModel, Oddities);
 
-/// Replays `events` through `policy` on a fresh allocator.
+/// Replays `events` through `policy` on a fresh allocator that holds `reserved` used.
 fn replay_one(
     events: &[Traced],
     geometry: Geometry,
     policy: &Policy,
     rules: Rules,
+    reserved: &[(u64, u64)],
 ) -> Result<Replay> {
     let alloc = Files::new(Allocator::new(geometry, policy.clone())?);
+    reserved::hold(&alloc, &geometry, reserved)?;
     let shared = SharedFiles::default();
     let started = Instant::now();
     let (kernel, odd) = replay_events(&alloc, events.iter(), &shared, rules)?;
@@ -200,6 +204,8 @@ struct Prepared {
     rules: Rules,
     /// Lives of inode numbers that ended in the trace.
     reused: u64,
+    /// The file system's metadata from the capture header, held used on both sides.
+    reserved: Vec<(u64, u64)>,
 }
 
 /// Loads the trace, keeps the device's events, settles the geometry and the rules, numbers
@@ -223,6 +229,7 @@ fn prepare(opts: &ReplayOptions<'_>) -> Result<Prepared> {
         opts.block_size,
     )?;
     let geometry = traced.geometry;
+    let reserved = header_reserved(opts.trace, trace.header.as_ref())?;
     let rules = Rules::for_events(trace.events.iter()).without(&opts.without)?;
     let reused = generations::number_generations(&mut trace.events, &rules)
         .with_context(|| format!("{}: numbering inode generations", opts.trace.display()))?;
@@ -235,13 +242,36 @@ fn prepare(opts: &ReplayOptions<'_>) -> Result<Prepared> {
         traced.cpus,
         rules.commit
     );
+    if !reserved.is_empty() {
+        let blocks: u64 = reserved.iter().map(|&(_, l)| l).sum();
+        eprintln!(
+            "metadata: {blocks} blocks in {} ranges held used on both sides (capture header)",
+            reserved.len()
+        );
+    }
     Ok(Prepared {
         trace,
         dev,
         traced,
         rules,
         reused,
+        reserved,
     })
+}
+
+/// The metadata ranges the capture header lists (none when it lists none); a field that
+/// does not parse refuses the trace.
+pub fn header_reserved(path: &Path, header: Option<&Header>) -> Result<Vec<(u64, u64)>> {
+    let Some(h) = header else {
+        return Ok(Vec::new());
+    };
+    if let Some(bad) = &h.reserved_malformed {
+        bail!(
+            "{}: the header's reserved field does not read as START+LEN,...: {bad:.80}",
+            path.display()
+        );
+    }
+    Ok(h.reserved.clone())
 }
 
 /// One policy's replay: its run, the kernel's decisions, what was odd and (with
@@ -266,9 +296,14 @@ fn replay_policy(
     };
     let policy = as_traced(&policy, &geometry, prepared.traced.cpus, &prepared.rules);
     eprint!("replaying through {spec}... ");
-    let (alloc, files, seconds, kernel, odd) =
-        replay_one(&prepared.trace.events, geometry, &policy, prepared.rules)
-            .with_context(|| format!("{spec}: replaying {}", opts.trace.display()))?;
+    let (alloc, files, seconds, kernel, odd) = replay_one(
+        &prepared.trace.events,
+        geometry,
+        &policy,
+        prepared.rules,
+        &prepared.reserved,
+    )
+    .with_context(|| format!("{spec}: replaying {}", opts.trace.display()))?;
     let layout_files: Vec<Vec<Extent>> = files
         .iter()
         .map(|f| f.extents().into_iter().map(|(_, e)| e).collect())
@@ -344,7 +379,7 @@ fn kernel_run(kernel: &KernelModel, odd: &Oddities, prepared: &Prepared) -> Resu
         },
         layout: report::layout(&kernel.files(), geometry.block_size),
         free_space: Some(report::free_space_json(
-            &kernel.free_space(&geometry)?,
+            &kernel.free_space(&geometry, &prepared.reserved)?,
             geometry.block_size,
             geometry.group_blocks,
         )),

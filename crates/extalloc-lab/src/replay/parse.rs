@@ -133,6 +133,11 @@ pub struct Header {
     pub blocks: Option<u64>,
     pub group_blocks: Option<u64>,
     pub cpus: Option<u32>,
+    /// Blocks used before the workload (the file system's metadata), `(start, len)`;
+    /// empty when the header does not say (`reserved.rs`).
+    pub reserved: Vec<(u64, u64)>,
+    /// The `reserved` field's value when it did not parse (a replay refuses the trace).
+    pub reserved_malformed: Option<String>,
 }
 
 /// Parses a capture header line; `None` for any other line.
@@ -154,6 +159,10 @@ pub fn parse_header(line: &str) -> Option<Header> {
             "blocks" => h.blocks = value.parse().ok(),
             "group_blocks" => h.group_blocks = value.parse().ok(),
             "cpus" => h.cpus = value.parse().ok(),
+            "reserved" => match super::reserved::parse(value) {
+                Some(r) => h.reserved = r,
+                None => h.reserved_malformed = Some(value.to_owned()),
+            },
             // The command comes last and may hold anything.
             "command:" => break,
             _ => {}
@@ -476,7 +485,18 @@ mod tests {
                 blocks: Some(2_097_152),
                 group_blocks: Some(32768),
                 cpus: Some(2),
+                ..Header::default()
             }
+        );
+        let h = parse_header(
+            "# extalloc capture: dev 7,0; blocks 64; reserved 0+10,30+4; cpus 2; command: x",
+        )
+        .unwrap();
+        assert_eq!(h.reserved, [(0, 10), (30, 4)]);
+        let h = parse_header("# extalloc capture: dev 7,0; reserved 0-10; command: x").unwrap();
+        assert_eq!(
+            (h.reserved.len(), h.reserved_malformed.as_deref()),
+            (0, Some("0-10"))
         );
         // The header of older captures names only the device.
         let old = parse_header("# extalloc capture: dev 7,1; command: fallocate -l 4M f").unwrap();
