@@ -329,10 +329,31 @@ impl Allocator {
                 break;
             }
         }
+        let best = best.or_else(|| self.buddy_fit(state, want));
         debug_assert!(
             best.is_none_or(|(off, run)| run >= want && state.bitmap.range_is_free(off, run))
         );
         best
+    }
+
+    /// A run of at least `want` blocks that the bounded scans did not reach: when the
+    /// group's largest aligned chunk holds `want`, the buddy orders find one directly (its
+    /// offset and the free run from there). Without it a group of many small holes before
+    /// its one long run split a file the run could hold whole.
+    fn buddy_fit(&self, state: &mut GroupState, want: u32) -> Option<(u32, u32)> {
+        let order = want.next_power_of_two().trailing_zeros();
+        if state.bitmap.largest_free_order()? < order {
+            return None;
+        }
+        let off = state
+            .bitmap
+            .find_free_chunk(order, self.policy.first_free_hint)?;
+        let run = state.bitmap.free_run_at(off, u32::MAX);
+        debug_assert!(
+            run >= want,
+            "a free chunk of order {order} holds {want} blocks"
+        );
+        Some((off, run))
     }
 
     /// The first run of `want` blocks, or the longest run seen (at least `min_len`).
@@ -347,6 +368,11 @@ impl Allocator {
             }
             if run >= want || examined as u32 + 1 >= self.policy.max_scan_extents {
                 break;
+            }
+        }
+        if best.is_none_or(|(_, len)| len < want) {
+            if let Some((off, _)) = self.buddy_fit(state, want) {
+                best = Some((off, want));
             }
         }
         debug_assert!(
@@ -451,6 +477,27 @@ mod tests {
             got.len < 600 && got.start < 4096,
             "{got:?}: trimmed near the goal"
         );
+        a.check().unwrap();
+    }
+
+    /// A group with 300 one-block holes before its one long run: the bounded scans (200
+    /// free extents) never reach the run, but the group's buddy orders say it is there,
+    /// and the request takes it whole instead of one block of the first hole.
+    #[test]
+    fn a_run_past_the_scans_bound_is_found_through_the_buddy_orders() {
+        let a = Allocator::new(
+            Geometry::new(4096, 4096, 4096).unwrap(),
+            Policy::parse("extalloc").unwrap(),
+        )
+        .unwrap();
+        a.allocate(&AllocRequest::new(1, 4096)).unwrap();
+        for i in 0..300 {
+            a.free(Extent::new(2 * i, 1)).unwrap();
+        }
+        a.free(Extent::new(2048, 1024)).unwrap();
+        a.commit();
+        let got = a.allocate(&AllocRequest::new(7, 1000).min_len(1)).unwrap();
+        assert_eq!(got, Extent::new(2048, 1000));
         a.check().unwrap();
     }
 
