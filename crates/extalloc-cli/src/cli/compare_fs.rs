@@ -33,6 +33,11 @@ pub struct CompareFsArgs {
     /// default: the mount's default, `extalloc`).
     #[arg(long)]
     pub extalloc_policy: Option<String>,
+    /// Where the file systems' images go (default /dev/shm): a directory on a real disk
+    /// makes the cold reads of age-git and the fio read jobs measure the layout, where a
+    /// RAM-backed image measures mostly the CPU.
+    #[arg(long)]
+    pub image_dir: Option<std::path::PathBuf>,
     /// fsmark: files per directory, bytes per file, directories (threads).
     #[arg(long, default_value = "20000,4096,2")]
     pub fsmark: String,
@@ -150,6 +155,9 @@ pub fn compare_fs(args: &CompareFsArgs) -> Result<()> {
         rounds: args.repeat,
         policy: args.extalloc_policy.clone(),
     };
+    if let Some(d) = &args.image_dir {
+        extalloc_lab::compare::kernel::set_image_dir(d.clone())?;
+    }
     if let Some(p) = &args.extalloc_policy {
         extalloc::Policy::parse(p).map_err(|e| anyhow::anyhow!("--extalloc-policy: {e}"))?;
     }

@@ -41,6 +41,8 @@ pub struct AgeOptions {
 pub struct AgeReport {
     /// Device size, bytes.
     pub device_bytes: u64,
+    /// Where the images were (`--image-dir`; /dev/shm by default).
+    pub image_dir: String,
     /// The commits `age-git` checked out, oldest first.
     pub git_commits: Vec<String>,
     /// Commits in the repository's first-parent history.
@@ -111,6 +113,7 @@ pub fn run(targets: &[Target], opts: &AgeOptions) -> Result<AgeReport> {
     kernel::catch_interrupt()?;
     let mut report = AgeReport {
         device_bytes: opts.device_bytes,
+        image_dir: super::kernel::image_dir().display().to_string(),
         git_commits: Vec::new(),
         git_history: 0,
         git_every: 0,
@@ -177,13 +180,14 @@ pub fn report_text(r: &AgeReport) -> String {
     if !r.git.is_empty() {
         s.push_str(&format!(
             "### compare-fs: age-git\n\n{} checkouts of {} first-parent commits, evenly \
-             spaced, oldest first, on {mib} MiB file systems in /dev/shm; every {} \
+             spaced, oldest first, on {mib} MiB file systems in {}; every {} \
              checkouts the tree is read cold (grep -r, after sync, unmount + mount, \
              drop_caches; median of {} reads), then a fresh copy of it (git archive | tar -x on the same file \
              system). Layout score = aged read / fresh read (1 = as fast as fresh; higher \
              is slower).\n\n",
             r.git_commits.len(),
             r.git_history,
+            r.image_dir,
             r.git_every,
             r.git_reads
         ));

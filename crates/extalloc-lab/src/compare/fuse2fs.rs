@@ -38,7 +38,7 @@ impl Fuse2fsMount {
     pub fn create(bytes: u64, block_size: u32) -> Result<Self> {
         let tag = format!("extalloc-compare-{}-fuse2fs", std::process::id());
         let mut m = Fuse2fsMount {
-            image: PathBuf::from("/dev/shm").join(format!("{tag}.img")),
+            image: kernel::image_dir().join(format!("{tag}.img")),
             mountpoint: std::env::temp_dir().join(&tag),
             log: std::env::temp_dir().join(format!("{tag}.log")),
             child: None,

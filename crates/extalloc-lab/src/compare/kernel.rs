@@ -9,6 +9,31 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+/// Where the file systems' images go (`compare-fs --image-dir`); /dev/shm unless set.
+static IMAGE_DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Puts every image this process makes from now on in `dir` (a directory on a real disk,
+/// so that a cold read measures the layout rather than the CPU); /dev/shm by default. Once
+/// per process: a second call is refused.
+pub fn set_image_dir(dir: PathBuf) -> Result<()> {
+    anyhow::ensure!(
+        dir.is_dir(),
+        "--image-dir {}: not a directory",
+        dir.display()
+    );
+    IMAGE_DIR
+        .set(dir)
+        .map_err(|d| anyhow::anyhow!("the image directory is already {}", d.display()))
+}
+
+/// The directory images go to: [`set_image_dir`]'s, else /dev/shm.
+pub fn image_dir() -> PathBuf {
+    IMAGE_DIR
+        .get()
+        .cloned()
+        .unwrap_or_else(|| PathBuf::from("/dev/shm"))
+}
+
 /// Set by the Ctrl-C handler; workers stop and the run unwinds.
 pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
@@ -127,7 +152,7 @@ impl Device {
     pub fn create(fs: Fs, bytes: u64, block_size: u32) -> Result<Self> {
         let tag = format!("extalloc-compare-{}-{}", std::process::id(), fs.name());
         let mut dev = Device {
-            image: PathBuf::from("/dev/shm").join(format!("{tag}.img")),
+            image: image_dir().join(format!("{tag}.img")),
             loop_dev: None,
             mount_point: None,
         };

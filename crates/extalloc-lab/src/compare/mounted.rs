@@ -1,7 +1,7 @@
 //! `extalloc compare-fs JOB... --fs ext4,fuse2fs,extalloc --repeat 3`: jobs on whole file
-//! systems: the kernel's (a loop device backed by /dev/shm, as `compare` makes them), an
-//! extalloc mount (`extalloc mount` of an image in /dev/shm of the same size) and fuse2fs
-//! (an ext4 image in /dev/shm through FUSE, `fuse2fs.rs`). The jobs (`jobs.rs`) are fio job
+//! systems: the kernel's (a loop device backed by a file in /dev/shm, as `compare` makes
+//! them, or in `--image-dir`), an extalloc mount (`extalloc mount` of an image there of the
+//! same size) and fuse2fs (an ext4 image there through FUSE, `fuse2fs.rs`). The jobs (`jobs.rs`) are fio job
 //! files, fs_mark, and issue 34's metadata jobs; `issue34` names them all.
 //!
 //! Rounds: every job runs `--repeat` rounds; each round runs it once on every target, on a
@@ -385,7 +385,7 @@ pub(super) fn regular_files(root: &Path) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// An extalloc image in /dev/shm, mounted by `extalloc mount` in a child process;
+/// An extalloc image in the image directory (`kernel::image_dir`), mounted by `extalloc mount` in a child process;
 /// unmounted and removed on drop. The aging jobs (`age.rs`) unmount and mount it again.
 pub struct ExtallocMount {
     pub(super) image: PathBuf,
@@ -411,7 +411,7 @@ impl ExtallocMount {
     ) -> Result<Self> {
         let tag = format!("extalloc-compare-{}-extalloc", std::process::id());
         let mut m = ExtallocMount {
-            image: PathBuf::from("/dev/shm").join(format!("{tag}.img")),
+            image: kernel::image_dir().join(format!("{tag}.img")),
             mountpoint: std::env::temp_dir().join(tag),
             pid: None,
             uring,
