@@ -787,12 +787,24 @@ mod tests {
         }
     }
 
-    /// A device whose first flush waits at `gate` twice (entered, then released); later
-    /// flushes cost nothing.
+    /// A device whose first flush waits at `gate` twice (entered, then released), then
+    /// panics if `panics`; later flushes cost nothing.
     struct GatedFlush {
         dev: MemDevice,
         first: std::sync::atomic::AtomicBool,
         gate: std::sync::Barrier,
+        panics: bool,
+    }
+
+    impl GatedFlush {
+        fn new(panics: bool) -> Arc<Self> {
+            Arc::new(GatedFlush {
+                dev: MemDevice::new(1 << 20),
+                first: std::sync::atomic::AtomicBool::new(true),
+                gate: std::sync::Barrier::new(2),
+                panics,
+            })
+        }
     }
 
     impl Device for GatedFlush {
@@ -809,9 +821,50 @@ mod tests {
             if self.first.swap(false, Relaxed) {
                 self.gate.wait();
                 self.gate.wait();
+                assert!(!self.panics, "the device's flush panics (a test)");
             }
             Ok(())
         }
+    }
+
+    /// A flush that panics ends its count of flushes under way and wakes the committer
+    /// waiting for it, which flushes by itself: the panic reaches its caller, the waiter
+    /// does not hang (it did, once, in CI: `running` left at 1 with no flusher left).
+    #[test]
+    fn a_flush_that_panics_wakes_its_waiters_instead_of_hanging_them() {
+        let dev = GatedFlush::new(true);
+        let as_dyn: Arc<dyn Device> = dev.clone();
+        let j = Arc::new(Journal::new(as_dyn.clone(), AREA, 0, &empty()));
+        as_on_a_disk(&j);
+        // Plain threads, not scoped ones: a waiter left hanging fails the test below
+        // instead of hanging it at the scope's end.
+        let j1 = j.clone();
+        let first = std::thread::spawn(move || j1.commit(j1.append(&ops(1), &[1; 16]).unwrap()));
+        dev.gate.wait();
+        let (done, finished) = std::sync::mpsc::channel();
+        let j2 = j.clone();
+        std::thread::spawn(move || {
+            let seq = j2.append(&ops(2), &[2; 16]).unwrap();
+            let _ = done.send(j2.commit(seq));
+        });
+        // The second committer waits for the first's flush before it is let go.
+        let started = std::time::Instant::now();
+        while j.flush.lock().waiters == 0 {
+            assert!(started.elapsed().as_secs() < 10, "the second never waited");
+            std::thread::yield_now();
+        }
+        dev.gate.wait();
+        assert!(
+            first.join().is_err(),
+            "the panic reaches the first committer"
+        );
+        let second = finished.recv_timeout(std::time::Duration::from_secs(10));
+        second.expect("the waiter was woken").unwrap();
+        assert_eq!(j.flush.lock().running, 0);
+        assert_eq!(j.flushing.load(Relaxed), 0);
+        assert!(j.durable_seq.load(Relaxed) >= 2);
+        let r = replay(as_dyn.as_ref(), AREA, 0, 1).unwrap();
+        assert_eq!(r.records.len(), 2, "both records durable");
     }
 
     /// Where flushes cost nothing (memory, `/dev/shm`), a committer that finds a flush under
@@ -819,11 +872,7 @@ mod tests {
     /// and replay finds both.
     #[test]
     fn where_flushes_cost_nothing_a_committer_flushes_alongside() {
-        let gated = Arc::new(GatedFlush {
-            dev: MemDevice::new(1 << 20),
-            first: std::sync::atomic::AtomicBool::new(true),
-            gate: std::sync::Barrier::new(2),
-        });
+        let gated = GatedFlush::new(false);
         let dev: Arc<dyn Device> = gated.clone();
         let j = Journal::new(dev.clone(), AREA, 0, &empty());
         j.avg_flush_ns.store(500, Relaxed);
