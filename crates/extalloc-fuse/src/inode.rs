@@ -359,6 +359,15 @@ pub fn newer_version(blob: &[u8]) -> Option<u8> {
     (blob.starts_with(MAGIC) && v > VERSION_BTIME_TAIL).then_some(v)
 }
 
+/// Why volume file `id`, whose blob is an inode of encoding version `v` (from
+/// [`newer_version`]), makes mount, check and repair refuse the volume.
+pub fn newer_refusal(id: u64, v: u8) -> String {
+    format!(
+        "volume file {id} holds an inode written by a newer extalloc (encoding version {v}; \
+         this one reads 1 to {VERSION_BTIME_TAIL}): mount, check or repair it with that version"
+    )
+}
+
 /// The tail of an inode's blob (the bytes after its head, which its version byte says
 /// how long is; empty for versions 1 and 3).
 pub fn tail(blob: &[u8]) -> &[u8] {

@@ -230,10 +230,7 @@ fn remake_inodes(vol: &Volume) -> Result<Vec<(u64, Kind)>, String> {
         let blob = vol.attr(*id).map_err(|e| e.to_string())?;
         // Never "repair" what a newer extalloc wrote: refuse before changing anything.
         if let Some(v) = crate::inode::newer_version(&blob) {
-            return Err(format!(
-                "volume file {id} holds an inode written by a newer extalloc (encoding \
-                 version {v}; this one reads 1 to 4): check it with that version"
-            ));
+            return Err(crate::inode::newer_refusal(*id, v));
         }
         if xattr::spill_owner(&blob).is_some() {
             continue; // extended attributes, not an inode

@@ -466,12 +466,7 @@ fn read_inodes(vol: &Volume) -> Result<(HashMap<u64, Inode>, Vec<u64>), String> 
             None if xattr::spill_owner(&blob).is_some() => {}
             None => {
                 if let Some(v) = crate::inode::newer_version(&blob) {
-                    return Err(format!(
-                        "volume file {} holds an inode written by a newer extalloc (encoding \
-                         version {v}; this one reads 1 to 4): mount or check it with that \
-                         version",
-                        f.id
-                    ));
+                    return Err(crate::inode::newer_refusal(f.id, v));
                 }
                 first_bad.get_or_insert((f.id, blob));
                 damaged.push(f.id);

@@ -33,7 +33,6 @@ pub(crate) use abi::{Attr, CreateIn, StatfsOut};
 pub(crate) use abi::{Statx, SxTime};
 pub(crate) use abi::{FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE, STATX_BASIC_STATS, STATX_BTIME};
 use dev::{buf_len, clone_dev, read_request, serve_loop};
-use handler::MAX_WRITE;
 pub(crate) use handler::{Handler, Init};
 pub(crate) use mnt::MountSpec;
 pub(crate) use reply::{DirBuf, Notifier, Reply};
@@ -93,7 +92,7 @@ impl Session {
         uring: Option<usize>,
         ready: impl FnOnce(),
     ) -> io::Result<()> {
-        let mut buf = vec![0u8; MAX_WRITE as usize + abi::BUFFER_HEADROOM];
+        let mut buf = vec![0u8; buf_len()];
         let served = handshake(&self.dev, &*handler, &mut buf, uring).and_then(|queues| {
             let readers = if queues.is_empty() { threads.max(1) } else { 1 };
             let rings: io::Result<Vec<_>> = queues

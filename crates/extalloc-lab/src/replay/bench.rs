@@ -309,6 +309,27 @@ mod tests {
 
     /// One file's events reach the replay in trace order whichever task's thread runs
     /// first; another file's event does not wait for them.
+    /// Task `pid`'s `event` on device 7,1.
+    fn ev(pid: u32, event: Event) -> Traced {
+        Traced {
+            ns: 0,
+            cpu: 0,
+            pid,
+            dev: (7, 1),
+            event,
+        }
+    }
+
+    /// A free of one block of inode `ino`.
+    fn free(ino: u64) -> Event {
+        Event::Free {
+            ino,
+            block: 0,
+            count: 1,
+            metadata: false,
+        }
+    }
+
     /// Replays two tasks' events on two threads, the second task's thread starting first
     /// and the first's 20 ms later: the events' indices in the order they were replayed.
     fn replay_late_first(
@@ -344,27 +365,12 @@ mod tests {
 
     #[test]
     fn a_files_events_keep_their_trace_order_across_tasks() {
-        let ev = |pid, event| Traced {
-            ns: 0,
-            cpu: 0,
-            pid,
-            dev: (7, 1),
-            event,
-        };
         let events = vec![
             ev(1, Event::Discard { ino: 5 }),
             ev(2, Event::Discard { ino: 5 }),
             ev(2, Event::Discard { ino: 6 }),
             ev(1, Event::InodeFree { ino: 5 }),
-            ev(
-                2,
-                Event::Free {
-                    ino: 5,
-                    block: 0,
-                    count: 1,
-                    metadata: false,
-                },
-            ),
+            ev(2, free(5)),
         ];
         let order = FileOrder::new(&events, (7, 1));
         // Task 2's thread is well under way: its first event still waits.
@@ -378,19 +384,6 @@ mod tests {
     /// far ahead the jbd2 task's thread runs; a free logged after it does not hold it back.
     #[test]
     fn a_commit_waits_for_the_frees_logged_before_it() {
-        let ev = |pid, event| Traced {
-            ns: 0,
-            cpu: 0,
-            pid,
-            dev: (7, 1),
-            event,
-        };
-        let free = |ino| Event::Free {
-            ino,
-            block: 0,
-            count: 1,
-            metadata: false,
-        };
         let events = vec![
             ev(1, free(5)),
             ev(1, free(6)),

@@ -433,17 +433,23 @@ mod tests {
     use crate::alloc::{AllocRequest, Allocator, Policy};
     use crate::geometry::{Extent, Geometry};
 
-    /// Four groups of 4,096 blocks, all used but for: in group 0, 20 runs of 128 blocks (a
-    /// good average fragment); in group 1, one run of 600 blocks among 100 single blocks
-    /// (a poor average, but the only run that holds 600).
-    fn aged() -> Allocator {
+    /// `groups` groups of 4,096 blocks under `policy`, every block used.
+    fn full(groups: u64, policy: &str) -> Allocator {
         let a = Allocator::new(
-            Geometry::new(4096, 4096, 4 * 4096).unwrap(),
-            Policy::parse("extalloc").unwrap(),
+            Geometry::new(4096, 4096, groups * 4096).unwrap(),
+            Policy::parse(policy).unwrap(),
         )
         .unwrap();
         while a.allocate(&AllocRequest::new(1, 4096)).is_ok() {}
         assert_eq!(a.free_blocks(), 0);
+        a
+    }
+
+    /// Four groups of 4,096 blocks, all used but for: in group 0, 20 runs of 128 blocks (a
+    /// good average fragment); in group 1, one run of 600 blocks among 100 single blocks
+    /// (a poor average, but the only run that holds 600).
+    fn aged() -> Allocator {
+        let a = full(4, "extalloc");
         for i in 0..20 {
             a.free(Extent::new(i * 129, 128)).unwrap();
         }
@@ -485,12 +491,7 @@ mod tests {
     /// and the request takes it whole instead of one block of the first hole.
     #[test]
     fn a_run_past_the_scans_bound_is_found_through_the_buddy_orders() {
-        let a = Allocator::new(
-            Geometry::new(4096, 4096, 4096).unwrap(),
-            Policy::parse("extalloc").unwrap(),
-        )
-        .unwrap();
-        a.allocate(&AllocRequest::new(1, 4096)).unwrap();
+        let a = full(1, "extalloc");
         for i in 0..300 {
             a.free(Extent::new(2 * i, 1)).unwrap();
         }
@@ -509,12 +510,7 @@ mod tests {
     #[test]
     fn a_window_below_pass_1s_order_takes_the_best_fit_not_an_aligned_chunk() {
         let setup = |policy: &str| {
-            let a = Allocator::new(
-                Geometry::new(4096, 4096, 4 * 4096).unwrap(),
-                Policy::parse(policy).unwrap(),
-            )
-            .unwrap();
-            while a.allocate(&AllocRequest::new(1, 4096)).is_ok() {}
+            let a = full(4, policy);
             a.free(Extent::new(100, 1030)).unwrap();
             a.free(Extent::new(4096 + 512, 3584)).unwrap();
             a.commit();
