@@ -26,7 +26,6 @@ pub struct Step {
     pub threads: &'static [usize],
     pub device: &'static str,
     pub file: &'static str,
-    pub seconds: f64,
     pub writes: u64,
     pub fill: f64,
     /// replay: the trace (`--trace` overrides it); the step is skipped when it is missing.
@@ -61,7 +60,6 @@ pub fn quick() -> Vec<Step> {
             threads: q.threads,
             device: q.device,
             file: q.file,
-            seconds: 2.0,
             writes: 200_000,
             fill: q.fill,
             trace: (w.shape == Shape::Trace).then_some(QUICK_TRACE),
@@ -80,7 +78,8 @@ impl Progress for Bar<'_> {
     }
 }
 
-/// Runs every step; returns each step's report. Progress: a bar when stderr is a terminal,
+/// Runs every step; returns each step's report. Time-bound runs last `base.seconds` each
+/// (`--seconds`, 2 by default). Progress: a bar when stderr is a terminal,
 /// else a plain line per run.
 pub fn run(steps: &[Step], base: &LabOptions) -> Result<Vec<Report>> {
     let total: usize = steps.iter().map(|s| runs_of(s, base)).sum();
@@ -119,7 +118,6 @@ pub fn run(steps: &[Step], base: &LabOptions) -> Result<Vec<Report>> {
             trace,
             threads: step.threads.to_vec(),
             policies: step.policies.split(',').map(str::to_string).collect(),
-            seconds: step.seconds,
             device_bytes: crate::lab::parse_size(step.device)?,
             file_bytes: crate::lab::parse_size(step.file)?,
             writes: step.writes,
