@@ -168,15 +168,21 @@ impl Buffered {
         // The new pages first (a partial block is read from the volume), then the
         // reservation: a failure before the insert changes nothing.
         let mut new = Vec::with_capacity(missing.len());
+        let covered = |b: u64| pos <= b * bs && (b + 1) * bs <= pos + bytes.len() as u64;
         for &b in &missing {
-            let covered = pos <= b * bs && (b + 1) * bs <= pos + bytes.len() as u64;
-            let mut data = vec![0u8; bs as usize];
-            if !covered && !in_hole(b) && b * bs < d.size {
-                let old = s.vol.read(id, b * bs, bs)?;
-                data[..old.len()].copy_from_slice(&old);
-            }
+            // A block the write covers is made from its bytes (no zeroing, no second copy).
+            let data = if covered(b) {
+                Box::from(&bytes[(b * bs - pos) as usize..((b + 1) * bs - pos) as usize])
+            } else {
+                let mut data = vec![0u8; bs as usize];
+                if !in_hole(b) && b * bs < d.size {
+                    let old = s.vol.read(id, b * bs, bs)?;
+                    data[..old.len()].copy_from_slice(&old);
+                }
+                data.into_boxed_slice()
+            };
             let page = Page {
-                data: data.into_boxed_slice(),
+                data,
                 reserved: in_hole(b),
             };
             new.push((b, page));
@@ -189,6 +195,12 @@ impl Buffered {
         while at < pos + bytes.len() as u64 {
             let b = at / bs;
             let n = ((b + 1) * bs).min(pos + bytes.len() as u64) - at;
+            if covered(b) && missing.binary_search(&b).is_ok() {
+                // Made from these bytes above.
+                debug_assert_eq!(n, bs);
+                at += n;
+                continue;
+            }
             let page = d.pages.get_mut(&b).expect("cached just now");
             let src = &bytes[(at - pos) as usize..(at - pos + n) as usize];
             page.data[(at - b * bs) as usize..(at - b * bs + n) as usize].copy_from_slice(src);
