@@ -87,6 +87,47 @@ fn reads_see_cached_data_and_sync_places_it_in_few_extents() {
 
 /// A closed file written in full is allocated at exactly its size and keeps no
 /// preallocation; partial blocks keep the bytes around them.
+/// Runs are gathered into buffers kept from run to run (up to a quarter of the dirty
+/// limit): a long run, then a short one into the kept (larger) buffer, each written back
+/// as exactly its own bytes and placed in one extent; with a limit too small to keep the
+/// long run's buffer, the same. Counted as one run each.
+#[test]
+fn runs_gathered_into_kept_buffers_write_exactly_their_own_bytes() {
+    for limit in [256u64 << 20, 8 << 20] {
+        let dev = device(16384, 6);
+        let opts = WritebackOptions {
+            dirty_limit_bytes: limit,
+            ..WritebackOptions::default()
+        };
+        let b = buffered(&dev, 8192, opts);
+        let (long, short) = (b.create(b"").unwrap(), b.create(b"").unwrap());
+        let len = 6 * 1024 * BS as usize + 3 * BS as usize;
+        let data: Vec<u8> = (0..len).map(|i| (i / BS as usize % 251) as u8).collect();
+        b.write(long, 0, &data[..len.min(limit as usize / 2)])
+            .unwrap();
+        b.fsync(long).unwrap();
+        b.write(short, 0, &fill(7, 3 * BS as usize)).unwrap();
+        b.fsync(short).unwrap();
+        let written = len.min(limit as usize / 2);
+        assert_eq!(
+            b.read(long, 0, len as u64).unwrap(),
+            data[..written].to_vec()
+        );
+        assert_eq!(b.read(short, 0, 4 * BS).unwrap(), fill(7, 3 * BS as usize));
+        assert_eq!(b.size(short).unwrap(), 3 * BS, "limit {limit}");
+        for f in [long, short] {
+            assert_eq!(b.extents(f).unwrap().len(), 1, "limit {limit}");
+        }
+        let st = b.stats();
+        assert_eq!(st.total().runs, 2, "{st:?}");
+        assert_eq!(
+            st.total().bytes,
+            (written + 3 * BS as usize) as u64,
+            "{st:?}"
+        );
+    }
+}
+
 #[test]
 fn a_closed_file_is_placed_exactly_and_partial_writes_merge() {
     let dev = device(16384, 2);
