@@ -307,8 +307,6 @@ impl<I> Drop for Ordered<'_, I> {
 mod tests {
     use super::*;
 
-    /// One file's events reach the replay in trace order whichever task's thread runs
-    /// first; another file's event does not wait for them.
     /// Task `pid`'s `event` on device 7,1.
     fn ev(pid: u32, event: Event) -> Traced {
         Traced {
@@ -363,6 +361,8 @@ mod tests {
         seen.into_inner().unwrap()
     }
 
+    /// One file's events reach the replay in trace order whichever task's thread runs
+    /// first; another file's event does not wait for them.
     #[test]
     fn a_files_events_keep_their_trace_order_across_tasks() {
         let events = vec![

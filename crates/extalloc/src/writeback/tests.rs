@@ -85,8 +85,6 @@ fn reads_see_cached_data_and_sync_places_it_in_few_extents() {
     b.volume().store().allocator().check().unwrap();
 }
 
-/// A closed file written in full is allocated at exactly its size and keeps no
-/// preallocation; partial blocks keep the bytes around them.
 /// Runs are gathered into buffers kept from run to run (up to a quarter of the dirty
 /// limit): a long run, then a short one into the kept (larger) buffer, each written back
 /// as exactly its own bytes and placed in one extent; with a limit too small to keep the
@@ -128,6 +126,8 @@ fn runs_gathered_into_kept_buffers_write_exactly_their_own_bytes() {
     }
 }
 
+/// A closed file written in full is allocated at exactly its size and keeps no
+/// preallocation; partial blocks keep the bytes around them.
 #[test]
 fn a_closed_file_is_placed_exactly_and_partial_writes_merge() {
     let dev = device(16384, 2);
