@@ -57,6 +57,9 @@ pub struct MountOptions {
     /// Serve through FUSE over io_uring where the kernel offers it (`docs/mount.md`, "The
     /// FUSE transport"); else, and without it, through `/dev/fuse`.
     pub io_uring: bool,
+    /// Directory read-ahead (`fs/dirahead.rs`): a reader walking a listed directory's
+    /// files has the next ones advised to the device.
+    pub dir_readahead: bool,
 }
 
 /// Entries of each CPU's io_uring queue: requests a queue's thread can have handed to it
@@ -200,6 +203,7 @@ fn open_fs(opts: &MountOptions, dev_name: &str) -> Result<(Arc<Fs>, MountReport)
     let (fs, mut report) =
         Fs::mount(vol, opts.writeback).map_err(|e| format!("{dev_name}: {e}"))?;
     report.salvage = salvage;
+    fs.set_dir_readahead(opts.dir_readahead);
     if let Some(f) = fence {
         fs.attach_fence(f)
             .expect("a file system just mounted has no fence yet");

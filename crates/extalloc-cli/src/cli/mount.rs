@@ -44,6 +44,11 @@ pub struct MountArgs {
     /// "The FUSE transport").
     #[arg(long)]
     pub io_uring: bool,
+    /// Do not read ahead across a directory's files (on by default: a reader walking a
+    /// listed directory, as `grep -r` or `tar c`, has the next files' data advised to the
+    /// device; docs/mount.md, "Directory read-ahead").
+    #[arg(long)]
+    pub no_dir_readahead: bool,
     /// The dirty cache's hard limit (writers wait above it).
     #[arg(long, default_value = "256MiB")]
     pub dirty_limit: String,
@@ -190,6 +195,7 @@ fn options(args: &MountArgs) -> Result<MountOptions> {
         commit_interval: std::time::Duration::from_secs(args.commit_interval),
         kernel_dirty_ratio: args.kernel_dirty_ratio,
         io_uring: args.io_uring,
+        dir_readahead: !args.no_dir_readahead,
         read_only: args.flags()?.0,
         flags: args.flags()?.1,
     })
@@ -291,6 +297,7 @@ fn detach(args: &MountArgs) -> Result<()> {
         .args(["--commit-interval", &args.commit_interval.to_string()])
         .args(["--kernel-dirty-ratio", &args.kernel_dirty_ratio.to_string()])
         .args(args.io_uring.then_some("--io-uring"))
+        .args(args.no_dir_readahead.then_some("--no-dir-readahead"))
         .args(args.flag_args()?)
         .arg(&args.device)
         .arg(&args.mountpoint)

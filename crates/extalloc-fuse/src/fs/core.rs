@@ -15,6 +15,7 @@
 //!
 //! Lock order: `ns` -> `dir_handles`, then the volume's locks, as in `mod.rs`.
 
+use super::dirahead::DirAhead;
 use crate::dir::DirLog;
 use crate::inode::{Inode, Kind};
 use crate::xattr::{Tail, Xattrs};
@@ -274,6 +275,10 @@ pub struct Fs {
     /// Told the inode whose attributes the daemon changed on its own (an atime a read
     /// set): the FUSE layer drops the kernel's cached copy ([`Fs::on_stale_attrs`]).
     pub(crate) stale_attrs: OnceLock<StaleAttrs>,
+    /// Directory read-ahead (`dirahead.rs`): the walks of listed directories.
+    pub(crate) dir_ahead: Mutex<DirAhead>,
+    /// Directory read-ahead is on (the default; [`Fs::set_dir_readahead`]).
+    pub(crate) dir_ahead_on: AtomicBool,
 }
 
 /// What [`Fs`] calls with an inode whose attributes the kernel may hold stale.

@@ -1,5 +1,6 @@
 //! Data and attribute calls: open, release, read, write, setattr (mode, owner, size,
-//! times), fallocate, fsync and statfs.
+//! times), fallocate, fsync and statfs. A read from a file's start is a step of directory
+//! read-ahead (`dirahead.rs`).
 //!
 //! Privileges: a write, truncate or fallocate by an unprivileged caller, and a change of
 //! owner, clear set-user-id, and set-group-id when the group may execute or the caller is
@@ -13,6 +14,7 @@
 //! for a write set-group-id without group execute stays.
 
 use super::core::{Attr, Caller, Errno, Fs, FsResult};
+use super::dirahead::{self, DirAhead};
 use super::flags;
 use super::names::NewNode;
 use crate::acl::Acl;
@@ -120,13 +122,40 @@ impl Fs {
     }
 
     /// Reads up to `len` bytes at `offset` (fewer at the end of the file); updates atime
-    /// as the mount's atime mode says (`atime.rs`).
+    /// as the mount's atime mode says (`atime.rs`). A read from offset 0 is a step of
+    /// directory read-ahead (`dirahead.rs`), which may advise the device of the next
+    /// files of a listed directory first.
     pub fn read(&self, ino: u64, offset: u64, len: u32) -> FsResult<Vec<u8>> {
         self.live()?;
         self.regular(ino, libc::EINVAL)?;
+        if offset == 0 && self.dir_ahead_on.load(Relaxed) {
+            self.read_ahead_dir(ino);
+        }
         let data = self.vol.read(ino, offset, u64::from(len))?;
         self.accessed(ino)?;
         Ok(data)
+    }
+
+    /// Directory read-ahead's step for a read of `ino` from its start: the device is
+    /// advised of the files it names (`dirahead.rs`). Advice changes nothing a read
+    /// returns: a device that refuses it is logged, and the read goes on.
+    fn read_ahead_dir(&self, ino: u64) {
+        let next = self.dir_ahead.lock().step(ino);
+        if next.is_empty() {
+            return;
+        }
+        if let Err(e) = self.vol.volume().will_need(&next, dirahead::PER_FILE_BYTES) {
+            log::debug!("directory read-ahead after inode {ino}: {e}");
+        }
+    }
+
+    /// Turns directory read-ahead (`dirahead.rs`) on or off; on by default. Off, listings
+    /// are no longer remembered and reads advise nothing.
+    pub fn set_dir_readahead(&self, on: bool) {
+        self.dir_ahead_on.store(on, Relaxed);
+        if !on {
+            *self.dir_ahead.lock() = DirAhead::default();
+        }
     }
 
     /// Writes `data` at `offset` into the cache; returns the bytes written. `kill_priv`:

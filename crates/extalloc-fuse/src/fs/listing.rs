@@ -12,7 +12,7 @@
 //! may not appear, but `rewinddir` must show the current state).
 //!
 //! Lock order: `ns` (read, to take a snapshot or the entries' attributes) ->
-//! `dir_handles`, as in `mod.rs`.
+//! `dir_handles`, as in `mod.rs`; `dir_ahead` (a leaf) is taken with no lock held.
 
 use super::core::{Attr, DirHandle, Errno, Fs, FsResult, Listed, Ns};
 use crate::inode::Kind;
@@ -93,11 +93,16 @@ impl Fs {
         Ok(())
     }
 
-    /// A listing read from position 0: a new snapshot of the directory, and an access of
-    /// it (atime, as the mount's atime mode says).
+    /// A listing read from position 0: a new snapshot of the directory, remembered for
+    /// directory read-ahead (`dirahead.rs`), and an access of it (atime, as the mount's
+    /// atime mode says).
     fn relist(&self, fh: u64) -> FsResult<()> {
         let ino = self.dir_handle_ino(fh)?;
         let list = snapshot(&self.ns.read(), ino)?;
+        if self.dir_ahead_on.load(Relaxed) {
+            let files = list.iter().filter(|e| e.2 == Kind::File).map(|e| e.1);
+            self.dir_ahead.lock().listed(ino, files.collect());
+        }
         if let Some(h) = self.dir_handles.lock().get_mut(&fh) {
             h.list = list;
         }

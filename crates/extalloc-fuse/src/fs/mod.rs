@@ -49,6 +49,9 @@ pub mod atime;
 mod cache_tests;
 mod core;
 pub mod data;
+pub mod dirahead;
+#[cfg(test)]
+mod dirahead_tests;
 #[cfg(test)]
 mod errno_tests;
 pub mod flags;
@@ -78,6 +81,7 @@ pub use self::core::{Attr, Caller, Errno, Fs, FsResult, StaleAttrs, ROOT};
 pub use scan::{check, paths, NamespaceReport};
 
 use self::core::Ns;
+use self::dirahead::DirAhead;
 use crate::inode::{Inode, Kind};
 use extalloc::volume::Volume;
 use extalloc::writeback::{Buffered, WritebackOptions};
@@ -127,6 +131,8 @@ impl Fs {
             down: AtomicBool::new(false),
             fence: OnceLock::new(),
             stale_attrs: OnceLock::new(),
+            dir_ahead: Mutex::new(DirAhead::default()),
+            dir_ahead_on: AtomicBool::new(true),
         };
         Ok((fs, report))
     }

@@ -93,6 +93,7 @@ pub use delalloc::WroteBack;
 pub(crate) use io::check_range;
 pub use io::{Fallocate, MAX_ATTR_BYTES, MAX_FILE_BYTES};
 pub use path::DEFAULT_BLOCK_SIZE;
+pub use read::Advised;
 pub use salvage::{ClearedMap, FilePlace, LostEntry, Salvage};
 pub(crate) use state::CHUNK_BLOCKS;
 use state::{Claims, FileTable, Meta, Segs, CHUNK_BUDGET, EMPTY_RECORD_BYTES, NEXT_IDENTITY};

@@ -1,14 +1,31 @@
 //! Reading files: [`Volume::read`] into a new buffer, [`Volume::read_into`] into the
 //! caller's. A read takes the file's mutex (its map loaded) and reads each mapped, written
-//! run from the device; holes and unwritten runs are zeros.
+//! run from the device; holes and unwritten runs are zeros. [`Volume::will_need`] hands
+//! the device the runs of files about to be read, as advice ([`Advised`]).
 //!
 //! Data structures: none of its own (the file's map and unwritten set, `file.rs`).
-//! Invariant: a read changes nothing. Lock order: the file's mutex only.
+//! Invariant: a read changes nothing, and neither does advice. Lock order: the file's
+//! mutex only, one file at a time.
 
 use super::file::VFile;
 use super::io::check_range;
 use super::state::Volume;
-use crate::error::Result;
+use crate::error::{Error, Result};
+
+/// Runs of advice closer than this are advised as one range: reading a few blocks nobody
+/// asked for costs less than another request to the media.
+const ADVICE_GAP_BYTES: u64 = 32 << 10;
+
+/// What [`Volume::will_need`] handed the device.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Advised {
+    /// Files with at least one written block in the advised part.
+    pub files: u64,
+    /// Ranges passed to [`crate::Device::will_need`] (after merging neighbours).
+    pub ranges: u64,
+    /// Bytes in those ranges (the gaps merged in included).
+    pub bytes: u64,
+}
 
 impl Volume {
     /// Reads up to `len` bytes at `offset` of file `id` (fewer at the end of the file):
@@ -79,6 +96,86 @@ impl Volume {
         }
         Ok(out.len())
     }
+}
+
+impl Volume {
+    /// Advice that files `ids` are about to be read from their start (a reader walking a
+    /// directory): the written blocks of each one's first `per_file` bytes go to the
+    /// device's [`crate::Device::will_need`] in block order, runs closer than 32 KiB merged,
+    /// so that a device with a cache (an image file's page cache) reads them in a few
+    /// large requests before the reads arrive, wherever aging has put them. Holes,
+    /// unwritten blocks and data still in a writeback cache are not advised. Ids no
+    /// longer in the volume are passed over (a listing may be older than an unlink).
+    ///
+    /// Changes nothing a read returns. On failure (the device refused advice: its error)
+    /// the ranges advised before it stand, which is harmless.
+    pub fn will_need(&self, ids: &[u64], per_file: u64) -> Result<Advised> {
+        let bs = self.block_size;
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        let mut files = 0;
+        for &id in ids {
+            let file = match self.file(id) {
+                Ok(f) => f,
+                Err(Error::NoSuchFile { .. }) => continue,
+                Err(e) => return Err(e),
+            };
+            let f = self.lock_loaded(&file)?;
+            let before = runs.len();
+            written_runs(&f, f.size.min(per_file).div_ceil(bs), &mut runs);
+            files += u64::from(runs.len() > before);
+        }
+        runs.sort_unstable();
+        let merged = merge_runs(&runs, ADVICE_GAP_BYTES / bs);
+        let mut advised = Advised {
+            files,
+            ..Advised::default()
+        };
+        for &(p, n) in &merged {
+            self.dev.will_need(p * bs, n * bs)?;
+            advised.ranges += 1;
+            advised.bytes += n * bs;
+        }
+        debug_assert!(advised.bytes >= runs.iter().map(|r| r.1).sum::<u64>() * bs);
+        Ok(advised)
+    }
+}
+
+/// Appends the written runs of `f`'s first `blocks` logical blocks to `out`, as (first
+/// physical block, blocks).
+fn written_runs(f: &VFile, blocks: u64, out: &mut Vec<(u64, u64)>) {
+    debug_assert!(f.loaded, "advice from a map not loaded");
+    let mut l = 0;
+    while l < blocks {
+        let Some((p, run)) = f.alloc.lookup(l) else {
+            l = f.alloc.next_mapped(l).unwrap_or(u64::MAX);
+            continue;
+        };
+        let (unwritten, same) = f.unwritten.run_at(l);
+        let n = run.min(blocks - l).min(same);
+        debug_assert!(n > 0, "a mapped run of no blocks at {l}");
+        if !unwritten {
+            out.push((p, n));
+        }
+        l += n;
+    }
+}
+
+/// Sorted runs merged where the gap between one's end and the next's start is at most
+/// `gap` blocks (overlaps merge too); the result is sorted, disjoint and covers every run.
+fn merge_runs(runs: &[(u64, u64)], gap: u64) -> Vec<(u64, u64)> {
+    debug_assert!(
+        runs.windows(2).all(|w| w[0] <= w[1]),
+        "runs to merge are sorted"
+    );
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(runs.len());
+    for &(p, n) in runs {
+        match out.last_mut() {
+            Some((q, m)) if p <= *q + *m + gap => *m = (*m).max(p + n - *q),
+            _ => out.push((p, n)),
+        }
+    }
+    debug_assert!(out.windows(2).all(|w| w[0].0 + w[0].1 + gap < w[1].0));
+    out
 }
 
 #[cfg(test)]
@@ -162,5 +259,91 @@ mod put_tests {
         let after: Vec<u64> = vol.list().iter().map(|f| f.id).collect();
         assert_eq!(after, before, "the failed put left no file");
         assert!(vol.check().unwrap().clean());
+    }
+}
+
+#[cfg(test)]
+mod advice_tests {
+    use super::merge_runs;
+    use crate::disk::device::{FaultDevice, MemDevice};
+    use crate::geometry::Geometry;
+    use crate::volume::{Fallocate, Volume};
+    use crate::Policy;
+    use std::sync::Arc;
+
+    #[test]
+    fn advice_covers_each_files_written_start_and_nothing_it_need_not() {
+        let dev = Arc::new(FaultDevice::new(MemDevice::new(8192 * 4096), 1));
+        let geometry = Geometry::new(4096, 1024, 8192).unwrap();
+        let vol = Volume::mkfs(dev.clone(), &geometry, 64, Policy::default()).unwrap();
+        let bs = 4096;
+        let a = vol.create(b"").unwrap();
+        vol.write(a, 0, &vec![1; 5 * bs as usize]).unwrap();
+        let b = vol.create(b"").unwrap();
+        vol.write(b, 0, &[2; 100]).unwrap();
+        let c = vol.create(b"").unwrap();
+        vol.fallocate(c, Fallocate::Allocate, 0, 4 * bs).unwrap();
+        let gone = vol.create(b"").unwrap();
+        vol.write(gone, 0, &[3; 10]).unwrap();
+        vol.unlink(gone).unwrap();
+        let holey = vol.create(b"").unwrap();
+        vol.write(holey, 3 * bs, &[4; 10]).unwrap();
+
+        let advised = vol.will_need(&[a, b, c, gone, holey], 2 * bs).unwrap();
+        assert_eq!(
+            advised.files, 2,
+            "a and b: c is unwritten, gone is gone, holey a hole"
+        );
+        // The blocks that had to be advised: a's first two, b's one.
+        let mut need = Vec::new();
+        for (id, blocks) in [(a, 2), (b, 1)] {
+            let e = vol.extents(id).unwrap();
+            assert_eq!(e[0].logical, 0);
+            need.push((e[0].extent.start * bs, blocks * bs));
+        }
+        need.sort_unstable();
+        let seen = dev.advised();
+        assert_eq!(advised.ranges, seen.len() as u64);
+        assert_eq!(advised.bytes, seen.iter().map(|r| r.1).sum::<u64>());
+        for &(p, n) in &need {
+            assert!(
+                seen.iter().any(|&(q, m)| q <= p && p + n <= q + m),
+                "{p} advised"
+            );
+        }
+        for &(q, m) in &seen {
+            assert!(
+                need.iter().any(|&(p, _)| p == q),
+                "a range starts where one is needed"
+            );
+            assert!(
+                need.iter().any(|&(p, n)| p + n == q + m),
+                "and ends where one ends"
+            );
+        }
+        assert!(
+            seen.windows(2).all(|w| w[0].0 + w[0].1 < w[1].0),
+            "in block order"
+        );
+        assert_eq!(
+            vol.will_need(&[a, b], 0).unwrap(),
+            super::Advised::default()
+        );
+        assert_eq!(
+            vol.read(a, 0, 3).unwrap(),
+            vec![1; 3],
+            "advice changes no data"
+        );
+        vol.close().unwrap();
+    }
+
+    #[test]
+    fn runs_merge_across_small_gaps_and_overlaps_and_keep_far_ones_apart() {
+        assert_eq!(merge_runs(&[], 8), vec![]);
+        assert_eq!(merge_runs(&[(10, 2)], 8), vec![(10, 2)]);
+        // touching, within the gap, overlapping, contained, then far
+        let runs = [(10, 2), (12, 1), (20, 4), (22, 10), (25, 1), (100, 3)];
+        assert_eq!(merge_runs(&runs, 8), vec![(10, 22), (100, 3)]);
+        assert_eq!(merge_runs(&runs, 0), vec![(10, 3), (20, 12), (100, 3)]);
     }
 }

@@ -35,6 +35,16 @@ pub trait Device: Send + Sync {
         check_range(offset, len as usize, self.size())?;
         Ok(false)
     }
+    /// Advice that `offset .. offset + len` will be read soon: a device with a cache in
+    /// front of its media (an image file's page cache) starts reading the range into it
+    /// and returns without waiting, so that the reads that follow find it there. Never
+    /// needed for correctness and changes nothing a read returns. `Ok(true)` if the reads
+    /// were started, `Ok(false)` where there is no such cache (the default: nothing
+    /// happens). A range past the end is `DeviceRange`.
+    fn will_need(&self, offset: u64, len: u64) -> Result<bool> {
+        check_range(offset, len as usize, self.size())?;
+        Ok(false)
+    }
     /// Asks the system to forget its cached copy of the device (after a `flush`), so later
     /// reads go to the media: a cold start for benchmarks. Does nothing where there is no
     /// such cache.

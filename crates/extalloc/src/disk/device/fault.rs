@@ -7,7 +7,8 @@
 //! the volatile writes are gone, as after a power loss; the device goes on working.
 //!
 //! Data structure: the wrapped device (the durable state) and, under one lock, the ordered
-//! list of unflushed writes, the failure switches and the crash rng. Invariant: the wrapped
+//! list of unflushed writes, the failure switches, the crash rng and the advice
+//! ([`Device::will_need`]) given, for tests of who advises what. Invariant: the wrapped
 //! device changes only at `flush` (all pending writes, in order) or `crash` (the survivors).
 //!
 //! Locks: `state` -> the wrapped device's own lock; nothing else.
@@ -42,6 +43,8 @@ struct State {
     fail_after: Option<u64>,
     rng: rand::rngs::StdRng,
     crashes: u64,
+    /// Advice given, in order: (offset, len).
+    advised: Vec<(u64, u64)>,
 }
 
 impl State {
@@ -88,6 +91,7 @@ impl<D: Device> FaultDevice<D> {
                 fail_after: None,
                 rng: rand::rngs::StdRng::seed_from_u64(seed),
                 crashes: 0,
+                advised: Vec::new(),
             }),
         }
     }
@@ -160,6 +164,11 @@ impl<D: Device> FaultDevice<D> {
         self.state.lock().crashes
     }
 
+    /// The advice ([`Device::will_need`]) given so far, in order: (offset, len).
+    pub fn advised(&self) -> Vec<(u64, u64)> {
+        self.state.lock().advised.clone()
+    }
+
     /// The wrapped device: the durable state, without the unflushed writes.
     pub fn into_inner(self) -> D {
         self.inner
@@ -208,6 +217,14 @@ impl<D: Device> Device for FaultDevice<D> {
             self.inner.write_at(&data, offset)?;
         }
         self.inner.flush()
+    }
+
+    /// Recorded ([`FaultDevice::advised`]) and passed on; never fails by injection (it
+    /// writes nothing).
+    fn will_need(&self, offset: u64, len: u64) -> Result<bool> {
+        check_range(offset, len as usize, self.size())?;
+        self.state.lock().advised.push((offset, len));
+        self.inner.will_need(offset, len)
     }
 }
 

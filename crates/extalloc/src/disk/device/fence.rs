@@ -100,6 +100,11 @@ impl Device for FenceDevice {
         self.inner.heartbeat()
     }
 
+    /// Advice only: passed on, also once fenced (it reads, as `read_at` does).
+    fn will_need(&self, offset: u64, len: u64) -> Result<bool> {
+        self.inner.will_need(offset, len)
+    }
+
     fn drop_cache(&self) -> Result<()> {
         self.inner.drop_cache()
     }

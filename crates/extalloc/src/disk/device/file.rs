@@ -211,6 +211,23 @@ impl Device for FileDevice {
         Some(self.heartbeat)
     }
 
+    /// `posix_fadvise(WILLNEED)`: the kernel starts reading the range into the page cache
+    /// (of the image file, or of the block device) and returns.
+    fn will_need(&self, offset: u64, len: u64) -> Result<bool> {
+        check_range(offset, len as usize, self.size)?;
+        let len = std::num::NonZeroU64::new(len);
+        rustix::fs::fadvise(&self.file, offset, len, rustix::fs::Advice::WillNeed).map_err(
+            |e| {
+                self.err(
+                    "posix_fadvise(WILLNEED)",
+                    offset,
+                    std::io::Error::from_raw_os_error(e.raw_os_error()),
+                )
+            },
+        )?;
+        Ok(true)
+    }
+
     fn drop_cache(&self) -> Result<()> {
         rustix::fs::fadvise(&self.file, 0, None, rustix::fs::Advice::DontNeed).map_err(|e| {
             self.err(

@@ -68,6 +68,14 @@ pub(crate) mod tests {
         let mut tail = [9u8; 2];
         d.read_at(&mut tail, size - 2).unwrap();
         assert_eq!(tail, [0, 0], "a refused write changed nothing");
+        // Advice: taken or not, it changes nothing a read returns; past the end refused.
+        d.will_need(0, 8192).unwrap();
+        d.read_at(&mut back, 4090).unwrap();
+        assert_eq!(&back, b"hello, device", "advice changed nothing");
+        assert!(matches!(
+            d.will_need(size - 2, 3),
+            Err(Error::DeviceRange { .. })
+        ));
     }
 
     #[test]
