@@ -17,6 +17,7 @@
 //! Locks: `delalloc` is a leaf mutex. `write_back` runs as the other file calls (gate
 //! read, then the file's mutex, one chunk at a time: `mod.rs`).
 
+use super::data::Data;
 use super::file::VFile;
 use super::record::Change;
 use super::state::{Volume, CHUNK_EXTENTS};
@@ -51,7 +52,7 @@ pub(super) enum Placing {
 /// file reaches, and whether it is complete (closed, its size final).
 struct Run<'a> {
     first: u64,
-    buf: &'a [u8],
+    blocks: &'a [&'a [u8]],
     size: u64,
     complete: bool,
     run_end: u64,
@@ -172,12 +173,13 @@ impl Volume {
         })
     }
 
-    /// Writes back whole blocks `buf` at logical block `first` of file `id`: the holes are
+    /// Writes back `blocks` (each a whole block, as the cache holds them, written without
+    /// being gathered into one buffer) at logical block `first` of file `id`: the holes are
     /// placed a run at a time (one request per hole, through the file layer), the data is
     /// written, unwritten blocks converted, and the durable size grows to `size` where the
     /// run reaches it. `complete`: the file is closed and its size final, so every request
     /// is mapped at its exact length with no new preallocation. `run_blocks`: the dirty run
-    /// `buf` starts goes on that far (later trips write the rest); each request's window
+    /// `blocks` starts goes on that far (later trips write the rest); each request's window
     /// covers it. Chunk by chunk as the other calls: a failure leaves the chunks before it
     /// done and its own undone.
     #[allow(clippy::too_many_arguments)]
@@ -185,24 +187,24 @@ impl Volume {
         &self,
         id: u64,
         first: u64,
-        buf: &[u8],
+        blocks: &[&[u8]],
         size: u64,
         complete: bool,
         run_blocks: u64,
     ) -> Result<WroteBack> {
         let bs = self.block_size;
         assert!(
-            !buf.is_empty() && (buf.len() as u64).is_multiple_of(bs),
+            !blocks.is_empty() && blocks.iter().all(|b| b.len() as u64 == bs),
             "writeback of whole blocks"
         );
         let run = Run {
             first,
-            buf,
+            blocks,
             size,
             complete,
-            run_end: first + run_blocks.max(buf.len() as u64 / self.block_size),
+            run_end: first + run_blocks.max(blocks.len() as u64),
         };
-        let end = first + buf.len() as u64 / bs;
+        let end = first + blocks.len() as u64;
         let mut done = WroteBack::default();
         let mut l = first;
         while l < end {
@@ -234,7 +236,7 @@ impl Volume {
         let bs = self.block_size;
         let Run {
             first,
-            buf,
+            blocks,
             size,
             complete,
             run_end,
@@ -258,8 +260,7 @@ impl Volume {
                 size_blocks: size.div_ceil(bs),
             },
         )?;
-        let at = ((l - first) * bs) as usize;
-        let data = &buf[at..at + ((reached - l) * bs) as usize];
+        let data = Data::Blocks(&blocks[(l - first) as usize..(reached - first) as usize]);
         debug_assert!(
             l < reached && reached <= to,
             "writeback of {l}..{to} reached {reached}"

@@ -14,6 +14,7 @@
 //! chunk's changes are logged, or is logged unwritten; partial blocks at the edges of a
 //! punch, zero range or truncate are zeroed in place. Locks: `mod.rs`.
 
+use super::data::Data;
 use super::delalloc::Placing;
 use super::file::VFile;
 use super::record::Change;
@@ -140,7 +141,7 @@ impl Volume {
         let at = (pos - first * bs) as usize;
         buf[at..at + bytes.len()].copy_from_slice(bytes);
         let end = pos + bytes.len() as u64;
-        self.write_mapped(f, id, &new, (first, last + 1), &buf, end)
+        self.write_mapped(f, id, &new, (first, last + 1), Data::One(&buf), end)
     }
 
     /// Writes `buf` (whole blocks) at logical blocks `from .. to` of `f`, all mapped, `new`
@@ -152,7 +153,7 @@ impl Volume {
         id: u64,
         new: &[(u64, Extent)],
         (from, to): (u64, u64),
-        buf: &[u8],
+        buf: Data<'_>,
         end: u64,
     ) -> Result<Vec<Change>> {
         if let Err(e) = self.write_blocks(f, from, to, buf) {
@@ -261,14 +262,18 @@ impl Volume {
     }
 
     /// Writes `buf` (whole blocks) at logical blocks `from .. to` of `f`, all mapped.
-    pub(super) fn write_blocks(&self, f: &VFile, from: u64, to: u64, buf: &[u8]) -> Result<()> {
+    pub(super) fn write_blocks(&self, f: &VFile, from: u64, to: u64, buf: Data<'_>) -> Result<()> {
         let bs = self.block_size;
+        debug_assert_eq!(
+            buf.len_blocks(bs),
+            to - from,
+            "a block of data for every block"
+        );
         let mut l = from;
         while l < to {
             let (p, run) = f.alloc.lookup(l).expect("mapped");
             let n = run.min(to - l);
-            let at = ((l - from) * bs) as usize;
-            self.write_data(&buf[at..at + (n * bs) as usize], p * bs)?;
+            self.write_blocks_at(buf.blocks(bs, l - from, n), p * bs)?;
             l += n;
         }
         Ok(())

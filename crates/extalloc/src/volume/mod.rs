@@ -23,7 +23,8 @@
 //! itself (its fields, the file table, the constants every part uses), which the other
 //! files name instead of this one; `path.rs` the one-call volumes on a
 //! file ([`Volume::mkfs_file`], [`Volume::open_file`]); `create.rs` makes files; `io.rs`
-//! the file calls (write, read, fallocate, truncate, unlink); `publish.rs` attribute blobs
+//! the file calls (write, read, fallocate, truncate, unlink); `data.rs` what a write
+//! places (one buffer, or a writeback's cached blocks as they lie); `publish.rs` attribute blobs
 //! and the atomic publish; `delalloc.rs`
 //! delayed allocation's reservations and writeback (the cache itself is
 //! `crate::writeback`); `placement.rs` where a file's data goes beyond the file layer's
@@ -62,6 +63,7 @@ mod atomic_tests;
 mod check;
 mod checkpoint;
 mod create;
+mod data;
 mod delalloc;
 mod file;
 mod io;
@@ -104,6 +106,7 @@ use crate::disk::device::Device;
 use crate::error::{Error, Result};
 use crate::geometry::{Extent, Geometry};
 use crate::store::{Statfs, Store};
+use data::Data;
 use file::VFile;
 use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
 
@@ -430,6 +433,25 @@ impl Volume {
 
     /// Writes file data (or zeros into a file's block) at byte `offset` of the device,
     /// under the gate (read): the next commit or sync flushes it.
+    /// Writes `data` at byte `offset` (see [`Volume::write_data`]): one buffer as it is, a
+    /// list of blocks in one vectored write.
+    fn write_blocks_at(&self, data: Data<'_>, offset: u64) -> Result<()> {
+        match data {
+            Data::One(buf) => self.write_data(buf, offset),
+            Data::Blocks(blocks) => {
+                let (bs, n) = (self.block_size, blocks.len() as u64);
+                debug_assert!(n > 0, "a write of nothing");
+                debug_assert!(blocks.iter().all(|b| b.len() as u64 == bs), "whole blocks");
+                debug_assert!(self
+                    .store
+                    .check_not_metadata(Extent::new(offset / bs, n))
+                    .is_ok());
+                self.unflushed.store(true, Relaxed);
+                self.dev.write_vectored_at(blocks, offset)
+            }
+        }
+    }
+
     fn write_data(&self, buf: &[u8], offset: u64) -> Result<()> {
         // Data (whole blocks, or a block's tail zeroed), never over the device's own
         // metadata.

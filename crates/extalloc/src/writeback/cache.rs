@@ -90,15 +90,16 @@ impl DirtyFile {
         runs
     }
 
-    /// The data of cached blocks `start .. start + len` (all cached), one buffer: `buf`,
-    /// emptied first (a caller's buffer kept from run to run keeps its memory).
-    pub(super) fn gather_into(&self, start: u64, len: u64, block_size: u64, buf: &mut Vec<u8>) {
-        buf.clear();
-        buf.reserve((len * block_size) as usize);
-        for (_, p) in self.pages.range(start..start + len) {
-            buf.extend_from_slice(&p.data);
-        }
-        assert_eq!(buf.len() as u64, len * block_size, "a run of cached blocks");
+    /// The cached blocks `start .. start + len` (all cached), in order: what a vectored
+    /// write takes, without copying them into one buffer.
+    pub(super) fn blocks(&self, start: u64, len: u64) -> Vec<&[u8]> {
+        let blocks: Vec<&[u8]> = self
+            .pages
+            .range(start..start + len)
+            .map(|(_, p)| &p.data[..])
+            .collect();
+        assert_eq!(blocks.len() as u64, len, "a run of cached blocks");
+        blocks
     }
 
     /// Drops cached blocks `start .. start + len` (written back, or truncated away):
@@ -158,9 +159,7 @@ mod tests {
         assert_eq!(f.runs(10, 10), vec![(3, 3), (9, 1)]);
         assert_eq!(f.runs(2, 10), vec![(3, 2)]);
         assert_eq!(f.runs(10, 1), vec![(3, 3)]);
-        let mut buf = vec![9; 20];
-        f.gather_into(3, 2, 4, &mut buf);
-        assert_eq!(buf, vec![3, 3, 3, 3, 4, 4, 4, 4]);
+        assert_eq!(f.blocks(3, 2), vec![&[3u8, 3, 3, 3][..], &[4, 4, 4, 4][..]]);
         let mut out = vec![0u8; 8];
         f.overlay(14, &mut out, 4);
         assert_eq!(out, vec![3, 3, 4, 4, 4, 4, 5, 5]);

@@ -3,9 +3,8 @@
 //! its next allocation is predicted to land in.
 //!
 //! Data structures: [`Shared`] (the volume, the cached files by id, the dirty byte count,
-//! the contexts, the first writeback error and the gather buffers kept between runs) and
-//! one [`Context`] per worker: a queue of file ids under a mutex with a condition
-//! variable, and its counters.
+//! the contexts and the first writeback error) and one [`Context`] per worker: a queue of
+//! file ids under a mutex with a condition variable, and its counters.
 //!
 //! Invariant: a file id is in at most one queue, and only while its `queued` flag is set;
 //! the worker that pops it clears the flag under the file's lock before writing back, so
@@ -14,8 +13,7 @@
 //! one queue of context 0.
 //!
 //! Lock order: a file's cache mutex -> (the volume: gate -> its file mutex) -> a queue
-//! mutex; `files`, `cleaned` and `gather_pool` are leaves, never held while taking
-//! another lock.
+//! mutex; `files` and `cleaned` are leaves, never held while taking another lock.
 
 use super::cache::DirtyFile;
 use super::options::{Affinity, WritebackOptions, WRITE_PIECE_BLOCKS};
@@ -75,11 +73,6 @@ pub(super) struct Shared {
     pub(super) caller: Context,
     pub(super) throttled: AtomicU64,
     pub(super) throttled_ns: AtomicU64,
-    /// Buffers runs were gathered into, kept for the next runs (their capacities sum to at
-    /// most a quarter of the dirty limit): a run (up to a trip, 32 MiB) then does not map
-    /// fresh memory that the kernel zeroes on first touch (a new buffer per run was 8 % of
-    /// the daemon's samples under random 4 KiB writes, `perf record`).
-    gather_pool: Mutex<Vec<Vec<u8>>>,
 }
 
 impl Context {
@@ -111,25 +104,7 @@ impl Shared {
             caller: Context::default(),
             throttled: AtomicU64::new(0),
             throttled_ns: AtomicU64::new(0),
-            gather_pool: Mutex::new(Vec::new()),
         }
-    }
-
-    /// A buffer to gather a run into: one kept from an earlier run, else a new one.
-    fn take_buffer(&self) -> Vec<u8> {
-        self.gather_pool.lock().pop().unwrap_or_default()
-    }
-
-    /// Keeps `buf` for a later run while the kept buffers stay within a quarter of the
-    /// dirty limit; frees it otherwise.
-    fn give_buffer(&self, buf: Vec<u8>) {
-        let bound = (self.opts.dirty_limit_bytes / 4) as usize;
-        let mut pool = self.gather_pool.lock();
-        let kept: usize = pool.iter().map(Vec::capacity).sum();
-        if kept + buf.capacity() <= bound {
-            pool.push(buf);
-        }
-        debug_assert!(pool.iter().map(Vec::capacity).sum::<usize>() <= bound);
     }
 
     /// File `id`'s cache entry, made (from the volume's size) on first use.
@@ -381,7 +356,8 @@ impl Shared {
     }
 
     /// Writes back cached blocks `start .. start + len` of file `id` (a run, or the head
-    /// of one) and drops them from the cache.
+    /// of one), as the cache holds them (no copy into one buffer: a vectored write), and
+    /// drops them from the cache.
     fn write_run(
         &self,
         id: u64,
@@ -389,16 +365,17 @@ impl Shared {
         (start, len): (u64, u64),
         by: Option<usize>,
     ) -> Result<()> {
-        let mut buf = self.take_buffer();
-        d.gather_into(start, len, self.block_size, &mut buf);
+        let blocks = d.blocks(start, len);
         let run = d.run_len(start, RUN_SCAN_MAX);
         let waits = thread_lock_waits();
-        let wrote = self.vol.write_back(id, start, &buf, d.size, d.closed, run);
-        self.give_buffer(buf);
-        let wb = wrote.map_err(|e| Error::Writeback {
-            id,
-            source: Box::new(e),
-        })?;
+        let wb = self
+            .vol
+            .write_back(id, start, &blocks, d.size, d.closed, run)
+            .map_err(|e| Error::Writeback {
+                id,
+                source: Box::new(e),
+            })?;
+        drop(blocks);
         let waited = thread_lock_waits() - waits;
         let ctx = by.map_or(&self.caller, |c| &self.contexts[c]);
         ctx.lock_waits.fetch_add(waited, Relaxed);

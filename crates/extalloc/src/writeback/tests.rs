@@ -85,12 +85,12 @@ fn reads_see_cached_data_and_sync_places_it_in_few_extents() {
     b.volume().store().allocator().check().unwrap();
 }
 
-/// Runs are gathered into buffers kept from run to run (up to a quarter of the dirty
-/// limit): a long run, then a short one into the kept (larger) buffer, each written back
-/// as exactly its own bytes and placed in one extent; with a limit too small to keep the
-/// long run's buffer, the same. Counted as one run each.
+/// Runs are written back from their cached blocks as they lie (a vectored write, no
+/// buffer gathered first): a long run, then a short one, each written back as exactly its
+/// own bytes and placed in one extent, under a large dirty limit and a small one. Counted
+/// as one run each.
 #[test]
-fn runs_gathered_into_kept_buffers_write_exactly_their_own_bytes() {
+fn runs_written_back_from_their_cached_blocks_write_exactly_their_own_bytes() {
     for limit in [256u64 << 20, 8 << 20] {
         let dev = device(16384, 6);
         let opts = WritebackOptions {

@@ -14,6 +14,22 @@ pub trait Device: Send + Sync {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()>;
     /// Writes `buf` at `offset` (durable after the next `flush`).
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()>;
+    /// Writes `bufs` one after another from `offset`, as `write_at` of their concatenation
+    /// would (durable after the next `flush`), without the caller gathering them into one
+    /// buffer. The default writes them one at a time; a device that takes a list in one
+    /// call (a file: `pwritev`) overrides it. A range past the end is `DeviceRange`, and
+    /// nothing is written then.
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> Result<()> {
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        check_range(offset, total, self.size())?;
+        let mut at = offset;
+        for b in bufs {
+            self.write_at(b, at)?;
+            at += b.len() as u64;
+        }
+        debug_assert_eq!(at, offset + total as u64);
+        Ok(())
+    }
     /// Makes every completed write durable.
     fn flush(&self) -> Result<()>;
     /// Words naming the device in errors (its path, for a device that has one).

@@ -76,6 +76,16 @@ impl Device for FenceDevice {
         self.inner.write_at(buf, offset)
     }
 
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> Result<()> {
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        check_range(offset, total, self.size())?;
+        let fenced = self.fenced.read();
+        if *fenced {
+            return Err(self.refused("write", offset));
+        }
+        self.inner.write_vectored_at(bufs, offset)
+    }
+
     fn flush(&self) -> Result<()> {
         let fenced = self.fenced.read();
         if *fenced {

@@ -17,6 +17,9 @@ use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 use std::time::Duration;
 
+/// Buffers one `pwritev` takes at most (the kernel's `IOV_MAX`).
+const IOV_BATCH: usize = 1024;
+
 /// How often a store on a file device beats by default (ext4's multi-mount protection
 /// updates its block every 5 s too).
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(5);
@@ -182,6 +185,38 @@ impl Device for FileDevice {
         self.file
             .write_all_at(buf, offset)
             .map_err(|e| self.err("write", offset, e))
+    }
+
+    /// `pwritev`, up to `IOV_BATCH` buffers a call; a short write finishes the batch one
+    /// buffer at a time.
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> Result<()> {
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        check_range(offset, total, self.size)?;
+        let mut at = offset;
+        for batch in bufs.chunks(IOV_BATCH) {
+            let slices: Vec<std::io::IoSlice<'_>> =
+                batch.iter().map(|b| std::io::IoSlice::new(b)).collect();
+            let want: usize = batch.iter().map(|b| b.len()).sum();
+            let done = rustix::io::pwritev(&self.file, &slices, at)
+                .map_err(|e| self.err("write", at, e.into()))?;
+            // A short write: the rest one buffer at a time (`pos`: the batch's bytes
+            // before `b`).
+            let mut pos = 0;
+            for b in batch {
+                let end = pos + b.len();
+                if end > done {
+                    let skip = done.saturating_sub(pos);
+                    let from = at + (pos + skip) as u64;
+                    self.file
+                        .write_all_at(&b[skip..], from)
+                        .map_err(|e| self.err("write", from, e))?;
+                }
+                pos = end;
+            }
+            at += want as u64;
+        }
+        debug_assert_eq!(at, offset + total as u64);
+        Ok(())
     }
 
     fn flush(&self) -> Result<()> {

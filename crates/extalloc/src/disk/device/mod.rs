@@ -76,6 +76,30 @@ pub(crate) mod tests {
             d.will_need(size - 2, 3),
             Err(Error::DeviceRange { .. })
         ));
+        vectored(d);
+    }
+
+    /// A vectored write lands as the write of its buffers' concatenation would: more
+    /// buffers than one `pwritev` takes, of uneven lengths, across page borders; one that
+    /// would pass the end is refused and writes nothing.
+    fn vectored(d: &dyn Device) {
+        let bufs: Vec<Vec<u8>> = (0..2500u32)
+            .map(|i| vec![(i % 251) as u8 + 1; 1 + (i as usize * 7) % 13])
+            .collect();
+        let slices: Vec<&[u8]> = bufs.iter().map(|b| &b[..]).collect();
+        let whole: Vec<u8> = bufs.concat();
+        d.write_vectored_at(&slices, 8191).unwrap();
+        let mut back = vec![0u8; whole.len()];
+        d.read_at(&mut back, 8191).unwrap();
+        assert_eq!(back, whole, "the buffers one after another");
+        let size = d.size();
+        assert!(matches!(
+            d.write_vectored_at(&[&[7u8; 3][..], &[8u8; 3][..]], size - 4),
+            Err(Error::DeviceRange { .. })
+        ));
+        let mut tail = [9u8; 4];
+        d.read_at(&mut tail, size - 4).unwrap();
+        assert_eq!(tail, [0; 4], "a refused vectored write changed nothing");
     }
 
     #[test]
@@ -98,6 +122,13 @@ pub(crate) mod tests {
             "flushed data is there after reopening"
         );
         std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn fence_device_keeps_the_contract() {
+        contract(&FenceDevice::new(std::sync::Arc::new(MemDevice::new(
+            1 << 20,
+        ))));
     }
 
     #[test]
