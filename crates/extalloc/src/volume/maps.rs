@@ -70,6 +70,12 @@ impl Volume {
     /// Locks `file`, reading its map first if the open left it unread.
     pub(super) fn lock_loaded<'a>(&self, file: &'a Mutex<VFile>) -> Result<MutexGuard<'a, VFile>> {
         let mut f = file.lock();
+        self.load(&mut f)?;
+        Ok(f)
+    }
+
+    /// Reads the map of a locked file if the open left it unread.
+    pub(super) fn load(&self, f: &mut VFile) -> Result<()> {
         if !f.loaded {
             let id = f.alloc.id();
             let stored = f.stored.as_ref().expect("a map not read is stored");
@@ -83,7 +89,8 @@ impl Volume {
             f.loaded = true;
             self.maps_read.fetch_add(1, Relaxed);
         }
-        Ok(f)
+        debug_assert!(f.loaded);
+        Ok(())
     }
 
     /// Maps read since the open (figures: an open reads none of the files it did not

@@ -105,7 +105,9 @@ impl Volume {
     /// so that a device with a cache (an image file's page cache) reads them in a few
     /// large requests before the reads arrive, wherever aging has put them. Holes,
     /// unwritten blocks and data still in a writeback cache are not advised. Ids no
-    /// longer in the volume are passed over (a listing may be older than an unlink).
+    /// longer in the volume are passed over (a listing may be older than an unlink), and
+    /// so is a file whose mutex another thread holds: advice never waits for one. A map
+    /// the open left unread is read (the read that follows would need it).
     ///
     /// Changes nothing a read returns. On failure (the device refused advice: its error)
     /// the ranges advised before it stand, which is harmless.
@@ -119,7 +121,12 @@ impl Volume {
                 Err(Error::NoSuchFile { .. }) => continue,
                 Err(e) => return Err(e),
             };
-            let f = self.lock_loaded(&file)?;
+            // Advice never waits: a file busy under its mutex (a writeback placing it) is
+            // passed over.
+            let Some(mut f) = file.try_lock() else {
+                continue;
+            };
+            self.load(&mut f)?;
             let before = runs.len();
             written_runs(&f, f.size.min(per_file).div_ceil(bs), &mut runs);
             files += u64::from(runs.len() > before);
@@ -329,6 +336,11 @@ mod advice_tests {
             vol.will_need(&[a, b], 0).unwrap(),
             super::Advised::default()
         );
+        let busy = vol.file(a).unwrap();
+        let held = busy.lock();
+        let advised = vol.will_need(&[a, b], 2 * bs).unwrap();
+        assert_eq!(advised.files, 1, "a, whose mutex is held, is passed over");
+        drop(held);
         assert_eq!(
             vol.read(a, 0, 3).unwrap(),
             vec![1; 3],
