@@ -30,12 +30,13 @@
 //! Invariant: `files` holds exactly the positions of the files of the walks in `dirs`; at
 //! most [`MAX_FILES`] files and [`MAX_DIRS`] walks are remembered (the oldest listings
 //! are forgotten first; a longer listing is remembered up to that many files; one of
-//! fewer than two files not at all); `advised` never passes a walk's end.
+//! fewer than two files not at all); a file is in one walk once (a hard link at its
+//! first name in its newest listing); `advised` never passes a walk's end.
 //!
 //! Lock order: `dir_ahead` is a leaf: taken with `ns` read or with no lock, never held
 //! while the volume is called.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 /// Files advised past the one read, at a walk's first step.
 pub const FIRST_WINDOW: usize = 8;
@@ -77,6 +78,10 @@ impl DirAhead {
     /// listing order. Replaces the directory's walk.
     pub fn listed(&mut self, dir: u64, mut files: Vec<u64>) {
         self.forget(dir);
+        // Hard links to one file under two names of this directory: walked once, at the
+        // first name.
+        let mut seen = HashSet::with_capacity(files.len());
+        files.retain(|&f| seen.insert(f));
         files.truncate(MAX_FILES);
         if files.len() < 2 {
             // Nothing would ever be advised: a walk advises the files after the one read.
@@ -183,6 +188,8 @@ impl DirAhead {
             for w in self.dirs.values() {
                 assert!(w.advised <= w.files.len());
             }
+            let walked: usize = self.dirs.values().map(|w| w.files.len()).sum();
+            assert_eq!(walked, self.files.len(), "each walk's file indexed once");
         }
     }
 }
@@ -280,6 +287,18 @@ mod tests {
         assert_eq!(a.step(6), vec![9]);
         a.listed(3, vec![42]);
         assert!(!a.dirs.contains_key(&3) && a.step(42).is_empty());
+        // Two names of one file in one directory (found by `torture --fs-damage`).
+        a.listed(4, vec![50, 51, 50, 52, 51, 53]);
+        assert_eq!(
+            a.step(50),
+            vec![51, 52, 53],
+            "each file once, at its first name"
+        );
+        a.listed(4, vec![50, 50]);
+        assert!(
+            !a.dirs.contains_key(&4),
+            "one file under two names is a listing of one"
+        );
         a.check();
     }
 }
