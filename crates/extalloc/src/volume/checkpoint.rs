@@ -224,10 +224,7 @@ pub(super) fn replay(
             Change::Areas { a, b } => meta.areas = [*a, *b],
             // A checkpoint that never finished: what it freed is gone, what it wrote
             // is named by no table.
-            Change::Segments { new, freed } => {
-                segs.retired.retain(|s| !freed.contains(s));
-                segs.retired.extend(new);
-            }
+            Change::Segments { new, freed } => segs.unfinished(new, freed),
             _ => {}
         }
         apply(&mut files, change);

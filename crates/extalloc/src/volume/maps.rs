@@ -249,10 +249,7 @@ impl Volume {
         let result = result.and_then(|()| self.commit_locked());
         // Committed or waiting for the next commit, this is what an open would find until
         // the new table is in force.
-        let mut segs = self.segs.lock();
-        segs.retired.retain(|s| !freed.contains(s));
-        segs.retired.extend(&new);
-        drop(segs);
+        self.segs.lock().unfinished(&new, &freed);
         result.map(|()| new)
     }
 }
