@@ -67,6 +67,10 @@ pub struct Salvage {
     /// area) still held with a map that survived: taken from it, so their bytes may be
     /// older than at the last checkpoint. Also listed in `recovered` once settled.
     pub restored: Vec<u64>,
+    /// Map segments the table both named (in an entry, its map whole) and listed as
+    /// retired, a stale table block's doing: kept named, so that they are freed once, by
+    /// a later checkpoint, and not twice.
+    pub segments_unretired: u64,
 }
 
 /// A damaged table entry whose file could not be kept.
@@ -163,8 +167,9 @@ impl Volume {
         }
         let changes = changes_of(&records)?;
         report.changes_skipped = skipped(&files, &changes);
-        let (mut files, mut meta, segs) =
+        let (mut files, mut meta, mut segs) =
             replay(&store, dev.as_ref(), &root, files, segs, changes)?;
+        report.segments_unretired = segs.settle_salvaged() as u64;
         for (was, bytes, f) in std::mem::take(&mut kept.fresh) {
             let id = meta.next_id;
             meta.next_id += 1;

@@ -154,6 +154,23 @@ impl Segs {
     }
 }
 
+impl Segs {
+    /// After a salvaging open: a segment both named and retired is named only, and each
+    /// retired segment is listed once. A table with a stale block (its crc whole, its
+    /// bytes older) can name a segment in an old entry that its newer retired list retires
+    /// (`torture --fs-damage --seed 9`); the map read from it checked out, so the file keeps
+    /// it, and the next checkpoint retires it once no map uses it: freed once, not twice.
+    /// Returns how many retired entries were dropped.
+    pub(super) fn settle_salvaged(&mut self) -> usize {
+        let before = self.retired.len();
+        let mut seen = BTreeSet::new();
+        let named = &self.named;
+        self.retired
+            .retain(|s| !named.contains(s) && seen.insert(*s));
+        before - self.retired.len()
+    }
+}
+
 #[cfg(test)]
 mod segs_tests {
     use super::Segs;
@@ -177,5 +194,17 @@ mod segs_tests {
         all.sort_unstable_by_key(|x| x.start);
         all.dedup();
         assert_eq!(all.len(), 4, "no segment twice");
+    }
+
+    #[test]
+    fn a_salvaged_segment_named_and_retired_is_named_only_and_retired_once() {
+        let e = |start| Extent { start, len: 1 };
+        let mut s = Segs {
+            named: [e(10), e(30)].into_iter().collect(),
+            retired: vec![e(30), e(20), e(20), e(40)],
+        };
+        assert_eq!(s.settle_salvaged(), 2);
+        assert_eq!(s.retired, vec![e(20), e(40)]);
+        assert_eq!(s.settle_salvaged(), 0, "settled already");
     }
 }
