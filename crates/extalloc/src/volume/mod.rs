@@ -431,38 +431,39 @@ impl Volume {
         self.sync()
     }
 
-    /// Writes file data (or zeros into a file's block) at byte `offset` of the device,
-    /// under the gate (read): the next commit or sync flushes it.
     /// Writes `data` at byte `offset` (see [`Volume::write_data`]): one buffer as it is, a
-    /// list of blocks in one vectored write.
+    /// list of whole blocks in one vectored write.
     fn write_blocks_at(&self, data: Data<'_>, offset: u64) -> Result<()> {
         match data {
             Data::One(buf) => self.write_data(buf, offset),
             Data::Blocks(blocks) => {
-                let (bs, n) = (self.block_size, blocks.len() as u64);
-                debug_assert!(n > 0, "a write of nothing");
+                let bs = self.block_size;
+                debug_assert!(!blocks.is_empty(), "a write of nothing");
                 debug_assert!(blocks.iter().all(|b| b.len() as u64 == bs), "whole blocks");
-                debug_assert!(self
-                    .store
-                    .check_not_metadata(Extent::new(offset / bs, n))
-                    .is_ok());
-                self.unflushed.store(true, Relaxed);
+                self.data_write_starts(offset, blocks.len() as u64 * bs);
                 self.dev.write_vectored_at(blocks, offset)
             }
         }
     }
 
+    /// Writes file data (or zeros into a file's block) at byte `offset` of the device,
+    /// under the gate (read): the next commit or sync flushes it.
     fn write_data(&self, buf: &[u8], offset: u64) -> Result<()> {
-        // Data (whole blocks, or a block's tail zeroed), never over the device's own
-        // metadata.
-        let (bs, end) = (self.block_size, offset + buf.len() as u64);
         debug_assert!(!buf.is_empty(), "a write of nothing");
+        self.data_write_starts(offset, buf.len() as u64);
+        self.dev.write_at(buf, offset)
+    }
+
+    /// What every data write relies on and leaves: data (whole blocks, or a block's tail
+    /// zeroed), never over the device's own metadata; the next commit or sync flushes the
+    /// device.
+    fn data_write_starts(&self, offset: u64, len: u64) {
+        let (bs, end) = (self.block_size, offset + len);
         debug_assert!(self
             .store
             .check_not_metadata(Extent::new(offset / bs, end.div_ceil(bs) - offset / bs))
             .is_ok());
         self.unflushed.store(true, Relaxed);
-        self.dev.write_at(buf, offset)
     }
 
     /// Under the gate (written): flush data, commit the log with the store's transaction.

@@ -167,6 +167,7 @@ impl Segs {
         let named = &self.named;
         self.retired
             .retain(|s| !named.contains(s) && seen.insert(*s));
+        debug_assert!(self.retired.iter().all(|s| !self.named.contains(s)));
         before - self.retired.len()
     }
 }
