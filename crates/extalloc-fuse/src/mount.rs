@@ -19,7 +19,7 @@ use crate::ending::Ending;
 use crate::fs::{Fs, MountReport};
 use crate::fuse::FuseFs;
 use crate::mountinfo;
-use crate::transport::{MountSpec, Session};
+use crate::transport::{MountSpec, Serving, Session};
 use extalloc::alloc::Policy;
 use extalloc::disk::device::{Device, FenceDevice, FileDevice, OverlayDevice};
 use extalloc::volume::Volume;
@@ -57,10 +57,17 @@ pub struct MountOptions {
     /// Serve through FUSE over io_uring where the kernel offers it (`docs/mount.md`, "The
     /// FUSE transport"); else, and without it, through `/dev/fuse`.
     pub io_uring: bool,
+    /// How long a thread serving `/dev/fuse` polls for the next request before it sleeps
+    /// (zero: it sleeps at once); one thread at a time, backing off on a miss or when its
+    /// CPU is wanted (`docs/mount.md`, "Round trips"). Not used with io_uring.
+    pub poll: Duration,
     /// Directory read-ahead (`fs/dirahead.rs`): a reader walking a listed directory's
     /// files has the next ones advised to the device.
     pub dir_readahead: bool,
 }
+
+/// `extalloc mount --poll-us`'s default, in microseconds (`docs/mount.md`, "Round trips").
+pub const DEFAULT_POLL_US: u64 = 50;
 
 /// Entries of each CPU's io_uring queue: requests a queue's thread can have handed to it
 /// at once (one is served at a time; the rest wait in the ring instead of the kernel).
@@ -159,15 +166,23 @@ pub fn serve(opts: &MountOptions, ready: impl FnOnce(&MountReport)) -> Result<()
             return Err(e);
         }
     };
-    let uring = opts.io_uring.then_some(URING_DEPTH);
     // Ready once FUSE_INIT is answered: the mount then serves (and a caller that turned on
     // io_uring for this mount may turn it off again).
-    let served = session.run(fuse, opts.threads.max(1), uring, || ready(&report));
+    let served = session.run(fuse, serving(opts), || ready(&report));
     ended.store(true, Ordering::Release);
     drop(committer);
     let closed = close(fs);
     served.map_err(|e| format!("the FUSE session failed: {e}"))?;
     closed
+}
+
+/// How the session serves: threads, transport, polling.
+fn serving(opts: &MountOptions) -> Serving {
+    Serving {
+        threads: opts.threads.max(1),
+        uring: opts.io_uring.then_some(URING_DEPTH),
+        poll: opts.poll,
+    }
 }
 
 /// Opens the device's volume and mounts its file system (nothing is mounted yet).

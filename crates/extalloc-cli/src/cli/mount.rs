@@ -44,6 +44,11 @@ pub struct MountArgs {
     /// "The FUSE transport").
     #[arg(long)]
     pub io_uring: bool,
+    /// Microseconds a serving thread keeps reading /dev/fuse for the next request before it
+    /// sleeps (0: it sleeps at once). One thread at a time polls, and it backs off when a
+    /// poll misses or another task wants its CPU (docs/mount.md, "Round trips").
+    #[arg(long, default_value_t = extalloc_fuse::mount::DEFAULT_POLL_US)]
+    pub poll_us: u64,
     /// Do not read ahead across a directory's files (on by default: a reader walking a
     /// listed directory, as `grep -r` or `tar c`, has the next files' data advised to the
     /// device; docs/mount.md, "Directory read-ahead").
@@ -177,6 +182,10 @@ fn options(args: &MountArgs) -> Result<MountOptions> {
         (0..=64).contains(&args.threads),
         "--threads must be from 0 (one per CPU) to 64"
     );
+    anyhow::ensure!(
+        args.poll_us <= 10_000,
+        "--poll-us must be from 0 (no polling) to 10000 (10 ms)"
+    );
     let writeback = extalloc::writeback::WritebackOptions {
         dirty_limit_bytes: extalloc_lab::lab::parse_size(&args.dirty_limit)
             .context("--dirty-limit")?,
@@ -195,6 +204,7 @@ fn options(args: &MountArgs) -> Result<MountOptions> {
         commit_interval: std::time::Duration::from_secs(args.commit_interval),
         kernel_dirty_ratio: args.kernel_dirty_ratio,
         io_uring: args.io_uring,
+        poll: std::time::Duration::from_micros(args.poll_us),
         dir_readahead: !args.no_dir_readahead,
         read_only: args.flags()?.0,
         flags: args.flags()?.1,
@@ -297,6 +307,7 @@ fn detach(args: &MountArgs) -> Result<()> {
         .args(["--commit-interval", &args.commit_interval.to_string()])
         .args(["--kernel-dirty-ratio", &args.kernel_dirty_ratio.to_string()])
         .args(args.io_uring.then_some("--io-uring"))
+        .args(["--poll-us", &args.poll_us.to_string()])
         .args(args.no_dir_readahead.then_some("--no-dir-readahead"))
         .args(args.flag_args()?)
         .arg(&args.device)

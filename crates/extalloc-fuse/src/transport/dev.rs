@@ -1,17 +1,17 @@
 //! Reading requests from `/dev/fuse`: one request per `read(2)` into a thread's buffer
-//! ([`read_request`]), served in turn ([`serve_loop`]), each thread on its own clone of the
-//! connection's descriptor ([`clone_dev`]).
+//! ([`read_once`], [`read_request`]; a bounded poll first: `poll.rs`; served in turn by
+//! `serve_loop` in `mod.rs`), each thread on its own clone of the connection's descriptor
+//! ([`clone_dev`]).
 //!
 //! Data structures: a buffer per thread, the largest write plus the headers. Invariant: a
 //! request is answered on the descriptor it was read from; the loop ends when the
 //! connection is gone (`ENODEV`, `ECONNABORTED`). Lock order: none.
 
-use super::handler::{dispatch, Handler, MAX_WRITE};
-use super::{abi, request, Reply};
+use super::abi;
+use super::handler::MAX_WRITE;
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
-use zerocopy::FromBytes;
 
 /// Bytes of a request buffer.
 pub(super) fn buf_len() -> usize {
@@ -30,43 +30,48 @@ pub(super) fn clone_dev(dev: &File) -> io::Result<File> {
     Ok(clone)
 }
 
-/// One request into `buf`; `Ok(None)` when the connection is gone.
-pub(super) fn read_request<'b>(dev: &File, buf: &'b mut [u8]) -> io::Result<Option<&'b [u8]>> {
-    loop {
-        // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`.
-        let n = unsafe { libc::read(dev.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        // /dev/fuse never reads empty; a socket standing in for it (the tests) ends so.
-        if n == 0 {
-            return Ok(None);
-        }
-        if n > 0 {
-            return Ok(Some(&buf[..n as usize]));
-        }
-        let e = io::Error::last_os_error();
-        match e.raw_os_error() {
-            // Interrupted, or a request aborted before it was read: read again.
-            Some(libc::EINTR | libc::EAGAIN | libc::ENOENT) => continue,
-            // Unmounted, or aborted (a request dequeued as the connection was aborted).
-            Some(libc::ENODEV | libc::ECONNABORTED) => return Ok(None),
-            _ => return Err(e),
-        }
+/// What one `read(2)` of the descriptor gave.
+pub(super) enum Read {
+    /// A request of this many bytes.
+    Got(usize),
+    /// Nothing yet: interrupted, a request aborted before it was read, or none queued on
+    /// a non-blocking descriptor.
+    Again,
+    /// The connection is gone: unmounted, or aborted.
+    Gone,
+    /// Any other error.
+    Failed(io::Error),
+}
+
+/// One `read(2)` of `fd` into `buf`.
+pub(super) fn read_once(fd: i32, buf: &mut [u8]) -> Read {
+    // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    if n > 0 {
+        return Read::Got(n as usize);
+    }
+    // /dev/fuse never reads empty; a socket standing in for it (the tests) ends so.
+    if n == 0 {
+        return Read::Gone;
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EINTR | libc::EAGAIN | libc::ENOENT) => Read::Again,
+        // ECONNABORTED: a request dequeued as the connection was aborted.
+        Some(libc::ENODEV | libc::ECONNABORTED) => Read::Gone,
+        _ => Read::Failed(e),
     }
 }
 
-/// Serves requests read from `dev` until the connection is gone.
-pub(super) fn serve_loop<H: Handler>(dev: &File, handler: &H, buf: &mut [u8]) -> io::Result<()> {
-    while let Some(msg) = read_request(dev, buf)? {
-        let Some((req, op)) = request::parse(msg) else {
-            log::error!(
-                "a FUSE request of {} bytes unlike its header: EIO",
-                msg.len()
-            );
-            if let Ok((h, _)) = abi::InHeader::read_from_prefix(msg) {
-                Reply::new(dev, h.unique).error(libc::EIO);
-            }
-            continue;
-        };
-        dispatch(handler, &req, op, Reply::new(dev, req.unique));
+/// One request into `buf`, sleeping until one comes; `Ok(None)` when the connection is
+/// gone.
+pub(super) fn read_request<'b>(dev: &File, buf: &'b mut [u8]) -> io::Result<Option<&'b [u8]>> {
+    loop {
+        match read_once(dev.as_raw_fd(), buf) {
+            Read::Got(n) => return Ok(Some(&buf[..n])),
+            Read::Again => continue,
+            Read::Gone => return Ok(None),
+            Read::Failed(e) => return Err(e),
+        }
     }
-    Ok(())
 }

@@ -23,6 +23,7 @@ mod abi;
 mod dev;
 mod handler;
 mod mnt;
+mod poll;
 mod reply;
 mod request;
 #[cfg(test)]
@@ -32,9 +33,11 @@ mod uring;
 pub(crate) use abi::{Attr, CreateIn, StatfsOut};
 pub(crate) use abi::{Statx, SxTime};
 pub(crate) use abi::{FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE, STATX_BASIC_STATS, STATX_BTIME};
-use dev::{buf_len, clone_dev, read_request, serve_loop};
+use dev::{buf_len, clone_dev, read_request};
+use handler::dispatch;
 pub(crate) use handler::{Handler, Init};
 pub(crate) use mnt::MountSpec;
+use poll::Poller;
 pub(crate) use reply::{DirBuf, Notifier, Reply};
 pub(crate) use request::{Op, Request, Setattr, TimeOrNow};
 
@@ -51,7 +54,20 @@ use std::fs::File;
 use std::io;
 use std::path::Path;
 use std::sync::Arc;
-use zerocopy::IntoBytes;
+use zerocopy::{FromBytes, IntoBytes};
+
+/// How a session serves: its threads and transport.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Serving {
+    /// Threads reading `/dev/fuse` (at least one).
+    pub(crate) threads: usize,
+    /// Serve through FUSE over io_uring with entries of this depth per CPU, if the kernel
+    /// offers it (else through `/dev/fuse` as without).
+    pub(crate) uring: Option<usize>,
+    /// How long a `/dev/fuse` thread polls for the next request before it sleeps (`poll.rs`);
+    /// zero: it sleeps at once.
+    pub(crate) poll: std::time::Duration,
+}
 
 /// A mounted connection, not yet served.
 pub(crate) struct Session {
@@ -79,22 +95,24 @@ impl Session {
         self.mounted.unmount()
     }
 
-    /// Serves requests with `threads` threads until the connection is gone, then
-    /// unmounts if the mount is still there.
-    ///
-    /// `uring`: serve through FUSE over io_uring with entries of this depth per CPU, if the
-    /// kernel offers it (else through `/dev/fuse` as without); the descriptor then only
-    /// carries forgets and interrupts, read by one thread.
+    /// Serves requests as `serving` says until the connection is gone, then unmounts if
+    /// the mount is still there.
     pub(crate) fn run<H: Handler>(
         mut self,
         handler: Arc<H>,
-        threads: usize,
-        uring: Option<usize>,
+        serving: Serving,
         ready: impl FnOnce(),
     ) -> io::Result<()> {
         let mut buf = vec![0u8; buf_len()];
+        let uring = serving.uring;
         let served = handshake(&self.dev, &*handler, &mut buf, uring).and_then(|queues| {
-            let readers = if queues.is_empty() { threads.max(1) } else { 1 };
+            // Through the rings, the descriptor carries only forgets and interrupts: one
+            // thread, which never polls.
+            let (readers, poll) = if queues.is_empty() {
+                (serving.threads.max(1), serving.poll)
+            } else {
+                (1, std::time::Duration::ZERO)
+            };
             let rings: io::Result<Vec<_>> = queues
                 .into_iter()
                 .map(|q| {
@@ -105,6 +123,7 @@ impl Session {
                 })
                 .collect();
             let rings = rings?;
+            let polling = Arc::new(std::sync::atomic::AtomicUsize::new(0));
             let mut devs = Vec::with_capacity(readers);
             for _ in 1..readers {
                 devs.push(clone_dev(&self.dev)?);
@@ -113,16 +132,20 @@ impl Session {
                 .into_iter()
                 .enumerate()
                 .map(|(i, dev)| {
-                    let h = handler.clone();
+                    let (h, polling) = (handler.clone(), polling.clone());
                     std::thread::Builder::new()
                         .name(format!("extalloc-fuse-{}", i + 1))
-                        .spawn(move || serve_loop(&dev, &*h, &mut vec![0; buf_len()]))
+                        .spawn(move || {
+                            let mut poller = Poller::new(poll, polling);
+                            serve_loop(&dev, &*h, &mut vec![0; buf_len()], &mut poller)
+                        })
                 })
                 .collect();
             let spawned = spawned?;
             // Init is answered and every thread started: the mount serves.
             ready();
-            let mine = serve_loop(&self.dev, &*handler, &mut buf);
+            let mut poller = Poller::new(poll, polling);
+            let mine = serve_loop(&self.dev, &*handler, &mut buf, &mut poller);
             let mut first = mine;
             for t in spawned.into_iter().chain(rings) {
                 let r = t
@@ -222,4 +245,29 @@ fn page_size() -> u32 {
     // SAFETY: sysconf has no preconditions.
     let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     u32::try_from(n).unwrap_or(4096)
+}
+
+/// Serves requests read from `dev` until the connection is gone, polling before each
+/// sleep as `poller` allows (`poll.rs`).
+fn serve_loop<H: Handler>(
+    dev: &File,
+    handler: &H,
+    buf: &mut [u8],
+    poller: &mut Poller,
+) -> io::Result<()> {
+    while let Some(msg) = poller.read(dev, buf)? {
+        let Some((req, op)) = request::parse(msg) else {
+            log::error!(
+                "a FUSE request of {} bytes unlike its header: EIO",
+                msg.len()
+            );
+            if let Ok((h, _)) = abi::InHeader::read_from_prefix(msg) {
+                Reply::new(dev, h.unique).error(libc::EIO);
+            }
+            continue;
+        };
+        dispatch(handler, &req, op, Reply::new(dev, req.unique));
+    }
+    log::debug!("a FUSE thread ends; its polls: {:?}", poller.counts());
+    Ok(())
 }

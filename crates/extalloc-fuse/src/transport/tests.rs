@@ -332,7 +332,7 @@ fn a_session_answers_init_then_each_request_and_ends_with_the_connection() {
         let mut buf = vec![0; buf_len()];
         let rings = handshake(&daemon, &handler, &mut buf, None).unwrap();
         assert!(rings.is_empty(), "no io_uring asked for");
-        serve_loop(&daemon, &handler, &mut buf).unwrap();
+        serve_loop(&daemon, &handler, &mut buf, &mut Poller::never()).unwrap();
         handler
     });
     let m = read_message(&kernel);

@@ -210,7 +210,12 @@ impl Queue {
                 );
                 drop(self.ring);
                 let clone = super::dev::clone_dev(dev)?;
-                super::dev::serve_loop(&clone, handler, &mut vec![0; super::dev::buf_len()])
+                super::serve_loop(
+                    &clone,
+                    handler,
+                    &mut vec![0; super::dev::buf_len()],
+                    &mut super::poll::Poller::never(),
+                )
             }
             Some(e) => {
                 log::error!("FUSE io_uring queue {}: an entry failed: {e}", self.qid);

@@ -12,7 +12,7 @@
 //! `kernel::Device` and `ExtallocMount` unmount, detach and remove on drop). No locks.
 
 use super::kernel::{self, Device, Fs};
-use super::mounted::{merged, regular_files, ExtallocMount, Target};
+use super::mounted::{merged, regular_files, ExtallocMount, Flavor, Target};
 use super::{age_freespace as freespace_age, freespace, jobs::drop_caches};
 use crate::lab::report::{self, FreeSpaceJson};
 use anyhow::{bail, Context, Result};
@@ -130,9 +130,13 @@ impl AgeFs {
                 dev: Device::create(fs, bytes, block_size)?,
                 block_size,
             },
-            Target::Extalloc => AgeFs::Extalloc(ExtallocMount::create(bytes, block_size, false, policy)?),
-            Target::ExtallocUring => {
-                AgeFs::Extalloc(ExtallocMount::create(bytes, block_size, true, policy)?)
+            Target::Extalloc | Target::ExtallocUring | Target::ExtallocNoPoll => {
+                let flavor = match target {
+                    Target::ExtallocUring => Flavor::Uring,
+                    Target::ExtallocNoPoll => Flavor::NoPoll,
+                    _ => Flavor::Plain,
+                };
+                AgeFs::Extalloc(ExtallocMount::create(bytes, block_size, flavor, policy)?)
             }
             Target::Fuse2fs => bail!("the aging jobs run on ext4, xfs, btrfs and extalloc, not fuse2fs (drop it from --fs)"),
         })

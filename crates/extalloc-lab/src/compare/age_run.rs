@@ -77,7 +77,12 @@ fn check(targets: &[Target]) -> Result<()> {
         tools.push("btrfs");
     }
     super::preflight(&kernel_fs, &tools)?;
-    if targets.contains(&Target::Extalloc) || targets.contains(&Target::ExtallocUring) {
+    if targets.iter().any(|t| {
+        matches!(
+            t,
+            Target::Extalloc | Target::ExtallocUring | Target::ExtallocNoPoll
+        )
+    }) {
         anyhow::ensure!(
             std::path::Path::new("/dev/fuse").exists(),
             "extalloc mounts need /dev/fuse (and fusermount3: scripts/fs-tools.sh)"

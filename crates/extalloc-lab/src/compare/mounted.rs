@@ -49,20 +49,25 @@ pub enum Target {
     /// `extalloc mount --io-uring` of an image file (FUSE over io_uring; the fuse module's
     /// `enable_uring` is set for the mount and put back after).
     ExtallocUring,
+    /// `extalloc mount --poll-us 0` of an image file (its `/dev/fuse` threads sleep as soon
+    /// as no request waits: the mount without polling, to measure what polling gives).
+    ExtallocNoPoll,
     /// fuse2fs of an ext4 image file.
     Fuse2fs,
 }
 
 impl Target {
-    /// `ext4`, `xfs`, `btrfs`, `extalloc` or `fuse2fs`.
+    /// `ext4`, `xfs`, `btrfs`, `extalloc`, `extalloc-uring`, `extalloc-nopoll` or `fuse2fs`.
     pub fn parse(s: &str) -> Result<Target> {
         match s.trim() {
             "extalloc" => Ok(Target::Extalloc),
             "extalloc-uring" => Ok(Target::ExtallocUring),
+            "extalloc-nopoll" => Ok(Target::ExtallocNoPoll),
             "fuse2fs" => Ok(Target::Fuse2fs),
-            other => Fs::parse(other)
-                .map(Target::Kernel)
-                .context("--fs: expected ext4, xfs, btrfs, extalloc, extalloc-uring or fuse2fs"),
+            other => Fs::parse(other).map(Target::Kernel).context(
+                "--fs: expected ext4, xfs, btrfs, extalloc, extalloc-uring, extalloc-nopoll or \
+                 fuse2fs",
+            ),
         }
     }
 
@@ -72,6 +77,7 @@ impl Target {
             Target::Kernel(f) => f.name(),
             Target::Extalloc => "extalloc",
             Target::ExtallocUring => "extalloc-uring",
+            Target::ExtallocNoPoll => "extalloc-nopoll",
             Target::Fuse2fs => "fuse2fs",
         }
     }
@@ -162,7 +168,12 @@ fn check_tools(jobs: &[Job], targets: &[Target]) -> Result<()> {
             anyhow::ensure!(p.is_file(), "fio job file {} not found", p.display());
         }
     }
-    let fuse = [Target::Extalloc, Target::ExtallocUring, Target::Fuse2fs];
+    let fuse = [
+        Target::Extalloc,
+        Target::ExtallocUring,
+        Target::ExtallocNoPoll,
+        Target::Fuse2fs,
+    ];
     if targets.iter().any(|t| fuse.contains(t)) {
         anyhow::ensure!(
             Path::new("/dev/fuse").exists(),
@@ -245,8 +256,9 @@ fn failed(target: Target, round: usize, e: &anyhow::Error) -> FsRun {
 fn run_one(job: &Job, target: Target, opts: &Options) -> Result<FsRun> {
     match target {
         Target::Kernel(f) => kernel_run(f, job, opts),
-        Target::Extalloc => extalloc_run(job, opts, false),
-        Target::ExtallocUring => extalloc_run(job, opts, true),
+        Target::Extalloc => extalloc_run(job, opts, Flavor::Plain),
+        Target::ExtallocUring => extalloc_run(job, opts, Flavor::Uring),
+        Target::ExtallocNoPoll => extalloc_run(job, opts, Flavor::NoPoll),
         Target::Fuse2fs => fuse2fs_run(job, opts),
     }
     .with_context(|| format!("the job {} on {}", job.name(), target.name()))
@@ -306,10 +318,14 @@ fn fuse2fs_run(job: &Job, opts: &Options) -> Result<FsRun> {
     Ok(fs_run("fuse2fs", ran, None, opts.block_size, Some(free)))
 }
 
-fn extalloc_run(job: &Job, opts: &Options, uring: bool) -> Result<FsRun> {
+fn extalloc_run(job: &Job, opts: &Options, flavor: Flavor) -> Result<FsRun> {
     let block_size = opts.block_size;
-    let mut m =
-        ExtallocMount::create(opts.device_bytes, block_size, uring, opts.policy.as_deref())?;
+    let mut m = ExtallocMount::create(
+        opts.device_bytes,
+        block_size,
+        flavor,
+        opts.policy.as_deref(),
+    )?;
     let ran = run_job(job, &m.mountpoint, true)?;
     m.unmount()?;
     let vol = crate::lab::volume_run::open_read_only(&m.image)?;
@@ -326,8 +342,13 @@ fn extalloc_run(job: &Job, opts: &Options, uring: bool) -> Result<FsRun> {
         geometry.block_size,
         geometry.group_blocks,
     );
-    let name = if uring { "extalloc-uring" } else { "extalloc" };
-    Ok(fs_run(name, ran, Some(&files), block_size, Some(free)))
+    Ok(fs_run(
+        flavor.target().name(),
+        ran,
+        Some(&files),
+        block_size,
+        Some(free),
+    ))
 }
 
 /// A volume file's extents in logical order, physically contiguous ones merged.
@@ -391,22 +412,42 @@ pub struct ExtallocMount {
     pub(super) image: PathBuf,
     pub(super) mountpoint: PathBuf,
     pid: Option<u32>,
-    /// Mounted with `--io-uring`.
-    uring: bool,
+    /// How it is mounted.
+    flavor: Flavor,
     /// `--policy` of every mount (None: the default).
     policy: Option<String>,
+}
+
+/// How an [`ExtallocMount`] is mounted: as `extalloc mount` does by default, with
+/// `--io-uring`, or with `--poll-us 0`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Flavor {
+    Plain,
+    Uring,
+    NoPoll,
+}
+
+impl Flavor {
+    /// The target it is.
+    pub(super) fn target(self) -> Target {
+        match self {
+            Flavor::Plain => Target::Extalloc,
+            Flavor::Uring => Target::ExtallocUring,
+            Flavor::NoPoll => Target::ExtallocNoPoll,
+        }
+    }
 }
 
 /// The fuse module's switch for FUSE over io_uring, read at each mount's init.
 const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
 
 impl ExtallocMount {
-    /// A fresh image of `bytes`, made by `extalloc mkfs`, mounted (`uring`: with
-    /// `--io-uring`; `policy`: with `--policy`).
+    /// A fresh image of `bytes`, made by `extalloc mkfs`, mounted as `flavor` says
+    /// (`policy`: with `--policy`).
     pub(super) fn create(
         bytes: u64,
         block_size: u32,
-        uring: bool,
+        flavor: Flavor,
         policy: Option<&str>,
     ) -> Result<Self> {
         let tag = format!("extalloc-compare-{}-extalloc", std::process::id());
@@ -414,7 +455,7 @@ impl ExtallocMount {
             image: kernel::image_dir().join(format!("{tag}.img")),
             mountpoint: std::env::temp_dir().join(tag),
             pid: None,
-            uring,
+            flavor,
             policy: policy.map(str::to_owned),
         };
         let exe = std::env::current_exe().context("cannot find the extalloc executable")?;
@@ -439,7 +480,10 @@ impl ExtallocMount {
         if let Some(p) = &self.policy {
             cmd.args(["--policy", p]);
         }
-        let was = match self.uring {
+        if self.flavor == Flavor::NoPoll {
+            cmd.args(["--poll-us", "0"]);
+        }
+        let was = match self.flavor == Flavor::Uring {
             true => {
                 cmd.arg("--io-uring");
                 let was = std::fs::read_to_string(ENABLE_URING)
