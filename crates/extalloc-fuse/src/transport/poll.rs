@@ -141,14 +141,14 @@ impl Poller {
     }
 }
 
-/// Takes a polling slot if one is free.
+/// Takes a polling slot if one is free (the count never goes above [`MAX_POLLERS`], not
+/// even for a moment, so a poll can assert it holds one).
 fn claim(polling: &AtomicUsize) -> bool {
-    let prior = polling.fetch_add(1, Ordering::AcqRel);
-    if prior < MAX_POLLERS {
-        return true;
-    }
-    polling.fetch_sub(1, Ordering::AcqRel);
-    false
+    polling
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < MAX_POLLERS).then_some(n + 1)
+        })
+        .is_ok()
 }
 
 /// Gives the slot back.
@@ -275,6 +275,33 @@ mod tests {
         release(&polling);
         assert!(claim(&polling));
         release(&polling);
+        assert_eq!(polling.load(Ordering::Acquire), 0);
+    }
+
+    #[test]
+    fn the_polling_count_never_exceeds_its_slots_under_contention() {
+        // Found by issue 34's table: a claim that added then took back let a poll see two
+        // pollers for a moment, and its assertion ended a serving thread mid-run.
+        let polling = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let polling = polling.clone();
+                std::thread::spawn(move || {
+                    let mut held = 0u32;
+                    for _ in 0..50_000 {
+                        if claim(&polling) {
+                            held += 1;
+                            let n = polling.load(Ordering::Acquire);
+                            assert!((1..=MAX_POLLERS).contains(&n), "{n} pollers");
+                            release(&polling);
+                        }
+                    }
+                    held
+                })
+            })
+            .collect();
+        let held: u32 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        assert!(held > 0, "some claim succeeded");
         assert_eq!(polling.load(Ordering::Acquire), 0);
     }
 
