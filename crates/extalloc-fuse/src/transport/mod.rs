@@ -6,8 +6,9 @@
 //! crate did not: `FUSE_TMPFILE` (`O_TMPFILE`), `FUSE_STATX` (birth times) and FUSE over
 //! io_uring, and it reads a write's data in place from the request buffer.
 //!
-//! Data structures: [`Session`] (the connection's descriptor and the mount); one buffer
-//! per serving thread, each thread reading from its own clone of the descriptor
+//! Data structures: [`Session`] (the connection's descriptor and the mount); [`Serving`]
+//! (threads, transport, polling); one buffer and one poller (`poll.rs`) per serving
+//! thread, each thread reading from its own clone of the descriptor
 //! (`FUSE_DEV_IOC_CLONE`), which takes the replies to the requests it read; with io_uring,
 //! one queue per CPU (`uring.rs`) and one thread on the descriptor for forgets and
 //! interrupts.
