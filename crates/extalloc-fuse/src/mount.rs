@@ -58,8 +58,8 @@ pub struct MountOptions {
     /// FUSE transport"); else, and without it, through `/dev/fuse`.
     pub io_uring: bool,
     /// How long a thread serving `/dev/fuse` polls for the next request before it sleeps
-    /// (zero: it sleeps at once); one thread at a time, backing off on a miss or when its
-    /// CPU is wanted (`docs/mount.md`, "Round trips"). Not used with io_uring.
+    /// (zero: it sleeps at once); one thread at a time, yielding its CPU between reads,
+    /// backing off after a miss (`docs/mount.md`, "Round trips"). Not used with io_uring.
     pub poll: Duration,
     /// Directory read-ahead (`fs/dirahead.rs`): a reader walking a listed directory's
     /// files has the next ones advised to the device.

@@ -45,8 +45,9 @@ pub struct MountArgs {
     #[arg(long)]
     pub io_uring: bool,
     /// Microseconds a serving thread keeps reading /dev/fuse for the next request before it
-    /// sleeps (0: it sleeps at once). One thread at a time polls, and it backs off when a
-    /// poll misses or another task wants its CPU (docs/mount.md, "Round trips").
+    /// sleeps (0: it sleeps at once). One thread at a time polls, yielding its CPU to any
+    /// task that wants it, and a poll that finds nothing backs off (docs/mount.md, "Round
+    /// trips").
     #[arg(long, default_value_t = extalloc_fuse::mount::DEFAULT_POLL_US)]
     pub poll_us: u64,
     /// Do not read ahead across a directory's files (on by default: a reader walking a

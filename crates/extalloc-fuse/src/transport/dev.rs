@@ -4,8 +4,8 @@
 //! ([`clone_dev`]).
 //!
 //! Data structures: a buffer per thread, the largest write plus the headers. Invariant: a
-//! request is answered on the descriptor it was read from; the loop ends when the
-//! connection is gone (`ENODEV`, `ECONNABORTED`). Lock order: none.
+//! request is answered on the descriptor it was read from; a read says the connection is
+//! gone (`ENODEV`, `ECONNABORTED`) and the serving loop then ends. Lock order: none.
 
 use super::abi;
 use super::handler::MAX_WRITE;

@@ -131,11 +131,7 @@ impl AgeFs {
                 block_size,
             },
             Target::Extalloc | Target::ExtallocUring | Target::ExtallocNoPoll => {
-                let flavor = match target {
-                    Target::ExtallocUring => Flavor::Uring,
-                    Target::ExtallocNoPoll => Flavor::NoPoll,
-                    _ => Flavor::Plain,
-                };
+                let flavor = Flavor::of(target).expect("an extalloc target");
                 AgeFs::Extalloc(ExtallocMount::create(bytes, block_size, flavor, policy)?)
             }
             Target::Fuse2fs => bail!("the aging jobs run on ext4, xfs, btrfs and extalloc, not fuse2fs (drop it from --fs)"),

@@ -13,7 +13,7 @@ use super::age::AgeFs;
 use super::age_git::{self, GitOptions, GitRun};
 use super::age_profile::{self, ProfileOptions, ProfileRun};
 use super::kernel::{self, Fs, INTERRUPTED};
-use super::mounted::Target;
+use super::mounted::{Flavor, Target};
 use anyhow::Result;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -77,12 +77,7 @@ fn check(targets: &[Target]) -> Result<()> {
         tools.push("btrfs");
     }
     super::preflight(&kernel_fs, &tools)?;
-    if targets.iter().any(|t| {
-        matches!(
-            t,
-            Target::Extalloc | Target::ExtallocUring | Target::ExtallocNoPoll
-        )
-    }) {
+    if targets.iter().any(|&t| Flavor::of(t).is_some()) {
         anyhow::ensure!(
             std::path::Path::new("/dev/fuse").exists(),
             "extalloc mounts need /dev/fuse (and fusermount3: scripts/fs-tools.sh)"

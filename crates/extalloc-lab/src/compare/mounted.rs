@@ -168,13 +168,10 @@ fn check_tools(jobs: &[Job], targets: &[Target]) -> Result<()> {
             anyhow::ensure!(p.is_file(), "fio job file {} not found", p.display());
         }
     }
-    let fuse = [
-        Target::Extalloc,
-        Target::ExtallocUring,
-        Target::ExtallocNoPoll,
-        Target::Fuse2fs,
-    ];
-    if targets.iter().any(|t| fuse.contains(t)) {
+    if targets
+        .iter()
+        .any(|&t| t == Target::Fuse2fs || Flavor::of(t).is_some())
+    {
         anyhow::ensure!(
             Path::new("/dev/fuse").exists(),
             "the FUSE targets need /dev/fuse (and fusermount3: scripts/fs-tools.sh)"
@@ -256,9 +253,9 @@ fn failed(target: Target, round: usize, e: &anyhow::Error) -> FsRun {
 fn run_one(job: &Job, target: Target, opts: &Options) -> Result<FsRun> {
     match target {
         Target::Kernel(f) => kernel_run(f, job, opts),
-        Target::Extalloc => extalloc_run(job, opts, Flavor::Plain),
-        Target::ExtallocUring => extalloc_run(job, opts, Flavor::Uring),
-        Target::ExtallocNoPoll => extalloc_run(job, opts, Flavor::NoPoll),
+        Target::Extalloc | Target::ExtallocUring | Target::ExtallocNoPoll => {
+            extalloc_run(job, opts, target)
+        }
         Target::Fuse2fs => fuse2fs_run(job, opts),
     }
     .with_context(|| format!("the job {} on {}", job.name(), target.name()))
@@ -318,7 +315,8 @@ fn fuse2fs_run(job: &Job, opts: &Options) -> Result<FsRun> {
     Ok(fs_run("fuse2fs", ran, None, opts.block_size, Some(free)))
 }
 
-fn extalloc_run(job: &Job, opts: &Options, flavor: Flavor) -> Result<FsRun> {
+fn extalloc_run(job: &Job, opts: &Options, target: Target) -> Result<FsRun> {
+    let flavor = Flavor::of(target).expect("an extalloc target");
     let block_size = opts.block_size;
     let mut m = ExtallocMount::create(
         opts.device_bytes,
@@ -343,7 +341,7 @@ fn extalloc_run(job: &Job, opts: &Options, flavor: Flavor) -> Result<FsRun> {
         geometry.group_blocks,
     );
     Ok(fs_run(
-        flavor.target().name(),
+        target.name(),
         ran,
         Some(&files),
         block_size,
@@ -428,12 +426,13 @@ pub(super) enum Flavor {
 }
 
 impl Flavor {
-    /// The target it is.
-    pub(super) fn target(self) -> Target {
-        match self {
-            Flavor::Plain => Target::Extalloc,
-            Flavor::Uring => Target::ExtallocUring,
-            Flavor::NoPoll => Target::ExtallocNoPoll,
+    /// The flavour of an extalloc target; None for the others.
+    pub(super) fn of(target: Target) -> Option<Flavor> {
+        match target {
+            Target::Extalloc => Some(Flavor::Plain),
+            Target::ExtallocUring => Some(Flavor::Uring),
+            Target::ExtallocNoPoll => Some(Flavor::NoPoll),
+            Target::Kernel(_) | Target::Fuse2fs => None,
         }
     }
 }
@@ -525,6 +524,9 @@ impl Drop for ExtallocMount {
     fn drop(&mut self) {
         if let Err(e) = self.unmount() {
             eprintln!("cleanup: {e:#}");
+            // A dead daemon's mount, which `extalloc umount` refuses: detached, so that the
+            // next round does not mount over it (a mount already gone: nothing to say).
+            let _ = kernel::run(Command::new("umount").arg("-l").arg(&self.mountpoint));
         }
         let _ = std::fs::remove_dir(&self.mountpoint);
         let _ = std::fs::remove_file(&self.image);

@@ -152,9 +152,7 @@ impl Segs {
             "a segment named and retired: {self:?}"
         );
     }
-}
 
-impl Segs {
     /// After a salvaging open: a segment both named and retired is named only, and each
     /// retired segment is listed once. A table with a stale block (its crc whole, its
     /// bytes older) can name a segment in an old entry that its newer retired list retires
