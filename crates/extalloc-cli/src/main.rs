@@ -207,7 +207,7 @@ fn main() {
         });
     }
     if let Err(e) = run(cli) {
-        eprintln!("error: {}", cli::output::error_text(&e));
+        cli::output::say_err(&format!("error: {}", cli::output::error_text(&e)));
         std::process::exit(1);
     }
 }

@@ -10,8 +10,10 @@
 //!
 //! Invariant: once [`Committer::stop`] (or drop) returns, the thread has ended and dropped
 //! its `Arc<Fs>`, so the file system can be closed. A failed commit is reported once, and
-//! once more when a later one succeeds; it never ends the thread or the mount. A shutdown
-//! of the file system ends the thread quietly.
+//! once more when a later one succeeds; it never ends the mount. A failed write or flush
+//! of the device latches the store (`Store::io_failure`): that is reported once and ends
+//! the thread, since no later commit can succeed. A shutdown of the file system ends the
+//! thread quietly.
 //!
 //! Lock order: the stop mutex is never held while syncing; [`Fs::sync`] takes `ns` only
 //! to collect the inodes with pending times, then the volume's locks (see `fs/mod.rs`).
@@ -104,6 +106,15 @@ fn run(fs: &Fs, every: Duration, stop: &Stop, log: &dyn Fn(&str)) {
                 log("background commit: works again; everything written so far is durable");
             }
             Ok(()) => {}
+            Err(e) if fs.volume().volume().store().io_failure().is_some() => {
+                // Latched: no commit will ever be believed again (`Store::io_failure`).
+                log(&format!(
+                    "background commit failed: {e}; the device failed a write or flush, so \
+                     this mount writes nothing more (writers get EIO, readers read what is \
+                     there); unmount and mount again to recover every commit made before"
+                ));
+                return;
+            }
             Err(e) if !failing => {
                 failing = true;
                 log(&format!(

@@ -265,11 +265,18 @@ fn watch_signals(ending: Ending) -> Result<(), String> {
         .name("extalloc-signals".into())
         .spawn(move || {
             for _ in signals.forever() {
-                ending.end(&|m| eprintln!("extalloc mount: {m}"));
+                ending.end(&log_line);
             }
         })
         .map_err(|e| format!("cannot start the signal thread: {e}"))?;
     Ok(())
+}
+
+/// A line of the daemon's log (its stderr): never panics when stderr is closed or full,
+/// as `eprintln!` would, ending the thread that had something to say.
+fn log_line(m: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "extalloc mount: {m}");
 }
 
 /// The background commit, unless `every` is zero.
@@ -277,7 +284,7 @@ fn start_committer(fs: &Arc<Fs>, every: Duration) -> Result<Option<Committer>, S
     if every.is_zero() {
         return Ok(None);
     }
-    Committer::start(fs.clone(), every, |m| eprintln!("extalloc mount: {m}"))
+    Committer::start(fs.clone(), every, log_line)
         .map(Some)
         .map_err(|e| format!("cannot start the background commit thread: {e}"))
 }

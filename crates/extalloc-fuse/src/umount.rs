@@ -30,6 +30,11 @@ pub struct Unmounted {
     pub waited: Duration,
     /// Whether the daemon had to be sent SIGTERM to end its session.
     pub nudged: bool,
+    /// Why the daemon did not close the device cleanly, if it did not: the device is
+    /// still marked in use once released (its final write-back or checkpoint failed, or
+    /// it was killed), so what it held since its last commit may be lost; the next mount
+    /// recovers every commit.
+    pub unclean: Option<String>,
 }
 
 /// Unmounts the extalloc mount at `mountpoint` and waits up to `timeout` for its daemon to
@@ -74,11 +79,35 @@ pub fn unmount(
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+    let waited = start.elapsed();
+    let unclean = unclean_close(&device);
     Ok(Unmounted {
         device,
-        waited: start.elapsed(),
+        waited,
         nudged,
+        unclean,
     })
+}
+
+/// Why the released `device` was not closed cleanly, if it was not: a read-write daemon
+/// clears the in-use mark at a clean close, and leaves it set when its final write-back or
+/// checkpoint failed (or it died). A read-only mount never sets it.
+fn unclean_close(device: &Path) -> Option<String> {
+    use extalloc::disk::{device::FileDevice, format};
+    let dev = match FileDevice::open_read_only(device) {
+        Ok(d) => d,
+        Err(e) => return Some(format!("cannot read its superblock to check: {e}")),
+    };
+    match format::read_superblock(&dev) {
+        Ok(sb) if sb.state & format::STATE_IN_USE != 0 => Some(
+            "the daemon did not close it cleanly (its final write-back or checkpoint \
+             failed, or it was killed: its --log says why); what it held since its last \
+             commit may be lost, and the next mount recovers every commit"
+                .into(),
+        ),
+        Ok(_) => None,
+        Err(e) => Some(format!("its superblock does not read: {e}")),
+    }
 }
 
 /// The device an extalloc mount at `mp` serves, refusing anything else.

@@ -168,7 +168,7 @@ pub fn mount(args: &MountArgs) -> Result<()> {
     let result = serve(&opts, |r| report(&opts, r, announce));
     if let Err(e) = &result {
         if announce {
-            println!("error: {e}");
+            super::output::say_out(&format!("error: {e}"));
         }
     }
     result.map_err(anyhow::Error::msg)
@@ -231,6 +231,9 @@ pub fn umount(args: &UmountArgs) -> Result<()> {
             ""
         }
     );
+    if let Some(why) = done.unclean {
+        anyhow::bail!("{}: {why}", done.device.display());
+    }
     Ok(())
 }
 
@@ -253,9 +256,9 @@ fn report(opts: &MountOptions, r: &MountReport, announce: bool) {
         r.repaired.dirs,
         r.repaired.files
     );
-    eprintln!("{line}");
+    super::output::say_err(&line);
     for l in extalloc_fuse::repair::salvage_lines(&r.salvage) {
-        eprintln!("  salvaged: {l}");
+        super::output::say_err(&format!("  salvaged: {l}"));
     }
     for p in r
         .repaired
@@ -264,24 +267,24 @@ fn report(opts: &MountOptions, r: &MountReport, announce: bool) {
         .chain(&r.repaired.link_counts)
         .chain(&r.repaired.logs)
     {
-        eprintln!("  repaired: {p}");
+        super::output::say_err(&format!("  repaired: {p}"));
     }
     if !r.repaired.lost_found.is_empty() {
-        eprintln!(
+        super::output::say_err(&format!(
             "  linked into /lost+found (damage had cut them from their names): inodes {:?}",
             r.repaired.lost_found
-        );
+        ));
     }
     if !r.corrupt_groups.is_empty() {
-        eprintln!(
+        super::output::say_err(&format!(
             "  groups {:?} failed their checks: held out of allocation, their files still \
              read; `extalloc fsck {}` says what is damaged",
             r.corrupt_groups,
             opts.device.display()
-        );
+        ));
     }
     if announce {
-        println!("ready: {line}");
+        super::output::say_out(&format!("ready: {line}"));
     }
 }
 

@@ -30,3 +30,17 @@ pub fn end_quietly_on_closed_stdout() {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
+
+/// A line to stdout that never panics: the mount's server says its ready line and its
+/// last error through a pipe its parent may have closed long ago (`println!` panics on
+/// `EPIPE`, and the panic hid the real error). A line nobody can read is dropped.
+pub fn say_out(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout(), "{line}");
+}
+
+/// [`say_out`] for stderr (the server's log).
+pub fn say_err(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}

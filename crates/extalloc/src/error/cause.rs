@@ -341,14 +341,15 @@ pub enum Error {
 
     /// A volume written by another version of extalloc's volume format.
     #[error(
-        "the volume on this device is of format version {found}; this build reads version \
-         {supported}: copy the files out with a build that reads it, then make the device \
-         again with `extalloc mkfs --force`"
+        "the volume on this device is of format version {found}; this build reads versions \
+         2 to {supported} (an older one is brought forward by its next checkpoint): copy \
+         the files out with a build that reads it, then make the device again with \
+         `extalloc mkfs --force`"
     )]
     UnsupportedVolumeVersion {
         /// The version the volume's root records.
         found: u32,
-        /// The only version this build reads.
+        /// The newest version this build reads.
         supported: u32,
     },
 
@@ -569,5 +570,22 @@ pub enum Error {
     Aborted {
         /// What failed in the middle of the change.
         reason: String,
+    },
+
+    /// A write or flush of the device failed earlier, so the store latched: Linux may have
+    /// dropped the data that flush was to make durable (it marks the pages clean and
+    /// reports the error once), and a later flush that succeeds proves nothing. Nothing
+    /// more is written or committed; reads go on. Closing and opening the device again
+    /// recovers every change committed before the failure.
+    #[error(
+        "{device}: an earlier write or flush failed ({cause}); the data it was to make \
+         durable may be lost, so nothing more is written or committed: close the device \
+         and open it again (recovery keeps every change committed before the failure)"
+    )]
+    IoLatched {
+        /// The device.
+        device: String,
+        /// The first failure, as it was reported.
+        cause: String,
     },
 }

@@ -135,7 +135,7 @@ impl Error {
             | Error::UnsupportedVersion { .. }
             | Error::UnsupportedVolumeVersion { .. }
             | Error::NoVolume { .. } => K::Unrecognized,
-            Error::Aborted { .. } => K::Aborted,
+            Error::Aborted { .. } | Error::IoLatched { .. } => K::Aborted,
             Error::Writeback { source, .. } => source.kind(),
         }
     }

@@ -138,6 +138,32 @@ impl Store {
         self.files.allocator()
     }
 
+    /// The store's device, behind its latch: every write to the device while the store is
+    /// open (a volume's data too) goes through it, so the first failed write or flush
+    /// stops every later one ([`Store::io_failure`]).
+    pub fn device(&self) -> Arc<dyn crate::disk::device::Device> {
+        self.dev.clone()
+    }
+
+    /// The first write or flush of the device that failed since the store was opened, if
+    /// one did. From then on every write, flush and commit fails with
+    /// [`Error::IoLatched`](crate::error::Error::IoLatched) until the device is opened
+    /// again: Linux forgets the data of a failed flush, so no later one is believed.
+    pub fn io_failure(&self) -> Option<String> {
+        self.latch.latched()
+    }
+
+    /// [`Store::io_failure`] as the error every later change gets.
+    pub fn check_not_latched(&self) -> crate::error::Result<()> {
+        match self.latch.latched() {
+            None => Ok(()),
+            Some(cause) => Err(crate::error::Error::IoLatched {
+                device: self.dev.name(),
+                cause,
+            }),
+        }
+    }
+
     /// The device's geometry, from its superblock.
     pub fn geometry(&self) -> &Geometry {
         self.alloc().geometry()

@@ -19,7 +19,7 @@ use super::claim::{self, OpenClaim};
 use super::ops::OpShards;
 use super::state::{Boundary, OpenTiming, Store};
 use crate::alloc::{Allocator, BitmapSource, GroupSummary, Policy};
-use crate::disk::device::Device;
+use crate::disk::device::{Device, FenceDevice};
 use crate::disk::format::{self, GroupDesc, Superblock, DESC_BYTES};
 use crate::disk::journal::{self, Area, Journal, Op, Record};
 use crate::error::{Error, Result};
@@ -160,6 +160,15 @@ fn area(sb: &Superblock) -> Area {
     }
 }
 
+/// `dev` behind the store's latch (`Store::latch`): every write of the store, and of the
+/// volume and file system over it, goes through it, so the first failed write or flush
+/// stops them all.
+fn latched(dev: Arc<dyn Device>) -> (Arc<FenceDevice>, Arc<dyn Device>) {
+    let latch = Arc::new(FenceDevice::latching(dev));
+    let dev: Arc<dyn Device> = latch.clone();
+    (latch, dev)
+}
+
 impl Store {
     /// Makes a fresh file system on `dev` and opens it.
     pub fn create(
@@ -203,6 +212,7 @@ impl Store {
     ) -> Result<(Store, Vec<Record>)> {
         let started = std::time::Instant::now();
         let object_claim = OpenClaim::take(&dev)?;
+        let (latch, dev) = latched(dev);
         let sb = format::read_superblock(dev.as_ref())?;
         // Refused before anything is read further when a live owner holds it.
         let verdict = claim::judge(dev.as_ref(), &sb)?;
@@ -248,6 +258,7 @@ impl Store {
         Ok((
             Store {
                 dev,
+                latch,
                 metadata_end: sb.metadata_end(),
                 backup_block: sb.backup_block(),
                 journal_loss,

@@ -63,7 +63,11 @@ pub type CheckpointHook = Box<dyn Fn() -> Result<Vec<u8>> + Send + Sync>;
 /// The persistent allocator: the device, the journal, the file layer over the allocator core
 /// and the open transaction. Every change goes through its calls, so the journal records it.
 pub struct Store {
+    /// The device, through `latch`.
     pub(super) dev: Arc<dyn Device>,
+    /// The latch every write goes through: the first failed write or flush stops all
+    /// later ones ([`Store::io_failure`]).
+    pub(super) latch: Arc<crate::disk::device::FenceDevice>,
     pub(super) sb: Mutex<Superblock>,
     /// Blocks `0..metadata_end` (superblock, journal, descriptors, bitmaps) and the backup
     /// superblock are the device's own: never freed, never handed out.

@@ -467,8 +467,9 @@ mod tests {
         store.allocator().check().unwrap();
     }
 
-    /// A commit whose record cannot be written hands the handle back unchanged; it commits
-    /// once the device works again. Misuse is refused and changes nothing.
+    /// A commit whose record cannot be written hands the handle back unchanged; the store
+    /// has latched, so a second try is refused too (nothing is believed after a failed
+    /// write) and hands it back again. Misuse is refused and changes nothing.
     #[test]
     fn a_failed_commit_leaves_the_handle_unchanged_and_misuse_is_refused() {
         let (dev, store, x) = store_with_x(2);
@@ -497,8 +498,16 @@ mod tests {
             .expect("the record was not written: the handle comes back");
         assert_eq!(h.changes(), before);
         assert!(used(&store, x));
-        h.commit(b"h").unwrap();
-        assert!(free(&store, x));
+        let again = h.commit(b"h").unwrap_err();
+        assert!(
+            matches!(again.error, Error::IoLatched { .. }),
+            "{}",
+            again.error
+        );
+        let h = again.txn.expect("handed back again");
+        assert_eq!(h.changes(), before);
+        assert!(used(&store, x), "a free not recorded frees nothing");
+        h.abort().unwrap();
         store.allocator().check().unwrap();
     }
 

@@ -163,7 +163,7 @@ impl Volume {
     }
 
     /// Stops every later commit: a change was left half made in the open transaction.
-    fn abort(&self, reason: &str) {
+    pub(super) fn abort(&self, reason: &str) {
         debug_assert!(!reason.is_empty(), "an abort says why");
         let mut a = self.aborted.lock();
         if a.is_none() {

@@ -109,12 +109,13 @@ impl Volume {
             .lock()
             .areas
             .iter()
+            .flat_map(|a| a.extents())
             .filter(|a| a.len > 0)
-            .copied()
             .collect();
         own.extend(self.segs.lock().all());
         own.sort_unstable_by_key(|e| e.start);
-        // Allocated from the store one by one: the table areas and segments never overlap.
+        // Allocated from the store one by one: the table areas' pieces and index blocks and
+        // the segments never overlap.
         debug_assert!(own.windows(2).all(|w| w[0].end() <= w[1].start), "{own:?}");
         owned.extend(own);
         owned.sort_unstable_by_key(|e| e.start);

@@ -15,9 +15,10 @@
 //! names) holds every change of the records the checkpoint left behind; both areas are
 //! allocated (owner `TABLE_OWNER`). Locks: runs under the gate, written.
 
+use super::area::{self, index_blocks_for, max_piece_blocks, Area};
 use super::file::{apply, maps_of, ReplayFile, VFile};
 use super::maps::{adopt_entries, read_map};
-use super::record::{decode_payload, Change, Root, PAYLOAD_MAGIC};
+use super::record::{decode_payload, Change, Root, SideRef, PAYLOAD_MAGIC};
 use super::state::Segs;
 use super::state::{FileTable, Meta, Volume, TABLE_OWNER};
 use super::table::{decode_placed, decode_table, encode_table, salvage_table, Salvaged, Table};
@@ -25,6 +26,7 @@ use crate::alloc::AllocRequest;
 use crate::disk::device::Device;
 use crate::disk::journal::Record;
 use crate::error::{Error, Result};
+use crate::geometry::{Extent, Geometry};
 use crate::store::Store;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -85,18 +87,15 @@ impl Volume {
         debug_assert_eq!(decode_table(&encoded).ok().as_ref(), Some(table));
         let table = encoded;
         let need = (table.len() as u64).div_ceil(self.block_size);
-        let mut meta = *self.meta.lock();
+        let mut meta = self.meta.lock().clone();
         let inactive = 1 - meta.active;
-        if meta.areas[inactive].len < need {
+        if meta.areas[inactive].blocks() < need {
             self.replace_area(&mut meta, inactive, need)?;
         }
-        let mut padded = table.clone();
-        padded.resize((need * self.block_size) as usize, 0);
-        self.dev
-            .write_at(&padded, meta.areas[inactive].start * self.block_size)?;
+        meta.areas[inactive].write(self.dev.as_ref(), self.block_size, &table)?;
         self.dev.flush()?;
         let root = Root {
-            areas: meta.areas,
+            sides: [meta.areas[0].side(), meta.areas[1].side()],
             active: inactive,
             table_bytes: table.len() as u64,
             table_crc: crc32c::crc32c(&table),
@@ -112,36 +111,111 @@ impl Volume {
         Ok(())
     }
 
-    /// Gives area `which` at least `need` blocks: a new one (twice the need, so the table
-    /// may grow), the old one freed, the new areas logged and committed.
+    /// Gives area `which` room for at least `need` blocks: a new one (twice the need where
+    /// the device has it, so the table may grow) of pieces of at most
+    /// [`max_piece_blocks`] each, found wherever the allocator has room, and the index
+    /// blocks that list them, written and flushed; then the old area freed and the new
+    /// areas logged and committed. On failure the old area stays and nothing is committed
+    /// (what was allocated goes back with the open transaction's frees).
     fn replace_area(&self, meta: &mut Meta, which: usize, need: u64) -> Result<()> {
         debug_assert!(which < meta.areas.len() && need > 0);
-        let len = (need * 2).max(16);
-        // In the last group: out of the way of the files' streams.
-        let g = self.store.geometry();
-        let goal = g.group_start(g.groups_count() - 1);
-        let new = self
-            .store
-            .allocate(&AllocRequest::new(TABLE_OWNER, len).min_len(need).goal(goal))?;
-        debug_assert!(new.len >= need, "an area of {} blocks for {need}", new.len);
-        let old = meta.areas[which];
-        if old.len > 0 {
-            if let Err(e) = self.store.free(old) {
-                // Nothing recorded yet: give the new area back with the transaction.
-                let _ = self.store.free(new);
+        let g = *self.store.geometry();
+        let bs = self.block_size;
+        let new = match self.allocate_area(&g, need) {
+            Ok(area) => area,
+            Err((e, got)) => {
+                for x in got {
+                    let _ = self.store.free(x);
+                }
+                return Err(e);
+            }
+        };
+        debug_assert!(
+            new.blocks() >= need,
+            "an area of {} blocks for {need}",
+            new.blocks()
+        );
+        let written = new
+            .encode_index(bs)
+            .into_iter()
+            .try_for_each(|(at, b)| self.dev.write_at(&b, at * bs))
+            .and_then(|()| self.dev.flush());
+        if let Err(e) = written {
+            new.extents().for_each(|x| {
+                let _ = self.store.free(x);
+            });
+            return Err(e);
+        }
+        let old = std::mem::replace(&mut meta.areas[which], new);
+        for x in old.extents() {
+            if let Err(e) = self.store.free(x) {
+                // Part of the old area may be freed in the open transaction while the
+                // volume still names it: that must never commit.
+                self.abort(&format!("freeing the old table area failed: {e}"));
                 return Err(e);
             }
         }
-        meta.areas[which] = new;
         let mut payload = PAYLOAD_MAGIC.to_vec();
-        Change::Areas {
-            a: meta.areas[0],
-            b: meta.areas[1],
+        Change::TableAreas {
+            a: meta.areas[0].side(),
+            b: meta.areas[1].side(),
         }
         .encode(&mut payload);
         self.store.commit(&payload)?;
-        *self.meta.lock() = *meta;
+        *self.meta.lock() = meta.clone();
         Ok(())
+    }
+
+    /// Allocates an area for `need` blocks (twice that where there is room): its pieces,
+    /// each at most a piece long and in the last group where it can be (out of the way of
+    /// the files' streams), then the index blocks that list them. On failure, the error and
+    /// what was allocated.
+    fn allocate_area(
+        &self,
+        g: &Geometry,
+        need: u64,
+    ) -> std::result::Result<Area, (Error, Vec<Extent>)> {
+        let bs = self.block_size;
+        let want = (need * 2).max(16);
+        let piece = max_piece_blocks(g);
+        let goal = g.group_start(g.groups_count() - 1);
+        let mut got: Vec<Extent> = Vec::new();
+        let mut have = 0u64;
+        while have < want {
+            let len = (want - have).min(piece);
+            let req = AllocRequest::new(TABLE_OWNER, len).goal(goal);
+            // A whole piece where one is free, else any run at all.
+            let e = match self.store.allocate(&req.min_len(len)) {
+                Ok(e) => Ok(e),
+                Err(e) if e.kind() == crate::ErrorKind::NoSpace => {
+                    self.store.allocate(&req.min_len(1))
+                }
+                Err(e) => Err(e),
+            };
+            match e {
+                Ok(e) => {
+                    have += e.len;
+                    got.push(e);
+                }
+                // The doubling is a margin, not a need.
+                Err(_) if have >= need => break,
+                Err(e) => return Err((e, got)),
+            }
+        }
+        let mut index = Vec::new();
+        while (index.len() as u64) < index_blocks_for(got.len() as u64, bs) {
+            match self
+                .store
+                .allocate(&AllocRequest::new(TABLE_OWNER, 1).goal(goal))
+            {
+                Ok(e) => index.push(e.start),
+                Err(e) => {
+                    got.extend(index.iter().map(|&b| Extent::new(b, 1)));
+                    return Err((e, got));
+                }
+            }
+        }
+        Ok(Area { index, pieces: got })
     }
 }
 
@@ -208,9 +282,10 @@ pub(super) fn replay(
     mut segs: Segs,
     changes: Vec<Change>,
 ) -> Result<(BTreeMap<u64, ReplayFile>, Meta, Segs)> {
+    let mut sides = root.sides;
     let mut meta = Meta {
         next_id: root.next_id,
-        areas: root.areas,
+        areas: Default::default(),
         active: root.active,
     };
     for id in changes.iter().filter_map(maps_of) {
@@ -221,7 +296,8 @@ pub(super) fn replay(
     }
     for change in changes {
         match &change {
-            Change::Areas { a, b } => meta.areas = [*a, *b],
+            Change::Areas { a, b } => sides = [SideRef::legacy(*a), SideRef::legacy(*b)],
+            Change::TableAreas { a, b } => sides = [*a, *b],
             // A checkpoint that never finished: what it freed is gone, what it wrote
             // is named by no table.
             Change::Segments { new, freed } => segs.unfinished(new, freed),
@@ -232,6 +308,13 @@ pub(super) fn replay(
     meta.next_id = meta
         .next_id
         .max(files.keys().next_back().map_or(1, |id| id + 1));
+    let g = store.geometry();
+    meta.areas[root.active] = area::resolve(dev, g, sides[root.active])?;
+    // The inactive area holds no table in force: an index damaged there costs only its
+    // blocks (left allocated, reported leaked by the check; the next checkpoint makes a
+    // new area), never the open.
+    let inactive = 1 - root.active;
+    meta.areas[inactive] = area::resolve(dev, g, sides[inactive]).unwrap_or_default();
     Ok((files, meta, segs))
 }
 
@@ -273,21 +356,22 @@ pub(super) fn read_table(store: &Store, dev: &dyn Device, root: &Root) -> Result
 }
 
 fn read_table_bytes(store: &Store, dev: &dyn Device, root: &Root) -> Result<Vec<u8>> {
-    let area = root.areas[root.active];
+    let area = area::resolve(dev, store.geometry(), root.sides[root.active])?;
     let bs = u64::from(store.geometry().block_size);
-    if root.table_bytes > area.len.saturating_mul(bs) {
-        return Err(Error::Corrupt {
+    area.read(dev, bs, root.table_bytes).map_err(|e| match e {
+        Error::Corrupt { detail, .. } => Error::Corrupt {
             what: "volume root".into(),
-            detail: format!(
-                "a {}-byte table does not fit its area of {} blocks",
-                root.table_bytes, area.len
-            ),
-        });
-    }
-    store.geometry().validate(area)?;
-    let mut table = vec![0u8; root.table_bytes as usize];
-    dev.read_at(&mut table, area.start * bs)?;
-    Ok(table)
+            detail,
+        },
+        other => other,
+    })
+}
+
+/// Both areas the root names, as far as their index chains read (one that does not is
+/// empty): for the salvage and [`Volume::places`], which must go on whatever is damaged.
+pub(super) fn areas_of(store: &Store, dev: &dyn Device, root: &Root) -> [Area; 2] {
+    let g = store.geometry();
+    [0, 1].map(|i| area::resolve(dev, g, root.sides[i]).unwrap_or_default())
 }
 
 /// The error a plain open gives for a table with damaged entries: how many, the ids it
@@ -311,10 +395,7 @@ fn damaged_table(root: &Root, s: &Salvaged) -> Error {
     }
     detail.push_str(": run `extalloc fsck --repair`");
     Error::Corrupt {
-        what: format!(
-            "volume file table at block {}",
-            root.areas[root.active].start
-        ),
+        what: format!("volume file table at {:?}", root.sides[root.active]),
         detail,
     }
 }

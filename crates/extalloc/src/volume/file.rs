@@ -329,7 +329,7 @@ pub(super) fn apply(files: &mut BTreeMap<u64, ReplayFile>, change: Change) {
                 f.placement = Some(key);
             }
         }
-        Change::Areas { .. } | Change::Segments { .. } => {}
+        Change::Areas { .. } | Change::TableAreas { .. } | Change::Segments { .. } => {}
     }
 }
 

@@ -57,6 +57,9 @@
 //! clone a file's `Arc` out of it, then lock). Operations hold the gate for reading one chunk at a time (at most `CHUNK_BLOCKS`
 //! blocks or `CHUNK_EXTENTS` extents), so a commit waits for at most one chunk.
 
+mod area;
+#[cfg(test)]
+mod area_tests;
 mod atomic;
 #[cfg(test)]
 mod atomic_tests;
@@ -67,6 +70,8 @@ mod data;
 mod delalloc;
 mod file;
 mod io;
+#[cfg(test)]
+mod latch_tests;
 mod maps;
 #[cfg(test)]
 mod maps_tests;
@@ -141,11 +146,7 @@ impl Volume {
         if !store.root().is_empty() || !records.is_empty() {
             return Err(Error::StoreInUse);
         }
-        let vol = Volume::with_store(
-            store,
-            dev,
-            (BTreeMap::new(), Meta::empty(), Segs::default()),
-        )?;
+        let vol = Volume::with_store(store, (BTreeMap::new(), Meta::empty(), Segs::default()))?;
         {
             let _closed = vol.gate.write();
             vol.checkpoint_locked()?;
@@ -170,18 +171,17 @@ impl Volume {
     pub fn open(dev: Arc<dyn Device>, policy: Policy) -> Result<Volume> {
         let (store, records) = Store::open(dev.clone(), policy)?;
         let loaded = checkpoint::load(&store, dev.as_ref(), &records)?;
-        let vol = Volume::with_store(store, dev, loaded)?;
+        let vol = Volume::with_store(store, loaded)?;
         // Files a crash left pending are removed; on a device that refuses writes they
         // stay, hidden, for the next open (`publish.rs`).
         let _ = vol.remove_pending();
         Ok(vol)
     }
 
-    fn with_store(
-        store: Store,
-        dev: Arc<dyn Device>,
-        (files, meta, segs): (FileTable, Meta, Segs),
-    ) -> Result<Volume> {
+    /// The volume over `store`; its data goes to the store's device, through the store's
+    /// latch ([`Store::device`]), never around it.
+    fn with_store(store: Store, (files, meta, segs): (FileTable, Meta, Segs)) -> Result<Volume> {
+        let dev = store.device();
         let prepared_root: Arc<Mutex<Option<Vec<u8>>>> = Arc::new(Mutex::new(None));
         let slot = prepared_root.clone();
         store.set_checkpoint_hook(Box::new(move || {
@@ -420,7 +420,7 @@ impl Volume {
     fn check_open(&self) -> Result<()> {
         match self.shut.load(Acquire) {
             true => Err(Error::Closed),
-            false => Ok(()),
+            false => self.store.check_not_latched(),
         }
     }
 

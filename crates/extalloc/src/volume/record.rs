@@ -17,9 +17,13 @@ use crate::geometry::Extent;
 pub(super) const PAYLOAD_MAGIC: &[u8; 4] = b"XVOL";
 const ROOT_MAGIC: &[u8; 4] = b"XVRT";
 /// The root's version. 2: maps of more than [`INLINE_EXTENTS`] extents live in map
-/// segments. The file table has its own version (`table::TABLE_VERSION`): a version-2 root
-/// names a table of version 2 or 3.
-const VERSION: u32 = 2;
+/// segments. 3: a table area is a chain of pieces listed by index blocks (`area.rs`), named
+/// by its first index block (a version 2 area, one extent, is still named by it). A
+/// version 2 root is read, and the next checkpoint writes version 3. The file table has
+/// its own version (`table::TABLE_VERSION`): a root names a table of version 2 or 3.
+const VERSION: u32 = 3;
+/// The oldest root version read.
+const OLDEST_VERSION: u32 = 2;
 /// A file of at most this many map entries keeps its map in the table (as an ext4 inode
 /// keeps four extents in `i_block`); a longer map goes to a map segment.
 pub(super) const INLINE_EXTENTS: usize = 4;
@@ -51,8 +55,10 @@ pub(super) enum Change {
     Written { id: u64, logical: u64, len: u64 },
     /// The file is gone.
     Unlink { id: u64 },
-    /// The two file-table areas.
+    /// The two file-table areas, each one extent (root version 2; still replayed).
     Areas { a: Extent, b: Extent },
+    /// The two file-table areas, by their index chains (`area.rs`).
+    TableAreas { a: SideRef, b: SideRef },
     /// The file's placement key: its first blocks go to the group the key picks.
     Placement { id: u64, key: u64 },
     /// A checkpoint wrote map segments `new` (allocated in this record) and freed `freed`
@@ -122,7 +128,7 @@ impl<'a> Reader<'a> {
         Ok(n as usize)
     }
 
-    fn extent(&mut self) -> Result<Extent> {
+    pub(super) fn extent(&mut self) -> Result<Extent> {
         let e = Extent::new(self.u64()?, self.u64()?);
         self.debug_check();
         Ok(e)
@@ -154,7 +160,7 @@ pub(super) fn put_blob(out: &mut Vec<u8>, b: &[u8]) {
     out.extend_from_slice(b);
 }
 
-fn put_extent(out: &mut Vec<u8>, e: Extent) {
+pub(super) fn put_extent(out: &mut Vec<u8>, e: Extent) {
     put_u64(out, e.start);
     put_u64(out, e.len);
     debug_assert_eq!(Reader::new(&out[out.len() - 16..]).extent().ok(), Some(e));
@@ -225,6 +231,11 @@ impl Change {
                 put_extents(out, new);
                 put_extents(out, freed);
             }
+            Change::TableAreas { a, b } => {
+                out.push(11);
+                a.encode(out);
+                b.encode(out);
+            }
         }
     }
 
@@ -239,7 +250,7 @@ impl Change {
             | Change::Written { id, .. }
             | Change::Unlink { id }
             | Change::Placement { id, .. } => Some(*id),
-            Change::Areas { .. } | Change::Segments { .. } => None,
+            Change::Areas { .. } | Change::TableAreas { .. } | Change::Segments { .. } => None,
         }
     }
 
@@ -288,6 +299,10 @@ impl Change {
             10 => Change::Segments {
                 new: r.extents()?,
                 freed: r.extents()?,
+            },
+            11 => Change::TableAreas {
+                a: SideRef::decode(r)?,
+                b: SideRef::decode(r)?,
             },
             _ => return Err(corrupt("an unknown change kind")),
         })
@@ -457,11 +472,44 @@ pub(super) fn decode_map(b: &[u8]) -> Result<Vec<MapEntry>> {
     Ok(m)
 }
 
+// A table area as the root and `TableAreas` name it (`area.rs`).
+/// How the root or a journal change names an area: by the first block of its index chain
+/// (`head`), or, for an area of format version 2, by its one extent (`head` 0). Both zero:
+/// no area yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct SideRef {
+    pub extent: Extent,
+    pub head: u64,
+}
+
+impl SideRef {
+    pub(super) fn encode(&self, out: &mut Vec<u8>) {
+        put_extent(out, self.extent);
+        put_u64(out, self.head);
+    }
+
+    pub(super) fn decode(r: &mut Reader<'_>) -> Result<SideRef> {
+        let s = SideRef {
+            extent: r.extent()?,
+            head: r.u64()?,
+        };
+        if s.head != 0 && s.extent.len != 0 {
+            return Err(corrupt("a table area named by both an extent and an index"));
+        }
+        Ok(s)
+    }
+
+    /// A version 2 area: one extent.
+    pub(super) fn legacy(extent: Extent) -> SideRef {
+        SideRef { extent, head: 0 }
+    }
+}
+
 /// The volume's root, kept in the store's durable root: where the file table is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Root {
-    /// The two table areas; the table lies at the start of `areas[active]`.
-    pub areas: [Extent; 2],
+    /// The two table areas; the table lies at the start of `sides[active]`.
+    pub sides: [SideRef; 2],
     pub active: usize,
     pub table_bytes: u64,
     pub table_crc: u32,
@@ -474,8 +522,8 @@ impl Root {
         let mut out = Vec::new();
         out.extend_from_slice(ROOT_MAGIC);
         out.extend_from_slice(&VERSION.to_le_bytes());
-        put_extent(&mut out, self.areas[0]);
-        put_extent(&mut out, self.areas[1]);
+        self.sides[0].encode(&mut out);
+        self.sides[1].encode(&mut out);
         out.push(self.active as u8);
         put_u64(&mut out, self.table_bytes);
         out.extend_from_slice(&self.table_crc.to_le_bytes());
@@ -487,22 +535,29 @@ impl Root {
         let mut r = Reader::new(b);
         if b.len() >= 8 && b[..4] == ROOT_MAGIC[..] {
             let version = u32::from_le_bytes(b[4..8].try_into().expect("four bytes"));
-            if version != VERSION {
+            if !(OLDEST_VERSION..=VERSION).contains(&version) {
                 return Err(Error::UnsupportedVolumeVersion {
                     found: version,
                     supported: VERSION,
                 });
             }
         }
-        if r.bytes(4)? != ROOT_MAGIC || r.u32()? != VERSION {
+        let version = match r.bytes(4)? == ROOT_MAGIC {
+            true => r.u32()?,
+            false => 0,
+        };
+        if !(OLDEST_VERSION..=VERSION).contains(&version) {
             return Err(Error::NoVolume {
                 root_bytes: b.len() as u64,
             });
         }
-        let areas = [r.extent()?, r.extent()?];
+        let sides = match version {
+            2 => [SideRef::legacy(r.extent()?), SideRef::legacy(r.extent()?)],
+            _ => [SideRef::decode(&mut r)?, SideRef::decode(&mut r)?],
+        };
         let active = r.u8()? as usize;
         let root = Root {
-            areas,
+            sides,
             active,
             table_bytes: r.u64()?,
             table_crc: r.u32()?,
@@ -552,6 +607,13 @@ mod tests {
                 a: Extent::new(1, 2),
                 b: Extent::new(3, 4),
             },
+            Change::TableAreas {
+                a: SideRef::legacy(Extent::new(5, 6)),
+                b: SideRef {
+                    extent: Extent::new(0, 0),
+                    head: 77,
+                },
+            },
             Change::Placement { id: 7, key: 99 },
             Change::Segments {
                 new: vec![Extent::new(50, 1)],
@@ -574,13 +636,35 @@ mod tests {
         assert_eq!(decode_map(&bytes).unwrap(), map);
         assert!(decode_map(&bytes[..bytes.len() - 1]).is_err());
         let root = Root {
-            areas: [Extent::new(1, 2), Extent::new(3, 4)],
+            sides: [
+                SideRef::legacy(Extent::new(1, 2)),
+                SideRef {
+                    extent: Extent::new(0, 0),
+                    head: 9,
+                },
+            ],
             active: 1,
             table_bytes: 10,
             table_crc: 5,
             next_id: 3,
         };
         assert_eq!(Root::decode(&root.encode()).unwrap(), root);
+        // A version 2 root: two extents.
+        let mut v2 = ROOT_MAGIC.to_vec();
+        v2.extend_from_slice(&2u32.to_le_bytes());
+        put_extent(&mut v2, Extent::new(1, 2));
+        put_extent(&mut v2, Extent::new(3, 4));
+        v2.push(0);
+        put_u64(&mut v2, 10);
+        v2.extend_from_slice(&5u32.to_le_bytes());
+        put_u64(&mut v2, 3);
+        let old = Root::decode(&v2).unwrap();
+        assert_eq!(old.sides[1], SideRef::legacy(Extent::new(3, 4)));
+        v2[4] = 1;
+        assert!(matches!(
+            Root::decode(&v2),
+            Err(Error::UnsupportedVolumeVersion { found: 1, .. })
+        ));
         assert!(Root::decode(b"").is_err());
     }
 }

@@ -21,8 +21,9 @@
 //! its own (the volume is not shared yet; `places` reads only the durable root and
 //! table).
 
+use super::area::Area;
 use super::checkpoint::{
-    adopt_all, changes_of, read_table, replay, segs_of, volume_root, TableRead,
+    adopt_all, areas_of, changes_of, read_table, replay, segs_of, volume_root, TableRead,
 };
 use super::file::{Ranges, ReplayFile};
 use super::io::MAX_FILE_BYTES;
@@ -33,7 +34,7 @@ use super::state::Volume;
 use super::table::{Salvaged, TableFile};
 use crate::alloc::Policy;
 use crate::disk::device::Device;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::files::LOGICAL_BLOCKS_MAX;
 use crate::store::Store;
 use std::collections::BTreeMap;
@@ -130,16 +131,27 @@ impl Volume {
             ..Salvage::default()
         };
         let root = volume_root(&store)?;
-        let s = match read_table(&store, dev.as_ref(), &root)? {
-            TableRead::Whole(table, places) => Salvaged {
+        let areas = areas_of(&store, dev.as_ref(), &root);
+        let s = match read_table(&store, dev.as_ref(), &root) {
+            Ok(TableRead::Whole(table, places)) => Salvaged {
                 table,
                 places,
                 ..Salvaged::default()
             },
-            TableRead::Damaged(s) => {
+            Ok(TableRead::Damaged(s)) => {
                 report.table_damaged = true;
                 s
             }
+            // The active area's index unreadable: the whole table is lost; the other
+            // area's gives back what it can.
+            Err(Error::Corrupt { .. }) => {
+                report.table_damaged = true;
+                Salvaged {
+                    header_lost: true,
+                    ..Salvaged::default()
+                }
+            }
+            Err(e) => return Err(e),
         };
         report.damaged_entries = s.damaged.len() as u64 + s.uncounted;
         report.retired_lost = s.retired_lost;
@@ -150,6 +162,7 @@ impl Volume {
             &store,
             dev.as_ref(),
             &root,
+            &areas,
             &s,
             &mut files,
             &mut segs,
@@ -160,6 +173,7 @@ impl Volume {
                 &store,
                 dev.as_ref(),
                 &root,
+                &areas,
                 &mut files,
                 &mut segs,
                 &mut report,
@@ -178,7 +192,7 @@ impl Volume {
         }
         kept.settle(&mut files, &mut report);
         let table = adopt_all(&store, files)?;
-        let vol = Volume::with_store(store, dev, (table, meta, segs))?;
+        let vol = Volume::with_store(store, (table, meta, segs))?;
         Ok((vol, report))
     }
 
@@ -190,7 +204,7 @@ impl Volume {
             TableRead::Whole(t, p) => (t, p),
             TableRead::Damaged(s) => (s.table, s.places),
         };
-        let at = root.areas[root.active].start * self.block_size;
+        let areas = areas_of(&self.store, self.dev.as_ref(), &root);
         let bs = self.block_size;
         let durable: BTreeMap<u64, FilePlace> = table
             .files
@@ -201,7 +215,7 @@ impl Volume {
                     let start = r.seg.start * bs + u64::from(r.offset);
                     start..start + u64::from(r.len)
                 });
-                let table = at + p.start..at + p.end;
+                let table = areas[root.active].device_bytes(bs, p);
                 (
                     f.id,
                     FilePlace {
@@ -242,26 +256,27 @@ impl Kept {
     /// checkpoint cut short had written) every file the damaged table lost: an id no file
     /// has now, below `next_id`, whose map survived (as a damaged entry's must). Its
     /// bytes may be older than the lost entry's; each is reported in `restored`.
+    #[allow(clippy::too_many_arguments)]
     fn restore_previous(
         &mut self,
         store: &Store,
         dev: &dyn Device,
         root: &Root,
+        areas: &[Area; 2],
         files: &mut BTreeMap<u64, ReplayFile>,
         segs: &mut Segs,
         report: &mut Salvage,
     ) {
         let bs = u64::from(store.geometry().block_size);
-        let area = root.areas[1 - root.active];
-        if area.len == 0 || store.geometry().validate(area).is_err() {
+        let area = &areas[1 - root.active];
+        if area.blocks() == 0 {
             return;
         }
-        let mut bytes = vec![0u8; (area.len * bs) as usize];
-        if dev.read_at(&mut bytes, area.start * bs).is_err() {
+        let Ok(bytes) = area.read(dev, bs, area.blocks() * bs) else {
             return;
-        }
+        };
         let previous = super::table::salvage_table(&bytes);
-        let mut taken = taken_of(files, root, segs);
+        let mut taken = taken_of(files, areas, segs);
         let fresh: Vec<u64> = self.fresh.iter().map(|(was, _, _)| *was).collect();
         for (f, at) in previous.table.files.iter().zip(&previous.places) {
             let known = files.contains_key(&f.id) || fresh.contains(&f.id);
@@ -275,7 +290,7 @@ impl Kept {
                 .iter()
                 .for_each(|(_, e, _)| taken.insert(e.start, e.len));
             adopt_segment(store, f, segs, &mut taken);
-            let place = area.start * bs + at.start..area.start * bs + at.end;
+            let place = area.device_bytes(bs, at.clone());
             self.now.insert(f.id, (f.id, place));
             files.insert(f.id, kept_file(f, entries, bs));
             report.restored.push(f.id);
@@ -291,19 +306,20 @@ impl Kept {
         store: &Store,
         dev: &dyn Device,
         root: &Root,
+        areas: &[Area; 2],
         s: &Salvaged,
         files: &mut BTreeMap<u64, ReplayFile>,
         segs: &mut Segs,
         report: &mut Salvage,
     ) {
         let bs = u64::from(store.geometry().block_size);
-        let table_at = root.areas[root.active].start * bs;
-        let mut taken = taken_of(files, root, segs);
+        let active = &areas[root.active];
+        let mut taken = taken_of(files, areas, segs);
         let accounted =
             |me: &Self, report: &Salvage| me.now.len() + me.fresh.len() + report.lost.len();
         let before = accounted(self, report);
         for d in &s.damaged {
-            let bytes = table_at + d.bytes.start..table_at + d.bytes.end;
+            let bytes = active.device_bytes(bs, d.bytes.clone());
             let Some(f) = &d.file else {
                 report.lost.push(LostEntry {
                     bytes,
@@ -408,14 +424,17 @@ fn read_all_maps(
 }
 
 /// The blocks the intact files, the table areas and the map segments hold.
-fn taken_of(files: &BTreeMap<u64, ReplayFile>, root: &Root, segs: &Segs) -> Ranges {
+fn taken_of(files: &BTreeMap<u64, ReplayFile>, areas: &[Area; 2], segs: &Segs) -> Ranges {
     let mut taken = Ranges::default();
     for f in files.values() {
         f.maps
             .values()
             .for_each(|(e, _)| taken.insert(e.start, e.len));
     }
-    root.areas.iter().for_each(|a| taken.insert(a.start, a.len));
+    areas
+        .iter()
+        .flat_map(|a| a.extents())
+        .for_each(|a| taken.insert(a.start, a.len));
     segs.all().for_each(|s| taken.insert(s.start, s.len));
     taken
 }

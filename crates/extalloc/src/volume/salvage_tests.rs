@@ -1,7 +1,7 @@
 //! Salvage of damaged file tables and map segments: a damaged table entry costs at most its
 //! file, a damaged map segment only the maps in it, and a version 2 table still opens.
 
-use super::checkpoint::volume_root;
+use super::checkpoint::{areas_of, volume_root};
 use super::*;
 use crate::disk::device::MemDevice;
 use std::collections::BTreeMap;
@@ -216,8 +216,8 @@ fn a_version_2_table_opens_and_the_next_checkpoint_writes_version_3() {
         let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
         let root = volume_root(vol.store()).unwrap();
         let mut v = [0u8; 4];
-        dev.read_at(&mut v, root.areas[root.active].start * BS + 4)
-            .unwrap();
+        let at = areas_of(vol.store(), dev.as_ref(), &root)[root.active].pieces[0].start;
+        dev.read_at(&mut v, at * BS + 4).unwrap();
         (vol, u32::from_le_bytes(v))
     };
     let (vol, v) = version(&dev);
@@ -346,10 +346,15 @@ fn a_wholly_lost_table_restores_files_from_the_previous_one() {
     // removes it again.
     let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
     let root = volume_root(vol.store()).unwrap();
+    let active = areas_of(vol.store(), dev.as_ref(), &root)[root.active].pieces[0];
+    assert!(
+        root.table_bytes <= active.len * BS,
+        "the table in its first piece"
+    );
     vol.unlink(empty).unwrap();
     vol.sync().unwrap();
     drop(vol);
-    let active = root.areas[root.active];
+
     let zeros = vec![0u8; root.table_bytes as usize];
     dev.write_at(&zeros, active.start * BS).unwrap();
     let (vol, report) = Volume::open_salvaging(dev.clone(), Policy::default()).unwrap();

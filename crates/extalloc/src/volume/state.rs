@@ -60,10 +60,11 @@ pub struct FileExtent {
 pub(super) type FileTable = BTreeMap<u64, Arc<Mutex<VFile>>>;
 
 /// The volume's own bookkeeping: ids and where its table lives.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(super) struct Meta {
     pub(super) next_id: u64,
-    pub(super) areas: [Extent; 2],
+    /// The two table areas (`area.rs`): the active one holds the table the root names.
+    pub(super) areas: [super::area::Area; 2],
     pub(super) active: usize,
 }
 
@@ -106,7 +107,7 @@ impl Meta {
     pub(super) fn empty() -> Meta {
         Meta {
             next_id: 1,
-            areas: [Extent::new(0, 0); 2],
+            areas: Default::default(),
             active: 0,
         }
     }

@@ -387,8 +387,8 @@ fn damage_is_refused_or_repaired_never_misread() {
             drop(vol);
         }
         let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
-        let meta = *vol.meta.lock();
-        (dev, a, b, meta.areas[meta.active], data)
+        let meta = vol.meta.lock().clone();
+        (dev, a, b, meta.areas[meta.active].pieces[0], data)
     };
     // The table: refused, naming it.
     let (dev, _, _, table, _) = build(true);

@@ -369,12 +369,15 @@ impl Buffered {
         self.shared.vol.extents(id)
     }
 
-    /// The volume's `statfs`; blocks reserved for cached data count as not available.
+    /// The volume's `statfs`; blocks reserved for cached data count as used, neither free
+    /// nor available (ext4's `statfs` takes its delayed-allocation blocks off both): a
+    /// `df` taken before writeback shows the data written, and `ENOSPC` comes when it says
+    /// the device is full, not at half.
     pub fn statfs(&self) -> Statfs {
         let mut s = self.shared.vol.statfs();
-        s.available_blocks = s
-            .available_blocks
-            .saturating_sub(self.shared.vol.delalloc_reserved_blocks());
+        let cached = self.shared.vol.delalloc_reserved_blocks();
+        s.available_blocks = s.available_blocks.saturating_sub(cached);
+        s.free_blocks = s.free_blocks.saturating_sub(cached);
         s
     }
 

@@ -6,10 +6,20 @@
 //! the kept ones may be torn (only a prefix of its 512-byte sectors written). After a crash
 //! the volatile writes are gone, as after a power loss; the device goes on working.
 //!
+//! **Linux's semantics of a failed flush** ([`FaultDevice::fail_flushes`]): when a flush
+//! fails, Linux marks the dirty pages clean and reports the error once ("fsyncgate"): the
+//! bytes stay in the page cache for reads until evicted, never reach the media, and the
+//! next `fsync` returns `Ok`. Here a failed flush moves the unflushed writes to a
+//! *forgotten* list: reads still see them, no later flush writes them, a crash drops them;
+//! the next flush that is not made to fail succeeds. A program that retries a failed flush
+//! and believes it loses data on this device as it would on Linux. Reads can be made to fail
+//! too ([`FaultDevice::fail_reads`]).
+//!
 //! Data structure: the wrapped device (the durable state) and, under one lock, the ordered
-//! list of unflushed writes, the failure switches, the crash rng and the advice
-//! ([`Device::will_need`]) given, for tests of who advises what. Invariant: the wrapped
-//! device changes only at `flush` (all pending writes, in order) or `crash` (the survivors).
+//! list of unflushed writes, the forgotten writes, the failure switches, the crash rng and
+//! the advice ([`Device::will_need`]) given, for tests of who advises what. Invariant: the
+//! wrapped device changes only at `flush` (all pending writes, in order) or `crash` (the
+//! survivors); forgotten writes never reach it.
 //!
 //! Locks: `state` -> the wrapped device's own lock; nothing else.
 
@@ -38,6 +48,13 @@ pub enum Crash {
 struct State {
     /// Unflushed writes, in order: (offset, data).
     pending: Vec<(u64, Vec<u8>)>,
+    /// Writes a failed flush dropped (Linux's semantics): read back until a crash, never
+    /// written to the wrapped device. Overlaid on reads before `pending`.
+    forgotten: Vec<(u64, Vec<u8>)>,
+    /// Flushes left to fail, each dropping the unflushed writes (Linux's semantics).
+    flush_failures: u64,
+    /// Reads fail while set.
+    failing_reads: bool,
     failing: bool,
     /// Writes (and flushes) left before `failing` turns on by itself.
     fail_after: Option<u64>,
@@ -87,6 +104,9 @@ impl<D: Device> FaultDevice<D> {
             inner,
             state: Mutex::new(State {
                 pending: Vec::new(),
+                forgotten: Vec::new(),
+                flush_failures: 0,
+                failing_reads: false,
                 failing: false,
                 fail_after: None,
                 rng: rand::rngs::StdRng::seed_from_u64(seed),
@@ -112,6 +132,23 @@ impl<D: Device> FaultDevice<D> {
         self.state.lock().fail_after = Some(n);
     }
 
+    /// The next `n` flushes fail as a flush fails on Linux: each drops the writes not yet
+    /// flushed (reads still see them until a crash; no later flush writes them) and reports
+    /// the error once; the flush after them succeeds. Writes go on working.
+    pub fn fail_flushes(&self, n: u64) {
+        self.state.lock().flush_failures = n;
+    }
+
+    /// From now on every read fails with an I/O error, or works again.
+    pub fn fail_reads(&self, failing: bool) {
+        self.state.lock().failing_reads = failing;
+    }
+
+    /// Writes a failed flush dropped (still read back, never durable).
+    pub fn forgotten_writes(&self) -> usize {
+        self.state.lock().forgotten.len()
+    }
+
     /// Unflushed writes.
     pub fn pending_writes(&self) -> usize {
         self.state.lock().pending.len()
@@ -124,6 +161,9 @@ impl<D: Device> FaultDevice<D> {
         st.crashes += 1;
         st.failing = false;
         st.fail_after = None;
+        st.flush_failures = 0;
+        st.failing_reads = false;
+        st.forgotten.clear();
         let pending = std::mem::take(&mut st.pending);
         let mut report = CrashReport {
             pending: pending.len(),
@@ -183,9 +223,12 @@ impl<D: Device> Device for FaultDevice<D> {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         check_range(offset, buf.len(), self.size())?;
         let st = self.state.lock();
+        if st.failing_reads {
+            return Err(injected("read", offset));
+        }
         self.inner.read_at(buf, offset)?;
         let end = offset + buf.len() as u64;
-        for (w_off, data) in &st.pending {
+        for (w_off, data) in st.forgotten.iter().chain(&st.pending) {
             let w_end = w_off + data.len() as u64;
             let (a, b) = (offset.max(*w_off), end.min(w_end));
             if a < b {
@@ -211,6 +254,17 @@ impl<D: Device> Device for FaultDevice<D> {
         let mut st = self.state.lock();
         st.tick();
         if st.failing {
+            return Err(injected("flush", 0));
+        }
+        if st.flush_failures > 0 {
+            // Linux: the dirty pages are marked clean and the error is reported once.
+            st.flush_failures -= 1;
+            let dropped = std::mem::take(&mut st.pending);
+            st.forgotten.extend(dropped);
+            debug_assert!(
+                st.pending.is_empty(),
+                "a failed flush leaves nothing to flush"
+            );
             return Err(injected("flush", 0));
         }
         for (offset, data) in std::mem::take(&mut st.pending) {
@@ -298,6 +352,33 @@ mod tests {
         d.write_at(&[5; 8], 0).unwrap();
         d.flush().unwrap();
         assert_eq!(read(&d, 0, 8), [5; 8]);
+    }
+
+    #[test]
+    fn a_failed_flush_forgets_the_writes_as_linux_does() {
+        let d = FaultDevice::new(MemDevice::new(1 << 20), 1);
+        d.write_at(&[1; 4096], 0).unwrap();
+        d.flush().unwrap();
+        d.write_at(&[2; 4096], 0).unwrap();
+        d.fail_flushes(1);
+        assert!(matches!(d.flush(), Err(Error::Io { .. })), "reported once");
+        assert_eq!((d.pending_writes(), d.forgotten_writes()), (0, 1));
+        assert_eq!(read(&d, 0, 4), [2; 4], "the page cache still holds them");
+        d.flush().expect("the retry is believed, as on Linux");
+        d.crash(Crash::KeepAll).unwrap();
+        assert_eq!(read(&d, 0, 4096), vec![1; 4096], "never written");
+        assert_eq!(d.forgotten_writes(), 0);
+    }
+
+    #[test]
+    fn failing_reads_fail_until_turned_off() {
+        let d = FaultDevice::new(MemDevice::new(1 << 20), 1);
+        d.fail_reads(true);
+        let mut b = [0u8; 8];
+        assert!(matches!(d.read_at(&mut b, 0), Err(Error::Io { .. })));
+        d.write_at(&[3; 8], 0).unwrap();
+        d.fail_reads(false);
+        assert_eq!(read(&d, 0, 8), [3; 8]);
     }
 
     proptest! {

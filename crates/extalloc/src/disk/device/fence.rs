@@ -4,24 +4,40 @@
 //! keeps exactly what reached it before, as after a power loss, and nothing the running
 //! system does later (a commit, a write-back, the clean-close mark) can land.
 //!
-//! Data structures: the wrapped device and the fence flag under a reader-writer lock.
+//! **Latching** ([`FenceDevice::latching`]): the store wraps every device it opens in one
+//! that fences itself at the first write or flush the device underneath fails, keeping the
+//! failure as its cause (jbd2 aborts its journal the same way). Linux forgets the dirty
+//! pages of a failed flush and reports the error once, so a later flush that succeeds
+//! proves nothing; after the latch every write and flush fails with
+//! [`Error::IoLatched`], naming the first failure, until the device is opened again.
+//!
+//! Data structures: the wrapped device, the fence flag under a reader-writer lock, and for
+//! a latching fence the first failure (`cause`) with a flag readers check without a lock.
 //!
 //! Invariant: once `fence` returns, no write or flush reaches the wrapped device: every
 //! write and flush holds the lock for reading across its call to the wrapped device and
 //! checks the flag under it; `fence` sets the flag holding it for writing, so it waits for
-//! the calls in flight.
+//! the calls in flight. A latching fence sets `cause` before it fences, and only once.
 //!
-//! Locks: `fenced` -> the wrapped device's own lock; nothing else.
+//! Locks: `fenced` -> the wrapped device's own lock; `cause` is a leaf, taken with no
+//! other lock of this device held.
 
 use super::contract::{check_range, Device};
 use crate::error::{Error, IoSource, Result};
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// A device whose writes can be stopped for good (see the module documentation).
 pub struct FenceDevice {
     inner: Arc<dyn Device>,
     fenced: RwLock<bool>,
+    /// Fence at the first failed write or flush (see [`FenceDevice::latching`]).
+    latching: bool,
+    /// The first failure of a latching fence, as it was reported.
+    cause: Mutex<Option<String>>,
+    /// Set (after `cause`) once latched: the check on every call, without a lock.
+    latched: AtomicBool,
 }
 
 impl FenceDevice {
@@ -30,7 +46,48 @@ impl FenceDevice {
         FenceDevice {
             inner,
             fenced: RwLock::new(false),
+            latching: false,
+            cause: Mutex::new(None),
+            latched: AtomicBool::new(false),
         }
+    }
+
+    /// Wraps `inner` and fences it by itself at the first write, vectored write or flush
+    /// that `inner` fails with an I/O error (a range error is the caller's, and changes
+    /// nothing). That call returns its own error; every later write and flush fails with
+    /// [`Error::IoLatched`], and so does a discard; reads go on.
+    pub fn latching(inner: Arc<dyn Device>) -> Self {
+        FenceDevice {
+            latching: true,
+            ..FenceDevice::new(inner)
+        }
+    }
+
+    /// The first failed write or flush of a latching fence, if it latched.
+    pub fn latched(&self) -> Option<String> {
+        if !self.latched.load(Ordering::Acquire) {
+            return None;
+        }
+        let cause = self.cause.lock().clone();
+        debug_assert!(cause.is_some(), "latched without a cause");
+        cause
+    }
+
+    /// After a call to the wrapped device: a latching fence latches on an I/O error.
+    fn watch<T>(&self, result: Result<T>) -> Result<T> {
+        if let Err(e @ Error::Io { .. }) = &result {
+            if self.latching {
+                let mut cause = self.cause.lock();
+                if cause.is_none() {
+                    *cause = Some(e.to_string());
+                }
+                drop(cause);
+                self.latched.store(true, Ordering::Release);
+                self.fence();
+                debug_assert!(self.latched().is_some() && self.is_fenced());
+            }
+        }
+        result
     }
 
     /// Stops every later write and flush (they fail with [`Error::Io`]); waits for the
@@ -46,6 +103,12 @@ impl FenceDevice {
     }
 
     fn refused(&self, op: &'static str, offset: u64) -> Error {
+        if let Some(cause) = self.latched() {
+            return Error::IoLatched {
+                device: self.inner.name(),
+                cause,
+            };
+        }
         Error::Io {
             device: self.inner.name(),
             op,
@@ -69,29 +132,38 @@ impl Device for FenceDevice {
 
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
         check_range(offset, buf.len(), self.size())?;
-        let fenced = self.fenced.read();
-        if *fenced {
-            return Err(self.refused("write", offset));
-        }
-        self.inner.write_at(buf, offset)
+        let result = {
+            let fenced = self.fenced.read();
+            if *fenced {
+                return Err(self.refused("write", offset));
+            }
+            self.inner.write_at(buf, offset)
+        };
+        self.watch(result)
     }
 
     fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> Result<()> {
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         check_range(offset, total, self.size())?;
-        let fenced = self.fenced.read();
-        if *fenced {
-            return Err(self.refused("write", offset));
-        }
-        self.inner.write_vectored_at(bufs, offset)
+        let result = {
+            let fenced = self.fenced.read();
+            if *fenced {
+                return Err(self.refused("write", offset));
+            }
+            self.inner.write_vectored_at(bufs, offset)
+        };
+        self.watch(result)
     }
 
     fn flush(&self) -> Result<()> {
-        let fenced = self.fenced.read();
-        if *fenced {
-            return Err(self.refused("flush", 0));
-        }
-        self.inner.flush()
+        let result = {
+            let fenced = self.fenced.read();
+            if *fenced {
+                return Err(self.refused("flush", 0));
+            }
+            self.inner.flush()
+        };
+        self.watch(result)
     }
 
     fn discard(&self, offset: u64, len: u64) -> Result<bool> {
@@ -153,5 +225,37 @@ mod tests {
             d.write_at(b"x", 1 << 20),
             Err(Error::DeviceRange { .. })
         ));
+    }
+
+    #[test]
+    fn a_latching_fence_latches_at_the_first_failed_flush() {
+        use crate::disk::device::FaultDevice;
+        let fault = Arc::new(FaultDevice::new(MemDevice::new(1 << 20), 1));
+        let d = FenceDevice::latching(fault.clone());
+        d.write_at(b"one", 0).unwrap();
+        d.flush().unwrap();
+        assert!(d.latched().is_none());
+        assert!(
+            matches!(d.write_at(b"x", 1 << 20), Err(Error::DeviceRange { .. })),
+            "a range error is the caller's"
+        );
+        assert!(d.latched().is_none(), "and does not latch");
+        d.write_at(b"two", 0).unwrap();
+        fault.fail_flushes(1);
+        let first = d.flush().unwrap_err();
+        assert!(matches!(first, Error::Io { op: "flush", .. }), "{first}");
+        let cause = d.latched().expect("latched");
+        assert!(cause.contains("injected flush failure"), "{cause}");
+        // The device would take the flush now (Linux reports once): the latch does not.
+        let again = d.flush().unwrap_err();
+        assert!(matches!(again, Error::IoLatched { .. }), "{again}");
+        assert!(matches!(d.write_at(b"3", 0), Err(Error::IoLatched { .. })));
+        assert!(
+            again.to_string().contains("injected flush failure"),
+            "{again}"
+        );
+        let mut back = [0u8; 3];
+        d.read_at(&mut back, 0).unwrap();
+        assert_eq!(&back, b"two", "reads go on: what the cache holds");
     }
 }
