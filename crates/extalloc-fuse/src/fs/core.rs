@@ -175,6 +175,11 @@ pub(crate) struct Node {
     /// count 0 that `Fs::link` may give its first name (which clears this). Any other
     /// node with link count 0 was unlinked and `link` refuses it (`ENOENT`).
     pub(crate) tmpfile: bool,
+    /// Truncated to zero from a non-zero size since its data was last written back: its
+    /// last close writes its new data back before the next commit (ext4's
+    /// `auto_da_alloc`), so a crash after truncate-and-rewrite leaves old or new content,
+    /// not an empty file.
+    pub(crate) rewritten: bool,
 }
 
 impl Node {
@@ -189,6 +194,7 @@ impl Node {
             xattrs: Xattrs::new(),
             spill: None,
             tmpfile: false,
+            rewritten: false,
         }
     }
 

@@ -110,6 +110,15 @@ impl Fs {
     /// The last close of one open: pending times are written, and a file unlinked while
     /// open is removed once nothing else holds it.
     pub fn release(&self, ino: u64) -> FsResult<()> {
+        let rewritten = {
+            let mut ns = self.ns_write();
+            let n = ns.node_mut(ino)?;
+            n.open <= 1 && std::mem::take(&mut n.rewritten)
+        };
+        if rewritten {
+            // auto_da_alloc: the new data goes with the next commit, as the truncate does.
+            self.vol.write_back(ino)?;
+        }
         self.flush_attrs(Some(ino))?;
         let mut ns = self.ns_write();
         let n = ns.node_mut(ino)?;
@@ -245,15 +254,20 @@ impl Fs {
             flags::check(&ns, ino, fixed)?;
             ns.node(ino)?.inode.kind
         };
+        let mut rewritten = false;
         if let Some(size) = set.size {
             match kind {
-                Kind::File => self.vol.truncate(ino, size)?,
+                Kind::File => {
+                    rewritten = size == 0 && self.vol.size(ino)? > 0;
+                    self.vol.truncate(ino, size)?
+                }
                 Kind::Dir => return err(libc::EISDIR),
                 _ => return err(libc::EINVAL),
             }
         }
         let mut ns = self.ns_write();
         let n = ns.node_mut(ino)?;
+        n.rewritten |= rewritten;
         let t = Time::now();
         let i = &mut n.inode;
         let chown = set.uid.is_some() || set.gid.is_some();

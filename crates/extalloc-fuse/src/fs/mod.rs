@@ -64,6 +64,8 @@ pub mod names;
 mod posix_tests;
 #[cfg(test)]
 mod repair_tests;
+#[cfg(test)]
+mod replace_tests;
 pub(crate) mod scan;
 mod shutdown;
 pub mod syncmode;

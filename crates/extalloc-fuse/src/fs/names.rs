@@ -393,6 +393,26 @@ impl Fs {
         Ok(self.vol.read(ino, 0, size)?)
     }
 
+    /// Before a rename of a regular file over another: the source's cached data written
+    /// back, its maps logged ahead of the rename, so no commit carries the rename without
+    /// the data (ext4's `auto_da_alloc`: the editor's write-temporary-then-rename reads
+    /// old or new content after a crash, never an empty file). Done before the namespace
+    /// lock is taken: the writeback waits for the device.
+    fn write_back_replacing(&self, from: (u64, &[u8]), to: (u64, &[u8])) -> FsResult<()> {
+        let src = {
+            let ns = self.ns.read();
+            let regular = |ino: u64| ns.node(ino).is_ok_and(|n| n.inode.kind == Kind::File);
+            let src = ns.entry(from.0, from.1).ok();
+            let dst = ns.dir(to.0).ok().and_then(|d| d.entries.get(to.1).copied());
+            match (src, dst) {
+                (Some(s), Some(d)) if s != d && regular(s) && regular(d) => s,
+                _ => return Ok(()),
+            }
+        };
+        self.vol.write_back(src)?;
+        Ok(())
+    }
+
     /// Moves `name` of `parent` to `newname` of `newparent` (`flags`: [`RENAME_NOREPLACE`],
     /// [`RENAME_EXCHANGE`], [`RENAME_WHITEOUT`], whose whiteout `who` owns; the kernel
     /// checks that `who` may make device nodes). One atomic change: after a crash both
@@ -414,6 +434,9 @@ impl Fs {
             || (flags & RENAME_EXCHANGE != 0 && flags != RENAME_EXCHANGE)
         {
             return err(libc::EINVAL);
+        }
+        if flags == 0 {
+            self.write_back_replacing((parent, name), (newparent, newname))?;
         }
         let mut ns = self.ns_write();
         let src = ns.entry(parent, name)?;

@@ -261,6 +261,24 @@ impl Buffered {
         self.shared.vol.fsync(id)
     }
 
+    /// Writes back file `id`'s cached data from the calling thread (placed, written, its
+    /// maps logged in the open transaction) without committing: the next commit, whoever
+    /// makes it, carries the data with whatever is logged after this call. What ext4's
+    /// `auto_da_alloc` does before a rename over a file or after a truncate to zero, so
+    /// that a replaced file reads old or new content after a crash, never empty. A
+    /// failure leaves the data cached, part of it written back.
+    pub fn write_back(&self, id: u64) -> Result<()> {
+        if let Some(e) = self.shared.existing(id) {
+            let mut d = e.lock();
+            self.shared.flush_locked(id, &mut d)?;
+            debug_assert!(
+                d.pages.values().all(|p| !p.reserved),
+                "written back: nothing of file {id} waits for placement"
+            );
+        }
+        Ok(())
+    }
+
     /// Writes back everything cached before the call (through the contexts), then commits.
     /// A writeback failure since the last call is reported here.
     pub fn sync(&self) -> Result<()> {
