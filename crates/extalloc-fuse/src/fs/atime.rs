@@ -185,7 +185,7 @@ impl Fs {
             let changed = wants(&n.inode);
             if changed {
                 n.inode.atime = now;
-                n.attr_dirty = true;
+                ns.times_dirty(ino)?;
             }
             changed
         };

@@ -226,9 +226,21 @@ pub(crate) type Listed = (Vec<u8>, u64, Kind);
 #[derive(Debug, Default)]
 pub(crate) struct Ns {
     pub(crate) nodes: HashMap<u64, Node>,
+    /// The inodes whose times wait in memory (`attr_dirty`), so that a sync writes them
+    /// without walking every inode under the lock (it did: about 40 ns an inode at every
+    /// background commit, 0.4 s at 10M files). Holds every such inode; may hold inodes
+    /// since written or removed, which a sync passes over.
+    pub(crate) dirty_attrs: std::collections::HashSet<u64>,
 }
 
 impl Ns {
+    /// Marks `ino`'s times as waiting in memory for the next sync, last close or unmount.
+    pub(crate) fn times_dirty(&mut self, ino: u64) -> FsResult<()> {
+        self.node_mut(ino)?.attr_dirty = true;
+        self.dirty_attrs.insert(ino);
+        Ok(())
+    }
+
     pub(crate) fn node(&self, ino: u64) -> FsResult<&Node> {
         self.nodes.get(&ino).ok_or(Errno(libc::ENOENT))
     }
@@ -333,16 +345,24 @@ impl Fs {
                 .map(|_| ino)
                 .into_iter()
                 .collect(),
-            None => ns
-                .nodes
-                .iter()
-                .filter(|(_, n)| n.attr_dirty)
-                .map(|(&ino, _)| ino)
+            // The inodes marked, not every inode (`Ns::dirty_attrs`).
+            None => std::mem::take(&mut ns.dirty_attrs)
+                .into_iter()
+                .filter(|ino| ns.nodes.get(ino).is_some_and(|n| n.attr_dirty))
                 .collect(),
         };
-        for ino in dirty {
-            self.persist(ns, ino)?;
+        for (i, &ino) in dirty.iter().enumerate() {
+            if let Err(e) = self.persist(ns, ino) {
+                // What was not written stays marked for the next sync.
+                ns.dirty_attrs.extend(&dirty[i..]);
+                return Err(e);
+            }
+            debug_assert!(
+                ns.nodes.get(&ino).is_none_or(|n| !n.attr_dirty),
+                "{ino} written"
+            );
         }
+        debug_assert!(only.is_some() || ns.nodes.values().all(|n| !n.attr_dirty));
         Ok(())
     }
 

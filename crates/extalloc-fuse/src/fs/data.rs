@@ -312,7 +312,7 @@ impl Fs {
             // `utimensat`) wait in memory for the next commit, `fsync`, last close or
             // unmount, as a write's times do: what a crash before then loses is what ext4
             // loses of an uncommitted journal (`-o sync` commits it at once).
-            _ if times_only => n.attr_dirty = true,
+            _ if times_only => ns.times_dirty(ino)?,
             _ => self.persist(&mut ns, ino)?,
         }
         self.attr_of(&ns, ino)
@@ -390,7 +390,9 @@ impl Fs {
             n.inode.mtime = t;
             n.inode.ctime = t;
             n.attr_dirty = true;
+            ns.dirty_attrs.insert(ino);
         }
+        let n = ns.node_mut(ino)?;
         let cleared = kill_priv.is_some_and(|gid| drop_privileges(&mut n.inode, gid));
         debug_assert!(!cleared || n.inode.perm & libc::S_ISUID as u16 == 0);
         if cleared {

@@ -124,7 +124,10 @@ impl Fs {
         let vol = Buffered::new(vol, opts).map_err(|e| e.to_string())?;
         let fs = Fs {
             vol,
-            ns: RwLock::new(Ns { nodes }),
+            ns: RwLock::new(Ns {
+                nodes,
+                dirty_attrs: Default::default(),
+            }),
             dir_handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             atime_mode: AtomicU8::new(atime::AtimeMode::default().code()),
