@@ -203,7 +203,7 @@ impl Fs {
             }
             let to = end.div_ceil(bs) * bs;
             let vol = self.vol.uncached(dir);
-            vol.fallocate(dir, Fallocate::KeepSize, d.log_bytes, to - d.log_bytes)?;
+            vol.fallocate_metadata(dir, Fallocate::KeepSize, d.log_bytes, to - d.log_bytes)?;
             d.mapped_to = to;
         }
         Ok(())

@@ -51,9 +51,10 @@ impl Volume {
         self.commit_locked()?;
         let files: Vec<Arc<Mutex<VFile>>> = self.files.read().values().cloned().collect();
         let pending = self.plan_maps(&files)?;
-        let new = self.write_segments(&pending)?;
+        let placed = self.write_segments(&pending)?;
+        let new = placed.extents();
         let table = Table {
-            files: pending.resolve(&new),
+            files: pending.resolve(&placed),
             retired: pending.dead.clone(),
         };
         debug_assert_eq!(table.files.len(), files.len(), "a table entry per file");
@@ -87,6 +88,8 @@ impl Volume {
         debug_assert_eq!(decode_table(&encoded).ok().as_ref(), Some(table));
         let table = encoded;
         let need = (table.len() as u64).div_ceil(self.block_size);
+        self.table_blocks
+            .store(need, std::sync::atomic::Ordering::Relaxed);
         let mut meta = self.meta.lock().clone();
         let inactive = 1 - meta.active;
         if meta.areas[inactive].blocks() < need {

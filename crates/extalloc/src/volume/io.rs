@@ -300,12 +300,31 @@ impl Volume {
 
     /// `fallocate(2)` on file `id` (see [`Fallocate`]).
     ///
-    /// On failure the size is as it was (it grows last) and the range is done in part: the
-    /// partial blocks at its edges may be zeroed already (punch, zero range); of its whole
-    /// blocks, a punch leaves freed those it reached from the end of the range down, an
-    /// allocate or a zero range leaves mapped or marked unwritten those it reached from
-    /// the start up (they read as zeros).
+    /// An allocating mode whose holes do not fit the space left, less the room kept for
+    /// the volume's metadata and for cached data, fails with [`Error::NoSpace`] before it
+    /// changes anything (a 1 TiB `posix_fallocate` on a small device used to leave what it
+    /// had mapped until it ran out). On another failure the size is as it was (it grows
+    /// last) and the range is done in part: the partial blocks at its edges may be zeroed
+    /// already (punch, zero range); of its whole blocks, a punch leaves freed those it
+    /// reached from the end of the range down, an allocate or a zero range leaves mapped or
+    /// marked unwritten those it reached from the start up (they read as zeros).
     pub fn fallocate(&self, id: u64, mode: Fallocate, offset: u64, len: u64) -> Result<()> {
+        if !matches!(mode, Fallocate::PunchHole) && len > 0 {
+            self.check_room_for_data(id, offset, check_range(offset, len)?)?;
+        }
+        self.fallocate_metadata(id, mode, offset, len)
+    }
+
+    /// [`Volume::fallocate`] for a caller's own metadata (a file system's directories):
+    /// it may use the room kept for metadata, so an unlink or a rename on a full volume
+    /// still finds the blocks of its directory records.
+    pub fn fallocate_metadata(
+        &self,
+        id: u64,
+        mode: Fallocate,
+        offset: u64,
+        len: u64,
+    ) -> Result<()> {
         if len == 0 {
             return Err(Error::ZeroLength);
         }

@@ -60,6 +60,9 @@ pub(super) struct Pending {
     pub(super) files: Vec<(TableFile, Option<Slot>)>,
     /// The new segments' bytes.
     pub(super) segments: Vec<Vec<u8>>,
+    /// Where each map starts in each new segment (ascending): a segment the device has no
+    /// run for is cut there into pieces ([`Placed`]), never through a map.
+    pub(super) starts: Vec<Vec<u32>>,
     /// Named segments no file of the new table uses.
     pub(super) dead: Vec<Extent>,
     /// Files whose map moved (dirty or cleaned), by index into `files`.
@@ -106,6 +109,7 @@ impl Volume {
         let mut p = Pending {
             files: Vec::with_capacity(files.len()),
             segments: Vec::new(),
+            starts: Vec::new(),
             dead: Vec::new(),
             moved: Vec::new(),
         };
@@ -199,29 +203,34 @@ impl Volume {
         Ok(())
     }
 
-    /// Allocates and writes `p`'s new segments (flushed), frees the segments the durable
+    /// Allocates and writes `p`'s new segments (flushed; each in pieces cut at map
+    /// boundaries where the device has no run that long, [`Volume::place_piece`]), frees the segments the durable
     /// table retired, and commits both with a `Segments` change. Returns the new
-    /// segments. On failure after the change is logged, the retired list becomes what an
+    /// segments, where each went. On failure after the change is logged, the retired list becomes what an
     /// open would find (the freed ones gone, the new ones retired).
-    pub(super) fn write_segments(&self, p: &Pending) -> Result<Vec<Extent>> {
+    pub(super) fn write_segments(&self, p: &Pending) -> Result<Placed> {
         let bs = self.block_size;
         let g = self.store.geometry();
         let goal = g.group_start(g.groups_count() - 1);
-        let mut new: Vec<Extent> = Vec::new();
+        let mut placed = Placed::default();
         let written = (|| -> Result<()> {
-            for bytes in &p.segments {
-                let len = (bytes.len() as u64).div_ceil(bs);
-                let req = AllocRequest::new(TABLE_OWNER, len).min_len(len).goal(goal);
-                new.push(self.store.allocate(&req)?);
-                debug_assert!(new[new.len() - 1].len >= len, "a segment too short");
-            }
-            for (bytes, seg) in p.segments.iter().zip(&new) {
-                let mut padded = bytes.clone();
-                padded.resize((seg.len * bs) as usize, 0);
-                self.dev.write_at(&padded, seg.start * bs)?;
+            for (s, bytes) in p.segments.iter().enumerate() {
+                placed.pieces.push(Vec::new());
+                let mut from = 0u32;
+                while (from as usize) < bytes.len() {
+                    let (cut, e) = self.place_piece(p, s, from, goal)?;
+                    placed.pieces[s].push((from, e));
+                    if let Some(e) = e {
+                        let mut padded = bytes[from as usize..cut as usize].to_vec();
+                        padded.resize((e.len * bs) as usize, 0);
+                        self.dev.write_at(&padded, e.start * bs)?;
+                    }
+                    from = cut;
+                }
             }
             self.dev.flush()
         })();
+        let new = placed.extents();
         if let Err(e) = written {
             // Nothing recorded yet: the new segments go back with the transaction.
             for &seg in &new {
@@ -229,9 +238,20 @@ impl Volume {
             }
             return Err(e);
         }
+        // Every planned segment placed whole, its pieces in order from its first byte.
+        assert_eq!(
+            placed.pieces.len(),
+            p.segments.len(),
+            "a segment not placed"
+        );
+        debug_assert!(placed
+            .pieces
+            .iter()
+            .all(|ps| ps.first().is_some_and(|&(from, _)| from == 0)
+                && ps.windows(2).all(|w| w[0].0 < w[1].0)));
         let retired = self.segs.lock().retired.clone();
         if new.is_empty() && retired.is_empty() {
-            return Ok(new);
+            return Ok(placed);
         }
         let mut freed = Vec::new();
         let mut result = Ok(());
@@ -250,7 +270,57 @@ impl Volume {
         // Committed or waiting for the next commit, this is what an open would find until
         // the new table is in force.
         self.segs.lock().unfinished(&new, &freed);
-        result.map(|()| new)
+        result.map(|()| placed)
+    }
+
+    /// Allocates the next piece of new segment `s` from its byte `from`: the rest of the
+    /// segment where a run that long is free, else the longest run the allocator finds
+    /// that holds at least the next map, cut at the last map boundary it holds (its tail
+    /// past that given back). A map of more than a block that no free run holds gets no
+    /// blocks: it stays in the table (`None`). Returns where the piece ends in the segment
+    /// and its blocks.
+    fn place_piece(
+        &self,
+        p: &Pending,
+        s: usize,
+        from: u32,
+        goal: u64,
+    ) -> Result<(u32, Option<Extent>)> {
+        let bs = self.block_size;
+        let end = p.segments[s].len() as u32;
+        let first = p
+            .cuts_after(s, from)
+            .next()
+            .expect("a map after every start");
+        let blocks = |to: u32| u64::from(to - from).div_ceil(bs);
+        let req = AllocRequest::new(TABLE_OWNER, blocks(end))
+            .min_len(blocks(first))
+            .goal(goal);
+        let e = match self.store.allocate(&req) {
+            Ok(e) => e,
+            Err(e) if e.kind() == crate::ErrorKind::NoSpace && blocks(first) > 1 => {
+                return Ok((first, None));
+            }
+            Err(e) => return Err(e),
+        };
+        let fits = |b: &u32| blocks(*b) <= e.len;
+        let cut = p
+            .cuts_after(s, from)
+            .take_while(fits)
+            .last()
+            .unwrap_or(first);
+        assert!(
+            blocks(cut) <= e.len,
+            "a piece of {} blocks for {} bytes",
+            e.len,
+            cut - from
+        );
+        let keep = blocks(cut);
+        if keep < e.len {
+            self.store.free(Extent::new(e.start + keep, e.len - keep))?;
+        }
+        debug_assert!(cut > from && (cut == end || p.starts[s].contains(&cut)));
+        Ok((cut, Some(Extent::new(e.start, keep))))
     }
 }
 
@@ -262,6 +332,10 @@ impl Pending {
             Some(seg) if seg.len() + bytes.len() <= SEGMENT_BYTES => {
                 let offset = seg.len() as u32;
                 seg.extend_from_slice(bytes);
+                self.starts
+                    .last_mut()
+                    .expect("a start per segment")
+                    .push(offset);
                 Slot {
                     seg: self.segments.len() - 1,
                     offset,
@@ -271,6 +345,7 @@ impl Pending {
             }
             _ => {
                 self.segments.push(bytes.to_vec());
+                self.starts.push(vec![0]);
                 Slot {
                     seg: self.segments.len() - 1,
                     offset: 0,
@@ -284,21 +359,72 @@ impl Pending {
         slot
     }
 
-    /// The table's entries, each moved map pointing into its new segment.
-    pub(super) fn resolve(&self, new: &[Extent]) -> Vec<TableFile> {
+    /// The table's entries, each moved map pointing into the piece of its new segment
+    /// that holds it.
+    pub(super) fn resolve(&self, placed: &Placed) -> Vec<TableFile> {
         self.files
             .iter()
             .map(|(t, at)| {
                 let mut t = t.clone();
                 if let (Some(slot), MapRef::Segment(r)) = (at, &mut t.map) {
-                    r.seg = new[slot.seg];
-                    r.offset = slot.offset;
-                    r.len = slot.len;
-                    r.crc = slot.crc;
+                    match placed.piece_of(slot) {
+                        (from, Some(seg)) => {
+                            r.seg = seg;
+                            r.offset = slot.offset - from;
+                            r.len = slot.len;
+                            r.crc = slot.crc;
+                        }
+                        (_, None) => {
+                            let (at, end) =
+                                (slot.offset as usize, (slot.offset + slot.len) as usize);
+                            let m = decode_map(&self.segments[slot.seg][at..end])
+                                .expect("a map this checkpoint encoded decodes");
+                            t.map = MapRef::Inline(m);
+                        }
+                    }
                 }
                 t
             })
             .collect()
+    }
+
+    /// Where segment `s`'s map that starts at or after `from` ends, for each start: the
+    /// byte offsets a piece may end at (the segment's end included).
+    fn cuts_after(&self, s: usize, from: u32) -> impl Iterator<Item = u32> + '_ {
+        self.starts[s]
+            .iter()
+            .copied()
+            .filter(move |&b| b > from)
+            .chain(std::iter::once(self.segments[s].len() as u32))
+    }
+}
+
+/// Where the new segments went: for each planned segment, its pieces as (first byte of the
+/// segment the piece holds, the piece's blocks). A segment the allocator had a run for is
+/// one piece; on a fragmented device it is cut at map boundaries into as many as it takes,
+/// and a map longer than any free run stays in the table instead (no blocks: `None`; an
+/// inline map of any length, table entries being written through the table's pieces).
+#[derive(Debug, Default)]
+pub(super) struct Placed {
+    pub(super) pieces: Vec<Vec<(u32, Option<Extent>)>>,
+}
+
+impl Placed {
+    /// Every piece's blocks.
+    pub(super) fn extents(&self) -> Vec<Extent> {
+        self.pieces
+            .iter()
+            .flatten()
+            .filter_map(|&(_, e)| e)
+            .collect()
+    }
+
+    /// The piece holding the map at `slot`: its first byte in the segment and its blocks.
+    fn piece_of(&self, slot: &Slot) -> (u32, Option<Extent>) {
+        let pieces = &self.pieces[slot.seg];
+        let i = pieces.partition_point(|&(from, _)| from <= slot.offset) - 1;
+        debug_assert!(i == pieces.len() - 1 || slot.offset + slot.len <= pieces[i + 1].0);
+        pieces[i]
     }
 }
 

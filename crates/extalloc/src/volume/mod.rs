@@ -182,6 +182,10 @@ impl Volume {
     /// latch ([`Store::device`]), never around it.
     fn with_store(store: Store, (files, meta, segs): (FileTable, Meta, Segs)) -> Result<Volume> {
         let dev = store.device();
+        let table_blocks = checkpoint::volume_root(&store).map_or(0, |r| {
+            r.table_bytes
+                .div_ceil(u64::from(store.geometry().block_size))
+        });
         let prepared_root: Arc<Mutex<Option<Vec<u8>>>> = Arc::new(Mutex::new(None));
         let slot = prepared_root.clone();
         store.set_checkpoint_hook(Box::new(move || {
@@ -214,6 +218,7 @@ impl Volume {
             unflushed: AtomicBool::new(false),
             segs: Mutex::new(segs),
             maps_read: AtomicU64::new(0),
+            table_blocks: AtomicU64::new(table_blocks),
         })
     }
 

@@ -329,7 +329,8 @@ pub(super) fn decode_payload(payload: &[u8]) -> Result<Vec<Change>> {
 /// Where a file's map is, as the table names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum MapRef {
-    /// At most [`INLINE_EXTENTS`] entries, in the table itself.
+    /// In the table itself: at most [`INLINE_EXTENTS`] entries, or any number when no free
+    /// run held the map's segment (root version 3).
     Inline(Vec<MapEntry>),
     /// In a map segment.
     Segment(SegRef),
@@ -393,13 +394,9 @@ impl MapRef {
 
     pub(super) fn decode(r: &mut Reader<'_>) -> Result<MapRef> {
         Ok(match r.u8()? {
-            0 => {
-                let m = read_map(r)?;
-                if m.len() > INLINE_EXTENTS {
-                    return Err(corrupt("an inline map longer than an inline map may be"));
-                }
-                MapRef::Inline(m)
-            }
+            // Any length: a map the device had no run for stays in the table (`maps.rs`,
+            // `Placed`); a checkpoint inlines at most `INLINE_EXTENTS` entries otherwise.
+            0 => MapRef::Inline(read_map(r)?),
             1 => MapRef::Segment(SegRef {
                 seg: r.extent()?,
                 offset: r.u32()?,

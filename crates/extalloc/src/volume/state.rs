@@ -101,6 +101,9 @@ pub struct Volume {
     pub(super) segs: Mutex<Segs>,
     /// Maps read since the open.
     pub(super) maps_read: AtomicU64,
+    /// Blocks the last table written (or read at open) takes: part of the room kept for
+    /// metadata (`delalloc.rs`, `Volume::reserve_margin`).
+    pub(super) table_blocks: AtomicU64,
 }
 
 impl Meta {

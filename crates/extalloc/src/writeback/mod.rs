@@ -390,11 +390,13 @@ impl Buffered {
     /// The volume's `statfs`; blocks reserved for cached data count as used, neither free
     /// nor available (ext4's `statfs` takes its delayed-allocation blocks off both): a
     /// `df` taken before writeback shows the data written, and `ENOSPC` comes when it says
-    /// the device is full, not at half.
+    /// the device is full, not at half. The room kept for metadata is not available
+    /// either ([`Volume::reserve_margin`]).
     pub fn statfs(&self) -> Statfs {
         let mut s = self.shared.vol.statfs();
         let cached = self.shared.vol.delalloc_reserved_blocks();
-        s.available_blocks = s.available_blocks.saturating_sub(cached);
+        let kept = self.shared.vol.reserve_margin();
+        s.available_blocks = s.available_blocks.saturating_sub(cached + kept);
         s.free_blocks = s.free_blocks.saturating_sub(cached);
         s
     }
