@@ -28,6 +28,26 @@ fn a_missing_device_is_named_with_its_reason_once() {
     );
 }
 
+/// A block size that is not one (0, 3000, 128 KiB) is refused with a message naming the
+/// option, before the file is made (0 used to panic dividing by it).
+#[test]
+fn a_bad_block_size_is_refused_by_name() {
+    let dir = std::env::temp_dir().join(format!("extalloc-bs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let img = dir.join("d.img");
+    for bs in ["0", "3000", "131072"] {
+        let p = img.to_str().unwrap();
+        let (ok, text) = extalloc(&["mkfs", p, "--size", "64MiB", "--block-size", bs]);
+        assert!(!ok, "{text}");
+        assert!(
+            text.contains("--block-size") && !text.contains("panicked"),
+            "{text}"
+        );
+        assert!(!img.exists(), "nothing made");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn mkfs_then_info() {
     let path = std::env::temp_dir().join(format!("extalloc-mkfs-{}.img", std::process::id()));

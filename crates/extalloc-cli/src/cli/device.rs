@@ -28,6 +28,15 @@ pub struct MkfsArgs {
     pub force: bool,
 }
 
+/// `--block-size`: a power of two from 512 to 65536 (0 used to panic dividing by it).
+fn check_block_size(block_size: u32) -> Result<()> {
+    anyhow::ensure!(
+        block_size.is_power_of_two() && (512..=65536).contains(&block_size),
+        "--block-size {block_size}: a block is a power of two from 512 to 65536 bytes"
+    );
+    Ok(())
+}
+
 /// `extalloc mkfs`.
 pub fn mkfs(a: &MkfsArgs) -> Result<()> {
     let MkfsArgs {
@@ -50,6 +59,7 @@ pub fn mkfs(a: &MkfsArgs) -> Result<()> {
             .with_context(|| format!("{}: give --size to create it", path.display()))?
             .size(),
     };
+    check_block_size(block_size)?;
     let blocks = bytes / u64::from(block_size);
     let geometry =
         extalloc::Geometry::new(block_size, group_blocks, blocks).with_context(|| {

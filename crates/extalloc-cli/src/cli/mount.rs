@@ -161,6 +161,9 @@ pub struct UmountArgs {
 /// `extalloc mount`.
 pub fn mount(args: &MountArgs) -> Result<()> {
     let opts = options(args)?;
+    if !args.foreground || std::env::var_os(READY_ENV).is_none() {
+        check_mountpoint(&args.mountpoint)?;
+    }
     if !args.foreground {
         return detach(args);
     }
@@ -172,6 +175,43 @@ pub fn mount(args: &MountArgs) -> Result<()> {
         }
     }
     result.map_err(anyhow::Error::msg)
+}
+
+/// Refuses a mount point something is mounted on already (a second mount would stack on
+/// it and hide the first); warns, as `mount` does with `-o nonempty`, when the directory
+/// holds files, which the mount hides until it is unmounted.
+fn check_mountpoint(mp: &std::path::Path) -> Result<()> {
+    let canon = mp
+        .canonicalize()
+        .with_context(|| format!("mount point {}", mp.display()))?;
+    anyhow::ensure!(
+        canon.is_dir(),
+        "mount point {}: not a directory",
+        mp.display()
+    );
+    if let Some(m) = extalloc_fuse::mountinfo::find(&canon)
+        .context("cannot read /proc/self/mountinfo to check the mount point")?
+    {
+        anyhow::bail!(
+            "{} is a mount point already ({} of type {}): unmount it first (`extalloc umount` \
+             or `umount`), or choose another directory",
+            mp.display(),
+            m.source,
+            m.fstype
+        );
+    }
+    let busy = std::fs::read_dir(&canon)
+        .with_context(|| format!("mount point {}", mp.display()))?
+        .next()
+        .is_some();
+    if busy {
+        super::output::say_err(&format!(
+            "extalloc mount: warning: {} is not empty; its files are hidden until the file \
+             system is unmounted",
+            mp.display()
+        ));
+    }
+    Ok(())
 }
 
 fn options(args: &MountArgs) -> Result<MountOptions> {

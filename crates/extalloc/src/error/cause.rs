@@ -324,6 +324,18 @@ pub enum Error {
         id: u64,
     },
 
+    /// A volume made over what a path holds ([`crate::volume::Volume::mkfs_file`]).
+    #[error(
+        "{path} holds {holds}: a volume is made only on a new or empty file or an unused \
+         device; remove it first, or use Volume::mkfs_file_replacing to discard it"
+    )]
+    Occupied {
+        /// The file or device.
+        path: String,
+        /// What it holds.
+        holds: String,
+    },
+
     /// An atomic group of more chunk calls than one journal record can hold.
     #[error(
         "an atomic group of {chunks} chunk calls needs up to {bytes} journal bytes; this \
@@ -572,15 +584,12 @@ pub enum Error {
         reason: String,
     },
 
-    /// A write or flush of the device failed earlier, so the store latched: Linux may have
-    /// dropped the data that flush was to make durable (it marks the pages clean and
-    /// reports the error once), and a later flush that succeeds proves nothing. Nothing
-    /// more is written or committed; reads go on. Closing and opening the device again
-    /// recovers every change committed before the failure.
+    /// A write or flush of the device failed earlier (or another opener took it over), so
+    /// the store latched: Linux forgets the pages of a failed flush, and a later flush that
+    /// succeeds proves nothing. Nothing more is written; reopening recovers every commit.
     #[error(
-        "{device}: an earlier write or flush failed ({cause}); the data it was to make \
-         durable may be lost, so nothing more is written or committed: close the device \
-         and open it again (recovery keeps every change committed before the failure)"
+        "{device}: an earlier write or flush failed ({cause}), so nothing more is written or \
+         committed: close the device and open it again (recovery keeps every commit before)"
     )]
     IoLatched {
         /// The device.

@@ -121,7 +121,7 @@ impl Error {
             | Error::Pending { .. }
             | Error::Closed => K::WrongState,
             Error::NoSuchFile { .. } => K::NotFound,
-            Error::FileExists { .. } => K::Exists,
+            Error::FileExists { .. } | Error::Occupied { .. } => K::Exists,
             Error::NoSpace { .. } | Error::JournalFull { .. } => K::NoSpace,
             Error::TransactionTooLarge { .. } | Error::AtomicGroupTooLarge { .. } => {
                 K::TransactionTooLarge

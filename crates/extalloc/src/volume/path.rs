@@ -29,11 +29,37 @@ fn layout(bytes: u64) -> Result<(Geometry, u64)> {
     Ok((geometry, default_journal_blocks(bytes, DEFAULT_BLOCK_SIZE)))
 }
 
+/// What `path` holds that a new volume would destroy: an extalloc volume, a file of data,
+/// data in a device's first MiB; `None` for a new path or an empty file or device.
+fn occupied(path: &Path) -> Result<Option<String>> {
+    let Ok(meta) = std::fs::metadata(path) else {
+        return Ok(None);
+    };
+    if meta.is_file() && meta.len() == 0 {
+        return Ok(None);
+    }
+    let dev = FileDevice::open_read_only(path)?;
+    if crate::disk::format::read_superblock(&dev).is_ok() {
+        return Ok(Some("an extalloc volume".into()));
+    }
+    if meta.is_file() {
+        return Ok(Some(format!("a file of {} bytes", meta.len())));
+    }
+    let mut head = vec![0u8; dev.size().min(1 << 20) as usize];
+    dev.read_at(&mut head, 0)?;
+    Ok(head
+        .iter()
+        .any(|&b| b != 0)
+        .then(|| "data in its first MiB".to_string()))
+}
+
 impl Volume {
-    /// Makes a volume of `size` bytes in the file at `path` (created, or truncated to
-    /// `size`: what it held is lost) or on the block device there (`size` 0: the device's
-    /// own size), with the defaults of the module documentation and a random identity,
-    /// and returns it open. A size that cannot hold a volume is refused before the file is
+    /// Makes a volume of `size` bytes in the file at `path` (created, or an empty file made
+    /// `size` long) or on the block device there (`size` 0: the device's own size), with
+    /// the defaults of the module documentation and a random identity, and returns it
+    /// open. A file that holds data, or a device that holds a volume or any data in its
+    /// first MiB, is refused with [`Error::Occupied`](crate::error::Error::Occupied) and
+    /// left as it was ([`Volume::mkfs_file_replacing`] discards it). A size that cannot hold a volume is refused before the file is
     /// touched; on a later failure a file it created is removed, and a device or file that
     /// existed may have been written in part (make it again).
     ///
@@ -60,6 +86,19 @@ impl Volume {
     /// # Ok::<(), extalloc::Error>(())
     /// ```
     pub fn mkfs_file(path: impl AsRef<Path>, size: u64) -> Result<Volume> {
+        let path = path.as_ref();
+        if let Some(holds) = occupied(path)? {
+            return Err(crate::error::Error::Occupied {
+                path: path.display().to_string(),
+                holds,
+            });
+        }
+        Self::mkfs_file_replacing(path, size)
+    }
+
+    /// [`Volume::mkfs_file`] over whatever `path` holds (a volume, a file of data, a
+    /// device in use by nothing that locks it): all of it is lost.
+    pub fn mkfs_file_replacing(path: impl AsRef<Path>, size: u64) -> Result<Volume> {
         let path = path.as_ref();
         // A file of `size` is checked before it is touched; a device's size is its own.
         if size > 0 {
