@@ -329,3 +329,39 @@ fn an_open_store_beats_and_a_close_clears_its_mark() {
     assert!(!report.in_use && report.owner.is_none(), "{report:?}");
     std::fs::remove_file(&path).unwrap();
 }
+
+/// An owner whose device another opener took over (as one does after this owner's
+/// heartbeat stood still: a paused process or machine) writes nothing more: its next beat
+/// reads the record back, finds the new owner's, and latches the store; the commit after
+/// fails with `IoLatched`, and not a byte of the image changes, the close included.
+#[test]
+fn an_owner_taken_over_writes_nothing_more() {
+    let _serial = serial();
+    let path = image("takenover");
+    let store = store_on(&path, Duration::from_millis(100)).unwrap();
+    let a = store
+        .allocate(&extalloc::alloc::AllocRequest::new(1, 8))
+        .unwrap();
+    store.commit(b"before").unwrap();
+    // The new owner's claim, written past every lock as another machine's would be.
+    let newcomer = other_host(1);
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &newcomer.encode(), format::OWNER_OFFSET).unwrap();
+    f.sync_all().unwrap();
+    let taken = std::fs::read(&path).unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    store.free(a).unwrap_or(());
+    let e = store.commit(b"after").unwrap_err();
+    match &e {
+        Error::IoLatched { cause, .. } => assert!(cause.contains("took the device over"), "{e}"),
+        other => panic!("not latched: {other}"),
+    }
+    drop(store);
+    assert!(
+        std::fs::read(&path).unwrap() == taken,
+        "the old owner wrote after the takeover"
+    );
+    let rec = format::read_owner(&FileDevice::open_read_only(&path).unwrap()).unwrap();
+    assert_eq!(rec.map(|r| r.nonce), Some(newcomer.nonce));
+    std::fs::remove_file(&path).unwrap();
+}

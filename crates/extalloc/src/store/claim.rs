@@ -6,7 +6,14 @@
 //! record after the root in block 0 (`disk/format/owner.rs`): host name, boot id, pid
 //! namespace, pid and start time, heartbeat interval and sequence. While a store is open on
 //! a device that has a heartbeat ([`Device::heartbeat`], file and block devices: every 5 s
-//! by default) a thread bumps the sequence and flushes it.
+//! by default) a thread bumps the sequence and flushes it, after reading the record back
+//! from the media: a record that is not the one this owner last wrote means another opener
+//! took the device over (this owner was paused past the takeover delay), and the store
+//! latches (`FenceDevice::latch_with`: nothing more is written), as ext4's MMP stops the
+//! file system. Each beat gives a lease of one and a half intervals (a watcher waits two
+//! and a second): a write after the lease ran out (the process was paused, its heartbeat
+//! thread too) renews it first, the same check made, so a resumed owner's first write
+//! cannot land on a device taken over ([`Beat`], `disk/device/fence.rs`'s `Lease`).
 //!
 //! [`judge`] decides, at open, about a mark found set:
 //! - the owner is this process: live if a store here has that owner number open, else
@@ -25,14 +32,16 @@
 //! committed); a live one refuses the open with [`Error::DeviceInUse`], naming the owner.
 //!
 //! Data structures: `LIVE`, the owner numbers of the stores open in this process, and the
-//! [`InUse`] claim a store holds (its number, its heartbeat thread). Invariant: a number is
+//! [`InUse`] claim a store holds (its number, its heartbeat thread, its [`Beat`]: the
+//! record last written and the lease's end, under the beat's own mutex, a leaf). Invariant: a number is
 //! in `LIVE` exactly while its store is open; the heartbeat thread is stopped before the
 //! store clears its mark. Locks: `LIVE` is a leaf, held for one look-up or change.
 
-use crate::disk::device::Device;
+use crate::disk::device::{Device, FenceDevice, Lease};
 use crate::disk::format::{self, OwnerRecord, Superblock, OWNER_BYTES, OWNER_OFFSET};
 use crate::error::{Error, Result};
 use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -153,19 +162,23 @@ fn read_raw(dev: &dyn Device) -> Result<[u8; OWNER_BYTES]> {
     Ok(b)
 }
 
-/// A store's claim on its device: its owner number (in `LIVE`) and its heartbeat.
+/// A store's claim on its device: its owner number (in `LIVE`), its heartbeat thread and
+/// its lease (the beat both share).
 pub(super) struct InUse {
     nonce: u64,
     heartbeat: Option<(mpsc::Sender<()>, JoinHandle<()>)>,
+    beat: Option<Arc<Beat>>,
 }
 
 impl InUse {
     /// Marks `dev` in use by this process: the superblock's state and owner number, and
-    /// the owner record, flushed; then the heartbeat, if the device has one. After a
-    /// watched takeover (`verdict.watched`) it waits and reads the record back: another
+    /// the owner record, flushed; then the heartbeat, if the device has one, and its lease
+    /// on `latch` (every write through it after the lease ran out renews it first). After
+    /// a watched takeover (`verdict.watched`) it waits and reads the record back: another
     /// opener's claim there refuses this open (its own claim is left to the winner).
     pub(super) fn take(
         dev: &Arc<dyn Device>,
+        latch: &Arc<FenceDevice>,
         sb: &mut Superblock,
         verdict: &Verdict,
     ) -> Result<Self> {
@@ -181,6 +194,7 @@ impl InUse {
         let mut claim = InUse {
             nonce,
             heartbeat: None,
+            beat: None,
         };
         sb.owner = nonce;
         sb.state |= format::STATE_IN_USE;
@@ -189,7 +203,11 @@ impl InUse {
         format::write_owner(dev.as_ref(), &rec)?;
         dev.flush()?;
         if let Some(interval) = interval {
-            claim.heartbeat = Some(start_heartbeat(dev.clone(), rec, interval)?);
+            // The beats go to the device under the latch: they are the lease's own writes.
+            let beat = Arc::new(Beat::new(latch.inner(), rec, interval));
+            latch.set_lease(beat.clone());
+            claim.heartbeat = Some(start_heartbeat(beat.clone(), latch.clone())?);
+            claim.beat = Some(beat);
         }
         // A device without a heartbeat is this process's alone (memory, a view of another
         // device whose writes stay in memory): no other opener can claim it meanwhile.
@@ -220,9 +238,22 @@ impl InUse {
         self.heartbeat.is_some()
     }
 
-    /// Stops the heartbeat (before the store clears its mark): no beat is written after
-    /// this returns.
+    /// Stops the heartbeat and ends the lease (before the store clears its mark): no beat
+    /// is written after this returns.
     pub(super) fn stop(&mut self) {
+        if let Some(beat) = &self.beat {
+            beat.end();
+        }
+        if let Some((stop, thread)) = self.heartbeat.take() {
+            drop(stop);
+            let _ = thread.join();
+        }
+    }
+
+    /// Tests: the heartbeat thread stops as a paused process's would (its lease runs out;
+    /// nothing renews it until the next write).
+    #[cfg(test)]
+    pub(super) fn pause(&mut self) {
         if let Some((stop, thread)) = self.heartbeat.take() {
             drop(stop);
             let _ = thread.join();
@@ -244,30 +275,116 @@ impl Drop for InUse {
     }
 }
 
-/// Starts the thread that bumps `rec`'s sequence every `base` (or twice as long as the
-/// last beat's write and flush took, if longer: a slow device must not look dead), until
-/// its sender is dropped. A beat that fails is retried at the next one.
-fn start_heartbeat(
+/// The owner record's heartbeat and the lease it gives (see [`Lease`]): the record this
+/// owner last wrote, and until when no other opener can have taken the device over (a
+/// watcher waits two intervals and a second before it takes over; the lease runs one and
+/// a half).
+struct Beat {
+    /// The device under the latch (the beats must not go through the lease they renew).
     dev: Arc<dyn Device>,
-    mut rec: OwnerRecord,
-    base: Duration,
+    rec: Mutex<OwnerRecord>,
+    /// Nanoseconds after `epoch` until which the lease holds; `u64::MAX` once ended.
+    until: AtomicU64,
+    epoch: Instant,
+}
+
+impl Beat {
+    fn new(dev: Arc<dyn Device>, rec: OwnerRecord, interval: Duration) -> Beat {
+        let beat = Beat {
+            dev,
+            rec: Mutex::new(rec),
+            until: AtomicU64::new(0),
+            epoch: Instant::now(),
+        };
+        beat.extend(interval);
+        beat
+    }
+
+    /// The lease holds one and a half `interval`s from now.
+    fn extend(&self, interval: Duration) {
+        debug_assert!(!interval.is_zero(), "a lease of no time");
+        let until = self.epoch.elapsed() + interval + interval / 2;
+        let _ = self.until.fetch_update(Relaxed, Relaxed, |u| {
+            (u != u64::MAX).then_some(until.as_nanos() as u64)
+        });
+    }
+
+    /// The store is closing: the lease no longer asks for renewals.
+    fn end(&self) {
+        self.until.store(u64::MAX, Relaxed);
+    }
+
+    /// One beat: the record read back from the media must be the one this owner last
+    /// wrote (else another opener took the device over: [`Error::DeviceInUse`]); then the
+    /// next sequence is written and flushed and the lease extended. Returns how long the
+    /// write and flush took.
+    fn beat(&self) -> Result<Duration> {
+        let mut rec = self.rec.lock();
+        self.dev.drop_cache()?;
+        match format::read_owner(self.dev.as_ref())? {
+            Some(r) if r.nonce == rec.nonce && r.sequence == rec.sequence => {}
+            other => {
+                return Err(Error::DeviceInUse {
+                    device: self.dev.name(),
+                    owner: other.map_or_else(|| "an unknown owner".into(), |r| r.describe()),
+                    why: "it took the device over while this owner's heartbeat was stopped \
+                          (a paused process or machine): this store writes nothing more"
+                        .into(),
+                });
+            }
+        }
+        rec.sequence += 1;
+        let started = Instant::now();
+        format::write_owner(self.dev.as_ref(), &rec)?;
+        self.dev.flush()?;
+        let took = started.elapsed();
+        self.extend(Duration::from_millis(u64::from(rec.interval_ms)));
+        debug_assert!(!self.expired(), "a beat renews the lease");
+        Ok(took)
+    }
+}
+
+impl Lease for Beat {
+    fn expired(&self) -> bool {
+        (self.epoch.elapsed().as_nanos() as u64) > self.until.load(Relaxed)
+    }
+
+    fn renew(&self) -> Result<()> {
+        // Another thread may have renewed it while this one waited for the record.
+        match self.expired() {
+            true => self.beat().map(|_| ()),
+            false => Ok(()),
+        }
+    }
+}
+
+/// Starts the thread that beats every `base` (or twice as long as the last beat's write
+/// and flush took, if longer: a slow device must not look dead), until its sender is
+/// dropped. A beat that fails to write is tried again at the next one; one that finds the
+/// device taken over latches `latch` and ends the thread.
+fn start_heartbeat(
+    beat: Arc<Beat>,
+    latch: Arc<FenceDevice>,
 ) -> Result<(mpsc::Sender<()>, JoinHandle<()>)> {
+    let base = Duration::from_millis(u64::from(beat.rec.lock().interval_ms));
     debug_assert!(base > Duration::ZERO, "a heartbeat needs an interval");
     let (stop, stopped) = mpsc::channel::<()>();
-    let name = dev.name();
+    let name = beat.dev.name();
     let thread = std::thread::Builder::new()
         .name("extalloc-heartbeat".into())
         .spawn(move || {
             let mut interval = base;
             while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
-                rec.sequence += 1;
-                let started = Instant::now();
-                if format::write_owner(dev.as_ref(), &rec)
-                    .and_then(|()| dev.flush())
-                    .is_ok()
-                {
-                    interval = base.max(2 * started.elapsed()).min(MAX_INTERVAL);
-                    rec.interval_ms = interval.as_millis() as u32;
+                match beat.beat() {
+                    Ok(took) => {
+                        interval = base.max(2 * took).min(MAX_INTERVAL);
+                        beat.rec.lock().interval_ms = interval.as_millis() as u32;
+                    }
+                    Err(e @ Error::DeviceInUse { .. }) => {
+                        latch.latch_with(e.to_string());
+                        return;
+                    }
+                    Err(_) => {}
                 }
             }
         })

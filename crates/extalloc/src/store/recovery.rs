@@ -247,7 +247,7 @@ impl Store {
             .map(|d| (d.lost_seq, d.stranded.len() as u64));
         let records = replayed.records;
         let mut sb = sb;
-        let in_use = claim::InUse::take(&dev, &mut sb, &verdict)?;
+        let in_use = claim::InUse::take(&dev, &latch, &mut sb, &verdict)?;
         let unclean_close = verdict.previous;
         let open_timing = OpenTiming {
             total_seconds: started.elapsed().as_secs_f64(),

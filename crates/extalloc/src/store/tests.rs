@@ -484,3 +484,48 @@ fn two_threads_refill_through_forced_commits() {
     truncate_and_refill("extalloc:prefetch_groups=0");
     truncate_and_refill("ext4-2025");
 }
+
+/// A paused owner (its heartbeat thread stopped, as a SIGSTOP'd process's or a frozen
+/// VM's) resumed after another opener took the device over writes nothing: its lease ran
+/// out, so its first write renews it, reads the record back, finds the new owner's and
+/// latches the store. Before the lease, the resumed owner's commits and heartbeat wrote
+/// over the new owner's device (20 of 20 synced files of the new owner lost).
+#[test]
+fn a_paused_owner_resumed_after_a_takeover_writes_nothing() {
+    use crate::disk::device::FileDevice;
+    use std::time::Duration;
+    let path = std::env::temp_dir().join(format!("extalloc-paused-{}.img", std::process::id()));
+    let dev = FileDevice::create(&path, 8192 * 4096).unwrap();
+    format::mkfs(&dev, &geometry(), 16, [5; 16]).unwrap();
+    drop(dev);
+    let dev: Arc<dyn Device> = Arc::new(
+        FileDevice::open(&path)
+            .unwrap()
+            .with_heartbeat(Duration::from_millis(100)),
+    );
+    let (mut store, _) = Store::open(dev, Policy::default()).unwrap();
+    store.allocate(&AllocRequest::new(1, 8)).unwrap();
+    store.commit(b"before").unwrap();
+    store.in_use.pause();
+    // The takeover: the new owner's claim on the media (another nonce).
+    let newcomer = format::OwnerRecord::here(0x5eed, 5000);
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &newcomer.encode(), format::OWNER_OFFSET).unwrap();
+    f.sync_all().unwrap();
+    let taken = std::fs::read(&path).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // Resumed: its next commit renews the lease first.
+    store.allocate(&AllocRequest::new(2, 8)).unwrap();
+    let e = store.commit(b"after").unwrap_err();
+    assert!(
+        matches!(&e, Error::IoLatched { cause, .. } if cause.contains("took the device over")),
+        "{e}"
+    );
+    assert!(store.io_failure().is_some());
+    drop(store);
+    assert!(
+        std::fs::read(&path).unwrap() == taken,
+        "the paused owner wrote after the takeover"
+    );
+    std::fs::remove_file(&path).unwrap();
+}

@@ -11,8 +11,13 @@
 //! proves nothing; after the latch every write and flush fails with
 //! [`Error::IoLatched`], naming the first failure, until the device is opened again.
 //!
+//! A latching fence also enforces the owner's **lease** ([`Lease`], the owner record's
+//! heartbeat): a write or flush after the lease ran out renews it first, and latches the
+//! fence if the device was taken over meanwhile.
+//!
 //! Data structures: the wrapped device, the fence flag under a reader-writer lock, and for
-//! a latching fence the first failure (`cause`) with a flag readers check without a lock.
+//! a latching fence the first failure (`cause`) with a flag readers check without a lock,
+//! and the lease.
 //!
 //! Invariant: once `fence` returns, no write or flush reaches the wrapped device: every
 //! write and flush holds the lock for reading across its call to the wrapped device and
@@ -28,6 +33,19 @@ use parking_lot::{Mutex, RwLock};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+/// A lease on the device that a latching fence enforces: the owner record's heartbeat
+/// (`store/claim.rs`). Once it has run out (the owner's process or machine was paused
+/// past it), the next write renews it first; a renewal that finds the device taken over
+/// latches the fence, so a resumed owner writes nothing over the new one (ext4's
+/// multi-mount protection stops the file system the same way).
+pub trait Lease: Send + Sync {
+    /// Whether the lease has run out: a cheap check made before every write and flush.
+    fn expired(&self) -> bool;
+    /// Renews the lease: the record read back from the media, then the next beat written.
+    /// An error says why the device is no longer this owner's.
+    fn renew(&self) -> Result<()>;
+}
+
 /// A device whose writes can be stopped for good (see the module documentation).
 pub struct FenceDevice {
     inner: Arc<dyn Device>,
@@ -38,6 +56,8 @@ pub struct FenceDevice {
     cause: Mutex<Option<String>>,
     /// Set (after `cause`) once latched: the check on every call, without a lock.
     latched: AtomicBool,
+    /// The owner's lease, checked before every write and flush ([`Lease`]).
+    lease: std::sync::OnceLock<Arc<dyn Lease>>,
 }
 
 impl FenceDevice {
@@ -49,6 +69,7 @@ impl FenceDevice {
             latching: false,
             cause: Mutex::new(None),
             latched: AtomicBool::new(false),
+            lease: std::sync::OnceLock::new(),
         }
     }
 
@@ -63,6 +84,12 @@ impl FenceDevice {
         }
     }
 
+    /// The device underneath, for writes that must not go through the fence's lease (the
+    /// lease's own renewals).
+    pub fn inner(&self) -> Arc<dyn Device> {
+        self.inner.clone()
+    }
+
     /// The first failed write or flush of a latching fence, if it latched.
     pub fn latched(&self) -> Option<String> {
         if !self.latched.load(Ordering::Acquire) {
@@ -73,18 +100,45 @@ impl FenceDevice {
         cause
     }
 
+    /// Latches a latching fence with `cause` (the first cause is kept): every later write
+    /// and flush fails with [`Error::IoLatched`].
+    pub fn latch_with(&self, cause: String) {
+        assert!(self.latching, "only a latching fence latches");
+        let mut c = self.cause.lock();
+        if c.is_none() {
+            *c = Some(cause);
+        }
+        drop(c);
+        self.latched.store(true, Ordering::Release);
+        self.fence();
+        debug_assert!(self.latched().is_some() && self.is_fenced());
+    }
+
+    /// Enforces `lease` on every later write and flush (set once; a second is ignored).
+    pub fn set_lease(&self, lease: Arc<dyn Lease>) {
+        let _ = self.lease.set(lease);
+    }
+
+    /// Before a write or flush: a lease that ran out is renewed, and a renewal that fails
+    /// latches the fence.
+    fn check_lease(&self) -> Result<()> {
+        match self.lease.get() {
+            Some(l) if l.expired() && !self.latched.load(Ordering::Acquire) => {
+                if let Err(e) = l.renew() {
+                    self.latch_with(e.to_string());
+                    return Err(self.refused("write", 0));
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// After a call to the wrapped device: a latching fence latches on an I/O error.
     fn watch<T>(&self, result: Result<T>) -> Result<T> {
         if let Err(e @ Error::Io { .. }) = &result {
             if self.latching {
-                let mut cause = self.cause.lock();
-                if cause.is_none() {
-                    *cause = Some(e.to_string());
-                }
-                drop(cause);
-                self.latched.store(true, Ordering::Release);
-                self.fence();
-                debug_assert!(self.latched().is_some() && self.is_fenced());
+                self.latch_with(e.to_string());
             }
         }
         result
@@ -132,6 +186,7 @@ impl Device for FenceDevice {
 
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
         check_range(offset, buf.len(), self.size())?;
+        self.check_lease()?;
         let result = {
             let fenced = self.fenced.read();
             if *fenced {
@@ -145,6 +200,7 @@ impl Device for FenceDevice {
     fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> Result<()> {
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         check_range(offset, total, self.size())?;
+        self.check_lease()?;
         let result = {
             let fenced = self.fenced.read();
             if *fenced {
@@ -156,6 +212,7 @@ impl Device for FenceDevice {
     }
 
     fn flush(&self) -> Result<()> {
+        self.check_lease()?;
         let result = {
             let fenced = self.fenced.read();
             if *fenced {

@@ -31,7 +31,7 @@ mod synthetic;
 
 pub use contract::{Device, SECTOR_BYTES};
 pub use fault::{Crash, CrashReport, FaultDevice};
-pub use fence::FenceDevice;
+pub use fence::{FenceDevice, Lease};
 pub use file::{FileDevice, DEFAULT_HEARTBEAT};
 pub use mem::MemDevice;
 pub use overlay::OverlayDevice;
