@@ -42,8 +42,11 @@ impl std::fmt::Display for Errno {
 impl std::error::Error for Errno {}
 
 /// A volume error as the kernel sees it: its kind's errno ([`extalloc::ErrorKind::errno`]:
-/// `EFBIG` only past the largest file, `ENOSPC`, `EINVAL`, `EUCLEAN`, `EIO`, ...). Errors of
-/// the device or the volume's state (not the caller's) are logged too.
+/// `EFBIG` only past the largest file, `ENOSPC`, `EINVAL`, `EUCLEAN`, `EIO`, ...), except
+/// that the volume's own state (`WrongState`: shut down, not at rest; `Unrecognized`) is
+/// `EIO`: the file system checked the request, so no such error is the caller's, and
+/// `EINVAL` would tell the caller to fix an argument. Errors of the device or the
+/// volume's state (not the caller's) are logged too.
 impl From<extalloc::Error> for Errno {
     fn from(e: extalloc::Error) -> Errno {
         use extalloc::ErrorKind as K;
@@ -55,7 +58,10 @@ impl From<extalloc::Error> for Errno {
         ) {
             log::error!("volume error: {e}");
         }
-        Errno(e.errno())
+        match e.kind() {
+            K::WrongState | K::Unrecognized => Errno(libc::EIO),
+            _ => Errno(e.errno()),
+        }
     }
 }
 

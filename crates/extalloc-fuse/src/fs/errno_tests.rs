@@ -1,5 +1,5 @@
 //! The errno the kernel gets for each kind of volume error: `EFBIG` only for a file too
-//! big, the rest as ext4 gives them.
+//! big, `EIO` for the volume's own state (never `EINVAL`), the rest as ext4 gives them.
 
 use super::Errno;
 use extalloc::{Error, ErrorKind, IoSource};
@@ -54,7 +54,6 @@ fn callers_errors() -> Vec<(Error, i32)> {
             },
             libc::EFBIG,
         ),
-        (Error::TransactionOpen { op: "checkpoint" }, libc::EINVAL),
         (Error::NoSuchFile { id: 7 }, libc::ENOENT),
     ]
 }
@@ -113,7 +112,23 @@ fn volumes_errors() -> Vec<(Error, i32)> {
             },
             libc::EUCLEAN,
         ),
-        (Error::NoVolume { root_bytes: 0 }, libc::EINVAL),
+        // The volume's own state is never the caller's argument: EIO, not EINVAL.
+        (Error::NoVolume { root_bytes: 0 }, libc::EIO),
+        (Error::TransactionOpen { op: "checkpoint" }, libc::EIO),
+        (
+            Error::IoLatched {
+                device: "d".into(),
+                cause: "injected flush failure".into(),
+            },
+            libc::EIO,
+        ),
+        (
+            Error::Occupied {
+                path: "p".into(),
+                holds: "a volume".into(),
+            },
+            libc::EEXIST,
+        ),
         (
             Error::Aborted {
                 reason: "a write failed".into(),
