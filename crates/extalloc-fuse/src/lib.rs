@@ -40,3 +40,10 @@ mod replies;
 mod transport;
 pub mod umount;
 pub mod xattr;
+
+/// For the fuzz target `fuse_request` (`fuzz/`): decodes one request as read from
+/// `/dev/fuse` (`buf` whole), true if it is well formed. Not part of the crate's API.
+#[doc(hidden)]
+pub fn fuzz_request(buf: &[u8]) -> bool {
+    transport::fuzz_request(buf)
+}

@@ -445,3 +445,25 @@ fn an_old_kernels_short_init_is_read_and_refused_by_version() {
         .0;
     assert_eq!(h.error, -libc::EPROTO);
 }
+
+proptest::proptest! {
+    /// The decoder is the one part of the transport that reads bytes it did not write:
+    /// any request, of any opcode (every one from 0 to 60, and beyond), with any argument
+    /// bytes and any extension length, decodes to an operation or to `Malformed`, never
+    /// panics, and never reads past its buffer (the fuzz target `fuse_request` runs the
+    /// same on arbitrary buffers: `cd fuzz && cargo +nightly fuzz run fuse_request`).
+    #[test]
+    fn the_decoder_takes_any_bytes(
+        opcode in proptest::prop_oneof![0u32..64, proptest::prelude::any::<u32>()],
+        body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400),
+        extlen in 0u16..64,
+        cut in 0usize..8,
+    ) {
+        let mut buf = request(opcode, 1, &[&body]);
+        buf[36..38].copy_from_slice(&extlen.to_le_bytes());
+        let _ = request::parse(&buf);
+        // A buffer shorter than its header says is refused, not read past.
+        let short = &buf[..buf.len().saturating_sub(cut + 1)];
+        proptest::prop_assert!(request::parse(short).is_none());
+    }
+}
