@@ -182,6 +182,10 @@ pub enum Event {
     },
     /// `sync`.
     Sync,
+    /// `sync` on a device whose next flush fails as Linux's does (the unflushed writes
+    /// forgotten, the error reported once): the sync must fail, a retry must fail too (the
+    /// latch), and after a power loss the volume reads as at the last commit before.
+    FailedSync,
     /// `checkpoint`.
     Checkpoint,
     /// Power loss, then `Volume::open`: every unflushed write dropped (`keep` 0), or each
@@ -288,6 +292,7 @@ impl Event {
                 Event::Truncate { file, size }
             }
             5 => Event::Unlink { file },
+            6 if file % 4 == 3 => Event::FailedSync,
             6 => Event::Sync,
             7 => Event::Checkpoint,
             8 => {

@@ -79,6 +79,8 @@ pub struct Summary {
     pub reopens: u64,
     /// Misuses refused as documented.
     pub misuses: u64,
+    /// Syncs whose flush failed as Linux's does, each followed by a power loss.
+    pub failed_flushes: u64,
 }
 
 impl Summary {
@@ -96,6 +98,7 @@ impl Summary {
         self.crashes_keeping += other.crashes_keeping;
         self.reopens += other.reopens;
         self.misuses += other.misuses;
+        self.failed_flushes += other.failed_flushes;
     }
 }
 

@@ -66,6 +66,7 @@ impl Runner {
                 None => skipped(self),
             },
             Event::Sync => self.commit(false),
+            Event::FailedSync => self.failed_sync(),
             Event::Checkpoint => self.commit(true),
             Event::Crash { keep, tear } => self.power_loss(*keep, *tear),
             Event::Reopen => self.reopen(),
@@ -84,6 +85,34 @@ impl Runner {
                 self.put(old, *len as usize, *seed)
             }
         }
+    }
+
+    /// A sync whose first flush fails as on Linux (`FaultDevice::fail_flushes`): it must
+    /// fail, and a retry must fail with `IoLatched` (a retried flush is never believed:
+    /// the forgotten writes never reached the media); then a power loss, after which the
+    /// volume must read as the durable versions say, nothing of the failed commit. A sync
+    /// with nothing to flush succeeds and is a plain sync.
+    fn failed_sync(&mut self) -> Step {
+        self.dev.fault.fail_flushes(1);
+        let first = self.vol().sync();
+        self.dev.fault.fail_flushes(0);
+        match first {
+            Ok(()) => return Ok(Touched::Committed),
+            Err(Error::Io { .. }) => {}
+            Err(Error::NoSpace { .. }) => {
+                // No room for the table before any flush: a sync that found no space.
+                self.summary.no_space_commits += 1;
+                self.model.commit_maybe();
+                return Ok(Touched::Reopened);
+            }
+            Err(e) => return Err(format!("a sync whose flush failed: {e}")),
+        }
+        match self.vol().sync() {
+            Err(Error::IoLatched { .. }) => {}
+            other => return Err(format!("a retried sync after a failed flush: {other:?}")),
+        }
+        self.summary.failed_flushes += 1;
+        self.power_loss(0, false)
     }
 
     /// A sync or a checkpoint. Either may fail with `NoSpace` on a full device (the
