@@ -412,7 +412,14 @@ if mkdir "$MNT/after-shutdown" 2>/dev/null; then
   echo "shutdown: a mkdir after it succeeded" >&2
   exit 1
 fi
-do_umount
+# The shut-down daemon cannot close the device cleanly (nothing more reaches it), and
+# extalloc umount says so with a non-zero exit; the next mount recovers every commit.
+if "$BIN" umount "$MNT" >"$WORK/umount.out" 2>&1; then
+  echo "shutdown: extalloc umount exited 0 for a device left in use" >&2
+  exit 1
+fi
+grep -q "did not close it cleanly" "$WORK/umount.out" \
+  || { cat "$WORK/umount.out" >&2; echo "shutdown: extalloc umount did not say why" >&2; exit 1; }
 "$BIN" fsck "$IMG" >/dev/null
 do_mount >/dev/null
 check_files "$MNT/down" "shutdown"

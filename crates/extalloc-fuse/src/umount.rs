@@ -47,7 +47,7 @@ pub fn unmount(
     let mp = mountpoint
         .canonicalize()
         .map_err(|e| format!("{}: {e}", mountpoint.display()))?;
-    let device = device_of(&mp)?;
+    let (device, read_only) = device_of(&mp)?;
     let pid = holder(&device);
     umount(&mp, pid)?;
     let start = Instant::now();
@@ -80,7 +80,8 @@ pub fn unmount(
         std::thread::sleep(Duration::from_millis(10));
     }
     let waited = start.elapsed();
-    let unclean = unclean_close(&device);
+    // A read-only mount writes nothing: a mark left by an earlier owner is not its doing.
+    let unclean = (!read_only).then(|| unclean_close(&device)).flatten();
     Ok(Unmounted {
         device,
         waited,
@@ -110,8 +111,9 @@ fn unclean_close(device: &Path) -> Option<String> {
     }
 }
 
-/// The device an extalloc mount at `mp` serves, refusing anything else.
-fn device_of(mp: &Path) -> Result<PathBuf, String> {
+/// The device an extalloc mount at `mp` serves, and whether the mount is read-only;
+/// anything else is refused.
+fn device_of(mp: &Path) -> Result<(PathBuf, bool), String> {
     let m = mountinfo::find(mp)
         .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))?
         .ok_or_else(|| format!("nothing is mounted on {}", mp.display()))?;
@@ -131,7 +133,8 @@ fn device_of(mp: &Path) -> Result<PathBuf, String> {
     if !busy(&device)? {
         return Err(not_ours(format!("no daemon holds its source {}", m.source)));
     }
-    Ok(device)
+    let read_only = m.options.split(',').any(|o| o == "ro");
+    Ok((device, read_only))
 }
 
 /// Whether a daemon holds `device` (to write, or to read for a read-only mount): it has
