@@ -9,7 +9,7 @@
 # middle of fio: each followed by `fusermount3 -u`, a new mount (which repairs), fio's
 # verify of every round that finished (and so was fsync'd), and fsck.
 #
-#   scripts/mount-tests.sh            # CI: 2 fsx seeds x 100,000 ops, 3 crashes, 5+5 rename
+#   scripts/mount-tests.sh            # CI: 2 fsx seeds x 100,000 ops, 3 crashes, 4x5 rename
 #                                     # kills (scripts/rename-crash.sh) (~5 min)
 #   scripts/mount-tests.sh --lab      # 4 fsx seeds, 20 crashes, 100+100 rename kills (~25 min)
 #
@@ -550,7 +550,7 @@ for f in sys.argv[1:]:
   echo "crash $c: $rounds fsync'd rounds verified, fsck clean; remount: (${out##*(clean; }"
 done
 
-step "renames killed mid-flight: $RENAME_KILLS kills of a rename-over loop, $RENAME_KILLS of an exchange loop"
+step "renames killed mid-flight: $RENAME_KILLS kills each of rename-over (fsync), replace and rewrite (no fsync) and exchange loops"
 EXTALLOC_BIN="$BIN" "$REPO/scripts/rename-crash.sh" "$RENAME_KILLS"
 
 step "mount tests passed"
