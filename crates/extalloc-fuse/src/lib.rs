@@ -45,5 +45,5 @@ pub mod xattr;
 /// `/dev/fuse` (`buf` whole), true if it is well formed. Not part of the crate's API.
 #[doc(hidden)]
 pub fn fuzz_request(buf: &[u8]) -> bool {
-    transport::fuzz_request(buf)
+    transport::fuzz::request(buf)
 }

@@ -22,6 +22,7 @@
 
 mod abi;
 mod dev;
+pub(crate) mod fuzz;
 mod handler;
 mod mnt;
 mod poll;
@@ -29,11 +30,6 @@ mod reply;
 mod request;
 #[cfg(test)]
 mod tests;
-
-/// [`crate::fuzz_request`]: `buf` decoded as one request; true if well formed.
-pub(crate) fn fuzz_request(buf: &[u8]) -> bool {
-    request::parse(buf).is_some_and(|(_, op)| !matches!(op, request::Op::Malformed))
-}
 mod uring;
 
 pub(crate) use abi::{Attr, CreateIn, StatfsOut};
