@@ -43,34 +43,26 @@ do_mount() {
 }
 wait_daemon() { while kill -0 "$DAEMON" 2>/dev/null; do sleep 0.05; done; }
 
-# The loops: `over` renames fsync'd versions over cfg; `exchange` swaps two directories.
+# The loops: `over`, `replace` and `rewrite` put new versions in cfg (see the header);
+# `exchange` swaps two directories.
 cat >"$WORK/rename-loop.py" <<'EOF'
 import ctypes, os, sys
 mnt, mode = sys.argv[1], sys.argv[2]
 libc = ctypes.CDLL(None, use_errno=True)
-def fsync_path(p):
-    fd = os.open(p, os.O_RDONLY); os.fsync(fd); os.close(fd)
-if mode == "over":
+def version(n):
+    return (f"version {n}\n" * 400).encode()
+if mode in ("over", "replace", "rewrite"):
+    # over: tmp, fsync, rename; replace: tmp, close, rename; rewrite: O_TRUNC, write, close.
+    target = f"{mnt}/cfg" if mode == "rewrite" else f"{mnt}/cfg.tmp"
     n = 0
     while True:
         n += 1
-        body = (f"version {n}\n" * 400).encode()
-        with open(f"{mnt}/cfg.tmp", "wb") as f:
-            f.write(body); f.flush(); os.fsync(f.fileno())
-        os.rename(f"{mnt}/cfg.tmp", f"{mnt}/cfg")
-elif mode == "replace":
-    n = 0
-    while True:
-        n += 1
-        with open(f"{mnt}/cfg.tmp", "wb") as f:
-            f.write((f"version {n}\n" * 400).encode())
-        os.rename(f"{mnt}/cfg.tmp", f"{mnt}/cfg")
-elif mode == "rewrite":
-    n = 0
-    while True:
-        n += 1
-        with open(f"{mnt}/cfg", "wb") as f:
-            f.write((f"version {n}\n" * 400).encode())
+        with open(target, "wb") as f:
+            f.write(version(n))
+            if mode == "over":
+                f.flush(); os.fsync(f.fileno())
+        if mode != "rewrite":
+            os.rename(target, f"{mnt}/cfg")
 else:
     a, b = f"{mnt}/a".encode(), f"{mnt}/b".encode()
     while True:

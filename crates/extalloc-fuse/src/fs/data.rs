@@ -110,14 +110,17 @@ impl Fs {
     /// The last close of one open: pending times are written, and a file unlinked while
     /// open is removed once nothing else holds it.
     pub fn release(&self, ino: u64) -> FsResult<()> {
-        let rewritten = {
-            let mut ns = self.ns_write();
-            let n = ns.node_mut(ino)?;
-            n.open <= 1 && std::mem::take(&mut n.rewritten)
-        };
+        // auto_da_alloc: the last close of a file truncated to zero writes its new data
+        // back, so it goes with the next commit as the truncate does. A shared look first:
+        // this runs at every close, and the flag is rare.
+        let rewritten = self
+            .ns
+            .read()
+            .node(ino)
+            .is_ok_and(|n| n.rewritten && n.open <= 1);
         if rewritten {
-            // auto_da_alloc: the new data goes with the next commit, as the truncate does.
             self.vol.write_back(ino)?;
+            self.ns_write().node_mut(ino)?.rewritten = false;
         }
         self.flush_attrs(Some(ino))?;
         let mut ns = self.ns_write();

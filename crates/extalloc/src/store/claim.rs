@@ -360,8 +360,8 @@ impl Lease for Beat {
 
 /// Starts the thread that beats every `base` (or twice as long as the last beat's write
 /// and flush took, if longer: a slow device must not look dead), until its sender is
-/// dropped. A beat that fails to write is tried again at the next one; one that finds the
-/// device taken over latches `latch` and ends the thread.
+/// dropped. A beat that finds the device taken over, or whose read, write or flush fails,
+/// latches `latch` and ends the thread.
 fn start_heartbeat(
     beat: Arc<Beat>,
     latch: Arc<FenceDevice>,
@@ -380,11 +380,13 @@ fn start_heartbeat(
                         interval = base.max(2 * took).min(MAX_INTERVAL);
                         beat.rec.lock().interval_ms = interval.as_millis() as u32;
                     }
-                    Err(e @ Error::DeviceInUse { .. }) => {
+                    // Taken over, or a failed read, write or flush of the record: the
+                    // flush is the whole device's (`fdatasync`), so Linux may have
+                    // forgotten the store's own pages with it. Never retried and believed.
+                    Err(e) => {
                         latch.latch_with(e.to_string());
                         return;
                     }
-                    Err(_) => {}
                 }
             }
         })

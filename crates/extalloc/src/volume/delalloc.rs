@@ -87,13 +87,7 @@ impl Volume {
         let mut reserved = self.delalloc.lock();
         let have = self.store.allocatable_blocks();
         if have < *reserved + blocks + margin {
-            return Err(Error::NoSpace {
-                requested: blocks,
-                min_len: blocks,
-                free_blocks: have.saturating_sub(*reserved + margin),
-                pending_blocks: self.store.allocator().pending_free_blocks(),
-                reserved_blocks: *reserved,
-            });
+            return Err(self.short_of(blocks, blocks, have, *reserved, margin));
         }
         *reserved += blocks;
         debug_assert!(*reserved + margin <= have, "reserved past the space");
@@ -113,19 +107,31 @@ impl Volume {
         let margin = self.reserve_margin();
         let reserved = *self.delalloc.lock();
         // Blocks waiting for a commit count: the allocation's own remedy commits them.
-        let pending = self.store.allocator().pending_free_blocks();
-        let have = self.store.allocatable_blocks() + pending;
+        let have = self.store.allocatable_blocks() + self.store.allocator().pending_free_blocks();
         if have < reserved + holes + margin {
-            return Err(Error::NoSpace {
-                requested: holes,
-                min_len: 1,
-                free_blocks: have.saturating_sub(reserved + margin),
-                pending_blocks: pending,
-                reserved_blocks: reserved,
-            });
+            return Err(self.short_of(holes, 1, have, reserved, margin));
         }
         debug_assert!(holes + reserved + margin <= have);
         Ok(())
+    }
+
+    /// The `NoSpace` of a space check: `have` allocatable blocks, of which cached data
+    /// holds `reserved` and metadata keeps `margin`.
+    fn short_of(
+        &self,
+        requested: u64,
+        min_len: u64,
+        have: u64,
+        reserved: u64,
+        margin: u64,
+    ) -> Error {
+        Error::NoSpace {
+            requested,
+            min_len,
+            free_blocks: have.saturating_sub(reserved + margin),
+            pending_blocks: self.store.allocator().pending_free_blocks(),
+            reserved_blocks: reserved,
+        }
     }
 
     /// Gives back `blocks` of reservation (placed by writeback, or their data dropped).
@@ -153,13 +159,7 @@ impl Volume {
         }
         let have = self.store.allocatable_blocks();
         if have < reserved + blocks {
-            return Err(Error::NoSpace {
-                requested: blocks,
-                min_len: blocks,
-                free_blocks: have.saturating_sub(reserved),
-                pending_blocks: self.store.allocator().pending_free_blocks(),
-                reserved_blocks: reserved,
-            });
+            return Err(self.short_of(blocks, blocks, have, reserved, 0));
         }
         Ok(())
     }

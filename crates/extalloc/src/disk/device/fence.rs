@@ -134,6 +134,26 @@ impl FenceDevice {
         }
     }
 
+    /// A write or flush (`op` at `offset`) through the fence: the lease renewed if it ran
+    /// out, refused once fenced (the flag read under the lock held across the call), and
+    /// an I/O error of the wrapped device latching a latching fence.
+    fn through(
+        &self,
+        op: &'static str,
+        offset: u64,
+        call: impl FnOnce(&dyn Device) -> Result<()>,
+    ) -> Result<()> {
+        self.check_lease()?;
+        let result = {
+            let fenced = self.fenced.read();
+            if *fenced {
+                return Err(self.refused(op, offset));
+            }
+            call(self.inner.as_ref())
+        };
+        self.watch(result)
+    }
+
     /// After a call to the wrapped device: a latching fence latches on an I/O error.
     fn watch<T>(&self, result: Result<T>) -> Result<T> {
         if let Err(e @ Error::Io { .. }) = &result {
@@ -186,41 +206,17 @@ impl Device for FenceDevice {
 
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
         check_range(offset, buf.len(), self.size())?;
-        self.check_lease()?;
-        let result = {
-            let fenced = self.fenced.read();
-            if *fenced {
-                return Err(self.refused("write", offset));
-            }
-            self.inner.write_at(buf, offset)
-        };
-        self.watch(result)
+        self.through("write", offset, |d| d.write_at(buf, offset))
     }
 
     fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> Result<()> {
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         check_range(offset, total, self.size())?;
-        self.check_lease()?;
-        let result = {
-            let fenced = self.fenced.read();
-            if *fenced {
-                return Err(self.refused("write", offset));
-            }
-            self.inner.write_vectored_at(bufs, offset)
-        };
-        self.watch(result)
+        self.through("write", offset, |d| d.write_vectored_at(bufs, offset))
     }
 
     fn flush(&self) -> Result<()> {
-        self.check_lease()?;
-        let result = {
-            let fenced = self.fenced.read();
-            if *fenced {
-                return Err(self.refused("flush", 0));
-            }
-            self.inner.flush()
-        };
-        self.watch(result)
+        self.through("flush", 0, |d| d.flush())
     }
 
     fn discard(&self, offset: u64, len: u64) -> Result<bool> {
