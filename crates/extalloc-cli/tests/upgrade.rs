@@ -69,11 +69,11 @@ fn a_version_2_volume_reads_and_is_brought_forward_by_its_first_write() {
     ok(&["get", p, "2", out.to_str().unwrap()]);
     assert_eq!(std::fs::read(&out).unwrap(), big());
     assert_eq!(root_version(&img), 2, "reading writes nothing");
-    // A write checkpoints: the root is version 3, every file still there.
+    // A write checkpoints: the root is version 4 (the file tree), every file still there.
     let third = dir.join("third.bin");
     std::fs::write(&third, b"made by today's build").unwrap();
     ok(&["put", p, third.to_str().unwrap()]);
-    assert_eq!(root_version(&img), 3);
+    assert_eq!(root_version(&img), 4);
     ok(&["get", p, "1", out.to_str().unwrap()]);
     assert_eq!(std::fs::read(&out).unwrap(), small());
     ok(&["get", p, "2", out.to_str().unwrap()]);
@@ -96,10 +96,10 @@ fn a_version_2_file_system_checks_clean_and_repairs_forward() {
     for path in ["/dir/sub/b", "/dir/a", "/link", "/hello"] {
         assert!(listing.contains(path), "{path} in {listing}");
     }
-    // The repair's checkpoint writes version 3 (nothing to repair: exit 0 or 1).
+    // The repair's checkpoint writes version 4 (nothing to repair: exit 0 or 1).
     let out = run(&["fsck", "--repair", p]);
     assert!(out.status.code().is_some_and(|c| c <= 1), "{out:?}");
-    assert_eq!(root_version(&img), 3);
+    assert_eq!(root_version(&img), 4);
     let fsck = ok(&["fsck", p]);
     assert!(
         fsck.contains("3 directories, 3 files, 1 symbolic links"),

@@ -32,9 +32,9 @@ pub fn open_bench(
         let v = open_bench::volume_open(path, volume_files, extents_per_file)?;
         println!(
             "\n| volume files | extents | build s | open s | bytes read | bitmaps loaded | maps read | \
-             check s (every map) | check bytes read |\n\
-             |---:|---:|---:|---:|---:|---:|---:|---:|---:|\n\
-             | {} | {} | {:.1} | {:.3} | {} | {} | {} | {:.3} | {} |",
+             check s (every map) | check bytes read | checkpoint after one change: KiB written | s |\n\
+             |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n\
+             | {} | {} | {:.1} | {:.3} | {} | {} | {} | {:.3} | {} | {:.0} | {:.3} |",
             v.files,
             v.extents,
             v.build_seconds,
@@ -43,7 +43,9 @@ pub fn open_bench(
             v.bitmaps_loaded,
             v.maps_read,
             v.check_seconds,
-            v.check_bytes_read
+            v.check_bytes_read,
+            v.change_checkpoint_bytes as f64 / 1024.0,
+            v.change_checkpoint_seconds
         );
     }
     Ok(())

@@ -22,6 +22,7 @@ use std::time::Instant;
 struct Counting {
     inner: FileDevice,
     read: AtomicU64,
+    written: AtomicU64,
 }
 
 impl Counting {
@@ -31,6 +32,7 @@ impl Counting {
             inner: FileDevice::create(path, bytes)
                 .with_context(|| format!("creating {}", path.display()))?,
             read: AtomicU64::new(0),
+            written: AtomicU64::new(0),
         }))
     }
 }
@@ -41,6 +43,7 @@ impl Device for Counting {
         self.inner.read_at(buf, offset)
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> extalloc::Result<()> {
+        self.written.fetch_add(buf.len() as u64, Relaxed);
         self.inner.write_at(buf, offset)
     }
     fn flush(&self) -> extalloc::Result<()> {
@@ -180,12 +183,17 @@ pub struct VolumeOpenRow {
     /// Then every map read and checked: `Volume::check`.
     pub check_seconds: f64,
     pub check_bytes_read: u64,
+    /// Then one file's attribute changed and the volume checkpointed: what that
+    /// checkpoint wrote (the file table's share, the journal's, the store's) and took.
+    pub change_checkpoint_bytes: u64,
+    pub change_checkpoint_seconds: f64,
 }
 
 /// A volume on a sparse 64 GiB file at `path` with `files` files of `extents` one-block
 /// extents each (fallocated with a hole between them), closed, then `Volume::open` timed
 /// (the root, the file table and any records after it; no map is read until used), then
-/// `Volume::check` (every map read and handed to the file layer, every block's owner).
+/// `Volume::check` (every map read and handed to the file layer, every block's owner),
+/// then one file's attribute changed and a checkpoint timed, its bytes written counted.
 pub fn volume_open(path: &Path, files: u64, extents: u64) -> Result<VolumeOpenRow> {
     use extalloc::volume::{Fallocate, Volume};
     let bytes = 64u64 << 30;
@@ -225,6 +233,16 @@ pub fn volume_open(path: &Path, files: u64, extents: u64) -> Result<VolumeOpenRo
     let started = Instant::now();
     let check = vol.check()?;
     anyhow::ensure!(check.clean(), "the volume's check found {check:?}");
+    let check_seconds = started.elapsed().as_secs_f64();
+    let check_bytes_read = dev.read.load(Relaxed) - bytes_read;
+    // A checkpoint after one change: the first one after the open (a table written whole
+    // is what it was before the file tree).
+    let one = listed[listed.len() / 2].id;
+    vol.set_attr(one, b"changed")?;
+    let written = dev.written.load(Relaxed);
+    let started = Instant::now();
+    vol.checkpoint()?;
+    let change_checkpoint_seconds = started.elapsed().as_secs_f64();
     let row = VolumeOpenRow {
         files,
         extents: listed.iter().map(|f| f.extents).sum(),
@@ -233,8 +251,10 @@ pub fn volume_open(path: &Path, files: u64, extents: u64) -> Result<VolumeOpenRo
         bytes_read,
         bitmaps_loaded,
         maps_read,
-        check_seconds: started.elapsed().as_secs_f64(),
-        check_bytes_read: dev.read.load(Relaxed) - bytes_read,
+        check_seconds,
+        check_bytes_read,
+        change_checkpoint_bytes: dev.written.load(Relaxed) - written,
+        change_checkpoint_seconds,
     };
     drop(vol);
     std::fs::remove_file(path).with_context(|| format!("removing {}", path.display()))?;

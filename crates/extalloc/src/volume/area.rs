@@ -1,13 +1,11 @@
-//! The file table's two areas, each made of **pieces**: runs of at most [`MAX_PIECE_BYTES`]
-//! allocated one at a time wherever the allocator finds room, listed in a chain of index
-//! blocks. No table write asks the allocator for more than one piece of contiguous blocks,
-//! so neither a table larger than a group nor a fragmented device stops a checkpoint (an
-//! area used to be one extent of twice the table: about 620,000 files filled a group of
-//! 32,768 blocks, and a fragmented device had no run long enough; the volume could then
-//! neither checkpoint nor mount).
+//! Chains of index blocks listing extents (**pieces**), and the file table's two areas
+//! that volumes of root version 2 and 3 keep their table in (read only: the first
+//! checkpoint of such a volume builds the file tree, `tree.rs`, and retires them). Each
+//! area's pieces, runs of at most 1 MiB allocated one at a time, hold the table's bytes in
+//! order. A version 4 root's retired chain is such a chain: its pieces are the blocks the
+//! next checkpoint frees (`checkpoint.rs`).
 //!
-//! An area of format version 2 (one extent, no index) is still read, and kept until the
-//! checkpoint that replaces it; the replacement is always indexed. The root and the
+//! An area of format version 2 (one extent, no index) is still read. The root and the
 //! journal's `TableAreas` change name an area by a [`SideRef`]: its index chain's first
 //! block, or, for a version 2 area, its extent.
 //!
@@ -17,11 +15,11 @@
 //! `count` pieces (start, len: u64 each). The crc seeded with the block number makes an
 //! index block written to the wrong place fail its check.
 //!
-//! Data structures: [`Area`] (its index blocks and pieces, in table order; the root
-//! names it by a `record::SideRef`). Invariant: an area's pieces and index blocks are allocated to the volume
-//! (owner `TABLE_OWNER`), never overlap, and its index chain, as written, lists exactly
-//! its pieces; its capacity ([`Area::blocks`]) holds the table written to it. Locks: none
-//! (plain values; the checkpoint that writes them runs under the volume's gate).
+//! Data structures: [`Area`] (its index blocks and pieces, in order; the root names it by
+//! a `record::SideRef`). Invariant: an area's pieces and index blocks are allocated to the
+//! volume (owner `TABLE_OWNER`), never overlap, and its index chain, as written, lists
+//! exactly its pieces. Locks: none (plain values; the checkpoint that writes a chain runs
+//! under the volume's gate).
 
 use super::record::{corrupt, put_extent, put_u64, Reader, SideRef};
 use crate::disk::device::Device;
@@ -29,9 +27,6 @@ use crate::error::{Error, Result};
 use crate::geometry::{Extent, Geometry};
 use std::ops::Range;
 
-/// The most bytes one piece of a table area holds (one allocation; a group is smaller on
-/// a device of small groups, and bounds it then).
-pub(super) const MAX_PIECE_BYTES: u64 = 1 << 20;
 /// An index block's magic.
 const INDEX_MAGIC: &[u8; 4] = b"XVTI";
 /// Bytes of an index block before its pieces.
@@ -95,30 +90,6 @@ impl Area {
         Ok(out)
     }
 
-    /// Writes `table` over the area's first bytes, each piece's last block padded with
-    /// zeros (not flushed).
-    pub(super) fn write(&self, dev: &dyn Device, bs: u64, table: &[u8]) -> Result<()> {
-        assert!(
-            table.len() as u64 <= self.blocks() * bs,
-            "a table of {} bytes in an area of {} blocks",
-            table.len(),
-            self.blocks()
-        );
-        let mut rest = table;
-        for p in &self.pieces {
-            if rest.is_empty() {
-                break;
-            }
-            let n = ((p.len * bs) as usize).min(rest.len());
-            let mut buf = rest[..n].to_vec();
-            buf.resize((n as u64).div_ceil(bs) as usize * bs as usize, 0);
-            dev.write_at(&buf, p.start * bs)?;
-            rest = &rest[n..];
-        }
-        debug_assert!(rest.is_empty(), "the whole table written");
-        Ok(())
-    }
-
     /// The device bytes of table bytes `r`: where they start, up to the end of that piece
     /// (an entry cut by a piece's end is named by its first part).
     pub(super) fn device_bytes(&self, bs: u64, r: Range<u64>) -> Range<u64> {
@@ -177,11 +148,6 @@ fn per_index(bs: u64) -> u64 {
 /// Index blocks `pieces` pieces need.
 pub(super) fn index_blocks_for(pieces: u64, bs: u64) -> u64 {
     pieces.div_ceil(per_index(bs))
-}
-
-/// The most blocks one piece takes on this geometry.
-pub(super) fn max_piece_blocks(g: &Geometry) -> u64 {
-    (MAX_PIECE_BYTES / u64::from(g.block_size)).clamp(1, g.group_blocks)
 }
 
 fn index_crc(block: u64, b: &[u8]) -> u32 {
@@ -251,6 +217,33 @@ pub(super) fn resolve(dev: &dyn Device, g: &Geometry, side: SideRef) -> Result<A
     }
     debug_assert_eq!(area.side(), side);
     Ok(area)
+}
+
+#[cfg(test)]
+impl Area {
+    /// Writes `table` over the area's first bytes, each piece's last block padded with
+    /// zeros (not flushed).
+    fn write(&self, dev: &dyn Device, bs: u64, table: &[u8]) -> Result<()> {
+        assert!(
+            table.len() as u64 <= self.blocks() * bs,
+            "a table of {} bytes in an area of {} blocks",
+            table.len(),
+            self.blocks()
+        );
+        let mut rest = table;
+        for p in &self.pieces {
+            if rest.is_empty() {
+                break;
+            }
+            let n = ((p.len * bs) as usize).min(rest.len());
+            let mut buf = rest[..n].to_vec();
+            buf.resize((n as u64).div_ceil(bs) as usize * bs as usize, 0);
+            dev.write_at(&buf, p.start * bs)?;
+            rest = &rest[n..];
+        }
+        debug_assert!(rest.is_empty(), "the whole table written");
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -101,17 +101,23 @@ impl Volume {
         Ok(out)
     }
 
-    /// The volume's own blocks (the table areas, the map segments) added to `owned`, then
+    /// The volume's own blocks (the file tree's nodes, or the table areas of a volume not
+    /// yet upgraded; the map segments; the retired blocks) added to `owned`, then
     /// everything sorted by start.
     fn own_metadata(&self, owned: &mut Vec<Extent>) {
-        let mut own: Vec<Extent> = self
-            .meta
-            .lock()
+        let meta = self.meta.lock();
+        let nb = super::node::node_blocks(self.block_size);
+        let mut own: Vec<Extent> = meta
             .areas
             .iter()
             .flat_map(|a| a.extents())
             .filter(|a| a.len > 0)
             .collect();
+        let nodes = meta.tree.as_ref().map(|t| t.nodes()).unwrap_or_default();
+        own.extend(nodes.iter().map(|n| Extent::new(n.block, nb)));
+        own.extend(meta.old_nodes.iter().copied());
+        own.extend(meta.chain.iter().map(|&b| Extent::new(b, 1)));
+        drop(meta);
         own.extend(self.segs.lock().all());
         own.sort_unstable_by_key(|e| e.start);
         // Allocated from the store one by one: the table areas' pieces and index blocks and

@@ -1,48 +1,50 @@
-//! The volume's checkpoint (the changed maps written to map segments, its file table
-//! written, then the store's checkpoint with a root pointing at it) and its open (the table
-//! read, the changes logged after it applied; maps stay unread, `maps.rs`). A table whose
-//! crc does not match the root's is salvaged frame by frame (`table.rs`); a plain open
-//! refuses it, naming the damage, and `salvage.rs` opens it for repair with the pieces
-//! here ([`read_table`], [`replay`], [`adopt_all`]).
+//! The volume's checkpoint (the changed maps written to map segments, the changed entries
+//! of its file tree written, then the store's checkpoint with a root naming the tree's new
+//! root) and its open (the table read, the changes logged after it applied; maps stay
+//! unread, `maps.rs`). A table with damaged entries is refused by a plain open, naming
+//! the damage; `salvage.rs` opens it for repair with the pieces here ([`read_table`],
+//! [`replay`], [`adopt_all`]).
 //!
-//! Two table areas take turns: the table goes to the inactive one, which no durable root
-//! points at, so a crash while it is written leaves the old table whole. An area too small
-//! for the table is replaced first (a new one allocated, the old inactive one freed, in a
-//! transaction of its own that logs the new areas).
+//! The file table is a copy-on-write B+tree (`tree.rs`, `treeio.rs`): a checkpoint puts
+//! the entries of the files changed since the last one (`Volume::dirty`, and those whose
+//! map moved), writes the changed nodes to blocks the allocator hands out one node at a
+//! time, and lists the nodes it replaced, with the map segments no file uses any more, in
+//! a retired chain the next checkpoint frees (so a crash before the new root is durable
+//! finds the old tree whole). A volume opened from a version 2 or 3 root (two table areas
+//! written whole), or salvaged, has no tree in memory: its first checkpoint builds one from
+//! every file and retires the areas (the upgrade).
 //!
-//! Data structures: none of their own (`Meta`, `record::Root`, `maps::Segs`). Invariant:
-//! the store's root names the active area, and the table there (with the map segments it
-//! names) holds every change of the records the checkpoint left behind; both areas are
-//! allocated (owner `TABLE_OWNER`). Locks: runs under the gate, written.
+//! Data structures: none of their own (`Meta`, `record::Root`, `maps::Segs`, `tree::Tree`).
+//! Invariant: the store's root names the durable tree, and the tree (with the map
+//! segments it names) holds every change of the records the checkpoint left behind; its
+//! nodes, its retired chain and what the chain lists are allocated (owner
+//! `TABLE_OWNER`). Locks: runs under the gate, written.
 
-use super::area::{self, index_blocks_for, max_piece_blocks, Area};
+use super::area::{self, Area};
 use super::file::{apply, maps_of, ReplayFile, VFile};
 use super::maps::{adopt_entries, read_map};
-use super::record::{decode_payload, Change, Root, SideRef, PAYLOAD_MAGIC};
+use super::node::{node_blocks, node_bytes};
+use super::record::{decode_payload, Change, SideRef};
+use super::root::{Root, TreeRoot};
 use super::state::Segs;
-use super::state::{FileTable, Meta, Volume, TABLE_OWNER};
-use super::table::{decode_placed, decode_table, encode_table, salvage_table, Salvaged, Table};
-use crate::alloc::AllocRequest;
+use super::state::{FileTable, Meta, Volume};
+use super::table::{decode_placed, file_body, salvage_table, Salvaged, Table, TableFile};
+use super::tree::Tree;
+use super::treeio::{join, read_root_tree, TreeTable, VolIo};
 use crate::disk::device::Device;
 use crate::disk::journal::Record;
 use crate::error::{Error, Result};
-use crate::geometry::{Extent, Geometry};
+use crate::geometry::Extent;
 use crate::store::Store;
 use parking_lot::Mutex;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::sync::Arc;
 
-#[cfg(test)]
-thread_local! {
-    /// Tests: checkpoints write version 2 tables (to test reading them).
-    pub(super) static WRITE_V2: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
 impl Volume {
     /// Under the gate (written): commits what is logged, writes the changed maps to new
-    /// map segments, the table to the inactive area, and checkpoints the store with a root
-    /// naming it.
+    /// map segments, the changed entries to the file tree, and checkpoints the store with
+    /// a root naming it. On failure every change stays for the next checkpoint.
     pub(super) fn checkpoint_locked(&self) -> Result<()> {
         debug_assert!(
             self.gate.is_locked_exclusive(),
@@ -52,173 +54,176 @@ impl Volume {
         let files: Vec<Arc<Mutex<VFile>>> = self.files.read().values().cloned().collect();
         let pending = self.plan_maps(&files)?;
         let placed = self.write_segments(&pending)?;
-        let new = placed.extents();
-        let table = Table {
-            files: pending.resolve(&placed),
-            retired: pending.dead.clone(),
+        let mut new = placed.extents();
+        let mut entries = pending.resolve(&placed);
+        debug_assert_eq!(entries.len(), files.len(), "an entry per file");
+        debug_assert!(
+            entries.windows(2).all(|w| w[0].id < w[1].id),
+            "entries in id order"
+        );
+        let (spilled, runs) = self.spill(&mut entries)?;
+        let mut moved = pending.moved.clone();
+        moved.extend(&spilled);
+        let dirty = std::mem::take(&mut *self.dirty.lock());
+        let mut changed = dirty.clone();
+        changed.extend(moved.iter().map(|&i| entries[i].id));
+        let retired = match self.write_tree(&entries, &changed, &pending.dead, &runs) {
+            Ok(retired) => retired,
+            Err(e) => {
+                self.dirty.lock().extend(dirty);
+                return Err(e);
+            }
         };
-        debug_assert_eq!(table.files.len(), files.len(), "a table entry per file");
-        self.write_table(&table)?;
+        new.extend(runs);
         let mut segs = self.segs.lock();
         for dead in &pending.dead {
             segs.named.remove(dead);
         }
         segs.named.extend(&new);
-        segs.retired = pending.dead.clone();
+        segs.retired = retired;
         drop(segs);
-        for &i in &pending.moved {
+        for &i in &moved {
             let mut f = files[i].lock();
-            f.stored = Some(table.files[i].map.clone());
+            f.stored = Some(entries[i].map.clone());
             f.map_dirty = false;
         }
         Ok(())
     }
 
-    /// Writes `table` to the inactive area (replaced first if too small) and checkpoints
-    /// the store with a root naming it.
-    fn write_table(&self, table: &Table) -> Result<()> {
-        #[cfg(test)]
-        let encoded = if WRITE_V2.with(|v| v.get()) {
-            super::table::encode_table_v2(table)
-        } else {
-            encode_table(table)
-        };
-        #[cfg(not(test))]
-        let encoded = encode_table(table);
-        debug_assert_eq!(decode_table(&encoded).ok().as_ref(), Some(table));
-        let table = encoded;
-        let need = (table.len() as u64).div_ceil(self.block_size);
-        self.table_blocks
-            .store(need, std::sync::atomic::Ordering::Relaxed);
+    /// Puts the `changed` entries (every entry, if there is no tree yet) into a copy of the
+    /// durable tree, writes its changed nodes and the retired chain (the `dead` segments,
+    /// the nodes replaced, and on a first build the old table areas and nodes), logs and
+    /// commits the blocks it took (with the spilled maps' `runs`), and checkpoints the
+    /// store with a root naming it.
+    /// Returns what the new root retired (the next checkpoint frees it; the chain's own
+    /// blocks wait one checkpoint more, `Meta::chain`). On failure the
+    /// durable tree stays in force: blocks not yet recorded are given back, recorded ones
+    /// are retired as an open would find them.
+    fn write_tree(
+        &self,
+        entries: &[TableFile],
+        changed: &BTreeSet<u64>,
+        dead: &[Extent],
+        runs: &[Extent],
+    ) -> Result<Vec<Extent>> {
+        debug_assert!(
+            self.gate.is_locked_exclusive(),
+            "a tree written, the gate open"
+        );
         let mut meta = self.meta.lock().clone();
-        let inactive = 1 - meta.active;
-        if meta.areas[inactive].blocks() < need {
-            self.replace_area(&mut meta, inactive, need)?;
-        }
-        meta.areas[inactive].write(self.dev.as_ref(), self.block_size, &table)?;
-        self.dev.flush()?;
-        let root = Root {
-            sides: [meta.areas[0].side(), meta.areas[1].side()],
-            active: inactive,
-            table_bytes: table.len() as u64,
-            table_crc: crc32c::crc32c(&table),
-            next_id: meta.next_id,
-        };
-        *self.prepared_root.lock() = Some(root.encode());
-        let result = self.store.checkpoint();
-        // A checkpoint that failed before its hook ran leaves the root unused.
-        self.prepared_root.lock().take();
-        result?;
-        meta.active = inactive;
-        *self.meta.lock() = meta;
-        Ok(())
-    }
-
-    /// Gives area `which` room for at least `need` blocks: a new one (twice the need where
-    /// the device has it, so the table may grow) of pieces of at most
-    /// [`max_piece_blocks`] each, found wherever the allocator has room, and the index
-    /// blocks that list them, written and flushed; then the old area freed and the new
-    /// areas logged and committed. On failure the old area stays and nothing is committed
-    /// (what was allocated goes back with the open transaction's frees).
-    fn replace_area(&self, meta: &mut Meta, which: usize, need: u64) -> Result<()> {
-        debug_assert!(which < meta.areas.len() && need > 0);
-        let g = *self.store.geometry();
-        let bs = self.block_size;
-        let new = match self.allocate_area(&g, need) {
-            Ok(area) => area,
-            Err((e, got)) => {
-                for x in got {
-                    let _ = self.store.free(x);
-                }
+        let mut io = VolIo::new(&self.store, self.dev.as_ref());
+        // Spilled maps' runs are recorded, or given back, with the nodes.
+        io.got.extend_from_slice(runs);
+        let built = self.build_tree(&mut meta, &mut io, entries, changed, dead);
+        let (tree, chain) = match built {
+            Ok(t) => t,
+            Err(e) => {
+                io.give_back_all();
                 return Err(e);
             }
         };
-        debug_assert!(
-            new.blocks() >= need,
-            "an area of {} blocks for {need}",
-            new.blocks()
-        );
-        let written = new
-            .encode_index(bs)
-            .into_iter()
-            .try_for_each(|(at, b)| self.dev.write_at(&b, at * bs))
-            .and_then(|()| self.dev.flush());
-        if let Err(e) = written {
-            new.extents().for_each(|x| {
-                let _ = self.store.free(x);
-            });
+        let got = io.got_joined();
+        self.log(&[Change::Segments {
+            new: got.clone(),
+            freed: Vec::new(),
+        }]);
+        let generation = meta.generation + 1;
+        let t = TreeRoot {
+            root: tree.root().expect("the tree written"),
+            count: tree.count(),
+            generation,
+            retired: chain.index.first().copied().unwrap_or(0),
+            previous: meta.durable,
+        };
+        let root = Root {
+            sides: [SideRef::legacy(Extent::new(0, 0)); 2],
+            active: 0,
+            table_bytes: 0,
+            table_crc: 0,
+            next_id: meta.next_id,
+            tree: Some(t),
+        };
+        let result = self.commit_locked().and_then(|()| {
+            *self.prepared_root.lock() = Some(root.encode());
+            let r = self.store.checkpoint();
+            // A checkpoint that failed before its hook ran leaves the root unused.
+            self.prepared_root.lock().take();
+            r
+        });
+        if let Err(e) = result {
+            // Recorded or waiting for the next commit: what an open would find.
+            self.segs.lock().unfinished(&got, &[]);
             return Err(e);
         }
-        let old = std::mem::replace(&mut meta.areas[which], new);
-        for x in old.extents() {
-            if let Err(e) = self.store.free(x) {
-                // Part of the old area may be freed in the open transaction while the
-                // volume still names it: that must never commit.
-                self.abort(&format!("freeing the old table area failed: {e}"));
-                return Err(e);
-            }
-        }
-        let mut payload = PAYLOAD_MAGIC.to_vec();
-        Change::TableAreas {
-            a: meta.areas[0].side(),
-            b: meta.areas[1].side(),
-        }
-        .encode(&mut payload);
-        self.store.commit(&payload)?;
-        *self.meta.lock() = meta.clone();
-        Ok(())
+        self.table_blocks
+            .store(meta.tree_blocks, std::sync::atomic::Ordering::Relaxed);
+        meta.tree = Some(tree);
+        meta.durable = Some((t.root, t.count));
+        meta.generation = generation;
+        meta.areas = Default::default();
+        meta.old_nodes.clear();
+        meta.chain = chain.index;
+        *self.meta.lock() = meta;
+        Ok(chain.pieces)
     }
 
-    /// Allocates an area for `need` blocks (twice that where there is room): its pieces,
-    /// each at most a piece long and in the last group where it can be (out of the way of
-    /// the files' streams), then the index blocks that list them. On failure, the error and
-    /// what was allocated.
-    fn allocate_area(
+    /// The new tree (its changed nodes written, not flushed) and the retired chain
+    /// written: the `dead` segments as they are (each keeps its identity in the retired
+    /// list), then the nodes replaced (and, on a first build, the old areas and nodes),
+    /// adjacent ones joined. `meta.tree_blocks` counts the new tree's blocks.
+    fn build_tree(
         &self,
-        g: &Geometry,
-        need: u64,
-    ) -> std::result::Result<Area, (Error, Vec<Extent>)> {
-        let bs = self.block_size;
-        let want = (need * 2).max(16);
-        let piece = max_piece_blocks(g);
-        let goal = g.group_start(g.groups_count() - 1);
-        let mut got: Vec<Extent> = Vec::new();
-        let mut have = 0u64;
-        while have < want {
-            let len = (want - have).min(piece);
-            let req = AllocRequest::new(TABLE_OWNER, len).goal(goal);
-            // A whole piece where one is free, else any run at all.
-            let e = match self.store.allocate(&req.min_len(len)) {
-                Ok(e) => Ok(e),
-                Err(e) if e.kind() == crate::ErrorKind::NoSpace => {
-                    self.store.allocate(&req.min_len(1))
+        meta: &mut Meta,
+        io: &mut VolIo<'_>,
+        entries: &[TableFile],
+        changed: &BTreeSet<u64>,
+        dead: &[Extent],
+    ) -> Result<(Tree, Area)> {
+        let mut retire = Vec::new();
+        let nb = node_blocks(self.block_size);
+        let mut replaced = Vec::new();
+        let rebuild = meta.tree.is_none();
+        let mut tree = match meta.tree.clone() {
+            Some(mut tree) => {
+                for &id in changed {
+                    let at = entries.binary_search_by_key(&id, |f| f.id);
+                    let value = at.ok().map(|i| file_body(&entries[i]));
+                    tree.put(io, id, value, &mut replaced)?;
                 }
-                Err(e) => Err(e),
-            };
-            match e {
-                Ok(e) => {
-                    have += e.len;
-                    got.push(e);
-                }
-                // The doubling is a margin, not a need.
-                Err(_) if have >= need => break,
-                Err(e) => return Err((e, got)),
+                tree
             }
-        }
-        let mut index = Vec::new();
-        while (index.len() as u64) < index_blocks_for(got.len() as u64, bs) {
-            match self
-                .store
-                .allocate(&AllocRequest::new(TABLE_OWNER, 1).goal(goal))
-            {
-                Ok(e) => index.push(e.start),
-                Err(e) => {
-                    got.extend(index.iter().map(|&b| Extent::new(b, 1)));
-                    return Err((e, got));
+            None => {
+                let mut tree = Tree::empty(node_bytes(self.block_size));
+                for f in entries {
+                    tree.put(io, f.id, Some(file_body(f)), &mut replaced)?;
                 }
+                retire.extend(
+                    meta.areas
+                        .iter()
+                        .flat_map(Area::extents)
+                        .filter(|e| e.len > 0),
+                );
+                retire.append(&mut meta.old_nodes);
+                tree
             }
-        }
-        Ok(Area { index, pieces: got })
+        };
+        tree.settle(io, &mut replaced)?;
+        let written = tree.write(io, meta.generation + 1)?.len() as u64;
+        debug_assert_eq!(tree.count(), entries.len() as u64, "an entry per file");
+        let kept = match rebuild {
+            true => 0,
+            false => meta.tree_blocks - replaced.len() as u64 * nb,
+        };
+        meta.tree_blocks = kept + written * nb;
+        debug_assert_eq!(meta.tree_blocks, tree.nodes().len() as u64 * nb);
+        retire.extend(replaced.iter().map(|r| Extent::new(r.block, nb)));
+        io.give_back_spare()?;
+        // The durable root's chain is read by an open until this root is in force.
+        retire.extend(meta.chain.iter().map(|&b| Extent::new(b, 1)));
+        let mut listed = dead.to_vec();
+        listed.extend(join(retire));
+        let chain = io.write_chain(listed)?;
+        Ok((tree, chain))
     }
 }
 
@@ -233,7 +238,8 @@ pub(super) fn load(
     records: &[Record],
 ) -> Result<(FileTable, Meta, Segs)> {
     let root = volume_root(store)?;
-    let table = match read_table(store, dev, &root)? {
+    let read = read_table(store, dev, &root)?;
+    let table = match read.table {
         TableRead::Whole(table, _) => table,
         TableRead::Damaged(s) => return Err(damaged_table(&root, &s)),
     };
@@ -244,7 +250,11 @@ pub(super) fn load(
         .map(ReplayFile::from_table)
         .collect();
     let changes = changes_of(records)?;
-    let (files, meta, segs) = replay(store, dev, &root, files, segs, changes)?;
+    let replayed: BTreeSet<u64> = changes.iter().filter_map(Change::file).collect();
+    let (files, mut meta, segs) = replay(store, dev, &root, files, segs, changes)?;
+    let nb = node_blocks(u64::from(store.geometry().block_size));
+    adopt_tree(&mut meta, &root, read.tree, (&read.nodes, &read.chain), nb);
+    meta.replayed = replayed;
     Ok((adopt_all(store, files)?, meta, segs))
 }
 
@@ -260,7 +270,7 @@ pub(super) fn volume_root(store: &Store) -> Result<Root> {
 /// The map segments a table names and retires.
 pub(super) fn segs_of(table: &Table) -> Segs {
     Segs {
-        named: table.files.iter().filter_map(|f| f.map.segment()).collect(),
+        named: table.files.iter().flat_map(|f| f.map.segments()).collect(),
         retired: table.retired.clone(),
     }
 }
@@ -288,8 +298,7 @@ pub(super) fn replay(
     let mut sides = root.sides;
     let mut meta = Meta {
         next_id: root.next_id,
-        areas: Default::default(),
-        active: root.active,
+        ..Meta::empty()
     };
     for id in changes.iter().filter_map(maps_of) {
         if let Some(f) = files.get_mut(&id).filter(|f| !f.loaded) {
@@ -340,41 +349,149 @@ fn at_record(e: Error, seq: u64) -> Error {
     }
 }
 
-/// The table the root names: whole (its crc matched; each file's entry's bytes in it), or
-/// damaged (what [`salvage_table`] read of it).
+/// The table the root names: whole (every check passed; each file's entry's device
+/// bytes), or damaged (what [`salvage_table`] read of it, its ranges in device bytes).
 pub(super) enum TableRead {
     Whole(Table, Vec<Range<u64>>),
     Damaged(Salvaged),
 }
 
-/// Reads the table the root names. Its crc32c matching the root's, it is decoded whole
-/// (its frames' crcs not checked again); else salvaged.
-pub(super) fn read_table(store: &Store, dev: &dyn Device, root: &Root) -> Result<TableRead> {
-    let table = read_table_bytes(store, dev, root)?;
-    if crc32c::crc32c(&table) == root.table_crc {
-        let (t, places) = decode_placed(&table, false)?;
-        return Ok(TableRead::Whole(t, places));
-    }
-    Ok(TableRead::Damaged(salvage_table(&table)))
+/// What [`read_table`] read: the table, the blocks that hold it (tree nodes and the
+/// retired chain's index, or both table areas), and the tree to change by later
+/// checkpoints (a version 4 root's, if every node checked).
+pub(super) struct Read {
+    pub table: TableRead,
+    pub own: Vec<Extent>,
+    /// The tree's nodes (of `own`).
+    pub nodes: Vec<Extent>,
+    /// The retired chain's index blocks (of `own`).
+    pub chain: Vec<u64>,
+    pub tree: Option<Tree>,
 }
 
-fn read_table_bytes(store: &Store, dev: &dyn Device, root: &Root) -> Result<Vec<u8>> {
-    let area = area::resolve(dev, store.geometry(), root.sides[root.active])?;
+/// Reads the table the root names. A version 4 root's tree is whole when every node
+/// checks; an area's table when its crc32c matches the root's (its frames' crcs not
+/// checked again). Else the bytes are salvaged frame by frame.
+pub(super) fn read_table(store: &Store, dev: &dyn Device, root: &Root) -> Result<Read> {
     let bs = u64::from(store.geometry().block_size);
-    area.read(dev, bs, root.table_bytes).map_err(|e| match e {
-        Error::Corrupt { detail, .. } => Error::Corrupt {
-            what: "volume root".into(),
-            detail,
-        },
-        other => other,
+    if let Some(t) = &root.tree {
+        let mut tt = read_root_tree(store, dev, t)?;
+        let table = match tt.whole {
+            true => {
+                let (table, places) = decode_placed(&tt.bytes, false)?;
+                TableRead::Whole(table, places.into_iter().map(|p| tt.device(p)).collect())
+            }
+            false => TableRead::Damaged(tt.salvage(t.count, bs)),
+        };
+        let nb = node_blocks(bs);
+        let nodes = tt
+            .walked
+            .nodes
+            .iter()
+            .map(|n| Extent::new(n.block, nb))
+            .collect();
+        return Ok(Read {
+            table,
+            own: tt.own(nb),
+            nodes,
+            chain: tt.chain.index.clone(),
+            tree: tt.take_tree(),
+        });
+    }
+    let areas = areas_of(store, dev, root);
+    let active =
+        area::resolve(dev, store.geometry(), root.sides[root.active]).map_err(|e| match e {
+            Error::Corrupt { detail, .. } => Error::Corrupt {
+                what: "volume root".into(),
+                detail,
+            },
+            other => other,
+        })?;
+    let bytes = active.read(dev, bs, root.table_bytes)?;
+    let table = match crc32c::crc32c(&bytes) == root.table_crc {
+        true => {
+            let (t, places) = decode_placed(&bytes, false)?;
+            let places = places
+                .into_iter()
+                .map(|p| active.device_bytes(bs, p))
+                .collect();
+            TableRead::Whole(t, places)
+        }
+        false => TableRead::Damaged(to_device(salvage_table(&bytes), |r| {
+            active.device_bytes(bs, r)
+        })),
+    };
+    let own = areas
+        .iter()
+        .flat_map(Area::extents)
+        .filter(|e| e.len > 0)
+        .collect();
+    Ok(Read {
+        table,
+        own,
+        nodes: Vec::new(),
+        chain: Vec::new(),
+        tree: None,
     })
 }
 
-/// Both areas the root names, as far as their index chains read (one that does not is
-/// empty): for the salvage and [`Volume::places`], which must go on whatever is damaged.
-pub(super) fn areas_of(store: &Store, dev: &dyn Device, root: &Root) -> [Area; 2] {
+/// A salvaged table with its ranges moved to device bytes by `device`.
+fn to_device(mut s: Salvaged, device: impl Fn(Range<u64>) -> Range<u64>) -> Salvaged {
+    s.places = s.places.into_iter().map(&device).collect();
+    for d in &mut s.damaged {
+        d.bytes = device(d.bytes.clone());
+    }
+    s
+}
+
+/// The previous checkpoint's table, salvaged (its ranges in device bytes): a version 4
+/// root's previous tree, or the inactive table area. `None` if there is none or its root
+/// cannot be read.
+pub(super) fn previous_table(store: &Store, dev: &dyn Device, root: &Root) -> Option<Salvaged> {
+    let bs = u64::from(store.geometry().block_size);
+    if let Some(t) = &root.tree {
+        let (prev, count) = t.previous?;
+        let tt: TreeTable = super::treeio::read_tree_table(store, dev, (prev, count), 0).ok()?;
+        return Some(tt.salvage(count, bs));
+    }
+    let area = areas_of(store, dev, root)[1 - root.active].clone();
+    if area.blocks() == 0 {
+        return None;
+    }
+    let bytes = area.read(dev, bs, area.blocks() * bs).ok()?;
+    Some(to_device(salvage_table(&bytes), |r| {
+        area.device_bytes(bs, r)
+    }))
+}
+
+/// Both areas a version 2 or 3 root names, as far as their index chains read (one that
+/// does not is empty).
+fn areas_of(store: &Store, dev: &dyn Device, root: &Root) -> [Area; 2] {
     let g = store.geometry();
     [0, 1].map(|i| area::resolve(dev, g, root.sides[i]).unwrap_or_default())
+}
+
+/// A version 4 root's tree as the volume keeps it: `meta` gains the generation, the
+/// durable root, its retired chain's index blocks (`chain`) and the tree (or, if it was
+/// damaged, the blocks of its `nodes`, for the build that replaces it to retire).
+pub(super) fn adopt_tree(
+    meta: &mut Meta,
+    root: &Root,
+    tree: Option<Tree>,
+    (nodes, chain): (&[Extent], &[u64]),
+    nb: u64,
+) {
+    let Some(t) = &root.tree else {
+        return;
+    };
+    meta.chain = chain.to_vec();
+    meta.generation = t.generation;
+    meta.durable = Some((t.root, t.count));
+    match &tree {
+        Some(tree) => meta.tree_blocks = tree.nodes().len() as u64 * nb,
+        None => meta.old_nodes = nodes.to_vec(),
+    }
+    meta.tree = tree;
 }
 
 /// The error a plain open gives for a table with damaged entries: how many, the ids it
@@ -398,7 +515,10 @@ fn damaged_table(root: &Root, s: &Salvaged) -> Error {
     }
     detail.push_str(": run `extalloc fsck --repair`");
     Error::Corrupt {
-        what: format!("volume file table at {:?}", root.sides[root.active]),
+        what: match &root.tree {
+            Some(t) => format!("volume file tree at block {}", t.root.block),
+            None => format!("volume file table at {:?}", root.sides[root.active]),
+        },
         detail,
     }
 }

@@ -26,7 +26,8 @@
 
 use super::file::VFile;
 use super::record::{
-    decode_map, encode_map, map_counts as counts, Change, MapEntry, MapRef, SegRef, INLINE_EXTENTS,
+    decode_map, encode_map, map_corrupt, map_counts as counts, Change, MapEntry, MapRef, SegRef,
+    INLINE_EXTENTS,
 };
 use super::state::{Volume, TABLE_OWNER};
 use super::table::TableFile;
@@ -118,8 +119,13 @@ impl Volume {
             let f = file.lock();
             match &f.stored {
                 Some(stored) if !f.map_dirty => {
-                    if let MapRef::Segment(r) = stored {
-                        *live.entry(r.seg).or_default() += u64::from(r.len);
+                    match stored {
+                        MapRef::Segment(r) => *live.entry(r.seg).or_default() += u64::from(r.len),
+                        // A map's own runs are full: never cleaned.
+                        MapRef::Runs(r) => r.runs.iter().for_each(|run| {
+                            *live.entry(*run).or_default() += run.len * bs;
+                        }),
+                        MapRef::Inline(_) => {}
                     }
                     p.files.push((f.table_file(stored.clone()), None));
                 }
@@ -440,16 +446,6 @@ fn placeholder((extents, blocks): (u64, u64)) -> MapRef {
     })
 }
 
-fn map_corrupt(id: u64, seg: Extent, detail: &str) -> Error {
-    Error::Corrupt {
-        what: format!(
-            "the map of volume file {id} in the map segment at block {}",
-            seg.start
-        ),
-        detail: format!("{detail}: run `extalloc fsck`"),
-    }
-}
-
 /// File `id`'s map entries as `stored` names them: inline, or read from its segment and
 /// checked against the crc32c and counts the table keeps.
 pub(super) fn read_map(
@@ -461,6 +457,7 @@ pub(super) fn read_map(
     let r = match stored {
         MapRef::Inline(entries) => return Ok(entries.clone()),
         MapRef::Segment(r) => r,
+        MapRef::Runs(r) => return super::spill::read_runs(store, dev, id, r),
     };
     let (seg, offset, len, crc) = (r.seg, u64::from(r.offset), u64::from(r.len), r.crc);
     store.geometry().validate(seg)?;

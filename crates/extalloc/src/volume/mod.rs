@@ -14,10 +14,11 @@
 //! - `fallocate` maps blocks unwritten: they read as zeros until written. A newly mapped
 //!   block is written whole (zeros around the caller's bytes) before its mapping commits,
 //!   or unwritten, so no file reads what another file, or a deleted one, left there.
-//! - After a commit that leaves the journal more than half full, the volume writes its
-//!   file table (every file with its map) to the inactive one of two table areas and
-//!   checkpoints the store with a root pointing at it (`checkpoint.rs`); `open` reads the
-//!   table and applies the changes logged in the records after it.
+//! - After a commit that leaves the journal more than half full, the volume writes the
+//!   entries of the files changed since the last checkpoint to its file tree (a
+//!   copy-on-write B+tree: the changed leaves and their parents, `tree.rs`) and
+//!   checkpoints the store with a root naming the tree's new root (`checkpoint.rs`);
+//!   `open` reads the tree and applies the changes logged in the records after it.
 //!
 //! Files: this one holds the [`Volume`]'s open and its commits; `state.rs` the `Volume`
 //! itself (its fields, the file table, the constants every part uses), which the other
@@ -30,10 +31,13 @@
 //! `crate::writeback`); `placement.rs` where a file's data goes beyond the file layer's
 //! rules (a placed file's group, claimed runs of free groups for large files, the
 //! write-life hint) and what a file's close gives back; `atomic.rs` atomic groups;
-//! `checkpoint.rs` the checkpoint (table and map segments written) and the open; `maps.rs`
-//! lazy extent maps and the map segments that hold the long ones; `file.rs` a file in
-//! memory; `record.rs` the bytes (changes, map segments, the root); `table.rs` the file
-//! table's frames and their salvage; `salvage.rs` the open for repair
+//! `checkpoint.rs` the checkpoint (tree and map segments written) and the open; `maps.rs`
+//! lazy extent maps and the map segments that hold the long ones; `spill.rs` maps too
+//! long for a tree node; `file.rs` a file in memory; `record.rs` the bytes (changes, map
+//! segments); `root.rs` the root; `table.rs` the file table's frames and their salvage;
+//! `tree.rs` the file tree in memory (`node.rs` a node's bytes, `walk.rs` a durable tree
+//! read whole, `treeio.rs` its I/O on the device); `area.rs` the index chains (older
+//! volumes' table areas, the retired chain); `salvage.rs` the open for repair
 //! ([`Volume::open_salvaging`]) and where each file's metadata lives ([`Volume::places`]);
 //! `check.rs` the ownership check and the allocation rebuilt from the owners
 //! ([`Volume::rebuild_allocation`]). Tests: `tests.rs` (contents against a model through
@@ -44,16 +48,17 @@
 //!   atomic group ([`Volume::atomic`], `atomic.rs`): no commit falls between them.
 //!
 //! Data structures: the [`Volume`] owns the [`Store`], the device, the files (`id ->
-//! VFile` under a mutex each), the log of changes since the last commit, and `Meta` (the
-//! next id, the table areas), and the delayed-allocation reservation count.
+//! VFile` under a mutex each), the log of changes since the last commit, the files changed
+//! since the last checkpoint (`dirty`), `Meta` (the next id, the durable file tree, an
+//! older volume's table areas), and the delayed-allocation reservation count.
 //!
 //! Invariant: the store's open transaction holds exactly the allocations and frees of the
 //! changes in `log`: an operation makes both under the gate (read), and a commit takes
 //! both under the gate (written). Durable state (the table, then the records after it)
 //! maps a block to at most one file, and only blocks the store holds allocated.
 //!
-//! Lock order: `groups` -> `gate` -> a file's mutex -> `files` / `log` / `meta` / `claims` /
-//! `delalloc`; then the store's locks. `files` is held only briefly and never while waiting for a file's mutex (callers
+//! Lock order: `groups` -> `gate` -> a file's mutex -> `files` / `log` (-> `dirty`) / `meta` /
+//! `claims` / `delalloc`; then the store's locks. `files` is held only briefly and never while waiting for a file's mutex (callers
 //! clone a file's `Arc` out of it, then lock). Operations hold the gate for reading one chunk at a time (at most `CHUNK_BLOCKS`
 //! blocks or `CHUNK_EXTENTS` extents), so a commit waits for at most one chunk.
 
@@ -75,6 +80,7 @@ mod latch_tests;
 mod maps;
 #[cfg(test)]
 mod maps_tests;
+mod node;
 mod path;
 mod placement;
 pub(crate) mod publish;
@@ -84,15 +90,20 @@ mod read;
 mod record;
 #[cfg(test)]
 mod repair_tests;
+mod root;
 mod salvage;
 #[cfg(test)]
 mod salvage_tests;
 #[cfg(test)]
 mod shutdown_tests;
+mod spill;
 mod state;
 mod table;
 #[cfg(test)]
 mod tests;
+mod tree;
+mod treeio;
+mod walk;
 
 pub use atomic::Atomic;
 pub use check::VolumeCheck;
@@ -180,12 +191,17 @@ impl Volume {
 
     /// The volume over `store`; its data goes to the store's device, through the store's
     /// latch ([`Store::device`]), never around it.
-    fn with_store(store: Store, (files, meta, segs): (FileTable, Meta, Segs)) -> Result<Volume> {
+    fn with_store(
+        store: Store,
+        (files, mut meta, segs): (FileTable, Meta, Segs),
+    ) -> Result<Volume> {
         let dev = store.device();
         let table_blocks = checkpoint::volume_root(&store).map_or(0, |r| {
             r.table_bytes
                 .div_ceil(u64::from(store.geometry().block_size))
+                + meta.tree_blocks
         });
+        let dirty = std::mem::take(&mut meta.replayed);
         let prepared_root: Arc<Mutex<Option<Vec<u8>>>> = Arc::new(Mutex::new(None));
         let slot = prepared_root.clone();
         store.set_checkpoint_hook(Box::new(move || {
@@ -219,6 +235,7 @@ impl Volume {
             segs: Mutex::new(segs),
             maps_read: AtomicU64::new(0),
             table_blocks: AtomicU64::new(table_blocks),
+            dirty: Mutex::new(dirty),
         })
     }
 
@@ -328,9 +345,13 @@ impl Volume {
         if changes.is_empty() {
             return;
         }
+        // A change and its allocations land in one transaction only under the gate.
+        debug_assert!(self.gate.is_locked(), "a change logged outside the gate");
         let mut log = self.log.lock();
+        let mut dirty = self.dirty.lock();
         for c in changes {
             c.encode(&mut log);
+            dirty.extend(c.file());
         }
     }
 

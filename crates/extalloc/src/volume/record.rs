@@ -1,11 +1,10 @@
 //! The volume's bytes on the device (`docs/volume.md`): the changes it logs in journal
-//! payloads ([`Change`]), the extent maps kept in map segments ([`encode_map`]), where a
-//! file's map is ([`MapRef`]) and its root ([`Root`]). The file table's framing is
-//! `table.rs`.
+//! payloads ([`Change`]), the extent maps kept in map segments ([`encode_map`]) and where a
+//! file's map is ([`MapRef`]). The root is `root.rs`; the file table's framing `table.rs`.
 //! Pure functions over bytes: decoding never panics on any input and refuses what it cannot
 //! read whole.
 //!
-//! Data structures: [`Change`], [`MapRef`] (with its [`SegRef`]), [`Root`]. Invariant: `decode(encode(x)) == x` for each. Locks: none.
+//! Data structures: [`Change`], [`MapRef`] (with its [`SegRef`], [`RunsRef`]), [`SideRef`]. Invariant: `decode(encode(x)) == x` for each. Locks: none.
 //!
 //! Every change is a blind write of the state it names (map these blocks, set this size,
 //! drop this file), so applying a change to a state that already holds it changes nothing.
@@ -15,15 +14,6 @@ use crate::geometry::Extent;
 
 /// First bytes of a journal payload the volume wrote.
 pub(super) const PAYLOAD_MAGIC: &[u8; 4] = b"XVOL";
-const ROOT_MAGIC: &[u8; 4] = b"XVRT";
-/// The root's version. 2: maps of more than [`INLINE_EXTENTS`] extents live in map
-/// segments. 3: a table area is a chain of pieces listed by index blocks (`area.rs`), named
-/// by its first index block (a version 2 area, one extent, is still named by it). A
-/// version 2 root is read, and the next checkpoint writes version 3. The file table has
-/// its own version (`table::TABLE_VERSION`): a root names a table of version 2 or 3.
-const VERSION: u32 = 3;
-/// The oldest root version read.
-const OLDEST_VERSION: u32 = 2;
 /// A file of at most this many map entries keeps its map in the table (as an ext4 inode
 /// keeps four extents in `i_block`); a longer map goes to a map segment.
 pub(super) const INLINE_EXTENTS: usize = 4;
@@ -141,6 +131,17 @@ impl<'a> Reader<'a> {
 
     pub(super) fn done(&self) -> bool {
         self.at == self.b.len()
+    }
+}
+
+/// The error of file `id`'s map in the map segment (or first run) at `seg`.
+pub(super) fn map_corrupt(id: u64, seg: Extent, detail: &str) -> Error {
+    Error::Corrupt {
+        what: format!(
+            "the map of volume file {id} in the map segment at block {}",
+            seg.start
+        ),
+        detail: format!("{detail}: run `extalloc fsck`"),
     }
 }
 
@@ -334,6 +335,20 @@ pub(super) enum MapRef {
     Inline(Vec<MapEntry>),
     /// In a map segment.
     Segment(SegRef),
+    /// In blocks of its own, wherever the allocator found them: a map too long for a
+    /// tree node that no free run could hold whole (a fragmented device; `maps.rs`).
+    Runs(RunsRef),
+}
+
+/// A map in runs of its own: its `len` bytes ([`encode_map`]) laid end to end over `runs`
+/// with their crc32c, and the map's extent and block counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct RunsRef {
+    pub runs: Vec<Extent>,
+    pub len: u32,
+    pub crc: u32,
+    pub extents: u64,
+    pub blocks: u64,
 }
 
 /// A map in a map segment: `len` bytes at byte `offset` of segment `seg` ([`encode_map`]),
@@ -355,22 +370,24 @@ impl MapRef {
         match self {
             MapRef::Inline(m) => map_counts(m),
             MapRef::Segment(r) => (r.extents, r.blocks),
+            MapRef::Runs(r) => (r.extents, r.blocks),
+        }
+    }
+
+    /// Every run of blocks holding the map (its segment, or its own runs).
+    pub(super) fn segments(&self) -> Vec<Extent> {
+        match self {
+            MapRef::Inline(_) => Vec::new(),
+            MapRef::Segment(r) => vec![r.seg],
+            MapRef::Runs(r) => r.runs.clone(),
         }
     }
 
     /// The reference into a map segment, if the map is not inline.
     pub(super) fn seg_ref(&self) -> Option<&SegRef> {
         match self {
-            MapRef::Inline(_) => None,
+            MapRef::Inline(_) | MapRef::Runs(_) => None,
             MapRef::Segment(r) => Some(r),
-        }
-    }
-
-    /// The map segment holding the map, if it is not inline.
-    pub(super) fn segment(&self) -> Option<Extent> {
-        match self {
-            MapRef::Inline(_) => None,
-            MapRef::Segment(r) => Some(r.seg),
         }
     }
 
@@ -389,6 +406,15 @@ impl MapRef {
                 put_u64(out, r.extents);
                 put_u64(out, r.blocks);
             }
+            MapRef::Runs(r) => {
+                out.push(2);
+                put_extents(out, &r.runs);
+                for v in [r.len, r.crc] {
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
+                put_u64(out, r.extents);
+                put_u64(out, r.blocks);
+            }
         }
     }
 
@@ -400,6 +426,13 @@ impl MapRef {
             1 => MapRef::Segment(SegRef {
                 seg: r.extent()?,
                 offset: r.u32()?,
+                len: r.u32()?,
+                crc: r.u32()?,
+                extents: r.u64()?,
+                blocks: r.u64()?,
+            }),
+            2 => MapRef::Runs(RunsRef {
+                runs: r.extents()?,
                 len: r.u32()?,
                 crc: r.u32()?,
                 extents: r.u64()?,
@@ -502,71 +535,6 @@ impl SideRef {
     }
 }
 
-/// The volume's root, kept in the store's durable root: where the file table is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Root {
-    /// The two table areas; the table lies at the start of `sides[active]`.
-    pub sides: [SideRef; 2],
-    pub active: usize,
-    pub table_bytes: u64,
-    pub table_crc: u32,
-    /// The id the next new file takes.
-    pub next_id: u64,
-}
-
-impl Root {
-    pub(super) fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::new();
-        out.extend_from_slice(ROOT_MAGIC);
-        out.extend_from_slice(&VERSION.to_le_bytes());
-        self.sides[0].encode(&mut out);
-        self.sides[1].encode(&mut out);
-        out.push(self.active as u8);
-        put_u64(&mut out, self.table_bytes);
-        out.extend_from_slice(&self.table_crc.to_le_bytes());
-        put_u64(&mut out, self.next_id);
-        out
-    }
-
-    pub(super) fn decode(b: &[u8]) -> Result<Root> {
-        let mut r = Reader::new(b);
-        if b.len() >= 8 && b[..4] == ROOT_MAGIC[..] {
-            let version = u32::from_le_bytes(b[4..8].try_into().expect("four bytes"));
-            if !(OLDEST_VERSION..=VERSION).contains(&version) {
-                return Err(Error::UnsupportedVolumeVersion {
-                    found: version,
-                    supported: VERSION,
-                });
-            }
-        }
-        let version = match r.bytes(4)? == ROOT_MAGIC {
-            true => r.u32()?,
-            false => 0,
-        };
-        if !(OLDEST_VERSION..=VERSION).contains(&version) {
-            return Err(Error::NoVolume {
-                root_bytes: b.len() as u64,
-            });
-        }
-        let sides = match version {
-            2 => [SideRef::legacy(r.extent()?), SideRef::legacy(r.extent()?)],
-            _ => [SideRef::decode(&mut r)?, SideRef::decode(&mut r)?],
-        };
-        let active = r.u8()? as usize;
-        let root = Root {
-            sides,
-            active,
-            table_bytes: r.u64()?,
-            table_crc: r.u32()?,
-            next_id: r.u64()?,
-        };
-        if active > 1 || !r.done() {
-            return Err(corrupt("the volume root is malformed"));
-        }
-        Ok(root)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -632,36 +600,5 @@ mod tests {
         assert_eq!(bytes.len(), 8 + map.len() * MAP_ENTRY_BYTES);
         assert_eq!(decode_map(&bytes).unwrap(), map);
         assert!(decode_map(&bytes[..bytes.len() - 1]).is_err());
-        let root = Root {
-            sides: [
-                SideRef::legacy(Extent::new(1, 2)),
-                SideRef {
-                    extent: Extent::new(0, 0),
-                    head: 9,
-                },
-            ],
-            active: 1,
-            table_bytes: 10,
-            table_crc: 5,
-            next_id: 3,
-        };
-        assert_eq!(Root::decode(&root.encode()).unwrap(), root);
-        // A version 2 root: two extents.
-        let mut v2 = ROOT_MAGIC.to_vec();
-        v2.extend_from_slice(&2u32.to_le_bytes());
-        put_extent(&mut v2, Extent::new(1, 2));
-        put_extent(&mut v2, Extent::new(3, 4));
-        v2.push(0);
-        put_u64(&mut v2, 10);
-        v2.extend_from_slice(&5u32.to_le_bytes());
-        put_u64(&mut v2, 3);
-        let old = Root::decode(&v2).unwrap();
-        assert_eq!(old.sides[1], SideRef::legacy(Extent::new(3, 4)));
-        v2[4] = 1;
-        assert!(matches!(
-            Root::decode(&v2),
-            Err(Error::UnsupportedVolumeVersion { found: 1, .. })
-        ));
-        assert!(Root::decode(b"").is_err());
     }
 }

@@ -21,14 +21,15 @@
 //! its own (the volume is not shared yet; `places` reads only the durable root and
 //! table).
 
-use super::area::Area;
 use super::checkpoint::{
-    adopt_all, areas_of, changes_of, read_table, replay, segs_of, volume_root, TableRead,
+    adopt_all, adopt_tree, changes_of, previous_table, read_table, replay, segs_of, volume_root,
+    TableRead,
 };
 use super::file::{Ranges, ReplayFile};
 use super::io::MAX_FILE_BYTES;
 use super::maps::read_map;
-use super::record::{Change, MapEntry, Root};
+use super::record::{Change, MapEntry};
+use super::root::Root;
 use super::state::Segs;
 use super::state::Volume;
 use super::table::{Salvaged, TableFile};
@@ -36,6 +37,7 @@ use crate::alloc::Policy;
 use crate::disk::device::Device;
 use crate::error::{Error, Result};
 use crate::files::LOGICAL_BLOCKS_MAX;
+use crate::geometry::Extent;
 use crate::store::Store;
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -131,25 +133,30 @@ impl Volume {
             ..Salvage::default()
         };
         let root = volume_root(&store)?;
-        let areas = areas_of(&store, dev.as_ref(), &root);
-        let s = match read_table(&store, dev.as_ref(), &root) {
-            Ok(TableRead::Whole(table, places)) => Salvaged {
-                table,
-                places,
-                ..Salvaged::default()
-            },
-            Ok(TableRead::Damaged(s)) => {
-                report.table_damaged = true;
-                s
+        let (s, own, nodes, chain) = match read_table(&store, dev.as_ref(), &root) {
+            Ok(read) => {
+                let s = match read.table {
+                    TableRead::Whole(table, places) => Salvaged {
+                        table,
+                        places,
+                        ..Salvaged::default()
+                    },
+                    TableRead::Damaged(s) => {
+                        report.table_damaged = true;
+                        s
+                    }
+                };
+                (s, read.own, read.nodes, read.chain)
             }
-            // The active area's index unreadable: the whole table is lost; the other
-            // area's gives back what it can.
+            // The active area's index or the tree's root unreadable: the whole table is
+            // lost; the previous checkpoint's gives back what it can.
             Err(Error::Corrupt { .. }) => {
                 report.table_damaged = true;
-                Salvaged {
+                let lost = Salvaged {
                     header_lost: true,
                     ..Salvaged::default()
-                }
+                };
+                (lost, Vec::new(), Vec::new(), Vec::new())
             }
             Err(e) => return Err(e),
         };
@@ -162,7 +169,7 @@ impl Volume {
             &store,
             dev.as_ref(),
             &root,
-            &areas,
+            &own,
             &s,
             &mut files,
             &mut segs,
@@ -173,7 +180,7 @@ impl Volume {
                 &store,
                 dev.as_ref(),
                 &root,
-                &areas,
+                &own,
                 &mut files,
                 &mut segs,
                 &mut report,
@@ -183,6 +190,9 @@ impl Volume {
         report.changes_skipped = skipped(&files, &changes);
         let (mut files, mut meta, mut segs) =
             replay(&store, dev.as_ref(), &root, files, segs, changes)?;
+        // No tree is taken: the next checkpoint builds a clean one and retires these.
+        let nb = super::node::node_blocks(u64::from(store.geometry().block_size));
+        adopt_tree(&mut meta, &root, None, (&nodes, &chain), nb);
         report.segments_unretired = segs.settle_salvaged() as u64;
         for (was, bytes, f) in std::mem::take(&mut kept.fresh) {
             let id = meta.next_id;
@@ -200,11 +210,10 @@ impl Volume {
     /// for a damage campaign's ground truth. Reads the durable table again.
     pub fn places(&self) -> Result<Vec<FilePlace>> {
         let root = volume_root(&self.store)?;
-        let (table, places) = match read_table(&self.store, self.dev.as_ref(), &root)? {
+        let (table, places) = match read_table(&self.store, self.dev.as_ref(), &root)?.table {
             TableRead::Whole(t, p) => (t, p),
             TableRead::Damaged(s) => (s.table, s.places),
         };
-        let areas = areas_of(&self.store, self.dev.as_ref(), &root);
         let bs = self.block_size;
         let durable: BTreeMap<u64, FilePlace> = table
             .files
@@ -215,7 +224,7 @@ impl Volume {
                     let start = r.seg.start * bs + u64::from(r.offset);
                     start..start + u64::from(r.len)
                 });
-                let table = areas[root.active].device_bytes(bs, p);
+                let table = p;
                 (
                     f.id,
                     FilePlace {
@@ -262,21 +271,16 @@ impl Kept {
         store: &Store,
         dev: &dyn Device,
         root: &Root,
-        areas: &[Area; 2],
+        own: &[Extent],
         files: &mut BTreeMap<u64, ReplayFile>,
         segs: &mut Segs,
         report: &mut Salvage,
     ) {
         let bs = u64::from(store.geometry().block_size);
-        let area = &areas[1 - root.active];
-        if area.blocks() == 0 {
-            return;
-        }
-        let Ok(bytes) = area.read(dev, bs, area.blocks() * bs) else {
+        let Some(previous) = previous_table(store, dev, root) else {
             return;
         };
-        let previous = super::table::salvage_table(&bytes);
-        let mut taken = taken_of(files, areas, segs);
+        let mut taken = taken_of(files, own, segs);
         let fresh: Vec<u64> = self.fresh.iter().map(|(was, _, _)| *was).collect();
         for (f, at) in previous.table.files.iter().zip(&previous.places) {
             let known = files.contains_key(&f.id) || fresh.contains(&f.id);
@@ -290,8 +294,7 @@ impl Kept {
                 .iter()
                 .for_each(|(_, e, _)| taken.insert(e.start, e.len));
             adopt_segment(store, f, segs, &mut taken);
-            let place = area.device_bytes(bs, at.clone());
-            self.now.insert(f.id, (f.id, place));
+            self.now.insert(f.id, (f.id, at.clone()));
             files.insert(f.id, kept_file(f, entries, bs));
             report.restored.push(f.id);
         }
@@ -306,20 +309,19 @@ impl Kept {
         store: &Store,
         dev: &dyn Device,
         root: &Root,
-        areas: &[Area; 2],
+        own: &[Extent],
         s: &Salvaged,
         files: &mut BTreeMap<u64, ReplayFile>,
         segs: &mut Segs,
         report: &mut Salvage,
     ) {
         let bs = u64::from(store.geometry().block_size);
-        let active = &areas[root.active];
-        let mut taken = taken_of(files, areas, segs);
+        let mut taken = taken_of(files, own, segs);
         let accounted =
             |me: &Self, report: &Salvage| me.now.len() + me.fresh.len() + report.lost.len();
         let before = accounted(self, report);
         for d in &s.damaged {
-            let bytes = active.device_bytes(bs, d.bytes.clone());
+            let bytes = d.bytes.clone();
             let Some(f) = &d.file else {
                 report.lost.push(LostEntry {
                     bytes,
@@ -424,17 +426,14 @@ fn read_all_maps(
 }
 
 /// The blocks the intact files, the table areas and the map segments hold.
-fn taken_of(files: &BTreeMap<u64, ReplayFile>, areas: &[Area; 2], segs: &Segs) -> Ranges {
+fn taken_of(files: &BTreeMap<u64, ReplayFile>, own: &[Extent], segs: &Segs) -> Ranges {
     let mut taken = Ranges::default();
     for f in files.values() {
         f.maps
             .values()
             .for_each(|(e, _)| taken.insert(e.start, e.len));
     }
-    areas
-        .iter()
-        .flat_map(|a| a.extents())
-        .for_each(|a| taken.insert(a.start, a.len));
+    own.iter().for_each(|a| taken.insert(a.start, a.len));
     segs.all().for_each(|s| taken.insert(s.start, s.len));
     taken
 }
@@ -470,22 +469,22 @@ fn survived(
     Ok(entries)
 }
 
-/// Names a kept damaged file's map segment, so the next checkpoints retire and free it:
+/// Names a kept damaged file's map segment (or its map's own runs), so the next
+/// checkpoints retire and free it:
 /// if it is a segment named already, or (the file its only user) allocated and clear of
 /// everything `taken`. Any other (its reference damaged, though the map's crc matched) is
 /// left alone: never freed twice, nor over what something else holds.
 fn adopt_segment(store: &Store, f: &TableFile, segs: &mut Segs, taken: &mut Ranges) {
-    let Some(seg) = f.map.segment() else {
-        return;
-    };
-    let clear =
-        taken.within(seg.start, seg.end()).is_empty() && store.allocator().check_held(seg).is_ok();
-    if segs.named.contains(&seg) || clear {
-        segs.named.insert(seg);
-        taken.insert(seg.start, seg.len);
+    for seg in f.map.segments() {
+        let clear = taken.within(seg.start, seg.end()).is_empty()
+            && store.allocator().check_held(seg).is_ok();
+        if segs.named.contains(&seg) || clear {
+            segs.named.insert(seg);
+            taken.insert(seg.start, seg.len);
+        }
+        // A segment adopted is taken: no salvaged file may claim its blocks.
+        debug_assert!(!segs.named.contains(&seg) || !taken.within(seg.start, seg.end()).is_empty());
     }
-    // A segment adopted is taken: no salvaged file may claim its blocks.
-    debug_assert!(!segs.named.contains(&seg) || !taken.within(seg.start, seg.end()).is_empty());
 }
 
 /// A kept damaged file: its map loaded, its size at most the end of its last mapped block.

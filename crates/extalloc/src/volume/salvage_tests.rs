@@ -1,9 +1,10 @@
 //! Salvage of damaged file tables and map segments: a damaged table entry costs at most its
 //! file, a damaged map segment only the maps in it, and a version 2 table still opens.
 
-use super::checkpoint::{areas_of, volume_root};
+use super::checkpoint::volume_root;
 use super::*;
 use crate::disk::device::MemDevice;
+use crate::geometry::Extent;
 use std::collections::BTreeMap;
 use std::ops::Range;
 
@@ -203,32 +204,40 @@ fn a_flipped_segment_byte_clears_only_the_maps_it_holds() {
 }
 
 #[test]
-fn a_version_2_table_opens_and_the_next_checkpoint_writes_version_3() {
-    let dev = Arc::new(MemDevice::new(8192 * BS));
-    let geometry = Geometry::new(4096, 1024, 8192).unwrap();
-    let vol = Volume::mkfs(dev.clone(), &geometry, 64, Policy::default()).unwrap();
-    let a = vol.create(b"a").unwrap();
-    vol.write(a, 0, &bytes_of(1, 9000)).unwrap();
-    super::checkpoint::WRITE_V2.with(|v| v.set(true));
-    vol.close().unwrap();
-    super::checkpoint::WRITE_V2.with(|v| v.set(false));
-    let version = |dev: &Arc<MemDevice>| {
+fn tables_of_versions_2_and_3_open_and_the_next_checkpoint_builds_the_tree() {
+    for v2 in [true, false] {
+        let dev = Arc::new(MemDevice::new(8192 * BS));
+        let geometry = Geometry::new(4096, 1024, 8192).unwrap();
+        let vol = Volume::mkfs(dev.clone(), &geometry, 64, Policy::default()).unwrap();
+        let a = vol.create(b"a").unwrap();
+        vol.write(a, 0, &bytes_of(1, 9000)).unwrap();
+        let area = write_legacy(&vol, v2);
+        drop(vol);
         let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
-        let root = volume_root(vol.store()).unwrap();
-        let mut v = [0u8; 4];
-        let at = areas_of(vol.store(), dev.as_ref(), &root)[root.active].pieces[0].start;
-        dev.read_at(&mut v, at * BS + 4).unwrap();
-        (vol, u32::from_le_bytes(v))
-    };
-    let (vol, v) = version(&dev);
-    assert_eq!(v, 2);
-    assert_eq!(vol.read(a, 0, 9000).unwrap(), bytes_of(1, 9000));
-    assert_eq!(vol.places().unwrap()[0].id, a);
-    vol.close().unwrap();
-    let (vol, v) = version(&dev);
-    assert_eq!(v, 3);
-    assert_eq!(vol.read(a, 0, 9000).unwrap(), bytes_of(1, 9000));
-    assert!(vol.check().unwrap().clean());
+        assert!(
+            volume_root(vol.store()).unwrap().tree.is_none(),
+            "a table area"
+        );
+        assert_eq!(vol.read(a, 0, 9000).unwrap(), bytes_of(1, 9000));
+        assert_eq!(vol.places().unwrap()[0].id, a);
+        assert!(vol.check().unwrap().clean(), "{:?}", vol.check());
+        vol.close().unwrap();
+        let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+        assert!(
+            volume_root(vol.store()).unwrap().tree.is_some(),
+            "the tree built"
+        );
+        assert_eq!(vol.read(a, 0, 9000).unwrap(), bytes_of(1, 9000));
+        assert!(vol.check().unwrap().clean());
+        vol.close().unwrap();
+        // The area was retired by the upgrade and freed by the checkpoint after it.
+        let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+        assert!(
+            vol.store().allocator().check_held(area).is_err(),
+            "{area:?}"
+        );
+        assert!(vol.check().unwrap().clean());
+    }
 }
 
 /// Changes the journal holds for a file whose entry is lost are skipped and counted; the
@@ -327,10 +336,10 @@ fn random_damage_is_salvaged_and_never_amplified() {
     }
 }
 
-/// The active table wholly zeroed after a second checkpoint: every entry is lost, and the
-/// files the previous checkpoint's table (in the other area) held with maps that survived
-/// come back from it; a file made after that checkpoint is lost, and one the journal
-/// unlinks after it stays unlinked.
+/// The tree's root wholly zeroed after a second checkpoint: every entry is lost, and the
+/// files the previous checkpoint's tree held with maps that survived come back from it; a
+/// file made after that checkpoint is lost, and one the journal unlinks after it stays
+/// unlinked.
 #[test]
 fn a_wholly_lost_table_restores_files_from_the_previous_one() {
     let (dev, model) = build();
@@ -346,17 +355,14 @@ fn a_wholly_lost_table_restores_files_from_the_previous_one() {
     // removes it again.
     let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
     let root = volume_root(vol.store()).unwrap();
-    let active = areas_of(vol.store(), dev.as_ref(), &root)[root.active].pieces[0];
-    assert!(
-        root.table_bytes <= active.len * BS,
-        "the table in its first piece"
-    );
+    let tree = root.tree.unwrap();
+    assert!(tree.previous.is_some());
     vol.unlink(empty).unwrap();
     vol.sync().unwrap();
     drop(vol);
 
-    let zeros = vec![0u8; root.table_bytes as usize];
-    dev.write_at(&zeros, active.start * BS).unwrap();
+    dev.write_at(&[0u8; BS as usize], tree.root.block * BS)
+        .unwrap();
     let (vol, report) = Volume::open_salvaging(dev.clone(), Policy::default()).unwrap();
     let mut restored = report.restored.clone();
     restored.sort_unstable();
@@ -371,4 +377,50 @@ fn a_wholly_lost_table_restores_files_from_the_previous_one() {
     assert_intact(&vol, &model, &[]);
     let c = vol.check().unwrap();
     assert_eq!((c.mapped_free, c.mapped_twice), (0, 0), "{c:?}");
+}
+
+/// Checkpoints the volume as a version 3 root names a table (of version 2 if `v2`): one
+/// area of one extent, the files' maps inline, the tree's nodes and the retired blocks
+/// listed retired. The volume must then be dropped, not closed. Returns the area.
+fn write_legacy(vol: &Volume, v2: bool) -> Extent {
+    use super::record::{MapRef, SideRef};
+    use super::root::Root;
+    use super::table::{encode_table, encode_table_v2, Table};
+    let _closed = vol.gate.write();
+    vol.commit_locked().unwrap();
+    let files = vol.files.read().values().cloned().collect::<Vec<_>>();
+    let mut table = Table::default();
+    for f in files {
+        let f = vol.lock_loaded(&f).unwrap();
+        let entries = f.entries();
+        assert!(entries.len() <= super::record::INLINE_EXTENTS);
+        table.files.push(f.table_file(MapRef::Inline(entries)));
+    }
+    let meta = vol.meta.lock().clone();
+    let nb = super::node::node_blocks(BS);
+    let nodes = meta.tree.as_ref().unwrap().nodes();
+    table.retired = nodes.iter().map(|n| Extent::new(n.block, nb)).collect();
+    table.retired.extend(vol.segs.lock().all());
+    let bytes = match v2 {
+        true => encode_table_v2(&table),
+        false => encode_table(&table),
+    };
+    let blocks = (bytes.len() as u64).div_ceil(BS);
+    let req = crate::alloc::AllocRequest::new(super::state::TABLE_OWNER, blocks).min_len(blocks);
+    let area = vol.store.allocate(&req).unwrap();
+    let mut padded = bytes.clone();
+    padded.resize((blocks * BS) as usize, 0);
+    vol.dev.write_at(&padded, area.start * BS).unwrap();
+    vol.commit_locked().unwrap();
+    let root = Root {
+        sides: [SideRef::legacy(area), SideRef::legacy(Extent::new(0, 0))],
+        active: 0,
+        table_bytes: bytes.len() as u64,
+        table_crc: crc32c::crc32c(&bytes),
+        next_id: meta.next_id,
+        tree: None,
+    };
+    *vol.prepared_root.lock() = Some(root.encode());
+    vol.store.checkpoint().unwrap();
+    area
 }

@@ -63,9 +63,26 @@ pub(super) type FileTable = BTreeMap<u64, Arc<Mutex<VFile>>>;
 #[derive(Debug, Clone)]
 pub(super) struct Meta {
     pub(super) next_id: u64,
-    /// The two table areas (`area.rs`): the active one holds the table the root names.
+    /// The two table areas of a volume opened from a version 2 or 3 root (`area.rs`): the
+    /// active one holds the table the root names. The first checkpoint retires both.
     pub(super) areas: [super::area::Area; 2],
-    pub(super) active: usize,
+    /// The durable file tree (`tree.rs`); `None`: the next checkpoint builds one from every
+    /// file (a new volume, an upgrade, a salvage).
+    pub(super) tree: Option<super::tree::Tree>,
+    /// The durable root's tree and its entries (the next root's `previous`).
+    pub(super) durable: Option<(super::node::NodeRef, u64)>,
+    /// The checkpoint generation of the durable root.
+    pub(super) generation: u64,
+    /// The durable tree's nodes when `tree` is `None` (read, but damaged): the build that
+    /// replaces it retires them.
+    pub(super) old_nodes: Vec<Extent>,
+    /// Blocks the durable tree's nodes take.
+    pub(super) tree_blocks: u64,
+    /// The index blocks of the durable root's retired chain: kept while that root is in
+    /// force (an open reads the chain), so retired by the next checkpoint, not freed.
+    pub(super) chain: Vec<u64>,
+    /// Files the open replayed changes onto: changed since the durable tree.
+    pub(super) replayed: BTreeSet<u64>,
 }
 
 /// Persistent files on a [`Store`] (see the module documentation).
@@ -104,6 +121,9 @@ pub struct Volume {
     /// Blocks the last table written (or read at open) takes: part of the room kept for
     /// metadata (`delalloc.rs`, `Volume::reserve_margin`).
     pub(super) table_blocks: AtomicU64,
+    /// Files whose table entry changed since the durable tree (every logged change names
+    /// its file here): what the next checkpoint writes.
+    pub(super) dirty: Mutex<BTreeSet<u64>>,
 }
 
 impl Meta {
@@ -111,7 +131,13 @@ impl Meta {
         Meta {
             next_id: 1,
             areas: Default::default(),
-            active: 0,
+            tree: None,
+            durable: None,
+            generation: 0,
+            old_nodes: Vec::new(),
+            tree_blocks: 0,
+            chain: Vec::new(),
+            replayed: BTreeSet::new(),
         }
     }
 }

@@ -32,13 +32,13 @@ pub(super) const TABLE_VERSION: u32 = 3;
 /// The version before framing, still read.
 const UNFRAMED_VERSION: u32 = 2;
 /// Magic, version, count of file entries.
-const HEADER_BYTES: usize = 16;
+pub(super) const HEADER_BYTES: usize = 16;
 /// First bytes of a file entry's frame (a high byte: unlike most attribute text).
 const FILE_FRAME: &[u8; 4] = b"\xF1XVF";
 /// First bytes of the retired segments' frame.
 const RETIRED_FRAME: &[u8; 4] = b"\xF1XVR";
 /// Magic, body length, body crc32c.
-const FRAME_HEADER: usize = 12;
+pub(super) const FRAME_HEADER: usize = 12;
 /// The smallest file body: id, size, blob length, placement flag and key, map kind.
 const MIN_FILE_BODY: usize = 8 + 8 + 4 + 1 + 8 + 1;
 
@@ -109,7 +109,8 @@ fn put_frame(out: &mut Vec<u8>, magic: &[u8; 4], body: &[u8]) {
     debug_assert!(frame(&mut Reader::new(&out[from..]), magic, true).is_ok_and(|b| b == body));
 }
 
-/// The table's bytes (version 3).
+/// The table's bytes (version 3, as table areas held them: for tests of the upgrade).
+#[cfg(test)]
 pub(super) fn encode_table(t: &Table) -> Vec<u8> {
     let mut out = Vec::new();
     out.extend_from_slice(TABLE_MAGIC);
@@ -140,6 +141,7 @@ pub(super) fn encode_table_v2(t: &Table) -> Vec<u8> {
 }
 
 /// The table [`encode_table`] (or version 2) wrote, each frame's crc checked.
+#[cfg(test)]
 pub(super) fn decode_table(b: &[u8]) -> Result<Table> {
     decode_placed(b, true).map(|(t, _)| t)
 }
@@ -183,6 +185,52 @@ pub(super) fn decode_placed(b: &[u8], verify: bool) -> Result<(Table, Vec<Range<
         return Err(corrupt("bytes after the file table"));
     }
     Ok((Table { files, retired }, places))
+}
+
+/// The table's header for `count` file entries (a tree's table bytes start with it).
+pub(super) fn table_header(count: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_BYTES);
+    out.extend_from_slice(TABLE_MAGIC);
+    out.extend_from_slice(&TABLE_VERSION.to_le_bytes());
+    put_u64(&mut out, count);
+    out
+}
+
+/// The retired blocks' frame (a tree's table bytes end with it).
+pub(super) fn retired_frame(retired: &[Extent]) -> Vec<u8> {
+    let (mut body, mut out) = (Vec::new(), Vec::new());
+    put_extents(&mut body, retired);
+    put_frame(&mut out, RETIRED_FRAME, &body);
+    out
+}
+
+/// A file entry's body (a tree's leaf holds it in a frame).
+pub(super) fn file_body(f: &TableFile) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_file(f, &mut out);
+    out
+}
+
+/// A file entry's frame around `body` (a leaf of the file tree holds them: `tree.rs`).
+pub(super) fn file_frame(body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(FRAME_HEADER + body.len());
+    put_frame(&mut out, FILE_FRAME, body);
+    out
+}
+
+/// The bodies of the file frames that fill `payload` end to end, each crc checked.
+pub(super) fn frames(payload: &[u8]) -> Result<Vec<&[u8]>> {
+    let mut r = Reader::new(payload);
+    let mut out = Vec::new();
+    while !r.done() {
+        out.push(frame(&mut r, FILE_FRAME, true)?);
+    }
+    Ok(out)
+}
+
+/// The id a file entry's body starts with.
+pub(super) fn frame_id(body: &[u8]) -> Result<u64> {
+    Reader::new(body).u64()
 }
 
 /// The body of the frame at `r`, which must start with `magic`.

@@ -62,6 +62,8 @@ struct State {
     crashes: u64,
     /// Advice given, in order: (offset, len).
     advised: Vec<(u64, u64)>,
+    /// Bytes of the writes accepted.
+    written: u64,
 }
 
 impl State {
@@ -112,6 +114,7 @@ impl<D: Device> FaultDevice<D> {
                 rng: rand::rngs::StdRng::seed_from_u64(seed),
                 crashes: 0,
                 advised: Vec::new(),
+                written: 0,
             }),
         }
     }
@@ -147,6 +150,12 @@ impl<D: Device> FaultDevice<D> {
     /// Writes a failed flush dropped (still read back, never durable).
     pub fn forgotten_writes(&self) -> usize {
         self.state.lock().forgotten.len()
+    }
+
+    /// Bytes of every write accepted since the device was made (a figure for tests of
+    /// what an operation writes).
+    pub fn bytes_written(&self) -> u64 {
+        self.state.lock().written
     }
 
     /// Unflushed writes.
@@ -247,6 +256,7 @@ impl<D: Device> Device for FaultDevice<D> {
             return Err(injected("write", offset));
         }
         st.pending.push((offset, buf.to_vec()));
+        st.written += buf.len() as u64;
         Ok(())
     }
 

@@ -1,0 +1,308 @@
+//! One node of the file table's copy-on-write B+tree (`tree.rs`; `docs/format.md`, "The
+//! file tree"): its bytes on the device and back.
+//!
+//! A node is one block (on blocks under 4 KiB, a run of 4 KiB: [`node_blocks`]), written
+//! once to a block the allocator handed out and never written in place. **Header** (64
+//! bytes): magic `XVBN`, level (u8: 0 a leaf), three zero bytes, item count (u32), payload
+//! bytes (u32), the checkpoint generation that wrote it (u64), its own first block (u64),
+//! crc32c (u32) seeded with that block number over the node with this field zero, 28 zero
+//! bytes. **Payload**: a leaf holds file entries as the table's frames (`table.rs`: magic,
+//! length, crc32c of the body, body; the body starts with the file's id), in id order; an
+//! internal node holds `(first key, child block, child generation)`, u64 each, in key
+//! order. A node that fails its crc, names another block or a generation past its
+//! parent's is damage, never data; a leaf's frames keep their own crcs, so a damaged leaf
+//! still gives the entries whose frames check (`table::salvage_table`).
+//!
+//! Data structures: [`NodeRef`] (where a node lies and which checkpoint wrote it),
+//! [`Decoded`] (a checked node's level and payload). Invariant: `decode(encode(x)) == x`
+//! for a node written at the block it names. Pure functions over bytes: decoding never
+//! panics on any input. Locks: none.
+
+use super::record::corrupt;
+use crate::error::Result;
+
+/// A node's magic.
+const NODE_MAGIC: &[u8; 4] = b"XVBN";
+/// Bytes of a node's header.
+pub(super) const HEADER_BYTES: usize = 64;
+/// Bytes of one child in an internal node: first key, block, generation.
+pub(super) const CHILD_BYTES: usize = 24;
+/// The least bytes of a node (on smaller blocks, a node is a run of them).
+const MIN_NODE_BYTES: u64 = 4096;
+/// The tallest tree read (a fan-out of 168 reaches 2^64 keys well before).
+pub(super) const MAX_LEVEL: u8 = 16;
+
+/// Blocks one node takes on blocks of `bs` bytes.
+pub(super) fn node_blocks(bs: u64) -> u64 {
+    MIN_NODE_BYTES.div_ceil(bs).max(1)
+}
+
+/// Bytes of one node on blocks of `bs` bytes.
+pub(super) fn node_bytes(bs: u64) -> usize {
+    (node_blocks(bs) * bs) as usize
+}
+
+/// Where a node lies (its first block) and the checkpoint generation that wrote it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(super) struct NodeRef {
+    pub block: u64,
+    pub generation: u64,
+}
+
+/// One internal node's child, as its parent names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct ChildRef {
+    /// The least key under it (the first child's may be larger than keys routed to it).
+    pub first: u64,
+    pub at: NodeRef,
+}
+
+/// A node whose header and crc checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Decoded {
+    pub level: u8,
+    pub count: u32,
+    /// The payload: frames (a leaf) or children (an internal node).
+    pub payload: Vec<u8>,
+}
+
+fn put_u32(out: &mut [u8], at: usize, v: u32) {
+    debug_assert!(at + 4 <= HEADER_BYTES, "a header field at {at}");
+    out[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+fn put_u64(out: &mut [u8], at: usize, v: u64) {
+    debug_assert!(at + 8 <= HEADER_BYTES, "a header field at {at}");
+    out[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+fn get_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn get_u64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+fn crc_of(block: u64, node: &[u8]) -> u32 {
+    let head = crc32c::crc32c_append(crc32c::crc32c(&block.to_le_bytes()), &node[..32]);
+    let zero = crc32c::crc32c_append(head, &[0u8; 4]);
+    crc32c::crc32c_append(zero, &node[36..])
+}
+
+/// A node's bytes (`size` of them): header, then `payload` (which must fit), then zeros.
+pub(super) fn encode(size: usize, level: u8, count: u32, payload: &[u8], at: NodeRef) -> Vec<u8> {
+    assert!(
+        HEADER_BYTES + payload.len() <= size,
+        "a payload of {} bytes in a node of {size}",
+        payload.len()
+    );
+    assert!(level <= MAX_LEVEL, "a node of level {level}");
+    let mut b = vec![0u8; size];
+    b[..4].copy_from_slice(NODE_MAGIC);
+    b[4] = level;
+    put_u32(&mut b, 8, count);
+    put_u32(&mut b, 12, payload.len() as u32);
+    put_u64(&mut b, 16, at.generation);
+    put_u64(&mut b, 24, at.block);
+    b[HEADER_BYTES..HEADER_BYTES + payload.len()].copy_from_slice(payload);
+    let crc = crc_of(at.block, &b);
+    put_u32(&mut b, 32, crc);
+    debug_assert_eq!(
+        decode(&b, at).ok(),
+        Some(Decoded {
+            level,
+            count,
+            payload: payload.to_vec()
+        }),
+        "a node reads back"
+    );
+    b
+}
+
+/// The node `at` names, checked: magic, crc, its own block and generation, a payload
+/// within the node. Damage is `Corrupt`, naming the block.
+pub(super) fn decode(b: &[u8], at: NodeRef) -> Result<Decoded> {
+    let bad = |why: &str| crate::error::Error::Corrupt {
+        what: format!("volume file tree node at block {}", at.block),
+        detail: why.to_string(),
+    };
+    if b.len() < HEADER_BYTES || &b[..4] != NODE_MAGIC {
+        return Err(bad("no node magic"));
+    }
+    if get_u32(b, 32) != crc_of(at.block, b) {
+        return Err(bad("its crc32c does not match"));
+    }
+    if get_u64(b, 24) != at.block {
+        return Err(bad(&format!("it names block {}", get_u64(b, 24))));
+    }
+    if get_u64(b, 16) != at.generation {
+        return Err(bad(&format!(
+            "written by checkpoint {}, its parent expects {}",
+            get_u64(b, 16),
+            at.generation
+        )));
+    }
+    let (level, count, len) = (b[4], get_u32(b, 8), get_u32(b, 12) as usize);
+    if level > MAX_LEVEL || len > b.len() - HEADER_BYTES {
+        return Err(bad("a level or payload length out of range"));
+    }
+    if level > 0 && len != count as usize * CHILD_BYTES {
+        return Err(bad("an internal node's payload does not hold its children"));
+    }
+    Ok(Decoded {
+        level,
+        count,
+        payload: b[HEADER_BYTES..HEADER_BYTES + len].to_vec(),
+    })
+}
+
+/// True if `b` is a whole node (magic and crc check) written for another place or by
+/// another checkpoint than `at` says: a stale block (older contents where a node now
+/// lies) or one written to the wrong place, whose every entry is suspect.
+pub(super) fn is_stale(b: &[u8], at: NodeRef) -> bool {
+    if b.len() < HEADER_BYTES || &b[..4] != NODE_MAGIC {
+        return false;
+    }
+    let own = get_u64(b, 24);
+    let whole = get_u32(b, 32) == crc_of(own, b);
+    whole && (own != at.block || get_u64(b, 16) != at.generation)
+}
+
+/// The payload bytes (up to its length field, within the node) of a node that failed its
+/// check: for the salvage, which scans them for frames. Empty if the node is no leaf.
+pub(super) fn leaf_payload_unchecked(b: &[u8]) -> &[u8] {
+    let magic = b.len() >= HEADER_BYTES && &b[..4] == NODE_MAGIC;
+    if b.len() < HEADER_BYTES || magic && b[4] != 0 {
+        return &[];
+    }
+    let len = match magic {
+        true => (get_u32(b, 12) as usize).min(b.len() - HEADER_BYTES),
+        false => b.len() - HEADER_BYTES,
+    };
+    &b[HEADER_BYTES..HEADER_BYTES + len]
+}
+
+/// An internal node's payload.
+pub(super) fn encode_children(children: &[ChildRef]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(children.len() * CHILD_BYTES);
+    for c in children {
+        out.extend_from_slice(&c.first.to_le_bytes());
+        out.extend_from_slice(&c.at.block.to_le_bytes());
+        out.extend_from_slice(&c.at.generation.to_le_bytes());
+    }
+    out
+}
+
+/// An internal node's children, checked: keys strictly ascending, each generation at most
+/// its parent's (`generation`), no child at block 0.
+pub(super) fn decode_children(d: &Decoded, generation: u64) -> Result<Vec<ChildRef>> {
+    debug_assert!(d.level > 0, "a leaf has no children");
+    let children: Vec<ChildRef> = d
+        .payload
+        .chunks_exact(CHILD_BYTES)
+        .map(|c| ChildRef {
+            first: get_u64(c, 0),
+            at: NodeRef {
+                block: get_u64(c, 8),
+                generation: get_u64(c, 16),
+            },
+        })
+        .collect();
+    if children.is_empty() {
+        return Err(corrupt("an internal tree node without children"));
+    }
+    if children.windows(2).any(|w| w[0].first >= w[1].first) {
+        return Err(corrupt("an internal tree node's keys out of order"));
+    }
+    if children
+        .iter()
+        .any(|c| c.at.block == 0 || c.at.generation > generation)
+    {
+        return Err(corrupt(
+            "an internal tree node names a child it cannot have",
+        ));
+    }
+    Ok(children)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const AT: NodeRef = NodeRef {
+        block: 77,
+        generation: 5,
+    };
+
+    #[test]
+    fn a_node_reads_back_and_refuses_another_place_or_generation() {
+        let b = encode(4096, 0, 2, b"payload", AT);
+        let d = decode(&b, AT).unwrap();
+        assert_eq!((d.level, d.count, &d.payload[..]), (0, 2, &b"payload"[..]));
+        let moved = NodeRef { block: 78, ..AT };
+        assert!(decode(&b, moved).is_err(), "written elsewhere");
+        assert!(is_stale(&b, moved) && !is_stale(&b, AT));
+        let older = NodeRef {
+            generation: 4,
+            ..AT
+        };
+        assert!(decode(&b, older).is_err(), "another checkpoint's");
+        assert!(is_stale(&b, older));
+        for i in [0, 4, 12, 40, 64, 4095] {
+            let mut bad = b.clone();
+            bad[i] ^= 1;
+            assert!(decode(&bad, AT).is_err(), "byte {i} flipped");
+            assert!(!is_stale(&bad, AT), "byte {i} flipped: damaged, not stale");
+        }
+        assert_eq!(leaf_payload_unchecked(&b)[..7], b"payload"[..]);
+    }
+
+    #[test]
+    fn children_read_back_and_bad_ones_are_refused() {
+        let kids = [
+            ChildRef {
+                first: 1,
+                at: NodeRef {
+                    block: 9,
+                    generation: 5,
+                },
+            },
+            ChildRef {
+                first: 40,
+                at: NodeRef {
+                    block: 10,
+                    generation: 3,
+                },
+            },
+        ];
+        let b = encode(4096, 1, 2, &encode_children(&kids), AT);
+        let d = decode(&b, AT).unwrap();
+        assert_eq!(decode_children(&d, 5).unwrap(), kids);
+        assert!(
+            decode_children(&d, 4).is_err(),
+            "a child newer than its parent"
+        );
+        let swapped = [kids[1], kids[0]];
+        let b = encode(4096, 1, 2, &encode_children(&swapped), AT);
+        assert!(decode_children(&decode(&b, AT).unwrap(), 5).is_err());
+    }
+
+    #[test]
+    fn decoding_never_panics_on_noise() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..2000 {
+            let mut b = encode(4096, 1, 1, &[7u8; 24], AT);
+            for _ in 0..8 {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                b[(seed % 4096) as usize] = (seed >> 32) as u8;
+            }
+            if let Ok(d) = decode(&b, AT) {
+                let _ = d.level.checked_sub(1).map(|_| decode_children(&d, 5));
+            }
+            let _ = leaf_payload_unchecked(&b);
+        }
+    }
+}

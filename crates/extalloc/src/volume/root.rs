@@ -1,0 +1,223 @@
+//! The volume's root, kept in the store's durable root (`docs/format.md`, "The file
+//! tree"): where the file table is. Version 4 names the file tree ([`TreeRoot`]); versions
+//! 2 and 3 name two table areas (`area.rs`) and are still read. Pure functions over bytes:
+//! decoding never panics on any input and refuses what it cannot read whole.
+//!
+//! Data structures: [`Root`], [`TreeRoot`]. Invariant: `decode(encode(x)) == x`. Locks:
+//! none.
+
+use super::node::NodeRef;
+use super::record::{corrupt, put_u64, Reader, SideRef};
+use crate::error::{Error, Result};
+use crate::geometry::Extent;
+
+const ROOT_MAGIC: &[u8; 4] = b"XVRT";
+/// The root's version. 2: maps of more than `INLINE_EXTENTS` extents live in map
+/// segments. 3: a table area is a chain of pieces listed by index blocks (`area.rs`), named
+/// by its first index block (a version 2 area, one extent, is still named by it). 4: the
+/// file table is a copy-on-write B+tree of single nodes (`tree.rs`, [`TreeRoot`]); its
+/// retired blocks are listed by an index chain. Roots of version 2 and 3 are read, and the
+/// next checkpoint writes version 4 (the upgrade). The file table's entries keep their own
+/// version (`table::TABLE_VERSION`).
+const VERSION: u32 = 4;
+const OLDEST_VERSION: u32 = 2;
+/// The volume's root, kept in the store's durable root: where the file table is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Root {
+    /// The two table areas of a version 2 or 3 root; the table lies at the start of
+    /// `sides[active]`. Zero in a version 4 root.
+    pub sides: [SideRef; 2],
+    pub active: usize,
+    pub table_bytes: u64,
+    pub table_crc: u32,
+    /// The id the next new file takes.
+    pub next_id: u64,
+    /// The file tree (version 4).
+    pub tree: Option<TreeRoot>,
+}
+
+/// Where a version 4 root's file tree is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct TreeRoot {
+    /// The tree's root node, and the entries (files) under it.
+    pub root: NodeRef,
+    pub count: u64,
+    /// The checkpoint that wrote it (each node's generation is at most this).
+    pub generation: u64,
+    /// The first block of the index chain that lists the blocks this checkpoint retired
+    /// (the next one frees them); 0: none.
+    pub retired: u64,
+    /// The previous checkpoint's tree: its nodes this one replaced are among the retired,
+    /// so until the next checkpoint it reads whole (the salvage's second copy).
+    pub previous: Option<(NodeRef, u64)>,
+}
+
+impl Root {
+    pub(super) fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(ROOT_MAGIC);
+        let Some(t) = &self.tree else {
+            // Version 3 (tests of the upgrade write it).
+            out.extend_from_slice(&3u32.to_le_bytes());
+            self.sides[0].encode(&mut out);
+            self.sides[1].encode(&mut out);
+            out.push(self.active as u8);
+            put_u64(&mut out, self.table_bytes);
+            out.extend_from_slice(&self.table_crc.to_le_bytes());
+            put_u64(&mut out, self.next_id);
+            return out;
+        };
+        out.extend_from_slice(&VERSION.to_le_bytes());
+        let (prev, prev_count) = t.previous.unwrap_or((
+            NodeRef {
+                block: 0,
+                generation: 0,
+            },
+            0,
+        ));
+        for v in [
+            t.root.block,
+            t.root.generation,
+            t.count,
+            t.generation,
+            t.retired,
+            prev.block,
+            prev.generation,
+            prev_count,
+            self.next_id,
+        ] {
+            put_u64(&mut out, v);
+        }
+        debug_assert_eq!(Root::decode(&out).ok().as_ref(), Some(self));
+        out
+    }
+
+    fn decode_tree(r: &mut Reader<'_>) -> Result<Root> {
+        let mut v = [0u64; 9];
+        for x in &mut v {
+            *x = r.u64()?;
+        }
+        let node = |block, generation| NodeRef { block, generation };
+        let t = TreeRoot {
+            root: node(v[0], v[1]),
+            count: v[2],
+            generation: v[3],
+            retired: v[4],
+            previous: (v[5] != 0).then(|| (node(v[5], v[6]), v[7])),
+        };
+        if !r.done() || t.root.block == 0 || t.root.generation > t.generation {
+            return Err(corrupt("the volume root is malformed"));
+        }
+        debug_assert!(t.previous.is_none_or(|(p, _)| p.block != 0));
+        Ok(Root {
+            sides: [SideRef::legacy(Extent::new(0, 0)); 2],
+            active: 0,
+            table_bytes: 0,
+            table_crc: 0,
+            next_id: v[8],
+            tree: Some(t),
+        })
+    }
+
+    pub(super) fn decode(b: &[u8]) -> Result<Root> {
+        let mut r = Reader::new(b);
+        if b.len() >= 8 && b[..4] == ROOT_MAGIC[..] {
+            let version = u32::from_le_bytes(b[4..8].try_into().expect("four bytes"));
+            if !(OLDEST_VERSION..=VERSION).contains(&version) {
+                return Err(Error::UnsupportedVolumeVersion {
+                    found: version,
+                    supported: VERSION,
+                });
+            }
+        }
+        let version = match r.bytes(4)? == ROOT_MAGIC {
+            true => r.u32()?,
+            false => 0,
+        };
+        if !(OLDEST_VERSION..=VERSION).contains(&version) {
+            return Err(Error::NoVolume {
+                root_bytes: b.len() as u64,
+            });
+        }
+        let sides = match version {
+            4 => return Root::decode_tree(&mut r),
+            2 => [SideRef::legacy(r.extent()?), SideRef::legacy(r.extent()?)],
+            _ => [SideRef::decode(&mut r)?, SideRef::decode(&mut r)?],
+        };
+        let active = r.u8()? as usize;
+        let root = Root {
+            sides,
+            active,
+            table_bytes: r.u64()?,
+            table_crc: r.u32()?,
+            next_id: r.u64()?,
+            tree: None,
+        };
+        if active > 1 || !r.done() {
+            return Err(corrupt("the volume root is malformed"));
+        }
+        Ok(root)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::volume::record::put_extent;
+
+    #[test]
+    fn roots_round_trip_and_garbage_is_refused() {
+        let root = Root {
+            sides: [
+                SideRef::legacy(Extent::new(1, 2)),
+                SideRef {
+                    extent: Extent::new(0, 0),
+                    head: 9,
+                },
+            ],
+            active: 1,
+            table_bytes: 10,
+            table_crc: 5,
+            next_id: 3,
+            tree: None,
+        };
+        assert_eq!(Root::decode(&root.encode()).unwrap(), root);
+        let node = |block, generation| NodeRef { block, generation };
+        let tree = Root {
+            sides: [SideRef::legacy(Extent::new(0, 0)); 2],
+            active: 0,
+            table_bytes: 0,
+            table_crc: 0,
+            next_id: 12,
+            tree: Some(TreeRoot {
+                root: node(40, 7),
+                count: 11,
+                generation: 7,
+                retired: 41,
+                previous: Some((node(30, 6), 10)),
+            }),
+        };
+        let bytes = tree.encode();
+        assert_eq!(Root::decode(&bytes).unwrap(), tree);
+        for cut in 0..bytes.len() {
+            assert!(Root::decode(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        // A version 2 root: two extents.
+        let mut v2 = ROOT_MAGIC.to_vec();
+        v2.extend_from_slice(&2u32.to_le_bytes());
+        put_extent(&mut v2, Extent::new(1, 2));
+        put_extent(&mut v2, Extent::new(3, 4));
+        v2.push(0);
+        put_u64(&mut v2, 10);
+        v2.extend_from_slice(&5u32.to_le_bytes());
+        put_u64(&mut v2, 3);
+        let old = Root::decode(&v2).unwrap();
+        assert_eq!(old.sides[1], SideRef::legacy(Extent::new(3, 4)));
+        v2[4] = 1;
+        assert!(matches!(
+            Root::decode(&v2),
+            Err(Error::UnsupportedVolumeVersion { found: 1, .. })
+        ));
+        assert!(Root::decode(b"").is_err());
+    }
+}

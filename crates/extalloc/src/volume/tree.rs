@@ -1,0 +1,475 @@
+//! The file table as a copy-on-write B+tree of single nodes (`node.rs`; `docs/format.md`,
+//! "The file tree"): keys are file ids, values the entries' frame bodies (`table.rs`).
+//!
+//! A checkpoint changes only the keys that changed since the last one: each change copies
+//! the path from the root to its leaf into memory ([`Tree::put`]; the nodes it leaves
+//! behind are `replaced`, for the caller to retire), [`Tree::settle`] splits what grew
+//! past a node, merges a leaf that fell under a quarter with a neighbour and drops what
+//! emptied, and [`Tree::write`] writes every changed node, children first, each to a block
+//! the caller allocates one at a time. Nothing durable is ever written over: a crash at
+//! any write leaves the previous root and every node under it whole.
+//!
+//! Memory: internal nodes stay loaded (one per ~168 leaves); a leaf is loaded only while a
+//! checkpoint changes it and dropped once written. Nodes are shared between a tree and
+//! its clones (`Arc`), so a checkpoint works on a clone at the cost of the paths it
+//! changes, and a failed one leaves the durable tree untouched.
+//!
+//! Data structures: [`Tree`] (its root [`Slot`]); a `Slot` is a node as its parent names
+//! it: its least key, where it lies if durable, and its contents if loaded ([`Mem`]).
+//! Invariant: keys under child `i` lie in `[first_i, first_{i+1})` (the first child also
+//! takes the keys below its own first); every node a durable slot names holds what its
+//! `Mem` holds; after `settle` every node fits its bytes and an internal node has children.
+//! Locks: none (the volume checkpoints under its gate).
+
+use super::node::{self, ChildRef, NodeRef, CHILD_BYTES, HEADER_BYTES};
+use super::table::{file_frame, FRAME_HEADER};
+use crate::error::Result;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The tree's I/O: reads of durable nodes, and blocks for new ones.
+pub(super) trait NodeIo {
+    /// The bytes of the node at `block` (unchecked).
+    fn read_raw(&mut self, block: u64) -> Result<Vec<u8>>;
+    /// The node `at` names, checked (`node::decode`).
+    fn read(&mut self, at: NodeRef) -> Result<node::Decoded> {
+        let d = node::decode(&self.read_raw(at.block)?, at)?;
+        debug_assert!(d.level <= node::MAX_LEVEL, "a checked node's level");
+        Ok(d)
+    }
+    /// A block (a run of `node::node_blocks`) for a new node.
+    fn allocate(&mut self) -> Result<u64>;
+    /// Writes a node's bytes at `block` (flushed by the caller).
+    fn write(&mut self, block: u64, bytes: &[u8]) -> Result<()>;
+}
+
+/// A node's contents in memory.
+#[derive(Debug, Clone)]
+pub(super) enum Mem {
+    /// File entries' frame bodies by id.
+    Leaf(BTreeMap<u64, Vec<u8>>),
+    Internal {
+        level: u8,
+        children: Vec<Slot>,
+    },
+}
+
+/// A node as its parent names it.
+#[derive(Debug, Clone)]
+pub(super) struct Slot {
+    first: u64,
+    /// Where it lies, if durable; `None`: changed, to be written.
+    at: Option<NodeRef>,
+    /// Its contents, if loaded (an internal node always is).
+    mem: Option<Arc<Mem>>,
+}
+
+/// The file table's tree (see the module documentation).
+#[derive(Debug, Clone)]
+pub(super) struct Tree {
+    root: Slot,
+    /// Bytes of one node.
+    size: usize,
+    /// Keys in the tree.
+    count: u64,
+}
+
+/// Bytes a leaf's entry takes.
+fn entry_bytes(body: &[u8]) -> usize {
+    FRAME_HEADER + body.len()
+}
+
+fn leaf_bytes(items: &BTreeMap<u64, Vec<u8>>) -> usize {
+    items.values().map(|b| entry_bytes(b)).sum()
+}
+
+impl Slot {
+    fn leaf(items: BTreeMap<u64, Vec<u8>>) -> Slot {
+        Slot {
+            first: items.keys().next().copied().unwrap_or(0),
+            at: None,
+            mem: Some(Arc::new(Mem::Leaf(items))),
+        }
+    }
+
+    fn internal(level: u8, children: Vec<Slot>) -> Slot {
+        debug_assert!(!children.is_empty() && level > 0);
+        Slot {
+            first: children[0].first,
+            at: None,
+            mem: Some(Arc::new(Mem::Internal { level, children })),
+        }
+    }
+
+    /// A durable node's slot, its contents loaded if it is internal (recursively).
+    pub(super) fn durable(first: u64, at: NodeRef, mem: Option<Mem>) -> Slot {
+        Slot {
+            first,
+            at: Some(at),
+            mem: mem.map(Arc::new),
+        }
+    }
+
+    /// The least key under it.
+    pub(super) fn first(&self) -> u64 {
+        self.first
+    }
+
+    fn level(&self) -> u8 {
+        match self.mem.as_deref() {
+            Some(Mem::Internal { level, .. }) => *level,
+            _ => 0,
+        }
+    }
+
+    /// Loads the slot's contents (a durable leaf's) and marks it changed: its old place
+    /// goes to `replaced`. Returns them to change.
+    fn open(&mut self, io: &mut dyn NodeIo, replaced: &mut Vec<NodeRef>) -> Result<&mut Mem> {
+        if self.mem.is_none() {
+            let at = self.at.expect("an unloaded slot is durable");
+            let d = io.read(at)?;
+            assert_eq!(d.level, 0, "an internal node left unloaded");
+            self.mem = Some(Arc::new(Mem::Leaf(leaf_items(&d.payload)?)));
+        }
+        if let Some(at) = self.at.take() {
+            replaced.push(at);
+        }
+        Ok(Arc::make_mut(self.mem.as_mut().expect("loaded")))
+    }
+}
+
+/// A leaf's entries: each frame's body by the id it starts with, checked.
+pub(super) fn leaf_items(payload: &[u8]) -> Result<BTreeMap<u64, Vec<u8>>> {
+    let mut items = BTreeMap::new();
+    let mut last = None;
+    for body in super::table::frames(payload)? {
+        let id = super::table::frame_id(body)?;
+        if last.is_some_and(|l| l >= id) {
+            return Err(super::record::corrupt("a tree leaf's entries out of order"));
+        }
+        last = Some(id);
+        items.insert(id, body.to_vec());
+    }
+    Ok(items)
+}
+
+impl Tree {
+    /// An empty tree of nodes of `size` bytes (its one empty leaf not yet written).
+    pub(super) fn empty(size: usize) -> Tree {
+        Tree {
+            root: Slot::leaf(BTreeMap::new()),
+            size,
+            count: 0,
+        }
+    }
+
+    /// A durable tree: its root slot (internal nodes loaded, `Slot::durable`) and count.
+    pub(super) fn from_root(root: Slot, size: usize, count: u64) -> Tree {
+        assert!(root.at.is_some(), "a durable tree's root is written");
+        Tree { root, size, count }
+    }
+
+    /// Keys in the tree.
+    pub(super) fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The durable root, if nothing changed since the last write.
+    pub(super) fn root(&self) -> Option<NodeRef> {
+        self.root.at
+    }
+
+    /// Levels above the leaves.
+    #[cfg(test)]
+    pub(super) fn height(&self) -> u8 {
+        self.root.level()
+    }
+
+    /// Sets `key` to `value` (`None`: removes it). Every node on its path is loaded and
+    /// marked changed; the durable ones it leaves go to `replaced`.
+    pub(super) fn put(
+        &mut self,
+        io: &mut dyn NodeIo,
+        key: u64,
+        value: Option<Vec<u8>>,
+        replaced: &mut Vec<NodeRef>,
+    ) -> Result<()> {
+        if let Some(v) = &value {
+            assert!(
+                HEADER_BYTES + entry_bytes(v) <= self.size,
+                "an entry of {} bytes in nodes of {}",
+                v.len(),
+                self.size
+            );
+        }
+        let mut slot = &mut self.root;
+        loop {
+            match slot.open(io, replaced)? {
+                Mem::Leaf(items) => {
+                    let had = match value {
+                        Some(v) => items.insert(key, v).is_some(),
+                        None => items.remove(&key).is_some(),
+                    };
+                    let now = items.contains_key(&key);
+                    self.count = self.count + u64::from(now) - u64::from(had);
+                    return Ok(());
+                }
+                Mem::Internal { children, .. } => {
+                    let i = children.partition_point(|c| c.first <= key).max(1) - 1;
+                    slot = &mut children[i];
+                }
+            }
+        }
+    }
+
+    /// Splits what outgrew its node, merges small changed leaves with a neighbour, drops
+    /// empty nodes and collapses a root of one child (see the module documentation).
+    pub(super) fn settle(
+        &mut self,
+        io: &mut dyn NodeIo,
+        replaced: &mut Vec<NodeRef>,
+    ) -> Result<()> {
+        let root = std::mem::replace(&mut self.root, Slot::leaf(BTreeMap::new()));
+        let mut slots = settle_slot(root, self.size, io, replaced)?;
+        while slots.len() > 1 {
+            let level = slots[0].level() + 1;
+            slots = settle_slot(Slot::internal(level, slots), self.size, io, replaced)?;
+        }
+        let mut root = slots.pop().unwrap_or_else(|| Slot::leaf(BTreeMap::new()));
+        loop {
+            let only = match root.mem.as_deref() {
+                Some(Mem::Internal { children, .. }) if children.len() == 1 => children[0].clone(),
+                _ => break,
+            };
+            if let Some(at) = root.at {
+                replaced.push(at);
+            }
+            root = only;
+        }
+        self.root = root;
+        debug_assert!(self.check_shape().is_ok(), "{:?}", self.check_shape());
+        Ok(())
+    }
+
+    /// Writes every changed node (children first) to a block `io` allocates, as checkpoint
+    /// `generation`; a written leaf is dropped from memory. Returns the blocks written. The
+    /// tree must be settled.
+    pub(super) fn write(&mut self, io: &mut dyn NodeIo, generation: u64) -> Result<Vec<u64>> {
+        let mut written = Vec::new();
+        write_slot(&mut self.root, self.size, io, generation, &mut written)?;
+        debug_assert!(self.root.at.is_some(), "the root written");
+        Ok(written)
+    }
+
+    /// Every durable node's place (for the volume's own blocks), root first.
+    pub(super) fn nodes(&self) -> Vec<NodeRef> {
+        let mut out = Vec::new();
+        let mut stack = vec![&self.root];
+        while let Some(s) = stack.pop() {
+            out.extend(s.at);
+            if let Some(Mem::Internal { children, .. }) = s.mem.as_deref() {
+                stack.extend(children.iter());
+            }
+        }
+        out
+    }
+
+    /// Checks the settled shape: children of each internal node one level down with keys
+    /// ascending, every loaded node within its bytes.
+    fn check_shape(&self) -> std::result::Result<(), String> {
+        let mut stack = vec![&self.root];
+        while let Some(s) = stack.pop() {
+            match s.mem.as_deref() {
+                Some(Mem::Leaf(items)) if HEADER_BYTES + leaf_bytes(items) > self.size => {
+                    return Err(format!("a leaf of {} bytes", leaf_bytes(items)));
+                }
+                Some(Mem::Internal { level, children }) => {
+                    if children.is_empty()
+                        || HEADER_BYTES + children.len() * CHILD_BYTES > self.size
+                    {
+                        return Err(format!("an internal node of {} children", children.len()));
+                    }
+                    if children.windows(2).any(|w| w[0].first >= w[1].first) {
+                        return Err("children out of order".into());
+                    }
+                    if children.iter().any(|c| c.level() + 1 != *level) {
+                        return Err(format!("a child not one level under {level}"));
+                    }
+                    stack.extend(children.iter());
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The most children of an internal node of `size` bytes.
+fn fanout(size: usize) -> usize {
+    (size - HEADER_BYTES) / CHILD_BYTES
+}
+
+/// A settled slot: itself if durable, else what it became (none, one, or several split).
+fn settle_slot(
+    slot: Slot,
+    size: usize,
+    io: &mut dyn NodeIo,
+    replaced: &mut Vec<NodeRef>,
+) -> Result<Vec<Slot>> {
+    if slot.at.is_some() {
+        return Ok(vec![slot]);
+    }
+    let mem = Arc::unwrap_or_clone(slot.mem.expect("a changed slot is loaded"));
+    match mem {
+        Mem::Leaf(items) => Ok(split_leaf(items, size - HEADER_BYTES)),
+        Mem::Internal { level, children } => {
+            let mut kids = Vec::with_capacity(children.len());
+            for c in children {
+                kids.extend(settle_slot(c, size, io, replaced)?);
+            }
+            merge_small_leaves(&mut kids, size - HEADER_BYTES, io, replaced)?;
+            let per = fanout(size);
+            let n = kids.len().div_ceil(per);
+            let mut out = Vec::with_capacity(n);
+            let mut rest = kids.into_iter();
+            for i in 0..n {
+                let take = (rest.len()).div_ceil(n - i);
+                out.push(Slot::internal(level, rest.by_ref().take(take).collect()));
+            }
+            debug_assert!(out.iter().all(|s| matches!(s.mem.as_deref(),
+                Some(Mem::Internal { children, .. }) if children.len() <= per)));
+            Ok(out)
+        }
+    }
+}
+
+/// A changed leaf cut into leaves of at most `room` payload bytes each, as even as the
+/// entries allow (none if it is empty).
+fn split_leaf(items: BTreeMap<u64, Vec<u8>>, room: usize) -> Vec<Slot> {
+    let total = leaf_bytes(&items);
+    if total <= room {
+        return match items.is_empty() {
+            true => vec![],
+            false => vec![Slot::leaf(items)],
+        };
+    }
+    let n = total.div_ceil(room);
+    let target = total.div_ceil(n);
+    let mut out = Vec::with_capacity(n + 1);
+    let (mut cur, mut bytes) = (BTreeMap::new(), 0usize);
+    for (k, v) in items {
+        let b = entry_bytes(&v);
+        if !cur.is_empty() && (bytes + b > room || bytes >= target) {
+            out.push(Slot::leaf(std::mem::take(&mut cur)));
+            bytes = 0;
+        }
+        bytes += b;
+        cur.insert(k, v);
+    }
+    out.push(Slot::leaf(cur));
+    debug_assert!(out.iter().all(|s| matches!(s.mem.as_deref(),
+        Some(Mem::Leaf(i)) if leaf_bytes(i) <= room && !i.is_empty())));
+    out
+}
+
+/// Merges each changed leaf under a quarter full with its right (else left) neighbour,
+/// loading a durable one, when both fit one leaf.
+fn merge_small_leaves(
+    kids: &mut Vec<Slot>,
+    room: usize,
+    io: &mut dyn NodeIo,
+    replaced: &mut Vec<NodeRef>,
+) -> Result<()> {
+    let small = |s: &Slot| {
+        s.at.is_none() && matches!(s.mem.as_deref(), Some(Mem::Leaf(i)) if leaf_bytes(i) < room / 4)
+    };
+    let mut i = 0;
+    while kids.len() > 1 && i < kids.len() {
+        if !small(&kids[i]) {
+            i += 1;
+            continue;
+        }
+        let j = if i + 1 < kids.len() { i + 1 } else { i - 1 };
+        if kids[j].level() != 0 {
+            i += 1;
+            continue;
+        }
+        let (a, b) = (i.min(j), i.max(j));
+        let mut pair = Vec::with_capacity(2);
+        for k in [a, b] {
+            let mut s = kids[k].clone();
+            let Mem::Leaf(items) = s.open(io, replaced)?.clone() else {
+                unreachable!("a leaf")
+            };
+            pair.push((s, items));
+        }
+        let joined = leaf_bytes(&pair[0].1) + leaf_bytes(&pair[1].1);
+        if joined > room {
+            // Too full to join: the neighbour stays as it was (its place not replaced).
+            if let Some(at) = kids[j].at {
+                replaced.retain(|r| *r != at);
+            }
+            i += 1;
+            continue;
+        }
+        let mut items = std::mem::take(&mut pair[0].1);
+        items.append(&mut pair[1].1);
+        debug_assert!(leaf_bytes(&items) <= room, "a joined leaf fits");
+        kids.splice(a..=b, [Slot::leaf(items)]);
+        i = a;
+    }
+    // Keys stay in order across the joins.
+    debug_assert!(kids.windows(2).all(|w| w[0].first < w[1].first));
+    Ok(())
+}
+
+fn write_slot(
+    slot: &mut Slot,
+    size: usize,
+    io: &mut dyn NodeIo,
+    generation: u64,
+    written: &mut Vec<u64>,
+) -> Result<()> {
+    if slot.at.is_some() {
+        return Ok(());
+    }
+    let mem = Arc::make_mut(slot.mem.as_mut().expect("a changed slot is loaded"));
+    let (level, count, payload) = match mem {
+        Mem::Leaf(items) => {
+            let mut payload = Vec::with_capacity(leaf_bytes(items));
+            items.values().for_each(|b| payload.extend(file_frame(b)));
+            (0, items.len(), payload)
+        }
+        Mem::Internal { level, children } => {
+            for c in children.iter_mut() {
+                write_slot(c, size, io, generation, written)?;
+            }
+            let refs: Vec<ChildRef> = children
+                .iter()
+                .map(|c| ChildRef {
+                    first: c.first,
+                    at: c.at.expect("a child written first"),
+                })
+                .collect();
+            (*level, refs.len(), node::encode_children(&refs))
+        }
+    };
+    let block = io.allocate()?;
+    let at = NodeRef { block, generation };
+    io.write(
+        block,
+        &node::encode(size, level, count as u32, &payload, at),
+    )?;
+    written.push(block);
+    slot.at = Some(at);
+    if level == 0 {
+        slot.mem = None;
+    }
+    // Written once: every node under it is durable too.
+    debug_assert!(slot.at.is_some() && written.last() == Some(&block));
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "tree_tests.rs"]
+mod tests;

@@ -1,0 +1,154 @@
+//! Reading a durable file tree (`tree.rs`) whole, going on past damage ([`walk`]): the
+//! open reads every leaf (the volume keeps every file in memory), and the salvage scans
+//! the payload of each leaf that failed its check (`treeio.rs`).
+//!
+//! Data structures: [`Walked`] (the leaves in key order, each a [`WalkLeaf`]; the internal
+//! nodes lost; the tree, if whole). Invariant: levels fall by one from parent to child,
+//! so a walk ends whatever the bytes say. Locks: none.
+
+use super::node::{self, NodeRef};
+use super::tree::{Mem, NodeIo, Slot, Tree};
+use crate::error::Result;
+
+/// One leaf a walk found, in key order.
+#[derive(Debug, Clone)]
+pub(super) struct WalkLeaf {
+    pub at: NodeRef,
+    /// The keys its parent routes to it: `lo ..` up to `hi` (exclusive; `None`: no end).
+    pub keys: (u64, Option<u64>),
+    /// Its frames: the checked payload, or, for a leaf that failed, the bytes where its
+    /// payload would be (for the salvage to scan).
+    pub payload: Vec<u8>,
+    pub checked: bool,
+    /// It failed as a whole node of another place or checkpoint (`node::is_stale`): its
+    /// frames are older contents, not this leaf's.
+    pub stale: bool,
+}
+
+/// What [`walk`] read of a durable tree.
+#[derive(Debug)]
+pub(super) struct Walked {
+    pub leaves: Vec<WalkLeaf>,
+    /// Internal nodes that failed (read or check): the entries under them are lost.
+    pub lost: Vec<(NodeRef, String)>,
+    /// Every node read whose check passed (a failed leaf's place too: it is the tree's).
+    pub nodes: Vec<NodeRef>,
+    /// The tree, to change by later checkpoints: only if every node checked.
+    pub tree: Option<Tree>,
+}
+
+/// Reads the durable tree whose root is `root` (of `count` keys): every node, the leaves
+/// in key order, going on past damage (see [`Walked`]). Fails only if the root itself
+/// cannot be read as a node.
+pub(super) fn walk(io: &mut dyn NodeIo, root: NodeRef, size: usize, count: u64) -> Result<Walked> {
+    let mut w = Walked {
+        leaves: Vec::new(),
+        lost: Vec::new(),
+        nodes: Vec::new(),
+        tree: None,
+    };
+    let slot = walk_node(io, root, None, (0, (0, None)), &mut w)?;
+    if w.lost.is_empty() && w.leaves.iter().all(|l| l.checked) {
+        w.tree = Some(Tree::from_root(slot, size, count));
+    }
+    Ok(w)
+}
+
+/// Reads node `at` (of level `level`, if its parent says; named by key `first`, the keys
+/// `keys` routed to it) and what is under it. A root that fails its check is taken as a damaged leaf unless it
+/// still reads as an internal node (then the whole tree is lost: an error).
+fn walk_node(
+    io: &mut dyn NodeIo,
+    at: NodeRef,
+    level: Option<u8>,
+    (first, keys): (u64, (u64, Option<u64>)),
+    w: &mut Walked,
+) -> Result<Slot> {
+    let raw = io.read_raw(at.block);
+    let checked = raw.as_ref().map_err(Clone::clone).and_then(|b| {
+        let d = node::decode(b, at)?;
+        match level.is_some_and(|l| l != d.level) {
+            true => Err(super::record::corrupt("a tree node of the wrong level")),
+            false => Ok(d),
+        }
+    });
+    let d = match checked {
+        Ok(d) => d,
+        Err(e) => return walk_failed(raw, at, level, (first, keys), e, w),
+    };
+    w.nodes.push(at);
+    if d.level == 0 {
+        w.leaves.push(WalkLeaf {
+            at,
+            keys,
+            payload: d.payload,
+            checked: true,
+            stale: false,
+        });
+        return Ok(Slot::durable(first, at, None));
+    }
+    let children = match node::decode_children(&d, at.generation) {
+        Ok(c) => c,
+        Err(e) => {
+            w.lost.push((at, e.to_string()));
+            return Ok(Slot::durable(first, at, None));
+        }
+    };
+    let mut slots = Vec::with_capacity(children.len());
+    for (i, c) in children.iter().enumerate() {
+        let lo = if i == 0 { keys.0 } else { c.first };
+        let hi = children.get(i + 1).map(|n| n.first).or(keys.1);
+        slots.push(walk_node(
+            io,
+            c.at,
+            Some(d.level - 1),
+            (c.first, (lo, hi)),
+            w,
+        )?);
+    }
+    // Every child walked, in key order.
+    debug_assert!(slots.windows(2).all(|p| p[0].first() < p[1].first()));
+    let mem = Mem::Internal {
+        level: d.level,
+        children: slots,
+    };
+    Ok(Slot::durable(first, at, Some(mem)))
+}
+
+/// A node that failed its check (`raw`: its bytes, if they read): a leaf's payload kept
+/// for the salvage to scan, an internal node's subtree lost. A root that is no leaf fails
+/// the walk.
+fn walk_failed(
+    raw: Result<Vec<u8>>,
+    at: NodeRef,
+    level: Option<u8>,
+    (first, keys): (u64, (u64, Option<u64>)),
+    e: crate::error::Error,
+    w: &mut Walked,
+) -> Result<Slot> {
+    let leaf = match level {
+        Some(l) => l == 0,
+        None => raw
+            .as_ref()
+            .is_ok_and(|b| !node::leaf_payload_unchecked(b).is_empty()),
+    };
+    if level.is_none() && !leaf {
+        return Err(e);
+    }
+    if leaf {
+        let stale = raw.as_ref().is_ok_and(|b| node::is_stale(b, at));
+        let payload = raw.map(|b| node::leaf_payload_unchecked(&b).to_vec());
+        w.leaves.push(WalkLeaf {
+            at,
+            keys,
+            payload: payload.unwrap_or_default(),
+            checked: false,
+            stale,
+        });
+        w.nodes.push(at);
+    } else {
+        w.lost.push((at, e.to_string()));
+    }
+    debug_assert!(w.leaves.last().is_some_and(|l| l.at == at) || !w.lost.is_empty());
+    Ok(Slot::durable(first, at, None))
+}
