@@ -1,6 +1,7 @@
-//! Volumes made by the release before root version 3 (`tests/fixtures/`, made by abfd344:
-//! each table area one extent) open, read and check clean with today's build, and the first
-//! write brings them forward to version 3 (table areas in pieces) with nothing lost.
+//! Volumes made by earlier releases (`tests/fixtures/`): root version 2 (made by abfd344:
+//! each table area one extent) and version 3 (made by ab13385: table areas in pieces) open,
+//! read and check clean with today's build, and the first write brings them forward to
+//! version 4 (the file tree) with nothing lost.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -55,10 +56,16 @@ fn small() -> Vec<u8> {
 }
 
 #[test]
-fn a_version_2_volume_reads_and_is_brought_forward_by_its_first_write() {
-    let (dir, img) = unpack("volume-root2");
+fn volumes_of_versions_2_and_3_read_and_are_brought_forward_by_their_first_write() {
+    for v in [2, 3] {
+        volume_brought_forward(v);
+    }
+}
+
+fn volume_brought_forward(v: u32) {
+    let (dir, img) = unpack(&format!("volume-root{v}"));
     let p = img.to_str().unwrap();
-    assert_eq!(root_version(&img), 2);
+    assert_eq!(root_version(&img), v);
     assert!(ok(&["fsck", p]).contains("0 leaked"));
     let listing = ok(&["ls", p]);
     assert!(
@@ -68,7 +75,7 @@ fn a_version_2_volume_reads_and_is_brought_forward_by_its_first_write() {
     let out = dir.join("big.out");
     ok(&["get", p, "2", out.to_str().unwrap()]);
     assert_eq!(std::fs::read(&out).unwrap(), big());
-    assert_eq!(root_version(&img), 2, "reading writes nothing");
+    assert_eq!(root_version(&img), v, "reading writes nothing");
     // A write checkpoints: the root is version 4 (the file tree), every file still there.
     let third = dir.join("third.bin");
     std::fs::write(&third, b"made by today's build").unwrap();
@@ -83,10 +90,16 @@ fn a_version_2_volume_reads_and_is_brought_forward_by_its_first_write() {
 }
 
 #[test]
-fn a_version_2_file_system_checks_clean_and_repairs_forward() {
-    let (dir, img) = unpack("fs-root2");
+fn file_systems_of_versions_2_and_3_check_clean_and_repair_forward() {
+    for v in [2, 3] {
+        file_system_brought_forward(v);
+    }
+}
+
+fn file_system_brought_forward(v: u32) {
+    let (dir, img) = unpack(&format!("fs-root{v}"));
     let p = img.to_str().unwrap();
-    assert_eq!(root_version(&img), 2);
+    assert_eq!(root_version(&img), v);
     let fsck = ok(&["fsck", p]);
     assert!(
         fsck.contains("3 directories, 3 files, 1 symbolic links"),
