@@ -51,39 +51,60 @@ impl Volume {
             "a checkpoint, the gate open"
         );
         self.commit_locked()?;
-        let files: Vec<Arc<Mutex<VFile>>> = self.files.read().values().cloned().collect();
-        let pending = self.plan_maps(&files)?;
+        let dirty = std::mem::take(&mut *self.dirty.lock());
+        let result = self.checkpoint_dirty(&dirty);
+        if result.is_err() {
+            // Every change stays for the next checkpoint.
+            self.dirty.lock().extend(dirty);
+        }
+        result
+    }
+
+    /// The checkpoint of the files in `dirty` (every file if there is no tree yet).
+    fn checkpoint_dirty(&self, dirty: &BTreeSet<u64>) -> Result<()> {
+        let full = self.meta.lock().tree.is_none();
+        let files: Vec<Arc<Mutex<VFile>>> = {
+            let all = self.files.read();
+            match full {
+                true => all.values().cloned().collect(),
+                false => dirty.iter().filter_map(|id| all.get(id).cloned()).collect(),
+            }
+        };
+        let pending = self.plan_maps(files, dirty, full)?;
         let placed = self.write_segments(&pending)?;
         let mut new = placed.extents();
         let mut entries = pending.resolve(&placed);
-        debug_assert_eq!(entries.len(), files.len(), "an entry per file");
-        debug_assert!(
-            entries.windows(2).all(|w| w[0].id < w[1].id),
-            "entries in id order"
-        );
+        debug_assert_eq!(entries.len(), pending.handles.len(), "an entry per file");
         let (spilled, runs) = self.spill(&mut entries)?;
         let mut moved = pending.moved.clone();
         moved.extend(&spilled);
-        let dirty = std::mem::take(&mut *self.dirty.lock());
         let mut changed = dirty.clone();
         changed.extend(moved.iter().map(|&i| entries[i].id));
-        let retired = match self.write_tree(&entries, &changed, &pending.dead, &runs) {
-            Ok(retired) => retired,
-            Err(e) => {
-                self.dirty.lock().extend(dirty);
-                return Err(e);
-            }
-        };
+        let retired = self.write_tree(&entries, &changed, &pending.dead, &runs, full)?;
         new.extend(runs);
+        let bs = self.block_size;
         let mut segs = self.segs.lock();
         for dead in &pending.dead {
             segs.named.remove(dead);
         }
         segs.named.extend(&new);
         segs.retired = retired;
+        if full {
+            segs.held.clear();
+            segs.live.clear();
+        }
+        let by_id: BTreeMap<u64, &TableFile> = entries.iter().map(|f| (f.id, f)).collect();
+        for id in changed.iter().chain(by_id.keys().filter(|_| full)) {
+            match by_id.get(id) {
+                Some(f) => segs.hold(*id, &f.map, bs),
+                None => segs.release(*id),
+            }
+        }
+        // Every segment the accounts name is named.
+        debug_assert!(segs.live.keys().all(|s| segs.named.contains(s)), "{segs:?}");
         drop(segs);
         for &i in &moved {
-            let mut f = files[i].lock();
+            let mut f = pending.handles[i].lock();
             f.stored = Some(entries[i].map.clone());
             f.map_dirty = false;
         }
@@ -105,6 +126,7 @@ impl Volume {
         changed: &BTreeSet<u64>,
         dead: &[Extent],
         runs: &[Extent],
+        full: bool,
     ) -> Result<Vec<Extent>> {
         debug_assert!(
             self.gate.is_locked_exclusive(),
@@ -114,6 +136,7 @@ impl Volume {
         let mut io = VolIo::new(&self.store, self.dev.as_ref());
         // Spilled maps' runs are recorded, or given back, with the nodes.
         io.got.extend_from_slice(runs);
+        debug_assert_eq!(full, meta.tree.is_none(), "a full plan for a first build");
         let built = self.build_tree(&mut meta, &mut io, entries, changed, dead);
         let (tree, chain) = match built {
             Ok(t) => t,
@@ -185,9 +208,9 @@ impl Volume {
         let rebuild = meta.tree.is_none();
         let mut tree = match meta.tree.clone() {
             Some(mut tree) => {
+                let by_id: BTreeMap<u64, &TableFile> = entries.iter().map(|f| (f.id, f)).collect();
                 for &id in changed {
-                    let at = entries.binary_search_by_key(&id, |f| f.id);
-                    let value = at.ok().map(|i| file_body(&entries[i]));
+                    let value = by_id.get(&id).map(|f| file_body(f));
                     tree.put(io, id, value, &mut replaced)?;
                 }
                 tree
@@ -209,7 +232,11 @@ impl Volume {
         };
         tree.settle(io, &mut replaced)?;
         let written = tree.write(io, meta.generation + 1)?.len() as u64;
-        debug_assert_eq!(tree.count(), entries.len() as u64, "an entry per file");
+        debug_assert_eq!(
+            tree.count(),
+            self.files.read().len() as u64,
+            "an entry per file"
+        );
         let kept = match rebuild {
             true => 0,
             false => meta.tree_blocks - replaced.len() as u64 * nb,
@@ -243,7 +270,7 @@ pub(super) fn load(
         TableRead::Whole(table, _) => table,
         TableRead::Damaged(s) => return Err(damaged_table(&root, &s)),
     };
-    let segs = segs_of(&table);
+    let segs = segs_of(&table, u64::from(store.geometry().block_size));
     let files = table
         .files
         .into_iter()
@@ -267,12 +294,17 @@ pub(super) fn volume_root(store: &Store) -> Result<Root> {
     Root::decode(&root_bytes)
 }
 
-/// The map segments a table names and retires.
-pub(super) fn segs_of(table: &Table) -> Segs {
-    Segs {
+/// The map segments a table names and retires, and which file's map lies in which.
+pub(super) fn segs_of(table: &Table, bs: u64) -> Segs {
+    let mut segs = Segs {
         named: table.files.iter().flat_map(|f| f.map.segments()).collect(),
         retired: table.retired.clone(),
+        ..Segs::default()
+    };
+    for f in &table.files {
+        segs.hold(f.id, &f.map, bs);
     }
+    segs
 }
 
 /// The changes of `records`, in order.

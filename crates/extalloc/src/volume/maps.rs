@@ -19,9 +19,16 @@
 //!   and counts, and handed to the file layer (each block checked allocated). Files the
 //!   journal's records after the table change are read at open, to replay onto.
 //!
-//! Data structures: [`Segs`] (the segments the durable table names, and the retired ones);
-//! `Pending` (a checkpoint's new segments while they are built). Invariant: every segment in
-//! `Segs` is allocated to `TABLE_OWNER`, and none is both named and retired. Locks: `segs`
+//! - **Visiting what changed.** `Segs` keeps, per named segment, the live bytes of the
+//!   durable maps in it and their files: a checkpoint plans the files changed since the
+//!   last one only, takes every other file's map as it stands, and joins the files of a
+//!   segment it cleans.
+//!
+//! Data structures: [`Segs`] (the segments the durable table names, the retired ones, and
+//! the accounts of live maps); `Pending` (a checkpoint's entries and new segments while
+//! they are built). Invariant: every segment in `Segs` is allocated to `TABLE_OWNER`, none
+//! is both named and retired, and the accounts hold exactly the durable entries' maps in
+//! segments and runs. Locks: `segs`
 //! is changed under the gate (written); a file is read under its own mutex.
 
 use super::file::VFile;
@@ -59,6 +66,8 @@ pub(super) struct Slot {
 /// a [`Slot`] of a new segment not yet allocated.
 pub(super) struct Pending {
     pub(super) files: Vec<(TableFile, Option<Slot>)>,
+    /// The file of each entry (parallel to `files`).
+    pub(super) handles: Vec<Arc<Mutex<VFile>>>,
     /// The new segments' bytes.
     pub(super) segments: Vec<Vec<u8>>,
     /// Where each map starts in each new segment (ascending): a segment the device has no
@@ -103,47 +112,47 @@ impl Volume {
         self.maps_read.load(Relaxed)
     }
 
-    /// Under the gate (written): each file's table entry, the changed maps laid out in new
-    /// segments (with the live maps of sparse segments), and the named segments that die.
-    pub(super) fn plan_maps(&self, files: &[Arc<Mutex<VFile>>]) -> Result<Pending> {
+    /// Under the gate (written): the table entry of each of `files` (every file if `full`;
+    /// else the files of `changed`, the ids changed since the last checkpoint, unlinked
+    /// ones included), the changed maps laid out in new
+    /// segments (with the live maps of sparse segments, whose files join the entries), and
+    /// the named segments that die. Visits only `files` and the segments' accounts
+    /// (`Segs::live`), not every file.
+    pub(super) fn plan_maps(
+        &self,
+        files: Vec<Arc<Mutex<VFile>>>,
+        changed: &BTreeSet<u64>,
+        full: bool,
+    ) -> Result<Pending> {
         let bs = self.block_size;
         let mut p = Pending {
             files: Vec::with_capacity(files.len()),
+            handles: files,
             segments: Vec::new(),
             starts: Vec::new(),
             dead: Vec::new(),
             moved: Vec::new(),
         };
-        let mut live: BTreeMap<Extent, u64> = BTreeMap::new();
-        for file in files {
-            let f = file.lock();
-            match &f.stored {
-                Some(stored) if !f.map_dirty => {
-                    match stored {
-                        MapRef::Segment(r) => *live.entry(r.seg).or_default() += u64::from(r.len),
-                        // A map's own runs are full: never cleaned.
-                        MapRef::Runs(r) => r.runs.iter().for_each(|run| {
-                            *live.entry(*run).or_default() += run.len * bs;
-                        }),
-                        MapRef::Inline(_) => {}
-                    }
-                    p.files.push((f.table_file(stored.clone()), None));
-                }
-                _ => {
-                    let entries = f.entries();
-                    let counts = counts(&entries);
-                    if entries.len() <= INLINE_EXTENTS {
-                        p.files.push((f.table_file(MapRef::Inline(entries)), None));
-                    } else {
-                        let at = p.push(&encode_map(&entries));
-                        p.files.push((f.table_file(placeholder(counts)), Some(at)));
-                    }
-                    p.moved.push(p.files.len() - 1);
-                }
-            }
+        let mut visiting = changed.clone();
+        visiting.extend(p.handles.iter().map(|f| f.lock().alloc.id()));
+        let segs = self.segs.lock();
+        let mut live = match full {
+            true => BTreeMap::new(),
+            false => segs.live_without(&visiting),
+        };
+        let named = segs.named.clone();
+        let users: Vec<(Extent, Vec<u64>)> = segs
+            .live
+            .iter()
+            .map(|(&s, l)| (s, l.1.iter().copied().collect()))
+            .collect();
+        drop(segs);
+        let handles = std::mem::take(&mut p.handles);
+        for file in &handles {
+            p.plan_file(&file.lock(), &mut live, bs);
         }
-        debug_assert_eq!(p.files.len(), files.len(), "an entry per file");
-        let segs = self.segs.lock().clone();
+        p.handles = handles;
+        debug_assert_eq!(p.files.len(), p.handles.len(), "an entry per file");
         let mut sparse: BTreeSet<Extent> = live
             .iter()
             .filter(|(seg, &bytes)| bytes * 4 < seg.len * bs)
@@ -156,17 +165,34 @@ impl Volume {
         if held <= need {
             sparse.clear();
         }
+        // The files of sparse segments not visited yet join, to be cleaned.
+        for (seg, ids) in users.iter().filter(|(s, _)| sparse.contains(s)) {
+            for id in ids.iter().filter(|id| !visiting.contains(id)) {
+                self.join_unchanged(&mut p, *id, *seg);
+            }
+        }
         self.clean(&mut p, &sparse)?;
         for seg in &sparse {
             live.remove(seg);
         }
-        p.dead = segs
-            .named
+        p.dead = named
             .iter()
             .filter(|s| !live.contains_key(s))
             .copied()
             .collect();
         Ok(p)
+    }
+
+    /// Adds file `id`, unchanged since the durable tree, whose map lies in `seg`, to `p`.
+    fn join_unchanged(&self, p: &mut Pending, id: u64, seg: Extent) {
+        let file = self.files.read().get(&id).cloned();
+        let file = file.expect("a file the durable tree holds is open");
+        let f = file.lock();
+        let stored = f.stored.clone().expect("a durable map");
+        debug_assert!(stored.segments().contains(&seg) && !f.map_dirty);
+        p.files.push((f.table_file(stored), None));
+        drop(f);
+        p.handles.push(file);
     }
 
     /// Copies the maps kept in `sparse` segments into new ones (checked against their crc).
@@ -331,6 +357,38 @@ impl Volume {
 }
 
 impl Pending {
+    /// Adds `f`'s entry: its map where it is (counted in `live`), or, changed, laid out
+    /// in a new segment (or inline) and noted as moved.
+    fn plan_file(&mut self, f: &VFile, live: &mut BTreeMap<Extent, u64>, bs: u64) {
+        match &f.stored {
+            Some(stored) if !f.map_dirty => {
+                match stored {
+                    MapRef::Segment(r) => *live.entry(r.seg).or_default() += u64::from(r.len),
+                    // A map's own runs are full: never cleaned.
+                    MapRef::Runs(r) => r.runs.iter().for_each(|run| {
+                        *live.entry(*run).or_default() += run.len * bs;
+                    }),
+                    MapRef::Inline(_) => {}
+                }
+                self.files.push((f.table_file(stored.clone()), None));
+            }
+            _ => {
+                let entries = f.entries();
+                let counts = counts(&entries);
+                if entries.len() <= INLINE_EXTENTS {
+                    self.files
+                        .push((f.table_file(MapRef::Inline(entries)), None));
+                } else {
+                    let at = self.push(&encode_map(&entries));
+                    self.files
+                        .push((f.table_file(placeholder(counts)), Some(at)));
+                }
+                self.moved.push(self.files.len() - 1);
+            }
+        }
+        debug_assert!(self.moved.last().is_none_or(|&i| i < self.files.len()));
+    }
+
     /// Appends a map's bytes to the last new segment (or a fresh one) and returns where.
     fn push(&mut self, bytes: &[u8]) -> Slot {
         let (len, crc) = (bytes.len() as u32, crc32c::crc32c(bytes));

@@ -162,7 +162,7 @@ impl Volume {
         };
         report.damaged_entries = s.damaged.len() as u64 + s.uncounted;
         report.retired_lost = s.retired_lost;
-        let mut segs = segs_of(&s.table);
+        let mut segs = segs_of(&s.table, u64::from(store.geometry().block_size));
         let mut files = read_all_maps(&store, dev.as_ref(), &s.table.files, &mut report);
         let mut kept = Kept::default();
         kept.take(

@@ -150,14 +150,65 @@ pub(super) struct Claims {
     pub(super) by_file: HashMap<u64, (u64, u64)>,
 }
 
-/// The map segments in use: those the durable table names and those it retired.
+/// The map segments in use: those the durable table names and those it retired; and,
+/// so that a checkpoint visits only the files that changed, which file's map lies in
+/// which named segment (or spilled run) and the live bytes of each.
 #[derive(Debug, Default, Clone)]
 pub(super) struct Segs {
     pub(super) named: BTreeSet<Extent>,
     pub(super) retired: Vec<Extent>,
+    /// Each file whose durable map is in segments or runs: where, and its bytes there.
+    pub(super) held: HashMap<u64, Vec<(Extent, u64)>>,
+    /// Each segment or run holding durable maps: their bytes, and their files.
+    pub(super) live: BTreeMap<Extent, (u64, BTreeSet<u64>)>,
 }
 
 impl Segs {
+    /// Notes that file `id`'s durable map is `map` (replacing what was noted).
+    pub(super) fn hold(&mut self, id: u64, map: &super::record::MapRef, bs: u64) {
+        use super::record::MapRef;
+        self.release(id);
+        let parts: Vec<(Extent, u64)> = match map {
+            MapRef::Inline(_) => return,
+            MapRef::Segment(r) => vec![(r.seg, u64::from(r.len))],
+            // A map's own runs are full: never cleaned.
+            MapRef::Runs(r) => r.runs.iter().map(|&run| (run, run.len * bs)).collect(),
+        };
+        for &(seg, bytes) in &parts {
+            let l = self.live.entry(seg).or_default();
+            l.0 += bytes;
+            l.1.insert(id);
+        }
+        self.held.insert(id, parts);
+    }
+
+    /// Notes that file `id` has no durable map in a segment (unlinked, or moved).
+    pub(super) fn release(&mut self, id: u64) {
+        for (seg, bytes) in self.held.remove(&id).unwrap_or_default() {
+            let l = self.live.get_mut(&seg).expect("a held segment is live");
+            debug_assert!(l.0 >= bytes && l.1.contains(&id), "{seg:?} holds file {id}");
+            l.0 -= bytes;
+            l.1.remove(&id);
+            if l.1.is_empty() {
+                self.live.remove(&seg);
+            }
+        }
+        debug_assert!(!self.held.contains_key(&id));
+    }
+
+    /// The live bytes of each segment without the maps of the files in `moving`.
+    pub(super) fn live_without(&self, moving: &BTreeSet<u64>) -> BTreeMap<Extent, u64> {
+        let mut live: BTreeMap<Extent, u64> = self.live.iter().map(|(&s, l)| (s, l.0)).collect();
+        for id in moving {
+            for &(seg, bytes) in self.held.get(id).into_iter().flatten() {
+                let l = live.get_mut(&seg).expect("a held segment is live");
+                *l -= bytes;
+            }
+        }
+        live.retain(|_, &mut bytes| bytes > 0);
+        live
+    }
+
     /// Every segment allocated to maps.
     pub(super) fn all(&self) -> impl Iterator<Item = Extent> + '_ {
         self.named
@@ -211,6 +262,7 @@ mod segs_tests {
         let mut s = Segs {
             named: [e(10), e(30)].into_iter().collect(),
             retired: vec![e(20), e(21)],
+            ..Segs::default()
         };
         s.unfinished(&[e(30), e(40)], &[e(21)]);
         assert_eq!(
@@ -231,6 +283,7 @@ mod segs_tests {
         let mut s = Segs {
             named: [e(10), e(30)].into_iter().collect(),
             retired: vec![e(30), e(20), e(20), e(40)],
+            ..Segs::default()
         };
         assert_eq!(s.settle_salvaged(), 2);
         assert_eq!(s.retired, vec![e(20), e(40)]);
