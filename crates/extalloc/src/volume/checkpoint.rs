@@ -28,7 +28,7 @@ use super::record::{decode_payload, Change, SideRef};
 use super::root::{Root, TreeRoot};
 use super::state::Segs;
 use super::state::{FileTable, Meta, Volume};
-use super::table::{decode_placed, file_body, salvage_table, Salvaged, Table, TableFile};
+use super::table::{decode_placed, file_body, salvage_table, ById, Salvaged, Table};
 use super::tree::Tree;
 use super::treeio::{join, read_root_tree, TreeTable, VolIo};
 use crate::disk::device::Device;
@@ -78,9 +78,16 @@ impl Volume {
         let (spilled, runs) = self.spill(&mut entries)?;
         let mut moved = pending.moved.clone();
         moved.extend(&spilled);
-        let mut changed = dirty.clone();
-        changed.extend(moved.iter().map(|&i| entries[i].id));
-        let retired = self.write_tree(&entries, &changed, &pending.dead, &runs, full)?;
+        // What changed: the dirty files, and those a cleaning or a spill moved.
+        let mut changed: Vec<u64> = dirty.iter().copied().collect();
+        changed.extend(
+            moved
+                .iter()
+                .map(|&i| entries[i].id)
+                .filter(|id| !dirty.contains(id)),
+        );
+        let index = ById::new(&entries);
+        let retired = self.write_tree(&index, &changed, &pending.dead, &runs, full)?;
         new.extend(runs);
         let bs = self.block_size;
         let mut segs = self.segs.lock();
@@ -93,12 +100,14 @@ impl Volume {
             segs.held.clear();
             segs.live.clear();
         }
-        let by_id: BTreeMap<u64, &TableFile> = entries.iter().map(|f| (f.id, f)).collect();
-        for id in changed.iter().chain(by_id.keys().filter(|_| full)) {
-            match by_id.get(id) {
-                Some(f) => segs.hold(*id, &f.map, bs),
-                None => segs.release(*id),
+        for &id in &changed {
+            match index.get(id) {
+                Some(f) => segs.hold(id, &f.map, bs),
+                None => segs.release(id),
             }
+        }
+        if full {
+            entries.iter().for_each(|f| segs.hold(f.id, &f.map, bs));
         }
         // Every segment the accounts name is named.
         debug_assert!(segs.live.keys().all(|s| segs.named.contains(s)), "{segs:?}");
@@ -122,8 +131,8 @@ impl Volume {
     /// are retired as an open would find them.
     fn write_tree(
         &self,
-        entries: &[TableFile],
-        changed: &BTreeSet<u64>,
+        entries: &ById<'_>,
+        changed: &[u64],
         dead: &[Extent],
         runs: &[Extent],
         full: bool,
@@ -198,8 +207,8 @@ impl Volume {
         &self,
         meta: &mut Meta,
         io: &mut VolIo<'_>,
-        entries: &[TableFile],
-        changed: &BTreeSet<u64>,
+        entries: &ById<'_>,
+        changed: &[u64],
         dead: &[Extent],
     ) -> Result<(Tree, Area)> {
         let mut retire = Vec::new();
@@ -208,16 +217,15 @@ impl Volume {
         let rebuild = meta.tree.is_none();
         let mut tree = match meta.tree.clone() {
             Some(mut tree) => {
-                let by_id: BTreeMap<u64, &TableFile> = entries.iter().map(|f| (f.id, f)).collect();
                 for &id in changed {
-                    let value = by_id.get(&id).map(|f| file_body(f));
+                    let value = entries.get(id).map(file_body);
                     tree.put(io, id, value, &mut replaced)?;
                 }
                 tree
             }
             None => {
                 let mut tree = Tree::empty(node_bytes(self.block_size));
-                for f in entries {
+                for f in entries.all() {
                     tree.put(io, f.id, Some(file_body(f)), &mut replaced)?;
                 }
                 retire.extend(

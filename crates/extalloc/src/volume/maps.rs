@@ -133,12 +133,18 @@ impl Volume {
             dead: Vec::new(),
             moved: Vec::new(),
         };
-        let mut visiting = changed.clone();
-        visiting.extend(p.handles.iter().map(|f| f.lock().alloc.id()));
+        // Every file planned is among the changed (or all are planned).
+        let visiting = changed;
+        debug_assert!(
+            full || p
+                .handles
+                .iter()
+                .all(|f| visiting.contains(&f.lock().alloc.id()))
+        );
         let segs = self.segs.lock();
         let mut live = match full {
             true => BTreeMap::new(),
-            false => segs.live_without(&visiting),
+            false => segs.live_without(visiting),
         };
         let named = segs.named.clone();
         let users: Vec<(Extent, Vec<u64>)> = segs
@@ -165,8 +171,9 @@ impl Volume {
         if held <= need {
             sparse.clear();
         }
-        // The files of sparse segments not visited yet join, to be cleaned.
-        for (seg, ids) in users.iter().filter(|(s, _)| sparse.contains(s)) {
+        // The files of sparse segments not visited yet join, to be cleaned (a full plan
+        // visits every file).
+        for (seg, ids) in users.iter().filter(|(s, _)| !full && sparse.contains(s)) {
             for id in ids.iter().filter(|id| !visiting.contains(id)) {
                 self.join_unchanged(&mut p, *id, *seg);
             }

@@ -16,7 +16,7 @@
 //! magics inside it into damaged entries, whose bodies are decoded ignoring the crc (the
 //! caller decides whether to trust them).
 //!
-//! Data structures: [`Table`] (each file's [`TableFile`]), [`Salvaged`] (a damaged table's
+//! Data structures: [`Table`] (each file's [`TableFile`]), [`ById`] (a checkpoint's entries by id), [`Salvaged`] (a damaged table's
 //! intact part and its [`Damaged`] entries). Invariant: `decode_table(encode_table(t)) ==
 //! t`, and [`salvage_table`] of an undamaged table finds every entry intact. Pure
 //! functions over bytes: decoding never panics on any input. Locks: none.
@@ -211,11 +211,10 @@ pub(super) fn file_body(f: &TableFile) -> Vec<u8> {
     out
 }
 
-/// A file entry's frame around `body` (a leaf of the file tree holds them: `tree.rs`).
-pub(super) fn file_frame(body: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(FRAME_HEADER + body.len());
-    put_frame(&mut out, FILE_FRAME, body);
-    out
+/// Appends a file entry's frame around `body` to `out` (a leaf of the file tree holds
+/// them: `tree.rs`).
+pub(super) fn put_file_frame(out: &mut Vec<u8>, body: &[u8]) {
+    put_frame(out, FILE_FRAME, body);
 }
 
 /// The bodies of the file frames that fill `payload` end to end, each crc checked.
@@ -407,6 +406,34 @@ fn guess_file(piece: &[u8]) -> Option<TableFile> {
     }
     let len = u32::from_le_bytes(piece.get(4..8)?.try_into().ok()?) as usize;
     decode_file(body.get(..len)?).ok()
+}
+
+/// A checkpoint's entries found by id (a binary search over their order by id).
+pub(super) struct ById<'a> {
+    entries: &'a [TableFile],
+    order: Vec<usize>,
+}
+
+impl<'a> ById<'a> {
+    pub(super) fn new(entries: &'a [TableFile]) -> Self {
+        let mut order: Vec<usize> = (0..entries.len()).collect();
+        order.sort_unstable_by_key(|&i| entries[i].id);
+        debug_assert!(order
+            .windows(2)
+            .all(|w| entries[w[0]].id < entries[w[1]].id));
+        ById { entries, order }
+    }
+
+    pub(super) fn get(&self, id: u64) -> Option<&'a TableFile> {
+        let at = self
+            .order
+            .binary_search_by_key(&id, |&i| self.entries[i].id);
+        at.ok().map(|k| &self.entries[self.order[k]])
+    }
+
+    pub(super) fn all(&self) -> &'a [TableFile] {
+        self.entries
+    }
 }
 
 #[cfg(test)]

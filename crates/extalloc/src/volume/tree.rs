@@ -22,7 +22,7 @@
 //! Locks: none (the volume checkpoints under its gate).
 
 use super::node::{self, ChildRef, NodeRef, CHILD_BYTES, HEADER_BYTES};
-use super::table::{file_frame, FRAME_HEADER};
+use super::table::{put_file_frame, FRAME_HEADER};
 use crate::error::Result;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -437,7 +437,7 @@ fn write_slot(
     let (level, count, payload) = match mem {
         Mem::Leaf(items) => {
             let mut payload = Vec::with_capacity(leaf_bytes(items));
-            items.values().for_each(|b| payload.extend(file_frame(b)));
+            items.values().for_each(|b| put_file_frame(&mut payload, b));
             (0, items.len(), payload)
         }
         Mem::Internal { level, children } => {
