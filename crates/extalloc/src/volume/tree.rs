@@ -230,10 +230,10 @@ impl Tree {
         replaced: &mut Vec<NodeRef>,
     ) -> Result<()> {
         let root = std::mem::replace(&mut self.root, Slot::leaf(BTreeMap::new()));
-        let mut slots = settle_slot(root, self.size, io, replaced)?;
+        let mut slots = settle_slot(root, self.size, true, io, replaced)?;
         while slots.len() > 1 {
             let level = slots[0].level() + 1;
-            slots = settle_slot(Slot::internal(level, slots), self.size, io, replaced)?;
+            slots = settle_slot(Slot::internal(level, slots), self.size, true, io, replaced)?;
         }
         let mut root = slots.pop().unwrap_or_else(|| Slot::leaf(BTreeMap::new()));
         loop {
@@ -310,9 +310,13 @@ fn fanout(size: usize) -> usize {
 }
 
 /// A settled slot: itself if durable, else what it became (none, one, or several split).
+/// A node on the tree's right edge (`last`) splits full, the rest of it last, since keys
+/// are file ids, which grow: new files land there, and an even split would leave every
+/// leaf behind them half full.
 fn settle_slot(
     slot: Slot,
     size: usize,
+    last: bool,
     io: &mut dyn NodeIo,
     replaced: &mut Vec<NodeRef>,
 ) -> Result<Vec<Slot>> {
@@ -321,11 +325,12 @@ fn settle_slot(
     }
     let mem = Arc::unwrap_or_clone(slot.mem.expect("a changed slot is loaded"));
     match mem {
-        Mem::Leaf(items) => Ok(split_leaf(items, size - HEADER_BYTES)),
+        Mem::Leaf(items) => Ok(split_leaf(items, size - HEADER_BYTES, last)),
         Mem::Internal { level, children } => {
             let mut kids = Vec::with_capacity(children.len());
-            for c in children {
-                kids.extend(settle_slot(c, size, io, replaced)?);
+            let n = children.len();
+            for (i, c) in children.into_iter().enumerate() {
+                kids.extend(settle_slot(c, size, last && i + 1 == n, io, replaced)?);
             }
             merge_small_leaves(&mut kids, size - HEADER_BYTES, io, replaced)?;
             let per = fanout(size);
@@ -333,7 +338,10 @@ fn settle_slot(
             let mut out = Vec::with_capacity(n);
             let mut rest = kids.into_iter();
             for i in 0..n {
-                let take = (rest.len()).div_ceil(n - i);
+                let take = match last {
+                    true => per.min(rest.len()),
+                    false => (rest.len()).div_ceil(n - i),
+                };
                 out.push(Slot::internal(level, rest.by_ref().take(take).collect()));
             }
             debug_assert!(out.iter().all(|s| matches!(s.mem.as_deref(),
@@ -344,8 +352,8 @@ fn settle_slot(
 }
 
 /// A changed leaf cut into leaves of at most `room` payload bytes each, as even as the
-/// entries allow (none if it is empty).
-fn split_leaf(items: BTreeMap<u64, Vec<u8>>, room: usize) -> Vec<Slot> {
+/// entries allow, or each full but the last if `pack` (none if it is empty).
+fn split_leaf(items: BTreeMap<u64, Vec<u8>>, room: usize, pack: bool) -> Vec<Slot> {
     let total = leaf_bytes(&items);
     if total <= room {
         return match items.is_empty() {
@@ -354,7 +362,10 @@ fn split_leaf(items: BTreeMap<u64, Vec<u8>>, room: usize) -> Vec<Slot> {
         };
     }
     let n = total.div_ceil(room);
-    let target = total.div_ceil(n);
+    let target = match pack {
+        true => room,
+        false => total.div_ceil(n),
+    };
     let mut out = Vec::with_capacity(n + 1);
     let (mut cur, mut bytes) = (BTreeMap::new(), 0usize);
     for (k, v) in items {
