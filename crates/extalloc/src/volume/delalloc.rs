@@ -68,8 +68,9 @@ pub struct WroteBack {
 
 impl Volume {
     /// Blocks kept out of data's reach for the volume's own metadata: what a checkpoint
-    /// may need to replace the table's area (the table's size: its pieces are allocated
-    /// before the old area is freed) plus 1/256 of the device, at least 64 and at most
+    /// may need to rewrite the file tree (its size: a checkpoint may change every leaf,
+    /// and the new nodes are allocated before the old are freed) plus 1/256 of the
+    /// device, at least 64 and at most
     /// 4,096 blocks, for the map segments and the directory records a file system appends
     /// (they are written directly, which only cached data's reservations limit). So data
     /// gets `ENOSPC` first and a commit, checkpoint, unlink or repair finds its blocks.

@@ -118,8 +118,8 @@ pub struct Volume {
     pub(super) segs: Mutex<Segs>,
     /// Maps read since the open.
     pub(super) maps_read: AtomicU64,
-    /// Blocks the last table written (or read at open) takes: part of the room kept for
-    /// metadata (`delalloc.rs`, `Volume::reserve_margin`).
+    /// Blocks the durable file tree takes (or, opened from table areas, the table): part
+    /// of the room kept for metadata (`delalloc.rs`, `Volume::reserve_margin`).
     pub(super) table_blocks: AtomicU64,
     /// Files whose table entry changed since the durable tree (every logged change names
     /// its file here): what the next checkpoint writes.
