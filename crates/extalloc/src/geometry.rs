@@ -46,6 +46,22 @@ impl Extent {
     pub fn end(&self) -> u64 {
         self.start + self.len
     }
+
+    /// `extents` sorted by start, adjacent ones joined (for extents that do not overlap).
+    pub fn join_adjacent(mut extents: Vec<Extent>) -> Vec<Extent> {
+        extents.sort_unstable_by_key(|e| e.start);
+        let mut joined: Vec<Extent> = Vec::with_capacity(extents.len());
+        for e in extents {
+            match joined.last_mut() {
+                Some(last) if last.end() == e.start => last.len += e.len,
+                _ => joined.push(e),
+            }
+        }
+        debug_assert!(joined
+            .windows(2)
+            .all(|w| w[0].end() < w[1].start || w[0].end() > w[1].start));
+        joined
+    }
 }
 
 impl std::fmt::Display for Extent {

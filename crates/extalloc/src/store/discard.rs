@@ -40,15 +40,7 @@ impl Store {
         // The queue stays locked until the extents are in `taken`: a checkpoint between
         // would miss them and write them home used.
         let mut queue = self.discards.queue.lock();
-        let mut held = std::mem::take(&mut *queue);
-        held.sort_unstable_by_key(|e| e.start);
-        let mut joined: Vec<Extent> = Vec::with_capacity(held.len());
-        for e in held {
-            match joined.last_mut() {
-                Some(last) if last.end() == e.start => last.len += e.len,
-                _ => joined.push(e),
-            }
-        }
+        let joined = Extent::join_adjacent(std::mem::take(&mut *queue));
         let mut taken = self.discards.taken.lock();
         for e in &joined {
             let previous = taken.insert(e.start, e.len);

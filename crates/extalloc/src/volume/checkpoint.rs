@@ -30,7 +30,7 @@ use super::state::Segs;
 use super::state::{FileTable, Meta, Volume};
 use super::table::{decode_placed, file_body, salvage_table, ById, Salvaged, Table};
 use super::tree::Tree;
-use super::treeio::{join, read_root_tree, TreeTable, VolIo};
+use super::treeio::{read_root_tree, TreeTable, VolIo};
 use crate::disk::device::Device;
 use crate::disk::journal::Record;
 use crate::error::{Error, Result};
@@ -97,17 +97,17 @@ impl Volume {
         segs.named.extend(&new);
         segs.retired = retired;
         if full {
+            // Every file was planned: the accounts start again from the entries.
             segs.held.clear();
             segs.live.clear();
-        }
-        for &id in &changed {
-            match index.get(id) {
-                Some(f) => segs.hold(id, &f.map, bs),
-                None => segs.release(id),
-            }
-        }
-        if full {
             entries.iter().for_each(|f| segs.hold(f.id, &f.map, bs));
+        } else {
+            for &id in &changed {
+                match index.get(id) {
+                    Some(f) => segs.hold(id, &f.map, bs),
+                    None => segs.release(id),
+                }
+            }
         }
         // Every segment the accounts name is named.
         debug_assert!(segs.live.keys().all(|s| segs.named.contains(s)), "{segs:?}");
@@ -256,7 +256,7 @@ impl Volume {
         // The durable root's chain is read by an open until this root is in force.
         retire.extend(meta.chain.iter().map(|&b| Extent::new(b, 1)));
         let mut listed = dead.to_vec();
-        listed.extend(join(retire));
+        listed.extend(Extent::join_adjacent(retire));
         let chain = io.write_chain(listed)?;
         Ok((tree, chain))
     }

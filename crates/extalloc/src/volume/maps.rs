@@ -146,12 +146,6 @@ impl Volume {
             true => BTreeMap::new(),
             false => segs.live_without(visiting),
         };
-        let named = segs.named.clone();
-        let users: Vec<(Extent, Vec<u64>)> = segs
-            .live
-            .iter()
-            .map(|(&s, l)| (s, l.1.iter().copied().collect()))
-            .collect();
         drop(segs);
         let handles = std::mem::take(&mut p.handles);
         for file in &handles {
@@ -172,17 +166,30 @@ impl Volume {
             sparse.clear();
         }
         // The files of sparse segments not visited yet join, to be cleaned (a full plan
-        // visits every file).
-        for (seg, ids) in users.iter().filter(|(s, _)| !full && sparse.contains(s)) {
-            for id in ids.iter().filter(|id| !visiting.contains(id)) {
-                self.join_unchanged(&mut p, *id, *seg);
+        // visits every file): found in the accounts of those segments only.
+        let joining: Vec<(u64, Extent)> = match full {
+            true => Vec::new(),
+            false => {
+                let segs = self.segs.lock();
+                sparse
+                    .iter()
+                    .filter_map(|seg| segs.live.get(seg).map(|l| (seg, l)))
+                    .flat_map(|(seg, l)| l.1.iter().map(move |&id| (id, *seg)))
+                    .filter(|(id, _)| !visiting.contains(id))
+                    .collect()
             }
+        };
+        for (id, seg) in joining {
+            self.join_unchanged(&mut p, id, seg);
         }
         self.clean(&mut p, &sparse)?;
         for seg in &sparse {
             live.remove(seg);
         }
-        p.dead = named
+        p.dead = self
+            .segs
+            .lock()
+            .named
             .iter()
             .filter(|s| !live.contains_key(s))
             .copied()
@@ -369,13 +376,8 @@ impl Pending {
     fn plan_file(&mut self, f: &VFile, live: &mut BTreeMap<Extent, u64>, bs: u64) {
         match &f.stored {
             Some(stored) if !f.map_dirty => {
-                match stored {
-                    MapRef::Segment(r) => *live.entry(r.seg).or_default() += u64::from(r.len),
-                    // A map's own runs are full: never cleaned.
-                    MapRef::Runs(r) => r.runs.iter().for_each(|run| {
-                        *live.entry(*run).or_default() += run.len * bs;
-                    }),
-                    MapRef::Inline(_) => {}
+                for (seg, bytes) in stored.parts(bs) {
+                    *live.entry(seg).or_default() += bytes;
                 }
                 self.files.push((f.table_file(stored.clone()), None));
             }

@@ -376,10 +376,17 @@ impl MapRef {
 
     /// Every run of blocks holding the map (its segment, or its own runs).
     pub(super) fn segments(&self) -> Vec<Extent> {
+        self.parts(1).into_iter().map(|(seg, _)| seg).collect()
+    }
+
+    /// Each run holding the map with the map's live bytes there (on blocks of `bs` bytes):
+    /// its bytes in its segment, or each of its own runs whole (they are the file's alone,
+    /// so a cleaning never takes them).
+    pub(super) fn parts(&self, bs: u64) -> Vec<(Extent, u64)> {
         match self {
             MapRef::Inline(_) => Vec::new(),
-            MapRef::Segment(r) => vec![r.seg],
-            MapRef::Runs(r) => r.runs.clone(),
+            MapRef::Segment(r) => vec![(r.seg, u64::from(r.len))],
+            MapRef::Runs(r) => r.runs.iter().map(|&run| (run, run.len * bs)).collect(),
         }
     }
 

@@ -166,14 +166,11 @@ pub(super) struct Segs {
 impl Segs {
     /// Notes that file `id`'s durable map is `map` (replacing what was noted).
     pub(super) fn hold(&mut self, id: u64, map: &super::record::MapRef, bs: u64) {
-        use super::record::MapRef;
         self.release(id);
-        let parts: Vec<(Extent, u64)> = match map {
-            MapRef::Inline(_) => return,
-            MapRef::Segment(r) => vec![(r.seg, u64::from(r.len))],
-            // A map's own runs are full: never cleaned.
-            MapRef::Runs(r) => r.runs.iter().map(|&run| (run, run.len * bs)).collect(),
-        };
+        let parts = map.parts(bs);
+        if parts.is_empty() {
+            return;
+        }
         for &(seg, bytes) in &parts {
             let l = self.live.entry(seg).or_default();
             l.0 += bytes;

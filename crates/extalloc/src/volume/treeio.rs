@@ -106,7 +106,7 @@ impl<'a> VolIo<'a> {
 
     /// The blocks handed out, adjacent ones joined.
     pub(super) fn got_joined(&self) -> Vec<Extent> {
-        join(self.got.clone())
+        Extent::join_adjacent(self.got.clone())
     }
 }
 
@@ -153,19 +153,6 @@ impl NodeIo for VolIo<'_> {
     }
 }
 
-/// Extents sorted, adjacent ones joined.
-pub(super) fn join(mut xs: Vec<Extent>) -> Vec<Extent> {
-    xs.sort_unstable_by_key(|e| e.start);
-    let mut out: Vec<Extent> = Vec::with_capacity(xs.len());
-    for x in xs {
-        match out.last_mut() {
-            Some(l) if l.end() == x.start => l.len += x.len,
-            _ => out.push(x),
-        }
-    }
-    out
-}
-
 /// A durable tree read as the file table's bytes (see the module documentation).
 pub(super) struct TreeTable {
     pub bytes: Vec<u8>,
@@ -177,8 +164,8 @@ pub(super) struct TreeTable {
     pub walked: Walked,
     /// The retired chain, as far as it read.
     pub chain: Area,
-    /// The blocks the chain lists, if it read.
-    bytes_retired: Option<Vec<Extent>>,
+    /// The retired chain read whole (else its list is lost).
+    chain_read: bool,
 }
 
 impl TreeTable {
@@ -244,14 +231,13 @@ pub(super) fn read_tree_table(
         bytes.extend(retired_frame(&chain.pieces));
     }
     let whole = chain_read && walked.tree.is_some();
-    let bytes_retired = chain_read.then(|| chain.pieces.clone());
     Ok(TreeTable {
         bytes,
         whole,
         layout,
         walked,
         chain,
-        bytes_retired,
+        chain_read,
     })
 }
 
@@ -308,8 +294,10 @@ impl TreeTable {
                 }
             }
         }
-        out.retired_lost = !self.whole && self.bytes_retired.is_none();
-        out.table.retired = self.bytes_retired.clone().unwrap_or_default();
+        out.retired_lost = !self.chain_read;
+        if self.chain_read {
+            out.table.retired = self.chain.pieces.clone();
+        }
         let found = (out.table.files.len() + out.damaged.len()) as u64;
         out.uncounted = count.saturating_sub(found);
         debug_assert_eq!(out.places.len(), out.table.files.len());
