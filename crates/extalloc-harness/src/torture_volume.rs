@@ -5,7 +5,10 @@
 //! operation per file per round): create, write a seeded pattern, fallocate in every mode,
 //! truncate, unlink. The round then syncs (six in ten), or power is lost (two in ten: every
 //! unflushed write dropped, or a random part of them kept and one torn), or the sync runs
-//! into failing writes after 0 to 40 writes and flushes and power is lost (two in ten).
+//! into failing writes after 0 to 40 writes and flushes and power is lost (one in ten), or
+//! its flush fails as Linux's does (the writes it covered forgotten, the error reported
+//! once) and power is lost (one in ten): the sync must fail, and so must a retry (the
+//! store latches; a retried flush that "succeeds" would be believed over forgotten data).
 //! Volume commits may also happen inside a round (a transaction that grows too large, a
 //! full journal's checkpoint), so a crash may keep part of a round.
 //!
@@ -18,6 +21,9 @@
 //! - files the last sync made durable must exist unless the round unlinked them (`lost`
 //!   counts missing files and mapped blocks the allocator holds free);
 //! - the ownership check: `leaked` blocks, `double_allocated` (mapped twice).
+//! - reads that fail: one reopen in four is first tried with every read failing, which
+//!   must be refused; after each check a file is read with every read failing, which must
+//!   fail or return the file's bytes (any other byte counts in `stale_reads`).
 //!
 //! The model then takes what the reopened volume holds, and the rounds go on. With
 //! `EXTALLOC_TORTURE_DEBUG` set, every file is also compared after every sync, and each
@@ -50,6 +56,14 @@ pub struct VolumeOutcome {
     pub double_allocated: u64,
     pub stale_reads: u64,
     pub data_mismatches: u64,
+    /// Syncs that ran into a failed flush (and failed, as they must).
+    pub failed_flushes: u64,
+    /// Syncs whose flush failed but which returned `Ok` (must be 0).
+    pub swallowed_flush_errors: u64,
+    /// Retries after a failed sync that returned `Ok` (must be 0: the store latches).
+    pub believed_retries: u64,
+    /// Opens and reads tried with every read failing, and refused.
+    pub read_faults: u64,
     pub files_checked: u64,
     pub syncs: u64,
     /// Syncs that were checkpoints (the table and changed maps written).
@@ -321,6 +335,33 @@ fn check(vol: &dyn FileCalls, round: &Round, out: &mut VolumeOutcome) -> Result<
     Ok(after)
 }
 
+/// Reads one file of `files` (as the volume holds them) with every read of the device
+/// failing: the read must fail, or return the file's own bytes (an answer from memory).
+fn read_with_faults(
+    dev: &FaultDevice<MemDevice>,
+    vol: &dyn FileCalls,
+    files: &[Files],
+    rng: &mut rand::rngs::StdRng,
+    out: &mut VolumeOutcome,
+) -> Result<()> {
+    let all: Vec<(&u64, &Vec<u8>)> = files.iter().flatten().filter(|f| !f.1.is_empty()).collect();
+    if all.is_empty() {
+        return Ok(());
+    }
+    let (&id, bytes) = all[rng.gen_range(0..all.len())];
+    dev.fail_reads(true);
+    let back = vol.read(id, 0, bytes.len() as u64);
+    dev.fail_reads(false);
+    match back {
+        Err(_) => out.read_faults += 1,
+        Ok(back) => {
+            let wrong = back.iter().zip(bytes).filter(|(a, b)| a != b).count();
+            out.stale_reads += (wrong + back.len().abs_diff(bytes.len())) as u64;
+        }
+    }
+    Ok(())
+}
+
 /// Bytes of `back` that are neither zero nor the file's byte before or after the round.
 fn stale(back: &[u8], old: Option<&Vec<u8>>, new: Option<&Vec<u8>>) -> u64 {
     let at = |v: Option<&Vec<u8>>, i: usize| v.and_then(|v| v.get(i)).copied();
@@ -377,23 +418,57 @@ fn compare_after_sync(vol: &dyn FileCalls, durable: &Files, round: u64) -> Resul
     Ok(())
 }
 
-/// Power loss (after a sync that runs into failing writes, for `fail_sync`), then the
-/// reopen. Returns the reopened volume.
+/// What goes wrong before the power is lost.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Fault {
+    None,
+    /// The sync runs into failing writes.
+    Writes,
+    /// The sync's flush fails as on Linux.
+    Flush,
+}
+
+/// A sync or (half of the time) a checkpoint: half of the faults then land in a
+/// checkpoint's map segments, their commit or the table.
+fn sync_or_checkpoint(vol: &Vol, rng: &mut rand::rngs::StdRng) -> extalloc::Result<()> {
+    if rng.gen_bool(0.5) {
+        vol.calls().checkpoint()
+    } else {
+        vol.calls().sync()
+    }
+}
+
+/// Power loss (after a sync that runs into `fault`), then the reopen (one in four first
+/// tried with every read failing). Returns the reopened volume.
 fn crash(
     dev: &Arc<FaultDevice<MemDevice>>,
     vol: Vol,
-    rng: &mut rand::rngs::StdRng,
-    fail_sync: bool,
-    n: u64,
+    (rng, out): (&mut rand::rngs::StdRng, &mut VolumeOutcome),
+    fault: Fault,
 ) -> Result<Vol> {
-    if fail_sync {
-        dev.fail_after(rng.gen_range(0..40));
-        // Half of the cuts land in a checkpoint: its map segments, their commit, the table.
-        let _ = if rng.gen_bool(0.5) {
-            vol.calls().checkpoint()
-        } else {
-            vol.calls().sync()
-        };
+    let n = out.crashes;
+    match fault {
+        Fault::None => {}
+        Fault::Writes => {
+            dev.fail_after(rng.gen_range(0..40));
+            let _ = sync_or_checkpoint(&vol, rng);
+        }
+        Fault::Flush => {
+            dev.fail_flushes(1);
+            let first = sync_or_checkpoint(&vol, rng);
+            let failed = dev.flush_failures_left() == 0;
+            dev.fail_flushes(0);
+            match (failed, first) {
+                (true, Ok(())) => out.swallowed_flush_errors += 1,
+                (true, Err(_)) => {
+                    out.failed_flushes += 1;
+                    if vol.calls().sync().is_ok() {
+                        out.believed_retries += 1;
+                    }
+                }
+                (false, _) => {} // nothing to flush
+            }
+        }
     }
     let buffered = matches!(vol, Vol::Buffered(_));
     // Power is lost: nothing more reaches the device, not even what a clean close would
@@ -409,9 +484,18 @@ fn crash(
         }
     };
     if std::env::var_os("EXTALLOC_TORTURE_DEBUG").is_some() {
-        eprintln!("crash {n}: failing sync {fail_sync}, {crash:?}");
+        eprintln!("crash {n}: {fault:?}, {crash:?}");
     }
     dev.crash(crash)?;
+    if rng.gen_bool(0.25) {
+        dev.fail_reads(true);
+        let opened = Volume::open(dev.clone() as Arc<dyn Device>, Policy::default());
+        dev.fail_reads(false);
+        match opened {
+            Ok(_) => bail!("crash {n}: the volume opened with every read failing"),
+            Err(_) => out.read_faults += 1,
+        }
+    }
     match Volume::open(dev.clone() as Arc<dyn Device>, Policy::default()) {
         Ok(v) => Vol::wrap(v, buffered),
         Err(e) => bail!("crash {n}: the volume did not reopen: {e}"),
@@ -462,7 +546,12 @@ pub fn run(crashes: u64, seed: u64, threads: usize) -> Result<VolumeOutcome> {
             continue;
         }
         out.crashes += 1;
-        vol = crash(&dev, vol, &mut rng, action >= 8, out.crashes)?;
+        let fault = match action {
+            8 => Fault::Writes,
+            9 => Fault::Flush,
+            _ => Fault::None,
+        };
+        vol = crash(&dev, vol, (&mut rng, &mut out), fault)?;
         let round = Round {
             durable: durable.clone(),
             now: files.clone(),
@@ -470,11 +559,19 @@ pub fn run(crashes: u64, seed: u64, threads: usize) -> Result<VolumeOutcome> {
             owners: owners.clone(),
         };
         files = check(vol.calls(), &round, &mut out)?;
+        read_with_faults(&dev, vol.calls(), &files, &mut rng, &mut out)?;
         out.recovered += 1;
         // What the volume holds now is durable: sync it so the next round starts there.
         vol.calls().sync()?;
         durable = files.iter().flat_map(|f| f.clone()).collect();
-        if out.lost + out.leaked + out.double_allocated + out.stale_reads + out.data_mismatches > 0
+        let broken = out.swallowed_flush_errors + out.believed_retries;
+        if out.lost
+            + out.leaked
+            + out.double_allocated
+            + out.stale_reads
+            + out.data_mismatches
+            + broken
+            > 0
         {
             eprintln!("crash {} (round {round_no}): {out:?}", out.crashes);
             break;

@@ -39,14 +39,24 @@ pub fn torture_volume(crashes: u64, seed: u64, threads: usize, json: Option<&Pat
         std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
     }
     anyhow::ensure!(
-        out.lost + out.leaked + out.double_allocated + out.stale_reads + out.data_mismatches == 0,
+        out.lost
+            + out.leaked
+            + out.double_allocated
+            + out.stale_reads
+            + out.data_mismatches
+            + out.swallowed_flush_errors
+            + out.believed_retries
+            == 0,
         "volume torture found {} lost, {} leaked, {} doubly allocated, {} stale bytes, {} \
-         files with wrong data",
+         files with wrong data, {} failed flushes reported as success, {} retries after a \
+         failed flush believed",
         out.lost,
         out.leaked,
         out.double_allocated,
         out.stale_reads,
-        out.data_mismatches
+        out.data_mismatches,
+        out.swallowed_flush_errors,
+        out.believed_retries
     );
     Ok(())
 }

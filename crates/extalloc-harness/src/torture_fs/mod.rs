@@ -11,8 +11,11 @@
 //! model records the thread's tree (directory -> name -> inode) as a *state*.
 //!
 //! A round ends in a crash at a write boundary: the device lets 0 to a few hundred more
-//! writes through, then fails every write (the threads stop at their first error), or the
-//! threads stop on their own and power is lost with nothing failing. The crash drops the
+//! writes through, then fails every write (the threads stop at their first error, eight
+//! rounds in ten), or its next flush fails as Linux's does (the writes it covered
+//! forgotten, the error reported once, later flushes working: the store must latch, and
+//! no later sync may succeed over what was forgotten; one round in ten), or the threads
+//! stop on their own and power is lost with nothing failing. The crash drops the
 //! unflushed writes, or keeps a random part of them and tears one. Then the volume is
 //! opened, the file system mounted (its repairs counted), and for every thread:
 //!
@@ -82,6 +85,8 @@ pub struct FsOutcome {
     /// Entries naming nothing or a directory twice.
     pub bad_entries: u64,
     pub data_mismatches: u64,
+    /// Rounds whose device failed a flush as Linux does.
+    pub failed_flushes: u64,
     /// Inodes whose synced extended attributes read back otherwise.
     pub xattr_mismatches: u64,
     /// Namespace checks that were not clean after a repair and an unmount.
@@ -172,9 +177,17 @@ fn run_round(
     out: &mut FsOutcome,
 ) -> Result<Vec<Model>> {
     let mut rng = StdRng::seed_from_u64(seed);
-    if rng.gen_bool(0.8) {
-        dev.fail_after(rng.gen_range(0..400));
-    }
+    let flush_fault = match rng.gen_range(0..10) {
+        0..8 => {
+            dev.fail_after(rng.gen_range(0..400));
+            false
+        }
+        8 => {
+            dev.fail_flushes(1);
+            true
+        }
+        _ => false,
+    };
     let progress = Progress {
         done: models.iter().map(|_| AtomicU64::new(1)).collect(),
         durable: Mutex::new(vec![1; models.len()]),
@@ -212,6 +225,10 @@ fn run_round(
             .map(|h| h.join().expect("a torture thread panicked"))
             .collect::<Vec<Model>>()
     });
+    if flush_fault {
+        out.failed_flushes += u64::from(dev.flush_failures_left() == 0);
+        dev.fail_flushes(0);
+    }
     let (ops, syncs, unexpected) = *counts.lock();
     out.operations += ops;
     out.syncs += syncs;

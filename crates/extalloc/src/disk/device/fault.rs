@@ -142,6 +142,11 @@ impl<D: Device> FaultDevice<D> {
         self.state.lock().flush_failures = n;
     }
 
+    /// Failed flushes [`FaultDevice::fail_flushes`] asked for that have not happened yet.
+    pub fn flush_failures_left(&self) -> u64 {
+        self.state.lock().flush_failures
+    }
+
     /// From now on every read fails with an I/O error, or works again.
     pub fn fail_reads(&self, failing: bool) {
         self.state.lock().failing_reads = failing;
