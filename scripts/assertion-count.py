@@ -3,12 +3,19 @@
 
     scripts/assertion-count.py            (the folders of docs/architecture.md's rule)
     scripts/assertion-count.py PATH...    (files or folders)
+    scripts/assertion-count.py --update-floors   (raise scripts/assertion-floors.txt)
     scripts/assertion-count.py --self-test
 
 Prints, per folder, its functions, how many change state, how many of those assert
-something, and assertions per function; then one line per offender (a state-changing
-function without an assertion, or a check helper that asserts nothing) and exits 1 when
-there is any (the assertion rule of docs/architecture.md).
+something, and assertions per function. Two kinds of folder:
+
+- strict (DEFAULT_ROOTS: the core, the file layer, the writeback cache, the on-disk
+  format): one line per offender (a state-changing function without an assertion, or a
+  check helper that asserts nothing), and exit 1 when there is any;
+- ratcheted (RATCHET_ROOTS: the FUSE crate's file system and transport, whose handlers
+  are many and small): the share of state-changing functions that assert may only go up.
+  Its floor per folder is in scripts/assertion-floors.txt; a share below its floor exits 1;
+  a share above it says so, and `--update-floors` writes the new floors.
 
 Which functions: every `fn` with a body outside tests. Tests are inline `#[cfg(test)]`
 modules and `impl` blocks (as scripts/long-functions.py finds them: by indentation, on
@@ -53,7 +60,17 @@ DEFAULT_ROOTS = [
     'crates/extalloc/src/disk/journal',
     'crates/extalloc/src/store',
     'crates/extalloc/src/volume',
+    'crates/extalloc/src/files',
+    'crates/extalloc/src/writeback',
+    'crates/extalloc/src/disk/format',
 ]
+
+RATCHET_ROOTS = [
+    'crates/extalloc-fuse/src/fs',
+    'crates/extalloc-fuse/src/transport',
+]
+
+FLOORS = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'assertion-floors.txt')
 
 BLOCK_RE = re.compile(r'^(\s*)(pub(\([^)]*\))?\s+)?(mod\s+\w+\s*|impl\b.*)\{\s*$')
 ASSERT_RE = re.compile(r'\b(debug_)?assert(_eq|_ne)?!')
@@ -208,11 +225,8 @@ def summary(fns):
     return total, len(changing), len(asserted), count, sum(f[3] for f in changing), fwd
 
 
-def main(args):
-    if args == ['--self-test']:
-        return self_test()
-    roots = args or DEFAULT_ROOTS
-    bad = []
+def folder_rows(roots, bad):
+    """(root, summary) per folder; appends each file's offenders to `bad`."""
     rows = []
     for root in roots:
         fns_all = []
@@ -222,17 +236,79 @@ def main(args):
             fns_all += fns
             bad += offenders(p, fns)
         rows.append((root, summary(fns_all)))
+    return rows
+
+
+def print_rows(rows):
     print(f"{'folder':34} {'fns':>5} {'changing':>8} {'asserted':>8} {'asserts':>7} "
           f"{'per fn':>6} {'per changing':>12} {'fwd':>4}")
     for root, (total, changing, asserted, count, in_changing, fwd) in rows:
         per = count / total if total else 0
         print(f"{root:34} {total:5} {changing:8} {asserted:8} {count:7} {per:6.2f} "
               f"{in_changing / changing if changing else 0:12.2f} {fwd:4}")
+
+
+def share(row):
+    """Share of a folder's state-changing functions that assert, in percent."""
+    _, (_, changing, asserted, *_rest) = row
+    return 100.0 * asserted / changing if changing else 100.0
+
+
+def read_floors():
+    floors = {}
+    if os.path.exists(FLOORS):
+        with open(FLOORS) as fh:
+            for line in fh:
+                if line.strip() and not line.startswith('#'):
+                    folder, pct = line.split()
+                    floors[folder] = float(pct)
+    return floors
+
+
+def ratchet(rows, update):
+    """Checks each ratcheted folder's share against its floor; 1 when one fell."""
+    floors = read_floors()
+    failed = 0
+    for row in rows:
+        root, now = row[0], share(row)
+        floor = floors.get(root)
+        if floor is None or now > floor + 0.05:
+            floors[root] = now if update or floor is None else floor
+            if floor is not None and not update:
+                print(f'RATCHET {root}: {now:.1f} % of state-changing functions assert, '
+                      f'above the floor {floor:.1f} %: run --update-floors')
+        elif now < floor - 0.05:
+            print(f'RATCHET {root}: {now:.1f} % of state-changing functions assert, '
+                  f'below the floor {floor:.1f} %: add assertions where state changes')
+            failed = 1
+    if update or any(r[0] not in read_floors() for r in rows):
+        with open(FLOORS, 'w') as fh:
+            fh.write('# Floors of scripts/assertion-count.py: per ratcheted folder, the share (%)\n'
+                     '# of state-changing functions that assert. They may only go up.\n')
+            for root in sorted(floors):
+                fh.write(f'{root} {floors[root]:.1f}\n')
+    return failed
+
+
+def main(args):
+    if args == ['--self-test']:
+        return self_test()
+    update = args == ['--update-floors']
+    bad = []
+    if args and not update:
+        print_rows(folder_rows(args, bad))
+        ratcheted = 0
+    else:
+        print_rows(folder_rows(DEFAULT_ROOTS, bad))
+        ignored = []
+        rows = folder_rows(RATCHET_ROOTS, ignored)
+        print_rows(rows)
+        ratcheted = ratchet(rows, update)
     for b in bad:
         print(f'OFFENDER {b}')
     if bad:
         print(f'{len(bad)} offenders', file=sys.stderr)
-    return 1 if bad else 0
+    return 1 if bad or ratcheted else 0
 
 
 def self_test():

@@ -6,7 +6,10 @@
 # exit or any sanitizer report (leaks included). About 10 s once the library is built.
 #
 #   scripts/c-tests.sh               # builds the crate alone (about 2 minutes the first time)
-#   scripts/c-tests.sh --workspace   # reuses `cargo test --workspace --release` (test.sh)
+#   scripts/c-tests.sh --workspace   # reuses test.sh's `cargo test --workspace` build
+#
+# The profile is release, or the one EXTALLOC_PROFILE names (test.sh: `checked`, release
+# with debug assertions and overflow checks).
 #
 # The library is the one `cargo test --release --no-run` builds for the tests (its path from
 # cargo's JSON messages): with --workspace, features are unified over the workspace and its
@@ -18,7 +21,7 @@ select=(--package extalloc-capi)
 if [[ ${1:-} == --workspace ]]; then
   select=(--workspace)
 fi
-so=$(cargo test --release "${select[@]}" --no-run --message-format=json-render-diagnostics |
+so=$(cargo test --profile "${EXTALLOC_PROFILE:-release}" "${select[@]}" --no-run --message-format=json-render-diagnostics |
   python3 -c '
 import json, sys
 for line in sys.stdin:

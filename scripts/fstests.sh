@@ -224,8 +224,10 @@ echo "fstests: $FST (source $SRC, key $key)" >&2
 if [[ "$FS" == extalloc ]]; then
   step "build extalloc"
   PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
-  (cd "$REPO" && cargo build --release -q -p extalloc-cli)
-  BUILT="${CARGO_TARGET_DIR:-$REPO/target}/release/extalloc"
+  # Release, or the profile EXTALLOC_PROFILE names (scripts/test.sh: `checked`).
+  PROFILE=${EXTALLOC_PROFILE:-release}
+  (cd "$REPO" && cargo build --profile "$PROFILE" -q -p extalloc-cli)
+  BUILT="${CARGO_TARGET_DIR:-$REPO/target}/$PROFILE/extalloc"
 fi
 
 if [[ -n "$GROUP" ]]; then

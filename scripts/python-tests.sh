@@ -18,5 +18,8 @@ fi
 pip=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 "${pip[@]}" install -r crates/extalloc-python/tests/requirements.txt
 echo "python-tests.sh: pip install ./crates/extalloc-python" >&2
-CARGO_TARGET_DIR="$PWD/target" "${pip[@]}" install --force-reinstall --no-deps ./crates/extalloc-python
+# The module in release, or the profile EXTALLOC_PROFILE names (test.sh: `checked`, which
+# found the package's classes misaligned by Python's allocator).
+MATURIN_PEP517_ARGS="--profile ${EXTALLOC_PROFILE:-release}" CARGO_TARGET_DIR="$PWD/target" \
+  "${pip[@]}" install --force-reinstall --no-deps ./crates/extalloc-python
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider crates/extalloc-python/tests

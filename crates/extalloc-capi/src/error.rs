@@ -1,7 +1,7 @@
 //! Error codes, the per-thread last error, and the guard every entry point runs in.
 //!
 //! Data structures: [`extalloc_code`], the code every call returns; `LAST`, the calling
-//! thread's last error (its code and message); [`Failure`], what a call body returns when
+//! thread's last error (its code and message); `Failure`, what a call body returns when
 //! it fails.
 //!
 //! Invariant: after any call but `extalloc_last_error`, `extalloc_last_error_code` and

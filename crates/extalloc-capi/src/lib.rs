@@ -9,7 +9,7 @@
 //! structs for what a call fills in ([`volume::extalloc_statfs`],
 //! [`allocator::extalloc_extent`]); one thread-local last error per thread.
 //!
-//! Invariant: every entry point runs inside [`error::guard`]: it checks its pointers before
+//! Invariant: every entry point runs inside `error::guard`: it checks its pointers before
 //! it reads them, returns an [`error::extalloc_code`], sets the calling thread's last error
 //! (cleared on success), and never lets a panic cross into C (caught, turned into
 //! `EXTALLOC_PANIC`). Out-parameters are written only on success, except the `NULL` a

@@ -1,4 +1,5 @@
-//! `extalloc`: the allocation lab and the device's admin tools.
+//! `extalloc`: the admin tools of extalloc devices (mkfs, mount, fsck, ls, get), the
+//! allocation lab and its comparisons with the kernel's file systems.
 //!
 //! `extalloc bench fallocate2` runs a workload against each policy and thread count on the
 //! embedded memory device and prints a Markdown table (and writes JSON with `--json`).
@@ -17,7 +18,11 @@ use cli::options::BenchArgs;
 use extalloc_lab::command as lab;
 
 #[derive(Parser)]
-#[command(name = "extalloc", version, about = "The extalloc allocation lab")]
+#[command(
+    name = "extalloc",
+    version,
+    about = "extalloc: make, mount, check and read extalloc devices, and the allocation lab"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

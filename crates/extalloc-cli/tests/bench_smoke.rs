@@ -8,6 +8,7 @@ use std::process::Command;
 /// Runs `extalloc bench` with `args` plus a JSON path on a device of 4096-block groups (64 MiB
 /// unless `args` says) and returns the parsed report, after checking the table has one row
 /// per run.
+#[allow(clippy::too_many_lines, reason = "a test scenario, read top to bottom")]
 fn bench(name: &str, args: &[&str]) -> Value {
     let dir = std::env::temp_dir().join(format!("extalloc-smoke-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

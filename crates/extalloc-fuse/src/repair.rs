@@ -29,7 +29,7 @@
 //! one checksummed record.
 //!
 //! Data structures: [`RepairReport`]. Invariant: after `repair` returns `Ok`, the device
-//! checks clean unless [`RepairReport::left`] says what could not be repaired. Locks: none
+//! checks clean unless `RepairReport::left` says what could not be repaired. Locks: none
 //! of its own (the volume's device is opened exclusively by the caller's device).
 
 use crate::fs::{scan, NamespaceReport, ROOT};

@@ -314,6 +314,7 @@ mod tests {
         assert_eq!((given.uid, given.gid), (1000, 100));
         // None sent: this process's filesystem ids, as the kernel would have sent them.
         let me = caller_of(NO_ID, NO_ID, std::process::id());
+        // SAFETY: geteuid and getegid take nothing, touch no memory and cannot fail.
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
         assert_eq!((me.uid, me.gid), (uid, gid));
         // Only the missing one is read.

@@ -151,7 +151,7 @@ enum Damage {
     Truncate(u64),
 }
 
-/// Runs `damages` damages (rounded up to whole images of [`DAMAGES_PER_IMAGE`]) from
+/// Runs `damages` damages (rounded up to whole images of `DAMAGES_PER_IMAGE`) from
 /// `seed`, reporting progress on stderr every image.
 pub fn run(damages: u64, seed: u64) -> Result<CorruptOutcome> {
     if damages == 0 {

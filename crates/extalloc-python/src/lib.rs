@@ -2,8 +2,11 @@
 //! in-memory [`Allocator`]; `docs/python.md` is the guide, `extalloc.pyi` the types.
 //!
 //! Data structures: [`Volume`] holds the open `extalloc::volume::Volume` in a lock, `None`
-//! once closed; [`Allocator`] holds an `::extalloc::Allocator`. Errors become exceptions
-//! named after the library's error kinds ([`to_py`]), all subclasses of `extalloc.Error`,
+//! once closed; [`Allocator`] holds an `::extalloc::Allocator`. Both are boxed: Python
+//! allocates a class's object 16-byte aligned, and the library's types hold cache-padded
+//! fields aligned to 128 bytes, which inline would sit misaligned (undefined behaviour;
+//! pyo3 checks it with debug assertions on). Errors become exceptions
+//! named after the library's error kinds (`to_py`), all subclasses of `extalloc.Error`,
 //! defined in `exceptions.rs` (which `lab.rs` uses too).
 //!
 //! Invariant: a closed volume answers every call with `extalloc.Closed`, and nothing of it
@@ -32,9 +35,36 @@ use std::path::PathBuf;
 /// `Volume.open`; a context manager that closes it. Safe to share between threads.
 #[pyclass(frozen, module = "extalloc")]
 pub struct Volume {
-    vol: RwLock<Option<Vol>>,
+    vol: RwLock<Option<Box<Vol>>>,
     path: PathBuf,
 }
+
+/// The bytes of a bytes-like argument (`bytes`, `bytearray`, `memoryview`, a sequence of
+/// ints); a `str` is a `TypeError` that says to encode it (pyo3's own message names Rust's
+/// types).
+fn bytes_of(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Vec<u8>> {
+    if obj.is_instance_of::<pyo3::types::PyString>() {
+        return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "{name} must be bytes-like (bytes, bytearray, memoryview), not str: encode it \
+             first, e.g. {name}.encode()"
+        )));
+    }
+    if let Ok(b) = obj.cast::<PyBytes>() {
+        return Ok(b.as_bytes().to_vec());
+    }
+    obj.extract::<Vec<u8>>().map_err(|_| {
+        pyo3::exceptions::PyTypeError::new_err(format!(
+            "{name} must be bytes-like (bytes, bytearray, memoryview), not {}",
+            obj.get_type()
+                .name()
+                .map_or_else(|_| "this type".into(), |n| n.to_string())
+        ))
+    })
+}
+
+// What the boxes above are for: a class Python allocates needs no more than its 16 bytes.
+const _: () =
+    assert!(std::mem::align_of::<Volume>() <= 16 && std::mem::align_of::<Allocator>() <= 16);
 
 impl Volume {
     /// Runs `f` on the open volume without the GIL.
@@ -54,7 +84,7 @@ impl Volume {
 
     fn opened(vol: Vol, path: PathBuf) -> Volume {
         Volume {
-            vol: RwLock::new(Some(vol)),
+            vol: RwLock::new(Some(Box::new(vol))),
             path,
         }
     }
@@ -107,8 +137,15 @@ impl Volume {
     /// bytes: `list()` gives it back) and returns its id. Atomic: after a crash the blob is
     /// there whole with its `attr`, or not at all. Durable at the next `sync` or `close`.
     /// On failure (NoSpace) no blob is left.
-    #[pyo3(signature = (data, attr = Vec::new()))]
-    fn put(&self, py: Python<'_>, data: Vec<u8>, attr: Vec<u8>) -> PyResult<u64> {
+    #[pyo3(signature = (data, attr = None))]
+    fn put(
+        &self,
+        py: Python<'_>,
+        data: &Bound<'_, PyAny>,
+        attr: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<u64> {
+        let data = bytes_of(data, "data")?;
+        let attr = attr.map_or(Ok(Vec::new()), |a| bytes_of(a, "attr"))?;
         self.with(py, |vol| vol.put(&attr, &data))
     }
 
@@ -168,14 +205,16 @@ impl Volume {
 
     /// A new empty file with the attribute bytes `attr` (the caller's own metadata, up to
     /// a block); returns its id. For files written in place: `write`, `read`, `truncate`.
-    #[pyo3(signature = (attr = Vec::new()))]
-    fn create_file(&self, py: Python<'_>, attr: Vec<u8>) -> PyResult<u64> {
+    #[pyo3(signature = (attr = None))]
+    fn create_file(&self, py: Python<'_>, attr: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
+        let attr = attr.map_or(Ok(Vec::new()), |a| bytes_of(a, "attr"))?;
         self.with(py, |vol| vol.create(&attr))
     }
 
     /// Writes `data` into file `id` at `offset` (growing it). A write that fails part way
     /// may leave part of it written, never beyond the file's old size plus `data`.
-    fn write(&self, py: Python<'_>, id: u64, offset: u64, data: Vec<u8>) -> PyResult<()> {
+    fn write(&self, py: Python<'_>, id: u64, offset: u64, data: &Bound<'_, PyAny>) -> PyResult<()> {
+        let data = bytes_of(data, "data")?;
         self.with(py, |vol| vol.write(id, offset, &data))
     }
 
@@ -203,7 +242,8 @@ impl Volume {
     }
 
     /// Replaces file `id`'s attribute bytes.
-    fn set_attr(&self, py: Python<'_>, id: u64, attr: Vec<u8>) -> PyResult<()> {
+    fn set_attr(&self, py: Python<'_>, id: u64, attr: &Bound<'_, PyAny>) -> PyResult<()> {
+        let attr = bytes_of(attr, "attr")?;
         self.with(py, |vol| vol.set_attr(id, &attr))
     }
 
@@ -265,7 +305,7 @@ impl Volume {
 /// become reusable at `commit`. Safe to share between threads.
 #[pyclass(frozen, module = "extalloc")]
 pub struct Allocator {
-    alloc: ::extalloc::Allocator,
+    alloc: Box<::extalloc::Allocator>,
 }
 
 #[pymethods]
@@ -288,7 +328,9 @@ impl Allocator {
         };
         let geometry = Geometry::new(block_size, group_blocks, device_blocks).map_err(to_py)?;
         let alloc = ::extalloc::Allocator::new(geometry, policy).map_err(to_py)?;
-        Ok(Allocator { alloc })
+        Ok(Allocator {
+            alloc: Box::new(alloc),
+        })
     }
 
     /// A run of at most `length` blocks and at least `min_length` (default: all of

@@ -117,6 +117,19 @@ def test_a_file_too_big_and_an_attribute_too_large_name_their_cause(path):
         assert vol.size(f) == 0 and vol.attr(f) == b""
 
 
+def test_text_where_bytes_are_wanted_says_to_encode_it(path):
+    with extalloc.Volume.create(path, 64 * MiB) as vol:
+        with pytest.raises(TypeError, match=r"data must be bytes-like .* not str: encode"):
+            vol.put("some text")
+        with pytest.raises(TypeError, match=r"attr must be bytes-like"):
+            vol.put(b"x", "key")
+        with pytest.raises(TypeError, match=r"not int"):
+            vol.put(42)
+        f = vol.create_file(bytearray(b"k"))
+        vol.write(f, 0, memoryview(b"abc"))
+        assert vol.attr(f) == b"k" and vol.ids() == [f]
+
+
 def test_a_full_volume_refuses_a_put_and_leaves_no_part_of_it(path):
     with extalloc.Volume.create(path, 32 * MiB) as vol:
         kept = []

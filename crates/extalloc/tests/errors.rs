@@ -16,6 +16,7 @@ fn unchanged(a: &Allocator, before: (u64, u64)) {
 }
 
 #[test]
+#[allow(clippy::too_many_lines, reason = "a test scenario, read top to bottom")]
 fn every_error_changes_nothing() {
     for spec in PRESETS {
         let a = fresh(spec);

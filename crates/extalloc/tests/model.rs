@@ -101,6 +101,7 @@ impl Model {
     }
 }
 
+#[allow(clippy::too_many_lines, reason = "a test scenario, read top to bottom")]
 fn run(spec: &str, blocks_count: u64, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let geometry = Geometry::new(4096, GROUP_BLOCKS, blocks_count).unwrap();
     let alloc = Allocator::new(geometry, Policy::parse(spec).unwrap()).unwrap();

@@ -76,6 +76,7 @@ fn owned(files: &[Arc<FileAlloc>]) -> Vec<(Extent, usize, &'static str)> {
     v
 }
 
+#[allow(clippy::too_many_lines, reason = "a test scenario, read top to bottom")]
 fn run(spec: &str, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let geometry = Geometry::new(4096, 512, 3000).unwrap();
     let alloc = Allocator::new(geometry, Policy::parse(spec).unwrap()).unwrap();

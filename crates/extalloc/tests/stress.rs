@@ -21,6 +21,7 @@ enum Room {
     Roomy,
 }
 
+#[allow(clippy::too_many_lines, reason = "a test scenario, read top to bottom")]
 fn stress(spec: &str, threads: usize, ops_per_thread: usize, room: Room) {
     let blocks = match room {
         Room::Tight => 32 * 1024 - 100,

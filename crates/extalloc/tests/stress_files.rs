@@ -55,6 +55,7 @@ fn give_back(shadow: &[AtomicU32], owner: u32, freed: &[Extent], spec: &str) {
     }
 }
 
+#[allow(clippy::too_many_lines, reason = "a test scenario, read top to bottom")]
 fn stress(spec: &str, threads: usize, ops_per_thread: usize) {
     // 32 MiB: eight writers with 8 MiB windows fill it, so discards under pressure happen.
     let geometry = Geometry::new(4096, 1024, 8192).unwrap();

@@ -4,7 +4,7 @@
 //! FUSE marks every inode `S_NOATIME` in the kernel, so the kernel never updates atime
 //! itself and never tells the daemon the mount's atime flags: the daemon reads them from
 //! the mount's line in `/proc/self/mountinfo` ([`mount_atime`]) and applies the rule to the
-//! reads and listings that reach it ([`Fs::accessed`]). Rules as ext4's: `relatime` (the
+//! reads and listings that reach it (`Fs::accessed`). Rules as ext4's: `relatime` (the
 //! default) updates when atime is not after mtime or ctime, or is 24 hours old;
 //! `strictatime` always; `noatime` never; `nodiratime` never for directories; a read-only
 //! mount (`ro`, a bind remount included) never, as the kernel's `touch_atime`.

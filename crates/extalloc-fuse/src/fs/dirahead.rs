@@ -160,6 +160,7 @@ impl DirAhead {
         w.files.remove(at);
         w.advised -= usize::from(w.advised > at);
         w.last = w.last.filter(|&l| l < at);
+        debug_assert!(w.advised <= w.files.len(), "advised past the walk's end");
         for (i, &x) in w.files.iter().enumerate().skip(at) {
             self.files.insert(x, (dir, i));
         }
@@ -175,6 +176,10 @@ impl DirAhead {
             }
             self.order.retain(|&d| d != dir);
         }
+        debug_assert!(
+            !self.files.values().any(|&(d, _)| d == dir),
+            "a forgotten walk's index"
+        );
     }
 
     /// The invariant of the module documentation (debug builds).

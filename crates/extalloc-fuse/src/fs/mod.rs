@@ -18,7 +18,7 @@
 //! - `scan.rs` reads the namespace back at mount, checks it, and repairs what a crash
 //!   between two steps of one operation leaves (see `docs/mount.md`).
 //!
-//! Data structures: [`Fs`] owns the [`Buffered`] volume, the namespace ([`Ns`]: every
+//! Data structures: [`Fs`] owns the [`Buffered`] volume, the namespace (`Ns`: every
 //! inode's `Node` by number, loaded at mount), the open directory handles
 //! (`listing.rs`) and the atime mode. They and the types every module here shares
 //! ([`Errno`], [`FsResult`], [`Caller`], [`Attr`]) are defined in `core.rs` and
@@ -32,7 +32,7 @@
 //! file unlinked while open, or an `O_TMPFILE` file never named (`tmpfile.rs`: made with
 //! `nlink` 0, which [`Fs::link`] alone may name). An inode's birth time (`Inode::btime`)
 //! is set when it is made and never changed. Every writer takes
-//! `ns` through [`Fs::ns_write`]; in the unit tests letting it go checks this invariant in
+//! `ns` through `Fs::ns_write`; in the unit tests letting it go checks this invariant in
 //! memory and against the volume (`invariants.rs`, [`Fs::check_namespace`]). Directory
 //! logs, link targets and spill files are changed through [`Buffered::uncached`], which
 //! asserts the file has no cache entry.

@@ -1,6 +1,6 @@
 //! Namespace calls: lookup, make (files, directories, links, special files), unlink,
-//! rmdir, link, rename and readlink (directory listing: `listing.rs`; what a new inode
-//! inherits from its directory, and `O_TMPFILE`: `tmpfile.rs`).
+//! rmdir, link, rename (`names/rename.rs`) and readlink (directory listing: `listing.rs`;
+//! what a new inode inherits from its directory, and `O_TMPFILE`: `tmpfile.rs`).
 //!
 //! Each call holds the namespace lock written for its whole length, checks everything it
 //! can before it changes anything, makes room for the records it will append (`reserve`:
@@ -26,6 +26,8 @@ use extalloc::volume::{Atomic, Fallocate};
 use std::collections::BTreeMap;
 
 pub use super::tmpfile::NewNode;
+
+mod rename;
 
 /// A directory's log is compacted once it exceeds this and four times its live entries.
 const COMPACT_MIN_BYTES: u64 = 64 << 10;
@@ -172,6 +174,7 @@ impl Fs {
         kind: Kind,
     ) -> FsResult<()> {
         self.append(ns, parent, name, Some(ino))?;
+        debug_assert_eq!(ns.entry(parent, name), Ok(ino), "the new name is linked");
         let p = ns.node_mut(parent)?;
         if kind == Kind::Dir {
             p.inode.nlink += 1;
@@ -206,6 +209,11 @@ impl Fs {
             vol.fallocate_metadata(dir, Fallocate::KeepSize, d.log_bytes, to - d.log_bytes)?;
             d.mapped_to = to;
         }
+        // What `append` relies on: every record of the change lands in mapped blocks.
+        debug_assert!(appends.iter().all(|&(dir, _)| ns.dir(dir).is_ok_and(|d| {
+            let bytes: u64 = appends.iter().filter(|a| a.0 == dir).map(|a| a.1).sum();
+            d.log_bytes + bytes <= d.mapped_to
+        })));
         Ok(())
     }
 
@@ -240,6 +248,10 @@ impl Fs {
             let Some(d) = ns.nodes.get_mut(&dir).and_then(|n| n.dir.as_mut()) else {
                 continue; // removed by the change itself
             };
+            debug_assert!(
+                d.log_start <= d.log_bytes,
+                "directory {dir}'s log starts past its end"
+            );
             if d.log_bytes - d.log_start > COMPACT_MIN_BYTES.max(4 * d.live) {
                 self.compact(dir, d)?;
             }
@@ -262,6 +274,11 @@ impl Fs {
         d.log_start = at;
         d.log_bytes = at + log.len() as u64;
         d.mapped_to = d.mapped_to.max(d.log_bytes.div_ceil(bs) * bs);
+        // The new log holds the live entries only: a reset and an add per entry.
+        debug_assert!(
+            d.log_bytes - d.log_start >= d.live,
+            "compacted log of {dir} lost entries"
+        );
         Ok(())
     }
 
@@ -306,6 +323,10 @@ impl Fs {
         let group = self.group(REMOVE_CHUNKS)?;
         self.remove_name(ns, parent, name, ino)?;
         group.finish();
+        debug_assert!(
+            ns.entry(parent, name).is_err(),
+            "the name left its directory"
+        );
         self.compact_due(ns, &[parent])?;
         self.reap(ns, ino)
     }
@@ -391,189 +412,6 @@ impl Fs {
         }
         let size = self.vol.size(ino)?;
         Ok(self.vol.read(ino, 0, size)?)
-    }
-
-    /// Before a rename of a regular file over another: the source's cached data written
-    /// back, its maps logged ahead of the rename, so no commit carries the rename without
-    /// the data (ext4's `auto_da_alloc`: the editor's write-temporary-then-rename reads
-    /// old or new content after a crash, never an empty file). Done before the namespace
-    /// lock is taken: the writeback waits for the device.
-    fn write_back_replacing(&self, from: (u64, &[u8]), to: (u64, &[u8])) -> FsResult<()> {
-        let src = {
-            let ns = self.ns.read();
-            let regular = |ino: u64| ns.node(ino).is_ok_and(|n| n.inode.kind == Kind::File);
-            let src = ns.entry(from.0, from.1).ok();
-            let dst = ns.dir(to.0).ok().and_then(|d| d.entries.get(to.1).copied());
-            match (src, dst) {
-                (Some(s), Some(d)) if s != d && regular(s) && regular(d) => s,
-                _ => return Ok(()),
-            }
-        };
-        self.vol.write_back(src)?;
-        Ok(())
-    }
-
-    /// Moves `name` of `parent` to `newname` of `newparent` (`flags`: [`RENAME_NOREPLACE`],
-    /// [`RENAME_EXCHANGE`], [`RENAME_WHITEOUT`], whose whiteout `who` owns; the kernel
-    /// checks that `who` may make device nodes). One atomic change: after a crash both
-    /// names are as before or as after, never missing. `RENAME_EXCHANGE` with either other
-    /// flag is `EINVAL`.
-    pub fn rename(
-        &self,
-        parent: u64,
-        name: &[u8],
-        newparent: u64,
-        newname: &[u8],
-        flags: u32,
-        who: Caller,
-    ) -> FsResult<()> {
-        self.live()?;
-        check_name(name)?;
-        check_name(newname)?;
-        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE | RENAME_WHITEOUT) != 0
-            || (flags & RENAME_EXCHANGE != 0 && flags != RENAME_EXCHANGE)
-        {
-            return err(libc::EINVAL);
-        }
-        if flags == 0 {
-            self.write_back_replacing((parent, name), (newparent, newname))?;
-        }
-        let mut ns = self.ns_write();
-        let src = ns.entry(parent, name)?;
-        let dst = ns.dir(newparent)?.entries.get(newname).copied();
-        // The source and what it replaces leave their directories; the target's gains.
-        for (ino, append_too) in [(src, true), (parent, true), (newparent, dst.is_some())] {
-            flags::check(&ns, ino, append_too)?;
-        }
-        if let Some(d) = dst {
-            flags::check(&ns, d, true)?;
-        }
-        if flags & RENAME_EXCHANGE != 0 {
-            let dst = dst.ok_or(Errno(libc::ENOENT))?;
-            return self.exchange(&mut ns, (parent, name, src), (newparent, newname, dst));
-        }
-        if dst.is_some() && flags & RENAME_NOREPLACE != 0 {
-            return err(libc::EEXIST);
-        }
-        if dst == Some(src) {
-            return Ok(()); // two names of one inode: nothing to do (POSIX)
-        }
-        let src_is_dir = ns.node(src)?.dir.is_some();
-        if src_is_dir && is_within(&ns, newparent, src)? {
-            return err(libc::EINVAL);
-        }
-        if let Some(d) = dst {
-            match (src_is_dir, &ns.node(d)?.dir) {
-                (true, None) => return err(libc::ENOTDIR),
-                (false, Some(_)) => return err(libc::EISDIR),
-                (true, Some(dd)) if !dd.entries.is_empty() => return err(libc::ENOTEMPTY),
-                _ => {}
-            }
-        }
-        let whiteout = flags & RENAME_WHITEOUT != 0;
-        let new_bytes = record_bytes(newname) * if dst.is_some() { 2 } else { 1 };
-        let old_bytes = record_bytes(name) * if whiteout { 2 } else { 1 };
-        self.reserve(&mut ns, &[(newparent, new_bytes), (parent, old_bytes)])?;
-        let chunks = if whiteout {
-            MOVE_CHUNKS + WHITEOUT_CHUNKS
-        } else {
-            RENAME_CHUNKS
-        };
-        let group = self.group(chunks)?;
-        self.move_entry(&mut ns, (parent, name, src), (newparent, newname, dst))?;
-        if whiteout {
-            let inode = Inode::new(Kind::CharDevice, 0, who.uid, who.gid, 0);
-            let ino = self.vol.volume().create_placed(&inode.encode(), parent)?;
-            self.append(&mut ns, parent, name, Some(ino))?;
-            ns.nodes.insert(ino, Node::plain(inode));
-        }
-        group.finish();
-        self.compact_due(&mut ns, &[parent, newparent])?;
-        match dst {
-            Some(d) => self.reap(&mut ns, d),
-            None => Ok(()),
-        }
-    }
-
-    /// Inside a group: moves `src` from `(parent, name)` to `(newparent, newname)`,
-    /// replacing `dst` there.
-    fn move_entry(
-        &self,
-        ns: &mut Ns,
-        (parent, name, src): (u64, &[u8], u64),
-        (newparent, newname, dst): (u64, &[u8], Option<u64>),
-    ) -> FsResult<()> {
-        if let Some(d) = dst {
-            self.remove_name(ns, newparent, newname, d)?;
-        }
-        self.append(ns, newparent, newname, Some(src))?;
-        self.append(ns, parent, name, None)?;
-        if ns.node(src)?.dir.is_some() && parent != newparent {
-            ns.node_mut(parent)?.inode.nlink -= 1;
-            ns.node_mut(newparent)?.inode.nlink += 1;
-            if let Some(d) = ns.node_mut(src)?.dir.as_mut() {
-                d.parent = newparent;
-            }
-        }
-        for p in [parent, newparent] {
-            touch(&mut ns.node_mut(p)?.inode);
-            self.persist(ns, p)?;
-        }
-        ns.node_mut(src)?.inode.ctime = Time::now();
-        self.persist(ns, src)
-    }
-
-    /// `RENAME_EXCHANGE`: the two names swap inodes, in one atomic change.
-    fn exchange(
-        &self,
-        ns: &mut Ns,
-        (p1, n1, i1): (u64, &[u8], u64),
-        (p2, n2, i2): (u64, &[u8], u64),
-    ) -> FsResult<()> {
-        if i1 == i2 {
-            return Ok(());
-        }
-        let (d1, d2) = (ns.node(i1)?.dir.is_some(), ns.node(i2)?.dir.is_some());
-        if (d1 && is_within(ns, p2, i1)?) || (d2 && is_within(ns, p1, i2)?) {
-            return err(libc::EINVAL);
-        }
-        let appends = [(p1, 2 * record_bytes(n1)), (p2, 2 * record_bytes(n2))];
-        self.reserve(ns, &appends)?;
-        let group = self.group(RENAME_CHUNKS)?;
-        for (p, n, i) in [(p1, n1, i2), (p2, n2, i1)] {
-            self.append(ns, p, n, None)?;
-            self.append(ns, p, n, Some(i))?;
-        }
-        for (i, is_dir, from, to) in [(i1, d1, p1, p2), (i2, d2, p2, p1)] {
-            if is_dir && from != to {
-                ns.node_mut(from)?.inode.nlink -= 1;
-                ns.node_mut(to)?.inode.nlink += 1;
-                if let Some(d) = ns.node_mut(i)?.dir.as_mut() {
-                    d.parent = to;
-                }
-            }
-            ns.node_mut(i)?.inode.ctime = Time::now();
-            self.persist(ns, i)?;
-        }
-        for p in [p1, p2] {
-            touch(&mut ns.node_mut(p)?.inode);
-            self.persist(ns, p)?;
-        }
-        group.finish();
-        self.compact_due(ns, &[p1, p2])
-    }
-}
-
-/// Is `ino` `dir` itself or below it?
-fn is_within(ns: &Ns, mut ino: u64, dir: u64) -> FsResult<bool> {
-    loop {
-        if ino == dir {
-            return Ok(true);
-        }
-        if ino == ROOT {
-            return Ok(false);
-        }
-        ino = ns.dir(ino)?.parent;
     }
 }
 

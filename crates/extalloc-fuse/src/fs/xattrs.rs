@@ -77,8 +77,8 @@ impl Fs {
         Ok(xattr::listing(set, hides && privileged()))
     }
 
-    /// Sets attribute `name` of `ino` to `value`. `flags`: [`XATTR_CREATE`] (`EEXIST` if it
-    /// exists) or [`XATTR_REPLACE`] (`ENODATA` if it does not); other bits are `EINVAL`. A
+    /// Sets attribute `name` of `ino` to `value`. `flags`: `XATTR_CREATE` (`EEXIST` if it
+    /// exists) or `XATTR_REPLACE` (`ENODATA` if it does not); other bits are `EINVAL`. A
     /// value over 64 KiB is `E2BIG`, a set past the per-inode limit `ENOSPC`. On failure
     /// nothing changed. An ACL that is not valid is `EINVAL`, a default ACL on anything
     /// but a directory `EACCES`; `who` and its supplementary `groups` decide whether an

@@ -1,7 +1,7 @@
 //! A report's Markdown: its preamble (warnings, verdict), then the throughput, latency and
 //! contention table, the scan table when allocations looked far, and the layout and free
 //! space table; a writeback report has its own table instead. Ratios are against the
-//! report's reference policy ([`report::reference`]).
+//! report's reference policy (`report::reference`).
 
 use super::report::{reference, Counters, ProgressPoint, Report};
 use super::{units, verdict};
@@ -15,7 +15,7 @@ fn per_kop(n: u64, ops: u64) -> f64 {
 }
 
 /// The report in Markdown: its warnings, its verdict, then two tables: throughput, latency
-/// and contention; then layout and free space. Ratios are against [`reference`] at the
+/// and contention; then layout and free space. Ratios are against [`reference`](fn@reference) at the
 /// same thread count. Between them, when some run forced commits or loaded bitmaps, a
 /// third: how far allocations looked.
 pub fn markdown(report: &Report) -> String {

@@ -7,7 +7,7 @@
 //! added, never renamed (scripts and `extalloc report` read old reports, so every added
 //! field has a serde default); a run's `ops_per_sec` is the median of its
 //! `ops_per_sec_repeats`; the tables' ratio column compares with one reference policy,
-//! [`reference`], named in its header. Lock order: none.
+//! [`reference`](fn@reference), named in its header. Lock order: none.
 
 use super::machine::MachineLoad;
 use extalloc::{Extent, FreeSpace};
@@ -21,7 +21,7 @@ pub struct Report {
     pub params: serde_json::Value,
     pub device: Device,
     pub runs: Vec<Run>,
-    /// The policy the ratio column compares with (see [`reference`]).
+    /// The policy the ratio column compares with (see [`reference`](fn@reference)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reference: Option<String>,
     /// Whether the machine was busy during the matrix (absent where unknown).

@@ -7,7 +7,7 @@
 //!   any replay; [`engine`] replays events with the fidelity rules of `docs/replay.md` (a
 //!   reused inode is a new file, locality chunks per traced CPU, commits where the kernel
 //!   committed, unrounded requests replayed as complete, stream goals for the traced CPU
-//!   count); [`bench`] runs the same engine one thread per task.
+//!   count); [`bench`](mod@bench) runs the same engine one thread per task.
 //! - Both sides are measured on a device of the traced size that holds the kernel's own
 //!   metadata (inode tables, journal) where the capture header lists it ([`reserved`]),
 //!   and on an otherwise empty one where it does not (older traces).

@@ -39,7 +39,7 @@ pub fn format(ranges: &[(u64, u64)]) -> String {
     items.join(",")
 }
 
-/// Parses [`format`]'s output; `None` when any item is not `START+LEN` with LEN > 0.
+/// Parses [`format`](fn@format)'s output; `None` when any item is not `START+LEN` with LEN > 0.
 pub fn parse(value: &str) -> Option<Vec<(u64, u64)>> {
     value
         .split(',')

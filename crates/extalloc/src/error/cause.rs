@@ -211,7 +211,7 @@ pub enum Error {
     /// A device whose journal is too small for a volume's records.
     #[error(
         "a journal whose records hold at most {max_record} bytes is too small for a volume \
-         (at least {needed}): make the device with a larger --journal-size"
+         (at least {needed}): a larger device (mkfs scales the journal to it) or --journal-size"
     )]
     JournalTooSmall {
         /// The largest record this journal holds.
@@ -515,9 +515,9 @@ pub enum Error {
     /// The device is open elsewhere (this process or another): a writer excludes every
     /// other open, a reader excludes writers.
     #[error(
-        "device {device} is in use (open elsewhere, in this process or another; one writer \
-         or any number of readers at a time): cannot open it to {wanted}; close the other \
-         user first"
+        "device {device} is in use (open elsewhere; one writer or any number of readers at \
+         a time): cannot open it to {wanted}; close the other user first (after a plain \
+         `umount` its daemon may still write back: wait, or use `extalloc umount`)"
     )]
     DeviceBusy {
         /// The device's path.

@@ -45,6 +45,16 @@ impl Files {
         }
         self.allocator().hold_owned(extent)?;
         map_insert(&mut f, logical, extent, left, right);
+        // Paired with the hole check above: the range is mapped now, to this extent
+        // (merged with a neighbour contiguous in both spaces, or alone).
+        debug_assert!(
+            f.map
+                .range(..=logical)
+                .next_back()
+                .is_some_and(|(&s, e)| s + e.len >= end && e.start + (logical - s) == extent.start),
+            "adopted {logical}+{} is not mapped to {extent:?}",
+            extent.len
+        );
         Ok(())
     }
 }

@@ -118,6 +118,16 @@ impl Files {
     /// A chunk too short for a request: kept as a leftover for smaller files, or released
     /// (the smallest leftover goes when more than `locality_leftovers` would be kept).
     fn retire_locality(&self, loc: &mut Locality, rest: Extent) -> Result<()> {
+        debug_assert!(
+            self.alloc.is_reserved(rest),
+            "a retired chunk's rest is reserved"
+        );
+        debug_assert!(
+            loc.leftovers
+                .iter()
+                .all(|e| e.end() <= rest.start || rest.end() <= e.start),
+            "a chunk's rest is retired once"
+        );
         if self.alloc.policy().locality_leftovers == 0 {
             return self.alloc.release_reserved(rest);
         }
@@ -132,6 +142,7 @@ impl Files {
             let smallest = loc.leftovers.swap_remove(i);
             self.alloc.release_reserved(smallest)?;
         }
+        debug_assert!(loc.leftovers.len() <= self.alloc.policy().locality_leftovers as usize);
         Ok(())
     }
 

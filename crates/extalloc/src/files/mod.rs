@@ -67,6 +67,7 @@ mod locality;
 mod normalise;
 mod pa;
 mod registry;
+mod unmap;
 
 use crate::alloc::{AllocRequest, Allocator, SHARDS};
 use crate::error::{Error, Result};
@@ -261,6 +262,11 @@ impl Files {
             out.extend(shard.lock().extents());
         }
         out.sort_by_key(|e| e.start);
+        // Every reserved block belongs to exactly one PA or locality chunk.
+        debug_assert!(
+            out.windows(2).all(|w| w[0].start + w[0].len <= w[1].start),
+            "reserved extents overlap: a block in two preallocations"
+        );
         out
     }
 
@@ -473,91 +479,9 @@ impl Files {
     /// Returns the blocks released. (Call when the file is closed.)
     pub fn release_prealloc(&self, file: &FileAlloc) -> Result<u64> {
         let mut f = file.inner.write();
-        self.discard_file_pas(&mut f)
-    }
-
-    /// Sets the file's logical size. Shrinking frees the mapped blocks past `size_blocks`
-    /// (they wait for the next commit, like any free) and discards the file's PAs. Returns
-    /// the extents freed. Refused past the largest file ([`Error::SizePastLargestFile`]).
-    pub fn set_file_size(&self, file: &FileAlloc, size_blocks: u64) -> Result<Vec<Extent>> {
-        if size_blocks > LOGICAL_BLOCKS_MAX {
-            return Err(Error::SizePastLargestFile {
-                unit: "blocks",
-                size: size_blocks,
-                max: LOGICAL_BLOCKS_MAX,
-            });
-        }
-        let mut f = file.inner.write();
-        let mut freed = Vec::new();
-        if size_blocks < f.size_blocks {
-            self.discard_file_pas(&mut f)?;
-            let cut: Vec<(u64, Extent)> = f
-                .map
-                .range(..)
-                .filter(|(&s, e)| s + e.len > size_blocks)
-                .map(|(&s, &e)| (s, e))
-                .collect();
-            for (s, e) in cut {
-                let keep = size_blocks.saturating_sub(s);
-                let tail = Extent::new(e.start + keep, e.len - keep);
-                self.alloc.free(tail)?;
-                freed.push(tail);
-                f.map.remove(&s);
-                if keep > 0 {
-                    f.map.insert(s, Extent::new(e.start, keep));
-                }
-            }
-        }
-        f.size_blocks = size_blocks;
-        Ok(freed)
-    }
-
-    /// Punches a hole: unmaps `logical .. logical + len` and frees the blocks that were
-    /// mapped there (they wait for the next commit, like any free). Unmapped blocks in the
-    /// range are left alone. The file's PAs are discarded first, as ext4's punch hole does,
-    /// so none keeps a block it handed out. The size does not change. Returns the extents
-    /// freed. Refused, changing nothing, for no blocks or past the largest file.
-    pub fn free_data(&self, file: &FileAlloc, logical: u64, len: u64) -> Result<Vec<Extent>> {
-        if len == 0 {
-            return Err(Error::ZeroLength);
-        }
-        let end = logical
-            .checked_add(len)
-            .filter(|&e| e <= LOGICAL_BLOCKS_MAX)
-            .ok_or(Error::PastLargestFile {
-                unit: "logical blocks",
-                start: logical,
-                len,
-                max: LOGICAL_BLOCKS_MAX,
-            })?;
-        let mut f = file.inner.write();
-        let hit: Vec<(u64, Extent)> = f
-            .map
-            .range(..end)
-            .rev()
-            .take_while(|(&s, e)| s + e.len > logical)
-            .map(|(&s, &e)| (s, e))
-            .collect();
-        if hit.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.discard_file_pas(&mut f)?;
-        let mut freed = Vec::new();
-        for (s, e) in hit {
-            let (a, b) = (s.max(logical), (s + e.len).min(end));
-            let piece = Extent::new(e.start + (a - s), b - a);
-            self.alloc.free(piece)?;
-            freed.push(piece);
-            f.map.remove(&s);
-            if s < a {
-                f.map.insert(s, Extent::new(e.start, a - s));
-            }
-            if b < s + e.len {
-                f.map
-                    .insert(b, Extent::new(e.start + (b - s), s + e.len - b));
-            }
-        }
-        Ok(freed)
+        let released = self.discard_file_pas(&mut f)?;
+        debug_assert_eq!(f.pas.len(), 0, "a released file keeps no PA");
+        Ok(released)
     }
 
     fn discard_pa(&self, pa: &Pa) -> Result<u64> {
@@ -573,6 +497,7 @@ impl Files {
         for pa in f.pas.take_all() {
             released += self.discard_pa(&pa)?;
         }
+        debug_assert_eq!(f.pas.len(), 0, "every PA of the file is discarded");
         Ok(released)
     }
 

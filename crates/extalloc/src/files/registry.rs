@@ -53,6 +53,8 @@ impl PreallocRegistry {
             r.pruned_len = r.files.len();
         }
         r.files.push(Arc::downgrade(file));
+        // Pruning keeps the list within twice its live length (and at least 64).
+        debug_assert!(r.files.len() <= 2 * r.pruned_len.max(64));
     }
 
     pub(super) fn live_files(&self) -> Vec<Arc<FileAlloc>> {

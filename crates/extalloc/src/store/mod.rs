@@ -59,6 +59,10 @@
 //!
 //! A group whose descriptor or bitmap fails its checks is held used (never handed out,
 //! frees refused), its journal changes skipped and its damaged home copy left for fsck.
+//!
+//! [`Device`]: crate::disk::device::Device
+//! [`Journal`]: crate::disk::journal::Journal
+//! [`Files`]: crate::files::Files
 
 mod checkpoint;
 mod claim;
@@ -120,7 +124,7 @@ impl Store {
     }
 
     /// Flushes the device and asks the system to drop its cached copy (see
-    /// [`Device::drop_cache`]): bitmaps loaded after this read the media.
+    /// [`Device::drop_cache`](crate::disk::device::Device::drop_cache)): bitmaps loaded after this read the media.
     pub fn drop_device_cache(&self) -> Result<()> {
         self.dev.flush()?;
         self.dev.drop_cache()
@@ -256,13 +260,13 @@ impl Store {
         self.alloc().stream_goal_group(file, blocks)
     }
 
-    /// A file's allocation state (see [`Files::create_file`]). Files live in memory: after
+    /// A file's allocation state (see [`Files::create_file`](crate::files::Files::create_file)). Files live in memory: after
     /// a reopen the caller rebuilds its own map from its metadata (e.g. the payloads).
     pub fn create_file(&self, id: u64) -> Arc<FileAlloc> {
         self.files.create_file(id)
     }
 
-    /// Maps data blocks of `file` in the open transaction (see [`Files::allocate_data`]).
+    /// Maps data blocks of `file` in the open transaction (see [`Files::allocate_data`](crate::files::Files::allocate_data)).
     /// The journal records only the extent handed to the file: blocks the call reserved
     /// beyond it stay out of the journal and out of checkpoints, and are free after a
     /// crash.
@@ -280,7 +284,7 @@ impl Store {
         })
     }
 
-    /// Punches a hole in `file` in the open transaction (see [`Files::free_data`]); the
+    /// Punches a hole in `file` in the open transaction (see [`Files::free_data`](crate::files::Files::free_data)); the
     /// freed extents are recorded and reusable once the transaction commits. Returns them.
     pub fn free_data(&self, file: &FileAlloc, logical: u64, len: u64) -> Result<Vec<Extent>> {
         let end = logical.saturating_add(len);
@@ -325,7 +329,7 @@ impl Store {
         Ok(freed)
     }
 
-    /// Sets `file`'s size in the open transaction (see [`Files::set_file_size`]); blocks
+    /// Sets `file`'s size in the open transaction (see [`Files::set_file_size`](crate::files::Files::set_file_size)); blocks
     /// past it are freed and recorded. Returns the extents freed.
     pub fn set_file_size(&self, file: &FileAlloc, size_blocks: u64) -> Result<Vec<Extent>> {
         self.freeing(file, u64::MAX, size_blocks, || {
@@ -335,7 +339,7 @@ impl Store {
 
     /// Maps `extent`, which committed records allocated, at `logical` of `file` in memory
     /// and records nothing: for a caller rebuilding its files after [`Store::open`] from
-    /// its own metadata (see [`Files::adopt`]).
+    /// its own metadata (see [`Files::adopt`](crate::files::Files::adopt)).
     pub fn adopt_data(&self, file: &FileAlloc, logical: u64, extent: Extent) -> Result<()> {
         self.files.adopt(file, logical, extent)
     }

@@ -21,7 +21,7 @@ const ADVICE_GAP_BYTES: u64 = 32 << 10;
 pub struct Advised {
     /// Files with at least one written block in the advised part.
     pub files: u64,
-    /// Ranges passed to [`crate::Device::will_need`] (after merging neighbours).
+    /// Ranges passed to [`Device::will_need`](crate::disk::device::Device::will_need) (after merging neighbours).
     pub ranges: u64,
     /// Bytes in those ranges (the gaps merged in included).
     pub bytes: u64,
@@ -101,7 +101,7 @@ impl Volume {
 impl Volume {
     /// Advice that files `ids` are about to be read from their start (a reader walking a
     /// directory): the written blocks of each one's first `per_file` bytes go to the
-    /// device's [`crate::Device::will_need`] in block order, runs closer than 32 KiB merged,
+    /// device's [`Device::will_need`](crate::disk::device::Device::will_need) in block order, runs closer than 32 KiB merged,
     /// so that a device with a cache (an image file's page cache) reads them in a few
     /// large requests before the reads arrive, wherever aging has put them. Holes,
     /// unwritten blocks and data still in a writeback cache are not advised. Ids no

@@ -169,7 +169,10 @@ impl Shared {
     /// The context that owns group `g`: contexts own contiguous ranges of groups.
     fn owner(&self, g: u64) -> usize {
         let groups = self.vol.store().geometry().groups_count();
-        (u128::from(g) * self.contexts.len() as u128 / u128::from(groups)) as usize
+        debug_assert!(g < groups, "group {g} of {groups}");
+        let c = (u128::from(g) * self.contexts.len() as u128 / u128::from(groups)) as usize;
+        debug_assert!(c < self.contexts.len(), "every group has an owner");
+        c
     }
 
     /// The context file `id`'s dirty data goes to (under its cache lock, `d`).
@@ -200,6 +203,8 @@ impl Shared {
     }
 
     fn push(&self, id: u64, d: &mut DirtyFile, c: usize) {
+        debug_assert!(c < self.contexts.len(), "context {c}");
+        debug_assert!(!d.pages.is_empty(), "a queued file holds cached data");
         if d.last_context.is_some_and(|last| last != c) {
             self.switches.fetch_add(1, Relaxed);
         }
@@ -231,6 +236,8 @@ impl Shared {
     /// Background writeback: above the background threshold, queue every dirty file (at
     /// most once a millisecond).
     pub(super) fn kick_if_over_background(&self) -> Result<()> {
+        // Background writeback starts before writers are throttled (`options.rs` checks it).
+        debug_assert!(self.opts.background_bytes <= self.opts.dirty_limit_bytes);
         if self.dirty_bytes.load(Relaxed) <= self.opts.background_bytes {
             return Ok(());
         }
@@ -251,6 +258,10 @@ impl Shared {
     /// quarter of it).
     fn age_scan(&self) -> Result<()> {
         let expire = self.opts.expire;
+        debug_assert!(
+            !expire.is_zero(),
+            "a zero expire age would queue every write at once"
+        );
         let now = self.started.elapsed().as_nanos() as u64;
         let last = self.last_age_scan_ns.load(Relaxed);
         let due = now.saturating_sub(last) >= (expire.as_nanos() / 4) as u64;
@@ -293,6 +304,8 @@ impl Shared {
     /// Blocks a writer while the cache is at its hard limit (writeback runs meanwhile);
     /// a writeback failure ends the wait with its error.
     pub(super) fn throttle(&self) -> Result<()> {
+        // A zero limit would block every writer for ever (`options.rs` refuses it).
+        debug_assert!(self.opts.dirty_limit_bytes > 0);
         if self.dirty_bytes.load(Relaxed) < self.opts.dirty_limit_bytes {
             return Ok(());
         }
@@ -310,19 +323,34 @@ impl Shared {
 
     /// Counts `blocks` more cached blocks.
     pub(super) fn add_dirty(&self, blocks: u64) {
-        let now = self
-            .dirty_bytes
-            .fetch_add(blocks * self.block_size, Relaxed)
-            + blocks * self.block_size;
-        self.dirty_peak_bytes.fetch_max(now, Relaxed);
+        let bytes = blocks * self.block_size;
+        let before = self.dirty_bytes.fetch_add(bytes, Relaxed);
+        let now = before.checked_add(bytes);
+        debug_assert!(now.is_some(), "cached bytes {before} + {bytes} overflow");
+        self.dirty_peak_bytes
+            .fetch_max(now.unwrap_or(u64::MAX), Relaxed);
     }
 
     /// Drops cached blocks `start .. start + len` of a file: their count and reservations.
     pub(super) fn drop_cached(&self, d: &mut DirtyFile, start: u64, len: u64) {
         let (blocks, reserved) = d.drop_range(start, len);
+        debug_assert!(
+            reserved <= blocks,
+            "a reservation is held by a cached block"
+        );
+        debug_assert!(
+            len == 0 || d.run_len(start, 1) == 0,
+            "block {start} dropped"
+        );
         self.vol.release_delalloc(reserved);
-        self.dirty_bytes
+        let before = self
+            .dirty_bytes
             .fetch_sub(blocks * self.block_size, Relaxed);
+        // Paired with `add_dirty`: every block dropped was counted when cached.
+        debug_assert!(
+            before >= blocks * self.block_size,
+            "dropped {blocks} blocks, {before} bytes counted"
+        );
         if blocks > 0 {
             self.signal_cleaned();
         }
@@ -365,8 +393,10 @@ impl Shared {
         (start, len): (u64, u64),
         by: Option<usize>,
     ) -> Result<()> {
+        debug_assert!(len > 0, "a run of no blocks");
         let blocks = d.blocks(start, len);
         let run = d.run_len(start, RUN_SCAN_MAX);
+        debug_assert!(run >= len, "the run {start}+{len} is cached whole");
         let waits = thread_lock_waits();
         let wb = self
             .vol

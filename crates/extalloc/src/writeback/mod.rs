@@ -71,6 +71,7 @@ impl Buffered {
         }
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let n = opts.contexts_for(vol.store().geometry().groups_count(), cpus);
+        debug_assert!(n >= 1, "at least one writeback context");
         let shared = Arc::new(Shared::new(vol, opts, n));
         let mut workers = Vec::with_capacity(n);
         for i in 0..n {
@@ -317,6 +318,10 @@ impl Buffered {
         let entry = self.shared.entry(id)?;
         let mut d = entry.lock();
         self.shared.flush_locked(id, &mut d)?;
+        debug_assert!(
+            d.pages.is_empty(),
+            "file {id} written back before the operation"
+        );
         let out = op(&self.shared.vol)?;
         d.size = self.shared.vol.size(id)?;
         Ok(out)
@@ -341,6 +346,7 @@ impl Buffered {
     pub fn close_file(&self, id: u64) -> Result<()> {
         let entry = self.shared.entry(id)?;
         let mut d = entry.lock();
+        debug_assert!(!d.unlinked, "file {id} closed after its unlink");
         d.closed = true;
         if d.pages.is_empty() {
             self.shared.vol.close_file(id)?;
@@ -356,6 +362,10 @@ impl Buffered {
         let mut d = entry.lock();
         self.shared.vol.unlink(id)?;
         self.shared.drop_cached(&mut d, 0, u64::MAX);
+        debug_assert!(
+            d.pages.is_empty() && d.dirty_since.is_none(),
+            "unlinked, nothing cached"
+        );
         d.unlinked = true;
         self.shared.files.lock().remove(&id);
         Ok(())
@@ -374,6 +384,10 @@ impl Buffered {
     /// Every file with its size as callers see it; extents and blocks as placed so far.
     pub fn list(&self) -> Vec<FileInfo> {
         let mut files = self.shared.vol.list();
+        debug_assert!(
+            files.windows(2).all(|w| w[0].id < w[1].id),
+            "each file listed once"
+        );
         for f in &mut files {
             if let Some(e) = self.shared.existing(f.id) {
                 f.size = e.lock().size;
@@ -452,7 +466,13 @@ impl Buffered {
             c.notify_all();
         }
         for h in self.workers.drain(..) {
-            let _ = h.join();
+            let joined = h.join();
+            // A context that panicked broke an invariant: never swallow it (unless this
+            // thread is unwinding already, where a second panic would abort).
+            debug_assert!(
+                joined.is_ok() || std::thread::panicking(),
+                "a writeback context panicked"
+            );
         }
     }
 }
@@ -461,5 +481,6 @@ impl Drop for Buffered {
     /// Stops the contexts; what was not synced is lost, as in a crash.
     fn drop(&mut self) {
         self.stop();
+        debug_assert!(self.workers.is_empty(), "no context outlives its cache");
     }
 }

@@ -38,7 +38,7 @@ impl std::str::FromStr for Affinity {
     }
 }
 
-/// The knobs of a [`Buffered`] volume.
+/// The knobs of a [`Buffered`](super::Buffered) volume.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WritebackOptions {
     /// Contexts wanted; 0 for the bound `min(groups, cpus x contexts_per_cpu)`. More than
@@ -133,7 +133,7 @@ pub struct ContextStats {
     pub lock_waits: u64,
 }
 
-/// The figures of a [`Buffered`] volume.
+/// The figures of a [`Buffered`](super::Buffered) volume.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct WritebackStats {

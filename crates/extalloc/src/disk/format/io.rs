@@ -29,6 +29,9 @@ pub fn mkfs(
         });
     }
     let sb = Superblock::layout(geometry, journal_blocks, uuid)?;
+    // The layout's metadata lies inside the device, the journal after the tables.
+    debug_assert!(sb.journal_start + sb.journal_blocks <= sb.metadata_end());
+    debug_assert!(sb.metadata_end() <= geometry.blocks_count);
     // An empty journal: the whole area zeroed. Zeroing only its first block left a former
     // volume's records after it, whose sequence numbers (from 1, as the new journal's) read
     // as committed records behind an unreadable first one: the next open refused the new
@@ -68,6 +71,8 @@ pub fn mkfs(
         };
         let at = (g * DESC_BYTES as u64) as usize;
         descs[at..at + DESC_BYTES].copy_from_slice(&desc.encode(g));
+        // Paired with `read_descriptors`: what is written decodes as this group's.
+        debug_assert!(GroupDesc::decode(&descs[at..at + DESC_BYTES], g).is_ok_and(|d| d == desc));
     }
     dev.write_at(&descs, sb.desc_start * bs)?;
     write_superblock(dev, &sb)?;
@@ -101,6 +106,12 @@ pub(crate) fn write_group(
 /// Writes group `g`'s bitmap home (its descriptor is the caller's).
 pub fn write_bitmap(dev: &dyn Device, sb: &Superblock, g: u64, bitmap: &[u8]) -> Result<()> {
     let bs = u64::from(sb.block_size);
+    debug_assert!(g < sb.groups(), "group {g} of {}", sb.groups());
+    debug_assert_eq!(
+        bitmap.len() as u64,
+        u64::from(sb.bitmap_blocks) * bs,
+        "a whole bitmap"
+    );
     dev.write_at(
         bitmap,
         (sb.bitmap_start + g * u64::from(sb.bitmap_blocks)) * bs,
@@ -191,6 +202,12 @@ pub fn write_superblock(dev: &dyn Device, sb: &Superblock) -> Result<()> {
     block[..SUPERBLOCK_BYTES].copy_from_slice(&sb.encode());
     let root = sb.encode_root();
     block[SUPERBLOCK_BYTES..SUPERBLOCK_BYTES + root.len()].copy_from_slice(&root);
+    // Paired with `read_superblock`: the bytes written decode as this superblock.
+    debug_assert!(
+        Superblock::decode_with_root(&block[..SUPERBLOCK_READ]).is_ok_and(|d| d == *sb),
+        "superblock generation {} does not read back",
+        sb.generation
+    );
     dev.write_at(&block[..SUPERBLOCK_READ], 0)?;
     dev.write_at(&block, sb.backup_block() * bs)
 }

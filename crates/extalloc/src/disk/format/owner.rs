@@ -125,12 +125,21 @@ pub fn read_owner(dev: &dyn Device) -> Result<Option<OwnerRecord>> {
 
 /// Writes the owner record into block 0 (the caller flushes).
 pub fn write_owner(dev: &dyn Device, rec: &OwnerRecord) -> Result<()> {
-    dev.write_at(&rec.encode(), OWNER_OFFSET)
+    let bytes = rec.encode();
+    // Paired with `read_owner`: a record written reads back as itself, never as none.
+    debug_assert_eq!(
+        OwnerRecord::decode(&bytes).as_ref(),
+        Some(rec),
+        "owner record round trip"
+    );
+    dev.write_at(&bytes, OWNER_OFFSET)
 }
 
 /// Clears the owner record (zeros; the caller flushes).
 pub fn clear_owner(dev: &dyn Device) -> Result<()> {
-    dev.write_at(&[0u8; OWNER_BYTES], OWNER_OFFSET)
+    let zeros = [0u8; OWNER_BYTES];
+    debug_assert!(OwnerRecord::decode(&zeros).is_none(), "zeros are no owner");
+    dev.write_at(&zeros, OWNER_OFFSET)
 }
 
 /// This boot's id, as 16 bytes (zero if `/proc` does not say).
