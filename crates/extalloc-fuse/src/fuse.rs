@@ -26,7 +26,7 @@ use crate::replies::{
     TTL,
 };
 use crate::transport::{self, flags as init_flags, DirBuf, Handler, Init, Notifier, Op, Reply};
-use crate::transport::{CreateIn, Request, Setattr};
+use crate::transport::{CreateIn, Request, Setattr, TimeOrNow};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -92,14 +92,14 @@ impl FuseFs {
 
     fn entry(&self, r: Result<Attr, FsErrno>, reply: Reply<'_>) {
         match r {
-            Ok(a) => reply.entry(TTL, &self.file_attr(&a), 0),
+            Ok(a) => reply.entry(Fs::attr_ttl(&a, TTL), &self.file_attr(&a), 0),
             Err(e) => reply.error(errno(e)),
         }
     }
 
     fn attr(&self, r: Result<Attr, FsErrno>, reply: Reply<'_>) {
         match r {
-            Ok(a) => reply.attr(TTL, &self.file_attr(&a)),
+            Ok(a) => reply.attr(Fs::attr_ttl(&a, TTL), &self.file_attr(&a)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -126,8 +126,8 @@ impl Handler for FuseFs {
         let ino = req.nodeid;
         match op {
             Op::Lookup(name) => self.lookup(ino, name, reply),
-            Op::Getattr => self.attr(self.fs.getattr(ino), reply),
-            Op::Statx => self.statx(ino, reply),
+            Op::Getattr(fh) => self.attr(self.fs.getattr_through(ino, fh), reply),
+            Op::Statx(fh) => self.statx(ino, fh, reply),
             Op::Setattr(set) => self.setattr(req, set, reply),
             Op::Readlink => data(self.fs.readlink(ino), reply),
             Op::Symlink { name, target } => self.make(req, name, symlink(target), reply),
@@ -270,9 +270,9 @@ impl FuseFs {
 
     /// A statx: the attributes with the birth time (`FUSE_STATX`, sent when a caller asks
     /// for more than the basic attributes the other replies carry).
-    fn statx(&self, ino: u64, reply: Reply<'_>) {
-        match self.fs.getattr(ino) {
-            Ok(a) => reply.statx(TTL, &statx(&a, self.block_size)),
+    fn statx(&self, ino: u64, fh: Option<u64>, reply: Reply<'_>) {
+        match self.fs.getattr_through(ino, fh) {
+            Ok(a) => reply.statx(Fs::attr_ttl(&a, TTL), &statx(&a, self.block_size)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -286,6 +286,12 @@ impl FuseFs {
             atime: s.atime.map(set_time),
             mtime: s.mtime.map(set_time),
             ctime: s.ctime.map(|(secs, nanos)| Time { secs, nanos }),
+            // The writeback cache's time update: mtime and ctime as times, through a file.
+            cached_times: s.fh.is_some()
+                && matches!(s.mtime, Some(TimeOrNow::At(..)))
+                && s.ctime.is_some()
+                && s.atime.is_none()
+                && (s.mode, s.uid, s.gid, s.size) == (None, None, None, None),
         };
         let who = caller_if(req, s.size.is_some());
         let r = self.fs.setattr(req.nodeid, set, who);
@@ -350,7 +356,7 @@ impl FuseFs {
         let mut buf = DirBuf::new(size);
         let r = if plus {
             self.fs.readdirplus(fh, offset, |name, a, next| {
-                let entry = DirBuf::entry(TTL, &self.file_attr(a));
+                let entry = DirBuf::entry(Fs::attr_ttl(a, TTL), &self.file_attr(a));
                 buf.add(a.ino, next, a.inode.kind.dirent_type(), name, Some(&entry))
             })
         } else {
@@ -392,7 +398,9 @@ impl FuseFs {
             ),
         };
         match self.settled(r, settle) {
-            Ok((a, fh)) => reply.created(TTL, &self.file_attr(&a), fh, OPEN_FLAGS),
+            Ok((a, fh)) => {
+                reply.created(Fs::attr_ttl(&a, TTL), &self.file_attr(&a), fh, OPEN_FLAGS)
+            }
             Err(e) => reply.error(errno(e)),
         }
     }

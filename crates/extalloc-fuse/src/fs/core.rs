@@ -278,6 +278,11 @@ pub(crate) struct DirHandle {
     pub(crate) list: Vec<Listed>,
 }
 
+/// A file handle's bit: opened for writing.
+const HANDLE_WRITES: u64 = 1;
+/// A file handle's bit: opened with `O_APPEND`.
+const HANDLE_APPENDS: u64 = 2;
+
 /// A file system on a buffered volume (see the module documentation).
 pub struct Fs {
     pub(crate) vol: Buffered,
@@ -376,6 +381,56 @@ impl Fs {
     pub fn getattr(&self, ino: u64) -> FsResult<Attr> {
         let ns = self.ns.read();
         self.attr_of(&ns, ino)
+    }
+
+    /// `stat` of `ino` asked through the open file `fh` (the kernel asks so before it
+    /// takes a write into its cache, when the attributes it holds have expired): `EPERM`
+    /// for a file opened for writing that is immutable now (`chattr +i` after the open),
+    /// or opened for writing without `O_APPEND` and append-only now (`chattr +a`), which
+    /// the kernel then answers the `write(2)` with, as ext4 refuses it. The kernel never
+    /// caches such a file's attributes (`Fs::attr_ttl`), so it asks before every write
+    /// it would cache. `lseek(SEEK_END)` and reads past the cached size through that
+    /// handle get the same answer (ext4 would serve them): the kernel's question does not
+    /// say which call asks.
+    pub fn getattr_through(&self, ino: u64, fh: Option<u64>) -> FsResult<Attr> {
+        let a = self.getattr(ino)?;
+        let flags = a.inode.flags;
+        let refused = match fh {
+            Some(fh) if fh & HANDLE_WRITES != 0 => {
+                flags & crate::inode::IMMUTABLE != 0
+                    || (flags & crate::inode::APPEND != 0 && fh & HANDLE_APPENDS == 0)
+            }
+            _ => false,
+        };
+        if refused {
+            return Err(Errno(libc::EPERM));
+        }
+        Ok(a)
+    }
+
+    /// How long the kernel may keep `a`: not at all for an immutable or append-only
+    /// regular file (the kernel does not know the flags; asking for the attributes before
+    /// each cached write is where the daemon refuses it, [`Fs::getattr_through`]), `ttl`
+    /// otherwise.
+    pub fn attr_ttl(a: &Attr, ttl: std::time::Duration) -> std::time::Duration {
+        let fixed = crate::inode::IMMUTABLE | crate::inode::APPEND;
+        if a.inode.kind == Kind::File && a.inode.flags & fixed != 0 {
+            std::time::Duration::ZERO
+        } else {
+            ttl
+        }
+    }
+
+    /// A new open file handle for an open with `open(2)`'s `flags` (`None`: a directory):
+    /// a number never handed out before, whose low bits say whether it was opened for
+    /// writing and with `O_APPEND` ([`Fs::getattr_through`]).
+    pub(crate) fn handle(&self, flags: Option<i32>) -> u64 {
+        let n = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        debug_assert!(n < 1 << 62, "file handles exhausted");
+        let f = flags.unwrap_or(libc::O_RDONLY);
+        let writes = f & libc::O_ACCMODE != libc::O_RDONLY;
+        let appends = f & libc::O_APPEND != 0;
+        (n << 2) | if writes { HANDLE_WRITES } else { 0 } | if appends { HANDLE_APPENDS } else { 0 }
     }
 
     pub(crate) fn attr_of(&self, ns: &Ns, ino: u64) -> FsResult<Attr> {

@@ -56,6 +56,12 @@ pub struct SetAttr {
     pub mtime: Option<SetTime>,
     /// Change time.
     pub ctime: Option<Time>,
+    /// The kernel's writeback cache writing back the times of writes it cached (only
+    /// `mtime` and `ctime`, through an open file): applied whatever the inode's flags, as
+    /// ext4 sets a write's times when the write is made. The write came before any
+    /// `chattr +i`/`+a` that would refuse it (`flags.rs`), and refusing its times would
+    /// fail the next `fsync` of a file whose data is all written.
+    pub cached_times: bool,
 }
 
 /// File system figures for `statfs`.
@@ -87,7 +93,7 @@ impl Fs {
         flags::check_open(&ns, ino, flags)?;
         let n = ns.node_mut(ino)?;
         n.open += 1;
-        Ok(self.next_fh.fetch_add(1, Relaxed))
+        Ok(self.handle(Some(flags)))
     }
 
     /// Makes and opens a regular file (`creat`).
@@ -242,21 +248,7 @@ impl Fs {
     /// is read only for a truncate, and may be [`Caller::NOBODY`] otherwise).
     pub fn setattr(&self, ino: u64, set: SetAttr, who: Caller) -> FsResult<Attr> {
         self.live()?;
-        let kind = {
-            let ns = self.ns.read();
-            // Append-only: times may only be set to now (`utime(path, NULL)`, `touch`). With
-            // the writeback cache the kernel sends even that mtime as a time, but its atime
-            // as "now" (FATTR_ATIME_NOW): an explicit atime, or an mtime alone, is explicit.
-            let at = |t: Option<SetTime>| matches!(t, Some(SetTime::At(_)));
-            let explicit = at(set.atime) || (set.atime.is_none() && at(set.mtime));
-            let fixed = set.size.is_some()
-                || set.mode.is_some()
-                || set.uid.is_some()
-                || set.gid.is_some()
-                || explicit;
-            flags::check(&ns, ino, fixed)?;
-            ns.node(ino)?.inode.kind
-        };
+        let kind = self.setattr_allowed(ino, &set)?;
         let mut rewritten = false;
         if let Some(size) = set.size {
             match kind {
@@ -319,6 +311,28 @@ impl Fs {
             _ => self.persist(&mut ns, ino)?,
         }
         self.attr_of(&ns, ino)
+    }
+
+    /// What `setattr` checks first: the inode's flags allow the change (`flags.rs`); the
+    /// inode's kind.
+    fn setattr_allowed(&self, ino: u64, set: &SetAttr) -> FsResult<Kind> {
+        let ns = self.ns.read();
+        // Append-only: times may only be set to now (`utime(path, NULL)`, `touch`). With
+        // the writeback cache the kernel sends even that mtime as a time, but its atime
+        // as "now" (FATTR_ATIME_NOW): an explicit atime, or an mtime alone, is explicit.
+        let at = |t: Option<SetTime>| matches!(t, Some(SetTime::At(_)));
+        let explicit = at(set.atime) || (set.atime.is_none() && at(set.mtime));
+        let fixed = set.size.is_some()
+            || set.mode.is_some()
+            || set.uid.is_some()
+            || set.gid.is_some()
+            || explicit;
+        if set.cached_times {
+            debug_assert!(set.size.is_none() && set.mode.is_none() && set.atime.is_none());
+        } else {
+            flags::check(&ns, ino, fixed)?;
+        }
+        Ok(ns.node(ino)?.inode.kind)
     }
 
     /// `fallocate(2)` with Linux's `mode` bits: plain, `KEEP_SIZE`, `PUNCH_HOLE |

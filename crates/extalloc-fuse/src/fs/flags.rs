@@ -26,7 +26,14 @@
 //!   made before the flag was set keep the cache until closed.
 //!
 //! Writes themselves reach the daemon from the kernel's page cache long after `write(2)`
-//! returned, so an open for writing is where the flags are enforced.
+//! returned, so an open for writing is where the flags are enforced, and for a file
+//! opened before its flag was set, the attributes the kernel asks for before it caches a
+//! write: an immutable or append-only file's attributes are never cached by the kernel
+//! (`Fs::attr_ttl`), and asked through a handle opened for writing (without `O_APPEND`,
+//! for append-only) they are refused with `EPERM` (`Fs::getattr_through`), which the
+//! kernel answers the `write(2)` with, as ext4 does. Data cached before the flag is
+//! written back, and the writeback cache's own time updates for it are applied
+//! (`SetAttr::cached_times`), so its `fsync` succeeds.
 //!
 //! Data structures: the flags are `Inode::flags` (their bits are defined with the inode's
 //! encoding in `inode.rs`, re-exported here). Invariant: only [`KEPT`] bits are ever

@@ -185,3 +185,69 @@ fn copy_range_copies_through_the_cache_and_refuses_an_immutable_target() {
     );
     fs.unmount().unwrap();
 }
+
+/// A file opened for writing before `chattr +i` (or `+a`, without `O_APPEND`): the kernel
+/// is never let cache its attributes, the attributes asked through that handle (as the
+/// kernel asks before it caches a write) are `EPERM`, through a read-only or `O_APPEND`
+/// handle and through none they are served, and the writeback cache's time update for data
+/// cached before the flag is applied while a caller's explicit time is refused.
+#[test]
+fn handles_opened_before_the_flag_are_refused_their_writes() {
+    let dev = device(12);
+    let fs = fresh(&dev);
+    let f = put(&fs, ROOT, "f", b"data");
+    let w = fs.open(f, libc::O_WRONLY).unwrap();
+    let a = fs.open(f, libc::O_WRONLY | libc::O_APPEND).unwrap();
+    let r = fs.open(f, libc::O_RDONLY).unwrap();
+    let plain = fs.getattr(f).unwrap();
+    assert_eq!(
+        Fs::attr_ttl(&plain, TTL_FOR_TEST),
+        TTL_FOR_TEST,
+        "cached until flagged"
+    );
+    fs.set_flags(f, IMMUTABLE).unwrap();
+    eperm(
+        fs.getattr_through(f, Some(w)),
+        "attributes through a writing handle",
+    );
+    eperm(
+        fs.getattr_through(f, Some(a)),
+        "... through an appending one",
+    );
+    fs.getattr_through(f, Some(r)).unwrap();
+    let attr = fs.getattr_through(f, None).unwrap();
+    assert_eq!(Fs::attr_ttl(&attr, TTL_FOR_TEST), std::time::Duration::ZERO);
+    let t = crate::inode::Time {
+        secs: 1_700_000_000,
+        nanos: 5,
+    };
+    let cached = SetAttr {
+        mtime: Some(SetTime::At(t)),
+        ctime: Some(t),
+        cached_times: true,
+        ..Default::default()
+    };
+    let after = fs
+        .setattr(f, cached, ME)
+        .expect("the cache's own times are applied");
+    assert_eq!(after.inode.mtime, t);
+    let explicit = SetAttr {
+        cached_times: false,
+        ..cached
+    };
+    eperm(fs.setattr(f, explicit, ME), "a caller's explicit mtime");
+    fs.set_flags(f, APPEND).unwrap();
+    eperm(
+        fs.getattr_through(f, Some(w)),
+        "append-only, through a handle without O_APPEND",
+    );
+    fs.getattr_through(f, Some(a)).unwrap();
+    fs.set_flags(f, 0).unwrap();
+    fs.getattr_through(f, Some(w)).unwrap();
+    for _ in 0..3 {
+        fs.release(f).unwrap();
+    }
+    fs.unmount().unwrap();
+}
+
+const TTL_FOR_TEST: std::time::Duration = std::time::Duration::from_secs(3600);

@@ -23,8 +23,13 @@ impl Fs {
     pub fn opendir(&self, ino: u64) -> FsResult<u64> {
         self.live()?;
         let list = snapshot(&self.ns.read(), ino)?;
-        let fh = self.next_fh.fetch_add(1, Relaxed);
-        self.dir_handles.lock().insert(fh, DirHandle { ino, list });
+        let fh = self.handle(None);
+        let fresh = self
+            .dir_handles
+            .lock()
+            .insert(fh, DirHandle { ino, list })
+            .is_none();
+        debug_assert!(fresh, "directory handle {fh} handed out twice");
         Ok(fh)
     }
 

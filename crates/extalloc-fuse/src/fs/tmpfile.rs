@@ -23,7 +23,6 @@ use super::core::{Attr, Caller, Errno, Fs, FsResult, Node, Ns, Refs};
 use super::flags;
 use crate::inode::{Inode, Kind};
 use crate::xattr::Xattrs;
-use std::sync::atomic::Ordering::Relaxed;
 
 /// What a new inode is made of.
 #[derive(Debug, Clone, Copy)]
@@ -102,7 +101,7 @@ impl Fs {
         ns.node_mut(ino)?.open += 1;
         let attr = self.attr_of(&ns, ino)?;
         debug_assert!(attr.inode.nlink == 0 && ns.node(ino)?.open == 1);
-        Ok((attr, self.next_fh.fetch_add(1, Relaxed)))
+        Ok((attr, self.handle(Some(flags))))
     }
 
     /// The inode (and the extended attributes it inherits) that `who` makes as `new` in

@@ -55,6 +55,8 @@ abi! {
         pub blocks: u64, pub attributes_mask: u64, pub atime: SxTime, pub btime: SxTime,
         pub ctime: SxTime, pub mtime: SxTime, pub rdev_major: u32, pub rdev_minor: u32,
         pub dev_major: u32, pub dev_minor: u32, pub spare2: [u64; 14], } = 256;
+    /// `FUSE_GETATTR`'s request.
+    pub struct GetattrIn { pub getattr_flags: u32, pub dummy: u32, pub fh: u64, } = 16;
     /// `FUSE_STATX`'s request.
     pub struct StatxIn { pub getattr_flags: u32, pub reserved: u32, pub fh: u64,
         pub sx_flags: u32, pub sx_mask: u32, } = 24;
@@ -204,9 +206,13 @@ pub const FATTR_GID: u32 = 1 << 2;
 pub const FATTR_SIZE: u32 = 1 << 3;
 pub const FATTR_ATIME: u32 = 1 << 4;
 pub const FATTR_MTIME: u32 = 1 << 5;
+pub const FATTR_FH: u32 = 1 << 6;
 pub const FATTR_ATIME_NOW: u32 = 1 << 7;
 pub const FATTR_MTIME_NOW: u32 = 1 << 8;
 pub const FATTR_CTIME: u32 = 1 << 10;
+
+// `GETATTR`'s and `STATX`'s flags: `fh` names the open file the call came through.
+pub const GETATTR_FH: u32 = 1 << 0;
 
 // An open's reply flags.
 pub const FOPEN_DIRECT_IO: u32 = 1 << 0;

@@ -42,6 +42,9 @@ pub(crate) struct Setattr {
     pub(crate) atime: Option<TimeOrNow>,
     pub(crate) mtime: Option<TimeOrNow>,
     pub(crate) ctime: Option<(i64, u32)>,
+    /// The open file the change came through (`FATTR_FH`): an `ftruncate`, or the
+    /// writeback cache's own time update.
+    pub(crate) fh: Option<u64>,
 }
 
 /// A request's arguments, by opcode.
@@ -51,9 +54,12 @@ pub(crate) enum Op<'a> {
     Lookup(&'a OsStr),
     Forget(u64),
     BatchForget(Vec<abi::ForgetOne>),
-    Getattr,
+    /// Attributes, through the open file `fh` when the kernel names one (a cached write
+    /// or read, `lseek`: `FUSE_GETATTR_FH`).
+    Getattr(Option<u64>),
     /// The statx flags and mask are not read: every reply carries all a statx can.
-    Statx,
+    /// As `Getattr`.
+    Statx(Option<u64>),
     Setattr(Setattr),
     Readlink,
     Symlink {
@@ -159,6 +165,11 @@ struct Args<'a>(&'a [u8]);
 impl<'a> Args<'a> {
     fn fixed<T: FromBytes>(&mut self) -> Option<T> {
         let (v, rest) = T::read_from_prefix(self.0).ok()?;
+        debug_assert_eq!(
+            self.0.len() - rest.len(),
+            std::mem::size_of::<T>(),
+            "one argument read"
+        );
         self.0 = rest;
         Some(v)
     }
@@ -166,6 +177,7 @@ impl<'a> Args<'a> {
     fn name(&mut self) -> Option<&'a OsStr> {
         let end = self.0.iter().position(|&b| b == 0)?;
         let (name, rest) = self.0.split_at(end);
+        debug_assert_eq!(rest.first(), Some(&0), "a name ends at its NUL");
         self.0 = &rest[1..];
         Some(OsStr::from_bytes(name))
     }
@@ -219,10 +231,15 @@ fn nodes<'a>(opcode: u32, a: &mut Args<'a>) -> Option<Op<'a>> {
         LOOKUP => Op::Lookup(a.name()?),
         FORGET => Op::Forget(a.fixed::<ForgetIn>()?.nlookup),
         BATCH_FORGET => batch_forget(a)?,
-        GETATTR => Op::Getattr,
+        // Kernels before protocol 7.9 send no arguments.
+        GETATTR => Op::Getattr(
+            a.fixed::<GetattrIn>()
+                .filter(|g| g.getattr_flags & GETATTR_FH != 0)
+                .map(|g| g.fh),
+        ),
         STATX => {
-            a.fixed::<StatxIn>()?;
-            Op::Statx
+            let s = a.fixed::<StatxIn>()?;
+            Op::Statx((s.getattr_flags & GETATTR_FH != 0).then_some(s.fh))
         }
         SETATTR => Op::Setattr(setattr(a.fixed()?)),
         READLINK => Op::Readlink,
@@ -425,5 +442,6 @@ fn setattr(s: abi::SetattrIn) -> Setattr {
         atime: time(FATTR_ATIME, FATTR_ATIME_NOW, s.atime, s.atimensec),
         mtime: time(FATTR_MTIME, FATTR_MTIME_NOW, s.mtime, s.mtimensec),
         ctime: on(FATTR_CTIME).then(|| at(s.ctime, s.ctimensec)),
+        fh: on(FATTR_FH).then_some(s.fh),
     }
 }

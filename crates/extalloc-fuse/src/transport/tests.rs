@@ -90,7 +90,31 @@ fn names_and_data_are_borrowed_from_the_request() {
         matches!(request::parse(&buf).unwrap().1, Op::Tmpfile { create } if create.mode == 0o100644)
     );
     let buf = request(abi::STATX, 1, &[abi::StatxIn::default().as_bytes()]);
-    assert!(matches!(request::parse(&buf).unwrap().1, Op::Statx));
+    assert!(matches!(request::parse(&buf).unwrap().1, Op::Statx(None)));
+}
+
+/// GETATTR through an open file names it (FUSE_GETATTR_FH); without the flag, or without
+/// arguments (kernels before 7.9), it names none.
+#[test]
+fn getattr_names_the_open_file_it_came_through() {
+    let through = abi::GetattrIn {
+        getattr_flags: abi::GETATTR_FH,
+        dummy: 0,
+        fh: 42,
+    };
+    let buf = request(abi::GETATTR, 1, &[through.as_bytes()]);
+    assert!(matches!(
+        request::parse(&buf).unwrap().1,
+        Op::Getattr(Some(42))
+    ));
+    let plain = abi::GetattrIn {
+        getattr_flags: 0,
+        ..through
+    };
+    let buf = request(abi::GETATTR, 1, &[plain.as_bytes()]);
+    assert!(matches!(request::parse(&buf).unwrap().1, Op::Getattr(None)));
+    let buf = request(abi::GETATTR, 1, &[]);
+    assert!(matches!(request::parse(&buf).unwrap().1, Op::Getattr(None)));
 }
 
 #[test]
@@ -290,7 +314,7 @@ impl Handler for Recorder {
     }
     fn serve(&self, req: &Request, op: Op<'_>, reply: Reply<'_>) {
         match op {
-            Op::Getattr => reply.attr(
+            Op::Getattr(_) => reply.attr(
                 std::time::Duration::ZERO,
                 &Attr {
                     ino: req.nodeid,
