@@ -94,5 +94,8 @@ pub(crate) fn to_py(e: E) -> PyErr {
         K::Io => IoError::new_err(msg),
         K::Corrupt | K::Unrecognized => Corrupt::new_err(msg),
         K::Aborted => Aborted::new_err(msg),
+        // A kind added to the library later (`ErrorKind` is non-exhaustive): the base
+        // class, until it is given an exception of its own.
+        _ => Error::new_err(msg),
     }
 }

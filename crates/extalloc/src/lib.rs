@@ -74,6 +74,9 @@ mod error;
 pub mod files;
 mod geometry;
 pub mod groups;
+/// The sequence fuzzers of the volume and the store (the `testing` feature: the project's
+/// tests and fuzz targets; not in a default build).
+#[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod sequence;
 pub mod store;

@@ -7,6 +7,7 @@ use thiserror::Error;
 
 /// Everything that can go wrong when calling into extalloc.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum Error {
     /// A request or extent of zero blocks.
     #[error("zero-length extent or request: lengths are counted in blocks and must be at least 1")]

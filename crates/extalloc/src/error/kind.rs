@@ -9,6 +9,7 @@ use super::cause::Error;
 /// is stable: a kind is added only with a new remedy (and the C codes and Python exceptions
 /// that follow it), never renumbered or merged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ErrorKind {
     /// A bad argument: a zero length, a range outside the device, fields that contradict
     /// each other, a bad hint, geometry, policy or setting, a double free. Fix the call.
@@ -148,6 +149,31 @@ impl Error {
 
 #[cfg(test)]
 mod tests {
+    /// `ALL` holds every kind once: the exhaustive match below (the library's own; other
+    /// crates see `ErrorKind` as non-exhaustive) fails the build when a kind is added, and
+    /// the positions it gives must be `ALL`'s.
+    #[test]
+    fn all_lists_every_kind_once() {
+        use super::ErrorKind as K;
+        let position = |k: K| match k {
+            K::InvalidArgument => 0,
+            K::FileTooBig => 1,
+            K::WrongState => 2,
+            K::NotFound => 3,
+            K::Exists => 4,
+            K::NoSpace => 5,
+            K::TransactionTooLarge => 6,
+            K::Busy => 7,
+            K::Io => 8,
+            K::Corrupt => 9,
+            K::Unrecognized => 10,
+            K::Aborted => 11,
+        };
+        for (i, &k) in K::ALL.iter().enumerate() {
+            assert_eq!(position(k), i, "{k:?}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -113,6 +113,7 @@ pub use io::{Fallocate, MAX_ATTR_BYTES, MAX_FILE_BYTES};
 pub use path::DEFAULT_BLOCK_SIZE;
 pub use read::Advised;
 pub use salvage::{ClearedMap, FilePlace, LostEntry, Salvage};
+#[cfg(any(test, feature = "testing"))]
 pub(crate) use state::CHUNK_BLOCKS;
 use state::{Claims, FileTable, Meta, Segs, CHUNK_BUDGET, EMPTY_RECORD_BYTES, NEXT_IDENTITY};
 pub use state::{FileExtent, FileInfo, Volume};
