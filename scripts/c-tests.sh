@@ -74,8 +74,21 @@ for name in "${progs[@]}"; do
 done
 run blobstore "$out/scratch/blobstore.vol"
 run blobstore-static "$out/scratch/blobstore-static.vol"
+# The installed library (scripts/install-c.sh): the example built as a user would, through
+# pkg-config, runs against the installed library under its SONAME.
+prefix="$out/prefix"
+./scripts/install-c.sh "$prefix" >/dev/null
+export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+# shellcheck disable=SC2046 # pkg-config's flags are words on purpose
+gcc -std=gnu11 -Wall -Werror "$capi/examples/blobstore.c" $(pkg-config --cflags --libs extalloc) \
+  -Wl,-rpath,"$prefix/lib" -o "$out/blobstore-installed"
+if ! ldd "$out/blobstore-installed" | grep -q "libextalloc_capi.so.0.1 => $prefix/lib/"; then
+  echo "c-tests: the installed example does not load $prefix/lib/libextalloc_capi.so.0.1" >&2
+  failed=1
+fi
+run blobstore-installed "$out/scratch/blobstore-installed.vol"
 if [[ $failed -ne 0 ]]; then
   echo "c-tests: FAILED" >&2
   exit 1
 fi
-echo "c-tests: all passed (${#progs[@]} test programs, the example twice)"
+echo "c-tests: all passed (${#progs[@]} test programs, the example three times: shared, static, installed)"
