@@ -123,7 +123,7 @@ pub fn serve(opts: &MountOptions, ready: impl FnOnce(&MountReport)) -> Result<()
     let mut session = match Session::mount(&mountpoint, &spec) {
         Ok(s) => s,
         Err(e) => {
-            let _ = close(fs);
+            let _ = close(fs, opts.read_only);
             return Err(format!(
                 "cannot mount {dev_name} on {}: {e} (is /dev/fuse there, and are you root or \
                  is fusermount3 installed?)",
@@ -162,7 +162,7 @@ pub fn serve(opts: &MountOptions, ready: impl FnOnce(&MountReport)) -> Result<()
         Err(e) => {
             let _ = session.unmount();
             drop(session);
-            let _ = close(fs);
+            let _ = close(fs, opts.read_only);
             return Err(e);
         }
     };
@@ -171,7 +171,7 @@ pub fn serve(opts: &MountOptions, ready: impl FnOnce(&MountReport)) -> Result<()
     let served = session.run(fuse, serving(opts), || ready(&report));
     ended.store(true, Ordering::Release);
     drop(committer);
-    let closed = close(fs);
+    let closed = close(fs, opts.read_only);
     served.map_err(|e| format!("the FUSE session failed: {e}"))?;
     closed
 }
@@ -215,8 +215,12 @@ fn open_fs(opts: &MountOptions, dev_name: &str) -> Result<(Arc<Fs>, MountReport)
              ro,norecovery to replay the journal into memory only)"
         ));
     }
-    let (fs, mut report) =
-        Fs::mount(vol, opts.writeback).map_err(|e| format!("{dev_name}: {e}"))?;
+    let mounted = if opts.read_only {
+        Fs::mount_read_only(vol, opts.writeback)
+    } else {
+        Fs::mount(vol, opts.writeback)
+    };
+    let (fs, mut report) = mounted.map_err(|e| format!("{dev_name}: {e}"))?;
     report.salvage = salvage;
     fs.set_dir_readahead(opts.dir_readahead);
     if let Some(f) = fence {
@@ -289,9 +293,14 @@ fn start_committer(fs: &Arc<Fs>, every: Duration) -> Result<Option<Committer>, S
         .map_err(|e| format!("cannot start the background commit thread: {e}"))
 }
 
-/// Closes the file system once the session has let go of it.
-fn close(fs: Arc<Fs>) -> Result<(), String> {
+/// Closes the file system once the session has let go of it. Read-only, nothing is
+/// written back: the overlay that took the recovery and repairs goes with the process.
+fn close(fs: Arc<Fs>, read_only: bool) -> Result<(), String> {
     match Arc::try_unwrap(fs) {
+        Ok(fs) if read_only => {
+            drop(fs);
+            Ok(())
+        }
         Ok(fs) => fs.unmount(),
         Err(fs) => {
             // A session thread still holds it: write everything back at least.

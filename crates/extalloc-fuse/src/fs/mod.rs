@@ -111,16 +111,50 @@ impl Fs {
     /// file), else reads the namespace back and repairs what a crash left (orphans, link
     /// counts, torn entry logs; see [`MountReport`]).
     pub fn mount(vol: Volume, opts: WritebackOptions) -> Result<(Fs, MountReport), String> {
+        Fs::mount_with(vol, opts, true)
+    }
+
+    /// [`Fs::mount`] for a volume under a read-only overlay (`extalloc mount --read-only`):
+    /// the repairs are committed into the overlay when they can be, and kept in memory when
+    /// they cannot (a full or fragmented device has no room for the metadata they would
+    /// write); a repair that finds no room leaves the namespace served as the volume holds
+    /// it. A read-only mount never refuses for lack of space.
+    pub fn mount_read_only(
+        vol: Volume,
+        opts: WritebackOptions,
+    ) -> Result<(Fs, MountReport), String> {
+        Fs::mount_with(vol, opts, false)
+    }
+
+    fn mount_with(
+        vol: Volume,
+        opts: WritebackOptions,
+        must_commit: bool,
+    ) -> Result<(Fs, MountReport), String> {
         let mut report = MountReport::default();
         if vol.list().is_empty() {
             make_root(&vol)?;
             report.created = true;
         }
-        let (nodes, found) = scan::load(&vol, true)?;
+        let (nodes, found) = match scan::load(&vol, true) {
+            Ok(loaded) => loaded,
+            // Read-only: a repair that finds no room (an orphan's removal commits) leaves
+            // the namespace as the volume holds it, served unrepaired.
+            Err(e) if !must_commit => {
+                log::warn!("read-only: served unrepaired, a repair failed: {e}");
+                scan::load(&vol, false)?
+            }
+            Err(e) => return Err(e),
+        };
         report.repaired = found;
         report.corrupt_groups = vol.store().corrupt_groups();
-        vol.sync()
-            .map_err(|e| format!("cannot commit the repairs: {e}"))?;
+        match vol.sync() {
+            Ok(()) => {}
+            Err(e) if !must_commit => {
+                log::warn!("read-only: the repairs stay in memory, none committed: {e}")
+            }
+            Err(e) => return Err(format!("cannot commit the repairs: {e}")),
+        }
         let vol = Buffered::new(vol, opts).map_err(|e| e.to_string())?;
         let fs = Fs {
             vol,

@@ -306,3 +306,50 @@ fn a_fresh_volume_has_nothing_to_repair() {
     let r = repair(dev.clone(), Policy::default()).unwrap();
     assert!(!r.changed(), "{r:?}");
 }
+
+/// A volume of 1 KiB blocks filled with one-block files, every other one removed, then a
+/// crash: no run of blocks is left for the metadata a commit writes, so a read-write mount
+/// cannot commit its recovery. A read-only mount still serves every file, its recovery
+/// kept in memory (`Fs::mount_read_only`).
+#[test]
+fn a_read_only_mount_serves_a_volume_too_fragmented_to_commit() {
+    let dev = Arc::new(FaultDevice::new(MemDevice::new(4096 * 1024), 5));
+    let geometry = extalloc::Geometry::new(1024, 4096, 4096).unwrap();
+    let vol =
+        extalloc::volume::Volume::mkfs(dev.clone(), &geometry, 256, Policy::default()).unwrap();
+    let (fs, _) = Fs::mount(vol, extalloc::writeback::WritebackOptions::default()).unwrap();
+    let mut n = 0u32;
+    let file = || super::tests::node(crate::inode::Kind::File);
+    while let Ok(a) = fs.make(ROOT, format!("f{n}").as_bytes(), file(), ME) {
+        // Each file committed on its own: its metadata's runs taken one after another.
+        if fs.write(a.ino, 0, &[n as u8; 1000], false).is_err() || fs.sync().is_err() {
+            break;
+        }
+        n += 1;
+    }
+    let _ = fs.sync();
+    let mut kept = Vec::new();
+    for i in 0..n {
+        if i % 2 == 0 {
+            if fs.unlink(ROOT, format!("f{i}").as_bytes()).is_err() {
+                kept.extend(i..n);
+                break;
+            }
+        } else {
+            kept.push(i);
+        }
+    }
+    drop(fs); // a crash: what the last commit holds, and the journal after it
+    let open = || extalloc::volume::Volume::open(dev.clone(), Policy::default()).unwrap();
+    let opts = extalloc::writeback::WritebackOptions::default;
+    let err = Fs::mount(open(), opts()).err();
+    assert!(
+        err.as_deref().is_some_and(|e| e.contains("no space")),
+        "the premise: a read-write mount of this volume cannot commit ({err:?}, {n} files)"
+    );
+    let (fs, _) = Fs::mount_read_only(open(), opts()).expect("a read-only mount never needs space");
+    for &i in kept.iter().take(50) {
+        let ino = fs.lookup(ROOT, format!("f{i}").as_bytes()).unwrap().ino;
+        assert_eq!(fs.read(ino, 0, 2000).unwrap(), vec![i as u8; 1000], "f{i}");
+    }
+}
