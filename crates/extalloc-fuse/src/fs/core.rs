@@ -186,6 +186,9 @@ pub(crate) struct Node {
     /// `auto_da_alloc`), so a crash after truncate-and-rewrite leaves old or new content,
     /// not an empty file.
     pub(crate) rewritten: bool,
+    /// When an fsync of it last succeeded: an unlink of a regular file within
+    /// `names::SYNCED_UNLINK_WINDOW` of that is committed before its reply (`names.rs`).
+    pub(crate) synced: Option<std::time::Instant>,
 }
 
 impl Node {
@@ -201,6 +204,7 @@ impl Node {
             spill: None,
             tmpfile: false,
             rewritten: false,
+            synced: None,
         }
     }
 

@@ -423,7 +423,11 @@ impl Fs {
     pub fn fsync(&self, ino: u64) -> FsResult<()> {
         self.live()?;
         self.flush_attrs(Some(ino))?;
-        Ok(self.vol.fsync(ino)?)
+        self.vol.fsync(ino)?;
+        if let Ok(n) = self.ns_write().node_mut(ino) {
+            n.synced = Some(std::time::Instant::now());
+        }
+        Ok(())
     }
 
     /// Figures for `statfs`. Blocks freed since the last commit (a removed file's, a

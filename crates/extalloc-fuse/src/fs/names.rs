@@ -29,6 +29,16 @@ pub use super::tmpfile::NewNode;
 
 mod rename;
 
+/// An unlink of a regular file fsync'd less than this ago is committed before its reply
+/// (the background commit's default interval). A database's rollback journal is written,
+/// fsync'd and unlinked, and the unlink is its commit point: SQLite then fsyncs the
+/// directory, but takes a directory it cannot open as synced, which is what it meets when
+/// the daemon dies right after the unlink (the mount is gone, the program goes on), and
+/// the next open rolls back a transaction it reported committed. ext4 needs no such rule:
+/// a crash that loses the unlink ends the program too. Files fsync'd longer ago (a build
+/// tree, old objects) are unlinked as before, committed with the next commit.
+pub(crate) const SYNCED_UNLINK_WINDOW: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A directory's log is compacted once it exceeds this and four times its live entries.
 const COMPACT_MIN_BYTES: u64 = 64 << 10;
 
@@ -286,15 +296,26 @@ impl Fs {
     pub fn unlink(&self, parent: u64, name: &[u8]) -> FsResult<()> {
         self.live()?;
         check_name(name)?;
-        let mut ns = self.ns_write();
-        let ino = ns.entry(parent, name)?;
-        // As the kernel's may_delete: the flags come before the kind and emptiness.
-        flags::check(&ns, parent, true)?;
-        flags::check(&ns, ino, true)?;
-        if ns.node(ino)?.dir.is_some() {
-            return err(libc::EISDIR);
+        let synced_file = {
+            let mut ns = self.ns_write();
+            let ino = ns.entry(parent, name)?;
+            // As the kernel's may_delete: the flags come before the kind and emptiness.
+            flags::check(&ns, parent, true)?;
+            flags::check(&ns, ino, true)?;
+            let n = ns.node(ino)?;
+            if n.dir.is_some() {
+                return err(libc::EISDIR);
+            }
+            let synced = n.inode.kind == Kind::File
+                && n.synced.is_some_and(|t| t.elapsed() < SYNCED_UNLINK_WINDOW);
+            self.remove(&mut ns, parent, name, ino)?;
+            synced
+        };
+        // Outside the namespace lock: the commit waits for the device.
+        if synced_file {
+            self.vol.volume().sync()?;
         }
-        self.remove(&mut ns, parent, name, ino)
+        Ok(())
     }
 
     /// Removes the empty directory `name` from `parent`.

@@ -66,3 +66,32 @@ fn a_truncate_and_rewrite_never_leaves_an_empty_file() {
     let got = fs.read(find(&fs, "db").unwrap(), 0, 1 << 20).unwrap();
     assert_eq!(got, new);
 }
+
+/// A database's rollback journal: written, fsync'd, unlinked, and the unlink is the
+/// transaction's commit point. It is committed before its reply, so a crash right after it
+/// (the daemon killed before the directory fsync the database sends next) never brings the
+/// journal back; a file whose last fsync is older than the window, or that was never
+/// fsync'd, is unlinked lazily as before (here: back after the crash).
+#[test]
+fn an_unlink_right_after_an_fsync_is_durable_at_once() {
+    for fsynced in [true, false] {
+        let dev = device(31);
+        let fs = fresh(&dev);
+        let journal = put(&fs, ROOT, "db-journal", &[7u8; 25_136]);
+        if fsynced {
+            fs.fsync(journal).unwrap();
+        } else {
+            fs.sync().unwrap(); // durable, but no fsync of the file itself
+        }
+        fs.unlink(ROOT, b"db-journal").unwrap();
+        drop(fs);
+        dev.crash(Crash::DropAll).unwrap();
+        let (fs, _) = remount(&dev);
+        let back = find(&fs, "db-journal").is_ok();
+        assert_eq!(
+            back, !fsynced,
+            "fsynced {fsynced}: the journal is back: {back}"
+        );
+        fs.unmount().unwrap();
+    }
+}
