@@ -225,9 +225,14 @@ if [[ "$FS" == extalloc ]]; then
   step "build extalloc"
   PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
   # Release, or the profile EXTALLOC_PROFILE names (scripts/test.sh: `checked`).
+  # EXTALLOC_TEST_BIN: a binary built already (as scripts/mount-tests.sh takes it).
   PROFILE=${EXTALLOC_PROFILE:-release}
-  (cd "$REPO" && cargo build --profile "$PROFILE" -q -p extalloc-cli)
-  BUILT="${CARGO_TARGET_DIR:-$REPO/target}/$PROFILE/extalloc"
+  if [[ -n "${EXTALLOC_TEST_BIN:-}" ]]; then
+    BUILT="$EXTALLOC_TEST_BIN"
+  else
+    (cd "$REPO" && cargo build --profile "$PROFILE" -q -p extalloc-cli)
+    BUILT="${CARGO_TARGET_DIR:-$REPO/target}/$PROFILE/extalloc"
+  fi
 fi
 
 if [[ -n "$GROUP" ]]; then

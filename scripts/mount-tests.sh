@@ -43,9 +43,15 @@ skip() {
 PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 # The build under test: release, or the profile EXTALLOC_PROFILE names (scripts/test.sh
 # runs the suite under `checked`: release with debug assertions and overflow checks on).
+# EXTALLOC_TEST_BIN: a binary built already (test.sh passes the one its workspace tests
+# built: a build of the CLI alone unifies other features and would compile it all again).
 PROFILE=${EXTALLOC_PROFILE:-release}
-cargo build --profile "$PROFILE" -q -p extalloc-cli
-BIN="$PWD/target/$PROFILE/extalloc"
+if [[ -n "${EXTALLOC_TEST_BIN:-}" ]]; then
+  BIN="$EXTALLOC_TEST_BIN"
+else
+  cargo build --profile "$PROFILE" -q -p extalloc-cli
+  BIN="$PWD/target/$PROFILE/extalloc"
+fi
 REPO="$PWD"
 TOOLS="$PWD/crates/extalloc-fuse/tools"
 

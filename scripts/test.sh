@@ -40,6 +40,9 @@ step() { # NAME COMMAND...: runs a step, recording it as passed
 
 step "tools" ./scripts/ci-deps.sh
 step "workspace tests (checked)" cargo test --workspace --profile checked
+# The CLI those tests built: the mount tests and fstests use it (a build of the CLI alone
+# unifies other features of the library and would compile everything again).
+export EXTALLOC_TEST_BIN="$PWD/target/checked/extalloc"
 # The C API from C (docs/c.md): its C tests and example under ASan and UBSan, against the
 # library the line above built (about 5 s).
 step "C tests" ./scripts/c-tests.sh --workspace
