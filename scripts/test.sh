@@ -4,8 +4,8 @@
 # package's tests, the loom models of the lock-free group index and the op shards, then
 # the mounted file system under fsx, pjdfstest, fio with verify and kill -9 crashes
 # (scripts/mount-tests.sh: root and /dev/fuse), then fstests' CI selection on the mount
-# (scripts/fstests-ci.list, about 4 minutes). About 25 minutes on 2 cores, first builds
-# included.
+# (scripts/fstests-ci.list, about 4 minutes). About 24 minutes on 2 cores with .ci/run's
+# lints, first builds included.
 #
 # Everything but loom runs the `checked` profile (Cargo.toml): release's code with debug
 # assertions and overflow checks on, so the design's assertions run where the tortures,
