@@ -24,15 +24,7 @@ impl Files {
     /// damaged: the group is held corrupt from now on and the extent adopted.
     pub fn adopt(&self, file: &FileAlloc, logical: u64, extent: Extent) -> Result<()> {
         self.allocator().geometry().validate(extent)?;
-        let end = logical
-            .checked_add(extent.len)
-            .filter(|&e| e <= super::LOGICAL_BLOCKS_MAX)
-            .ok_or(Error::PastLargestFile {
-                unit: "logical blocks",
-                start: logical,
-                len: extent.len,
-                max: super::LOGICAL_BLOCKS_MAX,
-            })?;
+        let end = super::logical_end(logical, extent.len)?;
         let mut f = file.inner.write();
         let left = f.map.range(..logical).next_back().map(|(&s, &e)| (s, e));
         let right = f.map.range(logical..).next().map(|(&s, &e)| (s, e));

@@ -439,18 +439,7 @@ impl Files {
         if req.len == 0 {
             return Err(Error::ZeroLength);
         }
-        if req
-            .logical
-            .checked_add(req.len.max(req.run))
-            .is_none_or(|e| e > LOGICAL_BLOCKS_MAX)
-        {
-            return Err(Error::PastLargestFile {
-                unit: "logical blocks",
-                start: req.logical,
-                len: req.len.max(req.run),
-                max: LOGICAL_BLOCKS_MAX,
-            });
-        }
+        logical_end(req.logical, req.len.max(req.run))?;
         if let Some(goal) = req.goal {
             self.alloc.geometry().validate(Extent::new(goal, 1))?;
         }
@@ -521,4 +510,18 @@ impl Files {
     pub fn prealloc_reserved_blocks(&self) -> u64 {
         self.reserved_extents().iter().map(|e| e.len).sum()
     }
+}
+
+/// The end of `logical .. logical + len` in a file: refused past the largest file
+/// ([`LOGICAL_BLOCKS_MAX`]) or on overflow, with the range named.
+pub(crate) fn logical_end(logical: u64, len: u64) -> Result<u64> {
+    logical
+        .checked_add(len)
+        .filter(|&e| e <= LOGICAL_BLOCKS_MAX)
+        .ok_or(Error::PastLargestFile {
+            unit: "logical blocks",
+            start: logical,
+            len,
+            max: LOGICAL_BLOCKS_MAX,
+        })
 }

@@ -63,15 +63,7 @@ impl Files {
         if len == 0 {
             return Err(Error::ZeroLength);
         }
-        let end = logical
-            .checked_add(len)
-            .filter(|&e| e <= LOGICAL_BLOCKS_MAX)
-            .ok_or(Error::PastLargestFile {
-                unit: "logical blocks",
-                start: logical,
-                len,
-                max: LOGICAL_BLOCKS_MAX,
-            })?;
+        let end = super::logical_end(logical, len)?;
         let mut f = file.inner.write();
         let hit: Vec<(u64, Extent)> = f
             .map
