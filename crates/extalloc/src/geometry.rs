@@ -179,6 +179,21 @@ impl Geometry {
     }
 }
 
+/// The end of `start .. start + len` in a file counted in `unit` ("bytes" or "logical
+/// blocks"): refused past `max` (the largest file in that unit) or on overflow, with the
+/// range named ([`Error::PastLargestFile`]).
+pub(crate) fn file_range_end(start: u64, len: u64, max: u64, unit: &'static str) -> Result<u64> {
+    start
+        .checked_add(len)
+        .filter(|&end| end <= max)
+        .ok_or(Error::PastLargestFile {
+            unit,
+            start,
+            len,
+            max,
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -515,13 +515,5 @@ impl Files {
 /// The end of `logical .. logical + len` in a file: refused past the largest file
 /// ([`LOGICAL_BLOCKS_MAX`]) or on overflow, with the range named.
 pub(crate) fn logical_end(logical: u64, len: u64) -> Result<u64> {
-    logical
-        .checked_add(len)
-        .filter(|&e| e <= LOGICAL_BLOCKS_MAX)
-        .ok_or(Error::PastLargestFile {
-            unit: "logical blocks",
-            start: logical,
-            len,
-            max: LOGICAL_BLOCKS_MAX,
-        })
+    crate::geometry::file_range_end(logical, len, LOGICAL_BLOCKS_MAX, "logical blocks")
 }

@@ -557,13 +557,5 @@ pub(super) fn check_attr(attr: &[u8]) -> Result<()> {
 /// `offset .. offset + len` as bytes of a file: refused past [`MAX_FILE_BYTES`] or on
 /// overflow. Returns the end.
 pub(crate) fn check_range(offset: u64, len: u64) -> Result<u64> {
-    offset
-        .checked_add(len)
-        .filter(|&end| end <= MAX_FILE_BYTES)
-        .ok_or(Error::PastLargestFile {
-            unit: "bytes",
-            start: offset,
-            len,
-            max: MAX_FILE_BYTES,
-        })
+    crate::geometry::file_range_end(offset, len, MAX_FILE_BYTES, "bytes")
 }
