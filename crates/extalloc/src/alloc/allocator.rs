@@ -207,10 +207,8 @@ impl Summaries {
             });
         }
         let figures = Figures {
-            free_blocks: s.free_blocks,
-            largest_order: s.largest_order,
-            avg_order: s.avg_order,
             class_tag: if self.size_classes { s.class_tag } else { 0 },
+            ..s
         };
         // Checked above: every field is within what a group of this geometry packs.
         self.table

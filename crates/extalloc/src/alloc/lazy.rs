@@ -70,19 +70,9 @@ pub trait BitmapSource: Send + Sync {
     fn read_bitmap(&self, g: u64) -> Result<Vec<u8>>;
 }
 
-/// What a group's descriptor says about it: enough to place it in every index unloaded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct GroupSummary {
-    /// Free blocks in the group.
-    pub free_blocks: u32,
-    /// Largest order with a fully free aligned chunk; `None` when no block is free.
-    pub largest_order: Option<u32>,
-    /// Order of the average free run, `floor(log2(free / runs))`; `None` when no block is
-    /// free.
-    pub avg_order: Option<u32>,
-    /// Size-class tag (0: none).
-    pub class_tag: u8,
-}
+/// What a group's descriptor says about it: enough to place it in every index unloaded
+/// (the figures the group table keeps for it until it is touched).
+pub type GroupSummary = crate::groups::Figures;
 
 pub(super) const UNLOADED: u8 = 0;
 pub(super) const QUEUED: u8 = 1;
