@@ -344,6 +344,12 @@ impl Allocator {
             .sum()
     }
 
+    /// Releases so far that returned blocks to the free space (a commit's pending frees):
+    /// a caller that found no room may try again once it moves.
+    pub fn releases(&self) -> u64 {
+        self.releases.load(Relaxed)
+    }
+
     /// Blocks freed but not yet returned by a commit.
     pub fn pending_free_blocks(&self) -> u64 {
         if self.policy.atomic_pending {

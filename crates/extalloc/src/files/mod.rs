@@ -77,6 +77,7 @@ use pa::{Pa, PaSet};
 use parking_lot::RwLock;
 use registry::PreallocRegistry;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 pub use file::{DataRequest, FileAlloc};
@@ -102,6 +103,9 @@ pub(crate) const LOGICAL_BLOCKS_MAX: u64 = DEVICE_BLOCKS_MAX << 8;
 pub struct Files {
     alloc: Allocator,
     registry: PreallocRegistry,
+    /// Blocks the core counts as reserved that a layer above holds itself, not a
+    /// preallocation (the store's metadata reserve, `store/reserve.rs`).
+    outside: AtomicU64,
 }
 
 /// Who may commit when the core finds no space: the owner of the commits decides.
@@ -120,6 +124,7 @@ impl Files {
         Files {
             alloc,
             registry: PreallocRegistry::new(),
+            outside: AtomicU64::new(0),
         }
     }
 
@@ -237,6 +242,23 @@ impl Files {
         self.alloc
             .reserved_blocks()
             .saturating_sub(self.unclaimed_blocks())
+            .saturating_sub(self.outside.load(Relaxed))
+    }
+
+    /// A layer above reserved `added` blocks through the core for itself and gave back or
+    /// claimed `removed`: they are not preallocations ([`Files::reserved_blocks`] leaves
+    /// them out).
+    pub(crate) fn reserved_outside(&self, added: u64, removed: u64) {
+        if added >= removed {
+            self.outside.fetch_add(added - removed, Relaxed);
+        } else {
+            let was = self.outside.fetch_sub(removed - added, Relaxed);
+            assert!(
+                was >= removed - added,
+                "{} blocks given back of {was} held outside",
+                removed - added
+            );
+        }
     }
 
     /// Blocks carved from locality chunks that the core still counts as reserved.

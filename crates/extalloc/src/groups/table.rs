@@ -128,9 +128,9 @@ impl Opened {
 /// Packs the figures of groups opened unloaded one at a time, as their descriptors are read,
 /// into a [`GroupTable`].
 pub enum TableBuilder {
-    /// Figures of groups of up to 2^17 blocks (see [`Opened::Narrow`]).
+    /// Figures of groups of up to 2^17 blocks, packed in 32 bits.
     Narrow(Vec<u32>),
-    /// Figures of larger groups (see [`Opened::Wide`]).
+    /// Figures of larger groups, packed in 64 bits.
     Wide(Vec<u64>),
 }
 

@@ -268,7 +268,8 @@ impl Runner {
     }
 
     /// The allocator's counters: `free + allocated + reserved + pending = blocks` (the
-    /// accounting invariant, `docs/architecture.md`), statfs agreeing with the allocator.
+    /// accounting invariant, `docs/architecture.md`; reserved: preallocations and the
+    /// volume's node reserve), statfs agreeing with the allocator.
     fn counters(&self) -> std::result::Result<(), String> {
         let store = self.vol().store();
         let view = store.allocator();
@@ -276,7 +277,7 @@ impl Runner {
         let (free, allocated, reserved, pending) = (
             view.free_blocks(),
             view.allocated_blocks(),
-            view.reserved_blocks(),
+            view.reserved_blocks() + store.metadata_reserved_blocks(),
             view.pending_free_blocks(),
         );
         if free != s.free_blocks

@@ -231,6 +231,7 @@ impl Store {
                 Op::Free(_) => None,
             })
             .chain(self.files.reserved_extents())
+            .chain(self.metadata_reserve())
             // Open handles' allocations are recorded nowhere yet.
             .chain(self.handles.unrecorded())
             // Frees held for a discard are durable: free at home, used in memory until

@@ -74,6 +74,7 @@ mod ops;
 mod recovery;
 pub(crate) mod remedy;
 mod repair;
+mod reserve;
 mod state;
 mod statfs;
 #[cfg(test)]

@@ -276,6 +276,7 @@ impl Store {
                 root_reserved_blocks: AtomicU64::new(root_reserved),
                 handles: Default::default(),
                 discards: Default::default(),
+                meta_reserved: Mutex::new(Vec::new()),
                 unclean_close,
                 pending_root: Mutex::new(None),
                 checkpoint_hook: Mutex::new(None),

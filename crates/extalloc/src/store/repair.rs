@@ -54,6 +54,10 @@ impl Store {
                 "blocks reserved by preallocations",
                 self.files.reserved_blocks(),
             ),
+            (
+                "blocks reserved for metadata",
+                self.metadata_reserved_blocks(),
+            ),
         ];
         if let Some((what, n)) = busy.iter().find(|(_, n)| *n > 0) {
             return Err(Error::NotAtRest { count: *n, what });

@@ -105,6 +105,8 @@ pub struct Store {
     pub(super) handles: Handles,
     /// Committed frees held for the caller's discards (`discard.rs`).
     pub(super) discards: Discards,
+    /// Runs reserved for the layer above's metadata (`reserve.rs`).
+    pub(super) meta_reserved: Mutex<Vec<crate::geometry::Extent>>,
     /// The root the next checkpoint writes with the journal tail ([`Store::set_root`]),
     /// and the hook that supplies it instead ([`Store::set_checkpoint_hook`]).
     pub(super) pending_root: Mutex<Option<Vec<u8>>>,

@@ -58,6 +58,11 @@ impl<'a> AllocatorView<'a> {
         self.files.allocated_blocks()
     }
 
+    /// See [`Allocator::releases`].
+    pub fn releases(&self) -> u64 {
+        self.files.allocator().releases()
+    }
+
     /// See [`Files::reserved_blocks`].
     pub fn reserved_blocks(&self) -> u64 {
         self.files.reserved_blocks()

@@ -95,7 +95,10 @@ impl Volume {
         if out.corrupt_groups == 0 {
             let s = self.store.statfs();
             let used = s.blocks - s.free_blocks - s.pending_blocks - s.discard_held_blocks;
-            let accounted = s.metadata_blocks + s.prealloc_reserved_blocks + distinct;
+            let accounted = s.metadata_blocks
+                + s.prealloc_reserved_blocks
+                + self.store.metadata_reserved_blocks()
+                + distinct;
             out.leaked = used.saturating_sub(accounted);
         }
         Ok(out)
@@ -154,7 +157,12 @@ impl Volume {
             owned.extend(f.alloc.extents().into_iter().map(|(_, e)| e));
         }
         self.own_metadata(&mut owned);
-        let rebuilt = self.store.rebuild_allocation(&owned)?;
+        // The node reserve is held, not owned: given back for the rebuild, then taken again
+        // from what the rebuild leaves free.
+        self.store.release_metadata_reserve()?;
+        let rebuilt = self.store.rebuild_allocation(&owned);
+        self.fill_node_reserve();
+        let rebuilt = rebuilt?;
         debug_assert!(self.store.corrupt_groups().is_empty());
         Ok(rebuilt)
     }

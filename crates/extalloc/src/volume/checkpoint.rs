@@ -189,6 +189,8 @@ impl Volume {
         }
         self.table_blocks
             .store(meta.tree_blocks, std::sync::atomic::Ordering::Relaxed);
+        // The tree may have grown (or a checkpoint took reserved runs): top it up.
+        self.fill_node_reserve();
         meta.tree = Some(tree);
         meta.durable = Some((t.root, t.count));
         meta.generation = generation;

@@ -75,9 +75,17 @@ impl Volume {
     /// (they are written directly, which only cached data's reservations limit). So data
     /// gets `ENOSPC` first and a commit, checkpoint, unlink or repair finds its blocks.
     /// (2 % of the device before the table was written in pieces: `ENOSPC` came at 98 %.)
+    ///
+    /// On blocks under 4 KiB the tree's share is held as runs of a node's length
+    /// (`pool.rs`), which are no longer allocatable: the margin counts only what they do
+    /// not cover.
     pub fn reserve_margin(&self) -> u64 {
         let base = (self.store.geometry().blocks_count / 256).clamp(64, 4096);
-        base + self.table_blocks.load(Relaxed)
+        let tree = self
+            .table_blocks
+            .load(Relaxed)
+            .saturating_sub(self.store.metadata_reserved_blocks());
+        base + tree
     }
 
     /// Reserves `blocks` for cached data that writeback will place. Refused with

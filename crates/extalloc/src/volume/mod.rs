@@ -83,6 +83,7 @@ mod maps_tests;
 mod node;
 mod path;
 mod placement;
+mod pool;
 pub(crate) mod publish;
 #[cfg(test)]
 mod publish_tests;
@@ -159,6 +160,7 @@ impl Volume {
             return Err(Error::StoreInUse);
         }
         let vol = Volume::with_store(store, (BTreeMap::new(), Meta::empty(), Segs::default()))?;
+        vol.fill_node_reserve();
         {
             let _closed = vol.gate.write();
             vol.checkpoint_locked()?;
@@ -184,6 +186,8 @@ impl Volume {
         let (store, records) = Store::open(dev.clone(), policy)?;
         let loaded = checkpoint::load(&store, dev.as_ref(), &records)?;
         let vol = Volume::with_store(store, loaded)?;
+        // Before anything commits: the runs a node needs, while a crash left them free.
+        vol.fill_node_reserve();
         // Files a crash left pending are removed; on a device that refuses writes they
         // stay, hidden, for the next open (`publish.rs`).
         let _ = vol.remove_pending();
@@ -236,6 +240,7 @@ impl Volume {
             segs: Mutex::new(segs),
             maps_read: AtomicU64::new(0),
             table_blocks: AtomicU64::new(table_blocks),
+            node_reserve_short_at: AtomicU64::new(u64::MAX),
             dirty: Mutex::new(dirty),
         })
     }
@@ -527,6 +532,9 @@ impl Volume {
             let mut now = self.log.lock();
             let later = std::mem::replace(&mut *now, log);
             now.extend_from_slice(&later);
+        } else {
+            // The commit may have released frees (a checkpoint's old nodes among them).
+            self.top_up_node_reserve();
         }
         result
     }

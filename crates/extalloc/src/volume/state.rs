@@ -121,6 +121,10 @@ pub struct Volume {
     /// Blocks the durable file tree takes (or, opened from table areas, the table): part
     /// of the room kept for metadata (`delalloc.rs`, `Volume::reserve_margin`).
     pub(super) table_blocks: AtomicU64,
+    /// The allocator's release count when the node reserve last fell short of its target
+    /// (`pool.rs`; `u64::MAX`: it did not): a later top-up tries again only once frees
+    /// were released.
+    pub(super) node_reserve_short_at: AtomicU64,
     /// Files whose table entry changed since the durable tree (every logged change names
     /// its file here): what the next checkpoint writes.
     pub(super) dirty: Mutex<BTreeSet<u64>>,

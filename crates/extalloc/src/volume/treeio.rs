@@ -24,13 +24,13 @@ use super::tree::{NodeIo, Tree};
 use super::walk::{self, Walked};
 use crate::alloc::AllocRequest;
 use crate::disk::device::Device;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::geometry::{Extent, Geometry};
 use crate::store::Store;
 use std::ops::Range;
 
 /// Nodes asked of the allocator at once (each handed out alone; the rest given back).
-const NODES_PER_ASK: u64 = 16;
+pub(super) const NODES_PER_ASK: u64 = 16;
 
 /// The tree's I/O on a volume's device.
 pub(super) struct VolIo<'a> {
@@ -125,7 +125,16 @@ impl NodeIo for VolIo<'_> {
             let req = AllocRequest::new(TABLE_OWNER, NODES_PER_ASK * self.nb)
                 .min_len(self.nb)
                 .goal(self.goal());
-            let e = self.store.allocate(&req)?;
+            let e = match self.store.allocate(&req) {
+                // No free run of a node's length: a reserved one (`pool.rs`).
+                Err(Error::NoSpace { .. }) if self.nb > 1 => {
+                    match self.store.take_metadata_run(self.nb) {
+                        Some(got) => got?,
+                        None => self.store.allocate(&req)?,
+                    }
+                }
+                other => other?,
+            };
             let whole = e.len / self.nb * self.nb;
             if whole < e.len {
                 self.store
