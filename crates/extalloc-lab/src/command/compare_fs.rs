@@ -1,7 +1,8 @@
 //! `extalloc compare-fs`'s run once its arguments are read (the jobs made, the tarball
 //! included): the jobs' rounds on every target ([`mounted::run`]) and their tables, then
 //! the aging jobs ([`age_run::run`]) and their tables and chart, then the JSON report
-//! (schema `extalloc-compare-fs/2`).
+//! (schema `extalloc-compare-fs/2`). A target that cannot run here (the floor, unbuilt) is
+//! skipped with its reason, printed and in the JSON (`skipped`).
 
 use crate::compare::age_run::{self, AgeOptions};
 use crate::compare::mounted::{self, Job, Target};
@@ -20,22 +21,64 @@ pub struct CompareFs<'a> {
     pub json: Option<&'a Path>,
 }
 
+/// A target left out of the runs, and why.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Skipped {
+    /// The target.
+    pub fs: String,
+    /// Why it cannot run here.
+    pub reason: String,
+}
+
+/// The targets that can run here, and the others with the reason (the floor when it cannot
+/// be built, or has no io_uring in this kernel); nothing is run for a skipped target.
+pub fn available(targets: &[Target]) -> (Vec<Target>, Vec<Skipped>) {
+    let mut ok = Vec::new();
+    let mut skipped = Vec::new();
+    for &t in targets {
+        let why = match t {
+            Target::Floor { uring } => crate::compare::floor::unavailable(uring),
+            _ => None,
+        };
+        match why {
+            Some(reason) => {
+                eprintln!("compare-fs: skipping {}: {reason}", t.name());
+                skipped.push(Skipped {
+                    fs: t.name().to_string(),
+                    reason,
+                });
+            }
+            None => ok.push(t),
+        }
+    }
+    (ok, skipped)
+}
+
 /// Runs the jobs, then the aging jobs, printing each one's tables; writes the JSON report.
 pub fn compare_fs(c: &CompareFs<'_>) -> Result<()> {
-    let names: Vec<String> = c.targets.iter().map(|t| t.name().to_string()).collect();
+    let (targets, skipped) = available(c.targets);
+    anyhow::ensure!(
+        !targets.is_empty(),
+        "no target of --fs can run here (see the reasons above)"
+    );
+    let names: Vec<String> = targets.iter().map(|t| t.name().to_string()).collect();
+    for s in &skipped {
+        println!("> skipped {}: {}\n", s.fs, s.reason);
+    }
     let mut reports = Vec::new();
     if !c.jobs.is_empty() {
-        reports = mounted::run(c.jobs, c.targets, c.opts)?;
+        reports = mounted::run(c.jobs, &targets, c.opts)?;
         println!("{}", mounted::report_text(&names, c.opts.rounds, &reports));
     }
     let aging_report = match c.aging {
-        Some(opts) => Some(aging(c.targets, opts, c.age_charts)?),
+        Some(opts) => Some(aging(&targets, opts, c.age_charts)?),
         None => None,
     };
     if let Some(p) = c.json {
         let json = serde_json::json!({
             "schema": "extalloc-compare-fs/2",
             "targets": names,
+            "skipped": skipped,
             "rounds": c.opts.rounds,
             "jobs": reports,
             "aging": aging_report,

@@ -134,7 +134,7 @@ impl AgeFs {
                 let flavor = Flavor::of(target).expect("an extalloc target");
                 AgeFs::Extalloc(ExtallocMount::create(bytes, block_size, flavor, policy)?)
             }
-            Target::Fuse2fs => bail!("the aging jobs run on ext4, xfs, btrfs and extalloc, not fuse2fs (drop it from --fs)"),
+            Target::Fuse2fs | Target::Floor { .. } => bail!("the aging jobs run on ext4, xfs, btrfs and extalloc, not fuse2fs or the floor (drop them from --fs)"),
         })
     }
 

@@ -69,8 +69,11 @@ fn check(targets: &[Target]) -> Result<()> {
         })
         .collect();
     anyhow::ensure!(
-        !targets.contains(&Target::Fuse2fs),
-        "the aging jobs run on ext4, xfs, btrfs and extalloc: drop fuse2fs from --fs"
+        !targets
+            .iter()
+            .any(|t| matches!(t, Target::Fuse2fs | Target::Floor { .. })),
+        "the aging jobs run on ext4, xfs, btrfs and extalloc: drop fuse2fs and the floor \
+         from --fs"
     );
     let mut tools = vec!["git", "grep", "tar"];
     if kernel_fs.contains(&Fs::Btrfs) {

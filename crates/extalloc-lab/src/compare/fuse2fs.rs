@@ -1,8 +1,8 @@
 //! fuse2fs as a `compare-fs` target: e2fsprogs' ext4 through FUSE, on an image file in
 //! /dev/shm made by mkfs.ext4 with the options the kernel's ext4 gets (`kernel::Fs::Ext4`).
 //!
-//! Data structures: [`Fuse2fsMount`]: the image, the mount point and the fuse2fs process,
-//! run in the foreground (`-f`) as our child so that its exit can be waited for.
+//! Data structures: [`Fuse2fsMount`]: the image and the fuse2fs process, run in the
+//! foreground (`-f`) as our child (`daemon::Daemon`) so that its exit can be waited for.
 //!
 //! Invariant: a [`Fuse2fsMount`] is mounted while its child runs; unmounting waits for the
 //! child to exit (the kernel returns from `umount` of a FUSE mount before the daemon has
@@ -14,24 +14,18 @@
 //! big_writes` as scripts/mount.fuse.fuse2fs lists them), nothing added: as root no
 //! `allow_other` or `fakeroot` is needed, and the benchmark measures fuse2fs as it ships.
 
+use super::daemon::Daemon;
 use super::kernel;
-use anyhow::{bail, Context, Result};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use anyhow::{Context, Result};
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 /// An ext4 image in /dev/shm mounted by a fuse2fs child process.
 pub struct Fuse2fsMount {
     /// The image file.
     pub image: PathBuf,
-    /// Where it is mounted.
-    pub mountpoint: PathBuf,
-    log: PathBuf,
-    child: Option<Child>,
+    daemon: Option<Daemon>,
 }
-
-/// FUSE's `statfs` magic (`FUSE_SUPER_MAGIC`).
-const FUSE_MAGIC: i64 = 0x6573_5546;
 
 impl Fuse2fsMount {
     /// A fresh ext4 of `bytes` made with mkfs.ext4 and mounted with fuse2fs.
@@ -39,9 +33,7 @@ impl Fuse2fsMount {
         let tag = format!("extalloc-compare-{}-fuse2fs", std::process::id());
         let mut m = Fuse2fsMount {
             image: kernel::image_dir().join(format!("{tag}.img")),
-            mountpoint: std::env::temp_dir().join(&tag),
-            log: std::env::temp_dir().join(format!("{tag}.log")),
-            child: None,
+            daemon: None,
         };
         let file = std::fs::File::create(&m.image)
             .with_context(|| format!("creating {}", m.image.display()))?;
@@ -50,105 +42,46 @@ impl Fuse2fsMount {
         drop(file);
         let image = m.image.to_string_lossy().into_owned();
         kernel::run(&mut kernel::Fs::Ext4.mkfs(&image, block_size))?;
-        std::fs::create_dir_all(&m.mountpoint)
-            .with_context(|| format!("making {}", m.mountpoint.display()))?;
-        let log = std::fs::File::create(&m.log)
-            .with_context(|| format!("creating {}", m.log.display()))?;
-        let child = Command::new("fuse2fs")
-            .arg(&m.image)
-            .arg(&m.mountpoint)
-            .arg("-f")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("running fuse2fs (Debian package fuse2fs: scripts/ci-deps.sh)")?;
-        m.child = Some(child);
-        m.wait_mounted()?;
+        let mountpoint = std::env::temp_dir().join(&tag);
+        let mut cmd = Command::new("fuse2fs");
+        cmd.arg(&m.image).arg(&mountpoint).arg("-f");
+        m.daemon = Some(Daemon::start(
+            "fuse2fs",
+            cmd,
+            mountpoint,
+            std::env::temp_dir().join(format!("{tag}.log")),
+            "Debian package fuse2fs: scripts/ci-deps.sh",
+        )?);
         Ok(m)
     }
 
-    /// Waits (up to 30 s) until the mount point is a FUSE mount, or fuse2fs has failed.
-    fn wait_mounted(&mut self) -> Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(st) = rustix::fs::statfs(&self.mountpoint) {
-                // f_type is i64 here, u32 or i32 on other targets.
-                #[allow(clippy::unnecessary_cast)]
-                if st.f_type as i64 == FUSE_MAGIC {
-                    return Ok(());
-                }
-            }
-            let child = self.child.as_mut().expect("spawned");
-            if let Some(status) = child.try_wait()? {
-                self.child = None;
-                bail!(
-                    "fuse2fs {} {} exited ({status}) before mounting: {}",
-                    self.image.display(),
-                    self.mountpoint.display(),
-                    self.log_text()
-                );
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "fuse2fs did not mount {} in 30 s: {}",
-                    self.mountpoint.display(),
-                    self.log_text()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+    /// Where it is mounted.
+    pub fn mountpoint(&self) -> &Path {
+        &self
+            .daemon
+            .as_ref()
+            .expect("mounted at creation")
+            .mountpoint
     }
 
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .trim()
-            .to_string()
+    /// fuse2fs's process id (None once unmounted).
+    pub fn pid(&self) -> Option<u32> {
+        self.daemon.as_ref().and_then(Daemon::pid)
     }
 
     /// Unmounts and waits for fuse2fs to exit (killing it after a minute).
     pub fn unmount(&mut self) -> Result<()> {
-        let Some(mut child) = self.child.take() else {
-            return Ok(());
-        };
-        let mut unmounted = kernel::run(Command::new("umount").arg(&self.mountpoint));
-        if unmounted.is_err() {
-            // Busy (a process still in it): detach it, so the daemon's exit ends it.
-            if kernel::run(Command::new("umount").arg("-l").arg(&self.mountpoint)).is_ok() {
-                unmounted = Ok(String::new());
-            }
-        }
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(status) = child.try_wait()? {
-                unmounted?;
-                if !status.success() {
-                    bail!("fuse2fs exited with {status}: {}", self.log_text());
-                }
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                unmounted?;
-                bail!(
-                    "fuse2fs of {} did not exit in a minute after the unmount; killed it",
-                    self.image.display()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        match self.daemon.as_mut() {
+            Some(d) => d.unmount(),
+            None => Ok(()),
         }
     }
 }
 
 impl Drop for Fuse2fsMount {
     fn drop(&mut self) {
-        if let Err(e) = self.unmount() {
-            eprintln!("cleanup: {e:#}");
-        }
-        let _ = std::fs::remove_dir(&self.mountpoint);
-        let _ = std::fs::remove_file(&self.log);
+        // The daemon first: unmounted and exited before the image goes.
+        drop(self.daemon.take());
         if let Err(e) = std::fs::remove_file(&self.image) {
             eprintln!("cleanup: removing {}: {e}", self.image.display());
         }

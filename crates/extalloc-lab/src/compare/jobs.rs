@@ -4,13 +4,16 @@
 //! stress-ng's dentry and fallocate stressors.
 //!
 //! Data structures: [`Job`] (what to run), [`Phase`] (one timed figure with its operation
-//! count and, on FUSE mounts, the requests it sent), [`Recorder`] (collects the phases and
-//! drains the FUSE trace at each phase's end, so untimed setup is never counted).
+//! count, its CPU time (caller and daemon, `cpu.rs`) and, on FUSE mounts, the requests it
+//! sent), [`Recorder`] (collects the phases, reads the CPU counters and drains the FUSE trace
+//! at each phase's end, so untimed setup is never counted).
 //!
-//! Invariant: a phase's FUSE counts cover exactly the work between the previous
-//! [`Recorder::phase`] or [`Recorder::discard`] and its own; nothing else touches the mount
-//! in between (the caller reads the layout only after the job).
+//! Invariant: a phase's FUSE counts and CPU time cover exactly the work between the previous
+//! [`Recorder::phase`] or [`Recorder::discard`] and its own (the CPU window is closed before
+//! the trace is drained and opened again after, so the draining is in neither); nothing else
+//! touches the mount in between (the caller reads the layout only after the job).
 
+use super::cpu::{Cpu, CpuMeter};
 use super::fusetrace::{Counts, FuseTrace};
 use super::kernel::{self, INTERRUPTED};
 use anyhow::{bail, Context, Result};
@@ -156,46 +159,77 @@ pub struct Phase {
     pub ops: u64,
     /// FUSE requests it sent, on a FUSE mount with tracing.
     pub fuse: Option<Counts>,
+    /// CPU time it took, the caller's and the FUSE daemon's (None: not measured).
+    pub cpu: Option<Cpu>,
 }
 
-/// Collects a job's phases, draining the FUSE trace at each phase's end.
+impl Phase {
+    /// CPU time per operation, caller plus daemon, µs.
+    pub fn cpu_us_per_op(&self) -> Option<f64> {
+        self.cpu.and_then(|c| c.total_us_per_op(self.ops))
+    }
+
+    /// The daemon's CPU time per operation, µs.
+    pub fn daemon_us_per_op(&self) -> Option<f64> {
+        self.cpu.and_then(|c| c.daemon_us_per_op(self.ops))
+    }
+}
+
+/// Collects a job's phases, reading the CPU counters and draining the FUSE trace at each
+/// phase's end.
 pub struct Recorder<'a> {
     trace: Option<&'a mut FuseTrace>,
+    cpu: Option<CpuMeter>,
     /// The phases so far.
     pub phases: Vec<Phase>,
 }
 
 impl<'a> Recorder<'a> {
-    /// A recorder counting FUSE requests through `trace`, if given.
-    pub fn new(trace: Option<&'a mut FuseTrace>) -> Self {
+    /// A recorder counting FUSE requests through `trace`, if given, and CPU time through
+    /// `cpu`, if given (its window open from now).
+    pub fn new(trace: Option<&'a mut FuseTrace>, cpu: Option<CpuMeter>) -> Self {
         Recorder {
             trace,
+            cpu,
             phases: Vec::new(),
         }
     }
 
     /// Ends a phase.
     pub fn phase(&mut self, name: &str, unit: &str, value: f64, ops: u64) -> Result<()> {
+        let cpu = match self.cpu.as_ref() {
+            Some(m) => Some(m.lap()?),
+            None => None,
+        };
         let fuse = match self.trace.as_mut() {
             Some(t) => Some(t.take()?),
             None => None,
         };
+        self.restart_cpu()?;
         self.phases.push(Phase {
             name: name.to_string(),
             unit: unit.to_string(),
             value,
             ops,
             fuse,
+            cpu,
         });
         Ok(())
     }
 
-    /// Drops the requests of untimed setup.
+    /// Drops the requests and CPU time of untimed setup.
     pub fn discard(&mut self) -> Result<()> {
         if let Some(t) = self.trace.as_mut() {
             t.take()?;
         }
-        Ok(())
+        self.restart_cpu()
+    }
+
+    fn restart_cpu(&mut self) -> Result<()> {
+        match self.cpu.as_mut() {
+            Some(m) => m.restart(),
+            None => Ok(()),
+        }
     }
 }
 
@@ -563,7 +597,7 @@ stress-ng: metrc: [1824] dentry             12295.80 nanosecs per file creation 
     fn the_metadata_loop_leaves_nothing_and_counts_every_file() {
         let dir = std::env::temp_dir().join(format!("extalloc-meta-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let mut rec = Recorder::new(None);
+        let mut rec = Recorder::new(None, None);
         metadata(300, 7, &dir, &mut rec).unwrap();
         let names: Vec<&str> = rec.phases.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["create", "stat", "rename", "unlink"]);

@@ -9,9 +9,12 @@
 //! has none that fits, so its runs carry no free-space figures). Latency is one system call.
 //!
 //! `extalloc compare-fs` lives in the submodules: `mounted` (targets, rounds, the report),
-//! `jobs` (what runs in the mount), `fuse2fs` (fuse2fs as a target), `fusetrace` (FUSE
-//! requests by opcode from tracefs) and `rounds` (medians and same-round ratios); its
-//! aging jobs in `age_run` (`age_git`, `age_profile` on `age`'s remountable targets).
+//! `jobs` (what runs in the mount), `extalloc_mount` (extalloc's mount as a target),
+//! `daemon` (a FUSE daemon run as our child), `fuse2fs` (fuse2fs as a target), `floor` (the
+//! FUSE floor, an in-memory libfuse file system, as a target), `cpu` (CPU time per
+//! operation, caller and daemon, from schedstat), `fusetrace` (FUSE requests by opcode
+//! from tracefs) and `rounds` (medians and same-round ratios); its aging jobs in `age_run`
+//! (`age_git`, `age_profile` on `age`'s remountable targets).
 
 pub mod age;
 pub mod age_chart;
@@ -19,7 +22,11 @@ pub mod age_freespace;
 pub mod age_git;
 pub mod age_profile;
 pub mod age_run;
+pub mod cpu;
+pub mod daemon;
+pub mod extalloc_mount;
 pub mod fiemap;
+pub mod floor;
 pub mod freespace;
 pub mod fuse2fs;
 pub mod fusetrace;

@@ -1,29 +1,34 @@
 //! `extalloc compare-fs JOB... --fs ext4,fuse2fs,extalloc --repeat 3`: jobs on whole file
 //! systems: the kernel's (a loop device backed by a file in /dev/shm, as `compare` makes
 //! them, or in `--image-dir`), an extalloc mount (`extalloc mount` of an image there of the
-//! same size) and fuse2fs (an ext4 image there through FUSE, `fuse2fs.rs`). The jobs (`jobs.rs`) are fio job
-//! files, fs_mark, and issue 34's metadata jobs; `issue34` names them all.
+//! same size), fuse2fs (an ext4 image there through FUSE, `fuse2fs.rs`) and the FUSE floor
+//! (an in-memory libfuse file system, `floor.rs`). The jobs (`jobs.rs`) are fio job files,
+//! fs_mark, and issue 34's metadata jobs; `issue34` names them all.
 //!
 //! Rounds: every job runs `--repeat` rounds; each round runs it once on every target, on a
 //! fresh file system, the targets' order rotated by one each round so that none always
 //! runs first. `rounds.rs` takes the medians and the same-round ratios to ext4 (or the
-//! first target). On the FUSE targets the requests are counted by opcode while the job
-//! runs (`fusetrace.rs`).
+//! first target). Every phase's CPU time is read too (`cpu.rs`: the caller's, and on the
+//! FUSE targets the daemon's), and on the FUSE targets the requests are counted by opcode
+//! while the job runs (`fusetrace.rs`).
 //!
 //! Layout: every regular file's extents, merged where physically contiguous as FIEMAP's
 //! are counted (the kernel's through FIEMAP; extalloc's from the volume after unmounting,
-//! since FIEMAP does not reach through FUSE; none for fuse2fs). Free space: the kernel's
+//! since FIEMAP does not reach through FUSE; none for fuse2fs and the floor). Free space: the kernel's
 //! tools after unmounting (`freespace.rs`; for fuse2fs dumpe2fs on its image); the store's
-//! own figures for extalloc.
+//! own figures for extalloc; none for the floor.
 //!
 //! Data structures: [`Target`], [`Job`], one [`FsRun`] per target and round, one
 //! [`JobReport`] per job.
 //!
 //! Invariant: every device, image, mount and trace instance made is torn down (unmounted,
 //! its daemon waited for, detached, removed) whatever fails, as `kernel::Device`,
-//! [`ExtallocMount`], `Fuse2fsMount` and `FuseTrace` do on drop. A run that fails is
+//! [`ExtallocMount`], `Fuse2fsMount`, `FloorMount` and `FuseTrace` do on drop. A run that fails is
 //! reported as failed and the other runs go on; Ctrl-C stops everything.
 
+use super::cpu::CpuMeter;
+pub(super) use super::extalloc_mount::{ExtallocMount, Flavor};
+use super::floor::FloorMount;
 use super::fuse2fs::Fuse2fsMount;
 use super::fusetrace::FuseTrace;
 pub use super::jobs::Job;
@@ -35,7 +40,6 @@ use crate::lab::report::{self, FreeSpaceJson};
 use anyhow::{Context, Result};
 use extalloc::Extent;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -54,19 +58,28 @@ pub enum Target {
     ExtallocNoPoll,
     /// fuse2fs of an ext4 image file.
     Fuse2fs,
+    /// The FUSE floor (`floor.rs`): an in-memory libfuse file system, over `/dev/fuse`
+    /// (`false`) or io_uring (`true`).
+    Floor {
+        /// Over io_uring.
+        uring: bool,
+    },
 }
 
 impl Target {
-    /// `ext4`, `xfs`, `btrfs`, `extalloc`, `extalloc-uring`, `extalloc-nopoll` or `fuse2fs`.
+    /// `ext4`, `xfs`, `btrfs`, `extalloc`, `extalloc-uring`, `extalloc-nopoll`, `fuse2fs`,
+    /// `floor` or `floor-uring`.
     pub fn parse(s: &str) -> Result<Target> {
         match s.trim() {
+            "floor" => Ok(Target::Floor { uring: false }),
+            "floor-uring" => Ok(Target::Floor { uring: true }),
             "extalloc" => Ok(Target::Extalloc),
             "extalloc-uring" => Ok(Target::ExtallocUring),
             "extalloc-nopoll" => Ok(Target::ExtallocNoPoll),
             "fuse2fs" => Ok(Target::Fuse2fs),
             other => Fs::parse(other).map(Target::Kernel).context(
-                "--fs: expected ext4, xfs, btrfs, extalloc, extalloc-uring, extalloc-nopoll or \
-                 fuse2fs",
+                "--fs: expected ext4, xfs, btrfs, extalloc, extalloc-uring, extalloc-nopoll, \
+                 fuse2fs, floor or floor-uring",
             ),
         }
     }
@@ -79,6 +92,8 @@ impl Target {
             Target::ExtallocUring => "extalloc-uring",
             Target::ExtallocNoPoll => "extalloc-nopoll",
             Target::Fuse2fs => "fuse2fs",
+            Target::Floor { uring: false } => "floor",
+            Target::Floor { uring: true } => "floor-uring",
         }
     }
 }
@@ -170,7 +185,7 @@ fn check_tools(jobs: &[Job], targets: &[Target]) -> Result<()> {
     }
     if targets
         .iter()
-        .any(|&t| t == Target::Fuse2fs || Flavor::of(t).is_some())
+        .any(|&t| matches!(t, Target::Fuse2fs | Target::Floor { .. }) || Flavor::of(t).is_some())
     {
         anyhow::ensure!(
             Path::new("/dev/fuse").exists(),
@@ -257,6 +272,7 @@ fn run_one(job: &Job, target: Target, opts: &Options) -> Result<FsRun> {
             extalloc_run(job, opts, target)
         }
         Target::Fuse2fs => fuse2fs_run(job, opts),
+        Target::Floor { uring } => floor_run(job, uring),
     }
     .with_context(|| format!("the job {} on {}", job.name(), target.name()))
 }
@@ -268,8 +284,9 @@ struct Ran {
     fuse_trace_unavailable: Option<String>,
 }
 
-/// Runs the job in `root`, counting FUSE requests when `fuse` (and tracefs allows).
-fn run_job(job: &Job, root: &Path, fuse: bool) -> Result<Ran> {
+/// Runs the job in `root`, counting FUSE requests when `fuse` (and tracefs allows) and CPU
+/// time (this process's and its children's, and `daemon`'s when given).
+fn run_job(job: &Job, root: &Path, fuse: bool, daemon: Option<u32>) -> Result<Ran> {
     let (mut trace, unavailable) = if fuse {
         match FuseTrace::start(root) {
             Ok(t) => (Some(t), None),
@@ -278,7 +295,7 @@ fn run_job(job: &Job, root: &Path, fuse: bool) -> Result<Ran> {
     } else {
         (None, None)
     };
-    let mut rec = Recorder::new(trace.as_mut());
+    let mut rec = Recorder::new(trace.as_mut(), Some(CpuMeter::start(daemon)?));
     let started = Instant::now();
     jobs::run(job, root, &mut rec)?;
     Ok(Ran {
@@ -291,7 +308,7 @@ fn run_job(job: &Job, root: &Path, fuse: bool) -> Result<Ran> {
 fn kernel_run(fs: Fs, job: &Job, opts: &Options) -> Result<FsRun> {
     let mut dev = Device::create(fs, opts.device_bytes, opts.block_size)?;
     let root = dev.path("");
-    let ran = run_job(job, &root, false)?;
+    let ran = run_job(job, &root, false, None)?;
     let mut files = Vec::new();
     for path in regular_files(&root)? {
         files.push(kernel::file_extents(&path, opts.block_size)?);
@@ -309,7 +326,7 @@ fn kernel_run(fs: Fs, job: &Job, opts: &Options) -> Result<FsRun> {
 
 fn fuse2fs_run(job: &Job, opts: &Options) -> Result<FsRun> {
     let mut m = Fuse2fsMount::create(opts.device_bytes, opts.block_size)?;
-    let ran = run_job(job, &m.mountpoint, true)?;
+    let ran = run_job(job, m.mountpoint(), true, m.pid())?;
     m.unmount()?;
     let free = super::ext4_free_space(&m.image.to_string_lossy())?;
     Ok(fs_run("fuse2fs", ran, None, opts.block_size, Some(free)))
@@ -324,7 +341,7 @@ fn extalloc_run(job: &Job, opts: &Options, target: Target) -> Result<FsRun> {
         flavor,
         opts.policy.as_deref(),
     )?;
-    let ran = run_job(job, &m.mountpoint, true)?;
+    let ran = run_job(job, &m.mountpoint, true, m.pid)?;
     m.unmount()?;
     let vol = crate::lab::volume_run::open_read_only(&m.image)?;
     let paths = extalloc_fuse::fs::paths(&vol).map_err(anyhow::Error::msg)?;
@@ -347,6 +364,14 @@ fn extalloc_run(job: &Job, opts: &Options, target: Target) -> Result<FsRun> {
         block_size,
         Some(free),
     ))
+}
+
+/// The job on the floor: no layout or free space (it has no storage).
+fn floor_run(job: &Job, uring: bool) -> Result<FsRun> {
+    let mut m = FloorMount::create(uring)?;
+    let ran = run_job(job, m.mountpoint(), true, m.pid())?;
+    m.unmount()?;
+    Ok(fs_run(Target::Floor { uring }.name(), ran, None, 0, None))
 }
 
 /// A volume file's extents in logical order, physically contiguous ones merged.
@@ -404,27 +429,6 @@ pub(super) fn regular_files(root: &Path) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// An extalloc image in the image directory (`kernel::image_dir`), mounted by `extalloc mount` in a child process;
-/// unmounted and removed on drop. The aging jobs (`age.rs`) unmount and mount it again.
-pub struct ExtallocMount {
-    pub(super) image: PathBuf,
-    pub(super) mountpoint: PathBuf,
-    pid: Option<u32>,
-    /// How it is mounted.
-    flavor: Flavor,
-    /// `--policy` of every mount (None: the default).
-    policy: Option<String>,
-}
-
-/// How an [`ExtallocMount`] is mounted: as `extalloc mount` does by default, with
-/// `--io-uring`, or with `--poll-us 0`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Flavor {
-    Plain,
-    Uring,
-    NoPoll,
-}
-
 impl Flavor {
     /// The flavour of an extalloc target; None for the others.
     pub(super) fn of(target: Target) -> Option<Flavor> {
@@ -432,104 +436,8 @@ impl Flavor {
             Target::Extalloc => Some(Flavor::Plain),
             Target::ExtallocUring => Some(Flavor::Uring),
             Target::ExtallocNoPoll => Some(Flavor::NoPoll),
-            Target::Kernel(_) | Target::Fuse2fs => None,
+            Target::Kernel(_) | Target::Fuse2fs | Target::Floor { .. } => None,
         }
-    }
-}
-
-/// The fuse module's switch for FUSE over io_uring, read at each mount's init.
-const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
-
-impl ExtallocMount {
-    /// A fresh image of `bytes`, made by `extalloc mkfs`, mounted as `flavor` says
-    /// (`policy`: with `--policy`).
-    pub(super) fn create(
-        bytes: u64,
-        block_size: u32,
-        flavor: Flavor,
-        policy: Option<&str>,
-    ) -> Result<Self> {
-        let tag = format!("extalloc-compare-{}-extalloc", std::process::id());
-        let mut m = ExtallocMount {
-            image: kernel::image_dir().join(format!("{tag}.img")),
-            mountpoint: std::env::temp_dir().join(tag),
-            pid: None,
-            flavor,
-            policy: policy.map(str::to_owned),
-        };
-        let exe = std::env::current_exe().context("cannot find the extalloc executable")?;
-        std::fs::create_dir_all(&m.mountpoint)?;
-        kernel::run(
-            Command::new(&exe)
-                .arg("mkfs")
-                .arg(&m.image)
-                .args(["--size", &bytes.to_string()])
-                .args(["--block-size", &block_size.to_string()]),
-        )?;
-        m.mount()?;
-        Ok(m)
-    }
-
-    /// Mounts the image again (after [`ExtallocMount::unmount`]).
-    pub(super) fn mount(&mut self) -> Result<()> {
-        anyhow::ensure!(self.pid.is_none(), "{} is mounted", self.image.display());
-        let exe = std::env::current_exe().context("cannot find the extalloc executable")?;
-        let mut cmd = Command::new(&exe);
-        cmd.arg("mount").arg(&self.image).arg(&self.mountpoint);
-        if let Some(p) = &self.policy {
-            cmd.args(["--policy", p]);
-        }
-        if self.flavor == Flavor::NoPoll {
-            cmd.args(["--poll-us", "0"]);
-        }
-        let was = match self.flavor == Flavor::Uring {
-            true => {
-                cmd.arg("--io-uring");
-                let was = std::fs::read_to_string(ENABLE_URING)
-                    .with_context(|| format!("{ENABLE_URING} (FUSE over io_uring: Linux 6.14+)"))?;
-                std::fs::write(ENABLE_URING, "1")
-                    .with_context(|| format!("cannot turn on {ENABLE_URING} (root?)"))?;
-                Some(was)
-            }
-            false => None,
-        };
-        let out = kernel::run(&mut cmd);
-        if let Some(was) = was {
-            std::fs::write(ENABLE_URING, was.trim())
-                .with_context(|| format!("cannot put {ENABLE_URING} back to {was}"))?;
-        }
-        let out = out?;
-        self.pid = out
-            .rsplit_once("(process ")
-            .and_then(|(_, p)| p.trim().trim_end_matches(')').parse().ok());
-        anyhow::ensure!(self.pid.is_some(), "no process id in mount's answer: {out}");
-        Ok(())
-    }
-
-    /// Unmounts and waits for the daemon to write everything back and release the device
-    /// (`extalloc umount`; a plain `umount` returns before that).
-    pub(super) fn unmount(&mut self) -> Result<()> {
-        if self.pid.take().is_some() {
-            let ten_minutes = std::time::Duration::from_secs(600);
-            extalloc_fuse::umount::unmount(&self.mountpoint, ten_minutes, &|m| {
-                eprintln!("extalloc umount: {m}")
-            })
-            .map_err(anyhow::Error::msg)?;
-        }
-        Ok(())
-    }
-}
-
-impl Drop for ExtallocMount {
-    fn drop(&mut self) {
-        if let Err(e) = self.unmount() {
-            eprintln!("cleanup: {e:#}");
-            // A dead daemon's mount, which `extalloc umount` refuses: detached, so that the
-            // next round does not mount over it (a mount already gone: nothing to say).
-            let _ = kernel::run(Command::new("umount").arg("-l").arg(&self.mountpoint));
-        }
-        let _ = std::fs::remove_dir(&self.mountpoint);
-        let _ = std::fs::remove_file(&self.image);
     }
 }
 
@@ -622,6 +530,7 @@ mod tests {
             value: 10.0,
             ops: 5,
             fuse: None,
+            cpu: None,
         }];
         run.fuse_trace_unavailable = Some("FUSE request counts need root".into());
         let names = vec!["extalloc".to_string()];
@@ -637,7 +546,9 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("| create | ops/s | extalloc | 10.0 | 10.0-10.0 | 1.00 | 1.00 | - |"),
+            text.contains(
+                "| create | ops/s | extalloc | 10.0 | 10.0-10.0 | 1.00 | 1.00 | - | - | - |  | - |"
+            ),
             "{text}"
         );
         assert!(!text.contains("requests per operation by opcode"), "{text}");

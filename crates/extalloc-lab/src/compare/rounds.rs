@@ -1,6 +1,8 @@
 //! `compare-fs`'s rounds summarised: per job phase and target, the median of the rounds,
 //! their min and max, and the ratio to the baseline target in the same round (then the
-//! median of those ratios); FUSE requests per operation; and the tables printed.
+//! median of those ratios); the same for CPU time per operation (caller plus daemon,
+//! `cpu.rs`), which a loaded machine disturbs less than wall time; FUSE requests per
+//! operation; and the tables printed.
 //!
 //! Data structures: [`PhaseSummary`] (one phase of one job on every target),
 //! [`TargetSummary`] (one target's rounds of it).
@@ -56,6 +58,17 @@ pub struct TargetSummary {
     pub ratios: Vec<f64>,
     /// Median of `ratios`.
     pub ratio_median: Option<f64>,
+    /// CPU time per operation, caller plus daemon, µs, per round (`None`: failed or not
+    /// measured).
+    pub cpu_us_per_op: Vec<Option<f64>>,
+    /// Median of `cpu_us_per_op`.
+    pub cpu_median: Option<f64>,
+    /// Median over the rounds of the daemon's share of it, µs per operation (FUSE targets).
+    pub daemon_us_per_op_median: Option<f64>,
+    /// CPU per operation / the baseline's in the same round, per round.
+    pub cpu_ratios: Vec<f64>,
+    /// Median of `cpu_ratios`.
+    pub cpu_ratio_median: Option<f64>,
     /// FUSE requests per operation, all rounds together (FUSE targets with tracing).
     pub fuse_per_op: Option<f64>,
     /// The same by opcode.
@@ -77,6 +90,65 @@ pub struct PhaseSummary {
     pub targets: Vec<TargetSummary>,
 }
 
+/// Per round, the figure `get` reads from phase `phase` of target `t` (`None` where the
+/// run failed or has no such figure).
+fn per_round(
+    runs: &[Vec<Option<Vec<Phase>>>],
+    t: usize,
+    phase: &str,
+    get: fn(&Phase) -> Option<f64>,
+) -> Vec<Option<f64>> {
+    runs[t]
+        .iter()
+        .map(|r| {
+            r.as_ref()
+                .and_then(|ps| ps.iter().find(|p| p.name == phase))
+                .and_then(get)
+        })
+        .collect()
+}
+
+/// One target's summary of phase `phase`, ratios to target `baseline`.
+fn target_summary(
+    fs: &str,
+    runs: &[Vec<Option<Vec<Phase>>>],
+    t: usize,
+    baseline: usize,
+    phase: &str,
+) -> TargetSummary {
+    let value = |p: &Phase| Some(p.value);
+    let rounds = per_round(runs, t, phase, value);
+    let ran: Vec<f64> = rounds.iter().flatten().copied().collect();
+    let ratios = same_round_ratios(&rounds, &per_round(runs, baseline, phase, value));
+    let cpu = per_round(runs, t, phase, Phase::cpu_us_per_op);
+    let cpu_ratios = same_round_ratios(
+        &cpu,
+        &per_round(runs, baseline, phase, Phase::cpu_us_per_op),
+    );
+    let daemon: Vec<f64> = per_round(runs, t, phase, Phase::daemon_us_per_op)
+        .into_iter()
+        .flatten()
+        .collect();
+    let (per_op, by_op, lost) = fuse_per_op(runs[t].iter().flatten(), phase);
+    TargetSummary {
+        fs: fs.to_string(),
+        median: median(&ran),
+        min: ran.iter().copied().reduce(f64::min),
+        max: ran.iter().copied().reduce(f64::max),
+        ratio_median: median(&ratios),
+        ratios,
+        rounds,
+        cpu_median: median(&cpu.iter().flatten().copied().collect::<Vec<_>>()),
+        cpu_us_per_op: cpu,
+        daemon_us_per_op_median: median(&daemon),
+        cpu_ratio_median: median(&cpu_ratios),
+        cpu_ratios,
+        fuse_per_op: per_op,
+        fuse_per_op_by_opcode: by_op,
+        fuse_lost: lost,
+    }
+}
+
 /// Summarises `phases[target][round]` (each run's phases, `None` for a failed run).
 pub fn summarise(
     names: &[String],
@@ -87,48 +159,17 @@ pub fn summarise(
     let Some(first) = runs.iter().flatten().flatten().next() else {
         return Vec::new();
     };
-    let figure = |t: usize, phase: &str| -> Vec<Option<f64>> {
-        runs[t]
-            .iter()
-            .map(|r| {
-                r.as_ref()
-                    .and_then(|ps| ps.iter().find(|p| p.name == phase))
-                    .map(|p| p.value)
-            })
-            .collect()
-    };
     first
         .iter()
-        .map(|p| {
-            let base = figure(baseline, &p.name);
-            let targets = names
+        .map(|p| PhaseSummary {
+            phase: p.name.clone(),
+            unit: p.unit.clone(),
+            baseline: names[baseline].clone(),
+            targets: names
                 .iter()
                 .enumerate()
-                .map(|(t, fs)| {
-                    let rounds = figure(t, &p.name);
-                    let ran: Vec<f64> = rounds.iter().flatten().copied().collect();
-                    let ratios = same_round_ratios(&rounds, &base);
-                    let (per_op, by_op, lost) = fuse_per_op(runs[t].iter().flatten(), &p.name);
-                    TargetSummary {
-                        fs: fs.clone(),
-                        median: median(&ran),
-                        min: ran.iter().copied().reduce(f64::min),
-                        max: ran.iter().copied().reduce(f64::max),
-                        ratio_median: median(&ratios),
-                        ratios,
-                        rounds,
-                        fuse_per_op: per_op,
-                        fuse_per_op_by_opcode: by_op,
-                        fuse_lost: lost,
-                    }
-                })
-                .collect();
-            PhaseSummary {
-                phase: p.name.clone(),
-                unit: p.unit.clone(),
-                baseline: names[baseline].clone(),
-                targets,
-            }
+                .map(|(t, fs)| target_summary(fs, runs, t, baseline, &p.name))
+                .collect(),
         })
         .collect()
 }
@@ -176,6 +217,40 @@ fn fmt(v: f64) -> String {
     }
 }
 
+fn ratios_text(ratios: &[f64]) -> String {
+    ratios
+        .iter()
+        .map(|r| format!("{r:.2}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn opt(v: Option<f64>) -> String {
+    v.map_or("-".into(), fmt)
+}
+
+/// One row of a job's table.
+fn job_row(p: &PhaseSummary, t: &TargetSummary) -> String {
+    format!(
+        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+        p.phase,
+        p.unit,
+        t.fs,
+        t.median.map_or("failed".into(), fmt),
+        match (t.min, t.max) {
+            (Some(a), Some(b)) => format!("{}-{}", fmt(a), fmt(b)),
+            _ => "-".into(),
+        },
+        t.ratio_median.map_or("-".into(), |r| format!("{r:.2}")),
+        ratios_text(&t.ratios),
+        opt(t.cpu_median),
+        opt(t.daemon_us_per_op_median),
+        t.cpu_ratio_median.map_or("-".into(), |r| format!("{r:.2}")),
+        ratios_text(&t.cpu_ratios),
+        opt(t.fuse_per_op),
+    )
+}
+
 /// The summaries of one job as Markdown: the figures, then FUSE requests per operation.
 /// `fuse_note` says why FUSE targets have no counts, when they have none.
 pub fn job_table(job: &str, rounds: usize, phases: &[PhaseSummary], fuse_note: &str) -> String {
@@ -190,30 +265,16 @@ pub fn job_table(job: &str, rounds: usize, phases: &[PhaseSummary], fuse_note: &
     let mut s = format!(
         "### compare-fs: {job}\n\n{rounds}, the targets' order rotated each round; \
          ratio: to {} in the same round, then the median (for `s`, lower is better; for \
-         the rest, higher).\n\n| phase | unit | fs | median | min-max | ratio | ratios per round | FUSE req/op |\n\
-         |---|---|---|---:|---:|---:|---|---:|\n",
+         the rest, higher). CPU: µs on CPU per operation, the caller's (this process and \
+         the tools it ran) plus the FUSE daemon's (its own column), from schedstat; lower is \
+         better; its ratio is taken the same way.\n\n| phase | unit | fs | median | min-max | ratio | \
+         ratios per round | CPU µs/op | daemon µs/op | CPU ratio | CPU ratios per round | FUSE req/op |\n\
+         |---|---|---|---:|---:|---:|---|---:|---:|---:|---|---:|\n",
         p0.baseline
     );
     for p in phases {
         for t in &p.targets {
-            s.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
-                p.phase,
-                p.unit,
-                t.fs,
-                t.median.map_or("failed".into(), fmt),
-                match (t.min, t.max) {
-                    (Some(a), Some(b)) => format!("{}-{}", fmt(a), fmt(b)),
-                    _ => "-".into(),
-                },
-                t.ratio_median.map_or("-".into(), |r| format!("{r:.2}")),
-                t.ratios
-                    .iter()
-                    .map(|r| format!("{r:.2}"))
-                    .collect::<Vec<_>>()
-                    .join(" "),
-                t.fuse_per_op.map_or("-".into(), fmt),
-            ));
+            s.push_str(&job_row(p, t));
         }
     }
     s.push_str(&opcode_table(phases, fuse_note));
@@ -278,6 +339,7 @@ pub fn side_by_side(names: &[String], jobs: &[(String, Vec<PhaseSummary>)]) -> S
         names.join(" | "),
         "---:|".repeat(names.len())
     );
+    let mut cpu_rows = String::new();
     for (job, phases) in jobs {
         for p in phases {
             let label = if p.phase == *job || job.starts_with(&p.phase) {
@@ -295,8 +357,15 @@ pub fn side_by_side(names: &[String], jobs: &[(String, Vec<PhaseSummary>)]) -> S
                 p.unit,
                 cells.join(" | ")
             ));
+            let cpu: Vec<String> = p.targets.iter().map(|t| opt(t.cpu_median)).collect();
+            cpu_rows.push_str(&format!("| {label} | {} |\n", cpu.join(" | ")));
         }
     }
+    s.push_str(&format!(
+        "\nCPU µs per operation (caller plus daemon), medians:\n\n| workload | {} |\n|---|{}\n{cpu_rows}",
+        names.join(" | "),
+        "---:|".repeat(names.len())
+    ));
     s
 }
 
@@ -313,6 +382,11 @@ mod tests {
             fuse: fuse.map(|n| Counts {
                 by_opcode: [("LOOKUP".to_string(), n)].into_iter().collect(),
                 lost: 0,
+            }),
+            // 1 µs of CPU per unit of the figure, over the phase's 10 operations.
+            cpu: Some(super::super::cpu::Cpu {
+                caller_ns: (value * 10_000.0) as u64,
+                daemon_ns: fuse.map(|_| 5_000),
             }),
         }
     }
@@ -376,13 +450,21 @@ mod tests {
         assert_eq!(ea.median, Some(55.0));
         assert_eq!(ea.ratios, [0.5, 0.4]);
         assert_eq!(ea.ratio_median, Some(0.45));
+        // CPU: 50 and 60 µs/op of the caller's plus 0.5 of the daemon's, against ext4's
+        // 100 and 150 in the same rounds.
+        assert_eq!(ea.cpu_us_per_op, [Some(50.5), None, Some(60.5)]);
+        assert_eq!(ea.cpu_median, Some(55.5));
+        assert_eq!(ea.daemon_us_per_op_median, Some(0.5));
+        assert_eq!(ea.cpu_ratios, [0.505, 60.5 / 150.0]);
+        assert_eq!(ext4.daemon_us_per_op_median, None);
         // 60 LOOKUPs over 20 operations.
         assert_eq!(ea.fuse_per_op, Some(3.0));
         assert_eq!(ea.fuse_per_op_by_opcode["LOOKUP"], 3.0);
         let table = job_table("metadata", 3, &s, "");
         assert!(
             table.contains(
-                "| create | ops/s | extalloc | 55.0 | 50.0-60.0 | 0.45 | 0.50 0.40 | 3.00 |"
+                "| create | ops/s | extalloc | 55.0 | 50.0-60.0 | 0.45 | 0.50 0.40 | 55.5 | 0.500 | \
+                 0.45 | 0.51 0.40 | 3.00 |"
             ),
             "{table}"
         );
@@ -395,5 +477,6 @@ mod tests {
             side.contains("| metadata: create | ops/s | 150 | 55.0 |"),
             "{side}"
         );
+        assert!(side.contains("| metadata: create | 150 | 55.5 |"), "{side}");
     }
 }
