@@ -73,6 +73,12 @@ pub enum StreamStart {
     /// classes it is `spread`. Not a preset's: a file whose first window lands far into
     /// it finds no room to its left (random-fill 1.00 -> 548 extents per file).
     Interleaved,
+    /// Active groups: the goals start unplaced; a stream takes a best fit in its goal's
+    /// group, else in the first group from the device's start that may hold its request
+    /// and that no other goal holds. The groups being filled at once are the goals' (one
+    /// per concurrent stream), at the front of the device, and holes left behind are
+    /// refilled before untouched space is cut into (`docs/allocator.md`, "Active groups").
+    Active,
 }
 
 /// Every knob the allocator has.
@@ -176,7 +182,7 @@ const KEYS: [(&str, &str, Setter); 27] = [
     }),
     (
         "stream_start",
-        "spread|front|packed|goals|interleaved",
+        "spread|front|packed|goals|interleaved|active",
         |p, v| {
             let starts = [
                 ("spread", StreamStart::Spread),
@@ -184,6 +190,7 @@ const KEYS: [(&str, &str, Setter); 27] = [
                 ("packed", StreamStart::Packed),
                 ("goals", StreamStart::Goals),
                 ("interleaved", StreamStart::Interleaved),
+                ("active", StreamStart::Active),
             ];
             choice(v, &starts).map(|s| p.stream_start = s)
         },

@@ -129,6 +129,7 @@ fn stream_start(s: StreamStart) -> &'static str {
         StreamStart::Packed => "packed",
         StreamStart::Goals => "goals",
         StreamStart::Interleaved => "interleaved",
+        StreamStart::Active => "active",
     }
 }
 
