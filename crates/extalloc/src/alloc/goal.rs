@@ -181,8 +181,12 @@ impl Allocator {
                 return Some((e, Pass::GoalLenSlow));
             }
         }
+        // Only groups whose largest free aligned chunk holds the whole request: their
+        // search cannot fail (`buddy_fit`), so the walk locks one group, not every group
+        // that might hold a run (on a 70 %-full device that was every group: fallocate3
+        // scanned 1,653 groups per allocation at 64 GiB, 486,216 at 64 TiB).
         let route = Route {
-            walk: Walk::Index(&self.by_largest, floor_log2(want + 1).saturating_sub(1)),
+            walk: Walk::Index(&self.by_largest, floor_log2(want.next_power_of_two())),
             start: 0,
             class_tag: ctx.class_tag,
             shard: ctx.shard,
