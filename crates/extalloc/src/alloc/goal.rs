@@ -18,8 +18,8 @@
 //! Active groups (`stream_start=active`): the groups being filled at once are the goals'
 //! groups, at most one per goal, so as many as the concurrency the goals are sized for
 //! (`min(cpus, groups / 4)` per class). A goal starts unplaced. Before the passes, a stream's
-//! request takes a best fit in its goal's group, else in the first group from group 0 that
-//! may hold it ([`Allocator::refill_active`]): groups in use and refilled holes first,
+//! request takes a best fit in its goal's group, else in the first group from group 0 whose
+//! largest free aligned chunk holds it ([`Allocator::refill_active`]): groups in use and refilled holes first,
 //! untouched space last. That search and the fast passes (1-3) skip the groups other goals
 //! hold, so concurrent streams still fill different groups (the spreading the 2025 series
 //! wants, without spreading the data over the device). The passes, when they run, start
@@ -157,12 +157,13 @@ impl Allocator {
     }
 
     /// Active groups, before the passes: a stream takes a best fit of its whole request in
-    /// its goal's group, else in the first group from the device's start that may hold it
-    /// (its class's or nobody's, and no other goal's), so a group in use, or a hole that
+    /// its goal's group, else in the first group from the device's start that holds it (its
+    /// class's or nobody's, and no other goal's), so a group in use, or a hole that
     /// frees left behind, is filled before untouched space is cut into. The passes' fast
     /// walks skip a group whose average free fragment is shorter than the request, which
     /// is what a group in use has: without this they took fresh groups further in. The
-    /// passes run only when no group may hold the request (they trim it).
+    /// passes run only when no group's aligned chunk holds the request (they find an
+    /// unaligned run, or trim it).
     pub(super) fn refill_active(&self, ctx: &AllocContext<'_>) -> Option<(Extent, Pass)> {
         if !self.refills(ctx) || !self.slow_indexed() {
             return None;
