@@ -4,8 +4,10 @@
 //!
 //! # Data structures
 //!
-//! - `groups`: one [`Group`] per group (bitmap and pending frees under the group's lock,
-//!   lock-free mirrors of its figures), a cache line each.
+//! - `groups`: the group table (`groups/table.rs`): one [`Group`] per group (bitmap and
+//!   pending frees under the group's lock, lock-free mirrors of its figures), a cache line
+//!   each, made on first touch; until then, over a device, the group's packed figures.
+//!   Lock-free looks that only read figures (`GroupTable::figures`) make nothing.
 //! - Group indexes, hints a scan rechecks under the group lock: `by_largest` and `by_avg`
 //!   (by largest free order and average fragment order), `by_free` (by the order of the free
 //!   block count, for passes 4 and 5), `by_tag` (per size-class tag), `dirty` (groups with
@@ -41,7 +43,10 @@ use super::request::AllocRequest;
 use super::stats::{Shard, Stats, StatsSnapshot};
 use crate::error::{Error, Result};
 use crate::geometry::{Extent, Geometry};
-use crate::groups::{AtomicBitset, Group, GroupBitmap, GroupState, OrderIndex, ORDERS};
+use crate::groups::{
+    AtomicBitset, Figures, Group, GroupBitmap, GroupState, GroupTable, OrderIndex, TableBuilder,
+    ORDERS,
+};
 use crossbeam_utils::CachePadded;
 use parking_lot::{MappedMutexGuard, Mutex, MutexGuard};
 use std::collections::BTreeSet;
@@ -86,7 +91,7 @@ pub struct Allocator {
     pub(super) geometry: Geometry,
     pub(super) policy: Policy,
     /// One [`Group`] per group, a cache line each: see `memory_per_unloaded_group`.
-    pub(super) groups: Box<[Group]>,
+    pub(super) groups: GroupTable,
     pub(super) by_largest: OrderIndex,
     pub(super) by_avg: OrderIndex,
     /// Groups by the order of their free block count (`slow_pass_index`): pass 4 (`free >=
@@ -120,32 +125,98 @@ pub struct Allocator {
     pub(super) corrupt: AtomicBitset,
 }
 
-/// Rejects group summaries no descriptor could hold.
-fn check_summaries(geometry: &Geometry, summaries: &[GroupSummary]) -> Result<()> {
-    let groups_count = geometry.groups_count();
-    if summaries.len() as u64 != groups_count {
-        return Err(Error::SummaryCount {
-            given: summaries.len() as u64,
-            groups: groups_count,
-        });
+/// The groups' summaries for [`Allocator::open_lazy`], checked and packed one at a time as
+/// the descriptors are read: 4 bytes a group (8 with groups of more than 2^17 blocks), never
+/// a list of every descriptor.
+pub struct Summaries {
+    geometry: Geometry,
+    size_classes: bool,
+    /// The group of the first summary (several threads may summarise parts of a device).
+    first: u64,
+    table: TableBuilder,
+}
+
+impl Summaries {
+    /// Summaries for an allocator of `geometry` running `policy` (a policy without size
+    /// classes drops the tags).
+    pub fn new(geometry: &Geometry, policy: &Policy) -> Self {
+        Self::from_group(geometry, policy, 0, geometry.groups_count())
     }
-    for (g, s) in summaries.iter().enumerate() {
-        if u64::from(s.free_blocks) > geometry.group_len(g as u64)
+
+    /// Summaries of the groups from `first` on, room made for `capacity` of them: a part
+    /// that [`Summaries::append`] joins to the summaries of the groups before it.
+    pub fn from_group(geometry: &Geometry, policy: &Policy, first: u64, capacity: u64) -> Self {
+        Summaries {
+            geometry: *geometry,
+            size_classes: policy.size_classes,
+            first,
+            table: TableBuilder::new(geometry.group_blocks, capacity),
+        }
+    }
+
+    /// Groups summarised so far.
+    pub fn len(&self) -> u64 {
+        self.table.len()
+    }
+
+    /// The group the next push summarises.
+    pub fn next_group(&self) -> u64 {
+        self.first + self.len()
+    }
+
+    /// Joins `part`, the summaries of the groups that follow these.
+    pub fn append(&mut self, part: Summaries) {
+        assert_eq!(
+            part.first,
+            self.next_group(),
+            "summaries appended out of order"
+        );
+        assert_eq!(
+            part.geometry, self.geometry,
+            "summaries of another geometry"
+        );
+        let expected = self.len() + part.len();
+        self.table.append(part.table);
+        debug_assert_eq!(self.len(), expected, "every appended summary kept");
+    }
+
+    /// True before the first push.
+    pub fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+
+    /// Adds the next group's summary. A summary no descriptor could hold (more free blocks
+    /// than the group has, orders that disagree with the free count or exceed the group's,
+    /// an unknown tag, a group past the device's) is refused with [`Error::Corrupt`] naming
+    /// the group, and nothing is added.
+    pub fn push(&mut self, s: GroupSummary) -> Result<()> {
+        let g = self.next_group();
+        let groups = self.geometry.groups_count();
+        let impossible = g >= groups
+            || u64::from(s.free_blocks) > self.geometry.group_len(g)
             || s.largest_order.is_some() != (s.free_blocks > 0)
             || s.avg_order.is_some() != (s.free_blocks > 0)
             || s.largest_order
-                .is_some_and(|o| u64::from(o) > u64::from(ORDERS as u32 - 1))
-            || s.avg_order
-                .is_some_and(|o| u64::from(o) > u64::from(ORDERS as u32 - 1))
-            || s.class_tag > class::TAGS
-        {
+                .is_some_and(|o| o > self.geometry.group_order())
+            || s.avg_order.is_some_and(|o| o > self.geometry.group_order())
+            || s.class_tag > class::TAGS;
+        if impossible {
             return Err(Error::Corrupt {
                 what: format!("descriptor of group {g}"),
-                detail: format!("impossible summary {s:?}"),
+                detail: format!("impossible summary {s:?} (groups: {groups})"),
             });
         }
+        let figures = Figures {
+            class_tag: if self.size_classes { s.class_tag } else { 0 },
+            ..s
+        };
+        // Checked above: every field is within what a group of this geometry packs.
+        self.table
+            .push(figures)
+            .unwrap_or_else(|e| panic!("a checked summary did not pack: {e}"));
+        debug_assert_eq!(self.next_group(), g + 1, "one summary added");
+        Ok(())
     }
-    Ok(())
 }
 
 impl Allocator {
@@ -157,33 +228,43 @@ impl Allocator {
                 "{groups_count} groups: at most 2^32 groups (use larger groups)"
             )));
         }
-        let groups: Box<[Group]> = (0..groups_count)
-            .map(|g| {
-                let bitmap =
-                    GroupBitmap::new(geometry.group_blocks as u32, geometry.group_len(g) as u32);
-                Group::new(bitmap)
-            })
-            .collect();
+        let groups = GroupTable::loaded(groups_count, |g| {
+            Group::new(GroupBitmap::new(
+                geometry.group_blocks as u32,
+                geometry.group_len(g) as u32,
+            ))
+        });
         Self::with_groups(geometry, policy, groups, None)
     }
 
     /// An allocator over a persistent device whose groups start unloaded, placed in the
     /// indexes by what their descriptors say (`summaries`, one per group); bitmaps are read
     /// from `source` on first use, with read-ahead per the policy's `prefetch_groups`.
+    /// `summaries` must hold every group's ([`Error::SummaryCount`] otherwise) and have been
+    /// made for `geometry` and `policy`. Nothing is read from the device here: a group's
+    /// [`Group`] is made the first time something touches it (`groups/table.rs`).
     pub fn open_lazy(
         geometry: Geometry,
         policy: Policy,
         source: Arc<dyn BitmapSource>,
-        summaries: &[GroupSummary],
+        summaries: Summaries,
     ) -> Result<Self> {
-        check_summaries(&geometry, summaries)?;
-        let groups: Box<[Group]> = summaries
-            .iter()
-            .map(|s| {
-                let tag = if policy.size_classes { s.class_tag } else { 0 };
-                Group::unloaded(s.free_blocks, s.largest_order, s.avg_order, tag)
-            })
-            .collect();
+        assert_eq!(summaries.first, 0, "summaries of part of a device");
+        if summaries.len() != geometry.groups_count() {
+            return Err(Error::SummaryCount {
+                given: summaries.len(),
+                groups: geometry.groups_count(),
+            });
+        }
+        assert_eq!(
+            summaries.geometry, geometry,
+            "summaries made for another geometry"
+        );
+        assert_eq!(
+            summaries.size_classes, policy.size_classes,
+            "summaries made for another policy"
+        );
+        let groups = summaries.table.finish();
         let lazy = Lazy::new(source, geometry, policy.prefetch_groups > 0);
         Self::with_groups(geometry, policy, groups, Some(lazy))
     }
@@ -193,14 +274,14 @@ impl Allocator {
     fn with_groups(
         geometry: Geometry,
         policy: Policy,
-        groups: Box<[Group]>,
+        groups: GroupTable,
         lazy: Option<Lazy>,
     ) -> Result<Self> {
-        let groups_count = groups.len() as u64;
+        let groups_count = groups.len();
         let orders = geometry.group_blocks.trailing_zeros() as usize + 1;
         debug_assert!(orders <= ORDERS);
         let (stream_goals, stream_goals_per_class) = Self::stream_goal_slots(&policy, groups_count);
-        let alloc = Allocator {
+        let mut alloc = Allocator {
             // Orders above the group's own cannot occur: no sets for them.
             by_largest: OrderIndex::new(policy.ordered_index, orders, groups_count),
             by_avg: OrderIndex::new(policy.ordered_index, orders, groups_count),
@@ -241,9 +322,7 @@ impl Allocator {
 
     /// What the groups' figures say is used counts as allocated until a load says more.
     fn hold_used_as_allocated(&self) {
-        let used: u64 = (0..self.groups.len() as u64)
-            .map(|g| self.geometry.group_len(g) - u64::from(self.groups[g as usize].free_blocks()))
-            .sum();
+        let used = self.geometry.blocks_count - self.free_blocks();
         let shard = self.stats.shard();
         shard.add(&shard.held.adjusted, used);
     }
@@ -260,7 +339,9 @@ impl Allocator {
 
     /// Free blocks, not counting frees that wait for a commit (sum of the group mirrors).
     pub fn free_blocks(&self) -> u64 {
-        self.groups.iter().map(|g| u64::from(g.free_blocks())).sum()
+        (0..self.groups.len())
+            .map(|g| u64::from(self.groups.free_blocks(g)))
+            .sum()
     }
 
     /// Blocks freed but not yet returned by a commit.
@@ -281,7 +362,7 @@ impl Allocator {
             s.loaded_bitmaps = lazy.loaded.load(Relaxed);
             s.prefetched_bitmaps = lazy.prefetched();
         } else {
-            s.loaded_bitmaps = self.groups.len() as u64;
+            s.loaded_bitmaps = self.groups.len();
         }
         s
     }
@@ -293,12 +374,12 @@ impl Allocator {
 
     /// Group `g`'s free blocks, read without its lock (a hint: it may change at once).
     pub fn group_free_blocks(&self, g: u64) -> u64 {
-        u64::from(self.groups[g as usize].free_blocks())
+        u64::from(self.groups.free_blocks(g))
     }
 
     /// Group `g`'s size-class tag (0: none).
     pub fn group_class_tag(&self, g: u64) -> u8 {
-        self.groups[g as usize].class_tag()
+        self.groups.class_tag(g)
     }
 
     /// True if `block` is free (not allocated and not pending).

@@ -42,7 +42,7 @@ impl Allocator {
     /// bitmap cannot be read (an I/O error; a corrupt bitmap loads as all used).
     #[inline]
     pub(super) fn lock_group(&self, g: u64, shard: &Shard) -> Result<StateGuard<'_>> {
-        let slot = self.lock_slot(&self.groups[g as usize], shard);
+        let slot = self.lock_slot(self.groups.get(g), shard);
         self.loaded(g, slot, shard)
     }
 
@@ -68,7 +68,7 @@ impl Allocator {
             self.load_group(g, &mut slot, shard)?;
         }
         if self.lazy.is_some() {
-            self.groups[g as usize].touch();
+            self.groups.get(g).touch();
         }
         Ok(MutexGuard::map(slot, |s| {
             &mut **s.as_mut().expect("loaded above")
@@ -110,7 +110,7 @@ impl Allocator {
         }
         // The descriptor's figures were hints; the bitmap's are the truth (a corrupt group's
         // blocks all count as allocated: held, never handed out).
-        let hinted_free = u64::from(self.groups[g as usize].free_blocks());
+        let hinted_free = u64::from(self.groups.free_blocks(g));
         shard.add(&shard.held.adjusted, hinted_free);
         shard.sub(&shard.held.adjusted, u64::from(bitmap.free_blocks()));
         let state = slot.insert(Box::new(GroupState {
@@ -119,7 +119,7 @@ impl Allocator {
         }));
         self.publish_mirrors(g, state, shard);
         debug_assert_eq!(
-            self.groups[g as usize].free_blocks(),
+            self.groups.free_blocks(g),
             state.bitmap.free_blocks(),
             "group {g}'s mirror after its load"
         );
@@ -156,10 +156,10 @@ impl Allocator {
     /// Loads group `g`'s bitmap if it is not in memory (a corrupt one loads as all used).
     /// A group past the device's is refused ([`Error::NoSuchGroup`]), changing nothing.
     pub fn ensure_loaded(&self, g: u64) -> Result<()> {
-        if g >= self.groups.len() as u64 {
+        if g >= self.groups.len() {
             return Err(Error::NoSuchGroup {
                 group: g,
-                groups: self.groups.len() as u64,
+                groups: self.groups.len(),
             });
         }
         self.lock_group(g, self.stats.shard()).map(drop)
@@ -180,11 +180,11 @@ impl Allocator {
         };
         let mut dropped = 0;
         for pass in 0..2 {
-            for (g, group) in self.groups.iter().enumerate() {
+            // An untouched group was never loaded: only the touched ones can be dropped.
+            for (g, group) in self.groups.iter_touched() {
                 if lazy.loaded.load(Relaxed) <= keep {
                     return dropped;
                 }
-                let g = g as u64;
                 if lazy.state(g) != LOADED
                     || self.corrupt.contains(g)
                     || self.home_dirty.as_ref().is_some_and(|d| d.contains(g))
@@ -256,11 +256,13 @@ impl Allocator {
         gb / 8 + gb / 8 + std::mem::size_of::<GroupState>() as u64
     }
 
-    /// Bytes an unloaded group costs, measured from the structures: its [`Group`], its
-    /// load-state byte, and its share of the order indexes, the per-tag sets, the dirty sets
-    /// and the corrupt set.
+    /// Bytes an unloaded group nothing has touched costs, measured from the structures: its
+    /// packed figures and share of the group table's chunk slots (a touched group adds its
+    /// 64-byte [`Group`]), its load-state byte, and its share of the order indexes, the
+    /// per-tag sets, the dirty sets and the corrupt set. An allocator in memory has no
+    /// unloaded group: it reports a loaded group's [`Group`] and share of the sets.
     pub fn memory_per_unloaded_group(&self) -> f64 {
-        let n = self.groups.len() as u64;
+        let n = self.groups.len();
         let sets: u64 = [&self.by_largest, &self.by_avg, &self.by_free]
             .iter()
             .map(|i| i.memory_bytes())
@@ -276,7 +278,11 @@ impl Allocator {
                 .home_dirty
                 .as_ref()
                 .map_or(0, AtomicBitset::memory_bytes);
-        let state = if self.lazy.is_some() { n } else { 0 };
-        (std::mem::size_of::<Group>() as u64 * n + state + sets) as f64 / n as f64
+        let (state, group) = if self.lazy.is_some() {
+            (1.0, self.groups.memory_per_untouched_group())
+        } else {
+            (0.0, std::mem::size_of::<Group>() as f64)
+        };
+        group + state + sets as f64 / n as f64
     }
 }

@@ -32,7 +32,7 @@ use super::allocator::{Allocator, MdState};
 use super::policy::FreeList;
 use super::publish::free_order;
 use crate::error::{Error, Result};
-use crate::groups::{Group, GroupBitmap, GroupState, OrderIndex};
+use crate::groups::{Figures, Group, GroupBitmap, GroupState, OrderIndex};
 use std::sync::atomic::Ordering::Relaxed;
 
 /// Per group, the order set each index holds it in (`None` for an index not in use).
@@ -50,17 +50,25 @@ impl Allocator {
     /// Recomputes every cached figure and compares (call at quiescence: no other thread may
     /// allocate, free or commit meanwhile).
     pub fn check(&self) -> Result<()> {
-        assert_eq!(self.groups.len() as u64, self.geometry.groups_count());
+        assert_eq!(self.groups.len(), self.geometry.groups_count());
         let mut pending_total = 0u64;
         let mut marked_total = 0u64;
         let md = self.md.lock();
         let members = self.check_sets()?;
-        for (g, group) in self.groups.iter().enumerate() {
+        for g in 0..self.groups.len() {
+            marked_total += self.geometry.group_len(g) - u64::from(self.groups.free_blocks(g));
+            let Some(group) = self.groups.peek(g) else {
+                // Untouched: never loaded, its figures those it was opened with.
+                if self.is_loaded(g) {
+                    return fail(format!("group {g}: loaded but never made"));
+                }
+                self.check_unloaded(g as usize, self.groups.figures(g), &members)?;
+                continue;
+            };
             let slot = group.try_lock().ok_or_else(|| {
                 Error::Invariant(format!("group {g} is locked during check: not quiescent"))
             })?;
-            marked_total += self.geometry.group_len(g as u64) - u64::from(group.free_blocks());
-            pending_total += self.check_group(g, group, slot.as_deref(), &members, &md)?;
+            pending_total += self.check_group(g as usize, group, slot.as_deref(), &members, &md)?;
         }
         self.check_accounting(&md, pending_total, marked_total)
     }
@@ -109,7 +117,7 @@ impl Allocator {
             }
         }
         let Some(state) = state else {
-            self.check_unloaded(g, group, members)?;
+            self.check_unloaded(g, self.groups.figures(g as u64), members)?;
             return Ok(0);
         };
         self.check_figures(g, group, &state.bitmap, members)?;
@@ -117,19 +125,24 @@ impl Allocator {
     }
 
     /// An unloaded group: its figures are its descriptor's; the indexes must agree.
-    fn check_unloaded(&self, g: usize, group: &Group, members: &Members) -> Result<()> {
+    fn check_unloaded(&self, g: usize, figures: Figures, members: &Members) -> Result<()> {
+        if let Some(m) = &members.free {
+            if m[g] != free_order(figures.free_blocks) {
+                return fail(format!("group {g} (unloaded): free-count set disagrees"));
+            }
+        }
         if let Some(m) = &members.largest {
-            if m[g] != group.largest_order() {
+            if m[g] != figures.largest_order {
                 return fail(format!("group {g} (unloaded): largest-order set disagrees"));
             }
         }
         if let Some(m) = &members.avg {
-            if m[g] != group.avg_order() {
+            if m[g] != figures.avg_order {
                 return fail(format!("group {g} (unloaded): average-order set disagrees"));
             }
         }
         for (i, set) in self.by_tag.iter().enumerate() {
-            if set.contains(g as u64) != (usize::from(group.class_tag()) == i + 1) {
+            if set.contains(g as u64) != (usize::from(figures.class_tag) == i + 1) {
                 return fail(format!("group {g} (unloaded): tag sets disagree"));
             }
         }

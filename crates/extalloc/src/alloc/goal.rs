@@ -98,7 +98,7 @@ impl Allocator {
     /// would start scanning from: its stream goal in the size class of that length.
     pub fn stream_goal_group(&self, file: u64, blocks: u64) -> u64 {
         if self.policy.stream_goal_locked {
-            return self.lock_md(self.stats.shard()).stream_goal % self.groups.len() as u64;
+            return self.lock_md(self.stats.shard()).stream_goal % self.groups.len();
         }
         let class_index = if self.policy.size_classes {
             AllocRequest::new(file, blocks.max(1))
@@ -107,8 +107,7 @@ impl Allocator {
         } else {
             0
         };
-        self.stream_goals[self.stream_slot(file, class_index)].load(Relaxed)
-            % self.groups.len() as u64
+        self.stream_goals[self.stream_slot(file, class_index)].load(Relaxed) % self.groups.len()
     }
 
     /// True if `req` is a large file's: it starts at, and moves, its stream goal.
@@ -132,7 +131,7 @@ impl Allocator {
     /// in the goal's group.
     #[inline]
     pub(super) fn scan_start(&self, ctx: &AllocContext<'_>) -> u64 {
-        let groups_count = self.groups.len() as u64;
+        let groups_count = self.groups.len();
         let start = match ctx.request.goal {
             Some(goal) if !ctx.stream => self.geometry.group_of(goal),
             Some(goal) if self.leaves_class(ctx, goal) => self.geometry.group_of(goal),
@@ -170,14 +169,14 @@ impl Allocator {
         }
         let want = ctx.request.len;
         let good = |g: u64| {
-            let tag = self.groups[g as usize].class_tag();
+            let tag = self.groups.class_tag(g);
             (tag == 0 || tag == ctx.class_tag)
                 && self.good_group(ctx, g, Pass::GoalLenSlow, want)
                 && !self.held_by_another_stream(ctx, g)
         };
         let mut visit = |g: u64| self.scan_group(ctx, g, Pass::GoalLenSlow, want);
         let goal = self.stream_goals[ctx.slot].load(Relaxed);
-        if goal < self.groups.len() as u64 && good(goal) {
+        if goal < self.groups.len() && good(goal) {
             if let Some(e) = visit(goal) {
                 return Some((e, Pass::GoalLenSlow));
             }
@@ -227,17 +226,14 @@ impl Allocator {
         if ctx.class_tag == 0 {
             return false;
         }
-        let group = self.geometry.group_of(goal) as usize;
-        class::tier(self.groups[group].class_tag(), ctx.class_tag) > class::UNTAGGED_TIER
+        let group = self.geometry.group_of(goal);
+        class::tier(self.groups.class_tag(group), ctx.class_tag) > class::UNTAGGED_TIER
     }
 
     /// A stream allocation got group `g` (under its lock): its goal moves there.
     #[inline]
     pub(super) fn follow_stream(&self, ctx: &AllocContext<'_>, g: u64) {
-        debug_assert!(
-            g < self.groups.len() as u64,
-            "stream goal {g} past the groups"
-        );
+        debug_assert!(g < self.groups.len(), "stream goal {g} past the groups");
         if !ctx.stream {
             return;
         }

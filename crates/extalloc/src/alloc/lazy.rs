@@ -39,9 +39,12 @@
 //!
 //! # Memory
 //!
-//! An unloaded group costs its [`crate::groups::Group`] (64 bytes: one cache line, see
-//! there), one load-state byte, and its bits in the indexes and sets (about 6 bytes with
-//! groups of 2^15 blocks): see `Allocator::memory_per_unloaded_group`. With
+//! An unloaded group nothing has touched costs its packed figures in the group table (4
+//! bytes, 8 with groups over 2^17 blocks, `groups/table.rs`), one load-state byte, and its
+//! bits in the indexes and sets (about 7.6 bytes with groups of 2^15 blocks): 12.7 bytes
+//! with the default geometry. A touched one adds its [`crate::groups::Group`] (64 bytes:
+//! one cache line, see there), made with the 127 others of its chunk. See
+//! `Allocator::memory_per_unloaded_group`. With
 //! `bitmap_memory_mib` set, the store's sweep after each checkpoint drops clean,
 //! unreferenced bitmaps until the loaded ones fit (`Allocator::drop_idle_bitmaps`).
 //!
@@ -67,19 +70,9 @@ pub trait BitmapSource: Send + Sync {
     fn read_bitmap(&self, g: u64) -> Result<Vec<u8>>;
 }
 
-/// What a group's descriptor says about it: enough to place it in every index unloaded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct GroupSummary {
-    /// Free blocks in the group.
-    pub free_blocks: u32,
-    /// Largest order with a fully free aligned chunk; `None` when no block is free.
-    pub largest_order: Option<u32>,
-    /// Order of the average free run, `floor(log2(free / runs))`; `None` when no block is
-    /// free.
-    pub avg_order: Option<u32>,
-    /// Size-class tag (0: none).
-    pub class_tag: u8,
-}
+/// What a group's descriptor says about it: enough to place it in every index unloaded
+/// (the figures the group table keeps for it until it is touched).
+pub type GroupSummary = crate::groups::Figures;
 
 pub(super) const UNLOADED: u8 = 0;
 pub(super) const QUEUED: u8 = 1;

@@ -55,7 +55,7 @@ mod space;
 mod stats;
 mod walk;
 
-pub use allocator::Allocator;
+pub use allocator::{Allocator, Summaries};
 #[cfg(test)]
 pub(crate) use class::tag as class_tag;
 pub use class::{Lifetime, SizeClass};

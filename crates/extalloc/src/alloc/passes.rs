@@ -93,7 +93,7 @@ impl Allocator {
         };
         let g = self.geometry.group_of(goal);
         let off = (goal - self.geometry.group_start(g)) as u32;
-        let group = &self.groups[g as usize];
+        let group = self.groups.get(g);
         if group.free_blocks() < want {
             return None;
         }
@@ -207,23 +207,24 @@ impl Allocator {
         self.policy.slow_pass_index && self.policy.optimize_scan && self.policy.ordered_index
     }
 
-    /// The lock-free check of a group's mirrors before locking it.
+    /// The lock-free check of a group's mirrors before locking it (an untouched group's
+    /// figures are read without making its [`crate::groups::Group`]).
     pub(super) fn good_group(&self, ctx: &AllocContext<'_>, g: u64, pass: Pass, want: u64) -> bool {
-        let group = &self.groups[g as usize];
-        let free = u64::from(group.free_blocks());
+        let group = self.groups.figures(g);
+        let free = u64::from(group.free_blocks);
         let min_len = ctx.request.min_len;
         match pass {
             Pass::Goal => unreachable!("the goal is not a scanning pass"),
-            Pass::Power2Aligned => group.largest_order().is_some_and(|o| o >= floor_log2(want)),
+            Pass::Power2Aligned => group.largest_order.is_some_and(|o| o >= floor_log2(want)),
             Pass::GoalLenFast | Pass::BestAvailLen => {
                 free >= want
-                    && group.avg_order().is_some_and(|o| o >= floor_log2(want))
-                    && may_hold_run(group.largest_order(), want)
+                    && group.avg_order.is_some_and(|o| o >= floor_log2(want))
+                    && may_hold_run(group.largest_order, want)
             }
             // Enough free blocks is not enough: on a crowded device with small holes every
             // group has them, and searching each bitmap for a run it cannot hold made the
             // cost of a large request grow with the device.
-            Pass::GoalLenSlow => free >= want && may_hold_run(group.largest_order(), want),
+            Pass::GoalLenSlow => free >= want && may_hold_run(group.largest_order, want),
             Pass::AnyFree => free >= min_len,
         }
     }
@@ -274,7 +275,7 @@ impl Allocator {
         want: u64,
     ) -> Option<Extent> {
         let (min_len, shard) = (ctx.request.min_len, ctx.shard);
-        let group = &self.groups[g as usize];
+        let group = self.groups.get(g);
         let slot = if self.policy.trylock && pass != Pass::AnyFree {
             match group.try_lock() {
                 Some(s) => s,
@@ -420,7 +421,7 @@ impl Allocator {
             "group {g} is held corrupt and must never be searched"
         );
         state.bitmap.mark_used(off, len);
-        if ctx.class_tag != 0 && self.groups[g as usize].class_tag() == 0 {
+        if ctx.class_tag != 0 && self.groups.class_tag(g) == 0 {
             // The group's first allocation gives it its class.
             self.set_group_tag(g, ctx.class_tag);
         }

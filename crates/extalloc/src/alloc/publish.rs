@@ -27,7 +27,7 @@
 use super::allocator::Allocator;
 use super::passes::floor_log2;
 use super::stats::Shard;
-use crate::groups::GroupState;
+use crate::groups::{AtomicBitset, GroupState};
 
 /// The set of `by_free` a group of `free` blocks is in.
 pub(super) fn free_order(free: u32) -> Option<u32> {
@@ -36,30 +36,33 @@ pub(super) fn free_order(free: u32) -> Option<u32> {
 
 impl Allocator {
     /// Places every group in the indexes and tag sets by the figures it starts with (at
-    /// construction, before any other thread can see the allocator).
-    pub(super) fn index_groups(&self) {
-        if self.policy.optimize_scan {
-            for (g, group) in self.groups.iter().enumerate() {
-                self.by_largest
-                    .update(g as u64, None, group.largest_order());
-                self.by_avg.update(g as u64, None, group.avg_order());
-                if self.slow_indexed() {
-                    self.by_free
-                        .update(g as u64, None, free_order(group.free_blocks()));
+    /// construction, before any other thread can see the allocator), without making the
+    /// groups of the table: plain writes into sets nothing else sees yet.
+    pub(super) fn index_groups(&mut self) {
+        let slow = self.slow_indexed();
+        for g in 0..self.groups.len() {
+            let f = self.groups.figures(g);
+            if self.policy.optimize_scan {
+                self.by_largest.insert_mut(g, f.largest_order);
+                self.by_avg.insert_mut(g, f.avg_order);
+                if slow {
+                    self.by_free.insert_mut(g, free_order(f.free_blocks));
                 }
             }
-        }
-        for (g, group) in self.groups.iter().enumerate() {
-            if group.class_tag() != 0 {
-                self.by_tag[usize::from(group.class_tag() - 1)].insert(g as u64);
+            if f.class_tag != 0 {
+                self.by_tag[usize::from(f.class_tag - 1)].insert_mut(g);
             }
         }
+        self.by_largest.summarise_mut();
+        self.by_avg.summarise_mut();
+        self.by_free.summarise_mut();
+        self.by_tag.iter_mut().for_each(AtomicBitset::summarise_mut);
     }
 
     /// Gives group `g` size-class tag `tag` (0 = none) and keeps the per-tag sets in step.
     /// Called under the group's lock.
     pub(super) fn set_group_tag(&self, g: u64, tag: u8) {
-        let group = &self.groups[g as usize];
+        let group = self.groups.get(g);
         let old = group.class_tag();
         if old == tag {
             return;
@@ -84,7 +87,7 @@ impl Allocator {
 
     /// Copies a group's figures to its mirrors and index positions (under its lock).
     pub(super) fn publish_mirrors(&self, g: u64, state: &GroupState, shard: &Shard) {
-        let group = &self.groups[g as usize];
+        let group = self.groups.get(g);
         let free = state.bitmap.free_blocks();
         if free == state.bitmap.len_blocks() {
             // An empty group loses its size class.

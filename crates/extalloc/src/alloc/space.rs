@@ -236,11 +236,11 @@ impl Allocator {
     pub fn free_space(&self) -> FreeSpace {
         let shard = self.stats.shard();
         let mut runs: Vec<u64> = Vec::new();
-        let mut groups = Vec::with_capacity(self.groups.len());
+        let mut groups = Vec::with_capacity(self.groups.len() as usize);
         let mut open: Option<(u64, u64)> = None; // (start, len) of the run being built
-        for (g, group) in self.groups.iter().enumerate() {
+        for (g, group) in self.groups.iter() {
             // Measuring loads every group (an unreadable one counts as having no free space).
-            let Ok(state) = self.lock_group(g as u64, shard) else {
+            let Ok(state) = self.lock_group(g, shard) else {
                 groups.push(GroupFree {
                     class_tag: group.class_tag(),
                     free_blocks: 0,
@@ -249,7 +249,7 @@ impl Allocator {
                 });
                 continue;
             };
-            let base = self.geometry.group_start(g as u64);
+            let base = self.geometry.group_start(g);
             let mut largest = 0;
             for (off, len) in state.bitmap.free_runs(0) {
                 largest = largest.max(len);

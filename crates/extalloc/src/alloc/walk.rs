@@ -152,7 +152,7 @@ impl Allocator {
         good: &G,
         visit: &mut dyn FnMut(u64) -> Option<Extent>,
     ) -> Option<Extent> {
-        let tag_of = |g: u64| self.groups[g as usize].class_tag();
+        let tag_of = |g: u64| self.groups.class_tag(g);
         match tier {
             Tier::Start => {
                 let start = route.start;
@@ -194,7 +194,7 @@ impl Allocator {
         visit: &mut dyn FnMut(u64) -> Option<Extent>,
     ) -> Option<Extent> {
         let set = &self.by_tag[usize::from(tag - 1)];
-        let good = |g: u64| self.groups[g as usize].class_tag() == tag && good(g);
+        let good = |g: u64| self.groups.class_tag(g) == tag && good(g);
         match route.walk {
             // Both walks give the tag's groups that serve the pass in the same order (right
             // of the start, then left): walk the smaller set. On a crowded device the index
@@ -229,7 +229,7 @@ impl Allocator {
         visit: &mut dyn FnMut(u64) -> Option<Extent>,
     ) -> Option<Extent> {
         let (shard, start) = (route.shard, route.start);
-        let groups_count = self.groups.len() as u64;
+        let groups_count = self.groups.len();
         for (from, limit) in [(start, groups_count), (0, start)] {
             let mut at = from;
             while let Some(g) = next(at, limit) {
@@ -255,7 +255,7 @@ impl Allocator {
         good: &G,
         visit: &mut dyn FnMut(u64) -> Option<Extent>,
     ) -> Option<Extent> {
-        let groups_count = self.groups.len() as u64;
+        let groups_count = self.groups.len();
         let (shard, start) = (route.shard, route.start);
         match route.walk {
             Walk::Linear => (0..groups_count).find_map(|i| {

@@ -4,7 +4,8 @@
 //! The bitmap and the pending frees live in a box that may be absent: a group of a device
 //! opened lazily starts *unloaded*, its mirrors taken from its on-disk descriptor, and
 //! costs [`Group`]'s 64 bytes until a scan or a free first needs its bitmap (see
-//! `alloc/lazy.rs`).
+//! `alloc/lazy.rs`). Before anything touches it, not even that: the group table
+//! (`table.rs`) keeps its figures packed in 4 bytes and makes the [`Group`] on first touch.
 //!
 //! A group fills one cache line of its own: its lock and mirrors are written on every
 //! allocation in it, and packing groups at their natural 24 bytes put neighbours on one line

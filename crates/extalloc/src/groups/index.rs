@@ -99,6 +99,38 @@ impl AtomicBitset {
         self.set_summary(0, i / 64);
     }
 
+    /// Adds `i` (below the capacity) while nothing else can see the set (at construction):
+    /// a plain write of the member's bit only. The summary levels are wrong until
+    /// [`AtomicBitset::summarise_mut`], which must run before anyone looks up the set.
+    #[inline]
+    pub fn insert_mut(&mut self, i: u64) {
+        assert!(i < self.bits);
+        let word = self.levels[0][(i / 64) as usize].get_mut();
+        let bit = 1u64 << (i % 64);
+        if *word & bit == 0 {
+            *word |= bit;
+            *self.count.get_mut() += 1;
+        }
+    }
+
+    /// Rebuilds every summary level from the members (after [`AtomicBitset::insert_mut`]).
+    pub fn summarise_mut(&mut self) {
+        for l in 1..self.levels.len() {
+            let (below, above) = self.levels.split_at_mut(l);
+            let (below, above) = (&mut below[l - 1], &mut above[0]);
+            for (w, word) in above.iter_mut().enumerate() {
+                let mut bits = 0u64;
+                for (i, b) in below[w * 64..].iter_mut().take(64).enumerate() {
+                    if *b.get_mut() != 0 {
+                        bits |= 1 << i;
+                    }
+                }
+                *word.get_mut() = bits;
+            }
+        }
+        debug_assert_eq!(self.check(), Ok(()), "summaries rebuilt");
+    }
+
     /// Removes `i` (below the capacity), without a lock.
     pub fn remove(&self, i: u64) {
         assert!(i < self.bits);
@@ -410,6 +442,32 @@ impl OrderIndex {
             }
         }
         waits
+    }
+
+    /// Places `group`, in no set yet, in the set of `order` while nothing else can see the
+    /// index (at construction): plain writes for the ordered sets, whose summaries
+    /// [`OrderIndex::summarise_mut`] then rebuilds, before anyone looks the index up.
+    #[inline]
+    pub fn insert_mut(&mut self, group: u64, order: Option<u32>) {
+        let Some(o) = order else {
+            return;
+        };
+        assert!(group < self.groups, "group {group} of {}", self.groups);
+        match &mut self.sets {
+            OrderSets::Ordered(sets) => sets[o as usize].insert_mut(group),
+            OrderSets::List(lists) => lists.push_tail(o as usize, group, &mut 0),
+        }
+    }
+
+    /// Rebuilds the ordered sets' summaries after [`OrderIndex::insert_mut`].
+    pub fn summarise_mut(&mut self) {
+        if let OrderSets::Ordered(sets) = &mut self.sets {
+            sets.iter_mut().for_each(AtomicBitset::summarise_mut);
+            debug_assert!(
+                sets.iter().all(|s| s.check().is_ok()),
+                "every set summarised"
+            );
+        }
     }
 
     /// Members of the sets of orders `>= order_min` (ordered sets; `None` for lists).

@@ -7,6 +7,7 @@
 //! - `bitmap.rs`: a group's block bitmap, which keeps its buddy summary in step.
 //! - `group.rs`: one group: bitmap and pending frees under a lock, lock-free mirrors.
 //! - `index.rs`: sets of groups by order, and the lock-free bitset they are made of.
+//! - `table.rs`: every group of a device, each made on first touch from packed figures.
 //!
 //! # Invariant
 //!
@@ -23,9 +24,11 @@ mod bitmap;
 mod buddy;
 mod group;
 mod index;
+mod table;
 mod words;
 
 pub use bitmap::GroupBitmap;
 pub use buddy::{ORDERS, ORDER_MAX};
 pub use group::{Group, GroupState, PendingFree, Slot};
 pub use index::{AtomicBitset, OrderIndex};
+pub use table::{Figures, GroupTable, TableBuilder, CHUNK};

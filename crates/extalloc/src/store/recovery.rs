@@ -18,7 +18,7 @@
 use super::claim::{self, OpenClaim};
 use super::ops::OpShards;
 use super::state::{Boundary, OpenTiming, Store};
-use crate::alloc::{Allocator, BitmapSource, GroupSummary, Policy};
+use crate::alloc::{Allocator, BitmapSource, GroupSummary, Policy, Summaries};
 use crate::disk::device::{Device, FenceDevice};
 use crate::disk::format::{self, GroupDesc, Superblock, DESC_BYTES};
 use crate::disk::journal::{self, Area, Journal, Op, Record};
@@ -290,63 +290,138 @@ impl Store {
     /// bitmap read), corrupt descriptors held. After an interrupted checkpoint (the
     /// superblock says so) every group is loaded now, its figures from its bitmap, and
     /// marked for the next checkpoint; so is a group whose descriptor is in flight.
+    ///
+    /// The descriptors are read in parts by up to [`OPEN_THREADS_MAX`] threads (a device of
+    /// at least [`PARALLEL_OPEN_GROUPS`] groups), each streaming its part into packed
+    /// summaries: memory is 4 bytes a group, never the descriptor table.
     fn open_home(dev: &Arc<dyn Device>, sb: &Superblock, policy: Policy) -> Result<Allocator> {
         let geometry = sb.geometry()?;
         let repairing = sb.state & format::STATE_CHECKPOINTING != 0;
-        let descs = format::read_descriptors(dev.as_ref(), sb)?;
-        let mut corrupt = Vec::new();
-        // In flight: its figures may not be those of the bitmap on the media.
-        let in_flight: Vec<u64> = (0..sb.groups())
-            .filter(|&g| matches!(&descs[g as usize], Ok(d) if d.replaces.is_some()))
+        let groups = sb.groups();
+        let threads = if groups < PARALLEL_OPEN_GROUPS {
+            1
+        } else {
+            std::thread::available_parallelism().map_or(1, |n| n.get().min(OPEN_THREADS_MAX))
+        } as u64;
+        let per = groups.div_ceil(threads).max(1);
+        let ranges: Vec<std::ops::Range<u64>> = (0..threads)
+            .map(|t| (t * per).min(groups)..((t + 1) * per).min(groups))
             .collect();
-        let summaries: Vec<GroupSummary> = descs
-            .iter()
-            .enumerate()
-            .map(|(g, d)| match d {
+        let read = |r: std::ops::Range<u64>| {
+            DescriptorPart::read(dev.as_ref(), sb, &geometry, &policy, r, repairing)
+        };
+        let parts: Vec<Result<DescriptorPart>> = std::thread::scope(|s| {
+            let handles: Vec<_> = ranges[1..]
+                .iter()
+                .map(|r| {
+                    let mine = r.clone();
+                    std::thread::Builder::new()
+                        .name("extalloc-open".into())
+                        .spawn_scoped(s, move || read(mine))
+                        .map_err(|_| r.clone())
+                })
+                .collect();
+            let mut parts = vec![read(ranges[0].clone())];
+            for h in handles {
+                parts.push(match h {
+                    Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+                    // No thread to spare: this part is read here.
+                    Err(r) => read(r),
+                });
+            }
+            parts
+        });
+        let mut parts = parts.into_iter();
+        let DescriptorPart {
+            mut summaries,
+            mut corrupt,
+            mut eager,
+        } = parts.next().expect("at least one part")?;
+        for p in parts {
+            let p = p?;
+            summaries.append(p.summaries);
+            corrupt.extend(p.corrupt);
+            eager.extend(p.eager);
+        }
+        let source = Arc::new(HomeBitmaps {
+            dev: dev.clone(),
+            sb: sb.clone(),
+        });
+        let alloc = Allocator::open_lazy(geometry, policy, source, summaries)?;
+        for &g in &corrupt {
+            alloc.mark_corrupt(g);
+        }
+        if repairing {
+            eager = (0..sb.groups()).collect();
+        }
+        for g in eager {
+            alloc.ensure_loaded(g)?;
+            alloc.mark_home_dirty(g);
+        }
+        Ok(alloc)
+    }
+}
+
+/// Devices with fewer groups open their descriptors on one thread.
+const PARALLEL_OPEN_GROUPS: u64 = 1 << 16;
+/// Threads that read a large device's descriptors at open.
+const OPEN_THREADS_MAX: usize = 4;
+
+/// What one thread made of a run of descriptors at open.
+struct DescriptorPart {
+    summaries: Summaries,
+    /// Groups whose descriptor failed its checks: held corrupt.
+    corrupt: Vec<u64>,
+    /// Groups loaded at open, their figures taken from their bitmaps: in flight (the
+    /// figures may not be those of the bitmap on the media) or with impossible figures (a
+    /// checksum-valid descriptor no checkpoint could write).
+    eager: Vec<u64>,
+}
+
+impl DescriptorPart {
+    fn read(
+        dev: &dyn Device,
+        sb: &Superblock,
+        geometry: &Geometry,
+        policy: &Policy,
+        range: std::ops::Range<u64>,
+        repairing: bool,
+    ) -> Result<Self> {
+        let count = range.end - range.start;
+        let mut part = DescriptorPart {
+            summaries: Summaries::from_group(geometry, policy, range.start, count),
+            corrupt: Vec::new(),
+            eager: Vec::new(),
+        };
+        format::read_descriptors_range(dev, sb, range, |g, d| {
+            let s = match d {
                 Ok(d) if !repairing && d.replaces.is_none() => GroupSummary {
                     free_blocks: d.free_blocks,
                     largest_order: d.largest_order,
                     avg_order: d.avg_order,
                     class_tag: d.class_tag,
                 },
-                Ok(_) => GroupSummary::default(),
-                Err(_) => {
-                    corrupt.push(g as u64);
+                Ok(d) => {
+                    if d.replaces.is_some() && !repairing {
+                        part.eager.push(g);
+                    }
                     GroupSummary::default()
                 }
-            })
-            .collect();
-        let source = Arc::new(HomeBitmaps {
-            dev: dev.clone(),
-            sb: sb.clone(),
-        });
-        let alloc = match Allocator::open_lazy(geometry, policy.clone(), source.clone(), &summaries)
-        {
-            // Figures that cannot be (a checksum-valid descriptor with an impossible
-            // summary): fall back to each group's bitmap.
-            Err(Error::Corrupt { .. }) if !repairing => {
-                let zero = vec![GroupSummary::default(); summaries.len()];
-                let alloc = Allocator::open_lazy(geometry, policy, source, &zero)?;
-                for g in 0..sb.groups() {
-                    alloc.ensure_loaded(g)?;
+                Err(_) => {
+                    part.corrupt.push(g);
+                    GroupSummary::default()
                 }
-                alloc
+            };
+            debug_assert_eq!(part.summaries.next_group(), g, "descriptors in order");
+            if part.summaries.push(s).is_err() {
+                part.eager.push(g);
+                part.summaries
+                    .push(GroupSummary::default())
+                    .expect("an empty summary is always possible");
             }
-            other => other?,
-        };
-        for &g in &corrupt {
-            alloc.mark_corrupt(g);
-        }
-        let eager: Vec<u64> = if repairing {
-            (0..sb.groups()).collect()
-        } else {
-            in_flight
-        };
-        for g in eager {
-            alloc.ensure_loaded(g)?;
-            alloc.mark_home_dirty(g);
-        }
-        Ok(alloc)
+        })?;
+        assert_eq!(part.summaries.len(), count, "one summary per descriptor");
+        Ok(part)
     }
 }
 
@@ -592,23 +667,46 @@ mod tests {
         third.allocator().check().unwrap();
     }
 
-    /// A 16 TiB device (sparse in memory): open reads no bitmap, an unloaded group costs its
-    /// cache line and a few bytes of set bits, and the first allocation loads one bitmap.
+    /// A 16 TiB device (sparse in memory): open reads no bitmap, an untouched unloaded group
+    /// costs its packed figures, its load state and a few bytes of set bits (issue 52's
+    /// bound: 16 bytes), and the first allocation loads one bitmap.
     #[test]
     fn a_16_tib_device_opens_without_reading_bitmaps() {
         let bytes = 16u64 << 40;
         let geometry = Geometry::from_bytes(4096, crate::GROUP_BLOCKS_DEFAULT, bytes).unwrap();
         let dev: Arc<dyn Device> = Arc::new(MemDevice::new(bytes));
         format::mkfs(dev.as_ref(), &geometry, 1024, [0; 16]).unwrap();
+        // Open reads the descriptors in parts on several threads: damage in a later part.
+        let sb = format::read_superblock(dev.as_ref()).unwrap();
+        assert!(
+            sb.groups() >= 2 * PARALLEL_OPEN_GROUPS,
+            "{} groups",
+            sb.groups()
+        );
+        let desc_at = |g: u64| sb.desc_start * 4096 + g * DESC_BYTES as u64;
+        let (broken, impossible) = (sb.groups() - 1000, sb.groups() - 10);
+        dev.write_at(&[0x33], desc_at(broken) + 2).unwrap();
+        // Checksum-valid, but an order above the group's own.
+        let mut raw = [0u8; DESC_BYTES];
+        dev.read_at(&mut raw, desc_at(impossible)).unwrap();
+        let mut d = GroupDesc::decode(&raw, impossible).unwrap();
+        d.largest_order = Some(geometry.group_order() + 2);
+        dev.write_at(&d.encode(impossible), desc_at(impossible))
+            .unwrap();
         let (s, _) = Store::open(dev, Policy::default()).unwrap();
         let a = s.allocator();
-        assert_eq!(a.stats().loaded_bitmaps, 0);
+        assert_eq!(s.corrupt_groups(), &[broken]);
+        // The impossible figures were replaced by its bitmap's, read at open.
+        assert!(a.is_loaded(impossible));
+        assert_eq!(a.stats().loaded_bitmaps, 1);
+        assert_eq!(a.home_dirty_groups(), &[impossible]);
+        a.check().unwrap();
         let per_group = a.memory_per_unloaded_group();
         assert!(
-            (64.0..74.0).contains(&per_group),
+            (8.0..16.0).contains(&per_group),
             "{per_group} bytes per group"
         );
         s.allocate(&AllocRequest::new(1, 100)).unwrap();
-        assert!(a.stats().loaded_bitmaps >= 1 && a.stats().loaded_bitmaps <= 2);
+        assert!(a.stats().loaded_bitmaps >= 2 && a.stats().loaded_bitmaps <= 3);
     }
 }

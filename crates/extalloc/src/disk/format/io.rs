@@ -121,14 +121,58 @@ pub fn write_bitmap(dev: &dyn Device, sb: &Superblock, g: u64, bitmap: &[u8]) ->
 /// Reads every descriptor (one read of the table). A descriptor that fails its checks is
 /// returned as its error; the others still decode.
 pub fn read_descriptors(dev: &dyn Device, sb: &Superblock) -> Result<Vec<Result<GroupDesc>>> {
+    let mut out = Vec::with_capacity(sb.groups() as usize);
+    read_descriptors_each(dev, sb, |_, d| out.push(d))?;
+    Ok(out)
+}
+
+/// Descriptors read per device read by [`read_descriptors_each`] (1 MiB of them).
+const DESC_READ_GROUPS: u64 = (1 << 20) / DESC_BYTES as u64;
+
+/// Reads every descriptor in group order, 1 MiB of the table at a time, and hands each to
+/// `each` with its group (a descriptor that fails its checks as its error): memory stays
+/// one read's worth whatever the group count. Fails only on a read error, after handing
+/// over the groups before the failed read.
+pub fn read_descriptors_each(
+    dev: &dyn Device,
+    sb: &Superblock,
+    each: impl FnMut(u64, Result<GroupDesc>),
+) -> Result<()> {
+    read_descriptors_range(dev, sb, 0..sb.groups(), each)
+}
+
+/// [`read_descriptors_each`] for the groups of `range` only (within the device's).
+pub fn read_descriptors_range(
+    dev: &dyn Device,
+    sb: &Superblock,
+    range: std::ops::Range<u64>,
+    mut each: impl FnMut(u64, Result<GroupDesc>),
+) -> Result<()> {
+    assert!(
+        range.end <= sb.groups(),
+        "descriptors {range:?} of {}",
+        sb.groups()
+    );
     let bs = u64::from(sb.block_size);
-    let mut table = vec![0u8; (sb.groups() * DESC_BYTES as u64) as usize];
-    dev.read_at(&mut table, sb.desc_start * bs)?;
-    Ok(table
-        .chunks_exact(DESC_BYTES)
-        .enumerate()
-        .map(|(g, d)| GroupDesc::decode(d, g as u64))
-        .collect())
+    let groups = range.end;
+    let span = groups.saturating_sub(range.start);
+    let mut buf = vec![0u8; (DESC_READ_GROUPS.min(span) * DESC_BYTES as u64) as usize];
+    let mut first = range.start;
+    while first < groups {
+        let n = DESC_READ_GROUPS.min(groups - first);
+        let bytes = &mut buf[..(n * DESC_BYTES as u64) as usize];
+        dev.read_at(bytes, sb.desc_start * bs + first * DESC_BYTES as u64)?;
+        for (i, d) in bytes.chunks_exact(DESC_BYTES).enumerate() {
+            let g = first + i as u64;
+            each(g, GroupDesc::decode(d, g));
+        }
+        first += n;
+    }
+    debug_assert!(
+        span == 0 || first == groups,
+        "every descriptor handed over once"
+    );
+    Ok(())
 }
 
 /// Reads group `g`'s bitmap as its descriptor `desc` says (the initial bitmap when

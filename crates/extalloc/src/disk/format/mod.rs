@@ -33,8 +33,8 @@ mod owner;
 #[cfg(test)]
 pub(crate) use io::write_group;
 pub use io::{
-    mkfs, read_bitmap, read_bitmap_raw, read_bitmap_which, read_descriptors, read_group,
-    read_superblock, write_bitmap, write_superblock,
+    mkfs, read_bitmap, read_bitmap_raw, read_bitmap_which, read_descriptors, read_descriptors_each,
+    read_descriptors_range, read_group, read_superblock, write_bitmap, write_superblock,
 };
 pub use layout::*;
 pub use owner::{
