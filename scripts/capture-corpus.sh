@@ -13,6 +13,20 @@
 #             `cargo build --release -p extalloc-cli`)
 #   CAPTURE=0 run the workloads and measure, but record nothing (a dry run; needs no binary)
 #   OUTDIR    where the traces go (default traces/)
+#   WORK      helper scripts and the git source repository (default /tmp/extalloc-corpus)
+#   SIZE      the image's size, as truncate takes it (default 4G)
+#   Workload parameters (defaults: the corpus's traces):
+#   MIXED_WRITERS, MIXED_STEPS, MIXED_SEED, MIXED_MAXLIFE
+#             mixed-lifetimes: processes run side by side, each in its own directory
+#             (1), steps of each (4000), seed of the first (7; process i uses seed + i),
+#             the longest temp-file lifetime in steps (4096)
+#   CORR_WRITERS, CORR_BATCHES, CORR_SEED
+#             correlated-lifetimes: writers side by side (4), batches each (60), seed (3)
+#   FSMARK_DIRS, FSMARK_SCALE
+#             fsmark-small: threads (one directory each, 8) and a percentage applied to
+#             every file count (100)
+#   TREE_SRC  tree-copy: the third tree copied (default the cargo registry, else
+#             /usr/lib/python3)
 #
 # Progress goes to stderr, one markdown summary row per workload to stdout.
 set -euo pipefail
@@ -20,7 +34,7 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
 ALL=(tree-copy fsmark-small dbench fio-randwrite-fsync git-checkout sqlite-wal sqlite-journal mixed-lifetimes
-     aging-churn full-churn)
+     aging-churn full-churn correlated-lifetimes)
 
 if [[ "${1:-}" == "--list" ]]; then
   printf '%s\n' "${ALL[@]}"
@@ -34,7 +48,7 @@ fi
 CAPTURE=${CAPTURE:-1}
 EXTALLOC=${EXTALLOC:-$ROOT/target/release/extalloc}
 OUTDIR=${OUTDIR:-$ROOT/traces}
-WORK=/tmp/extalloc-corpus      # helper scripts, the git source repository, fs_mark's log
+WORK=${WORK:-/tmp/extalloc-corpus}      # helper scripts, the git source repository, fs_mark's log
 MNT=/mnt/extalloc-corpus       # where each fresh file system is mounted
 IMG_DIR=/dev/shm
 
@@ -171,9 +185,11 @@ EOF
 # random number of steps and deleted; with a short sleep per step so it spans ~60 s and
 # the kernel's periodic writeback and commits happen in the middle of it.
 cat >"$WORK/mixed-lifetimes.py" <<'EOF'
-import os, random, sys, time
+import math, os, random, sys, time
 root, steps = sys.argv[1], int(sys.argv[2])
-rng = random.Random(7)
+seed = int(sys.argv[3]) if len(sys.argv) > 3 else 7
+maxlife = int(sys.argv[4]) if len(sys.argv) > 4 else 4096
+rng = random.Random(seed)
 os.makedirs(f"{root}/log"); os.makedirs(f"{root}/tmp"); os.makedirs(f"{root}/keep")
 logs = [open(f"{root}/log/app{i}.log", "ab", buffering=0) for i in range(8)]
 live, serial = [], 0
@@ -195,7 +211,7 @@ for step in range(steps):
             if rng.random() < 0.3:
                 t.flush(); os.fsync(t.fileno())
         if not keep:
-            live.append((step + int(2 ** rng.uniform(0, 12)), p))
+            live.append((step + int(2 ** rng.uniform(0, math.log2(maxlife))), p))
     still = []
     for until, p in live:
         if until <= step:
@@ -206,6 +222,37 @@ for step in range(steps):
     time.sleep(0.02)
 for f in logs:
     f.close()
+EOF
+
+# Correlated lifetimes: each writer makes batches of 4-40 files of 4 KiB .. 8 MiB
+# (log-uniform) in a directory of its own, a batch's files fsynced together at its end; a
+# batch lives for 1-12 later batches of its writer and is then deleted whole (10 % are kept).
+# Arguments: root, writer number, batches, seed.
+cat >"$WORK/correlated-lifetimes.py" <<'EOF'
+import os, random, shutil, sys, time
+root, writer, batches, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+rng = random.Random(seed * 1000 + writer)
+chunk = os.urandom(1 << 20)
+live = []
+for b in range(batches):
+    d = f"{root}/w{writer}/b{b:04d}"
+    os.makedirs(d)
+    files = []
+    for i in range(rng.randint(4, 40)):
+        size = int(4096 * 2 ** rng.uniform(0, 11))
+        f = open(f"{d}/f{i:03d}", "wb")
+        left = size
+        while left > 0:
+            n = min(left, len(chunk)); f.write(chunk[:n]); left -= n
+        files.append(f)
+    for f in files:
+        f.flush(); os.fsync(f.fileno()); f.close()
+    if rng.random() >= 0.1:
+        live.append((b + rng.randint(1, 12), d))
+    for _, p in [x for x in live if x[0] <= b]:
+        shutil.rmtree(p)
+    live = [x for x in live if x[0] > b]
+    time.sleep(0.05)
 EOF
 
 # Aging churn (Geriatrix-like): fill to a share of statvfs's size with files log-uniform in
@@ -288,6 +335,7 @@ EOF
 wl_tree_copy() {
   local third=/usr/lib/python3
   [[ -d "$HOME/.cargo/registry/src" ]] && third="$HOME/.cargo/registry/src"
+  [[ -n "${TREE_SRC:-}" ]] && third=$TREE_SRC
   cat <<EOF
 cp -a /usr/share/doc $MNT/doc && cp -a /usr/share/man $MNT/man && sync && i=0 && for d in \$(ls -d $MNT/doc/* $MNT/man/*/* | sort); do if [ \$((i % 2)) = 1 ]; then rm -rf "\$d"; fi; i=\$((i + 1)); done && cp -a $third $MNT/third
 EOF
@@ -295,9 +343,11 @@ EOF
 wl_fsmark_small() {
   # 8 threads (one per directory), fsync before close; 4, 16, 64 KiB files kept, then every
   # third file deleted, then 8 and 32 KiB files.
-  local d="-d $MNT/a -d $MNT/b -d $MNT/c -d $MNT/d -d $MNT/e -d $MNT/f -d $MNT/g -d $MNT/h"
+  local d="" i n=() c
+  for i in $(seq 0 $((${FSMARK_DIRS:-8} - 1))); do d+=" -d $MNT/$(printf "\\x$(printf %x $((97 + i)))")"; done
+  for c in 1200 800 300 600 300; do n+=($((c * ${FSMARK_SCALE:-100} / 100))); done
   cat <<EOF
-cd $WORK && fs_mark $d -D 8 -n 1200 -s 4096 -S 1 -k -L 1 >/dev/null && fs_mark $d -D 8 -n 800 -s 16384 -S 1 -k -L 1 >/dev/null && fs_mark $d -D 8 -n 300 -s 65536 -S 1 -k -L 1 >/dev/null && find $MNT -type f | sort | awk 'NR % 3 == 0' | xargs rm -f && fs_mark $d -D 8 -n 600 -s 8192 -S 1 -k -L 1 >/dev/null && fs_mark $d -D 8 -n 300 -s 32768 -S 1 -k -L 1 >/dev/null
+cd $WORK && fs_mark$d -D 8 -n ${n[0]} -s 4096 -S 1 -k -L 1 >/dev/null && fs_mark$d -D 8 -n ${n[1]} -s 16384 -S 1 -k -L 1 >/dev/null && fs_mark$d -D 8 -n ${n[2]} -s 65536 -S 1 -k -L 1 >/dev/null && find $MNT -type f | sort | awk 'NR % 3 == 0' | xargs rm -f && fs_mark$d -D 8 -n ${n[3]} -s 8192 -S 1 -k -L 1 >/dev/null && fs_mark$d -D 8 -n ${n[4]} -s 32768 -S 1 -k -L 1 >/dev/null
 EOF
 }
 wl_dbench() {
@@ -320,7 +370,22 @@ wl_sqlite_journal() {
   echo "mkdir $MNT/db && $PY $WORK/sqlite-load.py $MNT/db/test.db delete 3000"
 }
 wl_mixed_lifetimes() {
-  echo "$PY $WORK/mixed-lifetimes.py $MNT 4000"
+  local w=${MIXED_WRITERS:-1} steps=${MIXED_STEPS:-4000} seed=${MIXED_SEED:-7} life=${MIXED_MAXLIFE:-4096} i cmd=""
+  if [[ $w == 1 && $steps == 4000 && $seed == 7 && $life == 4096 ]]; then
+    echo "$PY $WORK/mixed-lifetimes.py $MNT 4000"   # the corpus's command, as recorded
+    return
+  fi
+  for i in $(seq 0 $((w - 1))); do
+    cmd+="mkdir $MNT/w$i && $PY $WORK/mixed-lifetimes.py $MNT/w$i $steps $((seed + i)) $life & "
+  done
+  echo "${cmd}wait"
+}
+wl_correlated_lifetimes() {
+  local w=${CORR_WRITERS:-4} batches=${CORR_BATCHES:-60} seed=${CORR_SEED:-3} i cmd=""
+  for i in $(seq 0 $((w - 1))); do
+    cmd+="$PY $WORK/correlated-lifetimes.py $MNT $i $batches $seed & "
+  done
+  echo "${cmd}wait"
 }
 wl_aging_churn() {
   echo "$PY $WORK/aging-churn.py $MNT 80 2 11"
@@ -346,7 +411,7 @@ run_one() {
   declare -F "$fn" >/dev/null || { log "unknown workload $name (try --list)"; return 1; }
   IMG="$IMG_DIR/extalloc-corpus-$name.img"
   rm -f "$IMG"
-  truncate -s 4G "$IMG"
+  truncate -s "${SIZE:-4G}" "$IMG"
   mkfs.ext4 -F -q -E lazy_itable_init=0,lazy_journal_init=0 "$IMG"
   LOOP=$(losetup --find --show "$IMG")
   mount "$LOOP" "$MNT"

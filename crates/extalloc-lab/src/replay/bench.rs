@@ -12,7 +12,10 @@
 //! so under the traced rule that thread commits; the fallback rule commits per task. A
 //! commit waits until the frees logged before it have run (`FileOrder`): a jbd2 thread that
 //! ran ahead of the writers committed nothing, and every later free stayed pending, so a
-//! crowded device looked fuller than the kernel's ever was. One op is one request.
+//! crowded device looked fuller than the kernel's ever was. Likewise a decision waits until
+//! the commits logged before it have run: the writer that ran ahead of the jbd2 thread
+//! allocated before frees the kernel had already made reusable, and cut into the largest
+//! free regions instead. One op is one request.
 
 use super::engine::{replay_events, Rules, SharedFiles};
 use super::generations::number_generations;
@@ -93,6 +96,7 @@ pub fn run_once(policy: &LabPolicy, _threads: usize, opts: &LabOptions) -> Resul
                     order: &order,
                     abort: &abort,
                     pending: None,
+                    pending_commit: false,
                 },
                 &files,
                 rules,
@@ -180,8 +184,10 @@ fn with_traced_geometry(
 /// allocator), but a writeback or close that the kernel logged after a writer's last write
 /// is not replayed before it. A journal commit waits until as many frees have been
 /// replayed as the trace logged before it (the blocks a commit makes reusable are those
-/// freed before it). No deadlock: each task replays its events in trace order, and an event
-/// only waits for events earlier in the trace.
+/// freed before it), and a decision until as many commits have been replayed as the trace
+/// logged before it (the kernel's allocation saw the space those commits returned). No
+/// deadlock: each task replays its events in trace order, and an event only waits for
+/// events earlier in the trace.
 struct FileOrder {
     /// Per event: (the file's slot, the event's rank among the file's ordered events).
     rank: Vec<Option<(usize, usize)>>,
@@ -191,6 +197,10 @@ struct FileOrder {
     frees_before: Vec<Option<usize>>,
     /// Frees replayed so far, whichever task logged them.
     frees_done: AtomicUsize,
+    /// Per event: for a decision, the number of commits logged before it.
+    commits_before: Vec<Option<usize>>,
+    /// Commits replayed so far.
+    commits_done: AtomicUsize,
 }
 
 impl FileOrder {
@@ -217,24 +227,30 @@ impl FileOrder {
             })
             .collect();
         let done = (0..slots.len()).map(|_| AtomicUsize::new(0)).collect();
-        let mut frees = 0;
-        let frees_before = events
+        let (mut frees, mut commits) = (0, 0);
+        let (frees_before, commits_before) = events
             .iter()
             .map(|t| match t.event {
-                _ if t.dev != dev => None,
+                _ if t.dev != dev => (None, None),
                 Event::Free { .. } => {
                     frees += 1;
-                    None
+                    (None, None)
                 }
-                Event::Commit => Some(frees),
-                _ => None,
+                Event::Commit => {
+                    commits += 1;
+                    (Some(frees), None)
+                }
+                Event::Allocate { .. } => (None, Some(commits)),
+                _ => (None, None),
             })
-            .collect();
+            .unzip();
         FileOrder {
             rank,
             done,
             frees_before,
             frees_done: AtomicUsize::new(0),
+            commits_before,
+            commits_done: AtomicUsize::new(0),
         }
     }
 }
@@ -261,10 +277,16 @@ struct Ordered<'a, I> {
     /// The file slot of the event handed out last, and whether it was a free: done once
     /// the next one is asked for.
     pending: Option<(usize, bool)>,
+    /// Whether the event handed out last was a commit: counted once the next one is asked
+    /// for.
+    pending_commit: bool,
 }
 
 impl<I> Ordered<'_, I> {
     fn finish_pending(&mut self) {
+        if std::mem::take(&mut self.pending_commit) {
+            self.order.commits_done.fetch_add(1, Ordering::Release);
+        }
         if let Some((slot, free)) = self.pending.take() {
             if free {
                 self.order.frees_done.fetch_add(1, Ordering::Release);
@@ -291,6 +313,12 @@ impl<'a, I: Iterator<Item = &'a usize>> Iterator for Ordered<'a, I> {
         if let Some(frees) = order.frees_before[i] {
             wait_until(self.abort, || {
                 order.frees_done.load(Ordering::Acquire) >= frees
+            });
+            self.pending_commit = true;
+        }
+        if let Some(commits) = order.commits_before[i] {
+            wait_until(self.abort, || {
+                order.commits_done.load(Ordering::Acquire) >= commits
             });
         }
         Some(&self.events[i])
@@ -350,6 +378,7 @@ mod tests {
                         order,
                         abort,
                         pending: None,
+                        pending_commit: false,
                     };
                     for e in ordered {
                         let i = events.iter().position(|x| std::ptr::eq(x, e)).unwrap();
@@ -397,5 +426,26 @@ mod tests {
         let at = |i| seen.iter().position(|&x| x == i).unwrap();
         assert!(at(0) < at(2) && at(1) < at(2), "{seen:?}");
         assert_eq!(order.frees_done.load(Ordering::SeqCst), 3);
+    }
+
+    /// A decision is replayed after the commits the trace logged before it, however far
+    /// ahead the writer's thread runs: the kernel's allocation saw the space they returned.
+    #[test]
+    fn a_decision_waits_for_the_commits_logged_before_it() {
+        let decision = Event::Allocate {
+            ino: 9,
+            flags: Default::default(),
+            len: 1,
+            block: 0,
+            lblk: 0,
+        };
+        let events = vec![ev(2, Event::Commit), ev(1, decision), ev(2, Event::Commit)];
+        let order = FileOrder::new(&events, (7, 1));
+        assert_eq!(order.commits_before, [None, Some(1), None]);
+        // The writer's thread is well under way: its decision still waits for the commit.
+        let seen = replay_late_first(&events, &order, [vec![0, 2], vec![1]]);
+        let at = |i| seen.iter().position(|&x| x == i).unwrap();
+        assert!(at(0) < at(1), "{seen:?}");
+        assert_eq!(order.commits_done.load(Ordering::SeqCst), 2);
     }
 }

@@ -141,8 +141,10 @@ impl Allocator {
         // Step 5: where scanning starts.
         let start = self.scan_start(&ctx);
 
-        // Step 6: the passes.
-        let (extent, pass) = self.scan_passes(&ctx, start)?;
+        // Step 6: the passes (under active groups, a refill from the device's start first).
+        let (extent, pass) = self
+            .refill_active(&ctx)
+            .or_else(|| self.scan_passes(&ctx, start))?;
         shard.add(&shard.counters.pass_hits[pass as usize], 1);
         if ctx.stream && self.geometry.group_of(extent.start) == start {
             shard.add(&shard.counters.stream_goal_hits, 1);

@@ -209,7 +209,7 @@ impl Allocator {
 
     /// The lock-free check of a group's mirrors before locking it (an untouched group's
     /// figures are read without making its [`crate::groups::Group`]).
-    fn good_group(&self, ctx: &AllocContext<'_>, g: u64, pass: Pass, want: u64) -> bool {
+    pub(super) fn good_group(&self, ctx: &AllocContext<'_>, g: u64, pass: Pass, want: u64) -> bool {
         let group = self.groups.figures(g);
         let free = u64::from(group.free_blocks);
         let min_len = ctx.request.min_len;
@@ -247,7 +247,13 @@ impl Allocator {
             class_tag: ctx.class_tag,
             shard: ctx.shard,
         };
-        let good = |g: u64| self.good_group(ctx, g, pass, want);
+        let fast = matches!(
+            pass,
+            Pass::GoalLenFast | Pass::BestAvailLen | Pass::Power2Aligned
+        );
+        let good = |g: u64| {
+            self.good_group(ctx, g, pass, want) && !(fast && self.held_by_another_stream(ctx, g))
+        };
         let mut visit = |g: u64| self.scan_group(ctx, g, pass, want);
         // With indexed slow passes the device is crowded by the time they run: they take
         // the best space the index knows whatever its class, rather than walking every
@@ -261,7 +267,13 @@ impl Allocator {
     }
 
     /// Locks group `g` (or skips it when busy and the pass allows) and searches it.
-    fn scan_group(&self, ctx: &AllocContext<'_>, g: u64, pass: Pass, want: u64) -> Option<Extent> {
+    pub(super) fn scan_group(
+        &self,
+        ctx: &AllocContext<'_>,
+        g: u64,
+        pass: Pass,
+        want: u64,
+    ) -> Option<Extent> {
         let (min_len, shard) = (ctx.request.min_len, ctx.shard);
         let group = self.groups.get(g);
         let slot = if self.policy.trylock && pass != Pass::AnyFree {

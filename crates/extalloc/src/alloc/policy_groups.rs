@@ -129,6 +129,7 @@ fn stream_start(s: StreamStart) -> &'static str {
         StreamStart::Packed => "packed",
         StreamStart::Goals => "goals",
         StreamStart::Interleaved => "interleaved",
+        StreamStart::Active => "active",
     }
 }
 
@@ -176,6 +177,7 @@ mod tests {
         assert_eq!(
             group(KeyGroup::Ext4_2025),
             [
+                "stream_start",
                 "free_list",
                 "first_free_hint",
                 "min_scan_extents",
@@ -188,7 +190,7 @@ mod tests {
         );
         assert!(Policy::default().emulations().is_empty());
         let base = Policy::preset("ext4-base").unwrap().emulations();
-        assert_eq!(base.len(), 16, "{base:?}");
+        assert_eq!(base.len(), 17, "{base:?}");
         let one = Policy::parse("extalloc:zombie_groups=true:stream_goals=7").unwrap();
         assert_eq!(one.emulations(), ["zombie_groups"]);
     }

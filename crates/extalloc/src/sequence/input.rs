@@ -62,7 +62,14 @@ const POLICY_VALUES: [(&str, &[&str]); 27] = [
     ("stream_goal_locked", &["true", "false"]),
     (
         "stream_start",
-        &["spread", "front", "packed", "goals", "interleaved"],
+        &[
+            "spread",
+            "front",
+            "packed",
+            "goals",
+            "interleaved",
+            "active",
+        ],
     ),
     ("stream_threshold_kib", &["0", "4", "64", "1024"]),
     ("free_list", &["global", "per-group"]),
