@@ -24,15 +24,18 @@ use crate::alloc::AllocRequest;
 use std::sync::atomic::Ordering::Relaxed;
 
 impl Volume {
-    /// Runs of one node the reserve should hold: as many as the tree has blocks' worth of
-    /// nodes (a checkpoint may rewrite every leaf, and writes the new nodes before freeing
-    /// the old), plus one ask's worth; none when a node is one block.
+    /// Runs of one node the reserve should hold: twice the tree's nodes, plus one ask's
+    /// worth; none when a node is one block. A checkpoint may rewrite every leaf (the new
+    /// nodes written before the old are freed), and the tree grows with the files: once
+    /// data has split every free run the reserve can no longer grow, so it keeps room for
+    /// a tree twice today's (measured: a reserve of the tree's size alone ran short when a
+    /// 1 KiB-block volume filled, and the mount after a crash could not commit).
     pub(super) fn node_reserve_target(&self) -> u64 {
         let nb = node_blocks(self.block_size);
         if nb == 1 {
             return 0;
         }
-        self.table_blocks.load(Relaxed).div_ceil(nb) + NODES_PER_ASK
+        2 * self.table_blocks.load(Relaxed).div_ceil(nb) + NODES_PER_ASK
     }
 
     /// Tops the node reserve up to its target, an ask of up to [`NODES_PER_ASK`] runs at a
