@@ -790,7 +790,7 @@ mod tests {
             let alloc = Files::new(
                 Allocator::new(
                     Geometry::new(4096, 1024, 8192).unwrap(),
-                    extalloc::Policy::parse("extalloc:stream_goals=2").unwrap(),
+                    extalloc::Policy::parse("extalloc:stream_goals=2:stream_start=spread").unwrap(),
                 )
                 .unwrap(),
             );
