@@ -31,7 +31,10 @@
 //! (`update` unlinks from the old order's list, then links into the new one's; `choose` reads
 //! the lists one after another) -> the link lock of one entry at a time.
 
-use crate::sync::{AtomicU64, Ordering::SeqCst};
+use crate::sync::{
+    AtomicU64,
+    Ordering::{Relaxed, SeqCst},
+};
 use parking_lot::RwLock;
 
 /// A set of `u64` below a fixed bound with lock-free insert, remove and ordered lookup.
@@ -105,11 +108,14 @@ impl AtomicBitset {
     #[inline]
     pub fn insert_mut(&mut self, i: u64) {
         assert!(i < self.bits);
-        let word = self.levels[0][(i / 64) as usize].get_mut();
+        // Relaxed loads and stores through `&mut self` (plain moves; loom's atomics have no
+        // `get_mut`): nothing else can see the set yet.
+        let word = &self.levels[0][(i / 64) as usize];
         let bit = 1u64 << (i % 64);
-        if *word & bit == 0 {
-            *word |= bit;
-            *self.count.get_mut() += 1;
+        let w = word.load(Relaxed);
+        if w & bit == 0 {
+            word.store(w | bit, Relaxed);
+            self.count.store(self.count.load(Relaxed) + 1, Relaxed);
         }
     }
 
@@ -120,12 +126,12 @@ impl AtomicBitset {
             let (below, above) = (&mut below[l - 1], &mut above[0]);
             for (w, word) in above.iter_mut().enumerate() {
                 let mut bits = 0u64;
-                for (i, b) in below[w * 64..].iter_mut().take(64).enumerate() {
-                    if *b.get_mut() != 0 {
+                for (i, b) in below[w * 64..].iter().take(64).enumerate() {
+                    if b.load(Relaxed) != 0 {
                         bits |= 1 << i;
                     }
                 }
-                *word.get_mut() = bits;
+                word.store(bits, Relaxed);
             }
         }
         debug_assert_eq!(self.check(), Ok(()), "summaries rebuilt");
