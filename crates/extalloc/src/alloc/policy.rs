@@ -312,38 +312,7 @@ impl Default for Policy {
 impl Policy {
     /// One of [`PRESETS`].
     pub fn preset(name: &str) -> Result<Self> {
-        let ext4_2025 = Policy {
-            name: "ext4-2025".into(),
-            optimize_scan: true,
-            ordered_index: true,
-            trylock: true,
-            stream_goals: 0,
-            stream_goal_locked: false,
-            stream_start: StreamStart::Spread,
-            stream_threshold_kib: 64,
-            free_list: FreeList::Global,
-            merge_before_insert: true,
-            atomic_pending: true,
-            zombie_groups: false,
-            first_free_hint: false,
-            max_scan_extents: 200,
-            min_scan_extents: 10,
-            order2_min_order: 2,
-            best_avail_trim_orders: 3,
-            prealloc_tree: true,
-            locality_prealloc: true,
-            locality_prealloc_blocks: 512,
-            locality_leftovers: 0,
-            normalise_by_size: true,
-            size_classes: false,
-            class_by_window: false,
-            append_window_kib: 8192,
-            // ext4's default prefetch distance (s_mb_prefetch) on a device without flex_bg.
-            prefetch_groups: 32,
-            bitmap_memory_mib: 0,
-            // ext4 walks every group in its last two passes.
-            slow_pass_index: false,
-        };
+        let ext4_2025 = Self::ext4_2025();
         match name {
             "ext4-base" => Ok(Policy {
                 name: name.into(),
@@ -391,6 +360,43 @@ impl Policy {
                 name: name.into(),
                 valid: PRESETS.join(", "),
             }),
+        }
+    }
+
+    /// The `ext4-2025` preset: ext4 with the 2025 scalability series, the base the other
+    /// presets change.
+    fn ext4_2025() -> Self {
+        Policy {
+            name: "ext4-2025".into(),
+            optimize_scan: true,
+            ordered_index: true,
+            trylock: true,
+            stream_goals: 0,
+            stream_goal_locked: false,
+            stream_start: StreamStart::Spread,
+            stream_threshold_kib: 64,
+            free_list: FreeList::Global,
+            merge_before_insert: true,
+            atomic_pending: true,
+            zombie_groups: false,
+            first_free_hint: false,
+            max_scan_extents: 200,
+            min_scan_extents: 10,
+            order2_min_order: 2,
+            best_avail_trim_orders: 3,
+            prealloc_tree: true,
+            locality_prealloc: true,
+            locality_prealloc_blocks: 512,
+            locality_leftovers: 0,
+            normalise_by_size: true,
+            size_classes: false,
+            class_by_window: false,
+            append_window_kib: 8192,
+            // ext4's default prefetch distance (s_mb_prefetch) on a device without flex_bg.
+            prefetch_groups: 32,
+            bitmap_memory_mib: 0,
+            // ext4 walks every group in its last two passes.
+            slow_pass_index: false,
         }
     }
 

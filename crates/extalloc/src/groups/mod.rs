@@ -6,7 +6,8 @@
 //! - `buddy.rs`: a group's buddy summary (which aligned chunks of each order are free).
 //! - `bitmap.rs`: a group's block bitmap, which keeps its buddy summary in step.
 //! - `group.rs`: one group: bitmap and pending frees under a lock, lock-free mirrors.
-//! - `index.rs`: sets of groups by order, and the lock-free bitset they are made of.
+//! - `bitset.rs`: the lock-free hierarchical bitset the ordered indexes are made of.
+//! - `index.rs`: sets of groups by order.
 //! - `table.rs`: every group of a device, each made on first touch from packed figures.
 //!
 //! # Invariant
@@ -21,6 +22,7 @@
 //! anything above it.
 
 mod bitmap;
+mod bitset;
 mod buddy;
 mod group;
 mod index;

@@ -217,25 +217,7 @@ impl Store {
         // Refused before anything is read further when a live owner holds it.
         let verdict = claim::judge(dev.as_ref(), &sb)?;
         let geometry = sb.geometry()?;
-        let replay_started = std::time::Instant::now();
-        let replayed = journal::replay(
-            dev.as_ref(),
-            area(&sb),
-            sb.journal_tail,
-            sb.journal_tail_seq,
-        )?;
-        let replay_read = replay_started.elapsed();
-        // After an interrupted checkpoint, a group's bitmap may be the new one or the one
-        // it replaces, and the records must be replayed idempotently.
-        let repairing = sb.state & format::STATE_CHECKPOINTING != 0;
-        let alloc = Self::open_home(&dev, &sb, policy)?;
-        if let Some(d) = &replayed.damage {
-            hold_stranded(d, &sb, &alloc, &geometry, accept_loss)?;
-            wipe_stranded(dev.as_ref(), &sb, replayed.head)?;
-        }
-        let apply_started = std::time::Instant::now();
-        apply_records(&alloc, &geometry, &replayed.records, repairing)?;
-        let replay_seconds = (replay_read + apply_started.elapsed()).as_secs_f64();
+        let (alloc, replayed, replay_seconds) = Self::recover(&dev, &sb, policy, accept_loss)?;
         let journal = Journal::new(dev.clone(), area(&sb), sb.journal_tail, &replayed);
         let max_transaction_bytes = journal.max_record_bytes();
         // ext4's default: 5 % of the blocks outside the device's own metadata.
@@ -285,6 +267,33 @@ impl Store {
             },
             records,
         ))
+    }
+
+    /// The allocator over the home state with the journal's records applied, the records,
+    /// and the seconds the replay took (reading the journal and applying the records).
+    fn recover(
+        dev: &Arc<dyn Device>,
+        sb: &Superblock,
+        policy: Policy,
+        accept_loss: bool,
+    ) -> Result<(Allocator, journal::Replayed, f64)> {
+        let geometry = sb.geometry()?;
+        let replay_started = std::time::Instant::now();
+        let replayed =
+            journal::replay(dev.as_ref(), area(sb), sb.journal_tail, sb.journal_tail_seq)?;
+        let replay_read = replay_started.elapsed();
+        // After an interrupted checkpoint, a group's bitmap may be the new one or the one
+        // it replaces, and the records must be replayed idempotently.
+        let repairing = sb.state & format::STATE_CHECKPOINTING != 0;
+        let alloc = Self::open_home(dev, sb, policy)?;
+        if let Some(d) = &replayed.damage {
+            hold_stranded(d, sb, &alloc, &geometry, accept_loss)?;
+            wipe_stranded(dev.as_ref(), sb, replayed.head)?;
+        }
+        let apply_started = std::time::Instant::now();
+        apply_records(&alloc, &geometry, &replayed.records, repairing)?;
+        let replay_seconds = (replay_read + apply_started.elapsed()).as_secs_f64();
+        Ok((alloc, replayed, replay_seconds))
     }
 
     /// The allocator over the home state: every group's figures from its descriptor (no
