@@ -82,7 +82,10 @@ export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 # shellcheck disable=SC2046 # pkg-config's flags are words on purpose
 gcc -std=gnu11 -Wall -Werror "$capi/examples/blobstore.c" $(pkg-config --cflags --libs extalloc) \
   -Wl,-rpath,"$prefix/lib" -o "$out/blobstore-installed"
-if ! ldd "$out/blobstore-installed" | grep -q "libextalloc_capi.so.0.1 => $prefix/lib/"; then
+# ldd's output is taken whole before it is searched: `ldd | grep -q` under pipefail fails
+# whenever grep's early exit meets ldd still writing (SIGPIPE), as it once did in CI.
+libs=$(ldd "$out/blobstore-installed")
+if ! grep -qF "libextalloc_capi.so.0.1 => $prefix/lib/" <<<"$libs"; then
   echo "c-tests: the installed example does not load $prefix/lib/libextalloc_capi.so.0.1" >&2
   failed=1
 fi

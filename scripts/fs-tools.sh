@@ -12,7 +12,7 @@ bin="${CARGO_HOME:-$HOME/.cargo}/bin"
 # the others.
 "$(dirname "$0")/ci-deps.sh"
 install_crate() { # NAME VERSION
-  if ! "$bin/$1" --version 2>/dev/null | grep -q "$2"; then
+  if ! "$bin/$1" --version 2>/dev/null | grep "$2" >/dev/null; then
     echo "fs-tools.sh: cargo install $1 $2 (about a minute)" >&2
     cargo install --locked --quiet "$1" --version "$2"
   fi

@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 PREFIX=${1:-/usr/local}
 DEST="${DESTDIR:-}$PREFIX"
 PROFILE=${EXTALLOC_PROFILE:-release}
-version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+version=$(sed -n '/^version = /{s/^version = "\(.*\)"/\1/p;q}' Cargo.toml)
 major=${version%%.*}
 rest=${version#*.}
 minor=${rest%%.*}

@@ -232,11 +232,11 @@ if reads; then echo "chmod 600 did not mask nobody's entry" >&2; exit 1; fi
 setfacl -d -m u:nobody:rwx "$MNT/acl"
 (umask 077 && touch "$MNT/acl/new" && mkdir "$MNT/acl/sub")
 [[ $(stat -c %a "$MNT/acl/new") == 664 ]] || { echo "a new file did not take the default ACL" >&2; exit 1; }
-getfacl -p "$MNT/acl/sub" | grep -q '^default:user:nobody:rwx' \
+getfacl -p "$MNT/acl/sub" | grep '^default:user:nobody:rwx' >/dev/null \
   || { echo "a new directory did not take the default ACL" >&2; exit 1; }
 do_umount
 do_mount
-getfacl -p "$MNT/acl/f" | grep -q '^user:nobody:r--' || { echo "an ACL was lost in a remount" >&2; exit 1; }
+getfacl -p "$MNT/acl/f" | grep '^user:nobody:r--' >/dev/null || { echo "an ACL was lost in a remount" >&2; exit 1; }
 echo "ACLs: enforced, masked by chmod, inherited, kept across a remount"
 step "O_DIRECT: direct writes read back buffered, through mmap and direct, and the reverse"
 # fstests' _require_odirect and databases open with O_DIRECT: a mount that refuses it fails
@@ -331,7 +331,7 @@ kill -TERM "$DAEMON"
 released 10
 mountpoint -q "$MNT" && { echo "SIGTERM left the mount in place" >&2; exit 1; }
 "$BIN" fsck "$IMG" >/dev/null
-"$BIN" ls "$IMG" | grep -q "/sigterm-file (file)" || { echo "SIGTERM lost an unsynced file" >&2; exit 1; }
+"$BIN" ls "$IMG" | grep "/sigterm-file (file)" >/dev/null || { echo "SIGTERM lost an unsynced file" >&2; exit 1; }
 echo "SIGTERM: unmounted, daemon exited, written back (an unsynced file is there), fsck clean"
 
 mkdir -p "$WORK/ref"
@@ -411,7 +411,7 @@ do_mount >/dev/null
 check_files "$MNT/S/files" "chattr +S; kill -9"
 [[ $(cat "$MNT/S/open") == "written, never closed" ]] \
   || { echo "chattr +S: a write of a file still open was lost" >&2; exit 1; }
-lsattr -d "$MNT/S/files" | grep -q '^[^ ]*S' \
+lsattr -d "$MNT/S/files" | grep '^[^ ]*S' >/dev/null \
   || { echo "chattr +S: not inherited: $(lsattr -d "$MNT/S/files")" >&2; exit 1; }
 echo "chattr +S: 50 files, a directory and an open file's write kept; the flag inherited"
 do_umount
@@ -521,7 +521,7 @@ for how in sigterm umount; do
   wait "$copy" 2>/dev/null || true
   mountpoint -q "$MNT" && { echo "$how left the mount in place" >&2; exit 1; }
   "$BIN" fsck "$IMG" >/dev/null || { echo "$how with the mount copied: fsck FAILED" >&2; exit 1; }
-  "$BIN" ls "$IMG" | grep -q "/ns-$how (file)" || { echo "$how with the mount copied lost a file" >&2; exit 1; }
+  "$BIN" ls "$IMG" | grep "/ns-$how (file)" >/dev/null || { echo "$how with the mount copied lost a file" >&2; exit 1; }
   echo "$how with the mount in another namespace: the daemon wrote back and released the device"
 done
 
