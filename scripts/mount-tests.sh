@@ -12,6 +12,8 @@
 #   scripts/mount-tests.sh            # CI: 2 fsx seeds x 100,000 ops, 3 crashes, 4x5 rename
 #                                     # kills (scripts/rename-crash.sh) (~5 min)
 #   scripts/mount-tests.sh --lab      # 4 fsx seeds, 20 crashes, 100+100 rename kills (~25 min)
+#   scripts/mount-tests.sh --smoke    # mkfs, mount, one fsx seed x 20,000 ops, umount, fsck
+#                                     # (scripts/test.sh's quick tier, ~1 min)
 #
 # Needs root and /dev/fuse. Without them it says so loudly and stops; under CI=true it
 # fails instead. Tools come from scripts/fs-tools.sh.
@@ -21,11 +23,24 @@ FSX_OPS=${FSX_OPS:-100000}
 FSX_SEEDS="1 2"
 CRASHES=${CRASHES:-3}
 RENAME_KILLS=${RENAME_KILLS:-5}
-if [[ "${1:-}" == "--lab" ]]; then
-  FSX_SEEDS="1 2 3 4"
-  CRASHES=20
-  RENAME_KILLS=100
-fi
+SMOKE=0
+case "${1:-}" in
+  --lab)
+    FSX_SEEDS="1 2 3 4"
+    CRASHES=20
+    RENAME_KILLS=100
+    ;;
+  --smoke)
+    SMOKE=1
+    FSX_SEEDS="1"
+    FSX_OPS=${FSX_OPS_SMOKE:-20000}
+    ;;
+  "") ;;
+  *)
+    echo "mount-tests.sh: unknown option $1 (--lab, --smoke or none)" >&2
+    exit 2
+    ;;
+esac
 
 skip() {
   if [[ "${CI:-}" == "true" ]]; then
@@ -123,6 +138,12 @@ for i in "${!seeds[@]}"; do
   fi
   echo "fsx seed ${seeds[$i]}: $FSX_OPS operations passed"
 done
+if ((SMOKE)); then
+  do_umount
+  "$BIN" fsck "$IMG" >/dev/null || { echo "smoke: fsck after the umount FAILED" >&2; exit 1; }
+  echo "mount-tests.sh --smoke: mounted, fsx passed, unmounted, fsck clean (the full run: no option)"
+  exit 0
+fi
 
 step "pjdfstest"
 mkdir -p "$MNT/pjd"

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# The test suite: unit, model-based, stress, bad-input and lab smoke tests, the crash
-# tortures and damage campaigns, the C API's tests in C under ASan and UBSan, the Python
-# package's tests, the loom models of the lock-free group index and the op shards, then
-# the mounted file system under fsx, pjdfstest, fio with verify and kill -9 crashes
-# (scripts/mount-tests.sh: root and /dev/fuse), then fstests' CI selection on the mount
-# (scripts/fstests-ci.list, about 4 minutes). About 24 minutes on 2 cores with .ci/run's
-# lints, first builds included.
+# The test suite, in two tiers (docs/testing.md has the table of every layer).
+#
+#   scripts/test.sh          # quick tier: unit, model-based, stress, bad-input and lab smoke
+#                            # tests with short crash tortures and damage campaigns, the C
+#                            # API's tests under ASan and UBSan, the Python package's tests,
+#                            # the examples, and a mount smoke test (mkfs, mount, fsx, fsck;
+#                            # root and /dev/fuse)
+#   scripts/test.sh --full   # the quick tier, then the loom models, the mount tests (fsx,
+#                            # pjdfstest, fio with verify, kill -9 crashes; root) and
+#                            # fstests' CI selection (scripts/fstests-ci.list): what .ci/run
+#                            # runs
 #
 # Everything but loom runs the `checked` profile (Cargo.toml): release's code with debug
 # assertions and overflow checks on, so the design's assertions run where the tortures,
@@ -14,8 +18,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export EXTALLOC_PROFILE=checked
+full=0
+case "${1:-}" in
+  --full) full=1 ;;
+  "") ;;
+  *)
+    echo "test.sh: unknown option $1 (--full or none)" >&2
+    exit 2
+    ;;
+esac
 passed=()
 not_run=()
+tier="quick tier"
+((full)) && tier="full suite"
 current=""
 summary() {
   local rc=$?
@@ -24,9 +39,9 @@ summary() {
     tally+=" ($(IFS=';'; echo "${not_run[*]}"))"
   fi
   if [[ $rc -ne 0 ]]; then
-    echo "test.sh: FAILED at step '$current' (exit $rc); $tally"
+    echo "test.sh: FAILED at step '$current' (exit $rc, $tier); $tally"
   else
-    echo "test.sh: all run steps passed: $tally"
+    echo "test.sh: all run steps passed ($tier): $tally"
   fi
 }
 trap summary EXIT
@@ -56,6 +71,18 @@ examples() {
   done
 }
 step "examples" examples
+if ((full == 0)); then
+  # The quick tier's look at the mount; the full suite's mount tests below cover it.
+  if [[ $(id -u) -ne 0 ]]; then
+    not_run+=("mount smoke test: not root")
+  elif [[ ! -c /dev/fuse ]]; then
+    not_run+=("mount smoke test: no /dev/fuse")
+  else
+    step "mount smoke test (checked)" ./scripts/mount-tests.sh --smoke
+  fi
+  not_run+=("loom, mount tests, fstests: the full suite's (scripts/test.sh --full)")
+  exit 0
+fi
 # Loom needs every crate built with --cfg loom: keep it in its own target directory.
 loom() {
   RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p extalloc --release --test loom_index
