@@ -63,6 +63,8 @@ pub use lazy::{BitmapSource, GroupSummary};
 pub use passes::Pass;
 pub use policy::{FreeList, Policy, StreamStart, PRESETS};
 pub use policy_groups::KeyGroup;
+#[cfg(test)]
+pub(crate) use publish::PARALLEL_INDEX_GROUPS;
 pub use repair::Replaced;
 pub use request::AllocRequest;
 pub use space::{FreeBucket, FreeSpace, GroupFree};

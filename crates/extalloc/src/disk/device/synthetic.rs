@@ -17,8 +17,9 @@
 //! - The superblock (primary and backup) is written at construction into the overlay of
 //!   written blocks; every other unwritten block reads as zeros (an empty journal).
 //!
-//! Data structures: the layout ([`Superblock`]), the templates (bitmap bytes and their
-//! [`GroupDesc`]), the overlay (`block -> bytes`, under a read-write lock).
+//! Data structures: the layout ([`Superblock`]) and its special groups, the templates
+//! (bitmap bytes and their [`GroupDesc`]), the overlay (`block -> bytes`, under a
+//! read-write lock).
 //!
 //! Invariant: a block reads as its last write, else as generated; what is generated for a
 //! block never changes.
@@ -78,6 +79,13 @@ impl SyntheticSpec {
     }
 }
 
+/// The groups a synthetic device leaves as `mkfs` does (see [`SyntheticDevice::special`]).
+struct SpecialGroups {
+    metadata_end: u64,
+    backup: u64,
+    whole_end: u64,
+}
+
 /// One template: a group's bitmap bytes and their descriptor.
 struct Template {
     bitmap: Vec<u8>,
@@ -89,6 +97,10 @@ pub struct SyntheticDevice {
     sb: Superblock,
     block_size: u64,
     seed: u64,
+    /// Groups below this one hold metadata; the backup superblock's group; the first
+    /// group past the device's last whole one: the special groups, taken once from the
+    /// layout (every descriptor read asks).
+    special: SpecialGroups,
     templates: Vec<Template>,
     written: RwLock<HashMap<u64, Box<[u8]>>>,
 }
@@ -108,7 +120,13 @@ impl SyntheticDevice {
                 Template { bitmap, desc }
             })
             .collect();
+        let special = SpecialGroups {
+            metadata_end: sb.metadata_end().div_ceil(sb.group_blocks),
+            backup: sb.backup_block() / sb.group_blocks,
+            whole_end: sb.blocks_count / sb.group_blocks,
+        };
         let dev = SyntheticDevice {
+            special,
             block_size: u64::from(sb.block_size),
             sb,
             seed: spec.seed,
@@ -131,10 +149,16 @@ impl SyntheticDevice {
 
     /// Is group `g` as `mkfs` leaves it (metadata, the backup superblock, a short tail)?
     fn special(&self, g: u64) -> bool {
-        let sb = &self.sb;
-        g * sb.group_blocks < sb.metadata_end()
-            || sb.backup_block() / sb.group_blocks == g
-            || (g + 1) * sb.group_blocks > sb.blocks_count
+        let s = &self.special;
+        let special = g < s.metadata_end || g == s.backup || g >= s.whole_end;
+        debug_assert_eq!(
+            special,
+            g * self.sb.group_blocks < self.sb.metadata_end()
+                || self.sb.backup_block() / self.sb.group_blocks == g
+                || (g + 1) * self.sb.group_blocks > self.sb.blocks_count,
+            "group {g}: the special groups as the layout has them"
+        );
+        special
     }
 
     /// The template group `g` takes (`None`: a special group).
@@ -347,6 +371,28 @@ mod tests {
         assert!(SyntheticDevice::new(&s).is_err());
         let mut buf = [0u8; 8];
         assert!(a.read_at(&mut buf, a.size() - 4).is_err());
+    }
+
+    /// A device of more groups than open reads on one thread (its descriptors in parts on
+    /// several threads, its indexes filled on two): every group in the sets its figures
+    /// say, the accounting whole, and an allocation anywhere is from free space.
+    #[test]
+    fn a_device_opened_in_parallel_parts_checks_clean() {
+        let groups = crate::alloc::PARALLEL_INDEX_GROUPS + 1000;
+        let mut s = spec(groups * 4096, 0.6);
+        s.geometry = Geometry::new(4096, 4096, groups * 4096).unwrap();
+        s.free_extent_blocks = (1, 256);
+        let dev = Arc::new(SyntheticDevice::new(&s).unwrap());
+        let (store, _) = Store::open(dev, Policy::default()).unwrap();
+        store.allocator().check().unwrap();
+        for goal in [0, groups / 2, groups - 2] {
+            let mut req = crate::AllocRequest::new(goal, 8);
+            req.goal = Some(goal * 4096);
+            let e = store.allocate(&req).unwrap();
+            assert!(e.len > 0);
+        }
+        store.commit(b"").unwrap();
+        store.allocator().check().unwrap();
     }
 
     /// 1 PiB: made in well under a second (nothing but the layout and the templates).

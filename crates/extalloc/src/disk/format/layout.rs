@@ -430,7 +430,7 @@ impl GroupDesc {
         b[13] = order(self.avg_order);
         b[14] = self.class_tag;
         // The group number seeds the checksum: a descriptor written to the wrong slot fails.
-        let crc = crc32c::crc32c_append(crc32c::crc32c(&group.to_le_bytes()), &b[..28]);
+        let crc = desc_crc(group, &b[..28]);
         b[28..32].copy_from_slice(&crc.to_le_bytes());
         b
     }
@@ -445,7 +445,7 @@ impl GroupDesc {
                 format!("{} bytes, need {DESC_BYTES}", b.len()),
             ));
         }
-        let crc = crc32c::crc32c_append(crc32c::crc32c(&group.to_le_bytes()), &b[..28]);
+        let crc = desc_crc(group, &b[..28]);
         if crc != get_u32(b, 28) {
             return Err(corrupt(what(), "checksum mismatch"));
         }
@@ -515,4 +515,34 @@ pub fn bitmap_used(bitmap: &[u8], bits: u64) -> u64 {
         n += u64::from((bitmap[whole] & ((1u8 << (bits % 8)) - 1)).count_ones());
     }
     n
+}
+
+/// A descriptor's checksum: crc32c of the group number (8 bytes, little-endian) followed
+/// by the descriptor's first 28 bytes. One call over the 36 bytes, the same value as the
+/// group's checksum continued over the body: at open every descriptor of the device is
+/// checked, and a second call per descriptor was a fifth of a 1 PiB open.
+fn desc_crc(group: u64, body: &[u8]) -> u32 {
+    debug_assert_eq!(body.len(), 28, "a descriptor's checksummed bytes");
+    let mut seeded = [0u8; 36];
+    seeded[..8].copy_from_slice(&group.to_le_bytes());
+    seeded[8..].copy_from_slice(body);
+    crc32c::crc32c(&seeded)
+}
+
+#[cfg(test)]
+mod desc_crc_tests {
+    use super::*;
+
+    /// The on-disk checksum is the group's crc32c continued over the body: one call over
+    /// both bytes gives that same value, so images written before read as before.
+    #[test]
+    fn one_call_is_the_seeded_checksum_continued() {
+        for group in [0u64, 1, 4095, 1 << 23, u64::MAX] {
+            let body: Vec<u8> = (0..28u8)
+                .map(|i| i.wrapping_mul(37) ^ group as u8)
+                .collect();
+            let two_calls = crc32c::crc32c_append(crc32c::crc32c(&group.to_le_bytes()), &body);
+            assert_eq!(desc_crc(group, &body), two_calls, "group {group}");
+        }
+    }
 }
