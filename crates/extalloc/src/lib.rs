@@ -90,4 +90,4 @@ pub use alloc::{
 };
 pub use error::{Error, ErrorKind, IoSource, Result};
 pub use files::{DataRequest, FileAlloc, Files};
-pub use geometry::{Extent, Geometry, DEVICE_BLOCKS_MAX, GROUP_BLOCKS_DEFAULT};
+pub use geometry::{parse_size, Extent, Geometry, DEVICE_BLOCKS_MAX, GROUP_BLOCKS_DEFAULT};
