@@ -7,14 +7,17 @@
 //! `extalloc policies` lists the presets and the keys a policy spec may set.
 //!
 //! This file holds the arguments and the dispatch only: the lab's commands run in
-//! `extalloc-lab` (`extalloc_lab::command`), the torture in `extalloc-harness`, the admin
-//! commands in [`cli`].
+//! `extalloc-lab` (`extalloc_lab::command`; the default feature `lab`, without which the
+//! binary is the admin tool alone), the torture in `extalloc-harness`, the admin commands
+//! in [`cli`].
 
 mod cli;
 
 use anyhow::Result;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
+#[cfg(feature = "lab")]
 use cli::options::BenchArgs;
+#[cfg(feature = "lab")]
 use extalloc_lab::command as lab;
 
 #[derive(Parser)]
@@ -28,7 +31,8 @@ struct Cli {
     command: Command,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
+#[cfg(feature = "lab")]
+#[derive(Clone, Copy, clap::ValueEnum)]
 enum Suite {
     /// Every workload, small, three repetitions: about a minute and a half on 2 cores.
     Quick,
@@ -37,6 +41,7 @@ enum Suite {
 #[derive(Subcommand)]
 enum Command {
     /// Run a workload for every policy x thread count and print a results table.
+    #[cfg(feature = "lab")]
     Bench {
         /// Instead of one workload: a tour of them all (`quick`: about a minute and a half
         /// on 2 cores), with a progress bar (plain lines when stderr is not a terminal), a
@@ -49,6 +54,7 @@ enum Command {
     },
     /// Run a workload on extalloc's policies and on the kernel's ext4, XFS and btrfs (loop
     /// devices backed by /dev/shm; needs root) and print one table.
+    #[cfg(feature = "lab")]
     Compare {
         /// Kernel file systems, comma-separated (those whose mkfs is installed).
         #[arg(long, default_value = "ext4,xfs,btrfs")]
@@ -59,12 +65,15 @@ enum Command {
     /// Run a fio job file (or `fsmark`) on whole file systems: the kernel's (loop devices
     /// in /dev/shm) and an extalloc mount of the same size; MiB/s, extents per file and
     /// free space after (root).
+    #[cfg(feature = "lab")]
     CompareFs(cli::compare_fs::CompareFsArgs),
     /// Replay a kernel ext4 allocation trace (tracefs text, plain or .gz) through policies
     /// and compare the layout and free space with what the kernel decided.
+    #[cfg(feature = "lab")]
     Replay(cli::commands::ReplayArgs),
     /// Record ext4's allocation events on one device while a command runs (root), as a
     /// gzip trace that `replay` reads.
+    #[cfg(feature = "lab")]
     Capture {
         /// The block device (e.g. /dev/loop0) whose events to keep.
         #[arg(long)]
@@ -79,6 +88,7 @@ enum Command {
     /// Make an extalloc file system on a file or block device (docs/format.md).
     Mkfs(cli::device::MkfsArgs),
     /// Group commit on a real file: commits per second at each thread count.
+    #[cfg(feature = "lab")]
     #[command(group(clap::ArgGroup::new("store").args(["handles", "shared"])))]
     CommitBench {
         /// A file to create (and remove afterwards): on /dev/shm, or on a disk.
@@ -105,6 +115,7 @@ enum Command {
     },
     /// What mounting costs: open time of a large sparse device (bytes read, bitmaps loaded),
     /// then recovery time against the number of journal records to replay.
+    #[cfg(feature = "lab")]
     OpenBench(cli::commands::OpenBenchArgs),
     /// Random transactions with crashes on a fault-injecting device, checked after every
     /// recovery against a model. Exits non-zero on any loss, leak or double allocation.
@@ -175,6 +186,7 @@ enum Command {
         extents: bool,
     },
     /// Turn a bench or compare JSON report into Markdown and PNG charts.
+    #[cfg(feature = "lab")]
     Report {
         /// The JSON report (`--json` of bench or compare).
         json: std::path::PathBuf,
@@ -220,16 +232,23 @@ fn main() {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Policies => {
-            cli::commands::print_policies();
+            cli::policies::print_policies();
             Ok(())
         }
+        #[cfg(feature = "lab")]
         Command::Bench { suite, args } => bench(suite, args),
+        #[cfg(feature = "lab")]
         Command::Compare { fs, args } => lab::compare(&fs, &args.into_run()?),
+        #[cfg(feature = "lab")]
         Command::CompareFs(args) => cli::compare_fs::compare_fs(&args),
+        #[cfg(feature = "lab")]
         Command::Replay(args) => cli::commands::replay(args),
+        #[cfg(feature = "lab")]
         Command::Capture { dev, out, command } => lab::capture(&dev, &out, &command),
         Command::Mkfs(args) => cli::device::mkfs(&args),
+        #[cfg(feature = "lab")]
         Command::OpenBench(args) => cli::commands::open_bench(&args),
+        #[cfg(feature = "lab")]
         Command::CommitBench {
             path,
             threads,
@@ -268,12 +287,14 @@ fn run(cli: Cli) -> Result<()> {
             json,
             extents,
         } => cli::volume::ls(&device, json, extents),
+        #[cfg(feature = "lab")]
         Command::Report { json, out } => lab::report(&json, &out),
     }
 }
 
 /// `extalloc bench`: the suite (with fallocate2's defaults under its steps' own options), or
 /// one workload.
+#[cfg(feature = "lab")]
 fn bench(suite: Option<Suite>, args: BenchArgs) -> Result<()> {
     match suite {
         Some(Suite::Quick) => {

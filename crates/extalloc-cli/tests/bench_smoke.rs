@@ -1,6 +1,7 @@
 //! The lab at a tiny size, so it never rots: every workload runs, prints its table and writes
 //! a JSON report with every field of the schema, and the figures that define the workload
 //! (writes done, files made, data written) come out as the workload says.
+#![cfg(feature = "lab")] // the lab's commands: the binary's default feature
 
 use serde_json::Value;
 use std::process::Command;

@@ -112,6 +112,7 @@ fn mkfs_then_info() {
 }
 
 #[test]
+#[cfg(feature = "lab")] // the lab's commands
 fn commit_bench_reports_each_thread_count() {
     let path = std::env::temp_dir().join(format!("extalloc-commit-{}.img", std::process::id()));
     let (ok, text) = extalloc(&[
@@ -134,6 +135,7 @@ fn commit_bench_reports_each_thread_count() {
 /// Handles committing only their payload run and report; `--payload-only` without a store
 /// mode, and both store modes at once, are refused naming the flags, creating nothing.
 #[test]
+#[cfg(feature = "lab")] // the lab's commands
 fn commit_bench_payload_only_needs_a_store_mode() {
     let path = std::env::temp_dir().join(format!("extalloc-po-{}.img", std::process::id()));
     let p = path.to_str().unwrap();
@@ -407,6 +409,7 @@ fn put_get_ls_and_fsck_a_volume() {
 
 /// `extalloc bench WORKLOAD --device IMG ARGS` (extalloc's policy): the result row of
 /// `threads` threads, split into cells; the device file must be gone afterwards.
+#[cfg(feature = "lab")] // the lab's commands
 fn volume_row(workload: &str, img: &std::path::Path, threads: &str, args: &[&str]) -> Vec<String> {
     let mut all = vec![
         "bench",
@@ -433,6 +436,7 @@ fn volume_row(workload: &str, img: &std::path::Path, threads: &str, args: &[&str
 /// run on a volume: every table row has both sides, the files left are the long-lived ones
 /// (in a handful of extents each), and the device file goes afterwards.
 #[test]
+#[cfg(feature = "lab")] // the lab's commands
 fn append_vs_fallocate_size_class_edge_and_frag_run_on_a_volume() {
     let img = std::env::temp_dir().join(format!("extalloc-avf-{}.img", std::process::id()));
     for workload in ["append-vs-fallocate", "size-class-edge", "frag"] {
@@ -446,6 +450,7 @@ fn append_vs_fallocate_size_class_edge_and_frag_run_on_a_volume() {
 
 /// `bench small-files --device` runs on a volume: every file one extent, as in memory.
 #[test]
+#[cfg(feature = "lab")] // the lab's commands
 fn small_files_run_on_a_volume() {
     let img = std::env::temp_dir().join(format!("extalloc-sf-{}.img", std::process::id()));
     let args = ["--device-size", "256MiB", "--fill", "0.05"];

@@ -1,6 +1,7 @@
 //! `extalloc replay` on cuts of the kernel traces (extalloc-lab's tests/fixtures/traces): every policy
 //! replays them, `check()` holds (the command checks after each policy and fails otherwise),
 //! and the report has a run per policy plus the kernel's.
+#![cfg(feature = "lab")] // the lab's commands: the binary's default feature
 
 use serde_json::Value;
 use std::process::Command;

@@ -97,7 +97,7 @@ pub fn lab_options(w: &Workload, p: &Params) -> Result<LabOptions> {
         .filter(|s| !s.is_empty())
         .collect();
     let size = |given: &Option<String>, default| -> Result<u64> {
-        lab::parse_size(given.as_deref().unwrap_or(default))
+        Ok(extalloc::parse_size(given.as_deref().unwrap_or(default))?)
     };
     Ok(LabOptions {
         threads: lab::parse_threads(p.threads.as_deref().unwrap_or(w.threads))?,

@@ -23,12 +23,15 @@
 //! and the Python package map errors through (`docs/architecture.md`, "Errors").
 //!
 //! Files: `cause.rs` the [`Error`] enum, `kind.rs` its kinds and errnos, `source.rs` the
-//! operating system errors it carries; this file only declares and re-exports them.
+//! operating system errors it carries, `corrupted.rs` what [`Error::Corrupt`] found damaged
+//! ([`Corrupted`]); this file only declares and re-exports them.
 
 mod cause;
+mod corrupted;
 mod kind;
 mod source;
 pub use cause::Error;
+pub use corrupted::Corrupted;
 pub use kind::ErrorKind;
 pub use source::IoSource;
 

@@ -3,7 +3,8 @@
 //! A device is `blocks_count` blocks of `block_size` bytes, cut into groups of `group_blocks`
 //! blocks (a power of two). The last group may be shorter; its missing tail does not exist and
 //! is never free. All arithmetic on block numbers is checked: devices of up to 2^48 blocks are
-//! supported and a malformed extent is an error, never an overflow.
+//! supported and a malformed extent is an error, never an overflow. [`parse_size`] reads a
+//! size in bytes as the command line, the lab and the Python package write it (`64M`).
 
 use crate::error::{Error, Result};
 
@@ -194,9 +195,65 @@ pub(crate) fn file_range_end(start: u64, len: u64, max: u64, unit: &'static str)
         })
 }
 
+/// A size in bytes as a person writes it: a number with an optional binary unit, `4096`,
+/// `64K`, `512MiB`, `16GiB`, `1PiB` (K, M, G, T, P, with or without `iB` or `B`, any case;
+/// every unit is a power of 1024). A malformed size, an unknown unit or one past `u64` is
+/// [`Error::InvalidSetting`].
+///
+/// ```
+/// assert_eq!(extalloc::parse_size("64M")?, 64 << 20);
+/// assert!(extalloc::parse_size("12 parsecs").is_err());
+/// # Ok::<(), extalloc::Error>(())
+/// ```
+pub fn parse_size(s: &str) -> Result<u64> {
+    const UNITS: &str = "K, M, G, T, P or KiB, MiB, GiB, TiB, PiB";
+    let s = s.trim();
+    let invalid = |expected: String| Error::InvalidSetting {
+        setting: "size",
+        value: format!("'{s}'"),
+        expected,
+    };
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (digits, unit) = s.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| invalid(format!("expected a number with an optional unit ({UNITS})")))?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kib" | "kb" => 10,
+        "m" | "mib" | "mb" => 20,
+        "g" | "gib" | "gb" => 30,
+        "t" | "tib" | "tb" => 40,
+        "p" | "pib" | "pb" => 50,
+        other => return Err(invalid(format!("unknown unit '{other}' (use {UNITS})"))),
+    };
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| invalid("overflows 64 bits of bytes".into()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_parse_with_binary_units() {
+        assert_eq!(parse_size("16GiB").unwrap(), 16 << 30);
+        assert_eq!(parse_size("512M").unwrap(), 512 << 20);
+        assert_eq!(parse_size(" 64kb ").unwrap(), 64 << 10);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        let unknown = parse_size("12 parsecs").unwrap_err().to_string();
+        assert!(unknown.contains("unknown unit 'parsecs'"), "{unknown}");
+        assert!(parse_size("GiB").is_err());
+        assert!(parse_size("").is_err());
+        assert!(parse_size("99999999999T").is_err());
+        assert!(matches!(
+            parse_size("1X"),
+            Err(Error::InvalidSetting {
+                setting: "size",
+                ..
+            })
+        ));
+    }
 
     #[test]
     fn geometry_rejects_bad_shapes() {

@@ -88,6 +88,6 @@ pub use alloc::{
     AllocRequest, Allocator, FreeSpace, KeyGroup, Lifetime, Pass, Policy, SizeClass, StatsSnapshot,
     StreamStart, PRESETS,
 };
-pub use error::{Error, ErrorKind, IoSource, Result};
+pub use error::{Corrupted, Error, ErrorKind, IoSource, Result};
 pub use files::{DataRequest, FileAlloc, Files};
-pub use geometry::{Extent, Geometry, DEVICE_BLOCKS_MAX, GROUP_BLOCKS_DEFAULT};
+pub use geometry::{parse_size, Extent, Geometry, DEVICE_BLOCKS_MAX, GROUP_BLOCKS_DEFAULT};

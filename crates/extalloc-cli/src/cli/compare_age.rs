@@ -4,10 +4,10 @@
 //! unmounts its file system mid-job.
 
 use anyhow::{Context, Result};
+use extalloc::parse_size;
 use extalloc_lab::compare::age_git::GitOptions;
 use extalloc_lab::compare::age_profile::ProfileOptions;
 use extalloc_lab::compare::age_run::{AgeOptions, AGING_JOBS};
-use extalloc_lab::lab::parse_size;
 use std::path::PathBuf;
 
 /// The aging jobs' options.

@@ -153,7 +153,7 @@ pub fn compare_fs(args: &CompareFsArgs) -> Result<()> {
         .map(Target::parse)
         .collect::<Result<Vec<_>>>()?;
     let opts = mounted::Options {
-        device_bytes: extalloc_lab::lab::parse_size(&args.device_size).context("--device-size")?,
+        device_bytes: extalloc::parse_size(&args.device_size).context("--device-size")?,
         block_size: args.block_size,
         rounds: args.repeat,
         policy: args.extalloc_policy.clone(),

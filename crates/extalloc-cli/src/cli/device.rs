@@ -4,7 +4,6 @@
 
 use anyhow::{Context, Result};
 use extalloc::disk::device::{Device, FileDevice};
-use extalloc_lab::lab;
 use std::path::Path;
 
 /// What `mkfs` is asked to make.
@@ -50,11 +49,11 @@ pub fn mkfs(a: &MkfsArgs) -> Result<()> {
 
     // Everything is checked before the target is touched.
     let journal_bytes = match journal_size {
-        Some(j) => Some(lab::parse_size(j).context("--journal-size")?),
+        Some(j) => Some(extalloc::parse_size(j).context("--journal-size")?),
         None => None,
     };
     let bytes = match &size {
-        Some(s) => lab::parse_size(s).context("--size")?,
+        Some(s) => extalloc::parse_size(s).context("--size")?,
         None => FileDevice::open_read_only(path)
             .with_context(|| format!("{}: give --size to create it", path.display()))?
             .size(),

@@ -228,8 +228,7 @@ fn options(args: &MountArgs) -> Result<MountOptions> {
         "--poll-us must be from 0 (no polling) to 10000 (10 ms)"
     );
     let writeback = extalloc::writeback::WritebackOptions {
-        dirty_limit_bytes: extalloc_lab::lab::parse_size(&args.dirty_limit)
-            .context("--dirty-limit")?,
+        dirty_limit_bytes: extalloc::parse_size(&args.dirty_limit).context("--dirty-limit")?,
         contexts: args.wb_contexts,
         ..Default::default()
     };

@@ -320,7 +320,7 @@ impl BenchArgs {
             dirty_limit_bytes: self
                 .dirty_limit
                 .as_deref()
-                .map(lab::parse_size)
+                .map(extalloc::parse_size)
                 .transpose()
                 .context("--dirty-limit")?,
         })

@@ -1,4 +1,5 @@
-//! How errors are worded, and what a closed stdout does.
+//! How errors are worded, what a closed stdout does, and whether a report's file can be
+//! written before a long run starts.
 
 /// The error and its causes, each cause once: the library's messages already quote the
 /// operating system's error they keep as their source.
@@ -43,4 +44,31 @@ pub fn say_out(line: &str) {
 pub fn say_err(line: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// Before a run of minutes (`extalloc torture --json PATH`): a file can be made beside
+/// `path` (one is made and removed again, so the answer holds for root and for read-only
+/// mounts alike) and `path` is not a directory. The run must not fail at its end on a
+/// mistyped path.
+pub fn can_write(flag: &str, path: &std::path::Path) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    anyhow::ensure!(
+        !path.is_dir(),
+        "{flag} {}: is a directory; give a file name",
+        path.display()
+    );
+    let probe = dir.join(format!(".extalloc-probe-{}", std::process::id()));
+    std::fs::File::create(&probe).with_context(|| {
+        format!(
+            "{flag} {}: cannot write a file in {}",
+            path.display(),
+            dir.display()
+        )
+    })?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
 }

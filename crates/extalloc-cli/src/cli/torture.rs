@@ -2,9 +2,9 @@
 //! printed as JSON (a line per metadata kind for `--fs-damage`) and turned into the exit
 //! status: an error when anything that must be zero is not.
 
+use super::output::can_write;
 use anyhow::{Context, Result};
 use extalloc_harness as harness;
-use extalloc_lab::command::output::writable_file;
 use std::path::Path;
 
 /// `extalloc torture`: the JSON verdict on stdout (and in `json`); an error when anything
@@ -123,7 +123,7 @@ pub fn torture_command(a: &TortureArgs) -> Result<()> {
 pub fn torture_fs(crashes: u64, seed: u64, threads: usize, json: Option<&Path>) -> Result<()> {
     anyhow::ensure!((1..=16).contains(&threads), "--threads must be 1 to 16");
     if let Some(path) = json {
-        writable_file("--json", path)?;
+        can_write("--json", path)?;
     }
     let out = harness::torture_fs::run(crashes, seed, threads)?;
     let text = serde_json::to_string(&out)?;
@@ -139,7 +139,7 @@ pub fn torture_fs(crashes: u64, seed: u64, threads: usize, json: Option<&Path>) 
 /// an error when anything that must be zero is not (the first failures on stderr).
 pub fn corrupt(damages: u64, seed: u64, json: Option<&Path>) -> Result<()> {
     if let Some(path) = json {
-        writable_file("--json", path)?;
+        can_write("--json", path)?;
     }
     let out = harness::corrupt::run(damages, seed)?;
     let text = serde_json::to_string(&out)?;
@@ -165,7 +165,7 @@ pub fn corrupt(damages: u64, seed: u64, json: Option<&Path>) -> Result<()> {
 /// `json`; an error when anything that must be zero is not (the first failures on stderr).
 pub fn fs_damage(damages: u64, seed: u64, json: Option<&Path>) -> Result<()> {
     if let Some(path) = json {
-        writable_file("--json", path)?;
+        can_write("--json", path)?;
     }
     let out = harness::torture_fs_damage::run(damages, seed)?;
     print!("{}", out.summary());

@@ -20,7 +20,10 @@ use std::sync::Arc;
 /// Bytes copied per call.
 const COPY_BYTES: usize = 1 << 20;
 
-use extalloc_lab::lab::volume_run::open_read_only;
+/// The volume on `path`, read-only (`Volume::open_read_only`: the device is never written).
+fn open_read_only(path: &Path) -> Result<Volume> {
+    Volume::open_read_only(path).with_context(|| format!("{}", path.display()))
+}
 
 /// The volume on `path`, read-write.
 fn open_read_write(path: &Path) -> Result<Volume> {

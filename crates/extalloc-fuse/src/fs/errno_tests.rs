@@ -107,7 +107,7 @@ fn volumes_errors() -> Vec<(Error, i32)> {
         ),
         (
             Error::Corrupt {
-                what: "group 3".into(),
+                what: extalloc::Corrupted::Group { group: 3 },
                 detail: "bad checksum".into(),
             },
             libc::EUCLEAN,

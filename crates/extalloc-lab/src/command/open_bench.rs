@@ -17,7 +17,7 @@ pub fn open_bench(
     volume_files: u64,
     extents_per_file: u64,
 ) -> Result<()> {
-    let bytes = lab::parse_size(size)?;
+    let bytes = extalloc::parse_size(size)?;
     let open = open_bench::open_big(path, bytes, group_blocks)?;
     let mut rows = Vec::new();
     for n in records.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -64,7 +64,7 @@ pub fn open_bench_synthetic(sizes: &str, group_blocks: u64, fill: f64) -> Result
     };
     let mut rows = Vec::new();
     for size in sizes.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let bytes = lab::parse_size(size).with_context(|| format!("--size {size}"))?;
+        let bytes = extalloc::parse_size(size).with_context(|| format!("--size {size}"))?;
         eprintln!("open-bench: synthetic {size}, {fill} full...");
         rows.push(open_bench::open_synthetic(bytes, group_blocks, syn, 1)?);
     }

@@ -111,7 +111,7 @@ fn groups_of(fs: &FreeSpace) -> Vec<GroupFrag> {
 
 /// An extalloc image opened read-only (the writes of the open go to memory).
 fn open_volume(image: &Path) -> Result<extalloc::volume::Volume> {
-    crate::lab::volume_run::open_read_only(image)
+    extalloc::volume::Volume::open_read_only(image)
         .with_context(|| format!("opening the volume in {} read-only", image.display()))
 }
 

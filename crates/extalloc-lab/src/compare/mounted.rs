@@ -343,7 +343,7 @@ fn extalloc_run(job: &Job, opts: &Options, target: Target) -> Result<FsRun> {
     )?;
     let ran = run_job(job, &m.mountpoint, true, m.pid)?;
     m.unmount()?;
-    let vol = crate::lab::volume_run::open_read_only(&m.image)?;
+    let vol = extalloc::volume::Volume::open_read_only(&m.image)?;
     let paths = extalloc_fuse::fs::paths(&vol).map_err(anyhow::Error::msg)?;
     let mut files = Vec::new();
     for (&id, (_, kind)) in &paths {

@@ -350,31 +350,6 @@ impl Marks {
     }
 }
 
-/// Parses sizes like `16GiB`, `512MiB`, `64K`, `1PiB`, `4096`.
-pub fn parse_size(s: &str) -> Result<u64> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (digits, unit) = s.split_at(split);
-    let n: u64 = digits.parse().with_context(|| {
-        format!(
-            "size '{s}': expected a number with an optional unit (K, M, G, T, P, KiB, MiB, GiB, TiB, PiB)"
-        )
-    })?;
-    let shift = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kib" | "kb" => 10,
-        "m" | "mib" | "mb" => 20,
-        "g" | "gib" | "gb" => 30,
-        "t" | "tib" | "tb" => 40,
-        "p" | "pib" | "pb" => 50,
-        other => bail!(
-            "size '{s}': unknown unit '{other}' (use K, M, G, T, P or KiB, MiB, GiB, TiB, PiB)"
-        ),
-    };
-    n.checked_mul(1u64 << shift)
-        .with_context(|| format!("size '{s}' overflows"))
-}
-
 /// Parses `1,2,4,8`.
 pub fn parse_threads(s: &str) -> Result<Vec<usize>> {
     let v: Vec<usize> = s
@@ -503,16 +478,6 @@ pub fn judge(report: Report, load: Option<machine::Load>) -> Report {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_parse() {
-        assert_eq!(parse_size("16GiB").unwrap(), 16 << 30);
-        assert_eq!(parse_size("512M").unwrap(), 512 << 20);
-        assert_eq!(parse_size("4096").unwrap(), 4096);
-        assert!(parse_size("12 parsecs").is_err());
-        assert!(parse_size("GiB").is_err());
-        assert!(parse_size("99999999999T").is_err());
-    }
 
     #[test]
     fn threads_parse() {

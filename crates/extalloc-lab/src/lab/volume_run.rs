@@ -1,13 +1,11 @@
 //! File workloads on a journaled volume over a file device (`bench WORKLOAD --device`):
 //! the threads run the workload's body on a volume made anew on the device file while the
 //! calling thread syncs every `commit_ms`; then the figures the in-memory run reports
-//! (operations per second, extents per file, free space) are taken from the volume. Also
-//! [`open_read_only`], the read-only open of a volume on a device file that the comparison
-//! and the command line's admin commands share.
+//! (operations per second, extents per file, free space) are taken from the volume.
 
 use super::LabOptions;
-use anyhow::{Context, Result};
-use extalloc::disk::device::{Device, FileDevice, OverlayDevice};
+use anyhow::Result;
+use extalloc::disk::device::{Device, FileDevice};
 use extalloc::volume::Volume;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,14 +23,6 @@ pub struct VolumeRun {
     pub extents_per_file: f64,
     pub free_extents: u64,
     pub largest_free_extent_kib: f64,
-}
-
-/// The volume on the device file `path`, read-only: the device under a view whose writes
-/// stay in memory (`OverlayDevice`), so the journal replay of the open never changes it.
-pub fn open_read_only(path: &Path) -> Result<Volume> {
-    let dev = FileDevice::open_read_only(path)?;
-    let view: Arc<dyn Device> = Arc::new(OverlayDevice::new(Arc::new(dev)));
-    Volume::open(view, extalloc::Policy::default()).with_context(|| format!("{}", path.display()))
 }
 
 /// How a file workload runs on a volume over a device file (`bench WORKLOAD --device`).

@@ -41,7 +41,7 @@ use super::lazy::{BitmapSource, GroupSummary, Lazy};
 use super::policy::Policy;
 use super::request::AllocRequest;
 use super::stats::{Shard, Stats, StatsSnapshot};
-use crate::error::{Error, Result};
+use crate::error::{Corrupted, Error, Result};
 use crate::geometry::{Extent, Geometry};
 use crate::groups::{
     AtomicBitset, Figures, Group, GroupBitmap, GroupState, GroupTable, OrderIndex, TableBuilder,
@@ -202,7 +202,7 @@ impl Summaries {
             || s.class_tag > class::TAGS;
         if impossible {
             return Err(Error::Corrupt {
-                what: format!("descriptor of group {g}"),
+                what: Corrupted::Descriptor { group: g },
                 detail: format!("impossible summary {s:?} (groups: {groups})"),
             });
         }

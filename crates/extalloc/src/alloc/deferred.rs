@@ -43,7 +43,7 @@ use super::allocator::{Allocator, MdState};
 use super::discard::HELD;
 use super::policy::FreeList;
 use super::stats::Shard;
-use crate::error::{Error, Result};
+use crate::error::{Corrupted, Error, Result};
 use crate::geometry::Extent;
 use crate::groups::{GroupState, PendingFree};
 use parking_lot::MutexGuard;
@@ -120,7 +120,7 @@ impl Allocator {
     ) -> Result<()> {
         if self.corrupt.contains(g) {
             return Err(Error::Corrupt {
-                what: format!("group {g}"),
+                what: Corrupted::Group { group: g },
                 detail: "held used since it failed its checks; its blocks cannot be freed".into(),
             });
         }

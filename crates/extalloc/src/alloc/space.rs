@@ -21,7 +21,7 @@
 //! publishes under them (group locks -> list-index locks).
 
 use super::allocator::Allocator;
-use crate::error::{Error, Result};
+use crate::error::{Corrupted, Error, Result};
 use crate::geometry::{Extent, Geometry};
 
 /// Free extents whose length has this floor(log2).
@@ -321,7 +321,7 @@ impl Allocator {
             };
             if !ok {
                 return Err(Error::Corrupt {
-                    what: format!("group {g}"),
+                    what: Corrupted::Group { group: g },
                     detail: format!(
                         "blocks {}+{len} are already {}",
                         self.geometry.group_start(g) + u64::from(off),

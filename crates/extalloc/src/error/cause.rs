@@ -2,6 +2,7 @@
 //! involved. Its kind ([`Error::kind`], `kind.rs`) maps it to a remedy and an errno;
 //! `source.rs` holds the operating system errors it carries.
 
+use super::corrupted::Corrupted;
 use super::source::IoSource;
 use thiserror::Error;
 
@@ -449,8 +450,10 @@ pub enum Error {
     /// On-disk metadata that fails its checksum or says something impossible.
     #[error("corrupt {what}: {detail}")]
     Corrupt {
-        /// The structure that failed: "superblock", "descriptor of group 3", "group 3", ...
-        what: String,
+        /// The structure that failed ([`Corrupted`]: the superblock, a group's descriptor,
+        /// a journal record, a node of the file tree, ...), printed as "superblock",
+        /// "descriptor of group 3", "group 3", ...
+        what: Corrupted,
         /// What is wrong with it.
         detail: String,
     },

@@ -22,7 +22,7 @@ use crate::alloc::{Allocator, BitmapSource, GroupSummary, Policy, Summaries};
 use crate::disk::device::{Device, FenceDevice};
 use crate::disk::format::{self, GroupDesc, Superblock, DESC_BYTES};
 use crate::disk::journal::{self, Area, Journal, Op, Record};
-use crate::error::{Error, Result};
+use crate::error::{Corrupted, Error, Result};
 use crate::files::Files;
 use crate::geometry::{Extent, Geometry};
 use parking_lot::{Mutex, RwLock};
@@ -66,7 +66,7 @@ fn apply_records(
             };
             if e.len == 0 || geometry.validate(e).is_err() {
                 return Err(Error::Corrupt {
-                    what: format!("journal record {}", r.seq),
+                    what: Corrupted::JournalRecord { seq: r.seq },
                     detail: format!("extent {}+{} is not on the device", e.start, e.len),
                 });
             }
@@ -89,7 +89,7 @@ fn apply_records(
                 }
                 Err(err) => {
                     return Err(Error::Corrupt {
-                        what: format!("journal record {}", r.seq),
+                        what: Corrupted::JournalRecord { seq: r.seq },
                         detail: err.to_string(),
                     })
                 }

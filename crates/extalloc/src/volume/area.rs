@@ -23,7 +23,7 @@
 
 use super::record::{corrupt, put_extent, put_u64, Reader, SideRef};
 use crate::disk::device::Device;
-use crate::error::{Error, Result};
+use crate::error::{Corrupted, Error, Result};
 use crate::geometry::{Extent, Geometry};
 use std::ops::Range;
 
@@ -159,7 +159,7 @@ fn index_crc(block: u64, b: &[u8]) -> u32 {
 /// An index block's pieces and the next block of the chain.
 fn decode_index(at: u64, b: &[u8]) -> Result<(Vec<Extent>, u64)> {
     let bad = |why: &str| Error::Corrupt {
-        what: format!("volume table index block {at}"),
+        what: Corrupted::TableIndex { block: at },
         detail: why.to_string(),
     };
     if b.len() < INDEX_HEADER || &b[..4] != INDEX_MAGIC {

@@ -33,7 +33,7 @@ use super::tree::Tree;
 use super::treeio::{read_root_tree, TreeTable, VolIo};
 use crate::disk::device::Device;
 use crate::disk::journal::Record;
-use crate::error::{Error, Result};
+use crate::error::{Corrupted, Error, Result};
 use crate::geometry::Extent;
 use crate::store::Store;
 use parking_lot::Mutex;
@@ -384,7 +384,10 @@ pub(super) fn adopt_all(store: &Store, files: BTreeMap<u64, ReplayFile>) -> Resu
 fn at_record(e: Error, seq: u64) -> Error {
     match e {
         Error::Corrupt { what, detail } => Error::Corrupt {
-            what: format!("{what} in journal record {seq}"),
+            what: Corrupted::InJournalRecord {
+                what: Box::new(what),
+                seq,
+            },
             detail,
         },
         other => other,
@@ -444,7 +447,7 @@ pub(super) fn read_table(store: &Store, dev: &dyn Device, root: &Root) -> Result
     let active =
         area::resolve(dev, store.geometry(), root.sides[root.active]).map_err(|e| match e {
             Error::Corrupt { detail, .. } => Error::Corrupt {
-                what: "volume root".into(),
+                what: Corrupted::VolumeRoot,
                 detail,
             },
             other => other,
@@ -558,8 +561,17 @@ fn damaged_table(root: &Root, s: &Salvaged) -> Error {
     detail.push_str(": run `extalloc fsck --repair`");
     Error::Corrupt {
         what: match &root.tree {
-            Some(t) => format!("volume file tree at block {}", t.root.block),
-            None => format!("volume file table at {:?}", root.sides[root.active]),
+            Some(t) => Corrupted::FileTree {
+                root_block: t.root.block,
+            },
+            None => {
+                let side = root.sides[root.active];
+                Corrupted::FileTable {
+                    start: side.extent.start,
+                    len: side.extent.len,
+                    head: side.head,
+                }
+            }
         },
         detail,
     }

@@ -40,7 +40,7 @@ use super::state::{Volume, TABLE_OWNER};
 use super::table::TableFile;
 use crate::alloc::AllocRequest;
 use crate::disk::device::Device;
-use crate::error::{Error, Result};
+use crate::error::{Corrupted, Error, Result};
 use crate::files::FileAlloc;
 use crate::geometry::Extent;
 use crate::store::Store;
@@ -569,7 +569,7 @@ pub(super) fn adopt_entries(
         store
             .adopt_data(alloc, l, e)
             .map_err(|err| Error::Corrupt {
-                what: format!("volume file {id}"),
+                what: Corrupted::File { id },
                 detail: format!("logical block {l} maps {}+{}: {err}", e.start, e.len),
             })?;
         if u {

@@ -124,7 +124,7 @@ pub(super) fn encode(size: usize, level: u8, count: u32, payload: &[u8], at: Nod
 /// within the node. Damage is `Corrupt`, naming the block.
 pub(super) fn decode(b: &[u8], at: NodeRef) -> Result<Decoded> {
     let bad = |why: &str| crate::error::Error::Corrupt {
-        what: format!("volume file tree node at block {}", at.block),
+        what: crate::error::Corrupted::TreeNode { block: at.block },
         detail: why.to_string(),
     };
     if b.len() < HEADER_BYTES || &b[..4] != NODE_MAGIC {

@@ -1,5 +1,6 @@
 //! One-call volumes on a file or block device: [`Volume::mkfs_file`] makes one with
-//! defaults scaled to the device, [`Volume::open_file`] opens it. For the programs that want
+//! defaults scaled to the device, [`Volume::open_file`] opens it, [`Volume::open_read_only`]
+//! opens it for reading without ever writing the device. For the programs that want
 //! a volume of files (a blob store, an image format) and not the geometry's knobs; the
 //! knobs stay in [`Volume::mkfs`] and [`Volume::open`].
 //!
@@ -8,11 +9,13 @@
 //! default [`Policy`].
 //!
 //! Data structures: none of their own. Invariant: a volume made here opens with
-//! [`Volume::open_file`] and with `extalloc` on the command line. Locks: none.
+//! [`Volume::open_file`] and with `extalloc` on the command line; a volume opened by
+//! [`Volume::open_read_only`] never writes its device (its writes stay in an overlay in
+//! memory). Locks: none.
 
 use super::state::Volume;
 use crate::alloc::Policy;
-use crate::disk::device::{Device, FileDevice};
+use crate::disk::device::{Device, FileDevice, OverlayDevice};
 use crate::disk::format::default_journal_blocks;
 use crate::error::Result;
 use crate::geometry::{Geometry, GROUP_BLOCKS_DEFAULT};
@@ -131,6 +134,20 @@ impl Volume {
         let dev: Arc<dyn Device> = Arc::new(FileDevice::open(path.as_ref())?);
         Volume::open(dev, Policy::default())
     }
+
+    /// Opens the volume in the file or block device at `path` to read it, with the default
+    /// [`Policy`], without ever writing the device: it is opened read-only under an
+    /// [`OverlayDevice`], so what the open writes (the journal's replay after a crash, the
+    /// in-use mark) and any later change stay in memory and are gone at close. What
+    /// `extalloc ls`, `get`, `info --files` and `fsck` read through. Any number of readers
+    /// may open a device at once; one open elsewhere to write is
+    /// [`Error::DeviceBusy`](crate::Error::DeviceBusy), one whose owner record names a live
+    /// owner [`Error::DeviceInUse`](crate::Error::DeviceInUse).
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Volume> {
+        let dev = FileDevice::open_read_only(path.as_ref())?;
+        let view: Arc<dyn Device> = Arc::new(OverlayDevice::new(Arc::new(dev)));
+        Volume::open(view, Policy::default())
+    }
 }
 
 #[cfg(test)]
@@ -158,6 +175,15 @@ mod tests {
             "a second open of the same file is refused"
         );
         vol.close().unwrap();
+        // A read-only open sees the files and leaves the device's bytes as they were.
+        let before = std::fs::read(&path).unwrap();
+        let ro = Volume::open_read_only(&path).unwrap();
+        assert_eq!(ro.read(id, 0, 10_000).unwrap(), vec![7u8; 10_000]);
+        ro.close().unwrap();
+        assert!(
+            std::fs::read(&path).unwrap() == before,
+            "a read-only open wrote the device"
+        );
         // Each volume its own identity.
         let other = dir.join("w.img");
         Volume::mkfs_file(&other, 32 << 20)

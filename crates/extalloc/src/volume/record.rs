@@ -9,7 +9,7 @@
 //! Every change is a blind write of the state it names (map these blocks, set this size,
 //! drop this file), so applying a change to a state that already holds it changes nothing.
 
-use crate::error::{Error, Result};
+use crate::error::{Corrupted, Error, Result};
 use crate::geometry::Extent;
 
 /// First bytes of a journal payload the volume wrote.
@@ -137,17 +137,17 @@ impl<'a> Reader<'a> {
 /// The error of file `id`'s map in the map segment (or first run) at `seg`.
 pub(super) fn map_corrupt(id: u64, seg: Extent, detail: &str) -> Error {
     Error::Corrupt {
-        what: format!(
-            "the map of volume file {id} in the map segment at block {}",
-            seg.start
-        ),
+        what: Corrupted::FileMap {
+            id,
+            segment: seg.start,
+        },
         detail: format!("{detail}: run `extalloc fsck`"),
     }
 }
 
 pub(super) fn corrupt(detail: &str) -> Error {
     Error::Corrupt {
-        what: "volume metadata".into(),
+        what: Corrupted::VolumeMetadata,
         detail: detail.into(),
     }
 }

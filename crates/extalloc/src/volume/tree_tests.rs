@@ -3,7 +3,7 @@
 //! over, and the replaced nodes are exactly those no longer reachable.
 
 use super::*;
-use crate::error::Error;
+use crate::error::{Corrupted, Error};
 use crate::volume::walk::walk;
 use proptest::prelude::*;
 use std::collections::{BTreeSet, HashMap};
@@ -20,7 +20,7 @@ impl NodeIo for MemIo {
     fn read_raw(&mut self, block: u64) -> Result<Vec<u8>> {
         if self.fail_reads.contains(&block) {
             return Err(Error::Corrupt {
-                what: format!("block {block}"),
+                what: Corrupted::TreeNode { block },
                 detail: "a test's read error".into(),
             });
         }

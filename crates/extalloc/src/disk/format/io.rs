@@ -10,7 +10,7 @@ use super::layout::{
     DESC_BITMAP_UNINIT, DESC_BYTES, SUPERBLOCK_BYTES, SUPERBLOCK_READ,
 };
 use crate::disk::device::Device;
-use crate::error::{Error, Result};
+use crate::error::{Corrupted, Error, Result};
 use crate::geometry::Geometry;
 
 /// Writes a fresh file system: every block free but the metadata. Returns the superblock.
@@ -202,7 +202,7 @@ pub fn read_bitmap_which(
         return Ok((bitmap, true));
     }
     match desc.replaces {
-        None => Err(corrupt(format!("bitmap of group {g}"), "checksum mismatch")),
+        None => Err(corrupt(Corrupted::Bitmap { group: g }, "checksum mismatch")),
         // Everything in the group since it was uninitialised is in the journal.
         Some(Replaced::Uninit) => Ok((initial_bitmap(sb, g), false)),
         Some(Replaced::Bitmap {
@@ -213,7 +213,7 @@ pub fn read_bitmap_which(
             Ok((bitmap, false))
         }
         Some(Replaced::Bitmap { .. }) => Err(corrupt(
-            format!("bitmap of group {g}"),
+            Corrupted::Bitmap { group: g },
             "checksum matches neither the bitmap an interrupted checkpoint was writing nor \
              the one it replaces",
         )),
@@ -227,7 +227,7 @@ fn check_free_count(sb: &Superblock, g: u64, bitmap: &[u8], free_blocks: u32) ->
     let padding = sb.group_blocks - len;
     if u64::from(free_blocks) + used != len + padding {
         return Err(corrupt(
-            format!("group {g}"),
+            Corrupted::Group { group: g },
             format!(
                 "descriptor says {free_blocks} free, bitmap {}",
                 len + padding - used
@@ -346,7 +346,7 @@ pub fn read_group(dev: &dyn Device, sb: &Superblock, g: u64) -> Result<(GroupDes
     }
     if (largest, avg) != (desc.largest_order, desc.avg_order) {
         return Err(corrupt(
-            format!("descriptor of group {g}"),
+            Corrupted::Descriptor { group: g },
             format!(
                 "orders {:?}/{:?}, bitmap {largest:?}/{avg:?}",
                 desc.largest_order, desc.avg_order

@@ -2,7 +2,7 @@
 //! bitmaps' helpers and the constants of the format (see the parent module for the map of
 //! the device). `io.rs` and `owner.rs` read and write these; this file reads neither.
 
-use crate::error::{Error, Result};
+use crate::error::{Corrupted, Error, Result};
 use crate::geometry::Geometry;
 
 /// "EXTALLOC" as a little-endian u64.
@@ -74,9 +74,9 @@ pub(super) fn get_u64(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
-pub(super) fn corrupt(what: impl Into<String>, detail: impl Into<String>) -> Error {
+pub(super) fn corrupt(what: Corrupted, detail: impl Into<String>) -> Error {
     Error::Corrupt {
-        what: what.into(),
+        what,
         detail: detail.into(),
     }
 }
@@ -207,7 +207,7 @@ impl Superblock {
     pub fn decode(b: &[u8]) -> Result<Self> {
         if b.len() < SUPERBLOCK_BYTES {
             return Err(corrupt(
-                "superblock",
+                Corrupted::Superblock,
                 format!("{} bytes, need {SUPERBLOCK_BYTES}", b.len()),
             ));
         }
@@ -216,7 +216,7 @@ impl Superblock {
         }
         let crc = crc32c::crc32c(&b[..124]);
         if crc != get_u32(b, 124) {
-            return Err(corrupt("superblock", "checksum mismatch"));
+            return Err(corrupt(Corrupted::Superblock, "checksum mismatch"));
         }
         let version = get_u32(b, 8);
         // Version 1 journals had no `durable_through`, version 3 had no owner record;
@@ -230,7 +230,7 @@ impl Superblock {
         let incompat = get_u32(b, 12);
         if incompat != 0 {
             return Err(corrupt(
-                "superblock",
+                Corrupted::Superblock,
                 format!("unknown incompatible features {incompat:#x}"),
             ));
         }
@@ -276,7 +276,7 @@ impl Superblock {
     pub fn decode_with_root(b: &[u8]) -> Result<Self> {
         let mut sb = Superblock::decode(b)?;
         if b.len() < SUPERBLOCK_READ {
-            return Err(corrupt("superblock root", "block too short"));
+            return Err(corrupt(Corrupted::SuperblockRoot, "block too short"));
         }
         let r = &b[SUPERBLOCK_BYTES..];
         let (len, crc) = (get_u32(r, 0) as usize, get_u32(r, 4));
@@ -285,13 +285,13 @@ impl Superblock {
         }
         if len > ROOT_MAX {
             return Err(corrupt(
-                "superblock root",
+                Corrupted::SuperblockRoot,
                 format!("{len} bytes, at most {ROOT_MAX}"),
             ));
         }
         sb.root = r[8..8 + len].to_vec();
         if sb.encode_root()[4..8] != crc.to_le_bytes() {
-            return Err(corrupt("superblock root", "checksum mismatch"));
+            return Err(corrupt(Corrupted::SuperblockRoot, "checksum mismatch"));
         }
         Ok(sb)
     }
@@ -301,9 +301,9 @@ impl Superblock {
     fn validate(&self) -> Result<()> {
         let geometry = self
             .geometry()
-            .map_err(|e| corrupt("superblock", format!("geometry: {e}")))?;
+            .map_err(|e| corrupt(Corrupted::Superblock, format!("geometry: {e}")))?;
         let expected = Superblock::layout(&geometry, self.journal_blocks, self.uuid)
-            .map_err(|e| corrupt("superblock", format!("layout: {e}")))?;
+            .map_err(|e| corrupt(Corrupted::Superblock, format!("layout: {e}")))?;
         if (
             self.journal_start,
             self.desc_start,
@@ -316,7 +316,7 @@ impl Superblock {
             expected.bitmap_blocks,
         ) {
             return Err(corrupt(
-                "superblock",
+                Corrupted::Superblock,
                 "layout fields disagree with the geometry",
             ));
         }
@@ -324,7 +324,10 @@ impl Superblock {
             .journal_blocks
             .saturating_mul(u64::from(self.block_size));
         if self.journal_tail > journal_bytes {
-            return Err(corrupt("superblock", "journal tail past the journal"));
+            return Err(corrupt(
+                Corrupted::Superblock,
+                "journal tail past the journal",
+            ));
         }
         Ok(())
     }
@@ -438,7 +441,7 @@ impl GroupDesc {
     /// Decodes and checks group `group`'s descriptor (any bytes: never panics); `Corrupt`
     /// for a bad checksum, unknown flags or an order out of range.
     pub fn decode(b: &[u8], group: u64) -> Result<Self> {
-        let what = || format!("descriptor of group {group}");
+        let what = || Corrupted::Descriptor { group };
         if b.len() < DESC_BYTES {
             return Err(corrupt(
                 what(),
