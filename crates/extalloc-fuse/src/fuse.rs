@@ -430,7 +430,10 @@ impl FuseFs {
     fn ioctl(&self, req: &Request, cmd: u32, in_data: &[u8], reply: Reply<'_>) {
         // chattr and lsattr (`fs/flags.rs`; the kernel has checked who may), and the
         // shutdown (`fs/shutdown.rs`). The kernel keeps the attributes it cached across
-        // the ioctl: a set moved ctime, so drop them.
+        // the ioctl: a set moved ctime and changed what a write through an open handle
+        // may do (`Fs::attr_ttl`), so they are dropped before the reply, not after it: once
+        // chattr returns, the caller's next write or fstat asks the daemon again
+        // (`tools/flags-after-open.py`), never the attributes cached before the flag.
         let (ino, who) = (req.nodeid, caller(req));
         if cmd == flags::FS_IOC_SHUTDOWN && who.uid == 0 && !self.fs.is_down() {
             crate::ending::hand_over(&self.mountpoint);
@@ -443,10 +446,10 @@ impl FuseFs {
         };
         match self.settled(r, what) {
             Ok(out) => {
-                reply.ioctl(0, &out);
                 if set {
                     self.mode_changed(ino);
                 }
+                reply.ioctl(0, &out);
             }
             Err(e) => reply.error(errno(e)),
         }

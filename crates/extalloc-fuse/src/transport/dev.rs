@@ -1,7 +1,8 @@
 //! Reading requests from `/dev/fuse`: one request per `read(2)` into a thread's buffer
 //! ([`read_once`], [`read_request`]; a bounded poll first: `poll.rs`; served in turn by
-//! `serve_loop` in `mod.rs`), each thread on its own clone of the connection's descriptor
-//! ([`clone_dev`]).
+//! `serve_loop` in `mod.rs`, one thread at a time reading: `gate.rs`), each thread on its
+//! own clone of the connection's descriptor ([`clone_dev`]), non-blocking while it serves
+//! (a thread with nothing to read sleeps in `poll(2)`).
 //!
 //! Data structures: a buffer per thread, the largest write plus the headers. Invariant: a
 //! request is answered on the descriptor it was read from; a read says the connection is
@@ -64,14 +65,34 @@ pub(super) fn read_once(fd: i32, buf: &mut [u8]) -> Read {
 }
 
 /// One request into `buf`, sleeping until one comes; `Ok(None)` when the connection is
-/// gone.
+/// gone. On a non-blocking descriptor (a serving thread's, `poll.rs`) it sleeps in
+/// `poll(2)` until a request is queued, then reads it.
 pub(super) fn read_request<'b>(dev: &File, buf: &'b mut [u8]) -> io::Result<Option<&'b [u8]>> {
+    let fd = dev.as_raw_fd();
     loop {
-        match read_once(dev.as_raw_fd(), buf) {
+        match read_once(fd, buf) {
             Read::Got(n) => return Ok(Some(&buf[..n])),
-            Read::Again => continue,
+            Read::Again => wait_readable(fd)?,
             Read::Gone => return Ok(None),
             Read::Failed(e) => return Err(e),
         }
     }
+}
+
+/// Sleeps until `fd` has something to read or is gone (the read then says which).
+fn wait_readable(fd: i32) -> io::Result<()> {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd, valid for the call.
+    let r = unsafe { libc::poll(&mut p, 1, -1) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
+    Ok(())
 }

@@ -9,8 +9,11 @@
 //! Data structures: [`Session`] (the connection's descriptor and the mount); [`Serving`]
 //! (threads, transport, polling); one buffer and one poller (`poll.rs`) per serving
 //! thread, each thread reading from its own clone of the descriptor
-//! (`FUSE_DEV_IOC_CLONE`), which takes the replies to the requests it read; with io_uring,
-//! one queue per CPU (`uring.rs`) and one thread on the descriptor for forgets and
+//! (`FUSE_DEV_IOC_CLONE`), which takes the replies to the requests it read, the threads
+//! taking turns to read (`gate.rs`: one reads, polling then sleeping, while the others
+//! wait for the turn, which its holder keeps across requests served from memory and
+//! passes on before one that may wait); with io_uring, one
+//! queue per CPU (`uring.rs`) and one thread on the descriptor for forgets and
 //! interrupts.
 //!
 //! Invariant: `FUSE_INIT` is read and answered before any other request is read; every
@@ -18,11 +21,13 @@
 //! (`reply.rs`); the session ends when the kernel says the connection is gone (`ENODEV`:
 //! unmounted or aborted), and the mount it made is unmounted at the end if still there.
 //!
-//! Lock order: none (the handler has its own).
+//! Lock order: the gate's mutex is a leaf, never held across a read or a request (the
+//! handler has its own).
 
 mod abi;
 mod dev;
 pub(crate) mod fuzz;
+mod gate;
 mod handler;
 mod mnt;
 mod poll;
@@ -36,6 +41,7 @@ pub(crate) use abi::{Attr, CreateIn, StatfsOut};
 pub(crate) use abi::{Statx, SxTime};
 pub(crate) use abi::{FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE, STATX_BASIC_STATS, STATX_BTIME};
 use dev::{buf_len, clone_dev, read_request};
+use gate::Gate;
 use handler::dispatch;
 pub(crate) use handler::{Handler, Init};
 pub(crate) use mnt::MountSpec;
@@ -54,6 +60,7 @@ pub(crate) mod flags {
 
 use std::fs::File;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::Arc;
 use zerocopy::{FromBytes, IntoBytes};
@@ -110,7 +117,8 @@ impl Session {
         let served = handshake(&self.dev, &*handler, &mut buf, uring).and_then(|queues| {
             // Through the rings, the descriptor carries only forgets and interrupts: one
             // thread, which never polls.
-            let (readers, poll) = if queues.is_empty() {
+            let queues_empty = queues.is_empty();
+            let (readers, poll) = if queues_empty {
                 (serving.threads.max(1), serving.poll)
             } else {
                 (1, std::time::Duration::ZERO)
@@ -125,29 +133,38 @@ impl Session {
                 })
                 .collect();
             let rings = rings?;
-            let polling = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let gate = Arc::new(Gate::new());
             let mut devs = Vec::with_capacity(readers);
             for _ in 1..readers {
                 devs.push(clone_dev(&self.dev)?);
+            }
+            // Through /dev/fuse, the readers' descriptors stay non-blocking: a poll reads
+            // without flipping them and a thread with nothing to read sleeps in poll(2)
+            // (`poll.rs`). The rings' descriptor is left as it was.
+            if queues_empty {
+                for d in std::iter::once(&*self.dev).chain(&devs) {
+                    poll::set_nonblocking(d.as_raw_fd())?;
+                }
             }
             let spawned: io::Result<Vec<_>> = devs
                 .into_iter()
                 .enumerate()
                 .map(|(i, dev)| {
-                    let (h, polling) = (handler.clone(), polling.clone());
+                    let (h, gate) = (handler.clone(), gate.clone());
                     std::thread::Builder::new()
                         .name(format!("extalloc-fuse-{}", i + 1))
                         .spawn(move || {
-                            let mut poller = Poller::new(poll, polling);
-                            serve_loop(&dev, &*h, &mut vec![0; buf_len()], &mut poller)
+                            let mut poller = Poller::new(poll);
+                            let buf = &mut vec![0; buf_len()];
+                            serve_loop(&dev, &*h, buf, &mut poller, &gate)
                         })
                 })
                 .collect();
             let spawned = spawned?;
             // Init is answered and every thread started: the mount serves.
             ready();
-            let mut poller = Poller::new(poll, polling);
-            let mine = serve_loop(&self.dev, &*handler, &mut buf, &mut poller);
+            let mut poller = Poller::new(poll);
+            let mine = serve_loop(&self.dev, &*handler, &mut buf, &mut poller, &gate);
             let mut first = mine;
             for t in spawned.into_iter().chain(rings) {
                 let r = t
@@ -249,16 +266,76 @@ fn page_size() -> u32 {
     u32::try_from(n).unwrap_or(4096)
 }
 
-/// Serves requests read from `dev` until the connection is gone, polling before each
-/// sleep as `poller` allows (`poll.rs`).
+/// Whether the thread that read `op` keeps its turn to read while it serves it: a lookup,
+/// an attribute or a namespace request, served from memory (and the device's metadata)
+/// without waiting for anything outside the daemon, which the thread answers and then
+/// reads the next request itself, with no other thread woken. Anything that moves file
+/// data or waits for durability (a read, a write, an fsync, a fallocate, a truncate, an
+/// ioctl, which may shut the mount down) passes the turn on before it is served, so the
+/// session goes on reading while it waits (`gate.rs`).
+fn keeps_turn(op: &Op<'_>) -> bool {
+    match op {
+        Op::Lookup(_)
+        | Op::Forget(_)
+        | Op::BatchForget(_)
+        | Op::Getattr(_)
+        | Op::Statx(_)
+        | Op::Readlink
+        | Op::Symlink { .. }
+        | Op::Mknod { .. }
+        | Op::Mkdir { .. }
+        | Op::Unlink(_)
+        | Op::Rmdir(_)
+        | Op::Rename { .. }
+        | Op::Link { .. }
+        | Op::Open { .. }
+        | Op::Statfs
+        | Op::Release
+        | Op::Getxattr { .. }
+        | Op::Listxattr { .. }
+        | Op::Opendir
+        | Op::Readdir { .. }
+        | Op::Releasedir { .. }
+        | Op::Create { .. }
+        | Op::Interrupt => true,
+        Op::Setattr(s) => s.size.is_none(),
+        _ => false,
+    }
+}
+
+/// Serves requests read from `dev` until the connection is gone, reading in turn with the
+/// session's other threads at `gate` (`gate.rs`: a thread keeps the turn across the
+/// requests it serves without waiting, `keeps_turn`, and passes it on, waking a waiting
+/// thread, before serving one that may wait) and polling before each sleep as `poller`
+/// allows (`poll.rs`). The first thread to find the connection gone closes the gate,
+/// which ends the others.
 fn serve_loop<H: Handler>(
     dev: &File,
     handler: &H,
     buf: &mut [u8],
     poller: &mut Poller,
+    gate: &Gate,
 ) -> io::Result<()> {
-    while let Some(msg) = poller.read(dev, buf)? {
-        let Some((req, op)) = request::parse(msg) else {
+    let mut turn = None;
+    loop {
+        if turn.is_none() {
+            let Some(t) = gate.enter() else { break };
+            turn = Some(t);
+        }
+        let msg = match poller.read(dev, buf) {
+            Ok(Some(msg)) => msg,
+            Ok(None) => {
+                gate.close();
+                break;
+            }
+            Err(e) => return Err(e),
+        };
+        let parsed = request::parse(msg);
+        if !parsed.as_ref().is_some_and(|(_, op)| keeps_turn(op)) {
+            // Passed on before serving: this request may wait (`keeps_turn`).
+            turn = None;
+        }
+        let Some((req, op)) = parsed else {
             log::error!(
                 "a FUSE request of {} bytes unlike its header: EIO",
                 msg.len()

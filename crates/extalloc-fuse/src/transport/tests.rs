@@ -356,7 +356,14 @@ fn a_session_answers_init_then_each_request_and_ends_with_the_connection() {
         let mut buf = vec![0; buf_len()];
         let rings = handshake(&daemon, &handler, &mut buf, None).unwrap();
         assert!(rings.is_empty(), "no io_uring asked for");
-        serve_loop(&daemon, &handler, &mut buf, &mut Poller::never()).unwrap();
+        serve_loop(
+            &daemon,
+            &handler,
+            &mut buf,
+            &mut Poller::never(),
+            &Gate::new(),
+        )
+        .unwrap();
         handler
     });
     let m = read_message(&kernel);
@@ -489,5 +496,26 @@ proptest::proptest! {
         // A buffer shorter than its header says is refused, not read past.
         let short = &buf[..buf.len().saturating_sub(cut + 1)];
         proptest::prop_assert!(request::parse(short).is_none());
+    }
+}
+
+#[test]
+fn namespace_requests_keep_the_turn_and_requests_that_may_wait_pass_it_on() {
+    let name = std::ffi::OsStr::new("x");
+    for op in [
+        Op::Lookup(name),
+        Op::Unlink(name),
+        Op::Getattr(None),
+        Op::Release,
+    ] {
+        assert!(keeps_turn(&op), "{op:?}");
+    }
+    let write = Op::Write {
+        offset: 0,
+        data: b"x",
+        flags: 0,
+    };
+    for op in [write, Op::Fsync, Op::Fsyncdir, Op::Flush, Op::Destroy] {
+        assert!(!keeps_turn(&op), "{op:?}");
     }
 }

@@ -215,6 +215,7 @@ impl Queue {
                     handler,
                     &mut vec![0; super::dev::buf_len()],
                     &mut super::poll::Poller::never(),
+                    &super::gate::Gate::new(),
                 )
             }
             Some(e) => {

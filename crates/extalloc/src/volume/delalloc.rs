@@ -288,7 +288,11 @@ impl Volume {
         if unwritten.len() > CHUNK_EXTENTS {
             to = unwritten[CHUNK_EXTENTS].0.max(l + 1);
         }
-        if to * bs > f.size {
+        // The old end's block reads zeros past the old size: written whole from the cache
+        // when this chunk holds it (its page is zeros there), else zeroed on the device
+        // first. A chunk that stops short of it grows the size to at most its start.
+        let tail = f.size / bs;
+        if to * bs > f.size && !(l..to).contains(&tail) {
             self.zero_tail(f, f.size)?;
         }
         let (new, reached) = self.map_holes(

@@ -121,23 +121,38 @@ impl Volume {
         let bs = self.block_size;
         let first = pos / bs;
         let last = (pos + bytes.len() as u64 - 1) / bs;
-        if pos + bytes.len() as u64 > f.size {
-            self.zero_tail(f, f.size)?;
+        // A write past the end: the old end's block must read zeros past the old size. When
+        // this write rewrites that block, the zeros go into its buffer below (one device
+        // write, not a write of the zeros before the block's own); before it, on the device.
+        let old_size = f.size;
+        let grows = pos + bytes.len() as u64 > old_size;
+        let tail_block = (grows && !old_size.is_multiple_of(bs)).then_some(old_size / bs);
+        if tail_block.is_some_and(|t| t < first) {
+            self.zero_tail(f, old_size)?;
         }
         let (new, _) = self.map_holes(f, first, last + 1, Placing::Written)?;
         let fresh = |b: u64| {
             f.unwritten.contains(b) || new.iter().any(|(l, e)| (*l..l + e.len).contains(&b))
         };
         let mut buf = vec![0u8; ((last - first + 1) * bs) as usize];
-        // The edge blocks the write covers only in part keep the bytes the file held.
-        for b in [first, last] {
+        // The edge blocks the write covers only in part keep the bytes the file held (one
+        // read each; a write within one block reads it once).
+        let edges = if first == last { 1 } else { 2 };
+        for b in [first, last].into_iter().take(edges) {
             let covered = pos <= b * bs && (b + 1) * bs <= pos + bytes.len() as u64;
             if !covered && !fresh(b) {
                 let (p, _) = f.alloc.lookup(b).expect("mapped just now");
                 let at = ((b - first) * bs) as usize;
                 self.dev.read_at(&mut buf[at..at + bs as usize], p * bs)?;
+                if tail_block == Some(b) {
+                    buf[at + (old_size % bs) as usize..at + bs as usize].fill(0);
+                }
             }
         }
+        debug_assert!(
+            tail_block.is_none_or(|t| t < first || (first..=last).contains(&t)),
+            "a growing write's last block is at or past the old end's"
+        );
         let at = (pos - first * bs) as usize;
         buf[at..at + bytes.len()].copy_from_slice(bytes);
         let end = pos + bytes.len() as u64;

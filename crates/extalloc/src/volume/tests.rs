@@ -288,18 +288,25 @@ proptest! {
     }
 }
 
+/// A volume with a file of 100 bytes, durable, whose block holds stale bytes past them (as
+/// a crash that kept a write and lost its size change leaves it).
+fn stale_past_the_end(seed: u64) -> (Arc<FaultDevice<MemDevice>>, Volume, u64) {
+    let dev = device(seed);
+    let vol = Volume::mkfs(dev.clone(), &geometry(), 64, Policy::default()).unwrap();
+    let f = vol.create(b"").unwrap();
+    vol.write(f, 0, &pattern(1, 100)).unwrap();
+    vol.sync().unwrap();
+    let block = vol.extents(f).unwrap()[0].extent.start;
+    dev.write_at(&[0xAA; 3996], block * BS + 100).unwrap();
+    (dev, vol, f)
+}
+
 /// Bytes past the end of a file (a crash kept a write whose size change it lost) never
 /// come back when the file grows: by fallocate, by truncate, or by a write past a gap.
 #[test]
 fn growing_a_file_never_shows_bytes_past_its_old_end() {
     for grow in 0..3 {
-        let dev = device(10 + grow);
-        let vol = Volume::mkfs(dev.clone(), &geometry(), 64, Policy::default()).unwrap();
-        let f = vol.create(b"").unwrap();
-        vol.write(f, 0, &pattern(1, 100)).unwrap();
-        vol.sync().unwrap();
-        let block = vol.extents(f).unwrap()[0].extent.start;
-        dev.write_at(&[0xAA; 3996], block * BS + 100).unwrap();
+        let (_dev, vol, f) = stale_past_the_end(10 + grow);
         match grow {
             0 => vol.fallocate(f, Fallocate::Allocate, 0, 2 * BS).unwrap(),
             1 => vol.truncate(f, 2 * BS).unwrap(),
@@ -311,6 +318,27 @@ fn growing_a_file_never_shows_bytes_past_its_old_end() {
             back[100..BS as usize].iter().all(|&b| b == 0),
             "grow {grow}: stale bytes"
         );
+    }
+}
+
+/// A write that grows a file from inside its last block zeroes the bytes past the old end
+/// in its own buffer: one device write (not the zeros first, then the block), and still no
+/// stale byte past the old end, whether the write starts before the old end or past it.
+#[test]
+fn a_write_growing_the_last_block_is_one_device_write_with_no_stale_bytes() {
+    for (seed, at) in [(20, 60u64), (21, 300)] {
+        let (dev, vol, f) = stale_past_the_end(seed);
+        dev.flush().unwrap();
+        assert_eq!(dev.pending_writes(), 0);
+        vol.write(f, at, &pattern(2, 100)).unwrap();
+        assert_eq!(dev.pending_writes(), 1, "at {at}: one device write");
+        let back = vol.read(f, 0, BS).unwrap();
+        assert_eq!(back.len() as u64, at + 100);
+        let mut want = pattern(1, 100);
+        want.resize(at as usize, 0);
+        want.truncate(at as usize);
+        want.extend(pattern(2, 100));
+        assert_eq!(back, want, "at {at}: the old bytes, zeros, the new bytes");
     }
 }
 
