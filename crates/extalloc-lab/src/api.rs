@@ -81,7 +81,7 @@ pub fn run(name: &str, p: &Params) -> Result<Report> {
     );
     anyhow::ensure!(opts.repeat >= 1, "repeat must be at least 1");
     anyhow::ensure!(!opts.policies.is_empty(), "policies is empty");
-    crate::command::refuse_outside(w, &opts)?;
+    crate::workload::refuse_outside(w, &opts)?;
     lab::run_matrix_with(w.name, &opts, w.run_once, &mut LineProgress::default())
 }
 

@@ -260,6 +260,28 @@ pub fn names(pick: impl Fn(&Workload) -> bool) -> String {
     }
 }
 
+/// Outside allocators run plain extents only: refused for the other workloads before the
+/// matrix starts (each policy checked first, as the matrix would).
+pub(crate) fn refuse_outside(workload: &Workload, opts: &lab::LabOptions) -> anyhow::Result<()> {
+    use lab::backend::LabPolicy;
+    let policies: Vec<LabPolicy> = opts
+        .policies
+        .iter()
+        .map(|p| LabPolicy::parse(p))
+        .collect::<anyhow::Result<_>>()?;
+    if let Some(outside) = policies.iter().find(|p| matches!(p, LabPolicy::Outside(_))) {
+        anyhow::ensure!(
+            workload.outside,
+            "{} needs files and preallocation, which {} does not have; outside allocators \
+             run {}",
+            workload.name,
+            outside.name(),
+            names(|w| w.outside)
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

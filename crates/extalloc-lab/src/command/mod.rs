@@ -53,30 +53,9 @@ pub fn bench(run: &Run) -> Result<()> {
     if let (Some(volume), Some(_)) = (workload.on_volume, &opts.device) {
         return file_workload_volume(workload, opts, volume);
     }
-    refuse_outside(workload, opts)?;
+    workload::refuse_outside(workload, opts)?;
     let report = lab::run_matrix(workload.name, opts, workload.run_once)?;
     emit(&report, out)
-}
-
-/// Outside allocators run plain extents only: refused for the other workloads before the
-/// matrix starts (each policy checked first, as the matrix would).
-pub(crate) fn refuse_outside(workload: &Workload, opts: &LabOptions) -> Result<()> {
-    let policies: Vec<LabPolicy> = opts
-        .policies
-        .iter()
-        .map(|p| LabPolicy::parse(p))
-        .collect::<Result<_>>()?;
-    if let Some(outside) = policies.iter().find(|p| matches!(p, LabPolicy::Outside(_))) {
-        anyhow::ensure!(
-            workload.outside,
-            "{} needs files and preallocation, which {} does not have; outside allocators \
-             run {}",
-            workload.name,
-            outside.name(),
-            workload::names(|w| w.outside)
-        );
-    }
-    Ok(())
 }
 
 /// `extalloc bench --suite quick`: every table on stdout, each report under `--json DIR`

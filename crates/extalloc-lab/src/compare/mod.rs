@@ -17,6 +17,7 @@
 //! (`age_git`, `age_profile` on `age`'s remountable targets).
 
 pub mod age;
+#[cfg(feature = "charts")]
 pub mod age_chart;
 pub mod age_freespace;
 pub mod age_git;

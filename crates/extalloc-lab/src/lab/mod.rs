@@ -14,6 +14,7 @@
 
 pub mod append_vs_fallocate;
 pub mod backend;
+#[cfg(feature = "charts")]
 pub mod charts;
 pub mod commit_bench;
 pub mod fallocate2;
