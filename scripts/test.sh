@@ -34,7 +34,7 @@ tier="quick tier"
 current=""
 summary() {
   local rc=$?
-  local tally="${#passed[@]} steps passed, ${#not_run[@]} not run"
+  local tally="${#passed[@]} steps passed, ${#not_run[@]} not run, in $SECONDS s"
   if ((${#not_run[@]})); then
     tally+=" ($(IFS=';'; echo "${not_run[*]}"))"
   fi
@@ -45,12 +45,14 @@ summary() {
   fi
 }
 trap summary EXIT
-step() { # NAME COMMAND...: runs a step, recording it as passed
+step() { # NAME COMMAND...: runs a step, recording it as passed with its time
   current=$1
   shift
   echo "=== test.sh: $current" >&2
+  local start=$SECONDS
   "$@"
   passed+=("$current")
+  echo "=== test.sh: $current passed in $((SECONDS - start)) s ($SECONDS s so far)" >&2
 }
 
 step "tools" ./scripts/ci-deps.sh
