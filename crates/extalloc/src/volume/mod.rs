@@ -31,7 +31,7 @@
 //! `crate::writeback`); `placement.rs` where a file's data goes beyond the file layer's
 //! rules (a placed file's group, claimed runs of free groups for large files, the
 //! write-life hint) and what a file's close gives back; `atomic.rs` atomic groups;
-//! `checkpoint.rs` the checkpoint (tree and map segments written) and the open; `maps.rs`
+//! `checkpoint.rs` the checkpoint (tree and map segments written), `load.rs` the open; `maps.rs`
 //! lazy extent maps and the map segments that hold the long ones; `spill.rs` maps too
 //! long for a tree node; `file.rs` a file in memory; `record.rs` the bytes (changes, map
 //! segments); `root.rs` the root; `table.rs` the file table's frames and their salvage;
@@ -77,12 +77,15 @@ mod file;
 mod io;
 #[cfg(test)]
 mod latch_tests;
+mod load;
 mod maps;
 #[cfg(test)]
 mod maps_tests;
 mod node;
 mod path;
 mod placement;
+#[cfg(test)]
+mod placement_tests;
 mod pool;
 pub(crate) mod publish;
 #[cfg(test)]
@@ -184,7 +187,7 @@ impl Volume {
     /// ([`Store::open`]); the volume's table and maps are not written.
     pub fn open(dev: Arc<dyn Device>, policy: Policy) -> Result<Volume> {
         let (store, records) = Store::open(dev.clone(), policy)?;
-        let loaded = checkpoint::load(&store, dev.as_ref(), &records)?;
+        let loaded = load::load(&store, dev.as_ref(), &records)?;
         let vol = Volume::with_store(store, loaded)?;
         // Before anything commits: the runs a node needs, while a crash left them free.
         vol.fill_node_reserve();
@@ -201,7 +204,7 @@ impl Volume {
         (files, mut meta, segs): (FileTable, Meta, Segs),
     ) -> Result<Volume> {
         let dev = store.device();
-        let table_blocks = checkpoint::volume_root(&store).map_or(0, |r| {
+        let table_blocks = load::volume_root(&store).map_or(0, |r| {
             r.table_bytes
                 .div_ceil(u64::from(store.geometry().block_size))
                 + meta.tree_blocks

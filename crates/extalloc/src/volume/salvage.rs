@@ -21,12 +21,12 @@
 //! its own (the volume is not shared yet; `places` reads only the durable root and
 //! table).
 
-use super::checkpoint::{
+use super::file::{Ranges, ReplayFile};
+use super::io::MAX_FILE_BYTES;
+use super::load::{
     adopt_all, adopt_tree, changes_of, previous_table, read_table, replay, segs_of, volume_root,
     TableRead,
 };
-use super::file::{Ranges, ReplayFile};
-use super::io::MAX_FILE_BYTES;
 use super::maps::read_map;
 use super::record::{Change, MapEntry};
 use super::root::Root;

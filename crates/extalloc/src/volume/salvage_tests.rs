@@ -1,7 +1,7 @@
 //! Salvage of damaged file tables and map segments: a damaged table entry costs at most its
 //! file, a damaged map segment only the maps in it, and a version 2 table still opens.
 
-use super::checkpoint::volume_root;
+use super::load::volume_root;
 use super::*;
 use crate::disk::device::MemDevice;
 use crate::geometry::Extent;
