@@ -64,6 +64,9 @@ pub struct MountOptions {
     /// Directory read-ahead (`fs/dirahead.rs`): a reader walking a listed directory's
     /// files has the next ones advised to the device.
     pub dir_readahead: bool,
+    /// Clean files the volume keeps in memory beyond those it must keep; the others are
+    /// read back from its file tree when named ([`extalloc::volume::DEFAULT_FILE_CACHE`]).
+    pub file_cache: usize,
 }
 
 /// `extalloc mount --poll-us`'s default, in microseconds (`docs/mount.md`, "Round trips").
@@ -207,6 +210,7 @@ fn open_fs(opts: &MountOptions, dev_name: &str) -> Result<(Arc<Fs>, MountReport)
         Volume::open(dev, opts.policy.clone()).map(|v| (v, Default::default()))
     }
     .map_err(|e| device_error(dev_name, e))?;
+    vol.set_file_cache(opts.file_cache);
     let needs_recovery = vol.store().unclean_close().is_some();
     if opts.read_only && !opts.flags.norecovery && needs_recovery && write_protected(&opts.device) {
         return Err(format!(

@@ -497,9 +497,16 @@ fn crash(
         }
     }
     match Volume::open(dev.clone() as Arc<dyn Device>, Policy::default()) {
-        Ok(v) => Vol::wrap(v, buffered),
+        Ok(v) => Vol::wrap(small_cache(v), buffered),
         Err(e) => bail!("crash {n}: the volume did not reopen: {e}"),
     }
+}
+
+/// `vol` keeping one clean file in memory: every checkpoint drops the others, so the
+/// writers and the checks after each crash read them back from the file tree.
+fn small_cache(vol: Volume) -> Volume {
+    vol.set_file_cache(1);
+    vol
 }
 
 /// Runs rounds until `crashes` crashes have been checked.
@@ -509,7 +516,7 @@ pub fn run(crashes: u64, seed: u64, threads: usize) -> Result<VolumeOutcome> {
     let dev = Arc::new(FaultDevice::new(MemDevice::new(16384 * 4096), seed));
     let buffered = seed % 2 == 1;
     let mut vol = Vol::wrap(
-        Volume::mkfs(dev.clone(), &geometry, 32, Policy::default())?,
+        small_cache(Volume::mkfs(dev.clone(), &geometry, 32, Policy::default())?),
         buffered,
     )?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);

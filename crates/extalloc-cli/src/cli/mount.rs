@@ -58,6 +58,11 @@ pub struct MountArgs {
     /// The dirty cache's hard limit (writers wait above it).
     #[arg(long, default_value = "256MiB")]
     pub dirty_limit: String,
+    /// Clean files the volume keeps in memory (about 0.5 KiB each); the others are read
+    /// back from its file tree when named. Files changed since the last checkpoint, or
+    /// holding preallocations, always stay (docs/format.md, "On-demand files").
+    #[arg(long, default_value_t = extalloc::volume::DEFAULT_FILE_CACHE)]
+    pub file_cache: usize,
     /// Writeback contexts (0: one per group range, min(groups, CPUs x 2)).
     #[arg(long, default_value_t = 0)]
     pub wb_contexts: usize,
@@ -246,6 +251,7 @@ fn options(args: &MountArgs) -> Result<MountOptions> {
         io_uring: args.io_uring,
         poll: std::time::Duration::from_micros(args.poll_us),
         dir_readahead: !args.no_dir_readahead,
+        file_cache: args.file_cache,
         read_only: args.flags()?.0,
         flags: args.flags()?.1,
     })
@@ -345,6 +351,7 @@ fn detach(args: &MountArgs) -> Result<()> {
         .arg("--foreground")
         .args(["--threads", &args.threads.to_string()])
         .args(["--dirty-limit", &args.dirty_limit])
+        .args(["--file-cache", &args.file_cache.to_string()])
         .args(["--wb-contexts", &args.wb_contexts.to_string()])
         .args(["--policy", &args.policy])
         .args(["--commit-interval", &args.commit_interval.to_string()])

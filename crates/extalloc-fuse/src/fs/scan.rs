@@ -218,15 +218,19 @@ fn load_xattrs(
     report: &mut NamespaceReport,
 ) -> Result<(), String> {
     let mut spills = HashMap::new();
-    for f in vol.list() {
-        let blob = vol.attr(f.id).map_err(|e| e.to_string())?;
-        if let Some(owner) = xattr::spill_owner(&blob) {
+    // One pass over the file tree for every blob (`vol.attr` per file would read each
+    // file's leaf and keep the file in memory).
+    let files = vol.try_list_with_attrs().map_err(|e| e.to_string())?;
+    for (f, blob) in &files {
+        if let Some(owner) = xattr::spill_owner(blob) {
             spills.insert(f.id, owner);
         }
     }
     let mut named = HashSet::new();
-    for (&ino, node) in nodes.iter_mut() {
-        let blob = vol.attr(ino).map_err(|e| e.to_string())?;
+    for (f, blob) in files {
+        let (ino, Some(node)) = (f.id, nodes.get_mut(&f.id)) else {
+            continue;
+        };
         let damage = match Tail::decode(inode::tail(&blob)) {
             None => Some("its inode's tail does not decode".to_string()),
             Some(Tail::None) => None,
@@ -451,15 +455,15 @@ fn rewrite_log(vol: &Volume, ino: u64, log: &mut DirLog) -> Result<(), String> {
 /// `fsck --repair` gives them a new inode). Fails when the volume is not a file system:
 /// no file holds an inode, or the root is not a directory.
 fn read_inodes(vol: &Volume) -> Result<(HashMap<u64, Inode>, Vec<u64>), String> {
-    let files = vol.list();
+    // One pass over the file tree (`vol.attr` per file would read each file's leaf).
+    let files = vol.try_list_with_attrs().map_err(|e| e.to_string())?;
     if files.is_empty() {
         return Err("the volume holds no file system (no files at all)".into());
     }
     let mut inodes = HashMap::with_capacity(files.len());
     let mut damaged = Vec::new();
     let mut first_bad = None;
-    for f in files {
-        let blob = vol.attr(f.id).map_err(|e| e.to_string())?;
+    for (f, blob) in files {
         match Inode::decode(&blob) {
             Some(inode) => drop(inodes.insert(f.id, inode)),
             // Extended attributes of an inode (`load_xattrs`), not an inode.

@@ -121,6 +121,8 @@ pub fn run(crashes: u64, seed: u64, threads: usize) -> Result<FsOutcome> {
     let dev = Arc::new(FaultDevice::new(MemDevice::new(16384 * 4096), seed));
     let geometry = Geometry::new(4096, 2048, 16384)?;
     let vol = Volume::mkfs(dev.clone(), &geometry, 512, Policy::default())?;
+    // One clean file kept in memory: the namespace's files are read back from the tree.
+    vol.set_file_cache(1);
     let (mut fs, _) = Fs::mount(vol, opts()).map_err(anyhow::Error::msg)?;
     let mut models = Vec::new();
     for t in 0..threads {
@@ -296,6 +298,7 @@ fn recover(
     out: &mut FsOutcome,
 ) -> Result<Fs> {
     let vol = Volume::open(dev.clone(), Policy::default()).context("open after a crash")?;
+    vol.set_file_cache(1);
     let (fs, report) = Fs::mount(vol, opts()).map_err(anyhow::Error::msg)?;
     let r = &report.repaired;
     out.orphans_reaped += r.orphans.len() as u64;

@@ -32,9 +32,10 @@ pub fn open_bench(
         let v = open_bench::volume_open(path, volume_files, extents_per_file)?;
         println!(
             "\n| volume files | extents | build s | open s | bytes read | bitmaps loaded | maps read | \
-             check s (every map) | check bytes read | checkpoint after one change: KiB written | s |\n\
-             |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n\
-             | {} | {} | {:.1} | {:.3} | {} | {} | {} | {:.3} | {} | {:.0} | {:.3} |",
+             check s (every map) | check bytes read | checkpoint after one change: KiB written | s | \
+             files in memory after the open | RSS MiB before the open | after |\n\
+             |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n\
+             | {} | {} | {:.1} | {:.3} | {} | {} | {} | {:.3} | {} | {:.0} | {:.3} | {} | {:.0} | {:.0} |",
             v.files,
             v.extents,
             v.build_seconds,
@@ -45,7 +46,10 @@ pub fn open_bench(
             v.check_seconds,
             v.check_bytes_read,
             v.change_checkpoint_bytes as f64 / 1024.0,
-            v.change_checkpoint_seconds
+            v.change_checkpoint_seconds,
+            v.files_in_memory_after_open,
+            v.rss_before_open_mib,
+            v.rss_after_open_mib
         );
     }
     Ok(())

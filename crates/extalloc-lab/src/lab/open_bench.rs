@@ -187,6 +187,12 @@ pub struct VolumeOpenRow {
     /// checkpoint wrote (the file table's share, the journal's, the store's) and took.
     pub change_checkpoint_bytes: u64,
     pub change_checkpoint_seconds: f64,
+    /// This process's resident memory (MiB) before the open (the build's leftovers) and
+    /// right after it, and the files the volume then kept in memory (the rest stay in its
+    /// file tree until a call names them).
+    pub rss_before_open_mib: f64,
+    pub rss_after_open_mib: f64,
+    pub files_in_memory_after_open: u64,
 }
 
 /// A volume on a sparse 64 GiB file at `path` with `files` files of `extents` one-block
@@ -216,10 +222,13 @@ pub fn volume_open(path: &Path, files: u64, extents: u64) -> Result<VolumeOpenRo
     dev.flush()?;
     dev.inner.drop_cache()?;
     dev.read.store(0, Relaxed);
+    let rss_before_open_mib = rss_mib();
     let started = Instant::now();
     let vol = Volume::open(dev.clone(), Policy::default())?;
     let open_seconds = started.elapsed().as_secs_f64();
-    let listed = vol.list();
+    let rss_after_open_mib = rss_mib();
+    let files_in_memory_after_open = vol.file_cache_figures().0 as u64;
+    let listed = vol.try_list()?;
     anyhow::ensure!(
         listed.len() as u64 == files,
         "{} files after the open",
@@ -255,6 +264,9 @@ pub fn volume_open(path: &Path, files: u64, extents: u64) -> Result<VolumeOpenRo
         check_bytes_read,
         change_checkpoint_bytes: dev.written.load(Relaxed) - written,
         change_checkpoint_seconds,
+        rss_before_open_mib,
+        rss_after_open_mib,
+        files_in_memory_after_open,
     };
     drop(vol);
     std::fs::remove_file(path).with_context(|| format!("removing {}", path.display()))?;

@@ -70,6 +70,7 @@ impl Runner {
     fn open_and_check(&mut self, kept_writes: bool) -> Step {
         let vol = Volume::open(self.dev.clone(), self.policy.clone())
             .map_err(|e| format!("open after a loss: {e}"))?;
+        vol.set_file_cache(super::FILE_CACHE);
         self.vol = Some(vol);
         self.unlinked = None;
         self.leftovers.clear();
@@ -128,6 +129,7 @@ impl Runner {
         self.policy = policy;
         let vol = Volume::open(self.dev.clone(), self.policy.clone())
             .map_err(|e| format!("open after close: {e}"))?;
+        vol.set_file_cache(super::FILE_CACHE);
         self.vol = Some(vol);
         self.leftovers.clear();
         self.summary.reopens += 1;

@@ -102,6 +102,10 @@ fn event_file(event: &Event) -> u8 {
     }
 }
 
+/// Clean files the fuzzer's volumes keep in memory: one, so every checkpoint drops the
+/// others and the events after it read them back from the file tree.
+pub(crate) const FILE_CACHE: usize = 1;
+
 /// `len` random bytes from `seed`: a run of about `len / 8` events.
 pub fn random_input(seed: u64, len: usize) -> Vec<u8> {
     use rand::{Rng, SeedableRng};
@@ -119,6 +123,7 @@ impl Runner {
         let dev = Arc::new(Counted::new(fault));
         let vol = Volume::mkfs(dev.clone(), &geometry, setup.journal_blocks, policy.clone())
             .map_err(|e| format!("mkfs: {e}"))?;
+        vol.set_file_cache(FILE_CACHE);
         Ok(Runner {
             setup,
             dev,

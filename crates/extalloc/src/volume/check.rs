@@ -59,7 +59,7 @@ impl Volume {
         self.store.allocator().check()?;
         let mut out = VolumeCheck::default();
         let mut owned: Vec<Extent> = Vec::new();
-        let files: Vec<_> = self.files.read().values().cloned().collect();
+        let files = self.all_handles()?;
         for f in files {
             let f = self.lock_loaded(&f)?;
             out.files += 1;
@@ -151,7 +151,7 @@ impl Volume {
             });
         }
         let mut owned: Vec<Extent> = Vec::new();
-        let files: Vec<_> = self.files.read().values().cloned().collect();
+        let files = self.all_handles()?;
         for f in files {
             let f = self.lock_loaded(&f)?;
             owned.extend(f.alloc.extents().into_iter().map(|(_, e)| e));

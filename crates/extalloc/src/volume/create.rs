@@ -89,7 +89,7 @@ impl Volume {
         self.ensure_room()?;
         let _open = self.gate.read();
         self.check_open()?;
-        let exists = at.is_some_and(|id| self.files.read().contains_key(&id));
+        let exists = at.is_some_and(|id| self.file(id).is_ok());
         let id = {
             let mut m = self.meta.lock();
             match at {

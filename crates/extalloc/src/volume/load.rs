@@ -55,9 +55,14 @@ pub(super) fn load(
         .collect();
     let changes = changes_of(records)?;
     let replayed: BTreeSet<u64> = changes.iter().filter_map(Change::file).collect();
-    let (files, mut meta, segs) = replay(store, dev, &root, files, segs, changes)?;
+    let (mut files, mut meta, segs) = replay(store, dev, &root, files, segs, changes)?;
     let nb = node_blocks(u64::from(store.geometry().block_size));
     adopt_tree(&mut meta, &root, read.tree, (&read.nodes, &read.chain), nb);
+    if meta.tree.is_some() {
+        // The others are in the tree as they are: loaded when a call names them
+        // (`cache.rs`). Pending ones stay, for the open to find and remove.
+        files.retain(|id, f| replayed.contains(id) || f.attr == super::publish::PENDING);
+    }
     meta.replayed = replayed;
     Ok((adopt_all(store, files)?, meta, segs))
 }
@@ -347,7 +352,7 @@ fn damaged_table(root: &Root, s: &Salvaged) -> Error {
 /// A rebuilt file. One whose map was read (changed since the table) is handed to the file
 /// layer now, each mapped extent checked allocated, and is written by the next checkpoint;
 /// the others keep their stored map until first used.
-fn adopt(store: &Store, id: u64, f: ReplayFile) -> Result<VFile> {
+pub(super) fn adopt(store: &Store, id: u64, f: ReplayFile) -> Result<VFile> {
     let alloc = store.create_file(id);
     let mut unwritten = super::file::Ranges::default();
     if f.loaded {

@@ -199,8 +199,11 @@ impl Volume {
 
     /// Adds file `id`, unchanged since the durable tree, whose map lies in `seg`, to `p`.
     fn join_unchanged(&self, p: &mut Pending, id: u64, seg: Extent) {
-        let file = self.files.read().get(&id).cloned();
-        let file = file.expect("a file the durable tree holds is open");
+        // Evicted or not, a file the accounts name is in the durable tree.
+        let file = match self.file_locked(id) {
+            Ok(f) => f,
+            Err(e) => panic!("file {id}, whose map segment {seg:?} is live, cannot be read: {e}"),
+        };
         let f = file.lock();
         let stored = f.stored.clone().expect("a durable map");
         debug_assert!(stored.segments().contains(&seg) && !f.map_dirty);

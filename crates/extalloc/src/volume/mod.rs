@@ -31,7 +31,8 @@
 //! `crate::writeback`); `placement.rs` where a file's data goes beyond the file layer's
 //! rules (a placed file's group, claimed runs of free groups for large files, the
 //! write-life hint) and what a file's close gives back; `atomic.rs` atomic groups;
-//! `checkpoint.rs` the checkpoint (tree and map segments written), `load.rs` the open; `maps.rs`
+//! `checkpoint.rs` the checkpoint (tree and map segments written), `load.rs` the open;
+//! `cache.rs` the files kept in memory and those read back from the tree when named; `maps.rs`
 //! lazy extent maps and the map segments that hold the long ones; `spill.rs` maps too
 //! long for a tree node; `file.rs` a file in memory; `record.rs` the bytes (changes, map
 //! segments); `root.rs` the root; `table.rs` the file table's frames and their salvage;
@@ -47,8 +48,8 @@
 //! - Several calls that must be durable together (a file system's rename) run in an
 //!   atomic group ([`Volume::atomic`], `atomic.rs`): no commit falls between them.
 //!
-//! Data structures: the [`Volume`] owns the [`Store`], the device, the files (`id ->
-//! VFile` under a mutex each), the log of changes since the last commit, the files changed
+//! Data structures: the [`Volume`] owns the [`Store`], the device, the files in memory
+//! (`id -> VFile` under a mutex each: a cache over the file tree, `cache.rs`), the log of changes since the last commit, the files changed
 //! since the last checkpoint (`dirty`), `Meta` (the next id, the durable file tree, an
 //! older volume's table areas), and the delayed-allocation reservation count.
 //!
@@ -59,7 +60,9 @@
 //!
 //! Lock order: `groups` -> `gate` -> a file's mutex -> `files` / `log` (-> `dirty`) / `meta` /
 //! `claims` / `delalloc`; then the store's locks. `files` is held only briefly and never while waiting for a file's mutex (callers
-//! clone a file's `Arc` out of it, then lock). Operations hold the gate for reading one chunk at a time (at most `CHUNK_BLOCKS`
+//! clone a file's `Arc` out of it, then lock). Naming a file not in memory
+//! (`Volume::file`) takes the gate for reading (recursively) to load it: never with a
+//! file's mutex, `files` or `meta` held. Operations hold the gate for reading one chunk at a time (at most `CHUNK_BLOCKS`
 //! blocks or `CHUNK_EXTENTS` extents), so a commit waits for at most one chunk.
 
 mod area;
@@ -68,6 +71,9 @@ mod area_tests;
 mod atomic;
 #[cfg(test)]
 mod atomic_tests;
+mod cache;
+#[cfg(test)]
+mod cache_tests;
 mod check;
 mod checkpoint;
 mod create;
@@ -110,6 +116,8 @@ mod treeio;
 mod walk;
 
 pub use atomic::Atomic;
+pub use cache::DEFAULT_FILE_CACHE;
+use cache::{info_of, strip};
 pub use check::VolumeCheck;
 pub use delalloc::WroteBack;
 pub(crate) use io::check_range;
@@ -128,13 +136,12 @@ use crate::error::{Error, Result};
 use crate::geometry::{Extent, Geometry};
 use crate::store::{Statfs, Store};
 use data::Data;
-use file::VFile;
 use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
 
 use record::{Change, PAYLOAD_MAGIC};
 use std::collections::BTreeMap;
 use std::sync::atomic::{
-    AtomicBool, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+    AtomicBool, AtomicU64, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
 };
 use std::sync::Arc;
 
@@ -245,6 +252,15 @@ impl Volume {
             table_blocks: AtomicU64::new(table_blocks),
             node_reserve_short_at: AtomicU64::new(u64::MAX),
             dirty: Mutex::new(dirty),
+            // The library's own tests keep none: every checkpoint evicts what it can, so
+            // the model, crash and damage tests run on files read back from the tree.
+            file_cache: AtomicUsize::new(match cfg!(test) {
+                true => 0,
+                false => cache::DEFAULT_FILE_CACHE,
+            }),
+            evict_from: AtomicU64::new(0),
+            files_loaded: AtomicU64::new(0),
+            files_evicted: AtomicU64::new(0),
         })
     }
 
@@ -263,54 +279,79 @@ impl Volume {
         self.store.statfs()
     }
 
-    /// Every file, in id order (pending files, `publish.rs`, are not shown).
+    /// Every file, in id order (pending files, `publish.rs`, are not shown). Files not in
+    /// memory are read from the file tree leaf by leaf; should a leaf fail to read (an
+    /// I/O error, damage since the open), this lists only the files in memory:
+    /// [`Volume::try_list`] says why.
     pub fn list(&self) -> Vec<FileInfo> {
-        self.list_with(|_| ())
-            .into_iter()
-            .map(|(i, ())| i)
-            .collect()
+        self.try_list()
+            .unwrap_or_else(|_| strip(self.list_with(|_| (), false).unwrap_or_default()))
+    }
+
+    /// [`Volume::list`], failing with the error of a file tree leaf that cannot be read
+    /// ([`Error::Io`], [`Error::Corrupt`]).
+    pub fn try_list(&self) -> Result<Vec<FileInfo>> {
+        Ok(strip(self.list_with(|_| (), true)?))
     }
 
     /// Every file with its attribute blob, in id order: one pass to rebuild an index of
     /// the caller's keys (instead of [`Volume::attr`] per file). A snapshot: each file as
-    /// it is when the pass reaches it.
+    /// it is when the pass reaches it. On a leaf that fails to read, as [`Volume::list`].
     pub fn list_with_attrs(&self) -> Vec<(FileInfo, Vec<u8>)> {
-        self.list_with(|f| f.attr.clone())
+        self.try_list_with_attrs()
+            .unwrap_or_else(|_| self.list_with(<[u8]>::to_vec, false).unwrap_or_default())
     }
 
-    /// Every file's figures and `extra(file)`, in id order.
-    fn list_with<T>(&self, mut extra: impl FnMut(&VFile) -> T) -> Vec<(FileInfo, T)> {
-        let files: Vec<(u64, Arc<Mutex<VFile>>)> = self
-            .files
-            .read()
-            .iter()
-            .map(|(&id, f)| (id, f.clone()))
-            .collect();
-        files
-            .into_iter()
-            .filter_map(|(id, f)| {
-                let f = f.lock();
-                if f.attr == publish::PENDING {
-                    return None;
-                }
-                let (extents, blocks) = match &f.stored {
-                    Some(stored) if !f.loaded => stored.counts(),
-                    _ => {
-                        let extents = f.alloc.extents();
-                        let blocks = extents.iter().map(|(_, e)| e.len).sum();
-                        (extents.len() as u64, blocks)
+    /// [`Volume::list_with_attrs`], failing as [`Volume::try_list`] does.
+    pub fn try_list_with_attrs(&self) -> Result<Vec<(FileInfo, Vec<u8>)>> {
+        self.list_with(<[u8]>::to_vec, true)
+    }
+
+    /// Every file's figures and `extra(its attribute blob)`, in id order: those in memory and, if
+    /// `tree`, read leaf by leaf, those in the file tree only (`cache.rs`).
+    fn list_with<T>(
+        &self,
+        mut extra: impl FnMut(&[u8]) -> T,
+        tree: bool,
+    ) -> Result<Vec<(FileInfo, T)>> {
+        let files: Vec<(u64, cache::Held)> = match tree {
+            true => {
+                let _open = self.gate.read_recursive();
+                self.all_files()?
+            }
+            false => (self.files.read().iter())
+                .map(|(&id, f)| (id, cache::Held::Memory(f.clone())))
+                .collect(),
+        };
+        let mut out = Vec::with_capacity(files.len());
+        for (id, held) in files {
+            match held {
+                cache::Held::Memory(f) => {
+                    let f = f.lock();
+                    if let Some(info) = info_of(id, &f) {
+                        out.push((info, extra(&f.attr)));
                     }
-                };
-                let info = FileInfo {
-                    id,
-                    size: f.size,
-                    extents,
-                    blocks,
-                    prealloc_blocks: f.alloc.prealloc_unused_blocks(),
-                };
-                Some((info, extra(&f)))
-            })
-            .collect()
+                }
+                cache::Held::Tree(entry) if entry.attr == publish::PENDING => {}
+                cache::Held::Tree(entry) => {
+                    // Only in the tree: no preallocation (a file holding one stays).
+                    let (extents, blocks) = entry.map.counts();
+                    let info = FileInfo {
+                        id,
+                        size: entry.size,
+                        extents,
+                        blocks,
+                        prealloc_blocks: 0,
+                    };
+                    out.push((info, extra(&entry.attr)));
+                }
+            }
+        }
+        debug_assert!(
+            out.windows(2).all(|w| w[0].0.id < w[1].0.id),
+            "each file once, in order"
+        );
+        Ok(out)
     }
 
     /// File `id`'s mapped extents, in logical order.
@@ -339,14 +380,6 @@ impl Volume {
             true => Vec::new(),
             false => attr,
         })
-    }
-
-    fn file(&self, id: u64) -> Result<Arc<Mutex<VFile>>> {
-        self.files
-            .read()
-            .get(&id)
-            .cloned()
-            .ok_or(Error::NoSuchFile { id })
     }
 
     /// Appends `changes` to the log (under the gate, read).

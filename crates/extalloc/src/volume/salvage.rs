@@ -235,7 +235,10 @@ impl Volume {
                 )
             })
             .collect();
-        let ids: Vec<u64> = self.files.read().keys().copied().collect();
+        let ids: Vec<u64> = {
+            let _open = self.gate.read_recursive();
+            self.all_files()?.into_iter().map(|(id, _)| id).collect()
+        };
         Ok(ids
             .into_iter()
             .map(|id| {

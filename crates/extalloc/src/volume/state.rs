@@ -10,7 +10,7 @@ use crate::geometry::Extent;
 use crate::store::Store;
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::Arc;
 
 /// Blocks one chunk of a write or fallocate maps at most (one trip through the gate).
@@ -128,6 +128,14 @@ pub struct Volume {
     /// Files whose table entry changed since the durable tree (every logged change names
     /// its file here): what the next checkpoint writes.
     pub(super) dirty: Mutex<BTreeSet<u64>>,
+    /// Files kept in memory beyond those that must stay (`cache.rs`).
+    pub(super) file_cache: AtomicUsize,
+    /// The id the next eviction starts from (`cache.rs`).
+    pub(super) evict_from: AtomicU64,
+    /// Files read from the tree since the open.
+    pub(super) files_loaded: AtomicU64,
+    /// Files dropped from memory since the open.
+    pub(super) files_evicted: AtomicU64,
 }
 
 impl Meta {

@@ -91,7 +91,7 @@ fn read_file(r: &mut Reader<'_>) -> Result<TableFile> {
 }
 
 /// A file entry's body, every byte used.
-fn decode_file(body: &[u8]) -> Result<TableFile> {
+pub(super) fn decode_file(body: &[u8]) -> Result<TableFile> {
     let mut r = Reader::new(body);
     let f = read_file(&mut r)?;
     if !r.done() {

@@ -261,6 +261,71 @@ impl Tree {
         Ok(written)
     }
 
+    /// The value of `key`, reading at most its leaf (internal nodes are in memory): what a
+    /// file not kept in memory is loaded from (`Volume::file`).
+    pub(super) fn get(&self, io: &mut dyn NodeIo, key: u64) -> Result<Option<Vec<u8>>> {
+        let mut slot = &self.root;
+        loop {
+            match slot.mem.as_deref() {
+                Some(Mem::Internal { children, .. }) => {
+                    // The last child whose first key is at most `key` (the first child
+                    // takes the keys below its own first).
+                    let i = children.partition_point(|c| c.first <= key).max(1) - 1;
+                    slot = &children[i];
+                }
+                Some(Mem::Leaf(items)) => return Ok(items.get(&key).cloned()),
+                None => {
+                    let at = slot.at.expect("an unloaded slot is durable");
+                    let d = io.read(at)?;
+                    if d.level != 0 {
+                        return Err(super::record::corrupt("an unloaded tree node not a leaf"));
+                    }
+                    let mut items = leaf_items(&d.payload)?;
+                    return Ok(items.remove(&key));
+                }
+            }
+        }
+    }
+
+    /// Calls `f` with every key and value in key order, reading each unloaded leaf once
+    /// (memory: one leaf at a time).
+    pub(super) fn visit(
+        &self,
+        io: &mut dyn NodeIo,
+        f: &mut dyn FnMut(u64, &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let mut stack = vec![&self.root];
+        let mut last: Option<u64> = None;
+        while let Some(s) = stack.pop() {
+            let read;
+            let items = match s.mem.as_deref() {
+                Some(Mem::Internal { children, .. }) => {
+                    stack.extend(children.iter().rev());
+                    continue;
+                }
+                Some(Mem::Leaf(items)) => items,
+                None => {
+                    let d = io.read(s.at.expect("an unloaded slot is durable"))?;
+                    if d.level != 0 {
+                        return Err(super::record::corrupt("an unloaded tree node not a leaf"));
+                    }
+                    read = leaf_items(&d.payload)?;
+                    &read
+                }
+            };
+            for (&k, v) in items {
+                // Keys come in order across leaves: the tree's invariant, read back (bytes
+                // on the device, so damage, not a bug, if not).
+                if last.is_some_and(|l| l >= k) {
+                    return Err(super::record::corrupt("tree leaves' keys out of order"));
+                }
+                last = Some(k);
+                f(k, v)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Every durable node's place (for the volume's own blocks), root first.
     pub(super) fn nodes(&self) -> Vec<NodeRef> {
         let mut out = Vec::new();

@@ -1,0 +1,251 @@
+//! Files kept in memory, and files loaded from the file tree when a call names them
+//! (`docs/format.md`, "Next": step 4, on-demand files).
+//!
+//! The volume's file table (`Volume::files`) is a cache over the durable file tree
+//! (`tree.rs`): a file changed since the last checkpoint, or pending, or holding state only
+//! memory has (preallocations, a claim, a write-life hint, a map not yet written) is always
+//! in it; a clean file may be dropped (evicted) after a checkpoint and is read back from
+//! its tree leaf by the next call that names it ([`Volume::file`]). The open keeps only
+//! the files it replayed changes onto (and pending ones); the rest stay on the device.
+//!
+//! Data structures: the table (`id -> VFile`), its limit ([`Volume::set_file_cache`]), the
+//! clock hand where the next eviction starts, and the counts of loads and evictions.
+//!
+//! Invariant (what makes a load right): outside a checkpoint, a file not in the table
+//! either is in the durable tree with the entry that is its whole state, or is named in
+//! `dirty` (unlinked since the checkpoint: no such file), or does not exist. Only a
+//! checkpoint evicts, after its tree is in force, under the gate (written); a load holds
+//! the gate (read, recursively: a caller may hold it already), so no checkpoint runs
+//! between its read of the tree and its insert.
+//!
+//! Lock order: the gate -> `dirty` / `meta` / `files`, one at a time. [`Volume::file`]
+//! may take the gate: never call it holding a file's mutex, `files` or `meta`.
+
+use super::file::{ReplayFile, VFile};
+use super::load::adopt;
+use super::publish::PENDING;
+use super::state::FileTable;
+use super::table::{decode_file, TableFile};
+use super::treeio::VolIo;
+use super::{FileInfo, Volume};
+use crate::alloc::Lifetime;
+use crate::error::{Error, Result};
+use parking_lot::Mutex;
+use std::collections::BTreeSet;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+/// Files a volume keeps in memory by default beyond those it must keep: about 100 MiB
+/// at the ~400 bytes an empty clean file takes (`docs/results.md`, "On-demand files").
+pub const DEFAULT_FILE_CACHE: usize = 262_144;
+
+impl Volume {
+    /// File `id`'s handle: from memory, else loaded from the durable file tree (taking
+    /// the gate for reading). [`Error::NoSuchFile`] if there is no such file; a tree leaf
+    /// that fails its check is [`Error::Corrupt`].
+    pub(super) fn file(&self, id: u64) -> Result<Arc<Mutex<VFile>>> {
+        if let Some(f) = self.files.read().get(&id) {
+            return Ok(f.clone());
+        }
+        let _open = self.gate.read_recursive();
+        self.load_file(id)
+    }
+
+    /// [`Volume::file`] for a caller that holds the gate written (a checkpoint).
+    pub(super) fn file_locked(&self, id: u64) -> Result<Arc<Mutex<VFile>>> {
+        debug_assert!(self.gate.is_locked_exclusive(), "a load without the gate");
+        if let Some(f) = self.files.read().get(&id) {
+            return Ok(f.clone());
+        }
+        self.load_file(id)
+    }
+
+    /// Reads file `id` from the durable tree into the table (the gate held).
+    fn load_file(&self, id: u64) -> Result<Arc<Mutex<VFile>>> {
+        debug_assert!(self.gate.is_locked(), "a load without the gate");
+        if let Some(f) = self.files.read().get(&id) {
+            return Ok(f.clone()); // loaded by another call meanwhile
+        }
+        // Changed since the checkpoint and not in memory: unlinked.
+        if self.dirty.lock().contains(&id) {
+            return Err(Error::NoSuchFile { id });
+        }
+        let entry = self.durable_entry(id)?.ok_or(Error::NoSuchFile { id })?;
+        debug_assert_eq!(entry.id, id, "the tree's key is its entry's id");
+        let (_, replay) = ReplayFile::from_table(entry);
+        let vf = adopt(&self.store, id, replay)?;
+        debug_assert!(!vf.loaded && vf.stored.is_some() && !vf.map_dirty);
+        self.files_loaded.fetch_add(1, Relaxed);
+        let mut files = self.files.write();
+        Ok(files
+            .entry(id)
+            .or_insert_with(|| Arc::new(Mutex::new(vf)))
+            .clone())
+    }
+
+    /// File `id`'s entry in the durable tree (`None`: not there, or no tree yet: then every
+    /// file is in memory).
+    fn durable_entry(&self, id: u64) -> Result<Option<TableFile>> {
+        let Some(tree) = self.meta.lock().tree.clone() else {
+            return Ok(None);
+        };
+        let mut io = VolIo::new(&self.store, self.dev.as_ref());
+        tree.get(&mut io, id)?
+            .map(|body| decode_file(&body))
+            .transpose()
+    }
+
+    /// Every file in id order: those in memory, and the others' entries read from the
+    /// durable tree leaf by leaf (nothing is kept: a whole-volume pass leaves the table
+    /// as it found it). The gate held (written, or read by a listing). Memory: every
+    /// file's entry.
+    pub(super) fn all_files(&self) -> Result<Vec<(u64, Held)>> {
+        debug_assert!(
+            self.gate.is_locked(),
+            "a pass over every file without the gate"
+        );
+        let cached: FileTable = self.files.read().clone();
+        let unlinked = self.dirty.lock().clone();
+        let mut out: Vec<(u64, Held)> = Vec::with_capacity(cached.len());
+        if let Some(tree) = self.meta.lock().tree.clone() {
+            let mut io = VolIo::new(&self.store, self.dev.as_ref());
+            tree.visit(&mut io, &mut |id, body| {
+                if !cached.contains_key(&id) && !unlinked.contains(&id) {
+                    out.push((id, Held::Tree(decode_file(body)?)));
+                }
+                Ok(())
+            })?;
+        }
+        out.extend(cached.into_iter().map(|(id, f)| (id, Held::Memory(f))));
+        out.sort_unstable_by_key(|(id, _)| *id);
+        debug_assert!(
+            out.windows(2).all(|w| w[0].0 < w[1].0),
+            "a file listed twice"
+        );
+        Ok(out)
+    }
+
+    /// [`Volume::all_files`] as handles: a file not in memory gets one not kept.
+    pub(super) fn all_handles(&self) -> Result<Vec<Arc<Mutex<VFile>>>> {
+        self.all_files()?
+            .into_iter()
+            .map(|(id, held)| match held {
+                Held::Memory(f) => Ok(f),
+                Held::Tree(entry) => Ok(Arc::new(Mutex::new(adopt(
+                    &self.store,
+                    id,
+                    ReplayFile::from_table(entry).1,
+                )?))),
+            })
+            .collect()
+    }
+
+    /// Sets how many files the volume keeps in memory beyond those it must keep (see the
+    /// module documentation; [`DEFAULT_FILE_CACHE`] by default). Takes effect at the next
+    /// checkpoint. 0 keeps only what must stay.
+    pub fn set_file_cache(&self, files: usize) {
+        self.file_cache.store(files, Relaxed);
+    }
+
+    /// Files in memory now, files read from the tree since the open, and files dropped
+    /// from memory since the open.
+    pub fn file_cache_figures(&self) -> (usize, u64, u64) {
+        (
+            self.files.read().len(),
+            self.files_loaded.load(Relaxed),
+            self.files_evicted.load(Relaxed),
+        )
+    }
+
+    /// After a checkpoint put its tree in force (the gate written): drops clean files
+    /// from memory until at most the limit remain, starting where the last eviction
+    /// stopped (a clock hand over ids). Returns how many it dropped.
+    pub(super) fn evict_files(&self) -> usize {
+        debug_assert!(
+            self.gate.is_locked_exclusive(),
+            "an eviction, the gate open"
+        );
+        let limit = self.file_cache.load(Relaxed);
+        if self.meta.lock().tree.is_none() || self.files.read().len() <= limit {
+            return 0;
+        }
+        let dirty = self.dirty.lock().clone();
+        let claimed: BTreeSet<u64> = self.claims.lock().by_file.keys().copied().collect();
+        let mut files = self.files.write();
+        let excess = files.len() - limit;
+        let hand = self.evict_from.load(Relaxed);
+        // Clean files from the hand on (wrapping), until enough are found.
+        let mut victims = Vec::with_capacity(excess);
+        let mut last = hand;
+        for (&id, f) in files.range(hand..).chain(files.range(..hand)) {
+            if victims.len() == excess {
+                break;
+            }
+            last = id;
+            if !dirty.contains(&id) && !claimed.contains(&id) && at_rest(f) {
+                victims.push(id);
+            }
+        }
+        let dropped = victims.len();
+        for id in victims {
+            files.remove(&id);
+        }
+        debug_assert!(files.len() >= limit, "evicted below the limit");
+        self.evict_from.store(last.wrapping_add(1), Relaxed);
+        self.files_evicted.fetch_add(dropped as u64, Relaxed);
+        dropped
+    }
+}
+
+/// A file as a whole-volume pass finds it.
+pub(super) enum Held {
+    /// In memory: its handle.
+    Memory(Arc<Mutex<VFile>>),
+    /// Only in the durable tree: its entry.
+    Tree(TableFile),
+}
+
+/// A file whose whole state is its durable entry: no one holds it, its map is written,
+/// it is published, it holds no preallocation and carries no write-life hint (what a
+/// load would make of its entry, but for a map not read yet).
+fn at_rest(file: &Arc<Mutex<VFile>>) -> bool {
+    if Arc::strong_count(file) != 1 {
+        return false;
+    }
+    let Some(f) = file.try_lock() else {
+        return false;
+    };
+    f.stored.is_some()
+        && !f.map_dirty
+        && f.attr != PENDING
+        && f.lifetime == Lifetime::Unknown
+        && Arc::strong_count(&f.alloc) == 1
+        && f.alloc.prealloc_unused_blocks() == 0
+}
+
+/// The figures of a listing, without its extra.
+pub(super) fn strip(files: Vec<(FileInfo, ())>) -> Vec<FileInfo> {
+    files.into_iter().map(|(i, ())| i).collect()
+}
+
+/// A file's figures as a listing shows them; `None` for a pending file.
+pub(super) fn info_of(id: u64, f: &VFile) -> Option<FileInfo> {
+    if f.attr == PENDING {
+        return None;
+    }
+    let (extents, blocks) = match &f.stored {
+        Some(stored) if !f.loaded => stored.counts(),
+        _ => {
+            let extents = f.alloc.extents();
+            let blocks = extents.iter().map(|(_, e)| e.len).sum();
+            (extents.len() as u64, blocks)
+        }
+    };
+    Some(FileInfo {
+        id,
+        size: f.size,
+        extents,
+        blocks,
+        prealloc_blocks: f.alloc.prealloc_unused_blocks(),
+    })
+}

@@ -1,0 +1,173 @@
+//! Files dropped from memory and read back from the file tree (`cache.rs`): contents,
+//! unlinks, the segments' cleaning and the open, against what was written.
+
+use super::tests::{device, geometry, pattern, reopen, BS};
+use crate::disk::device::{FaultDevice, MemDevice};
+
+/// Closes `vol` (a checkpoint) and opens it again.
+fn close_open(dev: &Arc<FaultDevice<MemDevice>>, vol: Volume) -> Volume {
+    vol.close().unwrap();
+    Volume::open(dev.clone(), Policy::default()).unwrap()
+}
+use super::*;
+
+/// File `i`'s blocks: a short map (one extent, inline in its entry) for even `i`, a long
+/// one (every other block: eight extents, in a map segment) for odd `i`.
+fn blocks_of(i: u64) -> Vec<u64> {
+    match i % 2 {
+        0 => vec![0, 1],
+        _ => (0..8).map(|b| b * 2).collect(),
+    }
+}
+
+fn fill(vol: &Volume, n: u64) -> Vec<u64> {
+    (0..n)
+        .map(|i| {
+            let id = vol.create(format!("file {i}").as_bytes()).unwrap();
+            for b in blocks_of(i) {
+                vol.write(id, b * BS, &pattern(i * 100 + b, BS as usize))
+                    .unwrap();
+            }
+            id
+        })
+        .collect()
+}
+
+fn assert_file(vol: &Volume, id: u64, i: u64) {
+    assert_eq!(
+        vol.attr(id).unwrap(),
+        format!("file {i}").as_bytes(),
+        "{id}"
+    );
+    let last = *blocks_of(i).last().unwrap();
+    assert_eq!(vol.size(id).unwrap(), (last + 1) * BS, "{id}");
+    for b in blocks_of(i) {
+        let got = vol.read(id, b * BS, BS).unwrap();
+        assert_eq!(
+            got,
+            pattern(i * 100 + b, BS as usize),
+            "file {id} block {b}"
+        );
+    }
+}
+
+/// With no room kept for clean files, a checkpoint leaves only what must stay in memory;
+/// each file is then read back from its leaf, whole, and only once.
+#[test]
+fn evicted_files_read_back_whole() {
+    let dev = device(31);
+    let vol = Volume::mkfs(dev.clone(), &geometry(), 64, Policy::default()).unwrap();
+    vol.set_file_cache(0);
+    let ids = fill(&vol, 60);
+    vol.checkpoint().unwrap();
+    let (kept, loaded, evicted) = vol.file_cache_figures();
+    assert_eq!((kept, loaded), (0, 0), "every file written is clean");
+    assert_eq!(evicted, 60);
+    for (i, &id) in ids.iter().enumerate() {
+        assert_file(&vol, id, i as u64);
+    }
+    assert_eq!(vol.file_cache_figures().1, 60, "each file loaded once");
+    let listed: Vec<u64> = vol.try_list().unwrap().iter().map(|f| f.id).collect();
+    assert_eq!(listed, ids);
+    assert!(vol.check().unwrap().clean());
+    // A whole-volume pass leaves the table as it found it.
+    vol.checkpoint().unwrap();
+    assert_eq!(vol.file_cache_figures().0, 0);
+    assert_eq!(vol.try_list_with_attrs().unwrap().len(), 60);
+    assert!(vol.check().unwrap().clean());
+    assert_eq!(vol.file_cache_figures().0, 0, "check and list keep nothing");
+    let vol = close_open(&dev, vol);
+    for (i, &id) in ids.iter().enumerate() {
+        assert_file(&vol, id, i as u64);
+    }
+}
+
+/// An evicted file unlinked is gone at once (not read back from the tree the checkpoint
+/// has not yet changed), and stays gone through a checkpoint and a crash.
+#[test]
+fn an_unlinked_file_is_not_read_back() {
+    let dev = device(32);
+    let vol = Volume::mkfs(dev.clone(), &geometry(), 64, Policy::default()).unwrap();
+    vol.set_file_cache(0);
+    let ids = fill(&vol, 10);
+    vol.checkpoint().unwrap();
+    assert_eq!(vol.file_cache_figures().0, 0);
+    vol.unlink(ids[3]).unwrap();
+    assert!(matches!(vol.size(ids[3]), Err(Error::NoSuchFile { .. })));
+    assert!(matches!(vol.unlink(ids[3]), Err(Error::NoSuchFile { .. })));
+    assert!(matches!(
+        vol.create_at(ids[3], b"again"),
+        Ok(()) | Err(Error::FileExists { .. })
+    ));
+    vol.unlink(ids[3]).unwrap();
+    vol.sync().unwrap();
+    let vol = reopen(&dev, vol, true);
+    assert!(matches!(vol.size(ids[3]), Err(Error::NoSuchFile { .. })));
+    vol.checkpoint().unwrap();
+    assert!(matches!(vol.size(ids[3]), Err(Error::NoSuchFile { .. })));
+    let listed: Vec<u64> = vol.list().iter().map(|f| f.id).collect();
+    let mut want = ids.clone();
+    want.remove(3);
+    assert_eq!(listed, want);
+    assert!(vol.check().unwrap().clean());
+}
+
+/// The open keeps in memory only the files it replays changes onto: a closed volume
+/// opens with none, a crashed one with those changed after its last checkpoint.
+#[test]
+fn the_open_keeps_only_what_it_replays() {
+    let dev = device(33);
+    let vol = Volume::mkfs(dev.clone(), &geometry(), 64, Policy::default()).unwrap();
+    let ids = fill(&vol, 40);
+    let vol = close_open(&dev, vol);
+    assert_eq!(vol.file_cache_figures().0, 0, "a closed volume keeps none");
+    // Past its end: a change of its map and size (an overwrite in place logs none).
+    vol.write(ids[5], 40 * BS, &pattern(9_999, BS as usize))
+        .unwrap();
+    vol.set_attr(ids[6], b"changed").unwrap();
+    vol.sync().unwrap();
+    let vol = reopen(&dev, vol, true);
+    assert_eq!(vol.file_cache_figures().0, 2, "the two changed files");
+    assert_eq!(
+        vol.read(ids[5], 40 * BS, BS).unwrap(),
+        pattern(9_999, BS as usize)
+    );
+    assert_eq!(vol.size(ids[5]).unwrap(), 41 * BS);
+    assert_eq!(vol.attr(ids[6]).unwrap(), b"changed");
+    for (i, &id) in ids.iter().enumerate().filter(|(i, _)| ![5, 6].contains(i)) {
+        assert_file(&vol, id, i as u64);
+    }
+    assert!(vol.check().unwrap().clean());
+}
+
+/// Segments whose maps mostly died are cleaned: the live maps of files no longer in
+/// memory are read back and moved, and every file still reads whole.
+#[test]
+fn cleaning_moves_maps_of_evicted_files() {
+    let dev = device(34);
+    let vol = Volume::mkfs(dev.clone(), &geometry(), 64, Policy::default()).unwrap();
+    vol.set_file_cache(0);
+    let ids = fill(&vol, 80);
+    vol.checkpoint().unwrap();
+    // Kill most long maps of that one checkpoint's segments, evicting between.
+    let gone: Vec<usize> = (0..80).filter(|i| i % 2 == 1 && i % 10 != 1).collect();
+    for &i in &gone {
+        vol.unlink(ids[i]).unwrap();
+    }
+    let loaded = vol.file_cache_figures().1;
+    vol.checkpoint().unwrap();
+    assert!(
+        vol.file_cache_figures().1 > loaded,
+        "the cleaning read back files it moved"
+    );
+    vol.checkpoint().unwrap();
+    assert!(vol.check().unwrap().clean());
+    for (i, &id) in ids.iter().enumerate().filter(|(i, _)| !gone.contains(i)) {
+        assert_file(&vol, id, i as u64);
+    }
+    let vol = close_open(&dev, vol);
+    for (i, &id) in ids.iter().enumerate().filter(|(i, _)| !gone.contains(i)) {
+        assert_file(&vol, id, i as u64);
+    }
+    assert!(vol.check().unwrap().clean());
+}
