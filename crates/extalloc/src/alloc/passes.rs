@@ -358,9 +358,13 @@ impl Allocator {
         if state.bitmap.largest_free_order()? < order {
             return None;
         }
-        let off = state
+        let chunk = state
             .bitmap
             .find_free_chunk(order, self.policy.first_free_hint)?;
+        // From the start of the free run holding the chunk: an aligned offset in the middle
+        // of a longer run would leave the run's head free beside the allocation, a fragment
+        // later small requests cut into instead of the holes that fit them.
+        let off = state.bitmap.free_run_start(chunk);
         let run = state.bitmap.free_run_at(off, u32::MAX);
         debug_assert!(
             run >= want,
@@ -499,19 +503,39 @@ mod tests {
         a.check().unwrap();
     }
 
+    /// One full group with 300 one-block holes, then `run` free.
+    fn holes_before(run: Extent) -> Allocator {
+        let a = full(1, "extalloc");
+        for i in 0..300 {
+            a.free(Extent::new(2 * i, 1)).unwrap();
+        }
+        a.free(run).unwrap();
+        a.commit();
+        a
+    }
+
     /// A group with 300 one-block holes before its one long run: the bounded scans (200
     /// free extents) never reach the run, but the group's buddy orders say it is there,
     /// and the request takes it whole instead of one block of the first hole.
     #[test]
     fn a_run_past_the_scans_bound_is_found_through_the_buddy_orders() {
-        let a = full(1, "extalloc");
-        for i in 0..300 {
-            a.free(Extent::new(2 * i, 1)).unwrap();
-        }
-        a.free(Extent::new(2048, 1024)).unwrap();
-        a.commit();
+        let a = holes_before(Extent::new(2048, 1024));
         let got = a.allocate(&AllocRequest::new(7, 1000).min_len(1)).unwrap();
         assert_eq!(got, Extent::new(2048, 1000));
+        a.check().unwrap();
+    }
+
+    /// The same group with its long run starting off the buddy alignment (blocks 2,000 to
+    /// 3,071): the request starts where the run does, not at the aligned chunk inside it,
+    /// and leaves one piece of the run free instead of a 48-block head and a 24-block tail.
+    #[test]
+    fn a_buddy_fit_starts_at_its_runs_start() {
+        let a = holes_before(Extent::new(2000, 1072));
+        let got = a.allocate(&AllocRequest::new(7, 1000).min_len(1)).unwrap();
+        assert_eq!(got, Extent::new(2000, 1000));
+        let after = a.free_space();
+        assert_eq!(after.free_extents, 301, "300 holes and the run's one tail");
+        assert_eq!(after.largest_free_extent_blocks, 72);
         a.check().unwrap();
     }
 

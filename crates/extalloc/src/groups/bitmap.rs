@@ -221,6 +221,25 @@ impl GroupBitmap {
         }
     }
 
+    /// Start of the free run holding free block `off`: the block after the last used one
+    /// below it (0 when none is).
+    pub fn free_run_start(&self, off: u32) -> u32 {
+        debug_assert!(self.is_free(off), "block {off} is not free");
+        let mut w = off as usize / 64;
+        // Bits below `off` in its own word, then whole words downwards.
+        let mut word = self.used[w] & ((1u64 << (off % 64)) - 1);
+        loop {
+            if word != 0 {
+                return (w * 64 + 64 - word.leading_zeros() as usize) as u32;
+            }
+            if w == 0 {
+                return 0;
+            }
+            w -= 1;
+            word = self.used[w];
+        }
+    }
+
     /// Next free block at or after `from`.
     pub fn next_free(&self, from: u32) -> Option<u32> {
         next_one(
@@ -522,6 +541,19 @@ mod tests {
         assert_eq!(b.find_free_chunk(0, true), Some(2));
         assert_eq!(b.find_free_chunk(9, true), None);
         assert_buddy(&b);
+    }
+
+    #[test]
+    fn a_free_runs_start_is_found_from_inside_it() {
+        let mut b = GroupBitmap::new(256, 256);
+        b.mark_used(10, 10);
+        b.mark_used(63, 2);
+        assert_eq!(b.free_run_start(0), 0);
+        assert_eq!(b.free_run_start(9), 0);
+        assert_eq!(b.free_run_start(20), 20);
+        assert_eq!(b.free_run_start(62), 20);
+        assert_eq!(b.free_run_start(65), 65);
+        assert_eq!(b.free_run_start(255), 65, "across whole free words");
     }
 
     #[test]
