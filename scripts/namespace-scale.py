@@ -11,8 +11,8 @@ attached to a loop device, so that both file systems' writes are counted the sam
 - creates N empty files spread over D directories (one thread; `open(O_CREAT)` + `close`),
   and reports the rate over the first and the last tenth;
 - extalloc: the daemon's resident memory (VmRSS, VmHWM) once the files are made;
-- `sync MOUNTPOINT` (an fsync of its root), then one `touch` of a new file + `sync
-  MOUNTPOINT`: the KiB that pair wrote;
+- `sync MOUNTPOINT` (an fsync of its root), 6 s (a background commit), `sync MOUNTPOINT`
+  again, then one `touch` of a new file + `sync MOUNTPOINT`: the KiB that pair wrote;
 - the unmount's seconds, the mount's seconds (and the daemon's CPU seconds and resident
   memory right after it), one lookup that must find a file made first;
 - the check's seconds and peak memory (`extalloc fsck`, `e2fsck -fn`).
@@ -177,6 +177,10 @@ def one(fs, n, dirs, size, work):
             pid = daemon_pid(t.mnt)
             r["daemon_rss_mib"] = status_kib(pid, "VmRSS") / 1024
             r["daemon_hwm_mib"] = status_kib(pid, "VmHWM") / 1024
+        # Settle what the creates left (a commit, and any checkpoint it starts; the
+        # background commit runs every 5 s), so the pair below writes only its own.
+        run(["sync", t.mnt])
+        time.sleep(6)
         run(["sync", t.mnt])
         before = loop_written_kib(t.loop)
         open(os.path.join(t.mnt, "d0", "touched"), "w").close()
