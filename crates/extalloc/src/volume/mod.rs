@@ -26,7 +26,8 @@
 //! file ([`Volume::mkfs_file`], [`Volume::open_file`]); `create.rs` makes files; `io.rs`
 //! the file calls (write, read, fallocate, truncate, unlink); `data.rs` what a write
 //! places (one buffer, or a writeback's cached blocks as they lie); `publish.rs` attribute blobs
-//! and the atomic publish; `delalloc.rs`
+//! and the atomic publish; `keyed.rs` blobs by key (a put that replaces the key's blob
+//! atomically, a get by key); `delalloc.rs`
 //! delayed allocation's reservations and writeback (the cache itself is
 //! `crate::writeback`); `placement.rs` where a file's data goes beyond the file layer's
 //! rules (a placed file's group, claimed runs of free groups for large files, the
@@ -57,7 +58,7 @@
 //! both under the gate (written). Durable state (the table, then the records after it)
 //! maps a block to at most one file, and only blocks the store holds allocated.
 //!
-//! Lock order: `groups` -> `gate` -> a file's mutex -> `files` / `log` (-> `dirty`) / `meta` /
+//! Lock order: `keys` (`keyed.rs`) -> `groups` -> `gate` -> a file's mutex -> `files` / `log` (-> `dirty`) / `meta` /
 //! `claims` / `delalloc`; then the store's locks. `files` is held only briefly and never while waiting for a file's mutex (callers
 //! clone a file's `Arc` out of it, then lock). Operations hold the gate for reading one chunk at a time (at most `CHUNK_BLOCKS`
 //! blocks or `CHUNK_EXTENTS` extents), so a commit waits for at most one chunk.
@@ -75,6 +76,9 @@ mod data;
 mod delalloc;
 mod file;
 mod io;
+mod keyed;
+#[cfg(test)]
+mod keyed_tests;
 #[cfg(test)]
 mod latch_tests;
 mod load;
@@ -245,6 +249,7 @@ impl Volume {
             table_blocks: AtomicU64::new(table_blocks),
             node_reserve_short_at: AtomicU64::new(u64::MAX),
             dirty: Mutex::new(dirty),
+            keys: RwLock::new(()),
         })
     }
 
@@ -280,13 +285,7 @@ impl Volume {
 
     /// Every file's figures and `extra(file)`, in id order.
     fn list_with<T>(&self, mut extra: impl FnMut(&VFile) -> T) -> Vec<(FileInfo, T)> {
-        let files: Vec<(u64, Arc<Mutex<VFile>>)> = self
-            .files
-            .read()
-            .iter()
-            .map(|(&id, f)| (id, f.clone()))
-            .collect();
-        files
+        self.file_handles()
             .into_iter()
             .filter_map(|(id, f)| {
                 let f = f.lock();
@@ -339,6 +338,16 @@ impl Volume {
             true => Vec::new(),
             false => attr,
         })
+    }
+
+    /// Every file's id and handle, taken under the table's lock and let go of it before
+    /// the caller locks any file's mutex (the lock order: a file's mutex before `files`).
+    fn file_handles(&self) -> Vec<(u64, Arc<Mutex<VFile>>)> {
+        self.files
+            .read()
+            .iter()
+            .map(|(&id, f)| (id, f.clone()))
+            .collect()
     }
 
     fn file(&self, id: u64) -> Result<Arc<Mutex<VFile>>> {

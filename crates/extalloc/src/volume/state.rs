@@ -128,6 +128,10 @@ pub struct Volume {
     /// Files whose table entry changed since the durable tree (every logged change names
     /// its file here): what the next checkpoint writes.
     pub(super) dirty: Mutex<BTreeSet<u64>>,
+    /// Keyed reads read, the publish step of a keyed put writes: a key names at most one
+    /// file among keyed puts, and a keyed get never reads a file a keyed put removes
+    /// (`keyed.rs`).
+    pub(super) keys: RwLock<()>,
 }
 
 impl Meta {
