@@ -35,7 +35,7 @@ typedef enum extalloc_code {
   // No free run long enough (the device or the allocator is full), or no room in the
   // journal for the change.
   EXTALLOC_NO_SPACE = 2,
-  // No blob with that id (never put, or deleted).
+  // No blob with that id (never put, or deleted), or none under that key.
   EXTALLOC_NOT_FOUND = 3,
   // The operating system failed a read, write, flush or open of the volume's file.
   EXTALLOC_IO = 4,
@@ -217,6 +217,74 @@ enum extalloc_code extalloc_last_error_code(void);
 //
 // Thread safety: any thread.
 const char *extalloc_code_name(enum extalloc_code code);
+
+// Puts a blob under a key, replacing the blob the key named: the `len` bytes at `data`
+// (`data` may be NULL when `len` is 0) become a new blob whose attribute is the
+// `key_len` bytes at `key` (1 to `EXTALLOC_MAX_ATTR_BYTES`); the key's old blob, if any,
+// is replaced in the same atomic step and deleted. Stores the new blob's id in `*id`.
+// Durable at the next sync or close. After a crash the key names the old blob or the new
+// one, each whole: never neither, never both.
+//
+// Fails with `EXTALLOC_INVALID_ARGUMENT` for an empty key, a key over
+// `EXTALLOC_MAX_ATTR_BYTES`, a NULL argument (nothing changed); `EXTALLOC_NO_SPACE` when
+// the volume is full; `EXTALLOC_IO`. On those failures the new blob is deleted again and
+// the old one is untouched. If only the last step, deleting the old blob, fails, the
+// replacement stands (`extalloc_volume_find_key` gives the new id) and its error is
+// returned; the old blob is hidden and the next open deletes it.
+//
+// Thread safety: any thread, concurrently with every call on `vol` but close; keyed puts
+// of one key from many threads leave one blob under it (the last one published).
+//
+// # Safety
+// `vol` is NULL or live; `key` is NULL or holds `key_len` readable bytes; `data` is NULL
+// or holds `len` readable bytes; `id` is NULL or writable.
+enum extalloc_code extalloc_volume_put_key(const struct extalloc_volume *vol,
+                                           const uint8_t *key,
+                                           size_t key_len,
+                                           const uint8_t *data,
+                                           size_t len,
+                                           uint64_t *id);
+
+// Stores in `*id` the id of the blob the `key_len` bytes at `key` name (the newest blob
+// whose attribute is that key).
+//
+// Fails with `EXTALLOC_NOT_FOUND` when the key names no blob, `EXTALLOC_INVALID_ARGUMENT`
+// for an empty key, a key over `EXTALLOC_MAX_ATTR_BYTES` or a NULL argument. Changes
+// nothing. Walks every blob (a caller with many lookups keeps its own index, built from
+// `extalloc_volume_list` and `extalloc_volume_attr`).
+//
+// Thread safety: any thread, concurrently with every call on `vol` but close.
+//
+// # Safety
+// `vol` is NULL or live; `key` is NULL or holds `key_len` readable bytes; `id` is NULL or
+// writable.
+enum extalloc_code extalloc_volume_find_key(const struct extalloc_volume *vol,
+                                            const uint8_t *key,
+                                            size_t key_len,
+                                            uint64_t *id);
+
+// Reads the blob the `key_len` bytes at `key` name, whole, into `buf`, which holds `cap`
+// bytes, and stores its length in `*len`. The bytes are one blob's, never part of one,
+// even while a keyed put replaces it. With a `cap` smaller than the blob (a size query:
+// `buf` NULL, `cap` 0) it copies nothing, stores the blob's size in `*len` and returns
+// `EXTALLOC_BUFFER_TOO_SMALL` (a put between the query and the read may change the size:
+// the read then answers `EXTALLOC_BUFFER_TOO_SMALL` again with the new one).
+//
+// Fails with `EXTALLOC_NOT_FOUND` when the key names no blob, `EXTALLOC_INVALID_ARGUMENT`
+// for an empty key, a key over `EXTALLOC_MAX_ATTR_BYTES` or a NULL argument,
+// `EXTALLOC_IO`. Changes nothing on the volume.
+//
+// Thread safety: any thread, concurrently with every call on `vol` but close.
+//
+// # Safety
+// `vol` is NULL or live; `key` is NULL or holds `key_len` readable bytes; `buf` is NULL or
+// holds `cap` writable bytes; `len` is NULL or writable.
+enum extalloc_code extalloc_volume_get_key(const struct extalloc_volume *vol,
+                                           const uint8_t *key,
+                                           size_t key_len,
+                                           uint8_t *buf,
+                                           size_t cap,
+                                           size_t *len);
 
 // Makes a volume on a new file at `path` of `size_bytes` bytes (sparse), with 4 KiB
 // blocks, groups of 32768 blocks and a journal scaled to the size as `extalloc mkfs`

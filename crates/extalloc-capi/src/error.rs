@@ -29,7 +29,7 @@ pub enum extalloc_code {
     /// No free run long enough (the device or the allocator is full), or no room in the
     /// journal for the change.
     EXTALLOC_NO_SPACE = 2,
-    /// No blob with that id (never put, or deleted).
+    /// No blob with that id (never put, or deleted), or none under that key.
     EXTALLOC_NOT_FOUND = 3,
     /// The operating system failed a read, write, flush or open of the volume's file.
     EXTALLOC_IO = 4,

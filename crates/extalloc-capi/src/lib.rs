@@ -1,4 +1,5 @@
-//! The C API of extalloc: a volume of blobs on a file ([`volume`]) and the allocator in
+//! The C API of extalloc: a volume of blobs on a file ([`volume`], blobs by key in
+//! [`keyed`]) and the allocator in
 //! memory ([`allocator`]), behind opaque handles, with error codes ([`error`]). The header
 //! `include/extalloc.h` is generated from these files by cbindgen (`cbindgen.toml`;
 //! `tests/header.rs` fails when the committed one is stale); `docs/c.md` is the guide.
@@ -26,6 +27,7 @@
 
 pub mod allocator;
 pub mod error;
+pub mod keyed;
 pub mod volume;
 
 pub use allocator::{extalloc_allocator, extalloc_extent, EXTALLOC_NO_GOAL};

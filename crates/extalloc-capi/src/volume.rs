@@ -28,7 +28,7 @@ const _: () = assert!(EXTALLOC_MAX_ATTR_BYTES == extalloc::volume::MAX_ATTR_BYTE
 /// An open volume (opaque). Made by `extalloc_volume_create` or `extalloc_volume_open`,
 /// freed by `extalloc_volume_close`.
 pub struct extalloc_volume {
-    vol: Volume,
+    pub(crate) vol: Volume,
 }
 
 /// A volume's figures, in blocks of `block_size` bytes: a snapshot, exact when no other
@@ -193,17 +193,34 @@ pub unsafe extern "C" fn extalloc_volume_put_attr(
     len: usize,
     id: *mut u64,
 ) -> extalloc_code {
+    // SAFETY: the caller's promises, as the doc states.
+    unsafe { put_with(vol, (attr, attr_len, "attr"), data, len, id, Volume::put) }
+}
+
+/// A put's body: the handle, the attribute or key (`what` names it in messages), the data
+/// and the out-parameter checked, then `put(volume, attr, data)` stores the new id in `*id`.
+///
+/// # Safety
+/// As `extalloc_volume_put_attr`'s, with `attr.0` holding `attr.1` readable bytes.
+pub(crate) unsafe fn put_with(
+    vol: *const extalloc_volume,
+    (attr, attr_len, what): (*const u8, usize, &str),
+    data: *const u8,
+    len: usize,
+    id: *mut u64,
+    put: impl FnOnce(&Volume, &[u8], &[u8]) -> extalloc::Result<u64>,
+) -> extalloc_code {
     guard(|| {
         // SAFETY: the caller's promises, as the doc states.
         let (vol, id) = unsafe { (&deref(vol, "vol")?.vol, out_ref(id, "id")?) };
         // SAFETY: the caller's promises: `attr_len` and `len` readable bytes.
         let (attr, bytes) = unsafe {
             (
-                bytes_arg(attr, attr_len, "attr")?,
+                bytes_arg(attr, attr_len, what)?,
                 bytes_arg(data, len, "data")?,
             )
         };
-        *id = vol.put(attr, bytes)?;
+        *id = put(vol, attr, bytes)?;
         Ok(())
     })
 }
@@ -212,7 +229,11 @@ pub unsafe extern "C" fn extalloc_volume_put_attr(
 ///
 /// # Safety
 /// `p` is NULL or holds `len` readable bytes that outlive the slice.
-unsafe fn bytes_arg<'a>(p: *const u8, len: usize, what: &str) -> Result<&'a [u8], Failure> {
+pub(crate) unsafe fn bytes_arg<'a>(
+    p: *const u8,
+    len: usize,
+    what: &str,
+) -> Result<&'a [u8], Failure> {
     match (p.is_null(), len) {
         (_, 0) => Ok(&[]),
         (true, _) => Err(Failure::invalid(format!(
@@ -249,15 +270,29 @@ pub unsafe extern "C" fn extalloc_volume_attr(
         let (vol, len) = unsafe { (&deref(vol, "vol")?.vol, out_ref(len, "len")?) };
         buffer_arg(buf, cap, "buf")?;
         let attr = vol.attr(id)?;
-        fits(attr.len() as u64, cap, len, || {
-            format!("blob {id}'s attribute")
-        })?;
-        if !attr.is_empty() {
-            // SAFETY: `cap >= attr.len() > 0` writable bytes at `buf` (non-NULL: cap > 0).
-            unsafe { std::ptr::copy_nonoverlapping(attr.as_ptr(), buf, attr.len()) };
-        }
-        Ok(())
+        // SAFETY: the caller's promise: `buf` holds `cap` writable bytes (or is NULL, cap 0).
+        unsafe { copy_out(&attr, buf, cap, len, || format!("blob {id}'s attribute")) }
     })
+}
+
+/// Copies `bytes` into `buf` and stores their length in `*len`; when they do not fit its
+/// `cap` bytes, copies nothing and answers as a size query (`fits`, naming `what`).
+///
+/// # Safety
+/// `buf` holds `cap` writable bytes, or is NULL with `cap` 0 (`buffer_arg` checked that).
+pub(crate) unsafe fn copy_out(
+    bytes: &[u8],
+    buf: *mut u8,
+    cap: usize,
+    len: &mut usize,
+    what: impl FnOnce() -> String,
+) -> Result<(), Failure> {
+    fits(bytes.len() as u64, cap, len, what)?;
+    if !bytes.is_empty() {
+        // SAFETY: `cap >= bytes.len() > 0` writable bytes at `buf` (non-NULL: cap > 0).
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf, bytes.len()) };
+    }
+    Ok(())
 }
 
 /// Stores blob `id`'s size in bytes in `*size`.

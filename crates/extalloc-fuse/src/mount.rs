@@ -245,18 +245,19 @@ pub fn default_threads() -> usize {
 /// What to mount: the device's path as the source, the `MS_*` flags of the options, the
 /// kernel's permission checks (`default_permissions`) for everyone (`allow_other`).
 fn spec(source: &str, opts: &MountOptions) -> MountSpec {
+    use rustix::mount::MountFlags;
     let f = opts.flags;
-    let flag = |on: bool, bit: libc::c_ulong| if on { bit } else { 0 };
+    let flag = |on: bool, bit: MountFlags| if on { bit } else { MountFlags::empty() };
     MountSpec {
         source: source.to_string(),
         subtype: "extalloc".into(),
-        flags: flag(opts.read_only, libc::MS_RDONLY)
-            | flag(f.nosuid, libc::MS_NOSUID)
-            | flag(f.nodev, libc::MS_NODEV)
-            | flag(f.noexec, libc::MS_NOEXEC)
-            | flag(f.noatime, libc::MS_NOATIME)
-            | flag(f.sync, libc::MS_SYNCHRONOUS)
-            | flag(f.dirsync, libc::MS_DIRSYNC),
+        flags: flag(opts.read_only, MountFlags::RDONLY)
+            | flag(f.nosuid, MountFlags::NOSUID)
+            | flag(f.nodev, MountFlags::NODEV)
+            | flag(f.noexec, MountFlags::NOEXEC)
+            | flag(f.noatime, MountFlags::NOATIME)
+            | flag(f.sync, MountFlags::SYNCHRONOUS)
+            | flag(f.dirsync, MountFlags::DIRSYNC),
         options: vec!["default_permissions", "allow_other"],
     }
 }

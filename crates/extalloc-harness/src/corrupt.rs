@@ -23,7 +23,9 @@
 //! allocation after a successful open handed out a block of the ground truth.
 //!
 //! Data structures: an `Image` (bytes, ground truth, the undamaged open's used set) per
-//! image; no shared state between steps. No locks of its own.
+//! image, judged by one of `WORKERS` threads into an outcome of its own (`by_image`, which
+//! `torture_fs_damage` uses too); the outcomes are merged in image order. No shared state
+//! between steps. Locks: the list of finished images' outcomes, a leaf held for one push.
 
 use crate::torture::used_blocks;
 use anyhow::{bail, Context, Result};
@@ -33,7 +35,8 @@ use extalloc::store::Store;
 use extalloc::{AllocRequest, Error, Extent, Geometry, Policy};
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The campaign's device: 32 MiB in 4 KiB blocks, 8 groups, a 64 KiB journal (small, so
@@ -44,6 +47,9 @@ const GROUP_BLOCKS: u64 = 1024;
 const JOURNAL_BLOCKS: u64 = 16;
 /// Damages per image.
 const DAMAGES_PER_IMAGE: u64 = 8;
+/// Images judged at once (`by_image`): their steps mostly sleep (see there), so more than
+/// the cores.
+const WORKERS: u64 = 4;
 /// Longest any one step (fsck, or open + fill) may take.
 const STEP_LIMIT: Duration = Duration::from_secs(20);
 
@@ -80,6 +86,43 @@ impl CorruptOutcome {
 
     fn fail(&mut self, what: String) {
         note(&mut self.failures, what);
+    }
+
+    /// Adds the outcome of one more image (`one_image`) to the campaign's.
+    fn merge(&mut self, one: CorruptOutcome) {
+        // Every field named: one added to the outcome is merged, or said not to be.
+        let CorruptOutcome {
+            damages,
+            panics,
+            hangs,
+            fsck_missed,
+            handed_in_use,
+            fsck_detected,
+            open_refused,
+            open_unchanged,
+            damages_by_region,
+            images,
+            images_mid_checkpoint,
+            seed: _,
+            seconds: _,
+            failures,
+        } = one;
+        self.damages += damages;
+        self.panics += panics;
+        self.hangs += hangs;
+        self.fsck_missed += fsck_missed;
+        self.handed_in_use += handed_in_use;
+        self.fsck_detected += fsck_detected;
+        self.open_refused += open_refused;
+        self.open_unchanged += open_unchanged;
+        for (region, n) in damages_by_region {
+            *self.damages_by_region.entry(region).or_default() += n;
+        }
+        self.images += images;
+        self.images_mid_checkpoint += images_mid_checkpoint;
+        for f in failures {
+            note(&mut self.failures, f);
+        }
     }
 
     /// The value of a step that finished; a panic or a hang is counted (and `None`).
@@ -163,28 +206,85 @@ pub fn run(damages: u64, seed: u64) -> Result<CorruptOutcome> {
         ..CorruptOutcome::default()
     };
     let images = damages.div_ceil(DAMAGES_PER_IMAGE);
-    for i in 0..images {
-        let image_seed = seed.wrapping_mul(1_000_003).wrapping_add(i);
-        let mid_checkpoint = i % 4 == 3;
-        let image = build_image(image_seed, mid_checkpoint)
-            .with_context(|| format!("building image {i} (seed {image_seed})"))?;
-        out.images += 1;
-        out.images_mid_checkpoint += u64::from(mid_checkpoint);
-        let mut rng = rand::rngs::StdRng::seed_from_u64(image_seed ^ 0x5eed);
-        for d in 0..DAMAGES_PER_IMAGE.min(damages - out.damages) {
-            let damage = pick_damage(&mut rng, &image.sb, image.bytes.len() as u64);
-            let tag = format!("seed {seed} image {i} damage {d}: {damage:?}");
-            judge(&image, damage, rng.gen(), &tag, &mut out);
-        }
+    let outcomes = by_image(images, |i| {
+        let one = one_image(
+            seed,
+            i,
+            DAMAGES_PER_IMAGE.min(damages - i * DAMAGES_PER_IMAGE),
+        )?;
         eprintln!(
             "image {}/{images}: {} damages, {} detected by fsck, {} refused by open",
             i + 1,
-            out.damages,
-            out.fsck_detected,
-            out.open_refused
+            one.damages,
+            one.fsck_detected,
+            one.open_refused
         );
+        Ok(one)
+    })?;
+    for one in outcomes {
+        out.merge(one);
     }
+    debug_assert_eq!(out.damages, damages, "every damage made once");
     out.seconds = started.elapsed().as_secs_f64();
+    Ok(out)
+}
+
+/// `judge(i)` of images `0..images`, in image order; the first error in image order.
+///
+/// Images are independent, so `WORKERS` threads take them in turn: most of a campaign's
+/// time is spent asleep, in opens that watch a damaged owner record for its heartbeat (two
+/// intervals and a second, `store/claim.rs`), which one thread would wait out one after
+/// another. Each image's outcome is its own, merged by the caller in image order: a seed
+/// gives the same verdict, failures listed in the same order, whatever the interleaving.
+pub(crate) fn by_image<O: Send>(
+    images: u64,
+    judge: impl Fn(u64) -> Result<O> + Sync,
+) -> Result<Vec<O>> {
+    let next = AtomicU64::new(0);
+    let finished = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..WORKERS.min(images) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= images {
+                    break;
+                }
+                let one = judge(i);
+                finished
+                    .lock()
+                    .expect("held for a push only")
+                    .push((i, one));
+            });
+        }
+    });
+    let mut finished = finished.into_inner().expect("held for a push only");
+    finished.sort_by_key(|(i, _)| *i);
+    debug_assert!(
+        finished.iter().map(|(i, _)| *i).eq(0..images),
+        "every image once"
+    );
+    finished.into_iter().map(|(_, one)| one).collect()
+}
+
+/// Image `i` of the campaign of `seed` and its `damages` damages: a campaign's outcome of
+/// one image.
+fn one_image(seed: u64, i: u64, damages: u64) -> Result<CorruptOutcome> {
+    let mut out = CorruptOutcome {
+        seed,
+        ..CorruptOutcome::default()
+    };
+    let image_seed = seed.wrapping_mul(1_000_003).wrapping_add(i);
+    let mid_checkpoint = i % 4 == 3;
+    let image = build_image(image_seed, mid_checkpoint)
+        .with_context(|| format!("building image {i} (seed {image_seed})"))?;
+    out.images = 1;
+    out.images_mid_checkpoint = u64::from(mid_checkpoint);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(image_seed ^ 0x5eed);
+    for d in 0..damages {
+        let damage = pick_damage(&mut rng, &image.sb, image.bytes.len() as u64);
+        let tag = format!("seed {seed} image {i} damage {d}: {damage:?}");
+        judge(&image, damage, rng.gen(), &tag, &mut out);
+    }
     Ok(out)
 }
 

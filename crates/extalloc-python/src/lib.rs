@@ -149,6 +149,47 @@ impl Volume {
         self.with(py, |vol| vol.put(&attr, &data))
     }
 
+    /// Stores `data` as a new blob under `key` (1 to 1,024 bytes; bytes-like) and returns
+    /// its id; the blob `key` named before is replaced in the same atomic step and deleted.
+    /// After a crash the key names the old blob or the new one, each whole: never neither,
+    /// never both. Durable at the next `sync` or `close`. Raises InvalidRequest for an
+    /// empty or oversized key (nothing changed); on NoSpace or IoError the new blob is
+    /// deleted again and the old one stands.
+    fn put_key(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        data: &Bound<'_, PyAny>,
+    ) -> PyResult<u64> {
+        let key = bytes_of(key, "key")?;
+        let data = bytes_of(data, "data")?;
+        self.with(py, |vol| vol.put_keyed(&key, &data))
+    }
+
+    /// The bytes of the blob `key` names, whole (one blob's, even while another thread
+    /// replaces it), or `default` when the key names none. Raises InvalidRequest for an
+    /// empty or oversized key.
+    #[pyo3(signature = (key, default = None))]
+    fn get_key<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'_, PyAny>,
+        default: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let key = bytes_of(key, "key")?;
+        Ok(match self.with(py, |vol| vol.get_keyed(&key))? {
+            Some(bytes) => Some(PyBytes::new(py, &bytes).into_any()),
+            None => default,
+        })
+    }
+
+    /// The id of the blob `key` names, or None. Raises InvalidRequest for an empty or
+    /// oversized key.
+    fn find_key(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
+        let key = bytes_of(key, "key")?;
+        self.with(py, |vol| vol.find_key(&key))
+    }
+
     /// The bytes of blob `id`. Raises NoSuchFile for an unknown id.
     fn get<'py>(&self, py: Python<'py>, id: u64) -> PyResult<Bound<'py, PyBytes>> {
         // One read under the file's lock: the blob as it is, whole.

@@ -4,12 +4,9 @@ process (what was synced reads back exactly), a full volume that leaves no parti
 errors named after their kind, threads sharing one volume, and the allocator."""
 
 import os
-import signal
-import subprocess
-import sys
-import threading
 
 import pytest
+from helpers import run_in_threads, run_killed
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -157,23 +154,14 @@ def test_the_context_manager_closes_when_the_block_raises(path):
 
 def test_threads_share_one_volume(path):
     with extalloc.Volume.create(path, 128 * MiB) as vol:
-        errors = []
 
         def work(t):
-            try:
-                for i in range(50):
-                    data = bytes([t]) * (1000 + i)
-                    blob = vol.put(data)
-                    assert vol.get(blob) == data
-            except Exception as e:  # reported below: a thread's assert is not pytest's
-                errors.append(e)
+            for i in range(50):
+                data = bytes([t]) * (1000 + i)
+                blob = vol.put(data)
+                assert vol.get(blob) == data
 
-        threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert errors == []
+        assert run_in_threads(work) == []
         assert len(vol.ids()) == 200
 
 
@@ -194,11 +182,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 @pytest.mark.parametrize("n", [1, 10, 40])
 def test_kill_9_keeps_every_synced_blob(path, n):
     extalloc.Volume.create(path, 64 * MiB).close()
-    run = subprocess.run(
-        [sys.executable, "-c", CRASHER, path, str(n)], capture_output=True, text=True
-    )
-    assert run.returncode == -signal.SIGKILL, run.stderr
-    synced = [int(x) for x in run.stdout.split()]
+    synced = [int(x) for x in run_killed(CRASHER, path, n).split()]
     assert len(synced) == n
     with extalloc.Volume.open(path) as vol:
         for i, blob in enumerate(synced):

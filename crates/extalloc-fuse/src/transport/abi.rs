@@ -238,8 +238,10 @@ const _: () = assert!(RING_ENT_IN_OUT + std::mem::size_of::<RingEntInOut>() == R
 /// `FUSE_NOTIFY_INVAL_INODE`, in a notification's `error` field.
 pub const NOTIFY_INVAL_INODE: i32 = 2;
 
-/// `FUSE_DEV_IOC_CLONE`: `_IOR(229, 0, uint32_t)`.
-pub const DEV_IOC_CLONE: libc::c_ulong = 0x8004_e500;
+/// `FUSE_DEV_IOC_CLONE`: `_IOR(229, 0, uint32_t)`; a fresh `/dev/fuse` descriptor joins
+/// the session whose descriptor the u32 names.
+pub const DEV_IOC_CLONE: rustix::ioctl::Opcode = rustix::ioctl::opcode::read::<u32>(229, 0);
+const _: () = assert!(DEV_IOC_CLONE == 0x8004_e500);
 
 /// `statx` mask bits a reply sets (`STATX_BASIC_STATS` and `STATX_BTIME`).
 pub const STATX_BASIC_STATS: u32 = 0x7ff;

@@ -10,9 +10,12 @@
 
 use super::abi;
 use super::handler::MAX_WRITE;
+use rustix::event::{poll, PollFd, PollFlags};
+use rustix::io::Errno;
+use rustix::ioctl::{ioctl, Setter};
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
 /// Bytes of a request buffer.
 pub(super) fn buf_len() -> usize {
@@ -22,12 +25,10 @@ pub(super) fn buf_len() -> usize {
 /// A clone of the connection's descriptor: its own queue of requests being answered.
 pub(super) fn clone_dev(dev: &File) -> io::Result<File> {
     let clone = File::options().read(true).write(true).open("/dev/fuse")?;
-    let mut fd = dev.as_raw_fd() as u32;
-    // SAFETY: FUSE_DEV_IOC_CLONE reads one u32 (the session's descriptor) through the pointer.
-    let r = unsafe { libc::ioctl(clone.as_raw_fd(), abi::DEV_IOC_CLONE, &mut fd) };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let session = dev.as_raw_fd() as u32;
+    // SAFETY: FUSE_DEV_IOC_CLONE reads one u32, the session's descriptor, through the
+    // pointer the setter passes; it writes nothing back.
+    unsafe { ioctl(&clone, Setter::<{ abi::DEV_IOC_CLONE }, u32>::new(session)) }?;
     Ok(clone)
 }
 
@@ -45,22 +46,15 @@ pub(super) enum Read {
 }
 
 /// One `read(2)` of `fd` into `buf`.
-pub(super) fn read_once(fd: i32, buf: &mut [u8]) -> Read {
-    // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`.
-    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-    if n > 0 {
-        return Read::Got(n as usize);
-    }
-    // /dev/fuse never reads empty; a socket standing in for it (the tests) ends so.
-    if n == 0 {
-        return Read::Gone;
-    }
-    let e = io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::EINTR | libc::EAGAIN | libc::ENOENT) => Read::Again,
+pub(super) fn read_once(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Read {
+    match rustix::io::read(fd, buf) {
+        Ok(n) if n > 0 => Read::Got(n),
+        // /dev/fuse never reads empty; a socket standing in for it (the tests) ends so.
+        Ok(_) => Read::Gone,
+        Err(Errno::INTR | Errno::AGAIN | Errno::NOENT) => Read::Again,
         // ECONNABORTED: a request dequeued as the connection was aborted.
-        Some(libc::ENODEV | libc::ECONNABORTED) => Read::Gone,
-        _ => Read::Failed(e),
+        Err(Errno::NODEV | Errno::CONNABORTED) => Read::Gone,
+        Err(e) => Read::Failed(e.into()),
     }
 }
 
@@ -68,7 +62,7 @@ pub(super) fn read_once(fd: i32, buf: &mut [u8]) -> Read {
 /// gone. On a non-blocking descriptor (a serving thread's, `poll.rs`) it sleeps in
 /// `poll(2)` until a request is queued, then reads it.
 pub(super) fn read_request<'b>(dev: &File, buf: &'b mut [u8]) -> io::Result<Option<&'b [u8]>> {
-    let fd = dev.as_raw_fd();
+    let fd = dev.as_fd();
     loop {
         match read_once(fd, buf) {
             Read::Got(n) => return Ok(Some(&buf[..n])),
@@ -80,19 +74,9 @@ pub(super) fn read_request<'b>(dev: &File, buf: &'b mut [u8]) -> io::Result<Opti
 }
 
 /// Sleeps until `fd` has something to read or is gone (the read then says which).
-fn wait_readable(fd: i32) -> io::Result<()> {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one pollfd, valid for the call.
-    let r = unsafe { libc::poll(&mut p, 1, -1) };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EINTR) {
-            return Err(e);
-        }
+fn wait_readable(fd: BorrowedFd<'_>) -> io::Result<()> {
+    match poll(&mut [PollFd::new(&fd, PollFlags::IN)], None) {
+        Ok(_) | Err(Errno::INTR) => Ok(()),
+        Err(e) => Err(e.into()),
     }
-    Ok(())
 }

@@ -7,11 +7,16 @@
 //! mount it made: the one on its mount point whose device number is the connection's.
 //! Lock order: none.
 
+use rustix::io::{Errno, FdFlags};
+use rustix::mount::{MountFlags, UnmountFlags};
+use rustix::net::{
+    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SocketFlags, SocketType,
+};
 use std::ffi::CString;
 use std::fs::File;
-use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::io::{self, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -23,7 +28,7 @@ use std::process::Command;
 pub(crate) struct MountSpec {
     pub(crate) source: String,
     pub(crate) subtype: String,
-    pub(crate) flags: libc::c_ulong,
+    pub(crate) flags: MountFlags,
     pub(crate) options: Vec<&'static str>,
 }
 
@@ -45,42 +50,37 @@ pub(crate) fn mount(mountpoint: &Path, spec: &MountSpec) -> io::Result<(File, Mo
         .write(true)
         .open("/dev/fuse")
         .map_err(|e| io::Error::new(e.kind(), format!("/dev/fuse: {e}")))?;
-    let mode = std::fs::metadata(mountpoint)?.mode() & libc::S_IFMT;
-    // SAFETY: getuid/getgid have no preconditions.
-    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    // The mount point's file type bits (`S_IFMT`), as the kernel wants `rootmode`.
+    let mode = rustix::fs::FileType::from_raw_mode(std::fs::metadata(mountpoint)?.mode());
+    let mode = mode.as_raw_mode();
+    let (uid, gid) = (rustix::process::getuid(), rustix::process::getgid());
     let mut data = format!(
-        "fd={},rootmode={mode:o},user_id={uid},group_id={gid}",
-        dev.as_raw_fd()
+        "fd={},rootmode={mode:o},user_id={},group_id={}",
+        dev.as_raw_fd(),
+        uid.as_raw(),
+        gid.as_raw()
     );
     for o in &spec.options {
         data.push(',');
         data.push_str(o);
     }
-    let c = |s: &str| CString::new(s).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput));
-    let (source, target) = (c(&spec.source)?, c_path(mountpoint)?);
+    let data = CString::new(data).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     // Type `fuse`, as the mount table has always shown it (fstests checks it with
     // FSTYP=fuse); only fusermount3 mounts with the subtype (`fuse.extalloc`).
-    let fstype = c("fuse")?;
-    let data = c(&data)?;
-    // SAFETY: every pointer is a NUL-terminated string that outlives the call.
-    let r = unsafe {
-        libc::mount(
-            source.as_ptr(),
-            target.as_ptr(),
-            fstype.as_ptr(),
-            spec.flags,
-            data.as_ptr().cast(),
-        )
-    };
-    let (dev, helper) = if r == 0 {
-        (dev, false)
-    } else {
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EPERM) {
-            return Err(e);
+    let made = rustix::mount::mount(
+        spec.source.as_str(),
+        mountpoint,
+        "fuse",
+        spec.flags,
+        data.as_c_str(),
+    );
+    let (dev, helper) = match made {
+        Ok(()) => (dev, false),
+        Err(Errno::PERM) => {
+            drop(dev);
+            (through_helper(mountpoint, spec)?, true)
         }
-        drop(dev);
-        (through_helper(mountpoint, spec)?, true)
+        Err(e) => return Err(e.into()),
     };
     let mut mounted = Mounted {
         mountpoint: mountpoint.to_path_buf(),
@@ -134,36 +134,25 @@ impl Mounted {
             }
             return Ok(());
         }
-        let target = c_path(&self.mountpoint)?;
-        let flags = libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW;
-        // SAFETY: `target` is NUL-terminated and outlives the call.
-        if unsafe { libc::umount2(target.as_ptr(), flags) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        let flags = UnmountFlags::DETACH | UnmountFlags::NOFOLLOW;
+        Ok(rustix::mount::unmount(&self.mountpoint, flags)?)
     }
-}
-
-fn c_path(p: &Path) -> io::Result<CString> {
-    CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
 }
 
 /// Mounts through `fusermount3` (a process that may not mount): it gets one end of a
 /// socket pair in `_FUSE_COMMFD` and sends the `/dev/fuse` descriptor back on it.
 fn through_helper(mountpoint: &Path, spec: &MountSpec) -> io::Result<File> {
-    let mut fds = [0; 2];
-    let kind = libc::SOCK_STREAM | libc::SOCK_CLOEXEC;
-    // SAFETY: `fds` has room for the two descriptors socketpair writes.
-    if unsafe { libc::socketpair(libc::AF_UNIX, kind, 0, fds.as_mut_ptr()) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: socketpair returned two fresh descriptors this function now owns.
-    let (ours, theirs) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let (ours, theirs) = rustix::net::socketpair(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
     // fusermount3 splits options at commas; a backslash escapes one.
     let source = spec.source.replace('\\', "\\\\").replace(',', "\\,");
     let mut opts = format!("fsname={source},subtype={}", spec.subtype);
     for (bit, set, clear) in FLAG_NAMES {
-        let name = if spec.flags & bit != 0 { set } else { clear };
+        let name = if spec.flags.contains(bit) { set } else { clear };
         if !name.is_empty() {
             opts.push(',');
             opts.push_str(name);
@@ -178,12 +167,14 @@ fn through_helper(mountpoint: &Path, spec: &MountSpec) -> io::Result<File> {
     cmd.env("_FUSE_COMMFD", inherited.to_string())
         .args(["-o", &opts, "--"])
         .arg(mountpoint);
-    // SAFETY: between fork and exec only fcntl runs, which is async-signal-safe; it lets
-    // fusermount3 inherit its end of the socket pair (and no other thread's child does).
+    // SAFETY: between fork and exec only fcntl runs (rustix's raw system call, which
+    // allocates nothing: async-signal-safe); it lets fusermount3 inherit its end of the
+    // socket pair (and no other thread's child does). `inherited` stays open in the child
+    // until its exec: `theirs` is dropped only after the child is reaped.
     unsafe {
-        cmd.pre_exec(move || match libc::fcntl(inherited, libc::F_SETFD, 0) {
-            -1 => Err(io::Error::last_os_error()),
-            _ => Ok(()),
+        cmd.pre_exec(move || {
+            let fd = BorrowedFd::borrow_raw(inherited);
+            Ok(rustix::io::fcntl_setfd(fd, FdFlags::empty())?)
         });
     }
     let out = cmd
@@ -207,49 +198,32 @@ fn through_helper(mountpoint: &Path, spec: &MountSpec) -> io::Result<File> {
 
 /// The `MS_*` flags fusermount3 takes by name: set, clear ("" for its default). It
 /// mounts nosuid,nodev unless told `suid`/`dev` (which it takes from root only).
-const FLAG_NAMES: [(libc::c_ulong, &str, &str); 7] = [
-    (libc::MS_RDONLY, "ro", ""),
-    (libc::MS_NOSUID, "nosuid", "suid"),
-    (libc::MS_NODEV, "nodev", "dev"),
-    (libc::MS_NOEXEC, "noexec", ""),
-    (libc::MS_NOATIME, "noatime", ""),
-    (libc::MS_SYNCHRONOUS, "sync", ""),
-    (libc::MS_DIRSYNC, "dirsync", ""),
+const FLAG_NAMES: [(MountFlags, &str, &str); 7] = [
+    (MountFlags::RDONLY, "ro", ""),
+    (MountFlags::NOSUID, "nosuid", "suid"),
+    (MountFlags::NODEV, "nodev", "dev"),
+    (MountFlags::NOEXEC, "noexec", ""),
+    (MountFlags::NOATIME, "noatime", ""),
+    (MountFlags::SYNCHRONOUS, "sync", ""),
+    (MountFlags::DIRSYNC, "dirsync", ""),
 ];
 
-/// The descriptor sent on `sock` (`SCM_RIGHTS`).
+/// The descriptor sent on `sock` (`SCM_RIGHTS`), received close-on-exec.
 fn receive_fd(sock: &OwnedFd) -> io::Result<File> {
     let mut byte = [0u8; 1];
-    let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
-    };
-    let mut control = [0u64; 8];
-    // SAFETY: msghdr is plain data; zero is a valid empty value.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&control);
-    // SAFETY: `msg` points at `iov` and `control`, which live across the call.
-    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the kernel filled `msg`; CMSG_FIRSTHDR reads within msg_control.
-    let cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
-    let one = std::mem::size_of::<libc::c_int>() as u32;
-    // SAFETY: a non-null header lies within `control`; its data holds a descriptor when it
-    // is SCM_RIGHTS at the socket level and long enough for one (checked).
-    unsafe {
-        if cmsg.is_null()
-            || (*cmsg).cmsg_level != libc::SOL_SOCKET
-            || (*cmsg).cmsg_type != libc::SCM_RIGHTS
-            || ((*cmsg).cmsg_len as u64) < u64::from(libc::CMSG_LEN(one))
-        {
-            return Err(io::Error::other("fusermount3 sent no descriptor"));
-        }
-        let fd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>());
-        Ok(File::from_raw_fd(fd))
-    }
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    rustix::net::recvmsg(
+        sock,
+        &mut [IoSliceMut::new(&mut byte)],
+        &mut control,
+        RecvFlags::CMSG_CLOEXEC,
+    )?;
+    let received = control.drain().find_map(|m| match m {
+        RecvAncillaryMessage::ScmRights(mut fds) => fds.next(),
+        _ => None,
+    });
+    received
+        .map(File::from)
+        .ok_or_else(|| io::Error::other("fusermount3 sent no descriptor"))
 }

@@ -60,7 +60,7 @@ pub(crate) mod flags {
 
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::Arc;
 use zerocopy::{FromBytes, IntoBytes};
@@ -143,7 +143,7 @@ impl Session {
             // (`poll.rs`). The rings' descriptor is left as it was.
             if queues_empty {
                 for d in std::iter::once(&*self.dev).chain(&devs) {
-                    poll::set_nonblocking(d.as_raw_fd())?;
+                    poll::set_nonblocking(d.as_fd())?;
                 }
             }
             let spawned: io::Result<Vec<_>> = devs
@@ -261,9 +261,7 @@ fn rings(dev: &File, ask: &mut Init, depth: usize) -> Vec<uring::Queue> {
 
 /// The machine's page size (`max_pages` counts pages).
 fn page_size() -> u32 {
-    // SAFETY: sysconf has no preconditions.
-    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    u32::try_from(n).unwrap_or(4096)
+    u32::try_from(rustix::param::page_size()).unwrap_or(4096)
 }
 
 /// Whether the thread that read `op` keeps its turn to read while it serves it: a lookup,

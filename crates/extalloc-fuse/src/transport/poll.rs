@@ -38,9 +38,10 @@
 //! to read (`gate.rs`). Lock order: none.
 
 use super::dev::{read_once, read_request, Read};
+use rustix::fs::OFlags;
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
 /// After a poll that found nothing, this many windows pass before the thread polls again.
@@ -109,7 +110,7 @@ impl Poller {
     /// the window ends (`Ok(None)`: read nothing, or the connection is gone, which the
     /// sleeping read then says); a miss backs off.
     fn poll(&mut self, dev: &File, buf: &mut [u8]) -> io::Result<Option<usize>> {
-        let fd = dev.as_raw_fd();
+        let fd = dev.as_fd();
         assert!(
             !is_blocking(fd),
             "a poll reads a non-blocking descriptor (set once for the session)"
@@ -120,8 +121,7 @@ impl Poller {
                 Read::Got(n) => break Ok(Some(n)),
                 Read::Again if start.elapsed() < self.window => {
                     let before = Instant::now();
-                    // SAFETY: sched_yield has no preconditions.
-                    unsafe { libc::sched_yield() };
+                    rustix::thread::sched_yield();
                     // Another task ran meanwhile: the CPUs are contended, and a thread that
                     // yields waits behind that task for its next read, where one asleep is
                     // woken as the request comes. Stop polling and back off.
@@ -145,26 +145,18 @@ impl Poller {
     }
 }
 
-/// Whether `fd` is blocking (no `O_NONBLOCK`).
-fn is_blocking(fd: i32) -> bool {
-    // SAFETY: F_GETFL reads the flags.
-    unsafe { libc::fcntl(fd, libc::F_GETFL) & libc::O_NONBLOCK == 0 }
+/// Whether `fd` is blocking (no `O_NONBLOCK`); an fd whose flags cannot be read counts as
+/// blocking (the checks that ask want it non-blocking).
+fn is_blocking(fd: BorrowedFd<'_>) -> bool {
+    rustix::fs::fcntl_getfl(fd).map_or(true, |f| !f.contains(OFlags::NONBLOCK))
 }
 
 /// Makes `fd` non-blocking for good (a serving thread's descriptor, once, before it
 /// serves: `mod.rs`).
-pub(super) fn set_nonblocking(fd: i32) -> io::Result<()> {
-    // SAFETY: F_GETFL and F_SETFL take and return plain flags.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    if flags < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if flags & libc::O_NONBLOCK == 0 {
-        // SAFETY: as above.
-        let r = unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
+pub(super) fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let flags = rustix::fs::fcntl_getfl(fd)?;
+    if !flags.contains(OFlags::NONBLOCK) {
+        rustix::fs::fcntl_setfl(fd, flags | OFlags::NONBLOCK)?;
     }
     debug_assert!(!is_blocking(fd), "the descriptor is non-blocking");
     Ok(())
@@ -174,23 +166,17 @@ pub(super) fn set_nonblocking(fd: i32) -> io::Result<()> {
 mod tests {
     use super::*;
     use std::io::Write;
-    use std::os::fd::FromRawFd;
 
     /// A connected pair standing in for `/dev/fuse`: one message per read; the daemon's
     /// end non-blocking, as a session's descriptors are.
     fn pair() -> (File, File) {
-        let mut fds = [0; 2];
-        // SAFETY: socketpair writes two descriptors into `fds`.
-        let r =
-            unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET, 0, fds.as_mut_ptr()) };
-        assert_eq!(r, 0, "socketpair: {}", io::Error::last_os_error());
-        set_nonblocking(fds[0]).unwrap();
-        // SAFETY: both descriptors are fresh and owned here.
-        unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) }
+        let (daemon, kernel) = crate::transport::tests::seqpacket_pair();
+        set_nonblocking(daemon.as_fd()).unwrap();
+        (daemon, kernel)
     }
 
     fn blocking(f: &File) -> bool {
-        is_blocking(f.as_raw_fd())
+        is_blocking(f.as_fd())
     }
 
     #[test]

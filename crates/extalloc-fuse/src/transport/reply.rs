@@ -11,7 +11,7 @@
 use super::abi;
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::io::IoSlice;
 use std::sync::Arc;
 use std::time::Duration;
 use zerocopy::IntoBytes;
@@ -63,27 +63,13 @@ fn send(dev: &File, unique: u64, error: i32, parts: &[&[u8]]) -> io::Result<()> 
         "a reply has at most {} parts",
         MAX_PARTS - 1
     );
-    let mut iov = [libc::iovec {
-        iov_base: std::ptr::null_mut(),
-        iov_len: 0,
-    }; MAX_PARTS];
+    let mut iov = [IoSlice::new(&[]); MAX_PARTS];
     let whole = std::iter::once(header.as_bytes()).chain(parts.iter().copied());
     for (v, p) in iov.iter_mut().zip(whole) {
-        *v = libc::iovec {
-            iov_base: p.as_ptr() as *mut libc::c_void,
-            iov_len: p.len(),
-        };
+        *v = IoSlice::new(p);
     }
-    let iov = &iov[..parts.len() + 1];
-    // SAFETY: every iovec points into a slice that outlives the call; writev only reads.
-    let n = unsafe { libc::writev(dev.as_raw_fd(), iov.as_ptr(), iov.len() as libc::c_int) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    debug_assert_eq!(
-        n as usize, len,
-        "/dev/fuse takes a message whole or not at all"
-    );
+    let n = rustix::io::writev(dev, &iov[..parts.len() + 1])?;
+    debug_assert_eq!(n, len, "/dev/fuse takes a message whole or not at all");
     Ok(())
 }
 

@@ -4,7 +4,6 @@
 
 use super::abi::{self, InHeader, OutHeader};
 use super::*;
-use std::os::fd::{AsRawFd, FromRawFd};
 use std::sync::Mutex;
 use zerocopy::FromBytes;
 
@@ -209,7 +208,7 @@ fn a_listing_is_padded_to_eight_bytes_and_stops_whole_when_full() {
     assert!(!plus.add(9, 1, 8, b"f", Some(&e)));
     assert!(plus.add(10, 2, 8, b"g", Some(&e)), "160 bytes hold one");
     let mut bytes = Vec::new();
-    let (a, b) = socket_pair();
+    let (a, b) = seqpacket_pair();
     d.send(Reply::new(&a, 3));
     bytes.extend(read_message(&b));
     let h = OutHeader::read_from_prefix(&bytes).unwrap().0;
@@ -242,13 +241,11 @@ fn init_takes_only_what_the_kernel_offers() {
 }
 
 /// A connected pair of sequenced-packet sockets: one write is one read, as on /dev/fuse.
-fn socket_pair() -> (File, File) {
-    let mut fds = [0; 2];
-    // SAFETY: socketpair writes two descriptors into `fds`.
-    let r = unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET, 0, fds.as_mut_ptr()) };
-    assert_eq!(r, 0);
-    // SAFETY: fresh descriptors, owned from here.
-    unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) }
+pub(super) fn seqpacket_pair() -> (File, File) {
+    use rustix::net::{socketpair, AddressFamily, SocketFlags, SocketType};
+    let flags = SocketFlags::CLOEXEC;
+    let (a, b) = socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, flags, None).unwrap();
+    (File::from(a), File::from(b))
 }
 
 fn read_message(f: &File) -> Vec<u8> {
@@ -261,7 +258,7 @@ fn read_message(f: &File) -> Vec<u8> {
 
 #[test]
 fn replies_are_one_message_each_and_an_unanswered_request_gets_eio() {
-    let (a, b) = socket_pair();
+    let (a, b) = seqpacket_pair();
     Reply::new(&a, 11).error(libc::ENOENT);
     let m = read_message(&b);
     let h = OutHeader::read_from_prefix(&m).unwrap().0;
@@ -328,7 +325,7 @@ impl Handler for Recorder {
 
 #[test]
 fn a_session_answers_init_then_each_request_and_ends_with_the_connection() {
-    let (daemon, kernel) = socket_pair();
+    let (daemon, kernel) = seqpacket_pair();
     let send = |bytes: Vec<u8>| {
         use std::io::Write;
         (&kernel).write_all(&bytes).unwrap();
@@ -389,8 +386,7 @@ fn a_session_answers_init_then_each_request_and_ends_with_the_connection() {
     // the handler's.
     assert_eq!(errors, [0, -libc::EIO, -libc::ENOSYS, -libc::EPERM]);
     // The kernel's end closes: the session ends.
-    // SAFETY: shutting down a socket this test owns.
-    unsafe { libc::shutdown(kernel.as_raw_fd(), libc::SHUT_RDWR) };
+    rustix::net::shutdown(&kernel, rustix::net::Shutdown::Both).unwrap();
     let handler = t.join().unwrap();
     assert_eq!(*handler.forgotten.lock().unwrap(), [(5, 3)]);
 }
@@ -461,7 +457,7 @@ fn an_old_kernels_short_init_is_read_and_refused_by_version() {
         panic!()
     };
     assert_eq!((i.major, i.minor, i.flags, i.flags2), (7, 34, 1, 0));
-    let (daemon, kernel) = socket_pair();
+    let (daemon, kernel) = seqpacket_pair();
     {
         use std::io::Write;
         (&kernel).write_all(&buf).unwrap();

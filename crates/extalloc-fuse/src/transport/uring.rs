@@ -42,7 +42,7 @@ const CMD_COMMIT_AND_FETCH: u32 = 2;
 struct Ent {
     header: Box<[u8; abi::RING_HEADER]>,
     payload: Box<[u8]>,
-    iov: Box<[libc::iovec; 2]>,
+    iov: Box<[rustix::io_uring::iovec; 2]>,
 }
 
 /// One CPU's ring and its entries.
@@ -91,11 +91,11 @@ impl Queue {
                 let mut header = Box::new([0u8; abi::RING_HEADER]);
                 let mut payload = vec![0u8; payload].into_boxed_slice();
                 let iov = Box::new([
-                    libc::iovec {
+                    rustix::io_uring::iovec {
                         iov_base: header.as_mut_ptr().cast(),
                         iov_len: header.len(),
                     },
-                    libc::iovec {
+                    rustix::io_uring::iovec {
                         iov_base: payload.as_mut_ptr().cast(),
                         iov_len: payload.len(),
                     },
@@ -130,22 +130,13 @@ impl Queue {
         if cmd_op == CMD_REGISTER {
             b = b.addr(Some(self.ents[i].iov.as_ptr() as u64));
         }
-        let mut sqe = b.build().user_data(i as u64);
-        if cmd_op == CMD_REGISTER {
-            // The crate sets no length; the kernel wants the two iovecs' count in the
-            // entry's `len` (byte 24 of the kernel's io_uring_sqe, which starts the entry).
-            const _: () = assert!(std::mem::size_of::<Entry128>() == 128);
-            // SAFETY: Entry128 is #[repr(C)] over the kernel's 128-byte submission entry,
-            // whose u32 `len` is at byte 24; the write stays within it.
-            unsafe {
-                (&mut sqe as *mut Entry128)
-                    .cast::<u8>()
-                    .add(24)
-                    .cast::<u32>()
-                    .write_unaligned(2)
-            };
+        let sqe = b.build().user_data(i as u64);
+        match cmd_op {
+            // The kernel wants the two iovecs' count in the entry's `len`, which the
+            // crate's UringCmd80 (io-uring 0.7) has no setter for.
+            CMD_REGISTER => with_len(sqe, 2),
+            _ => sqe,
         }
-        sqe
     }
 
     fn push(&mut self, sqe: Entry128) -> io::Result<()> {
@@ -302,16 +293,46 @@ impl Put for Slot<'_> {
     }
 }
 
+/// The kernel's 128-byte submission entry as rustix defines it (`io_uring_sqe`, field by
+/// field, then the 64 bytes of the command's tail): what `Entry128` holds, with names.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Sqe128 {
+    sqe: rustix::io_uring::io_uring_sqe,
+    tail: [u8; 64],
+}
+
+const _: () = assert!(
+    std::mem::size_of::<Sqe128>() == 128
+        && std::mem::size_of::<Entry128>() == 128
+        && std::mem::align_of::<Sqe128>() == std::mem::align_of::<Entry128>()
+);
+
+/// `sqe` with its `len` field set, through rustix's definition of the entry (no byte
+/// offsets of ours).
+fn with_len(sqe: Entry128, len: u32) -> Entry128 {
+    assert_eq!(
+        sqe.get_opcode(),
+        rustix::io_uring::IoringOp::UringCmd as u32,
+        "an io_uring command"
+    );
+    // SAFETY: Entry128 is #[repr(C)] over the kernel's submission entry and its 64-byte
+    // tail, as Sqe128 is (same size and alignment, asserted above); every field of
+    // rustix's entry is plain data or a union of plain data, except `opcode`, an enum whose
+    // byte here is IORING_OP_URING_CMD (asserted above), one of its values.
+    let mut raw: Sqe128 = unsafe { std::mem::transmute::<Entry128, Sqe128>(sqe) };
+    raw.sqe.len.len = len;
+    // SAFETY: the same bytes back, every bit pattern valid for Entry128 (the crate's
+    // bindgen structs of plain integers and unions).
+    unsafe { std::mem::transmute::<Sqe128, Entry128>(raw) }
+}
+
 /// Keeps the calling thread on `cpu` (where the kernel queues the requests of its callers);
 /// a refusal only costs speed.
 fn pin_to(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET writes within it; sched_setaffinity
-    // reads `size_of::<cpu_set_t>()` bytes of it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            log::warn!("cannot pin the FUSE io_uring queue thread to CPU {cpu}");
-        }
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(cpu);
+    if rustix::thread::sched_setaffinity(None, &set).is_err() {
+        log::warn!("cannot pin the FUSE io_uring queue thread to CPU {cpu}");
     }
 }

@@ -32,7 +32,9 @@
 //! `fsck_dirty_after_repair`, `handed_twice`. Counted per metadata kind.
 //!
 //! Data structures: an `Image` (bytes, stale snapshot, truth) per image, shared read-only
-//! with its steps through an `Arc`; the [`FsDamageOutcome`] counts. No locks of its own.
+//! with its steps through an `Arc`; the [`FsDamageOutcome`] counts, one per image (images
+//! are judged side by side: `corrupt::by_image`), merged in image order. No locks of its
+//! own.
 //! What the steps share (the metadata kinds, the caller, the mounts' writeback options)
 //! is in `types.rs`, which this file and every step import.
 
@@ -42,7 +44,7 @@ mod judge;
 mod truth;
 mod types;
 
-use crate::corrupt::{guarded, image_device, note, settle, Step};
+use crate::corrupt::{by_image, guarded, image_device, note, settle, Step};
 use anyhow::{bail, Context, Result};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -183,6 +185,47 @@ impl FsDamageOutcome {
         note(&mut self.failures, what);
     }
 
+    /// Adds the outcome of one more image (`one_image`) to the campaign's.
+    fn merge(&mut self, one: FsDamageOutcome) {
+        // Every field named: one added to the outcome is merged, or said not to be.
+        let FsDamageOutcome {
+            damages,
+            panics,
+            hangs,
+            images,
+            images_mid_checkpoint,
+            images_journal_tail,
+            long_maps,
+            kinds,
+            total,
+            seed: _,
+            seconds: _,
+            failures,
+            refusals,
+        } = one;
+        self.damages += damages;
+        self.panics += panics;
+        self.hangs += hangs;
+        self.images += images;
+        self.images_mid_checkpoint += images_mid_checkpoint;
+        self.images_journal_tail += images_journal_tail;
+        self.long_maps += long_maps;
+        for (kind, c) in kinds {
+            self.kinds.entry(kind).or_default().add(&c);
+        }
+        self.total.add(&total);
+        for f in failures {
+            self.fail(f);
+        }
+        for (why, r) in refusals {
+            let mine = self.refusals.entry(why).or_default();
+            mine.count += r.count;
+            if mine.first.is_empty() {
+                mine.first = r.first;
+            }
+        }
+    }
+
     /// A mount's counts (lost, /lost+found, renamed, handed twice), its failures noted.
     fn served(&mut self, s: &judge::Served, tag: &str, what: &str) -> (u64, u64, u64, u64) {
         for why in s.lost.iter().chain(&s.handed_twice) {
@@ -227,33 +270,46 @@ pub fn run(damages: u64, seed: u64) -> Result<FsDamageOutcome> {
         ..FsDamageOutcome::default()
     };
     let images = damages.div_ceil(DAMAGES_PER_IMAGE);
-    let mut tenth = 0;
-    for i in 0..images {
-        let image_seed = seed.wrapping_mul(1_000_003).wrapping_add(i);
-        let image = make_image(image_seed, i % 4 == 3, &mut out)
-            .with_context(|| format!("building image {i} (seed {image_seed})"))?;
-        let mut rng = StdRng::seed_from_u64(image_seed ^ 0x5eed);
-        for d in 0..DAMAGES_PER_IMAGE.min(damages - out.damages) {
-            let damage = damage::pick(&mut rng, &image.truth);
-            let tag = format!("seed {seed} image {i} damage {d}: {damage:?}");
-            judge(&image, damage, rng.gen(), &tag, &mut out);
-            while out.damages * 10 >= (tenth + 1) * damages {
-                tenth += 1;
-                eprintln!(
-                    "torture --fs-damage: {}/{damages} damages ({} %), {} images, {} \
-                     detected, {} refused, {} lost, {:.0} s",
-                    out.damages,
-                    tenth * 10,
-                    out.images,
-                    out.total.detected,
-                    out.total.mount_refused,
-                    out.total.mount_lost,
-                    started.elapsed().as_secs_f64()
-                );
-            }
+    // Images judged side by side (`by_image`), each into an outcome of its own, merged in
+    // image order: the same verdict as one after another.
+    let finished = std::sync::atomic::AtomicU64::new(0);
+    let outcomes = by_image(images, |i| {
+        let n = DAMAGES_PER_IMAGE.min(damages - i * DAMAGES_PER_IMAGE);
+        let one = one_image(seed, i, n)?;
+        let done = finished.fetch_add(n, std::sync::atomic::Ordering::Relaxed) + n;
+        if (done * 10 / damages) > ((done - n) * 10 / damages) {
+            eprintln!(
+                "torture --fs-damage: {done}/{damages} damages ({} %), {:.0} s",
+                done * 100 / damages,
+                started.elapsed().as_secs_f64()
+            );
         }
+        Ok(one)
+    })?;
+    for one in outcomes {
+        out.merge(one);
     }
+    debug_assert_eq!(out.damages, damages, "every damage made once");
     out.seconds = started.elapsed().as_secs_f64();
+    Ok(out)
+}
+
+/// Image `i` of the campaign of `seed` and its `damages` damages: a campaign's outcome of
+/// one image.
+fn one_image(seed: u64, i: u64, damages: u64) -> Result<FsDamageOutcome> {
+    let mut out = FsDamageOutcome {
+        seed,
+        ..FsDamageOutcome::default()
+    };
+    let image_seed = seed.wrapping_mul(1_000_003).wrapping_add(i);
+    let image = make_image(image_seed, i % 4 == 3, &mut out)
+        .with_context(|| format!("building image {i} (seed {image_seed})"))?;
+    let mut rng = StdRng::seed_from_u64(image_seed ^ 0x5eed);
+    for d in 0..damages {
+        let damage = damage::pick(&mut rng, &image.truth);
+        let tag = format!("seed {seed} image {i} damage {d}: {damage:?}");
+        judge(&image, damage, rng.gen(), &tag, &mut out);
+    }
     Ok(out)
 }
 

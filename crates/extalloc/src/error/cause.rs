@@ -311,6 +311,10 @@ pub enum Error {
     /// The volume's pending mark given as a caller's attribute blob (`volume/publish.rs`).
     #[error("this attribute blob is the volume's pending mark (reserved): choose another")]
     AttrReserved,
+    /// An empty key given to a keyed call ([`crate::volume::Volume::put_keyed`]): every
+    /// blob put without a key has the empty attribute, so no key is empty.
+    #[error("the key is empty: a keyed put or get needs a key of at least one byte")]
+    EmptyKey,
     /// A publish of file `id` that is not pending, or a call a pending file refuses: `why`.
     #[error("file {id} {why}")]
     #[allow(missing_docs)] // the variant's line names both fields

@@ -108,6 +108,7 @@ impl Error {
             | Error::JournalTooSmall { .. }
             | Error::FileIdNeverHandedOut { .. }
             | Error::AttrReserved
+            | Error::EmptyKey
             | Error::InvalidGeometry(_)
             | Error::UnknownPolicyKey { .. }
             | Error::UnknownPreset { .. }

@@ -30,6 +30,18 @@ impl Volume {
     /// fails too, left pending and hidden for the next open to remove): nothing is left.
     pub fn put(&self, attr: &[u8], data: &[u8]) -> Result<u64> {
         super::publish::check_caller_attr(attr)?;
+        self.put_then(data, |id| self.publish(id, attr))
+    }
+
+    /// A put's steps with its own last one: a pending file made and filled with `data` as
+    /// [`Volume::put`] fills it, then `publish(id)`. On failure the file is unlinked again
+    /// if it is still pending (or, if that fails too, left pending and hidden for the next
+    /// open to remove); a file `publish` made visible before failing stays.
+    pub(super) fn put_then(
+        &self,
+        data: &[u8],
+        publish: impl FnOnce(u64) -> Result<()>,
+    ) -> Result<u64> {
         let id = self.create_pending()?;
         let written = match data.is_empty() {
             true => Ok(()),
@@ -38,9 +50,11 @@ impl Volume {
                 .and_then(|()| self.write(id, 0, data))
                 .and_then(|()| self.close_file(id)),
         };
-        if let Err(e) = written.and_then(|()| self.publish(id, attr)) {
-            // The unlink's own failure is not the caller's news: the write's error is.
-            let _ = self.unlink(id);
+        if let Err(e) = written.and_then(|()| publish(id)) {
+            if self.is_pending(id) {
+                // The unlink's own failure is not the caller's news: the write's error is.
+                let _ = self.unlink(id);
+            }
             return Err(e);
         }
         debug_assert_eq!(self.size(id).ok(), Some(data.len() as u64), "written whole");

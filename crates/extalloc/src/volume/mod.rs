@@ -26,7 +26,8 @@
 //! file ([`Volume::mkfs_file`], [`Volume::open_file`]); `create.rs` makes files; `io.rs`
 //! the file calls (write, read, fallocate, truncate, unlink); `data.rs` what a write
 //! places (one buffer, or a writeback's cached blocks as they lie); `publish.rs` attribute blobs
-//! and the atomic publish; `delalloc.rs`
+//! and the atomic publish; `keyed.rs` blobs by key (a put that replaces the key's blob
+//! atomically, a get by key); `delalloc.rs`
 //! delayed allocation's reservations and writeback (the cache itself is
 //! `crate::writeback`); `placement.rs` where a file's data goes beyond the file layer's
 //! rules (a placed file's group, claimed runs of free groups for large files, the
@@ -58,7 +59,7 @@
 //! both under the gate (written). Durable state (the table, then the records after it)
 //! maps a block to at most one file, and only blocks the store holds allocated.
 //!
-//! Lock order: `groups` -> `gate` -> a file's mutex -> `files` / `log` (-> `dirty`) / `meta` /
+//! Lock order: `keys` (`keyed.rs`) -> `groups` -> `gate` -> a file's mutex -> `files` / `log` (-> `dirty`) / `meta` /
 //! `claims` / `delalloc`; then the store's locks. `files` is held only briefly and never while waiting for a file's mutex (callers
 //! clone a file's `Arc` out of it, then lock). Naming a file not in memory
 //! (`Volume::file`) takes the gate for reading (recursively) to load it: never with a
@@ -81,6 +82,9 @@ mod data;
 mod delalloc;
 mod file;
 mod io;
+mod keyed;
+#[cfg(test)]
+mod keyed_tests;
 #[cfg(test)]
 mod latch_tests;
 mod load;
@@ -261,6 +265,7 @@ impl Volume {
             evict_from: AtomicU64::new(0),
             files_loaded: AtomicU64::new(0),
             files_evicted: AtomicU64::new(0),
+            keys: RwLock::new(()),
         })
     }
 
@@ -380,6 +385,16 @@ impl Volume {
             true => Vec::new(),
             false => attr,
         })
+    }
+
+    /// Every file's id and handle, taken under the table's lock and let go of it before
+    /// the caller locks any file's mutex (the lock order: a file's mutex before `files`).
+    fn file_handles(&self) -> Vec<(u64, Arc<Mutex<file::VFile>>)> {
+        self.files
+            .read()
+            .iter()
+            .map(|(&id, f)| (id, f.clone()))
+            .collect()
     }
 
     /// Appends `changes` to the log (under the gate, read).

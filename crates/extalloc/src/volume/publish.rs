@@ -147,14 +147,8 @@ impl Volume {
 
     /// The pending files, in id order (a writable open removes those a crash left).
     pub fn pending(&self) -> Vec<u64> {
-        // The table's lock is let go before any file's mutex is taken (as `list` does).
-        let files: Vec<_> = self
-            .files
-            .read()
-            .iter()
-            .map(|(&id, f)| (id, f.clone()))
-            .collect();
-        let mut ids: Vec<u64> = files
+        let mut ids: Vec<u64> = self
+            .file_handles()
             .into_iter()
             .filter(|(_, f)| f.lock().attr == PENDING)
             .map(|(id, _)| id)

@@ -136,6 +136,10 @@ pub struct Volume {
     pub(super) files_loaded: AtomicU64,
     /// Files dropped from memory since the open.
     pub(super) files_evicted: AtomicU64,
+    /// Keyed reads read, the publish step of a keyed put writes: a key names at most one
+    /// file among keyed puts, and a keyed get never reads a file a keyed put removes
+    /// (`keyed.rs`).
+    pub(super) keys: RwLock<()>,
 }
 
 impl Meta {

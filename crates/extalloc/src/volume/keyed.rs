@@ -1,0 +1,119 @@
+//! Blobs by key: [`Volume::put_keyed`] stores a blob under a key, replacing the key's blob
+//! atomically; [`Volume::get_keyed`] and [`Volume::find_key`] find it again.
+//!
+//! A key is a file's attribute blob (as [`Volume::put`] stores it): the format is unchanged,
+//! and a volume's keys are rebuilt at open from its file table. A keyed put writes the new
+//! blob as a pending file (`publish.rs`), then, under the key lock, publishes it in place of
+//! the key's file with [`Volume::publish_replacing`] (one atomic group: the new file
+//! published, the old one made pending, then unlinked), or publishes it alone when the key
+//! is new. So a crash at any point leaves the key naming the old blob or the new one,
+//! never neither and never both, and a key a keyed put stored names one file across every
+//! reopen.
+//!
+//! Data structures: none of their own; the key lock is the volume's `keys`. A lookup walks
+//! every file, the file tree's leaves included (O(files), as [`Volume::list_with_attrs`]
+//! does): a caller with many
+//! keyed gets per put keeps its own index (from `list_with_attrs`).
+//!
+//! Invariant: among keyed puts, a key names at most one published file. Calls that set a
+//! blob directly ([`Volume::put`], [`Volume::create`], [`Volume::set_attr`],
+//! [`Volume::publish`]) do not take the key lock and may give a second file the same
+//! blob; the key then names the newest (highest id) of them, and a keyed put replaces
+//! that one. Locks: `keys` before every other lock of the volume; a keyed put writes its
+//! data before taking it, so keyed puts of different keys copy their data side by side.
+
+use super::publish::check_caller_attr;
+use super::state::Volume;
+use crate::error::{Error, Result};
+
+/// A key a caller may use: not empty, within the blob limit, not the pending mark.
+fn check_key(key: &[u8]) -> Result<()> {
+    if key.is_empty() {
+        return Err(Error::EmptyKey);
+    }
+    check_caller_attr(key)
+}
+
+impl Volume {
+    /// Stores `data` as a new blob under `key` (its attribute blob, at most
+    /// [`MAX_ATTR_BYTES`](super::MAX_ATTR_BYTES) bytes) and returns its id; the blob the key
+    /// named before, if any, is replaced in the same atomic group and unlinked. Durable at
+    /// the next commit ([`Volume::sync`]). After a crash the key names the old blob (whole)
+    /// or the new one (whole): never neither, never both; once the commit after the put is
+    /// durable, the new one.
+    ///
+    /// Refused, nothing changed: [`Error::EmptyKey`], [`Error::AttrTooLarge`] or
+    /// [`Error::AttrReserved`] for such a `key`. On any failure before the new blob is
+    /// published (`NoSpace`, an I/O error) the new file is unlinked again (or, if that fails
+    /// too, left pending and hidden for the next open to remove) and the key's old blob is
+    /// untouched. If only the last step, unlinking the old blob, fails, the replacement
+    /// stands (the key names the new blob, whose id is lost to the caller: [`Volume::find_key`]
+    /// gives it) and that error is returned; the old blob is pending and hidden, and the next
+    /// open removes it.
+    ///
+    /// ```
+    /// # use extalloc::volume::Volume;
+    /// # let dir = std::env::temp_dir().join(format!("extalloc-doc-keyed-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir).unwrap();
+    /// let vol = Volume::mkfs_file(dir.join("v.img"), 32 << 20)?;
+    /// let first = vol.put_keyed(b"report.pdf", b"draft")?;
+    /// let second = vol.put_keyed(b"report.pdf", b"final")?;
+    /// assert_eq!(vol.get_keyed(b"report.pdf")?.as_deref(), Some(&b"final"[..]));
+    /// assert_eq!(vol.find_key(b"report.pdf")?, Some(second));
+    /// assert!(vol.size(first).is_err(), "the draft is gone");
+    /// assert_eq!(vol.get_keyed(b"other")?, None);
+    /// # vol.close()?;
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), extalloc::Error>(())
+    /// ```
+    pub fn put_keyed(&self, key: &[u8], data: &[u8]) -> Result<u64> {
+        check_key(key)?;
+        self.put_then(data, |id| {
+            let _keys = self.keys.write();
+            match self.newest_under(key)? {
+                Some(old) => self.publish_replacing(id, key, old)?,
+                None => self.publish(id, key)?,
+            }
+            debug_assert!(
+                self.newest_under(key).is_ok_and(|n| n >= Some(id)),
+                "the key names it"
+            );
+            Ok(())
+        })
+    }
+
+    /// The id of the blob `key` names (the newest published file whose attribute blob is
+    /// `key`), or `None`. Refused as [`Volume::put_keyed`] refuses a key.
+    pub fn find_key(&self, key: &[u8]) -> Result<Option<u64>> {
+        check_key(key)?;
+        let _keys = self.keys.read();
+        self.newest_under(key)
+    }
+
+    /// The bytes of the blob `key` names, whole, or `None` when the key names none. A
+    /// keyed put that replaces it meanwhile waits for this read (or this read finds the
+    /// new blob): the bytes are one blob's, never part of one. (A direct
+    /// [`Volume::unlink`] of the blob meanwhile is not held back: the read then fails
+    /// with [`Error::NoSuchFile`] or returns the part it read.) Refused as
+    /// [`Volume::put_keyed`] refuses a key.
+    pub fn get_keyed(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        check_key(key)?;
+        let _keys = self.keys.read();
+        match self.newest_under(key)? {
+            None => Ok(None),
+            Some(id) => self.read(id, 0, self.size(id)?).map(Some),
+        }
+    }
+
+    /// The highest id of a published file whose blob is `key` (a valid key: never the
+    /// pending mark), among those in memory and those only in the file tree (a leaf that
+    /// cannot be read fails the lookup: `cache.rs`).
+    fn newest_under(&self, key: &[u8]) -> Result<Option<u64>> {
+        Ok(self
+            .try_list_with_attrs()?
+            .into_iter()
+            .filter(|(_, attr)| attr == key)
+            .map(|(f, _)| f.id)
+            .max())
+    }
+}

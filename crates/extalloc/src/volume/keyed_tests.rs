@@ -1,0 +1,166 @@
+//! Blobs by key (`keyed.rs`): a keyed put replaces the key's blob, a crash at any write of
+//! a replacing put leaves the key naming exactly one blob (old or new, whole), keys stay
+//! unique across reopens and concurrent puts, and bad keys are refused.
+
+use super::*;
+use crate::disk::device::{Crash, FaultDevice, MemDevice};
+
+fn geometry() -> Geometry {
+    Geometry::new(4096, 1024, 8192).unwrap()
+}
+
+fn device(seed: u64) -> Arc<FaultDevice<MemDevice>> {
+    Arc::new(FaultDevice::new(MemDevice::new(8192 * 4096), seed))
+}
+
+fn data(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(13) ^ seed)
+        .collect()
+}
+
+/// Power lost: writes fail, the volume dropped, unflushed writes lost, opened again.
+fn power_loss(dev: &Arc<FaultDevice<MemDevice>>, vol: Volume) -> Volume {
+    dev.fail_writes(true);
+    drop(vol);
+    dev.crash(Crash::DropAll).unwrap();
+    Volume::open(dev.clone(), Policy::default()).unwrap()
+}
+
+/// The ids of the published files whose blob is `key`.
+fn under(vol: &Volume, key: &[u8]) -> Vec<u64> {
+    vol.list_with_attrs()
+        .into_iter()
+        .filter(|(_, a)| a == key)
+        .map(|(f, _)| f.id)
+        .collect()
+}
+
+#[test]
+fn a_keyed_put_replaces_the_keys_blob_and_keys_stay_unique_across_reopens() {
+    let dev = device(1);
+    let vol = Volume::mkfs(dev.clone(), &geometry(), 256, Policy::default()).unwrap();
+    assert_eq!(vol.get_keyed(b"a").unwrap(), None);
+    assert_eq!(vol.find_key(b"a").unwrap(), None);
+    let a1 = vol.put_keyed(b"a", &data(1, 100_000)).unwrap();
+    let b1 = vol.put_keyed(b"b", b"").unwrap();
+    let plain = vol.put(b"", b"no key").unwrap();
+    let a2 = vol.put_keyed(b"a", &data(2, 5_000)).unwrap();
+    assert!(a2 > a1 && matches!(vol.size(a1), Err(Error::NoSuchFile { .. })));
+    assert_eq!(vol.get_keyed(b"a").unwrap(), Some(data(2, 5_000)));
+    assert_eq!(vol.get_keyed(b"b").unwrap(), Some(Vec::new()));
+    vol.sync().unwrap();
+    let vol = power_loss(&dev, vol);
+    assert_eq!((under(&vol, b"a"), under(&vol, b"b")), (vec![a2], vec![b1]));
+    let a3 = vol.put_keyed(b"a", &data(3, 9_000)).unwrap();
+    vol.close().unwrap();
+    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+    assert_eq!(under(&vol, b"a"), [a3], "one blob under the key");
+    assert_eq!(vol.find_key(b"a").unwrap(), Some(a3));
+    assert_eq!(vol.get_keyed(b"a").unwrap(), Some(data(3, 9_000)));
+    assert_eq!(
+        vol.read(plain, 0, 6).unwrap(),
+        b"no key",
+        "unkeyed blobs untouched"
+    );
+    // A second file under the key made by a plain put: the key names the newest, and a
+    // keyed put replaces that one.
+    let dup = vol.put(b"a", b"dup").unwrap();
+    assert_eq!(vol.get_keyed(b"a").unwrap().as_deref(), Some(&b"dup"[..]));
+    let a4 = vol.put_keyed(b"a", b"four").unwrap();
+    assert_eq!(under(&vol, b"a"), [a3, a4]);
+    assert!(matches!(vol.size(dup), Err(Error::NoSuchFile { .. })));
+    assert!(vol.pending().is_empty() && vol.check().unwrap().clean());
+}
+
+#[test]
+fn bad_keys_are_refused_and_change_nothing() {
+    let vol = Volume::mkfs(device(2), &geometry(), 256, Policy::default()).unwrap();
+    let long = vec![b'k'; MAX_ATTR_BYTES + 1];
+    assert!(matches!(vol.put_keyed(b"", b"x"), Err(Error::EmptyKey)));
+    assert!(matches!(
+        vol.put_keyed(&long, b"x"),
+        Err(Error::AttrTooLarge { .. })
+    ));
+    assert!(matches!(
+        vol.put_keyed(publish::PENDING, b"x"),
+        Err(Error::AttrReserved)
+    ));
+    assert!(matches!(vol.get_keyed(b""), Err(Error::EmptyKey)));
+    assert!(matches!(
+        vol.find_key(&long),
+        Err(Error::AttrTooLarge { .. })
+    ));
+    assert_eq!(Error::EmptyKey.kind(), crate::ErrorKind::InvalidArgument);
+    let max = vec![b'k'; MAX_ATTR_BYTES];
+    let id = vol.put_keyed(&max, b"x").unwrap();
+    assert_eq!(vol.find_key(&max).unwrap(), Some(id));
+    assert!(vol.list().len() == 1 && vol.pending().is_empty());
+}
+
+/// A replacing keyed put of a blob through a small journal, cut at every device write:
+/// after the power loss the key names exactly one blob, the old one or (once the put and
+/// its sync returned) the new one, whole; nothing pending, every block accounted for.
+#[test]
+fn a_replacing_put_cut_at_any_write_leaves_exactly_one_blob_under_the_key() {
+    let (old_bytes, new_bytes) = (data(4, 700_000), data(5, 3 << 20));
+    let mut seen = [0u32; 2];
+    for cut in 0..3000u64 {
+        let dev = device(100 + cut);
+        let vol = Volume::mkfs(dev.clone(), &geometry(), 24, Policy::default()).unwrap();
+        let old = vol.put_keyed(b"key", &old_bytes).unwrap();
+        vol.put_keyed(b"other", b"bystander").unwrap();
+        vol.sync().unwrap();
+        dev.fail_after(cut);
+        let done = vol
+            .put_keyed(b"key", &new_bytes)
+            .and_then(|_| vol.sync())
+            .is_ok();
+        let vol = power_loss(&dev, vol);
+        let ids = under(&vol, b"key");
+        assert_eq!(ids.len(), 1, "cut {cut}: {ids:?} under the key");
+        let got = vol.get_keyed(b"key").unwrap().unwrap();
+        if ids[0] == old {
+            assert!(!done, "cut {cut}: a synced replacement undone");
+            assert!(got == old_bytes, "cut {cut}: the old blob damaged");
+            seen[0] += 1;
+        } else {
+            assert!(got == new_bytes, "cut {cut}: a partial new blob");
+            seen[1] += 1;
+        }
+        assert_eq!(vol.get_keyed(b"other").unwrap().unwrap(), b"bystander");
+        let check = vol.check().unwrap();
+        assert!(
+            vol.pending().is_empty() && check.clean(),
+            "cut {cut}: {check:?}"
+        );
+        if done {
+            assert!(seen[0] > 20, "old after {} cuts", seen[0]);
+            return;
+        }
+    }
+    panic!("no cut let the replacement through: {seen:?}");
+}
+
+/// Keyed puts of one key from several threads, with keyed gets beside them: every get
+/// reads one whole blob, and at the end the key names exactly one file.
+#[test]
+fn concurrent_keyed_puts_leave_one_blob_under_the_key() {
+    let vol = Volume::mkfs(device(3), &geometry(), 256, Policy::default()).unwrap();
+    let blob = |t: u8, i: u8| vec![t.wrapping_mul(31) ^ i; 20_000 + usize::from(i) * 97];
+    std::thread::scope(|s| {
+        for t in 0..4u8 {
+            let vol = &vol;
+            s.spawn(move || {
+                for i in 0..25u8 {
+                    vol.put_keyed(b"shared", &blob(t, i)).unwrap();
+                    let got = vol.get_keyed(b"shared").unwrap().unwrap();
+                    assert!(got.iter().all(|&b| b == got[0]), "a torn read");
+                }
+            });
+        }
+    });
+    assert_eq!(under(&vol, b"shared").len(), 1);
+    vol.sync().unwrap();
+    assert!(vol.list().len() == 1 && vol.check().unwrap().clean());
+}
