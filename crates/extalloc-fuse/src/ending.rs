@@ -23,7 +23,6 @@
 
 use crate::fs::Fs;
 use crate::mountinfo;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -109,11 +108,7 @@ impl Ending {
 /// (to this daemon, whose session threads serve the writes).
 fn syncfs(path: &Path) -> std::io::Result<()> {
     let dir = std::fs::File::open(path)?;
-    // SAFETY: syncfs takes an open descriptor, which `dir` keeps open for the call.
-    if unsafe { libc::syncfs(dir.as_raw_fd()) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    Ok(rustix::fs::syncfs(&dir)?)
 }
 
 /// Before a shutdown (`fs/shutdown.rs`): `syncfs` of the mount from a thread of its own,
@@ -148,30 +143,25 @@ pub const HAND_OVER_WAIT: Duration = Duration::from_secs(5);
 
 /// `umount2(path, MNT_DETACH)`.
 fn detach(path: &Path) -> std::io::Result<()> {
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())?;
-    // SAFETY: `c` is a valid NUL-terminated path for the call's duration.
-    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    Ok(rustix::mount::unmount(
+        path,
+        rustix::mount::UnmountFlags::DETACH,
+    )?)
 }
 
 /// Aborts FUSE connection `n` (mounts `fusectl` first when it is not mounted).
 fn abort(n: u32) -> std::io::Result<()> {
     let file = PathBuf::from(format!("{FUSECTL}/{n}/abort"));
     if !file.exists() {
-        // SAFETY: NUL-terminated constant strings; no data argument.
-        let r = unsafe {
-            libc::mount(
-                c"fusectl".as_ptr(),
-                c"/sys/fs/fuse/connections".as_ptr(),
-                c"fusectl".as_ptr(),
-                0,
-                std::ptr::null(),
-            )
-        };
-        if r != 0 {
-            let e = std::io::Error::last_os_error();
+        let mounted = rustix::mount::mount(
+            "fusectl",
+            FUSECTL,
+            "fusectl",
+            rustix::mount::MountFlags::empty(),
+            None,
+        );
+        if let Err(e) = mounted {
+            let e = std::io::Error::from(e);
             return Err(std::io::Error::new(
                 e.kind(),
                 format!(

@@ -156,15 +156,9 @@ impl Time {
     /// (`CLOCK_REALTIME_COARSE`, ticks of a jiffy): a time the daemon sets is never later
     /// than one the kernel sets after it (fstests generic/423 compares them).
     pub fn now() -> Time {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant Linux has.
-        let rc = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
-        if rc != 0 {
-            return Time::from_system(SystemTime::now());
-        }
+        let ts = rustix::time::clock_gettime(rustix::time::ClockId::RealtimeCoarse);
+        // The kernel keeps nanoseconds below a second.
+        debug_assert!((0..1_000_000_000).contains(&ts.tv_nsec));
         Time {
             secs: ts.tv_sec,
             nanos: ts.tv_nsec as u32,

@@ -23,8 +23,8 @@
 //! (fsx, pjdfstest, fio) check.
 //!
 //! System calls go through `rustix` (typed flags, owned and borrowed descriptors, no
-//! `unsafe` at the call); the transport makes none through `libc`. What stays on `libc`
-//! is constants, and the few calls outside the transport not moved yet: the errno values
+//! `unsafe` at the call; the two ioctls rustix has no wrapper for go through its typed
+//! `ioctl`); no call goes through `libc`. What stays on `libc` is constants: the errno values
 //! (`libc::ENOENT`) the file system returns, which FUSE carries as a negated `i32` in a
 //! reply header, so a plain `c_int` per value is what every reply wants (rustix's `Errno`
 //! would be unwrapped back to that at each of the 194 places, tests included); and the

@@ -320,7 +320,6 @@ fn close(fs: Arc<Fs>, read_only: bool) -> Result<(), String> {
 
 /// Whether `path` is a block device the kernel holds read-only (`blockdev --setro`).
 fn write_protected(path: &std::path::Path) -> bool {
-    use std::os::fd::AsRawFd;
     use std::os::unix::fs::FileTypeExt;
     let Ok(file) = std::fs::File::open(path) else {
         return false;
@@ -331,10 +330,16 @@ fn write_protected(path: &std::path::Path) -> bool {
     {
         return false;
     }
-    let mut ro: libc::c_int = 0;
-    // SAFETY: BLKROGET writes one int through the pointer, which lives across the call.
-    let r = unsafe { libc::ioctl(file.as_raw_fd(), 0x125e, &mut ro) };
-    r == 0 && ro != 0
+    // BLKROGET (`linux/fs.h`: _IO(0x12, 94)): the block device's read-only flag.
+    const BLKROGET: rustix::ioctl::Opcode = 0x125e;
+    // SAFETY: BLKROGET writes one int, which the getter provides.
+    let ro = unsafe {
+        rustix::ioctl::ioctl(
+            &file,
+            rustix::ioctl::Getter::<BLKROGET, rustix::ffi::c_int>::new(),
+        )
+    };
+    ro.is_ok_and(|ro| ro != 0)
 }
 
 /// A device that cannot be opened, said so that the user knows what to do.

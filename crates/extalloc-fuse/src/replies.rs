@@ -264,8 +264,8 @@ pub(crate) fn statx(a: &Attr, block_size: u32) -> transport::Statx {
         btime: i.btime.map(sx).unwrap_or_default(),
         ctime: sx(i.ctime),
         mtime: sx(i.mtime),
-        rdev_major: libc::major(u64::from(i.rdev)),
-        rdev_minor: libc::minor(u64::from(i.rdev)),
+        rdev_major: rustix::fs::major(u64::from(i.rdev)),
+        rdev_minor: rustix::fs::minor(u64::from(i.rdev)),
         ..Default::default()
     };
     debug_assert_eq!(s.mode as u32, f.mode, "a mode fits 16 bits");
@@ -314,8 +314,10 @@ mod tests {
         assert_eq!((given.uid, given.gid), (1000, 100));
         // None sent: this process's filesystem ids, as the kernel would have sent them.
         let me = caller_of(NO_ID, NO_ID, std::process::id());
-        // SAFETY: geteuid and getegid take nothing, touch no memory and cannot fail.
-        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let (uid, gid) = (
+            rustix::process::geteuid().as_raw(),
+            rustix::process::getegid().as_raw(),
+        );
         assert_eq!((me.uid, me.gid), (uid, gid));
         // Only the missing one is read.
         let half = caller_of(7, NO_ID, std::process::id());

@@ -72,8 +72,13 @@ pub fn unmount(
                     device.display(),
                     daemon(pid)
                 ));
-                // SAFETY: kill has no memory effects; a gone process gives ESRCH.
-                unsafe { libc::kill(p as libc::pid_t, libc::SIGTERM) };
+                // A process gone meanwhile (ESRCH) has nothing left to end.
+                let pid = i32::try_from(p)
+                    .ok()
+                    .and_then(rustix::process::Pid::from_raw);
+                if let Some(pid) = pid {
+                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+                }
                 nudged = true;
             }
         }
@@ -140,34 +145,28 @@ fn device_of(mp: &Path) -> Result<(PathBuf, bool), String> {
 /// Whether a daemon holds `device` (to write, or to read for a read-only mount): it has
 /// not closed it yet.
 fn busy(device: &Path) -> Result<bool, String> {
-    use std::os::fd::AsRawFd;
+    use rustix::fs::FlockOperation;
     // A probe for any holder, a reader (`mount --read-only`) too: an exclusive try-lock.
     let f = std::fs::File::open(device)
         .map_err(|e| format!("cannot check whether {} is in use: {e}", device.display()))?;
-    // SAFETY: flock on a descriptor this function owns; the lock goes with the file.
-    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if r == 0 {
-        return Ok(false);
-    }
-    let e = std::io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::EWOULDBLOCK) => Ok(true),
-        _ => Err(format!(
-            "cannot check whether {} is in use: {e}",
-            device.display()
+    // The lock goes with the file.
+    match rustix::fs::flock(&f, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(false),
+        Err(rustix::io::Errno::WOULDBLOCK) => Ok(true),
+        Err(e) => Err(format!(
+            "cannot check whether {} is in use: {}",
+            device.display(),
+            std::io::Error::from(e)
         )),
     }
 }
 
 /// `umount2(mp, 0)`, its errors said with what to do.
 fn umount(mp: &Path, pid: Option<u32>) -> Result<(), String> {
-    let c = std::ffi::CString::new(mp.as_os_str().as_encoded_bytes())
-        .map_err(|e| format!("{}: {e}", mp.display()))?;
-    // SAFETY: `c` is a valid NUL-terminated path for the call's duration.
-    if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
+    let Err(e) = rustix::mount::unmount(mp, rustix::mount::UnmountFlags::empty()) else {
         return Ok(());
-    }
-    let e = std::io::Error::last_os_error();
+    };
+    let e = std::io::Error::from(e);
     Err(match e.raw_os_error() {
         Some(libc::EBUSY) => format!(
             "cannot unmount {}: busy (a process has a file or its working directory there; \
@@ -193,8 +192,8 @@ fn daemon(pid: Option<u32>) -> String {
 fn holder(device: &Path) -> Option<u32> {
     let meta = std::fs::metadata(device).ok()?;
     let want = (
-        u64::from(libc::major(meta.dev())),
-        u64::from(libc::minor(meta.dev())),
+        u64::from(rustix::fs::major(meta.dev())),
+        u64::from(rustix::fs::minor(meta.dev())),
         meta.ino(),
     );
     let locks = std::fs::read_to_string("/proc/locks").ok()?;

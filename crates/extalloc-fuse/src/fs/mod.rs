@@ -214,8 +214,10 @@ impl Fs {
 
 /// Makes the root directory as the first file of an empty volume.
 fn make_root(vol: &Volume) -> Result<(), String> {
-    // SAFETY: geteuid and getegid cannot fail.
-    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let (uid, gid) = (
+        rustix::process::geteuid().as_raw(),
+        rustix::process::getegid().as_raw(),
+    );
     let root = Inode::new(Kind::Dir, 0o755, uid, gid, 0);
     let id = vol
         .create(&root.encode())
