@@ -161,11 +161,32 @@ fn busy(device: &Path) -> Result<bool, String> {
     }
 }
 
-/// `umount2(mp, 0)`, its errors said with what to do.
+/// `umount2(mp, 0)`, its errors said with what to do. Refused (`EPERM`: not root), the
+/// unmount goes through `fusermount3 -u`, the setuid helper that lets a user unmount a
+/// FUSE mount of their own, as a mount made through it is unmounted.
 fn umount(mp: &Path, pid: Option<u32>) -> Result<(), String> {
     let Err(e) = rustix::mount::unmount(mp, rustix::mount::UnmountFlags::empty()) else {
         return Ok(());
     };
+    if e == rustix::io::Errno::PERM {
+        let helper = std::process::Command::new("fusermount3")
+            .arg("-u")
+            .arg("--")
+            .arg(mp)
+            .output();
+        match helper {
+            Ok(out) if out.status.success() => return Ok(()),
+            Ok(out) => {
+                return Err(format!(
+                    "cannot unmount {}: not root, and `fusermount3 -u` refused: {}",
+                    mp.display(),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ))
+            }
+            // No helper: the error below says to run as root.
+            Err(_) => {}
+        }
+    }
     let e = std::io::Error::from(e);
     Err(match e.raw_os_error() {
         Some(libc::EBUSY) => format!(
