@@ -50,6 +50,18 @@ impl Volume {
                 .and_then(|()| self.write(id, 0, data))
                 .and_then(|()| self.close_file(id)),
         };
+        // Checked before it is published: once it is, a keyed put may replace it at once.
+        debug_assert!(
+            written.is_err() || self.size(id).ok() == Some(data.len() as u64),
+            "written whole"
+        );
+        debug_assert!(
+            written.is_err()
+                || self
+                    .extents(id)
+                    .map_or(true, |m| m.iter().all(|e| !e.unwritten)),
+            "every block the put mapped is written"
+        );
         if let Err(e) = written.and_then(|()| publish(id)) {
             if self.is_pending(id) {
                 // The unlink's own failure is not the caller's news: the write's error is.
@@ -57,12 +69,6 @@ impl Volume {
             }
             return Err(e);
         }
-        debug_assert_eq!(self.size(id).ok(), Some(data.len() as u64), "written whole");
-        debug_assert!(
-            self.extents(id)
-                .map_or(true, |m| m.iter().all(|e| !e.unwritten)),
-            "every block the put mapped is written"
-        );
         Ok(id)
     }
 

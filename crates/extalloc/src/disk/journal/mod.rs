@@ -79,7 +79,7 @@ pub use types::{groups_touched, Area, Damage, Op, Recent, Record, Replayed};
 use crate::disk::device::Device;
 use crate::error::{Error, Result};
 use parking_lot::{Condvar, Mutex};
-use record::{append_mirror, encode_into, wrap_marker, HEADER};
+use record::{append_mirror, encode_into, pad_to, wrap_marker, HEADER};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -105,6 +105,12 @@ struct WriterState {
     /// zeroing and TLB shootdowns when they go back. Dropped above `BUF_KEEP_BYTES`.
     buf: Vec<u8>,
 }
+
+/// Records from this size on are padded to end on a 4 KiB boundary ([`Journal::padded`]):
+/// the padding costs at most a quarter of such a record, and saves the next record's
+/// mirror from copying it (a settled 1M-file mount's `touch` + `sync` wrote 704 KiB, its
+/// own record 440 bytes, the previous one mirrored again).
+const PAD_FROM: u64 = 16 << 10;
 
 /// Largest append buffer kept for the next append.
 const BUF_KEEP_BYTES: usize = 64 << 20;
@@ -147,8 +153,11 @@ impl WriterState {
         while self.recs.len() >= 2 && self.recs[1].1 <= block {
             self.recs.pop_front();
         }
+        // The record holding the block's first byte: the front one, unless it ends at or
+        // before the block (records lie end to end up to the head): then none before it.
+        let front_end = self.recs.get(1).map_or(self.head, |&(_, o)| o);
         let start = match self.recs.front() {
-            Some(&(_, o)) if o <= block => o,
+            Some(&(_, o)) if o <= block && front_end > block => o,
             _ => block,
         };
         let start = start.max(self.recent_start);
@@ -265,7 +274,12 @@ impl Journal {
         }
         let mut w = self.writer.lock();
         let durable = self.durable_seq.load(std::sync::atomic::Ordering::Acquire);
-        let record = w.encode(n, durable, ops, payload);
+        let mut record = w.encode(n, durable, ops, payload);
+        let n = self.padded(n, w.head);
+        if n > record.len() as u64 {
+            pad_to(&mut record, n as usize);
+            debug_check_encoded(&record, w.next_seq, durable, ops, payload);
+        }
         let mut at = w.head;
         let mut wrap = false;
         let spanned = |w: &mut WriterState, at: u64| {
@@ -333,6 +347,24 @@ impl Journal {
         w.next_seq += 1;
         self.appended.store(w.next_seq, Relaxed);
         Ok(seq)
+    }
+
+    /// The bytes a record of `n` bytes takes at `head`: a large one (`PAD_FROM` and up) is
+    /// padded to end on a 4 KiB boundary of the device, so the record after it starts in a
+    /// block of its own and its mirror need not copy this one again (a mirror copies from
+    /// the start of the record holding the first byte of its record's block). At most
+    /// 4 KiB - 8 more, and never past the largest record.
+    fn padded(&self, n: u64, head: u64) -> u64 {
+        if n < PAD_FROM {
+            return n;
+        }
+        let start = self.area.start + head;
+        let p = (start + n).next_multiple_of(MIRROR_ALIGN) - start;
+        debug_assert!(p >= n && p - n < MIRROR_ALIGN && p.is_multiple_of(8));
+        match p <= self.max_record {
+            true => p,
+            false => n,
+        }
     }
 
     /// The largest record (in bytes, a multiple of 8) this journal holds: one that, with
@@ -519,6 +551,48 @@ mod tests {
         assert_eq!(r.records[4].payload, b"payload 5");
         assert_eq!(r.records[2].ops, ops(3));
         assert_eq!(r.next_seq, 6);
+    }
+
+    /// A large record ends on a 4 KiB boundary of the device (zeros inside it), so the
+    /// small one after it starts a block of its own; both replay as written, through a
+    /// crash, and once the large one is durable the small one's append writes only its
+    /// own bytes and its mirror (before the padding: the large record again, 20 KiB).
+    #[test]
+    fn a_large_record_is_padded_to_a_block_and_the_next_starts_on_one() {
+        let dev = Arc::new(FaultDevice::new(MemDevice::new(1 << 20), 7));
+        let area = Area {
+            start: 4096,
+            len: 256 << 10,
+        };
+        let j = Journal::new(dev.clone(), area, 0, &empty());
+        j.append(&ops(1), b"small first").unwrap();
+        let big = vec![0x5au8; 20_000];
+        j.append(&ops(2), &big).unwrap();
+        // Durable: no later record's mirror has to carry it for the flush's sake.
+        j.commit(2).unwrap();
+        let (head, _) = j.head();
+        assert_eq!(
+            (area.start + head) % MIRROR_ALIGN,
+            0,
+            "the large record ends a block"
+        );
+        let written = dev.bytes_written();
+        j.append(&ops(3), b"small after").unwrap();
+        let small = dev.bytes_written() - written;
+        assert!(
+            small <= 2 * MIRROR_ALIGN,
+            "the small record's write: {small} bytes"
+        );
+        j.commit(3).unwrap();
+        dev.crash(Crash::DropAll).unwrap();
+        let r = replay(dev.as_ref(), area, 0, 1).unwrap();
+        let payloads: Vec<&[u8]> = r.records.iter().map(|r| &r.payload[..]).collect();
+        assert_eq!(
+            payloads,
+            [&b"small first"[..], &big[..], &b"small after"[..]]
+        );
+        assert_eq!(r.records[1].ops, ops(2));
+        assert_eq!(r.next_seq, 4);
     }
 
     #[test]

@@ -22,6 +22,22 @@ pub(super) fn record_bytes(ops: u64, payload: u64) -> u64 {
     (HEADER as u64 + ops * OP as u64 + payload).next_multiple_of(8)
 }
 
+/// Pads the record encoded in `b` with zeros to `total` bytes (a multiple of 8, at least
+/// its length), its length field and crc32c set to match: the zeros are part of it, which
+/// [`decode`] takes as any record's (it reads its operations and payload by their counts).
+pub(super) fn pad_to(b: &mut Vec<u8>, total: usize) {
+    assert!(
+        total >= b.len() && total.is_multiple_of(8),
+        "padding {} to {total}",
+        b.len()
+    );
+    b.resize(total, 0);
+    b[16..20].copy_from_slice(&(total as u32).to_le_bytes());
+    b[20..24].fill(0);
+    let crc = crc32c::crc32c(b);
+    b[20..24].copy_from_slice(&crc.to_le_bytes());
+}
+
 /// Encodes a transaction record.
 pub fn encode(seq: u64, durable_through: u64, ops: &[Op], payload: &[u8]) -> Vec<u8> {
     let mut b = Vec::new();
