@@ -274,12 +274,8 @@ impl Journal {
         }
         let mut w = self.writer.lock();
         let durable = self.durable_seq.load(std::sync::atomic::Ordering::Acquire);
-        let mut record = w.encode(n, durable, ops, payload);
-        let n = self.padded(n, w.head);
-        if n > record.len() as u64 {
-            pad_to(&mut record, n as usize);
-            debug_check_encoded(&record, w.next_seq, durable, ops, payload);
-        }
+        let record = self.encode_padded(&mut w, durable, ops, payload);
+        let n = record.len() as u64;
         let mut at = w.head;
         let mut wrap = false;
         let spanned = |w: &mut WriterState, at: u64| {
@@ -347,6 +343,26 @@ impl Journal {
         w.next_seq += 1;
         self.appended.store(w.next_seq, Relaxed);
         Ok(seq)
+    }
+
+    /// The next record as it goes to the device at the head: encoded, and padded if large
+    /// ([`Journal::padded`]). Its length is what it takes in the log.
+    fn encode_padded(
+        &self,
+        w: &mut WriterState,
+        durable: u64,
+        ops: &[Op],
+        payload: &[u8],
+    ) -> Vec<u8> {
+        let n = Self::record_bytes(ops.len() as u64, payload.len() as u64);
+        let mut record = w.encode(n, durable, ops, payload);
+        let padded = self.padded(n, w.head);
+        if padded > n {
+            pad_to(&mut record, padded as usize);
+            debug_check_encoded(&record, w.next_seq, durable, ops, payload);
+        }
+        debug_assert_eq!(record.len() as u64, padded);
+        record
     }
 
     /// The bytes a record of `n` bytes takes at `head`: a large one (`PAD_FROM` and up) is
