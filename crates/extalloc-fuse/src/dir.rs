@@ -106,7 +106,7 @@ pub struct DirLog {
     /// What stopped the parse before the end, or what it stepped over, if anything.
     pub problem: Option<String>,
     /// Damage in the middle was stepped over (the records after it were read): the log
-    /// must be rewritten whole to be clean again (mount does, `scan.rs`).
+    /// must be rewritten whole to be clean again (mount does, `fs/scan/`).
     pub skipped_damage: bool,
 }
 

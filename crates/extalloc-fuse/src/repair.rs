@@ -17,7 +17,7 @@
 //!    A spill file of extended attributes is not an inode and keeps its blob; an inode
 //!    whose extended attributes are damaged (a tail that does not decode, a spill file
 //!    that fails its checksum or names another owner) loses them, and keeps its data.
-//! 4. Namespace (passes 2-4, what mount repairs too, `fs/scan.rs`): unnamed inodes with
+//! 4. Namespace (passes 2-4, what mount repairs too, `fs/scan/`): unnamed inodes with
 //!    links into `/lost+found` as `#INODE` with their data, entries naming nothing
 //!    dropped, damaged directory logs cut or rewritten from what survives, link counts
 //!    set to the names found, orphans (link count 0, no name) removed, spill files no inode

@@ -15,7 +15,7 @@
 //!   written at `fsync`, `release`, [`Fs::sync`] (the background commit) and unmount.
 //! - A write, truncate or fallocate by an unprivileged caller clears set-user-id, and
 //!   set-group-id when the group may execute (`data.rs`), written at once.
-//! - `scan.rs` reads the namespace back at mount, checks it, and repairs what a crash
+//! - `scan/` reads the namespace back at mount, checks it, and repairs what a crash
 //!   between two steps of one operation leaves (see `docs/mount.md`).
 //!
 //! Data structures: [`Fs`] owns the [`Buffered`] volume, the namespace (`Ns`: every

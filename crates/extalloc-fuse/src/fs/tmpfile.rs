@@ -14,7 +14,7 @@
 //! with link count 0, kept while it is open or the kernel knows it: its last `release` and
 //! `forget` remove it (`Fs::reap`), as they remove a file unlinked while open. On the
 //! volume it is an inode with link count 0 that no directory names, which the next mount
-//! removes as an orphan after a crash (`scan.rs`). [`Fs::link`] gives it its first name
+//! removes as an orphan after a crash (`scan/`). [`Fs::link`] gives it its first name
 //! in one atomic group and clears `tmpfile`; from then on it is a file as any other.
 //!
 //! Lock order: `ns` written for the whole call, then the volume's locks.

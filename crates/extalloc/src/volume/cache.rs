@@ -125,6 +125,60 @@ impl Volume {
         Ok(out)
     }
 
+    /// Every file's figures and attribute blob, in id order, each handed to `f` as the
+    /// pass reaches it (pending files, `publish.rs`, are not shown): a whole-volume pass
+    /// whose memory is one tree leaf and the files in memory, where
+    /// [`Volume::try_list_with_attrs`] collects every file. Files not in memory are read
+    /// from the file tree leaf by leaf and not kept. Fails with the error of a leaf that
+    /// cannot be read ([`Error::Io`], [`Error::Corrupt`]), after `f` saw the files
+    /// before it. Runs under the volume's gate (read): `f` must not change the volume (a
+    /// change that checkpoints would wait for this pass to end).
+    pub fn try_visit_with_attrs(&self, mut f: impl FnMut(FileInfo, &[u8])) -> Result<()> {
+        let _open = self.gate.read_recursive();
+        let cached: FileTable = self.files.read().clone();
+        let unlinked = self.dirty.lock().clone();
+        let mut memory = cached.iter().peekable();
+        // The files in memory below `upto` (every one left, for `None`), in id order.
+        let mut from_memory = |upto: Option<u64>, f: &mut dyn FnMut(FileInfo, &[u8])| {
+            while let Some((&id, file)) = memory.next_if(|(&id, _)| upto.is_none_or(|u| id < u)) {
+                let file = file.lock();
+                if let Some(info) = info_of(id, &file) {
+                    f(info, &file.attr);
+                }
+            }
+        };
+        let mut last = None;
+        let tree = self.meta.lock().tree.clone();
+        if let Some(tree) = tree {
+            let mut io = VolIo::new(&self.store, self.dev.as_ref());
+            tree.visit(&mut io, &mut |id, body| {
+                from_memory(Some(id), &mut f);
+                if cached.contains_key(&id) || unlinked.contains(&id) {
+                    return Ok(());
+                }
+                let entry = decode_file(body)?;
+                if entry.attr == PENDING {
+                    return Ok(());
+                }
+                debug_assert!(last.is_none_or(|l| l < id), "each file once, in order");
+                last = Some(id);
+                // Only in the tree: no preallocation (a file holding one stays).
+                let (extents, blocks) = entry.map.counts();
+                let info = FileInfo {
+                    id,
+                    size: entry.size,
+                    extents,
+                    blocks,
+                    prealloc_blocks: 0,
+                };
+                f(info, &entry.attr);
+                Ok(())
+            })?;
+        }
+        from_memory(None, &mut f);
+        Ok(())
+    }
+
     /// [`Volume::all_files`] as handles: a file not in memory gets one not kept.
     pub(super) fn all_handles(&self) -> Result<Vec<Arc<Mutex<VFile>>>> {
         self.all_files()?

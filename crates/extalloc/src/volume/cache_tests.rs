@@ -171,3 +171,49 @@ fn cleaning_moves_maps_of_evicted_files() {
     }
     assert!(vol.check().unwrap().clean());
 }
+
+/// A visit of every file hands each file once, in id order, with its blob as it is now:
+/// files read back from the tree, files loaded since, changed, made after the
+/// checkpoint; never an unlinked one, and it keeps none of the files it read.
+#[test]
+fn a_visit_merges_memory_and_tree_in_id_order() {
+    let dev = device(35);
+    let vol = Volume::mkfs(dev.clone(), &geometry(), 64, Policy::default()).unwrap();
+    vol.set_file_cache(0);
+    let ids = fill(&vol, 6);
+    vol.checkpoint().unwrap();
+    assert_file(&vol, ids[2], 2); // read back: in memory again
+    vol.set_attr(ids[3], b"changed").unwrap();
+    vol.unlink(ids[1]).unwrap();
+    let new = vol.create(b"new").unwrap();
+    let in_memory = vol.file_cache_figures().0;
+    let mut seen = Vec::new();
+    vol.try_visit_with_attrs(|info, attr| seen.push((info.id, attr.to_vec())))
+        .unwrap();
+    let mut want: Vec<(u64, Vec<u8>)> = (0..6u64)
+        .filter(|&i| i != 1)
+        .map(|i| (ids[i as usize], format!("file {i}").into_bytes()))
+        .collect();
+    want[2].1 = b"changed".to_vec();
+    want.push((new, b"new".to_vec()));
+    assert_eq!(seen, want);
+    assert_eq!(
+        vol.file_cache_figures().0,
+        in_memory,
+        "the visit keeps none of the files it read"
+    );
+    assert_eq!(
+        vol.try_list_with_attrs().unwrap(),
+        want.iter()
+            .map(|(id, a)| (
+                vol.try_list()
+                    .unwrap()
+                    .into_iter()
+                    .find(|f| f.id == *id)
+                    .unwrap(),
+                a.clone()
+            ))
+            .collect::<Vec<_>>(),
+        "the listing is the visit collected"
+    );
+}

@@ -319,36 +319,16 @@ impl Volume {
         mut extra: impl FnMut(&[u8]) -> T,
         tree: bool,
     ) -> Result<Vec<(FileInfo, T)>> {
-        let files: Vec<(u64, cache::Held)> = match tree {
-            true => {
-                let _open = self.gate.read_recursive();
-                self.all_files()?
-            }
-            false => (self.files.read().iter())
-                .map(|(&id, f)| (id, cache::Held::Memory(f.clone())))
-                .collect(),
-        };
-        let mut out = Vec::with_capacity(files.len());
-        for (id, held) in files {
-            match held {
-                cache::Held::Memory(f) => {
+        let mut out = Vec::new();
+        match tree {
+            true => self.try_visit_with_attrs(|info, attr| out.push((info, extra(attr))))?,
+            false => {
+                let files: Vec<_> = self.files.read().values().cloned().collect();
+                for f in files {
                     let f = f.lock();
-                    if let Some(info) = info_of(id, &f) {
+                    if let Some(info) = info_of(f.alloc.id(), &f) {
                         out.push((info, extra(&f.attr)));
                     }
-                }
-                cache::Held::Tree(entry) if entry.attr == publish::PENDING => {}
-                cache::Held::Tree(entry) => {
-                    // Only in the tree: no preallocation (a file holding one stays).
-                    let (extents, blocks) = entry.map.counts();
-                    let info = FileInfo {
-                        id,
-                        size: entry.size,
-                        extents,
-                        blocks,
-                        prealloc_blocks: 0,
-                    };
-                    out.push((info, extra(&entry.attr)));
                 }
             }
         }

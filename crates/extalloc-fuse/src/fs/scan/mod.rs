@@ -23,18 +23,24 @@
 //! a spill file that is damaged or names another owner) are damage: mount refuses them,
 //! and `fsck --repair` drops them (`damaged_xattrs`).
 //!
-//! Data structures: [`NamespaceReport`] lists what was found; `load` builds the nodes.
+//! Data structures: [`NamespaceReport`] lists what was found; `Read` is one read of the
+//! namespace (every inode in one pass over the volume's files, every directory's log, a
+//! walk from the root), which the rescue, the check and the nodes `load` builds share.
 //!
 //! Invariant: after `load(.., repair = true)` and a sync, `check` of the same volume
 //! reports nothing.
 //!
 //! Lock order: none (runs before the file system serves anything, or on a read-only view).
 
+mod read;
+
+pub(crate) use self::read::read_log;
+use self::read::{fix_log, Read};
 use super::core::{dir_node, Node, ROOT};
 use crate::dir::{record, DirLog};
 use crate::inode::{self, Inode, Kind};
 use crate::xattr::{self, Tail};
-use extalloc::volume::{Fallocate, Volume};
+use extalloc::volume::Volume;
 use std::collections::{HashMap, HashSet, VecDeque};
 
 /// What a namespace check found (or mount repaired).
@@ -120,22 +126,43 @@ pub(crate) fn append(vol: &Volume, dir: u64, at: u64, rec: &[u8]) -> extalloc::R
     vol.write(dir, at, rec)
 }
 
-/// Reads every inode and directory log of `vol`; with `repair`, fixes what it finds (see
-/// the module documentation). Fails when the volume holds no file system.
+/// Reads every inode and directory log of `vol` (one pass over the volume's files, and
+/// each log once, unless a rescue changed the namespace); with `repair`, fixes what it
+/// finds (see the module documentation). Fails when the volume holds no file system.
 pub(crate) fn load(
     vol: &Volume,
     repair: bool,
 ) -> Result<(HashMap<u64, Node>, NamespaceReport), String> {
-    let lost_found = if repair { rescue(vol)? } else { Vec::new() };
-    let (nodes, mut report) = load_once(vol, repair)?;
+    let mut read = Read::of(vol)?;
+    let mut lost_found = Vec::new();
+    if repair {
+        // Each rescue links what it found and reads the namespace again.
+        while let Some(tops) = rescue(vol, &read)? {
+            lost_found.extend(tops);
+            read = Read::of(vol)?;
+        }
+        debug_assert!(read.lost().is_empty(), "every unnamed inode rescued");
+    }
+    let (nodes, mut report) = load_once(vol, repair, read)?;
     report.lost_found = lost_found;
     Ok((nodes, report))
 }
 
-/// One pass of [`load`]: every inode and log read, checked, and with `repair` fixed.
-fn load_once(vol: &Volume, repair: bool) -> Result<(HashMap<u64, Node>, NamespaceReport), String> {
-    let mut report = NamespaceReport::default();
-    let (mut inodes, damaged) = read_inodes(vol)?;
+/// Checks and with `repair` fixes what `read` found (see [`load`]).
+fn load_once(
+    vol: &Volume,
+    repair: bool,
+    read: Read,
+) -> Result<(HashMap<u64, Node>, NamespaceReport), String> {
+    let Read {
+        mut inodes,
+        damaged,
+        tails,
+        spills,
+        mut logs,
+        walk,
+        found: mut report,
+    } = read;
     if repair && !damaged.is_empty() {
         return Err(format!(
             "the attributes of inodes {damaged:?} are damaged (not an inode): run `extalloc \
@@ -143,16 +170,12 @@ fn load_once(vol: &Volume, repair: bool) -> Result<(HashMap<u64, Node>, Namespac
         ));
     }
     report.damaged_inodes = damaged;
-    let mut logs = HashMap::new();
-    for (&ino, inode) in &inodes {
-        if inode.kind != Kind::Dir {
-            continue;
+    if repair {
+        for (&ino, log) in &mut logs {
+            fix_log(vol, ino, log)?;
         }
-        let log = read_log(vol, ino, repair, &mut report)?;
-        logs.insert(ino, log);
     }
-    let walk = walk(&inodes, &logs, &mut report);
-    let mut nodes = HashMap::new();
+    let mut nodes = HashMap::with_capacity(inodes.len());
     for (&ino, inode) in inodes.iter_mut() {
         if !walk.parent.contains_key(&ino) {
             if inode.nlink > 0 {
@@ -192,7 +215,7 @@ fn load_once(vol: &Volume, repair: bool) -> Result<(HashMap<u64, Node>, Namespac
     }
     report.orphans.sort_unstable();
     report.unnamed.sort_unstable();
-    load_xattrs(vol, &mut nodes, repair, &mut report)?;
+    load_xattrs(vol, &mut nodes, (&tails, spills), repair, &mut report)?;
     if repair {
         drop_bad_entries(vol, &walk.drop, &mut nodes)?;
         for &ino in &report.orphans {
@@ -208,30 +231,23 @@ fn load_once(vol: &Volume, repair: bool) -> Result<(HashMap<u64, Node>, Namespac
     Ok((nodes, report))
 }
 
-/// Every node's extended attributes, from its blob's tail and spill file; spill files no
-/// node names (an orphan's among them) go to `stray_xattrs`, damage to `damaged_xattrs`.
-/// With `repair` (mount), damage is refused: `fsck --repair` drops it.
+/// Every node's extended attributes, from its blob's tail (`tails`) and spill file
+/// (`spills`: each spill file's owner); spill files no node names (an orphan's among
+/// them) go to `stray_xattrs`, damage to `damaged_xattrs`. With `repair` (mount), damage
+/// is refused: `fsck --repair` drops it.
 fn load_xattrs(
     vol: &Volume,
     nodes: &mut HashMap<u64, Node>,
+    (tails, spills): (&HashMap<u64, Vec<u8>>, HashMap<u64, u64>),
     repair: bool,
     report: &mut NamespaceReport,
 ) -> Result<(), String> {
-    let mut spills = HashMap::new();
-    // One pass over the file tree for every blob (`vol.attr` per file would read each
-    // file's leaf and keep the file in memory).
-    let files = vol.try_list_with_attrs().map_err(|e| e.to_string())?;
-    for (f, blob) in &files {
-        if let Some(owner) = xattr::spill_owner(blob) {
-            spills.insert(f.id, owner);
-        }
-    }
     let mut named = HashSet::new();
-    for (f, blob) in files {
-        let (ino, Some(node)) = (f.id, nodes.get_mut(&f.id)) else {
+    for (&ino, tail) in tails {
+        let Some(node) = nodes.get_mut(&ino) else {
             continue;
         };
-        let damage = match Tail::decode(inode::tail(&blob)) {
+        let damage = match Tail::decode(tail) {
             None => Some("its inode's tail does not decode".to_string()),
             Some(Tail::None) => None,
             Some(Tail::Inline(set)) => {
@@ -262,10 +278,10 @@ fn load_xattrs(
     report.damaged_xattrs.sort_unstable();
     // An unnamed inode is kept (mount links it into /lost+found before this pass): its
     // spill file is not stray. An orphan's is: it goes with the orphan.
-    for &ino in &report.unnamed {
-        let blob = vol.attr(ino).map_err(|e| e.to_string())?;
-        if let Some(Tail::Spill(id)) = Tail::decode(inode::tail(&blob)) {
-            if spills.get(&id) == Some(&ino) {
+    for ino in &report.unnamed {
+        let tail = tails.get(ino).map(Vec::as_slice).unwrap_or_default();
+        if let Some(Tail::Spill(id)) = Tail::decode(tail) {
+            if spills.get(&id) == Some(ino) {
                 named.insert(id);
             }
         }
@@ -289,54 +305,38 @@ fn load_xattrs(
 
 /// Links every inode no name refers to but whose link count says it has names into
 /// `/lost+found` (made if missing) as `#INODE`, before anything is repaired or removed:
-/// damage that cut a directory's log never costs a file its data. Returns them.
-fn rescue(vol: &Volume) -> Result<Vec<u64>, String> {
-    let mut rescued = Vec::new();
-    loop {
-        let (inodes, _) = read_inodes(vol)?;
-        let mut scratch = NamespaceReport::default();
-        let mut logs = HashMap::new();
-        for (&ino, inode) in &inodes {
-            if inode.kind == Kind::Dir {
-                logs.insert(ino, read_log(vol, ino, false, &mut scratch)?);
-            }
-        }
-        let walk = walk(&inodes, &logs, &mut scratch);
-        let mut lost: Vec<u64> = inodes
-            .iter()
-            .filter(|(i, n)| !walk.parent.contains_key(i) && n.nlink > 0)
-            .map(|(&i, _)| i)
-            .collect();
-        if lost.is_empty() {
-            return Ok(rescued);
-        }
-        lost.sort_unstable();
-        // Link only the tops: what a lost directory names comes back with it.
-        let named: HashSet<u64> = lost
-            .iter()
-            .filter_map(|i| logs.get(i))
-            .flat_map(|l| l.entries.values().copied())
-            .collect();
-        let mut tops: Vec<u64> = lost
-            .iter()
-            .copied()
-            .filter(|i| !named.contains(i))
-            .collect();
-        if tops.is_empty() {
-            tops.push(lost[0]); // lost directories naming each other
-        }
-        let lf = lost_found_dir(vol, &inodes, &logs)?;
-        for &ino in &tops {
-            // The name and lost+found's link count together: a crash keeps both or none.
-            let group = vol.atomic(RESCUE_CHUNKS).map_err(|e| e.to_string())?;
-            link_into(vol, lf, format!("#{ino}").as_bytes(), ino)?;
-            if inodes[&ino].kind == Kind::Dir {
-                add_link(vol, lf, 1)?;
-            }
-            group.finish();
-        }
-        rescued.extend(tops);
+/// damage that cut a directory's log never costs a file its data. Returns the inodes
+/// linked (`None`: `read` found none lost, and nothing was written).
+fn rescue(vol: &Volume, read: &Read) -> Result<Option<Vec<u64>>, String> {
+    let lost = read.lost();
+    if lost.is_empty() {
+        return Ok(None);
     }
+    // Link only the tops: what a lost directory names comes back with it.
+    let named: HashSet<u64> = lost
+        .iter()
+        .filter_map(|i| read.logs.get(i))
+        .flat_map(|l| l.entries.values().copied())
+        .collect();
+    let mut tops: Vec<u64> = lost
+        .iter()
+        .copied()
+        .filter(|i| !named.contains(i))
+        .collect();
+    if tops.is_empty() {
+        tops.push(lost[0]); // lost directories naming each other
+    }
+    let lf = lost_found_dir(vol, &read.inodes, &read.logs)?;
+    for &ino in &tops {
+        // The name and lost+found's link count together: a crash keeps both or none.
+        let group = vol.atomic(RESCUE_CHUNKS).map_err(|e| e.to_string())?;
+        link_into(vol, lf, format!("#{ino}").as_bytes(), ino)?;
+        if read.inodes[&ino].kind == Kind::Dir {
+            add_link(vol, lf, 1)?;
+        }
+        group.finish();
+    }
+    Ok(Some(tops))
 }
 
 /// Volume chunk calls of linking one inode into a directory at most: cutting a damaged
@@ -387,169 +387,6 @@ fn add_link(vol: &Volume, ino: u64, n: u32) -> Result<(), String> {
     inode.nlink += n;
     vol.set_attr(ino, &inode::rewrite(&blob, &inode))
         .map_err(|e| format!("cannot set inode {ino}'s link count: {e}"))
-}
-
-/// Directory `ino`'s log, from its first mapped block (compaction punches its history); a
-/// problem goes to `report`, and with `repair` a torn tail is cut.
-pub(crate) fn read_log(
-    vol: &Volume,
-    ino: u64,
-    repair: bool,
-    report: &mut NamespaceReport,
-) -> Result<DirLog, String> {
-    let size = vol.size(ino).map_err(|e| e.to_string())?;
-    // Compaction punches the log's history: read from the first block still mapped.
-    let bs = vol.block_size();
-    let start = vol
-        .extents(ino)
-        .map_err(|e| e.to_string())?
-        .iter()
-        .map(|e| e.logical * bs)
-        .min()
-        .unwrap_or(size)
-        .min(size);
-    let bytes = vol
-        .read(ino, start, size - start)
-        .map_err(|e| e.to_string())?;
-    let mut log = DirLog::parse(&bytes);
-    log.valid_bytes += start;
-    log.start = start;
-    if let Some(p) = &log.problem {
-        report.logs.push(format!("directory {ino}: {p}"));
-    }
-    if repair && log.valid_bytes < size {
-        vol.truncate(ino, log.valid_bytes)
-            .map_err(|e| format!("cannot cut directory {ino}'s log: {e}"))?;
-    }
-    if repair && log.skipped_damage {
-        rewrite_log(vol, ino, &mut log)?;
-    }
-    Ok(log)
-}
-
-/// Rewrites directory `ino`'s log as its entries (a counted reset and an add each, from
-/// the next block boundary, the blocks before punched), as compaction does: the damage the
-/// parse stepped over is gone, and the next check is clean.
-fn rewrite_log(vol: &Volume, ino: u64, log: &mut DirLog) -> Result<(), String> {
-    let bs = vol.block_size();
-    let at = log.valid_bytes.div_ceil(bs) * bs;
-    let bytes = crate::dir::compacted(log.entries.iter().map(|(n, &i)| (n, i)));
-    debug_assert_eq!(
-        DirLog::parse(&bytes).entries,
-        log.entries,
-        "a rewritten log replays to the entries it was written from"
-    );
-    let fail = |e: extalloc::Error| format!("cannot rewrite directory {ino}'s log: {e}");
-    vol.write(ino, at, &bytes).map_err(fail)?;
-    if at > log.start {
-        vol.fallocate(ino, Fallocate::PunchHole, log.start, at - log.start)
-            .map_err(fail)?;
-    }
-    log.start = at;
-    log.valid_bytes = at + bytes.len() as u64;
-    log.skipped_damage = false;
-    Ok(())
-}
-
-/// Every volume file's inode, and the files whose attribute blob is not one (damaged:
-/// `fsck --repair` gives them a new inode). Fails when the volume is not a file system:
-/// no file holds an inode, or the root is not a directory.
-fn read_inodes(vol: &Volume) -> Result<(HashMap<u64, Inode>, Vec<u64>), String> {
-    // One pass over the file tree (`vol.attr` per file would read each file's leaf).
-    let files = vol.try_list_with_attrs().map_err(|e| e.to_string())?;
-    if files.is_empty() {
-        return Err("the volume holds no file system (no files at all)".into());
-    }
-    let mut inodes = HashMap::with_capacity(files.len());
-    let mut damaged = Vec::new();
-    let mut first_bad = None;
-    for (f, blob) in files {
-        match Inode::decode(&blob) {
-            Some(inode) => drop(inodes.insert(f.id, inode)),
-            // Extended attributes of an inode (`load_xattrs`), not an inode.
-            None if xattr::spill_owner(&blob).is_some() => {}
-            None => {
-                if let Some(v) = crate::inode::newer_version(&blob) {
-                    return Err(crate::inode::newer_refusal(f.id, v));
-                }
-                first_bad.get_or_insert((f.id, blob));
-                damaged.push(f.id);
-            }
-        }
-    }
-    if inodes.is_empty() {
-        let (id, blob) = first_bad.expect("a file without an inode");
-        return Err(format!(
-            "volume file {id} holds no inode (attributes {:?}): this volume is not an \
-             extalloc file system (was it filled with `extalloc put`?)",
-            String::from_utf8_lossy(&blob[..blob.len().min(32)])
-        ));
-    }
-    match inodes.get(&ROOT) {
-        Some(i) if i.kind == Kind::Dir => Ok((inodes, damaged)),
-        _ if damaged.contains(&ROOT) => Err(format!(
-            "the root directory's attributes (volume file {ROOT}) are damaged: run \
-             `extalloc fsck --repair`"
-        )),
-        _ => Err(format!(
-            "volume file {ROOT} is not a directory: the root of this file system is gone"
-        )),
-    }
-}
-
-/// What a walk from the root found.
-#[derive(Default)]
-struct Walk {
-    /// Every inode reached, with the directory it was reached from.
-    parent: HashMap<u64, u64>,
-    /// Names of each non-directory.
-    links: HashMap<u64, u32>,
-    /// Subdirectories of each directory.
-    subdirs: HashMap<u64, u32>,
-    /// Entries to drop: (directory, name).
-    drop: Vec<(u64, Vec<u8>)>,
-}
-
-/// Walks the tree from the root, breadth first, in name order.
-fn walk(
-    inodes: &HashMap<u64, Inode>,
-    logs: &HashMap<u64, DirLog>,
-    report: &mut NamespaceReport,
-) -> Walk {
-    let mut w = Walk::default();
-    w.parent.insert(ROOT, ROOT);
-    let mut queue = VecDeque::from([ROOT]);
-    let mut seen_dirs = HashSet::from([ROOT]);
-    while let Some(d) = queue.pop_front() {
-        for (name, &ino) in &logs[&d].entries {
-            let shown = String::from_utf8_lossy(name);
-            let why = match inodes.get(&ino) {
-                None => Some(format!("names inode {ino}, which does not exist")),
-                Some(_) if ino == ROOT => Some("names the root".to_string()),
-                Some(i) if i.kind == Kind::Dir && !seen_dirs.insert(ino) => {
-                    Some(format!("names directory {ino} a second time"))
-                }
-                Some(i) => {
-                    if i.kind == Kind::Dir {
-                        w.parent.insert(ino, d);
-                        *w.subdirs.entry(d).or_default() += 1;
-                        queue.push_back(ino);
-                    } else {
-                        w.parent.entry(ino).or_insert(d);
-                        *w.links.entry(ino).or_default() += 1;
-                    }
-                    None
-                }
-            };
-            if let Some(why) = why {
-                report
-                    .bad_entries
-                    .push(format!("directory {d}, {shown:?}: {why}"));
-                w.drop.push((d, name.clone()));
-            }
-        }
-    }
-    w
 }
 
 /// Appends a remove record for every entry in `drop`.

@@ -1,0 +1,263 @@
+//! One read of the namespace for `scan` ([`Read`]): every inode in one pass over the
+//! volume's files (their attribute blobs' tails and the spill files' owners with them),
+//! every directory's log, and a walk from the root; and the repairs of a directory's log
+//! (`fix_log`: a torn tail cut, a log parsed over damage rewritten).
+//!
+//! Data structures: [`Read`], [`Files`], [`Walk`]. Invariant: a `Read` is the volume as
+//! it was when read; nothing here writes except `fix_log` and `read_log` with `repair`.
+//! Lock order: none (runs before the file system serves anything, or on a read-only view).
+
+use super::NamespaceReport;
+use crate::dir::DirLog;
+use crate::fs::core::ROOT;
+use crate::inode::{self, Inode, Kind};
+use crate::xattr;
+use extalloc::volume::{Fallocate, Volume};
+use std::collections::{HashMap, HashSet, VecDeque};
+
+/// One read of the namespace: every inode, what the attribute blobs' tails and the spill
+/// files say, every directory's log (not repaired), and a walk from the root.
+pub(super) struct Read {
+    pub(super) inodes: HashMap<u64, Inode>,
+    /// Volume files whose attribute blob is neither an inode nor a spill file's.
+    pub(super) damaged: Vec<u64>,
+    /// Each inode whose blob has a tail (`xattr.rs`): the tail's bytes.
+    pub(super) tails: HashMap<u64, Vec<u8>>,
+    /// Each spill file of extended attributes, with the inode it names as its owner.
+    pub(super) spills: HashMap<u64, u64>,
+    pub(super) logs: HashMap<u64, DirLog>,
+    pub(super) walk: Walk,
+    /// What the logs and the walk found (`logs`, `bad_entries`).
+    pub(super) found: NamespaceReport,
+}
+
+impl Read {
+    pub(super) fn of(vol: &Volume) -> Result<Read, String> {
+        let (inodes, files) = read_inodes(vol)?;
+        let mut found = NamespaceReport::default();
+        let mut logs = HashMap::new();
+        for (&ino, inode) in &inodes {
+            if inode.kind == Kind::Dir {
+                logs.insert(ino, read_log(vol, ino, false, &mut found)?);
+            }
+        }
+        let walk = walk(&inodes, &logs, &mut found);
+        Ok(Read {
+            inodes,
+            damaged: files.damaged,
+            tails: files.tails,
+            spills: files.spills,
+            logs,
+            walk,
+            found,
+        })
+    }
+
+    /// Inodes no name refers to whose link count says they have names, in order.
+    pub(super) fn lost(&self) -> Vec<u64> {
+        let mut lost: Vec<u64> = (self.inodes.iter())
+            .filter(|(i, n)| !self.walk.parent.contains_key(i) && n.nlink > 0)
+            .map(|(&i, _)| i)
+            .collect();
+        lost.sort_unstable();
+        lost
+    }
+}
+
+/// Directory `ino`'s log, from its first mapped block (compaction punches its history); a
+/// problem goes to `report`, and with `repair` a torn tail is cut.
+pub(crate) fn read_log(
+    vol: &Volume,
+    ino: u64,
+    repair: bool,
+    report: &mut NamespaceReport,
+) -> Result<DirLog, String> {
+    let size = vol.size(ino).map_err(|e| e.to_string())?;
+    // Compaction punches the log's history: read from the first block still mapped.
+    let bs = vol.block_size();
+    let start = vol
+        .extents(ino)
+        .map_err(|e| e.to_string())?
+        .iter()
+        .map(|e| e.logical * bs)
+        .min()
+        .unwrap_or(size)
+        .min(size);
+    let bytes = vol
+        .read(ino, start, size - start)
+        .map_err(|e| e.to_string())?;
+    let mut log = DirLog::parse(&bytes);
+    log.valid_bytes += start;
+    log.start = start;
+    if let Some(p) = &log.problem {
+        report.logs.push(format!("directory {ino}: {p}"));
+    }
+    if repair {
+        fix_log(vol, ino, &mut log)?;
+    }
+    Ok(log)
+}
+
+/// Cuts directory `ino`'s log after its last good record and rewrites it if its parse
+/// stepped over damage (see [`read_log`]).
+pub(super) fn fix_log(vol: &Volume, ino: u64, log: &mut DirLog) -> Result<(), String> {
+    let size = vol.size(ino).map_err(|e| e.to_string())?;
+    if log.valid_bytes < size {
+        vol.truncate(ino, log.valid_bytes)
+            .map_err(|e| format!("cannot cut directory {ino}'s log: {e}"))?;
+    }
+    if log.skipped_damage {
+        rewrite_log(vol, ino, log)?;
+    }
+    debug_assert!(
+        !log.skipped_damage,
+        "a log stepped over damage is rewritten"
+    );
+    Ok(())
+}
+
+/// Rewrites directory `ino`'s log as its entries (a counted reset and an add each, from
+/// the next block boundary, the blocks before punched), as compaction does: the damage the
+/// parse stepped over is gone, and the next check is clean.
+fn rewrite_log(vol: &Volume, ino: u64, log: &mut DirLog) -> Result<(), String> {
+    let bs = vol.block_size();
+    let at = log.valid_bytes.div_ceil(bs) * bs;
+    let bytes = crate::dir::compacted(log.entries.iter().map(|(n, &i)| (n, i)));
+    debug_assert_eq!(
+        DirLog::parse(&bytes).entries,
+        log.entries,
+        "a rewritten log replays to the entries it was written from"
+    );
+    let fail = |e: extalloc::Error| format!("cannot rewrite directory {ino}'s log: {e}");
+    vol.write(ino, at, &bytes).map_err(fail)?;
+    if at > log.start {
+        vol.fallocate(ino, Fallocate::PunchHole, log.start, at - log.start)
+            .map_err(fail)?;
+    }
+    log.start = at;
+    log.valid_bytes = at + bytes.len() as u64;
+    log.skipped_damage = false;
+    Ok(())
+}
+
+/// What one pass over the volume's attribute blobs found besides the inodes.
+#[derive(Default)]
+pub(super) struct Files {
+    /// Files whose blob is neither an inode nor a spill file's (damaged: `fsck --repair`
+    /// gives them a new inode).
+    pub(super) damaged: Vec<u64>,
+    /// Each inode's tail, where it is not empty.
+    pub(super) tails: HashMap<u64, Vec<u8>>,
+    /// Each spill file's owner.
+    pub(super) spills: HashMap<u64, u64>,
+}
+
+/// Every volume file's inode, and what else the blobs hold ([`Files`]), in one pass over
+/// the file tree that keeps no file (`vol.attr` per file would read each file's leaf and
+/// keep the file). Fails when the volume is not a file system: no file holds an inode,
+/// or the root is not a directory.
+pub(super) fn read_inodes(vol: &Volume) -> Result<(HashMap<u64, Inode>, Files), String> {
+    let mut inodes = HashMap::new();
+    let mut files = Files::default();
+    let mut first_bad = None;
+    let mut newer = None;
+    let mut any = false;
+    vol.try_visit_with_attrs(|f, blob| {
+        any = true;
+        if let Some(inode) = Inode::decode(blob) {
+            inodes.insert(f.id, inode);
+            let tail = inode::tail(blob);
+            if !tail.is_empty() {
+                files.tails.insert(f.id, tail.to_vec());
+            }
+        } else if let Some(owner) = xattr::spill_owner(blob) {
+            files.spills.insert(f.id, owner);
+        } else {
+            if newer.is_none() {
+                newer = crate::inode::newer_version(blob).map(|v| (f.id, v));
+            }
+            first_bad.get_or_insert_with(|| (f.id, blob[..blob.len().min(32)].to_vec()));
+            files.damaged.push(f.id);
+        }
+    })
+    .map_err(|e| e.to_string())?;
+    if let Some((id, v)) = newer {
+        return Err(crate::inode::newer_refusal(id, v));
+    }
+    if !any {
+        return Err("the volume holds no file system (no files at all)".into());
+    }
+    if inodes.is_empty() {
+        let (id, blob) = first_bad.expect("a file without an inode");
+        return Err(format!(
+            "volume file {id} holds no inode (attributes {:?}): this volume is not an \
+             extalloc file system (was it filled with `extalloc put`?)",
+            String::from_utf8_lossy(&blob)
+        ));
+    }
+    match inodes.get(&ROOT) {
+        Some(i) if i.kind == Kind::Dir => Ok((inodes, files)),
+        _ if files.damaged.contains(&ROOT) => Err(format!(
+            "the root directory's attributes (volume file {ROOT}) are damaged: run \
+             `extalloc fsck --repair`"
+        )),
+        _ => Err(format!(
+            "volume file {ROOT} is not a directory: the root of this file system is gone"
+        )),
+    }
+}
+
+/// What a walk from the root found.
+#[derive(Default)]
+pub(super) struct Walk {
+    /// Every inode reached, with the directory it was reached from.
+    pub(super) parent: HashMap<u64, u64>,
+    /// Names of each non-directory.
+    pub(super) links: HashMap<u64, u32>,
+    /// Subdirectories of each directory.
+    pub(super) subdirs: HashMap<u64, u32>,
+    /// Entries to drop: (directory, name).
+    pub(super) drop: Vec<(u64, Vec<u8>)>,
+}
+
+/// Walks the tree from the root, breadth first, in name order.
+pub(super) fn walk(
+    inodes: &HashMap<u64, Inode>,
+    logs: &HashMap<u64, DirLog>,
+    report: &mut NamespaceReport,
+) -> Walk {
+    let mut w = Walk::default();
+    w.parent.insert(ROOT, ROOT);
+    let mut queue = VecDeque::from([ROOT]);
+    let mut seen_dirs = HashSet::from([ROOT]);
+    while let Some(d) = queue.pop_front() {
+        for (name, &ino) in &logs[&d].entries {
+            let shown = String::from_utf8_lossy(name);
+            let why = match inodes.get(&ino) {
+                None => Some(format!("names inode {ino}, which does not exist")),
+                Some(_) if ino == ROOT => Some("names the root".to_string()),
+                Some(i) if i.kind == Kind::Dir && !seen_dirs.insert(ino) => {
+                    Some(format!("names directory {ino} a second time"))
+                }
+                Some(i) => {
+                    if i.kind == Kind::Dir {
+                        w.parent.insert(ino, d);
+                        *w.subdirs.entry(d).or_default() += 1;
+                        queue.push_back(ino);
+                    } else {
+                        w.parent.entry(ino).or_insert(d);
+                        *w.links.entry(ino).or_default() += 1;
+                    }
+                    None
+                }
+            };
+            if let Some(why) = why {
+                report
+                    .bad_entries
+                    .push(format!("directory {d}, {shown:?}: {why}"));
+                w.drop.push((d, name.clone()));
+            }
+        }
+    }
+    w
+}
