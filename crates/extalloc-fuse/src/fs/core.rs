@@ -229,18 +229,24 @@ impl Node {
     }
 }
 
+/// A map keyed by inode number, hashed by foldhash's seeded hasher: std's SipHash was a
+/// fifth of the mount's scan at 1M inodes (`docs/results.md`, "The mount's scan").
+pub(crate) type InoMap<V> = HashMap<u64, V, foldhash::fast::RandomState>;
+/// A set of inode numbers, hashed as [`InoMap`].
+pub(crate) type InoSet = std::collections::HashSet<u64, foldhash::fast::RandomState>;
+
 /// One entry of an open directory's snapshot: name, inode, kind.
 pub(crate) type Listed = (Vec<u8>, u64, Kind);
 
 /// Every inode by number.
 #[derive(Debug, Default)]
 pub(crate) struct Ns {
-    pub(crate) nodes: HashMap<u64, Node>,
+    pub(crate) nodes: InoMap<Node>,
     /// The inodes whose times wait in memory (`attr_dirty`), so that a sync writes them
     /// without walking every inode under the lock (it did: about 40 ns an inode at every
     /// background commit, 0.4 s at 10M files). Holds every such inode; may hold inodes
     /// since written or removed, which a sync passes over.
-    pub(crate) dirty_attrs: std::collections::HashSet<u64>,
+    pub(crate) dirty_attrs: InoSet,
 }
 
 impl Ns {

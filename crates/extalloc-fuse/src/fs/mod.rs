@@ -132,7 +132,7 @@ impl Fs {
         must_commit: bool,
     ) -> Result<(Fs, MountReport), String> {
         let mut report = MountReport::default();
-        if vol.list().is_empty() {
+        if vol.is_empty().map_err(|e| e.to_string())? {
             make_root(&vol)?;
             report.created = true;
         }

@@ -113,7 +113,7 @@ impl Volume {
                 if !cached.contains_key(&id) && !unlinked.contains(&id) {
                     out.push((id, Held::Tree(decode_file(body)?)));
                 }
-                Ok(())
+                Ok(true)
             })?;
         }
         out.extend(cached.into_iter().map(|(id, f)| (id, Held::Memory(f))));
@@ -154,11 +154,11 @@ impl Volume {
             tree.visit(&mut io, &mut |id, body| {
                 from_memory(Some(id), &mut f);
                 if cached.contains_key(&id) || unlinked.contains(&id) {
-                    return Ok(());
+                    return Ok(true);
                 }
                 let entry = decode_file(body)?;
                 if entry.attr == PENDING {
-                    return Ok(());
+                    return Ok(true);
                 }
                 debug_assert!(last.is_none_or(|l| l < id), "each file once, in order");
                 last = Some(id);
@@ -172,11 +172,36 @@ impl Volume {
                     prealloc_blocks: 0,
                 };
                 f(info, &entry.attr);
-                Ok(())
+                Ok(true)
             })?;
         }
         from_memory(None, &mut f);
         Ok(())
+    }
+
+    /// Whether the volume holds no file (pending ones, `publish.rs`, aside): a look at the
+    /// files in memory and at most the file tree's first leaves, not a listing. Fails as
+    /// [`Volume::try_list`] does.
+    pub fn is_empty(&self) -> Result<bool> {
+        let _open = self.gate.read_recursive();
+        let cached: FileTable = self.files.read().clone();
+        if cached.values().any(|f| f.lock().attr != PENDING) {
+            return Ok(false);
+        }
+        let unlinked = self.dirty.lock().clone();
+        let mut empty = true;
+        let tree = self.meta.lock().tree.clone();
+        if let Some(tree) = tree {
+            let mut io = VolIo::new(&self.store, self.dev.as_ref());
+            tree.visit(&mut io, &mut |id, body| {
+                if cached.contains_key(&id) || unlinked.contains(&id) {
+                    return Ok(true);
+                }
+                empty = decode_file(body)?.attr == PENDING;
+                Ok(empty)
+            })?;
+        }
+        Ok(empty)
     }
 
     /// [`Volume::all_files`] as handles: a file not in memory gets one not kept.

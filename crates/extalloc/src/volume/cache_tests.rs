@@ -217,3 +217,25 @@ fn a_visit_merges_memory_and_tree_in_id_order() {
         "the listing is the visit collected"
     );
 }
+
+/// `is_empty` answers from memory and the tree's first entries: a new volume is empty,
+/// one whose files are all in the tree only is not, and one whose every file was
+/// unlinked since the checkpoint is empty again.
+#[test]
+fn is_empty_sees_files_in_the_tree_and_unlinks_since() {
+    let dev = device(36);
+    let vol = Volume::mkfs(dev.clone(), &geometry(), 64, Policy::default()).unwrap();
+    vol.set_file_cache(0);
+    assert!(vol.is_empty().unwrap());
+    let ids = fill(&vol, 3);
+    assert!(!vol.is_empty().unwrap());
+    vol.checkpoint().unwrap();
+    assert_eq!(vol.file_cache_figures().0, 0, "every file in the tree only");
+    assert!(!vol.is_empty().unwrap());
+    for id in ids {
+        vol.unlink(id).unwrap();
+    }
+    assert!(vol.is_empty().unwrap());
+    let vol = close_open(&dev, vol);
+    assert!(vol.is_empty().unwrap());
+}

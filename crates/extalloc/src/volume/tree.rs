@@ -288,11 +288,11 @@ impl Tree {
     }
 
     /// Calls `f` with every key and value in key order, reading each unloaded leaf once
-    /// (memory: one leaf at a time).
+    /// (memory: one leaf at a time), until `f` says to stop (`Ok(false)`).
     pub(super) fn visit(
         &self,
         io: &mut dyn NodeIo,
-        f: &mut dyn FnMut(u64, &[u8]) -> Result<()>,
+        f: &mut dyn FnMut(u64, &[u8]) -> Result<bool>,
     ) -> Result<()> {
         let mut stack = vec![&self.root];
         let mut last: Option<u64> = None;
@@ -320,7 +320,9 @@ impl Tree {
                     return Err(super::record::corrupt("tree leaves' keys out of order"));
                 }
                 last = Some(k);
-                f(k, v)?;
+                if !f(k, v)? {
+                    return Ok(());
+                }
             }
         }
         Ok(())

@@ -36,12 +36,12 @@ mod read;
 
 pub(crate) use self::read::read_log;
 use self::read::{fix_log, Read};
-use super::core::{dir_node, Node, ROOT};
+use super::core::{dir_node, InoMap, InoSet, Node, ROOT};
 use crate::dir::{record, DirLog};
 use crate::inode::{self, Inode, Kind};
 use crate::xattr::{self, Tail};
 use extalloc::volume::Volume;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 
 /// What a namespace check found (or mount repaired).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -132,7 +132,7 @@ pub(crate) fn append(vol: &Volume, dir: u64, at: u64, rec: &[u8]) -> extalloc::R
 pub(crate) fn load(
     vol: &Volume,
     repair: bool,
-) -> Result<(HashMap<u64, Node>, NamespaceReport), String> {
+) -> Result<(InoMap<Node>, NamespaceReport), String> {
     let mut read = Read::of(vol)?;
     let mut lost_found = Vec::new();
     if repair {
@@ -153,7 +153,7 @@ fn load_once(
     vol: &Volume,
     repair: bool,
     read: Read,
-) -> Result<(HashMap<u64, Node>, NamespaceReport), String> {
+) -> Result<(InoMap<Node>, NamespaceReport), String> {
     let Read {
         mut inodes,
         damaged,
@@ -175,7 +175,7 @@ fn load_once(
             fix_log(vol, ino, log)?;
         }
     }
-    let mut nodes = HashMap::with_capacity(inodes.len());
+    let mut nodes = InoMap::with_capacity_and_hasher(inodes.len(), Default::default());
     for (&ino, inode) in inodes.iter_mut() {
         if !walk.parent.contains_key(&ino) {
             if inode.nlink > 0 {
@@ -237,12 +237,12 @@ fn load_once(
 /// is refused: `fsck --repair` drops it.
 fn load_xattrs(
     vol: &Volume,
-    nodes: &mut HashMap<u64, Node>,
-    (tails, spills): (&HashMap<u64, Vec<u8>>, HashMap<u64, u64>),
+    nodes: &mut InoMap<Node>,
+    (tails, spills): (&InoMap<Vec<u8>>, InoMap<u64>),
     repair: bool,
     report: &mut NamespaceReport,
 ) -> Result<(), String> {
-    let mut named = HashSet::new();
+    let mut named = InoSet::default();
     for (&ino, tail) in tails {
         let Some(node) = nodes.get_mut(&ino) else {
             continue;
@@ -313,7 +313,7 @@ fn rescue(vol: &Volume, read: &Read) -> Result<Option<Vec<u64>>, String> {
         return Ok(None);
     }
     // Link only the tops: what a lost directory names comes back with it.
-    let named: HashSet<u64> = lost
+    let named: InoSet = lost
         .iter()
         .filter_map(|i| read.logs.get(i))
         .flat_map(|l| l.entries.values().copied())
@@ -346,8 +346,8 @@ const RESCUE_CHUNKS: u64 = 6;
 /// `/lost+found`: the root's entry of that name when it is a directory, else a new one.
 fn lost_found_dir(
     vol: &Volume,
-    inodes: &HashMap<u64, Inode>,
-    logs: &HashMap<u64, DirLog>,
+    inodes: &InoMap<Inode>,
+    logs: &InoMap<DirLog>,
 ) -> Result<u64, String> {
     let name = b"lost+found".as_slice();
     if let Some(&ino) = logs[&ROOT].entries.get(name) {
@@ -393,7 +393,7 @@ fn add_link(vol: &Volume, ino: u64, n: u32) -> Result<(), String> {
 fn drop_bad_entries(
     vol: &Volume,
     drop: &[(u64, Vec<u8>)],
-    nodes: &mut HashMap<u64, Node>,
+    nodes: &mut InoMap<Node>,
 ) -> Result<(), String> {
     for (d, name) in drop {
         let Some(dir) = nodes.get_mut(d).and_then(|n| n.dir.as_mut()) else {

@@ -9,23 +9,23 @@
 
 use super::NamespaceReport;
 use crate::dir::DirLog;
-use crate::fs::core::ROOT;
+use crate::fs::core::{InoMap, InoSet, ROOT};
 use crate::inode::{self, Inode, Kind};
 use crate::xattr;
 use extalloc::volume::{Fallocate, Volume};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 
 /// One read of the namespace: every inode, what the attribute blobs' tails and the spill
 /// files say, every directory's log (not repaired), and a walk from the root.
 pub(super) struct Read {
-    pub(super) inodes: HashMap<u64, Inode>,
+    pub(super) inodes: InoMap<Inode>,
     /// Volume files whose attribute blob is neither an inode nor a spill file's.
     pub(super) damaged: Vec<u64>,
     /// Each inode whose blob has a tail (`xattr.rs`): the tail's bytes.
-    pub(super) tails: HashMap<u64, Vec<u8>>,
+    pub(super) tails: InoMap<Vec<u8>>,
     /// Each spill file of extended attributes, with the inode it names as its owner.
-    pub(super) spills: HashMap<u64, u64>,
-    pub(super) logs: HashMap<u64, DirLog>,
+    pub(super) spills: InoMap<u64>,
+    pub(super) logs: InoMap<DirLog>,
     pub(super) walk: Walk,
     /// What the logs and the walk found (`logs`, `bad_entries`).
     pub(super) found: NamespaceReport,
@@ -35,7 +35,7 @@ impl Read {
     pub(super) fn of(vol: &Volume) -> Result<Read, String> {
         let (inodes, files) = read_inodes(vol)?;
         let mut found = NamespaceReport::default();
-        let mut logs = HashMap::new();
+        let mut logs = InoMap::default();
         for (&ino, inode) in &inodes {
             if inode.kind == Kind::Dir {
                 logs.insert(ino, read_log(vol, ino, false, &mut found)?);
@@ -147,17 +147,17 @@ pub(super) struct Files {
     /// gives them a new inode).
     pub(super) damaged: Vec<u64>,
     /// Each inode's tail, where it is not empty.
-    pub(super) tails: HashMap<u64, Vec<u8>>,
+    pub(super) tails: InoMap<Vec<u8>>,
     /// Each spill file's owner.
-    pub(super) spills: HashMap<u64, u64>,
+    pub(super) spills: InoMap<u64>,
 }
 
 /// Every volume file's inode, and what else the blobs hold ([`Files`]), in one pass over
 /// the file tree that keeps no file (`vol.attr` per file would read each file's leaf and
 /// keep the file). Fails when the volume is not a file system: no file holds an inode,
 /// or the root is not a directory.
-pub(super) fn read_inodes(vol: &Volume) -> Result<(HashMap<u64, Inode>, Files), String> {
-    let mut inodes = HashMap::new();
+pub(super) fn read_inodes(vol: &Volume) -> Result<(InoMap<Inode>, Files), String> {
+    let mut inodes = InoMap::default();
     let mut files = Files::default();
     let mut first_bad = None;
     let mut newer = None;
@@ -211,25 +211,25 @@ pub(super) fn read_inodes(vol: &Volume) -> Result<(HashMap<u64, Inode>, Files), 
 #[derive(Default)]
 pub(super) struct Walk {
     /// Every inode reached, with the directory it was reached from.
-    pub(super) parent: HashMap<u64, u64>,
+    pub(super) parent: InoMap<u64>,
     /// Names of each non-directory.
-    pub(super) links: HashMap<u64, u32>,
+    pub(super) links: InoMap<u32>,
     /// Subdirectories of each directory.
-    pub(super) subdirs: HashMap<u64, u32>,
+    pub(super) subdirs: InoMap<u32>,
     /// Entries to drop: (directory, name).
     pub(super) drop: Vec<(u64, Vec<u8>)>,
 }
 
 /// Walks the tree from the root, breadth first, in name order.
 pub(super) fn walk(
-    inodes: &HashMap<u64, Inode>,
-    logs: &HashMap<u64, DirLog>,
+    inodes: &InoMap<Inode>,
+    logs: &InoMap<DirLog>,
     report: &mut NamespaceReport,
 ) -> Walk {
     let mut w = Walk::default();
     w.parent.insert(ROOT, ROOT);
     let mut queue = VecDeque::from([ROOT]);
-    let mut seen_dirs = HashSet::from([ROOT]);
+    let mut seen_dirs = InoSet::from_iter([ROOT]);
     while let Some(d) = queue.pop_front() {
         for (name, &ino) in &logs[&d].entries {
             let shown = String::from_utf8_lossy(name);
