@@ -189,6 +189,17 @@ fn serving(opts: &MountOptions) -> Serving {
 }
 
 /// Opens the device's volume and mounts its file system (nothing is mounted yet).
+/// Returns to the system the heap the mount's scan let go (its maps of every inode):
+/// glibc keeps freed heap memory for reuse, and the scan's maps, freed when it ends,
+/// would stay resident for the daemon's life (at 1M inodes, 114 MiB of it).
+fn give_back_scan_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim takes no pointer and only releases free memory of the heap.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 fn open_fs(opts: &MountOptions, dev_name: &str) -> Result<(Arc<Fs>, MountReport), String> {
     // Read-write, the device sits behind a fence a shutdown closes (`fs/shutdown.rs`).
     let mut fence = None;
@@ -226,6 +237,7 @@ fn open_fs(opts: &MountOptions, dev_name: &str) -> Result<(Arc<Fs>, MountReport)
     };
     let (fs, mut report) = mounted.map_err(|e| format!("{dev_name}: {e}"))?;
     report.salvage = salvage;
+    give_back_scan_memory();
     fs.set_dir_readahead(opts.dir_readahead);
     if let Some(f) = fence {
         fs.attach_fence(f)

@@ -165,7 +165,9 @@ impl Clone for Refs {
 #[derive(Debug, Clone)]
 pub(crate) struct Node {
     pub(crate) inode: Inode,
-    pub(crate) dir: Option<DirState>,
+    /// A directory's state (boxed: most inodes are not directories, and a node is kept
+    /// per inode).
+    pub(crate) dir: Option<Box<DirState>>,
     /// Open file handles.
     pub(crate) open: u32,
     /// References the kernel holds (lookups not yet forgotten): counted under `ns` read,
@@ -266,7 +268,7 @@ impl Ns {
     }
 
     pub(crate) fn dir(&self, ino: u64) -> FsResult<&DirState> {
-        self.node(ino)?.dir.as_ref().ok_or(Errno(libc::ENOTDIR))
+        self.node(ino)?.dir.as_deref().ok_or(Errno(libc::ENOTDIR))
     }
 
     /// The inode `name` names in directory `parent`.
@@ -518,14 +520,15 @@ impl Fs {
 pub(crate) fn dir_node(inode: Inode, log: &DirLog, parent: u64) -> Node {
     Node {
         inode,
-        dir: Some(DirState {
+        dir: Some(Box::new(DirState {
             entries: log.entries.clone(),
             parent,
             log_bytes: log.valid_bytes,
             log_start: log.start,
             live: crate::dir::live_bytes(log.entries.keys()),
             mapped_to: 0,
-        }),
+        })),
         ..Node::plain(inode)
     }
 }
+

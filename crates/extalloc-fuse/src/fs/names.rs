@@ -151,13 +151,15 @@ impl Fs {
         self.link_new(&mut ns, parent, name, ino, new.kind)?;
         group.finish();
         self.compact_due(&mut ns, &[parent])?;
-        let dir = (new.kind == Kind::Dir).then(|| DirState {
-            entries: BTreeMap::new(),
-            parent,
-            log_bytes: 0,
-            log_start: 0,
-            live: 0,
-            mapped_to: 0,
+        let dir = (new.kind == Kind::Dir).then(|| {
+            Box::new(DirState {
+                entries: BTreeMap::new(),
+                parent,
+                log_bytes: 0,
+                log_start: 0,
+                live: 0,
+                mapped_to: 0,
+            })
         });
         ns.nodes.insert(
             ino,
