@@ -10,7 +10,11 @@
 //! free, none leaked and no group held corrupt. Locks: the gate for writing (no chunk runs
 //! meanwhile), then each file's mutex in turn.
 
-use super::state::Volume;
+use super::maps::read_map;
+use super::record::map_counts;
+use super::state::{FileTable, Volume};
+use super::table::decode_file;
+use super::treeio::VolIo;
 use crate::error::Result;
 use crate::geometry::Extent;
 
@@ -53,15 +57,18 @@ impl Volume {
     /// Checks who owns every block (see [`VolumeCheck`]); also runs the store's allocator
     /// `check()`. Blocks of the open transaction count as what they will be once it
     /// commits (allocations owned by their files, frees pending). Cost: one look per
-    /// mapped block.
+    /// mapped block; memory: every mapped extent (files not in memory are read from the
+    /// file tree leaf by leaf and not kept).
     pub fn check(&self) -> Result<VolumeCheck> {
         let _closed = self.gate.write();
         self.store.allocator().check()?;
         let mut out = VolumeCheck::default();
         let mut owned: Vec<Extent> = Vec::new();
-        let files = self.all_handles()?;
-        for f in files {
-            let f = self.lock_loaded(&f)?;
+        // The files in memory, then those in the file tree only, read leaf by leaf and
+        // not kept (memory: every mapped extent, not every file).
+        let cached: FileTable = self.files.read().clone();
+        for f in cached.values() {
+            let f = self.lock_loaded(f)?;
             out.files += 1;
             for (s, len) in f.unwritten.iter() {
                 debug_assert!((s..s + len).all(|b| f.alloc.lookup(b).is_some()));
@@ -72,6 +79,29 @@ impl Volume {
                 out.blocks_mapped += e.len;
                 owned.push(e);
             }
+        }
+        let unlinked = self.dirty.lock().clone();
+        let tree = self.meta.lock().tree.clone();
+        if let Some(tree) = tree {
+            let mut io = VolIo::new(&self.store, self.dev.as_ref());
+            tree.visit(&mut io, &mut |id, body| {
+                if cached.contains_key(&id) || unlinked.contains(&id) {
+                    return Ok(true);
+                }
+                let entry = decode_file(body)?;
+                let map = read_map(&self.store, self.dev.as_ref(), id, &entry.map)?;
+                self.maps_read.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let (extents, blocks) = map_counts(&map);
+                debug_assert_eq!((extents, blocks), entry.map.counts(), "file {id}'s counts");
+                out.files += 1;
+                out.extents += extents;
+                out.blocks_mapped += blocks;
+                for (_, e, unwritten) in map {
+                    out.blocks_unwritten += if unwritten { e.len } else { 0 };
+                    owned.push(e);
+                }
+                Ok(true)
+            })?;
         }
         let view = self.store.allocator();
         for e in &owned {

@@ -118,7 +118,8 @@ impl NamespaceReport {
 
 /// Checks the file system on `vol` without changing it.
 pub fn check(vol: &Volume) -> Result<NamespaceReport, String> {
-    load(vol, false).map(|(_, r)| r)
+    // No node is built: a check's memory is the read, not a namespace besides.
+    load_once(vol, false, Read::of(vol)?, false).map(|(_, r)| r)
 }
 
 /// Appends `rec` to directory `dir`'s log at byte `at`.
@@ -143,17 +144,20 @@ pub(crate) fn load(
         }
         debug_assert!(read.lost().is_empty(), "every unnamed inode rescued");
     }
-    let (nodes, mut report) = load_once(vol, repair, read)?;
+    let (nodes, mut report) = load_once(vol, repair, read, true)?;
     report.lost_found = lost_found;
     Ok((nodes, report))
 }
 
-/// Checks and with `repair` fixes what `read` found (see [`load`]).
+/// Checks and with `repair` fixes what `read` found (see [`load`]); builds the nodes if
+/// `keep` (else returns none: a check).
 fn load_once(
     vol: &Volume,
     repair: bool,
     read: Read,
+    keep: bool,
 ) -> Result<(InoMap<Node>, NamespaceReport), String> {
+    debug_assert!(keep || !repair, "a repair keeps its nodes");
     let Read {
         mut inodes,
         damaged,
@@ -207,15 +211,18 @@ fn load_once(
             Kind::Symlink => report.symlinks += 1,
             _ => report.others += 1,
         }
-        let node = match inode.kind {
-            Kind::Dir => dir_node(*inode, &logs[&ino], walk.parent[&ino]),
-            _ => Node::plain(*inode),
-        };
-        nodes.insert(ino, node);
+        if keep {
+            let node = match inode.kind {
+                Kind::Dir => dir_node(*inode, &logs[&ino], walk.parent[&ino]),
+                _ => Node::plain(*inode),
+            };
+            nodes.insert(ino, node);
+        }
     }
     report.orphans.sort_unstable();
     report.unnamed.sort_unstable();
-    load_xattrs(vol, &mut nodes, (&tails, spills), repair, &mut report)?;
+    let reached = |ino: u64| walk.parent.contains_key(&ino);
+    load_xattrs(vol, (&reached, &mut nodes), (&tails, spills), repair, &mut report)?;
     if repair {
         drop_bad_entries(vol, &walk.drop, &mut nodes)?;
         for &ino in &report.orphans {
@@ -237,21 +244,24 @@ fn load_once(
 /// is refused: `fsck --repair` drops it.
 fn load_xattrs(
     vol: &Volume,
-    nodes: &mut InoMap<Node>,
+    (reached, nodes): (&dyn Fn(u64) -> bool, &mut InoMap<Node>),
     (tails, spills): (&InoMap<Vec<u8>>, InoMap<u64>),
     repair: bool,
     report: &mut NamespaceReport,
 ) -> Result<(), String> {
     let mut named = InoSet::default();
     for (&ino, tail) in tails {
-        let Some(node) = nodes.get_mut(&ino) else {
+        if !reached(ino) {
             continue;
-        };
+        }
+        let node = nodes.get_mut(&ino);
         let damage = match Tail::decode(tail) {
             None => Some("its inode's tail does not decode".to_string()),
             Some(Tail::None) => None,
             Some(Tail::Inline(set)) => {
-                node.xattrs = set;
+                if let Some(n) = node {
+                    n.xattrs = set;
+                }
                 None
             }
             Some(Tail::Spill(id)) if spills.get(&id) != Some(&ino) => Some(format!(
@@ -263,8 +273,10 @@ fn load_xattrs(
                 let data = vol.read(id, 0, size).map_err(|e| e.to_string())?;
                 match xattr::read_spill(&data) {
                     Some(set) => {
-                        node.xattrs = set;
-                        node.spill = Some(id);
+                        if let Some(n) = node {
+                            n.xattrs = set;
+                            n.spill = Some(id);
+                        }
                         None
                     }
                     None => Some(format!("its spill file {id} fails its checksum")),
