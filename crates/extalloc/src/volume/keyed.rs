@@ -10,10 +10,10 @@
 //! never neither and never both, and a key a keyed put stored names one file across every
 //! reopen.
 //!
-//! Data structures: none of their own; the key lock is the volume's `keys`. A lookup walks
-//! every file, the file tree's leaves included (O(files), as [`Volume::list_with_attrs`]
-//! does): a caller with many
-//! keyed gets per put keeps its own index (from `list_with_attrs`).
+//! Data structures: none of their own; the key lock is the volume's `keys`. A lookup visits
+//! every file, the file tree's leaves included ([`Volume::try_visit_with_attrs`]: O(files)
+//! in time, one leaf at a time in memory): a caller with many keyed gets per put keeps its
+//! own index (from `list_with_attrs`).
 //!
 //! Invariant: among keyed puts, a key names at most one published file. Calls that set a
 //! blob directly ([`Volume::put`], [`Volume::create`], [`Volume::set_attr`],
@@ -109,11 +109,12 @@ impl Volume {
     /// pending mark), among those in memory and those only in the file tree (a leaf that
     /// cannot be read fails the lookup: `cache.rs`).
     fn newest_under(&self, key: &[u8]) -> Result<Option<u64>> {
-        Ok(self
-            .try_list_with_attrs()?
-            .into_iter()
-            .filter(|(_, attr)| attr == key)
-            .map(|(f, _)| f.id)
-            .max())
+        let mut newest = None;
+        self.try_visit_with_attrs(|f, attr| {
+            if attr == key {
+                newest = newest.max(Some(f.id));
+            }
+        })?;
+        Ok(newest)
     }
 }
