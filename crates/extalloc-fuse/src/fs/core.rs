@@ -101,10 +101,19 @@ pub struct Attr {
     pub allocated: u64,
 }
 
+/// A directory entry in memory: the inode a name names, and its kind, so that `readdir`
+/// reads no inode (as ext4's directory entries carry the file type). The log on the volume
+/// holds the inode only (`dir.rs`); the mount's scan takes the kind from the inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Entry {
+    pub(crate) ino: u64,
+    pub(crate) kind: Kind,
+}
+
 /// A directory's state in memory.
 #[derive(Debug, Clone)]
 pub(crate) struct DirState {
-    pub(crate) entries: BTreeMap<Vec<u8>, u64>,
+    pub(crate) entries: BTreeMap<Vec<u8>, Entry>,
     /// The directory holding this one (the root's is itself).
     pub(crate) parent: u64,
     /// Bytes of the entry log on the volume (where the next record goes).
@@ -276,8 +285,16 @@ impl Ns {
         self.dir(parent)?
             .entries
             .get(name)
-            .copied()
+            .map(|e| e.ino)
             .ok_or(Errno(libc::ENOENT))
+    }
+
+    /// An entry naming inode `ino` (in memory), with its kind.
+    pub(crate) fn entry_of(&self, ino: u64) -> FsResult<Entry> {
+        Ok(Entry {
+            ino,
+            kind: self.node(ino)?.inode.kind,
+        })
     }
 }
 
@@ -516,12 +533,28 @@ impl Fs {
     }
 }
 
-/// A directory node loaded from its log.
-pub(crate) fn dir_node(inode: Inode, log: &DirLog, parent: u64) -> Node {
+/// A directory node loaded from its log; `kind` gives each entry's kind (the inode's).
+pub(crate) fn dir_node(
+    inode: Inode,
+    log: &DirLog,
+    parent: u64,
+    kind: impl Fn(u64) -> Kind,
+) -> Node {
+    let entries = (log.entries.iter())
+        .map(|(name, &ino)| {
+            (
+                name.clone(),
+                Entry {
+                    ino,
+                    kind: kind(ino),
+                },
+            )
+        })
+        .collect();
     Node {
         inode,
         dir: Some(Box::new(DirState {
-            entries: log.entries.clone(),
+            entries,
             parent,
             log_bytes: log.valid_bytes,
             log_start: log.start,
@@ -531,4 +564,3 @@ pub(crate) fn dir_node(inode: Inode, log: &DirLog, parent: u64) -> Node {
         ..Node::plain(inode)
     }
 }
-

@@ -21,11 +21,11 @@
 //! Lock order: the checks run with `ns` held for writing and take the volume's locks
 //! (reads only), as every namespace change does.
 
-use super::core::{Fs, Ns, ROOT};
+use super::core::{Entry, Fs, Ns, ROOT};
 use crate::dir::{DirLog, RECORD_OVERHEAD};
 use crate::inode::Kind;
 use parking_lot::RwLockWriteGuard;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::{Deref, DerefMut};
 
 /// Namespaces larger than this are checked in memory only after each change.
@@ -104,10 +104,16 @@ fn check_memory(ns: &Ns) -> Result<(), String> {
     let mut subdirs: HashMap<u64, u32> = HashMap::new();
     for (&ino, node) in &ns.nodes {
         let Some(d) = &node.dir else { continue };
-        for (name, &child) in &d.entries {
+        for (name, &Entry { ino: child, kind }) in &d.entries {
             let c = ns.nodes.get(&child).ok_or_else(|| {
                 format!("directory {ino}: {name:?} names inode {child}, which is not there")
             })?;
+            if c.inode.kind != kind {
+                return Err(format!(
+                    "directory {ino}: {name:?} names inode {child} as a {kind:?}, which is a {:?}",
+                    c.inode.kind
+                ));
+            }
             *names.entry(child).or_default() += 1;
             if let Some(cd) = &c.dir {
                 *subdirs.entry(ino).or_default() += 1;
@@ -176,7 +182,10 @@ fn check_volume(fs: &Fs, ns: &Ns) -> Result<(), String> {
                 .read(ino, d.log_start, size.saturating_sub(d.log_start))
                 .map_err(|e| format!("directory {ino}: {e}"))?;
             let log = DirLog::parse(&bytes);
-            if size != d.log_bytes || log.entries != d.entries || log.problem.is_some() {
+            let inos: BTreeMap<Vec<u8>, u64> = (d.entries.iter())
+                .map(|(n, e)| (n.clone(), e.ino))
+                .collect();
+            if size != d.log_bytes || log.entries != inos || log.problem.is_some() {
                 return Err(format!(
                     "directory {ino}: its log ({size} bytes, {} entries, problem {:?}) is not \
                      what memory holds ({} bytes, {} entries)",
@@ -242,7 +251,8 @@ mod tests {
         {
             let mut ns = fs.ns.write();
             let d = ns.nodes.get_mut(&dir).unwrap().dir.as_mut().unwrap();
-            d.entries.insert(b"f".to_vec(), f);
+            let kind = Kind::File;
+            d.entries.insert(b"f".to_vec(), Entry { ino: f, kind });
             d.live += (RECORD_OVERHEAD + 1) as u64;
             ns.nodes.get_mut(&f).unwrap().inode.nlink = 1;
         }

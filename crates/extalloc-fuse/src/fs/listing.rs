@@ -132,8 +132,8 @@ fn snapshot(ns: &Ns, ino: u64) -> FsResult<Vec<Listed>> {
     let mut list = Vec::with_capacity(d.entries.len() + 2);
     list.push((b".".to_vec(), ino, Kind::Dir));
     list.push((b"..".to_vec(), d.parent, Kind::Dir));
-    for (name, &i) in &d.entries {
-        list.push((name.clone(), i, ns.node(i)?.inode.kind));
+    for (name, e) in &d.entries {
+        list.push((name.clone(), e.ino, e.kind));
     }
     Ok(list)
 }

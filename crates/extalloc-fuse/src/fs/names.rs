@@ -17,7 +17,7 @@
 //! half change is never durable, and the file system answers `EIO` until it is mounted
 //! again. Only a device error can do that: every check comes first.
 
-use super::core::{Attr, Caller, DirState, Errno, Fs, FsResult, Node, Ns, Refs, ROOT};
+use super::core::{Attr, Caller, DirState, Entry, Errno, Fs, FsResult, Node, Ns, Refs, ROOT};
 use super::{flags, scan, tmpfile};
 use crate::dir::{record, NAME_MAX};
 use crate::inode::{Inode, Kind, Time};
@@ -185,7 +185,7 @@ impl Fs {
         ino: u64,
         kind: Kind,
     ) -> FsResult<()> {
-        self.append(ns, parent, name, Some(ino))?;
+        self.append(ns, parent, name, Some(Entry { ino, kind }))?;
         debug_assert_eq!(ns.entry(parent, name), Ok(ino), "the new name is linked");
         let p = ns.node_mut(parent)?;
         if kind == Kind::Dir {
@@ -229,16 +229,16 @@ impl Fs {
         Ok(())
     }
 
-    /// Appends an add (`Some(ino)`) or remove record for `name` to `dir`'s log.
-    fn append(&self, ns: &mut Ns, dir: u64, name: &[u8], ino: Option<u64>) -> FsResult<()> {
-        let rec = record(name, ino);
+    /// Appends an add (`Some(entry)`) or remove record for `name` to `dir`'s log.
+    fn append(&self, ns: &mut Ns, dir: u64, name: &[u8], entry: Option<Entry>) -> FsResult<()> {
+        let rec = record(name, entry.map(|e| e.ino));
         let d = ns.node_mut(dir)?.dir.as_mut().ok_or(Errno(libc::ENOTDIR))?;
         scan::append(self.vol.uncached(dir), dir, d.log_bytes, &rec)?;
         d.log_bytes += rec.len() as u64;
         let bytes = (crate::dir::RECORD_OVERHEAD + name.len()) as u64;
-        match ino {
-            Some(i) => {
-                d.entries.insert(name.to_vec(), i);
+        match entry {
+            Some(e) => {
+                d.entries.insert(name.to_vec(), e);
                 d.live += bytes;
             }
             None => {
@@ -278,7 +278,7 @@ impl Fs {
         let vol = self.vol.uncached(dir);
         let bs = vol.block_size();
         let at = d.log_bytes.div_ceil(bs) * bs;
-        let log = crate::dir::compacted(d.entries.iter().map(|(n, &i)| (n, i)));
+        let log = crate::dir::compacted(d.entries.iter().map(|(n, e)| (n, e.ino)));
         vol.write(dir, at, &log)?;
         if at > d.log_start {
             vol.fallocate(dir, Fallocate::PunchHole, d.log_start, at - d.log_start)?;
@@ -419,7 +419,8 @@ impl Fs {
         n.inode.ctime = Time::now();
         n.tmpfile = false;
         self.persist(&mut ns, ino)?;
-        self.append(&mut ns, newparent, newname, Some(ino))?;
+        let entry = ns.entry_of(ino)?;
+        self.append(&mut ns, newparent, newname, Some(entry))?;
         touch(&mut ns.node_mut(newparent)?.inode);
         self.persist(&mut ns, newparent)?;
         group.finish();

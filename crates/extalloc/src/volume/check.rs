@@ -90,7 +90,8 @@ impl Volume {
                 }
                 let entry = decode_file(body)?;
                 let map = read_map(&self.store, self.dev.as_ref(), id, &entry.map)?;
-                self.maps_read.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.maps_read
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let (extents, blocks) = map_counts(&map);
                 debug_assert_eq!((extents, blocks), entry.map.counts(), "file {id}'s counts");
                 out.files += 1;

@@ -16,7 +16,10 @@ impl Fs {
             let ns = self.ns.read();
             let regular = |ino: u64| ns.node(ino).is_ok_and(|n| n.inode.kind == Kind::File);
             let src = ns.entry(from.0, from.1).ok();
-            let dst = ns.dir(to.0).ok().and_then(|d| d.entries.get(to.1).copied());
+            let dst = ns
+                .dir(to.0)
+                .ok()
+                .and_then(|d| d.entries.get(to.1).map(|e| e.ino));
             match (src, dst) {
                 (Some(s), Some(d)) if s != d && regular(s) && regular(d) => s,
                 _ => return Ok(()),
@@ -53,7 +56,7 @@ impl Fs {
         }
         let mut ns = self.ns_write();
         let src = ns.entry(parent, name)?;
-        let dst = ns.dir(newparent)?.entries.get(newname).copied();
+        let dst = ns.dir(newparent)?.entries.get(newname).map(|e| e.ino);
         // The source and what it replaces leave their directories; the target's gains.
         for (ino, append_too) in [(src, true), (parent, true), (newparent, dst.is_some())] {
             flags::check(&ns, ino, append_too)?;
@@ -97,7 +100,8 @@ impl Fs {
         if whiteout {
             let inode = Inode::new(Kind::CharDevice, 0, who.uid, who.gid, 0);
             let ino = self.vol.volume().create_placed(&inode.encode(), parent)?;
-            self.append(&mut ns, parent, name, Some(ino))?;
+            let kind = Kind::CharDevice;
+            self.append(&mut ns, parent, name, Some(Entry { ino, kind }))?;
             ns.nodes.insert(ino, Node::plain(inode));
         }
         group.finish();
@@ -119,7 +123,8 @@ impl Fs {
         if let Some(d) = dst {
             self.remove_name(ns, newparent, newname, d)?;
         }
-        self.append(ns, newparent, newname, Some(src))?;
+        let entry = ns.entry_of(src)?;
+        self.append(ns, newparent, newname, Some(entry))?;
         self.append(ns, parent, name, None)?;
         // A rename onto its own name is answered before the group (as the kernel's).
         debug_assert_eq!(
@@ -161,8 +166,9 @@ impl Fs {
         self.reserve(ns, &appends)?;
         let group = self.group(RENAME_CHUNKS)?;
         for (p, n, i) in [(p1, n1, i2), (p2, n2, i1)] {
+            let entry = ns.entry_of(i)?;
             self.append(ns, p, n, None)?;
-            self.append(ns, p, n, Some(i))?;
+            self.append(ns, p, n, Some(entry))?;
         }
         for (i, is_dir, from, to) in [(i1, d1, p1, p2), (i2, d2, p2, p1)] {
             if is_dir && from != to {

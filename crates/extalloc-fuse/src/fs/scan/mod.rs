@@ -33,88 +33,17 @@
 //! Lock order: none (runs before the file system serves anything, or on a read-only view).
 
 mod read;
+mod report;
 
 pub(crate) use self::read::read_log;
 use self::read::{fix_log, Read};
-use super::core::{dir_node, InoMap, InoSet, Node, ROOT};
+pub use self::report::NamespaceReport;
+use super::core::{dir_node, Entry, InoMap, InoSet, Node, ROOT};
 use crate::dir::{record, DirLog};
 use crate::inode::{self, Inode, Kind};
 use crate::xattr::{self, Tail};
 use extalloc::volume::Volume;
 use std::collections::VecDeque;
-
-/// What a namespace check found (or mount repaired).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NamespaceReport {
-    /// Directories.
-    pub dirs: u64,
-    /// Regular files.
-    pub files: u64,
-    /// Symbolic links.
-    pub symlinks: u64,
-    /// Fifos, sockets and device nodes.
-    pub others: u64,
-    /// Inodes no directory names (removed at mount).
-    pub orphans: Vec<u64>,
-    /// Inodes no name refers to whose link count says they have names: not what a crash
-    /// leaves (every namespace change is atomic, and an inode's last name goes with its
-    /// link count), so damage (a directory log cut short, a record lost), or a bug. Never
-    /// removed: mount links them into `/lost+found` (see `lost_found`).
-    pub unnamed: Vec<u64>,
-    /// Inodes mount linked into `/lost+found` as `#INODE`, with their data (a directory
-    /// brings what it holds).
-    pub lost_found: Vec<u64>,
-    /// Volume files whose attribute blob is not an inode (damage): mount refuses them, and
-    /// `fsck --repair` gives each a new inode.
-    pub damaged_inodes: Vec<u64>,
-    /// Entries naming nothing, or a directory a second time (dropped at mount).
-    pub bad_entries: Vec<String>,
-    /// Link counts that disagreed with the names found (set at mount).
-    pub link_counts: Vec<String>,
-    /// Directory logs with a torn tail or a record that contradicts the log (cut at mount).
-    pub logs: Vec<String>,
-    /// Spill files of extended attributes no inode names (removed at mount).
-    pub stray_xattrs: Vec<u64>,
-    /// Inodes whose extended attributes are damaged, with why: mount refuses them, and
-    /// `fsck --repair` drops those attributes.
-    pub damaged_xattrs: Vec<(u64, String)>,
-}
-
-impl NamespaceReport {
-    /// Nothing to repair.
-    pub fn clean(&self) -> bool {
-        self.orphans.is_empty()
-            && self.unnamed.is_empty()
-            && self.damaged_inodes.is_empty()
-            && self.lost_found.is_empty()
-            && self.bad_entries.is_empty()
-            && self.link_counts.is_empty()
-            && self.logs.is_empty()
-            && self.stray_xattrs.is_empty()
-            && self.damaged_xattrs.is_empty()
-    }
-
-    /// A one-line summary of the repairs.
-    pub fn summary(&self) -> String {
-        format!(
-            "{} orphans, {} damaged inodes, {} unnamed inodes{}, {} bad entries, {} link \
-             counts, {} damaged directory logs, {} stray and {} damaged extended attribute \
-             sets",
-            self.orphans.len(),
-            self.damaged_inodes.len(),
-            self.unnamed.len(),
-            match self.lost_found.len() {
-                0 => String::new(),
-                n => format!(" ({n} linked into /lost+found)"),
-            },
-            self.bad_entries.len(),
-            self.link_counts.len(),
-            self.logs.len(),
-            self.stray_xattrs.len(),
-            self.damaged_xattrs.len()
-        )
-    }
-}
 
 /// Checks the file system on `vol` without changing it.
 pub fn check(vol: &Volume) -> Result<NamespaceReport, String> {
@@ -130,10 +59,7 @@ pub(crate) fn append(vol: &Volume, dir: u64, at: u64, rec: &[u8]) -> extalloc::R
 /// Reads every inode and directory log of `vol` (one pass over the volume's files, and
 /// each log once, unless a rescue changed the namespace); with `repair`, fixes what it
 /// finds (see the module documentation). Fails when the volume holds no file system.
-pub(crate) fn load(
-    vol: &Volume,
-    repair: bool,
-) -> Result<(InoMap<Node>, NamespaceReport), String> {
+pub(crate) fn load(vol: &Volume, repair: bool) -> Result<(InoMap<Node>, NamespaceReport), String> {
     let mut read = Read::of(vol)?;
     let mut lost_found = Vec::new();
     if repair {
@@ -212,30 +138,45 @@ fn load_once(
             _ => report.others += 1,
         }
         if keep {
-            let node = match inode.kind {
-                Kind::Dir => dir_node(*inode, &logs[&ino], walk.parent[&ino]),
-                _ => Node::plain(*inode),
-            };
-            nodes.insert(ino, node);
+            nodes.insert(ino, Node::plain(*inode));
         }
+    }
+    // Directories once every link count is set: their entries take each inode's kind. An
+    // entry naming no inode is dropped below (or, unrepaired, left out of
+    // `readdirplus`): a file meanwhile.
+    for (&ino, node) in nodes.iter_mut().filter(|(_, n)| n.inode.kind == Kind::Dir) {
+        let kind = |i: u64| inodes.get(&i).map_or(Kind::File, |n| n.kind);
+        *node = dir_node(node.inode, &logs[&ino], walk.parent[&ino], kind);
     }
     report.orphans.sort_unstable();
     report.unnamed.sort_unstable();
     let reached = |ino: u64| walk.parent.contains_key(&ino);
-    load_xattrs(vol, (&reached, &mut nodes), (&tails, spills), repair, &mut report)?;
+    load_xattrs(
+        vol,
+        (&reached, &mut nodes),
+        (&tails, spills),
+        repair,
+        &mut report,
+    )?;
     if repair {
         drop_bad_entries(vol, &walk.drop, &mut nodes)?;
-        for &ino in &report.orphans {
-            vol.unlink(ino)
-                .map_err(|e| format!("cannot remove orphan inode {ino}: {e}"))?;
-        }
-        // After the orphans: their spill files are stray now.
-        for &id in &report.stray_xattrs {
-            vol.unlink(id)
-                .map_err(|e| format!("cannot remove stray attribute file {id}: {e}"))?;
-        }
+        remove_leftovers(vol, &report)?;
     }
     Ok((nodes, report))
+}
+
+/// Removes the orphans `report` found, then the stray spill files (an orphan's among them).
+fn remove_leftovers(vol: &Volume, report: &NamespaceReport) -> Result<(), String> {
+    for &ino in &report.orphans {
+        vol.unlink(ino)
+            .map_err(|e| format!("cannot remove orphan inode {ino}: {e}"))?;
+    }
+    // After the orphans: their spill files are stray now.
+    for &id in &report.stray_xattrs {
+        vol.unlink(id)
+            .map_err(|e| format!("cannot remove stray attribute file {id}: {e}"))?;
+    }
+    Ok(())
 }
 
 /// Every node's extended attributes, from its blob's tail (`tails`) and spill file
@@ -432,7 +373,7 @@ pub fn paths(vol: &Volume) -> Result<std::collections::BTreeMap<u64, (String, Ki
         let Some(dir) = nodes.get(&d).and_then(|n| n.dir.as_ref()) else {
             continue;
         };
-        for (name, &ino) in &dir.entries {
+        for (name, &Entry { ino, .. }) in &dir.entries {
             let Some(n) = nodes.get(&ino) else { continue };
             if out.contains_key(&ino) {
                 continue;

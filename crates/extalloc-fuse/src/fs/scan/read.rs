@@ -7,7 +7,7 @@
 //! it was when read; nothing here writes except `fix_log` and `read_log` with `repair`.
 //! Lock order: none (runs before the file system serves anything, or on a read-only view).
 
-use super::NamespaceReport;
+use super::report::NamespaceReport;
 use crate::dir::DirLog;
 use crate::fs::core::{InoMap, InoSet, ROOT};
 use crate::inode::{self, Inode, Kind};
