@@ -5,12 +5,13 @@
 //! persisting and reaping inodes). `mod.rs` re-exports the public ones; mount, sync and
 //! unmount stay there, since they call its children.
 //!
-//! Data structures: [`Fs`] owns the [`Buffered`] volume, the namespace ([`Ns`]: every
-//! inode's [`Node`] by number, loaded at mount), the open directory handles
+//! Data structures: [`Fs`] owns the [`Buffered`] volume, the namespace ([`Ns`]: the
+//! [`Node`]s in memory by number, `ondemand.rs`), the open directory handles
 //! ([`DirHandle`], `listing.rs`) and the atime mode.
 //!
 //! Invariant: the namespace invariant of `mod.rs` (a directory node's `entries` is its
-//! log replayed, every entry names a node, `nlink` counts the names); a node's attribute
+//! log replayed, every entry names a node or an inode whose blob is its whole state, `nlink`
+//! counts the names); a node's attribute
 //! blob ([`Node::blob`]) is written only under `ns` written ([`Fs::persist`]).
 //!
 //! Lock order: `ns` -> `dir_handles`, then the volume's locks, as in `mod.rs`.
@@ -25,6 +26,9 @@ use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
+
+/// Slots of the node map below which it is never shrunk ([`Fs::reap`]).
+const SHRINK_FROM: usize = 4096;
 
 /// The root directory's inode (FUSE's root id; the volume's first file).
 pub const ROOT: u64 = 1;
@@ -234,6 +238,24 @@ impl Node {
         }
     }
 
+    /// Nothing but the volume holds what it is: not a directory, not open, not known to
+    /// the kernel, no times pending, named (an unlinked node stays until removed), not an
+    /// unnamed tmpfile, no rewrite or recent fsync to act on (an unlink within
+    /// `SYNCED_UNLINK_WINDOW` of an fsync commits before its reply: such a node stays, until
+    /// a later reap finds its window over). Its attribute blob is then its whole state.
+    pub(crate) fn droppable(&self) -> bool {
+        self.dir.is_none()
+            && self.open == 0
+            && self.lookups.get() == 0
+            && !self.attr_dirty
+            && self.inode.nlink > 0
+            && !self.tmpfile
+            && !self.rewritten
+            && self
+                .synced
+                .is_none_or(|t| t.elapsed() >= super::names::SYNCED_UNLINK_WINDOW)
+    }
+
     /// Its attribute blob: the inode and where its extended attributes are.
     pub(crate) fn blob(&self) -> Vec<u8> {
         self.inode.encode_with_tail(&self.tail().encode())
@@ -249,10 +271,13 @@ pub(crate) type InoSet = std::collections::HashSet<u64, foldhash::fast::RandomSt
 /// One entry of an open directory's snapshot: name, inode, kind.
 pub(crate) type Listed = (Vec<u8>, u64, Kind);
 
-/// Every inode by number.
+/// The inodes in memory by number (`ondemand.rs`: every directory, and every other inode
+/// while something holds it), and how many the file system has.
 #[derive(Debug, Default)]
 pub(crate) struct Ns {
     pub(crate) nodes: InoMap<Node>,
+    /// Inodes of the file system, in memory or not (`statfs`).
+    pub(crate) count: u64,
     /// The inodes whose times wait in memory (`attr_dirty`), so that a sync writes them
     /// without walking every inode under the lock (it did: about 40 ns an inode at every
     /// background commit, 0.4 s at 10M files). Holds every such inode; may hold inodes
@@ -261,6 +286,13 @@ pub(crate) struct Ns {
 }
 
 impl Ns {
+    /// Adds the node of an inode just made (or named by a whiteout): one inode more.
+    pub(crate) fn add_new(&mut self, ino: u64, node: Node) {
+        let before = self.nodes.insert(ino, node);
+        assert!(before.is_none(), "inode {ino} made twice");
+        self.count += 1;
+    }
+
     /// Marks `ino`'s times as waiting in memory for the next sync, last close or unmount.
     pub(crate) fn times_dirty(&mut self, ino: u64) -> FsResult<()> {
         self.node_mut(ino)?.attr_dirty = true;
@@ -408,6 +440,7 @@ impl Fs {
 
     /// `stat` of `ino`.
     pub fn getattr(&self, ino: u64) -> FsResult<Attr> {
+        self.ensure_loaded(&[ino])?; // `ondemand.rs`
         let ns = self.ns.read();
         self.attr_of(&ns, ino)
     }
@@ -498,14 +531,23 @@ impl Fs {
         Ok(())
     }
 
-    /// Removes `ino` from the volume if nothing names, opens or remembers it any more.
+    /// Removes `ino` from the volume if nothing names, opens or remembers it any more;
+    /// else, if nothing holds its node ([`Node::droppable`]), drops the node from memory
+    /// (`ondemand.rs`: the next call naming it reads it back).
     pub(crate) fn reap(&self, ns: &mut Ns, ino: u64) -> FsResult<()> {
-        let gone = ns
-            .nodes
-            .get(&ino)
-            .is_some_and(|n| n.inode.nlink == 0 && n.open == 0 && n.lookups.get() == 0);
-        if gone {
+        let Some(n) = ns.nodes.get(&ino) else {
+            return Ok(());
+        };
+        let unheld = n.open == 0 && n.lookups.get() == 0;
+        if unheld && n.inode.nlink == 0 {
             self.remove_inode(ns, ino)?;
+        } else if n.droppable() {
+            ns.nodes.remove(&ino);
+            // The map gives its room back once mostly empty (after the kernel forgot a
+            // listing of many inodes): its slots are the nodes' memory.
+            if ns.nodes.capacity() > SHRINK_FROM && ns.nodes.len() * 4 < ns.nodes.capacity() {
+                ns.nodes.shrink_to(ns.nodes.len() * 2);
+            }
         }
         Ok(())
     }
@@ -521,6 +563,11 @@ impl Fs {
         );
         self.vol.unlink(ino)?;
         ns.nodes.remove(&ino);
+        assert!(
+            ns.count > 0,
+            "inode {ino} removed from an empty file system"
+        );
+        ns.count -= 1;
         if let Some(s) = spill {
             self.vol.uncached(s).unlink(s)?;
         }
@@ -529,7 +576,7 @@ impl Fs {
 
     /// Number of inodes (for `statfs`).
     pub fn inodes(&self) -> u64 {
-        self.ns.read().nodes.len() as u64
+        self.ns.read().count
     }
 }
 

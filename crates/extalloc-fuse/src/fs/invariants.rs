@@ -84,16 +84,18 @@ fn check(fs: &Fs, ns: &Ns) -> Result<(), String> {
     if fs.vol.volume().aborted().is_some() {
         return Ok(());
     }
-    check_memory(ns)?;
+    let away = check_memory(ns)?;
     let down = fs.down.load(std::sync::atomic::Ordering::Acquire);
-    if !down && ns.nodes.len() <= VOLUME_CHECK_MAX_NODES {
+    if !down && ns.count <= VOLUME_CHECK_MAX_NODES as u64 {
         check_volume(fs, ns)?;
+        check_away(fs, &away)?;
     }
     Ok(())
 }
 
-/// The invariant in memory.
-fn check_memory(ns: &Ns) -> Result<(), String> {
+/// The invariant in memory; returns the entries naming inodes not in memory (each with
+/// its kind and the names it has), for [`check_away`].
+fn check_memory(ns: &Ns) -> Result<HashMap<u64, (Kind, u32)>, String> {
     let root = ns.nodes.get(&ROOT).ok_or("no root node")?;
     match &root.dir {
         Some(d) if d.parent == ROOT => {}
@@ -102,19 +104,26 @@ fn check_memory(ns: &Ns) -> Result<(), String> {
     // Entries naming each node; the directory naming each directory.
     let mut names: HashMap<u64, u32> = HashMap::new();
     let mut subdirs: HashMap<u64, u32> = HashMap::new();
+    let mut away: HashMap<u64, (Kind, u32)> = HashMap::new();
     for (&ino, node) in &ns.nodes {
         let Some(d) = &node.dir else { continue };
         for (name, &Entry { ino: child, kind }) in &d.entries {
-            let c = ns.nodes.get(&child).ok_or_else(|| {
-                format!("directory {ino}: {name:?} names inode {child}, which is not there")
-            })?;
+            *names.entry(child).or_default() += 1;
+            let Some(c) = ns.nodes.get(&child) else {
+                if kind == Kind::Dir {
+                    return Err(format!(
+                        "directory {ino}: {name:?} names directory {child}, not in memory"
+                    ));
+                }
+                away.entry(child).or_insert((kind, 0)).1 += 1;
+                continue; // read back when named (`ondemand.rs`): `check_away`
+            };
             if c.inode.kind != kind {
                 return Err(format!(
                     "directory {ino}: {name:?} names inode {child} as a {kind:?}, which is a {:?}",
                     c.inode.kind
                 ));
             }
-            *names.entry(child).or_default() += 1;
             if let Some(cd) = &c.dir {
                 *subdirs.entry(ino).or_default() += 1;
                 if cd.parent != ino {
@@ -144,6 +153,17 @@ fn check_memory(ns: &Ns) -> Result<(), String> {
             ));
         }
     }
+    check_links(ns, &names, &subdirs)?;
+    check_count(ns, names.len())?;
+    Ok(away)
+}
+
+/// Each node's link count against its names (`names`) and subdirectories (`subdirs`).
+fn check_links(
+    ns: &Ns,
+    names: &HashMap<u64, u32>,
+    subdirs: &HashMap<u64, u32>,
+) -> Result<(), String> {
     for (&ino, node) in &ns.nodes {
         let named = names.get(&ino).copied().unwrap_or(0);
         let want = match &node.dir {
@@ -166,6 +186,41 @@ fn check_memory(ns: &Ns) -> Result<(), String> {
             return Err(format!(
                 "inode {ino} ({:?}): a tmpfile with nlink {}",
                 node.inode.kind, node.inode.nlink
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Every inode is named (`named` distinct inodes), the root, or in memory unnamed
+/// (unlinked while held): `Ns::count` says how many.
+fn check_count(ns: &Ns, named: usize) -> Result<(), String> {
+    let unnamed = (ns.nodes.iter())
+        .filter(|(&i, n)| i != ROOT && n.inode.nlink == 0)
+        .count();
+    let inodes = (named + 1 + unnamed) as u64;
+    if inodes != ns.count {
+        return Err(format!(
+            "{} inodes counted, {inodes} named, the root and unnamed in memory",
+            ns.count
+        ));
+    }
+    Ok(())
+}
+
+/// The inodes not in memory (`away`: kind and names), against their blobs on the volume:
+/// each is an inode of that kind whose link count is its names.
+fn check_away(fs: &Fs, away: &HashMap<u64, (Kind, u32)>) -> Result<(), String> {
+    let vol = fs.vol.volume();
+    for (&ino, &(kind, named)) in away {
+        let blob = vol.attr(ino).map_err(|e| format!("inode {ino}: {e}"))?;
+        let inode = crate::inode::Inode::decode(&blob)
+            .ok_or_else(|| format!("inode {ino}: its blob is not an inode"))?;
+        if inode.kind != kind || inode.nlink != named {
+            return Err(format!(
+                "inode {ino} (not in memory): a {:?} with nlink {}, named {named} times as a \
+                 {kind:?}",
+                inode.kind, inode.nlink
             ));
         }
     }

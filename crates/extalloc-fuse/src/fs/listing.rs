@@ -18,9 +18,14 @@ use super::core::{Attr, DirHandle, Errno, Fs, FsResult, Listed, Ns};
 use crate::inode::Kind;
 use std::sync::atomic::Ordering::Relaxed;
 
+/// Inodes `readdirplus` reads back at once (`ondemand.rs`), with the namespace lock held
+/// for writing: a reply holds a few hundred entries at most.
+const READ_BACK_BATCH: usize = 128;
+
 impl Fs {
     /// Opens directory `ino` for listing (`ENOTDIR` for anything else).
     pub fn opendir(&self, ino: u64) -> FsResult<u64> {
+        self.ensure_loaded(&[ino])?; // `ondemand.rs`
         self.live()?;
         let list = snapshot(&self.ns.read(), ino)?;
         let fh = self.handle(None);
@@ -73,29 +78,58 @@ impl Fs {
         if offset == 0 {
             self.relist(fh)?;
         }
-        let ns = self.ns.read();
-        let handles = self.dir_handles.lock();
-        let h = handles.get(&fh).ok_or(Errno(libc::EBADF))?;
+        let mut at = offset as usize;
         let mut added = 0usize;
-        for (i, (name, ino, _)) in h.list.iter().enumerate().skip(offset as usize) {
-            let attr = match self.attr_of(&ns, *ino) {
-                Ok(a) => a,
-                Err(Errno(libc::ENOENT)) => continue,
-                Err(e) if added == 0 => return Err(e),
-                Err(e) => {
-                    log::warn!("listing stops short at inode {ino}: {e}");
-                    break;
+        // Entries before this were read back (`ondemand.rs`) or found missing.
+        let mut tried = at;
+        loop {
+            let absent: Vec<u64> = {
+                let ns = self.ns.read();
+                let handles = self.dir_handles.lock();
+                let h = handles.get(&fh).ok_or(Errno(libc::EBADF))?;
+                let mut stop = None;
+                for (i, (name, ino, _)) in h.list.iter().enumerate().skip(at) {
+                    if i >= tried && !ns.nodes.contains_key(ino) {
+                        stop = Some(i); // read back below, then on from here
+                        break;
+                    }
+                    let attr = match self.attr_of(&ns, *ino) {
+                        Ok(a) => a,
+                        Err(Errno(libc::ENOENT)) => continue,
+                        Err(e) if added == 0 => return Err(e),
+                        Err(e) => {
+                            log::warn!("listing stops short at inode {ino}: {e}");
+                            return Ok(());
+                        }
+                    };
+                    if f(name, &attr, i as u64 + 1) {
+                        return Ok(());
+                    }
+                    added += 1;
+                    if name != b"." && name != b".." {
+                        ns.node(*ino)?.lookups.add();
+                    }
                 }
+                let Some(i) = stop else {
+                    return Ok(());
+                };
+                at = i;
+                let absent: Vec<(usize, u64)> = (h.list.iter().enumerate().skip(i))
+                    .filter(|(_, e)| !ns.nodes.contains_key(&e.1))
+                    .take(READ_BACK_BATCH)
+                    .map(|(j, e)| (j, e.1))
+                    .collect();
+                tried = absent.last().map_or(i, |&(j, _)| j) + 1;
+                absent.into_iter().map(|(_, ino)| ino).collect()
             };
-            if f(name, &attr, i as u64 + 1) {
-                break;
-            }
-            added += 1;
-            if name != b"." && name != b".." {
-                ns.node(*ino)?.lookups.add();
+            if let Err(e) = self.ensure_loaded(&absent) {
+                if added == 0 {
+                    return Err(e);
+                }
+                log::warn!("listing stops short: {e}");
+                return Ok(());
             }
         }
-        Ok(())
     }
 
     /// A listing read from position 0: a new snapshot of the directory, remembered for

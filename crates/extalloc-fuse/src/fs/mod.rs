@@ -18,15 +18,17 @@
 //! - `scan/` reads the namespace back at mount, checks it, and repairs what a crash
 //!   between two steps of one operation leaves (see `docs/mount.md`).
 //!
-//! Data structures: [`Fs`] owns the [`Buffered`] volume, the namespace (`Ns`: every
-//! inode's `Node` by number, loaded at mount), the open directory handles
+//! Data structures: [`Fs`] owns the [`Buffered`] volume, the namespace (`Ns`: the nodes in
+//! memory by number, every directory's from the mount on and any other inode's while
+//! something holds it, `ondemand.rs`; and the count of inodes), the open directory handles
 //! (`listing.rs`) and the atime mode. They and the types every module here shares
 //! ([`Errno`], [`FsResult`], [`Caller`], [`Attr`]) are defined in `core.rs` and
 //! re-exported from here; this file keeps [`MountReport`] and mount, sync and unmount,
 //! which call its children. A child imports `core.rs`, never this file.
 //!
-//! Invariant: for every directory node, `entries` equals its log on the volume replayed;
-//! every entry names a node; a file's `nlink` counts its entries, a directory's is 2 plus
+//! Invariant: for every directory node, `entries` equals its log on the volume replayed
+//! (each entry with its inode's kind); every entry names a node, or an inode on the volume
+//! whose blob is its whole state; a file's `nlink` counts its entries, a directory's is 2 plus
 //! its subdirectories; a node whose `nlink` is 0 is kept only while it is open or the
 //! kernel still knows it (`lookups`), then its volume file is unlinked. Such a node is a
 //! file unlinked while open, or an `O_TMPFILE` file never named (`tmpfile.rs`: made with
@@ -60,6 +62,9 @@ mod flags_tests;
 mod invariants;
 mod listing;
 pub mod names;
+mod ondemand;
+#[cfg(test)]
+mod ondemand_tests;
 #[cfg(test)]
 mod posix_tests;
 #[cfg(test)]
@@ -136,7 +141,7 @@ impl Fs {
             make_root(&vol)?;
             report.created = true;
         }
-        let (nodes, found) = match scan::load(&vol, true) {
+        let (mut nodes, found) = match scan::load(&vol, true) {
             Ok(loaded) => loaded,
             // Read-only: a repair that finds no room (an orphan's removal commits) leaves
             // the namespace as the volume holds it, served unrepaired.
@@ -147,6 +152,11 @@ impl Fs {
             Err(e) => return Err(e),
         };
         report.repaired = found;
+        // Only the directories stay in memory; any other inode is read back when a call
+        // names it (`ondemand.rs`).
+        let count = nodes.len() as u64;
+        nodes.retain(|_, n| n.dir.is_some());
+        nodes.shrink_to_fit();
         report.corrupt_groups = vol.store().corrupt_groups();
         match vol.sync() {
             Ok(()) => {}
@@ -160,6 +170,7 @@ impl Fs {
             vol,
             ns: RwLock::new(Ns {
                 nodes,
+                count,
                 dirty_attrs: Default::default(),
             }),
             dir_handles: Mutex::new(HashMap::new()),

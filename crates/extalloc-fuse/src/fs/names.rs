@@ -85,32 +85,43 @@ fn check_name(name: &[u8]) -> FsResult<()> {
 
 impl Fs {
     /// Finds `name` in directory `parent` (the kernel now holds one more reference).
-    /// Takes the namespace lock for reading only: lookups run side by side (`Refs`).
+    /// Takes the namespace lock for reading only (lookups run side by side, `Refs`), unless
+    /// the inode is not in memory: then for writing, to read it back (`ondemand.rs`).
     pub fn lookup(&self, parent: u64, name: &[u8]) -> FsResult<Attr> {
-        let ns = self.ns.read();
-        let ino = match name {
-            b"." => parent,
-            b".." => ns.dir(parent)?.parent,
+        let resolve = |ns: &Ns| match name {
+            b"." => Ok(parent),
+            b".." => Ok(ns.dir(parent)?.parent),
             _ => {
                 check_name(name)?;
-                ns.entry(parent, name)?
+                ns.entry(parent, name)
             }
         };
+        {
+            let ns = self.ns.read();
+            let ino = resolve(&ns)?;
+            if ns.nodes.contains_key(&ino) {
+                let attr = self.attr_of(&ns, ino)?;
+                ns.node(ino)?.lookups.add();
+                return Ok(attr);
+            }
+        }
+        let mut ns = self.ns_write();
+        let ino = resolve(&ns)?; // again: a change may have come between the locks
+        self.load_into(&mut ns, ino)?;
         let attr = self.attr_of(&ns, ino)?;
         ns.node(ino)?.lookups.add();
         Ok(attr)
     }
 
     /// The kernel drops `n` references to `ino`. The count drops under the namespace lock
-    /// held for reading; only a node left unnamed, closed and unreferenced takes it for
-    /// writing, to be removed (`Fs::reap` looks again: a lookup may have come between).
+    /// held for reading; only a node left closed and unreferenced takes it for writing, to
+    /// be removed if unnamed, else dropped from memory if nothing else holds it (`Fs::reap`
+    /// looks again: a lookup may have come between).
     pub fn forget(&self, ino: u64, n: u64) {
         let unused = {
             let ns = self.ns.read();
             match ns.nodes.get(&ino) {
-                Some(node) => {
-                    node.lookups.forget(n) == 0 && node.inode.nlink == 0 && node.open == 0
-                }
+                Some(node) => node.lookups.forget(n) == 0 && node.open == 0,
                 None => false,
             }
         };
@@ -161,7 +172,7 @@ impl Fs {
                 mapped_to: 0,
             })
         });
-        ns.nodes.insert(
+        ns.add_new(
             ino,
             Node {
                 dir,
@@ -301,6 +312,7 @@ impl Fs {
         let synced_file = {
             let mut ns = self.ns_write();
             let ino = ns.entry(parent, name)?;
+            self.load_into(&mut ns, ino)?;
             // As the kernel's may_delete: the flags come before the kind and emptiness.
             flags::check(&ns, parent, true)?;
             flags::check(&ns, ino, true)?;
@@ -386,6 +398,10 @@ impl Fs {
         self.live()?;
         check_name(newname)?;
         let mut ns = self.ns_write();
+        match self.load_into(&mut ns, ino) {
+            Ok(()) | Err(Errno(libc::ENOENT)) => {}
+            Err(e) => return Err(e),
+        }
         flags::check(&ns, ino, true)?;
         flags::check(&ns, newparent, false)?;
         let node = ns.node(ino)?;
@@ -431,6 +447,7 @@ impl Fs {
 
     /// A symbolic link's target.
     pub fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
+        self.ensure_loaded(&[ino])?; // `ondemand.rs`
         if self.ns.read().node(ino)?.inode.kind != Kind::Symlink {
             return err(libc::EINVAL);
         }

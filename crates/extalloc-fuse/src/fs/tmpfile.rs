@@ -76,7 +76,7 @@ impl Fs {
         // One volume call: a crash before the next commit loses it, one after leaves an
         // orphan (link count 0, no name) that the mount removes.
         let ino = self.vol.volume().create_placed(&blob, parent)?;
-        ns.nodes.insert(
+        ns.add_new(
             ino,
             Node {
                 lookups: Refs::new(1),

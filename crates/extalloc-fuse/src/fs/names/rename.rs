@@ -14,14 +14,15 @@ impl Fs {
     fn write_back_replacing(&self, from: (u64, &[u8]), to: (u64, &[u8])) -> FsResult<()> {
         let src = {
             let ns = self.ns.read();
-            let regular = |ino: u64| ns.node(ino).is_ok_and(|n| n.inode.kind == Kind::File);
-            let src = ns.entry(from.0, from.1).ok();
-            let dst = ns
-                .dir(to.0)
-                .ok()
-                .and_then(|d| d.entries.get(to.1).map(|e| e.ino));
-            match (src, dst) {
-                (Some(s), Some(d)) if s != d && regular(s) && regular(d) => s,
+            let entry = |(dir, name): (u64, &[u8])| {
+                (ns.dir(dir).ok()).and_then(|d| d.entries.get(name).copied())
+            };
+            match (entry(from), entry(to)) {
+                (Some(s), Some(d))
+                    if s.ino != d.ino && s.kind == Kind::File && d.kind == Kind::File =>
+                {
+                    s.ino
+                }
                 _ => return Ok(()),
             }
         };
@@ -57,6 +58,9 @@ impl Fs {
         let mut ns = self.ns_write();
         let src = ns.entry(parent, name)?;
         let dst = ns.dir(newparent)?.entries.get(newname).map(|e| e.ino);
+        for ino in std::iter::once(src).chain(dst) {
+            self.load_into(&mut ns, ino)?;
+        }
         // The source and what it replaces leave their directories; the target's gains.
         for (ino, append_too) in [(src, true), (parent, true), (newparent, dst.is_some())] {
             flags::check(&ns, ino, append_too)?;
@@ -102,10 +106,12 @@ impl Fs {
             let ino = self.vol.volume().create_placed(&inode.encode(), parent)?;
             let kind = Kind::CharDevice;
             self.append(&mut ns, parent, name, Some(Entry { ino, kind }))?;
-            ns.nodes.insert(ino, Node::plain(inode));
+            ns.add_new(ino, Node::plain(inode));
         }
         group.finish();
         self.compact_due(&mut ns, &[parent, newparent])?;
+        // The source read back for the rename, if nothing holds it, leaves memory again.
+        self.reap(&mut ns, src)?;
         match dst {
             Some(d) => self.reap(&mut ns, d),
             None => Ok(()),
