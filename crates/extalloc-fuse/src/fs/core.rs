@@ -27,6 +27,16 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
+/// An unlink of a regular file fsync'd less than this ago is committed before its reply
+/// (the background commit's default interval). A database's rollback journal is written,
+/// fsync'd and unlinked, and the unlink is its commit point: SQLite then fsyncs the
+/// directory, but takes a directory it cannot open as synced, which is what it meets when
+/// the daemon dies right after the unlink (the mount is gone, the program goes on), and
+/// the next open rolls back a transaction it reported committed. ext4 needs no such rule:
+/// a crash that loses the unlink ends the program too. Files fsync'd longer ago (a build
+/// tree, old objects) are unlinked as before, committed with the next commit.
+pub(crate) const SYNCED_UNLINK_WINDOW: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Slots of the node map below which it is never shrunk ([`Fs::reap`]).
 const SHRINK_FROM: usize = 4096;
 
@@ -202,7 +212,7 @@ pub(crate) struct Node {
     /// not an empty file.
     pub(crate) rewritten: bool,
     /// When an fsync of it last succeeded: an unlink of a regular file within
-    /// `names::SYNCED_UNLINK_WINDOW` of that is committed before its reply (`names.rs`).
+    /// [`SYNCED_UNLINK_WINDOW`] of that is committed before its reply (`names.rs`).
     pub(crate) synced: Option<std::time::Instant>,
 }
 
@@ -253,7 +263,7 @@ impl Node {
             && !self.rewritten
             && self
                 .synced
-                .is_none_or(|t| t.elapsed() >= super::names::SYNCED_UNLINK_WINDOW)
+                .is_none_or(|t| t.elapsed() >= SYNCED_UNLINK_WINDOW)
     }
 
     /// Its attribute blob: the inode and where its extended attributes are.

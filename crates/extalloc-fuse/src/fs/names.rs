@@ -17,7 +17,9 @@
 //! half change is never durable, and the file system answers `EIO` until it is mounted
 //! again. Only a device error can do that: every check comes first.
 
-use super::core::{Attr, Caller, DirState, Entry, Errno, Fs, FsResult, Node, Ns, Refs, ROOT};
+use super::core::{
+    Attr, Caller, DirState, Entry, Errno, Fs, FsResult, Node, Ns, Refs, ROOT, SYNCED_UNLINK_WINDOW,
+};
 use super::{flags, scan, tmpfile};
 use crate::dir::{record, NAME_MAX};
 use crate::inode::{Inode, Kind, Time};
@@ -28,16 +30,6 @@ use std::collections::BTreeMap;
 pub use super::tmpfile::NewNode;
 
 mod rename;
-
-/// An unlink of a regular file fsync'd less than this ago is committed before its reply
-/// (the background commit's default interval). A database's rollback journal is written,
-/// fsync'd and unlinked, and the unlink is its commit point: SQLite then fsyncs the
-/// directory, but takes a directory it cannot open as synced, which is what it meets when
-/// the daemon dies right after the unlink (the mount is gone, the program goes on), and
-/// the next open rolls back a transaction it reported committed. ext4 needs no such rule:
-/// a crash that loses the unlink ends the program too. Files fsync'd longer ago (a build
-/// tree, old objects) are unlinked as before, committed with the next commit.
-pub(crate) const SYNCED_UNLINK_WINDOW: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A directory's log is compacted once it exceeds this and four times its live entries.
 const COMPACT_MIN_BYTES: u64 = 64 << 10;
