@@ -187,12 +187,16 @@ impl Fs {
         Ok((fs, report))
     }
 
-    /// Writes every inode's pending times, then the dirty data, and commits.
+    /// Writes every inode's pending times, then the dirty data, and commits; then drops the
+    /// volume's clean files beyond its cache (`Volume::trim_file_cache`).
     /// `EIO` once the file system is shut down.
     pub fn sync(&self) -> FsResult<()> {
         self.live()?;
         self.flush_attrs(None)?;
-        Ok(self.vol.sync()?)
+        self.vol.sync()?;
+        // The volume's files that reads loaded beyond its cache go (`Volume::trim_file_cache`).
+        self.vol.volume().trim_file_cache();
+        Ok(())
     }
 
     /// Unmounts: files unlinked while open are removed, everything is written and the

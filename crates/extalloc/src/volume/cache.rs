@@ -219,9 +219,27 @@ impl Volume {
             .collect()
     }
 
+    /// Drops clean files beyond the limit now, as a checkpoint does after putting its tree
+    /// in force (reads that name many files, a listing of every inode, load each one, and
+    /// between checkpoints nothing else drops them). A file not named in the dirty set has
+    /// not changed since the durable tree, so its leaf entry is its whole state: the gate
+    /// is taken for writing, so no load or change runs meanwhile. Returns how many it
+    /// dropped; a volume not yet on a file tree (before its first checkpoint) drops none.
+    pub fn trim_file_cache(&self) -> usize {
+        let _closed = self.gate.write();
+        let before = self.files.read().len();
+        let dropped = self.evict_files();
+        debug_assert_eq!(
+            self.files.read().len(),
+            before - dropped,
+            "each file dropped left the table once"
+        );
+        dropped
+    }
+
     /// Sets how many files the volume keeps in memory beyond those it must keep (see the
     /// module documentation; [`DEFAULT_FILE_CACHE`] by default). Takes effect at the next
-    /// checkpoint. 0 keeps only what must stay.
+    /// checkpoint or [`Volume::trim_file_cache`]. 0 keeps only what must stay.
     pub fn set_file_cache(&self, files: usize) {
         self.file_cache.store(files, Relaxed);
     }
@@ -236,7 +254,8 @@ impl Volume {
         )
     }
 
-    /// After a checkpoint put its tree in force (the gate written): drops clean files
+    /// After a checkpoint put its tree in force, or between checkpoints (the gate
+    /// written): drops clean files
     /// from memory until at most the limit remain, starting where the last eviction
     /// stopped (a clock hand over ids). Returns how many it dropped.
     pub(super) fn evict_files(&self) -> usize {

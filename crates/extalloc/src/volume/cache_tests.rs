@@ -239,3 +239,30 @@ fn is_empty_sees_files_in_the_tree_and_unlinks_since() {
     let vol = close_open(&dev, vol);
     assert!(vol.is_empty().unwrap());
 }
+
+/// Files that reads loaded beyond the cache are dropped between checkpoints by
+/// `trim_file_cache`, clean ones only: a file changed since the checkpoint stays, and
+/// every file reads back whole afterwards.
+#[test]
+fn trimming_drops_loaded_files_but_not_changed_ones() {
+    let dev = device(37);
+    let vol = Volume::mkfs(dev.clone(), &geometry(), 64, Policy::default()).unwrap();
+    vol.set_file_cache(0);
+    let ids = fill(&vol, 8);
+    vol.checkpoint().unwrap();
+    assert_eq!(vol.file_cache_figures().0, 0);
+    for (i, &id) in ids.iter().enumerate() {
+        assert_file(&vol, id, i as u64); // loaded back, each
+    }
+    vol.set_attr(ids[5], b"changed").unwrap();
+    assert_eq!(vol.file_cache_figures().0, 8);
+    assert_eq!(vol.trim_file_cache(), 7, "every clean file goes");
+    assert_eq!(vol.file_cache_figures().0, 1, "the changed one stays");
+    for (i, &id) in ids.iter().enumerate().filter(|&(i, _)| i != 5) {
+        assert_file(&vol, id, i as u64);
+    }
+    assert_eq!(vol.attr(ids[5]).unwrap(), b"changed");
+    let vol = close_open(&dev, vol);
+    assert_eq!(vol.attr(ids[5]).unwrap(), b"changed");
+    assert!(vol.check().unwrap().clean());
+}
