@@ -14,9 +14,10 @@
 //! Invariant (what makes a load right): outside a checkpoint, a file not in the table
 //! either is in the durable tree with the entry that is its whole state, or is named in
 //! `dirty` (unlinked since the checkpoint: no such file), or does not exist. Only a
-//! checkpoint evicts, after its tree is in force, under the gate (written); a load holds
-//! the gate (read, recursively: a caller may hold it already), so no checkpoint runs
-//! between its read of the tree and its insert.
+//! checkpoint (after its tree is in force) and [`Volume::trim_file_cache`] evict, both
+//! under the gate (written), and only files not in `dirty`; a load holds the gate (read,
+//! recursively: a caller may hold it already), so no eviction runs between its read of
+//! the tree and its insert.
 //!
 //! Lock order: the gate -> `dirty` / `meta` / `files`, one at a time. [`Volume::file`]
 //! may take the gate: never call it holding a file's mutex, `files` or `meta`.
