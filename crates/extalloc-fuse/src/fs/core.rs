@@ -27,16 +27,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
-/// An unlink of a regular file fsync'd less than this ago is committed before its reply
-/// (the background commit's default interval). A database's rollback journal is written,
-/// fsync'd and unlinked, and the unlink is its commit point: SQLite then fsyncs the
-/// directory, but takes a directory it cannot open as synced, which is what it meets when
-/// the daemon dies right after the unlink (the mount is gone, the program goes on), and
-/// the next open rolls back a transaction it reported committed. ext4 needs no such rule:
-/// a crash that loses the unlink ends the program too. Files fsync'd longer ago (a build
-/// tree, old objects) are unlinked as before, committed with the next commit.
-pub(crate) const SYNCED_UNLINK_WINDOW: std::time::Duration = std::time::Duration::from_secs(5);
-
 /// Slots of the node map below which it is never shrunk ([`Fs::reap`]).
 const SHRINK_FROM: usize = 4096;
 
@@ -212,7 +202,7 @@ pub(crate) struct Node {
     /// not an empty file.
     pub(crate) rewritten: bool,
     /// When an fsync of it last succeeded: an unlink of a regular file within
-    /// [`SYNCED_UNLINK_WINDOW`] of that is committed before its reply (`names.rs`).
+    /// `ondemand::SYNCED_UNLINK_WINDOW` of that is committed before its reply (`names.rs`).
     pub(crate) synced: Option<std::time::Instant>,
 }
 
@@ -246,24 +236,6 @@ impl Node {
                 Tail::Inline(self.xattrs.clone())
             }
         }
-    }
-
-    /// Nothing but the volume holds what it is: not a directory, not open, not known to
-    /// the kernel, no times pending, named (an unlinked node stays until removed), not an
-    /// unnamed tmpfile, no rewrite or recent fsync to act on (an unlink within
-    /// `SYNCED_UNLINK_WINDOW` of an fsync commits before its reply: such a node stays, until
-    /// a later reap finds its window over). Its attribute blob is then its whole state.
-    pub(crate) fn droppable(&self) -> bool {
-        self.dir.is_none()
-            && self.open == 0
-            && self.lookups.get() == 0
-            && !self.attr_dirty
-            && self.inode.nlink > 0
-            && !self.tmpfile
-            && !self.rewritten
-            && self
-                .synced
-                .is_none_or(|t| t.elapsed() >= SYNCED_UNLINK_WINDOW)
     }
 
     /// Its attribute blob: the inode and where its extended attributes are.

@@ -17,9 +17,8 @@
 //! half change is never durable, and the file system answers `EIO` until it is mounted
 //! again. Only a device error can do that: every check comes first.
 
-use super::core::{
-    Attr, Caller, DirState, Entry, Errno, Fs, FsResult, Node, Ns, Refs, ROOT, SYNCED_UNLINK_WINDOW,
-};
+use super::core::{Attr, Caller, DirState, Entry, Errno, Fs, FsResult, Node, Ns, Refs, ROOT};
+use super::ondemand::SYNCED_UNLINK_WINDOW;
 use super::{flags, scan, tmpfile};
 use crate::dir::{record, NAME_MAX};
 use crate::inode::{Inode, Kind, Time};

@@ -25,6 +25,36 @@ use super::core::{Errno, Fs, FsResult, Node, Ns};
 use crate::inode::{self, Inode, Kind};
 use crate::xattr::{self, Tail};
 
+/// An unlink of a regular file fsync'd less than this ago is committed before its reply
+/// (the background commit's default interval). A database's rollback journal is written,
+/// fsync'd and unlinked, and the unlink is its commit point: SQLite then fsyncs the
+/// directory, but takes a directory it cannot open as synced, which is what it meets when
+/// the daemon dies right after the unlink (the mount is gone, the program goes on), and
+/// the next open rolls back a transaction it reported committed. ext4 needs no such rule:
+/// a crash that loses the unlink ends the program too. Files fsync'd longer ago (a build
+/// tree, old objects) are unlinked as before, committed with the next commit.
+pub(crate) const SYNCED_UNLINK_WINDOW: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl Node {
+    /// Nothing but the volume holds what it is: not a directory, not open, not known to
+    /// the kernel, no times pending, named (an unlinked node stays until removed), not an
+    /// unnamed tmpfile, no rewrite or recent fsync to act on (an unlink within
+    /// `SYNCED_UNLINK_WINDOW` of an fsync commits before its reply: such a node stays, until
+    /// a later reap finds its window over). Its attribute blob is then its whole state.
+    pub(crate) fn droppable(&self) -> bool {
+        self.dir.is_none()
+            && self.open == 0
+            && self.lookups.get() == 0
+            && !self.attr_dirty
+            && self.inode.nlink > 0
+            && !self.tmpfile
+            && !self.rewritten
+            && self
+                .synced
+                .is_none_or(|t| t.elapsed() >= SYNCED_UNLINK_WINDOW)
+    }
+}
+
 impl Fs {
     /// Inode `ino`'s node as the volume holds it, for an inode not in memory: `ENOENT` if
     /// there is no such inode, or it is a directory (every directory the namespace reaches

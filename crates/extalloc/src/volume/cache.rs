@@ -106,17 +106,11 @@ impl Volume {
             "a pass over every file without the gate"
         );
         let cached: FileTable = self.files.read().clone();
-        let unlinked = self.dirty.lock().clone();
         let mut out: Vec<(u64, Held)> = Vec::with_capacity(cached.len());
-        if let Some(tree) = self.meta.lock().tree.clone() {
-            let mut io = VolIo::new(&self.store, self.dev.as_ref());
-            tree.visit(&mut io, &mut |id, body| {
-                if !cached.contains_key(&id) && !unlinked.contains(&id) {
-                    out.push((id, Held::Tree(decode_file(body)?)));
-                }
-                Ok(true)
-            })?;
-        }
+        self.visit_tree_only(&cached, &mut |id, entry| {
+            out.push((id, Held::Tree(entry)));
+            Ok(true)
+        })?;
         out.extend(cached.into_iter().map(|(id, f)| (id, Held::Memory(f))));
         out.sort_unstable_by_key(|(id, _)| *id);
         debug_assert!(
@@ -137,7 +131,6 @@ impl Volume {
     pub fn try_visit_with_attrs(&self, mut f: impl FnMut(FileInfo, &[u8])) -> Result<()> {
         let _open = self.gate.read_recursive();
         let cached: FileTable = self.files.read().clone();
-        let unlinked = self.dirty.lock().clone();
         let mut memory = cached.iter().peekable();
         // The files in memory below `upto` (every one left, for `None`), in id order.
         let mut from_memory = |upto: Option<u64>, f: &mut dyn FnMut(FileInfo, &[u8])| {
@@ -149,35 +142,53 @@ impl Volume {
             }
         };
         let mut last = None;
-        let tree = self.meta.lock().tree.clone();
-        if let Some(tree) = tree {
-            let mut io = VolIo::new(&self.store, self.dev.as_ref());
-            tree.visit(&mut io, &mut |id, body| {
-                from_memory(Some(id), &mut f);
-                if cached.contains_key(&id) || unlinked.contains(&id) {
-                    return Ok(true);
-                }
-                let entry = decode_file(body)?;
-                if entry.attr == PENDING {
-                    return Ok(true);
-                }
-                debug_assert!(last.is_none_or(|l| l < id), "each file once, in order");
-                last = Some(id);
-                // Only in the tree: no preallocation (a file holding one stays).
-                let (extents, blocks) = entry.map.counts();
-                let info = FileInfo {
-                    id,
-                    size: entry.size,
-                    extents,
-                    blocks,
-                    prealloc_blocks: 0,
-                };
-                f(info, &entry.attr);
-                Ok(true)
-            })?;
-        }
+        self.visit_tree_only(&cached, &mut |id, entry| {
+            // The files in memory before it first: one id order across both.
+            from_memory(Some(id), &mut f);
+            if entry.attr == PENDING {
+                return Ok(true);
+            }
+            debug_assert!(last.is_none_or(|l| l < id), "each file once, in order");
+            last = Some(id);
+            // Only in the tree: no preallocation (a file holding one stays).
+            let (extents, blocks) = entry.map.counts();
+            let info = FileInfo {
+                id,
+                size: entry.size,
+                extents,
+                blocks,
+                prealloc_blocks: 0,
+            };
+            f(info, &entry.attr);
+            Ok(true)
+        })?;
         from_memory(None, &mut f);
         Ok(())
+    }
+
+    /// Calls `f` with each file only the durable tree holds (not in `cached`, the files in
+    /// memory, nor unlinked since the checkpoint): its id and entry, in id order, read leaf
+    /// by leaf, until `f` says to stop (`Ok(false)`). The gate held.
+    pub(super) fn visit_tree_only(
+        &self,
+        cached: &FileTable,
+        f: &mut dyn FnMut(u64, TableFile) -> Result<bool>,
+    ) -> Result<()> {
+        debug_assert!(
+            self.gate.is_locked(),
+            "a pass over the tree without the gate"
+        );
+        let unlinked = self.dirty.lock().clone();
+        let Some(tree) = self.meta.lock().tree.clone() else {
+            return Ok(()); // no tree yet: every file is in memory
+        };
+        let mut io = VolIo::new(&self.store, self.dev.as_ref());
+        tree.visit(&mut io, &mut |id, body| {
+            if cached.contains_key(&id) || unlinked.contains(&id) {
+                return Ok(true);
+            }
+            f(id, decode_file(body)?)
+        })
     }
 
     /// Whether the volume holds no file (pending ones, `publish.rs`, aside): a look at the
@@ -189,19 +200,11 @@ impl Volume {
         if cached.values().any(|f| f.lock().attr != PENDING) {
             return Ok(false);
         }
-        let unlinked = self.dirty.lock().clone();
         let mut empty = true;
-        let tree = self.meta.lock().tree.clone();
-        if let Some(tree) = tree {
-            let mut io = VolIo::new(&self.store, self.dev.as_ref());
-            tree.visit(&mut io, &mut |id, body| {
-                if cached.contains_key(&id) || unlinked.contains(&id) {
-                    return Ok(true);
-                }
-                empty = decode_file(body)?.attr == PENDING;
-                Ok(empty)
-            })?;
-        }
+        self.visit_tree_only(&cached, &mut |_, entry| {
+            empty = entry.attr == PENDING;
+            Ok(empty)
+        })?;
         Ok(empty)
     }
 

@@ -13,8 +13,6 @@
 use super::maps::read_map;
 use super::record::map_counts;
 use super::state::{FileTable, Volume};
-use super::table::decode_file;
-use super::treeio::VolIo;
 use crate::error::Result;
 use crate::geometry::Extent;
 
@@ -80,30 +78,21 @@ impl Volume {
                 owned.push(e);
             }
         }
-        let unlinked = self.dirty.lock().clone();
-        let tree = self.meta.lock().tree.clone();
-        if let Some(tree) = tree {
-            let mut io = VolIo::new(&self.store, self.dev.as_ref());
-            tree.visit(&mut io, &mut |id, body| {
-                if cached.contains_key(&id) || unlinked.contains(&id) {
-                    return Ok(true);
-                }
-                let entry = decode_file(body)?;
-                let map = read_map(&self.store, self.dev.as_ref(), id, &entry.map)?;
-                self.maps_read
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let (extents, blocks) = map_counts(&map);
-                debug_assert_eq!((extents, blocks), entry.map.counts(), "file {id}'s counts");
-                out.files += 1;
-                out.extents += extents;
-                out.blocks_mapped += blocks;
-                for (_, e, unwritten) in map {
-                    out.blocks_unwritten += if unwritten { e.len } else { 0 };
-                    owned.push(e);
-                }
-                Ok(true)
-            })?;
-        }
+        self.visit_tree_only(&cached, &mut |id, entry| {
+            let map = read_map(&self.store, self.dev.as_ref(), id, &entry.map)?;
+            self.maps_read
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let (extents, blocks) = map_counts(&map);
+            debug_assert_eq!((extents, blocks), entry.map.counts(), "file {id}'s counts");
+            out.files += 1;
+            out.extents += extents;
+            out.blocks_mapped += blocks;
+            for (_, e, unwritten) in map {
+                out.blocks_unwritten += if unwritten { e.len } else { 0 };
+                owned.push(e);
+            }
+            Ok(true)
+        })?;
         let view = self.store.allocator();
         for e in &owned {
             for b in e.start..e.end() {

@@ -78,18 +78,7 @@ impl Fs {
         if dst == Some(src) {
             return Ok(()); // two names of one inode: nothing to do (POSIX)
         }
-        let src_is_dir = ns.node(src)?.dir.is_some();
-        if src_is_dir && is_within(&ns, newparent, src)? {
-            return err(libc::EINVAL);
-        }
-        if let Some(d) = dst {
-            match (src_is_dir, &ns.node(d)?.dir) {
-                (true, None) => return err(libc::ENOTDIR),
-                (false, Some(_)) => return err(libc::EISDIR),
-                (true, Some(dd)) if !dd.entries.is_empty() => return err(libc::ENOTEMPTY),
-                _ => {}
-            }
-        }
+        check_move(&ns, src, newparent, dst)?;
         let whiteout = flags & RENAME_WHITEOUT != 0;
         let new_bytes = record_bytes(newname) * if dst.is_some() { 2 } else { 1 };
         let old_bytes = record_bytes(name) * if whiteout { 2 } else { 1 };
@@ -212,4 +201,23 @@ fn is_within(ns: &Ns, mut ino: u64, dir: u64) -> FsResult<bool> {
         }
         ino = ns.dir(ino)?.parent;
     }
+}
+
+/// May `src` move into `newparent`, replacing `dst`: not into itself (`EINVAL`), a
+/// directory only over an empty directory (`ENOTDIR`, `ENOTEMPTY`), a non-directory only
+/// over a non-directory (`EISDIR`).
+fn check_move(ns: &Ns, src: u64, newparent: u64, dst: Option<u64>) -> FsResult<()> {
+    let src_is_dir = ns.node(src)?.dir.is_some();
+    if src_is_dir && is_within(ns, newparent, src)? {
+        return err(libc::EINVAL);
+    }
+    if let Some(d) = dst {
+        match (src_is_dir, &ns.node(d)?.dir) {
+            (true, None) => return err(libc::ENOTDIR),
+            (false, Some(_)) => return err(libc::EISDIR),
+            (true, Some(dd)) if !dd.entries.is_empty() => return err(libc::ENOTEMPTY),
+            _ => {}
+        }
+    }
+    Ok(())
 }

@@ -126,17 +126,10 @@ fn load_once(
             ));
             inode.nlink = want;
             if repair {
-                let blob = vol.attr(ino).map_err(|e| e.to_string())?;
-                vol.set_attr(ino, &inode::rewrite(&blob, inode))
-                    .map_err(|e| format!("cannot set inode {ino}'s link count: {e}"))?;
+                set_link_count(vol, ino, inode)?;
             }
         }
-        match inode.kind {
-            Kind::Dir => report.dirs += 1,
-            Kind::File => report.files += 1,
-            Kind::Symlink => report.symlinks += 1,
-            _ => report.others += 1,
-        }
+        report.count(inode.kind);
         if keep {
             nodes.insert(ino, Node::plain(*inode));
         }
@@ -163,6 +156,19 @@ fn load_once(
         remove_leftovers(vol, &report)?;
     }
     Ok((nodes, report))
+}
+
+/// Writes `inode`'s link count (its other fields as the blob holds them, its tail kept).
+fn set_link_count(vol: &Volume, ino: u64, inode: &Inode) -> Result<(), String> {
+    let blob = vol.attr(ino).map_err(|e| e.to_string())?;
+    vol.set_attr(ino, &inode::rewrite(&blob, inode))
+        .map_err(|e| format!("cannot set inode {ino}'s link count: {e}"))?;
+    debug_assert_eq!(
+        Inode::decode(&vol.attr(ino).map_err(|e| e.to_string())?).map(|i| i.nlink),
+        Some(inode.nlink),
+        "the link count written"
+    );
+    Ok(())
 }
 
 /// Removes the orphans `report` found, then the stray spill files (an orphan's among them).

@@ -42,6 +42,17 @@ pub struct NamespaceReport {
 }
 
 impl NamespaceReport {
+    /// Counts one inode reached, by its kind.
+    pub(crate) fn count(&mut self, kind: crate::inode::Kind) {
+        use crate::inode::Kind;
+        match kind {
+            Kind::Dir => self.dirs += 1,
+            Kind::File => self.files += 1,
+            Kind::Symlink => self.symlinks += 1,
+            _ => self.others += 1,
+        }
+    }
+
     /// Nothing to repair.
     pub fn clean(&self) -> bool {
         self.orphans.is_empty()
