@@ -15,6 +15,10 @@
 #   scripts/mount-tests.sh --smoke    # mkfs, mount, one fsx seed x 20,000 ops, umount, fsck
 #                                     # (scripts/test.sh's quick tier, ~1 min)
 #
+# EXTALLOC_MOUNT_ARGS adds options to every mount, e.g. "--file-cache 0 --commit-interval 1"
+# to have every background commit drop what only the kernel holds (docs/format.md,
+# "On-demand files").
+#
 # Needs root and /dev/fuse. Without them it says so loudly and stops; under CI=true it
 # fails instead. Tools come from scripts/fs-tools.sh.
 set -euo pipefail
@@ -90,7 +94,8 @@ step() { printf '\n== %s (%s)\n' "$1" "$(date +%T)"; }
 DAEMON=0
 do_mount() { # [MOUNT OPTIONS...]
   local out
-  out=$("$BIN" mount "$IMG" "$MNT" --log "$WORK/mount.log" "$@")
+  # shellcheck disable=SC2086 # EXTALLOC_MOUNT_ARGS is a list of options
+  out=$("$BIN" mount "$IMG" "$MNT" --log "$WORK/mount.log" ${EXTALLOC_MOUNT_ARGS:-} "$@")
   echo "$out"
   DAEMON=$(sed -n 's/.*(process \([0-9]*\)).*/\1/p' <<<"$out")
   [[ -n "$DAEMON" ]] || { echo "no daemon pid in: $out" >&2; exit 1; }

@@ -122,6 +122,10 @@ impl Handler for FuseFs {
         self.fs.forget(ino, nlookup);
     }
 
+    fn forget_batch(&self, nodes: &[(u64, u64)]) {
+        self.fs.forget_many(nodes);
+    }
+
     fn serve(&self, req: &Request, op: Op<'_>, reply: Reply<'_>) {
         let ino = req.nodeid;
         match op {

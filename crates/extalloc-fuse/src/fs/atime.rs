@@ -158,7 +158,7 @@ impl Fs {
     /// otherwise the first read after the open would not set the atime it should (fstests
     /// generic/003). False for an inode that is gone.
     pub fn access_keeps_atime(&self, ino: u64) -> bool {
-        let _ = self.ensure_loaded(&[ino]); // `ondemand.rs`: missing reads as false
+        let _pin = self.ensure_loaded(&[ino]); // `ondemand.rs`: missing reads as false
         let mode = self.atime_mode();
         let ns = self.ns.read();
         ns.node(ino).is_ok_and(|n| {

@@ -14,7 +14,8 @@
 //! counts the names); a node's attribute
 //! blob ([`Node::blob`]) is written only under `ns` written ([`Fs::persist`]).
 //!
-//! Lock order: `ns` -> `dir_handles`, then the volume's locks, as in `mod.rs`.
+//! Lock order: `ns` -> `dir_handles`, then the volume's locks, as in `mod.rs`; `pins`
+//! after `ns` or alone, holding nothing else.
 
 use super::dirahead::DirAhead;
 use crate::dir::DirLog;
@@ -24,7 +25,7 @@ use extalloc::disk::device::FenceDevice;
 use extalloc::writeback::Buffered;
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// Slots of the node map below which it is never shrunk ([`Fs::reap`]).
@@ -265,6 +266,11 @@ pub(crate) struct Ns {
     /// background commit, 0.4 s at 10M files). Holds every such inode; may hold inodes
     /// since written or removed, which a sync passes over.
     pub(crate) dirty_attrs: InoSet,
+    /// The kernel's references to inodes whose node was dropped while only those
+    /// references held it (`ondemand.rs`, [`Fs::trim_nodes`]): about 20-40 bytes an inode
+    /// instead of a node's 184. An inode is here or in `nodes`, never both; a load moves
+    /// its count back into the node.
+    pub(crate) parked: InoMap<Refs>,
 }
 
 impl Ns {
@@ -273,6 +279,17 @@ impl Ns {
         let before = self.nodes.insert(ino, node);
         assert!(before.is_none(), "inode {ino} made twice");
         self.count += 1;
+    }
+
+    /// Gives the node map's room back once it is mostly empty (after the kernel forgot a
+    /// listing of many inodes, or a trim): its slots are the nodes' memory.
+    pub(crate) fn shrink_nodes(&mut self) {
+        if self.nodes.capacity() > SHRINK_FROM && self.nodes.len() * 4 < self.nodes.capacity() {
+            self.nodes.shrink_to(self.nodes.len() * 2);
+        }
+        if self.parked.capacity() > SHRINK_FROM && self.parked.len() * 4 < self.parked.capacity() {
+            self.parked.shrink_to(self.parked.len() * 2);
+        }
     }
 
     /// Marks `ino`'s times as waiting in memory for the next sync, last close or unmount.
@@ -351,6 +368,12 @@ pub struct Fs {
     pub(crate) dir_ahead: Mutex<DirAhead>,
     /// Directory read-ahead is on (the default; [`Fs::set_dir_readahead`]).
     pub(crate) dir_ahead_on: AtomicBool,
+    /// Nodes kept in memory beyond those something other than the kernel's references
+    /// holds ([`Fs::set_node_cache`], [`Fs::trim_nodes`]).
+    pub(crate) node_cache: AtomicUsize,
+    /// Inodes pinned by calls under way, and how many pin each (`ondemand.rs`, `Pinned`):
+    /// taken after `ns` (or alone), never before it.
+    pub(crate) pins: Mutex<InoMap<u32>>,
 }
 
 /// What [`Fs`] calls with an inode whose attributes the kernel may hold stale.
@@ -422,7 +445,7 @@ impl Fs {
 
     /// `stat` of `ino`.
     pub fn getattr(&self, ino: u64) -> FsResult<Attr> {
-        self.ensure_loaded(&[ino])?; // `ondemand.rs`
+        let _pin = self.ensure_loaded(&[ino])?; // `ondemand.rs`: pinned
         let ns = self.ns.read();
         self.attr_of(&ns, ino)
     }
@@ -516,20 +539,22 @@ impl Fs {
     /// Removes `ino` from the volume if nothing names, opens or remembers it any more;
     /// else, if nothing holds its node ([`Node::droppable`]), drops the node from memory
     /// (`ondemand.rs`: the next call naming it reads it back).
+    /// An inode not in memory whose parked references ([`Ns::parked`]) are all forgotten
+    /// leaves the parked set.
     pub(crate) fn reap(&self, ns: &mut Ns, ino: u64) -> FsResult<()> {
         let Some(n) = ns.nodes.get(&ino) else {
+            if ns.parked.get(&ino).is_some_and(|r| r.get() == 0) {
+                ns.parked.remove(&ino);
+            }
+            debug_assert!(ns.parked.get(&ino).is_none_or(|r| r.get() > 0));
             return Ok(());
         };
         let unheld = n.open == 0 && n.lookups.get() == 0;
         if unheld && n.inode.nlink == 0 {
             self.remove_inode(ns, ino)?;
-        } else if n.droppable() {
+        } else if n.droppable() && !self.pinned(ino) {
             ns.nodes.remove(&ino);
-            // The map gives its room back once mostly empty (after the kernel forgot a
-            // listing of many inodes): its slots are the nodes' memory.
-            if ns.nodes.capacity() > SHRINK_FROM && ns.nodes.len() * 4 < ns.nodes.capacity() {
-                ns.nodes.shrink_to(ns.nodes.len() * 2);
-            }
+            ns.shrink_nodes();
         }
         Ok(())
     }

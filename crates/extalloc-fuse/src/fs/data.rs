@@ -88,7 +88,7 @@ impl Fs {
     /// first, `fuse.rs`) and sends plain reads and writes, which take the same path through
     /// the volume's cache as buffered ones, so both see the same data.
     pub fn open(&self, ino: u64, flags: i32) -> FsResult<u64> {
-        self.ensure_loaded(&[ino])?; // `ondemand.rs`
+        let _pin = self.ensure_loaded(&[ino])?; // `ondemand.rs`: pinned
         self.live()?;
         let mut ns = self.ns_write();
         flags::check_open(&ns, ino, flags)?;
@@ -117,10 +117,10 @@ impl Fs {
     /// The last close of one open: pending times are written, and a file unlinked while
     /// open is removed once nothing else holds it.
     pub fn release(&self, ino: u64) -> FsResult<()> {
-        self.ensure_loaded(&[ino])?; // `ondemand.rs`
-                                     // auto_da_alloc: the last close of a file truncated to zero writes its new data
-                                     // back, so it goes with the next commit as the truncate does. A shared look first:
-                                     // this runs at every close, and the flag is rare.
+        let _pin = self.ensure_loaded(&[ino])?; // `ondemand.rs`: pinned
+                                                // auto_da_alloc: the last close of a file truncated to zero writes its new data
+                                                // back, so it goes with the next commit as the truncate does. A shared look first:
+                                                // this runs at every close, and the flag is rare.
         let rewritten = self
             .ns
             .read()
@@ -146,7 +146,7 @@ impl Fs {
     /// directory read-ahead (`dirahead.rs`), which may advise the device of the next
     /// files of a listed directory first.
     pub fn read(&self, ino: u64, offset: u64, len: u32) -> FsResult<Vec<u8>> {
-        self.ensure_loaded(&[ino])?; // `ondemand.rs`
+        let _pin = self.ensure_loaded(&[ino])?; // `ondemand.rs`: pinned
         self.live()?;
         self.regular(ino, libc::EINVAL)?;
         if offset == 0 && self.dir_ahead_on.load(Relaxed) {
@@ -217,7 +217,7 @@ impl Fs {
         kill_priv: bool,
         from_cache: bool,
     ) -> FsResult<(u32, bool)> {
-        self.ensure_loaded(&[ino])?; // `ondemand.rs`
+        let _pin = self.ensure_loaded(&[ino])?; // `ondemand.rs`: pinned
         self.live()?;
         self.regular(ino, libc::EINVAL)?;
         self.vol.write(ino, offset, data)?;
@@ -238,7 +238,7 @@ impl Fs {
         off_out: u64,
         len: u64,
     ) -> FsResult<u32> {
-        self.ensure_loaded(&[ino_in, ino_out])?; // `ondemand.rs`
+        let _pin = self.ensure_loaded(&[ino_in, ino_out])?; // `ondemand.rs`: pinned
         self.live()?;
         flags::check(&self.ns.read(), ino_out, false)?;
         let data = self.read(ino_in, off_in, len.min(COPY_MAX) as u32)?;
@@ -252,7 +252,7 @@ impl Fs {
     /// of owner, clear set-user-id and set-group-id as the module documentation says; `who`
     /// is read only for a truncate, and may be [`Caller::NOBODY`] otherwise).
     pub fn setattr(&self, ino: u64, set: SetAttr, who: Caller) -> FsResult<Attr> {
-        self.ensure_loaded(&[ino])?; // `ondemand.rs`
+        let _pin = self.ensure_loaded(&[ino])?; // `ondemand.rs`: pinned
         self.live()?;
         let kind = self.setattr_allowed(ino, &set)?;
         let mut rewritten = false;
@@ -366,7 +366,7 @@ impl Fs {
         mode: i32,
         who: Caller,
     ) -> FsResult<bool> {
-        self.ensure_loaded(&[ino])?; // `ondemand.rs`
+        let _pin = self.ensure_loaded(&[ino])?; // `ondemand.rs`: pinned
         self.live()?;
         flags::check(&self.ns.read(), ino, true)?;
         const KEEP: i32 = libc::FALLOC_FL_KEEP_SIZE;
@@ -428,7 +428,7 @@ impl Fs {
 
     /// Makes `ino` durable, with every namespace change before it (one journal).
     pub fn fsync(&self, ino: u64) -> FsResult<()> {
-        self.ensure_loaded(&[ino])?; // `ondemand.rs`
+        let _pin = self.ensure_loaded(&[ino])?; // `ondemand.rs`: pinned
         self.live()?;
         self.flush_attrs(Some(ino))?;
         self.vol.fsync(ino)?;

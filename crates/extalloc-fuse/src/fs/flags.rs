@@ -128,7 +128,7 @@ pub(crate) fn check_open(ns: &Ns, ino: u64, flags: i32) -> FsResult<()> {
 impl Fs {
     /// Whether `ino` has the synchronous flag (`chattr +S`); false for an inode not there.
     pub fn is_sync_inode(&self, ino: u64) -> bool {
-        let _ = self.ensure_loaded(&[ino]); // `ondemand.rs`: missing reads as false
+        let _pin = self.ensure_loaded(&[ino]); // `ondemand.rs`: missing reads as false
         self.ns
             .read()
             .node(ino)
@@ -137,14 +137,14 @@ impl Fs {
 
     /// `ino`'s `chattr` flags.
     pub fn get_flags(&self, ino: u64) -> FsResult<u32> {
-        self.ensure_loaded(&[ino])?; // `ondemand.rs`
+        let _pin = self.ensure_loaded(&[ino])?; // `ondemand.rs`: pinned
         Ok(self.ns.read().node(ino)?.inode.flags)
     }
 
     /// Sets `ino`'s `chattr` flags (the kernel has checked who may); a flag this file
     /// system does not keep is `EOPNOTSUPP`, with nothing changed. The ctime moves.
     pub fn set_flags(&self, ino: u64, flags: u32) -> FsResult<()> {
-        self.ensure_loaded(&[ino])?; // `ondemand.rs`
+        let _pin = self.ensure_loaded(&[ino])?; // `ondemand.rs`: pinned
         if flags & !KEPT != 0 {
             return Err(Errno(libc::EOPNOTSUPP));
         }
@@ -168,7 +168,7 @@ impl Fs {
     /// `ENOTTY`, input cut short
     /// `EINVAL`; after a shutdown every command but another shutdown is `EIO`.
     pub fn ioctl(&self, ino: u64, cmd: u32, input: &[u8], who: Caller) -> FsResult<Vec<u8>> {
-        self.ensure_loaded(&[ino])?; // `ondemand.rs`
+        let _pin = self.ensure_loaded(&[ino])?; // `ondemand.rs`: pinned
         if cmd == FS_IOC_SHUTDOWN {
             // ext4 asks for CAP_SYS_ADMIN; FUSE passes no capabilities, so root by uid.
             if who.uid != 0 {

@@ -9,7 +9,8 @@
 //! names a node; a directory is named by exactly one entry, in the directory its `parent`
 //! says; a file's `nlink` counts its entries, a named directory's is 2 plus its
 //! subdirectories, an unnamed directory has no entries; a tmpfile never named (`tmpfile.rs`)
-//! is a regular file with link count 0; each directory's `live` is what its
+//! is a regular file with link count 0; a parked lookup count is of an inode not in
+//! memory that an entry names; each directory's `live` is what its
 //! entries take as records and `log_start <= log_bytes <= mapped_to` (once known). Against
 //! the volume (while the file system is not shut down and holds at most
 //! [`VOLUME_CHECK_MAX_NODES`] inodes, so the tests of large namespaces stay quick): each
@@ -85,6 +86,7 @@ fn check(fs: &Fs, ns: &Ns) -> Result<(), String> {
         return Ok(());
     }
     let away = check_memory(ns)?;
+    check_parked(ns, &away)?;
     let down = fs.down.load(std::sync::atomic::Ordering::Acquire);
     if !down && ns.count <= VOLUME_CHECK_MAX_NODES as u64 {
         check_volume(fs, ns)?;
@@ -208,6 +210,19 @@ fn check_count(ns: &Ns, named: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// Each parked lookup count ([`Ns::parked`]) is of a named inode not in memory (`away`).
+fn check_parked(ns: &Ns, away: &HashMap<u64, (Kind, u32)>) -> Result<(), String> {
+    for &ino in ns.parked.keys() {
+        if ns.nodes.contains_key(&ino) {
+            return Err(format!("inode {ino}: in memory and its lookups parked"));
+        }
+        if !away.contains_key(&ino) {
+            return Err(format!("inode {ino}: lookups parked but no entry names it"));
+        }
+    }
+    Ok(())
+}
+
 /// The inodes not in memory (`away`: kind and names), against their blobs on the volume:
 /// each is an inode of that kind whose link count is its names.
 fn check_away(fs: &Fs, away: &HashMap<u64, (Kind, u32)>) -> Result<(), String> {
@@ -315,7 +330,15 @@ mod tests {
         // A mode changed in memory, neither written nor marked as kept in memory (after a
         // sync, which writes the times the data write kept in memory).
         fs.sync().unwrap();
+        // The sync dropped the file's node (the tests keep no node cache): read it back.
+        drop(fs.ensure_loaded(&[f]).unwrap());
         assert!(!fs.ns.read().nodes[&f].attr_dirty);
+        // Its lookup count parked while the node is in memory too.
+        let why = caught(&fs, |ns| {
+            ns.parked.insert(f, super::super::core::Refs::new(1));
+        });
+        assert!(why.contains(&format!("inode {f}: in memory and its lookups parked")));
+        fs.ns.write().parked.clear();
         let why = caught(&fs, |ns| ns.nodes.get_mut(&f).unwrap().inode.perm ^= 0o100);
         assert!(why.contains(&format!("inode {f}: its blob")), "{why}");
         fs.ns.write().nodes.get_mut(&f).unwrap().inode.perm ^= 0o100;

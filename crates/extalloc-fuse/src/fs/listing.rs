@@ -25,7 +25,7 @@ const READ_BACK_BATCH: usize = 128;
 impl Fs {
     /// Opens directory `ino` for listing (`ENOTDIR` for anything else).
     pub fn opendir(&self, ino: u64) -> FsResult<u64> {
-        self.ensure_loaded(&[ino])?; // `ondemand.rs`
+        let _pin = self.ensure_loaded(&[ino])?; // `ondemand.rs`: pinned
         self.live()?;
         let list = snapshot(&self.ns.read(), ino)?;
         let fh = self.handle(None);
@@ -82,6 +82,7 @@ impl Fs {
         let mut added = 0usize;
         // Entries before this were read back (`ondemand.rs`) or found missing.
         let mut tried = at;
+        let mut _held = None;
         loop {
             let absent: Vec<u64> = {
                 let ns = self.ns.read();
@@ -122,13 +123,16 @@ impl Fs {
                 tried = absent.last().map_or(i, |&(j, _)| j) + 1;
                 absent.into_iter().map(|(_, ino)| ino).collect()
             };
-            if let Err(e) = self.ensure_loaded(&absent) {
-                if added == 0 {
-                    return Err(e);
+            // Pinned until the next batch is read back: a trim between this and the loop's
+            // lock would drop them, and the listing would pass them over as gone.
+            _held = match self.ensure_loaded(&absent) {
+                Ok(pinned) => Some(pinned),
+                Err(e) if added == 0 => return Err(e),
+                Err(e) => {
+                    log::warn!("listing stops short: {e}");
+                    return Ok(());
                 }
-                log::warn!("listing stops short: {e}");
-                return Ok(());
-            }
+            };
         }
     }
 

@@ -43,8 +43,10 @@
 //! which count the kernel's references in each node's atomic `Refs`) -> `dir_handles`;
 //! then the volume's locks. Data reads and writes call the volume without `ns`, then take
 //! it briefly to update times. The stale-attribute callback ([`Fs::on_stale_attrs`]) is
-//! called with no lock held. An inode's attribute blob is written only under `ns`
-//! written, from the node as it is then (never from a copy taken earlier).
+//! called with no lock held. `pins` (`ondemand.rs`, the inodes calls under way pinned) is
+//! taken after `ns` or alone, with nothing taken under it. An inode's attribute blob is
+//! written only under `ns` written, from the node as it is then (never from a copy taken
+//! earlier).
 
 pub mod atime;
 #[cfg(test)]
@@ -94,7 +96,7 @@ use extalloc::volume::Volume;
 use extalloc::writeback::{Buffered, WritebackOptions};
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
 use std::sync::OnceLock;
 
 /// What mounting found and repaired.
@@ -172,6 +174,7 @@ impl Fs {
                 nodes,
                 count,
                 dirty_attrs: Default::default(),
+                parked: Default::default(),
             }),
             dir_handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
@@ -183,19 +186,29 @@ impl Fs {
             stale_attrs: OnceLock::new(),
             dir_ahead: Mutex::new(DirAhead::default()),
             dir_ahead_on: AtomicBool::new(true),
+            // The unit tests keep none, so every trim drops what the kernel alone holds and
+            // later calls read it back (`ondemand.rs`).
+            node_cache: AtomicUsize::new(match cfg!(test) {
+                true => 0,
+                false => extalloc::volume::DEFAULT_FILE_CACHE,
+            }),
+            pins: Mutex::new(Default::default()),
         };
         Ok((fs, report))
     }
 
     /// Writes every inode's pending times, then the dirty data, and commits; then drops the
-    /// volume's clean files beyond its cache (`Volume::trim_file_cache`).
+    /// volume's clean files beyond its cache (`Volume::trim_file_cache`) and the nodes
+    /// beyond the node cache that only the kernel's references hold ([`Fs::trim_nodes`]).
     /// `EIO` once the file system is shut down.
     pub fn sync(&self) -> FsResult<()> {
         self.live()?;
         self.flush_attrs(None)?;
         self.vol.sync()?;
-        // The volume's files that reads loaded beyond its cache go (`Volume::trim_file_cache`).
+        // The volume's files that reads loaded beyond its cache go (`Volume::trim_file_cache`),
+        // and the nodes only the kernel's references hold, beyond the node cache.
         self.vol.volume().trim_file_cache();
+        self.trim_nodes();
         Ok(())
     }
 

@@ -105,19 +105,36 @@ impl Fs {
     }
 
     /// The kernel drops `n` references to `ino`. The count drops under the namespace lock
-    /// held for reading; only a node left closed and unreferenced takes it for writing, to
-    /// be removed if unnamed, else dropped from memory if nothing else holds it (`Fs::reap`
-    /// looks again: a lookup may have come between).
+    /// held for reading (the node's, or its parked count when the node was dropped while
+    /// the kernel held it); only a node left closed and unreferenced takes it for writing,
+    /// to be removed if unnamed, else dropped from memory if nothing else holds it, and a
+    /// parked count of 0 to leave the parked set (`Fs::reap` looks again: a lookup may have
+    /// come between).
     pub fn forget(&self, ino: u64, n: u64) {
-        let unused = {
+        self.forget_many(&[(ino, n)]);
+    }
+
+    /// [`Fs::forget`] of each `(inode, references)`, as the kernel's batched forgets come
+    /// (thousands at an unmount or a cache drop): one read of the namespace lock for the
+    /// counts, and one write for every inode left unused.
+    pub fn forget_many(&self, forgets: &[(u64, u64)]) {
+        let unused: Vec<u64> = {
             let ns = self.ns.read();
-            match ns.nodes.get(&ino) {
-                Some(node) => node.lookups.forget(n) == 0 && node.open == 0,
-                None => false,
-            }
+            (forgets.iter())
+                .filter(|&&(ino, n)| match ns.nodes.get(&ino) {
+                    Some(node) => node.lookups.forget(n) == 0 && node.open == 0,
+                    // Dropped while the kernel held it (`Fs::trim_nodes`): its count is parked.
+                    None => ns.parked.get(&ino).is_some_and(|r| r.forget(n) == 0),
+                })
+                .map(|&(ino, _)| ino)
+                .collect()
         };
-        if unused {
-            if let Err(e) = self.reap(&mut self.ns_write(), ino) {
+        if unused.is_empty() {
+            return;
+        }
+        let mut ns = self.ns_write();
+        for ino in unused {
+            if let Err(e) = self.reap(&mut ns, ino) {
                 log::error!("cannot remove inode {ino} after its last reference: {e}");
             }
         }
@@ -438,7 +455,7 @@ impl Fs {
 
     /// A symbolic link's target.
     pub fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
-        self.ensure_loaded(&[ino])?; // `ondemand.rs`
+        let _pin = self.ensure_loaded(&[ino])?; // `ondemand.rs`: pinned
         if self.ns.read().node(ino)?.inode.kind != Kind::Symlink {
             return err(libc::EINVAL);
         }

@@ -16,7 +16,7 @@ fn e<T: std::fmt::Debug>(r: FsResult<T>) -> i32 {
 }
 
 fn set_of(fs: &Fs, ino: u64) -> Xattrs {
-    fs.ensure_loaded(&[ino]).unwrap(); // after a remount, read back (`ondemand.rs`)
+    let _pin = fs.ensure_loaded(&[ino]).unwrap(); // after a remount, read back (`ondemand.rs`)
     fs.ns.read().node(ino).unwrap().xattrs.clone()
 }
 

@@ -59,7 +59,7 @@ impl Fs {
 
     /// The value of attribute `name` of `ino`; `ENODATA` when it has none of that name.
     pub fn getxattr(&self, ino: u64, name: &[u8]) -> FsResult<Vec<u8>> {
-        self.ensure_loaded(&[ino])?; // `ondemand.rs`
+        let _pin = self.ensure_loaded(&[ino])?; // `ondemand.rs`: pinned
         self.check_name(name)?;
         let ns = self.ns.read();
         match ns.node(ino)?.xattrs.get(name) {
@@ -71,7 +71,7 @@ impl Fs {
     /// The names of `ino`'s attributes, each followed by a NUL; `trusted.` names only for a
     /// `privileged` caller (as ext4 lists them to `CAP_SYS_ADMIN` only).
     pub fn listxattr(&self, ino: u64, privileged: impl FnOnce() -> bool) -> FsResult<Vec<u8>> {
-        let _ = self.ensure_loaded(&[ino]); // `ondemand.rs`: missing reads as false
+        let _pin = self.ensure_loaded(&[ino]); // `ondemand.rs`: missing reads as false
         let ns = self.ns.read();
         let set = &ns.node(ino)?.xattrs;
         // Who asks matters only when there is a name to hide from the unprivileged.
@@ -94,7 +94,7 @@ impl Fs {
         who: Caller,
         groups: &[u32],
     ) -> FsResult<()> {
-        self.ensure_loaded(&[ino])?; // `ondemand.rs`
+        let _pin = self.ensure_loaded(&[ino])?; // `ondemand.rs`: pinned
         self.live()?;
         self.check_name(name)?;
         if flags & !(XATTR_CREATE | XATTR_REPLACE) != 0 {
@@ -172,7 +172,7 @@ impl Fs {
     /// Removes attribute `name` of `ino`; `ENODATA` when it has none. On failure nothing
     /// changed.
     pub fn removexattr(&self, ino: u64, name: &[u8]) -> FsResult<()> {
-        self.ensure_loaded(&[ino])?; // `ondemand.rs`
+        let _pin = self.ensure_loaded(&[ino])?; // `ondemand.rs`: pinned
         self.live()?;
         self.check_name(name)?;
         let mut ns = self.ns_write();

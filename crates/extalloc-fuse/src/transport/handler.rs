@@ -14,6 +14,14 @@ pub(crate) trait Handler: Send + Sync + 'static {
     fn init(&self, init: &mut Init);
     /// The kernel drops `nlookup` references to `ino` (no reply).
     fn forget(&self, ino: u64, nlookup: u64);
+    /// [`Handler::forget`] of each node of a `FUSE_BATCH_FORGET` (one call, so that the
+    /// handler may take its locks once for the batch).
+    /// `nodes` are `(node id, references)`.
+    fn forget_batch(&self, nodes: &[(u64, u64)]) {
+        for &(ino, n) in nodes {
+            self.forget(ino, n);
+        }
+    }
     /// Serves one request; answers it through `reply`.
     fn serve(&self, req: &Request, op: Op<'_>, reply: Reply<'_>);
 }
@@ -52,9 +60,8 @@ pub(super) fn dispatch<H: Handler>(handler: &H, req: &Request, op: Op<'_>, reply
     match op {
         Op::Forget(n) => no_reply(reply, || handler.forget(req.nodeid, n)),
         Op::BatchForget(nodes) => no_reply(reply, || {
-            for f in nodes {
-                handler.forget(f.nodeid, f.nlookup);
-            }
+            let nodes: Vec<(u64, u64)> = nodes.iter().map(|f| (f.nodeid, f.nlookup)).collect();
+            handler.forget_batch(&nodes);
         }),
         // Requests are short: an interrupted one is answered when done.
         Op::Interrupt | Op::NotifyReply => no_reply(reply, || {}),

@@ -124,6 +124,8 @@ pub fn run(crashes: u64, seed: u64, threads: usize) -> Result<FsOutcome> {
     // One clean file kept in memory: the namespace's files are read back from the tree.
     vol.set_file_cache(1);
     let (mut fs, _) = Fs::mount(vol, opts()).map_err(anyhow::Error::msg)?;
+    // And one node beyond those held otherwise: what the kernel alone holds is parked.
+    fs.set_node_cache(1);
     let mut models = Vec::new();
     for t in 0..threads {
         let top = ops::make(&fs, ROOT, format!("t{t}").as_bytes(), Kind::Dir)?;
@@ -300,6 +302,7 @@ fn recover(
     let vol = Volume::open(dev.clone(), Policy::default()).context("open after a crash")?;
     vol.set_file_cache(1);
     let (fs, report) = Fs::mount(vol, opts()).map_err(anyhow::Error::msg)?;
+    fs.set_node_cache(1);
     let r = &report.repaired;
     out.orphans_reaped += r.orphans.len() as u64;
     out.unnamed += (r.unnamed.len() + r.lost_found.len()) as u64;
