@@ -320,7 +320,8 @@ fn close(fs: Arc<Fs>, read_only: bool) -> Result<(), String> {
             drop(fs);
             Ok(())
         }
-        Ok(fs) => fs.unmount(),
+        // The process exits next: its memory is not freed piece by piece (`Fs::unmount_for_exit`).
+        Ok(fs) => fs.unmount_for_exit(),
         Err(fs) => {
             // A session thread still holds it: write everything back at least.
             fs.sync().map_err(|e| format!("cannot sync: {e}"))?;

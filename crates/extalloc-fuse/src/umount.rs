@@ -86,7 +86,9 @@ pub fn unmount(
     }
     let waited = start.elapsed();
     // A read-only mount writes nothing: a mark left by an earlier owner is not its doing.
-    let unclean = (!read_only).then(|| unclean_close(&device)).flatten();
+    let unclean = (!read_only)
+        .then(|| unclean_close(&device, start + timeout))
+        .flatten();
     Ok(Unmounted {
         device,
         waited,
@@ -98,11 +100,20 @@ pub fn unmount(
 /// Why the released `device` was not closed cleanly, if it was not: a read-write daemon
 /// clears the in-use mark at a clean close, and leaves it set when its final write-back or
 /// checkpoint failed (or it died). A read-only mount never sets it.
-fn unclean_close(device: &Path) -> Option<String> {
+///
+/// A loop device's daemon holds the backing file's lock too, and lets go of it a moment
+/// after the device's: until `deadline`, a device still busy is waited for (the mount
+/// tests met that window while the daemon freed its memory).
+fn unclean_close(device: &Path, deadline: Instant) -> Option<String> {
     use extalloc::disk::{device::FileDevice, format};
-    let dev = match FileDevice::open_read_only(device) {
-        Ok(d) => d,
-        Err(e) => return Some(format!("cannot read its superblock to check: {e}")),
+    let dev = loop {
+        match FileDevice::open_read_only(device) {
+            Ok(d) => break d,
+            Err(e) if e.kind() == extalloc::ErrorKind::Busy && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => return Some(format!("cannot read its superblock to check: {e}")),
+        }
     };
     match format::read_superblock(&dev) {
         Ok(sb) if sb.state & format::STATE_IN_USE != 0 => Some(

@@ -246,3 +246,28 @@ fn a_batch_of_forgets_drops_nodes_and_parked_counts_alike() {
     assert!(!in_memory(&fs, b) && parked(&fs, b).is_none());
     fs.check_namespace().unwrap();
 }
+
+#[test]
+fn an_unmount_for_exit_leaves_a_clean_file_system() {
+    let dev = device(78);
+    let fs = fresh(&dev);
+    let d = mkdir(&fs, ROOT, "d");
+    let a = put(&fs, d, "a", b"alpha");
+    fs.sync().unwrap();
+    fs.unlink(d, b"a").unwrap(); // held by the kernel: removed at the unmount
+    let b = put(&fs, d, "b", b"beta");
+    fs.unmount_for_exit().unwrap();
+    let (fs, report) = remount(&dev);
+    assert!(report.repaired.clean(), "{:?}", report.repaired);
+    let store = fs.volume().volume().store();
+    assert_eq!(store.unclean_close(), None, "closed cleanly");
+    assert_eq!(fs.lookup(d, b"a"), Err(Errno(libc::ENOENT)));
+    assert_eq!(fs.lookup(d, b"b").unwrap().ino, b);
+    assert_eq!(fs.read(b, 0, 9).unwrap(), b"beta");
+    assert_eq!(
+        fs.getattr(a),
+        Err(Errno(libc::ENOENT)),
+        "the unlinked inode is gone"
+    );
+    fs.check_namespace().unwrap();
+}

@@ -266,3 +266,23 @@ fn trimming_drops_loaded_files_but_not_changed_ones() {
     assert_eq!(vol.attr(ids[5]).unwrap(), b"changed");
     assert!(vol.check().unwrap().clean());
 }
+
+/// A close for a process that exits next leaves its tables' memory unfreed, and closes as
+/// `close` does: checkpointed, marked closed cleanly, the device's claim let go (the same
+/// process opens it again at once, with nothing to replay).
+#[test]
+fn a_close_for_exit_closes_cleanly() {
+    let dev = device(37);
+    let vol = Volume::mkfs(dev.clone(), &geometry(), 64, Policy::default()).unwrap();
+    let ids = fill(&vol, 6);
+    vol.sync().unwrap();
+    let late = vol.create(b"after the sync").unwrap();
+    vol.close_for_exit().unwrap();
+    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+    assert_eq!(vol.store().unclean_close(), None, "closed cleanly");
+    for (i, &id) in ids.iter().enumerate() {
+        assert_file(&vol, id, i as u64);
+    }
+    assert_eq!(vol.attr(late).unwrap(), b"after the sync", "checkpointed");
+    vol.check().unwrap();
+}

@@ -460,6 +460,17 @@ impl Buffered {
         self.into_volume()?.close()
     }
 
+    /// [`Buffered::close`] for a process that exits next: the cache's file entries and
+    /// the volume's tables are left to the exit instead of freed ([`Volume::close_for_exit`];
+    /// in a process that goes on, they leak).
+    pub fn close_for_exit(mut self) -> Result<()> {
+        self.sync()?;
+        self.stop();
+        assert!(self.workers.is_empty(), "the contexts are joined");
+        std::mem::forget(std::mem::take(&mut *self.shared.files.lock()));
+        self.into_volume()?.close_for_exit()
+    }
+
     fn stop(&mut self) {
         self.shared.shutdown.store(true, Relaxed);
         for c in &self.shared.contexts {
