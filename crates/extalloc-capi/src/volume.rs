@@ -401,7 +401,7 @@ pub unsafe extern "C" fn extalloc_volume_list(
         // SAFETY: the caller's promises, as the doc states.
         let (vol, count) = unsafe { (&deref(vol, "vol")?.vol, out_ref(count, "count")?) };
         buffer_arg(ids, cap, "ids")?;
-        let files = vol.list();
+        let files = vol.try_list()?;
         *count = files.len();
         for (i, f) in files.iter().take(cap).enumerate() {
             // SAFETY: `i < cap` places of `ids` (non-NULL: cap > 0).
@@ -439,7 +439,7 @@ pub unsafe extern "C" fn extalloc_volume_statfs(
             free_blocks: s.free_blocks,
             available_blocks: s.available_blocks,
             pending_blocks: s.pending_blocks,
-            blobs: vol.list().len() as u64,
+            blobs: vol.try_list()?.len() as u64,
             prealloc_blocks: s.prealloc_reserved_blocks,
         };
         Ok(())

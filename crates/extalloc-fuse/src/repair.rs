@@ -175,7 +175,8 @@ pub fn repair(dev: Arc<dyn Device>, policy: Policy) -> Result<RepairReport, Stri
     };
     // A volume with no file yet (made by mkfs, never mounted) holds no namespace to check:
     // the store's and the volume's repairs are all there is.
-    if !vol.list().is_empty() || report.salvage.table_damaged {
+    let empty = (vol.is_empty()).map_err(|e| format!("cannot list the volume's files: {e}"))?;
+    if !empty || report.salvage.table_damaged {
         report.root_made = make_root_again(&vol)?;
         report.inodes_remade = remake_inodes(&vol)?;
         report.distrusted = distrust_kept(&vol, &report.salvage)?;
@@ -188,11 +189,19 @@ pub fn repair(dev: Arc<dyn Device>, policy: Policy) -> Result<RepairReport, Stri
     Ok(report)
 }
 
+/// Every volume file, or why a leaf of the file tree cannot be read: a repair that saw
+/// only the files in memory (`Volume::list` on such an error) would make the root again
+/// over one the tree still holds.
+fn listed(vol: &Volume) -> Result<Vec<extalloc::volume::FileInfo>, String> {
+    vol.try_list()
+        .map_err(|e| format!("cannot list the volume's files: {e}"))
+}
+
 /// Makes the root directory again, empty, when its volume file is gone (lost with its
 /// table entry) and other files hold inodes; what it named goes to /lost+found in the
 /// namespace pass. True if it did.
 fn make_root_again(vol: &Volume) -> Result<bool, String> {
-    let files = vol.list();
+    let files = listed(vol)?;
     if files.iter().any(|f| f.id == ROOT) {
         return Ok(false);
     }
@@ -212,7 +221,7 @@ fn make_root_again(vol: &Volume) -> Result<bool, String> {
 /// Gives every volume file whose attribute blob is not an inode a new one (the root a
 /// directory). Refuses a volume where no file holds an inode: not a file system.
 fn remake_inodes(vol: &Volume) -> Result<Vec<(u64, Kind)>, String> {
-    let files = vol.list();
+    let files = listed(vol)?;
     let blobs: Vec<(u64, Option<Inode>)> = files
         .iter()
         .map(|f| {

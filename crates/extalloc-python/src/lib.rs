@@ -210,13 +210,13 @@ impl Volume {
 
     /// Every blob's and file's id, in increasing order.
     fn ids(&self, py: Python<'_>) -> PyResult<Vec<u64>> {
-        self.with(py, |vol| Ok(vol.list().iter().map(|f| f.id).collect()))
+        self.with(py, |vol| Ok(vol.try_list()?.iter().map(|f| f.id).collect()))
     }
 
     /// Every blob and file as `(id, size, attr)`, in id order, in one pass (to rebuild an
     /// index of keys kept in the attribute bytes).
     fn list<'py>(&self, py: Python<'py>) -> PyResult<Vec<(u64, u64, Bound<'py, PyBytes>)>> {
-        let files = self.with(py, |vol| Ok(vol.list_with_attrs()))?;
+        let files = self.with(py, |vol| vol.try_list_with_attrs())?;
         Ok(files
             .into_iter()
             .map(|(f, attr)| (f.id, f.size, PyBytes::new(py, &attr)))
@@ -226,7 +226,7 @@ impl Volume {
     /// The volume's figures as a dict: block_size, blocks, metadata_blocks, free_blocks,
     /// available_blocks, pending_blocks (freed, free at the next sync) and blobs.
     fn statfs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let (s, blobs) = self.with(py, |vol| Ok((vol.statfs(), vol.list().len())))?;
+        let (s, blobs) = self.with(py, |vol| Ok((vol.statfs(), vol.try_list()?.len())))?;
         let d = PyDict::new(py);
         d.set_item("block_size", s.block_size)?;
         d.set_item("blocks", s.blocks)?;

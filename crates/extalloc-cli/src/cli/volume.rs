@@ -134,7 +134,8 @@ pub fn ls(device: &Path, json: bool, extents: bool) -> Result<()> {
     let vol = open_read_only(device)?;
     let paths = super::mount::paths(&vol)?;
     let mut files = Vec::new();
-    for f in vol.list() {
+    // Every file, or the error of a leaf that cannot be read (never a silent part).
+    for f in vol.try_list()? {
         let (name, kind) = match &paths {
             Some(p) => match p.get(&f.id) {
                 Some((path, kind)) => (path.clone(), Some(kind_name(*kind))),
@@ -213,7 +214,7 @@ fn kind_name(k: extalloc_fuse::inode::Kind) -> &'static str {
 /// The files summary of `info --files`.
 pub fn info_files(device: &Path) -> Result<()> {
     let vol = open_read_only(device)?;
-    let files = vol.list();
+    let files = vol.try_list()?;
     let bytes: u64 = files.iter().map(|f| f.size).sum();
     let extents: u64 = files.iter().map(|f| f.extents).sum();
     println!(
