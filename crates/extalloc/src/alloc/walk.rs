@@ -10,13 +10,19 @@
 //! - [`Tiers`]: the steps of a walk through the size-class tiers, in order, held in a small
 //!   array on the stack: the request's own tag, the same size with another lifetime,
 //!   untagged groups, other sizes.
+//! - A [`SetsCursor`] per side of a walk over ordered sets, and one per read-ahead, on the
+//!   stack (`groups/cursor.rs`).
 //!
 //! # Invariant
 //!
 //! A walk visits a group only if the pass's lock-free check (`good`) accepts it, and stops at
 //! the first visit that gives an extent. Ordered indexes and per-tag sets are walked from the
-//! start group to the end, then from group 0 to the start; the list index ("choose group")
-//! restarts from the head of its lists for every try, at most one try per group.
+//! start group to the end, then from group 0 to the start, each side through one
+//! [`SetsCursor`] that keeps every set's next member: a set is looked up again only when the
+//! walk passes that member, so a group that joins a set between the walk and the member kept
+//! there is not seen by this walk (as one that joins behind the walk is not; entries are
+//! hints, and the next walk sees it). The list index ("choose group") restarts from the head
+//! of its lists for every try, at most one try per group.
 //!
 //! # Lock order
 //!
@@ -29,7 +35,7 @@ use super::allocator::Allocator;
 use super::class;
 use super::stats::Shard;
 use crate::geometry::Extent;
-use crate::groups::OrderIndex;
+use crate::groups::{AtomicBitset, OrderIndex, SetsCursor};
 
 /// How a pass walks the groups.
 #[derive(Clone, Copy)]
@@ -209,34 +215,34 @@ impl Allocator {
             {
                 self.walk_groups(route, &good, visit)
             }
-            _ => self.right_then_left(
-                route,
-                &|at, limit| set.next_set(at).filter(|&g| g < limit),
-                &good,
-                visit,
-            ),
+            _ => self.right_then_left(route, std::slice::from_ref(set), &good, visit),
         }
     }
 
-    /// Visits the groups `next(at, limit)` yields right of the start, then left of it (the
-    /// order of the ordered indexes and of the per-tag sets), those passing `good`, until one
-    /// gives an extent.
+    /// Visits the members of `sets` right of the start, then left of it (the order of the
+    /// ordered indexes and of the per-tag sets), those passing `good`, until one gives an
+    /// extent. Each side keeps one cursor ([`SetsCursor`]): a set is looked up once per side
+    /// and once per member taken from it, not once per candidate.
     fn right_then_left(
         &self,
         route: &Route<'_>,
-        next: &dyn Fn(u64, u64) -> Option<u64>,
+        sets: &[AtomicBitset],
         good: &dyn Fn(u64) -> bool,
         visit: &mut dyn FnMut(u64) -> Option<Extent>,
     ) -> Option<Extent> {
         let (shard, start) = (route.shard, route.start);
         let groups_count = self.groups.len();
         for (from, limit) in [(start, groups_count), (0, start)] {
+            let mut cursor = SetsCursor::new(sets);
             let mut at = from;
-            while let Some(g) = next(at, limit) {
+            while let Some(g) = cursor.next(at, limit) {
                 debug_assert!((at..limit).contains(&g), "group {g} outside {at}..{limit}");
                 shard.add(&shard.counters.groups_considered, 1);
                 if good(g) {
-                    self.read_ahead(g, &|p| next(p + 1, limit), good);
+                    // Read-ahead looks past `g` with a cursor of its own, leaving the
+                    // walk's where it is.
+                    let mut ahead = SetsCursor::new(sets);
+                    self.read_ahead(g, &mut |p| ahead.next(p + 1, limit), good);
                     if let Some(e) = visit(g) {
                         return Some(e);
                     }
@@ -262,25 +268,20 @@ impl Allocator {
                 let g = (start + i) % groups_count;
                 shard.add(&shard.counters.groups_considered, 1);
                 if good(g) {
-                    self.read_ahead(g, &|p| Some((p + 1) % groups_count), good);
+                    self.read_ahead(g, &mut |p| Some((p + 1) % groups_count), good);
                     visit(g)
                 } else {
                     None
                 }
             }),
             // Right of the start across all orders >= order_min, then left of it.
-            Walk::Index(index, order_min) if index.is_ordered() => self.right_then_left(
-                route,
-                &|at, limit| index.next_in_orders(order_min, at, limit),
-                good,
-                visit,
-            ),
-            Walk::IndexExact(index, order) => self.right_then_left(
-                route,
-                &|at, limit| index.next_in_order(order, at, limit),
-                good,
-                visit,
-            ),
+            Walk::Index(index, order_min) if index.is_ordered() => {
+                self.right_then_left(route, index.ordered_sets(order_min, u32::MAX), good, visit)
+            }
+            Walk::IndexExact(index, order) => {
+                let sets = index.ordered_sets(order, order.saturating_add(1));
+                self.right_then_left(route, sets, good, visit)
+            }
             Walk::Index(index, order_min) => {
                 // Pre-2025 "choose group": the first good group from the list heads, up to
                 // one try per group.
