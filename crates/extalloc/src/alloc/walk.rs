@@ -35,7 +35,7 @@ use super::allocator::Allocator;
 use super::class;
 use super::stats::Shard;
 use crate::geometry::Extent;
-use crate::groups::{AtomicBitset, OrderIndex, SetsCursor};
+use crate::groups::{AtomicBitset, OrderIndex, SetsCursor, Skip};
 
 /// How a pass walks the groups.
 #[derive(Clone, Copy)]
@@ -49,6 +49,7 @@ pub(super) enum Walk<'a> {
 }
 
 /// One pass's walk: where it goes, where it starts, for which size class, counted where.
+#[derive(Clone, Copy)]
 pub(super) struct Route<'a> {
     pub walk: Walk<'a>,
     /// The start group: the goal's or the stream goal's.
@@ -56,6 +57,9 @@ pub(super) struct Route<'a> {
     /// The request's size-class tag (0 when size classes are off).
     pub class_tag: u8,
     pub shard: &'a Shard,
+    /// Groups a walk over ordered sets passes over without a look (a tier's groups of other
+    /// size classes); `None` outside the tiers.
+    pub skip: Option<Skip<'a>>,
 }
 
 /// Which groups of the pass's own walk a tier keeps.
@@ -184,7 +188,20 @@ impl Allocator {
                     }
                     Keep::Untagged => tag_of(g) == 0,
                 };
-                self.walk_groups(route, &|g| good(g) && keeps(g), visit)
+                // The tier's own check reads each group's tag; the tag sets pass over the
+                // groups it would refuse for their tag without reading them (on a large
+                // device a stream's walk met tens of other classes' groups per allocation).
+                let except = match keep {
+                    Keep::Tier(_) => None,
+                    Keep::OwnOrNone => Some(usize::from(route.class_tag).checked_sub(1)),
+                    Keep::Untagged => Some(None),
+                };
+                let skip = except.map(|except| Skip {
+                    sets: &self.by_tag,
+                    except,
+                });
+                let route = Route { skip, ..*route };
+                self.walk_groups(&route, &|g| good(g) && keeps(g), visit)
             }
         }
     }
@@ -233,14 +250,15 @@ impl Allocator {
         let (shard, start) = (route.shard, route.start);
         let groups_count = self.groups.len();
         for (from, limit) in [(start, groups_count), (0, start)] {
-            let mut cursor = SetsCursor::new(sets);
+            let mut cursor = SetsCursor::new(sets).skipping(route.skip);
             let mut at = from;
             while let Some(g) = cursor.next(at, limit) {
                 debug_assert!((at..limit).contains(&g), "group {g} outside {at}..{limit}");
                 shard.add(&shard.counters.groups_considered, 1);
                 if good(g) {
                     // Read-ahead looks past `g` with a cursor of its own, leaving the
-                    // walk's where it is.
+                    // walk's where it is; it passes over nothing, so its budget of
+                    // `prefetch_groups` steps covers the groups it always did.
                     let mut ahead = SetsCursor::new(sets);
                     self.read_ahead(g, &mut |p| ahead.next(p + 1, limit), good);
                     if let Some(e) = visit(g) {

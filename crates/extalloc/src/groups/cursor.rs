@@ -35,13 +35,37 @@
 use super::bitset::AtomicBitset;
 use super::buddy::ORDERS;
 
+/// Members a walk passes over without a look: those of any of `sets` but the one at
+/// `except` (a tiered walk's groups of other size classes, through the per-tag sets).
+#[derive(Clone, Copy)]
+pub struct Skip<'a> {
+    /// The sets whose members are passed over (the per-tag sets).
+    pub sets: &'a [AtomicBitset],
+    /// The one set whose members are not (the walk's own tag's), if any.
+    pub except: Option<usize>,
+}
+
+impl Skip<'_> {
+    /// True if `g` is in one of the sets other than `except`'s.
+    #[inline]
+    fn passes_over(&self, g: u64) -> bool {
+        self.sets
+            .iter()
+            .enumerate()
+            .any(|(i, set)| Some(i) != self.except && set.contains(g))
+    }
+}
+
 /// The next member of any of a few sets, for a walk that moves right (see the module doc).
 pub struct SetsCursor<'a> {
     sets: &'a [AtomicBitset],
     from: [u64; ORDERS],
     kept: [u64; ORDERS],
+    skip: Option<Skip<'a>>,
     /// Lookups made (`next_set` calls): what the cursor saves shows here.
     lookups: u64,
+    /// Members passed over by `skip`.
+    skipped: u64,
 }
 
 impl<'a> SetsCursor<'a> {
@@ -57,13 +81,35 @@ impl<'a> SetsCursor<'a> {
             // `from` past any position: the first `next` looks every set up.
             from: [u64::MAX; ORDERS],
             kept: [0; ORDERS],
+            skip: None,
             lookups: 0,
+            skipped: 0,
         }
     }
 
-    /// The smallest member in `[at, limit)` of any of the sets.
-    pub fn next(&mut self, at: u64, limit: u64) -> Option<u64> {
+    /// The same cursor, passing over the members `skip` names (a hint, as the sets are: the
+    /// walk still checks what it is given).
+    pub fn skipping(self, skip: Option<Skip<'a>>) -> Self {
+        SetsCursor { skip, ..self }
+    }
+
+    /// The smallest member in `[at, limit)` of any of the sets that `skip` does not name.
+    pub fn next(&mut self, mut at: u64, limit: u64) -> Option<u64> {
         debug_assert!(at <= limit, "a lookup from {at} past its limit {limit}");
+        loop {
+            let g = self.first_from(at).filter(|&g| g < limit)?;
+            match self.skip {
+                Some(skip) if skip.passes_over(g) => {
+                    self.skipped += 1;
+                    at = g + 1;
+                }
+                _ => return Some(g),
+            }
+        }
+    }
+
+    /// The smallest member `>= at` of any of the sets.
+    fn first_from(&mut self, at: u64) -> Option<u64> {
         let mut best = u64::MAX;
         for (i, set) in self.sets.iter().enumerate() {
             if !(self.from[i] <= at && at <= self.kept[i]) {
@@ -79,12 +125,17 @@ impl<'a> SetsCursor<'a> {
             best = best.min(self.kept[i]);
         }
         debug_assert!(best >= at, "member {best} found before {at}");
-        (best < limit).then_some(best)
+        (best != u64::MAX).then_some(best)
     }
 
     /// `next_set` calls made so far.
     pub fn lookups(&self) -> u64 {
         self.lookups
+    }
+
+    /// Members passed over by the cursor's [`Skip`] so far.
+    pub fn skipped(&self) -> u64 {
+        self.skipped
     }
 }
 
@@ -130,6 +181,52 @@ mod tests {
                     _ => rng.gen_range(0..n),
                 };
             }
+        }
+    }
+
+    /// With a [`Skip`], the walk yields what a walk without it followed by the tag filter
+    /// keeps, in the same order, and counts what it passed over.
+    #[test]
+    fn skip_passes_over_other_tags_only() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let n = 5_000;
+        let sets: Vec<AtomicBitset> = (0..3).map(|_| AtomicBitset::new(n)).collect();
+        let tags: Vec<AtomicBitset> = (0..4).map(|_| AtomicBitset::new(n)).collect();
+        let mut tag_of = vec![None; n as usize];
+        for g in 0..n {
+            if rng.gen_bool(0.6) {
+                sets[rng.gen_range(0..sets.len())].insert(g);
+            }
+            if rng.gen_bool(0.7) {
+                let t = rng.gen_range(0..tags.len());
+                tags[t].insert(g);
+                tag_of[g as usize] = Some(t);
+            }
+        }
+        for except in [None, Some(0), Some(2)] {
+            let walk = |mut cursor: SetsCursor<'_>| {
+                let (mut at, mut out) = (0, Vec::new());
+                while let Some(g) = cursor.next(at, n) {
+                    out.push(g);
+                    at = g + 1;
+                }
+                (out, cursor.skipped())
+            };
+            let (all, none_skipped) = walk(SetsCursor::new(&sets));
+            let skip = Skip {
+                sets: &tags,
+                except,
+            };
+            let (kept, skipped) = walk(SetsCursor::new(&sets).skipping(Some(skip)));
+            let want: Vec<u64> = all
+                .iter()
+                .copied()
+                .filter(|&g| tag_of[g as usize].is_none_or(|t| Some(t) == except))
+                .collect();
+            assert_eq!(kept, want, "except {except:?}");
+            assert_eq!(none_skipped, 0);
+            assert_eq!(skipped as usize, all.len() - want.len());
+            assert!(skipped > 0 && !kept.is_empty());
         }
     }
 

@@ -33,7 +33,7 @@ mod words;
 
 pub use bitmap::GroupBitmap;
 pub use buddy::{ORDERS, ORDER_MAX};
-pub use cursor::SetsCursor;
+pub use cursor::{SetsCursor, Skip};
 pub use group::{Group, GroupState, PendingFree, Slot};
 pub use index::{AtomicBitset, OrderIndex};
 pub use table::{Figures, GroupTable, TableBuilder, CHUNK};
