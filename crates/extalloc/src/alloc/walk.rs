@@ -11,7 +11,9 @@
 //!   array on the stack: the request's own tag, the same size with another lifetime,
 //!   untagged groups, other sizes.
 //! - A [`SetsCursor`] per side of a walk over ordered sets, and one per read-ahead, on the
-//!   stack (`groups/cursor.rs`).
+//!   stack (`groups/cursor.rs`); a tier that keeps untagged groups, or its own class's and
+//!   untagged ones, gives the walk's cursor a [`Skip`] over the other tags' sets (in
+//!   [`Route`]), so it steps over their groups without reading them.
 //!
 //! # Invariant
 //!

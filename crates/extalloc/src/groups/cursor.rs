@@ -13,7 +13,8 @@
 //!
 //! [`SetsCursor`]: the sets (a slice of at most [`ORDERS`] bitsets) and, per set, the
 //! position its last lookup started from (`from`) and the member it found there (`kept`;
-//! `u64::MAX` for none), both on the stack.
+//! `u64::MAX` for none), both on the stack; optionally a [`Skip`]: other sets (a tier's
+//! per-tag sets) whose members, but for one set's, the cursor steps over with a bit test.
 //!
 //! # Invariant
 //!
@@ -21,6 +22,8 @@
 //! for each set i: at its last lookup, set i had no member in [from[i], kept[i])
 //! next(at, limit) == min over i of the first member >= at of set i, if below limit, where
 //!   set i is looked up again unless from[i] <= at <= kept[i]
+//! with a Skip: next(at, limit) is the first such member that no skip set but `except`'s
+//!   holds at the moment of the bit test
 //! ```
 //!
 //! Without concurrent updates that is exactly `min_i sets[i].next_set(at)`. Under them a
