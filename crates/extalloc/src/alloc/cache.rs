@@ -131,9 +131,10 @@ impl Allocator {
     pub(super) fn read_ahead(
         &self,
         g: u64,
-        next: &dyn Fn(u64) -> Option<u64>,
+        next: &mut dyn FnMut(u64) -> Option<u64>,
         good: &dyn Fn(u64) -> bool,
     ) {
+        debug_assert!(g < self.groups.len(), "read-ahead after group {g}");
         let Some(lazy) = &self.lazy else {
             return;
         };

@@ -190,6 +190,7 @@ impl Allocator {
             start: 0,
             class_tag: ctx.class_tag,
             shard: ctx.shard,
+            skip: None,
         };
         self.walk_groups(&route, &good, &mut visit)
             .map(|e| (e, Pass::GoalLenSlow))

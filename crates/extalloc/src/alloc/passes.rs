@@ -246,6 +246,7 @@ impl Allocator {
             start,
             class_tag: ctx.class_tag,
             shard: ctx.shard,
+            skip: None,
         };
         let fast = matches!(
             pass,

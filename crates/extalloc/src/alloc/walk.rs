@@ -10,13 +10,21 @@
 //! - [`Tiers`]: the steps of a walk through the size-class tiers, in order, held in a small
 //!   array on the stack: the request's own tag, the same size with another lifetime,
 //!   untagged groups, other sizes.
+//! - A [`SetsCursor`] per side of a walk over ordered sets, and one per read-ahead, on the
+//!   stack (`groups/cursor.rs`); a tier that keeps untagged groups, or its own class's and
+//!   untagged ones, gives the walk's cursor a [`Skip`] over the other tags' sets (in
+//!   [`Route`]), so it steps over their groups without reading them.
 //!
 //! # Invariant
 //!
 //! A walk visits a group only if the pass's lock-free check (`good`) accepts it, and stops at
 //! the first visit that gives an extent. Ordered indexes and per-tag sets are walked from the
-//! start group to the end, then from group 0 to the start; the list index ("choose group")
-//! restarts from the head of its lists for every try, at most one try per group.
+//! start group to the end, then from group 0 to the start, each side through one
+//! [`SetsCursor`] that keeps every set's next member: a set is looked up again only when the
+//! walk passes that member, so a group that joins a set between the walk and the member kept
+//! there is not seen by this walk (as one that joins behind the walk is not; entries are
+//! hints, and the next walk sees it). The list index ("choose group") restarts from the head
+//! of its lists for every try, at most one try per group.
 //!
 //! # Lock order
 //!
@@ -29,7 +37,7 @@ use super::allocator::Allocator;
 use super::class;
 use super::stats::Shard;
 use crate::geometry::Extent;
-use crate::groups::OrderIndex;
+use crate::groups::{AtomicBitset, OrderIndex, SetsCursor, Skip};
 
 /// How a pass walks the groups.
 #[derive(Clone, Copy)]
@@ -43,6 +51,7 @@ pub(super) enum Walk<'a> {
 }
 
 /// One pass's walk: where it goes, where it starts, for which size class, counted where.
+#[derive(Clone, Copy)]
 pub(super) struct Route<'a> {
     pub walk: Walk<'a>,
     /// The start group: the goal's or the stream goal's.
@@ -50,6 +59,9 @@ pub(super) struct Route<'a> {
     /// The request's size-class tag (0 when size classes are off).
     pub class_tag: u8,
     pub shard: &'a Shard,
+    /// Groups a walk over ordered sets passes over without a look (a tier's groups of other
+    /// size classes); `None` outside the tiers.
+    pub skip: Option<Skip<'a>>,
 }
 
 /// Which groups of the pass's own walk a tier keeps.
@@ -178,7 +190,20 @@ impl Allocator {
                     }
                     Keep::Untagged => tag_of(g) == 0,
                 };
-                self.walk_groups(route, &|g| good(g) && keeps(g), visit)
+                // The tier's own check reads each group's tag; the tag sets pass over the
+                // groups it would refuse for their tag without reading them (on a large
+                // device a stream's walk met tens of other classes' groups per allocation).
+                let except = match keep {
+                    Keep::Tier(_) => None,
+                    Keep::OwnOrNone => Some(usize::from(route.class_tag).checked_sub(1)),
+                    Keep::Untagged => Some(None),
+                };
+                let skip = except.map(|except| Skip {
+                    sets: &self.by_tag,
+                    except,
+                });
+                let route = Route { skip, ..*route };
+                self.walk_groups(&route, &|g| good(g) && keeps(g), visit)
             }
         }
     }
@@ -209,34 +234,35 @@ impl Allocator {
             {
                 self.walk_groups(route, &good, visit)
             }
-            _ => self.right_then_left(
-                route,
-                &|at, limit| set.next_set(at).filter(|&g| g < limit),
-                &good,
-                visit,
-            ),
+            _ => self.right_then_left(route, std::slice::from_ref(set), &good, visit),
         }
     }
 
-    /// Visits the groups `next(at, limit)` yields right of the start, then left of it (the
-    /// order of the ordered indexes and of the per-tag sets), those passing `good`, until one
-    /// gives an extent.
+    /// Visits the members of `sets` right of the start, then left of it (the order of the
+    /// ordered indexes and of the per-tag sets), those passing `good`, until one gives an
+    /// extent. Each side keeps one cursor ([`SetsCursor`]): a set is looked up once per side
+    /// and once per member taken from it, not once per candidate.
     fn right_then_left(
         &self,
         route: &Route<'_>,
-        next: &dyn Fn(u64, u64) -> Option<u64>,
+        sets: &[AtomicBitset],
         good: &dyn Fn(u64) -> bool,
         visit: &mut dyn FnMut(u64) -> Option<Extent>,
     ) -> Option<Extent> {
         let (shard, start) = (route.shard, route.start);
         let groups_count = self.groups.len();
         for (from, limit) in [(start, groups_count), (0, start)] {
+            let mut cursor = SetsCursor::new(sets).skipping(route.skip);
             let mut at = from;
-            while let Some(g) = next(at, limit) {
+            while let Some(g) = cursor.next(at, limit) {
                 debug_assert!((at..limit).contains(&g), "group {g} outside {at}..{limit}");
                 shard.add(&shard.counters.groups_considered, 1);
                 if good(g) {
-                    self.read_ahead(g, &|p| next(p + 1, limit), good);
+                    // Read-ahead looks past `g` with a cursor of its own, leaving the
+                    // walk's where it is; it passes over nothing, so its budget of
+                    // `prefetch_groups` steps covers the groups it always did.
+                    let mut ahead = SetsCursor::new(sets);
+                    self.read_ahead(g, &mut |p| ahead.next(p + 1, limit), good);
                     if let Some(e) = visit(g) {
                         return Some(e);
                     }
@@ -262,25 +288,20 @@ impl Allocator {
                 let g = (start + i) % groups_count;
                 shard.add(&shard.counters.groups_considered, 1);
                 if good(g) {
-                    self.read_ahead(g, &|p| Some((p + 1) % groups_count), good);
+                    self.read_ahead(g, &mut |p| Some((p + 1) % groups_count), good);
                     visit(g)
                 } else {
                     None
                 }
             }),
             // Right of the start across all orders >= order_min, then left of it.
-            Walk::Index(index, order_min) if index.is_ordered() => self.right_then_left(
-                route,
-                &|at, limit| index.next_in_orders(order_min, at, limit),
-                good,
-                visit,
-            ),
-            Walk::IndexExact(index, order) => self.right_then_left(
-                route,
-                &|at, limit| index.next_in_order(order, at, limit),
-                good,
-                visit,
-            ),
+            Walk::Index(index, order_min) if index.is_ordered() => {
+                self.right_then_left(route, index.ordered_sets(order_min, u32::MAX), good, visit)
+            }
+            Walk::IndexExact(index, order) => {
+                let sets = index.ordered_sets(order, order.saturating_add(1));
+                self.right_then_left(route, sets, good, visit)
+            }
             Walk::Index(index, order_min) => {
                 // Pre-2025 "choose group": the first good group from the list heads, up to
                 // one try per group.

@@ -3,6 +3,7 @@
 //! # Data structures
 //!
 //! - [`AtomicBitset`] (`bitset.rs`): the lock-free hierarchical bitset of group numbers.
+//!   A walk over the ordered sets reads them through a [`SetsCursor`] (`cursor.rs`).
 //! - [`OrderIndex`]: one set of groups per order, either ordered (an `AtomicBitset` per order,
 //!   the 2025 scheme) or list-based (a linked list per order under a reader/writer lock, the
 //!   scheme before it, kept so the lab can show the difference).
@@ -30,6 +31,7 @@
 //! the lists one after another) -> the link lock of one entry at a time.
 
 pub use super::bitset::AtomicBitset;
+use super::cursor::SetsCursor;
 use parking_lot::RwLock;
 
 /// Lists of groups per order with ext4's pre-2025 semantics: each list under its own
@@ -256,28 +258,25 @@ impl OrderIndex {
         }
     }
 
-    /// Ordered sets only: the smallest group in `[from, limit)` in any order `>= order_min`.
-    pub fn next_in_orders(&self, order_min: u32, from: u64, limit: u64) -> Option<u64> {
+    /// Ordered sets only: the sets of orders `lo..hi` that exist (a walk's [`SetsCursor`]
+    /// runs over them).
+    pub fn ordered_sets(&self, lo: u32, hi: u32) -> &[AtomicBitset] {
         let OrderSets::Ordered(sets) = &self.sets else {
-            panic!("next_in_orders on a list index");
+            panic!("ordered_sets on a list index");
         };
-        let mut best = limit;
-        for set in &sets[order_min as usize..] {
-            if let Some(g) = set.next_set(from) {
-                best = best.min(g);
-            }
-        }
-        (best < limit).then_some(best)
+        let hi = (hi as usize).min(sets.len());
+        sets.get(lo as usize..hi).unwrap_or(&[])
+    }
+
+    /// Ordered sets only: the smallest group in `[from, limit)` in any order `>= order_min`.
+    /// A walk asking this for every candidate keeps a [`SetsCursor`] instead.
+    pub fn next_in_orders(&self, order_min: u32, from: u64, limit: u64) -> Option<u64> {
+        SetsCursor::new(self.ordered_sets(order_min, u32::MAX)).next(from, limit)
     }
 
     /// Ordered sets only: the smallest group in `[from, limit)` in the set of `order`.
     pub fn next_in_order(&self, order: u32, from: u64, limit: u64) -> Option<u64> {
-        let OrderSets::Ordered(sets) = &self.sets else {
-            panic!("next_in_order on a list index");
-        };
-        sets.get(order as usize)?
-            .next_set(from)
-            .filter(|&g| g < limit)
+        SetsCursor::new(self.ordered_sets(order, order.saturating_add(1))).next(from, limit)
     }
 
     /// Bytes the index takes besides its struct (sets, or lists and per-group links).

@@ -7,6 +7,7 @@
 //! - `bitmap.rs`: a group's block bitmap, which keeps its buddy summary in step.
 //! - `group.rs`: one group: bitmap and pending frees under a lock, lock-free mirrors.
 //! - `bitset.rs`: the lock-free hierarchical bitset the ordered indexes are made of.
+//! - `cursor.rs`: a walk's cursor over a few such sets, each set's next member kept.
 //! - `index.rs`: sets of groups by order.
 //! - `table.rs`: every group of a device, each made on first touch from packed figures.
 //!
@@ -24,6 +25,7 @@
 mod bitmap;
 mod bitset;
 mod buddy;
+mod cursor;
 mod group;
 mod index;
 mod table;
@@ -31,6 +33,7 @@ mod words;
 
 pub use bitmap::GroupBitmap;
 pub use buddy::{ORDERS, ORDER_MAX};
+pub use cursor::{SetsCursor, Skip};
 pub use group::{Group, GroupState, PendingFree, Slot};
 pub use index::{AtomicBitset, OrderIndex};
 pub use table::{Figures, GroupTable, TableBuilder, CHUNK};
