@@ -46,7 +46,7 @@ pub fn record(name: &[u8], ino: Option<u64>) -> Vec<u8> {
 
 /// The log that replaces a whole directory: a reset counting the adds that follow, then
 /// an add for each entry.
-pub fn compacted<'a>(entries: impl ExactSizeIterator<Item = (&'a Vec<u8>, u64)>) -> Vec<u8> {
+pub fn compacted<'a>(entries: impl ExactSizeIterator<Item = (&'a [u8], u64)>) -> Vec<u8> {
     let mut out = vec![RESET];
     out.extend_from_slice(&(entries.len() as u64).to_le_bytes());
     out.extend_from_slice(&0u16.to_le_bytes());
@@ -288,7 +288,7 @@ mod tests {
         log.extend(record(b"gone", Some(2)));
         log.resize(4096, 0);
         let live: Vec<(Vec<u8>, u64)> = vec![(b"kept".to_vec(), 3), (b"new".to_vec(), 4)];
-        log.extend(compacted(live.iter().map(|(n, i)| (n, *i))));
+        log.extend(compacted(live.iter().map(|(n, i)| (n.as_slice(), *i))));
         log.extend(record(b"after", Some(5)));
         let d = DirLog::parse(&log);
         assert_eq!(d.problem, None);
@@ -310,7 +310,7 @@ mod tests {
         let before = DirLog::parse(&log);
         let valid = log.len();
         let live: Vec<(Vec<u8>, u64)> = (1..=3).map(|i| (vec![b'`' + i as u8], i)).collect();
-        let full = compacted(live.iter().map(|(n, i)| (n, *i)));
+        let full = compacted(live.iter().map(|(n, i)| (n.as_slice(), *i)));
         let add = RECORD_OVERHEAD + 1;
         for cut in [RECORD_OVERHEAD, RECORD_OVERHEAD + add, full.len() - 1] {
             let mut torn = log.clone();

@@ -253,7 +253,7 @@ fn check_volume(fs: &Fs, ns: &Ns) -> Result<(), String> {
                 .map_err(|e| format!("directory {ino}: {e}"))?;
             let log = DirLog::parse(&bytes);
             let inos: BTreeMap<Vec<u8>, u64> = (d.entries.iter())
-                .map(|(n, e)| (n.clone(), e.ino))
+                .map(|(n, e)| (n.to_vec(), e.ino))
                 .collect();
             if size != d.log_bytes || log.entries != inos || log.problem.is_some() {
                 return Err(format!(
@@ -322,7 +322,7 @@ mod tests {
             let mut ns = fs.ns.write();
             let d = ns.nodes.get_mut(&dir).unwrap().dir.as_mut().unwrap();
             let kind = Kind::File;
-            d.entries.insert(b"f".to_vec(), Entry { ino: f, kind });
+            d.entries.insert(b"f"[..].into(), Entry { ino: f, kind });
             d.live += (RECORD_OVERHEAD + 1) as u64;
             ns.nodes.get_mut(&f).unwrap().inode.nlink = 1;
         }

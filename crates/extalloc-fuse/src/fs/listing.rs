@@ -171,7 +171,7 @@ fn snapshot(ns: &Ns, ino: u64) -> FsResult<Vec<Listed>> {
     list.push((b".".to_vec(), ino, Kind::Dir));
     list.push((b"..".to_vec(), d.parent, Kind::Dir));
     for (name, e) in &d.entries {
-        list.push((name.clone(), e.ino, e.kind));
+        list.push((name.to_vec(), e.ino, e.kind));
     }
     Ok(list)
 }

@@ -17,7 +17,7 @@
 //! half change is never durable, and the file system answers `EIO` until it is mounted
 //! again. Only a device error can do that: every check comes first.
 
-use super::core::{Attr, Caller, DirState, Entry, Errno, Fs, FsResult, Node, Ns, Refs, ROOT};
+use super::core::{Attr, Caller, DirState, Entry, Errno, Fs, FsResult, Name, Node, Ns, Refs, ROOT};
 use super::ondemand::SYNCED_UNLINK_WINDOW;
 use super::{flags, scan, tmpfile};
 use crate::dir::{record, NAME_MAX};
@@ -257,7 +257,7 @@ impl Fs {
         let bytes = (crate::dir::RECORD_OVERHEAD + name.len()) as u64;
         match entry {
             Some(e) => {
-                d.entries.insert(name.to_vec(), e);
+                d.entries.insert(Name::from_slice(name), e);
                 d.live += bytes;
             }
             None => {
@@ -297,7 +297,7 @@ impl Fs {
         let vol = self.vol.uncached(dir);
         let bs = vol.block_size();
         let at = d.log_bytes.div_ceil(bs) * bs;
-        let log = crate::dir::compacted(d.entries.iter().map(|(n, e)| (n, e.ino)));
+        let log = crate::dir::compacted(d.entries.iter().map(|(n, e)| (n.as_slice(), e.ino)));
         vol.write(dir, at, &log)?;
         if at > d.log_start {
             vol.fallocate(dir, Fallocate::PunchHole, d.log_start, at - d.log_start)?;

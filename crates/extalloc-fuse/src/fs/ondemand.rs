@@ -123,10 +123,10 @@ impl Fs {
         self.node_cache.store(nodes, Ordering::Relaxed);
     }
 
-    /// Drops nodes that only the kernel's references hold ([`Node::parkable`], not
-    /// [`Fs::pinned`]) until at
-    /// most the node cache's count of nodes stays in memory, parking each one's lookup
-    /// count ([`Ns::parked`]); the next call that names one reads it back. After a create
+    /// Drops nodes that only the kernel's references hold (`Node::parkable`, and not
+    /// pinned by a call under way) until at most the node cache's count of nodes stays in
+    /// memory, parking each one's lookup count (`Ns::parked`); the next call that names one
+    /// reads it back. After a create
     /// storm the kernel holds every inode made, and a node each was the daemon's memory
     /// (1,103 MiB after 1M creates). Victims are taken in the map's order, which is
     /// arbitrary: a node dropped and named again costs one read of its blob. Walks the

@@ -362,7 +362,7 @@ fn drop_bad_entries(
         append(vol, *d, dir.log_bytes, &rec)
             .map_err(|e| format!("cannot drop an entry of directory {d}: {e}"))?;
         dir.log_bytes += rec.len() as u64;
-        dir.entries.remove(name);
+        dir.entries.remove(name.as_slice());
     }
     Ok(())
 }

@@ -122,7 +122,7 @@ pub(super) fn fix_log(vol: &Volume, ino: u64, log: &mut DirLog) -> Result<(), St
 fn rewrite_log(vol: &Volume, ino: u64, log: &mut DirLog) -> Result<(), String> {
     let bs = vol.block_size();
     let at = log.valid_bytes.div_ceil(bs) * bs;
-    let bytes = crate::dir::compacted(log.entries.iter().map(|(n, &i)| (n, i)));
+    let bytes = crate::dir::compacted(log.entries.iter().map(|(n, &i)| (n.as_slice(), i)));
     debug_assert_eq!(
         DirLog::parse(&bytes).entries,
         log.entries,
