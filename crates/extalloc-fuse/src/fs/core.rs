@@ -1,8 +1,8 @@
 //! The file system's core types, shared by `mod.rs` and every module under `fs/`: the
-//! [`Fs`] itself, the namespace in memory ([`Ns`], [`Node`], [`DirState`], [`Refs`]), the
-//! errors ([`Errno`], [`FsResult`]), [`Caller`], [`Attr`], an open directory's
-//! [`DirHandle`], and the methods on them that need nothing else of `fs/` (attributes,
-//! persisting and reaping inodes). `mod.rs` re-exports the public ones; mount, sync and
+//! [`Fs`] itself, the namespace in memory ([`Ns`], [`Node`], [`DirState`], [`Refs`]), an
+//! open directory's [`DirHandle`], and the methods on them that need nothing else of `fs/` (attributes,
+//! persisting and reaping inodes). A call's own types ([`Errno`], [`FsResult`], [`Caller`],
+//! [`Attr`]) are in `call.rs` and re-exported here. `mod.rs` re-exports the public ones; mount, sync and
 //! unmount stay there, since they call its children.
 //!
 //! Data structures: [`Fs`] owns the [`Buffered`] volume, the namespace ([`Ns`]: the
@@ -34,77 +34,7 @@ const SHRINK_FROM: usize = 4096;
 /// The root directory's inode (FUSE's root id; the volume's first file).
 pub const ROOT: u64 = 1;
 
-/// An error for the kernel: an `errno` value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Errno(pub i32);
-
-impl std::fmt::Display for Errno {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", std::io::Error::from_raw_os_error(self.0))
-    }
-}
-
-impl std::error::Error for Errno {}
-
-/// A volume error as the kernel sees it: its kind's errno ([`extalloc::ErrorKind::errno`]:
-/// `EFBIG` only past the largest file, `ENOSPC`, `EINVAL`, `EUCLEAN`, `EIO`, ...), except
-/// that the volume's own state (`WrongState`: shut down, not at rest; `Unrecognized`) is
-/// `EIO`: the file system checked the request, so no such error is the caller's, and
-/// `EINVAL` would tell the caller to fix an argument. Errors of the device or the
-/// volume's state (not the caller's) are logged too.
-impl From<extalloc::Error> for Errno {
-    fn from(e: extalloc::Error) -> Errno {
-        use extalloc::ErrorKind as K;
-        // A caller's own limits (no space, no such file, too big) are not the volume's
-        // trouble; anything else is logged.
-        if !matches!(
-            e.kind(),
-            K::NoSpace | K::NotFound | K::FileTooBig | K::TransactionTooLarge
-        ) {
-            log::error!("volume error: {e}");
-        }
-        match e.kind() {
-            K::WrongState | K::Unrecognized => Errno(libc::EIO),
-            _ => Errno(e.errno()),
-        }
-    }
-}
-
-/// The result of a file system call.
-pub type FsResult<T> = Result<T, Errno>;
-
-/// Who makes a call (the kernel's request credentials).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Caller {
-    /// User id.
-    pub uid: u32,
-    /// Group id.
-    pub gid: u32,
-}
-
-impl Caller {
-    /// Root, for calls made by the project's own tools and tests.
-    pub const ROOT: Caller = Caller { uid: 0, gid: 0 };
-    /// No one: unprivileged and in no group (`u32::MAX`, which names no user), for a
-    /// caller the daemon could not learn and for calls that do not ask who calls.
-    pub const NOBODY: Caller = Caller {
-        uid: u32::MAX,
-        gid: u32::MAX,
-    };
-}
-
-/// An inode as `stat` reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Attr {
-    /// Inode number.
-    pub ino: u64,
-    /// The attributes kept on the volume.
-    pub inode: Inode,
-    /// Size in bytes.
-    pub size: u64,
-    /// Bytes of blocks mapped.
-    pub allocated: u64,
-}
+pub use super::call::{Attr, Caller, Errno, FsResult};
 
 /// A directory entry in memory: the inode a name names, and its kind, so that `readdir`
 /// reads no inode (as ext4's directory entries carry the file type). The log on the volume

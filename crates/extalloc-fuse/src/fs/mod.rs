@@ -51,6 +51,7 @@
 pub mod atime;
 #[cfg(test)]
 mod cache_tests;
+mod call;
 mod core;
 pub mod data;
 pub mod dirahead;
