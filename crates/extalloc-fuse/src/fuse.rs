@@ -17,7 +17,7 @@ use crate::fs::data::SetAttr;
 use crate::fs::flags;
 use crate::fs::names::NewNode;
 use crate::fs::syncmode::Settle;
-use crate::fs::{Attr, Errno as FsErrno, Fs, FsResult};
+use crate::fs::{Attr, Errno as FsErrno, Fs, FsResult, Plus};
 use crate::inode::{Kind, Time};
 use crate::kernel::{negotiate, MountFlags};
 use crate::replies::{
@@ -359,13 +359,24 @@ impl FuseFs {
         }
         let mut buf = DirBuf::new(size);
         let r = if plus {
-            self.fs.readdirplus(fh, offset, |name, a, next| {
-                let entry = DirBuf::entry(Fs::attr_ttl(a, TTL), &self.file_attr(a));
-                buf.add(a.ino, next, a.inode.kind.dirent_type(), name, Some(&entry))
-            })
+            self.fs
+                .readdirplus_entries(fh, offset, |name, e, next| match e {
+                    Plus::Read(a) => {
+                        let entry = DirBuf::entry(Fs::attr_ttl(a, TTL), &self.file_attr(a));
+                        buf.add(a.ino, next, a.inode.kind.dirent_type(), name, Some(&entry))
+                    }
+                    // An inode that cannot be read: its name without attributes (node 0: the
+                    // kernel makes no dentry, and a lookup of the name gets the error).
+                    Plus::Unread { ino, kind } => {
+                        let dtype = kind.map_or(u32::from(libc::DT_UNKNOWN), Kind::dirent_type);
+                        buf.add(ino, next, dtype, name, Some(&DirBuf::unread()))
+                    }
+                })
         } else {
             self.fs.readdir(fh, offset, |name, ino, kind, next| {
-                buf.add(ino, next, kind.dirent_type(), name, None)
+                // A kind not known yet (a directory read back from its log): DT_UNKNOWN.
+                let dtype = kind.map_or(u32::from(libc::DT_UNKNOWN), Kind::dirent_type);
+                buf.add(ino, next, dtype, name, None)
             })
         };
         match r {

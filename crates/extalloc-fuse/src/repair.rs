@@ -184,6 +184,8 @@ pub fn repair(dev: Arc<dyn Device>, policy: Policy) -> Result<RepairReport, Stri
         let (_, namespace) = scan::load(&vol, true)?;
         report.namespace = namespace;
     }
+    // The whole namespace was read and repaired: the next mount reads only the root.
+    vol.store().mark_checked();
     vol.close()
         .map_err(|e| format!("cannot write the repairs home: {e}"))?;
     Ok(report)

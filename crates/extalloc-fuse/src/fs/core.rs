@@ -36,13 +36,16 @@ pub const ROOT: u64 = 1;
 
 pub use super::call::{Attr, Caller, Errno, FsResult};
 
-/// A directory entry in memory: the inode a name names, and its kind, so that `readdir`
-/// reads no inode (as ext4's directory entries carry the file type). The log on the volume
-/// holds the inode only (`dir.rs`); the mount's scan takes the kind from the inode.
+/// A directory entry in memory: the inode a name names, and its kind when known, so that
+/// `readdir` reads no inode (as ext4's directory entries carry the file type). The log on
+/// the volume holds the inode only (`dir.rs`): the kind comes from the call that linked
+/// the name, from the mount's scan, or from the inode once a call reads it back; a
+/// directory read back from its log (`ondemand.rs`) knows none of its entries' kinds
+/// until then, and `readdir` gives those as `DT_UNKNOWN` (as XFS without `ftype` does).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Entry {
     pub(crate) ino: u64,
-    pub(crate) kind: Kind,
+    pub(crate) kind: Option<Kind>,
 }
 
 /// A name in a directory's entries: up to 16 bytes inline, as most names are (a `Vec`'s
@@ -185,15 +188,18 @@ pub(crate) type InoMap<V> = HashMap<u64, V, foldhash::fast::RandomState>;
 /// A set of inode numbers, hashed as [`InoMap`].
 pub(crate) type InoSet = std::collections::HashSet<u64, foldhash::fast::RandomState>;
 
-/// One entry of an open directory's snapshot: name, inode, kind.
-pub(crate) type Listed = (Vec<u8>, u64, Kind);
+/// One entry of an open directory's snapshot: name, inode, kind (when known: [`Entry`]).
+pub(crate) type Listed = (Vec<u8>, u64, Option<Kind>);
 
 /// The inodes in memory by number (`ondemand.rs`: every directory, and every other inode
 /// while something holds it), and how many the file system has.
 #[derive(Debug, Default)]
 pub(crate) struct Ns {
     pub(crate) nodes: InoMap<Node>,
-    /// Inodes of the file system, in memory or not (`statfs`).
+    /// Inodes of the file system, in memory or not, and the spill files of their extended
+    /// attributes: the volume's files (`statfs`; [`Volume::file_count`] at mount).
+    ///
+    /// [`Volume::file_count`]: extalloc::volume::Volume::file_count
     pub(crate) count: u64,
     /// The inodes whose times wait in memory (`attr_dirty`), so that a sync writes them
     /// without walking every inode under the lock (it did: about 40 ns an inode at every
@@ -258,7 +264,7 @@ impl Ns {
     pub(crate) fn entry_of(&self, ino: u64) -> FsResult<Entry> {
         Ok(Entry {
             ino,
-            kind: self.node(ino)?.inode.kind,
+            kind: Some(self.node(ino)?.inode.kind),
         })
     }
 }
@@ -511,22 +517,26 @@ impl Fs {
         ns.count -= 1;
         if let Some(s) = spill {
             self.vol.uncached(s).unlink(s)?;
+            assert!(ns.count > 0, "spill file {s} of inode {ino} not counted");
+            ns.count -= 1;
         }
         Ok(())
     }
 
-    /// Number of inodes (for `statfs`).
+    /// Number of inodes (for `statfs`): the volume's files, each spill file of extended
+    /// attributes among them (`xattrs.rs`: a set too large for the inode's blob).
     pub fn inodes(&self) -> u64 {
         self.ns.read().count
     }
 }
 
-/// A directory node loaded from its log; `kind` gives each entry's kind (the inode's).
+/// A directory node loaded from its log; `kind` gives each entry's kind (the inode's, when
+/// known: [`Entry`]).
 pub(crate) fn dir_node(
     inode: Inode,
     log: &DirLog,
     parent: u64,
-    kind: impl Fn(u64) -> Kind,
+    kind: impl Fn(u64) -> Option<Kind>,
 ) -> Node {
     let entries = (log.entries.iter())
         .map(|(name, &ino)| {

@@ -86,18 +86,32 @@ fn check(fs: &Fs, ns: &Ns) -> Result<(), String> {
         return Ok(());
     }
     let away = check_memory(ns)?;
-    check_parked(ns, &away)?;
+    check_parked(ns, &away.inodes)?;
     let down = fs.down.load(std::sync::atomic::Ordering::Acquire);
     if !down && ns.count <= VOLUME_CHECK_MAX_NODES as u64 {
         check_volume(fs, ns)?;
-        check_away(fs, &away)?;
+        check_away(fs, ns, &away)?;
+        check_count(fs, ns)?;
     }
     Ok(())
 }
 
-/// The invariant in memory; returns the entries naming inodes not in memory (each with
-/// its kind and the names it has), for [`check_away`].
-fn check_memory(ns: &Ns) -> Result<HashMap<u64, (Kind, u32)>, String> {
+/// What [`check_memory`] leaves to the volume: the entries naming inodes not in memory
+/// (each inode's kind as its entries say, when they say, and its names), and the
+/// directories whose subdirectories are not all known (an entry naming an inode not in
+/// memory whose kind is not known), with the subdirectories found in memory.
+#[derive(Default)]
+struct Away {
+    inodes: HashMap<u64, (Option<Kind>, u32)>,
+    unsure: HashMap<u64, u32>,
+    /// Every directory is in memory (none away, no kind unknown): a file's names are all
+    /// counted, and its link count must equal them; else at least them.
+    complete: bool,
+}
+
+/// The invariant in memory; returns what it could not check there ([`Away`]), for
+/// [`check_away`].
+fn check_memory(ns: &Ns) -> Result<Away, String> {
     let root = ns.nodes.get(&ROOT).ok_or("no root node")?;
     match &root.dir {
         Some(d) if d.parent == ROOT => {}
@@ -106,21 +120,29 @@ fn check_memory(ns: &Ns) -> Result<HashMap<u64, (Kind, u32)>, String> {
     // Entries naming each node; the directory naming each directory.
     let mut names: HashMap<u64, u32> = HashMap::new();
     let mut subdirs: HashMap<u64, u32> = HashMap::new();
-    let mut away: HashMap<u64, (Kind, u32)> = HashMap::new();
+    let mut away = Away::default();
     for (&ino, node) in &ns.nodes {
         let Some(d) = &node.dir else { continue };
         for (name, &Entry { ino: child, kind }) in &d.entries {
             *names.entry(child).or_default() += 1;
             let Some(c) = ns.nodes.get(&child) else {
-                if kind == Kind::Dir {
-                    return Err(format!(
-                        "directory {ino}: {name:?} names directory {child}, not in memory"
-                    ));
+                // Read back when named (`ondemand.rs`): `check_away`.
+                let a = away.inodes.entry(child).or_insert((kind, 0));
+                a.1 += 1;
+                if a.0 != kind && kind.is_some() && a.0.is_some() {
+                    return Err(format!("inode {child} named as a {kind:?} and a {:?}", a.0));
                 }
-                away.entry(child).or_insert((kind, 0)).1 += 1;
-                continue; // read back when named (`ondemand.rs`): `check_away`
+                a.0 = a.0.or(kind);
+                match kind {
+                    Some(Kind::Dir) => *subdirs.entry(ino).or_default() += 1,
+                    Some(_) => {}
+                    None => {
+                        away.unsure.insert(ino, 0);
+                    }
+                }
+                continue;
             };
-            if c.inode.kind != kind {
+            if kind.is_some_and(|k| k != c.inode.kind) {
                 return Err(format!(
                     "directory {ino}: {name:?} names inode {child} as a {kind:?}, which is a {:?}",
                     c.inode.kind
@@ -136,35 +158,49 @@ fn check_memory(ns: &Ns) -> Result<HashMap<u64, (Kind, u32)>, String> {
                 }
             }
         }
-        let live: u64 = d
-            .entries
-            .keys()
-            .map(|n| (RECORD_OVERHEAD + n.len()) as u64)
-            .sum();
-        if live != d.live {
-            return Err(format!(
-                "directory {ino}: live {} but entries take {live}",
-                d.live
-            ));
-        }
-        let mapped_ok = d.mapped_to == 0 || d.log_bytes <= d.mapped_to;
-        if d.log_start > d.log_bytes || !mapped_ok {
-            return Err(format!(
-                "directory {ino}: log start {}, end {}, mapped to {}",
-                d.log_start, d.log_bytes, d.mapped_to
-            ));
-        }
+        check_dir_bytes(ino, d)?;
     }
-    check_links(ns, &names, &subdirs)?;
-    check_count(ns, names.len())?;
+    for (dir, found) in away.unsure.iter_mut() {
+        *found = subdirs.get(dir).copied().unwrap_or(0);
+    }
+    away.complete =
+        away.unsure.is_empty() && (away.inodes.values()).all(|(k, _)| *k != Some(Kind::Dir));
+    check_links(ns, &names, &subdirs, &away)?;
     Ok(away)
 }
 
-/// Each node's link count against its names (`names`) and subdirectories (`subdirs`).
+/// Directory `ino`'s `live` is what its entries take as records, and its log's bounds
+/// are in order.
+fn check_dir_bytes(ino: u64, d: &super::core::DirState) -> Result<(), String> {
+    let live: u64 = d
+        .entries
+        .keys()
+        .map(|n| (RECORD_OVERHEAD + n.len()) as u64)
+        .sum();
+    if live != d.live {
+        return Err(format!(
+            "directory {ino}: live {} but entries take {live}",
+            d.live
+        ));
+    }
+    let mapped_ok = d.mapped_to == 0 || d.log_bytes <= d.mapped_to;
+    if d.log_start > d.log_bytes || !mapped_ok {
+        return Err(format!(
+            "directory {ino}: log start {}, end {}, mapped to {}",
+            d.log_start, d.log_bytes, d.mapped_to
+        ));
+    }
+    Ok(())
+}
+
+/// Each node's link count against its names (`names`) and subdirectories (`subdirs`);
+/// a directory in `unsure` (some entry's kind not known) has at least what was found,
+/// and [`check_away`] counts the rest.
 fn check_links(
     ns: &Ns,
     names: &HashMap<u64, u32>,
     subdirs: &HashMap<u64, u32>,
+    away: &Away,
 ) -> Result<(), String> {
     for (&ino, node) in &ns.nodes {
         let named = names.get(&ino).copied().unwrap_or(0);
@@ -178,7 +214,13 @@ fn check_links(
             Some(_) => 2 + subdirs.get(&ino).copied().unwrap_or(0),
             None => named,
         };
-        if node.inode.nlink != want {
+        // Names in directories not in memory are not counted (`Away::complete`).
+        let ok = match (away.unsure.contains_key(&ino), &node.dir) {
+            (true, _) => node.inode.nlink >= want,
+            (false, None) if !away.complete => node.inode.nlink >= want,
+            (false, _) => node.inode.nlink == want,
+        };
+        if !ok {
             return Err(format!(
                 "inode {ino} ({:?}): nlink {}, {want} by its names",
                 node.inode.kind, node.inode.nlink
@@ -194,16 +236,13 @@ fn check_links(
     Ok(())
 }
 
-/// Every inode is named (`named` distinct inodes), the root, or in memory unnamed
-/// (unlinked while held): `Ns::count` says how many.
-fn check_count(ns: &Ns, named: usize) -> Result<(), String> {
-    let unnamed = (ns.nodes.iter())
-        .filter(|(&i, n)| i != ROOT && n.inode.nlink == 0)
-        .count();
-    let inodes = (named + 1 + unnamed) as u64;
-    if inodes != ns.count {
+/// `Ns::count` is the volume's file count: every inode and every spill file of
+/// extended attributes the file system holds.
+fn check_count(fs: &Fs, ns: &Ns) -> Result<(), String> {
+    let files = (fs.vol.volume().file_count()).map_err(|e| format!("the file count: {e}"))?;
+    if files != ns.count {
         return Err(format!(
-            "{} inodes counted, {inodes} named, the root and unnamed in memory",
+            "{} files counted, the volume holds {files}",
             ns.count
         ));
     }
@@ -211,7 +250,7 @@ fn check_count(ns: &Ns, named: usize) -> Result<(), String> {
 }
 
 /// Each parked lookup count ([`Ns::parked`]) is of a named inode not in memory (`away`).
-fn check_parked(ns: &Ns, away: &HashMap<u64, (Kind, u32)>) -> Result<(), String> {
+fn check_parked(ns: &Ns, away: &HashMap<u64, (Option<Kind>, u32)>) -> Result<(), String> {
     for &ino in ns.parked.keys() {
         if ns.nodes.contains_key(&ino) {
             return Err(format!("inode {ino}: in memory and its lookups parked"));
@@ -223,19 +262,44 @@ fn check_parked(ns: &Ns, away: &HashMap<u64, (Kind, u32)>) -> Result<(), String>
     Ok(())
 }
 
-/// The inodes not in memory (`away`: kind and names), against their blobs on the volume:
-/// each is an inode of that kind whose link count is its names.
-fn check_away(fs: &Fs, away: &HashMap<u64, (Kind, u32)>) -> Result<(), String> {
+/// The inodes not in memory ([`Away`]: kind and names), against their blobs on the
+/// volume: each is an inode of the kind its entries say; a non-directory's link count is
+/// its names; a directory is named once, its link count at least 2; and each directory
+/// whose entries' kinds were not all known has 2 plus its subdirectories, counted with
+/// the kinds the blobs give.
+fn check_away(fs: &Fs, ns: &Ns, away: &Away) -> Result<(), String> {
     let vol = fs.vol.volume();
-    for (&ino, &(kind, named)) in away {
+    let mut dirs_away = std::collections::HashSet::new();
+    for (&ino, &(kind, named)) in &away.inodes {
         let blob = vol.attr(ino).map_err(|e| format!("inode {ino}: {e}"))?;
         let inode = crate::inode::Inode::decode(&blob)
             .ok_or_else(|| format!("inode {ino}: its blob is not an inode"))?;
-        if inode.kind != kind || inode.nlink != named {
+        let links_ok = match inode.kind {
+            Kind::Dir => named == 1 && inode.nlink >= 2,
+            _ if !away.complete => inode.nlink >= named,
+            _ => inode.nlink == named,
+        };
+        if kind.is_some_and(|k| k != inode.kind) || !links_ok {
             return Err(format!(
                 "inode {ino} (not in memory): a {:?} with nlink {}, named {named} times as a \
                  {kind:?}",
                 inode.kind, inode.nlink
+            ));
+        }
+        if inode.kind == Kind::Dir {
+            dirs_away.insert(ino);
+        }
+    }
+    for (&dir, &found) in &away.unsure {
+        let d = ns.dir(dir).map_err(|e| format!("directory {dir}: {e:?}"))?;
+        let unknown_dirs = (d.entries.values())
+            .filter(|e| e.kind.is_none() && dirs_away.contains(&e.ino))
+            .count() as u32;
+        let want = 2 + found + unknown_dirs;
+        let nlink = ns.node(dir).map_err(|e| format!("{e:?}"))?.inode.nlink;
+        if nlink != want {
+            return Err(format!(
+                "directory {dir}: nlink {nlink}, {want} by its subdirectories"
             ));
         }
     }
@@ -321,7 +385,7 @@ mod tests {
         {
             let mut ns = fs.ns.write();
             let d = ns.nodes.get_mut(&dir).unwrap().dir.as_mut().unwrap();
-            let kind = Kind::File;
+            let kind = Some(Kind::File);
             d.entries.insert(b"f"[..].into(), Entry { ino: f, kind });
             d.live += (RECORD_OVERHEAD + 1) as u64;
             ns.nodes.get_mut(&f).unwrap().inode.nlink = 1;

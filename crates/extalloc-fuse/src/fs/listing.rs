@@ -18,6 +18,21 @@ use super::core::{Attr, DirHandle, Errno, Fs, FsResult, Listed, Ns};
 use crate::inode::Kind;
 use std::sync::atomic::Ordering::Relaxed;
 
+/// One entry of [`Fs::readdirplus_entries`].
+#[derive(Debug)]
+pub enum Plus<'a> {
+    /// The entry's inode, read.
+    Read(&'a Attr),
+    /// An entry whose inode could not be read (damaged, or an I/O error; logged): its
+    /// number and its kind as the directory knows it, if it does.
+    Unread {
+        /// The inode the entry names.
+        ino: u64,
+        /// Its kind, when known.
+        kind: Option<Kind>,
+    },
+}
+
 /// Inodes `readdirplus` reads back at once (`ondemand.rs`), with the namespace lock held
 /// for writing: a reply holds a few hundred entries at most.
 const READ_BACK_BATCH: usize = 128;
@@ -46,7 +61,7 @@ impl Fs {
         &self,
         fh: u64,
         offset: u64,
-        mut f: impl FnMut(&[u8], u64, Kind, u64) -> bool,
+        mut f: impl FnMut(&[u8], u64, Option<Kind>, u64) -> bool,
     ) -> FsResult<()> {
         if offset == 0 {
             self.relist(fh)?;
@@ -61,19 +76,34 @@ impl Fs {
         Ok(())
     }
 
-    /// [`Fs::readdir`] with each entry's attributes (`READDIRPLUS`): `f` gets the name,
-    /// the attributes and the position of the next, and returns true when the reply is full
-    /// (that entry was not added). Every entry added but `.` and `..` counts as a lookup:
-    /// the kernel makes a dentry of it and forgets it later, as after [`Fs::lookup`] (it
-    /// takes no reference for `.` and `..`). An entry whose inode is gone since the
-    /// snapshot is left out, as a new snapshot would. An error after the first entry ends
-    /// the reply short instead (the kernel's next read, from that position, gets it): the
-    /// references of the entries added stand only if the reply carries them.
+    /// [`Fs::readdirplus_entries`] with the entries whose inode cannot be read left out.
     pub fn readdirplus(
         &self,
         fh: u64,
         offset: u64,
         mut f: impl FnMut(&[u8], &Attr, u64) -> bool,
+    ) -> FsResult<()> {
+        self.readdirplus_entries(fh, offset, |name, e, next| match e {
+            Plus::Read(a) => f(name, a, next),
+            Plus::Unread { .. } => false,
+        })
+    }
+
+    /// [`Fs::readdir`] with each entry's attributes (`READDIRPLUS`): `f` gets the name,
+    /// the entry ([`Plus`]) and the position of the next, and returns true when the reply
+    /// is full (that entry was not added). Every entry added with its attributes but `.`
+    /// and `..` counts as a lookup: the kernel makes a dentry of it and forgets it later,
+    /// as after [`Fs::lookup`] (it takes no reference for `.` and `..`). An entry whose
+    /// inode is gone since the snapshot is left out, as a new snapshot would; one whose
+    /// inode cannot be read (damage, an I/O error: logged) comes as [`Plus::Unread`], its
+    /// name listed without attributes (the kernel makes no dentry of it, and a lookup of
+    /// it gets the error), so one damaged inode costs the listing nothing else. The
+    /// references of the entries added stand only if the reply carries them.
+    pub fn readdirplus_entries(
+        &self,
+        fh: u64,
+        offset: u64,
+        mut f: impl FnMut(&[u8], Plus<'_>, u64) -> bool,
     ) -> FsResult<()> {
         if offset == 0 {
             self.relist(fh)?;
@@ -83,27 +113,38 @@ impl Fs {
         // Entries before this were read back (`ondemand.rs`) or found missing.
         let mut tried = at;
         let mut _held = None;
+        // Inodes whose read back failed: listed without attributes.
+        let mut unread = super::core::InoSet::default();
         loop {
-            let absent: Vec<u64> = {
+            let absent = {
                 let ns = self.ns.read();
                 let handles = self.dir_handles.lock();
                 let h = handles.get(&fh).ok_or(Errno(libc::EBADF))?;
                 let mut stop = None;
-                for (i, (name, ino, _)) in h.list.iter().enumerate().skip(at) {
+                for (i, (name, ino, kind)) in h.list.iter().enumerate().skip(at) {
                     if i >= tried && !ns.nodes.contains_key(ino) {
                         stop = Some(i); // read back below, then on from here
                         break;
                     }
                     let attr = match self.attr_of(&ns, *ino) {
                         Ok(a) => a,
-                        Err(Errno(libc::ENOENT)) => continue,
-                        Err(e) if added == 0 => return Err(e),
+                        // Gone since the snapshot: left out.
+                        Err(Errno(libc::ENOENT)) if !unread.contains(ino) => continue,
+                        // Its read back failed, or its attributes do: the name without
+                        // them, and the listing goes on.
                         Err(e) => {
-                            log::warn!("listing stops short at inode {ino}: {e}");
-                            return Ok(());
+                            if e.0 != libc::ENOENT {
+                                log::warn!("listing: inode {ino}'s attributes: {e}");
+                            }
+                            let (ino, kind) = (*ino, *kind);
+                            if f(name, Plus::Unread { ino, kind }, i as u64 + 1) {
+                                return Ok(());
+                            }
+                            added += 1;
+                            continue;
                         }
                     };
-                    if f(name, &attr, i as u64 + 1) {
+                    if f(name, Plus::Read(&attr), i as u64 + 1) {
                         return Ok(());
                     }
                     added += 1;
@@ -115,18 +156,25 @@ impl Fs {
                     return Ok(());
                 };
                 at = i;
-                let absent: Vec<(usize, u64)> = (h.list.iter().enumerate().skip(i))
+                let absent: Vec<(usize, Vec<u8>, u64)> = (h.list.iter().enumerate().skip(i))
                     .filter(|(_, e)| !ns.nodes.contains_key(&e.1))
                     .take(READ_BACK_BATCH)
-                    .map(|(j, e)| (j, e.1))
+                    .map(|(j, e)| (j, e.0.clone(), e.1))
                     .collect();
-                tried = absent.last().map_or(i, |&(j, _)| j) + 1;
-                absent.into_iter().map(|(_, ino)| ino).collect()
+                tried = absent.last().map_or(i, |a| a.0) + 1;
+                (h.ino, absent)
             };
+            let names: Vec<(&[u8], u64)> = (absent.1.iter())
+                .map(|(_, name, ino)| (name.as_slice(), *ino))
+                .collect();
             // Pinned until the next batch is read back: a trim between this and the loop's
-            // lock would drop them, and the listing would pass them over as gone.
-            _held = match self.ensure_loaded(&absent) {
-                Ok(pinned) => Some(pinned),
+            // lock would drop them, and the listing would pass them over as gone. Read back
+            // through their names, so directories among them come back too.
+            _held = match self.ensure_loaded_in(absent.0, &names) {
+                Ok((pinned, failed)) => {
+                    unread.extend(failed);
+                    Some(pinned)
+                }
                 Err(e) if added == 0 => return Err(e),
                 Err(e) => {
                     log::warn!("listing stops short: {e}");
@@ -143,7 +191,7 @@ impl Fs {
         let ino = self.dir_handle_ino(fh)?;
         let list = snapshot(&self.ns.read(), ino)?;
         if self.dir_ahead_on.load(Relaxed) {
-            let files = list.iter().filter(|e| e.2 == Kind::File).map(|e| e.1);
+            let files = list.iter().filter(|e| e.2 == Some(Kind::File)).map(|e| e.1);
             self.dir_ahead.lock().listed(ino, files.collect());
         }
         if let Some(h) = self.dir_handles.lock().get_mut(&fh) {
@@ -168,10 +216,14 @@ impl Fs {
 fn snapshot(ns: &Ns, ino: u64) -> FsResult<Vec<Listed>> {
     let d = ns.dir(ino)?;
     let mut list = Vec::with_capacity(d.entries.len() + 2);
-    list.push((b".".to_vec(), ino, Kind::Dir));
-    list.push((b"..".to_vec(), d.parent, Kind::Dir));
+    list.push((b".".to_vec(), ino, Some(Kind::Dir)));
+    list.push((b"..".to_vec(), d.parent, Some(Kind::Dir)));
     for (name, e) in &d.entries {
-        list.push((name.to_vec(), e.ino, e.kind));
+        // A kind not noted yet is the node's, when it is in memory.
+        let kind = e
+            .kind
+            .or_else(|| ns.nodes.get(&e.ino).map(|n| n.inode.kind));
+        list.push((name.to_vec(), e.ino, kind));
     }
     Ok(list)
 }

@@ -15,21 +15,25 @@
 //!   written at `fsync`, `release`, [`Fs::sync`] (the background commit) and unmount.
 //! - A write, truncate or fallocate by an unprivileged caller clears set-user-id, and
 //!   set-group-id when the group may execute (`data.rs`), written at once.
-//! - `scan/` reads the namespace back at mount, checks it, and repairs what a crash
-//!   between two steps of one operation leaves (see `docs/mount.md`).
+//! - After a clean close the mount reads the root only, and every other inode is read back
+//!   when a call reaches it (`ondemand.rs`). After a crash (the store's `unchecked` mark)
+//!   `scan/` reads the whole namespace back, checks it, and repairs what a crash between
+//!   two steps of one operation leaves (see `docs/mount.md`).
 //!
 //! Data structures: [`Fs`] owns the [`Buffered`] volume, the namespace (`Ns`: the nodes in
-//! memory by number, every directory's from the mount on and any other inode's while
-//! something holds it, `ondemand.rs`; and the count of inodes), the open directory handles
+//! memory by number, every directory's a name has reached since the mount and any other
+//! inode's while something holds it, `ondemand.rs`; and the count of the volume's files,
+//! inodes and spill files), the open directory handles
 //! (`listing.rs`) and the atime mode. They and the types every module here shares
 //! ([`Errno`], [`FsResult`], [`Caller`], [`Attr`]) are defined in `core.rs` and
 //! re-exported from here; this file keeps [`MountReport`] and mount, sync and unmount,
 //! which call its children. A child imports `core.rs`, never this file.
 //!
 //! Invariant: for every directory node, `entries` equals its log on the volume replayed
-//! (each entry with its inode's kind); every entry names a node, or an inode on the volume
-//! whose blob is its whole state; a file's `nlink` counts its entries, a directory's is 2 plus
-//! its subdirectories; a node whose `nlink` is 0 is kept only while it is open or the
+//! (each entry with its inode's kind, when known); every entry names a node, or an inode on
+//! the volume whose blob (and log) is its whole state; a file's `nlink` counts its entries
+//! (those in directories not in memory among them), a directory's is 2 plus its
+//! subdirectories; a node whose `nlink` is 0 is kept only while it is open or the
 //! kernel still knows it (`lookups`), then its volume file is unlinked. Such a node is a
 //! file unlinked while open, or an `O_TMPFILE` file never named (`tmpfile.rs`: made with
 //! `nlink` 0, which [`Fs::link`] alone may name). An inode's birth time (`Inode::btime`)
@@ -88,6 +92,7 @@ mod xattr_tests;
 mod xattrs;
 
 pub use self::core::{Attr, Caller, Errno, Fs, FsResult, StaleAttrs, ROOT};
+pub use listing::Plus;
 pub use scan::{check, paths, NamespaceReport};
 
 use self::core::Ns;
@@ -116,8 +121,10 @@ pub struct MountReport {
 
 impl Fs {
     /// Mounts the file system on `vol`: makes one on an empty volume (the root is its first
-    /// file), else reads the namespace back and repairs what a crash left (orphans, link
-    /// counts, torn entry logs; see [`MountReport`]).
+    /// file); after a clean close reads the root only (every other inode is read back when
+    /// a call reaches it by a name); after a crash (`Store::unchecked`) reads the whole
+    /// namespace back and repairs what the crash left (orphans, link counts, torn entry
+    /// logs; see [`MountReport`]), then clears the mark.
     pub fn mount(vol: Volume, opts: WritebackOptions) -> Result<(Fs, MountReport), String> {
         Fs::mount_with(vol, opts, true)
     }
@@ -144,22 +151,27 @@ impl Fs {
             make_root(&vol)?;
             report.created = true;
         }
-        let (mut nodes, found) = match scan::load(&vol, true) {
-            Ok(loaded) => loaded,
-            // Read-only: a repair that finds no room (an orphan's removal commits) leaves
-            // the namespace as the volume holds it, served unrepaired.
-            Err(e) if !must_commit => {
-                log::warn!("read-only: served unrepaired, a repair failed: {e}");
-                scan::load(&vol, false)?
+        // After a clean close (or on a read-only mount, which repairs nothing durable)
+        // only the root is read: every other inode, directories too, is read back when a
+        // call reaches it by a name (`ondemand.rs`). A crash may leave orphans and stray
+        // spill files, which no call reaches: until a mount has read the whole namespace
+        // and repaired them, the store keeps the crash marked (`Store::unchecked`, across
+        // clean closes by other tools).
+        let crashed = vol.store().unchecked();
+        let quick = (!crashed || !must_commit) && !report.created;
+        let nodes = match quick.then(|| read_root(&vol)) {
+            Some(Ok(nodes)) => nodes,
+            // A root that does not read: the scan says why, in full.
+            Some(Err(_)) | None => {
+                let (mut nodes, found) = scan_and_repair(&vol, must_commit)?;
+                report.repaired = found;
+                // Only the directories stay in memory; any other inode is read back when
+                // a call names it (`ondemand.rs`).
+                nodes.retain(|_, n| n.dir.is_some());
+                nodes.shrink_to_fit();
+                nodes
             }
-            Err(e) => return Err(e),
         };
-        report.repaired = found;
-        // Only the directories stay in memory; any other inode is read back when a call
-        // names it (`ondemand.rs`).
-        let count = nodes.len() as u64;
-        nodes.retain(|_, n| n.dir.is_some());
-        nodes.shrink_to_fit();
         report.corrupt_groups = vol.store().corrupt_groups();
         match vol.sync() {
             Ok(()) => {}
@@ -168,6 +180,12 @@ impl Fs {
             }
             Err(e) => return Err(format!("cannot commit the repairs: {e}")),
         }
+        if must_commit && !quick {
+            // Repaired and committed: the next mount reads only the root.
+            vol.store().mark_checked();
+        }
+        // Inodes and their spill files: the volume's files (`Ns::count`).
+        let count = vol.file_count().map_err(|e| e.to_string())?;
         let vol = Buffered::new(vol, opts).map_err(|e| e.to_string())?;
         let fs = Fs {
             vol,
@@ -264,6 +282,34 @@ impl Fs {
         };
         closed.map_err(|e| format!("cannot close the volume: {e}"))
     }
+}
+
+/// The whole namespace read and repaired (`scan::load`); read-only (`!must_commit`), a
+/// repair that finds no room leaves it served as the volume holds it.
+fn scan_and_repair(
+    vol: &Volume,
+    must_commit: bool,
+) -> Result<(core::InoMap<core::Node>, NamespaceReport), String> {
+    match scan::load(vol, true) {
+        Ok(loaded) => Ok(loaded),
+        // Read-only: a repair that finds no room (an orphan's removal commits) leaves the
+        // namespace as the volume holds it, served unrepaired.
+        Err(e) if !must_commit => {
+            log::warn!("read-only: served unrepaired, a repair failed: {e}");
+            scan::load(vol, false)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The root directory's node alone, as the mount keeps it after a clean close.
+fn read_root(vol: &Volume) -> Result<core::InoMap<core::Node>, String> {
+    let root = ondemand::read_node(vol, ROOT, Some(ROOT), |_| None)
+        .map_err(|e| format!("the root directory does not read: {e:?}"))?;
+    if root.dir.is_none() {
+        return Err("the root is not a directory".into());
+    }
+    Ok(core::InoMap::from_iter([(ROOT, root)]))
 }
 
 /// Makes the root directory as the first file of an empty volume.

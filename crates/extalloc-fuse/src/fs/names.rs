@@ -97,8 +97,11 @@ impl Fs {
             }
         }
         let mut ns = self.ns_write();
-        let ino = resolve(&ns)?; // again: a change may have come between the locks
-        self.load_into(&mut ns, ino)?;
+        // Again: a change may have come between the locks. `.` and `..` are in memory.
+        let ino = match name {
+            b"." | b".." => resolve(&ns)?,
+            _ => self.load_named(&mut ns, parent, name)?,
+        };
         let attr = self.attr_of(&ns, ino)?;
         ns.node(ino)?.lookups.add();
         Ok(attr)
@@ -204,7 +207,15 @@ impl Fs {
         ino: u64,
         kind: Kind,
     ) -> FsResult<()> {
-        self.append(ns, parent, name, Some(Entry { ino, kind }))?;
+        self.append(
+            ns,
+            parent,
+            name,
+            Some(Entry {
+                ino,
+                kind: Some(kind),
+            }),
+        )?;
         debug_assert_eq!(ns.entry(parent, name), Ok(ino), "the new name is linked");
         let p = ns.node_mut(parent)?;
         if kind == Kind::Dir {
@@ -319,8 +330,7 @@ impl Fs {
         check_name(name)?;
         let synced_file = {
             let mut ns = self.ns_write();
-            let ino = ns.entry(parent, name)?;
-            self.load_into(&mut ns, ino)?;
+            let ino = self.load_named(&mut ns, parent, name)?;
             // As the kernel's may_delete: the flags come before the kind and emptiness.
             flags::check(&ns, parent, true)?;
             flags::check(&ns, ino, true)?;
@@ -349,7 +359,7 @@ impl Fs {
             _ => check_name(name)?,
         }
         let mut ns = self.ns_write();
-        let ino = ns.entry(parent, name)?;
+        let ino = self.load_named(&mut ns, parent, name)?;
         // As the kernel's may_delete: the flags come before the kind and emptiness.
         flags::check(&ns, parent, true)?;
         flags::check(&ns, ino, true)?;

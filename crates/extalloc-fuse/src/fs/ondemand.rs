@@ -1,12 +1,16 @@
 //! Inodes in memory only while something holds them (`docs/format.md`, "Next", step 5).
 //!
-//! The namespace keeps every directory's node (its entries and parent), and any other
-//! inode's node only while something holds it: the kernel (a lookup not yet forgotten),
-//! an open file, times pending in memory, an unlink while held (link count 0), an unnamed
-//! tmpfile, a rewrite or a recent fsync to act on ([`Node::droppable`]). The mount keeps
-//! the directories only; when the last holder lets go, [`Fs::reap`] drops the node; a
-//! call that names an inode not in memory reads it back from its attribute blob (and its
-//! extended attributes' spill file), which is then its whole state. A node only the
+//! The namespace keeps the node of every directory a name has reached since the mount (its
+//! entries and parent), and any other inode's node only while something holds it: the
+//! kernel (a lookup not yet forgotten), an open file, times pending in memory, an unlink
+//! while held (link count 0), an unnamed tmpfile, a rewrite or a recent fsync to act on
+//! ([`Node::droppable`]). After a clean close the mount keeps the root only (after a crash
+//! its whole read keeps every directory); when the last holder lets go, [`Fs::reap`] drops
+//! a node; a call that names an inode not in memory reads it back from its attribute blob
+//! (and its extended attributes' spill file; a directory's entries from its log), which is
+//! then its whole state. A directory comes back only through a name ([`Fs::load_named`]),
+//! which gives its parent: every directory in memory was reached through its parent, so
+//! its ancestors are in memory too. A node only the
 //! kernel holds ([`Node::parkable`]) is dropped too once more nodes than the node cache's
 //! count are in memory ([`Fs::trim_nodes`], at each sync): its lookup count stays, parked
 //! in [`Ns::parked`] (16 bytes and a slot's overhead instead of a 184-byte node), and
@@ -16,11 +20,14 @@
 //! unlink, rmdir, rename and link for the inodes they change (with the namespace lock held
 //! for writing), and every call naming an inode by number ([`Fs::ensure_loaded`]: the
 //! kernel names only inodes it holds, which are in memory; a caller of this API that
-//! names others gets them read back).
+//! names others gets them read back, but a directory no name has reached is `ENOENT`).
+//! Damage met by a read back is logged, costs the call that name only, and marks the
+//! store for the next mount's whole read (`Store::mark_unchecked`).
 //!
 //! Data structures: none of their own (`Ns::nodes`, `Ns::parked`, `Ns::count`).
-//! Invariant: a node not in memory is a non-directory whose attribute blob on the volume
-//! is what its node would hold; an inode is in `nodes` or `parked`, never both, and a
+//! Invariant: a node not in memory is one whose attribute blob (and a directory's log) on
+//! the volume is what its node would hold; a directory in memory has its parent in memory
+//! (the root is its own); an inode is in `nodes` or `parked`, never both, and a
 //! parked one is named (parking needs a link count above 0, and every call that unnames
 //! an inode reads it back first); a node is read back and inserted with the namespace
 //! lock held for writing, so no namespace change falls between the read and the insert;
@@ -28,9 +35,11 @@
 //! [`Fs::trim_nodes`] drop one, with the lock held for writing.
 //! Lock order: `ns` (written) -> the volume's locks, as every namespace change.
 
-use super::core::{Errno, Fs, FsResult, Node, Ns};
+use super::core::{dir_node, Errno, Fs, FsResult, Node, Ns};
+use super::scan::{self, NamespaceReport};
 use crate::inode::{self, Inode, Kind};
 use crate::xattr::{self, Tail};
+use extalloc::volume::Volume;
 use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
 
@@ -69,50 +78,115 @@ impl Node {
     }
 }
 
-impl Fs {
-    /// Inode `ino`'s node as the volume holds it, for an inode not in memory: `ENOENT` if
-    /// there is no such inode, or it is a directory (every directory the namespace reaches
-    /// is in memory), `EIO` if its blob or extended attributes are damaged (logged).
-    fn read_node(&self, ino: u64) -> FsResult<Node> {
-        let vol = self.vol.volume();
-        let blob = vol.attr(ino)?;
-        let damaged = |what: &str| {
-            log::error!("inode {ino}: {what}: run `extalloc fsck`");
-            Errno(libc::EIO)
-        };
-        let inode = Inode::decode(&blob).ok_or_else(|| damaged("its blob is not an inode"))?;
-        if inode.kind == Kind::Dir {
-            return Err(Errno(libc::ENOENT));
+/// Inode `ino`'s node as `vol` holds it, for an inode not in memory: a directory's with
+/// its entries replayed from its log and `parent` as its parent (`None`: not known, and a
+/// directory is then `ENOENT`: only a call that reached it through a name reads one back),
+/// its entries' kinds from `known` (the nodes in memory; others not known yet: `Entry`).
+/// `ENOENT` if there is no such inode, `EIO` if its blob, its log or its extended
+/// attributes are damaged (logged, with what to run). A log with a torn tail is cut, one
+/// parsed over damage rewritten (`scan::fix_log`), as the mount's repair did.
+pub(crate) fn read_node(
+    vol: &Volume,
+    ino: u64,
+    parent: Option<u64>,
+    known: impl Fn(u64) -> Option<Kind>,
+) -> FsResult<Node> {
+    let blob = vol.attr(ino).map_err(|e| {
+        if !matches!(e, extalloc::Error::NoSuchFile { .. }) {
+            vol.store().mark_unchecked(); // its leaf failed: as damage below
         }
-        let mut node = Node::plain(inode);
-        match Tail::decode(inode::tail(&blob)) {
-            None => return Err(damaged("its blob's tail does not decode")),
-            Some(Tail::None) => {}
-            Some(Tail::Inline(set)) => node.xattrs = set,
-            Some(Tail::Spill(id)) => {
-                let data = vol.read(id, 0, vol.size(id)?)?;
-                node.xattrs = xattr::read_spill(&data)
-                    .ok_or_else(|| damaged("its extended attributes fail their checksum"))?;
-                node.spill = Some(id);
+        Errno::from(e)
+    })?;
+    // Damage: the next mount reads the whole namespace and repairs what it can, as after
+    // a crash (`Store::mark_unchecked`); `fsck --repair` does the rest.
+    let damaged = |what: &str| {
+        log::error!("inode {ino}: {what}: run `extalloc fsck`");
+        vol.store().mark_unchecked();
+        Errno(libc::EIO)
+    };
+    let inode = Inode::decode(&blob).ok_or_else(|| damaged("its blob is not an inode"))?;
+    let mut node = match (inode.kind, parent) {
+        (Kind::Dir, None) => return Err(Errno(libc::ENOENT)),
+        (Kind::Dir, Some(parent)) => {
+            let mut found = NamespaceReport::default();
+            let mut log = scan::read_log(vol, ino, false, &mut found)
+                .map_err(|e| damaged(&format!("its entry log cannot be read ({e})")))?;
+            if let Some(problem) = found.logs.first() {
+                log::warn!(
+                    "{problem}: the log is cut or rewritten; `extalloc fsck` checks the rest"
+                );
+                // What the damage cut from the log comes back at the next mount's whole read.
+                vol.store().mark_unchecked();
+                scan::fix_log(vol, ino, &mut log)
+                    .map_err(|e| damaged(&format!("its entry log cannot be repaired ({e})")))?;
             }
+            dir_node(inode, &log, parent, known)
         }
-        debug_assert!(node.droppable(), "a node read back is held by nothing yet");
-        Ok(node)
+        _ => Node::plain(inode),
+    };
+    match Tail::decode(inode::tail(&blob)) {
+        None => return Err(damaged("its blob's tail does not decode")),
+        Some(Tail::None) => {}
+        Some(Tail::Inline(set)) => node.xattrs = set,
+        Some(Tail::Spill(id)) => {
+            let data = vol.read(id, 0, vol.size(id)?)?;
+            node.xattrs = xattr::read_spill(&data)
+                .ok_or_else(|| damaged("its extended attributes fail their checksum"))?;
+            node.spill = Some(id);
+        }
     }
+    debug_assert!(
+        node.dir.is_some() || node.droppable(),
+        "a node read back is held by nothing yet"
+    );
+    Ok(node)
+}
 
+impl Fs {
     /// Reads `ino`'s node back into `ns` unless it is there (the lock held for writing),
-    /// with the kernel's references parked for it ([`Ns::parked`]). On an error `ns` is
-    /// unchanged.
-    pub(crate) fn load_into(&self, ns: &mut Ns, ino: u64) -> FsResult<()> {
-        if let std::collections::hash_map::Entry::Vacant(v) = ns.nodes.entry(ino) {
-            let mut node = self.read_node(ino)?;
+    /// with the kernel's references parked for it ([`Ns::parked`]); a directory only with
+    /// its `parent` known ([`read_node`]). On an error `ns` is unchanged.
+    fn load_with(&self, ns: &mut Ns, ino: u64, parent: Option<u64>) -> FsResult<()> {
+        if !ns.nodes.contains_key(&ino) {
+            let known = |i: u64| ns.nodes.get(&i).map(|n| n.inode.kind);
+            let mut node = read_node(self.vol.volume(), ino, parent, known)?;
             if let Some(refs) = ns.parked.remove(&ino) {
                 node.lookups = refs;
             }
-            v.insert(node);
+            ns.nodes.insert(ino, node);
         }
         debug_assert!(ns.nodes.contains_key(&ino) && !ns.parked.contains_key(&ino));
         Ok(())
+    }
+
+    /// [`Fs::load_with`] for an inode named by number: a directory not in memory is
+    /// `ENOENT` (every directory the kernel knows it reached by a name, which read it back).
+    pub(crate) fn load_into(&self, ns: &mut Ns, ino: u64) -> FsResult<()> {
+        self.load_with(ns, ino, None)
+    }
+
+    /// Reads back the inode `name` names in directory `parent` (in memory), a directory
+    /// with `parent` as its parent, and notes its kind in the entry; returns the inode.
+    /// On an error `ns` is unchanged.
+    pub(crate) fn load_named(&self, ns: &mut Ns, parent: u64, name: &[u8]) -> FsResult<u64> {
+        let ino = ns.entry(parent, name)?;
+        self.load_with(ns, ino, Some(parent))?;
+        let kind = ns.node(ino)?.inode.kind;
+        let d = (ns.nodes.get_mut(&parent).and_then(|n| n.dir.as_mut()))
+            .expect("the parent named it a moment ago");
+        let e = d.entries.get_mut(name).expect("the entry just read");
+        debug_assert!(
+            e.kind.is_none_or(|k| k == kind),
+            "an entry's kind is its inode's"
+        );
+        e.kind = Some(kind);
+        if let Some(dir) = ns.node(ino)?.dir.as_ref() {
+            assert_eq!(
+                dir.parent, parent,
+                "directory {ino} read back under another parent"
+            );
+        }
+        Ok(ino)
     }
 
     /// Sets how many nodes the file system keeps in memory beyond those something other
@@ -182,6 +256,31 @@ impl Fs {
             }
         }
         Ok(Pinned::new(self, &ns, inos))
+    }
+
+    /// [`Fs::ensure_loaded`] for the entries `names` of directory `dir` (a listing's): each
+    /// read back through its name ([`Fs::load_named`]), so directories among them come
+    /// back too. A name gone or naming another inode since is passed over (the listing
+    /// leaves it out); the inodes whose read failed otherwise (damage, an I/O error:
+    /// logged) are returned, for the listing to give without attributes.
+    pub(crate) fn ensure_loaded_in(
+        &self,
+        dir: u64,
+        names: &[(&[u8], u64)],
+    ) -> FsResult<(Pinned<'_>, Vec<u64>)> {
+        let mut ns = self.ns_write();
+        let mut failed = Vec::new();
+        for &(name, ino) in names {
+            if ns.nodes.contains_key(&ino) || ns.entry(dir, name) != Ok(ino) {
+                continue;
+            }
+            match self.load_named(&mut ns, dir, name) {
+                Ok(_) | Err(Errno(libc::ENOENT)) => {}
+                Err(_) => failed.push(ino),
+            }
+        }
+        let inos: SmallVec<[u64; 2]> = names.iter().map(|n| n.1).collect();
+        Ok((Pinned::new(self, &ns, &inos), failed))
     }
 }
 

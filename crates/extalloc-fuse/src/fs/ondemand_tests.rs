@@ -27,7 +27,15 @@ fn a_mount_keeps_directories_and_calls_read_inodes_back() {
 
     let (fs, _) = remount(&dev);
     assert_eq!(fs.inodes(), inodes, "statfs counts inodes not in memory");
-    assert!(in_memory(&fs, ROOT) && in_memory(&fs, d));
+    assert!(
+        in_memory(&fs, ROOT) && !in_memory(&fs, d),
+        "a clean close: the mount reads the root only"
+    );
+    // A directory comes back through its name, with its entries (their kinds unknown
+    // until read) and its parent.
+    assert_eq!(fs.lookup(ROOT, b"d").unwrap().ino, d);
+    assert!(in_memory(&fs, d) && !in_memory(&fs, a));
+    assert_eq!(fs.lookup(d, b"..").unwrap().ino, ROOT);
     assert!(
         !in_memory(&fs, a) && !in_memory(&fs, b),
         "files wait on the volume"
@@ -58,12 +66,13 @@ fn a_mount_keeps_directories_and_calls_read_inodes_back() {
         vol_files - 2,
         "b and its spill file"
     );
-    assert_eq!(fs.inodes(), inodes - 1);
+    assert_eq!(fs.inodes(), inodes - 2, "statfs counts spill files too");
     assert!(!in_memory(&fs, a) && !in_memory(&fs, b));
     fs.check_namespace().unwrap();
     fs.unmount().unwrap();
     let (fs, report) = remount(&dev);
     assert!(report.repaired.clean(), "{:?}", report.repaired);
+    assert_eq!(fs.lookup(ROOT, b"d").unwrap().ino, d);
     let got = fs.lookup(d, b"b").unwrap();
     assert_eq!((got.ino, got.inode.nlink, got.size), (a, 1, 5));
 }
@@ -80,6 +89,12 @@ fn a_listing_reads_back_what_it_returns_and_forgets_drop_it() {
     fs.unmount().unwrap();
     let (fs, _) = remount(&dev);
     assert!(files.iter().all(|&f| !in_memory(&fs, f)));
+    assert_eq!(
+        fs.opendir(d),
+        Err(Errno(libc::ENOENT)),
+        "not reached by a name yet"
+    );
+    assert_eq!(fs.lookup(ROOT, b"d").unwrap().ino, d);
     let fh = fs.opendir(d).unwrap();
     let mut got = Vec::new();
     fs.readdirplus(fh, 0, |name, a, _| {
@@ -166,6 +181,7 @@ fn a_sync_parks_what_only_the_kernel_holds_and_a_call_takes_it_back() {
     fs.unmount().unwrap();
     let (fs, report) = remount(&dev);
     assert!(report.repaired.clean(), "{:?}", report.repaired);
+    assert_eq!(fs.lookup(ROOT, b"d").unwrap().ino, d);
     assert_eq!(fs.lookup(d, b"b").unwrap().size, 4);
 }
 
@@ -261,6 +277,7 @@ fn an_unmount_for_exit_leaves_a_clean_file_system() {
     assert!(report.repaired.clean(), "{:?}", report.repaired);
     let store = fs.volume().volume().store();
     assert_eq!(store.unclean_close(), None, "closed cleanly");
+    assert_eq!(fs.lookup(ROOT, b"d").unwrap().ino, d);
     assert_eq!(fs.lookup(d, b"a"), Err(Errno(libc::ENOENT)));
     assert_eq!(fs.lookup(d, b"b").unwrap().ino, b);
     assert_eq!(fs.read(b, 0, 9).unwrap(), b"beta");
@@ -270,4 +287,71 @@ fn an_unmount_for_exit_leaves_a_clean_file_system() {
         "the unlinked inode is gone"
     );
     fs.check_namespace().unwrap();
+}
+
+/// After a clean close the mount reads the root only: a listing gives the kinds it does
+/// not know as unknown until something reads the inode, `readdirplus` reads directories
+/// back through their names (with their parent), and a rename of a directory read back so
+/// checks its ancestry. A crash is kept marked across another tool's clean close, so the
+/// mount after it still reads the whole namespace and removes the orphan.
+#[test]
+fn directories_come_back_through_their_names_and_a_crash_stays_marked() {
+    let dev = device(79);
+    let fs = fresh(&dev);
+    let d = mkdir(&fs, ROOT, "d");
+    let e = mkdir(&fs, d, "e");
+    let f = put(&fs, ROOT, "f", b"file");
+    fs.unmount().unwrap();
+    let (fs, _) = remount(&dev);
+    let fh = fs.opendir(ROOT).unwrap();
+    let mut kinds = Vec::new();
+    fs.readdir(fh, 0, |name, _, kind, _| {
+        kinds.push((name.to_vec(), kind));
+        false
+    })
+    .unwrap();
+    assert_eq!(
+        kinds[2..],
+        [(b"d".to_vec(), None), (b"f".to_vec(), None)],
+        "kinds not known before the inodes are read"
+    );
+    let mut plus = Vec::new();
+    fs.readdirplus(fh, 0, |name, a, _| {
+        plus.push((name.to_vec(), a.ino, a.inode.kind));
+        false
+    })
+    .unwrap();
+    fs.releasedir(fh);
+    assert!(plus.contains(&(b"d".to_vec(), d, Kind::Dir)), "{plus:?}");
+    assert!(plus.contains(&(b"f".to_vec(), f, Kind::File)), "{plus:?}");
+    assert_eq!(fs.lookup(d, b"..").unwrap().ino, ROOT, "d's parent");
+    assert_eq!(fs.lookup(d, b"e").unwrap().ino, e);
+    // A directory cannot move under itself, even one read back moments ago.
+    assert_eq!(
+        fs.rename(ROOT, b"d", e, b"loop", 0, ME),
+        Err(Errno(libc::EINVAL))
+    );
+    fs.rename(d, b"e", ROOT, b"e2", 0, ME).unwrap();
+    assert_eq!(fs.lookup(e, b"..").unwrap().ino, ROOT);
+    // An orphan: unlinked while the kernel holds it, then a crash.
+    let g = put(&fs, ROOT, "g", b"held");
+    fs.lookup(ROOT, b"g").unwrap();
+    fs.unlink(ROOT, b"g").unwrap();
+    fs.sync().unwrap();
+    super::tests::crash(fs, &dev);
+    // Another tool opens the volume and closes it cleanly: the crash stays marked.
+    let vol = Volume::open(dev.clone(), extalloc::Policy::default()).unwrap();
+    assert!(vol.store().unchecked(), "found not closed cleanly");
+    vol.close().unwrap();
+    let (fs, report) = remount(&dev);
+    assert_eq!(report.repaired.orphans, vec![g], "the scan ran: {report:?}");
+    assert!(!fs.volume().volume().store().unchecked(), "checked now");
+    fs.unmount().unwrap();
+    let (fs, report) = remount(&dev);
+    assert_eq!(
+        report.repaired.dirs, 0,
+        "a clean close again: the root only"
+    );
+    assert_eq!(fs.lookup(ROOT, b"e2").unwrap().ino, e);
+    fs.unmount().unwrap();
 }

@@ -261,6 +261,7 @@ fn a_tmpfile_inherits_group_flags_and_acls_as_a_made_file() {
     let (fs, r) = remount(&dev);
     assert!(r.repaired.clean(), "{r:?}");
     fs.enable_acls();
+    assert_eq!(fs.lookup(ROOT, b"d").unwrap().ino, d);
     let t = fs.lookup(d, b"tmp").unwrap();
     assert_eq!(key(&t.inode), key(&made.inode));
     assert_eq!(fs.getxattr(t.ino, ACL_ACCESS).unwrap(), access);

@@ -229,6 +229,8 @@ impl Fs {
             self.vol.uncached(o).unlink(o)?;
         }
         group.finish();
+        // `Ns::count` counts spill files too (the volume's files).
+        ns.count = ns.count + u64::from(data.is_some()) - u64::from(old.is_some());
         let node = ns.node_mut(ino)?;
         node.inode = inode;
         node.spill = match tail {

@@ -308,6 +308,20 @@ impl DirBuf {
         entry_out(ttl, attr, 0)
     }
 
+    /// The entry READDIRPLUS carries for a name whose inode could not be read: node 0,
+    /// which the kernel takes as "no attributes" (it lists the name and makes no dentry).
+    pub(crate) fn unread() -> abi::EntryOut {
+        abi::EntryOut {
+            nodeid: 0,
+            generation: 0,
+            entry_valid: 0,
+            attr_valid: 0,
+            entry_valid_nsec: 0,
+            attr_valid_nsec: 0,
+            attr: abi::Attr::default(),
+        }
+    }
+
     /// Sends the entries gathered.
     pub(crate) fn send(self, reply: Reply<'_>) {
         reply.data(&self.buf);

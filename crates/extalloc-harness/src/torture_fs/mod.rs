@@ -340,6 +340,17 @@ fn recover(
         eprintln!("torture --fs: the namespace check after a repair: {check:?}");
     }
     let (fs, _) = Fs::mount(vol, opts()).map_err(anyhow::Error::msg)?;
+    // After the clean close the mount reads the root only; the threads name directories
+    // by number, as the kernel names what it looked up: look each tree up first, as a
+    // program walking it after the mount would.
+    for (t, m) in models.iter().enumerate() {
+        let top = fs.lookup(ROOT, format!("t{t}").as_bytes());
+        anyhow::ensure!(
+            top.map(|a| a.ino) == Ok(m.top),
+            "/t{t} after the remount: {top:?}"
+        );
+        read_tree(&fs, m.top).map_err(|e| anyhow::anyhow!("reading /t{t} again: {e}"))?;
+    }
     Ok(fs)
 }
 

@@ -158,14 +158,20 @@ pub(super) fn read_tree(fs: &Fs, top: u64) -> Result<Tree, Errno> {
         let fh = fs.opendir(dir)?;
         let mut entries = BTreeMap::new();
         let mut kinds = Vec::new();
-        fs.readdir(fh, 0, |name, ino, kind, _| {
+        // With attributes, as the kernel lists: a directory the mount has not read yet
+        // comes back through its name (a plain listing may not know its kind).
+        fs.readdirplus(fh, 0, |name, a, _| {
             if name != b"." && name != b".." {
-                entries.insert(name.to_vec(), ino);
-                kinds.push((ino, kind));
+                entries.insert(name.to_vec(), a.ino);
+                kinds.push((a.ino, a.inode.kind));
             }
             false
         })?;
         fs.releasedir(fh);
+        // The listing counted a kernel reference to each entry; a kernel lets them go.
+        for &(ino, _) in &kinds {
+            fs.forget(ino, 1);
+        }
         todo.extend(
             kinds
                 .iter()

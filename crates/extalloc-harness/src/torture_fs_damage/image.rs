@@ -53,6 +53,8 @@ pub(super) struct Built {
     pub(super) mid_checkpoint: bool,
     /// Changes were synced after the last checkpoint (the journal holds them).
     pub(super) journal_tail: bool,
+    /// Unmounted cleanly (else dropped as a crash): the mount then reads only the root.
+    pub(super) clean_close: bool,
     /// The inodes those changes touched (written, made, named, unnamed): what a damaged
     /// journal may cost, as a journal damaged in the middle loses the records from the
     /// damage on (`docs/mount.md`, "Damage and repair").
@@ -101,21 +103,30 @@ pub(super) fn build(seed: u64, mid_checkpoint: bool, rng: &mut StdRng) -> Result
         let _ = fs.volume().checkpoint();
     }
     let keep = run.rng.gen_bool(0.5);
-    drop(fs);
-    dev.crash(if mid_checkpoint {
-        Crash::Random {
-            keep: 0.5,
-            tear: keep,
-        }
+    // Half the images with nothing left in the journal are unmounted cleanly, the same
+    // state without a crash: their mount reads only the root, and meets the damage
+    // where a call reads it.
+    let clean_close = !journal_tail && run.rng.gen_bool(0.5);
+    if clean_close {
+        fs.unmount().map_err(anyhow::Error::msg)?;
     } else {
-        Crash::DropAll
-    })?;
+        drop(fs);
+        dev.crash(if mid_checkpoint {
+            Crash::Random {
+                keep: 0.5,
+                tear: keep,
+            }
+        } else {
+            Crash::DropAll
+        })?;
+    }
     Ok(Built {
         bytes: snapshot(dev.as_ref())?,
         stale,
         model,
         mid_checkpoint,
         journal_tail,
+        clean_close,
         journal_touched,
     })
 }

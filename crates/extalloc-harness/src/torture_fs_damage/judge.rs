@@ -28,6 +28,10 @@ pub(super) struct Served {
     pub(super) refused: Option<String>,
     /// Inodes not hit that it lost or served wrong, each with why.
     pub(super) lost: Vec<String>,
+    /// Inodes not hit that a mount which read only the root (after a clean close) did not
+    /// reach: damage cut the directory that named them, and only a whole read of the
+    /// namespace (the repair, or a mount after a crash) finds them. Lost for any other.
+    pub(super) unreached: Vec<String>,
     /// Inodes not hit found only in /lost+found.
     pub(super) lost_found: u64,
     /// Inodes not hit found only under another name in a directory whose log was hit.
@@ -43,12 +47,16 @@ pub(super) fn mount_and_check(dev: Arc<dyn Device>, truth: &Truth, hit: &BTreeSe
         Ok(v) => v,
         Err(e) => return refused(e.to_string()),
     };
-    let fs = match Fs::mount(vol, opts()) {
-        Ok((fs, _)) => fs,
+    let (fs, whole) = match Fs::mount(vol, opts()) {
+        // A mount that read the whole namespace counted at least the root.
+        Ok((fs, report)) => (fs, report.repaired.dirs > 0),
         Err(e) => return refused(e),
     };
     let mut out = Served::default();
     let intact = check_served(&fs, truth, hit, &mut out);
+    if whole {
+        out.lost.append(&mut out.unreached);
+    }
     out.handed_twice = fill_and_recheck(&fs, dev.as_ref(), truth, &intact);
     out
 }
@@ -125,7 +133,7 @@ fn check_served(fs: &Fs, truth: &Truth, hit: &BTreeSet<u64>, out: &mut Served) -
         let renamed = elsewhere.any(|(p, _)| in_hit_dir(p));
         let first = &want.paths[0];
         if !(at_path || in_lost_found || renamed) {
-            out.lost.push(format!("inode {ino} ({first}) missing"));
+            out.unreached.push(format!("inode {ino} ({first}) missing"));
             continue;
         }
         out.lost_found += u64::from(!at_path && in_lost_found);

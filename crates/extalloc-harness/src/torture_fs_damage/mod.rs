@@ -16,12 +16,16 @@
 //! guard and a time limit (`judge.rs`):
 //!
 //! 1. **fsck**, read-only as `extalloc fsck`: `detected` when it reports or refuses;
-//! 2. **mount** as `extalloc mount` (with its repair at mount): it refuses
-//!    (`mount_refused`), or every inode not hit is served under one of its paths or below
-//!    `/lost+found` (`mount_lost_found`) or under another name in a directory whose log
-//!    was hit (`mount_renamed`: a stale block brings back the names it held), of its kind,
-//!    with its bytes (`mount_lost` otherwise); then the device is filled with new data
-//!    and every surviving file's blocks re-read (`mount_handed_twice`: its data changed);
+//! 2. **mount** as `extalloc mount`: it refuses (`mount_refused`), or every inode not hit
+//!    is served under one of its paths or below `/lost+found` (`mount_lost_found`) or
+//!    under another name in a directory whose log was hit (`mount_renamed`: a stale block
+//!    brings back the names it held), of its kind, with its bytes (`mount_lost`
+//!    otherwise). A mount after a clean close reads only the root (`docs/mount.md`), so an
+//!    inode whose directory the damage cut is not reached until the repair's whole read
+//!    (`mount_unreached`, not a failure; a mount after a crash reads the whole namespace
+//!    and rescues it, and an inode it does not reach is lost). Then the device is filled
+//!    with new data and every surviving file's blocks re-read (`mount_handed_twice`: its
+//!    data changed);
 //! 3. **repair, then mount**: the repair pipeline (`extalloc_fuse::repair`, as `extalloc
 //!    fsck --repair`) refuses (`repair_refused`) or repairs; then fsck must be clean
 //!    (`fsck_dirty_after_repair`), and a mount must serve every inode not hit as in 2
@@ -69,6 +73,10 @@ pub struct KindCounts {
     pub mount_refused: u64,
     /// Inodes not hit that a mount lost or served wrong (must be 0).
     pub mount_lost: u64,
+    /// Inodes not hit that a mount after a clean close, which reads only the root, did
+    /// not reach: damage cut the directory that named them. The repair must bring each
+    /// back (`intact_lost`).
+    pub mount_unreached: u64,
     /// Inodes not hit that a mount served only below /lost+found.
     pub mount_lost_found: u64,
     /// Inodes not hit that a mount served only under another name in a directory whose
@@ -92,7 +100,7 @@ pub struct KindCounts {
 
 impl KindCounts {
     /// The counts as (name, value), in the order above.
-    fn fields(&self) -> [(&'static str, u64); 15] {
+    fn fields(&self) -> [(&'static str, u64); 16] {
         [
             ("damages", self.damages),
             ("unchanged", self.unchanged),
@@ -100,6 +108,7 @@ impl KindCounts {
             ("detected", self.detected),
             ("mount_refused", self.mount_refused),
             ("mount_lost", self.mount_lost),
+            ("mount_unreached", self.mount_unreached),
             ("mount_lost_found", self.mount_lost_found),
             ("mount_renamed", self.mount_renamed),
             ("mount_handed_twice", self.mount_handed_twice),
@@ -120,6 +129,7 @@ impl KindCounts {
             &mut self.detected,
             &mut self.mount_refused,
             &mut self.mount_lost,
+            &mut self.mount_unreached,
             &mut self.mount_lost_found,
             &mut self.mount_renamed,
             &mut self.mount_handed_twice,
@@ -155,6 +165,8 @@ pub struct FsDamageOutcome {
     pub images_mid_checkpoint: u64,
     /// Images whose last changes live in the journal only.
     pub images_journal_tail: u64,
+    /// Images unmounted cleanly (the others end in a crash).
+    pub images_clean_close: u64,
     /// Inodes of the images whose map lives in a map segment.
     pub long_maps: u64,
     pub kinds: BTreeMap<String, KindCounts>,
@@ -195,6 +207,7 @@ impl FsDamageOutcome {
             images,
             images_mid_checkpoint,
             images_journal_tail,
+            images_clean_close,
             long_maps,
             kinds,
             total,
@@ -209,6 +222,7 @@ impl FsDamageOutcome {
         self.images += images;
         self.images_mid_checkpoint += images_mid_checkpoint;
         self.images_journal_tail += images_journal_tail;
+        self.images_clean_close += images_clean_close;
         self.long_maps += long_maps;
         for (kind, c) in kinds {
             self.kinds.entry(kind).or_default().add(&c);
@@ -226,13 +240,26 @@ impl FsDamageOutcome {
         }
     }
 
-    /// A mount's counts (lost, /lost+found, renamed, handed twice), its failures noted.
-    fn served(&mut self, s: &judge::Served, tag: &str, what: &str) -> (u64, u64, u64, u64) {
-        for why in s.lost.iter().chain(&s.handed_twice) {
+    /// A mount's counts (lost, /lost+found, renamed, handed twice), its failures noted;
+    /// with `unreached_lost`, an inode the mount did not reach counts as lost.
+    fn served(
+        &mut self,
+        s: &judge::Served,
+        tag: &str,
+        what: &str,
+        unreached_lost: bool,
+    ) -> (u64, u64, u64, u64) {
+        let unreached = s.unreached.iter().filter(|_| unreached_lost);
+        for why in s.lost.iter().chain(unreached).chain(&s.handed_twice) {
             self.fail(format!("{tag}: {what}: {why}"));
         }
-        let lost = s.lost.len() as u64;
-        (lost, s.lost_found, s.renamed, s.handed_twice.len() as u64)
+        let lost = s.lost.len() + if unreached_lost { s.unreached.len() } else { 0 };
+        (
+            lost as u64,
+            s.lost_found,
+            s.renamed,
+            s.handed_twice.len() as u64,
+        )
     }
 
     /// The value of a step that finished; a panic or a hang is counted (and `None`).
@@ -321,6 +348,7 @@ fn make_image(seed: u64, mid_checkpoint: bool, out: &mut FsDamageOutcome) -> Res
     out.images += 1;
     out.images_mid_checkpoint += u64::from(built.mid_checkpoint);
     out.images_journal_tail += u64::from(built.journal_tail);
+    out.images_clean_close += u64::from(built.clean_close);
     out.long_maps += truth.long_maps;
     Ok(Image {
         bytes: built.bytes,
@@ -354,8 +382,9 @@ fn judge(image: &Image, damage: damage::Damage, flip: u8, tag: &str, out: &mut F
     let mounted = guarded(move || judge::mount_and_check(image_device(&b), &t, &h));
     if let Some(served) = out.settle(mounted, tag, "mount") {
         c.mount_refused = u64::from(served.refused.is_some());
-        let (lost, found, renamed, twice) = out.served(&served, tag, "mount");
+        let (lost, found, renamed, twice) = out.served(&served, tag, "mount", false);
         c.mount_lost = lost;
+        c.mount_unreached = served.unreached.len() as u64;
         c.mount_lost_found = found;
         c.mount_renamed = renamed;
         c.mount_handed_twice = twice;
@@ -404,7 +433,7 @@ fn count_repair(
         out.fail(format!("{tag}: mount after the repair refused: {why}"));
         return;
     }
-    let (lost, found, renamed, twice) = out.served(&r.served, tag, "mount after repair");
+    let (lost, found, renamed, twice) = out.served(&r.served, tag, "mount after repair", true);
     c.intact_lost = lost;
     c.recovered_lost_found = found;
     c.recovered_renamed = renamed;

@@ -152,9 +152,12 @@ pub(super) fn walk(fs: &Fs) -> Result<BTreeMap<String, (u64, Kind)>, Errno> {
     while let Some((dir, ino)) = todo.pop() {
         let fh = fs.opendir(ino)?;
         let mut entries = Vec::new();
-        let listed = fs.readdir(fh, 0, |name, ino, kind, _| {
+        // With attributes, as the kernel lists: a directory the mount has not read yet
+        // comes back through its name (a plain listing may not know its kind).
+        let listed = fs.readdirplus(fh, 0, |name, a, _| {
             if name != b"." && name != b".." {
-                entries.push((String::from_utf8_lossy(name).into_owned(), ino, kind));
+                let name = String::from_utf8_lossy(name).into_owned();
+                entries.push((name, a.ino, a.inode.kind));
             }
             false
         });

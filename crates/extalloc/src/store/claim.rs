@@ -198,6 +198,9 @@ impl InUse {
         };
         sb.owner = nonce;
         sb.state |= format::STATE_IN_USE;
+        if verdict.previous.is_some() {
+            sb.state |= format::STATE_UNCHECKED; // until the caller checked (`mark_checked`)
+        }
         sb.generation += 1;
         format::write_superblock(dev.as_ref(), sb)?;
         format::write_owner(dev.as_ref(), &rec)?;

@@ -119,6 +119,46 @@ impl Store {
         self.unclean_close
     }
 
+    /// The device has not been checked since a close that was not clean: this open or an
+    /// earlier one found it marked in use, and no caller has called
+    /// [`Store::mark_checked`] since (`STATE_UNCHECKED`, kept across clean closes). A
+    /// layer with state of its own that a crash can leave half done (a file system's
+    /// inodes unlinked while open) checks it then.
+    pub fn unchecked(&self) -> bool {
+        self.sb.lock().state & crate::disk::format::STATE_UNCHECKED != 0
+    }
+
+    /// The caller has checked its state after the unclean close [`Store::unchecked`]
+    /// reported: the mark is cleared in memory and goes to the device with the next
+    /// superblock write (the next checkpoint, or the clean close). A crash before that
+    /// leaves it set, and the check runs again.
+    pub fn mark_checked(&self) {
+        self.sb.lock().state &= !crate::disk::format::STATE_UNCHECKED;
+        debug_assert!(!self.unchecked(), "the mark cleared");
+    }
+
+    /// The caller met damage in its own state that a whole check would repair (as ext4
+    /// marks a file system with errors for the next `e2fsck`): [`Store::unchecked`] says
+    /// so from now on, and to the next open once the next superblock write (a
+    /// checkpoint, the clean close) has carried it, until [`Store::mark_checked`].
+    pub fn mark_unchecked(&self) {
+        self.sb.lock().state |= crate::disk::format::STATE_UNCHECKED;
+        debug_assert!(self.unchecked(), "the mark set");
+    }
+
+    /// Makes this store's drop leave the device as a crash would: marked in use by this
+    /// store's owner record, so the next open reports an unclean close
+    /// ([`Store::unclean_close`]) and a layer above that keeps state of its own (a file
+    /// system's inodes unlinked while open) checks it. For an owner dropped without its
+    /// own close. The heartbeat stops at the drop as always; an open in this process, or
+    /// once it has exited, takes the device over at once; another process's open while
+    /// this one runs finds the owner live and is refused, as after a crash with the
+    /// process still up.
+    pub fn abandon(&self) {
+        self.abandoned
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
     /// Where the time of `open` went.
     pub fn open_timing(&self) -> OpenTiming {
         self.open_timing

@@ -260,6 +260,7 @@ impl Store {
                 discards: Default::default(),
                 meta_reserved: Mutex::new(Vec::new()),
                 unclean_close,
+                abandoned: Default::default(),
                 pending_root: Mutex::new(None),
                 checkpoint_hook: Mutex::new(None),
                 in_use,

@@ -115,6 +115,8 @@ pub struct Store {
     pub(super) unclean_close: Option<u64>,
     /// This store's in-use mark on the media and its heartbeat (`claim.rs`).
     pub(super) in_use: InUse,
+    /// Dropped as a crash would leave it ([`Store::abandon`]): the mark stays.
+    pub(super) abandoned: std::sync::atomic::AtomicBool,
     /// This store's claim on its device object (dropped last: a reopen waits for it).
     pub(super) _claim: OpenClaim,
 }
@@ -127,6 +129,9 @@ impl Drop for Store {
         // No beat after the mark is cleared.
         self.in_use.stop();
         debug_assert!(!self.in_use.beating(), "the heartbeat outlives the store");
+        if self.abandoned.load(std::sync::atomic::Ordering::Acquire) {
+            return; // the mark and its owner record stay, as after a crash
+        }
         let mut sb = self.sb.lock();
         sb.state &= !crate::disk::format::STATE_IN_USE;
         sb.generation += 1;

@@ -346,6 +346,33 @@ mod tests {
         assert_eq!(records.len(), 1);
     }
 
+    /// A store dropped as abandoned leaves the device marked as a crash does; the open
+    /// after it marks the device unchecked, and the mark survives clean closes until a
+    /// caller says it checked (and is set again by a caller that met damage).
+    #[test]
+    fn an_unclean_close_stays_marked_until_checked() {
+        let dev = Arc::new(FaultDevice::new(MemDevice::new(8192 * 4096), 10));
+        let store = Store::create(dev.clone(), &geometry(), 8, Policy::default()).unwrap();
+        assert!(!store.unchecked());
+        store.abandon();
+        drop(store);
+        assert!(fsck::check(dev.as_ref()).unwrap().in_use, "left as a crash");
+        let reopen = || Store::open(dev.clone(), Policy::default()).unwrap().0;
+        let store = reopen();
+        assert!(store.unclean_close().is_some() && store.unchecked());
+        drop(store); // a clean close by a tool that checks nothing
+        let store = reopen();
+        assert_eq!(store.unclean_close(), None);
+        assert!(store.unchecked(), "kept across the clean close");
+        store.mark_checked();
+        drop(store);
+        let store = reopen();
+        assert!(!store.unchecked(), "cleared by the close after the check");
+        store.mark_unchecked();
+        drop(store);
+        assert!(reopen().unchecked(), "damage met: marked for the next open");
+    }
+
     /// A commit says whether it checkpointed (a full journal): exactly the commits during
     /// which the checkpoint hook ran, through the shared transaction and through handles.
     #[test]

@@ -208,6 +208,41 @@ impl Volume {
         Ok(empty)
     }
 
+    /// How many files the volume holds (pending ones, `publish.rs`, among them): the
+    /// durable tree's count, plus the files made since its checkpoint, less those unlinked
+    /// since. Costs a look into the tree for each file changed since the checkpoint (at an
+    /// open, those its journal replayed), not a pass over every file. Fails as a tree
+    /// leaf's read does ([`Error::Io`], [`Error::Corrupt`]).
+    pub fn file_count(&self) -> Result<u64> {
+        let _open = self.gate.read_recursive();
+        let Some(tree) = self.meta.lock().tree.clone() else {
+            // No tree yet: every file is in memory.
+            return Ok(self.files.read().len() as u64);
+        };
+        let dirty: Vec<u64> = self.dirty.lock().iter().copied().collect();
+        let mut io = VolIo::new(&self.store, self.dev.as_ref());
+        let mut count = tree.count();
+        for id in dirty {
+            let now = self.files.read().contains_key(&id);
+            let durable = tree.get(&mut io, id)?.is_some();
+            match (durable, now) {
+                (false, true) => count += 1, // made since the checkpoint
+                (true, false) => {
+                    assert!(count > 0, "file {id} unlinked from an empty tree");
+                    count -= 1; // unlinked since
+                }
+                _ => {} // changed, or made and unlinked since: as the tree counts it
+            }
+        }
+        // A file not in the dirty set is as the tree holds it: counted there.
+        debug_assert!(
+            count
+                >= (self.files.read().len() as u64).saturating_sub(self.dirty.lock().len() as u64),
+            "every clean file in memory is in the tree"
+        );
+        Ok(count)
+    }
+
     /// [`Volume::all_files`] as handles: a file not in memory gets one not kept.
     pub(super) fn all_handles(&self) -> Result<Vec<Arc<Mutex<VFile>>>> {
         self.all_files()?

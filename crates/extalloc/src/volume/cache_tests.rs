@@ -286,3 +286,46 @@ fn a_close_for_exit_closes_cleanly() {
     assert_eq!(vol.attr(late).unwrap(), b"after the sync", "checkpointed");
     vol.check().unwrap();
 }
+
+/// The file count without a pass: the tree's count, plus files made since the checkpoint,
+/// less files unlinked since, before and after checkpoints and a reopen that replays.
+#[test]
+fn the_file_count_follows_makes_and_unlinks_across_checkpoints() {
+    let dev = device(37);
+    let vol = Volume::mkfs(dev.clone(), &geometry(), 64, Policy::default()).unwrap();
+    vol.set_file_cache(0);
+    assert_eq!(vol.file_count().unwrap(), 0);
+    let ids = fill(&vol, 12);
+    assert_eq!(
+        vol.file_count().unwrap(),
+        12,
+        "no tree yet: every file in memory"
+    );
+    vol.checkpoint().unwrap();
+    assert_eq!(vol.file_count().unwrap(), 12, "the tree's count");
+    vol.unlink(ids[0]).unwrap();
+    vol.unlink(ids[5]).unwrap();
+    let made = vol.create(b"new").unwrap();
+    let gone = vol.create(b"made and unlinked").unwrap();
+    vol.unlink(gone).unwrap();
+    vol.write(ids[3], 0, b"changed").unwrap();
+    assert_eq!(vol.file_count().unwrap(), 11, "12 - 2 + 1");
+    // Committed, not checkpointed: the reopen replays the changes onto the tree's count.
+    vol.sync().unwrap();
+    let vol = reopen_uncheckpointed(&dev, vol);
+    assert_eq!(vol.file_count().unwrap(), 11, "after the replay");
+    vol.checkpoint().unwrap();
+    assert_eq!(vol.file_count().unwrap(), 11, "after the checkpoint");
+    assert_eq!(vol.try_list().unwrap().len(), 11, "what a listing counts");
+    assert!(vol.attr(made).is_ok());
+    vol.close().unwrap();
+}
+
+/// Drops `vol` as a crash would after its last commit (no checkpoint, no clean close),
+/// and opens the device again: the open replays the journal.
+fn reopen_uncheckpointed(dev: &Arc<FaultDevice<MemDevice>>, vol: Volume) -> Volume {
+    dev.fail_writes(true);
+    drop(vol);
+    dev.fail_writes(false);
+    Volume::open(dev.clone(), Policy::default()).unwrap()
+}

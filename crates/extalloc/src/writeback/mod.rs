@@ -54,6 +54,11 @@ use std::time::{Duration, Instant};
 pub struct Buffered {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
+    /// The volume was handed back ([`Buffered::into_volume`]); dropped without that, the
+    /// store is left marked in use, as a crash leaves it ([`Store::abandon`]).
+    ///
+    /// [`Store::abandon`]: crate::store::Store::abandon
+    handed_back: bool,
 }
 
 impl Buffered {
@@ -82,7 +87,11 @@ impl Buffered {
             match spawned {
                 Ok(h) => workers.push(h),
                 Err(e) => {
-                    let b = Buffered { shared, workers };
+                    let b = Buffered {
+                        shared,
+                        workers,
+                        handed_back: false,
+                    };
                     drop(b);
                     return Err(Error::Spawn {
                         thread: format!("writeback context {i}"),
@@ -91,7 +100,11 @@ impl Buffered {
                 }
             }
         }
-        Ok(Buffered { shared, workers })
+        Ok(Buffered {
+            shared,
+            workers,
+            handed_back: false,
+        })
     }
 
     /// The volume underneath, for its figures and checks (its file calls would bypass the
@@ -448,6 +461,7 @@ impl Buffered {
         self.sync()?;
         self.stop();
         let shared = self.shared.clone();
+        self.handed_back = true;
         drop(self);
         match Arc::try_unwrap(shared) {
             Ok(s) => Ok(s.vol),
@@ -489,9 +503,15 @@ impl Buffered {
 }
 
 impl Drop for Buffered {
-    /// Stops the contexts; what was not synced is lost, as in a crash.
+    /// Stops the contexts; what was not synced is lost, as in a crash, and the device stays
+    /// marked in use, as a crash leaves it (unless the volume was handed back): the next
+    /// open reports the unclean close, so a file system on it checks for what a crash
+    /// leaves.
     fn drop(&mut self) {
         self.stop();
         debug_assert!(self.workers.is_empty(), "no context outlives its cache");
+        if !self.handed_back {
+            self.shared.vol.store().abandon();
+        }
     }
 }

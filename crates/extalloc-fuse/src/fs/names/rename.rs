@@ -18,8 +18,11 @@ impl Fs {
                 (ns.dir(dir).ok()).and_then(|d| d.entries.get(name).copied())
             };
             match (entry(from), entry(to)) {
+                // A kind not known yet (`Entry`) may be a file's: written back too.
                 (Some(s), Some(d))
-                    if s.ino != d.ino && s.kind == Kind::File && d.kind == Kind::File =>
+                    if s.ino != d.ino
+                        && s.kind.is_none_or(|k| k == Kind::File)
+                        && d.kind.is_none_or(|k| k == Kind::File) =>
                 {
                     s.ino
                 }
@@ -56,11 +59,11 @@ impl Fs {
             self.write_back_replacing((parent, name), (newparent, newname))?;
         }
         let mut ns = self.ns_write();
-        let src = ns.entry(parent, name)?;
-        let dst = ns.dir(newparent)?.entries.get(newname).map(|e| e.ino);
-        for ino in std::iter::once(src).chain(dst) {
-            self.load_into(&mut ns, ino)?;
-        }
+        let src = self.load_named(&mut ns, parent, name)?;
+        let dst = match ns.dir(newparent)?.entries.contains_key(newname) {
+            true => Some(self.load_named(&mut ns, newparent, newname)?),
+            false => None,
+        };
         // The source and what it replaces leave their directories; the target's gains.
         for (ino, append_too) in [(src, true), (parent, true), (newparent, dst.is_some())] {
             flags::check(&ns, ino, append_too)?;
@@ -93,7 +96,7 @@ impl Fs {
         if whiteout {
             let inode = Inode::new(Kind::CharDevice, 0, who.uid, who.gid, 0);
             let ino = self.vol.volume().create_placed(&inode.encode(), parent)?;
-            let kind = Kind::CharDevice;
+            let kind = Some(Kind::CharDevice);
             self.append(&mut ns, parent, name, Some(Entry { ino, kind }))?;
             ns.add_new(ino, Node::plain(inode));
         }

@@ -1,5 +1,6 @@
-//! Reading the namespace back at mount, checking it, and repairing what a crash between the
-//! steps of one operation leaves.
+//! Reading the whole namespace back (at a mount after a crash, at `fsck` and its repair),
+//! checking it, and repairing what a crash between the steps of one operation leaves. A
+//! mount after a clean close reads none of it (`ondemand.rs`).
 //!
 //! A namespace change is several volume operations (create the inode's file, append to a
 //! directory's log, rewrite a link count) made in one atomic group of the volume, so a
@@ -35,8 +36,8 @@
 mod read;
 mod report;
 
-pub(crate) use self::read::read_log;
-use self::read::{fix_log, Read};
+use self::read::Read;
+pub(crate) use self::read::{fix_log, read_log};
 pub use self::report::NamespaceReport;
 use super::core::{dir_node, Entry, InoMap, InoSet, Node, ROOT};
 use crate::dir::{record, DirLog};
@@ -138,7 +139,7 @@ fn load_once(
     // entry naming no inode is dropped below (or, unrepaired, left out of
     // `readdirplus`): a file meanwhile.
     for (&ino, node) in nodes.iter_mut().filter(|(_, n)| n.inode.kind == Kind::Dir) {
-        let kind = |i: u64| inodes.get(&i).map_or(Kind::File, |n| n.kind);
+        let kind = |i: u64| inodes.get(&i).map(|n| n.kind);
         *node = dir_node(node.inode, &logs[&ino], walk.parent[&ino], kind);
     }
     report.orphans.sort_unstable();

@@ -100,7 +100,7 @@ pub(crate) fn read_log(
 
 /// Cuts directory `ino`'s log after its last good record and rewrites it if its parse
 /// stepped over damage (see [`read_log`]).
-pub(super) fn fix_log(vol: &Volume, ino: u64, log: &mut DirLog) -> Result<(), String> {
+pub(crate) fn fix_log(vol: &Volume, ino: u64, log: &mut DirLog) -> Result<(), String> {
     let size = vol.size(ino).map_err(|e| e.to_string())?;
     if log.valid_bytes < size {
         vol.truncate(ino, log.valid_bytes)

@@ -49,7 +49,8 @@ pub struct Superblock {
     /// Bumped on every superblock write; the newer of two valid copies wins.
     pub generation: u64,
     /// `STATE_CHECKPOINTING` while a checkpoint writes groups home; `STATE_IN_USE` while a
-    /// store has the device open.
+    /// store has the device open; `STATE_UNCHECKED` from an open that found it not closed
+    /// cleanly until a caller marks it checked.
     pub state: u32,
     /// Who last opened the device read-write (a number drawn at each open): with
     /// `STATE_IN_USE` still set at the next open, that owner did not close it.
@@ -65,6 +66,12 @@ pub const STATE_CHECKPOINTING: u32 = 1;
 /// A store has the device open read-write (set at open, cleared at a clean close): found
 /// set at open, the last owner crashed (or has it open on another machine).
 pub const STATE_IN_USE: u32 = 2;
+/// An open found the device not closed cleanly (`STATE_IN_USE` set), and no caller has
+/// said since that it checked what a crash leaves in its own state
+/// ([`Store::mark_checked`](crate::store::Store::mark_checked)): kept across clean closes
+/// until then, so a tool that opens and closes the device in between does not hide the
+/// crash from the layer above (a file system's inodes unlinked while open).
+pub const STATE_UNCHECKED: u32 = 4;
 
 pub(super) fn get_u32(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
