@@ -87,7 +87,7 @@ where
     })?;
     vol.sync()?;
     let seconds = started.elapsed().as_secs_f64();
-    let listed = vol.list();
+    let listed = vol.try_list()?;
     let extents: u64 = listed.iter().map(|f| f.extents).sum();
     let free = vol.store().allocator().free_space();
     let row = VolumeRun {

@@ -202,7 +202,7 @@ fn figures(
 ) -> Result<Run> {
     let geometry = opts.geometry()?;
     let files: Vec<Vec<extalloc::Extent>> = b
-        .list()
+        .try_list()?
         .iter()
         .map(|f| Ok(b.extents(f.id)?.iter().map(|e| e.extent).collect()))
         .collect::<extalloc::Result<_>>()?;
@@ -222,7 +222,7 @@ fn figures(
         context_lock_waits: st.per_context.iter().map(|c| c.lock_waits).collect(),
         context_switches: st.context_switches,
         throttled_writes: st.throttled_writes,
-        prealloc_left_blocks: b.list().iter().map(|f| f.prealloc_blocks).sum(),
+        prealloc_left_blocks: b.try_list()?.iter().map(|f| f.prealloc_blocks).sum(),
     };
     let fields = WritebackFields {
         wb_contexts: st.contexts,

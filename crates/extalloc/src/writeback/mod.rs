@@ -395,8 +395,21 @@ impl Buffered {
     }
 
     /// Every file with its size as callers see it; extents and blocks as placed so far.
+    /// Should a tree leaf fail to read, only the files in memory ([`Volume::list`]):
+    /// [`Buffered::try_list`] says why.
     pub fn list(&self) -> Vec<FileInfo> {
-        let mut files = self.shared.vol.list();
+        self.try_list()
+            .unwrap_or_else(|_| self.with_cached_sizes(self.shared.vol.list()))
+    }
+
+    /// [`Buffered::list`], failing with the error of a tree leaf that cannot be read
+    /// ([`Volume::try_list`]) instead of listing only the files in memory.
+    pub fn try_list(&self) -> Result<Vec<FileInfo>> {
+        Ok(self.with_cached_sizes(self.shared.vol.try_list()?))
+    }
+
+    /// `files` with each cached file's size as callers see it.
+    fn with_cached_sizes(&self, mut files: Vec<FileInfo>) -> Vec<FileInfo> {
         debug_assert!(
             files.windows(2).all(|w| w[0].id < w[1].id),
             "each file listed once"
