@@ -1,7 +1,8 @@
 //! Volumes made by earlier releases (`tests/fixtures/`): root version 2 (made by abfd344:
-//! each table area one extent) and version 3 (made by ab13385: table areas in pieces) open,
-//! read and check clean with today's build, and the first write brings them forward to
-//! version 4 (the file tree) with nothing lost.
+//! each table area one extent), version 3 (made by ab13385: table areas in pieces) and
+//! version 4 (made by 0d2cc41: the file tree, without what its leaves hold) open, read and
+//! check clean with today's build, and the first write brings them forward to version 5
+//! with nothing lost.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -56,8 +57,8 @@ fn small() -> Vec<u8> {
 }
 
 #[test]
-fn volumes_of_versions_2_and_3_read_and_are_brought_forward_by_their_first_write() {
-    for v in [2, 3] {
+fn volumes_of_versions_2_to_4_read_and_are_brought_forward_by_their_first_write() {
+    for v in [2, 3, 4] {
         volume_brought_forward(v);
     }
 }
@@ -76,11 +77,11 @@ fn volume_brought_forward(v: u32) {
     ok(&["get", p, "2", out.to_str().unwrap()]);
     assert_eq!(std::fs::read(&out).unwrap(), big());
     assert_eq!(root_version(&img), v, "reading writes nothing");
-    // A write checkpoints: the root is version 4 (the file tree), every file still there.
+    // A write checkpoints: the root is version 5, every file still there.
     let third = dir.join("third.bin");
     std::fs::write(&third, b"made by today's build").unwrap();
     ok(&["put", p, third.to_str().unwrap()]);
-    assert_eq!(root_version(&img), 4);
+    assert_eq!(root_version(&img), 5);
     ok(&["get", p, "1", out.to_str().unwrap()]);
     assert_eq!(std::fs::read(&out).unwrap(), small());
     ok(&["get", p, "2", out.to_str().unwrap()]);
@@ -90,8 +91,8 @@ fn volume_brought_forward(v: u32) {
 }
 
 #[test]
-fn file_systems_of_versions_2_and_3_check_clean_and_repair_forward() {
-    for v in [2, 3] {
+fn file_systems_of_versions_2_to_4_check_clean_and_repair_forward() {
+    for v in [2, 3, 4] {
         file_system_brought_forward(v);
     }
 }
@@ -109,10 +110,10 @@ fn file_system_brought_forward(v: u32) {
     for path in ["/dir/sub/b", "/dir/a", "/link", "/hello"] {
         assert!(listing.contains(path), "{path} in {listing}");
     }
-    // The repair's checkpoint writes version 4 (nothing to repair: exit 0 or 1).
+    // The repair's checkpoint writes version 5 (nothing to repair: exit 0 or 1).
     let out = run(&["fsck", "--repair", p]);
     assert!(out.status.code().is_some_and(|c| c <= 1), "{out:?}");
-    assert_eq!(root_version(&img), 4);
+    assert_eq!(root_version(&img), 5);
     let fsck = ok(&["fsck", p]);
     assert!(
         fsck.contains("3 directories, 3 files, 1 symbolic links"),

@@ -329,3 +329,51 @@ fn reopen_uncheckpointed(dev: &Arc<FaultDevice<MemDevice>>, vol: Volume) -> Volu
     dev.fail_writes(false);
     Volume::open(dev.clone(), Policy::default()).unwrap()
 }
+
+/// A tree whose entries hold no map outside the tree and no pending file is opened from
+/// its internal nodes alone: a damaged leaf does not stop the open, and is found by the
+/// call that reads it (`Error::Corrupt`); with one long map (in a segment) the open reads
+/// every leaf again and refuses the damage, as before.
+#[test]
+fn an_open_reads_no_leaf_unless_a_map_lies_outside_the_tree() {
+    for long in [false, true] {
+        let dev = device(38);
+        let vol = Volume::mkfs(dev.clone(), &geometry(), 64, Policy::default()).unwrap();
+        // Enough files for several leaves; even ones keep their maps inline.
+        let ids: Vec<u64> = (0..120)
+            .map(|i| {
+                let id = vol.create(format!("file {i}").as_bytes()).unwrap();
+                vol.write(id, 0, &pattern(i, BS as usize)).unwrap();
+                id
+            })
+            .collect();
+        if long {
+            fill(&vol, 2); // the second file's map, eight extents, goes to a segment
+        }
+        let vol = close_open(&dev, vol);
+        let victim = ids[60];
+        let at = (vol.places().unwrap().iter())
+            .find(|p| p.id == victim)
+            .map(|p| p.table.start)
+            .unwrap();
+        assert_eq!(
+            vol.file_cache_figures().0,
+            0,
+            "no file in memory after the open"
+        );
+        vol.close().unwrap();
+        let mut b = [0u8; 8];
+        dev.read_at(&mut b, at).unwrap();
+        b[0] ^= 0xff;
+        dev.write_at(&b, at).unwrap();
+        match (long, Volume::open(dev.clone(), Policy::default())) {
+            (false, Ok(vol)) => {
+                assert_eq!(vol.attr(ids[0]).unwrap(), b"file 0", "another leaf reads");
+                let e = vol.attr(victim).unwrap_err();
+                assert!(matches!(e, Error::Corrupt { .. }), "{e:?}");
+            }
+            (true, Err(e)) => assert!(matches!(e, Error::Corrupt { .. }), "{e:?}"),
+            (_, r) => panic!("long maps {long}: the open gave {:?}", r.map(drop)),
+        }
+    }
+}

@@ -21,7 +21,7 @@ use super::area::Area;
 use super::file::VFile;
 use super::node::{node_blocks, node_bytes};
 use super::record::{Change, SideRef};
-use super::root::{Root, TreeRoot};
+use super::root::{Root, TreeRoot, HOLDS_MAPS, HOLDS_PENDING};
 use super::state::{Meta, Volume};
 use super::table::{file_body, ById};
 use super::tree::Tree;
@@ -80,7 +80,8 @@ impl Volume {
                 .filter(|id| !dirty.contains(id)),
         );
         let index = ById::new(&entries);
-        let retired = self.write_tree(&index, &changed, &pending.dead, &runs, full)?;
+        let holds = self.holds(&pending.dead, !new.is_empty() || !runs.is_empty());
+        let retired = self.write_tree(&index, &changed, (&pending.dead, &runs), full, holds)?;
         new.extend(runs);
         let bs = self.block_size;
         let mut segs = self.segs.lock();
@@ -104,6 +105,11 @@ impl Volume {
         }
         // Every segment the accounts name is named.
         debug_assert!(segs.live.keys().all(|s| segs.named.contains(s)), "{segs:?}");
+        // A root that says no map lies outside the tree is right (an open trusts it).
+        assert!(
+            holds & HOLDS_MAPS != 0 || (segs.named.is_empty() && segs.held.is_empty()),
+            "the root says no map lies outside the tree, but {segs:?}"
+        );
         drop(segs);
         for &i in &moved {
             let mut f = pending.handles[i].lock();
@@ -126,9 +132,9 @@ impl Volume {
         &self,
         entries: &ById<'_>,
         changed: &[u64],
-        dead: &[Extent],
-        runs: &[Extent],
+        (dead, runs): (&[Extent], &[Extent]),
         full: bool,
+        holds: u64,
     ) -> Result<Vec<Extent>> {
         debug_assert!(
             self.gate.is_locked_exclusive(),
@@ -159,6 +165,7 @@ impl Volume {
             generation,
             retired: chain.index.first().copied().unwrap_or(0),
             previous: meta.durable,
+            holds,
         };
         let root = Root {
             sides: [SideRef::legacy(Extent::new(0, 0)); 2],
@@ -192,6 +199,17 @@ impl Volume {
         meta.chain = chain.index;
         *self.meta.lock() = meta;
         Ok(chain.pieces)
+    }
+
+    /// What the tree this checkpoint writes holds that an open would need from its leaves
+    /// (`TreeRoot::holds`): maps outside the tree if a segment named now outlives the
+    /// `dead` ones or the checkpoint wrote segments or runs (`wrote_maps`), pending files
+    /// if any is in memory (a pending file is never dropped from memory, `cache.rs`).
+    /// Errs on the side of "holds": the open then reads every leaf, as before.
+    fn holds(&self, dead: &[Extent], wrote_maps: bool) -> u64 {
+        let maps = wrote_maps || self.segs.lock().named.iter().any(|s| !dead.contains(s));
+        let pending = !self.pending().is_empty();
+        (u64::from(maps) * HOLDS_MAPS) | (u64::from(pending) * HOLDS_PENDING)
     }
 
     /// The new tree (its changed nodes written, not flushed) and the retired chain

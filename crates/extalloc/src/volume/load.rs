@@ -1,6 +1,8 @@
 //! The volume's open: the file table read from the root the last checkpoint
 //! (`checkpoint.rs`) left, and the changes logged after it applied; maps stay unread
-//! (`maps.rs`). A table with damaged entries is refused by a plain open, naming the
+//! (`maps.rs`). When the root says its leaves hold no map outside the tree and no pending
+//! file (`TreeRoot::leaves_unneeded`), only the internal nodes are read, and the entries
+//! the changes name ([`load_internal`]). A table with damaged entries is refused by a plain open, naming the
 //! damage; `salvage.rs` opens it for repair with the pieces here ([`read_table`],
 //! [`replay`], [`adopt_all`]). A version 2 or 3 root (two table areas written whole) is
 //! read here too; the next checkpoint builds its tree (the upgrade).
@@ -13,9 +15,9 @@
 use super::area::{self, Area};
 use super::file::{apply, maps_of, ReplayFile, VFile};
 use super::maps::{adopt_entries, read_map};
-use super::node::node_blocks;
+use super::node::{node_blocks, node_bytes};
 use super::record::{decode_payload, Change, SideRef};
-use super::root::Root;
+use super::root::{Root, TreeRoot};
 use super::state::Segs;
 use super::state::{FileTable, Meta};
 use super::table::{decode_placed, salvage_table, Salvaged, Table};
@@ -42,6 +44,11 @@ pub(super) fn load(
     records: &[Record],
 ) -> Result<(FileTable, Meta, Segs)> {
     let root = volume_root(store)?;
+    if let Some(t) = root.tree.filter(TreeRoot::leaves_unneeded) {
+        if let Some(loaded) = load_internal(store, dev, &root, &t, records)? {
+            return Ok(loaded);
+        }
+    }
     let read = read_table(store, dev, &root)?;
     let table = match read.table {
         TableRead::Whole(table, _) => table,
@@ -65,6 +72,91 @@ pub(super) fn load(
     }
     meta.replayed = replayed;
     Ok((adopt_all(store, files)?, meta, segs))
+}
+
+/// The open of a tree whose leaves hold nothing the open needs
+/// ([`TreeRoot::leaves_unneeded`]: no map outside the tree, so the segments' accounts are
+/// empty, and no pending file): the internal nodes and the retired chain are read, and the
+/// entries of the files the records change, each from its leaf; every other file waits in
+/// the tree for a call that names it (`cache.rs`), and a damaged leaf is found then.
+/// `None` when an internal node or the chain fails: the whole read ([`read_table`]) finds
+/// what is damaged and refuses, as it always has.
+fn load_internal(
+    store: &Store,
+    dev: &dyn Device,
+    root: &Root,
+    t: &TreeRoot,
+    records: &[Record],
+) -> Result<Option<(FileTable, Meta, Segs)>> {
+    let bs = u64::from(store.geometry().block_size);
+    let mut io = super::treeio::VolIo::new(store, dev);
+    let walked = super::walk::walk_internal(&mut io, t.root, node_bytes(bs), t.count)?;
+    let Some(tree) = walked.tree else {
+        return Ok(None);
+    };
+    let chain = match t.retired {
+        0 => area::Area::default(),
+        head => {
+            let side = SideRef {
+                extent: Extent::new(0, 0),
+                head,
+            };
+            match area::resolve(dev, store.geometry(), side) {
+                Ok(a) => a,
+                Err(_) => return Ok(None),
+            }
+        }
+    };
+    let segs = Segs {
+        retired: chain.pieces.clone(),
+        ..Segs::default()
+    };
+    let changes = changes_of(records)?;
+    let replayed: BTreeSet<u64> = changes.iter().filter_map(Change::file).collect();
+    let mut files = BTreeMap::new();
+    for &id in &replayed {
+        if let Some(body) = tree.get(&mut io, id)? {
+            let (id, f) = ReplayFile::from_table(super::table::decode_file(&body)?);
+            files.insert(id, f);
+        }
+    }
+    let (files, mut meta, segs) = replay(store, dev, root, files, segs, changes)?;
+    adopt_tree(
+        &mut meta,
+        root,
+        Some(tree),
+        (&[], &chain.index),
+        node_blocks(bs),
+    );
+    meta.replayed = replayed;
+    #[cfg(debug_assertions)]
+    check_leaves_unneeded(store, dev, root);
+    Ok(Some((adopt_all(store, files)?, meta, segs)))
+}
+
+/// In checked builds, the claim [`load_internal`] trusted, against every leaf: no entry's
+/// map lies outside the tree, and no entry is pending (a leaf that does not read is left
+/// to the call that reads it).
+#[cfg(debug_assertions)]
+fn check_leaves_unneeded(store: &Store, dev: &dyn Device, root: &Root) {
+    let Ok(read) = read_table(store, dev, root) else {
+        return;
+    };
+    if let TableRead::Whole(table, _) = read.table {
+        let bs = u64::from(store.geometry().block_size);
+        let segs = segs_of(&table, bs);
+        assert!(
+            segs.named.is_empty() && segs.held.is_empty(),
+            "the root said no map lies outside the tree: {segs:?}"
+        );
+        assert!(
+            table
+                .files
+                .iter()
+                .all(|f| f.attr != super::publish::PENDING),
+            "the root said no file is pending"
+        );
+    }
 }
 
 /// The volume's root, as the store keeps it.

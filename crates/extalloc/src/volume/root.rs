@@ -16,10 +16,12 @@ const ROOT_MAGIC: &[u8; 4] = b"XVRT";
 /// segments. 3: a table area is a chain of pieces listed by index blocks (`area.rs`), named
 /// by its first index block (a version 2 area, one extent, is still named by it). 4: the
 /// file table is a copy-on-write B+tree of single nodes (`tree.rs`, [`TreeRoot`]); its
-/// retired blocks are listed by an index chain. Roots of version 2 and 3 are read, and the
-/// next checkpoint writes version 4 (the upgrade). The file table's entries keep their own
-/// version (`table::TABLE_VERSION`).
-const VERSION: u32 = 4;
+/// retired blocks are listed by an index chain. 5: version 4 and what the tree's leaves
+/// hold that the open would need ([`TreeRoot::holds`]), so an open whose tree holds
+/// neither reads no leaf. Roots of version 2 to 4 are read, and the next checkpoint writes
+/// version 5 (the upgrade). The file table's entries keep their own version
+/// (`table::TABLE_VERSION`).
+const VERSION: u32 = 5;
 const OLDEST_VERSION: u32 = 2;
 /// The volume's root, kept in the store's durable root: where the file table is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +52,23 @@ pub(super) struct TreeRoot {
     /// The previous checkpoint's tree: its nodes this one replaced are among the retired,
     /// so until the next checkpoint it reads whole (the salvage's second copy).
     pub previous: Option<(NodeRef, u64)>,
+    /// What the tree's entries hold that the open needs from every leaf ([`HOLDS_MAPS`],
+    /// [`HOLDS_PENDING`]); a version 4 root, which does not say, reads as holding both.
+    pub holds: u64,
+}
+
+/// [`TreeRoot::holds`]: some entry's map lies in a map segment or in runs of its own, so
+/// the open builds the segments' accounts from every leaf (`load.rs`, `Segs`).
+pub(super) const HOLDS_MAPS: u64 = 1;
+/// [`TreeRoot::holds`]: some entry is a pending file, which the open finds and removes.
+pub(super) const HOLDS_PENDING: u64 = 2;
+
+impl TreeRoot {
+    /// The open needs no leaf of this tree (its entries hold no map outside the tree and no
+    /// pending file): it reads the internal nodes only (`load.rs`).
+    pub(super) fn leaves_unneeded(&self) -> bool {
+        self.holds == 0
+    }
 }
 
 impl Root {
@@ -85,6 +104,7 @@ impl Root {
             prev.generation,
             prev_count,
             self.next_id,
+            t.holds,
         ] {
             put_u64(&mut out, v);
         }
@@ -92,9 +112,10 @@ impl Root {
         out
     }
 
-    fn decode_tree(r: &mut Reader<'_>) -> Result<Root> {
-        let mut v = [0u64; 9];
-        for x in &mut v {
+    fn decode_tree(r: &mut Reader<'_>, version: u32) -> Result<Root> {
+        let mut v = [0u64; 10];
+        let fields = if version >= 5 { 10 } else { 9 };
+        for x in &mut v[..fields] {
             *x = r.u64()?;
         }
         let node = |block, generation| NodeRef { block, generation };
@@ -104,8 +125,13 @@ impl Root {
             generation: v[3],
             retired: v[4],
             previous: (v[5] != 0).then(|| (node(v[5], v[6]), v[7])),
+            holds: match version {
+                4 => HOLDS_MAPS | HOLDS_PENDING,
+                _ => v[9],
+            },
         };
-        if !r.done() || t.root.block == 0 || t.root.generation > t.generation {
+        let holds_ok = t.holds & !(HOLDS_MAPS | HOLDS_PENDING) == 0;
+        if !r.done() || t.root.block == 0 || t.root.generation > t.generation || !holds_ok {
             return Err(corrupt("the volume root is malformed"));
         }
         debug_assert!(t.previous.is_none_or(|(p, _)| p.block != 0));
@@ -140,7 +166,7 @@ impl Root {
             });
         }
         let sides = match version {
-            4 => return Root::decode_tree(&mut r),
+            4 | 5 => return Root::decode_tree(&mut r, version),
             2 => [SideRef::legacy(r.extent()?), SideRef::legacy(r.extent()?)],
             _ => [SideRef::decode(&mut r)?, SideRef::decode(&mut r)?],
         };
@@ -195,10 +221,22 @@ mod tests {
                 generation: 7,
                 retired: 41,
                 previous: Some((node(30, 6), 10)),
+                holds: HOLDS_PENDING,
             }),
         };
         let bytes = tree.encode();
         assert_eq!(Root::decode(&bytes).unwrap(), tree);
+        // A version 4 root (no `holds`): read as holding both, so the open reads every leaf.
+        let mut v4 = bytes[..bytes.len() - 8].to_vec();
+        v4[4..8].copy_from_slice(&4u32.to_le_bytes());
+        let old = Root::decode(&v4).unwrap();
+        assert_eq!(old.tree.unwrap().holds, HOLDS_MAPS | HOLDS_PENDING);
+        assert!(!old.tree.unwrap().leaves_unneeded());
+        // Bits not defined are refused.
+        let mut odd = bytes.clone();
+        let at = odd.len() - 8;
+        odd[at] = 4;
+        assert!(Root::decode(&odd).is_err());
         for cut in 0..bytes.len() {
             assert!(Root::decode(&bytes[..cut]).is_err(), "cut at {cut}");
         }

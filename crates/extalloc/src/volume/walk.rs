@@ -1,6 +1,8 @@
-//! Reading a durable file tree (`tree.rs`) whole, going on past damage ([`walk`]): the
-//! open reads every leaf (the volume keeps every file in memory), and the salvage scans
-//! the payload of each leaf that failed its check (`treeio.rs`).
+//! Reading a durable file tree (`tree.rs`) whole, going on past damage ([`walk`]): an
+//! open whose root says the leaves hold maps outside the tree or pending files reads every
+//! leaf (to build the segments' accounts), and the salvage scans the payload of each leaf
+//! that failed its check (`treeio.rs`); any other open reads the internal nodes only
+//! ([`walk_internal`]).
 //!
 //! Data structures: [`Walked`] (the leaves in key order, each a [`WalkLeaf`]; the internal
 //! nodes lost; the tree, if whole). Invariant: levels fall by one from parent to child,
@@ -41,14 +43,38 @@ pub(super) struct Walked {
 /// in key order, going on past damage (see [`Walked`]). Fails only if the root itself
 /// cannot be read as a node.
 pub(super) fn walk(io: &mut dyn NodeIo, root: NodeRef, size: usize, count: u64) -> Result<Walked> {
+    walk_with(io, (root, size, count), true)
+}
+
+/// [`walk`] reading the internal nodes only: each leaf is taken as its parent names it,
+/// unread (in `nodes`, not in `leaves`), for an open that needs no entry (`load.rs`); a
+/// damaged leaf is then found when a call reads it. A root that is a leaf is read.
+pub(super) fn walk_internal(
+    io: &mut dyn NodeIo,
+    root: NodeRef,
+    size: usize,
+    count: u64,
+) -> Result<Walked> {
+    walk_with(io, (root, size, count), false)
+}
+
+fn walk_with(
+    io: &mut dyn NodeIo,
+    (root, size, count): (NodeRef, usize, u64),
+    leaves: bool,
+) -> Result<Walked> {
     let mut w = Walked {
         leaves: Vec::new(),
         lost: Vec::new(),
         nodes: Vec::new(),
         tree: None,
     };
-    let slot = walk_node(io, root, None, (0, (0, None)), &mut w)?;
+    let slot = walk_node(io, root, None, (0, (0, None)), leaves, &mut w)?;
     if w.lost.is_empty() && w.leaves.iter().all(|l| l.checked) {
+        debug_assert!(
+            leaves || w.leaves.len() <= 1,
+            "a walk of internal nodes read leaves"
+        );
         w.tree = Some(Tree::from_root(slot, size, count));
     }
     Ok(w)
@@ -62,8 +88,13 @@ fn walk_node(
     at: NodeRef,
     level: Option<u8>,
     (first, keys): (u64, (u64, Option<u64>)),
+    leaves: bool,
     w: &mut Walked,
 ) -> Result<Slot> {
+    if !leaves && level == Some(0) {
+        w.nodes.push(at); // the tree's, as its parent names it
+        return Ok(Slot::durable(first, at, None));
+    }
     let raw = io.read_raw(at.block);
     let checked = raw.as_ref().map_err(Clone::clone).and_then(|b| {
         let d = node::decode(b, at)?;
@@ -103,6 +134,7 @@ fn walk_node(
             c.at,
             Some(d.level - 1),
             (c.first, (lo, hi)),
+            leaves,
             w,
         )?);
     }
