@@ -97,9 +97,15 @@ impl Fs {
             }
         }
         let mut ns = self.ns_write();
-        // Again: a change may have come between the locks. `.` and `..` are in memory.
+        // Again: a change may have come between the locks. `.` and `..` name the
+        // directory by number (a file handle across a remount: `ondemand.rs`).
         let ino = match name {
-            b"." | b".." => resolve(&ns)?,
+            b"." | b".." => {
+                self.load_into(&mut ns, parent)?;
+                let ino = resolve(&ns)?;
+                self.load_into(&mut ns, ino)?;
+                ino
+            }
             _ => self.load_named(&mut ns, parent, name)?,
         };
         let attr = self.attr_of(&ns, ino)?;

@@ -20,7 +20,9 @@
 //! unlink, rmdir, rename and link for the inodes they change (with the namespace lock held
 //! for writing), and every call naming an inode by number ([`Fs::ensure_loaded`]: the
 //! kernel names only inodes it holds, which are in memory; a caller of this API that
-//! names others gets them read back, but a directory no name has reached is `ENOENT`).
+//! names others gets them read back; so does a file handle kept across a remount: a
+//! directory no name has reached since the mount has its parent found first by a walk from
+//! the root, [`Fs::find_parent`]).
 //! Damage met by a read back is logged, costs the call that name only, and marks the
 //! store for the next mount's whole read (`Store::mark_unchecked`).
 //!
@@ -80,7 +82,7 @@ impl Node {
 
 /// Inode `ino`'s node as `vol` holds it, for an inode not in memory: a directory's with
 /// its entries replayed from its log and `parent` as its parent (`None`: not known, and a
-/// directory is then `ENOENT`: only a call that reached it through a name reads one back),
+/// directory is then `EISDIR`, for the caller to find its parent: [`Fs::load_into`]),
 /// its entries' kinds from `known` (the nodes in memory; others not known yet: `Entry`).
 /// `ENOENT` if there is no such inode, `EIO` if its blob, its log or its extended
 /// attributes are damaged (logged, with what to run). A log with a torn tail is cut, one
@@ -106,7 +108,8 @@ pub(crate) fn read_node(
     };
     let inode = Inode::decode(&blob).ok_or_else(|| damaged("its blob is not an inode"))?;
     let mut node = match (inode.kind, parent) {
-        (Kind::Dir, None) => return Err(Errno(libc::ENOENT)),
+        // Its parent is to be found first (`Fs::find_parent`).
+        (Kind::Dir, None) => return Err(Errno(libc::EISDIR)),
         (Kind::Dir, Some(parent)) => {
             let mut found = NamespaceReport::default();
             let mut log = scan::read_log(vol, ino, false, &mut found)
@@ -159,10 +162,68 @@ impl Fs {
         Ok(())
     }
 
-    /// [`Fs::load_with`] for an inode named by number: a directory not in memory is
-    /// `ENOENT` (every directory the kernel knows it reached by a name, which read it back).
+    /// [`Fs::load_with`] for an inode named by number. The kernel names by number what a
+    /// name reached, which read it back, except through a file handle kept across a
+    /// remount: a directory not in memory then needs its parent found first
+    /// ([`Fs::find_parent`]).
     pub(crate) fn load_into(&self, ns: &mut Ns, ino: u64) -> FsResult<()> {
-        self.load_with(ns, ino, None)
+        let loaded = match self.load_with(ns, ino, None) {
+            Err(Errno(libc::EISDIR)) => {
+                let parent = self.find_parent(ns, ino)?;
+                self.load_with(ns, ino, Some(parent))
+            }
+            other => other,
+        };
+        assert!(
+            loaded.is_err() || ns.nodes.contains_key(&ino),
+            "inode {ino} read back"
+        );
+        loaded
+    }
+
+    /// The directory that names directory `ino`, for a directory named by number that no
+    /// name has reached since the mount (a file handle across a remount): searched breadth
+    /// first from the root through the directories' entries, reading back the
+    /// directories on the way, as a walk from the root would (an entry whose kind is not
+    /// known yet costs a read of its inode's blob, and a directory's search stops once its
+    /// link count's subdirectories are found). `ENOENT` if no directory names it. A walk
+    /// of the namespace, once: afterwards the directory is in memory.
+    fn find_parent(&self, ns: &mut Ns, ino: u64) -> FsResult<u64> {
+        let mut queue = std::collections::VecDeque::from([super::core::ROOT]);
+        let mut seen = super::core::InoSet::default();
+        while let Some(d) = queue.pop_front() {
+            if !seen.insert(d) {
+                continue;
+            }
+            let dir = ns.dir(d)?;
+            if dir.entries.values().any(|e| e.ino == ino) {
+                // Every directory in memory has its parent in memory: `d` came by its name.
+                debug_assert!(ns.dir(ns.dir(d)?.parent).is_ok(), "{d}'s parent in memory");
+                return Ok(d);
+            }
+            let entries: Vec<(super::core::Name, super::core::Entry)> =
+                (dir.entries.iter()).map(|(n, e)| (n.clone(), *e)).collect();
+            let mut subdirs = ns.node(d)?.inode.nlink.saturating_sub(2);
+            for (name, e) in entries {
+                if subdirs == 0 {
+                    break;
+                }
+                let kind = match (e.kind, ns.nodes.get(&e.ino)) {
+                    (Some(k), _) => Some(k),
+                    (None, Some(n)) => Some(n.inode.kind),
+                    (None, None) => (self.vol.volume().attr(e.ino).ok())
+                        .and_then(|b| Inode::decode(&b))
+                        .map(|i| i.kind),
+                };
+                if kind == Some(Kind::Dir) {
+                    subdirs -= 1;
+                    if self.load_named(ns, d, &name).is_ok() {
+                        queue.push_back(e.ino);
+                    }
+                }
+            }
+        }
+        Err(Errno(libc::ENOENT))
     }
 
     /// Reads back the inode `name` names in directory `parent` (in memory), a directory
