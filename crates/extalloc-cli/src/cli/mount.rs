@@ -296,12 +296,18 @@ fn report(opts: &MountOptions, r: &MountReport, announce: bool) {
     } else {
         format!("repaired {}", r.repaired.summary())
     };
+    let counts = match r.scanned {
+        true => format!(
+            "{} directories, {} files",
+            r.repaired.dirs, r.repaired.files
+        ),
+        // After a clean unmount only the root was read: the rest is read when named.
+        false => format!("{} inodes", r.inodes),
+    };
     let line = format!(
-        "mounted {} on {} ({what}; {} directories, {} files)",
+        "mounted {} on {} ({what}; {counts})",
         opts.device.display(),
         opts.mountpoint.display(),
-        r.repaired.dirs,
-        r.repaired.files
     );
     super::output::say_err(&line);
     for l in extalloc_fuse::repair::salvage_lines(&r.salvage) {

@@ -110,7 +110,15 @@ use std::sync::OnceLock;
 pub struct MountReport {
     /// A new file system was made on an empty volume.
     pub created: bool,
-    /// What the namespace check found (and mount repaired).
+    /// The whole namespace was read, checked and repaired (a new file system, or the
+    /// first read-write mount after a crash: `Store::unchecked`). Otherwise the mount read
+    /// the root only and `repaired` is empty: every other inode is read when a call names
+    /// it.
+    pub scanned: bool,
+    /// The volume's files: inodes and the spill files of their extended attributes (what
+    /// `statfs` counts).
+    pub inodes: u64,
+    /// What the namespace check found (and mount repaired), when it ran (`scanned`).
     pub repaired: NamespaceReport,
     /// Groups whose metadata failed its checks so far (their bitmaps load on first use):
     /// held out of allocation, every block held used; files with data there still read.
@@ -165,6 +173,7 @@ impl Fs {
             Some(Err(_)) | None => {
                 let (mut nodes, found) = scan_and_repair(&vol, must_commit)?;
                 report.repaired = found;
+                report.scanned = true;
                 // Only the directories stay in memory; any other inode is read back when
                 // a call names it (`ondemand.rs`).
                 nodes.retain(|_, n| n.dir.is_some());
@@ -186,6 +195,7 @@ impl Fs {
         }
         // Inodes and their spill files: the volume's files (`Ns::count`).
         let count = vol.file_count().map_err(|e| e.to_string())?;
+        report.inodes = count;
         let vol = Buffered::new(vol, opts).map_err(|e| e.to_string())?;
         let fs = Fs {
             vol,

@@ -48,8 +48,7 @@ pub(super) fn mount_and_check(dev: Arc<dyn Device>, truth: &Truth, hit: &BTreeSe
         Err(e) => return refused(e.to_string()),
     };
     let (fs, whole) = match Fs::mount(vol, opts()) {
-        // A mount that read the whole namespace counted at least the root.
-        Ok((fs, report)) => (fs, report.repaired.dirs > 0),
+        Ok((fs, report)) => (fs, report.scanned),
         Err(e) => return refused(e),
     };
     let mut out = Served::default();
