@@ -60,6 +60,7 @@ skip() {
 [[ $(id -u) -eq 0 ]] || skip "not root (the mount tests switch users and mount)"
 [[ -c /dev/fuse ]] || skip "no /dev/fuse"
 ./scripts/fs-tools.sh
+./scripts/drop-dead-mounts.sh
 PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 # The build under test: release, or the profile EXTALLOC_PROFILE names (scripts/test.sh
 # runs the suite under `checked`: release with debug assertions and overflow checks on).
