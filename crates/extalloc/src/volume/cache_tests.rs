@@ -330,16 +330,17 @@ fn reopen_uncheckpointed(dev: &Arc<FaultDevice<MemDevice>>, vol: Volume) -> Volu
     Volume::open(dev.clone(), Policy::default()).unwrap()
 }
 
-/// A tree whose entries hold no map outside the tree and no pending file is opened from
-/// its internal nodes alone: a damaged leaf does not stop the open, and is found by the
-/// call that reads it (`Error::Corrupt`); with one long map (in a segment) the open reads
-/// every leaf again and refuses the damage, as before.
+/// An open reads the tree's internal nodes and only the leaves whose marks say they hold
+/// a map outside the tree (or a pending file): a damaged unmarked leaf does not stop the
+/// open, and is found by the call that reads it (`Error::Corrupt`), with or without a long
+/// map (in a segment) elsewhere; a damaged marked leaf makes the open read every leaf and
+/// refuse the damage, as before.
 #[test]
-fn an_open_reads_no_leaf_unless_a_map_lies_outside_the_tree() {
-    for long in [false, true] {
+fn an_open_reads_only_the_leaves_marked_as_holding_a_map_outside_the_tree() {
+    for (long, victim_is_long) in [(false, false), (true, false), (true, true)] {
         let dev = device(38);
         let vol = Volume::mkfs(dev.clone(), &geometry(), 64, Policy::default()).unwrap();
-        // Enough files for several leaves; even ones keep their maps inline.
+        // Enough files for several leaves; their maps are inline.
         let ids: Vec<u64> = (0..120)
             .map(|i| {
                 let id = vol.create(format!("file {i}").as_bytes()).unwrap();
@@ -347,15 +348,25 @@ fn an_open_reads_no_leaf_unless_a_map_lies_outside_the_tree() {
                 id
             })
             .collect();
-        if long {
-            fill(&vol, 2); // the second file's map, eight extents, goes to a segment
-        }
+        // The second file's map, eight extents, goes to a segment; its leaf is marked.
+        let longs = if long { fill(&vol, 2) } else { Vec::new() };
         let vol = close_open(&dev, vol);
-        let victim = ids[60];
-        let at = (vol.places().unwrap().iter())
-            .find(|p| p.id == victim)
-            .map(|p| p.table.start)
-            .unwrap();
+        let place = |id: u64| {
+            (vol.places().unwrap().iter())
+                .find(|p| p.id == id)
+                .map(|p| p.table.start)
+                .unwrap()
+        };
+        let victim = if victim_is_long { longs[1] } else { ids[60] };
+        let at = place(victim);
+        if long && !victim_is_long {
+            let node = |at: u64| at / 4096;
+            assert_ne!(
+                node(at),
+                node(place(longs[1])),
+                "the victim shares no leaf with the long map"
+            );
+        }
         assert_eq!(
             vol.file_cache_figures().0,
             0,
@@ -366,14 +377,17 @@ fn an_open_reads_no_leaf_unless_a_map_lies_outside_the_tree() {
         dev.read_at(&mut b, at).unwrap();
         b[0] ^= 0xff;
         dev.write_at(&b, at).unwrap();
-        match (long, Volume::open(dev.clone(), Policy::default())) {
+        match (victim_is_long, Volume::open(dev.clone(), Policy::default())) {
             (false, Ok(vol)) => {
                 assert_eq!(vol.attr(ids[0]).unwrap(), b"file 0", "another leaf reads");
                 let e = vol.attr(victim).unwrap_err();
                 assert!(matches!(e, Error::Corrupt { .. }), "{e:?}");
+                if long {
+                    assert_file(&vol, longs[1], 1);
+                }
             }
             (true, Err(e)) => assert!(matches!(e, Error::Corrupt { .. }), "{e:?}"),
-            (_, r) => panic!("long maps {long}: the open gave {:?}", r.map(drop)),
+            (_, r) => panic!("long {long}: the open gave {:?}", r.map(drop)),
         }
     }
 }

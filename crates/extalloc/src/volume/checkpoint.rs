@@ -21,7 +21,7 @@ use super::area::Area;
 use super::file::VFile;
 use super::node::{node_blocks, node_bytes};
 use super::record::{Change, SideRef};
-use super::root::{Root, TreeRoot, HOLDS_MAPS, HOLDS_PENDING};
+use super::root::{Root, TreeRoot, HOLDS_MAPS, HOLDS_MARKED, HOLDS_PENDING};
 use super::state::{Meta, Volume};
 use super::table::{file_body, ById};
 use super::tree::Tree;
@@ -110,6 +110,15 @@ impl Volume {
             holds & HOLDS_MAPS != 0 || (segs.named.is_empty() && segs.held.is_empty()),
             "the root says no map lies outside the tree, but {segs:?}"
         );
+        // The tree's marks (what an open reads by) say a map lies outside it exactly when
+        // the accounts hold one: paired with the open's accounts built from the marked
+        // leaves (`load.rs`).
+        let marks = self.meta.lock().tree.as_ref().map(|t| t.root_marks());
+        debug_assert_eq!(
+            marks.map(|m| m & super::node::MARK_MAPS != 0),
+            Some(!segs.held.is_empty()),
+            "the tree's marks against {segs:?}"
+        );
         drop(segs);
         for &i in &moved {
             let mut f = pending.handles[i].lock();
@@ -159,6 +168,13 @@ impl Volume {
             freed: Vec::new(),
         }]);
         let generation = meta.generation + 1;
+        // The root's word covers the tree's marks (it may say more, never less).
+        assert_eq!(
+            u64::from(tree.root_marks()) & !holds,
+            0,
+            "a root holding {holds:#x} over a tree marked {:#x}",
+            tree.root_marks()
+        );
         let t = TreeRoot {
             root: tree.root().expect("the tree written"),
             count: tree.count(),
@@ -204,12 +220,14 @@ impl Volume {
     /// What the tree this checkpoint writes holds that an open would need from its leaves
     /// (`TreeRoot::holds`): maps outside the tree if a segment named now outlives the
     /// `dead` ones or the checkpoint wrote segments or runs (`wrote_maps`), pending files
-    /// if any is in memory (a pending file is never dropped from memory, `cache.rs`).
+    /// if any is in memory (a pending file is never dropped from memory, `cache.rs`); and
+    /// always that the tree's internal nodes carry marks (every checkpoint leaves them
+    /// whole, `Tree::settle`).
     /// Errs on the side of "holds": the open then reads every leaf, as before.
     fn holds(&self, dead: &[Extent], wrote_maps: bool) -> u64 {
         let maps = wrote_maps || self.segs.lock().named.iter().any(|s| !dead.contains(s));
         let pending = !self.pending().is_empty();
-        (u64::from(maps) * HOLDS_MAPS) | (u64::from(pending) * HOLDS_PENDING)
+        (u64::from(maps) * HOLDS_MAPS) | (u64::from(pending) * HOLDS_PENDING) | HOLDS_MARKED
     }
 
     /// The new tree (its changed nodes written, not flushed) and the retired chain

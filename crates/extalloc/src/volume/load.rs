@@ -1,8 +1,9 @@
 //! The volume's open: the file table read from the root the last checkpoint
 //! (`checkpoint.rs`) left, and the changes logged after it applied; maps stay unread
-//! (`maps.rs`). When the root says its leaves hold no map outside the tree and no pending
-//! file (`TreeRoot::leaves_unneeded`), only the internal nodes are read, and the entries
-//! the changes name ([`load_internal`]). A table with damaged entries is refused by a plain open, naming the
+//! (`maps.rs`). When the root says its internal nodes' marks are whole
+//! (`TreeRoot::marks_whole`), only the internal nodes are read, the leaves whose marks say
+//! they hold a map outside the tree or a pending file, and the entries the changes name
+//! ([`load_marked`]); else every leaf. A table with damaged entries is refused by a plain open, naming the
 //! damage; `salvage.rs` opens it for repair with the pieces here ([`read_table`],
 //! [`replay`], [`adopt_all`]). A version 2 or 3 root (two table areas written whole) is
 //! read here too; the next checkpoint builds its tree (the upgrade).
@@ -44,8 +45,8 @@ pub(super) fn load(
     records: &[Record],
 ) -> Result<(FileTable, Meta, Segs)> {
     let root = volume_root(store)?;
-    if let Some(t) = root.tree.filter(TreeRoot::leaves_unneeded) {
-        if let Some(loaded) = load_internal(store, dev, &root, &t, records)? {
+    if let Some(t) = root.tree.filter(TreeRoot::marks_whole) {
+        if let Some(loaded) = load_marked(store, dev, &root, &t, records)? {
             return Ok(loaded);
         }
     }
@@ -74,14 +75,15 @@ pub(super) fn load(
     Ok((adopt_all(store, files)?, meta, segs))
 }
 
-/// The open of a tree whose leaves hold nothing the open needs
-/// ([`TreeRoot::leaves_unneeded`]: no map outside the tree, so the segments' accounts are
-/// empty, and no pending file): the internal nodes and the retired chain are read, and the
-/// entries of the files the records change, each from its leaf; every other file waits in
-/// the tree for a call that names it (`cache.rs`), and a damaged leaf is found then.
-/// `None` when an internal node or the chain fails: the whole read ([`read_table`]) finds
-/// what is damaged and refuses, as it always has.
-fn load_internal(
+/// The open of a tree whose marks are whole ([`TreeRoot::marks_whole`]): the internal
+/// nodes and the retired chain are read; the marked leaves, for the files whose map lies
+/// outside the tree (the segments' accounts) and the pending ones (which the open finds
+/// and removes); and the entries of the files the records change, each from its leaf.
+/// Every other file waits in the tree for a call that names it (`cache.rs`), and a
+/// damaged leaf is found then. `None` when an internal node, a marked leaf or the chain
+/// fails: the whole read ([`read_table`]) finds what is damaged and refuses, as it always
+/// has.
+fn load_marked(
     store: &Store,
     dev: &dyn Device,
     root: &Root,
@@ -90,10 +92,18 @@ fn load_internal(
 ) -> Result<Option<(FileTable, Meta, Segs)>> {
     let bs = u64::from(store.geometry().block_size);
     let mut io = super::treeio::VolIo::new(store, dev);
-    let walked = super::walk::walk_internal(&mut io, t.root, node_bytes(bs), t.count)?;
+    let walked = super::walk::walk_marked(&mut io, t.root, node_bytes(bs), t.count)?;
     let Some(tree) = walked.tree else {
         return Ok(None);
     };
+    let mut marked = Vec::new();
+    for leaf in &walked.leaves {
+        for body in super::table::frames(&leaf.payload)? {
+            if super::table::entry_marks(body) != 0 {
+                marked.push(super::table::decode_file(body)?);
+            }
+        }
+    }
     let chain = match t.retired {
         0 => area::Area::default(),
         head => {
@@ -107,14 +117,26 @@ fn load_internal(
             }
         }
     };
-    let segs = Segs {
+    let table = Table {
+        files: marked,
         retired: chain.pieces.clone(),
-        ..Segs::default()
     };
+    // The accounts of every map outside the tree, as `load` builds them from every leaf.
+    let segs = segs_of(&table, bs);
+    let mut files: BTreeMap<u64, ReplayFile> = table
+        .files
+        .into_iter()
+        .filter(|f| f.attr == super::publish::PENDING)
+        .map(ReplayFile::from_table)
+        .collect();
+    #[cfg(debug_assertions)]
+    let found = table_marked(&segs, &files);
     let changes = changes_of(records)?;
     let replayed: BTreeSet<u64> = changes.iter().filter_map(Change::file).collect();
-    let mut files = BTreeMap::new();
     for &id in &replayed {
+        if files.contains_key(&id) {
+            continue;
+        }
         if let Some(body) = tree.get(&mut io, id)? {
             let (id, f) = ReplayFile::from_table(super::table::decode_file(&body)?);
             files.insert(id, f);
@@ -130,32 +152,48 @@ fn load_internal(
     );
     meta.replayed = replayed;
     #[cfg(debug_assertions)]
-    check_leaves_unneeded(store, dev, root);
+    check_marks(store, dev, root, &found);
     Ok(Some((adopt_all(store, files)?, meta, segs)))
 }
 
-/// In checked builds, the claim [`load_internal`] trusted, against every leaf: no entry's
-/// map lies outside the tree, and no entry is pending (a leaf that does not read is left
-/// to the call that reads it).
+/// What [`load_marked`] found through the marks (before the records' changes): the
+/// segments named, the files holding maps there, and the pending files.
 #[cfg(debug_assertions)]
-fn check_leaves_unneeded(store: &Store, dev: &dyn Device, root: &Root) {
+type Found = (BTreeSet<Extent>, BTreeSet<u64>, BTreeSet<u64>);
+
+#[cfg(debug_assertions)]
+fn table_marked(segs: &Segs, files: &BTreeMap<u64, ReplayFile>) -> Found {
+    let pending = files
+        .iter()
+        .filter(|(_, f)| f.attr == super::publish::PENDING)
+        .map(|(&id, _)| id);
+    (
+        segs.named.clone(),
+        segs.held.keys().copied().collect(),
+        pending.collect(),
+    )
+}
+
+/// In checked builds, what [`load_marked`] found through the marks (`found`) against
+/// every leaf: the same segments and files holding maps outside the tree, and the same
+/// pending files (a leaf that does not read is left to the call that reads it).
+#[cfg(debug_assertions)]
+fn check_marks(store: &Store, dev: &dyn Device, root: &Root, found: &Found) {
     let Ok(read) = read_table(store, dev, root) else {
         return;
     };
     if let TableRead::Whole(table, _) = read.table {
         let bs = u64::from(store.geometry().block_size);
-        let segs = segs_of(&table, bs);
-        assert!(
-            segs.named.is_empty() && segs.held.is_empty(),
-            "the root said no map lies outside the tree: {segs:?}"
-        );
-        assert!(
-            table
+        let all = table_marked(
+            &segs_of(&table, bs),
+            &table
                 .files
-                .iter()
-                .all(|f| f.attr != super::publish::PENDING),
-            "the root said no file is pending"
+                .into_iter()
+                .map(ReplayFile::from_table)
+                .filter(|(_, f)| f.attr == super::publish::PENDING)
+                .collect(),
         );
+        assert_eq!(&all, found, "the marks missed what the leaves hold");
     }
 }
 

@@ -8,8 +8,10 @@
 //! crc32c (u32) seeded with that block number over the node with this field zero, 28 zero
 //! bytes. **Payload**: a leaf holds file entries as the table's frames (`table.rs`: magic,
 //! length, crc32c of the body, body; the body starts with the file's id), in id order; an
-//! internal node holds `(first key, child block, child generation)`, u64 each, in key
-//! order. A node that fails its crc, names another block or a generation past its
+//! internal node holds `(first key, child block, child marks and generation)`, u64 each,
+//! in key order: the top byte of the third word is the child's marks ([`MARK_MAPS`],
+//! [`MARK_PENDING`]: what the entries under it hold that an open needs), the rest its
+//! generation (root version 6; older internal nodes have zero there, `root.rs`). A node that fails its crc, names another block or a generation past its
 //! parent's is damage, never data; a leaf's frames keep their own crcs, so a damaged leaf
 //! still gives the entries whose frames check (`table::salvage_table`).
 //!
@@ -29,6 +31,13 @@ pub(super) const HEADER_BYTES: usize = 64;
 pub(super) const CHILD_BYTES: usize = 24;
 /// The least bytes of a node (on smaller blocks, a node is a run of them).
 const MIN_NODE_BYTES: u64 = 4096;
+/// A child's marks: some entry under it has its map outside the tree (in a map segment
+/// or in runs of its own), so an open reads that leaf for the segments' accounts.
+pub(super) const MARK_MAPS: u8 = 1;
+/// A child's marks: some entry under it is a pending file, which the open finds.
+pub(super) const MARK_PENDING: u8 = 2;
+/// Where a child's marks lie in its third word (above the generation).
+const MARKS_SHIFT: u32 = 56;
 /// The tallest tree read (a fan-out of 168 reaches 2^64 keys well before).
 pub(super) const MAX_LEVEL: u8 = 16;
 
@@ -55,6 +64,8 @@ pub(super) struct ChildRef {
     /// The least key under it (the first child's may be larger than keys routed to it).
     pub first: u64,
     pub at: NodeRef,
+    /// What the entries under it hold that an open needs ([`MARK_MAPS`], [`MARK_PENDING`]).
+    pub marks: u8,
 }
 
 /// A node whose header and crc checked.
@@ -187,9 +198,15 @@ pub(super) fn leaf_payload_unchecked(b: &[u8]) -> &[u8] {
 pub(super) fn encode_children(children: &[ChildRef]) -> Vec<u8> {
     let mut out = Vec::with_capacity(children.len() * CHILD_BYTES);
     for c in children {
+        assert!(
+            c.at.generation >> MARKS_SHIFT == 0,
+            "a generation of {} leaves no room for marks",
+            c.at.generation
+        );
+        let marked = c.at.generation | (u64::from(c.marks) << MARKS_SHIFT);
         out.extend_from_slice(&c.first.to_le_bytes());
         out.extend_from_slice(&c.at.block.to_le_bytes());
-        out.extend_from_slice(&c.at.generation.to_le_bytes());
+        out.extend_from_slice(&marked.to_le_bytes());
     }
     out
 }
@@ -205,8 +222,9 @@ pub(super) fn decode_children(d: &Decoded, generation: u64) -> Result<Vec<ChildR
             first: get_u64(c, 0),
             at: NodeRef {
                 block: get_u64(c, 8),
-                generation: get_u64(c, 16),
+                generation: get_u64(c, 16) & ((1 << MARKS_SHIFT) - 1),
             },
+            marks: (get_u64(c, 16) >> MARKS_SHIFT) as u8,
         })
         .collect();
     if children.is_empty() {
@@ -215,10 +233,11 @@ pub(super) fn decode_children(d: &Decoded, generation: u64) -> Result<Vec<ChildR
     if children.windows(2).any(|w| w[0].first >= w[1].first) {
         return Err(corrupt("an internal tree node's keys out of order"));
     }
-    if children
-        .iter()
-        .any(|c| c.at.block == 0 || c.at.generation > generation)
-    {
+    if children.iter().any(|c| {
+        c.at.block == 0
+            || c.at.generation > generation
+            || c.marks & !(MARK_MAPS | MARK_PENDING) != 0
+    }) {
         return Err(corrupt(
             "an internal tree node names a child it cannot have",
         ));
@@ -267,6 +286,7 @@ mod tests {
                     block: 9,
                     generation: 5,
                 },
+                marks: MARK_MAPS | MARK_PENDING,
             },
             ChildRef {
                 first: 40,
@@ -274,6 +294,7 @@ mod tests {
                     block: 10,
                     generation: 3,
                 },
+                marks: 0,
             },
         ];
         let b = encode(4096, 1, 2, &encode_children(&kids), AT);
@@ -285,6 +306,11 @@ mod tests {
         );
         let swapped = [kids[1], kids[0]];
         let b = encode(4096, 1, 2, &encode_children(&swapped), AT);
+        assert!(decode_children(&decode(&b, AT).unwrap(), 5).is_err());
+        // A marks byte with a bit no version writes is damage.
+        let mut payload = encode_children(&kids);
+        payload[23] |= 0x80;
+        let b = encode(4096, 1, 2, &payload, AT);
         assert!(decode_children(&decode(&b, AT).unwrap(), 5).is_err());
     }
 

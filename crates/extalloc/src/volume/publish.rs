@@ -24,8 +24,9 @@ use super::record::Change;
 use super::state::Volume;
 use crate::error::{Error, Result};
 
-/// The attribute blob that marks a pending file (reserved: see the module documentation).
-pub(crate) const PENDING: &[u8] = b"\0extalloc: pending file, not yet published\0";
+/// The attribute blob that marks a pending file (reserved: see the module documentation;
+/// defined with the table's entries, whose marks name it).
+pub(crate) use super::table::PENDING;
 
 /// A blob a caller may set: within the size limit and not the pending mark.
 pub(super) fn check_caller_attr(attr: &[u8]) -> Result<()> {

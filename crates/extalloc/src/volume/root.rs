@@ -18,10 +18,13 @@ const ROOT_MAGIC: &[u8; 4] = b"XVRT";
 /// file table is a copy-on-write B+tree of single nodes (`tree.rs`, [`TreeRoot`]); its
 /// retired blocks are listed by an index chain. 5: version 4 and what the tree's leaves
 /// hold that the open would need ([`TreeRoot::holds`]), so an open whose tree holds
-/// neither reads no leaf. Roots of version 2 to 4 are read, and the next checkpoint writes
-/// version 5 (the upgrade). The file table's entries keep their own version
+/// neither reads no leaf. 6: every internal node's children carry their marks
+/// (`node::MARK_MAPS`, `node::MARK_PENDING`; [`HOLDS_MARKED`]), so an open reads only
+/// the leaves that hold what it needs. Roots of version 2 to 5 are read, and the next
+/// checkpoint writes version 6 (the upgrade; from a tree without marks, it rewrites every
+/// internal node). The file table's entries keep their own version
 /// (`table::TABLE_VERSION`).
-const VERSION: u32 = 5;
+const VERSION: u32 = 6;
 const OLDEST_VERSION: u32 = 2;
 /// The volume's root, kept in the store's durable root: where the file table is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,12 +65,17 @@ pub(super) struct TreeRoot {
 pub(super) const HOLDS_MAPS: u64 = 1;
 /// [`TreeRoot::holds`]: some entry is a pending file, which the open finds and removes.
 pub(super) const HOLDS_PENDING: u64 = 2;
+/// [`TreeRoot::holds`] (version 6): the tree's internal nodes carry their children's
+/// marks, so the open reads only the leaves whose marks are set (`walk.rs`).
+pub(super) const HOLDS_MARKED: u64 = 4;
 
 impl TreeRoot {
-    /// The open needs no leaf of this tree (its entries hold no map outside the tree and no
-    /// pending file): it reads the internal nodes only (`load.rs`).
-    pub(super) fn leaves_unneeded(&self) -> bool {
-        self.holds == 0
+    /// The marks of this tree's internal nodes say what every leaf holds that the open
+    /// needs: they carry marks ([`HOLDS_MARKED`]), or no entry holds anything (a version 5
+    /// root that holds nothing, whose marks read as zero). The open then reads the internal
+    /// nodes and the marked leaves only (`load.rs`).
+    pub(super) fn marks_whole(&self) -> bool {
+        self.holds == 0 || self.holds & HOLDS_MARKED != 0
     }
 }
 
@@ -130,7 +138,11 @@ impl Root {
                 _ => v[9],
             },
         };
-        let holds_ok = t.holds & !(HOLDS_MAPS | HOLDS_PENDING) == 0;
+        let known = match version {
+            6.. => HOLDS_MAPS | HOLDS_PENDING | HOLDS_MARKED,
+            _ => HOLDS_MAPS | HOLDS_PENDING,
+        };
+        let holds_ok = t.holds & !known == 0;
         if !r.done() || t.root.block == 0 || t.root.generation > t.generation || !holds_ok {
             return Err(corrupt("the volume root is malformed"));
         }
@@ -166,7 +178,7 @@ impl Root {
             });
         }
         let sides = match version {
-            4 | 5 => return Root::decode_tree(&mut r, version),
+            4..=6 => return Root::decode_tree(&mut r, version),
             2 => [SideRef::legacy(r.extent()?), SideRef::legacy(r.extent()?)],
             _ => [SideRef::decode(&mut r)?, SideRef::decode(&mut r)?],
         };
@@ -221,7 +233,7 @@ mod tests {
                 generation: 7,
                 retired: 41,
                 previous: Some((node(30, 6), 10)),
-                holds: HOLDS_PENDING,
+                holds: HOLDS_PENDING | HOLDS_MARKED,
             }),
         };
         let bytes = tree.encode();
@@ -231,12 +243,21 @@ mod tests {
         v4[4..8].copy_from_slice(&4u32.to_le_bytes());
         let old = Root::decode(&v4).unwrap();
         assert_eq!(old.tree.unwrap().holds, HOLDS_MAPS | HOLDS_PENDING);
-        assert!(!old.tree.unwrap().leaves_unneeded());
-        // Bits not defined are refused.
+        assert!(!old.tree.unwrap().marks_whole());
+        assert!(tree.tree.unwrap().marks_whole());
+        // Bits not defined are refused: any above the three; marks in a version 5 root.
         let mut odd = bytes.clone();
         let at = odd.len() - 8;
-        odd[at] = 4;
+        odd[at] = 8;
         assert!(Root::decode(&odd).is_err());
+        let mut v5 = bytes.clone();
+        v5[4..8].copy_from_slice(&5u32.to_le_bytes());
+        assert!(
+            Root::decode(&v5).is_err(),
+            "a version 5 root that says marks"
+        );
+        v5[at] = 0;
+        assert!(Root::decode(&v5).unwrap().tree.unwrap().marks_whole());
         for cut in 0..bytes.len() {
             assert!(Root::decode(&bytes[..cut]).is_err(), "cut at {cut}");
         }

@@ -211,6 +211,26 @@ pub(super) fn file_body(f: &TableFile) -> Vec<u8> {
     out
 }
 
+/// The attribute blob that marks a pending file (`publish.rs`: reserved, never a
+/// caller's).
+pub(crate) const PENDING: &[u8] = b"\0extalloc: pending file, not yet published\0";
+
+/// What a file entry's body holds that an open needs (the marks its leaf carries up the
+/// file tree, `node::MARK_MAPS` and `node::MARK_PENDING`): a map outside the tree, a
+/// pending file. A body that does not decode is marked both, so an open reads its leaf and
+/// meets the damage.
+pub(super) fn entry_marks(body: &[u8]) -> u8 {
+    use super::node::{MARK_MAPS, MARK_PENDING};
+    match decode_file(body) {
+        Ok(f) => {
+            let maps = !matches!(f.map, MapRef::Inline(_));
+            let pending = f.attr == PENDING;
+            (u8::from(maps) * MARK_MAPS) | (u8::from(pending) * MARK_PENDING)
+        }
+        Err(_) => MARK_MAPS | MARK_PENDING,
+    }
+}
+
 /// Appends a file entry's frame around `body` to `out` (a leaf of the file tree holds
 /// them: `tree.rs`).
 pub(super) fn put_file_frame(out: &mut Vec<u8>, body: &[u8]) {

@@ -9,20 +9,28 @@
 //! the caller allocates one at a time. Nothing durable is ever written over: a crash at
 //! any write leaves the previous root and every node under it whole.
 //!
+//! Marks: each node as its parent names it carries what the entries under it hold that an
+//! open needs (`node::MARK_MAPS`, `node::MARK_PENDING`), computed when the node is written
+//! (a leaf from its entries, an internal node from its children's), so an open reads only
+//! the leaves whose marks are set (`walk.rs`). A tree read from an older root, whose
+//! internal nodes carry no marks, has its leaves' marks computed by the walk that read
+//! every leaf; its next checkpoint rewrites every internal node ([`Tree::settle`]).
+//!
 //! Memory: internal nodes stay loaded (one per ~168 leaves); a leaf is loaded only while a
 //! checkpoint changes it and dropped once written. Nodes are shared between a tree and
 //! its clones (`Arc`), so a checkpoint works on a clone at the cost of the paths it
 //! changes, and a failed one leaves the durable tree untouched.
 //!
 //! Data structures: [`Tree`] (its root [`Slot`]); a `Slot` is a node as its parent names
-//! it: its least key, where it lies if durable, and its contents if loaded ([`Mem`]).
-//! Invariant: keys under child `i` lie in `[first_i, first_{i+1})` (the first child also
-//! takes the keys below its own first); every node a durable slot names holds what its
-//! `Mem` holds; after `settle` every node fits its bytes and an internal node has children.
+//! it: its least key, where it lies if durable, its marks, and its contents if loaded
+//! ([`Mem`]). Invariant: keys under child `i` lie in `[first_i, first_{i+1})` (the first
+//! child also takes the keys below its own first); every node a durable slot names holds
+//! what its `Mem` holds; a durable slot's marks are the OR of its entries' (but while the
+//! tree's marks are stale, an internal node's may be short of them); after `settle` every node fits its bytes and an internal node has children.
 //! Locks: none (the volume checkpoints under its gate).
 
 use super::node::{self, ChildRef, NodeRef, CHILD_BYTES, HEADER_BYTES};
-use super::table::{put_file_frame, FRAME_HEADER};
+use super::table::{entry_marks, put_file_frame, FRAME_HEADER};
 use crate::error::Result;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -62,6 +70,9 @@ pub(super) struct Slot {
     at: Option<NodeRef>,
     /// Its contents, if loaded (an internal node always is).
     mem: Option<Arc<Mem>>,
+    /// What its entries hold that an open needs (`node::MARK_*`), if durable; 0 while
+    /// changed (computed when written).
+    marks: u8,
 }
 
 /// The file table's tree (see the module documentation).
@@ -72,6 +83,9 @@ pub(super) struct Tree {
     size: usize,
     /// Keys in the tree.
     count: u64,
+    /// Its internal nodes were read from a root older than marks (or carry marks short of
+    /// what the leaves hold): the next [`Tree::settle`] rewrites every one of them.
+    stale_marks: bool,
 }
 
 /// Bytes a leaf's entry takes.
@@ -89,6 +103,7 @@ impl Slot {
             first: items.keys().next().copied().unwrap_or(0),
             at: None,
             mem: Some(Arc::new(Mem::Leaf(items))),
+            marks: 0,
         }
     }
 
@@ -98,16 +113,24 @@ impl Slot {
             first: children[0].first,
             at: None,
             mem: Some(Arc::new(Mem::Internal { level, children })),
+            marks: 0,
         }
     }
 
-    /// A durable node's slot, its contents loaded if it is internal (recursively).
-    pub(super) fn durable(first: u64, at: NodeRef, mem: Option<Mem>) -> Slot {
+    /// A durable node's slot with its `marks`, its contents loaded if it is internal
+    /// (recursively).
+    pub(super) fn durable(first: u64, at: NodeRef, marks: u8, mem: Option<Mem>) -> Slot {
         Slot {
             first,
             at: Some(at),
             mem: mem.map(Arc::new),
+            marks,
         }
+    }
+
+    /// What its entries hold that an open needs (`node::MARK_*`; meaningful if durable).
+    pub(super) fn marks(&self) -> u8 {
+        self.marks
     }
 
     /// The least key under it.
@@ -134,7 +157,25 @@ impl Slot {
         if let Some(at) = self.at.take() {
             replaced.push(at);
         }
+        self.marks = 0;
         Ok(Arc::make_mut(self.mem.as_mut().expect("loaded")))
+    }
+
+    /// Marks every internal node under it (itself included) changed, its old place to
+    /// `replaced`, so that the next write gives each the marks of its children.
+    fn open_internal(&mut self, replaced: &mut Vec<NodeRef>) {
+        if self.level() == 0 {
+            return;
+        }
+        if let Some(at) = self.at.take() {
+            replaced.push(at);
+        }
+        self.marks = 0;
+        if let Some(Mem::Internal { children, .. }) = self.mem.as_mut().map(Arc::make_mut) {
+            children.iter_mut().for_each(|c| c.open_internal(replaced));
+        }
+        // Changed, to be written with the marks of its children.
+        debug_assert!(self.at.is_none() && self.marks == 0);
     }
 }
 
@@ -160,13 +201,33 @@ impl Tree {
             root: Slot::leaf(BTreeMap::new()),
             size,
             count: 0,
+            stale_marks: false,
         }
     }
 
-    /// A durable tree: its root slot (internal nodes loaded, `Slot::durable`) and count.
-    pub(super) fn from_root(root: Slot, size: usize, count: u64) -> Tree {
+    /// A durable tree: its root slot (internal nodes loaded, `Slot::durable`) and count;
+    /// `stale_marks` if its internal nodes' marks may fall short of what the leaves hold
+    /// (the next [`Tree::settle`] rewrites them).
+    pub(super) fn from_root(root: Slot, size: usize, count: u64, stale_marks: bool) -> Tree {
         assert!(root.at.is_some(), "a durable tree's root is written");
-        Tree { root, size, count }
+        Tree {
+            root,
+            size,
+            count,
+            stale_marks,
+        }
+    }
+
+    /// What the tree's entries hold that an open needs (`node::MARK_*`), as written.
+    pub(super) fn root_marks(&self) -> u8 {
+        assert!(self.root.at.is_some(), "the marks of a tree not written");
+        self.root.marks
+    }
+
+    /// Its marks may fall short of what the leaves hold (read from an older root).
+    #[cfg(test)]
+    pub(super) fn stale_marks(&self) -> bool {
+        self.stale_marks
     }
 
     /// Keys in the tree.
@@ -229,6 +290,11 @@ impl Tree {
         io: &mut dyn NodeIo,
         replaced: &mut Vec<NodeRef>,
     ) -> Result<()> {
+        if self.stale_marks {
+            // Every internal node written again, with its children's marks.
+            self.root.open_internal(replaced);
+            self.stale_marks = false;
+        }
         let root = std::mem::replace(&mut self.root, Slot::leaf(BTreeMap::new()));
         let mut slots = settle_slot(root, self.size, true, io, replaced)?;
         while slots.len() > 1 {
@@ -512,10 +578,14 @@ fn write_slot(
         return Ok(());
     }
     let mem = Arc::make_mut(slot.mem.as_mut().expect("a changed slot is loaded"));
+    let mut marks = 0;
     let (level, count, payload) = match mem {
         Mem::Leaf(items) => {
             let mut payload = Vec::with_capacity(leaf_bytes(items));
-            items.values().for_each(|b| put_file_frame(&mut payload, b));
+            for b in items.values() {
+                put_file_frame(&mut payload, b);
+                marks |= entry_marks(b);
+            }
             (0, items.len(), payload)
         }
         Mem::Internal { level, children } => {
@@ -527,8 +597,10 @@ fn write_slot(
                 .map(|c| ChildRef {
                     first: c.first,
                     at: c.at.expect("a child written first"),
+                    marks: c.marks,
                 })
                 .collect();
+            marks = refs.iter().fold(0, |m, c| m | c.marks);
             (*level, refs.len(), node::encode_children(&refs))
         }
     };
@@ -540,6 +612,7 @@ fn write_slot(
     )?;
     written.push(block);
     slot.at = Some(at);
+    slot.marks = marks;
     if level == 0 {
         slot.mem = None;
     }

@@ -183,3 +183,133 @@ fn removing_everything_leaves_one_empty_leaf_and_a_walk_survives_damage() {
     assert_eq!((t.count(), t.height(), t.nodes().len()), (0, 0, 1));
     assert!(read_back(&mut io, &t).is_empty());
 }
+
+/// A real file entry's body: its map inline, or in a segment if `long`, or pending.
+fn file_entry(id: u64, long: bool, pending: bool) -> Vec<u8> {
+    use crate::volume::record::{MapRef, SegRef};
+    let map = match long {
+        true => MapRef::Segment(SegRef {
+            seg: crate::geometry::Extent::new(1000 + id, 1),
+            offset: 0,
+            len: 64,
+            crc: 0,
+            extents: 5,
+            blocks: 5,
+        }),
+        false => MapRef::Inline(Vec::new()),
+    };
+    let attr = match pending {
+        true => crate::volume::publish::PENDING.to_vec(),
+        false => format!("file {id}").into_bytes(),
+    };
+    crate::volume::table::file_body(&crate::volume::table::TableFile {
+        id,
+        size: 0,
+        attr,
+        placement: None,
+        map,
+    })
+}
+
+/// The ids of the entries in the leaves a walk of the marked leaves reads.
+fn marked_ids(io: &mut MemIo, t: &Tree) -> (usize, BTreeSet<u64>) {
+    let w = crate::volume::walk::walk_marked(io, t.root().unwrap(), 4096, t.count()).unwrap();
+    assert!(w.tree.is_some(), "a whole tree");
+    let mut ids = BTreeSet::new();
+    for l in &w.leaves {
+        ids.extend(leaf_items(&l.payload).unwrap().into_keys());
+    }
+    (w.leaves.len(), ids)
+}
+
+/// Each internal node written again with no marks on its children: a tree as a root
+/// older than marks left it.
+fn wipe_marks(io: &mut MemIo, t: &Tree) {
+    for at in t.nodes() {
+        let d = node::decode(&io.blocks[&at.block], at).unwrap();
+        if d.level == 0 {
+            continue;
+        }
+        let mut kids = node::decode_children(&d, at.generation).unwrap();
+        kids.iter_mut().for_each(|k| k.marks = 0);
+        let payload = node::encode_children(&kids);
+        let bytes = node::encode(4096, d.level, d.count, &payload, at);
+        io.blocks.insert(at.block, bytes);
+    }
+}
+
+/// Marks follow the entries through checkpoints (a long map or a pending file marks its
+/// leaf and every node above it; removing it clears them), a walk of the marked leaves
+/// reads only the leaves that hold one, and a tree whose internal nodes lost their marks
+/// (an older root's) is found stale by the full walk and marked whole by its next write.
+#[test]
+fn marks_follow_the_entries_and_lead_a_walk_to_their_leaves() {
+    let mut io = MemIo::default();
+    let mut t = Tree::empty(4096);
+    let mut replaced = Vec::new();
+    for id in 1..=600 {
+        t.put(
+            &mut io,
+            id,
+            Some(file_entry(id, id == 300, id == 450)),
+            &mut replaced,
+        )
+        .unwrap();
+    }
+    checkpoint(&mut io, &mut t, 1, &mut replaced);
+    assert!(t.height() >= 1, "several leaves");
+    assert_eq!(t.root_marks(), node::MARK_MAPS | node::MARK_PENDING);
+    let (leaves, ids) = marked_ids(&mut io, &t);
+    assert_eq!(leaves, 2, "the two marked leaves, of {}", t.nodes().len());
+    assert!(ids.contains(&300) && ids.contains(&450) && ids.len() < 300);
+    // The long map moves inline; the pending file is removed.
+    t.put(
+        &mut io,
+        300,
+        Some(file_entry(300, false, false)),
+        &mut replaced,
+    )
+    .unwrap();
+    t.put(&mut io, 450, None, &mut replaced).unwrap();
+    checkpoint(&mut io, &mut t, 2, &mut replaced);
+    assert_eq!(t.root_marks(), 0);
+    assert_eq!(marked_ids(&mut io, &t).0, 0, "no leaf read");
+    // An older root's tree: one long map, internal nodes without marks.
+    t.put(
+        &mut io,
+        10,
+        Some(file_entry(10, true, false)),
+        &mut replaced,
+    )
+    .unwrap();
+    checkpoint(&mut io, &mut t, 3, &mut replaced);
+    wipe_marks(&mut io, &t);
+    let w = walk(&mut io, t.root().unwrap(), 4096, t.count()).unwrap();
+    let mut old = w.tree.expect("whole");
+    assert!(old.stale_marks(), "the full walk finds the marks short");
+    assert_eq!(old.root_marks(), node::MARK_MAPS, "found from the leaves");
+    let internal = internal_of(&old);
+    let before: BTreeSet<NodeRef> = old.nodes().into_iter().collect();
+    checkpoint(&mut io, &mut old, 4, &mut Vec::new());
+    assert!(!old.stale_marks());
+    let after: BTreeSet<NodeRef> = old.nodes().into_iter().collect();
+    assert_eq!(
+        after.difference(&before).count(),
+        internal,
+        "every internal node rewritten"
+    );
+    let (n, ids) = marked_ids(&mut io, &old);
+    assert!(n == 1 && ids.contains(&10), "{n} leaves: {ids:?}");
+}
+
+fn internal_of(t: &Tree) -> usize {
+    let mut n = 0;
+    let mut stack = vec![&t.root];
+    while let Some(s) = stack.pop() {
+        if let Some(Mem::Internal { children, .. }) = s.mem.as_deref() {
+            n += 1;
+            stack.extend(children.iter());
+        }
+    }
+    n
+}

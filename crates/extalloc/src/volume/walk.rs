@@ -1,12 +1,14 @@
 //! Reading a durable file tree (`tree.rs`) whole, going on past damage ([`walk`]): an
-//! open whose root says the leaves hold maps outside the tree or pending files reads every
-//! leaf (to build the segments' accounts), and the salvage scans the payload of each leaf
-//! that failed its check (`treeio.rs`); any other open reads the internal nodes only
-//! ([`walk_internal`]).
+//! open whose root does not say what its leaves hold (a root older than version 6 whose
+//! leaves hold maps outside the tree or pending files) reads every leaf, and the salvage
+//! scans the payload of each leaf that failed its check (`treeio.rs`); any other open reads
+//! the internal nodes and only the leaves whose marks say they hold what it needs
+//! ([`walk_marked`]).
 //!
-//! Data structures: [`Walked`] (the leaves in key order, each a [`WalkLeaf`]; the internal
-//! nodes lost; the tree, if whole). Invariant: levels fall by one from parent to child,
-//! so a walk ends whatever the bytes say. Locks: none.
+//! Data structures: [`Walked`] (the leaves read in key order, each a [`WalkLeaf`]; the
+//! internal nodes lost; the tree, if whole). Invariant: levels fall by one from parent to
+//! child, so a walk ends whatever the bytes say; a leaf read has the marks of its entries
+//! (the slot's, whatever its parent said). Locks: none.
 
 use super::node::{self, NodeRef};
 use super::tree::{Mem, NodeIo, Slot, Tree};
@@ -39,29 +41,40 @@ pub(super) struct Walked {
     pub tree: Option<Tree>,
 }
 
+/// Which leaves a walk reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Leaves {
+    /// Every one.
+    All,
+    /// Those whose marks (as their parents name them) are set.
+    Marked,
+}
+
 /// Reads the durable tree whose root is `root` (of `count` keys): every node, the leaves
 /// in key order, going on past damage (see [`Walked`]). Fails only if the root itself
 /// cannot be read as a node.
 pub(super) fn walk(io: &mut dyn NodeIo, root: NodeRef, size: usize, count: u64) -> Result<Walked> {
-    walk_with(io, (root, size, count), true)
+    walk_with(io, (root, size, count), Leaves::All)
 }
 
-/// [`walk`] reading the internal nodes only: each leaf is taken as its parent names it,
-/// unread (in `nodes`, not in `leaves`), for an open that needs no entry (`load.rs`); a
-/// damaged leaf is then found when a call reads it. A root that is a leaf is read.
-pub(super) fn walk_internal(
+/// [`walk`] reading the internal nodes and the leaves whose marks are set: any other leaf
+/// is taken as its parent names it, unread (in `nodes`, not in `leaves`), for an open that
+/// needs only the marked entries (`load.rs`); a damaged leaf is then found when a call
+/// reads it. A root that is a leaf is read. Trusts the marks: only for a tree whose root
+/// says they are whole (`TreeRoot::marks_whole`).
+pub(super) fn walk_marked(
     io: &mut dyn NodeIo,
     root: NodeRef,
     size: usize,
     count: u64,
 ) -> Result<Walked> {
-    walk_with(io, (root, size, count), false)
+    walk_with(io, (root, size, count), Leaves::Marked)
 }
 
 fn walk_with(
     io: &mut dyn NodeIo,
     (root, size, count): (NodeRef, usize, u64),
-    leaves: bool,
+    leaves: Leaves,
 ) -> Result<Walked> {
     let mut w = Walked {
         leaves: Vec::new(),
@@ -69,31 +82,56 @@ fn walk_with(
         nodes: Vec::new(),
         tree: None,
     };
-    let slot = walk_node(io, root, None, (0, (0, None)), leaves, &mut w)?;
-    if w.lost.is_empty() && w.leaves.iter().all(|l| l.checked) {
-        debug_assert!(
-            leaves || w.leaves.len() <= 1,
-            "a walk of internal nodes read leaves"
-        );
-        w.tree = Some(Tree::from_root(slot, size, count));
+    let mut stale = false;
+    let slot = walk_node(
+        io,
+        (root, None),
+        (0, (0, None)),
+        (leaves, &mut stale),
+        &mut w,
+    )?;
+    // A marked walk that finds a leaf holding more than its parent said cannot trust the
+    // marks of the leaves it did not read: it gives no tree (the open reads every leaf).
+    let trusted = leaves == Leaves::All || !stale;
+    // Each leaf read is one of the tree's nodes.
+    debug_assert!(
+        w.nodes.len() >= w.leaves.len(),
+        "{} leaves of {} nodes",
+        w.leaves.len(),
+        w.nodes.len()
+    );
+    if w.lost.is_empty() && w.leaves.iter().all(|l| l.checked) && trusted {
+        w.tree = Some(Tree::from_root(slot, size, count, stale));
     }
     Ok(w)
 }
 
-/// Reads node `at` (of level `level`, if its parent says; named by key `first`, the keys
-/// `keys` routed to it) and what is under it. A root that fails its check is taken as a damaged leaf unless it
-/// still reads as an internal node (then the whole tree is lost: an error).
+/// The marks of a leaf's checked payload: those of its entries (`table::entry_marks`).
+fn leaf_marks(payload: &[u8]) -> u8 {
+    match super::table::frames(payload) {
+        Ok(bodies) => bodies
+            .iter()
+            .fold(0, |m, b| m | super::table::entry_marks(b)),
+        Err(_) => node::MARK_MAPS | node::MARK_PENDING,
+    }
+}
+
+/// Reads node `at` (of level `level` and with the marks `said`, if its parent says; named
+/// by key `first`, the keys `keys` routed to it) and what is under it; sets `stale` if
+/// the marks read fall short of those found. A root that fails its check is taken as a
+/// damaged leaf unless it still reads as an internal node (then the whole tree is lost:
+/// an error).
 fn walk_node(
     io: &mut dyn NodeIo,
-    at: NodeRef,
-    level: Option<u8>,
+    (at, said): (NodeRef, Option<(u8, u8)>),
     (first, keys): (u64, (u64, Option<u64>)),
-    leaves: bool,
+    (leaves, stale): (Leaves, &mut bool),
     w: &mut Walked,
 ) -> Result<Slot> {
-    if !leaves && level == Some(0) {
+    let level = said.map(|(l, _)| l);
+    if let Some((0, 0)) = said.filter(|_| leaves == Leaves::Marked) {
         w.nodes.push(at); // the tree's, as its parent names it
-        return Ok(Slot::durable(first, at, None));
+        return Ok(Slot::durable(first, at, 0, None));
     }
     let raw = io.read_raw(at.block);
     let checked = raw.as_ref().map_err(Clone::clone).and_then(|b| {
@@ -108,7 +146,10 @@ fn walk_node(
         Err(e) => return walk_failed(raw, at, level, (first, keys), e, w),
     };
     w.nodes.push(at);
+    let short = |found: u8| said.is_some_and(|(_, s)| found & !s != 0);
     if d.level == 0 {
+        let marks = leaf_marks(&d.payload);
+        *stale |= short(marks);
         w.leaves.push(WalkLeaf {
             at,
             keys,
@@ -116,13 +157,13 @@ fn walk_node(
             checked: true,
             stale: false,
         });
-        return Ok(Slot::durable(first, at, None));
+        return Ok(Slot::durable(first, at, marks, None));
     }
     let children = match node::decode_children(&d, at.generation) {
         Ok(c) => c,
         Err(e) => {
             w.lost.push((at, e.to_string()));
-            return Ok(Slot::durable(first, at, None));
+            return Ok(Slot::durable(first, at, 0, None));
         }
     };
     let mut slots = Vec::with_capacity(children.len());
@@ -131,20 +172,21 @@ fn walk_node(
         let hi = children.get(i + 1).map(|n| n.first).or(keys.1);
         slots.push(walk_node(
             io,
-            c.at,
-            Some(d.level - 1),
+            (c.at, Some((d.level - 1, c.marks))),
             (c.first, (lo, hi)),
-            leaves,
+            (leaves, &mut *stale),
             w,
         )?);
     }
     // Every child walked, in key order.
     debug_assert!(slots.windows(2).all(|p| p[0].first() < p[1].first()));
+    let marks = slots.iter().fold(0, |m, s| m | s.marks());
+    *stale |= short(marks);
     let mem = Mem::Internal {
         level: d.level,
         children: slots,
     };
-    Ok(Slot::durable(first, at, Some(mem)))
+    Ok(Slot::durable(first, at, marks, Some(mem)))
 }
 
 /// A node that failed its check (`raw`: its bytes, if they read): a leaf's payload kept
@@ -182,5 +224,5 @@ fn walk_failed(
         w.lost.push((at, e.to_string()));
     }
     debug_assert!(w.leaves.last().is_some_and(|l| l.at == at) || !w.lost.is_empty());
-    Ok(Slot::durable(first, at, None))
+    Ok(Slot::durable(first, at, 0, None))
 }
