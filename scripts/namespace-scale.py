@@ -2,7 +2,7 @@
 """Many empty files through a mount, beside ext4 (issue 50's figures).
 
     sudo scripts/namespace-scale.py [--files 100k,1M] [--dirs 1000] [--fs ext4,extalloc]
-                                    [--size 64GiB] [--json PATH]
+                                    [--size 64GiB] [--evict-first] [--json PATH]
 
 For each file system and file count, on a fresh sparse image (in $TMPDIR, else /var/tmp)
 attached to a loop device, so that both file systems' writes are counted the same way
@@ -13,6 +13,9 @@ attached to a loop device, so that both file systems' writes are counted the sam
 - extalloc: the daemon's resident memory (VmRSS, VmHWM) once the files are made;
 - `sync MOUNTPOINT` (an fsync of its root), 6 s (a background commit), `sync MOUNTPOINT`
   again, then one `touch` of a new file + `sync MOUNTPOINT`: the KiB that pair wrote;
+- with --evict-first, the seconds of `echo 2 > /proc/sys/vm/drop_caches` before the
+  unmount (the kernel lets go of the dentries and inodes the creates left cached, and
+  sends a FUSE daemon its forgets), so that the unmount's seconds are its own work;
 - the unmount's seconds, the mount's seconds (and the daemon's CPU seconds and resident
   memory right after it), one lookup that must find a file made first;
 - the check's seconds and peak memory (`extalloc fsck`, `e2fsck -fn`).
@@ -165,7 +168,15 @@ def make_files(mnt, n, dirs, label):
     return n / (end - t0), first, last
 
 
-def one(fs, n, dirs, size, work):
+def evict():
+    """Seconds the kernel takes to drop every unused dentry and inode it caches."""
+    t = time.monotonic()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("2\n")
+    return time.monotonic() - t
+
+
+def one(fs, n, dirs, size, work, evict_first=False):
     label = f"{fs} {n:,}"
     t = Target(fs, size, work)
     r = {"fs": fs, "files": n, "dirs": dirs}
@@ -188,6 +199,8 @@ def one(fs, n, dirs, size, work):
         run(["sync", t.mnt])
         r["touch_sync_s"] = time.monotonic() - s
         r["touch_sync_kib"] = loop_written_kib(t.loop) - before
+        if evict_first:
+            r["evict_s"] = evict()
         r["umount_s"] = t.umount()
         r["mount_s"] = t.mount()
         if fs == "extalloc":
@@ -214,6 +227,7 @@ COLUMNS = [
     ("create_last_tenth_per_s", "last tenth /s", "{:,.0f}"),
     ("daemon_hwm_mib", "daemon peak MiB", "{:,.0f}"),
     ("touch_sync_kib", "touch+sync KiB", "{:,.0f}"),
+    ("evict_s", "evict s", "{:.2f}"),
     ("umount_s", "umount s", "{:.2f}"), ("mount_s", "mount s", "{:.2f}"),
     ("mount_cpu_s", "mount CPU s", "{:.2f}"), ("mounted_rss_mib", "RSS after mount MiB", "{:,.0f}"),
     ("fsck_s", "fsck s", "{:.1f}"), ("fsck_peak_mib", "fsck peak MiB", "{:,.0f}"),
@@ -231,6 +245,8 @@ def main():
     ap.add_argument("--dirs", type=int, default=1000)
     ap.add_argument("--fs", default="ext4,extalloc")
     ap.add_argument("--size", default="64GiB")
+    ap.add_argument("--evict-first", action="store_true",
+                    help="time the kernel's eviction of cached dentries and inodes apart, before the unmount")
     ap.add_argument("--json")
     a = ap.parse_args()
     if os.geteuid() != 0:
@@ -245,7 +261,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="extalloc-ns.", dir=base) as work:
         for n in [count(x) for x in a.files.split(",")]:
             for fs in a.fs.split(","):
-                r = one(fs, n, a.dirs, size, work)
+                r = one(fs, n, a.dirs, size, work, a.evict_first)
                 rows.append(r)
                 print(json.dumps(r), flush=True)
     print("\n| " + " | ".join(h for _, h, _ in COLUMNS) + " |")
