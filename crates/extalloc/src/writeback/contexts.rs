@@ -13,7 +13,11 @@
 //! one queue of context 0.
 //!
 //! Lock order: a file's cache mutex -> (the volume: gate -> its file mutex) -> a queue
-//! mutex; `files` and `cleaned` are leaves, never held while taking another lock.
+//! mutex; `files` and `cleaned` are leaves, never held while waiting for another lock
+//! (`Shared::sweep_clean` only tries an entry's lock while holding `files`).
+//!
+//! An entry stays in `files` while its file is open, holds cached data or is queued; a
+//! closed file with nothing cached leaves it (`Shared::forget_clean`, `sweep_clean`).
 
 use super::cache::DirtyFile;
 use super::options::{Affinity, WritebackOptions, WRITE_PIECE_BLOCKS};
@@ -124,6 +128,46 @@ impl Shared {
     /// The entry of file `id` if it has one.
     pub(super) fn existing(&self, id: u64) -> Option<Entry> {
         self.files.lock().get(&id).cloned()
+    }
+
+    /// Drops file `id`'s entry (`entry`, its state `d` locked) once it holds nothing a
+    /// later call needs: closed, nothing cached, not queued. The next call that names the
+    /// file makes it again from the volume's size, which a clean file's cached size is.
+    /// Kept while another thread holds the entry: the map's reference and the caller's are
+    /// the only ones, counted under the map's lock, where every other reference is taken.
+    /// Without this the map kept an entry for every file ever closed (140 bytes a file,
+    /// and a copy of the whole map at every sync and age scan).
+    pub(super) fn forget_clean(&self, id: u64, entry: &Entry, d: &DirtyFile) {
+        let clean = d.closed && d.pages.is_empty() && d.dirty_since.is_none();
+        if !clean || d.queued || d.unlinked {
+            return;
+        }
+        let mut files = self.files.lock();
+        let ours = files.get(&id).is_some_and(|e| Arc::ptr_eq(e, entry));
+        if ours && Arc::strong_count(entry) == 2 {
+            files.remove(&id);
+        }
+        // Kept, or gone with nothing cached.
+        debug_assert!(files.contains_key(&id) || d.pages.is_empty());
+    }
+
+    /// Drops every entry [`Shared::forget_clean`] would, that no thread holds: those a
+    /// close or a trip kept while a scan held a copy of the map. Takes no entry's lock
+    /// while holding the map's (`try_lock`: an entry someone holds is busy, so kept).
+    pub(super) fn sweep_clean(&self) {
+        let mut files = self.files.lock();
+        let before = files.len();
+        files.retain(|_, e| {
+            if Arc::strong_count(e) != 1 {
+                return true;
+            }
+            let Some(d) = e.try_lock() else {
+                return true;
+            };
+            let clean = d.closed && d.pages.is_empty() && d.dirty_since.is_none();
+            !clean || d.queued || d.unlinked
+        });
+        debug_assert!(files.len() <= before);
     }
 
     fn entries(&self) -> Vec<(u64, Entry)> {
@@ -279,6 +323,7 @@ impl Shared {
                 self.queue(id, &mut d)?;
             }
         }
+        self.sweep_clean();
         Ok(())
     }
 
@@ -456,7 +501,9 @@ impl Shared {
         loop {
             let mut d = e.lock();
             if d.queued || !self.trip(id, &mut d, Some(me))? {
-                // Handed over (or queued again by a writer), or clean.
+                // Handed over (or queued again by a writer), or clean: a closed file
+                // written back in full leaves the map.
+                self.forget_clean(id, &e, &d);
                 return Ok(());
             }
         }

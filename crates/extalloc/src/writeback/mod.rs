@@ -304,6 +304,7 @@ impl Buffered {
             s.wait_cleaned(Duration::from_millis(20));
         }
         s.take_error()?;
+        s.sweep_clean();
         s.vol.sync()
     }
 
@@ -357,13 +358,17 @@ impl Buffered {
     /// File `id` is closed: its next writeback is its final size, allocated exactly, and
     /// its preallocations are given back once nothing of it is cached.
     pub fn close_file(&self, id: u64) -> Result<()> {
-        let entry = self.shared.entry(id)?;
+        let Some(entry) = self.shared.existing(id) else {
+            // Nothing cached: nothing to note for a later writeback.
+            return self.shared.vol.close_file(id);
+        };
         let mut d = entry.lock();
         debug_assert!(!d.unlinked, "file {id} closed after its unlink");
         d.closed = true;
         if d.pages.is_empty() {
             self.shared.vol.close_file(id)?;
         }
+        self.shared.forget_clean(id, &entry, &d);
         Ok(())
     }
 
