@@ -24,7 +24,7 @@ use crate::xattr::{Tail, Xattrs};
 use extalloc::disk::device::FenceDevice;
 use extalloc::writeback::Buffered;
 use parking_lot::{Mutex, RwLock};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -36,26 +36,13 @@ pub const ROOT: u64 = 1;
 
 pub use super::call::{Attr, Caller, Errno, FsResult};
 
-/// A directory entry in memory: the inode a name names, and its kind when known, so that
-/// `readdir` reads no inode (as ext4's directory entries carry the file type). The log on
-/// the volume holds the inode only (`dir.rs`): the kind comes from the call that linked
-/// the name, from the mount's scan, or from the inode once a call reads it back; a
-/// directory read back from its log (`ondemand.rs`) knows none of its entries' kinds
-/// until then, and `readdir` gives those as `DT_UNKNOWN` (as XFS without `ftype` does).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Entry {
-    pub(crate) ino: u64,
-    pub(crate) kind: Option<Kind>,
-}
-
-/// A name in a directory's entries: up to 16 bytes inline, as most names are (a `Vec`'s
-/// heap block took 32 of the 90 bytes an entry cost at 1M files); longer on the heap.
-pub(crate) type Name = smallvec::SmallVec<[u8; 16]>;
+pub(crate) use super::entries::Entry;
 
 /// A directory's state in memory.
 #[derive(Debug, Clone)]
 pub(crate) struct DirState {
-    pub(crate) entries: BTreeMap<Name, Entry>,
+    /// Name to entry, packed (`entries.rs`).
+    pub(crate) entries: super::entries::Entries,
     /// The directory holding this one (the root's is itself).
     pub(crate) parent: u64,
     /// Bytes of the entry log on the volume (where the next record goes).
@@ -541,7 +528,7 @@ pub(crate) fn dir_node(
     let entries = (log.entries.iter())
         .map(|(name, &ino)| {
             (
-                Name::from_slice(name),
+                name.as_slice(),
                 Entry {
                     ino,
                     kind: kind(ino),

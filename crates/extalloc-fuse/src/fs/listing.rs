@@ -2,7 +2,8 @@
 //!
 //! Data structures: [`DirHandle`] (defined in `core.rs`, where [`Fs`] names it), one per
 //! open directory handle in `Fs::dir_handles`: the directory's inode and a snapshot of
-//! its entries (`.` and `..` first, then the entries in name order).
+//! its entries (`.` and `..` first, then the entries in the order the directory keeps
+//! them, `entries.rs`).
 //!
 //! Invariant: a position (the `offset` readdir gets and gives) is an index into the
 //! handle's snapshot, so positions stay stable while entries come and go. A readdir at
@@ -212,7 +213,8 @@ impl Fs {
     }
 }
 
-/// Directory `ino`'s entries now: `.` and `..` first, then the entries in name order.
+/// Directory `ino`'s entries now: `.` and `..` first, then the entries in the order the
+/// directory keeps them (not by name).
 fn snapshot(ns: &Ns, ino: u64) -> FsResult<Vec<Listed>> {
     let d = ns.dir(ino)?;
     let mut list = Vec::with_capacity(d.entries.len() + 2);

@@ -61,6 +61,7 @@ pub mod data;
 pub mod dirahead;
 #[cfg(test)]
 mod dirahead_tests;
+mod entries;
 #[cfg(test)]
 mod errno_tests;
 pub mod flags;

@@ -17,14 +17,13 @@
 //! half change is never durable, and the file system answers `EIO` until it is mounted
 //! again. Only a device error can do that: every check comes first.
 
-use super::core::{Attr, Caller, DirState, Entry, Errno, Fs, FsResult, Name, Node, Ns, Refs, ROOT};
+use super::core::{Attr, Caller, DirState, Entry, Errno, Fs, FsResult, Node, Ns, Refs, ROOT};
 use super::ondemand::SYNCED_UNLINK_WINDOW;
 use super::{flags, scan, tmpfile};
 use crate::dir::{record, NAME_MAX};
 use crate::inode::{Inode, Kind, Time};
 use crate::xattr::Xattrs;
 use extalloc::volume::{Atomic, Fallocate};
-use std::collections::BTreeMap;
 
 pub use super::tmpfile::NewNode;
 
@@ -181,7 +180,7 @@ impl Fs {
         self.compact_due(&mut ns, &[parent])?;
         let dir = (new.kind == Kind::Dir).then(|| {
             Box::new(DirState {
-                entries: BTreeMap::new(),
+                entries: Default::default(),
                 parent,
                 log_bytes: 0,
                 log_start: 0,
@@ -274,7 +273,7 @@ impl Fs {
         let bytes = (crate::dir::RECORD_OVERHEAD + name.len()) as u64;
         match entry {
             Some(e) => {
-                d.entries.insert(Name::from_slice(name), e);
+                d.entries.insert(name, e);
                 d.live += bytes;
             }
             None => {
@@ -314,7 +313,8 @@ impl Fs {
         let vol = self.vol.uncached(dir);
         let bs = vol.block_size();
         let at = d.log_bytes.div_ceil(bs) * bs;
-        let log = crate::dir::compacted(d.entries.iter().map(|(n, e)| (n.as_slice(), e.ino)));
+        let live: Vec<(&[u8], u64)> = d.entries.iter().map(|(n, e)| (n, e.ino)).collect();
+        let log = crate::dir::compacted(live.into_iter());
         vol.write(dir, at, &log)?;
         if at > d.log_start {
             vol.fallocate(dir, Fallocate::PunchHole, d.log_start, at - d.log_start)?;

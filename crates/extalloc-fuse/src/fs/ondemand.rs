@@ -201,8 +201,9 @@ impl Fs {
                 debug_assert!(ns.dir(ns.dir(d)?.parent).is_ok(), "{d}'s parent in memory");
                 return Ok(d);
             }
-            let entries: Vec<(super::core::Name, super::core::Entry)> =
-                (dir.entries.iter()).map(|(n, e)| (n.clone(), *e)).collect();
+            let entries: Vec<(Vec<u8>, super::core::Entry)> = (dir.entries.iter())
+                .map(|(n, e)| (n.to_vec(), *e))
+                .collect();
             let mut subdirs = ns.node(d)?.inode.nlink.saturating_sub(2);
             for (name, e) in entries {
                 if subdirs == 0 {
