@@ -127,30 +127,11 @@ impl Fs {
                         stop = Some(i); // read back below, then on from here
                         break;
                     }
-                    let attr = match self.attr_of(&ns, *ino) {
-                        Ok(a) => a,
-                        // Gone since the snapshot: left out.
-                        Err(Errno(libc::ENOENT)) if !unread.contains(ino) => continue,
-                        // Its read back failed, or its attributes do: the name without
-                        // them, and the listing goes on.
-                        Err(e) => {
-                            if e.0 != libc::ENOENT {
-                                log::warn!("listing: inode {ino}'s attributes: {e}");
-                            }
-                            let (ino, kind) = (*ino, *kind);
-                            if f(name, Plus::Unread { ino, kind }, i as u64 + 1) {
-                                return Ok(());
-                            }
-                            added += 1;
-                            continue;
-                        }
-                    };
-                    if f(name, Plus::Read(&attr), i as u64 + 1) {
-                        return Ok(());
-                    }
-                    added += 1;
-                    if name != b"." && name != b".." {
-                        ns.node(*ino)?.lookups.add();
+                    let entry = (name.as_slice(), *ino, *kind);
+                    match self.hand_one(&ns, entry, i as u64 + 1, &unread, &mut f)? {
+                        Handed::Full => return Ok(()),
+                        Handed::Added => added += 1,
+                        Handed::Skipped => {}
                     }
                 }
                 let Some(i) = stop else {
@@ -185,6 +166,44 @@ impl Fs {
         }
     }
 
+    /// Hands one snapshot entry (`name` naming `ino`, of `kind`) to `f` with its
+    /// attributes, `next` the position after it (see [`Fs::readdirplus_entries`]): left
+    /// out if its inode is gone since the snapshot; without attributes if its read back
+    /// failed (`unread`) or its attributes do; with them, counted as a lookup (but `.`
+    /// and `..`), else.
+    fn hand_one(
+        &self,
+        ns: &Ns,
+        (name, ino, kind): (&[u8], u64, Option<Kind>),
+        next: u64,
+        unread: &super::core::InoSet,
+        f: &mut impl FnMut(&[u8], Plus<'_>, u64) -> bool,
+    ) -> FsResult<Handed> {
+        let attr = match self.attr_of(ns, ino) {
+            Ok(a) => a,
+            // Gone since the snapshot: left out.
+            Err(Errno(libc::ENOENT)) if !unread.contains(&ino) => return Ok(Handed::Skipped),
+            // Its read back failed, or its attributes do: the name without them, and the
+            // listing goes on.
+            Err(e) => {
+                if e.0 != libc::ENOENT {
+                    log::warn!("listing: inode {ino}'s attributes: {e}");
+                }
+                return Ok(match f(name, Plus::Unread { ino, kind }, next) {
+                    true => Handed::Full,
+                    false => Handed::Added,
+                });
+            }
+        };
+        if f(name, Plus::Read(&attr), next) {
+            return Ok(Handed::Full);
+        }
+        if name != b"." && name != b".." {
+            ns.node(ino)?.lookups.add();
+        }
+        Ok(Handed::Added)
+    }
+
     /// A listing read from position 0: a new snapshot of the directory, remembered for
     /// directory read-ahead (`dirahead.rs`), and an access of it (atime, as the mount's
     /// atime mode says).
@@ -211,6 +230,16 @@ impl Fs {
         let handles = self.dir_handles.lock();
         Ok(handles.get(&fh).ok_or(Errno(libc::EBADF))?.ino)
     }
+}
+
+/// What handing one entry of a listing to its caller did ([`Fs::hand_one`]).
+enum Handed {
+    /// Its inode is gone since the snapshot: left out.
+    Skipped,
+    /// Added to the reply.
+    Added,
+    /// The reply is full: not added, the listing ends.
+    Full,
 }
 
 /// Directory `ino`'s entries now: `.` and `..` first, then the entries in the order the

@@ -35,6 +35,8 @@
 
 mod cache;
 mod contexts;
+#[cfg(test)]
+mod forget_tests;
 mod options;
 #[cfg(test)]
 mod tests;

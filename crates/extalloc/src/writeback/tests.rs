@@ -9,13 +9,13 @@ use crate::geometry::Geometry;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
-const BS: u64 = 4096;
+pub(super) const BS: u64 = 4096;
 
-fn device(blocks: u64, seed: u64) -> Arc<FaultDevice<MemDevice>> {
+pub(super) fn device(blocks: u64, seed: u64) -> Arc<FaultDevice<MemDevice>> {
     Arc::new(FaultDevice::new(MemDevice::new(blocks * BS), seed))
 }
 
-fn buffered(
+pub(super) fn buffered(
     dev: &Arc<FaultDevice<MemDevice>>,
     group_blocks: u64,
     opts: WritebackOptions,
@@ -46,7 +46,7 @@ fn shuffled(n: u64, seed: u64) -> Vec<u64> {
 }
 
 /// A 4 KiB buffer of `v`, for writes whose bytes say which write they came from.
-fn fill(v: u8, len: usize) -> Vec<u8> {
+pub(super) fn fill(v: u8, len: usize) -> Vec<u8> {
     vec![v; len]
 }
 
@@ -574,49 +574,4 @@ fn files_are_placed_in_the_order_they_were_written() {
             "{contexts} contexts: placed out of write order: {starts:?}"
         );
     }
-}
-
-/// The cache keeps no entry for a closed file once nothing of it is cached: a file closed
-/// clean leaves at its close, one closed dirty when its writeback ends; a file still open
-/// stays. What a later call sees is unchanged: sizes and bytes read back through the
-/// volume, and a write after the close makes the entry again.
-#[test]
-fn closed_clean_files_leave_the_cache() {
-    let dev = device(16384, 3);
-    let b = buffered(&dev, 4096, WritebackOptions::default());
-    let entries = |b: &Buffered| b.shared.files.lock().len();
-    let empty = b.create(b"").unwrap();
-    b.close_file(empty).unwrap();
-    assert_eq!(entries(&b), 0, "an empty file closed leaves nothing");
-    let files: Vec<u64> = (0..20)
-        .map(|i| {
-            let f = b.create(b"").unwrap();
-            b.write(f, 0, &fill(i as u8, 3 * BS as usize + 100))
-                .unwrap();
-            f
-        })
-        .collect();
-    let open = files[0];
-    for &f in &files[1..] {
-        b.close_file(f).unwrap();
-    }
-    b.sync().unwrap();
-    // The workers' last trips may end just after the sync returns.
-    for _ in 0..200 {
-        if entries(&b) <= 1 {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-    assert!(entries(&b) <= 1, "{} entries left", entries(&b));
-    for (i, &f) in files.iter().enumerate() {
-        assert_eq!(b.size(f).unwrap(), 3 * BS + 100);
-        assert_eq!(b.read(f, 0, BS).unwrap(), fill(i as u8, BS as usize));
-    }
-    b.write(files[1], 3 * BS + 100, b"more").unwrap();
-    assert_eq!(b.size(files[1]).unwrap(), 3 * BS + 104);
-    b.close_file(open).unwrap();
-    b.close_file(files[1]).unwrap();
-    b.sync().unwrap();
-    assert_eq!(b.read(files[1], 3 * BS + 100, 4).unwrap(), b"more");
 }
