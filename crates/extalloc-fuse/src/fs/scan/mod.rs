@@ -26,13 +26,15 @@
 //!
 //! Data structures: [`NamespaceReport`] lists what was found; `Read` is one read of the
 //! namespace (every inode in one pass over the volume's files, every directory's log, a
-//! walk from the root), which the rescue, the check and the nodes `load` builds share.
+//! walk from the root), which the rescue and the nodes `load` builds share. `fsck`'s
+//! check keeps far less (`census.rs`): a few bytes an inode and one log at a time.
 //!
 //! Invariant: after `load(.., repair = true)` and a sync, `check` of the same volume
 //! reports nothing.
 //!
 //! Lock order: none (runs before the file system serves anything, or on a read-only view).
 
+mod census;
 mod read;
 mod report;
 
@@ -46,10 +48,10 @@ use crate::xattr::{self, Tail};
 use extalloc::volume::Volume;
 use std::collections::VecDeque;
 
-/// Checks the file system on `vol` without changing it.
+/// Checks the file system on `vol` without changing it, in memory of a few bytes an
+/// inode and one directory's log (`census.rs`): what a mount would repair.
 pub fn check(vol: &Volume) -> Result<NamespaceReport, String> {
-    // No node is built: a check's memory is the read, not a namespace besides.
-    load_once(vol, false, Read::of(vol)?, false).map(|(_, r)| r)
+    census::check(vol)
 }
 
 /// Appends `rec` to directory `dir`'s log at byte `at`.
@@ -106,7 +108,8 @@ fn load_once(
             fix_log(vol, ino, log)?;
         }
     }
-    let mut nodes = InoMap::with_capacity_and_hasher(inodes.len(), Default::default());
+    let room = if keep { inodes.len() } else { 0 };
+    let mut nodes = InoMap::with_capacity_and_hasher(room, Default::default());
     for (&ino, inode) in inodes.iter_mut() {
         if !walk.parent.contains_key(&ino) {
             if inode.nlink > 0 {
@@ -144,6 +147,7 @@ fn load_once(
     }
     report.orphans.sort_unstable();
     report.unnamed.sort_unstable();
+    census::sort_lists(&mut report);
     let reached = |ino: u64| walk.parent.contains_key(&ino);
     load_xattrs(
         vol,

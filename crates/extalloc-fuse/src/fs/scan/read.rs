@@ -9,10 +9,11 @@
 
 use super::report::NamespaceReport;
 use crate::dir::DirLog;
-use crate::fs::core::{InoMap, InoSet, ROOT};
+use crate::fs::core::{InoMap, ROOT};
 use crate::inode::{self, Inode, Kind};
 use crate::xattr;
 use extalloc::volume::{Fallocate, Volume};
+use std::borrow::Cow;
 use std::collections::VecDeque;
 
 /// One read of the namespace: every inode, what the attribute blobs' tails and the spill
@@ -158,14 +159,33 @@ pub(super) struct Files {
 /// or the root is not a directory.
 pub(super) fn read_inodes(vol: &Volume) -> Result<(InoMap<Inode>, Files), String> {
     let mut inodes = InoMap::default();
+    let files = visit_inodes(vol, |id, inode| {
+        inodes.insert(id, *inode);
+    })?;
+    Ok((inodes, files))
+}
+
+/// Hands every volume file's inode to `each`, in id order, and returns what else the
+/// blobs hold ([`Files`]); one pass over the file tree that keeps no file. Fails as
+/// [`read_inodes`] does (after `each` saw the inodes before the failure).
+pub(super) fn visit_inodes(
+    vol: &Volume,
+    mut each: impl FnMut(u64, &Inode),
+) -> Result<Files, String> {
     let mut files = Files::default();
     let mut first_bad = None;
     let mut newer = None;
     let mut any = false;
+    let mut inodes = 0u64;
+    let mut root = None;
     vol.try_visit_with_attrs(|f, blob| {
         any = true;
         if let Some(inode) = Inode::decode(blob) {
-            inodes.insert(f.id, inode);
+            inodes += 1;
+            if f.id == ROOT {
+                root = Some(inode.kind);
+            }
+            each(f.id, &inode);
             let tail = inode::tail(blob);
             if !tail.is_empty() {
                 files.tails.insert(f.id, tail.to_vec());
@@ -187,7 +207,7 @@ pub(super) fn read_inodes(vol: &Volume) -> Result<(InoMap<Inode>, Files), String
     if !any {
         return Err("the volume holds no file system (no files at all)".into());
     }
-    if inodes.is_empty() {
+    if inodes == 0 {
         let (id, blob) = first_bad.expect("a file without an inode");
         return Err(format!(
             "volume file {id} holds no inode (attributes {:?}): this volume is not an \
@@ -195,8 +215,8 @@ pub(super) fn read_inodes(vol: &Volume) -> Result<(InoMap<Inode>, Files), String
             String::from_utf8_lossy(&blob)
         ));
     }
-    match inodes.get(&ROOT) {
-        Some(i) if i.kind == Kind::Dir => Ok((inodes, files)),
+    match root {
+        Some(Kind::Dir) => Ok(files),
         _ if files.damaged.contains(&ROOT) => Err(format!(
             "the root directory's attributes (volume file {ROOT}) are damaged: run \
              `extalloc fsck --repair`"
@@ -220,44 +240,96 @@ pub(super) struct Walk {
     pub(super) drop: Vec<(u64, Vec<u8>)>,
 }
 
-/// Walks the tree from the root, breadth first, in name order.
+/// Walks the tree from the root over the logs in `logs` (see [`walk_with`]).
 pub(super) fn walk(
     inodes: &InoMap<Inode>,
     logs: &InoMap<DirLog>,
     report: &mut NamespaceReport,
 ) -> Walk {
-    let mut w = Walk::default();
-    w.parent.insert(ROOT, ROOT);
+    let mut tally = MapTally {
+        inodes,
+        w: Walk::default(),
+    };
+    tally.w.parent.insert(ROOT, ROOT);
+    let drop = walk_with(&mut tally, |d, _| Ok(Cow::Borrowed(&logs[&d])), report)
+        .expect("logs in memory do not fail");
+    tally.w.drop = drop;
+    tally.w
+}
+
+/// What a walk from the root counts, and where ([`Walk`] in maps; the census in arrays).
+pub(super) trait Tally {
+    /// The kind of inode `ino`, `None` when no inode has that number.
+    fn kind(&self, ino: u64) -> Option<Kind>;
+    /// Directory `ino` named in directory `from`: `false` when it was reached before.
+    fn reach_dir(&mut self, ino: u64, from: u64) -> bool;
+    /// A name of non-directory `ino` in directory `from`.
+    fn name(&mut self, ino: u64, from: u64);
+}
+
+/// [`Tally`] into a [`Walk`] of an [`InoMap`] of inodes.
+struct MapTally<'a> {
+    inodes: &'a InoMap<Inode>,
+    w: Walk,
+}
+
+impl Tally for MapTally<'_> {
+    fn kind(&self, ino: u64) -> Option<Kind> {
+        self.inodes.get(&ino).map(|i| i.kind)
+    }
+
+    fn reach_dir(&mut self, ino: u64, from: u64) -> bool {
+        if self.w.parent.contains_key(&ino) {
+            return false;
+        }
+        self.w.parent.insert(ino, from);
+        *self.w.subdirs.entry(from).or_default() += 1;
+        true
+    }
+
+    fn name(&mut self, ino: u64, from: u64) {
+        self.w.parent.entry(ino).or_insert(from);
+        *self.w.links.entry(ino).or_default() += 1;
+    }
+}
+
+/// Walks the tree from the root (reached before the call), breadth first, in name order:
+/// each directory's entries from `log_of` (which may read the log, and then fails with
+/// its error), each counted in `tally`. An entry naming no inode, the root, or a directory
+/// a second time goes to `report` and is returned as (directory, name), to drop.
+pub(super) fn walk_with<'a>(
+    tally: &mut impl Tally,
+    mut log_of: impl FnMut(u64, &mut NamespaceReport) -> Result<Cow<'a, DirLog>, String>,
+    report: &mut NamespaceReport,
+) -> Result<Vec<(u64, Vec<u8>)>, String> {
+    let mut drop = Vec::new();
     let mut queue = VecDeque::from([ROOT]);
-    let mut seen_dirs = InoSet::from_iter([ROOT]);
     while let Some(d) = queue.pop_front() {
-        for (name, &ino) in &logs[&d].entries {
-            let shown = String::from_utf8_lossy(name);
-            let why = match inodes.get(&ino) {
+        let log = log_of(d, report)?;
+        for (name, &ino) in &log.entries {
+            let why = match tally.kind(ino) {
                 None => Some(format!("names inode {ino}, which does not exist")),
                 Some(_) if ino == ROOT => Some("names the root".to_string()),
-                Some(i) if i.kind == Kind::Dir && !seen_dirs.insert(ino) => {
+                Some(Kind::Dir) if !tally.reach_dir(ino, d) => {
                     Some(format!("names directory {ino} a second time"))
                 }
-                Some(i) => {
-                    if i.kind == Kind::Dir {
-                        w.parent.insert(ino, d);
-                        *w.subdirs.entry(d).or_default() += 1;
-                        queue.push_back(ino);
-                    } else {
-                        w.parent.entry(ino).or_insert(d);
-                        *w.links.entry(ino).or_default() += 1;
-                    }
+                Some(Kind::Dir) => {
+                    queue.push_back(ino);
+                    None
+                }
+                Some(_) => {
+                    tally.name(ino, d);
                     None
                 }
             };
             if let Some(why) = why {
+                let shown = String::from_utf8_lossy(name);
                 report
                     .bad_entries
                     .push(format!("directory {d}, {shown:?}: {why}"));
-                w.drop.push((d, name.clone()));
+                drop.push((d, name.clone()));
             }
         }
     }
-    w
+    Ok(drop)
 }

@@ -1,0 +1,262 @@
+//! The namespace check of `fsck` with memory bounded by a few bytes an inode ([`check`]):
+//! what [`super::load`] would find, without keeping any inode's attributes or more than
+//! one directory's log at a time.
+//!
+//! Data structures: [`Census`]: every inode's number in one sorted array with a radix
+//! index over it ([`Index`]), and beside it, per inode, its kind, its recorded link count,
+//! the names the walk found and whether the walk reached it: about 18 bytes an inode, plus
+//! the index's 4 bytes a bucket (at most two buckets an inode), against the hundreds of
+//! bytes an inode that a [`super::read::Read`] keeps (its attributes, every directory's
+//! entries and the walk's maps). The logs are read one at a time, in the walk's order,
+//! and dropped.
+//!
+//! Invariant: [`check`] reports what `load_once` reports for the same volume, lists
+//! sorted (checked against it on small volumes in debug builds, `same_as_full_read`).
+//!
+//! Lock order: none (runs on a read-only view of the volume).
+
+use super::read::{read_log, visit_inodes, walk_with, Tally};
+use super::NamespaceReport;
+use crate::fs::core::{InoMap, ROOT};
+use crate::inode::Kind;
+use extalloc::volume::Volume;
+use std::borrow::Cow;
+
+/// Checks the file system on `vol` without changing it, in memory of a few bytes an inode
+/// and one directory's log (see the module documentation). Fails as a full read does: not
+/// a file system, or a leaf or log that cannot be read.
+pub(super) fn check(vol: &Volume) -> Result<NamespaceReport, String> {
+    let expect = usize::try_from(vol.file_count().map_err(|e| e.to_string())?).unwrap_or(0);
+    let mut census = Census::with_capacity(expect);
+    let files = visit_inodes(vol, |id, inode| census.push(id, inode.kind, inode.nlink))?;
+    census.index = Index::new(&census.ids);
+    let mut report = NamespaceReport::default();
+    census.reach(ROOT);
+    walk_with(
+        &mut census,
+        |d, report| read_log(vol, d, false, report).map(Cow::Owned),
+        &mut report,
+    )?;
+    // The logs of directories the walk did not reach: their problems are reported too.
+    for i in 0..census.ids.len() {
+        if census.kinds[i] == Kind::Dir && !census.reached[i] {
+            read_log(vol, census.ids[i], false, &mut report)?;
+        }
+    }
+    census.judge(&mut report);
+    report.damaged_inodes = files.damaged;
+    let reached = |ino: u64| census.at(ino).is_some_and(|i| census.reached[i]);
+    super::load_xattrs(
+        vol,
+        (&reached, &mut InoMap::default()),
+        (&files.tails, files.spills),
+        false,
+        &mut report,
+    )?;
+    sort_lists(&mut report);
+    #[cfg(debug_assertions)]
+    same_as_full_read(vol, &report, census.ids.len());
+    Ok(report)
+}
+
+/// Sorts the lists a check's order leaves unordered (by directory and inode number).
+pub(super) fn sort_lists(report: &mut NamespaceReport) {
+    let key = |s: &String| {
+        let digits = s
+            .split(|c: char| !c.is_ascii_digit())
+            .find(|p| !p.is_empty());
+        (digits.and_then(|d| d.parse::<u64>().ok()), s.clone())
+    };
+    report.logs.sort_by_cached_key(key);
+    report.link_counts.sort_by_cached_key(key);
+}
+
+/// On a small volume, checks that the census reports what a full read reports.
+#[cfg(debug_assertions)]
+fn same_as_full_read(vol: &Volume, report: &NamespaceReport, inodes: usize) {
+    const SMALL: usize = 4096;
+    if inodes > SMALL {
+        return;
+    }
+    let full = super::read::Read::of(vol).and_then(|r| super::load_once(vol, false, r, false));
+    if let Ok((_, full)) = full {
+        assert_eq!(report, &full, "the census finds what a full read finds");
+    }
+}
+
+/// Every inode's number, kind, recorded link count, names found and whether the walk
+/// reached it, in parallel arrays in number order.
+struct Census {
+    ids: Vec<u64>,
+    kinds: Vec<Kind>,
+    nlinks: Vec<u32>,
+    /// Names found for a non-directory; subdirectories found for a directory.
+    found: Vec<u32>,
+    reached: Vec<bool>,
+    index: Index,
+}
+
+impl Census {
+    fn with_capacity(n: usize) -> Census {
+        Census {
+            ids: Vec::with_capacity(n),
+            kinds: Vec::with_capacity(n),
+            nlinks: Vec::with_capacity(n),
+            found: Vec::new(),
+            reached: Vec::new(),
+            index: Index::default(),
+        }
+    }
+
+    /// Adds inode `id`: ids come in increasing order.
+    fn push(&mut self, id: u64, kind: Kind, nlink: u32) {
+        assert!(
+            self.ids.last().is_none_or(|&l| l < id),
+            "inodes are visited in number order"
+        );
+        self.ids.push(id);
+        self.kinds.push(kind);
+        self.nlinks.push(nlink);
+        self.found.push(0);
+        self.reached.push(false);
+    }
+
+    /// Where inode `ino` is in the arrays.
+    fn at(&self, ino: u64) -> Option<usize> {
+        self.index.find(&self.ids, ino)
+    }
+
+    /// Marks `ino`, which exists, reached.
+    fn reach(&mut self, ino: u64) {
+        let i = self.at(ino).expect("a reached inode exists");
+        self.reached[i] = true;
+    }
+
+    /// Every inode's verdict into `report`, in number order: unreached (unnamed or
+    /// orphan), or reached with its link count checked and its kind counted.
+    fn judge(&self, report: &mut NamespaceReport) {
+        for (i, &ino) in self.ids.iter().enumerate() {
+            let nlink = self.nlinks[i];
+            if !self.reached[i] {
+                if nlink > 0 {
+                    report.unnamed.push(ino);
+                } else {
+                    report.orphans.push(ino);
+                }
+                continue;
+            }
+            let want = match self.kinds[i] {
+                Kind::Dir => 2 + self.found[i],
+                _ => self.found[i],
+            };
+            if nlink != want {
+                report
+                    .link_counts
+                    .push(format!("inode {ino}: {nlink} recorded, {want} found"));
+            }
+            report.count(self.kinds[i]);
+        }
+    }
+}
+
+impl Tally for Census {
+    fn kind(&self, ino: u64) -> Option<Kind> {
+        self.at(ino).map(|i| self.kinds[i])
+    }
+
+    fn reach_dir(&mut self, ino: u64, from: u64) -> bool {
+        let i = self.at(ino).expect("the walk names inodes that exist");
+        if self.reached[i] {
+            return false;
+        }
+        self.reached[i] = true;
+        let f = self.at(from).expect("the walk's directory exists");
+        self.found[f] += 1;
+        true
+    }
+
+    fn name(&mut self, ino: u64, _from: u64) {
+        let i = self.at(ino).expect("the walk names inodes that exist");
+        self.reached[i] = true;
+        self.found[i] += 1;
+    }
+}
+
+/// A radix index over a sorted array of numbers: bucket `b` holds the numbers whose value
+/// shifted right by `shift` is `b`, and `starts[b]..starts[b + 1]` is where they are. The
+/// shift makes at most about two buckets a number, so a lookup searches a bucket of a few
+/// numbers on average, whatever their spread.
+#[derive(Default)]
+struct Index {
+    shift: u32,
+    starts: Vec<u32>,
+}
+
+impl Index {
+    fn new(ids: &[u64]) -> Index {
+        debug_assert!(ids.is_sorted(), "the index is over sorted numbers");
+        let Some(&max) = ids.last() else {
+            return Index::default();
+        };
+        let limit = 2 * ids.len() as u64 + 1;
+        let mut shift = 0;
+        while (max >> shift) >= limit {
+            shift += 1;
+        }
+        let buckets = usize::try_from(max >> shift).expect("buckets fit memory") + 1;
+        let mut starts = Vec::with_capacity(buckets + 1);
+        let mut at = 0usize;
+        for b in 0..=buckets as u64 {
+            while at < ids.len() && (ids[at] >> shift) < b {
+                at += 1;
+            }
+            starts.push(u32::try_from(at).expect("at most 2^32 inodes"));
+        }
+        debug_assert_eq!(starts.len(), buckets + 1);
+        Index { shift, starts }
+    }
+
+    /// Where `ino` is in `ids` (the array the index was made over).
+    fn find(&self, ids: &[u64], ino: u64) -> Option<usize> {
+        let b = usize::try_from(ino >> self.shift).ok()?;
+        if b >= self.starts.len().saturating_sub(1) {
+            return None;
+        }
+        let (lo, hi) = (self.starts[b] as usize, self.starts[b + 1] as usize);
+        let found = ids[lo..hi].binary_search(&ino).ok().map(|i| lo + i);
+        debug_assert!(found.is_none_or(|i| ids[i] == ino));
+        found
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Index;
+
+    #[test]
+    fn the_index_finds_every_number_and_no_other() {
+        for ids in [
+            vec![],
+            vec![1],
+            vec![1, 2, 3, 4, 5],
+            vec![1, 7, 8, 1000, 1_000_000, u64::MAX / 3],
+            (1..5000).map(|i| i * 37 + (i % 5)).collect(),
+        ] {
+            let index = Index::new(&ids);
+            for (i, &id) in ids.iter().enumerate() {
+                assert_eq!(index.find(&ids, id), Some(i), "{id}");
+                assert_eq!(
+                    index.find(&ids, id + 1).map(|j| ids[j]),
+                    ids.get(i + 1).copied().filter(|&n| n == id + 1)
+                );
+            }
+            assert_eq!(index.find(&ids, 0), None);
+            assert_eq!(index.find(&ids, u64::MAX), None);
+            assert!(
+                index.starts.len() <= 2 * ids.len() + 2,
+                "{}",
+                index.starts.len()
+            );
+        }
+    }
+}
