@@ -15,9 +15,11 @@
 //! blob ([`Node::blob`]) is written only under `ns` written ([`Fs::persist`]).
 //!
 //! Lock order: `ns` -> `dir_handles`, then the volume's locks, as in `mod.rs`; `pins`
-//! after `ns` or alone, holding nothing else.
+//! after `ns` or alone, holding nothing else; `Ns::parked`'s mutex under `ns` (read, for
+//! a forget), holding nothing else.
 
 use super::dirahead::DirAhead;
+use super::parked::Parked;
 use crate::dir::DirLog;
 use crate::inode::{Inode, Kind};
 use crate::xattr::{Tail, Xattrs};
@@ -194,10 +196,12 @@ pub(crate) struct Ns {
     /// since written or removed, which a sync passes over.
     pub(crate) dirty_attrs: InoSet,
     /// The kernel's references to inodes whose node was dropped while only those
-    /// references held it (`ondemand.rs`, [`Fs::trim_nodes`]): about 20-40 bytes an inode
-    /// instead of a node's 184. An inode is here or in `nodes`, never both; a load moves
-    /// its count back into the node.
-    pub(crate) parked: InoMap<Refs>,
+    /// references held it (`ondemand.rs`, [`Fs::trim_nodes`]): a few bits an inode in a
+    /// compressed bitmap where counts are 1 and numbers come in runs (`parked.rs`) instead
+    /// of a node's 184 bytes. An inode is here or in `nodes`, never both; a load moves its
+    /// count back into the node. Its own mutex, taken under this lock, lets a forget
+    /// (this lock held for reading) change it.
+    pub(crate) parked: Mutex<Parked>,
 }
 
 impl Ns {
@@ -214,9 +218,7 @@ impl Ns {
         if self.nodes.capacity() > SHRINK_FROM && self.nodes.len() * 4 < self.nodes.capacity() {
             self.nodes.shrink_to(self.nodes.len() * 2);
         }
-        if self.parked.capacity() > SHRINK_FROM && self.parked.len() * 4 < self.parked.capacity() {
-            self.parked.shrink_to(self.parked.len() * 2);
-        }
+        self.parked.get_mut().shrink(SHRINK_FROM);
     }
 
     /// Marks `ino`'s times as waiting in memory for the next sync, last close or unmount.
@@ -470,10 +472,8 @@ impl Fs {
     /// leaves the parked set.
     pub(crate) fn reap(&self, ns: &mut Ns, ino: u64) -> FsResult<()> {
         let Some(n) = ns.nodes.get(&ino) else {
-            if ns.parked.get(&ino).is_some_and(|r| r.get() == 0) {
-                ns.parked.remove(&ino);
-            }
-            debug_assert!(ns.parked.get(&ino).is_none_or(|r| r.get() > 0));
+            // A parked count leaves as it reaches 0 (`Parked::forget`).
+            debug_assert!(!ns.parked.get_mut().contains(ino) || ns.parked.get_mut().count(ino) > 0);
             return Ok(());
         };
         let unheld = n.open == 0 && n.lookups.get() == 0;

@@ -251,7 +251,7 @@ fn check_count(fs: &Fs, ns: &Ns) -> Result<(), String> {
 
 /// Each parked lookup count ([`Ns::parked`]) is of a named inode not in memory (`away`).
 fn check_parked(ns: &Ns, away: &HashMap<u64, (Option<Kind>, u32)>) -> Result<(), String> {
-    for &ino in ns.parked.keys() {
+    for ino in ns.parked.lock().inodes() {
         if ns.nodes.contains_key(&ino) {
             return Err(format!("inode {ino}: in memory and its lookups parked"));
         }
@@ -399,10 +399,10 @@ mod tests {
         assert!(!fs.ns.read().nodes[&f].attr_dirty);
         // Its lookup count parked while the node is in memory too.
         let why = caught(&fs, |ns| {
-            ns.parked.insert(f, super::super::core::Refs::new(1));
+            ns.parked.get_mut().park(f, 1);
         });
         assert!(why.contains(&format!("inode {f}: in memory and its lookups parked")));
-        fs.ns.write().parked.clear();
+        fs.ns.write().parked.get_mut().take(f);
         let why = caught(&fs, |ns| ns.nodes.get_mut(&f).unwrap().inode.perm ^= 0o100);
         assert!(why.contains(&format!("inode {f}: its blob")), "{why}");
         fs.ns.write().nodes.get_mut(&f).unwrap().inode.perm ^= 0o100;

@@ -73,6 +73,7 @@ pub mod names;
 mod ondemand;
 #[cfg(test)]
 mod ondemand_tests;
+mod parked;
 #[cfg(test)]
 mod posix_tests;
 #[cfg(test)]

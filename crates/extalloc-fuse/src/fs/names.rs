@@ -132,7 +132,11 @@ impl Fs {
                 .filter(|&&(ino, n)| match ns.nodes.get(&ino) {
                     Some(node) => node.lookups.forget(n) == 0 && node.open == 0,
                     // Dropped while the kernel held it (`Fs::trim_nodes`): its count is parked.
-                    None => ns.parked.get(&ino).is_some_and(|r| r.forget(n) == 0),
+                    // It leaves the parked set at 0: nothing to reap.
+                    None => {
+                        ns.parked.lock().forget(ino, n);
+                        false
+                    }
                 })
                 .map(|&(ino, _)| ino)
                 .collect()

@@ -37,7 +37,7 @@
 //! [`Fs::trim_nodes`] drop one, with the lock held for writing.
 //! Lock order: `ns` (written) -> the volume's locks, as every namespace change.
 
-use super::core::{dir_node, Errno, Fs, FsResult, Node, Ns};
+use super::core::{dir_node, Errno, Fs, FsResult, Node, Ns, Refs};
 use super::scan::{self, NamespaceReport};
 use crate::inode::{self, Inode, Kind};
 use crate::xattr::{self, Tail};
@@ -153,12 +153,13 @@ impl Fs {
         if !ns.nodes.contains_key(&ino) {
             let known = |i: u64| ns.nodes.get(&i).map(|n| n.inode.kind);
             let mut node = read_node(self.vol.volume(), ino, parent, known)?;
-            if let Some(refs) = ns.parked.remove(&ino) {
-                node.lookups = refs;
+            let refs = ns.parked.get_mut().take(ino);
+            if refs > 0 {
+                node.lookups = Refs::new(refs);
             }
             ns.nodes.insert(ino, node);
         }
-        debug_assert!(ns.nodes.contains_key(&ino) && !ns.parked.contains_key(&ino));
+        debug_assert!(ns.nodes.contains_key(&ino) && !ns.parked.get_mut().contains(ino));
         Ok(())
     }
 
@@ -280,12 +281,11 @@ impl Fs {
             .take(excess)
             .collect();
         drop(pins);
-        let before = (ns.nodes.len(), ns.parked.len());
+        let before = (ns.nodes.len(), ns.parked.get_mut().len());
         for &ino in &victims {
             let node = ns.nodes.remove(&ino).expect("a victim is in memory");
             if node.lookups.get() > 0 {
-                let was = ns.parked.insert(ino, node.lookups);
-                assert!(was.is_none(), "inode {ino} in memory and parked");
+                ns.parked.get_mut().park(ino, node.lookups.get());
             }
         }
         ns.shrink_nodes();
@@ -294,7 +294,7 @@ impl Fs {
             before.0 - victims.len(),
             "each victim left once"
         );
-        debug_assert!(ns.parked.len() <= before.1 + victims.len());
+        debug_assert!(ns.parked.get_mut().len() <= before.1 + victims.len() as u64);
         victims.len()
     }
 
