@@ -108,6 +108,9 @@ pub struct DirLog {
     /// Damage in the middle was stepped over (the records after it were read): the log
     /// must be rewritten whole to be clean again (mount does, `fs/scan/`).
     pub skipped_damage: bool,
+    /// A record added a name already there or removed one not there (damage: a crash
+    /// leaves at most a torn tail).
+    pub contradicted: bool,
 }
 
 impl DirLog {
@@ -139,6 +142,7 @@ impl DirLog {
                         _ => d.entries.remove(name).is_some(),
                     };
                     if !applied {
+                        d.contradicted = true;
                         d.problem = Some(format!(
                             "record {} at byte {pos} {} {:?}, which {}",
                             d.records,

@@ -17,8 +17,10 @@
 //!   set-group-id when the group may execute (`data.rs`), written at once.
 //! - After a clean close the mount reads the root only, and every other inode is read back
 //!   when a call reaches it (`ondemand.rs`). After a crash (the store's `unchecked` mark)
-//!   `scan/` reads the whole namespace back, checks it, and repairs what a crash between
-//!   two steps of one operation leaves (see `docs/mount.md`).
+//!   `scan/` counts the whole namespace in a few bytes an inode, repairs what a crash
+//!   between two steps of one operation leaves, and mounts as after a clean close; damage
+//!   it finds makes it read the whole namespace into memory and repair that (see
+//!   `docs/mount.md`).
 //!
 //! Data structures: [`Fs`] owns the [`Buffered`] volume, the namespace (`Ns`: the nodes in
 //! memory by number, every directory's a name has reached since the mount and any other
@@ -132,9 +134,11 @@ pub struct MountReport {
 impl Fs {
     /// Mounts the file system on `vol`: makes one on an empty volume (the root is its first
     /// file); after a clean close reads the root only (every other inode is read back when
-    /// a call reaches it by a name); after a crash (`Store::unchecked`) reads the whole
-    /// namespace back and repairs what the crash left (orphans, link counts, torn entry
-    /// logs; see [`MountReport`]), then clears the mark.
+    /// a call reaches it by a name); after a crash (`Store::unchecked`) counts the whole
+    /// namespace (`scan/census.rs`) and repairs what the crash left (orphans, stray spill
+    /// files, torn entry logs), or, when it finds damage, reads the whole namespace into
+    /// memory and repairs that too (link counts, names into `/lost+found`; see
+    /// [`MountReport`]), then clears the mark.
     pub fn mount(vol: Volume, opts: WritebackOptions) -> Result<(Fs, MountReport), String> {
         Fs::mount_with(vol, opts, true)
     }
@@ -169,10 +173,23 @@ impl Fs {
         // clean closes by other tools).
         let crashed = vol.store().unchecked();
         let quick = (!crashed || !must_commit) && !report.created;
-        let nodes = match quick.then(|| read_root(&vol)) {
-            Some(Ok(nodes)) => nodes,
+        let mut root = None;
+        if quick {
+            root = read_root(&vol).ok();
+        } else if !report.created {
+            // After a crash: what a crash alone leaves (orphans, stray spill files, torn
+            // log tails) is found by a census of a few bytes an inode and repaired without
+            // the namespace in memory (`scan/census.rs`); damage needs the whole read.
+            if let Some(found) = scan::repair_crash(&vol)? {
+                report.repaired = found;
+                report.scanned = true;
+                root = read_root(&vol).ok();
+            }
+        }
+        let nodes = match root {
+            Some(nodes) => nodes,
             // A root that does not read: the scan says why, in full.
-            Some(Err(_)) | None => {
+            None => {
                 let (mut nodes, found) = scan_and_repair(&vol, must_commit)?;
                 report.repaired = found;
                 report.scanned = true;

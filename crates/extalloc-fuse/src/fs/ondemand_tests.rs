@@ -359,6 +359,11 @@ fn directories_come_back_through_their_names_and_a_crash_stays_marked() {
         "the crash stayed marked: the whole read ran"
     );
     assert_eq!(report.repaired.orphans, vec![g], "{report:?}");
+    assert_eq!(
+        fs.ns.read().nodes.keys().copied().collect::<Vec<_>>(),
+        vec![ROOT],
+        "a crash's leftovers repaired by the census: only the root in memory"
+    );
     assert!(!fs.volume().volume().store().unchecked(), "checked now");
     fs.unmount().unwrap();
     let (fs, report) = remount(&dev);

@@ -10,12 +10,17 @@
 //! entries and the walk's maps). The logs are read one at a time, in the walk's order,
 //! and dropped.
 //!
+//! After a crash, [`repair_crash`] repairs what the census found when it is only what a
+//! crash leaves, so a mount after a crash keeps no more than a check does; damage is left
+//! to the full read, which rescues names into `/lost+found` first.
+//!
 //! Invariant: [`check`] reports what `load_once` reports for the same volume, lists
-//! sorted (checked against it on small volumes in debug builds, `same_as_full_read`).
+//! sorted (checked against it on small volumes in debug builds, `same_as_full_read`); a
+//! volume [`repair_crash`] repaired checks clean.
 //!
 //! Lock order: none (runs on a read-only view of the volume).
 
-use super::read::{read_log, visit_inodes, walk_with, Tally};
+use super::read::{fix_log, read_log, visit_inodes, walk_with, Tally};
 use super::NamespaceReport;
 use crate::fs::core::{InoMap, ROOT};
 use crate::inode::Kind;
@@ -26,21 +31,69 @@ use std::borrow::Cow;
 /// and one directory's log (see the module documentation). Fails as a full read does: not
 /// a file system, or a leaf or log that cannot be read.
 pub(super) fn check(vol: &Volume) -> Result<NamespaceReport, String> {
+    Ok(census(vol)?.0)
+}
+
+/// After a crash: finds what the crash left with the census, and when that is only what a
+/// crash leaves (orphans, stray spill files of extended attributes, torn directory log
+/// tails), repairs it as a full read's repair would (tails cut, orphans then stray spill
+/// files removed) and returns the report. `None` when it found damage (anything else):
+/// nothing was written, and the caller reads the whole namespace, which rescues into
+/// `/lost+found` before it repairs.
+pub(crate) fn repair_crash(vol: &Volume) -> Result<Option<NamespaceReport>, String> {
+    let (report, logs) = census(vol)?;
+    let crash_only = report.unnamed.is_empty()
+        && report.damaged_inodes.is_empty()
+        && report.bad_entries.is_empty()
+        && report.link_counts.is_empty()
+        && report.damaged_xattrs.is_empty()
+        && logs.iter().all(|l| l.tail_only);
+    if !crash_only {
+        return Ok(None);
+    }
+    for l in &logs {
+        let mut log = read_log(vol, l.dir, false, &mut NamespaceReport::default())?;
+        debug_assert!(!log.skipped_damage && !log.contradicted, "a torn tail only");
+        fix_log(vol, l.dir, &mut log)?;
+    }
+    super::remove_leftovers(vol, &report)?;
+    debug_assert!(
+        census(vol).is_ok_and(|(r, _)| r.clean()),
+        "a crash's leftovers repaired leave a clean check"
+    );
+    Ok(Some(report))
+}
+
+/// A directory whose log had a problem.
+struct LogProblem {
+    dir: u64,
+    /// Only a tail to cut (a torn record, a compaction cut short), which a crash leaves;
+    /// else damage (a record stepped over, a record that contradicts the log).
+    tail_only: bool,
+}
+
+/// The census's report (lists sorted), and the directories whose logs had a problem.
+fn census(vol: &Volume) -> Result<(NamespaceReport, Vec<LogProblem>), String> {
     let expect = usize::try_from(vol.file_count().map_err(|e| e.to_string())?).unwrap_or(0);
     let mut census = Census::with_capacity(expect);
     let files = visit_inodes(vol, |id, inode| census.push(id, inode.kind, inode.nlink))?;
     census.index = Index::new(&census.ids);
     let mut report = NamespaceReport::default();
+    let mut problems = Vec::new();
+    let mut read = |d: u64, report: &mut NamespaceReport| {
+        let log = read_log(vol, d, false, report)?;
+        if log.problem.is_some() {
+            let tail_only = !log.skipped_damage && !log.contradicted;
+            problems.push(LogProblem { dir: d, tail_only });
+        }
+        Ok::<_, String>(log)
+    };
     census.reach(ROOT);
-    walk_with(
-        &mut census,
-        |d, report| read_log(vol, d, false, report).map(Cow::Owned),
-        &mut report,
-    )?;
+    walk_with(&mut census, |d, r| read(d, r).map(Cow::Owned), &mut report)?;
     // The logs of directories the walk did not reach: their problems are reported too.
     for i in 0..census.ids.len() {
         if census.kinds[i] == Kind::Dir && !census.reached[i] {
-            read_log(vol, census.ids[i], false, &mut report)?;
+            read(census.ids[i], &mut report)?;
         }
     }
     census.judge(&mut report);
@@ -56,7 +109,8 @@ pub(super) fn check(vol: &Volume) -> Result<NamespaceReport, String> {
     sort_lists(&mut report);
     #[cfg(debug_assertions)]
     same_as_full_read(vol, &report, census.ids.len());
-    Ok(report)
+    debug_assert_eq!(problems.len(), report.logs.len(), "a problem a log");
+    Ok((report, problems))
 }
 
 /// Sorts the lists a check's order leaves unordered (by directory and inode number).

@@ -38,6 +38,7 @@ mod census;
 mod read;
 mod report;
 
+pub(crate) use self::census::repair_crash;
 use self::read::Read;
 pub(crate) use self::read::{fix_log, read_log};
 pub use self::report::NamespaceReport;
