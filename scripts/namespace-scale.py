@@ -2,7 +2,7 @@
 """Many empty files through a mount, beside ext4 (issue 50's figures).
 
     sudo scripts/namespace-scale.py [--files 100k,1M] [--dirs 1000] [--fs ext4,extalloc]
-                                    [--size 64GiB] [--evict-first] [--json PATH]
+                                    [--size 64GiB] [--evict-first] [--crash] [--json PATH]
 
 For each file system and file count, on a fresh sparse image (in $TMPDIR, else /var/tmp)
 attached to a loop device, so that both file systems' writes are counted the same way
@@ -18,6 +18,9 @@ attached to a loop device, so that both file systems' writes are counted the sam
   sends a FUSE daemon its forgets), so that the unmount's seconds are its own work;
 - the unmount's seconds, the mount's seconds (and the daemon's CPU seconds and resident
   memory right after it), one lookup that must find a file made first;
+- with --crash (extalloc only): a mount, a file opened and unlinked while open, `sync`,
+  then `kill -9` of the daemon; the mount after that crash (which checks the namespace
+  and removes the orphan): its seconds, the daemon's CPU seconds and its peak memory;
 - the check's seconds and peak memory (`extalloc fsck`, `e2fsck -fn`).
 
 One line per run on stdout as it ends, progress on stderr, a Markdown table at the end;
@@ -27,6 +30,7 @@ target/release/extalloc (or $EXTALLOC); exits non-zero if any step failed.
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -176,7 +180,31 @@ def evict():
     return time.monotonic() - t
 
 
-def one(fs, n, dirs, size, work, evict_first=False):
+def crash_and_mount(t, r):
+    """Leaves an orphan, kills the daemon, and times the mount after the crash."""
+    t.mount()
+    held = os.path.join(t.mnt, "d0", "held")
+    fd = os.open(held, os.O_CREAT | os.O_WRONLY, 0o644)
+    os.unlink(held)
+    run(["sync", t.mnt])
+    pid = daemon_pid(t.mnt)
+    os.kill(pid, signal.SIGKILL)
+    while os.path.exists(f"/proc/{pid}"):
+        time.sleep(0.05)
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+    subprocess.run(["umount", "-l", t.mnt], capture_output=True)
+    r["crash_mount_s"] = t.mount()
+    pid = daemon_pid(t.mnt)
+    r["crash_mount_cpu_s"] = cpu_s(pid)
+    r["crash_mount_peak_mib"] = status_kib(pid, "VmHWM") / 1024
+    os.stat(os.path.join(t.mnt, "d0", "f0"))
+    t.umount()
+
+
+def one(fs, n, dirs, size, work, evict_first=False, crash=False):
     label = f"{fs} {n:,}"
     t = Target(fs, size, work)
     r = {"fs": fs, "files": n, "dirs": dirs}
@@ -209,6 +237,8 @@ def one(fs, n, dirs, size, work, evict_first=False):
             r["mounted_rss_mib"] = status_kib(pid, "VmRSS") / 1024
         os.stat(os.path.join(t.mnt, "d0", "f0"))
         r["umount2_s"] = t.umount()
+        if crash and fs == "extalloc":
+            crash_and_mount(t, r)
         r["fsck_s"], peak = t.check()
         r["fsck_peak_mib"] = peak / 1024
         r["ok"] = True
@@ -230,6 +260,8 @@ COLUMNS = [
     ("evict_s", "evict s", "{:.2f}"),
     ("umount_s", "umount s", "{:.2f}"), ("mount_s", "mount s", "{:.2f}"),
     ("mount_cpu_s", "mount CPU s", "{:.2f}"), ("mounted_rss_mib", "RSS after mount MiB", "{:,.0f}"),
+    ("crash_mount_s", "mount after crash s", "{:.2f}"),
+    ("crash_mount_cpu_s", "its CPU s", "{:.2f}"), ("crash_mount_peak_mib", "its peak MiB", "{:,.0f}"),
     ("fsck_s", "fsck s", "{:.1f}"), ("fsck_peak_mib", "fsck peak MiB", "{:,.0f}"),
 ]
 
@@ -247,6 +279,8 @@ def main():
     ap.add_argument("--size", default="64GiB")
     ap.add_argument("--evict-first", action="store_true",
                     help="time the kernel's eviction of cached dentries and inodes apart, before the unmount")
+    ap.add_argument("--crash", action="store_true",
+                    help="extalloc: also time a mount after kill -9 of the daemon, with an orphan to remove")
     ap.add_argument("--json")
     a = ap.parse_args()
     if os.geteuid() != 0:
@@ -261,7 +295,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="extalloc-ns.", dir=base) as work:
         for n in [count(x) for x in a.files.split(",")]:
             for fs in a.fs.split(","):
-                r = one(fs, n, a.dirs, size, work, a.evict_first)
+                r = one(fs, n, a.dirs, size, work, a.evict_first, a.crash)
                 rows.append(r)
                 print(json.dumps(r), flush=True)
     print("\n| " + " | ".join(h for _, h, _ in COLUMNS) + " |")

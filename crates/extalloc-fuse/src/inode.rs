@@ -98,7 +98,8 @@ impl Kind {
         })
     }
 
-    fn code(self) -> u8 {
+    /// The kind's byte in an inode blob (1 to 7; 0 is no kind).
+    pub(crate) fn code(self) -> u8 {
         match self {
             Kind::File => 1,
             Kind::Dir => 2,
@@ -110,7 +111,8 @@ impl Kind {
         }
     }
 
-    fn from_code(c: u8) -> Option<Kind> {
+    /// The kind of a byte [`Kind::code`] gave; `None` for any other byte.
+    pub(crate) fn from_code(c: u8) -> Option<Kind> {
         Some(match c {
             1 => Kind::File,
             2 => Kind::Dir,

@@ -3,13 +3,13 @@
 //! A `BTreeMap` of inline names took 73 bytes an entry (heaptrack of the daemon after 1M
 //! creates: 40-byte elements in nodes about two thirds full, and internal nodes), the
 //! largest per-file cost of a mount after the writeback cache's. Here an entry takes its
-//! name's bytes in one arena, a 24-byte slot and a 4-byte index slot (about 38 bytes for
+//! name's bytes in one arena, a 16-byte slot and a 4-byte index slot (about 30 bytes for
 //! an 8-byte name).
 //!
 //! Data structures: [`Entries`]: `names`, every live name's bytes end to end (removed
 //! names leave dead bytes until a compaction); `slots`, one per entry ([`Slot`]: where its
-//! name lies, and the [`Entry`]), a removed one free for the next insert (length 0: a
-//! name is never empty); `index`, the live slots' numbers by the hash of their name
+//! name lies, its inode and its kind's byte, 16 bytes), a removed one free for the next
+//! insert (length 0: a name is never empty); `index`, the live slots' numbers by the hash of their name
 //! (hashbrown's `HashTable`, with a random seed per directory, so no caller can choose
 //! names that collide).
 //!
@@ -36,12 +36,31 @@ pub(crate) struct Entry {
     pub(crate) kind: Option<Kind>,
 }
 
-/// One entry: its name at `names[at .. at + len]`; a free slot has `len` 0.
+/// One entry: its name at `names[at .. at + len]`, its inode, and its kind as
+/// [`Kind::code`] gives it (0: not known); a free slot has `len` 0. 16 bytes, where an
+/// [`Entry`] inside took 24.
 #[derive(Debug, Clone, Copy)]
 struct Slot {
+    ino: u64,
     at: u32,
     len: u8,
-    entry: Entry,
+    kind: u8,
+}
+
+const _: () = assert!(std::mem::size_of::<Slot>() == 16);
+
+impl Slot {
+    fn entry(&self) -> Entry {
+        Entry {
+            ino: self.ino,
+            kind: Kind::from_code(self.kind),
+        }
+    }
+
+    fn set(&mut self, e: Entry) {
+        self.ino = e.ino;
+        self.kind = e.kind.map_or(0, Kind::code);
+    }
 }
 
 /// A directory's entries, name to [`Entry`] (see the module documentation).
@@ -78,13 +97,19 @@ impl Entries {
     }
 
     /// The entry of `name`.
-    pub(crate) fn get(&self, name: &[u8]) -> Option<&Entry> {
-        self.find(name).map(|i| &self.slots[i as usize].entry)
+    pub(crate) fn get(&self, name: &[u8]) -> Option<Entry> {
+        self.find(name).map(|i| self.slots[i as usize].entry())
     }
 
-    /// The entry of `name`, to change (its inode or kind; the name stays).
-    pub(crate) fn get_mut(&mut self, name: &[u8]) -> Option<&mut Entry> {
-        self.find(name).map(|i| &mut self.slots[i as usize].entry)
+    /// Sets the kind of `name`'s entry (the name and its inode stay); `false` when there
+    /// is no such entry.
+    pub(crate) fn set_kind(&mut self, name: &[u8], kind: Option<Kind>) -> bool {
+        let Some(i) = self.find(name) else {
+            return false;
+        };
+        let s = &mut self.slots[i as usize];
+        s.set(Entry { ino: s.ino, kind });
+        true
     }
 
     /// Is there an entry for `name`?
@@ -102,16 +127,21 @@ impl Entries {
             name.len()
         );
         if let Some(i) = self.find(name) {
-            return Some(std::mem::replace(&mut self.slots[i as usize].entry, e));
+            let s = &mut self.slots[i as usize];
+            let was = s.entry();
+            s.set(e);
+            return Some(was);
         }
         let at = u32::try_from(self.names.len()).expect("a directory's names within 4 GiB");
         grow(&mut self.names, name.len());
         self.names.extend_from_slice(name);
-        let slot = Slot {
+        let mut slot = Slot {
+            ino: 0,
             at,
             len: name.len() as u8,
-            entry: e,
+            kind: 0,
         };
+        slot.set(e);
         let i = match self.free.pop() {
             Some(i) => {
                 debug_assert_eq!(self.slots[i as usize].len, 0, "a free slot");
@@ -145,7 +175,7 @@ impl Entries {
         });
         let i = found.ok()?.remove().0;
         let s = &mut self.slots[i as usize];
-        let e = s.entry;
+        let e = s.entry();
         self.dead += s.len as usize;
         s.len = 0;
         self.free.push(i);
@@ -167,7 +197,7 @@ impl Entries {
         };
         out.names.reserve(self.names.len() - self.dead);
         out.slots.reserve(live);
-        for (name, &e) in self.iter() {
+        for (name, e) in self.iter() {
             out.insert(name, e);
         }
         *self = out;
@@ -175,11 +205,11 @@ impl Entries {
     }
 
     /// Every entry, in slot order (see the module documentation).
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&[u8], &Entry)> + '_ {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&[u8], Entry)> + '_ {
         self.slots
             .iter()
             .filter(|s| s.len > 0)
-            .map(|s| (self.name_of(s), &s.entry))
+            .map(|s| (self.name_of(s), s.entry()))
     }
 
     /// Every name, in slot order.
@@ -188,7 +218,7 @@ impl Entries {
     }
 
     /// Every entry's inode and kind, in slot order.
-    pub(crate) fn values(&self) -> impl Iterator<Item = &Entry> + '_ {
+    pub(crate) fn values(&self) -> impl Iterator<Item = Entry> + '_ {
         self.iter().map(|(_, e)| e)
     }
 
@@ -216,8 +246,8 @@ fn grow<T>(v: &mut Vec<T>, more: usize) {
 }
 
 impl<'a> IntoIterator for &'a Entries {
-    type Item = (&'a [u8], &'a Entry);
-    type IntoIter = Box<dyn Iterator<Item = (&'a [u8], &'a Entry)> + 'a>;
+    type Item = (&'a [u8], Entry);
+    type IntoIter = Box<dyn Iterator<Item = (&'a [u8], Entry)> + 'a>;
     fn into_iter(self) -> Self::IntoIter {
         Box::new(self.iter())
     }
@@ -277,13 +307,13 @@ mod tests {
             } else {
                 assert_eq!(e.remove(&name), model.remove(&name));
             }
-            assert_eq!(e.get(&name), model.get(&name));
+            assert_eq!(e.get(&name), model.get(&name).copied());
             assert_eq!(e.len(), model.len());
         }
-        let got: BTreeMap<Vec<u8>, Entry> = e.iter().map(|(n, &v)| (n.to_vec(), v)).collect();
+        let got: BTreeMap<Vec<u8>, Entry> = e.iter().map(|(n, v)| (n.to_vec(), v)).collect();
         assert_eq!(got, model);
         for (n, v) in &model {
-            assert_eq!(e.get(n), Some(v));
+            assert_eq!(e.get(n), Some(*v));
         }
         while let Some(n) = model.keys().next().cloned() {
             assert!(e.remove(&n).is_some());
@@ -292,7 +322,8 @@ mod tests {
         assert!(e.is_empty() && e.iter().next().is_none());
     }
 
-    /// 10,000 eight-byte names cost under 50 bytes each (the `BTreeMap` took 73).
+    /// 10,000 eight-byte names cost under 40 bytes each (the `BTreeMap` took 73, 24-byte
+    /// slots about 42).
     #[test]
     fn an_entry_costs_its_name_and_a_slot() {
         let e: Entries = (0..10_000u64)
@@ -303,6 +334,6 @@ mod tests {
             .collect();
         assert_eq!(e.len(), 10_000);
         let per = e.heap_bytes() / 10_000;
-        assert!(per < 50, "{per} bytes an entry");
+        assert!(per < 40, "{per} bytes an entry");
     }
 }

@@ -123,7 +123,7 @@ fn check_memory(ns: &Ns) -> Result<Away, String> {
     let mut away = Away::default();
     for (&ino, node) in &ns.nodes {
         let Some(d) = &node.dir else { continue };
-        for (name, &Entry { ino: child, kind }) in &d.entries {
+        for (name, Entry { ino: child, kind }) in &d.entries {
             *names.entry(child).or_default() += 1;
             let Some(c) = ns.nodes.get(&child) else {
                 // Read back when named (`ondemand.rs`): `check_away`.

@@ -202,9 +202,8 @@ impl Fs {
                 debug_assert!(ns.dir(ns.dir(d)?.parent).is_ok(), "{d}'s parent in memory");
                 return Ok(d);
             }
-            let entries: Vec<(Vec<u8>, super::core::Entry)> = (dir.entries.iter())
-                .map(|(n, e)| (n.to_vec(), *e))
-                .collect();
+            let entries: Vec<(Vec<u8>, super::core::Entry)> =
+                (dir.entries.iter()).map(|(n, e)| (n.to_vec(), e)).collect();
             let mut subdirs = ns.node(d)?.inode.nlink.saturating_sub(2);
             for (name, e) in entries {
                 if subdirs == 0 {
@@ -237,12 +236,12 @@ impl Fs {
         let kind = ns.node(ino)?.inode.kind;
         let d = (ns.nodes.get_mut(&parent).and_then(|n| n.dir.as_mut()))
             .expect("the parent named it a moment ago");
-        let e = d.entries.get_mut(name).expect("the entry just read");
         debug_assert!(
-            e.kind.is_none_or(|k| k == kind),
+            (d.entries.get(name)).is_some_and(|e| e.kind.is_none_or(|k| k == kind)),
             "an entry's kind is its inode's"
         );
-        e.kind = Some(kind);
+        let set = d.entries.set_kind(name, Some(kind));
+        assert!(set, "the entry just read");
         if let Some(dir) = ns.node(ino)?.dir.as_ref() {
             assert_eq!(
                 dir.parent, parent,

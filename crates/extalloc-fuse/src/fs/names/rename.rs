@@ -14,9 +14,8 @@ impl Fs {
     fn write_back_replacing(&self, from: (u64, &[u8]), to: (u64, &[u8])) -> FsResult<()> {
         let src = {
             let ns = self.ns.read();
-            let entry = |(dir, name): (u64, &[u8])| {
-                (ns.dir(dir).ok()).and_then(|d| d.entries.get(name).copied())
-            };
+            let entry =
+                |(dir, name): (u64, &[u8])| (ns.dir(dir).ok()).and_then(|d| d.entries.get(name));
             match (entry(from), entry(to)) {
                 // A kind not known yet (`Entry`) may be a file's: written back too.
                 (Some(s), Some(d))

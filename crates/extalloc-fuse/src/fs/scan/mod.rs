@@ -385,7 +385,7 @@ pub fn paths(vol: &Volume) -> Result<std::collections::BTreeMap<u64, (String, Ki
         let Some(dir) = nodes.get(&d).and_then(|n| n.dir.as_ref()) else {
             continue;
         };
-        for (name, &Entry { ino, .. }) in &dir.entries {
+        for (name, Entry { ino, .. }) in &dir.entries {
             let Some(n) = nodes.get(&ino) else { continue };
             if out.contains_key(&ino) {
                 continue;
