@@ -181,8 +181,12 @@ pub fn repair(dev: Arc<dyn Device>, policy: Policy) -> Result<RepairReport, Stri
         report.inodes_remade = remake_inodes(&vol)?;
         report.distrusted = distrust_kept(&vol, &report.salvage)?;
         report.xattrs_dropped = drop_damaged_xattrs(&vol)?;
-        let (_, namespace) = scan::load(&vol, true)?;
-        report.namespace = namespace;
+        // The census first: a namespace that is clean, or holds only what a crash leaves,
+        // is repaired without the whole of it in memory (`scan/census.rs`).
+        report.namespace = match scan::repair_crash(&vol)? {
+            Some(found) => found,
+            None => scan::load(&vol, true)?.1,
+        };
     }
     // The whole namespace was read and repaired: the next mount reads only the root.
     vol.store().mark_checked();
