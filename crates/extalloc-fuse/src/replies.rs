@@ -149,12 +149,13 @@ pub(crate) fn statfs_reply(r: Result<crate::fs::data::FsStat, FsErrno>, reply: R
         Ok(s) => s,
         Err(e) => return reply.error(errno(e)),
     };
+    let (files, ffree) = inode_counts(&s);
     let out = transport::StatfsOut {
         blocks: s.blocks,
         bfree: s.free,
         bavail: s.available,
-        files: s.files,
-        ffree: s.files_free,
+        files,
+        ffree,
         bsize: s.block_size,
         namelen: crate::dir::NAME_MAX as u32,
         frsize: s.block_size,
@@ -303,9 +304,40 @@ pub(crate) fn drop_attrs(notifier: &OnceLock<Notifier>, ino: u64) {
     }
 }
 
+/// `statfs`'s `f_files` and `f_ffree`: the inodes in all (in use and free) and the free
+/// ones, as `df -i` reads them (used = `f_files - f_ffree`). `f_files` was the inodes in
+/// use alone, so `df -i` showed a negative count in use once more could be made than
+/// were.
+fn inode_counts(s: &crate::fs::data::FsStat) -> (u64, u64) {
+    let total = s.files.saturating_add(s.files_free);
+    debug_assert_eq!(
+        total - s.files_free,
+        s.files,
+        "df -i's used is the inodes in use"
+    );
+    (total, s.files_free)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn df_reads_the_inodes_in_use_from_statfs() {
+        let s = crate::fs::data::FsStat {
+            block_size: 4096,
+            blocks: 1 << 20,
+            free: 1 << 19,
+            available: 1 << 19,
+            files: 1_403_625,
+            files_free: 15_827_474,
+        };
+        let (files, ffree) = inode_counts(&s);
+        assert_eq!(files - ffree, 1_403_625, "df -i: used");
+        assert_eq!(ffree, 15_827_474);
+        let full = crate::fs::data::FsStat { files_free: 0, ..s };
+        assert_eq!(inode_counts(&full), (1_403_625, 0));
+    }
 
     #[test]
     fn a_caller_without_ids_is_read_from_proc_and_nobody_once_gone() {
