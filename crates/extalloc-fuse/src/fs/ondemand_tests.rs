@@ -371,3 +371,42 @@ fn directories_come_back_through_their_names_and_a_crash_stays_marked() {
     assert_eq!(fs.lookup(ROOT, b"e2").unwrap().ino, e);
     fs.unmount().unwrap();
 }
+
+/// A torn tail on a directory's log after a crash (an append cut short): the census finds
+/// it, the mount cuts it and keeps only the root, and the directory reads back whole.
+#[test]
+fn a_torn_log_tail_after_a_crash_is_cut_by_the_census() {
+    let dev = device(73);
+    let fs = fresh(&dev);
+    let d = mkdir(&fs, ROOT, "d");
+    let a = put(&fs, d, "a", b"alpha");
+    fs.unmount().unwrap();
+    let vol = Volume::open(dev.clone(), extalloc::Policy::default()).unwrap();
+    let end = vol.size(d).unwrap();
+    let rec = crate::dir::record(b"never-made", Some(a + 100));
+    vol.write(d, end, &rec[..rec.len() / 2]).unwrap();
+    vol.sync().unwrap();
+    super::tests::drop_as_crash(vol);
+
+    let (fs, report) = remount(&dev);
+    assert!(report.scanned, "{report:?}");
+    assert_eq!(report.repaired.logs.len(), 1, "{report:?}");
+    assert!(report.repaired.logs[0].starts_with(&format!("directory {d}:")));
+    assert!(report.repaired.lost_found.is_empty() && report.repaired.orphans.is_empty());
+    assert_eq!(
+        fs.ns.read().nodes.keys().copied().collect::<Vec<_>>(),
+        vec![ROOT],
+        "repaired by the census: only the root in memory"
+    );
+    assert_eq!(super::tests::find(&fs, "d/a").unwrap(), a);
+    assert_eq!(fs.read(a, 0, 10).unwrap(), b"alpha");
+    assert_eq!(
+        fs.volume().volume().size(d).unwrap(),
+        end,
+        "the tail cut where the last whole record ends"
+    );
+    fs.unmount().unwrap();
+    let vol = Volume::open(dev.clone(), extalloc::Policy::default()).unwrap();
+    let after = scan::check(&vol).unwrap();
+    assert!(after.clean(), "{after:?}");
+}
