@@ -105,7 +105,7 @@ def timed_child(cmd):
 class Target:
     """One file system on a loop device over a sparse image."""
 
-    def __init__(self, fs, size, work):
+    def __init__(self, fs, size, work, inodes=0):
         self.fs, self.work = fs, work
         self.img = os.path.join(work, f"{fs}.img")
         self.mnt = os.path.join(work, f"{fs}.mnt")
@@ -114,7 +114,10 @@ class Target:
             f.truncate(size)
         self.loop = run(["losetup", "--find", "--show", self.img]).strip()
         if fs == "ext4":
-            run(["mkfs.ext4", "-q", "-F", self.loop])
+            # Room for every file: mkfs.ext4's default (an inode per 16 KiB) gives 4M on
+            # 64 GiB, and 10M files would stop at ENOSPC.
+            more = ["-N", str(inodes)] if inodes > size // 16384 else []
+            run(["mkfs.ext4", "-q", "-F", *more, self.loop])
         else:
             run([EXTALLOC, "mkfs", self.loop])
 
@@ -206,7 +209,7 @@ def crash_and_mount(t, r):
 
 def one(fs, n, dirs, size, work, evict_first=False, crash=False):
     label = f"{fs} {n:,}"
-    t = Target(fs, size, work)
+    t = Target(fs, size, work, inodes=n + dirs + 4096)
     r = {"fs": fs, "files": n, "dirs": dirs}
     try:
         t.mount()
