@@ -9,8 +9,9 @@ attached to a loop device:
 
 1. creates N empty files in one directory (`open(O_CREAT)` + `close`);
 2. unmounts and mounts again (cold caches on both sides), then `stat`s one name (the
-   first lookup: extalloc reads the directory back here) and then `--lookups` random
-   names: CPU per lookup;
+   first lookup: extalloc reads the directory back here), then `--lookups` random
+   names (each reads its inode: CPU per lookup), then as many names that do not exist
+   (the directory's index alone: CPU per missing name);
 3. unmounts and mounts again, then lists the directory with `ls -f` (getdents only, no
    stat per name): CPU per entry;
 4. unmounts and mounts again, then removes every entry with `find DIR -mindepth 1
@@ -19,8 +20,9 @@ attached to a loop device:
 CPU is the caller's (this process's rusage for the lookups, the child's for `ls` and
 `find`: the kernel's work on ext4 runs there) plus, for extalloc, the daemon's (user +
 system of every thread, /proc/PID/stat), so a loaded machine still gives a verdict; wall
-seconds are printed beside it. "Lookup flat in the directory size" reads as CPU per lookup
-at 1M against 10k. One JSON line per run on stdout, progress on stderr, a Markdown table
+seconds are printed beside it. "Lookup flat in the directory size" reads as CPU per missing
+name at 1M against 10k (a found name also reads its inode, which is colder in a larger
+directory on either file system). One JSON line per run on stdout, progress on stderr, a Markdown table
 at the end; `--json PATH` writes every figure. Needs root, losetup, mkfs.ext4 and
 target/release/extalloc (or $EXTALLOC).
 """
@@ -147,6 +149,18 @@ def one(fs, n, lookups, size, work):
         wall = time.monotonic() - w0
         r["lookup_us"] = 1e6 * wall / lookups
         r["lookup_cpu_us"] = 1e6 * (self_cpu() - c0 + daemon_cpu(t.pid) - d0) / lookups
+        # Names that do not exist, each once: the directory's index alone, no inode read.
+        missing = [os.path.join(d, f"none{i}") for i in range(lookups)]
+        c0, d0, w0 = self_cpu(), daemon_cpu(t.pid), time.monotonic()
+        for path in missing:
+            try:
+                os.stat(path)
+                raise RuntimeError(f"{path} exists")
+            except FileNotFoundError:
+                pass
+        wall = time.monotonic() - w0
+        r["miss_us"] = 1e6 * wall / lookups
+        r["miss_cpu_us"] = 1e6 * (self_cpu() - c0 + daemon_cpu(t.pid) - d0) / lookups
 
         for step, cmd in (("readdir", ["ls", "-f", d]), ("unlink", ["find", d, "-mindepth", "1", "-delete"])):
             t.remount()
@@ -172,6 +186,7 @@ COLUMNS = [
     ("create_per_s", "creates/s", "{:,.0f}"),
     ("first_lookup_s", "first lookup s", "{:.3f}"),
     ("lookup_cpu_us", "lookup CPU µs", "{:.1f}"), ("lookup_us", "lookup wall µs", "{:.1f}"),
+    ("miss_cpu_us", "missing name CPU µs", "{:.1f}"), ("miss_us", "missing name wall µs", "{:.1f}"),
     ("readdir_cpu_us", "readdir CPU µs/entry", "{:.2f}"), ("readdir_us", "readdir wall µs/entry", "{:.2f}"),
     ("unlink_cpu_us", "unlink CPU µs/entry", "{:.1f}"), ("unlink_us", "unlink wall µs/entry", "{:.1f}"),
 ]
