@@ -60,6 +60,7 @@ impl Slot {
     fn set(&mut self, e: Entry) {
         self.ino = e.ino;
         self.kind = e.kind.map_or(0, Kind::code);
+        debug_assert_eq!(self.entry(), e, "an entry reads back as set");
     }
 }
 

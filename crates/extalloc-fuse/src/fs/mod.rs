@@ -200,6 +200,10 @@ impl Fs {
                 nodes
             }
         };
+        assert!(
+            nodes.get(&ROOT).is_some_and(|n| n.dir.is_some()),
+            "a mount keeps the root directory in memory"
+        );
         report.corrupt_groups = vol.store().corrupt_groups();
         match vol.sync() {
             Ok(()) => {}

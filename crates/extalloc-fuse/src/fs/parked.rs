@@ -15,8 +15,12 @@
 //! namespace lock (a forget holds it for reading; parking and taking back hold it for
 //! writing and reach the `Parked` without the mutex). Nothing is locked under it.
 
-use super::core::InoMap;
 use roaring::RoaringTreemap;
+use std::collections::HashMap;
+
+/// Counts by inode number (as `core::InoMap`, named here so this leaf imports nothing of
+/// `fs/`).
+type InoMap<V> = HashMap<u64, V, foldhash::fast::RandomState>;
 
 /// The parked lookup counts (see the module documentation).
 #[derive(Debug, Default)]

@@ -15,13 +15,14 @@
 //! to the full read, which rescues names into `/lost+found` first.
 //!
 //! Invariant: [`check`] reports what `load_once` reports for the same volume, lists
-//! sorted (checked against it on small volumes in debug builds, `same_as_full_read`); a
+//! sorted (checked against it on small volumes in debug builds, `scan::check`); a
 //! volume [`repair_crash`] repaired checks clean.
 //!
 //! Lock order: none (runs on a read-only view of the volume).
 
+use super::leftovers::{load_xattrs, remove_leftovers};
 use super::read::{fix_log, read_log, visit_inodes, walk_with, Tally};
-use super::NamespaceReport;
+use super::report::NamespaceReport;
 use crate::fs::core::{InoMap, ROOT};
 use crate::inode::Kind;
 use extalloc::volume::Volume;
@@ -56,7 +57,7 @@ pub(crate) fn repair_crash(vol: &Volume) -> Result<Option<NamespaceReport>, Stri
         debug_assert!(!log.skipped_damage && !log.contradicted, "a torn tail only");
         fix_log(vol, l.dir, &mut log)?;
     }
-    super::remove_leftovers(vol, &report)?;
+    remove_leftovers(vol, &report)?;
     debug_assert!(
         census(vol).is_ok_and(|(r, _)| r.clean()),
         "a crash's leftovers repaired leave a clean check"
@@ -99,7 +100,7 @@ fn census(vol: &Volume) -> Result<(NamespaceReport, Vec<LogProblem>), String> {
     census.judge(&mut report);
     report.damaged_inodes = files.damaged;
     let reached = |ino: u64| census.at(ino).is_some_and(|i| census.reached[i]);
-    super::load_xattrs(
+    load_xattrs(
         vol,
         (&reached, &mut InoMap::default()),
         (&files.tails, files.spills),
@@ -107,8 +108,6 @@ fn census(vol: &Volume) -> Result<(NamespaceReport, Vec<LogProblem>), String> {
         &mut report,
     )?;
     sort_lists(&mut report);
-    #[cfg(debug_assertions)]
-    same_as_full_read(vol, &report, census.ids.len());
     debug_assert_eq!(problems.len(), report.logs.len(), "a problem a log");
     Ok((report, problems))
 }
@@ -123,19 +122,6 @@ pub(super) fn sort_lists(report: &mut NamespaceReport) {
     };
     report.logs.sort_by_cached_key(key);
     report.link_counts.sort_by_cached_key(key);
-}
-
-/// On a small volume, checks that the census reports what a full read reports.
-#[cfg(debug_assertions)]
-fn same_as_full_read(vol: &Volume, report: &NamespaceReport, inodes: usize) {
-    const SMALL: usize = 4096;
-    if inodes > SMALL {
-        return;
-    }
-    let full = super::read::Read::of(vol).and_then(|r| super::load_once(vol, false, r, false));
-    if let Ok((_, full)) = full {
-        assert_eq!(report, &full, "the census finds what a full read finds");
-    }
 }
 
 /// Every inode's number, kind, recorded link count, names found and whether the walk
@@ -183,12 +169,17 @@ impl Census {
     /// Marks `ino`, which exists, reached.
     fn reach(&mut self, ino: u64) {
         let i = self.at(ino).expect("a reached inode exists");
+        assert!(!self.reached[i], "inode {ino} reached once");
         self.reached[i] = true;
     }
 
     /// Every inode's verdict into `report`, in number order: unreached (unnamed or
     /// orphan), or reached with its link count checked and its kind counted.
     fn judge(&self, report: &mut NamespaceReport) {
+        let judged = |r: &NamespaceReport| {
+            r.dirs + r.files + r.symlinks + r.others + (r.unnamed.len() + r.orphans.len()) as u64
+        };
+        let before = judged(report);
         for (i, &ino) in self.ids.iter().enumerate() {
             let nlink = self.nlinks[i];
             if !self.reached[i] {
@@ -210,6 +201,11 @@ impl Census {
             }
             report.count(self.kinds[i]);
         }
+        debug_assert_eq!(
+            judged(report) - before,
+            self.ids.len() as u64,
+            "every inode judged once"
+        );
     }
 }
 
@@ -220,6 +216,7 @@ impl Tally for Census {
 
     fn reach_dir(&mut self, ino: u64, from: u64) -> bool {
         let i = self.at(ino).expect("the walk names inodes that exist");
+        debug_assert_eq!(self.kinds[i], Kind::Dir, "a directory is reached");
         if self.reached[i] {
             return false;
         }
@@ -231,6 +228,11 @@ impl Tally for Census {
 
     fn name(&mut self, ino: u64, _from: u64) {
         let i = self.at(ino).expect("the walk names inodes that exist");
+        debug_assert_ne!(
+            self.kinds[i],
+            Kind::Dir,
+            "a directory is reached, not named"
+        );
         self.reached[i] = true;
         self.found[i] += 1;
     }

@@ -35,24 +35,40 @@
 //! Lock order: none (runs before the file system serves anything, or on a read-only view).
 
 mod census;
+mod leftovers;
 mod read;
 mod report;
 
 pub(crate) use self::census::repair_crash;
+use self::leftovers::{load_xattrs, remove_leftovers};
 use self::read::Read;
 pub(crate) use self::read::{fix_log, read_log};
 pub use self::report::NamespaceReport;
 use super::core::{dir_node, Entry, InoMap, InoSet, Node, ROOT};
 use crate::dir::{record, DirLog};
 use crate::inode::{self, Inode, Kind};
-use crate::xattr::{self, Tail};
 use extalloc::volume::Volume;
 use std::collections::VecDeque;
 
 /// Checks the file system on `vol` without changing it, in memory of a few bytes an
 /// inode and one directory's log (`census.rs`): what a mount would repair.
 pub fn check(vol: &Volume) -> Result<NamespaceReport, String> {
-    census::check(vol)
+    let report = census::check(vol)?;
+    #[cfg(debug_assertions)]
+    same_as_full_read(vol, &report);
+    Ok(report)
+}
+
+/// On a small volume, checks that the census reports what a full read reports.
+#[cfg(debug_assertions)]
+fn same_as_full_read(vol: &Volume, report: &NamespaceReport) {
+    const SMALL: u64 = 4096;
+    if vol.file_count().map_or(true, |n| n > SMALL) {
+        return;
+    }
+    if let Ok((_, full)) = Read::of(vol).and_then(|r| load_once(vol, false, r, false)) {
+        assert_eq!(report, &full, "the census finds what a full read finds");
+    }
 }
 
 /// Appends `rec` to directory `dir`'s log at byte `at`.
@@ -174,97 +190,6 @@ fn set_link_count(vol: &Volume, ino: u64, inode: &Inode) -> Result<(), String> {
         Some(inode.nlink),
         "the link count written"
     );
-    Ok(())
-}
-
-/// Removes the orphans `report` found, then the stray spill files (an orphan's among them).
-fn remove_leftovers(vol: &Volume, report: &NamespaceReport) -> Result<(), String> {
-    for &ino in &report.orphans {
-        vol.unlink(ino)
-            .map_err(|e| format!("cannot remove orphan inode {ino}: {e}"))?;
-    }
-    // After the orphans: their spill files are stray now.
-    for &id in &report.stray_xattrs {
-        vol.unlink(id)
-            .map_err(|e| format!("cannot remove stray attribute file {id}: {e}"))?;
-    }
-    Ok(())
-}
-
-/// Every node's extended attributes, from its blob's tail (`tails`) and spill file
-/// (`spills`: each spill file's owner); spill files no node names (an orphan's among
-/// them) go to `stray_xattrs`, damage to `damaged_xattrs`. With `repair` (mount), damage
-/// is refused: `fsck --repair` drops it.
-fn load_xattrs(
-    vol: &Volume,
-    (reached, nodes): (&dyn Fn(u64) -> bool, &mut InoMap<Node>),
-    (tails, spills): (&InoMap<Vec<u8>>, InoMap<u64>),
-    repair: bool,
-    report: &mut NamespaceReport,
-) -> Result<(), String> {
-    let mut named = InoSet::default();
-    for (&ino, tail) in tails {
-        if !reached(ino) {
-            continue;
-        }
-        let node = nodes.get_mut(&ino);
-        let damage = match Tail::decode(tail) {
-            None => Some("its inode's tail does not decode".to_string()),
-            Some(Tail::None) => None,
-            Some(Tail::Inline(set)) => {
-                if let Some(n) = node {
-                    n.xattrs = set;
-                }
-                None
-            }
-            Some(Tail::Spill(id)) if spills.get(&id) != Some(&ino) => Some(format!(
-                "its spill file {id} is missing or names another inode"
-            )),
-            Some(Tail::Spill(id)) => {
-                named.insert(id);
-                let size = vol.size(id).map_err(|e| e.to_string())?;
-                let data = vol.read(id, 0, size).map_err(|e| e.to_string())?;
-                match xattr::read_spill(&data) {
-                    Some(set) => {
-                        if let Some(n) = node {
-                            n.xattrs = set;
-                            n.spill = Some(id);
-                        }
-                        None
-                    }
-                    None => Some(format!("its spill file {id} fails its checksum")),
-                }
-            }
-        };
-        if let Some(why) = damage {
-            report.damaged_xattrs.push((ino, why));
-        }
-    }
-    report.damaged_xattrs.sort_unstable();
-    // An unnamed inode is kept (mount links it into /lost+found before this pass): its
-    // spill file is not stray. An orphan's is: it goes with the orphan.
-    for ino in &report.unnamed {
-        let tail = tails.get(ino).map(Vec::as_slice).unwrap_or_default();
-        if let Some(Tail::Spill(id)) = Tail::decode(tail) {
-            if spills.get(&id) == Some(ino) {
-                named.insert(id);
-            }
-        }
-    }
-    report.stray_xattrs = spills.into_keys().filter(|s| !named.contains(s)).collect();
-    report.stray_xattrs.sort_unstable();
-    if repair && !report.damaged_xattrs.is_empty() {
-        return Err(format!(
-            "the extended attributes of inodes {:?} are damaged ({}): run `extalloc fsck \
-             --repair`, which drops them and keeps the files",
-            report
-                .damaged_xattrs
-                .iter()
-                .map(|d| d.0)
-                .collect::<Vec<_>>(),
-            report.damaged_xattrs[0].1
-        ));
-    }
     Ok(())
 }
 

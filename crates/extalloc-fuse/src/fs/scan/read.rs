@@ -279,6 +279,7 @@ impl Tally for MapTally<'_> {
     }
 
     fn reach_dir(&mut self, ino: u64, from: u64) -> bool {
+        debug_assert_eq!(self.kind(ino), Some(Kind::Dir), "a directory is reached");
         if self.w.parent.contains_key(&ino) {
             return false;
         }
@@ -288,6 +289,10 @@ impl Tally for MapTally<'_> {
     }
 
     fn name(&mut self, ino: u64, from: u64) {
+        debug_assert!(
+            self.kind(ino).is_some_and(|k| k != Kind::Dir),
+            "a directory is reached, not named"
+        );
         self.w.parent.entry(ino).or_insert(from);
         *self.w.links.entry(ino).or_default() += 1;
     }
