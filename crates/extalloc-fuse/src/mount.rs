@@ -64,9 +64,10 @@ pub struct MountOptions {
     /// Directory read-ahead (`fs/dirahead.rs`): a reader walking a listed directory's
     /// files has the next ones advised to the device.
     pub dir_readahead: bool,
-    /// Clean files the volume keeps in memory beyond those it must keep, and nodes the file
-    /// system keeps beyond those something other than the kernel holds ([`Fs::trim_nodes`]);
-    /// the others are read back when named ([`extalloc::volume::DEFAULT_FILE_CACHE`]).
+    /// Clean files the volume keeps in memory beyond those it must keep, and (an eighth as
+    /// many: [`crate::fs::NODE_CACHE_SHARE`]) nodes the file system keeps beyond those
+    /// something other than the kernel holds ([`Fs::trim_nodes`]); the others are read
+    /// back when named ([`extalloc::volume::DEFAULT_FILE_CACHE`]).
     pub file_cache: usize,
 }
 
@@ -240,7 +241,7 @@ fn open_fs(opts: &MountOptions, dev_name: &str) -> Result<(Arc<Fs>, MountReport)
     report.salvage = salvage;
     give_back_scan_memory();
     fs.set_dir_readahead(opts.dir_readahead);
-    fs.set_node_cache(opts.file_cache);
+    fs.set_node_cache(opts.file_cache / crate::fs::NODE_CACHE_SHARE);
     if let Some(f) = fence {
         fs.attach_fence(f)
             .expect("a file system just mounted has no fence yet");

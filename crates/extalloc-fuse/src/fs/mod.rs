@@ -97,6 +97,7 @@ mod xattrs;
 
 pub use self::core::{Attr, Caller, Errno, Fs, FsResult, StaleAttrs, ROOT};
 pub use listing::Plus;
+pub use ondemand::NODE_CACHE_SHARE;
 pub use scan::{check, paths, NamespaceReport};
 
 use self::core::Ns;
@@ -223,7 +224,7 @@ impl Fs {
         let fs = Fs {
             vol,
             ns: RwLock::new(Ns {
-                nodes,
+                nodes: nodes.into_iter().map(|(i, n)| (i, Box::new(n))).collect(),
                 count,
                 dirty_attrs: Default::default(),
                 parked: Default::default(),
@@ -242,7 +243,7 @@ impl Fs {
             // later calls read it back (`ondemand.rs`).
             node_cache: AtomicUsize::new(match cfg!(test) {
                 true => 0,
-                false => extalloc::volume::DEFAULT_FILE_CACHE,
+                false => extalloc::volume::DEFAULT_FILE_CACHE / ondemand::NODE_CACHE_SHARE,
             }),
             pins: Mutex::new(Default::default()),
         };

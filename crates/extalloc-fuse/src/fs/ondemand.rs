@@ -55,6 +55,13 @@ use std::sync::atomic::Ordering;
 /// tree, old objects) are unlinked as before, committed with the next commit.
 pub(crate) const SYNCED_UNLINK_WINDOW: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// The volume's file cache over the node cache: a node is its file's attribute blob
+/// decoded, and a node read back from a file the volume still holds costs that decode and
+/// no read, so the file system keeps an eighth as many (a node cache as large as the file
+/// cache held every clean file twice: 52 MiB of nodes beside the files' 110 at 262,144
+/// files; `docs/results.md`, "The daemon's memory at 2M").
+pub const NODE_CACHE_SHARE: usize = 8;
+
 impl Node {
     /// Nothing in the node but the kernel's references holds what it is (a call under way
     /// may still: [`Fs::pinned`]): not a directory, not open, no times pending, named (an unlinked node stays until removed),
@@ -157,7 +164,7 @@ impl Fs {
             if refs > 0 {
                 node.lookups = Refs::new(refs);
             }
-            ns.nodes.insert(ino, node);
+            ns.nodes.insert(ino, Box::new(node));
         }
         debug_assert!(ns.nodes.contains_key(&ino) && !ns.parked.get_mut().contains(ino));
         Ok(())
@@ -252,9 +259,10 @@ impl Fs {
     }
 
     /// Sets how many nodes the file system keeps in memory beyond those something other
-    /// than the kernel's references holds (by default `extalloc::volume::DEFAULT_FILE_CACHE`;
-    /// the mount's `--file-cache` sets it with the volume's). Takes effect at the next
-    /// [`Fs::sync`] (the background commit's). 0 keeps only what must stay.
+    /// than the kernel's references holds (by default an eighth of
+    /// `extalloc::volume::DEFAULT_FILE_CACHE`, [`NODE_CACHE_SHARE`]; the mount's
+    /// `--file-cache` sets it with the volume's). Takes effect at the next [`Fs::sync`]
+    /// (the background commit's). 0 keeps only what must stay.
     pub fn set_node_cache(&self, nodes: usize) {
         self.node_cache.store(nodes, Ordering::Relaxed);
     }

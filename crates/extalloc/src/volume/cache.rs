@@ -40,6 +40,22 @@ use std::sync::Arc;
 /// at the ~400 bytes an empty clean file takes (`docs/results.md`, "On-demand files").
 pub const DEFAULT_FILE_CACHE: usize = 262_144;
 
+/// Files changed since the durable tree past which a sync checkpoints, whatever the
+/// journal holds: an eighth of the file cache, at least this many. Every changed file
+/// stays in memory until a checkpoint writes it, and the checkpoint's own temporaries
+/// grow with the files it writes (about 600 bytes a file, heaptrack of 2M creates): a
+/// journal half full took 170,000 creates, so 100 MiB of temporaries and 70 MiB of files
+/// the cache could not drop (`docs/results.md`, "The daemon's memory at 2M").
+pub const MIN_CHECKPOINT_FILES: usize = 4096;
+
+impl Volume {
+    /// Changed files past which [`Volume::sync`] checkpoints: an eighth of the file cache
+    /// ([`Volume::set_file_cache`]), at least [`MIN_CHECKPOINT_FILES`].
+    pub(super) fn checkpoint_files(&self) -> usize {
+        (self.file_cache.load(Relaxed) / 8).max(MIN_CHECKPOINT_FILES)
+    }
+}
+
 impl Volume {
     /// File `id`'s handle: from memory, else loaded from the durable file tree (taking
     /// the gate for reading). [`Error::NoSuchFile`] if there is no such file; a tree leaf

@@ -391,3 +391,40 @@ fn an_open_reads_only_the_leaves_marked_as_holding_a_map_outside_the_tree() {
         }
     }
 }
+
+/// A sync checkpoints once more files changed than an eighth of the file cache (at least
+/// `MIN_CHECKPOINT_FILES`), with the journal far from half full: the changed files, which
+/// must stay in memory until a checkpoint, stay within that bound after every sync. With a
+/// cache large enough, the same creates leave every file changed (no checkpoint), which is
+/// what makes the first half mean something.
+#[test]
+fn a_sync_checkpoints_once_many_files_changed() {
+    for (cache, bound) in [(0, MIN_CHECKPOINT_FILES), (1 << 20, 1 << 17)] {
+        let dev = device(33);
+        let vol = Volume::mkfs(dev.clone(), &geometry(), 64, Policy::default()).unwrap();
+        vol.set_file_cache(cache);
+        assert_eq!(vol.checkpoint_files(), bound);
+        let n = MIN_CHECKPOINT_FILES + 904;
+        for i in 0..n {
+            vol.create(format!("file {i}").as_bytes()).unwrap();
+            if i % 1000 == 999 || i == n - 1 {
+                vol.sync().unwrap();
+                let changed = vol.dirty.lock().len();
+                assert!(changed <= bound, "{changed} files changed after a sync");
+            }
+        }
+        let s = vol.store.statfs();
+        assert!(
+            s.journal_used_bytes <= s.journal_bytes / 2,
+            "the journal alone would not have checkpointed"
+        );
+        let changed = vol.dirty.lock().len();
+        match cache {
+            0 => assert!(changed < 1000, "{changed}: checkpointed past the bound"),
+            _ => assert_eq!(changed, n, "no checkpoint below the bound"),
+        }
+        vol.close().unwrap();
+        let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+        assert_eq!(vol.file_count().unwrap(), n as u64);
+    }
+}

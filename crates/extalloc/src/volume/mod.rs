@@ -120,8 +120,8 @@ mod treeio;
 mod walk;
 
 pub use atomic::Atomic;
-pub use cache::DEFAULT_FILE_CACHE;
 use cache::{info_of, strip};
+pub use cache::{DEFAULT_FILE_CACHE, MIN_CHECKPOINT_FILES};
 pub use check::VolumeCheck;
 pub use delalloc::WroteBack;
 pub(crate) use io::check_range;
@@ -417,8 +417,10 @@ impl Volume {
     }
 
     /// Makes every change so far durable: the data written is flushed, then the logged
-    /// changes and the store's open transaction commit in one journal record. A full
-    /// journal makes the volume write its table and checkpoint afterwards. On failure
+    /// changes and the store's open transaction commit in one journal record. A journal
+    /// half full, or more changed files than an eighth of the file cache (at least
+    /// [`MIN_CHECKPOINT_FILES`]), makes the
+    /// volume write its table and checkpoint afterwards. On failure
     /// nothing is lost: the changes stay for the next commit.
     ///
     /// Waits for the atomic groups under way ([`Volume::atomic`]); called from inside one
@@ -428,7 +430,8 @@ impl Volume {
         let (_groups, _closed) = self.close_gate();
         self.commit_locked()?;
         let s = self.store.statfs();
-        if s.journal_used_bytes > s.journal_bytes / 2 {
+        let changed = self.dirty.lock().len();
+        if s.journal_used_bytes > s.journal_bytes / 2 || changed > self.checkpoint_files() {
             self.checkpoint_locked()?;
         }
         Ok(())
