@@ -2,22 +2,23 @@
 //!
 //! A `BTreeMap` of inline names took 73 bytes an entry (heaptrack of the daemon after 1M
 //! creates: 40-byte elements in nodes about two thirds full, and internal nodes), the
-//! largest per-file cost of a mount after the writeback cache's. Here an entry takes its
-//! name's bytes in one arena, a 16-byte slot and a 4-byte index slot (about 30 bytes for
-//! an 8-byte name).
+//! largest per-file cost of a mount after the writeback cache's; names in an arena with
+//! a 16-byte slot each took about 34. Here an entry is one record in an arena, its name
+//! inline after a 10-byte head, and a 4-byte index slot: about 28 bytes for an 8-byte
+//! name (heaptrack of 2M creates in 1,000 directories: `docs/results.md`, "The daemon's
+//! memory at 2M").
 //!
-//! Data structures: [`Entries`]: `names`, every live name's bytes end to end (removed
-//! names leave dead bytes until a compaction); `slots`, one per entry ([`Slot`]: where its
-//! name lies, its inode and its kind's byte, 16 bytes), a removed one free for the next
-//! insert (length 0: a name is never empty); `index`, the live slots' numbers by the hash of their name
-//! (hashbrown's `HashTable`, with a random seed per directory, so no caller can choose
-//! names that collide).
+//! Data structures: [`Entries`]: `arena`, one record per entry made since the last
+//! compaction, end to end (`ino u64 | kind u8 | len u8 | name`, little endian; `kind` is
+//! [`Kind::code`]'s byte, 0 when not known, [`DEAD`] once the entry is removed); `index`,
+//! the live records' offsets by the hash of their name (hashbrown's `HashTable`, with a
+//! random seed per directory, so no caller can choose names that collide).
 //!
-//! Invariant: every live slot is in `index` once, under the hash of its name, and no free
-//! slot is; `free` lists exactly the free slots; `dead` counts the arena's bytes no live
-//! slot names. Iteration is in slot order (the order names were made, a removed name's
-//! slot reused), not in name order: `readdir` promises no order, as ext4's hashed
-//! directories give none. Locks: none (the namespace lock, `Fs::ns`, guards them).
+//! Invariant: every live record is in `index` once, under the hash of its name, and no
+//! dead one is; `dead` counts the arena's bytes in dead records. Iteration is in the
+//! arena's order (the order names were made since the last compaction), not in name
+//! order: `readdir` promises no order, as ext4's hashed directories give none. Locks:
+//! none (the namespace lock, `Fs::ns`, guards them).
 
 use crate::inode::Kind;
 use foldhash::fast::RandomState;
@@ -36,54 +37,52 @@ pub(crate) struct Entry {
     pub(crate) kind: Option<Kind>,
 }
 
-/// One entry: its name at `names[at .. at + len]`, its inode, and its kind as
-/// [`Kind::code`] gives it (0: not known); a free slot has `len` 0. 16 bytes, where an
-/// [`Entry`] inside took 24.
-#[derive(Debug, Clone, Copy)]
-struct Slot {
-    ino: u64,
-    at: u32,
-    len: u8,
-    kind: u8,
-}
-
-const _: () = assert!(std::mem::size_of::<Slot>() == 16);
-
-impl Slot {
-    fn entry(&self) -> Entry {
-        Entry {
-            ino: self.ino,
-            kind: Kind::from_code(self.kind),
-        }
-    }
-
-    fn set(&mut self, e: Entry) {
-        self.ino = e.ino;
-        self.kind = e.kind.map_or(0, Kind::code);
-        debug_assert_eq!(self.entry(), e, "an entry reads back as set");
-    }
-}
+/// Bytes of a record before its name: the inode, the kind's byte, the name's length.
+const HEAD: usize = 10;
+/// The kind byte of a removed record ([`Kind::code`] never gives it).
+const DEAD: u8 = 0xff;
 
 /// A directory's entries, name to [`Entry`] (see the module documentation).
 #[derive(Clone, Default)]
 pub(crate) struct Entries {
-    names: Vec<u8>,
-    slots: Vec<Slot>,
-    free: Vec<u32>,
+    arena: Vec<u8>,
     index: HashTable<u32>,
     dead: usize,
     seed: RandomState,
 }
 
-impl Entries {
-    fn name_of(&self, s: &Slot) -> &[u8] {
-        &self.names[s.at as usize..s.at as usize + s.len as usize]
-    }
+/// The record at `at` in `arena`: its name, and its entry (`None`: removed).
+fn record(arena: &[u8], at: u32) -> (&[u8], Option<Entry>) {
+    let at = at as usize;
+    let len = arena[at + 9] as usize;
+    let name = &arena[at + HEAD..at + HEAD + len];
+    let entry = match arena[at + 8] {
+        DEAD => None,
+        code => Some(Entry {
+            ino: u64::from_le_bytes(arena[at..at + 8].try_into().expect("eight bytes")),
+            kind: Kind::from_code(code),
+        }),
+    };
+    (name, entry)
+}
 
+/// Writes `e` into the head of the record at `at`.
+fn set(arena: &mut [u8], at: u32, e: Entry) {
+    let at = at as usize;
+    arena[at..at + 8].copy_from_slice(&e.ino.to_le_bytes());
+    arena[at + 8] = e.kind.map_or(0, Kind::code);
+    debug_assert_eq!(
+        record(arena, at as u32).1,
+        Some(e),
+        "an entry reads back as set"
+    );
+}
+
+impl Entries {
     fn find(&self, name: &[u8]) -> Option<u32> {
         let hash = self.seed.hash_one(name);
         self.index
-            .find(hash, |&i| self.name_of(&self.slots[i as usize]) == name)
+            .find(hash, |&at| record(&self.arena, at).0 == name)
             .copied()
     }
 
@@ -99,17 +98,20 @@ impl Entries {
 
     /// The entry of `name`.
     pub(crate) fn get(&self, name: &[u8]) -> Option<Entry> {
-        self.find(name).map(|i| self.slots[i as usize].entry())
+        let at = self.find(name)?;
+        let e = record(&self.arena, at).1;
+        debug_assert!(e.is_some(), "the index names live records only");
+        e
     }
 
     /// Sets the kind of `name`'s entry (the name and its inode stay); `false` when there
     /// is no such entry.
     pub(crate) fn set_kind(&mut self, name: &[u8], kind: Option<Kind>) -> bool {
-        let Some(i) = self.find(name) else {
+        let Some(at) = self.find(name) else {
             return false;
         };
-        let s = &mut self.slots[i as usize];
-        s.set(Entry { ino: s.ino, kind });
+        let ino = record(&self.arena, at).1.expect("a live record").ino;
+        set(&mut self.arena, at, Entry { ino, kind });
         true
     }
 
@@ -127,121 +129,103 @@ impl Entries {
             "a name of {} bytes",
             name.len()
         );
-        if let Some(i) = self.find(name) {
-            let s = &mut self.slots[i as usize];
-            let was = s.entry();
-            s.set(e);
-            return Some(was);
+        if let Some(at) = self.find(name) {
+            let was = record(&self.arena, at).1;
+            set(&mut self.arena, at, e);
+            debug_assert!(was.is_some(), "the index names live records only");
+            return was;
         }
-        let at = u32::try_from(self.names.len()).expect("a directory's names within 4 GiB");
-        grow(&mut self.names, name.len());
-        self.names.extend_from_slice(name);
-        let mut slot = Slot {
-            ino: 0,
-            at,
-            len: name.len() as u8,
-            kind: 0,
-        };
-        slot.set(e);
-        let i = match self.free.pop() {
-            Some(i) => {
-                debug_assert_eq!(self.slots[i as usize].len, 0, "a free slot");
-                self.slots[i as usize] = slot;
-                i
-            }
-            None => {
-                grow(&mut self.slots, 1);
-                self.slots.push(slot);
-                u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 entries")
-            }
-        };
-        let (seed, names, slots) = (&self.seed, &self.names, &self.slots);
+        let at = u32::try_from(self.arena.len()).expect("a directory's records within 4 GiB");
+        grow(&mut self.arena, HEAD + name.len());
+        self.arena.extend_from_slice(&[0; HEAD]);
+        self.arena[at as usize + 9] = name.len() as u8;
+        self.arena.extend_from_slice(name);
+        set(&mut self.arena, at, e);
+        let (seed, arena) = (&self.seed, &self.arena);
         let hash = seed.hash_one(name);
-        self.index.insert_unique(hash, i, |&j| {
-            let s = &slots[j as usize];
-            seed.hash_one(&names[s.at as usize..s.at as usize + s.len as usize])
-        });
+        self.index
+            .insert_unique(hash, at, |&other| seed.hash_one(record(arena, other).0));
         // Found again where it was put.
-        debug_assert_eq!(self.find(name), Some(i));
+        debug_assert_eq!(self.find(name), Some(at));
         None
     }
 
     /// Removes `name`'s entry; returns it.
     pub(crate) fn remove(&mut self, name: &[u8]) -> Option<Entry> {
         let hash = self.seed.hash_one(name);
-        let (names, slots) = (&self.names, &self.slots);
-        let found = self.index.find_entry(hash, |&i| {
-            let s = &slots[i as usize];
-            &names[s.at as usize..s.at as usize + s.len as usize] == name
-        });
-        let i = found.ok()?.remove().0;
-        let s = &mut self.slots[i as usize];
-        let e = s.entry();
-        self.dead += s.len as usize;
-        s.len = 0;
-        self.free.push(i);
-        if self.free.len() > 64 && self.free.len() * 2 > self.slots.len()
-            || self.dead > 4096 && self.dead * 2 > self.names.len()
-        {
+        let arena = &self.arena;
+        let found = self
+            .index
+            .find_entry(hash, |&at| record(arena, at).0 == name);
+        let at = found.ok()?.remove().0;
+        let e = record(&self.arena, at).1;
+        debug_assert!(e.is_some(), "the index names live records only");
+        self.arena[at as usize + 8] = DEAD;
+        self.dead += HEAD + name.len();
+        if self.dead > 4096 && self.dead * 2 > self.arena.len() {
             self.compact();
         }
         debug_assert!(self.find(name).is_none(), "removed");
-        Some(e)
+        e
     }
 
-    /// Rebuilt from the live entries: no dead bytes, no free slots.
+    /// Rebuilt from the live entries: no dead records.
     fn compact(&mut self) {
         let live = self.len();
         let mut out = Entries {
             seed: self.seed.clone(),
             ..Entries::default()
         };
-        out.names.reserve(self.names.len() - self.dead);
-        out.slots.reserve(live);
+        out.arena.reserve_exact(self.arena.len() - self.dead);
+        out.index.reserve(live, |_| 0);
         for (name, e) in self.iter() {
             out.insert(name, e);
         }
         *self = out;
-        debug_assert!(self.len() == live && self.free.is_empty() && self.dead == 0);
+        debug_assert!(self.len() == live && self.dead == 0);
     }
 
-    /// Every entry, in slot order (see the module documentation).
+    /// Every entry, in the arena's order (see the module documentation).
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&[u8], Entry)> + '_ {
-        self.slots
-            .iter()
-            .filter(|s| s.len > 0)
-            .map(|s| (self.name_of(s), s.entry()))
+        let mut at = 0usize;
+        std::iter::from_fn(move || loop {
+            if at >= self.arena.len() {
+                return None;
+            }
+            let (name, e) = record(&self.arena, at as u32);
+            at += HEAD + name.len();
+            if let Some(e) = e {
+                return Some((name, e));
+            }
+        })
     }
 
-    /// Every name, in slot order.
+    /// Every name, in the arena's order.
     pub(crate) fn keys(&self) -> impl Iterator<Item = &[u8]> + '_ {
         self.iter().map(|(n, _)| n)
     }
 
-    /// Every entry's inode and kind, in slot order.
+    /// Every entry's inode and kind, in the arena's order.
     pub(crate) fn values(&self) -> impl Iterator<Item = Entry> + '_ {
         self.iter().map(|(_, e)| e)
     }
 
-    /// Bytes held (the arena, the slots and the index, by their capacities): for the
-    /// tests that bound an entry's cost.
+    /// Bytes held (the arena and the index, by their capacities): for the tests that
+    /// bound an entry's cost.
     #[cfg(test)]
     pub(crate) fn heap_bytes(&self) -> usize {
         // The index's buckets: a power of two, at most 7/8 of them used.
         let buckets = (self.index.capacity() * 8 / 7).next_power_of_two();
-        self.names.capacity()
-            + self.slots.capacity() * std::mem::size_of::<Slot>()
-            + self.free.capacity() * 4
-            + buckets * (4 + 1)
+        self.arena.capacity() + buckets * (4 + 1)
     }
 }
 
-/// Room for `more` items in `v`, grown by a quarter (at least 16) when full instead of
-/// doubled: a directory's arrays are most of a mount's memory per file, and doubling
-/// left them a third empty on average. Still amortised O(1) per item.
-fn grow<T>(v: &mut Vec<T>, more: usize) {
+/// Room for `more` bytes in `v`, grown by a quarter (at least 256) when full instead of
+/// doubled: a directory's arena is most of a mount's memory per file, and doubling left it
+/// a third empty on average. Still amortised O(1) per byte.
+fn grow(v: &mut Vec<u8>, more: usize) {
     if v.len() + more > v.capacity() {
-        v.reserve_exact((v.len() / 4).max(16).max(more));
+        v.reserve_exact((v.len() / 4).max(256).max(more));
     }
     debug_assert!(v.capacity() >= v.len() + more);
 }
@@ -323,8 +307,8 @@ mod tests {
         assert!(e.is_empty() && e.iter().next().is_none());
     }
 
-    /// 10,000 eight-byte names cost under 40 bytes each (the `BTreeMap` took 73, 24-byte
-    /// slots about 42).
+    /// 10,000 eight-byte names cost under 32 bytes each (the `BTreeMap` took 73, 24-byte
+    /// slots about 42, 16-byte slots about 34).
     #[test]
     fn an_entry_costs_its_name_and_a_slot() {
         let e: Entries = (0..10_000u64)
@@ -335,6 +319,6 @@ mod tests {
             .collect();
         assert_eq!(e.len(), 10_000);
         let per = e.heap_bytes() / 10_000;
-        assert!(per < 40, "{per} bytes an entry");
+        assert!(per < 32, "{per} bytes an entry");
     }
 }
