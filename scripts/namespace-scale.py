@@ -19,8 +19,10 @@ attached to a loop device, so that both file systems' writes are counted the sam
 - the unmount's seconds, the mount's seconds (and the daemon's CPU seconds and resident
   memory right after it), one lookup that must find a file made first;
 - with --crash (extalloc only): a mount, a file opened and unlinked while open, `sync`,
-  then `kill -9` of the daemon; the mount after that crash (which checks the namespace
-  and removes the orphan): its seconds, the daemon's CPU seconds and its peak memory;
+  then `kill -9` of the daemon; the mount after that crash (the orphan is a pending file
+  the volume's open removes, so under the store's promise the mount reads only the root;
+  a device last mounted by a build before it is counted whole): its seconds, the
+  daemon's CPU seconds and its peak memory;
 - the check's seconds and peak memory (`extalloc fsck`, `e2fsck -fn`).
 
 One line per run on stdout as it ends, progress on stderr, a Markdown table at the end;

@@ -289,6 +289,9 @@ fn report(opts: &MountOptions, r: &MountReport, announce: bool) {
         "made a new file system".to_string()
     } else if !r.salvage.clean() {
         "damaged: read-only, salvaged in memory; `extalloc fsck --repair` repairs it".into()
+    } else if r.crash_covered && r.corrupt_groups.is_empty() {
+        // Every inode a crash leaves unnamed was a pending file, which the open removed.
+        "not closed cleanly; nothing left to repair".to_string()
     } else if r.repaired.clean() && r.corrupt_groups.is_empty() {
         "clean".to_string()
     } else if r.repaired.clean() {

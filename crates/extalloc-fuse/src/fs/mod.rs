@@ -120,6 +120,11 @@ pub struct MountReport {
     /// the root only and `repaired` is empty: every other inode is read when a call names
     /// it.
     pub scanned: bool,
+    /// The volume was not closed cleanly, and nothing was checked for it: every mount since
+    /// the promise reached the device kept what a crash leaves (inodes no name reaches,
+    /// their spill files) as pending files, which the volume's open removed
+    /// ([`Store::promise_crash_pending`](extalloc::store::Store::promise_crash_pending)).
+    pub crash_covered: bool,
     /// The volume's files: inodes and the spill files of their extended attributes (what
     /// `statfs` counts).
     pub inodes: u64,
@@ -135,11 +140,15 @@ pub struct MountReport {
 impl Fs {
     /// Mounts the file system on `vol`: makes one on an empty volume (the root is its first
     /// file); after a clean close reads the root only (every other inode is read back when
-    /// a call reaches it by a name); after a crash (`Store::unchecked`) counts the whole
-    /// namespace (`scan/census.rs`) and repairs what the crash left (orphans, stray spill
-    /// files, torn entry logs), or, when it finds damage, reads the whole namespace into
-    /// memory and repairs that too (link counts, names into `/lost+found`; see
-    /// [`MountReport`]), then clears the mark.
+    /// a call reaches it by a name); after a crash that the store's promise covers
+    /// (`Store::crash_needs_check` false: the volume's open removed the pending files a
+    /// crash leaves) likewise; after any other crash, or once damage was met, counts the
+    /// whole namespace (`scan/census.rs`) and repairs what the crash left (orphans, stray
+    /// spill files, torn entry logs), or, when it finds damage, reads the whole namespace
+    /// into memory and repairs that too (link counts, names into `/lost+found`; see
+    /// [`MountReport`]), then clears the mark. A read-write mount then promises that its
+    /// own crash leaves only pending files (`Store::promise_crash_pending`: a build that
+    /// does not keep that promise refuses the device from then on).
     pub fn mount(vol: Volume, opts: WritebackOptions) -> Result<(Fs, MountReport), String> {
         Fs::mount_with(vol, opts, true)
     }
@@ -168,12 +177,17 @@ impl Fs {
         }
         // After a clean close (or on a read-only mount, which repairs nothing durable)
         // only the root is read: every other inode, directories too, is read back when a
-        // call reaches it by a name (`ondemand.rs`). A crash may leave orphans and stray
-        // spill files, which no call reaches: until a mount has read the whole namespace
-        // and repaired them, the store keeps the crash marked (`Store::unchecked`, across
-        // clean closes by other tools).
+        // call reaches it by a name (`ondemand.rs`). A crash of a mount that did not keep
+        // its inodes no name reaches pending (a build before the promise) may leave
+        // orphans and stray spill files, which no call reaches: until a mount has read the
+        // whole namespace and repaired them, the store keeps the crash marked
+        // (`Store::unchecked`, across clean closes by other tools). Under the promise a
+        // crash leaves only pending files, which the volume's open has removed by now:
+        // only damage met needs the read (`Store::crash_needs_check`).
         let crashed = vol.store().unchecked();
-        let quick = (!crashed || !must_commit) && !report.created;
+        let check = vol.store().crash_needs_check();
+        let quick = (!check || !must_commit) && !report.created;
+        report.crash_covered = crashed && !check;
         let mut root = None;
         if quick {
             root = read_root(&vol).ok();
@@ -213,10 +227,7 @@ impl Fs {
             }
             Err(e) => return Err(format!("cannot commit the repairs: {e}")),
         }
-        if must_commit && !quick {
-            // Repaired and committed: the next mount reads only the root.
-            vol.store().mark_checked();
-        }
+        settle_marks(&vol, must_commit, quick, crashed);
         // Inodes and their spill files: the volume's files (`Ns::count`).
         let count = vol.file_count().map_err(|e| e.to_string())?;
         report.inodes = count;
@@ -365,4 +376,36 @@ fn make_root(vol: &Volume) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// After a mount's repairs are committed: clears the store's crash and damage marks when
+/// the mount checked (`!quick`: the census or the whole read ran and repaired), or when
+/// the crash was one the store's promise covers and the mount's own reads met no damage;
+/// then, on a read-write mount, gives the promise if the device lacks it.
+fn settle_marks(vol: &Volume, must_commit: bool, quick: bool, crashed: bool) {
+    let store = vol.store();
+    if must_commit && (!quick || (crashed && !store.damaged())) {
+        // Repaired and committed, or a crash the promise covers: the next mount reads
+        // only the root.
+        store.mark_checked();
+    }
+    if must_commit && !store.crash_pending_promised() {
+        // From here every inode no name reaches is pending (`Fs::persist`), so this
+        // mount's own crash leaves nothing to check. A new file system, or one last
+        // mounted by a build before the promise: written now (a checkpoint writes the
+        // superblock), so that a crash of this very mount is covered. A checkpoint that
+        // finds no room (a full or fragmented device) keeps every change for the next
+        // one and leaves the promise in memory: a crash before that is counted as
+        // before, and the mount goes on.
+        store.promise_crash_pending();
+        if let Err(e) = vol.checkpoint() {
+            log::warn!("the superblock's promise waits for the next checkpoint: {e}");
+        }
+    }
+    // Checked, unless the mount's own reads met damage (`Store::mark_damaged`: the next
+    // mount reads the whole namespace).
+    debug_assert!(
+        !must_commit || (store.crash_pending_promised() && (!store.unchecked() || store.damaged())),
+        "a read-write mount leaves the store promised, and checked unless it met damage"
+    );
 }

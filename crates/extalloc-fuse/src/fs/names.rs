@@ -36,17 +36,29 @@ const COMPACT_MIN_BYTES: u64 = 64 << 10;
 /// first): a create, a symbolic link's target and its undo, two appends (a record may
 /// straddle a chunk's boundary), the parent's attributes.
 const MAKE_CHUNKS: u64 = 6;
-/// An unlink or rmdir: an append, the parent's and the inode's attributes.
+/// An unlink or rmdir: an append, the parent's and the inode's attributes (its last
+/// name: the inode made pending, `Fs::retract`; its spill file too, one more: [`spill_chunks`]).
 const REMOVE_CHUNKS: u64 = 4;
-/// A link: the inode's attributes, an append, the parent's attributes.
+/// A link: the inode's attributes (a tmpfile's first name: it published, `Fs::publish`;
+/// its spill file too, one more), an append, the parent's attributes.
 const LINK_CHUNKS: u64 = 4;
 /// A rename or exchange: four appends, four attribute blobs, with room for a record
-/// straddling a chunk boundary in each append.
+/// straddling a chunk boundary in each append (a replaced inode's spill file made
+/// pending: one more, [`spill_chunks`]).
 const RENAME_CHUNKS: u64 = 12;
 
 /// A rename that is not an exchange: the replaced name's remove (an append, the parent's
-/// and the inode's attributes), two appends, both parents' and the inode's attributes.
+/// and the inode's attributes; its spill file made pending, one more), two appends, both
+/// parents' and the inode's attributes.
 const MOVE_CHUNKS: u64 = 11;
+
+/// The chunk call of `ino`'s spill file made pending or published with it (`Fs::retract`,
+/// `Fs::publish`), if it has one: 0 or 1, added to a group that may take or give its
+/// last name (a fixed extra chunk would take the largest group, a rename with a
+/// whiteout, past what a small journal's record holds).
+pub(super) fn spill_chunks(ns: &Ns, ino: Option<u64>) -> u64 {
+    u64::from(ino.is_some_and(|i| ns.node(i).is_ok_and(|n| n.spill.is_some())))
+}
 /// The whiteout a `RENAME_WHITEOUT` leaves: a create and an append.
 const WHITEOUT_CHUNKS: u64 = 3;
 
@@ -383,7 +395,7 @@ impl Fs {
     /// if nothing else holds it.
     fn remove(&self, ns: &mut Ns, parent: u64, name: &[u8], ino: u64) -> FsResult<()> {
         self.reserve(ns, &[(parent, record_bytes(name))])?;
-        let group = self.group(REMOVE_CHUNKS)?;
+        let group = self.group(REMOVE_CHUNKS + spill_chunks(ns, Some(ino)))?;
         self.remove_name(ns, parent, name, ino)?;
         group.finish();
         debug_assert!(
@@ -456,13 +468,18 @@ impl Fs {
             return err(libc::ENOENT);
         }
         self.reserve(&mut ns, &[(newparent, record_bytes(newname))])?;
-        let group = self.group(LINK_CHUNKS)?;
+        let group = self.group(LINK_CHUNKS + spill_chunks(&ns, Some(ino)))?;
         let n = ns.node_mut(ino)?;
         debug_assert!(!n.tmpfile || n.inode.nlink == 0, "a tmpfile has no name");
+        let first = n.tmpfile;
         n.inode.nlink += 1;
         n.inode.ctime = Time::now();
         n.tmpfile = false;
-        self.persist(&mut ns, ino)?;
+        match first {
+            // Pending since it was made (`Fs::retract`): its first name publishes it.
+            true => self.publish(&mut ns, ino)?,
+            false => self.persist(&mut ns, ino)?,
+        }
         let entry = ns.entry_of(ino)?;
         self.append(&mut ns, newparent, newname, Some(entry))?;
         touch(&mut ns.node_mut(newparent)?.inode);

@@ -24,7 +24,7 @@
 //! directory no name has reached since the mount has its parent found first by a walk from
 //! the root, [`Fs::find_parent`]).
 //! Damage met by a read back is logged, costs the call that name only, and marks the
-//! store for the next mount's whole read (`Store::mark_unchecked`).
+//! store for the next mount's whole read (`Store::mark_damaged`).
 //!
 //! Data structures: none of their own (`Ns::nodes`, `Ns::parked`, `Ns::count`).
 //! Invariant: a node not in memory is one whose attribute blob (and a directory's log) on
@@ -102,15 +102,15 @@ pub(crate) fn read_node(
 ) -> FsResult<Node> {
     let blob = vol.attr(ino).map_err(|e| {
         if !matches!(e, extalloc::Error::NoSuchFile { .. }) {
-            vol.store().mark_unchecked(); // its leaf failed: as damage below
+            vol.store().mark_damaged(); // its leaf failed: as damage below
         }
         Errno::from(e)
     })?;
     // Damage: the next mount reads the whole namespace and repairs what it can, as after
-    // a crash (`Store::mark_unchecked`); `fsck --repair` does the rest.
+    // a crash (`Store::mark_damaged`); `fsck --repair` does the rest.
     let damaged = |what: &str| {
         log::error!("inode {ino}: {what}: run `extalloc fsck`");
-        vol.store().mark_unchecked();
+        vol.store().mark_damaged();
         Errno(libc::EIO)
     };
     let inode = Inode::decode(&blob).ok_or_else(|| damaged("its blob is not an inode"))?;
@@ -126,7 +126,7 @@ pub(crate) fn read_node(
                     "{problem}: the log is cut or rewritten; `extalloc fsck` checks the rest"
                 );
                 // What the damage cut from the log comes back at the next mount's whole read.
-                vol.store().mark_unchecked();
+                vol.store().mark_damaged();
                 scan::fix_log(vol, ino, &mut log)
                     .map_err(|e| damaged(&format!("its entry log cannot be repaired ({e})")))?;
             }

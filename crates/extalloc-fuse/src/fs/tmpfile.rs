@@ -13,9 +13,10 @@
 //! Invariant: a node whose `tmpfile` is set is a regular file that no directory names,
 //! with link count 0, kept while it is open or the kernel knows it: its last `release` and
 //! `forget` remove it (`Fs::reap`), as they remove a file unlinked while open. On the
-//! volume it is an inode with link count 0 that no directory names, which the next mount
-//! removes as an orphan after a crash (`scan/`). [`Fs::link`] gives it its first name
-//! in one atomic group and clears `tmpfile`; from then on it is a file as any other.
+//! volume it is a pending file (and so is its spill file, if it has one: `Fs::retract`),
+//! which the volume's next writable open removes after a crash. [`Fs::link`] gives it its
+//! first name and publishes it in one atomic group and clears `tmpfile`; from then on it
+//! is a file as any other.
 //!
 //! Lock order: `ns` written for the whole call, then the volume's locks.
 
@@ -72,10 +73,10 @@ impl Fs {
         let mut ns = self.ns_write();
         let (mut inode, xattrs) = self.new_inode(&ns, parent, &new, who)?;
         inode.nlink = 0;
-        let (blob, fits) = new_blob(&inode, &xattrs);
-        // One volume call: a crash before the next commit loses it, one after leaves an
-        // orphan (link count 0, no name) that the mount removes.
-        let ino = self.vol.volume().create_placed(&blob, parent)?;
+        let (_, fits) = new_blob(&inode, &xattrs);
+        // One volume call: a pending file (`Fs::retract`), which a crash leaves for the
+        // volume's open to remove; its node is its whole state until `link` publishes it.
+        let ino = self.vol.volume().create_pending_placed(parent)?;
         ns.add_new(
             ino,
             Node {

@@ -16,6 +16,7 @@
 use super::types::{opts, ME};
 use anyhow::{Context, Result};
 use extalloc::disk::device::{Crash, Device, FaultDevice, MemDevice};
+use extalloc::disk::format;
 use extalloc::volume::Volume;
 use extalloc::{Geometry, Policy};
 use extalloc_fuse::fs::names::NewNode;
@@ -107,6 +108,7 @@ pub(super) fn build(seed: u64, mid_checkpoint: bool, rng: &mut StdRng) -> Result
     // state without a crash: their mount reads only the root, and meets the damage
     // where a call reads it.
     let clean_close = !journal_tail && run.rng.gen_bool(0.5);
+    let before_promise = !clean_close && !mid_checkpoint && run.rng.gen_bool(0.5);
     if clean_close {
         fs.unmount().map_err(anyhow::Error::msg)?;
     } else {
@@ -119,6 +121,19 @@ pub(super) fn build(seed: u64, mid_checkpoint: bool, rng: &mut StdRng) -> Result
         } else {
             Crash::DropAll
         })?;
+        // Half the other crashed images as a build before the store's promise leaves
+        // them (`INCOMPAT_CRASH_PENDING` off): their mount counts the namespace after the
+        // crash, meets the damage and reads it all (the rescue into /lost+found). The
+        // rest mount as a crash the promise covers: the root only, the damage met where
+        // a call reads it. (Not the images cut mid-checkpoint: their superblocks are
+        // the crash's.)
+        if before_promise {
+            let mut sb = format::read_superblock(dev.as_ref())?;
+            sb.incompat &= !format::INCOMPAT_CRASH_PENDING;
+            sb.generation += 1;
+            format::write_superblock(dev.as_ref(), &sb)?;
+            dev.flush()?;
+        }
     }
     Ok(Built {
         bytes: snapshot(dev.as_ref())?,

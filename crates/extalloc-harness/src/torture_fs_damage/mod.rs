@@ -22,8 +22,11 @@
 //!    brings back the names it held), of its kind, with its bytes (`mount_lost`
 //!    otherwise). A mount after a clean close reads only the root (`docs/mount.md`), so an
 //!    inode whose directory the damage cut is not reached until the repair's whole read
-//!    (`mount_unreached`, not a failure; a mount after a crash reads the whole namespace
-//!    and rescues it, and an inode it does not reach is lost). Then the device is filled
+//!    (`mount_unreached`, not a failure), and so does a mount after a crash the store's
+//!    promise covers (`Store::promise_crash_pending`: half the crashed images); a mount
+//!    after a crash before the promise (the other half, as an older build leaves them)
+//!    reads the whole namespace and rescues it, and an inode it does not reach is lost.
+//!    Then the device is filled
 //!    with new data and every surviving file's blocks re-read (`mount_handed_twice`: its
 //!    data changed);
 //! 3. **repair, then mount**: the repair pipeline (`extalloc_fuse::repair`, as `extalloc

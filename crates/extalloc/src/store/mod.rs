@@ -133,8 +133,47 @@ impl Store {
     /// superblock write (the next checkpoint, or the clean close). A crash before that
     /// leaves it set, and the check runs again.
     pub fn mark_checked(&self) {
-        self.sb.lock().state &= !crate::disk::format::STATE_UNCHECKED;
-        debug_assert!(!self.unchecked(), "the mark cleared");
+        use crate::disk::format::{STATE_DAMAGED, STATE_UNCHECKED};
+        self.sb.lock().state &= !(STATE_UNCHECKED | STATE_DAMAGED);
+        debug_assert!(!self.unchecked() && !self.damaged(), "the marks cleared");
+    }
+
+    /// The caller met damage in its own state ([`Store::mark_unchecked`], and
+    /// `STATE_DAMAGED`): its next check must be whole even after a crash its promise
+    /// covers ([`Store::crash_needs_check`]). Goes to the device with the next superblock
+    /// write, as `mark_unchecked`; cleared by [`Store::mark_checked`].
+    pub fn mark_damaged(&self) {
+        use crate::disk::format::{STATE_DAMAGED, STATE_UNCHECKED};
+        self.sb.lock().state |= STATE_UNCHECKED | STATE_DAMAGED;
+        debug_assert!(self.unchecked() && self.damaged(), "the marks set");
+    }
+
+    /// Damage was met ([`Store::mark_damaged`]) and no caller has checked since.
+    pub fn damaged(&self) -> bool {
+        self.sb.lock().state & crate::disk::format::STATE_DAMAGED != 0
+    }
+
+    /// The caller promises, for this session and every later one, that a crash leaves
+    /// nothing in its own state for it to check: only pending files, which a writable
+    /// volume open removes (`INCOMPAT_CRASH_PENDING`: a build that does not know the
+    /// feature refuses the device from then on). In memory at once; on the device with the
+    /// next superblock write (a checkpoint, the clean close): a crash before that finds no
+    /// promise, and the caller checks as before.
+    pub fn promise_crash_pending(&self) {
+        self.sb.lock().incompat |= crate::disk::format::INCOMPAT_CRASH_PENDING;
+        debug_assert!(self.crash_pending_promised(), "promised");
+    }
+
+    /// The device carries the promise of [`Store::promise_crash_pending`].
+    pub fn crash_pending_promised(&self) -> bool {
+        self.sb.lock().incompat & crate::disk::format::INCOMPAT_CRASH_PENDING != 0
+    }
+
+    /// The caller must check its state now: [`Store::unchecked`], and either damage was
+    /// met ([`Store::damaged`]) or no promise covers the crash
+    /// ([`Store::crash_pending_promised`]). Read it before promising.
+    pub fn crash_needs_check(&self) -> bool {
+        self.unchecked() && (self.damaged() || !self.crash_pending_promised())
     }
 
     /// The caller met damage in its own state that a whole check would repair (as ext4

@@ -529,3 +529,52 @@ fn a_paused_owner_resumed_after_a_takeover_writes_nothing() {
     );
     std::fs::remove_file(&path).unwrap();
 }
+
+/// A crash asks the caller to check its state, unless the caller promised that a crash
+/// leaves it nothing to check (`INCOMPAT_CRASH_PENDING`, durable from the next superblock
+/// write) and met no damage; damage asks for a check whatever the promise; a check clears
+/// both marks. A reader that does not know a feature bit refuses the device.
+#[test]
+fn a_promise_covers_a_crash_but_not_damage() {
+    let dev = Arc::new(MemDevice::new(8192 * 4096));
+    let store = Store::create(dev.clone(), &geometry(), 8, Policy::default()).unwrap();
+    let crash = |store: Store| {
+        store.abandon();
+        drop(store);
+        Store::open(dev.clone(), Policy::default()).unwrap().0
+    };
+    let store = crash(store);
+    assert!(
+        store.unchecked() && store.crash_needs_check(),
+        "no promise yet"
+    );
+    store.mark_checked();
+    store.promise_crash_pending();
+    // Not yet on the device: a crash now finds no promise.
+    let store = crash(store);
+    assert!(!store.crash_pending_promised() && store.crash_needs_check());
+    store.promise_crash_pending();
+    store.checkpoint().unwrap();
+    let store = crash(store);
+    assert!(
+        store.crash_pending_promised(),
+        "the promise is on the device"
+    );
+    assert!(store.unchecked() && !store.damaged() && !store.crash_needs_check());
+    store.mark_damaged();
+    store.checkpoint().unwrap();
+    let store = crash(store);
+    assert!(
+        store.damaged() && store.crash_needs_check(),
+        "damage needs a check"
+    );
+    store.mark_checked();
+    assert!(!store.unchecked() && !store.damaged() && !store.crash_needs_check());
+    store.checkpoint().unwrap();
+    drop(store);
+    // An unknown feature bit: refused, as an older build refuses this one.
+    let mut sb = format::read_superblock(dev.as_ref()).unwrap();
+    assert_eq!(sb.incompat, format::INCOMPAT_CRASH_PENDING);
+    sb.incompat |= 1 << 7;
+    assert!(format::Superblock::decode(&sb.encode()).is_err());
+}

@@ -73,6 +73,29 @@ impl Volume {
         Ok(id)
     }
 
+    /// [`Volume::create_pending`] with a placement key, as [`Volume::create_placed`]
+    /// gives one (a file system's file made with no name, `O_TMPFILE`, near its
+    /// directory's files).
+    pub fn create_pending_placed(&self, key: u64) -> Result<u64> {
+        let id = self.make_file(PENDING, Some(key), None)?;
+        debug_assert!(self.is_pending(id), "made pending");
+        Ok(id)
+    }
+
+    /// Makes published file `id` pending again (its blob becomes the pending mark): one
+    /// change, durable at the next commit, after which a crash leaves it for the next
+    /// writable [`Volume::open`] to remove. Its data stays readable and writable until
+    /// [`Volume::unlink`] or a [`Volume::publish`] that names it again. What a file system
+    /// does to an inode no name reaches any more, in the atomic group that removes its
+    /// last name, so that a crash never leaves it behind. Refused, nothing changed:
+    /// [`Error::Pending`] when `id` is pending already, [`Error::NoSuchFile`] when there is
+    /// no file `id`.
+    pub fn retract(&self, id: u64) -> Result<()> {
+        self.replace_attr(id, PENDING, false, "is pending already")?;
+        debug_assert!(self.is_pending(id), "retracted");
+        Ok(())
+    }
+
     /// Publishes pending file `id` under `attr`: one change, durable at the next commit
     /// ([`Volume::sync`]) together with, never before, the file's data. Refused, nothing
     /// changed: [`Error::Pending`] when `id` is not pending, [`Error::AttrReserved`] or

@@ -85,11 +85,12 @@ impl Fs {
         let new_bytes = record_bytes(newname) * if dst.is_some() { 2 } else { 1 };
         let old_bytes = record_bytes(name) * if whiteout { 2 } else { 1 };
         self.reserve(&mut ns, &[(newparent, new_bytes), (parent, old_bytes)])?;
-        let chunks = if whiteout {
-            MOVE_CHUNKS + WHITEOUT_CHUNKS
-        } else {
-            RENAME_CHUNKS
-        };
+        let chunks = spill_chunks(&ns, dst)
+            + if whiteout {
+                MOVE_CHUNKS + WHITEOUT_CHUNKS
+            } else {
+                RENAME_CHUNKS
+            };
         let group = self.group(chunks)?;
         self.move_entry(&mut ns, (parent, name, src), (newparent, newname, dst))?;
         if whiteout {

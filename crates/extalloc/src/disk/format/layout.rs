@@ -23,7 +23,8 @@ pub const SUPERBLOCK_READ: usize = SUPERBLOCK_BYTES + 8 + ROOT_MAX;
 pub struct Superblock {
     /// Bytes per block.
     pub block_size: u32,
-    /// Feature flags a reader must understand (none defined in version 4).
+    /// Feature flags a reader must understand: [`INCOMPAT_CRASH_PENDING`] (a reader that
+    /// knows none of a set bit refuses the device).
     pub incompat: u32,
     /// Blocks on the device.
     pub blocks_count: u64,
@@ -72,6 +73,21 @@ pub const STATE_IN_USE: u32 = 2;
 /// until then, so a tool that opens and closes the device in between does not hide the
 /// crash from the layer above (a file system's inodes unlinked while open).
 pub const STATE_UNCHECKED: u32 = 4;
+/// The caller met damage in its own state (set with `STATE_UNCHECKED`,
+/// [`Store::mark_damaged`](crate::store::Store::mark_damaged)): its next check must be
+/// whole, whatever [`INCOMPAT_CRASH_PENDING`] promises about a crash. Cleared with
+/// `STATE_UNCHECKED`.
+pub const STATE_DAMAGED: u32 = 8;
+
+/// Incompatible feature: the caller promised that a crash leaves nothing in its own state
+/// for it to check, only pending files, which the volume's open removes (a file system
+/// makes an inode no name reaches pending in the atomic group that removes its last name:
+/// [`Store::promise_crash_pending`](crate::store::Store::promise_crash_pending)). Set
+/// once, never cleared: a reader that does not know it (an older build, which would leave
+/// such an inode published) refuses the device.
+pub const INCOMPAT_CRASH_PENDING: u32 = 1;
+/// Every incompatible feature this build knows.
+pub const INCOMPAT_KNOWN: u32 = INCOMPAT_CRASH_PENDING;
 
 pub(super) fn get_u32(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
@@ -235,7 +251,7 @@ impl Superblock {
             });
         }
         let incompat = get_u32(b, 12);
-        if incompat != 0 {
+        if incompat & !INCOMPAT_KNOWN != 0 {
             return Err(corrupt(
                 Corrupted::Superblock,
                 format!("unknown incompatible features {incompat:#x}"),
