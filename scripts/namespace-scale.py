@@ -63,7 +63,8 @@ def loop_written_kib(loop):
 
 
 def daemon_pid(mnt):
-    """The extalloc daemon serving `mnt` (its command line names the mount point)."""
+    """The extalloc daemon serving `mnt`: the `mount --foreground` process whose command
+    line names the mount point, whatever the binary is called (EXTALLOC may name a copy)."""
     for p in os.listdir("/proc"):
         if not p.isdigit():
             continue
@@ -72,7 +73,7 @@ def daemon_pid(mnt):
                 args = f.read().split(b"\0")
         except OSError:
             continue
-        if b"mount" in args and mnt.encode() in args and os.path.basename(args[0]) == b"extalloc":
+        if b"mount" in args and b"--foreground" in args and mnt.encode() in args:
             return int(p)
     raise RuntimeError(f"no extalloc daemon serves {mnt}")
 
