@@ -467,7 +467,7 @@ impl Fs {
 
     /// Writes `ino`'s attributes to the volume now. An inode no name reaches (link count
     /// 0: unlinked while held, or an `O_TMPFILE` file never named) is instead a pending
-    /// file on the volume, and so is its spill file ([`Fs::retract`]): its node is its
+    /// file on the volume, and so is its spill file (`Fs::retract`, `pending.rs`): its node is its
     /// whole state until it is removed, and a crash leaves it for the volume's open to
     /// remove (no orphan for the mount to find).
     pub(crate) fn persist(&self, ns: &mut Ns, ino: u64) -> FsResult<()> {
@@ -479,37 +479,6 @@ impl Fs {
             self.vol.set_attr(ino, &blob)?;
         }
         // Clean only once written: a failed write leaves the times for the next try.
-        ns.node_mut(ino)?.attr_dirty = false;
-        Ok(())
-    }
-
-    /// Makes `ino`'s volume file and its spill file pending, those not pending already
-    /// (at most two volume calls, one chunk each): what a change that takes an inode's
-    /// last name does in its atomic group, and what an `O_TMPFILE` file is from its start.
-    pub(crate) fn retract(&self, ns: &Ns, ino: u64) -> FsResult<()> {
-        let n = ns.node(ino)?;
-        debug_assert_eq!(n.inode.nlink, 0, "only an inode no name reaches");
-        let vol = self.vol.volume();
-        for id in std::iter::once(ino).chain(n.spill) {
-            if !vol.is_pending(id) {
-                vol.retract(id)?;
-            }
-        }
-        debug_assert!(vol.is_pending(ino) && n.spill.is_none_or(|s| vol.is_pending(s)));
-        Ok(())
-    }
-
-    /// Publishes `ino`'s volume file with its node's blob, and its spill file (pending
-    /// since it had no name: [`Fs::retract`]): an `O_TMPFILE` file's first name, in the
-    /// atomic group that gives it (two volume calls at most).
-    pub(crate) fn publish(&self, ns: &mut Ns, ino: u64) -> FsResult<()> {
-        let n = ns.node(ino)?;
-        debug_assert!(n.inode.nlink > 0, "a published inode has a name");
-        let vol = self.vol.volume();
-        vol.publish(ino, &n.blob())?;
-        if let Some(s) = n.spill {
-            vol.publish(s, &crate::xattr::spill_blob(ino))?;
-        }
         ns.node_mut(ino)?.attr_dirty = false;
         Ok(())
     }

@@ -76,6 +76,7 @@ mod ondemand;
 #[cfg(test)]
 mod ondemand_tests;
 mod parked;
+mod pending;
 #[cfg(test)]
 mod posix_tests;
 #[cfg(test)]

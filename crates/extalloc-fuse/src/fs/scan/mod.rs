@@ -125,6 +125,42 @@ fn load_once(
             fix_log(vol, ino, log)?;
         }
     }
+    let mut nodes = check_inodes(vol, &mut inodes, &walk, (repair, keep), &mut report)?;
+    // Directories once every link count is set: their entries take each inode's kind. An
+    // entry naming no inode is dropped below (or, unrepaired, left out of
+    // `readdirplus`): a file meanwhile.
+    for (&ino, node) in nodes.iter_mut().filter(|(_, n)| n.inode.kind == Kind::Dir) {
+        let kind = |i: u64| inodes.get(&i).map(|n| n.kind);
+        *node = dir_node(node.inode, &logs[&ino], walk.parent[&ino], kind);
+    }
+    report.orphans.sort_unstable();
+    report.unnamed.sort_unstable();
+    census::sort_lists(&mut report);
+    let reached = |ino: u64| walk.parent.contains_key(&ino);
+    load_xattrs(
+        vol,
+        (&reached, &mut nodes),
+        (&tails, spills),
+        repair,
+        &mut report,
+    )?;
+    if repair {
+        drop_bad_entries(vol, &walk.drop, &mut nodes)?;
+        remove_leftovers(vol, &report)?;
+    }
+    Ok((nodes, report))
+}
+
+/// Each inode against the walk: one it did not reach is unnamed (links recorded) or an
+/// orphan (none); one it reached has its link count checked against the names found, and
+/// set when `repair`. Returns a node of each reached inode when `keep` (else none).
+fn check_inodes(
+    vol: &Volume,
+    inodes: &mut InoMap<Inode>,
+    walk: &read::Walk,
+    (repair, keep): (bool, bool),
+    report: &mut NamespaceReport,
+) -> Result<InoMap<Node>, String> {
     let room = if keep { inodes.len() } else { 0 };
     let mut nodes = InoMap::with_capacity_and_hasher(room, Default::default());
     for (&ino, inode) in inodes.iter_mut() {
@@ -155,29 +191,17 @@ fn load_once(
             nodes.insert(ino, Node::plain(*inode));
         }
     }
-    // Directories once every link count is set: their entries take each inode's kind. An
-    // entry naming no inode is dropped below (or, unrepaired, left out of
-    // `readdirplus`): a file meanwhile.
-    for (&ino, node) in nodes.iter_mut().filter(|(_, n)| n.inode.kind == Kind::Dir) {
-        let kind = |i: u64| inodes.get(&i).map(|n| n.kind);
-        *node = dir_node(node.inode, &logs[&ino], walk.parent[&ino], kind);
-    }
-    report.orphans.sort_unstable();
-    report.unnamed.sort_unstable();
-    census::sort_lists(&mut report);
-    let reached = |ino: u64| walk.parent.contains_key(&ino);
-    load_xattrs(
-        vol,
-        (&reached, &mut nodes),
-        (&tails, spills),
-        repair,
-        &mut report,
-    )?;
-    if repair {
-        drop_bad_entries(vol, &walk.drop, &mut nodes)?;
-        remove_leftovers(vol, &report)?;
-    }
-    Ok((nodes, report))
+    // A node of each inode the walk reached, and of no other.
+    debug_assert!(
+        !keep
+            || nodes.len()
+                == inodes
+                    .keys()
+                    .filter(|i| walk.parent.contains_key(i))
+                    .count(),
+        "a node per reached inode"
+    );
+    Ok(nodes)
 }
 
 /// Writes `inode`'s link count (its other fields as the blob holds them, its tail kept).
