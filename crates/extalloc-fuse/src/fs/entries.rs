@@ -37,10 +37,21 @@ pub(crate) struct Entry {
     pub(crate) kind: Option<Kind>,
 }
 
-/// Bytes of a record before its name: the inode, the kind's byte, the name's length.
-const HEAD: usize = 10;
-/// The kind byte of a removed record ([`Kind::code`] never gives it).
-const DEAD: u8 = 0xff;
+/// Bytes of a record before its inode: the head byte and the name's length.
+const HEAD: usize = 2;
+/// The kind bits of a removed record ([`Kind::code`] never gives them).
+const DEAD: u8 = 0x0f;
+
+/// Bytes the little-endian inode `ino` needs, 1 to 8: every inode below 2^24 (a volume's
+/// first 16M files) takes 3.
+fn width(ino: u64) -> usize {
+    (8 - ino.leading_zeros() as usize / 8).max(1)
+}
+
+/// The bytes of the record at `at`, whole.
+fn size(arena: &[u8], at: usize) -> usize {
+    HEAD + (arena[at] >> 4) as usize + arena[at + 1] as usize
+}
 
 /// A directory's entries, name to [`Entry`] (see the module documentation).
 #[derive(Clone, Default)]
@@ -54,28 +65,39 @@ pub(crate) struct Entries {
 /// The record at `at` in `arena`: its name, and its entry (`None`: removed).
 fn record(arena: &[u8], at: u32) -> (&[u8], Option<Entry>) {
     let at = at as usize;
-    let len = arena[at + 9] as usize;
-    let name = &arena[at + HEAD..at + HEAD + len];
-    let entry = match arena[at + 8] {
+    let w = (arena[at] >> 4) as usize;
+    let len = arena[at + 1] as usize;
+    let name = &arena[at + HEAD + w..at + HEAD + w + len];
+    let entry = match arena[at] & 0x0f {
         DEAD => None,
-        code => Some(Entry {
-            ino: u64::from_le_bytes(arena[at..at + 8].try_into().expect("eight bytes")),
-            kind: Kind::from_code(code),
-        }),
+        code => {
+            let mut ino = [0u8; 8];
+            ino[..w].copy_from_slice(&arena[at + HEAD..at + HEAD + w]);
+            Some(Entry {
+                ino: u64::from_le_bytes(ino),
+                kind: Kind::from_code(code),
+            })
+        }
     };
     (name, entry)
 }
 
-/// Writes `e` into the head of the record at `at`.
-fn set(arena: &mut [u8], at: u32, e: Entry) {
+/// Writes `e` into the record at `at`, keeping the record's width; `false` (nothing
+/// written) when `e`'s inode needs more bytes than the record holds.
+fn set(arena: &mut [u8], at: u32, e: Entry) -> bool {
     let at = at as usize;
-    arena[at..at + 8].copy_from_slice(&e.ino.to_le_bytes());
-    arena[at + 8] = e.kind.map_or(0, Kind::code);
+    let w = (arena[at] >> 4) as usize;
+    if width(e.ino) > w {
+        return false;
+    }
+    arena[at] = (w as u8) << 4 | e.kind.map_or(0, Kind::code);
+    arena[at + HEAD..at + HEAD + w].copy_from_slice(&e.ino.to_le_bytes()[..w]);
     debug_assert_eq!(
         record(arena, at as u32).1,
         Some(e),
         "an entry reads back as set"
     );
+    true
 }
 
 impl Entries {
@@ -111,7 +133,8 @@ impl Entries {
             return false;
         };
         let ino = record(&self.arena, at).1.expect("a live record").ino;
-        set(&mut self.arena, at, Entry { ino, kind });
+        let fits = set(&mut self.arena, at, Entry { ino, kind });
+        assert!(fits, "a record holds its own inode");
         true
     }
 
@@ -131,16 +154,24 @@ impl Entries {
         );
         if let Some(at) = self.find(name) {
             let was = record(&self.arena, at).1;
-            set(&mut self.arena, at, e);
             debug_assert!(was.is_some(), "the index names live records only");
+            if !set(&mut self.arena, at, e) {
+                // A wider inode than the record holds: the name moves to a new record.
+                self.remove(name);
+                let none = self.insert(name, e);
+                debug_assert!(none.is_none(), "removed just now");
+            }
             return was;
         }
         let at = u32::try_from(self.arena.len()).expect("a directory's records within 4 GiB");
-        grow(&mut self.arena, HEAD + name.len());
-        self.arena.extend_from_slice(&[0; HEAD]);
-        self.arena[at as usize + 9] = name.len() as u8;
+        let w = width(e.ino);
+        grow(&mut self.arena, HEAD + w + name.len());
+        self.arena
+            .extend_from_slice(&[(w as u8) << 4, name.len() as u8]);
+        self.arena.extend_from_slice(&[0; 8][..w]);
         self.arena.extend_from_slice(name);
-        set(&mut self.arena, at, e);
+        let fits = set(&mut self.arena, at, e);
+        debug_assert!(fits, "a record made for its inode");
         let (seed, arena) = (&self.seed, &self.arena);
         let hash = seed.hash_one(name);
         self.index
@@ -160,8 +191,8 @@ impl Entries {
         let at = found.ok()?.remove().0;
         let e = record(&self.arena, at).1;
         debug_assert!(e.is_some(), "the index names live records only");
-        self.arena[at as usize + 8] = DEAD;
-        self.dead += HEAD + name.len();
+        self.arena[at as usize] |= DEAD;
+        self.dead += size(&self.arena, at as usize);
         if self.dead > 4096 && self.dead * 2 > self.arena.len() {
             self.compact();
         }
@@ -193,7 +224,7 @@ impl Entries {
                 return None;
             }
             let (name, e) = record(&self.arena, at as u32);
-            at += HEAD + name.len();
+            at += size(&self.arena, at);
             if let Some(e) = e {
                 return Some((name, e));
             }
@@ -307,18 +338,43 @@ mod tests {
         assert!(e.is_empty() && e.iter().next().is_none());
     }
 
-    /// 10,000 eight-byte names cost under 32 bytes each (the `BTreeMap` took 73, 24-byte
-    /// slots about 42, 16-byte slots about 34).
+    /// 10,000 eight-byte names of inodes near 10M cost under 25 bytes each (the
+    /// `BTreeMap` took 73, 24-byte slots about 42, 16-byte slots about 34, records with a
+    /// `u64` inode about 28).
     #[test]
     fn an_entry_costs_its_name_and_a_slot() {
-        let e: Entries = (0..10_000u64)
+        let names: Vec<Vec<u8>> = (0..10_000u64)
             .map(|i| format!("f{:07}", 1_000_000 + i).into_bytes())
-            .collect::<Vec<_>>()
+            .collect();
+        let e: Entries = names
             .iter()
-            .map(|n| (n.as_slice(), entry(1)))
+            .zip(10_000_000u64..)
+            .map(|(n, ino)| (n.as_slice(), entry(ino)))
             .collect();
         assert_eq!(e.len(), 10_000);
         let per = e.heap_bytes() / 10_000;
-        assert!(per < 32, "{per} bytes an entry");
+        assert!(per < 25, "{per} bytes an entry");
+    }
+
+    /// An inode of any width, 1 to 8 bytes, reads back as written, and replacing an
+    /// entry's inode with a wider one moves the name to a record that holds it.
+    #[test]
+    fn inodes_of_every_width_read_back() {
+        let mut e = Entries::default();
+        let inos: Vec<u64> = (0..64).map(|b| 1u64 << b).chain([0, u64::MAX]).collect();
+        for (i, &ino) in inos.iter().enumerate() {
+            let name = format!("n{i}").into_bytes();
+            assert_eq!(e.insert(&name, entry(ino)), None);
+            assert_eq!(e.get(&name), Some(entry(ino)));
+        }
+        // Every name's inode widened to eight bytes, then narrowed again.
+        for (i, &ino) in inos.iter().enumerate() {
+            let name = format!("n{i}").into_bytes();
+            assert_eq!(e.insert(&name, entry(u64::MAX - 1)), Some(entry(ino)));
+            assert_eq!(e.insert(&name, entry(ino)), Some(entry(u64::MAX - 1)));
+            assert_eq!(e.get(&name), Some(entry(ino)));
+        }
+        assert_eq!(e.len(), inos.len());
+        assert_eq!(e.iter().count(), inos.len());
     }
 }
