@@ -37,6 +37,9 @@ pub(super) struct Model {
     pub(super) states: Vec<Tree>,
     /// States up to this index are durable (a successful sync started after them).
     pub(super) durable: usize,
+    /// Files unlinked while open and still open, with what they hold (`ops::unlink_open`):
+    /// no name reaches them; the round's crash finds those not closed yet still open.
+    pub(super) held: Vec<(u64, Vec<u8>)>,
 }
 
 impl Model {
@@ -53,6 +56,7 @@ impl Model {
             xsynced: HashMap::new(),
             states: Vec::new(),
             durable: 0,
+            held: Vec::new(),
         }
     }
 

@@ -52,8 +52,10 @@ pub(super) fn step(
         20..=31 => file.map_or(Ok(()), |f| write(fs, m, rng, f)),
         32..=36 => file.map_or(Ok(()), |f| truncate(fs, m, rng, f)),
         37..=44 => file.map_or(Ok(()), |f| link(fs, m, f, dir, n)),
-        45..=56 => remove(fs, m, rng),
-        57..=76 => rename(fs, m, rng, dir, n),
+        45..=53 => remove(fs, m, rng),
+        54..=56 => unlink_open(fs, m, rng),
+        57..=71 => rename(fs, m, rng, dir, n),
+        72..=76 => close_held(fs, m, rng),
         77..=81 => exchange(fs, m, rng),
         82..=86 => xattr(fs, m, rng, file.unwrap_or(dir)),
         87..=92 => return fsync(fs, m, progress, file.unwrap_or(dir)).map(|()| true),
@@ -170,6 +172,75 @@ fn remove(fs: &Fs, m: &mut Model, rng: &mut StdRng) -> Result<(), Errno> {
     m.tree.get_mut(&d).unwrap().remove(&nm);
     m.forget_unnamed(ino);
     removed
+}
+
+/// Unlink of a file's only name while it is open (a program's scratch file, a database's
+/// deleted journal), then a write and a read through the open file: the inode lives on
+/// with no name until [`close_held`] closes it, or the round's crash finds it open (the
+/// next mount must leave no orphan and no leaked block: `fsck_dirty`, `unnamed`).
+pub(super) fn unlink_open(fs: &Fs, m: &mut Model, rng: &mut StdRng) -> Result<(), Errno> {
+    let only: Vec<_> = m
+        .entries()
+        .into_iter()
+        .filter(|&(_, _, i)| m.kinds.get(&i) == Some(&Kind::File) && m.names_of(i) == 1)
+        .collect();
+    let Some((d, nm, ino)) = pick(rng, &only) else {
+        return Ok(());
+    };
+    // The kernel's reference (the lookup that named it) and the open file.
+    let found = fs.lookup(d, &nm)?;
+    assert_eq!(found.ino, ino, "the model's name names its inode");
+    if let Err(e) = fs.open(ino, O_RDWR) {
+        fs.forget(ino, 1);
+        return Err(e);
+    }
+    let mut held = m.data.get(&ino).cloned().unwrap_or_default();
+    let removed = fs.unlink(d, &nm);
+    m.tree.get_mut(&d).unwrap().remove(&nm);
+    m.forget_unnamed(ino);
+    m.held.push((ino, held.clone()));
+    removed?;
+    let data = pattern(rng);
+    if held.len() < data.len() {
+        held.resize(data.len(), 0);
+    }
+    held[..data.len()].copy_from_slice(&data);
+    m.held.last_mut().expect("pushed above").1 = held;
+    fs.write(ino, 0, &data, false)?;
+    read_held(fs, m, m.held.len() - 1)
+}
+
+/// Reads a held file back whole: what the model says it holds, or `EBADMSG` (an
+/// unexpected error to the round: the inode's data went astray without its name).
+fn read_held(fs: &Fs, m: &Model, at: usize) -> Result<(), Errno> {
+    let (ino, want) = &m.held[at];
+    let got = fs.read(*ino, 0, want.len() as u32 + 4096)?;
+    if got != *want {
+        eprintln!(
+            "torture --fs: unlinked open inode {ino} reads {} bytes, not the {} it holds",
+            got.len(),
+            want.len()
+        );
+        return Err(Errno(EBADMSG));
+    }
+    Ok(())
+}
+
+/// `EBADMSG`: what a held file's read gives that differs from the model.
+const EBADMSG: i32 = 74;
+
+/// Closes one file [`unlink_open`] left open, after reading it back: its last close
+/// removes it.
+fn close_held(fs: &Fs, m: &mut Model, rng: &mut StdRng) -> Result<(), Errno> {
+    if m.held.is_empty() {
+        return Ok(());
+    }
+    let at = rng.gen_range(0..m.held.len());
+    let read = read_held(fs, m, at);
+    let (ino, _) = m.held.swap_remove(at);
+    let closed = fs.release(ino);
+    fs.forget(ino, 1);
+    read.and(closed)
 }
 
 /// A rename of an entry to `(dir, n)`: a free name, over a file, over an empty directory.
