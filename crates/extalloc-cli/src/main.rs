@@ -218,6 +218,9 @@ fn main() {
     // pipe (`extalloc ls IMG | head`) ends it quietly, as it ends `ls` or `cat`.
     if !matches!(&cli.command, Command::Mount(m) if m.foreground) {
         cli::output::end_quietly_on_closed_stdout();
+    } else {
+        // The daemon: few malloc arenas, before its first thread.
+        cli::output::cap_malloc_arenas();
     }
     if let Command::Fsck {
         path, json, repair, ..

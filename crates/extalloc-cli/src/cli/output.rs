@@ -32,6 +32,28 @@ pub fn end_quietly_on_closed_stdout() {
     }
 }
 
+/// Caps glibc's malloc arenas at one per CPU (at least 2, at most 8) for the mount's
+/// daemon, before it starts a thread. glibc's default, 8 per CPU, let each of the daemon's
+/// threads (FUSE workers, writeback, commits) keep its own 64 MiB arena, holding freed
+/// checkpoint buffers: about 160 MiB of the daemon's 800 MiB after 1M creates on 2 CPUs
+/// (heaptrack and `/proc/PID/smaps`; `MALLOC_ARENA_MAX=2` gave 633 MiB). A `MALLOC_ARENA_MAX`
+/// in the environment wins.
+pub fn cap_malloc_arenas() {
+    if std::env::var_os("MALLOC_ARENA_MAX").is_some() {
+        return;
+    }
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let arenas = cpus.clamp(2, 8) as libc::c_int;
+    // SAFETY: mallopt only sets a tunable of the allocator; it runs before any other
+    // thread is started, so no allocation races it.
+    let ok = unsafe { libc::mallopt(libc::M_ARENA_MAX, arenas) };
+    if ok == 0 {
+        eprintln!(
+            "extalloc mount: mallopt(M_ARENA_MAX, {arenas}) refused; glibc's default arenas stay"
+        );
+    }
+}
+
 /// A line to stdout that never panics: the mount's server says its ready line and its
 /// last error through a pipe its parent may have closed long ago (`println!` panics on
 /// `EPIPE`, and the panic hid the real error). A line nobody can read is dropped.
