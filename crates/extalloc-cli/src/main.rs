@@ -13,11 +13,6 @@
 
 mod cli;
 
-/// The allocator of every command, the mount's daemon above all: see the manifest's
-/// comment on `mimalloc` (glibc's heap kept the freed steps of growing directory tables).
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 #[cfg(feature = "lab")]
