@@ -45,8 +45,9 @@ def put(name):
     with open(name, "wb") as f:
         f.write(body)
         if rng.random() < 0.1:
+            f.flush()  # the write(2) itself: its ENOSPC is a failed write, not a failed fsync
             try:
-                f.flush(); os.fsync(f.fileno()); synced[name] = body
+                os.fsync(f.fileno()); synced[name] = body
             except OSError as e:
                 note("fsync", e); raise
 def fill():

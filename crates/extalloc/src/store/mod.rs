@@ -329,6 +329,14 @@ impl Store {
         self.alloc().free_blocks() + self.files.reserved_blocks()
     }
 
+    /// Gives back the preallocations of every file not busy right now (what space
+    /// pressure does before a file's allocation fails): for the volume's own allocations,
+    /// which the file layer's retries do not cover. Returns the blocks released (free at
+    /// once).
+    pub fn discard_preallocations(&self) -> u64 {
+        self.files.discard_preallocations()
+    }
+
     /// Group `g`'s free blocks (a hint, read without its lock); `g` below the group count.
     pub fn group_free_blocks(&self, g: u64) -> u64 {
         self.alloc().group_free_blocks(g)

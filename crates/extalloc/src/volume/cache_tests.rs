@@ -400,8 +400,11 @@ fn an_open_reads_only_the_leaves_marked_as_holding_a_map_outside_the_tree() {
 #[test]
 fn a_sync_checkpoints_once_many_files_changed() {
     for (cache, bound) in [(0, MIN_CHECKPOINT_FILES), (1 << 20, 1 << 17)] {
-        let dev = device(33);
-        let vol = Volume::mkfs(dev.clone(), &geometry(), 64, Policy::default()).unwrap();
+        // A device whose room for the tree covers every create here (`room.rs`: on the
+        // usual 8,192 blocks the room's bound, two nodes a new entry, checkpoints first).
+        let dev = Arc::new(FaultDevice::new(MemDevice::new(65536 * 4096), 33));
+        let g = Geometry::new(4096, 8192, 65536).unwrap();
+        let vol = Volume::mkfs(dev.clone(), &g, 64, Policy::default()).unwrap();
         vol.set_file_cache(cache);
         assert_eq!(vol.checkpoint_files(), bound);
         let n = MIN_CHECKPOINT_FILES + 904;
@@ -427,4 +430,46 @@ fn a_sync_checkpoints_once_many_files_changed() {
         let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
         assert_eq!(vol.file_count().unwrap(), n as u64);
     }
+}
+
+/// The room kept for metadata follows the files changed since the durable tree, not the
+/// tree's size (`room.rs`): on a device filled one block a file by `fallocate`, what
+/// data may not take is the fixed part and the changed files' need, less than the tree
+/// takes; its checkpoints (made as the room shrank) found their blocks, and so do the
+/// unlinks, the close and the open after.
+#[test]
+fn a_full_device_keeps_room_for_the_changed_files_not_the_tree() {
+    let dev = device(41);
+    let vol = Volume::mkfs(dev.clone(), &geometry(), 64, Policy::default()).unwrap();
+    let mut ids = Vec::new();
+    let refused = loop {
+        let id = vol.create(b"a file of one block").unwrap();
+        match vol.fallocate(id, Fallocate::Allocate, 0, BS) {
+            Ok(()) => ids.push(id),
+            Err(e) => {
+                vol.unlink(id).unwrap();
+                break e;
+            }
+        }
+        vol.close_file(id).unwrap();
+    };
+    assert_eq!(refused.kind(), crate::ErrorKind::NoSpace, "{refused}");
+    let tree = vol.table_blocks.load(std::sync::atomic::Ordering::Relaxed);
+    let margin = vol.reserve_margin();
+    let changed = vol.dirty.lock().len() as u64;
+    assert!(
+        margin <= vol.fixed_margin() + vol.tree_need(changed + room::IN_FLIGHT_FILES),
+        "margin {margin}"
+    );
+    assert!(
+        margin < vol.fixed_margin() + tree,
+        "margin {margin}, tree {tree} blocks"
+    );
+    for &id in ids.iter().step_by(2) {
+        vol.unlink(id).unwrap();
+    }
+    vol.close().unwrap();
+    let vol = Volume::open(dev, Policy::default()).unwrap();
+    assert_eq!(vol.file_count().unwrap(), (ids.len() / 2) as u64);
+    assert!(vol.check().unwrap().clean(), "{:?}", vol.check());
 }

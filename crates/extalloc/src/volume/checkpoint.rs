@@ -205,6 +205,7 @@ impl Volume {
         }
         self.table_blocks
             .store(meta.tree_blocks, std::sync::atomic::Ordering::Relaxed);
+        self.set_tree_fixed(Some(&tree));
         // The tree may have grown (or a checkpoint took reserved runs): top it up.
         self.fill_node_reserve();
         meta.tree = Some(tree);
@@ -271,6 +272,13 @@ impl Volume {
         };
         tree.settle(io, &mut replaced)?;
         let written = tree.write(io, meta.generation + 1)?.len() as u64;
+        // The room kept for the tree covered what this checkpoint wrote (`room.rs`): the
+        // bound for its changed files on the tree in force.
+        debug_assert!(
+            rebuild || written <= self.tree_need_nodes(changed.len() as u64),
+            "{written} nodes written for {} changed files, past the bound",
+            changed.len()
+        );
         // Every file in memory is in the tree now (others were evicted from it).
         debug_assert!(
             tree.count() >= self.files.read().len() as u64,

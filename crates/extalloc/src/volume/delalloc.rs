@@ -8,7 +8,7 @@
 //!
 //! Invariant: a reservation is granted only while the allocatable blocks (free, or held
 //! by preallocations, which the file layer gives back under pressure) cover every
-//! reservation plus a margin for the volume's own table areas; a direct allocation
+//! reservation plus the room kept for the volume's own metadata (`room.rs`); a direct allocation
 //! (`write`, `fallocate` on a hole) is refused when it would eat into reserved blocks
 //! (checked before the chunk allocates, so racing direct chunks may dip into the margin by
 //! at most a chunk each). A writeback allocation consumes its run's reservation, which the
@@ -23,7 +23,6 @@ use super::record::Change;
 use super::state::{Volume, CHUNK_EXTENTS};
 use crate::error::{Error, Result};
 use std::cell::Cell;
-use std::sync::atomic::Ordering::Relaxed;
 
 /// Blocks a writeback chunk spans at most: one trip through the gate writes at most this
 /// much data (32 MiB of 4 KiB blocks), so a commit waits for at most that.
@@ -67,27 +66,6 @@ pub struct WroteBack {
 }
 
 impl Volume {
-    /// Blocks kept out of data's reach for the volume's own metadata: what a checkpoint
-    /// may need to rewrite the file tree (its size: a checkpoint may change every leaf,
-    /// and the new nodes are allocated before the old are freed) plus 1/256 of the
-    /// device, at least 64 and at most
-    /// 4,096 blocks, for the map segments and the directory records a file system appends
-    /// (they are written directly, which only cached data's reservations limit). So data
-    /// gets `ENOSPC` first and a commit, checkpoint, unlink or repair finds its blocks.
-    /// (2 % of the device before the table was written in pieces: `ENOSPC` came at 98 %.)
-    ///
-    /// On blocks under 4 KiB the tree's share is held as runs of a node's length
-    /// (`pool.rs`), which are no longer allocatable: the margin counts only what they do
-    /// not cover.
-    pub fn reserve_margin(&self) -> u64 {
-        let base = (self.store.geometry().blocks_count / 256).clamp(64, 4096);
-        let tree = self
-            .table_blocks
-            .load(Relaxed)
-            .saturating_sub(self.store.metadata_reserved_blocks());
-        base + tree
-    }
-
     /// Reserves `blocks` for cached data that writeback will place. Refused with
     /// [`Error::NoSpace`] (nothing reserved) when the allocatable blocks do not cover every
     /// reservation and the margin; `pending_blocks` says whether a commit would help.
@@ -100,6 +78,8 @@ impl Volume {
         }
         *reserved += blocks;
         debug_assert!(*reserved + margin <= have, "reserved past the space");
+        // Less room is left for the tree: the changed files it covers, computed again.
+        self.note_tree_room(have, *reserved);
         Ok(())
     }
 
@@ -121,6 +101,10 @@ impl Volume {
             return Err(self.short_of(holes, 1, have, reserved, margin));
         }
         debug_assert!(holes + reserved + margin <= have);
+        // The holes will take room the tree's limit counted: computed again at the next
+        // check.
+        self.tree_dirty_limit
+            .store(0, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 

@@ -81,16 +81,27 @@ impl Volume {
         self.retry_after_sync(|| self.chunk(id, &op))
     }
 
-    /// Runs `op`; while it finds no space that a commit would remedy (frees wait for one)
+    /// Runs `op`; while it finds no space that a commit would remedy (frees wait for one,
+    /// or the room kept for the changed files' checkpoint stands in the way, `room.rs`)
     /// and the caller is not inside an atomic group (a sync there would split it), syncs
-    /// and runs it again: the store's commit remedy and bound
+    /// (or checkpoints) and runs it again: the store's commit remedy and bound
     /// ([`crate::store::remedy::retry_after_commit`]), with the volume's sync as the commit.
     /// A failed sync's error is returned.
     pub(crate) fn retry_after_sync<T>(&self, op: impl FnMut() -> Result<T>) -> Result<T> {
+        // Set when the room kept for changed files is what stands in the way: it comes
+        // back once they are written (a checkpoint; its old nodes at the next commit,
+        // which the next round makes).
+        let write_tree = std::cell::Cell::new(false);
         crate::store::remedy::retry_after_commit(
             op,
-            |e| self.store.commit_frees_space(e) && !self.inside_group(),
-            || self.sync(),
+            |e| {
+                write_tree.set(self.checkpoint_frees_room(e));
+                !self.inside_group() && (self.store.commit_frees_space(e) || write_tree.get())
+            },
+            || match write_tree.get() {
+                true => self.checkpoint(),
+                false => self.sync(),
+            },
         )
     }
 

@@ -104,6 +104,7 @@ mod read;
 mod record;
 #[cfg(test)]
 mod repair_tests;
+mod room;
 mod root;
 mod salvage;
 #[cfg(test)]
@@ -219,7 +220,10 @@ impl Volume {
             r.table_bytes
                 .div_ceil(u64::from(store.geometry().block_size))
                 + meta.tree_blocks
+                // A tree the first checkpoint builds again: its old nodes.
+                + meta.old_nodes.iter().map(|e| e.len).sum::<u64>()
         });
+        let tree_fixed = room::fixed_need(meta.tree.as_ref());
         let dirty = std::mem::take(&mut meta.replayed);
         let prepared_root: Arc<Mutex<Option<Vec<u8>>>> = Arc::new(Mutex::new(None));
         let slot = prepared_root.clone();
@@ -254,6 +258,8 @@ impl Volume {
             segs: Mutex::new(segs),
             maps_read: AtomicU64::new(0),
             table_blocks: AtomicU64::new(table_blocks),
+            tree_fixed: AtomicU64::new(tree_fixed),
+            tree_dirty_limit: AtomicU64::new(0),
             node_reserve_short_at: AtomicU64::new(u64::MAX),
             dirty: Mutex::new(dirty),
             // The library's own tests keep none: every checkpoint evicts what it can, so
@@ -413,7 +419,7 @@ impl Volume {
         if open + bytes > self.store.max_transaction_bytes() / 8 {
             self.sync()?;
         }
-        Ok(())
+        self.keep_tree_room(bytes)
     }
 
     /// Makes every change so far durable: the data written is flushed, then the logged

@@ -123,17 +123,18 @@ impl Volume {
     /// Opens a damaged volume for repair: the store accepting a journal damaged in the
     /// middle ([`Store::open_accepting_journal_loss`]), then the file table salvaged and
     /// every map read (see the module documentation and `docs/volume.md`). The caller
-    /// makes the result durable with [`Volume::checkpoint`] (which writes a clean table),
-    /// after which a plain [`Volume::open`] succeeds. On an undamaged volume it is
+    /// makes the result durable with [`Volume::checkpoint`] (which writes a clean tree from
+    /// every file when anything was damaged, else only what changed), after which a plain
+    /// [`Volume::open`] succeeds. On an undamaged volume it is
     /// [`Volume::open`] with every map read, and the report is clean.
     pub fn open_salvaging(dev: Arc<dyn Device>, policy: Policy) -> Result<(Volume, Salvage)> {
-        let (store, records) = Store::open_accepting_journal_loss(dev.clone(), policy)?;
+        let (store, records) = Store::open_accepting_journal_loss(dev.clone(), policy.clone())?;
         let mut report = Salvage {
             journal_loss: store.journal_loss(),
             ..Salvage::default()
         };
         let root = volume_root(&store)?;
-        let (s, own, nodes, chain) = match read_table(&store, dev.as_ref(), &root) {
+        let (s, own, nodes, chain, tree) = match read_table(&store, dev.as_ref(), &root) {
             Ok(read) => {
                 let s = match read.table {
                     TableRead::Whole(table, places) => Salvaged {
@@ -146,7 +147,7 @@ impl Volume {
                         s
                     }
                 };
-                (s, read.own, read.nodes, read.chain)
+                (s, read.own, read.nodes, read.chain, read.tree.is_some())
             }
             // The active area's index or the tree's root unreadable: the whole table is
             // lost; the previous checkpoint's gives back what it can.
@@ -156,7 +157,7 @@ impl Volume {
                     header_lost: true,
                     ..Salvaged::default()
                 };
-                (lost, Vec::new(), Vec::new(), Vec::new())
+                (lost, Vec::new(), Vec::new(), Vec::new(), false)
             }
             Err(e) => return Err(e),
         };
@@ -201,6 +202,14 @@ impl Volume {
             files.insert(id, f);
         }
         kept.settle(&mut files, &mut report);
+        if tree && report.clean() {
+            // Nothing damaged, every map read and checked: the volume a plain open gives,
+            // which keeps the tree, so that the next checkpoint writes only what changed
+            // (a rebuild from every file needs room for a whole tree, which a full device
+            // does not keep: `room.rs`).
+            drop((files, meta, segs, store));
+            return Ok((Volume::open(dev, policy)?, report));
+        }
         let table = adopt_all(&store, files)?;
         let vol = Volume::with_store(store, (table, meta, segs))?;
         Ok((vol, report))

@@ -119,8 +119,14 @@ pub struct Volume {
     /// Maps read since the open.
     pub(super) maps_read: AtomicU64,
     /// Blocks the durable file tree takes (or, opened from table areas, the table): part
-    /// of the room kept for metadata (`delalloc.rs`, `Volume::reserve_margin`).
+    /// of the room kept for metadata (`room.rs`, `Volume::reserve_margin`).
     pub(super) table_blocks: AtomicU64,
+    /// What a checkpoint may rewrite of the tree whatever changed: its internal nodes, its
+    /// height and one (`room.rs`; `room::NO_TREE` while the first checkpoint builds it).
+    pub(super) tree_fixed: AtomicU64,
+    /// Changed files the room kept for the tree covered when last computed (`room.rs`; 0:
+    /// compute it at the next check).
+    pub(super) tree_dirty_limit: AtomicU64,
     /// The allocator's release count when the node reserve last fell short of its target
     /// (`pool.rs`; `u64::MAX`: it did not): a later top-up tries again only once frees
     /// were released.

@@ -241,9 +241,21 @@ impl Tree {
     }
 
     /// Levels above the leaves.
-    #[cfg(test)]
     pub(super) fn height(&self) -> u8 {
         self.root.level()
+    }
+
+    /// Its internal nodes (all loaded: a walk of memory, about one node per 168 leaves).
+    pub(super) fn internal_nodes(&self) -> u64 {
+        let mut n = 0;
+        let mut stack = vec![&self.root];
+        while let Some(s) = stack.pop() {
+            if let Some(Mem::Internal { children, .. }) = s.mem.as_deref() {
+                n += 1;
+                stack.extend(children.iter());
+            }
+        }
+        n
     }
 
     /// Sets `key` to `value` (`None`: removes it). Every node on its path is loaded and

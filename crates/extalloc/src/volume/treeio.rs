@@ -126,6 +126,16 @@ impl NodeIo for VolIo<'_> {
                 .min_len(self.nb)
                 .goal(self.goal());
             let e = match self.store.allocate(&req) {
+                // Free blocks held by files' preallocations: given back, then asked again
+                // (the room kept for the tree counts them, `room.rs`).
+                Err(Error::NoSpace {
+                    reserved_blocks, ..
+                }) if reserved_blocks > 0 && self.store.discard_preallocations() > 0 => {
+                    self.store.allocate(&req)
+                }
+                other => other,
+            };
+            let e = match e {
                 // No free run of a node's length: a reserved one (`pool.rs`).
                 Err(Error::NoSpace { .. }) if self.nb > 1 => {
                     match self.store.take_metadata_run(self.nb) {
