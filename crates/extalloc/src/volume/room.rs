@@ -150,9 +150,16 @@ impl Volume {
     }
 
     /// After cached data reserved blocks (`have` allocatable, `reserved` for cached data
-    /// now): the changed files the room covers, computed again (it only shrank).
+    /// now): the changed files the room covers, computed again (it only shrank) when the
+    /// limit held no longer fits it. A look at the need for the limit held otherwise (a
+    /// write pays it): the bisection runs only as the device fills.
     pub(super) fn note_tree_room(&self, have: u64, reserved: u64) {
         let room = self.tree_room_of(have, reserved);
+        let held = self.tree_dirty_limit.load(Relaxed);
+        // 0: computed at the next check anyway.
+        if held == 0 || self.tree_need(held.saturating_add(IN_FLIGHT_FILES)) <= room {
+            return;
+        }
         let limit = self.files_covered(room);
         // The limit kept is one the room covers (or lower, computed before this shrink).
         debug_assert!(limit == u64::MAX || self.tree_need(limit + IN_FLIGHT_FILES) <= room);
@@ -169,11 +176,9 @@ impl Volume {
     }
 
     /// The most changed files (with [`IN_FLIGHT_FILES`] beside them) whose checkpoint
-    /// fits `room` blocks; `u64::MAX` when the whole tree does.
+    /// fits `room` blocks (every count's need grows with the files changed, since an entry
+    /// may be new: there is always a largest).
     fn files_covered(&self, room: u64) -> u64 {
-        if self.tree_need(u64::MAX / 8) <= room {
-            return u64::MAX;
-        }
         // The need grows with the files: the largest count that fits, by bisection.
         let fits = |n: u64| self.tree_need(n + IN_FLIGHT_FILES) <= room;
         if !fits(0) {
