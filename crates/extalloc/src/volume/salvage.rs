@@ -202,8 +202,10 @@ impl Volume {
             files.insert(id, f);
         }
         kept.settle(&mut files, &mut report);
-        if tree && report.clean() {
-            // Nothing damaged, every map read and checked: the volume a plain open gives,
+        if tree && report.clean() && store.unclean_close().is_none() {
+            // Nothing damaged, closed cleanly (nothing replayed; a read-only mount still
+            // sees an unclean close as the store that found it reports it), every map
+            // read and checked: the volume a plain open gives,
             // which keeps the tree, so that the next checkpoint writes only what changed
             // (a rebuild from every file needs room for a whole tree, which a full device
             // does not keep: `room.rs`).
