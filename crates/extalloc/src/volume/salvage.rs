@@ -134,33 +134,13 @@ impl Volume {
             ..Salvage::default()
         };
         let root = volume_root(&store)?;
-        let (s, own, nodes, chain, tree) = match read_table(&store, dev.as_ref(), &root) {
-            Ok(read) => {
-                let s = match read.table {
-                    TableRead::Whole(table, places) => Salvaged {
-                        table,
-                        places,
-                        ..Salvaged::default()
-                    },
-                    TableRead::Damaged(s) => {
-                        report.table_damaged = true;
-                        s
-                    }
-                };
-                (s, read.own, read.nodes, read.chain, read.tree.is_some())
-            }
-            // The active area's index or the tree's root unreadable: the whole table is
-            // lost; the previous checkpoint's gives back what it can.
-            Err(Error::Corrupt { .. }) => {
-                report.table_damaged = true;
-                let lost = Salvaged {
-                    header_lost: true,
-                    ..Salvaged::default()
-                };
-                (lost, Vec::new(), Vec::new(), Vec::new(), false)
-            }
-            Err(e) => return Err(e),
-        };
+        let Found {
+            s,
+            own,
+            nodes,
+            chain,
+            tree,
+        } = salvage_table(&store, dev.as_ref(), &root, &mut report)?;
         report.damaged_entries = s.damaged.len() as u64 + s.uncounted;
         report.retired_lost = s.retired_lost;
         let mut segs = segs_of(&s.table, u64::from(store.geometry().block_size));
@@ -260,6 +240,74 @@ impl Volume {
                 })
             })
             .collect())
+    }
+}
+
+/// What [`salvage_table`] read of the table the root names.
+struct Found {
+    /// The table, whole or salvaged.
+    s: Salvaged,
+    /// The blocks the durable table owns (its nodes or areas, the retired chain).
+    own: Vec<Extent>,
+    /// The tree's nodes, to retire once a clean tree replaces them.
+    nodes: Vec<Extent>,
+    /// The retired chain's index blocks.
+    chain: Vec<u64>,
+    /// The table is a tree that was read (a plain open would keep it).
+    tree: bool,
+}
+
+/// The table `root` names, read whole or salvaged entry by entry (`report.table_damaged`
+/// set then); one whose area index or tree root is unreadable is lost whole, and the
+/// previous checkpoint's table gives back what it can (`Kept::restore_previous`).
+fn salvage_table(
+    store: &Store,
+    dev: &dyn Device,
+    root: &Root,
+    report: &mut Salvage,
+) -> Result<Found> {
+    match read_table(store, dev, root) {
+        Ok(read) => {
+            let s = match read.table {
+                TableRead::Whole(table, places) => Salvaged {
+                    table,
+                    places,
+                    ..Salvaged::default()
+                },
+                TableRead::Damaged(s) => {
+                    report.table_damaged = true;
+                    s
+                }
+            };
+            // A tree that was read owns its nodes (the root at least) and its chain's
+            // index blocks, nothing else (`TreeTable::own`).
+            debug_assert!(
+                read.tree.is_none()
+                    || (!read.nodes.is_empty()
+                        && read.own.len() == read.nodes.len() + read.chain.len())
+            );
+            Ok(Found {
+                s,
+                own: read.own,
+                nodes: read.nodes,
+                chain: read.chain,
+                tree: read.tree.is_some(),
+            })
+        }
+        Err(Error::Corrupt { .. }) => {
+            report.table_damaged = true;
+            Ok(Found {
+                s: Salvaged {
+                    header_lost: true,
+                    ..Salvaged::default()
+                },
+                own: Vec::new(),
+                nodes: Vec::new(),
+                chain: Vec::new(),
+                tree: false,
+            })
+        }
+        Err(e) => Err(e),
     }
 }
 
