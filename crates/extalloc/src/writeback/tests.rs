@@ -575,3 +575,50 @@ fn files_are_placed_in_the_order_they_were_written() {
         );
     }
 }
+
+/// Many one-block files through the cache fill the device past what the file tree takes
+/// (`volume/room.rs`: the room kept is the changed files' need, not the tree's size): the
+/// first refusal comes with less free than the tree and the fixed part, every accepted file is written back
+/// (the checkpoints made as the room shrank found their blocks), half of them unlinked
+/// on the full device, and after a crash the rest read back and the check is clean.
+#[test]
+fn small_files_fill_the_device_past_the_trees_size() {
+    let dev = device(4096, 5);
+    let b = buffered(&dev, 1024, WritebackOptions::default());
+    let mut accepted = Vec::new();
+    let left = loop {
+        let f = b.create(b"one block").unwrap();
+        match b.write(f, 0, &fill((f % 200) as u8 + 1, BS as usize)) {
+            Ok(()) => accepted.push(f),
+            Err(Error::NoSpace { .. }) => {
+                let s = b.statfs();
+                b.unlink(f).unwrap();
+                break s.free_blocks + s.pending_blocks;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    b.sync().unwrap();
+    let vol = b.volume();
+    let tree = vol.tree_blocks();
+    assert!(accepted.len() > 3000, "{} files accepted", accepted.len());
+    // The old room, the tree plus the fixed part (64 blocks on this device), would have
+    // refused with at least that much left.
+    assert!(
+        left < tree + 64,
+        "{left} blocks left at the refusal, the tree {tree}"
+    );
+    for &f in accepted.iter().step_by(2) {
+        b.unlink(f).unwrap();
+    }
+    b.sync().unwrap();
+    let b = reopen(&dev, b, WritebackOptions::default());
+    for &f in accepted.iter().skip(1).step_by(2) {
+        assert_eq!(
+            b.read(f, 0, 1).unwrap(),
+            vec![(f % 200) as u8 + 1],
+            "file {f}"
+        );
+    }
+    assert!(b.check().unwrap().clean());
+}
