@@ -50,7 +50,10 @@ use crate::groups::{
 use crossbeam_utils::CachePadded;
 use parking_lot::{MappedMutexGuard, Mutex, MutexGuard};
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicU64,
+    Ordering::{Acquire, Relaxed},
+};
 use std::sync::Arc;
 
 /// State under the global lock (ext4's `s_md_lock`): the single stream goal of policies that
@@ -353,7 +356,9 @@ impl Allocator {
     /// Blocks freed but not yet returned by a commit.
     pub fn pending_free_blocks(&self) -> u64 {
         if self.policy.atomic_pending {
-            self.pending_blocks.load(Relaxed)
+            // Acquire: a caller that sees a release's decrement sees its `releases` bump
+            // (`deferred.rs` bumps first; `allocate_validated` relies on it).
+            self.pending_blocks.load(Acquire)
         } else {
             self.md.lock().pending_blocks
         }

@@ -47,7 +47,7 @@ use crate::error::{Corrupted, Error, Result};
 use crate::geometry::Extent;
 use crate::groups::{GroupState, PendingFree};
 use parking_lot::MutexGuard;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::Ordering::{Relaxed, Release};
 
 /// A free being recorded in group `g`: `off .. off + len` of transaction `txn`, and the
 /// pending frees of the same transaction that end where it starts (`prev`, with its offset)
@@ -345,9 +345,11 @@ impl Allocator {
             }
         }
         if released > 0 {
+            // The bump before the decrement, the decrement with Release: whoever reads
+            // the pending count after it reads the bump too (`allocate_validated`).
             self.releases.fetch_add(1, Relaxed);
             if self.policy.atomic_pending {
-                let was = self.pending_blocks.fetch_sub(released, Relaxed);
+                let was = self.pending_blocks.fetch_sub(released, Release);
                 debug_assert!(was >= released, "released {released} of {was} pending");
             } else {
                 self.lock_md(shard).pending_blocks -= released;
