@@ -45,6 +45,9 @@ pub struct Atomic<'a> {
     vol: &'a Volume,
     /// `None` for a group nested in another of this thread (the outer one holds the lock).
     _held: Option<RwLockReadGuard<'a, ()>>,
+    /// The group's calls, counted in the room kept for the tree until it ends (none for a
+    /// nested group).
+    _admitted: super::room::Admitted<'a>,
     finished: bool,
 }
 
@@ -64,6 +67,7 @@ impl Volume {
             return Ok(Atomic {
                 vol: self,
                 _held: None,
+                _admitted: super::room::Admitted::inside_group(self),
                 finished: false,
             });
         }
@@ -77,12 +81,13 @@ impl Volume {
                 max: most,
             });
         }
-        self.make_room(bytes)?;
+        let admitted = self.make_room(bytes)?;
         let held = self.groups.read();
         INSIDE.with(|g| g.borrow_mut().push((self.identity, chunks)));
         Ok(Atomic {
             vol: self,
             _held: Some(held),
+            _admitted: admitted,
             finished: false,
         })
     }

@@ -106,7 +106,7 @@ impl Volume {
         placement: Option<u64>,
         at: Option<u64>,
     ) -> Result<u64> {
-        self.ensure_room()?;
+        let _admitted = self.ensure_room()?;
         let _open = self.gate.read();
         self.check_open()?;
         let exists = at.is_some_and(|id| self.file(id).is_ok());

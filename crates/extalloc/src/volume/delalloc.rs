@@ -70,8 +70,10 @@ impl Volume {
     /// [`Error::NoSpace`] (nothing reserved) when the allocatable blocks do not cover every
     /// reservation and the margin; `pending_blocks` says whether a commit would help.
     pub(crate) fn reserve_delalloc(&self, blocks: u64) -> Result<()> {
-        let margin = self.reserve_margin();
         let mut reserved = self.delalloc.lock();
+        // Under the lock: a call admitted after this read reads the reservation made under
+        // it (`room.rs`).
+        let margin = self.reserve_margin();
         let have = self.store.allocatable_blocks();
         if have < *reserved + blocks + margin {
             return Err(self.short_of(blocks, blocks, have, *reserved, margin));

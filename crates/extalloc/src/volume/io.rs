@@ -58,7 +58,7 @@ impl Volume {
         id: u64,
         op: impl FnOnce(&Volume, &mut VFile) -> Result<Vec<Change>>,
     ) -> Result<()> {
-        self.ensure_room()?;
+        let _admitted = self.ensure_room()?;
         let _open = self.gate.read();
         self.check_open()?;
         let file = self.file(id)?;

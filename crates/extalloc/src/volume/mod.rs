@@ -260,6 +260,7 @@ impl Volume {
             table_blocks: AtomicU64::new(table_blocks),
             tree_fixed: AtomicU64::new(tree_fixed),
             tree_dirty_limit: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
             node_reserve_short_at: AtomicU64::new(u64::MAX),
             dirty: Mutex::new(dirty),
             // The library's own tests keep none: every checkpoint evicts what it can, so
@@ -401,10 +402,10 @@ impl Volume {
     /// Makes room for one chunk call: see [`Volume::make_room`]. Inside an atomic group of
     /// this thread the room was made when the group opened: the call only counts against
     /// the group's budget.
-    fn ensure_room(&self) -> Result<()> {
+    fn ensure_room(&self) -> Result<room::Admitted<'_>> {
         if self.inside_group() {
             self.debit_group(1);
-            return Ok(());
+            return Ok(room::Admitted::inside_group(self));
         }
         self.make_room(CHUNK_BUDGET)
     }
@@ -414,7 +415,7 @@ impl Volume {
     /// journal at most half full (else the volume checkpoints), so the next record and its
     /// mirror always fit without the store checkpointing by itself, which a volume refuses
     /// (its table must go with the tail).
-    fn make_room(&self, bytes: u64) -> Result<()> {
+    fn make_room(&self, bytes: u64) -> Result<room::Admitted<'_>> {
         let open = self.store.open_transaction_bytes_bound() + self.log.lock().len() as u64;
         if open + bytes > self.store.max_transaction_bytes() / 8 {
             self.sync()?;

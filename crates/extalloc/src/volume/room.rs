@@ -24,35 +24,72 @@
 //!
 //! Data structures: `Volume::table_blocks` (the durable tree's blocks), `tree_fixed` (its
 //! internal nodes plus its height plus one; `NO_TREE` while the first checkpoint must build
-//! it whole), `tree_dirty_limit` (changed files the room covers, as last computed).
+//! it whole), `tree_dirty_limit` (files the room covers, changed or admitted, as last
+//! computed), `in_flight` (calls admitted and not yet done, each held by an [`Admitted`]).
 //!
 //! Invariant: data (cached writes' reservations, `fallocate`) takes a block only while the
 //! allocatable blocks cover the reservations, the fixed part and the tree's need for the
-//! changed files plus [`IN_FLIGHT_FILES`]; an operation that would change a file checks,
-//! before its call, that the room still covers the changed files with its calls and
-//! [`IN_FLIGHT_FILES`] (calls of other threads admitted beside it, each between its own
-//! check and its change: one a serving thread or writeback context), and checkpoints
-//! first if not. So a checkpoint's blocks are there; when even that leaves too little
-//! (the room taken by direct writes, which check only cached data's reservations), the
-//! call goes on after the checkpoint with the changed files at zero. The slack is not
-//! counted exactly: more than 8 threads changing files at once on a nearly full device
-//! could pass their checks together. The bound's worst case (5 nodes a file, for entries
-//! of a whole node) is over twice what entries of under a quarter node take (a file
-//! system's are about 100 bytes), which covers them.
+//! changed files plus the calls in flight; an operation that would change a file is
+//! admitted first ([`Volume::keep_tree_room`]: it counts its calls in `in_flight` until
+//! it is done, then checks that the room covers the changed files and every call
+//! admitted, its own included), and checkpoints first if not. The counting is exact,
+//! whatever the number of threads: an admission counts itself before it reads the room,
+//! and a reservation reads the count under the lock it reserves under, so of a call and
+//! a reservation racing, one sees the other (`reserve_margin`). So a checkpoint's blocks
+//! are there; when even that leaves too little (the room taken by direct writes, which
+//! check only cached data's reservations), the call goes on after the checkpoint with the
+//! changed files at zero. A call whose change is logged and which is not done yet is
+//! counted twice (changed and in flight): the room errs on the large side.
 //!
-//! Locks: none of its own; reads `dirty` and `delalloc` (leaves) one at a time, and the
-//! atomics.
+//! Locks: none of its own; reads `dirty` (a leaf), under `delalloc` in a reservation
+//! (`delalloc` then `dirty`), and the atomics.
 
 use super::area;
 use super::node::{node_blocks, node_bytes, CHILD_BYTES, HEADER_BYTES};
 use super::state::{Volume, CHUNK_BUDGET};
 use super::tree::Tree;
 use crate::error::Result;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 
-/// Calls of other threads that may change a file between an operation's check of the
-/// room and its change (see the module documentation).
-pub(super) const IN_FLIGHT_FILES: u64 = 8;
+/// Calls admitted by [`Volume::keep_tree_room`] and counted in the room until dropped,
+/// when the call is done (its changes logged, or none made). Holds none for a call inside
+/// an atomic group: the group's admission counts it.
+#[must_use = "the calls are counted in the room only while this lives"]
+pub(super) struct Admitted<'a> {
+    vol: &'a Volume,
+    calls: u64,
+}
+
+impl<'a> Admitted<'a> {
+    /// Counts `calls` in flight on `vol` (before the caller reads the room).
+    fn new(vol: &'a Volume, calls: u64) -> Self {
+        let was = vol.in_flight.fetch_add(calls, SeqCst);
+        debug_assert!(
+            was.checked_add(calls).is_some(),
+            "calls in flight overflowed"
+        );
+        Admitted { vol, calls }
+    }
+
+    /// Nothing counted: a call inside an atomic group.
+    pub(super) fn inside_group(vol: &'a Volume) -> Self {
+        Admitted { vol, calls: 0 }
+    }
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        if self.calls > 0 {
+            let was = self.vol.in_flight.fetch_sub(self.calls, SeqCst);
+            // Paired with `Admitted::new`: only admissions are released.
+            assert!(
+                was >= self.calls,
+                "released {} of {was} in flight",
+                self.calls
+            );
+        }
+    }
+}
 
 /// `tree_fixed` of a volume whose first checkpoint builds the tree from every file (opened
 /// from table areas, or salvaged): the need is then the whole table.
@@ -72,10 +109,14 @@ impl Volume {
     /// On blocks under 4 KiB the tree's share is held as runs of a node's length
     /// (`pool.rs`), which are no longer allocatable: the margin counts only what they do
     /// not cover.
+    ///
+    /// The calls in flight are read before the changed files: a call that is done by then
+    /// logged its change first, so each is counted once at least.
     pub fn reserve_margin(&self) -> u64 {
+        let flying = self.in_flight.load(SeqCst);
         let changed = self.dirty.lock().len() as u64;
         let tree = self
-            .tree_need(changed + IN_FLIGHT_FILES)
+            .tree_need(changed + flying)
             .saturating_sub(self.store.metadata_reserved_blocks());
         self.fixed_margin() + tree
     }
@@ -163,34 +204,33 @@ impl Volume {
         let room = self.tree_room_of(have, reserved);
         let held = self.tree_dirty_limit.load(Relaxed);
         // 0: computed at the next check anyway.
-        if held == 0 || self.tree_need(held.saturating_add(IN_FLIGHT_FILES)) <= room {
+        if held == 0 || self.tree_need(held) <= room {
             return;
         }
         let limit = self.files_covered(room);
-        // The limit kept is one the room covers (0: not even the calls in flight fit, and
-        // every call checks again).
-        debug_assert!(limit == 0 || self.tree_need(limit + IN_FLIGHT_FILES) <= room);
+        // The limit kept is one the room covers (0: no call is covered, every call checks
+        // again).
+        debug_assert!(self.tree_need(limit) <= room);
         self.tree_dirty_limit.fetch_min(limit, Relaxed);
     }
 
     /// True if `e` is no space that a checkpoint would remedy: the room kept for the
     /// tree's changed files is above what it keeps with none changed.
     pub(super) fn checkpoint_frees_room(&self, e: &crate::Error) -> bool {
+        let flying = self.in_flight.load(SeqCst);
         let changed = self.dirty.lock().len() as u64;
         matches!(e, crate::Error::NoSpace { .. })
             && changed > 0
-            && self.tree_need(changed + IN_FLIGHT_FILES) > self.tree_need(IN_FLIGHT_FILES)
+            && self.tree_need(changed + flying) > self.tree_need(flying)
     }
 
-    /// The most changed files (with [`IN_FLIGHT_FILES`] beside them) whose checkpoint
-    /// fits `room` blocks (every count's need grows with the files changed, since an entry
-    /// may be new: there is always a largest).
+    /// The most files (changed, or admitted to change) whose checkpoint fits `room`
+    /// blocks (every count's need grows with the files, since an entry may be new: there
+    /// is always a largest; none changed need nothing).
     fn files_covered(&self, room: u64) -> u64 {
         // The need grows with the files: the largest count that fits, by bisection.
-        let fits = |n: u64| self.tree_need(n + IN_FLIGHT_FILES) <= room;
-        if !fits(0) {
-            return 0;
-        }
+        let fits = |n: u64| self.tree_need(n) <= room;
+        debug_assert!(fits(0), "no files need no room");
         let (mut lo, mut hi) = (0u64, u64::MAX / 16);
         while lo < hi {
             let mid = lo + (hi - lo).div_ceil(2);
@@ -203,12 +243,14 @@ impl Volume {
         lo
     }
 
-    /// Before calls that may change files, with room for `bytes` of journal (a chunk's
-    /// [`CHUNK_BUDGET`] each, at most a file a call): checkpoints first when the room
-    /// kept for the tree no longer covers the changed files, these calls and
-    /// [`IN_FLIGHT_FILES`]. Costs a lock and a compare while the room is known to cover
-    /// them; else the free count (a sum over the groups).
-    pub(super) fn keep_tree_room(&self, bytes: u64) -> Result<()> {
+    /// Admits calls that may change files, with room for `bytes` of journal (a chunk's
+    /// [`CHUNK_BUDGET`] each, at most a file a call): counts them in flight until the
+    /// returned [`Admitted`] drops, then checkpoints first when the room kept for the tree
+    /// no longer covers the changed files and every call in flight. Costs two atomics, a
+    /// lock and a compare while the room is known to cover them; else the free count (a
+    /// sum over the groups). On a failed checkpoint the calls are not admitted (nothing
+    /// stays counted).
+    pub(super) fn keep_tree_room(&self, bytes: u64) -> Result<Admitted<'_>> {
         // A checkpoint from inside an atomic group would split it: a group makes its room
         // when it opens (`atomic.rs`).
         debug_assert!(
@@ -216,22 +258,26 @@ impl Volume {
             "the tree's room checked inside a group"
         );
         let calls = bytes.div_ceil(CHUNK_BUDGET).max(1);
+        // Counted before the room is read (see the module documentation).
+        let admitted = Admitted::new(self, calls);
+        let flying = self.in_flight.load(SeqCst);
+        debug_assert!(flying >= calls, "this call's own admission is in flight");
         let changed = self.dirty.lock().len() as u64;
-        if changed + calls <= self.tree_dirty_limit.load(Relaxed) {
-            return Ok(());
+        if changed + flying <= self.tree_dirty_limit.load(Relaxed) {
+            return Ok(admitted);
         }
         let limit = self.files_covered(self.tree_room());
         self.tree_dirty_limit.store(limit, Relaxed);
-        if changed == 0 || changed + calls <= limit {
-            return Ok(());
+        if changed == 0 || changed + flying <= limit {
+            return Ok(admitted);
         }
         // Before the tree's room runs out: write what changed (the checkpoint's old nodes
         // come back at the next commit). One that finds no room leaves every change for
         // the next (`checkpoint_locked`), and the call goes on as it would without it: the
         // call itself needs no block of the tree.
         match self.checkpoint() {
-            Err(e) if e.kind() == crate::ErrorKind::NoSpace => Ok(()),
-            other => other,
+            Err(e) if e.kind() != crate::ErrorKind::NoSpace => Err(e),
+            _ => Ok(admitted),
         }
     }
 }

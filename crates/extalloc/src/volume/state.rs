@@ -124,9 +124,12 @@ pub struct Volume {
     /// What a checkpoint may rewrite of the tree whatever changed: its internal nodes, its
     /// height and one (`room.rs`; `room::NO_TREE` while the first checkpoint builds it).
     pub(super) tree_fixed: AtomicU64,
-    /// Changed files the room kept for the tree covered when last computed (`room.rs`; 0:
-    /// compute it at the next check).
+    /// Files, changed or admitted, the room kept for the tree covered when last computed
+    /// (`room.rs`; 0: compute it at the next check).
     pub(super) tree_dirty_limit: AtomicU64,
+    /// Calls admitted to change files and not yet done (`room.rs`, `room::Admitted`):
+    /// counted in the room kept for the tree beside the changed files.
+    pub(super) in_flight: AtomicU64,
     /// The allocator's release count when the node reserve last fell short of its target
     /// (`pool.rs`; `u64::MAX`: it did not): a later top-up tries again only once frees
     /// were released.
