@@ -1,5 +1,8 @@
 //! The namespace's invariant (`fs/mod.rs`), checked: in the unit tests after every change
-//! of the namespace, when the lock for writing is let go.
+//! of the namespace, when the lock for writing is let go (of a namespace over
+//! [`CHECK_EVERY_CHANGE_NODES`] inodes, after a sample of changes, one in `count` over that:
+//! a check then costs about that many inodes a change, not time quadratic in the files a
+//! test makes).
 //!
 //! Data structures: [`NsWrite`], the namespace lock held for writing, which every writer
 //! takes through [`Fs::ns_write`]; in a test build its drop runs [`Fs::check_namespace`]
@@ -31,6 +34,24 @@ use std::ops::{Deref, DerefMut};
 
 /// Namespaces larger than this are checked in memory only after each change.
 pub(crate) const VOLUME_CHECK_MAX_NODES: usize = 256;
+
+/// Namespaces up to this many inodes are checked after every change; larger ones after
+/// one change in `count / CHECK_EVERY_CHANGE_NODES`.
+pub(crate) const CHECK_EVERY_CHANGE_NODES: u64 = 256;
+
+/// Changes of namespaces over [`CHECK_EVERY_CHANGE_NODES`] inodes, for the sample.
+static LARGE_CHANGES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Whether the change just made to a namespace of `count` inodes is checked.
+fn check_due(count: u64) -> bool {
+    let every = count / CHECK_EVERY_CHANGE_NODES;
+    // Every change of a namespace of up to twice the bound is checked.
+    assert!(every > 1 || count < 2 * CHECK_EVERY_CHANGE_NODES);
+    every <= 1
+        || LARGE_CHANGES
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .is_multiple_of(every)
+}
 
 /// The namespace held for writing (see the module documentation).
 pub(crate) struct NsWrite<'a> {
@@ -69,7 +90,7 @@ impl DerefMut for NsWrite<'_> {
 
 impl Drop for NsWrite<'_> {
     fn drop(&mut self) {
-        if cfg!(test) && !std::thread::panicking() {
+        if cfg!(test) && !std::thread::panicking() && check_due(self.guard.count) {
             if let Err(why) = check(self.fs, &self.guard) {
                 panic!("the namespace's invariant is broken after a change: {why}");
             }

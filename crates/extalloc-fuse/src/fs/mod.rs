@@ -69,6 +69,8 @@ mod errno_tests;
 pub mod flags;
 #[cfg(test)]
 mod flags_tests;
+#[cfg(test)]
+mod full_tests;
 mod invariants;
 mod listing;
 pub mod names;

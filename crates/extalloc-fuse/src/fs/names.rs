@@ -178,7 +178,14 @@ impl Fs {
             Kind::Dir => parent ^ fnv(name),
             _ => parent,
         };
-        self.reserve(&mut ns, &[(parent, record_bytes(name))])?;
+        self.reserve(&mut ns, &[(parent, record_bytes(name))], true)?;
+        if let Some(t) = new.target {
+            // A symlink's target is its file's data: it leaves the room as data does.
+            let bs = self.vol.volume().block_size();
+            self.vol
+                .volume()
+                .check_room((t.len() as u64).div_ceil(bs))?;
+        }
         let group = self.group(MAKE_CHUNKS)?;
         // Inherited ACLs that do not fit the blob are stored once it is named.
         let (blob, fits) = tmpfile::new_blob(&inode, &xattrs);
@@ -255,7 +262,12 @@ impl Fs {
     /// (`(dir, bytes)`; a directory may come twice), so that no append inside a group
     /// allocates: running out of space fails here, before anything changed. Blocks mapped
     /// past a log's end read as zeros, which a log skips.
-    fn reserve(&self, ns: &mut Ns, appends: &[(u64, u64)]) -> FsResult<()> {
+    ///
+    /// A change that adds a name (`grows`: create, mkdir, link) leaves the room the volume
+    /// keeps for metadata, as data does, and gets `ENOSPC` where a write would; one that
+    /// removes or moves a name may use that room, so an unlink or a rename on a full
+    /// volume finds its records' blocks (`Volume::check_room`).
+    fn reserve(&self, ns: &mut Ns, appends: &[(u64, u64)], grows: bool) -> FsResult<()> {
         let bs = self.vol.volume().block_size();
         for (i, &(dir, _)) in appends.iter().enumerate() {
             if appends[..i].iter().any(|&(d, _)| d == dir) {
@@ -269,6 +281,10 @@ impl Fs {
             }
             let to = end.div_ceil(bs) * bs;
             let vol = self.vol.uncached(dir);
+            if grows {
+                // The blocks past what is mapped: an upper bound of the holes.
+                vol.check_room(to.div_ceil(bs) - d.mapped_to.div_ceil(bs))?;
+            }
             vol.fallocate_metadata(dir, Fallocate::KeepSize, d.log_bytes, to - d.log_bytes)?;
             d.mapped_to = to;
         }
@@ -329,8 +345,19 @@ impl Fs {
         let vol = self.vol.uncached(dir);
         let bs = vol.block_size();
         let at = d.log_bytes.div_ceil(bs) * bs;
+        // The new log is written before the old one's blocks go: it grows the directory
+        // for a while, so it leaves the room kept for metadata as a create does. Without
+        // that room the old log stays, whole and valid, until a later change finds it.
+        // Checked before the log is built: a change that finds the room short pays a
+        // check, not a copy of every entry.
+        let bound = (crate::dir::RECORD_OVERHEAD as u64) + d.live; // the reset, the adds
+        match vol.check_room(bound.div_ceil(bs)) {
+            Err(e) if e.kind() == extalloc::ErrorKind::NoSpace => return Ok(()),
+            other => other?,
+        }
         let live: Vec<(&[u8], u64)> = d.entries.iter().map(|(n, e)| (n, e.ino)).collect();
         let log = crate::dir::compacted(live.into_iter());
+        debug_assert_eq!(log.len() as u64, bound, "the compacted log's length");
         vol.write(dir, at, &log)?;
         if at > d.log_start {
             vol.fallocate(dir, Fallocate::PunchHole, d.log_start, at - d.log_start)?;
@@ -394,7 +421,7 @@ impl Fs {
     /// Unlink and rmdir, once checked: the name goes in one group, then the inode's file
     /// if nothing else holds it.
     fn remove(&self, ns: &mut Ns, parent: u64, name: &[u8], ino: u64) -> FsResult<()> {
-        self.reserve(ns, &[(parent, record_bytes(name))])?;
+        self.reserve(ns, &[(parent, record_bytes(name))], false)?;
         let group = self.group(REMOVE_CHUNKS + spill_chunks(ns, Some(ino)))?;
         self.remove_name(ns, parent, name, ino)?;
         group.finish();
@@ -467,7 +494,7 @@ impl Fs {
         if pdir.inode.nlink == 0 {
             return err(libc::ENOENT);
         }
-        self.reserve(&mut ns, &[(newparent, record_bytes(newname))])?;
+        self.reserve(&mut ns, &[(newparent, record_bytes(newname))], true)?;
         let group = self.group(LINK_CHUNKS + spill_chunks(&ns, Some(ino)))?;
         let n = ns.node_mut(ino)?;
         debug_assert!(!n.tmpfile || n.inode.nlink == 0, "a tmpfile has no name");

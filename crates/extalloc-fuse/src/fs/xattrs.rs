@@ -209,6 +209,10 @@ impl Fs {
         let new_chunks = data
             .as_ref()
             .map_or(0, |d| (d.len() as u64).div_ceil(bs).div_ceil(16) + 2);
+        if let Some(d) = &data {
+            // The spill file is the attributes' data: it leaves the room as data does.
+            vol.check_room((d.len() as u64).div_ceil(bs))?;
+        }
         let group = vol.atomic(1 + old_chunks + new_chunks)?;
         // An inode no name reaches is pending on the volume, and its spill file with it
         // (`Fs::retract`); its blob stays the pending mark, its node its whole state.

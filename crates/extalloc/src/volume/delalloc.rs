@@ -95,15 +95,28 @@ impl Volume {
             .iter()
             .map(|&(_, n)| n)
             .sum();
+        self.check_room(holes)
+    }
+
+    /// Before the caller allocates `blocks` that grow its metadata as data grows (a file
+    /// system's directory taking a new name, or its log written anew when compacted):
+    /// refused with [`Error::NoSpace`], nothing changed, when they do not fit the
+    /// allocatable blocks less cached data's reservations and the room kept for metadata
+    /// ([`Volume::reserve_margin`]). What the room is kept for (a commit, a checkpoint, the
+    /// records of an unlink or a rename, a repair) goes through
+    /// [`Volume::fallocate_metadata`] and may use it; a change that adds must not, or the
+    /// room would be gone when a removal needs it, and the checkpoint after it would take
+    /// blocks promised to cached data (an `fsync` failing with `ENOSPC`).
+    pub fn check_room(&self, blocks: u64) -> Result<()> {
         let margin = self.reserve_margin();
         let reserved = *self.delalloc.lock();
         // Blocks waiting for a commit count: the allocation's own remedy commits them.
         let have = self.store.allocatable_blocks() + self.store.allocator().pending_free_blocks();
-        if have < reserved + holes + margin {
-            return Err(self.short_of(holes, 1, have, reserved, margin));
+        if have < reserved + blocks + margin {
+            return Err(self.short_of(blocks, 1, have, reserved, margin));
         }
-        debug_assert!(holes + reserved + margin <= have);
-        // The holes will take room the tree's limit counted: computed again at the next
+        debug_assert!(blocks + reserved + margin <= have);
+        // The blocks will take room the tree's limit counted: computed again at the next
         // check.
         self.tree_dirty_limit
             .store(0, std::sync::atomic::Ordering::Relaxed);

@@ -84,7 +84,11 @@ impl Fs {
         let whiteout = flags & RENAME_WHITEOUT != 0;
         let new_bytes = record_bytes(newname) * if dst.is_some() { 2 } else { 1 };
         let old_bytes = record_bytes(name) * if whiteout { 2 } else { 1 };
-        self.reserve(&mut ns, &[(newparent, new_bytes), (parent, old_bytes)])?;
+        self.reserve(
+            &mut ns,
+            &[(newparent, new_bytes), (parent, old_bytes)],
+            false,
+        )?;
         let chunks = spill_chunks(&ns, dst)
             + if whiteout {
                 MOVE_CHUNKS + WHITEOUT_CHUNKS
@@ -161,7 +165,7 @@ impl Fs {
             return err(libc::EINVAL);
         }
         let appends = [(p1, 2 * record_bytes(n1)), (p2, 2 * record_bytes(n2))];
-        self.reserve(ns, &appends)?;
+        self.reserve(ns, &appends, false)?;
         let group = self.group(RENAME_CHUNKS)?;
         for (p, n, i) in [(p1, n1, i2), (p2, n2, i1)] {
             let entry = ns.entry_of(i)?;
