@@ -39,6 +39,8 @@ mod contexts;
 mod forget_tests;
 mod options;
 #[cfg(test)]
+mod space_tests;
+#[cfg(test)]
 mod tests;
 
 use crate::error::{Error, Result};

@@ -1,0 +1,94 @@
+//! Buffered writes on a full device: no space is found at write time (not at writeback),
+//! every reservation comes back, and small files fill the device past the file tree's
+//! size, the room kept for metadata following the changed files (`volume/room.rs`).
+
+use super::tests::{buffered, device, fill, reopen, BS};
+use super::*;
+
+/// Writes past the free space fail at write time; every reservation is written back or
+/// released, and what was accepted is all there after a crash.
+#[test]
+fn no_space_is_found_at_write_time_and_every_reservation_returns() {
+    let dev = device(4096, 3);
+    let b = buffered(&dev, 1024, WritebackOptions::default());
+    let mut accepted: Vec<(u64, u64)> = Vec::new();
+    let mut refused = 0;
+    'fill: for i in 0..64u64 {
+        let f = b.create(b"").unwrap();
+        for k in 0..64u64 {
+            match b.write(f, k * BS, &fill((i % 200) as u8 + 1, BS as usize)) {
+                Ok(()) => accepted.push((f, k)),
+                Err(Error::NoSpace { .. }) => {
+                    refused += 1;
+                    if refused > 3 {
+                        break 'fill;
+                    }
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    assert!(refused > 0, "the device filled");
+    let reserved = b.stats().reserved_blocks;
+    assert_eq!(reserved, accepted.len() as u64);
+    b.sync().unwrap();
+    assert_eq!(b.stats().reserved_blocks, 0);
+    // One more file's data, then unlinked while cached: its reservation is released.
+    let last = accepted.last().unwrap().0;
+    b.unlink(last).unwrap();
+    accepted.retain(|&(f, _)| f != last);
+    b.sync().unwrap();
+    let b = reopen(&dev, b, WritebackOptions::default());
+    for &(f, k) in &accepted {
+        assert_ne!(b.read(f, k * BS, 1).unwrap(), vec![0], "file {f} block {k}");
+    }
+    assert!(b.check().unwrap().clean());
+    assert_eq!(b.stats().reserved_blocks, 0);
+}
+
+/// Many one-block files through the cache fill the device past what the file tree takes
+/// (`volume/room.rs`: the room kept is the changed files' need, not the tree's size): the
+/// first refusal comes with less free than the tree and the fixed part, every accepted file is written back
+/// (the checkpoints made as the room shrank found their blocks), half of them unlinked
+/// on the full device, and after a crash the rest read back and the check is clean.
+#[test]
+fn small_files_fill_the_device_past_the_trees_size() {
+    let dev = device(4096, 5);
+    let b = buffered(&dev, 1024, WritebackOptions::default());
+    let mut accepted = Vec::new();
+    let left = loop {
+        let f = b.create(b"one block").unwrap();
+        match b.write(f, 0, &fill((f % 200) as u8 + 1, BS as usize)) {
+            Ok(()) => accepted.push(f),
+            Err(Error::NoSpace { .. }) => {
+                let s = b.statfs();
+                b.unlink(f).unwrap();
+                break s.free_blocks + s.pending_blocks;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    b.sync().unwrap();
+    let vol = b.volume();
+    let tree = vol.tree_blocks();
+    assert!(accepted.len() > 3000, "{} files accepted", accepted.len());
+    // The old room, the tree plus the fixed part (64 blocks on this device), would have
+    // refused with at least that much left.
+    assert!(
+        left < tree + 64,
+        "{left} blocks left at the refusal, the tree {tree}"
+    );
+    for &f in accepted.iter().step_by(2) {
+        b.unlink(f).unwrap();
+    }
+    b.sync().unwrap();
+    let b = reopen(&dev, b, WritebackOptions::default());
+    for &f in accepted.iter().skip(1).step_by(2) {
+        assert_eq!(
+            b.read(f, 0, 1).unwrap(),
+            vec![(f % 200) as u8 + 1],
+            "file {f}"
+        );
+    }
+    assert!(b.check().unwrap().clean());
+}
