@@ -178,14 +178,15 @@ impl Fs {
             Kind::Dir => parent ^ fnv(name),
             _ => parent,
         };
-        self.reserve(&mut ns, &[(parent, record_bytes(name))], true)?;
         if let Some(t) = new.target {
-            // A symlink's target is its file's data: it leaves the room as data does.
+            // A symlink's target is its file's data: it leaves the room as data does (checked
+            // before the directory's blocks are mapped, so a refusal maps nothing).
             let bs = self.vol.volume().block_size();
             self.vol
                 .volume()
                 .check_room((t.len() as u64).div_ceil(bs))?;
         }
+        self.reserve(&mut ns, &[(parent, record_bytes(name))], true)?;
         let group = self.group(MAKE_CHUNKS)?;
         // Inherited ACLs that do not fit the blob are stored once it is named.
         let (blob, fits) = tmpfile::new_blob(&inode, &xattrs);

@@ -130,7 +130,7 @@ impl Volume {
     /// The fixed part of the room: 1/256 of the device, at least 64 and at most 4,096
     /// blocks (map segments and directory records; 2 % of the device before the table was
     /// written in pieces: `ENOSPC` came at 98 %).
-    pub(super) fn fixed_margin(&self) -> u64 {
+    pub fn fixed_margin(&self) -> u64 {
         (self.store.geometry().blocks_count / 256).clamp(64, 4096)
     }
 
