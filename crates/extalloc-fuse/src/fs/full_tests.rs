@@ -206,6 +206,8 @@ fn creates_on_a_full_device_get_enospc_and_leave_room_for_unlinks() {
         assert!(made.len() < 1_000_000, "a create got ENOSPC at last");
     };
     assert_eq!(refused.0, libc::ENOSPC);
+    fs.sync()
+        .unwrap_or_else(|e| panic!("sync after {} creates: {e:?}", made.len()));
     // What is left beyond cached data's reservations is the room kept, less what the
     // checkpoints of the creates' own files took (a block here): no directory block of a
     // create came from it. Before creates checked the room, 1,553 of them left it empty.

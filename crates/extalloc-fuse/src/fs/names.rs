@@ -165,7 +165,29 @@ impl Fs {
     }
 
     /// Makes `name` in `parent`: a file, directory, symbolic link or special file.
+    /// `ENOSPC` when its blocks (the directory's next block, a symlink's target) would
+    /// take the room kept for metadata, once the cache is written back and checkpointed;
+    /// nothing is made then.
     pub fn make(&self, parent: u64, name: &[u8], new: NewNode<'_>, who: Caller) -> FsResult<Attr> {
+        self.adding(|| self.make_once(parent, name, new, who))
+    }
+
+    /// Runs `op`, a change that adds names or data and changes nothing when it fails for
+    /// want of space, and once more after writing the cache back and checkpointing when
+    /// it got `ENOSPC` while files held cached data's reservations: each is counted in
+    /// the room kept for metadata until written (`Buffered::cache_holds_room`).
+    fn adding<T>(&self, mut op: impl FnMut() -> FsResult<T>) -> FsResult<T> {
+        match op() {
+            Err(Errno(libc::ENOSPC)) if self.vol.volume().cached_files() > 0 => {
+                // Called outside any group (`make_once` and `link_once` open their own).
+                self.vol.checkpoint()?;
+                op()
+            }
+            r => r,
+        }
+    }
+
+    fn make_once(&self, parent: u64, name: &[u8], new: NewNode<'_>, who: Caller) -> FsResult<Attr> {
         self.live()?;
         check_name(name)?;
         let mut ns = self.ns_write();
@@ -463,6 +485,10 @@ impl Fs {
     /// without `O_EXCL`): that one gets its first name, link count 0 -> 1, and is a file as
     /// any other from then on.
     pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> FsResult<Attr> {
+        self.adding(|| self.link_once(ino, newparent, newname))
+    }
+
+    fn link_once(&self, ino: u64, newparent: u64, newname: &[u8]) -> FsResult<Attr> {
         self.live()?;
         check_name(newname)?;
         let mut ns = self.ns_write();

@@ -60,7 +60,7 @@ pub enum Error {
     /// No free extent of at least `min_len` blocks exists. `pending_blocks` wait for a
     /// commit and `reserved_blocks` are held by preallocations: the layer owning each
     /// remedy (the commits' owner, the file layer) may apply it and retry.
-    #[error("no space: {requested} blocks requested (at least {min_len}), {free_blocks} free, none in a run of {min_len}; {pending_blocks} wait for a commit, {reserved_blocks} are reserved by preallocations")]
+    #[error("no space: {requested} blocks requested (at least {min_len}), {free_blocks} free, none in a run of {min_len}; {pending_blocks} wait for a commit, {reserved_blocks} are reserved (preallocations, or cached data not yet placed)")]
     NoSpace {
         /// Blocks the request asked for (its `len`).
         requested: u64,
@@ -70,7 +70,8 @@ pub enum Error {
         free_blocks: u64,
         /// Blocks freed and waiting for a commit to become reusable.
         pending_blocks: u64,
-        /// Blocks reserved by preallocations and not handed out.
+        /// Blocks reserved and not handed out: by preallocations (the allocator's
+        /// refusals), or for cached data not yet placed (the volume's space checks).
         reserved_blocks: u64,
     },
 

@@ -93,7 +93,7 @@ impl Volume {
     }
 
     /// Is this thread inside an atomic group of this volume?
-    pub(super) fn inside_group(&self) -> bool {
+    pub(crate) fn inside_group(&self) -> bool {
         INSIDE.with(|g| g.borrow().iter().any(|&(v, _)| v == self.identity))
     }
 

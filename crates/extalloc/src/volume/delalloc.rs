@@ -4,11 +4,16 @@
 //! The cache and the contexts live in `crate::writeback`.
 //!
 //! Data structures: `Volume::delalloc`, the blocks reserved for cached data not yet
-//! placed.
+//! placed; `Volume::cached_files`, the files holding any of them.
 //!
 //! Invariant: a reservation is granted only while the allocatable blocks (free, or held
 //! by preallocations, which the file layer gives back under pressure) cover every
-//! reservation plus the room kept for the volume's own metadata (`room.rs`); a direct allocation
+//! reservation plus the room kept for the volume's own metadata (`room.rs`), which counts
+//! each file holding a reservation as a changed file: written back, its entry gains the
+//! extents and its leaf is written again, and the blocks for that were kept when its data
+//! was accepted (ext4 reserves metadata with delayed allocation for the same reason: a
+//! file system that did not would find the blocks gone at writeback, an `fsync` failing
+//! with `ENOSPC` after the write succeeded). A direct allocation
 //! (`write`, `fallocate` on a hole) is refused when it would eat into reserved blocks
 //! (checked before the chunk allocates, so racing direct chunks may dip into the margin by
 //! at most a chunk each). A writeback allocation consumes its run's reservation, which the
@@ -23,6 +28,7 @@ use super::record::Change;
 use super::state::{Volume, CHUNK_EXTENTS};
 use crate::error::{Error, Result};
 use std::cell::Cell;
+use std::sync::atomic::Ordering::SeqCst;
 
 /// Blocks a writeback chunk spans at most: one trip through the gate writes at most this
 /// much data (32 MiB of 4 KiB blocks), so a commit waits for at most that.
@@ -66,20 +72,30 @@ pub struct WroteBack {
 }
 
 impl Volume {
-    /// Reserves `blocks` for cached data that writeback will place. Refused with
-    /// [`Error::NoSpace`] (nothing reserved) when the allocatable blocks do not cover every
-    /// reservation and the margin; `pending_blocks` says whether a commit would help.
-    pub(crate) fn reserve_delalloc(&self, blocks: u64) -> Result<()> {
+    /// Reserves `blocks` for cached data that writeback will place, for `files` files
+    /// that held no reservation before (0 or 1: counted in the room kept for the tree, as
+    /// changed files, until their reservations are all released). Refused with
+    /// [`Error::NoSpace`] (nothing reserved, nothing counted) when the allocatable blocks
+    /// do not cover every reservation and the margin; `pending_blocks` says whether a
+    /// commit would help, [`Volume::cached_files`] whether writing back the cache would.
+    pub(crate) fn reserve_delalloc(&self, blocks: u64, files: u64) -> Result<()> {
+        debug_assert!(
+            files <= 1 && (files == 0 || blocks > 0),
+            "a new file reserves"
+        );
         let mut reserved = self.delalloc.lock();
-        // Under the lock: a call admitted after this read reads the reservation made under
-        // it (`room.rs`).
+        // Counted before the margin is read, under the lock: a call admitted after this
+        // reads the reservation made under it (`room.rs`).
+        self.cached_files.fetch_add(files, SeqCst);
         let margin = self.reserve_margin();
         let have = self.store.allocatable_blocks();
         if have < *reserved + blocks + margin {
+            self.uncount_cached(files);
             return Err(self.short_of(blocks, blocks, have, *reserved, margin));
         }
         *reserved += blocks;
         debug_assert!(*reserved + margin <= have, "reserved past the space");
+        self.assert_cached_files(*reserved);
         // Less room is left for the tree: the changed files it covers, computed again.
         self.note_tree_room(have, *reserved);
         Ok(())
@@ -142,15 +158,47 @@ impl Volume {
         }
     }
 
-    /// Gives back `blocks` of reservation (placed by writeback, or their data dropped).
-    pub(crate) fn release_delalloc(&self, blocks: u64) {
+    /// Gives back `blocks` of reservation (placed by writeback, or their data dropped),
+    /// and `files` files that hold none any more (0 or 1).
+    pub(crate) fn release_delalloc(&self, blocks: u64, files: u64) {
         let mut reserved = self.delalloc.lock();
         assert!(
             *reserved >= blocks,
             "releasing {blocks} delalloc blocks, {} reserved",
             *reserved
         );
+        debug_assert!(
+            files <= 1 && (files == 0 || blocks > 0),
+            "a file's last release"
+        );
         *reserved -= blocks;
+        self.uncount_cached(files);
+        self.assert_cached_files(*reserved);
+    }
+
+    /// Files no longer counted as holding a reservation.
+    fn uncount_cached(&self, files: u64) {
+        let was = self.cached_files.fetch_sub(files, SeqCst);
+        // Paired with `reserve_delalloc`: only files counted are released.
+        assert!(was >= files, "released {files} of {was} cached files");
+    }
+
+    /// Under `delalloc` (`reserved` its count), after a change: each file counted holds a
+    /// block at least, and blocks are held by files counted.
+    fn assert_cached_files(&self, reserved: u64) {
+        let files = self.cached_files.load(SeqCst);
+        debug_assert!(
+            files <= reserved && (files > 0 || reserved == 0),
+            "{files} files counted holding {reserved} reserved blocks"
+        );
+    }
+
+    /// Files holding a reservation for cached data: each is counted in the room kept for
+    /// metadata as a changed file until its data is written back, so when a space check
+    /// refuses and this is not zero, writing back the cache and checkpointing
+    /// (`Buffered::checkpoint`) gives room back.
+    pub fn cached_files(&self) -> u64 {
+        self.cached_files.load(SeqCst)
     }
 
     /// Blocks reserved for cached data not yet placed.

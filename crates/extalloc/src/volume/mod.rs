@@ -253,6 +253,7 @@ impl Volume {
             meta: Mutex::new(meta),
             prepared_root,
             delalloc: Mutex::new(0),
+            cached_files: AtomicU64::new(0),
             claims: Mutex::new(Claims::default()),
             unflushed: AtomicBool::new(false),
             segs: Mutex::new(segs),

@@ -25,11 +25,14 @@
 //! Data structures: `Volume::table_blocks` (the durable tree's blocks), `tree_fixed` (its
 //! internal nodes plus its height plus one; `NO_TREE` while the first checkpoint must build
 //! it whole), `tree_dirty_limit` (files the room covers, changed or admitted, as last
-//! computed), `in_flight` (calls admitted and not yet done, each held by an [`Admitted`]).
+//! computed), `in_flight` (calls admitted and not yet done, each held by an [`Admitted`]),
+//! `cached_files` (files holding cached data's reservations, `delalloc.rs`).
 //!
 //! Invariant: data (cached writes' reservations, `fallocate`) takes a block only while the
 //! allocatable blocks cover the reservations, the fixed part and the tree's need for the
-//! changed files plus the calls in flight; an operation that would change a file is
+//! changed files plus the calls in flight plus the files holding cached data's
+//! reservations (each changed when written back: without them the tree's growth at
+//! writeback took blocks promised to cached data, and an `fsync` failed); an operation that would change a file is
 //! admitted first ([`Volume::keep_tree_room`]: it counts its calls in `in_flight` until
 //! it is done, then checks that the room covers the changed files and every call
 //! admitted, its own included), and checkpoints first if not. The counting is exact,
@@ -111,12 +114,16 @@ impl Volume {
     /// not cover.
     ///
     /// The calls in flight are read before the changed files: a call that is done by then
-    /// logged its change first, so each is counted once at least.
+    /// logged its change first, so each is counted once at least. Files holding cached
+    /// data's reservations count as changed files: writeback changes each
+    /// (`delalloc.rs`). A file both changed and cached is counted twice: the room errs on
+    /// the large side.
     pub fn reserve_margin(&self) -> u64 {
         let flying = self.in_flight.load(SeqCst);
+        let cached = self.cached_files.load(SeqCst);
         let changed = self.dirty.lock().len() as u64;
         let tree = self
-            .tree_need(changed + flying)
+            .tree_need(changed + flying + cached)
             .saturating_sub(self.store.metadata_reserved_blocks());
         self.fixed_margin() + tree
     }
@@ -217,7 +224,7 @@ impl Volume {
     /// True if `e` is no space that a checkpoint would remedy: the room kept for the
     /// tree's changed files is above what it keeps with none changed.
     pub(super) fn checkpoint_frees_room(&self, e: &crate::Error) -> bool {
-        let flying = self.in_flight.load(SeqCst);
+        let flying = self.in_flight.load(SeqCst) + self.cached_files.load(SeqCst);
         let changed = self.dirty.lock().len() as u64;
         matches!(e, crate::Error::NoSpace { .. })
             && changed > 0

@@ -110,6 +110,10 @@ pub struct Volume {
     pub(super) prepared_root: Arc<Mutex<Option<Vec<u8>>>>,
     /// Blocks reserved for cached data not yet placed (`delalloc.rs`).
     pub(super) delalloc: Mutex<u64>,
+    /// Files holding a reservation for cached data (`delalloc.rs`): each becomes a changed
+    /// file when written back, so the room kept for the tree counts them beside the
+    /// changed files (`room.rs`). Grows only under `delalloc`.
+    pub(super) cached_files: AtomicU64,
     /// Runs of groups placed files have claimed for their first allocations (`io.rs`).
     pub(super) claims: Mutex<Claims>,
     /// Data written since the last flush (set under the gate read, taken under it written).

@@ -8,8 +8,9 @@
 //!
 //! Invariant: every page is dirty (written by a caller, not yet written back); a page is
 //! `reserved` exactly when its block was a hole of the volume's file when the page was
-//! made, and the volume holds one reserved block per reserved page. Bytes of a page past
-//! `size` are zeros. Locks: a `DirtyFile` lives under its own mutex (`mod.rs`).
+//! made, and the volume holds one reserved block per reserved page; `reserved` counts
+//! them, and the volume counts the file among those holding reservations while it is not
+//! zero (`Volume::cached_files`). Bytes of a page past `size` are zeros. Locks: a `DirtyFile` lives under its own mutex (`mod.rs`).
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -24,6 +25,9 @@ pub(super) struct Page {
 /// The cache of one file.
 pub(super) struct DirtyFile {
     pub(super) pages: BTreeMap<u64, Page>,
+    /// Pages holding a reservation (changed only with the volume's reservation:
+    /// `Buffered::write_piece`, `Shared::drop_cached`).
+    pub(super) reserved: u64,
     /// Size in bytes as callers see it (cached writes included).
     pub(super) size: u64,
     /// Closed by the caller and not written since: its writeback is the file's final
@@ -43,6 +47,7 @@ impl DirtyFile {
     pub(super) fn new(size: u64) -> DirtyFile {
         DirtyFile {
             pages: BTreeMap::new(),
+            reserved: 0,
             size,
             closed: false,
             dirty_since: None,
@@ -116,7 +121,14 @@ impl DirtyFile {
                 reserved += 1;
             }
         }
+        assert!(
+            reserved <= self.reserved,
+            "{reserved} reserved pages dropped, {} counted",
+            self.reserved
+        );
+        self.reserved -= reserved;
         if self.pages.is_empty() {
+            debug_assert_eq!(self.reserved, 0, "no page, no reservation");
             self.dirty_since = None;
         }
         (gone.len() as u64, reserved)
@@ -152,6 +164,7 @@ mod tests {
         let mut f = DirtyFile::new(0);
         for (b, r) in [(3, true), (4, false), (5, true), (9, true)] {
             f.pages.insert(b, page(b as u8, r));
+            f.reserved += u64::from(r);
         }
         f.dirty_since = Some((1, Instant::now()));
         assert_eq!(f.first_run(10), Some((3, 3)));

@@ -77,6 +77,9 @@ pub(super) struct Shared {
     pub(super) caller: Context,
     pub(super) throttled: AtomicU64,
     pub(super) throttled_ns: AtomicU64,
+    /// Checkpoints run because a space check failed while files held cached data's
+    /// reservations (`Buffered::after_writeback`).
+    pub(super) cache_remedies: AtomicU64,
 }
 
 impl Context {
@@ -108,6 +111,7 @@ impl Shared {
             caller: Context::default(),
             throttled: AtomicU64::new(0),
             throttled_ns: AtomicU64::new(0),
+            cache_remedies: AtomicU64::new(0),
         }
     }
 
@@ -378,6 +382,7 @@ impl Shared {
 
     /// Drops cached blocks `start .. start + len` of a file: their count and reservations.
     pub(super) fn drop_cached(&self, d: &mut DirtyFile, start: u64, len: u64) {
+        let held = d.reserved > 0;
         let (blocks, reserved) = d.drop_range(start, len);
         debug_assert!(
             reserved <= blocks,
@@ -387,7 +392,10 @@ impl Shared {
             len == 0 || d.run_len(start, 1) == 0,
             "block {start} dropped"
         );
-        self.vol.release_delalloc(reserved);
+        // The file's last reservation: it is no longer counted as cached (written back, it
+        // is a changed file of the volume, or its data is gone).
+        let last = held && d.reserved == 0;
+        self.vol.release_delalloc(reserved, u64::from(last));
         let before = self
             .dirty_bytes
             .fetch_sub(blocks * self.block_size, Relaxed);

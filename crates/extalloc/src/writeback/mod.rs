@@ -26,7 +26,11 @@
 //! volume, the cache entries by file id, the contexts) and the worker threads.
 //!
 //! Invariant: the data a caller reads is the volume's with the cached blocks over it; the
-//! volume's reserved-block count equals the cached pages that lay in holes. Only calls
+//! volume's reserved-block count equals the cached pages that lay in holes, and its count
+//! of files holding reservations the files with such a page (each counted in the room
+//! kept for metadata until written back: near a full device a write or fallocate that
+//! finds no space writes the cache back, checkpoints and tries once more, as ext4 forces
+//! a commit before its `ENOSPC`). Only calls
 //! through the `Buffered` change the volume's files, so no cached block's mapping changes
 //! under it but by its own writeback.
 //!
@@ -160,9 +164,11 @@ impl Buffered {
         for (from, to) in pieces(offset, end - offset, self.shared.block_size) {
             self.shared.throttle()?;
             let bytes = &data[(from - offset) as usize..(to - offset) as usize];
-            self.shared
-                .vol
-                .retry_after_sync(|| self.write_piece(id, &entry, from, bytes))?;
+            self.after_writeback(|| {
+                self.shared
+                    .vol
+                    .retry_after_sync(|| self.write_piece(id, &entry, from, bytes))
+            })?;
             self.shared.kick_if_over_background()?;
         }
         Ok(())
@@ -206,7 +212,10 @@ impl Buffered {
             new.push((b, page));
         }
         if reserve > 0 {
-            s.vol.reserve_delalloc(reserve)?;
+            // The file's first reservation counts it in the room kept for the tree.
+            let first = d.reserved == 0;
+            s.vol.reserve_delalloc(reserve, u64::from(first))?;
+            d.reserved += reserve;
         }
         d.pages.extend(new);
         let mut at = pos;
@@ -265,7 +274,13 @@ impl Buffered {
     /// what its writeback will map beyond the blocks it has.
     pub fn cached_reserved_blocks(&self, id: u64) -> u64 {
         match self.shared.existing(id) {
-            Some(e) => e.lock().pages.values().filter(|p| p.reserved).count() as u64,
+            Some(e) => {
+                let d = e.lock();
+                let n = d.pages.values().filter(|p| p.reserved).count() as u64;
+                // Paired with the count kept as pages are made and dropped.
+                assert_eq!(n, d.reserved, "file {id}'s reserved pages");
+                n
+            }
             None => 0,
         }
     }
@@ -356,7 +371,37 @@ impl Buffered {
     /// back first. A failure leaves the cached data written back in part, or what
     /// [`Volume::fallocate`] leaves.
     pub fn fallocate(&self, id: u64, mode: Fallocate, offset: u64, len: u64) -> Result<()> {
-        self.flushed(id, |v| v.fallocate(id, mode, offset, len))
+        self.after_writeback(|| self.flushed(id, |v| v.fallocate(id, mode, offset, len)))
+    }
+
+    /// True if `e` is no space that writing back the cache and checkpointing
+    /// ([`Buffered::checkpoint`]) may remedy: files hold cached data's reservations, each
+    /// counted in the room kept for metadata until it is written back
+    /// ([`Volume::cached_files`]).
+    /// False inside an atomic group: a checkpoint there would split it.
+    pub fn cache_holds_room(&self, e: &Error) -> bool {
+        let vol = &self.shared.vol;
+        e.kind() == crate::ErrorKind::NoSpace && vol.cached_files() > 0 && !vol.inside_group()
+    }
+
+    /// Runs `op` (which holds no cache lock), and once more after
+    /// [`Buffered::checkpoint`] when it found no space that the cache held
+    /// ([`Buffered::cache_holds_room`]): what ext4 does when a delayed allocation finds no
+    /// space (it forces a commit and tries again). `op` must leave nothing changed when it
+    /// fails for want of space.
+    fn after_writeback<T>(&self, mut op: impl FnMut() -> Result<T>) -> Result<T> {
+        match op() {
+            Err(e) if self.cache_holds_room(&e) => {
+                self.shared.cache_remedies.fetch_add(1, Relaxed);
+                let upto = self.shared.seq.load(Relaxed);
+                self.checkpoint()?;
+                // What was cached before is written back, its reservations released
+                // (writers since cache data of later sequence numbers).
+                debug_assert!(!self.shared.dirty_upto(upto), "cached data outlived a sync");
+                op()
+            }
+            r => r,
+        }
     }
 
     /// File `id` is closed: its next writeback is its final size, allocated exactly, and
@@ -475,6 +520,7 @@ impl Buffered {
             context_switches: s.switches.load(Relaxed),
             throttled_writes: s.throttled.load(Relaxed),
             throttled_ns: s.throttled_ns.load(Relaxed),
+            space_checkpoints: s.cache_remedies.load(Relaxed),
         }
     }
 

@@ -157,6 +157,10 @@ pub struct WritebackStats {
     pub throttled_writes: u64,
     /// Nanoseconds writers waited at the hard limit.
     pub throttled_ns: u64,
+    /// Checkpoints a call ran before trying again because a space check failed while
+    /// files held cached data's reservations (the room they hold comes back once written:
+    /// the device is near full).
+    pub space_checkpoints: u64,
 }
 
 impl WritebackStats {
