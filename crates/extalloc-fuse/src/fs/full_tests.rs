@@ -206,6 +206,9 @@ fn creates_on_a_full_device_get_enospc_and_leave_room_for_unlinks() {
         assert!(made.len() < 1_000_000, "a create got ENOSPC at last");
     };
     assert_eq!(refused.0, libc::ENOSPC);
+    // The fill's thousands of cached files are written back now: their entries grow and
+    // their leaves split into blocks the room kept for them (`volume/delalloc.rs`). Before
+    // cached files were counted, this sync failed with ENOSPC.
     fs.sync()
         .unwrap_or_else(|e| panic!("sync after {} creates: {e:?}", made.len()));
     // What is left beyond cached data's reservations is the room kept, less what the
