@@ -7,7 +7,7 @@
 //! reads contended for the queue's spin lock with the kernel queueing the next request.
 //! With a turn, one thread at a time is in the kernel's read path. The thread holding it
 //! keeps it across the requests it serves without waiting on anything outside the daemon
-//! (lookups, attributes, namespace changes: `keeps_turn` in `mod.rs`), so a caller's
+//! (lookups, attributes, namespace changes: `keeps_turn` in `serve.rs`), so a caller's
 //! stream of them is read and answered by one thread that no other thread's wake-up
 //! interrupts (a switch costs more than such a request's work here); before a request
 //! that may wait (a read, a write, an fsync) it passes the turn on, waking a waiting

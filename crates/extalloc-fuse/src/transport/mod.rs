@@ -33,6 +33,7 @@ mod mnt;
 mod poll;
 mod reply;
 mod request;
+mod serve;
 #[cfg(test)]
 mod tests;
 mod uring;
@@ -42,12 +43,12 @@ pub(crate) use abi::{Statx, SxTime};
 pub(crate) use abi::{FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE, STATX_BASIC_STATS, STATX_BTIME};
 use dev::{buf_len, clone_dev, read_request};
 use gate::Gate;
-use handler::dispatch;
 pub(crate) use handler::{Handler, Init};
 pub(crate) use mnt::MountSpec;
 use poll::Poller;
 pub(crate) use reply::{DirBuf, Notifier, Reply};
 pub(crate) use request::{Op, Request, Setattr, TimeOrNow};
+use serve::serve_loop;
 
 /// Init flags a handler may ask for (`Init::want`).
 pub(crate) mod flags {
@@ -63,7 +64,7 @@ use std::io;
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::Arc;
-use zerocopy::{FromBytes, IntoBytes};
+use zerocopy::IntoBytes;
 
 /// How a session serves: its threads and transport.
 #[derive(Debug, Clone, Copy)]
@@ -262,89 +263,4 @@ fn rings(dev: &File, ask: &mut Init, depth: usize) -> Vec<uring::Queue> {
 /// The machine's page size (`max_pages` counts pages).
 fn page_size() -> u32 {
     u32::try_from(rustix::param::page_size()).unwrap_or(4096)
-}
-
-/// Whether the thread that read `op` keeps its turn to read while it serves it: a lookup,
-/// an attribute or a namespace request, served from memory (and the device's metadata)
-/// without waiting for anything outside the daemon, which the thread answers and then
-/// reads the next request itself, with no other thread woken. Anything that moves file
-/// data or waits for durability (a read, a write, an fsync, a fallocate, a truncate, an
-/// ioctl, which may shut the mount down) passes the turn on before it is served, so the
-/// session goes on reading while it waits (`gate.rs`).
-fn keeps_turn(op: &Op<'_>) -> bool {
-    match op {
-        Op::Lookup(_)
-        | Op::Forget(_)
-        | Op::BatchForget(_)
-        | Op::Getattr(_)
-        | Op::Statx(_)
-        | Op::Readlink
-        | Op::Symlink { .. }
-        | Op::Mknod { .. }
-        | Op::Mkdir { .. }
-        | Op::Unlink(_)
-        | Op::Rmdir(_)
-        | Op::Rename { .. }
-        | Op::Link { .. }
-        | Op::Open { .. }
-        | Op::Statfs
-        | Op::Release
-        | Op::Getxattr { .. }
-        | Op::Listxattr { .. }
-        | Op::Opendir
-        | Op::Readdir { .. }
-        | Op::Releasedir { .. }
-        | Op::Create { .. }
-        | Op::Interrupt => true,
-        Op::Setattr(s) => s.size.is_none(),
-        _ => false,
-    }
-}
-
-/// Serves requests read from `dev` until the connection is gone, reading in turn with the
-/// session's other threads at `gate` (`gate.rs`: a thread keeps the turn across the
-/// requests it serves without waiting, `keeps_turn`, and passes it on, waking a waiting
-/// thread, before serving one that may wait) and polling before each sleep as `poller`
-/// allows (`poll.rs`). The first thread to find the connection gone closes the gate,
-/// which ends the others.
-fn serve_loop<H: Handler>(
-    dev: &File,
-    handler: &H,
-    buf: &mut [u8],
-    poller: &mut Poller,
-    gate: &Gate,
-) -> io::Result<()> {
-    let mut turn = None;
-    loop {
-        if turn.is_none() {
-            let Some(t) = gate.enter() else { break };
-            turn = Some(t);
-        }
-        let msg = match poller.read(dev, buf) {
-            Ok(Some(msg)) => msg,
-            Ok(None) => {
-                gate.close();
-                break;
-            }
-            Err(e) => return Err(e),
-        };
-        let parsed = request::parse(msg);
-        if !parsed.as_ref().is_some_and(|(_, op)| keeps_turn(op)) {
-            // Passed on before serving: this request may wait (`keeps_turn`).
-            turn = None;
-        }
-        let Some((req, op)) = parsed else {
-            log::error!(
-                "a FUSE request of {} bytes unlike its header: EIO",
-                msg.len()
-            );
-            if let Ok((h, _)) = abi::InHeader::read_from_prefix(msg) {
-                Reply::new(dev, h.unique).error(libc::EIO);
-            }
-            continue;
-        };
-        dispatch(handler, &req, op, Reply::new(dev, req.unique));
-    }
-    log::debug!("a FUSE thread ends; its polls: {:?}", poller.counts());
-    Ok(())
 }

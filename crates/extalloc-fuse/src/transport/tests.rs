@@ -3,6 +3,7 @@
 //! (handshake, requests, the end) over a socket pair standing in for `/dev/fuse`.
 
 use super::abi::{self, InHeader, OutHeader};
+use super::serve::keeps_turn;
 use super::*;
 use std::sync::Mutex;
 use zerocopy::FromBytes;

@@ -201,7 +201,7 @@ impl Queue {
                 );
                 drop(self.ring);
                 let clone = super::dev::clone_dev(dev)?;
-                super::serve_loop(
+                super::serve::serve_loop(
                     &clone,
                     handler,
                     &mut vec![0; super::dev::buf_len()],
