@@ -164,6 +164,7 @@ impl Allocator {
         good: &G,
         visit: &mut dyn FnMut(u64) -> Option<Extent>,
     ) -> Option<Extent> {
+        debug_assert!(route.start < self.groups.len(), "a walk starts in a group");
         let tag_of = |g: u64| self.groups.class_tag(g);
         match tier {
             Tier::Start => {
@@ -218,6 +219,11 @@ impl Allocator {
         good: &G,
         visit: &mut dyn FnMut(u64) -> Option<Extent>,
     ) -> Option<Extent> {
+        // Tag 0 is "untagged": it has no set.
+        debug_assert!(
+            tag >= 1 && usize::from(tag) <= self.by_tag.len(),
+            "tag {tag}"
+        );
         let set = &self.by_tag[usize::from(tag - 1)];
         let good = |g: u64| self.groups.class_tag(g) == tag && good(g);
         match route.walk {
@@ -283,6 +289,7 @@ impl Allocator {
     ) -> Option<Extent> {
         let groups_count = self.groups.len();
         let (shard, start) = (route.shard, route.start);
+        debug_assert!(start < groups_count, "a walk starts in a group");
         match route.walk {
             Walk::Linear => (0..groups_count).find_map(|i| {
                 let g = (start + i) % groups_count;

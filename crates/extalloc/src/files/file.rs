@@ -264,4 +264,11 @@ pub(super) fn map_insert(
     }
     f.map.insert(l, e);
     f.size_blocks = f.size_blocks.max(logical + extent.len);
+    // The merged entry covers what was inserted, block for block.
+    debug_assert!(l <= logical && logical + extent.len <= l + e.len);
+    debug_assert_eq!(
+        e.start + (logical - l),
+        extent.start,
+        "logical {logical} maps its extent"
+    );
 }

@@ -217,24 +217,29 @@ impl PaSet {
             }
             PaSet::List(list) => {
                 list.push(Box::new(Mutex::new(pa)));
-                if list.len() > PREALLOC_LIST_MAX + PREALLOC_LIST_SLACK {
+                let evicted = if list.len() > PREALLOC_LIST_MAX + PREALLOC_LIST_SLACK {
                     let excess = list.len() - PREALLOC_LIST_MAX;
                     list.drain(..excess).map(|pa| pa.into_inner()).collect()
                 } else {
                     Vec::new()
-                }
+                };
+                // The list stays bounded: what it evicts goes back to the caller.
+                debug_assert!(list.len() <= PREALLOC_LIST_MAX + PREALLOC_LIST_SLACK);
+                evicted
             }
         }
     }
 
     pub(crate) fn take_all(&mut self) -> Vec<Pa> {
-        match self {
+        let all: Vec<Pa> = match self {
             PaSet::Tree(t) => std::mem::take(t).into_values().collect(),
             PaSet::List(l) => std::mem::take(l)
                 .into_iter()
                 .map(|pa| pa.into_inner())
                 .collect(),
-        }
+        };
+        debug_assert_eq!(self.len(), 0, "every preallocation taken");
+        all
     }
 
     /// Drops PAs whose blocks are all used.
@@ -250,6 +255,10 @@ impl PaSet {
                 pa.lstart != lstart || pa.unused() > 0
             }),
         }
+        // No exhausted preallocation is left at `lstart`.
+        debug_assert!(self
+            .covering_mut(lstart)
+            .is_none_or(|pa| pa.lstart != lstart || pa.unused() > 0));
     }
 }
 

@@ -173,6 +173,8 @@ impl Buddy {
             next_one(&self.full[k - 1], from, chunks, false)
         };
         let start = found.map(|c| (c << order) as u32);
+        // An aligned chunk of the order, inside the group.
+        debug_assert!(start.is_none_or(|s| s % (1 << order) == 0 && s + (1 << order) <= len_blocks));
         if use_hint {
             self.first_free[k] = start.unwrap_or(len_blocks);
         }
@@ -184,6 +186,11 @@ impl Buddy {
     #[inline]
     #[allow(clippy::needless_range_loop)] // `w` also places each word's mask
     pub(super) fn mark_used(&mut self, lo: u64, hi: u64) {
+        debug_assert!(lo < hi, "marking {lo}..{hi}");
+        debug_assert!(
+            self.full_count[0] as u64 >= hi - lo,
+            "marking more than was free"
+        );
         self.full_count[0] -= (hi - lo) as u32;
         for k in 1..=self.order_top as usize {
             let (c_lo, c_hi) = (lo >> k, ((hi - 1) >> k) + 1);
@@ -205,6 +212,10 @@ impl Buddy {
     /// the chunks that overlap them from their children, order by order.
     #[inline]
     pub(super) fn mark_free(&mut self, used: &[u64], lo: u64, hi: u64) {
+        debug_assert!(
+            lo < hi && hi <= used.len() as u64 * 64,
+            "freeing {lo}..{hi}"
+        );
         self.full_count[0] += (hi - lo) as u32;
         self.first_free[0] = self.first_free[0].min(lo as u32);
         for k in 1..=self.order_top as usize {

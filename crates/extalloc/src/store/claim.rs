@@ -185,12 +185,24 @@ impl InUse {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
-        let nonce = nanos ^ (u64::from(std::process::id()) << 32) ^ sb.generation;
+        let mut nonce = nanos ^ (u64::from(std::process::id()) << 32) ^ sb.generation;
+        // Unique among this process's claims by construction: two opens in one clock tick
+        // (a test's power loss and reopen), or whose times and generations XOR alike, drew
+        // the same number before and the second claim was taken for the first's.
+        let mut live = LIVE.lock();
+        while nonce == 0 || live.contains(&nonce) {
+            nonce = nonce.wrapping_add(1);
+        }
+        live.push(nonce);
+        debug_assert_eq!(
+            live.iter().filter(|&&n| n == nonce).count(),
+            1,
+            "one claim a nonce"
+        );
+        drop(live);
         let interval = dev.heartbeat();
         let ms = interval.map_or(0, |i| i.as_millis().min(u128::from(u32::MAX)) as u32);
         let rec = OwnerRecord::here(nonce, ms);
-        debug_assert!(!LIVE.lock().contains(&nonce), "two claims with one nonce");
-        LIVE.lock().push(nonce);
         let mut claim = InUse {
             nonce,
             heartbeat: None,
@@ -251,6 +263,8 @@ impl InUse {
             drop(stop);
             let _ = thread.join();
         }
+        // What the caller relies on: no beat is written after this returns.
+        debug_assert!(!self.beating(), "the heartbeat stopped");
     }
 
     /// Tests: the heartbeat thread stops as a paused process's would (its lease runs out;

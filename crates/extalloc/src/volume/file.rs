@@ -42,6 +42,11 @@ impl Ranges {
             end += nl;
         }
         self.0.insert(s, end - s);
+        // One range covers what was inserted.
+        debug_assert!(
+            (self.0.range(..=start).next_back()).is_some_and(|(&s, &l)| start + len <= s + l),
+            "{start}+{len} inserted"
+        );
     }
 
     /// Removes `start .. start + len` (saturating at the end of the logical space).
@@ -63,6 +68,14 @@ impl Ranges {
                 self.0.insert(end, s + l - end);
             }
         }
+        // No range overlaps what was removed.
+        debug_assert!(
+            self.0
+                .range(..end)
+                .next_back()
+                .is_none_or(|(&s, &l)| s + l <= start),
+            "{start}+{len} removed"
+        );
     }
 
     /// True if block `l` lies in a range.
@@ -217,6 +230,9 @@ impl ReplayFile {
 
     /// Takes the map's entries as read from `stored`.
     pub(super) fn set_loaded(&mut self, entries: Vec<MapEntry>) {
+        // A map is read once: a loaded one has changed since, and reading it again would
+        // drop those changes.
+        debug_assert!(!self.loaded, "a map read over a loaded one");
         self.maps = entries.into_iter().map(|(l, e, u)| (l, (e, u))).collect();
         self.loaded = true;
     }

@@ -64,6 +64,14 @@ impl Volume {
         let file = self.file(id)?;
         let mut f = self.lock_loaded(&file)?;
         let changes = op(self, &mut f)?;
+        // A chunk changes its own file's map only.
+        debug_assert!(
+            changes
+                .iter()
+                .filter_map(super::file::maps_of)
+                .all(|m| m == id),
+            "a chunk of file {id} mapped another file"
+        );
         if changes.iter().any(|c| super::file::maps_of(c).is_some()) {
             f.map_dirty = true;
         }
@@ -200,6 +208,8 @@ impl Volume {
             f.size = end;
             changes.push(Change::SetSize { id, size: end });
         }
+        // What the caller relies on: the range is written data, none of it unwritten.
+        debug_assert!(f.unwritten.within(from, to).is_empty());
         Ok(changes)
     }
 
@@ -274,6 +284,9 @@ impl Volume {
                 }
             }
         }
+        // Every block of the prefix reached is mapped, each new extent inside it.
+        debug_assert!(l <= to || new.last().is_some_and(|&(s, e)| s + e.len == l));
+        debug_assert!(new.iter().all(|&(s, e)| from <= s && s + e.len <= l));
         Ok((new, l))
     }
 
@@ -284,6 +297,7 @@ impl Volume {
             self.store
                 .free_data(&f.alloc, l, e.len)
                 .unwrap_or_else(|err| panic!("blocks mapped just now do not free: {err}"));
+            debug_assert!(f.alloc.lookup(l).is_none(), "block {l} unmapped");
         }
     }
 
@@ -313,6 +327,7 @@ impl Volume {
         from: u64,
         to: u64,
     ) -> Vec<Change> {
+        debug_assert!(from <= to, "converting {from}..{to}");
         let hit = f.unwritten.within(from, to);
         f.unwritten.remove(from, to - from);
         hit.into_iter()

@@ -438,6 +438,12 @@ pub(super) fn adopt_tree(
         Some(tree) => meta.tree_blocks = tree.nodes().len() as u64 * nb,
         None => meta.old_nodes = nodes.to_vec(),
     }
+    // The tree adopted is the one the root names: its entry count as durable.
+    debug_assert!(
+        tree.as_ref()
+            .is_none_or(|tr| tr.count() == t.count && tr.root() == Some(t.root)),
+        "the tree the root names"
+    );
     meta.tree = tree;
 }
 

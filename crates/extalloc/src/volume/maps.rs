@@ -578,6 +578,12 @@ pub(super) fn adopt_entries(
         if u {
             unwritten.insert(l, e.len);
         }
+        // Paired with the map read: the file maps the entry now, to its blocks.
+        debug_assert_eq!(
+            alloc.lookup(l).map(|(p, _)| p),
+            Some(e.start),
+            "file {id} at {l}"
+        );
     }
     Ok(())
 }

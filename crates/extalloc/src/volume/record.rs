@@ -81,30 +81,41 @@ impl<'a> Reader<'a> {
         let end = end.ok_or_else(|| corrupt("ends inside a field"))?;
         let s = &self.b[self.at..end];
         self.at = end;
+        self.debug_check();
         Ok(s)
     }
 
     pub(super) fn u8(&mut self) -> Result<u8> {
-        Ok(self.bytes(1)?[0])
+        let v = self.bytes(1)?[0];
+        self.debug_check();
+        Ok(v)
     }
 
     pub(super) fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.bytes(4)?.try_into().expect("4")))
+        let v = u32::from_le_bytes(self.bytes(4)?.try_into().expect("4"));
+        self.debug_check();
+        Ok(v)
     }
 
     pub(super) fn u64(&mut self) -> Result<u64> {
-        Ok(u64::from_le_bytes(self.bytes(8)?.try_into().expect("8")))
+        let v = u64::from_le_bytes(self.bytes(8)?.try_into().expect("8"));
+        self.debug_check();
+        Ok(v)
     }
 
     pub(super) fn blob(&mut self) -> Result<Vec<u8>> {
         let n = self.u32()? as usize;
-        Ok(self.bytes(n)?.to_vec())
+        let b = self.bytes(n)?.to_vec();
+        debug_assert_eq!(b.len(), n, "a blob of the length its prefix says");
+        Ok(b)
     }
 
     /// A count then that many extents (the count checked against the bytes left).
     pub(super) fn extents(&mut self) -> Result<Vec<Extent>> {
         let n = self.count(16)?;
-        (0..n).map(|_| self.extent()).collect()
+        let es: Vec<Extent> = (0..n).map(|_| self.extent()).collect::<Result<_>>()?;
+        debug_assert_eq!(es.len(), n);
+        Ok(es)
     }
 
     /// A count of items of at least `item_bytes` each, refused if the bytes left cannot
@@ -115,6 +126,8 @@ impl<'a> Reader<'a> {
         if n > left / item_bytes as u64 {
             return Err(corrupt("a count larger than the bytes that follow"));
         }
+        // What the refusal above leaves: the items fit the bytes left.
+        debug_assert!(n.saturating_mul(item_bytes as u64) <= left);
         Ok(n as usize)
     }
 
@@ -154,11 +167,17 @@ pub(super) fn corrupt(detail: &str) -> Error {
 
 pub(super) fn put_u64(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(&v.to_le_bytes());
+    debug_assert_eq!(Reader::new(&out[out.len() - 8..]).u64().ok(), Some(v));
 }
 
 pub(super) fn put_blob(out: &mut Vec<u8>, b: &[u8]) {
-    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+    // Blobs are bounded far below (`MAX_ATTR_BYTES`, a map's bytes): the length fits its
+    // four bytes.
+    let len = u32::try_from(b.len()).expect("a blob's length fits 32 bits");
+    let at = out.len();
+    out.extend_from_slice(&len.to_le_bytes());
     out.extend_from_slice(b);
+    debug_assert!(Reader::new(&out[at..]).blob().is_ok_and(|back| back == b));
 }
 
 pub(super) fn put_extent(out: &mut Vec<u8>, e: Extent) {
@@ -168,13 +187,16 @@ pub(super) fn put_extent(out: &mut Vec<u8>, e: Extent) {
 }
 
 pub(super) fn put_extents(out: &mut Vec<u8>, es: &[Extent]) {
+    let at = out.len();
     put_u64(out, es.len() as u64);
     es.iter().for_each(|&e| put_extent(out, e));
+    debug_assert_eq!(out.len(), at + 8 + 16 * es.len());
 }
 
 impl Change {
-    /// Appends the change's bytes to `out`.
+    /// Appends the change's bytes to `out`: what [`Change::decode`] reads back.
     pub(super) fn encode(&self, out: &mut Vec<u8>) {
+        let at = out.len();
         match self {
             Change::Create { id, attr } => {
                 out.push(1);
@@ -238,6 +260,10 @@ impl Change {
                 b.encode(out);
             }
         }
+        debug_assert!(
+            Change::decode(&mut Reader::new(&out[at..])).is_ok_and(|back| back == *self),
+            "a change reads back as written"
+        );
     }
 
     /// The file the change names (none for `Areas` and `Segments`).
@@ -398,7 +424,9 @@ impl MapRef {
         }
     }
 
+    /// Appends the reference's bytes to `out`: what [`MapRef::decode`] reads back.
     pub(super) fn encode(&self, out: &mut Vec<u8>) {
+        let at = out.len();
         match self {
             MapRef::Inline(m) => {
                 out.push(0);
@@ -423,10 +451,14 @@ impl MapRef {
                 put_u64(out, r.blocks);
             }
         }
+        debug_assert!(
+            MapRef::decode(&mut Reader::new(&out[at..])).is_ok_and(|back| back == *self),
+            "a map reference reads back as written"
+        );
     }
 
     pub(super) fn decode(r: &mut Reader<'_>) -> Result<MapRef> {
-        Ok(match r.u8()? {
+        let m = match r.u8()? {
             // Any length: a map the device had no run for stays in the table (`maps.rs`,
             // `Placed`); a checkpoint inlines at most `INLINE_EXTENTS` entries otherwise.
             0 => MapRef::Inline(read_map(r)?),
@@ -446,7 +478,9 @@ impl MapRef {
                 blocks: r.u64()?,
             }),
             _ => return Err(corrupt("a table file with a bad map kind")),
-        })
+        };
+        r.debug_check();
+        Ok(m)
     }
 }
 
@@ -521,6 +555,8 @@ pub(super) struct SideRef {
 
 impl SideRef {
     pub(super) fn encode(&self, out: &mut Vec<u8>) {
+        // Never both (`decode` refuses it).
+        debug_assert!(self.head == 0 || self.extent.len == 0, "{self:?}");
         put_extent(out, self.extent);
         put_u64(out, self.head);
     }
@@ -533,6 +569,7 @@ impl SideRef {
         if s.head != 0 && s.extent.len != 0 {
             return Err(corrupt("a table area named by both an extent and an index"));
         }
+        r.debug_check();
         Ok(s)
     }
 

@@ -350,6 +350,8 @@ impl Tree {
                     // The last child whose first key is at most `key` (the first child
                     // takes the keys below its own first).
                     let i = children.partition_point(|c| c.first <= key).max(1) - 1;
+                    // Internal nodes in memory are the tree's own: never empty, keys in order.
+                    debug_assert!(i + 1 == children.len() || key < children[i + 1].first);
                     slot = &children[i];
                 }
                 Some(Mem::Leaf(items)) => return Ok(items.get(&key).cloned()),
@@ -379,6 +381,7 @@ impl Tree {
             let read;
             let items = match s.mem.as_deref() {
                 Some(Mem::Internal { children, .. }) => {
+                    debug_assert!(!children.is_empty(), "an internal node without children");
                     stack.extend(children.iter().rev());
                     continue;
                 }

@@ -67,6 +67,7 @@ impl<'a> VolIo<'a> {
         while let Some(b) = self.spare.pop() {
             self.store.free(Extent::new(b, self.nb))?;
         }
+        debug_assert!(self.spare.is_empty(), "every spare node given back");
         Ok(())
     }
 
@@ -76,6 +77,8 @@ impl<'a> VolIo<'a> {
         for e in self.got.drain(..) {
             let _ = self.store.free(e);
         }
+        // Nothing handed out is kept: the failed checkpoint leaves no block behind.
+        debug_assert!(self.got.is_empty());
     }
 
     /// Writes the index chain that lists `pieces` (blocks of its own allocated one at a

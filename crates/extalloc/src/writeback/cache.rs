@@ -137,6 +137,12 @@ impl DirtyFile {
     /// Copies the cached blocks over `out`, the bytes from `offset` as the volume holds
     /// them.
     pub(super) fn overlay(&self, offset: u64, out: &mut [u8], block_size: u64) {
+        // A page is a block: the cache's pages are of the volume's block size.
+        debug_assert!(self
+            .pages
+            .values()
+            .next()
+            .is_none_or(|p| p.data.len() as u64 == block_size));
         let end = offset + out.len() as u64;
         let (first, last) = (offset / block_size, end.div_ceil(block_size));
         for (&b, p) in self.pages.range(first..last) {

@@ -247,6 +247,7 @@ impl Shared {
         }
         let c = self.route(id, d)?;
         self.push(id, d, c);
+        debug_assert!(d.queued, "file {id} queued");
         Ok(())
     }
 
@@ -426,9 +427,15 @@ impl Shared {
                 return Ok(false);
             }
         }
-        for (start, len) in runs {
+        for &(start, len) in &runs {
             self.write_run(id, d, (start, len), by)?;
         }
+        // Each run written is gone from the cache (a writer cannot add meanwhile: the
+        // file's cache lock is held).
+        debug_assert!(
+            runs.iter().all(|&(s, _)| d.run_len(s, 1) == 0),
+            "file {id}'s trip"
+        );
         if d.pages.is_empty() && d.closed {
             // A closed file written back in full keeps no preallocation.
             self.vol.close_file(id)?;
@@ -472,6 +479,12 @@ impl Shared {
     /// Writes back file `id` in full from the caller's thread (fsync, truncate).
     pub(super) fn flush_locked(&self, id: u64, d: &mut DirtyFile) -> Result<()> {
         while self.trip(id, d, None)? {}
+        // What the callers rely on (fsync, truncate, fallocate): nothing of it is cached,
+        // nothing holds a reservation.
+        debug_assert!(
+            d.pages.is_empty() && d.reserved == 0,
+            "file {id} written back"
+        );
         Ok(())
     }
 

@@ -82,6 +82,8 @@ pub(super) fn encode_into(
     b.resize(total, 0);
     let crc = crc32c::crc32c(b);
     b[20..24].copy_from_slice(&crc.to_le_bytes());
+    // Paired with the reader: the header parses back as written.
+    debug_assert_eq!(parse_header(b), Some((KIND_TXN, seq, total)));
 }
 
 pub(super) fn wrap_marker(seq: u64) -> [u8; HEADER] {
@@ -204,6 +206,8 @@ pub(super) fn append_mirror(
     // checks as it reads through the mirror.
     let crc = crc32c::crc32c(&out[at..at + HEADER]);
     out[at + 20..at + 24].copy_from_slice(&crc.to_le_bytes());
+    // Paired with the reader: the header parses back as written.
+    debug_assert_eq!(parse_header(&out[at..]), Some((KIND_MIRROR, seq, total)));
 }
 
 /// Decodes a whole mirror (any bytes: never panics). `None` if its header is torn or
