@@ -10,10 +10,9 @@
 //! never neither and never both, and a key a keyed put stored names one file across every
 //! reopen.
 //!
-//! Data structures: none of their own; the key lock is the volume's `keys`. A lookup visits
-//! every file, the file tree's leaves included ([`Volume::try_visit_with_attrs`]: O(files)
-//! in time, one leaf at a time in memory): a caller with many keyed gets per put keeps its
-//! own index (from `list_with_attrs`).
+//! Data structures: none of their own; the key lock is the volume's `keys`. A lookup reads
+//! the files whose blob hashes as the key's (`keyindex.rs`: built by the first lookup's
+//! visit of every file, O(files) once, then kept as changes are logged), newest first.
 //!
 //! Invariant: among keyed puts, a key names at most one published file. Calls that set a
 //! blob directly ([`Volume::put`], [`Volume::create`], [`Volume::set_attr`],
@@ -22,9 +21,12 @@
 //! that one. Locks: `keys` before every other lock of the volume; a keyed put writes its
 //! data before taking it, so keyed puts of different keys copy their data side by side.
 
+use super::keyindex::{effect, hash, IndexState, KeyIndex};
 use super::publish::check_caller_attr;
+use super::record::Change;
 use super::state::Volume;
 use crate::error::{Error, Result};
+use std::sync::atomic::Ordering::SeqCst;
 
 /// A key a caller may use: not empty, within the blob limit, not the pending mark.
 fn check_key(key: &[u8]) -> Result<()> {
@@ -104,17 +106,94 @@ impl Volume {
             Some(id) => self.read(id, 0, self.size(id)?).map(Some),
         }
     }
+}
 
-    /// The highest id of a published file whose blob is `key` (a valid key: never the
-    /// pending mark), among those in memory and those only in the file tree (a leaf that
-    /// cannot be read fails the lookup: `cache.rs`).
-    fn newest_under(&self, key: &[u8]) -> Result<Option<u64>> {
-        let mut newest = None;
-        self.try_visit_with_attrs(|f, attr| {
-            if attr == key {
-                newest = newest.max(Some(f.id));
+/// The key index's volume side (`keyindex.rs`).
+impl Volume {
+    /// Called by [`Volume::log`] with the changes it logs (under `log`'s lock, so in log
+    /// order): kept by the index once a keyed lookup asked for it.
+    pub(super) fn index_changes(&self, changes: &[Change]) {
+        debug_assert!(self.log.is_locked(), "changes reach the index in log order");
+        if !self.key_index_used.load(SeqCst) {
+            return;
+        }
+        let mut state = self.key_index.lock();
+        match &mut *state {
+            IndexState::NotBuilt => {}
+            IndexState::Building(kept) => kept.extend(changes.iter().filter_map(effect)),
+            IndexState::Built(index) => {
+                for (id, h) in changes.iter().filter_map(effect) {
+                    index.set(id, h);
+                }
             }
-        })?;
-        Ok(newest)
+        }
+    }
+
+    /// The ids of the files whose blob may be `key` (hashes alike), newest first; builds
+    /// the index on the first call (one visit of every file). A visit that fails leaves
+    /// the index unbuilt.
+    pub(super) fn key_candidates(&self, key: &[u8]) -> Result<Vec<u64>> {
+        if let IndexState::Built(index) = &*self.key_index.lock() {
+            return Ok(index.candidates(key));
+        }
+        self.build_key_index()?;
+        match &*self.key_index.lock() {
+            IndexState::Built(index) => Ok(index.candidates(key)),
+            _ => unreachable!("the index was just built"),
+        }
+    }
+
+    /// Builds the index: one visit of every file, the changes logged meanwhile replayed
+    /// on top. Callers hold the key lock (`keys`), so one build runs at a time.
+    fn build_key_index(&self) -> Result<()> {
+        debug_assert!(
+            self.keys.is_locked(),
+            "one build at a time: under the key lock"
+        );
+        {
+            let mut state = self.key_index.lock();
+            if matches!(*state, IndexState::Built(_)) {
+                return Ok(());
+            }
+            *state = IndexState::Building(Vec::new());
+        }
+        // Set after the state: a `log` that sees it finds the buffer.
+        self.key_index_used.store(true, SeqCst);
+        let mut index = KeyIndex::default();
+        let visited = self.try_visit_with_attrs(|f, attr| index.set(f.id, Some(hash(attr))));
+        let mut state = self.key_index.lock();
+        let IndexState::Building(kept) = std::mem::take(&mut *state) else {
+            unreachable!("one build at a time (the key lock)")
+        };
+        visited?;
+        for (id, h) in kept {
+            index.set(id, h);
+        }
+        *state = IndexState::Built(index);
+        Ok(())
+    }
+
+    /// The highest id of a published file whose blob is `key`: the index's candidates,
+    /// each read back and compared.
+    pub(super) fn newest_under(&self, key: &[u8]) -> Result<Option<u64>> {
+        for id in self.key_candidates(key)? {
+            match self.attr(id) {
+                Ok(attr) if attr == key => return Ok(Some(id)),
+                // Gone since (an unlink not yet in the index cannot be: it is logged
+                // first), or another blob with the same hash.
+                Ok(_) | Err(crate::Error::NoSuchFile { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Test access: the index's file count, if built.
+    #[cfg(test)]
+    pub(super) fn key_index_len(&self) -> Option<usize> {
+        match &*self.key_index.lock() {
+            IndexState::Built(index) => Some(index.len()),
+            _ => None,
+        }
     }
 }

@@ -164,3 +164,73 @@ fn concurrent_keyed_puts_leave_one_blob_under_the_key() {
     vol.sync().unwrap();
     assert!(vol.list().len() == 1 && vol.check().unwrap().clean());
 }
+
+/// The key index (`keyindex.rs`) answers as a visit of every file would, whatever changed
+/// blobs: keyed puts, direct puts and blob changes under a key, unlinks, a checkpoint that
+/// leaves files only in the tree, and a reopen (built again by the first lookup).
+#[test]
+fn the_key_index_answers_as_a_visit_of_every_file() {
+    let dev = device(31);
+    let mut vol = Volume::mkfs(dev.clone(), &geometry(), 256, Policy::default()).unwrap();
+    let key = |i: u64| format!("key-{}", i % 97).into_bytes();
+    let check = |vol: &Volume| {
+        for i in 0..97 {
+            let k = key(i);
+            let visit = under(vol, &k).last().copied();
+            assert_eq!(vol.find_key(&k).unwrap(), visit, "key {i}");
+        }
+    };
+    // Files before the first lookup: the build's visit finds them.
+    for i in 0..150u64 {
+        vol.put_keyed(&key(i), &data(i as u8, 100)).unwrap();
+    }
+    assert_eq!(vol.key_index_len(), Some(vol.list().len()));
+    check(&vol);
+    // Changes after it: the log keeps the index.
+    for i in 150..400u64 {
+        match i % 5 {
+            // A direct put under a key: a second file, the newer one named.
+            0 => {
+                vol.put(&key(i), &data(i as u8, 10)).unwrap();
+            }
+            // A blob changed away from its key.
+            1 => {
+                if let Some(id) = vol.find_key(&key(i)).unwrap() {
+                    vol.set_attr(id, b"renamed").unwrap();
+                }
+            }
+            // A direct unlink.
+            2 => {
+                if let Some(id) = vol.find_key(&key(i)).unwrap() {
+                    vol.unlink(id).unwrap();
+                }
+            }
+            _ => {
+                vol.put_keyed(&key(i), &data(i as u8, 50)).unwrap();
+            }
+        }
+        if i % 50 == 0 {
+            vol.checkpoint().unwrap();
+        }
+    }
+    check(&vol);
+    assert_eq!(vol.key_index_len(), Some(vol.list().len()));
+    vol.sync().unwrap();
+    vol = power_loss(&dev, vol);
+    assert_eq!(
+        vol.key_index_len(),
+        None,
+        "a reopened volume builds it when asked"
+    );
+    check(&vol);
+    let named = (0..97)
+        .filter(|&i| vol.find_key(&key(i)).unwrap().is_some())
+        .count();
+    assert!(named > 50, "{named} keys name a blob");
+    for i in 0..97 {
+        if let Some(id) = vol.find_key(&key(i)).unwrap() {
+            let whole = vol.read(id, 0, 1 << 20).unwrap();
+            assert_eq!(vol.get_keyed(&key(i)).unwrap(), Some(whole));
+        }
+    }
+}

@@ -85,6 +85,7 @@ mod io;
 mod keyed;
 #[cfg(test)]
 mod keyed_tests;
+mod keyindex;
 #[cfg(test)]
 mod latch_tests;
 mod load;
@@ -274,6 +275,8 @@ impl Volume {
             files_loaded: AtomicU64::new(0),
             files_evicted: AtomicU64::new(0),
             keys: RwLock::new(()),
+            key_index: Mutex::new(keyindex::IndexState::NotBuilt),
+            key_index_used: AtomicBool::new(false),
         })
     }
 
@@ -398,6 +401,8 @@ impl Volume {
             c.encode(&mut log);
             dirty.extend(c.file());
         }
+        // Under `log`'s lock: the index sees the changes in log order.
+        self.index_changes(changes);
     }
 
     /// Makes room for one chunk call: see [`Volume::make_room`]. Inside an atomic group of

@@ -153,6 +153,10 @@ pub struct Volume {
     /// file among keyed puts, and a keyed get never reads a file a keyed put removes
     /// (`keyed.rs`).
     pub(super) keys: RwLock<()>,
+    /// Files by their blob's hash, for keyed lookups (`keyindex.rs`): built on the first.
+    pub(super) key_index: Mutex<super::keyindex::IndexState>,
+    /// A keyed lookup asked for the index: `log` keeps it from then on.
+    pub(super) key_index_used: AtomicBool,
 }
 
 impl Meta {
@@ -204,6 +208,8 @@ impl Segs {
             let l = self.live.entry(seg).or_default();
             l.0 += bytes;
             l.1.insert(id);
+            // A segment's live bytes are its maps' bytes: never more than the segment.
+            debug_assert!(l.0 <= seg.len * bs, "segment {seg:?} holds {} bytes", l.0);
         }
         self.held.insert(id, parts);
     }
