@@ -228,6 +228,10 @@ impl Ns {
     pub(crate) fn times_dirty(&mut self, ino: u64) -> FsResult<()> {
         self.node_mut(ino)?.attr_dirty = true;
         self.dirty_attrs.insert(ino);
+        // What the next sync relies on: every node marked dirty is listed.
+        debug_assert!(
+            self.node(ino).is_ok_and(|n| n.attr_dirty) && self.dirty_attrs.contains(&ino)
+        );
         Ok(())
     }
 
@@ -479,7 +483,14 @@ impl Fs {
             self.vol.set_attr(ino, &blob)?;
         }
         // Clean only once written: a failed write leaves the times for the next try.
-        ns.node_mut(ino)?.attr_dirty = false;
+        let n = ns.node_mut(ino)?;
+        n.attr_dirty = false;
+        // Paired with the read back (`ondemand.rs`): a named inode's blob on the volume
+        // is its node's now.
+        debug_assert!(
+            n.inode.nlink == 0 || self.vol.volume().attr(ino).is_ok_and(|b| b == n.blob()),
+            "inode {ino} persisted"
+        );
         Ok(())
     }
 

@@ -201,6 +201,8 @@ impl Fs {
         if name != b"." && name != b".." {
             ns.node(ino)?.lookups.add();
         }
+        // An entry handed with attributes counts as a lookup: its node is in memory.
+        debug_assert!(ns.node(ino).is_ok(), "inode {ino} handed");
         Ok(Handed::Added)
     }
 

@@ -76,6 +76,9 @@ impl Parked {
             }
             _ => {}
         }
+        // A count of 1 lives in the bitmap, a larger one in the map, never both.
+        debug_assert!(self.more.get(&ino).is_none_or(|&c| c > 1));
+        debug_assert!(!(self.ones.contains(ino) && self.more.contains_key(&ino)));
         true
     }
 
