@@ -9,7 +9,9 @@
 #
 #   sudo scripts/full-volume.sh [CASE...]   # cases: small4k (64 MiB, 4 KiB files),
 #                                           # mid4k (256 MiB, 4 KiB files), churn (1 GiB,
-#                                           # 1-128 KiB files); default: all three
+#                                           # 1-128 KiB files); default: all three; and
+#                                           # small1k (64 MiB of 1 KiB blocks, 1-4 KiB
+#                                           # files: the tree's nodes span 4 blocks)
 #
 # Needs root, /dev/fuse, fusermount3 and target/release/extalloc (or EXTALLOC_BIN). One
 # line per case; exits non-zero if a mount, the repair or a synced file failed.
@@ -110,9 +112,10 @@ for line in open(sys.argv[1]):
 sys.exit(1 if bad else 0)
 PY
 
-run_case() { # NAME SIZE LO_KIB HI_KIB
+run_case() { # NAME SIZE LO_KIB HI_KIB [MKFS OPTION...]
   local name=$1 size=$2 lo=$3 hi=$4 img="$WORK/$1.img" out pid verdict=ok
-  "$BIN" mkfs "$img" --size "$size" >/dev/null
+  shift 4
+  "$BIN" mkfs "$img" --size "$size" "$@" >/dev/null
   out=$("$BIN" mount "$img" "$MNT" --log "$WORK/$name.log")
   pid=$(sed -n 's/.*(process \([0-9]*\)).*/\1/p' <<<"$out")
   local said
@@ -140,6 +143,7 @@ for c in "${@:-small4k mid4k churn}"; do
       small4k) run_case small4k 64MiB 4 4 || status=1 ;;
       mid4k) run_case mid4k 256MiB 4 4 || status=1 ;;
       churn) run_case churn 1GiB 1 128 || status=1 ;;
+      small1k) run_case small1k 64MiB 1 4 --block-size 1024 || status=1 ;;
       *) echo "full-volume.sh: unknown case $one" >&2; exit 2 ;;
     esac
   done

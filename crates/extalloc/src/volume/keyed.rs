@@ -144,12 +144,13 @@ impl Volume {
     }
 
     /// Builds the index: one visit of every file, the changes logged meanwhile replayed
-    /// on top. Callers hold the key lock (`keys`), so one build runs at a time.
+    /// on top. Callers hold the key lock (`keys`, shared by lookups); one build runs at a
+    /// time (`key_index_build`).
     fn build_key_index(&self) -> Result<()> {
-        debug_assert!(
-            self.keys.is_locked(),
-            "one build at a time: under the key lock"
-        );
+        debug_assert!(self.keys.is_locked(), "a build runs under the key lock");
+        // Lookups share the key lock: the builder's own lock makes one build at a time,
+        // and a lookup that waited for it finds the index built.
+        let _one = self.key_index_build.lock();
         {
             let mut state = self.key_index.lock();
             if matches!(*state, IndexState::Built(_)) {
@@ -163,7 +164,7 @@ impl Volume {
         let visited = self.try_visit_with_attrs(|f, attr| index.set(f.id, Some(hash(attr))));
         let mut state = self.key_index.lock();
         let IndexState::Building(kept) = std::mem::take(&mut *state) else {
-            unreachable!("one build at a time (the key lock)")
+            unreachable!("one build at a time (`key_index_build`)")
         };
         visited?;
         for (id, h) in kept {

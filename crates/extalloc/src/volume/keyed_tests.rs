@@ -234,3 +234,39 @@ fn the_key_index_answers_as_a_visit_of_every_file() {
         }
     }
 }
+
+/// Lookups racing to build the key index, with keyed puts logging changes meanwhile: one
+/// build runs, the others wait for it, and every answer is a visit's.
+#[test]
+fn lookups_racing_to_build_the_index_agree_with_a_visit() {
+    let dev = device(37);
+    let vol = Arc::new(Volume::mkfs(dev, &geometry(), 256, Policy::default()).unwrap());
+    let key = |i: u64| format!("k{}", i % 61).into_bytes();
+    for i in 0..300u64 {
+        vol.put(&key(i), &data(i as u8, 20)).unwrap();
+    }
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let vol = vol.clone();
+            std::thread::spawn(move || {
+                for i in 0..61 {
+                    let k = key(i + t);
+                    // A file of the key exists throughout (puts only add newer ones).
+                    assert!(vol.find_key(&k).unwrap().is_some(), "thread {t}: key {i}");
+                }
+            })
+        })
+        .collect();
+    for i in 300..400u64 {
+        vol.put_keyed(&key(i), &data(i as u8, 20)).unwrap();
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    for i in 0..61 {
+        assert_eq!(
+            vol.find_key(&key(i)).unwrap(),
+            under(&vol, &key(i)).last().copied()
+        );
+    }
+}

@@ -16,8 +16,9 @@
 //! Invariant: once built, the index holds every file of the volume under the hash of its
 //! blob as the last logged change set it (a hit is still read back and compared: a hash is
 //! not a key). Memory: about 40 bytes a file, only on a volume asked by key. Locks:
-//! `Volume::key_index` is a leaf, taken in `log` after `log` and `dirty`; the visit takes
-//! none of it.
+//! `Volume::key_index` is a leaf, taken in `log` after `log` and `dirty`; a build holds
+//! `keys` (shared) then `key_index_build` across its visit (which takes the gate and the
+//! files' locks as any visit), and `key_index` only before and after it.
 
 use super::record::Change;
 use std::collections::HashMap;

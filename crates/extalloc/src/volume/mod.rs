@@ -277,6 +277,7 @@ impl Volume {
             keys: RwLock::new(()),
             key_index: Mutex::new(keyindex::IndexState::NotBuilt),
             key_index_used: AtomicBool::new(false),
+            key_index_build: Mutex::new(()),
         })
     }
 

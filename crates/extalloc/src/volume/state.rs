@@ -157,6 +157,8 @@ pub struct Volume {
     pub(super) key_index: Mutex<super::keyindex::IndexState>,
     /// A keyed lookup asked for the index: `log` keeps it from then on.
     pub(super) key_index_used: AtomicBool,
+    /// Held for a build of the key index: one at a time (lookups share `keys`).
+    pub(super) key_index_build: Mutex<()>,
 }
 
 impl Meta {
