@@ -40,7 +40,9 @@ enum Command {
     /// Assertions in state-changing functions: offenders in the strict folders, the
     /// ratchet in the FUSE crate's.
     Assertions {
-        /// Raise the ratcheted folders' floors to their shares now.
+        /// Raise the ratcheted folders' floors to their shares now, and drop from
+        /// known-offenders.txt the functions that now assert (a new offender is never
+        /// added: assert in it).
         #[arg(long)]
         update_floors: bool,
         /// Files or folders to report on (the table only; default: the rule's folders).
