@@ -8,7 +8,7 @@
 #                            # root and /dev/fuse)
 #   scripts/test.sh --full   # the quick tier, then the loom models, the mount tests (fsx,
 #                            # pjdfstest, fio with verify, kill -9 crashes; root) and
-#                            # fstests' CI selection (scripts/fstests-ci.list): what .ci/run
+#                            # fstests' CI selection (scripts/test/fstests-ci.list): what .ci/run
 #                            # runs
 #
 # Everything but loom runs the `checked` profile (Cargo.toml): release's code with debug
@@ -55,17 +55,17 @@ step() { # NAME COMMAND...: runs a step, recording it as passed with its time
   echo "=== test.sh: $current passed in $((SECONDS - start)) s ($SECONDS s so far)" >&2
 }
 
-step "tools" ./scripts/ci-deps.sh
+step "tools" ./scripts/ci/ci-deps.sh
 step "workspace tests (checked)" cargo test --workspace --profile checked
 # The CLI those tests built: the mount tests and fstests use it (a build of the CLI alone
 # unifies other features of the library and would compile everything again).
 export EXTALLOC_TEST_BIN="$PWD/target/checked/extalloc"
 # The C API from C (docs/c.md): its C tests and example under ASan and UBSan, against the
 # library the line above built (about 5 s).
-step "C tests" ./scripts/c-tests.sh --workspace
+step "C tests" ./scripts/test/c-tests.sh --workspace
 # The Python package (docs/python.md): pip install into target/python-venv, then its tests
 # (pytest, hypothesis; about 1 minute, the module built on the workspace's checked build).
-step "Python tests" ./scripts/python-tests.sh
+step "Python tests" ./scripts/test/python-tests.sh
 # The library's examples (built by the tests above): each checks what it shows.
 examples() {
   for example in blobstore vm_image store_payloads; do
@@ -80,7 +80,7 @@ if ((full == 0)); then
   elif [[ ! -c /dev/fuse ]]; then
     not_run+=("mount smoke test: no /dev/fuse")
   else
-    step "mount smoke test (checked)" ./scripts/mount-tests.sh --smoke
+    step "mount smoke test (checked)" ./scripts/test/mount-tests.sh --smoke
   fi
   not_run+=("loom, mount tests, fstests: the full suite's (scripts/test.sh --full)")
   exit 0
@@ -97,9 +97,9 @@ if [[ $(id -u) -ne 0 ]]; then
 elif [[ ! -c /dev/fuse ]]; then
   not_run+=("mount tests: no /dev/fuse")
 else
-  step "mount tests (checked)" ./scripts/mount-tests.sh
+  step "mount tests (checked)" ./scripts/test/mount-tests.sh
 fi
-# fstests, the community's suite, on the mount: CI's selection (scripts/fstests-ci.list, 112
+# fstests, the community's suite, on the mount: CI's selection (scripts/test/fstests-ci.list, 112
 # tests: data, namespace, extended attributes and ACLs, O_DIRECT, O_TMPFILE, birth times,
 # chattr, whiteouts, file handles across remounts). fstests is a test tool kept outside the
 # repository; its source is ../shared/fstests or FSTESTS_SRC. Without it the step is not run
@@ -110,5 +110,5 @@ if [[ ! -x "$FSTESTS_SRC/check" ]]; then
 elif [[ $(id -u) -ne 0 || ! -c /dev/fuse ]]; then
   not_run+=("fstests: needs root and /dev/fuse")
 else
-  step "fstests (checked)" ./scripts/fstests.sh --src "$FSTESTS_SRC" --list scripts/fstests-ci.list --timeout 300
+  step "fstests (checked)" ./scripts/test/fstests.sh --src "$FSTESTS_SRC" --list scripts/test/fstests-ci.list --timeout 300
 fi

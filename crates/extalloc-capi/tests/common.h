@@ -1,6 +1,6 @@
 /*
  * The C tests' helpers: CHECK and EXPECT_CODE count failures and go on; a scratch
- * directory from argv[1] (scripts/c-tests.sh makes it) for the volumes' files.
+ * directory from argv[1] (scripts/test/c-tests.sh makes it) for the volumes' files.
  */
 #ifndef EXTALLOC_TEST_COMMON_H
 #define EXTALLOC_TEST_COMMON_H

@@ -17,7 +17,7 @@ pub struct CompareFsArgs {
     /// File systems, comma-separated: ext4, xfs, btrfs, extalloc, extalloc-uring (the mount
     /// with --io-uring), extalloc-nopoll (the mount with --poll-us 0), fuse2fs, floor and
     /// floor-uring (the FUSE floor: an in-memory libfuse file system over /dev/fuse or
-    /// io_uring, built by scripts/build-floor.sh; skipped with the reason when it cannot be).
+    /// io_uring, built by scripts/bench/build-floor.sh; skipped with the reason when it cannot be).
     /// Ratios (of the figures and of CPU per operation) are to ext4 when it is one of them,
     /// else to the first.
     #[arg(long, default_value = "ext4,xfs,extalloc")]

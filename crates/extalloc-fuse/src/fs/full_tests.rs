@@ -1,4 +1,4 @@
-//! A full device through the file system, as `scripts/full-volume.sh` drives a mount: one
+//! A full device through the file system, as `scripts/bench/full-volume.sh` drives a mount: one
 //! directory filled with 4 KiB files to the first `ENOSPC` (a tenth of them fsync'd),
 //! every other file removed, then creates, overwrites and unlinks to `ENOSPC` again, and
 //! a crash. The promises: `ENOSPC` reaches a data write (or a create) first; no `fsync`,

@@ -83,7 +83,7 @@ fn check(targets: &[Target]) -> Result<()> {
     if targets.iter().any(|&t| Flavor::of(t).is_some()) {
         anyhow::ensure!(
             std::path::Path::new("/dev/fuse").exists(),
-            "extalloc mounts need /dev/fuse (and fusermount3: scripts/fs-tools.sh)"
+            "extalloc mounts need /dev/fuse (and fusermount3: scripts/ci/fs-tools.sh)"
         );
     }
     Ok(())

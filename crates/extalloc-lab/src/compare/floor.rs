@@ -1,10 +1,10 @@
 //! The FUSE floor as a `compare-fs` target (`--fs floor,floor-uring`): the project's
-//! in-memory FUSE file system (`scripts/floor-memfs.c`, libfuse 3.19's low-level API, no
+//! in-memory FUSE file system (`scripts/bench/floor-memfs.c`, libfuse 3.19's low-level API, no
 //! storage), which costs what FUSE itself costs per operation and little more. Against it
 //! extalloc's mount shows what its own work adds, on the same transport: `floor` over
 //! `/dev/fuse` beside `extalloc`, `floor-uring` over io_uring beside `extalloc-uring`.
 //!
-//! The program is built by `scripts/build-floor.sh` (libfuse from ../shared/libfuse, built
+//! The program is built by `scripts/bench/build-floor.sh` (libfuse from ../shared/libfuse, built
 //! outside the tree and cached), once per command; `EXTALLOC_FLOOR=PATH` names a binary
 //! built already. When it cannot be built, or the kernel has no FUSE over io_uring, the
 //! target is skipped with the reason ([`unavailable`]), never run with made-up figures.
@@ -46,9 +46,9 @@ pub fn binary() -> Result<PathBuf> {
         .map_err(anyhow::Error::msg)
 }
 
-/// `scripts/build-floor.sh` from the current directory or above the executable.
+/// `scripts/bench/build-floor.sh` from the current directory or above the executable.
 fn script() -> Result<PathBuf> {
-    let rel = Path::new("scripts/build-floor.sh");
+    let rel = Path::new("scripts/bench/build-floor.sh");
     let mut bases = vec![std::env::current_dir()?];
     if let Ok(exe) = std::env::current_exe() {
         bases.extend(exe.ancestors().skip(1).map(Path::to_path_buf));
@@ -58,7 +58,7 @@ fn script() -> Result<PathBuf> {
         .map(|b| b.join(rel))
         .find(|p| p.is_file())
         .context(
-            "scripts/build-floor.sh not found (run compare-fs from extalloc's repository, \
+            "scripts/bench/build-floor.sh not found (run compare-fs from extalloc's repository, \
              or set EXTALLOC_FLOOR to a floor-memfs binary)",
         )
 }
@@ -163,7 +163,7 @@ impl FloorMount {
             cmd,
             mountpoint,
             std::env::temp_dir().join(format!("{tag}.log")),
-            "scripts/build-floor.sh builds it",
+            "scripts/bench/build-floor.sh builds it",
         )?;
         drop(switch);
         if uring {

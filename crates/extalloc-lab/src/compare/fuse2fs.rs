@@ -11,7 +11,7 @@
 //! and mount point, whatever failed.
 //!
 //! Options: fuse2fs's own defaults (`kernel_cache,subtype=ext4,use_ino,attr_timeout=0,
-//! big_writes` as scripts/mount.fuse.fuse2fs lists them), nothing added: as root no
+//! big_writes` as scripts/mount/mount.fuse.fuse2fs lists them), nothing added: as root no
 //! `allow_other` or `fakeroot` is needed, and the benchmark measures fuse2fs as it ships.
 
 use super::daemon::Daemon;
@@ -50,7 +50,7 @@ impl Fuse2fsMount {
             cmd,
             mountpoint,
             std::env::temp_dir().join(format!("{tag}.log")),
-            "Debian package fuse2fs: scripts/ci-deps.sh",
+            "Debian package fuse2fs: scripts/ci/ci-deps.sh",
         )?);
         Ok(m)
     }

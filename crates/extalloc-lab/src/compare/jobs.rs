@@ -281,7 +281,7 @@ pub fn run(job: &Job, root: &Path, rec: &mut Recorder) -> Result<()> {
                 .arg(root)
                 .current_dir(root)
                 .output()
-                .context("running stress-ng (scripts/ci-deps.sh installs it)")?;
+                .context("running stress-ng (scripts/ci/ci-deps.sh installs it)")?;
             let text = format!(
                 "{}{}",
                 String::from_utf8_lossy(&out.stdout),

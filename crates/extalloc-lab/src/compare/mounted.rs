@@ -189,7 +189,7 @@ fn check_tools(jobs: &[Job], targets: &[Target]) -> Result<()> {
     {
         anyhow::ensure!(
             Path::new("/dev/fuse").exists(),
-            "the FUSE targets need /dev/fuse (and fusermount3: scripts/fs-tools.sh)"
+            "the FUSE targets need /dev/fuse (and fusermount3: scripts/ci/fs-tools.sh)"
         );
     }
     Ok(())

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Many empty files through a mount, beside ext4 (issue 50's figures).
 
-    sudo scripts/namespace-scale.py [--files 100k,1M] [--dirs 1000] [--fs ext4,extalloc]
+    sudo scripts/bench/namespace-scale.py [--files 100k,1M] [--dirs 1000] [--fs ext4,extalloc]
                                     [--size 64GiB] [--evict-first] [--crash] [--json PATH]
 
 For each file system and file count, on a fresh sparse image (in $TMPDIR, else /var/tmp)

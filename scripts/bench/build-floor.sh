@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Builds the FUSE floor target of `compare-fs` (`--fs floor,floor-uring`): the project's
-# in-memory FUSE file system, scripts/floor-memfs.c, linked against libfuse 3.19 (the
+# in-memory FUSE file system, scripts/bench/floor-memfs.c, linked against libfuse 3.19 (the
 # version with FUSE over io_uring; Debian's libfuse3 is 3.14, without it) built from the
 # source in ../shared/libfuse (LIBFUSE_SRC). That source is a benchmark tool, not part of
 # extalloc: it is copied outside the tree, built there with meson and ninja, and never
 # edited; none of its code is in the project (see its FOR-EXTALLOC.md).
 #
-#   scripts/build-floor.sh            # prints the path of the floor binary on stdout
+#   scripts/bench/build-floor.sh            # prints the path of the floor binary on stdout
 #
 # Installs meson, ninja-build, liburing-dev and pkg-config with apt-get when missing (root).
 # The build is cached under FLOOR_CACHE (default ~/.cache/extalloc-floor): libfuse is built
@@ -15,7 +15,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 src_c="$here/floor-memfs.c"
-repo_root="$(cd "$here/.." && pwd)"
+repo_root="$(cd "$here/../.." && pwd)"
 libfuse_src="${LIBFUSE_SRC:-$repo_root/../shared/libfuse}"
 [[ -d "$libfuse_src" ]] || libfuse_src=/work/shared/libfuse
 cache="${FLOOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/extalloc-floor}"

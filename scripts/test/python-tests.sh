@@ -5,9 +5,9 @@
 # crates/extalloc-python/tests/requirements.txt). The build shares the workspace's target
 # directory, so after `cargo test --workspace --release` it compiles only the module.
 #
-#   scripts/python-tests.sh            # about 1 minute after the workspace's release build
+#   scripts/test/python-tests.sh            # about 1 minute after the workspace's release build
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 VENV=${VENV:-target/python-venv}
 if [[ ! -x "$VENV/bin/python" ]]; then
   if ! python3 -m venv "$VENV"; then

@@ -3,7 +3,7 @@
 // to show how much of a commit on /dev/shm is the system calls, and what the mirror block
 // (a second 4 KiB page in every commit's write) adds.
 //
-//   gcc -O2 -o /tmp/write-floor scripts/write-floor.c
+//   gcc -O2 -o /tmp/write-floor scripts/bench/write-floor.c
 //   /tmp/write-floor /dev/shm/write-floor.img [COMMITS]      # then remove the file
 //
 // Each size is written COMMITS times (default 2,000,000), each write 152 bytes after the

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Before/after comparison of two `extalloc` binaries, run alternately.
 
-    scripts/compare-builds.py BEFORE AFTER [--rounds 3] [--out DIR]
-    scripts/compare-builds.py BEFORE AFTER --suite quick [--rounds 3]
+    scripts/bench/compare-builds.py BEFORE AFTER [--rounds 3] [--out DIR]
+    scripts/bench/compare-builds.py BEFORE AFTER --suite quick [--rounds 3]
 
 Runs each benchmark of the layering acceptance (`bench fallocate2 --threads 1,2`, `bench frag`,
 `bench small-files`, `bench sparse-writes`, default policies) with BEFORE and AFTER in turn,

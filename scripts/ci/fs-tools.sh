@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What the mount tests (scripts/mount-tests.sh) and `compare-fs` need, installed only when
+# What the mount tests (scripts/test/mount-tests.sh) and `compare-fs` need, installed only when
 # missing: the Debian packages through ci-deps.sh (fuse3, fio, fsmark, libacl1-dev, acl, fuse2fs,
 # stress-ng);
 # fsx and pjdfstest from crates.io at pinned versions; and the unprivileged `tests` user

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # What the build and tests need beyond Rust, installed only when missing: gcc with its
-# sanitizer runtimes (the C API's tests, scripts/c-tests.sh); fontconfig's development
+# sanitizer runtimes (the C API's tests, scripts/test/c-tests.sh); fontconfig's development
 # files (plotters draws text through font-kit) and a font to draw with; and
 # e2fsprogs, mount and util-linux (mkfs.ext4, dumpe2fs, losetup, fallocate), with which the tests
 # that need root make and trace an ext4 loop mount instead of skipping; fio, which the
-# writeback comparison runs on that mount; and for the mount tests (scripts/fs-tools.sh
+# writeback comparison runs on that mount; and for the mount tests (scripts/ci/fs-tools.sh
 # adds the crates.io tools): fuse3 (fusermount3), fsmark (fs_mark, for compare-fs), and
 # libacl1-dev and acl, which pjdfstest links (setfacl/getfacl also check the mount's ACLs);
 # attr (setfattr/getfattr), with which the mount tests check extended attributes; fuse2fs

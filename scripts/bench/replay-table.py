@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Replays traces through extalloc and prints the tables of docs/results.md.
 
-    scripts/replay-table.py acceptance TRACE...   one row per trace: extalloc against the
+    scripts/bench/replay-table.py acceptance TRACE...   one row per trace: extalloc against the
                                                   kernel (serial, and threaded with --threaded):
                                                   meets when extents per file and free extents
                                                   are at most the kernel's and the largest free
                                                   extent at least half the kernel's, each run
-    scripts/replay-table.py rules TRACE...        what switching off each fidelity rule changes
+    scripts/bench/replay-table.py rules TRACE...        what switching off each fidelity rule changes
 
 The binary is $EXTALLOC, else target/release/extalloc (build it first); the policy is
 $POLICY, else extalloc. Progress goes to stderr, the Markdown table to stdout.

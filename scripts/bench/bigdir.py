@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One large directory, beside ext4: lookup, readdir and unlink per entry (issue 50).
 
-    sudo scripts/bigdir.py [--files 10k,1M] [--fs ext4,extalloc] [--lookups 10000]
+    sudo scripts/bench/bigdir.py [--files 10k,1M] [--fs ext4,extalloc] [--lookups 10000]
                            [--size 16GiB] [--json PATH]
 
 For each file system and entry count, on a fresh sparse image (in $TMPDIR, else /var/tmp)

@@ -8,13 +8,13 @@
 # auto_da_alloc promise), both directories must exist with their 100 files each and their
 # own marker, and fsck of the unmounted image must be clean.
 #
-#   sudo scripts/rename-crash.sh [KILLS]      # default 10 each (CI); docs/results.md: 100
-#   RENAME_CRASH_MOUNT_ARGS=--io-uring sudo scripts/rename-crash.sh 100   # over io_uring
+#   sudo scripts/test/rename-crash.sh [KILLS]      # default 10 each (CI); docs/results.md: 100
+#   RENAME_CRASH_MOUNT_ARGS=--io-uring sudo scripts/test/rename-crash.sh 100   # over io_uring
 #
 # Needs root, /dev/fuse and a built target/release/extalloc (or EXTALLOC_BIN). Prints a line per kill and a
 # summary; exits non-zero at the first loss.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 KILLS=${1:-10}
 [[ $(id -u) -eq 0 ]] || { echo "rename-crash.sh: needs root (it mounts)" >&2; exit 1; }
 [[ -c /dev/fuse ]] || { echo "rename-crash.sh: no /dev/fuse" >&2; exit 1; }

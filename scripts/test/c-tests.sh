@@ -5,8 +5,8 @@
 # example also against the static one, and runs them. Fails on a failed check, a non-zero
 # exit or any sanitizer report (leaks included). About 10 s once the library is built.
 #
-#   scripts/c-tests.sh               # builds the crate alone (about 2 minutes the first time)
-#   scripts/c-tests.sh --workspace   # reuses test.sh's `cargo test --workspace` build
+#   scripts/test/c-tests.sh               # builds the crate alone (about 2 minutes the first time)
+#   scripts/test/c-tests.sh --workspace   # reuses test.sh's `cargo test --workspace` build
 #
 # The profile is release, or the one EXTALLOC_PROFILE names (test.sh: `checked`, release
 # with debug assertions and overflow checks).
@@ -16,7 +16,7 @@
 # dev-dependencies as in test.sh's run, so nothing is compiled again; `cargo build` would
 # unify them otherwise and rebuild the library and everything under it.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 select=(--package extalloc-capi)
 if [[ ${1:-} == --workspace ]]; then
   select=(--workspace)

@@ -7,7 +7,7 @@
 # fsync came. ext4 under the same script reaches 100 % before its first ENOSPC and its
 # fsync never fails.
 #
-#   sudo scripts/full-volume.sh [CASE...]   # cases: small4k (64 MiB, 4 KiB files),
+#   sudo scripts/bench/full-volume.sh [CASE...]   # cases: small4k (64 MiB, 4 KiB files),
 #                                           # mid4k (256 MiB, 4 KiB files), churn (1 GiB,
 #                                           # 1-128 KiB files); default: all three; and
 #                                           # small1k (64 MiB of 1 KiB blocks, 1-4 KiB
@@ -16,7 +16,7 @@
 # Needs root, /dev/fuse, fusermount3 and target/release/extalloc (or EXTALLOC_BIN). One
 # line per case; exits non-zero if a mount, the repair or a synced file failed.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 [[ $(id -u) -eq 0 ]] || { echo "full-volume.sh: needs root (it mounts)" >&2; exit 1; }
 BIN="${EXTALLOC_BIN:-$PWD/target/release/extalloc}"
 [[ -x "$BIN" ]] || { echo "full-volume.sh: build first: cargo build --release -p extalloc-cli" >&2; exit 1; }

@@ -9,10 +9,10 @@
 # middle of fio: each followed by `fusermount3 -u`, a new mount (which repairs), fio's
 # verify of every round that finished (and so was fsync'd), and fsck.
 #
-#   scripts/mount-tests.sh            # CI: 2 fsx seeds x 100,000 ops, 3 crashes, 4x5 rename
-#                                     # kills (scripts/rename-crash.sh) (~5 min)
-#   scripts/mount-tests.sh --lab      # 4 fsx seeds, 20 crashes, 100+100 rename kills (~25 min)
-#   scripts/mount-tests.sh --smoke    # mkfs, mount, one fsx seed x 20,000 ops, umount, fsck
+#   scripts/test/mount-tests.sh            # CI: 2 fsx seeds x 100,000 ops, 3 crashes, 4x5 rename
+#                                     # kills (scripts/test/rename-crash.sh) (~5 min)
+#   scripts/test/mount-tests.sh --lab      # 4 fsx seeds, 20 crashes, 100+100 rename kills (~25 min)
+#   scripts/test/mount-tests.sh --smoke    # mkfs, mount, one fsx seed x 20,000 ops, umount, fsck
 #                                     # (scripts/test.sh's quick tier, ~1 min)
 #
 # EXTALLOC_MOUNT_ARGS adds options to every mount: by default "--file-cache 0", so that every
@@ -21,9 +21,9 @@
 # EXTALLOC_MOUNT_ARGS= tests the mount's own defaults.
 #
 # Needs root and /dev/fuse. Without them it says so loudly and stops; under CI=true it
-# fails instead. Tools come from scripts/fs-tools.sh.
+# fails instead. Tools come from scripts/ci/fs-tools.sh.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 FSX_OPS=${FSX_OPS:-100000}
 FSX_SEEDS="1 2"
 CRASHES=${CRASHES:-3}
@@ -59,8 +59,8 @@ skip() {
 }
 [[ $(id -u) -eq 0 ]] || skip "not root (the mount tests switch users and mount)"
 [[ -c /dev/fuse ]] || skip "no /dev/fuse"
-./scripts/fs-tools.sh
-./scripts/drop-dead-mounts.sh
+./scripts/ci/fs-tools.sh
+./scripts/mount/drop-dead-mounts.sh
 PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 # The build under test: release, or the profile EXTALLOC_PROFILE names (scripts/test.sh
 # runs the suite under `checked`: release with debug assertions and overflow checks on).
@@ -596,6 +596,6 @@ for f in sys.argv[1:]:
 done
 
 step "renames killed mid-flight: $RENAME_KILLS kills each of rename-over (fsync), replace and rewrite (no fsync) and exchange loops"
-EXTALLOC_BIN="$BIN" "$REPO/scripts/rename-crash.sh" "$RENAME_KILLS"
+EXTALLOC_BIN="$BIN" "$REPO/scripts/test/rename-crash.sh" "$RENAME_KILLS"
 
 step "mount tests passed"

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Can a FUSE daemon check permissions itself instead of the kernel's default_permissions?
 # (issue 53, "one round trip less per namespace change"; docs/results.md, "Permission
-# checks in the daemon".) Mounts the FUSE floor (scripts/floor-memfs.c) with or without
+# checks in the daemon".) Mounts the FUSE floor (scripts/bench/floor-memfs.c) with or without
 # default_permissions, or extalloc's mount; as root makes /d (mode 0700) and /d/f and stats
 # /d/f (the kernel caches both dentries and their attributes); then, with the kernel's fuse
 # tracepoints on, user nobody stats and reads /d/f. Prints whether each succeeded and every
 # request the kernel sent the daemon meanwhile: a request it never sends is a check the
 # daemon cannot make.
 #
-#   sudo scripts/perm-probe.sh floor-dp | floor-nodp | extalloc   [EXTALLOC=path/to/extalloc]
+#   sudo scripts/bench/perm-probe.sh floor-dp | floor-nodp | extalloc   [EXTALLOC=path/to/extalloc]
 set -euo pipefail
 mode=${1:?floor-dp, floor-nodp or extalloc}
 here="$(cd "$(dirname "$0")" && pwd)"

@@ -2,7 +2,7 @@
 // API, which `extalloc compare-fs --fs floor,floor-uring` runs beside extalloc's mount to
 // measure what FUSE itself costs per operation (docs/lab.md, docs/results.md "FUSE floor").
 // The project's own program, written against libfuse's public headers only; built by
-// scripts/build-floor.sh against libfuse 3.19 (FUSE over io_uring when the environment has
+// scripts/bench/build-floor.sh against libfuse 3.19 (FUSE over io_uring when the environment has
 // FUSE_URING_ENABLE=1 and the kernel offers it).
 //
 //   floor-memfs MOUNTPOINT -f [-s] [-o default_permissions,allow_other,...]

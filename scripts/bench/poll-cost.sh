@@ -5,9 +5,9 @@
 # each phase's rate, the loop's wall time and the daemon's CPU time (utime + stime from
 # /proc/PID/stat). Root, /dev/fuse; the release build of this checkout.
 #
-#   sudo scripts/poll-cost.sh [ROUNDS (3)] [FILES (10000)]
+#   sudo scripts/bench/poll-cost.sh [ROUNDS (3)] [FILES (10000)]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROUNDS=${1:-3}
 FILES=${2:-10000}
 [[ $EUID -eq 0 && -e /dev/fuse ]] || { echo "poll-cost.sh: needs root and /dev/fuse" >&2; exit 1; }

@@ -3,10 +3,10 @@
 # writes lab-out/<name>.json and lab-out/<name>.md. Takes about 25 minutes on 2 cores, plus
 # the kernel comparisons when run as root.
 #
-#   ./scripts/lab-results.sh            # everything
-#   ./scripts/lab-results.sh sparse     # only the comparisons whose name contains "sparse"
+#   ./scripts/bench/lab-results.sh            # everything
+#   ./scripts/bench/lab-results.sh sparse     # only the comparisons whose name contains "sparse"
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 cargo build --release -q -p extalloc-cli
 bin=target/release/extalloc
 mkdir -p lab-out
@@ -62,10 +62,10 @@ if [[ -z "$only" || "replay-tables" == *"$only"* ]]; then
   if compgen -G "../shared/traces/*.trace.txt.gz" >/dev/null; then
     shared=(../shared/traces/*.trace.txt.gz)
   fi
-  echo "== replay-tables: scripts/replay-table.py acceptance --threaded, rules" >&2
-  EXTALLOC="$bin" python3 scripts/replay-table.py acceptance --threaded traces/*.trace.txt.gz \
+  echo "== replay-tables: scripts/bench/replay-table.py acceptance --threaded, rules" >&2
+  EXTALLOC="$bin" python3 scripts/bench/replay-table.py acceptance --threaded traces/*.trace.txt.gz \
     "${shared[@]}" | tee lab-out/replay-acceptance.md
-  EXTALLOC="$bin" python3 scripts/replay-table.py rules traces/*.trace.txt.gz "${shared[@]}" \
+  EXTALLOC="$bin" python3 scripts/bench/replay-table.py rules traces/*.trace.txt.gz "${shared[@]}" \
     | tee lab-out/replay-rules.md
 fi
 # Persistence: group commit on /dev/shm and on the disk, and the crash torture.

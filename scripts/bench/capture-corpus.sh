@@ -4,9 +4,9 @@
 # `extalloc capture`, then the kernel's "after" figures (filefrag over every regular file,
 # e2freefrag after unmounting). See traces/README.md.
 #
-#   sudo ./scripts/capture-corpus.sh                 # every workload
-#   sudo ./scripts/capture-corpus.sh dbench sqlite-wal   # only these
-#   sudo ./scripts/capture-corpus.sh --list          # the workload names
+#   sudo ./scripts/bench/capture-corpus.sh                 # every workload
+#   sudo ./scripts/bench/capture-corpus.sh dbench sqlite-wal   # only these
+#   sudo ./scripts/bench/capture-corpus.sh --list          # the workload names
 #
 # Environment:
 #   EXTALLOC  the extalloc binary (default target/release/extalloc; build it first with
@@ -30,7 +30,7 @@
 #
 # Progress goes to stderr, one markdown summary row per workload to stdout.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
 
 ALL=(tree-copy fsmark-small dbench fio-randwrite-fsync git-checkout sqlite-wal sqlite-journal mixed-lifetimes

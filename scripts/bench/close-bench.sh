@@ -2,7 +2,7 @@
 # Opens and closes through a mount: 20,000 files created, written 4 KiB and closed, then each
 # opened and closed again, on a fresh 2 GiB image in /dev/shm. Prints files per second.
 #
-#   scripts/close-bench.sh BIN [LABEL]     # BIN: an extalloc binary (root, /dev/fuse)
+#   scripts/bench/close-bench.sh BIN [LABEL]     # BIN: an extalloc binary (root, /dev/fuse)
 #
 # Compare two builds by alternating them, three rounds each, and take the medians.
 set -euo pipefail

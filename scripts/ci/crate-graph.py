@@ -2,8 +2,8 @@
 """The crate diagram of docs/architecture.md against `cargo metadata`: the check behind
 "the diagram is true".
 
-Usage: scripts/crate-graph.py              (from the repository's root)
-       scripts/crate-graph.py --self-test
+Usage: scripts/ci/crate-graph.py              (from the repository's root)
+       scripts/ci/crate-graph.py --self-test
 
 Reads the first ```text block after the line that starts "The crates' arrows" and takes its
 arrows: a line that starts with crate names (`a, b --> c`) makes each of them depend on what

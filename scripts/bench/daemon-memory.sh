@@ -4,7 +4,7 @@
 # namespace-scale.py makes them), `sync`, then the daemon's peak resident memory (VmHWM)
 # and CPU from /proc, `extalloc umount` (timed) and `extalloc fsck`. One line:
 #
-#   sudo scripts/daemon-memory.sh BIN NFILES NDIRS
+#   sudo scripts/bench/daemon-memory.sh BIN NFILES NDIRS
 #   -> BIN files=N rate=R/s hwm=M MiB daemon_cpu=S s umount=T s
 #
 # BIN is an extalloc binary (alternate two builds, several rounds, to compare them). The

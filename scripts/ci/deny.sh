@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # `cargo deny check` against deny.toml: licences, bans, sources (crates.io only) and RustSec's
-# advisories (cargo-deny from scripts/lint-tools.sh). The advisory database is fetched from
+# advisories (cargo-deny from scripts/ci/lint-tools.sh). The advisory database is fetched from
 # its repository; where that cannot be reached, the copy already on the machine is used and
 # its date printed, and without one the advisories are not checked and the script says so (the
 # other checks still run and fail as they would).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 dbs="${CARGO_HOME:-$HOME/.cargo}/advisory-dbs"
 if cargo deny fetch db >/dev/null 2>&1; then
   cargo deny check --hide-inclusion-graph

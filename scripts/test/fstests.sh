@@ -2,20 +2,20 @@
 # fstests (xfstests), the file-system community's regression suite, on `extalloc mount`,
 # and with the same runner, devices and tests on kernel ext4 and on fuse2fs, to compare.
 #
-#   sudo scripts/fstests.sh                      # the tests of scripts/fstests.list (~6 min)
-#   sudo scripts/fstests.sh generic/003 generic/471
-#   sudo scripts/fstests.sh --group quick        # every generic test of a group (~20 min)
-#   sudo scripts/fstests.sh --fs ext4 --group quick     # the same on kernel ext4, or fuse2fs
-#   sudo scripts/fstests.sh --list scripts/fstests-ci.list  # CI's selection (~5 min)
+#   sudo scripts/test/fstests.sh                      # the tests of scripts/test/fstests.list (~6 min)
+#   sudo scripts/test/fstests.sh generic/003 generic/471
+#   sudo scripts/test/fstests.sh --group quick        # every generic test of a group (~20 min)
+#   sudo scripts/test/fstests.sh --fs ext4 --group quick     # the same on kernel ext4, or fuse2fs
+#   sudo scripts/test/fstests.sh --list scripts/test/fstests-ci.list  # CI's selection (~5 min)
 #   options: --fs extalloc|ext4|fuse2fs (default extalloc), --json PATH (default
 #   WORK/summary.json), --timeout SECONDS per test (900), --src DIR (../shared/fstests),
-#   --list FILE (tests one a line, # comments; default scripts/fstests.list)
+#   --list FILE (tests one a line, # comments; default scripts/test/fstests.list)
 #
 # fstests is a test tool, not part of extalloc: its source is copied to a build directory
 # outside the repository (/var/tmp/fstests-build/HASH, one per source commit or content
 # hash, built once) and run from there. The script installs what it needs (Debian packages,
 # the users fsgqa, fsgqa2 and 123456-fsgqa, the mount helper /sbin/mount.fuse.extalloc from
-# scripts/mount.fuse.extalloc or /sbin/mount.fuse.fuse2fs from scripts/mount.fuse.fuse2fs),
+# scripts/mount/mount.fuse.extalloc or /sbin/mount.fuse.fuse2fs from scripts/mount/mount.fuse.fuse2fs),
 # makes two image files in WORK (FSTESTS_WORK; default /var/tmp/extalloc-fstests, or
 # /var/tmp/fstests-FS for ext4 and fuse2fs) with a loop device over each, TEST_DEV and
 # SCRATCH_DEV (block devices, so the tests that need one run too), formatted by
@@ -35,9 +35,9 @@
 # them, or without the fstests source, it says so and exits 2: it never passes without
 # running.
 set -euo pipefail
-REPO=$(cd "$(dirname "$0")/.." && pwd)
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
 SRC="$REPO/../shared/fstests"
-LIST="$REPO/scripts/fstests.list"
+LIST="$REPO/scripts/test/fstests.list"
 BUILD_ROOT=${FSTESTS_BUILD:-/var/tmp/fstests-build}
 TIMEOUT=900
 DEV_SIZE=${FSTESTS_DEV_SIZE:-4GiB}
@@ -221,13 +221,13 @@ if [[ ! -f "$FST/.extalloc-built" ]]; then
 fi
 echo "fstests: $FST (source $SRC, key $key)" >&2
 # df without arguments (fstests runs it) fails on a dead mount a killed run left behind.
-"$REPO/scripts/drop-dead-mounts.sh"
+"$REPO/scripts/mount/drop-dead-mounts.sh"
 
 if [[ "$FS" == extalloc ]]; then
   step "build extalloc"
   PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
   # Release, or the profile EXTALLOC_PROFILE names (scripts/test.sh: `checked`).
-  # EXTALLOC_TEST_BIN: a binary built already (as scripts/mount-tests.sh takes it).
+  # EXTALLOC_TEST_BIN: a binary built already (as scripts/test/mount-tests.sh takes it).
   PROFILE=${EXTALLOC_PROFILE:-release}
   if [[ -n "${EXTALLOC_TEST_BIN:-}" ]]; then
     BUILT="$EXTALLOC_TEST_BIN"
@@ -279,7 +279,8 @@ echo "TEST_DEV $TEST_DEV ($WORK/test.img), SCRATCH_DEV $SCRATCH_DEV ($WORK/scrat
 # (EXTALLOC_BIN), so one helper serves every run going on at once. A helper that was there
 # before any run (not one this script wrote: no marker line) is kept in SHARED/NAME.saved
 # and put back by the last run to leave; else that run removes the helper.
-MARK="# installed by scripts/fstests.sh"
+# The marker is an identifier, kept as it was before the script moved to scripts/test/.
+MARK="# installed by scripts/test/fstests.sh"
 install_helper() { # NAME SOURCE: /sbin/mount.fuse.NAME from SOURCE (stdin), undone on exit
   local name=$1 dest=/sbin/mount.fuse.$1
   mkdir -p "$SHARED"
@@ -319,7 +320,7 @@ case "$FS" in
     cp "$BUILT" "$BIN"
     # Not a pipeline: install_helper must run in this shell, or what it records for the
     # cleanup (HELPER) is lost with a subshell and the helper is left behind.
-    install_helper extalloc < <(sed "s|@EXTALLOC_BIN@|$BIN|" "$REPO/scripts/mount.fuse.extalloc")
+    install_helper extalloc < <(sed "s|@EXTALLOC_BIN@|$BIN|" "$REPO/scripts/mount/mount.fuse.extalloc")
     "$BIN" mkfs "$TEST_DEV" >/dev/null
     "$BIN" mkfs "$SCRATCH_DEV" >/dev/null
     VERSION="extalloc $(git -C "$REPO" describe --always --dirty 2>/dev/null || echo unknown)"
@@ -327,7 +328,7 @@ case "$FS" in
 export FUSE_SUBTYP=.extalloc"
     ;;
   fuse2fs)
-    install_helper fuse2fs <"$REPO/scripts/mount.fuse.fuse2fs"
+    install_helper fuse2fs <"$REPO/scripts/mount/mount.fuse.fuse2fs"
     mkfs.ext4 -q -F "$TEST_DEV"
     mkfs.ext4 -q -F "$SCRATCH_DEV"
     VERSION=$(fuse2fs -V 2>&1 | sed -n 1p) # sed reads it all: no SIGPIPE under pipefail
@@ -351,7 +352,7 @@ export RESULT_BASE=$WORK/results
 EOF
 # FUSE: an unmount that returns once the daemon has let go of the device (the script says why).
 if [[ "$FS" != ext4 ]]; then
-  echo "export UMOUNT_PROG=$REPO/scripts/umount.fuse-wait" >>"$WORK/local.config"
+  echo "export UMOUNT_PROG=$REPO/scripts/mount/umount.fuse-wait" >>"$WORK/local.config"
 fi
 
 # One test: ./check in new PID, mount and IPC namespaces with a private /proc and /tmp, so
@@ -412,7 +413,7 @@ summary() { # [interrupted]: print the counts, failures and grouped reasons; wri
   mkdir -p "$(dirname "$JSON")"
   jq -R -s --arg fs "$FS" --arg version "$VERSION" --arg kernel "$KERNEL" --arg date "$DATE" \
     --arg state "$state" --arg fstests "$key" --argjson planned "${#TESTS[@]}" \
-    --arg command "scripts/fstests.sh ${ARGS[*]}" --arg timeout "$TIMEOUT" '
+    --arg command "scripts/test/fstests.sh ${ARGS[*]}" --arg timeout "$TIMEOUT" '
     split("\n") | map(select(length > 0) | split("\t")
       | {name: .[0], result: .[1], seconds: (.[2] | tonumber),
          reason: (if (.[3] // "") == "" then null else .[3] end)}) as $t
