@@ -17,6 +17,7 @@
 
 mod assertions;
 mod cycles;
+mod floors;
 mod long_files;
 mod rust;
 
@@ -89,15 +90,15 @@ fn assertions(update: bool, paths: Vec<String>) -> Result<bool> {
         .collect();
     let rows = assertions::folder_rows(&base, &ratcheted, &mut Vec::new())?;
     assertions::print_rows(&rows);
-    let fell = assertions::ratchet(&rows, &here.join("assertion-floors.txt"), update)?;
+    let fell = floors::ratchet(&rows, &here.join("assertion-floors.txt"), update)?;
     let known_path = here.join("known-offenders.txt");
-    let known = assertions::read_known(&known_path)?;
-    let (new, gone) = assertions::against_known(&bad, &known);
+    let known = floors::read_known(&known_path)?;
+    let (new, gone) = floors::against_known(&bad, &known);
     for b in &new {
         println!("OFFENDER {b}");
     }
     if update {
-        assertions::write_known(&known_path, &known, &bad)?;
+        floors::write_known(&known_path, &known, &bad)?;
     } else if !gone.is_empty() {
         println!(
             "{} known offenders now assert (run with --update-floors to drop them): {}",

@@ -77,6 +77,7 @@ mod cache;
 mod cache_tests;
 mod check;
 mod checkpoint;
+mod chunk;
 mod create;
 mod data;
 mod delalloc;
