@@ -161,7 +161,22 @@ impl Queue {
         let mut done = Vec::with_capacity(self.ents.len());
         let (mut live, mut served, mut refused) = (self.ents.len(), false, None);
         while live > 0 {
-            match self.ring.submit_and_wait(1) {
+            // The replies go first, on their own: the kernel (without full preemption)
+            // switches to a caller that a reply woke on this CPU only on the way back to
+            // user space, and that caller's next request then waits in the completion
+            // queue when this thread looks, so it does not sleep for it. Only an empty
+            // queue is waited on.
+            match self.ring.submit() {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) => return Err(e),
+            }
+            let wait = if self.ring.completion().is_empty() {
+                self.ring.submit_and_wait(1)
+            } else {
+                Ok(0)
+            };
+            match wait {
                 Ok(_) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
                 Err(e) => return Err(e),
