@@ -117,7 +117,7 @@ impl Session {
         let uring = serving.uring;
         let served = handshake(&self.dev, &*handler, &mut buf, uring).and_then(|queues| {
             // Through the rings, the descriptor carries only forgets and interrupts: one
-            // thread, which never polls.
+            // thread, which never polls and lets forgets gather (`poll.rs`).
             let queues_empty = queues.is_empty();
             let (readers, poll) = if queues_empty {
                 (serving.threads.max(1), serving.poll)
@@ -164,7 +164,11 @@ impl Session {
             let spawned = spawned?;
             // Init is answered and every thread started: the mount serves.
             ready();
-            let mut poller = Poller::new(poll);
+            let mut poller = if queues_empty {
+                Poller::new(poll)
+            } else {
+                Poller::for_forgets(poll::FORGET_PAUSE)
+            };
             let mine = serve_loop(&self.dev, &*handler, &mut buf, &mut poller, &gate);
             let mut first = mine;
             for t in spawned.into_iter().chain(rings) {
