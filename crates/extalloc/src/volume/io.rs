@@ -12,7 +12,8 @@
 //! Data structures: none of their own. Invariant: a block mapped by a chunk is written
 //! whole (the caller's bytes, zeros around them, or the bytes the file held) before the
 //! chunk's changes are logged, or is logged unwritten; partial blocks at the edges of a
-//! punch, zero range or truncate are zeroed in place. Locks: `mod.rs`.
+//! punch, zero range or truncate are zeroed in place; a write inside one block already
+//! mapped and written, from at or before the file's end, writes its own bytes alone. Locks: `mod.rs`.
 
 use super::data::Data;
 use super::delalloc::Placing;
@@ -87,6 +88,9 @@ impl Volume {
             self.zero_tail(f, old_size)?;
         }
         let (new, _) = self.map_holes(f, first, last + 1, Placing::Written)?;
+        if first == last && pos <= old_size && new.is_empty() && !f.unwritten.contains(first) {
+            return self.write_in_block(f, id, pos, bytes);
+        }
         let fresh = |b: u64| {
             f.unwritten.contains(b) || new.iter().any(|(l, e)| (*l..l + e.len).contains(&b))
         };
@@ -113,6 +117,39 @@ impl Volume {
         buf[at..at + bytes.len()].copy_from_slice(bytes);
         let end = pos + bytes.len() as u64;
         self.write_mapped(f, id, &new, (first, last + 1), Data::One(&buf), end)
+    }
+
+    /// Writes `bytes` at byte `pos` of `f`, all inside one block the file has mapped and
+    /// written, starting at or before its end (a directory log's append, a small
+    /// overwrite): only those bytes go to the device, with no read of the block. The
+    /// block's bytes before `pos` are the file's and stay; those after the write are the
+    /// file's and stay, or lie past its new end, which is not data (growing zeroes it,
+    /// `zero_tail`). Returns the size change to log, if any.
+    fn write_in_block(
+        &self,
+        f: &mut VFile,
+        id: u64,
+        pos: u64,
+        bytes: &[u8],
+    ) -> Result<Vec<Change>> {
+        let bs = self.block_size;
+        let b = pos / bs;
+        let end = pos + bytes.len() as u64;
+        // What it relies on: one block, mapped, written (an unwritten block must be written
+        // whole, zeros around the bytes), and no gap after the old end to zero.
+        debug_assert!(
+            end <= (b + 1) * bs && pos <= f.size,
+            "{pos}+{} in one block",
+            bytes.len()
+        );
+        debug_assert!(!f.unwritten.contains(b), "block {b} is written");
+        let (p, _) = f.alloc.lookup(b).expect("the block is mapped");
+        self.write_data(bytes, p * bs + pos % bs)?;
+        if end <= f.size {
+            return Ok(Vec::new());
+        }
+        f.size = end;
+        Ok(vec![Change::SetSize { id, size: end }])
     }
 
     /// Writes `buf` (whole blocks) at logical blocks `from .. to` of `f`, all mapped, `new`

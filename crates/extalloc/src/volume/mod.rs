@@ -553,8 +553,8 @@ impl Volume {
         self.dev.write_at(buf, offset)
     }
 
-    /// What every data write relies on and leaves: data (whole blocks, or a block's tail
-    /// zeroed), never over the device's own metadata; the next commit or sync flushes the
+    /// What every data write relies on and leaves: data (whole blocks, a block's tail
+    /// zeroed, or bytes inside a block written before), never over the device's own metadata; the next commit or sync flushes the
     /// device.
     fn data_write_starts(&self, offset: u64, len: u64) {
         let (bs, end) = (self.block_size, offset + len);

@@ -341,6 +341,42 @@ fn a_write_growing_the_last_block_is_one_device_write_with_no_stale_bytes() {
     }
 }
 
+/// A write inside a block already written, from at or before the file's end (a
+/// directory log's append), sends its own bytes alone to the device and reads nothing;
+/// what lies past the new end stays stale on the device and is still never shown when
+/// the file grows.
+#[test]
+fn a_write_inside_a_written_block_writes_its_bytes_alone() {
+    for grow in 0..3 {
+        let (dev, vol, f) = stale_past_the_end(40 + grow);
+        dev.flush().unwrap();
+        let block = vol.extents(f).unwrap()[0].extent.start;
+        vol.write(f, 100, b"appended").unwrap();
+        vol.write(f, 10, b"over").unwrap();
+        assert_eq!(dev.pending_writes(), 2, "grow {grow}: two device writes");
+        let mut on_dev = vec![0u8; BS as usize];
+        dev.read_at(&mut on_dev, block * BS).unwrap();
+        assert_eq!(&on_dev[100..108], b"appended");
+        assert!(on_dev[108..].iter().all(|&b| b == 0xAA), "nothing else written");
+        let mut want = pattern(1, 100);
+        want[10..14].copy_from_slice(b"over");
+        want.extend_from_slice(b"appended");
+        assert_eq!(vol.read(f, 0, BS).unwrap(), want, "grow {grow}");
+        match grow {
+            0 => vol.fallocate(f, Fallocate::Allocate, 0, 2 * BS).unwrap(),
+            1 => vol.truncate(f, 2 * BS).unwrap(),
+            _ => vol.write(f, 200, b"x").unwrap(),
+        }
+        let back = vol.read(f, 0, BS).unwrap();
+        assert_eq!(&back[..108], &want[..], "grow {grow}");
+        let zeros_to = if grow == 2 { 200 } else { BS as usize };
+        assert!(
+            back[108..zeros_to].iter().all(|&b| b == 0),
+            "grow {grow}: stale bytes shown"
+        );
+    }
+}
+
 /// Many small operations between syncs: the volume commits and checkpoints by itself
 /// often enough that the store never needs a checkpoint of its own (which a volume
 /// refuses), whatever the journal size; everything survives a reopen.
