@@ -54,9 +54,8 @@ pub struct MountOptions {
     /// The share of the kernel's dirty page threshold the mount may hold, in percent
     /// (`bdi.rs`): 100 as a kernel file system, 1 as FUSE's strict default.
     pub kernel_dirty_ratio: u32,
-    /// Serve through FUSE over io_uring where the kernel offers it (`docs/mount.md`, "The
-    /// FUSE transport"); else, and without it, through `/dev/fuse`.
-    pub io_uring: bool,
+    /// Which FUSE transport serves the mount (`docs/mount.md`, "The FUSE transport").
+    pub transport: Transport,
     /// How long a thread serving `/dev/fuse` polls for the next request before it sleeps
     /// (zero: it sleeps at once); one thread at a time, yielding its CPU between reads,
     /// backing off after a miss (`docs/mount.md`, "Round trips"). Not used with io_uring.
@@ -69,6 +68,22 @@ pub struct MountOptions {
     /// something other than the kernel holds ([`Fs::trim_nodes`]); the others are read
     /// back when named ([`extalloc::volume::DEFAULT_FILE_CACHE`]).
     pub file_cache: usize,
+}
+
+/// Which FUSE transport a mount serves through (`docs/mount.md`, "The FUSE transport").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Transport {
+    /// FUSE over io_uring where the kernel offers it (Linux 6.14+ with the fuse module's
+    /// `enable_uring` set before the mount), else `/dev/fuse`, with no word: the default,
+    /// since the rings cost the same CPU per request or less and answered namespace calls
+    /// 1.1-2.5x as fast, idle and on busy CPUs (docs/results.md).
+    #[default]
+    Auto,
+    /// FUSE over io_uring; where the kernel does not offer it, the mount says so and
+    /// serves through `/dev/fuse`.
+    IoUring,
+    /// `/dev/fuse` only (`read(2)` and `writev(2)`), even where the rings are offered.
+    DevFuse,
 }
 
 /// `extalloc mount --poll-us`'s default, in microseconds (`docs/mount.md`, "Round trips").
@@ -185,7 +200,8 @@ pub fn serve(opts: &MountOptions, ready: impl FnOnce(&MountReport)) -> Result<()
 fn serving(opts: &MountOptions) -> Serving {
     Serving {
         threads: opts.threads.max(1),
-        uring: opts.io_uring.then_some(URING_DEPTH),
+        uring: (opts.transport != Transport::DevFuse).then_some(URING_DEPTH),
+        uring_said: opts.transport == Transport::IoUring,
         poll: opts.poll,
     }
 }

@@ -10,7 +10,7 @@
 use anyhow::{bail, Context, Result};
 use extalloc::Policy;
 use extalloc_fuse::fs::MountReport;
-use extalloc_fuse::mount::{serve, MountFlags, MountOptions};
+use extalloc_fuse::mount::{serve, MountFlags, MountOptions, Transport};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -38,12 +38,16 @@ pub struct MountArgs {
     /// random writes one page a request; docs/mount.md "Round trips").
     #[arg(long, default_value_t = 100)]
     pub kernel_dirty_ratio: u32,
-    /// Serve through FUSE over io_uring (Linux 6.14+, with
-    /// /sys/module/fuse/parameters/enable_uring set to 1 before mounting); where the kernel
-    /// does not offer it, the mount says so and serves through /dev/fuse (docs/mount.md,
-    /// "The FUSE transport").
-    #[arg(long)]
+    /// Serve through FUSE over io_uring, and say so where the kernel does not offer it
+    /// (then through /dev/fuse). Without this or --no-io-uring the mount uses the rings
+    /// wherever the kernel offers them (Linux 6.14+, with
+    /// /sys/module/fuse/parameters/enable_uring set to 1 before mounting) and /dev/fuse
+    /// elsewhere, without a word (docs/mount.md, "The FUSE transport").
+    #[arg(long, conflicts_with = "no_io_uring")]
     pub io_uring: bool,
+    /// Serve through /dev/fuse even where the kernel offers FUSE over io_uring.
+    #[arg(long)]
+    pub no_io_uring: bool,
     /// Microseconds a serving thread keeps reading /dev/fuse for the next request before it
     /// sleeps (0: it sleeps at once). One thread at a time polls, yielding its CPU to any
     /// task that wants it, and a poll that finds nothing backs off (docs/mount.md, "Round
@@ -95,6 +99,16 @@ pub struct MountArgs {
 }
 
 impl MountArgs {
+    /// The transport --io-uring and --no-io-uring ask for (neither: the rings wherever the
+    /// kernel offers them).
+    fn transport(&self) -> Transport {
+        match (self.io_uring, self.no_io_uring) {
+            (true, _) => Transport::IoUring,
+            (false, true) => Transport::DevFuse,
+            (false, false) => Transport::Auto,
+        }
+    }
+
     /// --read-only and the flags of `-o` (an `ro` or `rw` there wins over --read-only).
     fn flags(&self) -> Result<(bool, MountFlags)> {
         let (mut ro, mut f) = (self.read_only, MountFlags::default());
@@ -250,7 +264,7 @@ fn options(args: &MountArgs) -> Result<MountOptions> {
         policy: Policy::parse(&args.policy).context("--policy")?,
         commit_interval: std::time::Duration::from_secs(args.commit_interval),
         kernel_dirty_ratio: args.kernel_dirty_ratio,
-        io_uring: args.io_uring,
+        transport: args.transport(),
         poll: std::time::Duration::from_micros(args.poll_us),
         dir_readahead: !args.no_dir_readahead,
         file_cache: args.file_cache,
@@ -368,6 +382,7 @@ fn detach(args: &MountArgs) -> Result<()> {
         .args(["--commit-interval", &args.commit_interval.to_string()])
         .args(["--kernel-dirty-ratio", &args.kernel_dirty_ratio.to_string()])
         .args(args.io_uring.then_some("--io-uring"))
+        .args(args.no_io_uring.then_some("--no-io-uring"))
         .args(["--poll-us", &args.poll_us.to_string()])
         .args(args.no_dir_readahead.then_some("--no-dir-readahead"))
         .args(args.flag_args()?)

@@ -74,6 +74,9 @@ pub(crate) struct Serving {
     /// Serve through FUSE over io_uring with entries of this depth per CPU, if the kernel
     /// offers it (else through `/dev/fuse` as without).
     pub(crate) uring: Option<usize>,
+    /// The rings were asked for by name: a kernel that does not offer them is said (a
+    /// warning); else it is only logged at the debug level.
+    pub(crate) uring_said: bool,
     /// How long a `/dev/fuse` thread polls for the next request before it sleeps (`poll.rs`);
     /// zero: it sleeps at once.
     pub(crate) poll: std::time::Duration,
@@ -114,7 +117,7 @@ impl Session {
         ready: impl FnOnce(),
     ) -> io::Result<()> {
         let mut buf = vec![0u8; buf_len()];
-        let uring = serving.uring;
+        let uring = serving.uring.map(|depth| (depth, serving.uring_said));
         let served = handshake(&self.dev, &*handler, &mut buf, uring).and_then(|queues| {
             // Through the rings, the descriptor carries only forgets and interrupts: one
             // thread, which never polls and lets forgets gather (`poll.rs`).
@@ -184,14 +187,14 @@ impl Session {
     }
 }
 
-/// Reads `FUSE_INIT`, asks the handler, answers; with `uring` (a depth), builds the
-/// io_uring queues first and asks for the rings only if the kernel offers them and every
+/// Reads `FUSE_INIT`, asks the handler, answers; with `uring` (a depth, and whether the
+/// rings were asked for by name), builds the io_uring queues first and asks for the rings only if the kernel offers them and every
 /// queue was built (then returns them, to be registered now that init is answered).
 fn handshake<H: Handler>(
     dev: &File,
     handler: &H,
     buf: &mut [u8],
-    uring: Option<usize>,
+    uring: Option<(usize, bool)>,
 ) -> io::Result<Vec<uring::Queue>> {
     let Some(msg) = read_request(dev, buf)? else {
         return Err(io::Error::other("the connection ended before FUSE_INIT"));
@@ -220,7 +223,7 @@ fn handshake<H: Handler>(
     };
     handler.init(&mut ask);
     let queues = match uring {
-        Some(depth) => rings(dev, &mut ask, depth),
+        Some((depth, said)) => rings(dev, &mut ask, depth, said),
         None => Vec::new(),
     };
     debug_assert_eq!(ask.wanted & !offered, 0, "only what the kernel offers");
@@ -241,10 +244,18 @@ fn handshake<H: Handler>(
     Ok(queues)
 }
 
-/// The io_uring queues, built and asked for, or none (and the reason said).
-fn rings(dev: &File, ask: &mut Init, depth: usize) -> Vec<uring::Queue> {
+/// The io_uring queues, built and asked for, or none (and the reason logged: a warning
+/// when the rings were asked for by name, `said`; a kernel that does not offer them is
+/// only a debug message otherwise).
+fn rings(dev: &File, ask: &mut Init, depth: usize, said: bool) -> Vec<uring::Queue> {
     if ask.want(abi::OVER_IO_URING).is_err() {
-        log::warn!(
+        let level = if said {
+            log::Level::Warn
+        } else {
+            log::Level::Debug
+        };
+        log::log!(
+            level,
             "the kernel does not offer FUSE over io_uring (as root, `echo 1 > \
              /sys/module/fuse/parameters/enable_uring` before mounting; Linux 6.14 or \
              later): serving through /dev/fuse"

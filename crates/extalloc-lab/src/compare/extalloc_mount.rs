@@ -80,12 +80,17 @@ impl ExtallocMount {
         if self.flavor == Flavor::NoPoll {
             cmd.args(["--poll-us", "0"]);
         }
+        // The transport named either way: a mount left to choose takes the rings wherever
+        // the fuse module offers them, and a target must not change with that setting.
         let switch = match self.flavor == Flavor::Uring {
             true => {
                 cmd.arg("--io-uring");
                 Some(UringSwitch::on()?)
             }
-            false => None,
+            false => {
+                cmd.arg("--no-io-uring");
+                None
+            }
         };
         let out = kernel::run(&mut cmd);
         drop(switch);

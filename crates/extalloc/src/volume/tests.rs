@@ -357,7 +357,10 @@ fn a_write_inside_a_written_block_writes_its_bytes_alone() {
         let mut on_dev = vec![0u8; BS as usize];
         dev.read_at(&mut on_dev, block * BS).unwrap();
         assert_eq!(&on_dev[100..108], b"appended");
-        assert!(on_dev[108..].iter().all(|&b| b == 0xAA), "nothing else written");
+        assert!(
+            on_dev[108..].iter().all(|&b| b == 0xAA),
+            "nothing else written"
+        );
         let mut want = pattern(1, 100);
         want[10..14].copy_from_slice(b"over");
         want.extend_from_slice(b"appended");
