@@ -37,7 +37,9 @@ pub fn image_dir() -> PathBuf {
 /// Set by the Ctrl-C handler; workers stop and the run unwinds.
 pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
-/// Installs the Ctrl-C handler once.
+/// Installs the handler of Ctrl-C, `SIGTERM` and `SIGHUP` once (ctrlc's `termination`
+/// feature): the command stops at its next check and unmounts what it mounted, where a
+/// kill would leave its mounts and their daemons behind.
 pub fn catch_interrupt() -> Result<()> {
     static ONCE: std::sync::Once = std::sync::Once::new();
     let mut result = Ok(());

@@ -230,6 +230,9 @@ pub fn run(jobs: &[Job], targets: &[Target], opts: &Options) -> Result<Vec<JobRe
                 };
                 phases[t].push(run.error.is_none().then(|| run.phases.clone()));
                 runs.push(run);
+                // A run whose phases outlived the signal (a child it waited for) ends the
+                // command here, its target unmounted already, before the next mounts.
+                anyhow::ensure!(!INTERRUPTED.load(Ordering::SeqCst), "interrupted");
             }
         }
         let summary = rounds::summarise(&names, baseline(targets), &phases);
