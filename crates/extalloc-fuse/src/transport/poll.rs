@@ -41,8 +41,9 @@
 //! that comes during the pause is read at its end.
 //!
 //! Data structures: [`Poller`], one per serving thread (its window, when it may poll
-//! again, whether it pauses after a forget, its counts). Invariant: a thread polls only while it holds the session's turn
-//! to read (`gate.rs`). Lock order: none.
+//! again, whether it pauses after a forget, its counts). Invariant: a thread polls only
+//! while it holds the session's turn to read (`gate.rs`), and pauses only after a forget
+//! and only where asked ([`Poller::for_forgets`]). Lock order: none.
 
 use super::abi;
 use super::dev::{read_once, read_request, Read};
