@@ -76,7 +76,7 @@ pub enum Transport {
     /// FUSE over io_uring where the kernel offers it (Linux 6.14+ with the fuse module's
     /// `enable_uring` set before the mount), else `/dev/fuse`, with no word: the default,
     /// since the rings cost the same CPU per request or less and answered namespace calls
-    /// 1.1-2.5x as fast, idle and on busy CPUs (docs/results.md).
+    /// 1.1-3.2x as fast idle and 1.3-2.4x on busy CPUs (docs/results.md).
     #[default]
     Auto,
     /// FUSE over io_uring; where the kernel does not offer it, the mount says so and

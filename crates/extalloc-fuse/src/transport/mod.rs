@@ -188,8 +188,9 @@ impl Session {
 }
 
 /// Reads `FUSE_INIT`, asks the handler, answers; with `uring` (a depth, and whether the
-/// rings were asked for by name), builds the io_uring queues first and asks for the rings only if the kernel offers them and every
-/// queue was built (then returns them, to be registered now that init is answered).
+/// rings were asked for by name), builds the io_uring queues first and asks for the rings
+/// only if the kernel offers them and every queue was built (then returns them, to be
+/// registered now that init is answered).
 fn handshake<H: Handler>(
     dev: &File,
     handler: &H,

@@ -1,6 +1,7 @@
 //! FUSE over io_uring (`extalloc mount --io-uring`): requests come to the daemon through
 //! io_uring commands on the `/dev/fuse` descriptor instead of `read(2)`, and each reply is
-//! committed with the same command that fetches the next request, one system call for both
+//! committed with the same command that fetches the next request: one system call submits
+//! a pass's replies, and a thread whose completion queue is then empty waits in another
 //! (Linux 6.14 and later, with `/sys/module/fuse/parameters/enable_uring` set before the
 //! mount). FORGET, INTERRUPT and notifications stay on the descriptor (`mod.rs`).
 //!
