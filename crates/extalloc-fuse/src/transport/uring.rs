@@ -1,4 +1,4 @@
-//! FUSE over io_uring (`extalloc mount --io-uring`): requests come to the daemon through
+//! FUSE over io_uring (`extalloc mount`, wherever the kernel offers it): requests come through
 //! io_uring commands on the `/dev/fuse` descriptor instead of `read(2)`, and each reply is
 //! committed with the same command that fetches the next request: one system call submits
 //! a pass's replies, and a thread whose completion queue is then empty waits in another
