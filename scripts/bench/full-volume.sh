@@ -37,21 +37,34 @@ d = os.path.join(mnt, "c"); os.makedirs(d, exist_ok=True)
 def used():
     s = os.statvfs(mnt); return 100.0 * (1 - s.f_bfree / s.f_blocks)
 first = {}
+at = "open"  # the call put() is in: its ENOSPC came at the write(2) itself, or at close
 def note(kind, e):
-    first.setdefault(kind, (round(used(), 2), errno.errorcode.get(e.errno, e.errno)))
+    first.setdefault(kind, (round(used(), 2), errno.errorcode.get(e.errno, e.errno), at))
 names, synced, n = [], {}, 0
 def put(name):
+    global at
     size = rng.randint(lo, hi) * 1024
     body = rng.randbytes(size)
     synced.pop(name, None)  # truncated below: whatever it held, no longer what was synced
-    with open(name, "wb") as f:
-        f.write(body)
+    at = "open"
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        at = "write"
+        view = memoryview(body)
+        while view:
+            view = view[os.write(fd, view):]
         if rng.random() < 0.1:
-            f.flush()  # the write(2) itself: its ENOSPC is a failed write, not a failed fsync
+            at = "fsync"
             try:
-                os.fsync(f.fileno()); synced[name] = body
+                os.fsync(fd); synced[name] = body
             except OSError as e:
                 note("fsync", e); raise
+    except OSError:
+        try: os.close(fd)
+        except OSError: pass
+        raise
+    at = "close"
+    os.close(fd)
 def fill():
     global n
     while True:
@@ -81,6 +94,7 @@ for _ in range(200000):
         elif r < 0.7:
             put(rng.choice(names))
         else:
+            at = "unlink"
             name = names.pop(rng.randrange(len(names))); os.unlink(name); synced.pop(name, None)
     except OSError as e:
         note("write", e); break
@@ -91,8 +105,9 @@ except OSError as e:
 with open(synced_list, "w") as f:
     for name, body in synced.items():
         f.write(f"{name} {len(body)} {hash(body) & 0xffffffff}\n")
-print(f"first ENOSPC at {w[0]} % (fill), {half_used} % after removing half, churn's first "
-      f"failed write at {first.get('write', ('none',))[0]} %, first failed fsync "
+cw = first.get('write')
+print(f"first ENOSPC at {w[0]} % (fill, at {w[2]}), {half_used} % after removing half, churn's "
+      f"first failed write at {cw[0] if cw else 'none'} %{f' (at {cw[2]})' if cw else ''}, first failed fsync "
       f"{first.get('fsync', 'none')}, unlink {first.get('unlink', 'ok')}, sync "
       f"{first.get('sync', 'ok')}; {len(synced)} files fsync'd")
 PY

@@ -7,7 +7,8 @@
 # interval, under -o sync and -o dirsync, and in a chattr +S directory), a shutdown ioctl, `extalloc umount` followed at once by fsck and a new mount, SIGTERM with the
 # mount copied into another mount namespace, and kill -9 crashes of the mount in the
 # middle of fio: each followed by `fusermount3 -u`, a new mount (which repairs), fio's
-# verify of every round that finished (and so was fsync'd), and fsck.
+# verify of every round that finished (and so was fsync'd), and fsck; writes past a full
+# device (scripts/test/full-write.sh: ENOSPC at the write(2)).
 #
 #   scripts/test/mount-tests.sh            # CI: 2 fsx seeds x 100,000 ops, 3 crashes, 4x5 rename
 #                                     # kills (scripts/test/rename-crash.sh) (~5 min)
@@ -594,6 +595,9 @@ for f in sys.argv[1:]:
   "$BIN" fsck "$IMG" >"$WORK/fsck.out" || { cat "$WORK/fsck.out" >&2; echo "crash $c: fsck FAILED" >&2; exit 1; }
   echo "crash $c: $rounds fsync'd rounds verified, fsck clean; remount: (${out##*(clean; }"
 done
+
+step "writes past a full device: ENOSPC at the write(2) (dd into 64 MiB; a cached writer on 1 GiB)"
+EXTALLOC_BIN="$BIN" "$REPO/scripts/test/full-write.sh"
 
 step "renames killed mid-flight: $RENAME_KILLS kills each of rename-over (fsync), replace and rewrite (no fsync) and exchange loops"
 EXTALLOC_BIN="$BIN" "$REPO/scripts/test/rename-crash.sh" "$RENAME_KILLS"

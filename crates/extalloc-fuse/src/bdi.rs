@@ -11,7 +11,10 @@
 //! given into its own cache, so the mount asks for a kernel file system's limits
 //! (`--kernel-dirty-ratio`, default 100; 1 keeps FUSE's strict 1 %).
 //!
-//! Data structures: none (the sysfs files). Invariant: only this mount's own bdi is written.
+//! What the kernel may hold dirty for the mount ([`dirty_bound`]) caps the margin under
+//! which opens for writing bypass the cache (`fs/headroom.rs`).
+//!
+//! Data structures: none (the sysfs and procfs files). Invariant: only this mount's own bdi is written.
 //! Lock order: none.
 
 use std::path::PathBuf;
@@ -33,4 +36,49 @@ pub fn set_dirty_ratio(dev: (u32, u32), max_ratio: u32) -> Result<(), String> {
     // The ratio first: with the strict limit off, a 1 % ratio would still bound the bdi.
     write("max_ratio", max_ratio)?;
     write("strict_limit", 0)
+}
+
+/// An upper bound of the bytes the kernel may hold dirty for a mount whose bdi has
+/// `max_ratio` percent of the dirty threshold (`vm.dirty_bytes`, or `vm.dirty_ratio`
+/// percent of all memory: the threshold is a share of the dirtyable memory, never more
+/// than all of it); `applied`: [`set_dirty_ratio`] succeeded, else FUSE's own strict 1 %
+/// holds. None when the procfs files cannot be read.
+pub fn dirty_bound(max_ratio: u32, applied: bool) -> Option<u64> {
+    let read = |p: &str| std::fs::read_to_string(p).ok();
+    let bytes: u64 = read("/proc/sys/vm/dirty_bytes")?.trim().parse().ok()?;
+    let threshold = if bytes > 0 {
+        bytes
+    } else {
+        let ratio: u64 = read("/proc/sys/vm/dirty_ratio")?.trim().parse().ok()?;
+        let meminfo = read("/proc/meminfo")?;
+        let kib: u64 = meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()?;
+        kib * 1024 / 100 * ratio
+    };
+    let share = if applied { u64::from(max_ratio) } else { 1 };
+    Some(threshold / 100 * share)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_dirty_bound_is_a_share_of_the_threshold() {
+        // This machine's procfs: the bound exists, the strict 1 % is a hundredth of the
+        // whole, and neither exceeds all memory.
+        let whole = super::dirty_bound(100, true).expect("procfs readable");
+        let strict = super::dirty_bound(100, false).unwrap();
+        assert_eq!(super::dirty_bound(1, true), Some(strict));
+        assert!(
+            strict > 0 && strict <= whole / 100 + 1,
+            "{strict} of {whole}"
+        );
+        let mem = std::fs::read_to_string("/proc/meminfo").unwrap();
+        assert!(mem.contains("MemTotal:"));
+    }
 }

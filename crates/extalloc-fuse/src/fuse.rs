@@ -22,8 +22,7 @@ use crate::inode::{Kind, Time};
 use crate::kernel::{negotiate, MountFlags};
 use crate::replies::{
     acl_groups, caller, caller_if, data, drop_attrs, empty, errno, file_attr, negative_entry,
-    open_flags, opened, set_time, statfs_reply, statx, xattr_reply, DIR_OPEN_FLAGS, OPEN_FLAGS,
-    TTL,
+    open_flags, opened, set_time, statfs_reply, statx, xattr_reply, DIR_OPEN_FLAGS, TTL,
 };
 use crate::transport::{self, flags as init_flags, DirBuf, Handler, Init, Notifier, Op, Reply};
 use crate::transport::{CreateIn, Request, Setattr, TimeOrNow};
@@ -166,7 +165,11 @@ impl FuseFs {
         match op {
             Op::Open { flags } => {
                 self.flags.refresh_atime(&self.fs);
-                opened(self.fs.open(ino, flags), open_flags(&self.fs, ino), reply)
+                opened(
+                    self.fs.open(ino, flags),
+                    open_flags(&self.fs, ino, flags),
+                    reply,
+                )
             }
             Op::Read { offset, size } => {
                 self.flags.refresh_atime(&self.fs);
@@ -414,7 +417,10 @@ impl FuseFs {
         };
         match self.settled(r, settle) {
             Ok((a, fh)) => {
-                reply.created(Fs::attr_ttl(&a, TTL), &self.file_attr(&a), fh, OPEN_FLAGS)
+                // As an open's: direct for a file made synchronous by its directory's
+                // flag (`chattr +S`, inherited) or on a nearly full device.
+                let open = open_flags(&self.fs, a.ino, flags);
+                reply.created(Fs::attr_ttl(&a, TTL), &self.file_attr(&a), fh, open)
             }
             Err(e) => reply.error(errno(e)),
         }

@@ -47,10 +47,15 @@ pub(crate) fn negotiate(fs: &Fs, config: &mut Init) {
     if let Err(missing) = config.want(dirs) {
         log::warn!("the kernel does not offer {missing:#x}: a round trip per name listed");
     }
-    // A synchronous file (`chattr +S`) is opened with FOPEN_DIRECT_IO (`fs/flags.rs`); this
-    // lets a program still map it shared.
-    if let Err(missing) = config.want(f::DIRECT_IO_ALLOW_MMAP) {
-        log::warn!("the kernel does not offer {missing:#x}: a synchronous file cannot be mapped");
+    // A synchronous file (`chattr +S`, `fs/flags.rs`), and a file opened for writing on a
+    // nearly full device (`fs/headroom.rs`), are opened with FOPEN_DIRECT_IO; this lets a
+    // program still map them shared. Without it, near-full opens keep the cache.
+    match config.want(f::DIRECT_IO_ALLOW_MMAP) {
+        Ok(()) => fs.headroom().allow_direct(),
+        Err(missing) => log::warn!(
+            "the kernel does not offer {missing:#x}: a synchronous file cannot be mapped, \
+             and a write past a full device fails only at fsync or close"
+        ),
     }
     // Idmapped mounts (`mount --bind -o X-mount.idmap=...`; the mount runs with
     // default_permissions, which the kernel requires for them): the kernel maps ids on the

@@ -159,9 +159,19 @@ pub fn serve(opts: &MountOptions, ready: impl FnOnce(&MountReport)) -> Result<()
         .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))
         .and_then(|m| {
             let m = m.ok_or("the new mount is not in /proc/self/mountinfo")?;
-            if let Err(e) = crate::bdi::set_dirty_ratio(m.dev, opts.kernel_dirty_ratio) {
-                log::warn!("the kernel keeps FUSE's 1 % dirty limit for this mount: {e}");
+            let applied = match crate::bdi::set_dirty_ratio(m.dev, opts.kernel_dirty_ratio) {
+                Ok(()) => true,
+                Err(e) => {
+                    log::warn!("the kernel keeps FUSE's 1 % dirty limit for this mount: {e}");
+                    false
+                }
+            };
+            if let Some(bound) = crate::bdi::dirty_bound(opts.kernel_dirty_ratio, applied) {
+                let block_size = fs.volume().volume().block_size() as u32;
+                fs.headroom().cap_margin(bound, block_size);
             }
+            let margin = fs.headroom().margin_blocks() * u64::from(fs.volume().volume().block_size() as u32);
+            log::info!("opens for writing bypass the kernel's cache once less than {} MiB is left to data (fs/headroom.rs)", margin >> 20);
             let ending = Ending {
                 mountpoint: mountpoint.clone(),
                 connection: m.connection(),

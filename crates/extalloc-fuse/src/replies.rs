@@ -130,10 +130,13 @@ pub(crate) const OPEN_SYNC_FLAGS: u32 = transport::FOPEN_DIRECT_IO;
 /// [`OPEN_FLAGS`] for an open whose reads would set no atime.
 pub(crate) const OPEN_KEEPING_FLAGS: u32 = transport::FOPEN_KEEP_CACHE;
 
-/// The flags an open of file `ino` is answered with: [`OPEN_SYNC_FLAGS`] for a synchronous
-/// file, [`OPEN_KEEPING_FLAGS`] when a read would set no atime, else [`OPEN_FLAGS`].
-pub(crate) fn open_flags(fs: &crate::fs::Fs, ino: u64) -> u32 {
-    if fs.is_sync_inode(ino) {
+/// The flags an open of file `ino` with `open(2)`'s `flags` is answered with:
+/// [`OPEN_SYNC_FLAGS`] for a synchronous file, or for an open for writing while the device
+/// is nearly full (`fs/headroom.rs`: its `write(2)`s then reach the daemon and fail at the
+/// call when they do not fit); else [`OPEN_KEEPING_FLAGS`] when a read would set no atime,
+/// or [`OPEN_FLAGS`].
+pub(crate) fn open_flags(fs: &crate::fs::Fs, ino: u64, flags: i32) -> u32 {
+    if fs.is_sync_inode(ino) || fs.writes_direct(ino, flags) {
         OPEN_SYNC_FLAGS
     } else if fs.access_keeps_atime(ino) {
         OPEN_KEEPING_FLAGS

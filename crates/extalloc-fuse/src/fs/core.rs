@@ -316,6 +316,9 @@ pub struct Fs {
     /// Inodes pinned by calls under way, and how many pin each (`ondemand.rs`, `Pinned`):
     /// taken after `ns` (or alone), never before it.
     pub(crate) pins: Mutex<InoMap<u32>>,
+    /// Direct writes near full and the latch of cached writers that found no room
+    /// (`headroom.rs`).
+    pub(crate) headroom: super::headroom::Headroom,
 }
 
 /// What [`Fs`] calls with an inode whose attributes the kernel may hold stale.
@@ -400,7 +403,9 @@ impl Fs {
     /// caches such a file's attributes (`Fs::attr_ttl`), so it asks before every write
     /// it would cache. `lseek(SEEK_END)` and reads past the cached size through that
     /// handle get the same answer (ext4 would serve them): the kernel's question does not
-    /// say which call asks.
+    /// say which call asks. Through a handle opened for writing, `ENOSPC` while a write
+    /// back of the file's cached data found no room and the device is still nearly full
+    /// (`headroom.rs`).
     pub fn getattr_through(&self, ino: u64, fh: Option<u64>) -> FsResult<Attr> {
         let a = self.getattr(ino)?;
         let flags = a.inode.flags;
@@ -413,6 +418,9 @@ impl Fs {
         };
         if refused {
             return Err(Errno(libc::EPERM));
+        }
+        if fh.is_some_and(|fh| fh & HANDLE_WRITES != 0) {
+            self.check_headroom(ino)?;
         }
         Ok(a)
     }

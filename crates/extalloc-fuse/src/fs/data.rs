@@ -135,6 +135,9 @@ impl Fs {
         let n = ns.node_mut(ino)?;
         n.open = n.open.saturating_sub(1);
         let (last, kind) = (n.open == 0, n.inode.kind);
+        if last {
+            self.headroom_closed(ino);
+        }
         if last && kind == Kind::File && n.inode.nlink > 0 {
             self.vol.close_file(ino)?;
         }
@@ -220,7 +223,11 @@ impl Fs {
         let _pin = self.ensure_loaded(&[ino])?; // `ondemand.rs`: pinned
         self.live()?;
         self.regular(ino, libc::EINVAL)?;
-        self.vol.write(ino, offset, data)?;
+        if let Err(e) = self.vol.write(ino, offset, data) {
+            let e = Errno::from(e);
+            self.write_refused(ino, e, from_cache);
+            return Err(e);
+        }
         let cleared = self.data_changed(ino, kill_priv.then_some(None), !from_cache)?;
         Ok((data.len() as u32, cleared))
     }
@@ -470,4 +477,66 @@ fn drop_privileges(i: &mut Inode, caller_gid: Option<u32>) -> bool {
         i.perm &= !(libc::S_ISGID as u16);
     }
     i.perm != before
+}
+
+impl Fs {
+    /// The direct-write rule of this file system (see `headroom.rs`).
+    pub fn headroom(&self) -> &super::headroom::Headroom {
+        &self.headroom
+    }
+
+    /// Blocks data may still take: `statfs`'s available blocks (cached data's reservations
+    /// and the room kept for metadata left out) and those freed since the last commit.
+    pub(crate) fn room_blocks(&self) -> u64 {
+        let s = self.vol.statfs();
+        s.available_blocks + s.pending_blocks
+    }
+
+    /// Whether an open of regular file `ino` with `open(2)`'s `flags` bypasses the kernel's
+    /// cache because the device is nearly full (`headroom.rs`). Only opens for writing,
+    /// only when the kernel maps direct opens.
+    pub fn writes_direct(&self, ino: u64, flags: i32) -> bool {
+        let h = &self.headroom;
+        flags & libc::O_ACCMODE != libc::O_RDONLY
+            && h.direct.load(Relaxed)
+            && self.room_blocks() < h.margin_blocks()
+            && self
+                .ns
+                .read()
+                .node(ino)
+                .is_ok_and(|n| n.inode.kind == crate::inode::Kind::File)
+    }
+
+    /// After a write of `ino` failed with `err`: a write back from the kernel's cache
+    /// (`from_cache`) that found no room marks the inode and drops the kernel's cached
+    /// attributes of it, so that its writer's next cached `write(2)` asks
+    /// [`Fs::getattr_through`] and gets `ENOSPC`. Called with no lock held.
+    pub(crate) fn write_refused(&self, ino: u64, err: Errno, from_cache: bool) {
+        if from_cache && err.0 == libc::ENOSPC {
+            self.headroom.mark(ino);
+            debug_assert!(self.headroom.is_marked(ino), "a refused write back latches");
+            self.attrs_changed(ino);
+        }
+    }
+
+    /// `ENOSPC` for a question about `ino`'s attributes through a handle opened for
+    /// writing while `ino` is marked and the room is still under the margin; the mark goes
+    /// once the room is back.
+    pub(crate) fn check_headroom(&self, ino: u64) -> FsResult<()> {
+        if !self.headroom.is_marked(ino) {
+            return Ok(());
+        }
+        if self.room_blocks() < self.headroom.margin_blocks() {
+            return Err(Errno(libc::ENOSPC));
+        }
+        self.headroom.unmark(ino);
+        debug_assert!(!self.headroom.is_marked(ino), "room back: the latch is off");
+        Ok(())
+    }
+
+    /// The last close of `ino`: its mark goes (the kernel reported the lost write back at
+    /// that close).
+    pub(crate) fn headroom_closed(&self, ino: u64) {
+        self.headroom.unmark(ino);
+    }
 }

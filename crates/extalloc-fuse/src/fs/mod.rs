@@ -71,6 +71,9 @@ pub mod flags;
 mod flags_tests;
 #[cfg(test)]
 mod full_tests;
+pub mod headroom;
+#[cfg(test)]
+mod headroom_tests;
 mod invariants;
 mod listing;
 pub mod names;
@@ -235,7 +238,9 @@ impl Fs {
         let count = vol.file_count().map_err(|e| e.to_string())?;
         report.inodes = count;
         let vol = Buffered::new(vol, opts).map_err(|e| e.to_string())?;
+        let geometry = vol.statfs();
         let fs = Fs {
+            headroom: headroom::Headroom::new(geometry.blocks, geometry.block_size),
             vol,
             ns: RwLock::new(Ns {
                 nodes: nodes.into_iter().map(|(i, n)| (i, Box::new(n))).collect(),

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Writes past a full device through the mount (`crates/extalloc-fuse/src/fs/headroom.rs`):
+#
+# 1. `dd` of 200 MiB of random bytes into a fresh 64 MiB volume. The open comes with less
+#    room than the margin, so its writes bypass the kernel's cache: a `write(2)` must fail
+#    with ENOSPC (dd exits non-zero saying so), and every byte dd counts as copied must
+#    read back, before and after a remount. Before the rule, all 200 writes succeeded and
+#    only `close` failed.
+# 2. A writer that opened a 1 GiB volume while it was empty (so with the cache) writes
+#    2 GiB in 1 MiB pieces, writing back every 32 MiB (`sync_file_range`). Once a write
+#    back finds no room, its next `write(2)` must fail with ENOSPC (the latch) before the
+#    2 GiB are written. What the writer saw acknowledged beyond what the volume holds is
+#    printed: at most what the kernel held dirty for the file then (here up to 32 MiB;
+#    with the kernel's own write back, up to its dirty limit).
+#
+# Each volume is then unmounted and must pass fsck.
+#
+#   sudo scripts/test/full-write.sh           # about 10 seconds
+#
+# Needs root, /dev/fuse and a built target/release/extalloc (or EXTALLOC_BIN). Exits
+# non-zero at the first broken promise.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+[[ $(id -u) -eq 0 ]] || { echo "full-write.sh: needs root (it mounts)" >&2; exit 1; }
+[[ -c /dev/fuse ]] || { echo "full-write.sh: no /dev/fuse" >&2; exit 1; }
+BIN="${EXTALLOC_BIN:-$PWD/target/release/extalloc}"
+[[ -x "$BIN" ]] || { echo "full-write.sh: build first: cargo build --release -p extalloc-cli" >&2; exit 1; }
+WORK=$(mktemp -d /var/tmp/extalloc-full-write.XXXXXX)
+IMG="$WORK/fs.img"
+MNT="$WORK/mnt"
+mkdir -p "$MNT"
+cleanup() {
+  if mountpoint -q "$MNT"; then fusermount3 -u "$MNT" 2>/dev/null || umount -l "$MNT" || true; fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+fail() { echo "full-write.sh: FAILED: $1" >&2; exit 1; }
+fresh() { # SIZE: a new volume of SIZE mounted on $MNT
+  rm -f "$IMG"
+  "$BIN" mkfs "$IMG" --size "$1" >/dev/null
+  "$BIN" mount "$IMG" "$MNT" --log "$WORK/mount.log" >/dev/null
+}
+done_with() { # unmount, then fsck must be clean
+  "$BIN" umount "$MNT" >/dev/null
+  "$BIN" fsck "$IMG" >"$WORK/fsck.out" || { cat "$WORK/fsck.out" >&2; fail "fsck after $1"; }
+}
+
+# 1. dd into a small volume.
+head -c 200M /dev/urandom >"$WORK/src"
+fresh 64MiB
+if dd if="$WORK/src" of="$MNT/big" bs=1M 2>"$WORK/dd.err"; then
+  fail "dd wrote 200 MiB into a 64 MiB volume without an error"
+fi
+grep -q 'No space left on device' "$WORK/dd.err" || { cat "$WORK/dd.err" >&2; fail "dd's error is not ENOSPC"; }
+grep -q '^dd: error writing' "$WORK/dd.err" || { cat "$WORK/dd.err" >&2; fail "ENOSPC did not come at a write"; }
+copied=$(sed -n 's/^\([0-9]*\) bytes.*copied.*/\1/p' "$WORK/dd.err")
+size=$(stat -c %s "$MNT/big")
+[[ "$size" == "$copied" ]] || fail "dd copied $copied bytes, the file holds $size"
+cmp -n "$size" "$WORK/src" "$MNT/big" || fail "the bytes dd copied do not read back"
+"$BIN" umount "$MNT" >/dev/null
+"$BIN" mount "$IMG" "$MNT" --log "$WORK/mount.log" >/dev/null
+cmp -n "$size" "$WORK/src" "$MNT/big" || fail "the bytes dd copied do not read back after a remount"
+done_with "dd"
+echo "dd 200 MiB into 64 MiB: ENOSPC at a write after $((size >> 20)) MiB; every byte copied reads back, after a remount too; fsck clean"
+rm -f "$WORK/src"
+
+# 2. A writer opened with the cache, then the device fills under it.
+fresh 1GiB
+python3 - "$MNT/big" $((2 << 30)) >"$WORK/latch.out" <<'EOF' || { cat "$WORK/latch.out" >&2; fail "the cached writer was never refused"; }
+import ctypes, errno, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+path, total = sys.argv[1], int(sys.argv[2])
+fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+piece = os.urandom(1 << 20)
+acked, refused, synced = 0, None, "no error"
+while acked < total:
+    try:
+        acked += os.write(fd, piece)
+    except OSError as e:
+        refused = e.errno
+        break
+    if acked % (32 << 20) == 0:
+        # SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER: write back what is dirty
+        # and wait for it (the kernel's own write back would come later, or never before
+        # the end on a machine with gigabytes to spare). Its error is noted and the writer
+        # goes on: the promise is about the next write(2).
+        if libc.sync_file_range(fd, ctypes.c_int64(0), ctypes.c_int64(0), 6) != 0:
+            synced = errno.errorcode[ctypes.get_errno()]
+try:
+    os.close(fd)
+    closed = "ok"
+except OSError as e:
+    closed = errno.errorcode[e.errno]
+st = os.statvfs(os.path.dirname(path))
+held = (st.f_blocks - st.f_bfree) * st.f_frsize
+print(f"{acked >> 20} MiB acknowledged, then {errno.errorcode.get(refused, 'no error')} at a write;"
+      f" sync_file_range {synced}, close {closed}; the volume holds {held >> 20} MiB")
+sys.exit(0 if refused == errno.ENOSPC else 1)
+EOF
+done_with "the cached writer"
+echo "a cached writer on 1 GiB: $(cat "$WORK/latch.out"); fsck clean"
