@@ -25,17 +25,51 @@ use std::path::PathBuf;
 /// kernel without the knob); the mount goes on with the kernel's limits then.
 pub fn set_dirty_ratio(dev: (u32, u32), max_ratio: u32) -> Result<(), String> {
     assert!((1..=100).contains(&max_ratio), "a ratio is a percentage");
-    let dir = PathBuf::from(format!("/sys/class/bdi/{}:{}", dev.0, dev.1));
-    let write = |name: &str, value: u32| {
-        let p = dir.join(name);
-        std::fs::write(&p, value.to_string()).map_err(|e| format!("{}: {e}", p.display()))
-    };
     if max_ratio == 1 {
         return Ok(());
     }
-    // The ratio first: with the strict limit off, a 1 % ratio would still bound the bdi.
-    write("max_ratio", max_ratio)?;
-    write("strict_limit", 0)
+    Bdi::of(dev).set_ratio(max_ratio)
+}
+
+/// A mount's bdi directory in sysfs.
+#[derive(Debug, Clone)]
+pub struct Bdi {
+    dir: PathBuf,
+}
+
+impl Bdi {
+    /// The bdi of device `(major, minor)`.
+    pub fn of(dev: (u32, u32)) -> Bdi {
+        Bdi::at(PathBuf::from(format!("/sys/class/bdi/{}:{}", dev.0, dev.1)))
+    }
+
+    /// The bdi whose files are in `dir` (tests: a directory of plain files).
+    pub fn at(dir: PathBuf) -> Bdi {
+        Bdi { dir }
+    }
+
+    fn write(&self, name: &str, value: u64) -> Result<(), String> {
+        let p = self.dir.join(name);
+        std::fs::write(&p, value.to_string()).map_err(|e| format!("{}: {e}", p.display()))
+    }
+
+    /// `max_ratio` percent of the dirty threshold, the strict limit on only at 1 (FUSE's
+    /// own setting).
+    pub fn set_ratio(&self, max_ratio: u32) -> Result<(), String> {
+        assert!((1..=100).contains(&max_ratio), "a ratio is a percentage");
+        // The ratio first: with the strict limit off, a 1 % ratio would still bound the bdi.
+        self.write("max_ratio", u64::from(max_ratio))?;
+        self.write("strict_limit", u64::from(max_ratio == 1))
+    }
+
+    /// At most `bytes` dirty for the mount, strictly (the kernel throttles its writers
+    /// there and writes back, whatever the rest of the machine holds); the kernel keeps
+    /// it as a share of the threshold (`max_ratio_fine`), so the bytes drift with it.
+    pub fn set_cap(&self, bytes: u64) -> Result<(), String> {
+        assert!(bytes > 0, "a cap of nothing would stop every writer");
+        self.write("max_bytes", bytes)?;
+        self.write("strict_limit", 1)
+    }
 }
 
 /// An upper bound of the bytes the kernel may hold dirty for a mount whose bdi has

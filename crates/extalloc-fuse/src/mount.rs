@@ -159,19 +159,7 @@ pub fn serve(opts: &MountOptions, ready: impl FnOnce(&MountReport)) -> Result<()
         .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))
         .and_then(|m| {
             let m = m.ok_or("the new mount is not in /proc/self/mountinfo")?;
-            let applied = match crate::bdi::set_dirty_ratio(m.dev, opts.kernel_dirty_ratio) {
-                Ok(()) => true,
-                Err(e) => {
-                    log::warn!("the kernel keeps FUSE's 1 % dirty limit for this mount: {e}");
-                    false
-                }
-            };
-            if let Some(bound) = crate::bdi::dirty_bound(opts.kernel_dirty_ratio, applied) {
-                let block_size = fs.volume().volume().block_size() as u32;
-                fs.headroom().cap_margin(bound, block_size);
-            }
-            let margin = fs.headroom().margin_blocks() * u64::from(fs.volume().volume().block_size() as u32);
-            log::info!("opens for writing bypass the kernel's cache once less than {} MiB is left to data (fs/headroom.rs)", margin >> 20);
+            tune_writeback(&fs, m.dev, opts);
             let ending = Ending {
                 mountpoint: mountpoint.clone(),
                 connection: m.connection(),
@@ -226,6 +214,36 @@ fn give_back_scan_memory() {
     unsafe {
         libc::malloc_trim(0);
     }
+}
+
+/// The kernel's writeback limits for the mount on device `dev` (`bdi.rs`), and the rules
+/// near full that follow from them (`fs/headroom.rs`): the margin under which opens for
+/// writing are direct, capped at what the kernel may hold dirty, and the dirty cap that
+/// shrinks with the room (only where the bdi could be set, and not read-only).
+fn tune_writeback(fs: &Fs, dev: (u32, u32), opts: &MountOptions) {
+    let applied = match crate::bdi::set_dirty_ratio(dev, opts.kernel_dirty_ratio) {
+        Ok(()) => true,
+        Err(e) => {
+            log::warn!("the kernel keeps FUSE's 1 % dirty limit for this mount: {e}");
+            false
+        }
+    };
+    let block_size = fs.volume().volume().block_size() as u32;
+    if let Some(bound) = crate::bdi::dirty_bound(opts.kernel_dirty_ratio, applied) {
+        fs.headroom().cap_margin(bound, block_size);
+        if applied && !opts.read_only {
+            let bdi = crate::bdi::Bdi::of(dev);
+            fs.headroom()
+                .enable_cap(bdi, opts.kernel_dirty_ratio, bound);
+            fs.headroom().retune(fs.room_bytes());
+        }
+    }
+    let margin = fs.headroom().margin_blocks() * u64::from(block_size);
+    log::info!(
+        "opens for writing bypass the kernel's cache once less than {} MiB is left to data \
+         (fs/headroom.rs)",
+        margin >> 20
+    );
 }
 
 fn open_fs(opts: &MountOptions, dev_name: &str) -> Result<(Arc<Fs>, MountReport), String> {

@@ -136,7 +136,7 @@ impl Fs {
         n.open = n.open.saturating_sub(1);
         let (last, kind) = (n.open == 0, n.inode.kind);
         if last {
-            self.headroom_closed(ino);
+            self.headroom_closed(ino, n.open);
         }
         if last && kind == Kind::File && n.inode.nlink > 0 {
             self.vol.close_file(ino)?;
@@ -223,7 +223,11 @@ impl Fs {
         let _pin = self.ensure_loaded(&[ino])?; // `ondemand.rs`: pinned
         self.live()?;
         self.regular(ino, libc::EINVAL)?;
-        if let Err(e) = self.vol.write(ino, offset, data) {
+        let wrote = self.vol.write(ino, offset, data);
+        if self.headroom.spend(data.len() as u64) {
+            self.headroom.retune(self.room_bytes());
+        }
+        if let Err(e) = wrote {
             let e = Errno::from(e);
             self.write_refused(ino, e, from_cache);
             return Err(e);
@@ -492,6 +496,14 @@ impl Fs {
         s.available_blocks + s.pending_blocks
     }
 
+    /// The bytes data may still take: `statfs`'s available blocks (cached data's
+    /// reservations and the room kept for metadata left out) and those freed since the
+    /// last commit.
+    pub fn room_bytes(&self) -> u64 {
+        let s = self.vol.statfs();
+        (s.available_blocks + s.pending_blocks) * u64::from(s.block_size)
+    }
+
     /// Whether an open of regular file `ino` with `open(2)`'s `flags` bypasses the kernel's
     /// cache because the device is nearly full (`headroom.rs`). Only opens for writing,
     /// only when the kernel maps direct opens.
@@ -512,9 +524,11 @@ impl Fs {
     /// attributes of it, so that its writer's next cached `write(2)` asks
     /// [`Fs::getattr_through`] and gets `ENOSPC`. Called with no lock held.
     pub(crate) fn write_refused(&self, ino: u64, err: Errno, from_cache: bool) {
+        debug_assert!(err.0 > 0, "a refused write has an errno ({})", err.0);
         if from_cache && err.0 == libc::ENOSPC {
+            // No assertion that it is marked now: a last close may take the mark off at
+            // once (a close's own write back fails here while its release runs).
             self.headroom.mark(ino);
-            debug_assert!(self.headroom.is_marked(ino), "a refused write back latches");
             self.attrs_changed(ino);
         }
     }
@@ -529,14 +543,15 @@ impl Fs {
         if self.room_blocks() < self.headroom.margin_blocks() {
             return Err(Errno(libc::ENOSPC));
         }
+        // A write back failing now may mark it again: that is the next latch.
         self.headroom.unmark(ino);
-        debug_assert!(!self.headroom.is_marked(ino), "room back: the latch is off");
         Ok(())
     }
 
     /// The last close of `ino`: its mark goes (the kernel reported the lost write back at
     /// that close).
-    pub(crate) fn headroom_closed(&self, ino: u64) {
+    pub(crate) fn headroom_closed(&self, ino: u64, open: u32) {
+        debug_assert_eq!(open, 0, "only the last close of {ino} takes its latch off");
         self.headroom.unmark(ino);
     }
 }

@@ -133,14 +133,30 @@ fn opens_and_creates_are_answered_direct_near_full_or_synchronous() {
     let f = fs.make(ROOT, b"f", node(Kind::File), ME).unwrap().ino;
     let room = fs.room_blocks();
     fs.headroom().set_margin_blocks(room / 2);
-    assert_eq!(open_flags(&fs, f, libc::O_WRONLY) & FOPEN_DIRECT_IO, 0, "room to spare");
+    assert_eq!(
+        open_flags(&fs, f, libc::O_WRONLY) & FOPEN_DIRECT_IO,
+        0,
+        "room to spare"
+    );
     fs.headroom().set_margin_blocks(room + 1);
-    assert_ne!(open_flags(&fs, f, libc::O_WRONLY) & FOPEN_DIRECT_IO, 0, "near full");
-    assert_eq!(open_flags(&fs, f, libc::O_RDONLY) & FOPEN_DIRECT_IO, 0, "a read");
+    assert_ne!(
+        open_flags(&fs, f, libc::O_WRONLY) & FOPEN_DIRECT_IO,
+        0,
+        "near full"
+    );
+    assert_eq!(
+        open_flags(&fs, f, libc::O_RDONLY) & FOPEN_DIRECT_IO,
+        0,
+        "a read"
+    );
     fs.headroom().set_margin_blocks(0);
     let d = fs.make(ROOT, b"s", node(Kind::Dir), ME).unwrap().ino;
     fs.set_flags(d, flags::SYNC).unwrap();
     let (a, _) = fs.create(d, b"new", 0o644, 0, libc::O_WRONLY, ME).unwrap();
-    assert_ne!(open_flags(&fs, a.ino, libc::O_WRONLY) & FOPEN_DIRECT_IO, 0, "inherited +S");
+    assert_ne!(
+        open_flags(&fs, a.ino, libc::O_WRONLY) & FOPEN_DIRECT_IO,
+        0,
+        "inherited +S"
+    );
     fs.release(a.ino).unwrap();
 }

@@ -264,22 +264,26 @@ impl Shared {
         ctx.wake.notify_one();
     }
 
-    /// Queues every dirty file whose data is at least as old as write `upto`, oldest first.
+    /// Queues every dirty file dirtied before `upto` (see [`Shared::dirty_upto`]), oldest
+    /// first; `u64::MAX`: every dirty file.
     pub(super) fn queue_dirty(&self, upto: u64) -> Result<()> {
         for (id, e) in self.dirty_oldest_first() {
             let mut d = e.lock();
-            if d.dirty_since.is_some_and(|(s, _)| s <= upto) {
+            if d.dirty_since.is_some_and(|(s, _)| s < upto) {
                 self.queue(id, &mut d)?;
             }
         }
         Ok(())
     }
 
-    /// True while some file holds data at least as old as write `upto`.
+    /// True while some file holds data dirtied before `upto` (the sequence's next number
+    /// when the caller read it: a file dirtied after that read gets `upto` or later, and
+    /// is not waited for; counting `upto` in once failed "cached data outlived a sync"
+    /// when a writer dirtied a file between a sync's last look and the caller's).
     pub(super) fn dirty_upto(&self, upto: u64) -> bool {
         self.entries()
             .iter()
-            .any(|(_, e)| e.lock().dirty_since.is_some_and(|(s, _)| s <= upto))
+            .any(|(_, e)| e.lock().dirty_since.is_some_and(|(s, _)| s < upto))
     }
 
     /// Background writeback: above the background threshold, queue every dirty file (at
