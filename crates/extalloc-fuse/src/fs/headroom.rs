@@ -5,8 +5,8 @@
 //! pressure). A write back that finds the device full fails there: the `write(2)` had
 //! succeeded, and the error comes at `fsync` or `close`, where the kernel records it on
 //! the file (a 200 MiB `dd` into a 64 MiB volume: 200 writes succeeded, `close` failed).
-//! ext4 reserves blocks at the write and fails the `write(2)` itself. Two mechanisms bring
-//! the error to the call:
+//! ext4 reserves blocks at the write and fails the `write(2)` itself. Three mechanisms
+//! bring the error to the call:
 //!
 //! - **Direct writes near full.** An open for writing of a regular file made while the
 //!   room data may still take (`statfs`'s available blocks, which leave out the blocks
@@ -24,7 +24,6 @@
 //!   next call instead of writing on into a cache that cannot be written back. The mark
 //!   goes when the room is back above the margin (at that question) or at the file's last
 //!   close.
-//!
 //! - **What the kernel may hold dirty shrinks with the room.** The latch acts once a write
 //!   back fails, and the kernel writes back late (a writer of 2 GiB into a 1 GiB volume on
 //!   a 24 GiB machine wrote it all into the cache before the first write back). So once
@@ -51,9 +50,10 @@
 //! what the kernel could take past its end is left. Reads and opens for reading are never
 //! changed.
 //!
-//! The rule's state is here; the file system's side of it (`Fs::writes_direct`, the
-//! latch's `Fs::write_refused` and `Fs::check_headroom`) is in `data.rs`, its tests in
-//! `headroom_tests.rs`.
+//! The rules' state is here; the file system's side of them (`Fs::writes_direct`, the
+//! latch's `Fs::write_refused` and `Fs::check_headroom`, the cap's `Headroom::spend` in
+//! `Fs::write_from`) is in `data.rs`, the mount's setup in `mount.rs`
+//! (`tune_writeback`), the tests through the file system in `headroom_tests.rs`.
 //!
 //! Data structures: [`Headroom`]: whether direct opens are allowed, the margin in blocks,
 //! the set of marked inodes with its size beside it (so a question about an unmarked
