@@ -165,12 +165,14 @@ enum Command {
         host_file: std::path::PathBuf,
     },
     /// Remove file ID from the volume on DEVICE (its blocks are freed); refuses a file
-    /// system made by `extalloc mount`, as put and get do.
+    /// system made by `extalloc mount`, as put does.
     Rm { device: std::path::PathBuf, id: u64 },
-    /// Copy file ID of the volume on DEVICE out to HOST_FILE (the device is only read).
+    /// Copy FILE of the volume on DEVICE out to HOST_FILE (the device is only read):
+    /// an id on a plain volume; on a file system made by `extalloc mount`, a regular
+    /// file's path or inode number (as `extalloc ls` prints them).
     Get {
         device: std::path::PathBuf,
-        id: u64,
+        file: String,
         host_file: std::path::PathBuf,
     },
     /// List the files of the volume on DEVICE: id, size, extents, blocks, name (on a file
@@ -281,9 +283,9 @@ fn run(cli: Cli) -> Result<()> {
         Command::Put { device, host_file } => cli::volume::put(&device, &host_file),
         Command::Get {
             device,
-            id,
+            file,
             host_file,
-        } => cli::volume::get(&device, id, &host_file),
+        } => cli::volume::get(&device, &file, &host_file),
         Command::Rm { device, id } => cli::volume::rm(&device, id),
         Command::Ls {
             device,

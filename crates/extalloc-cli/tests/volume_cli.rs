@@ -106,12 +106,15 @@ fn a_closed_stdout_ends_a_command_quietly() {
 }
 
 /// A volume made into a file system (as `extalloc mount` makes it, here without FUSE):
-/// `put`, `get` and `rm` refuse it with a message saying to mount it, and change nothing
-/// (fsck stays clean and the file system still mounts). Before, `put` was accepted and the
-/// file system no longer mounted ("volume file 2 holds no inode").
+/// `put` and `rm` refuse it with a message saying to mount it, and change nothing (fsck
+/// stays clean and the file system still mounts). Before, `put` was accepted and the file
+/// system no longer mounted ("volume file 2 holds no inode"). `get` only reads: it copies a
+/// regular file out by its path or by the inode number `ls` shows, and refuses a
+/// directory or a name that is not there by name (it refused every file system before).
 #[test]
-fn put_get_and_rm_refuse_a_file_system() {
+fn put_and_rm_refuse_a_file_system_and_get_reads_it_by_path() {
     use extalloc::disk::device::{Device, FileDevice};
+    use extalloc_fuse::fs::{names::NewNode, Caller, ROOT};
     let dir = scratch("fs");
     let img = dir.join("fs.img");
     let d = img.to_str().unwrap();
@@ -123,15 +126,22 @@ fn put_get_and_rm_refuse_a_file_system() {
     };
     let (fs, report) = mount().unwrap();
     assert!(report.created);
+    let me = Caller { uid: 0, gid: 0 };
+    let new_dir = NewNode {
+        kind: extalloc_fuse::inode::Kind::Dir,
+        ..NewNode::file(0o755, 0)
+    };
+    let sub = fs.make(ROOT, b"sub", new_dir, me).unwrap().ino;
+    let (a, _) = fs
+        .create(sub, b"hello.txt", 0o644, 0, libc::O_WRONLY, me)
+        .unwrap();
+    let body: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+    fs.write(a.ino, 0, &body, false).unwrap();
+    fs.release(a.ino).unwrap();
     fs.unmount().unwrap();
     let host = dir.join("host.txt");
     std::fs::write(&host, b"not an inode").unwrap();
-    let out_file = dir.join("out");
-    for args in [
-        vec!["put", d, host.to_str().unwrap()],
-        vec!["get", d, "1", out_file.to_str().unwrap()],
-        vec!["rm", d, "1"],
-    ] {
+    for args in [vec!["put", d, host.to_str().unwrap()], vec!["rm", d, "1"]] {
         let out = run(&args);
         let t = text(&out);
         assert!(!out.status.success(), "{args:?} accepted: {t}");
@@ -140,7 +150,28 @@ fn put_get_and_rm_refuse_a_file_system() {
             "{t}"
         );
     }
-    assert!(!out_file.exists(), "nothing written by a refused get");
+    let ino = a.ino.to_string();
+    for name in ["/sub/hello.txt", "sub/hello.txt", ino.as_str()] {
+        let out_file = dir.join("out");
+        let out = run(&["get", d, name, out_file.to_str().unwrap()]);
+        assert!(out.status.success(), "get {name}: {}", text(&out));
+        assert!(
+            std::fs::read(&out_file).unwrap() == body,
+            "get {name}: other bytes"
+        );
+        std::fs::remove_file(&out_file).unwrap();
+    }
+    let refused = dir.join("refused");
+    for (name, says) in [
+        ("/sub", "is a dir, not a regular file"),
+        ("/sub/none", "no regular file /sub/none"),
+        ("999", "no regular file 999"),
+    ] {
+        let out = run(&["get", d, name, refused.to_str().unwrap()]);
+        let t = text(&out);
+        assert!(!out.status.success() && t.contains(says), "get {name}: {t}");
+    }
+    assert!(!refused.exists(), "nothing written by a refused get");
     let out = run(&["fsck", d]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let (fs, report) = mount().expect("the file system still mounts");

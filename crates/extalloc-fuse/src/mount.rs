@@ -24,7 +24,7 @@ use extalloc::alloc::Policy;
 use extalloc::disk::device::{Device, FenceDevice, FileDevice, OverlayDevice};
 use extalloc::volume::Volume;
 use extalloc::writeback::WritebackOptions;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -405,10 +405,19 @@ fn write_protected(path: &std::path::Path) -> bool {
 /// A device that cannot be opened, said so that the user knows what to do.
 fn device_error(dev: &str, e: extalloc::Error) -> String {
     match e {
-        extalloc::Error::DeviceBusy { .. } => format!(
-            "{dev} is in use by another process (already mounted? `grep extalloc \
-             /proc/mounts`): {e}"
-        ),
+        extalloc::Error::DeviceBusy { .. } => {
+            match crate::mountinfo::mounted_from(Path::new(dev)).first() {
+                Some(at) => format!(
+                    "{dev} is mounted on {} already: `extalloc umount {}` first ({e})",
+                    at.display(),
+                    at.display()
+                ),
+                None => format!(
+                    "{dev} is in use by another process (an extalloc command, or a daemon still \
+                 writing back after a plain `umount`): {e}"
+                ),
+            }
+        }
         extalloc::Error::NotExtalloc(_) => format!(
             "{dev} is not an extalloc device: make one with `extalloc mkfs {dev} --size \
              SIZE` ({e})"

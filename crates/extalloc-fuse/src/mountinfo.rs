@@ -49,6 +49,28 @@ pub fn find(mountpoint: &Path) -> std::io::Result<Option<MountEntry>> {
     Ok(find_in(&text, mountpoint))
 }
 
+/// Where the FUSE mounts whose source is `device` (`extalloc mount` puts the device's path
+/// there) are mounted, as this process sees them: for a message that says why a device is
+/// busy. Paths compare after `canonicalize`; an unreadable table gives none.
+pub fn mounted_from(device: &Path) -> Vec<PathBuf> {
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    mounted_from_in(&text, device)
+}
+
+/// [`mounted_from`] in a mountinfo text.
+pub fn mounted_from_in(mountinfo: &str, device: &Path) -> Vec<PathBuf> {
+    let canonical = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    let want = canonical(device);
+    mountinfo
+        .lines()
+        .filter_map(parse)
+        .filter(|e| e.is_fuse() && canonical(Path::new(&e.source)) == want)
+        .map(|e| e.mountpoint)
+        .collect()
+}
+
 /// [`find`] in a mountinfo text.
 pub fn find_in(mountinfo: &str, mountpoint: &Path) -> Option<MountEntry> {
     mountinfo
@@ -107,6 +129,17 @@ fn unescape(s: &str) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_device_is_found_by_its_fuse_mounts_source() {
+        let text = "36 25 0:52 / /mnt/a rw,relatime - fuse /img/v.img rw,user_id=0\n\
+                    37 25 8:1 / /mnt/b rw - ext4 /img/v.img rw\n\
+                    38 25 0:53 / /mnt/c\\040d rw - fuse.x /img/v.img rw\n\
+                    39 25 0:54 / /mnt/e rw - fuse /img/w.img rw\n";
+        let got = mounted_from_in(text, Path::new("/img/v.img"));
+        assert_eq!(got, [PathBuf::from("/mnt/a"), PathBuf::from("/mnt/c d")]);
+        assert!(mounted_from_in(text, Path::new("/img/none.img")).is_empty());
+    }
 
     #[test]
     fn a_fuse_line_gives_its_device_source_and_connection() {

@@ -126,7 +126,7 @@ pub fn info(path: &Path, groups: bool, files: bool) -> Result<()> {
 }
 
 fn info_store(path: &Path, groups: bool) -> Result<()> {
-    let dev = FileDevice::open_read_only(path)?;
+    let dev = super::mount::open_read_only(path)?;
     let sb = extalloc::disk::format::read_superblock(&dev)
         .with_context(|| format!("{}", path.display()))?;
     let bs = u64::from(sb.block_size);

@@ -112,7 +112,7 @@ fn fsck_code(e: &anyhow::Error) -> i32 {
 
 /// The check itself: `Err` with [`Damage`] when it found problems.
 fn fsck_checked(path: &Path, json: bool, repaired: Option<&[String]>) -> Result<()> {
-    let dev = FileDevice::open_read_only(path)?;
+    let dev = super::mount::open_read_only(path)?;
     let r = extalloc::store::fsck::check(&dev).with_context(|| format!("{}", path.display()))?;
     drop(dev);
     // The files only on a store that opens: its own problems come first.

@@ -428,6 +428,30 @@ pub fn is_fs(vol: &extalloc::volume::Volume) -> bool {
 }
 
 /// Each inode's path and kind when `vol` holds a file system, for `ls`.
+/// `e` from opening `device`, with where it is mounted when it is busy because a mount
+/// serves it (a mounted volume is read through its mount point; the commands that read the
+/// device wait for `extalloc umount`).
+pub fn busy(device: &std::path::Path, e: extalloc::Error) -> anyhow::Error {
+    let at = match &e {
+        extalloc::Error::DeviceBusy { .. } => extalloc_fuse::mountinfo::mounted_from(device),
+        _ => Vec::new(),
+    };
+    match at.first() {
+        Some(at) => anyhow::anyhow!(
+            "{}: mounted on {}: read it there, or `extalloc umount {}` first ({e})",
+            device.display(),
+            at.display(),
+            at.display()
+        ),
+        None => anyhow::Error::new(e).context(device.display().to_string()),
+    }
+}
+
+/// The device on `path`, opened to read, or [`busy`]'s error.
+pub fn open_read_only(path: &std::path::Path) -> Result<extalloc::disk::device::FileDevice> {
+    extalloc::disk::device::FileDevice::open_read_only(path).map_err(|e| busy(path, e))
+}
+
 pub fn paths(
     vol: &extalloc::volume::Volume,
 ) -> Result<Option<std::collections::BTreeMap<u64, (String, extalloc_fuse::inode::Kind)>>> {

@@ -4,10 +4,11 @@
 //! stay in memory (`OverlayDevice`), so the journal replay of the open never changes the
 //! device.
 //!
-//! `put`, `get` and `rm` work on plain volumes (files by id) and refuse a file system made
-//! by `extalloc mount` (every file an inode, reached by path): a file put there would hold
-//! no inode and the file system would no longer mount, a file removed by id would leave
-//! its directory entry behind.
+//! `put` and `rm` work on plain volumes (files by id) and refuse a file system made by
+//! `extalloc mount` (every file an inode, reached by path): a file put there would hold no
+//! inode and the file system would no longer mount, a file removed by id would leave its
+//! directory entry behind. `get` only reads, so it takes both: on a file system a regular
+//! file by its path or by the inode number `ls` shows.
 
 use anyhow::{Context, Result};
 use extalloc::disk::device::FileDevice;
@@ -22,7 +23,7 @@ const COPY_BYTES: usize = 1 << 20;
 
 /// The volume on `path`, read-only (`Volume::open_read_only`: the device is never written).
 fn open_read_only(path: &Path) -> Result<Volume> {
-    Volume::open_read_only(path).with_context(|| format!("{}", path.display()))
+    Volume::open_read_only(path).map_err(|e| super::mount::busy(path, e))
 }
 
 /// The volume on `path`, read-write.
@@ -84,10 +85,22 @@ pub fn rm(device: &Path, id: u64) -> Result<()> {
         .with_context(|| format!("{}: sync", device.display()))
 }
 
-/// `extalloc get DEVICE ID HOST_FILE`.
-pub fn get(device: &Path, id: u64, host: &Path) -> Result<()> {
+/// `extalloc get DEVICE FILE HOST_FILE`: FILE is an id on a plain volume; on a file
+/// system (`extalloc mount`) a regular file's path (from its root, as `ls` prints it) or
+/// its inode number.
+pub fn get(device: &Path, file: &str, host: &Path) -> Result<()> {
     let vol = open_read_only(device)?;
-    refuse_file_system(&vol, device, "get")?;
+    let id = match super::mount::paths(&vol)? {
+        None => file.parse::<u64>().map_err(|_| {
+            anyhow::anyhow!(
+                "{}: {file:?} is not a file id: a plain volume's files are named by id \
+                 (`extalloc ls {}` lists them)",
+                device.display(),
+                device.display()
+            )
+        })?,
+        Some(paths) => file_in(&paths, file, device)?,
+    };
     let size = vol.size(id)?;
     let mut out = std::fs::File::create(host).with_context(|| format!("{}", host.display()))?;
     let mut at = 0u64;
@@ -100,6 +113,39 @@ pub fn get(device: &Path, id: u64, host: &Path) -> Result<()> {
     out.sync_all()
         .with_context(|| format!("writing {}", host.display()))?;
     Ok(())
+}
+
+/// The inode of regular file `file` (a path from the root, or an inode number) in a file
+/// system's `paths`, or an error that says what `file` is instead.
+fn file_in(
+    paths: &std::collections::BTreeMap<u64, (String, extalloc_fuse::inode::Kind)>,
+    file: &str,
+    device: &Path,
+) -> Result<u64> {
+    let found = match file.parse::<u64>() {
+        Ok(id) => paths.get(&id).map(|(_, kind)| (id, *kind)),
+        Err(_) => {
+            let want = format!("/{}", file.trim_start_matches('/'));
+            paths
+                .iter()
+                .find(|(_, (path, _))| *path == want)
+                .map(|(&id, (_, kind))| (id, *kind))
+        }
+    };
+    match found {
+        Some((id, extalloc_fuse::inode::Kind::File)) => Ok(id),
+        Some((id, kind)) => anyhow::bail!(
+            "{}: {file} (inode {id}) is a {}, not a regular file: `get` copies a file's data",
+            device.display(),
+            kind_name(kind)
+        ),
+        None => anyhow::bail!(
+            "{}: no regular file {file} in this file system (`extalloc ls {}` lists its \
+             paths and inode numbers)",
+            device.display(),
+            device.display()
+        ),
+    }
 }
 
 /// One file as `ls --json` prints it.
@@ -229,7 +275,7 @@ pub fn info_files(device: &Path) -> Result<()> {
 /// With it, the open volume, so the namespace check (`mount::check_namespace`) need not
 /// open and replay it again.
 pub fn check(device: &Path) -> Result<Option<(VolumeCheck, Volume)>> {
-    let dev = FileDevice::open_read_only(device)?;
+    let dev = super::mount::open_read_only(device)?;
     let sb = extalloc::disk::format::read_superblock(&dev)?;
     if sb.root.is_empty() {
         return Ok(None);

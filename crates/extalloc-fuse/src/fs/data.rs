@@ -457,11 +457,12 @@ impl Fs {
     /// (`Volume::write` commits and tries again while frees wait).
     pub fn statfs(&self) -> FsResult<FsStat> {
         let s = self.vol.statfs();
+        let (free, available) = self.vol.free_and_available_with_pending();
         Ok(FsStat {
             block_size: s.block_size,
             blocks: s.blocks,
-            free: s.free_blocks + s.pending_blocks,
-            available: s.available_blocks + s.pending_blocks,
+            free,
+            available,
             files: self.inodes(),
             files_free: s.available_blocks,
         })
@@ -492,16 +493,14 @@ impl Fs {
     /// Blocks data may still take: `statfs`'s available blocks (cached data's reservations
     /// and the room kept for metadata left out) and those freed since the last commit.
     pub(crate) fn room_blocks(&self) -> u64 {
-        let s = self.vol.statfs();
-        s.available_blocks + s.pending_blocks
+        self.vol.free_and_available_with_pending().1
     }
 
     /// The bytes data may still take: `statfs`'s available blocks (cached data's
     /// reservations and the room kept for metadata left out) and those freed since the
     /// last commit.
     pub fn room_bytes(&self) -> u64 {
-        let s = self.vol.statfs();
-        (s.available_blocks + s.pending_blocks) * u64::from(s.block_size)
+        self.room_blocks() * self.vol.volume().block_size()
     }
 
     /// Whether an open of regular file `ino` with `open(2)`'s `flags` bypasses the kernel's

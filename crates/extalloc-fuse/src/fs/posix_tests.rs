@@ -377,6 +377,43 @@ fn statfs_counts_a_removed_files_blocks_as_free() {
     fs.unmount().unwrap();
 }
 
+/// On a full volume a removed file's blocks come back to `df` less the room kept for
+/// metadata, as after the commit: the room and cached data's reservations come off free
+/// and waiting blocks together. Taken off the committed part alone (0 on a full volume),
+/// `df` after `rm` showed the whole file available, more than the fresh volume offered.
+#[test]
+fn statfs_after_a_full_volumes_rm_shows_no_more_than_a_fresh_one() {
+    let dev = device(10);
+    let fs = fresh(&dev);
+    let fresh_stat = fs.statfs().unwrap();
+    let f = put(&fs, ROOT, "f", b"");
+    let mut size = 0;
+    let bs = u64::from(fresh_stat.block_size);
+    while fs.fallocate(f, size, 64 * bs, 0, ME).is_ok() {
+        size += 64 * bs;
+    }
+    fs.fsync(f).unwrap();
+    assert!(fs.statfs().unwrap().available < 64, "{:?}", fs.statfs());
+    fs.unlink(ROOT, b"f").unwrap();
+    fs.forget(f, 1);
+    let after = fs.statfs().unwrap();
+    assert!(
+        after.available <= fresh_stat.available && after.free <= fresh_stat.free,
+        "fresh {fresh_stat:?}, after the rm {after:?}"
+    );
+    assert!(
+        after.available + 64 >= fresh_stat.available,
+        "the space came back: fresh {fresh_stat:?}, after the rm {after:?}"
+    );
+    fs.sync().unwrap();
+    let committed = fs.statfs().unwrap();
+    assert_eq!(
+        committed.available, after.available,
+        "the same after the commit"
+    );
+    fs.unmount().unwrap();
+}
+
 /// generic/683-685, tests 1 and 3: an unprivileged truncate or fallocate (plain, punch,
 /// zero range) by a caller outside the file's group clears set-group-id even without
 /// group execute (the kernel's `setattr_should_drop_sgid`); inside the group it stays.

@@ -495,6 +495,27 @@ impl Buffered {
         s
     }
 
+    /// [`Buffered::statfs`]'s free and available blocks with the blocks freed since the
+    /// last commit counted in, as `df` shows them between a free and its commit: the
+    /// reservations, the superuser's share and the room kept come off the sum, not off
+    /// each part (taken off the committed part alone, a full volume's `rm` showed the whole
+    /// file available, more than the volume ever offered, until the commit).
+    pub fn free_and_available_with_pending(&self) -> (u64, u64) {
+        let s = self.shared.vol.statfs();
+        let cached = self.shared.vol.delalloc_reserved_blocks();
+        let kept = self.shared.vol.reserve_margin();
+        let free = (s.free_blocks + s.pending_blocks).saturating_sub(cached);
+        // From the parts: the store's own available has the superuser's share off already,
+        // and saturates at zero on a full volume just as the sum here must not.
+        let available = (s.free_blocks + s.prealloc_reserved_blocks + s.pending_blocks)
+            .saturating_sub(s.root_reserved_blocks + cached + kept);
+        debug_assert!(
+            available <= free + s.prealloc_reserved_blocks,
+            "available is free"
+        );
+        (free, available)
+    }
+
     /// The volume's ownership check (see [`Volume::check`]).
     pub fn check(&self) -> Result<VolumeCheck> {
         self.shared.vol.check()
