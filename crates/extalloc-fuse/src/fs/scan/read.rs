@@ -211,7 +211,9 @@ pub(super) fn visit_inodes(
         let (id, blob) = first_bad.expect("a file without an inode");
         return Err(format!(
             "volume file {id} holds no inode (attributes {:?}): this volume is not an \
-             extalloc file system (was it filled with `extalloc put`?)",
+             extalloc file system (was it filled with `extalloc put`?): read it with \
+             `extalloc ls` and `extalloc get`, or mount a new one (`extalloc mkfs IMAGE \
+             --size SIZE`)",
             String::from_utf8_lossy(&blob)
         ));
     }
