@@ -419,8 +419,9 @@ fn device_error(dev: &str, e: extalloc::Error) -> String {
             }
         }
         extalloc::Error::NotExtalloc(_) => format!(
-            "{dev} is not an extalloc device: make one with `extalloc mkfs {dev} --size \
-             SIZE` ({e})"
+            "{dev} is not an extalloc device ({e}); if it is meant to be one, `extalloc mkfs \
+             {dev} --size SIZE` makes it (and refuses a file that holds data unless given \
+             --force)"
         ),
         other => format!("{dev}: {other}"),
     }

@@ -86,7 +86,13 @@ impl std::error::Error for Damage {}
 /// check.
 pub fn fsck(path: &Path, json: bool) -> i32 {
     match fsck_checked(path, json, None) {
-        Ok(()) => FSCK_CLEAN,
+        Ok(()) => {
+            if !json {
+                // One word to end on, as the error line ends a check that found problems.
+                println!("{}: clean", path.display());
+            }
+            FSCK_CLEAN
+        }
         Err(e) => {
             eprintln!("error: {}", super::output::error_text(&e));
             fsck_code(&e)
