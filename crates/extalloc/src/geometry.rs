@@ -196,12 +196,14 @@ pub(crate) fn file_range_end(start: u64, len: u64, max: u64, unit: &'static str)
 }
 
 /// A size in bytes as a person writes it: a number with an optional binary unit, `4096`,
-/// `64K`, `512MiB`, `16GiB`, `1PiB` (K, M, G, T, P, with or without `iB` or `B`, any case;
-/// every unit is a power of 1024). A malformed size, an unknown unit or one past `u64` is
-/// [`Error::InvalidSetting`].
+/// `64K`, `512MiB`, `1.5GiB`, `16GiB`, `1PiB` (K, M, G, T, P, with or without `iB` or
+/// `B`, any case; every unit is a power of 1024; a decimal fraction when it makes whole
+/// bytes). A malformed size, an unknown unit, a fraction of a byte or a size past `u64`
+/// is [`Error::InvalidSetting`].
 ///
 /// ```
 /// assert_eq!(extalloc::parse_size("64M")?, 64 << 20);
+/// assert_eq!(extalloc::parse_size("1.5GiB")?, 3 << 29);
 /// assert!(extalloc::parse_size("12 parsecs").is_err());
 /// # Ok::<(), extalloc::Error>(())
 /// ```
@@ -213,11 +215,16 @@ pub fn parse_size(s: &str) -> Result<u64> {
         value: format!("'{s}'"),
         expected,
     };
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (digits, unit) = s.split_at(split);
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| invalid(format!("expected a number with an optional unit ({UNITS})")))?;
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    let malformed = || invalid(format!("expected a number with an optional unit ({UNITS})"));
+    let n: u64 = whole.parse().map_err(|_| malformed())?;
+    if !fraction.bytes().all(|c| c.is_ascii_digit()) || fraction.len() > 18 {
+        return Err(malformed());
+    }
     let shift = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 0,
         "k" | "kib" | "kb" => 10,
@@ -227,8 +234,22 @@ pub fn parse_size(s: &str) -> Result<u64> {
         "p" | "pib" | "pb" => 50,
         other => return Err(invalid(format!("unknown unit '{other}' (use {UNITS})"))),
     };
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| invalid("overflows 64 bits of bytes".into()))
+    // The fraction's bytes: digits / 10^len of the unit, whole or refused.
+    let (digits, scale) = match fraction {
+        "" => (0u128, 1u128),
+        f => (
+            f.parse::<u128>().map_err(|_| malformed())?,
+            10u128.pow(f.len() as u32),
+        ),
+    };
+    let part = (digits << shift) / scale;
+    if part * scale != digits << shift {
+        return Err(invalid(format!(
+            "not a whole number of bytes (use a smaller unit than '{unit}')"
+        )));
+    }
+    let bytes = u128::from(n) * (1u128 << shift) + part;
+    u64::try_from(bytes).map_err(|_| invalid("overflows 64 bits of bytes".into()))
 }
 
 #[cfg(test)]
@@ -246,6 +267,16 @@ mod tests {
         assert!(parse_size("GiB").is_err());
         assert!(parse_size("").is_err());
         assert!(parse_size("99999999999T").is_err());
+        assert_eq!(parse_size("1.5GiB").unwrap(), 3 << 29);
+        assert_eq!(parse_size("0.25k").unwrap(), 256);
+        assert_eq!(parse_size("2.0M").unwrap(), 2 << 20);
+        let part = parse_size("1.1b").unwrap_err().to_string();
+        assert!(part.contains("not a whole number of bytes"), "{part}");
+        assert!(parse_size("1.2.3G").is_err() && parse_size(".G").is_err());
+        assert!(
+            parse_size("16383.99999999999999999P").is_err(),
+            "past u64 or a fraction"
+        );
         assert!(matches!(
             parse_size("1X"),
             Err(Error::InvalidSetting {
