@@ -69,7 +69,7 @@ impl NamespaceReport {
     /// A one-line summary of the repairs.
     pub fn summary(&self) -> String {
         format!(
-            "{} orphans, {} damaged inodes, {} unnamed inodes{}, {} bad entries, {} link \
+            "{} orphans, {} damaged inodes, {} unnamed inodes{}, {} bad entries, {} wrong link \
              counts, {} damaged directory logs, {} stray and {} damaged extended attribute \
              sets",
             self.orphans.len(),
