@@ -99,7 +99,7 @@ elif [[ ! -c /dev/fuse ]]; then
 else
   step "mount tests (checked)" ./scripts/test/mount-tests.sh
 fi
-# fstests, the community's suite, on the mount: CI's selection (scripts/test/fstests-ci.list, 112
+# fstests, the community's suite, on the mount: CI's selection (scripts/test/fstests-ci.list, 111
 # tests: data, namespace, extended attributes and ACLs, O_DIRECT, O_TMPFILE, birth times,
 # chattr, whiteouts, file handles across remounts). fstests is a test tool kept outside the
 # repository; its source is ../shared/fstests or FSTESTS_SRC. Without it the step is not run
