@@ -90,6 +90,8 @@ mod repair_tests;
 mod replace_tests;
 pub(crate) mod scan;
 mod shutdown;
+#[cfg(test)]
+mod space_tests;
 pub mod syncmode;
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,6 @@
 //! File system tests of POSIX behaviour: listings after `opendir`, atime under each mount
-//! mode, set-id bits cleared by unprivileged data changes, the largest file, `st_blocks`
-//! and `statfs`, `O_DIRECT` opens. The helpers are `tests.rs`'.
+//! mode, set-id bits cleared by unprivileged data changes, the largest file, `O_DIRECT`
+//! opens (`st_blocks` and `statfs` are `space_tests.rs`'). The helpers are `tests.rs`'.
 
 use super::data::{SetAttr, SetTime};
 use super::tests::{device, find, fresh, mkdir, put, remount, ME};
@@ -319,98 +319,6 @@ fn a_write_past_the_largest_file_is_efbig_and_changes_nothing() {
     fs.unmount().unwrap();
     let (fs, _) = remount(&dev);
     assert_eq!(fs.getattr(f).unwrap().size, 4);
-    fs.unmount().unwrap();
-}
-
-/// st_blocks is the blocks mapped plus those reserved for cached data, not the size's:
-/// a 4 KiB write at 8 MiB is one block, cached, written back and after a remount; a
-/// cached overwrite of a mapped block adds none.
-#[test]
-fn allocated_counts_mapped_and_reserved_blocks_not_the_size() {
-    let dev = device(8);
-    let fs = fresh(&dev);
-    let f = put(&fs, ROOT, "f", b"");
-    fs.write(f, 8 << 20, &[1; 4096], false).unwrap();
-    let a = fs.getattr(f).unwrap();
-    assert_eq!((a.size, a.allocated), ((8 << 20) + 4096, 4096), "cached");
-    fs.fsync(f).unwrap();
-    assert_eq!(fs.getattr(f).unwrap().allocated, 4096, "written back");
-    fs.write(f, 8 << 20, &[2; 100], false).unwrap();
-    assert_eq!(fs.getattr(f).unwrap().allocated, 4096, "a cached overwrite");
-    fs.unmount().unwrap();
-    let (fs, _) = remount(&dev);
-    assert_eq!(fs.getattr(f).unwrap().allocated, 4096, "remounted");
-    fs.unmount().unwrap();
-}
-
-/// A removed file's blocks are free in statfs at once, with no commit (as ext4 counts
-/// them), not at the next fsync or mount; a write that needs them gets them (the volume
-/// commits the waiting frees when it finds no room).
-#[test]
-fn statfs_counts_a_removed_files_blocks_as_free() {
-    let dev = device(9);
-    let fs = fresh(&dev);
-    let f = put(&fs, ROOT, "f", b"");
-    fs.sync().unwrap();
-    let before = fs.statfs().unwrap();
-    fs.fallocate(f, 0, 8 << 20, 0, ME).unwrap();
-    fs.fsync(f).unwrap();
-    let full = fs.statfs().unwrap();
-    assert!(full.free + 2048 <= before.free, "{before:?} -> {full:?}");
-    fs.unlink(ROOT, b"f").unwrap();
-    fs.forget(f, 1);
-    let after = fs.statfs().unwrap();
-    assert_eq!(
-        (after.free, after.available),
-        (before.free, before.available),
-        "{before:?} -> {after:?}"
-    );
-    assert!(
-        fs.volume().statfs().pending_blocks >= 2048,
-        "statfs committed nothing: the frees still wait"
-    );
-    // A file as large as what statfs says is available (less a little for its map): it
-    // needs the waiting blocks, and gets them.
-    let g = put(&fs, ROOT, "g", b"");
-    let bytes = (after.available - 64) * u64::from(after.block_size);
-    fs.fallocate(g, 0, bytes, 0, ME).unwrap();
-    fs.unmount().unwrap();
-}
-
-/// On a full volume a removed file's blocks come back to `df` less the room kept for
-/// metadata, as after the commit: the room and cached data's reservations come off free
-/// and waiting blocks together. Taken off the committed part alone (0 on a full volume),
-/// `df` after `rm` showed the whole file available, more than the fresh volume offered.
-#[test]
-fn statfs_after_a_full_volumes_rm_shows_no_more_than_a_fresh_one() {
-    let dev = device(10);
-    let fs = fresh(&dev);
-    let fresh_stat = fs.statfs().unwrap();
-    let f = put(&fs, ROOT, "f", b"");
-    let mut size = 0;
-    let bs = u64::from(fresh_stat.block_size);
-    while fs.fallocate(f, size, 64 * bs, 0, ME).is_ok() {
-        size += 64 * bs;
-    }
-    fs.fsync(f).unwrap();
-    assert!(fs.statfs().unwrap().available < 64, "{:?}", fs.statfs());
-    fs.unlink(ROOT, b"f").unwrap();
-    fs.forget(f, 1);
-    let after = fs.statfs().unwrap();
-    assert!(
-        after.available <= fresh_stat.available && after.free <= fresh_stat.free,
-        "fresh {fresh_stat:?}, after the rm {after:?}"
-    );
-    assert!(
-        after.available + 64 >= fresh_stat.available,
-        "the space came back: fresh {fresh_stat:?}, after the rm {after:?}"
-    );
-    fs.sync().unwrap();
-    let committed = fs.statfs().unwrap();
-    assert_eq!(
-        committed.available, after.available,
-        "the same after the commit"
-    );
     fs.unmount().unwrap();
 }
 

@@ -496,24 +496,15 @@ impl Buffered {
     }
 
     /// [`Buffered::statfs`]'s free and available blocks with the blocks freed since the
-    /// last commit counted in, as `df` shows them between a free and its commit: the
-    /// reservations, the superuser's share and the room kept come off the sum, not off
-    /// each part (taken off the committed part alone, a full volume's `rm` showed the whole
-    /// file available, more than the volume ever offered, until the commit).
+    /// last commit counted in, as `df` shows them between a free and its commit (the
+    /// reservations and the room kept come off the sum: `options::free_and_available`).
     pub fn free_and_available_with_pending(&self) -> (u64, u64) {
-        let s = self.shared.vol.statfs();
-        let cached = self.shared.vol.delalloc_reserved_blocks();
-        let kept = self.shared.vol.reserve_margin();
-        let free = (s.free_blocks + s.pending_blocks).saturating_sub(cached);
-        // From the parts: the store's own available has the superuser's share off already,
-        // and saturates at zero on a full volume just as the sum here must not.
-        let available = (s.free_blocks + s.prealloc_reserved_blocks + s.pending_blocks)
-            .saturating_sub(s.root_reserved_blocks + cached + kept);
-        debug_assert!(
-            available <= free + s.prealloc_reserved_blocks,
-            "available is free"
-        );
-        (free, available)
+        let v = &self.shared.vol;
+        options::free_and_available(
+            &v.statfs(),
+            v.delalloc_reserved_blocks(),
+            v.reserve_margin(),
+        )
     }
 
     /// The volume's ownership check (see [`Volume::check`]).

@@ -1,9 +1,11 @@
 //! The writeback options ([`WritebackOptions`], [`Affinity`]) and the figures a [`Buffered`]
-//! reports ([`WritebackStats`], [`ContextStats`]): plain values, no state.
+//! reports ([`WritebackStats`], [`ContextStats`], the free space `df` shows:
+//! [`free_and_available`]): plain values, no state.
 //!
 //! [`Buffered`]: super::Buffered
 
 use crate::error::{Error, Result};
+use crate::store::Statfs;
 use std::time::Duration;
 
 /// A write is cached and throttled in pieces of at most this many blocks (1 MiB of 4 KiB).
@@ -181,4 +183,20 @@ impl WritebackStats {
         let t = self.total();
         t.allocations as f64 / (t.bytes as f64 / f64::from(1 << 20)).max(f64::MIN_POSITIVE)
     }
+}
+
+/// The free and available blocks of a volume's raw `statfs` `s` with `cached` blocks
+/// reserved for cached data and `kept` for metadata, counting the blocks freed since the
+/// last commit: the reservations, the superuser's share and the room kept come off the
+/// sum, not off each part (taken off the committed part alone, which saturates at zero, a
+/// full volume's `rm` showed the whole file available until the commit).
+pub(super) fn free_and_available(s: &Statfs, cached: u64, kept: u64) -> (u64, u64) {
+    let free = (s.free_blocks + s.pending_blocks).saturating_sub(cached);
+    let available = (s.free_blocks + s.prealloc_reserved_blocks + s.pending_blocks)
+        .saturating_sub(s.root_reserved_blocks + cached + kept);
+    debug_assert!(
+        available <= free + s.prealloc_reserved_blocks,
+        "available is free"
+    );
+    (free, available)
 }
