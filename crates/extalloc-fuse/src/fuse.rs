@@ -1,5 +1,5 @@
 //! Kernel requests to [`Fs`] calls, through the daemon's own FUSE transport
-//! (`transport/`). Each request is served on the session's thread that read it (several
+//! (the crate `extalloc-fuse-transport`). Each request is served on the session's thread that read it (several
 //! threads; [`Fs`] is shared).
 //!
 //! Data structures: [`FuseFs`] holds the shared [`Fs`], the block size, and the mount's
@@ -24,8 +24,10 @@ use crate::replies::{
     acl_groups, caller, caller_if, data, drop_attrs, empty, errno, file_attr, negative_entry,
     open_flags, opened, set_time, statfs_reply, statx, xattr_reply, DIR_OPEN_FLAGS, TTL,
 };
-use crate::transport::{self, flags as init_flags, DirBuf, Handler, Init, Notifier, Op, Reply};
-use crate::transport::{CreateIn, Request, Setattr, TimeOrNow};
+use extalloc_fuse_transport::{
+    self as transport, flags as init_flags, DirBuf, Handler, Init, Notifier, Op, Reply,
+};
+use extalloc_fuse_transport::{CreateIn, Request, Setattr, TimeOrNow};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;

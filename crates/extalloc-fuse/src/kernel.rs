@@ -11,7 +11,7 @@
 use crate::fs::atime::AtimeMode;
 use crate::fs::syncmode::SyncMode;
 use crate::fs::Fs;
-use crate::transport::{flags as f, Init};
+use extalloc_fuse_transport::{flags as f, Init};
 use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

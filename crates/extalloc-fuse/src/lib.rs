@@ -3,8 +3,9 @@
 //!
 //! - [`fs::Fs`]: the file system itself (namespace, data through the volume's dirty cache
 //!   and writeback contexts, crash repair at mount), callable without FUSE.
-//! - `transport/`: the daemon's own FUSE transport (mount, `/dev/fuse` requests decoded
-//!   and replies encoded, several threads); `fuse.rs`: kernel requests to [`fs::Fs`] calls;
+//! - The crate `extalloc-fuse-transport`: the daemon's own FUSE transport (mount,
+//!   `/dev/fuse` and io_uring requests decoded and replies encoded, several threads);
+//!   `fuse.rs`: its `Handler`, kernel requests to [`fs::Fs`] calls;
 //!   `kernel.rs`: what it asks of the kernel at init and reads of the mount's flags;
 //!   `replies.rs`: the replies it sends and who makes a request (supplementary groups).
 //! - [`mount`]: the mount command (foreground or daemon, clean unmount on SIGTERM,
@@ -43,10 +44,9 @@ mod fuse;
 pub mod inode;
 mod kernel;
 pub mod mount;
-pub mod mountinfo;
+pub use extalloc_fuse_transport::mountinfo;
 pub mod repair;
 mod replies;
-mod transport;
 pub mod umount;
 pub mod xattr;
 
@@ -54,5 +54,5 @@ pub mod xattr;
 /// `/dev/fuse` (`buf` whole), true if it is well formed. Not part of the crate's API.
 #[doc(hidden)]
 pub fn fuzz_request(buf: &[u8]) -> bool {
-    transport::fuzz::request(buf)
+    extalloc_fuse_transport::fuzz::request(buf)
 }

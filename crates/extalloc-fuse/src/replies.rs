@@ -11,7 +11,7 @@
 use crate::fs::data::SetTime;
 use crate::fs::{Attr, Caller, Errno as FsErrno};
 use crate::inode::Time;
-use crate::transport::{self, Notifier, Reply, Request, TimeOrNow};
+use extalloc_fuse_transport::{self as transport, Notifier, Reply, Request, TimeOrNow};
 use std::sync::OnceLock;
 use std::time::Duration;
 

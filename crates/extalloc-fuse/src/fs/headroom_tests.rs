@@ -126,7 +126,7 @@ fn a_write_back_that_finds_no_room_refuses_its_writers_next_cached_write() {
 #[test]
 fn opens_and_creates_are_answered_direct_near_full_or_synchronous() {
     use crate::replies::open_flags;
-    use crate::transport::FOPEN_DIRECT_IO;
+    use extalloc_fuse_transport::FOPEN_DIRECT_IO;
     let dev = device(5);
     let fs = fresh(&dev);
     fs.headroom().allow_direct();

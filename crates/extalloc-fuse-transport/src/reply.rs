@@ -18,13 +18,13 @@ use zerocopy::IntoBytes;
 
 /// Where a reply goes: the descriptor the request was read from, or the io_uring entry
 /// it came in (`uring.rs`), whose commit sends it.
-pub(crate) enum Sink<'a> {
+pub enum Sink<'a> {
     Dev(&'a File),
     Ring(&'a dyn Put),
 }
 
 /// A place a reply is written into whole (an io_uring entry).
-pub(crate) trait Put {
+pub trait Put {
     /// The reply of `unique`: `error` (negative) or `parts`, one after the other.
     fn put(&self, unique: u64, error: i32, parts: &[&[u8]]) -> io::Result<()>;
 }
@@ -39,7 +39,7 @@ impl Sink<'_> {
 }
 
 /// The one reply to a request.
-pub(crate) struct Reply<'a> {
+pub struct Reply<'a> {
     sink: Sink<'a>,
     unique: u64,
     sent: bool,
@@ -74,7 +74,7 @@ fn send(dev: &File, unique: u64, error: i32, parts: &[&[u8]]) -> io::Result<()> 
 }
 
 /// The header of a reply of `parts`.
-pub(crate) fn out_header(unique: u64, error: i32, parts: &[&[u8]]) -> abi::OutHeader {
+pub fn out_header(unique: u64, error: i32, parts: &[&[u8]]) -> abi::OutHeader {
     let len = std::mem::size_of::<abi::OutHeader>() + parts.iter().map(|p| p.len()).sum::<usize>();
     abi::OutHeader {
         len: len as u32,
@@ -89,11 +89,13 @@ fn split(d: Duration) -> (u64, u32) {
 }
 
 impl<'a> Reply<'a> {
-    pub(crate) fn new(dev: &'a File, unique: u64) -> Reply<'a> {
+    /// The reply to request `unique`, written to `/dev/fuse` descriptor `dev`.
+    pub fn new(dev: &'a File, unique: u64) -> Reply<'a> {
         Reply::to(Sink::Dev(dev), unique)
     }
 
-    pub(crate) fn to(sink: Sink<'a>, unique: u64) -> Reply<'a> {
+    /// The reply to request `unique`, written to `sink`.
+    pub fn to(sink: Sink<'a>, unique: u64) -> Reply<'a> {
         Reply {
             sink,
             unique,
@@ -113,7 +115,7 @@ impl<'a> Reply<'a> {
 
     /// No reply: the request takes none (FORGET, INTERRUPT). One that came through an
     /// io_uring entry is committed all the same (empty), or the entry would be lost.
-    pub(crate) fn none(mut self) {
+    pub fn none(mut self) {
         match self.sink {
             Sink::Dev(_) => self.sent = true,
             Sink::Ring(_) => self.finish(0, &[]),
@@ -121,7 +123,7 @@ impl<'a> Reply<'a> {
     }
 
     /// The error `errno` (positive).
-    pub(crate) fn error(self, errno: i32) {
+    pub fn error(self, errno: i32) {
         debug_assert!(errno > 0 && errno < 512, "an errno is positive: {errno}");
         // The kernel refuses a reply whose error is out of range before it finds the
         // request, whose caller would then wait until the connection ends.
@@ -134,27 +136,27 @@ impl<'a> Reply<'a> {
     }
 
     /// Success with nothing to say.
-    pub(crate) fn ok(self) {
+    pub fn ok(self) {
         self.finish(0, &[]);
     }
 
     /// Bytes.
-    pub(crate) fn data(self, d: &[u8]) {
+    pub fn data(self, d: &[u8]) {
         self.finish(0, &[d]);
     }
 
     /// The structure `s` and the bytes `tail` after it.
-    pub(crate) fn with<T: IntoBytes + zerocopy::Immutable>(self, s: &T, tail: &[u8]) {
+    pub fn with<T: IntoBytes + zerocopy::Immutable>(self, s: &T, tail: &[u8]) {
         self.finish(0, &[s.as_bytes(), tail]);
     }
 
     /// A name's node, attributes and how long the kernel may keep them.
-    pub(crate) fn entry(self, ttl: Duration, attr: &abi::Attr, generation: u64) {
+    pub fn entry(self, ttl: Duration, attr: &abi::Attr, generation: u64) {
         self.with(&entry_out(ttl, attr, generation), &[]);
     }
 
     /// Attributes and how long the kernel may keep them.
-    pub(crate) fn attr(self, ttl: Duration, attr: &abi::Attr) {
+    pub fn attr(self, ttl: Duration, attr: &abi::Attr) {
         let (secs, nanos) = split(ttl);
         let out = abi::AttrOut {
             attr_valid: secs,
@@ -166,19 +168,19 @@ impl<'a> Reply<'a> {
     }
 
     /// An open handle and the open's flags (`FOPEN_*`).
-    pub(crate) fn opened(self, fh: u64, flags: u32) {
+    pub fn opened(self, fh: u64, flags: u32) {
         self.with(&open_out(fh, flags), &[]);
     }
 
     /// A made and opened file (`CREATE`, `TMPFILE`).
-    pub(crate) fn created(self, ttl: Duration, attr: &abi::Attr, fh: u64, flags: u32) {
+    pub fn created(self, ttl: Duration, attr: &abi::Attr, fh: u64, flags: u32) {
         let entry = entry_out(ttl, attr, 0);
         let open = open_out(fh, flags);
         self.finish(0, &[entry.as_bytes(), open.as_bytes()]);
     }
 
     /// A statx's attributes and how long the kernel may keep them.
-    pub(crate) fn statx(self, ttl: Duration, stat: &abi::Statx) {
+    pub fn statx(self, ttl: Duration, stat: &abi::Statx) {
         let (secs, nanos) = split(ttl);
         let out = abi::StatxOut {
             attr_valid: secs,
@@ -191,7 +193,7 @@ impl<'a> Reply<'a> {
     }
 
     /// Bytes written (or copied).
-    pub(crate) fn written(self, n: u32) {
+    pub fn written(self, n: u32) {
         self.with(
             &abi::WriteOut {
                 size: n,
@@ -202,7 +204,7 @@ impl<'a> Reply<'a> {
     }
 
     /// The size of an extended attribute's value or listing.
-    pub(crate) fn xattr_size(self, n: u32) {
+    pub fn xattr_size(self, n: u32) {
         self.with(
             &abi::GetxattrOut {
                 size: n,
@@ -213,7 +215,7 @@ impl<'a> Reply<'a> {
     }
 
     /// An ioctl's result and the bytes it copies out.
-    pub(crate) fn ioctl(self, result: i32, out: &[u8]) {
+    pub fn ioctl(self, result: i32, out: &[u8]) {
         let head = abi::IoctlOut {
             result,
             ..Default::default()
@@ -257,13 +259,14 @@ fn open_out(fh: u64, flags: u32) -> abi::OpenOut {
 }
 
 /// A listing's entries, up to the size the kernel asked for.
-pub(crate) struct DirBuf {
+pub struct DirBuf {
     buf: Vec<u8>,
     max: usize,
 }
 
 impl DirBuf {
-    pub(crate) fn new(max: u32) -> DirBuf {
+    /// An empty listing of at most `max` bytes (the request's size).
+    pub fn new(max: u32) -> DirBuf {
         DirBuf {
             buf: Vec::with_capacity(max as usize),
             max: max as usize,
@@ -273,7 +276,7 @@ impl DirBuf {
     /// Adds an entry (`entry`: READDIRPLUS's node and attributes); `next` is the offset the
     /// listing goes on from after it. True when it does not fit (nothing added: the
     /// listing is full).
-    pub(crate) fn add(
+    pub fn add(
         &mut self,
         ino: u64,
         next: u64,
@@ -304,13 +307,13 @@ impl DirBuf {
     }
 
     /// The entry READDIRPLUS carries for a node.
-    pub(crate) fn entry(ttl: Duration, attr: &abi::Attr) -> abi::EntryOut {
+    pub fn entry(ttl: Duration, attr: &abi::Attr) -> abi::EntryOut {
         entry_out(ttl, attr, 0)
     }
 
     /// The entry READDIRPLUS carries for a name whose inode could not be read: node 0,
     /// which the kernel takes as "no attributes" (it lists the name and makes no dentry).
-    pub(crate) fn unread() -> abi::EntryOut {
+    pub fn unread() -> abi::EntryOut {
         abi::EntryOut {
             nodeid: 0,
             generation: 0,
@@ -323,25 +326,26 @@ impl DirBuf {
     }
 
     /// Sends the entries gathered.
-    pub(crate) fn send(self, reply: Reply<'_>) {
+    pub fn send(self, reply: Reply<'_>) {
         reply.data(&self.buf);
     }
 }
 
 /// Tells the kernel what the daemon changed on its own.
 #[derive(Clone)]
-pub(crate) struct Notifier {
+pub struct Notifier {
     dev: Arc<File>,
 }
 
 impl Notifier {
-    pub(crate) fn new(dev: Arc<File>) -> Notifier {
+    /// Notifications written to the session's descriptor `dev`.
+    pub fn new(dev: Arc<File>) -> Notifier {
         Notifier { dev }
     }
 
     /// Drops the kernel's cached attributes of `ino` and, from `off` (negative: none), `len`
     /// bytes of its pages (0: to the end). `ENOENT`: the kernel does not hold the node.
-    pub(crate) fn inval_inode(&self, ino: u64, off: i64, len: i64) -> io::Result<()> {
+    pub fn inval_inode(&self, ino: u64, off: i64, len: i64) -> io::Result<()> {
         let n = abi::NotifyInvalInode { ino, off, len };
         send(&self.dev, 0, abi::NOTIFY_INVAL_INODE, &[n.as_bytes()])
     }

@@ -9,7 +9,7 @@
 use super::{Op, Reply, Request};
 
 /// What serves the requests.
-pub(crate) trait Handler: Send + Sync + 'static {
+pub trait Handler: Send + Sync + 'static {
     /// Asks for what it wants of what the kernel offers (once, before any request).
     fn init(&self, init: &mut Init);
     /// The kernel drops `nlookup` references to `ino` (no reply).
@@ -28,7 +28,7 @@ pub(crate) trait Handler: Send + Sync + 'static {
 
 /// The kernel's offer at `FUSE_INIT` and what the handler asks of it.
 #[derive(Debug)]
-pub(crate) struct Init {
+pub struct Init {
     pub(super) offered: u64,
     pub(super) wanted: u64,
     pub(super) max_write: u32,
@@ -36,7 +36,7 @@ pub(crate) struct Init {
 
 impl Init {
     /// Asks for `flags`; `Err` with those the kernel does not offer (none is then taken).
-    pub(crate) fn want(&mut self, flags: u64) -> Result<(), u64> {
+    pub fn want(&mut self, flags: u64) -> Result<(), u64> {
         let missing = flags & !self.offered;
         if missing != 0 {
             return Err(missing);
@@ -46,7 +46,7 @@ impl Init {
     }
 
     /// The largest write the kernel sends in one request.
-    pub(crate) fn set_max_write(&mut self, bytes: u32) {
+    pub fn set_max_write(&mut self, bytes: u32) {
         assert!((4096..=MAX_WRITE).contains(&bytes), "max_write {bytes}");
         self.max_write = bytes;
     }

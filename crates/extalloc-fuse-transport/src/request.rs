@@ -15,44 +15,62 @@ use zerocopy::FromBytes;
 
 /// Who asks and about what: the request's header.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Request {
-    pub(crate) unique: u64,
-    pub(crate) opcode: u32,
+pub struct Request {
+    /// The request's number, which its reply carries.
+    pub unique: u64,
+    /// The FUSE opcode (`FUSE_LOOKUP`, ...), as the kernel sent it.
+    pub opcode: u32,
     /// The node the request is about (the parent directory for a name).
-    pub(crate) nodeid: u64,
-    pub(crate) uid: u32,
-    pub(crate) gid: u32,
-    pub(crate) pid: u32,
+    pub nodeid: u64,
+    /// The caller's file-system user id (mapped on an idmapped mount).
+    pub uid: u32,
+    /// The caller's file-system group id.
+    pub gid: u32,
+    /// The caller's thread-group id (0 for the kernel's own requests).
+    pub pid: u32,
 }
 
 /// A time a setattr sets: now, or seconds (before 1970: negative) and nanoseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum TimeOrNow {
+pub enum TimeOrNow {
+    /// The time of the request (`FATTR_*TIME_NOW`).
     Now,
+    /// Seconds since 1970 and nanoseconds.
     At(i64, u32),
 }
 
 /// What a setattr changes (`None`: left alone).
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Setattr {
-    pub(crate) mode: Option<u32>,
-    pub(crate) uid: Option<u32>,
-    pub(crate) gid: Option<u32>,
-    pub(crate) size: Option<u64>,
-    pub(crate) atime: Option<TimeOrNow>,
-    pub(crate) mtime: Option<TimeOrNow>,
-    pub(crate) ctime: Option<(i64, u32)>,
+pub struct Setattr {
+    /// The mode (`chmod`).
+    pub mode: Option<u32>,
+    /// The owner (`chown`).
+    pub uid: Option<u32>,
+    /// The group (`chown`).
+    pub gid: Option<u32>,
+    /// The size (`truncate`).
+    pub size: Option<u64>,
+    /// The access time (`utimensat`).
+    pub atime: Option<TimeOrNow>,
+    /// The modification time.
+    pub mtime: Option<TimeOrNow>,
+    /// The change time (the writeback cache's own update).
+    pub ctime: Option<(i64, u32)>,
     /// The open file the change came through (`FATTR_FH`): an `ftruncate`, or the
     /// writeback cache's own time update.
-    pub(crate) fh: Option<u64>,
+    pub fh: Option<u64>,
 }
 
 /// A request's arguments, by opcode.
 #[derive(Debug)]
-pub(crate) enum Op<'a> {
+pub enum Op<'a> {
+    /// `FUSE_INIT`: the kernel's protocol version and what it offers.
     Init(abi::InitIn),
+    /// `FUSE_LOOKUP`: a name in the directory `nodeid`.
     Lookup(&'a OsStr),
+    /// `FUSE_FORGET`: the kernel drops this many references to `nodeid` (no reply).
     Forget(u64),
+    /// `FUSE_BATCH_FORGET`: forgets of several nodes (no reply).
     BatchForget(Vec<abi::ForgetOne>),
     /// Attributes, through the open file `fh` when the kernel names one (a cached write
     /// or read, `lseek`: `FUSE_GETATTR_FH`).
@@ -60,102 +78,180 @@ pub(crate) enum Op<'a> {
     /// The statx flags and mask are not read: every reply carries all a statx can.
     /// As `Getattr`.
     Statx(Option<u64>),
+    /// `FUSE_SETATTR`.
     Setattr(Setattr),
+    /// `FUSE_READLINK`.
     Readlink,
+    /// `FUSE_SYMLINK`: `name` in directory `nodeid`, pointing at `target`.
     Symlink {
+        /// The new link's name.
         name: &'a OsStr,
+        /// What it points at.
         target: &'a OsStr,
     },
+    /// `FUSE_MKNOD`: a special file or regular file `name` in directory `nodeid`.
     Mknod {
+        /// The new name.
         name: &'a OsStr,
+        /// Type and permission bits.
         mode: u32,
+        /// The caller's umask (applied by the file system under `DONT_MASK`).
         umask: u32,
+        /// The device number of a device node.
         rdev: u32,
     },
+    /// `FUSE_MKDIR`: directory `name` in directory `nodeid`.
     Mkdir {
+        /// The new name.
         name: &'a OsStr,
+        /// Permission bits.
         mode: u32,
+        /// The caller's umask.
         umask: u32,
     },
+    /// `FUSE_UNLINK`: a name in directory `nodeid`.
     Unlink(&'a OsStr),
+    /// `FUSE_RMDIR`: a name in directory `nodeid`.
     Rmdir(&'a OsStr),
+    /// `FUSE_RENAME` and `FUSE_RENAME2`: `name` in directory `nodeid` to `newname` in `newdir`.
     Rename {
+        /// The name moved.
         name: &'a OsStr,
+        /// The directory it moves to.
         newdir: u64,
+        /// Its new name.
         newname: &'a OsStr,
+        /// `RENAME_NOREPLACE`, `RENAME_EXCHANGE`, `RENAME_WHITEOUT` (0 for `FUSE_RENAME`).
         flags: u32,
     },
+    /// `FUSE_LINK`: a new name in directory `nodeid` for node `ino`.
     Link {
+        /// The node linked.
         ino: u64,
+        /// The new name.
         newname: &'a OsStr,
     },
+    /// `FUSE_OPEN`.
     Open {
+        /// The `open(2)` flags.
         flags: i32,
     },
+    /// `FUSE_READ`.
     Read {
+        /// Where it starts.
         offset: u64,
+        /// At most this many bytes.
         size: u32,
     },
+    /// `FUSE_WRITE`.
     Write {
+        /// Where it starts.
         offset: u64,
+        /// The bytes, in place in the request buffer.
         data: &'a [u8],
+        /// `WRITE_CACHE`, `WRITE_KILL_SUIDGID`.
         flags: u32,
     },
+    /// `FUSE_STATFS`.
     Statfs,
+    /// `FUSE_RELEASE`: the last close of an open file.
     Release,
+    /// `FUSE_FSYNC`.
     Fsync,
+    /// `FUSE_SETXATTR`.
     Setxattr {
+        /// The attribute's name.
         name: &'a OsStr,
+        /// Its value.
         value: &'a [u8],
+        /// `XATTR_CREATE`, `XATTR_REPLACE`.
         flags: i32,
     },
+    /// `FUSE_GETXATTR`.
     Getxattr {
+        /// The attribute's name.
         name: &'a OsStr,
+        /// The caller's buffer (0: it asks for the size).
         size: u32,
     },
+    /// `FUSE_LISTXATTR`.
     Listxattr {
+        /// The caller's buffer (0: it asks for the size).
         size: u32,
     },
+    /// `FUSE_REMOVEXATTR`.
     Removexattr(&'a OsStr),
+    /// `FUSE_FLUSH`: a `close(2)` of an open file.
     Flush,
+    /// `FUSE_OPENDIR`.
     Opendir,
+    /// `FUSE_READDIR` and `FUSE_READDIRPLUS`.
     Readdir {
+        /// The open directory.
         fh: u64,
+        /// Where the listing resumes (an offset a reply gave).
         offset: u64,
+        /// At most this many bytes.
         size: u32,
+        /// `FUSE_READDIRPLUS`: each entry with its attributes.
         plus: bool,
     },
+    /// `FUSE_RELEASEDIR`.
     Releasedir {
+        /// The open directory.
         fh: u64,
     },
+    /// `FUSE_FSYNCDIR`.
     Fsyncdir,
+    /// `FUSE_CREATE`: a regular file `name` in directory `nodeid`, made and opened.
     Create {
+        /// The new name.
         name: &'a OsStr,
+        /// Flags, mode and umask.
         create: abi::CreateIn,
     },
+    /// `FUSE_TMPFILE`: an unnamed regular file in directory `nodeid` (`O_TMPFILE`).
     Tmpfile {
+        /// Flags, mode and umask.
         create: abi::CreateIn,
     },
+    /// `FUSE_INTERRUPT` (no reply).
     Interrupt,
+    /// `FUSE_DESTROY`: the connection ends (unmount).
     Destroy,
+    /// `FUSE_IOCTL` (the restricted form: the argument's bytes as sent).
     Ioctl {
+        /// The ioctl's command.
         cmd: u32,
+        /// Its input bytes.
         data: &'a [u8],
     },
+    /// `FUSE_FALLOCATE`.
     Fallocate {
+        /// Where the range starts.
         offset: u64,
+        /// Its length.
         length: u64,
+        /// `FALLOC_FL_*`.
         mode: i32,
     },
+    /// `FUSE_COPY_FILE_RANGE`: from node `nodeid` to `ino_out`.
     CopyFileRange {
+        /// Where the source range starts.
         off_in: u64,
+        /// The destination node.
         ino_out: u64,
+        /// Where the destination range starts.
         off_out: u64,
+        /// The range's length.
         len: u64,
     },
     /// A reply to a notification (none is asked for).
     NotifyReply,
+    /// An opcode this transport does not decode (answered `ENOSYS`).
     Unknown,
+    /// A request shorter than its opcode's structure, or a name without its NUL
+    /// (answered `EIO`).
     Malformed,
 }
 
@@ -189,7 +285,7 @@ impl<'a> Args<'a> {
 
 /// The header and arguments of one request of `buf` (as read: the header's length is the
 /// buffer's); `None` when the buffer is shorter than a header says.
-pub(crate) fn parse(buf: &[u8]) -> Option<(Request, Op<'_>)> {
+pub fn parse(buf: &[u8]) -> Option<(Request, Op<'_>)> {
     let (h, args) = abi::InHeader::read_from_prefix(buf).ok()?;
     if h.len as usize != buf.len() {
         return None;

@@ -1,10 +1,17 @@
-//! The daemon's own FUSE transport: it mounts a connection (`mnt.rs`), reads the kernel's
-//! requests from `/dev/fuse` or, with `--io-uring`, from io_uring entries (`uring.rs`),
-//! decodes them (`request.rs`, over the protocol's structures in `abi.rs`), hands each to
-//! a [`Handler`] (`handler.rs`) with its [`Reply`] (`reply.rs`) and answers `FUSE_INIT` as
+//! extalloc's own FUSE transport: it mounts a connection (`mnt.rs`), reads the kernel's
+//! requests from `/dev/fuse` or from FUSE over io_uring's entries (`uring.rs`), decodes
+//! them (`request.rs`, over the protocol's structures in `abi.rs`), hands each to a
+//! [`Handler`] (`handler.rs`) with its [`Reply`] (`reply.rs`) and answers `FUSE_INIT` as
 //! the handler asks. It speaks what the kernel of this machine offers and the `fuser`
 //! crate did not: `FUSE_TMPFILE` (`O_TMPFILE`), `FUSE_STATX` (birth times) and FUSE over
 //! io_uring, and it reads a write's data in place from the request buffer.
+//!
+//! The seam: a file system implements [`Handler`] (one call per decoded [`Request`], its
+//! [`Op`] and a [`Reply`] to answer with exactly once; [`Handler::init`] says which
+//! [`flags`] it wants), mounts a [`Session`] with a [`MountSpec`] and runs it with a
+//! [`Serving`]. The crate knows nothing of extalloc's volume: `extalloc-fuse` is its one
+//! handler. [`mountinfo`] reads the kernel's table of mounts (the transport finds its own
+//! mount there; `extalloc umount` finds a mount's device).
 //!
 //! Data structures: [`Session`] (the connection's descriptor and the mount); [`Serving`]
 //! (threads, transport, polling); one buffer and one poller (`poll.rs`) per serving
@@ -23,13 +30,21 @@
 //!
 //! Lock order: the gate's mutex is a leaf, never held across a read or a request (the
 //! handler has its own).
+//!
+//! System calls go through `rustix` (the two ioctls it has no wrapper for through its typed
+//! `ioctl`; io_uring's entry through the `io-uring` crate's setters); what stays on `libc`
+//! is errno constants, which a reply carries negated as a plain `i32`.
+
+#![warn(missing_docs)]
 
 mod abi;
 mod dev;
-pub(crate) mod fuzz;
+#[doc(hidden)]
+pub mod fuzz;
 mod gate;
 mod handler;
 mod mnt;
+pub mod mountinfo;
 mod poll;
 mod reply;
 mod request;
@@ -38,25 +53,25 @@ mod serve;
 mod tests;
 mod uring;
 
-pub(crate) use abi::{Attr, CreateIn, StatfsOut};
-pub(crate) use abi::{Statx, SxTime};
-pub(crate) use abi::{FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE, STATX_BASIC_STATS, STATX_BTIME};
+pub use abi::{Attr, CreateIn, StatfsOut};
+pub use abi::{Statx, SxTime};
+pub use abi::{FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE, STATX_BASIC_STATS, STATX_BTIME};
 use dev::{buf_len, clone_dev, read_request};
 use gate::Gate;
-pub(crate) use handler::{Handler, Init};
-pub(crate) use mnt::MountSpec;
+pub use handler::{Handler, Init};
+pub use mnt::MountSpec;
 use poll::Poller;
-pub(crate) use reply::{DirBuf, Notifier, Reply};
-pub(crate) use request::{Op, Request, Setattr, TimeOrNow};
+pub use reply::{DirBuf, Notifier, Reply};
+pub use request::{Op, Request, Setattr, TimeOrNow};
 use serve::serve_loop;
 
 /// Init flags a handler may ask for (`Init::want`).
-pub(crate) mod flags {
-    pub(crate) use super::abi::{
+pub mod flags {
+    pub use super::abi::{
         ALLOW_IDMAP, DIRECT_IO_ALLOW_MMAP, DONT_MASK, DO_READDIRPLUS, EXPORT_SUPPORT,
         HANDLE_KILLPRIV_V2, PARALLEL_DIROPS, POSIX_ACL, READDIRPLUS_AUTO, WRITEBACK_CACHE,
     };
-    pub(crate) use super::abi::{WRITE_CACHE, WRITE_KILL_SUIDGID};
+    pub use super::abi::{WRITE_CACHE, WRITE_KILL_SUIDGID};
 }
 
 use std::fs::File;
@@ -68,29 +83,29 @@ use zerocopy::IntoBytes;
 
 /// How a session serves: its threads and transport.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Serving {
+pub struct Serving {
     /// Threads reading `/dev/fuse` (at least one).
-    pub(crate) threads: usize,
+    pub threads: usize,
     /// Serve through FUSE over io_uring with entries of this depth per CPU, if the kernel
     /// offers it (else through `/dev/fuse` as without).
-    pub(crate) uring: Option<usize>,
+    pub uring: Option<usize>,
     /// The rings were asked for by name: a kernel that does not offer them is said (a
     /// warning); else it is only logged at the debug level.
-    pub(crate) uring_said: bool,
+    pub uring_said: bool,
     /// How long a `/dev/fuse` thread polls for the next request before it sleeps (`poll.rs`);
     /// zero: it sleeps at once.
-    pub(crate) poll: std::time::Duration,
+    pub poll: std::time::Duration,
 }
 
 /// A mounted connection, not yet served.
-pub(crate) struct Session {
+pub struct Session {
     dev: Arc<File>,
     mounted: mnt::Mounted,
 }
 
 impl Session {
     /// Mounts a connection on `mountpoint` (canonical) as `spec` says.
-    pub(crate) fn mount(mountpoint: &Path, spec: &MountSpec) -> io::Result<Session> {
+    pub fn mount(mountpoint: &Path, spec: &MountSpec) -> io::Result<Session> {
         let (dev, mounted) = mnt::mount(mountpoint, spec)?;
         Ok(Session {
             dev: Arc::new(dev),
@@ -99,18 +114,18 @@ impl Session {
     }
 
     /// Where the handler sends notifications.
-    pub(crate) fn notifier(&self) -> Notifier {
+    pub fn notifier(&self) -> Notifier {
         Notifier::new(self.dev.clone())
     }
 
     /// Unmounts without serving (a start that failed after the mount).
-    pub(crate) fn unmount(&mut self) -> io::Result<()> {
+    pub fn unmount(&mut self) -> io::Result<()> {
         self.mounted.unmount()
     }
 
     /// Serves requests as `serving` says until the connection is gone, then unmounts if
     /// the mount is still there.
-    pub(crate) fn run<H: Handler>(
+    pub fn run<H: Handler>(
         mut self,
         handler: Arc<H>,
         serving: Serving,

@@ -15,6 +15,9 @@ macro_rules! abi {
             $(#[$m])*
             #[repr(C)]
             #[derive(Debug, Clone, Copy, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+            // The fields are the kernel's, named and ordered as in its structure of the same
+            // name (`include/uapi/linux/fuse.h`), which documents them.
+            #[allow(missing_docs)]
             pub struct $name { $($(#[$fm])* pub $f: $t,)* }
             const _: () = assert!(std::mem::size_of::<$name>() == $size);
         )*
@@ -181,22 +184,33 @@ pub const STATX: u32 = 52;
 
 /// The protocol's major version; the minor this daemon answers with at most.
 pub const KERNEL_MAJOR: u32 = 7;
+#[allow(missing_docs)] // documented with KERNEL_MAJOR
 pub const KERNEL_MINOR: u32 = 40;
 
 // `FUSE_INIT` flags (bits 32 and up travel in `flags2`).
 pub const ASYNC_READ: u64 = 1 << 0;
+/// `FUSE_EXPORT_SUPPORT`: lookups of `.` and `..` are answered (file handles, NFS export).
 pub const EXPORT_SUPPORT: u64 = 1 << 4;
 pub const BIG_WRITES: u64 = 1 << 5;
+/// `FUSE_DONT_MASK`: the kernel leaves the umask to the file system (POSIX ACLs' defaults).
 pub const DONT_MASK: u64 = 1 << 6;
+/// `FUSE_DO_READDIRPLUS`: listings may carry each entry's attributes.
 pub const DO_READDIRPLUS: u64 = 1 << 13;
+/// `FUSE_READDIRPLUS_AUTO`: the kernel chooses between plain and plus listings.
 pub const READDIRPLUS_AUTO: u64 = 1 << 14;
+/// `FUSE_WRITEBACK_CACHE`: buffered writes go to the kernel's page cache, written back later.
 pub const WRITEBACK_CACHE: u64 = 1 << 16;
+/// `FUSE_PARALLEL_DIROPS`: lookups and listings of one directory may run at once.
 pub const PARALLEL_DIROPS: u64 = 1 << 18;
+/// `FUSE_POSIX_ACL`: the kernel enforces the ACLs the file system stores.
 pub const POSIX_ACL: u64 = 1 << 20;
 pub const MAX_PAGES: u64 = 1 << 22;
+/// `FUSE_HANDLE_KILLPRIV_V2`: the file system drops set-id bits on write and truncate.
 pub const HANDLE_KILLPRIV_V2: u64 = 1 << 28;
 pub const INIT_EXT: u64 = 1 << 30;
+/// `FUSE_DIRECT_IO_ALLOW_MMAP`: files opened with `FOPEN_DIRECT_IO` may still be mapped shared.
 pub const DIRECT_IO_ALLOW_MMAP: u64 = 1 << 36;
+/// `FUSE_ALLOW_IDMAP`: the mount may be idmapped (the kernel maps ids in requests).
 pub const ALLOW_IDMAP: u64 = 1 << 40;
 
 // `SETATTR`'s `valid` bits.
@@ -215,11 +229,15 @@ pub const FATTR_CTIME: u32 = 1 << 10;
 pub const GETATTR_FH: u32 = 1 << 0;
 
 // An open's reply flags.
+/// `FOPEN_DIRECT_IO`: the open's reads and writes bypass the page cache, each a request.
 pub const FOPEN_DIRECT_IO: u32 = 1 << 0;
+/// `FOPEN_KEEP_CACHE`: the open keeps the file's cached pages.
 pub const FOPEN_KEEP_CACHE: u32 = 1 << 1;
 
 // A write's flags.
+/// `FUSE_WRITE_CACHE`: the write is the page cache's write back, not a caller's `write(2)`.
 pub const WRITE_CACHE: u32 = 1 << 0;
+/// `FUSE_WRITE_KILL_SUIDGID`: the write must drop the file's set-id bits.
 pub const WRITE_KILL_SUIDGID: u32 = 1 << 2;
 
 /// FUSE over io_uring (bit 9 of `flags2`).
@@ -245,6 +263,7 @@ const _: () = assert!(DEV_IOC_CLONE == 0x8004_e500);
 
 /// `statx` mask bits a reply sets (`STATX_BASIC_STATS` and `STATX_BTIME`).
 pub const STATX_BASIC_STATS: u32 = 0x7ff;
+/// `STATX_BTIME`: the reply carries the birth time.
 pub const STATX_BTIME: u32 = 0x800;
 
 /// Bytes of a request buffer beyond the largest write (headers and names).

@@ -221,7 +221,7 @@ mod tests {
     /// A connected pair standing in for `/dev/fuse`: one message per read; the daemon's
     /// end non-blocking, as a session's descriptors are.
     fn pair() -> (File, File) {
-        let (daemon, kernel) = crate::transport::tests::seqpacket_pair();
+        let (daemon, kernel) = crate::tests::seqpacket_pair();
         set_nonblocking(daemon.as_fd()).unwrap();
         (daemon, kernel)
     }

@@ -25,16 +25,20 @@ use std::process::Command;
 /// What to mount: the source shown in the mount table, the subtype (`fuse.SUBTYPE`, given
 /// only through `fusermount3`), the `MS_*` flags and the FUSE options (`default_permissions`, `allow_other`).
 #[derive(Debug, Clone)]
-pub(crate) struct MountSpec {
-    pub(crate) source: String,
-    pub(crate) subtype: String,
-    pub(crate) flags: MountFlags,
-    pub(crate) options: Vec<&'static str>,
+pub struct MountSpec {
+    /// The source the mount table shows (`extalloc mount`: the device's path).
+    pub source: String,
+    /// The subtype: the mount shows as `fuse.SUBTYPE` (through `fusermount3` only).
+    pub subtype: String,
+    /// The `MS_*` flags (read-only, `nosuid`, ...).
+    pub flags: MountFlags,
+    /// The FUSE options beside the connection's own (`default_permissions`, `allow_other`).
+    pub options: Vec<&'static str>,
 }
 
 /// A mount this process made.
 #[derive(Debug)]
-pub(crate) struct Mounted {
+pub struct Mounted {
     mountpoint: PathBuf,
     /// The mount as the mount table showed it once made (device number, source, type);
     /// `None` once unmounted.
@@ -44,7 +48,7 @@ pub(crate) struct Mounted {
 }
 
 /// Mounts a new FUSE connection on `mountpoint` (canonical) and returns its device.
-pub(crate) fn mount(mountpoint: &Path, spec: &MountSpec) -> io::Result<(File, Mounted)> {
+pub fn mount(mountpoint: &Path, spec: &MountSpec) -> io::Result<(File, Mounted)> {
     let dev = File::options()
         .read(true)
         .write(true)
@@ -104,7 +108,7 @@ pub(crate) fn mount(mountpoint: &Path, spec: &MountSpec) -> io::Result<(File, Mo
 impl Mounted {
     /// Unmounts (lazily: open files keep it alive) if the mount on the mount point is
     /// still this one; nothing if it is gone already.
-    pub(crate) fn unmount(&mut self) -> io::Result<()> {
+    pub fn unmount(&mut self) -> io::Result<()> {
         let Some(made) = self.entry.take() else {
             return Ok(());
         };
