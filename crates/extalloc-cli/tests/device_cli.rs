@@ -95,13 +95,13 @@ fn mkfs_then_info() {
     f.write_all_at(&[0xff; 4], (1 + 1024) * 4096 + 3 * 32 + 1)
         .unwrap();
     let (ok, text) = extalloc(&["info", p]);
-    assert!(ok && text.contains("1 corrupt descriptors"), "{text}");
+    assert!(ok && text.contains("1 corrupt descriptor "), "{text}");
     let (ok, text) = extalloc(&["info", p, "--groups"]);
     assert!(
         ok && text.contains("group 3: corrupt descriptor of group 3"),
         "{text}"
     );
-    assert!(text.contains("1 corrupt groups"), "{text}");
+    assert!(text.contains("1 corrupt group\n"), "{text}");
     std::fs::remove_file(&path).unwrap();
 
     let junk = std::env::temp_dir().join(format!("extalloc-junk-{}.img", std::process::id()));
@@ -332,6 +332,27 @@ fn mkfs_touches_nothing_on_bad_input_and_asks_before_overwriting() {
         assert!(text.contains(says), "{args:?}: {text}");
         assert!(!fresh.exists(), "{args:?} left a file behind");
     }
+    // A device too small for a volume's journal names the least --size that works, and
+    // that size does (the next block down does not).
+    let (ok, text) = extalloc(&["mkfs", f, "--size", "100K"]);
+    assert!(!ok, "{text}");
+    let least = text
+        .split("needs --size ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .unwrap_or_else(|| panic!("no least size in: {text}"));
+    assert!(!fresh.exists(), "100K left a file behind");
+    let (ok, text) = extalloc(&["mkfs", f, "--size", least]);
+    assert!(ok, "--size {least}: {text}");
+    assert!(text.contains(", 1 group, "), "one group, said so: {text}");
+    std::fs::remove_file(&fresh).unwrap();
+    let kib: u64 = least.trim_end_matches('K').parse().expect("a size in KiB");
+    let (ok, text) = extalloc(&["mkfs", f, "--size", &format!("{}K", kib - 4)]);
+    assert!(
+        !ok && text.contains(&format!("needs --size {least} ")),
+        "{text}"
+    );
+    assert!(!fresh.exists());
     // A file with data: refused and intact, then overwritten with --force.
     let data = dir.join("data.txt");
     let d = data.to_str().unwrap();

@@ -2,8 +2,9 @@
 //! a volume) and `info` (a summary from the superblock and descriptors, or every group,
 //! and the files). `fsck` is `fsck.rs`.
 
+use super::output::counted;
 use anyhow::{Context, Result};
-use extalloc::disk::device::{Device, FileDevice};
+use extalloc::disk::device::{Device, FileDevice, MemDevice};
 use std::path::Path;
 
 /// What `mkfs` is asked to make.
@@ -100,20 +101,98 @@ pub fn mkfs(a: &MkfsArgs) -> Result<()> {
             if !existed {
                 let _ = std::fs::remove_file(path);
             }
-            return Err(e).with_context(|| format!("{}: mkfs", path.display()));
+            return Err(mkfs_failed(
+                e,
+                path,
+                block_size,
+                group_blocks,
+                journal_bytes,
+            ));
         }
     };
     println!(
-        "{}: a volume of {} blocks of {} bytes, {} groups, metadata in blocks 0..{}, journal \
+        "{}: a volume of {} blocks of {} bytes, {}, metadata in blocks 0..{}, journal \
          {} blocks",
         path.display(),
         sb.blocks_count,
         sb.block_size,
-        sb.groups(),
+        counted(sb.groups(), "group"),
         sb.metadata_end(),
         sb.journal_blocks
     );
     Ok(())
+}
+
+/// mkfs's error `e` on `path`, with the least `--size` that works when the device was too
+/// small for a volume's journal.
+fn mkfs_failed(
+    e: extalloc::Error,
+    path: &Path,
+    block_size: u32,
+    group_blocks: u64,
+    journal_bytes: Option<u64>,
+) -> anyhow::Error {
+    let least = matches!(e, extalloc::Error::JournalTooSmall { .. })
+        .then(|| smallest_device(block_size, group_blocks, journal_bytes))
+        .flatten();
+    let Some(least) = least else {
+        return anyhow::Error::new(e).context(format!("{}: mkfs", path.display()));
+    };
+    let least = match least {
+        b if b % (1 << 20) == 0 => format!("{}M", b >> 20),
+        b if b % 1024 == 0 => format!("{}K", b >> 10),
+        b => b.to_string(),
+    };
+    anyhow::Error::new(e).context(format!(
+        "{}: mkfs needs --size {least} at least",
+        path.display()
+    ))
+}
+
+/// The smallest device, in whole blocks, on which mkfs makes a volume with these options
+/// (the journal scaled to the device unless `journal_bytes` is given), found by making
+/// volumes on memory devices: a volume needs a journal whose records hold its largest
+/// change, and the default journal is an eighth of a small device. `None` when no device
+/// of up to 1 GiB does.
+fn smallest_device(block_size: u32, group_blocks: u64, journal_bytes: Option<u64>) -> Option<u64> {
+    let bs = u64::from(block_size);
+    let works = |blocks: u64| {
+        let bytes = blocks * bs;
+        let Ok(geometry) = extalloc::Geometry::new(block_size, group_blocks, blocks) else {
+            return false;
+        };
+        let journal_blocks = journal_bytes.map_or_else(
+            || extalloc::disk::format::default_journal_blocks(bytes, block_size),
+            |j| j.div_ceil(bs),
+        );
+        let dev: std::sync::Arc<dyn Device> = std::sync::Arc::new(MemDevice::new(bytes));
+        extalloc::disk::format::mkfs(dev.as_ref(), &geometry, journal_blocks, [0; 16])
+            .and_then(|_| extalloc::volume::Volume::format(dev, extalloc::Policy::default()))
+            .and_then(extalloc::volume::Volume::close)
+            .is_ok()
+    };
+    // The least working number of blocks lies in (fails, works]: doubled, then halved.
+    let (mut fails, mut works_at) = (1u64, 16u64);
+    while !works(works_at) {
+        fails = works_at;
+        works_at *= 2;
+        if works_at * bs > 1 << 30 {
+            return None;
+        }
+    }
+    while works_at - fails > 1 {
+        let mid = fails + (works_at - fails) / 2;
+        if works(mid) {
+            works_at = mid;
+        } else {
+            fails = mid;
+        }
+    }
+    debug_assert!(
+        works(works_at) && !works(works_at - 1),
+        "{works_at} blocks is the least"
+    );
+    Some(works_at * bs)
 }
 
 /// `extalloc info`: the summary, each group with `groups`, the files with `files`.
@@ -131,13 +210,13 @@ fn info_store(path: &Path, groups: bool) -> Result<()> {
         .with_context(|| format!("{}", path.display()))?;
     let bs = u64::from(sb.block_size);
     println!(
-        "{}: extalloc format {}, {} blocks of {bs} bytes ({:.1} GiB), {} groups of {} \
+        "{}: extalloc format {}, {} blocks of {bs} bytes ({:.1} GiB), {} of {} \
          blocks",
         path.display(),
         extalloc::disk::format::VERSION,
         sb.blocks_count,
         (sb.blocks_count * bs) as f64 / f64::from(1u32 << 30),
-        sb.groups(),
+        counted(sb.groups(), "group"),
         sb.group_blocks
     );
     println!(
@@ -170,9 +249,11 @@ fn info_store(path: &Path, groups: bool) -> Result<()> {
             }
         }
         println!(
-            "{} groups, {free} free blocks ({uninit} groups never written), {bad} \
-             corrupt descriptors (from the descriptors; --groups checks every bitmap)",
-            sb.groups()
+            "{}, {free} free blocks ({} never written), {} (from the \
+             descriptors; --groups checks every bitmap)",
+            counted(sb.groups(), "group"),
+            counted(uninit, "group"),
+            counted(bad, "corrupt descriptor"),
         );
         return Ok(());
     }
@@ -194,8 +275,9 @@ fn info_store(path: &Path, groups: bool) -> Result<()> {
         }
     }
     println!(
-        "{} groups, {free} free blocks, {corrupt} corrupt groups",
-        sb.groups()
+        "{}, {free} free blocks, {}",
+        counted(sb.groups(), "group"),
+        counted(corrupt, "corrupt group")
     );
     Ok(())
 }

@@ -172,11 +172,11 @@ fn print_fsck(
     files: Option<&extalloc::volume::VolumeCheck>,
 ) {
     println!(
-        "{}: {} blocks, {} groups, {} free; superblocks: primary {}, backup {}; \
-         journal: {} records to replay{}",
+        "{}: {} blocks, {}, {} free; superblocks: primary {}, backup {}; \
+         journal: {} to replay{}",
         path.display(),
         r.blocks,
-        r.groups,
+        super::output::counted(r.groups, "group"),
         r.free_blocks,
         if r.primary_superblock_ok {
             "ok"
@@ -188,7 +188,7 @@ fn print_fsck(
         } else {
             "DAMAGED"
         },
-        r.journal_records,
+        super::output::counted(r.journal_records, "record"),
         if r.checkpoint_interrupted {
             " (a checkpoint was interrupted: open repairs it)"
         } else {

@@ -94,3 +94,14 @@ pub fn can_write(flag: &str, path: &std::path::Path) -> anyhow::Result<()> {
     let _ = std::fs::remove_file(&probe);
     Ok(())
 }
+
+/// `n` and `noun`, the noun plural unless `n` is 1 ("1 group", "3 groups"): every noun a
+/// report counts this way takes a plain `s`.
+pub fn counted(n: u64, noun: &str) -> String {
+    debug_assert!(!noun.ends_with('s'), "{noun}: give the singular");
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
