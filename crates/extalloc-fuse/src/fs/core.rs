@@ -514,6 +514,10 @@ impl Fs {
             return Ok(());
         };
         let unheld = n.open == 0 && n.lookups.get() == 0;
+        if unheld {
+            // No handle is left to ask through: a late write back's latch goes with it.
+            self.headroom.unmark(ino);
+        }
         if unheld && n.inode.nlink == 0 {
             self.remove_inode(ns, ino)?;
         } else if n.droppable() && !self.pinned(ino) {

@@ -22,8 +22,9 @@
 //!   the file it asks for them through the writer's handle (GETATTR with the handle), and
 //!   `Fs::getattr_through` answers `ENOSPC` while the mark holds: the writer stops at its
 //!   next call instead of writing on into a cache that cannot be written back. The mark
-//!   goes when the room is back above the margin (at that question) or at the file's last
-//!   close.
+//!   goes when the room is back above the margin (at that question), at the file's last
+//!   close, or, for a write back that failed after it (the kernel's own, late), when the
+//!   kernel forgets the inode (`Fs::reap`): no handle is left to ask through.
 //! - **What the kernel may hold dirty shrinks with the room.** The latch acts once a write
 //!   back fails, and the kernel writes back late (a writer of 2 GiB into a 1 GiB volume on
 //!   a 24 GiB machine wrote it all into the cache before the first write back). So once
