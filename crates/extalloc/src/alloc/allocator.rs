@@ -17,6 +17,11 @@
 //!   `releases`: the deferred-free counters (`deferred.rs`).
 //! - `lazy`: the loader of an allocator opened over a device (`lazy.rs`, `cache.rs`).
 //! - `stats`: per-thread shards of counters, and the [`HeldCounters`] of the accounting.
+//! - `free_at_start`: the groups' free blocks when the allocator was made; with the
+//!   shards' `free_moved` (every change of a group's free mirror), the device's free
+//!   blocks in O(shards): a statfs, a delayed-allocation reservation or a create's room
+//!   check summed every group before (7 ms a call at 64 TiB, 80 % of a mount's CPU on a
+//!   15 TiB volume).
 //!
 //! # Invariant: the accounting
 //!
@@ -27,6 +32,7 @@
 //!
 //! ```text
 //! blocks marked used = allocated + reserved + pending
+//! free_at_start + Σ free_moved = Σ groups' free mirrors     (free_blocks() = the sum)
 //! ```
 //!
 //! # Lock order
@@ -126,6 +132,8 @@ pub struct Allocator {
     pub(super) home_dirty: Option<AtomicBitset>,
     /// Groups whose bitmap failed its checks when loaded: held all used.
     pub(super) corrupt: AtomicBitset,
+    /// The groups' free mirrors summed at construction (see the module documentation).
+    pub(super) free_at_start: u64,
 }
 
 /// The groups' summaries for [`Allocator::open_lazy`], checked and packed one at a time as
@@ -281,6 +289,10 @@ impl Allocator {
         lazy: Option<Lazy>,
     ) -> Result<Self> {
         let groups_count = groups.len();
+        // Once, O(groups); later reads add the shards' `free_moved`.
+        let free_at_start = (0..groups_count)
+            .map(|g| u64::from(groups.free_blocks(g)))
+            .sum();
         let orders = geometry.group_blocks.trailing_zeros() as usize + 1;
         debug_assert!(orders <= ORDERS);
         let (stream_goals, stream_goals_per_class) = Self::stream_goal_slots(&policy, groups_count);
@@ -314,6 +326,7 @@ impl Allocator {
             home_dirty: lazy.as_ref().map(|_| AtomicBitset::new(groups_count)),
             lazy,
             corrupt: AtomicBitset::new(groups_count),
+            free_at_start,
             geometry,
             policy,
             groups,
@@ -340,8 +353,16 @@ impl Allocator {
         &self.policy
     }
 
-    /// Free blocks, not counting frees that wait for a commit (sum of the group mirrors).
+    /// Free blocks, not counting frees that wait for a commit: the sum of the group
+    /// mirrors, read in O(shards) from the figures at construction and the changes since
+    /// (exact at quiescence; a hint while allocations run, as each mirror is).
     pub fn free_blocks(&self) -> u64 {
+        self.free_at_start.wrapping_add(self.stats.free_moved())
+    }
+
+    /// [`Allocator::free_blocks`] the slow way, every group's mirror summed: what
+    /// `check()` compares it with.
+    pub(super) fn free_blocks_summed(&self) -> u64 {
         (0..self.groups.len())
             .map(|g| u64::from(self.groups.free_blocks(g)))
             .sum()

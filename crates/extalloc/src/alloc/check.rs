@@ -273,6 +273,15 @@ impl Allocator {
                  reserved + {pending_total} pending"
             ));
         }
+        // The O(shards) count of free blocks against the groups' own figures.
+        let (counted_free, summed) = (self.free_blocks(), self.free_blocks_summed());
+        if counted_free != summed {
+            return fail(format!(
+                "free blocks counted {counted_free} (at start {} + changes), but the groups \
+                 hold {summed}",
+                self.free_at_start
+            ));
+        }
         Ok(())
     }
 }
