@@ -1,11 +1,27 @@
 #!/usr/bin/env python3
 """One large directory, beside ext4: lookup, readdir and unlink per entry (issue 50).
 
-    sudo scripts/bench/bigdir.py [--files 10k,1M] [--fs ext4,extalloc] [--lookups 10000]
+    sudo scripts/bench/bigdir.py [--files 10k,1M] [--fs ext4,extalloc,floor] [--lookups 10000]
                            [--size 16GiB] [--json PATH]
 
+File systems (`--fs`, default ext4,extalloc):
+- `ext4`: the kernel's, on the image;
+- `extalloc`: `$EXTALLOC mount` of the image (its default transport and threads);
+- `floor`: the FUSE floor, no image: the in-memory libfuse file system of
+  `compare-fs --fs floor` (scripts/bench/floor-memfs.c, built by
+  scripts/bench/build-floor.sh, or $EXTALLOC_FLOOR), mounted as compare-fs mounts it:
+  `floor-memfs MNT -f -s -o default_permissions,allow_other,fsname=floor,subtype=floor`
+  with FUSE_URING_ENABLE=0 (libfuse's single-threaded loop on /dev/fuse; extalloc's mount
+  options, the same requests per create, stat and unlink as extalloc: docs/results.md
+  "FUSE floor"). It shows what any FUSE daemon pays per entry on this kernel. It keeps
+  nothing across an unmount, so each "unmounts and mounts again" below is, for the floor,
+  `sync; echo 2 > /proc/sys/vm/drop_caches` instead (the kernel evicts its dentries and
+  inodes and sends their FORGETs; this waits until the daemon's CPU time stops moving,
+  so those are not counted in the next step): the kernel side is cold, as on the other
+  two, but the floor's daemon stays warm (its tables are in memory, as they always are).
+
 For each file system and entry count, on a fresh sparse image (in $TMPDIR, else /var/tmp)
-attached to a loop device:
+attached to a loop device (the floor: a fresh mount of an empty floor):
 
 1. creates N empty files in one directory (`open(O_CREAT)` + `close`);
 2. unmounts and mounts again (cold caches on both sides), then `stat`s one name (the
@@ -15,16 +31,26 @@ attached to a loop device:
 3. unmounts and mounts again, then lists the directory with `ls -f` (getdents only, no
    stat per name): CPU per entry;
 4. unmounts and mounts again, then removes every entry with `find DIR -mindepth 1
-   -delete` (one unlinkat per name): CPU per entry.
+   -delete` (one unlinkat per name, and an fstatat before it where readdir gave the
+   type as unknown, as extalloc's does after a mount): CPU per entry.
 
 CPU is the caller's (this process's rusage for the lookups, the child's for `ls` and
-`find`: the kernel's work on ext4 runs there) plus, for extalloc, the daemon's (user +
-system of every thread, /proc/PID/stat), so a loaded machine still gives a verdict; wall
-seconds are printed beside it. "Lookup flat in the directory size" reads as CPU per missing
-name at 1M against 10k (a found name also reads its inode, which is colder in a larger
-directory on either file system). One JSON line per run on stdout, progress on stderr, a Markdown table
-at the end; `--json PATH` writes every figure. Needs root, losetup, mkfs.ext4 and
-target/release/extalloc (or $EXTALLOC).
+`find`: the kernel's work on ext4 runs there) plus, for extalloc and the floor, the
+daemon's (user + system of every thread, /proc/PID/stat), so a loaded machine still gives
+a verdict on ext4 (for FUSE, below); wall seconds are printed beside it. "Lookup flat in
+the directory size" reads as CPU per missing name at 1M against 10k (a found name also
+reads its inode, which is colder in a larger directory on either file system). A FUSE
+figure depends on where the scheduler puts the caller and the daemon: on a 2-CPU guest
+the floor's unlink took 17 µs of CPU with both pinned to one CPU and 166 µs pinned to two
+(each round trip then wakes an idle CPU), 76 unpinned and idle, 21 beside a build; so an
+idle machine can read worse than a busy one: read FUSE rows against the floor's row of
+the same run, with the load beside them. `taskset -c 0 scripts/bench/bigdir.py ...` puts
+the caller and the daemon (which inherits the affinity) on one CPU: the steadiest figure
+for comparing two builds (name each binary `extalloc`: the daemon is found by that name).
+One JSON line per run on stdout, progress on
+stderr, a Markdown table at the end; `--json PATH` writes every figure. Needs root,
+losetup, mkfs.ext4 and target/release/extalloc (or $EXTALLOC); the floor needs libfuse's
+source for build-floor.sh (or $EXTALLOC_FLOOR).
 """
 import argparse
 import json
@@ -38,6 +64,26 @@ import time
 
 EXTALLOC = os.environ.get("EXTALLOC", "target/release/extalloc")
 TICK = os.sysconf("SC_CLK_TCK")
+FLOOR_OPTIONS = "default_permissions,allow_other,fsname=floor,subtype=floor"  # compare-fs's
+
+
+def floor_binary():
+    """The floor: $EXTALLOC_FLOOR, else what scripts/bench/build-floor.sh builds (its last line)."""
+    if os.environ.get("EXTALLOC_FLOOR"):
+        return os.environ["EXTALLOC_FLOOR"]
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "build-floor.sh")
+    out = subprocess.run([script], check=True, stdout=subprocess.PIPE, text=True).stdout
+    return out.strip().splitlines()[-1]
+
+
+def is_fuse_mount(path):
+    """Whether `path` is a FUSE mount (/proc/self/mountinfo: fuse type, or fuse.SUBTYPE)."""
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, right = line.split(" - ", 1)
+            if left.split()[4] == path and right.split()[0].split(".")[0] == "fuse":
+                return True
+    return False
 
 
 def count(text):
@@ -88,44 +134,94 @@ def child_cpu(cmd):
 
 
 class Target:
-    def __init__(self, fs, size, work):
+    def __init__(self, fs, size, work, floor=None):
         self.fs = fs
         self.img = os.path.join(work, f"{fs}.img")
         self.mnt = os.path.join(work, f"{fs}.mnt")
         os.makedirs(self.mnt, exist_ok=True)
+        self.pid = None
+        self.floor, self.child, self.loop = floor, None, None
+        if fs == "floor":
+            return  # no storage
         with open(self.img, "wb") as f:
             f.truncate(size)
         self.loop = run(["losetup", "--find", "--show", self.img]).strip()
         run(["mkfs.ext4", "-q", "-F", self.loop] if fs == "ext4" else [EXTALLOC, "mkfs", self.loop])
-        self.pid = None
 
     def mount(self):
         if self.fs == "ext4":
             run(["mount", self.loop, self.mnt])
+        elif self.fs == "floor":
+            self.log = open(os.path.join(os.path.dirname(self.mnt), "floor.log"), "w+")
+            env = dict(os.environ, FUSE_URING_ENABLE="0")
+            self.child = subprocess.Popen([self.floor, self.mnt, "-f", "-s", "-o", FLOOR_OPTIONS],
+                                          stdin=subprocess.DEVNULL, stdout=self.log,
+                                          stderr=subprocess.STDOUT, env=env)
+            deadline = time.monotonic() + 30
+            while not is_fuse_mount(self.mnt):
+                if self.child.poll() is not None or time.monotonic() > deadline:
+                    self.log.seek(0)
+                    raise RuntimeError(f"the floor did not mount: {self.log.read()[-300:]}")
+                time.sleep(0.05)
+            self.pid = self.child.pid
         else:
             run([EXTALLOC, "mount", self.loop, self.mnt])
             self.pid = daemon_pid(self.mnt)
 
     def umount(self):
-        run(["umount", self.mnt] if self.fs == "ext4" else [EXTALLOC, "umount", self.mnt])
+        if self.fs == "floor":
+            run(["umount", self.mnt])
+            self.child.wait(timeout=60)
+            self.child = None
+            self.log.close()
+            os.unlink(self.log.name)
+        else:
+            run(["umount", self.mnt] if self.fs == "ext4" else [EXTALLOC, "umount", self.mnt])
         self.pid = None
 
     def remount(self):
-        self.umount()
-        self.mount()
+        """Cold caches: unmount and mount again; on the floor (which would lose its files),
+        drop the kernel's dentries and inodes instead, then wait until the daemon has
+        answered the FORGETs (its CPU time still for half a second)."""
+        if self.fs != "floor":
+            self.umount()
+            self.mount()
+            return
+        run(["sync"])
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("2")
+        last = daemon_cpu(self.pid)
+        while True:
+            time.sleep(0.5)
+            now = daemon_cpu(self.pid)
+            if now == last:
+                break
+            last = now
 
     def close(self):
         if os.path.ismount(self.mnt):
             subprocess.run(["umount", "-l", self.mnt], capture_output=True)
             time.sleep(1)
-        subprocess.run(["losetup", "-d", self.loop], capture_output=True)
-        os.unlink(self.img)
+        if self.child is not None:
+            try:
+                self.child.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.child.kill()
+                self.child.wait()
+        if self.loop is not None:
+            subprocess.run(["losetup", "-d", self.loop], capture_output=True)
+            os.unlink(self.img)
 
 
-def one(fs, n, lookups, size, work):
+def one(fs, n, lookups, size, work, floor):
     label = f"{fs} {n:,}"
-    t = Target(fs, size, work)
     r = {"fs": fs, "entries": n}
+    try:
+        t = Target(fs, size, work, floor)
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as e:
+        r["ok"], r["error"] = False, str(e)
+        print(f"  {label}: failed: {e}", file=sys.stderr, flush=True)
+        return r
     try:
         t.mount()
         d = os.path.join(t.mnt, "d")
@@ -202,16 +298,21 @@ def main():
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bigdir.py: needs root (loop devices, mounts)")
-    if "extalloc" in a.fs and not os.access(EXTALLOC, os.X_OK):
+    systems = a.fs.split(",")
+    unknown = [fs for fs in systems if fs not in ("ext4", "extalloc", "floor")]
+    if unknown:
+        sys.exit(f"bigdir.py: unknown file system {', '.join(unknown)} (ext4, extalloc, floor)")
+    if "extalloc" in systems and not os.access(EXTALLOC, os.X_OK):
         sys.exit(f"bigdir.py: no {EXTALLOC}: cargo build --release -p extalloc-cli")
+    floor = floor_binary() if "floor" in systems else None
     units = {"gib": 1 << 30, "mib": 1 << 20}
     sz = a.size.lower()
     size = int(sz[:-3]) * units[sz[-3:]] if sz[-3:] in units else int(sz)
     rows = []
     with tempfile.TemporaryDirectory(prefix="extalloc-bigdir.", dir=os.environ.get("TMPDIR", "/var/tmp")) as work:
         for n in [count(x) for x in a.files.split(",")]:
-            for fs in a.fs.split(","):
-                r = one(fs, n, a.lookups, size, work)
+            for fs in systems:
+                r = one(fs, n, a.lookups, size, work, floor)
                 rows.append(r)
                 print(json.dumps(r), flush=True)
     print("\n| " + " | ".join(h for _, h, _ in COLUMNS) + " |")
