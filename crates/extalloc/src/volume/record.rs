@@ -61,6 +61,7 @@ pub(super) enum Change {
 }
 
 /// A reader over bytes that fails instead of panicking.
+#[derive(Clone)]
 pub(super) struct Reader<'a> {
     b: &'a [u8],
     at: usize,

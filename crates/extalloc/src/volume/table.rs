@@ -247,6 +247,33 @@ pub(super) fn frames(payload: &[u8]) -> Result<Vec<&[u8]>> {
     Ok(out)
 }
 
+/// The body of the file entry `id` among `payload`'s frames (a tree leaf's, in id order),
+/// or `None`: one pass over the frames, no copy of the others. Only the match's crc32c is
+/// computed (the node's own, checked when it was read, covers every byte); the ids must
+/// still rise strictly, as [`frames`]' caller checks.
+pub(super) fn find_frame(payload: &[u8], id: u64) -> Result<Option<&[u8]>> {
+    let mut r = Reader::new(payload);
+    let (mut last, mut found) = (None, None);
+    while !r.done() {
+        let at = r.clone();
+        let body = frame(&mut r, FILE_FRAME, false)?;
+        let this = frame_id(body)?;
+        if last.is_some_and(|l| l >= this) {
+            return Err(corrupt("a tree leaf's entries out of order"));
+        }
+        last = Some(this);
+        if this == id {
+            // Read again with its crc32c: the bytes handed out are checked where read.
+            found = Some(frame(&mut at.clone(), FILE_FRAME, true)?);
+        }
+    }
+    debug_assert!(
+        found.is_none_or(|b| frame_id(b).ok() == Some(id)),
+        "entry {id}"
+    );
+    Ok(found)
+}
+
 /// The id a file entry's body starts with.
 pub(super) fn frame_id(body: &[u8]) -> Result<u64> {
     Reader::new(body).u64()

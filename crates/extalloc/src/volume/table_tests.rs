@@ -164,3 +164,46 @@ fn salvage_never_panics_on_garbage() {
         let _ = salvage_table(junk);
     }
 }
+
+/// A leaf's one entry found in place gives the body `frames` gives; a missing id gives
+/// `None`; ids out of order are damage; only the match's own crc is computed (the node's
+/// covers the rest when it is read).
+#[test]
+fn find_frame_gives_one_entry_of_a_leaf_as_frames_does() {
+    let bodies: Vec<Vec<u8>> = [3u64, 8, 21, 400]
+        .iter()
+        .map(|&id| {
+            [
+                id.to_le_bytes().as_slice(),
+                format!("entry {id}").as_bytes(),
+            ]
+            .concat()
+        })
+        .collect();
+    let mut leaf = Vec::new();
+    for b in &bodies {
+        put_file_frame(&mut leaf, b);
+    }
+    let all = frames(&leaf).unwrap();
+    for (b, f) in bodies.iter().zip(&all) {
+        let id = frame_id(b).unwrap();
+        assert_eq!(find_frame(&leaf, id).unwrap(), Some(*f), "entry {id}");
+    }
+    for missing in [0, 4, 22, 401, u64::MAX] {
+        assert_eq!(find_frame(&leaf, missing).unwrap(), None, "{missing}");
+    }
+    assert_eq!(find_frame(&[], 3).unwrap(), None, "an empty leaf");
+    // The second entry's last byte flipped: its own crc fails when it is the one asked
+    // for, not when another is.
+    let second_end = 2 * 12 + bodies[0].len() + bodies[1].len();
+    let mut hit = leaf.clone();
+    hit[second_end - 1] ^= 1;
+    assert!(find_frame(&hit, 8).is_err());
+    assert_eq!(find_frame(&hit, 21).unwrap(), Some(all[2]));
+    // Two entries swapped: out of order, whichever is asked for.
+    let mut swapped = Vec::new();
+    for b in [&bodies[0], &bodies[2], &bodies[1], &bodies[3]] {
+        put_file_frame(&mut swapped, b);
+    }
+    assert!(find_frame(&swapped, 3).is_err() && find_frame(&swapped, 400).is_err());
+}

@@ -361,8 +361,10 @@ impl Tree {
                     if d.level != 0 {
                         return Err(super::record::corrupt("an unloaded tree node not a leaf"));
                     }
-                    let mut items = leaf_items(&d.payload)?;
-                    return Ok(items.remove(&key));
+                    // One entry wanted: found in place, the leaf not decoded (a lookup of a
+                    // dropped inode reads a leaf per call).
+                    let found = super::table::find_frame(&d.payload, key)?;
+                    return Ok(found.map(<[u8]>::to_vec));
                 }
             }
         }
