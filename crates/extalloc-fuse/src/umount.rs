@@ -18,7 +18,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// After this long with the device still held, the daemon is asked to end its session
-/// (SIGTERM): the mount lives on elsewhere (another mount namespace), or it is slow.
+/// (SIGTERM) if its FUSE connection is still there (the mount lives on in another mount
+/// namespace); if the connection is gone, it is only slow to close, and is waited for.
 const NUDGE_AFTER: Duration = Duration::from_secs(1);
 
 /// What an unmount did.
@@ -47,11 +48,11 @@ pub fn unmount(
     let mp = mountpoint
         .canonicalize()
         .map_err(|e| format!("{}: {e}", mountpoint.display()))?;
-    let (device, read_only) = device_of(&mp)?;
+    let (device, read_only, connection) = device_of(&mp)?;
     let pid = holder(&device);
     umount(&mp, pid)?;
     let start = Instant::now();
-    let mut nudged = false;
+    let (mut nudged, mut closing_said) = (false, false);
     while busy(&device)? {
         let waited = start.elapsed();
         if waited >= timeout {
@@ -64,11 +65,22 @@ pub fn unmount(
                 daemon(pid)
             ));
         }
-        if let (Some(p), false) = (pid, nudged) {
-            if waited >= NUDGE_AFTER {
+        if let (Some(p), false, false) = (pid, nudged, closing_said) {
+            if waited >= NUDGE_AFTER && connection_gone(connection) {
+                // The kernel let go of the connection everywhere: the daemon's session
+                // has ended and it is only slow to close (its final write-back and
+                // checkpoint); a SIGTERM would change nothing.
                 say(&format!(
-                    "{} is still held {NUDGE_AFTER:?} after the unmount (the mount may live \
-                     on in another mount namespace): asking {} to end its session",
+                    "{} is still held {NUDGE_AFTER:?} after the unmount: {} is writing back \
+                     and closing it",
+                    device.display(),
+                    daemon(pid)
+                ));
+                closing_said = true;
+            } else if waited >= NUDGE_AFTER {
+                say(&format!(
+                    "{} is still held {NUDGE_AFTER:?} after the unmount (the mount lives on \
+                     in another mount namespace): asking {} to end its session",
                     device.display(),
                     daemon(pid)
                 ));
@@ -129,7 +141,7 @@ fn unclean_close(device: &Path, deadline: Instant) -> Option<String> {
 
 /// The device an extalloc mount at `mp` serves, and whether the mount is read-only;
 /// anything else is refused.
-fn device_of(mp: &Path) -> Result<(PathBuf, bool), String> {
+fn device_of(mp: &Path) -> Result<(PathBuf, bool, u32), String> {
     let m = mountinfo::find(mp)
         .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))?
         .ok_or_else(|| format!("nothing is mounted on {}", mp.display()))?;
@@ -150,7 +162,19 @@ fn device_of(mp: &Path) -> Result<(PathBuf, bool), String> {
         return Err(not_ours(format!("no daemon holds its source {}", m.source)));
     }
     let read_only = m.options.split(',').any(|o| o == "ro");
-    Ok((device, read_only))
+    Ok((device, read_only, m.connection()))
+}
+
+/// Whether FUSE connection `n` is gone from the kernel: its directory has left
+/// `/sys/fs/fuse/connections` while others, or none, remain there with `fusectl` mounted.
+/// `false` when that cannot be told (`fusectl` not mounted: the directory is empty).
+fn connection_gone(n: u32) -> bool {
+    const FUSECTL: &str = "/sys/fs/fuse/connections";
+    let mounted = mountinfo::find(Path::new(FUSECTL))
+        .ok()
+        .flatten()
+        .is_some_and(|m| m.fstype == "fusectl");
+    mounted && !Path::new(FUSECTL).join(n.to_string()).exists()
 }
 
 /// Whether a daemon holds `device` (to write, or to read for a read-only mount): it has
