@@ -214,7 +214,7 @@ pub enum Error {
     /// A device whose journal is too small for a volume's records.
     #[error(
         "a journal whose records hold at most {max_record} bytes is too small for a volume \
-         (at least {needed} bytes): a larger device (mkfs scales the journal to it) or --journal-size"
+         (at least {needed} bytes): a larger device (the journal grows with it) or journal"
     )]
     JournalTooSmall {
         /// The largest record this journal holds.
