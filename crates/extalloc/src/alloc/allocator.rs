@@ -17,11 +17,6 @@
 //!   `releases`: the deferred-free counters (`deferred.rs`).
 //! - `lazy`: the loader of an allocator opened over a device (`lazy.rs`, `cache.rs`).
 //! - `stats`: per-thread shards of counters, and the [`HeldCounters`] of the accounting.
-//! - `free_at_start`: the groups' free blocks when the allocator was made; with the
-//!   shards' `free_moved` (every change of a group's free mirror), the device's free
-//!   blocks in O(shards): a statfs, a delayed-allocation reservation or a create's room
-//!   check summed every group before (7 ms a call at 64 TiB, 80 % of a mount's CPU on a
-//!   15 TiB volume).
 //!
 //! # Invariant: the accounting
 //!
@@ -32,8 +27,12 @@
 //!
 //! ```text
 //! blocks marked used = allocated + reserved + pending
-//! free_at_start + Σ free_moved = Σ groups' free mirrors     (free_blocks() = the sum)
 //! ```
+//!
+//! so the free blocks (every block not marked used) are read from those counters in
+//! O(shards) (`free_blocks()`), not summed over the groups: a statfs, a delayed-allocation
+//! reservation and a create's room check read them, and the sum cost 7 ms a call at 64
+//! TiB (80 % of a mount's CPU on a 15 TiB volume). `check()` compares the two.
 //!
 //! # Lock order
 //!
@@ -132,8 +131,6 @@ pub struct Allocator {
     pub(super) home_dirty: Option<AtomicBitset>,
     /// Groups whose bitmap failed its checks when loaded: held all used.
     pub(super) corrupt: AtomicBitset,
-    /// The groups' free mirrors summed at construction (see the module documentation).
-    pub(super) free_at_start: u64,
 }
 
 /// The groups' summaries for [`Allocator::open_lazy`], checked and packed one at a time as
@@ -289,10 +286,6 @@ impl Allocator {
         lazy: Option<Lazy>,
     ) -> Result<Self> {
         let groups_count = groups.len();
-        // Once, O(groups); later reads add the shards' `free_moved`.
-        let free_at_start = (0..groups_count)
-            .map(|g| u64::from(groups.free_blocks(g)))
-            .sum();
         let orders = geometry.group_blocks.trailing_zeros() as usize + 1;
         debug_assert!(orders <= ORDERS);
         let (stream_goals, stream_goals_per_class) = Self::stream_goal_slots(&policy, groups_count);
@@ -326,7 +319,6 @@ impl Allocator {
             home_dirty: lazy.as_ref().map(|_| AtomicBitset::new(groups_count)),
             lazy,
             corrupt: AtomicBitset::new(groups_count),
-            free_at_start,
             geometry,
             policy,
             groups,
@@ -338,7 +330,8 @@ impl Allocator {
 
     /// What the groups' figures say is used counts as allocated until a load says more.
     fn hold_used_as_allocated(&self) {
-        let used = self.geometry.blocks_count - self.free_blocks();
+        // Before anything is counted: the groups' own figures, once, O(groups).
+        let used = self.geometry.blocks_count - self.free_blocks_summed();
         let shard = self.stats.shard();
         shard.add(&shard.held.adjusted, used);
     }
@@ -353,11 +346,26 @@ impl Allocator {
         &self.policy
     }
 
-    /// Free blocks, not counting frees that wait for a commit: the sum of the group
-    /// mirrors, read in O(shards) from the figures at construction and the changes since
-    /// (exact at quiescence; a hint while allocations run, as each mirror is).
+    /// Free blocks, not counting frees that wait for a commit: every block not marked
+    /// used, from the accounting (module documentation) in O(shards), not summed over the
+    /// groups. Exact at quiescence; a hint while allocations run, as the groups' mirrors
+    /// are.
     pub fn free_blocks(&self) -> u64 {
-        self.free_at_start.wrapping_add(self.stats.free_moved())
+        self.free_given_pending(self.pending_free_blocks())
+    }
+
+    /// [`Allocator::free_blocks`] with the pending count given (a caller holding the
+    /// global lock, which `pending_free_blocks` takes under some policies).
+    pub(super) fn free_given_pending(&self, pending: u64) -> u64 {
+        let (allocated, reserved) = self.stats.held();
+        // The shards are read one by one while others change: a share read before a
+        // change and another after may take the sum a little past the truth either way,
+        // never by more than what is in flight; a sum below zero reads as nothing used.
+        let used = allocated.wrapping_add(reserved).wrapping_add(pending);
+        if used > i64::MAX as u64 {
+            return self.geometry.blocks_count;
+        }
+        self.geometry.blocks_count.saturating_sub(used)
     }
 
     /// [`Allocator::free_blocks`] the slow way, every group's mirror summed: what

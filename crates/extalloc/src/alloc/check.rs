@@ -273,13 +273,11 @@ impl Allocator {
                  reserved + {pending_total} pending"
             ));
         }
-        // The O(shards) count of free blocks against the groups' own figures.
-        let (counted_free, summed) = (self.free_blocks(), self.free_blocks_summed());
+        // The free blocks read from the accounting against the groups' own figures.
+        let (counted_free, summed) = (self.free_given_pending(counted), self.free_blocks_summed());
         if counted_free != summed {
             return fail(format!(
-                "free blocks counted {counted_free} (at start {} + changes), but the groups \
-                 hold {summed}",
-                self.free_at_start
+                "free blocks from the accounting {counted_free}, but the groups hold {summed}"
             ));
         }
         Ok(())

@@ -182,11 +182,6 @@ impl Allocator {
             avg = group.avg_order();
         }
         let (old_free, old_largest, old_avg) = group.set_mirrors(free, largest, avg);
-        // Under the group's lock: each group's changes are counted in the order made.
-        shard.add(
-            &shard.held.free_moved,
-            u64::from(free).wrapping_sub(u64::from(old_free)),
-        );
         if self.policy.optimize_scan {
             let mut waits = self.by_largest.update(g, old_largest, largest)
                 + self.by_avg.update(g, old_avg, avg);

@@ -77,11 +77,6 @@ pub struct HeldCounters {
     pub reserved: AtomicU64,
     /// Reserved blocks given back without being handed out (discarded preallocations).
     pub released: AtomicU64,
-    /// The change in the groups' free-block mirrors since the allocator was made
-    /// (`publish_mirrors`, the one place a mirror changes): the free blocks are the
-    /// figures at construction plus the shares' sum, read in O(shards) rather than
-    /// O(groups). Wrapping, like the others.
-    pub free_moved: AtomicU64,
 }
 
 pub struct Shard {
@@ -279,11 +274,6 @@ impl Stats {
             (h, r.wrapping_add(d.reserved.load(Relaxed)))
         });
         (held.wrapping_sub(reserved), reserved)
-    }
-
-    /// The shares of [`HeldCounters::free_moved`] summed (wrapping); exact at quiescence.
-    pub fn free_moved(&self) -> u64 {
-        (self.shards.iter()).fold(0u64, |m, s| m.wrapping_add(s.held.free_moved.load(Relaxed)))
     }
 
     /// All shards' allocation latencies merged.
