@@ -37,23 +37,31 @@ fn check_block_size(block_size: u32) -> Result<()> {
     Ok(())
 }
 
-/// `extalloc mkfs`.
-pub fn mkfs(a: &MkfsArgs) -> Result<()> {
-    let MkfsArgs {
-        ref path,
-        ref size,
-        block_size,
-        group_blocks,
-        ref journal_size,
-        force,
-    } = *a;
+/// What mkfs will make, every argument checked: nothing is touched until this is known.
+struct Plan {
+    bytes: u64,
+    geometry: extalloc::Geometry,
+    journal_bytes: Option<u64>,
+    journal_blocks: u64,
+}
 
-    // Everything is checked before the target is touched.
-    let journal_bytes = match journal_size {
+/// The journal's blocks: `journal_bytes` if given, else scaled to a device of `bytes`.
+fn journal_blocks(bytes: u64, block_size: u32, journal_bytes: Option<u64>) -> u64 {
+    journal_bytes.map_or_else(
+        || extalloc::disk::format::default_journal_blocks(bytes, block_size),
+        |j| j.div_ceil(u64::from(block_size)),
+    )
+}
+
+/// mkfs's arguments checked against each other and the device's size, before the target
+/// is touched.
+fn plan(a: &MkfsArgs) -> Result<Plan> {
+    let (path, block_size) = (&a.path, a.block_size);
+    let journal_bytes = match &a.journal_size {
         Some(j) => Some(extalloc::parse_size(j).context("--journal-size")?),
         None => None,
     };
-    let bytes = match &size {
+    let bytes = match &a.size {
         Some(s) => extalloc::parse_size(s).context("--size")?,
         None => FileDevice::open_read_only(path)
             .with_context(|| format!("{}: give --size to create it", path.display()))?
@@ -62,22 +70,43 @@ pub fn mkfs(a: &MkfsArgs) -> Result<()> {
     check_block_size(block_size)?;
     let blocks = bytes / u64::from(block_size);
     let geometry =
-        extalloc::Geometry::new(block_size, group_blocks, blocks).with_context(|| {
+        extalloc::Geometry::new(block_size, a.group_blocks, blocks).with_context(|| {
             format!(
                 "{}: {bytes} bytes make {blocks} blocks of {block_size} bytes",
                 path.display()
             )
         })?;
-    let journal_blocks = match journal_bytes {
-        Some(j) => j.div_ceil(u64::from(block_size)),
-        None => extalloc::disk::format::default_journal_blocks(bytes, block_size),
-    };
+    let journal_blocks = journal_blocks(bytes, block_size, journal_bytes);
     extalloc::disk::format::Superblock::layout(&geometry, journal_blocks, [0; 16]).with_context(
         || {
             let size = journal_blocks * u64::from(block_size);
             format!("{}: a journal of {size} bytes", path.display())
         },
     )?;
+    Ok(Plan {
+        bytes,
+        geometry,
+        journal_bytes,
+        journal_blocks,
+    })
+}
+
+/// `extalloc mkfs`.
+pub fn mkfs(a: &MkfsArgs) -> Result<()> {
+    let MkfsArgs {
+        ref path,
+        ref size,
+        block_size,
+        group_blocks,
+        force,
+        ..
+    } = *a;
+    let Plan {
+        bytes,
+        geometry,
+        journal_bytes,
+        journal_blocks,
+    } = plan(a)?;
     let existed = path.exists();
     if existed && !force {
         refuse_overwrite(path)?;
@@ -161,10 +190,7 @@ fn smallest_device(block_size: u32, group_blocks: u64, journal_bytes: Option<u64
         let Ok(geometry) = extalloc::Geometry::new(block_size, group_blocks, blocks) else {
             return false;
         };
-        let journal_blocks = journal_bytes.map_or_else(
-            || extalloc::disk::format::default_journal_blocks(bytes, block_size),
-            |j| j.div_ceil(bs),
-        );
+        let journal_blocks = journal_blocks(bytes, block_size, journal_bytes);
         let dev: std::sync::Arc<dyn Device> = std::sync::Arc::new(MemDevice::new(bytes));
         extalloc::disk::format::mkfs(dev.as_ref(), &geometry, journal_blocks, [0; 16])
             .and_then(|_| extalloc::volume::Volume::format(dev, extalloc::Policy::default()))
