@@ -303,7 +303,9 @@ fn run(cli: Cli) -> Result<()> {
 fn bench(suite: Option<Suite>, args: BenchArgs) -> Result<()> {
     match suite {
         Some(Suite::Quick) => {
-            let (_, opts, out) = args.into_options_for(cli::options::suite_base())?;
+            let (_, opts, out) = args
+                .seconds_or(extalloc_lab::suite::QUICK_SECONDS)
+                .into_options_for(cli::options::suite_base())?;
             lab::quick_suite(&opts, &out)
         }
         None => lab::bench(&args.into_run()?),

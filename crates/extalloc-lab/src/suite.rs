@@ -32,6 +32,12 @@ pub struct Step {
     pub trace: Option<&'static str>,
 }
 
+/// Seconds per time-bound run in the quick suite unless `--seconds` says otherwise. Its
+/// fallocate2 step is 30 such runs, most of the suite's time; at 1 s its medians, spreads
+/// and verdict matched those at 2 s (`docs/results.md`, "The quick suite at 1 s a run"),
+/// and the README's lab command stays within 3 minutes on a fresh clone, build included.
+pub const QUICK_SECONDS: f64 = 1.0;
+
 /// The trace the quick suite replays: one of the corpus in `traces/` (a fresh clone has it;
 /// mixed lifetimes, with deletes), found from the checkout the binary was built in.
 pub const QUICK_TRACE: &str = concat!(
@@ -79,7 +85,7 @@ impl Progress for Bar<'_> {
 }
 
 /// Runs every step; returns each step's report. Time-bound runs last `base.seconds` each
-/// (`--seconds`, 2 by default). Progress: a bar when stderr is a terminal,
+/// (`--seconds`; [`QUICK_SECONDS`] from the command line). Progress: a bar when stderr is a terminal,
 /// else a plain line per run.
 pub fn run(steps: &[Step], base: &LabOptions) -> Result<Vec<Report>> {
     let total: usize = steps.iter().map(|s| runs_of(s, base)).sum();

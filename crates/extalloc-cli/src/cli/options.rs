@@ -48,9 +48,10 @@ pub struct BenchArgs {
     /// ext4-base,ext4-2025,extalloc; writeback extalloc].
     #[arg(long)]
     policy: Option<String>,
-    /// Seconds per run (time-bound workloads; an upper bound for small-files).
-    #[arg(long, default_value_t = api::DEFAULT_SECONDS)]
-    seconds: f64,
+    /// Seconds per run (time-bound workloads; an upper bound for small-files) [default: 2;
+    /// --suite quick 1].
+    #[arg(long)]
+    seconds: Option<f64>,
     /// Repetitions of the whole matrix, interleaved; the tables show the median with the
     /// min-max beside it, and the verdict flags a lead within that noise (1: one run each,
     /// no spread).
@@ -154,6 +155,13 @@ impl BenchArgs {
         self.into_options_for(workload)
     }
 
+    /// These arguments with `seconds` per run unless `--seconds` was given (the quick
+    /// suite's shorter default).
+    pub(crate) fn seconds_or(mut self, seconds: f64) -> Self {
+        self.seconds.get_or_insert(seconds);
+        self
+    }
+
     /// The options with `workload`'s defaults. Checks run in a fixed order: the first that
     /// fails is the error.
     pub(crate) fn into_options_for(
@@ -227,7 +235,7 @@ impl BenchArgs {
             );
         }
         anyhow::ensure!(
-            self.seconds > 0.0 && self.seconds.is_finite(),
+            self.seconds.is_none_or(|s| s > 0.0 && s.is_finite()),
             "--seconds must be positive"
         );
         anyhow::ensure!(self.repeat >= 1, "--repeat must be at least 1");
@@ -273,7 +281,7 @@ impl BenchArgs {
         let params = api::Params {
             policies: policy,
             threads,
-            seconds: Some(seconds),
+            seconds,
             repeat: Some(repeat),
             device_size,
             file_size,
@@ -373,4 +381,45 @@ fn check_lab_options(workload: &Workload, opts: &LabOptions, file_size_given: bo
         "--seq-burst must be from 1 to 1048576"
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        args: BenchArgs,
+    }
+
+    fn seconds(argv: &[&str], suite_default: Option<f64>) -> Result<f64> {
+        let mut args =
+            Cmd::try_parse_from(std::iter::once("bench").chain(argv.iter().copied()))?.args;
+        if let Some(s) = suite_default {
+            args = args.seconds_or(s);
+        }
+        Ok(args.into_options_for(suite_base())?.1.seconds)
+    }
+
+    #[test]
+    fn seconds_default_given_and_refused() {
+        assert_eq!(seconds(&[], None).unwrap(), api::DEFAULT_SECONDS);
+        assert_eq!(seconds(&[], Some(1.0)).unwrap(), 1.0, "the suite's default");
+        let given = seconds(&["--seconds", "0.5"], Some(1.0)).unwrap();
+        assert_eq!(given, 0.5, "--seconds wins over the suite's default");
+        for bad in ["0", "--seconds=-1", "inf"] {
+            let argv = if bad.starts_with("--") {
+                vec![bad]
+            } else {
+                vec!["--seconds", bad]
+            };
+            let err = seconds(&argv, None).unwrap_err();
+            assert!(
+                err.to_string().contains("--seconds must be positive"),
+                "{bad}: {err}"
+            );
+        }
+    }
 }
