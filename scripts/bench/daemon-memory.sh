@@ -15,18 +15,8 @@ set -euo pipefail
 [[ $(id -u) -eq 0 ]] || { echo "daemon-memory.sh: needs root (loop device, mount)" >&2; exit 1; }
 BIN=$(realpath "$1"); N=$2; D=$3
 [[ -x "$BIN" ]] || { echo "daemon-memory.sh: $BIN is not an executable" >&2; exit 1; }
-W=$(mktemp -d "${DAEMON_MEMORY_DIR:-/var/tmp}/daemon-memory.XXXXXX")
-mkdir -p "$W/mnt"
-LOOP=""
-cleanup() {
-  if mountpoint -q "$W/mnt"; then "$BIN" umount "$W/mnt" >/dev/null 2>&1 || umount -l "$W/mnt" || true; fi
-  [[ -n "$LOOP" ]] && losetup -d "$LOOP" 2>/dev/null || true
-  rm -rf "$W"
-}
-trap cleanup EXIT
-truncate -s 64G "$W/img"
-LOOP=$(losetup --find --show "$W/img")
-"$BIN" mkfs "$LOOP" >/dev/null
+. "$(dirname "$0")/loop-volume.sh"
+loop_volume daemon-memory DAEMON_MEMORY_DIR
 OUT=$("$BIN" mount "$LOOP" "$W/mnt")
 PID=$(sed -n 's/.*(process \([0-9]*\)).*/\1/p' <<<"$OUT")
 [[ -n "$PID" ]] || { echo "daemon-memory.sh: no daemon in: $OUT" >&2; exit 1; }

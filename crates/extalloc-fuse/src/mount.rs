@@ -63,10 +63,12 @@ pub struct MountOptions {
     /// Directory read-ahead (`fs/dirahead.rs`): a reader walking a listed directory's
     /// files has the next ones advised to the device.
     pub dir_readahead: bool,
-    /// Clean files the volume keeps in memory beyond those it must keep, and (an eighth as
+    /// Clean files the volume keeps in memory beyond those it must keep, (an eighth as
     /// many: [`crate::fs::NODE_CACHE_SHARE`]) nodes the file system keeps beyond those
-    /// something other than the kernel holds ([`Fs::trim_nodes`]); the others are read
-    /// back when named ([`extalloc::volume::DEFAULT_FILE_CACHE`]).
+    /// something other than the kernel holds ([`Fs::trim_nodes`]), and (256 bytes a file:
+    /// [`crate::fs::DIR_CACHE_BYTES_PER_FILE`]) entries of directories not used since the
+    /// last sync ([`Fs::shelve_dirs`]); the others are read back when named
+    /// ([`extalloc::volume::DEFAULT_FILE_CACHE`]).
     pub file_cache: usize,
 }
 
@@ -286,6 +288,10 @@ fn open_fs(opts: &MountOptions, dev_name: &str) -> Result<(Arc<Fs>, MountReport)
     give_back_scan_memory();
     fs.set_dir_readahead(opts.dir_readahead);
     fs.set_node_cache(opts.file_cache / crate::fs::NODE_CACHE_SHARE);
+    fs.set_dir_cache(
+        opts.file_cache
+            .saturating_mul(crate::fs::DIR_CACHE_BYTES_PER_FILE),
+    );
     if let Some(f) = fence {
         fs.attach_fence(f)
             .expect("a file system just mounted has no fence yet");

@@ -62,9 +62,10 @@ pub struct MountArgs {
     /// The dirty cache's hard limit (writers wait above it).
     #[arg(long, default_value = "256MiB")]
     pub dirty_limit: String,
-    /// Clean files the volume keeps in memory (about 0.5 KiB each), and an eighth as many
-    /// inodes the file system keeps that only the kernel holds (about 0.2 KiB each); the
-    /// others are read back when named. Files changed since the last checkpoint, or holding
+    /// Clean files the volume keeps in memory (about 0.5 KiB each), an eighth as many
+    /// inodes the file system keeps that only the kernel holds (about 0.2 KiB each), and
+    /// 256 bytes a file of entries of directories not used since the last commit (about
+    /// 21 bytes an entry); the others are read back when named. Files changed since the last checkpoint, or holding
     /// preallocations, open files and directories always stay (docs/format.md,
     /// "On-demand files").
     #[arg(long, default_value_t = extalloc::volume::DEFAULT_FILE_CACHE)]

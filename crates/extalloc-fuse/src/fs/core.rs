@@ -38,25 +38,8 @@ pub const ROOT: u64 = 1;
 
 pub use super::call::{Attr, Caller, Errno, FsResult};
 
+pub(crate) use super::dirstate::{DirState, Used};
 pub(crate) use super::entries::Entry;
-
-/// A directory's state in memory.
-#[derive(Debug, Clone)]
-pub(crate) struct DirState {
-    /// Name to entry, packed (`entries.rs`).
-    pub(crate) entries: super::entries::Entries,
-    /// The directory holding this one (the root's is itself).
-    pub(crate) parent: u64,
-    /// Bytes of the entry log on the volume (where the next record goes).
-    pub(crate) log_bytes: u64,
-    /// Where the log's live part starts (the blocks before it are punched or history).
-    pub(crate) log_start: u64,
-    /// Bytes the entries would take as records (compaction's yardstick).
-    pub(crate) live: u64,
-    /// The log's blocks are mapped up to this byte (0: not known; `names.rs` maps a
-    /// change's records before it starts, so no append inside one allocates).
-    pub(crate) mapped_to: u64,
-}
 
 /// The kernel's references to a node (FUSE's lookup count): changed under the namespace
 /// lock held for reading (lookups) or writing (makes, links), read under either. Only a
@@ -249,8 +232,12 @@ impl Ns {
             .ok_or(Errno(libc::ENOENT))
     }
 
+    /// Directory `ino`'s state, marked used (`Fs::shelve_dirs`). Its entries may be
+    /// shelved: a call that reads them calls `Fs::unshelve` first.
     pub(crate) fn dir(&self, ino: u64) -> FsResult<&DirState> {
-        self.node(ino)?.dir.as_deref().ok_or(Errno(libc::ENOTDIR))
+        let d = self.node(ino)?.dir.as_deref().ok_or(Errno(libc::ENOTDIR))?;
+        d.used.mark();
+        Ok(d)
     }
 
     /// The inode `name` names in directory `parent`.
@@ -313,6 +300,9 @@ pub struct Fs {
     /// Nodes kept in memory beyond those something other than the kernel's references
     /// holds ([`Fs::set_node_cache`], [`Fs::trim_nodes`]).
     pub(crate) node_cache: AtomicUsize,
+    /// Bytes of entries kept for directories not used since the last trim
+    /// ([`Fs::set_dir_cache`], [`Fs::shelve_dirs`]).
+    pub(crate) dir_cache: AtomicUsize,
     /// Inodes pinned by calls under way, and how many pin each (`ondemand.rs`, `Pinned`):
     /// taken after `ns` (or alone), never before it.
     pub(crate) pins: Mutex<InoMap<u32>>,
@@ -587,6 +577,7 @@ pub(crate) fn dir_node(
             log_start: log.start,
             live: crate::dir::live_bytes(log.entries.keys()),
             mapped_to: 0,
+            used: Used::default(),
         })),
         ..Node::plain(inode)
     }

@@ -14,8 +14,13 @@
 //! the live records' offsets by the hash of their name (hashbrown's `HashTable`, with a
 //! random seed per directory, so no caller can choose names that collide).
 //!
+//! `shelved`: the entries were let go to save memory (`ondemand.rs`, [`Entries::shelve`]):
+//! the arena and index are empty, and the count they held is kept to check the read back
+//! against; no accessor may be called until the directory's log is read back.
+//!
 //! Invariant: every live record is in `index` once, under the hash of its name, and no
-//! dead one is; `dead` counts the arena's bytes in dead records. Iteration is in the
+//! dead one is; `dead` counts the arena's bytes in dead records; a shelved `Entries` holds
+//! nothing and is never read (each accessor asserts it). Iteration is in the
 //! arena's order (the order names were made since the last compaction), not in name
 //! order: `readdir` promises no order, as ext4's hashed directories give none. Locks:
 //! none (the namespace lock, `Fs::ns`, guards them).
@@ -60,6 +65,8 @@ pub(crate) struct Entries {
     index: HashTable<u32>,
     dead: usize,
     seed: RandomState,
+    /// Shelved ([`Entries::shelve`]): how many entries were let go.
+    shelved: Option<usize>,
 }
 
 /// The record at `at` in `arena`: its name, and its entry (`None`: removed).
@@ -101,7 +108,34 @@ fn set(arena: &mut [u8], at: u32, e: Entry) -> bool {
 }
 
 impl Entries {
+    /// Every accessor's guard: a shelved directory's entries are read back first.
+    fn held(&self) {
+        assert!(
+            self.shelved.is_none(),
+            "a shelved directory's entries used before being read back"
+        );
+    }
+
+    /// Lets the entries go (their directory's log holds them: `ondemand.rs`), keeping
+    /// their count for [`Entries::shelved`]. Returns the bytes given back.
+    pub(crate) fn shelve(&mut self) -> usize {
+        self.held();
+        let (bytes, count) = (self.heap_bytes(), self.len());
+        *self = Entries {
+            shelved: Some(count),
+            ..Entries::default()
+        };
+        debug_assert!(self.arena.capacity() == 0 && self.index.capacity() == 0);
+        bytes
+    }
+
+    /// `Some(count)` when shelved: the count of entries let go.
+    pub(crate) fn shelved(&self) -> Option<usize> {
+        self.shelved
+    }
+
     fn find(&self, name: &[u8]) -> Option<u32> {
+        self.held();
         let hash = self.seed.hash_one(name);
         self.index
             .find(hash, |&at| record(&self.arena, at).0 == name)
@@ -110,11 +144,13 @@ impl Entries {
 
     /// Entries.
     pub(crate) fn len(&self) -> usize {
+        self.held();
         self.index.len()
     }
 
     /// No entry.
     pub(crate) fn is_empty(&self) -> bool {
+        self.held();
         self.index.is_empty()
     }
 
@@ -183,6 +219,7 @@ impl Entries {
 
     /// Removes `name`'s entry; returns it.
     pub(crate) fn remove(&mut self, name: &[u8]) -> Option<Entry> {
+        self.held();
         let hash = self.seed.hash_one(name);
         let arena = &self.arena;
         let found = self
@@ -218,6 +255,7 @@ impl Entries {
 
     /// Every entry, in the arena's order (see the module documentation).
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&[u8], Entry)> + '_ {
+        self.held();
         let mut at = 0usize;
         std::iter::from_fn(move || loop {
             if at >= self.arena.len() {
@@ -241,12 +279,14 @@ impl Entries {
         self.iter().map(|(_, e)| e)
     }
 
-    /// Bytes held (the arena and the index, by their capacities): for the tests that
-    /// bound an entry's cost.
-    #[cfg(test)]
+    /// Bytes held (the arena and the index, by their capacities): what shelving gives
+    /// back, and the tests' bound on an entry's cost.
     pub(crate) fn heap_bytes(&self) -> usize {
         // The index's buckets: a power of two, at most 7/8 of them used.
-        let buckets = (self.index.capacity() * 8 / 7).next_power_of_two();
+        let buckets = match self.index.capacity() {
+            0 => 0,
+            c => (c * 8 / 7).next_power_of_two(),
+        };
         self.arena.capacity() + buckets * (4 + 1)
     }
 }
@@ -281,6 +321,9 @@ impl<'a> FromIterator<(&'a [u8], Entry)> for Entries {
 
 impl std::fmt::Debug for Entries {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(count) = self.shelved {
+            return write!(f, "<{count} entries shelved>");
+        }
         f.debug_map()
             .entries(self.iter().map(|(n, e)| (String::from_utf8_lossy(n), e)))
             .finish()

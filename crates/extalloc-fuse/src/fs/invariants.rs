@@ -19,8 +19,10 @@
 //! [`VOLUME_CHECK_MAX_NODES`] inodes, so the tests of large namespaces stay quick): each
 //! directory's log, replayed from `log_start`, gives its entries and ends at `log_bytes`,
 //! and a node whose times are not kept in memory (`attr_dirty` clear) has exactly the
-//! attribute blob it would write. Nothing is checked once the volume has stopped
-//! committing after a change failed part way ([`extalloc::volume::Volume::aborted`]).
+//! attribute blob it would write; a shelved directory's log holds the count and bytes of
+//! the entries it let go, and names once each directory in memory it is the parent of.
+//! Nothing is checked once the volume has stopped committing after a change failed part
+//! way ([`extalloc::volume::Volume::aborted`]), and memory alone once damage was met.
 //!
 //! Lock order: the checks run with `ns` held for writing and take the volume's locks
 //! (reads only), as every namespace change does.
@@ -107,8 +109,11 @@ fn check(fs: &Fs, ns: &Ns) -> Result<(), String> {
         return Ok(());
     }
     let away = check_memory(ns)?;
-    check_parked(ns, &away.inodes)?;
-    let down = fs.down.load(std::sync::atomic::Ordering::Acquire);
+    check_parked(ns, &away)?;
+    // Damage met (a read back that failed its check) leaves the volume unlike memory
+    // until the next mount's whole read repairs it: memory alone is checked.
+    let down =
+        fs.down.load(std::sync::atomic::Ordering::Acquire) || fs.vol.volume().store().damaged();
     if !down && ns.count <= VOLUME_CHECK_MAX_NODES as u64 {
         check_volume(fs, ns)?;
         check_away(fs, ns, &away)?;
@@ -125,6 +130,10 @@ fn check(fs: &Fs, ns: &Ns) -> Result<(), String> {
 struct Away {
     inodes: HashMap<u64, (Option<Kind>, u32)>,
     unsure: HashMap<u64, u32>,
+    /// Directories whose entries are shelved (`ondemand.rs`, `Fs::shelve_dirs`): their
+    /// names and subdirectories are not counted in memory; their logs are checked against
+    /// the count they kept ([`check_volume`]).
+    shelved: std::collections::HashSet<u64>,
     /// Every directory is in memory (none away, no kind unknown): a file's names are all
     /// counted, and its link count must equal them; else at least them.
     complete: bool,
@@ -144,6 +153,11 @@ fn check_memory(ns: &Ns) -> Result<Away, String> {
     let mut away = Away::default();
     for (&ino, node) in &ns.nodes {
         let Some(d) = &node.dir else { continue };
+        if d.shelved() {
+            away.shelved.insert(ino);
+            check_dir_bytes(ino, d)?;
+            continue;
+        }
         for (name, Entry { ino: child, kind }) in &d.entries {
             *names.entry(child).or_default() += 1;
             let Some(c) = ns.nodes.get(&child) else {
@@ -184,8 +198,9 @@ fn check_memory(ns: &Ns) -> Result<Away, String> {
     for (dir, found) in away.unsure.iter_mut() {
         *found = subdirs.get(dir).copied().unwrap_or(0);
     }
-    away.complete =
-        away.unsure.is_empty() && (away.inodes.values()).all(|(k, _)| *k != Some(Kind::Dir));
+    away.complete = away.unsure.is_empty()
+        && away.shelved.is_empty()
+        && (away.inodes.values()).all(|(k, _)| *k != Some(Kind::Dir));
     check_links(ns, &names, &subdirs, &away)?;
     Ok(away)
 }
@@ -193,11 +208,12 @@ fn check_memory(ns: &Ns) -> Result<Away, String> {
 /// Directory `ino`'s `live` is what its entries take as records, and its log's bounds
 /// are in order.
 fn check_dir_bytes(ino: u64, d: &super::core::DirState) -> Result<(), String> {
-    let live: u64 = d
-        .entries
-        .keys()
-        .map(|n| (RECORD_OVERHEAD + n.len()) as u64)
-        .sum();
+    let live: u64 = match d.shelved() {
+        true => d.live, // checked against its log (`check_volume`)
+        false => (d.entries.keys())
+            .map(|n| (RECORD_OVERHEAD + n.len()) as u64)
+            .sum(),
+    };
     if live != d.live {
         return Err(format!(
             "directory {ino}: live {} but entries take {live}",
@@ -228,7 +244,11 @@ fn check_links(
         let want = match &node.dir {
             _ if ino == ROOT => 2 + subdirs.get(&ino).copied().unwrap_or(0),
             Some(_) if named > 1 => return Err(format!("directory {ino} has {named} names")),
-            Some(d) if named == 0 && !d.entries.is_empty() => {
+            // Named in a directory whose entries are shelved: not counted here.
+            Some(d) if named == 0 && away.shelved.contains(&d.parent) => {
+                2 + subdirs.get(&ino).copied().unwrap_or(0)
+            }
+            Some(d) if named == 0 && !d.is_empty() => {
                 return Err(format!("directory {ino} has no name but has entries"))
             }
             Some(_) if named == 0 => 0,
@@ -236,7 +256,8 @@ fn check_links(
             None => named,
         };
         // Names in directories not in memory are not counted (`Away::complete`).
-        let ok = match (away.unsure.contains_key(&ino), &node.dir) {
+        let unsure = away.unsure.contains_key(&ino) || away.shelved.contains(&ino);
+        let ok = match (unsure, &node.dir) {
             (true, _) => node.inode.nlink >= want,
             (false, None) if !away.complete => node.inode.nlink >= want,
             (false, _) => node.inode.nlink == want,
@@ -270,13 +291,14 @@ fn check_count(fs: &Fs, ns: &Ns) -> Result<(), String> {
     Ok(())
 }
 
-/// Each parked lookup count ([`Ns::parked`]) is of a named inode not in memory (`away`).
-fn check_parked(ns: &Ns, away: &HashMap<u64, (Option<Kind>, u32)>) -> Result<(), String> {
+/// Each parked lookup count ([`Ns::parked`]) is of a named inode not in memory (`away`;
+/// named, when directories are shelved, perhaps in one of those).
+fn check_parked(ns: &Ns, away: &Away) -> Result<(), String> {
     for ino in ns.parked.lock().inodes() {
         if ns.nodes.contains_key(&ino) {
             return Err(format!("inode {ino}: in memory and its lookups parked"));
         }
-        if !away.contains_key(&ino) {
+        if !away.inodes.contains_key(&ino) && away.shelved.is_empty() {
             return Err(format!("inode {ino}: lookups parked but no entry names it"));
         }
     }
@@ -327,29 +349,76 @@ fn check_away(fs: &Fs, ns: &Ns, away: &Away) -> Result<(), String> {
     Ok(())
 }
 
-/// Every directory's log and every clean node's blob, against the volume.
+/// Directory `ino`'s log against memory: its entries, or, shelved, the count and record
+/// bytes it let go; each directory in memory a shelved log names is counted in
+/// `in_shelved` and must have `ino` as its parent.
+fn check_log(
+    fs: &Fs,
+    ns: &Ns,
+    ino: u64,
+    d: &super::core::DirState,
+    in_shelved: &mut HashMap<u64, u32>,
+) -> Result<(), String> {
+    let vol = fs.vol.volume();
+    let size = vol.size(ino).map_err(|e| format!("directory {ino}: {e}"))?;
+    let bytes = vol
+        .read(ino, d.log_start, size.saturating_sub(d.log_start))
+        .map_err(|e| format!("directory {ino}: {e}"))?;
+    let log = DirLog::parse(&bytes);
+    if d.shelved() {
+        for &child in log.entries.values() {
+            if let Some(cd) = ns.nodes.get(&child).and_then(|c| c.dir.as_ref()) {
+                if cd.parent != ino {
+                    return Err(format!(
+                        "directory {child} is named in {ino} but its parent is {}",
+                        cd.parent
+                    ));
+                }
+                *in_shelved.entry(child).or_default() += 1;
+            }
+        }
+    }
+    if let Some(count) = d.entries.shelved() {
+        // What `Fs::unshelve` will read back: the count and the records' bytes.
+        let live = crate::dir::live_bytes(log.entries.keys());
+        if size != d.log_bytes || log.entries.len() != count || live != d.live {
+            return Err(format!(
+                "directory {ino} (shelved): its log ({size} bytes, {} entries, {live} \
+                 live) is not what it let go ({} bytes, {count} entries, {} live)",
+                log.entries.len(),
+                d.log_bytes,
+                d.live
+            ));
+        }
+    }
+    let inos: BTreeMap<Vec<u8>, u64> = match d.shelved() {
+        true => log.entries.clone(),
+        false => (d.entries.iter())
+            .map(|(n, e)| (n.to_vec(), e.ino))
+            .collect(),
+    };
+    if size != d.log_bytes || log.entries != inos || log.problem.is_some() {
+        return Err(format!(
+            "directory {ino}: its log ({size} bytes, {} entries, problem {:?}) is not \
+             what memory holds ({} bytes, {} entries)",
+            log.entries.len(),
+            log.problem,
+            d.log_bytes,
+            inos.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Every directory's log and every clean node's blob, against the volume; a directory in
+/// memory whose parent's entries are shelved is named once in that parent's log.
 fn check_volume(fs: &Fs, ns: &Ns) -> Result<(), String> {
     let vol = fs.vol.volume();
+    // Directories named in shelved directories' logs: how many times.
+    let mut in_shelved: HashMap<u64, u32> = HashMap::new();
     for (&ino, node) in &ns.nodes {
         if let Some(d) = &node.dir {
-            let size = vol.size(ino).map_err(|e| format!("directory {ino}: {e}"))?;
-            let bytes = vol
-                .read(ino, d.log_start, size.saturating_sub(d.log_start))
-                .map_err(|e| format!("directory {ino}: {e}"))?;
-            let log = DirLog::parse(&bytes);
-            let inos: BTreeMap<Vec<u8>, u64> = (d.entries.iter())
-                .map(|(n, e)| (n.to_vec(), e.ino))
-                .collect();
-            if size != d.log_bytes || log.entries != inos || log.problem.is_some() {
-                return Err(format!(
-                    "directory {ino}: its log ({size} bytes, {} entries, problem {:?}) is not \
-                     what memory holds ({} bytes, {} entries)",
-                    log.entries.len(),
-                    log.problem,
-                    d.log_bytes,
-                    d.entries.len()
-                ));
-            }
+            check_log(fs, ns, ino, d, &mut in_shelved)?;
         }
         if node.inode.nlink == 0 {
             // No name reaches it: pending on the volume, and its spill file (`Fs::retract`).
@@ -366,6 +435,23 @@ fn check_volume(fs: &Fs, ns: &Ns) -> Result<(), String> {
                      marked as kept in memory)"
                 ));
             }
+        }
+    }
+    for (&ino, node) in &ns.nodes {
+        let Some(d) = node
+            .dir
+            .as_ref()
+            .filter(|_| ino != ROOT && node.inode.nlink > 0)
+        else {
+            continue;
+        };
+        let shelved_parent = ns.nodes.get(&d.parent).and_then(|p| p.dir.as_ref());
+        if shelved_parent.is_some_and(|p| p.shelved()) && in_shelved.get(&ino) != Some(&1) {
+            return Err(format!(
+                "directory {ino}: its parent is {}, whose log names it {} times",
+                d.parent,
+                in_shelved.get(&ino).copied().unwrap_or(0)
+            ));
         }
     }
     Ok(())

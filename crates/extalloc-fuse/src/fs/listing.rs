@@ -43,7 +43,7 @@ impl Fs {
     pub fn opendir(&self, ino: u64) -> FsResult<u64> {
         let _pin = self.ensure_loaded(&[ino])?; // `ondemand.rs`: pinned
         self.live()?;
-        let list = snapshot(&self.ns.read(), ino)?;
+        let list = self.snapshot(ino)?;
         let fh = self.handle(None);
         let fresh = self
             .dir_handles
@@ -211,15 +211,33 @@ impl Fs {
     /// atime mode says).
     fn relist(&self, fh: u64) -> FsResult<()> {
         let ino = self.dir_handle_ino(fh)?;
-        let list = snapshot(&self.ns.read(), ino)?;
+        let list = self.snapshot(ino)?;
         if self.dir_ahead_on.load(Relaxed) {
-            let files = list.iter().filter(|e| e.2 == Some(Kind::File)).map(|e| e.1);
+            // A kind not known yet (after a mount, or read back from a shelved directory's
+            // log: `ondemand.rs`) may be a file's: advising anything else is harmless.
+            let files = (list.iter().skip(2))
+                .filter(|e| e.2.is_none_or(|k| k == Kind::File))
+                .map(|e| e.1);
             self.dir_ahead.lock().listed(ino, files.collect());
         }
         if let Some(h) = self.dir_handles.lock().get_mut(&fh) {
             h.list = list;
         }
         self.accessed(ino)
+    }
+
+    /// [`snapshot`] of directory `ino`, its entries read back first if shelved
+    /// (`ondemand.rs`), with the lock held for writing then.
+    fn snapshot(&self, ino: u64) -> FsResult<Vec<Listed>> {
+        {
+            let ns = self.ns.read();
+            if !ns.dir(ino)?.shelved() {
+                return snapshot(&ns, ino);
+            }
+        }
+        let mut ns = self.ns_write();
+        self.unshelve(&mut ns, ino)?;
+        snapshot(&ns, ino)
     }
 
     /// Closes an open directory.

@@ -32,7 +32,8 @@
 //! which call its children. A child imports `core.rs`, never this file.
 //!
 //! Invariant: for every directory node, `entries` equals its log on the volume replayed
-//! (each entry with its inode's kind, when known); every entry names a node, or an inode on
+//! (each entry with its inode's kind, when known), or is shelved with the count of
+//! entries the log replays to (`ondemand.rs`); every entry names a node, or an inode on
 //! the volume whose blob (and log) is its whole state; a file's `nlink` counts its entries
 //! (those in directories not in memory among them), a directory's is 2 plus its
 //! subdirectories; a node whose `nlink` is 0 is kept only while it is open or the
@@ -63,6 +64,7 @@ pub mod data;
 pub mod dirahead;
 #[cfg(test)]
 mod dirahead_tests;
+mod dirstate;
 mod entries;
 #[cfg(test)]
 mod errno_tests;
@@ -89,6 +91,8 @@ mod repair_tests;
 #[cfg(test)]
 mod replace_tests;
 pub(crate) mod scan;
+#[cfg(test)]
+mod shelve_tests;
 mod shutdown;
 #[cfg(test)]
 mod space_tests;
@@ -105,7 +109,7 @@ mod xattrs;
 
 pub use self::core::{Attr, Caller, Errno, Fs, FsResult, StaleAttrs, ROOT};
 pub use listing::Plus;
-pub use ondemand::NODE_CACHE_SHARE;
+pub use ondemand::{DIR_CACHE_BYTES_PER_FILE, NODE_CACHE_SHARE};
 pub use scan::{check, paths, NamespaceReport};
 
 use self::core::Ns;
@@ -266,6 +270,11 @@ impl Fs {
                 true => 0,
                 false => extalloc::volume::DEFAULT_FILE_CACHE / ondemand::NODE_CACHE_SHARE,
             }),
+            // As the node cache: the unit tests shelve every directory at each sync.
+            dir_cache: AtomicUsize::new(match cfg!(test) {
+                true => 0,
+                false => extalloc::volume::DEFAULT_FILE_CACHE * ondemand::DIR_CACHE_BYTES_PER_FILE,
+            }),
             pins: Mutex::new(Default::default()),
         };
         Ok((fs, report))
@@ -273,8 +282,9 @@ impl Fs {
 
     /// Writes every inode's pending times, then the dirty data, and commits; then drops the
     /// volume's clean files beyond its cache (`Volume::trim_file_cache`) and the nodes
-    /// beyond the node cache that only the kernel's references hold ([`Fs::trim_nodes`]).
-    /// `EIO` once the file system is shut down.
+    /// beyond the node cache that only the kernel's references hold ([`Fs::trim_nodes`]),
+    /// and the entries of directories not used since the last sync beyond the directory
+    /// cache ([`Fs::shelve_dirs`]). `EIO` once the file system is shut down.
     pub fn sync(&self) -> FsResult<()> {
         self.live()?;
         self.flush_attrs(None)?;
@@ -283,6 +293,7 @@ impl Fs {
         // and the nodes only the kernel's references hold, beyond the node cache.
         self.vol.volume().trim_file_cache();
         self.trim_nodes();
+        self.shelve_dirs();
         Ok(())
     }
 

@@ -100,8 +100,10 @@ impl Fs {
         };
         {
             let ns = self.ns.read();
-            let ino = resolve(&ns)?;
-            if ns.nodes.contains_key(&ino) {
+            // A shelved directory's entries are read back with the lock held for writing.
+            let shelved = ns.dir(parent).is_ok_and(|d| d.shelved()) && name != b"..";
+            let ino = if shelved { 0 } else { resolve(&ns)? };
+            if !shelved && ns.nodes.contains_key(&ino) {
                 let attr = self.attr_of(&ns, ino)?;
                 ns.node(ino)?.lookups.add();
                 return Ok(attr);
@@ -192,6 +194,7 @@ impl Fs {
         check_name(name)?;
         let mut ns = self.ns_write();
         let (inode, xattrs) = self.new_inode(&ns, parent, &new, who)?;
+        self.unshelve(&mut ns, parent)?;
         if ns.dir(parent)?.entries.contains_key(name) {
             return err(libc::EEXIST);
         }
@@ -232,6 +235,7 @@ impl Fs {
                 log_start: 0,
                 live: 0,
                 mapped_to: 0,
+                used: Default::default(),
             })
         });
         ns.add_new(
@@ -435,7 +439,7 @@ impl Fs {
         // As the kernel's may_delete: the flags come before the kind and emptiness.
         flags::check(&ns, parent, true)?;
         flags::check(&ns, ino, true)?;
-        if !ns.dir(ino)?.entries.is_empty() {
+        if !ns.dir(ino)?.is_empty() {
             return err(libc::ENOTEMPTY);
         }
         self.remove(&mut ns, parent, name, ino)
@@ -498,6 +502,7 @@ impl Fs {
         }
         flags::check(&ns, ino, true)?;
         flags::check(&ns, newparent, false)?;
+        self.unshelve(&mut ns, newparent)?;
         let node = ns.node(ino)?;
         if node.dir.is_some() {
             return err(libc::EPERM);

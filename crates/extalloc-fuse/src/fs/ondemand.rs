@@ -14,7 +14,11 @@
 //! kernel holds ([`Node::parkable`]) is dropped too once more nodes than the node cache's
 //! count are in memory ([`Fs::trim_nodes`], at each sync): its lookup count stays, parked
 //! in [`Ns::parked`] (16 bytes and a slot's overhead instead of a 184-byte node), and
-//! moves back into the node when it is read back.
+//! moves back into the node when it is read back. A directory's node stays, but its
+//! entries, which grow with its files, are let go ([`Fs::shelve_dirs`], at each sync) when
+//! no call used it since the last sync and the entries in memory exceed the directory
+//! cache; a call that needs them reads its log back first ([`Fs::unshelve`]: lookup,
+//! listing, every namespace change, the rename's write-back check, a parent's search).
 //!
 //! Who reads nodes back: a lookup of a name, `readdirplus` for the entries it may return,
 //! unlink, rmdir, rename and link for the inodes they change (with the namespace lock held
@@ -28,7 +32,10 @@
 //!
 //! Data structures: none of their own (`Ns::nodes`, `Ns::parked`, `Ns::count`).
 //! Invariant: a node not in memory is one whose attribute blob (and a directory's log) on
-//! the volume is what its node would hold; a directory in memory has its parent in memory
+//! the volume is what its node would hold; a shelved directory's log replays to as many
+//! entries, of as many record bytes, as it let go (asserted at the read back), and no
+//! call reads a shelved directory's entries (each accessor asserts it: `entries.rs`); a
+//! directory pinned by a call under way is not shelved; a directory in memory has its parent in memory
 //! (the root is its own); an inode is in `nodes` or `parked`, never both, and a
 //! parked one is named (parking needs a link count above 0, and every call that unnames
 //! an inode reads it back first); a node is read back and inserted with the namespace
@@ -61,6 +68,12 @@ pub(crate) const SYNCED_UNLINK_WINDOW: std::time::Duration = std::time::Duration
 /// cache held every clean file twice: 52 MiB of nodes beside the files' 110 at 262,144
 /// files; `docs/results.md`, "The daemon's memory at 2M").
 pub const NODE_CACHE_SHARE: usize = 8;
+
+/// Bytes of directory entries kept in memory per file of the volume's file cache, for
+/// directories not used since the last trim ([`Fs::shelve_dirs`]): 64 MiB with the default
+/// cache of 262,144 files, about 3M entries of 8-byte names (an entry takes about 21
+/// bytes: `entries.rs`).
+pub const DIR_CACHE_BYTES_PER_FILE: usize = 256;
 
 impl Node {
     /// Nothing in the node but the kernel's references holds what it is (a call under way
@@ -203,6 +216,7 @@ impl Fs {
             if !seen.insert(d) {
                 continue;
             }
+            self.unshelve(ns, d)?;
             let dir = ns.dir(d)?;
             if dir.entries.values().any(|e| e.ino == ino) {
                 // Every directory in memory has its parent in memory: `d` came by its name.
@@ -238,6 +252,7 @@ impl Fs {
     /// with `parent` as its parent, and notes its kind in the entry; returns the inode.
     /// On an error `ns` is unchanged.
     pub(crate) fn load_named(&self, ns: &mut Ns, parent: u64, name: &[u8]) -> FsResult<u64> {
+        self.unshelve(ns, parent)?;
         let ino = ns.entry(parent, name)?;
         self.load_with(ns, ino, Some(parent))?;
         let kind = ns.node(ino)?.inode.kind;
@@ -305,6 +320,108 @@ impl Fs {
         victims.len()
     }
 
+    /// Sets how many bytes of entries the file system keeps for directories no call used
+    /// since the last trim (by default [`DIR_CACHE_BYTES_PER_FILE`] per file of
+    /// `extalloc::volume::DEFAULT_FILE_CACHE`; the mount's `--file-cache` sets it with the
+    /// others). Takes effect at the next [`Fs::sync`]. 0 shelves every directory no call
+    /// under way holds, used or not, at each sync (the unit tests' setting).
+    pub fn set_dir_cache(&self, bytes: usize) {
+        self.dir_cache.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Lets go of the entries of directories no call used since the last trim while the
+    /// entries in memory take more than the directory cache's bytes ([`Fs::set_dir_cache`]):
+    /// each one's log holds them, and the next call that needs them reads it back
+    /// (`Fs::unshelve`). The node stays (its parent, its log's bounds, the kernel's
+    /// references): only the entries go, which grow with the files. A directory a call
+    /// under way pinned keeps them; one used since the last trim keeps them too (a create
+    /// storm over a thousand directories reads none back), unless the cache is 0. Returns
+    /// how many directories it shelved.
+    pub fn shelve_dirs(&self) -> usize {
+        let limit = self.dir_cache.load(Ordering::Relaxed);
+        let mut ns = self.ns_write();
+        let pins = self.pins.lock();
+        let mut held = 0usize;
+        let mut victims = Vec::new();
+        for (&ino, node) in &ns.nodes {
+            let Some(d) = node.dir.as_deref() else {
+                continue;
+            };
+            let used = d.used.take();
+            if d.entries.shelved().is_some() {
+                continue;
+            }
+            let bytes = d.entries.heap_bytes();
+            held += bytes;
+            if !pins.contains_key(&ino) && (!used || limit == 0) {
+                victims.push((ino, bytes));
+            }
+        }
+        drop(pins);
+        let mut shelved = 0;
+        for (ino, bytes) in victims {
+            if held <= limit && limit > 0 {
+                break;
+            }
+            let d = (ns.nodes.get_mut(&ino).and_then(|n| n.dir.as_deref_mut()))
+                .expect("a victim is a directory in memory");
+            let freed = d.entries.shelve();
+            debug_assert_eq!(freed, bytes, "directory {ino}'s entries as counted");
+            held -= freed;
+            shelved += 1;
+        }
+        shelved
+    }
+
+    /// Reads back the entries of directory `dir` (in memory) from its log if they were
+    /// shelved ([`Fs::shelve_dirs`]), and marks it used; nothing for an inode that is not
+    /// a directory in memory (the caller's own checks find it). Each entry's kind is its
+    /// node's when that is in memory (else not known yet, as after a mount). `EIO` if the
+    /// log cannot be read or no longer checks (logged, the store marked damaged: it held
+    /// these entries when they were let go); the entries stay shelved then.
+    pub(crate) fn unshelve(&self, ns: &mut Ns, dir: u64) -> FsResult<()> {
+        let Some(d) = ns.nodes.get(&dir).and_then(|n| n.dir.as_deref()) else {
+            return Ok(());
+        };
+        d.used.mark();
+        let Some(count) = d.entries.shelved() else {
+            return Ok(());
+        };
+        let vol = self.vol.volume();
+        let mut found = NamespaceReport::default();
+        let log = scan::read_log(vol, dir, false, &mut found).and_then(|log| match &log.problem {
+            Some(p) => Err(p.clone()),
+            None => Ok(log),
+        });
+        let log = log.map_err(|e| {
+            log::error!(
+                "directory {dir}: its entry log read back fails ({e}): run `extalloc fsck`"
+            );
+            vol.store().mark_damaged();
+            Errno(libc::EIO)
+        })?;
+        let entries: super::entries::Entries = (log.entries.iter())
+            .map(|(name, &ino)| {
+                let kind = ns.nodes.get(&ino).map(|n| n.inode.kind);
+                (name.as_slice(), super::core::Entry { ino, kind })
+            })
+            .collect();
+        let d = (ns.nodes.get_mut(&dir).and_then(|n| n.dir.as_deref_mut())).expect("checked above");
+        // The log written as the entries changed gives back what was let go.
+        assert_eq!(entries.len(), count, "directory {dir}: entries read back");
+        assert_eq!(
+            crate::dir::live_bytes(log.entries.keys()),
+            d.live,
+            "directory {dir}: the entries' record bytes read back"
+        );
+        debug_assert_eq!(
+            log.valid_bytes, d.log_bytes,
+            "directory {dir}: its log's end"
+        );
+        d.entries = entries;
+        Ok(())
+    }
+
     /// Reads back the nodes of `inos` not in memory, for a call that names them by number,
     /// and pins those in memory until the returned guard drops, so that no trim
     /// ([`Fs::trim_nodes`]) or reap drops one between this and the call's own lock. One
@@ -338,6 +455,7 @@ impl Fs {
         names: &[(&[u8], u64)],
     ) -> FsResult<(Pinned<'_>, Vec<u64>)> {
         let mut ns = self.ns_write();
+        self.unshelve(&mut ns, dir)?;
         let mut failed = Vec::new();
         for &(name, ino) in names {
             if ns.nodes.contains_key(&ino) || ns.entry(dir, name) != Ok(ino) {

@@ -130,8 +130,11 @@ pub fn run(crashes: u64, seed: u64, threads: usize) -> Result<FsOutcome> {
     // One clean file kept in memory: the namespace's files are read back from the tree.
     vol.set_file_cache(1);
     let (mut fs, _) = Fs::mount(vol, opts()).map_err(anyhow::Error::msg)?;
-    // And one node beyond those held otherwise: what the kernel alone holds is parked.
+    // And one node beyond those held otherwise: what the kernel alone holds is parked;
+    // and no directory's entries beyond those a call holds: each sync shelves the rest,
+    // which later calls read back from their logs.
     fs.set_node_cache(1);
+    fs.set_dir_cache(0);
     let mut models = Vec::new();
     for t in 0..threads {
         let top = ops::make(&fs, ROOT, format!("t{t}").as_bytes(), Kind::Dir)?;
@@ -313,6 +316,7 @@ fn recover(
     vol.set_file_cache(1);
     let (fs, report) = Fs::mount(vol, opts()).map_err(anyhow::Error::msg)?;
     fs.set_node_cache(1);
+    fs.set_dir_cache(0);
     let r = &report.repaired;
     out.orphans_reaped += r.orphans.len() as u64;
     out.unnamed += (r.unnamed.len() + r.lost_found.len()) as u64;

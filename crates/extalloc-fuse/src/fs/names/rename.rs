@@ -12,10 +12,25 @@ impl Fs {
     /// old or new content after a crash, never an empty file). Done before the namespace
     /// lock is taken: the writeback waits for the device.
     fn write_back_replacing(&self, from: (u64, &[u8]), to: (u64, &[u8])) -> FsResult<()> {
+        let shelved = {
+            let ns = self.ns.read();
+            [from.0, to.0]
+                .iter()
+                .any(|&d| ns.dir(d).is_ok_and(|d| d.shelved()))
+        };
+        if shelved {
+            // Read back first (`ondemand.rs`): a name not seen would not be written back.
+            let mut ns = self.ns_write();
+            self.unshelve(&mut ns, from.0)?;
+            self.unshelve(&mut ns, to.0)?;
+        }
         let src = {
             let ns = self.ns.read();
-            let entry =
-                |(dir, name): (u64, &[u8])| (ns.dir(dir).ok()).and_then(|d| d.entries.get(name));
+            let entry = |(dir, name): (u64, &[u8])| {
+                (ns.dir(dir).ok())
+                    .filter(|d| !d.shelved())
+                    .and_then(|d| d.entries.get(name))
+            };
             match (entry(from), entry(to)) {
                 // A kind not known yet (`Entry`) may be a file's: written back too.
                 (Some(s), Some(d))
@@ -59,6 +74,7 @@ impl Fs {
         }
         let mut ns = self.ns_write();
         let src = self.load_named(&mut ns, parent, name)?;
+        self.unshelve(&mut ns, newparent)?;
         let dst = match ns.dir(newparent)?.entries.contains_key(newname) {
             true => Some(self.load_named(&mut ns, newparent, newname)?),
             false => None,
@@ -222,7 +238,7 @@ fn check_move(ns: &Ns, src: u64, newparent: u64, dst: Option<u64>) -> FsResult<(
         match (src_is_dir, &ns.node(d)?.dir) {
             (true, None) => return err(libc::ENOTDIR),
             (false, Some(_)) => return err(libc::EISDIR),
-            (true, Some(dd)) if !dd.entries.is_empty() => return err(libc::ENOTEMPTY),
+            (true, Some(dd)) if !dd.is_empty() => return err(libc::ENOTEMPTY),
             _ => {}
         }
     }

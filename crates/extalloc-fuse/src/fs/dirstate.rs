@@ -1,0 +1,69 @@
+//! A directory's state in memory ([`DirState`]): its entries (`entries.rs`), its parent,
+//! its log's bounds, and whether a call used it since the last trim ([`Used`]).
+//!
+//! Invariant: `entries` is the log replayed from `log_start` to `log_bytes`, or shelved
+//! with the count of entries it replays to (`ondemand.rs`); `live` is what the entries
+//! take as records; `log_start <= log_bytes <= mapped_to` once `mapped_to` is known.
+//! Lock order: none of its own (the namespace lock, `Fs::ns`, guards it; [`Used`] is
+//! atomic so a holder of that lock for reading can set it).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// A directory's state in memory.
+#[derive(Debug, Clone)]
+pub(crate) struct DirState {
+    /// Name to entry, packed (`entries.rs`).
+    pub(crate) entries: super::entries::Entries,
+    /// The directory holding this one (the root's is itself).
+    pub(crate) parent: u64,
+    /// Bytes of the entry log on the volume (where the next record goes).
+    pub(crate) log_bytes: u64,
+    /// Where the log's live part starts (the blocks before it are punched or history).
+    pub(crate) log_start: u64,
+    /// Bytes the entries would take as records (compaction's yardstick).
+    pub(crate) live: u64,
+    /// The log's blocks are mapped up to this byte (0: not known; `names.rs` maps a
+    /// change's records before it starts, so no append inside one allocates).
+    pub(crate) mapped_to: u64,
+    /// Named by a call since the last trim of directories (`Fs::shelve_dirs`): a
+    /// directory in use keeps its entries.
+    pub(crate) used: Used,
+}
+
+impl DirState {
+    /// No entries (shelved or not: a shelved directory kept its count).
+    pub(crate) fn is_empty(&self) -> bool {
+        match self.entries.shelved() {
+            Some(count) => count == 0,
+            None => self.entries.is_empty(),
+        }
+    }
+
+    /// Its entries were let go (`Fs::shelve_dirs`): `Fs::unshelve` reads them back.
+    pub(crate) fn shelved(&self) -> bool {
+        self.entries.shelved().is_some()
+    }
+}
+
+/// A directory's "used since the last trim" mark ([`DirState::used`]): set under the
+/// namespace lock held for reading or writing, taken under it held for writing.
+#[derive(Debug, Default)]
+pub(crate) struct Used(AtomicBool);
+
+impl Used {
+    /// Marks the directory used.
+    pub(crate) fn mark(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    /// Was it used since the last call? Clears the mark.
+    pub(crate) fn take(&self) -> bool {
+        self.0.swap(false, Ordering::Relaxed)
+    }
+}
+
+impl Clone for Used {
+    fn clone(&self) -> Used {
+        Used(AtomicBool::new(self.0.load(Ordering::Relaxed)))
+    }
+}
