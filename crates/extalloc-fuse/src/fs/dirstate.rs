@@ -51,9 +51,12 @@ impl DirState {
 pub(crate) struct Used(AtomicBool);
 
 impl Used {
-    /// Marks the directory used.
+    /// Marks the directory used (a read first: lookups in one directory from several
+    /// threads then share its cache line instead of writing it each time).
     pub(crate) fn mark(&self) {
-        self.0.store(true, Ordering::Relaxed);
+        if !self.0.load(Ordering::Relaxed) {
+            self.0.store(true, Ordering::Relaxed);
+        }
     }
 
     /// Was it used since the last call? Clears the mark.
