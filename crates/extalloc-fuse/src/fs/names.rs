@@ -90,18 +90,20 @@ impl Fs {
     /// Takes the namespace lock for reading only (lookups run side by side, `Refs`), unless
     /// the inode is not in memory: then for writing, to read it back (`ondemand.rs`).
     pub fn lookup(&self, parent: u64, name: &[u8]) -> FsResult<Attr> {
+        let dots = name == b"." || name == b"..";
+        if !dots {
+            check_name(name)?;
+        }
         let resolve = |ns: &Ns| match name {
             b"." => Ok(parent),
             b".." => Ok(ns.dir(parent)?.parent),
-            _ => {
-                check_name(name)?;
-                ns.entry(parent, name)
-            }
+            _ => ns.entry(parent, name),
         };
         {
             let ns = self.ns.read();
-            // A shelved directory's entries are read back with the lock held for writing.
-            let shelved = ns.dir(parent).is_ok_and(|d| d.shelved()) && name != b"..";
+            // A shelved directory's entries are read back with the lock held for writing
+            // (`.` and `..` need none).
+            let shelved = !dots && ns.dir(parent).is_ok_and(|d| d.shelved());
             let ino = if shelved { 0 } else { resolve(&ns)? };
             if !shelved && ns.nodes.contains_key(&ino) {
                 let attr = self.attr_of(&ns, ino)?;

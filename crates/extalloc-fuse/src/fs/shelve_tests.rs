@@ -48,9 +48,16 @@ fn every_call_reads_a_shelved_directory_back_whole() {
         0
     );
 
-    // A lookup reads the entries back; `..` needs none.
+    // A lookup reads the entries back; `..` needs none, and a bad name is refused first.
     assert_eq!(fs.lookup(sub, b"..").unwrap().ino, d);
-    assert!(shelved(&fs, d), "`..` is the node's parent");
+    assert_eq!(fs.lookup(d, b".").unwrap().ino, d);
+    assert!(shelved(&fs, d), "`.` and `..` are the node and its parent");
+    let long = vec![b'x'; 256];
+    assert_eq!(
+        fs.lookup(d, &long).map(|a| a.ino),
+        Err(Errno(libc::ENAMETOOLONG))
+    );
+    assert!(shelved(&fs, d), "refused before any read");
     assert_eq!(fs.lookup(d, b"a").unwrap().ino, a);
     assert!(!shelved(&fs, d));
     fs.sync().unwrap();
