@@ -57,6 +57,8 @@ impl Used {
         if !self.0.load(Ordering::Relaxed) {
             self.0.store(true, Ordering::Relaxed);
         }
+        // Only a trim, under the namespace lock held for writing, clears it.
+        debug_assert!(self.0.load(Ordering::Relaxed), "marked used");
     }
 
     /// Was it used since the last call? Clears the mark.

@@ -350,15 +350,10 @@ fn check_away(fs: &Fs, ns: &Ns, away: &Away) -> Result<(), String> {
 }
 
 /// Directory `ino`'s log against memory: its entries, or, shelved, the count and record
-/// bytes it let go; each directory in memory a shelved log names is counted in
-/// `in_shelved` and must have `ino` as its parent.
-fn check_log(
-    fs: &Fs,
-    ns: &Ns,
-    ino: u64,
-    d: &super::core::DirState,
-    in_shelved: &mut HashMap<u64, u32>,
-) -> Result<(), String> {
+/// bytes it let go; returns the directories in memory a shelved log names (each must have
+/// `ino` as its parent).
+fn check_log(fs: &Fs, ns: &Ns, ino: u64, d: &super::core::DirState) -> Result<Vec<u64>, String> {
+    let mut named = Vec::new();
     let vol = fs.vol.volume();
     let size = vol.size(ino).map_err(|e| format!("directory {ino}: {e}"))?;
     let bytes = vol
@@ -374,7 +369,7 @@ fn check_log(
                         cd.parent
                     ));
                 }
-                *in_shelved.entry(child).or_default() += 1;
+                named.push(child);
             }
         }
     }
@@ -407,7 +402,7 @@ fn check_log(
             inos.len()
         ));
     }
-    Ok(())
+    Ok(named)
 }
 
 /// Every directory's log and every clean node's blob, against the volume; a directory in
@@ -418,7 +413,9 @@ fn check_volume(fs: &Fs, ns: &Ns) -> Result<(), String> {
     let mut in_shelved: HashMap<u64, u32> = HashMap::new();
     for (&ino, node) in &ns.nodes {
         if let Some(d) = &node.dir {
-            check_log(fs, ns, ino, d, &mut in_shelved)?;
+            for child in check_log(fs, ns, ino, d)? {
+                *in_shelved.entry(child).or_default() += 1;
+            }
         }
         if node.inode.nlink == 0 {
             // No name reaches it: pending on the volume, and its spill file (`Fs::retract`).
