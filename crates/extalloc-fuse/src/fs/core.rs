@@ -39,7 +39,7 @@ pub const ROOT: u64 = 1;
 pub use super::call::{Attr, Caller, Errno, FsResult};
 
 pub(crate) use super::dirstate::{DirState, Used};
-pub(crate) use super::entries::Entry;
+pub(crate) use super::entries::{Entries, Entry};
 
 /// The kernel's references to a node (FUSE's lookup count): changed under the namespace
 /// lock held for reading (lookups) or writing (makes, links), read under either. Only a
@@ -557,17 +557,7 @@ pub(crate) fn dir_node(
     parent: u64,
     kind: impl Fn(u64) -> Option<Kind>,
 ) -> Node {
-    let entries = (log.entries.iter())
-        .map(|(name, &ino)| {
-            (
-                name.as_slice(),
-                Entry {
-                    ino,
-                    kind: kind(ino),
-                },
-            )
-        })
-        .collect();
+    let entries = entries_of(log, kind);
     Node {
         inode,
         dir: Some(Box::new(DirState {
@@ -581,4 +571,19 @@ pub(crate) fn dir_node(
         })),
         ..Node::plain(inode)
     }
+}
+
+/// A log's entries in memory, each with its kind from `kind` (the inode's, when known).
+pub(crate) fn entries_of(log: &DirLog, kind: impl Fn(u64) -> Option<Kind>) -> Entries {
+    (log.entries.iter())
+        .map(|(name, &ino)| {
+            (
+                name.as_slice(),
+                Entry {
+                    ino,
+                    kind: kind(ino),
+                },
+            )
+        })
+        .collect()
 }

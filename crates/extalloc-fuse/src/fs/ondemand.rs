@@ -400,12 +400,7 @@ impl Fs {
             vol.store().mark_damaged();
             Errno(libc::EIO)
         })?;
-        let entries: super::entries::Entries = (log.entries.iter())
-            .map(|(name, &ino)| {
-                let kind = ns.nodes.get(&ino).map(|n| n.inode.kind);
-                (name.as_slice(), super::core::Entry { ino, kind })
-            })
-            .collect();
+        let entries = super::core::entries_of(&log, |i| ns.nodes.get(&i).map(|n| n.inode.kind));
         let d = (ns.nodes.get_mut(&dir).and_then(|n| n.dir.as_deref_mut())).expect("checked above");
         // The log written as the entries changed gives back what was let go.
         assert_eq!(entries.len(), count, "directory {dir}: entries read back");

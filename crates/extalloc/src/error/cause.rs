@@ -214,8 +214,7 @@ pub enum Error {
     /// A device whose journal is too small for a volume's records.
     #[error(
         "a journal whose records hold at most {max_record} bytes is too small for a volume \
-         (at least {needed} bytes): make it on a larger device (its journal grows with it), \
-         or with a larger journal where its size is given"
+         (at least {needed} bytes): use a larger device (its journal grows) or journal size"
     )]
     JournalTooSmall {
         /// The largest record this journal holds.
