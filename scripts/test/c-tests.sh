@@ -90,8 +90,20 @@ if ! grep -qF "libextalloc_capi.so.0.1 => $prefix/lib/" <<<"$libs"; then
   failed=1
 fi
 run blobstore-installed "$out/scratch/blobstore-installed.vol"
+# The installed static library, linked as docs/c.md says: by its path (a plain
+# `-lextalloc_capi` takes the shared one whenever both are installed, --static or not).
+# shellcheck disable=SC2046 # pkg-config's flags are words on purpose
+gcc -std=gnu11 -Wall -Werror "$capi/examples/blobstore.c" $(pkg-config --cflags extalloc) \
+  "$(pkg-config --variable=libdir extalloc)/libextalloc_capi.a" \
+  -lpthread -ldl -lm -o "$out/blobstore-installed-static"
+libs=$(ldd "$out/blobstore-installed-static")
+if grep -qF "libextalloc_capi" <<<"$libs"; then
+  echo "c-tests: the statically linked example loads a shared libextalloc_capi" >&2
+  failed=1
+fi
+run blobstore-installed-static "$out/scratch/blobstore-installed-static.vol"
 if [[ $failed -ne 0 ]]; then
   echo "c-tests: FAILED" >&2
   exit 1
 fi
-echo "c-tests: all passed (${#progs[@]} test programs, the example three times: shared, static, installed)"
+echo "c-tests: all passed (${#progs[@]} test programs, the example four times: shared, static, installed shared and static)"

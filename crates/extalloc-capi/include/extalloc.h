@@ -287,6 +287,25 @@ enum extalloc_code extalloc_volume_get_key(const struct extalloc_volume *vol,
                                            size_t cap,
                                            size_t *len);
 
+// Deletes the blob the `key_len` bytes at `key` name and stores its id in `*id`: its space
+// is free once the delete is durable (the next sync or close). A keyed put of the same
+// key meanwhile is held back until the delete is done. Among keyed puts a key names one
+// blob, so afterwards it names none.
+//
+// Fails with `EXTALLOC_NOT_FOUND` when the key names no blob (nothing changed),
+// `EXTALLOC_INVALID_ARGUMENT` for an empty key, a key over `EXTALLOC_MAX_ATTR_BYTES` or a
+// NULL argument (nothing changed), `EXTALLOC_IO` (the blob left whole and named).
+//
+// Thread safety: any thread, concurrently with every call on `vol` but close.
+//
+// # Safety
+// `vol` is NULL or live; `key` is NULL or holds `key_len` readable bytes; `id` is NULL or
+// writable.
+enum extalloc_code extalloc_volume_delete_key(const struct extalloc_volume *vol,
+                                              const uint8_t *key,
+                                              size_t key_len,
+                                              uint64_t *id);
+
 // Makes a volume on a new file at `path` of `size_bytes` bytes (sparse), with 4 KiB
 // blocks, groups of 32768 blocks and a journal scaled to the size as `extalloc mkfs`
 // scales it (4 MiB up to 128 MiB, 16 MiB up to 1 GiB, 32 MiB up to 2 GiB, 64 MiB above,

@@ -1,5 +1,5 @@
-//! Blobs by key: a put that replaces the key's blob atomically, a get and a lookup by key
-//! (the library's `Volume::put_keyed`, `get_keyed` and `find_key`). A key is the blob's
+//! Blobs by key: a put that replaces the key's blob atomically, a get, a lookup and a delete
+//! by key (the library's `Volume::put_keyed`, `get_keyed`, `find_key` and `delete_keyed`). A key is the blob's
 //! attribute (`extalloc_volume_attr` reads it), so `extalloc_volume_list` and
 //! `extalloc_volume_attr` see keyed blobs as any other.
 //!
@@ -18,6 +18,29 @@ fn no_blob(key: &[u8]) -> Failure {
         EXTALLOC_NOT_FOUND,
         format!("no blob under the key \"{}\"", key.escape_ascii()),
     )
+}
+
+/// The id `call` gives for the `key_len` bytes at `key` on `vol`, stored in `*id`;
+/// `EXTALLOC_NOT_FOUND` when it gives none.
+///
+/// # Safety
+/// As each caller's: `vol` NULL or live, `key` NULL or `key_len` readable bytes, `id` NULL
+/// or writable.
+unsafe fn id_by_key(
+    vol: *const extalloc_volume,
+    key: *const u8,
+    key_len: usize,
+    id: *mut u64,
+    call: fn(&Volume, &[u8]) -> extalloc::Result<Option<u64>>,
+) -> extalloc_code {
+    guard(|| {
+        // SAFETY: the caller's promises, as the doc states.
+        let (vol, id) = unsafe { (&deref(vol, "vol")?.vol, out_ref(id, "id")?) };
+        // SAFETY: the caller's promise: `key_len` readable bytes.
+        let key = unsafe { bytes_arg(key, key_len, "key") }?;
+        *id = call(vol, key)?.ok_or_else(|| no_blob(key))?;
+        Ok(())
+    })
 }
 
 /// Puts a blob under a key, replacing the blob the key named: the `len` bytes at `data`
@@ -74,14 +97,8 @@ pub unsafe extern "C" fn extalloc_volume_find_key(
     key_len: usize,
     id: *mut u64,
 ) -> extalloc_code {
-    guard(|| {
-        // SAFETY: the caller's promises, as the doc states.
-        let (vol, id) = unsafe { (&deref(vol, "vol")?.vol, out_ref(id, "id")?) };
-        // SAFETY: the caller's promise: `key_len` readable bytes.
-        let key = unsafe { bytes_arg(key, key_len, "key") }?;
-        *id = vol.find_key(key)?.ok_or_else(|| no_blob(key))?;
-        Ok(())
-    })
+    // SAFETY: the caller's promises, as the doc states.
+    unsafe { id_by_key(vol, key, key_len, id, Volume::find_key) }
 }
 
 /// Reads the blob the `key_len` bytes at `key` name, whole, into `buf`, which holds `cap`
@@ -120,4 +137,29 @@ pub unsafe extern "C" fn extalloc_volume_get_key(
         // SAFETY: the caller's promise: `buf` holds `cap` writable bytes (or is NULL, cap 0).
         unsafe { copy_out(&blob, buf, cap, len, what) }
     })
+}
+
+/// Deletes the blob the `key_len` bytes at `key` name and stores its id in `*id`: its space
+/// is free once the delete is durable (the next sync or close). A keyed put of the same
+/// key meanwhile is held back until the delete is done. Among keyed puts a key names one
+/// blob, so afterwards it names none.
+///
+/// Fails with `EXTALLOC_NOT_FOUND` when the key names no blob (nothing changed),
+/// `EXTALLOC_INVALID_ARGUMENT` for an empty key, a key over `EXTALLOC_MAX_ATTR_BYTES` or a
+/// NULL argument (nothing changed), `EXTALLOC_IO` (the blob left whole and named).
+///
+/// Thread safety: any thread, concurrently with every call on `vol` but close.
+///
+/// # Safety
+/// `vol` is NULL or live; `key` is NULL or holds `key_len` readable bytes; `id` is NULL or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn extalloc_volume_delete_key(
+    vol: *const extalloc_volume,
+    key: *const u8,
+    key_len: usize,
+    id: *mut u64,
+) -> extalloc_code {
+    // SAFETY: the caller's promises, as the doc states.
+    unsafe { id_by_key(vol, key, key_len, id, Volume::delete_keyed) }
 }

@@ -1,6 +1,6 @@
 /*
  * Blobs by key: extalloc_volume_put_key replaces the key's blob, extalloc_volume_get_key
- * and extalloc_volume_find_key find it; bad keys are refused with the code the header
+ * and extalloc_volume_find_key find it, extalloc_volume_delete_key deletes it; bad keys are refused with the code the header
  * gives; a key names one blob after a reopen; threads putting one key leave one blob
  * under it, and a get beside them reads one whole blob.
  */
@@ -68,6 +68,14 @@ static void test_replace_and_reopen(void) {
   CHECK(len == 20000 && got[0] == 3 && got[19999] == 3);
   OK(extalloc_volume_get(vol, plain, got, sizeof got, &len));
   CHECK(len == 10);
+  /* Deleted by key: the key names nothing after, a second delete finds nothing. */
+  uint64_t deleted = 0;
+  OK(extalloc_volume_delete_key(vol, k("a"), 1, &deleted));
+  CHECK(deleted == found && count_under(vol, "a") == 0);
+  EXPECT_CODE(EXTALLOC_NOT_FOUND, extalloc_volume_delete_key(vol, k("a"), 1, &deleted));
+  CHECK(last_error_has("no blob under the key \"a\""));
+  EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_delete_key(vol, k(""), 0, &deleted));
+  EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_delete_key(vol, k("a"), 1, NULL));
   OK(extalloc_volume_close(vol));
   unlink(path);
   free(path);

@@ -158,22 +158,47 @@ enum Command {
         #[arg(long)]
         files: bool,
     },
-    /// Copy a host file into the volume on DEVICE through its write path; prints the new
-    /// file's id. Refuses a file system made by `extalloc mount` (mount it instead).
+    /// Copy a host file into the volume on DEVICE; prints the new file's id. Without
+    /// --key the file is named after HOST_FILE and streamed in, and a second put of one
+    /// name adds a second file; with --key the blob replaces the one KEY named (atomically:
+    /// a crash leaves the old or the new). Refuses a file system made by `extalloc mount`
+    /// (mount it instead).
     Put {
+        /// The volume's device or image (made by `extalloc mkfs`).
         device: std::path::PathBuf,
+        /// The host file to copy in.
         host_file: std::path::PathBuf,
+        /// Store the file under KEY, replacing the blob KEY named, if any (the host file is
+        /// read whole into memory first).
+        #[arg(long)]
+        key: Option<String>,
     },
-    /// Remove file ID from the volume on DEVICE (its blocks are freed); refuses a file
-    /// system made by `extalloc mount`, as put does.
-    Rm { device: std::path::PathBuf, id: u64 },
-    /// Copy FILE of the volume on DEVICE out to HOST_FILE (the device is only read):
-    /// an id on a plain volume; on a file system made by `extalloc mount`, a regular
-    /// file's path or inode number (as `extalloc ls` prints them).
-    Get {
+    /// Remove FILE from the volume on DEVICE (its blocks are freed): an id, or a name (a
+    /// key) as `extalloc ls` prints them. Refuses a file system made by `extalloc mount`,
+    /// as put does.
+    Rm {
+        /// The volume's device or image.
         device: std::path::PathBuf,
+        /// A file id, or a name (the newest file of that name).
         file: String,
+        /// FILE is a name even if it reads as a number.
+        #[arg(long)]
+        key: bool,
+    },
+    /// Copy FILE of the volume on DEVICE out to HOST_FILE (the device is only read): an
+    /// id or a name (a key) on a plain volume; on a file system made by `extalloc mount`,
+    /// a regular file's path or inode number (as `extalloc ls` prints them).
+    Get {
+        /// The volume's device or image.
+        device: std::path::PathBuf,
+        /// A file id or name (the newest file of that name); on a file system, a path or
+        /// inode number.
+        file: String,
+        /// The host file to write (created or truncated).
         host_file: std::path::PathBuf,
+        /// FILE is a name even if it reads as a number (plain volumes).
+        #[arg(long)]
+        key: bool,
     },
     /// List the files of the volume on DEVICE: id, size, extents, blocks, name (on a file
     /// system made by `extalloc mount`: path and kind); --extents maps each (the device is
@@ -280,13 +305,18 @@ fn run(cli: Cli) -> Result<()> {
             groups,
             files,
         } => cli::device::info(&path, groups, files),
-        Command::Put { device, host_file } => cli::volume::put(&device, &host_file),
+        Command::Put {
+            device,
+            host_file,
+            key,
+        } => cli::volume::put(&device, &host_file, key.as_deref()),
         Command::Get {
             device,
             file,
             host_file,
-        } => cli::volume::get(&device, &file, &host_file),
-        Command::Rm { device, id } => cli::volume::rm(&device, id),
+            key,
+        } => cli::volume::get(&device, &file, &host_file, key),
+        Command::Rm { device, file, key } => cli::volume::rm(&device, &file, key),
         Command::Ls {
             device,
             json,

@@ -232,6 +232,56 @@ fn rm_removes_a_file_by_id() {
 }
 
 #[test]
+fn put_by_key_replaces_and_get_and_rm_take_names() {
+    let dir = scratch("keys");
+    let img = dir.join("vol.img");
+    let d = img.to_str().unwrap();
+    mkfs(&img);
+    let h = dir.join("host");
+    let put = |bytes: &[u8], key: &str| {
+        std::fs::write(&h, bytes).unwrap();
+        let out = run(&["put", d, h.to_str().unwrap(), "--key", key]);
+        assert!(out.status.success(), "{}", text(&out));
+        text(&out).trim().parse::<u64>().unwrap()
+    };
+    let first = put(b"draft", "report");
+    let second = put(b"final", "report");
+    assert_ne!(first, second, "a replacement is a new file");
+    let numeric = put(b"named 7", "7");
+    let out = run(&["ls", d, "--json"]);
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        listed.as_array().unwrap().len(),
+        2,
+        "the draft is gone: {listed}"
+    );
+    let back = dir.join("back");
+    let get = |args: &[&str]| {
+        let mut all = vec!["get", d];
+        all.extend_from_slice(args);
+        let out = run(&all);
+        assert!(out.status.success(), "{}", text(&out));
+        std::fs::read(&back).unwrap()
+    };
+    let b = back.to_str().unwrap();
+    assert_eq!(get(&["report", b]), b"final");
+    assert_eq!(get(&[&second.to_string(), b]), b"final");
+    assert_eq!(get(&["7", b, "--key"]), b"named 7");
+    assert_eq!(get(&[&numeric.to_string(), b]), b"named 7");
+    let out = run(&["get", d, "nothing", b]);
+    assert!(
+        !out.status.success() && text(&out).contains("no file named \"nothing\""),
+        "{}",
+        text(&out)
+    );
+    let out = run(&["rm", d, "report"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = run(&["get", d, "report", b]);
+    assert!(!out.status.success(), "removed by name: {}", text(&out));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn policies_shows_each_presets_value_and_what_a_key_reproduces() {
     let out = run(&["policies"]);
     assert!(out.status.success());

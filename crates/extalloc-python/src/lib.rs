@@ -190,6 +190,15 @@ impl Volume {
         self.with(py, |vol| vol.find_key(&key))
     }
 
+    /// Deletes the blob `key` names and returns its id, or None when the key names none
+    /// (nothing changed). Its space is free once the delete is durable (the next `sync`).
+    /// Raises InvalidRequest for an empty or oversized key; a failed delete leaves the blob
+    /// whole and named.
+    fn delete_key(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
+        let key = bytes_of(key, "key")?;
+        self.with(py, |vol| vol.delete_keyed(&key))
+    }
+
     /// The bytes of blob `id`. Raises NoSuchFile for an unknown id.
     fn get<'py>(&self, py: Python<'py>, id: u64) -> PyResult<Bound<'py, PyBytes>> {
         // One read under the file's lock: the blob as it is, whole.

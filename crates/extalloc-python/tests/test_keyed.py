@@ -1,6 +1,6 @@
 """Blobs by key (docs/python.md, "Blobs by key"): put_key replaces the key's blob, get_key
-and find_key find it, bad keys raise, a key names one blob across reopens, threads and
-kill -9 in the middle of replacing puts."""
+and find_key find it, delete_key deletes it, bad keys raise, a key names one blob across
+reopens, threads and kill -9 in the middle of replacing puts."""
 
 import pytest
 from helpers import run_in_threads, run_killed
@@ -37,6 +37,10 @@ def test_put_key_replaces_and_the_key_names_one_blob_across_reopens(path):
         third = vol.put_key(b"a", b"third")
         assert under(vol, b"a") == [third] and vol.get_key(b"a") == b"third"
         assert vol.get(plain) == b"no key" and vol.attr(third) == b"a"
+        assert vol.delete_key(b"a") == third and vol.find_key(b"a") is None
+        assert vol.delete_key(b"a") is None and under(vol, b"a") == []
+        with pytest.raises(extalloc.NoSuchFile):
+            vol.get(third)
 
 
 def test_bad_keys_raise_and_change_nothing(path):

@@ -24,11 +24,13 @@
 //!
 //! Files: `cause.rs` the [`Error`] enum, `kind.rs` its kinds and errnos, `source.rs` the
 //! operating system errors it carries, `corrupted.rs` what [`Error::Corrupt`] found damaged
-//! ([`Corrupted`]); this file only declares and re-exports them.
+//! ([`Corrupted`]), `message.rs` the parts of messages that depend on their values;
+//! this file only declares and re-exports them.
 
 mod cause;
 mod corrupted;
 mod kind;
+mod message;
 mod source;
 pub use cause::Error;
 pub use corrupted::Corrupted;

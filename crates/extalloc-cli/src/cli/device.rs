@@ -4,7 +4,7 @@
 
 use super::output::counted;
 use anyhow::{Context, Result};
-use extalloc::disk::device::{Device, FileDevice, MemDevice};
+use extalloc::disk::device::{Device, FileDevice};
 use std::path::Path;
 
 /// What `mkfs` is asked to make.
@@ -162,7 +162,7 @@ fn mkfs_failed(
     journal_bytes: Option<u64>,
 ) -> anyhow::Error {
     let least = matches!(e, extalloc::Error::JournalTooSmall { .. })
-        .then(|| smallest_device(block_size, group_blocks, journal_bytes))
+        .then(|| extalloc::volume::Volume::least_size(block_size, group_blocks, journal_bytes))
         .flatten();
     let Some(least) = least else {
         return anyhow::Error::new(e).context(format!("{}: mkfs", path.display()));
@@ -176,49 +176,6 @@ fn mkfs_failed(
         "{}: mkfs needs --size {least} at least",
         path.display()
     ))
-}
-
-/// The smallest device, in whole blocks, on which mkfs makes a volume with these options
-/// (the journal scaled to the device unless `journal_bytes` is given), found by making
-/// volumes on memory devices: a volume needs a journal whose records hold its largest
-/// change, and the default journal is an eighth of a small device. `None` when no device
-/// of up to 1 GiB does.
-fn smallest_device(block_size: u32, group_blocks: u64, journal_bytes: Option<u64>) -> Option<u64> {
-    let bs = u64::from(block_size);
-    let works = |blocks: u64| {
-        let bytes = blocks * bs;
-        let Ok(geometry) = extalloc::Geometry::new(block_size, group_blocks, blocks) else {
-            return false;
-        };
-        let journal_blocks = journal_blocks(bytes, block_size, journal_bytes);
-        let dev: std::sync::Arc<dyn Device> = std::sync::Arc::new(MemDevice::new(bytes));
-        extalloc::disk::format::mkfs(dev.as_ref(), &geometry, journal_blocks, [0; 16])
-            .and_then(|_| extalloc::volume::Volume::format(dev, extalloc::Policy::default()))
-            .and_then(extalloc::volume::Volume::close)
-            .is_ok()
-    };
-    // The least working number of blocks lies in (fails, works]: doubled, then halved.
-    let (mut fails, mut works_at) = (1u64, 16u64);
-    while !works(works_at) {
-        fails = works_at;
-        works_at *= 2;
-        if works_at * bs > 1 << 30 {
-            return None;
-        }
-    }
-    while works_at - fails > 1 {
-        let mid = fails + (works_at - fails) / 2;
-        if works(mid) {
-            works_at = mid;
-        } else {
-            fails = mid;
-        }
-    }
-    debug_assert!(
-        works(works_at) && !works(works_at - 1),
-        "{works_at} blocks is the least"
-    );
-    Some(works_at * bs)
 }
 
 /// `extalloc info`: the summary, each group with `groups`, the files with `files`.

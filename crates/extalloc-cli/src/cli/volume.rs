@@ -1,6 +1,6 @@
-//! The volume commands: `put` (a host file in, through the volume's write path), `get` (a
-//! file out), `rm` (a file removed), `ls`, and the file summaries of `info --files` and
-//! `fsck`. Commands that only read open the device read-only under a view whose writes
+//! The volume commands: `put` (a host file in, through the volume's write path, or by
+//! key), `get` (a file out, by id or name), `rm` (a file removed), `ls`, and the file
+//! summaries of `info --files` and `fsck`. Commands that only read open the device read-only under a view whose writes
 //! stay in memory (`OverlayDevice`), so the journal replay of the open never changes the
 //! device.
 //!
@@ -46,11 +46,31 @@ fn refuse_file_system(vol: &Volume, device: &Path, command: &str) -> Result<()> 
     Ok(())
 }
 
-/// `extalloc put DEVICE HOST_FILE`: prints the new file's id.
-pub fn put(device: &Path, host: &Path) -> Result<()> {
+/// `extalloc put DEVICE HOST_FILE [--key KEY]`: prints the new file's id. Without a key
+/// the file is streamed in under the host file's name (a new file each time); with one,
+/// read whole and stored with [`Volume::put_keyed`] in place of the blob the key named.
+pub fn put(device: &Path, host: &Path, key: Option<&str>) -> Result<()> {
     let mut src = std::fs::File::open(host).with_context(|| format!("{}", host.display()))?;
     let vol = open_read_write(device)?;
     refuse_file_system(&vol, device, "put")?;
+    let id = match key {
+        Some(key) => {
+            let mut data = Vec::new();
+            src.read_to_end(&mut data)
+                .with_context(|| format!("reading {}", host.display()))?;
+            vol.put_keyed(key.as_bytes(), &data)
+                .with_context(|| format!("{}: storing {key:?}", device.display()))?
+        }
+        None => stream_in(&vol, &mut src, host, device)?,
+    };
+    vol.close()
+        .with_context(|| format!("{}: sync", device.display()))?;
+    println!("{id}");
+    Ok(())
+}
+
+/// A new file named after `host`, holding `src`'s bytes written a chunk at a time.
+fn stream_in(vol: &Volume, src: &mut std::fs::File, host: &Path, device: &Path) -> Result<u64> {
     let name = host
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -69,36 +89,46 @@ pub fn put(device: &Path, host: &Path) -> Result<()> {
             .with_context(|| format!("{}: writing file {id}", device.display()))?;
         at += n as u64;
     }
-    vol.close()
-        .with_context(|| format!("{}: sync", device.display()))?;
-    println!("{id}");
-    Ok(())
+    Ok(id)
 }
 
-/// `extalloc rm DEVICE ID`: removes file `id` (its blocks are freed), durably.
-pub fn rm(device: &Path, id: u64) -> Result<()> {
+/// The id `file` names on a plain volume: a number is an id (unless `by_key`), anything
+/// else the newest file whose name (key) it is.
+fn plain_file(vol: &Volume, file: &str, by_key: bool, device: &Path) -> Result<u64> {
+    if !by_key {
+        if let Ok(id) = file.parse::<u64>() {
+            return Ok(id);
+        }
+    }
+    vol.find_key(file.as_bytes())
+        .with_context(|| format!("{}: {file:?}", device.display()))?
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "{}: no file named {file:?}: a plain volume's files are named by id or by                  name (`extalloc ls {}` lists both)",
+                device.display(),
+                device.display()
+            )
+        })
+}
+
+/// `extalloc rm DEVICE FILE [--key]`: removes the file (its blocks are freed), durably.
+pub fn rm(device: &Path, file: &str, by_key: bool) -> Result<()> {
     let vol = open_read_write(device)?;
     refuse_file_system(&vol, device, "rm")?;
+    let id = plain_file(&vol, file, by_key, device)?;
     vol.unlink(id)
         .with_context(|| format!("{}: removing file {id}", device.display()))?;
     vol.close()
         .with_context(|| format!("{}: sync", device.display()))
 }
 
-/// `extalloc get DEVICE FILE HOST_FILE`: FILE is an id on a plain volume; on a file
-/// system (`extalloc mount`) a regular file's path (from its root, as `ls` prints it) or
-/// its inode number.
-pub fn get(device: &Path, file: &str, host: &Path) -> Result<()> {
+/// `extalloc get DEVICE FILE HOST_FILE [--key]`: FILE is an id or a name on a plain
+/// volume; on a file system (`extalloc mount`) a regular file's path (from its root, as
+/// `ls` prints it) or its inode number.
+pub fn get(device: &Path, file: &str, host: &Path, by_key: bool) -> Result<()> {
     let vol = open_read_only(device)?;
     let id = match super::mount::paths(&vol)? {
-        None => file.parse::<u64>().map_err(|_| {
-            anyhow::anyhow!(
-                "{}: {file:?} is not a file id: a plain volume's files are named by id \
-                 (`extalloc ls {}` lists them)",
-                device.display(),
-                device.display()
-            )
-        })?,
+        None => plain_file(&vol, file, by_key, device)?,
         Some(paths) => file_in(&paths, file, device)?,
     };
     let size = vol.size(id)?;

@@ -3,6 +3,7 @@
 //! `source.rs` holds the operating system errors it carries.
 
 use super::corrupted::Corrupted;
+use super::message::no_space_head;
 use super::source::IoSource;
 use thiserror::Error;
 
@@ -60,7 +61,7 @@ pub enum Error {
     /// No free extent of at least `min_len` blocks exists. `pending_blocks` wait for a
     /// commit and `reserved_blocks` are held by preallocations: the layer owning each
     /// remedy (the commits' owner, the file layer) may apply it and retry.
-    #[error("no space: {requested} blocks requested (at least {min_len}), {free_blocks} free, none in a run of {min_len}; {pending_blocks} wait for a commit, {reserved_blocks} are reserved (preallocations, or cached data not yet placed)")]
+    #[error("no space: {}; {pending_blocks} wait for a commit, {reserved_blocks} are reserved (preallocations, or cached data not yet placed)", no_space_head(*requested, *min_len, *free_blocks))]
     NoSpace {
         /// Blocks the request asked for (its `len`).
         requested: u64,
@@ -221,6 +222,18 @@ pub enum Error {
         max_record: u64,
         /// The least a volume needs.
         needed: u64,
+    },
+
+    /// A size too small to hold a volume ([`Volume::mkfs_file`](crate::volume::Volume::mkfs_file)):
+    /// nothing was made.
+    #[error("{path}: {size} bytes cannot hold a volume: give at least {least} bytes (a size of 0 takes the size of the device or file there)")]
+    VolumeTooSmall {
+        /// The file or device.
+        path: String,
+        /// The size given, or the device's own.
+        size: u64,
+        /// The least size that holds a volume ([`Volume::least_size`](crate::volume::Volume::least_size)).
+        least: u64,
     },
 
     /// A file id that cannot be made again: 0, or never handed out.

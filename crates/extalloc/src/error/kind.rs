@@ -110,6 +110,7 @@ impl Error {
             | Error::AttrReserved
             | Error::EmptyKey
             | Error::InvalidGeometry(_)
+            | Error::VolumeTooSmall { .. }
             | Error::UnknownPolicyKey { .. }
             | Error::UnknownPreset { .. }
             | Error::InvalidPolicyValue { .. }

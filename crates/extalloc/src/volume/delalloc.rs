@@ -91,7 +91,7 @@ impl Volume {
         let have = self.store.allocatable_blocks();
         if have < *reserved + blocks + margin {
             self.uncount_cached(files);
-            return Err(self.short_of(blocks, blocks, have, *reserved, margin));
+            return Err(self.short_of(blocks, have, *reserved, margin));
         }
         *reserved += blocks;
         debug_assert!(*reserved + margin <= have, "reserved past the space");
@@ -129,7 +129,7 @@ impl Volume {
         // Blocks waiting for a commit count: the allocation's own remedy commits them.
         let have = self.store.allocatable_blocks() + self.store.allocator().pending_free_blocks();
         if have < reserved + blocks + margin {
-            return Err(self.short_of(blocks, 1, have, reserved, margin));
+            return Err(self.short_of(blocks, have, reserved, margin));
         }
         debug_assert!(blocks + reserved + margin <= have);
         // The blocks will take room the tree's limit counted: computed again at the next
@@ -140,18 +140,12 @@ impl Volume {
     }
 
     /// The `NoSpace` of a space check: `have` allocatable blocks, of which cached data
-    /// holds `reserved` and metadata keeps `margin`.
-    fn short_of(
-        &self,
-        requested: u64,
-        min_len: u64,
-        have: u64,
-        reserved: u64,
-        margin: u64,
-    ) -> Error {
+    /// holds `reserved` and metadata keeps `margin`. A space check counts blocks: the
+    /// least it accepts is the whole request.
+    fn short_of(&self, requested: u64, have: u64, reserved: u64, margin: u64) -> Error {
         Error::NoSpace {
             requested,
-            min_len,
+            min_len: requested,
             free_blocks: have.saturating_sub(reserved + margin),
             pending_blocks: self.store.allocator().pending_free_blocks(),
             reserved_blocks: reserved,
@@ -215,7 +209,7 @@ impl Volume {
         }
         let have = self.store.allocatable_blocks();
         if have < reserved + blocks {
-            return Err(self.short_of(blocks, blocks, have, reserved, 0));
+            return Err(self.short_of(blocks, have, reserved, 0));
         }
         Ok(())
     }

@@ -1,5 +1,6 @@
 //! Blobs by key: [`Volume::put_keyed`] stores a blob under a key, replacing the key's blob
-//! atomically; [`Volume::get_keyed`] and [`Volume::find_key`] find it again.
+//! atomically; [`Volume::get_keyed`] and [`Volume::find_key`] find it again,
+//! [`Volume::delete_keyed`] deletes it.
 //!
 //! A key is a file's attribute blob (as [`Volume::put`] stores it): the format is unchanged,
 //! and a volume's keys are rebuilt at open from its file table. A keyed put writes the new
@@ -64,6 +65,9 @@ impl Volume {
     /// assert_eq!(vol.find_key(b"report.pdf")?, Some(second));
     /// assert!(vol.size(first).is_err(), "the draft is gone");
     /// assert_eq!(vol.get_keyed(b"other")?, None);
+    /// assert_eq!(vol.delete_keyed(b"report.pdf")?, Some(second));
+    /// assert_eq!(vol.find_key(b"report.pdf")?, None);
+    /// assert_eq!(vol.delete_keyed(b"report.pdf")?, None);
     /// # vol.close()?;
     /// # std::fs::remove_dir_all(&dir).unwrap();
     /// # Ok::<(), extalloc::Error>(())
@@ -105,6 +109,28 @@ impl Volume {
             None => Ok(None),
             Some(id) => self.read(id, 0, self.size(id)?).map(Some),
         }
+    }
+
+    /// Deletes the blob `key` names (as [`Volume::unlink`] does: its space is free once the
+    /// next commit is durable) and returns its id, or `None` when the key names none
+    /// (nothing changed). Held against keyed puts of any key meanwhile, so a replacement
+    /// under way is deleted whole or not at all. Among keyed puts a key names one blob:
+    /// afterwards it names none. A second blob given the same bytes by a direct call
+    /// ([`Volume::put`], [`Volume::set_attr`]) is not deleted: the key names it next.
+    /// Refused as [`Volume::put_keyed`] refuses a key; a failed unlink leaves the blob
+    /// whole and named.
+    pub fn delete_keyed(&self, key: &[u8]) -> Result<Option<u64>> {
+        check_key(key)?;
+        let _keys = self.keys.write();
+        let Some(id) = self.newest_under(key)? else {
+            return Ok(None);
+        };
+        self.unlink(id)?;
+        debug_assert!(
+            self.newest_under(key).is_ok_and(|n| n != Some(id)),
+            "the key no longer names the deleted blob"
+        );
+        Ok(Some(id))
     }
 }
 

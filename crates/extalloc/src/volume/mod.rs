@@ -89,6 +89,7 @@ mod keyed_tests;
 mod keyindex;
 #[cfg(test)]
 mod latch_tests;
+mod least;
 mod load;
 mod maps;
 #[cfg(test)]

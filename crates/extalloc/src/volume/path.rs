@@ -17,7 +17,7 @@ use super::state::Volume;
 use crate::alloc::Policy;
 use crate::disk::device::{Device, FileDevice, OverlayDevice};
 use crate::disk::format::default_journal_blocks;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::geometry::{Geometry, GROUP_BLOCKS_DEFAULT};
 use std::path::Path;
 use std::sync::Arc;
@@ -30,6 +30,21 @@ fn layout(bytes: u64) -> Result<(Geometry, u64)> {
     let blocks = bytes / u64::from(DEFAULT_BLOCK_SIZE);
     let geometry = Geometry::new(DEFAULT_BLOCK_SIZE, GROUP_BLOCKS_DEFAULT, blocks)?;
     Ok((geometry, default_journal_blocks(bytes, DEFAULT_BLOCK_SIZE)))
+}
+
+/// `e`, a refusal of a volume of `size` bytes at `path`: [`Error::VolumeTooSmall`] with
+/// the least size when `size` is below it (a geometry of too few blocks, a journal too
+/// small), `e` itself otherwise.
+fn too_small(path: &Path, size: u64, e: Error) -> Error {
+    let size_refused = matches!(e, Error::InvalidGeometry(_) | Error::JournalTooSmall { .. });
+    match Volume::least_size(DEFAULT_BLOCK_SIZE, GROUP_BLOCKS_DEFAULT, None) {
+        Some(least) if size_refused && size < least => Error::VolumeTooSmall {
+            path: path.display().to_string(),
+            size,
+            least,
+        },
+        _ => e,
+    }
 }
 
 /// What `path` holds that a new volume would destroy: an extalloc volume, a file of data,
@@ -62,8 +77,9 @@ impl Volume {
     /// the defaults of the module documentation and a random identity, and returns it
     /// open. A file that holds data, or a device that holds a volume or any data in its
     /// first MiB, is refused with [`Error::Occupied`](crate::error::Error::Occupied) and
-    /// left as it was ([`Volume::mkfs_file_replacing`] discards it). A size that cannot hold a volume is refused before the file is
-    /// touched; on a later failure a file it created is removed, and a device or file that
+    /// left as it was ([`Volume::mkfs_file_replacing`] discards it). A size that cannot hold a
+    /// volume is refused with [`Error::VolumeTooSmall`](crate::error::Error::VolumeTooSmall),
+    /// which names the least size, before the file is touched; on a later failure a file it created is removed, and a device or file that
     /// existed may have been written in part (make it again).
     ///
     /// ```
@@ -72,13 +88,15 @@ impl Volume {
     /// # let path = dir.join("blobs.img");
     /// use extalloc::volume::Volume;
     /// let vol = Volume::mkfs_file(&path, 64 << 20)?;
-    /// let a = vol.put(b"greeting", b"hello")?; // key (up to 1 KiB), data: atomic
-    /// let b = vol.put(b"scratch", &[7; 100_000])?;
-    /// vol.unlink(b)?; // delete
+    /// // A key (up to 1 KiB) names one blob: a put is atomic and replaces the key's blob.
+    /// let a = vol.put_keyed(b"greeting", b"hello")?;
+    /// vol.put_keyed(b"scratch", &[7; 100_000])?;
+    /// assert_eq!(vol.get_keyed(b"greeting")?.as_deref(), Some(&b"hello"[..]));
+    /// vol.delete_keyed(b"scratch")?; // its blocks free once the next sync commits
     /// vol.sync()?; // durable from here on
     /// vol.close()?; // commits, checkpoints and lets the device go
     /// let vol = Volume::open_file(&path)?;
-    /// // The index of keys, rebuilt in one pass: (FileInfo { id, size, .. }, key).
+    /// // Every key, in one pass: (FileInfo { id, size, .. }, key).
     /// let index: Vec<_> = vol.list_with_attrs();
     /// assert_eq!(index.len(), 1);
     /// let (info, key) = &index[0];
@@ -105,8 +123,11 @@ impl Volume {
         let path = path.as_ref();
         // A file of `size` is checked before it is touched; a device's size is its own.
         if size > 0 {
-            let (geometry, journal) = layout(size)?;
-            crate::disk::format::Superblock::layout(&geometry, journal, [0; 16])?;
+            layout(size)
+                .and_then(|(geometry, journal)| {
+                    crate::disk::format::Superblock::layout(&geometry, journal, [0; 16])
+                })
+                .map_err(|e| too_small(path, size, e))?;
         }
         let existed = path.exists();
         let made = match size {
@@ -114,11 +135,13 @@ impl Volume {
             _ => FileDevice::create(path, size),
         }
         .and_then(|dev| {
-            let (geometry, journal) = layout(dev.size())?;
+            let bytes = dev.size();
+            let (geometry, journal) = layout(bytes).map_err(|e| too_small(path, bytes, e))?;
             let dev: Arc<dyn Device> = Arc::new(dev);
             // A fresh identity each volume, as `extalloc mkfs` gives.
-            crate::disk::format::mkfs(dev.as_ref(), &geometry, journal, rand::random())?;
-            Volume::format(dev, Policy::default())
+            crate::disk::format::mkfs(dev.as_ref(), &geometry, journal, rand::random())
+                .and_then(|_| Volume::format(dev, Policy::default()))
+                .map_err(|e| too_small(path, bytes, e))
         });
         if made.is_err() && !existed {
             let _ = std::fs::remove_file(path);
@@ -198,8 +221,28 @@ mod tests {
         assert_ne!(uuid(&path), [0; 16]);
         // Too small to hold a volume: refused, and the file it would have made is gone.
         let tiny = dir.join("tiny.img");
-        assert!(Volume::mkfs_file(&tiny, 64 << 10).is_err());
-        assert!(!tiny.exists());
+        let least = Volume::least_size(DEFAULT_BLOCK_SIZE, GROUP_BLOCKS_DEFAULT, None).unwrap();
+        for size in [100, 64 << 10, least - u64::from(DEFAULT_BLOCK_SIZE)] {
+            let e = Volume::mkfs_file(&tiny, size).err().expect("too small");
+            assert_eq!(
+                e,
+                Error::VolumeTooSmall {
+                    path: tiny.display().to_string(),
+                    size,
+                    least
+                }
+            );
+            assert!(!tiny.exists());
+        }
+        // Size 0 on an empty file: its own size, 0 bytes, named as such.
+        std::fs::write(&tiny, b"").unwrap();
+        let e = Volume::mkfs_file(&tiny, 0).err().expect("an empty file");
+        assert!(
+            e.to_string().contains("0 bytes cannot hold a volume"),
+            "{e}"
+        );
+        std::fs::remove_file(&tiny).unwrap();
+        Volume::mkfs_file(&tiny, least).unwrap().close().unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
