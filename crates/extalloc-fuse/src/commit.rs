@@ -2,7 +2,10 @@
 //! times, then the dirty cache written back, then one journal commit), so that a daemon
 //! killed without warning loses at most about one interval of what reached it. The kernel
 //! never asks a FUSE mount to sync (`sync` and `syncfs` send no request; `docs/mount.md`),
-//! so without this thread nothing but `fsync` and unmount would commit.
+//! so without this thread nothing but `fsync` and unmount would commit. Between commits
+//! (and on a read-only mount, which commits nothing) it checks the caches every
+//! [`TRIM_CHECK`] and trims those that overshoot ([`Fs::trim_overshoot`]): a sync trims
+//! them too, but a walk reads back thousands of inodes a second.
 //!
 //! Data structures: [`Committer`] owns the thread and a stop flag under a mutex with a
 //! condition variable, so [`Committer::stop`] wakes the thread at once instead of waiting
@@ -15,14 +18,18 @@
 //! the thread, since no later commit can succeed. A shutdown of the file system ends the
 //! thread quietly.
 //!
-//! Lock order: the stop mutex is never held while syncing; [`Fs::sync`] takes `ns` only
-//! to collect the inodes with pending times, then the volume's locks (see `fs/mod.rs`).
+//! Lock order: the stop mutex is never held while syncing or trimming; [`Fs::sync`] takes
+//! `ns` only to collect the inodes with pending times, then the volume's locks (see
+//! `fs/mod.rs`); a trim takes the volume's gate, then `ns`, each alone.
 
 use crate::fs::Fs;
 use parking_lot::{Condvar, Mutex};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+/// How often the thread checks the caches between commits.
+pub const TRIM_CHECK: Duration = Duration::from_secs(1);
 
 /// The stop flag and its wake-up.
 #[derive(Default)]
@@ -38,16 +45,17 @@ pub struct Committer {
 }
 
 impl Committer {
-    /// Starts a thread that syncs `fs` every `every`, reporting through `log` (a failed
-    /// commit once until one succeeds again). `every` must not be zero.
+    /// Starts a thread that syncs `fs` every `every` (`None`: never, for a read-only mount)
+    /// and trims its caches between, reporting through `log` (a failed commit once until
+    /// one succeeds again). `every` must not be zero.
     pub fn start(
         fs: Arc<Fs>,
-        every: Duration,
+        every: Option<Duration>,
         log: impl Fn(&str) + Send + 'static,
     ) -> std::io::Result<Committer> {
         assert!(
-            !every.is_zero(),
-            "a commit interval of zero means no committer"
+            every.is_none_or(|e| !e.is_zero()),
+            "a commit interval of zero means no commits: None"
         );
         let stop = Arc::new(Stop::default());
         let thread = {
@@ -82,12 +90,17 @@ impl Drop for Committer {
     }
 }
 
-/// The thread: sleep an interval (or until stopped), sync, report a change of state.
-fn run(fs: &Fs, every: Duration, stop: &Stop, log: &dyn Fn(&str)) {
+/// The thread: sleep until the next commit or cache check (or until stopped); at a
+/// commit's time sync and report a change of state, else trim what overshoots.
+fn run(fs: &Fs, every: Option<Duration>, stop: &Stop, log: &dyn Fn(&str)) {
     let mut failing = false;
+    let mut next_commit = every.map(|e| Instant::now() + e);
+    // What the last trim between commits left (`Fs::trim_overshoot`); a commit trims all.
+    let mut kept = (0, 0);
     loop {
         {
-            let deadline = Instant::now() + every;
+            let check = Instant::now() + TRIM_CHECK;
+            let deadline = next_commit.map_or(check, |c| c.min(check));
             let mut stopped = stop.stopped.lock();
             while !*stopped && Instant::now() < deadline {
                 stop.wake.wait_until(&mut stopped, deadline);
@@ -100,32 +113,51 @@ fn run(fs: &Fs, every: Duration, stop: &Stop, log: &dyn Fn(&str)) {
             // Shut down (`fs/shutdown.rs`): nothing is written until the next mount.
             return;
         }
-        match fs.sync() {
-            Ok(()) if failing => {
-                failing = false;
-                log("background commit: works again; everything written so far is durable");
-            }
-            Ok(()) => {}
-            Err(e) if fs.volume().volume().store().io_failure().is_some() => {
-                // Latched: no commit will ever be believed again (`Store::io_failure`).
-                log(&format!(
-                    "background commit failed: {e}; the device failed a write or flush, so \
-                     this mount writes nothing more (writers get EIO, readers read what is \
-                     there); unmount and mount again to recover every commit made before"
-                ));
-                return;
-            }
-            Err(e) if !failing => {
-                failing = true;
-                log(&format!(
-                    "background commit failed: {e}; what was written since the last \
-                     commit is not durable; retrying every {every:?} (said once until a \
-                     commit succeeds; fsync and unmount report their own errors)"
-                ));
-            }
-            Err(_) => {}
+        let (Some(every), Some(at)) = (every, next_commit) else {
+            fs.trim_overshoot(&mut kept);
+            continue;
+        };
+        if Instant::now() < at {
+            fs.trim_overshoot(&mut kept);
+            continue;
         }
+        if !commit(fs, every, &mut failing, log) {
+            return;
+        }
+        kept = (0, 0);
+        next_commit = Some(Instant::now() + every);
     }
+}
+
+/// One background commit and its report; `false` when the thread must end (the store
+/// latched a failed write or flush).
+fn commit(fs: &Fs, every: Duration, failing: &mut bool, log: &dyn Fn(&str)) -> bool {
+    match fs.sync() {
+        Ok(()) if *failing => {
+            *failing = false;
+            log("background commit: works again; everything written so far is durable");
+        }
+        Ok(()) => {}
+        Err(e) if fs.volume().volume().store().io_failure().is_some() => {
+            // Latched: no commit will ever be believed again (`Store::io_failure`).
+            log(&format!(
+                "background commit failed: {e}; the device failed a write or flush, so \
+                 this mount writes nothing more (writers get EIO, readers read what is \
+                 there); unmount and mount again to recover every commit made before"
+            ));
+            return false;
+        }
+        Err(e) if !*failing => {
+            *failing = true;
+            log(&format!(
+                "background commit failed: {e}; what was written since the last \
+                 commit is not durable; retrying every {every:?} (said once until a \
+                 commit succeeds; fsync and unmount report their own errors)"
+            ));
+        }
+        Err(_) => {}
+    }
+    true
 }
 
 #[cfg(test)]
@@ -192,7 +224,10 @@ mod tests {
     #[test]
     fn a_crash_after_an_interval_keeps_what_was_written_before_it() {
         let (dev, fs) = fresh();
-        let c = Committer::start(fs.clone(), Duration::from_millis(20), |m| panic!("{m}")).unwrap();
+        let c = Committer::start(fs.clone(), Some(Duration::from_millis(20)), |m| {
+            panic!("{m}")
+        })
+        .unwrap();
         files(&fs, 30);
         std::thread::sleep(Duration::from_millis(300));
         c.stop();
@@ -214,7 +249,7 @@ mod tests {
         let said = Arc::new(Mutex::new(Vec::<String>::new()));
         let c = {
             let said = said.clone();
-            Committer::start(fs.clone(), Duration::from_millis(10), move |m| {
+            Committer::start(fs.clone(), Some(Duration::from_millis(10)), move |m| {
                 said.lock().push(m.to_string())
             })
             .unwrap()

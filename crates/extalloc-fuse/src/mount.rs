@@ -169,11 +169,11 @@ pub fn serve(opts: &MountOptions, ready: impl FnOnce(&MountReport)) -> Result<()
                 ended: ended.clone(),
             };
             watch_signals(ending)?;
-            // Read-only: nothing to commit (the overlay would only grow).
-            let interval = if opts.read_only {
-                Duration::ZERO
-            } else {
-                opts.commit_interval
+            // Read-only: nothing to commit (the overlay would only grow); the caches are
+            // still trimmed.
+            let interval = match opts.read_only {
+                true => None,
+                false => Some(opts.commit_interval).filter(|i| !i.is_zero()),
             };
             start_committer(&fs, interval)
         });
@@ -353,13 +353,9 @@ fn log_line(m: &str) {
     let _ = writeln!(std::io::stderr(), "extalloc mount: {m}");
 }
 
-/// The background commit, unless `every` is zero.
-fn start_committer(fs: &Arc<Fs>, every: Duration) -> Result<Option<Committer>, String> {
-    if every.is_zero() {
-        return Ok(None);
-    }
+/// The background thread: commits every `every` (`None`: never), trims the caches between.
+fn start_committer(fs: &Arc<Fs>, every: Option<Duration>) -> Result<Committer, String> {
     Committer::start(fs.clone(), every, log_line)
-        .map(Some)
         .map_err(|e| format!("cannot start the background commit thread: {e}"))
 }
 

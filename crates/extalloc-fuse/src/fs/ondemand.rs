@@ -12,7 +12,8 @@
 //! which gives its parent: every directory in memory was reached through its parent, so
 //! its ancestors are in memory too. A node only the
 //! kernel holds ([`Node::parkable`]) is dropped too once more nodes than the node cache's
-//! count are in memory ([`Fs::trim_nodes`], at each sync): its lookup count stays, parked
+//! count are in memory ([`Fs::trim_nodes`], at each sync, and between syncs once past the
+//! cache's slack, [`Fs::trim_overshoot`]): its lookup count stays, parked
 //! in [`Ns::parked`] (16 bytes and a slot's overhead instead of a 184-byte node), and
 //! moves back into the node when it is read back. A directory's node stays, but its
 //! entries, which grow with its files, are let go ([`Fs::shelve_dirs`], at each sync) when
@@ -68,6 +69,9 @@ pub(crate) const SYNCED_UNLINK_WINDOW: std::time::Duration = std::time::Duration
 /// cache held every clean file twice: 52 MiB of nodes beside the files' 110 at 262,144
 /// files; `docs/results.md`, "The daemon's memory at 2M").
 pub const NODE_CACHE_SHARE: usize = 8;
+
+/// The least overshoot of a cache that [`Fs::trim_overshoot`] trims between syncs.
+pub const TRIM_SLACK_MIN: usize = 1024;
 
 /// Bytes of directory entries kept in memory per file of the volume's file cache, for
 /// directories not used since the last trim ([`Fs::shelve_dirs`]): 64 MiB with the default
@@ -320,6 +324,40 @@ impl Fs {
         victims.len()
     }
 
+    /// Between syncs (the background thread's check, every second): trims the volume's
+    /// clean files (`Volume::trim_file_cache`) and the nodes only the kernel holds
+    /// ([`Fs::trim_nodes`]) when either holds more than its slack (a quarter of the cache,
+    /// at least `TRIM_SLACK_MIN`, 1,024) past its cache's count, or past what `kept` says
+    /// the last such trim left (files dirty
+    /// or in use, nodes the kernel does not hold alone: a storm's, until its sync), so
+    /// a trim that can do nothing is not repeated every second; sets `kept` to what each
+    /// trim left (the caller resets it after a sync). A walk reads back 20-40 thousand
+    /// inodes a second, about 620 bytes each; trimmed only at the sync, the peak held five
+    /// seconds of them. Returns how many files and nodes it dropped.
+    pub fn trim_overshoot(&self, kept: &mut (usize, usize)) -> (usize, usize) {
+        let vol = self.vol.volume();
+        let mut files = 0;
+        let file_limit = vol.file_cache_limit().max(kept.0);
+        let (held, _, evicted) = vol.file_cache_figures();
+        if over_slack(held, file_limit) {
+            files = vol.trim_file_cache();
+            let (now, _, evicted_now) = vol.file_cache_figures();
+            kept.0 = now;
+            // Other trims may run beside this one: the count only grows by at least ours.
+            assert!(
+                evicted_now - evicted >= files as u64,
+                "every file dropped counted"
+            );
+        }
+        let mut nodes = 0;
+        let node_limit = self.node_cache.load(Ordering::Relaxed).max(kept.1);
+        if over_slack(self.ns.read().nodes.len(), node_limit) {
+            nodes = self.trim_nodes();
+            kept.1 = self.ns.read().nodes.len();
+        }
+        (files, nodes)
+    }
+
     /// Sets how many bytes of entries the file system keeps for directories no call used
     /// since the last trim (by default [`DIR_CACHE_BYTES_PER_FILE`] per file of
     /// `extalloc::volume::DEFAULT_FILE_CACHE`; the mount's `--file-cache` sets it with the
@@ -520,4 +558,11 @@ impl Fs {
     pub(crate) fn pinned(&self, ino: u64) -> bool {
         self.pins.lock().contains_key(&ino)
     }
+}
+
+/// Whether `held` entries overshoot a cache of `limit` by more than its slack between
+/// syncs: a quarter of the cache, and at least [`TRIM_SLACK_MIN`] (a small cache is not
+/// trimmed every second for a few entries).
+fn over_slack(held: usize, limit: usize) -> bool {
+    held > limit + (limit / 4).max(TRIM_SLACK_MIN)
 }

@@ -4,6 +4,7 @@
 //! forget or the last close drops it again. Every change below runs the namespace's
 //! invariant, which checks each inode not in memory against its blob.
 
+use super::ondemand::TRIM_SLACK_MIN;
 use super::tests::{device, fresh, mkdir, put, remount, ME};
 use super::*;
 
@@ -198,6 +199,61 @@ fn a_node_cache_keeps_that_many_nodes() {
     assert!(files
         .iter()
         .all(|f| ns.nodes.contains_key(f) != ns.parked.lock().contains(*f)));
+}
+
+/// Between syncs the background thread trims a cache only past its slack: lookups that
+/// read back fewer nodes than the slack leave them, more are trimmed to the cache.
+#[test]
+fn an_overshoot_past_the_slack_is_trimmed_between_syncs() {
+    let dev = device(77);
+    let fs = fresh(&dev);
+    let n = TRIM_SLACK_MIN + 100;
+    for i in 0..n {
+        put(&fs, ROOT, &format!("f{i}"), b"");
+    }
+    fs.sync().unwrap();
+    let nodes = |fs: &Fs| fs.ns.read().nodes.len();
+    assert_eq!(
+        nodes(&fs),
+        1,
+        "the unit tests' node cache is 0: the root stays"
+    );
+    let mut kept = (0, 0);
+    for i in 0..TRIM_SLACK_MIN / 2 {
+        fs.lookup(ROOT, format!("f{i}").as_bytes()).unwrap();
+    }
+    assert_eq!(fs.trim_overshoot(&mut kept).1, 0, "within the slack");
+    assert_eq!(nodes(&fs), 1 + TRIM_SLACK_MIN / 2);
+    // A node a call pins cannot go: the trim leaves it, and is not tried again for it.
+    let pin = fs
+        .ensure_loaded(&[fs.lookup(ROOT, b"f0").unwrap().ino])
+        .unwrap();
+    for i in TRIM_SLACK_MIN / 2..n {
+        fs.lookup(ROOT, format!("f{i}").as_bytes()).unwrap();
+    }
+    assert_eq!(
+        fs.trim_overshoot(&mut kept).1,
+        n - 1,
+        "past it: every unpinned node goes"
+    );
+    assert_eq!(
+        (nodes(&fs), kept.1),
+        (2, 2),
+        "the root and the pinned node stay"
+    );
+    drop(pin);
+    assert_eq!(
+        fs.trim_overshoot(&mut kept),
+        (0, 0),
+        "within the slack of what stayed"
+    );
+    assert_eq!(nodes(&fs), 2);
+    assert_eq!(
+        fs.getattr(fs.lookup(ROOT, b"f7").unwrap().ino)
+            .unwrap()
+            .size,
+        0
+    );
 }
 
 #[test]

@@ -299,6 +299,12 @@ impl Volume {
         self.file_cache.store(files, Relaxed);
     }
 
+    /// The file cache's count ([`Volume::set_file_cache`]): a caller that trims between
+    /// checkpoints compares [`Volume::file_cache_figures`]' first figure with it.
+    pub fn file_cache_limit(&self) -> usize {
+        self.file_cache.load(Relaxed)
+    }
+
     /// Files in memory now, files read from the tree since the open, and files dropped
     /// from memory since the open.
     pub fn file_cache_figures(&self) -> (usize, u64, u64) {
