@@ -111,6 +111,28 @@ fn a_closed_stdout_ends_a_command_quietly() {
 /// system no longer mounted ("volume file 2 holds no inode"). `get` only reads: it copies a
 /// regular file out by its path or by the inode number `ls` shows, and refuses a
 /// directory or a name that is not there by name (it refused every file system before).
+/// `ls` of the file system `put_and_rm_refuse_a_file_system_and_get_reads_it_by_path`
+/// makes: it walks the tree a directory at a time, giving every path, its kind and the
+/// file's size.
+fn ls_walks_the_tree(d: &str) {
+    let out = run(&["ls", d, "--json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows: Vec<(String, String, u64)> = (listed.as_array().unwrap().iter())
+        .map(|r| {
+            let s = |k: &str| r[k].as_str().unwrap().to_string();
+            (s("name"), s("kind"), r["size"].as_u64().unwrap())
+        })
+        .collect();
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert_eq!((rows[0].0.as_str(), rows[0].1.as_str()), ("/", "dir"));
+    assert_eq!((rows[1].0.as_str(), rows[1].1.as_str()), ("/sub", "dir"));
+    assert_eq!(
+        rows[2],
+        ("/sub/hello.txt".to_string(), "file".to_string(), 300_000)
+    );
+}
+
 #[test]
 fn put_and_rm_refuse_a_file_system_and_get_reads_it_by_path() {
     use extalloc::disk::device::{Device, FileDevice};
@@ -172,6 +194,7 @@ fn put_and_rm_refuse_a_file_system_and_get_reads_it_by_path() {
         assert!(!out.status.success() && t.contains(says), "get {name}: {t}");
     }
     assert!(!refused.exists(), "nothing written by a refused get");
+    ls_walks_the_tree(d);
     let out = run(&["fsck", d]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let (fs, report) = mount().expect("the file system still mounts");

@@ -453,17 +453,6 @@ pub fn open_read_only(path: &std::path::Path) -> Result<extalloc::disk::device::
     extalloc::disk::device::FileDevice::open_read_only(path).map_err(|e| busy(path, e))
 }
 
-pub fn paths(
-    vol: &extalloc::volume::Volume,
-) -> Result<Option<std::collections::BTreeMap<u64, (String, extalloc_fuse::inode::Kind)>>> {
-    if !is_fs(vol) {
-        return Ok(None);
-    }
-    Ok(Some(
-        extalloc_fuse::fs::paths(vol).map_err(anyhow::Error::msg)?,
-    ))
-}
-
 /// The file system's namespace check for `fsck`, on a read-only view of the volume: `None`
 /// when the volume holds no file system (no inode in file 1).
 pub fn check_namespace(

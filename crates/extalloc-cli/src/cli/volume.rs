@@ -127,9 +127,9 @@ pub fn rm(device: &Path, file: &str, by_key: bool) -> Result<()> {
 /// `ls` prints it) or its inode number.
 pub fn get(device: &Path, file: &str, host: &Path, by_key: bool) -> Result<()> {
     let vol = open_read_only(device)?;
-    let id = match super::mount::paths(&vol)? {
-        None => plain_file(&vol, file, by_key, device)?,
-        Some(paths) => file_in(&paths, file, device)?,
+    let id = match super::mount::is_fs(&vol) {
+        false => plain_file(&vol, file, by_key, device)?,
+        true => file_in(&vol, file, device)?,
     };
     let size = vol.size(id)?;
     let mut out = std::fs::File::create(host).with_context(|| format!("{}", host.display()))?;
@@ -145,22 +145,18 @@ pub fn get(device: &Path, file: &str, host: &Path, by_key: bool) -> Result<()> {
     Ok(())
 }
 
-/// The inode of regular file `file` (a path from the root, or an inode number) in a file
-/// system's `paths`, or an error that says what `file` is instead.
-fn file_in(
-    paths: &std::collections::BTreeMap<u64, (String, extalloc_fuse::inode::Kind)>,
-    file: &str,
-    device: &Path,
-) -> Result<u64> {
+/// The inode of regular file `file` (a path from the root, or an inode number) in the
+/// file system on `vol`, found one directory at a time, or an error that says what `file`
+/// is instead.
+fn file_in(vol: &Volume, file: &str, device: &Path) -> Result<u64> {
     let found = match file.parse::<u64>() {
-        Ok(id) => paths.get(&id).map(|(_, kind)| (id, *kind)),
-        Err(_) => {
-            let want = format!("/{}", file.trim_start_matches('/'));
-            paths
-                .iter()
-                .find(|(_, (path, _))| *path == want)
-                .map(|(&id, (_, kind))| (id, *kind))
-        }
+        Ok(id) => vol
+            .attr(id)
+            .ok()
+            .and_then(|blob| extalloc_fuse::inode::Inode::decode(&blob))
+            .map(|inode| (id, inode.kind)),
+        Err(_) => extalloc_fuse::fs::resolve(vol, file)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", device.display()))?,
     };
     match found {
         Some((id, extalloc_fuse::inode::Kind::File)) => Ok(id),
@@ -204,73 +200,110 @@ struct Mapped {
     unwritten: bool,
 }
 
-/// `extalloc ls DEVICE [--json] [--extents]`: on a file system (`extalloc mount`) each
-/// file's path and kind instead of its attribute blob; inodes no path reaches are left out.
+/// `extalloc ls DEVICE [--json] [--extents]`: a plain volume's files by id with their
+/// attribute blobs; on a file system (`extalloc mount`) each inode a walk from the root
+/// reaches, at its first path, with its kind, printed as the walk goes (one directory
+/// in memory at a time: `extalloc_fuse::fs::walk`); inodes no path reaches are left out.
 pub fn ls(device: &Path, json: bool, extents: bool) -> Result<()> {
     let vol = open_read_only(device)?;
-    let paths = super::mount::paths(&vol)?;
-    let mut files = Vec::new();
+    let mut out = Listing::new(json);
+    if super::mount::is_fs(&vol) {
+        extalloc_fuse::fs::walk(&vol, |path, ino, kind| {
+            let map = vol.extents(ino).map_err(|e| format!("inode {ino}: {e}"))?;
+            let size = vol.size(ino).map_err(|e| format!("inode {ino}: {e}"))?;
+            let listed = Listed {
+                id: ino,
+                size,
+                extents: map.len() as u64,
+                blocks: map.iter().map(|e| e.extent.len).sum(),
+                name: path.to_string(),
+                kind: Some(kind_name(kind)),
+                map: extents.then(|| mapped(&map)),
+            };
+            out.print(&listed).map_err(|e| e.to_string())
+        })
+        .map_err(|e| anyhow::anyhow!("{}: {e}", device.display()))?;
+        return out.end();
+    }
     // Every file, or the error of a leaf that cannot be read (never a silent part).
     for f in vol.try_list()? {
-        let (name, kind) = match &paths {
-            Some(p) => match p.get(&f.id) {
-                Some((path, kind)) => (path.clone(), Some(kind_name(*kind))),
-                None => continue,
-            },
-            None => {
-                let attr = vol.attr(f.id).unwrap_or_default();
-                (String::from_utf8_lossy(&attr).into_owned(), None)
-            }
-        };
-        let map = extents.then(|| {
-            vol.extents(f.id)
-                .unwrap_or_default()
-                .iter()
-                .map(|e| Mapped {
-                    logical: e.logical,
-                    start: e.extent.start,
-                    len: e.extent.len,
-                    unwritten: e.unwritten,
-                })
-                .collect()
-        });
-        files.push(Listed {
+        let attr = vol.attr(f.id).unwrap_or_default();
+        let map = extents.then(|| mapped(&vol.extents(f.id).unwrap_or_default()));
+        out.print(&Listed {
             id: f.id,
             size: f.size,
             extents: f.extents,
             blocks: f.blocks,
-            name,
-            kind,
+            name: String::from_utf8_lossy(&attr).into_owned(),
+            kind: None,
             map,
-        });
+        })?;
     }
-    if json {
-        println!("{}", serde_json::to_string_pretty(&files)?);
-        return Ok(());
-    }
-    print_listing(&files);
-    Ok(())
+    out.end()
 }
 
-fn print_listing(files: &[Listed]) {
-    println!("| id | size | extents | blocks | name |");
-    println!("|---:|---:|---:|---:|---|");
-    for f in files {
-        let kind = f.kind.map(|k| format!(" ({k})")).unwrap_or_default();
-        println!(
-            "| {} | {} | {} | {} | {}{kind} |",
-            f.id, f.size, f.extents, f.blocks, f.name
-        );
-        for m in f.map.iter().flatten() {
-            println!(
-                "|  | logical {} | blocks {}..{} | {} | {} |",
-                m.logical,
-                m.start,
-                m.start + m.len,
-                m.len,
-                if m.unwritten { "unwritten" } else { "" }
-            );
+/// A file's extents as `ls --extents` prints them.
+fn mapped(map: &[extalloc::volume::FileExtent]) -> Vec<Mapped> {
+    map.iter()
+        .map(|e| Mapped {
+            logical: e.logical,
+            start: e.extent.start,
+            len: e.extent.len,
+            unwritten: e.unwritten,
+        })
+        .collect()
+}
+
+/// `ls`'s output, a file at a time: a Markdown table, or a JSON array.
+struct Listing {
+    json: bool,
+    printed: u64,
+}
+
+impl Listing {
+    fn new(json: bool) -> Listing {
+        if !json {
+            println!("| id | size | extents | blocks | name |");
+            println!("|---:|---:|---:|---:|---|");
         }
+        Listing { json, printed: 0 }
+    }
+
+    fn print(&mut self, f: &Listed) -> Result<()> {
+        if self.json {
+            let sep = if self.printed == 0 { "[" } else { "," };
+            println!("{sep}\n{}", serde_json::to_string(f)?);
+        } else {
+            print_row(f);
+        }
+        self.printed += 1;
+        Ok(())
+    }
+
+    fn end(self) -> Result<()> {
+        if self.json {
+            println!("{}]", if self.printed == 0 { "[" } else { "" });
+        }
+        std::io::stdout().flush()?;
+        Ok(())
+    }
+}
+
+fn print_row(f: &Listed) {
+    let kind = f.kind.map(|k| format!(" ({k})")).unwrap_or_default();
+    println!(
+        "| {} | {} | {} | {} | {}{kind} |",
+        f.id, f.size, f.extents, f.blocks, f.name
+    );
+    for m in f.map.iter().flatten() {
+        println!(
+            "|  | logical {} | blocks {}..{} | {} | {} |",
+            m.logical,
+            m.start,
+            m.start + m.len,
+            m.len,
+            if m.unwritten { "unwritten" } else { "" }
+        );
     }
 }
 

@@ -110,7 +110,7 @@ mod xattrs;
 pub use self::core::{Attr, Caller, Errno, Fs, FsResult, StaleAttrs, ROOT};
 pub use listing::Plus;
 pub use ondemand::{DIR_CACHE_BYTES_PER_FILE, NODE_CACHE_SHARE};
-pub use scan::{check, paths, NamespaceReport};
+pub use scan::{check, paths, resolve, walk, NamespaceReport};
 
 use self::core::Ns;
 use self::dirahead::DirAhead;

@@ -38,12 +38,14 @@ mod census;
 mod leftovers;
 mod read;
 mod report;
+mod walk;
 
 pub(crate) use self::census::repair_crash;
 use self::leftovers::{load_xattrs, remove_leftovers};
 use self::read::Read;
 pub(crate) use self::read::{fix_log, read_log};
 pub use self::report::NamespaceReport;
+pub use self::walk::{resolve, walk};
 use super::core::{dir_node, Entry, InoMap, InoSet, Node, ROOT};
 use crate::dir::{record, DirLog};
 use crate::inode::{self, Inode, Kind};
@@ -323,7 +325,8 @@ fn drop_bad_entries(
 }
 
 /// Every inode a walk from the root reaches, with its first path (`/` for the root) and
-/// its kind; for `extalloc ls`, which reads a volume read-only.
+/// its kind, read whole into memory (for the tests and the lab; `extalloc ls` walks one
+/// directory at a time instead, [`walk`]).
 pub fn paths(vol: &Volume) -> Result<std::collections::BTreeMap<u64, (String, Kind)>, String> {
     let (nodes, _) = load(vol, false)?;
     let mut out = std::collections::BTreeMap::new();
