@@ -98,9 +98,17 @@ pub unsafe extern "C" fn extalloc_volume_create(
         }
         if size_bytes == 0 {
             // The library reads 0 as "a device's own size"; here a file is always new.
+            let least = Volume::least_size(
+                extalloc::volume::DEFAULT_BLOCK_SIZE,
+                extalloc::GROUP_BLOCKS_DEFAULT,
+                None,
+            );
             return Err(Failure::new(
                 EXTALLOC_INVALID_ARGUMENT,
-                "size_bytes is 0: give the new file's size",
+                format!(
+                    "size_bytes is 0: give the new file's size (at least {} bytes)",
+                    least.unwrap_or(0)
+                ),
             ));
         }
         // Checks the size before the file is made, removes a file it made on failure.

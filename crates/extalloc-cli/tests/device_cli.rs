@@ -313,7 +313,15 @@ fn mkfs_touches_nothing_on_bad_input_and_asks_before_overwriting() {
     let fresh = dir.join("fresh.img");
     let f = fresh.to_str().unwrap();
     for (args, says) in [
-        (&["--size", "1KiB"][..], "0 blocks of 4096 bytes"),
+        (
+            &["--size", "1KiB"][..],
+            "needs --size 640K at least: 1024 bytes",
+        ),
+        (&["--size", "0"][..], "needs --size 640K at least: 0 bytes"),
+        (
+            &["--size", "8K"][..],
+            "needs --size 640K at least: 8192 bytes",
+        ),
         (
             &["--size", "64MiB", "--journal-size", "0"][..],
             "at least 2 blocks",

@@ -301,6 +301,26 @@ fn put_by_key_replaces_and_get_and_rm_take_names() {
     assert!(out.status.success(), "{}", text(&out));
     let out = run(&["get", d, "report", b]);
     assert!(!out.status.success(), "removed by name: {}", text(&out));
+    // Two unkeyed puts of one name: a name with two files, and a note says which is taken.
+    std::fs::write(dir.join("twice"), b"x").unwrap();
+    let twice = dir.join("twice");
+    for _ in 0..2 {
+        assert!(run(&["put", d, twice.to_str().unwrap()]).status.success());
+    }
+    let out = run(&["rm", d, "twice"]);
+    let t = text(&out);
+    assert!(
+        out.status.success()
+            && t.contains("2 files are named \"twice\"")
+            && t.contains("removing the newest"),
+        "{t}"
+    );
+    let out = run(&["rm", d, "twice"]);
+    assert!(
+        out.status.success() && !text(&out).contains("note"),
+        "{}",
+        text(&out)
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -52,14 +52,21 @@ fn bytes_of(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Vec<u8>> {
     if let Ok(b) = obj.cast::<PyBytes>() {
         return Ok(b.as_bytes().to_vec());
     }
-    obj.extract::<Vec<u8>>().map_err(|_| {
-        pyo3::exceptions::PyTypeError::new_err(format!(
-            "{name} must be bytes-like (bytes, bytearray, memoryview), not {}",
-            obj.get_type()
-                .name()
-                .map_or_else(|_| "this type".into(), |n| n.to_string())
-        ))
-    })
+    if let Ok(b) = obj.cast::<pyo3::types::PyByteArray>() {
+        return Ok(b.to_vec());
+    }
+    // A memoryview's bytes through `tobytes()`: the stable ABI of 3.9 has no buffer API.
+    // (A list or tuple of small ints is not bytes-like, though it would convert.)
+    if obj.is_instance_of::<pyo3::types::PyMemoryView>() {
+        let bytes = obj.call_method0("tobytes")?;
+        return Ok(bytes.cast::<PyBytes>()?.as_bytes().to_vec());
+    }
+    Err(pyo3::exceptions::PyTypeError::new_err(format!(
+        "{name} must be bytes-like (bytes, bytearray, memoryview), not {}",
+        obj.get_type()
+            .name()
+            .map_or_else(|_| "this type".into(), |n| n.to_string())
+    )))
 }
 
 // What the boxes above are for: a class Python allocates needs no more than its 16 bytes.

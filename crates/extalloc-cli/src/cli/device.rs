@@ -68,6 +68,17 @@ fn plan(a: &MkfsArgs) -> Result<Plan> {
             .size(),
     };
     check_block_size(block_size)?;
+    if let Some(least) =
+        extalloc::volume::Volume::least_size(block_size, a.group_blocks, journal_bytes)
+    {
+        anyhow::ensure!(
+            bytes >= least,
+            "{}: mkfs needs --size {} at least: {bytes} bytes cannot hold a volume with these \
+             options",
+            path.display(),
+            human(least)
+        );
+    }
     let blocks = bytes / u64::from(block_size);
     let geometry =
         extalloc::Geometry::new(block_size, a.group_blocks, blocks).with_context(|| {
@@ -167,15 +178,20 @@ fn mkfs_failed(
     let Some(least) = least else {
         return anyhow::Error::new(e).context(format!("{}: mkfs", path.display()));
     };
-    let least = match least {
+    anyhow::Error::new(e).context(format!(
+        "{}: mkfs needs --size {} at least",
+        path.display(),
+        human(least)
+    ))
+}
+
+/// A size as `--size` takes it: `640K`, `4M`, or bytes.
+fn human(bytes: u64) -> String {
+    match bytes {
         b if b % (1 << 20) == 0 => format!("{}M", b >> 20),
         b if b % 1024 == 0 => format!("{}K", b >> 10),
         b => b.to_string(),
-    };
-    anyhow::Error::new(e).context(format!(
-        "{}: mkfs needs --size {least} at least",
-        path.display()
-    ))
+    }
 }
 
 /// `extalloc info`: the summary, each group with `groups`, the files with `files`.

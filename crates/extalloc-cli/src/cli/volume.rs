@@ -93,29 +93,44 @@ fn stream_in(vol: &Volume, src: &mut std::fs::File, host: &Path, device: &Path) 
 }
 
 /// The id `file` names on a plain volume: a number is an id (unless `by_key`), anything
-/// else the newest file whose name (key) it is.
-fn plain_file(vol: &Volume, file: &str, by_key: bool, device: &Path) -> Result<u64> {
+/// else the newest file whose name (key) it is; when several files have that name, a note
+/// on stderr says which was taken (`doing`: what the command does with it).
+fn plain_file(vol: &Volume, file: &str, by_key: bool, device: &Path, doing: &str) -> Result<u64> {
     if !by_key {
         if let Ok(id) = file.parse::<u64>() {
             return Ok(id);
         }
     }
-    vol.find_key(file.as_bytes())
-        .with_context(|| format!("{}: {file:?}", device.display()))?
-        .ok_or_else(|| {
-            anyhow::anyhow!(
-                "{}: no file named {file:?}: a plain volume's files are named by id or by                  name (`extalloc ls {}` lists both)",
-                device.display(),
-                device.display()
-            )
-        })
+    let ids = vol
+        .find_key_all(file.as_bytes())
+        .with_context(|| format!("{}: {file:?}", device.display()))?;
+    let Some(&newest) = ids.first() else {
+        anyhow::bail!(
+            "{}: no file named {file:?}: a plain volume's files are named by id or by \
+             name (`extalloc ls {}` lists both)",
+            device.display(),
+            device.display()
+        );
+    };
+    if ids.len() > 1 {
+        eprintln!(
+            "extalloc: note: {} files are named {file:?} (ids {}); {doing} the newest, {newest} \
+             (name one by its id; `put --key` keeps one file a name)",
+            ids.len(),
+            ids.iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok(newest)
 }
 
 /// `extalloc rm DEVICE FILE [--key]`: removes the file (its blocks are freed), durably.
 pub fn rm(device: &Path, file: &str, by_key: bool) -> Result<()> {
     let vol = open_read_write(device)?;
     refuse_file_system(&vol, device, "rm")?;
-    let id = plain_file(&vol, file, by_key, device)?;
+    let id = plain_file(&vol, file, by_key, device, "removing")?;
     vol.unlink(id)
         .with_context(|| format!("{}: removing file {id}", device.display()))?;
     vol.close()
@@ -128,10 +143,12 @@ pub fn rm(device: &Path, file: &str, by_key: bool) -> Result<()> {
 pub fn get(device: &Path, file: &str, host: &Path, by_key: bool) -> Result<()> {
     let vol = open_read_only(device)?;
     let id = match super::mount::is_fs(&vol) {
-        false => plain_file(&vol, file, by_key, device)?,
+        false => plain_file(&vol, file, by_key, device, "copying")?,
         true => file_in(&vol, file, device)?,
     };
-    let size = vol.size(id)?;
+    let size = vol
+        .size(id)
+        .with_context(|| format!("{}: file {file}", device.display()))?;
     let mut out = std::fs::File::create(host).with_context(|| format!("{}", host.display()))?;
     let mut at = 0u64;
     while at < size {

@@ -226,7 +226,7 @@ pub enum Error {
 
     /// A size too small to hold a volume ([`Volume::mkfs_file`](crate::volume::Volume::mkfs_file)):
     /// nothing was made.
-    #[error("{path}: {size} bytes cannot hold a volume: give at least {least} bytes (a size of 0 takes the size of the device or file there)")]
+    #[error("{path}: {size} bytes cannot hold a volume: give at least {least} bytes")]
     VolumeTooSmall {
         /// The file or device.
         path: String,

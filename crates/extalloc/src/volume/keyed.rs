@@ -96,6 +96,28 @@ impl Volume {
         self.newest_under(key)
     }
 
+    /// Every published file whose attribute blob is `key`, newest (the one `key` names)
+    /// first: one at most when only keyed puts stored it, more when direct calls
+    /// ([`Volume::put`], [`Volume::create`], [`Volume::set_attr`]) gave others the same
+    /// blob. Refused as [`Volume::put_keyed`] refuses a key.
+    pub fn find_key_all(&self, key: &[u8]) -> Result<Vec<u64>> {
+        check_key(key)?;
+        let _keys = self.keys.read();
+        let mut found = Vec::new();
+        for id in self.key_candidates(key)? {
+            match self.attr(id) {
+                Ok(attr) if attr == key => found.push(id),
+                Ok(_) | Err(crate::Error::NoSuchFile { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        debug_assert!(
+            found.first().copied() == self.newest_under(key)?,
+            "the first is the one the key names"
+        );
+        Ok(found)
+    }
+
     /// The bytes of the blob `key` names, whole, or `None` when the key names none. A
     /// keyed put that replaces it meanwhile waits for this read (or this read finds the
     /// new blob): the bytes are one blob's, never part of one. (A direct

@@ -36,7 +36,10 @@ fn layout(bytes: u64) -> Result<(Geometry, u64)> {
 /// the least size when `size` is below it (a geometry of too few blocks, a journal too
 /// small), `e` itself otherwise.
 fn too_small(path: &Path, size: u64, e: Error) -> Error {
-    let size_refused = matches!(e, Error::InvalidGeometry(_) | Error::JournalTooSmall { .. });
+    let size_refused = matches!(
+        e,
+        Error::InvalidGeometry(_) | Error::JournalTooSmall { .. } | Error::ZeroLength
+    );
     match Volume::least_size(DEFAULT_BLOCK_SIZE, GROUP_BLOCKS_DEFAULT, None) {
         Some(least) if size_refused && size < least => Error::VolumeTooSmall {
             path: path.display().to_string(),
@@ -130,6 +133,10 @@ impl Volume {
                 .map_err(|e| too_small(path, size, e))?;
         }
         let existed = path.exists();
+        if size == 0 && !existed {
+            // No device or file whose own size to take: a new file needs a size.
+            return Err(too_small(path, 0, Error::ZeroLength));
+        }
         let made = match size {
             0 => FileDevice::open(path),
             _ => FileDevice::create(path, size),
