@@ -361,6 +361,14 @@ fn mkfs_touches_nothing_on_bad_input_and_asks_before_overwriting() {
         "{text}"
     );
     assert!(!fresh.exists());
+    // A file of holes only (`truncate -s`): nothing to lose, made at its own size.
+    let sparse = dir.join("sparse.img");
+    std::fs::File::create(&sparse)
+        .unwrap()
+        .set_len(64 << 20)
+        .unwrap();
+    let (ok, text) = extalloc(&["mkfs", sparse.to_str().unwrap()]);
+    assert!(ok, "{text}");
     // A file with data: refused and intact, then overwritten with --force.
     let data = dir.join("data.txt");
     let d = data.to_str().unwrap();

@@ -311,7 +311,8 @@ fn refuse_overwrite(path: &std::path::Path) -> Result<()> {
         );
     }
     let has_data = if meta.is_file() {
-        meta.len() > 0
+        // A file of holes only (`truncate -s 64G img`) holds nothing to lose.
+        meta.len() > 0 && !extalloc::disk::device::all_holes(&f)
     } else {
         head.iter().any(|&b| b != 0)
     };

@@ -15,7 +15,7 @@
 
 use super::state::Volume;
 use crate::alloc::Policy;
-use crate::disk::device::{Device, FileDevice, OverlayDevice};
+use crate::disk::device::{all_holes, Device, FileDevice, OverlayDevice};
 use crate::disk::format::default_journal_blocks;
 use crate::error::{Error, Result};
 use crate::geometry::{Geometry, GROUP_BLOCKS_DEFAULT};
@@ -51,12 +51,15 @@ fn too_small(path: &Path, size: u64, e: Error) -> Error {
 }
 
 /// What `path` holds that a new volume would destroy: an extalloc volume, a file of data,
-/// data in a device's first MiB; `None` for a new path or an empty file or device.
+/// data in a device's first MiB; `None` for a new path, an empty device, or a file empty or
+/// of holes only.
 fn occupied(path: &Path) -> Result<Option<String>> {
     let Ok(meta) = std::fs::metadata(path) else {
         return Ok(None);
     };
-    if meta.is_file() && meta.len() == 0 {
+    // An empty file, or one of holes only (made by `truncate -s`): nothing to lose.
+    let holes_only = || std::fs::File::open(path).is_ok_and(|f| all_holes(&f));
+    if meta.is_file() && (meta.len() == 0 || holes_only()) {
         return Ok(None);
     }
     let dev = FileDevice::open_read_only(path)?;
@@ -250,6 +253,19 @@ mod tests {
         );
         std::fs::remove_file(&tiny).unwrap();
         Volume::mkfs_file(&tiny, least).unwrap().close().unwrap();
+        // A file of holes only (`truncate -s`) holds nothing: made at its own size.
+        let sparse = dir.join("sparse.img");
+        std::fs::File::create(&sparse)
+            .unwrap()
+            .set_len(32 << 20)
+            .unwrap();
+        let vol = Volume::mkfs_file(&sparse, 0).unwrap();
+        assert_eq!(vol.statfs().blocks, (32 << 20) / 4096);
+        vol.close().unwrap();
+        assert!(
+            matches!(Volume::mkfs_file(&sparse, 0), Err(Error::Occupied { .. })),
+            "once made it holds a volume"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

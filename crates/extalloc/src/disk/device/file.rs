@@ -24,6 +24,17 @@ const IOV_BATCH: usize = 1024;
 /// updates its block every 5 s too).
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(5);
 
+/// Whether `file` (a regular file) holds no data at all: every byte a hole, as a file just
+/// made by `truncate -s SIZE` is (`lseek(SEEK_DATA)` finds none). `false` when that cannot
+/// be told (a file system without `SEEK_DATA`): the safe answer for a caller that would
+/// overwrite it.
+pub fn all_holes(file: &File) -> bool {
+    matches!(
+        rustix::fs::seek(file, rustix::fs::SeekFrom::Data(0)),
+        Err(rustix::io::Errno::NXIO)
+    )
+}
+
 /// A file (sparse is fine) or a block device.
 pub struct FileDevice {
     file: File,

@@ -32,7 +32,7 @@ mod synthetic;
 pub use contract::{Device, SECTOR_BYTES};
 pub use fault::{Crash, CrashReport, FaultDevice};
 pub use fence::{FenceDevice, Lease};
-pub use file::{FileDevice, DEFAULT_HEARTBEAT};
+pub use file::{all_holes, FileDevice, DEFAULT_HEARTBEAT};
 pub use mem::MemDevice;
 pub use overlay::OverlayDevice;
 pub use synthetic::{SyntheticDevice, SyntheticSpec, TEMPLATES};
