@@ -248,19 +248,31 @@ pub fn ls(device: &Path, json: bool, extents: bool) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("{}: {e}", device.display()))?;
         return out.end();
     }
+    let listed = |f: &extalloc::volume::FileInfo, attr: &[u8], map| Listed {
+        id: f.id,
+        size: f.size,
+        extents: f.extents,
+        blocks: f.blocks,
+        name: String::from_utf8_lossy(attr).into_owned(),
+        kind: None,
+        map,
+    };
     // Every file, or the error of a leaf that cannot be read (never a silent part).
-    for f in vol.try_list()? {
-        let attr = vol.attr(f.id).unwrap_or_default();
-        let map = extents.then(|| mapped(&vol.extents(f.id).unwrap_or_default()));
-        out.print(&Listed {
-            id: f.id,
-            size: f.size,
-            extents: f.extents,
-            blocks: f.blocks,
-            name: String::from_utf8_lossy(&attr).into_owned(),
-            kind: None,
-            map,
+    if extents {
+        // Each file's map is read outside the pass (it may load the file): ids first.
+        for f in vol.try_list()? {
+            let map = mapped(&vol.extents(f.id).unwrap_or_default());
+            out.print(&listed(&f, &vol.attr(f.id).unwrap_or_default(), Some(map)))?;
+        }
+    } else {
+        // One pass, printed as it goes: a tree leaf in memory, not the whole list.
+        let mut printed = Ok(());
+        vol.try_visit_with_attrs(|f, attr| {
+            if printed.is_ok() {
+                printed = out.print(&listed(&f, attr, None));
+            }
         })?;
+        printed?;
     }
     out.end()
 }
@@ -346,13 +358,16 @@ fn kind_name(k: extalloc_fuse::inode::Kind) -> &'static str {
 /// The files summary of `info --files`.
 pub fn info_files(device: &Path) -> Result<()> {
     let vol = open_read_only(device)?;
-    let files = vol.try_list()?;
-    let bytes: u64 = files.iter().map(|f| f.size).sum();
-    let extents: u64 = files.iter().map(|f| f.extents).sum();
+    // One pass, summed as it goes.
+    let (mut files, mut bytes, mut extents) = (0u64, 0u64, 0u64);
+    vol.try_visit_with_attrs(|f, _| {
+        files += 1;
+        bytes += f.size;
+        extents += f.extents;
+    })?;
     println!(
-        "files: {}, {bytes} bytes, {extents} extents ({:.2} per file)",
-        files.len(),
-        extents as f64 / files.len().max(1) as f64
+        "files: {files}, {bytes} bytes, {extents} extents ({:.2} per file)",
+        extents as f64 / files.max(1) as f64
     );
     Ok(())
 }
