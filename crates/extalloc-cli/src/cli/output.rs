@@ -14,6 +14,20 @@ pub fn error_text(e: &anyhow::Error) -> String {
             text.push_str(&t);
         }
     }
+    // The command line's own case of a busy device, which the library's message (for
+    // every caller) does not name.
+    let busy = e.chain().any(|c| {
+        matches!(
+            c.downcast_ref::<extalloc::Error>(),
+            Some(extalloc::Error::DeviceBusy { .. })
+        )
+    });
+    if busy {
+        text.push_str(
+            " (after a plain `umount` a mount's daemon may still write back: wait, or use \
+             `extalloc umount`)",
+        );
+    }
     text
 }
 

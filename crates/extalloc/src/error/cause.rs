@@ -538,8 +538,7 @@ pub enum Error {
     /// other open, a reader excludes writers.
     #[error(
         "device {device} is in use (open elsewhere; one writer or any number of readers at \
-         a time): cannot open it to {wanted}; close the other user first (after a plain \
-         `umount` its daemon may still write back: wait, or use `extalloc umount`)"
+         a time): cannot open it to {wanted}; close the other user first"
     )]
     DeviceBusy {
         /// The device's path.
