@@ -94,7 +94,8 @@ typedef struct extalloc_statfs {
   uint64_t available_blocks;
   // Freed by deletes since the last sync: free once it commits.
   uint64_t pending_blocks;
-  // Blobs on the volume.
+  // Blobs and files on the volume (a put under way counts; counted without a pass over
+  // every blob: `Volume::file_count`).
   uint64_t blobs;
   // Blocks held in preallocations (space kept ahead of a growing file; a put leaves
   // none held, so this is 0 on a volume only puts wrote).

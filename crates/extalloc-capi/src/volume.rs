@@ -49,7 +49,8 @@ pub struct extalloc_statfs {
     pub available_blocks: u64,
     /// Freed by deletes since the last sync: free once it commits.
     pub pending_blocks: u64,
-    /// Blobs on the volume.
+    /// Blobs and files on the volume (a put under way counts; counted without a pass over
+    /// every blob: `Volume::file_count`).
     pub blobs: u64,
     /// Blocks held in preallocations (space kept ahead of a growing file; a put leaves
     /// none held, so this is 0 on a volume only puts wrote).
@@ -447,7 +448,7 @@ pub unsafe extern "C" fn extalloc_volume_statfs(
             free_blocks: s.free_blocks,
             available_blocks: s.available_blocks,
             pending_blocks: s.pending_blocks,
-            blobs: vol.try_list()?.len() as u64,
+            blobs: vol.file_count()?,
             prealloc_blocks: s.prealloc_reserved_blocks,
         };
         Ok(())

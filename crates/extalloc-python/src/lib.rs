@@ -242,7 +242,8 @@ impl Volume {
     /// The volume's figures as a dict: block_size, blocks, metadata_blocks, free_blocks,
     /// available_blocks, pending_blocks (freed, free at the next sync) and blobs.
     fn statfs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let (s, blobs) = self.with(py, |vol| Ok((vol.statfs(), vol.try_list()?.len())))?;
+        // The count without a pass over every blob (a put under way counts).
+        let (s, blobs) = self.with(py, |vol| Ok((vol.statfs(), vol.file_count()?)))?;
         let d = PyDict::new(py);
         d.set_item("block_size", s.block_size)?;
         d.set_item("blocks", s.blocks)?;
