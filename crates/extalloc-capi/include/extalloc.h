@@ -295,7 +295,9 @@ enum extalloc_code extalloc_volume_get_key(const struct extalloc_volume *vol,
 //
 // Fails with `EXTALLOC_NOT_FOUND` when the key names no blob (nothing changed),
 // `EXTALLOC_INVALID_ARGUMENT` for an empty key, a key over `EXTALLOC_MAX_ATTR_BYTES` or a
-// NULL argument (nothing changed), `EXTALLOC_IO` (the blob left whole and named).
+// NULL argument (nothing changed), `EXTALLOC_IO`: if the blob was not yet taken from the
+// key nothing changed; if its removal failed after, the key names nothing and the blob,
+// hidden, is removed by the next open.
 //
 // Thread safety: any thread, concurrently with every call on `vol` but close.
 //

@@ -174,12 +174,12 @@ enum Command {
         key: Option<String>,
     },
     /// Remove FILE from the volume on DEVICE (its blocks are freed): an id, or a name (a
-    /// key) as `extalloc ls` prints them. Refuses a file system made by `extalloc mount`,
+    /// key) as `extalloc ls` prints them, one file's only. Refuses a file system made by `extalloc mount`,
     /// as put does.
     Rm {
         /// The volume's device or image.
         device: std::path::PathBuf,
-        /// A file id, or a name (the newest file of that name).
+        /// A file id, or a name (refused when several files have it: give the id).
         file: String,
         /// FILE is a name even if it reads as a number.
         #[arg(long)]

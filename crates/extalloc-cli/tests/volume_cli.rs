@@ -307,19 +307,19 @@ fn put_by_key_replaces_and_get_and_rm_take_names() {
     for _ in 0..2 {
         assert!(run(&["put", d, twice.to_str().unwrap()]).status.success());
     }
-    let out = run(&["rm", d, "twice"]);
+    let out = run(&["get", d, "twice", b]);
     let t = text(&out);
     assert!(
         out.status.success()
             && t.contains("2 files are named \"twice\"")
-            && t.contains("removing the newest"),
+            && t.contains("copying the newest"),
         "{t}"
     );
     let out = run(&["rm", d, "twice"]);
+    let t = text(&out);
     assert!(
-        out.status.success() && !text(&out).contains("note"),
-        "{}",
-        text(&out)
+        !out.status.success() && t.contains("name the one to remove by its id"),
+        "an ambiguous removal is refused: {t}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }

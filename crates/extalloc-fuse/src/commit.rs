@@ -15,8 +15,8 @@
 //! its `Arc<Fs>`, so the file system can be closed. A failed commit is reported once, and
 //! once more when a later one succeeds; it never ends the mount. A failed write or flush
 //! of the device latches the store (`Store::io_failure`): that is reported once and ends
-//! the thread, since no later commit can succeed. A shutdown of the file system ends the
-//! thread quietly.
+//! the commits, since no later one can succeed; the trims go on (the mount still reads).
+//! A shutdown of the file system ends the thread quietly.
 //!
 //! Lock order: the stop mutex is never held while syncing or trimming; [`Fs::sync`] takes
 //! `ns` only to collect the inodes with pending times, then the volume's locks (see
@@ -30,6 +30,9 @@ use std::time::{Duration, Instant};
 
 /// How often the thread checks the caches between commits.
 pub const TRIM_CHECK: Duration = Duration::from_secs(1);
+
+/// Checks between two whole trims when no commit comes (as often as the default commit).
+pub const CHECKS_PER_TRIM: u32 = 5;
 
 /// The stop flag and its wake-up.
 #[derive(Default)]
@@ -91,12 +94,18 @@ impl Drop for Committer {
 }
 
 /// The thread: sleep until the next commit or cache check (or until stopped); at a
-/// commit's time sync and report a change of state, else trim what overshoots.
+/// commit's time sync and report a change of state, else trim what overshoots, and every
+/// [`CHECKS_PER_TRIM`] checks without a commit (a read-only mount, a long interval, a
+/// latched store) the sync's own trims, directories' entries included. A latched store
+/// commits no more, but its mount still reads: the trims go on.
 fn run(fs: &Fs, every: Option<Duration>, stop: &Stop, log: &dyn Fn(&str)) {
     let mut failing = false;
+    let mut every = every;
     let mut next_commit = every.map(|e| Instant::now() + e);
-    // What the last trim between commits left (`Fs::trim_overshoot`); a commit trims all.
+    // What the last trim between commits left (`Fs::trim_overshoot`), forgotten at each
+    // commit and every few checks, so a trim that could do nothing is tried again later.
     let mut kept = (0, 0);
+    let mut checks = 0u32;
     loop {
         {
             let check = Instant::now() + TRIM_CHECK;
@@ -113,23 +122,31 @@ fn run(fs: &Fs, every: Option<Duration>, stop: &Stop, log: &dyn Fn(&str)) {
             // Shut down (`fs/shutdown.rs`): nothing is written until the next mount.
             return;
         }
-        let (Some(every), Some(at)) = (every, next_commit) else {
-            fs.trim_overshoot(&mut kept);
-            continue;
-        };
-        if Instant::now() < at {
-            fs.trim_overshoot(&mut kept);
-            continue;
+        match (every, next_commit) {
+            (Some(interval), Some(at)) if Instant::now() >= at => {
+                if commit(fs, interval, &mut failing, log) {
+                    next_commit = Some(Instant::now() + interval);
+                } else {
+                    (every, next_commit) = (None, None);
+                }
+                (kept, checks) = ((0, 0), 0);
+            }
+            _ => {
+                checks += 1;
+                if checks.is_multiple_of(CHECKS_PER_TRIM) {
+                    kept = (0, 0);
+                    if every.is_none() {
+                        fs.trim_caches();
+                        continue;
+                    }
+                }
+                fs.trim_overshoot(&mut kept);
+            }
         }
-        if !commit(fs, every, &mut failing, log) {
-            return;
-        }
-        kept = (0, 0);
-        next_commit = Some(Instant::now() + every);
     }
 }
 
-/// One background commit and its report; `false` when the thread must end (the store
+/// One background commit and its report; `false` when commits must end (the store
 /// latched a failed write or flush).
 fn commit(fs: &Fs, every: Duration, failing: &mut bool, log: &dyn Fn(&str)) -> bool {
     match fs.sync() {
@@ -241,6 +258,35 @@ mod tests {
         files(&fs, 30);
         std::thread::sleep(Duration::from_millis(300));
         assert_eq!(crash_and_count(&dev, fs, 30), 0);
+    }
+
+    /// Without commits (a read-only mount's thread) the caches are still trimmed: nodes
+    /// read back past the slack go within a check or two, and stop ends the thread.
+    #[test]
+    fn without_commits_the_thread_still_trims_and_stops() {
+        let (_dev, fs) = fresh();
+        let me = Caller { uid: 0, gid: 0 };
+        let n = crate::fs::TRIM_SLACK_MIN + 200;
+        for i in 0..n {
+            let new = NewNode::file(0o644, 0);
+            fs.make(ROOT, format!("f{i}").as_bytes(), new, me).unwrap();
+        }
+        fs.sync().unwrap();
+        for i in 0..n {
+            fs.lookup(ROOT, format!("f{i}").as_bytes()).unwrap();
+        }
+        assert!(fs.ns.read().nodes.len() > n, "read back");
+        let c = Committer::start(fs.clone(), None, |m| panic!("{m}")).unwrap();
+        let started = Instant::now();
+        while fs.ns.read().nodes.len() > 1 && started.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(
+            fs.ns.read().nodes.len(),
+            1,
+            "trimmed to the root (the tests' cache is 0)"
+        );
+        c.stop();
     }
 
     #[test]

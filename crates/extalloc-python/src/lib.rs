@@ -55,10 +55,11 @@ fn bytes_of(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Vec<u8>> {
     if let Ok(b) = obj.cast::<pyo3::types::PyByteArray>() {
         return Ok(b.to_vec());
     }
-    // A memoryview's bytes through `tobytes()`: the stable ABI of 3.9 has no buffer API.
-    // (A list or tuple of small ints is not bytes-like, though it would convert.)
-    if obj.is_instance_of::<pyo3::types::PyMemoryView>() {
-        let bytes = obj.call_method0("tobytes")?;
+    // Any other object with the buffer protocol (memoryview, array.array, mmap, NumPy's
+    // arrays) through a memoryview's `tobytes()`: the stable ABI of 3.9 has no buffer API.
+    // A list or tuple of small ints has none: not bytes-like, though it would convert.
+    if let Ok(view) = pyo3::types::PyMemoryView::from(obj) {
+        let bytes = view.call_method0("tobytes")?;
         return Ok(bytes.cast::<PyBytes>()?.as_bytes().to_vec());
     }
     Err(pyo3::exceptions::PyTypeError::new_err(format!(
@@ -199,8 +200,9 @@ impl Volume {
 
     /// Deletes the blob `key` names and returns its id, or None when the key names none
     /// (nothing changed). Its space is free once the delete is durable (the next `sync`).
-    /// Raises InvalidRequest for an empty or oversized key; a failed delete leaves the blob
-    /// whole and named.
+    /// Raises InvalidRequest for an empty or oversized key. A delete that fails (IoError)
+    /// leaves the key naming the whole blob, or, when only the removal failed, naming
+    /// nothing with the blob hidden until the next open removes it.
     fn delete_key(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
         let key = bytes_of(key, "key")?;
         self.with(py, |vol| vol.delete_keyed(&key))

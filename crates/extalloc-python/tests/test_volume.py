@@ -127,6 +127,8 @@ def test_text_where_bytes_are_wanted_says_to_encode_it(path):
                 vol.put_key(b"k", not_bytes)
         assert vol.ids() == []
         assert vol.get(vol.put(memoryview(b"abcdef")[2:4])) == b"cd"
+        import array
+        assert vol.get(vol.put(array.array("B", [1, 2, 3]))) == b"\x01\x02\x03"
         f = vol.create_file(bytearray(b"k"))
         vol.write(f, 0, memoryview(b"abc"))
         assert vol.attr(f) == b"k" and f in vol.ids()

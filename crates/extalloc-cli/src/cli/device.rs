@@ -68,38 +68,52 @@ fn plan(a: &MkfsArgs) -> Result<Plan> {
             .size(),
     };
     check_block_size(block_size)?;
-    if let Some(least) =
-        extalloc::volume::Volume::least_size(block_size, a.group_blocks, journal_bytes)
-    {
-        anyhow::ensure!(
-            bytes >= least,
-            "{}: mkfs needs --size {} at least: {bytes} bytes cannot hold a volume with these \
-             options",
-            path.display(),
-            human(least)
-        );
-    }
     let blocks = bytes / u64::from(block_size);
-    let geometry =
-        extalloc::Geometry::new(block_size, a.group_blocks, blocks).with_context(|| {
+    let geometry = extalloc::Geometry::new(block_size, a.group_blocks, blocks)
+        .with_context(|| {
             format!(
                 "{}: {bytes} bytes make {blocks} blocks of {block_size} bytes",
                 path.display()
             )
-        })?;
+        })
+        .map_err(|e| size_refused(a, bytes, journal_bytes, e))?;
     let journal_blocks = journal_blocks(bytes, block_size, journal_bytes);
-    extalloc::disk::format::Superblock::layout(&geometry, journal_blocks, [0; 16]).with_context(
-        || {
+    extalloc::disk::format::Superblock::layout(&geometry, journal_blocks, [0; 16])
+        .with_context(|| {
             let size = journal_blocks * u64::from(block_size);
             format!("{}: a journal of {size} bytes", path.display())
-        },
-    )?;
+        })
+        .map_err(|e| size_refused(a, bytes, journal_bytes, e))?;
     Ok(Plan {
         bytes,
         geometry,
         journal_bytes,
         journal_blocks,
     })
+}
+
+/// `e`, a refusal of `bytes` by the geometry or the layout, as "needs --size N at least"
+/// when the size is below the least that holds a volume with these options
+/// (`Volume::least_size`, searched only here, on the way out, and only for a journal of
+/// 64 MiB or less: the search makes volumes in memory, journal included).
+fn size_refused(
+    a: &MkfsArgs,
+    bytes: u64,
+    journal_bytes: Option<u64>,
+    e: anyhow::Error,
+) -> anyhow::Error {
+    let least = (journal_bytes.unwrap_or(0) <= 64 << 20)
+        .then(|| extalloc::volume::Volume::least_size(a.block_size, a.group_blocks, journal_bytes))
+        .flatten();
+    match least {
+        Some(least) if bytes < least => anyhow::anyhow!(
+            "{}: mkfs needs --size {} at least: {bytes} bytes cannot hold a volume with these \
+             options ({e:#})",
+            a.path.display(),
+            human(least)
+        ),
+        _ => e,
+    }
 }
 
 /// `extalloc mkfs`.

@@ -96,9 +96,10 @@ fn stream_in(vol: &Volume, src: &mut std::fs::File, host: &Path, device: &Path) 
 }
 
 /// The id `file` names on a plain volume: a number is an id (unless `by_key`), anything
-/// else the newest file whose name (key) it is; when several files have that name, a note
-/// on stderr says which was taken (`doing`: what the command does with it).
-fn plain_file(vol: &Volume, file: &str, by_key: bool, device: &Path, doing: &str) -> Result<u64> {
+/// else the newest file whose name (key) it is. When several files have that name, a copy
+/// (`copy`: `get`) takes the newest with a note on stderr saying so, and a removal is
+/// refused with every id (which one is meant is the caller's to say).
+fn plain_file(vol: &Volume, file: &str, by_key: bool, device: &Path, copy: bool) -> Result<u64> {
     if !by_key {
         if let Ok(id) = file.parse::<u64>() {
             return Ok(id);
@@ -115,9 +116,21 @@ fn plain_file(vol: &Volume, file: &str, by_key: bool, device: &Path, doing: &str
             device.display()
         );
     };
+    if ids.len() > 1 && !copy {
+        anyhow::bail!(
+            "{}: {} files are named {file:?} (ids {}): name the one to remove by its id \
+             (`put --key` keeps one file a name)",
+            device.display(),
+            ids.len(),
+            ids.iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     if ids.len() > 1 {
         eprintln!(
-            "extalloc: note: {} files are named {file:?} (ids {}); {doing} the newest, {newest} \
+            "extalloc: note: {} files are named {file:?} (ids {}); copying the newest, {newest} \
              (name one by its id; `put --key` keeps one file a name)",
             ids.len(),
             ids.iter()
@@ -133,7 +146,7 @@ fn plain_file(vol: &Volume, file: &str, by_key: bool, device: &Path, doing: &str
 pub fn rm(device: &Path, file: &str, by_key: bool) -> Result<()> {
     let vol = open_read_write(device)?;
     refuse_file_system(&vol, device, "rm")?;
-    let id = plain_file(&vol, file, by_key, device, "removing")?;
+    let id = plain_file(&vol, file, by_key, device, false)?;
     vol.unlink(id)
         .with_context(|| format!("{}: removing file {id}", device.display()))?;
     vol.close()
@@ -146,7 +159,7 @@ pub fn rm(device: &Path, file: &str, by_key: bool) -> Result<()> {
 pub fn get(device: &Path, file: &str, host: &Path, by_key: bool) -> Result<()> {
     let vol = open_read_only(device)?;
     let id = match super::mount::is_fs(&vol) {
-        false => plain_file(&vol, file, by_key, device, "copying")?,
+        false => plain_file(&vol, file, by_key, device, true)?,
         true => file_in(&vol, file, device)?,
     };
     let size = vol
@@ -231,7 +244,7 @@ pub fn ls(device: &Path, json: bool, extents: bool) -> Result<()> {
         // Each file is read once: the walk's trims keep a few thousand, not the default
         // cache (about 440 bytes a file).
         vol.set_file_cache(LS_FILE_CACHE);
-        extalloc_fuse::fs::walk(&vol, |path, ino, kind| {
+        let walked = extalloc_fuse::fs::walk(&vol, |path, ino, kind| {
             let map = vol.extents(ino).map_err(|e| format!("inode {ino}: {e}"))?;
             let size = vol.size(ino).map_err(|e| format!("inode {ino}: {e}"))?;
             let listed = Listed {
@@ -244,9 +257,14 @@ pub fn ls(device: &Path, json: bool, extents: bool) -> Result<()> {
                 map: extents.then(|| mapped(&map)),
             };
             out.print(&listed).map_err(|e| e.to_string())
-        })
-        .map_err(|e| anyhow::anyhow!("{}: {e}", device.display()))?;
-        return out.end();
+        });
+        // What was listed is closed (a JSON array stays one) before an error is said.
+        out.end()?;
+        let problems = walked.map_err(|e| anyhow::anyhow!("{}: {e}", device.display()))?;
+        for p in problems {
+            eprintln!("extalloc: warning: {}: {p}", device.display());
+        }
+        return Ok(());
     }
     let listed = |f: &extalloc::volume::FileInfo, attr: &[u8], map| Listed {
         id: f.id,
@@ -260,19 +278,23 @@ pub fn ls(device: &Path, json: bool, extents: bool) -> Result<()> {
     // Every file, or the error of a leaf that cannot be read (never a silent part).
     if extents {
         // Each file's map is read outside the pass (it may load the file): ids first.
-        for f in vol.try_list()? {
+        let files = vol.try_list()?;
+        for f in files {
             let map = mapped(&vol.extents(f.id).unwrap_or_default());
             out.print(&listed(&f, &vol.attr(f.id).unwrap_or_default(), Some(map)))?;
         }
     } else {
         // One pass, printed as it goes: a tree leaf in memory, not the whole list.
         let mut printed = Ok(());
-        vol.try_visit_with_attrs(|f, attr| {
+        let visited = vol.try_visit_with_attrs(|f, attr| {
             if printed.is_ok() {
                 printed = out.print(&listed(&f, attr, None));
             }
-        })?;
-        printed?;
+        });
+        // What was listed is closed (a JSON array stays one) before an error is said.
+        out.end()?;
+        visited?;
+        return printed;
     }
     out.end()
 }

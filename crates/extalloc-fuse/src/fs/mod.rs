@@ -109,7 +109,7 @@ mod xattrs;
 
 pub use self::core::{Attr, Caller, Errno, Fs, FsResult, StaleAttrs, ROOT};
 pub use listing::Plus;
-pub use ondemand::{DIR_CACHE_BYTES_PER_FILE, NODE_CACHE_SHARE};
+pub use ondemand::{DIR_CACHE_BYTES_PER_FILE, NODE_CACHE_SHARE, TRIM_SLACK_MIN};
 pub use scan::{check, paths, resolve, walk, NamespaceReport};
 
 use self::core::Ns;
@@ -289,12 +289,21 @@ impl Fs {
         self.live()?;
         self.flush_attrs(None)?;
         self.vol.sync()?;
-        // The volume's files that reads loaded beyond its cache go (`Volume::trim_file_cache`),
-        // and the nodes only the kernel's references hold, beyond the node cache.
-        self.vol.volume().trim_file_cache();
-        self.trim_nodes();
-        self.shelve_dirs();
+        self.trim_caches();
         Ok(())
+    }
+
+    /// The trims a sync ends with: the volume's files that reads loaded beyond its cache
+    /// (`Volume::trim_file_cache`), the nodes only the kernel's references hold beyond the
+    /// node cache ([`Fs::trim_nodes`]), the entries of directories no call used since the
+    /// last trim beyond the directory cache ([`Fs::shelve_dirs`]). For a mount that
+    /// commits nothing (read-only) the background thread calls it on its own. Returns the
+    /// files, nodes and directories it let go.
+    pub fn trim_caches(&self) -> (usize, usize, usize) {
+        let files = self.vol.volume().trim_file_cache();
+        let nodes = self.trim_nodes();
+        let dirs = self.shelve_dirs();
+        (files, nodes, dirs)
     }
 
     /// Unmounts: files unlinked while open are removed, everything is written and the

@@ -327,7 +327,7 @@ impl Fs {
     /// Between syncs (the background thread's check, every second): trims the volume's
     /// clean files (`Volume::trim_file_cache`) and the nodes only the kernel holds
     /// ([`Fs::trim_nodes`]) when either holds more than its slack (a quarter of the cache,
-    /// at least `TRIM_SLACK_MIN`, 1,024) past its cache's count, or past what `kept` says
+    /// at least [`TRIM_SLACK_MIN`]) past its cache's count, or past what `kept` says
     /// the last such trim left (files dirty
     /// or in use, nodes the kernel does not hold alone: a storm's, until its sync), so
     /// a trim that can do nothing is not repeated every second; sets `kept` to what each

@@ -112,8 +112,8 @@ impl Volume {
             }
         }
         debug_assert!(
-            found.first().copied() == self.newest_under(key)?,
-            "the first is the one the key names"
+            found.windows(2).all(|w| w[0] > w[1]),
+            "newest first, each once"
         );
         Ok(found)
     }
@@ -133,25 +133,31 @@ impl Volume {
         }
     }
 
-    /// Deletes the blob `key` names (as [`Volume::unlink`] does: its space is free once the
-    /// next commit is durable) and returns its id, or `None` when the key names none
-    /// (nothing changed). Held against keyed puts of any key meanwhile, so a replacement
-    /// under way is deleted whole or not at all. Among keyed puts a key names one blob:
-    /// afterwards it names none. A second blob given the same bytes by a direct call
-    /// ([`Volume::put`], [`Volume::set_attr`]) is not deleted: the key names it next.
-    /// Refused as [`Volume::put_keyed`] refuses a key; a failed unlink leaves the blob
-    /// whole and named.
+    /// Deletes the blob `key` names and returns its id, or `None` when the key names none
+    /// (nothing changed). Two steps, as [`Volume::put_keyed`] retires an old blob: the blob
+    /// is first made pending ([`Volume::retract`]: one change, so the key names nothing
+    /// from here on, and a crash after it leaves the blob for the next open to remove),
+    /// then unlinked (its space free once the next commit is durable). Held against keyed
+    /// puts of any key meanwhile. Among keyed puts a key names one blob: afterwards it
+    /// names none. A second blob given the same bytes by a direct call ([`Volume::put`],
+    /// [`Volume::set_attr`]) is not deleted: the key names it next. Refused as
+    /// [`Volume::put_keyed`] refuses a key. If the first step fails nothing changed; if
+    /// the unlink fails, the key names nothing already and the blob, pending and hidden,
+    /// is removed by the next open (its error is returned).
     pub fn delete_keyed(&self, key: &[u8]) -> Result<Option<u64>> {
         check_key(key)?;
         let _keys = self.keys.write();
         let Some(id) = self.newest_under(key)? else {
             return Ok(None);
         };
-        self.unlink(id)?;
+        // Pending first: an unlink frees a chunk at a time, and a failure or a crash
+        // between chunks must not leave the key naming a blob cut short.
+        self.retract(id)?;
         debug_assert!(
             self.newest_under(key).is_ok_and(|n| n != Some(id)),
             "the key no longer names the deleted blob"
         );
+        self.unlink(id)?;
         Ok(Some(id))
     }
 }

@@ -98,6 +98,28 @@ fn bad_keys_are_refused_and_change_nothing() {
     assert!(vol.list().len() == 1 && vol.pending().is_empty());
 }
 
+/// A volume through a small journal holding `bytes` under "key" and a bystander, synced,
+/// its device set to fail from write `cut` on; and the keyed blob's id.
+fn cut_volume(seed: u64, bytes: &[u8], cut: u64) -> (Arc<FaultDevice<MemDevice>>, Volume, u64) {
+    let dev = device(seed);
+    let vol = Volume::mkfs(dev.clone(), &geometry(), 24, Policy::default()).unwrap();
+    let id = vol.put_keyed(b"key", bytes).unwrap();
+    vol.put_keyed(b"other", b"bystander").unwrap();
+    vol.sync().unwrap();
+    dev.fail_after(cut);
+    (dev, vol, id)
+}
+
+/// After a cut: the bystander whole, nothing pending, every block accounted for.
+fn assert_left_whole(vol: &Volume, cut: u64) {
+    assert_eq!(vol.get_keyed(b"other").unwrap().unwrap(), b"bystander");
+    let check = vol.check().unwrap();
+    assert!(
+        vol.pending().is_empty() && check.clean(),
+        "cut {cut}: {check:?}"
+    );
+}
+
 /// A replacing keyed put of a blob through a small journal, cut at every device write:
 /// after the power loss the key names exactly one blob, the old one or (once the put and
 /// its sync returned) the new one, whole; nothing pending, every block accounted for.
@@ -106,12 +128,7 @@ fn a_replacing_put_cut_at_any_write_leaves_exactly_one_blob_under_the_key() {
     let (old_bytes, new_bytes) = (data(4, 700_000), data(5, 3 << 20));
     let mut seen = [0u32; 2];
     for cut in 0..3000u64 {
-        let dev = device(100 + cut);
-        let vol = Volume::mkfs(dev.clone(), &geometry(), 24, Policy::default()).unwrap();
-        let old = vol.put_keyed(b"key", &old_bytes).unwrap();
-        vol.put_keyed(b"other", b"bystander").unwrap();
-        vol.sync().unwrap();
-        dev.fail_after(cut);
+        let (dev, vol, old) = cut_volume(100 + cut, &old_bytes, cut);
         let done = vol
             .put_keyed(b"key", &new_bytes)
             .and_then(|_| vol.sync())
@@ -128,18 +145,45 @@ fn a_replacing_put_cut_at_any_write_leaves_exactly_one_blob_under_the_key() {
             assert!(got == new_bytes, "cut {cut}: a partial new blob");
             seen[1] += 1;
         }
-        assert_eq!(vol.get_keyed(b"other").unwrap().unwrap(), b"bystander");
-        let check = vol.check().unwrap();
-        assert!(
-            vol.pending().is_empty() && check.clean(),
-            "cut {cut}: {check:?}"
-        );
+        assert_left_whole(&vol, cut);
         if done {
             assert!(seen[0] > 20, "old after {} cuts", seen[0]);
             return;
         }
     }
     panic!("no cut let the replacement through: {seen:?}");
+}
+
+/// A keyed delete of a large blob (many chunks to free) cut at every device write, each
+/// cut also failing every commit after it: after the power loss the key names the whole
+/// blob or nothing, never a blob cut short; nothing pending, every block accounted for.
+#[test]
+fn a_keyed_delete_cut_at_any_write_leaves_the_whole_blob_or_none() {
+    let bytes = data(6, 3 << 20);
+    let mut seen = [0u32; 2];
+    for cut in 0..3000u64 {
+        let (dev, vol, id) = cut_volume(400 + cut, &bytes, cut);
+        let deleted = vol.delete_keyed(b"key");
+        let done = deleted.is_ok() && vol.sync().is_ok();
+        if let Ok(Some(d)) = deleted {
+            assert_eq!(d, id, "cut {cut}: the blob the key named");
+        }
+        let vol = power_loss(&dev, vol);
+        match vol.get_keyed(b"key").unwrap() {
+            Some(got) => {
+                assert!(!done, "cut {cut}: a synced delete undone");
+                assert!(got == bytes, "cut {cut}: the blob cut short");
+                seen[0] += 1;
+            }
+            None => seen[1] += 1,
+        }
+        assert_left_whole(&vol, cut);
+        if done {
+            assert!(seen[0] > 0, "no cut kept the blob: {seen:?}");
+            return;
+        }
+    }
+    panic!("no cut let the delete through: {seen:?}");
 }
 
 /// Keyed puts of one key from several threads, with keyed gets beside them: every get

@@ -78,8 +78,8 @@ fn occupied(path: &Path) -> Result<Option<String>> {
 }
 
 impl Volume {
-    /// Makes a volume of `size` bytes in the file at `path` (created, or an empty file made
-    /// `size` long) or on the block device there (`size` 0: the device's own size), with
+    /// Makes a volume of `size` bytes in the file at `path` (created, or a file empty or of
+    /// holes only made `size` long) or on the block device there (`size` 0: the device's own size), with
     /// the defaults of the module documentation and a random identity, and returns it
     /// open. A file that holds data, or a device that holds a volume or any data in its
     /// first MiB, is refused with [`Error::Occupied`](crate::error::Error::Occupied) and

@@ -1,7 +1,9 @@
 //! A walk of the namespace that reads one directory at a time, for the command line's
-//! `ls` and `get` on a read-only view of a volume ([`walk`], [`resolve`]): its memory grows
-//! with the directories on the current path, not with the file count (the whole read,
-//! `load`, held every inode and entry: about 1 KB a file).
+//! `ls` and `get` on a read-only view of a volume ([`walk`], [`resolve`]): its memory is
+//! the entries of the directories on the current path, the inode numbers of the
+//! directories and of the hard-linked files met so far (8 bytes and a set's overhead
+//! each), not every file (the whole read, `load`, held every inode and entry: about 1 KB
+//! a file).
 //!
 //! Data structures: a stack of the directories being listed, each with its entries (its
 //! log read back, in name order) and a cursor; the directories already listed and the
@@ -19,46 +21,57 @@ use crate::inode::{Inode, Kind};
 use extalloc::volume::Volume;
 use std::collections::HashSet;
 
+/// A directory's entries, name and inode, in name order.
+type Listing = Vec<(Vec<u8>, u64)>;
+
 /// Inodes read between two trims of the volume's file cache.
 const TRIM_EVERY: u64 = 4096;
 
-/// Directory `ino`'s entries, name order, from its log.
-fn entries(vol: &Volume, ino: u64) -> Result<Vec<(Vec<u8>, u64)>, String> {
+/// Directory `ino`'s entries, name order, from its log, and what its parse stepped over
+/// or stopped at (a torn tail, damage: the entries before it stand, as a mount takes
+/// them), said as a problem to report.
+fn entries(vol: &Volume, ino: u64) -> Result<(Listing, Option<String>), String> {
     let mut report = NamespaceReport::default();
     let log = read_log(vol, ino, false, &mut report)
         .map_err(|e| format!("directory {ino}: its log cannot be read: {e}"))?;
-    if let Some(p) = &log.problem {
-        return Err(format!(
-            "directory {ino}: {p}; run `extalloc fsck` (a read-write mount or `fsck --repair` \
-             mends it)"
-        ));
-    }
-    Ok(log.entries.into_iter().collect())
+    let problem = log.problem.as_ref().map(|p| {
+        format!("directory {ino}: {p}; run `extalloc fsck` (a read-write mount or `fsck --repair` mends it)")
+    });
+    Ok((log.entries.into_iter().collect(), problem))
 }
 
-/// Inode `ino` read from its attribute blob.
-fn inode(vol: &Volume, ino: u64) -> Result<Inode, String> {
-    let blob = vol
-        .attr(ino)
-        .map_err(|e| format!("inode {ino}: cannot be read: {e}"))?;
-    Inode::decode(&blob).ok_or_else(|| format!("inode {ino}: does not decode; run `extalloc fsck`"))
+/// Inode `ino` read from its attribute blob: `None` when there is no such file (an entry
+/// naming an inode that does not exist, which `fsck --repair` drops).
+fn inode(vol: &Volume, ino: u64) -> Result<Option<Inode>, String> {
+    match vol.attr(ino) {
+        Ok(blob) => Inode::decode(&blob)
+            .map(Some)
+            .ok_or_else(|| format!("inode {ino}: does not decode; run `extalloc fsck`")),
+        Err(extalloc::Error::NoSuchFile { .. }) => Ok(None),
+        Err(e) => Err(format!("inode {ino}: cannot be read: {e}")),
+    }
 }
 
 /// Calls `visit(path, ino, kind)` for every inode a walk from the root reaches (the root
-/// as `/`), at its first path, depth first in name order (see the module documentation).
-/// Stops at the first error, `visit`'s or the walk's (a log or inode that cannot be read
-/// or does not check: the message says which and what to run); an entry naming an inode
-/// that does not exist is skipped, as `fsck --repair` would drop it.
+/// as `/`), at its first path, depth first in name order (see the module documentation),
+/// and returns the problems of the directory logs it read (a torn tail, damage stepped
+/// over: their entries before it are walked, as a mount takes them). Stops at the first
+/// error, `visit`'s or the walk's (a log or inode that cannot be read, an inode that does
+/// not decode: the message says which and what to run); an entry naming an inode that
+/// does not exist is skipped, as `fsck --repair` would drop it.
 pub fn walk(
     vol: &Volume,
     mut visit: impl FnMut(&str, u64, Kind) -> Result<(), String>,
-) -> Result<(), String> {
+) -> Result<Vec<String>, String> {
     visit("/", ROOT, Kind::Dir)?;
+    let mut problems = Vec::new();
     let mut listed = HashSet::from([ROOT]);
     let mut linked = HashSet::new();
     let mut read = 0u64;
+    let (root, problem) = entries(vol, ROOT)?;
+    problems.extend(problem);
     // Each level: the directory's path (ending without '/'), its entries, the next one.
-    let mut stack = vec![(String::new(), entries(vol, ROOT)?, 0usize)];
+    let mut stack = vec![(String::new(), root, 0usize)];
     while let Some((base, list, at)) = stack.last_mut() {
         let Some((name, ino)) = list.get(*at) else {
             stack.pop();
@@ -66,10 +79,8 @@ pub fn walk(
         };
         *at += 1;
         let (ino, path) = (*ino, format!("{base}/{}", String::from_utf8_lossy(name)));
-        let node = match inode(vol, ino) {
-            Ok(n) => n,
-            Err(_) if vol.size(ino).is_err() => continue, // no such inode: a dangling entry
-            Err(e) => return Err(e),
+        let Some(node) = inode(vol, ino)? else {
+            continue; // no such inode: a dangling entry
         };
         read += 1;
         if read.is_multiple_of(TRIM_EVERY) {
@@ -84,7 +95,8 @@ pub fn walk(
         }
         visit(&path, ino, node.kind)?;
         if node.kind == Kind::Dir {
-            let list = entries(vol, ino)?;
+            let (list, problem) = entries(vol, ino)?;
+            problems.extend(problem);
             stack.push((path, list, 0));
         }
         debug_assert!(
@@ -92,7 +104,7 @@ pub fn walk(
             "each level a directory listed once"
         );
     }
-    Ok(())
+    Ok(problems)
 }
 
 /// The inode and kind at `path` (from the root; `/` or empty is the root), read one
@@ -103,13 +115,15 @@ pub fn resolve(vol: &Volume, path: &str) -> Result<Option<(u64, Kind)>, String> 
         if at.1 != Kind::Dir {
             return Ok(None);
         }
-        let found = entries(vol, at.0)?
-            .into_iter()
+        let found = (entries(vol, at.0)?.0.into_iter())
             .find(|(name, _)| name.as_slice() == part.as_bytes());
         let Some((_, ino)) = found else {
             return Ok(None);
         };
-        at = (ino, inode(vol, ino)?.kind);
+        let Some(node) = inode(vol, ino)? else {
+            return Ok(None); // a dangling entry, as the walk skips it
+        };
+        at = (ino, node.kind);
     }
     Ok(Some(at))
 }
