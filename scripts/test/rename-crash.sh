@@ -10,6 +10,7 @@
 #
 #   sudo scripts/test/rename-crash.sh [KILLS]      # default 10 each (CI); docs/results.md: 100
 #   RENAME_CRASH_MOUNT_ARGS=--io-uring sudo scripts/test/rename-crash.sh 100   # over io_uring
+#   RENAME_MODES=rewrite sudo scripts/test/rename-crash.sh 100   # one loop only
 #
 # Needs root, /dev/fuse and a built target/release/extalloc (or EXTALLOC_BIN). Prints a line per kill and a
 # summary; exits non-zero at the first loss.
@@ -116,7 +117,7 @@ for d in ("a", "b"):
     fd = os.open(f"{sys.argv[1]}/{d}", os.O_RDONLY); os.fsync(fd); os.close(fd)' "$MNT"
 
 total=0
-for mode in over replace rewrite exchange; do
+for mode in ${RENAME_MODES:-over replace rewrite exchange}; do
   for k in $(seq 1 "$KILLS"); do
     python3 "$WORK/rename-loop.py" "$MNT" "$mode" 2>/dev/null &
     loop=$!

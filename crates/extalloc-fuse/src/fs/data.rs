@@ -271,6 +271,12 @@ impl Fs {
             match kind {
                 Kind::File => {
                     rewritten = size == 0 && self.vol.size(ino)? > 0;
+                    if rewritten {
+                        // The truncate and the rewrite's write-back at the last close go
+                        // in one commit unless the rewrite is large: a commit the volume
+                        // makes by itself between them would leave the file empty.
+                        self.vol.volume().commit_unless_room()?;
+                    }
                     self.vol.truncate(ino, size)?
                 }
                 Kind::Dir => return err(libc::EISDIR),

@@ -288,3 +288,27 @@ impl Volume {
         }
     }
 }
+
+impl Volume {
+    /// Commits first (as [`Volume::sync`]) when the changes already open might, with a
+    /// sixteenth of the largest transaction more, take the open record past the bound at
+    /// which the volume commits on its own, so that the next changes up to that much go
+    /// into one commit together. For a caller whose next changes must not be split by a
+    /// commit the volume makes by itself: a file system's truncate to zero and the
+    /// rewrite's write-back after it (`auto_da_alloc`), so that a crash leaves the old
+    /// content or the new one. Changes nothing when there is room; on failure nothing is
+    /// lost (the changes stay for the next commit).
+    pub fn commit_unless_room(&self) -> Result<()> {
+        if self.inside_group() {
+            return Ok(()); // A group made its room when it opened; a commit would split it.
+        }
+        let bound = self.store.max_transaction_bytes() / 8;
+        let open = self.store.open_transaction_bytes_bound() + self.log.lock().len() as u64;
+        if open + bound / 2 > bound {
+            self.sync()?;
+            // Paired with the latch: a store that failed a write or flush commits nothing.
+            debug_assert!(self.store.io_failure().is_none(), "a commit after a latch");
+        }
+        Ok(())
+    }
+}
