@@ -144,4 +144,4 @@ for mode in ${RENAME_MODES:-over replace rewrite exchange}; do
     echo "rename-crash: $mode kill $k: nothing lost, fsck clean (${out##*(clean; }"
   done
 done
-echo "rename-crash: $total kills ($KILLS each of rename-over, replace, rewrite, exchange): nothing lost"
+echo "rename-crash: $total kills ($KILLS each of ${RENAME_MODES:-over replace rewrite exchange}): nothing lost"
