@@ -19,15 +19,7 @@ trap 'mountpoint -q "$W/mnt" && "$A" umount "$W/mnt" >/dev/null 2>&1; rm -rf "$W
 mkdir -p "$W/mnt"
 "$A" mkfs "$W/img" --size 64GiB >/dev/null
 "$A" mount "$W/img" "$W/mnt" >/dev/null
-python3 - "$W/mnt" "$N" "$D" <<'PY'
-import hashlib, os, sys
-mnt, n, d = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-for i in range(d):
-    os.mkdir(f"{mnt}/d{i}")
-for i in range(n):
-    name = hashlib.sha256(str(i).encode()).hexdigest()
-    os.close(os.open(f"{mnt}/d{i % d}/{name}", os.O_CREAT | os.O_WRONLY, 0o644))
-PY
+python3 "$(dirname "$0")/make-tree.py" "$W/mnt" "$N" "$D"
 "$A" umount "$W/mnt" >/dev/null
 NAME=$(python3 -c 'import hashlib; print(hashlib.sha256(b"7").hexdigest())')
 for r in $(seq "$R"); do

@@ -21,15 +21,7 @@ BIN=$(realpath "$1"); N=$2; D=$3; shift 3
 . "$(dirname "$0")/loop-volume.sh"
 loop_volume walk-memory WALK_MEMORY_DIR
 "$BIN" mount "$LOOP" "$W/mnt" >/dev/null
-python3 - "$W/mnt" "$N" "$D" <<'PY'
-import hashlib, os, sys
-mnt, n, d = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-for i in range(d):
-    os.mkdir(f"{mnt}/d{i}")
-for i in range(n):
-    name = hashlib.sha256(str(i).encode()).hexdigest()
-    os.close(os.open(f"{mnt}/d{i % d}/{name}", os.O_CREAT | os.O_WRONLY, 0o644))
-PY
+python3 "$(dirname "$0")/make-tree.py" "$W/mnt" "$N" "$D"
 "$BIN" umount "$W/mnt" >/dev/null
 OUT=$("$BIN" mount "$LOOP" "$W/mnt" "$@")
 PID=$(sed -n 's/.*(process \([0-9]*\)).*/\1/p' <<<"$OUT")
