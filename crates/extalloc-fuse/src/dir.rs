@@ -1,27 +1,33 @@
 //! A directory's entries and their log on the volume.
 //!
 //! Data structures: a directory's volume file holds a log of records, each
-//! `tag u8 (1 add, 2 remove, 3 reset) | ino u64 | name length u16 | name | crc32c u32` (little
-//! endian, the checksum over everything before it). A reset (no name; in place of the inode,
+//! `tag u8 | ino u64 | name length u16 | name | crc32c u32` (little endian, the checksum
+//! over everything before it). The tag's low four bits are the record's kind (1 add, 2
+//! remove, 3 reset); an add's high four bits are its entry's kind when known
+//! (`Kind::code`: 1 to 7, so that `readdir` gives `d_type` without reading the inode, as
+//! ext4's `filetype` does), 0 when not (a log written before the volume carried
+//! `INCOMPAT_TYPED_ENTRIES`, or a repair's add). A reset (no name; in place of the inode,
 //! the number of adds that follow it) drops every entry before it, and applies only when
 //! those adds are all there (a compaction cut short by a crash is the log's torn tail):
 //! compaction appends a reset and the live entries, block-aligned, then punches
 //! the blocks before them, which read as zeros. Zero bytes between records are skipped (no
 //! record starts with a zero tag). [`DirLog::parse`] replays a log into the
-//! entries (name -> inode); [`record`] encodes one record. Each change appends one record
-//! at the end of the log through the volume, so it travels in the volume's journal with the
-//! operation that made it.
+//! entries (name -> inode) and the kinds its adds carry (inode -> kind); [`record`]
+//! encodes one record. Each change appends one record at the end of the log through the
+//! volume, so it travels in the volume's journal with the operation that made it.
 //!
 //! Invariant: replaying the log's records in order gives the directory's entries; a
 //! record that does not check ends the log there when nothing after it checks (a torn
 //! tail), else the parse steps over the damage to the next record that checks and says so
 //! (only the damaged records' names are lost; mount then rewrites the log whole).
 //! An add names a name that is absent, a remove one that is present; a log that says
-//! otherwise is reported, never followed blindly.
+//! otherwise is reported, never followed blindly. A kind in a record is a hint the inode
+//! overrules: whoever reads the inode takes its kind.
 //!
 //! Lock order: none (plain values; the namespace lock, `Fs::ns` in `fs/mod.rs`, guards them).
 
-use std::collections::BTreeMap;
+use crate::inode::Kind;
+use std::collections::{BTreeMap, HashMap};
 
 /// Longest name (bytes), as `NAME_MAX`.
 pub const NAME_MAX: usize = 255;
@@ -31,12 +37,20 @@ const RESET: u8 = 3;
 /// Bytes of a record besides its name.
 pub const RECORD_OVERHEAD: usize = 1 + 8 + 2 + 4;
 
-/// The record for adding (`Some(ino)`) or removing (`None`) `name`.
-pub fn record(name: &[u8], ino: Option<u64>) -> Vec<u8> {
+/// What an add record says of its name: the inode, and the entry's kind when written.
+pub type Added = (u64, Option<Kind>);
+
+/// The record for adding (`Some((ino, kind))`) or removing (`None`) `name`. A kind is
+/// written only where the volume carries `INCOMPAT_TYPED_ENTRIES` (the caller's choice:
+/// `None` writes an add an older build reads).
+pub fn record(name: &[u8], entry: Option<Added>) -> Vec<u8> {
     debug_assert!(!name.is_empty() && name.len() <= NAME_MAX);
     let mut out = Vec::with_capacity(RECORD_OVERHEAD + name.len());
-    out.push(if ino.is_some() { ADD } else { REMOVE });
-    out.extend_from_slice(&ino.unwrap_or(0).to_le_bytes());
+    out.push(match entry {
+        Some((_, kind)) => ADD | kind.map_or(0, Kind::code) << 4,
+        None => REMOVE,
+    });
+    out.extend_from_slice(&entry.map_or(0, |e| e.0).to_le_bytes());
     out.extend_from_slice(&(name.len() as u16).to_le_bytes());
     out.extend_from_slice(name);
     let crc = crc32c::crc32c(&out);
@@ -45,15 +59,15 @@ pub fn record(name: &[u8], ino: Option<u64>) -> Vec<u8> {
 }
 
 /// The log that replaces a whole directory: a reset counting the adds that follow, then
-/// an add for each entry.
-pub fn compacted<'a>(entries: impl ExactSizeIterator<Item = (&'a [u8], u64)>) -> Vec<u8> {
+/// an add for each entry, with its kind when given (as [`record`]).
+pub fn compacted<'a>(entries: impl ExactSizeIterator<Item = (&'a [u8], Added)>) -> Vec<u8> {
     let mut out = vec![RESET];
     out.extend_from_slice(&(entries.len() as u64).to_le_bytes());
     out.extend_from_slice(&0u16.to_le_bytes());
     let crc = crc32c::crc32c(&out);
     out.extend_from_slice(&crc.to_le_bytes());
-    for (name, ino) in entries {
-        out.extend(record(name, Some(ino)));
+    for (name, entry) in entries {
+        out.extend(record(name, Some(entry)));
     }
     out
 }
@@ -66,7 +80,7 @@ fn resume(log: &[u8], from: usize) -> Option<usize> {
     (from..log.len()).find(|&q| {
         log[q] != 0
             && match parse_one(&log[q..]) {
-                Ok((RESET, count, _, len)) => complete(&log[q + len..], count),
+                Ok(r) if r.op == RESET => complete(&log[q + r.len..], r.ino),
                 Ok(_) => true,
                 Err(_) => false,
             }
@@ -79,7 +93,7 @@ fn complete(b: &[u8], count: u64) -> bool {
     let mut pos = 0;
     for _ in 0..count {
         match parse_one(&b[pos..]) {
-            Ok((ADD, _, _, len)) => pos += len,
+            Ok(r) if r.op == ADD => pos += r.len,
             _ => return false,
         }
     }
@@ -96,6 +110,10 @@ pub fn live_bytes<'a>(entries: impl Iterator<Item = &'a Vec<u8>>) -> u64 {
 pub struct DirLog {
     /// The entries: name -> inode.
     pub entries: BTreeMap<Vec<u8>, u64>,
+    /// The kinds the adds carried, by inode (the last add of an inode says; an add
+    /// without a kind forgets it). May name inodes no entry names any more: look up only
+    /// those `entries` name.
+    pub kinds: HashMap<u64, Kind>,
     /// Bytes of the log that parsed (the rest is a torn or damaged tail).
     pub valid_bytes: u64,
     /// Where the parsed bytes started in the directory's file (what came before is punched
@@ -124,38 +142,17 @@ impl DirLog {
                 continue;
             }
             match parse_one(&log[pos..]) {
-                Ok((RESET, count, _, len)) if !complete(&log[pos + len..], count) => {
+                Ok(r) if r.op == RESET && !complete(&log[pos + r.len..], r.ino) => {
                     d.problem = Some(format!(
-                        "record {} at byte {pos}: a compaction cut short (a reset for {count} \
+                        "record {} at byte {pos}: a compaction cut short (a reset for {} \
                          entries without them all)",
-                        d.records
+                        d.records, r.ino
                     ));
                     break;
                 }
-                Ok((tag, ino, name, len)) => {
-                    let applied = match tag {
-                        ADD => d.entries.insert(name.to_vec(), ino).is_none(),
-                        RESET => {
-                            d.entries.clear();
-                            true
-                        }
-                        _ => d.entries.remove(name).is_some(),
-                    };
-                    if !applied {
-                        d.contradicted = true;
-                        d.problem = Some(format!(
-                            "record {} at byte {pos} {} {:?}, which {}",
-                            d.records,
-                            if tag == ADD { "adds" } else { "removes" },
-                            String::from_utf8_lossy(name),
-                            if tag == ADD {
-                                "is already there"
-                            } else {
-                                "is not there"
-                            }
-                        ));
-                    }
-                    pos += len;
+                Ok(r) => {
+                    d.apply(&r, pos);
+                    pos += r.len;
                     d.records += 1;
                 }
                 Err(why) => {
@@ -177,10 +174,53 @@ impl DirLog {
         d.valid_bytes = pos as u64;
         d
     }
+
+    /// Applies the record `r` (read at byte `pos`) to the entries, reporting an add of a
+    /// name already there or a remove of one not there.
+    fn apply(&mut self, r: &Rec<'_>, pos: usize) {
+        let applied = match r.op {
+            ADD => {
+                match r.kind {
+                    Some(k) => self.kinds.insert(r.ino, k),
+                    None => self.kinds.remove(&r.ino),
+                };
+                self.entries.insert(r.name.to_vec(), r.ino).is_none()
+            }
+            RESET => {
+                self.entries.clear();
+                self.kinds.clear();
+                true
+            }
+            _ => self.entries.remove(r.name).is_some(),
+        };
+        if !applied {
+            self.contradicted = true;
+            let (verb, state) = if r.op == ADD {
+                ("adds", "is already there")
+            } else {
+                ("removes", "is not there")
+            };
+            self.problem = Some(format!(
+                "record {} at byte {pos} {verb} {:?}, which {state}",
+                self.records,
+                String::from_utf8_lossy(r.name),
+            ));
+        }
+    }
 }
 
-/// One record at the start of `b`: (tag, inode, name, bytes used).
-fn parse_one(b: &[u8]) -> Result<(u8, u64, &[u8], usize), String> {
+/// One record read: its kind of change (`ADD`, `REMOVE`, `RESET`), the kind of entry an
+/// add carries, the inode (a reset's count of adds), the name, and its bytes.
+struct Rec<'a> {
+    op: u8,
+    kind: Option<Kind>,
+    ino: u64,
+    name: &'a [u8],
+    len: usize,
+}
+
+/// One record at the start of `b`.
+fn parse_one(b: &[u8]) -> Result<Rec<'_>, String> {
     if b.len() < RECORD_OVERHEAD {
         return Err(format!(
             "{} bytes left, a record takes at least {RECORD_OVERHEAD}",
@@ -188,14 +228,16 @@ fn parse_one(b: &[u8]) -> Result<(u8, u64, &[u8], usize), String> {
         ));
     }
     let tag = b[0];
+    let (op, code) = (tag & 0x0f, tag >> 4);
+    let kind = Kind::from_code(code);
     let ino = u64::from_le_bytes(b[1..9].try_into().expect("8 bytes"));
     let name_len = usize::from(u16::from_le_bytes([b[9], b[10]]));
     let len = RECORD_OVERHEAD + name_len;
-    let named = tag == ADD || tag == REMOVE;
-    let shape_ok = if named {
-        (1..=NAME_MAX).contains(&name_len)
-    } else {
-        tag == RESET && name_len == 0
+    let shape_ok = match op {
+        // Only an add carries a kind, and only a kind `Kind::code` gives.
+        ADD => (1..=NAME_MAX).contains(&name_len) && (code == 0 || kind.is_some()),
+        REMOVE => (1..=NAME_MAX).contains(&name_len) && code == 0,
+        _ => tag == RESET && name_len == 0,
     };
     if !shape_ok || b.len() < len {
         return Err(format!(
@@ -206,7 +248,13 @@ fn parse_one(b: &[u8]) -> Result<(u8, u64, &[u8], usize), String> {
     if crc32c::crc32c(&b[..len - 4]) != stored {
         return Err("checksum mismatch".into());
     }
-    Ok((tag, ino, &b[11..11 + name_len], len))
+    Ok(Rec {
+        op,
+        kind,
+        ino,
+        name: &b[11..11 + name_len],
+        len,
+    })
 }
 
 #[cfg(test)]
@@ -216,10 +264,10 @@ mod tests {
 
     #[test]
     fn adds_and_removes_replay_in_order() {
-        let mut log = record(b"a", Some(5));
-        log.extend(record(b"b", Some(6)));
+        let mut log = record(b"a", Some((5, None)));
+        log.extend(record(b"b", Some((6, None))));
         log.extend(record(b"a", None));
-        log.extend(record(b"a", Some(7)));
+        log.extend(record(b"a", Some((7, None))));
         let d = DirLog::parse(&log);
         assert_eq!(d.problem, None);
         assert_eq!(d.records, 4);
@@ -230,9 +278,9 @@ mod tests {
 
     #[test]
     fn a_torn_tail_ends_the_log_where_it_starts() {
-        let mut log = record(b"keep", Some(2));
+        let mut log = record(b"keep", Some((2, None)));
         let good = log.len();
-        log.extend(record(b"torn", Some(3)));
+        log.extend(record(b"torn", Some((3, None))));
         log.truncate(log.len() - 2);
         let d = DirLog::parse(&log);
         assert_eq!(d.valid_bytes, good as u64);
@@ -244,7 +292,7 @@ mod tests {
             "{d:?}"
         );
         assert_eq!(d.entries.len(), 1);
-        let mut flipped = record(b"x", Some(2));
+        let mut flipped = record(b"x", Some((2, None)));
         flipped[11] ^= 1;
         assert!(DirLog::parse(&flipped)
             .problem
@@ -256,10 +304,10 @@ mod tests {
     /// to the next record that checks, says so, and ends where the log ends.
     #[test]
     fn damage_in_the_middle_is_stepped_over() {
-        let mut log = record(b"first", Some(2));
+        let mut log = record(b"first", Some((2, None)));
         let hit = log.len();
-        log.extend(record(b"damaged", Some(3)));
-        log.extend(record(b"after", Some(4)));
+        log.extend(record(b"damaged", Some((3, None))));
+        log.extend(record(b"after", Some((4, None))));
         log.extend(record(b"first", None));
         log[hit + 12] ^= 0x40; // inside the name of "damaged"
         let d = DirLog::parse(&log);
@@ -269,8 +317,8 @@ mod tests {
         assert_eq!(d.valid_bytes, log.len() as u64);
         assert!(d.problem.unwrap().contains("stepped over"));
         // Damage in the last record is a torn tail, as before.
-        let mut tail = record(b"first", Some(2));
-        tail.extend(record(b"last", Some(3)));
+        let mut tail = record(b"first", Some((2, None)));
+        tail.extend(record(b"last", Some((3, None))));
         let n = tail.len();
         tail[n - 3] ^= 1;
         let d = DirLog::parse(&tail);
@@ -279,8 +327,8 @@ mod tests {
 
     #[test]
     fn a_log_that_contradicts_itself_is_reported() {
-        let mut log = record(b"a", Some(5));
-        log.extend(record(b"a", Some(6)));
+        let mut log = record(b"a", Some((5, None)));
+        log.extend(record(b"a", Some((6, None))));
         log.extend(record(b"zz", None));
         let d = DirLog::parse(&log);
         assert!(d.problem.unwrap().contains("removes \"zz\""));
@@ -288,12 +336,14 @@ mod tests {
 
     #[test]
     fn a_reset_after_zeros_replaces_everything_before_it() {
-        let mut log = record(b"old", Some(1));
-        log.extend(record(b"gone", Some(2)));
+        let mut log = record(b"old", Some((1, None)));
+        log.extend(record(b"gone", Some((2, None))));
         log.resize(4096, 0);
         let live: Vec<(Vec<u8>, u64)> = vec![(b"kept".to_vec(), 3), (b"new".to_vec(), 4)];
-        log.extend(compacted(live.iter().map(|(n, i)| (n.as_slice(), *i))));
-        log.extend(record(b"after", Some(5)));
+        log.extend(compacted(
+            live.iter().map(|(n, i)| (n.as_slice(), (*i, None))),
+        ));
+        log.extend(record(b"after", Some((5, None))));
         let d = DirLog::parse(&log);
         assert_eq!(d.problem, None);
         let names: Vec<&[u8]> = d.entries.keys().map(|k| &k[..]).collect();
@@ -308,13 +358,13 @@ mod tests {
     /// torn tail: the entries before it stand, whatever follows in the cut part.
     #[test]
     fn a_compaction_cut_short_leaves_the_entries_before_it() {
-        let mut log = record(b"a", Some(1));
-        log.extend(record(b"b", Some(2)));
-        log.extend(record(b"c", Some(3)));
+        let mut log = record(b"a", Some((1, None)));
+        log.extend(record(b"b", Some((2, None))));
+        log.extend(record(b"c", Some((3, None))));
         let before = DirLog::parse(&log);
         let valid = log.len();
         let live: Vec<(Vec<u8>, u64)> = (1..=3).map(|i| (vec![b'`' + i as u8], i)).collect();
-        let full = compacted(live.iter().map(|(n, i)| (n.as_slice(), *i)));
+        let full = compacted(live.iter().map(|(n, i)| (n.as_slice(), (*i, None))));
         let add = RECORD_OVERHEAD + 1;
         for cut in [RECORD_OVERHEAD, RECORD_OVERHEAD + add, full.len() - 1] {
             let mut torn = log.clone();
@@ -332,6 +382,71 @@ mod tests {
         let mut whole = log.clone();
         whole.extend_from_slice(&full);
         assert_eq!(DirLog::parse(&whole).problem, None);
+    }
+
+    /// An add carries its entry's kind in the tag's high bits; an untyped add is the
+    /// record every earlier build wrote, byte for byte.
+    #[test]
+    fn kinds_ride_in_adds_and_the_last_add_of_an_inode_says() {
+        let plain = record(b"a", Some((5, None)));
+        assert_eq!(plain[0], ADD, "an untyped add is the old record");
+        let mut log = record(b"a", Some((5, Some(Kind::Dir))));
+        assert_eq!(log[0], ADD | 2 << 4);
+        log.extend(record(b"b", Some((6, Some(Kind::Symlink)))));
+        log.extend(record(b"c", Some((7, Some(Kind::File)))));
+        log.extend(record(b"c", None));
+        log.extend(record(b"d", Some((6, None)))); // a link the writer knew no kind of
+        let d = DirLog::parse(&log);
+        assert_eq!(d.problem, None);
+        assert_eq!(d.kinds.get(&5), Some(&Kind::Dir));
+        assert_eq!(
+            d.kinds.get(&6),
+            None,
+            "an untyped add forgets the inode's kind"
+        );
+        assert_eq!(
+            d.kinds.get(&7),
+            Some(&Kind::File),
+            "kept, named by no entry"
+        );
+        // A compacted log keeps the kinds it is given, and a reset forgets the rest.
+        let mut whole = log.clone();
+        whole.resize(4096, 0);
+        whole.extend(compacted([(&b"a"[..], (5, Some(Kind::Dir)))].into_iter()));
+        let d = DirLog::parse(&whole);
+        assert_eq!(d.kinds.len(), 1);
+        assert_eq!(d.kinds.get(&5), Some(&Kind::Dir));
+        for code in 1..=7 {
+            let k = Kind::from_code(code).unwrap();
+            let d = DirLog::parse(&record(b"x", Some((9, Some(k)))));
+            assert_eq!(d.kinds.get(&9), Some(&k), "{k:?}");
+        }
+    }
+
+    /// A tag no build writes is damage, as before: a kind beyond [`Kind::code`]'s, or a
+    /// kind on a remove or a reset.
+    #[test]
+    fn a_kind_where_none_belongs_is_damage() {
+        let reseal = |mut r: Vec<u8>, tag: u8| {
+            r[0] = tag;
+            let n = r.len();
+            let crc = crc32c::crc32c(&r[..n - 4]);
+            r[n - 4..].copy_from_slice(&crc.to_le_bytes());
+            r
+        };
+        for (rec, tag) in [
+            (record(b"a", Some((5, None))), ADD | 8 << 4),
+            (record(b"a", Some((5, None))), ADD | 15 << 4),
+            (record(b"a", None), REMOVE | 1 << 4),
+            (compacted(std::iter::empty()), RESET | 1 << 4),
+        ] {
+            let d = DirLog::parse(&reseal(rec, tag));
+            assert_eq!(d.valid_bytes, 0, "tag {tag:#x}");
+            assert!(
+                d.problem.unwrap().contains("no record here"),
+                "tag {tag:#x}"
+            );
+        }
     }
 
     proptest! {

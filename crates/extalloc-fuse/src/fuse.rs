@@ -379,7 +379,8 @@ impl FuseFs {
                 })
         } else {
             self.fs.readdir(fh, offset, |name, ino, kind, next| {
-                // A kind not known yet (a directory read back from its log): DT_UNKNOWN.
+                // A kind not known yet (an add written before the volume's typed entries,
+                // or by a repair, and the inode not read since): DT_UNKNOWN.
                 let dtype = kind.map_or(u32::from(libc::DT_UNKNOWN), Kind::dirent_type);
                 buf.add(ino, next, dtype, name, None)
             })

@@ -309,6 +309,9 @@ pub struct Fs {
     /// Direct writes near full and the latch of cached writers that found no room
     /// (`headroom.rs`).
     pub(crate) headroom: super::headroom::Headroom,
+    /// Directory adds carry their entries' kinds (`dir.rs`): the device carries
+    /// `INCOMPAT_TYPED_ENTRIES` (set at mount, `fs/mod.rs`'s `settle_marks`).
+    pub(crate) typed_entries: bool,
 }
 
 /// What [`Fs`] calls with an inode whose attributes the kernel may hold stale.
@@ -550,7 +553,7 @@ impl Fs {
 }
 
 /// A directory node loaded from its log; `kind` gives each entry's kind (the inode's, when
-/// known: [`Entry`]).
+/// known: [`Entry`]), else the log's ([`entries_of`]).
 pub(crate) fn dir_node(
     inode: Inode,
     log: &DirLog,
@@ -573,7 +576,8 @@ pub(crate) fn dir_node(
     }
 }
 
-/// A log's entries in memory, each with its kind from `kind` (the inode's, when known).
+/// A log's entries in memory, each with its kind from `kind` (the inode's, when known),
+/// else the kind its add carried (`dir.rs`), else none.
 pub(crate) fn entries_of(log: &DirLog, kind: impl Fn(u64) -> Option<Kind>) -> Entries {
     (log.entries.iter())
         .map(|(name, &ino)| {
@@ -581,7 +585,7 @@ pub(crate) fn entries_of(log: &DirLog, kind: impl Fn(u64) -> Option<Kind>) -> En
                 name.as_slice(),
                 Entry {
                     ino,
-                    kind: kind(ino),
+                    kind: kind(ino).or_else(|| log.kinds.get(&ino).copied()),
                 },
             )
         })

@@ -31,11 +31,12 @@ use hashbrown::HashTable;
 use std::hash::BuildHasher;
 
 /// A directory entry in memory: the inode a name names, and its kind when known, so that
-/// `readdir` reads no inode (as ext4's directory entries carry the file type). The log on
-/// the volume holds the inode only (`dir.rs`): the kind comes from the call that linked
-/// the name, from the mount's scan, or from the inode once a call reads it back; a
-/// directory read back from its log (`ondemand.rs`) knows none of its entries' kinds
-/// until then, and `readdir` gives those as `DT_UNKNOWN` (as XFS without `ftype` does).
+/// `readdir` reads no inode (as ext4's directory entries carry the file type). The kind
+/// comes from the call that linked the name, from the mount's scan, from the inode once a
+/// call reads it back, or from the add record on the volume (`dir.rs`: adds written since
+/// the volume carries `INCOMPAT_TYPED_ENTRIES`); an entry whose add carried none (written
+/// before that, or by a repair) is not known until a call reads its inode, and `readdir`
+/// gives it as `DT_UNKNOWN` (as XFS without `ftype` does).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Entry {
     pub(crate) ino: u64,

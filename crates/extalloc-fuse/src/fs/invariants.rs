@@ -392,6 +392,21 @@ fn check_log(fs: &Fs, ns: &Ns, ino: u64, d: &super::core::DirState) -> Result<Ve
             .map(|(n, e)| (n.to_vec(), e.ino))
             .collect(),
     };
+    // The kinds the adds carry (`dir.rs`) against memory's, where both know one.
+    if !d.shelved() {
+        for (name, e) in d.entries.iter() {
+            if let (Some(k), Some(&logged)) = (e.kind, log.kinds.get(&e.ino)) {
+                if k != logged {
+                    return Err(format!(
+                        "directory {ino}: {:?} names inode {} as a {k:?}, its log as a \
+                         {logged:?}",
+                        String::from_utf8_lossy(name),
+                        e.ino
+                    ));
+                }
+            }
+        }
+    }
     if size != d.log_bytes || log.entries != inos || log.problem.is_some() {
         return Err(format!(
             "directory {ino}: its log ({size} bytes, {} entries, problem {:?}) is not \

@@ -239,7 +239,7 @@ impl Fs {
             }
             Err(e) => return Err(format!("cannot commit the repairs: {e}")),
         }
-        settle_marks(&vol, must_commit, quick, crashed);
+        let typed_entries = settle_marks(&vol, must_commit, quick, crashed);
         // Inodes and their spill files: the volume's files (`Ns::count`).
         let count = vol.file_count().map_err(|e| e.to_string())?;
         report.inodes = count;
@@ -276,6 +276,7 @@ impl Fs {
                 false => extalloc::volume::DEFAULT_FILE_CACHE * ondemand::DIR_CACHE_BYTES_PER_FILE,
             }),
             pins: Mutex::new(Default::default()),
+            typed_entries,
         };
         Ok((fs, report))
     }
@@ -412,24 +413,30 @@ fn make_root(vol: &Volume) -> Result<(), String> {
 /// the mount checked (`!quick`: the census or the whole read ran and repaired), or when
 /// the crash was one the store's promise covers and the mount's own reads met no damage;
 /// then, on a read-write mount, gives the promise if the device lacks it.
-fn settle_marks(vol: &Volume, must_commit: bool, quick: bool, crashed: bool) {
+fn settle_marks(vol: &Volume, must_commit: bool, quick: bool, crashed: bool) -> bool {
     let store = vol.store();
     if must_commit && (!quick || (crashed && !store.damaged())) {
         // Repaired and committed, or a crash the promise covers: the next mount reads
         // only the root.
         store.mark_checked();
     }
-    if must_commit && !store.crash_pending_promised() {
+    // Directory adds carry their kinds only once the device says so: a mount that finds
+    // the feature there writes them at once.
+    let mut typed = store.typed_entries_promised();
+    if must_commit && !(store.crash_pending_promised() && typed) {
         // From here every inode no name reaches is pending (`Fs::persist`), so this
-        // mount's own crash leaves nothing to check. A new file system, or one last
-        // mounted by a build before the promise: written now (a checkpoint writes the
-        // superblock), so that a crash of this very mount is covered. A checkpoint that
-        // finds no room (a full or fragmented device) keeps every change for the next
-        // one and leaves the promise in memory: a crash before that is counted as
-        // before, and the mount goes on.
+        // mount's own crash leaves nothing to check; and directory adds may carry their
+        // kinds. A new file system, or one last mounted by a build before either
+        // feature: written now (a checkpoint writes the superblock), so that a crash of
+        // this very mount is covered. A checkpoint that finds no room (a full or
+        // fragmented device) keeps every change for the next one and leaves both
+        // features in memory: a crash before that is counted as before, the mount goes
+        // on, and its adds carry no kind.
         store.promise_crash_pending();
-        if let Err(e) = vol.checkpoint() {
-            log::warn!("the superblock's promise waits for the next checkpoint: {e}");
+        store.promise_typed_entries();
+        match vol.checkpoint() {
+            Ok(()) => typed = true,
+            Err(e) => log::warn!("the superblock's features wait for the next checkpoint: {e}"),
         }
     }
     // Checked, unless the mount's own reads met damage (`Store::mark_damaged`: the next
@@ -438,4 +445,9 @@ fn settle_marks(vol: &Volume, must_commit: bool, quick: bool, crashed: bool) {
         !must_commit || (store.crash_pending_promised() && (!store.unchecked() || store.damaged())),
         "a read-write mount leaves the store promised, and checked unless it met damage"
     );
+    debug_assert!(
+        !typed || store.typed_entries_promised(),
+        "typed only under the feature"
+    );
+    typed
 }

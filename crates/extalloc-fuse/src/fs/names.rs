@@ -325,9 +325,15 @@ impl Fs {
         Ok(())
     }
 
+    /// The kind an add record carries: `kind`, where the device carries
+    /// `INCOMPAT_TYPED_ENTRIES` ([`Fs::typed_entries`]), else none.
+    fn kind_to_log(&self, kind: Option<Kind>) -> Option<Kind> {
+        kind.filter(|_| self.typed_entries)
+    }
+
     /// Appends an add (`Some(entry)`) or remove record for `name` to `dir`'s log.
     fn append(&self, ns: &mut Ns, dir: u64, name: &[u8], entry: Option<Entry>) -> FsResult<()> {
-        let rec = record(name, entry.map(|e| e.ino));
+        let rec = record(name, entry.map(|e| (e.ino, self.kind_to_log(e.kind))));
         let d = ns.node_mut(dir)?.dir.as_mut().ok_or(Errno(libc::ENOTDIR))?;
         scan::append(self.vol.uncached(dir), dir, d.log_bytes, &rec)?;
         d.log_bytes += rec.len() as u64;
@@ -384,7 +390,9 @@ impl Fs {
             Err(e) if e.kind() == extalloc::ErrorKind::NoSpace => return Ok(()),
             other => other?,
         }
-        let live: Vec<(&[u8], u64)> = d.entries.iter().map(|(n, e)| (n, e.ino)).collect();
+        let live: Vec<(&[u8], crate::dir::Added)> = (d.entries.iter())
+            .map(|(n, e)| (n, (e.ino, self.kind_to_log(e.kind))))
+            .collect();
         let log = crate::dir::compacted(live.into_iter());
         debug_assert_eq!(log.len() as u64, bound, "the compacted log's length");
         vol.write(dir, at, &log)?;

@@ -169,6 +169,23 @@ impl Store {
         self.sb.lock().incompat & crate::disk::format::INCOMPAT_CRASH_PENDING != 0
     }
 
+    /// The caller's records may from now on take a form a build without
+    /// `INCOMPAT_TYPED_ENTRIES` cannot read (a file system's directory entries carrying
+    /// their kinds): such a build refuses the device from then on. In memory at once; on
+    /// the device with the next superblock write (a checkpoint, the clean close), so the
+    /// caller writes the new form only once a checkpoint after this call succeeded.
+    pub fn promise_typed_entries(&self) {
+        self.sb.lock().incompat |= crate::disk::format::INCOMPAT_TYPED_ENTRIES;
+        debug_assert!(self.typed_entries_promised(), "promised");
+    }
+
+    /// The superblock in memory carries [`Store::promise_typed_entries`]'s feature (on
+    /// the device too when it did at open, or once a checkpoint since the promise
+    /// succeeded).
+    pub fn typed_entries_promised(&self) -> bool {
+        self.sb.lock().incompat & crate::disk::format::INCOMPAT_TYPED_ENTRIES != 0
+    }
+
     /// The caller must check its state now: [`Store::unchecked`], and either damage was
     /// met ([`Store::damaged`]) or no promise covers the crash
     /// ([`Store::crash_pending_promised`]). Read it before promising.

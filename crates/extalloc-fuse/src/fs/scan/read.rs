@@ -123,7 +123,11 @@ pub(crate) fn fix_log(vol: &Volume, ino: u64, log: &mut DirLog) -> Result<(), St
 fn rewrite_log(vol: &Volume, ino: u64, log: &mut DirLog) -> Result<(), String> {
     let bs = vol.block_size();
     let at = log.valid_bytes.div_ceil(bs) * bs;
-    let bytes = crate::dir::compacted(log.entries.iter().map(|(n, &i)| (n.as_slice(), i)));
+    // The kinds the log's adds carried stay (the device carries the feature that wrote
+    // them); the others stay unknown.
+    let bytes = crate::dir::compacted(
+        (log.entries.iter()).map(|(n, &i)| (n.as_slice(), (i, log.kinds.get(&i).copied()))),
+    );
     debug_assert_eq!(
         DirLog::parse(&bytes).entries,
         log.entries,

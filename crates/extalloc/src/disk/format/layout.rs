@@ -86,8 +86,14 @@ pub const STATE_DAMAGED: u32 = 8;
 /// once, never cleared: a reader that does not know it (an older build, which would leave
 /// such an inode published) refuses the device.
 pub const INCOMPAT_CRASH_PENDING: u32 = 1;
+/// Incompatible feature: the file system's directory logs may hold adds that carry their
+/// entry's kind in the record's tag (`docs/format.md`, "Directory logs"), which a build
+/// that does not know them would take for damage, and its repair would drop the names
+/// ([`Store::promise_typed_entries`](crate::store::Store::promise_typed_entries)). Set
+/// once, never cleared.
+pub const INCOMPAT_TYPED_ENTRIES: u32 = 2;
 /// Every incompatible feature this build knows.
-pub const INCOMPAT_KNOWN: u32 = INCOMPAT_CRASH_PENDING;
+pub const INCOMPAT_KNOWN: u32 = INCOMPAT_CRASH_PENDING | INCOMPAT_TYPED_ENTRIES;
 
 pub(super) fn get_u32(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
