@@ -99,7 +99,7 @@ pub(crate) fn data(r: Result<Vec<u8>, FsErrno>, reply: Reply<'_>) {
 }
 
 /// The flags a directory's open is answered with: none (the kernel keeps no listing
-/// cache, `FOPEN_CACHE_DIR`: a listing's snapshot is the daemon's).
+/// cache, `FOPEN_CACHE_DIR`: a listing reads the daemon's entries, `fs/listing.rs`).
 pub(crate) const DIR_OPEN_FLAGS: u32 = 0;
 
 /// The flags a file's open (`O_DIRECT` or not) is answered with when a read would set no

@@ -160,9 +160,6 @@ pub(crate) type InoMap<V> = HashMap<u64, V, foldhash::fast::RandomState>;
 /// A set of inode numbers, hashed as [`InoMap`].
 pub(crate) type InoSet = std::collections::HashSet<u64, foldhash::fast::RandomState>;
 
-/// One entry of an open directory's snapshot: name, inode, kind (when known: [`Entry`]).
-pub(crate) type Listed = (Vec<u8>, u64, Option<Kind>);
-
 /// The inodes in memory by number (`ondemand.rs`: every directory, and every other inode
 /// while something holds it), and how many the file system has.
 #[derive(Debug, Default)]
@@ -258,13 +255,12 @@ impl Ns {
     }
 }
 
-/// One open directory handle (`listing.rs`).
+/// One open directory handle (`listing.rs`): the directory it lists (which counts it,
+/// `Entries::open_lister`).
 #[derive(Debug, Clone)]
 pub(crate) struct DirHandle {
     /// The directory.
     pub(crate) ino: u64,
-    /// Its entries when last read from position 0.
-    pub(crate) list: Vec<Listed>,
 }
 
 /// A file handle's bit: opened for writing.
@@ -276,7 +272,7 @@ const HANDLE_APPENDS: u64 = 2;
 pub struct Fs {
     pub(crate) vol: Buffered,
     pub(crate) ns: RwLock<Ns>,
-    /// Open directory handles: the directory and a snapshot of its entries.
+    /// Open directory handles: the directory each lists.
     pub(crate) dir_handles: Mutex<HashMap<u64, DirHandle>>,
     pub(crate) next_fh: AtomicU64,
     /// The atime mode's code (`atime::AtimeMode`, `atime.rs`).

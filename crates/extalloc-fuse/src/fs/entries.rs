@@ -18,6 +18,15 @@
 //! the arena and index are empty, and the count they held is kept to check the read back
 //! against; no accessor may be called until the directory's log is read back.
 //!
+//! **Listing positions** (`listing.rs`): a `readdir` position is a record's offset in the
+//! arena, handed to the kernel as a cookie ([`Entries::cookie`]: the offset, `gen`, and
+//! check bits keyed by the directory's seed), so an open directory costs no copy of its
+//! entries. `listers` counts the open handles of the directory; while there is one the
+//! arena is neither compacted nor shelved, so every position handed out stays a record's
+//! start (a removed entry's record stays, dead, and is skipped; a new one is appended). A
+//! compaction bumps `gen`, so a cookie from before it (or one a caller made up) reads as
+//! the listing's end, never as a place inside a record.
+//!
 //! Invariant: every live record is in `index` once, under the hash of its name, and no
 //! dead one is; `dead` counts the arena's bytes in dead records; a shelved `Entries` holds
 //! nothing and is never read (each accessor asserts it). Iteration is in the
@@ -68,7 +77,17 @@ pub(crate) struct Entries {
     seed: RandomState,
     /// Shelved ([`Entries::shelve`]): how many entries were let go.
     shelved: Option<usize>,
+    /// Open handles listing the directory (see the module documentation).
+    listers: u32,
+    /// Compactions so far (wrapping): a listing cookie's generation.
+    gen: u16,
 }
+
+/// A listing cookie's marks: bit 62 set (no cookie of an entry is 0, 1 or 2, the
+/// positions of the start, `.` and `..`), 14 check bits at 48, the generation at 32, the
+/// arena offset in the low 32 bits. Below 2^63, as the kernel's `loff_t` needs.
+const COOKIE_MARK: u64 = 1 << 62;
+const COOKIE_CHECK_BITS: u32 = 14;
 
 /// The record at `at` in `arena`: its name, and its entry (`None`: removed).
 fn record(arena: &[u8], at: u32) -> (&[u8], Option<Entry>) {
@@ -121,6 +140,7 @@ impl Entries {
     /// their count for [`Entries::shelved`]. Returns the bytes given back.
     pub(crate) fn shelve(&mut self) -> usize {
         self.held();
+        assert_eq!(self.listers, 0, "a listed directory's entries shelved");
         let (bytes, count) = (self.heap_bytes(), self.len());
         *self = Entries {
             shelved: Some(count),
@@ -231,18 +251,26 @@ impl Entries {
         debug_assert!(e.is_some(), "the index names live records only");
         self.arena[at as usize] |= DEAD;
         self.dead += size(&self.arena, at as usize);
-        if self.dead > 4096 && self.dead * 2 > self.arena.len() {
-            self.compact();
-        }
+        self.compact_if_due();
         debug_assert!(self.find(name).is_none(), "removed");
         e
     }
 
-    /// Rebuilt from the live entries: no dead records.
+    /// Compacts when dead records are more than half the arena (and over 4 KiB), unless
+    /// a handle lists the directory (its positions must stay records' starts).
+    fn compact_if_due(&mut self) {
+        if self.listers == 0 && self.dead > 4096 && self.dead * 2 > self.arena.len() {
+            self.compact();
+        }
+    }
+
+    /// Rebuilt from the live entries: no dead records, the next generation of cookies.
     fn compact(&mut self) {
+        assert_eq!(self.listers, 0, "a listed directory's arena compacted");
         let live = self.len();
         let mut out = Entries {
             seed: self.seed.clone(),
+            gen: self.gen.wrapping_add(1),
             ..Entries::default()
         };
         out.arena.reserve_exact(self.arena.len() - self.dead);
@@ -252,6 +280,84 @@ impl Entries {
         }
         *self = out;
         debug_assert!(self.len() == live && self.dead == 0);
+    }
+
+    /// A handle opened a listing of the directory: positions stay until it closes
+    /// ([`Entries::close_lister`]).
+    pub(crate) fn open_lister(&mut self) {
+        self.held();
+        self.listers += 1;
+    }
+
+    /// A handle's listing closed; the last one lets a compaction that waited run.
+    pub(crate) fn close_lister(&mut self) {
+        self.held();
+        assert!(self.listers > 0, "a listing closed that was never opened");
+        self.listers -= 1;
+        self.compact_if_due();
+    }
+
+    /// Open handles listing the directory.
+    pub(crate) fn listers(&self) -> u32 {
+        self.listers
+    }
+
+    /// The check bits of a cookie for arena offset `pos` in generation `gen`.
+    fn check(&self, gen: u16, pos: u32) -> u64 {
+        self.seed.hash_one((gen, pos)) >> (64 - COOKIE_CHECK_BITS)
+    }
+
+    /// The listing cookie of arena offset `pos` (a record's start, or the arena's end).
+    pub(crate) fn cookie(&self, pos: usize) -> u64 {
+        let pos = u32::try_from(pos).expect("a directory's records within 4 GiB");
+        debug_assert!(
+            pos as usize <= self.arena.len(),
+            "a cookie inside the arena"
+        );
+        let c = COOKIE_MARK | self.check(self.gen, pos) << 48 | u64::from(self.gen) << 32;
+        c | u64::from(pos)
+    }
+
+    /// The arena offset `cookie` names, if it is one [`Entries::cookie`] gave in this
+    /// generation; `None` (the listing's end) for any other value.
+    pub(crate) fn position(&self, cookie: u64) -> Option<usize> {
+        let pos = cookie as u32;
+        let gen = (cookie >> 32) as u16;
+        let fits = cookie & !((1 << (48 + COOKIE_CHECK_BITS)) - 1) == COOKIE_MARK;
+        (fits && gen == self.gen && (pos as usize) <= self.arena.len())
+            .then_some(pos as usize)
+            .filter(|_| (cookie >> 48) & ((1 << COOKIE_CHECK_BITS) - 1) == self.check(gen, pos))
+    }
+
+    /// The live entries from arena offset `from` on, each with its record's offset and
+    /// the offset after it. `from` comes from [`Entries::position`]: a record's start,
+    /// unless a caller guessed a cookie's check bits, so a record that does not hold
+    /// together ends the walk rather than reading past it.
+    pub(crate) fn iter_from(
+        &self,
+        from: usize,
+    ) -> impl Iterator<Item = (usize, usize, &[u8], Entry)> + '_ {
+        self.held();
+        let mut at = from;
+        std::iter::from_fn(move || loop {
+            let a = &self.arena;
+            if at + HEAD > a.len() {
+                return None;
+            }
+            let (w, code) = ((a[at] >> 4) as usize, a[at] & 0x0f);
+            let sound = (1..=8).contains(&w)
+                && (code == DEAD || code == 0 || Kind::from_code(code).is_some())
+                && a[at + 1] > 0
+                && at + size(a, at) <= a.len();
+            if !sound {
+                return None;
+            }
+            let here = at;
+            at += size(a, at);
+            if let (name, Some(e)) = record(a, here as u32) {
+                return Some((here, at, name, e));
+            }
+        })
     }
 
     /// Every entry, in the arena's order (see the module documentation).

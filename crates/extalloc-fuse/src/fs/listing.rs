@@ -1,21 +1,27 @@
 //! Directory listing: opendir, readdir and releasedir.
 //!
 //! Data structures: [`DirHandle`] (defined in `core.rs`, where [`Fs`] names it), one per
-//! open directory handle in `Fs::dir_handles`: the directory's inode and a snapshot of
-//! its entries (`.` and `..` first, then the entries in the order the directory keeps
-//! them, `entries.rs`).
+//! open directory handle in `Fs::dir_handles`: the directory's inode, nothing else. A
+//! listing reads the directory's entries in memory where they are (`entries.rs`), so an
+//! open handle costs no copy of them, whatever the directory's size and however many
+//! handles are open (each took a snapshot of every entry before: about 67 bytes an entry
+//! a handle).
 //!
-//! Invariant: a position (the `offset` readdir gets and gives) is an index into the
-//! handle's snapshot, so positions stay stable while entries come and go. A readdir at
-//! position 0 (the first read after `opendir`, or after `rewinddir`/`lseek(fd, 0)`, which
-//! is how the kernel asks again from the start) takes a new snapshot, so a rewound listing
-//! shows the directory as it is now (POSIX: entries added or removed after `opendir` may or
-//! may not appear, but `rewinddir` must show the current state).
+//! Invariant: a position (the `offset` readdir gets and gives) is 0 (the start), 1 (after
+//! `.`), 2 (after `..`), or a cookie of an entry's record in the directory's arena
+//! (`Entries::cookie`). While a handle is open its directory counts it as a lister
+//! (`Entries::open_lister`), and the arena is neither compacted nor shelved meanwhile: a
+//! removed entry's record stays (skipped), a new one is appended, so every position a
+//! handle was given stays where it was, and an entry present for the whole listing is
+//! listed once (POSIX: entries added or removed after `opendir` may or may not appear;
+//! `rewinddir`, which the kernel passes on as a read from position 0, shows the directory
+//! as it is then). A cookie the directory did not give (made up, or from before a
+//! compaction) reads as the listing's end.
 //!
-//! Lock order: `ns` (read, to take a snapshot or the entries' attributes) ->
-//! `dir_handles`, as in `mod.rs`; `dir_ahead` (a leaf) is taken with no lock held.
+//! Lock order: `ns` (read, to list; write, to open and close a handle) -> `dir_handles`,
+//! as in `mod.rs`; `dir_ahead` (a leaf) is taken with no lock held.
 
-use super::core::{Attr, DirHandle, Errno, Fs, FsResult, Listed, Ns};
+use super::core::{Attr, DirHandle, Errno, Fs, FsResult, Ns};
 use crate::inode::Kind;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -39,38 +45,59 @@ pub enum Plus<'a> {
 const READ_BACK_BATCH: usize = 128;
 
 impl Fs {
-    /// Opens directory `ino` for listing (`ENOTDIR` for anything else).
+    /// Opens directory `ino` for listing (`ENOTDIR` for anything else): its entries are
+    /// read back if shelved, and stay in memory, where they are, until the handle closes
+    /// ([`Fs::releasedir`]).
     pub fn opendir(&self, ino: u64) -> FsResult<u64> {
         let _pin = self.ensure_loaded(&[ino])?; // `ondemand.rs`: pinned
         self.live()?;
-        let list = self.snapshot(ino)?;
+        let mut ns = self.ns_write();
+        ns.dir(ino)?; // ENOTDIR before anything changes
+        self.unshelve(&mut ns, ino)?;
+        let d = ns.nodes.get_mut(&ino).and_then(|n| n.dir.as_deref_mut());
+        let d = d.expect("a directory in memory, checked above");
+        d.entries.open_lister();
         let fh = self.handle(None);
         let fresh = self
             .dir_handles
             .lock()
-            .insert(fh, DirHandle { ino, list })
+            .insert(fh, DirHandle { ino })
             .is_none();
         debug_assert!(fresh, "directory handle {fh} handed out twice");
         Ok(fh)
     }
 
     /// Entries of an open directory from position `offset`: (name, inode, kind, position
-    /// of the next). `f` returns true when the reply is full. Position 0 takes a new
-    /// snapshot of the directory (see the module documentation) and counts as an access
-    /// of it (atime, as the mount's atime mode says).
+    /// of the next). `f` returns true when the reply is full. Position 0 starts the
+    /// listing again (see the module documentation) and counts as an access of the
+    /// directory (atime, as the mount's atime mode says).
     pub fn readdir(
         &self,
         fh: u64,
         offset: u64,
         mut f: impl FnMut(&[u8], u64, Option<Kind>, u64) -> bool,
     ) -> FsResult<()> {
+        let ino = self.dir_handle_ino(fh)?;
         if offset == 0 {
-            self.relist(fh)?;
+            self.listed_from_start(ino)?;
         }
-        let handles = self.dir_handles.lock();
-        let h = handles.get(&fh).ok_or(Errno(libc::EBADF))?;
-        for (i, (name, ino, kind)) in h.list.iter().enumerate().skip(offset as usize) {
-            if f(name, *ino, *kind, i as u64 + 1) {
+        let ns = self.ns.read();
+        let d = ns.dir(ino)?;
+        let dots = [(&b"."[..], ino), (&b".."[..], d.parent)];
+        for (i, (name, dot)) in dots.into_iter().enumerate().skip(offset.min(2) as usize) {
+            if f(name, dot, Some(Kind::Dir), i as u64 + 1) {
+                return Ok(());
+            }
+        }
+        let Some(from) = start_of(d, offset.max(2)) else {
+            return Ok(());
+        };
+        for (_, next, name, e) in d.entries.iter_from(from) {
+            // A kind not noted yet is the node's, when it is in memory.
+            let kind = e
+                .kind
+                .or_else(|| ns.nodes.get(&e.ino).map(|n| n.inode.kind));
+            if f(name, e.ino, kind, d.entries.cookie(next)) {
                 break;
             }
         }
@@ -95,64 +122,76 @@ impl Fs {
     /// is full (that entry was not added). Every entry added with its attributes but `.`
     /// and `..` counts as a lookup: the kernel makes a dentry of it and forgets it later,
     /// as after [`Fs::lookup`] (it takes no reference for `.` and `..`). An entry whose
-    /// inode is gone since the snapshot is left out, as a new snapshot would; one whose
-    /// inode cannot be read (damage, an I/O error: logged) comes as [`Plus::Unread`], its
-    /// name listed without attributes (the kernel makes no dentry of it, and a lookup of
-    /// it gets the error), so one damaged inode costs the listing nothing else. The
-    /// references of the entries added stand only if the reply carries them.
+    /// inode is gone is left out; one whose inode cannot be read (damage, an I/O error:
+    /// logged) comes as [`Plus::Unread`], its name listed without attributes (the kernel
+    /// makes no dentry of it, and a lookup of it gets the error), so one damaged inode
+    /// costs the listing nothing else. The references of the entries added stand only if
+    /// the reply carries them.
     pub fn readdirplus_entries(
         &self,
         fh: u64,
         offset: u64,
         mut f: impl FnMut(&[u8], Plus<'_>, u64) -> bool,
     ) -> FsResult<()> {
+        let ino = self.dir_handle_ino(fh)?;
         if offset == 0 {
-            self.relist(fh)?;
+            self.listed_from_start(ino)?;
         }
-        let mut at = offset as usize;
+        let mut at = offset;
         let mut added = 0usize;
-        // Entries before this were read back (`ondemand.rs`) or found missing.
-        let mut tried = at;
+        // Records before this arena offset were read back or found missing.
+        let mut tried = 0usize;
         let mut _held = None;
         // Inodes whose read back failed: listed without attributes.
         let mut unread = super::core::InoSet::default();
         loop {
             let absent = {
                 let ns = self.ns.read();
-                let handles = self.dir_handles.lock();
-                let h = handles.get(&fh).ok_or(Errno(libc::EBADF))?;
-                let mut stop = None;
-                for (i, (name, ino, kind)) in h.list.iter().enumerate().skip(at) {
-                    if i >= tried && !ns.nodes.contains_key(ino) {
-                        stop = Some(i); // read back below, then on from here
-                        break;
-                    }
-                    let entry = (name.as_slice(), *ino, *kind);
+                let d = ns.dir(ino)?;
+                let dots = [(&b"."[..], ino), (&b".."[..], d.parent)];
+                for (i, (name, dot)) in dots.into_iter().enumerate().skip(at.min(2) as usize) {
+                    let entry = (name, dot, Some(Kind::Dir));
                     match self.hand_one(&ns, entry, i as u64 + 1, &unread, &mut f)? {
                         Handed::Full => return Ok(()),
                         Handed::Added => added += 1,
                         Handed::Skipped => {}
                     }
                 }
-                let Some(i) = stop else {
+                let Some(from) = start_of(d, at.max(2)) else {
                     return Ok(());
                 };
-                at = i;
-                let absent: Vec<(usize, Vec<u8>, u64)> = (h.list.iter().enumerate().skip(i))
-                    .filter(|(_, e)| !ns.nodes.contains_key(&e.1))
+                let mut stop = None;
+                for (here, next, name, e) in d.entries.iter_from(from) {
+                    if here >= tried && !ns.nodes.contains_key(&e.ino) {
+                        stop = Some(here); // read back below, then on from here
+                        break;
+                    }
+                    let next = d.entries.cookie(next);
+                    match self.hand_one(&ns, (name, e.ino, e.kind), next, &unread, &mut f)? {
+                        Handed::Full => return Ok(()),
+                        Handed::Added => added += 1,
+                        Handed::Skipped => {}
+                    }
+                }
+                let Some(here) = stop else {
+                    return Ok(());
+                };
+                at = d.entries.cookie(here);
+                let absent: Vec<(usize, Vec<u8>, u64)> = (d.entries.iter_from(here))
+                    .filter(|e| !ns.nodes.contains_key(&e.3.ino))
                     .take(READ_BACK_BATCH)
-                    .map(|(j, e)| (j, e.0.clone(), e.1))
+                    .map(|(p, _, name, e)| (p, name.to_vec(), e.ino))
                     .collect();
-                tried = absent.last().map_or(i, |a| a.0) + 1;
-                (h.ino, absent)
+                tried = absent.last().map_or(here, |a| a.0) + 1;
+                absent
             };
-            let names: Vec<(&[u8], u64)> = (absent.1.iter())
+            let names: Vec<(&[u8], u64)> = (absent.iter())
                 .map(|(_, name, ino)| (name.as_slice(), *ino))
                 .collect();
             // Pinned until the next batch is read back: a trim between this and the loop's
             // lock would drop them, and the listing would pass them over as gone. Read back
             // through their names, so directories among them come back too.
-            _held = match self.ensure_loaded_in(absent.0, &names) {
+            _held = match self.ensure_loaded_in(ino, &names) {
                 Ok((pinned, failed)) => {
                     unread.extend(failed);
                     Some(pinned)
@@ -166,9 +205,9 @@ impl Fs {
         }
     }
 
-    /// Hands one snapshot entry (`name` naming `ino`, of `kind`) to `f` with its
-    /// attributes, `next` the position after it (see [`Fs::readdirplus_entries`]): left
-    /// out if its inode is gone since the snapshot; without attributes if its read back
+    /// Hands one entry (`name` naming `ino`, of `kind`) to `f` with its attributes,
+    /// `next` the position after it (see [`Fs::readdirplus_entries`]): left out if its
+    /// inode is gone; without attributes if its read back
     /// failed (`unread`) or its attributes do; with them, counted as a lookup (but `.`
     /// and `..`), else.
     fn hand_one(
@@ -181,7 +220,7 @@ impl Fs {
     ) -> FsResult<Handed> {
         let attr = match self.attr_of(ns, ino) {
             Ok(a) => a,
-            // Gone since the snapshot: left out.
+            // Gone (damage the read back logged): left out.
             Err(Errno(libc::ENOENT)) if !unread.contains(&ino) => return Ok(Handed::Skipped),
             // Its read back failed, or its attributes do: the name without them, and the
             // listing goes on.
@@ -206,43 +245,39 @@ impl Fs {
         Ok(Handed::Added)
     }
 
-    /// A listing read from position 0: a new snapshot of the directory, remembered for
-    /// directory read-ahead (`dirahead.rs`), and an access of it (atime, as the mount's
-    /// atime mode says).
-    fn relist(&self, fh: u64) -> FsResult<()> {
-        let ino = self.dir_handle_ino(fh)?;
-        let list = self.snapshot(ino)?;
+    /// A listing read from position 0: remembered for directory read-ahead
+    /// (`dirahead.rs`: its first files, in listing order) and an access of the directory
+    /// (atime, as the mount's atime mode says).
+    fn listed_from_start(&self, ino: u64) -> FsResult<()> {
         if self.dir_ahead_on.load(Relaxed) {
-            // A kind not known yet (after a mount, or read back from a shelved directory's
-            // log: `ondemand.rs`) may be a file's: advising anything else is harmless.
-            let files = (list.iter().skip(2))
-                .filter(|e| e.2.is_none_or(|k| k == Kind::File))
-                .map(|e| e.1);
-            self.dir_ahead.lock().listed(ino, files.collect());
-        }
-        if let Some(h) = self.dir_handles.lock().get_mut(&fh) {
-            h.list = list;
+            let files: Vec<u64> = {
+                let ns = self.ns.read();
+                let d = ns.dir(ino)?;
+                // A kind not known yet (an add that carried none: `dir.rs`) may be a
+                // file's: advising anything else is harmless.
+                (d.entries.iter())
+                    .filter(|(_, e)| e.kind.is_none_or(|k| k == Kind::File))
+                    .map(|(_, e)| e.ino)
+                    .take(super::dirahead::MAX_FILES)
+                    .collect()
+            };
+            self.dir_ahead.lock().listed(ino, files);
         }
         self.accessed(ino)
     }
 
-    /// [`snapshot`] of directory `ino`, its entries read back first if shelved
-    /// (`ondemand.rs`), with the lock held for writing then.
-    fn snapshot(&self, ino: u64) -> FsResult<Vec<Listed>> {
-        {
-            let ns = self.ns.read();
-            if !ns.dir(ino)?.shelved() {
-                return snapshot(&ns, ino);
-            }
-        }
-        let mut ns = self.ns_write();
-        self.unshelve(&mut ns, ino)?;
-        snapshot(&ns, ino)
-    }
-
-    /// Closes an open directory.
+    /// Closes an open directory: its directory lists one handle fewer (a compaction of
+    /// its entries that waited may run now).
     pub fn releasedir(&self, fh: u64) {
-        self.dir_handles.lock().remove(&fh);
+        let mut ns = self.ns_write();
+        let Some(h) = self.dir_handles.lock().remove(&fh) else {
+            return;
+        };
+        // The directory stays in memory while open (the kernel holds it): gone only if
+        // removed and forgotten, when nothing lists it any more.
+        if let Some(d) = ns.nodes.get_mut(&h.ino).and_then(|n| n.dir.as_deref_mut()) {
+            d.entries.close_lister();
+        }
     }
 
     /// The directory an open handle lists (`EBADF` for an unknown handle).
@@ -254,7 +289,7 @@ impl Fs {
 
 /// What handing one entry of a listing to its caller did ([`Fs::hand_one`]).
 enum Handed {
-    /// Its inode is gone since the snapshot: left out.
+    /// Its inode is gone: left out.
     Skipped,
     /// Added to the reply.
     Added,
@@ -262,19 +297,12 @@ enum Handed {
     Full,
 }
 
-/// Directory `ino`'s entries now: `.` and `..` first, then the entries in the order the
-/// directory keeps them (not by name).
-fn snapshot(ns: &Ns, ino: u64) -> FsResult<Vec<Listed>> {
-    let d = ns.dir(ino)?;
-    let mut list = Vec::with_capacity(d.entries.len() + 2);
-    list.push((b".".to_vec(), ino, Some(Kind::Dir)));
-    list.push((b"..".to_vec(), d.parent, Some(Kind::Dir)));
-    for (name, e) in &d.entries {
-        // A kind not noted yet is the node's, when it is in memory.
-        let kind = e
-            .kind
-            .or_else(|| ns.nodes.get(&e.ino).map(|n| n.inode.kind));
-        list.push((name.to_vec(), e.ino, kind));
+/// The arena offset a listing goes on from after position `offset` (at least 2: past `.`
+/// and `..`), `None` when the position names nothing (see the module documentation).
+fn start_of(d: &super::core::DirState, offset: u64) -> Option<usize> {
+    debug_assert!(offset >= 2, "past the dots");
+    match offset {
+        2 => Some(0),
+        _ => d.entries.position(offset),
     }
-    Ok(list)
 }

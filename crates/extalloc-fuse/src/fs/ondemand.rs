@@ -391,7 +391,9 @@ impl Fs {
             }
             let bytes = d.entries.heap_bytes();
             held += bytes;
-            if !pins.contains_key(&ino) && (!used || limit == 0) {
+            // A directory an open handle lists keeps its entries where they are: the
+            // handle's positions are offsets in them (`listing.rs`).
+            if !pins.contains_key(&ino) && (!used || limit == 0) && d.entries.listers() == 0 {
                 victims.push((ino, bytes));
             }
         }
