@@ -110,6 +110,7 @@ fn check(fs: &Fs, ns: &Ns) -> Result<(), String> {
     }
     let away = check_memory(ns)?;
     check_parked(ns, &away)?;
+    check_listers(fs, ns)?;
     // Damage met (a read back that failed its check) leaves the volume unlike memory
     // until the next mount's whole read repairs it: memory alone is checked.
     let down =
@@ -120,6 +121,33 @@ fn check(fs: &Fs, ns: &Ns) -> Result<(), String> {
         check_count(fs, ns)?;
     }
     Ok(())
+}
+
+/// Each directory counts as listers exactly the open handles that list it (`listing.rs`:
+/// its arena holds their positions), and a shelved one has none.
+fn check_listers(fs: &Fs, ns: &Ns) -> Result<(), String> {
+    let mut open: HashMap<u64, u32> = HashMap::new();
+    for h in fs.dir_handles.lock().values() {
+        *open.entry(h.ino).or_default() += 1;
+    }
+    for (&ino, node) in &ns.nodes {
+        let Some(d) = node.dir.as_deref() else {
+            continue;
+        };
+        let (counted, handles) = (d.entries.listers(), open.remove(&ino).unwrap_or(0));
+        if counted != handles || (counted > 0 && d.shelved()) {
+            return Err(format!(
+                "directory {ino}: {counted} listers counted, {handles} open handles, \
+                 shelved {}",
+                d.shelved()
+            ));
+        }
+    }
+    // A handle's directory is in memory while it is open (the kernel holds it).
+    match open.into_iter().next() {
+        Some((ino, n)) => Err(format!("{n} open handles list {ino}, not in memory")),
+        None => Ok(()),
+    }
 }
 
 /// What [`check_memory`] leaves to the volume: the entries naming inodes not in memory

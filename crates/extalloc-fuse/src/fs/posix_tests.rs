@@ -609,3 +609,21 @@ fn a_write_from_the_kernels_cache_leaves_the_times_to_the_kernel() {
         "clearing set-id bits is a change of the inode"
     );
 }
+
+/// A directory removed while a handle lists it: the handle still reads (its entries are
+/// gone: the dots only, as ext4 gives) and closes, and the namespace's invariant holds
+/// throughout (the directory still counts its lister).
+#[test]
+fn a_removed_directory_still_open_lists_nothing_and_closes() {
+    let dev = device(6);
+    let fs = fresh(&dev);
+    let d = mkdir(&fs, ROOT, "d");
+    let h = fs.opendir(d).unwrap();
+    fs.rmdir(ROOT, b"d").unwrap();
+    fs.check_namespace().unwrap();
+    let after: Vec<String> = listed(&fs, h, 0, 10).into_iter().map(|e| e.0).collect();
+    assert!(after.len() <= 2, "{after:?}");
+    fs.releasedir(h);
+    fs.check_namespace().unwrap();
+    fs.unmount().unwrap();
+}
