@@ -241,8 +241,8 @@ fn main() {
     if !matches!(&cli.command, Command::Mount(m) if m.foreground) {
         cli::output::end_quietly_on_closed_stdout();
     } else {
-        // The daemon: few malloc arenas, before its first thread.
-        cli::output::cap_malloc_arenas();
+        // The daemon: malloc tuned for a long-lived server, before its first thread.
+        cli::output::tune_malloc();
     }
     if let Command::Fsck {
         path, json, repair, ..

@@ -78,6 +78,8 @@ pub mod headroom;
 mod headroom_tests;
 mod invariants;
 mod listing;
+#[cfg(test)]
+mod listing_tests;
 pub mod names;
 mod ondemand;
 #[cfg(test)]

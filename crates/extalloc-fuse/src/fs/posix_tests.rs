@@ -1,151 +1,12 @@
-//! File system tests of POSIX behaviour: listings after `opendir`, atime under each mount
-//! mode, set-id bits cleared by unprivileged data changes, the largest file, `O_DIRECT`
+//! File system tests of POSIX behaviour (listings are `listing_tests.rs`'): atime under each
+//! mount mode, set-id bits cleared by unprivileged data changes, the largest file, `O_DIRECT`
 //! opens (`st_blocks` and `statfs` are `space_tests.rs`'). The helpers are `tests.rs`'.
 
 use super::data::{SetAttr, SetTime};
+use super::listing_tests::listed;
 use super::tests::{device, find, fresh, mkdir, put, remount, ME};
 use super::*;
 use crate::inode::Time;
-
-/// The names a listing of handle `h` from position `from` gives, at most `max`.
-fn listed(fs: &Fs, h: u64, from: u64, max: usize) -> Vec<(String, u64)> {
-    let mut out = Vec::new();
-    fs.readdir(h, from, |n, _, _, next| {
-        out.push((String::from_utf8_lossy(n).into_owned(), next));
-        out.len() == max
-    })
-    .unwrap();
-    out
-}
-
-fn names(l: &[(String, u64)]) -> Vec<&str> {
-    l.iter().map(|(n, _)| n.as_str()).collect()
-}
-
-/// generic/471: a handle opened before a create lists it once read from the start (the
-/// kernel's first read and every `rewinddir` ask for position 0), and positions stay
-/// stable while a listing is under way.
-#[test]
-fn a_listing_from_the_start_shows_the_directory_as_it_is_now() {
-    let dev = device(4);
-    let fs = fresh(&dev);
-    let d = mkdir(&fs, ROOT, "d");
-    let h = fs.opendir(d).unwrap();
-    put(&fs, d, "b", b"x");
-    let first = listed(&fs, h, 0, 3);
-    assert_eq!(names(&first), [".", "..", "b"], "made after opendir");
-    // Mid-listing changes move no position: the rest of the listing goes on after "b",
-    // and names made meanwhile come after it (POSIX: they may or may not appear).
-    put(&fs, d, "a", b"x");
-    put(&fs, d, "c", b"x");
-    assert_eq!(names(&listed(&fs, h, first[2].1, 10)), ["a", "c"]);
-    fs.unlink(d, b"b").unwrap();
-    assert_eq!(
-        names(&listed(&fs, h, 0, 10)),
-        [".", "..", "a", "c"],
-        "rewound"
-    );
-    fs.releasedir(h);
-    assert_eq!(
-        fs.readdir(h, 0, |_, _, _, _| false),
-        Err(Errno(libc::EBADF))
-    );
-    assert_eq!(
-        fs.opendir(find(&fs, "d/a").unwrap()),
-        Err(Errno(libc::ENOTDIR))
-    );
-    fs.unmount().unwrap();
-}
-
-/// A listing read a few entries at a time while other calls remove and make names lists
-/// every name present throughout exactly once and no removed name after its removal; the
-/// arena waits for the handle to close before it compacts (its positions are offsets in
-/// it), a second handle's positions hold as well, a directory listed is not shelved, and
-/// a position the directory never gave ends the listing.
-#[test]
-fn positions_hold_through_removals_and_compaction_waits_for_the_last_handle() {
-    let dev = device(5);
-    let fs = fresh(&dev);
-    let d = mkdir(&fs, ROOT, "d");
-    let name = |i: usize| format!("entry-with-a-longer-name-{i:05}");
-    for i in 0..600 {
-        put(&fs, d, &name(i), b"");
-    }
-    let (h, h2) = (fs.opendir(d).unwrap(), fs.opendir(d).unwrap());
-    let heap = |fs: &Fs| fs.ns.read().dir(d).unwrap().entries.heap_bytes();
-    let mut seen = Vec::new();
-    let mut pos = 0;
-    let mut removed = Vec::new();
-    let mut round = 0;
-    loop {
-        let batch = listed(&fs, h, pos, 7);
-        let Some(last) = batch.last() else { break };
-        pos = last.1;
-        seen.extend(batch.into_iter().map(|(n, _)| n));
-        // Each round removes 40 names (some listed, some ahead) and, for the first 20,
-        // makes one (listed after the old names: an endless maker would list forever).
-        for i in (0..600).filter(|i| i % 15 == round % 15).take(40) {
-            if fs.unlink(d, name(i).as_bytes()).is_ok() {
-                removed.push(name(i));
-            }
-        }
-        if round < 20 {
-            put(&fs, d, &format!("new-{round}"), b"");
-        }
-        round += 1;
-    }
-    let mut sorted = seen.clone();
-    sorted.sort();
-    sorted.dedup();
-    assert_eq!(sorted.len(), seen.len(), "a name listed twice");
-    for i in 0..600 {
-        let n = name(i);
-        assert!(
-            seen.contains(&n) || removed.contains(&n),
-            "{n} never listed"
-        );
-    }
-    assert!(removed.len() > 500, "most names removed: {}", removed.len());
-    assert!(
-        (0..20).all(|r| seen.contains(&format!("new-{r}"))),
-        "appended names listed"
-    );
-    // The second handle, opened before all this, still reads from a position it got.
-    let early = listed(&fs, h2, 0, 3);
-    assert_eq!(names(&early)[..2], [".", ".."]);
-    let rest: Vec<String> = listed(&fs, h2, early[2].1, 10_000)
-        .into_iter()
-        .map(|e| e.0)
-        .collect();
-    assert!(
-        rest.iter().all(|n| !removed.contains(n)),
-        "a removed name listed"
-    );
-    // Listed directories are not shelved; compaction waited for both handles.
-    fs.set_dir_cache(0);
-    fs.shelve_dirs();
-    assert!(
-        !fs.ns.read().dir(d).unwrap().shelved(),
-        "shelved while listed"
-    );
-    let before = heap(&fs);
-    fs.releasedir(h);
-    assert_eq!(heap(&fs), before, "one handle still lists");
-    // Made-up positions: another generation's, one past the arena, no mark at all.
-    for made_up in [
-        1 << 62 | 5 << 32 | 40,
-        1 << 62 | (1 << 31),
-        3,
-        u64::MAX >> 1,
-    ] {
-        assert_eq!(names(&listed(&fs, h2, made_up, 10)), Vec::<&str>::new());
-    }
-    fs.releasedir(h2);
-    put(&fs, d, "after", b"");
-    fs.unlink(d, b"after").unwrap();
-    assert!(heap(&fs) < before / 2, "compacted once no handle lists");
-    fs.unmount().unwrap();
-}
 
 fn ago(secs: i64) -> Time {
     let now = Time::now();
@@ -608,22 +469,4 @@ fn a_write_from_the_kernels_cache_leaves_the_times_to_the_kernel() {
         i.ctime.secs > kernels.secs,
         "clearing set-id bits is a change of the inode"
     );
-}
-
-/// A directory removed while a handle lists it: the handle still reads (its entries are
-/// gone: the dots only, as ext4 gives) and closes, and the namespace's invariant holds
-/// throughout (the directory still counts its lister).
-#[test]
-fn a_removed_directory_still_open_lists_nothing_and_closes() {
-    let dev = device(6);
-    let fs = fresh(&dev);
-    let d = mkdir(&fs, ROOT, "d");
-    let h = fs.opendir(d).unwrap();
-    fs.rmdir(ROOT, b"d").unwrap();
-    fs.check_namespace().unwrap();
-    let after: Vec<String> = listed(&fs, h, 0, 10).into_iter().map(|e| e.0).collect();
-    assert!(after.len() <= 2, "{after:?}");
-    fs.releasedir(h);
-    fs.check_namespace().unwrap();
-    fs.unmount().unwrap();
 }

@@ -68,6 +68,8 @@ mod checkpoint;
 mod claim;
 mod discard;
 mod discard_queue;
+#[cfg(test)]
+mod feature_tests;
 pub mod fsck;
 mod handles;
 mod ops;
