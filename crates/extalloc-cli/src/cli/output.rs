@@ -59,7 +59,7 @@ pub fn end_quietly_on_closed_stdout() {
 ///   maps each on its own and gives it back whole. 3M empty files in 1,000 directories:
 ///   the daemon's peak 288-342 MiB (median 326) -> 280-296 (median 281), three runs each;
 ///   1 GiB written and read back cold in 1 MiB blocks took the same time and CPU
-///   (`docs/results.md`, "The daemon's malloc").
+///   (`docs/results.md`, "The daemon's memory at 10M under 512 MiB").
 ///
 /// `MALLOC_ARENA_MAX`, `MALLOC_MMAP_THRESHOLD_` or `GLIBC_TUNABLES` in the environment
 /// win over the matching setting.
