@@ -23,9 +23,10 @@
 //! check bits keyed by the directory's seed), so an open directory costs no copy of its
 //! entries. `listers` counts the open handles of the directory; while there is one the
 //! arena is neither compacted nor shelved, so every position handed out stays a record's
-//! start (a removed entry's record stays, dead, and is skipped; a new one is appended). A
-//! compaction bumps `gen`, so a cookie from before it (or one a caller made up) reads as
-//! the listing's end, never as a place inside a record.
+//! start (a removed entry's record stays, dead, and is skipped; a new one is appended),
+//! up to [`FORCED_DEAD`] bytes of dead records. A compaction bumps `gen`, so a cookie from
+//! before it (or one a caller made up) reads as the listing's end, never as a place inside
+//! a record.
 //!
 //! Invariant: every live record is in `index` once, under the hash of its name, and no
 //! dead one is; `dead` counts the arena's bytes in dead records; a shelved `Entries` holds
@@ -88,6 +89,10 @@ pub(crate) struct Entries {
 /// arena offset in the low 32 bits. Below 2^63, as the kernel's `loff_t` needs.
 const COOKIE_MARK: u64 = 1 << 62;
 const COOKIE_CHECK_BITS: u32 = 14;
+
+/// Bytes of dead records past which the arena compacts even under open listings
+/// ([`Entries::compact_if_due`]; the unit tests' bound is small enough to reach).
+const FORCED_DEAD: usize = if cfg!(test) { 64 << 10 } else { 64 << 20 };
 
 /// The record at `at` in `arena`: its name, and its entry (`None`: removed).
 fn record(arena: &[u8], at: u32) -> (&[u8], Option<Entry>) {
@@ -258,19 +263,37 @@ impl Entries {
 
     /// Compacts when dead records are more than half the arena (and over 4 KiB), unless
     /// a handle lists the directory (its positions must stay records' starts).
+    ///
+    /// Past [`FORCED_DEAD`] bytes of dead records it compacts even so, so that a handle
+    /// held open while names come and go cannot grow the arena without bound: the
+    /// positions the open handles hold are then of the previous generation, and their
+    /// listings end there (said in the log).
     fn compact_if_due(&mut self) {
-        if self.listers == 0 && self.dead > 4096 && self.dead * 2 > self.arena.len() {
-            self.compact();
+        if self.dead <= 4096 || self.dead * 2 <= self.arena.len() {
+            return;
         }
+        if self.listers > 0 {
+            if self.dead <= FORCED_DEAD {
+                return;
+            }
+            log::warn!(
+                "a directory's entries compacted under {} open listings ({} bytes of \
+                 removed entries kept for them): those listings end early",
+                self.listers,
+                self.dead
+            );
+        }
+        self.compact();
     }
 
-    /// Rebuilt from the live entries: no dead records, the next generation of cookies.
+    /// Rebuilt from the live entries: no dead records, the next generation of cookies
+    /// (the open listings stay counted).
     fn compact(&mut self) {
-        assert_eq!(self.listers, 0, "a listed directory's arena compacted");
         let live = self.len();
         let mut out = Entries {
             seed: self.seed.clone(),
             gen: self.gen.wrapping_add(1),
+            listers: self.listers,
             ..Entries::default()
         };
         out.arena.reserve_exact(self.arena.len() - self.dead);
@@ -526,5 +549,46 @@ mod tests {
         }
         assert_eq!(e.len(), inos.len());
         assert_eq!(e.iter().count(), inos.len());
+    }
+
+    /// A listing's cookies name records through churn while a handle is open (no
+    /// compaction, where one would come after about a thousand steps here), past
+    /// `FORCED_DEAD` bytes of dead records the arena compacts anyway and the old cookies
+    /// read as the end; a made-up cookie never names a place, and a walk from a position
+    /// that is not a record's start stops.
+    #[test]
+    fn cookies_hold_until_a_forced_compaction() {
+        let mut e = Entries::default();
+        let name = |i: u32| format!("name-{i:06}").into_bytes();
+        for i in 0..1_000 {
+            e.insert(&name(i), entry(u64::from(i) + 1));
+        }
+        e.open_lister();
+        let mid = e.iter_from(0).nth(500).unwrap();
+        let cookie = e.cookie(mid.0);
+        assert_eq!(e.position(cookie), Some(mid.0));
+        assert_eq!(e.position(cookie ^ 1 << 50), None, "check bits");
+        assert_eq!(e.position(cookie + (1 << 32)), None, "another generation");
+        let mut steps = 0u32;
+        while e.position(cookie).is_some() {
+            assert!(e.remove(&name(steps)).is_some());
+            e.insert(&name(1_000 + steps), entry(u64::from(steps) + 2_000));
+            steps += 1;
+            assert!(steps < 100_000, "never compacted");
+        }
+        // A record is 16 bytes: compacted only past the bound.
+        assert!(
+            steps as usize * 16 > FORCED_DEAD,
+            "compacted after {steps} steps"
+        );
+        assert_eq!(
+            (e.len(), e.listers()),
+            (1_000, 1),
+            "the open listing stays counted"
+        );
+        e.close_lister();
+        // A position inside a record (a guessed cookie): the walk stops, no panic.
+        let inside: Vec<_> = e.iter_from(1).collect();
+        assert!(inside.len() < e.len(), "{} of {}", inside.len(), e.len());
     }
 }
