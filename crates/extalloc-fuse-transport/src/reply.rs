@@ -103,13 +103,19 @@ impl<'a> Reply<'a> {
         }
     }
 
-    fn finish(mut self, error: i32, parts: &[&[u8]]) {
+    /// Sends the reply; `false` when it did not reach the kernel (the request was
+    /// interrupted and is gone, or the send failed: logged), so a reply that hands out a
+    /// handle can be undone.
+    fn finish(mut self, error: i32, parts: &[&[u8]]) -> bool {
         self.sent = true;
         match self.sink.send(self.unique, error, parts) {
-            Ok(()) => {}
+            Ok(()) => true,
             // The request was interrupted and is gone: nobody waits for the answer.
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
-            Err(e) => log::warn!("cannot answer FUSE request {}: {e}", self.unique),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => false,
+            Err(e) => {
+                log::warn!("cannot answer FUSE request {}: {e}", self.unique);
+                false
+            }
         }
     }
 
@@ -118,7 +124,9 @@ impl<'a> Reply<'a> {
     pub fn none(mut self) {
         match self.sink {
             Sink::Dev(_) => self.sent = true,
-            Sink::Ring(_) => self.finish(0, &[]),
+            Sink::Ring(_) => {
+                self.finish(0, &[]);
+            }
         }
     }
 
@@ -145,9 +153,10 @@ impl<'a> Reply<'a> {
         self.finish(0, &[d]);
     }
 
-    /// The structure `s` and the bytes `tail` after it.
-    pub fn with<T: IntoBytes + zerocopy::Immutable>(self, s: &T, tail: &[u8]) {
-        self.finish(0, &[s.as_bytes(), tail]);
+    /// The structure `s` and the bytes `tail` after it; `false` when the reply did not
+    /// reach the kernel.
+    pub fn with<T: IntoBytes + zerocopy::Immutable>(self, s: &T, tail: &[u8]) -> bool {
+        self.finish(0, &[s.as_bytes(), tail])
     }
 
     /// A name's node, attributes and how long the kernel may keep them.
@@ -167,9 +176,10 @@ impl<'a> Reply<'a> {
         self.with(&out, &[]);
     }
 
-    /// An open handle and the open's flags (`FOPEN_*`).
-    pub fn opened(self, fh: u64, flags: u32) {
-        self.with(&open_out(fh, flags), &[]);
+    /// An open handle and the open's flags (`FOPEN_*`); `false` when the reply did not
+    /// reach the kernel (an interrupted open: no release will come for the handle).
+    pub fn opened(self, fh: u64, flags: u32) -> bool {
+        self.with(&open_out(fh, flags), &[])
     }
 
     /// A made and opened file (`CREATE`, `TMPFILE`).

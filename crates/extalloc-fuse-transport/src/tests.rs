@@ -516,3 +516,26 @@ fn namespace_requests_keep_the_turn_and_requests_that_may_wait_pass_it_on() {
         assert!(!keeps_turn(&op), "{op:?}");
     }
 }
+
+/// An open's reply says whether it reached the kernel: an interrupted request (the send
+/// finds it gone, `ENOENT`) or a failed send is `false`, so the handle can be released,
+/// since no release will come for it.
+#[test]
+fn an_open_reply_says_whether_it_reached_the_kernel() {
+    struct Gone(i32);
+    impl super::reply::Put for Gone {
+        fn put(&self, _: u64, _: i32, _: &[&[u8]]) -> std::io::Result<()> {
+            match self.0 {
+                0 => Ok(()),
+                e => Err(std::io::Error::from_raw_os_error(e)),
+            }
+        }
+    }
+    for (errno, reached) in [(0, true), (libc::ENOENT, false), (libc::EIO, false)] {
+        let put = Gone(errno);
+        let reply = Reply::to(super::reply::Sink::Ring(&put), 7);
+        assert_eq!(reply.opened(3, 0), reached, "send error {errno}");
+    }
+    let (a, _b) = seqpacket_pair();
+    assert!(Reply::new(&a, 8).opened(4, 0), "sent on the descriptor");
+}

@@ -167,11 +167,13 @@ impl FuseFs {
         match op {
             Op::Open { flags } => {
                 self.flags.refresh_atime(&self.fs);
-                opened(
-                    self.fs.open(ino, flags),
-                    open_flags(&self.fs, ino, flags),
-                    reply,
-                )
+                let r = self.fs.open(ino, flags);
+                if opened(r, open_flags(&self.fs, ino, flags), reply).is_some() {
+                    // Interrupted: the kernel has no handle, and no release will come.
+                    if let Err(e) = self.fs.release(ino) {
+                        log::warn!("inode {ino}: an interrupted open's release: {e:?}");
+                    }
+                }
             }
             Op::Read { offset, size } => {
                 self.flags.refresh_atime(&self.fs);
@@ -203,7 +205,12 @@ impl FuseFs {
             // stop sending FLUSH for the mount's life (its write-back stays), a round trip
             // less per close; locks are the kernel's own (no lock requests are served).
             Op::Flush => reply.error(libc::ENOSYS),
-            Op::Opendir => opened(self.fs.opendir(ino), DIR_OPEN_FLAGS, reply),
+            Op::Opendir => {
+                if let Some(fh) = opened(self.fs.opendir(ino), DIR_OPEN_FLAGS, reply) {
+                    // Interrupted: no release will come; the directory lists one fewer.
+                    self.fs.releasedir(fh);
+                }
+            }
             Op::Readdir {
                 fh,
                 offset,

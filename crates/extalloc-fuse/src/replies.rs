@@ -168,10 +168,15 @@ pub(crate) fn statfs_reply(r: Result<crate::fs::data::FsStat, FsErrno>, reply: R
 }
 
 /// An open handle with `flags` ([`OPEN_FLAGS`] or [`DIR_OPEN_FLAGS`]), or the error.
-pub(crate) fn opened(r: Result<u64, FsErrno>, flags: u32, reply: Reply<'_>) {
+/// The handle is returned when the reply did not reach the kernel (an interrupted open),
+/// for the caller to release: no release request will come for it.
+pub(crate) fn opened(r: Result<u64, FsErrno>, flags: u32, reply: Reply<'_>) -> Option<u64> {
     match r {
-        Ok(fh) => reply.opened(fh, flags),
-        Err(e) => reply.error(errno(e)),
+        Ok(fh) => (!reply.opened(fh, flags)).then_some(fh),
+        Err(e) => {
+            reply.error(errno(e));
+            None
+        }
     }
 }
 

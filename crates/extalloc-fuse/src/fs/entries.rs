@@ -25,8 +25,9 @@
 //! arena is neither compacted nor shelved, so every position handed out stays a record's
 //! start (a removed entry's record stays, dead, and is skipped; a new one is appended),
 //! up to [`FORCED_DEAD`] bytes of dead records. A compaction bumps `gen`, so a cookie from
-//! before it (or one a caller made up) reads as the listing's end, never as a place inside
-//! a record.
+//! before it reads as stale (the listing fails with `EIO`), and one a caller made up as
+//! the listing's end; a guessed one whose check bits match is walked only from a record
+//! the index holds ([`Entries::iter_from`]), never from a place inside a record.
 //!
 //! Invariant: every live record is in `index` once, under the hash of its name, and no
 //! dead one is; `dead` counts the arena's bytes in dead records; a shelved `Entries` holds
@@ -89,6 +90,17 @@ pub(crate) struct Entries {
 /// arena offset in the low 32 bits. Below 2^63, as the kernel's `loff_t` needs.
 const COOKIE_MARK: u64 = 1 << 62;
 const COOKIE_CHECK_BITS: u32 = 14;
+
+/// What a listing cookie names ([`Entries::position`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Position {
+    /// A record's start (or the arena's end) in this generation.
+    At(usize),
+    /// A cookie of an earlier generation: the listing it belongs to was cut short.
+    Stale,
+    /// Not a cookie the directory gave.
+    Unknown,
+}
 
 /// Bytes of dead records past which the arena compacts even under open listings
 /// ([`Entries::compact_if_due`]; the unit tests' bound is small enough to reach).
@@ -267,7 +279,7 @@ impl Entries {
     /// Past [`FORCED_DEAD`] bytes of dead records it compacts even so, so that a handle
     /// held open while names come and go cannot grow the arena without bound: the
     /// positions the open handles hold are then of the previous generation, and their
-    /// listings end there (said in the log).
+    /// listings fail with `EIO` from there (said in the log).
     fn compact_if_due(&mut self) {
         if self.dead <= 4096 || self.dead * 2 <= self.arena.len() {
             return;
@@ -278,7 +290,7 @@ impl Entries {
             }
             log::warn!(
                 "a directory's entries compacted under {} open listings ({} bytes of \
-                 removed entries kept for them): those listings end early",
+                 removed entries kept for them): reading on, those listings get EIO",
                 self.listers,
                 self.dead
             );
@@ -342,26 +354,34 @@ impl Entries {
     }
 
     /// The arena offset `cookie` names, if it is one [`Entries::cookie`] gave in this
-    /// generation; `None` (the listing's end) for any other value.
-    pub(crate) fn position(&self, cookie: u64) -> Option<usize> {
+    /// generation; [`Position::Stale`] for one it gave in an earlier generation (a
+    /// compaction forced under open listings came between); [`Position::Unknown`] for
+    /// any other value.
+    pub(crate) fn position(&self, cookie: u64) -> Position {
         let pos = cookie as u32;
         let gen = (cookie >> 32) as u16;
-        let fits = cookie & !((1 << (48 + COOKIE_CHECK_BITS)) - 1) == COOKIE_MARK;
-        (fits && gen == self.gen && (pos as usize) <= self.arena.len())
-            .then_some(pos as usize)
-            .filter(|_| (cookie >> 48) & ((1 << COOKIE_CHECK_BITS) - 1) == self.check(gen, pos))
+        let marked = cookie & !((1 << (48 + COOKIE_CHECK_BITS)) - 1) == COOKIE_MARK;
+        let checks = (cookie >> 48) & ((1 << COOKIE_CHECK_BITS) - 1) == self.check(gen, pos);
+        match (marked && checks, gen == self.gen) {
+            (true, true) if pos as usize <= self.arena.len() => Position::At(pos as usize),
+            (true, false) => Position::Stale,
+            _ => Position::Unknown,
+        }
     }
 
     /// The live entries from arena offset `from` on, each with its record's offset and
-    /// the offset after it. `from` comes from [`Entries::position`]: a record's start,
-    /// unless a caller guessed a cookie's check bits, so a record that does not hold
-    /// together ends the walk rather than reading past it.
+    /// the offset after it. `from` comes from [`Entries::position`], so it is a record's
+    /// start unless a caller guessed a cookie's check bits: until a live record is found
+    /// to be the index's own for its name, each one is checked so (a guessed position
+    /// inside a record finds none and ends the walk, a record that does not hold together
+    /// ends it too), and from the first that is, the walk is on records' starts.
     pub(crate) fn iter_from(
         &self,
         from: usize,
     ) -> impl Iterator<Item = (usize, usize, &[u8], Entry)> + '_ {
         self.held();
         let mut at = from;
+        let mut aligned = from == 0;
         std::iter::from_fn(move || loop {
             let a = &self.arena;
             if at + HEAD > a.len() {
@@ -378,6 +398,10 @@ impl Entries {
             let here = at;
             at += size(a, at);
             if let (name, Some(e)) = record(a, here as u32) {
+                if !aligned && self.find(name) != Some(here as u32) {
+                    return None; // not a record the directory holds
+                }
+                aligned = true;
                 return Some((here, at, name, e));
             }
         })
@@ -554,8 +578,8 @@ mod tests {
     /// A listing's cookies name records through churn while a handle is open (no
     /// compaction, where one would come after about a thousand steps here), past
     /// `FORCED_DEAD` bytes of dead records the arena compacts anyway and the old cookies
-    /// read as the end; a made-up cookie never names a place, and a walk from a position
-    /// that is not a record's start stops.
+    /// read as stale; a made-up cookie names nothing, and a walk from a guessed place
+    /// inside a record lists only records the directory holds.
     #[test]
     fn cookies_hold_until_a_forced_compaction() {
         let mut e = Entries::default();
@@ -564,18 +588,39 @@ mod tests {
             e.insert(&name(i), entry(u64::from(i) + 1));
         }
         e.open_lister();
-        let mid = e.iter_from(0).nth(500).unwrap();
-        let cookie = e.cookie(mid.0);
-        assert_eq!(e.position(cookie), Some(mid.0));
-        assert_eq!(e.position(cookie ^ 1 << 50), None, "check bits");
-        assert_eq!(e.position(cookie + (1 << 32)), None, "another generation");
+        let mid = e.iter_from(0).nth(500).unwrap().0;
+        let cookie = e.cookie(mid);
+        assert_eq!(e.position(cookie), Position::At(mid));
+        assert_eq!(
+            e.position(cookie ^ 1 << 50),
+            Position::Unknown,
+            "check bits"
+        );
+        assert_eq!(
+            e.position(cookie + (1 << 32)),
+            Position::Unknown,
+            "another generation"
+        );
+        // A guessed cookie with the right check bits for a place inside a record: the walk
+        // from it lists no record the directory does not hold.
+        let inside = mid + 3;
+        let guessed = COOKIE_MARK | e.check(e.gen, inside as u32) << 48 | inside as u64;
+        assert_eq!(e.position(guessed), Position::At(inside));
+        for (at, _, name, _) in e.iter_from(inside) {
+            assert_eq!(e.find(name), Some(at as u32), "a record the index holds");
+        }
         let mut steps = 0u32;
-        while e.position(cookie).is_some() {
+        while e.position(cookie) == Position::At(mid) {
             assert!(e.remove(&name(steps)).is_some());
             e.insert(&name(1_000 + steps), entry(u64::from(steps) + 2_000));
             steps += 1;
             assert!(steps < 100_000, "never compacted");
         }
+        assert_eq!(
+            e.position(cookie),
+            Position::Stale,
+            "a cookie of the listing cut short"
+        );
         // A record is 16 bytes: compacted only past the bound.
         assert!(
             steps as usize * 16 > FORCED_DEAD,
@@ -587,8 +632,7 @@ mod tests {
             "the open listing stays counted"
         );
         e.close_lister();
-        // A position inside a record (a guessed cookie): the walk stops, no panic.
-        let inside: Vec<_> = e.iter_from(1).collect();
-        assert!(inside.len() < e.len(), "{} of {}", inside.len(), e.len());
+        // A position inside the first record: no record the index holds starts the walk.
+        assert_eq!(e.iter_from(1).count(), 0);
     }
 }

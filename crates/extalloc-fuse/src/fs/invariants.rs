@@ -123,8 +123,8 @@ fn check(fs: &Fs, ns: &Ns) -> Result<(), String> {
     Ok(())
 }
 
-/// Each directory counts as listers exactly the open handles that list it (`listing.rs`:
-/// its arena holds their positions), and a shelved one has none.
+/// Each directory in memory counts as listers exactly the open handles that list it
+/// (`listing.rs`: its arena holds their positions), and a shelved one has none.
 fn check_listers(fs: &Fs, ns: &Ns) -> Result<(), String> {
     let mut open: HashMap<u64, u32> = HashMap::new();
     for h in fs.dir_handles.lock().values() {
@@ -143,11 +143,9 @@ fn check_listers(fs: &Fs, ns: &Ns) -> Result<(), String> {
             ));
         }
     }
-    // A handle's directory is in memory while it is open (the kernel holds it).
-    match open.into_iter().next() {
-        Some((ino, n)) => Err(format!("{n} open handles list {ino}, not in memory")),
-        None => Ok(()),
-    }
+    // What is left lists directories no longer in memory: removed, and the kernel's last
+    // forget came before the handles' release (it may); nothing counts them.
+    Ok(())
 }
 
 /// What [`check_memory`] leaves to the volume: the entries naming inodes not in memory

@@ -10,18 +10,22 @@
 //! Invariant: a position (the `offset` readdir gets and gives) is 0 (the start), 1 (after
 //! `.`), 2 (after `..`), or a cookie of an entry's record in the directory's arena
 //! (`Entries::cookie`). While a handle is open its directory counts it as a lister
-//! (`Entries::open_lister`), and the arena is neither compacted nor shelved meanwhile: a
-//! removed entry's record stays (skipped), a new one is appended, so every position a
-//! handle was given stays where it was, and an entry present for the whole listing is
-//! listed once (POSIX: entries added or removed after `opendir` may or may not appear;
-//! `rewinddir`, which the kernel passes on as a read from position 0, shows the directory
-//! as it is then). A cookie the directory did not give (made up, or from before a
-//! compaction) reads as the listing's end.
+//! (`Entries::open_lister`), and the arena is not shelved and not compacted below 64 MiB
+//! of removed records (`entries.rs`, `FORCED_DEAD`): a removed entry's record stays
+//! (skipped), a new one is appended, so every position a handle was given stays where it
+//! was, and an entry present for the whole listing is listed once (POSIX: entries added
+//! or removed after `opendir` may or may not appear; a name a rename replaced may come
+//! again, its record moved to the end when the new inode needs more bytes; `rewinddir`,
+//! which the kernel passes on as a read from position 0, shows the directory as it is
+//! then). A position from before a compaction forced under open listings fails with
+//! `EIO`, never silently short; one the directory did not give ends the listing, and a
+//! guessed one lists only records the directory holds.
 //!
 //! Lock order: `ns` (read, to list; write, to open and close a handle) -> `dir_handles`,
 //! as in `mod.rs`; `dir_ahead` (a leaf) is taken with no lock held.
 
 use super::core::{Attr, DirHandle, Errno, Fs, FsResult, Ns};
+use super::entries::Position;
 use crate::inode::Kind;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -89,7 +93,7 @@ impl Fs {
                 return Ok(());
             }
         }
-        let Some(from) = start_of(d, offset.max(2)) else {
+        let Some(from) = start_of(d, ino, offset.max(2))? else {
             return Ok(());
         };
         for (_, next, name, e) in d.entries.iter_from(from) {
@@ -157,7 +161,7 @@ impl Fs {
                         Handed::Skipped => {}
                     }
                 }
-                let Some(from) = start_of(d, at.max(2)) else {
+                let Some(from) = start_of(d, ino, at.max(2))? else {
                     return Ok(());
                 };
                 let mut stop = None;
@@ -273,8 +277,8 @@ impl Fs {
         let Some(h) = self.dir_handles.lock().remove(&fh) else {
             return;
         };
-        // The directory stays in memory while open (the kernel holds it): gone only if
-        // removed and forgotten, when nothing lists it any more.
+        // Gone from memory only when removed and forgotten: the kernel may send the last
+        // forget before the release, and then nothing counts the handle any more.
         if let Some(d) = ns.nodes.get_mut(&h.ino).and_then(|n| n.dir.as_deref_mut()) {
             d.entries.close_lister();
         }
@@ -297,12 +301,21 @@ enum Handed {
     Full,
 }
 
-/// The arena offset a listing goes on from after position `offset` (at least 2: past `.`
-/// and `..`), `None` when the position names nothing (see the module documentation).
-fn start_of(d: &super::core::DirState, offset: u64) -> Option<usize> {
+/// The arena offset a listing of directory `ino` goes on from after position `offset` (at
+/// least 2: past `.` and `..`), `None` when the position names nothing (a made-up one:
+/// the listing's end), `EIO` for a position of the listing's that a compaction forced
+/// under it took away (see the module documentation).
+fn start_of(d: &super::core::DirState, ino: u64, offset: u64) -> FsResult<Option<usize>> {
     debug_assert!(offset >= 2, "past the dots");
     match offset {
-        2 => Some(0),
-        _ => d.entries.position(offset),
+        2 => Ok(Some(0)),
+        _ => match d.entries.position(offset) {
+            Position::At(p) => Ok(Some(p)),
+            Position::Unknown => Ok(None),
+            Position::Stale => {
+                log::warn!("directory {ino}: a listing's position from before a compaction");
+                Err(Errno(libc::EIO))
+            }
+        },
     }
 }

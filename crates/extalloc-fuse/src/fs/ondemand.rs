@@ -107,7 +107,8 @@ impl Node {
 /// Inode `ino`'s node as `vol` holds it, for an inode not in memory: a directory's with
 /// its entries replayed from its log and `parent` as its parent (`None`: not known, and a
 /// directory is then `EISDIR`, for the caller to find its parent: [`Fs::load_into`]),
-/// its entries' kinds from `known` (the nodes in memory; others not known yet: `Entry`).
+/// its entries' kinds from `known` (the nodes in memory), else from their add records,
+/// else not known yet (`Entry`).
 /// `ENOENT` if there is no such inode, `EIO` if its blob, its log or its extended
 /// attributes are damaged (logged, with what to run). A log with a torn tail is cut, one
 /// parsed over damage rewritten (`scan::fix_log`), as the mount's repair did.
@@ -416,7 +417,8 @@ impl Fs {
     /// Reads back the entries of directory `dir` (in memory) from its log if they were
     /// shelved ([`Fs::shelve_dirs`]), and marks it used; nothing for an inode that is not
     /// a directory in memory (the caller's own checks find it). Each entry's kind is its
-    /// node's when that is in memory (else not known yet, as after a mount). `EIO` if the
+    /// node's when that is in memory, else its add record's (`dir.rs`), else not known
+    /// yet. `EIO` if the
     /// log cannot be read or no longer checks (logged, the store marked damaged: it held
     /// these entries when they were let go); the entries stay shelved then.
     pub(crate) fn unshelve(&self, ns: &mut Ns, dir: u64) -> FsResult<()> {

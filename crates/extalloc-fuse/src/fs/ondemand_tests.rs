@@ -374,8 +374,15 @@ fn adds_before_the_typed_feature_list_unknown_and_new_ones_typed() {
     let d = mkdir(&fs, ROOT, "old-d");
     put(&fs, ROOT, "old-f", b"x");
     fs.unmount().unwrap();
+    super::tests::before_typed_entries(&dev);
     let (fs, _) = remount(&dev);
     assert!(fs.typed_entries && fs.vol.volume().store().typed_entries_promised());
+    let sb = extalloc::disk::format::read_superblock(dev.as_ref()).unwrap();
+    assert_ne!(
+        sb.incompat & extalloc::disk::format::INCOMPAT_TYPED_ENTRIES,
+        0,
+        "the mount's checkpoint wrote the feature before any typed add"
+    );
     put(&fs, ROOT, "new-f", b"y");
     let want = |old: Option<Kind>| {
         vec![

@@ -103,6 +103,16 @@ pub(super) fn before_the_promise(dev: &Arc<FaultDevice<MemDevice>>) {
     extalloc::disk::device::Device::flush(dev.as_ref()).unwrap();
 }
 
+/// Takes `INCOMPAT_TYPED_ENTRIES` off the device, as a device last mounted by a build
+/// before directory adds carried kinds.
+pub(super) fn before_typed_entries(dev: &Arc<FaultDevice<MemDevice>>) {
+    let mut sb = extalloc::disk::format::read_superblock(dev.as_ref()).unwrap();
+    sb.incompat &= !extalloc::disk::format::INCOMPAT_TYPED_ENTRIES;
+    sb.generation += 1;
+    extalloc::disk::format::write_superblock(dev.as_ref(), &sb).unwrap();
+    extalloc::disk::device::Device::flush(dev.as_ref()).unwrap();
+}
+
 /// Every volume check and the namespace check are clean after an unmount.
 fn assert_clean(dev: &Arc<FaultDevice<MemDevice>>) {
     let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
