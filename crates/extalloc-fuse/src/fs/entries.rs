@@ -296,6 +296,7 @@ impl Entries {
             );
         }
         self.compact();
+        debug_assert_eq!(self.dead, 0, "a compaction leaves no dead record");
     }
 
     /// Rebuilt from the live entries: no dead records, the next generation of cookies
@@ -320,7 +321,10 @@ impl Entries {
     /// A handle opened a listing of the directory: positions stay until it closes
     /// ([`Entries::close_lister`]).
     pub(crate) fn open_lister(&mut self) {
-        self.held();
+        assert!(
+            self.shelved.is_none(),
+            "a shelved directory listed before being read back"
+        );
         self.listers += 1;
     }
 

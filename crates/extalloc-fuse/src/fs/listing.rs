@@ -282,6 +282,10 @@ impl Fs {
         if let Some(d) = ns.nodes.get_mut(&h.ino).and_then(|n| n.dir.as_deref_mut()) {
             d.entries.close_lister();
         }
+        debug_assert!(
+            !self.dir_handles.lock().contains_key(&fh),
+            "directory handle {fh} closed"
+        );
     }
 
     /// The directory an open handle lists (`EBADF` for an unknown handle).
