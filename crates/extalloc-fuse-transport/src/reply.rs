@@ -148,9 +148,9 @@ impl<'a> Reply<'a> {
         self.finish(0, &[]);
     }
 
-    /// Bytes.
-    pub fn data(self, d: &[u8]) {
-        self.finish(0, &[d]);
+    /// Bytes; `false` when the reply did not reach the kernel.
+    pub fn data(self, d: &[u8]) -> bool {
+        self.finish(0, &[d])
     }
 
     /// The structure `s` and the bytes `tail` after it; `false` when the reply did not
@@ -159,9 +159,11 @@ impl<'a> Reply<'a> {
         self.finish(0, &[s.as_bytes(), tail])
     }
 
-    /// A name's node, attributes and how long the kernel may keep them.
-    pub fn entry(self, ttl: Duration, attr: &abi::Attr, generation: u64) {
-        self.with(&entry_out(ttl, attr, generation), &[]);
+    /// A name's node, attributes and how long the kernel may keep them; `false` when the
+    /// reply did not reach the kernel (an interrupted request: the kernel counts no lookup
+    /// of the node, so the caller forgets the one it counted).
+    pub fn entry(self, ttl: Duration, attr: &abi::Attr, generation: u64) -> bool {
+        self.with(&entry_out(ttl, attr, generation), &[])
     }
 
     /// Attributes and how long the kernel may keep them.
@@ -182,11 +184,12 @@ impl<'a> Reply<'a> {
         self.with(&open_out(fh, flags), &[])
     }
 
-    /// A made and opened file (`CREATE`, `TMPFILE`).
-    pub fn created(self, ttl: Duration, attr: &abi::Attr, fh: u64, flags: u32) {
+    /// A made and opened file (`CREATE`, `TMPFILE`); `false` when the reply did not reach
+    /// the kernel (no lookup counted, no release coming: the caller undoes both).
+    pub fn created(self, ttl: Duration, attr: &abi::Attr, fh: u64, flags: u32) -> bool {
         let entry = entry_out(ttl, attr, 0);
         let open = open_out(fh, flags);
-        self.finish(0, &[entry.as_bytes(), open.as_bytes()]);
+        self.finish(0, &[entry.as_bytes(), open.as_bytes()])
     }
 
     /// A statx's attributes and how long the kernel may keep them.
@@ -336,8 +339,8 @@ impl DirBuf {
     }
 
     /// Sends the entries gathered.
-    pub fn send(self, reply: Reply<'_>) {
-        reply.data(&self.buf);
+    pub fn send(self, reply: Reply<'_>) -> bool {
+        reply.data(&self.buf)
     }
 }
 

@@ -91,9 +91,16 @@ impl FuseFs {
         file_attr(a, self.block_size)
     }
 
+    /// A lookup's or a made name's entry: the file system counted one lookup of the node,
+    /// which the kernel counts only if the reply reaches it (an interrupted request's does
+    /// not, and no forget would ever come for it).
     fn entry(&self, r: Result<Attr, FsErrno>, reply: Reply<'_>) {
         match r {
-            Ok(a) => reply.entry(Fs::attr_ttl(&a, TTL), &self.file_attr(&a), 0),
+            Ok(a) => {
+                if !reply.entry(Fs::attr_ttl(&a, TTL), &self.file_attr(&a), 0) {
+                    self.fs.forget(a.ino, 1);
+                }
+            }
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -279,7 +286,10 @@ impl FuseFs {
             // open of a missing name. Every name is made through the kernel, which replaces
             // the negative entry when it makes one; nothing makes names behind its back
             // while the mount is served.
-            Err(FsErrno(libc::ENOENT)) => reply.entry(TTL, &negative_entry(), 0),
+            Err(FsErrno(libc::ENOENT)) => {
+                // No node: nothing counted, nothing to undo.
+                reply.entry(TTL, &negative_entry(), 0);
+            }
             r => self.entry(r, reply),
         }
     }
@@ -370,12 +380,20 @@ impl FuseFs {
             self.flags.refresh_atime(&self.fs);
         }
         let mut buf = DirBuf::new(size);
+        // The nodes `readdirplus_entries` counted a lookup of (every entry with attributes
+        // but the dots): forgotten again if the reply does not reach the kernel.
+        let mut looked_up = Vec::new();
         let r = if plus {
             self.fs
                 .readdirplus_entries(fh, offset, |name, e, next| match e {
                     Plus::Read(a) => {
                         let entry = DirBuf::entry(Fs::attr_ttl(a, TTL), &self.file_attr(a));
-                        buf.add(a.ino, next, a.inode.kind.dirent_type(), name, Some(&entry))
+                        let kind = a.inode.kind.dirent_type();
+                        let full = buf.add(a.ino, next, kind, name, Some(&entry));
+                        if !full && name != b"." && name != b".." {
+                            looked_up.push((a.ino, 1));
+                        }
+                        full
                     }
                     // An inode that cannot be read: its name without attributes (node 0: the
                     // kernel makes no dentry, and a lookup of the name gets the error).
@@ -393,7 +411,11 @@ impl FuseFs {
             })
         };
         match r {
-            Ok(()) => buf.send(reply),
+            Ok(()) => {
+                if !buf.send(reply) && !looked_up.is_empty() {
+                    self.fs.forget_many(&looked_up);
+                }
+            }
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -430,7 +452,13 @@ impl FuseFs {
                 // As an open's: direct for a file made synchronous by its directory's
                 // flag (`chattr +S`, inherited) or on a nearly full device.
                 let open = open_flags(&self.fs, a.ino, flags);
-                reply.created(Fs::attr_ttl(&a, TTL), &self.file_attr(&a), fh, open)
+                if !reply.created(Fs::attr_ttl(&a, TTL), &self.file_attr(&a), fh, open) {
+                    // Interrupted: the kernel holds neither the node nor the handle.
+                    if let Err(e) = self.fs.release(a.ino) {
+                        log::warn!("inode {}: an interrupted create's release: {e:?}", a.ino);
+                    }
+                    self.fs.forget(a.ino, 1);
+                }
             }
             Err(e) => reply.error(errno(e)),
         }
@@ -484,5 +512,113 @@ impl FuseFs {
             }
             Err(e) => reply.error(errno(e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::tests::{device, fresh, mkdir, put};
+    use crate::fs::ROOT;
+    use std::fs::File;
+
+    /// A connected pair of sequenced-packet sockets: one write is one read, as on
+    /// `/dev/fuse`.
+    fn pair() -> (File, File) {
+        use rustix::net::{socketpair, AddressFamily, SocketFlags, SocketType};
+        let flags = SocketFlags::CLOEXEC;
+        let (a, b) = socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, flags, None).unwrap();
+        (File::from(a), File::from(b))
+    }
+
+    /// A reply that cannot be sent: the other end of its socket is closed, as the kernel
+    /// has dropped an interrupted request.
+    fn lost() -> File {
+        pair().0
+    }
+
+    fn request(nodeid: u64) -> Request {
+        Request {
+            unique: 9,
+            opcode: 0,
+            nodeid,
+            uid: 0,
+            gid: 0,
+            pid: 1,
+        }
+    }
+
+    /// What the file system counted for a reply that never reached the kernel is undone:
+    /// a lookup's and a made name's lookup, an open's open count, an opendir's lister, a
+    /// create's lookup and open, `readdirplus`'s lookups. The kernel would never send the
+    /// forget or release that undoes them otherwise.
+    #[test]
+    fn replies_that_never_arrive_undo_what_they_counted() {
+        let dev = device(91);
+        let fs = Arc::new(fresh(&dev));
+        let d = mkdir(&fs, ROOT, "d");
+        let f = put(&fs, d, "f", b"data");
+        let dir = std::env::temp_dir();
+        let fuse = FuseFs::new(fs.clone(), &dir);
+        let lookups = |ino| fs.ns.read().nodes.get(&ino).map_or(0, |n| n.lookups.get());
+        let opens = |ino| fs.ns.read().nodes.get(&ino).map_or(0, |n| n.open);
+        let listers = || fs.ns.read().dir(d).unwrap().entries.listers();
+        let (l0, o0) = (lookups(f), opens(f));
+        let out = lost();
+        fuse.serve(
+            &request(d),
+            Op::Lookup(OsStr::new("f")),
+            Reply::new(&out, 1),
+        );
+        assert_eq!(lookups(f), l0, "an undelivered lookup");
+        fuse.serve(
+            &request(f),
+            Op::Open {
+                flags: libc::O_RDONLY,
+            },
+            Reply::new(&out, 2),
+        );
+        assert_eq!(opens(f), o0, "an undelivered open");
+        fuse.serve(&request(d), Op::Opendir, Reply::new(&out, 3));
+        assert_eq!(listers(), 0, "an undelivered opendir");
+        let create = CreateIn {
+            flags: libc::O_RDWR as u32,
+            mode: 0o100644,
+            umask: 0,
+            open_flags: 0,
+        };
+        let name = OsStr::new("made");
+        fuse.serve(
+            &request(d),
+            Op::Create { name, create },
+            Reply::new(&out, 4),
+        );
+        let made = fs.lookup(d, b"made").unwrap().ino;
+        assert_eq!(
+            (lookups(made), opens(made)),
+            (1, 0),
+            "only the lookup just made"
+        );
+        // readdirplus through a handle whose open did reach the kernel.
+        let fh = fs.opendir(d).unwrap();
+        let before = (lookups(f), lookups(made));
+        let list = || Op::Readdir {
+            fh,
+            offset: 0,
+            size: 4096,
+            plus: true,
+        };
+        fuse.serve(&request(d), list(), Reply::new(&out, 5));
+        assert_eq!(
+            (lookups(f), lookups(made)),
+            before,
+            "an undelivered listing"
+        );
+        // The same listing delivered counts a lookup of each.
+        let (a, _b) = pair();
+        fuse.serve(&request(d), list(), Reply::new(&a, 6));
+        assert_eq!((lookups(f), lookups(made)), (before.0 + 1, before.1 + 1));
+        fs.releasedir(fh);
+        fs.check_namespace().unwrap();
     }
 }

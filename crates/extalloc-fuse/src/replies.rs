@@ -93,7 +93,9 @@ pub(crate) fn empty(r: Result<(), FsErrno>, reply: Reply<'_>) {
 /// The bytes, or the error.
 pub(crate) fn data(r: Result<Vec<u8>, FsErrno>, reply: Reply<'_>) {
     match r {
-        Ok(d) => reply.data(&d),
+        Ok(d) => {
+            reply.data(&d);
+        }
         Err(e) => reply.error(errno(e)),
     }
 }
@@ -192,7 +194,9 @@ pub(crate) fn xattr_reply(r: Result<Vec<u8>, FsErrno>, size: u32, reply: Reply<'
     match r {
         Ok(v) if size == 0 => reply.xattr_size(v.len() as u32),
         Ok(v) if v.len() > size as usize => reply.error(libc::ERANGE),
-        Ok(v) => reply.data(&v),
+        Ok(v) => {
+            reply.data(&v);
+        }
         Err(e) => reply.error(errno(e)),
     }
 }

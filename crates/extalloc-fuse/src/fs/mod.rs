@@ -100,7 +100,7 @@ mod shutdown;
 mod space_tests;
 pub mod syncmode;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 mod tmpfile;
 #[cfg(test)]
 mod tmpfile_tests;

@@ -13,11 +13,11 @@ use std::sync::Arc;
 
 pub(super) const ME: Caller = Caller { uid: 0, gid: 0 };
 
-pub(super) fn device(seed: u64) -> Arc<FaultDevice<MemDevice>> {
+pub(crate) fn device(seed: u64) -> Arc<FaultDevice<MemDevice>> {
     Arc::new(FaultDevice::new(MemDevice::new(8192 * 4096), seed))
 }
 
-pub(super) fn fresh(dev: &Arc<FaultDevice<MemDevice>>) -> Fs {
+pub(crate) fn fresh(dev: &Arc<FaultDevice<MemDevice>>) -> Fs {
     let geometry = Geometry::new(4096, 1024, 8192).unwrap();
     let vol = Volume::mkfs(dev.clone(), &geometry, 64, Policy::default()).unwrap();
     let (fs, r) = Fs::mount(vol, WritebackOptions::default()).unwrap();
@@ -40,13 +40,13 @@ pub(super) fn node(kind: Kind) -> NewNode<'static> {
     }
 }
 
-pub(super) fn mkdir(fs: &Fs, parent: u64, name: &str) -> u64 {
+pub(crate) fn mkdir(fs: &Fs, parent: u64, name: &str) -> u64 {
     fs.make(parent, name.as_bytes(), node(Kind::Dir), ME)
         .unwrap()
         .ino
 }
 
-pub(super) fn put(fs: &Fs, parent: u64, name: &str, data: &[u8]) -> u64 {
+pub(crate) fn put(fs: &Fs, parent: u64, name: &str, data: &[u8]) -> u64 {
     let ino = fs
         .make(parent, name.as_bytes(), node(Kind::File), ME)
         .unwrap()
