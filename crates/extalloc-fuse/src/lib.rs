@@ -41,6 +41,8 @@ pub mod dir;
 mod ending;
 pub mod fs;
 mod fuse;
+#[cfg(test)]
+mod fuse_tests;
 pub mod inode;
 mod kernel;
 pub mod mount;
