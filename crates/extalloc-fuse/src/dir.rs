@@ -12,7 +12,7 @@
 //! compaction appends a reset and the live entries, block-aligned, then punches
 //! the blocks before them, which read as zeros. Zero bytes between records are skipped (no
 //! record starts with a zero tag). [`DirLog::parse`] replays a log into the
-//! entries (name -> inode) and the kinds its adds carry (inode -> kind); [`record`]
+//! entries (name -> inode, and the kind its add carried); [`record`]
 //! encodes one record. Each change appends one record at the end of the log through the
 //! volume, so it travels in the volume's journal with the operation that made it.
 //!
@@ -27,7 +27,7 @@
 //! Lock order: none (plain values; the namespace lock, `Fs::ns` in `fs/mod.rs`, guards them).
 
 use crate::inode::Kind;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// Longest name (bytes), as `NAME_MAX`.
 pub const NAME_MAX: usize = 255;
@@ -108,12 +108,8 @@ pub fn live_bytes<'a>(entries: impl Iterator<Item = &'a Vec<u8>>) -> u64 {
 /// A directory log read back.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct DirLog {
-    /// The entries: name -> inode.
-    pub entries: BTreeMap<Vec<u8>, u64>,
-    /// The kinds the adds carried, by inode (the last add of an inode says; an add
-    /// without a kind forgets it). May name inodes no entry names any more: look up only
-    /// those `entries` name.
-    pub kinds: HashMap<u64, Kind>,
+    /// The entries: name -> inode, and the kind its add carried (`None`: an untyped add).
+    pub entries: BTreeMap<Vec<u8>, Added>,
     /// Bytes of the log that parsed (the rest is a torn or damaged tail).
     pub valid_bytes: u64,
     /// Where the parsed bytes started in the directory's file (what came before is punched
@@ -179,16 +175,11 @@ impl DirLog {
     /// name already there or a remove of one not there.
     fn apply(&mut self, r: &Rec<'_>, pos: usize) {
         let applied = match r.op {
-            ADD => {
-                match r.kind {
-                    Some(k) => self.kinds.insert(r.ino, k),
-                    None => self.kinds.remove(&r.ino),
-                };
-                self.entries.insert(r.name.to_vec(), r.ino).is_none()
-            }
+            ADD => (self.entries)
+                .insert(r.name.to_vec(), (r.ino, r.kind))
+                .is_none(),
             RESET => {
                 self.entries.clear();
-                self.kinds.clear();
                 true
             }
             _ => self.entries.remove(r.name).is_some(),
@@ -272,7 +263,8 @@ mod tests {
         assert_eq!(d.problem, None);
         assert_eq!(d.records, 4);
         assert_eq!(d.valid_bytes, log.len() as u64);
-        let want: BTreeMap<Vec<u8>, u64> = [(b"a".to_vec(), 7), (b"b".to_vec(), 6)].into();
+        let want: BTreeMap<Vec<u8>, Added> =
+            [(b"a".to_vec(), (7, None)), (b"b".to_vec(), (6, None))].into();
         assert_eq!(d.entries, want);
     }
 
@@ -385,9 +377,10 @@ mod tests {
     }
 
     /// An add carries its entry's kind in the tag's high bits; an untyped add is the
-    /// record every earlier build wrote, byte for byte.
+    /// record every earlier build wrote, byte for byte; each entry keeps the kind its
+    /// last add carried.
     #[test]
-    fn kinds_ride_in_adds_and_the_last_add_of_an_inode_says() {
+    fn kinds_ride_in_adds() {
         let plain = record(b"a", Some((5, None)));
         assert_eq!(plain[0], ADD, "an untyped add is the old record");
         let mut log = record(b"a", Some((5, Some(Kind::Dir))));
@@ -395,31 +388,26 @@ mod tests {
         log.extend(record(b"b", Some((6, Some(Kind::Symlink)))));
         log.extend(record(b"c", Some((7, Some(Kind::File)))));
         log.extend(record(b"c", None));
-        log.extend(record(b"d", Some((6, None)))); // a link the writer knew no kind of
+        log.extend(record(b"c", Some((7, None)))); // an add the writer knew no kind of
         let d = DirLog::parse(&log);
         assert_eq!(d.problem, None);
-        assert_eq!(d.kinds.get(&5), Some(&Kind::Dir));
-        assert_eq!(
-            d.kinds.get(&6),
-            None,
-            "an untyped add forgets the inode's kind"
-        );
-        assert_eq!(
-            d.kinds.get(&7),
-            Some(&Kind::File),
-            "kept, named by no entry"
-        );
-        // A compacted log keeps the kinds it is given, and a reset forgets the rest.
+        let want: BTreeMap<Vec<u8>, Added> = [
+            (b"a".to_vec(), (5, Some(Kind::Dir))),
+            (b"b".to_vec(), (6, Some(Kind::Symlink))),
+            (b"c".to_vec(), (7, None)),
+        ]
+        .into();
+        assert_eq!(d.entries, want);
+        // A compacted log keeps the kinds it is given.
         let mut whole = log.clone();
         whole.resize(4096, 0);
         whole.extend(compacted([(&b"a"[..], (5, Some(Kind::Dir)))].into_iter()));
         let d = DirLog::parse(&whole);
-        assert_eq!(d.kinds.len(), 1);
-        assert_eq!(d.kinds.get(&5), Some(&Kind::Dir));
+        assert_eq!(d.entries, [(b"a".to_vec(), (5, Some(Kind::Dir)))].into());
         for code in 1..=7 {
             let k = Kind::from_code(code).unwrap();
             let d = DirLog::parse(&record(b"x", Some((9, Some(k)))));
-            assert_eq!(d.kinds.get(&9), Some(&k), "{k:?}");
+            assert_eq!(d.entries[&b"x"[..]], (9, Some(k)), "{k:?}");
         }
     }
 

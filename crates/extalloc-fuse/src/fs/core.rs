@@ -576,12 +576,12 @@ pub(crate) fn dir_node(
 /// else the kind its add carried (`dir.rs`), else none.
 pub(crate) fn entries_of(log: &DirLog, kind: impl Fn(u64) -> Option<Kind>) -> Entries {
     (log.entries.iter())
-        .map(|(name, &ino)| {
+        .map(|(name, &(ino, logged))| {
             (
                 name.as_slice(),
                 Entry {
                     ino,
-                    kind: kind(ino).or_else(|| log.kinds.get(&ino).copied()),
+                    kind: kind(ino).or(logged),
                 },
             )
         })

@@ -387,7 +387,7 @@ fn check_log(fs: &Fs, ns: &Ns, ino: u64, d: &super::core::DirState) -> Result<Ve
         .map_err(|e| format!("directory {ino}: {e}"))?;
     let log = DirLog::parse(&bytes);
     if d.shelved() {
-        for &child in log.entries.values() {
+        for &(child, _) in log.entries.values() {
             if let Some(cd) = ns.nodes.get(&child).and_then(|c| c.dir.as_ref()) {
                 if cd.parent != ino {
                     return Err(format!(
@@ -413,7 +413,9 @@ fn check_log(fs: &Fs, ns: &Ns, ino: u64, d: &super::core::DirState) -> Result<Ve
         }
     }
     let inos: BTreeMap<Vec<u8>, u64> = match d.shelved() {
-        true => log.entries.clone(),
+        true => (log.entries.iter())
+            .map(|(n, e)| (n.clone(), e.0))
+            .collect(),
         false => (d.entries.iter())
             .map(|(n, e)| (n.to_vec(), e.ino))
             .collect(),
@@ -421,7 +423,8 @@ fn check_log(fs: &Fs, ns: &Ns, ino: u64, d: &super::core::DirState) -> Result<Ve
     // The kinds the adds carry (`dir.rs`) against memory's, where both know one.
     if !d.shelved() {
         for (name, e) in d.entries.iter() {
-            if let (Some(k), Some(&logged)) = (e.kind, log.kinds.get(&e.ino)) {
+            let logged = log.entries.get(name).and_then(|a| a.1);
+            if let (Some(k), Some(logged)) = (e.kind, logged) {
                 if k != logged {
                     return Err(format!(
                         "directory {ino}: {:?} names inode {} as a {k:?}, its log as a \
@@ -433,7 +436,10 @@ fn check_log(fs: &Fs, ns: &Ns, ino: u64, d: &super::core::DirState) -> Result<Ve
             }
         }
     }
-    if size != d.log_bytes || log.entries != inos || log.problem.is_some() {
+    let logged: BTreeMap<Vec<u8>, u64> = (log.entries.iter())
+        .map(|(n, e)| (n.clone(), e.0))
+        .collect();
+    if size != d.log_bytes || logged != inos || log.problem.is_some() {
         return Err(format!(
             "directory {ino}: its log ({size} bytes, {} entries, problem {:?}) is not \
              what memory holds ({} bytes, {} entries)",

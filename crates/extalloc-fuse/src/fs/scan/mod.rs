@@ -232,7 +232,7 @@ fn rescue(vol: &Volume, read: &Read) -> Result<Option<Vec<u64>>, String> {
     let named: InoSet = lost
         .iter()
         .filter_map(|i| read.logs.get(i))
-        .flat_map(|l| l.entries.values().copied())
+        .flat_map(|l| l.entries.values().map(|e| e.0))
         .collect();
     let mut tops: Vec<u64> = lost
         .iter()
@@ -266,7 +266,7 @@ fn lost_found_dir(
     logs: &InoMap<DirLog>,
 ) -> Result<u64, String> {
     let name = b"lost+found".as_slice();
-    if let Some(&ino) = logs[&ROOT].entries.get(name) {
+    if let Some(&(ino, _)) = logs[&ROOT].entries.get(name) {
         if inodes.get(&ino).is_some_and(|i| i.kind == Kind::Dir) {
             return Ok(ino);
         }

@@ -125,9 +125,7 @@ fn rewrite_log(vol: &Volume, ino: u64, log: &mut DirLog) -> Result<(), String> {
     let at = log.valid_bytes.div_ceil(bs) * bs;
     // The kinds the log's adds carried stay (the device carries the feature that wrote
     // them); the others stay unknown.
-    let bytes = crate::dir::compacted(
-        (log.entries.iter()).map(|(n, &i)| (n.as_slice(), (i, log.kinds.get(&i).copied()))),
-    );
+    let bytes = crate::dir::compacted((log.entries.iter()).map(|(n, &a)| (n.as_slice(), a)));
     debug_assert_eq!(
         DirLog::parse(&bytes).entries,
         log.entries,
@@ -317,7 +315,7 @@ pub(super) fn walk_with<'a>(
     let mut queue = VecDeque::from([ROOT]);
     while let Some(d) = queue.pop_front() {
         let log = log_of(d, report)?;
-        for (name, &ino) in &log.entries {
+        for (name, &(ino, _)) in &log.entries {
             let why = match tally.kind(ino) {
                 None => Some(format!("names inode {ino}, which does not exist")),
                 Some(_) if ino == ROOT => Some("names the root".to_string()),

@@ -37,7 +37,10 @@ fn entries(vol: &Volume, ino: u64) -> Result<(Listing, Option<String>), String> 
     let problem = log.problem.as_ref().map(|p| {
         format!("directory {ino}: {p}; run `extalloc fsck` (a read-write mount or `fsck --repair` mends it)")
     });
-    Ok((log.entries.into_iter().collect(), problem))
+    Ok((
+        log.entries.into_iter().map(|(n, (i, _))| (n, i)).collect(),
+        problem,
+    ))
 }
 
 /// Inode `ino` read from its attribute blob: `None` when there is no such file (an entry
