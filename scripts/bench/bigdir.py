@@ -32,7 +32,8 @@ attached to a loop device (the floor: a fresh mount of an empty floor):
    stat per name): CPU per entry;
 4. unmounts and mounts again, then removes every entry with `find DIR -mindepth 1
    -delete` (one unlinkat per name, and an fstatat before it where readdir gave the
-   type as unknown, as extalloc's does after a mount): CPU per entry.
+   type as unknown, as extalloc's did after a mount before its directory adds carried
+   kinds, and still does for entries an older build made): CPU per entry.
 
 CPU is the caller's (this process's rusage for the lookups, the child's for `ls` and
 `find`: the kernel's work on ext4 runs there) plus, for extalloc and the floor, the
