@@ -172,16 +172,7 @@ impl FuseFs {
     fn serve_data(&self, req: &Request, op: Op<'_>, reply: Reply<'_>) {
         let ino = req.nodeid;
         match op {
-            Op::Open { flags } => {
-                self.flags.refresh_atime(&self.fs);
-                let r = self.fs.open(ino, flags);
-                if opened(r, open_flags(&self.fs, ino, flags), reply).is_some() {
-                    // Interrupted: the kernel has no handle, and no release will come.
-                    if let Err(e) = self.fs.release(ino) {
-                        log::warn!("inode {ino}: an interrupted open's release: {e:?}");
-                    }
-                }
-            }
+            Op::Open { flags } => self.open(ino, flags, reply),
             Op::Read { offset, size } => {
                 self.flags.refresh_atime(&self.fs);
                 data(self.fs.read(ino, offset, size), reply)
@@ -212,12 +203,7 @@ impl FuseFs {
             // stop sending FLUSH for the mount's life (its write-back stays), a round trip
             // less per close; locks are the kernel's own (no lock requests are served).
             Op::Flush => reply.error(libc::ENOSYS),
-            Op::Opendir => {
-                if let Some(fh) = opened(self.fs.opendir(ino), DIR_OPEN_FLAGS, reply) {
-                    // Interrupted: no release will come; the directory lists one fewer.
-                    self.fs.releasedir(fh);
-                }
-            }
+            Op::Opendir => self.opendir(ino, reply),
             Op::Readdir {
                 fh,
                 offset,
@@ -291,6 +277,26 @@ impl FuseFs {
                 reply.entry(TTL, &negative_entry(), 0);
             }
             r => self.entry(r, reply),
+        }
+    }
+
+    /// An open of a file. A reply that does not reach the kernel (the request was
+    /// interrupted) is undone at once: the kernel holds no handle, and no release comes.
+    fn open(&self, ino: u64, flags: i32, reply: Reply<'_>) {
+        self.flags.refresh_atime(&self.fs);
+        let r = self.fs.open(ino, flags);
+        if opened(r, open_flags(&self.fs, ino, flags), reply).is_some() {
+            if let Err(e) = self.fs.release(ino) {
+                log::warn!("inode {ino}: an interrupted open's release: {e:?}");
+            }
+        }
+    }
+
+    /// An open of a directory, undone as [`FuseFs::open`]'s when its reply does not reach
+    /// the kernel (the directory lists one handle fewer).
+    fn opendir(&self, ino: u64, reply: Reply<'_>) {
+        if let Some(fh) = opened(self.fs.opendir(ino), DIR_OPEN_FLAGS, reply) {
+            self.fs.releasedir(fh);
         }
     }
 

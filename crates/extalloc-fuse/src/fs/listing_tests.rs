@@ -55,6 +55,37 @@ fn a_listing_from_the_start_shows_the_directory_as_it_is_now() {
     fs.unmount().unwrap();
 }
 
+/// Lists handle `h` of directory `d` seven entries at a time; after each batch removes 40
+/// of the names `name(0..600)` (some listed, some ahead) and, for the first 20 rounds,
+/// makes `new-ROUND` (listed after the old names: an endless maker would list forever).
+/// Returns the names listed, in order, and those removed.
+fn list_while_churning(
+    fs: &Fs,
+    d: u64,
+    h: u64,
+    name: impl Fn(usize) -> String,
+) -> (Vec<String>, Vec<String>) {
+    let (mut seen, mut removed) = (Vec::new(), Vec::new());
+    let (mut pos, mut round) = (0, 0);
+    loop {
+        let batch = listed(fs, h, pos, 7);
+        let Some(last) = batch.last() else {
+            return (seen, removed);
+        };
+        pos = last.1;
+        seen.extend(batch.into_iter().map(|(n, _)| n));
+        for i in (0..600).filter(|i| i % 15 == round % 15).take(40) {
+            if fs.unlink(d, name(i).as_bytes()).is_ok() {
+                removed.push(name(i));
+            }
+        }
+        if round < 20 {
+            put(fs, d, &format!("new-{round}"), b"");
+        }
+        round += 1;
+    }
+}
+
 /// A listing read a few entries at a time while other calls remove and make names lists
 /// every name present throughout exactly once and no removed name after its removal; the
 /// arena waits for the handle to close before it compacts (its positions are offsets in
@@ -71,27 +102,7 @@ fn positions_hold_through_removals_and_compaction_waits_for_the_last_handle() {
     }
     let (h, h2) = (fs.opendir(d).unwrap(), fs.opendir(d).unwrap());
     let heap = |fs: &Fs| fs.ns.read().dir(d).unwrap().entries.heap_bytes();
-    let mut seen = Vec::new();
-    let mut pos = 0;
-    let mut removed = Vec::new();
-    let mut round = 0;
-    loop {
-        let batch = listed(&fs, h, pos, 7);
-        let Some(last) = batch.last() else { break };
-        pos = last.1;
-        seen.extend(batch.into_iter().map(|(n, _)| n));
-        // Each round removes 40 names (some listed, some ahead) and, for the first 20,
-        // makes one (listed after the old names: an endless maker would list forever).
-        for i in (0..600).filter(|i| i % 15 == round % 15).take(40) {
-            if fs.unlink(d, name(i).as_bytes()).is_ok() {
-                removed.push(name(i));
-            }
-        }
-        if round < 20 {
-            put(&fs, d, &format!("new-{round}"), b"");
-        }
-        round += 1;
-    }
+    let (seen, removed) = list_while_churning(&fs, d, h, name);
     let mut sorted = seen.clone();
     sorted.sort();
     sorted.dedup();
