@@ -96,18 +96,19 @@ pub(super) fn drop_as_crash(vol: Volume) {
 /// last mounted by a build before it is: a crash then leaves orphans and stray spill
 /// files published, and the next mount counts the namespace to find them.
 pub(super) fn before_the_promise(dev: &Arc<FaultDevice<MemDevice>>) {
-    let mut sb = extalloc::disk::format::read_superblock(dev.as_ref()).unwrap();
-    sb.incompat &= !extalloc::disk::format::INCOMPAT_CRASH_PENDING;
-    sb.generation += 1;
-    extalloc::disk::format::write_superblock(dev.as_ref(), &sb).unwrap();
-    extalloc::disk::device::Device::flush(dev.as_ref()).unwrap();
+    without_feature(dev, extalloc::disk::format::INCOMPAT_CRASH_PENDING);
 }
 
 /// Takes `INCOMPAT_TYPED_ENTRIES` off the device, as a device last mounted by a build
 /// before directory adds carried kinds.
 pub(super) fn before_typed_entries(dev: &Arc<FaultDevice<MemDevice>>) {
+    without_feature(dev, extalloc::disk::format::INCOMPAT_TYPED_ENTRIES);
+}
+
+/// Clears incompatible feature `bit` in the device's superblock.
+fn without_feature(dev: &Arc<FaultDevice<MemDevice>>, bit: u32) {
     let mut sb = extalloc::disk::format::read_superblock(dev.as_ref()).unwrap();
-    sb.incompat &= !extalloc::disk::format::INCOMPAT_TYPED_ENTRIES;
+    sb.incompat &= !bit;
     sb.generation += 1;
     extalloc::disk::format::write_superblock(dev.as_ref(), &sb).unwrap();
     extalloc::disk::device::Device::flush(dev.as_ref()).unwrap();
