@@ -516,7 +516,7 @@ impl Fs {
         let h = &self.headroom;
         flags & libc::O_ACCMODE != libc::O_RDONLY
             && h.direct.load(Relaxed)
-            && self.room_blocks() < h.margin_blocks()
+            && !self.vol.available_at_least(h.margin_blocks())
             && self
                 .ns
                 .read()

@@ -78,6 +78,20 @@ impl Store {
         }
     }
 
+    /// [`Statfs`]'s free, pending and superuser's blocks alone, as [`Store::statfs`] gives
+    /// them, without the preallocations' sum (which takes every locality lock in turn) or
+    /// the journal's figures: for a caller that asks before every operation whether space
+    /// is short, and for which the preallocations, which only add to what is available,
+    /// may be left out of a lower bound.
+    pub fn free_pending_root_blocks(&self) -> (u64, u64, u64) {
+        let free = self.alloc().free_blocks();
+        let pending = self
+            .alloc()
+            .pending_free_blocks()
+            .saturating_sub(self.discards.held_blocks());
+        (free, pending, self.root_reserved_blocks.load(Relaxed))
+    }
+
     /// The largest transaction record the journal holds (operations at 24 bytes each, the
     /// payload, a 40-byte header): an operation or a commit that would exceed it is refused
     /// with [`Error::TransactionTooLarge`](crate::Error::TransactionTooLarge).

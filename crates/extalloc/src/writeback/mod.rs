@@ -507,6 +507,19 @@ impl Buffered {
         )
     }
 
+    /// Whether [`Buffered::free_and_available_with_pending`]'s available figure is at least
+    /// `blocks`. A lower bound that takes no locality lock answers first (the same sum
+    /// without the preallocations, which only add to it: `options::free_and_available`);
+    /// the whole figure is taken only when that bound falls short. An open for writing asks
+    /// it (the mount's headroom), so a create does not sum every locality's claims.
+    pub fn available_at_least(&self, blocks: u64) -> bool {
+        let v = &self.shared.vol;
+        let (free, pending, root) = v.store().free_pending_root_blocks();
+        let bound = (free + pending)
+            .saturating_sub(root + v.delalloc_reserved_blocks() + v.reserve_margin());
+        bound >= blocks || self.free_and_available_with_pending().1 >= blocks
+    }
+
     /// The volume's ownership check (see [`Volume::check`]).
     pub fn check(&self) -> Result<VolumeCheck> {
         self.shared.vol.check()

@@ -147,3 +147,42 @@ fn a_sync_after_caching_to_the_first_refusal_finds_its_blocks() {
     }
     assert!(b.check().unwrap().clean());
 }
+
+/// [`Buffered::available_at_least`] answers as the whole figure does at every fill level,
+/// with preallocations held (which its lock-free bound leaves out), and down to none left.
+#[test]
+fn available_at_least_answers_as_the_whole_figure() {
+    let dev = device(4096, 3);
+    let b = buffered(&dev, 1024, WritebackOptions::default());
+    let agree = |b: &Buffered| {
+        let avail = b.free_and_available_with_pending().1;
+        for blocks in [0, 1, avail / 2, avail, avail + 1, avail + 4096] {
+            assert_eq!(
+                b.available_at_least(blocks),
+                avail >= blocks,
+                "{blocks} of {avail}"
+            );
+        }
+        avail
+    };
+    let start = agree(&b);
+    assert!(start > 0, "an empty device has room");
+    let mut refused = false;
+    for i in 0..64u64 {
+        let f = b.create(b"").unwrap();
+        for k in 0..64u64 {
+            match b.write(f, k * BS, &fill((i % 200) as u8 + 1, BS as usize)) {
+                Ok(()) => {}
+                Err(Error::NoSpace { .. }) => refused = true,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        agree(&b);
+        if refused {
+            break;
+        }
+    }
+    assert!(refused, "the device filled");
+    b.sync().unwrap();
+    assert!(agree(&b) < start, "writes took room");
+}
