@@ -465,6 +465,32 @@ enum extalloc_code extalloc_volume_list(const struct extalloc_volume *vol,
                                         size_t cap,
                                         size_t *count);
 
+// Lists the blobs' ids a page at a time, in increasing order: the first `min(cap, n)`
+// of the `n` ids above `after` go to `ids`, their number to `*count`, and in `*next` the
+// `after` for the next page, or 0 once none follows. Start with `after` 0 (no id is 0) and
+// call again with `*next` until it is 0: memory stays one page, whatever the blob count
+// (`extalloc_volume_list` lists every id at once). A page may hold fewer than `cap` ids
+// before the end; only `*next` 0 ends the listing. A blob put during the listing is
+// listed if its id (ids only grow) comes after the page under way; one deleted before its
+// page comes is not.
+//
+// Fails with `EXTALLOC_INVALID_ARGUMENT` for a NULL `vol`, `ids`, `count` or `next`, or
+// `cap` 0 (a page holds at least one id); `EXTALLOC_IO` or `EXTALLOC_CORRUPT` when part
+// of the volume's table cannot be read (the same call may be tried again). Changes
+// nothing; on failure `*count` and `*next` are untouched.
+//
+// Thread safety: any thread, concurrently with every call on `vol` but close.
+//
+// # Safety
+// `vol` is NULL or live; `ids` is NULL or holds `cap` writable ids; `count` and `next`
+// are NULL or writable.
+enum extalloc_code extalloc_volume_list_page(const struct extalloc_volume *vol,
+                                             uint64_t after,
+                                             uint64_t *ids,
+                                             size_t cap,
+                                             size_t *count,
+                                             uint64_t *next);
+
 // Fills `*out` with the volume's figures. Changes nothing.
 //
 // Thread safety: any thread, concurrently with every call on `vol` but close.

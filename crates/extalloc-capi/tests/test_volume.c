@@ -158,6 +158,33 @@ static void test_round_trip(extalloc_volume *vol) {
   CHECK(count == after.blobs && listed[0] != 0 && listed[2] == 0);
   OK(extalloc_volume_list(vol, listed, count, &count));
   for (size_t i = 1; i < count; i++) CHECK(listed[i - 1] < listed[i]);
+  /* The same ids a page at a time (pages of 3, then 1), until next is 0. */
+  for (size_t round = 0; round < 2; round++) {
+    size_t cap = round == 0 ? 3 : 1;
+    uint64_t page[3] = {0}, next = 0, after = 0;
+    size_t seen = 0, n = 99;
+    do {
+      OK(extalloc_volume_list_page(vol, after, page, cap, &n, &next));
+      CHECK(n <= cap);
+      for (size_t i = 0; i < n; i++) CHECK(seen + i < count && page[i] == listed[seen + i]);
+      seen += n;
+      CHECK(next == 0 || next > after);
+      after = next;
+    } while (next != 0);
+    CHECK(seen == count);
+  }
+  {
+    uint64_t page[2], next = 7;
+    size_t n = 7;
+    OK(extalloc_volume_list_page(vol, listed[count - 1], page, 2, &n, &next));
+    CHECK(n == 0 && next == 0);
+    EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_list_page(vol, 0, page, 0, &n, &next));
+    EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_list_page(vol, 0, NULL, 2, &n, &next));
+    EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_list_page(vol, 0, page, 2, NULL, &next));
+    EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_list_page(vol, 0, page, 2, &n, NULL));
+    EXPECT_CODE(EXTALLOC_INVALID_ARGUMENT, extalloc_volume_list_page(NULL, 0, page, 2, &n, &next));
+    CHECK(n == 0 && next == 0);
+  }
   free(listed);
   /* Delete: gone at once, twice is NOT_FOUND. */
   OK(extalloc_volume_delete(vol, empty));

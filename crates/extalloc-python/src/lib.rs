@@ -241,6 +241,29 @@ impl Volume {
             .collect())
     }
 
+    /// Every blob and file as `(id, size, attr)`, in id order, as `list()` gives them, but
+    /// read `page_size` at a time as the iteration goes: memory stays one page whatever
+    /// the blob count (`list()` and `ids()` build the whole list). A blob put while the
+    /// iteration runs comes out if its id (ids only grow) is past the page under way; one
+    /// deleted before its page is read does not. Raises InvalidRequest for a page_size of
+    /// 0; a page that cannot be read raises from `next()` (IoError, Corrupt), and Closed
+    /// once the volume is closed.
+    #[pyo3(signature = (page_size = 4096))]
+    fn iter_list(slf: Py<Self>, page_size: usize) -> PyResult<Listing> {
+        if page_size == 0 {
+            return Err(InvalidRequest::new_err(
+                "page_size is 0: a page holds at least one blob",
+            ));
+        }
+        Ok(Listing {
+            vol: slf,
+            page: std::collections::VecDeque::new(),
+            after: None,
+            done: false,
+            page_size,
+        })
+    }
+
     /// The volume's figures as a dict: block_size, blocks, metadata_blocks, free_blocks,
     /// available_blocks, pending_blocks (freed, free at the next sync) and blobs.
     fn statfs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
@@ -458,11 +481,57 @@ impl Allocator {
 }
 
 /// The module: the two classes, the exceptions and the `lab` submodule.
+/// An iteration over a volume's blobs a page at a time (`Volume.iter_list`): yields
+/// `(id, size, attr)` in id order. Data structures: the page read and not yet yielded, and
+/// where the next page starts; invariant: every id yielded is above every id yielded
+/// before it (the pages' own promise, `Volume::list_page`).
+#[pyclass(module = "extalloc")]
+pub struct Listing {
+    vol: Py<Volume>,
+    page: std::collections::VecDeque<(u64, u64, Vec<u8>)>,
+    /// The `after` of the next page (`None`: from the first id).
+    after: Option<u64>,
+    /// The last page said that none follows.
+    done: bool,
+    page_size: usize,
+}
+
+#[pymethods]
+impl Listing {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__<'py>(
+        &mut self,
+        py: Python<'py>,
+    ) -> PyResult<Option<(u64, u64, Bound<'py, PyBytes>)>> {
+        while self.page.is_empty() {
+            if self.done {
+                return Ok(None);
+            }
+            let (after, size) = (self.after, self.page_size);
+            let page = self.vol.get().with(py, |vol| vol.list_page(after, size))?;
+            // What it relies on: pages move forward (a page may be empty before the end).
+            debug_assert!(
+                page.next.is_none_or(|n| after.is_none_or(|a| n > a)),
+                "the next page starts past {after:?}"
+            );
+            self.done = page.next.is_none();
+            self.after = page.next;
+            (self.page).extend(page.files.into_iter().map(|(f, a)| (f.id, f.size, a)));
+        }
+        let (id, size, attr) = self.page.pop_front().expect("a page read");
+        Ok(Some((id, size, PyBytes::new(py, &attr))))
+    }
+}
+
 #[pymodule(name = "extalloc")]
 fn extalloc_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<Volume>()?;
     m.add_class::<Allocator>()?;
+    m.add_class::<Listing>()?;
     m.add("Error", py.get_type::<Error>())?;
     m.add("NoSpace", py.get_type::<NoSpace>())?;
     m.add("NoSuchFile", py.get_type::<NoSuchFile>())?;

@@ -57,6 +57,27 @@ def test_put_get_delete_and_reopen(path):
         assert vol.get(b) == b"x" * 100_000
 
 
+def test_iter_list_pages_through_what_list_gives(path):
+    with extalloc.Volume.create(path, 64 * MiB) as vol:
+        ids = [vol.put(bytes([i]) * i, attr=b"k%d" % i) for i in range(50)]
+        vol.delete(ids.pop(10))
+        whole = vol.list()
+        for page_size in (1, 7, 49, 50, 4096):
+            assert list(vol.iter_list(page_size)) == whole, page_size
+        # A blob put during the iteration comes out after the ones before it.
+        it = vol.iter_list(page_size=4)
+        first = [next(it) for _ in range(5)]
+        late = vol.put(b"late")
+        rest = list(it)
+        assert [e[0] for e in first + rest] == ids + [late]
+        with pytest.raises(extalloc.InvalidRequest, match="page_size is 0"):
+            vol.iter_list(0)
+        it = vol.iter_list(page_size=2)
+        next(it)
+    with pytest.raises(extalloc.Closed):
+        list(it)
+
+
 def test_files_written_in_place_with_attributes(path):
     with extalloc.Volume.create(path, 64 * MiB) as vol:
         f = vol.create_file(b"meta")

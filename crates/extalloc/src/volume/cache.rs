@@ -123,7 +123,7 @@ impl Volume {
         );
         let cached: FileTable = self.files.read().clone();
         let mut out: Vec<(u64, Held)> = Vec::with_capacity(cached.len());
-        self.visit_tree_only(&cached, &mut |id, entry| {
+        self.visit_tree_only(&cached, 0, &mut |id, entry| {
             out.push((id, Held::Tree(entry)));
             Ok(true)
         })?;
@@ -158,7 +158,7 @@ impl Volume {
             }
         };
         let mut last = None;
-        self.visit_tree_only(&cached, &mut |id, entry| {
+        self.visit_tree_only(&cached, 0, &mut |id, entry| {
             // The files in memory before it first: one id order across both.
             from_memory(Some(id), &mut f);
             if entry.attr == PENDING {
@@ -166,16 +166,7 @@ impl Volume {
             }
             debug_assert!(last.is_none_or(|l| l < id), "each file once, in order");
             last = Some(id);
-            // Only in the tree: no preallocation (a file holding one stays).
-            let (extents, blocks) = entry.map.counts();
-            let info = FileInfo {
-                id,
-                size: entry.size,
-                extents,
-                blocks,
-                prealloc_blocks: 0,
-            };
-            f(info, &entry.attr);
+            f(tree_info(id, &entry), &entry.attr);
             Ok(true)
         })?;
         from_memory(None, &mut f);
@@ -184,10 +175,12 @@ impl Volume {
 
     /// Calls `f` with each file only the durable tree holds (not in `cached`, the files in
     /// memory, nor unlinked since the checkpoint): its id and entry, in id order, read leaf
-    /// by leaf, until `f` says to stop (`Ok(false)`). The gate held.
+    /// by leaf from id `from` on (the subtrees below it unread), until `f` says to stop
+    /// (`Ok(false)`). The gate held.
     pub(super) fn visit_tree_only(
         &self,
         cached: &FileTable,
+        from: u64,
         f: &mut dyn FnMut(u64, TableFile) -> Result<bool>,
     ) -> Result<()> {
         debug_assert!(
@@ -199,7 +192,7 @@ impl Volume {
             return Ok(()); // no tree yet: every file is in memory
         };
         let mut io = VolIo::new(&self.store, self.dev.as_ref());
-        tree.visit(&mut io, &mut |id, body| {
+        tree.visit_from(&mut io, from, &mut |id, body| {
             if cached.contains_key(&id) || unlinked.contains(&id) {
                 return Ok(true);
             }
@@ -217,7 +210,7 @@ impl Volume {
             return Ok(false);
         }
         let mut empty = true;
-        self.visit_tree_only(&cached, &mut |_, entry| {
+        self.visit_tree_only(&cached, 0, &mut |_, entry| {
             empty = entry.attr == PENDING;
             Ok(empty)
         })?;
@@ -385,6 +378,19 @@ fn at_rest(file: &Arc<Mutex<VFile>>) -> bool {
 /// The figures of a listing, without its extra.
 pub(super) fn strip(files: Vec<(FileInfo, ())>) -> Vec<FileInfo> {
     files.into_iter().map(|(i, ())| i).collect()
+}
+
+/// The figures of file `id` whose entry only the tree holds: no preallocation (a file
+/// holding one stays in memory).
+pub(super) fn tree_info(id: u64, entry: &TableFile) -> FileInfo {
+    let (extents, blocks) = entry.map.counts();
+    FileInfo {
+        id,
+        size: entry.size,
+        extents,
+        blocks,
+        prealloc_blocks: 0,
+    }
 }
 
 /// A file's figures as a listing shows them; `None` for a pending file.

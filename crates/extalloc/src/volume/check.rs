@@ -78,7 +78,7 @@ impl Volume {
                 owned.push(e);
             }
         }
-        self.visit_tree_only(&cached, &mut |id, entry| {
+        self.visit_tree_only(&cached, 0, &mut |id, entry| {
             let map = read_map(&self.store, self.dev.as_ref(), id, &entry.map)?;
             self.maps_read
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

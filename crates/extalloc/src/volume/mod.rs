@@ -95,6 +95,9 @@ mod maps;
 #[cfg(test)]
 mod maps_tests;
 mod node;
+mod page;
+#[cfg(test)]
+mod page_tests;
 mod path;
 mod placement;
 #[cfg(test)]
@@ -130,6 +133,7 @@ pub use check::VolumeCheck;
 pub use delalloc::WroteBack;
 pub(crate) use io::check_range;
 pub use io::{Fallocate, MAX_ATTR_BYTES, MAX_FILE_BYTES};
+pub use page::ListPage;
 pub use path::DEFAULT_BLOCK_SIZE;
 pub use read::Advised;
 pub use salvage::{ClearedMap, FilePlace, LostEntry, Salvage};

@@ -104,6 +104,12 @@ pub(super) fn fixed_need(tree: Option<&Tree>) -> u64 {
 }
 
 impl Volume {
+    /// The store's free, pending and superuser's blocks without a locality lock
+    /// (`Store::free_pending_root_blocks`).
+    pub(crate) fn free_pending_root_blocks(&self) -> (u64, u64, u64) {
+        self.store.free_pending_root_blocks()
+    }
+
     /// Blocks kept out of data's reach for the volume's own metadata: the fixed part plus
     /// the tree's need for the files changed since the durable tree (see the module
     /// documentation). So data gets `ENOSPC` first and a commit, checkpoint, unlink or

@@ -370,11 +370,15 @@ impl Tree {
         }
     }
 
-    /// Calls `f` with every key and value in key order, reading each unloaded leaf once
-    /// (memory: one leaf at a time), until `f` says to stop (`Ok(false)`).
-    pub(super) fn visit(
+    /// Calls `f` with every key from `from` on and its value, in key order, reading each
+    /// unloaded leaf once (memory: one leaf at a time), until `f` says to stop
+    /// (`Ok(false)`). The subtrees whose keys all lie below `from` are passed over unread
+    /// (a child's keys lie below its right neighbour's first), so a visit that starts in
+    /// the middle reads one node per level to get there.
+    pub(super) fn visit_from(
         &self,
         io: &mut dyn NodeIo,
+        from: u64,
         f: &mut dyn FnMut(u64, &[u8]) -> Result<bool>,
     ) -> Result<()> {
         let mut stack = vec![&self.root];
@@ -384,7 +388,12 @@ impl Tree {
             let items = match s.mem.as_deref() {
                 Some(Mem::Internal { children, .. }) => {
                     debug_assert!(!children.is_empty(), "an internal node without children");
-                    stack.extend(children.iter().rev());
+                    // The first child that may hold `from` or a later key, and those after it.
+                    let skip = children
+                        .windows(2)
+                        .take_while(|w| w[1].first <= from)
+                        .count();
+                    stack.extend(children[skip..].iter().rev());
                     continue;
                 }
                 Some(Mem::Leaf(items)) => items,
@@ -397,7 +406,7 @@ impl Tree {
                     &read
                 }
             };
-            for (&k, v) in items {
+            for (&k, v) in items.range(from..) {
                 // Keys come in order across leaves: the tree's invariant, read back (bytes
                 // on the device, so damage, not a bug, if not).
                 if last.is_some_and(|l| l >= k) {

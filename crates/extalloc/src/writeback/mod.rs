@@ -514,7 +514,7 @@ impl Buffered {
     /// it (the mount's headroom), so a create does not sum every locality's claims.
     pub fn available_at_least(&self, blocks: u64) -> bool {
         let v = &self.shared.vol;
-        let (free, pending, root) = v.store().free_pending_root_blocks();
+        let (free, pending, root) = v.free_pending_root_blocks();
         let bound = (free + pending)
             .saturating_sub(root + v.delalloc_reserved_blocks() + v.reserve_margin());
         bound >= blocks || self.free_and_available_with_pending().1 >= blocks
