@@ -442,22 +442,14 @@ impl Fs {
     pub(crate) fn attr_of(&self, ns: &Ns, ino: u64) -> FsResult<Attr> {
         let n = ns.node(ino)?;
         let bs = self.vol.volume().block_size();
-        let mapped = bs
-            * self
-                .vol
-                .extents(ino)?
-                .iter()
-                .map(|e| e.extent.len)
-                .sum::<u64>();
-        let (size, allocated) = match &n.dir {
+        // Data still in the cache has no blocks yet: the blocks reserved for it count.
+        let (file_size, blocks) = self.vol.size_and_blocks(ino)?;
+        let size = match &n.dir {
             // A directory's size: its live log, in blocks (the log's file is sparse).
-            Some(d) => ((d.log_bytes - d.log_start).div_ceil(bs).max(1) * bs, mapped),
-            // Data still in the cache has no blocks yet: count the blocks reserved for it.
-            None => (
-                self.vol.size(ino)?,
-                mapped + bs * self.vol.cached_reserved_blocks(ino),
-            ),
+            Some(d) => (d.log_bytes - d.log_start).div_ceil(bs).max(1) * bs,
+            None => file_size,
         };
+        let allocated = bs * blocks;
         Ok(Attr {
             ino,
             inode: n.inode,

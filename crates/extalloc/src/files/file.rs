@@ -200,6 +200,16 @@ impl FileAlloc {
         out
     }
 
+    /// Extents mapped ([`FileAlloc::extents`]' length, without the list).
+    pub fn extent_count(&self) -> usize {
+        self.inner.read().map.len()
+    }
+
+    /// Blocks mapped (the sum of [`FileAlloc::extents`]' lengths, without the list).
+    pub fn mapped_blocks(&self) -> u64 {
+        self.inner.read().map.values().map(|e| e.len).sum()
+    }
+
     /// The mapped extents in logical order: `(logical start, physical extent)`.
     pub fn extents(&self) -> Vec<(u64, Extent)> {
         self.inner

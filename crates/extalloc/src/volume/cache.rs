@@ -400,11 +400,7 @@ pub(super) fn info_of(id: u64, f: &VFile) -> Option<FileInfo> {
     }
     let (extents, blocks) = match &f.stored {
         Some(stored) if !f.loaded => stored.counts(),
-        _ => {
-            let extents = f.alloc.extents();
-            let blocks = extents.iter().map(|(_, e)| e.len).sum();
-            (extents.len() as u64, blocks)
-        }
+        _ => (f.alloc.extent_count() as u64, f.alloc.mapped_blocks()),
     };
     Some(FileInfo {
         id,
@@ -413,4 +409,12 @@ pub(super) fn info_of(id: u64, f: &VFile) -> Option<FileInfo> {
         blocks,
         prealloc_blocks: f.alloc.prealloc_unused_blocks(),
     })
+}
+
+/// The blocks `f` maps: its entry's count while its map is not in memory.
+pub(super) fn mapped_blocks(f: &VFile) -> u64 {
+    match &f.stored {
+        Some(stored) if !f.loaded => stored.counts().1,
+        _ => f.alloc.mapped_blocks(),
+    }
 }

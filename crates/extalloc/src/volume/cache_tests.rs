@@ -489,3 +489,40 @@ fn a_full_device_keeps_room_for_the_changed_files_not_the_tree() {
     assert_eq!(vol.file_count().unwrap(), (ids.len() / 2) as u64);
     assert!(vol.check().unwrap().clean(), "{:?}", vol.check());
 }
+
+/// `size_and_blocks` gives what `size` and the sum of `extents` give, for files whose
+/// map is in memory and for evicted ones (their entry's count; the file is read back, its
+/// map not needed), short maps and long ones alike.
+#[test]
+fn size_and_blocks_agree_with_size_and_extents() {
+    let dev = device(33);
+    let vol = Volume::mkfs(dev.clone(), &geometry(), 64, Policy::default()).unwrap();
+    let ids = fill(&vol, 12);
+    let whole = |vol: &Volume, id: u64| {
+        let blocks: u64 = vol.extents(id).unwrap().iter().map(|e| e.extent.len).sum();
+        (vol.size(id).unwrap(), blocks)
+    };
+    for &id in &ids {
+        assert_eq!(
+            vol.size_and_blocks(id).unwrap(),
+            whole(&vol, id),
+            "file {id} in memory"
+        );
+    }
+    vol.set_file_cache(0);
+    vol.checkpoint().unwrap();
+    assert_eq!(vol.file_cache_figures().0, 0, "every file evicted");
+    let figures: Vec<(u64, u64)> = ids
+        .iter()
+        .map(|&id| vol.size_and_blocks(id).unwrap())
+        .collect();
+    for (&id, &got) in ids.iter().zip(&figures) {
+        assert_eq!(got, whole(&vol, id), "file {id} read back");
+    }
+    let unknown = ids.iter().max().unwrap() + 100;
+    assert!(matches!(
+        vol.size_and_blocks(unknown),
+        Err(Error::NoSuchFile { .. })
+    ));
+    vol.close().unwrap();
+}

@@ -376,6 +376,15 @@ impl Volume {
         Ok(self.file(id)?.lock().size)
     }
 
+    /// File `id`'s size in bytes and the blocks it maps (written or not), under one lock
+    /// of the file: [`Volume::size`] and the sum of [`Volume::extents`] without the list,
+    /// nor a read of a map not in memory (its entry counts its blocks).
+    pub fn size_and_blocks(&self, id: u64) -> Result<(u64, u64)> {
+        let f = self.file(id)?;
+        let f = f.lock();
+        Ok((f.size, cache::mapped_blocks(&f)))
+    }
+
     /// File `id`'s attribute blob (empty while it is pending: `publish.rs`).
     pub fn attr(&self, id: u64) -> Result<Vec<u8>> {
         let attr = self.file(id)?.lock().attr.clone();

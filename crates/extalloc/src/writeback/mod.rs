@@ -274,15 +274,25 @@ impl Buffered {
     /// what its writeback will map beyond the blocks it has.
     pub fn cached_reserved_blocks(&self, id: u64) -> u64 {
         match self.shared.existing(id) {
-            Some(e) => {
-                let d = e.lock();
-                let n = d.pages.values().filter(|p| p.reserved).count() as u64;
-                // Paired with the count kept as pages are made and dropped.
-                assert_eq!(n, d.reserved, "file {id}'s reserved pages");
-                n
-            }
+            Some(e) => reserved_of(id, &e.lock()),
             None => 0,
         }
+    }
+
+    /// File `id`'s size as [`Buffered::size`] gives it, and its blocks: those it maps
+    /// and those reserved for its cached data ([`Buffered::cached_reserved_blocks`]), as
+    /// `stat`'s `st_blocks` counts them; one lock of the cached file and one of the
+    /// volume's, no list of extents.
+    pub fn size_and_blocks(&self, id: u64) -> Result<(u64, u64)> {
+        let (size, mapped) = self.shared.vol.size_and_blocks(id)?;
+        Ok(match self.shared.existing(id) {
+            Some(e) => {
+                let d = e.lock();
+                let size = if d.unlinked { size } else { d.size };
+                (size, mapped + reserved_of(id, &d))
+            }
+            None => (size, mapped),
+        })
     }
 
     /// Writes back file `id` (from the calling thread) and commits.
@@ -607,4 +617,17 @@ impl Drop for Buffered {
             self.shared.vol.store().abandon();
         }
     }
+}
+
+/// The blocks `d`'s cached pages hold reserved: the count kept as pages are made and
+/// dropped (`Buffered::write_piece`, `Shared::drop_cached`), paired with the pages where
+/// the assertions run (a count of every page, too dear for each `stat` of a large cached
+/// file in a release build).
+fn reserved_of(id: u64, d: &cache::DirtyFile) -> u64 {
+    debug_assert_eq!(
+        d.pages.values().filter(|p| p.reserved).count() as u64,
+        d.reserved,
+        "file {id}'s reserved pages"
+    );
+    d.reserved
 }

@@ -186,3 +186,29 @@ fn available_at_least_answers_as_the_whole_figure() {
     b.sync().unwrap();
     assert!(agree(&b) < start, "writes took room");
 }
+
+/// `size_and_blocks` counts cached data's reserved blocks before its writeback and the
+/// mapped ones after, with the cached size, as `stat` shows them.
+#[test]
+fn size_and_blocks_counts_cached_data() {
+    let dev = device(4096, 3);
+    let b = buffered(&dev, 1024, WritebackOptions::default());
+    let f = b.create(b"").unwrap();
+    assert_eq!(b.size_and_blocks(f).unwrap(), (0, 0));
+    b.write(f, 0, &fill(9, 3 * BS as usize)).unwrap();
+    assert_eq!(
+        b.size_and_blocks(f).unwrap(),
+        (3 * BS, 3),
+        "reserved while cached"
+    );
+    assert_eq!(b.cached_reserved_blocks(f), 3);
+    b.sync().unwrap();
+    assert_eq!(
+        b.size_and_blocks(f).unwrap(),
+        (3 * BS, 3),
+        "mapped once written back"
+    );
+    assert_eq!(b.cached_reserved_blocks(f), 0);
+    b.unlink(f).unwrap();
+    assert!(b.size_and_blocks(f).is_err(), "gone");
+}
