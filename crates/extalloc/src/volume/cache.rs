@@ -358,7 +358,7 @@ pub(super) enum Held {
 }
 
 /// A file whose whole state is its durable entry: no one holds it, its map is written,
-/// it is published, it holds no preallocation and carries no write-life hint (what a
+/// it is published, it holds no preallocation and carries no write-life hint nor a tail kept back (`tail.rs`) (what a
 /// load would make of its entry, but for a map not read yet).
 fn at_rest(file: &Arc<Mutex<VFile>>) -> bool {
     if Arc::strong_count(file) != 1 {
@@ -373,6 +373,7 @@ fn at_rest(file: &Arc<Mutex<VFile>>) -> bool {
         && f.lifetime == Lifetime::Unknown
         && Arc::strong_count(&f.alloc) == 1
         && f.alloc.prealloc_unused_blocks() == 0
+        && f.tail.is_none()
 }
 
 /// The figures of a listing, without its extra.

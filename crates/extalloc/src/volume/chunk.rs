@@ -16,10 +16,12 @@ use crate::error::Result;
 impl Volume {
     /// Runs `op` on file `id` under the gate (read) and the file's mutex, after making room
     /// in the transaction, and logs the changes it returns. A file unlinked meanwhile is
-    /// [`Error::NoSuchFile`].
+    /// [`Error::NoSuchFile`]. The file's tail kept back (`tail.rs`) is written first where
+    /// `tail` says so.
     pub(super) fn chunk(
         &self,
         id: u64,
+        tail: TailFirst,
         op: impl FnOnce(&Volume, &mut VFile) -> Result<Vec<Change>>,
     ) -> Result<()> {
         let _admitted = self.ensure_room()?;
@@ -27,7 +29,15 @@ impl Volume {
         self.check_open()?;
         let file = self.file(id)?;
         let mut f = self.lock_loaded(&file)?;
+        if tail == TailFirst::Written {
+            self.settle_tail(&mut f)?;
+        }
         let changes = op(self, &mut f)?;
+        // What it leaves: a tail ends at the size (a chunk that kept it grew both).
+        debug_assert!(
+            f.tail.is_none() || tail == TailFirst::Kept,
+            "file {id}'s tail written before a chunk that does not keep it"
+        );
         // A chunk changes its own file's map only.
         debug_assert!(
             changes
@@ -50,7 +60,7 @@ impl Volume {
         id: u64,
         op: impl Fn(&Volume, &mut VFile) -> Result<Vec<Change>>,
     ) -> Result<()> {
-        self.retry_after_sync(|| self.chunk(id, &op))
+        self.retry_after_sync(|| self.chunk(id, TailFirst::Written, &op))
     }
 
     /// Runs `op`; while it finds no space that a commit would remedy (frees wait for one,
@@ -76,4 +86,14 @@ impl Volume {
             },
         )
     }
+}
+
+/// What a chunk does with its file's tail kept back (`tail.rs`) before its call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum TailFirst {
+    /// Writes it: the call may touch the file's blocks or size.
+    Written,
+    /// Leaves it: a write (which writes it itself unless it continues it), a new blob, a
+    /// close.
+    Kept,
 }

@@ -131,6 +131,9 @@ pub(super) struct VFile {
     pub(super) loaded: bool,
     /// The map changed since `stored` was written: the next checkpoint writes it.
     pub(super) map_dirty: bool,
+    /// Bytes appended inside the file's last block and not yet written to the device
+    /// (`tail.rs`).
+    pub(super) tail: Option<super::tail::Tail>,
 }
 
 impl VFile {
@@ -154,6 +157,7 @@ impl VFile {
             stored: None,
             loaded: true,
             map_dirty: true,
+            tail: None,
         }
     }
 

@@ -15,6 +15,7 @@
 //! punch, zero range or truncate are zeroed in place; a write inside one block already
 //! mapped and written, from at or before the file's end, writes its own bytes alone. Locks: `mod.rs`.
 
+use super::chunk::TailFirst;
 use super::data::Data;
 use super::delalloc::Placing;
 use super::file::VFile;
@@ -67,7 +68,9 @@ impl Volume {
         while pos < end {
             let stop = end.min((pos / bs + CHUNK_BLOCKS) * bs);
             let bytes = &data[(pos - offset) as usize..(stop - offset) as usize];
-            self.chunk_committing(id, |v, f| v.write_chunk(f, id, pos, bytes))?;
+            self.retry_after_sync(|| {
+                self.chunk(id, TailFirst::Kept, |v, f| v.write_chunk(f, id, pos, bytes))
+            })?;
             pos = stop;
         }
         Ok(())
@@ -78,6 +81,11 @@ impl Volume {
         let bs = self.block_size;
         let first = pos / bs;
         let last = (pos + bytes.len() as u64 - 1) / bs;
+        // Any write but one continuing the tail sends the tail first (`tail.rs`).
+        let continues = self.continues_tail(f, pos, bytes.len() as u64);
+        if !continues {
+            self.settle_tail(f)?;
+        }
         // A write past the end: the old end's block must read zeros past the old size. When
         // this write rewrites that block, the zeros go into its buffer below (one device
         // write, not a write of the zeros before the block's own); before it, on the device.
@@ -91,6 +99,10 @@ impl Volume {
         if first == last && pos <= old_size && new.is_empty() && !f.unwritten.contains(first) {
             return self.write_in_block(f, id, pos, bytes);
         }
+        debug_assert!(
+            !continues,
+            "a write continuing the tail is inside its block"
+        );
         let fresh = |b: u64| {
             f.unwritten.contains(b) || new.iter().any(|(l, e)| (*l..l + e.len).contains(&b))
         };
@@ -144,7 +156,12 @@ impl Volume {
         );
         debug_assert!(!f.unwritten.contains(b), "block {b} is written");
         let (p, _) = f.alloc.lookup(b).expect("the block is mapped");
-        self.write_data(bytes, p * bs + pos % bs)?;
+        if pos == f.size {
+            // An append from the end: kept back until the commit (`tail.rs`).
+            self.keep_tail(f, id, pos, p * bs + pos % bs, bytes);
+        } else {
+            self.write_data(bytes, p * bs + pos % bs)?;
+        }
         if end <= f.size {
             return Ok(Vec::new());
         }
@@ -395,7 +412,7 @@ impl Volume {
             Fallocate::Allocate | Fallocate::ZeroRange { keep_size: false }
         );
         if grow {
-            self.chunk(id, |v, f| {
+            self.chunk(id, TailFirst::Written, |v, f| {
                 if end > f.size {
                     return Ok(vec![v.resize(f, id, end)?]);
                 }
@@ -440,7 +457,7 @@ impl Volume {
             if from % bs == 0 && to - from == bs {
                 continue;
             }
-            self.chunk(id, |v, f| {
+            self.chunk(id, TailFirst::Written, |v, f| {
                 let b = from / bs;
                 if let Some((p, _)) = f.alloc.lookup(b) {
                     if !f.unwritten.contains(b) {
@@ -489,7 +506,7 @@ impl Volume {
     fn free_blocks(&self, id: u64, from: u64, mut to: u64) -> Result<()> {
         while to > from {
             let mut next_to = from;
-            self.chunk(id, |v, f| {
+            self.chunk(id, TailFirst::Written, |v, f| {
                 let last = f.alloc.last_extents_in(from, to, CHUNK_EXTENTS + 1);
                 let start = if last.len() > CHUNK_EXTENTS {
                     last[1].0.max(from)
@@ -534,9 +551,11 @@ impl Volume {
         }
         let bs = self.block_size;
         self.free_blocks(id, size.div_ceil(bs), MAX_FILE_BYTES / bs)?;
-        self.chunk(id, |v, f| Ok(vec![v.resize(f, id, size)?]))?;
+        self.chunk(id, TailFirst::Written, |v, f| {
+            Ok(vec![v.resize(f, id, size)?])
+        })?;
         // The file layer's size too (its normalisation reads it); nothing is mapped past it.
-        self.chunk(id, |v, f| {
+        self.chunk(id, TailFirst::Written, |v, f| {
             v.store.set_file_size(&f.alloc, size.div_ceil(bs))?;
             Ok(Vec::new())
         })
@@ -549,7 +568,7 @@ impl Volume {
         let bs = self.block_size;
         self.free_blocks(id, 0, MAX_FILE_BYTES / bs)?;
         self.unclaim(id);
-        let unlinked = self.chunk(id, |v, f| {
+        let unlinked = self.chunk(id, TailFirst::Written, |v, f| {
             v.store.release_prealloc(&f.alloc)?;
             v.files.write().remove(&id);
             Ok(vec![Change::Unlink { id }])

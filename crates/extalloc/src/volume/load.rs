@@ -505,5 +505,6 @@ pub(super) fn adopt(store: &Store, id: u64, f: ReplayFile) -> Result<VFile> {
         stored: f.stored,
         loaded: f.loaded,
         map_dirty: f.loaded,
+        tail: None,
     })
 }

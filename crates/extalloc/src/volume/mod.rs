@@ -120,6 +120,9 @@ mod shutdown_tests;
 mod spill;
 mod state;
 mod table;
+mod tail;
+#[cfg(test)]
+mod tail_tests;
 #[cfg(test)]
 mod tests;
 mod tree;
@@ -263,6 +266,7 @@ impl Volume {
             cached_files: AtomicU64::new(0),
             claims: Mutex::new(Claims::default()),
             unflushed: AtomicBool::new(false),
+            tails: Mutex::new(std::collections::BTreeSet::new()),
             segs: Mutex::new(segs),
             maps_read: AtomicU64::new(0),
             table_blocks: AtomicU64::new(table_blocks),
@@ -587,6 +591,9 @@ impl Volume {
         debug_assert!(self.gate.is_locked_exclusive(), "a commit, the gate open");
         self.check_open()?;
         self.check_not_aborted()?;
+        // The bytes appended in place but kept back go first (`tail.rs`): the sizes this
+        // record logs cover them, and the flush below makes them durable before it.
+        self.write_tails()?;
         let log = std::mem::take(&mut *self.log.lock());
         let unflushed = self.unflushed.swap(false, Relaxed);
         if log.is_empty() && self.store.statfs().open_transaction_bytes <= EMPTY_RECORD_BYTES {

@@ -10,6 +10,7 @@
 //! has not mapped anything yet is given a claimed run. Locks: `claims` is a leaf, taken
 //! under a file's mutex (`mod.rs`).
 
+use super::chunk::TailFirst;
 use super::file::VFile;
 use super::state::Volume;
 use crate::alloc::Lifetime;
@@ -35,7 +36,8 @@ impl Volume {
     /// handed out).
     pub fn close_file(&self, id: u64) -> Result<()> {
         self.unclaim(id);
-        self.chunk(id, |v, f| {
+        // Unused preallocations lie past the mapped blocks: a tail stays (`tail.rs`).
+        self.chunk(id, TailFirst::Kept, |v, f| {
             v.store.release_prealloc(&f.alloc)?;
             Ok(Vec::new())
         })

@@ -19,6 +19,7 @@
 //! file and [`Volume::attr`] gives it an empty blob; after a writable open no pending file
 //! exists. Locks: those of the calls it makes (`create`, `set_attr`, `unlink`, `atomic`).
 
+use super::chunk::TailFirst;
 use super::io::check_attr;
 use super::record::Change;
 use super::state::Volume;
@@ -119,7 +120,8 @@ impl Volume {
         pending: bool,
         why: &'static str,
     ) -> Result<()> {
-        self.chunk(id, |_, f| {
+        // A blob touches no block: a tail kept back (`tail.rs`) stays for the commit.
+        self.chunk(id, TailFirst::Kept, |_, f| {
             if (f.attr == PENDING) != pending {
                 return Err(Error::Pending { id, why });
             }

@@ -94,6 +94,10 @@ impl Volume {
             }
             l += n;
         }
+        // Bytes appended and kept back until the commit (`tail.rs`) read as written.
+        if let Some(t) = &f.tail {
+            t.overlay(offset, out);
+        }
         Ok(out.len())
     }
 }

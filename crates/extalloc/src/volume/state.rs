@@ -118,6 +118,9 @@ pub struct Volume {
     pub(super) claims: Mutex<Claims>,
     /// Data written since the last flush (set under the gate read, taken under it written).
     pub(super) unflushed: AtomicBool,
+    /// Files holding appended bytes not yet on the device (`tail.rs`): the next commit
+    /// writes them before its flush.
+    pub(super) tails: Mutex<std::collections::BTreeSet<u64>>,
     /// The map segments in use (`maps.rs`).
     pub(super) segs: Mutex<Segs>,
     /// Maps read since the open.
