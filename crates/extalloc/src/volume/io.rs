@@ -13,7 +13,8 @@
 //! whole (the caller's bytes, zeros around them, or the bytes the file held) before the
 //! chunk's changes are logged, or is logged unwritten; partial blocks at the edges of a
 //! punch, zero range or truncate are zeroed in place; a write inside one block already
-//! mapped and written, from at or before the file's end, writes its own bytes alone. Locks: `mod.rs`.
+//! mapped and written, from at or before the file's end, writes its own bytes alone, and
+//! one from the end waits for the commit (`tail.rs`). Locks: `mod.rs`.
 
 use super::chunk::TailFirst;
 use super::data::Data;

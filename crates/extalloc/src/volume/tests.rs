@@ -342,7 +342,8 @@ fn a_write_growing_the_last_block_is_one_device_write_with_no_stale_bytes() {
 }
 
 /// A write inside a block already written, from at or before the file's end (a
-/// directory log's append), sends its own bytes alone to the device and reads nothing;
+/// directory log's append, kept back until the overwrite after it sends it: `tail.rs`),
+/// sends its own bytes alone to the device and reads nothing;
 /// what lies past the new end stays stale on the device and is still never shown when
 /// the file grows.
 #[test]
