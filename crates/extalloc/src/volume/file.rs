@@ -4,7 +4,8 @@
 //!
 //! Data structures: a [`VFile`] holds its size in bytes, its attribute blob, its allocation
 //! state in the file layer (`FileAlloc`: the logical -> physical map and preallocations),
-//! the unwritten logical ranges, and where the durable table keeps its map (`stored`).
+//! the unwritten logical ranges, where the durable table keeps its map (`stored`), and
+//! the bytes appended at its end that wait for the commit ([`Tail`], `tail.rs`).
 //! Maps are read lazily: a file the open found untouched since the table keeps only
 //! `stored` until an operation needs its map (`maps.rs`).
 //!
@@ -133,7 +134,37 @@ pub(super) struct VFile {
     pub(super) map_dirty: bool,
     /// Bytes appended inside the file's last block and not yet written to the device
     /// (`tail.rs`).
-    pub(super) tail: Option<super::tail::Tail>,
+    pub(super) tail: Option<Tail>,
+}
+
+/// Bytes appended to a file and not yet written to the device (`tail.rs`).
+#[derive(Debug, Clone)]
+pub(super) struct Tail {
+    /// The first byte's offset in the file.
+    pub(super) pos: u64,
+    /// The first byte's offset on the device.
+    pub(super) at: u64,
+    pub(super) bytes: Vec<u8>,
+}
+
+impl Tail {
+    /// The file offset just past the tail.
+    pub(super) fn end(&self) -> u64 {
+        self.pos + self.bytes.len() as u64
+    }
+
+    /// Lays the tail's bytes that fall in `offset .. offset + out.len()` over `out`.
+    pub(super) fn overlay(&self, offset: u64, out: &mut [u8]) {
+        debug_assert!(!self.bytes.is_empty(), "a tail holds bytes");
+        let (from, to) = (
+            self.pos.max(offset),
+            self.end().min(offset + out.len() as u64),
+        );
+        if from < to {
+            out[(from - offset) as usize..(to - offset) as usize]
+                .copy_from_slice(&self.bytes[(from - self.pos) as usize..(to - self.pos) as usize]);
+        }
+    }
 }
 
 impl VFile {

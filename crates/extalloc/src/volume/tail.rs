@@ -10,8 +10,8 @@
 //! with that size, as it lost the bytes written then. Bytes over the file's data (an
 //! overwrite) are never kept back.
 //!
-//! Data structures: [`Tail`] in a file's `VFile::tail` (its first byte in the file and on
-//! the device, its bytes: one run inside one block, ending at the file's size);
+//! Data structures: `Tail` (`file.rs`) in a file's `VFile::tail` (its first byte in the
+//! file and on the device, its bytes: one run inside one block, ending at the file's size);
 //! `Volume::tails`, the ids of files that may hold one.
 //!
 //! Invariant: a file's tail lies inside one block the file maps written and ends at the
@@ -28,39 +28,9 @@
 //! Lock order: a file's mutex, then `tails` (a leaf). A commit holds the gate written,
 //! takes the ids out of `tails`, lets go, then locks each file.
 
-use super::file::VFile;
+use super::file::{Tail, VFile};
 use super::state::Volume;
 use crate::error::Result;
-
-/// Bytes appended to a file and not yet written to the device (module documentation).
-#[derive(Debug, Clone)]
-pub(super) struct Tail {
-    /// The first byte's offset in the file.
-    pos: u64,
-    /// The first byte's offset on the device.
-    at: u64,
-    bytes: Vec<u8>,
-}
-
-impl Tail {
-    /// The file offset just past the tail.
-    fn end(&self) -> u64 {
-        self.pos + self.bytes.len() as u64
-    }
-
-    /// Lays the tail's bytes that fall in `offset .. offset + out.len()` over `out`.
-    pub(super) fn overlay(&self, offset: u64, out: &mut [u8]) {
-        debug_assert!(!self.bytes.is_empty(), "a tail holds bytes");
-        let (from, to) = (
-            self.pos.max(offset),
-            self.end().min(offset + out.len() as u64),
-        );
-        if from < to {
-            out[(from - offset) as usize..(to - offset) as usize]
-                .copy_from_slice(&self.bytes[(from - self.pos) as usize..(to - self.pos) as usize]);
-        }
-    }
-}
 
 impl Volume {
     /// Whether a write of `len` bytes at `pos` continues `f`'s tail: it starts where the
