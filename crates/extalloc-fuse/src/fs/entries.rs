@@ -40,6 +40,7 @@ use crate::inode::Kind;
 use foldhash::fast::RandomState;
 use hashbrown::HashTable;
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 /// A directory entry in memory: the inode a name names, and its kind when known, so that
 /// `readdir` reads no inode (as ext4's directory entries carry the file type). The kind
@@ -71,7 +72,7 @@ fn size(arena: &[u8], at: usize) -> usize {
 }
 
 /// A directory's entries, name to [`Entry`] (see the module documentation).
-#[derive(Clone, Default)]
+#[derive(Default)]
 pub(crate) struct Entries {
     arena: Vec<u8>,
     index: HashTable<u32>,
@@ -79,8 +80,10 @@ pub(crate) struct Entries {
     seed: RandomState,
     /// Shelved ([`Entries::shelve`]): how many entries were let go.
     shelved: Option<usize>,
-    /// Open handles listing the directory (see the module documentation).
-    listers: u32,
+    /// Open handles listing the directory (see the module documentation): counted under
+    /// the namespace lock held for reading (`opendir`, `releasedir`), read under it held
+    /// for writing, so a compaction or a shelving sees a count no one changes.
+    listers: AtomicU32,
     /// Compactions so far (wrapping): a listing cookie's generation.
     gen: u16,
 }
@@ -144,6 +147,21 @@ fn set(arena: &mut [u8], at: u32, e: Entry) -> bool {
     true
 }
 
+// By hand: the lister count is an atomic (a copy counts the same handles).
+impl Clone for Entries {
+    fn clone(&self) -> Entries {
+        Entries {
+            arena: self.arena.clone(),
+            index: self.index.clone(),
+            dead: self.dead,
+            seed: self.seed.clone(),
+            shelved: self.shelved,
+            listers: AtomicU32::new(self.listers()),
+            gen: self.gen,
+        }
+    }
+}
+
 impl Entries {
     /// Every accessor's guard: a shelved directory's entries are read back first.
     fn held(&self) {
@@ -157,7 +175,7 @@ impl Entries {
     /// their count for [`Entries::shelved`]. Returns the bytes given back.
     pub(crate) fn shelve(&mut self) -> usize {
         self.held();
-        assert_eq!(self.listers, 0, "a listed directory's entries shelved");
+        assert_eq!(self.listers(), 0, "a listed directory's entries shelved");
         let (bytes, count) = (self.heap_bytes(), self.len());
         *self = Entries {
             shelved: Some(count),
@@ -281,17 +299,18 @@ impl Entries {
     /// positions the open handles hold are then of the previous generation, and their
     /// listings fail with `EIO` from there (said in the log).
     fn compact_if_due(&mut self) {
-        if self.dead <= 4096 || self.dead * 2 <= self.arena.len() {
+        if !self.compaction_due() {
             return;
         }
-        if self.listers > 0 {
+        let listers = self.listers();
+        if listers > 0 {
             if self.dead <= FORCED_DEAD {
                 return;
             }
             log::warn!(
                 "a directory's entries compacted under {} open listings ({} bytes of \
                  removed entries kept for them): reading on, those listings get EIO",
-                self.listers,
+                listers,
                 self.dead
             );
         }
@@ -306,7 +325,7 @@ impl Entries {
         let mut out = Entries {
             seed: self.seed.clone(),
             gen: self.gen.wrapping_add(1),
-            listers: self.listers,
+            listers: AtomicU32::new(self.listers()),
             ..Entries::default()
         };
         out.arena.reserve_exact(self.arena.len() - self.dead);
@@ -319,26 +338,48 @@ impl Entries {
     }
 
     /// A handle opened a listing of the directory: positions stay until it closes
-    /// ([`Entries::close_lister`]).
-    pub(crate) fn open_lister(&mut self) {
+    /// ([`Entries::close_lister`]). Takes `&self`: `opendir` holds the namespace lock
+    /// for reading only.
+    pub(crate) fn open_lister(&self) {
         assert!(
             self.shelved.is_none(),
             "a shelved directory listed before being read back"
         );
-        self.listers += 1;
+        let before = self.listers.fetch_add(1, Relaxed);
+        assert!(before < u32::MAX, "listers of one directory overflowed");
     }
 
-    /// A handle's listing closed; the last one lets a compaction that waited run.
-    pub(crate) fn close_lister(&mut self) {
+    /// A handle's listing closed (the namespace lock held for reading: `releasedir`).
+    /// True when it was the last one and a compaction waited for it: the caller then
+    /// runs [`Entries::compact_waiting`] under the lock held for writing.
+    #[must_use]
+    pub(crate) fn close_lister(&self) -> bool {
         self.held();
-        assert!(self.listers > 0, "a listing closed that was never opened");
-        self.listers -= 1;
+        let before = self.listers.fetch_sub(1, Relaxed);
+        assert!(before > 0, "a listing closed that was never opened");
+        before == 1 && self.compaction_due()
+    }
+
+    /// Runs a compaction that waited for the last listing to close, if it is still due
+    /// (the namespace lock held for writing: no lister can come or go meanwhile).
+    pub(crate) fn compact_waiting(&mut self) {
+        self.held();
         self.compact_if_due();
+        // Compacted unless a listing opened before the lock was taken (it waits again).
+        debug_assert!(
+            self.listers() > 0 || !self.compaction_due(),
+            "a compaction that waited left due"
+        );
     }
 
     /// Open handles listing the directory.
     pub(crate) fn listers(&self) -> u32 {
-        self.listers
+        self.listers.load(Relaxed)
+    }
+
+    /// Dead records are more than half the arena and over 4 KiB.
+    fn compaction_due(&self) -> bool {
+        self.dead > 4096 && self.dead * 2 > self.arena.len()
     }
 
     /// The check bits of a cookie for arena offset `pos` in generation `gen`.
@@ -635,8 +676,42 @@ mod tests {
             (1_000, 1),
             "the open listing stays counted"
         );
-        e.close_lister();
+        assert!(!e.close_lister(), "compacted already: nothing waits");
         // A position inside the first record: no record the index holds starts the walk.
         assert_eq!(e.iter_from(1).count(), 0);
+    }
+
+    /// Removals under two open listings leave their dead records; the first close says
+    /// nothing waits (one listing is still open), the last says a compaction waited, and
+    /// `compact_waiting` runs it: no dead record, the next generation, the same entries.
+    #[test]
+    fn a_compaction_waits_for_the_last_listing_to_close() {
+        let mut e = Entries::default();
+        let name = |i: u32| format!("name-{i:06}").into_bytes();
+        for i in 0..1_000 {
+            e.insert(&name(i), entry(u64::from(i) + 1));
+        }
+        e.open_lister();
+        e.open_lister();
+        for i in 0..800 {
+            assert!(e.remove(&name(i)).is_some());
+        }
+        assert!(
+            e.dead > 4096 && e.dead * 2 > e.arena.len(),
+            "due: {}",
+            e.dead
+        );
+        let gen = e.gen;
+        assert_eq!(e.gen, gen, "not compacted under open listings");
+        assert!(!e.close_lister(), "one listing is still open");
+        assert!(e.close_lister(), "the last close finds the compaction due");
+        assert_eq!(e.listers(), 0);
+        e.compact_waiting();
+        assert_eq!((e.dead, e.gen, e.len()), (0, gen.wrapping_add(1), 200));
+        for i in 800..1_000 {
+            assert!(e.find(&name(i)).is_some(), "entry {i} kept");
+        }
+        e.open_lister();
+        assert!(!e.close_lister(), "nothing dead: nothing waits");
     }
 }

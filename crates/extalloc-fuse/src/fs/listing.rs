@@ -21,8 +21,12 @@
 //! `EIO`, never silently short; one the directory did not give ends the listing, and a
 //! guessed one lists only records the directory holds.
 //!
-//! Lock order: `ns` (read, to list; write, to open and close a handle) -> `dir_handles`,
-//! as in `mod.rs`; `dir_ahead` (a leaf) is taken with no lock held.
+//! Lock order: `ns` (read, to list, to open a handle of a directory in memory and to close
+//! one; write, to read a shelved directory back, or to run a compaction that waited for
+//! the last handle to close) -> `dir_handles`, as in `mod.rs`; `dir_ahead` (a leaf) is
+//! taken with no lock held. The lister count is an atomic, so handles of one directory
+//! come and go beside lookups and listings; a compaction or a shelving, under `ns` held
+//! for writing, sees a count no one changes.
 
 use super::core::{Attr, DirHandle, Errno, Fs, FsResult, Ns};
 use super::entries::Position;
@@ -55,20 +59,35 @@ impl Fs {
     pub fn opendir(&self, ino: u64) -> FsResult<u64> {
         let _pin = self.ensure_loaded(&[ino])?; // `ondemand.rs`: pinned
         self.live()?;
-        let mut ns = self.ns_write();
-        ns.dir(ino)?; // ENOTDIR before anything changes
-        self.unshelve(&mut ns, ino)?;
-        let d = ns.nodes.get_mut(&ino).and_then(|n| n.dir.as_deref_mut());
-        let d = d.expect("a directory in memory, checked above");
+        // The namespace lock for reading: a directory in memory counts its lister
+        // without excluding every other call; a shelved one is read back first, under
+        // the lock for writing.
+        let ns = self.ns.read();
+        let fh = match ns.dir(ino)? {
+            // ENOTDIR before anything changes
+            d if !d.shelved() => self.open_listing(ino, d),
+            _ => {
+                drop(ns);
+                let mut ns = self.ns_write();
+                ns.dir(ino)?;
+                self.unshelve(&mut ns, ino)?;
+                self.open_listing(ino, ns.dir(ino)?)
+            }
+        };
+        Ok(fh)
+    }
+
+    /// Counts a listing of directory `ino` (`d`, in memory) and hands out its handle:
+    /// the namespace lock held, for reading at least.
+    fn open_listing(&self, ino: u64, d: &super::core::DirState) -> u64 {
+        debug_assert!(!d.shelved(), "a listing of entries in memory");
         d.entries.open_lister();
         let fh = self.handle(None);
-        let fresh = self
-            .dir_handles
-            .lock()
+        let fresh = (self.dir_handles.lock())
             .insert(fh, DirHandle { ino })
             .is_none();
         debug_assert!(fresh, "directory handle {fh} handed out twice");
-        Ok(fh)
+        fh
     }
 
     /// Entries of an open directory from position `offset`: (name, inode, kind, position
@@ -273,14 +292,21 @@ impl Fs {
     /// Closes an open directory: its directory lists one handle fewer (a compaction of
     /// its entries that waited may run now).
     pub fn releasedir(&self, fh: u64) {
-        let mut ns = self.ns_write();
+        let ns = self.ns.read();
         let Some(h) = self.dir_handles.lock().remove(&fh) else {
             return;
         };
         // Gone from memory only when removed and forgotten: the kernel may send the last
         // forget before the release, and then nothing counts the handle any more.
-        if let Some(d) = ns.nodes.get_mut(&h.ino).and_then(|n| n.dir.as_deref_mut()) {
-            d.entries.close_lister();
+        let waited = ns.nodes.get(&h.ino).and_then(|n| n.dir.as_deref());
+        if waited.is_some_and(|d| d.entries.close_lister()) {
+            // The last listing closed and its entries' compaction waited for it: under
+            // the lock for writing, where no listing can open meanwhile.
+            drop(ns);
+            let mut ns = self.ns_write();
+            if let Some(d) = ns.nodes.get_mut(&h.ino).and_then(|n| n.dir.as_deref_mut()) {
+                d.entries.compact_waiting();
+            }
         }
         debug_assert!(
             !self.dir_handles.lock().contains_key(&fh),
