@@ -13,6 +13,12 @@
 #    before the 2 GiB are written. What the writer saw acknowledged beyond what the
 #    volume holds is printed: at most the cap then. Without the cap every write succeeded
 #    (the kernel held it all) and only `close` failed.
+# 3. Root's share of the device (ext4's reserved blocks, docs/mount.md): on a fresh 64 MiB
+#    volume an unprivileged user (nobody) writes 40 KiB files in a world-writable
+#    directory until a write fails with ENOSPC; `df` must then show less available than
+#    two such files, and root must then write at least half the share (5 % of the
+#    device) more into new files. Before the rule, the user's writes went
+#    on past `df`'s 0 available until 3 blocks were free.
 #
 # Each volume is then unmounted and must pass fsck.
 #
@@ -97,3 +103,51 @@ sys.exit(0 if refused == errno.ENOSPC else 1)
 EOF
 done_with "the cached writer"
 echo "a cached writer on 1 GiB: $(cat "$WORK/latch.out"); fsck clean"
+
+# 3. An unprivileged writer leaves root's share.
+chmod o+x "$WORK" # nobody walks to the mount point
+fresh 64MiB
+mkdir "$MNT/pub"
+chmod 1777 "$MNT/pub"
+python3 - "$MNT" >"$WORK/share.out" <<'EOF' || { cat "$WORK/share.out" >&2; fail "root's share"; }
+import errno, os, sys
+mnt = sys.argv[1]
+piece = os.urandom(40 << 10)
+def fill(dir, uid):
+    # Files of 40 KiB, each fsync'd, until one fails with ENOSPC: the whole files written.
+    pid = os.fork()
+    if pid == 0:
+        if uid:
+            os.setgid(uid)
+            os.setuid(uid)
+        n = 0
+        while True:
+            try:
+                fd = os.open(f"{dir}/f{uid}-{n}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                try:
+                    os.write(fd, piece)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except OSError as e:
+                if e.errno != errno.ENOSPC:
+                    print(f"uid {uid}: {e}", file=sys.stderr)
+                os._exit(0 if e.errno == errno.ENOSPC else 2)
+            n += 1
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, f"uid {uid}: an error but ENOSPC"
+    names = [n for n in os.listdir(dir) if n.startswith(f"f{uid}-")]
+    return sum(os.stat(f"{dir}/{n}").st_size == len(piece) for n in names)
+users = fill(f"{mnt}/pub", 65534)
+st = os.statvfs(mnt)
+share = st.f_blocks * st.f_frsize // 20  # 5 % of the device, about the share
+print(f"nobody wrote {users} files of 40 KiB; then df: {st.f_bavail * st.f_frsize >> 10} KiB available;")
+# The user stopped where a file no longer fits what df shows available.
+ok = st.f_bavail * st.f_frsize < 2 * len(piece)
+roots = fill(mnt, 0)
+print(f"root wrote {roots} files more into its share (5 % of the device: {share >> 10} KiB);")
+ok = ok and roots * len(piece) >= share // 2
+sys.exit(0 if ok else 1)
+EOF
+done_with "root's share"
+echo "root's share on 64 MiB: $(tr '\n' ' ' <"$WORK/share.out")fsck clean"

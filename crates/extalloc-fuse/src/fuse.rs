@@ -17,7 +17,7 @@ use crate::fs::data::SetAttr;
 use crate::fs::flags;
 use crate::fs::names::NewNode;
 use crate::fs::syncmode::Settle;
-use crate::fs::{Attr, Errno as FsErrno, Fs, FsResult, Plus};
+use crate::fs::{Attr, Caller, Errno as FsErrno, Fs, FsResult, Plus};
 use crate::inode::{Kind, Time};
 use crate::kernel::{negotiate, MountFlags};
 use crate::replies::{
@@ -181,7 +181,7 @@ impl FuseFs {
                 offset,
                 data,
                 flags,
-            } => self.write(ino, offset, data, flags, reply),
+            } => self.write(req, offset, data, flags, reply),
             Op::Statfs => statfs_reply(self.fs.statfs(), reply),
             Op::Release => empty(self.fs.release(ino), reply),
             Op::Fsync => empty(self.fs.fsync(ino), reply),
@@ -231,7 +231,11 @@ impl FuseFs {
             } => {
                 // The kernel has written both ranges' dirty pages back and drops the
                 // target's after.
-                let r = self.fs.copy_range(ino, off_in, ino_out, off_out, len);
+                let who = match self.fs.room_for_anyone(len) {
+                    true => Caller::ROOT,
+                    false => caller(req),
+                };
+                let r = (self.fs).copy_range((ino, off_in), (ino_out, off_out), len, who);
                 match self.settled(r, Settle::Inode(ino_out)) {
                     Ok(n) => reply.written(n),
                     Err(e) => reply.error(errno(e)),
@@ -366,10 +370,16 @@ impl FuseFs {
         empty(self.settled(r, Settle::Names([from.0, to.0])), reply);
     }
 
-    fn write(&self, ino: u64, offset: u64, data: &[u8], flags: u32, reply: Reply<'_>) {
+    fn write(&self, req: &Request, offset: u64, data: &[u8], flags: u32, reply: Reply<'_>) {
+        let ino = req.nodeid;
         let kill = flags & init_flags::WRITE_KILL_SUIDGID != 0;
         let cached = flags & init_flags::WRITE_CACHE != 0;
-        let r = self.fs.write_from(ino, offset, data, kill, cached);
+        // Whose write it is matters only near root's share of the device (`Fs::write_from`).
+        let who = match cached || self.fs.room_for_anyone(data.len() as u64) {
+            true => Caller::ROOT,
+            false => caller(req),
+        };
+        let r = (self.fs).write_from(ino, offset, data, kill, cached, who);
         match self.settled(r, Settle::Data(ino)) {
             Ok((n, cleared)) => {
                 if cleared {

@@ -64,6 +64,18 @@ impl Caller {
         uid: u32::MAX,
         gid: u32::MAX,
     };
+
+    /// Whose share of the device the caller's data may take (`extalloc::volume::Privilege`,
+    /// ext4's reserved blocks): root's all of it, anyone else's all but the blocks kept for
+    /// root, so an unprivileged writer gets `ENOSPC` where `statfs`'s available figure
+    /// reaches 0. The daemon knows the caller's ids, not its capabilities: root is uid 0
+    /// (ext4 also lets `CAP_SYS_RESOURCE` and its `resuid`/`resgid` in).
+    pub fn privilege(self) -> extalloc::volume::Privilege {
+        match self.uid {
+            0 => extalloc::volume::Privilege::Superuser,
+            _ => extalloc::volume::Privilege::User,
+        }
+    }
 }
 
 /// An inode as `stat` reports it.

@@ -200,11 +200,16 @@ impl Fs {
         data: &[u8],
         kill_priv: bool,
     ) -> FsResult<(u32, bool)> {
-        self.write_from(ino, offset, data, kill_priv, false)
+        self.write_from(ino, offset, data, kill_priv, false, Caller::ROOT)
     }
 
-    /// [`Fs::write_clearing`]; `from_cache`: the kernel's page cache writes the data back
-    /// (`FUSE_WRITE_CACHE`), and mtime and ctime are left alone. Under the writeback cache
+    /// [`Fs::write_clearing`] for `who`; `from_cache`: the kernel's page cache writes the
+    /// data back (`FUSE_WRITE_CACHE`), and mtime and ctime are left alone. A write `who`
+    /// made directly (not from the cache) that would take root's share of the device is
+    /// refused with `ENOSPC` unless `who` is root ([`Caller::privilege`]); a write back
+    /// from the cache carries no writer (the kernel's flusher sends it) and may take it:
+    /// what the kernel holds dirty is bounded by the room `statfs` gives as available
+    /// (`headroom.rs`), and opens for writing go direct before that room runs out. Under the writeback cache
     /// the kernel owns a regular file's times and sends them in a SETATTR of its own (when
     /// it writes the inode back, at fsync and at close); stamping them here raced that
     /// SETATTR: a writeback's WRITE served after it, on another session thread, replaced
@@ -219,11 +224,16 @@ impl Fs {
         data: &[u8],
         kill_priv: bool,
         from_cache: bool,
+        who: Caller,
     ) -> FsResult<(u32, bool)> {
         let _pin = self.ensure_loaded(&[ino])?; // `ondemand.rs`: pinned
         self.live()?;
         self.regular(ino, libc::EINVAL)?;
-        let wrote = self.vol.write(ino, offset, data);
+        let share = match from_cache {
+            true => Caller::ROOT.privilege(),
+            false => who.privilege(),
+        };
+        let wrote = self.vol.write_for(ino, offset, data, share);
         if self.headroom.spend(data.len() as u64) {
             self.headroom.retune(self.room_bytes());
         }
@@ -240,14 +250,14 @@ impl Fs {
     /// `off_in` (fewer at its end, and at most [`COPY_MAX`] a call: a short copy, which
     /// callers loop over) written to `ino_out` at `off_out` through the cache; returns the
     /// bytes copied. An immutable target is `EPERM` (the kernel's own check does not see
-    /// FUSE's flags, `flags.rs`); the kernel has cleared its set-id bits already.
+    /// FUSE's flags, `flags.rs`); the kernel has cleared its set-id bits already. Written
+    /// for `who` as [`Fs::write_from`] writes a direct write.
     pub fn copy_range(
         &self,
-        ino_in: u64,
-        off_in: u64,
-        ino_out: u64,
-        off_out: u64,
+        (ino_in, off_in): (u64, u64),
+        (ino_out, off_out): (u64, u64),
         len: u64,
+        who: Caller,
     ) -> FsResult<u32> {
         let _pin = self.ensure_loaded(&[ino_in, ino_out])?; // `ondemand.rs`: pinned
         self.live()?;
@@ -256,7 +266,9 @@ impl Fs {
         if data.is_empty() {
             return Ok(0);
         }
-        Ok(self.write_clearing(ino_out, off_out, &data, false)?.0)
+        Ok(self
+            .write_from(ino_out, off_out, &data, false, false, who)?
+            .0)
     }
 
     /// Changes `ino`'s attributes for `who` (a truncate by anyone but root, and a change
@@ -360,7 +372,8 @@ impl Fs {
 
     /// `fallocate(2)` with Linux's `mode` bits: plain, `KEEP_SIZE`, `PUNCH_HOLE |
     /// KEEP_SIZE` and `ZERO_RANGE` (with or without `KEEP_SIZE`); others are
-    /// `EOPNOTSUPP`.
+    /// `EOPNOTSUPP`. An allocation that would take root's share of the device is `ENOSPC`
+    /// unless `who` is root ([`Caller::privilege`]).
     /// An unprivileged `who` (not root) clears set-user-id and set-group-id as a write does.
     pub fn fallocate(
         &self,
@@ -401,7 +414,8 @@ impl Fs {
             return err(libc::EINVAL);
         }
         self.regular(ino, libc::ENODEV)?;
-        self.vol.fallocate(ino, how, offset, len)?;
+        self.vol
+            .fallocate_for(ino, how, offset, len, who.privilege())?;
         self.data_changed(ino, (who.uid != 0).then_some(Some(who.gid)), true)
     }
 
@@ -475,6 +489,12 @@ impl Fs {
     }
 }
 
+/// Blocks beyond a write's own that [`Fs::room_for_anyone`] wants available before it
+/// lets the writer's ids go unasked: more than the room a file's first cached data adds to
+/// what is kept for metadata (its entry in the file tree), so a write it lets through
+/// unasked would pass the unprivileged check too.
+pub const SHARE_SLACK_BLOCKS: u64 = 64;
+
 /// Clears set-user-id, and set-group-id when the group may execute or the caller's group
 /// `caller_gid` (when known) is not the file's, of a regular file (the kernel's
 /// `setattr_should_drop_suidgid`); true if a bit changed.
@@ -507,6 +527,16 @@ impl Fs {
     /// last commit.
     pub fn room_bytes(&self) -> u64 {
         self.room_blocks() * self.vol.volume().block_size()
+    }
+
+    /// Whether a write of `bytes` fits what `statfs` shows available with room to spare
+    /// ([`SHARE_SLACK_BLOCKS`]): then root's share of the device is not near and the
+    /// writer's ids do not matter, so the daemon need not learn them (the kernel sends a
+    /// write's without them, and reading them from `/proc` costs a file read per write).
+    /// A lower bound taking no locality lock answers first (`available_at_least`).
+    pub fn room_for_anyone(&self, bytes: u64) -> bool {
+        let blocks = bytes.div_ceil(self.vol.volume().block_size());
+        self.vol.available_at_least(blocks + SHARE_SLACK_BLOCKS)
     }
 
     /// Whether an open of regular file `ino` with `open(2)`'s `flags` bypasses the kernel's

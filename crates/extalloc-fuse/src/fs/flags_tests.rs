@@ -163,14 +163,14 @@ fn copy_range_copies_through_the_cache_and_refuses_an_immutable_target() {
     let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
     let src = put(&fs, ROOT, "src", &data);
     let dst = put(&fs, ROOT, "dst", b"head");
-    assert_eq!(fs.copy_range(src, 1000, dst, 4, 50_000), Ok(50_000));
+    assert_eq!(fs.copy_range((src, 1000), (dst, 4), 50_000, ME), Ok(50_000));
     assert_eq!(
-        fs.copy_range(src, 99_000, dst, 50_004, 5_000),
+        fs.copy_range((src, 99_000), (dst, 50_004), 5_000, ME),
         Ok(1_000),
         "short at the end"
     );
     assert_eq!(
-        fs.copy_range(src, 200_000, dst, 0, 10),
+        fs.copy_range((src, 200_000), (dst, 0), 10, ME),
         Ok(0),
         "past the end"
     );
@@ -180,7 +180,7 @@ fn copy_range_copies_through_the_cache_and_refuses_an_immutable_target() {
     assert_eq!(&got[50_004..], &data[99_000..]);
     fs.set_flags(dst, IMMUTABLE).unwrap();
     eperm(
-        fs.copy_range(src, 0, dst, 0, 10),
+        fs.copy_range((src, 0), (dst, 0), 10, ME),
         "copy into an immutable file",
     );
     fs.unmount().unwrap();

@@ -21,7 +21,7 @@ fn fill(fs: &Fs, ino: u64, from_cache: bool) -> Errno {
     let piece = vec![0x5a_u8; 256 << 10];
     let mut at = 0;
     loop {
-        match fs.write_from(ino, at, &piece, false, from_cache) {
+        match fs.write_from(ino, at, &piece, false, from_cache, ME) {
             Ok((n, _)) => at += u64::from(n),
             Err(e) => return e,
         }

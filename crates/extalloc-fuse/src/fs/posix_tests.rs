@@ -445,7 +445,10 @@ fn a_write_from_the_kernels_cache_leaves_the_times_to_the_kernel() {
         ..SetAttr::default()
     };
     fs.setattr(f, set, ME).unwrap();
-    assert_eq!(fs.write_from(f, 0, b"more", false, true), Ok((4, false)));
+    assert_eq!(
+        fs.write_from(f, 0, b"more", false, true, ME),
+        Ok((4, false))
+    );
     let i = fs.getattr(f).unwrap().inode;
     assert_eq!((i.mtime, i.ctime), (kernels, kernels));
     assert_eq!(fs.read(f, 0, 4).unwrap(), b"more");
@@ -462,7 +465,7 @@ fn a_write_from_the_kernels_cache_leaves_the_times_to_the_kernel() {
         ..SetAttr::default()
     };
     fs.setattr(f, setid, ME).unwrap();
-    assert_eq!(fs.write_from(f, 0, b"x", true, true), Ok((1, true)));
+    assert_eq!(fs.write_from(f, 0, b"x", true, true, ME), Ok((1, true)));
     let i = fs.getattr(f).unwrap().inode;
     assert_eq!(i.mtime, kernels);
     assert!(

@@ -96,3 +96,64 @@ fn statfs_after_a_full_volumes_rm_shows_no_more_than_a_fresh_one() {
     );
     fs.unmount().unwrap();
 }
+
+/// Root's share of the device, as ext4's reserved blocks (`Caller::privilege`): direct
+/// writes by anyone but root stop with `ENOSPC` where `statfs`'s available figure runs
+/// out, and so does their allocating `fallocate`; an overwrite of their own mapped blocks
+/// still works, a write back from the kernel's cache (no writer) is not stopped there,
+/// and root's writes go on into the share until the device itself is full.
+#[test]
+fn only_root_writes_into_its_share_of_the_device() {
+    let dev = device(12);
+    let fs = fresh(&dev);
+    let user = Caller {
+        uid: 1000,
+        gid: 1000,
+    };
+    let share = fs.vol.statfs().root_reserved_blocks;
+    let bs = u64::from(fs.statfs().unwrap().block_size);
+    assert!(share >= 64, "a share to write into: {share} blocks");
+    let f = put(&fs, ROOT, "f", b"");
+    let piece = vec![7u8; 16 * bs as usize];
+    let mut size = 0;
+    let refused = loop {
+        match fs.write_from(f, size, &piece, false, false, user) {
+            Ok(_) => size += piece.len() as u64,
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(refused, Errno(libc::ENOSPC));
+    let full_for_users = fs.statfs().unwrap();
+    assert!(
+        full_for_users.available < 16 && full_for_users.free >= share,
+        "the user stopped where available ran out, the share free: {full_for_users:?}"
+    );
+    assert_eq!(
+        fs.fallocate(f, size, 16 * bs, 0, user),
+        Err(Errno(libc::ENOSPC)),
+        "an unprivileged fallocate"
+    );
+    assert_eq!(
+        fs.write_from(f, 0, &piece, false, false, user),
+        Ok((piece.len() as u32, false)),
+        "an overwrite takes no block"
+    );
+    assert!(
+        fs.write_from(f, size, &piece, false, true, user).is_ok(),
+        "a write back from the kernel's cache"
+    );
+    size += piece.len() as u64;
+    let mut root_wrote = 0;
+    while fs.write_from(f, size, &piece, false, false, ME).is_ok() {
+        size += piece.len() as u64;
+        root_wrote += 16;
+    }
+    // The share less the cached write's piece, in whole pieces.
+    assert!(
+        root_wrote + 32 >= share,
+        "root wrote {root_wrote} blocks into a share of {share}"
+    );
+    fs.fsync(f).unwrap();
+    assert_eq!(fs.read(f, 0, 4).unwrap(), [7; 4]);
+    fs.unmount().unwrap();
+}

@@ -204,7 +204,7 @@ mod tests {
         chmod_600(&fs, ino);
         // A write from the kernel's cache, as the FUSE layer settles it: committed for
         // the synchronous file (the kernel follows it with no fsync).
-        let w = fs.write_from(ino, 0, b"synced", false, true);
+        let w = fs.write_from(ino, 0, b"synced", false, true, crate::fs::Caller::ROOT);
         fs.settled(w, Settle::Data(ino)).unwrap();
         // A name made in a directory without the flag waits for a commit.
         let lazy = fs.make(other, b"g", node(Kind::File), ME);

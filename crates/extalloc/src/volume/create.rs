@@ -46,7 +46,7 @@ impl Volume {
         let written = match data.is_empty() {
             true => Ok(()),
             false => self
-                .fallocate(id, super::io::Fallocate::Allocate, 0, data.len() as u64)
+                .fallocate(id, super::Fallocate::Allocate, 0, data.len() as u64)
                 .and_then(|()| self.write(id, 0, data))
                 .and_then(|()| self.close_file(id)),
         };

@@ -25,6 +25,7 @@
 use super::data::Data;
 use super::file::VFile;
 use super::record::Change;
+use super::share::Privilege;
 use super::state::{Volume, CHUNK_EXTENTS};
 use crate::error::{Error, Result};
 use std::cell::Cell;
@@ -76,9 +77,10 @@ impl Volume {
     /// that held no reservation before (0 or 1: counted in the room kept for the tree, as
     /// changed files, until their reservations are all released). Refused with
     /// [`Error::NoSpace`] (nothing reserved, nothing counted) when the allocatable blocks
-    /// do not cover every reservation and the margin; `pending_blocks` says whether a
-    /// commit would help, [`Volume::cached_files`] whether writing back the cache would.
-    pub(crate) fn reserve_delalloc(&self, blocks: u64, files: u64) -> Result<()> {
+    /// do not cover every reservation and the margin, and for an unprivileged `who` the
+    /// superuser's share too (`share.rs`); `pending_blocks` says whether a commit would
+    /// help, [`Volume::cached_files`] whether writing back the cache would.
+    pub(crate) fn reserve_delalloc(&self, blocks: u64, files: u64, who: Privilege) -> Result<()> {
         debug_assert!(
             files <= 1 && (files == 0 || blocks > 0),
             "a new file reserves"
@@ -89,9 +91,10 @@ impl Volume {
         self.cached_files.fetch_add(files, SeqCst);
         let margin = self.reserve_margin();
         let have = self.store.allocatable_blocks();
-        if have < *reserved + blocks + margin {
+        let kept = self.kept_from(who);
+        if have < *reserved + blocks + margin + kept {
             self.uncount_cached(files);
-            return Err(self.short_of(blocks, have, *reserved, margin));
+            return Err(self.short_of(blocks, have, *reserved, margin + kept));
         }
         *reserved += blocks;
         debug_assert!(*reserved + margin <= have, "reserved past the space");
@@ -101,17 +104,24 @@ impl Volume {
         Ok(())
     }
 
-    /// Before an allocating `fallocate` of bytes `offset .. end` of file `id`: refused with
-    /// [`Error::NoSpace`], nothing changed, when its holes do not fit the allocatable
-    /// blocks less cached data's reservations and the room kept for metadata.
-    pub(super) fn check_room_for_data(&self, id: u64, offset: u64, end: u64) -> Result<()> {
+    /// Before an allocating `fallocate` of bytes `offset .. end` of file `id` for `who`:
+    /// refused with [`Error::NoSpace`], nothing changed, when its holes do not fit the
+    /// allocatable blocks less cached data's reservations and the room kept for metadata,
+    /// and for an unprivileged `who` the superuser's share too (`share.rs`).
+    pub(super) fn check_room_for_data(
+        &self,
+        id: u64,
+        offset: u64,
+        end: u64,
+        who: Privilege,
+    ) -> Result<()> {
         let bs = self.block_size;
         let holes: u64 = self
             .holes_in(id, offset / bs, end.div_ceil(bs))?
             .iter()
             .map(|&(_, n)| n)
             .sum();
-        self.check_room(holes)
+        self.check_room_keeping(holes, self.kept_from(who))
     }
 
     /// Before the caller allocates `blocks` that grow its metadata as data grows (a file
@@ -124,7 +134,13 @@ impl Volume {
     /// room would be gone when a removal needs it, and the checkpoint after it would take
     /// blocks promised to cached data (an `fsync` failing with `ENOSPC`).
     pub fn check_room(&self, blocks: u64) -> Result<()> {
-        let margin = self.reserve_margin();
+        self.check_room_keeping(blocks, 0)
+    }
+
+    /// [`Volume::check_room`] leaving `kept` blocks more free (the superuser's share, for
+    /// an unprivileged caller's data).
+    fn check_room_keeping(&self, blocks: u64, kept: u64) -> Result<()> {
+        let margin = self.reserve_margin() + kept;
         let reserved = *self.delalloc.lock();
         // Blocks waiting for a commit count: the allocation's own remedy commits them.
         let have = self.store.allocatable_blocks() + self.store.allocator().pending_free_blocks();
@@ -140,7 +156,8 @@ impl Volume {
     }
 
     /// The `NoSpace` of a space check: `have` allocatable blocks, of which cached data
-    /// holds `reserved` and metadata keeps `margin`. A space check counts blocks: the
+    /// holds `reserved` and `margin` are kept (for metadata, and for an unprivileged
+    /// caller the superuser's share: the free figure is then `statfs`'s available). A space check counts blocks: the
     /// least it accepts is the whole request.
     fn short_of(&self, requested: u64, have: u64, reserved: u64, margin: u64) -> Error {
         Error::NoSpace {

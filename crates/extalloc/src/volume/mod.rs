@@ -24,7 +24,7 @@
 //! itself (its fields, the file table, the constants every part uses), which the other
 //! files name instead of this one; `path.rs` the one-call volumes on a
 //! file ([`Volume::mkfs_file`], [`Volume::open_file`]); `create.rs` makes files; `io.rs`
-//! the file calls (write, read, fallocate, truncate, unlink); `data.rs` what a write
+//! the file calls (`fallocate.rs` fallocate, `share.rs` the superuser's share); `data.rs` what a write
 //! places (one buffer, or a writeback's cached blocks as they lie); `publish.rs` attribute blobs
 //! and the atomic publish; `keyed.rs` blobs by key (a put that replaces the key's blob
 //! atomically, a get by key); `delalloc.rs`
@@ -81,6 +81,7 @@ mod chunk;
 mod create;
 mod data;
 mod delalloc;
+mod fallocate;
 mod file;
 mod io;
 mod keyed;
@@ -115,6 +116,7 @@ mod root;
 mod salvage;
 #[cfg(test)]
 mod salvage_tests;
+mod share;
 #[cfg(test)]
 mod shutdown_tests;
 mod spill;
@@ -134,12 +136,14 @@ use cache::{info_of, strip};
 pub use cache::{DEFAULT_FILE_CACHE, MIN_CHECKPOINT_FILES};
 pub use check::VolumeCheck;
 pub use delalloc::WroteBack;
+pub use fallocate::Fallocate;
 pub(crate) use io::check_range;
-pub use io::{Fallocate, MAX_ATTR_BYTES, MAX_FILE_BYTES};
+pub use io::{MAX_ATTR_BYTES, MAX_FILE_BYTES};
 pub use page::ListPage;
 pub use path::DEFAULT_BLOCK_SIZE;
 pub use read::Advised;
 pub use salvage::{ClearedMap, FilePlace, LostEntry, Salvage};
+pub use share::Privilege;
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use state::CHUNK_BLOCKS;
 use state::{Claims, FileTable, Meta, Segs, CHUNK_BUDGET, EMPTY_RECORD_BYTES, NEXT_IDENTITY};

@@ -18,9 +18,10 @@
 //! `sync`, and when a caller asks the cache to shrink ([`Buffered::shrink`], memory
 //! pressure); a writer at the hard limit waits for writeback, it does not fail.
 //!
-//! Files: this one holds the file calls; `options.rs` the options and the figures;
-//! `contexts.rs` the pool, the routing and the writeback trips; `cache.rs` one file's cache.
-//! The children never name this file: what they share comes from `options.rs`.
+//! Files: this one holds the file calls; `write.rs` a write into the cache; `space.rs` the
+//! space figures; `options.rs` the options and the figures; `contexts.rs` the pool, the
+//! routing and the writeback trips; `cache.rs` one file's cache. Of the children only
+//! `write.rs` and `space.rs`, which add calls to [`Buffered`], name this file.
 //!
 //! Data structures: the [`Buffered`] owns the shared state (`contexts::Shared`: the
 //! volume, the cache entries by file id, the contexts) and the worker threads.
@@ -47,16 +48,16 @@ mod space;
 mod space_tests;
 #[cfg(test)]
 mod tests;
+mod write;
 
 use crate::error::{Error, Result};
-use crate::volume::{Fallocate, FileExtent, FileInfo, Volume, VolumeCheck};
-use cache::Page;
-use contexts::{pieces, Shared};
+use crate::volume::{Fallocate, FileExtent, FileInfo, Privilege, Volume, VolumeCheck};
+use contexts::Shared;
 pub use options::{Affinity, ContextStats, WritebackOptions, WritebackStats};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A volume with buffered writes and delayed allocation (see the module documentation).
 pub struct Buffered {
@@ -152,94 +153,6 @@ impl Buffered {
     /// Creates an empty file near others of `key` (see [`Volume::create_placed`]).
     pub fn create_placed(&self, attr: &[u8], key: u64) -> Result<u64> {
         self.shared.vol.create_placed(attr, key)
-    }
-
-    /// Copies `data` into the cache at byte `offset` of file `id`, reserving a block for
-    /// every hole it covers: [`Error::NoSpace`] when the device cannot hold it (nothing of
-    /// the failing piece cached; earlier pieces of a large write stay). Waits while the
-    /// cache is at its hard limit.
-    pub fn write(&self, id: u64, offset: u64, data: &[u8]) -> Result<()> {
-        let end = crate::volume::check_range(offset, data.len() as u64)?;
-        let entry = self.shared.entry(id)?;
-        for (from, to) in pieces(offset, end - offset, self.shared.block_size) {
-            self.shared.throttle()?;
-            let bytes = &data[(from - offset) as usize..(to - offset) as usize];
-            self.after_writeback(|| {
-                self.shared
-                    .vol
-                    .retry_after_sync(|| self.write_piece(id, &entry, from, bytes))
-            })?;
-            self.shared.kick_if_over_background()?;
-        }
-        Ok(())
-    }
-
-    /// Caches one piece (at most `WRITE_PIECE_BLOCKS` blocks).
-    fn write_piece(&self, id: u64, entry: &contexts::Entry, pos: u64, bytes: &[u8]) -> Result<()> {
-        let s = &self.shared;
-        let bs = s.block_size;
-        let mut d = entry.lock();
-        if d.unlinked {
-            return Err(Error::NoSuchFile { id });
-        }
-        let (first, last) = (pos / bs, (pos + bytes.len() as u64 - 1) / bs);
-        let holes = s.vol.holes_in(id, first, last + 1)?;
-        let in_hole = |b: u64| holes.iter().any(|&(h, n)| (h..h + n).contains(&b));
-        let missing: Vec<u64> = (first..=last)
-            .filter(|b| !d.pages.contains_key(b))
-            .collect();
-        let reserve = missing.iter().filter(|&&b| in_hole(b)).count() as u64;
-        // The new pages first (a partial block is read from the volume), then the
-        // reservation: a failure before the insert changes nothing.
-        let mut new = Vec::with_capacity(missing.len());
-        let covered = |b: u64| pos <= b * bs && (b + 1) * bs <= pos + bytes.len() as u64;
-        for &b in &missing {
-            // A block the write covers is made from its bytes (no zeroing, no second copy).
-            let data = if covered(b) {
-                Box::from(&bytes[(b * bs - pos) as usize..((b + 1) * bs - pos) as usize])
-            } else {
-                let mut data = vec![0u8; bs as usize];
-                if !in_hole(b) && b * bs < d.size {
-                    let old = s.vol.read(id, b * bs, bs)?;
-                    data[..old.len()].copy_from_slice(&old);
-                }
-                data.into_boxed_slice()
-            };
-            let page = Page {
-                data,
-                reserved: in_hole(b),
-            };
-            new.push((b, page));
-        }
-        if reserve > 0 {
-            // The file's first reservation counts it in the room kept for the tree.
-            let first = d.reserved == 0;
-            s.vol.reserve_delalloc(reserve, u64::from(first))?;
-            d.reserved += reserve;
-        }
-        d.pages.extend(new);
-        let mut at = pos;
-        while at < pos + bytes.len() as u64 {
-            let b = at / bs;
-            let n = ((b + 1) * bs).min(pos + bytes.len() as u64) - at;
-            if covered(b) && missing.binary_search(&b).is_ok() {
-                // Made from these bytes above.
-                debug_assert_eq!(n, bs);
-                at += n;
-                continue;
-            }
-            let page = d.pages.get_mut(&b).expect("cached just now");
-            let src = &bytes[(at - pos) as usize..(at - pos + n) as usize];
-            page.data[(at - b * bs) as usize..(at - b * bs + n) as usize].copy_from_slice(src);
-            at += n;
-        }
-        d.size = d.size.max(pos + bytes.len() as u64);
-        d.closed = false;
-        if d.dirty_since.is_none() {
-            d.dirty_since = Some((s.seq.fetch_add(1, Relaxed), Instant::now()));
-        }
-        s.add_dirty(missing.len() as u64);
-        Ok(())
     }
 
     /// Up to `len` bytes at `offset` of file `id` as callers see them: the volume's data
@@ -381,7 +294,19 @@ impl Buffered {
     /// back first. A failure leaves the cached data written back in part, or what
     /// [`Volume::fallocate`] leaves.
     pub fn fallocate(&self, id: u64, mode: Fallocate, offset: u64, len: u64) -> Result<()> {
-        self.after_writeback(|| self.flushed(id, |v| v.fallocate(id, mode, offset, len)))
+        self.fallocate_for(id, mode, offset, len, Privilege::Superuser)
+    }
+
+    /// [`Buffered::fallocate`] for `who` (see [`Volume::fallocate_for`]).
+    pub fn fallocate_for(
+        &self,
+        id: u64,
+        mode: Fallocate,
+        offset: u64,
+        len: u64,
+        who: Privilege,
+    ) -> Result<()> {
+        self.after_writeback(|| self.flushed(id, |v| v.fallocate_for(id, mode, offset, len, who)))
     }
 
     /// True if `e` is no space that writing back the cache and checkpointing

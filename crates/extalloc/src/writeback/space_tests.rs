@@ -212,3 +212,48 @@ fn size_and_blocks_counts_cached_data() {
     b.unlink(f).unwrap();
     assert!(b.size_and_blocks(f).is_err(), "gone");
 }
+
+/// An unprivileged writer ([`Privilege::User`]) is refused where `statfs`'s available
+/// figure runs out, and its error's free figure is that figure; `fallocate_for` refuses
+/// it there too; the superuser's writes ([`Buffered::write`]) go on into its share.
+#[test]
+fn an_unprivileged_writer_stops_where_available_runs_out() {
+    let dev = device(4096, 3);
+    let b = buffered(&dev, 1024, WritebackOptions::default());
+    let share = b.statfs().root_reserved_blocks;
+    assert!(share > 8, "a share: {share} blocks");
+    let f = b.create(b"").unwrap();
+    let mut k = 0u64;
+    let err = loop {
+        match b.write_for(f, k * BS, &fill(9, BS as usize), Privilege::User) {
+            Ok(()) => k += 1,
+            Err(e) => break e,
+        }
+    };
+    let available = b.free_and_available_with_pending().1;
+    let Error::NoSpace { free_blocks, .. } = err.clone() else {
+        panic!("{err}")
+    };
+    // Where available runs out, within the room a file holding cached data adds to what
+    // is kept for metadata (its entry, `room.rs`): the refusal's checkpoint wrote the
+    // file back, so the figure read after it no longer keeps that room.
+    assert!(
+        available < 16 && free_blocks <= available,
+        "refused where available ({available}) ran out: {err}"
+    );
+    let past = (available + 1) * BS;
+    assert!(matches!(
+        b.fallocate_for(f, Fallocate::Allocate, k * BS, past, Privilege::User),
+        Err(Error::NoSpace { .. })
+    ));
+    let mut root = 0;
+    while b.write(f, (k + root) * BS, &fill(9, BS as usize)).is_ok() {
+        root += 1;
+    }
+    assert!(
+        root + 1 >= share,
+        "the superuser wrote {root} of its {share}"
+    );
+    b.sync().unwrap();
+    assert_eq!(b.read(f, 0, 1).unwrap(), [9]);
+}

@@ -8,6 +8,7 @@ use crate::disk::device::{Crash, Device, FaultDevice, MemDevice};
 use crate::geometry::Geometry;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
+use std::time::Instant;
 
 pub(super) const BS: u64 = 4096;
 
