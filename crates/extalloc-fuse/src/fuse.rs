@@ -159,7 +159,7 @@ impl Handler for FuseFs {
                 flags,
             } => self.rename(req, name, newdir, newname, flags, reply),
             Op::Link { ino: from, newname } => {
-                let r = self.fs.link(from, ino, newname.as_bytes());
+                let r = self.fs.link(from, ino, newname.as_bytes(), caller(req));
                 self.entry(self.settled(r, Settle::names(ino)), reply)
             }
             op => self.serve_data(req, op, reply),

@@ -38,7 +38,7 @@ fn an_immutable_file_refuses_every_change_and_still_reads() {
     eperm(fs.setattr(f, s, ME), "touch");
     eperm(fs.unlink(ROOT, b"f"), "unlink");
     eperm(fs.rename(ROOT, b"f", ROOT, b"g", 0, ME), "rename");
-    eperm(fs.link(f, ROOT, b"g"), "link");
+    eperm(fs.link(f, ROOT, b"g", Caller::ROOT), "link");
     eperm(fs.setxattr(f, b"user.x", b"1", 0, ME, &[]), "setxattr");
     eperm(fs.fallocate(f, 0, 4096, 0, ME), "fallocate");
     let g = put(&fs, ROOT, "g", b"other");

@@ -23,7 +23,7 @@ use super::{flags, scan, tmpfile};
 use crate::dir::{record, NAME_MAX};
 use crate::inode::{Inode, Kind, Time};
 use crate::xattr::Xattrs;
-use extalloc::volume::{Atomic, Fallocate};
+use extalloc::volume::{Atomic, Fallocate, Privilege};
 
 pub use super::tmpfile::NewNode;
 
@@ -211,9 +211,10 @@ impl Fs {
             let bs = self.vol.volume().block_size();
             self.vol
                 .volume()
-                .check_room((t.len() as u64).div_ceil(bs))?;
+                .check_room_for((t.len() as u64).div_ceil(bs), who.privilege())?;
         }
-        self.reserve(&mut ns, &[(parent, record_bytes(name))], true)?;
+        let grows = Some(who.privilege());
+        self.reserve(&mut ns, &[(parent, record_bytes(name))], grows)?;
         let group = self.group(MAKE_CHUNKS)?;
         // Inherited ACLs that do not fit the blob are stored once it is named.
         let (blob, fits) = tmpfile::new_blob(&inode, &xattrs);
@@ -292,11 +293,17 @@ impl Fs {
     /// allocates: running out of space fails here, before anything changed. Blocks mapped
     /// past a log's end read as zeros, which a log skips.
     ///
-    /// A change that adds a name (`grows`: create, mkdir, link) leaves the room the volume
-    /// keeps for metadata, as data does, and gets `ENOSPC` where a write would; one that
-    /// removes or moves a name may use that room, so an unlink or a rename on a full
-    /// volume finds its records' blocks (`Volume::check_room`).
-    fn reserve(&self, ns: &mut Ns, appends: &[(u64, u64)], grows: bool) -> FsResult<()> {
+    /// A change that adds a name (`grows`: create, mkdir, link, for whom) leaves the room
+    /// the volume keeps for metadata, as data does, and gets `ENOSPC` where a write would
+    /// (an unprivileged caller's where `df` shows none available: root's share is kept
+    /// from it, `Volume::check_room_for`); one that removes or moves a name (`None`) may
+    /// use that room, so an unlink or a rename on a full volume finds its records' blocks.
+    fn reserve(
+        &self,
+        ns: &mut Ns,
+        appends: &[(u64, u64)],
+        grows: Option<Privilege>,
+    ) -> FsResult<()> {
         let bs = self.vol.volume().block_size();
         for (i, &(dir, _)) in appends.iter().enumerate() {
             if appends[..i].iter().any(|&(d, _)| d == dir) {
@@ -310,9 +317,9 @@ impl Fs {
             }
             let to = end.div_ceil(bs) * bs;
             let vol = self.vol.uncached(dir);
-            if grows {
+            if let Some(who) = grows {
                 // The blocks past what is mapped: an upper bound of the holes.
-                vol.check_room(to.div_ceil(bs) - d.mapped_to.div_ceil(bs))?;
+                vol.check_room_for(to.div_ceil(bs) - d.mapped_to.div_ceil(bs), who)?;
             }
             vol.fallocate_metadata(dir, Fallocate::KeepSize, d.log_bytes, to - d.log_bytes)?;
             d.mapped_to = to;
@@ -458,7 +465,7 @@ impl Fs {
     /// Unlink and rmdir, once checked: the name goes in one group, then the inode's file
     /// if nothing else holds it.
     fn remove(&self, ns: &mut Ns, parent: u64, name: &[u8], ino: u64) -> FsResult<()> {
-        self.reserve(ns, &[(parent, record_bytes(name))], false)?;
+        self.reserve(ns, &[(parent, record_bytes(name))], None)?;
         let group = self.group(REMOVE_CHUNKS + spill_chunks(ns, Some(ino)))?;
         self.remove_name(ns, parent, name, ino)?;
         group.finish();
@@ -498,11 +505,13 @@ impl Fs {
     /// never named ([`Fs::tmpfile`]; the kernel sends its link only when it was opened
     /// without `O_EXCL`): that one gets its first name, link count 0 -> 1, and is a file as
     /// any other from then on.
-    pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> FsResult<Attr> {
-        self.adding(|| self.link_once(ino, newparent, newname))
+    /// A new name's directory blocks leave root's share of the device free unless `who`
+    /// is root ([`Caller::privilege`]), as a create's do.
+    pub fn link(&self, ino: u64, newparent: u64, newname: &[u8], who: Caller) -> FsResult<Attr> {
+        self.adding(|| self.link_once(ino, newparent, newname, who))
     }
 
-    fn link_once(&self, ino: u64, newparent: u64, newname: &[u8]) -> FsResult<Attr> {
+    fn link_once(&self, ino: u64, newparent: u64, newname: &[u8], who: Caller) -> FsResult<Attr> {
         self.live()?;
         check_name(newname)?;
         let mut ns = self.ns_write();
@@ -536,7 +545,8 @@ impl Fs {
         if pdir.inode.nlink == 0 {
             return err(libc::ENOENT);
         }
-        self.reserve(&mut ns, &[(newparent, record_bytes(newname))], true)?;
+        let grows = Some(who.privilege());
+        self.reserve(&mut ns, &[(newparent, record_bytes(newname))], grows)?;
         let group = self.group(LINK_CHUNKS + spill_chunks(&ns, Some(ino)))?;
         let n = ns.node_mut(ino)?;
         debug_assert!(!n.tmpfile || n.inode.nlink == 0, "a tmpfile has no name");

@@ -19,7 +19,7 @@ fn a_mount_keeps_directories_and_calls_read_inodes_back() {
     let d = mkdir(&fs, ROOT, "d");
     let a = put(&fs, d, "a", b"alpha");
     let b = put(&fs, d, "b", b"beta");
-    fs.link(a, ROOT, b"a2").unwrap();
+    fs.link(a, ROOT, b"a2", Caller::ROOT).unwrap();
     fs.setxattr(a, b"user.small", b"x", 0, ME, &[]).unwrap();
     let big = vec![7u8; 3000];
     fs.setxattr(b, b"user.big", &big, 0, ME, &[]).unwrap();

@@ -69,7 +69,7 @@ fn every_call_reads_a_shelved_directory_back_whole() {
     fs.sync().unwrap();
     fs.unlink(d, b"b").unwrap();
     fs.sync().unwrap();
-    fs.link(a, sub, b"a-again").unwrap();
+    fs.link(a, sub, b"a-again", Caller::ROOT).unwrap();
     fs.sync().unwrap();
     fs.rename(d, b"c", sub, b"c-moved", 0, ME).unwrap();
     fs.sync().unwrap();

@@ -2,7 +2,7 @@
 //! size's) and `statfs` (a removed file's blocks free at once, and never more available
 //! after an `rm` on a full volume than on a fresh one). The helpers are `tests.rs`'.
 
-use super::tests::{device, fresh, put, remount, ME};
+use super::tests::{device, fresh, node, put, remount, ME};
 use super::*;
 
 /// st_blocks is the blocks mapped plus those reserved for cached data, not the size's:
@@ -99,9 +99,10 @@ fn statfs_after_a_full_volumes_rm_shows_no_more_than_a_fresh_one() {
 
 /// Root's share of the device, as ext4's reserved blocks (`Caller::privilege`): direct
 /// writes by anyone but root stop with `ENOSPC` where `statfs`'s available figure runs
-/// out, and so does their allocating `fallocate`; an overwrite of their own mapped blocks
-/// still works, a write back from the kernel's cache (no writer) is not stopped there,
-/// and root's writes go on into the share until the device itself is full.
+/// out, and so do their allocating `fallocate` and a create or link that grows its
+/// directory; an overwrite of their own mapped blocks still works, a write back from the
+/// kernel's cache (no writer) is not stopped there, and root's creates and writes go on
+/// into the share until the device itself is full.
 #[test]
 fn only_root_writes_into_its_share_of_the_device() {
     let dev = device(12);
@@ -143,6 +144,19 @@ fn only_root_writes_into_its_share_of_the_device() {
         "a write back from the kernel's cache"
     );
     size += piece.len() as u64;
+    // A new name whose directory needs a block: refused to the user, not to root.
+    let d = fs.make(ROOT, b"d", node(Kind::Dir), ME).unwrap().ino;
+    assert_eq!(
+        fs.make(d, b"by-user", node(Kind::File), user).map(|_| ()),
+        Err(Errno(libc::ENOSPC)),
+        "an unprivileged create that grows its directory"
+    );
+    assert_eq!(
+        fs.link(f, d, b"link-by-user", user).map(|_| ()),
+        Err(Errno(libc::ENOSPC)),
+        "an unprivileged link that grows its directory"
+    );
+    fs.make(d, b"by-root", node(Kind::File), ME).unwrap();
     let mut root_wrote = 0;
     while fs.write_from(f, size, &piece, false, false, ME).is_ok() {
         size += piece.len() as u64;

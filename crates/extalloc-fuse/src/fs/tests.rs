@@ -132,7 +132,7 @@ fn the_namespace_and_data_survive_unmount_and_mount() {
     let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
     let f = put(&fs, e, "big", &big);
     put(&fs, ROOT, "small", b"hello");
-    fs.link(f, ROOT, b"big-link").unwrap();
+    fs.link(f, ROOT, b"big-link", Caller::ROOT).unwrap();
     let sym = NewNode {
         target: Some(b"d/e/big"),
         ..node(Kind::Symlink)
@@ -210,7 +210,7 @@ fn bad_calls_get_posix_errors_and_change_nothing() {
         fs.rename(ROOT, b"f", ROOT, b"g", RENAME_EXCHANGE, ME),
         Err(Errno(libc::ENOENT))
     );
-    assert_eq!(e(fs.link(d, ROOT, b"dlink")), libc::EPERM);
+    assert_eq!(e(fs.link(d, ROOT, b"dlink", Caller::ROOT)), libc::EPERM);
     assert_eq!(fs.readlink(f), Err(Errno(libc::EINVAL)));
     assert_eq!(
         fs.fallocate(f, 0, 4096, 0x8, ME),
@@ -369,7 +369,7 @@ fn churn(fs: &Fs, rng: &mut impl Rng, synced: &mut Vec<Durable>) {
             4 => {
                 let to = format!("l{}", rng.gen_range(0..12));
                 if let Ok(ino) = fs.lookup(work, name.as_bytes()).map(|a| a.ino) {
-                    let _ = fs.link(ino, work, to.as_bytes());
+                    let _ = fs.link(ino, work, to.as_bytes(), Caller::ROOT);
                 }
                 vec![format!("work/{to}")]
             }
@@ -456,7 +456,7 @@ fn pending_times_never_write_a_stale_link_count() {
             });
             barrier.wait();
             let name = format!("l{}", i % 3);
-            match fs.link(f, ROOT, name.as_bytes()) {
+            match fs.link(f, ROOT, name.as_bytes(), Caller::ROOT) {
                 Ok(_) => fs.forget(f, 1),
                 Err(_) => fs.unlink(ROOT, name.as_bytes()).unwrap(),
             }
@@ -486,7 +486,7 @@ fn damage_root_log(seed: u64, byte: usize) -> (Arc<FaultDevice<MemDevice>>, [u64
     let d = mkdir(&fs, ROOT, "d");
     let inner = put(&fs, d, "inner", b"below d");
     let b = put(&fs, ROOT, "b", b"second");
-    fs.link(b, d, b"b-again").unwrap();
+    fs.link(b, d, b"b-again", Caller::ROOT).unwrap();
     fs.unmount().unwrap();
     let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
     let files_before = vol.list().len();

@@ -58,7 +58,7 @@ fn a_tmpfile_is_written_linked_in_and_kept_with_its_birth_time() {
     fs.setattr(t, chmod, ME).unwrap();
     fs.write(t, 4, b"-", false).unwrap();
     assert_eq!(btime(&fs, t), Some(born), "a write or setattr keeps it");
-    let linked = fs.link(t, ROOT, b"named").unwrap();
+    let linked = fs.link(t, ROOT, b"named", Caller::ROOT).unwrap();
     assert_eq!((linked.ino, linked.inode.nlink), (t, 1));
     assert_eq!(fs.lookup(ROOT, b"named").unwrap().ino, t);
     fs.set_flags(t, flags::NODUMP).unwrap();
@@ -78,7 +78,7 @@ fn a_tmpfile_is_written_linked_in_and_kept_with_its_birth_time() {
     // Linked and unlinked again, it is a file as any other: no second first name.
     fs.open(t, libc::O_RDWR).unwrap();
     fs.unlink(ROOT, b"kept").unwrap();
-    assert_eq!(e(fs.link(t, ROOT, b"again")), libc::ENOENT);
+    assert_eq!(e(fs.link(t, ROOT, b"again", Caller::ROOT)), libc::ENOENT);
     fs.release(t).unwrap();
     fs.forget(t, 1);
     assert!(!on_volume(&fs, t));
@@ -136,7 +136,7 @@ fn a_tmpfile_open_at_a_crash_is_pending_and_the_open_removes_it() {
         // Another, linked in before the crash: its name and data stay.
         let l = fs.tmpfile(ROOT, 0o644, 0, libc::O_RDWR, ME).unwrap().0.ino;
         fs.write(l, 0, b"linked before", false).unwrap();
-        fs.link(l, ROOT, b"linked").unwrap();
+        fs.link(l, ROOT, b"linked", Caller::ROOT).unwrap();
         fs.fsync(l).unwrap();
         fs.fsync(t).unwrap();
         if power_cut {
@@ -170,7 +170,7 @@ fn link_still_refuses_a_file_unlinked_while_open() {
     let f = put(&fs, ROOT, "f", b"data");
     fs.open(f, libc::O_RDWR).unwrap();
     fs.unlink(ROOT, b"f").unwrap();
-    assert_eq!(e(fs.link(f, ROOT, b"back")), libc::ENOENT);
+    assert_eq!(e(fs.link(f, ROOT, b"back", Caller::ROOT)), libc::ENOENT);
     fs.release(f).unwrap();
     fs.forget(f, 1);
     assert!(!on_volume(&fs, f));
@@ -194,7 +194,7 @@ fn a_tmpfile_needs_a_live_directory_that_takes_names() {
     assert_eq!(fs.inodes(), before, "nothing made");
     // Nor may a tmpfile be linked into a removed directory.
     let t = fs.tmpfile(ROOT, 0o644, 0, libc::O_RDWR, ME).unwrap().0.ino;
-    assert_eq!(e(fs.link(t, d, b"x")), libc::ENOENT);
+    assert_eq!(e(fs.link(t, d, b"x", Caller::ROOT)), libc::ENOENT);
     fs.forget(d, 1);
     fs.unmount().unwrap();
     assert_clean(&dev);
@@ -257,7 +257,7 @@ fn a_tmpfile_inherits_group_flags_and_acls_as_a_made_file() {
         fs.getxattr(tmp.ino, ACL_DEFAULT).unwrap_err().0,
         libc::ENODATA
     );
-    fs.link(tmp.ino, d, b"tmp").unwrap();
+    fs.link(tmp.ino, d, b"tmp", Caller::ROOT).unwrap();
     fs.unmount().unwrap();
     assert_clean(&dev);
     let (fs, r) = remount(&dev);
@@ -303,7 +303,7 @@ fn an_inode_of_an_old_volume_has_no_birth_time_and_keeps_its_version() {
     );
     fs.setxattr(f, b"user.k", b"v", 0, ME, &[]).unwrap();
     assert_eq!(fs.volume().volume().attr(f).unwrap()[4], 2, "version 2");
-    fs.link(f, ROOT, b"f2").unwrap();
+    fs.link(f, ROOT, b"f2", Caller::ROOT).unwrap();
     fs.unmount().unwrap();
     assert_clean(&dev);
     let (fs, _) = remount(&dev);

@@ -106,7 +106,7 @@ fn tmpfile(fs: &Fs, m: &mut Model, rng: &mut StdRng, dir: u64, n: Vec<u8>) -> Re
     let named = match (written, rng.gen_range(0..3)) {
         (Ok(_), 0) => Ok(()),
         (Ok(_), _) => {
-            let linked = fs.link(ino, dir, &n);
+            let linked = fs.link(ino, dir, &n, Caller::ROOT);
             m.tree.get_mut(&dir).unwrap().insert(n, ino);
             linked.map(|a| {
                 fs.forget(a.ino, 1);
@@ -150,7 +150,7 @@ fn link(fs: &Fs, m: &mut Model, file: u64, dir: u64, n: Vec<u8>) -> Result<(), E
     if m.tree[&dir].contains_key(&n) {
         return Ok(());
     }
-    let linked = fs.link(file, dir, &n);
+    let linked = fs.link(file, dir, &n, Caller::ROOT);
     m.tree.get_mut(&dir).unwrap().insert(n, file);
     fs.forget(linked?.ino, 1);
     Ok(())

@@ -299,7 +299,9 @@ impl Run<'_> {
         let from = files[self.rng.gen_range(0..files.len())].clone();
         let (parent, name, path) = self.new_name("h");
         let node = self.model[&from].clone();
-        let linked = self.fs.link(node.ino, parent, name.as_bytes());
+        let linked = self
+            .fs
+            .link(node.ino, parent, name.as_bytes(), Caller::ROOT);
         self.fs.forget(linked.map_err(fs_err(&path))?.ino, 1);
         self.model.insert(path, node);
         Ok(())

@@ -137,6 +137,13 @@ impl Volume {
         self.check_room_keeping(blocks, 0)
     }
 
+    /// [`Volume::check_room`] for `who`: an unprivileged caller's metadata (a file
+    /// system's new name, a symbolic link's target) leaves the superuser's share free too
+    /// (`share.rs`), as ext4 refuses such a user any block below its reserved ones.
+    pub fn check_room_for(&self, blocks: u64, who: Privilege) -> Result<()> {
+        self.check_room_keeping(blocks, self.kept_from(who))
+    }
+
     /// [`Volume::check_room`] leaving `kept` blocks more free (the superuser's share, for
     /// an unprivileged caller's data).
     fn check_room_keeping(&self, blocks: u64, kept: u64) -> Result<()> {

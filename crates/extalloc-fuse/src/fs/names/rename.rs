@@ -103,7 +103,7 @@ impl Fs {
         self.reserve(
             &mut ns,
             &[(newparent, new_bytes), (parent, old_bytes)],
-            false,
+            None,
         )?;
         let chunks = spill_chunks(&ns, dst)
             + if whiteout {
@@ -181,7 +181,7 @@ impl Fs {
             return err(libc::EINVAL);
         }
         let appends = [(p1, 2 * record_bytes(n1)), (p2, 2 * record_bytes(n2))];
-        self.reserve(ns, &appends, false)?;
+        self.reserve(ns, &appends, None)?;
         let group = self.group(RENAME_CHUNKS)?;
         for (p, n, i) in [(p1, n1, i2), (p2, n2, i1)] {
             let entry = ns.entry_of(i)?;

@@ -149,7 +149,8 @@ mod tests {
         let b = mkdir(&fs, a, "b");
         put(&fs, ROOT, "top", b"1");
         let f = put(&fs, b, "deep", b"22");
-        fs.link(f, ROOT, b"second").unwrap();
+        fs.link(f, ROOT, b"second", crate::fs::Caller::ROOT)
+            .unwrap();
         let mut link = node(Kind::Symlink);
         link.target = Some(b"a/b");
         fs.make(a, b"sym", link, ME).unwrap();
