@@ -209,14 +209,15 @@ impl Fs {
     /// refused with `ENOSPC` unless `who` is root ([`Caller::privilege`]); a write back
     /// from the cache carries no writer (the kernel's flusher sends it) and may take it:
     /// what the kernel holds dirty is bounded by the room `statfs` gives as available
-    /// (`headroom.rs`), and opens for writing go direct before that room runs out. Under the writeback cache
-    /// the kernel owns a regular file's times and sends them in a SETATTR of its own (when
-    /// it writes the inode back, at fsync and at close); stamping them here raced that
-    /// SETATTR: a writeback's WRITE served after it, on another session thread, replaced
-    /// the kernel's times with the daemon's later clock (fstests generic/003, "modify time
-    /// has changed for file1 after remount", about 1 run in 10 under load). A commit
-    /// between the two keeps the new data with the old times, as the kernel had not yet
-    /// handed them over.
+    /// (`headroom.rs`), and opens for writing go direct before that room runs out.
+    ///
+    /// Under the writeback cache the kernel owns a regular file's times and sends them in
+    /// a SETATTR of its own (when it writes the inode back, at fsync and at close);
+    /// stamping them here raced that SETATTR: a writeback's WRITE served after it, on
+    /// another session thread, replaced the kernel's times with the daemon's later clock
+    /// (fstests generic/003, "modify time has changed for file1 after remount", about 1
+    /// run in 10 under load). A commit between the two keeps the new data with the old
+    /// times, as the kernel had not yet handed them over.
     pub fn write_from(
         &self,
         ino: u64,

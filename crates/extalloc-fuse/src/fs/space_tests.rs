@@ -116,6 +116,8 @@ fn only_root_writes_into_its_share_of_the_device() {
     assert!(share >= 64, "a share to write into: {share} blocks");
     let f = put(&fs, ROOT, "f", b"");
     let piece = vec![7u8; 16 * bs as usize];
+    // Far from full the writer's ids are not asked for (`Fs::room_for_anyone`).
+    assert!(fs.room_for_anyone(piece.len() as u64));
     let mut size = 0;
     let refused = loop {
         match fs.write_from(f, size, &piece, false, false, user) {
@@ -124,6 +126,10 @@ fn only_root_writes_into_its_share_of_the_device() {
         }
     };
     assert_eq!(refused, Errno(libc::ENOSPC));
+    assert!(
+        !fs.room_for_anyone(piece.len() as u64),
+        "near the share, whose write it is matters"
+    );
     let full_for_users = fs.statfs().unwrap();
     assert!(
         full_for_users.available < 16 && full_for_users.free >= share,

@@ -164,8 +164,8 @@ impl Volume {
 
     /// The `NoSpace` of a space check: `have` allocatable blocks, of which cached data
     /// holds `reserved` and `margin` are kept (for metadata, and for an unprivileged
-    /// caller the superuser's share: the free figure is then `statfs`'s available). A space check counts blocks: the
-    /// least it accepts is the whole request.
+    /// caller the superuser's share: the free figure is then `statfs`'s available). A
+    /// space check counts blocks: the least it accepts is the whole request.
     fn short_of(&self, requested: u64, have: u64, reserved: u64, margin: u64) -> Error {
         Error::NoSpace {
             requested,

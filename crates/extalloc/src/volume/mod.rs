@@ -22,10 +22,10 @@
 //!
 //! Files: this one holds the [`Volume`]'s open and its commits; `state.rs` the `Volume`
 //! itself (its fields, the file table, the constants every part uses), which the other
-//! files name instead of this one; `path.rs` the one-call volumes on a
-//! file ([`Volume::mkfs_file`], [`Volume::open_file`]); `create.rs` makes files; `io.rs`
-//! the file calls (`fallocate.rs` fallocate, `share.rs` the superuser's share); `data.rs` what a write
-//! places (one buffer, or a writeback's cached blocks as they lie); `publish.rs` attribute blobs
+//! files name instead of this one; `path.rs` the one-call volumes on a file
+//! ([`Volume::mkfs_file`], [`Volume::open_file`]); `create.rs` makes files; `io.rs` the file
+//! calls (`fallocate.rs` fallocate, `share.rs` the superuser's share); `data.rs` what a
+//! write places (one buffer, or a writeback's cached blocks as they lie); `publish.rs` attribute blobs
 //! and the atomic publish; `keyed.rs` blobs by key (a put that replaces the key's blob
 //! atomically, a get by key); `delalloc.rs`
 //! delayed allocation's reservations and writeback (the cache itself is
