@@ -495,7 +495,11 @@ impl FuseFs {
     fn setxattr(&self, req: &Request, name: &OsStr, value: &[u8], flags: i32, reply: Reply<'_>) {
         let name = name.as_bytes();
         let groups = acl_groups(name, req.pid);
-        let who = caller_if(req, name == crate::xattr::ACL_ACCESS);
+        // Who calls decides an access ACL's set-group-id, and near root's share of the
+        // device whether a spilled set may take it (`Fs::setxattr`); far from the share a
+        // set of any size fits for anyone, and the ids are not asked for.
+        let near = !(self.fs).room_for_anyone(crate::xattr::MAX_SET_BYTES as u64);
+        let who = caller_if(req, name == crate::xattr::ACL_ACCESS || near);
         let r = self
             .fs
             .setxattr(req.nodeid, name, value, flags, who, &groups);

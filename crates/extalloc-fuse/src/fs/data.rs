@@ -20,7 +20,7 @@ use super::names::NewNode;
 use crate::acl::Acl;
 use crate::inode::{Inode, Kind, Time};
 use crate::xattr::ACL_ACCESS;
-use extalloc::volume::Fallocate;
+use extalloc::volume::{Fallocate, Privilege};
 use std::sync::atomic::Ordering::Relaxed;
 
 /// Bytes one `copy_file_range` request copies at most.
@@ -332,12 +332,13 @@ impl Fs {
         let perm = i.perm;
         let times_only = set.size.is_none() && set.mode.is_none() && !chown;
         match n.xattrs.get(ACL_ACCESS).and_then(|v| Acl::parse(v)) {
-            // A chmod rewrites the access ACL's base entries with the inode, in one group.
+            // A chmod rewrites the access ACL's base entries with the inode, in one group
+            // (the same entries, so the set does not grow: whoever asks).
             Some(mut acl) if set.mode.is_some() => {
                 acl.chmod(perm);
                 let mut xattrs = n.xattrs.clone();
                 xattrs.insert(ACL_ACCESS.to_vec(), acl.encode());
-                self.store_set(&mut ns, ino, xattrs)?;
+                self.store_set(&mut ns, ino, xattrs, Privilege::Superuser)?;
             }
             // Times alone (the writeback cache's mtime and ctime at every close, `touch`,
             // `utimensat`) wait in memory for the next commit, `fsync`, last close or

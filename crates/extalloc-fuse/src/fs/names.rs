@@ -251,7 +251,7 @@ impl Fs {
             },
         );
         if !fits {
-            self.store_set(&mut ns, ino, xattrs)?;
+            self.store_set(&mut ns, ino, xattrs, who.privilege())?;
         }
         self.attr_of(&ns, ino)
     }

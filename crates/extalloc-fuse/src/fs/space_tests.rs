@@ -99,8 +99,8 @@ fn statfs_after_a_full_volumes_rm_shows_no_more_than_a_fresh_one() {
 
 /// Root's share of the device, as ext4's reserved blocks (`Caller::privilege`): direct
 /// writes by anyone but root stop with `ENOSPC` where `statfs`'s available figure runs
-/// out, and so do their allocating `fallocate` and a create or link that grows its
-/// directory; an overwrite of their own mapped blocks still works, a write back from the
+/// out, and so do their allocating `fallocate`, a create or link that grows its
+/// directory and an extended attribute set that spills past the inode's blob; an overwrite of their own mapped blocks still works, a write back from the
 /// kernel's cache (no writer) is not stopped there, and root's creates and writes go on
 /// into the share until the device itself is full.
 #[test]
@@ -163,14 +163,23 @@ fn only_root_writes_into_its_share_of_the_device() {
         "an unprivileged link that grows its directory"
     );
     fs.make(d, b"by-root", node(Kind::File), ME).unwrap();
+    // An extended attribute set that spills past the inode's blob: the same.
+    let big = vec![5u8; 64 << 10];
+    assert_eq!(
+        fs.setxattr(f, b"user.big", &big, 0, user, &[]),
+        Err(Errno(libc::ENOSPC)),
+        "an unprivileged spilled set"
+    );
+    fs.setxattr(f, b"user.big", &big, 0, ME, &[]).unwrap();
     let mut root_wrote = 0;
     while fs.write_from(f, size, &piece, false, false, ME).is_ok() {
         size += piece.len() as u64;
         root_wrote += 16;
     }
-    // The share less the cached write's piece, in whole pieces.
+    // The share less what took it before: the cached write's piece, root's create's
+    // directory block and its spilled set (17 blocks); in whole pieces.
     assert!(
-        root_wrote + 32 >= share,
+        root_wrote + 64 >= share,
         "root wrote {root_wrote} blocks into a share of {share}"
     );
     fs.fsync(f).unwrap();

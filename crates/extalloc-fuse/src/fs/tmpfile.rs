@@ -89,7 +89,7 @@ impl Fs {
         let stored = if fits {
             Ok(())
         } else {
-            self.store_set(&mut ns, ino, xattrs)
+            self.store_set(&mut ns, ino, xattrs, who.privilege())
         };
         // Inherited flags are never immutable or append-only: any open of a new file is
         // allowed, as `create`'s `open` finds.

@@ -27,6 +27,7 @@ use super::names::NewNode;
 use crate::acl::Acl;
 use crate::inode::{Kind, Time};
 use crate::xattr::{self, Tail, Xattrs, ACL_ACCESS, ACL_DEFAULT};
+use extalloc::volume::Privilege;
 use std::sync::atomic::Ordering::Relaxed;
 
 /// `XATTR_CREATE`: fail if the attribute exists.
@@ -84,7 +85,8 @@ impl Fs {
     /// value over 64 KiB is `E2BIG`, a set past the per-inode limit `ENOSPC`. On failure
     /// nothing changed. An ACL that is not valid is `EINVAL`, a default ACL on anything
     /// but a directory `EACCES`; `who` and its supplementary `groups` decide whether an
-    /// access ACL clears set-group-id.
+    /// access ACL clears set-group-id. A set that spills past the inode's blob leaves
+    /// root's share of the device free unless `who` is root ([`Caller::privilege`]).
     pub fn setxattr(
         &self,
         ino: u64,
@@ -116,7 +118,7 @@ impl Fs {
         let mut set = node.xattrs.clone();
         if !is_acl(name) {
             set.insert(name.to_vec(), value.to_vec());
-            return self.store_set(&mut ns, ino, set);
+            return self.store_set(&mut ns, ino, set, who.privilege());
         }
         let acl = Acl::parse(value).ok_or(Errno(libc::EINVAL))?;
         if name == ACL_DEFAULT {
@@ -124,7 +126,7 @@ impl Fs {
                 return err(libc::EACCES);
             }
             set.insert(name.to_vec(), value.to_vec());
-            return self.store_set(&mut ns, ino, set);
+            return self.store_set(&mut ns, ino, set, who.privilege());
         }
         let old = node.inode.perm;
         let mut perm = (old & !0o777) | acl.mode_bits();
@@ -138,7 +140,7 @@ impl Fs {
             set.insert(name.to_vec(), acl.encode());
         }
         ns.node_mut(ino)?.inode.perm = perm;
-        let r = self.store_set(&mut ns, ino, set);
+        let r = self.store_set(&mut ns, ino, set, who.privilege());
         if r.is_err() {
             ns.node_mut(ino)?.inode.perm = old;
         }
@@ -181,14 +183,22 @@ impl Fs {
         if set.remove(name).is_none() {
             return err(libc::ENODATA);
         }
-        self.store_set(&mut ns, ino, set)
+        // A removal: the set shrinks, whoever asks.
+        self.store_set(&mut ns, ino, set, Privilege::Superuser)
     }
 
     /// Replaces `ino`'s set by `set` on the volume and in its node, its ctime now (see the
     /// module documentation). Fails with nothing changed when the set is over the limit or
-    /// the device is full; a device error part way leaves the group unfinished, so the
-    /// volume commits nothing more (`names.rs`).
-    pub(crate) fn store_set(&self, ns: &mut Ns, ino: u64, set: Xattrs) -> FsResult<()> {
+    /// the device is full (for `who` not the superuser, where a spill file would take
+    /// root's share: `extalloc::volume::Privilege`); a device error part way leaves the
+    /// group unfinished, so the volume commits nothing more (`names.rs`).
+    pub(crate) fn store_set(
+        &self,
+        ns: &mut Ns,
+        ino: u64,
+        set: Xattrs,
+        who: Privilege,
+    ) -> FsResult<()> {
         let bytes = xattr::set_bytes(&set);
         if bytes > xattr::MAX_SET_BYTES {
             return err(libc::ENOSPC);
@@ -211,7 +221,7 @@ impl Fs {
             .map_or(0, |d| (d.len() as u64).div_ceil(bs).div_ceil(16) + 2);
         if let Some(d) = &data {
             // The spill file is the attributes' data: it leaves the room as data does.
-            vol.check_room((d.len() as u64).div_ceil(bs))?;
+            vol.check_room_for((d.len() as u64).div_ceil(bs), who)?;
         }
         let group = vol.atomic(1 + old_chunks + new_chunks)?;
         // An inode no name reaches is pending on the volume, and its spill file with it
