@@ -85,7 +85,7 @@ impl Clone for Refs {
 }
 
 /// One inode in memory.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Node {
     pub(crate) inode: Inode,
     /// A directory's state (boxed: most inodes are not directories, and a node is kept

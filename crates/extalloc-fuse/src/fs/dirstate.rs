@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A directory's state in memory.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct DirState {
     /// Name to entry, packed (`entries.rs`).
     pub(crate) entries: super::entries::Entries,
@@ -64,11 +64,5 @@ impl Used {
     /// Was it used since the last call? Clears the mark.
     pub(crate) fn take(&self) -> bool {
         self.0.swap(false, Ordering::Relaxed)
-    }
-}
-
-impl Clone for Used {
-    fn clone(&self) -> Used {
-        Used(AtomicBool::new(self.0.load(Ordering::Relaxed)))
     }
 }

@@ -147,21 +147,6 @@ fn set(arena: &mut [u8], at: u32, e: Entry) -> bool {
     true
 }
 
-// By hand: the lister count is an atomic (a copy counts the same handles).
-impl Clone for Entries {
-    fn clone(&self) -> Entries {
-        Entries {
-            arena: self.arena.clone(),
-            index: self.index.clone(),
-            dead: self.dead,
-            seed: self.seed.clone(),
-            shelved: self.shelved,
-            listers: AtomicU32::new(self.listers()),
-            gen: self.gen,
-        }
-    }
-}
-
 impl Entries {
     /// Every accessor's guard: a shelved directory's entries are read back first.
     fn held(&self) {

@@ -121,7 +121,7 @@ impl Volume {
             .iter()
             .map(|&(_, n)| n)
             .sum();
-        self.check_room_keeping(holes, self.kept_from(who))
+        self.check_room_for(holes, who)
     }
 
     /// Before the caller allocates `blocks` that grow its metadata as data grows (a file
@@ -134,20 +134,15 @@ impl Volume {
     /// room would be gone when a removal needs it, and the checkpoint after it would take
     /// blocks promised to cached data (an `fsync` failing with `ENOSPC`).
     pub fn check_room(&self, blocks: u64) -> Result<()> {
-        self.check_room_keeping(blocks, 0)
+        self.check_room_for(blocks, Privilege::Superuser)
     }
 
-    /// [`Volume::check_room`] for `who`: an unprivileged caller's metadata (a file
-    /// system's new name, a symbolic link's target) leaves the superuser's share free too
-    /// (`share.rs`), as ext4 refuses such a user any block below its reserved ones.
+    /// [`Volume::check_room`] for `who`: an unprivileged caller's blocks (a file system's
+    /// new name, a symbolic link's target, a spilled attribute set, an allocating
+    /// `fallocate`) leave the superuser's share free too (`share.rs`), as ext4 refuses
+    /// such a user any block below its reserved ones.
     pub fn check_room_for(&self, blocks: u64, who: Privilege) -> Result<()> {
-        self.check_room_keeping(blocks, self.kept_from(who))
-    }
-
-    /// [`Volume::check_room`] leaving `kept` blocks more free (the superuser's share, for
-    /// an unprivileged caller's data).
-    fn check_room_keeping(&self, blocks: u64, kept: u64) -> Result<()> {
-        let margin = self.reserve_margin() + kept;
+        let margin = self.reserve_margin() + self.kept_from(who);
         let reserved = *self.delalloc.lock();
         // Blocks waiting for a commit count: the allocation's own remedy commits them.
         let have = self.store.allocatable_blocks() + self.store.allocator().pending_free_blocks();
