@@ -305,9 +305,12 @@ pub struct Fs {
     /// Direct writes near full and the latch of cached writers that found no room
     /// (`headroom.rs`).
     pub(crate) headroom: super::headroom::Headroom,
-    /// Directory adds carry their entries' kinds (`dir.rs`): the device carries
+    /// Directory adds carry their entries' kinds (`dir/mod.rs`): the device carries
     /// `INCOMPAT_TYPED_ENTRIES` (set at mount, `fs/mod.rs`'s `settle_marks`).
     pub(crate) typed_entries: bool,
+    /// A large directory's compaction writes a run (`dir/run.rs`): the device carries
+    /// `INCOMPAT_DIR_RUNS` (set at mount, as `typed_entries`).
+    pub(crate) dir_runs: bool,
 }
 
 /// What [`Fs`] calls with an inode whose attributes the kernel may hold stale.
@@ -565,7 +568,7 @@ pub(crate) fn dir_node(
 }
 
 /// A log's entries in memory, each with its kind from `kind` (the inode's, when known),
-/// else the kind its add carried (`dir.rs`), else none.
+/// else the kind its add carried (`dir/mod.rs`), else none.
 pub(crate) fn entries_of(log: &DirLog, kind: impl Fn(u64) -> Option<Kind>) -> Entries {
     (log.entries.iter())
         .map(|(name, &(ino, logged))| {

@@ -45,7 +45,7 @@ use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 /// A directory entry in memory: the inode a name names, and its kind when known, so that
 /// `readdir` reads no inode (as ext4's directory entries carry the file type). The kind
 /// comes from the call that linked the name, from the mount's scan, from the inode once a
-/// call reads it back, or from the add record on the volume (`dir.rs`: adds written since
+/// call reads it back, or from the add record on the volume (`dir/mod.rs`: adds written since
 /// the volume carries `INCOMPAT_TYPED_ENTRIES`); an entry whose add carried none (written
 /// before that, or by a repair) is not known until a call reads its inode, and `readdir`
 /// gives it as `DT_UNKNOWN` (as XFS without `ftype` does).

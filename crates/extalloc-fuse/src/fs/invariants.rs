@@ -420,7 +420,7 @@ fn check_log(fs: &Fs, ns: &Ns, ino: u64, d: &super::core::DirState) -> Result<Ve
             .map(|(n, e)| (n.to_vec(), e.ino))
             .collect(),
     };
-    // The kinds the adds carry (`dir.rs`) against memory's, where both know one.
+    // The kinds the adds carry (`dir/mod.rs`) against memory's, where both know one.
     if !d.shelved() {
         for (name, e) in d.entries.iter() {
             let logged = log.entries.get(name).and_then(|a| a.1);

@@ -276,7 +276,7 @@ impl Fs {
             let files: Vec<u64> = {
                 let ns = self.ns.read();
                 let d = ns.dir(ino)?;
-                // A kind not known yet (an add that carried none: `dir.rs`) may be a
+                // A kind not known yet (an add that carried none: `dir/mod.rs`) may be a
                 // file's: advising anything else is harmless.
                 (d.entries.iter())
                     .filter(|(_, e)| e.kind.is_none_or(|k| k == Kind::File))

@@ -4,7 +4,7 @@
 //!
 //! - Every inode is a volume file; its number is the volume file's id, and the root is
 //!   file 1. Its attributes ([`Inode`]) are the file's attribute blob; its size is the
-//!   file's size; a directory's file holds its entry log (`dir.rs`), a symbolic link's its
+//!   file's size; a directory's file holds its entry log (`dir/mod.rs`), a symbolic link's its
 //!   target. Regular files' data goes through the volume's dirty cache and writeback
 //!   contexts.
 //! - A namespace change appends a record to each directory it touches and rewrites the
@@ -64,6 +64,8 @@ pub mod data;
 pub mod dirahead;
 #[cfg(test)]
 mod dirahead_tests;
+#[cfg(test)]
+mod dirrun_tests;
 mod dirstate;
 mod entries;
 #[cfg(test)]
@@ -241,7 +243,7 @@ impl Fs {
             }
             Err(e) => return Err(format!("cannot commit the repairs: {e}")),
         }
-        let typed_entries = settle_marks(&vol, must_commit, quick, crashed);
+        let (typed_entries, dir_runs) = settle_marks(&vol, must_commit, quick, crashed);
         // Inodes and their spill files: the volume's files (`Ns::count`).
         let count = vol.file_count().map_err(|e| e.to_string())?;
         report.inodes = count;
@@ -279,6 +281,7 @@ impl Fs {
             }),
             pins: Mutex::new(Default::default()),
             typed_entries,
+            dir_runs,
         };
         Ok((fs, report))
     }
@@ -414,30 +417,34 @@ fn make_root(vol: &Volume) -> Result<(), String> {
 /// After a mount's repairs are committed: clears the store's crash and damage marks when
 /// the mount checked (`!quick`: the census or the whole read ran and repaired), or when
 /// the crash was one the store's promise covers and the mount's own reads met no damage;
-/// then, on a read-write mount, gives the promise if the device lacks it.
-fn settle_marks(vol: &Volume, must_commit: bool, quick: bool, crashed: bool) -> bool {
+/// then, on a read-write mount, gives the promise and the directory features if the device
+/// lacks them. Returns whether directory adds may carry their kinds, and whether a
+/// compaction may write runs (each only once the device carries its feature).
+fn settle_marks(vol: &Volume, must_commit: bool, quick: bool, crashed: bool) -> (bool, bool) {
     let store = vol.store();
     if must_commit && (!quick || (crashed && !store.damaged())) {
         // Repaired and committed, or a crash the promise covers: the next mount reads
         // only the root.
         store.mark_checked();
     }
-    // Directory adds carry their kinds only once the device says so: a mount that finds
-    // the feature there writes them at once.
+    // Directory adds carry their kinds, and compactions write runs, only once the device
+    // says so: a mount that finds the features there writes them at once.
     let mut typed = store.typed_entries_promised();
-    if must_commit && !(store.crash_pending_promised() && typed) {
+    let mut runs = store.dir_runs_promised();
+    if must_commit && !(store.crash_pending_promised() && typed && runs) {
         // From here every inode no name reaches is pending (`Fs::persist`), so this
-        // mount's own crash leaves nothing to check; and directory adds may carry their
-        // kinds. A new file system, or one last mounted by a build before either
-        // feature: written now (a checkpoint writes the superblock), so that a crash of
-        // this very mount is covered. A checkpoint that finds no room (a full or
-        // fragmented device) keeps every change for the next one and leaves both
-        // features in memory: a crash before that is counted as before, the mount goes
-        // on, and its adds carry no kind.
+        // mount's own crash leaves nothing to check; directory adds may carry their
+        // kinds, and compactions write runs. A new file system, or one last mounted by a
+        // build before any of these features: written now (a checkpoint writes the
+        // superblock), so that a crash of this very mount is covered. A checkpoint that
+        // finds no room (a full or fragmented device) keeps every change for the next one
+        // and leaves the features in memory: a crash before that is counted as before,
+        // the mount goes on, its adds carry no kind and its compactions write no run.
         store.promise_crash_pending();
         store.promise_typed_entries();
+        store.promise_dir_runs();
         match vol.checkpoint() {
-            Ok(()) => typed = true,
+            Ok(()) => (typed, runs) = (true, true),
             Err(e) => log::warn!("the superblock's features wait for the next checkpoint: {e}"),
         }
     }
@@ -448,8 +455,8 @@ fn settle_marks(vol: &Volume, must_commit: bool, quick: bool, crashed: bool) -> 
         "a read-write mount leaves the store promised, and checked unless it met damage"
     );
     debug_assert!(
-        !typed || store.typed_entries_promised(),
-        "typed only under the feature"
+        (!typed || store.typed_entries_promised()) && (!runs || store.dir_runs_promised()),
+        "typed adds and runs only under their features"
     );
-    typed
+    (typed, runs)
 }

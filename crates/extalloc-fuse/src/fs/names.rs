@@ -27,10 +27,8 @@ use extalloc::volume::{Atomic, Fallocate, Privilege};
 
 pub use super::tmpfile::NewNode;
 
+mod compact;
 mod rename;
-
-/// A directory's log is compacted once it exceeds this and four times its live entries.
-const COMPACT_MIN_BYTES: u64 = 64 << 10;
 
 /// Volume chunk calls of one namespace change at most (the room its atomic group makes
 /// first): a create, a symbolic link's target and its undo, two appends (a record may
@@ -358,61 +356,6 @@ impl Fs {
         debug_assert!(
             d.log_bytes <= d.mapped_to,
             "an append past the reserved blocks"
-        );
-        Ok(())
-    }
-
-    /// Compacts the logs of `dirs` that are over their yardstick (after a change's group:
-    /// a compaction may take many volume calls, and a crash inside one is harmless).
-    fn compact_due(&self, ns: &mut Ns, dirs: &[u64]) -> FsResult<()> {
-        for &dir in dirs {
-            let Some(d) = ns.nodes.get_mut(&dir).and_then(|n| n.dir.as_mut()) else {
-                continue; // removed by the change itself
-            };
-            debug_assert!(
-                d.log_start <= d.log_bytes,
-                "directory {dir}'s log starts past its end"
-            );
-            if d.log_bytes - d.log_start > COMPACT_MIN_BYTES.max(4 * d.live) {
-                self.compact(dir, d)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Rewrites `dir`'s log as its live entries: a reset and an add per entry, from the
-    /// next block boundary, then the blocks before punched. A crash in between leaves the
-    /// old records and the reset, which replay to the same entries.
-    fn compact(&self, dir: u64, d: &mut DirState) -> FsResult<()> {
-        let vol = self.vol.uncached(dir);
-        let bs = vol.block_size();
-        let at = d.log_bytes.div_ceil(bs) * bs;
-        // The new log is written before the old one's blocks go: it grows the directory
-        // for a while, so it leaves the room kept for metadata as a create does. Without
-        // that room the old log stays, whole and valid, until a later change finds it.
-        // Checked before the log is built: a change that finds the room short pays a
-        // check, not a copy of every entry.
-        let bound = (crate::dir::RECORD_OVERHEAD as u64) + d.live; // the reset, the adds
-        match vol.check_room(bound.div_ceil(bs)) {
-            Err(e) if e.kind() == extalloc::ErrorKind::NoSpace => return Ok(()),
-            other => other?,
-        }
-        let live: Vec<(&[u8], crate::dir::Added)> = (d.entries.iter())
-            .map(|(n, e)| (n, (e.ino, self.kind_to_log(e.kind))))
-            .collect();
-        let log = crate::dir::compacted(live.into_iter());
-        debug_assert_eq!(log.len() as u64, bound, "the compacted log's length");
-        vol.write(dir, at, &log)?;
-        if at > d.log_start {
-            vol.fallocate(dir, Fallocate::PunchHole, d.log_start, at - d.log_start)?;
-        }
-        d.log_start = at;
-        d.log_bytes = at + log.len() as u64;
-        d.mapped_to = d.mapped_to.max(d.log_bytes.div_ceil(bs) * bs);
-        // The new log holds the live entries only: a reset and an add per entry.
-        debug_assert!(
-            d.log_bytes - d.log_start >= d.live,
-            "compacted log of {dir} lost entries"
         );
         Ok(())
     }

@@ -417,7 +417,7 @@ impl Fs {
     /// Reads back the entries of directory `dir` (in memory) from its log if they were
     /// shelved ([`Fs::shelve_dirs`]), and marks it used; nothing for an inode that is not
     /// a directory in memory (the caller's own checks find it). Each entry's kind is its
-    /// node's when that is in memory, else its add record's (`dir.rs`), else not known
+    /// node's when that is in memory, else its add record's (`dir/mod.rs`), else not known
     /// yet. `EIO` if the
     /// log cannot be read or no longer checks (logged, the store marked damaged: it held
     /// these entries when they were let go); the entries stay shelved then.

@@ -63,7 +63,7 @@ pub(super) fn find(fs: &Fs, path: &str) -> FsResult<u64> {
     Ok(ino)
 }
 
-fn contents(fs: &Fs, path: &str) -> FsResult<Vec<u8>> {
+pub(super) fn contents(fs: &Fs, path: &str) -> FsResult<Vec<u8>> {
     let ino = find(fs, path)?;
     fs.read(ino, 0, 1 << 24)
 }
@@ -115,7 +115,7 @@ fn without_feature(dev: &Arc<FaultDevice<MemDevice>>, bit: u32) {
 }
 
 /// Every volume check and the namespace check are clean after an unmount.
-fn assert_clean(dev: &Arc<FaultDevice<MemDevice>>) {
+pub(super) fn assert_clean(dev: &Arc<FaultDevice<MemDevice>>) {
     let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
     assert!(vol.check().unwrap().clean());
     let r = check(&vol).unwrap();

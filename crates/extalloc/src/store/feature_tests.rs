@@ -1,7 +1,7 @@
 //! Tests of the superblock's incompatible features as the layer above sets them: the crash
-//! promise (`INCOMPAT_CRASH_PENDING`) and typed directory entries
-//! (`INCOMPAT_TYPED_ENTRIES`), each in memory at once and on the device from the next
-//! checkpoint, and a reader that does not know a bit refusing the device.
+//! promise (`INCOMPAT_CRASH_PENDING`), typed directory entries (`INCOMPAT_TYPED_ENTRIES`)
+//! and directory runs (`INCOMPAT_DIR_RUNS`), each in memory at once and on the device from
+//! the next checkpoint, and a reader that does not know a bit refusing the device.
 //!
 //! Data structures: none of their own (a store on a memory device). Locks: the store's.
 
@@ -61,34 +61,43 @@ fn a_promise_covers_a_crash_but_not_damage() {
     assert!(format::Superblock::decode(&sb.encode()).is_err());
 }
 
-/// The typed-entries feature reaches the device with the next checkpoint, stays across
-/// opens, and a reader that knows only the crash promise refuses a device carrying it.
+/// The typed-entries and directory-runs features each reach the device with the next
+/// checkpoint, stay across opens, and a reader that knows only the features before
+/// refuses a device carrying one.
 #[test]
-fn typed_entries_reach_the_device_with_a_checkpoint() {
-    let dev = Arc::new(MemDevice::new(8192 * 4096));
-    let store = Store::create(dev.clone(), &geometry(), 8, Policy::default()).unwrap();
-    assert!(!store.typed_entries_promised(), "a new store carries none");
-    store.promise_typed_entries();
-    assert!(store.typed_entries_promised());
-    assert_eq!(
-        format::read_superblock(dev.as_ref()).unwrap().incompat,
-        0,
-        "in memory only until a checkpoint"
-    );
-    store.checkpoint().unwrap();
-    drop(store);
-    let store = Store::open(dev.clone(), Policy::default()).unwrap().0;
-    assert!(
-        store.typed_entries_promised(),
-        "kept across a close and an open"
-    );
-    drop(store);
-    let sb = format::read_superblock(dev.as_ref()).unwrap();
-    assert_eq!(sb.incompat, format::INCOMPAT_TYPED_ENTRIES);
-    // A build that knew only the crash promise refuses any other bit (its decode's
-    // rule, checked for an unknown bit in the test above): this one is set, and no other.
-    assert_eq!(
-        sb.incompat & !format::INCOMPAT_CRASH_PENDING,
-        format::INCOMPAT_TYPED_ENTRIES
-    );
+fn dir_features_reach_the_device_with_a_checkpoint() {
+    type Feature = (fn(&Store), fn(&Store) -> bool, u32);
+    let features: [Feature; 2] = [
+        (
+            Store::promise_typed_entries,
+            Store::typed_entries_promised,
+            format::INCOMPAT_TYPED_ENTRIES,
+        ),
+        (
+            Store::promise_dir_runs,
+            Store::dir_runs_promised,
+            format::INCOMPAT_DIR_RUNS,
+        ),
+    ];
+    for (promise, promised, bit) in features {
+        let dev = Arc::new(MemDevice::new(8192 * 4096));
+        let store = Store::create(dev.clone(), &geometry(), 8, Policy::default()).unwrap();
+        assert!(!promised(&store), "a new store carries none");
+        promise(&store);
+        assert!(promised(&store));
+        assert_eq!(
+            format::read_superblock(dev.as_ref()).unwrap().incompat,
+            0,
+            "in memory only until a checkpoint"
+        );
+        store.checkpoint().unwrap();
+        drop(store);
+        let store = Store::open(dev.clone(), Policy::default()).unwrap().0;
+        assert!(promised(&store), "kept across a close and an open");
+        drop(store);
+        // This one is set, and no other: a build that knew only the features before
+        // refuses any other bit (its decode's rule, checked in the test above).
+        let sb = format::read_superblock(dev.as_ref()).unwrap();
+        assert_eq!(sb.incompat, bit);
+    }
 }

@@ -188,6 +188,20 @@ impl Store {
         self.sb.lock().incompat & crate::disk::format::INCOMPAT_TYPED_ENTRIES != 0
     }
 
+    /// The caller's directory logs may from now on hold runs (`INCOMPAT_DIR_RUNS`), which
+    /// a build without the feature cannot read: such a build refuses the device from then
+    /// on. In memory at once; on the device with the next superblock write, as
+    /// [`Store::promise_typed_entries`].
+    pub fn promise_dir_runs(&self) {
+        self.sb.lock().incompat |= crate::disk::format::INCOMPAT_DIR_RUNS;
+        debug_assert!(self.dir_runs_promised(), "promised");
+    }
+
+    /// The superblock in memory carries [`Store::promise_dir_runs`]'s feature.
+    pub fn dir_runs_promised(&self) -> bool {
+        self.sb.lock().incompat & crate::disk::format::INCOMPAT_DIR_RUNS != 0
+    }
+
     /// The caller must check its state now: [`Store::unchecked`], and either damage was
     /// met ([`Store::damaged`]) or no promise covers the crash
     /// ([`Store::crash_pending_promised`]). Read it before promising.

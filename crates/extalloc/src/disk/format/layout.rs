@@ -92,8 +92,14 @@ pub const INCOMPAT_CRASH_PENDING: u32 = 1;
 /// ([`Store::promise_typed_entries`](crate::store::Store::promise_typed_entries)). Set
 /// once, never cleared.
 pub const INCOMPAT_TYPED_ENTRIES: u32 = 2;
+/// Incompatible feature: the file system's directory logs may hold runs, a large
+/// directory's entries sorted and indexed in chunks (`docs/format.md`, "Directory runs"),
+/// which a build that does not know them would take for damage
+/// ([`Store::promise_dir_runs`](crate::store::Store::promise_dir_runs)). Set once, never
+/// cleared.
+pub const INCOMPAT_DIR_RUNS: u32 = 4;
 /// Every incompatible feature this build knows.
-pub const INCOMPAT_KNOWN: u32 = INCOMPAT_CRASH_PENDING | INCOMPAT_TYPED_ENTRIES;
+pub const INCOMPAT_KNOWN: u32 = INCOMPAT_CRASH_PENDING | INCOMPAT_TYPED_ENTRIES | INCOMPAT_DIR_RUNS;
 
 pub(super) fn get_u32(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))

@@ -24,48 +24,41 @@
 //! otherwise is reported, never followed blindly. A kind in a record is a hint the inode
 //! overrules: whoever reads the inode takes its kind.
 //!
+//! A large directory's compaction writes a **run** in place of the reset and its adds
+//! (`run.rs`: tag 4, the entries sorted by a keyed hash in chunks, with an index and a
+//! filter), where the device carries `INCOMPAT_DIR_RUNS`. A run replaces every entry
+//! before it, as a reset does, when it is whole; one that is not whole is a compaction cut
+//! short (the log's torn tail) where the log before it still holds records and nothing
+//! after it checks, and damage otherwise: its chunks that check give their entries, the
+//! rest are stepped over.
+//!
 //! Lock order: none (plain values; the namespace lock, `Fs::ns` in `fs/mod.rs`, guards them).
 
 use crate::inode::Kind;
 use std::collections::BTreeMap;
 
-/// Longest name (bytes), as `NAME_MAX`.
-pub const NAME_MAX: usize = 255;
-const ADD: u8 = 1;
-const REMOVE: u8 = 2;
-const RESET: u8 = 3;
-/// Bytes of a record besides its name.
-pub const RECORD_OVERHEAD: usize = 1 + 8 + 2 + 4;
+mod record;
+pub mod run;
 
-/// What an add record says of its name: the inode, and the entry's kind when written.
-pub type Added = (u64, Option<Kind>);
+use record::{frame, ADD, REMOVE, RESET, RUN};
+pub use record::{Added, NAME_MAX, RECORD_OVERHEAD};
 
 /// The record for adding (`Some((ino, kind))`) or removing (`None`) `name`. A kind is
 /// written only where the volume carries `INCOMPAT_TYPED_ENTRIES` (the caller's choice:
 /// `None` writes an add an older build reads).
 pub fn record(name: &[u8], entry: Option<Added>) -> Vec<u8> {
     debug_assert!(!name.is_empty() && name.len() <= NAME_MAX);
-    let mut out = Vec::with_capacity(RECORD_OVERHEAD + name.len());
-    out.push(match entry {
+    let tag = match entry {
         Some((_, kind)) => ADD | kind.map_or(0, Kind::code) << 4,
         None => REMOVE,
-    });
-    out.extend_from_slice(&entry.map_or(0, |e| e.0).to_le_bytes());
-    out.extend_from_slice(&(name.len() as u16).to_le_bytes());
-    out.extend_from_slice(name);
-    let crc = crc32c::crc32c(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out
+    };
+    frame(tag, entry.map_or(0, |e| e.0), name)
 }
 
 /// The log that replaces a whole directory: a reset counting the adds that follow, then
 /// an add for each entry, with its kind when given (as [`record`]).
 pub fn compacted<'a>(entries: impl ExactSizeIterator<Item = (&'a [u8], Added)>) -> Vec<u8> {
-    let mut out = vec![RESET];
-    out.extend_from_slice(&(entries.len() as u64).to_le_bytes());
-    out.extend_from_slice(&0u16.to_le_bytes());
-    let crc = crc32c::crc32c(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
+    let mut out = frame(RESET, entries.len() as u64, &[]);
     for (name, entry) in entries {
         out.extend(record(name, Some(entry)));
     }
@@ -146,6 +139,10 @@ impl DirLog {
                     ));
                     break;
                 }
+                Ok(r) if r.op == RUN => match d.run(log, pos, &r) {
+                    Some(end) => pos = end,
+                    None => break,
+                },
                 Ok(r) => {
                     d.apply(&r, pos);
                     pos += r.len;
@@ -169,6 +166,35 @@ impl DirLog {
         }
         d.valid_bytes = pos as u64;
         d
+    }
+
+    /// Applies the run whose header `r` was read at byte `pos` of `log` (the module
+    /// documentation says what a run that is not whole stands for): where the parse goes
+    /// on, or `None` where the log ends before it (a compaction cut short).
+    fn run(&mut self, log: &[u8], pos: usize, r: &Rec<'_>) -> Option<usize> {
+        let shape = run::Shape::from_body(r.ino, r.name).expect("parse_one checked the shape");
+        let end = pos.saturating_add(shape.bytes() as usize);
+        let read = run::read(&shape, &log[pos..end.min(log.len())]);
+        if !read.whole() {
+            let why = read.problems.join("; ");
+            if self.records > 0 && resume(log, end).is_none() {
+                self.problem = Some(format!(
+                    "record {} at byte {pos}: a compaction cut short (a run of {} entries \
+                     that is not whole: {why})",
+                    self.records, shape.count
+                ));
+                return None;
+            }
+            self.problem = Some(format!(
+                "record {} at byte {pos}: a damaged run of {} entries ({why}); the \
+                 entries of its chunks that check read",
+                self.records, shape.count
+            ));
+            self.skipped_damage = true;
+        }
+        self.entries = read.entries.into_iter().collect();
+        self.records += 1;
+        Some(end.min(log.len()))
     }
 
     /// Applies the record `r` (read at byte `pos`) to the entries, reporting an add of a
@@ -200,8 +226,9 @@ impl DirLog {
     }
 }
 
-/// One record read: its kind of change (`ADD`, `REMOVE`, `RESET`), the kind of entry an
-/// add carries, the inode (a reset's count of adds), the name, and its bytes.
+/// One record read: its kind of change (`ADD`, `REMOVE`, `RESET`, `RUN`), the kind of
+/// entry an add carries, the inode (a reset's or run's count), the name (a run's body),
+/// and its bytes.
 struct Rec<'a> {
     op: u8,
     kind: Option<Kind>,
@@ -228,6 +255,11 @@ fn parse_one(b: &[u8]) -> Result<Rec<'_>, String> {
         // Only an add carries a kind, and only a kind `Kind::code` gives.
         ADD => (1..=NAME_MAX).contains(&name_len) && (code == 0 || kind.is_some()),
         REMOVE => (1..=NAME_MAX).contains(&name_len) && code == 0,
+        RUN => {
+            tag == RUN
+                && b.len() >= len
+                && run::Shape::from_body(ino, &b[11..11 + name_len]).is_some()
+        }
         _ => tag == RESET && name_len == 0,
     };
     if !shape_ok || b.len() < len {

@@ -1,0 +1,418 @@
+//! A large directory's entries as one sorted, indexed run (`docs/format.md`, "Directory
+//! runs"): what a compaction writes, in place of a reset and an add per entry, once the
+//! entries take [`RUN_MIN_BYTES`] as records and the device carries
+//! `INCOMPAT_DIR_RUNS`.
+//!
+//! Data structures: a run is its header record (the log's record shape, `dir/mod.rs`:
+//! tag `RUN`, the entry count in place of the inode, a 32-byte body in place of the name:
+//! the hash key, 16 bytes, then the entry, index and filter chunk counts and a zero, u32
+//! each), zeros to [`CHUNK`] bytes, then its chunks, [`CHUNK`] bytes each, counted from
+//! the header's first byte: the entry chunks, the index chunks, the filter chunks. A
+//! chunk opens with a 20-byte head: its magic (`XDRE`, `XDRI`, `XDRF`), the key's first
+//! four bytes (the run it belongs to), its number among its run's chunks of its kind, its
+//! item count (u16), its payload bytes (u16), and the crc32c of the chunk with this last
+//! field zero.
+//!
+//! - An **entry chunk** holds entries ascending by (hash, name) across the whole run:
+//!   `hash u64 | ino u64 | kind u8 | name length u8 | name`, the hash SipHash-1-3 of the
+//!   name under the run's key (random for each run, so no caller can choose names that
+//!   collide); an entry never crosses a chunk.
+//! - An **index chunk** holds the first hash of each entry chunk (u64), 509 a chunk: a
+//!   lookup finds the one entry chunk that can hold a name from the index alone.
+//! - The **filter chunks** hold a Bloom filter of the entries' hashes (10 bits an entry,
+//!   7 probes): a lookup of a name that is not there reads no entry chunk 99 times in 100.
+//!
+//! Invariant: a run is whole when every chunk checks (head, crc, the entries ascending
+//! and hashing as their names do), the entries count to the header's count, each index
+//! item is its entry chunk's first hash and every entry's probes are set in the filter.
+//! [`build`] writes only whole runs (its debug build reads each back); [`read`] reports a
+//! run that is not whole and gives the entries of the chunks that check. What the log
+//! makes of a run that is not whole (a compaction cut short, or damage) is `dir/mod.rs`'s.
+//! Lock order: none (plain values).
+
+use super::record::{frame, Added, NAME_MAX, RUN};
+use crate::inode::Kind;
+use siphasher::sip::SipHasher13;
+use std::hash::Hasher;
+
+/// Bytes of a run's header and of each of its chunks.
+pub const CHUNK: usize = 4096;
+/// Bytes of a chunk's head.
+const HEAD: usize = 20;
+/// Bytes after a chunk's head.
+const PAYLOAD: usize = CHUNK - HEAD;
+/// Bytes of the header record's body.
+pub(super) const BODY: usize = 32;
+/// Bytes of an entry besides its name.
+const ENTRY_HEAD: usize = 18;
+/// First hashes an index chunk holds.
+const INDEX_ITEMS: usize = PAYLOAD / 8;
+/// The Bloom filter's bits an entry, and its probes (about 1 % false positives).
+const FILTER_BITS_PER_ENTRY: usize = 10;
+const PROBES: u64 = 7;
+/// Live entries' bytes as records (`dir::live_bytes`) from which a compaction writes a
+/// run: below that, a reset and an add per entry take less room (a run takes at least
+/// four chunks).
+pub const RUN_MIN_BYTES: u64 = 4 * CHUNK as u64;
+
+const MAGIC_ENTRIES: [u8; 4] = *b"XDRE";
+const MAGIC_INDEX: [u8; 4] = *b"XDRI";
+const MAGIC_FILTER: [u8; 4] = *b"XDRF";
+
+/// A run's hash key: a name's place in the run is its SipHash-1-3 under it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Key(pub [u8; 16]);
+
+impl Key {
+    /// A key from the kernel's random source (a run's order is then no caller's choice).
+    ///
+    /// # Errors
+    /// The `getrandom` system call's.
+    pub fn random() -> std::io::Result<Key> {
+        let mut k = [0u8; 16];
+        let got = rustix::rand::getrandom(&mut k, rustix::rand::GetRandomFlags::empty())?;
+        if got != k.len() {
+            return Err(std::io::Error::other("getrandom returned fewer bytes"));
+        }
+        Ok(Key(k))
+    }
+
+    /// The hash of `name` under this key.
+    pub fn hash(&self, name: &[u8]) -> u64 {
+        let mut h = SipHasher13::new_with_key(&self.0);
+        h.write(name);
+        h.finish()
+    }
+
+    /// The key's first four bytes: every chunk of the run carries them.
+    fn tag(&self) -> [u8; 4] {
+        self.0[..4].try_into().expect("4 bytes")
+    }
+}
+
+/// A run's shape, as its header says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    /// The hash key.
+    pub key: Key,
+    /// Entries in the run.
+    pub count: u64,
+    /// Chunks of entries.
+    pub entry_chunks: u32,
+    /// Chunks of the index (each entry chunk's first hash).
+    pub index_chunks: u32,
+    /// Chunks of the filter.
+    pub filter_chunks: u32,
+}
+
+/// Filter chunks for `count` entries.
+fn filter_chunks_for(count: u64) -> u64 {
+    (count * FILTER_BITS_PER_ENTRY as u64).div_ceil(PAYLOAD as u64 * 8)
+}
+
+impl Shape {
+    /// Bytes of the run: the header and every chunk.
+    pub fn bytes(&self) -> u64 {
+        let chunks = 1
+            + u64::from(self.entry_chunks)
+            + u64::from(self.index_chunks)
+            + u64::from(self.filter_chunks);
+        chunks * CHUNK as u64
+    }
+
+    /// The header record's body.
+    pub(super) fn body(&self) -> [u8; BODY] {
+        let mut b = [0u8; BODY];
+        b[..16].copy_from_slice(&self.key.0);
+        b[16..20].copy_from_slice(&self.entry_chunks.to_le_bytes());
+        b[20..24].copy_from_slice(&self.index_chunks.to_le_bytes());
+        b[24..28].copy_from_slice(&self.filter_chunks.to_le_bytes());
+        b
+    }
+
+    /// The shape a header of `count` entries and body `b` says, if it is one [`build`]
+    /// writes: every chunk holds at least one entry and at most a chunk's worth of the
+    /// shortest, the index and filter take what the entries need, the spare field zero.
+    pub(super) fn from_body(count: u64, b: &[u8]) -> Option<Shape> {
+        let word = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
+        if b.len() != BODY || word(28) != 0 {
+            return None;
+        }
+        let s = Shape {
+            key: Key(b[..16].try_into().expect("16 bytes")),
+            count,
+            entry_chunks: word(16),
+            index_chunks: word(20),
+            filter_chunks: word(24),
+        };
+        let e = u64::from(s.entry_chunks);
+        let fits = (e == 0) == (count == 0)
+            && e <= count
+            && count <= e * (PAYLOAD / (ENTRY_HEAD + 1)) as u64
+            && u64::from(s.index_chunks) == e.div_ceil(INDEX_ITEMS as u64)
+            && u64::from(s.filter_chunks) == filter_chunks_for(count);
+        fits.then_some(s)
+    }
+
+    /// The filter's bits.
+    fn filter_bits(&self) -> u64 {
+        u64::from(self.filter_chunks) * PAYLOAD as u64 * 8
+    }
+}
+
+/// The filter bits a hash sets (double hashing over `bits`).
+fn probes(hash: u64, bits: u64) -> impl Iterator<Item = u64> {
+    let step = hash.rotate_left(32) | 1;
+    (0..PROBES).map(move |i| hash.wrapping_add(i.wrapping_mul(step)) % bits)
+}
+
+/// Does the filter `bits` (the filter chunks' payloads, end to end) let `hash` through?
+pub fn may_hold(bits: &[u8], hash: u64) -> bool {
+    let n = bits.len() as u64 * 8;
+    n > 0 && probes(hash, n).all(|p| bits[(p / 8) as usize] & (1 << (p % 8)) != 0)
+}
+
+/// A chunk: head and payload, padded to [`CHUNK`] bytes.
+fn chunk(magic: [u8; 4], key: &Key, number: usize, items: usize, payload: &[u8]) -> Vec<u8> {
+    debug_assert!(payload.len() <= PAYLOAD && items <= usize::from(u16::MAX));
+    let mut c = Vec::with_capacity(CHUNK);
+    c.extend_from_slice(&magic);
+    c.extend_from_slice(&key.tag());
+    c.extend_from_slice(&(number as u32).to_le_bytes());
+    c.extend_from_slice(&(items as u16).to_le_bytes());
+    c.extend_from_slice(&(payload.len() as u16).to_le_bytes());
+    c.extend_from_slice(&[0; 4]);
+    c.extend_from_slice(payload);
+    c.resize(CHUNK, 0);
+    let crc = crc32c::crc32c(&c);
+    c[16..20].copy_from_slice(&crc.to_le_bytes());
+    c
+}
+
+/// Bytes of a run of `count` entries that take `live` bytes as log records, at most
+/// (what a compaction checks room for before it builds one).
+pub fn max_bytes(count: u64, live: u64) -> u64 {
+    // An entry takes 3 bytes more than its record; a chunk wastes less than an entry.
+    let entry_bytes = live + 3 * count;
+    let e = entry_bytes.div_ceil((PAYLOAD - ENTRY_HEAD - NAME_MAX) as u64);
+    let chunks = 1 + e + e.div_ceil(INDEX_ITEMS as u64) + filter_chunks_for(count);
+    chunks * CHUNK as u64
+}
+
+/// Builds the run of `entries` (distinct names of 1 to [`NAME_MAX`] bytes) under `key`:
+/// its header record and chunks, [`Shape::bytes`] long.
+pub fn build<'a>(entries: impl Iterator<Item = (&'a [u8], Added)>, key: Key) -> Vec<u8> {
+    let mut items: Vec<(u64, &[u8], Added)> = entries.map(|(n, a)| (key.hash(n), n, a)).collect();
+    items.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    let mut chunks: Vec<(Vec<u8>, usize)> = Vec::new();
+    let mut firsts = Vec::new();
+    for (i, &(hash, name, (ino, kind))) in items.iter().enumerate() {
+        assert!(
+            (1..=NAME_MAX).contains(&name.len())
+                && (i == 0 || (items[i - 1].0, items[i - 1].1) < (hash, name)),
+            "a run's names are distinct and of 1 to {NAME_MAX} bytes"
+        );
+        let need = ENTRY_HEAD + name.len();
+        if chunks.last().is_none_or(|c| c.0.len() + need > PAYLOAD) {
+            chunks.push((Vec::with_capacity(PAYLOAD), 0));
+            firsts.push(hash);
+        }
+        let c = chunks.last_mut().expect("a chunk");
+        c.0.extend_from_slice(&hash.to_le_bytes());
+        c.0.extend_from_slice(&ino.to_le_bytes());
+        c.0.push(kind.map_or(0, Kind::code));
+        c.0.push(name.len() as u8);
+        c.0.extend_from_slice(name);
+        c.1 += 1;
+    }
+    let count = items.len() as u64;
+    let shape = Shape {
+        key,
+        count,
+        entry_chunks: chunks.len() as u32,
+        index_chunks: chunks.len().div_ceil(INDEX_ITEMS) as u32,
+        filter_chunks: filter_chunks_for(count) as u32,
+    };
+    let mut out = frame(RUN, count, &shape.body());
+    out.resize(CHUNK, 0);
+    for (number, (payload, n)) in chunks.iter().enumerate() {
+        out.extend(chunk(MAGIC_ENTRIES, &key, number, *n, payload));
+    }
+    for (number, part) in firsts.chunks(INDEX_ITEMS).enumerate() {
+        let payload: Vec<u8> = part.iter().flat_map(|h| h.to_le_bytes()).collect();
+        out.extend(chunk(MAGIC_INDEX, &key, number, part.len(), &payload));
+    }
+    let mut bits = vec![0u8; shape.filter_chunks as usize * PAYLOAD];
+    for &(hash, ..) in &items {
+        for p in probes(hash, shape.filter_bits()) {
+            bits[(p / 8) as usize] |= 1 << (p % 8);
+        }
+    }
+    for (number, part) in bits.chunks(PAYLOAD).enumerate() {
+        out.extend(chunk(MAGIC_FILTER, &key, number, 0, part));
+    }
+    assert_eq!(
+        out.len() as u64,
+        shape.bytes(),
+        "a run is as long as its shape says"
+    );
+    debug_assert!(read(&shape, &out).whole(), "a run built reads back whole");
+    out
+}
+
+/// A run read back ([`read`]).
+#[derive(Debug, Default)]
+pub struct Read {
+    /// The entries of the entry chunks that check, in the run's order.
+    pub entries: Vec<(Vec<u8>, Added)>,
+    /// What did not check, one line a chunk (empty: the run is whole).
+    pub problems: Vec<String>,
+}
+
+impl Read {
+    /// Every chunk checked and the entries count to the header's count.
+    pub fn whole(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// The payload of chunk `number` of kind `magic` at `at` in `run`, with its item count,
+/// or why not.
+fn open_chunk<'r>(
+    run: &'r [u8],
+    at: usize,
+    magic: [u8; 4],
+    key: &Key,
+    number: usize,
+) -> Result<(&'r [u8], usize), String> {
+    let Some(c) = run.get(at..at + CHUNK) else {
+        return Err("missing (the run is cut short)".into());
+    };
+    let word = |i: usize| u32::from_le_bytes(c[i..i + 4].try_into().expect("4 bytes"));
+    let mut zeroed = c.to_vec();
+    zeroed[16..20].fill(0);
+    if c[..4] != magic || c[4..8] != key.tag() || word(8) as usize != number {
+        return Err("not this run's chunk".into());
+    }
+    if crc32c::crc32c(&zeroed) != word(16) {
+        return Err("checksum mismatch".into());
+    }
+    let items = usize::from(u16::from_le_bytes([c[12], c[13]]));
+    let used = usize::from(u16::from_le_bytes([c[14], c[15]]));
+    if used > PAYLOAD {
+        return Err(format!("{used} payload bytes"));
+    }
+    Ok((&c[HEAD..HEAD + used], items))
+}
+
+/// The entries of one entry chunk's payload, each after `prev` (the last one read), or
+/// why not.
+fn chunk_entries(
+    payload: &[u8],
+    items: usize,
+    key: &Key,
+    prev: &mut Option<(u64, Vec<u8>)>,
+) -> Result<Vec<(u64, Vec<u8>, Added)>, String> {
+    let mut out = Vec::with_capacity(items);
+    let mut at = 0;
+    while at < payload.len() {
+        let Some(head) = payload.get(at..at + ENTRY_HEAD) else {
+            return Err(format!("an entry cut at byte {at}"));
+        };
+        let hash = u64::from_le_bytes(head[..8].try_into().expect("8 bytes"));
+        let ino = u64::from_le_bytes(head[8..16].try_into().expect("8 bytes"));
+        let (code, len) = (head[16], usize::from(head[17]));
+        let Some(name) = payload.get(at + ENTRY_HEAD..at + ENTRY_HEAD + len) else {
+            return Err(format!("an entry cut at byte {at}"));
+        };
+        let kind = Kind::from_code(code);
+        if len == 0 || (code != 0 && kind.is_none()) || key.hash(name) != hash {
+            return Err(format!("entry {} does not check", out.len()));
+        }
+        if prev
+            .as_ref()
+            .is_some_and(|(h, n)| (*h, n.as_slice()) >= (hash, name))
+        {
+            return Err(format!("entry {} out of order", out.len()));
+        }
+        *prev = Some((hash, name.to_vec()));
+        out.push((hash, name.to_vec(), (ino, kind)));
+        at += ENTRY_HEAD + len;
+    }
+    if out.len() != items {
+        return Err(format!("{} entries where the head says {items}", out.len()));
+    }
+    Ok(out)
+}
+
+/// Reads the run of shape `shape` from `run` (its bytes from the header's first, however
+/// many are there): the entries of every entry chunk that checks, and what did not.
+pub fn read(shape: &Shape, run: &[u8]) -> Read {
+    let key = &shape.key;
+    let mut r = Read::default();
+    let mut prev = None;
+    let mut firsts: Vec<Option<u64>> = Vec::with_capacity(shape.entry_chunks as usize);
+    let mut hashes = Vec::new();
+    for number in 0..shape.entry_chunks as usize {
+        let got = open_chunk(run, (1 + number) * CHUNK, MAGIC_ENTRIES, key, number)
+            .and_then(|(p, items)| chunk_entries(p, items, key, &mut prev));
+        match got {
+            Ok(es) if !es.is_empty() => {
+                firsts.push(Some(es[0].0));
+                for (hash, name, added) in es {
+                    hashes.push(hash);
+                    r.entries.push((name, added));
+                }
+            }
+            Ok(_) => {
+                firsts.push(None);
+                r.problems.push(format!("entry chunk {number}: no entries"));
+            }
+            Err(why) => {
+                firsts.push(None);
+                r.problems.push(format!("entry chunk {number}: {why}"));
+            }
+        }
+    }
+    if r.problems.is_empty() && r.entries.len() as u64 != shape.count {
+        let n = r.entries.len();
+        r.problems
+            .push(format!("{n} entries where the header says {}", shape.count));
+    }
+    let at = (1 + shape.entry_chunks as usize) * CHUNK;
+    for number in 0..shape.index_chunks as usize {
+        let got = open_chunk(run, at + number * CHUNK, MAGIC_INDEX, key, number);
+        let lo = (number * INDEX_ITEMS).min(firsts.len());
+        let want = &firsts[lo..(lo + INDEX_ITEMS).min(firsts.len())];
+        let ok = got.is_ok_and(|(p, items)| {
+            items == want.len()
+                && p.len() == 8 * items
+                && (p.chunks(8).zip(want)).all(|(b, f)| f.is_none_or(|f| b == f.to_le_bytes()))
+        });
+        if !ok {
+            r.problems
+                .push(format!("index chunk {number} does not check"));
+        }
+    }
+    let at = at + shape.index_chunks as usize * CHUNK;
+    let mut bits = Vec::with_capacity(shape.filter_chunks as usize * PAYLOAD);
+    for number in 0..shape.filter_chunks as usize {
+        match open_chunk(run, at + number * CHUNK, MAGIC_FILTER, key, number) {
+            Ok((p, 0)) if p.len() == PAYLOAD => bits.extend_from_slice(p),
+            _ => {
+                r.problems
+                    .push(format!("filter chunk {number} does not check"));
+                bits.clear();
+                break;
+            }
+        }
+    }
+    if !bits.is_empty() && !hashes.iter().all(|&h| may_hold(&bits, h)) {
+        r.problems.push("the filter misses an entry".into());
+    }
+    r
+}
+
+#[cfg(test)]
+#[path = "run_tests.rs"]
+mod tests;

@@ -1,0 +1,223 @@
+//! A run built and read back, whole, cut short and damaged, alone and inside a log.
+
+use super::*;
+use crate::dir::{record, DirLog, RECORD_OVERHEAD};
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+
+const KEY: Key = Key(*b"0123456789abcdef");
+
+/// `n` entries with names of 4 to 40 bytes and every kind, by name.
+fn entries(n: u64) -> BTreeMap<Vec<u8>, Added> {
+    (0..n)
+        .map(|i| {
+            let name = format!("{i:04}{}", "x".repeat((i % 37) as usize)).into_bytes();
+            (name, (1000 + i, Kind::from_code((i % 8) as u8)))
+        })
+        .collect()
+}
+
+fn run_of(e: &BTreeMap<Vec<u8>, Added>) -> Vec<u8> {
+    build(e.iter().map(|(n, &a)| (n.as_slice(), a)), KEY)
+}
+
+/// The shape a run's header says.
+fn shape(run: &[u8]) -> Shape {
+    let count = u64::from_le_bytes(run[1..9].try_into().unwrap());
+    Shape::from_body(count, &run[11..11 + BODY]).expect("a shape build wrote")
+}
+
+#[test]
+fn a_run_reads_back_whole_and_in_hash_order() {
+    for n in [1, 14, 500, 3000] {
+        let e = entries(n);
+        let run = run_of(&e);
+        let s = shape(&run);
+        assert_eq!(run.len() as u64, s.bytes(), "{n} entries");
+        assert!(run.len() as u64 <= max_bytes(n, crate::dir::live_bytes(e.keys())));
+        let r = read(&s, &run);
+        assert!(r.whole(), "{n} entries: {:?}", r.problems);
+        let hashes: Vec<u64> = r.entries.iter().map(|(name, _)| KEY.hash(name)).collect();
+        assert!(hashes.windows(2).all(|w| w[0] <= w[1]), "hash order");
+        assert_eq!(r.entries.into_iter().collect::<BTreeMap<_, _>>(), e);
+    }
+    // An empty run: only the header.
+    let run = run_of(&BTreeMap::new());
+    assert_eq!(run.len(), CHUNK);
+    assert!(read(&shape(&run), &run).whole());
+}
+
+/// The filter lets every entry through and few names that are not there.
+#[test]
+fn the_filter_holds_every_entry_and_little_else() {
+    let e = entries(3000);
+    let run = run_of(&e);
+    let s = shape(&run);
+    let at = (1 + s.entry_chunks as usize + s.index_chunks as usize) * CHUNK;
+    let bits: Vec<u8> = run[at..]
+        .chunks(CHUNK)
+        .flat_map(|c| c[HEAD..].to_vec())
+        .collect();
+    assert!(e.keys().all(|n| may_hold(&bits, KEY.hash(n))));
+    let through = (0..10_000)
+        .filter(|i| may_hold(&bits, KEY.hash(format!("absent-{i}").as_bytes())))
+        .count();
+    assert!(
+        through < 300,
+        "{through} of 10,000 absent names let through"
+    );
+}
+
+/// Damage in one entry chunk costs only that chunk's entries; the index and filter
+/// chunks that check are still checked against what was read.
+#[test]
+fn a_damaged_chunk_costs_its_own_entries() {
+    let e = entries(2000);
+    let mut run = run_of(&e);
+    let s = shape(&run);
+    assert!(s.entry_chunks >= 3);
+    run[2 * CHUNK + 100] ^= 0x10; // entry chunk 1
+    let r = read(&s, &run);
+    assert!(!r.whole());
+    assert!(
+        r.problems[0].starts_with("entry chunk 1: checksum"),
+        "{:?}",
+        r.problems
+    );
+    assert_eq!(r.problems.len(), 1, "only that chunk: {:?}", r.problems);
+    let good = read(&s, &run_of(&e)).entries;
+    let lost = good.len() - r.entries.len();
+    assert!(lost > 0 && lost < 200, "{lost} entries lost");
+    assert!(r.entries.iter().all(|x| good.contains(x)));
+}
+
+/// A header whose counts disagree with each other is no run: the log takes it for
+/// damage, not data.
+#[test]
+fn a_shape_build_never_writes_is_refused() {
+    let run = run_of(&entries(500));
+    let s = shape(&run);
+    let body = s.body();
+    let mut spare = body;
+    spare[28] = 1;
+    assert!(
+        Shape::from_body(s.count, &spare).is_none(),
+        "the spare field"
+    );
+    for (field, at) in [("entries", 16), ("index", 20), ("filter", 24)] {
+        let mut b = body;
+        b[at..at + 4].copy_from_slice(&0u32.to_le_bytes());
+        assert!(Shape::from_body(s.count, &b).is_none(), "{field}");
+    }
+    assert!(
+        Shape::from_body(0, &body).is_none(),
+        "a count of 0 with chunks"
+    );
+    assert!(Shape::from_body(s.count, &body[..31]).is_none());
+}
+
+/// In a log, a run replaces everything before it, as a reset does, and the records
+/// after it apply; the log before it punched reads the same.
+#[test]
+fn a_run_in_a_log_replaces_what_came_before() {
+    let mut log = record(b"old", Some((1, None)));
+    log.resize(CHUNK, 0);
+    let e = entries(600);
+    log.extend(run_of(&e));
+    log.extend(record(b"after", Some((7, Some(Kind::File)))));
+    log.extend(record(b"0001x", None));
+    let d = DirLog::parse(&log);
+    assert_eq!(d.problem, None);
+    let mut want = e.clone();
+    want.insert(b"after".to_vec(), (7, Some(Kind::File)));
+    want.remove(&b"0001x"[..]);
+    assert_eq!(d.entries, want);
+    assert_eq!(d.valid_bytes, log.len() as u64);
+    log[..CHUNK].fill(0);
+    assert_eq!(DirLog::parse(&log).entries, want);
+}
+
+/// A run cut short by a crash, with the records before it still there and nothing after
+/// it, is the log's torn tail: the entries before it stand.
+#[test]
+fn a_run_cut_short_leaves_the_entries_before_it() {
+    let mut log = record(b"a", Some((1, None)));
+    log.extend(record(b"b", Some((2, None))));
+    let before = DirLog::parse(&log).entries;
+    let at = log.len();
+    let run = run_of(&entries(800));
+    for cut in [
+        RECORD_OVERHEAD + BODY,
+        CHUNK + 10,
+        3 * CHUNK,
+        run.len() - CHUNK / 2,
+    ] {
+        let mut torn = log.clone();
+        torn.extend_from_slice(&run[..cut]);
+        torn.resize(at + run.len() + 100, 0); // the rest a hole, read as zeros
+        let d = DirLog::parse(&torn);
+        assert!(
+            d.entries == before,
+            "cut at {cut}: {} entries",
+            d.entries.len()
+        );
+        assert_eq!(d.valid_bytes, at as u64, "cut at {cut}");
+        assert!(d.problem.unwrap().contains("cut short"), "cut at {cut}");
+    }
+}
+
+/// A run that is not whole with records after it (or with nothing live before it: the
+/// compaction finished and punched the old log) is damage: the chunks that check give
+/// their entries, the parse goes on after the run and says the log must be rewritten.
+#[test]
+fn a_damaged_run_gives_the_chunks_that_check() {
+    let e = entries(2000);
+    let mut run = run_of(&e);
+    run[CHUNK + 50] ^= 0x01; // entry chunk 0
+    let mut log = record(b"a", Some((1, None)));
+    log.extend_from_slice(&run);
+    log.extend(record(b"later", Some((9, None))));
+    let d = DirLog::parse(&log);
+    assert!(d.skipped_damage && d.problem.as_deref().unwrap().contains("damaged run"));
+    assert!(d.entries.contains_key(&b"later"[..]) && !d.entries.contains_key(&b"a"[..]));
+    assert!(d.entries.len() > 1800 && d.entries.len() < e.len());
+    let mut punched = vec![0u8; CHUNK];
+    punched.extend_from_slice(&run);
+    let d = DirLog::parse(&punched);
+    assert!(d.skipped_damage, "{:?}", d.problem);
+    assert!(d.entries.len() > 1800 && d.entries.len() < e.len());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Any set of names reads back as it went in.
+    #[test]
+    fn any_names_read_back(names in proptest::collection::btree_set(
+        proptest::collection::vec(1u8..=255, 1..=NAME_MAX), 0..300)) {
+        let e: BTreeMap<Vec<u8>, Added> =
+            names.into_iter().enumerate().map(|(i, n)| (n, (i as u64, None))).collect();
+        let run = run_of(&e);
+        let r = read(&shape(&run), &run);
+        prop_assert!(r.whole());
+        prop_assert_eq!(r.entries.into_iter().collect::<BTreeMap<_, _>>(), e);
+    }
+
+    /// Bytes flipped anywhere in a log with a run never panic the parse, and never give
+    /// a name the log did not hold.
+    #[test]
+    fn a_flipped_run_never_panics(flips in proptest::collection::vec((0usize..6 * CHUNK, 0u8..8), 1..6)) {
+        let e = entries(300);
+        let mut log = run_of(&e);
+        log.extend(record(b"tail", Some((5, None))));
+        for (at, bit) in flips {
+            let at = at % log.len();
+            log[at] ^= 1 << bit;
+        }
+        let d = DirLog::parse(&log);
+        prop_assert!(d.valid_bytes <= log.len() as u64);
+        for name in d.entries.keys() {
+            prop_assert!(e.contains_key(name) || name == b"tail", "{:?}", name);
+        }
+    }
+}

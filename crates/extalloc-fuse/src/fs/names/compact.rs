@@ -1,0 +1,89 @@
+//! A directory log's compaction (`Fs::compact_due`, after each namespace change's group):
+//! the live entries rewritten from the next block boundary, as a run (`dir/run.rs`) for a
+//! large directory on a device that carries `INCOMPAT_DIR_RUNS`, else as a reset and an add
+//! per entry, then the old log's blocks punched.
+//!
+//! Data structures: none of their own (`DirState`'s log bounds and `live`). Invariant: the
+//! log from `log_start` replays to the directory's entries before and after (a crash in
+//! between leaves the old records and the new log, whole or cut short, which replay to the
+//! same entries: `dir/mod.rs`). Lock order: called under the namespace lock held for
+//! writing.
+
+use super::*;
+use crate::dir::run;
+
+/// A directory's log is compacted once it exceeds this and four times its live entries.
+const COMPACT_MIN_BYTES: u64 = 64 << 10;
+
+impl Fs {
+    /// Compacts the logs of `dirs` that are over their yardstick (after a change's group:
+    /// a compaction may take many volume calls, and a crash inside one is harmless).
+    pub(super) fn compact_due(&self, ns: &mut Ns, dirs: &[u64]) -> FsResult<()> {
+        for &dir in dirs {
+            let Some(d) = ns.nodes.get_mut(&dir).and_then(|n| n.dir.as_mut()) else {
+                continue; // removed by the change itself
+            };
+            debug_assert!(
+                d.log_start <= d.log_bytes,
+                "directory {dir}'s log starts past its end"
+            );
+            if d.log_bytes - d.log_start > COMPACT_MIN_BYTES.max(4 * d.live) {
+                self.compact(dir, d)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Rewrites `dir`'s log as its live entries from the next block boundary, then punches
+    /// the blocks before them: a run (`dir/run.rs`) where the entries take
+    /// [`run::RUN_MIN_BYTES`] as records and the device carries `INCOMPAT_DIR_RUNS`,
+    /// else a reset and an add per entry. A crash in between leaves the old records and
+    /// the new log, whole or cut short, which replay to the same entries.
+    fn compact(&self, dir: u64, d: &mut DirState) -> FsResult<()> {
+        let vol = self.vol.uncached(dir);
+        let bs = vol.block_size();
+        let at = d.log_bytes.div_ceil(bs) * bs;
+        let as_run = self.dir_runs && d.live >= run::RUN_MIN_BYTES;
+        // The new log is written before the old one's blocks go: it grows the directory
+        // for a while, so it leaves the room kept for metadata as a create does. Without
+        // that room the old log stays, whole and valid, until a later change finds it.
+        // Checked before the log is built: a change that finds the room short pays a
+        // check, not a copy of every entry.
+        let bound = match as_run {
+            true => run::max_bytes(d.entries.len() as u64, d.live),
+            false => (crate::dir::RECORD_OVERHEAD as u64) + d.live, // the reset, the adds
+        };
+        match vol.check_room(bound.div_ceil(bs)) {
+            Err(e) if e.kind() == extalloc::ErrorKind::NoSpace => return Ok(()),
+            other => other?,
+        }
+        let live = (d.entries.iter()).map(|(n, e)| (n, (e.ino, self.kind_to_log(e.kind))));
+        let log = match as_run {
+            true => {
+                let key = run::Key::random().map_err(|e| {
+                    log::error!("directory {dir}: no random key for its run: {e}");
+                    Errno(libc::EIO)
+                })?;
+                run::build(live, key)
+            }
+            false => crate::dir::compacted(live.collect::<Vec<_>>().into_iter()),
+        };
+        debug_assert!(
+            log.len() as u64 <= bound && (as_run || log.len() as u64 == bound),
+            "the compacted log's length"
+        );
+        vol.write(dir, at, &log)?;
+        if at > d.log_start {
+            vol.fallocate(dir, Fallocate::PunchHole, d.log_start, at - d.log_start)?;
+        }
+        d.log_start = at;
+        d.log_bytes = at + log.len() as u64;
+        d.mapped_to = d.mapped_to.max(d.log_bytes.div_ceil(bs) * bs);
+        // The new log holds the live entries only, each at least as long as its add.
+        debug_assert!(
+            d.log_bytes - d.log_start >= d.live,
+            "compacted log of {dir} lost entries"
+        );
+        Ok(())
+    }
+}
