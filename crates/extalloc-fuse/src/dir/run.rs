@@ -4,9 +4,10 @@
 //! `INCOMPAT_DIR_RUNS`.
 //!
 //! Data structures: a run is its header record (the log's record shape, `dir/mod.rs`:
-//! tag `RUN`, the entry count in place of the inode, a 32-byte body in place of the name:
-//! the hash key, 16 bytes, then the entry, index and filter chunk counts and a zero, u32
-//! each), zeros to [`CHUNK`] bytes, then its chunks, [`CHUNK`] bytes each, counted from
+//! tag `RUN`, the entry count in place of the inode, a 40-byte body in place of the name:
+//! the hash key, 16 bytes, the entry, index and filter chunk counts and a zero, u32 each,
+//! and the names' bytes, u64, so a reader knows the entries' size without reading them),
+//! zeros to [`CHUNK`] bytes, then its chunks, [`CHUNK`] bytes each, counted from
 //! the header's first byte: the entry chunks, the index chunks, the filter chunks. A
 //! chunk opens with a 20-byte head: its magic (`XDRE`, `XDRI`, `XDRF`), the key's first
 //! four bytes (the run it belongs to), its number among its run's chunks of its kind, its
@@ -42,7 +43,7 @@ const HEAD: usize = 20;
 /// Bytes after a chunk's head.
 const PAYLOAD: usize = CHUNK - HEAD;
 /// Bytes of the header record's body.
-pub(super) const BODY: usize = 32;
+pub(super) const BODY: usize = 40;
 /// Bytes of an entry besides its name.
 const ENTRY_HEAD: usize = 18;
 /// First hashes an index chunk holds.
@@ -103,6 +104,8 @@ pub struct Shape {
     pub index_chunks: u32,
     /// Chunks of the filter.
     pub filter_chunks: u32,
+    /// Bytes of the entries' names, all told.
+    pub name_bytes: u64,
 }
 
 /// Filter chunks for `count` entries.
@@ -127,12 +130,20 @@ impl Shape {
         b[16..20].copy_from_slice(&self.entry_chunks.to_le_bytes());
         b[20..24].copy_from_slice(&self.index_chunks.to_le_bytes());
         b[24..28].copy_from_slice(&self.filter_chunks.to_le_bytes());
+        b[32..40].copy_from_slice(&self.name_bytes.to_le_bytes());
         b
+    }
+
+    /// Bytes the entries take as log records (`dir::live_bytes`): what a reader that
+    /// reads no entry chunk knows of them.
+    pub fn live_bytes(&self) -> u64 {
+        self.count * super::record::RECORD_OVERHEAD as u64 + self.name_bytes
     }
 
     /// The shape a header of `count` entries and body `b` says, if it is one [`build`]
     /// writes: every chunk holds at least one entry and at most a chunk's worth of the
-    /// shortest, the index and filter take what the entries need, the spare field zero.
+    /// shortest, the index and filter take what the entries need, the names 1 to
+    /// [`NAME_MAX`] bytes each, the spare field zero.
     pub(super) fn from_body(count: u64, b: &[u8]) -> Option<Shape> {
         let word = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
         if b.len() != BODY || word(28) != 0 {
@@ -144,13 +155,15 @@ impl Shape {
             entry_chunks: word(16),
             index_chunks: word(20),
             filter_chunks: word(24),
+            name_bytes: u64::from_le_bytes(b[32..40].try_into().expect("8 bytes")),
         };
         let e = u64::from(s.entry_chunks);
         let fits = (e == 0) == (count == 0)
             && e <= count
             && count <= e * (PAYLOAD / (ENTRY_HEAD + 1)) as u64
             && u64::from(s.index_chunks) == e.div_ceil(INDEX_ITEMS as u64)
-            && u64::from(s.filter_chunks) == filter_chunks_for(count);
+            && u64::from(s.filter_chunks) == filter_chunks_for(count)
+            && (count..=count.saturating_mul(NAME_MAX as u64)).contains(&s.name_bytes);
         fits.then_some(s)
     }
 
@@ -232,6 +245,7 @@ pub fn build<'a>(entries: impl Iterator<Item = (&'a [u8], Added)>, key: Key) -> 
         entry_chunks: chunks.len() as u32,
         index_chunks: chunks.len().div_ceil(INDEX_ITEMS) as u32,
         filter_chunks: filter_chunks_for(count) as u32,
+        name_bytes: items.iter().map(|i| i.1.len() as u64).sum(),
     };
     let mut out = frame(RUN, count, &shape.body());
     out.resize(CHUNK, 0);
@@ -305,15 +319,18 @@ fn open_chunk<'r>(
     Ok((&c[HEAD..HEAD + used], items))
 }
 
-/// The entries of one entry chunk's payload, each after `prev` (the last one read), or
-/// why not.
-fn chunk_entries(
-    payload: &[u8],
+/// An entry read from a chunk: its hash, its name (in the chunk's bytes) and what it says.
+type ChunkEntry<'p> = (u64, &'p [u8], Added);
+
+/// The entries of one entry chunk's payload, each after `prev` (the last one the chunks
+/// before gave, which this one's last replaces), or why not.
+fn chunk_entries<'p>(
+    payload: &'p [u8],
     items: usize,
     key: &Key,
     prev: &mut Option<(u64, Vec<u8>)>,
-) -> Result<Vec<(u64, Vec<u8>, Added)>, String> {
-    let mut out = Vec::with_capacity(items);
+) -> Result<Vec<ChunkEntry<'p>>, String> {
+    let mut out: Vec<ChunkEntry<'p>> = Vec::with_capacity(items);
     let mut at = 0;
     while at < payload.len() {
         let Some(head) = payload.get(at..at + ENTRY_HEAD) else {
@@ -329,18 +346,21 @@ fn chunk_entries(
         if len == 0 || (code != 0 && kind.is_none()) || key.hash(name) != hash {
             return Err(format!("entry {} does not check", out.len()));
         }
-        if prev
-            .as_ref()
-            .is_some_and(|(h, n)| (*h, n.as_slice()) >= (hash, name))
-        {
+        let before = match out.last() {
+            Some(&(h, n, _)) => Some((h, n)),
+            None => prev.as_ref().map(|(h, n)| (*h, n.as_slice())),
+        };
+        if before.is_some_and(|b| b >= (hash, name)) {
             return Err(format!("entry {} out of order", out.len()));
         }
-        *prev = Some((hash, name.to_vec()));
-        out.push((hash, name.to_vec(), (ino, kind)));
+        out.push((hash, name, (ino, kind)));
         at += ENTRY_HEAD + len;
     }
     if out.len() != items {
         return Err(format!("{} entries where the head says {items}", out.len()));
+    }
+    if let Some(&(h, n, _)) = out.last() {
+        *prev = Some((h, n.to_vec()));
     }
     Ok(out)
 }
@@ -361,7 +381,7 @@ pub fn read(shape: &Shape, run: &[u8]) -> Read {
                 firsts.push(Some(es[0].0));
                 for (hash, name, added) in es {
                     hashes.push(hash);
-                    r.entries.push((name, added));
+                    r.entries.push((name.to_vec(), added));
                 }
             }
             Ok(_) => {

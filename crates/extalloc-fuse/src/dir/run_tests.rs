@@ -34,7 +34,9 @@ fn a_run_reads_back_whole_and_in_hash_order() {
         let run = run_of(&e);
         let s = shape(&run);
         assert_eq!(run.len() as u64, s.bytes(), "{n} entries");
-        assert!(run.len() as u64 <= max_bytes(n, crate::dir::live_bytes(e.keys())));
+        let live = crate::dir::live_bytes(e.keys());
+        assert!(run.len() as u64 <= max_bytes(n, live));
+        assert_eq!(s.live_bytes(), live, "the header knows the entries' size");
         let r = read(&s, &run);
         assert!(r.whole(), "{n} entries: {:?}", r.problems);
         let hashes: Vec<u64> = r.entries.iter().map(|(name, _)| KEY.hash(name)).collect();

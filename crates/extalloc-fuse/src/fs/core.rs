@@ -311,6 +311,8 @@ pub struct Fs {
     /// A large directory's compaction writes a run (`dir/run.rs`): the device carries
     /// `INCOMPAT_DIR_RUNS` (set at mount, as `typed_entries`).
     pub(crate) dir_runs: bool,
+    /// When a directory's log is compacted, and when into a run (`names/compact.rs`).
+    pub(crate) compaction: super::compaction::Compaction,
 }
 
 /// What [`Fs`] calls with an inode whose attributes the kernel may hold stale.

@@ -59,6 +59,7 @@ pub mod atime;
 #[cfg(test)]
 mod cache_tests;
 mod call;
+mod compaction;
 mod core;
 pub mod data;
 pub mod dirahead;
@@ -282,6 +283,7 @@ impl Fs {
             pins: Mutex::new(Default::default()),
             typed_entries,
             dir_runs,
+            compaction: Default::default(),
         };
         Ok((fs, report))
     }

@@ -11,11 +11,20 @@
 
 use super::*;
 use crate::dir::run;
-
-/// A directory's log is compacted once it exceeds this and four times its live entries.
-const COMPACT_MIN_BYTES: u64 = 64 << 10;
+use std::sync::atomic::Ordering::Relaxed;
 
 impl Fs {
+    /// Sets when a directory's log is compacted (once it exceeds `min_log` bytes and four
+    /// times its live entries as records; default 64 KiB) and when the compaction writes
+    /// a run (from `run_from` bytes of live entries; default [`run::RUN_MIN_BYTES`];
+    /// only where the device carries `INCOMPAT_DIR_RUNS`). For tests and the tortures,
+    /// which keep directories small: small values make compactions, and runs, frequent.
+    /// Takes effect at the next change.
+    pub fn set_compaction(&self, min_log: u64, run_from: u64) {
+        self.compaction.min_log.store(min_log, Relaxed);
+        self.compaction.run_from.store(run_from, Relaxed);
+    }
+
     /// Compacts the logs of `dirs` that are over their yardstick (after a change's group:
     /// a compaction may take many volume calls, and a crash inside one is harmless).
     pub(super) fn compact_due(&self, ns: &mut Ns, dirs: &[u64]) -> FsResult<()> {
@@ -27,7 +36,8 @@ impl Fs {
                 d.log_start <= d.log_bytes,
                 "directory {dir}'s log starts past its end"
             );
-            if d.log_bytes - d.log_start > COMPACT_MIN_BYTES.max(4 * d.live) {
+            let min_log = self.compaction.min_log.load(Relaxed);
+            if d.log_bytes - d.log_start > min_log.max(4 * d.live) {
                 self.compact(dir, d)?;
             }
         }
@@ -36,14 +46,14 @@ impl Fs {
 
     /// Rewrites `dir`'s log as its live entries from the next block boundary, then punches
     /// the blocks before them: a run (`dir/run.rs`) where the entries take
-    /// [`run::RUN_MIN_BYTES`] as records and the device carries `INCOMPAT_DIR_RUNS`,
+    /// [`run::RUN_MIN_BYTES`] as records (by default) and the device carries `INCOMPAT_DIR_RUNS`,
     /// else a reset and an add per entry. A crash in between leaves the old records and
     /// the new log, whole or cut short, which replay to the same entries.
     fn compact(&self, dir: u64, d: &mut DirState) -> FsResult<()> {
         let vol = self.vol.uncached(dir);
         let bs = vol.block_size();
         let at = d.log_bytes.div_ceil(bs) * bs;
-        let as_run = self.dir_runs && d.live >= run::RUN_MIN_BYTES;
+        let as_run = self.dir_runs && d.live >= self.compaction.run_from.load(Relaxed);
         // The new log is written before the old one's blocks go: it grows the directory
         // for a while, so it leaves the room kept for metadata as a create does. Without
         // that room the old log stays, whole and valid, until a later change finds it.
