@@ -2,7 +2,7 @@
 """One large directory, beside ext4: lookup, readdir and unlink per entry (issue 50).
 
     sudo scripts/bench/bigdir.py [--files 10k,1M] [--fs ext4,extalloc,floor] [--lookups 10000]
-                           [--size 16GiB] [--json PATH]
+                           [--churn K] [--size 16GiB] [--json PATH]
 
 File systems (`--fs`, default ext4,extalloc):
 - `ext4`: the kernel's, on the image;
@@ -23,11 +23,16 @@ File systems (`--fs`, default ext4,extalloc):
 For each file system and entry count, on a fresh sparse image (in $TMPDIR, else /var/tmp)
 attached to a loop device (the floor: a fresh mount of an empty floor):
 
-1. creates N empty files in one directory (`open(O_CREAT)` + `close`);
+1. creates N empty files in one directory (`open(O_CREAT)` + `close`), then, with
+   `--churn K`, makes and removes K more names one after the other (a directory that
+   has seen changes: extalloc's log then holds removes, and past four times its live
+   entries it is compacted, into a run on builds that write them: docs/format.md,
+   "Directory runs");
 2. unmounts and mounts again (cold caches on both sides), then `stat`s one name (the
    first lookup: extalloc reads the directory back here), then `--lookups` random
    names (each reads its inode: CPU per lookup), then as many names that do not exist
-   (the directory's index alone: CPU per missing name);
+   (the directory's index alone: CPU per missing name), then the daemon's resident
+   memory (VmRSS);
 3. unmounts and mounts again, then lists the directory with `ls -f` (getdents only, no
    stat per name): CPU per entry;
 4. unmounts and mounts again, then removes every entry with `find DIR -mindepth 1
@@ -214,7 +219,18 @@ class Target:
             os.unlink(self.img)
 
 
-def one(fs, n, lookups, size, work, floor):
+def rss_mib(pid):
+    """The daemon's resident memory (VmRSS), MiB; None without a daemon (ext4)."""
+    if pid is None:
+        return None
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return None
+
+
+def one(fs, n, lookups, size, work, floor, churn=0):
     label = f"{fs} {n:,}"
     r = {"fs": fs, "entries": n}
     try:
@@ -232,6 +248,13 @@ def one(fs, n, lookups, size, work, floor):
         for i in range(n):
             os.close(os.open(os.path.join(d, f"f{i}"), flags, 0o644))
         r["create_per_s"] = n / (time.monotonic() - start)
+        start = time.monotonic()
+        for i in range(churn):
+            path = os.path.join(d, f"churn{i}")
+            os.close(os.open(path, flags, 0o644))
+            os.unlink(path)
+        if churn:
+            r["churn_per_s"] = churn / (time.monotonic() - start)
         print(f"  {label}: made", file=sys.stderr, flush=True)
 
         t.remount()
@@ -258,6 +281,7 @@ def one(fs, n, lookups, size, work, floor):
         wall = time.monotonic() - w0
         r["miss_us"] = 1e6 * wall / lookups
         r["miss_cpu_us"] = 1e6 * (self_cpu() - c0 + daemon_cpu(t.pid) - d0) / lookups
+        r["rss_after_lookups_mib"] = rss_mib(t.pid)
 
         for step, cmd in (("readdir", ["ls", "-f", d]), ("unlink", ["find", d, "-mindepth", "1", "-delete"])):
             t.remount()
@@ -280,10 +304,11 @@ def one(fs, n, lookups, size, work, floor):
 
 COLUMNS = [
     ("fs", "fs", "{}"), ("entries", "entries", "{:,}"),
-    ("create_per_s", "creates/s", "{:,.0f}"),
+    ("create_per_s", "creates/s", "{:,.0f}"), ("churn_per_s", "churn pairs/s", "{:,.0f}"),
     ("first_lookup_s", "first lookup s", "{:.3f}"),
     ("lookup_cpu_us", "lookup CPU µs", "{:.1f}"), ("lookup_us", "lookup wall µs", "{:.1f}"),
     ("miss_cpu_us", "missing name CPU µs", "{:.1f}"), ("miss_us", "missing name wall µs", "{:.1f}"),
+    ("rss_after_lookups_mib", "RSS after lookups MiB", "{:.0f}"),
     ("readdir_cpu_us", "readdir CPU µs/entry", "{:.2f}"), ("readdir_us", "readdir wall µs/entry", "{:.2f}"),
     ("unlink_cpu_us", "unlink CPU µs/entry", "{:.1f}"), ("unlink_us", "unlink wall µs/entry", "{:.1f}"),
 ]
@@ -294,6 +319,8 @@ def main():
     ap.add_argument("--files", default="10k,1M")
     ap.add_argument("--fs", default="ext4,extalloc")
     ap.add_argument("--lookups", type=int, default=10_000)
+    ap.add_argument("--churn", type=count, default=0,
+                    help="names made and removed after the creates (default 0)")
     ap.add_argument("--size", default="16GiB")
     ap.add_argument("--json")
     a = ap.parse_args()
@@ -313,7 +340,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="extalloc-bigdir.", dir=os.environ.get("TMPDIR", "/var/tmp")) as work:
         for n in [count(x) for x in a.files.split(",")]:
             for fs in systems:
-                r = one(fs, n, a.lookups, size, work, floor)
+                r = one(fs, n, a.lookups, size, work, floor, a.churn)
                 rows.append(r)
                 print(json.dumps(r), flush=True)
     print("\n| " + " | ".join(h for _, h, _ in COLUMNS) + " |")

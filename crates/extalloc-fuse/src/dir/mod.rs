@@ -226,6 +226,47 @@ impl DirLog {
     }
 }
 
+/// What the records after a run change ([`changes`]): each name a record touched, with
+/// its entry after them (`None`: absent, whatever the run holds), and the entries and
+/// their bytes as records that the changes add (less what they remove).
+#[derive(Debug, Default)]
+pub struct Changes {
+    /// Each name touched: its entry after the records (`None`: removed).
+    pub names: BTreeMap<Vec<u8>, Option<Added>>,
+    /// Entries added, less entries removed.
+    pub count: i64,
+    /// Bytes as records of the entries added, less of those removed.
+    pub live: i64,
+}
+
+/// The changes the records `log` hold (the records after a run, to its end), or `None`
+/// where they are anything but adds and removes that all check (a reset, a run, zeros, a
+/// torn or damaged record) or contradict each other: the caller then reads the log whole,
+/// which says what is wrong. A remove of a name no record here added is taken to remove
+/// one of the run's: the whole read checks that.
+pub fn changes(log: &[u8]) -> Option<Changes> {
+    let mut c = Changes::default();
+    let mut pos = 0;
+    while pos < log.len() {
+        let r = parse_one(&log[pos..]).ok()?;
+        let bytes = (RECORD_OVERHEAD + r.name.len()) as i64;
+        let was = c.names.get(r.name).copied();
+        match r.op {
+            ADD if !matches!(was, Some(Some(_))) => {
+                c.names.insert(r.name.to_vec(), Some((r.ino, r.kind)));
+                (c.count, c.live) = (c.count + 1, c.live + bytes);
+            }
+            REMOVE if !matches!(was, Some(None)) => {
+                c.names.insert(r.name.to_vec(), None);
+                (c.count, c.live) = (c.count - 1, c.live - bytes);
+            }
+            _ => return None,
+        }
+        pos += r.len;
+    }
+    Some(c)
+}
+
 /// One record read: its kind of change (`ADD`, `REMOVE`, `RESET`, `RUN`), the kind of
 /// entry an add carries, the inode (a reset's or run's count), the name (a run's body),
 /// and its bytes.

@@ -31,7 +31,7 @@
 //! makes of a run that is not whole (a compaction cut short, or damage) is `dir/mod.rs`'s.
 //! Lock order: none (plain values).
 
-use super::record::{frame, Added, NAME_MAX, RUN};
+use super::record::{frame, Added, NAME_MAX, RECORD_OVERHEAD, RUN};
 use crate::inode::Kind;
 use siphasher::sip::SipHasher13;
 use std::hash::Hasher;
@@ -137,7 +137,7 @@ impl Shape {
     /// Bytes the entries take as log records (`dir::live_bytes`): what a reader that
     /// reads no entry chunk knows of them.
     pub fn live_bytes(&self) -> u64 {
-        self.count * super::record::RECORD_OVERHEAD as u64 + self.name_bytes
+        self.count * RECORD_OVERHEAD as u64 + self.name_bytes
     }
 
     /// The shape a header of `count` entries and body `b` says, if it is one [`build`]
@@ -165,6 +165,19 @@ impl Shape {
             && u64::from(s.filter_chunks) == filter_chunks_for(count)
             && (count..=count.saturating_mul(NAME_MAX as u64)).contains(&s.name_bytes);
         fits.then_some(s)
+    }
+
+    /// The shape of the run whose header record starts `b`, if one does (its frame and
+    /// crc checking, as the log's parse reads it).
+    fn from_header(b: &[u8]) -> Option<Shape> {
+        let len = RECORD_OVERHEAD + BODY;
+        let frame = b.get(..len)?;
+        let word = u64::from_le_bytes(frame[1..9].try_into().expect("8 bytes"));
+        let stored = u32::from_le_bytes(frame[len - 4..].try_into().expect("4 bytes"));
+        let sound = frame[0] == RUN
+            && usize::from(u16::from_le_bytes([frame[9], frame[10]])) == BODY
+            && crc32c::crc32c(&frame[..len - 4]) == stored;
+        sound.then(|| Shape::from_body(word, &frame[11..11 + BODY]))?
     }
 
     /// The filter's bits.
@@ -431,6 +444,111 @@ pub fn read(shape: &Shape, run: &[u8]) -> Read {
         r.problems.push("the filter misses an entry".into());
     }
     r
+}
+
+/// Reads `len` bytes at byte `at` of the directory's file (an I/O error as a message).
+pub type ReadAt<'a> = dyn FnMut(u64, u64) -> Result<Vec<u8>, String> + 'a;
+
+/// A run's header, index and filter in memory, its entry chunks left on the volume: what
+/// a lookup of one name needs (the filter, then the one chunk the index names), about 1.3
+/// bytes an entry.
+#[derive(Debug)]
+pub struct Index {
+    /// The run's shape.
+    pub shape: Shape,
+    /// Where the run starts in the directory's file.
+    pub at: u64,
+    /// Each entry chunk's first hash.
+    firsts: Vec<u64>,
+    /// The filter chunks' payloads, end to end.
+    filter: Vec<u8>,
+}
+
+impl Index {
+    /// The index of the run at byte `at`, where one starts there: its header, index and
+    /// filter chunks read (not its entries). `Ok(None)`: no run header there; an error:
+    /// a chunk that cannot be read or does not check (the caller reads the log whole,
+    /// which says what is wrong with it).
+    ///
+    /// # Errors
+    /// What `read` returns, or the chunk that does not check.
+    pub fn open(read: &mut ReadAt<'_>, at: u64) -> Result<Option<Index>, String> {
+        let Some(shape) = Shape::from_header(&read(at, CHUNK as u64)?) else {
+            return Ok(None);
+        };
+        let key = &shape.key;
+        let from = 1 + u64::from(shape.entry_chunks);
+        let chunks = u64::from(shape.index_chunks) + u64::from(shape.filter_chunks);
+        let bytes = read(at + from * CHUNK as u64, chunks * CHUNK as u64)?;
+        let mut firsts = Vec::with_capacity(shape.entry_chunks as usize);
+        for number in 0..shape.index_chunks as usize {
+            let (p, items) = open_chunk(&bytes, number * CHUNK, MAGIC_INDEX, key, number)
+                .map_err(|why| format!("index chunk {number}: {why}"))?;
+            if p.len() != 8 * items {
+                return Err(format!(
+                    "index chunk {number}: {items} items in {} bytes",
+                    p.len()
+                ));
+            }
+            firsts.extend(
+                p.chunks(8)
+                    .map(|b| u64::from_le_bytes(b.try_into().expect("8"))),
+            );
+        }
+        let base = shape.index_chunks as usize * CHUNK;
+        let mut filter = Vec::with_capacity(shape.filter_chunks as usize * PAYLOAD);
+        for number in 0..shape.filter_chunks as usize {
+            match open_chunk(&bytes, base + number * CHUNK, MAGIC_FILTER, key, number) {
+                Ok((p, 0)) if p.len() == PAYLOAD => filter.extend_from_slice(p),
+                _ => return Err(format!("filter chunk {number} does not check")),
+            }
+        }
+        if firsts.len() != shape.entry_chunks as usize || !firsts.is_sorted() {
+            return Err("the index does not name every entry chunk in order".into());
+        }
+        Ok(Some(Index {
+            shape,
+            at,
+            firsts,
+            filter,
+        }))
+    }
+
+    /// The entry `name` has in the run, if it has one: the filter first, then each entry
+    /// chunk whose hashes can hold the name's (one, unless names of one hash straddle a
+    /// chunk's end). An error: a chunk that cannot be read or does not check.
+    ///
+    /// # Errors
+    /// What `read` returns, or the chunk that does not check.
+    pub fn lookup(&self, read: &mut ReadAt<'_>, name: &[u8]) -> Result<Option<Added>, String> {
+        let key = &self.shape.key;
+        let hash = key.hash(name);
+        if !may_hold(&self.filter, hash) {
+            return Ok(None);
+        }
+        // The chunks that start at the name's hash, if any, then the last one that
+        // starts below it (names of one hash may straddle a chunk's end): one chunk read,
+        // unless two names' hashes are the same.
+        let lo = self.firsts.partition_point(|&f| f < hash);
+        let at_hash = (lo..self.firsts.len()).take_while(|&c| self.firsts[c] == hash);
+        for number in at_hash.chain(lo.checked_sub(1)) {
+            let bytes = read(self.at + (1 + number as u64) * CHUNK as u64, CHUNK as u64)?;
+            let (p, items) = open_chunk(&bytes, 0, MAGIC_ENTRIES, key, number)
+                .map_err(|why| format!("entry chunk {number}: {why}"))?;
+            let mut prev = None;
+            let entries = chunk_entries(p, items, key, &mut prev)
+                .map_err(|why| format!("entry chunk {number}: {why}"))?;
+            if let Some(&(_, _, added)) = entries.iter().find(|e| e.0 == hash && e.1 == name) {
+                return Ok(Some(added));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Bytes held in memory.
+    pub fn heap_bytes(&self) -> usize {
+        self.firsts.capacity() * 8 + self.filter.capacity()
+    }
 }
 
 #[cfg(test)]

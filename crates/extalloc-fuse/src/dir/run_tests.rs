@@ -223,3 +223,80 @@ proptest! {
         }
     }
 }
+
+/// A run's index finds every entry reading one entry chunk (the header, index and filter
+/// read once), and rules out most absent names without reading any.
+#[test]
+fn the_index_finds_each_name_in_one_chunk() {
+    let e = entries(3000);
+    let mut log = vec![0u8; 3 * CHUNK]; // punched history before the run
+    let at = log.len() as u64;
+    log.extend(run_of(&e));
+    let reads = std::cell::Cell::new(0);
+    let mut read = |off: u64, len: u64| {
+        reads.set(reads.get() + 1);
+        Ok(log[off as usize..(off + len) as usize].to_vec())
+    };
+    let index = Index::open(&mut read, at).unwrap().expect("a run there");
+    assert_eq!(
+        (index.shape.count, reads.get()),
+        (3000, 2),
+        "the header, then index and filter"
+    );
+    for (name, &added) in &e {
+        reads.set(0);
+        assert_eq!(index.lookup(&mut read, name).unwrap(), Some(added));
+        assert_eq!(reads.get(), 1, "one chunk for {name:?}");
+    }
+    reads.set(0);
+    for i in 0..1000 {
+        assert_eq!(
+            index
+                .lookup(&mut read, format!("no{i}").as_bytes())
+                .unwrap(),
+            None
+        );
+    }
+    assert!(
+        reads.get() < 40,
+        "{} chunks read for 1,000 absent names",
+        reads.get()
+    );
+    assert!(
+        Index::open(&mut read, 0).unwrap().is_none(),
+        "no run at a hole"
+    );
+    assert!(index.heap_bytes() < 3000 * 2);
+}
+
+/// The changes after a run: adds and removes by name, their count and bytes; anything
+/// else, or changes that contradict each other, is for the whole read.
+#[test]
+fn changes_after_a_run_replay_by_name() {
+    let mut log = record(b"new", Some((5, None)));
+    log.extend(record(b"old", None));
+    log.extend(record(b"old", Some((6, Some(Kind::File)))));
+    log.extend(record(b"new", None));
+    let c = crate::dir::changes(&log).unwrap();
+    assert_eq!(c.names[&b"new"[..]], None);
+    assert_eq!(c.names[&b"old"[..]], Some((6, Some(Kind::File))));
+    assert_eq!((c.count, c.live), (0, 0));
+    let mut twice = record(b"a", Some((1, None)));
+    twice.extend(record(b"a", Some((2, None))));
+    assert!(
+        crate::dir::changes(&twice).is_none(),
+        "an add of a name added"
+    );
+    let mut gone = record(b"a", None);
+    gone.extend(record(b"a", None));
+    assert!(
+        crate::dir::changes(&gone).is_none(),
+        "a remove of a name removed"
+    );
+    assert!(crate::dir::changes(&[0u8; 8]).is_none(), "zeros");
+    let mut torn = record(b"a", Some((1, None)));
+    torn.pop();
+    assert!(crate::dir::changes(&torn).is_none(), "a torn record");
+    assert!(crate::dir::changes(&run_of(&entries(3))).is_none(), "a run");
+    assert_eq!(crate::dir::changes(&[]).map(|c| c.count), Some(0));
+}

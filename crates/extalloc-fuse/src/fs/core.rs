@@ -564,6 +564,7 @@ pub(crate) fn dir_node(
             live: crate::dir::live_bytes(log.entries.keys()),
             mapped_to: 0,
             used: Used::default(),
+            view: None,
         })),
         ..Node::plain(inode)
     }

@@ -142,3 +142,97 @@ fn a_damaged_run_chunk_costs_only_its_names() {
     fs.unmount().unwrap();
     assert_clean(&dev);
 }
+
+/// Whether `d`'s entries are shelved, and whether it holds a run view.
+fn shelved_viewed(fs: &Fs, d: u64) -> (bool, bool) {
+    let ns = fs.ns.read();
+    let dir = ns.nodes[&d].dir.as_ref().unwrap();
+    (dir.shelved(), dir.view.is_some())
+}
+
+/// After a mount a lookup in a large directory reads its run's index, its filter and one
+/// chunk (the directory stays shelved), the changes after the run included; a change
+/// then reads the entries whole, and the count the view gave is right.
+#[test]
+fn a_lookup_in_a_large_directory_reads_its_run_not_its_log() {
+    let dev = device(304);
+    let fs = fresh(&dev);
+    let d = kept(&fs);
+    churn(&fs, d, 4000);
+    assert_eq!(log_tag(&fs, d), 4, "a run");
+    // Changes after the run: one new name, one removed, one removed and made again.
+    put(&fs, d, "after", b"new");
+    fs.unlink(d, b"keep0001").unwrap();
+    fs.unlink(d, b"keep0002").unwrap();
+    put(&fs, d, "keep0002", b"again");
+    fs.unmount().unwrap();
+    let (fs, _) = remount(&dev);
+    let d = fs.lookup(ROOT, b"d").unwrap().ino;
+    for (name, want) in [
+        ("keep0000", Some(&b"0"[..])),
+        ("after", Some(b"new")),
+        ("keep0002", Some(b"again")),
+    ] {
+        let got = fs
+            .lookup(d, name.as_bytes())
+            .map(|a| fs.read(a.ino, 0, 64).unwrap());
+        assert_eq!(got.as_deref().ok(), want, "{name}");
+    }
+    for missing in ["keep0001", "nothing", "keep9999"] {
+        assert_eq!(
+            fs.lookup(d, missing.as_bytes()).err(),
+            Some(Errno(libc::ENOENT))
+        );
+    }
+    assert_eq!(
+        shelved_viewed(&fs, d),
+        (true, true),
+        "read through the view only"
+    );
+    assert_eq!(fs.rmdir(ROOT, b"d").err(), Some(Errno(libc::ENOTEMPTY)));
+    // A change reads the entries whole; the view goes.
+    put(&fs, d, "later", b"x");
+    assert_eq!(shelved_viewed(&fs, d), (false, false));
+    let n = fs.ns.read().dir(d).unwrap().entries.len();
+    assert_eq!(n, KEPT + 2 - 1, "the kept, after and later, less keep0001");
+    fs.unmount().unwrap();
+    assert_clean(&dev);
+}
+
+/// A view no call used since the last sync is let go (the next lookup makes it again);
+/// a damaged chunk makes the lookup read the log whole, which finds the damage (`EIO`).
+#[test]
+fn a_run_view_is_let_go_and_damage_under_it_is_found() {
+    let dev = device(305);
+    let fs = fresh(&dev);
+    let d = kept(&fs);
+    churn(&fs, d, 4000);
+    let start = fs.ns.read().dir(d).unwrap().log_start;
+    fs.sync().unwrap();
+    assert!(fs.lookup(d, b"keep0003").is_ok());
+    assert_eq!(
+        shelved_viewed(&fs, d),
+        (true, true),
+        "a shelved directory's view made"
+    );
+    fs.sync().unwrap(); // used since the last trim: kept
+    assert_eq!(shelved_viewed(&fs, d), (true, true));
+    fs.sync().unwrap();
+    assert_eq!(shelved_viewed(&fs, d), (true, false), "unused: let go");
+    // Every entry chunk hit: a lookup that passes the filter finds a chunk that fails.
+    let chunks = {
+        let v = fs.volume().read(d, start, CHUNK as u64).unwrap();
+        u32::from_le_bytes(v[11 + 16..11 + 20].try_into().unwrap())
+    };
+    for c in 0..u64::from(chunks) {
+        let at = start + (1 + c) * CHUNK as u64 + 100;
+        let vol = fs.vol.volume(); // the volume itself: no cached write between
+        let b = vol.read(d, at, 1).unwrap()[0];
+        vol.write(d, at, &[b ^ 0x08]).unwrap();
+    }
+    assert_eq!(fs.lookup(d, b"keep0004").err(), Some(Errno(libc::EIO)));
+    assert!(
+        fs.vol.volume().store().damaged(),
+        "the damage found marks the store"
+    );
+}

@@ -2,7 +2,8 @@
 //! its log's bounds, and whether a call used it since the last trim ([`Used`]).
 //!
 //! Invariant: `entries` is the log replayed from `log_start` to `log_bytes`, or shelved
-//! with the count of entries it replays to (`ondemand.rs`); `live` is what the entries
+//! with the count of entries it replays to (`ondemand.rs`), and then perhaps a view of the
+//! log's run (`runview.rs`), which no directory with its entries in memory holds; `live` is what the entries
 //! take as records; `log_start <= log_bytes <= mapped_to` once `mapped_to` is known.
 //! Lock order: none of its own (the namespace lock, `Fs::ns`, guards it; [`Used`] is
 //! atomic so a holder of that lock for reading can set it).
@@ -28,6 +29,9 @@ pub(crate) struct DirState {
     /// Named by a call since the last trim of directories (`Fs::shelve_dirs`): a
     /// directory in use keeps its entries.
     pub(crate) used: Used,
+    /// Shelved only: its run's index and the changes after it, which answer a lookup
+    /// without reading the entries whole (`runview.rs`).
+    pub(crate) view: Option<Box<super::runview::RunView>>,
 }
 
 impl DirState {

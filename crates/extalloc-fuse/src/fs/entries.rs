@@ -170,6 +170,17 @@ impl Entries {
         bytes
     }
 
+    /// Entries let go before they were ever read: `count` of them, in a log read back
+    /// later (`runlookup.rs`: a directory read back through its run's view).
+    pub(crate) fn shelved_with(count: usize) -> Entries {
+        let e = Entries {
+            shelved: Some(count),
+            ..Entries::default()
+        };
+        debug_assert_eq!(e.shelved(), Some(count));
+        e
+    }
+
     /// `Some(count)` when shelved: the count of entries let go.
     pub(crate) fn shelved(&self) -> Option<usize> {
         self.shelved

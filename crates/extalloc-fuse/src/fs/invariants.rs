@@ -375,6 +375,27 @@ fn check_away(fs: &Fs, ns: &Ns, away: &Away) -> Result<(), String> {
     Ok(())
 }
 
+/// Directory `ino`'s run view (`runview.rs`) against its whole log: held only while
+/// shelved, and every change it keeps after the run is what the log replays to.
+fn check_view(ino: u64, d: &super::core::DirState, log: &DirLog) -> Result<(), String> {
+    let Some(v) = d.view.as_deref() else {
+        return Ok(());
+    };
+    if !d.shelved() {
+        return Err(format!("directory {ino} holds its entries and a run view"));
+    }
+    for (name, state) in &v.tail {
+        let logged = log.entries.get(name).map(|a| a.0);
+        if logged != state.map(|a| a.0) {
+            return Err(format!(
+                "directory {ino}: its run view has {:?} as {state:?}, its log as {logged:?}",
+                String::from_utf8_lossy(name)
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Directory `ino`'s log against memory: its entries, or, shelved, the count and record
 /// bytes it let go; returns the directories in memory a shelved log names (each must have
 /// `ino` as its parent).
@@ -412,6 +433,7 @@ fn check_log(fs: &Fs, ns: &Ns, ino: u64, d: &super::core::DirState) -> Result<Ve
             ));
         }
     }
+    check_view(ino, d, &log)?;
     let inos: BTreeMap<Vec<u8>, u64> = match d.shelved() {
         true => (log.entries.iter())
             .map(|(n, e)| (n.clone(), e.0))

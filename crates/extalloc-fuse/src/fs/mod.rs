@@ -95,6 +95,8 @@ mod posix_tests;
 mod repair_tests;
 #[cfg(test)]
 mod replace_tests;
+mod runlookup;
+mod runview;
 pub(crate) mod scan;
 #[cfg(test)]
 mod shelve_tests;

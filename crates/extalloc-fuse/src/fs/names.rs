@@ -119,7 +119,8 @@ impl Fs {
                 self.load_into(&mut ns, ino)?;
                 ino
             }
-            _ => self.load_named(&mut ns, parent, name)?,
+            // A large shelved directory answers from its run (`runlookup.rs`).
+            _ => self.load_looked_up(&mut ns, parent, name)?,
         };
         let attr = self.attr_of(&ns, ino)?;
         ns.node(ino)?.lookups.add();
@@ -237,6 +238,7 @@ impl Fs {
                 live: 0,
                 mapped_to: 0,
                 used: Default::default(),
+                view: None,
             })
         });
         ns.add_new(

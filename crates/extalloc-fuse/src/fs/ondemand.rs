@@ -46,6 +46,7 @@
 //! Lock order: `ns` (written) -> the volume's locks, as every namespace change.
 
 use super::core::{dir_node, Errno, Fs, FsResult, Node, Ns, Refs};
+use super::runlookup::viewed_node;
 use super::scan::{self, NamespaceReport};
 use crate::inode::{self, Inode, Kind};
 use crate::xattr::{self, Tail};
@@ -105,7 +106,8 @@ impl Node {
 }
 
 /// Inode `ino`'s node as `vol` holds it, for an inode not in memory: a directory's with
-/// its entries replayed from its log and `parent` as its parent (`None`: not known, and a
+/// its entries replayed from its log (or, for a log that is a run and its changes, shelved
+/// with a view of the run: `runview.rs`) and `parent` as its parent (`None`: not known, and a
 /// directory is then `EISDIR`, for the caller to find its parent: [`Fs::load_into`]),
 /// its entries' kinds from `known` (the nodes in memory), else from their add records,
 /// else not known yet (`Entry`).
@@ -135,6 +137,7 @@ pub(crate) fn read_node(
     let mut node = match (inode.kind, parent) {
         // Its parent is to be found first (`Fs::find_parent`).
         (Kind::Dir, None) => return Err(Errno(libc::EISDIR)),
+        (Kind::Dir, Some(parent)) if let Some(node) = viewed_node(vol, ino, inode, parent) => node,
         (Kind::Dir, Some(parent)) => {
             let mut found = NamespaceReport::default();
             let mut log = scan::read_log(vol, ino, false, &mut found)
@@ -174,7 +177,7 @@ impl Fs {
     /// Reads `ino`'s node back into `ns` unless it is there (the lock held for writing),
     /// with the kernel's references parked for it ([`Ns::parked`]); a directory only with
     /// its `parent` known ([`read_node`]). On an error `ns` is unchanged.
-    fn load_with(&self, ns: &mut Ns, ino: u64, parent: Option<u64>) -> FsResult<()> {
+    pub(crate) fn load_with(&self, ns: &mut Ns, ino: u64, parent: Option<u64>) -> FsResult<()> {
         if !ns.nodes.contains_key(&ino) {
             let known = |i: u64| ns.nodes.get(&i).map(|n| n.inode.kind);
             let mut node = read_node(self.vol.volume(), ino, parent, known)?;
@@ -382,12 +385,18 @@ impl Fs {
         let pins = self.pins.lock();
         let mut held = 0usize;
         let mut victims = Vec::new();
+        let mut unviewed = Vec::new();
         for (&ino, node) in &ns.nodes {
             let Some(d) = node.dir.as_deref() else {
                 continue;
             };
             let used = d.used.take();
             if d.entries.shelved().is_some() {
+                // A run's view no call used since the last trim goes too (`runview.rs`):
+                // the next lookup makes it again.
+                if d.view.is_some() && !used && !pins.contains_key(&ino) {
+                    unviewed.push(ino);
+                }
                 continue;
             }
             let bytes = d.entries.heap_bytes();
@@ -399,6 +408,15 @@ impl Fs {
             }
         }
         drop(pins);
+        for ino in unviewed {
+            let d = (ns.nodes.get_mut(&ino).and_then(|n| n.dir.as_deref_mut()))
+                .expect("a viewed directory is in memory");
+            let view = d.view.take();
+            debug_assert!(
+                view.is_some() && d.shelved(),
+                "a shelved directory's view let go"
+            );
+        }
         let mut shelved = 0;
         for (ino, bytes) in victims {
             if held <= limit && limit > 0 {
@@ -456,6 +474,7 @@ impl Fs {
             "directory {dir}: its log's end"
         );
         d.entries = entries;
+        d.view = None;
         Ok(())
     }
 

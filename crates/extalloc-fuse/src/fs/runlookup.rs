@@ -1,0 +1,123 @@
+//! Lookups answered from a shelved directory's run view (`runview.rs`): [`Fs::view_entry`]
+//! and the lookup's read back of a name through it ([`Fs::load_looked_up`]).
+//!
+//! Data structures: none of their own (`DirState::view`). Invariant: a view answers only
+//! for a shelved directory whose run and changes hold what it let go (count and bytes as
+//! records, checked as the view is made); anything else is read whole (`Fs::unshelve`).
+//! Lock order: called with the namespace lock held for writing; reads the volume under it.
+
+use super::core::{DirState, Entries, Entry, Errno, Fs, FsResult, Node, Ns, Used};
+use super::runview;
+use crate::inode::Inode;
+use extalloc::volume::Volume;
+
+/// Directory `ino`'s node (its `inode` read) when its log is a run and plain changes:
+/// shelved, with a view of the run, its entries not read (`runview::open`); `None`
+/// otherwise (the caller reads the log whole). The log starts at the first block still
+/// mapped, as `scan::read_log` reads it.
+pub(crate) fn viewed_node(vol: &Volume, ino: u64, inode: Inode, parent: u64) -> Option<Node> {
+    let end = vol.size(ino).ok()?;
+    let bs = vol.block_size();
+    let extents = vol.extents(ino).ok()?;
+    let start = extents.iter().map(|e| e.logical * bs).min()?.min(end);
+    let (view, count, live) = runview::open(vol, ino, start, end)?;
+    let node = Node {
+        inode,
+        dir: Some(Box::new(DirState {
+            entries: Entries::shelved_with(usize::try_from(count).ok()?),
+            parent,
+            log_bytes: end,
+            log_start: start,
+            live,
+            mapped_to: 0,
+            used: Used::default(),
+            view: Some(Box::new(view)),
+        })),
+        ..Node::plain(inode)
+    };
+    debug_assert!(
+        node.dir.as_ref().is_some_and(|d| d.shelved()),
+        "read back shelved"
+    );
+    Some(node)
+}
+
+impl Fs {
+    /// The entry `name` has in directory `parent` when it is shelved with a run view (made
+    /// here for a shelved directory whose log is a run and its changes): the changes
+    /// after the run, else the run's filter and at most one chunk. `None`: no view can
+    /// answer (not shelved, no run, or a chunk that cannot be read or does not check,
+    /// logged): the caller reads the entries whole ([`Fs::unshelve`]), which says what is
+    /// wrong. The kind is the inode's when it is in memory, else the record's.
+    pub(crate) fn view_entry(
+        &self,
+        ns: &mut Ns,
+        parent: u64,
+        name: &[u8],
+    ) -> Option<Option<Entry>> {
+        let vol = self.vol.volume();
+        let d = ns.nodes.get_mut(&parent)?.dir.as_deref_mut()?;
+        let count = d.entries.shelved()?;
+        d.used.mark();
+        if d.view.is_none() {
+            let (view, c, live) = runview::open(vol, parent, d.log_start, d.log_bytes)?;
+            if (c, live) != (count as u64, d.live) {
+                log::warn!(
+                    "directory {parent}: its run and changes hold {c} entries of {live} \
+                     bytes, it let go {count} of {}: the log is read whole",
+                    d.live
+                );
+                return None;
+            }
+            d.view = Some(Box::new(view));
+        }
+        // A view stands only beside entries let go, and makes none come back.
+        assert_eq!(
+            d.entries.shelved(),
+            Some(count),
+            "a view of a shelved directory"
+        );
+        let v = d.view.as_deref().expect("made above");
+        let found = match v.tail.get(name) {
+            Some(&state) => state,
+            None => {
+                let mut read =
+                    |at: u64, len: u64| vol.read(parent, at, len).map_err(|e| e.to_string());
+                match v.index.lookup(&mut read, name) {
+                    Ok(found) => found,
+                    Err(why) => {
+                        log::warn!("directory {parent}: its run: {why}; the log is read whole");
+                        return None;
+                    }
+                }
+            }
+        };
+        Some(found.map(|(ino, logged)| Entry {
+            ino,
+            kind: ns.nodes.get(&ino).map(|n| n.inode.kind).or(logged),
+        }))
+    }
+
+    /// [`Fs::load_named`] for a lookup: a shelved directory with a run answers from its
+    /// view ([`Fs::view_entry`]) and stays shelved (its entries are not read whole); any
+    /// other directory, or one whose view cannot answer, reads its entries back first.
+    /// On an error `ns` is unchanged but for a view made.
+    pub(crate) fn load_looked_up(&self, ns: &mut Ns, parent: u64, name: &[u8]) -> FsResult<u64> {
+        let Some(found) = self.view_entry(ns, parent, name) else {
+            return self.load_named(ns, parent, name);
+        };
+        let ino = found.ok_or(Errno(libc::ENOENT))?.ino;
+        self.load_with(ns, ino, Some(parent))?;
+        if let Some(dir) = ns.node(ino)?.dir.as_ref() {
+            assert_eq!(
+                dir.parent, parent,
+                "directory {ino} read back under another parent"
+            );
+        }
+        debug_assert!(
+            ns.dir(parent)?.shelved(),
+            "a lookup through the view reads no entry"
+        );
+        Ok(ino)
+    }
+}
