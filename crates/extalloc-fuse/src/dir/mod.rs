@@ -246,6 +246,9 @@ pub struct Changes {
 /// one of the run's: the whole read checks that.
 pub fn changes(log: &[u8]) -> Option<Changes> {
     let mut c = Changes::default();
+    // Names whose first record here is an add: the run does not hold them, so once
+    // removed again they need no entry (`None` would hide nothing).
+    let mut born = std::collections::BTreeSet::new();
     let mut pos = 0;
     while pos < log.len() {
         let r = parse_one(&log[pos..]).ok()?;
@@ -253,11 +256,21 @@ pub fn changes(log: &[u8]) -> Option<Changes> {
         let was = c.names.get(r.name).copied();
         match r.op {
             ADD if !matches!(was, Some(Some(_))) => {
+                if was.is_none() && !born.contains(r.name) {
+                    born.insert(r.name.to_vec());
+                }
                 c.names.insert(r.name.to_vec(), Some((r.ino, r.kind)));
                 (c.count, c.live) = (c.count + 1, c.live + bytes);
             }
             REMOVE if !matches!(was, Some(None)) => {
-                c.names.insert(r.name.to_vec(), None);
+                // A remove with no add before it here must be of a name the run holds.
+                if was.is_none() && born.contains(r.name) {
+                    return None;
+                }
+                match born.contains(r.name) {
+                    true => c.names.remove(r.name),
+                    false => c.names.insert(r.name.to_vec(), None),
+                };
                 (c.count, c.live) = (c.count - 1, c.live - bytes);
             }
             _ => return None,

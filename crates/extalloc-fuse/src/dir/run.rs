@@ -378,6 +378,33 @@ fn chunk_entries<'p>(
     Ok(out)
 }
 
+/// The entry of `name` (of hash `hash`) in an entry chunk's payload, which checked its
+/// crc: a walk of the entries' heads to the name's hash (the full check of every entry's
+/// hash and order is [`read`]'s, which a whole read makes).
+fn find_in_chunk(payload: &[u8], hash: u64, name: &[u8]) -> Result<Option<Added>, String> {
+    let mut at = 0;
+    while at < payload.len() {
+        let Some(head) = payload.get(at..at + ENTRY_HEAD) else {
+            return Err(format!("an entry cut at byte {at}"));
+        };
+        let h = u64::from_le_bytes(head[..8].try_into().expect("8 bytes"));
+        let len = usize::from(head[17]);
+        if h > hash {
+            break; // ascending: the name is not here
+        }
+        if h == hash && payload.get(at + ENTRY_HEAD..at + ENTRY_HEAD + len) == Some(name) {
+            let ino = u64::from_le_bytes(head[8..16].try_into().expect("8 bytes"));
+            let kind = Kind::from_code(head[16]);
+            if head[16] != 0 && kind.is_none() {
+                return Err(format!("an entry at byte {at} of no kind"));
+            }
+            return Ok(Some((ino, kind)));
+        }
+        at += ENTRY_HEAD + len;
+    }
+    Ok(None)
+}
+
 /// Reads the run of shape `shape` from `run` (its bytes from the header's first, however
 /// many are there): the entries of every entry chunk that checks, and what did not.
 pub fn read(shape: &Shape, run: &[u8]) -> Read {
@@ -533,12 +560,11 @@ impl Index {
         let at_hash = (lo..self.firsts.len()).take_while(|&c| self.firsts[c] == hash);
         for number in at_hash.chain(lo.checked_sub(1)) {
             let bytes = read(self.at + (1 + number as u64) * CHUNK as u64, CHUNK as u64)?;
-            let (p, items) = open_chunk(&bytes, 0, MAGIC_ENTRIES, key, number)
+            let (p, _) = open_chunk(&bytes, 0, MAGIC_ENTRIES, key, number)
                 .map_err(|why| format!("entry chunk {number}: {why}"))?;
-            let mut prev = None;
-            let entries = chunk_entries(p, items, key, &mut prev)
-                .map_err(|why| format!("entry chunk {number}: {why}"))?;
-            if let Some(&(_, _, added)) = entries.iter().find(|e| e.0 == hash && e.1 == name) {
+            if let Some(added) = find_in_chunk(p, hash, name)
+                .map_err(|why| format!("entry chunk {number}: {why}"))?
+            {
                 return Ok(Some(added));
             }
         }

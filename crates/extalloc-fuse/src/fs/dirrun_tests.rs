@@ -219,6 +219,21 @@ fn a_run_view_is_let_go_and_damage_under_it_is_found() {
     assert_eq!(shelved_viewed(&fs, d), (true, true));
     fs.sync().unwrap();
     assert_eq!(shelved_viewed(&fs, d), (true, false), "unused: let go");
+    // Looked up often, it is read whole once the view read as many chunks as the run has.
+    let mut through_view = 0;
+    for i in 0..KEPT {
+        assert!(fs.lookup(d, format!("keep{i:04}").as_bytes()).is_ok());
+        if shelved_viewed(&fs, d).0 {
+            through_view += 1;
+        }
+    }
+    assert!(
+        (1..100).contains(&through_view),
+        "{through_view} lookups through the view"
+    );
+    assert_eq!(shelved_viewed(&fs, d), (false, false), "read whole");
+    fs.sync().unwrap(); // shelved again (the tests' directory cache is 0)
+    assert_eq!(shelved_viewed(&fs, d), (true, false));
     // Every entry chunk hit: a lookup that passes the filter finds a chunk that fails.
     let chunks = {
         let v = fs.volume().read(d, start, CHUNK as u64).unwrap();

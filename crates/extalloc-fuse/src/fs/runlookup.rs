@@ -77,12 +77,18 @@ impl Fs {
             Some(count),
             "a view of a shelved directory"
         );
-        let v = d.view.as_deref().expect("made above");
+        let v = d.view.as_deref_mut().expect("made above");
+        if v.chunks_read >= u64::from(v.index.shape.entry_chunks) {
+            return None; // looked up often: read whole (see `RunView::chunks_read`)
+        }
         let found = match v.tail.get(name) {
             Some(&state) => state,
             None => {
-                let mut read =
-                    |at: u64, len: u64| vol.read(parent, at, len).map_err(|e| e.to_string());
+                let reads = &mut v.chunks_read;
+                let mut read = |at: u64, len: u64| {
+                    *reads += 1;
+                    vol.read(parent, at, len).map_err(|e| e.to_string())
+                };
                 match v.index.lookup(&mut read, name) {
                     Ok(found) => found,
                     Err(why) => {
