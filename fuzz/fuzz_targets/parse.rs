@@ -2,7 +2,8 @@
 //! descriptor, journal record, a directory's log. None may panic; a record that decodes must
 //! encode back to the same bytes. A directory run (`extalloc_fuse::dir::run`) is built from
 //! names the input gives and then overwritten by the input's bytes, so the fuzzer reaches
-//! the chunks' checks, which random bytes alone would never pass a header for.
+//! the chunks' checks, which random bytes alone would never pass a header for; its index
+//! (`run::Index`) looks names up in the same bytes.
 #![no_main]
 
 use extalloc::disk::format::{GroupDesc, Superblock};
@@ -36,5 +37,28 @@ fuzz_target!(|data: &[u8]| {
         *b ^= x;
     }
     let d = DirLog::parse(&log);
-    assert!(d.entries.keys().all(|k| names.contains(k)), "a name no run held");
+    assert!(
+        d.entries.keys().all(|k| names.contains(k)),
+        "a name no run held"
+    );
+    // A lookup through the run's index reads the same damaged bytes: it may refuse a
+    // chunk, never panic, and never find a name the run did not hold.
+    let mut read = |at: u64, len: u64| {
+        let (at, len) = (at as usize, len as usize);
+        log.get(at..at.saturating_add(len))
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| "past the end".to_string())
+    };
+    if let Ok(Some(index)) = run::Index::open(&mut read, 0) {
+        for name in names
+            .iter()
+            .take(8)
+            .map(|n| n.as_slice())
+            .chain([&b"absent"[..]])
+        {
+            if let Ok(Some(_)) = index.lookup(&mut read, name) {
+                assert!(names.contains(name), "a name no run held");
+            }
+        }
+    }
 });
