@@ -2,7 +2,7 @@
 """One large directory, beside ext4: lookup, readdir and unlink per entry (issue 50).
 
     sudo scripts/bench/bigdir.py [--files 10k,1M] [--fs ext4,extalloc,floor] [--lookups 10000]
-                           [--churn K] [--size 16GiB] [--json PATH]
+                           [--churn K] [--changes K] [--size 16GiB] [--json PATH]
 
 File systems (`--fs`, default ext4,extalloc):
 - `ext4`: the kernel's, on the image;
@@ -32,7 +32,10 @@ attached to a loop device (the floor: a fresh mount of an empty floor):
    first lookup: extalloc reads the directory back here), then `--lookups` random
    names (each reads its inode: CPU per lookup), then as many names that do not exist
    (the directory's index alone: CPU per missing name), then the daemon's resident
-   memory (VmRSS);
+   memory (VmRSS); then `--changes` random names unlinked and the same names made again
+   (changes in a directory not listed since the mount: extalloc writes them through its
+   run's view where it has one, docs/format.md), CPU per unlink and per create, and the
+   daemon's resident memory again;
 3. unmounts and mounts again, then lists the directory with `ls -f` (getdents only, no
    stat per name): CPU per entry;
 4. unmounts and mounts again, then removes every entry with `find DIR -mindepth 1
@@ -230,7 +233,7 @@ def rss_mib(pid):
     return None
 
 
-def one(fs, n, lookups, size, work, floor, churn=0):
+def one(fs, n, lookups, size, work, floor, churn=0, changes=0):
     label = f"{fs} {n:,}"
     r = {"fs": fs, "entries": n}
     try:
@@ -282,6 +285,19 @@ def one(fs, n, lookups, size, work, floor, churn=0):
         r["miss_us"] = 1e6 * wall / lookups
         r["miss_cpu_us"] = 1e6 * (self_cpu() - c0 + daemon_cpu(t.pid) - d0) / lookups
         r["rss_after_lookups_mib"] = rss_mib(t.pid)
+        victims = [os.path.join(d, f"f{i}") for i in random.sample(range(n), min(changes, n))]
+        if victims:
+            c0, d0, w0 = self_cpu(), daemon_cpu(t.pid), time.monotonic()
+            for path in victims:
+                os.unlink(path)
+            r["change_unlink_us"] = 1e6 * (time.monotonic() - w0) / len(victims)
+            r["change_unlink_cpu_us"] = 1e6 * (self_cpu() - c0 + daemon_cpu(t.pid) - d0) / len(victims)
+            c0, d0, w0 = self_cpu(), daemon_cpu(t.pid), time.monotonic()
+            for path in victims:
+                os.close(os.open(path, flags, 0o644))
+            r["change_create_us"] = 1e6 * (time.monotonic() - w0) / len(victims)
+            r["change_create_cpu_us"] = 1e6 * (self_cpu() - c0 + daemon_cpu(t.pid) - d0) / len(victims)
+            r["rss_after_changes_mib"] = rss_mib(t.pid)
 
         for step, cmd in (("readdir", ["ls", "-f", d]), ("unlink", ["find", d, "-mindepth", "1", "-delete"])):
             t.remount()
@@ -309,6 +325,9 @@ COLUMNS = [
     ("lookup_cpu_us", "lookup CPU µs", "{:.1f}"), ("lookup_us", "lookup wall µs", "{:.1f}"),
     ("miss_cpu_us", "missing name CPU µs", "{:.1f}"), ("miss_us", "missing name wall µs", "{:.1f}"),
     ("rss_after_lookups_mib", "RSS after lookups MiB", "{:.0f}"),
+    ("change_unlink_cpu_us", "unlink after mount CPU µs", "{:.1f}"),
+    ("change_create_cpu_us", "create after mount CPU µs", "{:.1f}"),
+    ("rss_after_changes_mib", "RSS after changes MiB", "{:.0f}"),
     ("readdir_cpu_us", "readdir CPU µs/entry", "{:.2f}"), ("readdir_us", "readdir wall µs/entry", "{:.2f}"),
     ("unlink_cpu_us", "unlink CPU µs/entry", "{:.1f}"), ("unlink_us", "unlink wall µs/entry", "{:.1f}"),
 ]
@@ -321,6 +340,8 @@ def main():
     ap.add_argument("--lookups", type=int, default=10_000)
     ap.add_argument("--churn", type=count, default=0,
                     help="names made and removed after the creates (default 0)")
+    ap.add_argument("--changes", type=count, default=0,
+                    help="names unlinked and made again after the lookups (default 0)")
     ap.add_argument("--size", default="16GiB")
     ap.add_argument("--json")
     a = ap.parse_args()
@@ -340,7 +361,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="extalloc-bigdir.", dir=os.environ.get("TMPDIR", "/var/tmp")) as work:
         for n in [count(x) for x in a.files.split(",")]:
             for fs in systems:
-                r = one(fs, n, a.lookups, size, work, floor, a.churn)
+                r = one(fs, n, a.lookups, size, work, floor, a.churn, a.changes)
                 rows.append(r)
                 print(json.dumps(r), flush=True)
     print("\n| " + " | ".join(h for _, h, _ in COLUMNS) + " |")

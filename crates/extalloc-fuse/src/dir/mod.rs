@@ -118,6 +118,9 @@ pub struct DirLog {
     /// A record added a name already there or removed one not there (damage: a crash
     /// leaves at most a torn tail).
     pub contradicted: bool,
+    /// Bytes as records of the entries the log's last run holds (0: no run, or a reset
+    /// after it): a directory grown to twice that is compacted into a new run.
+    pub run_live: u64,
 }
 
 impl DirLog {
@@ -194,6 +197,7 @@ impl DirLog {
         }
         self.entries = read.entries.into_iter().collect();
         self.records += 1;
+        self.run_live = shape.live_bytes();
         Some(end.min(log.len()))
     }
 
@@ -206,6 +210,7 @@ impl DirLog {
                 .is_none(),
             RESET => {
                 self.entries.clear();
+                self.run_live = 0;
                 true
             }
             _ => self.entries.remove(r.name).is_some(),

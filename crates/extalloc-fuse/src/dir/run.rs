@@ -571,6 +571,12 @@ impl Index {
         Ok(None)
     }
 
+    /// Whether the run may hold `name`: false only when its filter rules the name out
+    /// (no read; a name the run holds is never ruled out).
+    pub fn may_hold(&self, name: &[u8]) -> bool {
+        may_hold(&self.filter, self.shape.key.hash(name))
+    }
+
     /// Bytes held in memory.
     pub fn heap_bytes(&self) -> usize {
         self.firsts.capacity() * 8 + self.filter.capacity()

@@ -562,6 +562,7 @@ pub(crate) fn dir_node(
             log_bytes: log.valid_bytes,
             log_start: log.start,
             live: crate::dir::live_bytes(log.entries.keys()),
+            run_live: log.run_live,
             mapped_to: 0,
             used: Used::default(),
             view: None,

@@ -8,7 +8,9 @@ use super::tests::{assert_clean, contents, crash, device, drop_as_crash, fresh, 
 use super::tests::{find, mkdir, node, put, ME};
 use super::*;
 use crate::dir::{run::CHUNK, DirLog};
+use extalloc::disk::device::{FaultDevice, MemDevice};
 use rand::{Rng, SeedableRng};
+use std::sync::Arc;
 
 /// Names kept in the directory: 1,000 of 8 bytes, 23 KiB as records (a run from 16 KiB).
 const KEPT: usize = 1000;
@@ -152,7 +154,8 @@ fn shelved_viewed(fs: &Fs, d: u64) -> (bool, bool) {
 
 /// After a mount a lookup in a large directory reads its run's index, its filter and one
 /// chunk (the directory stays shelved), the changes after the run included; a change
-/// then reads the entries whole, and the count the view gave is right.
+/// goes through the view too; a listing reads the entries whole, and the count the view
+/// gave is right.
 #[test]
 fn a_lookup_in_a_large_directory_reads_its_run_not_its_log() {
     let dev = device(304);
@@ -190,8 +193,15 @@ fn a_lookup_in_a_large_directory_reads_its_run_not_its_log() {
         "read through the view only"
     );
     assert_eq!(fs.rmdir(ROOT, b"d").err(), Some(Errno(libc::ENOTEMPTY)));
-    // A change reads the entries whole; the view goes.
     put(&fs, d, "later", b"x");
+    assert_eq!(
+        shelved_viewed(&fs, d),
+        (true, true),
+        "a change through the view"
+    );
+    // A listing reads the entries whole; the view goes.
+    let fh = fs.opendir(d).unwrap();
+    fs.releasedir(fh);
     assert_eq!(shelved_viewed(&fs, d), (false, false));
     let n = fs.ns.read().dir(d).unwrap().entries.len();
     assert_eq!(n, KEPT + 2 - 1, "the kept, after and later, less keep0001");
@@ -251,3 +261,233 @@ fn a_run_view_is_let_go_and_damage_under_it_is_found() {
         "the damage found marks the store"
     );
 }
+
+/// A large directory with a subdirectory `sub`, compacted into a run, read back after a
+/// mount through its run's view: the mounted file system and the directory.
+fn viewed(dev: &Arc<FaultDevice<MemDevice>>) -> (Fs, u64) {
+    let fs = fresh(dev);
+    let d = kept(&fs);
+    mkdir(&fs, d, "sub");
+    churn(&fs, d, 4000);
+    assert_eq!(log_tag(&fs, d), 4, "a run");
+    fs.unmount().unwrap();
+    let (fs, _) = remount(dev);
+    let d = fs.lookup(ROOT, b"d").unwrap().ino;
+    assert_eq!(
+        shelved_viewed(&fs, d),
+        (true, true),
+        "read back through its run"
+    );
+    (fs, d)
+}
+
+/// The count of entries a shelved directory holds.
+fn shelved_count(fs: &Fs, d: u64) -> Option<usize> {
+    fs.ns.read().dir(d).unwrap().entries.shelved()
+}
+
+/// Creates, links, unlinks and rmdirs in a large directory read back through its run go
+/// through the view: the directory stays shelved, its count and link count follow every
+/// change, a name made and removed, or removed and made again, answers as it is now, and
+/// the next mount reads what the changes left.
+#[test]
+fn changes_in_a_large_directory_go_through_its_run_view() {
+    let dev = device(306);
+    let (fs, d) = viewed(&dev);
+    put(&fs, d, "born", b"b");
+    fs.unlink(d, b"born").unwrap(); // made and removed after the run
+    fs.unlink(d, b"keep0010").unwrap(); // the run's
+    put(&fs, d, "keep0010", b"again");
+    assert_eq!(
+        fs.make(d, b"keep0011", node(Kind::File), ME).err(),
+        Some(Errno(libc::EEXIST))
+    );
+    assert_eq!(fs.unlink(d, b"nothing").err(), Some(Errno(libc::ENOENT)));
+    assert_eq!(fs.rmdir(d, b"keep0012").err(), Some(Errno(libc::ENOTDIR)));
+    assert_eq!(fs.getattr(d).unwrap().inode.nlink, 3, "sub's link");
+    fs.rmdir(d, b"sub").unwrap();
+    assert_eq!(fs.getattr(d).unwrap().inode.nlink, 2);
+    let f = fs.lookup(d, b"keep0020").unwrap().ino;
+    fs.link(f, d, b"second", ME).unwrap();
+    assert_eq!(
+        fs.link(f, d, b"keep0021", ME).err(),
+        Some(Errno(libc::EEXIST))
+    );
+    assert_eq!(shelved_viewed(&fs, d), (true, true), "never read whole");
+    assert_eq!(
+        shelved_count(&fs, d),
+        Some(KEPT + 1),
+        "less sub, plus second"
+    );
+    for (name, want) in [("born", None), ("keep0010", Some(&b"again"[..]))] {
+        let got = fs.lookup(d, name.as_bytes()).ok();
+        assert_eq!(got.map(|a| fs.read(a.ino, 0, 64).unwrap()).as_deref(), want);
+    }
+    fs.unmount().unwrap();
+    let (fs, _) = remount(&dev);
+    assert_eq!(contents(&fs, "d/keep0010"), Ok(b"again".to_vec()));
+    assert_eq!(contents(&fs, "d/second"), Ok(b"20".to_vec()));
+    assert_eq!(contents(&fs, "d/keep0011"), Ok(b"11".to_vec()));
+    for gone in ["d/born", "d/sub"] {
+        assert_eq!(find(&fs, gone), Err(Errno(libc::ENOENT)), "{gone}");
+    }
+    let d = find(&fs, "d").unwrap();
+    assert_eq!(fs.getattr(f).unwrap().inode.nlink, 2);
+    let fh = fs.opendir(d).unwrap();
+    fs.releasedir(fh);
+    assert_eq!(fs.ns.read().dir(d).unwrap().entries.len(), KEPT + 1);
+    fs.unmount().unwrap();
+    assert_clean(&dev);
+}
+
+/// A directory changed through its view is compacted into a new run once the changes
+/// name a quarter as many names as the run holds (creates alone), or its log passes four
+/// times its entries (a churn), and stays shelved with a view of the new run.
+#[test]
+fn a_viewed_directory_compacts_into_a_new_run_and_stays_out_of_memory() {
+    let dev = device(307);
+    let (fs, d) = viewed(&dev);
+    // A log compacted from 16 KiB (64 by default): the run alone is about 36.
+    fs.set_compaction(16 << 10, crate::dir::run::RUN_MIN_BYTES);
+    let start = fs.ns.read().dir(d).unwrap().log_start;
+    for i in 0..400 {
+        put(&fs, d, &format!("grow{i:04}"), b"g");
+    }
+    let moved = fs.ns.read().dir(d).unwrap().log_start;
+    assert!(moved > start, "compacted: {start} -> {moved}");
+    assert_eq!(log_tag(&fs, d), 4, "into a run");
+    assert_eq!(
+        shelved_viewed(&fs, d),
+        (true, true),
+        "shelved again, with a view"
+    );
+    let changed = fs
+        .ns
+        .read()
+        .dir(d)
+        .unwrap()
+        .view
+        .as_ref()
+        .unwrap()
+        .changed();
+    assert!(changed < 300, "{changed} names in the new view's changes");
+    churn(&fs, d, 4000);
+    assert!(
+        fs.ns.read().dir(d).unwrap().log_start > moved,
+        "the churn compacted"
+    );
+    assert_eq!(shelved_viewed(&fs, d), (true, true));
+    assert_eq!(shelved_count(&fs, d), Some(KEPT + 1 + 400));
+    fs.unmount().unwrap();
+    let (fs, _) = remount(&dev);
+    for i in (0..400).step_by(13) {
+        assert_eq!(contents(&fs, &format!("d/grow{i:04}")), Ok(b"g".to_vec()));
+    }
+    for i in (0..KEPT).step_by(29) {
+        let want = i.to_string().into_bytes();
+        assert_eq!(contents(&fs, &format!("d/keep{i:04}")), Ok(want));
+    }
+    assert_eq!(find(&fs, "d/churn00001"), Err(Errno(libc::ENOENT)));
+    fs.unmount().unwrap();
+    assert_clean(&dev);
+}
+
+/// A directory that only grows gets runs too (a run once its entries take a run's worth
+/// and its log 64 KiB, then a new one each time it holds twice the last one's entries):
+/// after a mount a lookup in it reads its run, not its log.
+#[test]
+fn a_directory_that_only_grows_gets_a_run() {
+    let dev = device(308);
+    let fs = fresh(&dev);
+    let d = mkdir(&fs, ROOT, "d");
+    for i in 0..6000 {
+        let name = format!("grown{i:05}");
+        fs.make(d, name.as_bytes(), node(Kind::File), ME).unwrap();
+    }
+    assert_eq!(log_tag(&fs, d), 4, "a run");
+    let (live, run_live) = {
+        let ns = fs.ns.read();
+        let dir = ns.dir(d).unwrap();
+        (dir.live, dir.run_live)
+    };
+    assert!(
+        run_live > 0 && live <= 2 * run_live,
+        "{live} live, {run_live} in the run"
+    );
+    fs.unmount().unwrap();
+    let (fs, _) = remount(&dev);
+    let d = fs.lookup(ROOT, b"d").unwrap().ino;
+    for i in (0..6000).step_by(401) {
+        assert!(fs.lookup(d, format!("grown{i:05}").as_bytes()).is_ok());
+    }
+    assert_eq!(
+        shelved_viewed(&fs, d),
+        (true, true),
+        "looked up through its run"
+    );
+    fs.unmount().unwrap();
+    assert_clean(&dev);
+}
+
+/// Crashes at any write while a directory changes through its view (appends, then
+/// compactions into new runs and their punches) lose none of its synced changes (names
+/// the run held removed, names made after it) and leave nothing for the repair.
+#[test]
+fn crashes_while_changing_through_a_view_lose_no_synced_change() {
+    for seed in 1..SEEDS {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let dev = device(320 + seed);
+        let (fs, d) = viewed(&dev);
+        // Three of the run's names: three chunks read at most, of about six (past as many
+        // as the run has, the directory is read whole: `RunView::chunks_read`).
+        for i in 0..3 {
+            fs.unlink(d, format!("keep{i:04}").as_bytes()).unwrap();
+        }
+        for i in 0..100 {
+            put(&fs, d, &format!("grow{i:04}"), b"g");
+        }
+        fs.sync().unwrap();
+        assert_eq!(shelved_viewed(&fs, d), (true, true), "seed {seed}");
+        dev.fail_after(rng.gen_range(0..2500));
+        // Creates alone first (a compaction into a new run once the view's changes pass a
+        // quarter of the run), then removes of the run's names.
+        let grow = (100..400).map(|i| (format!("grow{i:04}"), true));
+        let remove = (850..KEPT).map(|i| (format!("keep{i:04}"), false));
+        for (name, make) in grow.chain(remove) {
+            let changed = match make {
+                true => fs.make(d, name.as_bytes(), node(Kind::File), ME).map(drop),
+                false => fs.unlink(d, name.as_bytes()),
+            };
+            if changed.is_err() {
+                break;
+            }
+        }
+        churn(&fs, d, 4000);
+        crash(fs, &dev);
+        let (fs, _) = remount(&dev);
+        for i in 0..KEPT {
+            let path = format!("d/keep{i:04}");
+            match i {
+                0..3 => assert_eq!(find(&fs, &path), Err(Errno(libc::ENOENT)), "{path}"),
+                3..850 => {
+                    let want = i.to_string().into_bytes();
+                    assert_eq!(contents(&fs, &path), Ok(want), "seed {seed}: {path}");
+                }
+                _ => {} // unlinked after the sync, or not
+            }
+        }
+        for i in 0..100 {
+            let path = format!("d/grow{i:04}");
+            assert_eq!(
+                contents(&fs, &path),
+                Ok(b"g".to_vec()),
+                "seed {seed}: {path}"
+            );
+        }
+        fs.unmount().unwrap();
+        assert_clean(&dev);
+    }
+}
+
+/// Seeds of the crash test above (each a crash at a random write).
+const SEEDS: u64 = 8;

@@ -23,6 +23,10 @@ pub(crate) struct DirState {
     pub(crate) log_start: u64,
     /// Bytes the entries would take as records (compaction's yardstick).
     pub(crate) live: u64,
+    /// Bytes as records of the entries the log's run held when it was written (0: the
+    /// log starts with no run): a large directory grown to twice that is compacted into a
+    /// new run (`names/compact.rs`), so one that only grows has a run too.
+    pub(crate) run_live: u64,
     /// The log's blocks are mapped up to this byte (0: not known; `names.rs` maps a
     /// change's records before it starts, so no append inside one allocates).
     pub(crate) mapped_to: u64,

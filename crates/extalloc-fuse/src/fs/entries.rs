@@ -181,6 +181,23 @@ impl Entries {
         e
     }
 
+    /// A shelved directory's count after a change written through its run's view
+    /// (`runview.rs`): one more entry (`added`) or one fewer.
+    pub(crate) fn shelved_change(&mut self, added: bool) {
+        let count = self
+            .shelved
+            .expect("a change through a view of shelved entries");
+        let after = match added {
+            true => count + 1,
+            false => count.checked_sub(1).expect("a remove of an entry counted"),
+        };
+        self.shelved = Some(after);
+        debug_assert!(
+            self.arena.is_empty() && self.index.is_empty(),
+            "still shelved"
+        );
+    }
+
     /// `Some(count)` when shelved: the count of entries let go.
     pub(crate) fn shelved(&self) -> Option<usize> {
         self.shelved

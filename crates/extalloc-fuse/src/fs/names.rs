@@ -10,7 +10,9 @@
 //! What may run long stays outside the group: removing an inode's file once its last name
 //! is gone (`reap`: a crash before it leaves an inode with link count 0, which mount
 //! removes) and compacting a directory's log (its reset record counts the adds that follow,
-//! so a compaction cut short is ignored at mount).
+//! so a compaction cut short is ignored at mount). A large directory shelved with its
+//! run's view (`runview.rs`) takes a create, link, unlink or rmdir through the view and
+//! stays shelved; a rename, as a listing, reads it whole first.
 //!
 //! A step that fails inside a group after an earlier step changed something leaves the
 //! group unfinished: the volume commits nothing more ([`extalloc::Error::Aborted`]), so the
@@ -195,8 +197,8 @@ impl Fs {
         check_name(name)?;
         let mut ns = self.ns_write();
         let (inode, xattrs) = self.new_inode(&ns, parent, &new, who)?;
-        self.unshelve(&mut ns, parent)?;
-        if ns.dir(parent)?.entries.contains_key(name) {
+        // A large shelved directory answers through its run's view (`runlookup.rs`).
+        if self.entry_for_change(&mut ns, parent, name)?.is_some() {
             return err(libc::EEXIST);
         }
         // Files of one directory start near each other; directories spread by name.
@@ -236,6 +238,7 @@ impl Fs {
                 log_bytes: 0,
                 log_start: 0,
                 live: 0,
+                run_live: 0,
                 mapped_to: 0,
                 used: Default::default(),
                 view: None,
@@ -274,7 +277,10 @@ impl Fs {
                 kind: Some(kind),
             }),
         )?;
-        debug_assert_eq!(ns.entry(parent, name), Ok(ino), "the new name is linked");
+        debug_assert!(
+            ns.entry_known(parent, name).is_none_or(|e| e == Ok(ino)),
+            "the new name is linked"
+        );
         let p = ns.node_mut(parent)?;
         if kind == Kind::Dir {
             p.inode.nlink += 1;
@@ -338,23 +344,34 @@ impl Fs {
         kind.filter(|_| self.typed_entries)
     }
 
-    /// Appends an add (`Some(entry)`) or remove record for `name` to `dir`'s log.
+    /// Appends an add (`Some(entry)`) or remove record for `name` to `dir`'s log, and
+    /// notes it in the entries, or in the run's view of a directory shelved with one
+    /// (`runview.rs`: it stays shelved, its count one more or one fewer).
     fn append(&self, ns: &mut Ns, dir: u64, name: &[u8], entry: Option<Entry>) -> FsResult<()> {
-        let rec = record(name, entry.map(|e| (e.ino, self.kind_to_log(e.kind))));
+        let logged = entry.map(|e| (e.ino, self.kind_to_log(e.kind)));
+        let rec = record(name, logged);
         let d = ns.node_mut(dir)?.dir.as_mut().ok_or(Errno(libc::ENOTDIR))?;
+        // A shelved directory takes a change only through its view.
+        assert_eq!(d.shelved(), d.view.is_some(), "directory {dir}: a change");
         scan::append(self.vol.uncached(dir), dir, d.log_bytes, &rec)?;
         d.log_bytes += rec.len() as u64;
         let bytes = (crate::dir::RECORD_OVERHEAD + name.len()) as u64;
+        match (entry, d.view.as_deref_mut()) {
+            (Some(_), Some(view)) => {
+                view.add(name, logged.expect("an add"));
+                d.entries.shelved_change(true);
+            }
+            (None, Some(view)) => {
+                view.remove(name);
+                d.entries.shelved_change(false);
+            }
+            (Some(e), None) => drop(d.entries.insert(name, e)),
+            (None, None) => drop(d.entries.remove(name)),
+        }
         match entry {
-            Some(e) => {
-                d.entries.insert(name, e);
-                d.live += bytes;
-            }
-            None => {
-                d.entries.remove(name);
-                d.live -= bytes;
-            }
-        };
+            Some(_) => d.live += bytes,
+            None => d.live -= bytes,
+        }
         debug_assert!(
             d.log_bytes <= d.mapped_to,
             "an append past the reserved blocks"
@@ -368,7 +385,8 @@ impl Fs {
         check_name(name)?;
         let synced_file = {
             let mut ns = self.ns_write();
-            let ino = self.load_named(&mut ns, parent, name)?;
+            // A large shelved directory answers through its run's view (`runlookup.rs`).
+            let ino = self.load_looked_up(&mut ns, parent, name)?;
             // As the kernel's may_delete: the flags come before the kind and emptiness.
             flags::check(&ns, parent, true)?;
             flags::check(&ns, ino, true)?;
@@ -397,7 +415,7 @@ impl Fs {
             _ => check_name(name)?,
         }
         let mut ns = self.ns_write();
-        let ino = self.load_named(&mut ns, parent, name)?;
+        let ino = self.load_looked_up(&mut ns, parent, name)?;
         // As the kernel's may_delete: the flags come before the kind and emptiness.
         flags::check(&ns, parent, true)?;
         flags::check(&ns, ino, true)?;
@@ -415,7 +433,7 @@ impl Fs {
         self.remove_name(ns, parent, name, ino)?;
         group.finish();
         debug_assert!(
-            ns.entry(parent, name).is_err(),
+            ns.entry_known(parent, name).is_none_or(|e| e.is_err()),
             "the name left its directory"
         );
         self.compact_due(ns, &[parent])?;
@@ -425,7 +443,7 @@ impl Fs {
     /// Inside a group: `name` (naming `ino`) leaves `parent`; `ino` loses a link (a
     /// directory all of them, and its parent the one its `..` held).
     fn remove_name(&self, ns: &mut Ns, parent: u64, name: &[u8], ino: u64) -> FsResult<()> {
-        debug_assert_eq!(ns.entry(parent, name), Ok(ino));
+        debug_assert!(ns.entry_known(parent, name).is_none_or(|e| e == Ok(ino)));
         self.append(ns, parent, name, None)?;
         let is_dir = ns.node(ino)?.dir.is_some();
         let p = ns.node_mut(parent)?;
@@ -466,7 +484,6 @@ impl Fs {
         }
         flags::check(&ns, ino, true)?;
         flags::check(&ns, newparent, false)?;
-        self.unshelve(&mut ns, newparent)?;
         let node = ns.node(ino)?;
         if node.dir.is_some() {
             return err(libc::EPERM);
@@ -477,14 +494,11 @@ impl Fs {
         if node.inode.nlink >= u32::from(u16::MAX) {
             return err(libc::EMLINK);
         }
+        let exists = self
+            .entry_for_change(&mut ns, newparent, newname)?
+            .is_some();
         let pdir = ns.node(newparent)?;
-        if pdir
-            .dir
-            .as_ref()
-            .ok_or(Errno(libc::ENOTDIR))?
-            .entries
-            .contains_key(newname)
-        {
+        if exists {
             return err(libc::EEXIST);
         }
         if pdir.inode.nlink == 0 {

@@ -1,8 +1,9 @@
-//! Lookups answered from a shelved directory's run view (`runview.rs`): [`Fs::view_entry`]
-//! and the lookup's read back of a name through it ([`Fs::load_looked_up`]).
+//! Lookups answered from a shelved directory's run view (`runview.rs`): [`Fs::view_entry`],
+//! the lookup's read back of a name through it ([`Fs::load_looked_up`]), and a change's
+//! ([`Fs::entry_for_change`]: `names.rs` then writes the change through the view).
 //!
 //! Data structures: none of their own (`DirState::view`). Invariant: a view answers only
-//! for a shelved directory whose run and changes hold what it let go (count and bytes as
+//! for a shelved directory whose run and changes hold its entries (count and bytes as
 //! records, checked as the view is made); anything else is read whole (`Fs::unshelve`).
 //! Lock order: called with the namespace lock held for writing; reads the volume under it.
 
@@ -21,6 +22,7 @@ pub(crate) fn viewed_node(vol: &Volume, ino: u64, inode: Inode, parent: u64) -> 
     let extents = vol.extents(ino).ok()?;
     let start = extents.iter().map(|e| e.logical * bs).min()?.min(end);
     let (view, count, live) = runview::open(vol, ino, start, end)?;
+    let run_live = view.index.shape.live_bytes();
     let node = Node {
         inode,
         dir: Some(Box::new(DirState {
@@ -29,6 +31,7 @@ pub(crate) fn viewed_node(vol: &Volume, ino: u64, inode: Inode, parent: u64) -> 
             log_bytes: end,
             log_start: start,
             live,
+            run_live,
             mapped_to: 0,
             used: Used::default(),
             view: Some(Box::new(view)),
@@ -78,16 +81,23 @@ impl Fs {
             "a view of a shelved directory"
         );
         let v = d.view.as_deref_mut().expect("made above");
-        if v.chunks_read >= u64::from(v.index.shape.entry_chunks) {
-            return None; // looked up often: read whole (see `RunView::chunks_read`)
+        if v.chunks_read >= runview::READS_PER_CHUNK * u64::from(v.index.shape.entry_chunks) {
+            return None; // used often: read whole (see `RunView::chunks_read`)
         }
         let found = match v.tail.get(name) {
             Some(&state) => state,
             None => {
-                let reads = &mut v.chunks_read;
+                let (reads, last) = (&mut v.chunks_read, &mut v.last);
                 let mut read = |at: u64, len: u64| {
+                    if let Some((_, bytes)) = last.as_ref().filter(|l| l.0 == at) {
+                        if bytes.len() as u64 == len {
+                            return Ok(bytes.clone());
+                        }
+                    }
                     *reads += 1;
-                    vol.read(parent, at, len).map_err(|e| e.to_string())
+                    let bytes = vol.read(parent, at, len).map_err(|e| e.to_string())?;
+                    *last = Some((at, bytes.clone()));
+                    Ok(bytes)
                 };
                 match v.index.lookup(&mut read, name) {
                     Ok(found) => found,
@@ -102,6 +112,27 @@ impl Fs {
             ino,
             kind: ns.nodes.get(&ino).map(|n| n.inode.kind).or(logged),
         }))
+    }
+
+    /// The entry `name` has in directory `parent`, for a change that adds or removes it:
+    /// through the run's view where the directory is shelved with one (it stays shelved,
+    /// and the change is written through the view: `names.rs`'s `append`), else from
+    /// the entries, read back whole first if shelved. `ENOTDIR` if `parent` is not a
+    /// directory; on an error `ns` is unchanged but for a view made.
+    pub(crate) fn entry_for_change(
+        &self,
+        ns: &mut Ns,
+        parent: u64,
+        name: &[u8],
+    ) -> FsResult<Option<Entry>> {
+        if let Some(found) = self.view_entry(ns, parent, name) {
+            debug_assert!(ns.dir(parent)?.view.is_some(), "answered by a view");
+            return Ok(found);
+        }
+        self.unshelve(ns, parent)?;
+        let d = ns.dir(parent)?;
+        debug_assert!(!d.shelved() && d.view.is_none(), "read whole");
+        Ok(d.entries.get(name))
     }
 
     /// [`Fs::load_named`] for a lookup: a shelved directory with a run answers from its
@@ -125,5 +156,22 @@ impl Fs {
             "a lookup through the view reads no entry"
         );
         Ok(ino)
+    }
+}
+
+impl Ns {
+    /// What memory says `name` names in directory `parent`, for the assertions around a
+    /// change: its entries, or a view's changes after the run; `None` when only a read
+    /// could say (shelved, and no change after the run touched the name).
+    pub(crate) fn entry_known(&self, parent: u64, name: &[u8]) -> Option<FsResult<u64>> {
+        let d = match self.dir(parent) {
+            Ok(d) => d,
+            Err(e) => return Some(Err(e)),
+        };
+        if !d.shelved() {
+            return Some(self.entry(parent, name));
+        }
+        let state = d.view.as_deref()?.tail.get(name)?;
+        Some(state.map(|(ino, _)| ino).ok_or(Errno(libc::ENOENT)))
     }
 }

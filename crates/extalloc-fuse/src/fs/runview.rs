@@ -3,21 +3,35 @@
 //! [`RunView`]: the run's index and filter in memory and the changes after it, then one
 //! entry chunk read from the volume (none for a name the filter rules out). A directory
 //! read back by a lookup after a mount comes in so (`read_node`, `ondemand.rs`), as does one
-//! let go by `Fs::shelve_dirs`; any call that needs the entries themselves (a change, a
-//! listing) reads the log whole as before (`Fs::unshelve`), which drops the view.
+//! let go by `Fs::shelve_dirs`. A create, link, unlink or rmdir in it is written through
+//! the view too: the record appended to the log, the name's new state put in the view's
+//! changes, the directory's count moved by one (`names.rs`); once those changes hold a
+//! quarter as many names as the run, the log is compacted into a new run, and the
+//! directory shelved with a view of it (`names/compact.rs`). Any call that needs the
+//! entries themselves (a listing, a rename) reads the log whole as before
+//! (`Fs::unshelve`), which drops the view.
 //!
-//! Data structures: [`RunView`] (`DirState::view`): the run's [`run::Index`] and the
-//! changes after it by name (`None`: removed). Invariant: a view is held only by a
-//! shelved directory, and the run it reads and its changes replay to the entries the
-//! directory let go: its count and bytes as records are the directory's (checked where a
-//! view is made, and by the namespace's invariant against the whole log). A view costs
-//! about 1.3 bytes an entry of the run, plus the changes. Lock order: none of its own (the
+//! Data structures: [`RunView`] (`DirState::view`): the run's [`run::Index`], the
+//! changes after it by name (`None`: removed), the last entry chunk read. Invariant: a
+//! view is held only by a shelved directory, and the run it reads and its changes replay
+//! to the entries the directory holds: its count and bytes as records are the
+//! directory's (checked where a view is made, and by the namespace's invariant against
+//! the whole log). A view costs about 1.3 bytes an entry of the run, plus the changes
+//! and one chunk. Lock order: none of its own (the
 //! namespace lock, held for writing, guards making, using and dropping one; a lookup reads
 //! the volume under it, as `Fs::unshelve` does).
 
 use crate::dir::{changes, run, Added};
 use extalloc::volume::Volume;
 use std::collections::BTreeMap;
+
+/// Entry chunks a view reads, per chunk of its run, before the next call reads the log
+/// whole: a chunk read through the view costs about 16 µs more than a lookup in entries
+/// held whole, and the whole read of a run about as much as 7 to 8 reads of each of its
+/// chunks (200,000 entries: 0.14 s against 1,300 chunks; docs/results.md), so a
+/// directory used often pays at most about twice the cheaper of the two, and stays out
+/// of memory until then.
+pub(crate) const READS_PER_CHUNK: u64 = 8;
 
 /// A shelved directory's run index and the changes after its run (see the module
 /// documentation).
@@ -27,11 +41,40 @@ pub(crate) struct RunView {
     pub(crate) index: run::Index,
     /// Each name the records after the run touched, with its entry after them.
     pub(crate) tail: BTreeMap<Vec<u8>, Option<Added>>,
-    /// Entry chunks read through the view: once they reach the run's count of chunks,
-    /// lookups have read as much as the whole log, and the next one reads it whole
-    /// (`runlookup.rs`), so a directory looked up often costs at most about twice its
-    /// whole read, and one looked up seldom much less.
+    /// Entry chunks read through the view: once they reach [`READS_PER_CHUNK`] times the
+    /// run's count of chunks, the next call reads the log whole (`runlookup.rs`), so a
+    /// directory looked up often costs at most about twice its whole read, and one
+    /// looked up seldom much less.
     pub(crate) chunks_read: u64,
+    /// The last entry chunk read (its byte in the file, its bytes): a name looked up and
+    /// then unlinked is read once (the run never changes under its view).
+    pub(crate) last: Option<(u64, Vec<u8>)>,
+}
+
+impl RunView {
+    /// Notes an add of `name` written after the run.
+    pub(crate) fn add(&mut self, name: &[u8], entry: Added) {
+        let before = self.tail.insert(name.to_vec(), Some(entry));
+        debug_assert!(!matches!(before, Some(Some(_))), "an add over a live name");
+    }
+
+    /// Notes a remove of `name` written after the run: a name the run cannot hold (its
+    /// filter rules it out) that the changes added leaves them; any other stays, as
+    /// removed, hiding the run's entry.
+    pub(crate) fn remove(&mut self, name: &[u8]) {
+        let before = self.tail.get(name).copied();
+        debug_assert!(!matches!(before, Some(None)), "a remove of a removed name");
+        match self.tail.get_mut(name) {
+            Some(_) if !self.index.may_hold(name) => drop(self.tail.remove(name)),
+            Some(state) => *state = None,
+            None => drop(self.tail.insert(name.to_vec(), None)),
+        }
+    }
+
+    /// Names the changes after the run touch.
+    pub(crate) fn changed(&self) -> u64 {
+        self.tail.len() as u64
+    }
 }
 
 /// A view of directory `ino`'s log from `start` to `end`, with the entries it holds and
@@ -58,6 +101,7 @@ pub(crate) fn open(vol: &Volume, ino: u64, start: u64, end: u64) -> Option<(RunV
         index,
         tail: c.names,
         chunks_read: 0,
+        last: None,
     };
     debug_assert!(
         view.index.at == start,

@@ -1,7 +1,9 @@
 //! A directory log's compaction (`Fs::compact_due`, after each namespace change's group):
 //! the live entries rewritten from the next block boundary, as a run (`dir/run.rs`) for a
 //! large directory on a device that carries `INCOMPAT_DIR_RUNS`, else as a reset and an add
-//! per entry, then the old log's blocks punched.
+//! per entry, then the old log's blocks punched. A directory shelved with a run's view
+//! (`runview.rs`) is read whole for it, and shelved again after it with a view of the new
+//! run: changes through a view keep a large directory out of memory, compactions included.
 //!
 //! Data structures: none of their own (`DirState`'s log bounds and `live`). Invariant: the
 //! log from `log_start` replays to the directory's entries before and after (a crash in
@@ -15,9 +17,10 @@ use std::sync::atomic::Ordering::Relaxed;
 
 impl Fs {
     /// Sets when a directory's log is compacted (once it exceeds `min_log` bytes and four
-    /// times its live entries as records; default 64 KiB) and when the compaction writes
-    /// a run (from `run_from` bytes of live entries; default [`run::RUN_MIN_BYTES`];
-    /// only where the device carries `INCOMPAT_DIR_RUNS`). For tests and the tortures,
+    /// times its live entries as records, or, from `run_from` bytes of live entries, twice
+    /// those its run held; default 64 KiB) and when the compaction writes a run (from
+    /// `run_from` bytes of live entries; default [`run::RUN_MIN_BYTES`]; only where the
+    /// device carries `INCOMPAT_DIR_RUNS`). For tests and the tortures,
     /// which keep directories small: small values make compactions, and runs, frequent.
     /// Takes effect at the next change.
     pub fn set_compaction(&self, min_log: u64, run_from: u64) {
@@ -26,7 +29,14 @@ impl Fs {
     }
 
     /// Compacts the logs of `dirs` that are over their yardstick (after a change's group:
-    /// a compaction may take many volume calls, and a crash inside one is harmless).
+    /// a compaction may take many volume calls, and a crash inside one is harmless), the
+    /// log past `min_log` bytes: four times their live entries as records; or a large
+    /// directory (a run's worth of entries) holding twice the entries its run held, or
+    /// no run (so one that only grows gets runs, each twice the last: a directory of N
+    /// entries made one by one writes about 2.4 N entries' records in runs); or, shelved
+    /// with a run's view, changes after the run naming a quarter as many names as the
+    /// run holds (the view keeps them in memory, at more bytes a name than the entries
+    /// read whole).
     pub(super) fn compact_due(&self, ns: &mut Ns, dirs: &[u64]) -> FsResult<()> {
         for &dir in dirs {
             let Some(d) = ns.nodes.get_mut(&dir).and_then(|n| n.dir.as_mut()) else {
@@ -37,19 +47,54 @@ impl Fs {
                 "directory {dir}'s log starts past its end"
             );
             let min_log = self.compaction.min_log.load(Relaxed);
-            if d.log_bytes - d.log_start > min_log.max(4 * d.live) {
-                self.compact(dir, d)?;
+            let log = d.log_bytes - d.log_start;
+            let view = d.view.as_deref();
+            let grown = view.is_some_and(|v| 4 * v.changed() > v.index.shape.count);
+            // A large directory grown to twice its run (or with none) gets a new one.
+            let outgrown = self.dir_runs
+                && d.live >= self.compaction.run_from.load(Relaxed)
+                && d.live > 2 * d.run_live;
+            if log <= min_log || (log <= 4 * d.live && !grown && !outgrown) {
+                continue;
+            }
+            let viewed = view.is_some();
+            self.unshelve(ns, dir)?;
+            let d = (ns.nodes.get_mut(&dir).and_then(|n| n.dir.as_deref_mut()))
+                .expect("a directory in memory");
+            if self.compact(dir, d)? && viewed {
+                self.view_again(dir, d);
             }
         }
         Ok(())
+    }
+
+    /// Shelves directory `dir` (`d`, its entries just compacted into a log) with a view
+    /// of its new run, as it was before the compaction read it whole; a log that is no
+    /// run (the compaction wrote a reset) keeps the entries in memory.
+    fn view_again(&self, dir: u64, d: &mut DirState) {
+        let Some((view, count, live)) =
+            super::super::runview::open(self.vol.volume(), dir, d.log_start, d.log_bytes)
+        else {
+            return;
+        };
+        assert_eq!(
+            (count, live),
+            (d.entries.len() as u64, d.live),
+            "directory {dir}: its new run holds its entries"
+        );
+        assert_eq!(d.entries.listers(), 0, "a viewed directory has no listing");
+        d.entries.shelve();
+        d.view = Some(Box::new(view));
+        debug_assert!(d.shelved(), "shelved with a view");
     }
 
     /// Rewrites `dir`'s log as its live entries from the next block boundary, then punches
     /// the blocks before them: a run (`dir/run.rs`) where the entries take
     /// [`run::RUN_MIN_BYTES`] as records (by default) and the device carries `INCOMPAT_DIR_RUNS`,
     /// else a reset and an add per entry. A crash in between leaves the old records and
-    /// the new log, whole or cut short, which replay to the same entries.
-    fn compact(&self, dir: u64, d: &mut DirState) -> FsResult<()> {
+    /// the new log, whole or cut short, which replay to the same entries. False: no room
+    /// for the new log (the old one stands, whole and valid, until a later change).
+    fn compact(&self, dir: u64, d: &mut DirState) -> FsResult<bool> {
         let vol = self.vol.uncached(dir);
         let bs = vol.block_size();
         let at = d.log_bytes.div_ceil(bs) * bs;
@@ -64,7 +109,7 @@ impl Fs {
             false => (crate::dir::RECORD_OVERHEAD as u64) + d.live, // the reset, the adds
         };
         match vol.check_room(bound.div_ceil(bs)) {
-            Err(e) if e.kind() == extalloc::ErrorKind::NoSpace => return Ok(()),
+            Err(e) if e.kind() == extalloc::ErrorKind::NoSpace => return Ok(false),
             other => other?,
         }
         let live = (d.entries.iter()).map(|(n, e)| (n, (e.ino, self.kind_to_log(e.kind))));
@@ -88,12 +133,13 @@ impl Fs {
         }
         d.log_start = at;
         d.log_bytes = at + log.len() as u64;
+        d.run_live = if as_run { d.live } else { 0 };
         d.mapped_to = d.mapped_to.max(d.log_bytes.div_ceil(bs) * bs);
         // The new log holds the live entries only, each at least as long as its add.
         debug_assert!(
             d.log_bytes - d.log_start >= d.live,
             "compacted log of {dir} lost entries"
         );
-        Ok(())
+        Ok(true)
     }
 }
