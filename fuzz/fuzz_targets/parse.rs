@@ -8,7 +8,7 @@
 
 use extalloc::disk::format::{GroupDesc, Superblock};
 use extalloc::disk::journal;
-use extalloc_fuse::dir::{run, DirLog};
+use extalloc_fuse::dir::{run, runbuild, DirLog};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -28,7 +28,7 @@ fuzz_target!(|data: &[u8]| {
     let n = data.first().map_or(0, |&b| usize::from(b) * 4);
     let names: std::collections::BTreeSet<Vec<u8>> =
         (0..n).map(|i| format!("name{i}").into_bytes()).collect();
-    let mut log = run::build(
+    let mut log = runbuild::build(
         names.iter().map(|n| (n.as_slice(), (7, None))),
         run::Key([data.get(1).copied().unwrap_or(0); 16]),
     );

@@ -7,7 +7,7 @@
 //!
 //! Default N: 10,000, 100,000 and 1,000,000. One line per N on stdout.
 
-use extalloc_fuse::dir::{compacted, run, DirLog};
+use extalloc_fuse::dir::{compacted, run, runbuild, DirLog};
 use std::time::Instant;
 
 /// The median of 5 timings of `f`, in milliseconds, and its last result.
@@ -46,7 +46,7 @@ fn main() {
                 .enumerate()
                 .map(|(i, n)| (n.as_slice(), (i as u64, None)))
         };
-        let (run_ms, r) = median(|| run::build(entries(), key));
+        let (run_ms, r) = median(|| runbuild::build(entries(), key));
         let (log_ms, l) = median(|| compacted(entries().collect::<Vec<_>>().into_iter()));
         let (run_parse, rp) = median(|| DirLog::parse(&r));
         let (log_parse, lp) = median(|| DirLog::parse(&l));

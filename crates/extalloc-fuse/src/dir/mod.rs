@@ -39,6 +39,7 @@ use std::collections::BTreeMap;
 
 mod record;
 pub mod run;
+pub mod runbuild;
 
 use record::{frame, ADD, REMOVE, RESET, RUN};
 pub use record::{Added, NAME_MAX, RECORD_OVERHEAD};

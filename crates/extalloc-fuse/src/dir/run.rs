@@ -26,12 +26,12 @@
 //! Invariant: a run is whole when every chunk checks (head, crc, the entries ascending
 //! and hashing as their names do), the entries count to the header's count, each index
 //! item is its entry chunk's first hash and every entry's probes are set in the filter.
-//! [`build`] writes only whole runs (its debug build reads each back); [`read`] reports a
+//! `runbuild.rs` writes only whole runs (its debug build reads each back); [`read`] reports a
 //! run that is not whole and gives the entries of the chunks that check. What the log
 //! makes of a run that is not whole (a compaction cut short, or damage) is `dir/mod.rs`'s.
 //! Lock order: none (plain values).
 
-use super::record::{frame, Added, NAME_MAX, RECORD_OVERHEAD, RUN};
+use super::record::{Added, NAME_MAX, RECORD_OVERHEAD, RUN};
 use crate::inode::Kind;
 use siphasher::sip::SipHasher13;
 use std::hash::Hasher;
@@ -39,15 +39,15 @@ use std::hash::Hasher;
 /// Bytes of a run's header and of each of its chunks.
 pub const CHUNK: usize = 4096;
 /// Bytes of a chunk's head.
-const HEAD: usize = 20;
+pub(super) const HEAD: usize = 20;
 /// Bytes after a chunk's head.
-const PAYLOAD: usize = CHUNK - HEAD;
+pub(super) const PAYLOAD: usize = CHUNK - HEAD;
 /// Bytes of the header record's body.
 pub(super) const BODY: usize = 40;
 /// Bytes of an entry besides its name.
-const ENTRY_HEAD: usize = 18;
+pub(super) const ENTRY_HEAD: usize = 18;
 /// First hashes an index chunk holds.
-const INDEX_ITEMS: usize = PAYLOAD / 8;
+pub(super) const INDEX_ITEMS: usize = PAYLOAD / 8;
 /// The Bloom filter's bits an entry, and its probes (about 1 % false positives).
 const FILTER_BITS_PER_ENTRY: usize = 10;
 const PROBES: u64 = 7;
@@ -56,9 +56,9 @@ const PROBES: u64 = 7;
 /// four chunks).
 pub const RUN_MIN_BYTES: u64 = 4 * CHUNK as u64;
 
-const MAGIC_ENTRIES: [u8; 4] = *b"XDRE";
-const MAGIC_INDEX: [u8; 4] = *b"XDRI";
-const MAGIC_FILTER: [u8; 4] = *b"XDRF";
+pub(super) const MAGIC_ENTRIES: [u8; 4] = *b"XDRE";
+pub(super) const MAGIC_INDEX: [u8; 4] = *b"XDRI";
+pub(super) const MAGIC_FILTER: [u8; 4] = *b"XDRF";
 
 /// A run's hash key: a name's place in the run is its SipHash-1-3 under it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,7 +86,7 @@ impl Key {
     }
 
     /// The key's first four bytes: every chunk of the run carries them.
-    fn tag(&self) -> [u8; 4] {
+    pub(super) fn tag(&self) -> [u8; 4] {
         self.0[..4].try_into().expect("4 bytes")
     }
 }
@@ -109,7 +109,7 @@ pub struct Shape {
 }
 
 /// Filter chunks for `count` entries.
-fn filter_chunks_for(count: u64) -> u64 {
+pub(super) fn filter_chunks_for(count: u64) -> u64 {
     (count * FILTER_BITS_PER_ENTRY as u64).div_ceil(PAYLOAD as u64 * 8)
 }
 
@@ -140,7 +140,7 @@ impl Shape {
         self.count * RECORD_OVERHEAD as u64 + self.name_bytes
     }
 
-    /// The shape a header of `count` entries and body `b` says, if it is one [`build`]
+    /// The shape a header of `count` entries and body `b` says, if it is one `runbuild::build`
     /// writes: every chunk holds at least one entry and at most a chunk's worth of the
     /// shortest, the index and filter take what the entries need, the names 1 to
     /// [`NAME_MAX`] bytes each, the spare field zero.
@@ -179,15 +179,10 @@ impl Shape {
             && crc32c::crc32c(&frame[..len - 4]) == stored;
         sound.then(|| Shape::from_body(word, &frame[11..11 + BODY]))?
     }
-
-    /// The filter's bits.
-    fn filter_bits(&self) -> u64 {
-        u64::from(self.filter_chunks) * PAYLOAD as u64 * 8
-    }
 }
 
 /// The filter bits a hash sets (double hashing over `bits`).
-fn probes(hash: u64, bits: u64) -> impl Iterator<Item = u64> {
+pub(super) fn probes(hash: u64, bits: u64) -> impl Iterator<Item = u64> {
     let step = hash.rotate_left(32) | 1;
     (0..PROBES).map(move |i| hash.wrapping_add(i.wrapping_mul(step)) % bits)
 }
@@ -198,23 +193,6 @@ pub fn may_hold(bits: &[u8], hash: u64) -> bool {
     n > 0 && probes(hash, n).all(|p| bits[(p / 8) as usize] & (1 << (p % 8)) != 0)
 }
 
-/// A chunk: head and payload, padded to [`CHUNK`] bytes.
-fn chunk(magic: [u8; 4], key: &Key, number: usize, items: usize, payload: &[u8]) -> Vec<u8> {
-    debug_assert!(payload.len() <= PAYLOAD && items <= usize::from(u16::MAX));
-    let mut c = Vec::with_capacity(CHUNK);
-    c.extend_from_slice(&magic);
-    c.extend_from_slice(&key.tag());
-    c.extend_from_slice(&(number as u32).to_le_bytes());
-    c.extend_from_slice(&(items as u16).to_le_bytes());
-    c.extend_from_slice(&(payload.len() as u16).to_le_bytes());
-    c.extend_from_slice(&[0; 4]);
-    c.extend_from_slice(payload);
-    c.resize(CHUNK, 0);
-    let crc = crc32c::crc32c(&c);
-    c[16..20].copy_from_slice(&crc.to_le_bytes());
-    c
-}
-
 /// Bytes of a run of `count` entries that take `live` bytes as log records, at most
 /// (what a compaction checks room for before it builds one).
 pub fn max_bytes(count: u64, live: u64) -> u64 {
@@ -223,68 +201,6 @@ pub fn max_bytes(count: u64, live: u64) -> u64 {
     let e = entry_bytes.div_ceil((PAYLOAD - ENTRY_HEAD - NAME_MAX) as u64);
     let chunks = 1 + e + e.div_ceil(INDEX_ITEMS as u64) + filter_chunks_for(count);
     chunks * CHUNK as u64
-}
-
-/// Builds the run of `entries` (distinct names of 1 to [`NAME_MAX`] bytes) under `key`:
-/// its header record and chunks, [`Shape::bytes`] long.
-pub fn build<'a>(entries: impl Iterator<Item = (&'a [u8], Added)>, key: Key) -> Vec<u8> {
-    let mut items: Vec<(u64, &[u8], Added)> = entries.map(|(n, a)| (key.hash(n), n, a)).collect();
-    items.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
-    let mut chunks: Vec<(Vec<u8>, usize)> = Vec::new();
-    let mut firsts = Vec::new();
-    for (i, &(hash, name, (ino, kind))) in items.iter().enumerate() {
-        assert!(
-            (1..=NAME_MAX).contains(&name.len())
-                && (i == 0 || (items[i - 1].0, items[i - 1].1) < (hash, name)),
-            "a run's names are distinct and of 1 to {NAME_MAX} bytes"
-        );
-        let need = ENTRY_HEAD + name.len();
-        if chunks.last().is_none_or(|c| c.0.len() + need > PAYLOAD) {
-            chunks.push((Vec::with_capacity(PAYLOAD), 0));
-            firsts.push(hash);
-        }
-        let c = chunks.last_mut().expect("a chunk");
-        c.0.extend_from_slice(&hash.to_le_bytes());
-        c.0.extend_from_slice(&ino.to_le_bytes());
-        c.0.push(kind.map_or(0, Kind::code));
-        c.0.push(name.len() as u8);
-        c.0.extend_from_slice(name);
-        c.1 += 1;
-    }
-    let count = items.len() as u64;
-    let shape = Shape {
-        key,
-        count,
-        entry_chunks: chunks.len() as u32,
-        index_chunks: chunks.len().div_ceil(INDEX_ITEMS) as u32,
-        filter_chunks: filter_chunks_for(count) as u32,
-        name_bytes: items.iter().map(|i| i.1.len() as u64).sum(),
-    };
-    let mut out = frame(RUN, count, &shape.body());
-    out.resize(CHUNK, 0);
-    for (number, (payload, n)) in chunks.iter().enumerate() {
-        out.extend(chunk(MAGIC_ENTRIES, &key, number, *n, payload));
-    }
-    for (number, part) in firsts.chunks(INDEX_ITEMS).enumerate() {
-        let payload: Vec<u8> = part.iter().flat_map(|h| h.to_le_bytes()).collect();
-        out.extend(chunk(MAGIC_INDEX, &key, number, part.len(), &payload));
-    }
-    let mut bits = vec![0u8; shape.filter_chunks as usize * PAYLOAD];
-    for &(hash, ..) in &items {
-        for p in probes(hash, shape.filter_bits()) {
-            bits[(p / 8) as usize] |= 1 << (p % 8);
-        }
-    }
-    for (number, part) in bits.chunks(PAYLOAD).enumerate() {
-        out.extend(chunk(MAGIC_FILTER, &key, number, 0, part));
-    }
-    assert_eq!(
-        out.len() as u64,
-        shape.bytes(),
-        "a run is as long as its shape says"
-    );
-    debug_assert!(read(&shape, &out).whole(), "a run built reads back whole");
-    out
 }
 
 /// A run read back ([`read`]).
@@ -305,7 +221,7 @@ impl Read {
 
 /// The payload of chunk `number` of kind `magic` at `at` in `run`, with its item count,
 /// or why not.
-fn open_chunk<'r>(
+pub(super) fn open_chunk<'r>(
     run: &'r [u8],
     at: usize,
     magic: [u8; 4],
@@ -333,11 +249,11 @@ fn open_chunk<'r>(
 }
 
 /// An entry read from a chunk: its hash, its name (in the chunk's bytes) and what it says.
-type ChunkEntry<'p> = (u64, &'p [u8], Added);
+pub(super) type ChunkEntry<'p> = (u64, &'p [u8], Added);
 
 /// The entries of one entry chunk's payload, each after `prev` (the last one the chunks
 /// before gave, which this one's last replaces), or why not.
-fn chunk_entries<'p>(
+pub(super) fn chunk_entries<'p>(
     payload: &'p [u8],
     items: usize,
     key: &Key,

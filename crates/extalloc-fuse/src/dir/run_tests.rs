@@ -1,6 +1,7 @@
 //! A run built and read back, whole, cut short and damaged, alone and inside a log.
 
 use super::*;
+use crate::dir::runbuild::build;
 use crate::dir::{record, DirLog, RECORD_OVERHEAD};
 use proptest::prelude::*;
 use std::collections::BTreeMap;

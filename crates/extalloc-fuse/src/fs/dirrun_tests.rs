@@ -281,6 +281,12 @@ fn viewed(dev: &Arc<FaultDevice<MemDevice>>) -> (Fs, u64) {
     (fs, d)
 }
 
+/// The key of the run `d`'s log starts with (the header record's body's first 16 bytes).
+fn run_key(fs: &Fs, d: u64) -> Vec<u8> {
+    let start = fs.ns.read().dir(d).unwrap().log_start;
+    fs.volume().read(d, start + 11, 16).unwrap()
+}
+
 /// The count of entries a shelved directory holds.
 fn shelved_count(fs: &Fs, d: u64) -> Option<usize> {
     fs.ns.read().dir(d).unwrap().entries.shelved()
@@ -350,12 +356,19 @@ fn a_viewed_directory_compacts_into_a_new_run_and_stays_out_of_memory() {
     // A log compacted from 16 KiB (64 by default): the run alone is about 36.
     fs.set_compaction(16 << 10, crate::dir::run::RUN_MIN_BYTES);
     let start = fs.ns.read().dir(d).unwrap().log_start;
+    let key = run_key(&fs, d);
     for i in 0..400 {
         put(&fs, d, &format!("grow{i:04}"), b"g");
     }
     let moved = fs.ns.read().dir(d).unwrap().log_start;
     assert!(moved > start, "compacted: {start} -> {moved}");
     assert_eq!(log_tag(&fs, d), 4, "into a run");
+    // Merged with the same key (a compaction that reads the log whole draws a new one).
+    assert_eq!(
+        run_key(&fs, d),
+        key,
+        "the run merged with the view's changes"
+    );
     assert_eq!(
         shelved_viewed(&fs, d),
         (true, true),

@@ -2,8 +2,10 @@
 //! the live entries rewritten from the next block boundary, as a run (`dir/run.rs`) for a
 //! large directory on a device that carries `INCOMPAT_DIR_RUNS`, else as a reset and an add
 //! per entry, then the old log's blocks punched. A directory shelved with a run's view
-//! (`runview.rs`) is read whole for it, and shelved again after it with a view of the new
-//! run: changes through a view keep a large directory out of memory, compactions included.
+//! (`runview.rs`) is compacted by merging its run, chunk by chunk, with the view's changes
+//! (`dir/runbuild.rs`, `merge`), and shelved again with a view of the new run: changes
+//! through a view keep a large directory out of memory, compactions included (one whose
+//! run does not merge is read whole, which reports what is wrong, and viewed again).
 //!
 //! Data structures: none of their own (`DirState`'s log bounds and `live`). Invariant: the
 //! log from `log_start` replays to the directory's entries before and after (a crash in
@@ -12,7 +14,7 @@
 //! writing.
 
 use super::*;
-use crate::dir::run;
+use crate::dir::{run, runbuild};
 use std::sync::atomic::Ordering::Relaxed;
 
 impl Fs {
@@ -58,6 +60,9 @@ impl Fs {
                 continue;
             }
             let viewed = view.is_some();
+            if viewed && self.merge_viewed(dir, d)? {
+                continue;
+            }
             self.unshelve(ns, dir)?;
             let d = (ns.nodes.get_mut(&dir).and_then(|n| n.dir.as_deref_mut()))
                 .expect("a directory in memory");
@@ -97,7 +102,6 @@ impl Fs {
     fn compact(&self, dir: u64, d: &mut DirState) -> FsResult<bool> {
         let vol = self.vol.uncached(dir);
         let bs = vol.block_size();
-        let at = d.log_bytes.div_ceil(bs) * bs;
         let as_run = self.dir_runs && d.live >= self.compaction.run_from.load(Relaxed);
         // The new log is written before the old one's blocks go: it grows the directory
         // for a while, so it leaves the room kept for metadata as a create does. Without
@@ -119,7 +123,7 @@ impl Fs {
                     log::error!("directory {dir}: no random key for its run: {e}");
                     Errno(libc::EIO)
                 })?;
-                run::build(live, key)
+                runbuild::build(live, key)
             }
             false => crate::dir::compacted(live.collect::<Vec<_>>().into_iter()),
         };
@@ -127,7 +131,17 @@ impl Fs {
             log.len() as u64 <= bound && (as_run || log.len() as u64 == bound),
             "the compacted log's length"
         );
-        vol.write(dir, at, &log)?;
+        self.replace_log(dir, d, &log, as_run)?;
+        Ok(true)
+    }
+
+    /// Writes `log`, the compacted log of directory `dir` (`d`; a run if `as_run`), from
+    /// the block after the old one's end, then punches the old one's blocks.
+    fn replace_log(&self, dir: u64, d: &mut DirState, log: &[u8], as_run: bool) -> FsResult<()> {
+        let vol = self.vol.uncached(dir);
+        let bs = vol.block_size();
+        let at = d.log_bytes.div_ceil(bs) * bs;
+        vol.write(dir, at, log)?;
         if at > d.log_start {
             vol.fallocate(dir, Fallocate::PunchHole, d.log_start, at - d.log_start)?;
         }
@@ -140,6 +154,50 @@ impl Fs {
             d.log_bytes - d.log_start >= d.live,
             "compacted log of {dir} lost entries"
         );
+        Ok(())
+    }
+
+    /// Compacts directory `dir` (`d`, shelved with a run's view) without reading its log
+    /// whole: its run's entry chunks merged with the view's changes into a new run under
+    /// the same key (`runbuild::merge`: no sort, no replay, no entry held by name), then
+    /// a view of the new run. True when done, or when the room for the new run is short
+    /// (the old log stands, whole and valid, until a later change); false when the run
+    /// and changes do not merge (a chunk that cannot be read or does not check, a count
+    /// that does not add up: logged), for the caller to read the log whole, which says
+    /// what is wrong.
+    fn merge_viewed(&self, dir: u64, d: &mut DirState) -> FsResult<bool> {
+        let count = d.entries.shelved().expect("a viewed directory is shelved") as u64;
+        let vol = self.vol.uncached(dir);
+        let bound = run::max_bytes(count, d.live);
+        match vol.check_room(bound.div_ceil(vol.block_size())) {
+            Err(e) if e.kind() == extalloc::ErrorKind::NoSpace => return Ok(true),
+            other => other?,
+        }
+        let view = d.view.as_deref().expect("a viewed directory");
+        let reader = self.vol.volume();
+        let mut read = |at: u64, len: u64| reader.read(dir, at, len).map_err(|e| e.to_string());
+        let log = match runbuild::merge(&view.index, &mut read, &view.tail, count) {
+            Ok(log) => log,
+            Err(why) => {
+                log::warn!("directory {dir}: its run and its changes: {why}; read whole");
+                return Ok(false);
+            }
+        };
+        debug_assert!(log.len() as u64 <= bound, "the merged run's length");
+        self.replace_log(dir, d, &log, true)?;
+        // The new run, just written, is read back from the volume's cache.
+        d.view = match super::super::runview::open(reader, dir, d.log_start, d.log_bytes) {
+            Some((view, c, live)) => {
+                assert_eq!(
+                    (c, live),
+                    (count, d.live),
+                    "directory {dir}: the merged run"
+                );
+                Some(Box::new(view))
+            }
+            None => None, // the next call that needs it makes it again, or reads whole
+        };
+        debug_assert!(d.shelved(), "a merge reads no entry");
         Ok(true)
     }
 }

@@ -1,0 +1,265 @@
+//! Writing a directory run (`run.rs` has the format and reads runs back): [`build`] from
+//! entries in any order, and [`merge`] of a run on the volume with the changes after it
+//! (a viewed directory's compaction: the run's key kept, so its order stands, and no
+//! entry is sorted, replayed or held by name), both through a [`Builder`].
+//!
+//! Data structures: [`Builder`]: the run's bytes so far (the header's chunk reserved, each
+//! entry chunk appended as it fills), the entry chunk being filled, each entry chunk's
+//! first hash, the filter's bits (sized from the count given up front), the last entry
+//! pushed. Invariant: entries come ascending by (hash, name) under the builder's key,
+//! distinct, of 1 to `NAME_MAX` bytes, exactly as many as the count given; what
+//! [`Builder::finish`] returns is a whole run (its debug build reads it back). Lock order:
+//! none (plain values).
+
+use super::record::{frame, Added, NAME_MAX, RUN};
+use super::run::{self, Key, ReadAt, Shape, CHUNK, ENTRY_HEAD, HEAD, INDEX_ITEMS, PAYLOAD};
+use super::run::{MAGIC_ENTRIES, MAGIC_FILTER, MAGIC_INDEX};
+use crate::inode::Kind;
+use std::collections::{BTreeMap, HashSet};
+
+/// Entry chunks a merge reads from the volume at once (1 MiB).
+const MERGE_BATCH: u64 = 256;
+
+/// A chunk: head and payload, padded to [`CHUNK`] bytes.
+fn chunk(magic: [u8; 4], key: &Key, number: usize, items: usize, payload: &[u8]) -> Vec<u8> {
+    debug_assert!(payload.len() <= PAYLOAD && items <= usize::from(u16::MAX));
+    let mut c = Vec::with_capacity(CHUNK);
+    c.extend_from_slice(&magic);
+    c.extend_from_slice(&key.tag());
+    c.extend_from_slice(&(number as u32).to_le_bytes());
+    c.extend_from_slice(&(items as u16).to_le_bytes());
+    c.extend_from_slice(&(payload.len() as u16).to_le_bytes());
+    c.extend_from_slice(&[0; 4]);
+    c.extend_from_slice(payload);
+    c.resize(CHUNK, 0);
+    let crc = crc32c::crc32c(&c);
+    c[16..20].copy_from_slice(&crc.to_le_bytes());
+    debug_assert_eq!(c.len(), HEAD + PAYLOAD);
+    c
+}
+
+/// A run written entry by entry, in its order (see the module documentation).
+pub struct Builder {
+    key: Key,
+    count: u64,
+    out: Vec<u8>,
+    payload: Vec<u8>,
+    items: usize,
+    firsts: Vec<u64>,
+    bits: Vec<u8>,
+    filter_bits: u64,
+    pushed: u64,
+    name_bytes: u64,
+    last: Option<(u64, Vec<u8>)>,
+}
+
+impl Builder {
+    /// A run of `count` entries under `key`.
+    pub fn new(key: Key, count: u64) -> Builder {
+        let filter_chunks = run::filter_chunks_for(count);
+        let filter_bytes = filter_chunks as usize * PAYLOAD;
+        Builder {
+            key,
+            count,
+            out: vec![0; CHUNK], // the header's chunk, written by `finish`
+            payload: Vec::with_capacity(PAYLOAD),
+            items: 0,
+            firsts: Vec::new(),
+            bits: vec![0; filter_bytes],
+            filter_bits: filter_bytes as u64 * 8,
+            pushed: 0,
+            name_bytes: 0,
+            last: None,
+        }
+    }
+
+    /// Appends the entry `name` (of hash `hash` under the key) naming `ino` of `kind`:
+    /// after every entry pushed before it, in (hash, name) order.
+    pub fn push(&mut self, hash: u64, name: &[u8], (ino, kind): Added) {
+        debug_assert_eq!(self.key.hash(name), hash, "an entry's hash is its name's");
+        assert!(
+            (1..=NAME_MAX).contains(&name.len())
+                && self
+                    .last
+                    .as_ref()
+                    .is_none_or(|(h, n)| (*h, n.as_slice()) < (hash, name)),
+            "a run's names are distinct, of 1 to {NAME_MAX} bytes, in order"
+        );
+        assert!(
+            self.pushed < self.count,
+            "more entries than the run's count"
+        );
+        let need = ENTRY_HEAD + name.len();
+        if self.items > 0 && self.payload.len() + need > PAYLOAD {
+            self.seal();
+        }
+        if self.items == 0 {
+            self.firsts.push(hash);
+        }
+        self.payload.extend_from_slice(&hash.to_le_bytes());
+        self.payload.extend_from_slice(&ino.to_le_bytes());
+        self.payload.push(kind.map_or(0, Kind::code));
+        self.payload.push(name.len() as u8);
+        self.payload.extend_from_slice(name);
+        self.items += 1;
+        for p in run::probes(hash, self.filter_bits) {
+            self.bits[(p / 8) as usize] |= 1 << (p % 8);
+        }
+        self.pushed += 1;
+        self.name_bytes += name.len() as u64;
+        match &mut self.last {
+            Some((h, n)) => {
+                *h = hash;
+                n.clear();
+                n.extend_from_slice(name);
+            }
+            None => self.last = Some((hash, name.to_vec())),
+        }
+    }
+
+    /// Writes the entry chunk being filled.
+    fn seal(&mut self) {
+        debug_assert!(self.items > 0, "an entry chunk holds an entry");
+        let number = self.firsts.len() - 1;
+        let c = chunk(MAGIC_ENTRIES, &self.key, number, self.items, &self.payload);
+        self.out.extend(c);
+        self.payload.clear();
+        self.items = 0;
+    }
+
+    /// The run: its header record and chunks, [`Shape::bytes`] long.
+    pub fn finish(mut self) -> Vec<u8> {
+        assert_eq!(
+            self.pushed, self.count,
+            "a run holds the entries it counted"
+        );
+        if self.items > 0 {
+            self.seal();
+        }
+        let shape = Shape {
+            key: self.key,
+            count: self.count,
+            entry_chunks: self.firsts.len() as u32,
+            index_chunks: self.firsts.len().div_ceil(INDEX_ITEMS) as u32,
+            filter_chunks: run::filter_chunks_for(self.count) as u32,
+            name_bytes: self.name_bytes,
+        };
+        let header = frame(RUN, self.count, &shape.body());
+        self.out[..header.len()].copy_from_slice(&header);
+        for (number, part) in self.firsts.chunks(INDEX_ITEMS).enumerate() {
+            let payload: Vec<u8> = part.iter().flat_map(|h| h.to_le_bytes()).collect();
+            let c = chunk(MAGIC_INDEX, &self.key, number, part.len(), &payload);
+            self.out.extend(c);
+        }
+        for (number, part) in self.bits.chunks(PAYLOAD).enumerate() {
+            self.out
+                .extend(chunk(MAGIC_FILTER, &self.key, number, 0, part));
+        }
+        assert_eq!(
+            self.out.len() as u64,
+            shape.bytes(),
+            "a run is as long as its shape says"
+        );
+        debug_assert!(
+            run::read(&shape, &self.out).whole(),
+            "a run built reads back whole"
+        );
+        self.out
+    }
+}
+
+/// Builds the run of `entries` (distinct names of 1 to [`NAME_MAX`] bytes) under `key`:
+/// its header record and chunks, [`Shape::bytes`] long.
+pub fn build<'a>(entries: impl Iterator<Item = (&'a [u8], Added)>, key: Key) -> Vec<u8> {
+    let mut items: Vec<(u64, &[u8], Added)> = entries.map(|(n, a)| (key.hash(n), n, a)).collect();
+    items.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    let mut b = Builder::new(key, items.len() as u64);
+    for (hash, name, added) in items {
+        b.push(hash, name, added);
+    }
+    b.finish()
+}
+
+/// The run that the run `index` describes (its entry chunks read through `read`) and the
+/// changes after it (`tail`: each name a record after the run touched, with its entry
+/// after them, `None`: removed) replay to, `count` entries, under the same key: the run's
+/// entries that no change touched and the changes' entries, merged in (hash, name) order.
+/// An error where an entry chunk cannot be read or does not check, or the entries do not
+/// come to `count` (the caller reads the log whole, which says what is wrong).
+///
+/// # Errors
+/// What `read` returns, a chunk that does not check, or a count that does not add up.
+pub fn merge(
+    index: &run::Index,
+    read: &mut ReadAt<'_>,
+    tail: &BTreeMap<Vec<u8>, Option<Added>>,
+    count: u64,
+) -> Result<Vec<u8>, String> {
+    let key = index.shape.key;
+    let mut adds: Vec<(u64, &[u8], Added)> = (tail.iter())
+        .filter_map(|(n, e)| e.map(|a| (key.hash(n), n.as_slice(), a)))
+        .collect();
+    adds.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    // The hashes of every name a change touched: most of the run's names are not among
+    // them, and a set of hashes says so without a look in the map by name.
+    let touched: HashSet<u64> = tail.keys().map(|n| key.hash(n)).collect();
+    let mut b = Builder::new(key, count);
+    let mut pushed = 0u64;
+    let mut next_add = 0usize;
+    let mut prev = None;
+    let chunks = u64::from(index.shape.entry_chunks);
+    let mut first = 0u64;
+    while first < chunks {
+        let n = MERGE_BATCH.min(chunks - first);
+        let bytes = read(index.at + (1 + first) * CHUNK as u64, n * CHUNK as u64)?;
+        for i in 0..n as usize {
+            let number = first as usize + i;
+            let (p, items) = run::open_chunk(&bytes, i * CHUNK, MAGIC_ENTRIES, &key, number)
+                .map_err(|why| format!("entry chunk {number}: {why}"))?;
+            let entries = run::chunk_entries(p, items, &key, &mut prev)
+                .map_err(|why| format!("entry chunk {number}: {why}"))?;
+            for (hash, name, added) in entries {
+                if touched.contains(&hash) && tail.contains_key(name) {
+                    continue; // the change's entry, if any, comes from `adds`
+                }
+                while let Some(&(h, an, a)) =
+                    adds.get(next_add).filter(|x| (x.0, x.1) < (hash, name))
+                {
+                    push_counted(&mut b, &mut pushed, count, (h, an, a))?;
+                    next_add += 1;
+                }
+                push_counted(&mut b, &mut pushed, count, (hash, name, added))?;
+            }
+        }
+        first += n;
+    }
+    for &add in &adds[next_add..] {
+        push_counted(&mut b, &mut pushed, count, add)?;
+    }
+    if pushed != count {
+        return Err(format!(
+            "{pushed} entries where the directory counts {count}"
+        ));
+    }
+    Ok(b.finish())
+}
+
+/// Pushes `entry` unless `count` are there already (a count that does not add up: an
+/// error, not the builder's assertion).
+fn push_counted(
+    b: &mut Builder,
+    pushed: &mut u64,
+    count: u64,
+    (hash, name, added): (u64, &[u8], Added),
+) -> Result<(), String> {
+    if *pushed == count {
+        return Err(format!("more entries than the directory counts ({count})"));
+    }
+    b.push(hash, name, added);
+    *pushed += 1;
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "runbuild_tests.rs"]
+mod tests;
