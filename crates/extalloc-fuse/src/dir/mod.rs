@@ -232,6 +232,37 @@ impl DirLog {
     }
 }
 
+/// The state, after a run, of each name the records after it touched ([`changes_into`],
+/// `runbuild::merge`): a map by name here, a packed table in a run's view
+/// (`fs/runview.rs`).
+pub trait Changed {
+    /// `None`: untouched; `Some(None)`: removed; `Some(Some(entry))`: its entry now.
+    fn state(&self, name: &[u8]) -> Option<Option<Added>>;
+    /// Notes `name`'s state now.
+    fn note(&mut self, name: &[u8], state: Option<Added>);
+    /// Calls `f` with every name touched and its state, in no set order.
+    fn each(&self, f: &mut dyn FnMut(&[u8], Option<Added>));
+}
+
+impl Changed for BTreeMap<Vec<u8>, Option<Added>> {
+    fn state(&self, name: &[u8]) -> Option<Option<Added>> {
+        self.get(name).copied()
+    }
+
+    fn note(&mut self, name: &[u8], state: Option<Added>) {
+        match self.get_mut(name) {
+            Some(s) => *s = state,
+            None => drop(self.insert(name.to_vec(), state)),
+        }
+    }
+
+    fn each(&self, f: &mut dyn FnMut(&[u8], Option<Added>)) {
+        for (name, &state) in self {
+            f(name, state);
+        }
+    }
+}
+
 /// What the records after a run change ([`changes`]): each name a record touched, with
 /// its entry after them (`None`: absent, whatever the run holds), and the entries and
 /// their bytes as records that the changes add (less what they remove).
@@ -245,45 +276,41 @@ pub struct Changes {
     pub live: i64,
 }
 
-/// The changes the records `log` hold (the records after a run, to its end), or `None`
-/// where they are anything but adds and removes that all check (a reset, a run, zeros, a
-/// torn or damaged record) or contradict each other: the caller then reads the log whole,
-/// which says what is wrong. A remove of a name no record here added is taken to remove
-/// one of the run's: the whole read checks that.
+/// [`changes_into`] a map by name.
 pub fn changes(log: &[u8]) -> Option<Changes> {
     let mut c = Changes::default();
-    // Names whose first record here is an add: the run does not hold them, so once
-    // removed again they need no entry (`None` would hide nothing).
-    let mut born = std::collections::BTreeSet::new();
+    (c.count, c.live) = changes_into(log, &mut c.names)?;
+    Some(c)
+}
+
+/// Notes in `into` the changes the records `log` hold (the records after a run, to its
+/// end), and returns the entries they add less those they remove, and the same in bytes
+/// as records; `None` where they are anything but adds and removes that all check (a
+/// reset, a run, zeros, a torn or damaged record) or contradict each other (an add of a
+/// name added, a remove of one removed): the caller then reads the log whole, which says
+/// what is wrong. A remove of a name no record here added is taken to remove one of the
+/// run's: the whole read checks that. A name made and removed here stays, removed.
+pub fn changes_into(log: &[u8], into: &mut dyn Changed) -> Option<(i64, i64)> {
+    let (mut count, mut live) = (0i64, 0i64);
     let mut pos = 0;
     while pos < log.len() {
         let r = parse_one(&log[pos..]).ok()?;
         let bytes = (RECORD_OVERHEAD + r.name.len()) as i64;
-        let was = c.names.get(r.name).copied();
+        let was = into.state(r.name);
         match r.op {
             ADD if !matches!(was, Some(Some(_))) => {
-                if was.is_none() && !born.contains(r.name) {
-                    born.insert(r.name.to_vec());
-                }
-                c.names.insert(r.name.to_vec(), Some((r.ino, r.kind)));
-                (c.count, c.live) = (c.count + 1, c.live + bytes);
+                into.note(r.name, Some((r.ino, r.kind)));
+                (count, live) = (count + 1, live + bytes);
             }
             REMOVE if !matches!(was, Some(None)) => {
-                // A remove with no add before it here must be of a name the run holds.
-                if was.is_none() && born.contains(r.name) {
-                    return None;
-                }
-                match born.contains(r.name) {
-                    true => c.names.remove(r.name),
-                    false => c.names.insert(r.name.to_vec(), None),
-                };
-                (c.count, c.live) = (c.count - 1, c.live - bytes);
+                into.note(r.name, None);
+                (count, live) = (count - 1, live - bytes);
             }
             _ => return None,
         }
         pos += r.len;
     }
-    Some(c)
+    Some((count, live))
 }
 
 /// One record read: its kind of change (`ADD`, `REMOVE`, `RESET`, `RUN`), the kind of

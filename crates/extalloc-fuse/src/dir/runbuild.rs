@@ -14,8 +14,9 @@
 use super::record::{frame, Added, NAME_MAX, RUN};
 use super::run::{self, Key, ReadAt, Shape, CHUNK, ENTRY_HEAD, HEAD, INDEX_ITEMS, PAYLOAD};
 use super::run::{MAGIC_ENTRIES, MAGIC_FILTER, MAGIC_INDEX};
+use super::Changed;
 use crate::inode::Kind;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 
 /// Entry chunks a merge reads from the volume at once (1 MiB).
 const MERGE_BATCH: u64 = 256;
@@ -192,17 +193,22 @@ pub fn build<'a>(entries: impl Iterator<Item = (&'a [u8], Added)>, key: Key) -> 
 pub fn merge(
     index: &run::Index,
     read: &mut ReadAt<'_>,
-    tail: &BTreeMap<Vec<u8>, Option<Added>>,
+    tail: &dyn Changed,
     count: u64,
 ) -> Result<Vec<u8>, String> {
     let key = index.shape.key;
-    let mut adds: Vec<(u64, &[u8], Added)> = (tail.iter())
-        .filter_map(|(n, e)| e.map(|a| (key.hash(n), n.as_slice(), a)))
-        .collect();
-    adds.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    let mut adds: Vec<(u64, Vec<u8>, Added)> = Vec::new();
     // The hashes of every name a change touched: most of the run's names are not among
-    // them, and a set of hashes says so without a look in the map by name.
-    let touched: HashSet<u64> = tail.keys().map(|n| key.hash(n)).collect();
+    // them, and a set of hashes says so without a look in the changes by name.
+    let mut touched: HashSet<u64> = HashSet::new();
+    tail.each(&mut |name, state| {
+        let hash = key.hash(name);
+        touched.insert(hash);
+        if let Some(a) = state {
+            adds.push((hash, name.to_vec(), a));
+        }
+    });
+    adds.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
     let mut b = Builder::new(key, count);
     let mut pushed = 0u64;
     let mut next_add = 0usize;
@@ -219,13 +225,13 @@ pub fn merge(
             let entries = run::chunk_entries(p, items, &key, &mut prev)
                 .map_err(|why| format!("entry chunk {number}: {why}"))?;
             for (hash, name, added) in entries {
-                if touched.contains(&hash) && tail.contains_key(name) {
+                if touched.contains(&hash) && tail.state(name).is_some() {
                     continue; // the change's entry, if any, comes from `adds`
                 }
-                while let Some(&(h, an, a)) =
-                    adds.get(next_add).filter(|x| (x.0, x.1) < (hash, name))
+                while let Some((h, an, a)) =
+                    (adds.get(next_add)).filter(|x| (x.0, x.1.as_slice()) < (hash, name))
                 {
-                    push_counted(&mut b, &mut pushed, count, (h, an, a))?;
+                    push_counted(&mut b, &mut pushed, count, (*h, an, *a))?;
                     next_add += 1;
                 }
                 push_counted(&mut b, &mut pushed, count, (hash, name, added))?;
@@ -233,8 +239,8 @@ pub fn merge(
         }
         first += n;
     }
-    for &add in &adds[next_add..] {
-        push_counted(&mut b, &mut pushed, count, add)?;
+    for (h, an, a) in &adds[next_add..] {
+        push_counted(&mut b, &mut pushed, count, (*h, an, *a))?;
     }
     if pushed != count {
         return Err(format!(

@@ -5,6 +5,7 @@
 use super::*;
 use crate::dir::run::{Index, Key};
 use proptest::prelude::*;
+use std::collections::BTreeMap;
 
 const KEY: Key = Key(*b"0123456789abcdef");
 

@@ -378,22 +378,24 @@ fn check_away(fs: &Fs, ns: &Ns, away: &Away) -> Result<(), String> {
 /// Directory `ino`'s run view (`runview.rs`) against its whole log: held only while
 /// shelved, and every change it keeps after the run is what the log replays to.
 fn check_view(ino: u64, d: &super::core::DirState, log: &DirLog) -> Result<(), String> {
+    use crate::dir::Changed;
     let Some(v) = d.view.as_deref() else {
         return Ok(());
     };
     if !d.shelved() {
         return Err(format!("directory {ino} holds its entries and a run view"));
     }
-    for (name, state) in &v.tail {
+    let mut wrong = None;
+    v.tail.each(&mut |name, state| {
         let logged = log.entries.get(name).map(|a| a.0);
-        if logged != state.map(|a| a.0) {
-            return Err(format!(
+        if logged != state.map(|a| a.0) && wrong.is_none() {
+            wrong = Some(format!(
                 "directory {ino}: its run view has {:?} as {state:?}, its log as {logged:?}",
                 String::from_utf8_lossy(name)
             ));
         }
-    }
-    Ok(())
+    });
+    wrong.map_or(Ok(()), Err)
 }
 
 /// Directory `ino`'s log against memory: its entries, or, shelved, the count and record

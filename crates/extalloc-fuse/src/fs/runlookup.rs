@@ -9,6 +9,7 @@
 
 use super::core::{DirState, Entries, Entry, Errno, Fs, FsResult, Node, Ns, Used};
 use super::runview;
+use crate::dir::Changed;
 use crate::inode::Inode;
 use extalloc::volume::Volume;
 
@@ -84,8 +85,8 @@ impl Fs {
         if v.chunks_read >= runview::READS_PER_CHUNK * u64::from(v.index.shape.entry_chunks) {
             return None; // used often: read whole (see `RunView::chunks_read`)
         }
-        let found = match v.tail.get(name) {
-            Some(&state) => state,
+        let found = match v.tail.state(name) {
+            Some(state) => state,
             None => {
                 let (reads, last) = (&mut v.chunks_read, &mut v.last);
                 let mut read = |at: u64, len: u64| {
@@ -171,7 +172,7 @@ impl Ns {
         if !d.shelved() {
             return Some(self.entry(parent, name));
         }
-        let state = d.view.as_deref()?.tail.get(name)?;
+        let state = d.view.as_deref()?.tail.state(name)?;
         Some(state.map(|(ino, _)| ino).ok_or(Errno(libc::ENOENT)))
     }
 }

@@ -12,7 +12,8 @@
 //! (`Fs::unshelve`), which drops the view.
 //!
 //! Data structures: [`RunView`] (`DirState::view`): the run's [`run::Index`], the
-//! changes after it by name (`None`: removed), the last entry chunk read. Invariant: a
+//! changes after it by name ([`Tail`]: packed, a removed name an entry of inode 0), the
+//! last entry chunk read. Invariant: a
 //! view is held only by a shelved directory, and the run it reads and its changes replay
 //! to the entries the directory holds: its count and bytes as records are the
 //! directory's (checked where a view is made, and by the namespace's invariant against
@@ -21,9 +22,48 @@
 //! namespace lock, held for writing, guards making, using and dropping one; a lookup reads
 //! the volume under it, as `Fs::unshelve` does).
 
-use crate::dir::{changes, run, Added};
+use super::entries::{Entries, Entry};
+use crate::dir::{changes_into, run, Added, Changed};
 use extalloc::volume::Volume;
-use std::collections::BTreeMap;
+
+/// The changes after a run, by name, packed as a directory's entries are (`entries.rs`:
+/// about 30 bytes a name, against about 100 in a map of names): a removed name is an
+/// entry of inode 0, which no file has.
+#[derive(Debug, Default)]
+pub(crate) struct Tail(Entries);
+
+/// A removed name's entry in a [`Tail`].
+const REMOVED: Entry = Entry { ino: 0, kind: None };
+
+impl Changed for Tail {
+    fn state(&self, name: &[u8]) -> Option<Option<Added>> {
+        let e = self.0.get(name)?;
+        Some((e.ino != 0).then_some((e.ino, e.kind)))
+    }
+
+    fn note(&mut self, name: &[u8], state: Option<Added>) {
+        let e = state.map_or(REMOVED, |(ino, kind)| Entry { ino, kind });
+        assert!(state.is_none_or(|(ino, _)| ino != 0), "a name of inode 0");
+        self.0.insert(name, e);
+        debug_assert_eq!(self.state(name), Some(state), "noted");
+    }
+
+    fn each(&self, f: &mut dyn FnMut(&[u8], Option<Added>)) {
+        let mut seen = 0;
+        for (name, e) in self.0.iter() {
+            f(name, (e.ino != 0).then_some((e.ino, e.kind)));
+            seen += 1;
+        }
+        debug_assert_eq!(seen, self.len(), "every name touched, once");
+    }
+}
+
+impl Tail {
+    /// Names touched.
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+}
 
 /// Entry chunks a view reads, per chunk of its run, before the next call reads the log
 /// whole: a chunk read through the view costs about 16 µs more than a lookup in entries
@@ -40,7 +80,7 @@ pub(crate) struct RunView {
     /// The run's header, index and filter.
     pub(crate) index: run::Index,
     /// Each name the records after the run touched, with its entry after them.
-    pub(crate) tail: BTreeMap<Vec<u8>, Option<Added>>,
+    pub(crate) tail: Tail,
     /// Entry chunks read through the view: once they reach [`READS_PER_CHUNK`] times the
     /// run's count of chunks, the next call reads the log whole (`runlookup.rs`), so a
     /// directory looked up often costs at most about twice its whole read, and one
@@ -54,20 +94,22 @@ pub(crate) struct RunView {
 impl RunView {
     /// Notes an add of `name` written after the run.
     pub(crate) fn add(&mut self, name: &[u8], entry: Added) {
-        let before = self.tail.insert(name.to_vec(), Some(entry));
-        debug_assert!(!matches!(before, Some(Some(_))), "an add over a live name");
+        debug_assert!(
+            !matches!(self.tail.state(name), Some(Some(_))),
+            "an add over a live name"
+        );
+        self.tail.note(name, Some(entry));
     }
 
     /// Notes a remove of `name` written after the run: a name the run cannot hold (its
     /// filter rules it out) that the changes added leaves them; any other stays, as
     /// removed, hiding the run's entry.
     pub(crate) fn remove(&mut self, name: &[u8]) {
-        let before = self.tail.get(name).copied();
+        let before = self.tail.state(name);
         debug_assert!(!matches!(before, Some(None)), "a remove of a removed name");
-        match self.tail.get_mut(name) {
-            Some(_) if !self.index.may_hold(name) => drop(self.tail.remove(name)),
-            Some(state) => *state = None,
-            None => drop(self.tail.insert(name.to_vec(), None)),
+        match before {
+            Some(Some(_)) if !self.index.may_hold(name) => drop(self.tail.0.remove(name)),
+            _ => self.tail.note(name, None),
         }
     }
 
@@ -94,12 +136,13 @@ pub(crate) fn open(vol: &Volume, ino: u64, start: u64, end: u64) -> Option<(RunV
     let after = start
         .checked_add(index.shape.bytes())
         .filter(|&a| a <= end)?;
-    let c = changes(&read(after, end - after).ok()?)?;
-    let count = u64::try_from(index.shape.count as i64 + c.count).ok()?;
-    let live = u64::try_from(index.shape.live_bytes() as i64 + c.live).ok()?;
+    let mut tail = Tail::default();
+    let (added, bytes) = changes_into(&read(after, end - after).ok()?, &mut tail)?;
+    let count = u64::try_from(index.shape.count as i64 + added).ok()?;
+    let live = u64::try_from(index.shape.live_bytes() as i64 + bytes).ok()?;
     let view = RunView {
         index,
-        tail: c.names,
+        tail,
         chunks_read: 0,
         last: None,
     };
