@@ -287,9 +287,10 @@ pub fn changes(log: &[u8]) -> Option<Changes> {
 /// end), and returns the entries they add less those they remove, and the same in bytes
 /// as records; `None` where they are anything but adds and removes that all check (a
 /// reset, a run, zeros, a torn or damaged record) or contradict each other (an add of a
-/// name added, a remove of one removed): the caller then reads the log whole, which says
-/// what is wrong. A remove of a name no record here added is taken to remove one of the
-/// run's: the whole read checks that. A name made and removed here stays, removed.
+/// name added, a remove of one removed, an add of inode 0): the caller then reads the log
+/// whole, which says what is wrong. A remove of a name no record here added is taken to
+/// remove one of the run's: the whole read checks that. A name made and removed here
+/// stays, removed.
 pub fn changes_into(log: &[u8], into: &mut dyn Changed) -> Option<(i64, i64)> {
     let (mut count, mut live) = (0i64, 0i64);
     let mut pos = 0;
@@ -298,6 +299,8 @@ pub fn changes_into(log: &[u8], into: &mut dyn Changed) -> Option<(i64, i64)> {
         let bytes = (RECORD_OVERHEAD + r.name.len()) as i64;
         let was = into.state(r.name);
         match r.op {
+            // No file is inode 0 (a view's changes mark a removed name so): damage.
+            ADD if r.ino == 0 => return None,
             ADD if !matches!(was, Some(Some(_))) => {
                 into.note(r.name, Some((r.ino, r.kind)));
                 (count, live) = (count + 1, live + bytes);

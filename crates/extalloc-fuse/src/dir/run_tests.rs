@@ -297,6 +297,8 @@ fn changes_after_a_run_replay_by_name() {
         "a remove of a name removed"
     );
     assert!(crate::dir::changes(&[0u8; 8]).is_none(), "zeros");
+    let zero = record(b"z", Some((0, None)));
+    assert!(crate::dir::changes(&zero).is_none(), "an add of inode 0");
     let mut torn = record(b"a", Some((1, None)));
     torn.pop();
     assert!(crate::dir::changes(&torn).is_none(), "a torn record");
