@@ -2,9 +2,10 @@
 //! its log's bounds, and whether a call used it since the last trim ([`Used`]).
 //!
 //! Invariant: `entries` is the log replayed from `log_start` to `log_bytes`, or shelved
-//! with the count of entries it replays to (`ondemand.rs`), and then perhaps a view of the
-//! log's run (`runview.rs`), which no directory with its entries in memory holds; `live` is what the entries
-//! take as records; `log_start <= log_bytes <= mapped_to` once `mapped_to` is known.
+//! with the count of entries it replays to (`ondemand.rs`), and then perhaps a view of
+//! the log's run (`runview.rs`), which no directory with its entries in memory holds;
+//! `live` is what the entries take as records, `run_live` what the log's run held when
+//! written (0: none); `log_start <= log_bytes <= mapped_to` once `mapped_to` is known.
 //! Lock order: none of its own (the namespace lock, `Fs::ns`, guards it; [`Used`] is
 //! atomic so a holder of that lock for reading can set it).
 

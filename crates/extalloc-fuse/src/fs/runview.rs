@@ -2,25 +2,24 @@
 //! log is a run (`dir/run.rs`) followed by adds and removes answers a lookup from a
 //! [`RunView`]: the run's index and filter in memory and the changes after it, then one
 //! entry chunk read from the volume (none for a name the filter rules out). A directory
-//! read back by a lookup after a mount comes in so (`read_node`, `ondemand.rs`), as does one
-//! let go by `Fs::shelve_dirs`. A create, link, unlink or rmdir in it is written through
-//! the view too: the record appended to the log, the name's new state put in the view's
-//! changes, the directory's count moved by one (`names.rs`); once those changes hold a
-//! quarter as many names as the run, the log is compacted into a new run, and the
-//! directory shelved with a view of it (`names/compact.rs`). Any call that needs the
-//! entries themselves (a listing, a rename) reads the log whole as before
-//! (`Fs::unshelve`), which drops the view.
+//! read back by a lookup after a mount comes in so (`read_node`, `ondemand.rs`), as does
+//! one let go by `Fs::shelve_dirs`. A create, link, unlink or rmdir in it is written
+//! through the view too: the record appended to the log, the name's new state put in the
+//! view's changes, the directory's count moved by one (`names.rs`); once those changes
+//! hold a quarter as many names as the run, the run and the changes are merged chunk by
+//! chunk into a new run, and the directory keeps a view of it (`names/compact.rs`,
+//! `dir/runbuild.rs`). Any call that needs the entries themselves (a listing, a rename)
+//! reads the log whole as before (`Fs::unshelve`), which drops the view.
 //!
-//! Data structures: [`RunView`] (`DirState::view`): the run's [`run::Index`], the
-//! changes after it by name ([`Tail`]: packed, a removed name an entry of inode 0), the
-//! last entry chunk read. Invariant: a
-//! view is held only by a shelved directory, and the run it reads and its changes replay
-//! to the entries the directory holds: its count and bytes as records are the
-//! directory's (checked where a view is made, and by the namespace's invariant against
-//! the whole log). A view costs about 1.3 bytes an entry of the run, plus the changes
-//! and one chunk. Lock order: none of its own (the
-//! namespace lock, held for writing, guards making, using and dropping one; a lookup reads
-//! the volume under it, as `Fs::unshelve` does).
+//! Data structures: [`RunView`] (`DirState::view`): the run's [`run::Index`], the changes
+//! after it by name ([`Tail`]: packed, a removed name an entry of inode 0), the last
+//! entry chunk read. Invariant: a view is held only by a shelved directory, and the run
+//! it reads and its changes replay to the entries the directory holds: its count and
+//! bytes as records are the directory's (checked where a view is made, and by the
+//! namespace's invariant against the whole log). A view costs about 1.3 bytes an entry of
+//! the run, about 30 bytes a name changed after it, and one chunk. Lock order: none of
+//! its own (the namespace lock, held for writing, guards making, using and dropping one;
+//! a lookup reads the volume under it, as `Fs::unshelve` does).
 
 use super::entries::{Entries, Entry};
 use crate::dir::{changes_into, run, Added, Changed};
