@@ -263,26 +263,6 @@ impl Changed for BTreeMap<Vec<u8>, Option<Added>> {
     }
 }
 
-/// What the records after a run change ([`changes`]): each name a record touched, with
-/// its entry after them (`None`: absent, whatever the run holds), and the entries and
-/// their bytes as records that the changes add (less what they remove).
-#[derive(Debug, Default)]
-pub struct Changes {
-    /// Each name touched: its entry after the records (`None`: removed).
-    pub names: BTreeMap<Vec<u8>, Option<Added>>,
-    /// Entries added, less entries removed.
-    pub count: i64,
-    /// Bytes as records of the entries added, less of those removed.
-    pub live: i64,
-}
-
-/// [`changes_into`] a map by name.
-pub fn changes(log: &[u8]) -> Option<Changes> {
-    let mut c = Changes::default();
-    (c.count, c.live) = changes_into(log, &mut c.names)?;
-    Some(c)
-}
-
 /// Notes in `into` the changes the records `log` hold (the records after a run, to its
 /// end), and returns the entries they add less those they remove, and the same in bytes
 /// as records; `None` where they are anything but adds and removes that all check (a

@@ -13,6 +13,7 @@
 //! same entries: `dir/mod.rs`). Lock order: called under the namespace lock held for
 //! writing.
 
+use super::super::runview::RunView;
 use super::*;
 use crate::dir::{run, runbuild};
 use std::sync::atomic::Ordering::Relaxed;
@@ -77,20 +78,28 @@ impl Fs {
     /// of its new run, as it was before the compaction read it whole; a log that is no
     /// run (the compaction wrote a reset) keeps the entries in memory.
     fn view_again(&self, dir: u64, d: &mut DirState) {
-        let Some((view, count, live)) =
-            super::super::runview::open(self.vol.volume(), dir, d.log_start, d.log_bytes)
-        else {
+        let Some(view) = self.view_of_new_run(dir, d, d.entries.len() as u64) else {
             return;
         };
-        assert_eq!(
-            (count, live),
-            (d.entries.len() as u64, d.live),
-            "directory {dir}: its new run holds its entries"
-        );
         assert_eq!(d.entries.listers(), 0, "a viewed directory has no listing");
         d.entries.shelve();
-        d.view = Some(Box::new(view));
+        d.view = Some(view);
         debug_assert!(d.shelved(), "shelved with a view");
+    }
+
+    /// A view of the run directory `dir` (`d`) just wrote (read back from the volume's
+    /// cache), which holds `count` entries and `d.live` bytes of them (asserted); `None`
+    /// where it cannot be read or the log is no run (a reset): the next call that needs
+    /// one makes it again, or reads the log whole.
+    fn view_of_new_run(&self, dir: u64, d: &DirState, count: u64) -> Option<Box<RunView>> {
+        let vol = self.vol.volume();
+        let (view, c, live) = super::super::runview::open(vol, dir, d.log_start, d.log_bytes)?;
+        assert_eq!(
+            (c, live),
+            (count, d.live),
+            "directory {dir}: its new run holds its entries"
+        );
+        Some(Box::new(view))
     }
 
     /// Rewrites `dir`'s log as its live entries from the next block boundary, then punches
@@ -185,18 +194,7 @@ impl Fs {
         };
         debug_assert!(log.len() as u64 <= bound, "the merged run's length");
         self.replace_log(dir, d, &log, true)?;
-        // The new run, just written, is read back from the volume's cache.
-        d.view = match super::super::runview::open(reader, dir, d.log_start, d.log_bytes) {
-            Some((view, c, live)) => {
-                assert_eq!(
-                    (c, live),
-                    (count, d.live),
-                    "directory {dir}: the merged run"
-                );
-                Some(Box::new(view))
-            }
-            None => None, // the next call that needs it makes it again, or reads whole
-        };
+        d.view = self.view_of_new_run(dir, d, count);
         debug_assert!(d.shelved(), "a merge reads no entry");
         Ok(true)
     }
