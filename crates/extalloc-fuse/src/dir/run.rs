@@ -389,6 +389,10 @@ pub fn read(shape: &Shape, run: &[u8]) -> Read {
     r
 }
 
+/// An entry of a run as a listing reads it ([`Index::chunk`]): its hash, its name, what
+/// it says.
+pub type ListedEntry = (u64, Vec<u8>, Added);
+
 /// Reads `len` bytes at byte `at` of the directory's file (an I/O error as a message).
 pub type ReadAt<'a> = dyn FnMut(u64, u64) -> Result<Vec<u8>, String> + 'a;
 
@@ -485,6 +489,36 @@ impl Index {
             }
         }
         Ok(None)
+    }
+
+    /// The entry chunk a listing from hash `hash` starts in: the last one whose first hash
+    /// is below it (names of one hash may straddle a chunk's end), or the first.
+    pub fn chunk_for(&self, hash: u64) -> usize {
+        self.firsts.partition_point(|&f| f < hash).saturating_sub(1)
+    }
+
+    /// The entries of entry chunk `number` (below the run's count of entry chunks), in the
+    /// run's order: (hash, name, entry). An error: the chunk cannot be read or does not
+    /// check (its head, its crc, each entry's hash and order, its item count).
+    ///
+    /// # Errors
+    /// What `read` returns, or the check that fails.
+    pub fn chunk(&self, read: &mut ReadAt<'_>, number: usize) -> Result<Vec<ListedEntry>, String> {
+        assert!(
+            number < self.firsts.len(),
+            "entry chunk {number} of the run"
+        );
+        let key = &self.shape.key;
+        let bytes = read(self.at + (1 + number as u64) * CHUNK as u64, CHUNK as u64)?;
+        let entries = open_chunk(&bytes, 0, MAGIC_ENTRIES, key, number)
+            .and_then(|(p, items)| chunk_entries(p, items, key, &mut None))
+            .map_err(|why| format!("entry chunk {number}: {why}"))?;
+        if entries.first().is_some_and(|e| e.0 != self.firsts[number]) {
+            return Err(format!("entry chunk {number}: not the index's first hash"));
+        }
+        Ok((entries.into_iter())
+            .map(|(hash, name, added)| (hash, name.to_vec(), added))
+            .collect())
     }
 
     /// Whether the run may hold `name`: false only when its filter rules the name out

@@ -256,11 +256,14 @@ impl Ns {
 }
 
 /// One open directory handle (`listing.rs`): the directory it lists (which counts it,
-/// `Entries::open_lister`).
+/// `Entries::open_lister`, when the listing is of its entries in memory), and, for a
+/// listing begun through its run's view, the order it lists in (`runlisting.rs`).
 #[derive(Debug, Clone)]
 pub(crate) struct DirHandle {
     /// The directory.
     pub(crate) ino: u64,
+    /// A listing in the order of a run's hashes (the directory counts no lister for it).
+    pub(crate) by_hash: Option<super::runview::ByHash>,
 }
 
 /// A file handle's bit: opened for writing.

@@ -1,11 +1,14 @@
 //! Directory listing: opendir, readdir and releasedir.
 //!
 //! Data structures: [`DirHandle`] (defined in `core.rs`, where [`Fs`] names it), one per
-//! open directory handle in `Fs::dir_handles`: the directory's inode, nothing else. A
-//! listing reads the directory's entries in memory where they are (`entries.rs`), so an
-//! open handle costs no copy of them, whatever the directory's size and however many
-//! handles are open (each took a snapshot of every entry before: about 67 bytes an entry
-//! a handle).
+//! open directory handle in `Fs::dir_handles`: the directory's inode, and for a listing
+//! through a run's view its order (below). A listing reads the directory's entries in
+//! memory where they are (`entries.rs`), so an open handle costs no copy of them,
+//! whatever the directory's size and however many handles are open (each took a snapshot
+//! of every entry before: about 67 bytes an entry a handle). A directory opened while
+//! shelved with a run's view is listed through the view instead, a chunk of the run at a
+//! time, and stays shelved (`runlisting.rs`: its positions are hashes, and the rest of
+//! this documentation is about listings of entries in memory).
 //!
 //! Invariant: a position (the `offset` readdir gets and gives) is 0 (the start), 1 (after
 //! `.`), 2 (after `..`), or a cookie of an entry's record in the directory's arena
@@ -22,14 +25,16 @@
 //! guessed one lists only records the directory holds.
 //!
 //! Lock order: `ns` (read, to list, to open a handle of a directory in memory and to close
-//! one; write, to read a shelved directory back, or to run a compaction that waited for
-//! the last handle to close) -> `dir_handles`, as in `mod.rs`; `dir_ahead` (a leaf) is
-//! taken with no lock held. The lister count is an atomic, so handles of one directory
-//! come and go beside lookups and listings; a compaction or a shelving, under `ns` held
-//! for writing, sees a count no one changes.
+//! one; write, to read a shelved directory back or open its view, to list through a
+//! view, or to run a compaction that waited for the last handle to close) ->
+//! `dir_handles`, as in `mod.rs`; `dir_ahead` (a leaf) is taken with no lock held. The
+//! lister count is an atomic, so handles of one directory come and go beside lookups and
+//! listings; a compaction or a shelving, under `ns` held for writing, sees a count no one
+//! changes.
 
 use super::core::{Attr, DirHandle, Errno, Fs, FsResult, Ns};
 use super::entries::Position;
+use super::runview::ByHash;
 use crate::inode::Kind;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -48,14 +53,18 @@ pub enum Plus<'a> {
     },
 }
 
+/// Entries a plain listing by hash reads at once (a reply holds about a hundred).
+const LIST_BATCH: usize = 256;
+
 /// Inodes `readdirplus` reads back at once (`ondemand.rs`), with the namespace lock held
 /// for writing: a reply holds a few hundred entries at most.
 const READ_BACK_BATCH: usize = 128;
 
 impl Fs {
-    /// Opens directory `ino` for listing (`ENOTDIR` for anything else): its entries are
-    /// read back if shelved, and stay in memory, where they are, until the handle closes
-    /// ([`Fs::releasedir`]).
+    /// Opens directory `ino` for listing (`ENOTDIR` for anything else): a directory in
+    /// memory is listed from its entries, which stay where they are until the handle
+    /// closes ([`Fs::releasedir`]); a shelved one with a run is listed through the run's
+    /// view (`runlisting.rs`) and stays shelved; any other is read back first.
     pub fn opendir(&self, ino: u64) -> FsResult<u64> {
         let _pin = self.ensure_loaded(&[ino])?; // `ondemand.rs`: pinned
         self.live()?;
@@ -70,6 +79,15 @@ impl Fs {
                 drop(ns);
                 let mut ns = self.ns_write();
                 ns.dir(ino)?;
+                if let Some(v) = self.view_mut(&mut ns, ino) {
+                    let key = v.index.shape.key;
+                    let by_hash = Some(ByHash { key, names: None });
+                    let fh = self.handle(None);
+                    let h = DirHandle { ino, by_hash };
+                    let fresh = self.dir_handles.lock().insert(fh, h).is_none();
+                    debug_assert!(fresh, "directory handle {fh} handed out twice");
+                    return Ok(fh);
+                }
                 self.unshelve(&mut ns, ino)?;
                 self.open_listing(ino, ns.dir(ino)?)
             }
@@ -84,7 +102,7 @@ impl Fs {
         d.entries.open_lister();
         let fh = self.handle(None);
         let fresh = (self.dir_handles.lock())
-            .insert(fh, DirHandle { ino })
+            .insert(fh, DirHandle { ino, by_hash: None })
             .is_none();
         debug_assert!(fresh, "directory handle {fh} handed out twice");
         fh
@@ -100,9 +118,12 @@ impl Fs {
         offset: u64,
         mut f: impl FnMut(&[u8], u64, Option<Kind>, u64) -> bool,
     ) -> FsResult<()> {
-        let ino = self.dir_handle_ino(fh)?;
+        let DirHandle { ino, by_hash } = self.dir_handle(fh)?;
         if offset == 0 {
             self.listed_from_start(ino)?;
+        }
+        if let Some(h) = by_hash {
+            return self.readdir_by_hash(fh, (ino, h), offset, f);
         }
         let ns = self.ns.read();
         let d = ns.dir(ino)?;
@@ -156,9 +177,12 @@ impl Fs {
         offset: u64,
         mut f: impl FnMut(&[u8], Plus<'_>, u64) -> bool,
     ) -> FsResult<()> {
-        let ino = self.dir_handle_ino(fh)?;
+        let DirHandle { ino, by_hash } = self.dir_handle(fh)?;
         if offset == 0 {
             self.listed_from_start(ino)?;
+        }
+        if let Some(h) = by_hash {
+            return self.readdirplus_by_hash(fh, (ino, h), offset, f);
         }
         let mut at = offset;
         let mut added = 0usize;
@@ -277,8 +301,10 @@ impl Fs {
                 let ns = self.ns.read();
                 let d = ns.dir(ino)?;
                 // A kind not known yet (an add that carried none: `dir/mod.rs`) may be a
-                // file's: advising anything else is harmless.
-                (d.entries.iter())
+                // file's: advising anything else is harmless. A shelved directory (listed
+                // through its run's view) advises nothing.
+                let entries = (!d.shelved()).then_some(&d.entries);
+                (entries.into_iter().flat_map(|e| e.iter()))
                     .filter(|(_, e)| e.kind.is_none_or(|k| k == Kind::File))
                     .map(|(_, e)| e.ino)
                     .take(super::dirahead::MAX_FILES)
@@ -290,12 +316,26 @@ impl Fs {
     }
 
     /// Closes an open directory: its directory lists one handle fewer (a compaction of
-    /// its entries that waited may run now).
+    /// its entries that waited may run now; the last listing through its run's view lets
+    /// go of the view's adds in order).
     pub fn releasedir(&self, fh: u64) {
         let ns = self.ns.read();
         let Some(h) = self.dir_handles.lock().remove(&fh) else {
             return;
         };
+        if h.by_hash.is_some() {
+            let others =
+                (self.dir_handles.lock().values()).any(|o| o.ino == h.ino && o.by_hash.is_some());
+            drop(ns);
+            if !others {
+                let mut ns = self.ns_write();
+                let d = ns.nodes.get_mut(&h.ino).and_then(|n| n.dir.as_deref_mut());
+                if let Some(v) = d.and_then(|d| d.view.as_deref_mut()) {
+                    v.listed = None;
+                }
+            }
+            return;
+        }
         // Gone from memory only when removed and forgotten: the kernel may send the last
         // forget before the release, and then nothing counts the handle any more.
         let waited = ns.nodes.get(&h.ino).and_then(|n| n.dir.as_deref());
@@ -314,10 +354,123 @@ impl Fs {
         );
     }
 
-    /// The directory an open handle lists (`EBADF` for an unknown handle).
-    fn dir_handle_ino(&self, fh: u64) -> FsResult<u64> {
+    /// An open handle (`EBADF` for an unknown one).
+    fn dir_handle(&self, fh: u64) -> FsResult<DirHandle> {
         let handles = self.dir_handles.lock();
-        Ok(handles.get(&fh).ok_or(Errno(libc::EBADF))?.ino)
+        Ok(handles.get(&fh).ok_or(Errno(libc::EBADF))?.clone())
+    }
+
+    /// [`Fs::readdir`] of a listing by hash (`runlisting.rs`): the dots, then batches of
+    /// entries, each read under the namespace lock held for writing.
+    fn readdir_by_hash(
+        &self,
+        fh: u64,
+        (ino, mut h): (u64, ByHash),
+        offset: u64,
+        mut f: impl FnMut(&[u8], u64, Option<Kind>, u64) -> bool,
+    ) -> FsResult<()> {
+        {
+            let ns = self.ns.read();
+            let dots = [(&b"."[..], ino), (&b".."[..], ns.dir(ino)?.parent)];
+            for (i, (name, dot)) in dots.into_iter().enumerate().skip(offset.min(2) as usize) {
+                if f(name, dot, Some(Kind::Dir), i as u64 + 1) {
+                    return Ok(());
+                }
+            }
+        }
+        let mut at = offset.max(2);
+        loop {
+            let batch = {
+                let mut ns = self.ns_write();
+                let batch = self.by_hash_batch(&mut ns, ino, &mut h, at, LIST_BATCH)?;
+                self.keep_names(fh, &h);
+                batch
+            };
+            if batch.is_empty() {
+                return Ok(());
+            }
+            for (name, e, next) in batch {
+                if f(&name, e.ino, e.kind, next) {
+                    return Ok(());
+                }
+                at = next;
+            }
+        }
+    }
+
+    /// [`Fs::readdirplus_entries`] of a listing by hash (`runlisting.rs`): the dots, then
+    /// batches of entries, each read, its inodes read back and handed out under the
+    /// namespace lock held for writing.
+    fn readdirplus_by_hash(
+        &self,
+        fh: u64,
+        (ino, mut h): (u64, ByHash),
+        offset: u64,
+        mut f: impl FnMut(&[u8], Plus<'_>, u64) -> bool,
+    ) -> FsResult<()> {
+        let mut unread = super::core::InoSet::default();
+        let mut added = 0usize;
+        {
+            let ns = self.ns.read();
+            let dots = [(&b"."[..], ino), (&b".."[..], ns.dir(ino)?.parent)];
+            for (i, (name, dot)) in dots.into_iter().enumerate().skip(offset.min(2) as usize) {
+                let entry = (name, dot, Some(Kind::Dir));
+                match self.hand_one(&ns, entry, i as u64 + 1, &unread, &mut f)? {
+                    Handed::Full => return Ok(()),
+                    Handed::Added => added += 1,
+                    Handed::Skipped => {}
+                }
+            }
+        }
+        let mut at = offset.max(2);
+        loop {
+            let mut ns = self.ns_write();
+            let batch = match self.by_hash_batch(&mut ns, ino, &mut h, at, READ_BACK_BATCH) {
+                Ok(batch) => batch,
+                Err(e) if added == 0 => return Err(e),
+                Err(e) => {
+                    log::warn!("listing stops short: {e}");
+                    return Ok(());
+                }
+            };
+            self.keep_names(fh, &h);
+            if batch.is_empty() {
+                return Ok(());
+            }
+            for (_, e, _) in &batch {
+                if !ns.nodes.contains_key(&e.ino) {
+                    match self.load_with(&mut ns, e.ino, Some(ino)) {
+                        Ok(()) | Err(Errno(libc::ENOENT)) => {}
+                        Err(_) => drop(unread.insert(e.ino)),
+                    }
+                }
+            }
+            for (name, e, next) in batch {
+                match self.hand_one(&ns, (&name, e.ino, e.kind), next, &unread, &mut f)? {
+                    Handed::Full => return Ok(()),
+                    Handed::Added => added += 1,
+                    Handed::Skipped => {}
+                }
+                at = next;
+            }
+        }
+    }
+
+    /// Keeps the names a listing by hash took (`ByHash::names`) in its handle, for the
+    /// calls after this one.
+    fn keep_names(&self, fh: u64, h: &ByHash) {
+        if h.names.is_none() {
+            return;
+        }
+        if let Some(DirHandle {
+            by_hash: Some(kept),
+            ..
+        }) = self.dir_handles.lock().get_mut(&fh)
+        {
+            if kept.names.is_none() {
+                kept.names.clone_from(&h.names);
+            }
+        }
     }
 }
 

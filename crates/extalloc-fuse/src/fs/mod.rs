@@ -95,6 +95,9 @@ mod posix_tests;
 mod repair_tests;
 #[cfg(test)]
 mod replace_tests;
+mod runlisting;
+#[cfg(test)]
+mod runlisting_tests;
 mod runlookup;
 mod runview;
 pub(crate) mod scan;

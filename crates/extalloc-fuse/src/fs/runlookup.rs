@@ -8,7 +8,7 @@
 //! Lock order: called with the namespace lock held for writing; reads the volume under it.
 
 use super::core::{DirState, Entries, Entry, Errno, Fs, FsResult, Node, Ns, Used};
-use super::runview;
+use super::runview::{self, RunView};
 use crate::dir::Changed;
 use crate::inode::Inode;
 use extalloc::volume::Volume;
@@ -60,14 +60,48 @@ impl Fs {
         name: &[u8],
     ) -> Option<Option<Entry>> {
         let vol = self.vol.volume();
-        let d = ns.nodes.get_mut(&parent)?.dir.as_deref_mut()?;
+        let v = self.view_mut(ns, parent)?;
+        if v.chunks_read >= runview::READS_PER_CHUNK * u64::from(v.index.shape.entry_chunks) {
+            return None; // used often: read whole (see `RunView::chunks_read`)
+        }
+        let found = match v.tail.state(name) {
+            Some(state) => state,
+            None => {
+                let mut read = runview::cached_read(vol, parent, &mut v.chunks_read, &mut v.last);
+                match v.index.lookup(&mut read, name) {
+                    Ok(found) => found,
+                    Err(why) => {
+                        log::warn!("directory {parent}: its run: {why}; the log is read whole");
+                        return None;
+                    }
+                }
+            }
+        };
+        debug_assert!(
+            ns.dir(parent)
+                .is_ok_and(|d| d.shelved() && d.view.is_some()),
+            "a lookup through the view reads no entry back"
+        );
+        Some(found.map(|(ino, logged)| Entry {
+            ino,
+            kind: ns.nodes.get(&ino).map(|n| n.inode.kind).or(logged),
+        }))
+    }
+
+    /// The run view of directory `dir`, made if it is shelved without one and its log is a
+    /// run and plain changes that come to the count and bytes it let go; `None` when it is
+    /// not shelved, not a directory, or no view can be made (logged when the log and
+    /// memory disagree). Marks the directory used.
+    pub(crate) fn view_mut<'n>(&self, ns: &'n mut Ns, dir: u64) -> Option<&'n mut RunView> {
+        let d = ns.nodes.get_mut(&dir)?.dir.as_deref_mut()?;
         let count = d.entries.shelved()?;
         d.used.mark();
         if d.view.is_none() {
-            let (view, c, live) = runview::open(vol, parent, d.log_start, d.log_bytes)?;
+            let vol = self.vol.volume();
+            let (view, c, live) = runview::open(vol, dir, d.log_start, d.log_bytes)?;
             if (c, live) != (count as u64, d.live) {
                 log::warn!(
-                    "directory {parent}: its run and changes hold {c} entries of {live} \
+                    "directory {dir}: its run and changes hold {c} entries of {live} \
                      bytes, it let go {count} of {}: the log is read whole",
                     d.live
                 );
@@ -81,38 +115,7 @@ impl Fs {
             Some(count),
             "a view of a shelved directory"
         );
-        let v = d.view.as_deref_mut().expect("made above");
-        if v.chunks_read >= runview::READS_PER_CHUNK * u64::from(v.index.shape.entry_chunks) {
-            return None; // used often: read whole (see `RunView::chunks_read`)
-        }
-        let found = match v.tail.state(name) {
-            Some(state) => state,
-            None => {
-                let (reads, last) = (&mut v.chunks_read, &mut v.last);
-                let mut read = |at: u64, len: u64| {
-                    if let Some((_, bytes)) = last.as_ref().filter(|l| l.0 == at) {
-                        if bytes.len() as u64 == len {
-                            return Ok(bytes.clone());
-                        }
-                    }
-                    *reads += 1;
-                    let bytes = vol.read(parent, at, len).map_err(|e| e.to_string())?;
-                    *last = Some((at, bytes.clone()));
-                    Ok(bytes)
-                };
-                match v.index.lookup(&mut read, name) {
-                    Ok(found) => found,
-                    Err(why) => {
-                        log::warn!("directory {parent}: its run: {why}; the log is read whole");
-                        return None;
-                    }
-                }
-            }
-        };
-        Some(found.map(|(ino, logged)| Entry {
-            ino,
-            kind: ns.nodes.get(&ino).map(|n| n.inode.kind).or(logged),
-        }))
+        d.view.as_deref_mut()
     }
 
     /// The entry `name` has in directory `parent`, for a change that adds or removes it:

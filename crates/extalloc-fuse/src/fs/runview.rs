@@ -8,28 +8,46 @@
 //! view's changes, the directory's count moved by one (`names.rs`); once those changes
 //! hold a quarter as many names as the run, the run and the changes are merged chunk by
 //! chunk into a new run, and the directory keeps a view of it (`names/compact.rs`,
-//! `dir/runbuild.rs`). Any call that needs the entries themselves (a listing, a rename)
-//! reads the log whole as before (`Fs::unshelve`), which drops the view.
+//! `dir/runbuild.rs`). A listing reads the run's chunks one at a time in the run's order,
+//! merged with the changes' adds kept in that order (`runlisting.rs`). A rename reads the
+//! log whole as before (`Fs::unshelve`), which drops the view.
 //!
 //! Data structures: [`RunView`] (`DirState::view`): the run's [`run::Index`], the changes
-//! after it by name ([`Tail`]: packed, a removed name an entry of inode 0), the last
-//! entry chunk read. Invariant: a view is held only by a shelved directory, and the run
+//! after it by name ([`Tail`]: packed, a removed name an entry of inode 0), the last two
+//! entry chunks read, and while a listing is open the changes' adds by hash
+//! (`RunView::listed`; the invariant checks them against the changes). Invariant: a view is held only by a shelved directory, and the run
 //! it reads and its changes replay to the entries the directory holds: its count and
 //! bytes as records are the directory's (checked where a view is made, and by the
 //! namespace's invariant against the whole log). A view costs about 1.3 bytes an entry of
-//! the run, about 30 bytes a name changed after it, and one chunk. Lock order: none of
+//! the run, about 30 bytes a name changed after it, and two chunks (and, while a
+//! listing is open, about 60 bytes an add after the run). Lock order: none of
 //! its own (the namespace lock, held for writing, guards making, using and dropping one;
 //! a lookup reads the volume under it, as `Fs::unshelve` does).
 
 use super::entries::{Entries, Entry};
 use crate::dir::{changes_into, run, Added, Changed};
 use extalloc::volume::Volume;
+use std::collections::BTreeSet;
+use std::sync::Arc;
 
 /// The changes after a run, by name, packed as a directory's entries are (`entries.rs`:
 /// about 30 bytes a name, against about 100 in a map of names): a removed name is an
 /// entry of inode 0, which no file has.
 #[derive(Debug, Default)]
 pub(crate) struct Tail(Entries);
+
+/// A name and its hash under a run's key, as listings order names (`runlisting.rs`).
+pub(crate) type Hashed = (u64, Box<[u8]>);
+
+/// A listing in the order of a run's hashes (`runlisting.rs`).
+#[derive(Debug, Clone)]
+pub(crate) struct ByHash {
+    /// The key of the run the listing began on.
+    pub(crate) key: run::Key,
+    /// The directory's names by (hash under `key`, name), taken when the listing found
+    /// the directory without a view of a run of that key.
+    pub(crate) names: Option<Arc<[Hashed]>>,
+}
 
 /// A removed name's entry in a [`Tail`].
 const REMOVED: Entry = Entry { ino: 0, kind: None };
@@ -85,9 +103,15 @@ pub(crate) struct RunView {
     /// directory looked up often costs at most about twice its whole read, and one
     /// looked up seldom much less.
     pub(crate) chunks_read: u64,
-    /// The last entry chunk read (its byte in the file, its bytes): a name looked up and
-    /// then unlinked is read once (the run never changes under its view).
-    pub(crate) last: Option<(u64, Vec<u8>)>,
+    /// The last two entry chunks read (each its byte in the file and its bytes, the
+    /// latest last): a name looked up and then unlinked is read once (the run never
+    /// changes under its view), and a listing's next call, which goes on from a chunk
+    /// its last one read, reads it again from here.
+    pub(crate) last: Vec<(u64, Vec<u8>)>,
+    /// The names the changes add (inode not 0), by (hash under the run's key, name):
+    /// made by the first listing through the view (`runlisting.rs`), kept up by every
+    /// change while it stands, let go when the directory's last such listing closes.
+    pub(crate) listed: Option<BTreeSet<Hashed>>,
 }
 
 impl RunView {
@@ -98,6 +122,10 @@ impl RunView {
             "an add over a live name"
         );
         self.tail.note(name, Some(entry));
+        if let Some(listed) = self.listed.as_mut() {
+            let fresh = listed.insert((self.index.shape.key.hash(name), name.into()));
+            assert!(fresh, "an add listed twice");
+        }
     }
 
     /// Notes a remove of `name` written after the run: a name the run cannot hold (its
@@ -110,6 +138,26 @@ impl RunView {
             Some(Some(_)) if !self.index.may_hold(name) => drop(self.tail.0.remove(name)),
             _ => self.tail.note(name, None),
         }
+        if let (Some(listed), Some(Some(_))) = (self.listed.as_mut(), before) {
+            let held = listed.remove(&(self.index.shape.key.hash(name), name.into()));
+            assert!(held, "a listed add removed");
+        }
+    }
+
+    /// The adds after the run in the run's order ([`RunView::listed`]), made if not yet.
+    pub(crate) fn listed_adds(&mut self) -> &BTreeSet<Hashed> {
+        let (tail, key) = (&self.tail, &self.index.shape.key);
+        self.listed.get_or_insert_with(|| {
+            let (mut set, mut adds) = (BTreeSet::new(), 0);
+            tail.each(&mut |name, state| {
+                if state.is_some() {
+                    adds += 1;
+                    set.insert((key.hash(name), name.into()));
+                }
+            });
+            assert_eq!(set.len(), adds, "every add once");
+            set
+        })
     }
 
     /// Names the changes after the run touch.
@@ -117,6 +165,33 @@ impl RunView {
         self.tail.len() as u64
     }
 }
+
+/// A read of directory `ino`'s file for a view's run (see [`run::ReadAt`]): one of the
+/// view's last chunks when it is the one asked for, else the volume, each read counted in
+/// `reads` and kept in `last`.
+pub(crate) fn cached_read<'a>(
+    vol: &'a Volume,
+    ino: u64,
+    reads: &'a mut u64,
+    last: &'a mut Vec<(u64, Vec<u8>)>,
+) -> impl FnMut(u64, u64) -> Result<Vec<u8>, String> + 'a {
+    move |at, len| {
+        if let Some((_, bytes)) = last.iter().find(|l| l.0 == at && l.1.len() as u64 == len) {
+            return Ok(bytes.clone());
+        }
+        *reads += 1;
+        let bytes = vol.read(ino, at, len).map_err(|e| e.to_string())?;
+        if last.len() == LAST_CHUNKS {
+            last.remove(0);
+        }
+        last.push((at, bytes.clone()));
+        debug_assert!(last.len() <= LAST_CHUNKS, "chunks kept");
+        Ok(bytes)
+    }
+}
+
+/// Entry chunks a view keeps ([`RunView::last`]).
+const LAST_CHUNKS: usize = 2;
 
 /// A view of directory `ino`'s log from `start` to `end`, with the entries it holds and
 /// their bytes as records, when the log is a run followed by adds and removes alone;
@@ -143,7 +218,8 @@ pub(crate) fn open(vol: &Volume, ino: u64, start: u64, end: u64) -> Option<(RunV
         index,
         tail,
         chunks_read: 0,
-        last: None,
+        last: Vec::new(),
+        listed: None,
     };
     debug_assert!(
         view.index.at == start,
