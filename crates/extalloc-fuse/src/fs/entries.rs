@@ -243,11 +243,6 @@ impl Entries {
         true
     }
 
-    /// Is there an entry for `name`?
-    pub(crate) fn contains_key(&self, name: &[u8]) -> bool {
-        self.find(name).is_some()
-    }
-
     /// Sets `name`'s entry to `e`; returns the one it replaced. `name` is 1 to 255 bytes
     /// (`dir::NAME_MAX`): a directory's names come from calls that checked them, or from
     /// a log whose records hold no other.

@@ -11,9 +11,8 @@
 //! is gone (`reap`: a crash before it leaves an inode with link count 0, which mount
 //! removes) and compacting a directory's log (its reset record counts the adds that follow,
 //! so a compaction cut short is ignored at mount). A large directory shelved with its
-//! run's view (`runview.rs`) takes a create, link, unlink or rmdir through the view and
-//! stays shelved (as a listing of it does: `runlisting.rs`); a rename reads it whole
-//! first.
+//! run's view (`runview.rs`) takes a create, link, unlink, rmdir or rename through the
+//! view and stays shelved (as a listing of it does: `runlisting.rs`).
 //!
 //! A step that fails inside a group after an earlier step changed something leaves the
 //! group unfinished: the volume commits nothing more ([`extalloc::Error::Aborted`]), so the

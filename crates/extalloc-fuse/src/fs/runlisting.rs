@@ -17,7 +17,7 @@
 //! an entry present for the whole listing is given once (its hash does not change), one
 //! added or removed meanwhile may or may not be (POSIX). The key outlives the run: a
 //! merged compaction writes its new run under the same key (`names/compact.rs`), so a
-//! listing goes on through it. A directory read whole meanwhile (a rename in it, a view
+//! listing goes on through it. A directory read whole meanwhile (a chunk that fails, a view
 //! used too often), or compacted into a run of a new key, is listed from the names the
 //! handle takes once, sorted by their hashes under its key (about 40 bytes a name, for
 //! that handle only), each looked up in the entries as the listing passes it. Two names

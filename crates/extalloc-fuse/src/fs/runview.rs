@@ -9,20 +9,21 @@
 //! hold a quarter as many names as the run, the run and the changes are merged chunk by
 //! chunk into a new run, and the directory keeps a view of it (`names/compact.rs`,
 //! `dir/runbuild.rs`). A listing reads the run's chunks one at a time in the run's order,
-//! merged with the changes' adds kept in that order (`runlisting.rs`). A rename reads the
-//! log whole as before (`Fs::unshelve`), which drops the view.
+//! merged with the changes' adds kept in that order (`runlisting.rs`); a rename goes
+//! through the view as a create and an unlink do (`names/rename.rs`).
 //!
 //! Data structures: [`RunView`] (`DirState::view`): the run's [`run::Index`], the changes
 //! after it by name ([`Tail`]: packed, a removed name an entry of inode 0), the last two
 //! entry chunks read, and while a listing is open the changes' adds by hash
-//! (`RunView::listed`; the invariant checks them against the changes). Invariant: a view is held only by a shelved directory, and the run
-//! it reads and its changes replay to the entries the directory holds: its count and
-//! bytes as records are the directory's (checked where a view is made, and by the
-//! namespace's invariant against the whole log). A view costs about 1.3 bytes an entry of
-//! the run, about 30 bytes a name changed after it, and two chunks (and, while a
-//! listing is open, about 60 bytes an add after the run). Lock order: none of
-//! its own (the namespace lock, held for writing, guards making, using and dropping one;
-//! a lookup reads the volume under it, as `Fs::unshelve` does).
+//! (`RunView::listed`; the invariant checks them against the changes); [`ByHash`], a
+//! listing's order, in its handle. Invariant: a view is held only by a shelved
+//! directory, and the run it reads and its changes replay to the entries the directory
+//! holds: its count and bytes as records are the directory's (checked where a view is
+//! made, and by the namespace's invariant against the whole log). A view costs about 1.3
+//! bytes an entry of the run, about 30 bytes a name changed after it, and two chunks
+//! (and, while a listing is open, about 60 bytes an add after the run). Lock order: none
+//! of its own (the namespace lock, held for writing, guards making, using and dropping
+//! one; a lookup reads the volume under it, as `Fs::unshelve` does).
 
 use super::entries::{Entries, Entry};
 use crate::dir::{changes_into, run, Added, Changed};
