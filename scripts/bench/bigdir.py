@@ -41,7 +41,8 @@ attached to a loop device (the floor: a fresh mount of an empty floor):
 4. unmounts and mounts again, then removes every entry with `find DIR -mindepth 1
    -delete` (one unlinkat per name, and an fstatat before it where readdir gave the
    type as unknown, as extalloc's did after a mount before its directory adds carried
-   kinds, and still does for entries an older build made): CPU per entry.
+   kinds, and still does for entries an older build made): CPU per entry. The daemon's
+   resident memory is read after the listing and after the removal too.
 
 CPU is the caller's (this process's rusage for the lookups, the child's for `ls` and
 `find`: the kernel's work on ext4 runs there) plus, for extalloc and the floor, the
@@ -305,6 +306,7 @@ def one(fs, n, lookups, size, work, floor, churn=0, changes=0):
             wall, cpu = child_cpu(cmd)
             r[f"{step}_us"] = 1e6 * wall / n
             r[f"{step}_cpu_us"] = 1e6 * (cpu + daemon_cpu(t.pid) - d0) / n
+            r[f"rss_after_{step}_mib"] = rss_mib(t.pid)
             print(f"  {label}: {step} {wall:.1f} s", file=sys.stderr, flush=True)
         if os.listdir(d):
             raise RuntimeError(f"{d} not empty after the removal")
@@ -329,6 +331,7 @@ COLUMNS = [
     ("change_create_cpu_us", "create after mount CPU µs", "{:.1f}"),
     ("rss_after_changes_mib", "RSS after changes MiB", "{:.0f}"),
     ("readdir_cpu_us", "readdir CPU µs/entry", "{:.2f}"), ("readdir_us", "readdir wall µs/entry", "{:.2f}"),
+    ("rss_after_readdir_mib", "RSS after readdir MiB", "{:.0f}"),
     ("unlink_cpu_us", "unlink CPU µs/entry", "{:.1f}"), ("unlink_us", "unlink wall µs/entry", "{:.1f}"),
 ]
 
