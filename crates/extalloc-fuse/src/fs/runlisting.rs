@@ -50,7 +50,7 @@ fn group(hash: u64) -> u64 {
 /// The position after the `given`-th entry (from 1) of group `g`.
 fn cookie(g: u64, given: u64) -> u64 {
     debug_assert!(g < 1 << (64 - GROUP_SHIFT) && given > 0, "a group's entry");
-    BASE + (g << INDEX_BITS | given.min(INDEX_MAX))
+    BASE + ((g << INDEX_BITS) | given.min(INDEX_MAX))
 }
 
 /// Where a listing goes on from position `offset` (past the dots): the group, and how
@@ -277,5 +277,99 @@ impl Fs {
         let now = |name: &[u8], _| d.entries.get(name).map(|e| (e.ino, e.kind));
         let got = merge(run, std::iter::empty(), now, at, max);
         Ok(got.expect("names in memory read without error"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    /// A name's hash crowded into one of eight groups (so groups hold several names).
+    fn crowded(group: u64, low: u64) -> u64 {
+        ((group % 8) << GROUP_SHIFT) | (low % (1 << GROUP_SHIFT))
+    }
+
+    proptest! {
+        /// A listing in calls of any size gives every name the run and its changes hold
+        /// once, in (hash, name) order, and nothing removed: names made after the run,
+        /// names of the run removed, or removed and made again.
+        #[test]
+        fn a_listing_gives_every_name_once_in_order(
+            names in proptest::collection::btree_map(
+                "[a-c]{1,4}", (0u64..8, 0u64..128, any::<bool>(), 0u8..4), 0..60),
+            sizes in proptest::collection::vec(1usize..6, 1..40),
+        ) {
+            // Each name: in the run, or not; then kept, removed, made again (run names),
+            // or added (the others).
+            let mut run = Vec::new();
+            let mut adds = Vec::new();
+            let mut now = BTreeMap::new();
+            let mut want = Vec::new();
+            for (i, (name, (g, low, in_run, fate))) in names.iter().enumerate() {
+                let (hash, name) = (crowded(*g, *low), name.as_bytes().to_vec());
+                let ino = i as u64 + 1;
+                match (in_run, fate) {
+                    (true, 0) => { now.insert(name.clone(), None); }
+                    (true, 1) => {
+                        now.insert(name.clone(), Some((ino + 1000, None)));
+                        adds.push((hash, name.clone(), (ino + 1000, None)));
+                        want.push((hash, name.clone(), ino + 1000));
+                    }
+                    (true, _) => want.push((hash, name.clone(), ino)),
+                    (false, _) => {
+                        adds.push((hash, name.clone(), (ino, None)));
+                        want.push((hash, name.clone(), ino));
+                    }
+                }
+                if *in_run {
+                    run.push((hash, name, (ino, None)));
+                }
+            }
+            // Names of one group past 15 may be given twice (the module documentation).
+            let mut per_group: BTreeMap<u64, usize> = BTreeMap::new();
+            for w in &want {
+                *per_group.entry(group(w.0)).or_default() += 1;
+            }
+            prop_assume!(per_group.values().all(|&n| n <= INDEX_MAX as usize));
+            run.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+            adds.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+            want.sort();
+            let mut got = Vec::new();
+            let mut offset = START;
+            for &max in sizes.iter().cycle().take(200) {
+                let at = resume(offset).expect("a position the listing gave");
+                let from = at.0 << GROUP_SHIFT;
+                let mut rest = run.iter().filter(|r| r.0 >= from).cloned();
+                let listed = adds.iter().filter(|a| a.0 >= from).cloned();
+                let state = |name: &[u8], e: Added| match now.get(name) {
+                    None => Some(e),
+                    Some(s) => *s,
+                };
+                let batch = merge(|| Ok(rest.next()), listed, state, at, max).unwrap();
+                prop_assert!(batch.len() <= max);
+                let Some(last) = batch.last() else { break };
+                offset = last.2;
+                for (name, (ino, _), next) in batch {
+                    prop_assert!(next > BASE && next < 1 << 61, "a cookie of its kind");
+                    got.push((name, ino));
+                }
+            }
+            let want: Vec<(Vec<u8>, u64)> = want.into_iter().map(|w| (w.1, w.2)).collect();
+            prop_assert_eq!(got, want);
+        }
+    }
+
+    #[test]
+    fn positions_round_trip_and_others_are_refused() {
+        assert_eq!(resume(START), Some((0, 0)));
+        for (g, given) in [(0, 1), (5, 15), ((1 << 57) - 1, 3)] {
+            assert_eq!(resume(cookie(g, given)), Some((g, given)));
+        }
+        assert_eq!(cookie(9, 40), cookie(9, 15), "counts past 15 stay at 15");
+        for other in [0, 1, 1 << 62 | 9, u64::MAX >> 1, (1 << 61) + BASE] {
+            assert_eq!(resume(other), None, "{other:#x}");
+        }
     }
 }
