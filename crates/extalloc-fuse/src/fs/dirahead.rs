@@ -113,6 +113,31 @@ impl DirAhead {
         self.check();
     }
 
+    /// More of directory `dir`'s regular files, in listing order, after those its walk
+    /// holds (a listing through a run's view gives its entries a batch at a time:
+    /// `runlisting.rs`): each not in the walk yet is appended, while every walk holds
+    /// fewer than [`MAX_FILES`] files; a directory with no walk starts one ([`Self::listed`]).
+    pub fn listed_more(&mut self, dir: u64, files: Vec<u64>) {
+        if !self.dirs.contains_key(&dir) {
+            return self.listed(dir, files);
+        }
+        for f in files {
+            if self.files.len() >= MAX_FILES {
+                break;
+            }
+            match self.files.get(&f) {
+                Some(&(d, _)) if d == dir => continue, // listed already
+                // A hard link listed in another directory too: the newer listing has it.
+                Some(&(d, _)) => self.unlist(d, f),
+                None => {}
+            }
+            let w = self.dirs.get_mut(&dir).expect("checked above");
+            self.files.insert(f, (dir, w.files.len()));
+            w.files.push(f);
+        }
+        self.check();
+    }
+
     /// File `ino` is being read from its start: the files to advise now (empty for a file
     /// of no remembered listing, a step that does not continue a walk, or a lead long
     /// enough already).

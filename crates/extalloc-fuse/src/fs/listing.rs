@@ -389,6 +389,7 @@ impl Fs {
             if batch.is_empty() {
                 return Ok(());
             }
+            self.listed_batch(ino, &batch, at == 2 && offset == 0);
             for (name, e, next) in batch {
                 if f(&name, e.ino, e.kind, next) {
                     return Ok(());
@@ -437,6 +438,7 @@ impl Fs {
             if batch.is_empty() {
                 return Ok(());
             }
+            self.listed_batch(ino, &batch, at == 2 && offset == 0);
             for (_, e, _) in &batch {
                 if !ns.nodes.contains_key(&e.ino) {
                     match self.load_with(&mut ns, e.ino, Some(ino)) {
@@ -453,6 +455,25 @@ impl Fs {
                 }
                 at = next;
             }
+        }
+    }
+
+    /// A batch of a listing by hash handed to directory read-ahead (`dirahead.rs`): its
+    /// files start the directory's walk (`first`: the first batch of a listing from
+    /// position 0) or go on with it. Takes `dir_ahead`, a leaf.
+    fn listed_batch(&self, ino: u64, batch: &[super::runlisting::Listed], first: bool) {
+        if !self.dir_ahead_on.load(Relaxed) {
+            return;
+        }
+        // A kind not known yet may be a file's: advising anything else is harmless.
+        let files: Vec<u64> = (batch.iter())
+            .filter(|(_, e, _)| e.kind.is_none_or(|k| k == Kind::File))
+            .map(|(_, e, _)| e.ino)
+            .collect();
+        let mut ahead = self.dir_ahead.lock();
+        match first {
+            true => ahead.listed(ino, files),
+            false => ahead.listed_more(ino, files),
         }
     }
 

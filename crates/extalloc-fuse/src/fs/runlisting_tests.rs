@@ -258,3 +258,36 @@ fn positions_a_listing_through_the_view_did_not_give_end_it() {
     fs.unmount().unwrap();
     assert_clean(&dev);
 }
+
+/// Directory read-ahead (`dirahead.rs`) follows a listing through the view: a walk of
+/// its files in listing order is advised the next files past the first batch too.
+#[test]
+fn a_walk_of_a_directory_listed_through_its_view_is_read_ahead() {
+    let dev = device(406);
+    let (fs, d) = viewed(&dev);
+    let fh = fs.opendir(d).unwrap();
+    let (mut from, mut files) = (0, Vec::new());
+    loop {
+        let (got, next) = call(&fs, fh, from, 100);
+        if got.is_empty() {
+            break;
+        }
+        let kinds = got.into_iter().filter(|g| g.2 == Some(Kind::File));
+        files.extend(kinds.map(|g| g.1));
+        from = next;
+    }
+    fs.releasedir(fh);
+    assert_eq!(files.len(), KEPT);
+    let mut advised = BTreeSet::new();
+    for &f in &files {
+        advised.extend(fs.dir_ahead.lock().step(f));
+    }
+    let past_first_batch = files[300..KEPT].iter().filter(|f| advised.contains(f));
+    assert_eq!(
+        past_first_batch.count(),
+        KEPT - 300,
+        "every later file advised"
+    );
+    fs.unmount().unwrap();
+    assert_clean(&dev);
+}
