@@ -232,12 +232,15 @@ pub(super) fn open_chunk<'r>(
         return Err("missing (the run is cut short)".into());
     };
     let word = |i: usize| u32::from_le_bytes(c[i..i + 4].try_into().expect("4 bytes"));
-    let mut zeroed = c.to_vec();
-    zeroed[16..20].fill(0);
     if c[..4] != magic || c[4..8] != key.tag() || word(8) as usize != number {
         return Err("not this run's chunk".into());
     }
-    if crc32c::crc32c(&zeroed) != word(16) {
+    // The crc of the chunk with its crc field zero, without a copy of the chunk.
+    let crc = crc32c::crc32c_append(
+        crc32c::crc32c_append(crc32c::crc32c(&c[..16]), &[0; 4]),
+        &c[20..],
+    );
+    if crc != word(16) {
         return Err("checksum mismatch".into());
     }
     let items = usize::from(u16::from_le_bytes([c[12], c[13]]));
