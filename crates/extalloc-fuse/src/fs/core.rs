@@ -1,9 +1,10 @@
 //! The file system's core types, shared by `mod.rs` and every module under `fs/`: the
 //! [`Fs`] itself, the namespace in memory ([`Ns`], [`Node`], [`DirState`], [`Refs`]), an
-//! open directory's [`DirHandle`], and the methods on them that need nothing else of `fs/` (attributes,
-//! persisting and reaping inodes). A call's own types ([`Errno`], [`FsResult`], [`Caller`],
-//! [`Attr`]) are in `call.rs` and re-exported here. `mod.rs` re-exports the public ones; mount, sync and
-//! unmount stay there, since they call its children.
+//! open directory's [`DirHandle`], and the methods on them that need nothing else of
+//! `fs/` (attributes, persisting and reaping inodes). A call's own types ([`Errno`],
+//! [`FsResult`], [`Caller`], [`Attr`]) are in `call.rs` and re-exported here. `mod.rs`
+//! re-exports the public ones; mount, sync and unmount stay there, since they call its
+//! children.
 //!
 //! Data structures: [`Fs`] owns the [`Buffered`] volume, the namespace ([`Ns`]: the
 //! [`Node`]s in memory by number, `ondemand.rs`), the open directory handles
