@@ -19,17 +19,18 @@
 //! merged compaction writes its new run under the same key (`names/compact.rs`), so a
 //! listing goes on through it. A directory read whole meanwhile (a chunk that fails, a view
 //! used too often), or compacted into a run of a new key, is listed from the names the
-//! handle takes once, sorted by their hashes under its key (about 40 bytes a name, for
-//! that handle only), each looked up in the entries as the listing passes it. Two names
+//! handle takes once, sorted by their hashes under its key (`SortedNames`: about 21
+//! bytes an 8-byte name, for that handle only), each looked up in the entries as the listing passes it. Two names
 //! in one group of 57 bits (about one chance in 10^5 in a directory of a million names)
 //! keep their order by name; seventeen in one group would be needed to list one twice.
 //! Lock order: the namespace lock, held for writing while a batch is read (the view's
 //! reads and caches change), then `dir_handles` (to keep the handle's names).
 
 use super::core::{Entry, Fs, FsResult, Ns};
-use super::runview::{self, ByHash, Hashed};
+use super::runview::{self, ByHash, SortedNames};
 use crate::dir::run::ListedEntry;
 use crate::dir::{Added, Changed};
+use std::sync::Arc;
 
 /// The position before the first entry (after `..`).
 const START: u64 = 2;
@@ -260,19 +261,15 @@ impl Fs {
         self.unshelve(ns, ino)?;
         let d = ns.dir(ino)?;
         debug_assert!(!d.shelved(), "read whole");
-        let names = h.names.get_or_insert_with(|| {
-            let mut names: Vec<Hashed> = (d.entries.keys())
-                .map(|n| (h.key.hash(n), n.into()))
-                .collect();
-            names.sort_unstable();
-            names.into()
-        });
+        let names = h
+            .names
+            .get_or_insert_with(|| Arc::new(SortedNames::new(&h.key, d.entries.keys())));
         let from = at.0 << GROUP_SHIFT;
-        let mut rest = names[names.partition_point(|n| n.0 < from)..].iter();
+        let mut rest = names.since(from);
         let run = || {
             Ok(rest
                 .next()
-                .map(|(hash, name)| (*hash, name.to_vec(), (0, None))))
+                .map(|(hash, name)| (hash, name.to_vec(), (0, None))))
         };
         let now = |name: &[u8], _| d.entries.get(name).map(|e| (e.ino, e.kind));
         let got = merge(run, std::iter::empty(), now, at, max);
