@@ -17,12 +17,13 @@
 //! an entry present for the whole listing is given once (its hash does not change), one
 //! added or removed meanwhile may or may not be (POSIX). The key outlives the run: a
 //! merged compaction writes its new run under the same key (`names/compact.rs`), so a
-//! listing goes on through it. A directory read whole meanwhile (a chunk that fails, a view
-//! used too often), or compacted into a run of a new key, is listed from the names the
-//! handle takes once, sorted by their hashes under its key (`SortedNames`: about 21
-//! bytes an 8-byte name, for that handle only), each looked up in the entries as the listing passes it. Two names
-//! in one group of 57 bits (about one chance in 10^5 in a directory of a million names)
-//! keep their order by name; seventeen in one group would be needed to list one twice.
+//! listing goes on through it. A directory read whole meanwhile (a chunk that fails, a
+//! view used too often), or compacted into a run of a new key, is listed from the names
+//! the handle takes once, sorted by their hashes under its key (`SortedNames`: about 21
+//! bytes an 8-byte name, for that handle only), each looked up in the entries as the
+//! listing passes it. Two names in one group of 57 bits (about one chance in 10^5 in a
+//! directory of a million names) keep their order by name; seventeen in one group would
+//! be needed to list one twice.
 //! Lock order: the namespace lock, held for writing while a batch is read (the view's
 //! reads and caches change), then `dir_handles` (to keep the handle's names).
 
