@@ -195,14 +195,8 @@ impl Fs {
             let absent = {
                 let ns = self.ns.read();
                 let d = ns.dir(ino)?;
-                let dots = [(&b"."[..], ino), (&b".."[..], d.parent)];
-                for (i, (name, dot)) in dots.into_iter().enumerate().skip(at.min(2) as usize) {
-                    let entry = (name, dot, Some(Kind::Dir));
-                    match self.hand_one(&ns, entry, i as u64 + 1, &unread, &mut f)? {
-                        Handed::Full => return Ok(()),
-                        Handed::Added => added += 1,
-                        Handed::Skipped => {}
-                    }
+                if self.hand_dots(&ns, ino, at, &unread, &mut f, &mut added)? {
+                    return Ok(());
                 }
                 let Some(from) = start_of(d, ino, at.max(2))? else {
                     return Ok(());
@@ -250,6 +244,38 @@ impl Fs {
                 }
             };
         }
+    }
+
+    /// Hands `.` and `..` of directory `ino` past position `offset` to `f`
+    /// ([`Fs::hand_one`]), counting each added in `added`; true when the reply is full.
+    fn hand_dots(
+        &self,
+        ns: &Ns,
+        ino: u64,
+        offset: u64,
+        unread: &super::core::InoSet,
+        f: &mut impl FnMut(&[u8], Plus<'_>, u64) -> bool,
+        added: &mut usize,
+    ) -> FsResult<bool> {
+        let (dots, before) = (
+            [(&b"."[..], ino), (&b".."[..], ns.dir(ino)?.parent)],
+            *added,
+        );
+        for (i, (name, dot)) in dots.into_iter().enumerate().skip(offset.min(2) as usize) {
+            let entry = (name, dot, Some(Kind::Dir));
+            match self.hand_one(ns, entry, i as u64 + 1, unread, f)? {
+                Handed::Full => return Ok(true),
+                Handed::Added => *added += 1,
+                Handed::Skipped => {}
+            }
+        }
+        // Past position 2 no dot is given; before it, each one left.
+        debug_assert_eq!(
+            *added - before,
+            2 - offset.min(2) as usize,
+            "the dots handed"
+        );
+        Ok(false)
     }
 
     /// Hands one entry (`name` naming `ino`, of `kind`) to `f` with its attributes,
@@ -411,17 +437,8 @@ impl Fs {
     ) -> FsResult<()> {
         let mut unread = super::core::InoSet::default();
         let mut added = 0usize;
-        {
-            let ns = self.ns.read();
-            let dots = [(&b"."[..], ino), (&b".."[..], ns.dir(ino)?.parent)];
-            for (i, (name, dot)) in dots.into_iter().enumerate().skip(offset.min(2) as usize) {
-                let entry = (name, dot, Some(Kind::Dir));
-                match self.hand_one(&ns, entry, i as u64 + 1, &unread, &mut f)? {
-                    Handed::Full => return Ok(()),
-                    Handed::Added => added += 1,
-                    Handed::Skipped => {}
-                }
-            }
+        if self.hand_dots(&self.ns.read(), ino, offset, &unread, &mut f, &mut added)? {
+            return Ok(());
         }
         let mut at = offset.max(2);
         loop {

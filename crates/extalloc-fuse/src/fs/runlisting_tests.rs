@@ -54,6 +54,29 @@ fn once_each(fs: &Fs, fh: u64, per: usize) -> BTreeMap<String, u64> {
         .collect()
 }
 
+/// A whole `readdirplus` listing through handle `fh`, in calls of `per`: each name's
+/// inode and kind, each name given once (asserted).
+fn listed_plus(fs: &Fs, fh: u64, per: usize) -> BTreeMap<String, (u64, Kind)> {
+    let (mut plus, mut from) = (BTreeMap::new(), 0);
+    loop {
+        let mut n = 0;
+        fs.readdirplus(fh, from, |name, a, next| {
+            if n == per {
+                return true;
+            }
+            n += 1;
+            let name = String::from_utf8_lossy(name).into_owned();
+            assert!(plus.insert(name, (a.ino, a.inode.kind)).is_none(), "once");
+            from = next;
+            false
+        })
+        .unwrap();
+        if n == 0 {
+            return plus;
+        }
+    }
+}
+
 /// The kept names of `viewed`'s directory, `keep0000` to `keep0999`.
 fn keep(i: usize) -> String {
     format!("keep{i:04}")
@@ -117,25 +140,7 @@ fn a_large_directory_is_listed_through_its_run_without_reading_it_whole() {
     );
     // With attributes: each entry's inode read back (the directory stays shelved).
     let fh = fs.opendir(d).unwrap();
-    let mut plus = BTreeMap::new();
-    let mut from = 0;
-    loop {
-        let mut n = 0;
-        fs.readdirplus(fh, from, |name, a, next| {
-            if n == 25 {
-                return true;
-            }
-            n += 1;
-            let name = String::from_utf8_lossy(name).into_owned();
-            assert!(plus.insert(name, (a.ino, a.inode.kind)).is_none(), "once");
-            from = next;
-            false
-        })
-        .unwrap();
-        if n == 0 {
-            break;
-        }
-    }
+    let plus = listed_plus(&fs, fh, 25);
     fs.releasedir(fh);
     assert_eq!(plus.len(), want.len() + 2, "every name and the dots");
     assert_eq!(plus["sub"], (sub, Kind::Dir));
