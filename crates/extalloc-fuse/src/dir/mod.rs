@@ -30,7 +30,9 @@
 //! before it, as a reset does, when it is whole; one that is not whole is a compaction cut
 //! short (the log's torn tail) where the log before it still holds records and nothing
 //! after it checks, and damage otherwise: its chunks that check give their entries, the
-//! rest are stepped over.
+//! rest are stepped over. Bytes stepped over that hold a run's chunks but no header that
+//! checks (a damaged header) give the entries of the chunks that check on their own
+//! (`run::salvage`), but for the torn tail after records.
 //!
 //! Lock order: none (plain values; the namespace lock, `Fs::ns` in `fs/mod.rs`, guards them).
 
@@ -153,7 +155,32 @@ impl DirLog {
                     d.records += 1;
                 }
                 Err(why) => {
-                    let Some(next) = resume(log, pos + 1) else {
+                    let next = resume(log, pos + 1);
+                    // A run whose header is damaged: its chunks that check give their
+                    // entries, unless this is the log's torn tail after records (a
+                    // compaction cut short, whose run holds the entries already there).
+                    let saved = match next.is_some() || d.records == 0 {
+                        true => run::salvage(&log[pos..next.unwrap_or(log.len())]),
+                        false => run::Salvaged::default(),
+                    };
+                    if saved.chunks > 0 {
+                        for (name, e) in saved.entries {
+                            d.entries.entry(name).or_insert(e);
+                        }
+                        d.problem = Some(format!(
+                            "record {} at byte {pos}: {why}; a run's header lost: the \
+                             entries of {} entry chunks that check read, bytes {pos}..{} \
+                             stepped over",
+                            d.records,
+                            saved.chunks,
+                            next.unwrap_or(log.len())
+                        ));
+                        d.skipped_damage = true;
+                        d.records += 1;
+                        pos = next.unwrap_or(log.len());
+                        continue;
+                    }
+                    let Some(next) = next else {
                         // Nothing checks after it: a torn tail, where the log ends.
                         d.problem = Some(format!("record {} at byte {pos}: {why}", d.records));
                         break;

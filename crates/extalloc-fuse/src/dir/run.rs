@@ -235,6 +235,14 @@ pub(super) fn open_chunk<'r>(
     if c[..4] != magic || c[4..8] != key.tag() || word(8) as usize != number {
         return Err("not this run's chunk".into());
     }
+    check_chunk(c)
+}
+
+/// The payload of chunk `c` ([`CHUNK`] bytes) with its item count, when its crc and its
+/// payload's length check (not its magic, run or number: [`open_chunk`]'s), or why not.
+fn check_chunk(c: &[u8]) -> Result<(&[u8], usize), String> {
+    debug_assert_eq!(c.len(), CHUNK, "a whole chunk");
+    let word = |i: usize| u32::from_le_bytes(c[i..i + 4].try_into().expect("4 bytes"));
     // The crc of the chunk with its crc field zero, without a copy of the chunk.
     let crc = crc32c::crc32c_append(
         crc32c::crc32c_append(crc32c::crc32c(&c[..16]), &[0; 4]),
@@ -255,11 +263,12 @@ pub(super) fn open_chunk<'r>(
 pub(super) type ChunkEntry<'p> = (u64, &'p [u8], Added);
 
 /// The entries of one entry chunk's payload, each after `prev` (the last one the chunks
-/// before gave, which this one's last replaces), or why not.
+/// before gave, which this one's last replaces), or why not; each hashing as its name
+/// does under `key` (not checked without one: [`salvage`]).
 pub(super) fn chunk_entries<'p>(
     payload: &'p [u8],
     items: usize,
-    key: &Key,
+    key: Option<&Key>,
     prev: &mut Option<(u64, Vec<u8>)>,
 ) -> Result<Vec<ChunkEntry<'p>>, String> {
     let mut out: Vec<ChunkEntry<'p>> = Vec::with_capacity(items);
@@ -275,7 +284,7 @@ pub(super) fn chunk_entries<'p>(
             return Err(format!("an entry cut at byte {at}"));
         };
         let kind = Kind::from_code(code);
-        if len == 0 || (code != 0 && kind.is_none()) || key.hash(name) != hash {
+        if len == 0 || (code != 0 && kind.is_none()) || key.is_some_and(|k| k.hash(name) != hash) {
             return Err(format!("entry {} does not check", out.len()));
         }
         let before = match out.last() {
@@ -334,7 +343,7 @@ pub fn read(shape: &Shape, run: &[u8]) -> Read {
     let mut hashes = Vec::new();
     for number in 0..shape.entry_chunks as usize {
         let got = open_chunk(run, (1 + number) * CHUNK, MAGIC_ENTRIES, key, number)
-            .and_then(|(p, items)| chunk_entries(p, items, key, &mut prev));
+            .and_then(|(p, items)| chunk_entries(p, items, Some(key), &mut prev));
         match got {
             Ok(es) if !es.is_empty() => {
                 firsts.push(Some(es[0].0));
@@ -390,6 +399,46 @@ pub fn read(shape: &Shape, run: &[u8]) -> Read {
         r.problems.push("the filter misses an entry".into());
     }
     r
+}
+
+/// What [`salvage`] found of a run whose header is lost.
+#[derive(Debug, Default)]
+pub struct Salvaged {
+    /// The entries of the entry chunks that check, in the run's order.
+    pub entries: Vec<(Vec<u8>, Added)>,
+    /// Entry chunks that checked.
+    pub chunks: usize,
+}
+
+/// The entries of a run's entry chunks that check in `stretch`, bytes a log's parse steps
+/// over (`dir/mod.rs`): where a run's header is damaged, its chunks still name their run
+/// and check on their own. From the first entry chunk that checks, each [`CHUNK`] bytes
+/// on: a chunk of that run's tag whose crc, head and entries (each well formed, ascending
+/// within it) check gives its entries. Their hashes cannot be checked (the key is the
+/// header's) nor their count (the header's too): a crc over each chunk is what vouches
+/// for them, as for every chunk a lookup reads alone.
+pub fn salvage(stretch: &[u8]) -> Salvaged {
+    let chunk_at = |q: usize| {
+        let c = stretch.get(q..q + CHUNK)?;
+        let (p, items) = (c[..4] == MAGIC_ENTRIES).then(|| check_chunk(c).ok())??;
+        let entries = chunk_entries(p, items, None, &mut None).ok()?;
+        Some((c[4..8].to_vec(), entries))
+    };
+    let mut out = Salvaged::default();
+    let Some(first) = (0..stretch.len().saturating_sub(CHUNK - 1)).find(|&q| chunk_at(q).is_some())
+    else {
+        return out;
+    };
+    let tag = stretch[first + 4..first + 8].to_vec();
+    for q in (first..stretch.len()).step_by(CHUNK) {
+        if let Some((t, entries)) = chunk_at(q).filter(|(t, _)| *t == tag) {
+            debug_assert_eq!(t, tag, "one run's chunks");
+            out.chunks += 1;
+            (out.entries).extend(entries.into_iter().map(|(_, n, a)| (n.to_vec(), a)));
+        }
+    }
+    debug_assert!(out.chunks > 0, "the first chunk checked");
+    out
 }
 
 /// An entry of a run as a listing reads it ([`Index::chunk`]): its hash, its name, what
@@ -514,7 +563,7 @@ impl Index {
         let key = &self.shape.key;
         let bytes = read(self.at + (1 + number as u64) * CHUNK as u64, CHUNK as u64)?;
         let entries = open_chunk(&bytes, 0, MAGIC_ENTRIES, key, number)
-            .and_then(|(p, items)| chunk_entries(p, items, key, &mut None))
+            .and_then(|(p, items)| chunk_entries(p, items, Some(key), &mut None))
             .map_err(|why| format!("entry chunk {number}: {why}"))?;
         if entries.first().is_some_and(|e| e.0 != self.firsts[number]) {
             return Err(format!("entry chunk {number}: not the index's first hash"));

@@ -191,6 +191,56 @@ fn a_damaged_run_gives_the_chunks_that_check() {
     assert!(d.entries.len() > 1800 && d.entries.len() < e.len());
 }
 
+/// A run whose header is damaged (zeroed, or a byte of it flipped) still gives the
+/// entries of its chunks that check, each naming its run and checking on its own; the
+/// records after it apply, and the parse says the log must be rewritten. Where nothing
+/// after it checks and records come before it, it is a compaction cut short: the entries
+/// before it stand (its chunks hold the same ones).
+#[test]
+fn a_run_whose_header_is_damaged_gives_its_chunks() {
+    let e = entries(2000);
+    let run = run_of(&e);
+    let mut want = e.clone();
+    want.insert(b"later".to_vec(), (9, None));
+    want.remove(&b"0002xx"[..]);
+    let logged = |run: &[u8]| {
+        let mut log = vec![0u8; CHUNK]; // the log before it punched
+        log.extend_from_slice(run);
+        log.extend(record(b"later", Some((9, None))));
+        log.extend(record(b"0002xx", None));
+        DirLog::parse(&log)
+    };
+    let mut zeroed = run.clone();
+    zeroed[..CHUNK].fill(0);
+    let mut flipped = run.clone();
+    flipped[3] ^= 0x40; // the entry count
+    for (what, damaged) in [("zeroed", &zeroed), ("flipped", &flipped)] {
+        let d = logged(damaged);
+        assert!(d.skipped_damage, "{what}");
+        assert!(
+            d.problem.as_deref().unwrap().contains("header lost"),
+            "{what}: {:?}",
+            d.problem
+        );
+        assert_eq!(d.entries, want, "{what}");
+    }
+    let mut both = zeroed.clone();
+    both[2 * CHUNK + 100] ^= 0x10; // entry chunk 1 too
+    let d = logged(&both);
+    assert!(d.entries.len() > 1800 && d.entries.len() < want.len());
+    assert!(d.entries.iter().all(|(n, a)| want.get(n) == Some(a)));
+    // Nothing after it, records before it: the torn tail of a compaction cut short.
+    let mut log = record(b"a", Some((1, None)));
+    log.extend_from_slice(&zeroed);
+    let d = DirLog::parse(&log);
+    assert_eq!(d.entries.len(), 1, "{:?}", d.problem);
+    assert!(!d.skipped_damage, "{:?}", d.problem);
+    // Nothing before it either: the old log punched, the compaction finished: damage.
+    let d = DirLog::parse(&zeroed);
+    assert_eq!(d.entries, e);
+    assert!(d.skipped_damage);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 

@@ -222,7 +222,7 @@ pub fn merge(
             let number = first as usize + i;
             let (p, items) = run::open_chunk(&bytes, i * CHUNK, MAGIC_ENTRIES, &key, number)
                 .map_err(|why| format!("entry chunk {number}: {why}"))?;
-            let entries = run::chunk_entries(p, items, &key, &mut prev)
+            let entries = run::chunk_entries(p, items, Some(&key), &mut prev)
                 .map_err(|why| format!("entry chunk {number}: {why}"))?;
             for (hash, name, added) in entries {
                 if touched.contains(&hash) && tail.state(name).is_some() {

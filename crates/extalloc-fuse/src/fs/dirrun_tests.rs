@@ -113,7 +113,21 @@ fn crashes_while_compacting_into_runs_lose_no_synced_name() {
 /// files the damaged chunk named in /lost+found, data and all.
 #[test]
 fn a_damaged_run_chunk_costs_only_its_names() {
-    let dev = device(303);
+    let moved = damaged_run(303, CHUNK as u64 + 200); // inside entry chunk 0
+    assert!(moved > 0 && moved < 200, "{moved} names lost to one chunk");
+}
+
+/// A run whose header is damaged costs no name: its chunks check on their own.
+#[test]
+fn a_damaged_run_header_costs_no_name() {
+    assert_eq!(damaged_run(304, 3), 0, "the header's entry count flipped");
+}
+
+/// Builds a directory of [`KEPT`] files compacted into a run, flips the byte `at` bytes
+/// into the run, drops the volume as a crash and mounts again: every file is at its name
+/// or in /lost+found with its data; returns how many are in /lost+found.
+fn damaged_run(seed: u64, at: u64) -> usize {
+    let dev = device(seed);
     let fs = fresh(&dev);
     let d = kept(&fs);
     churn(&fs, d, 4000);
@@ -124,9 +138,8 @@ fn a_damaged_run_chunk_costs_only_its_names() {
         .collect();
     fs.unmount().unwrap();
     let vol = Volume::open(dev.clone(), extalloc::Policy::default()).unwrap();
-    let at = start + CHUNK as u64 + 200; // inside entry chunk 0
-    let byte = vol.read(d, at, 1).unwrap()[0];
-    vol.write(d, at, &[byte ^ 0x20]).unwrap();
+    let byte = vol.read(d, start + at, 1).unwrap()[0];
+    vol.write(d, start + at, &[byte ^ 0x20]).unwrap();
     drop_as_crash(vol);
     let (fs, _) = remount(&dev);
     let mut moved = 0;
@@ -140,9 +153,9 @@ fn a_damaged_run_chunk_costs_only_its_names() {
             assert_eq!(contents(&fs, &path), want);
         }
     }
-    assert!(moved > 0 && moved < 200, "{moved} names lost to one chunk");
     fs.unmount().unwrap();
     assert_clean(&dev);
+    moved
 }
 
 /// Whether `d`'s entries are shelved, and whether it holds a run view.
