@@ -258,9 +258,10 @@ fn corruption_campaign_finds_no_miss() {
 
 /// The file-system damage campaign, 120 damages (the lab runs thousands: docs/results.md):
 /// every damage counted, nothing that must be zero is not (after the mount, and after the
-/// repair and the mount), every metadata kind damaged, files found again in /lost+found,
-/// and the images of every sort built. (The campaign
-/// refusing to run, or an image not holding its ground truth, fails `torture_json`.)
+/// repair and the mount), every metadata kind damaged (directory runs among them, one
+/// damaged block of a run costing at most a chunk's names), files found again in
+/// /lost+found, and the images of every sort built. (The campaign refusing to run, or an
+/// image not holding its ground truth, fails `torture_json`.)
 #[test]
 fn fs_damage_campaign_loses_no_file_it_did_not_hit() {
     let out = torture_json("fs-damage", &["--fs-damage", "120", "--seed", "7"]);
@@ -287,11 +288,21 @@ fn fs_damage_campaign_loses_no_file_it_did_not_hit() {
         "map_segments",
         "journal_records",
         "dir_logs",
+        "dir_runs",
         "symlink_targets",
     ] {
         let n = out["kinds"][kind]["damages"].as_u64();
         assert!(n.is_some_and(|n| n > 0), "{kind} never damaged: {out}");
     }
+    // One damaged block of a run costs at most one entry chunk's names (214 of one byte;
+    // a header, index or filter chunk costs none).
+    let most = out["kinds"]["dir_runs"]["most_lost_found"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        most <= 214,
+        "{most} names lost to one block of a run: {out}"
+    );
     assert!(out["total"]["detected"].as_u64().unwrap() > 0, "{out}");
     assert!(
         out["total"]["mount_lost_found"].as_u64().unwrap() > 0,

@@ -3,9 +3,13 @@
 //!
 //! The run: nested directories, regular files of many sizes (empty, under a block, many
 //! blocks, sparse ones whose maps exceed the inline extents and live in map segments),
-//! hard links, symbolic links (short and long targets), fifos; a sync and a checkpoint;
-//! the *stale* snapshot of the device; changes (overwrites, appends, new files, unlinks,
-//! renames), a sync and the last checkpoint; on some images more changes synced after it
+//! hard links, symbolic links (short and long targets), fifos, and on half the images a
+//! large directory (about a thousand fifos, churned until its log is compacted into a run:
+//! `docs/format.md`, "Directory runs"); a sync and a checkpoint; the *stale* snapshot of
+//! the device; on the images with a large directory a clean remount (so that the changes
+//! go through the run's view, and on half of them a compaction merges a new run with the
+//! same key); changes (overwrites, appends, new files, unlinks, renames, a few in the
+//! large directory), a sync and the last checkpoint; on some images more changes synced after it
 //! (they live in the journal only), and on one image in four a checkpoint that a failing
 //! device cuts short, then a power loss keeping a random part of the unflushed writes.
 //!
@@ -13,8 +17,8 @@
 //! the image's bytes, the stale snapshot and the model. Invariant: the model holds what
 //! the last successful sync made durable. Lock order: none (one thread).
 
-use super::types::{opts, ME};
-use anyhow::{Context, Result};
+use super::types::{opts, runs_in, ME};
+use anyhow::{bail, Context, Result};
 use extalloc::disk::device::{Crash, Device, FaultDevice, MemDevice};
 use extalloc::disk::format;
 use extalloc::volume::Volume;
@@ -64,11 +68,23 @@ pub(super) struct Built {
 
 /// The run that builds an image, with its model.
 struct Run<'a> {
-    fs: &'a Fs,
+    dev: &'a Arc<FaultDevice<MemDevice>>,
+    /// The mount (taken only while it is remounted).
+    fs: Option<Fs>,
     rng: &'a mut StdRng,
     model: Model,
     serial: u32,
+    /// The large directory's path, on the images that have one.
+    large: Option<String>,
 }
+
+/// How many names the large directory is made with: a run needs 16 KiB of entries as
+/// records (about 800 of these names).
+const LARGE_NAMES: std::ops::Range<u32> = 900..1300;
+
+/// The most creates and unlinks that may take to compact a large directory's log (it is
+/// compacted at four times its live entries: about 2,000 of these rounds).
+const CHURN_MOST: u32 = 8000;
 
 /// Builds an image from `seed` (see the module documentation).
 pub(super) fn build(seed: u64, mid_checkpoint: bool, rng: &mut StdRng) -> Result<Built> {
@@ -79,14 +95,21 @@ pub(super) fn build(seed: u64, mid_checkpoint: bool, rng: &mut StdRng) -> Result
     let mut model = Model::new();
     model.insert("/".into(), named(ROOT, Kind::Dir, Vec::new()));
     let mut run = Run {
-        fs: &fs,
+        dev: &dev,
+        fs: Some(fs),
         rng,
         model,
         serial: 0,
+        large: None,
     };
     run.populate().context("populating")?;
     run.durable(true)?;
     let stale = snapshot(dev.as_ref())?;
+    if run.large.is_some() {
+        // A mount after a clean close reads the large directory through its run's view,
+        // so the changes below go through it (a compaction then merges, keeping the key).
+        run.remount().context("remounting")?;
+    }
     run.change().context("changing")?;
     run.durable(true)?;
     let journal_tail = mid_checkpoint || run.rng.gen_bool(0.5);
@@ -98,6 +121,7 @@ pub(super) fn build(seed: u64, mid_checkpoint: bool, rng: &mut StdRng) -> Result
         journal_touched = touched(&before, &run.model);
     }
     let model = std::mem::take(&mut run.model);
+    let fs = run.fs.take().expect("mounted");
     if mid_checkpoint {
         dev.fail_after(run.rng.gen_range(1..40));
         // Expected to fail: the device stops taking writes part way.
@@ -158,6 +182,15 @@ fn touched(before: &Model, after: &Model) -> BTreeSet<u64> {
     out
 }
 
+/// A fifo, as the large directory's churn makes them.
+const FIFO: NewNode<'static> = NewNode {
+    kind: Kind::Fifo,
+    mode: 0o644,
+    umask: 0o022,
+    rdev: 0,
+    target: None,
+};
+
 fn named(ino: u64, kind: Kind, bytes: Vec<u8>) -> Named {
     Named { ino, kind, bytes }
 }
@@ -175,6 +208,30 @@ fn fs_err(what: &str) -> impl Fn(extalloc_fuse::fs::Errno) -> anyhow::Error + '_
 }
 
 impl Run<'_> {
+    /// The mount.
+    fn fs(&self) -> &Fs {
+        self.fs.as_ref().expect("mounted")
+    }
+
+    /// Unmounts cleanly and mounts again (the mount reads the root only), then looks up
+    /// every directory of the model by its path, as the kernel would reach them.
+    fn remount(&mut self) -> Result<()> {
+        let fs = self.fs.take().expect("mounted");
+        fs.unmount().map_err(anyhow::Error::msg)?;
+        let dev: Arc<dyn Device> = self.dev.clone();
+        let vol = Volume::open(dev, Policy::default())?;
+        self.fs = Some(Fs::mount(vol, opts()).map_err(anyhow::Error::msg)?.0);
+        for (path, _) in self.dirs() {
+            let mut at = ROOT;
+            for name in path.split('/').filter(|n| !n.is_empty()) {
+                let found = self.fs().lookup(at, name.as_bytes());
+                at = found.map_err(fs_err(&path))?.ino;
+                self.fs().forget(at, 1);
+            }
+        }
+        Ok(())
+    }
+
     /// Directories of the model, as (path, inode).
     fn dirs(&self) -> Vec<(String, u64)> {
         self.model
@@ -209,6 +266,19 @@ impl Run<'_> {
             _ => "f",
         };
         let (parent, name, path) = self.new_name(what);
+        self.make_at(parent, &name, path, kind, target)
+    }
+
+    /// Makes a node of `kind` named `name` in directory `parent` (whose path makes
+    /// `path`); returns its path.
+    fn make_at(
+        &mut self,
+        parent: u64,
+        name: &str,
+        path: String,
+        kind: Kind,
+        target: Option<Vec<u8>>,
+    ) -> Result<String> {
         let new = NewNode {
             kind,
             mode: 0o644,
@@ -216,9 +286,9 @@ impl Run<'_> {
             rdev: 0,
             target: target.as_deref(),
         };
-        let ino = self.fs.make(parent, name.as_bytes(), new, ME);
+        let ino = self.fs().make(parent, name.as_bytes(), new, ME);
         let ino = ino.map_err(fs_err(&path))?.ino;
-        self.fs.forget(ino, 1);
+        self.fs().forget(ino, 1);
         let bytes = target.unwrap_or_default();
         self.model.insert(path.clone(), named(ino, kind, bytes));
         Ok(path)
@@ -227,12 +297,12 @@ impl Run<'_> {
     /// Writes `data` at `offset` of the file at `path` (every name of it in the model).
     fn write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<()> {
         let ino = self.model[path].ino;
-        self.fs
+        self.fs()
             .write(ino, offset, data, false)
             .map_err(fs_err(path))?;
         // Written back now, in the run's order (a sync's writeback order is not the
         // run's, and the image must be the same for the same seed).
-        self.fs.fsync(ino).map_err(fs_err(path))?;
+        self.fs().fsync(ino).map_err(fs_err(path))?;
         for n in self.model.values_mut().filter(|n| n.ino == ino) {
             let end = offset as usize + data.len();
             if n.bytes.len() < end {
@@ -300,17 +370,21 @@ impl Run<'_> {
         let (parent, name, path) = self.new_name("h");
         let node = self.model[&from].clone();
         let linked = self
-            .fs
+            .fs()
             .link(node.ino, parent, name.as_bytes(), Caller::ROOT);
-        self.fs.forget(linked.map_err(fs_err(&path))?.ino, 1);
+        self.fs().forget(linked.map_err(fs_err(&path))?.ino, 1);
         self.model.insert(path, node);
         Ok(())
     }
 
-    /// The first tree: directories, files, links, symbolic links, fifos.
+    /// The first tree: directories, files, links, symbolic links, fifos; on half the
+    /// images a large directory compacted into a run.
     fn populate(&mut self) -> Result<()> {
         for _ in 0..self.rng.gen_range(3..8) {
             self.make(Kind::Dir, None)?;
+        }
+        if self.rng.gen_bool(0.5) {
+            self.large_dir()?;
         }
         for _ in 0..self.rng.gen_range(12..24) {
             self.file()?;
@@ -327,8 +401,72 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// A directory of [`LARGE_NAMES`] fifos (named as a directory's entries are, 5 to 8
+    /// bytes), churned until its log is compacted into a run (`docs/format.md`, "Directory
+    /// runs"): damage then lands in run chunks, and the mounts read it through its view.
+    fn large_dir(&mut self) -> Result<()> {
+        let path = self.make(Kind::Dir, None)?;
+        let ino = self.model[&path].ino;
+        for _ in 0..self.rng.gen_range(LARGE_NAMES) {
+            self.serial += 1;
+            let name = format!("e{}", self.serial);
+            self.make_at(ino, &name, format!("{path}/{name}"), Kind::Fifo, None)?;
+        }
+        self.large = Some(path);
+        self.compact_large()
+    }
+
+    /// Creates and removes names in the large directory until its log holds a run it did
+    /// not hold before (a compaction wrote it); fails if none comes.
+    fn compact_large(&mut self) -> Result<()> {
+        let path = self.large.clone().expect("a large directory");
+        let ino = self.model[&path].ino;
+        let before = runs_in(self.fs().volume().volume(), ino)?;
+        for round in 0..CHURN_MOST {
+            let name = format!("c{round}");
+            let made = self.fs().make(ino, name.as_bytes(), FIFO, ME);
+            self.fs().forget(made.map_err(fs_err(&path))?.ino, 1);
+            self.fs()
+                .unlink(ino, name.as_bytes())
+                .map_err(fs_err(&path))?;
+            if round % 64 == 63 && runs_in(self.fs().volume().volume(), ino)? != before {
+                return Ok(());
+            }
+        }
+        bail!("{path}: {CHURN_MOST} creates and unlinks compacted its log into no new run")
+    }
+
+    /// Changes in the large directory, if the image has one: its log compacted into a new
+    /// run on half of them (the stale snapshot then holds the last run's chunks), and a
+    /// few of its names removed or moved out, each change on the volume after the run.
+    fn change_large(&mut self) -> Result<()> {
+        let Some(large) = self.large.clone() else {
+            return Ok(());
+        };
+        if self.rng.gen_bool(0.5) {
+            self.compact_large()?;
+        }
+        let prefix = format!("{large}/");
+        for _ in 0..self.rng.gen_range(1..4) {
+            let names: Vec<String> = self
+                .model
+                .keys()
+                .filter(|p| p.starts_with(&prefix))
+                .cloned()
+                .collect();
+            let path = names[self.rng.gen_range(0..names.len())].clone();
+            if self.rng.gen_bool(0.5) {
+                self.unlink(&path)?;
+            } else {
+                self.rename(&path)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Changes to the tree: overwrites, appends, new nodes, unlinks, renames of files.
     fn change(&mut self) -> Result<()> {
+        self.change_large()?;
         for _ in 0..self.rng.gen_range(4..12) {
             let files = self.paths_of(Kind::File);
             if files.is_empty() {
@@ -362,7 +500,9 @@ impl Run<'_> {
 
     fn unlink(&mut self, path: &str) -> Result<()> {
         let (dir, name) = self.split(path);
-        self.fs.unlink(dir, name.as_bytes()).map_err(fs_err(path))?;
+        self.fs()
+            .unlink(dir, name.as_bytes())
+            .map_err(fs_err(path))?;
         self.model.remove(path);
         Ok(())
     }
@@ -370,7 +510,7 @@ impl Run<'_> {
     fn rename(&mut self, path: &str) -> Result<()> {
         let (dir, name) = self.split(path);
         let (to_dir, to_name, to_path) = self.new_name("r");
-        self.fs
+        self.fs()
             .rename(
                 dir,
                 name.as_bytes(),
@@ -387,9 +527,9 @@ impl Run<'_> {
 
     /// A sync, and with `checkpoint` a checkpoint (the journal then empty).
     fn durable(&mut self, checkpoint: bool) -> Result<()> {
-        self.fs.sync().map_err(fs_err("sync"))?;
+        self.fs().sync().map_err(fs_err("sync"))?;
         if checkpoint {
-            self.fs.volume().checkpoint()?;
+            self.fs().volume().checkpoint()?;
         }
         Ok(())
     }

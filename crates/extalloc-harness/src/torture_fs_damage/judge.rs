@@ -9,7 +9,7 @@
 //! own thread (a hung one holds nothing shared). Lock order: none.
 
 use super::image::BLOCK;
-use super::truth::{bytes_of, fsck_problem, walk, Truth};
+use super::truth::{bytes_of, fsck_problem, walk, Truth, Walked};
 use super::types::{opts, ME};
 use crate::corrupt::image_device;
 use extalloc::disk::device::Device;
@@ -38,6 +38,8 @@ pub(super) struct Served {
     pub(super) renamed: u64,
     /// Surviving files whose blocks new data overwrote, each with why.
     pub(super) handed_twice: Vec<String>,
+    /// Directories whose listing failed, each with the error.
+    pub(super) failed_listings: Vec<String>,
 }
 
 /// Opens `dev` as `extalloc mount` does (the volume, then the file system with its repair
@@ -54,6 +56,8 @@ pub(super) fn mount_and_check(dev: Arc<dyn Device>, truth: &Truth, hit: &BTreeSe
     let mut out = Served::default();
     let intact = check_served(&fs, truth, hit, &mut out);
     if whole {
+        let listings = out.failed_listings.iter().map(|l| format!("listing {l}"));
+        out.lost.extend(listings);
         out.lost.append(&mut out.unreached);
     }
     out.handed_twice = fill_and_recheck(&fs, dev.as_ref(), truth, &intact);
@@ -102,15 +106,14 @@ fn refused(why: String) -> Served {
 }
 
 /// Checks every inode not in `hit`: found under one of its paths, below /lost+found, or
-/// under another name in a directory that was hit; of its kind, with its bytes. Returns the regular files found intact.
+/// under another name in a directory that was hit; of its kind, with its bytes. Returns
+/// the regular files found intact.
 fn check_served(fs: &Fs, truth: &Truth, hit: &BTreeSet<u64>, out: &mut Served) -> Vec<u64> {
-    let served = match walk(fs) {
-        Ok(s) => s,
-        Err(e) => {
-            out.lost.push(format!("listing the tree failed: {e}"));
-            return Vec::new();
-        }
-    };
+    // A directory whose listing fails (damage met where it is read, on a mount that did
+    // not read the whole namespace) leaves its names unreached; a whole read or a repair
+    // makes unreached names lost.
+    let Walked { served, failed } = walk(fs);
+    out.failed_listings = failed.iter().map(|(p, e)| format!("{p}: {e}")).collect();
     // A name in a directory whose log was hit is that log's data: it may be an old one
     // (a stale block brings back the names it held).
     let in_hit_dir = |p: &str| {

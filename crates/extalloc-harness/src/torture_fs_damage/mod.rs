@@ -7,7 +7,8 @@
 //! path with its kind and inode, each file's bytes and each link's target, and the device
 //! places of the store's metadata (superblocks, descriptors, bitmaps, the journal's
 //! records) and of each inode's own (its file table entry, its map in a map segment, its
-//! data: a directory's log, a link's target; `Volume::places` and `Volume::extents`).
+//! data: a directory's log, and apart from it the blocks of its log's run, a link's
+//! target; `Volume::places` and `Volume::extents`).
 //!
 //! Each damage (`damage.rs`) copies the image and changes one block of one metadata kind
 //! in one form (a flipped byte, a zeroed 4 KiB block, the block as an earlier snapshot
@@ -34,6 +35,13 @@
 //!    (`fsck_dirty_after_repair`), and a mount must serve every inode not hit as in 2
 //!    (`intact_lost` otherwise; `recovered_lost_found`, `recovered_renamed`); then the
 //!    device is filled and the files re-read (`handed_twice`).
+//!
+//! Each mount's tree is walked as the kernel lists (`readdirplus` from the position the
+//! last call ended at); a directory whose listing fails (`EIO`: damage met where it is
+//! read) is noted and the walk goes on, its names unreached.
+//!
+//! `most_lost_found` (per kind, a maximum) is the most inodes not hit one damage sent to
+//! /lost+found after the repair: what one damaged block costs at most.
 //!
 //! Must be zero: `panics`, `hangs`, `mount_lost`, `mount_handed_twice`, `intact_lost`,
 //! `fsck_dirty_after_repair`, `handed_twice`. Counted per metadata kind.
@@ -99,11 +107,14 @@ pub struct KindCounts {
     pub fsck_dirty_after_repair: u64,
     /// Surviving files whose data changed once the repaired device was filled (must be 0).
     pub handed_twice: u64,
+    /// The most inodes not hit that one damage sent to /lost+found after the repair (a
+    /// maximum, not a sum): what one damaged block costs at most.
+    pub most_lost_found: u64,
 }
 
 impl KindCounts {
-    /// The counts as (name, value), in the order above.
-    fn fields(&self) -> [(&'static str, u64); 16] {
+    /// The counts as (name, value), in the order above (the sums, then the maximum).
+    fn fields(&self) -> [(&'static str, u64); 17] {
         [
             ("damages", self.damages),
             ("unchanged", self.unchanged),
@@ -121,6 +132,7 @@ impl KindCounts {
             ("recovered_renamed", self.recovered_renamed),
             ("fsck_dirty_after_repair", self.fsck_dirty_after_repair),
             ("handed_twice", self.handed_twice),
+            ("most_lost_found", self.most_lost_found),
         ]
     }
 
@@ -143,9 +155,11 @@ impl KindCounts {
             &mut self.fsck_dirty_after_repair,
             &mut self.handed_twice,
         ];
+        // The sums (every field but the last, the maximum).
         for (mine, (_, theirs)) in all.iter_mut().zip(o.fields()) {
             **mine += theirs;
         }
+        self.most_lost_found = self.most_lost_found.max(o.most_lost_found);
     }
 
     /// The counts that must be zero, summed.
@@ -252,8 +266,13 @@ impl FsDamageOutcome {
         what: &str,
         unreached_lost: bool,
     ) -> (u64, u64, u64, u64) {
-        let unreached = s.unreached.iter().filter(|_| unreached_lost);
-        for why in s.lost.iter().chain(unreached).chain(&s.handed_twice) {
+        // A listing that failed is why its names were not reached: said with them.
+        let listings = s.failed_listings.iter().map(|l| format!("listing {l}"));
+        let unreached = (listings.chain(s.unreached.iter().cloned())).filter(|_| unreached_lost);
+        for why in s.lost.iter().cloned().chain(unreached) {
+            self.fail(format!("{tag}: {what}: {why}"));
+        }
+        for why in &s.handed_twice {
             self.fail(format!("{tag}: {what}: {why}"));
         }
         let lost = s.lost.len() + if unreached_lost { s.unreached.len() } else { 0 };
@@ -439,6 +458,7 @@ fn count_repair(
     let (lost, found, renamed, twice) = out.served(&r.served, tag, "mount after repair", true);
     c.intact_lost = lost;
     c.recovered_lost_found = found;
+    c.most_lost_found = found;
     c.recovered_renamed = renamed;
     c.handed_twice = twice;
 }

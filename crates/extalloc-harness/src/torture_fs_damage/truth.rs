@@ -10,7 +10,7 @@
 //! every inode changed after the last checkpoint. Lock order: none.
 
 use super::image::{Built, Model, Named, BLOCK};
-use super::types::{opts, MetaKind};
+use super::types::{opts, runs_in, MetaKind};
 use crate::corrupt::image_device;
 use anyhow::{bail, Context, Result};
 use extalloc::disk::device::{Device, OverlayDevice};
@@ -132,46 +132,86 @@ pub(super) fn take(built: &Built) -> Result<Truth> {
     Ok(truth)
 }
 
-/// Every path the mounted file system serves, with its inode, kind and bytes.
+/// Every path the mounted file system serves, with its inode, kind and bytes; fails at
+/// the first directory it cannot list.
 pub(super) fn read_all(fs: &Fs) -> Result<Model, Errno> {
+    let walked = walk(fs);
+    if let Some((_, e)) = walked.failed.first() {
+        return Err(*e);
+    }
     let mut out = Model::new();
-    for (path, (ino, kind)) in walk(fs)? {
+    for (path, (ino, kind)) in walked.served {
         let bytes = bytes_of(fs, ino, kind)?;
         out.insert(path, Named { ino, kind, bytes });
     }
     Ok(out)
 }
 
-/// Every path the mounted file system serves (`/` the root), with its inode and kind;
-/// fails at the first directory it cannot list.
-pub(super) fn walk(fs: &Fs) -> Result<BTreeMap<String, (u64, Kind)>, Errno> {
-    let mut out = BTreeMap::from([("/".to_string(), (ROOT, Kind::Dir))]);
+/// What a walk of the tree found.
+pub(super) struct Walked {
+    /// Every path served (`/` the root), with its inode and kind.
+    pub(super) served: BTreeMap<String, (u64, Kind)>,
+    /// The directories whose listing failed (what they held up to then is served).
+    pub(super) failed: Vec<(String, Errno)>,
+}
+
+/// Every path the mounted file system serves, each directory listed as the kernel lists
+/// one (`readdirplus` calls from the position the last one ended at, until one gives
+/// nothing); a directory whose listing fails is noted and the walk goes on.
+pub(super) fn walk(fs: &Fs) -> Walked {
+    let mut out = Walked {
+        served: BTreeMap::from([("/".to_string(), (ROOT, Kind::Dir))]),
+        failed: Vec::new(),
+    };
     let mut todo = vec![(String::new(), ROOT)];
     // A directory listed once, whatever damage made of the tree.
     let mut seen = std::collections::BTreeSet::from([ROOT]);
     while let Some((dir, ino)) = todo.pop() {
-        let fh = fs.opendir(ino)?;
-        let mut entries = Vec::new();
-        // With attributes, as the kernel lists: a directory the mount has not read yet
-        // comes back through its name (a plain listing may not know its kind).
-        let listed = fs.readdirplus(fh, 0, |name, a, _| {
+        let (entries, failed) = list(fs, ino);
+        if let Some(e) = failed {
+            let path = if dir.is_empty() { "/" } else { &dir };
+            out.failed.push((path.to_string(), e));
+        }
+        for (name, ino, kind) in entries {
+            let path = format!("{dir}/{name}");
+            if kind == Kind::Dir && seen.insert(ino) {
+                todo.push((path.clone(), ino));
+            }
+            out.served.insert(path, (ino, kind));
+        }
+    }
+    out
+}
+
+/// Directory `ino`'s entries but the dots (name, inode, kind), listed with attributes as
+/// the kernel lists (a directory the mount has not read yet comes back through its name),
+/// and the error that ended the listing, if one did.
+fn list(fs: &Fs, ino: u64) -> (Vec<(String, u64, Kind)>, Option<Errno>) {
+    let fh = match fs.opendir(ino) {
+        Ok(fh) => fh,
+        Err(e) => return (Vec::new(), Some(e)),
+    };
+    let (mut entries, mut at, mut failed) = (Vec::new(), 0, None);
+    loop {
+        let mut given = 0;
+        let listed = fs.readdirplus(fh, at, |name, a, next| {
+            given += 1;
+            at = next;
             if name != b"." && name != b".." {
                 let name = String::from_utf8_lossy(name).into_owned();
                 entries.push((name, a.ino, a.inode.kind));
             }
             false
         });
-        fs.releasedir(fh);
-        listed?;
-        for (name, ino, kind) in entries {
-            let path = format!("{dir}/{name}");
-            if kind == Kind::Dir && seen.insert(ino) {
-                todo.push((path.clone(), ino));
-            }
-            out.insert(path, (ino, kind));
+        if let Err(e) = listed {
+            failed = Some(e);
+        }
+        if given == 0 || failed.is_some() {
+            break;
         }
     }
-    Ok(out)
+    fs.releasedir(fh);
+    (entries, failed)
 }
 
 /// A file's data or a link's target (nothing for other kinds).
@@ -289,6 +329,10 @@ fn data_places(truth: &mut Truth, vol: &Volume) -> Result<()> {
         let map = vol
             .extents(id)
             .with_context(|| format!("file {id}'s map"))?;
+        let runs = match kind {
+            Some(Kind::Dir) => runs_in(vol, id)?,
+            _ => Vec::new(),
+        };
         // Longer than the inline extents: the map lives in a map segment.
         truth.long_maps += u64::from(map.len() > 4);
         for e in map {
@@ -301,8 +345,18 @@ fn data_places(truth: &mut Truth, vol: &Volume) -> Result<()> {
                 Some(Kind::Symlink) => MetaKind::SymlinkTargets,
                 _ => continue,
             };
-            if live > 0 {
-                truth.places.entry(meta).or_default().push(at..at + live);
+            // A directory's blocks in a run are the run's kind, the others its log's.
+            let from = e.logical * BLOCK;
+            let mut cut = Vec::from([from, from + live]);
+            cut.extend(runs.iter().flat_map(|r| [r.start, r.end]));
+            cut.retain(|&b| b >= from && b <= from + live);
+            cut.sort_unstable();
+            cut.dedup();
+            for piece in cut.windows(2) {
+                let in_run = runs.iter().any(|r| r.contains(&piece[0]));
+                let meta = if in_run { MetaKind::DirRuns } else { meta };
+                let (a, b) = (at + piece[0] - from, at + piece[1] - from);
+                truth.places.entry(meta).or_default().push(a..b);
             }
         }
         truth.own.insert(id, own);
