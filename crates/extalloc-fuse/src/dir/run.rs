@@ -34,6 +34,7 @@
 use super::record::{Added, NAME_MAX, RECORD_OVERHEAD, RUN};
 use crate::inode::Kind;
 use siphasher::sip::SipHasher13;
+use std::collections::BTreeMap;
 use std::hash::Hasher;
 
 /// Bytes of a run's header and of each of its chunks.
@@ -413,8 +414,9 @@ pub struct Salvaged {
 /// The entries of a run's entry chunks that check in `stretch`, bytes a log's parse steps
 /// over (`dir/mod.rs`): where a run's header is damaged, its chunks still name their run
 /// and check on their own. From the first entry chunk that checks, each [`CHUNK`] bytes
-/// on: a chunk of that run's tag whose crc, head and entries (each well formed, ascending
-/// within it) check gives its entries. Their hashes cannot be checked (the key is the
+/// on: a chunk whose crc, head and entries (each well formed, ascending within it) check
+/// gives its entries, if it names the run most of them name (a stray chunk of another
+/// run, a stale block, gives none). Their hashes cannot be checked (the key is the
 /// header's) nor their count (the header's too): a crc over each chunk is what vouches
 /// for them, as for every chunk a lookup reads alone.
 pub fn salvage(stretch: &[u8]) -> Salvaged {
@@ -425,19 +427,27 @@ pub fn salvage(stretch: &[u8]) -> Salvaged {
         Some((c[4..8].to_vec(), entries))
     };
     let mut out = Salvaged::default();
-    let Some(first) = (0..stretch.len().saturating_sub(CHUNK - 1)).find(|&q| chunk_at(q).is_some())
-    else {
+    let last = stretch.len().saturating_sub(CHUNK - 1);
+    let Some(first) = (0..last).find(|&q| chunk_at(q).is_some()) else {
         return out;
     };
-    let tag = stretch[first + 4..first + 8].to_vec();
-    for q in (first..stretch.len()).step_by(CHUNK) {
-        if let Some((t, entries)) = chunk_at(q).filter(|(t, _)| *t == tag) {
-            debug_assert_eq!(t, tag, "one run's chunks");
-            out.chunks += 1;
-            (out.entries).extend(entries.into_iter().map(|(_, n, a)| (n.to_vec(), a)));
-        }
+    let found: Vec<_> = (first..stretch.len())
+        .step_by(CHUNK)
+        .filter_map(chunk_at)
+        .collect();
+    let mut runs: BTreeMap<&[u8], usize> = BTreeMap::new();
+    for (tag, _) in &found {
+        *runs.entry(tag.as_slice()).or_default() += 1;
     }
-    debug_assert!(out.chunks > 0, "the first chunk checked");
+    let (tag, _) = (runs.into_iter())
+        .max_by_key(|&(_, n)| n)
+        .expect("the first chunk checked");
+    let tag = tag.to_vec();
+    for (_, entries) in found.iter().filter(|(t, _)| *t == tag) {
+        out.chunks += 1;
+        (out.entries).extend(entries.iter().map(|&(_, n, a)| (n.to_vec(), a)));
+    }
+    debug_assert!(out.chunks > 0, "the most named run has a chunk");
     out
 }
 

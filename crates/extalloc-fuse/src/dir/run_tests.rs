@@ -224,6 +224,17 @@ fn a_run_whose_header_is_damaged_gives_its_chunks() {
         );
         assert_eq!(d.entries, want, "{what}");
     }
+    // A stray chunk of another run (a stale block) where the header was: not taken.
+    let strays: BTreeMap<Vec<u8>, Added> = (0..50u64)
+        .map(|i| (format!("stray{i}").into_bytes(), (9000 + i, None)))
+        .collect();
+    let other = build(
+        strays.iter().map(|(n, &a)| (n.as_slice(), a)),
+        Key(*b"fedcba9876543210"),
+    );
+    let mut stray = run.clone();
+    stray[..CHUNK].copy_from_slice(&other[CHUNK..2 * CHUNK]);
+    assert_eq!(logged(&stray).entries, want, "a stray chunk");
     let mut both = zeroed.clone();
     both[2 * CHUNK + 100] ^= 0x10; // entry chunk 1 too
     let d = logged(&both);
