@@ -191,6 +191,30 @@ fn a_listing_that_removes_what_it_lists_empties_the_directory_through_its_view()
     assert_clean(&dev);
 }
 
+/// A walk that lists the directory and then removes its names in an order of its own
+/// (`find -delete`: by inode; here by name, unrelated to the hashes) reads a chunk for
+/// each name, past the view's cap, but under its open listing the directory stays out of
+/// memory; once the listing is closed, lookups count towards the cap again.
+#[test]
+fn removals_under_an_open_listing_keep_the_directory_out_of_memory() {
+    let dev = device(403);
+    let (fs, d) = viewed(&dev);
+    let fh = fs.opendir(d).unwrap();
+    let listed = once_each(&fs, fh, 100);
+    assert_eq!(listed.len(), KEPT + 1, "the kept and after");
+    for i in 0..KEPT / 2 {
+        fs.unlink(d, keep(i).as_bytes()).unwrap();
+        assert_eq!(shelved_viewed(&fs, d), (true, true), "never read whole");
+    }
+    fs.releasedir(fh);
+    for i in (KEPT / 2..KEPT).chain(KEPT / 2..KEPT) {
+        assert!(fs.lookup(d, keep(i).as_bytes()).is_ok());
+    }
+    assert_eq!(shelved_viewed(&fs, d), (false, false), "read whole: looked up often");
+    fs.unmount().unwrap();
+    assert_clean(&dev);
+}
+
 /// Names made and removed in the middle of a listing: every name present throughout is
 /// listed once, a name removed before the listing reaches it is not listed, and the
 /// listing goes on the same way once the directory is read whole under it (a view

@@ -67,7 +67,16 @@ impl Fs {
         let found = match v.tail.state(name) {
             Some(state) => state,
             None => {
-                let mut read = runview::cached_read(vol, parent, &mut v.chunks_read, &mut v.last);
+                // While a listing by hash of the directory is open (`listed`), its caller
+                // walks the entries (`rm -rf`, `find -delete`: each name looked up about
+                // once, in an order of its own), which is no reason to read it whole: its
+                // reads are not counted, as the listing's own are not.
+                let mut walked = 0;
+                let counted = match v.listed.is_some() {
+                    true => &mut walked,
+                    false => &mut v.chunks_read,
+                };
+                let mut read = runview::cached_read(vol, parent, counted, &mut v.last);
                 match v.index.lookup(&mut read, name) {
                     Ok(found) => found,
                     Err(why) => {

@@ -129,12 +129,13 @@ impl Tail {
 }
 
 /// Entry chunks a view reads, per chunk of its run, before the next call reads the log
-/// whole: a chunk read through the view costs about 16 µs more than a lookup in entries
-/// held whole, and the whole read of a run about as much as 7 to 8 reads of each of its
-/// chunks (200,000 entries: 0.14 s against 1,300 chunks; docs/results.md), so a
-/// directory used often pays at most about twice the cheaper of the two, and stays out
-/// of memory until then.
-pub(crate) const READS_PER_CHUNK: u64 = 8;
+/// whole: a lookup through the view costs about 3-4 µs more than one in entries held
+/// whole (a chunk read from the volume), and the whole read of a run about as much as 30
+/// to 60 reads of each of its chunks (200,000 entries: 150-210 ms against 1,334 chunks;
+/// `examples/view-lookup-cost.rs`, docs/results.md), so a directory used often pays at
+/// most about twice the cheaper of the two, and stays out of memory until then. Reads
+/// while a listing by hash of the directory is open do not count (`runlookup.rs`).
+pub(crate) const READS_PER_CHUNK: u64 = 32;
 
 /// A shelved directory's run index and the changes after its run (see the module
 /// documentation).
