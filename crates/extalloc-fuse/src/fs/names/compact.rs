@@ -84,7 +84,26 @@ impl Fs {
         assert_eq!(d.entries.listers(), 0, "a viewed directory has no listing");
         d.entries.shelve();
         d.view = Some(view);
+        self.keep_listed(dir, d);
         debug_assert!(d.shelved(), "shelved with a view");
+    }
+
+    /// Makes the new view's adds in order (`RunView::listed`) where a listing by hash of
+    /// directory `dir` (`d`) is open, as the view it replaces had them or its next batch
+    /// would: lookups under the listing go uncounted (`runlookup.rs`) from the first call
+    /// after a compaction. Takes `dir_handles` (after `ns`, which the caller holds).
+    fn keep_listed(&self, dir: u64, d: &mut DirState) {
+        let Some(v) = d.view.as_deref_mut() else {
+            return;
+        };
+        let handles = self.dir_handles.lock();
+        let open = handles
+            .values()
+            .any(|h| h.ino == dir && h.by_hash.is_some());
+        if open {
+            v.listed_adds();
+        }
+        debug_assert!(!open || v.listed.is_some(), "the adds in order made");
     }
 
     /// A view of the run directory `dir` (`d`) just wrote (read back from the volume's
@@ -195,6 +214,7 @@ impl Fs {
         debug_assert!(log.len() as u64 <= bound, "the merged run's length");
         self.replace_log(dir, d, &log, true)?;
         d.view = self.view_of_new_run(dir, d, count);
+        self.keep_listed(dir, d);
         debug_assert!(d.shelved(), "a merge reads no entry");
         Ok(true)
     }
