@@ -9,6 +9,8 @@
 //! blocks, 8 GiB); the second, a fresh process as a daemon after a remount would be (the
 //! daemon's malloc threshold given through the environment), mounts it and walks it,
 //! printing its resident memory after the mount and after each batch on stderr.
+//! `FILE_CACHE` sets the volume's file cache (files) and the node cache (an eighth), as
+//! the daemon's `--file-cache` does.
 use extalloc::disk::device::{Device, FileDevice};
 use extalloc::volume::Volume;
 use extalloc::writeback::WritebackOptions;
@@ -62,6 +64,10 @@ fn walk(img: &std::path::Path) {
     let dev: Arc<dyn Device> = Arc::new(FileDevice::open(img).unwrap());
     let vol = Volume::open(dev, Policy::default()).unwrap();
     let (fs, _) = Fs::mount(vol, WritebackOptions::default()).unwrap();
+    // As the daemon sets them (`mount.rs`), from `FILE_CACHE` (files; default 262,144).
+    let files = std::env::var("FILE_CACHE").map_or(262_144, |v| v.parse().expect("a count"));
+    fs.volume().volume().set_file_cache(files);
+    fs.set_node_cache(files / 8);
     eprintln!("after mount {}", rss());
     let d = fs.lookup(ROOT, b"d").unwrap().ino;
     let fh = fs.opendir(d).unwrap();
