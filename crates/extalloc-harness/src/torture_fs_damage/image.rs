@@ -137,27 +137,7 @@ pub(super) fn build(seed: u64, mid_checkpoint: bool, rng: &mut StdRng) -> Result
         fs.unmount().map_err(anyhow::Error::msg)?;
     } else {
         drop(fs);
-        dev.crash(if mid_checkpoint {
-            Crash::Random {
-                keep: 0.5,
-                tear: keep,
-            }
-        } else {
-            Crash::DropAll
-        })?;
-        // Half the other crashed images as a build before the store's promise leaves
-        // them (`INCOMPAT_CRASH_PENDING` off): their mount counts the namespace after the
-        // crash, meets the damage and reads it all (the rescue into /lost+found). The
-        // rest mount as a crash the promise covers: the root only, the damage met where
-        // a call reads it. (Not the images cut mid-checkpoint: their superblocks are
-        // the crash's.)
-        if before_promise {
-            let mut sb = format::read_superblock(dev.as_ref())?;
-            sb.incompat &= !format::INCOMPAT_CRASH_PENDING;
-            sb.generation += 1;
-            format::write_superblock(dev.as_ref(), &sb)?;
-            dev.flush()?;
-        }
+        crash(dev.as_ref(), mid_checkpoint, keep, before_promise)?;
     }
     Ok(Built {
         bytes: snapshot(dev.as_ref())?,
@@ -168,6 +148,41 @@ pub(super) fn build(seed: u64, mid_checkpoint: bool, rng: &mut StdRng) -> Result
         clean_close,
         journal_touched,
     })
+}
+
+/// The power loss that ends an image not unmounted cleanly: the unflushed writes torn
+/// (`keep`) or kept at random where a checkpoint was cut short, else all dropped; with
+/// `before_promise`, the superblock then left as a build before the store's promise
+/// leaves it (`INCOMPAT_CRASH_PENDING` off): its mount counts the namespace after the
+/// crash, meets the damage and reads it all (the rescue into /lost+found). The rest mount
+/// as a crash the promise covers: the root only, the damage met where a call reads it.
+/// (Not the images cut mid-checkpoint: their superblocks are the crash's.)
+fn crash(
+    dev: &FaultDevice<MemDevice>,
+    mid_checkpoint: bool,
+    keep: bool,
+    before_promise: bool,
+) -> Result<()> {
+    debug_assert!(
+        !(mid_checkpoint && before_promise),
+        "a cut checkpoint's superblock"
+    );
+    dev.crash(if mid_checkpoint {
+        Crash::Random {
+            keep: 0.5,
+            tear: keep,
+        }
+    } else {
+        Crash::DropAll
+    })?;
+    if before_promise {
+        let mut sb = format::read_superblock(dev)?;
+        sb.incompat &= !format::INCOMPAT_CRASH_PENDING;
+        sb.generation += 1;
+        format::write_superblock(dev, &sb)?;
+        dev.flush()?;
+    }
+    Ok(())
 }
 
 /// The inodes whose names or bytes differ between two models.
