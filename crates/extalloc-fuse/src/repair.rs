@@ -283,6 +283,20 @@ pub fn salvage_lines(s: &Salvage) -> Vec<String> {
              records after it lost"
         ));
     }
+    if let Some(scan) = &s.tree_scan {
+        for (block, why) in &scan.nodes_lost {
+            out.push(format!("file tree: node at block {block} lost ({why})"));
+        }
+        out.push(format!(
+            "file tree: {} blocks scanned for its leaves; {} found held and {} in free blocks, \
+             giving back {} entries ({} from free blocks: their bytes may be older)",
+            scan.blocks_read,
+            scan.leaves_found,
+            scan.freed_leaves_found,
+            scan.entries,
+            scan.entries_freed
+        ));
+    }
     if s.damaged_entries > 0 {
         out.push(format!(
             "file table: {} damaged entries; {} files kept, {} lost",

@@ -259,6 +259,50 @@ fn a_damaged_table_entry_costs_at_most_its_file() {
     );
 }
 
+/// The volume's file tree loses its root (an internal node, zeroed: no magic left to say
+/// what it was): mount refuses; the repair scans the device for the tree's leaves, and
+/// every file comes back whole under its name (before the scan, the repair refused such a
+/// volume: no file left holding an inode).
+#[test]
+fn a_zeroed_file_tree_root_costs_no_file() {
+    let dev = device(46);
+    let fs = fresh(&dev);
+    let mut files = Vec::new();
+    for i in 0..200u64 {
+        let data: Vec<u8> = (0..5000).map(|b| (b as u64 * (i + 7)) as u8).collect();
+        let name = format!("f{i:03}");
+        put(&fs, ROOT, &name, &data);
+        files.push((name, data));
+    }
+    fs.unmount().unwrap();
+    // The root: the internal node of the newest checkpoint (the highest level of it).
+    let mut root = None;
+    let mut node = vec![0u8; BS as usize];
+    for b in 0..dev.size() / BS {
+        dev.read_at(&mut node, b * BS).unwrap();
+        let generation = u64::from_le_bytes(node[16..24].try_into().unwrap());
+        if &node[..4] == b"XVBN"
+            && node[4] > 0
+            && root.is_none_or(|(g, l, _)| (generation, node[4]) > (g, l))
+        {
+            root = Some((generation, node[4], b));
+        }
+    }
+    let (_, _, block) = root.expect("a tree of two levels at least");
+    dev.write_at(&vec![0u8; BS as usize], block * BS).unwrap();
+    let e = Volume::open(dev.clone(), Policy::default()).err().unwrap();
+    assert!(e.to_string().contains("fsck --repair"), "{e}");
+    let r = repair(dev.clone(), Policy::default()).unwrap();
+    let scan = r.salvage.tree_scan.clone().expect("a scan");
+    assert_eq!(
+        scan.nodes_lost.first().map(|n| n.0),
+        Some(block),
+        "{scan:?}"
+    );
+    assert!(scan.entries >= 200, "{scan:?}");
+    assert_repaired(&dev, &files);
+}
+
 /// The root directory's volume file gone (as when its table entry is lost): mount refuses,
 /// and the repair makes an empty root again and links everything it named into
 /// /lost+found, with the data.

@@ -17,6 +17,7 @@ use super::area::{self, Area};
 use super::file::{apply, maps_of, ReplayFile, VFile};
 use super::maps::{adopt_entries, read_map};
 use super::node::{node_blocks, node_bytes};
+use super::nodescan::Lost;
 use super::record::{decode_payload, Change, SideRef};
 use super::root::{Root, TreeRoot};
 use super::state::Segs;
@@ -314,6 +315,8 @@ pub(super) struct Read {
     /// The retired chain's index blocks (of `own`).
     pub chain: Vec<u64>,
     pub tree: Option<Tree>,
+    /// The key ranges of the internal nodes the tree's walk lost (for the salvage's scan).
+    pub lost: Vec<Lost>,
 }
 
 /// Reads the table the root names. A version 4 root's tree is whole when every node
@@ -337,12 +340,24 @@ pub(super) fn read_table(store: &Store, dev: &dyn Device, root: &Root) -> Result
             .iter()
             .map(|n| Extent::new(n.block, nb))
             .collect();
+        let lost = tt
+            .walked
+            .lost
+            .iter()
+            .map(|n| Lost {
+                keys: n.keys,
+                generation: n.at.generation,
+                block: n.at.block,
+                why: n.why.clone(),
+            })
+            .collect();
         return Ok(Read {
             table,
             own: tt.own(nb),
             nodes,
             chain: tt.chain.index.clone(),
             tree: tt.take_tree(),
+            lost,
         });
     }
     let areas = areas_of(store, dev, root);
@@ -379,6 +394,7 @@ pub(super) fn read_table(store: &Store, dev: &dyn Device, root: &Root) -> Result
         nodes: Vec::new(),
         chain: Vec::new(),
         tree: None,
+        lost: Vec::new(),
     })
 }
 

@@ -96,6 +96,7 @@ mod maps;
 #[cfg(test)]
 mod maps_tests;
 mod node;
+mod nodescan;
 mod page;
 #[cfg(test)]
 mod page_tests;
@@ -142,7 +143,7 @@ pub use io::{MAX_ATTR_BYTES, MAX_FILE_BYTES};
 pub use page::ListPage;
 pub use path::DEFAULT_BLOCK_SIZE;
 pub use read::Advised;
-pub use salvage::{ClearedMap, FilePlace, LostEntry, Salvage};
+pub use salvage::{ClearedMap, FilePlace, LostEntry, Salvage, TreeScan};
 pub use share::Privilege;
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use state::CHUNK_BLOCKS;

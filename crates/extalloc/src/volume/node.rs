@@ -168,6 +168,21 @@ pub(super) fn decode(b: &[u8], at: NodeRef) -> Result<Decoded> {
     })
 }
 
+/// The node `b` holds if it is whole where it was read, at `block`: its magic, the block it
+/// names and its crc check (its generation is what its header says). For the salvage's
+/// scan of the device (`nodescan.rs`), which has no parent to name it; `None` for any
+/// other bytes.
+pub(super) fn whole_at(b: &[u8], block: u64) -> Option<(NodeRef, Decoded)> {
+    if b.len() < HEADER_BYTES || &b[..4] != NODE_MAGIC || get_u64(b, 24) != block {
+        return None;
+    }
+    let at = NodeRef {
+        block,
+        generation: get_u64(b, 16),
+    };
+    decode(b, at).ok().map(|d| (at, d))
+}
+
 /// True if `b` is a whole node (magic and crc check) written for another place or by
 /// another checkpoint than `at` says: a stale block (older contents where a node now
 /// lies) or one written to the wrong place, whose every entry is suspect.
@@ -178,6 +193,11 @@ pub(super) fn is_stale(b: &[u8], at: NodeRef) -> bool {
     let own = get_u64(b, 24);
     let whole = get_u32(b, 32) == crc_of(own, b);
     whole && (own != at.block || get_u64(b, 16) != at.generation)
+}
+
+/// True if `b` starts with a node's magic (whole or not).
+pub(super) fn has_magic(b: &[u8]) -> bool {
+    b.len() >= HEADER_BYTES && &b[..4] == NODE_MAGIC
 }
 
 /// The payload bytes (up to its length field, within the node) of a node that failed its
@@ -275,6 +295,21 @@ mod tests {
             assert!(!is_stale(&bad, AT), "byte {i} flipped: damaged, not stale");
         }
         assert_eq!(leaf_payload_unchecked(&b)[..7], b"payload"[..]);
+    }
+
+    #[test]
+    fn a_node_found_where_it_lies_gives_its_generation() {
+        let b = encode(4096, 0, 2, b"payload", AT);
+        let (at, d) = whole_at(&b, AT.block).unwrap();
+        assert_eq!((at, d.level, &d.payload[..]), (AT, 0, &b"payload"[..]));
+        assert!(
+            whole_at(&b, AT.block + 1).is_none(),
+            "read at another block"
+        );
+        let mut bad = b.clone();
+        bad[100] ^= 1;
+        assert!(whole_at(&bad, AT.block).is_none(), "damaged");
+        assert!(whole_at(&[0u8; 4096], 0).is_none() && whole_at(&b[..10], 77).is_none());
     }
 
     #[test]

@@ -28,6 +28,7 @@ use super::load::{
     TableRead,
 };
 use super::maps::read_map;
+use super::nodescan::{self, Lost};
 use super::record::{Change, MapEntry};
 use super::root::Root;
 use super::state::Segs;
@@ -39,85 +40,13 @@ use crate::error::{Error, Result};
 use crate::files::LOGICAL_BLOCKS_MAX;
 use crate::geometry::Extent;
 use crate::store::Store;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::sync::Arc;
 
-/// What [`Volume::open_salvaging`] found damaged and what it made of it. A volume with no
-/// damage gives an empty one ([`Salvage::clean`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-pub struct Salvage {
-    /// The journal was damaged in the middle: the first record lost, and how many intact
-    /// records after it could not be replayed.
-    pub journal_loss: Option<(u64, u64)>,
-    /// Damaged file table entries (at least: a damaged stretch that lost its entries'
-    /// magics counts as one, unless the table's header counts more).
-    pub damaged_entries: u64,
-    /// Damaged entries kept: `(id it has now, id its entry named)`.
-    pub recovered: Vec<(u64, u64)>,
-    /// Damaged entries lost (their files are gone; their blocks stay allocated).
-    pub lost: Vec<LostEntry>,
-    /// Files whose map could not be read: kept with an empty map (they read as holes).
-    pub maps_cleared: Vec<ClearedMap>,
-    /// The table's crc did not match the root's (it was read frame by frame).
-    pub table_damaged: bool,
-    /// Journal changes that named a file not there (lost), skipped.
-    pub changes_skipped: u64,
-    /// The table's list of retired map segments was damaged: those segments leak.
-    pub retired_lost: bool,
-    /// Files the damaged table lost that the previous checkpoint's table (in the other
-    /// area) still held with a map that survived: taken from it, so their bytes may be
-    /// older than at the last checkpoint. Also listed in `recovered` once settled.
-    pub restored: Vec<u64>,
-    /// Map segments the table both named (in an entry, its map whole) and listed as
-    /// retired, a stale table block's doing: kept named, so that they are freed once, by
-    /// a later checkpoint, and not twice.
-    pub segments_unretired: u64,
-}
-
-/// A damaged table entry whose file could not be kept.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-pub struct LostEntry {
-    /// The entry's bytes on the device.
-    pub bytes: Range<u64>,
-    /// Its file's id, if its body decoded.
-    pub id: Option<u64>,
-    /// Why it was not kept.
-    pub why: String,
-}
-
-/// A file kept without its map.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-pub struct ClearedMap {
-    /// The file's id.
-    pub id: u64,
-    /// Why its map could not be read.
-    pub why: String,
-}
-
-/// Where a file's metadata lives on the device ([`Volume::places`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-pub struct FilePlace {
-    /// The file's id.
-    pub id: u64,
-    /// Device bytes of its entry in the active table as of the last checkpoint (empty if
-    /// the file is newer than that table).
-    pub table: Range<u64>,
-    /// Device bytes of its map in a map segment (none if the map is in the table, or the
-    /// file is newer than the table).
-    pub map: Option<Range<u64>>,
-}
-
-impl Salvage {
-    /// True if nothing was damaged.
-    pub fn clean(&self) -> bool {
-        *self == Salvage::default()
-    }
-}
+#[path = "salvage_report.rs"]
+mod report;
+pub use report::{ClearedMap, FilePlace, LostEntry, Salvage, TreeScan};
 
 impl Volume {
     /// Opens a damaged volume for repair: the store accepting a journal damaged in the
@@ -266,6 +195,71 @@ fn salvage_table(
     root: &Root,
     report: &mut Salvage,
 ) -> Result<Found> {
+    let (mut found, lost) = read_salvaging(store, dev, root, report)?;
+    scanned(store, dev, root, &lost, &mut found, report)?;
+    // Each intact entry has its place; a scan ran exactly when the walk lost nodes.
+    debug_assert_eq!(found.s.places.len(), found.s.table.files.len());
+    debug_assert_eq!(report.tree_scan.is_some(), !lost.is_empty());
+    Ok(found)
+}
+
+/// Gives back, from a scan of the device (`nodescan.rs`), the entries under the tree nodes
+/// the walk lost: each a damaged entry, kept only if its map survives as any other; the
+/// leaves they came from join what the table owns, so that no salvaged map claims them.
+fn scanned(
+    store: &Store,
+    dev: &dyn Device,
+    root: &Root,
+    lost: &[Lost],
+    found: &mut Found,
+    report: &mut Salvage,
+) -> Result<()> {
+    if lost.is_empty() {
+        return Ok(());
+    }
+    let read: BTreeSet<u64> = found.nodes.iter().map(|e| e.start).collect();
+    // A root taken as a damaged leaf may have given some keys already: they stay its.
+    let known: BTreeSet<u64> = (found.s.table.files.iter().map(|f| f.id))
+        .chain(
+            found
+                .s
+                .damaged
+                .iter()
+                .filter_map(|d| d.file.as_ref().map(|f| f.id)),
+        )
+        .collect();
+    let count = root.tree.as_ref().map_or(0, |t| t.count);
+    let missing = count.saturating_sub(known.len() as u64);
+    let sc = nodescan::scan(store, dev, lost, (&read, missing))?;
+    report.tree_scan = Some(TreeScan {
+        nodes_lost: lost.iter().map(|l| (l.block, l.why.clone())).collect(),
+        blocks_read: sc.blocks_read,
+        leaves_found: sc.leaves_found.0,
+        freed_leaves_found: sc.leaves_found.1,
+        entries: sc.entries.len() as u64,
+        entries_freed: sc.entries_freed,
+    });
+    found.own.extend(sc.leaves);
+    let fresh = sc
+        .entries
+        .into_iter()
+        .filter(|d| d.file.as_ref().is_some_and(|f| !known.contains(&f.id)));
+    found.s.damaged.extend(fresh);
+    let seen = (found.s.table.files.len() + found.s.damaged.len()) as u64;
+    found.s.uncounted = count.saturating_sub(seen);
+    // Only a tree's walk loses nodes; what the scan gave back is damaged, never intact.
+    debug_assert!(root.tree.is_some() && report.table_damaged);
+    Ok(())
+}
+
+/// [`salvage_table`]'s read: the table and the key ranges of the tree nodes it lost (the
+/// whole range when the root did not read as a node).
+fn read_salvaging(
+    store: &Store,
+    dev: &dyn Device,
+    root: &Root,
+    report: &mut Salvage,
+) -> Result<(Found, Vec<Lost>)> {
     match read_table(store, dev, root) {
         Ok(read) => {
             let s = match read.table {
@@ -286,17 +280,18 @@ fn salvage_table(
                     || (!read.nodes.is_empty()
                         && read.own.len() == read.nodes.len() + read.chain.len())
             );
-            Ok(Found {
+            let found = Found {
                 s,
                 own: read.own,
                 nodes: read.nodes,
                 chain: read.chain,
                 tree: read.tree.is_some(),
-            })
+            };
+            Ok((found, read.lost))
         }
-        Err(Error::Corrupt { .. }) => {
+        Err(e @ Error::Corrupt { .. }) => {
             report.table_damaged = true;
-            Ok(Found {
+            let found = Found {
                 s: Salvaged {
                     header_lost: true,
                     ..Salvaged::default()
@@ -305,7 +300,15 @@ fn salvage_table(
                 nodes: Vec::new(),
                 chain: Vec::new(),
                 tree: false,
-            })
+            };
+            // A tree whose root does not read as a node lost every key under it.
+            let lost = root.tree.as_ref().map(|t| Lost {
+                keys: (0, None),
+                generation: t.root.generation,
+                block: t.root.block,
+                why: format!("the root: {e}"),
+            });
+            Ok((found, lost.into_iter().collect()))
         }
         Err(e) => Err(e),
     }

@@ -8,12 +8,12 @@ use crate::geometry::Extent;
 use std::collections::BTreeMap;
 use std::ops::Range;
 
-const BS: u64 = 4096;
+pub(super) const BS: u64 = 4096;
 
 /// A file's attribute, size and bytes.
-type Model = BTreeMap<u64, (Vec<u8>, u64, Vec<u8>)>;
+pub(super) type Model = BTreeMap<u64, (Vec<u8>, u64, Vec<u8>)>;
 
-fn bytes_of(id: u64, len: usize) -> Vec<u8> {
+pub(super) fn bytes_of(id: u64, len: usize) -> Vec<u8> {
     (0..len)
         .map(|i| (id as usize * 7 + i * 13) as u8 | 1)
         .collect()
@@ -21,7 +21,7 @@ fn bytes_of(id: u64, len: usize) -> Vec<u8> {
 
 /// ~50 files, every fifth with a long map (written every other block: a map segment),
 /// checkpointed and closed. Returns the device and what each file holds.
-fn build() -> (Arc<MemDevice>, Model) {
+pub(super) fn build() -> (Arc<MemDevice>, Model) {
     let dev = Arc::new(MemDevice::new(8192 * BS));
     let geometry = Geometry::new(4096, 1024, 8192).unwrap();
     let vol = Volume::mkfs(dev.clone(), &geometry, 64, Policy::default()).unwrap();
@@ -62,14 +62,14 @@ fn places(dev: &Arc<MemDevice>) -> Vec<FilePlace> {
     p
 }
 
-fn poke(dev: &MemDevice, at: u64, f: impl Fn(u8) -> u8) {
+pub(super) fn poke(dev: &MemDevice, at: u64, f: impl Fn(u8) -> u8) {
     let mut b = [0u8];
     dev.read_at(&mut b, at).unwrap();
     dev.write_at(&[f(b[0])], at).unwrap();
 }
 
 /// Every file of `model` but `except` reads as it was.
-fn assert_intact(vol: &Volume, model: &Model, except: &[u64]) {
+pub(super) fn assert_intact(vol: &Volume, model: &Model, except: &[u64]) {
     for (&id, (attr, size, data)) in model {
         if except.contains(&id) {
             continue;
@@ -81,7 +81,7 @@ fn assert_intact(vol: &Volume, model: &Model, except: &[u64]) {
 }
 
 /// Checkpoints and closes the salvaged volume; a plain open then works.
-fn settle(dev: &Arc<MemDevice>, vol: Volume) -> Volume {
+pub(super) fn settle(dev: &Arc<MemDevice>, vol: Volume) -> Volume {
     vol.checkpoint().unwrap();
     vol.close().unwrap();
     Volume::open(dev.clone(), Policy::default()).unwrap()
@@ -334,49 +334,6 @@ fn random_damage_is_salvaged_and_never_amplified() {
             "round {round}: {c:?} {report:?}"
         );
     }
-}
-
-/// The tree's root wholly zeroed after a second checkpoint: every entry is lost, and the
-/// files the previous checkpoint's tree held with maps that survived come back from it; a
-/// file made after that checkpoint is lost, and one the journal unlinks after it stays
-/// unlinked.
-#[test]
-fn a_wholly_lost_table_restores_files_from_the_previous_one() {
-    let (dev, model) = build();
-    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
-    let empty = vol.create(b"empty, in the previous table").unwrap();
-    vol.close().unwrap();
-    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
-    let newer = vol.create(b"made after the previous checkpoint").unwrap();
-    vol.write(newer, 0, &bytes_of(newer, 9000)).unwrap();
-    vol.close().unwrap();
-    // The empty file unlinked after the last checkpoint (the journal holds the unlink; no
-    // block of it to free): restored from the previous table, then the replayed unlink
-    // removes it again.
-    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
-    let root = volume_root(vol.store()).unwrap();
-    let tree = root.tree.unwrap();
-    assert!(tree.previous.is_some());
-    vol.unlink(empty).unwrap();
-    vol.sync().unwrap();
-    drop(vol);
-
-    dev.write_at(&[0u8; BS as usize], tree.root.block * BS)
-        .unwrap();
-    let (vol, report) = Volume::open_salvaging(dev.clone(), Policy::default()).unwrap();
-    let mut restored = report.restored.clone();
-    restored.sort_unstable();
-    let before: Vec<u64> = model.keys().copied().collect();
-    assert_eq!(restored, before, "{report:?}");
-    assert!(
-        vol.size(newer).is_err(),
-        "made after the previous table: lost"
-    );
-    assert_intact(&vol, &model, &[]);
-    let vol = settle(&dev, vol);
-    assert_intact(&vol, &model, &[]);
-    let c = vol.check().unwrap();
-    assert_eq!((c.mapped_free, c.mapped_twice), (0, 0), "{c:?}");
 }
 
 /// Checkpoints the volume as a version 3 root names a table (of version 2 if `v2`): one

@@ -6,7 +6,7 @@
 //! ([`walk_marked`]).
 //!
 //! Data structures: [`Walked`] (the leaves read in key order, each a [`WalkLeaf`]; the
-//! internal nodes lost; the tree, if whole). Invariant: levels fall by one from parent to
+//! internal nodes lost, each a [`LostNode`]; the tree, if whole). Invariant: levels fall by one from parent to
 //! child, so a walk ends whatever the bytes say; a leaf read has the marks of its entries
 //! (the slot's, whatever its parent said). Locks: none.
 
@@ -29,12 +29,24 @@ pub(super) struct WalkLeaf {
     pub stale: bool,
 }
 
+/// An internal node a walk could not read (or whose children did not check).
+#[derive(Debug, Clone)]
+pub(super) struct LostNode {
+    /// Where its parent names it, and the generation it names: no node under it is newer.
+    pub at: NodeRef,
+    /// The keys its parent routes to it: `lo ..` up to `hi` (exclusive; `None`: no end).
+    pub keys: (u64, Option<u64>),
+    /// Why it failed.
+    pub why: String,
+}
+
 /// What [`walk`] read of a durable tree.
 #[derive(Debug)]
 pub(super) struct Walked {
     pub leaves: Vec<WalkLeaf>,
-    /// Internal nodes that failed (read or check): the entries under them are lost.
-    pub lost: Vec<(NodeRef, String)>,
+    /// Internal nodes that failed (read or check): the entries under them are lost to the
+    /// walk (the salvage looks for their leaves on the device: `nodescan.rs`).
+    pub lost: Vec<LostNode>,
     /// Every node read whose check passed (a failed leaf's place too: it is the tree's).
     pub nodes: Vec<NodeRef>,
     /// The tree, to change by later checkpoints: only if every node checked.
@@ -162,7 +174,11 @@ fn walk_node(
     let children = match node::decode_children(&d, at.generation) {
         Ok(c) => c,
         Err(e) => {
-            w.lost.push((at, e.to_string()));
+            w.lost.push(LostNode {
+                at,
+                keys,
+                why: e.to_string(),
+            });
             return Ok(Slot::durable(first, at, 0, None));
         }
     };
@@ -209,6 +225,15 @@ fn walk_failed(
     if level.is_none() && !leaf {
         return Err(e);
     }
+    if leaf && level.is_none() && !raw.as_ref().is_ok_and(|b| node::has_magic(b)) {
+        // A root with no node's magic (zeroed, overwritten) may have been an internal node:
+        // its bytes are scanned as a leaf's, and every key is lost to the walk.
+        w.lost.push(LostNode {
+            at,
+            keys,
+            why: e.to_string(),
+        });
+    }
     if leaf {
         let stale = raw.as_ref().is_ok_and(|b| node::is_stale(b, at));
         let payload = raw.map(|b| node::leaf_payload_unchecked(&b).to_vec());
@@ -221,7 +246,11 @@ fn walk_failed(
         });
         w.nodes.push(at);
     } else {
-        w.lost.push((at, e.to_string()));
+        w.lost.push(LostNode {
+            at,
+            keys,
+            why: e.to_string(),
+        });
     }
     debug_assert!(w.leaves.last().is_some_and(|l| l.at == at) || !w.lost.is_empty());
     Ok(Slot::durable(first, at, 0, None))

@@ -1,0 +1,317 @@
+//! The salvage's scan of the device for the file tree's leaves ([`scan`]): when a walk
+//! loses an internal node (or the root itself) that does not check, the entries under it
+//! are not lost with it; the leaves that hold them still lie on the device, whole, each
+//! naming its own block and the checkpoint that wrote it (`node.rs`). As `btrfs rescue`
+//! and `xfs_repair` do, the scan reads every group that holds an allocated block (and, if
+//! that leaves keys of the root's count missing, the empty groups too), keeps each whole
+//! leaf no newer than the lost node, and gives back the entries of the lost key ranges
+//! from the newest copy of each.
+//!
+//! "Newest copy": leaves the allocator holds are taken first, newest checkpoint first; each
+//! claims the span from its least to its greatest key of a lost range, and a later leaf
+//! gives only keys no span before it holds. Leaves in free blocks (copies a checkpoint
+//! freed) come last, the same way: they answer a tree whose only leaf was lost after the
+//! checkpoint that freed its previous copy. A key removed since an older leaf was written
+//! stays removed where a newer leaf spans it; one at the edge of a leaf could come back
+//! from an older copy, so every entry given back is a damaged entry for the salvage: kept
+//! only if its map survived (every block allocated and claimed by nothing else:
+//! `salvage.rs`), and, named by no directory, it lands in `/lost+found`.
+//!
+//! Data structures: [`Lost`] (a key range lost, and the newest generation a node under it
+//! can have), [`Scanned`] (what the scan gives). Invariant: an entry given back lies in a
+//! lost range, comes from a whole leaf that the walk did not read, written no later than its
+//! range's lost node, and from a free leaf only if no held leaf spans it; no key is given
+//! back twice. Locks: none (the volume is not shared yet).
+
+use super::node::{self, NodeRef};
+use super::table::{salvage_table, table_header, Damaged, HEADER_BYTES};
+use crate::disk::device::Device;
+use crate::error::Result;
+use crate::geometry::Extent;
+use crate::store::Store;
+use std::collections::BTreeSet;
+use std::ops::Range;
+
+/// Blocks read at once.
+const CHUNK_BLOCKS: u64 = 256;
+
+/// A key range a walk lost with its node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Lost {
+    /// `lo ..` up to `hi` (exclusive; `None`: no end).
+    pub keys: (u64, Option<u64>),
+    /// The generation the lost node's parent (or the root) names: no node under it is newer.
+    pub generation: u64,
+    /// Where the node lies, and why it was lost.
+    pub block: u64,
+    pub why: String,
+}
+
+impl Lost {
+    fn holds(&self, key: u64, generation: u64) -> bool {
+        key >= self.keys.0 && self.keys.1.is_none_or(|hi| key < hi) && generation <= self.generation
+    }
+}
+
+/// What [`scan`] found.
+#[derive(Debug, Default)]
+pub(super) struct Scanned {
+    /// The entries given back (their bytes on the device), for the salvage's checks.
+    pub entries: Vec<Damaged>,
+    /// Of them, those from leaves in free blocks.
+    pub entries_freed: u64,
+    /// The leaves they came from.
+    pub leaves: Vec<Extent>,
+    /// Whole leaves found that the walk had not read: in blocks the allocator holds, and in
+    /// free blocks (older copies).
+    pub leaves_found: (u64, u64),
+    /// Blocks read.
+    pub blocks_read: u64,
+}
+
+/// A whole leaf found on the device.
+struct Found {
+    at: NodeRef,
+    payload: Vec<u8>,
+    /// The allocator holds its blocks.
+    held: bool,
+}
+
+/// Reads every group holding an allocated block (or held corrupt) for whole leaves that
+/// `read` (the nodes the walk read) does not name, and gives back the entries of the
+/// `lost` ranges (see the module documentation); if that gives fewer than `missing`, the
+/// groups with no block allocated too. Fails only on a read error.
+pub(super) fn scan(
+    store: &Store,
+    dev: &dyn Device,
+    lost: &[Lost],
+    (read, missing): (&BTreeSet<u64>, u64),
+) -> Result<Scanned> {
+    let mut out = Scanned::default();
+    if lost.is_empty() {
+        return Ok(out);
+    }
+    let newest = lost.iter().map(|l| l.generation).max().unwrap_or(0);
+    let mut found = Vec::new();
+    let g = store.geometry();
+    let bs = u64::from(g.block_size);
+    let corrupt = store.corrupt_groups();
+    let empty: Vec<bool> = (0..g.groups_count())
+        .map(|gr| store.group_free_blocks(gr) >= g.group_len(gr) && !corrupt.contains(&gr))
+        .collect();
+    for pass in [false, true] {
+        if pass && newest_copies(&found, lost, bs).0.len() as u64 >= missing {
+            break; // every key found without the empty groups
+        }
+        for group in (0..g.groups_count()).filter(|&gr| empty[gr as usize] == pass) {
+            let (start, len) = (g.group_start(group), g.group_len(group));
+            let mut b = start;
+            while b < start + len {
+                let n = CHUNK_BLOCKS.min(start + len - b);
+                out.blocks_read += n;
+                leaves_in(store, dev, (b, n), (read, newest), &mut found)?;
+                b += n;
+            }
+        }
+    }
+    let held = found.iter().filter(|f| f.held).count() as u64;
+    out.leaves_found = (held, found.len() as u64 - held);
+    let nb = node::node_blocks(bs);
+    let (entries, leaves, freed) = newest_copies(&found, lost, bs);
+    out.entries = entries;
+    out.entries_freed = freed;
+    out.leaves = leaves.into_iter().map(|b| Extent::new(b, nb)).collect();
+    Ok(out)
+}
+
+/// The whole leaves that start in blocks `first .. first + n`, not in `read`, and no
+/// newer than `newest`, into `found`.
+fn leaves_in(
+    store: &Store,
+    dev: &dyn Device,
+    (first, n): (u64, u64),
+    (read, newest): (&BTreeSet<u64>, u64),
+    found: &mut Vec<Found>,
+) -> Result<()> {
+    let g = store.geometry();
+    let bs = u64::from(g.block_size);
+    let size = node::node_bytes(bs);
+    let nb = node::node_blocks(bs);
+    // A node starting in the chunk's last blocks runs past it: read that far too.
+    let end = (first + n + nb - 1).min(g.blocks_count);
+    let mut buf = vec![0u8; ((end - first) * bs) as usize];
+    dev.read_at(&mut buf, first * bs)?;
+    let before = found.len();
+    for i in 0..n {
+        let off = (i * bs) as usize;
+        let Some(bytes) = buf.get(off..off + size) else {
+            break; // a node would run past the device
+        };
+        let block = first + i;
+        let Some((at, d)) = node::whole_at(bytes, block) else {
+            continue;
+        };
+        if d.level == 0 && at.generation <= newest && !read.contains(&block) {
+            found.push(Found {
+                at,
+                payload: d.payload,
+                held: store.allocator().check_held(Extent::new(block, nb)).is_ok(),
+            });
+        }
+    }
+    // Each leaf taken starts in the chunk, no newer than the lost nodes, unread by the walk.
+    debug_assert!(found[before..].iter().all(|f| {
+        (first..first + n).contains(&f.at.block)
+            && f.at.generation <= newest
+            && !read.contains(&f.at.block)
+    }));
+    Ok(())
+}
+
+/// The entries of the `lost` ranges from the newest copy of each key among `found`, as
+/// damaged entries (device bytes); the blocks of the leaves that gave any; how many came
+/// from free leaves. Leaves the allocator holds come first, newest first; a free leaf
+/// (an older copy a checkpoint freed) gives only keys no leaf before it spans.
+fn newest_copies(found: &[Found], lost: &[Lost], bs: u64) -> (Vec<Damaged>, Vec<u64>, u64) {
+    let mut order: Vec<&Found> = found.iter().collect();
+    order.sort_by_key(|f| (!f.held, std::cmp::Reverse(f.at.generation), f.at.block));
+    let mut spans: Vec<(u64, u64)> = Vec::new();
+    let mut given: BTreeSet<u64> = BTreeSet::new();
+    let mut entries = Vec::new();
+    let (mut leaves, mut freed) = (Vec::new(), 0);
+    for f in order {
+        let mut bytes = table_header(0);
+        bytes.extend_from_slice(&f.payload);
+        let s = salvage_table(&bytes);
+        let base = f.at.block * bs + node::HEADER_BYTES as u64;
+        let device = |r: &Range<u64>| {
+            let at = |x: u64| base + x.saturating_sub(HEADER_BYTES as u64);
+            at(r.start)..at(r.end)
+        };
+        // The span of the keys this leaf could hold as a live leaf of a lost range.
+        let mut span: Option<(u64, u64)> = None;
+        let before = entries.len();
+        for (file, place) in s.table.files.into_iter().zip(&s.places) {
+            if !lost.iter().any(|l| l.holds(file.id, f.at.generation)) {
+                continue;
+            }
+            span = Some(span.map_or((file.id, file.id), |(a, _)| (a, file.id)));
+            let newer = spans.iter().any(|&(a, b)| (a..=b).contains(&file.id));
+            if !newer && given.insert(file.id) {
+                entries.push(Damaged {
+                    bytes: device(place),
+                    file: Some(file),
+                });
+            }
+        }
+        if entries.len() > before {
+            leaves.push(f.at.block);
+            freed += u64::from(!f.held) * (entries.len() - before) as u64;
+        }
+        spans.extend(span);
+    }
+    // No key given back twice, each in a lost range.
+    debug_assert_eq!(given.len(), entries.len());
+    (entries, leaves, freed)
+}
+
+#[cfg(test)]
+#[path = "nodescan_tests.rs"]
+mod volume_tests;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::volume::record::MapRef;
+    use crate::volume::table::{encode_table, Table, TableFile};
+
+    /// A leaf's payload: empty files `ids` (after the table's header, frames as a leaf's).
+    fn leaf(block: u64, generation: u64, ids: &[u64]) -> Found {
+        leaf_held(block, generation, ids, true)
+    }
+
+    fn leaf_held(block: u64, generation: u64, ids: &[u64], held: bool) -> Found {
+        let files = ids
+            .iter()
+            .map(|&id| TableFile {
+                id,
+                size: 0,
+                attr: vec![1, 2, 3],
+                placement: None,
+                map: MapRef::Inline(Vec::new()),
+            })
+            .collect();
+        let table = encode_table(&Table {
+            files,
+            retired: Vec::new(),
+        });
+        Found {
+            at: NodeRef { block, generation },
+            payload: table[HEADER_BYTES..].to_vec(),
+            held,
+        }
+    }
+
+    fn given(found: Vec<Found>, lost: &[Lost]) -> Vec<(u64, u64)> {
+        let (entries, _, _) = newest_copies(&found, lost, 4096);
+        let mut out: Vec<(u64, u64)> = entries
+            .iter()
+            .map(|d| (d.file.as_ref().unwrap().id, d.bytes.start / 4096))
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    fn lost(keys: (u64, Option<u64>), generation: u64) -> Lost {
+        Lost {
+            keys,
+            generation,
+            block: 1,
+            why: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_newest_leaf_spanning_a_key_gives_it() {
+        // Block 10 (generation 5) is the live leaf of keys 1..=4 (3 removed since block 20,
+        // generation 3, was written); block 30 holds keys past it, from generation 2.
+        let found = vec![
+            leaf(20, 3, &[1, 2, 3, 4]),
+            leaf(10, 5, &[1, 2, 4]),
+            leaf(30, 2, &[5, 6]),
+        ];
+        assert_eq!(
+            given(found, &[lost((0, None), 9)]),
+            vec![(1, 10), (2, 10), (4, 10), (5, 30), (6, 30)]
+        );
+    }
+
+    #[test]
+    fn only_lost_ranges_and_no_newer_generation_give_keys() {
+        let lost = [lost((3, Some(6)), 4)];
+        let found = vec![
+            leaf(10, 4, &[1, 2, 3, 4]),
+            leaf(20, 7, &[5]), // newer than the lost node: an unfinished checkpoint's
+            leaf(30, 3, &[5, 6]), // 6 is routed elsewhere
+        ];
+        assert_eq!(given(found, &lost), vec![(3, 10), (4, 10), (5, 30)]);
+    }
+
+    #[test]
+    fn a_free_leaf_gives_only_keys_no_held_leaf_spans() {
+        // Held: block 10 (generation 3) spans 4..=6. Free: block 20 (generation 5, newer
+        // yet freed) holds 5, 6 and 7; block 30 (generation 2) holds 1 and 5.
+        let found = vec![
+            leaf(10, 3, &[4, 6]),
+            leaf_held(20, 5, &[5, 6, 7], false),
+            leaf_held(30, 2, &[1, 5], false),
+        ];
+        let (entries, leaves, freed) = newest_copies(&found, &[lost((0, None), 9)], 4096);
+        let ids: Vec<u64> = entries
+            .iter()
+            .map(|d| d.file.as_ref().unwrap().id)
+            .collect();
+        assert_eq!(ids, vec![4, 6, 7, 1]);
+        assert_eq!((leaves, freed), (vec![10, 20, 30], 2));
+    }
+}

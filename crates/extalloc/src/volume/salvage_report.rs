@@ -1,0 +1,114 @@
+//! The salvage's report ([`Salvage`]) and the places of each file's metadata
+//! ([`FilePlace`]): what `Volume::open_salvaging` found damaged and what it made of it.
+//!
+//! Data structures: [`Salvage`], [`TreeScan`], [`LostEntry`], [`ClearedMap`],
+//! [`FilePlace`]. Invariant: a clean report is the default one. Locks: none (plain data).
+
+#[cfg(doc)]
+use super::Volume;
+use std::ops::Range;
+
+/// What [`Volume::open_salvaging`] found damaged and what it made of it. A volume with no
+/// damage gives an empty one ([`Salvage::clean`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct Salvage {
+    /// The journal was damaged in the middle: the first record lost, and how many intact
+    /// records after it could not be replayed.
+    pub journal_loss: Option<(u64, u64)>,
+    /// Damaged file table entries (at least: a damaged stretch that lost its entries'
+    /// magics counts as one, unless the table's header counts more).
+    pub damaged_entries: u64,
+    /// Damaged entries kept: `(id it has now, id its entry named)`.
+    pub recovered: Vec<(u64, u64)>,
+    /// Damaged entries lost (their files are gone; their blocks stay allocated).
+    pub lost: Vec<LostEntry>,
+    /// Files whose map could not be read: kept with an empty map (they read as holes).
+    pub maps_cleared: Vec<ClearedMap>,
+    /// The table's crc did not match the root's (it was read frame by frame).
+    pub table_damaged: bool,
+    /// Journal changes that named a file not there (lost), skipped.
+    pub changes_skipped: u64,
+    /// The table's list of retired map segments was damaged: those segments leak.
+    pub retired_lost: bool,
+    /// Files the damaged table lost that the previous checkpoint's table (in the other
+    /// area) still held with a map that survived: taken from it, so their bytes may be
+    /// older than at the last checkpoint. Also listed in `recovered` once settled.
+    pub restored: Vec<u64>,
+    /// Map segments the table both named (in an entry, its map whole) and listed as
+    /// retired, a stale table block's doing: kept named, so that they are freed once, by
+    /// a later checkpoint, and not twice.
+    pub segments_unretired: u64,
+    /// The file tree lost internal nodes (or its root): the device was scanned for the
+    /// leaves under them, whose entries are then kept as damaged entries are.
+    pub tree_scan: Option<TreeScan>,
+}
+
+/// The salvage's scan of the device for the file tree's leaves under the internal nodes
+/// (or the root) its walk lost: every group holding an allocated block is read (every group
+/// if that leaves keys missing), and each key of a lost range is taken from the newest
+/// whole leaf spanning it that the allocator holds, else from the newest free one
+/// (`docs/format.md`, "The file tree").
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct TreeScan {
+    /// The internal nodes lost (the root, when it did not read as a node, is one): each
+    /// one's first block and why it was lost.
+    pub nodes_lost: Vec<(u64, String)>,
+    /// Blocks the scan read.
+    pub blocks_read: u64,
+    /// Whole leaves found, in blocks the allocator holds, that the walk had not read.
+    pub leaves_found: u64,
+    /// Whole leaves found in free blocks (copies older checkpoints freed): taken only for
+    /// keys no held leaf spans, as where the tree's one leaf was lost after the checkpoint
+    /// that freed its previous copy.
+    pub freed_leaves_found: u64,
+    /// Entries of the lost key ranges the leaves gave back (each then kept only if its map
+    /// survived, as any damaged entry).
+    pub entries: u64,
+    /// Of them, those from leaves in free blocks (their bytes may be older).
+    pub entries_freed: u64,
+}
+
+/// A damaged table entry whose file could not be kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct LostEntry {
+    /// The entry's bytes on the device.
+    pub bytes: Range<u64>,
+    /// Its file's id, if its body decoded.
+    pub id: Option<u64>,
+    /// Why it was not kept.
+    pub why: String,
+}
+
+/// A file kept without its map.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct ClearedMap {
+    /// The file's id.
+    pub id: u64,
+    /// Why its map could not be read.
+    pub why: String,
+}
+
+/// Where a file's metadata lives on the device ([`Volume::places`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct FilePlace {
+    /// The file's id.
+    pub id: u64,
+    /// Device bytes of its entry in the active table as of the last checkpoint (empty if
+    /// the file is newer than that table).
+    pub table: Range<u64>,
+    /// Device bytes of its map in a map segment (none if the map is in the table, or the
+    /// file is newer than the table).
+    pub map: Option<Range<u64>>,
+}
+
+impl Salvage {
+    /// True if nothing was damaged.
+    pub fn clean(&self) -> bool {
+        *self == Salvage::default()
+    }
+}
