@@ -28,6 +28,7 @@ use super::load::{
     TableRead,
 };
 use super::maps::read_map;
+use super::node;
 use super::nodescan::{self, Lost};
 use super::record::{Change, MapEntry};
 use super::root::Root;
@@ -240,6 +241,21 @@ fn scanned(
         entries_freed: sc.entries_freed,
     });
     found.own.extend(sc.leaves);
+    // A root with no magic, scanned as a leaf's bytes too: a stretch of it that decodes as
+    // no file is what an internal node or zeros leave, not a file lost (one lost there
+    // still counts among the entries the root's count finds nowhere).
+    let bs = u64::from(store.geometry().block_size);
+    if let Some(t) = root
+        .tree
+        .as_ref()
+        .filter(|t| lost.iter().any(|l| l.block == t.root.block))
+    {
+        let node = t.root.block * bs..(t.root.block + node::node_blocks(bs)) * bs;
+        found
+            .s
+            .damaged
+            .retain(|d| d.file.is_some() || !node.contains(&d.bytes.start));
+    }
     let fresh = sc
         .entries
         .into_iter()
