@@ -31,7 +31,7 @@ use super::maps::read_map;
 use super::node;
 use super::nodescan::{self, Lost};
 use super::record::{Change, MapEntry};
-use super::root::Root;
+use super::root::{Root, TreeRoot};
 use super::state::Segs;
 use super::state::Volume;
 use super::table::{Salvaged, TableFile};
@@ -242,14 +242,11 @@ fn scanned(
     });
     found.own.extend(sc.leaves);
     // A root with no magic, scanned as a leaf's bytes too: a stretch of it that decodes as
-    // no file is what an internal node or zeros leave, not a file lost (one lost there
-    // still counts among the entries the root's count finds nowhere).
+    // no file is an internal node's or zeros, no file lost (one lost there still counts
+    // among the entries the root's count finds nowhere).
     let bs = u64::from(store.geometry().block_size);
-    if let Some(t) = root
-        .tree
-        .as_ref()
-        .filter(|t| lost.iter().any(|l| l.block == t.root.block))
-    {
+    let root_lost = |t: &&TreeRoot| lost.iter().any(|l| l.block == t.root.block);
+    if let Some(t) = root.tree.as_ref().filter(root_lost) {
         let node = t.root.block * bs..(t.root.block + node::node_blocks(bs)) * bs;
         found
             .s
