@@ -3,13 +3,18 @@
 //! (a viewed directory's compaction: the run's key kept, so its order stands, and no
 //! entry is sorted, replayed or held by name), both through a [`Builder`].
 //!
-//! Data structures: [`Builder`]: the run's bytes so far (the header's chunk reserved, each
-//! entry chunk appended as it fills), the entry chunk being filled, each entry chunk's
-//! first hash, the filter's bits (sized from the count given up front), the last entry
-//! pushed. Invariant: entries come ascending by (hash, name) under the builder's key,
-//! distinct, of 1 to `NAME_MAX` bytes, exactly as many as the count given; what
-//! [`Builder::finish`] returns is a whole run (its debug build reads it back). Lock order:
-//! none (plain values).
+//! A merge hands its entry chunks to the caller's writer as they fill (a batch at a time,
+//! [`Builder::take_sealed`]), then the index and filter chunks, and the header's chunk
+//! last, so its memory is a batch and the run's index and filter, not the run: a crash
+//! before the header is written leaves a tail with no run header, a compaction cut short.
+//!
+//! Data structures: [`Builder`]: the run's bytes after the header's chunk not yet handed
+//! over (each entry chunk appended as it fills) and how many were, the entry chunk being
+//! filled, each entry chunk's first hash, the filter's bits (sized from the count given up
+//! front), the last entry pushed. Invariant: entries come ascending by (hash, name) under
+//! the builder's key, distinct, of 1 to `NAME_MAX` bytes, exactly as many as the count
+//! given; [`Builder::finish`] and [`Builder::finish_parts`] give a whole run (the debug
+//! build of `finish` reads it back). Lock order: none (plain values).
 
 use super::record::{frame, Added, NAME_MAX, RUN};
 use super::run::{self, Key, ReadAt, Shape, CHUNK, ENTRY_HEAD, HEAD, INDEX_ITEMS, PAYLOAD};
@@ -43,7 +48,10 @@ fn chunk(magic: [u8; 4], key: &Key, number: usize, items: usize, payload: &[u8])
 pub struct Builder {
     key: Key,
     count: u64,
+    /// The run's bytes from `CHUNK + flushed` on (after the header's chunk).
     out: Vec<u8>,
+    /// Bytes after the header's chunk handed over by [`Builder::take_sealed`].
+    flushed: u64,
     payload: Vec<u8>,
     items: usize,
     firsts: Vec<u64>,
@@ -62,7 +70,8 @@ impl Builder {
         Builder {
             key,
             count,
-            out: vec![0; CHUNK], // the header's chunk, written by `finish`
+            out: Vec::new(),
+            flushed: 0,
             payload: Vec::with_capacity(PAYLOAD),
             items: 0,
             firsts: Vec::new(),
@@ -128,8 +137,21 @@ impl Builder {
         self.items = 0;
     }
 
-    /// The run: its header record and chunks, [`Shape::bytes`] long.
-    pub fn finish(mut self) -> Vec<u8> {
+    /// The entry chunks sealed since the last call and their offset in the run, handed over
+    /// to be written (the chunk being filled stays, and so does the header's chunk:
+    /// [`Builder::finish_parts`] gives it last).
+    pub fn take_sealed(&mut self) -> (u64, Vec<u8>) {
+        let at = (CHUNK as u64) + self.flushed;
+        let bytes = std::mem::take(&mut self.out);
+        self.flushed += bytes.len() as u64;
+        debug_assert_eq!(bytes.len() % CHUNK, 0, "whole chunks handed over");
+        (at, bytes)
+    }
+
+    /// The run's last parts: its shape, the header's chunk (at offset 0), and what follows
+    /// what [`Builder::take_sealed`] handed over, with its offset (the entry chunks left,
+    /// the index and filter chunks).
+    pub fn finish_parts(mut self) -> (Shape, Vec<u8>, (u64, Vec<u8>)) {
         assert_eq!(
             self.pushed, self.count,
             "a run holds the entries it counted"
@@ -145,8 +167,9 @@ impl Builder {
             filter_chunks: run::filter_chunks_for(self.count) as u32,
             name_bytes: self.name_bytes,
         };
-        let header = frame(RUN, self.count, &shape.body());
-        self.out[..header.len()].copy_from_slice(&header);
+        let mut header = frame(RUN, self.count, &shape.body());
+        assert!(header.len() <= CHUNK, "a run's header fits its chunk");
+        header.resize(CHUNK, 0);
         for (number, part) in self.firsts.chunks(INDEX_ITEMS).enumerate() {
             let payload: Vec<u8> = part.iter().flat_map(|h| h.to_le_bytes()).collect();
             let c = chunk(MAGIC_INDEX, &self.key, number, part.len(), &payload);
@@ -156,16 +179,27 @@ impl Builder {
             self.out
                 .extend(chunk(MAGIC_FILTER, &self.key, number, 0, part));
         }
+        let at = (CHUNK as u64) + self.flushed;
         assert_eq!(
-            self.out.len() as u64,
+            at + self.out.len() as u64,
             shape.bytes(),
             "a run is as long as its shape says"
         );
+        (shape, header, (at, self.out))
+    }
+
+    /// The run: its header record and chunks, [`Shape::bytes`] long (nothing handed over by
+    /// [`Builder::take_sealed`]).
+    pub fn finish(self) -> Vec<u8> {
+        assert_eq!(self.flushed, 0, "a run finished whole was not handed over");
+        let (shape, mut out, (at, rest)) = self.finish_parts();
+        debug_assert_eq!(at, CHUNK as u64);
+        out.extend(rest);
         debug_assert!(
-            run::read(&shape, &self.out).whole(),
+            run::read(&shape, &out).whole(),
             "a run built reads back whole"
         );
-        self.out
+        out
     }
 }
 
@@ -181,21 +215,28 @@ pub fn build<'a>(entries: impl Iterator<Item = (&'a [u8], Added)>, key: Key) -> 
     b.finish()
 }
 
-/// The run that the run `index` describes (its entry chunks read through `read`) and the
-/// changes after it (`tail`: each name a record after the run touched, with its entry
-/// after them, `None`: removed) replay to, `count` entries, under the same key: the run's
-/// entries that no change touched and the changes' entries, merged in (hash, name) order.
-/// An error where an entry chunk cannot be read or does not check, or the entries do not
-/// come to `count` (the caller reads the log whole, which says what is wrong).
+/// Where a merge writes its run: bytes at an offset in the run.
+pub type WriteAt<'a> = dyn FnMut(u64, &[u8]) -> Result<(), String> + 'a;
+
+/// Writes through `write` the run that the run `index` describes (its entry chunks read
+/// through `read`) and the changes after it (`tail`: each name a record after the run
+/// touched, with its entry after them, `None`: removed) replay to, `count` entries, under
+/// the same key: the run's entries that no change touched and the changes' entries,
+/// merged in (hash, name) order; entry chunks a batch at a time, the header's chunk last
+/// (see the module documentation). Returns the new run's shape. An error where an entry
+/// chunk cannot be read or does not check, or the entries do not come to `count` (the
+/// caller reads the log whole, which says what is wrong); the chunks written before it
+/// are no run (no header names them).
 ///
 /// # Errors
-/// What `read` returns, a chunk that does not check, or a count that does not add up.
+/// What `read` or `write` returns, a chunk that does not check, or a count that does not
+/// add up.
 pub fn merge(
     index: &run::Index,
-    read: &mut ReadAt<'_>,
+    (read, write): (&mut ReadAt<'_>, &mut WriteAt<'_>),
     tail: &dyn Changed,
     count: u64,
-) -> Result<Vec<u8>, String> {
+) -> Result<Shape, String> {
     let key = index.shape.key;
     let mut adds: Vec<(u64, Vec<u8>, Added)> = Vec::new();
     // The hashes of every name a change touched: most of the run's names are not among
@@ -238,6 +279,10 @@ pub fn merge(
             }
         }
         first += n;
+        let (at, sealed) = b.take_sealed();
+        if !sealed.is_empty() {
+            write(at, &sealed)?;
+        }
     }
     for (h, an, a) in &adds[next_add..] {
         push_counted(&mut b, &mut pushed, count, (*h, an, *a))?;
@@ -247,7 +292,10 @@ pub fn merge(
             "{pushed} entries where the directory counts {count}"
         ));
     }
-    Ok(b.finish())
+    let (shape, header, (at, rest)) = b.finish_parts();
+    write(at, &rest)?;
+    write(0, &header)?;
+    Ok(shape)
 }
 
 /// Pushes `entry` unless `count` are there already (a count that does not add up: an

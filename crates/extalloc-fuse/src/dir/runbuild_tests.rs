@@ -22,6 +22,28 @@ fn run_of(e: &BTreeMap<Vec<u8>, Added>) -> Vec<u8> {
     build(e.iter().map(|(n, &a)| (n.as_slice(), a)), KEY)
 }
 
+/// [`merge`] written into memory: the run's bytes, as long as its shape says, and the
+/// offsets it wrote in order (the header's chunk last).
+fn merged(
+    run: &[u8],
+    tail: &BTreeMap<Vec<u8>, Option<Added>>,
+    count: u64,
+) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    let mut order = Vec::new();
+    let mut write = |at: u64, bytes: &[u8]| {
+        let end = at as usize + bytes.len();
+        out.resize(out.len().max(end), 0);
+        out[at as usize..end].copy_from_slice(bytes);
+        order.push(at);
+        Ok(())
+    };
+    let shape = merge(&index_of(run), (&mut reader(run), &mut write), tail, count)?;
+    assert_eq!(out.len() as u64, shape.bytes());
+    assert_eq!(order.last(), Some(&0), "the header's chunk written last");
+    Ok(out)
+}
+
 fn index_of(run: &[u8]) -> Index {
     Index::open(&mut reader(run), 0).unwrap().unwrap()
 }
@@ -61,8 +83,7 @@ proptest! {
                 _ => {}
             }
         }
-        let merged = merge(&index_of(&run), &mut reader(&run), &tail, now.len() as u64);
-        prop_assert_eq!(merged, Ok(run_of(&now)));
+        prop_assert_eq!(merged(&run, &tail, now.len() as u64), Ok(run_of(&now)));
     }
 }
 
@@ -70,16 +91,44 @@ proptest! {
 fn a_merge_that_cannot_stand_says_so() {
     let e = entries(2000);
     let run = run_of(&e);
-    let index = index_of(&run);
     let tail = BTreeMap::from([(b"new".to_vec(), Some((9, None)))]);
     let count = e.len() as u64 + 1;
-    assert!(merge(&index, &mut reader(&run), &tail, count).is_ok());
+    assert!(merged(&run, &tail, count).is_ok());
     for wrong in [count - 1, count + 1] {
-        let got = merge(&index, &mut reader(&run), &tail, wrong);
+        let got = merged(&run, &tail, wrong);
         assert!(got.is_err_and(|why| why.contains("entries")), "{wrong}");
     }
     let mut damaged = run.clone();
     damaged[2 * CHUNK + 100] ^= 0x10; // entry chunk 1
-    let got = merge(&index, &mut reader(&damaged), &tail, count);
+    let got = merged(&damaged, &tail, count);
     assert!(got.is_err_and(|why| why.contains("entry chunk 1")));
+}
+
+/// A merge of a run larger than a batch hands its entry chunks over batch by batch: what
+/// it holds at once is a batch and the run's index and filter, not the run.
+#[test]
+fn a_large_merge_writes_batch_by_batch() {
+    let e = entries(100_000);
+    let run = run_of(&e);
+    let index = index_of(&run);
+    assert!(
+        u64::from(index.shape.entry_chunks) > 2 * MERGE_BATCH,
+        "more than two batches"
+    );
+    let tail = BTreeMap::from([(b"new".to_vec(), Some((9, None)))]);
+    let mut writes: Vec<(u64, usize)> = Vec::new();
+    let mut write = |at: u64, bytes: &[u8]| {
+        writes.push((at, bytes.len()));
+        Ok(())
+    };
+    let count = e.len() as u64 + 1;
+    let shape = merge(&index, (&mut reader(&run), &mut write), &tail, count).unwrap();
+    let largest = writes.iter().map(|w| w.1).max().unwrap();
+    assert!(
+        largest as u64 <= (MERGE_BATCH + 1) * CHUNK as u64,
+        "{writes:?}"
+    );
+    assert_eq!(writes.last(), Some(&(0, CHUNK)), "the header last");
+    let total: usize = writes.iter().map(|w| w.1).sum();
+    assert_eq!(total as u64, shape.bytes(), "every byte once");
 }

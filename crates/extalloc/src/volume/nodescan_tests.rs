@@ -67,7 +67,10 @@ fn a_wholly_lost_root_gives_back_every_file_through_the_device_scan() {
     all.sort_unstable();
     assert_eq!(recovered, all, "{report:?}");
     assert!(report.restored.is_empty(), "none needed the previous tree");
-    assert!(report.lost.is_empty(), "the zeroed root's bytes are no file lost");
+    assert!(
+        report.lost.is_empty(),
+        "the zeroed root's bytes are no file lost"
+    );
     assert!(
         vol.size(empty).is_err(),
         "unlinked after the last checkpoint"

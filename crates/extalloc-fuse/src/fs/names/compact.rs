@@ -166,15 +166,35 @@ impl Fs {
     /// Writes `log`, the compacted log of directory `dir` (`d`; a run if `as_run`), from
     /// the block after the old one's end, then punches the old one's blocks.
     fn replace_log(&self, dir: u64, d: &mut DirState, log: &[u8], as_run: bool) -> FsResult<()> {
+        let at = self.new_log_at(dir, d);
+        self.vol.uncached(dir).write(dir, at, log)?;
+        self.adopt_log(dir, d, (at, log.len() as u64), as_run)
+    }
+
+    /// Where the compacted log of directory `dir` (`d`) is written: the block after the old
+    /// log's end.
+    fn new_log_at(&self, dir: u64, d: &DirState) -> u64 {
+        let bs = self.vol.uncached(dir).block_size();
+        d.log_bytes.div_ceil(bs) * bs
+    }
+
+    /// Takes the log of `len` bytes written `at` as directory `dir`'s (`d`; a run if
+    /// `as_run`): punches the old one's blocks.
+    fn adopt_log(
+        &self,
+        dir: u64,
+        d: &mut DirState,
+        (at, len): (u64, u64),
+        as_run: bool,
+    ) -> FsResult<()> {
         let vol = self.vol.uncached(dir);
         let bs = vol.block_size();
-        let at = d.log_bytes.div_ceil(bs) * bs;
-        vol.write(dir, at, log)?;
+        debug_assert_eq!(at, self.new_log_at(dir, d), "the new log after the old");
         if at > d.log_start {
             vol.fallocate(dir, Fallocate::PunchHole, d.log_start, at - d.log_start)?;
         }
         d.log_start = at;
-        d.log_bytes = at + log.len() as u64;
+        d.log_bytes = at + len;
         d.run_live = if as_run { d.live } else { 0 };
         d.mapped_to = d.mapped_to.max(d.log_bytes.div_ceil(bs) * bs);
         // The new log holds the live entries only, each at least as long as its add.
@@ -204,15 +224,35 @@ impl Fs {
         let view = d.view.as_deref().expect("a viewed directory");
         let reader = self.vol.volume();
         let mut read = |at: u64, len: u64| reader.read(dir, at, len).map_err(|e| e.to_string());
-        let log = match runbuild::merge(&view.index, &mut read, &view.tail, count) {
-            Ok(log) => log,
+        // The new run is written as it is merged, after the old log (no run's bytes held
+        // whole); a write that fails is the call's error, not a reason to read whole.
+        let new_at = self.new_log_at(dir, d);
+        let mut failed = None;
+        let mut write = |off: u64, bytes: &[u8]| {
+            vol.write(dir, new_at + off, bytes).map_err(|e| {
+                let why = e.to_string();
+                failed = Some(e);
+                why
+            })
+        };
+        let merged = runbuild::merge(&view.index, (&mut read, &mut write), &view.tail, count);
+        if let Some(e) = failed {
+            return Err(e.into());
+        }
+        let shape = match merged {
+            Ok(shape) => shape,
             Err(why) => {
                 log::warn!("directory {dir}: its run and its changes: {why}; read whole");
                 return Ok(false);
             }
         };
-        debug_assert!(log.len() as u64 <= bound, "the merged run's length");
-        self.replace_log(dir, d, &log, true)?;
+        debug_assert!(shape.bytes() <= bound, "the merged run's length");
+        debug_assert!(
+            (reader.read(dir, new_at, shape.bytes()).ok())
+                .is_some_and(|b| run::read(&shape, &b).whole()),
+            "the merged run reads back whole"
+        );
+        self.adopt_log(dir, d, (new_at, shape.bytes()), true)?;
         d.view = self.view_of_new_run(dir, d, count);
         self.keep_listed(dir, d);
         debug_assert!(d.shelved(), "a merge reads no entry");
