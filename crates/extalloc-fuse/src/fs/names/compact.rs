@@ -168,7 +168,13 @@ impl Fs {
     fn replace_log(&self, dir: u64, d: &mut DirState, log: &[u8], as_run: bool) -> FsResult<()> {
         let at = self.new_log_at(dir, d);
         self.vol.uncached(dir).write(dir, at, log)?;
-        self.adopt_log(dir, d, (at, log.len() as u64), as_run)
+        self.adopt_log(dir, d, (at, log.len() as u64), as_run)?;
+        debug_assert_eq!(
+            d.log_bytes,
+            at + log.len() as u64,
+            "the log written is the one kept"
+        );
+        Ok(())
     }
 
     /// Where the compacted log of directory `dir` (`d`) is written: the block after the old
