@@ -9,9 +9,10 @@
 //!
 //! "Newest copy": leaves the allocator holds are taken first, newest checkpoint first; each
 //! claims the span from its least to its greatest key of a lost range, and a later leaf
-//! gives only keys no span before it holds. Leaves in free blocks (copies a checkpoint
-//! freed) come last, the same way: they answer a tree whose only leaf was lost after the
-//! checkpoint that freed its previous copy. A key removed since an older leaf was written
+//! gives only keys no span before it holds; no key the walk found is given. Leaves in free
+//! blocks (copies a checkpoint freed) come last, the same way, and only while the held
+//! leaves left keys of the root's count missing: they answer a tree whose only leaf was
+//! lost after the checkpoint that freed its previous copy. A key removed since an older leaf was written
 //! stays removed where a newer leaf spans it; one at the edge of a leaf could come back
 //! from an older copy, so every entry given back is a damaged entry for the salvage: kept
 //! only if its map survived (every block allocated and claimed by nothing else:
@@ -85,7 +86,7 @@ pub(super) fn scan(
     store: &Store,
     dev: &dyn Device,
     lost: &[Lost],
-    (read, missing): (&BTreeSet<u64>, u64),
+    (read, known, missing): (&BTreeSet<u64>, &BTreeSet<u64>, u64),
 ) -> Result<Scanned> {
     let mut out = Scanned::default();
     if lost.is_empty() {
@@ -100,7 +101,7 @@ pub(super) fn scan(
         .map(|gr| store.group_free_blocks(gr) >= g.group_len(gr) && !corrupt.contains(&gr))
         .collect();
     for pass in [false, true] {
-        if pass && newest_copies(&found, lost, bs).0.len() as u64 >= missing {
+        if pass && newest_copies(&found, lost, (known, missing), bs).0.len() as u64 >= missing {
             break; // every key found without the empty groups
         }
         for group in (0..g.groups_count()).filter(|&gr| empty[gr as usize] == pass) {
@@ -117,7 +118,7 @@ pub(super) fn scan(
     let held = found.iter().filter(|f| f.held).count() as u64;
     out.leaves_found = (held, found.len() as u64 - held);
     let nb = node::node_blocks(bs);
-    let (entries, leaves, freed) = newest_copies(&found, lost, bs);
+    let (entries, leaves, freed) = newest_copies(&found, lost, (known, missing), bs);
     out.entries = entries;
     out.entries_freed = freed;
     out.leaves = leaves.into_iter().map(|b| Extent::new(b, nb)).collect();
@@ -205,10 +206,16 @@ impl Spans {
 }
 
 /// The entries of the `lost` ranges from the newest copy of each key among `found`, as
-/// damaged entries (device bytes); the blocks of the leaves that gave any; how many came
-/// from free leaves. Leaves the allocator holds come first, newest first; a free leaf
-/// (an older copy a checkpoint freed) gives only keys no leaf before it spans.
-fn newest_copies(found: &[Found], lost: &[Lost], bs: u64) -> (Vec<Damaged>, Vec<u64>, u64) {
+/// damaged entries (device bytes), none of `known` (the walk found them); the blocks of the
+/// leaves that gave any; how many came from free leaves. Leaves the allocator holds come
+/// first, newest first; a free leaf (an older copy a checkpoint freed) is read only while
+/// fewer than `missing` keys were given, and gives only keys no leaf before it spans.
+fn newest_copies(
+    found: &[Found],
+    lost: &[Lost],
+    (known, missing): (&BTreeSet<u64>, u64),
+    bs: u64,
+) -> (Vec<Damaged>, Vec<u64>, u64) {
     let mut order: Vec<&Found> = found.iter().collect();
     order.sort_by_key(|f| (!f.held, std::cmp::Reverse(f.at.generation), f.at.block));
     let mut spans = Spans::default();
@@ -216,6 +223,9 @@ fn newest_copies(found: &[Found], lost: &[Lost], bs: u64) -> (Vec<Damaged>, Vec<
     let mut entries = Vec::new();
     let (mut leaves, mut freed) = (Vec::new(), 0);
     for f in order {
+        if !f.held && entries.len() as u64 >= missing {
+            break; // the held leaves gave every key missing: no older copy is needed
+        }
         let mut bytes = table_header(0);
         bytes.extend_from_slice(&f.payload);
         let s = salvage_table(&bytes);
@@ -233,7 +243,7 @@ fn newest_copies(found: &[Found], lost: &[Lost], bs: u64) -> (Vec<Damaged>, Vec<
             }
             span = Some(span.map_or((file.id, file.id), |(a, _)| (a, file.id)));
             let newer = spans.holds(file.id);
-            if !newer && given.insert(file.id) {
+            if !newer && !known.contains(&file.id) && given.insert(file.id) {
                 entries.push(Damaged {
                     bytes: device(place),
                     file: Some(file),
@@ -291,7 +301,8 @@ mod tests {
     }
 
     fn given(found: Vec<Found>, lost: &[Lost]) -> Vec<(u64, u64)> {
-        let (entries, _, _) = newest_copies(&found, lost, 4096);
+        let none = BTreeSet::new();
+        let (entries, _, _) = newest_copies(&found, lost, (&none, u64::MAX), 4096);
         let mut out: Vec<(u64, u64)> = entries
             .iter()
             .map(|d| (d.file.as_ref().unwrap().id, d.bytes.start / 4096))
@@ -344,7 +355,9 @@ mod tests {
             leaf_held(20, 5, &[5, 6, 7], false),
             leaf_held(30, 2, &[1, 5], false),
         ];
-        let (entries, leaves, freed) = newest_copies(&found, &[lost((0, None), 9)], 4096);
+        let all = [lost((0, None), 9)];
+        let none = BTreeSet::new();
+        let (entries, leaves, freed) = newest_copies(&found, &all, (&none, u64::MAX), 4096);
         let ids: Vec<u64> = entries
             .iter()
             .map(|d| d.file.as_ref().unwrap().id)
@@ -383,5 +396,25 @@ mod tests {
                 list.iter().any(|&(a, b)| (a..=b).contains(&k))
             );
         }
+    }
+
+    #[test]
+    fn free_leaves_are_read_only_for_keys_still_missing_and_known_keys_stay_the_walks() {
+        let found = vec![leaf(10, 3, &[4, 6]), leaf_held(20, 5, &[1, 7], false)];
+        let all = [lost((0, None), 9)];
+        // Two keys missing, the held leaf gives both: the free copy is not read.
+        let (entries, _, freed) = newest_copies(&found, &all, (&BTreeSet::new(), 2), 4096);
+        assert_eq!((entries.len(), freed), (2, 0));
+        // Three missing: the free copy gives what the held leaf does not span.
+        let (entries, _, freed) = newest_copies(&found, &all, (&BTreeSet::new(), 3), 4096);
+        assert_eq!((entries.len(), freed), (4, 2));
+        // A key the walk found is never given again.
+        let known = BTreeSet::from([6]);
+        let (entries, _, _) = newest_copies(&found, &all, (&known, 1), 4096);
+        let ids: Vec<u64> = entries
+            .iter()
+            .map(|d| d.file.as_ref().unwrap().id)
+            .collect();
+        assert_eq!(ids, vec![4]);
     }
 }

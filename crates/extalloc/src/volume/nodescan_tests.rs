@@ -7,7 +7,9 @@ use crate::alloc::Policy;
 use crate::disk::device::{Device, MemDevice};
 use crate::geometry::Geometry;
 use crate::volume::load::volume_root;
+use crate::volume::record::MapRef;
 use crate::volume::root::TreeRoot;
+use crate::volume::table::{Table, TableFile};
 use crate::volume::{node, table, Volume};
 use std::sync::Arc;
 
@@ -231,5 +233,43 @@ fn a_lost_only_leaf_comes_back_from_a_freed_copy() {
     for (i, &id) in ids.iter().enumerate() {
         assert_eq!(vol.attr(id).unwrap(), format!("old {i}").into_bytes());
     }
+    assert_no_block_shared(&vol);
+}
+
+/// The tree's root block holding a stale leaf (a whole node of an older checkpoint, as a
+/// lost write of the root leaves): the walk takes it for a stale leaf and loses every key;
+/// the scan's leaves are newer and go first, so no file takes the stale copy's bytes.
+#[test]
+fn a_stale_leaf_where_the_root_lies_yields_to_the_scan() {
+    let (dev, model) = build();
+    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+    let tree = volume_root(vol.store()).unwrap().tree.unwrap();
+    drop(vol);
+    // A leaf of five files with other attributes, one checkpoint older, at the root's block.
+    let stale: Vec<TableFile> = (model.keys().take(5))
+        .map(|&id| TableFile {
+            id,
+            size: 0,
+            attr: b"stale".to_vec(),
+            placement: None,
+            map: MapRef::Inline(Vec::new()),
+        })
+        .collect();
+    let table = table::encode_table(&Table {
+        files: stale,
+        retired: Vec::new(),
+    });
+    let at = node::NodeRef {
+        block: tree.root.block,
+        generation: tree.root.generation - 1,
+    };
+    let leaf = node::encode(BS as usize, 0, 5, &table[table::HEADER_BYTES..], at);
+    dev.write_at(&leaf, tree.root.block * BS).unwrap();
+    let (vol, report) = Volume::open_salvaging(dev.clone(), Policy::default()).unwrap();
+    let scan = report.tree_scan.clone().expect("a scan");
+    assert_eq!(scan.nodes_lost.first().map(|n| n.0), Some(tree.root.block));
+    assert_intact(&vol, &model, &[]);
+    let vol = settle(&dev, vol);
+    assert_intact(&vol, &model, &[]);
     assert_no_block_shared(&vol);
 }

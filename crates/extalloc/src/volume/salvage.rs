@@ -28,10 +28,9 @@ use super::load::{
     TableRead,
 };
 use super::maps::read_map;
-use super::node;
-use super::nodescan::{self, Lost};
+use super::nodescan::Lost;
 use super::record::{Change, MapEntry};
-use super::root::{Root, TreeRoot};
+use super::root::Root;
 use super::state::Segs;
 use super::state::Volume;
 use super::table::{Salvaged, TableFile};
@@ -41,12 +40,14 @@ use crate::error::{Error, Result};
 use crate::files::LOGICAL_BLOCKS_MAX;
 use crate::geometry::Extent;
 use crate::store::Store;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
 
 #[path = "salvage_report.rs"]
 mod report;
+#[path = "salvage_scan.rs"]
+mod scan;
 pub use report::{ClearedMap, FilePlace, LostEntry, Salvage, TreeScan};
 
 impl Volume {
@@ -197,72 +198,11 @@ fn salvage_table(
     report: &mut Salvage,
 ) -> Result<Found> {
     let (mut found, lost) = read_salvaging(store, dev, root, report)?;
-    scanned(store, dev, root, &lost, &mut found, report)?;
+    scan::scanned(store, dev, root, &lost, &mut found, report)?;
     // Each intact entry has its place; a scan ran exactly when the walk lost nodes.
     debug_assert_eq!(found.s.places.len(), found.s.table.files.len());
     debug_assert_eq!(report.tree_scan.is_some(), !lost.is_empty());
     Ok(found)
-}
-
-/// Gives back, from a scan of the device (`nodescan.rs`), the entries under the tree nodes
-/// the walk lost: each a damaged entry, kept only if its map survives as any other; the
-/// leaves they came from join what the table owns, so that no salvaged map claims them.
-fn scanned(
-    store: &Store,
-    dev: &dyn Device,
-    root: &Root,
-    lost: &[Lost],
-    found: &mut Found,
-    report: &mut Salvage,
-) -> Result<()> {
-    if lost.is_empty() {
-        return Ok(());
-    }
-    let read: BTreeSet<u64> = found.nodes.iter().map(|e| e.start).collect();
-    // A root taken as a damaged leaf may have given some keys already: they stay its.
-    let known: BTreeSet<u64> = (found.s.table.files.iter().map(|f| f.id))
-        .chain(
-            found
-                .s
-                .damaged
-                .iter()
-                .filter_map(|d| d.file.as_ref().map(|f| f.id)),
-        )
-        .collect();
-    let count = root.tree.as_ref().map_or(0, |t| t.count);
-    let missing = count.saturating_sub(known.len() as u64);
-    let sc = nodescan::scan(store, dev, lost, (&read, missing))?;
-    report.tree_scan = Some(TreeScan {
-        nodes_lost: lost.iter().map(|l| (l.block, l.why.clone())).collect(),
-        blocks_read: sc.blocks_read,
-        leaves_found: sc.leaves_found.0,
-        freed_leaves_found: sc.leaves_found.1,
-        entries: sc.entries.len() as u64,
-        entries_freed: sc.entries_freed,
-    });
-    found.own.extend(sc.leaves);
-    // A root with no magic, scanned as a leaf's bytes too: a stretch of it that decodes as
-    // no file is an internal node's or zeros, no file lost (one lost there still counts
-    // among the entries the root's count finds nowhere).
-    let bs = u64::from(store.geometry().block_size);
-    let root_lost = |t: &&TreeRoot| lost.iter().any(|l| l.block == t.root.block);
-    if let Some(t) = root.tree.as_ref().filter(root_lost) {
-        let node = t.root.block * bs..(t.root.block + node::node_blocks(bs)) * bs;
-        found
-            .s
-            .damaged
-            .retain(|d| d.file.is_some() || !node.contains(&d.bytes.start));
-    }
-    let fresh = sc
-        .entries
-        .into_iter()
-        .filter(|d| d.file.as_ref().is_some_and(|f| !known.contains(&f.id)));
-    found.s.damaged.extend(fresh);
-    let seen = (found.s.table.files.len() + found.s.damaged.len()) as u64;
-    found.s.uncounted = count.saturating_sub(seen);
-    // Only a tree's walk loses nodes; what the scan gave back is damaged, never intact.
-    debug_assert!(root.tree.is_some() && report.table_damaged);
-    Ok(())
 }
 
 /// [`salvage_table`]'s read: the table and the key ranges of the tree nodes it lost (the

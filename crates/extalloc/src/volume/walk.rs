@@ -225,9 +225,11 @@ fn walk_failed(
     if level.is_none() && !leaf {
         return Err(e);
     }
-    if leaf && level.is_none() && !raw.as_ref().is_ok_and(|b| node::has_magic(b)) {
-        // A root with no node's magic (zeroed, overwritten) may have been an internal node:
-        // its bytes are scanned as a leaf's, and every key is lost to the walk.
+    let unknown = |b: &Vec<u8>| !node::has_magic(b) || node::is_stale(b, at);
+    if leaf && level.is_none() && raw.as_ref().map_or(true, unknown) {
+        // A root with no node's magic (zeroed, overwritten), or a stale leaf where it lies,
+        // may stand for an internal node: its bytes are scanned as a leaf's, and every key
+        // is lost to the walk (the salvage's scan finds the leaves).
         w.lost.push(LostNode {
             at,
             keys,

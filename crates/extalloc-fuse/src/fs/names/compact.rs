@@ -211,6 +211,28 @@ impl Fs {
         Ok(())
     }
 
+    /// Cuts what a merge that stopped wrote after directory `dir`'s log (`d`): headerless
+    /// chunks are no run, but a read of the log to the file's end would take them for a
+    /// torn tail (and mark the store damaged). The blocks the log had mapped ahead go too
+    /// (`mapped_to` unknown again). A cut that fails is logged, and the call's error only
+    /// when `fail` says no other error stands.
+    pub(in crate::fs) fn cut_merge(&self, dir: u64, d: &mut DirState, fail: bool) -> FsResult<()> {
+        let cut = self.vol.uncached(dir).truncate(dir, d.log_bytes);
+        d.mapped_to = 0;
+        // The log's own bytes are untouched: the cut starts at its end.
+        debug_assert!(d.log_start <= d.log_bytes, "the log before the cut");
+        match cut {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                log::error!("directory {dir}: cannot cut a merge that stopped: {e}");
+                if fail {
+                    return Err(e.into());
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// Compacts directory `dir` (`d`, shelved with a run's view) without reading its log
     /// whole: its run's entry chunks merged with the view's changes into a new run under
     /// the same key (`runbuild::merge`: no sort, no replay, no entry held by name), then
@@ -233,8 +255,9 @@ impl Fs {
         // The new run is written as it is merged, after the old log (no run's bytes held
         // whole); a write that fails is the call's error, not a reason to read whole.
         let new_at = self.new_log_at(dir, d);
-        let mut failed = None;
+        let (mut failed, mut wrote) = (None, false);
         let mut write = |off: u64, bytes: &[u8]| {
+            wrote = true;
             vol.write(dir, new_at + off, bytes).map_err(|e| {
                 let why = e.to_string();
                 failed = Some(e);
@@ -242,6 +265,9 @@ impl Fs {
             })
         };
         let merged = runbuild::merge(&view.index, (&mut read, &mut write), &view.tail, count);
+        if wrote && (failed.is_some() || merged.is_err()) {
+            self.cut_merge(dir, d, failed.is_none())?;
+        }
         if let Some(e) = failed {
             return Err(e.into());
         }
@@ -265,3 +291,7 @@ impl Fs {
         Ok(true)
     }
 }
+
+#[cfg(test)]
+#[path = "merge_tests.rs"]
+mod merge_tests;
