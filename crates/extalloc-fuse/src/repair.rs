@@ -37,7 +37,7 @@ use crate::inode::{self, Inode, Kind};
 use crate::xattr;
 use extalloc::disk::device::Device;
 use extalloc::store::Rebuilt;
-use extalloc::volume::{Salvage, Volume};
+use extalloc::volume::{Salvage, TreeScan, Volume};
 use extalloc::Policy;
 use std::sync::Arc;
 
@@ -273,6 +273,23 @@ fn reads_as_dir_log(vol: &Volume, id: u64) -> Result<bool, String> {
     Ok(log.problem.is_none() && log.records > 0)
 }
 
+/// What the salvage's scan for the file tree's leaves did, one line each.
+fn tree_scan_lines(scan: &TreeScan) -> Vec<String> {
+    let mut out: Vec<String> = (scan.nodes_lost.iter())
+        .map(|(block, why)| format!("file tree: node at block {block} lost ({why})"))
+        .collect();
+    out.push(format!(
+        "file tree: {} blocks scanned for its leaves; {} found held and {} in free blocks, \
+         giving back {} entries ({} from free blocks: their bytes may be older)",
+        scan.blocks_read,
+        scan.leaves_found,
+        scan.freed_leaves_found,
+        scan.entries,
+        scan.entries_freed
+    ));
+    out
+}
+
 /// What a salvaging open ([`Volume::open_salvaging`]) found, one line each (also printed
 /// by a read-only mount of a damaged file system).
 pub fn salvage_lines(s: &Salvage) -> Vec<String> {
@@ -284,18 +301,7 @@ pub fn salvage_lines(s: &Salvage) -> Vec<String> {
         ));
     }
     if let Some(scan) = &s.tree_scan {
-        for (block, why) in &scan.nodes_lost {
-            out.push(format!("file tree: node at block {block} lost ({why})"));
-        }
-        out.push(format!(
-            "file tree: {} blocks scanned for its leaves; {} found held and {} in free blocks, \
-             giving back {} entries ({} from free blocks: their bytes may be older)",
-            scan.blocks_read,
-            scan.leaves_found,
-            scan.freed_leaves_found,
-            scan.entries,
-            scan.entries_freed
-        ));
+        out.extend(tree_scan_lines(scan));
     }
     if s.damaged_entries > 0 {
         out.push(format!(

@@ -340,17 +340,7 @@ pub(super) fn read_table(store: &Store, dev: &dyn Device, root: &Root) -> Result
             .iter()
             .map(|n| Extent::new(n.block, nb))
             .collect();
-        let lost = tt
-            .walked
-            .lost
-            .iter()
-            .map(|n| Lost {
-                keys: n.keys,
-                generation: n.at.generation,
-                block: n.at.block,
-                why: n.why.clone(),
-            })
-            .collect();
+        let lost = tt.walked.lost.iter().map(Lost::of).collect();
         return Ok(Read {
             table,
             own: tt.own(nb),

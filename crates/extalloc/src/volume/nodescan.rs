@@ -26,6 +26,7 @@
 
 use super::node::{self, NodeRef};
 use super::table::{salvage_table, table_header, Damaged, HEADER_BYTES};
+use super::walk::LostNode;
 use crate::disk::device::Device;
 use crate::error::Result;
 use crate::geometry::Extent;
@@ -49,6 +50,16 @@ pub(super) struct Lost {
 }
 
 impl Lost {
+    /// The range a walk's lost node leaves.
+    pub(super) fn of(n: &LostNode) -> Lost {
+        Lost {
+            keys: n.keys,
+            generation: n.at.generation,
+            block: n.at.block,
+            why: n.why.clone(),
+        }
+    }
+
     fn holds(&self, key: u64, generation: u64) -> bool {
         key >= self.keys.0 && self.keys.1.is_none_or(|hi| key < hi) && generation <= self.generation
     }
