@@ -287,6 +287,13 @@ fn tree_scan_lines(scan: &TreeScan) -> Vec<String> {
         scan.entries,
         scan.entries_freed
     ));
+    if scan.foreign_leaves > 0 {
+        out.push(format!(
+            "file tree: {} whole leaves of another volume left out (a former volume's, or \
+             a node's bytes in a file's data)",
+            scan.foreign_leaves
+        ));
+    }
     out
 }
 

@@ -182,6 +182,7 @@ impl Volume {
             retired: chain.index.first().copied().unwrap_or(0),
             previous: meta.durable,
             holds,
+            stamp: Some(meta.stamp),
         };
         let root = Root {
             sides: [SideRef::legacy(Extent::new(0, 0)); 2],
@@ -271,7 +272,7 @@ impl Volume {
             }
         };
         tree.settle(io, &mut replaced)?;
-        let written = tree.write(io, meta.generation + 1)?.len() as u64;
+        let written = (tree.write(io, meta.generation + 1, meta.stamp.value)?).len() as u64;
         // The room kept for the tree covered what this checkpoint wrote (`room.rs`): the
         // bound for its changed files on the tree in force.
         debug_assert!(

@@ -5,7 +5,8 @@
 //! once to a block the allocator handed out and never written in place. **Header** (64
 //! bytes): magic `XVBN`, level (u8: 0 a leaf), three zero bytes, item count (u32), payload
 //! bytes (u32), the checkpoint generation that wrote it (u64), its own first block (u64),
-//! crc32c (u32) seeded with that block number over the node with this field zero, 28 zero
+//! crc32c (u32) seeded with that block number over the node with this field zero, the
+//! volume's stamp (u64, [`Stamp`]; zero in a node written before root version 7), 20 zero
 //! bytes. **Payload**: a leaf holds file entries as the table's frames (`table.rs`: magic,
 //! length, crc32c of the body, body; the body starts with the file's id), in id order; an
 //! internal node holds `(first key, child block, child marks and generation)`, u64 each,
@@ -15,9 +16,15 @@
 //! parent's is damage, never data; a leaf's frames keep their own crcs, so a damaged leaf
 //! still gives the entries whose frames check (`table::salvage_table`).
 //!
+//! The stamp: a random number the volume's root keeps and every node it writes carries,
+//! so that a node found without a parent to vouch for it (the salvage's scan of the
+//! device, `nodescan.rs`) is known for this volume's: a former volume's leaves left in
+//! free blocks by a `mkfs` without discard, or a leaf's bytes a user wrote into a file,
+//! name their own block and check, but carry no stamp of this volume.
+//!
 //! Data structures: [`NodeRef`] (where a node lies and which checkpoint wrote it),
-//! [`Decoded`] (a checked node's level and payload). Invariant: `decode(encode(x)) == x`
-//! for a node written at the block it names. Pure functions over bytes: decoding never
+//! [`Decoded`] (a checked node's level, stamp and payload), [`Stamp`]. Invariant:
+//! `decode(encode(x)) == x` for a node written at the block it names. Pure functions over bytes: decoding never
 //! panics on any input. Locks: none.
 
 use super::record::corrupt;
@@ -58,6 +65,37 @@ pub(super) struct NodeRef {
     pub generation: u64,
 }
 
+/// The volume's stamp (root version 7, `root.rs`): every node written from checkpoint
+/// `since` on carries `value`; nodes older than that carry zero (written before the
+/// volume's root was version 7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Stamp {
+    /// Random, never zero.
+    pub value: u64,
+    /// The first checkpoint generation whose nodes carry it.
+    pub since: u64,
+}
+
+impl Stamp {
+    /// A new stamp for nodes from checkpoint `since` on (a new volume, or the first
+    /// checkpoint of a volume whose root is older than version 7).
+    pub(super) fn mint(since: u64) -> Stamp {
+        let value = loop {
+            let v: u64 = rand::random();
+            if v != 0 {
+                break v;
+            }
+        };
+        Stamp { value, since }
+    }
+
+    /// True if a node written by checkpoint `generation` carrying `stamp` is this
+    /// volume's: it carries the stamp, or it is older than the stamp and carries none.
+    pub(super) fn vouches(&self, stamp: u64, generation: u64) -> bool {
+        stamp == self.value || stamp == 0 && generation < self.since
+    }
+}
+
 /// One internal node's child, as its parent names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct ChildRef {
@@ -73,6 +111,8 @@ pub(super) struct ChildRef {
 pub(super) struct Decoded {
     pub level: u8,
     pub count: u32,
+    /// The volume's stamp it carries ([`Stamp`]; zero if written before version 7).
+    pub stamp: u64,
     /// The payload: frames (a leaf) or children (an internal node).
     pub payload: Vec<u8>,
 }
@@ -101,8 +141,15 @@ fn crc_of(block: u64, node: &[u8]) -> u32 {
     crc32c::crc32c_append(zero, &node[36..])
 }
 
-/// A node's bytes (`size` of them): header, then `payload` (which must fit), then zeros.
-pub(super) fn encode(size: usize, level: u8, count: u32, payload: &[u8], at: NodeRef) -> Vec<u8> {
+/// A node's bytes (`size` of them): header (carrying the volume's `stamp`), then `payload`
+/// (which must fit), then zeros.
+pub(super) fn encode(
+    size: usize,
+    (level, count): (u8, u32),
+    payload: &[u8],
+    at: NodeRef,
+    stamp: u64,
+) -> Vec<u8> {
     assert!(
         HEADER_BYTES + payload.len() <= size,
         "a payload of {} bytes in a node of {size}",
@@ -116,6 +163,7 @@ pub(super) fn encode(size: usize, level: u8, count: u32, payload: &[u8], at: Nod
     put_u32(&mut b, 12, payload.len() as u32);
     put_u64(&mut b, 16, at.generation);
     put_u64(&mut b, 24, at.block);
+    put_u64(&mut b, 36, stamp);
     b[HEADER_BYTES..HEADER_BYTES + payload.len()].copy_from_slice(payload);
     let crc = crc_of(at.block, &b);
     put_u32(&mut b, 32, crc);
@@ -124,6 +172,7 @@ pub(super) fn encode(size: usize, level: u8, count: u32, payload: &[u8], at: Nod
         Some(Decoded {
             level,
             count,
+            stamp,
             payload: payload.to_vec()
         }),
         "a node reads back"
@@ -164,6 +213,7 @@ pub(super) fn decode(b: &[u8], at: NodeRef) -> Result<Decoded> {
     Ok(Decoded {
         level,
         count,
+        stamp: get_u64(b, 36),
         payload: b[HEADER_BYTES..HEADER_BYTES + len].to_vec(),
     })
 }
@@ -193,6 +243,12 @@ pub(super) fn is_stale(b: &[u8], at: NodeRef) -> bool {
     let own = get_u64(b, 24);
     let whole = get_u32(b, 32) == crc_of(own, b);
     whole && (own != at.block || get_u64(b, 16) != at.generation)
+}
+
+/// True if `stamp` (if any: a root older than version 7 has none) vouches for the node
+/// whose header `b` starts with, by the stamp and generation it carries (`Stamp::vouches`).
+pub(super) fn vouched(b: &[u8], stamp: Option<Stamp>) -> bool {
+    stamp.is_none_or(|s| b.len() >= HEADER_BYTES && s.vouches(get_u64(b, 36), get_u64(b, 16)))
 }
 
 /// True if `b` starts with a node's magic (whole or not).
@@ -276,7 +332,7 @@ mod tests {
 
     #[test]
     fn a_node_reads_back_and_refuses_another_place_or_generation() {
-        let b = encode(4096, 0, 2, b"payload", AT);
+        let b = encode(4096, (0, 2), b"payload", AT, 9);
         let d = decode(&b, AT).unwrap();
         assert_eq!((d.level, d.count, &d.payload[..]), (0, 2, &b"payload"[..]));
         let moved = NodeRef { block: 78, ..AT };
@@ -299,9 +355,13 @@ mod tests {
 
     #[test]
     fn a_node_found_where_it_lies_gives_its_generation() {
-        let b = encode(4096, 0, 2, b"payload", AT);
+        let b = encode(4096, (0, 2), b"payload", AT, 9);
         let (at, d) = whole_at(&b, AT.block).unwrap();
         assert_eq!((at, d.level, &d.payload[..]), (AT, 0, &b"payload"[..]));
+        assert_eq!(d.stamp, 9, "the stamp it carries");
+        let stamp = |value, since| Some(Stamp { value, since });
+        assert!(vouched(&b, stamp(9, 1)) && vouched(&b, None) && !vouched(&b, stamp(8, 1)));
+        assert!(!vouched(&b[..10], stamp(9, 1)), "too short for a header");
         assert!(
             whole_at(&b, AT.block + 1).is_none(),
             "read at another block"
@@ -310,6 +370,24 @@ mod tests {
         bad[100] ^= 1;
         assert!(whole_at(&bad, AT.block).is_none(), "damaged");
         assert!(whole_at(&[0u8; 4096], 0).is_none() && whole_at(&b[..10], 77).is_none());
+    }
+
+    #[test]
+    fn a_stamp_vouches_for_its_own_nodes_and_for_unstamped_older_ones() {
+        let s = Stamp {
+            value: 0x5eed,
+            since: 10,
+        };
+        assert!(s.vouches(0x5eed, 10) && s.vouches(0x5eed, 3) && s.vouches(0, 9));
+        assert!(!s.vouches(0, 10), "unstamped, written after the stamp");
+        assert!(!s.vouches(0x5eee, 4), "another volume's");
+        let (a, b) = (Stamp::mint(1), Stamp::mint(1));
+        assert!(a.value != 0 && a.value != b.value && a.since == 1);
+        // The stamp is covered by the crc: a node of another volume is not this one's
+        // with its stamp changed.
+        let mut n = encode(4096, (0, 0), b"", AT, 0x5eee);
+        n[36] ^= 0x5eee_u64 as u8 ^ 0x5eed_u64 as u8;
+        assert!(whole_at(&n, AT.block).is_none());
     }
 
     #[test]
@@ -332,7 +410,7 @@ mod tests {
                 marks: 0,
             },
         ];
-        let b = encode(4096, 1, 2, &encode_children(&kids), AT);
+        let b = encode(4096, (1, 2), &encode_children(&kids), AT, 9);
         let d = decode(&b, AT).unwrap();
         assert_eq!(decode_children(&d, 5).unwrap(), kids);
         assert!(
@@ -340,12 +418,12 @@ mod tests {
             "a child newer than its parent"
         );
         let swapped = [kids[1], kids[0]];
-        let b = encode(4096, 1, 2, &encode_children(&swapped), AT);
+        let b = encode(4096, (1, 2), &encode_children(&swapped), AT, 9);
         assert!(decode_children(&decode(&b, AT).unwrap(), 5).is_err());
         // A marks byte with a bit no version writes is damage.
         let mut payload = encode_children(&kids);
         payload[23] |= 0x80;
-        let b = encode(4096, 1, 2, &payload, AT);
+        let b = encode(4096, (1, 2), &payload, AT, 9);
         assert!(decode_children(&decode(&b, AT).unwrap(), 5).is_err());
     }
 
@@ -353,7 +431,7 @@ mod tests {
     fn decoding_never_panics_on_noise() {
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
         for _ in 0..2000 {
-            let mut b = encode(4096, 1, 1, &[7u8; 24], AT);
+            let mut b = encode(4096, (1, 1), &[7u8; 24], AT, 9);
             for _ in 0..8 {
                 seed ^= seed << 13;
                 seed ^= seed >> 7;

@@ -7,6 +7,12 @@
 //! leaf no newer than the lost node, and gives back the entries of the lost key ranges
 //! from the newest copy of each.
 //!
+//! "This volume's": a leaf counts only if the volume's stamp vouches for it (`node::Stamp`:
+//! it carries the stamp of the root, or is older than the stamp and carries none), so a
+//! former volume's leaves that a `mkfs` without discard left in free blocks, and a leaf's
+//! bytes written into a file by whoever can write one, give nothing; they are counted
+//! ([`Scanned::foreign`]).
+//!
 //! "Newest copy": leaves the allocator holds are taken first, newest checkpoint first; each
 //! claims the span from its least to its greatest key of a lost range, and a later leaf
 //! gives only keys no span before it holds; no key the walk found is given. Leaves in free
@@ -20,11 +26,11 @@
 //!
 //! Data structures: [`Lost`] (a key range lost, and the newest generation a node under it
 //! can have), [`Scanned`] (what the scan gives). Invariant: an entry given back lies in a
-//! lost range, comes from a whole leaf that the walk did not read, written no later than its
-//! range's lost node, and from a free leaf only if no held leaf spans it; no key is given
-//! back twice. Locks: none (the volume is not shared yet).
+//! lost range, comes from a whole leaf that the walk did not read, that the volume's stamp
+//! vouches for, written no later than its range's lost node, and from a free leaf only if
+//! no held leaf spans it; no key is given back twice. Locks: none (the volume is not shared yet).
 
-use super::node::{self, NodeRef};
+use super::node::{self, NodeRef, Stamp};
 use super::table::{salvage_table, table_header, Damaged, HEADER_BYTES};
 use super::walk::LostNode;
 use crate::disk::device::Device;
@@ -79,6 +85,9 @@ pub(super) struct Scanned {
     pub leaves_found: (u64, u64),
     /// Blocks read.
     pub blocks_read: u64,
+    /// Whole leaves found that the volume's stamp does not vouch for (another volume's),
+    /// left out.
+    pub foreign: u64,
 }
 
 /// A whole leaf found on the device.
@@ -92,12 +101,14 @@ struct Found {
 /// Reads every group holding an allocated block (or held corrupt) for whole leaves that
 /// `read` (the nodes the walk read) does not name, and gives back the entries of the
 /// `lost` ranges (see the module documentation); if that gives fewer than `missing`, the
-/// groups with no block allocated too. Fails only on a read error.
+/// groups with no block allocated too. Only leaves `stamp` vouches for count (every leaf,
+/// for a root older than stamps). Fails only on a read error.
 pub(super) fn scan(
     store: &Store,
     dev: &dyn Device,
     lost: &[Lost],
     (read, known, missing): (&BTreeSet<u64>, &BTreeSet<u64>, u64),
+    stamp: Option<Stamp>,
 ) -> Result<Scanned> {
     let mut out = Scanned::default();
     if lost.is_empty() {
@@ -121,7 +132,8 @@ pub(super) fn scan(
             while b < start + len {
                 let n = CHUNK_BLOCKS.min(start + len - b);
                 out.blocks_read += n;
-                leaves_in(store, dev, (b, n), (read, newest), &mut found)?;
+                let within = (read, newest, stamp);
+                out.foreign += leaves_in(store, dev, (b, n), within, &mut found)?;
                 b += n;
             }
         }
@@ -136,15 +148,16 @@ pub(super) fn scan(
     Ok(out)
 }
 
-/// The whole leaves that start in blocks `first .. first + n`, not in `read`, and no
-/// newer than `newest`, into `found`.
+/// The whole leaves that start in blocks `first .. first + n`, not in `read`, no newer
+/// than `newest` and vouched for by `stamp` (if any), into `found`. Returns how many whole
+/// leaves `stamp` did not vouch for.
 fn leaves_in(
     store: &Store,
     dev: &dyn Device,
     (first, n): (u64, u64),
-    (read, newest): (&BTreeSet<u64>, u64),
+    (read, newest, stamp): (&BTreeSet<u64>, u64, Option<Stamp>),
     found: &mut Vec<Found>,
-) -> Result<()> {
+) -> Result<u64> {
     let g = store.geometry();
     let bs = u64::from(g.block_size);
     let size = node::node_bytes(bs);
@@ -154,6 +167,7 @@ fn leaves_in(
     let mut buf = vec![0u8; ((end - first) * bs) as usize];
     dev.read_at(&mut buf, first * bs)?;
     let before = found.len();
+    let mut foreign = 0;
     for i in 0..n {
         let off = (i * bs) as usize;
         let Some(bytes) = buf.get(off..off + size) else {
@@ -163,6 +177,10 @@ fn leaves_in(
         let Some((at, d)) = node::whole_at(bytes, block) else {
             continue;
         };
+        if stamp.is_some_and(|s| !s.vouches(d.stamp, at.generation)) {
+            foreign += u64::from(d.level == 0);
+            continue;
+        }
         if d.level == 0 && at.generation <= newest && !read.contains(&block) {
             found.push(Found {
                 at,
@@ -177,7 +195,7 @@ fn leaves_in(
             && f.at.generation <= newest
             && !read.contains(&f.at.block)
     }));
-    Ok(())
+    Ok(foreign)
 }
 
 /// Key spans claimed so far: the union of closed ranges, disjoint, by start (a lookup and

@@ -21,6 +21,21 @@ fn fresh() -> (Arc<MemDevice>, Volume) {
     (dev, vol)
 }
 
+/// A leaf's payload: empty files of `ids`, each with attribute `attr`.
+fn leaf_payload(ids: impl Iterator<Item = u64>, attr: &[u8]) -> Vec<u8> {
+    let files = ids
+        .map(|id| TableFile {
+            id,
+            size: 0,
+            attr: attr.to_vec(),
+            placement: None,
+            map: MapRef::Inline(Vec::new()),
+        })
+        .collect();
+    let retired = Vec::new();
+    table::encode_table(&Table { files, retired })[table::HEADER_BYTES..].to_vec()
+}
+
 /// No block is mapped while free, nor by two files.
 fn assert_no_block_shared(vol: &Volume) {
     let c = vol.check().unwrap();
@@ -205,7 +220,8 @@ fn a_lost_only_leaf_comes_back_from_a_freed_copy() {
         block: free,
         generation: tree.root.generation - 1,
     };
-    let old = node::encode(BS as usize, 0, 20, &payload, at);
+    let stamp = tree.stamp.expect("a stamped root").value;
+    let old = node::encode(BS as usize, (0, 20), &payload, at, stamp);
     drop(vol);
     // The copy the last checkpoint retired (still held) gone, as a reuse would leave it.
     for b in (0..8192).filter(|&b| b != tree.root.block) {
@@ -246,24 +262,13 @@ fn a_stale_leaf_where_the_root_lies_yields_to_the_scan() {
     let tree = volume_root(vol.store()).unwrap().tree.unwrap();
     drop(vol);
     // A leaf of five files with other attributes, one checkpoint older, at the root's block.
-    let stale: Vec<TableFile> = (model.keys().take(5))
-        .map(|&id| TableFile {
-            id,
-            size: 0,
-            attr: b"stale".to_vec(),
-            placement: None,
-            map: MapRef::Inline(Vec::new()),
-        })
-        .collect();
-    let table = table::encode_table(&Table {
-        files: stale,
-        retired: Vec::new(),
-    });
+    let payload = leaf_payload(model.keys().take(5).copied(), b"stale");
     let at = node::NodeRef {
         block: tree.root.block,
         generation: tree.root.generation - 1,
     };
-    let leaf = node::encode(BS as usize, 0, 5, &table[table::HEADER_BYTES..], at);
+    let stamp = tree.stamp.expect("a stamped root").value;
+    let leaf = node::encode(BS as usize, (0, 5), &payload, at, stamp);
     dev.write_at(&leaf, tree.root.block * BS).unwrap();
     let (vol, report) = Volume::open_salvaging(dev.clone(), Policy::default()).unwrap();
     let scan = report.tree_scan.clone().expect("a scan");
@@ -272,4 +277,108 @@ fn a_stale_leaf_where_the_root_lies_yields_to_the_scan() {
     let vol = settle(&dev, vol);
     assert_intact(&vol, &model, &[]);
     assert_no_block_shared(&vol);
+}
+
+/// A volume made over a former one (no discard: its leaves still lie in the new volume's
+/// free blocks, whole, naming their own blocks and older generations), then its only leaf
+/// lost: the scan takes no leaf of the former volume, so none of its files comes back as
+/// this volume's.
+#[test]
+fn a_former_volumes_leaves_give_no_file() {
+    let (dev, vol) = fresh();
+    for i in 0..300u64 {
+        vol.create(format!("former {i}").as_bytes()).unwrap();
+    }
+    vol.close().unwrap();
+    let geometry = Geometry::new(4096, 1024, 8192).unwrap();
+    let vol = Volume::mkfs(dev.clone(), &geometry, 64, Policy::default()).unwrap();
+    let ours: Vec<u64> = (0..3u64)
+        .map(|i| vol.create(format!("ours {i}").as_bytes()).unwrap())
+        .collect();
+    vol.close().unwrap();
+    // Checkpoints that change nothing: the leaf's earlier copies are freed, and this
+    // volume's generation passes the former's.
+    for _ in 0..4 {
+        Volume::open(dev.clone(), Policy::default())
+            .unwrap()
+            .close()
+            .unwrap();
+    }
+    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+    let tree = volume_root(vol.store()).unwrap().tree.unwrap();
+    drop(vol);
+    dev.write_at(&[0u8; BS as usize], tree.root.block * BS)
+        .unwrap();
+    let (vol, report) = Volume::open_salvaging(dev.clone(), Policy::default()).unwrap();
+    let former: Vec<u64> = report
+        .recovered
+        .iter()
+        .map(|r| r.1)
+        .chain(report.lost.iter().filter_map(|l| l.id))
+        .filter(|id| !ours.contains(id))
+        .collect();
+    assert!(former.is_empty(), "the former volume's files: {former:?}");
+    let scan = report.tree_scan.clone().expect("a scan");
+    assert!(scan.foreign_leaves > 0, "{scan:?}");
+    for (i, &id) in ours.iter().enumerate() {
+        if let Ok(attr) = vol.attr(id) {
+            assert_eq!(attr, format!("ours {i}").into_bytes(), "file {id}");
+        }
+    }
+}
+
+/// A leaf's bytes written into a file's data by its owner (who can write a file but not
+/// read the device, so knows no stamp): whole, naming the block it lies in and the lost
+/// root's generation, with entries for files there are and one there is not. The root then
+/// lost: the scan leaves the forged leaf out, so no file takes its bytes.
+#[test]
+fn a_leaf_forged_in_a_files_data_gives_nothing() {
+    let (dev, vol) = fresh();
+    let ids: Vec<u64> = (0..20u64)
+        .map(|i| vol.create(format!("file {i}").as_bytes()).unwrap())
+        .collect();
+    let carrier = vol.create(b"the forger's file").unwrap();
+    vol.write(carrier, 0, &[7u8; BS as usize]).unwrap();
+    let block = vol.extents(carrier).unwrap()[0].extent.start;
+    vol.close().unwrap();
+    let payload = leaf_payload(ids.iter().copied().take(5).chain([9_999]), b"forged");
+    for guess in [0, 1] {
+        let image = Arc::new(MemDevice::new(8192 * BS));
+        let mut raw = vec![0u8; BS as usize];
+        for b in 0..8192 {
+            dev.read_at(&mut raw, b * BS).unwrap();
+            image.write_at(&raw, b * BS).unwrap();
+        }
+        // Written through the volume, as the file's owner would, naming the root node's
+        // generation (the overwrite changes no entry: the root node stays).
+        let vol = Volume::open(image.clone(), Policy::default()).unwrap();
+        let generation = volume_root(vol.store())
+            .unwrap()
+            .tree
+            .unwrap()
+            .root
+            .generation;
+        let at = node::NodeRef { block, generation };
+        let leaf = node::encode(BS as usize, (0, 6), &payload, at, guess);
+        vol.write(carrier, 0, &leaf).unwrap();
+        vol.close().unwrap();
+        image.read_at(&mut raw, block * BS).unwrap();
+        assert_eq!(raw, leaf, "the file's data lies in block {block}");
+        let vol = Volume::open(image.clone(), Policy::default()).unwrap();
+        let tree = volume_root(vol.store()).unwrap().tree.unwrap();
+        assert_eq!(tree.root.generation, generation, "the root node stays");
+        drop(vol);
+        image
+            .write_at(&[0u8; BS as usize], tree.root.block * BS)
+            .unwrap();
+        let (salvaged, report) = Volume::open_salvaging(image, Policy::default()).unwrap();
+        let scan = report.tree_scan.clone().expect("a scan");
+        assert_eq!(scan.foreign_leaves, 1, "stamp {guess}: {scan:?}");
+        assert!(salvaged.attr(9_999).is_err(), "stamp {guess}: {report:?}");
+        for &id in &ids {
+            if let Ok(attr) = salvaged.attr(id) {
+                assert_ne!(attr, b"forged".to_vec(), "stamp {guess}: file {id}");
+            }
+        }
+    }
 }

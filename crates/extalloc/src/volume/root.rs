@@ -6,7 +6,7 @@
 //! Data structures: [`Root`], [`TreeRoot`]. Invariant: `decode(encode(x)) == x`. Locks:
 //! none.
 
-use super::node::NodeRef;
+use super::node::{NodeRef, Stamp};
 use super::record::{corrupt, put_u64, Reader, SideRef};
 use crate::error::{Error, Result};
 use crate::geometry::Extent;
@@ -20,11 +20,14 @@ const ROOT_MAGIC: &[u8; 4] = b"XVRT";
 /// hold that the open would need ([`TreeRoot::holds`]), so an open whose tree holds
 /// neither reads no leaf. 6: every internal node's children carry their marks
 /// (`node::MARK_MAPS`, `node::MARK_PENDING`; [`HOLDS_MARKED`]), so an open reads only
-/// the leaves that hold what it needs. Roots of version 2 to 5 are read, and the next
-/// checkpoint writes version 6 (the upgrade; from a tree without marks, it rewrites every
-/// internal node). The file table's entries keep their own version
+/// the leaves that hold what it needs. 7: version 6 and the volume's stamp
+/// ([`TreeRoot::stamp`], `node::Stamp`), which every node written since carries, so the
+/// salvage's scan of the device takes no node of another volume. Roots of version 2 to 6
+/// are read, and the next checkpoint writes version 7 (the upgrade; from a tree without
+/// marks, it rewrites every internal node; the stamp is minted then, for the nodes
+/// written from that checkpoint on). The file table's entries keep their own version
 /// (`table::TABLE_VERSION`).
-const VERSION: u32 = 6;
+const VERSION: u32 = 7;
 const OLDEST_VERSION: u32 = 2;
 /// The volume's root, kept in the store's durable root: where the file table is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +61,9 @@ pub(super) struct TreeRoot {
     /// What the tree's entries hold that the open needs from every leaf ([`HOLDS_MAPS`],
     /// [`HOLDS_PENDING`]); a version 4 root, which does not say, reads as holding both.
     pub holds: u64,
+    /// The volume's stamp (version 7): every node written from its `since` on carries it.
+    /// `None` in a root of version 4 to 6 (which is encoded as version 6 again).
+    pub stamp: Option<Stamp>,
 }
 
 /// [`TreeRoot::holds`]: some entry's map lies in a map segment or in runs of its own, so
@@ -94,7 +100,11 @@ impl Root {
             put_u64(&mut out, self.next_id);
             return out;
         };
-        out.extend_from_slice(&VERSION.to_le_bytes());
+        let version = match t.stamp {
+            Some(_) => VERSION,
+            None => 6,
+        };
+        out.extend_from_slice(&version.to_le_bytes());
         let (prev, prev_count) = t.previous.unwrap_or((
             NodeRef {
                 block: 0,
@@ -116,13 +126,26 @@ impl Root {
         ] {
             put_u64(&mut out, v);
         }
+        if let Some(stamp) = t.stamp {
+            assert!(
+                stamp.value != 0 && stamp.since <= t.generation,
+                "a stamp {stamp:?} for a root of checkpoint {}",
+                t.generation
+            );
+            put_u64(&mut out, stamp.value);
+            put_u64(&mut out, stamp.since);
+        }
         debug_assert_eq!(Root::decode(&out).ok().as_ref(), Some(self));
         out
     }
 
     fn decode_tree(r: &mut Reader<'_>, version: u32) -> Result<Root> {
-        let mut v = [0u64; 10];
-        let fields = if version >= 5 { 10 } else { 9 };
+        let mut v = [0u64; 12];
+        let fields = match version {
+            7.. => 12,
+            5 | 6 => 10,
+            _ => 9,
+        };
         for x in &mut v[..fields] {
             *x = r.u64()?;
         }
@@ -137,13 +160,25 @@ impl Root {
                 4 => HOLDS_MAPS | HOLDS_PENDING,
                 _ => v[9],
             },
+            stamp: (version >= 7).then_some(Stamp {
+                value: v[10],
+                since: v[11],
+            }),
         };
         let known = match version {
             6.. => HOLDS_MAPS | HOLDS_PENDING | HOLDS_MARKED,
             _ => HOLDS_MAPS | HOLDS_PENDING,
         };
         let holds_ok = t.holds & !known == 0;
-        if !r.done() || t.root.block == 0 || t.root.generation > t.generation || !holds_ok {
+        let stamp_ok = t
+            .stamp
+            .is_none_or(|s| s.value != 0 && s.since <= t.generation);
+        if !r.done()
+            || t.root.block == 0
+            || t.root.generation > t.generation
+            || !holds_ok
+            || !stamp_ok
+        {
             return Err(corrupt("the volume root is malformed"));
         }
         debug_assert!(t.previous.is_none_or(|(p, _)| p.block != 0));
@@ -178,7 +213,7 @@ impl Root {
             });
         }
         let sides = match version {
-            4..=6 => return Root::decode_tree(&mut r, version),
+            4..=7 => return Root::decode_tree(&mut r, version),
             2 => [SideRef::legacy(r.extent()?), SideRef::legacy(r.extent()?)],
             _ => [SideRef::decode(&mut r)?, SideRef::decode(&mut r)?],
         };
@@ -203,6 +238,44 @@ mod tests {
     use super::*;
     use crate::volume::record::put_extent;
 
+    /// A version 7 root of a tree.
+    fn stamped_root() -> Root {
+        let node = |block, generation| NodeRef { block, generation };
+        Root {
+            sides: [SideRef::legacy(Extent::new(0, 0)); 2],
+            active: 0,
+            table_bytes: 0,
+            table_crc: 0,
+            next_id: 12,
+            tree: Some(TreeRoot {
+                root: node(40, 7),
+                count: 11,
+                generation: 7,
+                retired: 41,
+                previous: Some((node(30, 6), 10)),
+                holds: HOLDS_PENDING | HOLDS_MARKED,
+                stamp: Some(Stamp {
+                    value: 0x5eed,
+                    since: 3,
+                }),
+            }),
+        }
+    }
+
+    #[test]
+    fn a_stamp_of_zero_or_from_a_later_checkpoint_is_refused() {
+        let stamped = stamped_root().encode();
+        for (i, v) in [(16, 0u64), (8, 8)] {
+            let mut bad = stamped.clone();
+            let at = bad.len() - i;
+            bad[at..at + 8].copy_from_slice(&v.to_le_bytes());
+            assert!(Root::decode(&bad).is_err(), "field {i} from the end as {v}");
+        }
+        for cut in 0..stamped.len() {
+            assert!(Root::decode(&stamped[..cut]).is_err(), "cut at {cut}");
+        }
+    }
+
     #[test]
     fn roots_round_trip_and_garbage_is_refused() {
         let root = Root {
@@ -220,23 +293,16 @@ mod tests {
             tree: None,
         };
         assert_eq!(Root::decode(&root.encode()).unwrap(), root);
-        let node = |block, generation| NodeRef { block, generation };
-        let tree = Root {
-            sides: [SideRef::legacy(Extent::new(0, 0)); 2],
-            active: 0,
-            table_bytes: 0,
-            table_crc: 0,
-            next_id: 12,
-            tree: Some(TreeRoot {
-                root: node(40, 7),
-                count: 11,
-                generation: 7,
-                retired: 41,
-                previous: Some((node(30, 6), 10)),
-                holds: HOLDS_PENDING | HOLDS_MARKED,
-            }),
-        };
+        let tree = stamped_root();
+        let stamped = tree.encode();
+        assert_eq!(Root::decode(&stamped).unwrap(), tree);
+        // A version 6 root: no stamp.
+        let mut tree = tree;
+        tree.tree.as_mut().unwrap().stamp = None;
         let bytes = tree.encode();
+        let mut v6 = stamped[..stamped.len() - 16].to_vec();
+        v6[4..8].copy_from_slice(&6u32.to_le_bytes());
+        assert_eq!(bytes, v6, "version 6: version 7 without the stamp");
         assert_eq!(Root::decode(&bytes).unwrap(), tree);
         // A version 4 root (no `holds`): read as holding both, so the open reads every leaf.
         let mut v4 = bytes[..bytes.len() - 8].to_vec();

@@ -68,6 +68,10 @@ pub struct TreeScan {
     pub entries: u64,
     /// Of them, those from leaves in free blocks (their bytes may be older).
     pub entries_freed: u64,
+    /// Whole leaves found that carry no stamp of this volume (root version 7): another
+    /// volume's, left by a `mkfs` without discard, or a node's bytes written into a file;
+    /// none of their entries is taken.
+    pub foreign_leaves: u64,
 }
 
 /// A damaged table entry whose file could not be kept.

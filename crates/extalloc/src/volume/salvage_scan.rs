@@ -45,7 +45,8 @@ pub(super) fn scanned(
         .collect();
     let count = root.tree.as_ref().map_or(0, |t| t.count);
     let missing = count.saturating_sub(known.len() as u64);
-    let sc = nodescan::scan(store, dev, lost, (&read, &known, missing))?;
+    let stamp = root.tree.as_ref().and_then(|t| t.stamp);
+    let sc = nodescan::scan(store, dev, lost, (&read, &known, missing), stamp)?;
     report.tree_scan = Some(TreeScan {
         nodes_lost: lost.iter().map(|l| (l.block, l.why.clone())).collect(),
         blocks_read: sc.blocks_read,
@@ -53,6 +54,7 @@ pub(super) fn scanned(
         freed_leaves_found: sc.leaves_found.1,
         entries: sc.entries.len() as u64,
         entries_freed: sc.entries_freed,
+        foreign_leaves: sc.foreign,
     });
     found.own.extend(sc.leaves);
     // A root with no magic, scanned as a leaf's bytes too: a stretch of it that decodes as
@@ -87,7 +89,8 @@ pub(super) fn scanned(
 
 /// The damaged entries `s` took from the tree's root when the root's block holds a stale
 /// node (whole, of another place or checkpoint): taken out of `s`, for the scan to go
-/// first. Nothing for any other root.
+/// first; dropped if the volume's stamp does not vouch for that node (another volume's).
+/// Nothing for any other root.
 fn stale_root_entries(
     store: &Store,
     dev: &dyn Device,
@@ -109,5 +112,8 @@ fn stale_root_entries(
     s.damaged = rest;
     // The root's entries are damaged ones: a stale leaf's frames are never taken intact.
     debug_assert!(s.places.iter().all(|p| !span.contains(&p.start)));
-    mine
+    match node::vouched(&raw, t.stamp) {
+        true => mine,
+        false => Vec::new(),
+    }
 }

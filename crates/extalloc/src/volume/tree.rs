@@ -331,11 +331,22 @@ impl Tree {
     }
 
     /// Writes every changed node (children first) to a block `io` allocates, as checkpoint
-    /// `generation`; a written leaf is dropped from memory. Returns the blocks written. The
-    /// tree must be settled.
-    pub(super) fn write(&mut self, io: &mut dyn NodeIo, generation: u64) -> Result<Vec<u64>> {
+    /// `generation`, each carrying the volume's `stamp` (`node::Stamp`); a written leaf is
+    /// dropped from memory. Returns the blocks written. The tree must be settled.
+    pub(super) fn write(
+        &mut self,
+        io: &mut dyn NodeIo,
+        generation: u64,
+        stamp: u64,
+    ) -> Result<Vec<u64>> {
         let mut written = Vec::new();
-        write_slot(&mut self.root, self.size, io, generation, &mut written)?;
+        write_slot(
+            &mut self.root,
+            (self.size, stamp),
+            io,
+            generation,
+            &mut written,
+        )?;
         debug_assert!(self.root.at.is_some(), "the root written");
         Ok(written)
     }
@@ -466,7 +477,7 @@ impl Tree {
 
 fn write_slot(
     slot: &mut Slot,
-    size: usize,
+    (size, stamp): (usize, u64),
     io: &mut dyn NodeIo,
     generation: u64,
     written: &mut Vec<u64>,
@@ -487,7 +498,7 @@ fn write_slot(
         }
         Mem::Internal { level, children } => {
             for c in children.iter_mut() {
-                write_slot(c, size, io, generation, written)?;
+                write_slot(c, (size, stamp), io, generation, written)?;
             }
             let refs: Vec<ChildRef> = children
                 .iter()
@@ -505,7 +516,7 @@ fn write_slot(
     let at = NodeRef { block, generation };
     io.write(
         block,
-        &node::encode(size, level, count as u32, &payload, at),
+        &node::encode(size, (level, count as u32), &payload, at, stamp),
     )?;
     written.push(block);
     slot.at = Some(at);

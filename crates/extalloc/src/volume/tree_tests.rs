@@ -70,7 +70,7 @@ fn read_back(io: &mut MemIo, t: &Tree) -> BTreeMap<u64, Vec<u8>> {
 fn checkpoint(io: &mut MemIo, t: &mut Tree, generation: u64, replaced: &mut Vec<NodeRef>) {
     t.settle(io, replaced).unwrap();
     let before: BTreeSet<u64> = io.blocks.keys().copied().collect();
-    let written = t.write(io, generation).unwrap();
+    let written = t.write(io, generation, 0x5eed).unwrap();
     assert!(
         written.iter().all(|b| !before.contains(b)),
         "only new blocks written"
@@ -233,7 +233,7 @@ fn wipe_marks(io: &mut MemIo, t: &Tree) {
         let mut kids = node::decode_children(&d, at.generation).unwrap();
         kids.iter_mut().for_each(|k| k.marks = 0);
         let payload = node::encode_children(&kids);
-        let bytes = node::encode(4096, d.level, d.count, &payload, at);
+        let bytes = node::encode(4096, (d.level, d.count), &payload, at, d.stamp);
         io.blocks.insert(at.block, bytes);
     }
 }
