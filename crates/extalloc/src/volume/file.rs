@@ -406,6 +406,35 @@ mod tests {
         assert_eq!(r.iter().collect::<Vec<_>>(), vec![(0, 1)]);
     }
 
+    /// Overlapping and touching inserts (as the salvage's scan claims leaves' key spans,
+    /// `nodescan.rs`) answer as a list of them would, and stay disjoint, not touching.
+    #[test]
+    fn ranges_answer_as_a_list_of_their_inserts_would() {
+        let mut r = Ranges::default();
+        let mut list: Vec<(u64, u64)> = Vec::new();
+        let in_list = |list: &[(u64, u64)], k: u64| list.iter().any(|&(a, b)| (a..=b).contains(&k));
+        let mut x = 7u64;
+        for _ in 0..2000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let lo = (x >> 33) % 5000;
+            let hi = lo + (x >> 20) % 40;
+            r.insert(lo, hi - lo + 1);
+            list.push((lo, hi));
+            let k = (x >> 7) % 5100;
+            assert_eq!(r.contains(k), in_list(&list, k), "key {k}");
+        }
+        let all: Vec<(u64, u64)> = r.iter().collect();
+        assert!(
+            all.windows(2).all(|w| w[0].0 + w[0].1 < w[1].0),
+            "disjoint, not touching"
+        );
+        for k in 0..5100 {
+            assert_eq!(r.contains(k), in_list(&list, k), "key {k}");
+        }
+    }
+
     #[test]
     fn replayed_changes_are_blind_writes() {
         let mut files = BTreeMap::new();

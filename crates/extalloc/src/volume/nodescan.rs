@@ -30,6 +30,7 @@
 //! vouches for, written no later than its range's lost node, and from a free leaf only if
 //! no held leaf spans it; no key is given back twice. Locks: none (the volume is not shared yet).
 
+use super::file::Ranges;
 use super::node::{self, NodeRef, Stamp};
 use super::table::{salvage_table, table_header, Damaged, HEADER_BYTES};
 use super::walk::LostNode;
@@ -37,7 +38,7 @@ use crate::disk::device::Device;
 use crate::error::Result;
 use crate::geometry::Extent;
 use crate::store::Store;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::ops::Range;
 
 /// Blocks read at once.
@@ -198,42 +199,6 @@ fn leaves_in(
     Ok(foreign)
 }
 
-/// Key spans claimed so far: the union of closed ranges, disjoint, by start (a lookup and
-/// an insert cost a logarithm of the spans, whatever the number of leaves).
-#[derive(Default)]
-struct Spans(BTreeMap<u64, u64>);
-
-impl Spans {
-    /// True if `key` lies in a span.
-    fn holds(&self, key: u64) -> bool {
-        self.0
-            .range(..=key)
-            .next_back()
-            .is_some_and(|(_, &hi)| key <= hi)
-    }
-
-    /// Adds `lo..=hi`, joining the spans it overlaps or touches.
-    fn insert(&mut self, (mut lo, mut hi): (u64, u64)) {
-        debug_assert!(lo <= hi, "a span runs forward");
-        if let Some((&a, &b)) = self.0.range(..=lo).next_back() {
-            if b.saturating_add(1) >= lo {
-                lo = a;
-                hi = hi.max(b);
-            }
-        }
-        let after: Vec<u64> = (self.0.range(lo..))
-            .take_while(|(&a, _)| a <= hi.saturating_add(1))
-            .map(|(&a, _)| a)
-            .collect();
-        for a in after {
-            hi = hi.max(self.0.remove(&a).expect("a span found"));
-        }
-        self.0.insert(lo, hi);
-        // Disjoint, not touching: each span ends before the next begins, less one.
-        debug_assert!(self.holds(lo) && self.holds(hi));
-    }
-}
-
 /// The entries of the `lost` ranges from the newest copy of each key among `found`, as
 /// damaged entries (device bytes), none of `known` (the walk found them); the blocks of the
 /// leaves that gave any; how many came from free leaves. Leaves the allocator holds come
@@ -247,7 +212,9 @@ fn newest_copies(
 ) -> (Vec<Damaged>, Vec<u64>, u64) {
     let mut order: Vec<&Found> = found.iter().collect();
     order.sort_by_key(|f| (!f.held, std::cmp::Reverse(f.at.generation), f.at.block));
-    let mut spans = Spans::default();
+    // Key spans claimed so far (a lookup and an insert cost a logarithm of the spans,
+    // whatever the number of leaves).
+    let mut spans = Ranges::default();
     let mut given: BTreeSet<u64> = BTreeSet::new();
     let mut entries = Vec::new();
     let (mut leaves, mut freed) = (Vec::new(), 0);
@@ -271,7 +238,7 @@ fn newest_copies(
                 continue;
             }
             span = Some(span.map_or((file.id, file.id), |(a, _)| (a, file.id)));
-            let newer = spans.holds(file.id);
+            let newer = spans.contains(file.id);
             if !newer && !known.contains(&file.id) && given.insert(file.id) {
                 entries.push(Damaged {
                     bytes: device(place),
@@ -283,8 +250,8 @@ fn newest_copies(
             leaves.push(f.at.block);
             freed += u64::from(!f.held) * (entries.len() - before) as u64;
         }
-        if let Some(span) = span {
-            spans.insert(span);
+        if let Some((lo, hi)) = span {
+            spans.insert(lo, hi - lo + 1);
         }
     }
     // No key given back twice, each in a lost range.
@@ -393,38 +360,6 @@ mod tests {
             .collect();
         assert_eq!(ids, vec![4, 6, 7, 1]);
         assert_eq!((leaves, freed), (vec![10, 20, 30], 2));
-    }
-
-    #[test]
-    fn spans_join_and_answer_as_a_list_would() {
-        let mut spans = Spans::default();
-        let mut list: Vec<(u64, u64)> = Vec::new();
-        let mut x = 7u64;
-        for _ in 0..2000 {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let lo = (x >> 33) % 5000;
-            let hi = lo + (x >> 20) % 40;
-            spans.insert((lo, hi));
-            list.push((lo, hi));
-            let k = (x >> 7) % 5100;
-            assert_eq!(
-                spans.holds(k),
-                list.iter().any(|&(a, b)| (a..=b).contains(&k))
-            );
-        }
-        let ends: Vec<(u64, u64)> = spans.0.iter().map(|(&a, &b)| (a, b)).collect();
-        assert!(
-            ends.windows(2).all(|w| w[0].1 + 1 < w[1].0),
-            "disjoint, not touching"
-        );
-        for k in 0..5100 {
-            assert_eq!(
-                spans.holds(k),
-                list.iter().any(|&(a, b)| (a..=b).contains(&k))
-            );
-        }
     }
 
     #[test]
