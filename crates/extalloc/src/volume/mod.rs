@@ -133,7 +133,6 @@ mod treeio;
 mod walk;
 
 pub use atomic::Atomic;
-use cache::{info_of, strip};
 pub use cache::{DEFAULT_FILE_CACHE, MIN_CHECKPOINT_FILES};
 pub use check::VolumeCheck;
 pub use delalloc::WroteBack;
@@ -309,61 +308,6 @@ impl Volume {
     /// The figures of `statfs` (see [`Statfs`]).
     pub fn statfs(&self) -> Statfs {
         self.store.statfs()
-    }
-
-    /// Every file, in id order (pending files, `publish.rs`, are not shown). Files not in
-    /// memory are read from the file tree leaf by leaf; should a leaf fail to read (an
-    /// I/O error, damage since the open), this lists only the files in memory:
-    /// [`Volume::try_list`] says why.
-    pub fn list(&self) -> Vec<FileInfo> {
-        self.try_list()
-            .unwrap_or_else(|_| strip(self.list_with(|_| (), false).unwrap_or_default()))
-    }
-
-    /// [`Volume::list`], failing with the error of a file tree leaf that cannot be read
-    /// ([`Error::Io`], [`Error::Corrupt`]).
-    pub fn try_list(&self) -> Result<Vec<FileInfo>> {
-        Ok(strip(self.list_with(|_| (), true)?))
-    }
-
-    /// Every file with its attribute blob, in id order: one pass to rebuild an index of
-    /// the caller's keys (instead of [`Volume::attr`] per file). A snapshot: each file as
-    /// it is when the pass reaches it. On a leaf that fails to read, as [`Volume::list`].
-    pub fn list_with_attrs(&self) -> Vec<(FileInfo, Vec<u8>)> {
-        self.try_list_with_attrs()
-            .unwrap_or_else(|_| self.list_with(<[u8]>::to_vec, false).unwrap_or_default())
-    }
-
-    /// [`Volume::list_with_attrs`], failing as [`Volume::try_list`] does.
-    pub fn try_list_with_attrs(&self) -> Result<Vec<(FileInfo, Vec<u8>)>> {
-        self.list_with(<[u8]>::to_vec, true)
-    }
-
-    /// Every file's figures and `extra(its attribute blob)`, in id order: those in memory and, if
-    /// `tree`, read leaf by leaf, those in the file tree only (`cache.rs`).
-    fn list_with<T>(
-        &self,
-        mut extra: impl FnMut(&[u8]) -> T,
-        tree: bool,
-    ) -> Result<Vec<(FileInfo, T)>> {
-        let mut out = Vec::new();
-        match tree {
-            true => self.try_visit_with_attrs(|info, attr| out.push((info, extra(attr))))?,
-            false => {
-                let files: Vec<_> = self.files.read().values().cloned().collect();
-                for f in files {
-                    let f = f.lock();
-                    if let Some(info) = info_of(f.alloc.id(), &f) {
-                        out.push((info, extra(&f.attr)));
-                    }
-                }
-            }
-        }
-        debug_assert!(
-            out.windows(2).all(|w| w[0].0.id < w[1].0.id),
-            "each file once, in order"
-        );
-        Ok(out)
     }
 
     /// File `id`'s mapped extents, in logical order.

@@ -1,7 +1,8 @@
-//! A listing in pages ([`Volume::list_page`]): every file in id order, a page at a time,
-//! so a caller that lists a volume of any size (the C and Python bindings' listings) holds
-//! one page and the pass one tree leaf, where [`Volume::try_list_with_attrs`] collects
-//! every file at once.
+//! Listings: every file at once ([`Volume::list`], [`Volume::list_with_attrs`] and their
+//! `try_` forms), and in pages ([`Volume::list_page`]): every file in id order, a page at
+//! a time, so a caller that lists a volume of any size (the C and Python bindings'
+//! listings) holds one page and the pass one tree leaf, where
+//! [`Volume::try_list_with_attrs`] collects every file at once.
 //!
 //! Data structures: [`ListPage`], the files of one page and where the next one starts.
 //! A page merges, as every whole-volume pass does (`cache.rs`), the files in memory with
@@ -14,7 +15,7 @@
 //! below it and above `after` is in this page) or `None` when no file follows. Locks: the
 //! gate (read) for the page's pass, then `files` briefly, as `Volume::try_visit_with_attrs`.
 
-use super::cache::{info_of, tree_info};
+use super::cache::{info_of, strip, tree_info};
 use super::publish::PENDING;
 use super::state::FileTable;
 use super::{FileInfo, Volume};
@@ -31,6 +32,61 @@ pub struct ListPage {
 }
 
 impl Volume {
+    /// Every file, in id order (pending files, `publish.rs`, are not shown). Files not in
+    /// memory are read from the file tree leaf by leaf; should a leaf fail to read (an
+    /// I/O error, damage since the open), this lists only the files in memory:
+    /// [`Volume::try_list`] says why.
+    pub fn list(&self) -> Vec<FileInfo> {
+        self.try_list()
+            .unwrap_or_else(|_| strip(self.list_with(|_| (), false).unwrap_or_default()))
+    }
+
+    /// [`Volume::list`], failing with the error of a file tree leaf that cannot be read
+    /// ([`Error::Io`], [`Error::Corrupt`]).
+    pub fn try_list(&self) -> Result<Vec<FileInfo>> {
+        Ok(strip(self.list_with(|_| (), true)?))
+    }
+
+    /// Every file with its attribute blob, in id order: one pass to rebuild an index of
+    /// the caller's keys (instead of [`Volume::attr`] per file). A snapshot: each file as
+    /// it is when the pass reaches it. On a leaf that fails to read, as [`Volume::list`].
+    pub fn list_with_attrs(&self) -> Vec<(FileInfo, Vec<u8>)> {
+        self.try_list_with_attrs()
+            .unwrap_or_else(|_| self.list_with(<[u8]>::to_vec, false).unwrap_or_default())
+    }
+
+    /// [`Volume::list_with_attrs`], failing as [`Volume::try_list`] does.
+    pub fn try_list_with_attrs(&self) -> Result<Vec<(FileInfo, Vec<u8>)>> {
+        self.list_with(<[u8]>::to_vec, true)
+    }
+
+    /// Every file's figures and `extra(its attribute blob)`, in id order: those in memory and, if
+    /// `tree`, read leaf by leaf, those in the file tree only (`cache.rs`).
+    fn list_with<T>(
+        &self,
+        mut extra: impl FnMut(&[u8]) -> T,
+        tree: bool,
+    ) -> Result<Vec<(FileInfo, T)>> {
+        let mut out = Vec::new();
+        match tree {
+            true => self.try_visit_with_attrs(|info, attr| out.push((info, extra(attr))))?,
+            false => {
+                let files: Vec<_> = self.files.read().values().cloned().collect();
+                for f in files {
+                    let f = f.lock();
+                    if let Some(info) = info_of(f.alloc.id(), &f) {
+                        out.push((info, extra(&f.attr)));
+                    }
+                }
+            }
+        }
+        debug_assert!(
+            out.windows(2).all(|w| w[0].0.id < w[1].0.id),
+            "each file once, in order"
+        );
+        Ok(out)
+    }
+
     /// One page of a listing of every file in id order: up to `max` files with ids above
     /// `after` (from the first for `None`), each with its attribute blob, and where the
     /// next page starts ([`ListPage::next`]). Listing page by page holds one page and one
