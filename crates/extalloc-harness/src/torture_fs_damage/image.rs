@@ -11,12 +11,16 @@
 //! same key); changes (overwrites, appends, new files, unlinks, renames, a few in the
 //! large directory), a sync and the last checkpoint; on some images more changes synced after it
 //! (they live in the journal only), and on one image in four a checkpoint that a failing
-//! device cuts short, then a power loss keeping a random part of the unflushed writes.
+//! device cuts short, then a power loss keeping a random part of the unflushed writes. On
+//! another one in four the device first holds a *former* volume (`former.rs`: files
+//! owned by `FORMER_UID`, unmounted cleanly) and the image's volume is made over it, as a
+//! `mkfs` without discard leaves a device: no file of the former may ever be served.
 //!
 //! Data structures: [`Model`] (path -> kind, inode, bytes) kept as the run goes; [`Built`]
 //! the image's bytes, the stale snapshot and the model. Invariant: the model holds what
 //! the last successful sync made durable. Lock order: none (one thread).
 
+use super::former::former;
 use super::types::{opts, runs_in, ME};
 use anyhow::{bail, Context, Result};
 use extalloc::disk::device::{Crash, Device, FaultDevice, MemDevice};
@@ -64,6 +68,8 @@ pub(super) struct Built {
     /// journal may cost, as a journal damaged in the middle loses the records from the
     /// damage on (`docs/mount.md`, "Damage and repair").
     pub(super) journal_touched: BTreeSet<u64>,
+    /// Made over a former volume (`former.rs`).
+    pub(super) over_former: bool,
 }
 
 /// The run that builds an image, with its model.
@@ -90,6 +96,11 @@ const CHURN_MOST: u32 = 8000;
 pub(super) fn build(seed: u64, mid_checkpoint: bool, rng: &mut StdRng) -> Result<Built> {
     let geometry = Geometry::new(BLOCK as u32, GROUP_BLOCKS, BLOCKS)?;
     let dev = Arc::new(FaultDevice::new(MemDevice::new(BLOCKS * BLOCK), seed));
+    // Decided by the seed, not `rng`: the other images stay as they were.
+    let over_former = seed % 4 == 1;
+    if over_former {
+        former(&dev, (&geometry, JOURNAL_BLOCKS), seed).context("making the former volume")?;
+    }
     let vol = Volume::mkfs(dev.clone(), &geometry, JOURNAL_BLOCKS, Policy::default())?;
     let (fs, _) = Fs::mount(vol, opts()).map_err(anyhow::Error::msg)?;
     let mut model = Model::new();
@@ -147,6 +158,7 @@ pub(super) fn build(seed: u64, mid_checkpoint: bool, rng: &mut StdRng) -> Result
         journal_tail,
         clean_close,
         journal_touched,
+        over_former,
     })
 }
 

@@ -8,6 +8,7 @@
 //! handed out twice). Invariant: every step works on its own copy of the image, on its
 //! own thread (a hung one holds nothing shared). Lock order: none.
 
+use super::former::FORMER_UID;
 use super::image::BLOCK;
 use super::truth::{bytes_of, fsck_problem, walk, Truth, Walked};
 use super::types::{opts, ME};
@@ -106,8 +107,9 @@ fn refused(why: String) -> Served {
 }
 
 /// Checks every inode not in `hit`: found under one of its paths, below /lost+found, or
-/// under another name in a directory that was hit; of its kind, with its bytes. Returns
-/// the regular files found intact.
+/// under another name in a directory that was hit; of its kind, with its bytes; and that
+/// no name serves a former volume's inode (owned by [`FORMER_UID`]: lost, as served
+/// wrong). Returns the regular files found intact.
 fn check_served(fs: &Fs, truth: &Truth, hit: &BTreeSet<u64>, out: &mut Served) -> Vec<u64> {
     // A directory whose listing fails (damage met where it is read, on a mount that did
     // not read the whole namespace) leaves its names unreached; a whole read or a repair
@@ -122,6 +124,12 @@ fn check_served(fs: &Fs, truth: &Truth, hit: &BTreeSet<u64>, out: &mut Served) -
             .map_or("/", |(d, _)| if d.is_empty() { "/" } else { d });
         served.get(dir).is_some_and(|(d, _)| hit.contains(d))
     };
+    for (path, &(ino, _)) in &served {
+        if fs.getattr(ino).is_ok_and(|a| a.inode.uid == FORMER_UID) {
+            out.lost
+                .push(format!("{path} serves inode {ino} of the former volume"));
+        }
+    }
     let mut intact = Vec::new();
     for (&ino, want) in truth.inodes.iter().filter(|(i, _)| !hit.contains(i)) {
         let at_path = want

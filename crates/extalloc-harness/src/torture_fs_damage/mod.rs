@@ -43,6 +43,10 @@
 //! `most_lost_found` (per kind, a maximum) is the most inodes not hit one damage sent to
 //! /lost+found after the repair: what one damaged block costs at most.
 //!
+//! On the images made over a former volume (`images_over_former`: one in four, `former.rs`),
+//! a name that serves one of its inodes counts as lost (`mount_lost`, `intact_lost`): a
+//! scan of the device that took a former volume's leaves for this one's would show here.
+//!
 //! Must be zero: `panics`, `hangs`, `mount_lost`, `mount_handed_twice`, `intact_lost`,
 //! `fsck_dirty_after_repair`, `handed_twice`. Counted per metadata kind.
 //!
@@ -54,6 +58,7 @@
 //! is in `types.rs`, which this file and every step import.
 
 mod damage;
+mod former;
 mod image;
 mod judge;
 mod truth;
@@ -184,6 +189,8 @@ pub struct FsDamageOutcome {
     pub images_journal_tail: u64,
     /// Images unmounted cleanly (the others end in a crash).
     pub images_clean_close: u64,
+    /// Images made over a former volume (its leaves in the free blocks).
+    pub images_over_former: u64,
     /// Inodes of the images whose map lives in a map segment.
     pub long_maps: u64,
     pub kinds: BTreeMap<String, KindCounts>,
@@ -225,6 +232,7 @@ impl FsDamageOutcome {
             images_mid_checkpoint,
             images_journal_tail,
             images_clean_close,
+            images_over_former,
             long_maps,
             kinds,
             total,
@@ -240,6 +248,7 @@ impl FsDamageOutcome {
         self.images_mid_checkpoint += images_mid_checkpoint;
         self.images_journal_tail += images_journal_tail;
         self.images_clean_close += images_clean_close;
+        self.images_over_former += images_over_former;
         self.long_maps += long_maps;
         for (kind, c) in kinds {
             self.kinds.entry(kind).or_default().add(&c);
@@ -371,6 +380,7 @@ fn make_image(seed: u64, mid_checkpoint: bool, out: &mut FsDamageOutcome) -> Res
     out.images_mid_checkpoint += u64::from(built.mid_checkpoint);
     out.images_journal_tail += u64::from(built.journal_tail);
     out.images_clean_close += u64::from(built.clean_close);
+    out.images_over_former += u64::from(built.over_former);
     out.long_maps += truth.long_maps;
     Ok(Image {
         bytes: built.bytes,
