@@ -8,7 +8,7 @@
 //! Data structures: none (a seeded run through `Fs`). Invariant: every inode made here is
 //! owned by [`FORMER_UID`], which no image's file has. Lock order: none (one thread).
 
-use super::types::opts;
+use super::types::{opts, seeded_mkfs};
 use anyhow::Result;
 use extalloc::disk::device::{FaultDevice, MemDevice};
 use extalloc::volume::Volume;
@@ -39,7 +39,7 @@ pub(super) fn former(
         uid: FORMER_UID,
         gid: FORMER_UID,
     };
-    let vol = Volume::mkfs(dev.clone(), geometry, journal_blocks, Policy::default())?;
+    let vol = seeded_mkfs(dev.clone(), (geometry, journal_blocks), seed ^ 0xf0_3e_e3)?;
     let (mut fs, _) = Fs::mount(vol, opts()).map_err(anyhow::Error::msg)?;
     let err = |e| anyhow::anyhow!("the former volume: {e:?}");
     for d in 0..rng.gen_range(2..5) {

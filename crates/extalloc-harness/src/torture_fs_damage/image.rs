@@ -21,7 +21,7 @@
 //! the last successful sync made durable. Lock order: none (one thread).
 
 use super::former::former;
-use super::types::{opts, runs_in, ME};
+use super::types::{opts, runs_in, seeded_mkfs, ME};
 use anyhow::{bail, Context, Result};
 use extalloc::disk::device::{Crash, Device, FaultDevice, MemDevice};
 use extalloc::disk::format;
@@ -101,7 +101,7 @@ pub(super) fn build(seed: u64, mid_checkpoint: bool, rng: &mut StdRng) -> Result
     if over_former {
         former(&dev, (&geometry, JOURNAL_BLOCKS), seed).context("making the former volume")?;
     }
-    let vol = Volume::mkfs(dev.clone(), &geometry, JOURNAL_BLOCKS, Policy::default())?;
+    let vol = seeded_mkfs(dev.clone(), (&geometry, JOURNAL_BLOCKS), seed)?;
     let (fs, _) = Fs::mount(vol, opts()).map_err(anyhow::Error::msg)?;
     let mut model = Model::new();
     model.insert("/".into(), named(ROOT, Kind::Dir, Vec::new()));

@@ -1,17 +1,21 @@
 //! What every step of the damage campaign shares: the metadata kinds a damage lands in
-//! ([`MetaKind`]), the caller every file system call is made as ([`ME`]), the
-//! writeback options of every mount ([`opts`]) and where a directory's log holds its run
-//! ([`runs_in`]). `mod.rs` and its children import them from here.
+//! ([`MetaKind`]), the caller every file system call is made as ([`ME`]), the volume
+//! made from a seed ([`seeded_mkfs`]), the writeback options of every mount ([`opts`])
+//! and where a directory's log holds its run ([`runs_in`]). `mod.rs` and its children import them from here.
 //!
 //! Data structures: [`MetaKind`], a plain enum. Invariant: [`MetaKind::name`] gives each
 //! kind its own name (the key of its counts). Lock order: none (plain values).
 
 use anyhow::Result;
+use extalloc::disk::device::Device;
+use extalloc::disk::format;
 use extalloc::volume::Volume;
 use extalloc::writeback::WritebackOptions;
+use extalloc::{Geometry, Policy};
 use extalloc_fuse::dir::run::{self, CHUNK};
 use extalloc_fuse::fs::Caller;
 use std::ops::Range;
+use std::sync::Arc;
 
 /// Who makes every call.
 pub(super) const ME: Caller = Caller { uid: 0, gid: 0 };
@@ -47,6 +51,20 @@ impl MetaKind {
             MetaKind::SymlinkTargets => "symlink_targets",
         }
     }
+}
+
+/// A volume made on `dev` whose uuid (and so its tree's stamp, `docs/format.md`, "Stamp")
+/// follows from `seed`, so that an image's bytes do too.
+pub(super) fn seeded_mkfs(
+    dev: Arc<dyn Device>,
+    (geometry, journal_blocks): (&Geometry, u64),
+    seed: u64,
+) -> Result<Volume> {
+    let mut uuid = [0u8; 16];
+    uuid[..8].copy_from_slice(&seed.to_le_bytes());
+    uuid[8..].copy_from_slice(&(!seed).to_le_bytes());
+    format::mkfs(dev.as_ref(), geometry, journal_blocks, uuid)?;
+    Ok(Volume::format(dev, Policy::default())?)
 }
 
 /// The writeback of every mount here: one context, no background writeback (the build

@@ -121,6 +121,12 @@ impl Store {
         self.unclean_close
     }
 
+    /// The file system's uuid, as `mkfs` wrote it in the superblock (all zeros on a store
+    /// made before `Store::create` gave random ones).
+    pub fn uuid(&self) -> [u8; 16] {
+        self.sb.lock().uuid
+    }
+
     /// The device has not been checked since a close that was not clean: this open or an
     /// earlier one found it marked in use, and no caller has called
     /// [`Store::mark_checked`] since (`STATE_UNCHECKED`, kept across clean closes). A

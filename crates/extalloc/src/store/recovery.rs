@@ -170,14 +170,15 @@ fn latched(dev: Arc<dyn Device>) -> (Arc<FenceDevice>, Arc<dyn Device>) {
 }
 
 impl Store {
-    /// Makes a fresh file system on `dev` and opens it.
+    /// Makes a fresh file system on `dev` (with a random uuid, as `mkfs` tools give) and
+    /// opens it.
     pub fn create(
         dev: Arc<dyn Device>,
         geometry: &Geometry,
         journal_blocks: u64,
         policy: Policy,
     ) -> Result<Store> {
-        format::mkfs(dev.as_ref(), geometry, journal_blocks, [0; 16])?;
+        format::mkfs(dev.as_ref(), geometry, journal_blocks, rand::random())?;
         Ok(Store::open(dev, policy)?.0)
     }
 

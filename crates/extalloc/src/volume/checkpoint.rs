@@ -19,7 +19,7 @@
 
 use super::area::Area;
 use super::file::VFile;
-use super::node::{node_blocks, node_bytes};
+use super::node::{node_blocks, node_bytes, Stamp};
 use super::record::{Change, SideRef};
 use super::root::{Root, TreeRoot, HOLDS_MAPS, HOLDS_MARKED, HOLDS_PENDING};
 use super::state::{Meta, Volume};
@@ -150,6 +150,12 @@ impl Volume {
             "a tree written, the gate open"
         );
         let mut meta = self.meta.lock().clone();
+        // The stamp every node of this checkpoint carries: minted now on a new volume or
+        // an older root's (from the store's uuid, so a retry mints the same).
+        let stamp = meta
+            .stamp
+            .unwrap_or_else(|| Stamp::mint(self.store.uuid(), meta.generation + 1));
+        meta.stamp = Some(stamp);
         let mut io = VolIo::new(&self.store, self.dev.as_ref());
         // Spilled maps' runs are recorded, or given back, with the nodes.
         io.got.extend_from_slice(runs);
@@ -182,7 +188,7 @@ impl Volume {
             retired: chain.index.first().copied().unwrap_or(0),
             previous: meta.durable,
             holds,
-            stamp: Some(meta.stamp),
+            stamp: Some(stamp),
         };
         let root = Root {
             sides: [SideRef::legacy(Extent::new(0, 0)); 2],
@@ -272,7 +278,8 @@ impl Volume {
             }
         };
         tree.settle(io, &mut replaced)?;
-        let written = (tree.write(io, meta.generation + 1, meta.stamp.value)?).len() as u64;
+        let stamp = meta.stamp.expect("minted by write_tree").value;
+        let written = (tree.write(io, meta.generation + 1, stamp)?).len() as u64;
         // The room kept for the tree covered what this checkpoint wrote (`room.rs`): the
         // bound for its changed files on the tree in force.
         debug_assert!(

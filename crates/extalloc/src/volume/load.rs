@@ -425,8 +425,8 @@ fn areas_of(store: &Store, dev: &dyn Device, root: &Root) -> [Area; 2] {
 }
 
 /// A version 4 root's tree as the volume keeps it: `meta` gains the generation, the
-/// volume's stamp (minted for the next checkpoint on, if the root is older than version
-/// 7), the durable root, its retired chain's index blocks (`chain`) and the tree (or, if it was
+/// volume's stamp (none if the root is older than version 7: the next checkpoint mints
+/// it), the durable root, its retired chain's index blocks (`chain`) and the tree (or, if it was
 /// damaged, the blocks of its `nodes`, for the build that replaces it to retire).
 pub(super) fn adopt_tree(
     meta: &mut Meta,
@@ -441,9 +441,7 @@ pub(super) fn adopt_tree(
     meta.chain = chain.to_vec();
     meta.generation = t.generation;
     meta.durable = Some((t.root, t.count));
-    meta.stamp = t
-        .stamp
-        .unwrap_or_else(|| super::node::Stamp::mint(t.generation + 1));
+    meta.stamp = t.stamp;
     match &tree {
         Some(tree) => meta.tree_blocks = tree.nodes().len() as u64 * nb,
         None => meta.old_nodes = nodes.to_vec(),

@@ -165,14 +165,15 @@ use std::sync::atomic::{
 use std::sync::Arc;
 
 impl Volume {
-    /// Makes a volume on `dev` (a new store, see [`Store::create`]) and returns it open.
+    /// Makes a volume on `dev` (a new store with a random uuid, see [`Store::create`]) and
+    /// returns it open.
     pub fn mkfs(
         dev: Arc<dyn Device>,
         geometry: &Geometry,
         journal_blocks: u64,
         policy: Policy,
     ) -> Result<Volume> {
-        crate::disk::format::mkfs(dev.as_ref(), geometry, journal_blocks, [0; 16])?;
+        crate::disk::format::mkfs(dev.as_ref(), geometry, journal_blocks, rand::random())?;
         Volume::format(dev, policy)
     }
 

@@ -78,15 +78,24 @@ pub(super) struct Stamp {
 
 impl Stamp {
     /// A new stamp for nodes from checkpoint `since` on (a new volume, or the first
-    /// checkpoint of a volume whose root is older than version 7).
-    pub(super) fn mint(since: u64) -> Stamp {
-        let value = loop {
-            let v: u64 = rand::random();
-            if v != 0 {
-                break v;
-            }
+    /// checkpoint of a volume whose root is older than version 7), for the store whose
+    /// uuid is `uuid`: a keyed hash of `since` under the uuid (so that a run seeded down to
+    /// its uuid, as the damage campaign is, makes the same bytes again; no one who cannot
+    /// read the device knows the uuid), or random for a store without one (all zeros).
+    pub(super) fn mint(uuid: [u8; 16], since: u64) -> Stamp {
+        use std::hash::{Hash, Hasher};
+        let value = if uuid == [0; 16] {
+            rand::random()
+        } else {
+            let mut h = std::hash::DefaultHasher::new();
+            (b"extalloc node stamp", uuid, since).hash(&mut h);
+            h.finish()
         };
-        Stamp { value, since }
+        // Zero says "written before stamps": never a stamp's value.
+        Stamp {
+            value: value.max(1),
+            since,
+        }
     }
 
     /// True if a node written by checkpoint `generation` carrying `stamp` is this
@@ -381,8 +390,15 @@ mod tests {
         assert!(s.vouches(0x5eed, 10) && s.vouches(0x5eed, 3) && s.vouches(0, 9));
         assert!(!s.vouches(0, 10), "unstamped, written after the stamp");
         assert!(!s.vouches(0x5eee, 4), "another volume's");
-        let (a, b) = (Stamp::mint(1), Stamp::mint(1));
-        assert!(a.value != 0 && a.value != b.value && a.since == 1);
+        let (a, b) = (Stamp::mint([0; 16], 1), Stamp::mint([0; 16], 1));
+        assert!(a.value != 0 && a.value != b.value && a.since == 1, "random");
+        let (c, d) = (Stamp::mint([7; 16], 1), Stamp::mint([7; 16], 1));
+        assert_eq!(c, d, "the same uuid and checkpoint, the same stamp");
+        assert!(
+            c.value != 0
+                && c != Stamp::mint([8; 16], 1)
+                && c.value != Stamp::mint([7; 16], 2).value
+        );
         // The stamp is covered by the crc: a node of another volume is not this one's
         // with its stamp changed.
         let mut n = encode(4096, (0, 0), b"", AT, 0x5eee);

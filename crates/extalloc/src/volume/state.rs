@@ -74,9 +74,9 @@ pub(super) struct Meta {
     /// The checkpoint generation of the durable root.
     pub(super) generation: u64,
     /// The volume's stamp, which every node the next checkpoints write carries: the
-    /// durable root's (version 7), or one minted for the next checkpoint on (a new volume,
-    /// an older root).
-    pub(super) stamp: super::node::Stamp,
+    /// durable root's (version 7); `None` until the first checkpoint of a new volume or of
+    /// an older root mints it (`node::Stamp::mint`).
+    pub(super) stamp: Option<super::node::Stamp>,
     /// The durable tree's nodes when `tree` is `None` (read, but damaged): the build that
     /// replaces it retires them.
     pub(super) old_nodes: Vec<Extent>,
@@ -176,7 +176,7 @@ impl Meta {
             tree: None,
             durable: None,
             generation: 0,
-            stamp: super::node::Stamp::mint(1),
+            stamp: None,
             old_nodes: Vec::new(),
             tree_blocks: 0,
             chain: Vec::new(),

@@ -540,3 +540,19 @@ fn a_truncate_cut_by_a_crash_never_shows_old_bytes_when_the_file_grows() {
     assert_eq!(stale, 0, "bytes past the old end ({size}) show old data");
     assert!(vol.check().unwrap().clean());
 }
+
+/// Volumes made through the library carry a uuid of their own, as the CLI's do
+/// (`Volume::mkfs_file`): two volumes are never taken for one another by it.
+#[test]
+fn volumes_made_through_the_library_have_uuids_of_their_own() {
+    let geometry = Geometry::new(4096, 1024, 2048).unwrap();
+    let uuid = || {
+        let dev = Arc::new(MemDevice::new(2048 * 4096));
+        Volume::mkfs(dev.clone(), &geometry, 64, Policy::default()).unwrap();
+        crate::disk::format::read_superblock(dev.as_ref())
+            .unwrap()
+            .uuid
+    };
+    let (a, b) = (uuid(), uuid());
+    assert!(a != [0; 16] && b != [0; 16] && a != b, "{a:?} {b:?}");
+}
