@@ -106,7 +106,7 @@ impl Volume {
         let Some(tree) = self.meta.lock().tree.clone() else {
             return Ok(None);
         };
-        let mut io = VolIo::new(&self.store, self.dev.as_ref());
+        let mut io = VolIo::new(&self.store, self.dev.as_ref(), self.meta.lock().stamp);
         tree.get(&mut io, id)?
             .map(|body| decode_file(&body))
             .transpose()
@@ -191,7 +191,7 @@ impl Volume {
         let Some(tree) = self.meta.lock().tree.clone() else {
             return Ok(()); // no tree yet: every file is in memory
         };
-        let mut io = VolIo::new(&self.store, self.dev.as_ref());
+        let mut io = VolIo::new(&self.store, self.dev.as_ref(), self.meta.lock().stamp);
         tree.visit_from(&mut io, from, &mut |id, body| {
             if cached.contains_key(&id) || unlinked.contains(&id) {
                 return Ok(true);
@@ -229,7 +229,7 @@ impl Volume {
             return Ok(self.files.read().len() as u64);
         };
         let dirty: Vec<u64> = self.dirty.lock().iter().copied().collect();
-        let mut io = VolIo::new(&self.store, self.dev.as_ref());
+        let mut io = VolIo::new(&self.store, self.dev.as_ref(), self.meta.lock().stamp);
         let mut count = tree.count();
         for id in dirty {
             let now = self.files.read().contains_key(&id);

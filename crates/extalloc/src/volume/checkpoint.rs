@@ -156,7 +156,7 @@ impl Volume {
             .stamp
             .unwrap_or_else(|| Stamp::mint(self.store.uuid(), meta.generation + 1));
         meta.stamp = Some(stamp);
-        let mut io = VolIo::new(&self.store, self.dev.as_ref());
+        let mut io = VolIo::new(&self.store, self.dev.as_ref(), Some(stamp));
         // Spilled maps' runs are recorded, or given back, with the nodes.
         io.got.extend_from_slice(runs);
         debug_assert_eq!(full, meta.tree.is_none(), "a full plan for a first build");

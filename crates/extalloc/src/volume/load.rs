@@ -92,7 +92,7 @@ fn load_marked(
     records: &[Record],
 ) -> Result<Option<(FileTable, Meta, Segs)>> {
     let bs = u64::from(store.geometry().block_size);
-    let mut io = super::treeio::VolIo::new(store, dev);
+    let mut io = super::treeio::VolIo::new(store, dev, t.stamp);
     let walked = super::walk::walk_marked(&mut io, t.root, node_bytes(bs), t.count)?;
     let Some(tree) = walked.tree else {
         return Ok(None);
@@ -404,7 +404,8 @@ pub(super) fn previous_table(store: &Store, dev: &dyn Device, root: &Root) -> Op
     let bs = u64::from(store.geometry().block_size);
     if let Some(t) = &root.tree {
         let (prev, count) = t.previous?;
-        let tt: TreeTable = super::treeio::read_tree_table(store, dev, (prev, count), 0).ok()?;
+        let tt: TreeTable =
+            super::treeio::read_tree_table(store, dev, (prev, count, t.stamp), 0).ok()?;
         return Some(tt.salvage(count, bs));
     }
     let area = areas_of(store, dev, root)[1 - root.active].clone();

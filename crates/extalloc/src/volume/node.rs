@@ -227,6 +227,29 @@ pub(super) fn decode(b: &[u8], at: NodeRef) -> Result<Decoded> {
     })
 }
 
+/// The node `at` names, checked as [`decode`] does and vouched for by `stamp` (if any:
+/// `Stamp::vouches`): a whole node of another volume that names the same block and
+/// generation (a former volume's, left where this one's now lies) is damage, never data.
+pub(super) fn checked(b: &[u8], at: NodeRef, stamp: Option<Stamp>) -> Result<Decoded> {
+    let d = decode(b, at)?;
+    match stamp.is_none_or(|s| s.vouches(d.stamp, at.generation)) {
+        true => Ok(d),
+        false => Err(crate::error::Error::Corrupt {
+            what: crate::error::Corrupted::TreeNode { block: at.block },
+            detail: format!("it carries another volume's stamp ({:#x})", d.stamp),
+        }),
+    }
+}
+
+/// True if `b` is a whole node (magic and crc check, at the block it names) that `stamp`
+/// does not vouch for: another volume's, whose every entry is not this volume's.
+pub(super) fn is_foreign(b: &[u8], stamp: Option<Stamp>) -> bool {
+    let whole = b.len() >= HEADER_BYTES
+        && &b[..4] == NODE_MAGIC
+        && get_u32(b, 32) == crc_of(get_u64(b, 24), b);
+    whole && !vouched(b, stamp)
+}
+
 /// The node `b` holds if it is whole where it was read, at `block`: its magic, the block it
 /// names and its crc check (its generation is what its header says). For the salvage's
 /// scan of the device (`nodescan.rs`), which has no parent to name it; `None` for any

@@ -382,3 +382,49 @@ fn a_leaf_forged_in_a_files_data_gives_nothing() {
         }
     }
 }
+
+/// A former volume's leaf where this volume's leaf lies, naming the same block and
+/// generation (a stale block from before the volume was made over it): whole, so only
+/// its stamp tells it apart. The walk loses its keys instead of taking its entries, and
+/// no file takes the former volume's bytes.
+#[test]
+fn a_former_volumes_leaf_where_a_leaf_lies_gives_nothing() {
+    let (dev, model, tree, _, _) = two_checkpoints();
+    let mut raw = vec![0u8; BS as usize];
+    dev.read_at(&mut raw, tree.root.block * BS).unwrap();
+    let d = node::decode(&raw, tree.root).unwrap();
+    assert_eq!(d.level, 1, "a root over leaves");
+    let child = node::decode_children(&d, tree.root.generation).unwrap()[0];
+    dev.read_at(&mut raw, child.at.block * BS).unwrap();
+    let leaf = node::decode(&raw, child.at).unwrap();
+    let ids: Vec<u64> = table::frames(&leaf.payload)
+        .unwrap()
+        .iter()
+        .map(|b| table::frame_id(b).unwrap())
+        .collect();
+    let stamp = tree.stamp.expect("a stamped root").value;
+    let payload = leaf_payload(ids.iter().copied(), b"former");
+    let former = node::encode(
+        BS as usize,
+        (0, ids.len() as u32),
+        &payload,
+        child.at,
+        !stamp,
+    );
+    dev.write_at(&former, child.at.block * BS).unwrap();
+    let (vol, report) = Volume::open_salvaging(dev.clone(), Policy::default()).unwrap();
+    let scan = report.tree_scan.clone().expect("a scan");
+    assert!(
+        scan.nodes_lost
+            .iter()
+            .any(|(b, why)| *b == child.at.block && why.contains("stamp")),
+        "{scan:?}"
+    );
+    let vol = settle(&dev, vol);
+    for &id in model.keys() {
+        if let Ok(attr) = vol.attr(id) {
+            assert_ne!(attr, b"former".to_vec(), "file {id}");
+        }
+    }
+    assert_no_block_shared(&vol);
+}

@@ -29,7 +29,7 @@
 //! tree's marks are stale, an internal node's may be short of them); after `settle` every node fits its bytes and an internal node has children.
 //! Locks: none (the volume checkpoints under its gate).
 
-use super::node::{self, ChildRef, NodeRef, CHILD_BYTES, HEADER_BYTES};
+use super::node::{self, ChildRef, NodeRef, Stamp, CHILD_BYTES, HEADER_BYTES};
 use super::table::{entry_marks, put_file_frame, FRAME_HEADER};
 use crate::error::Result;
 use std::collections::BTreeMap;
@@ -39,9 +39,12 @@ use std::sync::Arc;
 pub(super) trait NodeIo {
     /// The bytes of the node at `block` (unchecked).
     fn read_raw(&mut self, block: u64) -> Result<Vec<u8>>;
-    /// The node `at` names, checked (`node::decode`).
+    /// The volume's stamp, which every node read must carry (`node::Stamp`; `None`: a
+    /// tree older than stamps).
+    fn stamp(&self) -> Option<Stamp>;
+    /// The node `at` names, checked (`node::checked`).
     fn read(&mut self, at: NodeRef) -> Result<node::Decoded> {
-        let d = node::decode(&self.read_raw(at.block)?, at)?;
+        let d = node::checked(&self.read_raw(at.block)?, at, self.stamp())?;
         debug_assert!(d.level <= node::MAX_LEVEL, "a checked node's level");
         Ok(d)
     }

@@ -17,6 +17,12 @@ struct MemIo {
 }
 
 impl NodeIo for MemIo {
+    fn stamp(&self) -> Option<node::Stamp> {
+        Some(node::Stamp {
+            value: 0x5eed,
+            since: 1,
+        })
+    }
     fn read_raw(&mut self, block: u64) -> Result<Vec<u8>> {
         if self.fail_reads.contains(&block) {
             return Err(Error::Corrupt {

@@ -15,7 +15,7 @@
 //! caller records it. Locks: none of its own (the checkpoint runs under the gate).
 
 use super::area::{self, Area};
-use super::node::{self, NodeRef};
+use super::node::{self, NodeRef, Stamp};
 use super::record::SideRef;
 use super::root::TreeRoot;
 use super::state::TABLE_OWNER;
@@ -41,16 +41,21 @@ pub(super) struct VolIo<'a> {
     nb: u64,
     /// Node blocks allocated and not handed out yet.
     spare: Vec<u64>,
+    /// The volume's stamp, which every node read must carry (`node::checked`).
+    stamp: Option<Stamp>,
     /// Every block handed out (nodes and index blocks), in order.
     pub got: Vec<Extent>,
 }
 
 impl<'a> VolIo<'a> {
-    pub(super) fn new(store: &'a Store, dev: &'a dyn Device) -> Self {
+    /// The I/O of a tree whose nodes `stamp` vouches for (`None`: a tree older than
+    /// stamps).
+    pub(super) fn new(store: &'a Store, dev: &'a dyn Device, stamp: Option<Stamp>) -> Self {
         let g = *store.geometry();
         VolIo {
             store,
             dev,
+            stamp,
             g,
             nb: node::node_blocks(u64::from(g.block_size)),
             spare: Vec::new(),
@@ -114,6 +119,10 @@ impl<'a> VolIo<'a> {
 }
 
 impl NodeIo for VolIo<'_> {
+    fn stamp(&self) -> Option<Stamp> {
+        self.stamp
+    }
+
     fn read_raw(&mut self, block: u64) -> Result<Vec<u8>> {
         self.g.validate(Extent::new(block, self.nb))?;
         let bs = u64::from(self.g.block_size);
@@ -225,12 +234,12 @@ impl TreeTable {
 pub(super) fn read_tree_table(
     store: &Store,
     dev: &dyn Device,
-    (root, count): (NodeRef, u64),
+    (root, count, stamp): (NodeRef, u64, Option<Stamp>),
     retired: u64,
 ) -> Result<TreeTable> {
     let g = store.geometry();
     let bs = u64::from(g.block_size);
-    let mut io = VolIo::new(store, dev);
+    let mut io = VolIo::new(store, dev, stamp);
     let walked = walk::walk(&mut io, root, node::node_bytes(bs), count)?;
     let mut bytes = table_header(count);
     let mut layout = Vec::with_capacity(walked.leaves.len());
@@ -265,7 +274,7 @@ pub(super) fn read_tree_table(
 
 /// The durable tree of a version 4 root, read (see [`read_tree_table`]).
 pub(super) fn read_root_tree(store: &Store, dev: &dyn Device, t: &TreeRoot) -> Result<TreeTable> {
-    read_tree_table(store, dev, (t.root, t.count), t.retired)
+    read_tree_table(store, dev, (t.root, t.count, t.stamp), t.retired)
 }
 
 impl TreeTable {

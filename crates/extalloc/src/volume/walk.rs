@@ -146,8 +146,9 @@ fn walk_node(
         return Ok(Slot::durable(first, at, 0, None));
     }
     let raw = io.read_raw(at.block);
+    let stamp = io.stamp();
     let checked = raw.as_ref().map_err(Clone::clone).and_then(|b| {
-        let d = node::decode(b, at)?;
+        let d = node::checked(b, at, stamp)?;
         match level.is_some_and(|l| l != d.level) {
             true => Err(super::record::corrupt("a tree node of the wrong level")),
             false => Ok(d),
@@ -155,7 +156,10 @@ fn walk_node(
     });
     let d = match checked {
         Ok(d) => d,
-        Err(e) => return walk_failed(raw, at, level, (first, keys), e, w),
+        Err(e) => {
+            let foreign = raw.as_ref().is_ok_and(|b| node::is_foreign(b, stamp));
+            return walk_failed((raw, foreign), at, level, (first, keys), e, w);
+        }
     };
     w.nodes.push(at);
     let short = |found: u8| said.is_some_and(|(_, s)| found & !s != 0);
@@ -207,9 +211,11 @@ fn walk_node(
 
 /// A node that failed its check (`raw`: its bytes, if they read): a leaf's payload kept
 /// for the salvage to scan, an internal node's subtree lost. A root that is no leaf fails
-/// the walk.
+/// the walk. A whole node of another volume (`foreign`: a former volume's where this
+/// one's lies) gives nothing: its keys are lost to the walk, for the salvage's scan to
+/// find this volume's copies.
 fn walk_failed(
-    raw: Result<Vec<u8>>,
+    (raw, foreign): (Result<Vec<u8>>, bool),
     at: NodeRef,
     level: Option<u8>,
     (first, keys): (u64, (u64, Option<u64>)),
@@ -222,8 +228,17 @@ fn walk_failed(
             .as_ref()
             .is_ok_and(|b| !node::leaf_payload_unchecked(b).is_empty()),
     };
-    if level.is_none() && !leaf {
+    if level.is_none() && !leaf && !foreign {
         return Err(e);
+    }
+    if foreign {
+        w.lost.push(LostNode {
+            at,
+            keys,
+            why: e.to_string(),
+        });
+        w.nodes.push(at); // the tree's place, as its parent (or the root) names it
+        return Ok(Slot::durable(first, at, 0, None));
     }
     let unknown = |b: &Vec<u8>| !node::has_magic(b) || node::is_stale(b, at);
     if leaf && level.is_none() && raw.as_ref().map_or(true, unknown) {
