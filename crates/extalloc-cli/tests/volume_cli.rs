@@ -1,5 +1,6 @@
 //! The command line's contract with scripts: `fsck`'s exit codes (e2fsck's), a closed
-//! stdout ending a command quietly, `put`/`get`/`rm` refusing a file system, and `rm`.
+//! stdout ending a command quietly, `put`/`get`/`rm` refusing a file system, `rm`, and
+//! `fsck --repair`'s progress through a scan of the device.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -350,4 +351,45 @@ fn policies_shows_each_presets_value_and_what_a_key_reproduces() {
         row("max_scan_extents"),
         "max_scan_extents 200 200 200 tuning"
     );
+}
+
+/// A repair whose file tree lost its root scans the device for the tree's leaves, and
+/// says how far it has gone on stderr, a line per tenth, ending at 100 %. On the file
+/// system of `tests/fixtures/fs-root6`, brought forward first: its tree is one leaf with
+/// no older copy of its eight entries left on the device, so with that leaf zeroed the
+/// scan finds none and the repair refuses (exit 4; scans that find the leaves:
+/// `volume/nodescan_tests.rs`).
+#[test]
+fn a_repair_says_how_far_its_scan_of_the_device_has_gone() {
+    let d = scratch("scan-progress");
+    let img = d.join("fs.img");
+    let p = img.to_str().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fs-root6.img.gz");
+    let out = Command::new("gzip").arg("-dc").arg(&src).output().unwrap();
+    assert!(out.status.success(), "gzip -dc {}", src.display());
+    std::fs::write(&img, out.stdout).unwrap();
+    let out = run(&["fsck", "--repair", p]);
+    assert!(out.status.code().is_some_and(|c| c <= 1), "{}", text(&out));
+    // The volume root follows the superblock (`docs/format.md`): magic, version, then
+    // the tree's root block.
+    let mut bytes = std::fs::read(&img).unwrap();
+    let at = bytes[..512].windows(4).position(|w| w == b"XVRT").unwrap();
+    assert_eq!(bytes[at + 4], 7, "brought forward");
+    let root = u64::from_le_bytes(bytes[at + 8..at + 16].try_into().unwrap()) as usize;
+    bytes[root * 4096..(root + 1) * 4096].fill(0);
+    std::fs::write(&img, bytes).unwrap();
+    let out = run(&["fsck", "--repair", p]);
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert!(said.contains("no file holds an inode"), "{said}");
+    let lines: Vec<&str> = said
+        .lines()
+        .filter(|l| l.contains("scanning the device"))
+        .collect();
+    assert_eq!(lines.len(), 10, "a line per tenth: {said}");
+    assert!(
+        lines[0].contains(": 10 % (") && lines[9].contains(": 100 % (8192 of 8192 blocks)"),
+        "{said}"
+    );
+    let _ = std::fs::remove_dir_all(d);
 }

@@ -37,7 +37,7 @@ use crate::inode::{self, Inode, Kind};
 use crate::xattr;
 use extalloc::disk::device::Device;
 use extalloc::store::Rebuilt;
-use extalloc::volume::{Salvage, TreeScan, Volume};
+use extalloc::volume::{Salvage, ScanProgress, TreeScan, Volume};
 use extalloc::Policy;
 use std::sync::Arc;
 
@@ -153,6 +153,17 @@ impl RepairReport {
 /// not open or holds no file system; fails part way (the changes made so far committed or
 /// not, each whole, as after a crash) on an I/O error or a full device.
 pub fn repair(dev: Arc<dyn Device>, policy: Policy) -> Result<RepairReport, String> {
+    repair_reporting(dev, policy, &|_| {})
+}
+
+/// [`repair`], telling `progress` how far the scan of the device for the file tree's
+/// leaves has gone, when the tree lost a node and the salvage runs one
+/// ([`Volume::open_salvaging_reporting`]): on a large device the repair's one long step.
+pub fn repair_reporting(
+    dev: Arc<dyn Device>,
+    policy: Policy,
+    progress: &dyn Fn(ScanProgress),
+) -> Result<RepairReport, String> {
     let before = extalloc::store::fsck::check(dev.as_ref())
         .map_err(|e| format!("cannot read the device: {e}"))?;
     let superblocks_rewritten = [
@@ -163,8 +174,8 @@ pub fn repair(dev: Arc<dyn Device>, policy: Policy) -> Result<RepairReport, Stri
     .filter(|(ok, _)| !ok)
     .map(|(_, c)| *c)
     .collect();
-    let (vol, salvage) =
-        Volume::open_salvaging(dev, policy).map_err(|e| format!("cannot open the volume: {e}"))?;
+    let (vol, salvage) = Volume::open_salvaging_reporting(dev, policy, progress)
+        .map_err(|e| format!("cannot open the volume: {e}"))?;
     let mut report = RepairReport {
         allocation: vol
             .rebuild_allocation()

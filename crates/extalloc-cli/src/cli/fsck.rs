@@ -9,6 +9,7 @@
 use anyhow::{Context, Result};
 use extalloc::disk::device::FileDevice;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// What `fsck --json` prints: the store's report and, on a volume, the files' check.
 #[derive(serde::Serialize)]
@@ -264,7 +265,29 @@ fn repair(path: &Path) -> Result<Vec<String>> {
         path.display()
     );
     let dev: std::sync::Arc<dyn extalloc::disk::device::Device> = std::sync::Arc::new(dev);
-    let report = extalloc_fuse::repair::repair(dev, extalloc::Policy::default())
-        .map_err(|e| Damage(format!("{}: {e}", path.display())))?;
+    let shown = AtomicU64::new(0);
+    let progress = |p: extalloc::volume::ScanProgress| {
+        scan_progress(path, p, &shown);
+    };
+    let report =
+        extalloc_fuse::repair::repair_reporting(dev, extalloc::Policy::default(), &progress)
+            .map_err(|e| Damage(format!("{}: {e}", path.display())))?;
     Ok(report.changes())
+}
+
+/// A line on stderr each time the repair's scan of the device for the file tree's leaves
+/// passes another tenth of what it reads (`shown`: the tenths said so far). The scan runs
+/// only when the tree lost a node, and reads the used part of the device: ten lines are
+/// worth it even when it is short.
+fn scan_progress(path: &Path, p: extalloc::volume::ScanProgress, shown: &AtomicU64) {
+    let tenths = (p.blocks_read * 10 / p.blocks_to_read.max(1)).min(10);
+    if tenths > shown.swap(tenths, Ordering::Relaxed) {
+        eprintln!(
+            "{}: scanning the device for the file tree's leaves: {} % ({} of {} blocks)",
+            path.display(),
+            tenths * 10,
+            p.blocks_read,
+            p.blocks_to_read
+        );
+    }
 }

@@ -139,6 +139,7 @@ pub use delalloc::WroteBack;
 pub use fallocate::Fallocate;
 pub(crate) use io::check_range;
 pub use io::{MAX_ATTR_BYTES, MAX_FILE_BYTES};
+pub use nodescan::ScanProgress;
 pub use page::ListPage;
 pub use path::DEFAULT_BLOCK_SIZE;
 pub use read::Advised;

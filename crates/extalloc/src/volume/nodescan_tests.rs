@@ -428,3 +428,26 @@ fn a_former_volumes_leaf_where_a_leaf_lies_gives_nothing() {
     }
     assert_no_block_shared(&vol);
 }
+
+/// The scan tells its caller how far it has read: after each chunk, the blocks read so
+/// far, rising, never past the blocks it says it will read, and at the end all of them.
+#[test]
+fn the_scan_reports_its_progress() {
+    let (dev, _, tree, _, _) = two_checkpoints();
+    dev.write_at(&[0u8; BS as usize], tree.root.block * BS)
+        .unwrap();
+    let seen = std::sync::Mutex::new(Vec::new());
+    let progress = |p: crate::volume::ScanProgress| seen.lock().unwrap().push(p);
+    let (_, report) =
+        Volume::open_salvaging_reporting(dev.clone(), Policy::default(), &progress).unwrap();
+    let scan = report.tree_scan.expect("a scan");
+    let seen = seen.into_inner().unwrap();
+    assert!(seen.len() > 1, "{seen:?}");
+    assert!(seen.windows(2).all(|w| w[0].blocks_read < w[1].blocks_read));
+    assert!(seen.iter().all(|p| p.blocks_read <= p.blocks_to_read));
+    let last = seen.last().unwrap();
+    assert_eq!(
+        (last.blocks_read, last.blocks_to_read),
+        (scan.blocks_read, scan.blocks_read)
+    );
+}

@@ -28,7 +28,7 @@ use super::load::{
     TableRead,
 };
 use super::maps::read_map;
-use super::nodescan::Lost;
+use super::nodescan::{Lost, ScanProgress};
 use super::record::{Change, MapEntry};
 use super::root::Root;
 use super::state::Segs;
@@ -59,6 +59,19 @@ impl Volume {
     /// [`Volume::open`] succeeds. On an undamaged volume it is
     /// [`Volume::open`] with every map read, and the report is clean.
     pub fn open_salvaging(dev: Arc<dyn Device>, policy: Policy) -> Result<(Volume, Salvage)> {
+        Volume::open_salvaging_reporting(dev, policy, &|_| {})
+    }
+
+    /// [`Volume::open_salvaging`], telling `progress` how far the scan of the device for
+    /// the file tree's leaves has gone (it runs only when the tree lost an internal node
+    /// or its root, and reads every group holding an allocated block: on a large device
+    /// the one long step), after each 256 blocks read. It leaves what
+    /// [`Volume::open_salvaging`] leaves.
+    pub fn open_salvaging_reporting(
+        dev: Arc<dyn Device>,
+        policy: Policy,
+        progress: &dyn Fn(ScanProgress),
+    ) -> Result<(Volume, Salvage)> {
         let (store, records) = Store::open_accepting_journal_loss(dev.clone(), policy.clone())?;
         let mut report = Salvage {
             journal_loss: store.journal_loss(),
@@ -71,7 +84,7 @@ impl Volume {
             nodes,
             chain,
             tree,
-        } = salvage_table(&store, dev.as_ref(), &root, &mut report)?;
+        } = salvage_table(&store, dev.as_ref(), &root, (&mut report, progress))?;
         report.damaged_entries = s.damaged.len() as u64 + s.uncounted;
         report.retired_lost = s.retired_lost;
         let mut segs = segs_of(&s.table, u64::from(store.geometry().block_size));
@@ -195,10 +208,10 @@ fn salvage_table(
     store: &Store,
     dev: &dyn Device,
     root: &Root,
-    report: &mut Salvage,
+    (report, progress): (&mut Salvage, &dyn Fn(ScanProgress)),
 ) -> Result<Found> {
     let (mut found, lost) = read_salvaging(store, dev, root, report)?;
-    scan::scanned(store, dev, root, &lost, &mut found, report)?;
+    scan::scanned(store, dev, root, &lost, &mut found, (report, progress))?;
     // Each intact entry has its place; a scan ran exactly when the walk lost nodes.
     debug_assert_eq!(found.s.places.len(), found.s.table.files.len());
     debug_assert_eq!(report.tree_scan.is_some(), !lost.is_empty());

@@ -10,7 +10,7 @@ use super::super::node;
 use super::super::nodescan::{self, Lost};
 use super::super::root::{Root, TreeRoot};
 use super::super::table::{Damaged, Salvaged};
-use super::{Found, Salvage, TreeScan};
+use super::{Found, Salvage, ScanProgress, TreeScan};
 use crate::disk::device::Device;
 use crate::error::Result;
 use crate::store::Store;
@@ -25,7 +25,7 @@ pub(super) fn scanned(
     root: &Root,
     lost: &[Lost],
     found: &mut Found,
-    report: &mut Salvage,
+    (report, progress): (&mut Salvage, &dyn Fn(ScanProgress)),
 ) -> Result<()> {
     if lost.is_empty() {
         return Ok(());
@@ -46,7 +46,13 @@ pub(super) fn scanned(
     let count = root.tree.as_ref().map_or(0, |t| t.count);
     let missing = count.saturating_sub(known.len() as u64);
     let stamp = root.tree.as_ref().and_then(|t| t.stamp);
-    let sc = nodescan::scan(store, dev, lost, (&read, &known, missing), stamp)?;
+    let sc = nodescan::scan(
+        store,
+        dev,
+        lost,
+        (&read, &known, missing),
+        (stamp, progress),
+    )?;
     report.tree_scan = Some(TreeScan {
         nodes_lost: lost.iter().map(|l| (l.block, l.why.clone())).collect(),
         blocks_read: sc.blocks_read,
