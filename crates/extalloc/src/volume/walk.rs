@@ -3,7 +3,10 @@
 //! leaves hold maps outside the tree or pending files) reads every leaf, and the salvage
 //! scans the payload of each leaf that failed its check (`treeio.rs`); any other open reads
 //! the internal nodes and only the leaves whose marks say they hold what it needs
-//! ([`walk_marked`]).
+//! ([`walk_marked`]). Every node is read through `node::checked`, so a whole node of
+//! another volume (one that names the expected block and generation but carries another
+//! stamp) is damage; a leaf of another volume gives nothing (its keys are lost, for the
+//! salvage's scan), where a damaged leaf of this one gives its frames that check.
 //!
 //! Data structures: [`Walked`] (the leaves read in key order, each a [`WalkLeaf`]; the
 //! internal nodes lost, each a [`LostNode`]; the tree, if whole). Invariant: levels fall by one from parent to
