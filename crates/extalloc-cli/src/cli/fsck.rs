@@ -9,7 +9,7 @@
 use anyhow::{Context, Result};
 use extalloc::disk::device::FileDevice;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 /// What `fsck --json` prints: the store's report and, on a volume, the files' check.
 #[derive(serde::Serialize)]
@@ -265,9 +265,12 @@ fn repair(path: &Path) -> Result<Vec<String>> {
         path.display()
     );
     let dev: std::sync::Arc<dyn extalloc::disk::device::Device> = std::sync::Arc::new(dev);
-    let shown = AtomicU64::new(0);
+    let shown = Mutex::new(Shown::default());
     let progress = |p: extalloc::volume::ScanProgress| {
-        scan_progress(path, p, &shown);
+        let lines = progress_lines(&mut shown.lock().expect("not poisoned"), p);
+        for line in lines {
+            eprintln!("{}: {line}", path.display());
+        }
     };
     let report =
         extalloc_fuse::repair::repair_reporting(dev, extalloc::Policy::default(), &progress)
@@ -275,19 +278,88 @@ fn repair(path: &Path) -> Result<Vec<String>> {
     Ok(report.changes())
 }
 
-/// A line on stderr each time the repair's scan of the device for the file tree's leaves
-/// passes another tenth of what it reads (`shown`: the tenths said so far). The scan runs
-/// only when the tree lost a node, and reads the used part of the device: ten lines are
-/// worth it even when it is short.
-fn scan_progress(path: &Path, p: extalloc::volume::ScanProgress, shown: &AtomicU64) {
+/// What the repair's scan progress has said so far: the tenths of `total` blocks.
+#[derive(Debug, Default)]
+struct Shown {
+    tenths: u64,
+    total: u64,
+}
+
+/// The lines to print for the scan's `p` (each time it passes another tenth of what it
+/// reads; when its total grows, because the used groups left entries missing and the empty
+/// groups are read too, a line that says so, and the tenths count again from there). The
+/// scan runs only when the tree lost a node, and reads the used part of the device: ten
+/// lines are worth it even when it is short.
+fn progress_lines(shown: &mut Shown, p: extalloc::volume::ScanProgress) -> Vec<String> {
+    let mut out = Vec::new();
+    if shown.total != 0 && p.blocks_to_read > shown.total {
+        out.push(format!(
+            "the used groups left entries missing: scanning the empty groups too ({} more \
+             blocks)",
+            p.blocks_to_read - shown.total
+        ));
+    }
+    if p.blocks_to_read != shown.total {
+        shown.total = p.blocks_to_read;
+        shown.tenths = p.blocks_read * 10 / p.blocks_to_read.max(1);
+    }
     let tenths = (p.blocks_read * 10 / p.blocks_to_read.max(1)).min(10);
-    if tenths > shown.swap(tenths, Ordering::Relaxed) {
-        eprintln!(
-            "{}: scanning the device for the file tree's leaves: {} % ({} of {} blocks)",
-            path.display(),
+    if tenths > shown.tenths {
+        shown.tenths = tenths;
+        out.push(format!(
+            "scanning the device for the file tree's leaves: {} % ({} of {} blocks)",
             tenths * 10,
             p.blocks_read,
             p.blocks_to_read
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use extalloc::volume::ScanProgress;
+
+    /// A scan of three used groups of 32768 blocks, then of five empty ones too: a line per
+    /// tenth of the first total, one saying the total grew, then the tenths of the new
+    /// total from where the scan stands, never going back.
+    #[test]
+    fn the_scans_progress_lines_never_go_back() {
+        let mut shown = Shown::default();
+        let mut lines = Vec::new();
+        let (used, all) = (3 * 32768u64, 8 * 32768u64);
+        for read in (256..=all).step_by(256) {
+            let to_read = if read <= used { used } else { all };
+            let p = ScanProgress {
+                blocks_read: read,
+                blocks_to_read: to_read,
+            };
+            lines.extend(progress_lines(&mut shown, p));
+        }
+        let percents: Vec<u64> = lines
+            .iter()
+            .filter_map(|l| l.split(": ").nth(1)?.split(' ').next()?.parse().ok())
+            .collect();
+        let grew = lines
+            .iter()
+            .position(|l| l.contains("empty groups too"))
+            .unwrap();
+        assert_eq!(grew, 10, "{lines:#?}");
+        assert!(
+            lines[grew].contains("(163840 more blocks)"),
+            "{}",
+            lines[grew]
         );
+        assert_eq!(&percents[..10], &[10, 20, 30, 40, 50, 60, 70, 80, 90, 100]);
+        assert_eq!(
+            &percents[10..],
+            &[40, 50, 60, 70, 80, 90, 100],
+            "{lines:#?}"
+        );
+        assert!(lines
+            .last()
+            .unwrap()
+            .ends_with("100 % (262144 of 262144 blocks)"));
     }
 }

@@ -151,7 +151,8 @@ impl Volume {
         );
         let mut meta = self.meta.lock().clone();
         // The stamp every node of this checkpoint carries: minted now on a new volume or
-        // an older root's (from the store's uuid, so a retry mints the same).
+        // an older root's (from the store's uuid; on a store without one, at random, so a
+        // retry after a failure mints another: the failed attempt's nodes are no one's).
         let stamp = meta
             .stamp
             .unwrap_or_else(|| Stamp::mint(self.store.uuid(), meta.generation + 1));

@@ -79,9 +79,10 @@ pub(super) struct Stamp {
 impl Stamp {
     /// A new stamp for nodes from checkpoint `since` on (a new volume, or the first
     /// checkpoint of a volume whose root is older than version 7), for the store whose
-    /// uuid is `uuid`: a keyed hash of `since` under the uuid (so that a run seeded down to
-    /// its uuid, as the damage campaign is, makes the same bytes again; no one who cannot
-    /// read the device knows the uuid), or random for a store without one (all zeros).
+    /// uuid is `uuid`: a hash (std's SipHash, `DefaultHasher`) of the uuid and `since`, so
+    /// that a run seeded down to its uuid, as the damage campaign is, makes the same bytes
+    /// again with the same toolchain, and no one who cannot read the device knows it; or
+    /// random for a store without a uuid (all zeros).
     pub(super) fn mint(uuid: [u8; 16], since: u64) -> Stamp {
         use std::hash::{Hash, Hasher};
         let value = if uuid == [0; 16] {
@@ -99,9 +100,11 @@ impl Stamp {
     }
 
     /// True if a node written by checkpoint `generation` carrying `stamp` is this
-    /// volume's: it carries the stamp, or it is older than the stamp and carries none.
+    /// volume's: it carries the stamp, or it carries none and was written by a checkpoint
+    /// before the stamp's (checkpoints count from 1: a node of generation 0 is no one's,
+    /// so a new volume, whose stamp is from checkpoint 1, vouches for no unstamped node).
     pub(super) fn vouches(&self, stamp: u64, generation: u64) -> bool {
-        stamp == self.value || stamp == 0 && generation < self.since
+        stamp == self.value || stamp == 0 && (1..self.since).contains(&generation)
     }
 }
 
@@ -412,6 +415,12 @@ mod tests {
         };
         assert!(s.vouches(0x5eed, 10) && s.vouches(0x5eed, 3) && s.vouches(0, 9));
         assert!(!s.vouches(0, 10), "unstamped, written after the stamp");
+        assert!(!s.vouches(0, 0), "generation 0: no checkpoint writes it");
+        let new = Stamp { value: 7, since: 1 };
+        assert!(
+            (0..5).all(|g| !new.vouches(0, g)),
+            "a new volume: no unstamped node"
+        );
         assert!(!s.vouches(0x5eee, 4), "another volume's");
         let (a, b) = (Stamp::mint([0; 16], 1), Stamp::mint([0; 16], 1));
         assert!(a.value != 0 && a.value != b.value && a.since == 1, "random");

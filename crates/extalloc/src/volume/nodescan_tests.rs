@@ -329,7 +329,8 @@ fn a_former_volumes_leaves_give_no_file() {
 
 /// A leaf's bytes written into a file's data by its owner (who can write a file but not
 /// read the device, so knows no stamp): whole, naming the block it lies in and the lost
-/// root's generation, with entries for files there are and one there is not. The root then
+/// root's generation (or generation 0 or 1, older than any stamp), with entries for files
+/// there are and one there is not. The root then
 /// lost: the scan leaves the forged leaf out, so no file takes its bytes.
 #[test]
 fn a_leaf_forged_in_a_files_data_gives_nothing() {
@@ -342,7 +343,9 @@ fn a_leaf_forged_in_a_files_data_gives_nothing() {
     let block = vol.extents(carrier).unwrap()[0].extent.start;
     vol.close().unwrap();
     let payload = leaf_payload(ids.iter().copied().take(5).chain([9_999]), b"forged");
-    for guess in [0, 1] {
+    // The stamp guessed, and the generation named: the root node's, or the oldest ones
+    // (an unstamped node older than the stamp would be an upgraded volume's own).
+    for (guess, old) in [(0, None), (1, None), (0, Some(0)), (0, Some(1))] {
         let image = Arc::new(MemDevice::new(8192 * BS));
         let mut raw = vec![0u8; BS as usize];
         for b in 0..8192 {
@@ -358,7 +361,10 @@ fn a_leaf_forged_in_a_files_data_gives_nothing() {
             .unwrap()
             .root
             .generation;
-        let at = node::NodeRef { block, generation };
+        let at = node::NodeRef {
+            block,
+            generation: old.unwrap_or(generation),
+        };
         let leaf = node::encode(BS as usize, (0, 6), &payload, at, guess);
         vol.write(carrier, 0, &leaf).unwrap();
         vol.close().unwrap();
@@ -373,11 +379,18 @@ fn a_leaf_forged_in_a_files_data_gives_nothing() {
             .unwrap();
         let (salvaged, report) = Volume::open_salvaging(image, Policy::default()).unwrap();
         let scan = report.tree_scan.clone().expect("a scan");
-        assert_eq!(scan.foreign_leaves, 1, "stamp {guess}: {scan:?}");
-        assert!(salvaged.attr(9_999).is_err(), "stamp {guess}: {report:?}");
+        assert_eq!(scan.foreign_leaves, 1, "stamp {guess}, {old:?}: {scan:?}");
+        assert!(
+            salvaged.attr(9_999).is_err(),
+            "stamp {guess}, {old:?}: {report:?}"
+        );
         for &id in &ids {
             if let Ok(attr) = salvaged.attr(id) {
-                assert_ne!(attr, b"forged".to_vec(), "stamp {guess}: file {id}");
+                assert_ne!(
+                    attr,
+                    b"forged".to_vec(),
+                    "stamp {guess}, {old:?}: file {id}"
+                );
             }
         }
     }
