@@ -174,31 +174,13 @@ impl Volume {
             new: got.clone(),
             freed: Vec::new(),
         }]);
-        let generation = meta.generation + 1;
-        // The root's word covers the tree's marks (it may say more, never less).
-        assert_eq!(
-            u64::from(tree.root_marks()) & !holds,
-            0,
-            "a root holding {holds:#x} over a tree marked {:#x}",
-            tree.root_marks()
-        );
-        let t = TreeRoot {
-            root: tree.root().expect("the tree written"),
-            count: tree.count(),
-            generation,
-            retired: chain.index.first().copied().unwrap_or(0),
-            previous: meta.durable,
+        let root = root_of(
+            &meta,
+            &tree,
+            chain.index.first().copied().unwrap_or(0),
             holds,
-            stamp: Some(stamp),
-        };
-        let root = Root {
-            sides: [SideRef::legacy(Extent::new(0, 0)); 2],
-            active: 0,
-            table_bytes: 0,
-            table_crc: 0,
-            next_id: meta.next_id,
-            tree: Some(t),
-        };
+        );
+        let t = root.tree.expect("a tree's root");
         let result = self.commit_locked().and_then(|()| {
             *self.prepared_root.lock() = Some(root.encode());
             let r = self.store.checkpoint();
@@ -218,7 +200,7 @@ impl Volume {
         self.fill_node_reserve();
         meta.tree = Some(tree);
         meta.durable = Some((t.root, t.count));
-        meta.generation = generation;
+        meta.generation = t.generation;
         meta.areas = Default::default();
         meta.old_nodes.clear();
         meta.chain = chain.index;
@@ -307,5 +289,38 @@ impl Volume {
         listed.extend(Extent::join_adjacent(retire));
         let chain = io.write_chain(listed)?;
         Ok((tree, chain))
+    }
+}
+
+/// The root a checkpoint writes for `tree` (written, as checkpoint `meta.generation + 1`,
+/// with `meta`'s stamp), whose retired chain starts at `retired` and whose leaves hold
+/// `holds` (`TreeRoot::holds`); the previous tree is `meta`'s durable one.
+fn root_of(meta: &Meta, tree: &Tree, retired: u64, holds: u64) -> Root {
+    // The root's word covers the tree's marks (it may say more, never less).
+    assert_eq!(
+        u64::from(tree.root_marks()) & !holds,
+        0,
+        "a root holding {holds:#x} over a tree marked {:#x}",
+        tree.root_marks()
+    );
+    let stamp = meta.stamp.expect("minted before the tree was written");
+    let t = TreeRoot {
+        root: tree.root().expect("the tree written"),
+        count: tree.count(),
+        generation: meta.generation + 1,
+        retired,
+        previous: meta.durable,
+        holds,
+        stamp: Some(stamp),
+    };
+    // Every node of the tree is of this checkpoint or older, stamped since `since`.
+    debug_assert!(t.root.generation <= t.generation && stamp.since <= t.generation);
+    Root {
+        sides: [SideRef::legacy(Extent::new(0, 0)); 2],
+        active: 0,
+        table_bytes: 0,
+        table_crc: 0,
+        next_id: meta.next_id,
+        tree: Some(t),
     }
 }
