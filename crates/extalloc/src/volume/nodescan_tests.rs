@@ -36,6 +36,13 @@ fn leaf_payload(ids: impl Iterator<Item = u64>, attr: &[u8]) -> Vec<u8> {
     table::encode_table(&Table { files, retired })[table::HEADER_BYTES..].to_vec()
 }
 
+/// `n` empty files made on `vol`, file `i` with the attribute "`name` `i`".
+fn made(vol: &Volume, n: u64, name: &str) -> Vec<u64> {
+    (0..n)
+        .map(|i| vol.create(format!("{name} {i}").as_bytes()).unwrap())
+        .collect()
+}
+
 /// No block is mapped while free, nor by two files.
 fn assert_no_block_shared(vol: &Volume) {
     let c = vol.check().unwrap();
@@ -191,9 +198,7 @@ fn a_damaged_internal_node_costs_no_file() {
 #[test]
 fn a_lost_only_leaf_comes_back_from_a_freed_copy() {
     let (dev, vol) = fresh();
-    let ids: Vec<u64> = (0..20u64)
-        .map(|i| vol.create(format!("old {i}").as_bytes()).unwrap())
-        .collect();
+    let ids = made(&vol, 20, "old");
     vol.close().unwrap();
     let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
     let newer = vol.create(b"made by the last checkpoint").unwrap();
@@ -335,9 +340,7 @@ fn a_former_volumes_leaves_give_no_file() {
 #[test]
 fn a_leaf_forged_in_a_files_data_gives_nothing() {
     let (dev, vol) = fresh();
-    let ids: Vec<u64> = (0..20u64)
-        .map(|i| vol.create(format!("file {i}").as_bytes()).unwrap())
-        .collect();
+    let ids = made(&vol, 20, "file");
     let carrier = vol.create(b"the forger's file").unwrap();
     vol.write(carrier, 0, &[7u8; BS as usize]).unwrap();
     let block = vol.extents(carrier).unwrap()[0].extent.start;
