@@ -247,10 +247,12 @@ pub(super) fn checked(b: &[u8], at: NodeRef, stamp: Option<Stamp>) -> Result<Dec
 /// True if `b` is a whole node (magic and crc check, at the block it names) that `stamp`
 /// does not vouch for: another volume's, whose every entry is not this volume's.
 pub(super) fn is_foreign(b: &[u8], stamp: Option<Stamp>) -> bool {
-    let whole = b.len() >= HEADER_BYTES
-        && &b[..4] == NODE_MAGIC
-        && get_u32(b, 32) == crc_of(get_u64(b, 24), b);
-    whole && !vouched(b, stamp)
+    whole_somewhere(b) && !vouched(b, stamp)
+}
+
+/// True if `b` is a whole node for the block it names (magic, crc), wherever it was read.
+fn whole_somewhere(b: &[u8]) -> bool {
+    b.len() >= HEADER_BYTES && &b[..4] == NODE_MAGIC && get_u32(b, 32) == crc_of(get_u64(b, 24), b)
 }
 
 /// The node `b` holds if it is whole where it was read, at `block`: its magic, the block it
@@ -272,12 +274,7 @@ pub(super) fn whole_at(b: &[u8], block: u64) -> Option<(NodeRef, Decoded)> {
 /// another checkpoint than `at` says: a stale block (older contents where a node now
 /// lies) or one written to the wrong place, whose every entry is suspect.
 pub(super) fn is_stale(b: &[u8], at: NodeRef) -> bool {
-    if b.len() < HEADER_BYTES || &b[..4] != NODE_MAGIC {
-        return false;
-    }
-    let own = get_u64(b, 24);
-    let whole = get_u32(b, 32) == crc_of(own, b);
-    whole && (own != at.block || get_u64(b, 16) != at.generation)
+    whole_somewhere(b) && (get_u64(b, 24) != at.block || get_u64(b, 16) != at.generation)
 }
 
 /// True if `stamp` (if any: a root older than version 7 has none) vouches for the node
