@@ -112,27 +112,23 @@ impl Volume {
             .transpose()
     }
 
-    /// Every file in id order: those in memory, and the others' entries read from the
-    /// durable tree leaf by leaf (nothing is kept: a whole-volume pass leaves the table
-    /// as it found it). The gate held (written, or read by a listing). Memory: every
-    /// file's entry.
-    pub(super) fn all_files(&self) -> Result<Vec<(u64, Held)>> {
+    /// Every file's id in order: those in memory, and the others' read from the durable
+    /// tree leaf by leaf (nothing is kept: a whole-volume pass leaves the table as it
+    /// found it). The gate held (written, or read by a listing). Memory: every file's id.
+    pub(super) fn all_ids(&self) -> Result<Vec<u64>> {
         debug_assert!(
             self.gate.is_locked(),
             "a pass over every file without the gate"
         );
         let cached: FileTable = self.files.read().clone();
-        let mut out: Vec<(u64, Held)> = Vec::with_capacity(cached.len());
-        self.visit_tree_only(&cached, 0, &mut |id, entry| {
-            out.push((id, Held::Tree(entry)));
+        let mut out: Vec<u64> = Vec::with_capacity(cached.len());
+        self.visit_tree_only(&cached, 0, &mut |id, _| {
+            out.push(id);
             Ok(true)
         })?;
-        out.extend(cached.into_iter().map(|(id, f)| (id, Held::Memory(f))));
-        out.sort_unstable_by_key(|(id, _)| *id);
-        debug_assert!(
-            out.windows(2).all(|w| w[0].0 < w[1].0),
-            "a file listed twice"
-        );
+        out.extend(cached.into_keys());
+        out.sort_unstable();
+        debug_assert!(out.windows(2).all(|w| w[0] < w[1]), "a file listed twice");
         Ok(out)
     }
 
@@ -252,21 +248,6 @@ impl Volume {
         Ok(count)
     }
 
-    /// [`Volume::all_files`] as handles: a file not in memory gets one not kept.
-    pub(super) fn all_handles(&self) -> Result<Vec<Arc<Mutex<VFile>>>> {
-        self.all_files()?
-            .into_iter()
-            .map(|(id, held)| match held {
-                Held::Memory(f) => Ok(f),
-                Held::Tree(entry) => Ok(Arc::new(Mutex::new(adopt(
-                    &self.store,
-                    id,
-                    ReplayFile::from_table(entry).1,
-                )?))),
-            })
-            .collect()
-    }
-
     /// Drops clean files beyond the limit now, as a checkpoint does after putting its tree
     /// in force (reads that name many files, a listing of every inode, load each one, and
     /// between checkpoints nothing else drops them). A file not named in the dirty set has
@@ -347,14 +328,6 @@ impl Volume {
         self.files_evicted.fetch_add(dropped as u64, Relaxed);
         dropped
     }
-}
-
-/// A file as a whole-volume pass finds it.
-pub(super) enum Held {
-    /// In memory: its handle.
-    Memory(Arc<Mutex<VFile>>),
-    /// Only in the durable tree: its entry.
-    Tree(TableFile),
 }
 
 /// A file whose whole state is its durable entry: no one holds it, its map is written,

@@ -61,38 +61,11 @@ impl Volume {
         let _closed = self.gate.write();
         self.store.allocator().check()?;
         let mut out = VolumeCheck::default();
-        let mut owned: Vec<Extent> = Vec::new();
-        // The files in memory, then those in the file tree only, read leaf by leaf and
-        // not kept (memory: every mapped extent, not every file).
-        let cached: FileTable = self.files.read().clone();
-        for f in cached.values() {
-            let f = self.lock_loaded(f)?;
-            out.files += 1;
-            for (s, len) in f.unwritten.iter() {
-                debug_assert!((s..s + len).all(|b| f.alloc.lookup(b).is_some()));
-                out.blocks_unwritten += len;
-            }
-            for (_, e) in f.alloc.extents() {
-                out.extents += 1;
-                out.blocks_mapped += e.len;
-                owned.push(e);
-            }
-        }
-        self.visit_tree_only(&cached, 0, &mut |id, entry| {
-            let map = read_map(&self.store, self.dev.as_ref(), id, &entry.map)?;
-            self.maps_read
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let (extents, blocks) = map_counts(&map);
-            debug_assert_eq!((extents, blocks), entry.map.counts(), "file {id}'s counts");
-            out.files += 1;
-            out.extents += extents;
-            out.blocks_mapped += blocks;
-            for (_, e, unwritten) in map {
-                out.blocks_unwritten += if unwritten { e.len } else { 0 };
-                owned.push(e);
-            }
-            Ok(true)
-        })?;
+        let mut owned = self.files_owned(&mut out)?;
+        debug_assert!(
+            out.blocks_unwritten <= out.blocks_mapped && out.extents <= out.blocks_mapped,
+            "unwritten blocks are mapped ones, and each extent maps one: {out:?}"
+        );
         let view = self.store.allocator();
         for e in &owned {
             for b in e.start..e.end() {
@@ -122,6 +95,48 @@ impl Volume {
             out.leaked = used.saturating_sub(accounted);
         }
         Ok(out)
+    }
+
+    /// Every extent the files map, counted into `out` (files, extents, blocks mapped and
+    /// unwritten): the files in memory, then those in the file tree only, read leaf by
+    /// leaf and not kept (memory: every mapped extent, not every file). The caller holds
+    /// the gate for writing.
+    fn files_owned(&self, out: &mut VolumeCheck) -> Result<Vec<Extent>> {
+        debug_assert!(
+            self.gate.is_locked_exclusive(),
+            "the owners read, the gate open"
+        );
+        let mut owned: Vec<Extent> = Vec::new();
+        let cached: FileTable = self.files.read().clone();
+        for f in cached.values() {
+            let f = self.lock_loaded(f)?;
+            out.files += 1;
+            for (s, len) in f.unwritten.iter() {
+                debug_assert!((s..s + len).all(|b| f.alloc.lookup(b).is_some()));
+                out.blocks_unwritten += len;
+            }
+            for (_, e) in f.alloc.extents() {
+                out.extents += 1;
+                out.blocks_mapped += e.len;
+                owned.push(e);
+            }
+        }
+        self.visit_tree_only(&cached, 0, &mut |id, entry| {
+            let map = read_map(&self.store, self.dev.as_ref(), id, &entry.map)?;
+            self.maps_read
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let (extents, blocks) = map_counts(&map);
+            debug_assert_eq!((extents, blocks), entry.map.counts(), "file {id}'s counts");
+            out.files += 1;
+            out.extents += extents;
+            out.blocks_mapped += blocks;
+            for (_, e, unwritten) in map {
+                out.blocks_unwritten += if unwritten { e.len } else { 0 };
+                owned.push(e);
+            }
+            Ok(true)
+        })?;
+        Ok(owned)
     }
 
     /// The volume's own blocks (the file tree's nodes, or the table areas of a volume not
@@ -170,12 +185,8 @@ impl Volume {
                 what: "blocks reserved for cached data not yet placed",
             });
         }
-        let mut owned: Vec<Extent> = Vec::new();
-        let files = self.all_handles()?;
-        for f in files {
-            let f = self.lock_loaded(&f)?;
-            owned.extend(f.alloc.extents().into_iter().map(|(_, e)| e));
-        }
+        // The owners as the check reads them: the files not in memory stay out of it.
+        let mut owned = self.files_owned(&mut VolumeCheck::default())?;
         self.own_metadata(&mut owned);
         // The node reserve is held, not owned: given back for the rebuild, then taken again
         // from what the rebuild leaves free.

@@ -172,7 +172,7 @@ impl Volume {
             .collect();
         let ids: Vec<u64> = {
             let _open = self.gate.read_recursive();
-            self.all_files()?.into_iter().map(|(id, _)| id).collect()
+            self.all_ids()?
         };
         Ok(ids
             .into_iter()
