@@ -1,7 +1,7 @@
 //! `extalloc fsck --repair`: the file system repaired offline, modelled on e2fsck's passes.
 //!
-//! 1. A volume whole below its namespace (the store checks clean, and a read-only open
-//!    finds every file tree leaf and map readable and every block owned once) opens as a
+//! 1. A volume that opens, every file tree leaf and map readable and every block owned
+//!    once (a damaged bitmap or descriptor allowed: step 2 rebuilds them), opens as a
 //!    mount opens it, its files read when named. Any other is opened salvaging
 //!    ([`Volume::open_salvaging`], every file in memory): a journal damaged in
 //!    the middle is replayed up to the damage, a damaged file table entry keeps its file
@@ -184,8 +184,12 @@ pub fn repair_reporting(
     .map(|(_, c)| *c)
     .collect();
     // A volume whole below its namespace opens as a mount opens it (its files read a
-    // leaf at a time); any other is salvaged, every file in memory.
-    let (vol, salvage) = match whole_volume(&dev, &policy, before.clean()) {
+    // leaf at a time); any other is salvaged, every file in memory. An owner that only a
+    // watch of its heartbeat can tell gone would be watched twice (the look, then the
+    // open): such a volume is salvaged, which watches once.
+    let at_once = !before.in_use || before.owner_gone;
+    let whole = at_once.then(|| whole_volume(&dev, &policy)).flatten();
+    let (vol, salvage) = match whole {
         Some(vol) => (vol, Salvage::default()),
         None => Volume::open_salvaging_reporting(dev, policy, progress)
             .map_err(|e| format!("cannot open the volume: {e}"))?,
@@ -221,23 +225,19 @@ pub fn repair_reporting(
 }
 
 /// The volume opened as any open does (the journal's replay after a crash written),
-/// when nothing below the file system needs the salvage: the store checked clean
-/// (`store_clean`), and a read-only open of it (under an overlay: nothing written) found
-/// every file tree leaf and map readable and every block owned once ([`Volume::check`]).
-/// The repair of such a volume (after a crash, or of damage to the namespace alone)
+/// when nothing in it needs the salvage: a read-only open of it (under an overlay:
+/// nothing written) succeeded, so the journal and a superblock copy are whole, and found
+/// every file tree leaf and map readable, no block mapped twice or mapped and free, and
+/// none leaked ([`Volume::check`]; groups held corrupt, a damaged bitmap or descriptor,
+/// are allowed: the repair rebuilds every bitmap from the owners, as after a salvage).
+/// The repair of such a volume (after a crash, of its allocation, or of its namespace)
 /// then holds a page of files at a time instead of every file (the salvaging open's
 /// memory grows with the file count). `None`: salvage it.
-pub(crate) fn whole_volume(
-    dev: &Arc<dyn Device>,
-    policy: &Policy,
-    store_clean: bool,
-) -> Option<Volume> {
-    if !store_clean {
-        return None;
-    }
+pub(crate) fn whole_volume(dev: &Arc<dyn Device>, policy: &Policy) -> Option<Volume> {
     let view: Arc<dyn Device> = Arc::new(OverlayDevice::new(dev.clone()));
     let looked = Volume::open(view, policy.clone()).ok()?;
-    let whole = looked.check().is_ok_and(|c| c.clean());
+    let whole =
+        (looked.check()).is_ok_and(|c| c.mapped_free == 0 && c.mapped_twice == 0 && c.leaked == 0);
     // Its changes lie in the overlay's memory only.
     let _ = looked.close();
     if !whole {

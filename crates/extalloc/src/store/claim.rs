@@ -96,6 +96,15 @@ pub(super) fn judge(dev: &dyn Device, sb: &Superblock) -> Result<Verdict> {
     })
 }
 
+/// Whether an open takes a device marked in use over at once: its owner record (`rec`)
+/// names an owner this machine knows is gone (this boot, its process no longer running,
+/// or this process with no store holding it). False when the owner may be live or only a
+/// watch of its heartbeat can tell (an open then waits up to two heartbeats and a
+/// second: [`judge`]).
+pub(crate) fn owner_gone(rec: Option<&OwnerRecord>) -> bool {
+    matches!(rec.map(local_verdict), Some(Local::Stale))
+}
+
 /// What this machine alone can tell about an owner.
 enum Local {
     Live(&'static str),

@@ -42,6 +42,11 @@ pub struct Report {
     pub in_use: bool,
     /// Who the owner record says holds it (host, boot id, pid, heartbeat), when in use.
     pub owner: Option<String>,
+    /// When in use: this machine can tell the owner is gone (this boot, its process no
+    /// longer running), so an open takes the device over at once. False when the owner
+    /// may be live, or only a watch of its heartbeat can tell (an open then waits up to two
+    /// heartbeats and a second before it takes the device over or refuses).
+    pub owner_gone: bool,
     /// Free blocks the groups that passed their checks hold at home (before the journal).
     pub free_blocks: u64,
     /// Groups whose descriptor or bitmap fails its checksum or disagrees with the other.
@@ -78,7 +83,9 @@ pub fn check(dev: &dyn Device) -> Result<Report> {
         ..Report::default()
     };
     if r.in_use {
-        r.owner = format::read_owner(dev)?.map(|o| o.describe());
+        let rec = format::read_owner(dev)?;
+        r.owner = rec.as_ref().map(|o| o.describe());
+        r.owner_gone = super::claim::owner_gone(rec.as_ref());
     }
     check_superblocks(dev, &sb, &mut r);
     let home = check_groups(dev, &sb, &mut r)?;

@@ -335,7 +335,11 @@ mod tests {
         let dev = Arc::new(FaultDevice::new(MemDevice::new(8192 * 4096), 9));
         let store = Store::create(dev.clone(), &geometry(), 8, Policy::default()).unwrap();
         assert_eq!(store.unclean_close(), None);
-        assert!(fsck::check(dev.as_ref()).unwrap().in_use);
+        let live = fsck::check(dev.as_ref()).unwrap();
+        assert!(
+            live.in_use && !live.owner_gone,
+            "a store of this process holds it"
+        );
         let owner = crate::disk::format::read_superblock(dev.as_ref())
             .unwrap()
             .owner;
@@ -370,7 +374,20 @@ mod tests {
         assert!(!store.unchecked());
         store.abandon();
         drop(store);
-        assert!(fsck::check(dev.as_ref()).unwrap().in_use, "left as a crash");
+        let left = fsck::check(dev.as_ref()).unwrap();
+        assert!(
+            left.in_use && left.owner_gone,
+            "left as a crash, by an owner gone"
+        );
+        // An owner record no one can judge (another machine's, or none): only a watch of
+        // its heartbeat tells (not opened here: the open would watch for 11 s).
+        let other = Arc::new(FaultDevice::new(MemDevice::new(8192 * 4096), 11));
+        let store = Store::create(other.clone(), &geometry(), 8, Policy::default()).unwrap();
+        store.abandon();
+        drop(store);
+        crate::disk::format::clear_owner(other.as_ref()).unwrap();
+        let unknown = fsck::check(other.as_ref()).unwrap();
+        assert!(unknown.in_use && !unknown.owner_gone, "{unknown:?}");
         let reopen = || Store::open(dev.clone(), Policy::default()).unwrap().0;
         let store = reopen();
         assert!(store.unclean_close().is_some() && store.unchecked());
