@@ -1,8 +1,8 @@
 //! `extalloc fsck --repair`: the file system repaired offline, modelled on e2fsck's passes.
 //!
-//! 1. A volume that opens, every file tree leaf and map readable and every block owned
-//!    once (a damaged bitmap or descriptor allowed: step 2 rebuilds them), opens as a
-//!    mount opens it, its files read when named. Any other is opened salvaging
+//! 1. A volume that opens, every file tree leaf and map readable, every block owned
+//!    once and no group held corrupt, opens as a mount opens it, its files read when
+//!    named. Any other is opened salvaging
 //!    ([`Volume::open_salvaging`], every file in memory): a journal damaged in
 //!    the middle is replayed up to the damage, a damaged file table entry keeps its file
 //!    when the file's map survived, a map segment that fails its check costs only the maps
@@ -227,17 +227,17 @@ pub fn repair_reporting(
 /// The volume opened as any open does (the journal's replay after a crash written),
 /// when nothing in it needs the salvage: a read-only open of it (under an overlay:
 /// nothing written) succeeded, so the journal and a superblock copy are whole, and found
-/// every file tree leaf and map readable, no block mapped twice or mapped and free, and
-/// none leaked ([`Volume::check`]; groups held corrupt, a damaged bitmap or descriptor,
-/// are allowed: the repair rebuilds every bitmap from the owners, as after a salvage).
-/// The repair of such a volume (after a crash, of its allocation, or of its namespace)
-/// then holds a page of files at a time instead of every file (the salvaging open's
-/// memory grows with the file count). `None`: salvage it.
+/// every file tree leaf and map readable, no block mapped twice or mapped and free, none
+/// leaked and no group held corrupt ([`Volume::check`]). A group held corrupt (a damaged
+/// bitmap or descriptor) is salvaged: the open removes the files a crash left pending,
+/// and a free into such a group is refused, which would leave the rebuild of the bitmaps
+/// refused too. The repair of such a volume (after a crash, of a superblock copy, or of
+/// its namespace) then holds a page of files at a time instead of every file (the
+/// salvaging open's memory grows with the file count). `None`: salvage it.
 pub(crate) fn whole_volume(dev: &Arc<dyn Device>, policy: &Policy) -> Option<Volume> {
     let view: Arc<dyn Device> = Arc::new(OverlayDevice::new(dev.clone()));
     let looked = Volume::open(view, policy.clone()).ok()?;
-    let whole =
-        (looked.check()).is_ok_and(|c| c.mapped_free == 0 && c.mapped_twice == 0 && c.leaked == 0);
+    let whole = (looked.check()).is_ok_and(|c| c.clean());
     // Its changes lie in the overlay's memory only.
     let _ = looked.close();
     if !whole {

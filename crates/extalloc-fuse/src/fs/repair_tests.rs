@@ -431,10 +431,12 @@ fn a_volume_fragmented_to_single_blocks_mounts_and_read_only_needs_no_write() {
 }
 
 /// A volume whole below its namespace (it opens, and the ownership check finds every
-/// block owned once; a damaged bitmap allowed) is repaired as a mount opens it, and its
-/// passes over every file read them a page at a time: no file is read into memory for
-/// them (the salvaging open reads every one, and `vol.attr` per file did: 616 MB at 1M
-/// files). A damaged file tree leaf still takes the salvage.
+/// block owned once and no group held corrupt; a damaged superblock copy allowed) is
+/// repaired as a mount opens it, and its passes over every file read them a page at a
+/// time: no file is read into memory for them (the salvaging open reads every one, and
+/// `vol.attr` per file did: 616 MB at 1M files). A zeroed bitmap (a group held corrupt,
+/// where the open's removal of pending files could not free) and a damaged file tree
+/// leaf take the salvage.
 #[test]
 fn a_volume_whole_below_its_namespace_is_repaired_a_page_at_a_time() {
     const FILES: usize = 600;
@@ -454,13 +456,19 @@ fn a_volume_whole_below_its_namespace_is_repaired_a_page_at_a_time() {
         "{in_memory} files in memory, {loaded} read, of {FILES}"
     );
     vol.close().unwrap();
-    // A zeroed bitmap: the store checks damaged, the volume still opens (the group held
-    // corrupt) and the repair rebuilds it without the salvage.
+    // The primary superblock damaged: the store checks damaged, the volume opens from
+    // the backup, and the repair writes both copies (the look is not called here: a
+    // volume it opens rewrites the copy itself when dropped).
+    flip(dev.as_ref(), 20);
+    assert!(!extalloc::store::fsck::check(dev.as_ref()).unwrap().clean());
+    let r = repair(dev.clone(), Policy::default()).unwrap();
+    assert_eq!(r.superblocks_rewritten, vec!["primary"], "{r:?}");
+    assert!(extalloc::store::fsck::check(dev.as_ref()).unwrap().clean());
+    // A zeroed bitmap: the group is held corrupt, so the salvage.
     let sb = read_superblock(dev.as_ref()).unwrap();
     dev.write_at(&vec![0u8; BS as usize], sb.bitmap_start * BS)
         .unwrap();
-    assert!(!extalloc::store::fsck::check(dev.as_ref()).unwrap().clean());
-    assert!(crate::repair::whole_volume(&any, &Policy::default()).is_some());
+    assert!(crate::repair::whole_volume(&any, &Policy::default()).is_none());
     let r = repair(dev.clone(), Policy::default()).unwrap();
     assert_eq!(r.allocation.corrupt_cleared, vec![0], "{r:?}");
     assert!(extalloc::store::fsck::check(dev.as_ref()).unwrap().clean());
