@@ -338,6 +338,14 @@ pub(crate) fn remake_inodes(vol: &Volume) -> Result<Vec<(u64, Kind)>, String> {
             inode.nlink = 1; // named or rescued by the namespace pass, which sets the count
             vol.set_attr(f.id, &inode.encode())
                 .map_err(|e| format!("cannot give volume file {} an inode: {e}", f.id))?;
+            // What the namespace pass relies on: the file now reads as an inode of its kind.
+            debug_assert!(
+                (vol.attr(f.id).ok().as_deref())
+                    .and_then(Inode::decode)
+                    .is_some_and(|i| i.kind == kind),
+                "volume file {}: an inode set",
+                f.id
+            );
             out.push((f.id, kind));
         }
         Ok(true)
