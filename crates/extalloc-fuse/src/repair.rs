@@ -1,8 +1,8 @@
 //! `extalloc fsck --repair`: the file system repaired offline, modelled on e2fsck's passes.
 //!
-//! 1. A volume that opens, every file tree leaf and map readable, every block owned
-//!    once and no group held corrupt, opens as a mount opens it, its files read when
-//!    named. Any other is opened salvaging
+//! 1. A volume that opens, every file tree leaf and map readable and every block owned
+//!    once (a damaged bitmap or descriptor allowed: step 2 rebuilds them), opens as a
+//!    mount opens it, its files read when named. Any other is opened salvaging
 //!    ([`Volume::open_salvaging`], every file in memory): a journal damaged in
 //!    the middle is replayed up to the damage, a damaged file table entry keeps its file
 //!    when the file's map survived, a map segment that fails its check costs only the maps
@@ -13,7 +13,9 @@
 //! 2. Allocation (e2fsck's pass 5): every group's bitmap and descriptor rebuilt from who
 //!    owns each block — the files' maps, the volume's table areas and map segments, the
 //!    store's own metadata ([`Volume::rebuild_allocation`]); groups held corrupt are
-//!    cleared.
+//!    cleared. Then the files a crash left pending (never published) are removed: the
+//!    open left them for after the rebuild, since a free into a group held corrupt is
+//!    refused.
 //! 3. Inodes (pass 1): a volume file whose attribute blob is not an inode gets a new one
 //!    (a directory when its data reads as a directory log, else a regular file; mode 0600
 //!    or 0700, owner root, one link), so its data is kept and the namespace pass names it.
@@ -67,6 +69,9 @@ pub struct RepairReport {
     pub distrusted: Vec<(u64, String)>,
     /// Bitmaps and descriptors rebuilt.
     pub allocation: Rebuilt,
+    /// Files a crash left pending (created, never published: an `O_TMPFILE` or a file
+    /// made with its extended attributes), removed once the bitmaps were rebuilt.
+    pub pending_removed: usize,
     /// Volume files given a new inode (their attribute blob was not one), with the kind.
     pub inodes_remade: Vec<(u64, Kind)>,
     /// The root directory was lost (its table entry with it) and made again, empty.
@@ -81,6 +86,7 @@ impl RepairReport {
     /// True if anything was changed.
     pub fn changed(&self) -> bool {
         self.allocation != Rebuilt::default()
+            || self.pending_removed > 0
             || !self.superblocks_rewritten.is_empty()
             || !self.salvage.clean()
             || !self.inodes_remade.is_empty()
@@ -111,6 +117,12 @@ impl RepairReport {
                 "bitmaps of groups {:?}: {} blocks in use marked used, {} blocks no one owns \
                  marked free",
                 a.groups, a.marked_used, a.marked_free
+            ));
+        }
+        if self.pending_removed > 0 {
+            out.push(format!(
+                "{} files a crash left unpublished (pending, never named): removed",
+                self.pending_removed
             ));
         }
         if self.root_made {
@@ -202,6 +214,10 @@ pub fn repair_reporting(
         superblocks_rewritten,
         ..RepairReport::default()
     };
+    // Their frees wait for the rebuild: a free into a group held corrupt is refused.
+    report.pending_removed = vol
+        .remove_pending()
+        .map_err(|e| format!("cannot remove the files a crash left pending: {e}"))?;
     // A volume with no file yet (made by mkfs, never mounted) holds no namespace to check:
     // the store's and the volume's repairs are all there is.
     let empty = (vol.is_empty()).map_err(|e| format!("cannot list the volume's files: {e}"))?;
@@ -227,23 +243,26 @@ pub fn repair_reporting(
 /// The volume opened as any open does (the journal's replay after a crash written),
 /// when nothing in it needs the salvage: a read-only open of it (under an overlay:
 /// nothing written) succeeded, so the journal and a superblock copy are whole, and found
-/// every file tree leaf and map readable, no block mapped twice or mapped and free, none
-/// leaked and no group held corrupt ([`Volume::check`]). A group held corrupt (a damaged
-/// bitmap or descriptor) is salvaged: the open removes the files a crash left pending,
-/// and a free into such a group is refused, which would leave the rebuild of the bitmaps
-/// refused too. The repair of such a volume (after a crash, of a superblock copy, or of
-/// its namespace) then holds a page of files at a time instead of every file (the
-/// salvaging open's memory grows with the file count). `None`: salvage it.
+/// every file tree leaf and map readable, no block mapped twice or mapped and free, and
+/// none leaked ([`Volume::check`]; groups held corrupt, a damaged bitmap or descriptor,
+/// are allowed: the repair rebuilds every bitmap from the owners, as after a salvage).
+/// Both opens leave the files a crash left pending
+/// ([`Volume::open_keeping_pending`]): a free into a group held corrupt is refused, so
+/// the repair removes them once the rebuild has cleared such groups. The repair
+/// of such a volume (after a crash, of its allocation, of a superblock copy, or of its
+/// namespace) then holds a page of files at a time instead of every file (the salvaging
+/// open's memory grows with the file count). `None`: salvage it.
 pub(crate) fn whole_volume(dev: &Arc<dyn Device>, policy: &Policy) -> Option<Volume> {
     let view: Arc<dyn Device> = Arc::new(OverlayDevice::new(dev.clone()));
-    let looked = Volume::open(view, policy.clone()).ok()?;
-    let whole = (looked.check()).is_ok_and(|c| c.clean());
+    let looked = Volume::open_keeping_pending(view, policy.clone()).ok()?;
+    let whole =
+        (looked.check()).is_ok_and(|c| c.mapped_free == 0 && c.mapped_twice == 0 && c.leaked == 0);
     // Its changes lie in the overlay's memory only.
     let _ = looked.close();
     if !whole {
         return None;
     }
-    Volume::open(dev.clone(), policy.clone()).ok()
+    Volume::open_keeping_pending(dev.clone(), policy.clone()).ok()
 }
 
 /// Files listed a page at a time.

@@ -431,12 +431,12 @@ fn a_volume_fragmented_to_single_blocks_mounts_and_read_only_needs_no_write() {
 }
 
 /// A volume whole below its namespace (it opens, and the ownership check finds every
-/// block owned once and no group held corrupt; a damaged superblock copy allowed) is
+/// block owned once; a damaged superblock copy or bitmap allowed) is
 /// repaired as a mount opens it, and its passes over every file read them a page at a
 /// time: no file is read into memory for them (the salvaging open reads every one, and
-/// `vol.attr` per file did: 616 MB at 1M files). A zeroed bitmap (a group held corrupt,
-/// where the open's removal of pending files could not free) and a damaged file tree
-/// leaf take the salvage.
+/// `vol.attr` per file did: 616 MB at 1M files). A zeroed bitmap after a crash that
+/// left a pending file takes it too (the pending file removed after the bitmaps'
+/// rebuild); a damaged file tree leaf takes the salvage.
 #[test]
 fn a_volume_whole_below_its_namespace_is_repaired_a_page_at_a_time() {
     const FILES: usize = 600;
@@ -464,14 +464,47 @@ fn a_volume_whole_below_its_namespace_is_repaired_a_page_at_a_time() {
     let r = repair(dev.clone(), Policy::default()).unwrap();
     assert_eq!(r.superblocks_rewritten, vec!["primary"], "{r:?}");
     assert!(extalloc::store::fsck::check(dev.as_ref()).unwrap().clean());
-    // A zeroed bitmap: the group is held corrupt, so the salvage.
+    // After a crash that left a pending file (made, written and checkpointed, never
+    // published), a zeroed bitmap: the group is held corrupt, the volume still opens and
+    // owns every block once, so the page path; the pending file waits for the rebuild
+    // (a free into a group held corrupt is refused) and is removed after it.
+    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+    let pending = vol.create_pending().unwrap();
+    vol.write(pending, 0, &[7u8; 3 * BS as usize]).unwrap();
+    // Written home (a journal holding the bitmap's block would write it again at replay),
+    // then the process gone: the volume stays marked in use.
+    vol.checkpoint().unwrap();
+    assert!(
+        vol.size_and_blocks(pending).unwrap().1 > 0,
+        "it holds blocks to free"
+    );
+    vol.store().abandon();
+    drop(vol);
     let sb = read_superblock(dev.as_ref()).unwrap();
     dev.write_at(&vec![0u8; BS as usize], sb.bitmap_start * BS)
         .unwrap();
-    assert!(crate::repair::whole_volume(&any, &Policy::default()).is_none());
+    assert!(!extalloc::store::fsck::check(dev.as_ref()).unwrap().clean());
+    let vol = crate::repair::whole_volume(&any, &Policy::default()).expect("whole");
+    assert_eq!(vol.pending(), vec![pending], "left for after the rebuild");
+    assert_eq!(
+        vol.check().unwrap().corrupt_groups,
+        1,
+        "the bitmap loads corrupt"
+    );
+    vol.store().abandon();
+    drop(vol);
     let r = repair(dev.clone(), Policy::default()).unwrap();
     assert_eq!(r.allocation.corrupt_cleared, vec![0], "{r:?}");
+    assert_eq!(r.pending_removed, 1, "{r:?}");
+    assert!(r.salvage.clean(), "nothing salvaged: {r:?}");
     assert!(extalloc::store::fsck::check(dev.as_ref()).unwrap().clean());
+    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+    assert!(
+        vol.check().unwrap().clean(),
+        "its blocks free again, none leaked"
+    );
+    assert!(vol.size(pending).is_err(), "the pending file is gone");
+    vol.close().unwrap();
     // A file's entry in a tree leaf damaged: the leaf fails its check, so the salvage.
     let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
     let places = vol.places().unwrap();
