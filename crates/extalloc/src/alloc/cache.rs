@@ -218,10 +218,38 @@ impl Allocator {
         self.corrupt.iter().collect()
     }
 
-    /// Marks group `g` corrupt before its first load (its descriptor failed its checks):
-    /// when loaded, it is held all used.
+    /// Holds group `g` corrupt: all used, skipped by every pass, never written home. Before
+    /// its first load (its descriptor failed its checks) it loads all used; loaded already
+    /// (at open, a group loaded eagerly that a journal record lost later touches), its
+    /// bitmap in memory becomes all used now, so no pass finds its free blocks. Called at
+    /// open, while nothing waits to be freed.
     pub fn mark_corrupt(&self, g: u64) {
         self.corrupt.insert(g);
+        let shard = self.stats.shard();
+        let mut slot = self.lock_slot(self.groups.get(g), shard);
+        if let Some(state) = slot.as_mut() {
+            assert!(
+                state.pending.is_empty(),
+                "group {g}: frees wait in a group held corrupt"
+            );
+            let old_free = state.bitmap.free_blocks();
+            state.bitmap = GroupBitmap::from_used_bytes(
+                self.geometry.group_blocks as u32,
+                self.geometry.group_len(g) as u32,
+                &[],
+            );
+            shard.add(&shard.held.adjusted, u64::from(old_free));
+            self.publish_mirrors(g, state, shard);
+        }
+        // Held: nothing of it is offered, loaded or not.
+        debug_assert!(
+            self.corrupt.contains(g) && slot.as_ref().is_none_or(|s| s.bitmap.free_blocks() == 0)
+        );
+        debug_assert_eq!(
+            slot.as_ref().map_or(0, |_| self.groups.free_blocks(g)),
+            0,
+            "group {g}'s mirror offers blocks"
+        );
     }
 
     /// True if group `g` is held corrupt.
