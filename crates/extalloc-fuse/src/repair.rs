@@ -1,8 +1,9 @@
 //! `extalloc fsck --repair`: the file system repaired offline, modelled on e2fsck's passes.
 //!
 //! 1. A volume that opens, every file tree leaf and map readable and every block owned
-//!    once (a damaged bitmap or descriptor allowed: step 2 rebuilds them), opens as a
-//!    mount opens it, its files read when named. Any other is opened salvaging
+//!    once (a damaged bitmap or descriptor allowed: step 2 rebuilds them; a journal
+//!    damaged in the middle replayed up to the damage), opens as a mount opens it, its
+//!    files read when named. Any other is opened salvaging
 //!    ([`Volume::open_salvaging`], every file in memory): a journal damaged in
 //!    the middle is replayed up to the damage, a damaged file table entry keeps its file
 //!    when the file's map survived, a map segment that fails its check costs only the maps
@@ -63,7 +64,8 @@ pub struct RepairReport {
     /// Superblock copies that failed their check before the repair (`"primary"`,
     /// `"backup"`): the repair's checkpoint writes both from the good one.
     pub superblocks_rewritten: Vec<&'static str>,
-    /// What the salvaging open found and kept or lost (journal, file table, map segments).
+    /// What the salvaging open found and kept or lost (journal, file table, map segments);
+    /// on the page path, only a damaged journal's loss.
     pub salvage: Salvage,
     /// Kept files whose inode was made safe: `(inode, what was changed)`.
     pub distrusted: Vec<(u64, String)>,
@@ -202,7 +204,18 @@ pub fn repair_reporting(
     let at_once = !before.in_use || before.owner_gone;
     let whole = at_once.then(|| whole_volume(&dev, &policy)).flatten();
     let (vol, salvage) = match whole {
-        Some(vol) => (vol, Salvage::default()),
+        // A journal damaged in the middle: the records before the damage replayed (as the
+        // salvage does), the groups later ones touch held corrupt until the rebuild.
+        Some(vol) => {
+            let journal_loss = vol.store().journal_loss();
+            (
+                vol,
+                Salvage {
+                    journal_loss,
+                    ..Salvage::default()
+                },
+            )
+        }
         None => Volume::open_salvaging_reporting(dev, policy, progress)
             .map_err(|e| format!("cannot open the volume: {e}"))?,
     };
@@ -242,19 +255,20 @@ pub fn repair_reporting(
 
 /// The volume opened as any open does (the journal's replay after a crash written),
 /// when nothing in it needs the salvage: a read-only open of it (under an overlay:
-/// nothing written) succeeded, so the journal and a superblock copy are whole, and found
-/// every file tree leaf and map readable, no block mapped twice or mapped and free, and
-/// none leaked ([`Volume::check`]; groups held corrupt, a damaged bitmap or descriptor,
-/// are allowed: the repair rebuilds every bitmap from the owners, as after a salvage).
-/// Both opens leave the files a crash left pending
-/// ([`Volume::open_keeping_pending`]): a free into a group held corrupt is refused, so
-/// the repair removes them once the rebuild has cleared such groups. The repair
+/// nothing written) succeeded, so a superblock copy is whole, and found every file tree
+/// leaf and map readable, no block mapped twice or mapped and free, and none leaked
+/// ([`Volume::check`]; groups held corrupt, a damaged bitmap or descriptor or the groups
+/// a damaged journal's lost records touch, are allowed: the repair rebuilds every bitmap
+/// from the owners, as after a salvage). Both opens are [`Volume::open_for_repair`]: a
+/// journal damaged in the middle replays up to the damage, as the salvage's does, and
+/// the files a crash left pending stay (a free into a group held corrupt is refused),
+/// for the repair to remove once the rebuild has cleared such groups. The repair
 /// of such a volume (after a crash, of its allocation, of a superblock copy, or of its
 /// namespace) then holds a page of files at a time instead of every file (the salvaging
 /// open's memory grows with the file count). `None`: salvage it.
 pub(crate) fn whole_volume(dev: &Arc<dyn Device>, policy: &Policy) -> Option<Volume> {
     let view: Arc<dyn Device> = Arc::new(OverlayDevice::new(dev.clone()));
-    let looked = Volume::open_keeping_pending(view, policy.clone()).ok()?;
+    let looked = Volume::open_for_repair(view, policy.clone()).ok()?;
     let whole =
         (looked.check()).is_ok_and(|c| c.mapped_free == 0 && c.mapped_twice == 0 && c.leaked == 0);
     // Its changes lie in the overlay's memory only.
@@ -262,7 +276,7 @@ pub(crate) fn whole_volume(dev: &Arc<dyn Device>, policy: &Policy) -> Option<Vol
     if !whole {
         return None;
     }
-    Volume::open_keeping_pending(dev.clone(), policy.clone()).ok()
+    Volume::open_for_repair(dev.clone(), policy.clone()).ok()
 }
 
 /// Files listed a page at a time.

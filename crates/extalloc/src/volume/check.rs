@@ -3,7 +3,8 @@
 //! metadata (else it is leaked).
 //!
 //! [`Volume::rebuild_allocation`], `fsck --repair`'s use of the same owners: the store's
-//! bitmaps rebuilt from them.
+//! bitmaps rebuilt from them; [`Volume::open_for_repair`], the open that comes before it
+//! (a damaged journal accepted, the files a crash left pending kept for after it).
 //!
 //! Data structures: [`VolumeCheck`], the counts. Invariant: the check only reads and is
 //! exact at quiescence (no call running); after a rebuild the check finds no block mapped
@@ -13,8 +14,12 @@
 use super::maps::read_map;
 use super::record::map_counts;
 use super::state::{FileTable, Volume};
+use crate::alloc::Policy;
+use crate::disk::device::Device;
 use crate::error::Result;
 use crate::geometry::Extent;
+use crate::store::Store;
+use std::sync::Arc;
 
 /// What [`Volume::check`] found. A clean volume has zeros in every count but the first
 /// four.
@@ -52,6 +57,19 @@ impl VolumeCheck {
 }
 
 impl Volume {
+    /// [`Volume::open`] for a repair: the store opened accepting a journal damaged in the
+    /// middle ([`Store::open_accepting_journal_loss`]: the records before the damage
+    /// replayed, the groups later ones touch held corrupt; [`Store::journal_loss`] says
+    /// what was lost), and the files a crash left pending left as they are (hidden from
+    /// every listing) until [`Volume::remove_pending`], since the rebuild of the bitmaps
+    /// ([`Volume::rebuild_allocation`]) must come before any free (a free into a group
+    /// held corrupt is refused). Fails as [`Volume::open`] does, but for the journal's
+    /// damage.
+    pub fn open_for_repair(dev: Arc<dyn Device>, policy: Policy) -> Result<Volume> {
+        let (store, records) = Store::open_accepting_journal_loss(dev.clone(), policy)?;
+        Volume::open_store(store, dev.as_ref(), &records)
+    }
+
     /// Checks who owns every block (see [`VolumeCheck`]); also runs the store's allocator
     /// `check()`. Blocks of the open transaction count as what they will be once it
     /// commits (allocations owned by their files, frees pending). Cost: one look per

@@ -214,20 +214,22 @@ impl Volume {
     /// volume ([`Error::JournalTooSmall`]), and with the store's errors
     /// ([`Store::open`]); the volume's table and maps are not written.
     pub fn open(dev: Arc<dyn Device>, policy: Policy) -> Result<Volume> {
-        let vol = Volume::open_keeping_pending(dev, policy)?;
+        let (store, records) = Store::open(dev.clone(), policy)?;
+        let vol = Volume::open_store(store, dev.as_ref(), &records)?;
         // Files a crash left pending are removed; on a device that refuses writes they
         // stay, hidden, for the next open (`publish.rs`).
         let _ = vol.remove_pending();
         Ok(vol)
     }
 
-    /// [`Volume::open`], leaving the files a crash left pending as they are (hidden from
-    /// every listing) until [`Volume::remove_pending`]: for a repair, whose rebuild of the
-    /// bitmaps ([`Volume::rebuild_allocation`]) comes before any free (a free into a
-    /// group held corrupt is refused). Fails as [`Volume::open`] does.
-    pub fn open_keeping_pending(dev: Arc<dyn Device>, policy: Policy) -> Result<Volume> {
-        let (store, records) = Store::open(dev.clone(), policy)?;
-        let loaded = load::load(&store, dev.as_ref(), &records)?;
+    /// The volume on `store`, opened on `dev`, its journal's `records` replayed into the
+    /// file table; pending files kept.
+    pub(super) fn open_store(
+        store: Store,
+        dev: &dyn Device,
+        records: &[crate::disk::journal::Record],
+    ) -> Result<Volume> {
+        let loaded = load::load(&store, dev, records)?;
         let vol = Volume::with_store(store, loaded)?;
         // Before anything commits: the runs a node needs, while a crash left them free.
         vol.fill_node_reserve();

@@ -17,7 +17,7 @@
 //!
 //! Invariant: a file is pending iff its blob is [`PENDING`]; no listing shows a pending
 //! file and [`Volume::attr`] gives it an empty blob; after a writable open no pending file
-//! exists (after [`Volume::open_keeping_pending`], once [`Volume::remove_pending`] ran). Locks: those of the calls it makes (`create`, `set_attr`, `unlink`, `atomic`).
+//! exists (after [`Volume::open_for_repair`], once [`Volume::remove_pending`] ran). Locks: those of the calls it makes (`create`, `set_attr`, `unlink`, `atomic`).
 
 use super::chunk::TailFirst;
 use super::io::check_attr;
@@ -184,7 +184,7 @@ impl Volume {
     }
 
     /// Removes the pending files a crash left (at open: [`Volume::open`] calls it, a
-    /// repair after [`Volume::open_keeping_pending`] and the bitmaps' rebuild), and
+    /// repair after [`Volume::open_for_repair`] and the bitmaps' rebuild), and
     /// commits: returns how many. Stops at the first failure (a read-only device, a free
     /// into a group held corrupt), leaving the rest pending and hidden for the next open;
     /// call it only while no caller has made a pending file of its own.
