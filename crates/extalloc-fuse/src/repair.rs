@@ -1,9 +1,10 @@
 //! `extalloc fsck --repair`: the file system repaired offline, modelled on e2fsck's passes.
 //!
-//! 1. A volume that opens, every file tree leaf and map readable and every block owned
-//!    once (a damaged bitmap or descriptor allowed: step 2 rebuilds them; a journal
-//!    damaged in the middle replayed up to the damage), opens as a mount opens it, its
-//!    files read when named. Any other is opened salvaging
+//! 1. A volume that opens, every file tree leaf readable and every block owned once (a
+//!    damaged bitmap or descriptor allowed: step 2 rebuilds them; a journal damaged in
+//!    the middle replayed up to the damage; a map that does not read cleared, its file
+//!    reading as holes, as the salvage does), opens as a mount opens it, its files read
+//!    when named. Any other is opened salvaging
 //!    ([`Volume::open_salvaging`], every file in memory): a journal damaged in
 //!    the middle is replayed up to the damage, a damaged file table entry keeps its file
 //!    when the file's map survived, a map segment that fails its check costs only the maps
@@ -49,7 +50,7 @@ use crate::inode::{self, Inode, Kind};
 use crate::xattr;
 use extalloc::disk::device::{Device, OverlayDevice};
 use extalloc::store::Rebuilt;
-use extalloc::volume::{Salvage, ScanProgress, TreeScan, Volume};
+use extalloc::volume::{ClearedMap, Salvage, ScanProgress, TreeScan, Volume};
 use extalloc::Policy;
 use std::sync::Arc;
 
@@ -206,15 +207,15 @@ pub fn repair_reporting(
     let (vol, salvage) = match whole {
         // A journal damaged in the middle: the records before the damage replayed (as the
         // salvage does), the groups later ones touch held corrupt until the rebuild.
-        Some(vol) => {
+        // Maps that do not read: cleared, as the salvage clears them.
+        Some((vol, maps_cleared)) => {
             let journal_loss = vol.store().journal_loss();
-            (
-                vol,
-                Salvage {
-                    journal_loss,
-                    ..Salvage::default()
-                },
-            )
+            let salvage = Salvage {
+                journal_loss,
+                maps_cleared,
+                ..Salvage::default()
+            };
+            (vol, salvage)
         }
         None => Volume::open_salvaging_reporting(dev, policy, progress)
             .map_err(|e| format!("cannot open the volume: {e}"))?,
@@ -256,27 +257,42 @@ pub fn repair_reporting(
 /// The volume opened as any open does (the journal's replay after a crash written),
 /// when nothing in it needs the salvage: a read-only open of it (under an overlay:
 /// nothing written) succeeded, so a superblock copy is whole, and found every file tree
-/// leaf and map readable, no block mapped twice or mapped and free, and none leaked
-/// ([`Volume::check`]; groups held corrupt, a damaged bitmap or descriptor or the groups
-/// a damaged journal's lost records touch, are allowed: the repair rebuilds every bitmap
-/// from the owners, as after a salvage). Both opens are [`Volume::open_for_repair`]: a
-/// journal damaged in the middle replays up to the damage, as the salvage's does, and
-/// the files a crash left pending stay (a free into a group held corrupt is refused),
-/// for the repair to remove once the rebuild has cleared such groups. The repair
-/// of such a volume (after a crash, of its allocation, of a superblock copy, or of its
-/// namespace) then holds a page of files at a time instead of every file (the salvaging
-/// open's memory grows with the file count). `None`: salvage it.
-pub(crate) fn whole_volume(dev: &Arc<dyn Device>, policy: &Policy) -> Option<Volume> {
+/// leaf readable, no block mapped twice or mapped and free, and none leaked but what the
+/// maps that do not read named ([`Volume::check`] after
+/// [`Volume::clear_unreadable_maps`]; groups held corrupt, a damaged bitmap or
+/// descriptor or the groups a damaged journal's lost records touch, are allowed: the
+/// repair rebuilds every bitmap from the owners, as after a salvage). Both opens are
+/// [`Volume::open_for_repair`]: a journal damaged in the middle replays up to the
+/// damage, as the salvage's does, and the files a crash left pending stay (a free into
+/// a group held corrupt is refused), for the repair to remove once the rebuild has
+/// cleared such groups. The real open's maps that do not read are cleared as the
+/// salvage clears them (the files read as holes) and returned. The repair of such a
+/// volume (after a crash, of its allocation, of a superblock copy, a map segment, or
+/// its namespace) then holds a page of files at a time instead of every file (the
+/// salvaging open's memory grows with the file count). `None`: salvage it.
+pub(crate) fn whole_volume(
+    dev: &Arc<dyn Device>,
+    policy: &Policy,
+) -> Option<(Volume, Vec<ClearedMap>)> {
     let view: Arc<dyn Device> = Arc::new(OverlayDevice::new(dev.clone()));
     let looked = Volume::open_for_repair(view, policy.clone()).ok()?;
-    let whole =
-        (looked.check()).is_ok_and(|c| c.mapped_free == 0 && c.mapped_twice == 0 && c.leaked == 0);
+    let whole = looked.clear_unreadable_maps().is_ok_and(|cleared| {
+        // The blocks the cleared maps named are owned by no one now: leaked, and no more.
+        let named: u64 = cleared.iter().map(|&(_, blocks, _)| blocks).sum();
+        (looked.check())
+            .is_ok_and(|c| c.mapped_free == 0 && c.mapped_twice == 0 && c.leaked <= named)
+    });
     // Its changes lie in the overlay's memory only.
     let _ = looked.close();
     if !whole {
         return None;
     }
-    Volume::open_for_repair(dev.clone(), policy.clone()).ok()
+    let vol = Volume::open_for_repair(dev.clone(), policy.clone()).ok()?;
+    let cleared = vol.clear_unreadable_maps().ok()?;
+    let cleared = cleared
+        .into_iter()
+        .map(|(id, _, why)| ClearedMap { id, why });
+    Some((vol, cleared.collect()))
 }
 
 /// Files listed a page at a time.

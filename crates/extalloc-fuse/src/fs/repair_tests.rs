@@ -6,18 +6,18 @@
 use super::tests::{device, fresh, mkdir, put, remount, ME};
 use super::*;
 use crate::repair::repair;
-use extalloc::disk::device::{Device, FaultDevice, MemDevice, OverlayDevice};
+use extalloc::disk::device::{Device, FaultDevice, MemDevice};
 use extalloc::disk::format::{read_superblock, DESC_BYTES};
 use extalloc::Policy;
 use std::sync::Arc;
 
-const BS: u64 = 4096;
+pub(super) const BS: u64 = 4096;
 
 /// Each file's path and content.
 type Files = Vec<(String, Vec<u8>)>;
 
 /// A file system with files in several groups, a directory and a link, unmounted.
-fn image(seed: u64) -> (Arc<FaultDevice<MemDevice>>, Files) {
+pub(super) fn image(seed: u64) -> (Arc<FaultDevice<MemDevice>>, Files) {
     let dev = device(seed);
     let fs = fresh(&dev);
     let d = mkdir(&fs, ROOT, "d");
@@ -38,7 +38,7 @@ fn image(seed: u64) -> (Arc<FaultDevice<MemDevice>>, Files) {
     (dev, files)
 }
 
-fn flip(dev: &dyn Device, at: u64) {
+pub(super) fn flip(dev: &dyn Device, at: u64) {
     let mut b = [0u8];
     dev.read_at(&mut b, at).unwrap();
     b[0] ^= 0x10;
@@ -57,7 +57,7 @@ fn assert_files(fs: &Fs, files: &[(String, Vec<u8>)]) {
 /// The store's, the ownership and the namespace checks are clean, then mount serves every
 /// file, and
 /// filling the device to the last block leaves every file as it was.
-fn assert_repaired(dev: &Arc<FaultDevice<MemDevice>>, files: &[(String, Vec<u8>)]) {
+pub(super) fn assert_repaired(dev: &Arc<FaultDevice<MemDevice>>, files: &[(String, Vec<u8>)]) {
     let store = extalloc::store::fsck::check(dev.as_ref()).unwrap();
     assert!(store.clean(), "{store:?}");
     let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
@@ -428,165 +428,4 @@ fn a_volume_fragmented_to_single_blocks_mounts_and_read_only_needs_no_write() {
     let (fs, _) = Fs::mount(open(), opts()).expect("a fragmented volume mounts read-write");
     reads_back(&fs);
     fs.sync().unwrap();
-}
-
-/// A volume whole below its namespace (it opens, and the ownership check finds every
-/// block owned once; a damaged superblock copy or bitmap allowed) is
-/// repaired as a mount opens it, and its passes over every file read them a page at a
-/// time: no file is read into memory for them (the salvaging open reads every one, and
-/// `vol.attr` per file did: 616 MB at 1M files). A zeroed bitmap after a crash that
-/// left a pending file takes it too (the pending file removed after the bitmaps'
-/// rebuild); a damaged file tree leaf takes the salvage.
-#[test]
-fn a_volume_whole_below_its_namespace_is_repaired_a_page_at_a_time() {
-    const FILES: usize = 600;
-    let dev = device(48);
-    let fs = fresh(&dev);
-    for i in 0..FILES {
-        put(&fs, ROOT, &format!("f{i}"), b"x");
-    }
-    fs.unmount().unwrap();
-    let any: Arc<dyn Device> = dev.clone();
-    let vol = crate::repair::whole_volume(&any, &Policy::default()).expect("whole");
-    assert!(!crate::repair::make_root_again(&vol).unwrap());
-    assert!(crate::repair::remake_inodes(&vol).unwrap().is_empty());
-    let (in_memory, loaded, _) = vol.file_cache_figures();
-    assert!(
-        in_memory < FILES / 10 && loaded < FILES as u64 / 10,
-        "{in_memory} files in memory, {loaded} read, of {FILES}"
-    );
-    vol.close().unwrap();
-    // The primary superblock damaged: the store checks damaged, the volume opens from
-    // the backup, and the repair writes both copies (the look is not called here: a
-    // volume it opens rewrites the copy itself when dropped).
-    flip(dev.as_ref(), 20);
-    assert!(!extalloc::store::fsck::check(dev.as_ref()).unwrap().clean());
-    let r = repair(dev.clone(), Policy::default()).unwrap();
-    assert_eq!(r.superblocks_rewritten, vec!["primary"], "{r:?}");
-    assert!(extalloc::store::fsck::check(dev.as_ref()).unwrap().clean());
-    // After a crash that left a pending file (made, written and checkpointed, never
-    // published), a zeroed bitmap: the group is held corrupt, the volume still opens and
-    // owns every block once, so the page path; the pending file waits for the rebuild
-    // (a free into a group held corrupt is refused) and is removed after it.
-    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
-    let pending = vol.create_pending().unwrap();
-    vol.write(pending, 0, &[7u8; 3 * BS as usize]).unwrap();
-    // Written home (a journal holding the bitmap's block would write it again at replay),
-    // then the process gone: the volume stays marked in use.
-    vol.checkpoint().unwrap();
-    assert!(
-        vol.size_and_blocks(pending).unwrap().1 > 0,
-        "it holds blocks to free"
-    );
-    vol.store().abandon();
-    drop(vol);
-    let sb = read_superblock(dev.as_ref()).unwrap();
-    dev.write_at(&vec![0u8; BS as usize], sb.bitmap_start * BS)
-        .unwrap();
-    assert!(!extalloc::store::fsck::check(dev.as_ref()).unwrap().clean());
-    let vol = crate::repair::whole_volume(&any, &Policy::default()).expect("whole");
-    assert_eq!(vol.pending(), vec![pending], "left for after the rebuild");
-    assert_eq!(
-        vol.check().unwrap().corrupt_groups,
-        1,
-        "the bitmap loads corrupt"
-    );
-    vol.store().abandon();
-    drop(vol);
-    let r = repair(dev.clone(), Policy::default()).unwrap();
-    assert_eq!(r.allocation.corrupt_cleared, vec![0], "{r:?}");
-    assert_eq!(r.pending_removed, 1, "{r:?}");
-    assert!(r.salvage.clean(), "nothing salvaged: {r:?}");
-    assert!(extalloc::store::fsck::check(dev.as_ref()).unwrap().clean());
-    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
-    assert!(
-        vol.check().unwrap().clean(),
-        "its blocks free again, none leaked"
-    );
-    assert!(vol.size(pending).is_err(), "the pending file is gone");
-    vol.close().unwrap();
-    // A file's entry in a tree leaf damaged: the leaf fails its check, so the salvage.
-    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
-    let places = vol.places().unwrap();
-    vol.close().unwrap();
-    let at = (places.iter().rev())
-        .find(|p| !p.table.is_empty())
-        .expect("a file in the tree")
-        .table
-        .start;
-    flip(dev.as_ref(), at + 2);
-    assert!(crate::repair::whole_volume(&any, &Policy::default()).is_none());
-    let r = repair(dev.clone(), Policy::default()).unwrap();
-    assert!(r.changed(), "{r:?}");
-    let again = repair(dev.clone(), Policy::default()).unwrap();
-    assert!(!again.changed(), "a second repair finds nothing: {again:?}");
-}
-
-/// A journal damaged in the middle (one of its blocks zeroed between committed records)
-/// is repaired as a mount opens a volume, a page of files at a time, not salvaged: the
-/// records before the damage replay, the groups later ones touch are held corrupt until
-/// the bitmaps' rebuild, and the report says what was lost. Every file checkpointed
-/// before reads back whole, each later file is there whole or not at all, and a second
-/// repair finds nothing.
-#[test]
-fn a_journal_damaged_in_the_middle_is_repaired_a_page_at_a_time() {
-    const LATER: usize = 40;
-    let (dev, files) = image(43);
-    let (fs, _) = remount(&dev);
-    let data = |i: usize| vec![i as u8 + 1; 3000 + i * 100];
-    for i in 0..LATER {
-        put(&fs, ROOT, &format!("b{i}"), &data(i));
-        fs.sync().unwrap(); // a record each
-    }
-    drop(fs); // a crash: the journal holds every later file
-    dev.crash(extalloc::disk::device::Crash::DropAll).unwrap();
-    let sb = read_superblock(dev.as_ref()).unwrap();
-    let journal = |k: u64| (sb.journal_start + (sb.journal_tail / BS + k) % sb.journal_blocks) * BS;
-    // The first journal block past the tail's whose loss strands intact records after it.
-    let damaged = (1..sb.journal_blocks).find(|&k| {
-        let mut was = vec![0u8; BS as usize];
-        dev.read_at(&mut was, journal(k)).unwrap();
-        dev.write_at(&vec![0u8; BS as usize], journal(k)).unwrap();
-        let lost = extalloc::store::fsck::check(dev.as_ref())
-            .unwrap()
-            .journal_records_lost;
-        if lost == 0 {
-            dev.write_at(&was, journal(k)).unwrap();
-        }
-        lost > 0
-    });
-    assert!(damaged.is_some(), "no journal block strands records");
-    assert!(
-        Volume::open(dev.clone(), Policy::default()).is_err(),
-        "refused"
-    );
-    // The page path (looked at over an overlay: an open accepting the loss wipes the
-    // stranded records).
-    let view: Arc<dyn Device> = Arc::new(OverlayDevice::new(dev.clone()));
-    let vol = crate::repair::whole_volume(&view, &Policy::default()).expect("whole");
-    assert!(vol.store().journal_loss().is_some());
-    drop(vol);
-    let r = repair(dev.clone(), Policy::default()).unwrap();
-    let (_, stranded) = r.salvage.journal_loss.expect("the loss reported");
-    assert!(stranded > 0 && r.changed(), "{r:?}");
-    assert!(
-        r.changes()[0].starts_with("journal damaged at record"),
-        "{r:?}"
-    );
-    assert_repaired(&dev, &files);
-    let (fs, _) = remount(&dev);
-    let mut kept = 0;
-    for i in 0..LATER {
-        if let Ok(a) = fs.lookup(ROOT, format!("b{i}").as_bytes()) {
-            assert_eq!(fs.read(a.ino, 0, 1 << 20).unwrap(), data(i), "b{i}");
-            kept += 1;
-        }
-    }
-    assert!(
-        kept > 0 && kept < LATER,
-        "{kept} of {LATER} later files kept"
-    );
-    fs.unmount().unwrap();
-    let again = repair(dev.clone(), Policy::default()).unwrap();
-    assert!(!again.changed(), "a second repair finds nothing: {again:?}");
 }

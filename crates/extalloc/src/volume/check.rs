@@ -70,6 +70,70 @@ impl Volume {
         Volume::open_store(store, dev.as_ref(), &records)
     }
 
+    /// Gives every file whose map does not read (a map segment, or the map's bytes in it,
+    /// failing its check) an empty map, as the salvaging open does: its data reads as
+    /// holes, its size and attribute blob are kept, and the blocks the map named are
+    /// owned by no one (leaked, until [`Volume::rebuild_allocation`] frees them, which
+    /// comes next). The next checkpoint writes those files' entries; until it does,
+    /// nothing is durable (a crash leaves the maps as they were). Returns each such
+    /// file with the blocks its table entry counted for the map and why it did not read,
+    /// in id order. For a repair, right after [`Volume::open_for_repair`]. Cost: every
+    /// map read once (memory: one map at a time); fails, changing nothing, on an I/O
+    /// error or a file tree leaf that does not read.
+    pub fn clear_unreadable_maps(&self) -> Result<Vec<(u64, u64, String)>> {
+        let _closed = self.gate.write();
+        let mut bad: Vec<(u64, u64, String)> = Vec::new();
+        let unreadable = |id: u64, map: &super::record::MapRef, bad: &mut Vec<_>| match read_map(
+            &self.store,
+            self.dev.as_ref(),
+            id,
+            map,
+        ) {
+            Ok(_) => Ok(()),
+            Err(e @ crate::error::Error::Corrupt { .. }) => {
+                bad.push((id, map.counts().1, e.to_string()));
+                Ok(())
+            }
+            Err(e) => Err(e),
+        };
+        let cached: FileTable = self.files.read().clone();
+        for (&id, f) in &cached {
+            let f = f.lock();
+            if !f.loaded {
+                unreadable(
+                    id,
+                    f.stored.as_ref().expect("a map not read is stored"),
+                    &mut bad,
+                )?;
+            }
+        }
+        self.visit_tree_only(&cached, 0, &mut |id, entry| {
+            unreadable(id, &entry.map, &mut bad)?;
+            Ok(true)
+        })?;
+        bad.sort_unstable_by_key(|b| b.0);
+        for &(id, _, _) in &bad {
+            let file = self.file_locked(id)?;
+            let mut f = file.lock();
+            debug_assert!(!f.loaded && f.tail.is_none(), "file {id}'s map was read");
+            f.alloc = self.store.create_file(id);
+            f.unwritten = super::file::Ranges::default();
+            f.loaded = true;
+            f.map_dirty = true;
+            drop(f);
+            self.dirty.lock().insert(id);
+        }
+        // Each cleared file is in memory with an empty map, for the checkpoint to write.
+        debug_assert!(bad
+            .iter()
+            .all(|&(id, _, _)| self.files.read().get(&id).is_some_and(|f| f
+                .lock()
+                .alloc
+                .extents()
+                .is_empty())));
+        Ok(bad)
+    }
+
     /// Checks who owns every block (see [`VolumeCheck`]); also runs the store's allocator
     /// `check()`. Blocks of the open transaction count as what they will be once it
     /// commits (allocations owned by their files, frees pending). Cost: one look per
