@@ -47,7 +47,7 @@ pub(super) fn flip(dev: &dyn Device, at: u64) {
 
 /// Every file reads back whole under its path, or (when `moved` allows) under
 /// /lost+found/#INODE.
-fn assert_files(fs: &Fs, files: &[(String, Vec<u8>)]) {
+pub(super) fn assert_files(fs: &Fs, files: &[(String, Vec<u8>)]) {
     for (path, data) in files {
         let ino = super::tests::find(fs, path).unwrap_or_else(|e| panic!("{path}: {e:?}"));
         assert_eq!(&fs.read(ino, 0, 1 << 24).unwrap(), data, "{path}");

@@ -92,35 +92,7 @@ impl Store {
         let frees = self.handles.take_appended();
         self.apply_frees(&frees);
         let mut sb = self.sb.lock();
-        // Say a checkpoint is under way before touching any group (see docs/format.md).
-        sb.state |= format::STATE_CHECKPOINTING;
-        sb.generation += 1;
-        format::write_superblock(self.dev.as_ref(), &sb)?;
-        self.dev.flush()?;
-        // Only the groups changed since the last checkpoint, and only the descriptor blocks
-        // that describe them.
-        let dirty: Vec<u64> = self
-            .alloc()
-            .home_dirty_groups()
-            .into_iter()
-            .filter(|&g| !self.alloc().is_corrupt(g))
-            .collect();
-        match self.write_groups_home(&sb, &dirty, exclude) {
-            Ok(redo) => {
-                for g in redo {
-                    self.alloc().mark_home_dirty(g);
-                }
-            }
-            Err(e) => {
-                // Nothing may count as home that did not get there: the next checkpoint
-                // writes every one of them again.
-                for &g in &dirty {
-                    self.alloc().mark_home_dirty(g);
-                }
-                return Err(e);
-            }
-        }
-        self.dev.flush()?;
+        self.write_home_flagged(&mut sb, exclude)?;
         // Every appended record is home: the journal is empty and starts again at the
         // front of its area, so any record that fits the journal fits now. Replay from
         // offset 0 meets an older record (or zeros) there and stops.
@@ -150,6 +122,61 @@ impl Store {
             self.alloc().drop_idle_bitmaps(keep);
         }
         Ok(())
+    }
+
+    /// Writes the groups changed since the last checkpoint home without moving the
+    /// journal's tail, and leaves the superblock saying a checkpoint is under way (the
+    /// next checkpoint's end clears it): a later open replays every record idempotently
+    /// over them, as after an interrupted checkpoint. For a rebuild of the bitmaps
+    /// (`repair.rs`), whose changes no record holds. The caller holds nothing open: no
+    /// change waits in the open transaction.
+    pub(super) fn write_home_replaying_idempotently(&self) -> Result<()> {
+        let _serial = self.commit_lock.write();
+        let _closed = self.close_boundary();
+        assert!(
+            self.ops.is_empty(),
+            "groups written home under an open transaction"
+        );
+        let mut sb = self.sb.lock();
+        self.write_home_flagged(&mut sb, &[])?;
+        // The flag stays until a checkpoint ends: every record still replays, idempotently.
+        debug_assert!(sb.state & format::STATE_CHECKPOINTING != 0);
+        Ok(())
+    }
+
+    /// Says a checkpoint is under way before touching any group (the superblock's flag,
+    /// flushed; see docs/format.md), then writes home only the groups changed since the
+    /// last checkpoint, and only the descriptor blocks that describe them, leaving out
+    /// `exclude` (`write_groups_home`), and flushes.
+    fn write_home_flagged(&self, sb: &mut Superblock, exclude: &[Op]) -> Result<()> {
+        sb.state |= format::STATE_CHECKPOINTING;
+        sb.generation += 1;
+        format::write_superblock(self.dev.as_ref(), sb)?;
+        self.dev.flush()?;
+        let dirty: Vec<u64> = self
+            .alloc()
+            .home_dirty_groups()
+            .into_iter()
+            .filter(|&g| !self.alloc().is_corrupt(g))
+            .collect();
+        match self.write_groups_home(sb, &dirty, exclude) {
+            Ok(redo) => {
+                for g in redo {
+                    self.alloc().mark_home_dirty(g);
+                }
+            }
+            Err(e) => {
+                // Nothing may count as home that did not get there: the next checkpoint
+                // writes every one of them again.
+                for &g in &dirty {
+                    self.alloc().mark_home_dirty(g);
+                }
+                return Err(e);
+            }
+        }
+        // Written under the flag: a crash from here on replays every record idempotently.
+        debug_assert!(sb.state & format::STATE_CHECKPOINTING != 0);
+        self.dev.flush()
     }
 
     /// The root this checkpoint writes: the hook's, else one set by `set_root`, else none

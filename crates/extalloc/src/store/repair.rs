@@ -35,14 +35,28 @@ pub struct Rebuilt {
 
 impl Store {
     /// Rebuilds every group's bitmap from `owned` (every extent in use outside the store's
-    /// own metadata, which is added here) and clears the groups held corrupt; the next
-    /// [`checkpoint`](Store::checkpoint) writes the changed groups home.
+    /// own metadata, which is added here), clears the groups held corrupt, and writes the
+    /// changed groups home at once, the superblock saying a checkpoint is under way until
+    /// the next [`checkpoint`](Store::checkpoint) ends: after a crash before it, the
+    /// journal's records (those replayed at open, and any committed since, which may take
+    /// a block the rebuild freed) replay over the rebuilt bitmaps idempotently, as after an
+    /// interrupted checkpoint. A failed write leaves the groups marked for the next
+    /// checkpoint.
     ///
     /// Refused ([`Error::NotAtRest`], nothing changed) while a transaction holds changes,
     /// frees are pending or preallocations hold blocks: the owners must be complete. An
     /// extent outside the device is refused before any group changes. On an I/O error
     /// reading a bitmap, the groups before it are rebuilt and the rest untouched.
     pub fn rebuild_allocation(&self, owned: &[Extent]) -> Result<Rebuilt> {
+        let out = self.rebuild_bitmaps(owned)?;
+        // Home before any record can take a block the rebuild freed: the replay of such a
+        // record over the old bitmap (which holds the block used) would be refused.
+        self.write_home_replaying_idempotently()?;
+        Ok(out)
+    }
+
+    /// [`Store::rebuild_allocation`]'s rebuild in memory, under the closed boundary.
+    fn rebuild_bitmaps(&self, owned: &[Extent]) -> Result<Rebuilt> {
         let _closed = self.close_boundary();
         let busy = [
             (
