@@ -212,6 +212,7 @@ pub fn repair_reporting(
             let journal_loss = vol.store().journal_loss();
             let salvage = Salvage {
                 journal_loss,
+                journal_loss_earlier: vol.store().journal_loss_earlier(),
                 maps_cleared,
                 ..Salvage::default()
             };
@@ -444,6 +445,13 @@ pub fn salvage_lines(s: &Salvage) -> Vec<String> {
             "journal damaged at record {seq}: the records before it replayed, {after} intact \
              records after it lost"
         ));
+    }
+    if s.journal_loss_earlier {
+        out.push(
+            "journal: an earlier repair accepted the loss of records after damage and did \
+             not finish (what was lost is no longer known)"
+                .into(),
+        );
     }
     if let Some(scan) = &s.tree_scan {
         out.extend(tree_scan_lines(scan));

@@ -107,7 +107,11 @@ fn fsck_code(e: &anyhow::Error) -> i32 {
         c.is::<Damage>()
             || matches!(
                 c.downcast_ref::<extalloc::Error>(),
-                Some(extalloc::Error::Corrupt { .. } | extalloc::Error::JournalDamaged { .. })
+                Some(
+                    extalloc::Error::Corrupt { .. }
+                        | extalloc::Error::JournalDamaged { .. }
+                        | extalloc::Error::JournalLossUnrepaired
+                )
             )
     });
     if damaged {

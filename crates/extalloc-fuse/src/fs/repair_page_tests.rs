@@ -4,11 +4,11 @@
 //! check), is repaired a page of files at a time; a damaged file tree leaf still takes the
 //! salvage.
 
-use super::repair_tests::{assert_repaired, flip, image, BS};
+use super::repair_tests::{assert_repaired, flip, image, Files, BS};
 use super::tests::{device, fresh, put, remount};
 use super::*;
 use crate::repair::repair;
-use extalloc::disk::device::{Device, OverlayDevice};
+use extalloc::disk::device::{Device, FaultDevice, MemDevice, OverlayDevice};
 use extalloc::disk::format::read_superblock;
 use extalloc::Policy;
 use std::sync::Arc;
@@ -122,36 +122,7 @@ fn a_zeroed_bitmap_after_a_crash_is_repaired_a_page_at_a_time() {
 /// repair finds nothing.
 #[test]
 fn a_journal_damaged_in_the_middle_is_repaired_a_page_at_a_time() {
-    const LATER: usize = 40;
-    let (dev, files) = image(43);
-    let (fs, _) = remount(&dev);
-    let data = |i: usize| vec![i as u8 + 1; 3000 + i * 100];
-    for i in 0..LATER {
-        put(&fs, ROOT, &format!("b{i}"), &data(i));
-        fs.sync().unwrap(); // a record each
-    }
-    drop(fs); // a crash: the journal holds every later file
-    dev.crash(extalloc::disk::device::Crash::DropAll).unwrap();
-    let sb = read_superblock(dev.as_ref()).unwrap();
-    let journal = |k: u64| (sb.journal_start + (sb.journal_tail / BS + k) % sb.journal_blocks) * BS;
-    // The first journal block past the tail's whose loss strands intact records after it.
-    let damaged = (1..sb.journal_blocks).find(|&k| {
-        let mut was = vec![0u8; BS as usize];
-        dev.read_at(&mut was, journal(k)).unwrap();
-        dev.write_at(&vec![0u8; BS as usize], journal(k)).unwrap();
-        let lost = extalloc::store::fsck::check(dev.as_ref())
-            .unwrap()
-            .journal_records_lost;
-        if lost == 0 {
-            dev.write_at(&was, journal(k)).unwrap();
-        }
-        lost > 0
-    });
-    assert!(damaged.is_some(), "no journal block strands records");
-    assert!(
-        Volume::open(dev.clone(), Policy::default()).is_err(),
-        "refused"
-    );
+    let (dev, files, data) = journal_damaged(43);
     // The page path (looked at over an overlay: an open accepting the loss wipes the
     // stranded records).
     let view: Arc<dyn Device> = Arc::new(OverlayDevice::new(dev.clone()));
@@ -183,6 +154,88 @@ fn a_journal_damaged_in_the_middle_is_repaired_a_page_at_a_time() {
     fs.unmount().unwrap();
     let again = repair(dev.clone(), Policy::default()).unwrap();
     assert!(!again.changed(), "a second repair finds nothing: {again:?}");
+}
+
+/// The device, the image's files and what `b{i}` holds ([`journal_damaged`]).
+type JournalDamaged = (Arc<FaultDevice<MemDevice>>, Files, fn(usize) -> Vec<u8>);
+
+/// Files written after the image's, one journal record each, in [`journal_damaged`].
+const LATER: usize = 40;
+
+/// An image (`image(seed)`'s files checkpointed) crashed with [`LATER`] files `b{i}` in
+/// the journal only, then the first journal block whose loss strands intact records
+/// after it zeroed: a plain open refuses the device. Returns the device, the image's
+/// files and what `b{i}` holds.
+fn journal_damaged(seed: u64) -> JournalDamaged {
+    let (dev, files) = image(seed);
+    let (fs, _) = remount(&dev);
+    let data: fn(usize) -> Vec<u8> = |i| vec![i as u8 + 1; 3000 + i * 100];
+    for i in 0..LATER {
+        put(&fs, ROOT, &format!("b{i}"), &data(i));
+        fs.sync().unwrap(); // a record each
+    }
+    drop(fs); // a crash: the journal holds every later file
+    dev.crash(extalloc::disk::device::Crash::DropAll).unwrap();
+    let sb = read_superblock(dev.as_ref()).unwrap();
+    let journal = |k: u64| (sb.journal_start + (sb.journal_tail / BS + k) % sb.journal_blocks) * BS;
+    // The first journal block past the tail's whose loss strands intact records after it.
+    let damaged = (1..sb.journal_blocks).find(|&k| {
+        let mut was = vec![0u8; BS as usize];
+        dev.read_at(&mut was, journal(k)).unwrap();
+        dev.write_at(&vec![0u8; BS as usize], journal(k)).unwrap();
+        let lost = extalloc::store::fsck::check(dev.as_ref())
+            .unwrap()
+            .journal_records_lost;
+        if lost == 0 {
+            dev.write_at(&was, journal(k)).unwrap();
+        }
+        lost > 0
+    });
+    assert!(damaged.is_some(), "no journal block strands records");
+    assert!(
+        Volume::open(dev.clone(), Policy::default()).is_err(),
+        "refused"
+    );
+    (dev, files, data)
+}
+
+/// A repair of a journal damaged in the middle cut short by a crash at each of its writes:
+/// the loss it accepted (the stranded records wiped at its open) is never forgotten. Until
+/// a repair finishes (its last checkpoint written), a plain open refuses the device and
+/// `fsck` reports the loss, and the
+/// next repair reports it (the loss itself, or an earlier repair's that did not finish);
+/// after that repair the device checks clean and opens. (Before the loss was marked on the
+/// device ahead of the wipe, a repair cut short left a journal that read clean and a loss
+/// no one reported.)
+#[test]
+fn a_journal_loss_outlives_a_repair_cut_short() {
+    let (image, _, _) = journal_damaged(46);
+    let (mut earlier, mut finished) = (0, 0);
+    let cut = each_cut_repair(&image, 200, |n, dev| {
+        if let Ok(vol) = Volume::open(dev.clone(), Policy::default()) {
+            // Cut after the checkpoint that ended the repair (the close's last writes).
+            assert!(vol.check().unwrap().clean(), "cut after {n} writes");
+            vol.close().unwrap();
+            finished += 1;
+            return;
+        }
+        assert!(!(extalloc::store::fsck::check(dev.as_ref()).unwrap()).clean());
+        let r = repair(dev.clone(), Policy::default())
+            .unwrap_or_else(|e| panic!("cut after {n} writes: the next repair fails: {e}"));
+        assert!(
+            r.salvage.journal_loss.is_some() || r.salvage.journal_loss_earlier,
+            "cut after {n} writes: the loss unreported: {r:?}"
+        );
+        earlier += usize::from(r.salvage.journal_loss_earlier);
+        assert!(extalloc::store::fsck::check(dev.as_ref()).unwrap().clean());
+        let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+        assert!(vol.check().unwrap().clean(), "cut after {n} writes");
+        vol.close().unwrap();
+    });
+    assert!(
+        cut > 5 && earlier > 0 && finished < cut - earlier,
+        "cut {cut} times, {earlier} after the wipe, {finished} after the last checkpoint"
+    );
 }
 
 /// A byte of a file's map in its map segment flipped: the map fails its check, and the
@@ -263,30 +316,17 @@ fn a_repair_cut_short_at_any_write_is_repaired_again() {
         (dev, files)
     };
     let (image, files) = damaged();
-    let mut bytes = vec![0u8; (8192 * BS) as usize];
-    image.read_at(&mut bytes, 0).unwrap();
-    let mut cut = 0;
-    for n in 0..80u64 {
-        let dev = device(n);
-        dev.write_at(&bytes, 0).unwrap();
-        dev.flush().unwrap();
-        dev.fail_after(n);
-        let whole = repair(dev.clone(), Policy::default()).is_ok();
-        dev.crash(extalloc::disk::device::Crash::DropAll).unwrap();
-        if whole {
-            break; // every write of the repair went through
-        }
-        cut += 1;
+    let cut = each_cut_repair(&image, 80, |n, dev| {
         let r = repair(dev.clone(), Policy::default())
             .unwrap_or_else(|e| panic!("cut after {n} writes: the next repair fails: {e}"));
         assert!(r.salvage.journal_loss.is_none(), "{r:?}");
-        let (fs, _) = remount(&dev);
+        let (fs, _) = remount(dev);
         super::repair_tests::assert_files(&fs, &files);
         fs.unmount().unwrap();
         let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
         assert!(vol.check().unwrap().clean(), "cut after {n} writes");
         vol.close().unwrap();
-    }
+    });
     assert!(cut > 5, "the repair was cut at {cut} points only");
 }
 
@@ -299,4 +339,31 @@ fn fragmented(fs: &Fs, pieces: u64) -> u64 {
             .unwrap();
     }
     frag
+}
+
+/// Repairs a copy of `image` cut short by a crash after each number of writes in turn
+/// (up to `max`), until a repair's every write goes through, handing each cut device to
+/// `after` with the number; returns how many were cut.
+fn each_cut_repair(
+    image: &Arc<FaultDevice<MemDevice>>,
+    max: u64,
+    mut after: impl FnMut(u64, &Arc<FaultDevice<MemDevice>>),
+) -> usize {
+    let mut bytes = vec![0u8; (8192 * BS) as usize];
+    image.read_at(&mut bytes, 0).unwrap();
+    let mut cut = 0;
+    for n in 0..max {
+        let dev = device(n);
+        dev.write_at(&bytes, 0).unwrap();
+        dev.flush().unwrap();
+        dev.fail_after(n);
+        let whole = repair(dev.clone(), Policy::default()).is_ok();
+        dev.crash(extalloc::disk::device::Crash::DropAll).unwrap();
+        if whole {
+            break; // every write of the repair went through
+        }
+        cut += 1;
+        after(n, &dev);
+    }
+    cut
 }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 pub(super) const BS: u64 = 4096;
 
 /// Each file's path and content.
-type Files = Vec<(String, Vec<u8>)>;
+pub(super) type Files = Vec<(String, Vec<u8>)>;
 
 /// A file system with files in several groups, a directory and a link, unmounted.
 pub(super) fn image(seed: u64) -> (Arc<FaultDevice<MemDevice>>, Files) {

@@ -514,6 +514,15 @@ pub enum Error {
         stranded: u64,
     },
 
+    /// An earlier open accepted a journal damaged in the middle and wiped the records it
+    /// lost, and the repair that should follow did not finish (cut short by a crash or an
+    /// error): opening as if nothing happened would hide the loss.
+    #[error(
+        "an earlier repair accepted the loss of journal records after damage and did not \
+         finish: run `extalloc fsck --repair` to finish it"
+    )]
+    JournalLossUnrepaired,
+
     /// The journal has no room for a record until a checkpoint moves its tail.
     /// `Store::commit` checkpoints and appends again by itself; a direct journal writer
     /// checkpoints and retries.

@@ -131,9 +131,10 @@ impl Error {
             }
             Error::DeviceBusy { .. } | Error::DeviceInUse { .. } => K::Busy,
             Error::Io { .. } | Error::DeviceRange { .. } | Error::Spawn { .. } => K::Io,
-            Error::Invariant(_) | Error::Corrupt { .. } | Error::JournalDamaged { .. } => {
-                K::Corrupt
-            }
+            Error::Invariant(_)
+            | Error::Corrupt { .. }
+            | Error::JournalDamaged { .. }
+            | Error::JournalLossUnrepaired => K::Corrupt,
             Error::NotExtalloc(_)
             | Error::UnsupportedVersion { .. }
             | Error::UnsupportedVolumeVersion { .. }

@@ -59,6 +59,10 @@ pub struct Report {
     pub journal_conflicts: u64,
     /// Committed records stranded after damage in the middle of the journal (0: none).
     pub journal_records_lost: u64,
+    /// An earlier open accepted the loss of a damaged journal's records, and the repair
+    /// that should follow did not finish (`STATE_JOURNAL_LOST`): a problem until
+    /// `fsck --repair` ends.
+    pub journal_loss_unrepaired: bool,
     /// Every problem found, in words; empty on a clean device.
     pub problems: Vec<String>,
 }
@@ -80,8 +84,16 @@ pub fn check(dev: &dyn Device) -> Result<Report> {
         groups: sb.groups(),
         checkpoint_interrupted: sb.state & format::STATE_CHECKPOINTING != 0,
         in_use: sb.state & format::STATE_IN_USE != 0,
+        journal_loss_unrepaired: sb.state & format::STATE_JOURNAL_LOST != 0,
         ..Report::default()
     };
+    if r.journal_loss_unrepaired {
+        r.problems.push(
+            "an earlier repair accepted the loss of journal records after damage and did \
+             not finish (what was lost is no longer known; open refuses the device)"
+                .into(),
+        );
+    }
     if r.in_use {
         let rec = format::read_owner(dev)?;
         r.owner = rec.as_ref().map(|o| o.describe());

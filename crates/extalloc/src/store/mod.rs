@@ -101,13 +101,6 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 impl Store {
-    /// The journal damage the open accepted, if any: the sequence number of the first
-    /// record lost and how many intact records after it were not replayed
-    /// ([`Store::open_accepting_journal_loss`]).
-    pub fn journal_loss(&self) -> Option<(u64, u64)> {
-        self.journal_loss
-    }
-
     /// Groups found corrupt so far (on open, or when their bitmap was first loaded): held
     /// used, never written home.
     pub fn corrupt_groups(&self) -> Vec<u64> {
@@ -137,12 +130,14 @@ impl Store {
     }
 
     /// The caller has checked its state after the unclean close [`Store::unchecked`]
-    /// reported: the mark is cleared in memory and goes to the device with the next
-    /// superblock write (the next checkpoint, or the clean close). A crash before that
-    /// leaves it set, and the check runs again.
+    /// reported, or repaired it after the damage it met: the mark is cleared in memory
+    /// and goes to the device with the next superblock write (the next checkpoint, or the
+    /// clean close). A crash before that leaves it set, and the check runs again. After an
+    /// open that accepted a journal loss, it also clears the loss's mark (the repair is
+    /// done: a plain open takes the device again).
     pub fn mark_checked(&self) {
-        use crate::disk::format::{STATE_DAMAGED, STATE_UNCHECKED};
-        self.sb.lock().state &= !(STATE_UNCHECKED | STATE_DAMAGED);
+        use crate::disk::format::{STATE_DAMAGED, STATE_JOURNAL_LOST, STATE_UNCHECKED};
+        self.sb.lock().state &= !(STATE_UNCHECKED | STATE_DAMAGED | STATE_JOURNAL_LOST);
         debug_assert!(!self.unchecked() && !self.damaged(), "the marks cleared");
     }
 

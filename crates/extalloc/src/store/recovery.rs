@@ -122,6 +122,26 @@ fn hold_stranded(
     Ok(())
 }
 
+/// Once a loss is accepted, and before its records are wiped, marks it on the device
+/// (`STATE_JOURNAL_LOST`, durable when this returns): until a repair finishes
+/// ([`Store::mark_checked`]), a plain open refuses the device and `fsck` reports the loss,
+/// as they did before the wipe.
+fn mark_journal_lost(dev: &dyn Device, sb: &mut Superblock) -> Result<()> {
+    let generation = sb.generation;
+    sb.state |= format::STATE_JOURNAL_LOST;
+    sb.generation += 1;
+    format::write_superblock(dev, sb)?;
+    dev.flush()?;
+    // Paired with the check at the next open: the copy that wins carries the mark.
+    // (A read that fails is not this write's fault.)
+    debug_assert!(
+        format::read_superblock(dev).map_or(true, |d| d.generation > generation
+            && d.state & format::STATE_JOURNAL_LOST != 0),
+        "the loss's mark reads back"
+    );
+    Ok(())
+}
+
 /// Once a loss is accepted, zeroes the journal outside the records replayed (from the head
 /// round to the tail), so no stranded record can follow a record written from now on, and
 /// the next open finds a journal that ends at its head instead of the same damage. The
@@ -206,6 +226,21 @@ impl Store {
         Self::open_with(dev, policy, true)
     }
 
+    /// The journal damage the open accepted, if any: the sequence number of the first
+    /// record lost and how many intact records after it were not replayed
+    /// ([`Store::open_accepting_journal_loss`]).
+    pub fn journal_loss(&self) -> Option<(u64, u64)> {
+        self.journal_loss
+    }
+
+    /// An earlier open accepted a journal loss and wiped the lost records, and no repair
+    /// has finished since (`STATE_JOURNAL_LOST` found set at this open: a repair cut
+    /// short). What was lost is no longer known; only an open accepting a loss opens such
+    /// a device ([`Store::open`] refuses it with [`Error::JournalLossUnrepaired`]).
+    pub fn journal_loss_earlier(&self) -> bool {
+        self.journal_loss_earlier
+    }
+
     fn open_with(
         dev: Arc<dyn Device>,
         policy: Policy,
@@ -218,7 +253,13 @@ impl Store {
         // Refused before anything is read further when a live owner holds it.
         let verdict = claim::judge(dev.as_ref(), &sb)?;
         let geometry = sb.geometry()?;
-        let (alloc, replayed, replay_seconds) = Self::recover(&dev, &sb, policy, accept_loss)?;
+        let journal_loss_earlier = sb.state & format::STATE_JOURNAL_LOST != 0;
+        if journal_loss_earlier && !accept_loss {
+            return Err(Error::JournalLossUnrepaired);
+        }
+        let mut sb = sb;
+        let (alloc, replayed, replay_seconds) = Self::recover(&dev, &mut sb, policy, accept_loss)?;
+
         let journal = Journal::new(dev.clone(), area(&sb), sb.journal_tail, &replayed);
         let max_transaction_bytes = journal.max_record_bytes();
         // ext4's default: 5 % of the blocks outside the device's own metadata.
@@ -229,7 +270,6 @@ impl Store {
             .as_ref()
             .map(|d| (d.lost_seq, d.stranded.len() as u64));
         let records = replayed.records;
-        let mut sb = sb;
         let in_use = claim::InUse::take(&dev, &latch, &mut sb, &verdict)?;
         let unclean_close = verdict.previous;
         let open_timing = OpenTiming {
@@ -245,6 +285,7 @@ impl Store {
                 metadata_end: sb.metadata_end(),
                 backup_block: sb.backup_block(),
                 journal_loss,
+                journal_loss_earlier,
                 sb: Mutex::new(sb),
                 files: Files::new(alloc),
                 journal,
@@ -275,7 +316,7 @@ impl Store {
     /// and the seconds the replay took (reading the journal and applying the records).
     fn recover(
         dev: &Arc<dyn Device>,
-        sb: &Superblock,
+        sb: &mut Superblock,
         policy: Policy,
         accept_loss: bool,
     ) -> Result<(Allocator, journal::Replayed, f64)> {
@@ -290,8 +331,13 @@ impl Store {
         let alloc = Self::open_home(dev, sb, policy)?;
         if let Some(d) = &replayed.damage {
             hold_stranded(d, sb, &alloc, &geometry, accept_loss)?;
+            mark_journal_lost(dev.as_ref(), sb)?;
             wipe_stranded(dev.as_ref(), sb, replayed.head)?;
         }
+        debug_assert!(
+            replayed.damage.is_none() || sb.state & format::STATE_JOURNAL_LOST != 0,
+            "an accepted loss is marked on the device before its records are wiped"
+        );
         let apply_started = std::time::Instant::now();
         apply_records(&alloc, &geometry, &replayed.records, repairing)?;
         let replay_seconds = (replay_read + apply_started.elapsed()).as_secs_f64();
@@ -448,8 +494,9 @@ mod tests {
     /// 300 committed one-extent transactions, then one 4 KiB block in the middle of the
     /// journal zeroed (or one byte flipped): open refuses with `JournalDamaged` naming the
     /// lost record, fsck reports the stranded records, and opening with the loss accepted
-    /// hands out no block that a committed transaction owns and wipes the stranded records,
-    /// so records committed after it replay on a plain open.
+    /// hands out no block that a committed transaction owns and wipes the stranded records
+    /// (marking the loss first: a plain open refuses until the caller's repair is done),
+    /// so records committed after it replay.
     #[test]
     fn damage_in_the_middle_of_the_journal_is_refused_not_replayed_past() {
         use crate::store::fsck;
@@ -504,13 +551,28 @@ mod tests {
             }
             store.commit(b"after the loss").unwrap();
             drop(store);
-            // The stranded records were wiped: the journal now ends at what was written
-            // after the loss, and a plain open replays it without meeting the damage.
-            let (store, replayed) = Store::open(dev.clone(), Policy::default())
-                .unwrap_or_else(|e| panic!("{flip_one_byte}: a plain open after the loss: {e}"));
+            // The stranded records were wiped, and the loss marked first: until a caller
+            // says its repair is done, a plain open refuses and fsck reports it.
+            let err = Store::open(dev.clone(), Policy::default()).err().unwrap();
+            assert!(matches!(err, Error::JournalLossUnrepaired), "{err}");
+            let report = fsck::check(dev.as_ref()).unwrap();
+            assert!(
+                report.journal_loss_unrepaired && !report.clean(),
+                "{report:?}"
+            );
+            assert_eq!(report.journal_records_lost, 0, "{report:?}");
+            // The journal now ends at what was written after the loss.
+            let (store, replayed) =
+                Store::open_accepting_journal_loss(dev.clone(), Policy::default()).unwrap();
             assert!(replayed.iter().any(|r| r.payload == b"after the loss"));
+            assert!(store.journal_loss_earlier() && store.journal_loss().is_none());
+            store.mark_checked();
+            drop(store); // the clean close writes the superblock
+            let (store, _) = Store::open(dev.clone(), Policy::default())
+                .unwrap_or_else(|e| panic!("{flip_one_byte}: a plain open after repair: {e}"));
+            assert!(!store.journal_loss_earlier());
             drop(store);
-            assert_eq!(fsck::check(dev.as_ref()).unwrap().journal_records_lost, 0);
+            assert!(fsck::check(dev.as_ref()).unwrap().clean());
         }
     }
 

@@ -76,6 +76,9 @@ pub struct Store {
     /// The journal damage an open accepted: the first record lost and the intact records
     /// after it not replayed ([`Store::open_accepting_journal_loss`]).
     pub(super) journal_loss: Option<(u64, u64)>,
+    /// `STATE_JOURNAL_LOST` was set at open: an earlier open's accepted loss that no
+    /// repair finished ([`Store::journal_loss_earlier`]).
+    pub(super) journal_loss_earlier: bool,
     /// The file layer over the allocator core: plain extents go to the core, file data
     /// through the layer (its preallocations are reserved, never journaled).
     pub(super) files: Files,

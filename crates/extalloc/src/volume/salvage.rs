@@ -75,6 +75,7 @@ impl Volume {
         let (store, records) = Store::open_accepting_journal_loss(dev.clone(), policy.clone())?;
         let mut report = Salvage {
             journal_loss: store.journal_loss(),
+            journal_loss_earlier: store.journal_loss_earlier(),
             ..Salvage::default()
         };
         let root = volume_root(&store)?;

@@ -16,6 +16,10 @@ pub struct Salvage {
     /// The journal was damaged in the middle: the first record lost, and how many intact
     /// records after it could not be replayed.
     pub journal_loss: Option<(u64, u64)>,
+    /// An earlier open accepted such a loss and the repair after it did not finish
+    /// ([`Store::journal_loss_earlier`](crate::store::Store::journal_loss_earlier)): what
+    /// it lost is no longer known.
+    pub journal_loss_earlier: bool,
     /// Damaged file table entries (at least: a damaged stretch that lost its entries'
     /// magics counts as one, unless the table's header counts more).
     pub damaged_entries: u64,

@@ -78,6 +78,14 @@ pub const STATE_UNCHECKED: u32 = 4;
 /// whole, whatever [`INCOMPAT_CRASH_PENDING`] promises about a crash. Cleared with
 /// `STATE_UNCHECKED`.
 pub const STATE_DAMAGED: u32 = 8;
+/// An open accepted the loss of a damaged journal's later records
+/// ([`Store::open_accepting_journal_loss`](crate::store::Store::open_accepting_journal_loss))
+/// and wiped them: set on the device before the wipe, cleared with `STATE_UNCHECKED` once
+/// a repair has finished ([`Store::mark_checked`](crate::store::Store::mark_checked)).
+/// Until then a plain open refuses the device and `fsck` reports the loss, as before the
+/// wipe (a repair cut short would otherwise leave a journal that reads clean and a loss
+/// no one reports).
+pub const STATE_JOURNAL_LOST: u32 = 16;
 
 /// Incompatible feature: the caller promised that a crash leaves nothing in its own state
 /// for it to check, only pending files, which the volume's open removes (a file system
