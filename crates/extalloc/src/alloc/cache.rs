@@ -221,9 +221,10 @@ impl Allocator {
     /// Holds group `g` corrupt: all used, skipped by every pass, never written home. Before
     /// its first load (its descriptor failed its checks) it loads all used; loaded already
     /// (at open, a group loaded eagerly that a journal record lost later touches), its
-    /// bitmap in memory becomes all used now, so no pass finds its free blocks. Called at
-    /// open, while nothing waits to be freed.
-    pub fn mark_corrupt(&self, g: u64) {
+    /// bitmap in memory becomes all used now, so no pass finds its free blocks. Called by
+    /// the store's open only, while nothing waits to be freed (hence not public: frees
+    /// waiting in the group would break its accounting, which it asserts).
+    pub(crate) fn mark_corrupt(&self, g: u64) {
         self.corrupt.insert(g);
         let shard = self.stats.shard();
         let mut slot = self.lock_slot(self.groups.get(g), shard);
