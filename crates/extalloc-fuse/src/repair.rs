@@ -50,7 +50,7 @@ use crate::inode::{self, Inode, Kind};
 use crate::xattr;
 use extalloc::disk::device::{Device, OverlayDevice};
 use extalloc::store::Rebuilt;
-use extalloc::volume::{ClearedMap, Salvage, ScanProgress, TreeScan, Volume};
+use extalloc::volume::{ClearedMap, MendedLeaves, Salvage, ScanProgress, TreeScan, Volume};
 use extalloc::Policy;
 use std::sync::Arc;
 
@@ -208,12 +208,21 @@ pub fn repair_reporting(
         // A journal damaged in the middle: the records before the damage replayed (as the
         // salvage does), the groups later ones touch held corrupt until the rebuild.
         // Maps that do not read: cleared, as the salvage clears them.
-        Some((vol, maps_cleared)) => {
+        // Leaves of the file tree that did not read: mended from what survives, as the
+        // salvage keeps it.
+        Some((vol, maps_cleared, leaves)) => {
             let journal_loss = vol.store().journal_loss();
             let salvage = Salvage {
                 journal_loss,
                 journal_loss_earlier: vol.store().journal_loss_earlier(),
                 maps_cleared,
+                damaged_entries: (leaves.recovered.len() + leaves.lost.len()) as u64,
+                recovered: (leaves.recovered.iter().chain(&leaves.restored))
+                    .map(|&id| (id, id))
+                    .collect(),
+                restored: leaves.restored,
+                lost: leaves.lost,
+                leaves_mended: leaves.leaves,
                 ..Salvage::default()
             };
             (vol, salvage)
@@ -274,14 +283,20 @@ pub fn repair_reporting(
 pub(crate) fn whole_volume(
     dev: &Arc<dyn Device>,
     policy: &Policy,
-) -> Option<(Volume, Vec<ClearedMap>)> {
+) -> Option<(Volume, Vec<ClearedMap>, MendedLeaves)> {
     let view: Arc<dyn Device> = Arc::new(OverlayDevice::new(dev.clone()));
     let looked = Volume::open_for_repair(view, policy.clone()).ok()?;
-    let whole = looked.clear_unreadable_maps().is_ok_and(|cleared| {
-        // The blocks the cleared maps named are owned by no one now: leaked, and no more.
-        let named: u64 = cleared.iter().map(|&(_, blocks, _)| blocks).sum();
-        (looked.check())
-            .is_ok_and(|c| c.mapped_free == 0 && c.mapped_twice == 0 && c.leaked <= named)
+    let whole = looked.mend_unreadable_leaves().is_ok_and(|mended| {
+        looked.clear_unreadable_maps().is_ok_and(|cleared| {
+            // The blocks the cleared maps named are owned by no one now: leaked, and no
+            // more; so are the lost entries' blocks (not known: their frames are damaged;
+            // the salvage would keep none of them either).
+            let named: u64 = cleared.iter().map(|&(_, blocks, _)| blocks).sum();
+            let leaked_allowed = |leaked| leaked <= named || !mended.leaves.is_empty();
+            (looked.check()).is_ok_and(|c| {
+                c.mapped_free == 0 && c.mapped_twice == 0 && leaked_allowed(c.leaked)
+            })
+        })
     });
     // Its changes lie in the overlay's memory only.
     let _ = looked.close();
@@ -289,11 +304,12 @@ pub(crate) fn whole_volume(
         return None;
     }
     let vol = Volume::open_for_repair(dev.clone(), policy.clone()).ok()?;
+    let mended = vol.mend_unreadable_leaves().ok()?;
     let cleared = vol.clear_unreadable_maps().ok()?;
     let cleared = cleared
         .into_iter()
         .map(|(id, _, why)| ClearedMap { id, why });
-    Some((vol, cleared.collect()))
+    Some((vol, cleared.collect(), mended))
 }
 
 /// Files listed a page at a time.
@@ -455,6 +471,12 @@ pub fn salvage_lines(s: &Salvage) -> Vec<String> {
     }
     if let Some(scan) = &s.tree_scan {
         out.extend(tree_scan_lines(scan));
+    }
+    for (block, why) in &s.leaves_mended {
+        out.push(format!(
+            "file tree: the leaf at block {block} did not read ({why}): rebuilt from its \
+             entries that checked and the previous checkpoint's"
+        ));
     }
     if s.damaged_entries > 0 {
         out.push(format!(

@@ -1,8 +1,7 @@
 //! `fsck --repair`'s page path (`repair::whole_volume`): a volume that opens whole below
 //! its namespace, or whose damage the page path takes (a superblock copy, a bitmap after a
 //! crash that left a pending file, a journal damaged in the middle, a map that fails its
-//! check), is repaired a page of files at a time; a damaged file tree leaf still takes the
-//! salvage.
+//! check, a file tree leaf that does not read), is repaired a page of files at a time.
 
 use super::repair_tests::{assert_repaired, flip, image, Files, BS};
 use super::tests::{device, fresh, put, remount};
@@ -17,8 +16,7 @@ use std::sync::Arc;
 /// block owned once; a damaged superblock copy or bitmap allowed) is
 /// repaired as a mount opens it, and its passes over every file read them a page at a
 /// time: no file is read into memory for them (the salvaging open reads every one, and
-/// `vol.attr` per file did: 616 MB at 1M files). A damaged file tree leaf takes the
-/// salvage.
+/// `vol.attr` per file did: 616 MB at 1M files). So is a damaged file tree leaf.
 #[test]
 fn a_volume_whole_below_its_namespace_is_repaired_a_page_at_a_time() {
     const FILES: usize = 600;
@@ -48,7 +46,8 @@ fn a_volume_whole_below_its_namespace_is_repaired_a_page_at_a_time() {
     let r = repair(dev.clone(), Policy::default()).unwrap();
     assert_eq!(r.superblocks_rewritten, vec!["primary"], "{r:?}");
     assert!(extalloc::store::fsck::check(dev.as_ref()).unwrap().clean());
-    // A file's entry in a tree leaf damaged: the leaf fails its check, so the salvage.
+    // A file's entry in a tree leaf damaged: the leaf fails its check, and is mended in
+    // place (`a_zeroed_tree_leaf_is_mended_from_the_previous_checkpoint` below).
     let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
     let places = vol.places().unwrap();
     vol.close().unwrap();
@@ -58,11 +57,66 @@ fn a_volume_whole_below_its_namespace_is_repaired_a_page_at_a_time() {
         .table
         .start;
     flip(dev.as_ref(), at + 2);
-    assert!(crate::repair::whole_volume(&any, &Policy::default()).is_none());
+    let (vol, _, mended) = crate::repair::whole_volume(&any, &Policy::default()).expect("whole");
+    assert_eq!(mended.leaves.len(), 1, "{mended:?}");
+    vol.store().abandon();
+    drop(vol);
     let r = repair(dev.clone(), Policy::default()).unwrap();
-    assert!(r.changed(), "{r:?}");
+    assert_eq!(r.salvage.leaves_mended.len(), 1, "{r:?}");
     let again = repair(dev.clone(), Policy::default()).unwrap();
     assert!(!again.changed(), "a second repair finds nothing: {again:?}");
+}
+
+/// A file tree leaf zeroed after the checkpoint that rewrote it (one file's attributes
+/// set), then a crash: the page path mends it from the previous checkpoint's copy of its
+/// key range (every file there restored, its map surviving), with no file read into
+/// memory for it; every file reads back whole, and a second repair finds nothing.
+#[test]
+fn a_zeroed_tree_leaf_is_mended_from_the_previous_checkpoint() {
+    const FILES: usize = 600;
+    let dev = device(50);
+    let fs = fresh(&dev);
+    let data = |i: usize| format!("file {i} ").repeat(600).into_bytes();
+    for i in 0..FILES {
+        put(&fs, ROOT, &format!("f{i}"), &data(i));
+    }
+    let f = fs.lookup(ROOT, b"f300").unwrap().ino;
+    fs.unmount().unwrap();
+    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+    vol.set_attr(f, &vol.attr(f).unwrap()).unwrap();
+    vol.checkpoint().unwrap(); // its leaf written anew; the old one the previous tree's
+    let place = (vol.places().unwrap().into_iter())
+        .find(|p| p.id == f)
+        .expect("its entry");
+    vol.store().abandon();
+    drop(vol);
+    dev.write_at(&vec![0u8; BS as usize], place.table.start / BS * BS)
+        .unwrap();
+    let any: Arc<dyn Device> = Arc::new(OverlayDevice::new(dev.clone()));
+    let (vol, _, mended) = crate::repair::whole_volume(&any, &Policy::default()).expect("whole");
+    assert_eq!((mended.leaves.len(), mended.intact), (1, 0), "{mended:?}");
+    assert!(
+        mended.restored.contains(&f) && mended.restored.len() > 5,
+        "{mended:?}"
+    );
+    let (in_memory, loaded, _) = vol.file_cache_figures();
+    assert!(
+        in_memory < FILES / 10 && loaded < FILES as u64 / 10,
+        "{in_memory} files in memory, {loaded} read, of {FILES}"
+    );
+    vol.store().abandon();
+    drop(vol);
+    let r = repair(dev.clone(), Policy::default()).unwrap();
+    assert_eq!(r.salvage.restored, mended.restored, "{r:?}");
+    let (fs, _) = remount(&dev);
+    for i in 0..FILES {
+        let a = fs.lookup(ROOT, format!("f{i}").as_bytes()).unwrap();
+        assert!(fs.read(a.ino, 0, 1 << 20).unwrap() == data(i), "f{i}");
+    }
+    fs.unmount().unwrap();
+    let again = repair(dev.clone(), Policy::default()).unwrap();
+    assert!(!again.changed(), "a second repair finds nothing: {again:?}");
+    assert!(extalloc::store::fsck::check(dev.as_ref()).unwrap().clean());
 }
 
 /// After a crash that left a pending file (made, written and checkpointed, never
@@ -257,7 +311,7 @@ fn a_map_that_fails_its_check_is_cleared_a_page_at_a_time() {
         .expect("its map in a segment");
     flip(dev.as_ref(), map.start + 3);
     let view: Arc<dyn Device> = Arc::new(OverlayDevice::new(dev.clone()));
-    let (vol, cleared) = crate::repair::whole_volume(&view, &Policy::default()).expect("whole");
+    let (vol, cleared, _) = crate::repair::whole_volume(&view, &Policy::default()).expect("whole");
     assert_eq!(cleared.iter().map(|c| c.id).collect::<Vec<_>>(), vec![frag]);
     drop(vol);
     let r = repair(dev.clone(), Policy::default()).unwrap();

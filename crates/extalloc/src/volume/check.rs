@@ -183,7 +183,7 @@ impl Volume {
     /// unwritten): the files in memory, then those in the file tree only, read leaf by
     /// leaf and not kept (memory: every mapped extent, not every file). The caller holds
     /// the gate for writing.
-    fn files_owned(&self, out: &mut VolumeCheck) -> Result<Vec<Extent>> {
+    pub(super) fn files_owned(&self, out: &mut VolumeCheck) -> Result<Vec<Extent>> {
         debug_assert!(
             self.gate.is_locked_exclusive(),
             "the owners read, the gate open"
@@ -222,9 +222,9 @@ impl Volume {
     }
 
     /// The volume's own blocks (the file tree's nodes, or the table areas of a volume not
-    /// yet upgraded; the map segments; the retired blocks) added to `owned`, then
-    /// everything sorted by start.
-    fn own_metadata(&self, owned: &mut Vec<Extent>) {
+    /// yet upgraded; the nodes a repair replaced, until a checkpoint retires them; the map
+    /// segments; the retired blocks) added to `owned`, then everything sorted by start.
+    pub(super) fn own_metadata(&self, owned: &mut Vec<Extent>) {
         let meta = self.meta.lock();
         let nb = super::node::node_blocks(self.block_size);
         let mut own: Vec<Extent> = meta
@@ -236,6 +236,7 @@ impl Volume {
         let nodes = meta.tree.as_ref().map(|t| t.nodes()).unwrap_or_default();
         own.extend(nodes.iter().map(|n| Extent::new(n.block, nb)));
         own.extend(meta.old_nodes.iter().copied());
+        own.extend(meta.mended.iter().map(|n| Extent::new(n.block, nb)));
         own.extend(meta.chain.iter().map(|&b| Extent::new(b, 1)));
         drop(meta);
         own.extend(self.segs.lock().all());

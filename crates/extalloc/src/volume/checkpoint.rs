@@ -235,8 +235,11 @@ impl Volume {
     ) -> Result<(Tree, Area)> {
         let mut retire = Vec::new();
         let nb = node_blocks(self.block_size);
-        let mut replaced = Vec::new();
+        // What a repair replaced (`leafrepair.rs`) goes with what this checkpoint replaces.
+        let mut replaced = std::mem::take(&mut meta.mended);
+        let mended = !replaced.is_empty();
         let rebuild = meta.tree.is_none();
+        debug_assert!(!rebuild || !mended, "a tree rebuilt, yet nodes mended");
         let mut tree = match meta.tree.clone() {
             Some(mut tree) => {
                 for &id in changed {
@@ -264,9 +267,10 @@ impl Volume {
         let stamp = meta.stamp.expect("minted by write_tree").value;
         let written = (tree.write(io, meta.generation + 1, stamp)?).len() as u64;
         // The room kept for the tree covered what this checkpoint wrote (`room.rs`): the
-        // bound for its changed files on the tree in force.
+        // bound for its changed files on the tree in force (after a repair's mended leaves,
+        // their paths too: not bounded by the changed files).
         debug_assert!(
-            rebuild || written <= self.tree_need_nodes(changed.len() as u64),
+            rebuild || mended || written <= self.tree_need_nodes(changed.len() as u64),
             "{written} nodes written for {} changed files, past the bound",
             changed.len()
         );

@@ -90,6 +90,7 @@ mod keyed_tests;
 mod keyindex;
 #[cfg(test)]
 mod latch_tests;
+mod leafrepair;
 mod least;
 mod load;
 mod maps;
@@ -139,6 +140,7 @@ pub use delalloc::WroteBack;
 pub use fallocate::Fallocate;
 pub(crate) use io::check_range;
 pub use io::{MAX_ATTR_BYTES, MAX_FILE_BYTES};
+pub use leafrepair::MendedLeaves;
 pub use nodescan::ScanProgress;
 pub use page::ListPage;
 pub use path::DEFAULT_BLOCK_SIZE;

@@ -473,7 +473,7 @@ fn taken_of(files: &BTreeMap<u64, ReplayFile>, own: &[Extent], segs: &Segs) -> R
 /// A damaged entry's map, if it survived: read (a segment's checked against its crc),
 /// logical ranges sorted and disjoint, every extent on the device outside its metadata,
 /// allocated, and overlapping nothing `taken`.
-fn survived(
+pub(super) fn survived(
     store: &Store,
     dev: &dyn Device,
     f: &TableFile,
@@ -506,7 +506,7 @@ fn survived(
 /// if it is a segment named already, or (the file its only user) allocated and clear of
 /// everything `taken`. Any other (its reference damaged, though the map's crc matched) is
 /// left alone: never freed twice, nor over what something else holds.
-fn adopt_segment(store: &Store, f: &TableFile, segs: &mut Segs, taken: &mut Ranges) {
+pub(super) fn adopt_segment(store: &Store, f: &TableFile, segs: &mut Segs, taken: &mut Ranges) {
     for seg in f.map.segments() {
         let clear = taken.within(seg.start, seg.end()).is_empty()
             && store.allocator().check_held(seg).is_ok();

@@ -46,6 +46,10 @@ pub struct Salvage {
     /// The file tree lost internal nodes (or its root): the device was scanned for the
     /// leaves under them, whose entries are then kept as damaged entries are.
     pub tree_scan: Option<TreeScan>,
+    /// Leaves of the file tree that did not read, mended in place by `fsck --repair`'s
+    /// page path ([`Volume::mend_unreadable_leaves`]): each one's first block and why.
+    /// Their entries are in `recovered`, `restored` and `lost` as the salvage's are.
+    pub leaves_mended: Vec<(u64, String)>,
 }
 
 /// The salvage's scan of the device for the file tree's leaves under the internal nodes

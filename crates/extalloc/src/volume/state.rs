@@ -87,6 +87,9 @@ pub(super) struct Meta {
     pub(super) chain: Vec<u64>,
     /// Files the open replayed changes onto: changed since the durable tree.
     pub(super) replayed: BTreeSet<u64>,
+    /// Nodes of the durable tree a repair replaced in `tree` (a leaf that did not read,
+    /// and the path above it: `leafrepair.rs`), for the next checkpoint to retire.
+    pub(super) mended: Vec<super::node::NodeRef>,
 }
 
 /// Persistent files on a [`Store`] (see the module documentation).
@@ -181,6 +184,7 @@ impl Meta {
             tree_blocks: 0,
             chain: Vec::new(),
             replayed: BTreeSet::new(),
+            mended: Vec::new(),
         }
     }
 }

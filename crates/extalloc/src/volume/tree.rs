@@ -532,8 +532,11 @@ fn write_slot(
     Ok(())
 }
 
+#[path = "tree_leaves.rs"]
+mod leaves;
 #[path = "tree_settle.rs"]
 mod settle;
+pub(super) use leaves::LeafVisit;
 #[cfg(test)]
 #[path = "tree_tests.rs"]
 mod tests;

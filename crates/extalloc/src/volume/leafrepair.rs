@@ -1,0 +1,337 @@
+//! Mending the file tree's leaves that do not read, in place of the salvage, for
+//! `fsck --repair`'s page path ([`Volume::mend_unreadable_leaves`]): the intact tree kept,
+//! and each damaged leaf's key range rebuilt from what survives, with the salvage's rules
+//! (`salvage.rs`): the leaf's frames that check, as they are (all of them checked as
+//! damaged entries when the leaf is a whole node of another checkpoint); a damaged entry
+//! whose body decodes, if its map survived; and the previous checkpoint's entries for the
+//! range that neither gave, if their maps survived (their bytes may be older). Memory: one
+//! leaf at a time, the damaged ranges' entries, and every mapped extent (for the survival
+//! checks), never every file.
+//!
+//! Data structures: [`MendedLeaves`], the report. Invariant: afterwards every leaf of the
+//! tree in memory reads, no entry kept maps a block another file, the tree or a map
+//! segment holds, and the nodes replaced wait in `Meta::mended` for the next checkpoint to
+//! retire (owned until then). Locks: the gate for writing, then the meta and segs mutexes
+//! one at a time.
+
+use super::node::{self, NodeRef};
+use super::salvage::{adopt_segment, survived, LostEntry};
+use super::state::{FileTable, Volume};
+use super::table::{decode_file, file_body, salvage_table, table_header, TableFile};
+use super::tree::{LeafVisit, NodeIo, Tree};
+use super::treeio::VolIo;
+use crate::error::{Error, Result};
+use std::collections::BTreeMap;
+
+/// What [`Volume::mend_unreadable_leaves`] found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct MendedLeaves {
+    /// The leaves that did not read: each one's first block and why.
+    pub leaves: Vec<(u64, String)>,
+    /// Entries kept from their frames that checked, as they were.
+    pub intact: u64,
+    /// Damaged entries kept, by id: their bodies decoded and their maps survived.
+    pub recovered: Vec<u64>,
+    /// Files taken from the previous checkpoint's tree (their bytes may be older).
+    pub restored: Vec<u64>,
+    /// Damaged entries not kept (their blocks are owned by no one: the bitmaps' rebuild
+    /// frees them).
+    pub lost: Vec<LostEntry>,
+}
+
+/// A leaf's entries by id.
+type Items = BTreeMap<u64, Vec<u8>>;
+
+/// A damaged entry to keep if its map survived, with its bytes on the device.
+type Candidate = (TableFile, std::ops::Range<u64>);
+
+/// What the entries offered for a mended leaf are checked against: every block owned by
+/// a file, the tree or a map segment (with those kept so far), the ids in use.
+struct Keeper<'a> {
+    vol: &'a Volume,
+    taken: super::file::Ranges,
+    next_id: u64,
+    cached: FileTable,
+}
+
+impl<'a> Keeper<'a> {
+    /// Reads what everything owns now (every map once; memory: every mapped extent). The
+    /// caller holds the gate for writing.
+    fn new(vol: &'a Volume) -> Result<Keeper<'a>> {
+        let mut owned = vol.files_owned(&mut super::check::VolumeCheck::default())?;
+        vol.own_metadata(&mut owned);
+        let mut taken = super::file::Ranges::default();
+        owned.iter().for_each(|e| taken.insert(e.start, e.len));
+        // Every owner is taken (each extent's first block, at least).
+        debug_assert!(owned
+            .iter()
+            .all(|e| e.len == 0 || !taken.within(e.start, e.start + 1).is_empty()));
+        Ok(Keeper {
+            vol,
+            taken,
+            next_id: vol.meta.lock().next_id,
+            cached: vol.files.read().clone(),
+        })
+    }
+
+    /// `id` is one a file may have (handed out) and no file has now.
+    fn wanted(&self, id: u64, tree: &Tree, io: &mut VolIo<'_>) -> Result<bool> {
+        let free = id != 0 && id < self.next_id && !self.cached.contains_key(&id);
+        let wanted = free && tree.get(io, id)?.is_none();
+        debug_assert!(
+            !wanted || (id > 0 && id < self.next_id),
+            "id {id} never handed out"
+        );
+        Ok(wanted)
+    }
+
+    /// Puts `f` into the mended leaf its id is routed to if its map survived (see
+    /// `salvage.rs`), its blocks and segment then taken; else why not.
+    fn keep(
+        &mut self,
+        f: TableFile,
+        tree: &mut Tree,
+        io: &mut VolIo<'_>,
+    ) -> std::result::Result<(), String> {
+        let v = self.vol;
+        let entries = survived(&v.store, v.dev.as_ref(), &f, &self.taken)?;
+        for (_, e, _) in &entries {
+            self.taken.insert(e.start, e.len);
+        }
+        let mut segs = v.segs.lock();
+        adopt_segment(&v.store, &f, &mut segs, &mut self.taken);
+        segs.hold(f.id, &f.map, v.block_size);
+        drop(segs);
+        let end = entries
+            .last()
+            .map_or(0, |&(l, e, _)| (l + e.len) * v.block_size);
+        let f = TableFile {
+            size: f.size.min(end),
+            ..f
+        };
+        let mut replaced = Vec::new();
+        (tree.put(io, f.id, Some(file_body(&f)), &mut replaced)).map_err(|e| e.to_string())?;
+        // Its leaf was replaced already: the path changed, nothing more to retire.
+        debug_assert!(replaced.is_empty(), "{replaced:?}");
+        Ok(())
+    }
+}
+
+/// A leaf that did not read: the keys its parent routes to it, where it lies, why, and its
+/// bytes if they read.
+struct Bad {
+    keys: (u64, Option<u64>),
+    at: NodeRef,
+    why: Error,
+    raw: Option<Vec<u8>>,
+}
+
+impl Volume {
+    /// Reads every leaf of the file tree once (one at a time) and rebuilds each one that
+    /// does not read from what survives (see the module documentation), in memory: the
+    /// next checkpoint writes the mended leaves and the paths above them, and until it
+    /// does nothing is durable (a crash leaves the tree as it was). For a repair, right
+    /// after [`Volume::open_for_repair`], before any other call; the bitmaps' rebuild
+    /// ([`Volume::rebuild_allocation`]) then frees what the lost entries held.
+    ///
+    /// Fails, changing nothing, on an I/O error, and with [`Error::Corrupt`] on damage it
+    /// does not mend: a leaf whose bytes are another volume's whole node (its keys may lie
+    /// anywhere on the device: the salvage scans for them).
+    pub fn mend_unreadable_leaves(&self) -> Result<MendedLeaves> {
+        let _closed = self.gate.write();
+        let mut out = MendedLeaves::default();
+        let (tree, stamp, previous) = {
+            let meta = self.meta.lock();
+            let previous = super::load::volume_root(&self.store)?
+                .tree
+                .and_then(|t| t.previous);
+            (meta.tree.clone(), meta.stamp, previous)
+        };
+        let Some(mut tree) = tree else {
+            return Ok(out); // every file in memory: no leaf to read
+        };
+        let mut io = VolIo::new(&self.store, self.dev.as_ref(), stamp);
+        let (bad, good) = unreadable_leaves(&tree, &mut io)?;
+        if bad.is_empty() {
+            return Ok(out);
+        }
+        for b in &bad {
+            if b.raw.as_ref().is_some_and(|r| node::is_foreign(r, stamp)) {
+                return Err(super::record::corrupt(
+                    "a file tree leaf holds another volume's node: its keys are found by the \
+                     salvage's scan",
+                ));
+            }
+        }
+        // Each damaged leaf's frames that check, in place of the leaf; the rest to be
+        // checked against what everything else owns.
+        let mut mended = Vec::new();
+        let mut candidates = Vec::new();
+        let mut kept = 0u64;
+        for b in &bad {
+            let (items, damaged) = self.salvage_leaf(b, &mut out);
+            kept += items.len() as u64;
+            out.leaves.push((b.at.block, b.why.to_string()));
+            tree.replace_leaf(b.keys.0, items, &mut mended);
+            candidates.extend(damaged);
+        }
+        out.intact = kept;
+        tree.recount(good + kept);
+        {
+            let mut meta = self.meta.lock();
+            meta.tree = Some(tree.clone());
+            meta.mended.extend(mended.iter().copied());
+        }
+        let mut keeper = Keeper::new(self)?;
+        for (f, bytes) in candidates {
+            let id = f.id;
+            if !keeper.wanted(id, &tree, &mut io)? {
+                continue;
+            }
+            match keeper.keep(f, &mut tree, &mut io) {
+                Ok(()) => out.recovered.push(id),
+                Err(why) => out.lost.push(LostEntry {
+                    bytes,
+                    id: Some(id),
+                    why,
+                }),
+            }
+        }
+        if let Some((root, _)) = previous {
+            for b in &bad {
+                for (id, body) in previous_range(&mut io, root, b.keys)? {
+                    let Ok(f) = decode_file(&body) else { continue };
+                    if keeper.wanted(id, &tree, &mut io)?
+                        && keeper.keep(f, &mut tree, &mut io).is_ok()
+                    {
+                        out.restored.push(id);
+                    }
+                }
+            }
+        }
+        let added = (out.recovered.len() + out.restored.len()) as u64;
+        tree.recount(good + kept + added);
+        self.meta.lock().tree = Some(tree);
+        // Every leaf reads now (those mended are in memory), and what was kept is counted.
+        debug_assert!(out.leaves.len() == bad.len() && !out.leaves.is_empty());
+        Ok(out)
+    }
+
+    /// A damaged leaf's entries routed to it: those whose frames check (none if the leaf
+    /// is a whole node of another checkpoint: stale; none whose map lies outside the
+    /// tree), to keep as they are; and the others whose bodies decode, with their bytes on
+    /// the device, to keep only if their maps survived. What does not decode goes to
+    /// `out.lost`.
+    fn salvage_leaf(&self, b: &Bad, out: &mut MendedLeaves) -> (Items, Vec<Candidate>) {
+        let raw = b.raw.as_deref().unwrap_or_default();
+        let stale = node::is_stale(raw, b.at);
+        let mut bytes = table_header(0);
+        bytes.extend_from_slice(node::leaf_payload_unchecked(raw));
+        let s = salvage_table(&bytes);
+        let base = b.at.block * self.block_size + node::HEADER_BYTES as u64;
+        let header = table_header(0).len() as u64;
+        let shift = |r: std::ops::Range<u64>| {
+            let at = |x: u64| base + x.saturating_sub(header);
+            at(r.start)..at(r.end)
+        };
+        let routed = |id: u64| id >= b.keys.0 && b.keys.1.is_none_or(|hi| id < hi);
+        let mut items = BTreeMap::new();
+        let mut damaged = Vec::new();
+        for (f, p) in s.table.files.into_iter().zip(s.places) {
+            match (routed(f.id), stale) {
+                // A map outside the tree: the segments' accounts learn of it as a kept
+                // damaged entry's (an unmarked leaf holds none, so this is damage too).
+                (true, false) if f.map.segments().is_empty() => {
+                    _ = items.insert(f.id, file_body(&f));
+                }
+                (true, _) => damaged.push((f, shift(p))),
+                (false, _) => {}
+            }
+        }
+        for d in s.damaged {
+            match d.file {
+                Some(f) if routed(f.id) => damaged.push((f, shift(d.bytes))),
+                Some(_) => {}
+                None => out.lost.push(LostEntry {
+                    bytes: shift(d.bytes),
+                    id: None,
+                    why: "its frame does not decode".into(),
+                }),
+            }
+        }
+        // Only what the parent routes here, to keep as it is or to check.
+        debug_assert!(items.keys().all(|&id| routed(id)));
+        debug_assert!(damaged.iter().all(|(f, _)| routed(f.id)));
+        (items, damaged)
+    }
+}
+
+/// The leaves of `tree` that do not read, and how many entries the others hold. An I/O
+/// error fails it (damage is not taken for what a read could not tell).
+fn unreadable_leaves(tree: &Tree, io: &mut VolIo<'_>) -> Result<(Vec<Bad>, u64)> {
+    let mut bad = Vec::new();
+    let mut good = 0u64;
+    tree.visit_leaves(io, &mut |l: LeafVisit| {
+        match l.read {
+            Ok(items) => good += items.len() as u64,
+            Err((e @ Error::Corrupt { .. }, raw)) => bad.push(Bad {
+                keys: l.keys,
+                at: l.at.expect("a leaf in memory reads"),
+                why: e,
+                raw,
+            }),
+            Err((e, _)) => return Err(e),
+        }
+        Ok(())
+    })?;
+    // In key order, each range holding keys.
+    debug_assert!(bad.windows(2).all(|w| w[0].keys.0 < w[1].keys.0));
+    debug_assert!(bad.iter().all(|b| b.keys.1.is_none_or(|hi| b.keys.0 < hi)));
+    Ok((bad, good))
+}
+
+/// The previous checkpoint's entries whose keys lie in `keys` (`lo..hi`), reading only the
+/// nodes on the way to them; a node that does not read gives nothing (best effort: it is
+/// a second copy).
+fn previous_range(
+    io: &mut VolIo<'_>,
+    root: NodeRef,
+    keys: (u64, Option<u64>),
+) -> Result<Vec<(u64, Vec<u8>)>> {
+    let mut out = Vec::new();
+    let mut stack = vec![(root, (0u64, None::<u64>))];
+    let overlaps = |r: (u64, Option<u64>)| {
+        r.1.is_none_or(|hi| hi > keys.0) && keys.1.is_none_or(|hi| r.0 < hi)
+    };
+    while let Some((at, range)) = stack.pop() {
+        let d = match io.read(at) {
+            Ok(d) => d,
+            Err(Error::Corrupt { .. }) => continue,
+            Err(e) => return Err(e),
+        };
+        if d.level == 0 {
+            let Ok(items) = super::tree::leaf_items(&d.payload) else {
+                continue;
+            };
+            let inside = |id: &u64| *id >= keys.0 && keys.1.is_none_or(|hi| *id < hi);
+            out.extend(items.into_iter().filter(|(id, _)| inside(id)));
+            continue;
+        }
+        let Ok(children) = node::decode_children(&d, at.generation) else {
+            continue;
+        };
+        for (i, c) in children.iter().enumerate() {
+            let lo = if i == 0 { range.0 } else { c.first };
+            let hi = children.get(i + 1).map(|n| n.first).or(range.1);
+            if overlaps((lo, hi)) {
+                stack.push((c.at, (lo, hi)));
+            }
+        }
+    }
+    out.sort_unstable_by_key(|(id, _)| *id);
+    debug_assert!(out
+        .iter()
+        .all(|(id, _)| *id >= keys.0 && keys.1.is_none_or(|hi| *id < hi)));
+    Ok(out)
+}
