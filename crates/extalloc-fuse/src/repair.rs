@@ -216,7 +216,8 @@ pub fn repair_reporting(
                 journal_loss,
                 journal_loss_earlier: vol.store().journal_loss_earlier(),
                 maps_cleared,
-                damaged_entries: (leaves.recovered.len() + leaves.lost.len()) as u64,
+                damaged_entries: (leaves.recovered.len() + leaves.lost.len()) as u64
+                    + leaves.uncounted,
                 recovered: (leaves.recovered.iter().chain(&leaves.restored))
                     .map(|&id| (id, id))
                     .collect(),

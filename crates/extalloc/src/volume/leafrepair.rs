@@ -38,6 +38,9 @@ pub struct MendedLeaves {
     /// Damaged entries not kept (their blocks are owned by no one: the bitmaps' rebuild
     /// frees them).
     pub lost: Vec<LostEntry>,
+    /// Entries the tree counted that were found nowhere: in none of the leaves that read,
+    /// and in no frame of those that did not (lost inside a damaged stretch).
+    pub uncounted: u64,
 }
 
 /// A leaf's entries by id.
@@ -152,6 +155,7 @@ impl Volume {
             return Ok(out); // every file in memory: no leaf to read
         };
         let mut io = VolIo::new(&self.store, self.dev.as_ref(), stamp);
+        let counted = tree.count();
         let (bad, good) = unreadable_leaves(&tree, &mut io)?;
         if bad.is_empty() {
             return Ok(out);
@@ -177,6 +181,8 @@ impl Volume {
             candidates.extend(damaged);
         }
         out.intact = kept;
+        let found = good + kept + (candidates.len() + out.lost.len()) as u64;
+        out.uncounted = counted.saturating_sub(found);
         tree.recount(good + kept);
         {
             let mut meta = self.meta.lock();
