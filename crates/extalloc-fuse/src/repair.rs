@@ -251,9 +251,9 @@ pub fn repair_reporting(
         report.inodes_remade = remake_inodes(&vol)?;
         report.distrusted = distrust_kept(&vol, &report.salvage)?;
         report.xattrs_dropped = drop_damaged_xattrs(&vol)?;
-        // The census first: a namespace that is clean, or holds only what a crash leaves,
-        // is repaired without the whole of it in memory (`scan/census.rs`).
-        report.namespace = match scan::repair_crash(&vol)? {
+        // The census first: a namespace is repaired without the whole of it in memory
+        // (`scan/paged.rs`), unless inodes or their attributes are still damaged.
+        report.namespace = match scan::repair_paged(&vol)? {
             Some(found) => found,
             None => scan::load(&vol, true)?.1,
         };

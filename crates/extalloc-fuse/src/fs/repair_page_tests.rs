@@ -292,6 +292,30 @@ fn a_journal_loss_outlives_a_repair_cut_short() {
     );
 }
 
+/// Damage to a directory's log (a file's name, then a directory's, lost in it, after a
+/// crash) is repaired by the census's pass (`scan/paged.rs`: a few bytes an inode) as the
+/// full read (`scan::load`, every inode in memory) repairs it: the same report, the same
+/// paths afterwards, and a clean check.
+#[test]
+fn a_damaged_namespace_is_repaired_as_the_full_read_repairs_it() {
+    for byte in [3, 19] {
+        let (dev, [a, d, ..], _) = super::tests::damage_root_log(33, byte);
+        let open = || {
+            let view: Arc<dyn Device> = Arc::new(OverlayDevice::new(dev.clone()));
+            Volume::open(view, Policy::default()).unwrap()
+        };
+        let (paged, full) = (open(), open());
+        let r = scan::repair_paged(&paged)
+            .unwrap()
+            .expect("the census's pass");
+        let (_, want) = scan::load(&full, true).unwrap();
+        assert_eq!(r, want, "byte {byte}");
+        assert_eq!(r.lost_found, vec![if byte == 3 { a } else { d }], "{r:?}");
+        assert!(scan::check(&paged).unwrap().clean(), "byte {byte}");
+        assert_eq!(scan::paths(&paged).unwrap(), scan::paths(&full).unwrap());
+    }
+}
+
 /// A byte of a file's map in its map segment flipped: the map fails its check, and the
 /// repair clears it as the salvage does (the file keeps its name, size and inode and reads
 /// as holes; the blocks the map named are freed by the bitmaps' rebuild), on the page

@@ -479,7 +479,10 @@ fn pending_times_never_write_a_stale_link_count() {
 /// the parse steps over it, mount links the inode that lost its name into /lost+found with
 /// its data (a directory with what it holds), removes nothing, rewrites the log, and the
 /// next check is clean. `byte` picks the record: 3 is in "a"'s, 19 in "d"'s.
-fn damage_root_log(seed: u64, byte: usize) -> (Arc<FaultDevice<MemDevice>>, [u64; 4], usize) {
+pub(super) fn damage_root_log(
+    seed: u64,
+    byte: usize,
+) -> (Arc<FaultDevice<MemDevice>>, [u64; 4], usize) {
     let dev = device(seed);
     let fs = fresh(&dev);
     let a = put(&fs, ROOT, "a", b"first");

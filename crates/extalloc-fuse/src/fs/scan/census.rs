@@ -32,7 +32,7 @@ use std::borrow::Cow;
 /// and one directory's log (see the module documentation). Fails as a full read does: not
 /// a file system, or a leaf or log that cannot be read.
 pub(super) fn check(vol: &Volume) -> Result<NamespaceReport, String> {
-    Ok(census(vol)?.0)
+    Ok(census(vol)?.report)
 }
 
 /// After a crash: finds what the crash left with the census, and when that is only what a
@@ -42,7 +42,11 @@ pub(super) fn check(vol: &Volume) -> Result<NamespaceReport, String> {
 /// nothing was written, and the caller reads the whole namespace, which rescues into
 /// `/lost+found` before it repairs.
 pub(crate) fn repair_crash(vol: &Volume) -> Result<Option<NamespaceReport>, String> {
-    let (report, logs) = census(vol)?;
+    let Found {
+        report,
+        problems: logs,
+        ..
+    } = census(vol)?;
     let crash_only = report.unnamed.is_empty()
         && report.damaged_inodes.is_empty()
         && report.bad_entries.is_empty()
@@ -59,22 +63,35 @@ pub(crate) fn repair_crash(vol: &Volume) -> Result<Option<NamespaceReport>, Stri
     }
     remove_leftovers(vol, &report)?;
     debug_assert!(
-        census(vol).is_ok_and(|(r, _)| r.clean()),
+        census(vol).is_ok_and(|f| f.report.clean()),
         "a crash's leftovers repaired leave a clean check"
     );
     Ok(Some(report))
 }
 
 /// A directory whose log had a problem.
-struct LogProblem {
-    dir: u64,
+pub(super) struct LogProblem {
+    pub dir: u64,
     /// Only a tail to cut (a torn record, a compaction cut short), which a crash leaves;
     /// else damage (a record stepped over, a record that contradicts the log).
-    tail_only: bool,
+    pub tail_only: bool,
 }
 
-/// The census's report (lists sorted), and the directories whose logs had a problem.
-fn census(vol: &Volume) -> Result<(NamespaceReport, Vec<LogProblem>), String> {
+/// What [`census`] found.
+pub(super) struct Found {
+    /// The report (lists sorted).
+    pub report: NamespaceReport,
+    /// The directories whose logs had a problem.
+    pub problems: Vec<LogProblem>,
+    /// The census itself (each inode's kind and the link count the walk found).
+    pub census: Census,
+    /// The entries to drop (`report.bad_entries`): directory and name.
+    pub drop: Vec<(u64, Vec<u8>)>,
+}
+
+/// Counts every inode and walks the namespace from the root (see the module
+/// documentation).
+pub(super) fn census(vol: &Volume) -> Result<Found, String> {
     let expect = usize::try_from(vol.file_count().map_err(|e| e.to_string())?).unwrap_or(0);
     let mut census = Census::with_capacity(expect);
     let files = visit_inodes(vol, |id, inode| census.push(id, inode.kind, inode.nlink))?;
@@ -90,7 +107,7 @@ fn census(vol: &Volume) -> Result<(NamespaceReport, Vec<LogProblem>), String> {
         Ok::<_, String>(log)
     };
     census.reach(ROOT);
-    walk_with(&mut census, |d, r| read(d, r).map(Cow::Owned), &mut report)?;
+    let drop = walk_with(&mut census, |d, r| read(d, r).map(Cow::Owned), &mut report)?;
     // The logs of directories the walk did not reach: their problems are reported too.
     for i in 0..census.ids.len() {
         if census.kinds[i] == Kind::Dir && !census.reached[i] {
@@ -109,7 +126,17 @@ fn census(vol: &Volume) -> Result<(NamespaceReport, Vec<LogProblem>), String> {
     )?;
     sort_lists(&mut report);
     debug_assert_eq!(problems.len(), report.logs.len(), "a problem a log");
-    Ok((report, problems))
+    debug_assert_eq!(
+        drop.len(),
+        report.bad_entries.len(),
+        "an entry dropped a bad one"
+    );
+    Ok(Found {
+        report,
+        problems,
+        census,
+        drop,
+    })
 }
 
 /// Sorts the lists a check's order leaves unordered (by directory and inode number).
@@ -126,7 +153,7 @@ pub(super) fn sort_lists(report: &mut NamespaceReport) {
 
 /// Every inode's number, kind, recorded link count, names found and whether the walk
 /// reached it, in parallel arrays in number order.
-struct Census {
+pub(super) struct Census {
     ids: Vec<u64>,
     kinds: Vec<Kind>,
     nlinks: Vec<u32>,
@@ -171,6 +198,21 @@ impl Census {
         let i = self.at(ino).expect("a reached inode exists");
         assert!(!self.reached[i], "inode {ino} reached once");
         self.reached[i] = true;
+    }
+
+    /// The link count each inode the walk reached should have, where it differs from the
+    /// recorded one: `(inode, count found)`, in number order.
+    pub(super) fn link_fixes(&self) -> Vec<(u64, u32)> {
+        let want = |i: usize| match self.kinds[i] {
+            Kind::Dir => 2 + self.found[i],
+            _ => self.found[i],
+        };
+        let fixes: Vec<(u64, u32)> = (0..self.ids.len())
+            .filter(|&i| self.reached[i] && self.nlinks[i] != want(i))
+            .map(|i| (self.ids[i], want(i)))
+            .collect();
+        debug_assert!(fixes.windows(2).all(|w| w[0].0 < w[1].0));
+        fixes
     }
 
     /// Every inode's verdict into `report`, in number order: unreached (unnamed or

@@ -36,19 +36,24 @@
 
 mod census;
 mod leftovers;
+mod paged;
 mod read;
 mod report;
+mod rescue;
 mod walk;
 
 pub(crate) use self::census::repair_crash;
 use self::leftovers::{load_xattrs, remove_leftovers};
+pub(crate) use self::paged::repair_paged;
 use self::read::Read;
 pub(crate) use self::read::{fix_log, read_log};
 pub use self::report::NamespaceReport;
+pub(crate) use self::rescue::append;
+use self::rescue::{link_lost, set_link_count, tops_of};
 pub use self::walk::{resolve, walk};
 use super::core::{dir_node, Entry, InoMap, InoSet, Node, ROOT};
-use crate::dir::{record, DirLog};
-use crate::inode::{self, Inode, Kind};
+use crate::dir::record;
+use crate::inode::{Inode, Kind};
 use extalloc::volume::Volume;
 use std::collections::VecDeque;
 
@@ -71,11 +76,6 @@ fn same_as_full_read(vol: &Volume, report: &NamespaceReport) {
     if let Ok((_, full)) = Read::of(vol).and_then(|r| load_once(vol, false, r, false)) {
         assert_eq!(report, &full, "the census finds what a full read finds");
     }
-}
-
-/// Appends `rec` to directory `dir`'s log at byte `at`.
-pub(crate) fn append(vol: &Volume, dir: u64, at: u64, rec: &[u8]) -> extalloc::Result<()> {
-    vol.write(dir, at, rec)
 }
 
 /// Reads every inode and directory log of `vol` (one pass over the volume's files, and
@@ -206,19 +206,6 @@ fn check_inodes(
     Ok(nodes)
 }
 
-/// Writes `inode`'s link count (its other fields as the blob holds them, its tail kept).
-fn set_link_count(vol: &Volume, ino: u64, inode: &Inode) -> Result<(), String> {
-    let blob = vol.attr(ino).map_err(|e| e.to_string())?;
-    vol.set_attr(ino, &inode::rewrite(&blob, inode))
-        .map_err(|e| format!("cannot set inode {ino}'s link count: {e}"))?;
-    debug_assert_eq!(
-        Inode::decode(&vol.attr(ino).map_err(|e| e.to_string())?).map(|i| i.nlink),
-        Some(inode.nlink),
-        "the link count written"
-    );
-    Ok(())
-}
-
 /// Links every inode no name refers to but whose link count says it has names into
 /// `/lost+found` (made if missing) as `#INODE`, before anything is repaired or removed:
 /// damage that cut a directory's log never costs a file its data. Returns the inodes
@@ -234,77 +221,10 @@ fn rescue(vol: &Volume, read: &Read) -> Result<Option<Vec<u64>>, String> {
         .filter_map(|i| read.logs.get(i))
         .flat_map(|l| l.entries.values().map(|e| e.0))
         .collect();
-    let mut tops: Vec<u64> = lost
-        .iter()
-        .copied()
-        .filter(|i| !named.contains(i))
-        .collect();
-    if tops.is_empty() {
-        tops.push(lost[0]); // lost directories naming each other
-    }
-    let lf = lost_found_dir(vol, &read.inodes, &read.logs)?;
-    for &ino in &tops {
-        // The name and lost+found's link count together: a crash keeps both or none.
-        let group = vol.atomic(RESCUE_CHUNKS).map_err(|e| e.to_string())?;
-        link_into(vol, lf, format!("#{ino}").as_bytes(), ino)?;
-        if read.inodes[&ino].kind == Kind::Dir {
-            add_link(vol, lf, 1)?;
-        }
-        group.finish();
-    }
+    let tops = tops_of(&lost, &named);
+    let kind = |i: u64| read.inodes.get(&i).map(|n| n.kind);
+    link_lost(vol, &tops, &kind, &read.logs[&ROOT])?;
     Ok(Some(tops))
-}
-
-/// Volume chunk calls of linking one inode into a directory at most: cutting a damaged
-/// tail (a truncate of a few extents), the record (two chunks at a boundary), a link count.
-const RESCUE_CHUNKS: u64 = 6;
-
-/// `/lost+found`: the root's entry of that name when it is a directory, else a new one.
-fn lost_found_dir(
-    vol: &Volume,
-    inodes: &InoMap<Inode>,
-    logs: &InoMap<DirLog>,
-) -> Result<u64, String> {
-    let name = b"lost+found".as_slice();
-    if let Some(&(ino, _)) = logs[&ROOT].entries.get(name) {
-        if inodes.get(&ino).is_some_and(|i| i.kind == Kind::Dir) {
-            return Ok(ino);
-        }
-    }
-    let mut name = name.to_vec();
-    while logs[&ROOT].entries.contains_key(&name) {
-        name.push(b'~'); // the name is taken by something else: keep it
-    }
-    let dir = Inode::new(Kind::Dir, 0o700, 0, 0, 0);
-    // Made and named in one atomic group: a crash never leaves an unnamed /lost+found.
-    let group = vol.atomic(RESCUE_CHUNKS + 1).map_err(|e| e.to_string())?;
-    let ino = vol
-        .create(&dir.encode())
-        .map_err(|e| format!("cannot make /lost+found: {e}"))?;
-    link_into(vol, ROOT, &name, ino)?;
-    add_link(vol, ROOT, 1)?;
-    group.finish();
-    Ok(ino)
-}
-
-/// Appends an add of `name -> ino` to directory `dir`'s log, after its last good record
-/// (a damaged tail is cut first, as mount's repair would). The add carries no kind (the
-/// record any build reads; `readdir` gives the entry as `DT_UNKNOWN` until a call reads
-/// the inode).
-fn link_into(vol: &Volume, dir: u64, name: &[u8], ino: u64) -> Result<(), String> {
-    let mut scratch = NamespaceReport::default();
-    let log = read_log(vol, dir, true, &mut scratch)?;
-    append(vol, dir, log.valid_bytes, &record(name, Some((ino, None))))
-        .map_err(|e| format!("cannot link inode {ino} into directory {dir}: {e}"))
-}
-
-/// Adds `n` to inode `ino`'s link count.
-fn add_link(vol: &Volume, ino: u64, n: u32) -> Result<(), String> {
-    let blob = vol.attr(ino).map_err(|e| e.to_string())?;
-    let mut inode = Inode::decode(&blob).ok_or(format!("inode {ino} does not decode"))?;
-    inode.nlink += n;
-    vol.set_attr(ino, &inode::rewrite(&blob, &inode))
-        .map_err(|e| format!("cannot set inode {ino}'s link count: {e}"))
 }
 
 /// Appends a remove record for every entry in `drop`.

@@ -1,0 +1,120 @@
+//! Linking what no name reaches into `/lost+found`, and the small writes a namespace
+//! repair makes (a record appended to a directory's log, a link count set), shared by the
+//! full read's repair (`mod.rs`) and the census's (`paged.rs`).
+//!
+//! Data structures: none of their own. Invariant: an inode is linked with its name and
+//! `/lost+found`'s link count in one atomic group (a crash keeps both or none). Lock
+//! order: none (runs before the file system serves anything).
+
+use super::read::read_log;
+use super::report::NamespaceReport;
+use crate::dir::{record, DirLog};
+use crate::fs::core::{InoSet, ROOT};
+use crate::inode::{self, Inode, Kind};
+use extalloc::volume::Volume;
+
+/// Appends `rec` to directory `dir`'s log at byte `at`.
+pub(crate) fn append(vol: &Volume, dir: u64, at: u64, rec: &[u8]) -> extalloc::Result<()> {
+    vol.write(dir, at, rec)
+}
+
+/// Writes `inode`'s link count (its other fields as the blob holds them, its tail kept).
+pub(super) fn set_link_count(vol: &Volume, ino: u64, inode: &Inode) -> Result<(), String> {
+    let blob = vol.attr(ino).map_err(|e| e.to_string())?;
+    vol.set_attr(ino, &inode::rewrite(&blob, inode))
+        .map_err(|e| format!("cannot set inode {ino}'s link count: {e}"))?;
+    debug_assert_eq!(
+        Inode::decode(&vol.attr(ino).map_err(|e| e.to_string())?).map(|i| i.nlink),
+        Some(inode.nlink),
+        "the link count written"
+    );
+    Ok(())
+}
+
+/// The inodes of `lost` that no lost directory names (`named`: what they name), to link;
+/// the first lost one if they all name each other. What a top names comes back with it.
+pub(super) fn tops_of(lost: &[u64], named: &InoSet) -> Vec<u64> {
+    let mut tops: Vec<u64> = lost
+        .iter()
+        .copied()
+        .filter(|i| !named.contains(i))
+        .collect();
+    if tops.is_empty() && !lost.is_empty() {
+        tops.push(lost[0]); // lost directories naming each other
+    }
+    debug_assert!(tops.iter().all(|t| lost.contains(t)));
+    tops
+}
+
+/// Links each of `tops` into `/lost+found` (made if missing: `root` is the root's log) as
+/// `#INODE`; `kind` gives each inode's kind.
+pub(super) fn link_lost(
+    vol: &Volume,
+    tops: &[u64],
+    kind: &dyn Fn(u64) -> Option<Kind>,
+    root: &DirLog,
+) -> Result<(), String> {
+    let lf = lost_found_dir(vol, kind, root)?;
+    for &ino in tops {
+        // The name and lost+found's link count together: a crash keeps both or none.
+        let group = vol.atomic(RESCUE_CHUNKS).map_err(|e| e.to_string())?;
+        link_into(vol, lf, format!("#{ino}").as_bytes(), ino)?;
+        if kind(ino) == Some(Kind::Dir) {
+            add_link(vol, lf, 1)?;
+        }
+        group.finish();
+    }
+    Ok(())
+}
+
+/// Volume chunk calls of linking one inode into a directory at most: cutting a damaged
+/// tail (a truncate of a few extents), the record (two chunks at a boundary), a link count.
+const RESCUE_CHUNKS: u64 = 6;
+
+/// `/lost+found`: the root's entry of that name when it is a directory, else a new one.
+fn lost_found_dir(
+    vol: &Volume,
+    kind: &dyn Fn(u64) -> Option<Kind>,
+    root: &DirLog,
+) -> Result<u64, String> {
+    let name = b"lost+found".as_slice();
+    if let Some(&(ino, _)) = root.entries.get(name) {
+        if kind(ino) == Some(Kind::Dir) {
+            return Ok(ino);
+        }
+    }
+    let mut name = name.to_vec();
+    while root.entries.contains_key(&name) {
+        name.push(b'~'); // the name is taken by something else: keep it
+    }
+    let dir = Inode::new(Kind::Dir, 0o700, 0, 0, 0);
+    // Made and named in one atomic group: a crash never leaves an unnamed /lost+found.
+    let group = vol.atomic(RESCUE_CHUNKS + 1).map_err(|e| e.to_string())?;
+    let ino = vol
+        .create(&dir.encode())
+        .map_err(|e| format!("cannot make /lost+found: {e}"))?;
+    link_into(vol, ROOT, &name, ino)?;
+    add_link(vol, ROOT, 1)?;
+    group.finish();
+    Ok(ino)
+}
+
+/// Appends an add of `name -> ino` to directory `dir`'s log, after its last good record
+/// (a damaged tail is cut first, as mount's repair would). The add carries no kind (the
+/// record any build reads; `readdir` gives the entry as `DT_UNKNOWN` until a call reads
+/// the inode).
+fn link_into(vol: &Volume, dir: u64, name: &[u8], ino: u64) -> Result<(), String> {
+    let mut scratch = NamespaceReport::default();
+    let log = read_log(vol, dir, true, &mut scratch)?;
+    append(vol, dir, log.valid_bytes, &record(name, Some((ino, None))))
+        .map_err(|e| format!("cannot link inode {ino} into directory {dir}: {e}"))
+}
+
+/// Adds `n` to inode `ino`'s link count.
+fn add_link(vol: &Volume, ino: u64, n: u32) -> Result<(), String> {
+    let blob = vol.attr(ino).map_err(|e| e.to_string())?;
+    let mut inode = Inode::decode(&blob).ok_or(format!("inode {ino} does not decode"))?;
+    inode.nlink += n;
+    vol.set_attr(ino, &inode::rewrite(&blob, &inode))
+        .map_err(|e| format!("cannot set inode {ino}'s link count: {e}"))
+}
