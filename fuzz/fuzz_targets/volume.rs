@@ -105,13 +105,17 @@ fuzz_target!(|data: &[u8]| {
 });
 
 /// The volume-level steps of `fsck --repair`'s page path (`extalloc-fuse`'s
-/// `repair::whole_volume`, then the bitmaps' rebuild): opened for repair, the maps that
-/// do not read cleared, and taken only when its ownership check finds no block mapped
-/// twice or while free and no more leaked than the cleared maps named; the bitmaps
-/// rebuilt, the pending files removed, closed. Never a panic, and once the close
-/// succeeds a plain open works and its check is clean.
+/// `repair::whole_volume`, then the bitmaps' rebuild): opened for repair, the file tree's
+/// leaves that do not read mended, the maps that do not read cleared, and taken only when
+/// its ownership check finds no block mapped twice or while free and no more leaked than
+/// the cleared maps named (any number once leaves were mended); the bitmaps rebuilt, the
+/// pending files removed, closed. Never a panic, and once the close succeeds a plain open
+/// works and its check is clean.
 fn repair_a_page_at_a_time(dev: Arc<dyn Device>) {
     let Ok(vol) = Volume::open_for_repair(dev.clone(), Policy::default()) else {
+        return;
+    };
+    let Ok(mended) = vol.mend_unreadable_leaves() else {
         return;
     };
     let Ok(cleared) = vol.clear_unreadable_maps() else {
@@ -121,7 +125,8 @@ fn repair_a_page_at_a_time(dev: Arc<dyn Device>) {
     let Ok(check) = vol.check() else {
         return;
     };
-    if check.mapped_twice > 0 || check.mapped_free > 0 || check.leaked > named {
+    let leaked_allowed = check.leaked <= named || !mended.leaves.is_empty();
+    if check.mapped_twice > 0 || check.mapped_free > 0 || !leaked_allowed {
         return; // the salvage's (above)
     }
     if vol.rebuild_allocation().is_err() || vol.remove_pending().is_err() {
