@@ -108,7 +108,8 @@ fuzz_target!(|data: &[u8]| {
 /// `repair::whole_volume`, then the bitmaps' rebuild): opened for repair, the file tree's
 /// leaves that do not read mended, the maps that do not read cleared, and taken only when
 /// its ownership check finds no block mapped twice or while free and no more leaked than
-/// the cleared maps named (any number once leaves were mended); the bitmaps rebuilt, the
+/// the cleared maps and the mended leaves' lost entries named (any number when an entry
+/// was lost with its bytes); the bitmaps rebuilt, the
 /// pending files removed, closed. Never a panic, and once the close succeeds a plain open
 /// works and its check is clean.
 fn repair_a_page_at_a_time(dev: Arc<dyn Device>) {
@@ -125,7 +126,9 @@ fn repair_a_page_at_a_time(dev: Arc<dyn Device>) {
     let Ok(check) = vol.check() else {
         return;
     };
-    let leaked_allowed = check.leaked <= named || !mended.leaves.is_empty();
+    let leaked_allowed = mended
+        .leaked_bound()
+        .is_none_or(|lost| check.leaked <= named + lost);
     if check.mapped_twice > 0 || check.mapped_free > 0 || !leaked_allowed {
         return; // the salvage's (above)
     }

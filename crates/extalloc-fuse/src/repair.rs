@@ -218,8 +218,8 @@ pub fn repair_reporting(
                 maps_cleared,
                 damaged_entries: (leaves.recovered.len() + leaves.lost.len()) as u64
                     + leaves.uncounted,
-                recovered: (leaves.recovered.iter().chain(&leaves.restored))
-                    .map(|&id| (id, id))
+                recovered: (leaves.recovered.iter().copied())
+                    .chain(leaves.restored.iter().map(|&id| (id, id)))
                     .collect(),
                 restored: leaves.restored,
                 lost: leaves.lost,
@@ -290,10 +290,12 @@ pub(crate) fn whole_volume(
     let whole = looked.mend_unreadable_leaves().is_ok_and(|mended| {
         looked.clear_unreadable_maps().is_ok_and(|cleared| {
             // The blocks the cleared maps named are owned by no one now: leaked, and no
-            // more; so are the lost entries' blocks (not known: their frames are damaged;
-            // the salvage would keep none of them either).
+            // more; so are the mended leaves' lost entries' blocks (as many as their maps
+            // counted, or any number when an entry was lost with its bytes: the salvage
+            // can keep none of those either).
             let named: u64 = cleared.iter().map(|&(_, blocks, _)| blocks).sum();
-            let leaked_allowed = |leaked| leaked <= named || !mended.leaves.is_empty();
+            let lost = mended.leaked_bound();
+            let leaked_allowed = |leaked| lost.is_none_or(|l| leaked <= named + l);
             (looked.check()).is_ok_and(|c| {
                 c.mapped_free == 0 && c.mapped_twice == 0 && leaked_allowed(c.leaked)
             })

@@ -12,10 +12,10 @@
 //! tree in memory reads, no entry kept maps a block another file, the tree or a map
 //! segment holds, and the nodes replaced wait in `Meta::mended` for the next checkpoint to
 //! retire (owned until then). Locks: the gate for writing, then the meta and segs mutexes
-//! one at a time.
+//! one at a time (never both).
 
 use super::node::{self, NodeRef};
-use super::salvage::{adopt_segment, survived, LostEntry};
+use super::salvage::{survived, LostEntry};
 use super::state::{FileTable, Volume};
 use super::table::{decode_file, file_body, salvage_table, table_header, TableFile};
 use super::tree::{LeafVisit, NodeIo, Tree};
@@ -31,8 +31,9 @@ pub struct MendedLeaves {
     pub leaves: Vec<(u64, String)>,
     /// Entries kept from their frames that checked, as they were.
     pub intact: u64,
-    /// Damaged entries kept, by id: their bodies decoded and their maps survived.
-    pub recovered: Vec<u64>,
+    /// Damaged entries kept: `(id it has now, id its entry named)` (a fresh id when the
+    /// one named is 0, never handed out, or another file's, as the salvage gives it).
+    pub recovered: Vec<(u64, u64)>,
     /// Files taken from the previous checkpoint's tree (their bytes may be older).
     pub restored: Vec<u64>,
     /// Damaged entries not kept (their blocks are owned by no one: the bitmaps' rebuild
@@ -41,6 +42,19 @@ pub struct MendedLeaves {
     /// Entries the tree counted that were found nowhere: in none of the leaves that read,
     /// and in no frame of those that did not (lost inside a damaged stretch).
     pub uncounted: u64,
+    /// Blocks the maps of the lost entries that decoded counted (at most what they leave
+    /// owned by no one).
+    pub lost_blocks: u64,
+}
+
+impl MendedLeaves {
+    /// At most how many blocks the mend leaves owned by no one, if known: the lost entries'
+    /// that decoded; `None` when an entry was lost with its bytes (undecodable, or found
+    /// nowhere), whose blocks no one can tell (the salvage keeps none of them either).
+    pub fn leaked_bound(&self) -> Option<u64> {
+        let unknown = self.uncounted > 0 || self.lost.iter().any(|l| l.id.is_none());
+        (!unknown).then_some(self.lost_blocks)
+    }
 }
 
 /// A leaf's entries by id.
@@ -89,35 +103,126 @@ impl<'a> Keeper<'a> {
         Ok(wanted)
     }
 
-    /// Puts `f` into the mended leaf its id is routed to if its map survived (see
-    /// `salvage.rs`), its blocks and segment then taken; else why not.
+    /// Puts `f` into the tree under id `now` if its map survived (see `salvage.rs`), its
+    /// blocks then taken; `Ok(Err(why))` if not (a pending file is not kept: an open
+    /// removes it, as the salvage's repair does). A map outside the tree (in a map segment
+    /// or runs of its own) is refused with [`Error::Corrupt`]: the salvage loads such a map
+    /// and writes it anew, which the mend does not (the repair then takes the salvage).
     fn keep(
         &mut self,
         f: TableFile,
+        now: u64,
         tree: &mut Tree,
         io: &mut VolIo<'_>,
-    ) -> std::result::Result<(), String> {
+    ) -> Result<std::result::Result<(), String>> {
         let v = self.vol;
-        let entries = survived(&v.store, v.dev.as_ref(), &f, &self.taken)?;
+        let entries = match survived(&v.store, v.dev.as_ref(), &f, &self.taken) {
+            Ok(entries) => entries,
+            Err(why) => return Ok(Err(why)),
+        };
+        if !f.map.segments().is_empty() {
+            return Err(super::record::corrupt(
+                "a damaged file tree leaf's entry has its map outside the tree: the salvage \
+                 writes it anew",
+            ));
+        }
+        if f.attr == super::publish::PENDING {
+            return Ok(Err("a pending file: removed, as an open removes it".into()));
+        }
         for (_, e, _) in &entries {
             self.taken.insert(e.start, e.len);
         }
-        let mut segs = v.segs.lock();
-        adopt_segment(&v.store, &f, &mut segs, &mut self.taken);
-        segs.hold(f.id, &f.map, v.block_size);
-        drop(segs);
         let end = entries
             .last()
             .map_or(0, |&(l, e, _)| (l + e.len) * v.block_size);
         let f = TableFile {
+            id: now,
             size: f.size.min(end),
             ..f
         };
         let mut replaced = Vec::new();
-        (tree.put(io, f.id, Some(file_body(&f)), &mut replaced)).map_err(|e| e.to_string())?;
-        // Its leaf was replaced already: the path changed, nothing more to retire.
-        debug_assert!(replaced.is_empty(), "{replaced:?}");
+        tree.put(io, now, Some(file_body(&f)), &mut replaced)?;
+        // A fresh id's leaf was another (read, then changed): retired with the mended ones.
+        v.meta.lock().mended.extend(replaced);
+        debug_assert!(
+            tree.get(io, now).is_ok_and(|b| b.is_some()),
+            "file {now} kept"
+        );
+        Ok(Ok(()))
+    }
+
+    /// Keeps each damaged entry whose map survived, under its own id if no file has it,
+    /// else under a fresh one (the salvage's `Kept::take`); reports the others lost.
+    fn take_damaged(
+        &mut self,
+        candidates: Vec<Candidate>,
+        tree: &mut Tree,
+        io: &mut VolIo<'_>,
+        out: &mut MendedLeaves,
+    ) -> Result<()> {
+        let before = out.recovered.len() + out.lost.len();
+        let offered = candidates.len();
+        for (f, bytes) in candidates {
+            let was = f.id;
+            let blocks = f.map.counts().1;
+            // The fresh id is drawn only for a file kept.
+            let own = self.wanted(was, tree, io)?;
+            let now = if own { was } else { self.next_id };
+            match self.keep(f, now, tree, io)? {
+                Ok(()) => {
+                    if !own {
+                        assert_eq!(self.fresh(), now, "the fresh id drawn");
+                    }
+                    out.recovered.push((now, was));
+                }
+                Err(why) => {
+                    out.lost_blocks += blocks;
+                    out.lost.push(LostEntry {
+                        bytes,
+                        id: Some(was),
+                        why,
+                    });
+                }
+            }
+        }
+        // Each damaged entry is kept or reported lost.
+        debug_assert_eq!(out.recovered.len() + out.lost.len(), before + offered);
         Ok(())
+    }
+
+    /// Restores from the previous checkpoint's tree (root `root`) each entry of the key
+    /// range `keys` that no file has now and whose map survived (its bytes may be older).
+    fn restore_previous(
+        &mut self,
+        root: NodeRef,
+        keys: (u64, Option<u64>),
+        tree: &mut Tree,
+        io: &mut VolIo<'_>,
+        out: &mut MendedLeaves,
+    ) -> Result<()> {
+        let first = out.restored.len();
+        for (id, body) in previous_range(io, root, keys)? {
+            let Ok(f) = decode_file(&body) else { continue };
+            if self.wanted(id, tree, io)? && self.keep(f, id, tree, io)?.is_ok() {
+                out.restored.push(id);
+            }
+        }
+        // What it restored lies in the range, each id once.
+        debug_assert!(out.restored[first..]
+            .iter()
+            .all(|&id| id >= keys.0 && keys.1.is_none_or(|hi| id < hi)));
+        debug_assert!(out.restored[first..].windows(2).all(|w| w[0] < w[1]));
+        Ok(())
+    }
+
+    /// A fresh id for a kept entry whose own is not free (the next the volume hands out).
+    fn fresh(&mut self) -> u64 {
+        let mut meta = self.vol.meta.lock();
+        let id = meta.next_id;
+        meta.next_id += 1;
+        self.next_id = meta.next_id;
+        debug_assert!(id > 0 && id < self.next_id);
+        id
     }
 }
 
@@ -143,6 +248,31 @@ impl Volume {
     /// anywhere on the device: the salvage scans for them).
     pub fn mend_unreadable_leaves(&self) -> Result<MendedLeaves> {
         let _closed = self.gate.write();
+        let (tree, mended) = {
+            let meta = self.meta.lock();
+            (meta.tree.clone(), meta.mended.len())
+        };
+        let segs = self.segs.lock().clone();
+        let result = self.mend_locked();
+        debug_assert!(
+            result.as_ref().is_err() || self.meta.lock().mended.len() >= mended,
+            "what the mend replaced waits for the checkpoint"
+        );
+        if result.is_err() {
+            // Changing nothing: the tree, what it replaced and the segments' accounts back
+            // (one lock at a time).
+            *self.segs.lock() = segs;
+            let mut meta = self.meta.lock();
+            meta.tree = tree;
+            meta.mended.truncate(mended);
+        }
+        result
+    }
+
+    /// [`Volume::mend_unreadable_leaves`] under the gate; on failure it may have changed
+    /// the tree in memory (the caller puts it back).
+    fn mend_locked(&self) -> Result<MendedLeaves> {
+        debug_assert!(self.gate.is_locked_exclusive(), "a mend, the gate open");
         let mut out = MendedLeaves::default();
         let (tree, stamp, previous) = {
             let meta = self.meta.lock();
@@ -190,30 +320,10 @@ impl Volume {
             meta.mended.extend(mended.iter().copied());
         }
         let mut keeper = Keeper::new(self)?;
-        for (f, bytes) in candidates {
-            let id = f.id;
-            if !keeper.wanted(id, &tree, &mut io)? {
-                continue;
-            }
-            match keeper.keep(f, &mut tree, &mut io) {
-                Ok(()) => out.recovered.push(id),
-                Err(why) => out.lost.push(LostEntry {
-                    bytes,
-                    id: Some(id),
-                    why,
-                }),
-            }
-        }
+        keeper.take_damaged(candidates, &mut tree, &mut io, &mut out)?;
         if let Some((root, _)) = previous {
             for b in &bad {
-                for (id, body) in previous_range(&mut io, root, b.keys)? {
-                    let Ok(f) = decode_file(&body) else { continue };
-                    if keeper.wanted(id, &tree, &mut io)?
-                        && keeper.keep(f, &mut tree, &mut io).is_ok()
-                    {
-                        out.restored.push(id);
-                    }
-                }
+                keeper.restore_previous(root, b.keys, &mut tree, &mut io, &mut out)?;
             }
         }
         let added = (out.recovered.len() + out.restored.len()) as u64;
@@ -306,14 +416,15 @@ fn previous_range(
     keys: (u64, Option<u64>),
 ) -> Result<Vec<(u64, Vec<u8>)>> {
     let mut out = Vec::new();
-    let mut stack = vec![(root, (0u64, None::<u64>))];
+    // Each node with the level its parent is at (a child must be below it: no cycle).
+    let mut stack = vec![(root, (0u64, None::<u64>), node::MAX_LEVEL + 1)];
     let overlaps = |r: (u64, Option<u64>)| {
         r.1.is_none_or(|hi| hi > keys.0) && keys.1.is_none_or(|hi| r.0 < hi)
     };
-    while let Some((at, range)) = stack.pop() {
+    while let Some((at, range, above)) = stack.pop() {
         let d = match io.read(at) {
-            Ok(d) => d,
-            Err(Error::Corrupt { .. }) => continue,
+            Ok(d) if d.level < above => d,
+            Ok(_) | Err(Error::Corrupt { .. }) => continue,
             Err(e) => return Err(e),
         };
         if d.level == 0 {
@@ -331,7 +442,7 @@ fn previous_range(
             let lo = if i == 0 { range.0 } else { c.first };
             let hi = children.get(i + 1).map(|n| n.first).or(range.1);
             if overlaps((lo, hi)) {
-                stack.push((c.at, (lo, hi)));
+                stack.push((c.at, (lo, hi), d.level));
             }
         }
     }

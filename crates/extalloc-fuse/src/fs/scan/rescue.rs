@@ -100,13 +100,18 @@ fn lost_found_dir(
 }
 
 /// Appends an add of `name -> ino` to directory `dir`'s log, after its last good record
-/// (a damaged tail is cut first, as mount's repair would). The add carries no kind (the
-/// record any build reads; `readdir` gives the entry as `DT_UNKNOWN` until a call reads
-/// the inode).
+/// (a damaged tail is cut first, as mount's repair would); a name the directory holds
+/// already (another inode's `#INODE` left there) gets `~` added until it is free, so no
+/// entry is overwritten. The add carries no kind (the record any build reads; `readdir`
+/// gives the entry as `DT_UNKNOWN` until a call reads the inode).
 fn link_into(vol: &Volume, dir: u64, name: &[u8], ino: u64) -> Result<(), String> {
     let mut scratch = NamespaceReport::default();
     let log = read_log(vol, dir, true, &mut scratch)?;
-    append(vol, dir, log.valid_bytes, &record(name, Some((ino, None))))
+    let mut name = name.to_vec();
+    while log.entries.contains_key(&name) {
+        name.push(b'~');
+    }
+    append(vol, dir, log.valid_bytes, &record(&name, Some((ino, None))))
         .map_err(|e| format!("cannot link inode {ino} into directory {dir}: {e}"))
 }
 
