@@ -248,9 +248,9 @@ impl Volume {
     /// anywhere on the device: the salvage scans for them).
     pub fn mend_unreadable_leaves(&self) -> Result<MendedLeaves> {
         let _closed = self.gate.write();
-        let (tree, mended) = {
+        let (tree, mended, next_id) = {
             let meta = self.meta.lock();
-            (meta.tree.clone(), meta.mended.len())
+            (meta.tree.clone(), meta.mended.len(), meta.next_id)
         };
         let segs = self.segs.lock().clone();
         let result = self.mend_locked();
@@ -259,12 +259,13 @@ impl Volume {
             "what the mend replaced waits for the checkpoint"
         );
         if result.is_err() {
-            // Changing nothing: the tree, what it replaced and the segments' accounts back
-            // (one lock at a time).
+            // Changing nothing: the tree, what it replaced, the ids it drew and the
+            // segments' accounts back (one lock at a time).
             *self.segs.lock() = segs;
             let mut meta = self.meta.lock();
             meta.tree = tree;
             meta.mended.truncate(mended);
+            meta.next_id = next_id;
         }
         result
     }
