@@ -211,21 +211,13 @@ pub fn repair_reporting(
         // Leaves of the file tree that did not read: mended from what survives, as the
         // salvage keeps it.
         Some((vol, maps_cleared, leaves)) => {
-            let journal_loss = vol.store().journal_loss();
-            let salvage = Salvage {
-                journal_loss,
+            let mut salvage = Salvage {
+                journal_loss: vol.store().journal_loss(),
                 journal_loss_earlier: vol.store().journal_loss_earlier(),
                 maps_cleared,
-                damaged_entries: (leaves.recovered.len() + leaves.lost.len()) as u64
-                    + leaves.uncounted,
-                recovered: (leaves.recovered.iter().copied())
-                    .chain(leaves.restored.iter().map(|&id| (id, id)))
-                    .collect(),
-                restored: leaves.restored,
-                lost: leaves.lost,
-                leaves_mended: leaves.leaves,
                 ..Salvage::default()
             };
+            leaves.report_into(&mut salvage);
             (vol, salvage)
         }
         None => Volume::open_salvaging_reporting(dev, policy, progress)

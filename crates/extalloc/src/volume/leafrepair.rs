@@ -3,21 +3,23 @@
 //! and each damaged leaf's key range rebuilt from what survives, with the salvage's rules
 //! (`salvage.rs`): the leaf's frames that check, as they are (all of them checked as
 //! damaged entries when the leaf is a whole node of another checkpoint); a damaged entry
-//! whose body decodes, if its map survived; and the previous checkpoint's entries for the
-//! range that neither gave, if their maps survived (their bytes may be older). Memory: one
-//! leaf at a time, the damaged ranges' entries, and every mapped extent (for the survival
-//! checks), never every file.
+//! whose body decodes, if its map survived (under a fresh id when its own is not free);
+//! and the previous checkpoint's entries for the range that neither gave, if their maps
+//! survived (their bytes may be older). A pending entry is not kept (an open removes it);
+//! one whose map lies outside the tree and survived sends the repair to the salvage,
+//! which writes such a map anew. Memory: one leaf at a time, the damaged ranges' entries,
+//! and every mapped extent (for the survival checks), never every file.
 //!
 //! Data structures: [`MendedLeaves`], the report. Invariant: afterwards every leaf of the
 //! tree in memory reads, no entry kept maps a block another file, the tree or a map
 //! segment holds, and the nodes replaced wait in `Meta::mended` for the next checkpoint to
-//! retire (owned until then). Locks: the gate for writing, then the meta and segs mutexes
-//! one at a time (never both).
+//! retire (owned until then). Locks: the gate for writing, then the meta mutex (briefly,
+//! never across a read).
 
 use super::node::{self, NodeRef};
-use super::salvage::{survived, LostEntry};
+use super::salvage::{survived, LostEntry, Salvage};
 use super::state::{FileTable, Volume};
-use super::table::{decode_file, file_body, salvage_table, table_header, TableFile};
+use super::table::{decode_file, file_body, TableFile};
 use super::tree::{LeafVisit, NodeIo, Tree};
 use super::treeio::VolIo;
 use crate::error::{Error, Result};
@@ -54,6 +56,22 @@ impl MendedLeaves {
     pub fn leaked_bound(&self) -> Option<u64> {
         let unknown = self.uncounted > 0 || self.lost.iter().any(|l| l.id.is_none());
         (!unknown).then_some(self.lost_blocks)
+    }
+
+    /// Puts what the mend found into `salvage` as the salvage reports the same entries
+    /// (damaged entries counted, kept ones in `recovered`, restored ones in both
+    /// `restored` and `recovered`, lost ones in `lost`), with the leaves mended.
+    pub fn report_into(self, salvage: &mut Salvage) {
+        salvage.damaged_entries += (self.recovered.len() + self.lost.len()) as u64 + self.uncounted;
+        salvage.recovered.extend(self.recovered);
+        salvage
+            .recovered
+            .extend(self.restored.iter().map(|&id| (id, id)));
+        salvage.restored.extend(self.restored);
+        salvage.lost.extend(self.lost);
+        salvage.leaves_mended.extend(self.leaves);
+        // Every leaf mended is reported, each kept entry once.
+        debug_assert!(salvage.recovered.len() >= salvage.restored.len());
     }
 }
 
@@ -252,16 +270,13 @@ impl Volume {
             let meta = self.meta.lock();
             (meta.tree.clone(), meta.mended.len(), meta.next_id)
         };
-        let segs = self.segs.lock().clone();
         let result = self.mend_locked();
         debug_assert!(
             result.as_ref().is_err() || self.meta.lock().mended.len() >= mended,
             "what the mend replaced waits for the checkpoint"
         );
         if result.is_err() {
-            // Changing nothing: the tree, what it replaced, the ids it drew and the
-            // segments' accounts back (one lock at a time).
-            *self.segs.lock() = segs;
+            // Changing nothing: the tree, what it replaced and the ids it drew back.
             let mut meta = self.meta.lock();
             meta.tree = tree;
             meta.mended.truncate(mended);
@@ -343,41 +358,31 @@ impl Volume {
     fn salvage_leaf(&self, b: &Bad, out: &mut MendedLeaves) -> (Items, Vec<Candidate>) {
         let raw = b.raw.as_deref().unwrap_or_default();
         let stale = node::is_stale(raw, b.at);
-        let mut bytes = table_header(0);
-        bytes.extend_from_slice(node::leaf_payload_unchecked(raw));
-        let s = salvage_table(&bytes);
-        let base = b.at.block * self.block_size + node::HEADER_BYTES as u64;
-        let header = table_header(0).len() as u64;
-        let shift = |r: std::ops::Range<u64>| {
-            let at = |x: u64| base + x.saturating_sub(header);
-            at(r.start)..at(r.end)
-        };
-        let routed = |id: u64| id >= b.keys.0 && b.keys.1.is_none_or(|hi| id < hi);
+        let payload = node::leaf_payload_unchecked(raw);
+        let frames = super::treeio::leaf_frames(payload, b.at, b.keys, self.block_size);
         let mut items = BTreeMap::new();
         let mut damaged = Vec::new();
-        for (f, p) in s.table.files.into_iter().zip(s.places) {
-            match (routed(f.id), stale) {
-                // A map outside the tree: the segments' accounts learn of it as a kept
-                // damaged entry's (an unmarked leaf holds none, so this is damage too).
-                (true, false) if f.map.segments().is_empty() => {
-                    _ = items.insert(f.id, file_body(&f));
-                }
-                (true, _) => damaged.push((f, shift(p))),
-                (false, _) => {}
+        for (f, bytes) in frames.intact {
+            // A stale leaf's frames are not this leaf's; a map outside the tree is damage in
+            // an unmarked leaf: both checked as damaged entries are (`Keeper::keep`).
+            if stale || !f.map.segments().is_empty() {
+                damaged.push((f, bytes));
+            } else {
+                items.insert(f.id, file_body(&f));
             }
         }
-        for d in s.damaged {
+        for d in frames.damaged {
             match d.file {
-                Some(f) if routed(f.id) => damaged.push((f, shift(d.bytes))),
-                Some(_) => {}
+                Some(f) => damaged.push((f, d.bytes)),
                 None => out.lost.push(LostEntry {
-                    bytes: shift(d.bytes),
+                    bytes: d.bytes,
                     id: None,
                     why: "its frame does not decode".into(),
                 }),
             }
         }
         // Only what the parent routes here, to keep as it is or to check.
+        let routed = |id: u64| id >= b.keys.0 && b.keys.1.is_none_or(|hi| id < hi);
         debug_assert!(items.keys().all(|&id| routed(id)));
         debug_assert!(damaged.iter().all(|(f, _)| routed(f.id)));
         (items, damaged)

@@ -506,7 +506,7 @@ pub(super) fn survived(
 /// if it is a segment named already, or (the file its only user) allocated and clear of
 /// everything `taken`. Any other (its reference damaged, though the map's crc matched) is
 /// left alone: never freed twice, nor over what something else holds.
-pub(super) fn adopt_segment(store: &Store, f: &TableFile, segs: &mut Segs, taken: &mut Ranges) {
+fn adopt_segment(store: &Store, f: &TableFile, segs: &mut Segs, taken: &mut Ranges) {
     for seg in f.map.segments() {
         let clear = taken.within(seg.start, seg.end()).is_empty()
             && store.allocator().check_held(seg).is_ok();

@@ -288,42 +288,26 @@ impl TreeTable {
     pub(super) fn salvage(&self, count: u64, bs: u64) -> Salvaged {
         let mut out = Salvaged::default();
         for l in &self.walked.leaves {
-            let mut bytes = table_header(0);
-            bytes.extend_from_slice(&l.payload);
-            let s = salvage_table(&bytes);
-            let base = l.at.block * bs + node::HEADER_BYTES as u64;
-            let shift = |r: Range<u64>| {
-                let at = |x: u64| base + x.saturating_sub(HEADER_BYTES as u64);
-                at(r.start)..at(r.end)
-            };
-            let routed = |id: u64| id >= l.keys.0 && l.keys.1.is_none_or(|hi| id < hi);
+            // A checked leaf's entries are all taken, wherever its keys lie.
+            let keys = if l.checked { (0, None) } else { l.keys };
+            let frames = leaf_frames(&l.payload, l.at, keys, bs);
             if l.checked {
-                debug_assert!(s.damaged.is_empty(), "a checked leaf's frames check");
-                out.places.extend(s.places.into_iter().map(shift));
-                out.table.files.extend(s.table.files);
-                continue;
+                debug_assert!(frames.damaged.is_empty(), "a checked leaf's frames check");
             }
-            for (f, p) in s.table.files.into_iter().zip(s.places) {
-                match (routed(f.id), l.stale) {
-                    (true, false) => {
-                        out.table.files.push(f);
-                        out.places.push(shift(p));
+            // A stale leaf's frames check yet are not this leaf's: each one as damaged.
+            for (file, bytes) in frames.intact {
+                match l.checked || !l.stale {
+                    true => {
+                        out.table.files.push(file);
+                        out.places.push(bytes);
                     }
-                    (true, true) => out.damaged.push(Damaged {
-                        bytes: shift(p),
-                        file: Some(f),
+                    false => out.damaged.push(Damaged {
+                        bytes,
+                        file: Some(file),
                     }),
-                    (false, _) => {}
                 }
             }
-            for d in s.damaged {
-                if d.file.as_ref().is_none_or(|f| routed(f.id)) {
-                    out.damaged.push(Damaged {
-                        bytes: shift(d.bytes),
-                        file: d.file,
-                    });
-                }
-            }
+            out.damaged.extend(frames.damaged);
         }
         out.retired_lost = !self.chain_read;
         if self.chain_read {
@@ -334,4 +318,46 @@ impl TreeTable {
         debug_assert_eq!(out.places.len(), out.table.files.len());
         out
     }
+}
+
+/// A leaf's frames, their places in device bytes: those whose own crc checks, and the
+/// damaged stretches; of a leaf that failed its check, only what the keys its parent routes
+/// to it (`keys`) take (a damaged stretch whose body does not decode is kept: its place is
+/// all anyone knows). A checked leaf's frames all check and are all routed there.
+pub(super) struct LeafFrames {
+    pub intact: Vec<(super::table::TableFile, Range<u64>)>,
+    pub damaged: Vec<Damaged>,
+}
+
+/// The frames of the leaf at `at` whose payload is `payload` (see [`LeafFrames`]), on
+/// blocks of `bs` bytes.
+pub(super) fn leaf_frames(
+    payload: &[u8],
+    at: NodeRef,
+    keys: (u64, Option<u64>),
+    bs: u64,
+) -> LeafFrames {
+    let mut bytes = table_header(0);
+    bytes.extend_from_slice(payload);
+    let s = salvage_table(&bytes);
+    let base = at.block * bs + node::HEADER_BYTES as u64;
+    let shift = |r: Range<u64>| {
+        let at = |x: u64| base + x.saturating_sub(HEADER_BYTES as u64);
+        at(r.start)..at(r.end)
+    };
+    let routed = |id: u64| id >= keys.0 && keys.1.is_none_or(|hi| id < hi);
+    let intact: Vec<_> = (s.table.files.into_iter().zip(s.places))
+        .filter(|(f, _)| routed(f.id))
+        .map(|(f, p)| (f, shift(p)))
+        .collect();
+    let damaged: Vec<_> = (s.damaged.into_iter())
+        .filter(|d| d.file.as_ref().is_none_or(|f| routed(f.id)))
+        .map(|d| Damaged {
+            bytes: shift(d.bytes),
+            file: d.file,
+        })
+        .collect();
+    // Only what the parent routes here, each in the leaf's payload.
+    debug_assert!(intact.iter().all(|(f, p)| routed(f.id) && p.start >= base));
+    LeafFrames { intact, damaged }
 }
