@@ -92,6 +92,8 @@ mod pending;
 #[cfg(test)]
 mod posix_tests;
 #[cfg(test)]
+mod repair_node_tests;
+#[cfg(test)]
 mod repair_page_tests;
 #[cfg(test)]
 mod repair_tests;

@@ -99,8 +99,10 @@ impl Fs {
             b".." => Ok(ns.dir(parent)?.parent),
             _ => ns.entry(parent, name),
         };
-        {
-            let ns = self.ns.read();
+        // A parent not in memory (named by number only: a file handle across a remount,
+        // or a caller of this API) is read back with the lock held for writing.
+        let ns = self.ns.read();
+        if ns.nodes.contains_key(&parent) {
             // A shelved directory's entries are read back with the lock held for writing
             // (`.` and `..` need none).
             let shelved = !dots && ns.dir(parent).is_ok_and(|d| d.shelved());
@@ -111,6 +113,7 @@ impl Fs {
                 return Ok(attr);
             }
         }
+        drop(ns);
         let mut ns = self.ns_write();
         // Again: a change may have come between the locks. `.` and `..` name the
         // directory by number (a file handle across a remount: `ondemand.rs`).
@@ -122,7 +125,10 @@ impl Fs {
                 ino
             }
             // A large shelved directory answers from its run (`runlookup.rs`).
-            _ => self.load_looked_up(&mut ns, parent, name)?,
+            _ => {
+                self.load_into(&mut ns, parent)?;
+                self.load_looked_up(&mut ns, parent, name)?
+            }
         };
         let attr = self.attr_of(&ns, ino)?;
         ns.node(ino)?.lookups.add();

@@ -451,6 +451,12 @@ fn directories_come_back_through_their_names() {
     // A directory two levels down, named by number after a remount (a file handle kept
     // across it): found from the root, its parent read back on the way.
     let deep = mkdir(&fs, e, "deep");
+    let inner = mkdir(&fs, deep, "inner");
+    fs.unmount().unwrap();
+    let (fs, _) = remount(&dev);
+    // A name looked up in it first: the lookup reads the directory back by number (it
+    // once said ENOENT, having looked for the directory in memory only).
+    assert_eq!(fs.lookup(deep, b"inner").unwrap().ino, inner);
     fs.unmount().unwrap();
     let (fs, _) = remount(&dev);
     assert_eq!(fs.lookup(deep, b".").unwrap().ino, deep);

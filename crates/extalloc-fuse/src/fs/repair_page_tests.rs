@@ -9,6 +9,7 @@ use super::*;
 use crate::repair::repair;
 use extalloc::disk::device::{Device, FaultDevice, MemDevice, OverlayDevice};
 use extalloc::disk::format::read_superblock;
+use extalloc::volume::MendedLeaves;
 use extalloc::Policy;
 use std::sync::Arc;
 
@@ -82,24 +83,31 @@ fn a_zeroed_tree_leaf_is_mended_from_the_previous_checkpoint() {
     vol.set_attr(f, &vol.attr(f).unwrap()).unwrap();
     vol.checkpoint().unwrap(); // its leaf written anew; the old one the previous tree's
     zero_leaf_of(vol, &dev, f);
-    let any: Arc<dyn Device> = Arc::new(OverlayDevice::new(dev.clone()));
-    let (vol, _, mended) = crate::repair::whole_volume(&any, &Policy::default()).expect("whole");
+    let mended = mended_in_a_page(&dev, FILES);
     assert_eq!((mended.leaves.len(), mended.intact), (1, 0), "{mended:?}");
     assert!(
         mended.restored.contains(&f) && mended.restored.len() > 5,
         "{mended:?}"
     );
-    let (in_memory, loaded, _) = vol.file_cache_figures();
-    assert!(
-        in_memory < FILES / 10 && loaded < FILES as u64 / 10,
-        "{in_memory} files in memory, {loaded} read, of {FILES}"
-    );
-    vol.store().abandon();
-    drop(vol);
     let r = repair(dev.clone(), Policy::default()).unwrap();
     assert_eq!(r.salvage.restored, mended.restored, "{r:?}");
     assert_600_repaired(&dev, None);
     assert!(extalloc::store::fsck::check(dev.as_ref()).unwrap().clean());
+}
+
+/// The page path's look at `dev` (under an overlay: nothing written), which must take it:
+/// what its mend did, after checking that fewer than a tenth of the `files` were read into
+/// memory for it.
+pub(super) fn mended_in_a_page(dev: &Arc<FaultDevice<MemDevice>>, files: usize) -> MendedLeaves {
+    let any: Arc<dyn Device> = Arc::new(OverlayDevice::new(dev.clone()));
+    let (vol, _, mended) = crate::repair::whole_volume(&any, &Policy::default()).expect("whole");
+    let (in_memory, loaded, _) = vol.file_cache_figures();
+    assert!(
+        in_memory < files / 10 && loaded < files as u64 / 10,
+        "{in_memory} files in memory, {loaded} read, of {files}"
+    );
+    vol.store().abandon();
+    mended
 }
 
 /// After a crash that left a pending file (made, written and checkpointed, never

@@ -63,11 +63,16 @@ impl Volume {
     /// what was lost), and the files a crash left pending left as they are (hidden from
     /// every listing) until [`Volume::remove_pending`], since the rebuild of the bitmaps
     /// ([`Volume::rebuild_allocation`]) must come before any free (a free into a group
-    /// held corrupt is refused). Fails as [`Volume::open`] does, but for the journal's
-    /// damage.
+    /// held corrupt is refused). A file tree that lost internal nodes (a node that does
+    /// not check under the root) opens with holes in their place when nothing the open
+    /// must read lies under them (no map outside the tree, no pending file, no file the
+    /// journal's records name): [`Volume::mend_unreadable_leaves`] must come next, and
+    /// until it fills them no checkpoint is written (a close fails with
+    /// [`Error::Corrupt`](crate::Error::Corrupt), writing nothing). Fails as
+    /// [`Volume::open`] does, but for the journal's damage and such holes.
     pub fn open_for_repair(dev: Arc<dyn Device>, policy: Policy) -> Result<Volume> {
         let (store, records) = Store::open_accepting_journal_loss(dev.clone(), policy)?;
-        Volume::open_store(store, dev.as_ref(), &records)
+        Volume::open_store(store, dev.as_ref(), &records, true)
     }
 
     /// Gives every file whose map does not read (a map segment, or the map's bytes in it,

@@ -233,6 +233,13 @@ impl Volume {
         changed: &[u64],
         dead: &[Extent],
     ) -> Result<(Tree, Area)> {
+        if meta.tree.as_ref().is_some_and(|t| t.holes() > 0) {
+            // Opened for a repair that has not mended them (`leafrepair.rs`).
+            return Err(super::record::corrupt(
+                "the file tree lost internal nodes that are not mended yet: run `extalloc \
+                 fsck --repair`",
+            ));
+        }
         let mut retire = Vec::new();
         let nb = node_blocks(self.block_size);
         // What a repair replaced (`leafrepair.rs`) goes with what this checkpoint replaces.

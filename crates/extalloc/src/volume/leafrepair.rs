@@ -7,8 +7,10 @@
 //! and the previous checkpoint's entries for the range that neither gave, if their maps
 //! survived (their bytes may be older). A pending entry is not kept (an open removes it);
 //! one whose map lies outside the tree and survived sends the repair to the salvage,
-//! which writes such a map anew. Memory: one leaf at a time, the damaged ranges' entries,
-//! and every mapped extent (for the survival checks), never every file.
+//! which writes such a map anew. An internal node the open lost (a hole, `walk.rs`) is
+//! filled from the salvage's scan of the device for the leaves under it (`nodescan.rs`),
+//! its entries taken as damaged ones. Memory: one leaf at a time, the damaged ranges'
+//! entries, and every mapped extent (for the survival checks), never every file.
 //!
 //! Data structures: [`MendedLeaves`], the report. Invariant: afterwards every leaf of the
 //! tree in memory reads, no entry kept maps a block another file, the tree or a map
@@ -17,13 +19,14 @@
 //! never across a read).
 
 use super::node::{self, NodeRef};
-use super::salvage::{survived, LostEntry, Salvage};
+use super::nodescan::{self, Lost};
+use super::salvage::{survived, LostEntry, Salvage, TreeScan};
 use super::state::{FileTable, Volume};
 use super::table::{decode_file, file_body, TableFile};
 use super::tree::{LeafVisit, NodeIo, Tree};
 use super::treeio::VolIo;
 use crate::error::{Error, Result};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// What [`Volume::mend_unreadable_leaves`] found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -47,6 +50,10 @@ pub struct MendedLeaves {
     /// Blocks the maps of the lost entries that decoded counted (at most what they leave
     /// owned by no one).
     pub lost_blocks: u64,
+    /// Internal nodes the open lost (a hole under the root: `walk.rs`), filled from a scan
+    /// of the device for the leaves under them, as the salvage's scan does
+    /// (`nodescan.rs`); `None` when none was lost.
+    pub tree_scan: Option<TreeScan>,
 }
 
 impl MendedLeaves {
@@ -54,7 +61,11 @@ impl MendedLeaves {
     /// that decoded; `None` when an entry was lost with its bytes (undecodable, or found
     /// nowhere), whose blocks no one can tell (the salvage keeps none of them either).
     pub fn leaked_bound(&self) -> Option<u64> {
-        let unknown = self.uncounted > 0 || self.lost.iter().any(|l| l.id.is_none());
+        // A lost node's subtree (its own internal nodes, the leaves the scan found) is
+        // owned by no one now, in a number no one counted.
+        let unknown = self.uncounted > 0
+            || self.lost.iter().any(|l| l.id.is_none())
+            || self.tree_scan.is_some();
         (!unknown).then_some(self.lost_blocks)
     }
 
@@ -70,6 +81,9 @@ impl MendedLeaves {
         salvage.restored.extend(self.restored);
         salvage.lost.extend(self.lost);
         salvage.leaves_mended.extend(self.leaves);
+        if self.tree_scan.is_some() {
+            salvage.tree_scan = self.tree_scan;
+        }
         // Every leaf mended is reported, each kept entry once.
         debug_assert!(salvage.recovered.len() >= salvage.restored.len());
     }
@@ -244,11 +258,13 @@ impl<'a> Keeper<'a> {
     }
 }
 
-/// A leaf that did not read: the keys its parent routes to it, where it lies, why, and its
-/// bytes if they read.
+/// A leaf that did not read (or, at a level above 0, an internal node the open lost: a
+/// hole): the keys its parent routes to it, where it lies, why, and its bytes if they
+/// read.
 struct Bad {
     keys: (u64, Option<u64>),
     at: NodeRef,
+    level: u8,
     why: Error,
     raw: Option<Vec<u8>>,
 }
@@ -260,6 +276,12 @@ impl Volume {
     /// does nothing is durable (a crash leaves the tree as it was). For a repair, right
     /// after [`Volume::open_for_repair`], before any other call; the bitmaps' rebuild
     /// ([`Volume::rebuild_allocation`]) then frees what the lost entries held.
+    ///
+    /// The internal nodes the open lost (holes: [`Volume::open_for_repair`]) are filled
+    /// from a scan of the device for the leaves under them (`nodescan.rs`: every group
+    /// holding an allocated block read once, a chunk at a time), each entry found a
+    /// damaged entry kept only if its map survived; memory grows with the entries under
+    /// the lost nodes, not with the file count.
     ///
     /// Fails, changing nothing, on an I/O error, and with [`Error::Corrupt`] on damage it
     /// does not mend: a leaf whose bytes are another volume's whole node (its keys may lie
@@ -304,8 +326,10 @@ impl Volume {
         let counted = tree.count();
         let (bad, good) = unreadable_leaves(&tree, &mut io)?;
         if bad.is_empty() {
+            debug_assert_eq!(tree.holes(), 0, "a hole reads as no leaf");
             return Ok(out);
         }
+        let (holes, bad): (Vec<Bad>, Vec<Bad>) = bad.into_iter().partition(|b| b.level > 0);
         for b in &bad {
             if b.raw.as_ref().is_some_and(|r| node::is_foreign(r, stamp)) {
                 return Err(super::record::corrupt(
@@ -314,8 +338,14 @@ impl Volume {
                 ));
             }
         }
+        // The tree's nodes as the open found them: a leaf the scan meets there is no lost one.
+        let read: BTreeSet<u64> = match holes.is_empty() {
+            true => BTreeSet::new(),
+            false => tree.nodes().iter().map(|n| n.block).collect(),
+        };
         // Each damaged leaf's frames that check, in place of the leaf; the rest to be
-        // checked against what everything else owns.
+        // checked against what everything else owns. Each hole an empty subtree, for the
+        // scan's entries.
         let mut mended = Vec::new();
         let mut candidates = Vec::new();
         let mut kept = 0u64;
@@ -326,9 +356,11 @@ impl Volume {
             tree.replace_leaf(b.keys.0, items, &mut mended);
             candidates.extend(damaged);
         }
+        for h in &holes {
+            tree.replace_subtree(h.keys.0, h.level, &mut mended);
+        }
         out.intact = kept;
         let found = good + kept + (candidates.len() + out.lost.len()) as u64;
-        out.uncounted = counted.saturating_sub(found);
         tree.recount(good + kept);
         {
             let mut meta = self.meta.lock();
@@ -336,6 +368,10 @@ impl Volume {
             meta.mended.extend(mended.iter().copied());
         }
         let mut keeper = Keeper::new(self)?;
+        let missing = counted.saturating_sub(found);
+        let scanned = self.scan_holes(&holes, (&read, missing), &mut keeper, &mut out)?;
+        out.uncounted = counted.saturating_sub(found + scanned.len() as u64);
+        candidates.extend(scanned);
         keeper.take_damaged(candidates, &mut tree, &mut io, &mut out)?;
         if let Some((root, _)) = previous {
             for b in &bad {
@@ -344,10 +380,61 @@ impl Volume {
         }
         let added = (out.recovered.len() + out.restored.len()) as u64;
         tree.recount(good + kept + added);
+        // Every leaf reads now (those mended are in memory), no hole is left, and what was
+        // kept is counted.
+        debug_assert!(out.leaves.len() == bad.len() && tree.holes() == 0);
+        debug_assert_eq!(out.tree_scan.is_some(), !holes.is_empty());
         self.meta.lock().tree = Some(tree);
-        // Every leaf reads now (those mended are in memory), and what was kept is counted.
-        debug_assert!(out.leaves.len() == bad.len() && !out.leaves.is_empty());
         Ok(out)
+    }
+
+    /// The entries under the `holes` (internal nodes the open lost), from a scan of the
+    /// device for the leaves under them (`nodescan.rs`, as the salvage's: the newest copy
+    /// of each key, no leaf of `read`, the tree's nodes; `missing`, the keys the tree
+    /// counted that were found nowhere else, decides whether free leaves are read too):
+    /// damaged entries, each kept only if its map survived. The leaves they came from are
+    /// taken, so no kept map claims them (owned by no one after the mend, they are freed
+    /// by the bitmaps' rebuild). Nothing, and no scan, when there is no hole.
+    fn scan_holes(
+        &self,
+        holes: &[Bad],
+        (read, missing): (&BTreeSet<u64>, u64),
+        keeper: &mut Keeper<'_>,
+        out: &mut MendedLeaves,
+    ) -> Result<Vec<Candidate>> {
+        if holes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let lost: Vec<Lost> = holes
+            .iter()
+            .map(|h| Lost {
+                keys: h.keys,
+                generation: h.at.generation,
+                block: h.at.block,
+                why: h.why.to_string(),
+            })
+            .collect();
+        let stamp = self.meta.lock().stamp;
+        let known = BTreeSet::new(); // the holes' ranges hold no key the open found
+        let sc = nodescan::scan(
+            &self.store,
+            self.dev.as_ref(),
+            &lost,
+            (read, &known, missing),
+            (stamp, &|_| {}),
+        )?;
+        for e in &sc.leaves {
+            keeper.taken.insert(e.start, e.len);
+        }
+        out.tree_scan = Some(super::salvage::scan::tree_scan(&lost, &sc));
+        let entries: Vec<Candidate> = (sc.entries.into_iter())
+            .filter_map(|d| d.file.map(|f| (f, d.bytes)))
+            .collect();
+        // Each entry lies in a hole's range.
+        debug_assert!(entries.iter().all(|(f, _)| lost
+            .iter()
+            .any(|l| f.id >= l.keys.0 && l.keys.1.is_none_or(|hi| f.id < hi))));
+        Ok(entries)
     }
 
     /// A damaged leaf's entries routed to it: those whose frames check (none if the leaf
@@ -400,6 +487,7 @@ fn unreadable_leaves(tree: &Tree, io: &mut VolIo<'_>) -> Result<(Vec<Bad>, u64)>
             Err((e @ Error::Corrupt { .. }, raw)) => bad.push(Bad {
                 keys: l.keys,
                 at: l.at.expect("a leaf in memory reads"),
+                level: l.level,
                 why: e,
                 raw,
             }),

@@ -44,10 +44,11 @@ pub(super) fn load(
     store: &Store,
     dev: &dyn Device,
     records: &[Record],
+    repair: bool,
 ) -> Result<(FileTable, Meta, Segs)> {
     let root = volume_root(store)?;
     if let Some(t) = root.tree.filter(TreeRoot::marks_whole) {
-        if let Some(loaded) = load_marked(store, dev, &root, &t, records)? {
+        if let Some(loaded) = load_marked(store, dev, &root, &t, (records, repair))? {
             return Ok(loaded);
         }
     }
@@ -83,18 +84,22 @@ pub(super) fn load(
 /// Every other file waits in the tree for a call that names it (`cache.rs`), and a
 /// damaged leaf is found then. `None` when an internal node, a marked leaf or the chain
 /// fails: the whole read ([`read_table`]) finds what is damaged and refuses, as it always
-/// has.
+/// has. With `repair`, a tree that lost only internal nodes under which nothing is marked
+/// (`walk.rs`, `Walked::partial`) is taken with holes in their place, for
+/// `Volume::mend_unreadable_leaves` to fill before anything else, unless a record names a
+/// file under one.
 fn load_marked(
     store: &Store,
     dev: &dyn Device,
     root: &Root,
     t: &TreeRoot,
-    records: &[Record],
+    (records, repair): (&[Record], bool),
 ) -> Result<Option<(FileTable, Meta, Segs)>> {
     let bs = u64::from(store.geometry().block_size);
     let mut io = super::treeio::VolIo::new(store, dev, t.stamp);
     let walked = super::walk::walk_marked(&mut io, t.root, node_bytes(bs), t.count)?;
-    let Some(tree) = walked.tree else {
+    let holes: Vec<(u64, Option<u64>)> = walked.lost.iter().map(|l| l.keys).collect();
+    let Some(tree) = walked.tree.or(walked.partial.filter(|_| repair)) else {
         return Ok(None);
     };
     let mut marked = Vec::new();
@@ -134,6 +139,11 @@ fn load_marked(
     let found = table_marked(&segs, &files);
     let changes = changes_of(records)?;
     let replayed: BTreeSet<u64> = changes.iter().filter_map(Change::file).collect();
+    let in_hole =
+        |id: &u64| (holes.iter()).any(|&(lo, hi)| *id >= lo && hi.is_none_or(|hi| *id < hi));
+    if replayed.iter().any(in_hole) {
+        return Ok(None); // a file the open must read lies under a lost node
+    }
     for &id in &replayed {
         if files.contains_key(&id) {
             continue;

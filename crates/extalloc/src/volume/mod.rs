@@ -145,7 +145,7 @@ pub use nodescan::ScanProgress;
 pub use page::ListPage;
 pub use path::DEFAULT_BLOCK_SIZE;
 pub use read::Advised;
-pub use salvage::{ClearedMap, FilePlace, LostEntry, Salvage, TreeScan};
+pub use salvage::{ClearedMap, FilePlace, LostEntry, Salvage, TreeNodePlace, TreeScan};
 pub use share::Privilege;
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use state::CHUNK_BLOCKS;
@@ -217,7 +217,7 @@ impl Volume {
     /// ([`Store::open`]); the volume's table and maps are not written.
     pub fn open(dev: Arc<dyn Device>, policy: Policy) -> Result<Volume> {
         let (store, records) = Store::open(dev.clone(), policy)?;
-        let vol = Volume::open_store(store, dev.as_ref(), &records)?;
+        let vol = Volume::open_store(store, dev.as_ref(), &records, false)?;
         // Files a crash left pending are removed; on a device that refuses writes they
         // stay, hidden, for the next open (`publish.rs`).
         let _ = vol.remove_pending();
@@ -225,13 +225,16 @@ impl Volume {
     }
 
     /// The volume on `store`, opened on `dev`, its journal's `records` replayed into the
-    /// file table; pending files kept.
+    /// file table; pending files kept. With `repair`, a file tree that lost only internal
+    /// nodes with nothing marked under them is opened with holes (`load.rs`), which no
+    /// checkpoint writes until [`Volume::mend_unreadable_leaves`] fills them.
     pub(super) fn open_store(
         store: Store,
         dev: &dyn Device,
         records: &[crate::disk::journal::Record],
+        repair: bool,
     ) -> Result<Volume> {
-        let loaded = load::load(&store, dev, records)?;
+        let loaded = load::load(&store, dev, records, repair)?;
         let vol = Volume::with_store(store, loaded)?;
         // Before anything commits: the runs a node needs, while a crash left them free.
         vol.fill_node_reserve();

@@ -190,6 +190,72 @@ fn a_damaged_internal_node_costs_no_file() {
     assert_no_block_shared(&vol);
 }
 
+/// Each file's id and attribute.
+type Attrs = Vec<(u64, Vec<u8>)>;
+
+/// A volume of 6,000 files whose tree has three levels, with one internal node under the
+/// root flipped (returned: its block), and each file's attribute.
+fn internal_node_flipped() -> (Arc<MemDevice>, Attrs, u64) {
+    let (dev, vol) = fresh();
+    let attr = |i: u64| format!("file {i:05} {}", "y".repeat(100)).into_bytes();
+    let files: Vec<(u64, Vec<u8>)> = (0..6000)
+        .map(|i| (vol.create(&attr(i)).unwrap(), attr(i)))
+        .collect();
+    vol.close().unwrap();
+    let tree = {
+        let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+        volume_root(vol.store()).unwrap().tree.unwrap()
+    };
+    let mut raw = vec![0u8; BS as usize];
+    dev.read_at(&mut raw, tree.root.block * BS).unwrap();
+    let d = node::decode(&raw, tree.root).unwrap();
+    assert_eq!(d.level, 2, "three levels");
+    let children = node::decode_children(&d, tree.root.generation).unwrap();
+    let inner = children[children.len() / 2].at;
+    poke(&dev, inner.block * BS + 200, |b| b ^ 0x40);
+    (dev, files, inner.block)
+}
+
+/// The same damage repaired a page at a time (`fsck --repair`'s page path): the open for
+/// repair takes the tree with a hole where the node was, refuses to write it until it is
+/// mended, and the mend fills it from the device scan: every file back, nothing lost, a
+/// clean volume after the bitmaps' rebuild, and the node's key range under new nodes.
+#[test]
+fn a_lost_internal_node_is_mended_without_every_file_in_memory() {
+    let (dev, files, inner) = internal_node_flipped();
+    assert!(Volume::open(dev.clone(), Policy::default()).is_err());
+    // No checkpoint writes a tree with a hole: the close fails and changes nothing.
+    let vol = Volume::open_for_repair(dev.clone(), Policy::default()).unwrap();
+    assert!(vol.close().is_err(), "a close before the mend");
+    let vol = Volume::open_for_repair(dev.clone(), Policy::default()).unwrap();
+    let mended = vol.mend_unreadable_leaves().unwrap();
+    let scan = mended.tree_scan.clone().expect("the holes scanned for");
+    assert_eq!(scan.nodes_lost.len(), 1, "{scan:?}");
+    assert_eq!(scan.nodes_lost[0].0, inner);
+    assert!(scan.entries > 100, "{scan:?}");
+    assert!(
+        mended.leaves.is_empty() && mended.lost.is_empty(),
+        "{mended:?}"
+    );
+    assert_eq!(mended.recovered.len() as u64, scan.entries);
+    assert!(mended.recovered.iter().all(|&(now, was)| now == was));
+    assert_eq!(
+        mended.leaked_bound(),
+        None,
+        "the subtree's blocks are not counted"
+    );
+    let c = vol.check().unwrap();
+    assert_eq!((c.mapped_free, c.mapped_twice), (0, 0), "{c:?}");
+    vol.rebuild_allocation().unwrap();
+    vol.close().unwrap();
+    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+    for (id, attr) in &files {
+        assert_eq!(&vol.attr(*id).unwrap(), attr, "file {id}");
+    }
+    assert_eq!(vol.file_count().unwrap(), files.len() as u64);
+    assert!(vol.check().unwrap().clean());
+}
+
 /// A tree of one leaf zeroed, with no copy of it held: as when a checkpoint that changed
 /// nothing freed the copy the last one replaced (seen in the damage campaign: the repair
 /// then refused the volume, no file left to hold an inode). The freed copy is made here

@@ -47,8 +47,8 @@ use std::sync::Arc;
 #[path = "salvage_report.rs"]
 mod report;
 #[path = "salvage_scan.rs"]
-mod scan;
-pub use report::{ClearedMap, FilePlace, LostEntry, Salvage, TreeScan};
+pub(super) mod scan;
+pub use report::{ClearedMap, FilePlace, LostEntry, Salvage, TreeNodePlace, TreeScan};
 
 impl Volume {
     /// Opens a damaged volume for repair: the store accepting a journal damaged in the
@@ -140,6 +140,26 @@ impl Volume {
         let table = adopt_all(&store, files)?;
         let vol = Volume::with_store(store, (table, meta, segs))?;
         Ok((vol, report))
+    }
+
+    /// Where the file tree's internal nodes lie, root first, as the volume holds them
+    /// (written ones only: a checkpoint writes the others), for a damage campaign's ground
+    /// truth beside [`Volume::places`] (whose entries lie in the leaves). Reads nothing:
+    /// the internal nodes stay in memory. Empty for a tree of one leaf.
+    pub fn tree_nodes(&self) -> Vec<TreeNodePlace> {
+        let meta = self.meta.lock();
+        let Some(tree) = meta.tree.as_ref() else {
+            return Vec::new();
+        };
+        let bytes = super::node::node_bytes(self.block_size) as u64;
+        let root = tree.root();
+        (tree.internal_places().into_iter())
+            .map(|(at, level)| TreeNodePlace {
+                bytes: at.block * self.block_size..at.block * self.block_size + bytes,
+                level,
+                root: root == Some(at),
+            })
+            .collect()
     }
 
     /// Where each file's metadata lives on the device, in id order (see [`FilePlace`]):

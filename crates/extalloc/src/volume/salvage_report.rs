@@ -118,6 +118,18 @@ pub struct FilePlace {
     pub map: Option<Range<u64>>,
 }
 
+/// Where one of the file tree's internal nodes lies ([`Volume::tree_nodes`](crate::volume::Volume::tree_nodes)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct TreeNodePlace {
+    /// Its device bytes.
+    pub bytes: Range<u64>,
+    /// Its level: 1 for a node whose children are leaves.
+    pub level: u8,
+    /// It is the tree's root.
+    pub root: bool,
+}
+
 impl Salvage {
     /// True if nothing was damaged.
     pub fn clean(&self) -> bool {

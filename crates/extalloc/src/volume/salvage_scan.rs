@@ -53,15 +53,7 @@ pub(super) fn scanned(
         (&read, &known, missing),
         (stamp, progress),
     )?;
-    report.tree_scan = Some(TreeScan {
-        nodes_lost: lost.iter().map(|l| (l.block, l.why.clone())).collect(),
-        blocks_read: sc.blocks_read,
-        leaves_found: sc.leaves_found.0,
-        freed_leaves_found: sc.leaves_found.1,
-        entries: sc.entries.len() as u64,
-        entries_freed: sc.entries_freed,
-        foreign_leaves: sc.foreign,
-    });
+    report.tree_scan = Some(tree_scan(lost, &sc));
     found.own.extend(sc.leaves);
     // A root with no magic, scanned as a leaf's bytes too: a stretch of it that decodes as
     // no file is an internal node's or zeros, no file lost (one lost there still counts
@@ -91,6 +83,20 @@ pub(super) fn scanned(
     // Only a tree's walk loses nodes; what the scan gave back is damaged, never intact.
     debug_assert!(root.tree.is_some() && report.table_damaged);
     Ok(())
+}
+
+/// What a scan for the leaves under the `lost` nodes found, as a repair reports it (the
+/// salvage's, and the page path's mend: `leafrepair.rs`).
+pub(in crate::volume) fn tree_scan(lost: &[Lost], sc: &nodescan::Scanned) -> TreeScan {
+    TreeScan {
+        nodes_lost: lost.iter().map(|l| (l.block, l.why.clone())).collect(),
+        blocks_read: sc.blocks_read,
+        leaves_found: sc.leaves_found.0,
+        freed_leaves_found: sc.leaves_found.1,
+        entries: sc.entries.len() as u64,
+        entries_freed: sc.entries_freed,
+        foreign_leaves: sc.foreign,
+    }
 }
 
 /// The damaged entries `s` took from the tree's root when the root's block holds a stale

@@ -89,6 +89,10 @@ pub(super) struct Tree {
     /// Its internal nodes were read from a root older than marks (or carry marks short of
     /// what the leaves hold): the next [`Tree::settle`] rewrites every one of them.
     stale_marks: bool,
+    /// Internal nodes lost where a repair's open found them (`walk.rs`, `Walked::partial`):
+    /// unloaded slots above the leaves' level, each mended before any write
+    /// (`Tree::replace_subtree`); no checkpoint writes a tree with holes.
+    holes: usize,
 }
 
 /// Bytes a leaf's entry takes.
@@ -205,6 +209,7 @@ impl Tree {
             size,
             count: 0,
             stale_marks: false,
+            holes: 0,
         }
     }
 
@@ -218,7 +223,23 @@ impl Tree {
             size,
             count,
             stale_marks,
+            holes: 0,
         }
+    }
+
+    /// A durable tree read with `holes` internal nodes lost (`walk.rs`): their slots stay
+    /// unloaded, for a repair to mend ([`Tree::replace_subtree`]) before any write.
+    pub(super) fn with_holes(root: Slot, size: usize, count: u64, holes: usize) -> Tree {
+        assert!(holes > 0, "a tree with holes has one");
+        Tree {
+            holes,
+            ..Tree::from_root(root, size, count, false)
+        }
+    }
+
+    /// Internal nodes lost and not mended yet ([`Tree::with_holes`]).
+    pub(super) fn holes(&self) -> usize {
+        self.holes
     }
 
     /// What the tree's entries hold that an open needs (`node::MARK_*`), as written.
@@ -305,6 +326,7 @@ impl Tree {
         io: &mut dyn NodeIo,
         replaced: &mut Vec<NodeRef>,
     ) -> Result<()> {
+        assert_eq!(self.holes, 0, "a tree with lost nodes not mended settled");
         if self.stale_marks {
             // Every internal node written again, with its children's marks.
             self.root.open_internal(replaced);
@@ -433,6 +455,21 @@ impl Tree {
             }
         }
         Ok(())
+    }
+
+    /// Each durable internal node's place and level, root first (a walk of memory: they
+    /// are all loaded).
+    pub(super) fn internal_places(&self) -> Vec<(NodeRef, u8)> {
+        let mut out = Vec::new();
+        let mut stack = vec![&self.root];
+        while let Some(s) = stack.pop() {
+            if let Some(Mem::Internal { children, level }) = s.mem.as_deref() {
+                out.extend(s.at.map(|at| (at, *level)));
+                stack.extend(children.iter());
+            }
+        }
+        debug_assert!(out.iter().all(|&(_, l)| l > 0));
+        out
     }
 
     /// Every durable node's place (for the volume's own blocks), root first.

@@ -23,6 +23,9 @@ pub(in crate::volume) struct LeafVisit {
     pub keys: (u64, Option<u64>),
     /// Where it lies (`None`: changed in memory since the last write).
     pub at: Option<NodeRef>,
+    /// The level its parent names it at: 0, or above for an internal node a repair's
+    /// open lost (a hole: [`Tree::replace_subtree`]).
+    pub level: u8,
     /// Its entries, checked; or why it did not read, with its bytes if they read.
     pub read: LeafRead,
 }
@@ -36,15 +39,16 @@ impl Tree {
         io: &mut dyn NodeIo,
         f: &mut dyn FnMut(LeafVisit) -> Result<()>,
     ) -> Result<()> {
-        let mut stack = vec![(&self.root, (0u64, None::<u64>))];
+        // Each slot with its keys and the level its parent names it at.
+        let mut stack = vec![(&self.root, (0u64, None::<u64>), self.root.level())];
         let mut last: Option<u64> = None;
-        while let Some((s, keys)) = stack.pop() {
+        while let Some((s, keys, level)) = stack.pop() {
             let read = match s.mem.as_deref() {
-                Some(Mem::Internal { children, .. }) => {
+                Some(Mem::Internal { children, level }) => {
                     for (i, c) in children.iter().enumerate().rev() {
                         let lo = if i == 0 { keys.0 } else { c.first };
                         let hi = children.get(i + 1).map(|n| n.first).or(keys.1);
-                        stack.push((c, (lo, hi)));
+                        stack.push((c, (lo, hi), level - 1));
                     }
                     continue;
                 }
@@ -54,9 +58,12 @@ impl Tree {
             // Leaves come in key order, each routed keys above the last one's.
             debug_assert!(last.is_none_or(|l| l < keys.0), "{last:?} then {keys:?}");
             last = Some(keys.0);
+            // Only a hole stands unloaded above the leaves.
+            debug_assert!(level == 0 || (s.mem.is_none() && self.holes > 0));
             f(LeafVisit {
                 keys,
                 at: s.at,
+                level,
                 read,
             })?;
         }
@@ -96,6 +103,48 @@ impl Tree {
         }
         // The path is changed, the leaf loaded with what it now holds.
         debug_assert!(self.root.at.is_none() && slot_holds(&self.root, key, added));
+    }
+
+    /// Fills the hole (an internal node of `level` a repair's open lost: [`Tree::holes`])
+    /// that `key` is routed to with an empty subtree of that level, in memory: a chain of
+    /// one child a level down to an empty leaf, which [`Tree::put`] fills and
+    /// [`Tree::settle`] shapes (splits what outgrew a node, drops what stayed empty). Its
+    /// place and those of the nodes above it go to `replaced`, as [`Tree::replace_leaf`]'s.
+    pub(in crate::volume) fn replace_subtree(
+        &mut self,
+        key: u64,
+        level: u8,
+        replaced: &mut Vec<NodeRef>,
+    ) {
+        assert!(
+            self.holes > 0 && level > 0,
+            "a hole of level {level} to fill"
+        );
+        let mut slot = &mut self.root;
+        loop {
+            if let Some(at) = slot.at.take() {
+                replaced.push(at);
+            }
+            slot.marks = 0;
+            if slot.mem.is_none() {
+                let mut chain = Slot::leaf(BTreeMap::new());
+                for l in 1..=level {
+                    chain = Slot::internal(l, vec![chain]);
+                }
+                slot.mem = chain.mem;
+                break;
+            }
+            match Arc::make_mut(slot.mem.as_mut().expect("loaded")) {
+                Mem::Internal { children, .. } => {
+                    let i = children.partition_point(|c| c.first <= key).max(1) - 1;
+                    slot = &mut children[i];
+                }
+                Mem::Leaf(_) => unreachable!("a hole lies under internal nodes"),
+            }
+        }
+        self.holes -= 1;
+        // The hole is an empty subtree of its level now.
+        debug_assert!(slot_holds(&self.root, key, 0));
     }
 
     /// Sets the count of keys (after [`Tree::replace_leaf`]: the caller counted the

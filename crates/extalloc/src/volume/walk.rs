@@ -41,6 +41,18 @@ pub(super) struct LostNode {
     pub keys: (u64, Option<u64>),
     /// Why it failed.
     pub why: String,
+    /// Its level and marks as its parent names them (`None`: the root).
+    pub said: Option<(u8, u8)>,
+}
+
+impl LostNode {
+    /// An internal node its parent names with no marks: nothing under it is what an open
+    /// must read (no map outside the tree, no pending file), so a tree that lost only such
+    /// nodes can be opened for repair with holes in their place ([`Walked::partial`]).
+    fn unmarked_internal(&self) -> bool {
+        self.said
+            .is_some_and(|(level, marks)| level > 0 && marks == 0)
+    }
 }
 
 /// What [`walk`] read of a durable tree.
@@ -54,6 +66,11 @@ pub(super) struct Walked {
     pub nodes: Vec<NodeRef>,
     /// The tree, to change by later checkpoints: only if every node checked.
     pub tree: Option<Tree>,
+    /// A marked walk's tree with holes where it lost internal nodes, when every lost node
+    /// is an unmarked internal one ([`LostNode::unmarked_internal`]) and everything else
+    /// checked: for a repair, which mends the holes before anything else
+    /// (`leafrepair.rs`); no checkpoint writes a tree with holes ([`Tree::holes`]).
+    pub partial: Option<Tree>,
 }
 
 /// Which leaves a walk reads.
@@ -96,6 +113,7 @@ fn walk_with(
         lost: Vec::new(),
         nodes: Vec::new(),
         tree: None,
+        partial: None,
     };
     let mut stale = false;
     let slot = walk_node(
@@ -115,9 +133,17 @@ fn walk_with(
         w.leaves.len(),
         w.nodes.len()
     );
-    if w.lost.is_empty() && w.leaves.iter().all(|l| l.checked) && trusted {
-        w.tree = Some(Tree::from_root(slot, size, count, stale));
+    if w.leaves.iter().all(|l| l.checked) && trusted {
+        if w.lost.is_empty() {
+            w.tree = Some(Tree::from_root(slot, size, count, stale));
+        } else if leaves == Leaves::Marked && w.lost.iter().all(LostNode::unmarked_internal) {
+            let holes = w.lost.len();
+            w.partial = Some(Tree::with_holes(slot, size, count, holes));
+        }
     }
+    // A tree with holes only where unmarked internal nodes were lost; a whole one without.
+    debug_assert!(w.partial.as_ref().is_none_or(|t| t.holes() == w.lost.len()));
+    debug_assert!(w.tree.is_none() || w.lost.is_empty());
     Ok(w)
 }
 
@@ -161,7 +187,7 @@ fn walk_node(
         Ok(d) => d,
         Err(e) => {
             let foreign = raw.as_ref().is_ok_and(|b| node::is_foreign(b, stamp));
-            return walk_failed((raw, foreign), at, level, (first, keys), e, w);
+            return walk_failed((raw, foreign), at, said, (first, keys), e, w);
         }
     };
     w.nodes.push(at);
@@ -185,6 +211,7 @@ fn walk_node(
                 at,
                 keys,
                 why: e.to_string(),
+                said,
             });
             return Ok(Slot::durable(first, at, 0, None));
         }
@@ -220,11 +247,12 @@ fn walk_node(
 fn walk_failed(
     (raw, foreign): (Result<Vec<u8>>, bool),
     at: NodeRef,
-    level: Option<u8>,
+    said: Option<(u8, u8)>,
     (first, keys): (u64, (u64, Option<u64>)),
     e: crate::error::Error,
     w: &mut Walked,
 ) -> Result<Slot> {
+    let level = said.map(|(l, _)| l);
     let leaf = match level {
         Some(l) => l == 0,
         None => raw
@@ -239,6 +267,7 @@ fn walk_failed(
             at,
             keys,
             why: e.to_string(),
+            said,
         });
         w.nodes.push(at); // the tree's place, as its parent (or the root) names it
         return Ok(Slot::durable(first, at, 0, None));
@@ -252,6 +281,7 @@ fn walk_failed(
             at,
             keys,
             why: e.to_string(),
+            said,
         });
     }
     if leaf {
@@ -270,6 +300,7 @@ fn walk_failed(
             at,
             keys,
             why: e.to_string(),
+            said,
         });
     }
     debug_assert!(w.leaves.last().is_some_and(|l| l.at == at) || !w.lost.is_empty());
