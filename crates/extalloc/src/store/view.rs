@@ -28,6 +28,11 @@ impl<'a> AllocatorView<'a> {
         self.files.allocator()
     }
 
+    /// Group `g`'s runs of blocks marked used (see [`Allocator::used_runs`]).
+    pub(crate) fn used_runs(&self, g: u64) -> crate::error::Result<Vec<crate::geometry::Extent>> {
+        self.alloc().used_runs(g)
+    }
+
     /// `Ok` if every block of `extent` is allocated (or in a group held corrupt).
     pub(crate) fn check_held(&self, extent: crate::geometry::Extent) -> crate::error::Result<()> {
         self.alloc().check_held(extent)

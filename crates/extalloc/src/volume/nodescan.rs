@@ -2,10 +2,10 @@
 //! loses an internal node (or the root itself) that does not check, the entries under it
 //! are not lost with it; the leaves that hold them still lie on the device, whole, each
 //! naming its own block and the checkpoint that wrote it (`node.rs`). As `btrfs rescue`
-//! and `xfs_repair` do, the scan reads every group that holds an allocated block (and, if
-//! that leaves keys of the root's count missing, the empty groups too), keeps each whole
-//! leaf no newer than the lost node, and gives back the entries of the lost key ranges
-//! from the newest copy of each.
+//! and `xfs_repair` do, the scan reads the blocks the bitmaps mark used (a group held
+//! corrupt whole) and, if that leaves keys of the root's count missing, every other block
+//! too, keeps each whole leaf no newer than the lost node, and gives back the entries of
+//! the lost key ranges from the newest copy of each.
 //!
 //! "This volume's": a leaf counts only if the volume's stamp vouches for it (`node::Stamp`:
 //! it carries the stamp of the root, or is older than the stamp and carries none), so a
@@ -42,15 +42,15 @@ use std::collections::BTreeSet;
 use std::ops::Range;
 
 /// How far the salvage's scan of the device for the file tree's leaves has gone
-/// (`Volume::open_salvaging_reporting`): it reads every group holding an allocated block,
-/// so on a large device it takes a while (about 2 s per GiB used on a 500 MB/s disk).
+/// (`Volume::open_salvaging_reporting`): it reads every block marked used, so on a large
+/// device it takes a while (about 2 s per GiB used on a 500 MB/s disk).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ScanProgress {
     /// Blocks read so far.
     pub blocks_read: u64,
-    /// Blocks the scan will read: those of the groups holding an allocated block, and,
-    /// once it finds keys still missing after them, those of the empty groups too (so the
-    /// figure may grow once).
+    /// Blocks the scan will read: those marked used (every block of a group held
+    /// corrupt), and, once it finds keys still missing after them, every block of the
+    /// device (so the figure may grow once).
     pub blocks_to_read: u64,
 }
 
@@ -112,10 +112,10 @@ struct Found {
     held: bool,
 }
 
-/// Reads every group holding an allocated block (or held corrupt) for whole leaves that
-/// `read` (the nodes the walk read) does not name, and gives back the entries of the
+/// Reads every block marked used (every block of a group held corrupt) for whole leaves
+/// that `read` (the nodes the walk read) does not name, and gives back the entries of the
 /// `lost` ranges (see the module documentation); if that gives fewer than `missing`, the
-/// groups with no block allocated too. Only leaves `stamp` vouches for count (every leaf,
+/// other blocks too. Only leaves `stamp` vouches for count (every leaf,
 /// for a root older than stamps). Tells `progress` how far it has read after each chunk.
 /// Fails only on a read error.
 pub(super) fn scan(
@@ -137,31 +137,41 @@ pub(super) fn scan(
     let empty: Vec<bool> = (0..g.groups_count())
         .map(|gr| store.group_free_blocks(gr) >= g.group_len(gr) && !corrupt.contains(&gr))
         .collect();
+    // The first pass reads the blocks marked used (a group held corrupt whole), the second
+    // the rest (`pass_runs`).
+    let kind = |gr: u64| (corrupt.contains(&gr), empty[gr as usize]);
     let mut to_read = 0;
+    for gr in 0..g.groups_count() {
+        to_read += (pass_runs(store, gr, (false, kind(gr)))?.iter())
+            .map(|e| e.len)
+            .sum::<u64>();
+    }
     for pass in [false, true] {
-        if pass && newest_copies(&found, lost, (known, missing), bs).0.len() as u64 >= missing {
-            break; // every key found without the empty groups
+        if pass {
+            if newest_copies(&found, lost, (known, missing), bs).0.len() as u64 >= missing {
+                break; // every key found in the blocks marked used
+            }
+            to_read = g.blocks_count;
         }
-        let groups = (0..g.groups_count()).filter(|&gr| empty[gr as usize] == pass);
-        to_read += groups.map(|gr| g.group_len(gr)).sum::<u64>();
-        for group in (0..g.groups_count()).filter(|&gr| empty[gr as usize] == pass) {
-            let (start, len) = (g.group_start(group), g.group_len(group));
-            let mut b = start;
-            while b < start + len {
-                let n = CHUNK_BLOCKS.min(start + len - b);
-                out.blocks_read += n;
-                let within = (read, newest, stamp);
-                out.foreign += leaves_in(store, dev, (b, n), within, &mut found)?;
-                b += n;
-                progress(ScanProgress {
-                    blocks_read: out.blocks_read,
-                    blocks_to_read: to_read,
-                });
+        for group in 0..g.groups_count() {
+            for run in pass_runs(store, group, (pass, kind(group)))? {
+                let mut b = run.start;
+                while b < run.end() {
+                    let n = CHUNK_BLOCKS.min(run.end() - b);
+                    out.blocks_read += n;
+                    let within = (read, newest, stamp);
+                    out.foreign += leaves_in(store, dev, (b, n), within, &mut found)?;
+                    b += n;
+                    progress(ScanProgress {
+                        blocks_read: out.blocks_read,
+                        blocks_to_read: to_read,
+                    });
+                }
             }
         }
     }
-    // Each pass read every block of its groups, as `progress` was told it would.
-    debug_assert_eq!(out.blocks_read, to_read, "every group of each pass read");
+    // Each pass read every block it meant to, as `progress` was told.
+    debug_assert_eq!(out.blocks_read, to_read, "every block of each pass read");
     let held = found.iter().filter(|f| f.held).count() as u64;
     out.leaves_found = (held, found.len() as u64 - held);
     let nb = node::node_blocks(bs);
@@ -170,6 +180,44 @@ pub(super) fn scan(
     out.entries_freed = freed;
     out.leaves = leaves.into_iter().map(|b| Extent::new(b, nb)).collect();
     Ok(out)
+}
+
+/// The runs of group `group` a pass of the scan reads: the first pass (`second` false) the
+/// blocks the bitmap marks used, the whole group if it is held `corrupt` (its bitmap is not
+/// trusted) and none if its count says it is `empty` (its bitmap not loaded); the second
+/// the others.
+fn pass_runs(
+    store: &Store,
+    group: u64,
+    (second, (corrupt, empty)): (bool, (bool, bool)),
+) -> Result<Vec<Extent>> {
+    let g = store.geometry();
+    let whole = Extent::new(g.group_start(group), g.group_len(group));
+    if corrupt || empty {
+        return Ok(if second == empty {
+            vec![whole]
+        } else {
+            Vec::new()
+        });
+    }
+    let used = store.allocator().used_runs(group)?;
+    if !second {
+        return Ok(used);
+    }
+    let mut free = Vec::new();
+    let mut at = whole.start;
+    for u in used.iter().chain([&Extent::new(whole.end(), 0)]) {
+        if u.start > at {
+            free.push(Extent::new(at, u.start - at));
+        }
+        at = at.max(u.end());
+    }
+    // The two passes' runs cover the group once.
+    debug_assert_eq!(
+        free.iter().chain(&used).map(|e| e.len).sum::<u64>(),
+        whole.len
+    );
+    Ok(free)
 }
 
 /// The whole leaves that start in blocks `first .. first + n`, not in `read`, no newer
