@@ -365,8 +365,15 @@ fn data_places(truth: &mut Truth, vol: &Volume) -> Result<()> {
 }
 
 /// Each file's entry in the durable file table and its map in a map segment
-/// ([`Volume::places`]): places of those kinds, and the file's own.
+/// ([`Volume::places`]): places of those kinds, and the file's own; the file tree's
+/// internal nodes ([`Volume::tree_nodes`]), no file's own.
 fn table_places(truth: &mut Truth, vol: &Volume) -> Result<()> {
+    let nodes = vol.tree_nodes().into_iter().map(|n| n.bytes);
+    truth
+        .places
+        .entry(MetaKind::TreeNodes)
+        .or_default()
+        .extend(nodes);
     for p in vol.places()? {
         let own = truth.own.entry(p.id).or_default();
         if !p.table.is_empty() {

@@ -28,6 +28,8 @@ pub(crate) enum MetaKind {
     Descriptors,
     Bitmaps,
     FileTable,
+    /// The file tree's internal nodes, its root among them (the leaves are `FileTable`'s).
+    TreeNodes,
     MapSegments,
     JournalRecords,
     DirLogs,
@@ -44,6 +46,7 @@ impl MetaKind {
             MetaKind::Descriptors => "descriptors",
             MetaKind::Bitmaps => "bitmaps",
             MetaKind::FileTable => "file_table",
+            MetaKind::TreeNodes => "tree_nodes",
             MetaKind::MapSegments => "map_segments",
             MetaKind::JournalRecords => "journal_records",
             MetaKind::DirLogs => "dir_logs",

@@ -538,33 +538,6 @@ impl Allocator {
         Ok(())
     }
 
-    /// Group `g`'s runs of blocks its bitmap marks used (allocated, reserved, or freed and
-    /// pending), as device extents in order: what a scan for the volume's own nodes reads
-    /// first (`volume/nodescan.rs`). Changes nothing.
-    pub(crate) fn used_runs(&self, g: u64) -> Result<Vec<Extent>> {
-        let shard = self.stats.shard();
-        let state = self.lock_group(g, shard)?;
-        let start = self.geometry.group_start(g);
-        let len = state.bitmap.len_blocks();
-        let mut out = Vec::new();
-        let mut at = 0u32;
-        for (free, n) in state.bitmap.free_runs(0) {
-            if free > at {
-                out.push(Extent::new(start + u64::from(at), u64::from(free - at)));
-            }
-            at = free + n;
-        }
-        if at < len {
-            out.push(Extent::new(start + u64::from(at), u64::from(len - at)));
-        }
-        // The runs are the blocks not free, each once.
-        debug_assert_eq!(
-            out.iter().map(|e| e.len).sum::<u64>(),
-            u64::from(len - state.bitmap.free_blocks())
-        );
-        Ok(out)
-    }
-
     /// Hands reserved blocks to the caller: from here on they count as allocated (the
     /// journal records them; a checkpoint writes them home). Only the accounting changes:
     /// the blocks were marked used when reserved.

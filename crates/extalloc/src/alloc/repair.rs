@@ -1,6 +1,7 @@
 //! Repair: replacing a group's bitmap with one rebuilt from who owns each block
 //! (`extalloc fsck --repair`, through `Store::rebuild_allocation`); and holding a group
-//! corrupt when an owner's map names blocks its bitmap holds free (`hold_owned`).
+//! corrupt when an owner's map names blocks its bitmap holds free (`hold_owned`); and a
+//! group's used runs, read for a repair's scan of the device (`used_runs`).
 //!
 //! # Data structures
 //!
@@ -84,6 +85,33 @@ impl Allocator {
         self.publish_mirrors(g, &state, shard);
         self.mark_home_dirty(g);
         debug_assert!(!self.corrupt.contains(g) && state.bitmap.free_blocks() == new_free);
+        Ok(out)
+    }
+
+    /// Group `g`'s runs of blocks its bitmap marks used (allocated, reserved, or freed and
+    /// pending), as device extents in order: what a scan for the volume's own nodes reads
+    /// first (`volume/nodescan.rs`). Changes nothing.
+    pub(crate) fn used_runs(&self, g: u64) -> Result<Vec<Extent>> {
+        let shard = self.stats.shard();
+        let state = self.lock_group(g, shard)?;
+        let start = self.geometry.group_start(g);
+        let len = state.bitmap.len_blocks();
+        let mut out = Vec::new();
+        let mut at = 0u32;
+        for (free, n) in state.bitmap.free_runs(0) {
+            if free > at {
+                out.push(Extent::new(start + u64::from(at), u64::from(free - at)));
+            }
+            at = free + n;
+        }
+        if at < len {
+            out.push(Extent::new(start + u64::from(at), u64::from(len - at)));
+        }
+        // The runs are the blocks not free, each once.
+        debug_assert_eq!(
+            out.iter().map(|e| e.len).sum::<u64>(),
+            u64::from(len - state.bitmap.free_blocks())
+        );
         Ok(out)
     }
 

@@ -22,7 +22,6 @@
 //! table).
 
 use super::file::{Ranges, ReplayFile};
-use super::io::MAX_FILE_BYTES;
 use super::load::{
     adopt_all, adopt_tree, changes_of, previous_table, read_table, replay, segs_of, volume_root,
     TableRead,
@@ -37,7 +36,6 @@ use super::table::{Salvaged, TableFile};
 use crate::alloc::Policy;
 use crate::disk::device::Device;
 use crate::error::{Error, Result};
-use crate::files::LOGICAL_BLOCKS_MAX;
 use crate::geometry::Extent;
 use crate::store::Store;
 use std::collections::BTreeMap;
@@ -48,7 +46,11 @@ use std::sync::Arc;
 mod report;
 #[path = "salvage_scan.rs"]
 pub(super) mod scan;
+#[path = "salvage_survival.rs"]
+mod survival;
 pub use report::{ClearedMap, FilePlace, LostEntry, Salvage, TreeNodePlace, TreeScan};
+pub(super) use survival::survived;
+use survival::{journal_by_file, survived_after, Journal};
 
 impl Volume {
     /// Opens a damaged volume for repair: the store accepting a journal damaged in the
@@ -90,7 +92,11 @@ impl Volume {
         report.retired_lost = s.retired_lost;
         let mut segs = segs_of(&s.table, u64::from(store.geometry().block_size));
         let mut files = read_all_maps(&store, dev.as_ref(), &s.table.files, &mut report);
-        let mut kept = Kept::default();
+        let changes = changes_of(&records)?;
+        let mut kept = Kept {
+            journal: journal_by_file(&changes),
+            ..Kept::default()
+        };
         kept.take(
             &store,
             dev.as_ref(),
@@ -112,7 +118,6 @@ impl Volume {
                 &mut report,
             );
         }
-        let changes = changes_of(&records)?;
         report.changes_skipped = skipped(&files, &changes);
         let (mut files, mut meta, mut segs) =
             replay(&store, dev.as_ref(), &root, files, segs, changes)?;
@@ -310,9 +315,17 @@ struct Kept {
     /// To get a fresh id once the journal's changes are applied: `(id named, entry's
     /// device bytes, file)`.
     fresh: Vec<(u64, Range<u64>, ReplayFile)>,
+    /// The journal's changes by file: an entry kept under its own id is judged on the map
+    /// its file has once they are applied (`salvage_survival.rs`).
+    journal: Journal,
 }
 
 impl Kept {
+    /// The journal's changes to file `id`, in order.
+    fn journal_of(&self, id: u64) -> &[Change] {
+        self.journal.get(&id).map_or(&[], Vec::as_slice)
+    }
+
     /// Takes from the table in the other area (the previous checkpoint's, or the frames a
     /// checkpoint cut short had written) every file the damaged table lost: an id no file
     /// has now, below `next_id`, whose map survived (as a damaged entry's must). Its
@@ -339,10 +352,11 @@ impl Kept {
             if known || f.id == 0 || f.id >= root.next_id {
                 continue;
             }
-            let Ok(entries) = survived(store, dev, f, &taken) else {
+            let judged = survived_after(store, dev, f, (&taken, self.journal_of(f.id)));
+            let Ok((entries, after)) = judged else {
                 continue; // gone since (its blocks freed or taken), or never whole
             };
-            entries
+            after
                 .iter()
                 .for_each(|(_, e, _)| taken.insert(e.start, e.len));
             adopt_segment(store, f, segs, &mut taken);
@@ -382,14 +396,17 @@ impl Kept {
                 });
                 continue;
             };
-            match survived(store, dev, f, &taken) {
-                Ok(entries) => {
-                    entries
+            // Kept under its own id, the journal's changes to that id are its own.
+            let own = f.id != 0 && f.id < root.next_id && !files.contains_key(&f.id);
+            let journal = if own { self.journal_of(f.id) } else { &[] };
+            match survived_after(store, dev, f, (&taken, journal)) {
+                Ok((entries, after)) => {
+                    after
                         .iter()
                         .for_each(|(_, e, _)| taken.insert(e.start, e.len));
                     adopt_segment(store, f, segs, &mut taken);
                     let rf = kept_file(f, entries, bs);
-                    if f.id != 0 && f.id < root.next_id && !files.contains_key(&f.id) {
+                    if own {
                         self.now.insert(f.id, (f.id, bytes));
                         files.insert(f.id, rf);
                     } else {
@@ -488,37 +505,6 @@ fn taken_of(files: &BTreeMap<u64, ReplayFile>, own: &[Extent], segs: &Segs) -> R
     own.iter().for_each(|a| taken.insert(a.start, a.len));
     segs.all().for_each(|s| taken.insert(s.start, s.len));
     taken
-}
-
-/// A damaged entry's map, if it survived: read (a segment's checked against its crc),
-/// logical ranges sorted and disjoint, every extent on the device outside its metadata,
-/// allocated, and overlapping nothing `taken`.
-pub(super) fn survived(
-    store: &Store,
-    dev: &dyn Device,
-    f: &TableFile,
-    taken: &Ranges,
-) -> std::result::Result<Vec<MapEntry>, String> {
-    let entries = read_map(store, dev, f.id, &f.map).map_err(|e| e.to_string())?;
-    let bs = u64::from(store.geometry().block_size);
-    let largest = MAX_FILE_BYTES.div_ceil(bs).min(LOGICAL_BLOCKS_MAX);
-    let mut next = 0u64;
-    for &(l, e, _) in &entries {
-        let end = l.checked_add(e.len);
-        let end = end.filter(|&end| l >= next && e.len > 0 && end <= largest);
-        next = end.ok_or_else(|| format!("logical block {l} out of order or too far"))?;
-        store
-            .check_not_metadata(e)
-            .map_err(|err| format!("maps {}+{}: {err}", e.start, e.len))?;
-        if !taken.within(e.start, e.end()).is_empty() {
-            return Err(format!("maps {}+{}, which is in use", e.start, e.len));
-        }
-        store
-            .allocator()
-            .check_held(e)
-            .map_err(|err| format!("maps {}+{}: {err}", e.start, e.len))?;
-    }
-    Ok(entries)
 }
 
 /// Names a kept damaged file's map segment (or its map's own runs), so the next

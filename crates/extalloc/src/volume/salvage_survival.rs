@@ -1,0 +1,108 @@
+//! Whether a damaged entry's map survived, for the salvage and the page path's mend
+//! ([`survived`]), and judged on the map its file has once the journal's changes to it are
+//! applied ([`survived_after`]): a directory whose log moved after the last checkpoint
+//! (its old blocks freed by a journal change, which the store replayed) names blocks
+//! that are free as of the checkpoint's map, not as of the journal's.
+//!
+//! Data structures: [`Journal`], the journal's changes by the file they name. Invariant:
+//! an entry survives only if every extent of the map judged lies outside the device's
+//! metadata, in logical order, allocated, and clear of everything taken. Locks: none (the
+//! volume is not shared yet, or its gate is held for writing).
+
+use super::super::file::{apply, Ranges};
+use super::super::io::MAX_FILE_BYTES;
+use super::super::maps::read_map;
+use super::super::record::{Change, MapEntry};
+use super::super::table::TableFile;
+use super::kept_file;
+use crate::disk::device::Device;
+use crate::files::LOGICAL_BLOCKS_MAX;
+use crate::store::Store;
+use std::collections::BTreeMap;
+
+/// The journal's changes by the file they name, each file's in order.
+pub(super) type Journal = BTreeMap<u64, Vec<Change>>;
+
+/// `changes` by the file they name (those naming none left out).
+pub(super) fn journal_by_file(changes: &[Change]) -> Journal {
+    let mut out = Journal::new();
+    for c in changes {
+        if let Some(id) = c.file() {
+            out.entry(id).or_default().push(c.clone());
+        }
+    }
+    // Every change naming a file is kept once.
+    debug_assert_eq!(
+        out.values().map(Vec::len).sum::<usize>(),
+        changes.iter().filter(|c| c.file().is_some()).count()
+    );
+    out
+}
+
+/// A damaged entry's map, if it survived: read (a segment's checked against its crc),
+/// logical ranges sorted and disjoint, every extent on the device outside its metadata,
+/// allocated, and overlapping nothing `taken`.
+pub(in crate::volume) fn survived(
+    store: &Store,
+    dev: &dyn Device,
+    f: &TableFile,
+    taken: &Ranges,
+) -> std::result::Result<Vec<MapEntry>, String> {
+    let entries = read_map(store, dev, f.id, &f.map).map_err(|e| e.to_string())?;
+    check_map(store, &entries, taken)?;
+    Ok(entries)
+}
+
+/// [`survived`], judged on the map `f`'s file has once `changes` (the journal's changes
+/// to it, in order) are applied: the map read (to keep: the replay applies the changes
+/// again) and the map after them (what the file will hold: none if they unlink it).
+pub(super) fn survived_after(
+    store: &Store,
+    dev: &dyn Device,
+    f: &TableFile,
+    (taken, changes): (&Ranges, &[Change]),
+) -> std::result::Result<(Vec<MapEntry>, Vec<MapEntry>), String> {
+    let entries = read_map(store, dev, f.id, &f.map).map_err(|e| e.to_string())?;
+    if changes.is_empty() {
+        check_map(store, &entries, taken)?;
+        return Ok((entries.clone(), entries));
+    }
+    let bs = u64::from(store.geometry().block_size);
+    let mut one = BTreeMap::from([(f.id, kept_file(f, entries.clone(), bs))]);
+    for c in changes {
+        debug_assert_eq!(c.file(), Some(f.id), "a change to another file");
+        apply(&mut one, c.clone());
+    }
+    let after: Vec<MapEntry> = (one.remove(&f.id).into_iter())
+        .flat_map(|rf| rf.maps.into_iter().map(|(l, (e, u))| (l, e, u)))
+        .collect();
+    check_map(store, &after, taken)?;
+    Ok((entries, after))
+}
+
+/// The checks of [`survived`] on map `entries`.
+fn check_map(
+    store: &Store,
+    entries: &[MapEntry],
+    taken: &Ranges,
+) -> std::result::Result<(), String> {
+    let bs = u64::from(store.geometry().block_size);
+    let largest = MAX_FILE_BYTES.div_ceil(bs).min(LOGICAL_BLOCKS_MAX);
+    let mut next = 0u64;
+    for &(l, e, _) in entries {
+        let end = l.checked_add(e.len);
+        let end = end.filter(|&end| l >= next && e.len > 0 && end <= largest);
+        next = end.ok_or_else(|| format!("logical block {l} out of order or too far"))?;
+        store
+            .check_not_metadata(e)
+            .map_err(|err| format!("maps {}+{}: {err}", e.start, e.len))?;
+        if !taken.within(e.start, e.end()).is_empty() {
+            return Err(format!("maps {}+{}, which is in use", e.start, e.len));
+        }
+        store
+            .allocator()
+            .check_held(e)
+            .map_err(|err| format!("maps {}+{}: {err}", e.start, e.len))?;
+    }
+    Ok(())
+}
