@@ -182,7 +182,9 @@ pub fn repair(dev: Arc<dyn Device>, policy: Policy) -> Result<RepairReport, Stri
 
 /// [`repair`], telling `progress` how far the scan of the device for the file tree's
 /// leaves has gone, when the tree lost a node and the salvage runs one
-/// ([`Volume::open_salvaging_reporting`]): on a large device the repair's one long step.
+/// ([`Volume::open_salvaging_reporting`]) or the page path's mend does
+/// ([`Volume::mend_unreadable_leaves_reporting`]: twice, the look then the repair): on a
+/// large device the repair's one long step.
 pub fn repair_reporting(
     dev: Arc<dyn Device>,
     policy: Policy,
@@ -203,7 +205,9 @@ pub fn repair_reporting(
     // watch of its heartbeat can tell gone would be watched twice (the look, then the
     // open): such a volume is salvaged, which watches once.
     let at_once = !before.in_use || before.owner_gone;
-    let whole = at_once.then(|| whole_volume(&dev, &policy)).flatten();
+    let whole = at_once
+        .then(|| whole_volume(&dev, &policy, progress))
+        .flatten();
     let (vol, salvage) = match whole {
         // A journal damaged in the middle: the records before the damage replayed (as the
         // salvage does), the groups later ones touch held corrupt until the rebuild.
@@ -272,34 +276,39 @@ pub fn repair_reporting(
 /// salvage clears them (the files read as holes) and returned. The repair of such a
 /// volume (after a crash, of its allocation, of a superblock copy, a map segment, or
 /// its namespace) then holds a page of files at a time instead of every file (the
-/// salvaging open's memory grows with the file count). `None`: salvage it.
+/// salvaging open's memory grows with the file count). `None`: salvage it. A lost
+/// internal node's scan of the device tells `progress` how far it has gone (twice: the
+/// look, then the repair).
 pub(crate) fn whole_volume(
     dev: &Arc<dyn Device>,
     policy: &Policy,
+    progress: &dyn Fn(ScanProgress),
 ) -> Option<(Volume, Vec<ClearedMap>, MendedLeaves)> {
     let view: Arc<dyn Device> = Arc::new(OverlayDevice::new(dev.clone()));
     let looked = Volume::open_for_repair(view, policy.clone()).ok()?;
-    let whole = looked.mend_unreadable_leaves().is_ok_and(|mended| {
-        looked.clear_unreadable_maps().is_ok_and(|cleared| {
-            // The blocks the cleared maps named are owned by no one now: leaked, and no
-            // more; so are the mended leaves' lost entries' blocks (as many as their maps
-            // counted, or any number when an entry was lost with its bytes: the salvage
-            // can keep none of those either).
-            let named: u64 = cleared.iter().map(|&(_, blocks, _)| blocks).sum();
-            let lost = mended.leaked_bound();
-            let leaked_allowed = |leaked| lost.is_none_or(|l| leaked <= named + l);
-            (looked.check()).is_ok_and(|c| {
-                c.mapped_free == 0 && c.mapped_twice == 0 && leaked_allowed(c.leaked)
+    let whole = looked
+        .mend_unreadable_leaves_reporting(progress)
+        .is_ok_and(|mended| {
+            looked.clear_unreadable_maps().is_ok_and(|cleared| {
+                // The blocks the cleared maps named are owned by no one now: leaked, and no
+                // more; so are the mended leaves' lost entries' blocks (as many as their maps
+                // counted, or any number when an entry was lost with its bytes: the salvage
+                // can keep none of those either).
+                let named: u64 = cleared.iter().map(|&(_, blocks, _)| blocks).sum();
+                let lost = mended.leaked_bound();
+                let leaked_allowed = |leaked| lost.is_none_or(|l| leaked <= named + l);
+                (looked.check()).is_ok_and(|c| {
+                    c.mapped_free == 0 && c.mapped_twice == 0 && leaked_allowed(c.leaked)
+                })
             })
-        })
-    });
+        });
     // Its changes lie in the overlay's memory only.
     let _ = looked.close();
     if !whole {
         return None;
     }
     let vol = Volume::open_for_repair(dev.clone(), policy.clone()).ok()?;
-    let mended = vol.mend_unreadable_leaves().ok()?;
+    let mended = vol.mend_unreadable_leaves_reporting(progress).ok()?;
     let cleared = vol.clear_unreadable_maps().ok()?;
     let cleared = cleared
         .into_iter()

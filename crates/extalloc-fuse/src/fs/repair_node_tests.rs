@@ -6,7 +6,7 @@ use super::repair_page_tests::mended_in_a_page;
 use super::repair_tests::flip;
 use super::tests::{device, fresh, mkdir, node, remount, ME};
 use super::*;
-use crate::repair::repair;
+use crate::repair::{repair, repair_reporting};
 use extalloc::disk::device::{FaultDevice, MemDevice};
 use extalloc::Policy;
 use std::sync::Arc;
@@ -50,8 +50,24 @@ fn a_lost_file_tree_node_is_mended_a_page_at_a_time() {
     let scan = mended.tree_scan.clone().expect("the hole scanned for");
     assert_eq!(scan.nodes_lost.len(), 1, "{mended:?}");
     assert!(mended.lost.is_empty() && scan.entries > 100, "{mended:?}");
-    let r = repair(dev.clone(), Policy::default()).unwrap();
+    // The scan's progress told as it goes, up to every block it read (the look's, then
+    // the repair's).
+    let told = std::sync::Mutex::new(Vec::new());
+    let r = repair_reporting(dev.clone(), Policy::default(), &|p| {
+        told.lock().unwrap().push(p)
+    })
+    .unwrap();
     assert_eq!(r.salvage.tree_scan, mended.tree_scan, "{r:?}");
+    let told = told.into_inner().unwrap();
+    let read = mended.tree_scan.as_ref().unwrap().blocks_read;
+    let ends = told
+        .iter()
+        .filter(|p| p.blocks_read == p.blocks_to_read)
+        .count();
+    assert!(
+        ends == 2 && told.iter().all(|p| p.blocks_to_read == read),
+        "{told:?}"
+    );
     let (fs, _) = remount(&dev);
     for i in 0..FILES {
         fs.lookup(dirs[i % 10], format!("f{i}").as_bytes())

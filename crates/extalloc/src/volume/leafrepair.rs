@@ -19,7 +19,7 @@
 //! never across a read).
 
 use super::node::{self, NodeRef};
-use super::nodescan::{self, Lost};
+use super::nodescan::{self, Lost, ScanProgress};
 use super::salvage::{survived, LostEntry, Salvage, TreeScan};
 use super::state::{FileTable, Volume};
 use super::table::{decode_file, file_body, TableFile};
@@ -287,12 +287,23 @@ impl Volume {
     /// does not mend: a leaf whose bytes are another volume's whole node (its keys may lie
     /// anywhere on the device: the salvage scans for them).
     pub fn mend_unreadable_leaves(&self) -> Result<MendedLeaves> {
+        self.mend_unreadable_leaves_reporting(&|_| {})
+    }
+
+    /// [`Volume::mend_unreadable_leaves`], telling `progress` how far the scan of the
+    /// device for the leaves under a lost internal node has gone (it runs only then: on a
+    /// large device the mend's one long step), after each 256 blocks read. It leaves what
+    /// [`Volume::mend_unreadable_leaves`] leaves.
+    pub fn mend_unreadable_leaves_reporting(
+        &self,
+        progress: &dyn Fn(ScanProgress),
+    ) -> Result<MendedLeaves> {
         let _closed = self.gate.write();
         let (tree, mended, next_id) = {
             let meta = self.meta.lock();
             (meta.tree.clone(), meta.mended.len(), meta.next_id)
         };
-        let result = self.mend_locked();
+        let result = self.mend_locked(progress);
         debug_assert!(
             result.as_ref().is_err() || self.meta.lock().mended.len() >= mended,
             "what the mend replaced waits for the checkpoint"
@@ -309,7 +320,7 @@ impl Volume {
 
     /// [`Volume::mend_unreadable_leaves`] under the gate; on failure it may have changed
     /// the tree in memory (the caller puts it back).
-    fn mend_locked(&self) -> Result<MendedLeaves> {
+    fn mend_locked(&self, progress: &dyn Fn(ScanProgress)) -> Result<MendedLeaves> {
         debug_assert!(self.gate.is_locked_exclusive(), "a mend, the gate open");
         let mut out = MendedLeaves::default();
         let (tree, stamp, previous) = {
@@ -369,7 +380,8 @@ impl Volume {
         }
         let mut keeper = Keeper::new(self)?;
         let missing = counted.saturating_sub(found);
-        let scanned = self.scan_holes(&holes, (&read, missing), &mut keeper, &mut out)?;
+        let read = (&read, missing);
+        let scanned = self.scan_holes(&holes, read, (&mut keeper, progress), &mut out)?;
         out.uncounted = counted.saturating_sub(found + scanned.len() as u64);
         candidates.extend(scanned);
         keeper.take_damaged(candidates, &mut tree, &mut io, &mut out)?;
@@ -399,7 +411,7 @@ impl Volume {
         &self,
         holes: &[Bad],
         (read, missing): (&BTreeSet<u64>, u64),
-        keeper: &mut Keeper<'_>,
+        (keeper, progress): (&mut Keeper<'_>, &dyn Fn(ScanProgress)),
         out: &mut MendedLeaves,
     ) -> Result<Vec<Candidate>> {
         if holes.is_empty() {
@@ -421,7 +433,7 @@ impl Volume {
             self.dev.as_ref(),
             &lost,
             (read, &known, missing),
-            (stamp, &|_| {}),
+            (stamp, progress),
         )?;
         for e in &sc.leaves {
             keeper.taken.insert(e.start, e.len);
