@@ -102,6 +102,11 @@ pub(super) struct Scanned {
     /// Whole leaves found that the volume's stamp does not vouch for (another volume's),
     /// left out.
     pub foreign: u64,
+    /// The key spans the held leaves claimed (each from its least to its greatest key of a
+    /// lost range, where no newer leaf had claimed): a key inside one that no leaf gave
+    /// is one the tree no longer held (removed since an older copy), which no older table
+    /// should give back.
+    pub held_spans: Ranges,
 }
 
 /// A whole leaf found on the device.
@@ -175,8 +180,9 @@ pub(super) fn scan(
     let held = found.iter().filter(|f| f.held).count() as u64;
     out.leaves_found = (held, found.len() as u64 - held);
     let nb = node::node_blocks(bs);
-    let (entries, leaves, freed) = newest_copies(&found, lost, (known, missing), bs);
+    let (entries, leaves, freed, held_spans) = newest_copies(&found, lost, (known, missing), bs);
     out.entries = entries;
+    out.held_spans = held_spans;
     out.entries_freed = freed;
     out.leaves = leaves.into_iter().map(|b| Extent::new(b, nb)).collect();
     Ok(out)
@@ -272,7 +278,8 @@ fn leaves_in(
 
 /// The entries of the `lost` ranges from the newest copy of each key among `found`, as
 /// damaged entries (device bytes), none of `known` (the walk found them); the blocks of the
-/// leaves that gave any; how many came from free leaves. Leaves the allocator holds come
+/// leaves that gave any; how many came from free leaves; the spans the held leaves
+/// claimed ([`Scanned::held_spans`]). Leaves the allocator holds come
 /// first, newest first; a free leaf (an older copy a checkpoint freed) is read only while
 /// fewer than `missing` keys were given, and gives only keys no leaf before it spans.
 fn newest_copies(
@@ -280,12 +287,13 @@ fn newest_copies(
     lost: &[Lost],
     (known, missing): (&BTreeSet<u64>, u64),
     bs: u64,
-) -> (Vec<Damaged>, Vec<u64>, u64) {
+) -> (Vec<Damaged>, Vec<u64>, u64, Ranges) {
     let mut order: Vec<&Found> = found.iter().collect();
     order.sort_by_key(|f| (!f.held, std::cmp::Reverse(f.at.generation), f.at.block));
     // Key spans claimed so far (a lookup and an insert cost a logarithm of the spans,
     // whatever the number of leaves).
     let mut spans = Ranges::default();
+    let mut held_spans = Ranges::default();
     let mut given: BTreeSet<u64> = BTreeSet::new();
     let mut entries = Vec::new();
     let (mut leaves, mut freed) = (Vec::new(), 0);
@@ -323,16 +331,23 @@ fn newest_copies(
         }
         if let Some((lo, hi)) = span {
             spans.insert(lo, hi - lo + 1);
+            if f.held {
+                held_spans.insert(lo, hi - lo + 1);
+            }
         }
     }
     // No key given back twice, each in a lost range.
     debug_assert_eq!(given.len(), entries.len());
-    (entries, leaves, freed)
+    (entries, leaves, freed, held_spans)
 }
 
 #[cfg(test)]
 #[path = "nodescan_tests.rs"]
 mod volume_tests;
+
+#[cfg(test)]
+#[path = "nodescan_salvage_tests.rs"]
+mod salvage_tests;
 
 #[cfg(test)]
 mod tests {
@@ -369,7 +384,7 @@ mod tests {
 
     fn given(found: Vec<Found>, lost: &[Lost]) -> Vec<(u64, u64)> {
         let none = BTreeSet::new();
-        let (entries, _, _) = newest_copies(&found, lost, (&none, u64::MAX), 4096);
+        let (entries, _, _, _) = newest_copies(&found, lost, (&none, u64::MAX), 4096);
         let mut out: Vec<(u64, u64)> = entries
             .iter()
             .map(|d| (d.file.as_ref().unwrap().id, d.bytes.start / 4096))
@@ -424,7 +439,7 @@ mod tests {
         ];
         let all = [lost((0, None), 9)];
         let none = BTreeSet::new();
-        let (entries, leaves, freed) = newest_copies(&found, &all, (&none, u64::MAX), 4096);
+        let (entries, leaves, freed, _) = newest_copies(&found, &all, (&none, u64::MAX), 4096);
         let ids: Vec<u64> = entries
             .iter()
             .map(|d| d.file.as_ref().unwrap().id)
@@ -438,14 +453,14 @@ mod tests {
         let found = vec![leaf(10, 3, &[4, 6]), leaf_held(20, 5, &[1, 7], false)];
         let all = [lost((0, None), 9)];
         // Two keys missing, the held leaf gives both: the free copy is not read.
-        let (entries, _, freed) = newest_copies(&found, &all, (&BTreeSet::new(), 2), 4096);
+        let (entries, _, freed, _) = newest_copies(&found, &all, (&BTreeSet::new(), 2), 4096);
         assert_eq!((entries.len(), freed), (2, 0));
         // Three missing: the free copy gives what the held leaf does not span.
-        let (entries, _, freed) = newest_copies(&found, &all, (&BTreeSet::new(), 3), 4096);
+        let (entries, _, freed, _) = newest_copies(&found, &all, (&BTreeSet::new(), 3), 4096);
         assert_eq!((entries.len(), freed), (4, 2));
         // A key the walk found is never given again.
         let known = BTreeSet::from([6]);
-        let (entries, _, _) = newest_copies(&found, &all, (&known, 1), 4096);
+        let (entries, _, _, _) = newest_copies(&found, &all, (&known, 1), 4096);
         let ids: Vec<u64> = entries
             .iter()
             .map(|d| d.file.as_ref().unwrap().id)

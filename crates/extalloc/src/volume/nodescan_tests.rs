@@ -14,7 +14,7 @@ use crate::volume::{node, table, Volume};
 use std::sync::Arc;
 
 /// A fresh volume of 8,192 blocks of 4 KiB.
-fn fresh() -> (Arc<MemDevice>, Volume) {
+pub(super) fn fresh() -> (Arc<MemDevice>, Volume) {
     let dev = Arc::new(MemDevice::new(8192 * BS));
     let geometry = Geometry::new(4096, 1024, 8192).unwrap();
     let vol = Volume::mkfs(dev.clone(), &geometry, 64, Policy::default()).unwrap();
@@ -37,14 +37,14 @@ fn leaf_payload(ids: impl Iterator<Item = u64>, attr: &[u8]) -> Vec<u8> {
 }
 
 /// `n` empty files made on `vol`, file `i` with the attribute "`name` `i`".
-fn made(vol: &Volume, n: u64, name: &str) -> Vec<u64> {
+pub(super) fn made(vol: &Volume, n: u64, name: &str) -> Vec<u64> {
     (0..n)
         .map(|i| vol.create(format!("{name} {i}").as_bytes()).unwrap())
         .collect()
 }
 
 /// No block is mapped while free, nor by two files.
-fn assert_no_block_shared(vol: &Volume) {
+pub(super) fn assert_no_block_shared(vol: &Volume) {
     let c = vol.check().unwrap();
     assert_eq!((c.mapped_free, c.mapped_twice), (0, 0), "{c:?}");
 }
@@ -254,43 +254,6 @@ fn a_lost_internal_node_is_mended_without_every_file_in_memory() {
     }
     assert_eq!(vol.file_count().unwrap(), files.len() as u64);
     assert!(vol.check().unwrap().clean());
-}
-
-/// The root lost after a file's map moved (truncated to nothing and written anew: the
-/// journal's changes free its old blocks, and the store's replay frees them) and before the
-/// next checkpoint: the scan gives back its entry as that checkpoint left it, naming the
-/// freed blocks. Judged on the map the journal's changes give it, it is kept with its new
-/// bytes (it was lost, and every change to it skipped, which cost a directory and every
-/// name under it in the damage campaign).
-#[test]
-fn a_scanned_entry_is_judged_on_the_map_the_journal_gives_it() {
-    let (dev, vol) = fresh();
-    let moved = vol.create(b"moved").unwrap();
-    vol.write(moved, 0, &[1u8; 40_000]).unwrap();
-    let ids = made(&vol, 300, &"x".repeat(100));
-    vol.close().unwrap();
-    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
-    let root = volume_root(vol.store()).unwrap().tree.unwrap().root;
-    let before = vol.extents(moved).unwrap();
-    vol.truncate(moved, 0).unwrap();
-    vol.write(moved, 0, &[3u8; 20_000]).unwrap();
-    vol.sync().unwrap();
-    assert_ne!(
-        vol.extents(moved).unwrap()[0].extent.start,
-        before[0].extent.start
-    );
-    vol.store().abandon(); // a crash: the changes stay in the journal
-    drop(vol);
-    poke(&dev, root.block * BS + 100, |b| b ^ 0x40);
-    let (vol, report) = Volume::open_salvaging(dev.clone(), Policy::default()).unwrap();
-    assert!(report.tree_scan.is_some(), "{report:?}");
-    assert!(report.lost.is_empty(), "{report:?}");
-    assert_eq!(report.changes_skipped, 0, "{report:?}");
-    let vol = settle(&dev, vol);
-    assert_eq!(vol.size(moved).unwrap(), 20_000);
-    assert!(vol.read(moved, 0, 20_000).unwrap() == [3u8; 20_000]);
-    assert_eq!(vol.file_count().unwrap(), 1 + ids.len() as u64);
-    assert_no_block_shared(&vol);
 }
 
 /// A tree of one leaf zeroed, with no copy of it held: as when a checkpoint that changed

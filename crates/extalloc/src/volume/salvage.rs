@@ -87,6 +87,7 @@ impl Volume {
             nodes,
             chain,
             tree,
+            held_spans,
         } = salvage_table(&store, dev.as_ref(), &root, (&mut report, progress))?;
         report.damaged_entries = s.damaged.len() as u64 + s.uncounted;
         report.retired_lost = s.retired_lost;
@@ -112,7 +113,7 @@ impl Volume {
                 &store,
                 dev.as_ref(),
                 &root,
-                &own,
+                (&own, &held_spans),
                 &mut files,
                 &mut segs,
                 &mut report,
@@ -225,6 +226,10 @@ struct Found {
     chain: Vec<u64>,
     /// The table is a tree that was read (a plain open would keep it).
     tree: bool,
+    /// The key spans the scan's held leaves claimed (`nodescan.rs`, `Scanned::held_spans`):
+    /// a key inside one that no leaf gave was removed, and the previous table does not
+    /// give it back.
+    held_spans: Ranges,
 }
 
 /// The table `root` names, read whole or salvaged entry by entry (`report.table_damaged`
@@ -278,6 +283,7 @@ fn read_salvaging(
                 nodes: read.nodes,
                 chain: read.chain,
                 tree: read.tree.is_some(),
+                held_spans: Ranges::default(),
             };
             Ok((found, read.lost))
         }
@@ -292,6 +298,7 @@ fn read_salvaging(
                 nodes: Vec::new(),
                 chain: Vec::new(),
                 tree: false,
+                held_spans: Ranges::default(),
             };
             // A tree whose root does not read as a node lost every key under it.
             let lost = root.tree.as_ref().map(|t| Lost {
@@ -328,15 +335,17 @@ impl Kept {
 
     /// Takes from the table in the other area (the previous checkpoint's, or the frames a
     /// checkpoint cut short had written) every file the damaged table lost: an id no file
-    /// has now, below `next_id`, whose map survived (as a damaged entry's must). Its
-    /// bytes may be older than the lost entry's; each is reported in `restored`.
+    /// has now, below `next_id`, not inside a span a held leaf of the device scan claimed
+    /// without it (`removed`: the file was removed since), whose map survived (as a
+    /// damaged entry's must). Its bytes may be older than the lost entry's; each is
+    /// reported in `restored`.
     #[allow(clippy::too_many_arguments)]
     fn restore_previous(
         &mut self,
         store: &Store,
         dev: &dyn Device,
         root: &Root,
-        own: &[Extent],
+        (own, removed): (&[Extent], &Ranges),
         files: &mut BTreeMap<u64, ReplayFile>,
         segs: &mut Segs,
         report: &mut Salvage,
@@ -349,7 +358,8 @@ impl Kept {
         let fresh: Vec<u64> = self.fresh.iter().map(|(was, _, _)| *was).collect();
         for (f, at) in previous.table.files.iter().zip(&previous.places) {
             let known = files.contains_key(&f.id) || fresh.contains(&f.id);
-            if known || f.id == 0 || f.id >= root.next_id {
+            // Inside a span a newer leaf claimed and did not give it: removed since.
+            if known || f.id == 0 || f.id >= root.next_id || removed.contains(f.id) {
                 continue;
             }
             let judged = survived_after(store, dev, f, (&taken, self.journal_of(f.id)));

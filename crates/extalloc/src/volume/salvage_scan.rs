@@ -55,6 +55,7 @@ pub(super) fn scanned(
     )?;
     report.tree_scan = Some(tree_scan(lost, &sc));
     found.own.extend(sc.leaves);
+    found.held_spans = sc.held_spans;
     // A root with no magic, scanned as a leaf's bytes too: a stretch of it that decodes as
     // no file is an internal node's or zeros, no file lost (one lost there still counts
     // among the entries the root's count finds nowhere).
