@@ -64,9 +64,10 @@ impl Volume {
     /// every listing) until [`Volume::remove_pending`], since the rebuild of the bitmaps
     /// ([`Volume::rebuild_allocation`]) must come before any free (a free into a group
     /// held corrupt is refused). A file tree that lost internal nodes (a node that does
-    /// not check under the root) opens with holes in their place when nothing the open
-    /// must read lies under them (no map outside the tree, no pending file, no file the
-    /// journal's records name): [`Volume::mend_unreadable_leaves`] must come next, and
+    /// not check under the root) opens with holes in their place when no map outside the
+    /// tree lies under them and no file the journal's records name (a pending file under
+    /// one is not found, and the mend drops it, as an open removes it):
+    /// [`Volume::mend_unreadable_leaves`] must come next, and
     /// until it fills them no checkpoint is written (a close fails with
     /// [`Error::Corrupt`](crate::Error::Corrupt), writing nothing). Fails as
     /// [`Volume::open`] does, but for the journal's damage and such holes.

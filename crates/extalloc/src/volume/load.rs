@@ -84,8 +84,8 @@ pub(super) fn load(
 /// Every other file waits in the tree for a call that names it (`cache.rs`), and a
 /// damaged leaf is found then. `None` when an internal node, a marked leaf or the chain
 /// fails: the whole read ([`read_table`]) finds what is damaged and refuses, as it always
-/// has. With `repair`, a tree that lost only internal nodes under which nothing is marked
-/// (`walk.rs`, `Walked::partial`) is taken with holes in their place, for
+/// has. With `repair`, a tree that lost only internal nodes with no map outside the tree
+/// under them (`walk.rs`, `Walked::partial`) is taken with holes in their place, for
 /// `Volume::mend_unreadable_leaves` to fill before anything else, unless a record names a
 /// file under one.
 fn load_marked(

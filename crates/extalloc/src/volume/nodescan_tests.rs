@@ -256,6 +256,49 @@ fn a_lost_internal_node_is_mended_without_every_file_in_memory() {
     assert!(vol.check().unwrap().clean());
 }
 
+/// A pending file (made, written and checkpointed, never published, then a crash) under
+/// the lost node: the root marks that node as holding one, which a repair's open does not
+/// need (it removes pending files), so the page path still mends the hole; the mend does
+/// not keep the pending file (as an open removes it), and the rebuild frees its blocks.
+#[test]
+fn a_lost_node_over_a_pending_file_is_mended_without_it() {
+    let (dev, vol) = fresh();
+    let attr = |i: u64| format!("file {i:05} {}", "y".repeat(100)).into_bytes();
+    let ids: Vec<u64> = (0..6000).map(|i| vol.create(&attr(i)).unwrap()).collect();
+    let pending = vol.create_pending().unwrap();
+    vol.write(pending, 0, &[5u8; 20_000]).unwrap();
+    vol.checkpoint().unwrap();
+    let tree = volume_root(vol.store()).unwrap().tree.unwrap();
+    vol.store().abandon(); // a crash: the pending file stays in the tree
+    drop(vol);
+    // The root's last child holds the newest ids, the pending file's among them.
+    let mut raw = vec![0u8; BS as usize];
+    dev.read_at(&mut raw, tree.root.block * BS).unwrap();
+    let d = node::decode(&raw, tree.root).unwrap();
+    let last = *node::decode_children(&d, tree.root.generation)
+        .unwrap()
+        .last()
+        .unwrap();
+    assert_eq!((d.level, last.marks), (2, node::MARK_PENDING), "{last:?}");
+    poke(&dev, last.at.block * BS + 200, |b| b ^ 0x40);
+    let vol = Volume::open_for_repair(dev.clone(), Policy::default()).unwrap();
+    let mended = vol.mend_unreadable_leaves().unwrap();
+    let scan = mended.tree_scan.clone().expect("the hole scanned for");
+    assert_eq!(scan.nodes_lost[0].0, last.at.block, "{scan:?}");
+    let dropped: Vec<Option<u64>> = mended.lost.iter().map(|l| l.id).collect();
+    assert_eq!(dropped, [Some(pending)], "{mended:?}");
+    assert_eq!(mended.recovered.len() as u64 + 1, scan.entries);
+    vol.rebuild_allocation().unwrap();
+    vol.remove_pending().unwrap();
+    vol.close().unwrap();
+    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+    for (i, &id) in ids.iter().enumerate() {
+        assert_eq!(vol.attr(id).unwrap(), attr(i as u64), "file {id}");
+    }
+    assert!(vol.size(pending).is_err(), "the pending file dropped");
+    assert!(vol.check().unwrap().clean(), "{:?}", vol.check());
+}
+
 /// A tree of one leaf zeroed, with no copy of it held: as when a checkpoint that changed
 /// nothing freed the copy the last one replaced (seen in the damage campaign: the repair
 /// then refused the volume, no file left to hold an inode). The freed copy is made here

@@ -46,12 +46,15 @@ pub(super) struct LostNode {
 }
 
 impl LostNode {
-    /// An internal node its parent names with no marks: nothing under it is what an open
-    /// must read (no map outside the tree, no pending file), so a tree that lost only such
-    /// nodes can be opened for repair with holes in their place ([`Walked::partial`]).
-    fn unmarked_internal(&self) -> bool {
+    /// An internal node under the root whose parent's marks say no map outside the tree
+    /// lies under it (the open's accounts of map segments need every such map), so a tree
+    /// that lost only such nodes can be opened for repair with holes in their place
+    /// ([`Walked::partial`]). A pending file under it is not found by the open, which
+    /// removes pending files; the mend does not keep it either (its blocks, owned by no
+    /// one, are freed by the bitmaps' rebuild), which is the same end.
+    fn mendable(&self) -> bool {
         self.said
-            .is_some_and(|(level, marks)| level > 0 && marks == 0)
+            .is_some_and(|(level, marks)| level > 0 && marks & node::MARK_MAPS == 0)
     }
 }
 
@@ -67,7 +70,8 @@ pub(super) struct Walked {
     /// The tree, to change by later checkpoints: only if every node checked.
     pub tree: Option<Tree>,
     /// A marked walk's tree with holes where it lost internal nodes, when every lost node
-    /// is an unmarked internal one ([`LostNode::unmarked_internal`]) and everything else
+    /// is an internal one with no map outside the tree under it ([`LostNode::mendable`])
+    /// and everything else
     /// checked: for a repair, which mends the holes before anything else
     /// (`leafrepair.rs`); no checkpoint writes a tree with holes ([`Tree::holes`]).
     pub partial: Option<Tree>,
@@ -136,7 +140,7 @@ fn walk_with(
     if w.leaves.iter().all(|l| l.checked) && trusted {
         if w.lost.is_empty() {
             w.tree = Some(Tree::from_root(slot, size, count, stale));
-        } else if leaves == Leaves::Marked && w.lost.iter().all(LostNode::unmarked_internal) {
+        } else if leaves == Leaves::Marked && w.lost.iter().all(LostNode::mendable) {
             let holes = w.lost.len();
             w.partial = Some(Tree::with_holes(slot, size, count, holes));
         }
@@ -213,7 +217,7 @@ fn walk_node(
                 why: e.to_string(),
                 said,
             });
-            return Ok(Slot::durable(first, at, 0, None));
+            return Ok(Slot::durable(first, at, said_marks(said), None));
         }
     };
     let mut slots = Vec::with_capacity(children.len());
@@ -270,7 +274,7 @@ fn walk_failed(
             said,
         });
         w.nodes.push(at); // the tree's place, as its parent (or the root) names it
-        return Ok(Slot::durable(first, at, 0, None));
+        return Ok(Slot::durable(first, at, said_marks(said), None));
     }
     let unknown = |b: &Vec<u8>| !node::has_magic(b) || node::is_stale(b, at);
     if leaf && level.is_none() && raw.as_ref().map_or(true, unknown) {
@@ -304,5 +308,12 @@ fn walk_failed(
         });
     }
     debug_assert!(w.leaves.last().is_some_and(|l| l.at == at) || !w.lost.is_empty());
-    Ok(Slot::durable(first, at, 0, None))
+    Ok(Slot::durable(first, at, said_marks(said), None))
+}
+
+/// The marks a node's parent names it with (0 for the root): a node that failed keeps
+/// them, so its parent's marks do not look short of its children's (which would make the
+/// walk distrust every mark).
+fn said_marks(said: Option<(u8, u8)>) -> u8 {
+    said.map_or(0, |(_, marks)| marks)
 }
