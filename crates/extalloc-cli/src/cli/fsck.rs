@@ -282,24 +282,31 @@ fn repair(path: &Path) -> Result<Vec<String>> {
     Ok(report.changes())
 }
 
-/// What the repair's scan progress has said so far: the tenths of `total` blocks.
+/// What the repair's scan progress has said so far: the tenths of `total` blocks, and the
+/// blocks read at the last report.
 #[derive(Debug, Default)]
 struct Shown {
     tenths: u64,
     total: u64,
+    read: u64,
 }
 
 /// The lines to print for the scan's `p` (each time it passes another tenth of what it
-/// reads; when its total grows, because the used groups left entries missing and the empty
-/// groups are read too, a line that says so, and the tenths count again from there). The
-/// scan runs only when the tree lost a node, and reads the used part of the device: ten
-/// lines are worth it even when it is short.
+/// reads; when its total grows, because the used blocks left entries missing and the
+/// others are read too, a line that says so, and the tenths count again from there; when
+/// a scan starts again, as the page path's repair does after its look, a line that says
+/// so, and the tenths from 0). The scan runs only when the tree lost a node, and reads
+/// the used part of the device: ten lines are worth it even when it is short.
 fn progress_lines(shown: &mut Shown, p: extalloc::volume::ScanProgress) -> Vec<String> {
     let mut out = Vec::new();
+    if p.blocks_read < shown.read {
+        out.push("scanning again, to repair (the scan before looked, writing nothing)".into());
+        *shown = Shown::default();
+    }
+    shown.read = p.blocks_read;
     if shown.total != 0 && p.blocks_to_read > shown.total {
         out.push(format!(
-            "the used groups left entries missing: scanning the empty groups too ({} more \
-             blocks)",
+            "the used blocks left entries missing: scanning the others too ({} more blocks)",
             p.blocks_to_read - shown.total
         ));
     }
@@ -325,9 +332,10 @@ mod tests {
     use super::*;
     use extalloc::volume::ScanProgress;
 
-    /// A scan of three used groups of 32768 blocks, then of five empty ones too: a line per
+    /// A scan of three groups' worth of used blocks, then of the rest too: a line per
     /// tenth of the first total, one saying the total grew, then the tenths of the new
-    /// total from where the scan stands, never going back.
+    /// total from where the scan stands, never going back; a second scan (the page path's
+    /// repair after its look) says it starts again and counts from 0.
     #[test]
     fn the_scans_progress_lines_never_go_back() {
         let mut shown = Shown::default();
@@ -347,7 +355,7 @@ mod tests {
             .collect();
         let grew = lines
             .iter()
-            .position(|l| l.contains("empty groups too"))
+            .position(|l| l.contains("scanning the others too"))
             .unwrap();
         assert_eq!(grew, 10, "{lines:#?}");
         assert!(
@@ -365,5 +373,20 @@ mod tests {
             .last()
             .unwrap()
             .ends_with("100 % (262144 of 262144 blocks)"));
+        // The repair's own scan after the look's.
+        let mut again = Vec::new();
+        for read in (256..=used).step_by(256) {
+            let p = ScanProgress {
+                blocks_read: read,
+                blocks_to_read: used,
+            };
+            again.extend(progress_lines(&mut shown, p));
+        }
+        assert!(
+            again[0].starts_with("scanning again, to repair"),
+            "{again:#?}"
+        );
+        assert_eq!(again.len(), 11, "{again:#?}");
+        assert!(again[10].ends_with("100 % (98304 of 98304 blocks)"));
     }
 }
