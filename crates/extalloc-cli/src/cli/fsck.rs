@@ -299,7 +299,8 @@ struct Shown {
 /// the used part of the device: ten lines are worth it even when it is short.
 fn progress_lines(shown: &mut Shown, p: extalloc::volume::ScanProgress) -> Vec<String> {
     let mut out = Vec::new();
-    if p.blocks_read < shown.read {
+    // Within a scan each report has read more than the last.
+    if shown.read > 0 && p.blocks_read <= shown.read {
         out.push("scanning again, to repair (the scan before looked, writing nothing)".into());
         *shown = Shown::default();
     }
@@ -311,8 +312,12 @@ fn progress_lines(shown: &mut Shown, p: extalloc::volume::ScanProgress) -> Vec<S
         ));
     }
     if p.blocks_to_read != shown.total {
+        // A scan's first report counts from 0; a grown total from where the scan stands.
+        shown.tenths = match shown.total {
+            0 => 0,
+            _ => p.blocks_read * 10 / p.blocks_to_read.max(1),
+        };
         shown.total = p.blocks_to_read;
-        shown.tenths = p.blocks_read * 10 / p.blocks_to_read.max(1);
     }
     let tenths = (p.blocks_read * 10 / p.blocks_to_read.max(1)).min(10);
     if tenths > shown.tenths {
@@ -388,5 +393,15 @@ mod tests {
         );
         assert_eq!(again.len(), 11, "{again:#?}");
         assert!(again[10].ends_with("100 % (98304 of 98304 blocks)"));
+        // Scans of one report each (a small device): each says how far it went.
+        let mut shown = Shown::default();
+        let one = ScanProgress {
+            blocks_read: 200,
+            blocks_to_read: 200,
+        };
+        let first = progress_lines(&mut shown, one);
+        let second = progress_lines(&mut shown, one);
+        assert_eq!(first.len(), 1, "{first:#?}");
+        assert_eq!(second.len(), 2, "{second:#?}");
     }
 }

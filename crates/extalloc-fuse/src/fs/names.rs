@@ -126,7 +126,16 @@ impl Fs {
             }
             // A large shelved directory answers from its run (`runlookup.rs`).
             _ => {
+                let read_back = !ns.nodes.contains_key(&parent);
                 self.load_into(&mut ns, parent)?;
+                if let Err(e) = ns.dir(parent) {
+                    // Not a directory: a node read back for nothing goes again.
+                    let idle = ns.node(parent).is_ok_and(|n| n.droppable());
+                    if read_back && idle && !self.pinned(parent) {
+                        ns.nodes.remove(&parent);
+                    }
+                    return Err(e);
+                }
                 self.load_looked_up(&mut ns, parent, name)?
             }
         };

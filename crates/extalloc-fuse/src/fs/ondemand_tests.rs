@@ -457,6 +457,12 @@ fn directories_come_back_through_their_names() {
     // A name looked up in it first: the lookup reads the directory back by number (it
     // once said ENOENT, having looked for the directory in memory only).
     assert_eq!(fs.lookup(deep, b"inner").unwrap().ino, inner);
+    // A file named as a parent: ENOTDIR, and its node, read back for nothing, goes again.
+    assert_eq!(fs.lookup(f, b"x"), Err(Errno(libc::ENOTDIR)));
+    assert!(
+        !fs.ns.read().nodes.contains_key(&f),
+        "the file's node dropped"
+    );
     fs.unmount().unwrap();
     let (fs, _) = remount(&dev);
     assert_eq!(fs.lookup(deep, b".").unwrap().ino, deep);

@@ -41,6 +41,20 @@ impl Volume {
             self.gate.is_locked_exclusive(),
             "a checkpoint, the gate open"
         );
+        if self
+            .meta
+            .lock()
+            .tree
+            .as_ref()
+            .is_some_and(|t| t.holes() > 0)
+        {
+            // Opened for a repair that has not mended them (`leafrepair.rs`): nothing is
+            // written, not even a map segment.
+            return Err(super::record::corrupt(
+                "the file tree lost internal nodes that are not mended yet: run `extalloc \
+                 fsck --repair`",
+            ));
+        }
         self.commit_locked()?;
         let dirty = std::mem::take(&mut *self.dirty.lock());
         let result = self.checkpoint_dirty(&dirty);
@@ -233,13 +247,8 @@ impl Volume {
         changed: &[u64],
         dead: &[Extent],
     ) -> Result<(Tree, Area)> {
-        if meta.tree.as_ref().is_some_and(|t| t.holes() > 0) {
-            // Opened for a repair that has not mended them (`leafrepair.rs`).
-            return Err(super::record::corrupt(
-                "the file tree lost internal nodes that are not mended yet: run `extalloc \
-                 fsck --repair`",
-            ));
-        }
+        // Refused before anything was written (`checkpoint_locked`).
+        debug_assert!(meta.tree.as_ref().is_none_or(|t| t.holes() == 0));
         let mut retire = Vec::new();
         let nb = node_blocks(self.block_size);
         // What a repair replaced (`leafrepair.rs`) goes with what this checkpoint replaces.

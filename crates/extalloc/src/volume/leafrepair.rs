@@ -278,8 +278,9 @@ impl Volume {
     /// ([`Volume::rebuild_allocation`]) then frees what the lost entries held.
     ///
     /// The internal nodes the open lost (holes: [`Volume::open_for_repair`]) are filled
-    /// from a scan of the device for the leaves under them (`nodescan.rs`: every group
-    /// holding an allocated block read once, a chunk at a time), each entry found a
+    /// from a scan of the device for the leaves under them (`nodescan.rs`: the blocks the
+    /// bitmaps mark used read once, a chunk at a time, the others only while keys are
+    /// missing), each entry found a
     /// damaged entry kept only if its map survived; memory grows with the entries under
     /// the lost nodes, not with the file count.
     ///
@@ -433,7 +434,8 @@ impl Volume {
             self.dev.as_ref(),
             &lost,
             (read, &known, missing),
-            (stamp, progress),
+            // No previous table gives back keys under a hole: its spans are not needed.
+            (stamp, u64::MAX, progress),
         )?;
         for e in &sc.leaves {
             keeper.taken.insert(e.start, e.len);

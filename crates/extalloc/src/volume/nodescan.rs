@@ -102,10 +102,11 @@ pub(super) struct Scanned {
     /// Whole leaves found that the volume's stamp does not vouch for (another volume's),
     /// left out.
     pub foreign: u64,
-    /// The key spans the held leaves claimed (each from its least to its greatest key of a
-    /// lost range, where no newer leaf had claimed): a key inside one that no leaf gave
-    /// is one the tree no longer held (removed since an older copy), which no older table
-    /// should give back.
+    /// The key spans the held leaves newer than the previous checkpoint claimed (each from
+    /// its least to its greatest key of a lost range, within that range, where no newer
+    /// leaf had claimed): a key inside one that no leaf gave is one the tree no longer held
+    /// (removed since the previous checkpoint), which the previous table should not give
+    /// back.
     pub held_spans: Ranges,
 }
 
@@ -120,7 +121,8 @@ struct Found {
 /// Reads every block marked used (every block of a group held corrupt) for whole leaves
 /// that `read` (the nodes the walk read) does not name, and gives back the entries of the
 /// `lost` ranges (see the module documentation); if that gives fewer than `missing`, the
-/// other blocks too. Only leaves `stamp` vouches for count (every leaf,
+/// other blocks too. `previous`: the previous checkpoint's generation, for
+/// [`Scanned::held_spans`]. Only leaves `stamp` vouches for count (every leaf,
 /// for a root older than stamps). Tells `progress` how far it has read after each chunk.
 /// Fails only on a read error.
 pub(super) fn scan(
@@ -128,7 +130,7 @@ pub(super) fn scan(
     dev: &dyn Device,
     lost: &[Lost],
     (read, known, missing): (&BTreeSet<u64>, &BTreeSet<u64>, u64),
-    (stamp, progress): (Option<Stamp>, &dyn Fn(ScanProgress)),
+    (stamp, previous, progress): (Option<Stamp>, u64, &dyn Fn(ScanProgress)),
 ) -> Result<Scanned> {
     let mut out = Scanned::default();
     if lost.is_empty() {
@@ -180,9 +182,9 @@ pub(super) fn scan(
     let held = found.iter().filter(|f| f.held).count() as u64;
     out.leaves_found = (held, found.len() as u64 - held);
     let nb = node::node_blocks(bs);
-    let (entries, leaves, freed, held_spans) = newest_copies(&found, lost, (known, missing), bs);
+    let (entries, leaves, freed, spans) = newest_copies(&found, lost, (known, missing), bs);
     out.entries = entries;
-    out.held_spans = held_spans;
+    out.held_spans = held_after(&spans, lost, previous);
     out.entries_freed = freed;
     out.leaves = leaves.into_iter().map(|b| Extent::new(b, nb)).collect();
     Ok(out)
@@ -278,8 +280,8 @@ fn leaves_in(
 
 /// The entries of the `lost` ranges from the newest copy of each key among `found`, as
 /// damaged entries (device bytes), none of `known` (the walk found them); the blocks of the
-/// leaves that gave any; how many came from free leaves; the spans the held leaves
-/// claimed ([`Scanned::held_spans`]). Leaves the allocator holds come
+/// leaves that gave any; how many came from free leaves; each leaf's claim (for
+/// [`Scanned::held_spans`]). Leaves the allocator holds come
 /// first, newest first; a free leaf (an older copy a checkpoint freed) is read only while
 /// fewer than `missing` keys were given, and gives only keys no leaf before it spans.
 fn newest_copies(
@@ -287,13 +289,13 @@ fn newest_copies(
     lost: &[Lost],
     (known, missing): (&BTreeSet<u64>, u64),
     bs: u64,
-) -> (Vec<Damaged>, Vec<u64>, u64, Ranges) {
+) -> (Vec<Damaged>, Vec<u64>, u64, Vec<Claim>) {
     let mut order: Vec<&Found> = found.iter().collect();
     order.sort_by_key(|f| (!f.held, std::cmp::Reverse(f.at.generation), f.at.block));
     // Key spans claimed so far (a lookup and an insert cost a logarithm of the spans,
     // whatever the number of leaves).
     let mut spans = Ranges::default();
-    let mut held_spans = Ranges::default();
+    let mut claims = Vec::new();
     let mut given: BTreeSet<u64> = BTreeSet::new();
     let mut entries = Vec::new();
     let (mut leaves, mut freed) = (Vec::new(), 0);
@@ -331,14 +333,48 @@ fn newest_copies(
         }
         if let Some((lo, hi)) = span {
             spans.insert(lo, hi - lo + 1);
-            if f.held {
-                held_spans.insert(lo, hi - lo + 1);
-            }
+            claims.push(Claim {
+                generation: f.at.generation,
+                held: f.held,
+                keys: (lo, hi),
+            });
         }
     }
     // No key given back twice, each in a lost range.
     debug_assert_eq!(given.len(), entries.len());
-    (entries, leaves, freed, held_spans)
+    (entries, leaves, freed, claims)
+}
+
+/// The span of keys of lost ranges a leaf held, from its least to its greatest (both
+/// included), as [`newest_copies`] read it.
+struct Claim {
+    generation: u64,
+    held: bool,
+    keys: (u64, u64),
+}
+
+/// [`Scanned::held_spans`]: the claims of held leaves newer than the `previous`
+/// checkpoint, each cut to the lost ranges (a leaf's span may cross keys between two
+/// lost nodes, which no walk lost).
+fn held_after(claims: &[Claim], lost: &[Lost], previous: u64) -> Ranges {
+    let mut out = Ranges::default();
+    for c in claims.iter().filter(|c| c.held && c.generation > previous) {
+        for l in lost {
+            let lo = c.keys.0.max(l.keys.0);
+            let hi = l
+                .keys
+                .1
+                .map_or(c.keys.1, |end| c.keys.1.min(end.saturating_sub(1)));
+            if lo <= hi && l.keys.1.is_none_or(|end| lo < end) {
+                out.insert(lo, hi - lo + 1);
+            }
+        }
+    }
+    // Every span lies in a lost range.
+    debug_assert!(out.iter().all(|(s, n)| lost
+        .iter()
+        .any(|l| s >= l.keys.0 && l.keys.1.is_none_or(|end| s + n <= end))));
+    out
 }
 
 #[cfg(test)]
@@ -348,6 +384,10 @@ mod volume_tests;
 #[cfg(test)]
 #[path = "nodescan_salvage_tests.rs"]
 mod salvage_tests;
+
+#[cfg(test)]
+#[path = "nodescan_mend_tests.rs"]
+mod mend_tests;
 
 #[cfg(test)]
 mod tests {

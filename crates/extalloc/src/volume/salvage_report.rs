@@ -53,8 +53,8 @@ pub struct Salvage {
 }
 
 /// The salvage's scan of the device for the file tree's leaves under the internal nodes
-/// (or the root) its walk lost: every group holding an allocated block is read (every group
-/// if that leaves keys missing), and each key of a lost range is taken from the newest
+/// (or the root) its walk lost: every block the bitmaps mark used is read (every other
+/// block too if that leaves keys missing), and each key of a lost range is taken from the newest
 /// whole leaf spanning it that the allocator holds, else from the newest free one
 /// (`docs/format.md`, "The file tree").
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -46,12 +46,16 @@ pub(super) fn scanned(
     let count = root.tree.as_ref().map_or(0, |t| t.count);
     let missing = count.saturating_sub(known.len() as u64);
     let stamp = root.tree.as_ref().and_then(|t| t.stamp);
+    // The previous checkpoint's generation: leaves newer than it say what was removed since.
+    let previous = (root.tree.as_ref())
+        .and_then(|t| t.previous)
+        .map_or(0, |(at, _)| at.generation);
     let sc = nodescan::scan(
         store,
         dev,
         lost,
         (&read, &known, missing),
-        (stamp, progress),
+        (stamp, previous, progress),
     )?;
     report.tree_scan = Some(tree_scan(lost, &sc));
     found.own.extend(sc.leaves);

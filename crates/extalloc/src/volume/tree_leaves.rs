@@ -33,7 +33,8 @@ pub(in crate::volume) struct LeafVisit {
 impl Tree {
     /// Hands `f` every leaf in key order, each read and checked on its own (memory: one
     /// leaf at a time, beside the internal nodes, which stay loaded); a leaf that does not
-    /// read is handed over with why, and the visit goes on. Fails on what `f` returns.
+    /// read is handed over with why, and the visit goes on; so is a hole (unread, at its
+    /// level above 0: [`Tree::holes`]). Fails on what `f` returns.
     pub(in crate::volume) fn visit_leaves(
         &self,
         io: &mut dyn NodeIo,
@@ -53,6 +54,12 @@ impl Tree {
                     continue;
                 }
                 Some(Mem::Leaf(items)) => Ok(items.clone()),
+                // A hole: lost by the open, whatever its block reads as now (a whole leaf
+                // there is not what its parent names).
+                None if level > 0 => Err((
+                    super::super::record::corrupt("an internal node the open lost"),
+                    None,
+                )),
                 None => read_leaf(io, s.at.expect("an unloaded slot is durable")),
             };
             // Leaves come in key order, each routed keys above the last one's.
