@@ -134,6 +134,13 @@ impl Fs {
                     if read_back && idle && !self.pinned(parent) {
                         ns.nodes.remove(&parent);
                     }
+                    // Only a node this call read back and nothing else holds goes.
+                    debug_assert!(
+                        !read_back
+                            || !idle
+                            || !ns.nodes.contains_key(&parent)
+                            || self.pinned(parent)
+                    );
                     return Err(e);
                 }
                 self.load_looked_up(&mut ns, parent, name)?

@@ -88,6 +88,16 @@ impl Allocator {
         Ok(out)
     }
 
+    /// How many blocks of group `g` its bitmap marks used: what [`Allocator::used_runs`]
+    /// gives, counted without walking the bitmap. Changes nothing.
+    pub(crate) fn used_blocks(&self, g: u64) -> Result<u64> {
+        let shard = self.stats.shard();
+        let state = self.lock_group(g, shard)?;
+        Ok(u64::from(
+            state.bitmap.len_blocks() - state.bitmap.free_blocks(),
+        ))
+    }
+
     /// Group `g`'s runs of blocks its bitmap marks used (allocated, reserved, or freed and
     /// pending), as device extents in order: what a scan for the volume's own nodes reads
     /// first (`volume/nodescan.rs`). Changes nothing.

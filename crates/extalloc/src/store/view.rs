@@ -33,6 +33,11 @@ impl<'a> AllocatorView<'a> {
         self.alloc().used_runs(g)
     }
 
+    /// Group `g`'s blocks marked used (see [`Allocator::used_blocks`]).
+    pub(crate) fn used_blocks(&self, g: u64) -> crate::error::Result<u64> {
+        self.alloc().used_blocks(g)
+    }
+
     /// `Ok` if every block of `extent` is allocated (or in a group held corrupt).
     pub(crate) fn check_held(&self, extent: crate::geometry::Extent) -> crate::error::Result<()> {
         self.alloc().check_held(extent)

@@ -81,9 +81,7 @@ impl MendedLeaves {
         salvage.restored.extend(self.restored);
         salvage.lost.extend(self.lost);
         salvage.leaves_mended.extend(self.leaves);
-        if self.tree_scan.is_some() {
-            salvage.tree_scan = self.tree_scan;
-        }
+        salvage.tree_scan = self.tree_scan.or(salvage.tree_scan.take());
         // Every leaf mended is reported, each kept entry once.
         debug_assert!(salvage.recovered.len() >= salvage.restored.len());
     }
@@ -280,9 +278,8 @@ impl Volume {
     /// The internal nodes the open lost (holes: [`Volume::open_for_repair`]) are filled
     /// from a scan of the device for the leaves under them (`nodescan.rs`: the blocks the
     /// bitmaps mark used read once, a chunk at a time, the others only while keys are
-    /// missing), each entry found a
-    /// damaged entry kept only if its map survived; memory grows with the entries under
-    /// the lost nodes, not with the file count.
+    /// missing), each entry found a damaged entry kept only if its map survived; memory
+    /// grows with the entries under the lost nodes, not with the file count.
     ///
     /// Fails, changing nothing, on an I/O error, and with [`Error::Corrupt`] on damage it
     /// does not mend: a leaf whose bytes are another volume's whole node (its keys may lie

@@ -147,11 +147,15 @@ pub(super) fn scan(
     // The first pass reads the blocks marked used (a group held corrupt whole), the second
     // the rest (`pass_runs`).
     let kind = |gr: u64| (corrupt.contains(&gr), empty[gr as usize]);
+    // What the first pass reads, counted without walking the bitmaps (`pass_runs` walks
+    // each once).
     let mut to_read = 0;
     for gr in 0..g.groups_count() {
-        to_read += (pass_runs(store, gr, (false, kind(gr)))?.iter())
-            .map(|e| e.len)
-            .sum::<u64>();
+        to_read += match kind(gr) {
+            (true, _) => g.group_len(gr),
+            (false, true) => 0,
+            (false, false) => store.allocator().used_blocks(gr)?,
+        };
     }
     for pass in [false, true] {
         if pass {

@@ -67,8 +67,8 @@ impl Volume {
     /// [`Volume::open_salvaging`], telling `progress` how far the scan of the device for
     /// the file tree's leaves has gone (it runs only when the tree lost an internal node
     /// or its root, and reads the blocks the bitmaps mark used, the others only while keys
-    /// are missing: on a large device the one long step), after each 256 blocks read. It leaves what
-    /// [`Volume::open_salvaging`] leaves.
+    /// are missing: on a large device the one long step), after each 256 blocks read. It
+    /// leaves what [`Volume::open_salvaging`] leaves.
     pub fn open_salvaging_reporting(
         dev: Arc<dyn Device>,
         policy: Policy,
