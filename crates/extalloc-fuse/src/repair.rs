@@ -83,6 +83,10 @@ pub struct RepairReport {
     pub xattrs_dropped: Vec<(u64, String)>,
     /// What the namespace pass found and repaired.
     pub namespace: NamespaceReport,
+    /// The volume was opened by the salvage ([`Volume::open_salvaging_reporting`]: every
+    /// file and map in memory), not a page at a time as a mount opens it: the look found
+    /// damage the page path does not mend.
+    pub salvaged: bool,
 }
 
 impl RepairReport {
@@ -208,6 +212,7 @@ pub fn repair_reporting(
     let whole = at_once
         .then(|| whole_volume(&dev, &policy, progress))
         .flatten();
+    let salvaged = whole.is_none();
     let (vol, salvage) = match whole {
         // A journal damaged in the middle: the records before the damage replayed (as the
         // salvage does), the groups later ones touch held corrupt until the rebuild.
@@ -233,6 +238,7 @@ pub fn repair_reporting(
             .map_err(|e| format!("cannot rebuild the bitmaps: {e}"))?,
         salvage,
         superblocks_rewritten,
+        salvaged,
         ..RepairReport::default()
     };
     // Their frees wait for the rebuild: a free into a group held corrupt is refused.

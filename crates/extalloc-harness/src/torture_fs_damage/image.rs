@@ -70,6 +70,8 @@ pub(super) struct Built {
     pub(super) journal_touched: BTreeSet<u64>,
     /// Made over a former volume (`former.rs`).
     pub(super) over_former: bool,
+    /// Holds a wide directory ([`WIDE_NAMES`]): a file tree of three levels.
+    pub(super) deep_tree: bool,
 }
 
 /// The run that builds an image, with its model.
@@ -92,6 +94,12 @@ const LARGE_NAMES: std::ops::Range<u32> = 900..1300;
 /// compacted at four times its live entries: about 2,000 of these rounds).
 const CHURN_MOST: u32 = 8000;
 
+/// How many fifos the wide directory of a deep-tree image is made with: enough for a file
+/// tree of three levels (a leaf holds about 28 entries, an internal node 168 children:
+/// `docs/format.md`, "The file tree"), so that damage to an internal node under the root
+/// takes the repair's page path (a tree of two levels has only its root).
+const WIDE_NAMES: std::ops::Range<u32> = 6000..9000;
+
 /// Builds an image from `seed` (see the module documentation).
 pub(super) fn build(seed: u64, mid_checkpoint: bool, rng: &mut StdRng) -> Result<Built> {
     let geometry = Geometry::new(BLOCK as u32, GROUP_BLOCKS, BLOCKS)?;
@@ -99,7 +107,10 @@ pub(super) fn build(seed: u64, mid_checkpoint: bool, rng: &mut StdRng) -> Result
     // Decided by a hash of the seed, not `rng` (the other images stay as they were), and
     // not by `seed % 4`: the campaign's seeds are `seed * 1000003 + i` and the images cut
     // mid-checkpoint are `i % 4 == 3`, so the two would coincide for one seed in four.
-    let over_former = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 62 == 1;
+    let picked = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 62;
+    let over_former = picked == 1;
+    // Another one in four (the same hash, so the others stay as they were).
+    let deep_tree = picked == 2;
     if over_former {
         former(&dev, (&geometry, JOURNAL_BLOCKS), seed).context("making the former volume")?;
     }
@@ -116,6 +127,9 @@ pub(super) fn build(seed: u64, mid_checkpoint: bool, rng: &mut StdRng) -> Result
         large: None,
     };
     run.populate().context("populating")?;
+    if deep_tree {
+        run.wide_dir().context("making the wide directory")?;
+    }
     run.durable(true)?;
     let stale = snapshot(dev.as_ref())?;
     if run.large.is_some() {
@@ -161,6 +175,7 @@ pub(super) fn build(seed: u64, mid_checkpoint: bool, rng: &mut StdRng) -> Result
         clean_close,
         journal_touched,
         over_former,
+        deep_tree,
     })
 }
 
@@ -434,15 +449,27 @@ impl Run<'_> {
     /// bytes), churned until its log is compacted into a run (`docs/format.md`, "Directory
     /// runs"): damage then lands in run chunks, and the mounts read it through its view.
     fn large_dir(&mut self) -> Result<()> {
-        let path = self.make(Kind::Dir, None)?;
-        let ino = self.model[&path].ino;
-        for _ in 0..self.rng.gen_range(LARGE_NAMES) {
-            self.serial += 1;
-            let name = format!("e{}", self.serial);
-            self.make_at(ino, &name, format!("{path}/{name}"), Kind::Fifo, None)?;
-        }
+        let path = self.dir_of_fifos(LARGE_NAMES, 'e')?;
         self.large = Some(path);
         self.compact_large()
+    }
+
+    /// A directory of [`WIDE_NAMES`] fifos, left as made: the file tree grows a level.
+    fn wide_dir(&mut self) -> Result<()> {
+        self.dir_of_fifos(WIDE_NAMES, 'w').map(drop)
+    }
+
+    /// A new directory of a number of fifos drawn from `names`, each named `prefix` and a
+    /// serial; its path.
+    fn dir_of_fifos(&mut self, names: std::ops::Range<u32>, prefix: char) -> Result<String> {
+        let path = self.make(Kind::Dir, None)?;
+        let ino = self.model[&path].ino;
+        for _ in 0..self.rng.gen_range(names) {
+            self.serial += 1;
+            let name = format!("{prefix}{}", self.serial);
+            self.make_at(ino, &name, format!("{path}/{name}"), Kind::Fifo, None)?;
+        }
+        Ok(path)
     }
 
     /// Creates and removes names in the large directory until its log holds a run it did

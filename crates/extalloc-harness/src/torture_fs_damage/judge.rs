@@ -73,6 +73,10 @@ pub(super) struct Repaired {
     /// What fsck still reports after the repair.
     pub(super) dirty: Option<String>,
     pub(super) served: Served,
+    /// The repair scanned the device for a lost file tree node's leaves.
+    pub(super) tree_scan: bool,
+    /// The repair took the salvage, not the page path.
+    pub(super) salvaged: bool,
 }
 
 /// Runs the repair pipeline on `bytes` (`extalloc fsck --repair`), fsck on what it left,
@@ -80,12 +84,15 @@ pub(super) struct Repaired {
 pub(super) fn repair_and_check(bytes: Vec<u8>, truth: &Truth, hit: &BTreeSet<u64>) -> Repaired {
     let dev = image_device(&bytes);
     drop(bytes);
-    if let Err(e) = extalloc_fuse::repair::repair(dev.clone(), Policy::default()) {
-        return Repaired {
-            refused: Some(e),
-            ..Repaired::default()
-        };
-    }
+    let report = match extalloc_fuse::repair::repair(dev.clone(), Policy::default()) {
+        Ok(report) => report,
+        Err(e) => {
+            return Repaired {
+                refused: Some(e),
+                ..Repaired::default()
+            }
+        }
+    };
     let mut now = vec![0u8; dev.size() as usize];
     let dirty = match dev.read_at(&mut now, 0) {
         Ok(()) => fsck_problem(&now),
@@ -96,6 +103,8 @@ pub(super) fn repair_and_check(bytes: Vec<u8>, truth: &Truth, hit: &BTreeSet<u64
         refused: None,
         dirty,
         served: mount_and_check(dev, truth, hit),
+        tree_scan: report.salvage.tree_scan.is_some(),
+        salvaged: report.salvaged,
     }
 }
 

@@ -43,6 +43,11 @@
 //! `most_lost_found` (per kind, a maximum) is the most inodes not hit one damage sent to
 //! /lost+found after the repair: what one damaged block costs at most.
 //!
+//! One image in four holds a wide directory of thousands of fifos (`images_deep_tree`): its
+//! file tree has three levels, so damage to an internal node under the root takes the
+//! repair's page path, which mends the node in place (`repair_tree_scans_paged`), where a
+//! tree of two levels has only its root, whose loss takes the salvage.
+//!
 //! On the images made over a former volume (`images_over_former`: one in four, `former.rs`),
 //! a name that serves one of its inodes counts as lost (`mount_lost`, `intact_lost`): a
 //! scan of the device that took a former volume's leaves for this one's would show here.
@@ -112,6 +117,13 @@ pub struct KindCounts {
     pub fsck_dirty_after_repair: u64,
     /// Surviving files whose data changed once the repaired device was filled (must be 0).
     pub handed_twice: u64,
+    /// Repairs that scanned the device for the leaves under a lost node of the file tree
+    /// (its root or an internal node).
+    pub repair_tree_scans: u64,
+    /// Of those, the repairs that took the page path (the lost node mended in place, a
+    /// page of files at a time) instead of the salvage: damage to an internal node under
+    /// the root of a deep-tree image.
+    pub repair_tree_scans_paged: u64,
     /// The most inodes not hit that one damage sent to /lost+found after the repair (a
     /// maximum, not a sum): what one damaged block costs at most.
     pub most_lost_found: u64,
@@ -119,7 +131,7 @@ pub struct KindCounts {
 
 impl KindCounts {
     /// The counts as (name, value), in the order above (the sums, then the maximum).
-    fn fields(&self) -> [(&'static str, u64); 17] {
+    fn fields(&self) -> [(&'static str, u64); 19] {
         [
             ("damages", self.damages),
             ("unchanged", self.unchanged),
@@ -137,6 +149,8 @@ impl KindCounts {
             ("recovered_renamed", self.recovered_renamed),
             ("fsck_dirty_after_repair", self.fsck_dirty_after_repair),
             ("handed_twice", self.handed_twice),
+            ("repair_tree_scans", self.repair_tree_scans),
+            ("repair_tree_scans_paged", self.repair_tree_scans_paged),
             ("most_lost_found", self.most_lost_found),
         ]
     }
@@ -159,6 +173,8 @@ impl KindCounts {
             &mut self.recovered_renamed,
             &mut self.fsck_dirty_after_repair,
             &mut self.handed_twice,
+            &mut self.repair_tree_scans,
+            &mut self.repair_tree_scans_paged,
         ];
         // The sums (every field but the last, the maximum).
         for (mine, (_, theirs)) in all.iter_mut().zip(o.fields()) {
@@ -191,6 +207,8 @@ pub struct FsDamageOutcome {
     pub images_clean_close: u64,
     /// Images made over a former volume (its leaves in the free blocks).
     pub images_over_former: u64,
+    /// Images with a wide directory: a file tree of three levels (`image.rs`).
+    pub images_deep_tree: u64,
     /// Inodes of the images whose map lives in a map segment.
     pub long_maps: u64,
     pub kinds: BTreeMap<String, KindCounts>,
@@ -233,6 +251,7 @@ impl FsDamageOutcome {
             images_journal_tail,
             images_clean_close,
             images_over_former,
+            images_deep_tree,
             long_maps,
             kinds,
             total,
@@ -249,6 +268,7 @@ impl FsDamageOutcome {
         self.images_journal_tail += images_journal_tail;
         self.images_clean_close += images_clean_close;
         self.images_over_former += images_over_former;
+        self.images_deep_tree += images_deep_tree;
         self.long_maps += long_maps;
         for (kind, c) in kinds {
             self.kinds.entry(kind).or_default().add(&c);
@@ -381,6 +401,7 @@ fn make_image(seed: u64, mid_checkpoint: bool, out: &mut FsDamageOutcome) -> Res
     out.images_journal_tail += u64::from(built.journal_tail);
     out.images_clean_close += u64::from(built.clean_close);
     out.images_over_former += u64::from(built.over_former);
+    out.images_deep_tree += u64::from(built.deep_tree);
     out.long_maps += truth.long_maps;
     Ok(Image {
         bytes: built.bytes,
@@ -447,6 +468,8 @@ fn count_repair(
     tag: &str,
     out: &mut FsDamageOutcome,
 ) {
+    c.repair_tree_scans = u64::from(r.tree_scan);
+    c.repair_tree_scans_paged = u64::from(r.tree_scan && !r.salvaged);
     if let Some(why) = &r.refused {
         c.repair_refused = 1;
         let r = out.refusals.entry(reason(why)).or_default();
@@ -489,6 +512,8 @@ fn reason(why: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use extalloc::volume::Volume;
+    use extalloc::Policy;
 
     /// The campaign's machinery: every damage counted once, by kind; the same seed gives
     /// the same counts; damage is seen.
@@ -504,5 +529,47 @@ mod tests {
             serde_json::to_value(&again.kinds).unwrap(),
             serde_json::to_value(&out.kinds).unwrap()
         );
+    }
+
+    /// A deep-tree image's file tree has internal nodes under its root. Each zeroed in
+    /// turn (on an image with nothing in the journal, whose changes name files the open
+    /// must read) is mended by the repair's page path, maps in map segments under it or
+    /// not, with no inode lost or sent to /lost+found.
+    #[test]
+    fn a_deep_tree_images_internal_nodes_are_each_mended_on_the_page_path() {
+        let deep = |s: &u64| s.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 62 == 2;
+        let mut images = (1..).filter(deep).map(|seed| {
+            let mut out = FsDamageOutcome::default();
+            let image = make_image(seed, false, &mut out).unwrap();
+            (image, out)
+        });
+        let (image, made) = images
+            .find(|(_, out)| out.images_journal_tail == 0)
+            .unwrap();
+        assert_eq!(made.images_deep_tree, 1);
+        let vol = Volume::open(image_device(&image.bytes), Policy::default()).unwrap();
+        let nodes = vol.tree_nodes();
+        drop(vol);
+        assert!(nodes.iter().any(|n| n.root && n.level == 2), "{nodes:?}");
+        let mut out = FsDamageOutcome::default();
+        for node in nodes.iter().filter(|n| !n.root) {
+            let damage = damage::Damage {
+                kind: MetaKind::TreeNodes,
+                form: damage::Form::ZeroBlock,
+                at: node.bytes.start,
+            };
+            judge(&image, damage, 1, &format!("{node:?}"), &mut out);
+        }
+        assert!(out.passed(), "{out:#?}");
+        let c = &out.total;
+        assert_eq!(c.damages, nodes.len() as u64 - 1);
+        assert_eq!((c.files_hit, c.repair_refused), (0, 0), "{c:?}");
+        assert_eq!(
+            (c.detected, c.repair_tree_scans),
+            (c.damages, c.damages),
+            "{c:?}"
+        );
+        assert_eq!(c.repair_tree_scans_paged, c.damages, "{c:?}");
+        assert_eq!(c.recovered_lost_found + c.recovered_renamed, 0, "{c:?}");
     }
 }

@@ -6,8 +6,9 @@
 //! whose body decodes, if its map survived (under a fresh id when its own is not free);
 //! and the previous checkpoint's entries for the range that neither gave, if their maps
 //! survived (their bytes may be older). A pending entry is not kept (an open removes it);
-//! one whose map lies outside the tree and survived sends the repair to the salvage,
-//! which writes such a map anew. An internal node the open lost (a hole, `walk.rs`) is
+//! one whose map lies outside the tree is kept where it lies if that place survived too
+//! (`leafkeep.rs`, which decides what is kept). An internal node the open lost (a hole,
+//! `walk.rs`, a map outside the tree under it or not) is
 //! filled from the salvage's scan of the device for the leaves under it (`nodescan.rs`),
 //! its entries taken as damaged ones. Memory: one leaf at a time, the damaged ranges'
 //! entries, and every mapped extent (for the survival checks), never every file.
@@ -18,243 +19,19 @@
 //! retire (owned until then). Locks: the gate for writing, then the meta mutex (briefly,
 //! never across a read).
 
+use super::leafkeep::{Candidate, Keeper};
 use super::node::{self, NodeRef};
 use super::nodescan::{self, Lost, ScanProgress};
-use super::salvage::{survived, LostEntry, Salvage, TreeScan};
-use super::state::{FileTable, Volume};
-use super::table::{decode_file, file_body, TableFile};
-use super::tree::{LeafVisit, NodeIo, Tree};
+use super::salvage::{LostEntry, MendedLeaves};
+use super::state::Volume;
+use super::table::file_body;
+use super::tree::{LeafVisit, Tree};
 use super::treeio::VolIo;
 use crate::error::{Error, Result};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// What [`Volume::mend_unreadable_leaves`] found and did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-pub struct MendedLeaves {
-    /// The leaves that did not read: each one's first block and why.
-    pub leaves: Vec<(u64, String)>,
-    /// Entries kept from their frames that checked, as they were.
-    pub intact: u64,
-    /// Damaged entries kept: `(id it has now, id its entry named)` (a fresh id when the
-    /// one named is 0, never handed out, or another file's, as the salvage gives it).
-    pub recovered: Vec<(u64, u64)>,
-    /// Files taken from the previous checkpoint's tree (their bytes may be older).
-    pub restored: Vec<u64>,
-    /// Damaged entries not kept (their blocks are owned by no one: the bitmaps' rebuild
-    /// frees them).
-    pub lost: Vec<LostEntry>,
-    /// Entries the tree counted that were found nowhere: in none of the leaves that read,
-    /// and in no frame of those that did not (lost inside a damaged stretch).
-    pub uncounted: u64,
-    /// Blocks the maps of the lost entries that decoded counted (at most what they leave
-    /// owned by no one).
-    pub lost_blocks: u64,
-    /// Internal nodes the open lost (a hole under the root: `walk.rs`), filled from a scan
-    /// of the device for the leaves under them, as the salvage's scan does
-    /// (`nodescan.rs`); `None` when none was lost.
-    pub tree_scan: Option<TreeScan>,
-}
-
-impl MendedLeaves {
-    /// At most how many blocks the mend leaves owned by no one, if known: the lost entries'
-    /// that decoded; `None` when an entry was lost with its bytes (undecodable, or found
-    /// nowhere), whose blocks no one can tell (the salvage keeps none of them either).
-    pub fn leaked_bound(&self) -> Option<u64> {
-        // A lost node's subtree (its own internal nodes, the leaves the scan found) is
-        // owned by no one now, in a number no one counted.
-        let unknown = self.uncounted > 0
-            || self.lost.iter().any(|l| l.id.is_none())
-            || self.tree_scan.is_some();
-        (!unknown).then_some(self.lost_blocks)
-    }
-
-    /// Puts what the mend found into `salvage` as the salvage reports the same entries
-    /// (damaged entries counted, kept ones in `recovered`, restored ones in both
-    /// `restored` and `recovered`, lost ones in `lost`), with the leaves mended.
-    pub fn report_into(self, salvage: &mut Salvage) {
-        salvage.damaged_entries += (self.recovered.len() + self.lost.len()) as u64 + self.uncounted;
-        salvage.recovered.extend(self.recovered);
-        salvage
-            .recovered
-            .extend(self.restored.iter().map(|&id| (id, id)));
-        salvage.restored.extend(self.restored);
-        salvage.lost.extend(self.lost);
-        salvage.leaves_mended.extend(self.leaves);
-        salvage.tree_scan = self.tree_scan.or(salvage.tree_scan.take());
-        // Every leaf mended is reported, each kept entry once.
-        debug_assert!(salvage.recovered.len() >= salvage.restored.len());
-    }
-}
-
 /// A leaf's entries by id.
 type Items = BTreeMap<u64, Vec<u8>>;
-
-/// A damaged entry to keep if its map survived, with its bytes on the device.
-type Candidate = (TableFile, std::ops::Range<u64>);
-
-/// What the entries offered for a mended leaf are checked against: every block owned by
-/// a file, the tree or a map segment (with those kept so far), the ids in use.
-struct Keeper<'a> {
-    vol: &'a Volume,
-    taken: super::file::Ranges,
-    next_id: u64,
-    cached: FileTable,
-}
-
-impl<'a> Keeper<'a> {
-    /// Reads what everything owns now (every map once; memory: every mapped extent). The
-    /// caller holds the gate for writing.
-    fn new(vol: &'a Volume) -> Result<Keeper<'a>> {
-        let mut owned = vol.files_owned(&mut super::check::VolumeCheck::default())?;
-        vol.own_metadata(&mut owned);
-        let mut taken = super::file::Ranges::default();
-        owned.iter().for_each(|e| taken.insert(e.start, e.len));
-        // Every owner is taken (each extent's first block, at least).
-        debug_assert!(owned
-            .iter()
-            .all(|e| e.len == 0 || !taken.within(e.start, e.start + 1).is_empty()));
-        Ok(Keeper {
-            vol,
-            taken,
-            next_id: vol.meta.lock().next_id,
-            cached: vol.files.read().clone(),
-        })
-    }
-
-    /// `id` is one a file may have (handed out) and no file has now.
-    fn wanted(&self, id: u64, tree: &Tree, io: &mut VolIo<'_>) -> Result<bool> {
-        let free = id != 0 && id < self.next_id && !self.cached.contains_key(&id);
-        let wanted = free && tree.get(io, id)?.is_none();
-        debug_assert!(
-            !wanted || (id > 0 && id < self.next_id),
-            "id {id} never handed out"
-        );
-        Ok(wanted)
-    }
-
-    /// Puts `f` into the tree under id `now` if its map survived (see `salvage.rs`), its
-    /// blocks then taken; `Ok(Err(why))` if not (a pending file is not kept: an open
-    /// removes it, as the salvage's repair does). A map outside the tree (in a map segment
-    /// or runs of its own) is refused with [`Error::Corrupt`]: the salvage loads such a map
-    /// and writes it anew, which the mend does not (the repair then takes the salvage).
-    fn keep(
-        &mut self,
-        f: TableFile,
-        now: u64,
-        tree: &mut Tree,
-        io: &mut VolIo<'_>,
-    ) -> Result<std::result::Result<(), String>> {
-        let v = self.vol;
-        let entries = match survived(&v.store, v.dev.as_ref(), &f, &self.taken) {
-            Ok(entries) => entries,
-            Err(why) => return Ok(Err(why)),
-        };
-        if !f.map.segments().is_empty() {
-            return Err(super::record::corrupt(
-                "a damaged file tree leaf's entry has its map outside the tree: the salvage \
-                 writes it anew",
-            ));
-        }
-        if f.attr == super::publish::PENDING {
-            return Ok(Err("a pending file: removed, as an open removes it".into()));
-        }
-        for (_, e, _) in &entries {
-            self.taken.insert(e.start, e.len);
-        }
-        let end = entries
-            .last()
-            .map_or(0, |&(l, e, _)| (l + e.len) * v.block_size);
-        let f = TableFile {
-            id: now,
-            size: f.size.min(end),
-            ..f
-        };
-        let mut replaced = Vec::new();
-        tree.put(io, now, Some(file_body(&f)), &mut replaced)?;
-        // A fresh id's leaf was another (read, then changed): retired with the mended ones.
-        v.meta.lock().mended.extend(replaced);
-        debug_assert!(
-            tree.get(io, now).is_ok_and(|b| b.is_some()),
-            "file {now} kept"
-        );
-        Ok(Ok(()))
-    }
-
-    /// Keeps each damaged entry whose map survived, under its own id if no file has it,
-    /// else under a fresh one (the salvage's `Kept::take`); reports the others lost.
-    fn take_damaged(
-        &mut self,
-        candidates: Vec<Candidate>,
-        tree: &mut Tree,
-        io: &mut VolIo<'_>,
-        out: &mut MendedLeaves,
-    ) -> Result<()> {
-        let before = out.recovered.len() + out.lost.len();
-        let offered = candidates.len();
-        for (f, bytes) in candidates {
-            let was = f.id;
-            let blocks = f.map.counts().1;
-            // The fresh id is drawn only for a file kept.
-            let own = self.wanted(was, tree, io)?;
-            let now = if own { was } else { self.next_id };
-            match self.keep(f, now, tree, io)? {
-                Ok(()) => {
-                    if !own {
-                        assert_eq!(self.fresh(), now, "the fresh id drawn");
-                    }
-                    out.recovered.push((now, was));
-                }
-                Err(why) => {
-                    out.lost_blocks += blocks;
-                    out.lost.push(LostEntry {
-                        bytes,
-                        id: Some(was),
-                        why,
-                    });
-                }
-            }
-        }
-        // Each damaged entry is kept or reported lost.
-        debug_assert_eq!(out.recovered.len() + out.lost.len(), before + offered);
-        Ok(())
-    }
-
-    /// Restores from the previous checkpoint's tree (root `root`) each entry of the key
-    /// range `keys` that no file has now and whose map survived (its bytes may be older).
-    fn restore_previous(
-        &mut self,
-        root: NodeRef,
-        keys: (u64, Option<u64>),
-        tree: &mut Tree,
-        io: &mut VolIo<'_>,
-        out: &mut MendedLeaves,
-    ) -> Result<()> {
-        let first = out.restored.len();
-        for (id, body) in previous_range(io, root, keys)? {
-            let Ok(f) = decode_file(&body) else { continue };
-            if self.wanted(id, tree, io)? && self.keep(f, id, tree, io)?.is_ok() {
-                out.restored.push(id);
-            }
-        }
-        // What it restored lies in the range, each id once.
-        debug_assert!(out.restored[first..]
-            .iter()
-            .all(|&id| id >= keys.0 && keys.1.is_none_or(|hi| id < hi)));
-        debug_assert!(out.restored[first..].windows(2).all(|w| w[0] < w[1]));
-        Ok(())
-    }
-
-    /// A fresh id for a kept entry whose own is not free (the next the volume hands out).
-    fn fresh(&mut self) -> u64 {
-        let mut meta = self.vol.meta.lock();
-        let id = meta.next_id;
-        meta.next_id += 1;
-        self.next_id = meta.next_id;
-        debug_assert!(id > 0 && id < self.next_id);
-        id
-    }
-}
 
 /// A leaf that did not read (or, at a level above 0, an internal node the open lost: a
 /// hole): the keys its parent routes to it, where it lies, why, and its bytes if they
@@ -390,6 +167,7 @@ impl Volume {
         }
         let added = (out.recovered.len() + out.restored.len()) as u64;
         tree.recount(good + kept + added);
+        keeper.hold_outside();
         // Every leaf reads now (those mended are in memory), no hole is left, and what was
         // kept is counted.
         debug_assert!(out.leaves.len() == bad.len() && tree.holes() == 0);
@@ -434,9 +212,7 @@ impl Volume {
             // No previous table gives back keys under a hole: its spans are not needed.
             (stamp, u64::MAX, progress),
         )?;
-        for e in &sc.leaves {
-            keeper.taken.insert(e.start, e.len);
-        }
+        keeper.take_leaves(&sc.leaves);
         out.tree_scan = Some(super::salvage::scan::tree_scan(&lost, &sc));
         let entries: Vec<Candidate> = (sc.entries.into_iter())
             .filter_map(|d| d.file.map(|f| (f, d.bytes)))
@@ -510,50 +286,4 @@ fn unreadable_leaves(tree: &Tree, io: &mut VolIo<'_>) -> Result<(Vec<Bad>, u64)>
     debug_assert!(bad.windows(2).all(|w| w[0].keys.0 < w[1].keys.0));
     debug_assert!(bad.iter().all(|b| b.keys.1.is_none_or(|hi| b.keys.0 < hi)));
     Ok((bad, good))
-}
-
-/// The previous checkpoint's entries whose keys lie in `keys` (`lo..hi`), reading only the
-/// nodes on the way to them; a node that does not read gives nothing (best effort: it is
-/// a second copy).
-fn previous_range(
-    io: &mut VolIo<'_>,
-    root: NodeRef,
-    keys: (u64, Option<u64>),
-) -> Result<Vec<(u64, Vec<u8>)>> {
-    let mut out = Vec::new();
-    // Each node with the level its parent is at (a child must be below it: no cycle).
-    let mut stack = vec![(root, (0u64, None::<u64>), node::MAX_LEVEL + 1)];
-    let overlaps = |r: (u64, Option<u64>)| {
-        r.1.is_none_or(|hi| hi > keys.0) && keys.1.is_none_or(|hi| r.0 < hi)
-    };
-    while let Some((at, range, above)) = stack.pop() {
-        let d = match io.read(at) {
-            Ok(d) if d.level < above => d,
-            Ok(_) | Err(Error::Corrupt { .. }) => continue,
-            Err(e) => return Err(e),
-        };
-        if d.level == 0 {
-            let Ok(items) = super::tree::leaf_items(&d.payload) else {
-                continue;
-            };
-            let inside = |id: &u64| *id >= keys.0 && keys.1.is_none_or(|hi| *id < hi);
-            out.extend(items.into_iter().filter(|(id, _)| inside(id)));
-            continue;
-        }
-        let Ok(children) = node::decode_children(&d, at.generation) else {
-            continue;
-        };
-        for (i, c) in children.iter().enumerate() {
-            let lo = if i == 0 { range.0 } else { c.first };
-            let hi = children.get(i + 1).map(|n| n.first).or(range.1);
-            if overlaps((lo, hi)) {
-                stack.push((c.at, (lo, hi), d.level));
-            }
-        }
-    }
-    out.sort_unstable_by_key(|(id, _)| *id);
-    debug_assert!(out
-        .iter()
-        .all(|(id, _)| *id >= keys.0 && keys.1.is_none_or(|hi| *id < hi)));
-    Ok(out)
 }

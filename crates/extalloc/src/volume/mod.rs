@@ -90,6 +90,7 @@ mod keyed_tests;
 mod keyindex;
 #[cfg(test)]
 mod latch_tests;
+mod leafkeep;
 mod leafrepair;
 mod least;
 mod load;
@@ -140,12 +141,13 @@ pub use delalloc::WroteBack;
 pub use fallocate::Fallocate;
 pub(crate) use io::check_range;
 pub use io::{MAX_ATTR_BYTES, MAX_FILE_BYTES};
-pub use leafrepair::MendedLeaves;
 pub use nodescan::ScanProgress;
 pub use page::ListPage;
 pub use path::DEFAULT_BLOCK_SIZE;
 pub use read::Advised;
-pub use salvage::{ClearedMap, FilePlace, LostEntry, Salvage, TreeNodePlace, TreeScan};
+pub use salvage::{
+    ClearedMap, FilePlace, LostEntry, MendedLeaves, Salvage, TreeNodePlace, TreeScan,
+};
 pub use share::Privilege;
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use state::CHUNK_BLOCKS;

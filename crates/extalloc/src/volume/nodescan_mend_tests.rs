@@ -1,7 +1,8 @@
 //! `fsck --repair`'s page path at the volume level on a file tree that lost an internal
 //! node under its root: the repair's open takes the tree with a hole, no checkpoint writes
 //! it, and the mend (`leafrepair.rs`) fills it from the device scan; over a pending file
-//! too, and whatever the hole's block reads as now.
+//! too, over maps in map segments (kept where they lie), and whatever the hole's block
+//! reads as now.
 
 use super::super::salvage_tests::{poke, BS};
 use super::volume_tests::fresh;
@@ -31,6 +32,14 @@ fn internal_node_damaged(
         .map(|i| (vol.create(&attr(i)).unwrap(), attr(i)))
         .collect();
     vol.close().unwrap();
+    let (inner, stamp) = middle_child(&dev);
+    damage(&dev, inner.at, stamp);
+    (dev, files, inner.at.block)
+}
+
+/// The middle child of the durable file tree's root (a tree of three levels), with the
+/// tree's stamp.
+fn middle_child(dev: &Arc<MemDevice>) -> (node::ChildRef, u64) {
     let tree = {
         let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
         volume_root(vol.store()).unwrap().tree.unwrap()
@@ -40,9 +49,8 @@ fn internal_node_damaged(
     let d = node::decode(&raw, tree.root).unwrap();
     assert_eq!(d.level, 2, "three levels");
     let children = node::decode_children(&d, tree.root.generation).unwrap();
-    let inner = children[children.len() / 2].at;
-    damage(&dev, inner, tree.stamp.expect("a stamped tree").value);
-    (dev, files, inner.block)
+    let stamp = tree.stamp.expect("a stamped tree").value;
+    (children[children.len() / 2], stamp)
 }
 
 /// An internal node's block overwritten by a whole empty leaf naming that very place,
@@ -149,4 +157,71 @@ fn a_lost_node_over_a_pending_file_is_mended_without_it() {
     }
     assert!(vol.size(pending).is_err(), "the pending file dropped");
     assert!(vol.check().unwrap().clean(), "{:?}", vol.check());
+}
+
+/// Block `b` of file `id`'s data.
+fn block_of(id: u64, b: u64) -> Vec<u8> {
+    (0..BS).map(|i| (id * 31 + b * 7 + i / 64) as u8).collect()
+}
+
+/// Files whose maps lie in map segments (every other block written: eight extents, more
+/// than an entry holds) under the lost node: the root marks that node as holding maps
+/// outside the tree, and the page path still mends the hole. It keeps those maps where
+/// they lie and holds them in the segments' accounts, so the files read back whole, the
+/// checkpoints after the mend (one rewriting a kept map, which releases its old place)
+/// keep the accounts right, and the volume checks clean.
+#[test]
+fn a_lost_node_over_maps_in_segments_is_mended_keeping_them() {
+    let (dev, vol) = fresh();
+    let attr = |i: u64| format!("file {i:05} {}", "y".repeat(100)).into_bytes();
+    let ids: Vec<u64> = (0..6000).map(|i| vol.create(&attr(i)).unwrap()).collect();
+    let long: Vec<u64> = ids.iter().copied().step_by(250).collect();
+    for &id in &long {
+        for b in 0..8 {
+            vol.write(id, b * 2 * BS, &block_of(id, b)).unwrap();
+        }
+    }
+    vol.close().unwrap();
+    let (inner, _) = middle_child(&dev);
+    assert_eq!(inner.marks, node::MARK_MAPS, "{inner:?}");
+    poke(&dev, inner.at.block * BS + 200, |b| b ^ 0x40);
+    let vol = Volume::open_for_repair(dev.clone(), Policy::default()).unwrap();
+    let mended = vol.mend_unreadable_leaves().unwrap();
+    let scan = mended.tree_scan.clone().expect("the hole scanned for");
+    assert_eq!(scan.nodes_lost[0].0, inner.at.block, "{scan:?}");
+    assert!(mended.lost.is_empty(), "{mended:?}");
+    assert_eq!(mended.recovered.len() as u64, scan.entries);
+    assert!(mended.recovered.iter().all(|&(now, was)| now == was));
+    let under: Vec<u64> = (long.iter().copied())
+        .filter(|id| mended.recovered.iter().any(|&(now, _)| now == *id))
+        .collect();
+    assert!(!under.is_empty(), "a long map under the lost node");
+    let c = vol.check().unwrap();
+    assert_eq!((c.mapped_free, c.mapped_twice), (0, 0), "{c:?}");
+    vol.rebuild_allocation().unwrap();
+    vol.close().unwrap();
+    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+    assert!(vol.check().unwrap().clean(), "{:?}", vol.check());
+    let read_back = |vol: &Volume| {
+        for (i, &id) in ids.iter().enumerate() {
+            assert_eq!(vol.attr(id).unwrap(), attr(i as u64), "file {id}");
+        }
+        for &id in &long {
+            for b in 0..8 {
+                let got = vol.read(id, b * 2 * BS, BS).unwrap();
+                assert_eq!(got, block_of(id, b), "file {id} block {b}");
+            }
+        }
+    };
+    read_back(&vol);
+    // A kept map rewritten (its old place released) and checkpointed.
+    vol.write(under[0], BS, &block_of(under[0], 99)).unwrap();
+    vol.close().unwrap();
+    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+    assert!(vol.check().unwrap().clean(), "{:?}", vol.check());
+    assert_eq!(vol.read(under[0], BS, BS).unwrap(), block_of(under[0], 99));
+    assert_eq!(
+        vol.read(under[0], 2 * BS, BS).unwrap(),
+        block_of(under[0], 1)
+    );
 }

@@ -48,7 +48,9 @@ mod report;
 pub(super) mod scan;
 #[path = "salvage_survival.rs"]
 mod survival;
-pub use report::{ClearedMap, FilePlace, LostEntry, Salvage, TreeNodePlace, TreeScan};
+pub use report::{
+    ClearedMap, FilePlace, LostEntry, MendedLeaves, Salvage, TreeNodePlace, TreeScan,
+};
 pub(super) use survival::survived;
 use survival::{journal_by_file, survived_after, Journal};
 

@@ -1,8 +1,10 @@
-//! The salvage's report ([`Salvage`]) and the places of each file's metadata
-//! ([`FilePlace`]): what `Volume::open_salvaging` found damaged and what it made of it.
+//! The salvage's report ([`Salvage`]), the page path's mend's ([`MendedLeaves`]) and the
+//! places of each file's metadata ([`FilePlace`]): what `Volume::open_salvaging` and
+//! `Volume::mend_unreadable_leaves` found damaged and what they made of it.
 //!
-//! Data structures: [`Salvage`], [`TreeScan`], [`LostEntry`], [`ClearedMap`],
-//! [`FilePlace`]. Invariant: a clean report is the default one. Locks: none (plain data).
+//! Data structures: [`Salvage`], [`MendedLeaves`], [`TreeScan`], [`LostEntry`],
+//! [`ClearedMap`], [`FilePlace`]. Invariant: a clean report is the default one. Locks:
+//! none (plain data).
 
 #[cfg(doc)]
 use super::Volume;
@@ -134,5 +136,64 @@ impl Salvage {
     /// True if nothing was damaged.
     pub fn clean(&self) -> bool {
         *self == Salvage::default()
+    }
+}
+
+/// What [`Volume::mend_unreadable_leaves`] found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct MendedLeaves {
+    /// The leaves that did not read: each one's first block and why.
+    pub leaves: Vec<(u64, String)>,
+    /// Entries kept from their frames that checked, as they were.
+    pub intact: u64,
+    /// Damaged entries kept: `(id it has now, id its entry named)` (a fresh id when the
+    /// one named is 0, never handed out, or another file's, as the salvage gives it).
+    pub recovered: Vec<(u64, u64)>,
+    /// Files taken from the previous checkpoint's tree (their bytes may be older).
+    pub restored: Vec<u64>,
+    /// Damaged entries not kept (their blocks are owned by no one: the bitmaps' rebuild
+    /// frees them).
+    pub lost: Vec<LostEntry>,
+    /// Entries the tree counted that were found nowhere: in none of the leaves that read,
+    /// and in no frame of those that did not (lost inside a damaged stretch).
+    pub uncounted: u64,
+    /// Blocks the maps of the lost entries that decoded counted (at most what they leave
+    /// owned by no one).
+    pub lost_blocks: u64,
+    /// Internal nodes the open lost (a hole under the root: `walk.rs`), filled from a scan
+    /// of the device for the leaves under them, as the salvage's scan does
+    /// (`nodescan.rs`); `None` when none was lost.
+    pub tree_scan: Option<TreeScan>,
+}
+
+impl MendedLeaves {
+    /// At most how many blocks the mend leaves owned by no one, if known: the lost entries'
+    /// that decoded; `None` when an entry was lost with its bytes (undecodable, or found
+    /// nowhere), whose blocks no one can tell (the salvage keeps none of them either).
+    pub fn leaked_bound(&self) -> Option<u64> {
+        // A lost node's subtree (its own internal nodes, the leaves the scan found) is
+        // owned by no one now, in a number no one counted.
+        let unknown = self.uncounted > 0
+            || self.lost.iter().any(|l| l.id.is_none())
+            || self.tree_scan.is_some();
+        (!unknown).then_some(self.lost_blocks)
+    }
+
+    /// Puts what the mend found into `salvage` as the salvage reports the same entries
+    /// (damaged entries counted, kept ones in `recovered`, restored ones in both
+    /// `restored` and `recovered`, lost ones in `lost`), with the leaves mended.
+    pub fn report_into(self, salvage: &mut Salvage) {
+        salvage.damaged_entries += (self.recovered.len() + self.lost.len()) as u64 + self.uncounted;
+        salvage.recovered.extend(self.recovered);
+        salvage
+            .recovered
+            .extend(self.restored.iter().map(|&id| (id, id)));
+        salvage.restored.extend(self.restored);
+        salvage.lost.extend(self.lost);
+        salvage.leaves_mended.extend(self.leaves);
+        salvage.tree_scan = self.tree_scan.or(salvage.tree_scan.take());
+        // Every leaf mended is reported, each kept entry once.
+        debug_assert!(salvage.recovered.len() >= salvage.restored.len());
     }
 }

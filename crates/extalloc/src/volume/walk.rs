@@ -46,15 +46,15 @@ pub(super) struct LostNode {
 }
 
 impl LostNode {
-    /// An internal node under the root whose parent's marks say no map outside the tree
-    /// lies under it (the open's accounts of map segments need every such map), so a tree
-    /// that lost only such nodes can be opened for repair with holes in their place
-    /// ([`Walked::partial`]). A pending file under it is not found by the open, which
+    /// An internal node under the root, so a tree that lost only such nodes can be opened
+    /// for repair with holes in their place ([`Walked::partial`]). A map outside the tree
+    /// under it is missing from the open's accounts of map segments until the mend keeps
+    /// its file and holds it (`leafrepair.rs`, `Keeper::hold_outside`); no checkpoint
+    /// runs before the mend. A pending file under it is not found by the open, which
     /// removes pending files; the mend does not keep it either (its blocks, owned by no
     /// one, are freed by the bitmaps' rebuild), which is the same end.
     fn mendable(&self) -> bool {
-        self.said
-            .is_some_and(|(level, marks)| level > 0 && marks & node::MARK_MAPS == 0)
+        self.said.is_some_and(|(level, _)| level > 0)
     }
 }
 
@@ -70,8 +70,7 @@ pub(super) struct Walked {
     /// The tree, to change by later checkpoints: only if every node checked.
     pub tree: Option<Tree>,
     /// A marked walk's tree with holes where it lost internal nodes, when every lost node
-    /// is an internal one with no map outside the tree under it ([`LostNode::mendable`])
-    /// and everything else
+    /// is an internal one under the root ([`LostNode::mendable`]) and everything else
     /// checked: for a repair, which mends the holes before anything else
     /// (`leafrepair.rs`); no checkpoint writes a tree with holes ([`Tree::holes`]).
     pub partial: Option<Tree>,

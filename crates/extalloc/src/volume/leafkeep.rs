@@ -1,0 +1,318 @@
+//! Which damaged entries the page path's mend keeps (`leafrepair.rs`): the salvage's
+//! rules (`salvage.rs`) checked against what everything else owns, a page path's way.
+//! An entry is kept if its map survived (`salvage_survival.rs`), under its own id if no
+//! file has it, else under a fresh one; a pending entry is not kept (an open removes
+//! it); a map outside the tree is kept where it lies if that place survived too (a
+//! segment named already, or one no one owns and allocated), and held in the segments'
+//! accounts when the mend ends. The previous checkpoint's entries for a damaged leaf's
+//! range that no leaf gave are restored by the same rules (their bytes may be older).
+//!
+//! Data structures: [`Keeper`], what is taken (every block owned by a file, the tree or a
+//! map segment, with the entries kept so far), the ids handed out, the segments the kept
+//! maps lie in. Invariant: no entry kept maps a block another owner holds, and each kept
+//! map outside the tree is held in the accounts once the mend ends. Locks: the caller
+//! holds the gate for writing; the meta and segments mutexes are taken briefly, never
+//! across a read.
+
+use super::node::{self, NodeRef};
+use super::record::MapRef;
+use super::salvage::{survived, LostEntry, MendedLeaves};
+use super::state::{FileTable, Volume};
+use super::table::{decode_file, file_body, TableFile};
+use super::tree::{NodeIo, Tree};
+use super::treeio::VolIo;
+use crate::error::{Error, Result};
+use crate::geometry::Extent;
+use std::collections::BTreeSet;
+
+/// A damaged entry to keep if its map survived, with its bytes on the device.
+pub(super) type Candidate = (TableFile, std::ops::Range<u64>);
+
+/// What the entries offered for a mended leaf are checked against: every block owned by
+/// a file, the tree or a map segment (with those kept so far), the ids in use.
+pub(super) struct Keeper<'a> {
+    vol: &'a Volume,
+    taken: super::file::Ranges,
+    next_id: u64,
+    cached: FileTable,
+    /// The segments and runs the maps outside the tree of the entries kept lie in.
+    named: BTreeSet<Extent>,
+    /// Those entries: their ids now and their maps, to hold ([`Keeper::hold_outside`]).
+    outside: Vec<(u64, MapRef)>,
+}
+
+impl<'a> Keeper<'a> {
+    /// Reads what everything owns now (every map once; memory: every mapped extent). The
+    /// caller holds the gate for writing.
+    pub(super) fn new(vol: &'a Volume) -> Result<Keeper<'a>> {
+        let mut owned = vol.files_owned(&mut super::check::VolumeCheck::default())?;
+        vol.own_metadata(&mut owned);
+        let mut taken = super::file::Ranges::default();
+        owned.iter().for_each(|e| taken.insert(e.start, e.len));
+        // Every owner is taken (each extent's first block, at least).
+        debug_assert!(owned
+            .iter()
+            .all(|e| e.len == 0 || !taken.within(e.start, e.start + 1).is_empty()));
+        Ok(Keeper {
+            vol,
+            taken,
+            next_id: vol.meta.lock().next_id,
+            cached: vol.files.read().clone(),
+            named: BTreeSet::new(),
+            outside: Vec::new(),
+        })
+    }
+
+    /// Takes the blocks of `leaves` (found by the scan for a hole's keys): no kept map may
+    /// claim them.
+    pub(super) fn take_leaves(&mut self, leaves: &[Extent]) {
+        for e in leaves {
+            self.taken.insert(e.start, e.len);
+        }
+        debug_assert!(leaves
+            .iter()
+            .all(|e| e.len == 0 || !self.taken.within(e.start, e.start + 1).is_empty()));
+    }
+
+    /// `id` is one a file may have (handed out) and no file has now.
+    fn wanted(&self, id: u64, tree: &Tree, io: &mut VolIo<'_>) -> Result<bool> {
+        let free = id != 0 && id < self.next_id && !self.cached.contains_key(&id);
+        let wanted = free && tree.get(io, id)?.is_none();
+        debug_assert!(
+            !wanted || (id > 0 && id < self.next_id),
+            "id {id} never handed out"
+        );
+        Ok(wanted)
+    }
+
+    /// Puts `f` into the tree under id `now` if its map survived (see `salvage.rs`), its
+    /// blocks then taken; `Ok(Err(why))` if not (a pending file is not kept: an open
+    /// removes it, as the salvage's repair does). A map outside the tree (in a map segment
+    /// or runs of its own) is kept where it lies if that place survived too
+    /// ([`Keeper::outside_survived`]), and held in the segments' accounts when the mend
+    /// ends ([`Keeper::hold_outside`]).
+    fn keep(
+        &mut self,
+        f: TableFile,
+        now: u64,
+        tree: &mut Tree,
+        io: &mut VolIo<'_>,
+    ) -> Result<std::result::Result<(), String>> {
+        let v = self.vol;
+        let entries = match survived(&v.store, v.dev.as_ref(), &f, &self.taken) {
+            Ok(entries) => entries,
+            Err(why) => return Ok(Err(why)),
+        };
+        if f.attr == super::publish::PENDING {
+            return Ok(Err("a pending file: removed, as an open removes it".into()));
+        }
+        if let Err(why) = self.outside_survived(&f.map)? {
+            return Ok(Err(why));
+        }
+        for (_, e, _) in &entries {
+            self.taken.insert(e.start, e.len);
+        }
+        for seg in f.map.segments() {
+            self.taken.insert(seg.start, seg.len);
+            self.named.insert(seg);
+        }
+        if !f.map.segments().is_empty() {
+            self.outside.push((now, f.map.clone()));
+        }
+        let end = entries
+            .last()
+            .map_or(0, |&(l, e, _)| (l + e.len) * v.block_size);
+        let f = TableFile {
+            id: now,
+            size: f.size.min(end),
+            ..f
+        };
+        let mut replaced = Vec::new();
+        tree.put(io, now, Some(file_body(&f)), &mut replaced)?;
+        // A fresh id's leaf was another (read, then changed): retired with the mended ones.
+        v.meta.lock().mended.extend(replaced);
+        debug_assert!(
+            tree.get(io, now).is_ok_and(|b| b.is_some()),
+            "file {now} kept"
+        );
+        Ok(Ok(()))
+    }
+
+    /// Keeps each damaged entry whose map survived, under its own id if no file has it,
+    /// else under a fresh one (the salvage's `Kept::take`); reports the others lost.
+    pub(super) fn take_damaged(
+        &mut self,
+        candidates: Vec<Candidate>,
+        tree: &mut Tree,
+        io: &mut VolIo<'_>,
+        out: &mut MendedLeaves,
+    ) -> Result<()> {
+        let before = out.recovered.len() + out.lost.len();
+        let offered = candidates.len();
+        for (f, bytes) in candidates {
+            let was = f.id;
+            let blocks = f.map.counts().1;
+            // The fresh id is drawn only for a file kept.
+            let own = self.wanted(was, tree, io)?;
+            let now = if own { was } else { self.next_id };
+            match self.keep(f, now, tree, io)? {
+                Ok(()) => {
+                    if !own {
+                        assert_eq!(self.fresh(), now, "the fresh id drawn");
+                    }
+                    out.recovered.push((now, was));
+                }
+                Err(why) => {
+                    out.lost_blocks += blocks;
+                    out.lost.push(LostEntry {
+                        bytes,
+                        id: Some(was),
+                        why,
+                    });
+                }
+            }
+        }
+        // Each damaged entry is kept or reported lost.
+        debug_assert_eq!(out.recovered.len() + out.lost.len(), before + offered);
+        Ok(())
+    }
+
+    /// Restores from the previous checkpoint's tree (root `root`) each entry of the key
+    /// range `keys` that no file has now and whose map survived (its bytes may be older).
+    pub(super) fn restore_previous(
+        &mut self,
+        root: NodeRef,
+        keys: (u64, Option<u64>),
+        tree: &mut Tree,
+        io: &mut VolIo<'_>,
+        out: &mut MendedLeaves,
+    ) -> Result<()> {
+        let first = out.restored.len();
+        for (id, body) in previous_range(io, root, keys)? {
+            let Ok(f) = decode_file(&body) else { continue };
+            if self.wanted(id, tree, io)? && self.keep(f, id, tree, io)?.is_ok() {
+                out.restored.push(id);
+            }
+        }
+        // What it restored lies in the range, each id once.
+        debug_assert!(out.restored[first..]
+            .iter()
+            .all(|&id| id >= keys.0 && keys.1.is_none_or(|hi| id < hi)));
+        debug_assert!(out.restored[first..].windows(2).all(|w| w[0] < w[1]));
+        Ok(())
+    }
+
+    /// Whether the place of map `map` outside the tree survived: each segment one the
+    /// volume or an entry kept before names (a segment holds many files' maps: the map's
+    /// bytes there were checked against its crc by `survived`), or one no one owns,
+    /// outside the device's metadata and allocated; own runs (a file's alone) only the
+    /// latter. `Ok(Err(why))` if not. [`Error::Corrupt`] for a segment the volume
+    /// retired (freed by the next checkpoint): the salvage keeps such a segment named.
+    fn outside_survived(&self, map: &MapRef) -> Result<std::result::Result<(), String>> {
+        let segs = self.vol.segs.lock();
+        for seg in map.segments() {
+            let crosses = |r: &Extent| r.start < seg.end() && seg.start < r.end();
+            if segs.retired.iter().any(crosses) {
+                return Err(super::record::corrupt(
+                    "a damaged file tree entry's map lies in a retired map segment: the \
+                     salvage keeps such a segment named",
+                ));
+            }
+            let shared = matches!(map, MapRef::Segment(_))
+                && (segs.named.contains(&seg) || self.named.contains(&seg));
+            if shared {
+                continue;
+            }
+            if !self.taken.within(seg.start, seg.end()).is_empty() {
+                return Ok(Err(format!(
+                    "its map's segment {}+{} is in use",
+                    seg.start, seg.len
+                )));
+            }
+            let store = &self.vol.store;
+            let held =
+                (store.check_not_metadata(seg)).and_then(|()| store.allocator().check_held(seg));
+            if let Err(e) = held {
+                return Ok(Err(format!(
+                    "its map's segment {}+{}: {e}",
+                    seg.start, seg.len
+                )));
+            }
+        }
+        Ok(Ok(()))
+    }
+
+    /// Holds the maps outside the tree of the entries kept in the segments' accounts, as
+    /// an open holds those it reads from the marked leaves (`load.rs`): for the mend's end,
+    /// once nothing can fail.
+    pub(super) fn hold_outside(self) {
+        let mut segs = self.vol.segs.lock();
+        let bs = self.vol.block_size;
+        segs.named.extend(self.named.iter().copied());
+        for (id, map) in &self.outside {
+            segs.hold(*id, map, bs);
+        }
+        // Every segment the accounts hold is named.
+        debug_assert!(segs.live.keys().all(|s| segs.named.contains(s)));
+        debug_assert!(self
+            .outside
+            .iter()
+            .all(|(id, _)| segs.held.contains_key(id)));
+    }
+
+    /// A fresh id for a kept entry whose own is not free (the next the volume hands out).
+    fn fresh(&mut self) -> u64 {
+        let mut meta = self.vol.meta.lock();
+        let id = meta.next_id;
+        meta.next_id += 1;
+        self.next_id = meta.next_id;
+        debug_assert!(id > 0 && id < self.next_id);
+        id
+    }
+}
+
+/// The previous checkpoint's entries whose keys lie in `keys` (`lo..hi`), reading only the
+/// nodes on the way to them; a node that does not read gives nothing (best effort: it is
+/// a second copy).
+fn previous_range(
+    io: &mut VolIo<'_>,
+    root: NodeRef,
+    keys: (u64, Option<u64>),
+) -> Result<Vec<(u64, Vec<u8>)>> {
+    let mut out = Vec::new();
+    // Each node with the level its parent is at (a child must be below it: no cycle).
+    let mut stack = vec![(root, (0u64, None::<u64>), node::MAX_LEVEL + 1)];
+    let overlaps = |r: (u64, Option<u64>)| {
+        r.1.is_none_or(|hi| hi > keys.0) && keys.1.is_none_or(|hi| r.0 < hi)
+    };
+    while let Some((at, range, above)) = stack.pop() {
+        let d = match io.read(at) {
+            Ok(d) if d.level < above => d,
+            Ok(_) | Err(Error::Corrupt { .. }) => continue,
+            Err(e) => return Err(e),
+        };
+        if d.level == 0 {
+            let Ok(items) = super::tree::leaf_items(&d.payload) else {
+                continue;
+            };
+            let inside = |id: &u64| *id >= keys.0 && keys.1.is_none_or(|hi| *id < hi);
+            out.extend(items.into_iter().filter(|(id, _)| inside(id)));
+            continue;
+        }
+        let Ok(children) = node::decode_children(&d, at.generation) else {
+            continue;
+        };
+        for (i, c) in children.iter().enumerate() {
+            let lo = if i == 0 { range.0 } else { c.first };
+            let hi = children.get(i + 1).map(|n| n.first).or(range.1);
+            if overlaps((lo, hi)) {
+                stack.push((c.at, (lo, hi), d.level));
+            }
+        }
+    }
+    out.sort_unstable_by_key(|(id, _)| *id);
+    debug_assert!(out
+        .iter()
+        .all(|(id, _)| *id >= keys.0 && keys.1.is_none_or(|hi| *id < hi)));
+    Ok(out)
+}
