@@ -64,9 +64,9 @@ impl Volume {
     /// every listing) until [`Volume::remove_pending`], since the rebuild of the bitmaps
     /// ([`Volume::rebuild_allocation`]) must come before any free (a free into a group
     /// held corrupt is refused). A file tree that lost internal nodes (a node that does
-    /// not check under the root) opens with holes in their place when no map outside the
-    /// tree lies under them and no file the journal's records name (a pending file under
-    /// one is not found, and the mend drops it, as an open removes it):
+    /// not check under the root) opens with holes in their place, the journal's changes
+    /// naming files under them set aside for the mend (a pending file under one is not
+    /// found, and the mend drops it, as an open removes it):
     /// [`Volume::mend_unreadable_leaves`] must come next, and
     /// until it fills them no checkpoint is written (a close fails with
     /// [`Error::Corrupt`](crate::Error::Corrupt), writing nothing). Fails as

@@ -6,24 +6,37 @@
 //! segment named already, or one no one owns and allocated), and held in the segments'
 //! accounts when the mend ends. The previous checkpoint's entries for a damaged leaf's
 //! range that no leaf gave are restored by the same rules (their bytes may be older).
+//! The journal's changes to files under a lost node, which the open set aside
+//! (`load.rs`), are applied as the open's replay would have: the files they create made
+//! from them first (their blocks are the journal's), then each entry kept under its own
+//! id judged on the map they leave it and kept with them applied, or not kept if they
+//! unlink it; such files go into memory, changed, for the next checkpoint to write.
 //!
 //! Data structures: [`Keeper`], what is taken (every block owned by a file, the tree or a
 //! map segment, with the entries kept so far), the ids handed out, the segments the kept
-//! maps lie in. Invariant: no entry kept maps a block another owner holds, and each kept
-//! map outside the tree is held in the accounts once the mend ends. Locks: the caller
+//! maps lie in, the changes set aside by file and the files they changed. Invariant: no
+//! entry kept maps a block another owner holds; each kept map outside the tree is held
+//! in the accounts, and each file changed is in memory and dirty, once the mend ends
+//! (nothing before: a mend that fails changes none of it). Locks: the caller
 //! holds the gate for writing; the meta and segments mutexes are taken briefly, never
 //! across a read.
 
+use super::file::{apply, ReplayFile, VFile};
 use super::node::{self, NodeRef};
 use super::record::MapRef;
-use super::salvage::{survived, LostEntry, MendedLeaves};
+use super::record::{Change, MapEntry};
+use super::salvage::{check_map, journal_by_file, kept_file, survived_after};
+use super::salvage::{Journal, LostEntry, MendedLeaves};
+
 use super::state::{FileTable, Volume};
 use super::table::{decode_file, file_body, TableFile};
 use super::tree::{NodeIo, Tree};
 use super::treeio::VolIo;
 use crate::error::{Error, Result};
 use crate::geometry::Extent;
-use std::collections::BTreeSet;
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 /// A damaged entry to keep if its map survived, with its bytes on the device.
 pub(super) type Candidate = (TableFile, std::ops::Range<u64>);
@@ -37,8 +50,34 @@ pub(super) struct Keeper<'a> {
     cached: FileTable,
     /// The segments and runs the maps outside the tree of the entries kept lie in.
     named: BTreeSet<Extent>,
-    /// Those entries: their ids now and their maps, to hold ([`Keeper::hold_outside`]).
+    /// Those entries: their ids now and their maps, to hold ([`Keeper::settle`]).
     outside: Vec<(u64, MapRef)>,
+    /// The journal's changes the open set aside (`Meta::aside`), by file, until applied.
+    journal: Journal,
+    /// The files those changes create ([`Keeper::make_created`]).
+    made: BTreeSet<u64>,
+    /// The files kept or made with those changes applied, for the next checkpoint to
+    /// write ([`Keeper::adopt_replayed`]).
+    replayed: Vec<(u64, ReplayFile)>,
+}
+
+/// What became of an entry offered to [`Keeper::keep`].
+enum Kept {
+    /// In the tree (and in memory, changed, if the journal changed it).
+    InTree,
+    /// The journal's changes since the last checkpoint unlink its file.
+    Removed,
+    Lost(String),
+}
+
+/// File `id` (`f`) after `changes`, as the replay leaves it: `None` if they unlink it.
+fn replay_one(f: ReplayFile, id: u64, changes: Vec<Change>) -> Option<ReplayFile> {
+    let mut one = BTreeMap::from([(id, f)]);
+    for c in changes {
+        debug_assert_eq!(c.file(), Some(id), "a change to another file");
+        apply(&mut one, c);
+    }
+    one.remove(&id)
 }
 
 impl<'a> Keeper<'a> {
@@ -53,13 +92,20 @@ impl<'a> Keeper<'a> {
         debug_assert!(owned
             .iter()
             .all(|e| e.len == 0 || !taken.within(e.start, e.start + 1).is_empty()));
+        let (next_id, journal) = {
+            let meta = vol.meta.lock();
+            (meta.next_id, journal_by_file(&meta.aside))
+        };
         Ok(Keeper {
             vol,
             taken,
-            next_id: vol.meta.lock().next_id,
+            next_id,
             cached: vol.files.read().clone(),
             named: BTreeSet::new(),
             outside: Vec::new(),
+            journal,
+            made: BTreeSet::new(),
+            replayed: Vec::new(),
         })
     }
 
@@ -76,7 +122,10 @@ impl<'a> Keeper<'a> {
 
     /// `id` is one a file may have (handed out) and no file has now.
     fn wanted(&self, id: u64, tree: &Tree, io: &mut VolIo<'_>) -> Result<bool> {
-        let free = id != 0 && id < self.next_id && !self.cached.contains_key(&id);
+        let free = id != 0
+            && id < self.next_id
+            && !self.cached.contains_key(&id)
+            && !self.made.contains(&id);
         let wanted = free && tree.get(io, id)?.is_none();
         debug_assert!(
             !wanted || (id > 0 && id < self.next_id),
@@ -86,30 +135,55 @@ impl<'a> Keeper<'a> {
     }
 
     /// Puts `f` into the tree under id `now` if its map survived (see `salvage.rs`), its
-    /// blocks then taken; `Ok(Err(why))` if not (a pending file is not kept: an open
-    /// removes it, as the salvage's repair does). A map outside the tree (in a map segment
-    /// or runs of its own) is kept where it lies if that place survived too
-    /// ([`Keeper::outside_survived`]), and held in the segments' accounts when the mend
-    /// ends ([`Keeper::hold_outside`]).
+    /// blocks then taken; [`Kept::Lost`] if not (a pending file is not kept: an open
+    /// removes it, as the salvage's repair does). Kept under its own id, the journal's
+    /// changes to it that the open set aside are its own: judged on the map they leave
+    /// (`survived_after`) and applied, the file then in memory for the next checkpoint
+    /// to write ([`Keeper::adopt_replayed`]), or [`Kept::Removed`] if they unlink it. A
+    /// map outside the tree (in a map segment or runs of its own) is kept where it lies
+    /// if that place survived too ([`Keeper::outside_survived`]), and held in the
+    /// segments' accounts when the mend ends ([`Keeper::settle`]).
     fn keep(
         &mut self,
         f: TableFile,
         now: u64,
         tree: &mut Tree,
         io: &mut VolIo<'_>,
-    ) -> Result<std::result::Result<(), String>> {
+    ) -> Result<Kept> {
         let v = self.vol;
-        let entries = match survived(&v.store, v.dev.as_ref(), &f, &self.taken) {
-            Ok(entries) => entries,
-            Err(why) => return Ok(Err(why)),
+        let changes = match now == f.id {
+            true => self.journal.remove(&f.id).unwrap_or_default(),
+            false => Vec::new(),
         };
-        if f.attr == super::publish::PENDING {
-            return Ok(Err("a pending file: removed, as an open removes it".into()));
+        let judged = survived_after(&v.store, v.dev.as_ref(), &f, (&self.taken, &changes));
+        let (entries, after) = match judged {
+            Ok(maps) => maps,
+            Err(why) => return Ok(Kept::Lost(why)),
+        };
+        let end = entries
+            .last()
+            .map_or(0, |&(l, e, _)| (l + e.len) * v.block_size);
+        let f = TableFile {
+            id: now,
+            size: f.size.min(end),
+            ..f
+        };
+        let replayed = match changes.is_empty() {
+            true => None,
+            false => match replay_one(kept_file(&f, entries, v.block_size), now, changes) {
+                Some(rf) => Some(rf),
+                None => return Ok(Kept::Removed),
+            },
+        };
+        if replayed.as_ref().map_or(&f.attr, |rf| &rf.attr) == super::publish::PENDING {
+            return Ok(Kept::Lost(
+                "a pending file: removed, as an open removes it".into(),
+            ));
         }
         if let Err(why) = self.outside_survived(&f.map)? {
-            return Ok(Err(why));
+            return Ok(Kept::Lost(why));
         }
-        for (_, e, _) in &entries {
+        for (_, e, _) in &after {
             self.taken.insert(e.start, e.len);
         }
         for seg in f.map.segments() {
@@ -119,14 +193,6 @@ impl<'a> Keeper<'a> {
         if !f.map.segments().is_empty() {
             self.outside.push((now, f.map.clone()));
         }
-        let end = entries
-            .last()
-            .map_or(0, |&(l, e, _)| (l + e.len) * v.block_size);
-        let f = TableFile {
-            id: now,
-            size: f.size.min(end),
-            ..f
-        };
         let mut replaced = Vec::new();
         tree.put(io, now, Some(file_body(&f)), &mut replaced)?;
         // A fresh id's leaf was another (read, then changed): retired with the mended ones.
@@ -135,7 +201,43 @@ impl<'a> Keeper<'a> {
             tree.get(io, now).is_ok_and(|b| b.is_some()),
             "file {now} kept"
         );
-        Ok(Ok(()))
+        self.replayed.extend(replayed.map(|rf| (now, rf)));
+        Ok(Kept::InTree)
+    }
+
+    /// Makes each file the set-aside changes create (after the last checkpoint, under a
+    /// hole) from those changes alone, as the open's replay makes it, before any entry is
+    /// judged: its blocks are the journal's, which an older copy of an entry the scan
+    /// found may not claim (its id is taken, so such a copy gets a fresh one and is
+    /// judged against them). One whose map meets blocks already taken is reported lost
+    /// (no entry's bytes: an empty range), one the changes unlink again is not made.
+    pub(super) fn make_created(&mut self, out: &mut MendedLeaves) -> Result<()> {
+        let created: Vec<u64> = (self.journal.iter())
+            .filter(|(_, cs)| cs.iter().any(|c| matches!(c, Change::Create { .. })))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in created {
+            let changes = self.journal.remove(&id).expect("a created file's changes");
+            self.made.insert(id);
+            let Some(rf) = replay_one(ReplayFile::default(), id, changes) else {
+                continue; // unlinked again
+            };
+            let after: Vec<MapEntry> = rf.maps.iter().map(|(&l, &(e, u))| (l, e, u)).collect();
+            if let Err(why) = check_map(&self.vol.store, &after, &self.taken) {
+                out.lost.push(LostEntry {
+                    bytes: 0..0,
+                    id: Some(id),
+                    why: format!("made after the last checkpoint: {why}"),
+                });
+                continue;
+            }
+            for (_, e, _) in &after {
+                self.taken.insert(e.start, e.len);
+            }
+            self.replayed.push((id, rf));
+        }
+        debug_assert!(self.made.iter().all(|id| !self.journal.contains_key(id)));
+        Ok(())
     }
 
     /// Keeps each damaged entry whose map survived, under its own id if no file has it,
@@ -147,7 +249,7 @@ impl<'a> Keeper<'a> {
         io: &mut VolIo<'_>,
         out: &mut MendedLeaves,
     ) -> Result<()> {
-        let before = out.recovered.len() + out.lost.len();
+        let before = out.recovered.len() + out.lost.len() + out.removed.len();
         let offered = candidates.len();
         for (f, bytes) in candidates {
             let was = f.id;
@@ -156,13 +258,14 @@ impl<'a> Keeper<'a> {
             let own = self.wanted(was, tree, io)?;
             let now = if own { was } else { self.next_id };
             match self.keep(f, now, tree, io)? {
-                Ok(()) => {
+                Kept::InTree => {
                     if !own {
                         assert_eq!(self.fresh(), now, "the fresh id drawn");
                     }
                     out.recovered.push((now, was));
                 }
-                Err(why) => {
+                Kept::Removed => out.removed.push(was),
+                Kept::Lost(why) => {
                     out.lost_blocks += blocks;
                     out.lost.push(LostEntry {
                         bytes,
@@ -172,8 +275,9 @@ impl<'a> Keeper<'a> {
                 }
             }
         }
-        // Each damaged entry is kept or reported lost.
-        debug_assert_eq!(out.recovered.len() + out.lost.len(), before + offered);
+        // Each damaged entry is kept, removed as the journal says, or reported lost.
+        let after = out.recovered.len() + out.lost.len() + out.removed.len();
+        debug_assert_eq!(after, before + offered);
         Ok(())
     }
 
@@ -190,7 +294,7 @@ impl<'a> Keeper<'a> {
         let first = out.restored.len();
         for (id, body) in previous_range(io, root, keys)? {
             let Ok(f) = decode_file(&body) else { continue };
-            if self.wanted(id, tree, io)? && self.keep(f, id, tree, io)?.is_ok() {
+            if self.wanted(id, tree, io)? && matches!(self.keep(f, id, tree, io)?, Kept::InTree) {
                 out.restored.push(id);
             }
         }
@@ -204,7 +308,7 @@ impl<'a> Keeper<'a> {
 
     /// Whether the place of map `map` outside the tree survived: each segment one the
     /// volume or an entry kept before names (a segment holds many files' maps: the map's
-    /// bytes there were checked against its crc by `survived`), or one no one owns,
+    /// bytes there were checked against its crc by `survived_after`), or one no one owns,
     /// outside the device's metadata and allocated; own runs (a file's alone) only the
     /// latter. `Ok(Err(why))` if not. [`Error::Corrupt`] for a segment the volume
     /// retired (freed by the next checkpoint): the salvage keeps such a segment named.
@@ -242,22 +346,58 @@ impl<'a> Keeper<'a> {
         Ok(Ok(()))
     }
 
-    /// Holds the maps outside the tree of the entries kept in the segments' accounts, as
-    /// an open holds those it reads from the marked leaves (`load.rs`): for the mend's end,
-    /// once nothing can fail.
-    pub(super) fn hold_outside(self) {
-        let mut segs = self.vol.segs.lock();
-        let bs = self.vol.block_size;
-        segs.named.extend(self.named.iter().copied());
-        for (id, map) in &self.outside {
-            segs.hold(*id, map, bs);
-        }
-        // Every segment the accounts hold is named.
-        debug_assert!(segs.live.keys().all(|s| segs.named.contains(s)));
-        debug_assert!(self
-            .outside
+    /// The files kept or made with the journal's set-aside changes applied, as the
+    /// open's replay hands its files to the volume (`load.rs`, `adopt`), for the mend's
+    /// end: fallible, so before [`Keeper::settle`].
+    pub(super) fn adopt_replayed(&mut self) -> Result<Vec<(u64, VFile)>> {
+        let store = &self.vol.store;
+        let adopted: Vec<(u64, VFile)> = (self.replayed.drain(..))
+            .map(|(id, rf)| Ok((id, super::load::adopt(store, id, rf)?)))
+            .collect::<Result<_>>()?;
+        // Each file once, and none in memory yet (the open replayed none under a hole).
+        debug_assert!(adopted
             .iter()
-            .all(|(id, _)| segs.held.contains_key(id)));
+            .all(|(id, _)| !self.vol.files.read().contains_key(id)));
+        debug_assert_eq!(
+            adopted
+                .iter()
+                .map(|(id, _)| id)
+                .collect::<BTreeSet<_>>()
+                .len(),
+            adopted.len()
+        );
+        Ok(adopted)
+    }
+
+    /// The mend's end, once nothing can fail: the maps outside the tree of the entries
+    /// kept held in the segments' accounts, as an open holds those it reads from the
+    /// marked leaves (`load.rs`); the `adopted` files in memory, changed since the durable
+    /// tree; the changes set aside taken (those left named a file no entry gave: dropped,
+    /// as the replay drops a change naming a file that is not there).
+    pub(super) fn settle(self, adopted: Vec<(u64, VFile)>) {
+        let vol = self.vol;
+        {
+            let mut segs = vol.segs.lock();
+            segs.named.extend(self.named.iter().copied());
+            for (id, map) in &self.outside {
+                segs.hold(*id, map, vol.block_size);
+            }
+            // Every segment the accounts hold is named.
+            debug_assert!(segs.live.keys().all(|s| segs.named.contains(s)));
+            debug_assert!(self
+                .outside
+                .iter()
+                .all(|(id, _)| segs.held.contains_key(id)));
+        }
+        let mut files = vol.files.write();
+        let mut dirty = vol.dirty.lock();
+        for (id, f) in adopted {
+            let was = files.insert(id, Arc::new(Mutex::new(f)));
+            assert!(was.is_none(), "file {id} adopted twice");
+            dirty.insert(id);
+        }
+        drop((files, dirty));
+        vol.meta.lock().aside.clear();
     }
 
     /// A fresh id for a kept entry whose own is not free (the next the volume hands out).

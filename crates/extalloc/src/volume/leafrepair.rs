@@ -10,7 +10,8 @@
 //! (`leafkeep.rs`, which decides what is kept). An internal node the open lost (a hole,
 //! `walk.rs`, a map outside the tree under it or not) is
 //! filled from the salvage's scan of the device for the leaves under it (`nodescan.rs`),
-//! its entries taken as damaged ones. Memory: one leaf at a time, the damaged ranges'
+//! its entries taken as damaged ones, the journal's changes to them (set aside by the
+//! open) applied. Memory: one leaf at a time, the damaged ranges'
 //! entries, and every mapped extent (for the survival checks), never every file.
 //!
 //! Data structures: [`MendedLeaves`], the report. Invariant: afterwards every leaf of the
@@ -56,11 +57,16 @@ impl Volume {
     /// from a scan of the device for the leaves under them (`nodescan.rs`: the blocks the
     /// bitmaps mark used read once, a chunk at a time, the others only while keys are
     /// missing), each entry found a damaged entry kept only if its map survived; memory
-    /// grows with the entries under the lost nodes, not with the file count.
+    /// grows with the entries under the lost nodes, not with the file count. The
+    /// journal's changes to files under them, which the open set aside, are applied to
+    /// the entries kept under their own ids (judged on the map they leave; a file they
+    /// unlink is not kept: [`MendedLeaves::removed`]), and the files they create are made
+    /// from them; those files are then in memory, for the next checkpoint to write.
     ///
     /// Fails, changing nothing, on an I/O error, and with [`Error::Corrupt`] on damage it
     /// does not mend: a leaf whose bytes are another volume's whole node (its keys may lie
-    /// anywhere on the device: the salvage scans for them).
+    /// anywhere on the device: the salvage scans for them), or a kept entry whose map lies
+    /// in a map segment the volume retired.
     pub fn mend_unreadable_leaves(&self) -> Result<MendedLeaves> {
         self.mend_unreadable_leaves_reporting(&|_| {})
     }
@@ -154,6 +160,8 @@ impl Volume {
             meta.mended.extend(mended.iter().copied());
         }
         let mut keeper = Keeper::new(self)?;
+        // The journal's files first: their blocks are not an older copy's to claim.
+        keeper.make_created(&mut out)?;
         let missing = counted.saturating_sub(found);
         let read = (&read, missing);
         let scanned = self.scan_holes(&holes, read, (&mut keeper, progress), &mut out)?;
@@ -167,12 +175,13 @@ impl Volume {
         }
         let added = (out.recovered.len() + out.restored.len()) as u64;
         tree.recount(good + kept + added);
-        keeper.hold_outside();
+        let adopted = keeper.adopt_replayed()?;
         // Every leaf reads now (those mended are in memory), no hole is left, and what was
         // kept is counted.
         debug_assert!(out.leaves.len() == bad.len() && tree.holes() == 0);
         debug_assert_eq!(out.tree_scan.is_some(), !holes.is_empty());
         self.meta.lock().tree = Some(tree);
+        keeper.settle(adopted);
         Ok(out)
     }
 

@@ -84,10 +84,10 @@ pub(super) fn load(
 /// Every other file waits in the tree for a call that names it (`cache.rs`), and a
 /// damaged leaf is found then. `None` when an internal node, a marked leaf or the chain
 /// fails: the whole read ([`read_table`]) finds what is damaged and refuses, as it always
-/// has. With `repair`, a tree that lost only internal nodes with no map outside the tree
-/// under them (`walk.rs`, `Walked::partial`) is taken with holes in their place, for
-/// `Volume::mend_unreadable_leaves` to fill before anything else, unless a record names a
-/// file under one.
+/// has. With `repair`, a tree that lost only internal nodes under the root (`walk.rs`,
+/// `Walked::partial`) is taken with holes in their place, for
+/// `Volume::mend_unreadable_leaves` to fill before anything else; the records' changes
+/// naming a file under one are set aside for it (`Meta::aside`).
 fn load_marked(
     store: &Store,
     dev: &dyn Device,
@@ -137,13 +137,13 @@ fn load_marked(
         .collect();
     #[cfg(debug_assertions)]
     let found = table_marked(&segs, &files);
-    let changes = changes_of(records)?;
-    let replayed: BTreeSet<u64> = changes.iter().filter_map(Change::file).collect();
     let in_hole =
         |id: &u64| (holes.iter()).any(|&(lo, hi)| *id >= lo && hi.is_none_or(|hi| *id < hi));
-    if replayed.iter().any(in_hole) {
-        return Ok(None); // a file the open must read lies under a lost node
-    }
+    // The changes naming a file under a hole wait for the mend (its entry is not read
+    // yet); the others are replayed now.
+    let (aside, changes): (Vec<Change>, Vec<Change>) =
+        (changes_of(records)?.into_iter()).partition(|c| c.file().is_some_and(|id| in_hole(&id)));
+    let replayed: BTreeSet<u64> = changes.iter().filter_map(Change::file).collect();
     for &id in &replayed {
         if files.contains_key(&id) {
             continue;
@@ -154,6 +154,10 @@ fn load_marked(
         }
     }
     let (files, mut meta, segs) = replay(store, dev, root, files, segs, changes)?;
+    // An id a change set aside names was handed out: never again.
+    let named = aside.iter().filter_map(Change::file).max();
+    meta.next_id = meta.next_id.max(named.map_or(1, |id| id + 1));
+    meta.aside = aside;
     adopt_tree(
         &mut meta,
         root,

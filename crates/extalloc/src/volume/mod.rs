@@ -228,8 +228,9 @@ impl Volume {
 
     /// The volume on `store`, opened on `dev`, its journal's `records` replayed into the
     /// file table; pending files kept. With `repair`, a file tree that lost only internal
-    /// nodes with no map outside the tree under them is opened with holes (`load.rs`), which no
-    /// checkpoint writes until [`Volume::mend_unreadable_leaves`] fills them.
+    /// nodes under the root is opened with holes (`load.rs`; the changes naming files
+    /// under them set aside), which no checkpoint writes until
+    /// [`Volume::mend_unreadable_leaves`] fills them.
     pub(super) fn open_store(
         store: Store,
         dev: &dyn Device,

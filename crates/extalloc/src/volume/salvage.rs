@@ -51,8 +51,7 @@ mod survival;
 pub use report::{
     ClearedMap, FilePlace, LostEntry, MendedLeaves, Salvage, TreeNodePlace, TreeScan,
 };
-pub(super) use survival::survived;
-use survival::{journal_by_file, survived_after, Journal};
+pub(super) use survival::{check_map, journal_by_file, survived_after, Journal};
 
 impl Volume {
     /// Opens a damaged volume for repair: the store accepting a journal damaged in the
@@ -379,7 +378,7 @@ impl Kept {
         debug_assert!(report.restored.iter().all(|id| files.contains_key(id)));
     }
 
-    /// Takes each damaged entry of `s` whose map survived (see [`survived`]) into `files`
+    /// Takes each damaged entry of `s` whose map survived (see [`survived_after`]) into `files`
     /// (its own id free and sane) or `fresh`; reports the others lost.
     #[allow(clippy::too_many_arguments)]
     fn take(
@@ -538,7 +537,7 @@ fn adopt_segment(store: &Store, f: &TableFile, segs: &mut Segs, taken: &mut Rang
 }
 
 /// A kept damaged file: its map loaded, its size at most the end of its last mapped block.
-fn kept_file(f: &TableFile, entries: Vec<MapEntry>, bs: u64) -> ReplayFile {
+pub(super) fn kept_file(f: &TableFile, entries: Vec<MapEntry>, bs: u64) -> ReplayFile {
     let end = entries.last().map_or(0, |&(l, e, _)| (l + e.len) * bs);
     let (_, mut rf) = ReplayFile::from_table(f.clone());
     rf.size = rf.size.min(end);

@@ -155,6 +155,9 @@ pub struct MendedLeaves {
     /// Damaged entries not kept (their blocks are owned by no one: the bitmaps' rebuild
     /// frees them).
     pub lost: Vec<LostEntry>,
+    /// Entries found under a lost node whose files the journal's changes since the last
+    /// checkpoint unlink: not kept, as the replay removes them (their ids).
+    pub removed: Vec<u64>,
     /// Entries the tree counted that were found nowhere: in none of the leaves that read,
     /// and in no frame of those that did not (lost inside a damaged stretch).
     pub uncounted: u64,

@@ -1,6 +1,6 @@
-//! Whether a damaged entry's map survived, for the salvage and the page path's mend
-//! ([`survived`]), and judged on the map its file has once the journal's changes to it are
-//! applied ([`survived_after`]): a directory whose log moved after the last checkpoint
+//! Whether a damaged entry's map survived, for the salvage and the page path's mend,
+//! judged on the map its file has once the journal's changes to it are applied
+//! ([`survived_after`]): a directory whose log moved after the last checkpoint
 //! (its old blocks freed by a journal change, which the store replayed) names blocks
 //! that are free as of the checkpoint's map, not as of the journal's.
 //!
@@ -21,10 +21,10 @@ use crate::store::Store;
 use std::collections::BTreeMap;
 
 /// The journal's changes by the file they name, each file's in order.
-pub(super) type Journal = BTreeMap<u64, Vec<Change>>;
+pub(in crate::volume) type Journal = BTreeMap<u64, Vec<Change>>;
 
 /// `changes` by the file they name (those naming none left out).
-pub(super) fn journal_by_file(changes: &[Change]) -> Journal {
+pub(in crate::volume) fn journal_by_file(changes: &[Change]) -> Journal {
     let mut out = Journal::new();
     for c in changes {
         if let Some(id) = c.file() {
@@ -39,24 +39,11 @@ pub(super) fn journal_by_file(changes: &[Change]) -> Journal {
     out
 }
 
-/// A damaged entry's map, if it survived: read (a segment's checked against its crc),
-/// logical ranges sorted and disjoint, every extent on the device outside its metadata,
-/// allocated, and overlapping nothing `taken`.
-pub(in crate::volume) fn survived(
-    store: &Store,
-    dev: &dyn Device,
-    f: &TableFile,
-    taken: &Ranges,
-) -> std::result::Result<Vec<MapEntry>, String> {
-    let entries = read_map(store, dev, f.id, &f.map).map_err(|e| e.to_string())?;
-    check_map(store, &entries, taken)?;
-    Ok(entries)
-}
-
-/// [`survived`], judged on the map `f`'s file has once `changes` (the journal's changes
-/// to it, in order) are applied: the map read (to keep: the replay applies the changes
-/// again) and the map after them (what the file will hold: none if they unlink it).
-pub(super) fn survived_after(
+/// A damaged entry's map, if it survived, judged on the map `f`'s file has once `changes`
+/// (the journal's changes to it, in order) are applied: the map read (a segment's checked
+/// against its crc) and the map after them (what the file will hold: none if they
+/// unlink it), which [`check_map`] checks.
+pub(in crate::volume) fn survived_after(
     store: &Store,
     dev: &dyn Device,
     f: &TableFile,
@@ -80,8 +67,9 @@ pub(super) fn survived_after(
     Ok((entries, after))
 }
 
-/// The checks of [`survived`] on map `entries`.
-fn check_map(
+/// Whether map `entries` survived: logical ranges sorted and disjoint, every extent on the
+/// device outside its metadata, allocated, and overlapping nothing `taken`.
+pub(in crate::volume) fn check_map(
     store: &Store,
     entries: &[MapEntry],
     taken: &Ranges,

@@ -90,6 +90,10 @@ pub(super) struct Meta {
     /// Nodes of the durable tree a repair replaced in `tree` (a leaf that did not read,
     /// and the path above it: `leafrepair.rs`), for the next checkpoint to retire.
     pub(super) mended: Vec<super::node::NodeRef>,
+    /// The journal's changes naming files under the holes of a tree opened for repair
+    /// (`load.rs`), in order, set aside for the mend to apply to the entries it keeps
+    /// there (`leafkeep.rs`); empty whenever the tree has no hole.
+    pub(super) aside: Vec<super::record::Change>,
 }
 
 /// Persistent files on a [`Store`] (see the module documentation).
@@ -185,6 +189,7 @@ impl Meta {
             chain: Vec::new(),
             replayed: BTreeSet::new(),
             mended: Vec::new(),
+            aside: Vec::new(),
         }
     }
 }
