@@ -85,7 +85,8 @@ pub struct RepairReport {
     pub namespace: NamespaceReport,
     /// The volume was opened by the salvage ([`Volume::open_salvaging_reporting`]: every
     /// file and map in memory), not a page at a time as a mount opens it: the look found
-    /// damage the page path does not mend.
+    /// damage the page path does not mend, or no look ran (the device is marked in use by
+    /// an owner this machine cannot tell is gone).
     pub salvaged: bool,
 }
 
@@ -300,9 +301,11 @@ pub(crate) fn whole_volume(
                 // more; so are the mended leaves' lost entries' blocks (as many as their maps
                 // counted, or any number when an entry was lost with its bytes: the salvage
                 // can keep none of those either).
-                let named: u64 = cleared.iter().map(|&(_, blocks, _)| blocks).sum();
+                let named =
+                    (cleared.iter()).fold(0u64, |n, &(_, blocks, _)| n.saturating_add(blocks));
                 let lost = mended.leaked_bound();
-                let leaked_allowed = |leaked| lost.is_none_or(|l| leaked <= named + l);
+                let leaked_allowed =
+                    |leaked| lost.is_none_or(|l| leaked <= named.saturating_add(l));
                 (looked.check()).is_ok_and(|c| {
                     c.mapped_free == 0 && c.mapped_twice == 0 && leaked_allowed(c.leaked)
                 })
@@ -488,12 +491,48 @@ pub fn salvage_lines(s: &Salvage) -> Vec<String> {
              entries that checked and the previous checkpoint's"
         ));
     }
+    out.extend(entry_lines(s));
+    for c in &s.maps_cleared {
+        out.push(format!(
+            "inode {}: its extent map was damaged ({}); the file keeps its name and size and \
+             reads as zeros",
+            c.id, c.why
+        ));
+    }
+    if s.changes_skipped > 0 {
+        out.push(format!(
+            "{} journal changes to lost files skipped",
+            s.changes_skipped
+        ));
+    }
+    if s.retired_lost {
+        out.push(
+            "the list of retired map segments was damaged: their blocks freed by the \
+                  rebuild"
+                .into(),
+        );
+    }
+    out
+}
+
+/// [`salvage_lines`]' lines for the damaged entries: how many, and each one kept,
+/// removed or lost.
+fn entry_lines(s: &Salvage) -> Vec<String> {
+    let mut out = Vec::new();
     if s.damaged_entries > 0 {
         out.push(format!(
-            "file table: {} damaged entries; {} files kept, {} lost",
+            "file table: {} damaged entries; {} files kept, {} lost, {} removed as the \
+             journal says",
             s.damaged_entries,
             s.recovered.len(),
-            s.lost.len()
+            s.lost.len(),
+            s.removed.len()
+        ));
+    }
+    for id in &s.removed {
+        out.push(format!(
+            "inode {id}: its damaged entry not kept: the journal's changes since the last \
+             checkpoint remove the file"
         ));
     }
     for (now, was) in &s.recovered {
@@ -518,26 +557,6 @@ pub fn salvage_lines(s: &Salvage) -> Vec<String> {
             "{who}: lost with its damaged table entry ({})",
             l.why
         ));
-    }
-    for c in &s.maps_cleared {
-        out.push(format!(
-            "inode {}: its extent map was damaged ({}); the file keeps its name and size and \
-             reads as zeros",
-            c.id, c.why
-        ));
-    }
-    if s.changes_skipped > 0 {
-        out.push(format!(
-            "{} journal changes to lost files skipped",
-            s.changes_skipped
-        ));
-    }
-    if s.retired_lost {
-        out.push(
-            "the list of retired map segments was damaged: their blocks freed by the \
-                  rebuild"
-                .into(),
-        );
     }
     out
 }

@@ -41,18 +41,19 @@ impl Volume {
             self.gate.is_locked_exclusive(),
             "a checkpoint, the gate open"
         );
-        let holes = {
+        let unmended = {
             let meta = self.meta.lock();
-            // Changes set aside wait for the mend of a hole (`load.rs`), which takes them.
-            assert!(meta.aside.is_empty() || meta.tree.as_ref().is_some_and(|t| t.holes() > 0));
-            meta.tree.as_ref().is_some_and(|t| t.holes() > 0)
+            let holes = meta.tree.as_ref().is_some_and(|t| t.holes() > 0);
+            // Holes and changes set aside wait for the mend (`load.rs`), which takes them.
+            assert!(meta.unmended || (!holes && meta.aside.is_empty()));
+            meta.unmended
         };
-        if holes {
+        if unmended {
             // Opened for a repair that has not mended them (`leafrepair.rs`): nothing is
             // written, not even a map segment.
             return Err(super::record::corrupt(
-                "the file tree lost internal nodes that are not mended yet: run `extalloc \
-                 fsck --repair`",
+                "the file tree has damage that is not mended yet: run `extalloc fsck \
+                 --repair`",
             ));
         }
         self.commit_locked()?;

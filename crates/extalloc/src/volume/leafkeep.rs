@@ -19,13 +19,13 @@
 //! in the accounts, and each file changed is in memory and dirty, once the mend ends
 //! (nothing before: a mend that fails changes none of it). Locks: the caller
 //! holds the gate for writing; the meta and segments mutexes are taken briefly, never
-//! across a read.
+//! across a read, and at the end the files lock (writing), then the dirty set.
 
 use super::file::{apply, ReplayFile, VFile};
 use super::node::{self, NodeRef};
 use super::record::MapRef;
 use super::record::{Change, MapEntry};
-use super::salvage::{check_map, journal_by_file, kept_file, survived_after};
+use super::salvage::{check_map, journal_by_file, survived_after};
 use super::salvage::{Journal, LostEntry, MendedLeaves};
 
 use super::state::{FileTable, Volume};
@@ -38,8 +38,15 @@ use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-/// A damaged entry to keep if its map survived, with its bytes on the device.
-pub(super) type Candidate = (TableFile, std::ops::Range<u64>);
+/// An entry to keep if its map survived, with its bytes on the device.
+pub(super) struct Candidate {
+    pub(super) file: TableFile,
+    pub(super) bytes: std::ops::Range<u64>,
+    /// Its own frame checked (in a whole leaf, or an intact frame of a damaged one): its
+    /// size is its own. Else the size is cut to the end of its last mapped block (a
+    /// damaged size is not believed past the map).
+    pub(super) intact: bool,
+}
 
 /// What the entries offered for a mended leaf are checked against: every block owned by
 /// a file, the tree or a map segment (with those kept so far), the ids in use.
@@ -56,6 +63,9 @@ pub(super) struct Keeper<'a> {
     journal: Journal,
     /// The files those changes create ([`Keeper::make_created`]).
     made: BTreeSet<u64>,
+    /// The files those changes unlink, whose entries were not kept: no older copy (the
+    /// previous checkpoint's) brings one back.
+    removed: BTreeSet<u64>,
     /// The files kept or made with those changes applied, for the next checkpoint to
     /// write ([`Keeper::adopt_replayed`]).
     replayed: Vec<(u64, ReplayFile)>,
@@ -68,6 +78,13 @@ enum Kept {
     /// The journal's changes since the last checkpoint unlink its file.
     Removed,
     Lost(String),
+}
+
+/// File `f` with its map `entries` read, its size as it is.
+fn loaded(f: &TableFile, entries: Vec<MapEntry>) -> ReplayFile {
+    let (_, mut rf) = ReplayFile::from_table(f.clone());
+    rf.set_loaded(entries);
+    rf
 }
 
 /// File `id` (`f`) after `changes`, as the replay leaves it: `None` if they unlink it.
@@ -105,6 +122,7 @@ impl<'a> Keeper<'a> {
             outside: Vec::new(),
             journal,
             made: BTreeSet::new(),
+            removed: BTreeSet::new(),
             replayed: Vec::new(),
         })
     }
@@ -125,7 +143,8 @@ impl<'a> Keeper<'a> {
         let free = id != 0
             && id < self.next_id
             && !self.cached.contains_key(&id)
-            && !self.made.contains(&id);
+            && !self.made.contains(&id)
+            && !self.removed.contains(&id);
         let wanted = free && tree.get(io, id)?.is_none();
         debug_assert!(
             !wanted || (id > 0 && id < self.next_id),
@@ -146,7 +165,7 @@ impl<'a> Keeper<'a> {
     fn keep(
         &mut self,
         f: TableFile,
-        now: u64,
+        (now, intact): (u64, bool),
         tree: &mut Tree,
         io: &mut VolIo<'_>,
     ) -> Result<Kept> {
@@ -155,24 +174,33 @@ impl<'a> Keeper<'a> {
             true => self.journal.remove(&f.id).unwrap_or_default(),
             false => Vec::new(),
         };
-        let judged = survived_after(&v.store, v.dev.as_ref(), &f, (&self.taken, &changes));
+        let judged = survived_after(&v.store, v.dev.as_ref(), &f, (&self.taken, &changes))?;
         let (entries, after) = match judged {
             Ok(maps) => maps,
             Err(why) => return Ok(Kept::Lost(why)),
         };
-        let end = entries
-            .last()
-            .map_or(0, |&(l, e, _)| (l + e.len) * v.block_size);
+        let end = |map: &[MapEntry]| {
+            map.last()
+                .map_or(0, |&(l, e, _)| (l + e.len) * v.block_size)
+        };
         let f = TableFile {
             id: now,
-            size: f.size.min(end),
+            // A damaged size believed up to the end of the map it has, or will have once
+            // the journal's writes are in (they log no size within the file's).
+            size: match intact {
+                true => f.size,
+                false => f.size.min(end(&entries).max(end(&after))),
+            },
             ..f
         };
         let replayed = match changes.is_empty() {
             true => None,
-            false => match replay_one(kept_file(&f, entries, v.block_size), now, changes) {
+            false => match replay_one(loaded(&f, entries), now, changes) {
                 Some(rf) => Some(rf),
-                None => return Ok(Kept::Removed),
+                None => {
+                    self.removed.insert(now);
+                    return Ok(Kept::Removed);
+                }
             },
         };
         if replayed.as_ref().map_or(&f.attr, |rf| &rf.attr) == super::publish::PENDING {
@@ -251,13 +279,24 @@ impl<'a> Keeper<'a> {
     ) -> Result<()> {
         let before = out.recovered.len() + out.lost.len() + out.removed.len();
         let offered = candidates.len();
-        for (f, bytes) in candidates {
+        for Candidate {
+            file: f,
+            bytes,
+            intact,
+        } in candidates
+        {
             let was = f.id;
             let blocks = f.map.counts().1;
+            if self.made.contains(&was) {
+                // The journal made its file anew after this copy (unlinked and made again
+                // under its id): the copy is the old file, gone as the replay drops it.
+                out.removed.push(was);
+                continue;
+            }
             // The fresh id is drawn only for a file kept.
             let own = self.wanted(was, tree, io)?;
             let now = if own { was } else { self.next_id };
-            match self.keep(f, now, tree, io)? {
+            match self.keep(f, (now, intact), tree, io)? {
                 Kept::InTree => {
                     if !own {
                         assert_eq!(self.fresh(), now, "the fresh id drawn");
@@ -266,7 +305,7 @@ impl<'a> Keeper<'a> {
                 }
                 Kept::Removed => out.removed.push(was),
                 Kept::Lost(why) => {
-                    out.lost_blocks += blocks;
+                    out.lost_blocks = out.lost_blocks.saturating_add(blocks);
                     out.lost.push(LostEntry {
                         bytes,
                         id: Some(was),
@@ -294,7 +333,11 @@ impl<'a> Keeper<'a> {
         let first = out.restored.len();
         for (id, body) in previous_range(io, root, keys)? {
             let Ok(f) = decode_file(&body) else { continue };
-            if self.wanted(id, tree, io)? && matches!(self.keep(f, id, tree, io)?, Kept::InTree) {
+            let kept = |k: &mut Self, tree: &mut Tree, io: &mut VolIo<'_>| {
+                // Its frame checked, in a whole leaf of the previous checkpoint.
+                Ok::<_, Error>(matches!(k.keep(f, (id, true), tree, io)?, Kept::InTree))
+            };
+            if self.wanted(id, tree, io)? && kept(self, tree, io)? {
                 out.restored.push(id);
             }
         }
@@ -397,7 +440,9 @@ impl<'a> Keeper<'a> {
             dirty.insert(id);
         }
         drop((files, dirty));
-        vol.meta.lock().aside.clear();
+        let mut meta = vol.meta.lock();
+        meta.aside.clear();
+        meta.unmended = false;
     }
 
     /// A fresh id for a kept entry whose own is not free (the next the volume hands out).

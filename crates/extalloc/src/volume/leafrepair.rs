@@ -104,14 +104,16 @@ impl Volume {
     fn mend_locked(&self, progress: &dyn Fn(ScanProgress)) -> Result<MendedLeaves> {
         debug_assert!(self.gate.is_locked_exclusive(), "a mend, the gate open");
         let mut out = MendedLeaves::default();
-        let (tree, stamp, previous) = {
+        let (tree, stamp, previous, aside) = {
             let meta = self.meta.lock();
             let previous = super::load::volume_root(&self.store)?
                 .tree
                 .and_then(|t| t.previous);
-            (meta.tree.clone(), meta.stamp, previous)
+            let aside: BTreeSet<u64> = meta.aside.iter().filter_map(|c| c.file()).collect();
+            (meta.tree.clone(), meta.stamp, previous, aside)
         };
         let Some(mut tree) = tree else {
+            debug_assert!(aside.is_empty(), "changes set aside with no tree");
             return Ok(out); // every file in memory: no leaf to read
         };
         let mut io = VolIo::new(&self.store, self.dev.as_ref(), stamp);
@@ -119,7 +121,7 @@ impl Volume {
         let (bad, good) = unreadable_leaves(&tree, &mut io)?;
         if bad.is_empty() {
             debug_assert_eq!(tree.holes(), 0, "a hole reads as no leaf");
-            return Ok(out);
+            return self.nothing_to_mend(&aside).map(|()| out);
         }
         let (holes, bad): (Vec<Bad>, Vec<Bad>) = bad.into_iter().partition(|b| b.level > 0);
         for b in &bad {
@@ -142,7 +144,7 @@ impl Volume {
         let mut candidates = Vec::new();
         let mut kept = 0u64;
         for b in &bad {
-            let (items, damaged) = self.salvage_leaf(b, &mut out);
+            let (items, damaged) = self.salvage_leaf(b, &aside, &mut out);
             kept += items.len() as u64;
             out.leaves.push((b.at.block, b.why.to_string()));
             tree.replace_leaf(b.keys.0, items, &mut mended);
@@ -185,6 +187,21 @@ impl Volume {
         Ok(out)
     }
 
+    /// Every leaf read: the mend's end when the open set no change aside (it met no
+    /// damage); else damage every leaf now reads past, not one to mend.
+    fn nothing_to_mend(&self, aside: &BTreeSet<u64>) -> Result<()> {
+        if !aside.is_empty() {
+            return Err(super::record::corrupt(
+                "the journal names files whose leaf failed once and reads now",
+            ));
+        }
+        let mut meta = self.meta.lock();
+        // Nothing set aside, no hole left: nothing the checkpoint must wait for.
+        debug_assert!(meta.aside.is_empty() && meta.tree.as_ref().is_none_or(|t| t.holes() == 0));
+        meta.unmended = false;
+        Ok(())
+    }
+
     /// The entries under the `holes` (internal nodes the open lost), from a scan of the
     /// device for the leaves under them (`nodescan.rs`, as the salvage's: the newest copy
     /// of each key, no leaf of `read`, the tree's nodes; `missing`, the keys the tree
@@ -223,13 +240,21 @@ impl Volume {
         )?;
         keeper.take_leaves(&sc.leaves);
         out.tree_scan = Some(super::salvage::scan::tree_scan(&lost, &sc));
+        // Each from a whole leaf: its frame checked.
         let entries: Vec<Candidate> = (sc.entries.into_iter())
-            .filter_map(|d| d.file.map(|f| (f, d.bytes)))
+            .filter_map(|d| {
+                let (bytes, intact) = (d.bytes, true);
+                d.file.map(|file| Candidate {
+                    file,
+                    bytes,
+                    intact,
+                })
+            })
             .collect();
         // Each entry lies in a hole's range.
-        debug_assert!(entries.iter().all(|(f, _)| lost
+        debug_assert!(entries.iter().all(|c| lost
             .iter()
-            .any(|l| f.id >= l.keys.0 && l.keys.1.is_none_or(|hi| f.id < hi))));
+            .any(|l| c.file.id >= l.keys.0 && l.keys.1.is_none_or(|hi| c.file.id < hi))));
         Ok(entries)
     }
 
@@ -238,7 +263,12 @@ impl Volume {
     /// tree), to keep as they are; and the others whose bodies decode, with their bytes on
     /// the device, to keep only if their maps survived. What does not decode goes to
     /// `out.lost`.
-    fn salvage_leaf(&self, b: &Bad, out: &mut MendedLeaves) -> (Items, Vec<Candidate>) {
+    fn salvage_leaf(
+        &self,
+        b: &Bad,
+        aside: &BTreeSet<u64>,
+        out: &mut MendedLeaves,
+    ) -> (Items, Vec<Candidate>) {
         let raw = b.raw.as_deref().unwrap_or_default();
         let stale = node::is_stale(raw, b.at);
         let payload = node::leaf_payload_unchecked(raw);
@@ -246,17 +276,31 @@ impl Volume {
         let mut items = BTreeMap::new();
         let mut damaged = Vec::new();
         for (f, bytes) in frames.intact {
-            // A stale leaf's frames are not this leaf's; a map outside the tree is damage in
-            // an unmarked leaf: both checked as damaged entries are (`Keeper::keep`).
-            if stale || !f.map.segments().is_empty() {
-                damaged.push((f, bytes));
+            // A stale leaf's frames are not this leaf's: checked as damaged entries are
+            // (`Keeper::keep`). So is a map outside the tree (its place must survive: it
+            // is damage in an unmarked leaf, and the open did not hold it for a marked
+            // one), a pending file (dropped, as the open it missed would have removed
+            // it), and a file whose changes the open set aside (applied there).
+            let pending = f.attr == super::publish::PENDING;
+            if stale || !f.map.segments().is_empty() || pending || aside.contains(&f.id) {
+                // A stale leaf's frame is whole, but another leaf's: its size is cut.
+                let intact = !stale;
+                damaged.push(Candidate {
+                    file: f,
+                    bytes,
+                    intact,
+                });
             } else {
                 items.insert(f.id, file_body(&f));
             }
         }
         for d in frames.damaged {
             match d.file {
-                Some(f) => damaged.push((f, d.bytes)),
+                Some(f) => damaged.push(Candidate {
+                    file: f,
+                    bytes: d.bytes,
+                    intact: false,
+                }),
                 None => out.lost.push(LostEntry {
                     bytes: d.bytes,
                     id: None,
@@ -267,7 +311,7 @@ impl Volume {
         // Only what the parent routes here, to keep as it is or to check.
         let routed = |id: u64| id >= b.keys.0 && b.keys.1.is_none_or(|hi| id < hi);
         debug_assert!(items.keys().all(|&id| routed(id)));
-        debug_assert!(damaged.iter().all(|(f, _)| routed(f.id)));
+        debug_assert!(damaged.iter().all(|c| routed(c.file.id)));
         (items, damaged)
     }
 }

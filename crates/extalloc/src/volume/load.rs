@@ -9,8 +9,10 @@
 //! read here too; the next checkpoint builds its tree (the upgrade).
 //!
 //! Data structures: none of their own (`record::Root`, `table::Table`, `tree::Tree`).
-//! Invariant: what it returns holds every change of the records after the root, and each
-//! file's blocks are checked allocated by the store before the file is adopted. Locks:
+//! Invariant: what it returns holds every change of the records after the root (but, for
+//! a repair's open of a tree it cannot read whole, those set aside in `Meta::aside` for
+//! the mend), and each file's blocks are checked allocated by the store before the file
+//! is adopted. Locks:
 //! none of its own; it runs in the open, before anyone else sees the volume.
 
 use super::area::{self, Area};
@@ -84,10 +86,12 @@ pub(super) fn load(
 /// Every other file waits in the tree for a call that names it (`cache.rs`), and a
 /// damaged leaf is found then. `None` when an internal node, a marked leaf or the chain
 /// fails: the whole read ([`read_table`]) finds what is damaged and refuses, as it always
-/// has. With `repair`, a tree that lost only internal nodes under the root (`walk.rs`,
-/// `Walked::partial`) is taken with holes in their place, for
-/// `Volume::mend_unreadable_leaves` to fill before anything else; the records' changes
-/// naming a file under one are set aside for it (`Meta::aside`).
+/// has. With `repair`, a tree that lost only internal nodes under the root, or marked
+/// leaves but the root (`walk.rs`, `Walked::partial`), is taken with holes in the lost
+/// nodes' places and the failed leaves where they are, for
+/// `Volume::mend_unreadable_leaves` to mend before anything else; the records' changes
+/// naming a file whose entry cannot be read (there, or in a leaf that fails when read)
+/// are set aside for it (`Meta::aside`).
 fn load_marked(
     store: &Store,
     dev: &dyn Device,
@@ -98,12 +102,18 @@ fn load_marked(
     let bs = u64::from(store.geometry().block_size);
     let mut io = super::treeio::VolIo::new(store, dev, t.stamp);
     let walked = super::walk::walk_marked(&mut io, t.root, node_bytes(bs), t.count)?;
-    let holes: Vec<(u64, Option<u64>)> = walked.lost.iter().map(|l| l.keys).collect();
+    // The key ranges whose entries the open cannot read: the lost nodes' and the marked
+    // leaves' that failed (a repair's open only).
+    let failed = walked.leaves.iter().filter(|l| !l.checked);
+    let lost: Vec<Keys> = (walked.lost.iter().map(|l| l.keys))
+        .chain(failed.map(|l| l.keys))
+        .collect();
+    let unmended = walked.tree.is_none();
     let Some(tree) = walked.tree.or(walked.partial.filter(|_| repair)) else {
         return Ok(None);
     };
     let mut marked = Vec::new();
-    for leaf in &walked.leaves {
+    for leaf in walked.leaves.iter().filter(|l| l.checked) {
         for body in super::table::frames(&leaf.payload)? {
             if super::table::entry_marks(body) != 0 {
                 marked.push(super::table::decode_file(body)?);
@@ -137,27 +147,17 @@ fn load_marked(
         .collect();
     #[cfg(debug_assertions)]
     let found = table_marked(&segs, &files);
-    let in_hole =
-        |id: &u64| (holes.iter()).any(|&(lo, hi)| *id >= lo && hi.is_none_or(|hi| *id < hi));
-    // The changes naming a file under a hole wait for the mend (its entry is not read
-    // yet); the others are replayed now.
-    let (aside, changes): (Vec<Change>, Vec<Change>) =
-        (changes_of(records)?.into_iter()).partition(|c| c.file().is_some_and(|id| in_hole(&id)));
+    let changes = changes_of(records)?;
+    // The changes naming a file whose entry cannot be read wait for the mend; the others
+    // are replayed now.
+    let (aside, changes) = read_changed(&tree, &mut io, (changes, &lost, repair), &mut files)?;
     let replayed: BTreeSet<u64> = changes.iter().filter_map(Change::file).collect();
-    for &id in &replayed {
-        if files.contains_key(&id) {
-            continue;
-        }
-        if let Some(body) = tree.get(&mut io, id)? {
-            let (id, f) = ReplayFile::from_table(super::table::decode_file(&body)?);
-            files.insert(id, f);
-        }
-    }
     let (files, mut meta, segs) = replay(store, dev, root, files, segs, changes)?;
     // An id a change set aside names was handed out: never again.
     let named = aside.iter().filter_map(Change::file).max();
     meta.next_id = meta.next_id.max(named.map_or(1, |id| id + 1));
     meta.aside = aside;
+    meta.unmended = unmended || !meta.aside.is_empty();
     adopt_tree(
         &mut meta,
         root,
@@ -169,6 +169,45 @@ fn load_marked(
     #[cfg(debug_assertions)]
     check_marks(store, dev, root, &found);
     Ok(Some((adopt_all(store, files)?, meta, segs)))
+}
+
+/// A key range: `lo ..` up to `hi` (exclusive; `None`: no end).
+type Keys = (u64, Option<u64>);
+
+/// Reads into `files` the entry of each file `changes` name, for the replay, and returns
+/// the changes set aside and those to replay: a file whose entry cannot be read (its key
+/// in a `lost` range, under a hole or in a failed leaf; with `repair`, in any leaf that
+/// fails when read) has its changes set aside for the mend (`Meta::aside`).
+fn read_changed(
+    tree: &super::tree::Tree,
+    io: &mut super::treeio::VolIo<'_>,
+    (changes, lost, repair): (Vec<Change>, &[Keys], bool),
+    files: &mut BTreeMap<u64, ReplayFile>,
+) -> Result<(Vec<Change>, Vec<Change>)> {
+    let in_lost =
+        |id: &u64| (lost.iter()).any(|&(lo, hi)| *id >= lo && hi.is_none_or(|hi| *id < hi));
+    let mut unread: BTreeSet<u64> = (changes.iter().filter_map(Change::file))
+        .filter(in_lost)
+        .collect();
+    for id in changes.iter().filter_map(Change::file) {
+        if files.contains_key(&id) || unread.contains(&id) {
+            continue;
+        }
+        match tree.get(io, id) {
+            Ok(Some(body)) => {
+                let (id, f) = ReplayFile::from_table(super::table::decode_file(&body)?);
+                files.insert(id, f);
+            }
+            Ok(None) => {}
+            Err(Error::Corrupt { .. }) if repair => {
+                unread.insert(id);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    // Only a repair's open sets changes aside (where it met damage).
+    debug_assert!(repair || (lost.is_empty() && unread.is_empty()));
+    Ok((changes.into_iter()).partition(|c| c.file().is_some_and(|id| unread.contains(&id))))
 }
 
 /// What [`load_marked`] found through the marks (before the records' changes): the

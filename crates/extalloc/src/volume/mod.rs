@@ -91,6 +91,8 @@ mod keyindex;
 #[cfg(test)]
 mod latch_tests;
 mod leafkeep;
+#[cfg(test)]
+mod leafkeep_tests;
 mod leafrepair;
 mod least;
 mod load;
@@ -227,10 +229,8 @@ impl Volume {
     }
 
     /// The volume on `store`, opened on `dev`, its journal's `records` replayed into the
-    /// file table; pending files kept. With `repair`, a file tree that lost only internal
-    /// nodes under the root is opened with holes (`load.rs`; the changes naming files
-    /// under them set aside), which no checkpoint writes until
-    /// [`Volume::mend_unreadable_leaves`] fills them.
+    /// file table; pending files kept. With `repair`, a file tree with damage the mend
+    /// mends ([`Volume::open_for_repair`]) opens, writing nothing until it has run.
     pub(super) fn open_store(
         store: Store,
         dev: &dyn Device,

@@ -108,7 +108,7 @@ impl Volume {
             &mut files,
             &mut segs,
             &mut report,
-        );
+        )?;
         if report.table_damaged {
             kept.restore_previous(
                 &store,
@@ -118,7 +118,7 @@ impl Volume {
                 &mut files,
                 &mut segs,
                 &mut report,
-            );
+            )?;
         }
         report.changes_skipped = skipped(&files, &changes);
         let (mut files, mut meta, mut segs) =
@@ -350,10 +350,10 @@ impl Kept {
         files: &mut BTreeMap<u64, ReplayFile>,
         segs: &mut Segs,
         report: &mut Salvage,
-    ) {
+    ) -> Result<()> {
         let bs = u64::from(store.geometry().block_size);
         let Some(previous) = previous_table(store, dev, root) else {
-            return;
+            return Ok(());
         };
         let mut taken = taken_of(files, own, segs);
         let fresh: Vec<u64> = self.fresh.iter().map(|(was, _, _)| *was).collect();
@@ -363,7 +363,7 @@ impl Kept {
             if known || f.id == 0 || f.id >= root.next_id || removed.contains(f.id) {
                 continue;
             }
-            let judged = survived_after(store, dev, f, (&taken, self.journal_of(f.id)));
+            let judged = survived_after(store, dev, f, (&taken, self.journal_of(f.id)))?;
             let Ok((entries, after)) = judged else {
                 continue; // gone since (its blocks freed or taken), or never whole
             };
@@ -376,6 +376,7 @@ impl Kept {
             report.restored.push(f.id);
         }
         debug_assert!(report.restored.iter().all(|id| files.contains_key(id)));
+        Ok(())
     }
 
     /// Takes each damaged entry of `s` whose map survived (see [`survived_after`]) into `files`
@@ -391,7 +392,7 @@ impl Kept {
         files: &mut BTreeMap<u64, ReplayFile>,
         segs: &mut Segs,
         report: &mut Salvage,
-    ) {
+    ) -> Result<()> {
         let bs = u64::from(store.geometry().block_size);
         let mut taken = taken_of(files, own, segs);
         let accounted =
@@ -410,7 +411,7 @@ impl Kept {
             // Kept under its own id, the journal's changes to that id are its own.
             let own = f.id != 0 && f.id < root.next_id && !files.contains_key(&f.id);
             let journal = if own { self.journal_of(f.id) } else { &[] };
-            match survived_after(store, dev, f, (&taken, journal)) {
+            match survived_after(store, dev, f, (&taken, journal))? {
                 Ok((entries, after)) => {
                     after
                         .iter()
@@ -433,6 +434,7 @@ impl Kept {
         }
         // Each damaged entry is kept, taken as fresh, or reported lost.
         debug_assert_eq!(accounted(self, report), before + s.damaged.len());
+        Ok(())
     }
 
     /// After the journal's changes: drops each kept file that now maps a block another

@@ -29,6 +29,11 @@ pub struct Salvage {
     pub recovered: Vec<(u64, u64)>,
     /// Damaged entries lost (their files are gone; their blocks stay allocated).
     pub lost: Vec<LostEntry>,
+    /// Damaged entries not kept because the journal's changes since the last checkpoint
+    /// remove their files (unlinked, or made anew under their ids): the page path's mend
+    /// ([`MendedLeaves::removed`]; the salvage keeps such an entry and its replay then
+    /// removes it). Their ids.
+    pub removed: Vec<u64>,
     /// Files whose map could not be read: kept with an empty map (they read as holes).
     pub maps_cleared: Vec<ClearedMap>,
     /// The table's crc did not match the root's (it was read frame by frame).
@@ -155,8 +160,9 @@ pub struct MendedLeaves {
     /// Damaged entries not kept (their blocks are owned by no one: the bitmaps' rebuild
     /// frees them).
     pub lost: Vec<LostEntry>,
-    /// Entries found under a lost node whose files the journal's changes since the last
-    /// checkpoint unlink: not kept, as the replay removes them (their ids).
+    /// Entries found (under a lost node, in a leaf that did not read) whose files the
+    /// journal's changes since the last checkpoint remove (unlinked, or made anew under
+    /// their ids): not kept, as the replay drops them (their ids).
     pub removed: Vec<u64>,
     /// Entries the tree counted that were found nowhere: in none of the leaves that read,
     /// and in no frame of those that did not (lost inside a damaged stretch).
@@ -187,7 +193,9 @@ impl MendedLeaves {
     /// (damaged entries counted, kept ones in `recovered`, restored ones in both
     /// `restored` and `recovered`, lost ones in `lost`), with the leaves mended.
     pub fn report_into(self, salvage: &mut Salvage) {
-        salvage.damaged_entries += (self.recovered.len() + self.lost.len()) as u64 + self.uncounted;
+        let found = self.recovered.len() + self.lost.len() + self.removed.len();
+        salvage.damaged_entries += found as u64 + self.uncounted;
+        salvage.removed.extend(self.removed);
         salvage.recovered.extend(self.recovered);
         salvage
             .recovered

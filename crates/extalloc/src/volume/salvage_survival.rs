@@ -39,17 +39,41 @@ pub(in crate::volume) fn journal_by_file(changes: &[Change]) -> Journal {
     out
 }
 
+/// The map read and the map after the journal's changes, or why the map did not survive.
+pub(in crate::volume) type Judged = std::result::Result<(Vec<MapEntry>, Vec<MapEntry>), String>;
+
 /// A damaged entry's map, if it survived, judged on the map `f`'s file has once `changes`
 /// (the journal's changes to it, in order) are applied: the map read (a segment's checked
 /// against its crc) and the map after them (what the file will hold: none if they
-/// unlink it), which [`check_map`] checks.
+/// unlink it), which [`check_map`] checks; `Ok(Err(why))` if it did not survive. An I/O
+/// error reading the map fails it (the entry is not judged lost on what a read could
+/// not tell).
 pub(in crate::volume) fn survived_after(
     store: &Store,
     dev: &dyn Device,
     f: &TableFile,
     (taken, changes): (&Ranges, &[Change]),
-) -> std::result::Result<(Vec<MapEntry>, Vec<MapEntry>), String> {
-    let entries = read_map(store, dev, f.id, &f.map).map_err(|e| e.to_string())?;
+) -> crate::error::Result<Judged> {
+    use crate::error::Error;
+    let entries = match read_map(store, dev, f.id, &f.map) {
+        Ok(entries) => entries,
+        // A read that failed tells nothing about the map.
+        Err(e @ (Error::Io { .. } | Error::IoLatched { .. } | Error::Aborted { .. })) => {
+            return Err(e)
+        }
+        // Anything else is the entry's damage (a segment past the device, a crc).
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    Ok(judge_after(store, f, entries, (taken, changes)))
+}
+
+/// [`survived_after`] on the map `entries` read.
+fn judge_after(
+    store: &Store,
+    f: &TableFile,
+    entries: Vec<MapEntry>,
+    (taken, changes): (&Ranges, &[Change]),
+) -> Judged {
     if changes.is_empty() {
         check_map(store, &entries, taken)?;
         return Ok((entries.clone(), entries));

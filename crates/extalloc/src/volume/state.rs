@@ -90,10 +90,13 @@ pub(super) struct Meta {
     /// Nodes of the durable tree a repair replaced in `tree` (a leaf that did not read,
     /// and the path above it: `leafrepair.rs`), for the next checkpoint to retire.
     pub(super) mended: Vec<super::node::NodeRef>,
-    /// The journal's changes naming files under the holes of a tree opened for repair
-    /// (`load.rs`), in order, set aside for the mend to apply to the entries it keeps
-    /// there (`leafkeep.rs`); empty whenever the tree has no hole.
+    /// The journal's changes naming files whose entries a repair's open could not read
+    /// (`load.rs`: under a hole, in a failed leaf), in order, set aside for the mend to
+    /// apply to the entries it keeps (`leafkeep.rs`); empty once the mend has run.
     pub(super) aside: Vec<super::record::Change>,
+    /// A repair's open took a tree it could not read whole (holes, failed marked leaves,
+    /// changes set aside): no checkpoint until the mend has run (`leafrepair.rs`).
+    pub(super) unmended: bool,
 }
 
 /// Persistent files on a [`Store`] (see the module documentation).
@@ -190,6 +193,7 @@ impl Meta {
             replayed: BTreeSet::new(),
             mended: Vec::new(),
             aside: Vec::new(),
+            unmended: false,
         }
     }
 }

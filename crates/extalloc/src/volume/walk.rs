@@ -49,7 +49,7 @@ impl LostNode {
     /// An internal node under the root, so a tree that lost only such nodes can be opened
     /// for repair with holes in their place ([`Walked::partial`]). A map outside the tree
     /// under it is missing from the open's accounts of map segments until the mend keeps
-    /// its file and holds it (`leafrepair.rs`, `Keeper::hold_outside`); no checkpoint
+    /// its file and holds it (`leafkeep.rs`, `Keeper::settle`); no checkpoint
     /// runs before the mend. A pending file under it is not found by the open, which
     /// removes pending files; the mend does not keep it either (its blocks, owned by no
     /// one, are freed by the bitmaps' rebuild), which is the same end.
@@ -70,8 +70,9 @@ pub(super) struct Walked {
     /// The tree, to change by later checkpoints: only if every node checked.
     pub tree: Option<Tree>,
     /// A marked walk's tree with holes where it lost internal nodes, when every lost node
-    /// is an internal one under the root ([`LostNode::mendable`]) and everything else
-    /// checked: for a repair, which mends the holes before anything else
+    /// is an internal one under the root ([`LostNode::mendable`]) and every marked leaf
+    /// but the root checked or failed as a leaf (left in place): for a repair, which
+    /// mends the holes and the failed leaves before anything else
     /// (`leafrepair.rs`); no checkpoint writes a tree with holes ([`Tree::holes`]).
     pub partial: Option<Tree>,
 }
@@ -136,15 +137,23 @@ fn walk_with(
         w.leaves.len(),
         w.nodes.len()
     );
-    if w.leaves.iter().all(|l| l.checked) && trusted {
-        if w.lost.is_empty() {
-            w.tree = Some(Tree::from_root(slot, size, count, stale));
-        } else if leaves == Leaves::Marked && w.lost.iter().all(LostNode::mendable) {
-            let holes = w.lost.len();
-            w.partial = Some(Tree::with_holes(slot, size, count, holes));
-        }
+    let checked = w.leaves.iter().all(|l| l.checked);
+    if checked && trusted && w.lost.is_empty() {
+        w.tree = Some(Tree::from_root(slot, size, count, stale));
+    } else if trusted
+        && leaves == Leaves::Marked
+        && w.lost.iter().all(LostNode::mendable)
+        && w.leaves.iter().all(|l| l.checked || l.at != root)
+    {
+        // Marked leaves that failed stay in the tree as their parents name them, for the
+        // mend to find (it reads every leaf).
+        w.partial = Some(match w.lost.len() {
+            0 => Tree::from_root(slot, size, count, false),
+            holes => Tree::with_holes(slot, size, count, holes),
+        });
     }
-    // A tree with holes only where unmarked internal nodes were lost; a whole one without.
+    // A tree with holes only where internal nodes under the root were lost; a whole one
+    // without.
     debug_assert!(w.partial.as_ref().is_none_or(|t| t.holes() == w.lost.len()));
     debug_assert!(w.tree.is_none() || w.lost.is_empty());
     Ok(w)

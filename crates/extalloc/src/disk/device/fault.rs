@@ -55,6 +55,8 @@ struct State {
     flush_failures: u64,
     /// Reads fail while set.
     failing_reads: bool,
+    /// Byte ranges whose reads fail (bad sectors), whatever `failing_reads` says.
+    bad: Vec<std::ops::Range<u64>>,
     failing: bool,
     /// Writes (and flushes) left before `failing` turns on by itself.
     fail_after: Option<u64>,
@@ -109,6 +111,7 @@ impl<D: Device> FaultDevice<D> {
                 forgotten: Vec::new(),
                 flush_failures: 0,
                 failing_reads: false,
+                bad: Vec::new(),
                 failing: false,
                 fail_after: None,
                 rng: rand::rngs::StdRng::seed_from_u64(seed),
@@ -150,6 +153,13 @@ impl<D: Device> FaultDevice<D> {
     /// From now on every read fails with an I/O error, or works again.
     pub fn fail_reads(&self, failing: bool) {
         self.state.lock().failing_reads = failing;
+    }
+
+    /// From now on a read that touches `bytes` fails with an I/O error, as a read of a bad
+    /// sector does on Linux (`EIO`; the other reads work). For tests of code that must
+    /// fail, not guess, when a read fails.
+    pub fn fail_reads_in(&self, bytes: std::ops::Range<u64>) {
+        self.state.lock().bad.push(bytes);
     }
 
     /// Writes a failed flush dropped (still read back, never durable).
@@ -237,11 +247,12 @@ impl<D: Device> Device for FaultDevice<D> {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         check_range(offset, buf.len(), self.size())?;
         let st = self.state.lock();
-        if st.failing_reads {
+        let end = offset + buf.len() as u64;
+        let bad = |r: &std::ops::Range<u64>| r.start < end && offset < r.end;
+        if st.failing_reads || st.bad.iter().any(bad) {
             return Err(injected("read", offset));
         }
         self.inner.read_at(buf, offset)?;
-        let end = offset + buf.len() as u64;
         for (w_off, data) in st.forgotten.iter().chain(&st.pending) {
             let w_end = w_off + data.len() as u64;
             let (a, b) = (offset.max(*w_off), end.min(w_end));
