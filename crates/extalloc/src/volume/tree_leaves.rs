@@ -30,6 +30,18 @@ pub(in crate::volume) struct LeafVisit {
     pub read: LeafRead,
 }
 
+/// Why the open lost the internal node at `at` (a hole), as a read of it tells now: its
+/// check's failure, or the read's error.
+fn hole_why(io: &mut dyn NodeIo, at: Option<NodeRef>) -> Error {
+    let lost = || super::super::record::corrupt("an internal node the open lost");
+    match at.map(|at| io.read(at)) {
+        Some(Err(e @ (Error::Corrupt { .. } | Error::Io { .. }))) => e,
+        // It reads as a node now (another checkpoint's, or a leaf where its parent names
+        // an internal node), or fails otherwise: the open's verdict stands.
+        Some(_) | None => lost(),
+    }
+}
+
 impl Tree {
     /// Hands `f` every leaf in key order, each read and checked on its own (memory: one
     /// leaf at a time, beside the internal nodes, which stay loaded); a leaf that does not
@@ -56,10 +68,7 @@ impl Tree {
                 Some(Mem::Leaf(items)) => Ok(items.clone()),
                 // A hole: lost by the open, whatever its block reads as now (a whole leaf
                 // there is not what its parent names).
-                None if level > 0 => Err((
-                    super::super::record::corrupt("an internal node the open lost"),
-                    None,
-                )),
+                None if level > 0 => Err((hole_why(io, s.at), None)),
                 None => read_leaf(io, s.at.expect("an unloaded slot is durable")),
             };
             // Leaves come in key order, each routed keys above the last one's.
