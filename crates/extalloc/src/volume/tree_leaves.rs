@@ -34,6 +34,8 @@ pub(in crate::volume) struct LeafVisit {
 /// check's failure, or the read's error.
 fn hole_why(io: &mut dyn NodeIo, at: Option<NodeRef>) -> Error {
     let lost = || super::super::record::corrupt("an internal node the open lost");
+    // A hole is where its parent names a durable node.
+    debug_assert!(at.is_some(), "a hole with no place");
     match at.map(|at| io.read(at)) {
         Some(Err(e @ (Error::Corrupt { .. } | Error::Io { .. }))) => e,
         // It reads as a node now (another checkpoint's, or a leaf where its parent names
