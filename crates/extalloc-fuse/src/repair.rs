@@ -1,10 +1,12 @@
 //! `extalloc fsck --repair`: the file system repaired offline, modelled on e2fsck's passes.
 //!
-//! 1. A volume that opens, every file tree leaf readable and every block owned once (a
-//!    damaged bitmap or descriptor allowed: step 2 rebuilds them; a journal damaged in
-//!    the middle replayed up to the damage; a map that does not read cleared, its file
-//!    reading as holes, as the salvage does), opens as a mount opens it, its files read
-//!    when named. Any other is opened salvaging
+//! 1. A volume that opens for repair with every block owned once (a damaged bitmap or
+//!    descriptor allowed: step 2 rebuilds them; a journal damaged in the middle replayed
+//!    up to the damage; a map that does not read cleared, its file reading as holes, as
+//!    the salvage does; file tree leaves that do not read and internal nodes under the
+//!    root lost mended first, the journal's changes to their files applied), opens as a
+//!    mount opens it, its files read when named. Any other (the tree's root lost, say) is
+//!    opened salvaging
 //!    ([`Volume::open_salvaging`], every file in memory): a journal damaged in
 //!    the middle is replayed up to the damage, a damaged file table entry keeps its file
 //!    when the file's map survived, a map segment that fails its check costs only the maps
@@ -50,9 +52,13 @@ use crate::inode::{self, Inode, Kind};
 use crate::xattr;
 use extalloc::disk::device::{Device, OverlayDevice};
 use extalloc::store::Rebuilt;
-use extalloc::volume::{ClearedMap, MendedLeaves, Salvage, ScanProgress, TreeScan, Volume};
+use extalloc::volume::{ClearedMap, MendedLeaves, Salvage, ScanProgress, Volume};
 use extalloc::Policy;
 use std::sync::Arc;
+
+#[path = "repair_lines.rs"]
+mod lines;
+pub use lines::salvage_lines;
 
 /// Why a volume whose files hold no inode is not repaired as a file system.
 const NO_FILE_SYSTEM: &str = "the volume holds no file system (no file holds an inode: a \
@@ -439,126 +445,6 @@ fn reads_as_dir_log(vol: &Volume, id: u64) -> Result<bool, String> {
     }
     let log = scan::read_log(vol, id, false, &mut NamespaceReport::default())?;
     Ok(log.problem.is_none() && log.records > 0)
-}
-
-/// What the salvage's scan for the file tree's leaves did, one line each.
-fn tree_scan_lines(scan: &TreeScan) -> Vec<String> {
-    let mut out: Vec<String> = (scan.nodes_lost.iter())
-        .map(|(block, why)| format!("file tree: node at block {block} lost ({why})"))
-        .collect();
-    out.push(format!(
-        "file tree: {} blocks scanned for its leaves; {} found held and {} in free blocks, \
-         giving back {} entries ({} from free blocks: their bytes may be older)",
-        scan.blocks_read,
-        scan.leaves_found,
-        scan.freed_leaves_found,
-        scan.entries,
-        scan.entries_freed
-    ));
-    if scan.foreign_leaves > 0 {
-        out.push(format!(
-            "file tree: {} whole leaves of another volume left out (a former volume's, or \
-             a node's bytes in a file's data)",
-            scan.foreign_leaves
-        ));
-    }
-    out
-}
-
-/// What a salvaging open ([`Volume::open_salvaging`]) found, one line each (also printed
-/// by a read-only mount of a damaged file system).
-pub fn salvage_lines(s: &Salvage) -> Vec<String> {
-    let mut out = Vec::new();
-    if let Some((seq, after)) = s.journal_loss {
-        out.push(format!(
-            "journal damaged at record {seq}: the records before it replayed, {after} intact \
-             records after it lost"
-        ));
-    }
-    if s.journal_loss_earlier {
-        out.push(
-            "journal: an earlier repair accepted the loss of records after damage and did \
-             not finish (what was lost is no longer known)"
-                .into(),
-        );
-    }
-    if let Some(scan) = &s.tree_scan {
-        out.extend(tree_scan_lines(scan));
-    }
-    for (block, why) in &s.leaves_mended {
-        out.push(format!(
-            "file tree: the leaf at block {block} did not read ({why}): rebuilt from its \
-             entries that checked and the previous checkpoint's"
-        ));
-    }
-    out.extend(entry_lines(s));
-    for c in &s.maps_cleared {
-        out.push(format!(
-            "inode {}: its extent map was damaged ({}); the file keeps its name and size and \
-             reads as zeros",
-            c.id, c.why
-        ));
-    }
-    if s.changes_skipped > 0 {
-        out.push(format!(
-            "{} journal changes to lost files skipped",
-            s.changes_skipped
-        ));
-    }
-    if s.retired_lost {
-        out.push(
-            "the list of retired map segments was damaged: their blocks freed by the \
-                  rebuild"
-                .into(),
-        );
-    }
-    out
-}
-
-/// [`salvage_lines`]' lines for the damaged entries: how many, and each one kept,
-/// removed or lost.
-fn entry_lines(s: &Salvage) -> Vec<String> {
-    let mut out = Vec::new();
-    if s.damaged_entries > 0 {
-        out.push(format!(
-            "file table: {} damaged entries; {} files kept, {} lost, {} removed as the \
-             journal says",
-            s.damaged_entries,
-            s.recovered.len(),
-            s.lost.len(),
-            s.removed.len()
-        ));
-    }
-    for id in &s.removed {
-        out.push(format!(
-            "inode {id}: its damaged entry not kept: the journal's changes since the last \
-             checkpoint remove the file"
-        ));
-    }
-    for (now, was) in &s.recovered {
-        out.push(if s.restored.contains(now) {
-            format!(
-                "inode {now}: lost from the table, taken from the previous checkpoint's table \
-                 (its map survived; its bytes may be older)"
-            )
-        } else if now == was {
-            format!("inode {now}: kept from its damaged table entry (its map survived)")
-        } else {
-            format!("inode {now}: kept from a damaged table entry that named {was}")
-        });
-    }
-    for l in s
-        .lost
-        .iter()
-        .filter(|l| !l.id.is_some_and(|i| s.restored.contains(&i)))
-    {
-        let who = l.id.map_or("a file".to_string(), |i| format!("inode {i}"));
-        out.push(format!(
-            "{who}: lost with its damaged table entry ({})",
-            l.why
-        ));
-    }
-    out
 }
 
 /// Makes each file kept from a damaged table entry safe for the namespace pass: its inode
