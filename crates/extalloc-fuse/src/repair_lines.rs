@@ -4,9 +4,9 @@
 //! Data structures: none of their own (`Salvage`, `TreeScan`). Invariant: one line per
 //! finding, each naming the inode or block it is about. Locks: none.
 
-use extalloc::volume::{Salvage, TreeScan};
 #[cfg(doc)]
 use extalloc::volume::Volume;
+use extalloc::volume::{Salvage, TreeScan};
 
 /// What the salvage's scan for the file tree's leaves did, one line each.
 fn tree_scan_lines(scan: &TreeScan) -> Vec<String> {
