@@ -6,8 +6,9 @@
 //! segment named already, or one no one owns and allocated), and held in the segments'
 //! accounts when the mend ends. The previous checkpoint's entries for a damaged leaf's
 //! range that no leaf gave are restored by the same rules (their bytes may be older).
-//! The journal's changes to files under a lost node, which the open set aside
-//! (`load.rs`), are applied as the open's replay would have: the files they create made
+//! The journal's changes to files whose entries the open could not read (under a lost
+//! node, in a failed leaf), which it set aside (`load.rs`), are applied as its replay
+//! would have: the files they create made
 //! from them first (their blocks are the journal's), then each entry kept under its own
 //! id judged on the map they leave it and kept with them applied, or not kept if they
 //! unlink it; such files go into memory, changed, for the next checkpoint to write.
@@ -23,11 +24,9 @@
 
 use super::file::{apply, ReplayFile, VFile};
 use super::node::{self, NodeRef};
-use super::record::MapRef;
-use super::record::{Change, MapEntry};
+use super::record::{Change, MapEntry, MapRef};
 use super::salvage::{check_map, journal_by_file, survived_after};
 use super::salvage::{Journal, LostEntry, MendedLeaves};
-
 use super::state::{FileTable, Volume};
 use super::table::{decode_file, file_body, TableFile};
 use super::tree::{NodeIo, Tree};
