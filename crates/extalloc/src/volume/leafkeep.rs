@@ -22,10 +22,10 @@
 //! holds the gate for writing; the meta and segments mutexes are taken briefly, never
 //! across a read, and at the end the files lock (writing), then the dirty set.
 
-use super::file::{apply, ReplayFile, VFile};
+use super::file::{ReplayFile, VFile};
 use super::node::{self, NodeRef};
 use super::record::{Change, MapEntry, MapRef};
-use super::salvage::{check_map, journal_by_file, survived_after};
+use super::salvage::{check_map, journal_by_file, loaded, replay_one, survived_after};
 use super::salvage::{Journal, LostEntry, MendedLeaves};
 use super::state::{FileTable, Volume};
 use super::table::{decode_file, file_body, TableFile};
@@ -34,7 +34,7 @@ use super::treeio::VolIo;
 use crate::error::{Error, Result};
 use crate::geometry::Extent;
 use parking_lot::Mutex;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 /// An entry to keep if its map survived, with its bytes on the device.
@@ -77,23 +77,6 @@ enum Kept {
     /// The journal's changes since the last checkpoint unlink its file.
     Removed,
     Lost(String),
-}
-
-/// File `f` with its map `entries` read, its size as it is.
-fn loaded(f: &TableFile, entries: Vec<MapEntry>) -> ReplayFile {
-    let (_, mut rf) = ReplayFile::from_table(f.clone());
-    rf.set_loaded(entries);
-    rf
-}
-
-/// File `id` (`f`) after `changes`, as the replay leaves it: `None` if they unlink it.
-fn replay_one(f: ReplayFile, id: u64, changes: Vec<Change>) -> Option<ReplayFile> {
-    let mut one = BTreeMap::from([(id, f)]);
-    for c in changes {
-        debug_assert_eq!(c.file(), Some(id), "a change to another file");
-        apply(&mut one, c);
-    }
-    one.remove(&id)
 }
 
 impl<'a> Keeper<'a> {

@@ -137,30 +137,11 @@ impl Volume {
             true => BTreeSet::new(),
             false => tree.nodes().iter().map(|n| n.block).collect(),
         };
-        // Each damaged leaf's frames that check, in place of the leaf; the rest to be
-        // checked against what everything else owns. Each hole an empty subtree, for the
-        // scan's entries.
-        let mut mended = Vec::new();
-        let mut candidates = Vec::new();
-        let mut kept = 0u64;
-        for b in &bad {
-            let (items, damaged) = self.salvage_leaf(b, &aside, &mut out);
-            kept += items.len() as u64;
-            out.leaves.push((b.at.block, b.why.to_string()));
-            tree.replace_leaf(b.keys.0, items, &mut mended);
-            candidates.extend(damaged);
-        }
-        for h in &holes {
-            tree.replace_subtree(h.keys.0, h.level, &mut mended);
-        }
-        out.intact = kept;
+        let mut candidates = self.replace_damage(&mut tree, (&bad, &holes), &aside, &mut out);
+        let kept = out.intact;
         let found = good + kept + (candidates.len() + out.lost.len()) as u64;
         tree.recount(good + kept);
-        {
-            let mut meta = self.meta.lock();
-            meta.tree = Some(tree.clone());
-            meta.mended.extend(mended.iter().copied());
-        }
+        self.meta.lock().tree = Some(tree.clone());
         let mut keeper = Keeper::new(self)?;
         // The journal's files first: their blocks are not an older copy's to claim.
         keeper.make_created(&mut out)?;
@@ -185,6 +166,35 @@ impl Volume {
         self.meta.lock().tree = Some(tree);
         keeper.settle(adopted);
         Ok(out)
+    }
+
+    /// The mend's first step, in memory: each damaged leaf of `bad` replaced by its frames
+    /// that check (`out.intact` counts them), each hole by an empty subtree of its level
+    /// (for the scan's entries); the nodes replaced noted for the next checkpoint to
+    /// retire. Returns the entries to judge against what everything else owns.
+    fn replace_damage(
+        &self,
+        tree: &mut Tree,
+        (bad, holes): (&[Bad], &[Bad]),
+        aside: &BTreeSet<u64>,
+        out: &mut MendedLeaves,
+    ) -> Vec<Candidate> {
+        let mut mended = Vec::new();
+        let mut candidates = Vec::new();
+        for b in bad {
+            let (items, damaged) = self.salvage_leaf(b, aside, out);
+            out.intact += items.len() as u64;
+            out.leaves.push((b.at.block, b.why.to_string()));
+            tree.replace_leaf(b.keys.0, items, &mut mended);
+            candidates.extend(damaged);
+        }
+        for h in holes {
+            tree.replace_subtree(h.keys.0, h.level, &mut mended);
+        }
+        // Each damaged leaf reported, no hole left.
+        debug_assert!(out.leaves.len() == bad.len() && tree.holes() == 0);
+        self.meta.lock().mended.extend(mended);
+        candidates
     }
 
     /// Every leaf read: the mend's end when the open set no change aside (it met no

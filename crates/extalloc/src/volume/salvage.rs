@@ -51,7 +51,7 @@ mod survival;
 pub use report::{
     ClearedMap, FilePlace, LostEntry, MendedLeaves, Salvage, TreeNodePlace, TreeScan,
 };
-pub(super) use survival::{check_map, journal_by_file, survived_after, Journal};
+pub(super) use survival::{check_map, journal_by_file, replay_one, survived_after, Journal};
 
 impl Volume {
     /// Opens a damaged volume for repair: the store accepting a journal damaged in the
@@ -541,8 +541,14 @@ fn adopt_segment(store: &Store, f: &TableFile, segs: &mut Segs, taken: &mut Rang
 /// A kept damaged file: its map loaded, its size at most the end of its last mapped block.
 pub(super) fn kept_file(f: &TableFile, entries: Vec<MapEntry>, bs: u64) -> ReplayFile {
     let end = entries.last().map_or(0, |&(l, e, _)| (l + e.len) * bs);
-    let (_, mut rf) = ReplayFile::from_table(f.clone());
+    let mut rf = loaded(f, entries);
     rf.size = rf.size.min(end);
+    rf
+}
+
+/// File `f` with its map `entries` read, its size as its entry says.
+pub(super) fn loaded(f: &TableFile, entries: Vec<MapEntry>) -> ReplayFile {
+    let (_, mut rf) = ReplayFile::from_table(f.clone());
     rf.set_loaded(entries);
     rf
 }

@@ -9,7 +9,7 @@
 //! metadata, in logical order, allocated, and clear of everything taken. Locks: none (the
 //! volume is not shared yet, or its gate is held for writing).
 
-use super::super::file::{apply, Ranges};
+use super::super::file::{apply, Ranges, ReplayFile};
 use super::super::io::MAX_FILE_BYTES;
 use super::super::maps::read_map;
 use super::super::record::{Change, MapEntry};
@@ -79,16 +79,27 @@ fn judge_after(
         return Ok((entries.clone(), entries));
     }
     let bs = u64::from(store.geometry().block_size);
-    let mut one = BTreeMap::from([(f.id, kept_file(f, entries.clone(), bs))]);
-    for c in changes {
-        debug_assert_eq!(c.file(), Some(f.id), "a change to another file");
-        apply(&mut one, c.clone());
-    }
-    let after: Vec<MapEntry> = (one.remove(&f.id).into_iter())
+    let kept = kept_file(f, entries.clone(), bs);
+    let after: Vec<MapEntry> = (replay_one(kept, f.id, changes.to_vec()).into_iter())
         .flat_map(|rf| rf.maps.into_iter().map(|(l, (e, u))| (l, e, u)))
         .collect();
     check_map(store, &after, taken)?;
     Ok((entries, after))
+}
+
+/// File `id` (`f`) after `changes` (the journal's changes to it, in order), as the
+/// replay leaves it (`file.rs`, `apply`): `None` if they unlink it.
+pub(in crate::volume) fn replay_one(
+    f: ReplayFile,
+    id: u64,
+    changes: Vec<Change>,
+) -> Option<ReplayFile> {
+    let mut one = BTreeMap::from([(id, f)]);
+    for c in changes {
+        debug_assert_eq!(c.file(), Some(id), "a change to another file");
+        apply(&mut one, c);
+    }
+    one.remove(&id)
 }
 
 /// Whether map `entries` survived: logical ranges sorted and disjoint, every extent on the
