@@ -1,7 +1,7 @@
 //! The lines `extalloc fsck --repair` (and a read-only mount of a damaged file system)
 //! prints for what the salvage or the page path's mend found ([`salvage_lines`]).
 //!
-//! Data structures: none of their own (`Salvage`, `TreeScan`). Invariant: one line per
+//! Data structures: none of their own (`Salvage`, `TreeScan`, `RootFound`). Invariant: one line per
 //! finding, each naming the inode or block it is about. Locks: none.
 
 #[cfg(doc)]
@@ -51,6 +51,19 @@ pub fn salvage_lines(s: &Salvage) -> Vec<String> {
     }
     if let Some(scan) = &s.tree_scan {
         out.extend(tree_scan_lines(scan));
+    }
+    if let Some(r) = &s.root_found {
+        out.push(format!(
+            "file tree: root at block {} lost ({}): made again over {} nodes of level {} \
+             found among {} blocks scanned ({} nodes of this volume held there); every entry \
+             kept as it was",
+            r.lost.0,
+            r.lost.1,
+            r.children,
+            r.level - 1,
+            r.blocks_read,
+            r.nodes_found
+        ));
     }
     for (block, why) in &s.leaves_mended {
         out.push(format!(

@@ -260,9 +260,10 @@ fn a_damaged_table_entry_costs_at_most_its_file() {
 }
 
 /// The volume's file tree loses its root (an internal node, zeroed: no magic left to say
-/// what it was): mount refuses; the repair scans the device for the tree's leaves, and
-/// every file comes back whole under its name (before the scan, the repair refused such a
-/// volume: no file left holding an inode).
+/// what it was): mount refuses; the repair makes the root again over the leaves under it
+/// (on the page path: nothing salvaged), says so, and every file comes back whole under
+/// its name (before the salvage's scan, the repair refused such a volume: no file left
+/// holding an inode).
 #[test]
 fn a_zeroed_file_tree_root_costs_no_file() {
     let dev = device(46);
@@ -293,13 +294,19 @@ fn a_zeroed_file_tree_root_costs_no_file() {
     let e = Volume::open(dev.clone(), Policy::default()).err().unwrap();
     assert!(e.to_string().contains("fsck --repair"), "{e}");
     let r = repair(dev.clone(), Policy::default()).unwrap();
-    let scan = r.salvage.tree_scan.clone().expect("a scan");
-    assert_eq!(
-        scan.nodes_lost.first().map(|n| n.0),
-        Some(block),
-        "{scan:?}"
+    // Made again over the leaves under it, on the page path: no file salvaged.
+    let found = r.salvage.root_found.clone().expect("the root made again");
+    assert_eq!(found.lost.0, block, "{found:?}");
+    assert!(!r.salvaged && r.salvage.tree_scan.is_none(), "{r:?}");
+    assert!(
+        r.salvage.recovered.is_empty() && r.salvage.lost.is_empty(),
+        "{r:?}"
     );
-    assert!(scan.entries >= 200, "{scan:?}");
+    let text = crate::repair::salvage_lines(&r.salvage).join("\n");
+    assert!(
+        text.contains(&format!("root at block {block} lost")),
+        "{text}"
+    );
     assert_repaired(&dev, &files);
 }
 

@@ -73,7 +73,8 @@ pub(super) struct Repaired {
     /// What fsck still reports after the repair.
     pub(super) dirty: Option<String>,
     pub(super) served: Served,
-    /// The repair scanned the device for a lost file tree node's leaves.
+    /// The repair scanned the device for a lost file tree node's leaves, or for a lost
+    /// root's children.
     pub(super) tree_scan: bool,
     /// The repair took the salvage, not the page path.
     pub(super) salvaged: bool,
@@ -103,7 +104,7 @@ pub(super) fn repair_and_check(bytes: Vec<u8>, truth: &Truth, hit: &BTreeSet<u64
         refused: None,
         dirty,
         served: mount_and_check(dev, truth, hit),
-        tree_scan: report.salvage.tree_scan.is_some(),
+        tree_scan: report.salvage.tree_scan.is_some() || report.salvage.root_found.is_some(),
         salvaged: report.salvaged,
     }
 }

@@ -45,8 +45,9 @@
 //!
 //! One image in four holds a wide directory of thousands of fifos (`images_deep_tree`): its
 //! file tree has three levels, so damage to an internal node under the root takes the
-//! repair's page path, which mends the node in place (`repair_tree_scans_paged`), where a
-//! tree of two levels has only its root, whose loss takes the salvage.
+//! repair's page path, which mends the node in place (`repair_tree_scans_paged`). A lost
+//! root takes the page path too when the repair's open can make it again over the nodes
+//! found under it (their entries exactly as many as it counted); otherwise the salvage.
 //!
 //! On the images made over a former volume (`images_over_former`: one in four, `former.rs`),
 //! a name that serves one of its inodes counts as lost (`mount_lost`, `intact_lost`): a
@@ -117,12 +118,12 @@ pub struct KindCounts {
     pub fsck_dirty_after_repair: u64,
     /// Surviving files whose data changed once the repaired device was filled (must be 0).
     pub handed_twice: u64,
-    /// Repairs that scanned the device for the leaves under a lost node of the file tree
-    /// (its root or an internal node).
+    /// Repairs that scanned the device for a lost node of the file tree (its root or an
+    /// internal node): for the leaves under it, or for the root's children.
     pub repair_tree_scans: u64,
-    /// Of those, the repairs that took the page path (the lost node mended in place, a
-    /// page of files at a time) instead of the salvage: damage to an internal node under
-    /// the root of a deep-tree image.
+    /// Of those, the repairs that took the page path (the lost node mended in place, or
+    /// the root made again over its children, a page of files at a time) instead of the
+    /// salvage.
     pub repair_tree_scans_paged: u64,
     /// The most inodes not hit that one damage sent to /lost+found after the repair (a
     /// maximum, not a sum): what one damaged block costs at most.
@@ -533,8 +534,9 @@ mod tests {
 
     /// A deep-tree image's file tree has internal nodes under its root. Each zeroed in
     /// turn (on an image with nothing in the journal, whose changes name files the open
-    /// must read) is mended by the repair's page path, maps in map segments under it or
-    /// not, with no inode lost or sent to /lost+found.
+    /// must read), and the root itself, is mended by the repair's page path (the root made
+    /// again over its children), maps in map segments under it or not, with no inode lost
+    /// or sent to /lost+found.
     #[test]
     fn a_deep_tree_images_internal_nodes_are_each_mended_on_the_page_path() {
         let deep = |s: &u64| s.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 62 == 2;
@@ -552,7 +554,7 @@ mod tests {
         drop(vol);
         assert!(nodes.iter().any(|n| n.root && n.level == 2), "{nodes:?}");
         let mut out = FsDamageOutcome::default();
-        for node in nodes.iter().filter(|n| !n.root) {
+        for node in &nodes {
             let damage = damage::Damage {
                 kind: MetaKind::TreeNodes,
                 form: damage::Form::ZeroBlock,
@@ -562,7 +564,7 @@ mod tests {
         }
         assert!(out.passed(), "{out:#?}");
         let c = &out.total;
-        assert_eq!(c.damages, nodes.len() as u64 - 1);
+        assert_eq!(c.damages, nodes.len() as u64);
         assert_eq!((c.files_hit, c.repair_refused), (0, 0), "{c:?}");
         assert_eq!(
             (c.detected, c.repair_tree_scans),

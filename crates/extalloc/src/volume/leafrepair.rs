@@ -106,6 +106,7 @@ impl Volume {
         let mut out = MendedLeaves::default();
         let (tree, stamp, previous, aside) = {
             let meta = self.meta.lock();
+            out.root_found = meta.root_found.clone();
             let previous = super::load::volume_root(&self.store)?
                 .tree
                 .and_then(|t| t.previous);

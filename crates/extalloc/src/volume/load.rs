@@ -18,7 +18,7 @@
 use super::area::{self, Area};
 use super::file::{apply, maps_of, ReplayFile, VFile};
 use super::maps::{adopt_entries, read_map};
-use super::node::{node_blocks, node_bytes};
+use super::node::node_blocks;
 use super::nodescan::Lost;
 use super::record::{decode_payload, Change, SideRef};
 use super::root::{Root, TreeRoot};
@@ -101,7 +101,21 @@ fn load_marked(
 ) -> Result<Option<(FileTable, Meta, Segs)>> {
     let bs = u64::from(store.geometry().block_size);
     let mut io = super::treeio::VolIo::new(store, dev, t.stamp);
-    let walked = super::walk::walk_marked(&mut io, t.root, node_bytes(bs), t.count)?;
+    let chain = match t.retired {
+        0 => area::Area::default(),
+        head => {
+            let side = SideRef {
+                extent: Extent::new(0, 0),
+                head,
+            };
+            match area::resolve(dev, store.geometry(), side) {
+                Ok(a) => a,
+                Err(_) => return Ok(None),
+            }
+        }
+    };
+    let (walked, found_root) =
+        super::rootfind::walk_or_find((store, dev), &mut io, t, (&chain.pieces, repair))?;
     // The key ranges whose entries the open cannot read: the lost nodes' and the marked
     // leaves' that failed (a repair's open only).
     let failed = walked.leaves.iter().filter(|l| !l.checked);
@@ -120,19 +134,6 @@ fn load_marked(
             }
         }
     }
-    let chain = match t.retired {
-        0 => area::Area::default(),
-        head => {
-            let side = SideRef {
-                extent: Extent::new(0, 0),
-                head,
-            };
-            match area::resolve(dev, store.geometry(), side) {
-                Ok(a) => a,
-                Err(_) => return Ok(None),
-            }
-        }
-    };
     let table = Table {
         files: marked,
         retired: chain.pieces.clone(),
@@ -166,6 +167,15 @@ fn load_marked(
         node_blocks(bs),
     );
     meta.replayed = replayed;
+    if let Some(f) = found_root {
+        // The lost root waits with the mended nodes for the next checkpoint to retire (its
+        // blocks the tree's until then); that checkpoint names no previous tree.
+        meta.mended.push(t.root);
+        meta.tree_blocks += node_blocks(bs);
+        meta.durable = None;
+        meta.root_found = Some(f);
+        meta.unmended = true;
+    }
     #[cfg(debug_assertions)]
     check_marks(store, dev, root, &found);
     Ok(Some((adopt_all(store, files)?, meta, segs)))
@@ -503,7 +513,7 @@ pub(super) fn adopt_tree(
     // The tree adopted is the one the root names: its entry count as durable.
     debug_assert!(
         tree.as_ref()
-            .is_none_or(|tr| tr.count() == t.count && tr.root() == Some(t.root)),
+            .is_none_or(|tr| tr.count() == t.count && tr.root().is_none_or(|r| r == t.root)),
         "the tree the root names"
     );
     meta.tree = tree;

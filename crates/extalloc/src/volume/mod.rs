@@ -118,6 +118,7 @@ mod record;
 mod repair_tests;
 mod room;
 mod root;
+mod rootfind;
 mod salvage;
 #[cfg(test)]
 mod salvage_tests;
@@ -148,7 +149,7 @@ pub use page::ListPage;
 pub use path::DEFAULT_BLOCK_SIZE;
 pub use read::Advised;
 pub use salvage::{
-    ClearedMap, FilePlace, LostEntry, MendedLeaves, Salvage, TreeNodePlace, TreeScan,
+    ClearedMap, FilePlace, LostEntry, MendedLeaves, RootFound, Salvage, TreeNodePlace, TreeScan,
 };
 pub use share::Privilege;
 #[cfg(any(test, feature = "testing"))]

@@ -198,7 +198,7 @@ pub(super) fn scan(
 /// blocks the bitmap marks used, the whole group if it is held `corrupt` (its bitmap is not
 /// trusted) and none if its count says it is `empty` (its bitmap not loaded); the second
 /// the others.
-fn pass_runs(
+pub(super) fn pass_runs(
     store: &Store,
     group: u64,
     (second, (corrupt, empty)): (bool, (bool, bool)),
@@ -242,25 +242,11 @@ fn leaves_in(
     (read, newest, stamp): (&BTreeSet<u64>, u64, Option<Stamp>),
     found: &mut Vec<Found>,
 ) -> Result<u64> {
-    let g = store.geometry();
-    let bs = u64::from(g.block_size);
-    let size = node::node_bytes(bs);
-    let nb = node::node_blocks(bs);
-    // A node starting in the chunk's last blocks runs past it: read that far too.
-    let end = (first + n + nb - 1).min(g.blocks_count);
-    let mut buf = vec![0u8; ((end - first) * bs) as usize];
-    dev.read_at(&mut buf, first * bs)?;
+    let nb = node::node_blocks(u64::from(store.geometry().block_size));
     let before = found.len();
     let mut foreign = 0;
-    for i in 0..n {
-        let off = (i * bs) as usize;
-        let Some(bytes) = buf.get(off..off + size) else {
-            break; // a node would run past the device
-        };
-        let block = first + i;
-        let Some((at, d)) = node::whole_at(bytes, block) else {
-            continue;
-        };
+    for (at, d) in whole_nodes_in(store, dev, (first, n))? {
+        let block = at.block;
         if stamp.is_some_and(|s| !s.vouches(d.stamp, at.generation)) {
             foreign += u64::from(d.level == 0);
             continue;
@@ -280,6 +266,32 @@ fn leaves_in(
             && !read.contains(&f.at.block)
     }));
     Ok(foreign)
+}
+
+/// The whole nodes (of any volume: each names its own block and checks) that start in
+/// blocks `first .. first + n`, read at once, in block order.
+pub(super) fn whole_nodes_in(
+    store: &Store,
+    dev: &dyn Device,
+    (first, n): (u64, u64),
+) -> Result<Vec<(NodeRef, node::Decoded)>> {
+    let g = store.geometry();
+    let bs = u64::from(g.block_size);
+    let size = node::node_bytes(bs);
+    let nb = node::node_blocks(bs);
+    // A node starting in the chunk's last blocks runs past it: read that far too.
+    let end = (first + n + nb - 1).min(g.blocks_count);
+    let mut buf = vec![0u8; ((end - first) * bs) as usize];
+    dev.read_at(&mut buf, first * bs)?;
+    let mut out = Vec::new();
+    for i in 0..n {
+        let off = (i * bs) as usize;
+        let Some(bytes) = buf.get(off..off + size) else {
+            break; // a node would run past the device
+        };
+        out.extend(node::whole_at(bytes, first + i));
+    }
+    Ok(out)
 }
 
 /// The entries of the `lost` ranges from the newest copy of each key among `found`, as

@@ -3,7 +3,8 @@
 //! 2 and 3 name two table areas (`area.rs`) and are still read. Pure functions over bytes:
 //! decoding never panics on any input and refuses what it cannot read whole.
 //!
-//! Data structures: [`Root`], [`TreeRoot`]. Invariant: `decode(encode(x)) == x`. Locks:
+//! Data structures: [`Root`], [`TreeRoot`], and [`RootFound`] (what a repair made of a
+//! lost tree root: `rootfind.rs`). Invariant: `decode(encode(x)) == x`. Locks:
 //! none.
 
 use super::node::{NodeRef, Stamp};
@@ -231,6 +232,28 @@ impl Root {
         }
         Ok(root)
     }
+}
+
+/// The file tree's root, lost, made again by `fsck --repair`'s open over the nodes found
+/// under it (every block the bitmaps mark used read once): the nodes of the root's
+/// children's level whose whole subtrees were found, newest first, each whose keys overlap
+/// none taken before, kept only if their entries are exactly as many as the lost root
+/// counted (`docs/format.md`, "The file tree"). Every entry is kept as it was; the next
+/// checkpoint writes the new root.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct RootFound {
+    /// The lost root's first block, and why it was lost.
+    pub lost: (u64, String),
+    /// Blocks the scan read.
+    pub blocks_read: u64,
+    /// Whole nodes of this volume found in them (held by the allocator, no newer than the
+    /// lost root, not retired by its checkpoint).
+    pub nodes_found: u64,
+    /// The nodes the new root names.
+    pub children: u64,
+    /// The new root's level (its children's plus one).
+    pub level: u8,
 }
 
 #[cfg(test)]

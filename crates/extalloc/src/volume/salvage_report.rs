@@ -2,10 +2,11 @@
 //! places of each file's metadata ([`FilePlace`]): what `Volume::open_salvaging` and
 //! `Volume::mend_unreadable_leaves` found damaged and what they made of it.
 //!
-//! Data structures: [`Salvage`], [`MendedLeaves`], [`TreeScan`], [`LostEntry`],
+//! Data structures: [`Salvage`], [`MendedLeaves`], [`TreeScan`], [`RootFound`], [`LostEntry`],
 //! [`ClearedMap`], [`FilePlace`]. Invariant: a clean report is the default one. Locks:
 //! none (plain data).
 
+pub use super::super::root::RootFound;
 #[cfg(doc)]
 use super::Volume;
 use std::ops::Range;
@@ -57,6 +58,9 @@ pub struct Salvage {
     /// page path ([`Volume::mend_unreadable_leaves`]): each one's first block and why.
     /// Their entries are in `recovered`, `restored` and `lost` as the salvage's are.
     pub leaves_mended: Vec<(u64, String)>,
+    /// The file tree's root was lost and `fsck --repair`'s page path made it again over
+    /// the nodes under it ([`MendedLeaves::root_found`]).
+    pub root_found: Option<RootFound>,
 }
 
 /// The salvage's scan of the device for the file tree's leaves under the internal nodes
@@ -174,6 +178,9 @@ pub struct MendedLeaves {
     /// of the device for the leaves under them, as the salvage's scan does
     /// (`nodescan.rs`); `None` when none was lost.
     pub tree_scan: Option<TreeScan>,
+    /// The root was lost, and the repair's open made it again over the nodes under it
+    /// ([`Volume::open_for_repair`]); `None` when it was not.
+    pub root_found: Option<RootFound>,
 }
 
 impl MendedLeaves {
@@ -204,6 +211,7 @@ impl MendedLeaves {
         salvage.lost.extend(self.lost);
         salvage.leaves_mended.extend(self.leaves);
         salvage.tree_scan = self.tree_scan.or(salvage.tree_scan.take());
+        salvage.root_found = self.root_found.or(salvage.root_found.take());
         // Every leaf mended is reported, each kept entry once.
         debug_assert!(salvage.recovered.len() >= salvage.restored.len());
     }

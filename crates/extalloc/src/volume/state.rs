@@ -97,6 +97,9 @@ pub(super) struct Meta {
     /// A repair's open took a tree it could not read whole (holes, failed marked leaves,
     /// changes set aside): no checkpoint until the mend has run (`leafrepair.rs`).
     pub(super) unmended: bool,
+    /// A repair's open made the file tree's root again over the nodes under it
+    /// (`rootfind.rs`): what the mend reports of it.
+    pub(super) root_found: Option<super::root::RootFound>,
 }
 
 /// Persistent files on a [`Store`] (see the module documentation).
@@ -194,6 +197,7 @@ impl Meta {
             mended: Vec::new(),
             aside: Vec::new(),
             unmended: false,
+            root_found: None,
         }
     }
 }

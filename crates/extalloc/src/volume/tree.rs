@@ -114,7 +114,9 @@ impl Slot {
         }
     }
 
-    fn internal(level: u8, children: Vec<Slot>) -> Slot {
+    /// A changed internal node's slot over `children` (of `level - 1`), to be written (a
+    /// split's, or a root a repair made again: `rootfind.rs`).
+    pub(super) fn internal(level: u8, children: Vec<Slot>) -> Slot {
         debug_assert!(!children.is_empty() && level > 0);
         Slot {
             first: children[0].first,
@@ -223,6 +225,22 @@ impl Tree {
             size,
             count,
             stale_marks,
+            holes: 0,
+        }
+    }
+
+    /// A tree whose root a repair made again in memory over durable children (`rootfind.rs`,
+    /// `Slot::internal`), of `count` keys: the next write writes the root.
+    pub(super) fn under_new_root(root: Slot, size: usize, count: u64) -> Tree {
+        assert!(
+            root.at.is_none() && root.level() > 0,
+            "a changed internal root"
+        );
+        Tree {
+            root,
+            size,
+            count,
+            stale_marks: false,
             holes: 0,
         }
     }

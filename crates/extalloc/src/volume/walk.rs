@@ -59,7 +59,7 @@ impl LostNode {
 }
 
 /// What [`walk`] read of a durable tree.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(super) struct Walked {
     pub leaves: Vec<WalkLeaf>,
     /// Internal nodes that failed (read or check): the entries under them are lost to the
@@ -107,18 +107,42 @@ pub(super) fn walk_marked(
     walk_with(io, (root, size, count), Leaves::Marked)
 }
 
+/// [`walk_marked`] under a root made again in memory over `children` (`rootfind.rs`: the
+/// durable root was lost), at `level`: a tree only if every node under it checks and its
+/// marks hold (no holes, no failed leaf, no partial tree); its root is changed, with no
+/// place yet, for the next checkpoint to write.
+pub(super) fn walk_marked_under(
+    io: &mut dyn NodeIo,
+    (level, children): (u8, &[node::ChildRef]),
+    size: usize,
+    count: u64,
+) -> Result<Walked> {
+    assert!(
+        level > 0 && !children.is_empty(),
+        "a root made again over children"
+    );
+    let mut w = Walked::default();
+    let mut stale = false;
+    let leaves = (Leaves::Marked, &mut stale);
+    let slots = walk_children(io, (level, children), (0, None), leaves, &mut w)?;
+    if !stale && w.lost.is_empty() && w.leaves.iter().all(|l| l.checked) {
+        w.tree = Some(Tree::under_new_root(
+            Slot::internal(level, slots),
+            size,
+            count,
+        ));
+    }
+    // A whole tree under the new root, or none.
+    debug_assert!(w.tree.is_none() || w.lost.is_empty());
+    Ok(w)
+}
+
 fn walk_with(
     io: &mut dyn NodeIo,
     (root, size, count): (NodeRef, usize, u64),
     leaves: Leaves,
 ) -> Result<Walked> {
-    let mut w = Walked {
-        leaves: Vec::new(),
-        lost: Vec::new(),
-        nodes: Vec::new(),
-        tree: None,
-        partial: None,
-    };
+    let mut w = Walked::default();
     let mut stale = false;
     let slot = walk_node(
         io,
@@ -228,20 +252,8 @@ fn walk_node(
             return Ok(Slot::durable(first, at, said_marks(said), None));
         }
     };
-    let mut slots = Vec::with_capacity(children.len());
-    for (i, c) in children.iter().enumerate() {
-        let lo = if i == 0 { keys.0 } else { c.first };
-        let hi = children.get(i + 1).map(|n| n.first).or(keys.1);
-        slots.push(walk_node(
-            io,
-            (c.at, Some((d.level - 1, c.marks))),
-            (c.first, (lo, hi)),
-            (leaves, &mut *stale),
-            w,
-        )?);
-    }
-    // Every child walked, in key order.
-    debug_assert!(slots.windows(2).all(|p| p[0].first() < p[1].first()));
+    let slots = walk_children(io, (d.level, &children), keys, (leaves, &mut *stale), w)?;
+    debug_assert_eq!(slots.len(), children.len(), "a slot per child");
     let marks = slots.iter().fold(0, |m, s| m | s.marks());
     *stale |= short(marks);
     let mem = Mem::Internal {
@@ -249,6 +261,32 @@ fn walk_node(
         children: slots,
     };
     Ok(Slot::durable(first, at, marks, Some(mem)))
+}
+
+/// Walks the `children` of an internal node of `level` (routed the keys `keys`) and what
+/// is under each, in key order.
+fn walk_children(
+    io: &mut dyn NodeIo,
+    (level, children): (u8, &[node::ChildRef]),
+    keys: (u64, Option<u64>),
+    (leaves, stale): (Leaves, &mut bool),
+    w: &mut Walked,
+) -> Result<Vec<Slot>> {
+    let mut slots = Vec::with_capacity(children.len());
+    for (i, c) in children.iter().enumerate() {
+        let lo = if i == 0 { keys.0 } else { c.first };
+        let hi = children.get(i + 1).map(|n| n.first).or(keys.1);
+        slots.push(walk_node(
+            io,
+            (c.at, Some((level - 1, c.marks))),
+            (c.first, (lo, hi)),
+            (leaves, &mut *stale),
+            w,
+        )?);
+    }
+    // Every child walked, in key order.
+    debug_assert!(slots.windows(2).all(|p| p[0].first() < p[1].first()));
+    Ok(slots)
 }
 
 /// A node that failed its check (`raw`: its bytes, if they read): a leaf's payload kept

@@ -1,0 +1,346 @@
+//! A lost root of the file tree made again over the nodes under it, for a repair's open
+//! ([`find`]; `load.rs`), so that a volume whose only damage in the tree is its root is
+//! mended on the page path (a page of files at a time) instead of by the salvage (every
+//! file's entry in memory: 1.24 GB at 1M files).
+//!
+//! A copy-on-write checkpoint that writes a root at generation `g` writes the path from
+//! it to every leaf it changed, each node at `g`: so the root's children are the nodes of
+//! the highest level below the root's that carry `g`, with their older siblings. The
+//! blocks the bitmaps mark used are read once (as the salvage's scan reads them,
+//! `nodescan.rs`), and every whole node found there is noted, a few dozen bytes each
+//! (never its entries): those the volume's stamp vouches for, no newer than the lost root,
+//! not the nodes the root's checkpoint retired (its chain lists them: the previous
+//! tree's, held until the next checkpoint frees them). Of the nodes at the children's
+//! level whose whole subtree was found (every node it names, at the generation it names,
+//! keys inside the ranges their parents route to them, marks no more than named), the
+//! newest are taken first and each one whose keys overlap none taken before. The new root
+//! stands only if the entries under what was taken are exactly as many as the lost root
+//! counted, one of them carries the root's generation, and they fit one node; otherwise
+//! the salvage runs as before. A stale subtree (one a checkpoint freed, found where the
+//! block was handed out again but not yet written) adds keys the count does not have; a
+//! child not found leaves keys short of it: either way the count refuses.
+//!
+//! The new root is in memory only: the next checkpoint writes it, retiring the old one.
+//! Until then nothing is written: a crash leaves the volume as it was.
+//!
+//! Data structures: [`Found`] (the children of the root made again), `Node` (a node
+//! noted), `Sum` (what a subtree holds). Invariant: the children found are in key order,
+//! their key ranges disjoint, their entries as many as the lost root's. Locks: none (the
+//! volume is not shared yet).
+
+use super::node::{self, ChildRef, NodeRef};
+use super::root::{RootFound, TreeRoot};
+use super::treeio::VolIo;
+use super::walk::{self, Walked};
+use crate::disk::device::Device;
+use crate::error::{Error, Result};
+use crate::geometry::Extent;
+use crate::store::Store;
+use std::collections::{BTreeMap, HashMap};
+
+/// The root made again: its children (in key order, each named by the least key under
+/// it, with the marks of what is under it) and its level.
+#[derive(Debug, Clone)]
+pub(super) struct Found {
+    pub children: Vec<ChildRef>,
+    pub level: u8,
+    /// Blocks read, and the whole nodes of this volume found in them.
+    pub blocks_read: u64,
+    pub nodes_found: u64,
+}
+
+/// A whole node found on the device: its level and what the parent of a subtree needs of
+/// it (a leaf's keys, count and marks; an internal node's children).
+#[derive(Debug)]
+struct Node {
+    at: NodeRef,
+    level: u8,
+    /// A leaf's least and greatest keys, entry count and marks.
+    leaf: Option<Sum>,
+    /// An internal node's children.
+    children: Vec<ChildRef>,
+}
+
+/// What a subtree holds: its least and greatest keys, its entries, and its marks as its
+/// parent names them (a leaf's: its entries').
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Sum {
+    lo: u64,
+    hi: u64,
+    count: u64,
+    marks: u8,
+}
+
+/// Blocks read at once.
+const CHUNK_BLOCKS: u64 = 256;
+
+/// The marked walk of `t`'s tree; for a `repair` whose walk lost the root to damage (not
+/// to an I/O error), the walk under a root made again over the nodes found under it
+/// (`rootfind.rs`; `retired`: the blocks the root's chain lists), if one can be: then
+/// with what the repair reports of it. Otherwise what the walk gave.
+pub(super) fn walk_or_find(
+    (store, dev): (&Store, &dyn Device),
+    io: &mut VolIo<'_>,
+    t: &TreeRoot,
+    (retired, repair): (&[Extent], bool),
+) -> Result<(Walked, Option<RootFound>)> {
+    let size = node::node_bytes(u64::from(store.geometry().block_size));
+    let walked = walk::walk_marked(io, t.root, size, t.count);
+    let why = match &walked {
+        Err(e @ Error::Corrupt { .. }) => e.to_string(),
+        Ok(w) => match w.lost.iter().find(|l| l.said.is_none()) {
+            Some(l) => l.why.clone(),
+            None => return walked.map(|w| (w, None)),
+        },
+        Err(_) => return walked.map(|w| (w, None)),
+    };
+    if !repair {
+        return walked.map(|w| (w, None));
+    }
+    let Some(f) = find(store, dev, t, retired)? else {
+        return walked.map(|w| (w, None));
+    };
+    let under = walk::walk_marked_under(io, (f.level, &f.children), size, t.count)?;
+    if under.tree.is_none() {
+        return walked.map(|w| (w, None));
+    }
+    // The tree under the new root counts what the lost one did.
+    debug_assert!(under.tree.as_ref().is_some_and(|tr| tr.count() == t.count));
+    let report = RootFound {
+        lost: (t.root.block, why),
+        blocks_read: f.blocks_read,
+        nodes_found: f.nodes_found,
+        children: f.children.len() as u64,
+        level: f.level,
+    };
+    Ok((under, Some(report)))
+}
+
+/// The root of `t`, lost, made again over the nodes found on the device (see the module
+/// documentation); `retired`: the blocks the root's chain lists. `None` when no root can
+/// be made that counts what the lost one counted (the salvage then runs). Fails only on a
+/// read error.
+pub(super) fn find(
+    store: &Store,
+    dev: &dyn Device,
+    t: &TreeRoot,
+    retired: &[Extent],
+) -> Result<Option<Found>> {
+    let (nodes, blocks_read) = scan(store, dev, t, retired)?;
+    let nodes_found = nodes.len() as u64;
+    let g = t.root.generation;
+    // The children's level: the highest below the root's that carries its generation.
+    let Some(level) = (nodes.values())
+        .filter(|n| n.at.generation == g)
+        .map(|n| n.level)
+        .max()
+    else {
+        return Ok(None);
+    };
+    if level >= node::MAX_LEVEL {
+        return Ok(None); // no tree is that tall
+    }
+    let mut memo = HashMap::new();
+    let mut taken: Vec<(NodeRef, Sum)> = nodes
+        .values()
+        .filter(|n| n.level == level)
+        .filter_map(|n| Some((n.at, sum_of(&nodes, &mut memo, n.at, level)?)))
+        .collect();
+    taken.sort_by_key(|(at, _)| (std::cmp::Reverse(at.generation), at.block));
+    // Newest first; each one whose keys overlap none taken before (by least key).
+    let mut spans: BTreeMap<u64, (u64, NodeRef, Sum)> = BTreeMap::new();
+    for (at, s) in taken {
+        let before = spans.range(..=s.hi).next_back();
+        if before.is_none_or(|(_, (hi, _, _))| *hi < s.lo) {
+            spans.insert(s.lo, (s.hi, at, s));
+        }
+    }
+    let fanout = (node::node_bytes(u64::from(store.geometry().block_size)) - node::HEADER_BYTES)
+        / node::CHILD_BYTES;
+    let count = spans.values().map(|(_, _, s)| s.count).sum::<u64>();
+    let newest = spans.values().any(|(_, at, _)| at.generation == g);
+    if count != t.count || !newest || spans.len() > fanout {
+        return Ok(None);
+    }
+    let children: Vec<ChildRef> = spans
+        .values()
+        .map(|&(_, at, s)| ChildRef {
+            first: s.lo,
+            at,
+            marks: s.marks,
+        })
+        .collect();
+    // In key order, disjoint, as many entries as the root counted.
+    debug_assert!(children.windows(2).all(|w| w[0].first < w[1].first));
+    Ok(Some(Found {
+        children,
+        level: level + 1,
+        blocks_read,
+        nodes_found,
+    }))
+}
+
+/// Every whole node in the blocks the bitmaps mark used (a group held corrupt read whole,
+/// its nodes not held), by block: vouched for by `t`'s stamp, no newer than its root, held
+/// by the allocator, neither the root's block nor a `retired` one. And the blocks read.
+fn scan(
+    store: &Store,
+    dev: &dyn Device,
+    t: &TreeRoot,
+    retired: &[Extent],
+) -> Result<(HashMap<u64, Node>, u64)> {
+    let g = store.geometry();
+    let corrupt = store.corrupt_groups();
+    let mut nodes = HashMap::new();
+    let mut read = 0;
+    for group in 0..g.groups_count() {
+        let kind = (
+            corrupt.contains(&group),
+            store.group_free_blocks(group) >= g.group_len(group) && !corrupt.contains(&group),
+        );
+        for run in super::nodescan::pass_runs(store, group, (false, kind))? {
+            let mut b = run.start;
+            while b < run.end() {
+                let n = CHUNK_BLOCKS.min(run.end() - b);
+                read += n;
+                nodes_in(store, dev, (t, retired), (b, n), &mut nodes)?;
+                b += n;
+            }
+        }
+    }
+    Ok((nodes, read))
+}
+
+/// The whole nodes starting in blocks `first .. first + n` that [`scan`] notes, into
+/// `nodes`.
+fn nodes_in(
+    store: &Store,
+    dev: &dyn Device,
+    (t, retired): (&TreeRoot, &[Extent]),
+    (first, n): (u64, u64),
+    nodes: &mut HashMap<u64, Node>,
+) -> Result<()> {
+    let nb = node::node_blocks(u64::from(store.geometry().block_size));
+    for (at, d) in super::nodescan::whole_nodes_in(store, dev, (first, n))? {
+        let block = at.block;
+        let ours = t.stamp.is_none_or(|s| s.vouches(d.stamp, at.generation));
+        let place = Extent::new(block, nb);
+        if !ours
+            || at.generation > t.root.generation
+            || block == t.root.block
+            || retired
+                .iter()
+                .any(|r| r.start < place.end() && place.start < r.end())
+            || store.allocator().check_held(place).is_err()
+        {
+            continue;
+        }
+        let node = match d.level {
+            0 => match leaf_sum(&d.payload) {
+                Some(s) => Node {
+                    at,
+                    level: 0,
+                    leaf: Some(s),
+                    children: Vec::new(),
+                },
+                None => continue,
+            },
+            level => match node::decode_children(&d, at.generation) {
+                Ok(children) => Node {
+                    at,
+                    level,
+                    leaf: None,
+                    children,
+                },
+                Err(_) => continue,
+            },
+        };
+        // A node noted lies in the chunk, no newer than the root, of this volume.
+        debug_assert!(node.at.block == block && node.at.generation <= t.root.generation);
+        nodes.insert(block, node);
+    }
+    Ok(())
+}
+
+/// A leaf's keys, count and marks; `None` for an empty leaf (only a root is) or one whose
+/// frames do not read.
+fn leaf_sum(payload: &[u8]) -> Option<Sum> {
+    let bodies = super::table::frames(payload).ok()?;
+    let items = super::tree::leaf_items(payload).ok()?;
+    let (&lo, &hi) = (items.keys().next()?, items.keys().next_back()?);
+    let marks = (bodies.iter()).fold(0, |m, b| m | super::table::entry_marks(b));
+    Some(Sum {
+        lo,
+        hi,
+        count: items.len() as u64,
+        marks,
+    })
+}
+
+/// What the subtree of the node `at` (of `level`) holds, if it was found whole: the node
+/// noted at that block with that generation and level, and under an internal one each
+/// child's subtree found whole, its keys inside the range the node routes to it, its marks
+/// no more than the node names. Memoized by block.
+fn sum_of(
+    nodes: &HashMap<u64, Node>,
+    memo: &mut HashMap<u64, Option<Sum>>,
+    at: NodeRef,
+    level: u8,
+) -> Option<Sum> {
+    if let Some(&s) = memo.get(&at.block) {
+        return s.filter(|_| {
+            nodes
+                .get(&at.block)
+                .is_some_and(|n| n.at == at && n.level == level)
+        });
+    }
+    let n = nodes
+        .get(&at.block)
+        .filter(|n| n.at == at && n.level == level)?;
+    let s = match n.leaf {
+        Some(s) => Some(s),
+        None => children_sum(nodes, memo, &n.children, level),
+    };
+    // A subtree found whole holds keys, in order.
+    debug_assert!(s.is_none_or(|s| s.lo <= s.hi && s.count > 0));
+    memo.insert(at.block, s);
+    s
+}
+
+/// What the children of an internal node of `level` hold together (see [`sum_of`]).
+fn children_sum(
+    nodes: &HashMap<u64, Node>,
+    memo: &mut HashMap<u64, Option<Sum>>,
+    children: &[ChildRef],
+    level: u8,
+) -> Option<Sum> {
+    let mut total: Option<Sum> = None;
+    for (i, c) in children.iter().enumerate() {
+        let s = sum_of(nodes, memo, c.at, level.checked_sub(1)?)?;
+        let inside = (i == 0 || s.lo >= c.first)
+            && children.get(i + 1).is_none_or(|next| s.hi < next.first)
+            && total.is_none_or(|t| t.hi < s.lo);
+        if !inside || s.marks & !c.marks != 0 {
+            return None;
+        }
+        total = Some(match total {
+            None => Sum {
+                marks: c.marks,
+                ..s
+            },
+            Some(t) => Sum {
+                lo: t.lo,
+                hi: s.hi,
+                count: t.count.checked_add(s.count)?,
+                marks: t.marks | c.marks,
+            },
+        });
+    }
+    // At least an entry per child, its keys in order.
+    debug_assert!(total.is_none_or(|t| t.lo <= t.hi && t.count >= children.len() as u64));
+    total
+}
+
+#[cfg(test)]
+#[path = "rootfind_tests.rs"]
+mod tests;

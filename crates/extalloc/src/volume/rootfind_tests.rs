@@ -1,0 +1,205 @@
+//! A lost root of the file tree made again by a repair's open (`rootfind.rs`): over
+//! internal nodes and over leaves, with the journal's changes after it, and refused (the
+//! salvage then) when what was found does not count what the root counted.
+
+use super::super::salvage_tests::{assert_intact, build, bytes_of, poke, Model, BS};
+use crate::alloc::Policy;
+use crate::disk::device::{Device, MemDevice};
+use crate::geometry::Geometry;
+use crate::volume::load::volume_root;
+use crate::volume::record::MapRef;
+use crate::volume::root::TreeRoot;
+use crate::volume::table::{self, TableFile};
+use crate::volume::{node, MendedLeaves, Volume};
+use std::sync::Arc;
+
+/// Each file's id and attribute.
+type Attrs = Vec<(u64, Vec<u8>)>;
+
+/// A volume of 6,000 files whose tree has three levels, closed: the device, each file's id
+/// and attribute, and the tree's root.
+fn three_levels() -> (Arc<MemDevice>, Attrs, TreeRoot) {
+    let dev = Arc::new(MemDevice::new(8192 * BS));
+    let geometry = Geometry::new(4096, 1024, 8192).unwrap();
+    let vol = Volume::mkfs(dev.clone(), &geometry, 64, Policy::default()).unwrap();
+    let attr = |i: u64| format!("file {i:05} {}", "y".repeat(100)).into_bytes();
+    let files: Attrs = (0..6000)
+        .map(|i| (vol.create(&attr(i)).unwrap(), attr(i)))
+        .collect();
+    vol.close().unwrap();
+    let tree = tree_of(&dev);
+    (dev, files, tree)
+}
+
+/// The durable file tree's root.
+fn tree_of(dev: &Arc<MemDevice>) -> TreeRoot {
+    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+    let t = volume_root(vol.store()).unwrap().tree.unwrap();
+    drop(vol);
+    t
+}
+
+/// The children of the node `at`, read and checked, and its level.
+fn children_of(dev: &Arc<MemDevice>, at: node::NodeRef) -> (u8, Vec<node::ChildRef>) {
+    let mut raw = vec![0u8; BS as usize];
+    dev.read_at(&mut raw, at.block * BS).unwrap();
+    let d = node::decode(&raw, at).unwrap();
+    (d.level, node::decode_children(&d, at.generation).unwrap())
+}
+
+/// Opens for repair and mends: the root made again, no hole scanned for, nothing lost, no
+/// block mapped free or twice. The volume and the mend's report.
+fn made_again(dev: &Arc<MemDevice>) -> (Volume, MendedLeaves) {
+    assert!(Volume::open(dev.clone(), Policy::default()).is_err());
+    let vol = Volume::open_for_repair(dev.clone(), Policy::default()).unwrap();
+    let mended = vol.mend_unreadable_leaves().unwrap();
+    assert!(mended.root_found.is_some(), "{mended:?}");
+    assert!(
+        mended.tree_scan.is_none() && mended.lost.is_empty(),
+        "{mended:?}"
+    );
+    assert!(
+        mended.recovered.is_empty() && mended.leaves.is_empty(),
+        "{mended:?}"
+    );
+    let c = vol.check().unwrap();
+    assert_eq!((c.mapped_free, c.mapped_twice), (0, 0), "{c:?}");
+    (vol, mended)
+}
+
+/// The bitmaps rebuilt, `vol` closed and opened again: a clean volume, whose root lies
+/// elsewhere than `lost`.
+fn rebuilt_and_reopened(dev: &Arc<MemDevice>, vol: Volume, lost: u64) -> Volume {
+    vol.rebuild_allocation().unwrap();
+    vol.close().unwrap();
+    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+    assert!(vol.check().unwrap().clean(), "{:?}", vol.check());
+    let t = volume_root(vol.store()).unwrap().tree.unwrap();
+    assert_ne!(t.root.block, lost, "a new root");
+    vol
+}
+
+/// The root of a tree of three levels damaged (a byte flipped: it still reads as an
+/// internal node, which fails its check): the repair's open makes it again over the
+/// internal nodes under it, every file is kept as it was, and nothing is salvaged.
+#[test]
+fn a_lost_root_over_internal_nodes_is_made_again() {
+    let (dev, files, tree) = three_levels();
+    let (level, children) = children_of(&dev, tree.root);
+    assert_eq!(level, 2, "three levels");
+    poke(&dev, tree.root.block * BS + 200, |b| b ^ 0x40);
+    let (vol, mended) = made_again(&dev);
+    let found = mended.root_found.clone().unwrap();
+    assert_eq!(found.lost.0, tree.root.block, "{found:?}");
+    assert!(
+        found.lost.1.contains("crc32c"),
+        "why, as its check tells: {found:?}"
+    );
+    assert_eq!(found.level, 2, "{found:?}");
+    assert_eq!(found.children, children.len() as u64, "{found:?}");
+    let vol = rebuilt_and_reopened(&dev, vol, tree.root.block);
+    for (id, attr) in &files {
+        assert_eq!(&vol.attr(*id).unwrap(), attr, "file {id}");
+    }
+    let (level, again) = children_of(&dev, volume_root(vol.store()).unwrap().tree.unwrap().root);
+    assert_eq!(level, 2);
+    let places = |c: &[node::ChildRef]| c.iter().map(|c| c.at).collect::<Vec<_>>();
+    assert_eq!(places(&again), places(&children), "the same children");
+}
+
+/// The root of a tree of two levels zeroed after the journal took changes (a file made
+/// and written, another unlinked, the daemon gone before a checkpoint): the root is made
+/// again over the leaves, the changes replay onto it, and every file reads as the journal
+/// left it.
+#[test]
+fn a_zeroed_root_over_leaves_is_made_again_under_the_journals_changes() {
+    let (dev, mut model): (Arc<MemDevice>, Model) = build();
+    let tree = tree_of(&dev);
+    assert_eq!(children_of(&dev, tree.root).0, 1, "two levels");
+    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+    let newer = vol.create(b"made after the checkpoint").unwrap();
+    vol.write(newer, 0, &bytes_of(newer, 9000)).unwrap();
+    let gone = *model.keys().nth(3).unwrap();
+    vol.unlink(gone).unwrap();
+    vol.sync().unwrap();
+    drop(vol);
+    model.remove(&gone);
+    assert_eq!(tree_of(&dev).root, tree.root, "no checkpoint since");
+    dev.write_at(&[0u8; BS as usize], tree.root.block * BS)
+        .unwrap();
+    let (vol, mended) = made_again(&dev);
+    assert_eq!(mended.root_found.clone().unwrap().level, 1, "{mended:?}");
+    assert_intact(&vol, &model, &[]);
+    assert_eq!(vol.read(newer, 0, 9000).unwrap(), bytes_of(newer, 9000));
+    assert!(vol.size(gone).is_err(), "unlinked after the checkpoint");
+    let vol = rebuilt_and_reopened(&dev, vol, tree.root.block);
+    assert_intact(&vol, &model, &[]);
+    assert_eq!(vol.read(newer, 0, 9000).unwrap(), bytes_of(newer, 9000));
+    assert!(vol.size(gone).is_err());
+}
+
+/// The root lost with a leaf under its first child: that child's subtree is not whole, and
+/// what is found counts fewer entries than the root did, so no root is made again (the
+/// repair's open refuses) and the salvage's scan gives every other file back.
+#[test]
+fn a_lost_root_and_leaf_are_left_to_the_salvage() {
+    let (dev, files, tree) = three_levels();
+    let (_, children) = children_of(&dev, tree.root);
+    let (_, leaves) = children_of(&dev, children[0].at);
+    let leaf = leaves[leaves.len() / 2].at.block;
+    for b in [tree.root.block, leaf] {
+        dev.write_at(&[0u8; BS as usize], b * BS).unwrap();
+    }
+    assert!(Volume::open_for_repair(dev.clone(), Policy::default()).is_err());
+    let (vol, report) = Volume::open_salvaging(dev.clone(), Policy::default()).unwrap();
+    assert!(
+        report.tree_scan.is_some() && report.root_found.is_none(),
+        "{report:?}"
+    );
+    let kept = files
+        .iter()
+        .filter(|(id, attr)| vol.attr(*id).ok().as_ref() == Some(attr));
+    assert!(
+        kept.count() >= files.len() - 30,
+        "at most the leaf's files lost"
+    );
+}
+
+/// A whole leaf of this volume, no newer than the root, in a block the allocator holds
+/// (as a freed leaf's bytes stay in a block handed out again and not written yet), with
+/// keys the tree no longer holds: made a child of the new root it would bring those files
+/// back, so the count refuses the root (the salvage's scan then judges each entry).
+#[test]
+fn a_stale_leaf_in_a_held_block_makes_no_root() {
+    let (dev, model) = build();
+    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+    let carrier = vol.create(b"the carrier").unwrap();
+    vol.write(carrier, 0, &[7u8; BS as usize]).unwrap();
+    let block = vol.extents(carrier).unwrap()[0].extent.start;
+    vol.close().unwrap();
+    let tree = tree_of(&dev);
+    let stamp = tree.stamp.expect("a stamped tree").value;
+    let mut payload = Vec::new();
+    for id in 9_000..9_005 {
+        let f = TableFile {
+            id,
+            size: 0,
+            attr: b"stale".to_vec(),
+            placement: None,
+            map: MapRef::Inline(Vec::new()),
+        };
+        table::put_file_frame(&mut payload, &table::file_body(&f));
+    }
+    let at = node::NodeRef {
+        block,
+        generation: tree.root.generation,
+    };
+    let leaf = node::encode(BS as usize, (0, 5), &payload, at, stamp);
+    dev.write_at(&leaf, block * BS).unwrap();
+    dev.write_at(&[0u8; BS as usize], tree.root.block * BS)
+        .unwrap();
+    assert!(Volume::open_for_repair(dev.clone(), Policy::default()).is_err());
+    let (vol, report) = Volume::open_salvaging(dev.clone(), Policy::default()).unwrap();
+    assert!(report.root_found.is_none(), "{report:?}");
+    assert_intact(&vol, &model, &[]);
+}
