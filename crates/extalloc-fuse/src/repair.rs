@@ -298,7 +298,7 @@ pub(crate) fn whole_volume(
     progress: &dyn Fn(ScanProgress),
 ) -> Option<(Volume, Vec<ClearedMap>, MendedLeaves)> {
     let view: Arc<dyn Device> = Arc::new(OverlayDevice::new(dev.clone()));
-    let looked = Volume::open_for_repair(view, policy.clone()).ok()?;
+    let looked = Volume::open_for_repair_reporting(view, policy.clone(), progress).ok()?;
     let whole = looked
         .mend_unreadable_leaves_reporting(progress)
         .is_ok_and(|mended| {
@@ -322,7 +322,7 @@ pub(crate) fn whole_volume(
     if !whole {
         return None;
     }
-    let vol = Volume::open_for_repair(dev.clone(), policy.clone()).ok()?;
+    let vol = Volume::open_for_repair_reporting(dev.clone(), policy.clone(), progress).ok()?;
     let mended = vol.mend_unreadable_leaves_reporting(progress).ok()?;
     let cleared = vol.clear_unreadable_maps().ok()?;
     let cleared = cleared

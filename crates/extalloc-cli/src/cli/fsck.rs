@@ -323,7 +323,7 @@ fn progress_lines(shown: &mut Shown, p: extalloc::volume::ScanProgress) -> Vec<S
     if tenths > shown.tenths {
         shown.tenths = tenths;
         out.push(format!(
-            "scanning the device for the file tree's leaves: {} % ({} of {} blocks)",
+            "scanning the device for the file tree's nodes: {} % ({} of {} blocks)",
             tenths * 10,
             p.blocks_read,
             p.blocks_to_read

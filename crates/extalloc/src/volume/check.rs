@@ -12,6 +12,7 @@
 //! meanwhile), then each file's mutex in turn.
 
 use super::maps::read_map;
+use super::nodescan::ScanProgress;
 use super::record::map_counts;
 use super::state::{FileTable, Volume};
 use crate::alloc::Policy;
@@ -71,9 +72,26 @@ impl Volume {
     /// until it fills them no checkpoint is written (a close fails with
     /// [`Error::Corrupt`](crate::Error::Corrupt), writing nothing). Fails as
     /// [`Volume::open`] does, but for the journal's damage and such holes.
+    ///
+    /// A tree whose root was lost (it fails its check, or holds no node) has it made again
+    /// over the nodes found under it, if they count what it counted (`rootfind.rs`; the
+    /// blocks the bitmaps mark used are read once; the mend reports it,
+    /// [`MendedLeaves::root_found`](super::MendedLeaves::root_found)); otherwise the open
+    /// fails, for the salvage.
     pub fn open_for_repair(dev: Arc<dyn Device>, policy: Policy) -> Result<Volume> {
+        Volume::open_for_repair_reporting(dev, policy, &|_| {})
+    }
+
+    /// [`Volume::open_for_repair`], telling `progress` how far the scan of the device for
+    /// a lost root's children has gone (it runs only then), after each 256 blocks read. It
+    /// leaves what [`Volume::open_for_repair`] leaves.
+    pub fn open_for_repair_reporting(
+        dev: Arc<dyn Device>,
+        policy: Policy,
+        progress: &dyn Fn(ScanProgress),
+    ) -> Result<Volume> {
         let (store, records) = Store::open_accepting_journal_loss(dev.clone(), policy)?;
-        Volume::open_store(store, dev.as_ref(), &records, true)
+        Volume::open_store(store, dev.as_ref(), &records, Some(progress))
     }
 
     /// Gives every file whose map does not read (a map segment, or the map's bytes in it,

@@ -19,7 +19,7 @@ use super::area::{self, Area};
 use super::file::{apply, maps_of, ReplayFile, VFile};
 use super::maps::{adopt_entries, read_map};
 use super::node::node_blocks;
-use super::nodescan::Lost;
+use super::nodescan::{Lost, ScanProgress};
 use super::record::{decode_payload, Change, SideRef};
 use super::root::{Root, TreeRoot};
 use super::state::Segs;
@@ -41,12 +41,14 @@ use std::sync::Arc;
 /// changes of `records`. Only the maps of files those changes map or unmap are read, and
 /// handed to the file layer (which checks that the store holds each block allocated); the
 /// others wait for their first use. A table with damaged entries is refused (see
-/// [`damaged_table`]); `salvage.rs` opens it for repair.
+/// [`damaged_table`]); `salvage.rs` opens it for repair. `repair`: a repair's open,
+/// told how far a scan of the device for a lost root's children has gone
+/// (`rootfind.rs`).
 pub(super) fn load(
     store: &Store,
     dev: &dyn Device,
     records: &[Record],
-    repair: bool,
+    repair: Option<&dyn Fn(ScanProgress)>,
 ) -> Result<(FileTable, Meta, Segs)> {
     let root = volume_root(store)?;
     if let Some(t) = root.tree.filter(TreeRoot::marks_whole) {
@@ -97,8 +99,9 @@ fn load_marked(
     dev: &dyn Device,
     root: &Root,
     t: &TreeRoot,
-    (records, repair): (&[Record], bool),
+    (records, progress): (&[Record], Option<&dyn Fn(ScanProgress)>),
 ) -> Result<Option<(FileTable, Meta, Segs)>> {
+    let repair = progress.is_some();
     let bs = u64::from(store.geometry().block_size);
     let mut io = super::treeio::VolIo::new(store, dev, t.stamp);
     let chain = match t.retired {
@@ -115,7 +118,7 @@ fn load_marked(
         }
     };
     let (walked, found_root) =
-        super::rootfind::walk_or_find((store, dev), &mut io, t, (&chain.pieces, repair))?;
+        super::rootfind::walk_or_find((store, dev), &mut io, t, (&chain.pieces, progress))?;
     // The key ranges whose entries the open cannot read: the lost nodes' and the marked
     // leaves' that failed (a repair's open only).
     let failed = walked.leaves.iter().filter(|l| !l.checked);

@@ -222,7 +222,7 @@ impl Volume {
     /// ([`Store::open`]); the volume's table and maps are not written.
     pub fn open(dev: Arc<dyn Device>, policy: Policy) -> Result<Volume> {
         let (store, records) = Store::open(dev.clone(), policy)?;
-        let vol = Volume::open_store(store, dev.as_ref(), &records, false)?;
+        let vol = Volume::open_store(store, dev.as_ref(), &records, None)?;
         // Files a crash left pending are removed; on a device that refuses writes they
         // stay, hidden, for the next open (`publish.rs`).
         let _ = vol.remove_pending();
@@ -236,7 +236,7 @@ impl Volume {
         store: Store,
         dev: &dyn Device,
         records: &[crate::disk::journal::Record],
-        repair: bool,
+        repair: Option<&dyn Fn(nodescan::ScanProgress)>,
     ) -> Result<Volume> {
         let loaded = load::load(&store, dev, records, repair)?;
         let vol = Volume::with_store(store, loaded)?;

@@ -140,23 +140,10 @@ pub(super) fn scan(
     let mut found = Vec::new();
     let g = store.geometry();
     let bs = u64::from(g.block_size);
-    let corrupt = store.corrupt_groups();
-    let empty: Vec<bool> = (0..g.groups_count())
-        .map(|gr| store.group_free_blocks(gr) >= g.group_len(gr) && !corrupt.contains(&gr))
-        .collect();
     // The first pass reads the blocks marked used (a group held corrupt whole), the second
     // the rest (`pass_runs`).
-    let kind = |gr: u64| (corrupt.contains(&gr), empty[gr as usize]);
-    // What the first pass reads, counted without walking the bitmaps (`pass_runs` walks
-    // each once).
-    let mut to_read = 0;
-    for gr in 0..g.groups_count() {
-        to_read += match kind(gr) {
-            (true, _) => g.group_len(gr),
-            (false, true) => 0,
-            (false, false) => store.allocator().used_blocks(gr)?,
-        };
-    }
+    let (kinds, mut to_read) = used_to_read(store)?;
+    let kind = |gr: u64| kinds[gr as usize];
     for pass in [false, true] {
         if pass {
             if newest_copies(&found, lost, (known, missing), bs).0.len() as u64 >= missing {
@@ -192,6 +179,29 @@ pub(super) fn scan(
     out.entries_freed = freed;
     out.leaves = leaves.into_iter().map(|b| Extent::new(b, nb)).collect();
     Ok(out)
+}
+
+/// Each group's kind for [`pass_runs`] (held corrupt, empty by its count: its bitmap not
+/// loaded), and the blocks the first pass reads (those marked used, every block of a
+/// group held corrupt), counted without walking the bitmaps (`pass_runs` walks each once).
+pub(super) fn used_to_read(store: &Store) -> Result<(Vec<(bool, bool)>, u64)> {
+    let g = store.geometry();
+    let corrupt = store.corrupt_groups();
+    let mut kinds = Vec::new();
+    let mut to_read = 0;
+    for gr in 0..g.groups_count() {
+        let held_corrupt = corrupt.contains(&gr);
+        let empty = store.group_free_blocks(gr) >= g.group_len(gr) && !held_corrupt;
+        kinds.push((held_corrupt, empty));
+        to_read += match (held_corrupt, empty) {
+            (true, _) => g.group_len(gr),
+            (false, true) => 0,
+            (false, false) => store.allocator().used_blocks(gr)?,
+        };
+    }
+    // A kind per group.
+    debug_assert_eq!(kinds.len() as u64, g.groups_count());
+    Ok((kinds, to_read))
 }
 
 /// The runs of group `group` a pass of the scan reads: the first pass (`second` false) the

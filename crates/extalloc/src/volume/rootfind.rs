@@ -29,6 +29,7 @@
 //! volume is not shared yet).
 
 use super::node::{self, ChildRef, NodeRef};
+use super::nodescan::ScanProgress;
 use super::root::{RootFound, TreeRoot};
 use super::treeio::VolIo;
 use super::walk::{self, Walked};
@@ -74,15 +75,16 @@ struct Sum {
 /// Blocks read at once.
 const CHUNK_BLOCKS: u64 = 256;
 
-/// The marked walk of `t`'s tree; for a `repair` whose walk lost the root to damage (not
-/// to an I/O error), the walk under a root made again over the nodes found under it
-/// (`rootfind.rs`; `retired`: the blocks the root's chain lists), if one can be: then
-/// with what the repair reports of it. Otherwise what the walk gave.
+/// The marked walk of `t`'s tree; for a repair (told how far the scan has gone by
+/// `progress`) whose walk lost the root to damage (not to an I/O error), the walk under a
+/// root made again over the nodes found under it ([`find`]; `retired`: the blocks the
+/// root's chain lists), if one can be: then with what the repair reports of it. Otherwise
+/// what the walk gave.
 pub(super) fn walk_or_find(
     (store, dev): (&Store, &dyn Device),
     io: &mut VolIo<'_>,
     t: &TreeRoot,
-    (retired, repair): (&[Extent], bool),
+    (retired, progress): (&[Extent], Option<&dyn Fn(ScanProgress)>),
 ) -> Result<(Walked, Option<RootFound>)> {
     let size = node::node_bytes(u64::from(store.geometry().block_size));
     let walked = walk::walk_marked(io, t.root, size, t.count);
@@ -94,10 +96,10 @@ pub(super) fn walk_or_find(
         },
         Err(_) => return walked.map(|w| (w, None)),
     };
-    if !repair {
+    let Some(progress) = progress else {
         return walked.map(|w| (w, None));
-    }
-    let Some(f) = find(store, dev, t, retired)? else {
+    };
+    let Some(f) = find(store, dev, t, (retired, progress))? else {
         return walked.map(|w| (w, None));
     };
     let under = walk::walk_marked_under(io, (f.level, &f.children), size, t.count)?;
@@ -117,16 +119,16 @@ pub(super) fn walk_or_find(
 }
 
 /// The root of `t`, lost, made again over the nodes found on the device (see the module
-/// documentation); `retired`: the blocks the root's chain lists. `None` when no root can
-/// be made that counts what the lost one counted (the salvage then runs). Fails only on a
-/// read error.
+/// documentation); `retired`: the blocks the root's chain lists; `progress` told how far
+/// the scan has gone after each chunk read. `None` when no root can be made that counts
+/// what the lost one counted (the salvage then runs). Fails only on a read error.
 pub(super) fn find(
     store: &Store,
     dev: &dyn Device,
     t: &TreeRoot,
-    retired: &[Extent],
+    (retired, progress): (&[Extent], &dyn Fn(ScanProgress)),
 ) -> Result<Option<Found>> {
-    let (nodes, blocks_read) = scan(store, dev, t, retired)?;
+    let (nodes, blocks_read) = scan(store, dev, t, (retired, progress))?;
     let nodes_found = nodes.len() as u64;
     let g = t.root.generation;
     // The children's level: the highest below the root's that carries its generation.
@@ -187,27 +189,29 @@ fn scan(
     store: &Store,
     dev: &dyn Device,
     t: &TreeRoot,
-    retired: &[Extent],
+    (retired, progress): (&[Extent], &dyn Fn(ScanProgress)),
 ) -> Result<(HashMap<u64, Node>, u64)> {
     let g = store.geometry();
-    let corrupt = store.corrupt_groups();
+    let (kinds, to_read) = super::nodescan::used_to_read(store)?;
     let mut nodes = HashMap::new();
     let mut read = 0;
     for group in 0..g.groups_count() {
-        let kind = (
-            corrupt.contains(&group),
-            store.group_free_blocks(group) >= g.group_len(group) && !corrupt.contains(&group),
-        );
-        for run in super::nodescan::pass_runs(store, group, (false, kind))? {
+        for run in super::nodescan::pass_runs(store, group, (false, kinds[group as usize]))? {
             let mut b = run.start;
             while b < run.end() {
                 let n = CHUNK_BLOCKS.min(run.end() - b);
                 read += n;
                 nodes_in(store, dev, (t, retired), (b, n), &mut nodes)?;
                 b += n;
+                progress(ScanProgress {
+                    blocks_read: read,
+                    blocks_to_read: to_read,
+                });
             }
         }
     }
+    // Every block counted read, as `progress` was told.
+    debug_assert_eq!(read, to_read, "every used block read");
     Ok((nodes, read))
 }
 

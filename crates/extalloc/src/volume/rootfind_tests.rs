@@ -203,3 +203,23 @@ fn a_stale_leaf_in_a_held_block_makes_no_root() {
     assert!(report.root_found.is_none(), "{report:?}");
     assert_intact(&vol, &model, &[]);
 }
+
+/// The scan for a lost root's children tells its caller how far it has gone, to the end of
+/// what it reads, and the mend reports as many blocks read.
+#[test]
+fn the_scan_for_a_lost_roots_children_reports_its_progress() {
+    let (dev, _, tree) = three_levels();
+    poke(&dev, tree.root.block * BS + 200, |b| b ^ 0x40);
+    let seen = std::cell::RefCell::new(Vec::new());
+    let vol = Volume::open_for_repair_reporting(dev.clone(), Policy::default(), &|p| {
+        seen.borrow_mut().push(p)
+    })
+    .unwrap();
+    let found = vol.mend_unreadable_leaves().unwrap().root_found.unwrap();
+    let seen = seen.into_inner();
+    assert!(seen.len() > 1, "{seen:?}");
+    assert!(seen.windows(2).all(|w| w[0].blocks_read < w[1].blocks_read));
+    let last = seen.last().unwrap();
+    assert_eq!(last.blocks_read, last.blocks_to_read);
+    assert_eq!(last.blocks_read, found.blocks_read);
+}
