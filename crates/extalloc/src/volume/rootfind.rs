@@ -15,10 +15,13 @@
 //! keys inside the ranges their parents route to them, marks no more than named), the
 //! newest are taken first and each one whose keys overlap none taken before. The new root
 //! stands only if the entries under what was taken are exactly as many as the lost root
-//! counted, one of them carries the root's generation, and they fit one node; otherwise
-//! the salvage runs as before. A stale subtree (one a checkpoint freed, found where the
-//! block was handed out again but not yet written) adds keys the count does not have; a
-//! child not found leaves keys short of it: either way the count refuses.
+//! counted and one of them carries the root's generation; else the level below is tried,
+//! down to the leaves (a child lost with the root: the whole subtrees under it, and its
+//! siblings', are found a level down), and if none counts, the salvage runs as before. A
+//! stale subtree (one a checkpoint freed, found where the block was handed out again but
+//! not yet written) adds keys the count does not have; a subtree not whole leaves keys
+//! short of it: either way the count refuses. A root over more children than a node holds
+//! is split by the checkpoint's settle (`Tree::settle`), as any node that outgrew one.
 //!
 //! The new root is in memory only: the next checkpoint writes it, retiring the old one.
 //! Until then nothing is written: a crash leaves the volume as it was.
@@ -132,21 +135,42 @@ pub(super) fn find(
     let nodes_found = nodes.len() as u64;
     let g = t.root.generation;
     // The children's level: the highest below the root's that carries its generation.
-    let Some(level) = (nodes.values())
+    let Some(top) = (nodes.values())
         .filter(|n| n.at.generation == g)
         .map(|n| n.level)
         .max()
     else {
         return Ok(None);
     };
-    if level >= node::MAX_LEVEL {
+    if top >= node::MAX_LEVEL {
         return Ok(None); // no tree is that tall
     }
+    // A child lost too (or its generation's): the level below it, down to the leaves.
     let mut memo = HashMap::new();
-    let mut taken: Vec<(NodeRef, Sum)> = nodes
-        .values()
+    for level in (0..=top).rev() {
+        if let Some(children) = children_at(&nodes, &mut memo, level, t) {
+            return Ok(Some(Found {
+                children,
+                level: level + 1,
+                blocks_read,
+                nodes_found,
+            }));
+        }
+    }
+    Ok(None)
+}
+
+/// The nodes of `level` a root made again names (see the module documentation), if what
+/// they hold counts what `t`'s lost root counted.
+fn children_at(
+    nodes: &HashMap<u64, Node>,
+    memo: &mut HashMap<u64, Option<Sum>>,
+    level: u8,
+    t: &TreeRoot,
+) -> Option<Vec<ChildRef>> {
+    let mut taken: Vec<(NodeRef, Sum)> = (nodes.values())
         .filter(|n| n.level == level)
-        .filter_map(|n| Some((n.at, sum_of(&nodes, &mut memo, n.at, level)?)))
+        .filter_map(|n| Some((n.at, sum_of(nodes, memo, n.at, level)?)))
         .collect();
     taken.sort_by_key(|(at, _)| (std::cmp::Reverse(at.generation), at.block));
     // Newest first; each one whose keys overlap none taken before (by least key).
@@ -157,12 +181,10 @@ pub(super) fn find(
             spans.insert(s.lo, (s.hi, at, s));
         }
     }
-    let fanout = (node::node_bytes(u64::from(store.geometry().block_size)) - node::HEADER_BYTES)
-        / node::CHILD_BYTES;
     let count = spans.values().map(|(_, _, s)| s.count).sum::<u64>();
-    let newest = spans.values().any(|(_, at, _)| at.generation == g);
-    if count != t.count || !newest || spans.len() > fanout {
-        return Ok(None);
+    let newest = (spans.values()).any(|(_, at, _)| at.generation == t.root.generation);
+    if count != t.count || !newest {
+        return None;
     }
     let children: Vec<ChildRef> = spans
         .values()
@@ -174,12 +196,7 @@ pub(super) fn find(
         .collect();
     // In key order, disjoint, as many entries as the root counted.
     debug_assert!(children.windows(2).all(|w| w[0].first < w[1].first));
-    Ok(Some(Found {
-        children,
-        level: level + 1,
-        blocks_read,
-        nodes_found,
-    }))
+    Some(children)
 }
 
 /// Every whole node in the blocks the bitmaps mark used (a group held corrupt read whole,

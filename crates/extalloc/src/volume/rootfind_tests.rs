@@ -138,6 +138,35 @@ fn a_zeroed_root_over_leaves_is_made_again_under_the_journals_changes() {
     assert!(vol.size(gone).is_err());
 }
 
+/// The root lost with its first child (older than the root's generation): the other
+/// child alone counts too few entries, so the root is made again a level down, over every
+/// leaf (more than a node holds: the checkpoint's settle splits it), and every file is
+/// kept.
+#[test]
+fn a_lost_root_and_child_are_made_again_a_level_down() {
+    let (dev, files, tree) = three_levels();
+    let (_, children) = children_of(&dev, tree.root);
+    let (_, leaves) = children_of(&dev, children[0].at);
+    assert!(children[0].at.generation < tree.root.generation);
+    for b in [tree.root.block, children[0].at.block] {
+        dev.write_at(&[0u8; BS as usize], b * BS).unwrap();
+    }
+    let (vol, mended) = made_again(&dev);
+    let found = mended.root_found.clone().unwrap();
+    assert_eq!(found.level, 1, "over the leaves: {found:?}");
+    assert!(found.children > leaves.len() as u64, "{found:?}");
+    let vol = rebuilt_and_reopened(&dev, vol, tree.root.block);
+    for (id, attr) in &files {
+        assert_eq!(&vol.attr(*id).unwrap(), attr, "file {id}");
+    }
+    let root = volume_root(vol.store()).unwrap().tree.unwrap().root;
+    assert_eq!(
+        children_of(&dev, root).0,
+        2,
+        "split into three levels again"
+    );
+}
+
 /// The root lost with a leaf under its first child: that child's subtree is not whole, and
 /// what is found counts fewer entries than the root did, so no root is made again (the
 /// repair's open refuses) and the salvage's scan gives every other file back.

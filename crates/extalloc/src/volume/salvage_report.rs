@@ -188,11 +188,13 @@ impl MendedLeaves {
     /// that decoded; `None` when an entry was lost with its bytes (undecodable, or found
     /// nowhere), whose blocks no one can tell (the salvage keeps none of them either).
     pub fn leaked_bound(&self) -> Option<u64> {
-        // A lost node's subtree (its own internal nodes, the leaves the scan found) is
+        // A lost node's subtree (its own internal nodes, the leaves the scan found), or
+        // the nodes between a root made again and the level of its children found, are
         // owned by no one now, in a number no one counted.
         let unknown = self.uncounted > 0
             || self.lost.iter().any(|l| l.id.is_none())
-            || self.tree_scan.is_some();
+            || self.tree_scan.is_some()
+            || self.root_found.is_some();
         (!unknown).then_some(self.lost_blocks)
     }
 
