@@ -53,6 +53,13 @@ pub fn salvage_lines(s: &Salvage) -> Vec<String> {
         out.extend(tree_scan_lines(scan));
     }
     if let Some(r) = &s.root_found {
+        if r.levels_down > 0 {
+            out.push(format!(
+                "file tree: a node under its root lost too: the root made again {} level(s) \
+                 lower, over the whole subtrees there",
+                r.levels_down
+            ));
+        }
         out.push(format!(
             "file tree: root at block {} lost ({}): made again over {} nodes of level {} \
              found among {} blocks scanned ({} nodes of this volume held there); every entry \

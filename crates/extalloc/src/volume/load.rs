@@ -93,7 +93,9 @@ pub(super) fn load(
 /// nodes' places and the failed leaves where they are, for
 /// `Volume::mend_unreadable_leaves` to mend before anything else; the records' changes
 /// naming a file whose entry cannot be read (there, or in a leaf that fails when read)
-/// are set aside for it (`Meta::aside`).
+/// are set aside for it (`Meta::aside`). A lost root is made again over the nodes under
+/// it if they count what it counted (`rootfind.rs`), the old one left for the next
+/// checkpoint to retire (`Meta::mended`).
 fn load_marked(
     store: &Store,
     dev: &dyn Device,

@@ -238,7 +238,7 @@ impl Root {
 /// under it (every block the bitmaps mark used read once): the nodes of the root's
 /// children's level whose whole subtrees were found, newest first, each whose keys overlap
 /// none taken before, kept only if their entries are exactly as many as the lost root
-/// counted (`docs/format.md`, "The file tree"). Every entry is kept as it was; the next
+/// counted (`docs/format.md`, "A lost root made again"). Every entry is kept as it was; the next
 /// checkpoint writes the new root.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
@@ -254,6 +254,10 @@ pub struct RootFound {
     pub children: u64,
     /// The new root's level (its children's plus one).
     pub level: u8,
+    /// How many levels below the highest carrying the lost root's generation its
+    /// children were found (0: that level; more: a node over them was lost too, and the
+    /// nodes between, owned by no one now, are freed by the bitmaps' rebuild).
+    pub levels_down: u8,
 }
 
 #[cfg(test)]

@@ -9,7 +9,8 @@
 //! blocks the bitmaps mark used are read once (as the salvage's scan reads them,
 //! `nodescan.rs`), and every whole node found there is noted, a few dozen bytes each
 //! (never its entries): those the volume's stamp vouches for, no newer than the lost root,
-//! not the nodes the root's checkpoint retired (its chain lists them: the previous
+//! held (not in a group held corrupt, whose bitmap cannot say which are), not the nodes
+//! the root's checkpoint retired (its chain lists them: the previous
 //! tree's, held until the next checkpoint frees them). Of the nodes at the children's
 //! level whose whole subtree was found (every node it names, at the generation it names,
 //! keys inside the ranges their parents route to them, marks no more than named), the
@@ -48,6 +49,8 @@ use std::collections::{BTreeMap, HashMap};
 pub(super) struct Found {
     pub children: Vec<ChildRef>,
     pub level: u8,
+    /// Levels below the highest that carries the lost root's generation.
+    pub levels_down: u8,
     /// Blocks read, and the whole nodes of this volume found in them.
     pub blocks_read: u64,
     pub nodes_found: u64,
@@ -109,14 +112,15 @@ pub(super) fn walk_or_find(
     if under.tree.is_none() {
         return walked.map(|w| (w, None));
     }
-    // The tree under the new root counts what the lost one did.
-    debug_assert!(under.tree.as_ref().is_some_and(|tr| tr.count() == t.count));
+    // A whole tree under a root with no place yet, for the next checkpoint to write.
+    debug_assert!((under.tree.as_ref()).is_some_and(|tr| tr.holes() == 0 && tr.root().is_none()));
     let report = RootFound {
         lost: (t.root.block, why),
         blocks_read: f.blocks_read,
         nodes_found: f.nodes_found,
         children: f.children.len() as u64,
         level: f.level,
+        levels_down: f.levels_down,
     };
     Ok((under, Some(report)))
 }
@@ -152,6 +156,7 @@ pub(super) fn find(
             return Ok(Some(Found {
                 children,
                 level: level + 1,
+                levels_down: top - level,
                 blocks_read,
                 nodes_found,
             }));
@@ -199,9 +204,11 @@ fn children_at(
     Some(children)
 }
 
-/// Every whole node in the blocks the bitmaps mark used (a group held corrupt read whole,
-/// its nodes not held), by block: vouched for by `t`'s stamp, no newer than its root, held
-/// by the allocator, neither the root's block nor a `retired` one. And the blocks read.
+/// Every whole node in the blocks the bitmaps mark used, by block: vouched for by `t`'s
+/// stamp, no newer than its root, held by the allocator (and not in a group held corrupt,
+/// found so when its bitmap was read: that bitmap cannot say which of the group's nodes
+/// are held, and every node ever freed there would pass for one), neither the root's
+/// block nor a `retired` one. And the blocks read.
 fn scan(
     store: &Store,
     dev: &dyn Device,
@@ -242,8 +249,12 @@ fn nodes_in(
     nodes: &mut HashMap<u64, Node>,
 ) -> Result<()> {
     let nb = node::node_blocks(u64::from(store.geometry().block_size));
+    let corrupt = store.corrupt_groups();
     for (at, d) in super::nodescan::whole_nodes_in(store, dev, (first, n))? {
         let block = at.block;
+        if corrupt.contains(&store.geometry().group_of(block)) {
+            continue;
+        }
         let ours = t.stamp.is_none_or(|s| s.vouches(d.stamp, at.generation));
         let place = Extent::new(block, nb);
         if !ours

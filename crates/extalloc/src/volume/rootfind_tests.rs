@@ -252,3 +252,28 @@ fn the_scan_for_a_lost_roots_children_reports_its_progress() {
     assert_eq!(last.blocks_read, last.blocks_to_read);
     assert_eq!(last.blocks_read, found.blocks_read);
 }
+
+/// The root lost where the tree's nodes lie in a group held corrupt (its bitmap damaged):
+/// that bitmap cannot say which of the group's nodes are held, and every node ever freed
+/// there would pass for one, so none of them is taken; the root is not made again and the
+/// salvage (which judges each entry) gives every file back.
+#[test]
+fn nodes_in_a_group_held_corrupt_make_no_root() {
+    let (dev, files, tree) = three_levels();
+    let sb = crate::disk::format::read_superblock(dev.as_ref()).unwrap();
+    let group = tree.root.block / 1024;
+    poke(
+        &dev,
+        (sb.bitmap_start + group * u64::from(sb.bitmap_blocks)) * BS + 100,
+        |b| b ^ 1,
+    );
+    dev.write_at(&[0u8; BS as usize], tree.root.block * BS)
+        .unwrap();
+    assert!(Volume::open_for_repair(dev.clone(), Policy::default()).is_err());
+    let (vol, report) = Volume::open_salvaging(dev.clone(), Policy::default()).unwrap();
+    assert!(vol.store().corrupt_groups().contains(&group), "{report:?}");
+    assert!(report.root_found.is_none(), "{report:?}");
+    for (id, attr) in &files {
+        assert_eq!(&vol.attr(*id).unwrap(), attr, "file {id}");
+    }
+}

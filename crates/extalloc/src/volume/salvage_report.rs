@@ -189,12 +189,13 @@ impl MendedLeaves {
     /// nowhere), whose blocks no one can tell (the salvage keeps none of them either).
     pub fn leaked_bound(&self) -> Option<u64> {
         // A lost node's subtree (its own internal nodes, the leaves the scan found), or
-        // the nodes between a root made again and the level of its children found, are
-        // owned by no one now, in a number no one counted.
+        // the nodes between a root made again and the level its children were found at
+        // below the one they belong to, are owned by no one now, in a number no one
+        // counted. (A lost root made again over its own children waits in the mended.)
         let unknown = self.uncounted > 0
             || self.lost.iter().any(|l| l.id.is_none())
             || self.tree_scan.is_some()
-            || self.root_found.is_some();
+            || self.root_found.as_ref().is_some_and(|r| r.levels_down > 0);
         (!unknown).then_some(self.lost_blocks)
     }
 

@@ -69,7 +69,9 @@ pub(super) struct Meta {
     /// The durable file tree (`tree.rs`); `None`: the next checkpoint builds one from every
     /// file (a new volume, an upgrade, a salvage).
     pub(super) tree: Option<super::tree::Tree>,
-    /// The durable root's tree and its entries (the next root's `previous`).
+    /// The durable root's tree and its entries (the next root's `previous`); `None` also
+    /// after a repair's open made a lost root again (`rootfind.rs`: the lost one does not
+    /// read).
     pub(super) durable: Option<(super::node::NodeRef, u64)>,
     /// The checkpoint generation of the durable root.
     pub(super) generation: u64,
@@ -80,7 +82,8 @@ pub(super) struct Meta {
     /// The durable tree's nodes when `tree` is `None` (read, but damaged): the build that
     /// replaces it retires them.
     pub(super) old_nodes: Vec<Extent>,
-    /// Blocks the durable tree's nodes take.
+    /// Blocks the durable tree's nodes take (a lost root made again: with the lost one's,
+    /// which waits in `mended`).
     pub(super) tree_blocks: u64,
     /// The index blocks of the durable root's retired chain: kept while that root is in
     /// force (an open reads the chain), so retired by the next checkpoint, not freed.
@@ -88,7 +91,8 @@ pub(super) struct Meta {
     /// Files the open replayed changes onto: changed since the durable tree.
     pub(super) replayed: BTreeSet<u64>,
     /// Nodes of the durable tree a repair replaced in `tree` (a leaf that did not read,
-    /// and the path above it: `leafrepair.rs`), for the next checkpoint to retire.
+    /// and the path above it: `leafrepair.rs`; a lost root made again: `rootfind.rs`), for
+    /// the next checkpoint to retire.
     pub(super) mended: Vec<super::node::NodeRef>,
     /// The journal's changes naming files whose entries a repair's open could not read
     /// (`load.rs`: under a hole, in a failed leaf), in order, set aside for the mend to
