@@ -106,18 +106,8 @@ fn load_marked(
     let repair = progress.is_some();
     let bs = u64::from(store.geometry().block_size);
     let mut io = super::treeio::VolIo::new(store, dev, t.stamp);
-    let chain = match t.retired {
-        0 => area::Area::default(),
-        head => {
-            let side = SideRef {
-                extent: Extent::new(0, 0),
-                head,
-            };
-            match area::resolve(dev, store.geometry(), side) {
-                Ok(a) => a,
-                Err(_) => return Ok(None),
-            }
-        }
+    let Some(chain) = retired_chain(store, dev, t) else {
+        return Ok(None);
     };
     let (walked, found_root) =
         super::rootfind::walk_or_find((store, dev), &mut io, t, (&chain.pieces, progress))?;
@@ -131,16 +121,8 @@ fn load_marked(
     let Some(tree) = walked.tree.or(walked.partial.filter(|_| repair)) else {
         return Ok(None);
     };
-    let mut marked = Vec::new();
-    for leaf in walked.leaves.iter().filter(|l| l.checked) {
-        for body in super::table::frames(&leaf.payload)? {
-            if super::table::entry_marks(body) != 0 {
-                marked.push(super::table::decode_file(body)?);
-            }
-        }
-    }
     let table = Table {
-        files: marked,
+        files: marked_files(&walked.leaves)?,
         retired: chain.pieces.clone(),
     };
     // The accounts of every map outside the tree, as `load` builds them from every leaf.
@@ -173,17 +155,38 @@ fn load_marked(
     );
     meta.replayed = replayed;
     if let Some(f) = found_root {
-        // The lost root waits with the mended nodes for the next checkpoint to retire (its
-        // blocks the tree's until then); that checkpoint names no previous tree.
-        meta.mended.push(t.root);
-        meta.tree_blocks += node_blocks(bs);
-        meta.durable = None;
-        meta.root_found = Some(f);
-        meta.unmended = true;
+        super::rootfind::adopt(&mut meta, t, f, node_blocks(bs));
     }
     #[cfg(debug_assertions)]
     check_marks(store, dev, root, &found);
     Ok(Some((adopt_all(store, files)?, meta, segs)))
+}
+
+/// The retired chain `t` names, resolved; `None` if it does not read.
+fn retired_chain(store: &Store, dev: &dyn Device, t: &TreeRoot) -> Option<Area> {
+    match t.retired {
+        0 => Some(Area::default()),
+        head => {
+            let side = SideRef {
+                extent: Extent::new(0, 0),
+                head,
+            };
+            area::resolve(dev, store.geometry(), side).ok()
+        }
+    }
+}
+
+/// The entries of the checked `leaves` that carry marks (`table::entry_marks`).
+fn marked_files(leaves: &[super::walk::WalkLeaf]) -> Result<Vec<super::table::TableFile>> {
+    let mut marked = Vec::new();
+    for leaf in leaves.iter().filter(|l| l.checked) {
+        for body in super::table::frames(&leaf.payload)? {
+            if super::table::entry_marks(body) != 0 {
+                marked.push(super::table::decode_file(body)?);
+            }
+        }
+    }
+    Ok(marked)
 }
 
 /// A key range: `lo ..` up to `hi` (exclusive; `None`: no end).

@@ -35,6 +35,7 @@
 use super::node::{self, ChildRef, NodeRef};
 use super::nodescan::ScanProgress;
 use super::root::{RootFound, TreeRoot};
+use super::state::Meta;
 use super::treeio::VolIo;
 use super::walk::{self, Walked};
 use crate::disk::device::Device;
@@ -123,6 +124,25 @@ pub(super) fn walk_or_find(
         levels_down: f.levels_down,
     };
     Ok((under, Some(report)))
+}
+
+/// A root [`walk_or_find`] made again into `meta`, over `t`'s lost one
+/// (of `nb` blocks): the lost root waits with the mended nodes for the next checkpoint to
+/// retire (its blocks the tree's until then), that checkpoint names no previous tree, and
+/// none runs before the mend (which reports `found`).
+pub(super) fn adopt(meta: &mut Meta, t: &TreeRoot, found: RootFound, nb: u64) {
+    // The tree adopted is the one under the new root: no place yet, the old one's count.
+    assert!(
+        meta.tree
+            .as_ref()
+            .is_some_and(|tr| tr.root().is_none() && tr.count() == t.count),
+        "a root made again"
+    );
+    meta.mended.push(t.root);
+    meta.tree_blocks += nb;
+    meta.durable = None;
+    meta.root_found = Some(found);
+    meta.unmended = true;
 }
 
 /// The root of `t`, lost, made again over the nodes found on the device (see the module
