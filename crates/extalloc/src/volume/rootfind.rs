@@ -317,10 +317,9 @@ fn nodes_in(
 /// A leaf's keys, count and marks; `None` for an empty leaf (only a root is) or one whose
 /// frames do not read.
 fn leaf_sum(payload: &[u8]) -> Option<Sum> {
-    let bodies = super::table::frames(payload).ok()?;
     let items = super::tree::leaf_items(payload).ok()?;
     let (&lo, &hi) = (items.keys().next()?, items.keys().next_back()?);
-    let marks = (bodies.iter()).fold(0, |m, b| m | super::table::entry_marks(b));
+    let marks = (items.values()).fold(0, |m, b| m | super::table::entry_marks(b));
     Some(Sum {
         lo,
         hi,
