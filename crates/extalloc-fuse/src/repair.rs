@@ -52,7 +52,7 @@ use crate::inode::{self, Inode, Kind};
 use crate::xattr;
 use extalloc::disk::device::{Device, OverlayDevice};
 use extalloc::store::Rebuilt;
-use extalloc::volume::{ClearedMap, MendedLeaves, Salvage, ScanProgress, Volume};
+use extalloc::volume::{ClearedMap, MendedLeaves, NodeScans, Salvage, ScanProgress, Volume};
 use extalloc::Policy;
 use std::sync::Arc;
 
@@ -192,15 +192,18 @@ pub fn repair(dev: Arc<dyn Device>, policy: Policy) -> Result<RepairReport, Stri
 }
 
 /// [`repair`], telling `progress` how far the scan of the device for the file tree's
-/// leaves has gone, when the tree lost a node and the salvage runs one
-/// ([`Volume::open_salvaging_reporting`]) or the page path's mend does
-/// ([`Volume::mend_unreadable_leaves_reporting`]: twice, the look then the repair): on a
-/// large device the repair's one long step.
+/// nodes has gone, when the tree lost a node and the salvage runs one
+/// ([`Volume::open_salvaging_reporting`]) or the page path's open or mend does
+/// ([`Volume::open_for_repair_reporting`], [`Volume::mend_unreadable_leaves_reporting`]:
+/// the look, then the repair): on a large device the repair's one long step. The
+/// repair's scans share one [`NodeScans`]: the first reads the blocks, the others only
+/// the nodes it found there.
 pub fn repair_reporting(
     dev: Arc<dyn Device>,
     policy: Policy,
     progress: &dyn Fn(ScanProgress),
 ) -> Result<RepairReport, String> {
+    let scans = NodeScans::new(progress);
     let before = extalloc::store::fsck::check(dev.as_ref())
         .map_err(|e| format!("cannot read the device: {e}"))?;
     let superblocks_rewritten = [
@@ -217,7 +220,7 @@ pub fn repair_reporting(
     // open): such a volume is salvaged, which watches once.
     let at_once = !before.in_use || before.owner_gone;
     let whole = at_once
-        .then(|| whole_volume(&dev, &policy, progress))
+        .then(|| whole_volume(&dev, &policy, &scans))
         .flatten();
     let salvaged = whole.is_none();
     let (vol, salvage) = match whole {
@@ -236,7 +239,7 @@ pub fn repair_reporting(
             leaves.report_into(&mut salvage);
             (vol, salvage)
         }
-        None => Volume::open_salvaging_reporting(dev, policy, progress)
+        None => Volume::open_salvaging_reporting(dev, policy, &scans)
             .map_err(|e| format!("cannot open the volume: {e}"))?,
     };
     let mut report = RepairReport {
@@ -290,17 +293,17 @@ pub fn repair_reporting(
 /// volume (after a crash, of its allocation, of a superblock copy, a map segment, or
 /// its namespace) then holds a page of files at a time instead of every file (the
 /// salvaging open's memory grows with the file count). `None`: salvage it. A lost
-/// internal node's scan of the device tells `progress` how far it has gone (twice: the
-/// look, then the repair).
+/// node's scans of the device are made by `scans` (the look's reads the blocks, the
+/// repair's only the nodes the look found there).
 pub(crate) fn whole_volume(
     dev: &Arc<dyn Device>,
     policy: &Policy,
-    progress: &dyn Fn(ScanProgress),
+    scans: &NodeScans<'_>,
 ) -> Option<(Volume, Vec<ClearedMap>, MendedLeaves)> {
     let view: Arc<dyn Device> = Arc::new(OverlayDevice::new(dev.clone()));
-    let looked = Volume::open_for_repair_reporting(view, policy.clone(), progress).ok()?;
+    let looked = Volume::open_for_repair_reporting(view, policy.clone(), scans).ok()?;
     let whole = looked
-        .mend_unreadable_leaves_reporting(progress)
+        .mend_unreadable_leaves_reporting(scans)
         .is_ok_and(|mended| {
             looked.clear_unreadable_maps().is_ok_and(|cleared| {
                 // The blocks the cleared maps named are owned by no one now: leaked, and no
@@ -322,8 +325,8 @@ pub(crate) fn whole_volume(
     if !whole {
         return None;
     }
-    let vol = Volume::open_for_repair_reporting(dev.clone(), policy.clone(), progress).ok()?;
-    let mended = vol.mend_unreadable_leaves_reporting(progress).ok()?;
+    let vol = Volume::open_for_repair_reporting(dev.clone(), policy.clone(), scans).ok()?;
+    let mended = vol.mend_unreadable_leaves_reporting(scans).ok()?;
     let cleared = vol.clear_unreadable_maps().ok()?;
     let cleared = cleared
         .into_iter()

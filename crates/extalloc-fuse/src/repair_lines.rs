@@ -22,6 +22,13 @@ fn tree_scan_lines(scan: &TreeScan) -> Vec<String> {
         scan.entries,
         scan.entries_freed
     ));
+    if scan.blocks_unreadable > 0 {
+        out.push(format!(
+            "file tree: {} blocks did not read (the device's read error: bad sectors) and \
+             were skipped; a leaf there is lost as a damaged one is",
+            scan.blocks_unreadable
+        ));
+    }
     if scan.foreign_leaves > 0 {
         out.push(format!(
             "file tree: {} whole leaves of another volume left out (a former volume's, or \
@@ -71,6 +78,14 @@ pub fn salvage_lines(s: &Salvage) -> Vec<String> {
             r.blocks_read,
             r.nodes_found
         ));
+        if r.blocks_unreadable > 0 {
+            out.push(format!(
+                "file tree: {} of those blocks did not read (the device's read error: bad \
+                 sectors) and were skipped; the nodes found elsewhere held every entry the \
+                 lost root counted",
+                r.blocks_unreadable
+            ));
+        }
     }
     for (block, why) in &s.leaves_mended {
         out.push(format!(

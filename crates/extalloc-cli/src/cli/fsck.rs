@@ -301,7 +301,11 @@ fn progress_lines(shown: &mut Shown, p: extalloc::volume::ScanProgress) -> Vec<S
     let mut out = Vec::new();
     // Within a scan each report has read more than the last.
     if shown.read > 0 && p.blocks_read <= shown.read {
-        out.push("scanning again, to repair (the scan before looked, writing nothing)".into());
+        out.push(
+            "scanning again, to repair (the scan before wrote nothing; of the blocks it read, \
+             only the nodes it found are read again)"
+                .into(),
+        );
         *shown = Shown::default();
     }
     shown.read = p.blocks_read;

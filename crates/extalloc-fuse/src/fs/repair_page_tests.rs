@@ -9,7 +9,7 @@ use super::*;
 use crate::repair::repair;
 use extalloc::disk::device::{Device, FaultDevice, MemDevice, OverlayDevice};
 use extalloc::disk::format::read_superblock;
-use extalloc::volume::MendedLeaves;
+use extalloc::volume::{MendedLeaves, NodeScans};
 use extalloc::Policy;
 use std::sync::Arc;
 
@@ -28,7 +28,7 @@ fn a_volume_whole_below_its_namespace_is_repaired_a_page_at_a_time() {
     }
     fs.unmount().unwrap();
     let any: Arc<dyn Device> = dev.clone();
-    let vol = crate::repair::whole_volume(&any, &Policy::default(), &|_| {})
+    let vol = crate::repair::whole_volume(&any, &Policy::default(), &NodeScans::unwatched())
         .expect("whole")
         .0;
     assert!(!crate::repair::make_root_again(&vol).unwrap());
@@ -59,7 +59,8 @@ fn a_volume_whole_below_its_namespace_is_repaired_a_page_at_a_time() {
         .start;
     flip(dev.as_ref(), at + 2);
     let (vol, _, mended) =
-        crate::repair::whole_volume(&any, &Policy::default(), &|_| {}).expect("whole");
+        crate::repair::whole_volume(&any, &Policy::default(), &NodeScans::unwatched())
+            .expect("whole");
     assert_eq!(mended.leaves.len(), 1, "{mended:?}");
     vol.store().abandon();
     drop(vol);
@@ -102,7 +103,8 @@ fn a_zeroed_tree_leaf_is_mended_from_the_previous_checkpoint() {
 pub(super) fn mended_in_a_page(dev: &Arc<FaultDevice<MemDevice>>, files: usize) -> MendedLeaves {
     let any: Arc<dyn Device> = Arc::new(OverlayDevice::new(dev.clone()));
     let (vol, _, mended) =
-        crate::repair::whole_volume(&any, &Policy::default(), &|_| {}).expect("whole");
+        crate::repair::whole_volume(&any, &Policy::default(), &NodeScans::unwatched())
+            .expect("whole");
     let (in_memory, loaded, _) = vol.file_cache_figures();
     assert!(
         in_memory < files / 10 && loaded < files as u64 / 10,
@@ -136,7 +138,7 @@ fn a_zeroed_bitmap_after_a_crash_is_repaired_a_page_at_a_time() {
     dev.write_at(&vec![0u8; BS as usize], sb.bitmap_start * BS)
         .unwrap();
     assert!(!extalloc::store::fsck::check(dev.as_ref()).unwrap().clean());
-    let vol = crate::repair::whole_volume(&any, &Policy::default(), &|_| {})
+    let vol = crate::repair::whole_volume(&any, &Policy::default(), &NodeScans::unwatched())
         .expect("whole")
         .0;
     assert_eq!(vol.pending(), vec![pending], "left for after the rebuild");
@@ -173,7 +175,7 @@ fn a_journal_damaged_in_the_middle_is_repaired_a_page_at_a_time() {
     // The page path (looked at over an overlay: an open accepting the loss wipes the
     // stranded records).
     let view: Arc<dyn Device> = Arc::new(OverlayDevice::new(dev.clone()));
-    let vol = crate::repair::whole_volume(&view, &Policy::default(), &|_| {})
+    let vol = crate::repair::whole_volume(&view, &Policy::default(), &NodeScans::unwatched())
         .expect("whole")
         .0;
     assert!(vol.store().journal_loss().is_some());
@@ -460,7 +462,8 @@ fn a_map_that_fails_its_check_is_cleared_a_page_at_a_time() {
     flip(dev.as_ref(), map.start + 3);
     let view: Arc<dyn Device> = Arc::new(OverlayDevice::new(dev.clone()));
     let (vol, cleared, _) =
-        crate::repair::whole_volume(&view, &Policy::default(), &|_| {}).expect("whole");
+        crate::repair::whole_volume(&view, &Policy::default(), &NodeScans::unwatched())
+            .expect("whole");
     assert_eq!(cleared.iter().map(|c| c.id).collect::<Vec<_>>(), vec![frag]);
     drop(vol);
     let r = repair(dev.clone(), Policy::default()).unwrap();

@@ -259,24 +259,22 @@ fn a_damaged_table_entry_costs_at_most_its_file() {
     );
 }
 
-/// The volume's file tree loses its root (an internal node, zeroed: no magic left to say
-/// what it was): mount refuses; the repair makes the root again over the leaves under it
-/// (on the page path: nothing salvaged), says so, and every file comes back whole under
-/// its name (before the salvage's scan, the repair refused such a volume: no file left
-/// holding an inode).
-#[test]
-fn a_zeroed_file_tree_root_costs_no_file() {
-    let dev = device(46);
-    let fs = fresh(&dev);
+/// 200 files `f000`.. in the root directory, of `len` bytes each, no two blocks alike.
+fn two_hundred_files(fs: &Fs, len: u64) -> Vec<(String, Vec<u8>)> {
     let mut files = Vec::new();
     for i in 0..200u64 {
-        let data: Vec<u8> = (0..5000).map(|b| (b as u64 * (i + 7)) as u8).collect();
+        let byte = |b: u64| (b * (i + 7) + b / BS * 13 + 1) as u8;
+        let data: Vec<u8> = (0..len).map(byte).collect();
         let name = format!("f{i:03}");
-        put(&fs, ROOT, &name, &data);
+        put(fs, ROOT, &name, &data);
         files.push((name, data));
     }
-    fs.unmount().unwrap();
-    // The root: the internal node of the newest checkpoint (the highest level of it).
+    files
+}
+
+/// Zeroes the file tree's root (the internal node of the newest checkpoint, the highest
+/// level of it) and returns its block.
+fn zero_the_tree_root(dev: &Arc<FaultDevice<MemDevice>>) -> u64 {
     let mut root = None;
     let mut node = vec![0u8; BS as usize];
     for b in 0..dev.size() / BS {
@@ -291,6 +289,21 @@ fn a_zeroed_file_tree_root_costs_no_file() {
     }
     let (_, _, block) = root.expect("a tree of two levels at least");
     dev.write_at(&vec![0u8; BS as usize], block * BS).unwrap();
+    block
+}
+
+/// The volume's file tree loses its root (an internal node, zeroed: no magic left to say
+/// what it was): mount refuses; the repair makes the root again over the leaves under it
+/// (on the page path: nothing salvaged), says so, and every file comes back whole under
+/// its name (before the salvage's scan, the repair refused such a volume: no file left
+/// holding an inode).
+#[test]
+fn a_zeroed_file_tree_root_costs_no_file() {
+    let dev = device(46);
+    let fs = fresh(&dev);
+    let files = two_hundred_files(&fs, 5000);
+    fs.unmount().unwrap();
+    let block = zero_the_tree_root(&dev);
     let e = Volume::open(dev.clone(), Policy::default()).err().unwrap();
     assert!(e.to_string().contains("fsck --repair"), "{e}");
     let r = repair(dev.clone(), Policy::default()).unwrap();
@@ -307,6 +320,46 @@ fn a_zeroed_file_tree_root_costs_no_file() {
         text.contains(&format!("root at block {block} lost")),
         "{text}"
     );
+    assert_repaired(&dev, &files);
+}
+
+/// The root lost and a bad sector in a file's data (its reads fail as Linux's do): the
+/// repair's scans skip the block (the look's and the repair's: the second reads only the
+/// nodes the first found), the root is made again on the page path, the report names the
+/// block skipped, and every file keeps its name and data but that one block, which still
+/// fails to read.
+#[test]
+fn a_bad_sector_in_data_does_not_stop_the_repair_of_a_lost_root() {
+    let dev = device(47);
+    let fs = fresh(&dev);
+    let mut files = two_hundred_files(&fs, 9000);
+    fs.unmount().unwrap();
+    zero_the_tree_root(&dev);
+    // File 90's second block: its bytes at 4096.. name it.
+    let wanted = &files[90].1[BS as usize..2 * BS as usize];
+    let mut block = vec![0u8; BS as usize];
+    let bad = (0..dev.size() / BS)
+        .find(|b| {
+            dev.read_at(&mut block, b * BS).unwrap();
+            block == wanted
+        })
+        .expect("the file's block");
+    dev.fail_reads_in(bad * BS..(bad + 1) * BS);
+    let r = repair(dev.clone(), Policy::default()).unwrap();
+    let found = r.salvage.root_found.clone().expect("the root made again");
+    assert_eq!(found.blocks_unreadable, 1, "{found:?}");
+    assert!(!r.salvaged && r.salvage.lost.is_empty(), "{r:?}");
+    let text = crate::repair::salvage_lines(&r.salvage).join("\n");
+    assert!(text.contains("1 of those blocks did not read"), "{text}");
+    let (fs, _) = remount(&dev);
+    let ino = super::tests::find(&fs, "f090").unwrap();
+    assert_eq!(
+        fs.read(ino, 0, BS as u32).unwrap(),
+        files[90].1[..BS as usize]
+    );
+    assert_eq!(fs.read(ino, BS, BS as u32).err(), Some(Errno(libc::EIO)));
+    drop(fs);
+    files.remove(90);
     assert_repaired(&dev, &files);
 }
 

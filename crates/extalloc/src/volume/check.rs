@@ -12,8 +12,8 @@
 //! meanwhile), then each file's mutex in turn.
 
 use super::maps::read_map;
-use super::nodescan::ScanProgress;
 use super::record::map_counts;
+use super::scanread::NodeScans;
 use super::state::{FileTable, Volume};
 use crate::alloc::Policy;
 use crate::disk::device::Device;
@@ -79,19 +79,22 @@ impl Volume {
     /// [`MendedLeaves::root_found`](super::MendedLeaves::root_found)); otherwise the open
     /// fails, for the salvage.
     pub fn open_for_repair(dev: Arc<dyn Device>, policy: Policy) -> Result<Volume> {
-        Volume::open_for_repair_reporting(dev, policy, &|_| {})
+        Volume::open_for_repair_reporting(dev, policy, &NodeScans::unwatched())
     }
 
-    /// [`Volume::open_for_repair`], telling `progress` how far the scan of the device for
-    /// a lost root's children has gone (it runs only then), after each 256 blocks read. It
-    /// leaves what [`Volume::open_for_repair`] leaves.
+    /// [`Volume::open_for_repair`], its scan of the device for a lost root's children (it
+    /// runs only then) made by `scans`: told how far it has gone after each 256 blocks
+    /// read, and sharing what it read with the repair's other scans of the same device
+    /// ([`NodeScans`]: a block that does not read is skipped and counted; blocks scanned
+    /// before are not read again, but their nodes). It leaves what
+    /// [`Volume::open_for_repair`] leaves.
     pub fn open_for_repair_reporting(
         dev: Arc<dyn Device>,
         policy: Policy,
-        progress: &dyn Fn(ScanProgress),
+        scans: &NodeScans<'_>,
     ) -> Result<Volume> {
         let (store, records) = Store::open_accepting_journal_loss(dev.clone(), policy)?;
-        Volume::open_store(store, dev.as_ref(), &records, Some(progress))
+        Volume::open_store(store, dev.as_ref(), &records, Some(scans))
     }
 
     /// Gives every file whose map does not read (a map segment, or the map's bytes in it,

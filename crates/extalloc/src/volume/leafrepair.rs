@@ -22,8 +22,9 @@
 
 use super::leafkeep::{Candidate, Keeper};
 use super::node::{self, NodeRef};
-use super::nodescan::{self, Lost, ScanProgress};
+use super::nodescan::{self, Lost};
 use super::salvage::{LostEntry, MendedLeaves};
+use super::scanread::NodeScans;
 use super::state::Volume;
 use super::table::file_body;
 use super::tree::{LeafVisit, Tree};
@@ -68,23 +69,21 @@ impl Volume {
     /// anywhere on the device: the salvage scans for them), or a kept entry whose map lies
     /// in a map segment the volume retired.
     pub fn mend_unreadable_leaves(&self) -> Result<MendedLeaves> {
-        self.mend_unreadable_leaves_reporting(&|_| {})
+        self.mend_unreadable_leaves_reporting(&NodeScans::unwatched())
     }
 
-    /// [`Volume::mend_unreadable_leaves`], telling `progress` how far the scan of the
-    /// device for the leaves under a lost internal node has gone (it runs only then: on a
-    /// large device the mend's one long step), after each 256 blocks read. It leaves what
-    /// [`Volume::mend_unreadable_leaves`] leaves.
-    pub fn mend_unreadable_leaves_reporting(
-        &self,
-        progress: &dyn Fn(ScanProgress),
-    ) -> Result<MendedLeaves> {
+    /// [`Volume::mend_unreadable_leaves`], its scan of the device for the leaves under a
+    /// lost internal node (it runs only then: on a large device the mend's one long step)
+    /// made by `scans`: told how far it has gone after each 256 blocks read, and sharing
+    /// what it read with the repair's other scans of the same device ([`NodeScans`]). It
+    /// leaves what [`Volume::mend_unreadable_leaves`] leaves.
+    pub fn mend_unreadable_leaves_reporting(&self, scans: &NodeScans<'_>) -> Result<MendedLeaves> {
         let _closed = self.gate.write();
         let (tree, mended, next_id) = {
             let meta = self.meta.lock();
             (meta.tree.clone(), meta.mended.len(), meta.next_id)
         };
-        let result = self.mend_locked(progress);
+        let result = self.mend_locked(scans);
         debug_assert!(
             result.as_ref().is_err() || self.meta.lock().mended.len() >= mended,
             "what the mend replaced waits for the checkpoint"
@@ -101,7 +100,7 @@ impl Volume {
 
     /// [`Volume::mend_unreadable_leaves`] under the gate; on failure it may have changed
     /// the tree in memory (the caller puts it back).
-    fn mend_locked(&self, progress: &dyn Fn(ScanProgress)) -> Result<MendedLeaves> {
+    fn mend_locked(&self, scans: &NodeScans<'_>) -> Result<MendedLeaves> {
         debug_assert!(self.gate.is_locked_exclusive(), "a mend, the gate open");
         let mut out = MendedLeaves::default();
         let (tree, stamp, previous, aside) = {
@@ -148,7 +147,7 @@ impl Volume {
         keeper.make_created(&mut out)?;
         let missing = counted.saturating_sub(found);
         let read = (&read, missing);
-        let scanned = self.scan_holes(&holes, read, (&mut keeper, progress), &mut out)?;
+        let scanned = self.scan_holes(&holes, read, (&mut keeper, scans), &mut out)?;
         out.uncounted = counted.saturating_sub(found + scanned.len() as u64);
         candidates.extend(scanned);
         keeper.take_damaged(candidates, &mut tree, &mut io, &mut out)?;
@@ -224,7 +223,7 @@ impl Volume {
         &self,
         holes: &[Bad],
         (read, missing): (&BTreeSet<u64>, u64),
-        (keeper, progress): (&mut Keeper<'_>, &dyn Fn(ScanProgress)),
+        (keeper, scans): (&mut Keeper<'_>, &NodeScans<'_>),
         out: &mut MendedLeaves,
     ) -> Result<Vec<Candidate>> {
         if holes.is_empty() {
@@ -247,7 +246,7 @@ impl Volume {
             &lost,
             (read, &known, missing),
             // No previous table gives back keys under a hole: its spans are not needed.
-            (stamp, u64::MAX, progress),
+            (stamp, u64::MAX, scans),
         )?;
         keeper.take_leaves(&sc.leaves);
         out.tree_scan = Some(super::salvage::scan::tree_scan(&lost, &sc));

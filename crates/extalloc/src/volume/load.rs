@@ -19,9 +19,10 @@ use super::area::{self, Area};
 use super::file::{apply, maps_of, ReplayFile, VFile};
 use super::maps::{adopt_entries, read_map};
 use super::node::node_blocks;
-use super::nodescan::{Lost, ScanProgress};
+use super::nodescan::Lost;
 use super::record::{decode_payload, Change, SideRef};
 use super::root::{Root, TreeRoot};
+use super::scanread::NodeScans;
 use super::state::Segs;
 use super::state::{FileTable, Meta};
 use super::table::{decode_placed, salvage_table, Salvaged, Table};
@@ -48,7 +49,7 @@ pub(super) fn load(
     store: &Store,
     dev: &dyn Device,
     records: &[Record],
-    repair: Option<&dyn Fn(ScanProgress)>,
+    repair: Option<&NodeScans<'_>>,
 ) -> Result<(FileTable, Meta, Segs)> {
     let root = volume_root(store)?;
     if let Some(t) = root.tree.filter(TreeRoot::marks_whole) {
@@ -101,16 +102,16 @@ fn load_marked(
     dev: &dyn Device,
     root: &Root,
     t: &TreeRoot,
-    (records, progress): (&[Record], Option<&dyn Fn(ScanProgress)>),
+    (records, scans): (&[Record], Option<&NodeScans<'_>>),
 ) -> Result<Option<(FileTable, Meta, Segs)>> {
-    let repair = progress.is_some();
+    let repair = scans.is_some();
     let bs = u64::from(store.geometry().block_size);
     let mut io = super::treeio::VolIo::new(store, dev, t.stamp);
     let Some(chain) = retired_chain(store, dev, t) else {
         return Ok(None);
     };
     let (walked, found_root) =
-        super::rootfind::walk_or_find((store, dev), &mut io, t, (&chain.pieces, progress))?;
+        super::rootfind::walk_or_find((store, dev), &mut io, t, (&chain.pieces, scans))?;
     // The key ranges whose entries the open cannot read: the lost nodes' and the marked
     // leaves' that failed (a repair's open only).
     let failed = walked.leaves.iter().filter(|l| !l.checked);

@@ -23,28 +23,28 @@
 //! Files: this one holds the [`Volume`]'s open and its commits; `state.rs` the `Volume`
 //! itself (its fields, the file table, the constants every part uses), which the other
 //! files name instead of this one; `path.rs` the one-call volumes on a file
-//! ([`Volume::mkfs_file`], [`Volume::open_file`]); `create.rs` makes files; `io.rs` the file
-//! calls (`fallocate.rs` fallocate, `share.rs` the superuser's share); `data.rs` what a
-//! write places (one buffer, or a writeback's cached blocks as they lie); `publish.rs` attribute blobs
-//! and the atomic publish; `keyed.rs` blobs by key (a put that replaces the key's blob
-//! atomically, a get by key); `delalloc.rs`
-//! delayed allocation's reservations and writeback (the cache itself is
-//! `crate::writeback`); `placement.rs` where a file's data goes beyond the file layer's
-//! rules (a placed file's group, claimed runs of free groups for large files, the
-//! write-life hint) and what a file's close gives back; `atomic.rs` atomic groups;
-//! `checkpoint.rs` the checkpoint (tree and map segments written), `load.rs` the open;
-//! `cache.rs` the files kept in memory and those read back from the tree when named; `maps.rs`
-//! lazy extent maps and the map segments that hold the long ones; `spill.rs` maps too
-//! long for a tree node; `file.rs` a file in memory; `record.rs` the bytes (changes, map
-//! segments); `root.rs` the root; `table.rs` the file table's frames and their salvage;
-//! `tree.rs` the file tree in memory (`node.rs` a node's bytes, `walk.rs` a durable tree
-//! read whole, `treeio.rs` its I/O on the device); `area.rs` the index chains (older
-//! volumes' table areas, the retired chain); `salvage.rs` the open for repair
-//! ([`Volume::open_salvaging`]) and where each file's metadata lives ([`Volume::places`]);
-//! `check.rs` the ownership check and the allocation rebuilt from the owners
-//! ([`Volume::rebuild_allocation`]). Tests: `tests.rs` (contents against a model through
-//! crashes, bad input), `atomic_tests.rs`, `maps_tests.rs`, `repair_tests.rs`,
-//! `salvage_tests.rs`, and `table_tests.rs` (declared in `table.rs`).
+//! ([`Volume::mkfs_file`], [`Volume::open_file`]); `create.rs` makes files; `io.rs` the
+//! file calls (`fallocate.rs` fallocate, `share.rs` the superuser's share); `data.rs` what
+//! a write places (one buffer, or a writeback's cached blocks as they lie); `publish.rs`
+//! attribute blobs and the atomic publish; `keyed.rs` blobs by key (a put that replaces the
+//! key's blob atomically, a get by key); `delalloc.rs` delayed allocation's reservations
+//! and writeback (the cache itself is `crate::writeback`); `placement.rs` where a file's
+//! data goes beyond the file layer's rules (a placed file's group, claimed runs of free
+//! groups for large files, the write-life hint) and what a file's close gives back;
+//! `atomic.rs` atomic groups; `checkpoint.rs` the checkpoint (tree and map segments
+//! written), `load.rs` the open; `cache.rs` the files kept in memory and those read back
+//! from the tree when named; `maps.rs` lazy extent maps and the map segments that hold the
+//! long ones; `spill.rs` maps too long for a tree node; `file.rs` a file in memory;
+//! `record.rs` the bytes (changes, map segments); `root.rs` the root; `table.rs` the file
+//! table's frames and their salvage; `tree.rs` the file tree in memory (`node.rs` a node's
+//! bytes, `walk.rs` a durable tree read whole, `treeio.rs` its I/O on the device);
+//! `area.rs` the index chains (older volumes' table areas, the retired chain); `salvage.rs`
+//! the open for repair ([`Volume::open_salvaging`]) and where each file's metadata lives
+//! ([`Volume::places`]); `check.rs` the ownership check and the allocation rebuilt from the
+//! owners ([`Volume::rebuild_allocation`]); `nodescan.rs`, `rootfind.rs` and `scanread.rs`
+//! a repair's scans of the device for the tree's nodes. Tests: `tests.rs` (contents against
+//! a model through crashes, bad input), `atomic_tests.rs`, `maps_tests.rs`,
+//! `repair_tests.rs`, `salvage_tests.rs`, and `table_tests.rs` (declared in `table.rs`).
 //!
 //! - Several calls that must be durable together (a file system's rename) run in an
 //!   atomic group ([`Volume::atomic`], `atomic.rs`): no commit falls between them.
@@ -122,6 +122,7 @@ mod rootfind;
 mod salvage;
 #[cfg(test)]
 mod salvage_tests;
+mod scanread;
 mod share;
 #[cfg(test)]
 mod shutdown_tests;
@@ -144,13 +145,13 @@ pub use delalloc::WroteBack;
 pub use fallocate::Fallocate;
 pub(crate) use io::check_range;
 pub use io::{MAX_ATTR_BYTES, MAX_FILE_BYTES};
-pub use nodescan::ScanProgress;
 pub use page::ListPage;
 pub use path::DEFAULT_BLOCK_SIZE;
 pub use read::Advised;
 pub use salvage::{
     ClearedMap, FilePlace, LostEntry, MendedLeaves, RootFound, Salvage, TreeNodePlace, TreeScan,
 };
+pub use scanread::{NodeScans, ScanProgress};
 pub use share::Privilege;
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use state::CHUNK_BLOCKS;
@@ -229,14 +230,13 @@ impl Volume {
         Ok(vol)
     }
 
-    /// The volume on `store`, opened on `dev`, its journal's `records` replayed into the
-    /// file table; pending files kept. With `repair`, a file tree with damage the mend
-    /// mends ([`Volume::open_for_repair`]) opens, writing nothing until it has run.
+    /// The volume on `store` and `dev`, its journal's `records` replayed, pending files kept;
+    /// with `repair` (its scans), a tree the mend mends opens ([`Volume::open_for_repair`]).
     pub(super) fn open_store(
         store: Store,
         dev: &dyn Device,
         records: &[crate::disk::journal::Record],
-        repair: Option<&dyn Fn(nodescan::ScanProgress)>,
+        repair: Option<&NodeScans<'_>>,
     ) -> Result<Volume> {
         let loaded = load::load(&store, dev, records, repair)?;
         let vol = Volume::with_store(store, loaded)?;

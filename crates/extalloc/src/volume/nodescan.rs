@@ -2,7 +2,7 @@
 //! loses an internal node (or the root itself) that does not check, the entries under it
 //! are not lost with it; the leaves that hold them still lie on the device, whole, each
 //! naming its own block and the checkpoint that wrote it (`node.rs`). As `btrfs rescue`
-//! and `xfs_repair` do, the scan reads the blocks the bitmaps mark used (a group held
+//! and `xfs_repair` do, the scan reads (`scanread.rs`) the blocks the bitmaps mark used (a group held
 //! corrupt whole) and, if that leaves keys of the root's count missing, every other block
 //! too, keeps each whole leaf no newer than the lost node, and gives back the entries of
 //! the lost key ranges from the newest copy of each.
@@ -25,13 +25,14 @@
 //! `salvage.rs`), and, named by no directory, it lands in `/lost+found`.
 //!
 //! Data structures: [`Lost`] (a key range lost, and the newest generation a node under it
-//! can have), [`Scanned`] (what the scan gives), [`ScanProgress`] (how far it has read). Invariant: an entry given back lies in a
+//! can have), [`Scanned`] (what the scan gives). Invariant: an entry given back lies in a
 //! lost range, comes from a whole leaf that the walk did not read, that the volume's stamp
 //! vouches for, written no later than its range's lost node, and from a free leaf only if
 //! no held leaf spans it; no key is given back twice. Locks: none (the volume is not shared yet).
 
 use super::file::Ranges;
 use super::node::{self, NodeRef, Stamp};
+use super::scanread::{used_to_read, NodeScans, Tally};
 use super::table::{salvage_table, table_header, Damaged, HEADER_BYTES};
 use super::walk::LostNode;
 use crate::disk::device::Device;
@@ -40,22 +41,6 @@ use crate::geometry::Extent;
 use crate::store::Store;
 use std::collections::BTreeSet;
 use std::ops::Range;
-
-/// How far the salvage's scan of the device for the file tree's leaves has gone
-/// (`Volume::open_salvaging_reporting`): it reads every block marked used, so on a large
-/// device it takes a while (about 2 s per GiB used on a 500 MB/s disk).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ScanProgress {
-    /// Blocks read so far.
-    pub blocks_read: u64,
-    /// Blocks the scan will read: those marked used (every block of a group held
-    /// corrupt), and, once it finds keys still missing after them, every block of the
-    /// device (so the figure may grow once).
-    pub blocks_to_read: u64,
-}
-
-/// Blocks read at once.
-const CHUNK_BLOCKS: u64 = 256;
 
 /// A key range a walk lost with its node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,8 +82,10 @@ pub(super) struct Scanned {
     /// Whole leaves found that the walk had not read: in blocks the allocator holds, and in
     /// free blocks (older copies).
     pub leaves_found: (u64, u64),
-    /// Blocks read.
+    /// Blocks read (or covered by an earlier scan's note: `scanread.rs`).
     pub blocks_read: u64,
+    /// Of them, blocks that did not read (a bad sector), skipped.
+    pub unreadable: u64,
     /// Whole leaves found that the volume's stamp does not vouch for (another volume's),
     /// left out.
     pub foreign: u64,
@@ -123,14 +110,16 @@ struct Found {
 /// `lost` ranges (see the module documentation); if that gives fewer than `missing`, the
 /// other blocks too. `previous`: the previous checkpoint's generation, for
 /// [`Scanned::held_spans`]. Only leaves `stamp` vouches for count (every leaf,
-/// for a root older than stamps). Tells `progress` how far it has read after each chunk.
-/// Fails only on a read error.
+/// for a root older than stamps). `scans` reads the device (`scanread.rs`: a block that
+/// does not read is skipped and counted; blocks an earlier scan of this repair read are
+/// not read again, but their nodes) and tells the repair how far it has read. Fails only
+/// on the device's error (a chunk of which no block reads).
 pub(super) fn scan(
     store: &Store,
     dev: &dyn Device,
     lost: &[Lost],
     (read, known, missing): (&BTreeSet<u64>, &BTreeSet<u64>, u64),
-    (stamp, previous, progress): (Option<Stamp>, u64, &dyn Fn(ScanProgress)),
+    (stamp, previous, scans): (Option<Stamp>, u64, &NodeScans<'_>),
 ) -> Result<Scanned> {
     let mut out = Scanned::default();
     if lost.is_empty() {
@@ -142,34 +131,26 @@ pub(super) fn scan(
     let bs = u64::from(g.block_size);
     // The first pass reads the blocks marked used (a group held corrupt whole), the second
     // the rest (`pass_runs`).
-    let (kinds, mut to_read) = used_to_read(store)?;
-    let kind = |gr: u64| kinds[gr as usize];
-    for pass in [false, true] {
-        if pass {
+    let (kinds, to_read) = used_to_read(store)?;
+    let mut tally = Tally {
+        to_read,
+        ..Tally::default()
+    };
+    for second in [false, true] {
+        if second {
             if newest_copies(&found, lost, (known, missing), bs).0.len() as u64 >= missing {
                 break; // every key found in the blocks marked used
             }
-            to_read = g.blocks_count;
+            tally.to_read = g.blocks_count;
         }
-        for group in 0..g.groups_count() {
-            for run in pass_runs(store, group, (pass, kind(group)))? {
-                let mut b = run.start;
-                while b < run.end() {
-                    let n = CHUNK_BLOCKS.min(run.end() - b);
-                    out.blocks_read += n;
-                    let within = (read, newest, stamp);
-                    out.foreign += leaves_in(store, dev, (b, n), within, &mut found)?;
-                    b += n;
-                    progress(ScanProgress {
-                        blocks_read: out.blocks_read,
-                        blocks_to_read: to_read,
-                    });
-                }
-            }
-        }
+        let within = (read, newest, stamp);
+        scans.pass((store, dev), (second, &kinds), &mut tally, &mut |at, d| {
+            out.foreign += leaf_found(store, (at, d), within, &mut found);
+        })?;
     }
     // Each pass read every block it meant to, as `progress` was told.
-    debug_assert_eq!(out.blocks_read, to_read, "every block of each pass read");
+    debug_assert_eq!(tally.read, tally.to_read, "every block of each pass read");
+    (out.blocks_read, out.unreadable) = (tally.read, tally.unreadable);
     let held = found.iter().filter(|f| f.held).count() as u64;
     out.leaves_found = (held, found.len() as u64 - held);
     let nb = node::node_blocks(bs);
@@ -181,127 +162,33 @@ pub(super) fn scan(
     Ok(out)
 }
 
-/// Each group's kind for [`pass_runs`] (held corrupt, empty by its count: its bitmap not
-/// loaded), and the blocks the first pass reads (those marked used, every block of a
-/// group held corrupt), counted without walking the bitmaps (`pass_runs` walks each once).
-pub(super) fn used_to_read(store: &Store) -> Result<(Vec<(bool, bool)>, u64)> {
-    let g = store.geometry();
-    let corrupt = store.corrupt_groups();
-    let mut kinds = Vec::new();
-    let mut to_read = 0;
-    for gr in 0..g.groups_count() {
-        let held_corrupt = corrupt.contains(&gr);
-        let empty = store.group_free_blocks(gr) >= g.group_len(gr) && !held_corrupt;
-        kinds.push((held_corrupt, empty));
-        to_read += match (held_corrupt, empty) {
-            (true, _) => g.group_len(gr),
-            (false, true) => 0,
-            (false, false) => store.allocator().used_blocks(gr)?,
-        };
-    }
-    // A kind per group.
-    debug_assert_eq!(kinds.len() as u64, g.groups_count());
-    Ok((kinds, to_read))
-}
-
-/// The runs of group `group` a pass of the scan reads: the first pass (`second` false) the
-/// blocks the bitmap marks used, the whole group if it is held `corrupt` (its bitmap is not
-/// trusted) and none if its count says it is `empty` (its bitmap not loaded); the second
-/// the others.
-pub(super) fn pass_runs(
+/// The whole node `at` (`d`, its bytes decoded) into `found` if it is a leaf, not in
+/// `read`, no newer than `newest` and vouched for by `stamp` (if any). Returns 1 for a
+/// whole leaf `stamp` does not vouch for, else 0.
+fn leaf_found(
     store: &Store,
-    group: u64,
-    (second, (corrupt, empty)): (bool, (bool, bool)),
-) -> Result<Vec<Extent>> {
-    let g = store.geometry();
-    let whole = Extent::new(g.group_start(group), g.group_len(group));
-    if corrupt || empty {
-        return Ok(if second == empty {
-            vec![whole]
-        } else {
-            Vec::new()
-        });
-    }
-    let used = store.allocator().used_runs(group)?;
-    if !second {
-        return Ok(used);
-    }
-    let mut free = Vec::new();
-    let mut at = whole.start;
-    for u in used.iter().chain([&Extent::new(whole.end(), 0)]) {
-        if u.start > at {
-            free.push(Extent::new(at, u.start - at));
-        }
-        at = at.max(u.end());
-    }
-    // The two passes' runs cover the group once.
-    debug_assert_eq!(
-        free.iter().chain(&used).map(|e| e.len).sum::<u64>(),
-        whole.len
-    );
-    Ok(free)
-}
-
-/// The whole leaves that start in blocks `first .. first + n`, not in `read`, no newer
-/// than `newest` and vouched for by `stamp` (if any), into `found`. Returns how many whole
-/// leaves `stamp` did not vouch for.
-fn leaves_in(
-    store: &Store,
-    dev: &dyn Device,
-    (first, n): (u64, u64),
+    (at, d): (NodeRef, node::Decoded),
     (read, newest, stamp): (&BTreeSet<u64>, u64, Option<Stamp>),
     found: &mut Vec<Found>,
-) -> Result<u64> {
+) -> u64 {
     let nb = node::node_blocks(u64::from(store.geometry().block_size));
-    let before = found.len();
-    let mut foreign = 0;
-    for (at, d) in whole_nodes_in(store, dev, (first, n))? {
-        let block = at.block;
-        if stamp.is_some_and(|s| !s.vouches(d.stamp, at.generation)) {
-            foreign += u64::from(d.level == 0);
-            continue;
-        }
-        if d.level == 0 && at.generation <= newest && !read.contains(&block) {
-            found.push(Found {
-                at,
-                payload: d.payload,
-                held: store.allocator().check_held(Extent::new(block, nb)).is_ok(),
-            });
-        }
+    if stamp.is_some_and(|s| !s.vouches(d.stamp, at.generation)) {
+        return u64::from(d.level == 0);
     }
-    // Each leaf taken starts in the chunk, no newer than the lost nodes, unread by the walk.
-    debug_assert!(found[before..].iter().all(|f| {
-        (first..first + n).contains(&f.at.block)
-            && f.at.generation <= newest
-            && !read.contains(&f.at.block)
-    }));
-    Ok(foreign)
-}
-
-/// The whole nodes (of any volume: each names its own block and checks) that start in
-/// blocks `first .. first + n`, read at once, in block order.
-pub(super) fn whole_nodes_in(
-    store: &Store,
-    dev: &dyn Device,
-    (first, n): (u64, u64),
-) -> Result<Vec<(NodeRef, node::Decoded)>> {
-    let g = store.geometry();
-    let bs = u64::from(g.block_size);
-    let size = node::node_bytes(bs);
-    let nb = node::node_blocks(bs);
-    // A node starting in the chunk's last blocks runs past it: read that far too.
-    let end = (first + n + nb - 1).min(g.blocks_count);
-    let mut buf = vec![0u8; ((end - first) * bs) as usize];
-    dev.read_at(&mut buf, first * bs)?;
-    let mut out = Vec::new();
-    for i in 0..n {
-        let off = (i * bs) as usize;
-        let Some(bytes) = buf.get(off..off + size) else {
-            break; // a node would run past the device
-        };
-        out.extend(node::whole_at(bytes, first + i));
+    if d.level == 0 && at.generation <= newest && !read.contains(&at.block) {
+        let held = store
+            .allocator()
+            .check_held(Extent::new(at.block, nb))
+            .is_ok();
+        found.push(Found {
+            at,
+            payload: d.payload,
+            held,
+        });
+        // The leaf taken is no newer than the lost nodes and unread by the walk.
+        debug_assert!(!read.contains(&at.block) && at.generation <= newest);
     }
-    Ok(out)
+    0
 }
 
 /// The entries of the `lost` ranges from the newest copy of each key among `found`, as

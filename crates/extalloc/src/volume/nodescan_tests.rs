@@ -10,7 +10,7 @@ use crate::volume::load::volume_root;
 use crate::volume::record::MapRef;
 use crate::volume::root::TreeRoot;
 use crate::volume::table::{Table, TableFile};
-use crate::volume::{node, table, Volume};
+use crate::volume::{node, table, NodeScans, Volume};
 use std::sync::Arc;
 
 /// A fresh volume of 8,192 blocks of 4 KiB.
@@ -454,8 +454,12 @@ fn the_scan_reports_its_progress() {
         .unwrap();
     let seen = std::sync::Mutex::new(Vec::new());
     let progress = |p: crate::volume::ScanProgress| seen.lock().unwrap().push(p);
-    let (_, report) =
-        Volume::open_salvaging_reporting(dev.clone(), Policy::default(), &progress).unwrap();
+    let (_, report) = Volume::open_salvaging_reporting(
+        dev.clone(),
+        Policy::default(),
+        &NodeScans::new(&progress),
+    )
+    .unwrap();
     let scan = report.tree_scan.expect("a scan");
     let seen = seen.into_inner().unwrap();
     assert!(seen.len() > 1, "{seen:?}");

@@ -245,8 +245,12 @@ impl Root {
 pub struct RootFound {
     /// The lost root's first block, and why it was lost.
     pub lost: (u64, String),
-    /// Blocks the scan read.
+    /// Blocks the scan read (or covered by an earlier scan's note during the same
+    /// repair, reading only the nodes found there).
     pub blocks_read: u64,
+    /// Of them, blocks that did not read (a bad sector: the device's read error), skipped;
+    /// a node there was not found.
+    pub blocks_unreadable: u64,
     /// Whole nodes of this volume found in them (held by the allocator, no newer than the
     /// lost root, not retired by its checkpoint).
     pub nodes_found: u64,

@@ -33,8 +33,8 @@
 //! volume is not shared yet).
 
 use super::node::{self, ChildRef, NodeRef};
-use super::nodescan::ScanProgress;
 use super::root::{RootFound, TreeRoot};
+use super::scanread::{used_to_read, NodeScans, Tally};
 use super::state::Meta;
 use super::treeio::VolIo;
 use super::walk::{self, Walked};
@@ -52,8 +52,10 @@ pub(super) struct Found {
     pub level: u8,
     /// Levels below the highest that carries the lost root's generation.
     pub levels_down: u8,
-    /// Blocks read, and the whole nodes of this volume found in them.
+    /// Blocks read (or covered by an earlier scan's note), those of them that did not
+    /// read, and the whole nodes of this volume found in them.
     pub blocks_read: u64,
+    pub blocks_unreadable: u64,
     pub nodes_found: u64,
 }
 
@@ -79,9 +81,6 @@ struct Sum {
     marks: u8,
 }
 
-/// Blocks read at once.
-const CHUNK_BLOCKS: u64 = 256;
-
 /// The marked walk of `t`'s tree; for a repair (told how far the scan has gone by
 /// `progress`) whose walk lost the root to damage (not to an I/O error), the walk under a
 /// root made again over the nodes found under it ([`find`]; `retired`: the blocks the
@@ -91,7 +90,7 @@ pub(super) fn walk_or_find(
     (store, dev): (&Store, &dyn Device),
     io: &mut VolIo<'_>,
     t: &TreeRoot,
-    (retired, progress): (&[Extent], Option<&dyn Fn(ScanProgress)>),
+    (retired, scans): (&[Extent], Option<&NodeScans<'_>>),
 ) -> Result<(Walked, Option<RootFound>)> {
     let size = node::node_bytes(u64::from(store.geometry().block_size));
     let walked = walk::walk_marked(io, t.root, size, t.count);
@@ -103,10 +102,10 @@ pub(super) fn walk_or_find(
         },
         Err(_) => return walked.map(|w| (w, None)),
     };
-    let Some(progress) = progress else {
+    let Some(scans) = scans else {
         return walked.map(|w| (w, None));
     };
-    let Some(f) = find(store, dev, t, (retired, progress))? else {
+    let Some(f) = find(store, dev, t, (retired, scans))? else {
         return walked.map(|w| (w, None));
     };
     let under = walk::walk_marked_under(io, (f.level, &f.children), size, t.count)?;
@@ -118,6 +117,7 @@ pub(super) fn walk_or_find(
     let report = RootFound {
         lost: (t.root.block, why),
         blocks_read: f.blocks_read,
+        blocks_unreadable: f.blocks_unreadable,
         nodes_found: f.nodes_found,
         children: f.children.len() as u64,
         level: f.level,
@@ -153,9 +153,9 @@ pub(super) fn find(
     store: &Store,
     dev: &dyn Device,
     t: &TreeRoot,
-    (retired, progress): (&[Extent], &dyn Fn(ScanProgress)),
+    (retired, scans): (&[Extent], &NodeScans<'_>),
 ) -> Result<Option<Found>> {
-    let (nodes, blocks_read) = scan(store, dev, t, (retired, progress))?;
+    let (nodes, tally) = scan(store, dev, t, (retired, scans))?;
     let nodes_found = nodes.len() as u64;
     let g = t.root.generation;
     // The children's level: the highest below the root's that carries its generation.
@@ -177,7 +177,8 @@ pub(super) fn find(
                 children,
                 level: level + 1,
                 levels_down: top - level,
-                blocks_read,
+                blocks_read: tally.read,
+                blocks_unreadable: tally.unreadable,
                 nodes_found,
             }));
         }
@@ -233,85 +234,64 @@ fn scan(
     store: &Store,
     dev: &dyn Device,
     t: &TreeRoot,
-    (retired, progress): (&[Extent], &dyn Fn(ScanProgress)),
-) -> Result<(HashMap<u64, Node>, u64)> {
-    let g = store.geometry();
-    let (kinds, to_read) = super::nodescan::used_to_read(store)?;
+    (retired, scans): (&[Extent], &NodeScans<'_>),
+) -> Result<(HashMap<u64, Node>, Tally)> {
+    let (kinds, to_read) = used_to_read(store)?;
     let mut nodes = HashMap::new();
-    let mut read = 0;
-    for group in 0..g.groups_count() {
-        for run in super::nodescan::pass_runs(store, group, (false, kinds[group as usize]))? {
-            let mut b = run.start;
-            while b < run.end() {
-                let n = CHUNK_BLOCKS.min(run.end() - b);
-                read += n;
-                nodes_in(store, dev, (t, retired), (b, n), &mut nodes)?;
-                b += n;
-                progress(ScanProgress {
-                    blocks_read: read,
-                    blocks_to_read: to_read,
-                });
-            }
+    let mut tally = Tally {
+        to_read,
+        ..Tally::default()
+    };
+    let corrupt = store.corrupt_groups();
+    scans.pass((store, dev), (false, &kinds), &mut tally, &mut |at, d| {
+        if let Some(node) = noted(store, (t, retired, &corrupt), (at, d)) {
+            nodes.insert(node.at.block, node);
         }
-    }
+    })?;
     // Every block counted read, as `progress` was told.
-    debug_assert_eq!(read, to_read, "every used block read");
-    Ok((nodes, read))
+    debug_assert_eq!(tally.read, to_read, "every used block read");
+    Ok((nodes, tally))
 }
 
-/// The whole nodes starting in blocks `first .. first + n` that [`scan`] notes, into
-/// `nodes`.
-fn nodes_in(
+/// The whole node `at` (`d`, its bytes decoded) as [`scan`] notes it, if it does
+/// (`corrupt`: the groups held corrupt).
+fn noted(
     store: &Store,
-    dev: &dyn Device,
-    (t, retired): (&TreeRoot, &[Extent]),
-    (first, n): (u64, u64),
-    nodes: &mut HashMap<u64, Node>,
-) -> Result<()> {
+    (t, retired, corrupt): (&TreeRoot, &[Extent], &[u64]),
+    (at, d): (NodeRef, node::Decoded),
+) -> Option<Node> {
     let nb = node::node_blocks(u64::from(store.geometry().block_size));
-    let corrupt = store.corrupt_groups();
-    for (at, d) in super::nodescan::whole_nodes_in(store, dev, (first, n))? {
-        let block = at.block;
-        if corrupt.contains(&store.geometry().group_of(block)) {
-            continue;
-        }
-        let ours = t.stamp.is_none_or(|s| s.vouches(d.stamp, at.generation));
-        let place = Extent::new(block, nb);
-        if !ours
-            || at.generation > t.root.generation
-            || block == t.root.block
-            || retired
-                .iter()
-                .any(|r| r.start < place.end() && place.start < r.end())
-            || store.allocator().check_held(place).is_err()
-        {
-            continue;
-        }
-        let node = match d.level {
-            0 => match leaf_sum(&d.payload) {
-                Some(s) => Node {
-                    at,
-                    level: 0,
-                    leaf: Some(s),
-                    children: Vec::new(),
-                },
-                None => continue,
-            },
-            level => match node::decode_children(&d, at.generation) {
-                Ok(children) => Node {
-                    at,
-                    level,
-                    leaf: None,
-                    children,
-                },
-                Err(_) => continue,
-            },
-        };
-        // A node noted lies in the chunk, no newer than the root, of this volume.
-        debug_assert!(node.at.block == block && node.at.generation <= t.root.generation);
-        nodes.insert(block, node);
+    let block = at.block;
+    let ours = t.stamp.is_none_or(|s| s.vouches(d.stamp, at.generation));
+    let place = Extent::new(block, nb);
+    if corrupt.contains(&store.geometry().group_of(block))
+        || !ours
+        || at.generation > t.root.generation
+        || block == t.root.block
+        || retired
+            .iter()
+            .any(|r| r.start < place.end() && place.start < r.end())
+        || store.allocator().check_held(place).is_err()
+    {
+        return None;
     }
-    Ok(())
+    let node = match d.level {
+        0 => Node {
+            at,
+            level: 0,
+            leaf: Some(leaf_sum(&d.payload)?),
+            children: Vec::new(),
+        },
+        level => Node {
+            at,
+            level,
+            leaf: None,
+            children: node::decode_children(&d, at.generation).ok()?,
+        },
+    };
+    // A node noted is the one found, no newer than the root, of this volume.
+    debug_assert!(node.at.block == block && node.at.generation <= t.root.generation);
+    Some(node)
 }
 
 /// A leaf's keys, count and marks; `None` for an empty leaf (only a root is) or one whose

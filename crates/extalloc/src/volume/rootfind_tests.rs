@@ -10,7 +10,7 @@ use crate::volume::load::volume_root;
 use crate::volume::record::MapRef;
 use crate::volume::root::TreeRoot;
 use crate::volume::table::{self, TableFile};
-use crate::volume::{node, MendedLeaves, Volume};
+use crate::volume::{node, MendedLeaves, NodeScans, Volume};
 use std::sync::Arc;
 
 /// Each file's id and attribute.
@@ -240,10 +240,9 @@ fn the_scan_for_a_lost_roots_children_reports_its_progress() {
     let (dev, _, tree) = three_levels();
     poke(&dev, tree.root.block * BS + 200, |b| b ^ 0x40);
     let seen = std::cell::RefCell::new(Vec::new());
-    let vol = Volume::open_for_repair_reporting(dev.clone(), Policy::default(), &|p| {
-        seen.borrow_mut().push(p)
-    })
-    .unwrap();
+    let progress = |p| seen.borrow_mut().push(p);
+    let scans = NodeScans::new(&progress);
+    let vol = Volume::open_for_repair_reporting(dev.clone(), Policy::default(), &scans).unwrap();
     let found = vol.mend_unreadable_leaves().unwrap().root_found.unwrap();
     let seen = seen.into_inner();
     assert!(seen.len() > 1, "{seen:?}");

@@ -27,9 +27,10 @@ use super::load::{
     TableRead,
 };
 use super::maps::read_map;
-use super::nodescan::{Lost, ScanProgress};
+use super::nodescan::Lost;
 use super::record::{Change, MapEntry};
 use super::root::Root;
+use super::scanread::NodeScans;
 use super::state::Segs;
 use super::state::Volume;
 use super::table::{Salvaged, TableFile};
@@ -62,18 +63,19 @@ impl Volume {
     /// [`Volume::open`] succeeds. On an undamaged volume it is
     /// [`Volume::open`] with every map read, and the report is clean.
     pub fn open_salvaging(dev: Arc<dyn Device>, policy: Policy) -> Result<(Volume, Salvage)> {
-        Volume::open_salvaging_reporting(dev, policy, &|_| {})
+        Volume::open_salvaging_reporting(dev, policy, &NodeScans::unwatched())
     }
 
-    /// [`Volume::open_salvaging`], telling `progress` how far the scan of the device for
-    /// the file tree's leaves has gone (it runs only when the tree lost an internal node
-    /// or its root, and reads the blocks the bitmaps mark used, the others only while keys
-    /// are missing: on a large device the one long step), after each 256 blocks read. It
-    /// leaves what [`Volume::open_salvaging`] leaves.
+    /// [`Volume::open_salvaging`], its scan of the device for the file tree's leaves (it
+    /// runs only when the tree lost an internal node or its root, and reads the blocks the
+    /// bitmaps mark used, the others only while keys are missing: on a large device the
+    /// one long step) made by `scans`: told how far it has gone after each 256 blocks
+    /// read, and sharing what it read with the repair's other scans of the same device
+    /// ([`NodeScans`]). It leaves what [`Volume::open_salvaging`] leaves.
     pub fn open_salvaging_reporting(
         dev: Arc<dyn Device>,
         policy: Policy,
-        progress: &dyn Fn(ScanProgress),
+        scans: &NodeScans<'_>,
     ) -> Result<(Volume, Salvage)> {
         let (store, records) = Store::open_accepting_journal_loss(dev.clone(), policy.clone())?;
         let mut report = Salvage {
@@ -89,7 +91,7 @@ impl Volume {
             chain,
             tree,
             held_spans,
-        } = salvage_table(&store, dev.as_ref(), &root, (&mut report, progress))?;
+        } = salvage_table(&store, dev.as_ref(), &root, (&mut report, scans))?;
         report.damaged_entries = s.damaged.len() as u64 + s.uncounted;
         report.retired_lost = s.retired_lost;
         let mut segs = segs_of(&s.table, u64::from(store.geometry().block_size));
@@ -240,10 +242,10 @@ fn salvage_table(
     store: &Store,
     dev: &dyn Device,
     root: &Root,
-    (report, progress): (&mut Salvage, &dyn Fn(ScanProgress)),
+    (report, scans): (&mut Salvage, &NodeScans<'_>),
 ) -> Result<Found> {
     let (mut found, lost) = read_salvaging(store, dev, root, report)?;
-    scan::scanned(store, dev, root, &lost, &mut found, (report, progress))?;
+    scan::scanned(store, dev, root, &lost, &mut found, (report, scans))?;
     // Each intact entry has its place; a scan ran exactly when the walk lost nodes.
     debug_assert_eq!(found.s.places.len(), found.s.table.files.len());
     debug_assert_eq!(report.tree_scan.is_some(), !lost.is_empty());

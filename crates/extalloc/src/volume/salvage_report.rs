@@ -74,8 +74,12 @@ pub struct TreeScan {
     /// The internal nodes lost (the root, when it did not read as a node, is one): each
     /// one's first block and why it was lost.
     pub nodes_lost: Vec<(u64, String)>,
-    /// Blocks the scan read.
+    /// Blocks the scan read (or covered by an earlier scan's note during the same
+    /// repair, reading only the nodes found there).
     pub blocks_read: u64,
+    /// Of them, blocks that did not read (a bad sector: the device's read error), skipped;
+    /// a leaf there was not found, and its entries are missing as a damaged leaf's are.
+    pub blocks_unreadable: u64,
     /// Whole leaves found, in blocks the allocator holds, that the walk had not read.
     pub leaves_found: u64,
     /// Whole leaves found in free blocks (copies older checkpoints freed): taken only for

@@ -9,8 +9,9 @@
 use super::super::node;
 use super::super::nodescan::{self, Lost};
 use super::super::root::{Root, TreeRoot};
+use super::super::scanread::NodeScans;
 use super::super::table::{Damaged, Salvaged};
-use super::{Found, Salvage, ScanProgress, TreeScan};
+use super::{Found, Salvage, TreeScan};
 use crate::disk::device::Device;
 use crate::error::Result;
 use crate::store::Store;
@@ -25,7 +26,7 @@ pub(super) fn scanned(
     root: &Root,
     lost: &[Lost],
     found: &mut Found,
-    (report, progress): (&mut Salvage, &dyn Fn(ScanProgress)),
+    (report, scans): (&mut Salvage, &NodeScans<'_>),
 ) -> Result<()> {
     if lost.is_empty() {
         return Ok(());
@@ -55,7 +56,7 @@ pub(super) fn scanned(
         dev,
         lost,
         (&read, &known, missing),
-        (stamp, previous, progress),
+        (stamp, previous, scans),
     )?;
     report.tree_scan = Some(tree_scan(lost, &sc));
     found.own.extend(sc.leaves);
@@ -96,6 +97,7 @@ pub(in crate::volume) fn tree_scan(lost: &[Lost], sc: &nodescan::Scanned) -> Tre
     TreeScan {
         nodes_lost: lost.iter().map(|l| (l.block, l.why.clone())).collect(),
         blocks_read: sc.blocks_read,
+        blocks_unreadable: sc.unreadable,
         leaves_found: sc.leaves_found.0,
         freed_leaves_found: sc.leaves_found.1,
         entries: sc.entries.len() as u64,

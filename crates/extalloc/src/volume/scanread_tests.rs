@@ -1,0 +1,184 @@
+//! The repair's scans read the device (`scanread.rs`): a bad sector in a file's data is
+//! skipped and counted, a chunk of which no block reads fails the scan, and a second scan
+//! of one repair reads only the nodes the first found.
+
+use super::super::salvage_tests::{bytes_of, BS};
+use super::NodeScans;
+use crate::alloc::Policy;
+use crate::disk::device::{Device, FaultDevice, MemDevice, OverlayDevice};
+use crate::error::{Error, Result};
+use crate::geometry::{Extent, Geometry};
+use crate::volume::load::volume_root;
+use crate::volume::root::TreeRoot;
+use crate::volume::Volume;
+use parking_lot::Mutex;
+use std::sync::Arc;
+
+/// Each file's id and attribute.
+type Attrs = Vec<(u64, Vec<u8>)>;
+
+/// A device that fails as a bad sector does where it is told to (`FaultDevice`), and
+/// counts the reads that touch a range of blocks.
+struct Watched {
+    inner: FaultDevice<MemDevice>,
+    /// Blocks watched, and the reads that touched them.
+    watch: Mutex<(Extent, u64)>,
+}
+
+impl Watched {
+    fn watch(&self, blocks: Extent) {
+        *self.watch.lock() = (blocks, 0);
+    }
+
+    fn reads_watched(&self) -> u64 {
+        self.watch.lock().1
+    }
+}
+
+impl Device for Watched {
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        let mut w = self.watch.lock();
+        let (start, end) = (w.0.start * BS, w.0.end() * BS);
+        if offset < end && start < offset + buf.len() as u64 {
+            w.1 += 1;
+        }
+        drop(w);
+        self.inner.read_at(buf, offset)
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        self.inner.write_at(buf, offset)
+    }
+
+    fn flush(&self) -> Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// A closed volume of 3,000 files whose tree has more than one level, 24 of them with
+/// 64 KiB of data and one with `big` blocks (at most two extents), and its root zeroed:
+/// the device, the files' ids and attributes, the big file's id and its longest extent.
+fn root_lost_with_data(big: u64) -> (Arc<Watched>, Attrs, (u64, Extent)) {
+    let dev = Arc::new(Watched {
+        inner: FaultDevice::new(MemDevice::new(8192 * BS), 5),
+        watch: Mutex::new((Extent::new(0, 0), 0)),
+    });
+    let geometry = Geometry::new(4096, 1024, 8192).unwrap();
+    let vol = Volume::mkfs(dev.clone(), &geometry, 64, Policy::default()).unwrap();
+    let attr = |i: u64| format!("file {i:05} {}", "z".repeat(100)).into_bytes();
+    let files: Vec<_> = (0..3000)
+        .map(|i| (vol.create(&attr(i)).unwrap(), attr(i)))
+        .collect();
+    for &(id, _) in files.iter().step_by(125) {
+        vol.write(id, 0, &bytes_of(id, 65536)).unwrap();
+    }
+    let big_id = files[7].0;
+    vol.write(big_id, 0, &bytes_of(big_id, (big * BS) as usize))
+        .unwrap();
+    let extents = vol.extents(big_id).unwrap();
+    let longest = (extents.iter().map(|e| e.extent))
+        .max_by_key(|e| e.len)
+        .unwrap();
+    assert!(longest.len >= big.min(512), "{extents:?}");
+    vol.close().unwrap();
+    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+    let t: TreeRoot = volume_root(vol.store()).unwrap().tree.unwrap();
+    drop(vol);
+    assert!(t.root.generation > 0);
+    dev.write_at(&[0u8; BS as usize], t.root.block * BS)
+        .unwrap();
+    (dev, files, (big_id, longest))
+}
+
+/// A bad sector in a file's data does not stop the repair's search for a lost root's
+/// children (it failed the open before, and the salvage after it): the block is skipped,
+/// counted and reported, the root is made again over the nodes found elsewhere, and every
+/// file keeps its entry; only the bad block itself fails to read.
+#[test]
+fn a_bad_sector_in_data_is_skipped_by_the_scan_for_a_lost_root() {
+    let (dev, files, (big, data)) = root_lost_with_data(16);
+    let bad = data.start + 5;
+    dev.inner.fail_reads_in(bad * BS..(bad + 1) * BS);
+    let vol = Volume::open_for_repair(dev.clone(), Policy::default()).unwrap();
+    let mended = vol.mend_unreadable_leaves().unwrap();
+    let found = mended.root_found.clone().expect("the root made again");
+    assert_eq!(found.blocks_unreadable, 1, "{found:?}");
+    assert!(found.blocks_read > data.len, "{found:?}");
+    assert!(
+        mended.tree_scan.is_none() && mended.lost.is_empty(),
+        "{mended:?}"
+    );
+    for (id, attr) in &files {
+        assert_eq!(&vol.attr(*id).unwrap(), attr, "file {id}");
+    }
+    let failed = vol.read(big, 5 * BS, BS).unwrap_err();
+    assert!(matches!(failed, Error::Io { .. }), "{failed:?}");
+    assert_eq!(vol.read(big, 0, BS).unwrap(), bytes_of(big, BS as usize));
+}
+
+/// The salvage's scan (the root lost and, here, no root made again: the look refused)
+/// skips a bad sector the same way and reports it in its `TreeScan`.
+#[test]
+fn a_bad_sector_in_data_is_skipped_by_the_salvages_scan() {
+    let (dev, files, (_, data)) = root_lost_with_data(16);
+    let bad = data.start + 9;
+    dev.inner.fail_reads_in(bad * BS..(bad + 1) * BS);
+    let (vol, report) = Volume::open_salvaging(dev.clone(), Policy::default()).unwrap();
+    let scan = report.tree_scan.clone().expect("a scan");
+    assert_eq!(scan.blocks_unreadable, 1, "{scan:?}");
+    let kept = (files.iter()).filter(|(id, attr)| vol.attr(*id).ok().as_ref() == Some(attr));
+    assert_eq!(kept.count(), files.len(), "{report:?}");
+}
+
+/// A chunk of which no block reads (256 blocks of a file's data unreadable: a failing
+/// region, or a device gone) fails the scan with the device's error, as every read error
+/// did before: the repair does not take a failing device's silence for lost nodes.
+#[test]
+fn a_chunk_that_does_not_read_at_all_fails_the_scan() {
+    let (dev, _, (_, data)) = root_lost_with_data(700);
+    dev.inner.fail_reads_in(data.start * BS..data.end() * BS);
+    let failed = Volume::open_for_repair(dev.clone(), Policy::default()).err();
+    assert!(
+        matches!(failed, Some(Error::Io { op: "read", .. })),
+        "{failed:?}"
+    );
+    let failed = Volume::open_salvaging(dev.clone(), Policy::default()).err();
+    assert!(
+        matches!(failed, Some(Error::Io { op: "read", .. })),
+        "{failed:?}"
+    );
+}
+
+/// `fsck --repair`'s look (an open under an overlay) then its repair (the open on the
+/// device), sharing one `NodeScans`: the look reads every used block, the repair reads
+/// none of a file's data (nor the bad block again) and finds the same root; its report
+/// counts the same blocks and the unreadable one.
+#[test]
+fn a_second_scan_of_one_repair_reads_only_the_nodes() {
+    let (dev, files, (_, data)) = root_lost_with_data(64);
+    let bad = data.start + 3;
+    dev.inner.fail_reads_in(bad * BS..(bad + 1) * BS);
+    let scans = NodeScans::unwatched();
+    dev.watch(data);
+    let view: Arc<dyn Device> = Arc::new(OverlayDevice::new(dev.clone()));
+    let looked = Volume::open_for_repair_reporting(view, Policy::default(), &scans).unwrap();
+    let first = looked.mend_unreadable_leaves_reporting(&scans).unwrap();
+    let _ = looked.close();
+    assert!(dev.reads_watched() > 0, "the look read the data");
+    dev.watch(data);
+    let vol = Volume::open_for_repair_reporting(dev.clone(), Policy::default(), &scans).unwrap();
+    let second = vol.mend_unreadable_leaves_reporting(&scans).unwrap();
+    assert_eq!(dev.reads_watched(), 0, "the repair read no data");
+    let (a, b) = (first.root_found.unwrap(), second.root_found.unwrap());
+    assert_eq!(a, b, "the same root, counted alike");
+    assert_eq!(b.blocks_unreadable, 1, "{b:?}");
+    for (id, attr) in &files {
+        assert_eq!(&vol.attr(*id).unwrap(), attr, "file {id}");
+    }
+    let c = vol.check().unwrap();
+    assert_eq!((c.mapped_free, c.mapped_twice), (0, 0), "{c:?}");
+}
