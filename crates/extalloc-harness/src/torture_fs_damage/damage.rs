@@ -1,6 +1,7 @@
 //! Picking and making one damage: a metadata kind, a form, a place.
 //!
-//! Data structures: [`Form`] and [`Damage`] (kind, form, the device byte it starts at).
+//! Data structures: [`Form`] and [`Damage`] (kind, form, the device byte it starts at);
+//! a bad sector ([`bad_sector`]) is a file and a block of its data.
 //! Invariant: a damage changes only the block it starts in, and what it reports as damaged
 //! is the span of bytes it really changed (a stale block equal to the current one changes
 //! nothing and hits nothing). Lock order: none.
@@ -51,6 +52,19 @@ pub(super) fn pick(rng: &mut impl Rng, truth: &Truth) -> Damage {
         form,
         at: rng.gen_range(r.clone()),
     }
+}
+
+/// A bad sector to come with a damage: a block of a regular file's data, as the file it
+/// lies in and its device bytes (`None` when the image's files hold no data).
+pub(super) fn bad_sector(rng: &mut impl Rng, truth: &Truth) -> Option<(u64, Range<u64>)> {
+    if truth.file_data.is_empty() {
+        return None;
+    }
+    let (ino, r) = &truth.file_data[rng.gen_range(0..truth.file_data.len())];
+    let at = rng.gen_range(r.clone()) / BLOCK * BLOCK;
+    // A whole block of the file's data.
+    debug_assert!(r.start <= at && at + BLOCK <= r.end);
+    Some((*ino, at..at + BLOCK))
 }
 
 /// Makes `damage` on `bytes` (`stale`: the earlier snapshot); returns the span of bytes it

@@ -13,13 +13,14 @@ use super::image::BLOCK;
 use super::truth::{bytes_of, fsck_problem, walk, Truth, Walked};
 use super::types::{opts, ME};
 use crate::corrupt::image_device;
-use extalloc::disk::device::Device;
+use extalloc::disk::device::{Device, FaultDevice, MemDevice};
 use extalloc::volume::Volume;
 use extalloc::Policy;
 use extalloc_fuse::fs::names::NewNode;
 use extalloc_fuse::fs::{Fs, ROOT};
 use extalloc_fuse::inode::Kind;
 use std::collections::BTreeSet;
+use std::ops::Range;
 use std::sync::Arc;
 
 /// What a mount of a damaged image did.
@@ -80,10 +81,28 @@ pub(super) struct Repaired {
     pub(super) salvaged: bool,
 }
 
-/// Runs the repair pipeline on `bytes` (`extalloc fsck --repair`), fsck on what it left,
-/// then [`mount_and_check`].
-pub(super) fn repair_and_check(bytes: Vec<u8>, truth: &Truth, hit: &BTreeSet<u64>) -> Repaired {
-    let dev = image_device(&bytes);
+/// `bytes` as a memory device; with `bad` (device bytes), one whose reads of them fail as
+/// a bad sector's do on Linux (`EIO`, the other reads working: `FaultDevice`).
+pub(super) fn device_of(bytes: &[u8], bad: Option<Range<u64>>) -> Arc<dyn Device> {
+    let Some(bad) = bad else {
+        return image_device(bytes);
+    };
+    let mem = MemDevice::new(bytes.len() as u64);
+    mem.write_at(bytes, 0)
+        .expect("a memory device takes its size");
+    let dev = FaultDevice::new(mem, 0);
+    dev.fail_reads_in(bad);
+    Arc::new(dev)
+}
+
+/// Runs the repair pipeline on `bytes` (`extalloc fsck --repair`) on a device that fails
+/// reads of `bad` (if any), fsck on what it left, then [`mount_and_check`].
+pub(super) fn repair_and_check(
+    (bytes, bad): (Vec<u8>, Option<Range<u64>>),
+    truth: &Truth,
+    hit: &BTreeSet<u64>,
+) -> Repaired {
+    let dev = device_of(&bytes, bad.clone());
     drop(bytes);
     let report = match extalloc_fuse::repair::repair(dev.clone(), Policy::default()) {
         Ok(report) => report,
@@ -94,8 +113,13 @@ pub(super) fn repair_and_check(bytes: Vec<u8>, truth: &Truth, hit: &BTreeSet<u64
             }
         }
     };
+    // The device's bytes for fsck, but the bad sector's (zeros: fsck reads no file data).
     let mut now = vec![0u8; dev.size() as usize];
-    let dirty = match dev.read_at(&mut now, 0) {
+    let bad = bad.unwrap_or(now.len() as u64..now.len() as u64);
+    let (head, tail) = now.split_at_mut(bad.start as usize);
+    let tail = &mut tail[(bad.end - bad.start) as usize..];
+    let read = (dev.read_at(head, 0)).and_then(|()| dev.read_at(tail, bad.end));
+    let dirty = match read {
         Ok(()) => fsck_problem(&now),
         Err(e) => Some(format!("reading the repaired device: {e}")),
     };

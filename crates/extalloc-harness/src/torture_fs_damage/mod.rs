@@ -13,8 +13,12 @@
 //! Each damage (`damage.rs`) copies the image and changes one block of one metadata kind
 //! in one form (a flipped byte, a zeroed 4 KiB block, the block as an earlier snapshot
 //! held it). An inode is *hit* when the bytes changed overlap its own places (a
-//! directory's children are not hit by damage to its log). Then, each step under a panic
-//! guard and a time limit (`judge.rs`):
+//! directory's children are not hit by damage to its log). One damage in four also comes
+//! with a bad sector (`bad_sectors`; its own seeded choice, so the damages are those of
+//! runs before it): a block of a regular file's data whose reads fail with `EIO`, as a bad
+//! sector's do on Linux (`FaultDevice::fail_reads_in`), for the mount and the repair; that
+//! file is hit. A repair that scans the device for a lost tree node reads it and must go
+//! on. Then, each step under a panic guard and a time limit (`judge.rs`):
 //!
 //! 1. **fsck**, read-only as `extalloc fsck`: `detected` when it reports or refuses;
 //! 2. **mount** as `extalloc mount`: it refuses (`mount_refused`), or every inode not hit
@@ -70,11 +74,12 @@ mod judge;
 mod truth;
 mod types;
 
-use crate::corrupt::{by_image, guarded, image_device, note, settle, Step};
+use crate::corrupt::{by_image, guarded, note, settle, Step};
 use anyhow::{bail, Context, Result};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
 use types::MetaKind;
@@ -90,6 +95,9 @@ pub struct KindCounts {
     pub unchanged: u64,
     /// Inodes hit, summed over the damages.
     pub files_hit: u64,
+    /// Damages that also made one block of a file's data unreadable (its reads fail as
+    /// a bad sector's do: `EIO`), that file counted hit.
+    pub bad_sectors: u64,
     /// Damages fsck reported (a problem, or a refusal).
     pub detected: u64,
     pub mount_refused: u64,
@@ -132,11 +140,12 @@ pub struct KindCounts {
 
 impl KindCounts {
     /// The counts as (name, value), in the order above (the sums, then the maximum).
-    fn fields(&self) -> [(&'static str, u64); 19] {
+    fn fields(&self) -> [(&'static str, u64); 20] {
         [
             ("damages", self.damages),
             ("unchanged", self.unchanged),
             ("files_hit", self.files_hit),
+            ("bad_sectors", self.bad_sectors),
             ("detected", self.detected),
             ("mount_refused", self.mount_refused),
             ("mount_lost", self.mount_lost),
@@ -161,6 +170,7 @@ impl KindCounts {
             &mut self.damages,
             &mut self.unchanged,
             &mut self.files_hit,
+            &mut self.bad_sectors,
             &mut self.detected,
             &mut self.mount_refused,
             &mut self.mount_lost,
@@ -384,10 +394,16 @@ fn one_image(seed: u64, i: u64, damages: u64) -> Result<FsDamageOutcome> {
     let image = make_image(image_seed, i % 4 == 3, &mut out)
         .with_context(|| format!("building image {i} (seed {image_seed})"))?;
     let mut rng = StdRng::seed_from_u64(image_seed ^ 0x5eed);
+    // Bad sectors from an rng of their own: the damages are those of the runs before them.
+    let mut sectors = StdRng::seed_from_u64(image_seed ^ 0xbad5);
     for d in 0..damages {
         let damage = damage::pick(&mut rng, &image.truth);
-        let tag = format!("seed {seed} image {i} damage {d}: {damage:?}");
-        judge(&image, damage, rng.gen(), &tag, &mut out);
+        let bad = sectors
+            .gen_ratio(1, 4)
+            .then(|| damage::bad_sector(&mut sectors, &image.truth))
+            .flatten();
+        let tag = format!("seed {seed} image {i} damage {d}: {damage:?}, bad sector {bad:?}");
+        judge(&image, (damage, bad), rng.gen(), &tag, &mut out);
     }
     Ok(out)
 }
@@ -411,11 +427,18 @@ fn make_image(seed: u64, mid_checkpoint: bool, out: &mut FsDamageOutcome) -> Res
     })
 }
 
-/// Damages a copy of `image`, runs the steps on it, and counts what they did.
-fn judge(image: &Image, damage: damage::Damage, flip: u8, tag: &str, out: &mut FsDamageOutcome) {
+/// A damage, and the bad sector that comes with it, if one does: the file it lies in, and
+/// its device bytes (a block).
+type Judged = (damage::Damage, Option<(u64, Range<u64>)>);
+
+/// Damages a copy of `image` (and makes a block of a file's data unreadable, if the damage
+/// comes with a bad sector), runs the steps on it, and counts what they did.
+fn judge(image: &Image, damage: Judged, flip: u8, tag: &str, out: &mut FsDamageOutcome) {
+    let (damage, bad) = damage;
     out.damages += 1;
     let mut c = KindCounts {
         damages: 1,
+        bad_sectors: u64::from(bad.is_some()),
         ..KindCounts::default()
     };
     let mut bytes = image.bytes.clone();
@@ -424,6 +447,10 @@ fn judge(image: &Image, damage: damage::Damage, flip: u8, tag: &str, out: &mut F
     if damage.kind == MetaKind::JournalRecords && !span.is_empty() {
         hit.extend(&image.truth.journal_touched);
     }
+    let bad = bad.map(|(ino, bytes)| {
+        hit.insert(ino);
+        bytes
+    });
     c.unchanged = u64::from(span.is_empty());
     c.files_hit = hit.len() as u64;
     let for_fsck = bytes.clone();
@@ -432,8 +459,8 @@ fn judge(image: &Image, damage: damage::Damage, flip: u8, tag: &str, out: &mut F
         c.detected = u64::from(d);
     }
     let (truth, hit) = (image.truth.clone(), Arc::new(hit));
-    let (t, h, b) = (truth.clone(), hit.clone(), bytes.clone());
-    let mounted = guarded(move || judge::mount_and_check(image_device(&b), &t, &h));
+    let (t, h, b, bb) = (truth.clone(), hit.clone(), bytes.clone(), bad.clone());
+    let mounted = guarded(move || judge::mount_and_check(judge::device_of(&b, bb), &t, &h));
     if let Some(served) = out.settle(mounted, tag, "mount") {
         c.mount_refused = u64::from(served.refused.is_some());
         let (lost, found, renamed, twice) = out.served(&served, tag, "mount", false);
@@ -443,7 +470,7 @@ fn judge(image: &Image, damage: damage::Damage, flip: u8, tag: &str, out: &mut F
         c.mount_renamed = renamed;
         c.mount_handed_twice = twice;
     }
-    let repaired = guarded(move || judge::repair_and_check(bytes, &truth, &hit));
+    let repaired = guarded(move || judge::repair_and_check((bytes, bad), &truth, &hit));
     if let Some(r) = out.settle(repaired, tag, "repair") {
         count_repair(
             &r,
@@ -513,6 +540,7 @@ fn reason(why: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::corrupt::image_device;
     use extalloc::volume::Volume;
     use extalloc::Policy;
 
@@ -560,7 +588,7 @@ mod tests {
                 form: damage::Form::ZeroBlock,
                 at: node.bytes.start,
             };
-            judge(&image, damage, 1, &format!("{node:?}"), &mut out);
+            judge(&image, (damage, None), 1, &format!("{node:?}"), &mut out);
         }
         assert!(out.passed(), "{out:#?}");
         let c = &out.total;
@@ -573,5 +601,33 @@ mod tests {
         );
         assert_eq!(c.repair_tree_scans_paged, c.damages, "{c:?}");
         assert_eq!(c.recovered_lost_found + c.recovered_renamed, 0, "{c:?}");
+        // Again with a bad sector in a file's data each time: the scans skip it, and the
+        // repairs stay on the page path; only that file is hit.
+        let mut out = FsDamageOutcome::default();
+        let mut rng = StdRng::seed_from_u64(11);
+        for node in &nodes {
+            let damage = damage::Damage {
+                kind: MetaKind::TreeNodes,
+                form: damage::Form::ZeroBlock,
+                at: node.bytes.start,
+            };
+            let bad = damage::bad_sector(&mut rng, &image.truth).expect("files with data");
+            judge(
+                &image,
+                (damage, Some(bad)),
+                1,
+                &format!("{node:?}"),
+                &mut out,
+            );
+        }
+        assert!(out.passed(), "{out:#?}");
+        let c = &out.total;
+        assert_eq!(
+            (c.bad_sectors, c.files_hit),
+            (c.damages, c.damages),
+            "{c:?}"
+        );
+        assert_eq!(c.repair_refused, 0, "{c:?}");
+        assert_eq!(c.repair_tree_scans_paged, c.damages, "{c:?}");
     }
 }

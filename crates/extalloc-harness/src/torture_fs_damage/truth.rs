@@ -75,6 +75,9 @@ pub(super) struct Truth {
     pub(super) own: BTreeMap<u64, Vec<Range<u64>>>,
     /// Inodes whose map lives in a map segment (as of the last checkpoint).
     pub(super) long_maps: u64,
+    /// Each regular file's written data, by extent: its inode and the whole blocks that
+    /// hold its bytes (where a bad sector may be put).
+    pub(super) file_data: Vec<(u64, Range<u64>)>,
     /// Inodes changed after the last checkpoint (their changes live in the journal only):
     /// hit by any damage to the journal's records.
     pub(super) journal_touched: std::collections::BTreeSet<u64>,
@@ -125,6 +128,7 @@ pub(super) fn take(built: &Built) -> Result<Truth> {
         places: BTreeMap::new(),
         own: BTreeMap::new(),
         long_maps: 0,
+        file_data: Vec::new(),
         journal_touched: built.journal_touched.clone(),
     };
     store_places(&mut truth, view.as_ref(), &vol)?;
@@ -340,6 +344,11 @@ fn data_places(truth: &mut Truth, vol: &Volume) -> Result<()> {
             own.push(at..at + e.extent.len * BLOCK);
             // Where a damage of the data's kind may start: the bytes the file holds.
             let live = (size.saturating_sub(e.logical * BLOCK)).min(e.extent.len * BLOCK);
+            if kind == Some(Kind::File) && live > 0 && !e.unwritten {
+                truth
+                    .file_data
+                    .push((id, at..at + live.div_ceil(BLOCK) * BLOCK));
+            }
             let meta = match kind {
                 Some(Kind::Dir) => MetaKind::DirLogs,
                 Some(Kind::Symlink) => MetaKind::SymlinkTargets,

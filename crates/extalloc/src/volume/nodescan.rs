@@ -113,7 +113,7 @@ struct Found {
 /// for a root older than stamps). `scans` reads the device (`scanread.rs`: a block that
 /// does not read is skipped and counted; blocks an earlier scan of this repair read are
 /// not read again, but their nodes) and tells the repair how far it has read. Fails only
-/// on the device's error (a chunk of which no block reads).
+/// on the device's error (`scanread.rs`: blocks in a row that do not read).
 pub(super) fn scan(
     store: &Store,
     dev: &dyn Device,

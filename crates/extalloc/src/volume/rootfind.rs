@@ -81,8 +81,8 @@ struct Sum {
     marks: u8,
 }
 
-/// The marked walk of `t`'s tree; for a repair (told how far the scan has gone by
-/// `progress`) whose walk lost the root to damage (not to an I/O error), the walk under a
+/// The marked walk of `t`'s tree; for a repair (whose `scans` read the device and tell
+/// how far they have gone) whose walk lost the root to damage (not to an I/O error), the walk under a
 /// root made again over the nodes found under it ([`find`]; `retired`: the blocks the
 /// root's chain lists), if one can be: then with what the repair reports of it. Otherwise
 /// what the walk gave.
@@ -146,9 +146,10 @@ pub(super) fn adopt(meta: &mut Meta, t: &TreeRoot, found: RootFound, nb: u64) {
 }
 
 /// The root of `t`, lost, made again over the nodes found on the device (see the module
-/// documentation); `retired`: the blocks the root's chain lists; `progress` told how far
-/// the scan has gone after each chunk read. `None` when no root can be made that counts
-/// what the lost one counted (the salvage then runs). Fails only on a read error.
+/// documentation); `retired`: the blocks the root's chain lists; `scans` read the device
+/// (`scanread.rs`: a block that does not read skipped and counted). `None` when no root
+/// can be made that counts what the lost one counted (the salvage then runs). Fails only
+/// on the device's error (`scanread.rs`: blocks in a row that do not read).
 pub(super) fn find(
     store: &Store,
     dev: &dyn Device,
@@ -248,7 +249,7 @@ fn scan(
             nodes.insert(node.at.block, node);
         }
     })?;
-    // Every block counted read, as `progress` was told.
+    // Every block counted read, as the progress callback was told.
     debug_assert_eq!(tally.read, to_read, "every used block read");
     Ok((nodes, tally))
 }

@@ -10,25 +10,31 @@
 //!   time; each block that fails reads as zeros (no node starts or lies in it) and is
 //!   counted ([`Tally::unreadable`], reported by the repair). A node in such a block is lost
 //!   as a damaged one is: the lost root's count (`rootfind.rs`) or the salvage's then says
-//!   what is missing. A chunk of which no block reads (the device gone, or a bad region of a
-//!   mebibyte) fails the pass with the device's error, as every read error did before: a
-//!   repair should not take a failing device's silence for lost nodes.
+//!   what is missing. [`CHUNK_BLOCKS`] blocks in a row, in the order the scan reads them,
+//!   that do not read (the device gone, or a failing region of a mebibyte) fail the pass
+//!   with the device's error, as every read error did before: a repair should not take a
+//!   failing device's silence for lost nodes.
 //! - **A second pass over the same runs reads only the nodes.** `fsck --repair` may scan the
 //!   same blocks more than once: its look at the volume (under an overlay), then the repair
-//!   itself; or the look, then the salvage; or an open's search for a root, then the mend's
-//!   scan for a lost leaf. The first pass over a group notes where whole nodes start and
-//!   which blocks did not read ([`NodeScans`]); a later pass over exactly the same runs of
-//!   that group reads those nodes only (no file's data, no bad block again) and checks each
-//!   again. The device's blocks do not change between the passes of one repair: the look
-//!   writes into an overlay, each open replays the journal the same way before it scans,
-//!   and no checkpoint (the only writer of nodes) runs before the mend.
+//!   itself; or the look, then the salvage; or the look's mend, then the repair's. The
+//!   first pass over a group notes where whole nodes start and which blocks did not read
+//!   ([`NodeScans`]); a later pass over exactly the same runs of that group reads those
+//!   nodes only (no file's data) and checks each again, and reads the blocks that did not
+//!   read again (a read error may pass: a node found there now is handed too). A node that
+//!   read before and does not now fails the pass (the device is failing). What an open
+//!   writes before its scan is the superblock, its owner record and the journal, never a
+//!   node's block, and no checkpoint (the only writer of nodes) runs before the mend, so
+//!   the nodes lie where the note says; where an open's bitmaps differ from the note's (a
+//!   journal the repair's open wiped holds no group corrupt any more), a group's runs
+//!   differ and it is read whole again.
 //!
 //! Data structures: [`NodeScans`] (the repair's progress callback, and per group and pass
 //! what its first read found: `Seen`), [`Tally`] (a scan's counts). Invariant: a pass hands
-//! each whole node starting in its runs once, in block order within a group, and counts
-//! each block of its runs once as read, whether read or covered by a note; a note is used
-//! only for runs whose count, blocks and hash are those noted. Locks: `NodeScans::seen`, a
-//! leaf lock held while a note is looked up or stored, never across a read.
+//! each whole node starting in its runs once (within a group, the nodes a note names in
+//! block order, then those found again where blocks did not read), and counts each block
+//! of its runs once as read, whether read or covered by a note; a note is used only for
+//! runs whose count, blocks and hash are those noted. Locks: `NodeScans::seen`, a leaf lock
+//! held while a note is looked up or stored, never across a read.
 
 use super::node::{self, NodeRef};
 use crate::disk::device::Device;
@@ -88,8 +94,8 @@ struct Seen {
     runs: (usize, u64, u64),
     /// Where whole nodes start (any volume's), in block order.
     sites: Vec<u64>,
-    /// Blocks that did not read.
-    unreadable: u64,
+    /// Blocks that did not read, in block order.
+    unreadable: Vec<u64>,
 }
 
 /// A scan's counts, across its passes.
@@ -100,6 +106,31 @@ pub(super) struct Tally {
     pub to_read: u64,
     /// Blocks that did not read, skipped.
     pub unreadable: u64,
+    /// Of the last blocks read, in the order read, how many in a row did not read: at
+    /// [`CHUNK_BLOCKS`] the pass fails.
+    pub streak: u64,
+}
+
+impl Tally {
+    /// Counts the blocks `first .. first + n` read, of which `unread`'s did not, failing
+    /// with the read's error when the blocks in a row that did not read reach
+    /// [`CHUNK_BLOCKS`].
+    fn count(&mut self, (first, n): (u64, u64), unread: &Unread) -> Result<()> {
+        let bad = &unread.blocks;
+        debug_assert!(bad.iter().all(|b| (first..first + n).contains(b)));
+        self.unreadable += bad.len() as u64;
+        let mut bad = bad.iter().peekable();
+        for block in first..first + n {
+            match bad.next_if_eq(&&block) {
+                Some(_) => self.streak += 1,
+                None => self.streak = 0,
+            }
+            if self.streak >= CHUNK_BLOCKS {
+                return Err(unread.err.clone().expect("a read that failed"));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The progress callback of a scan no one watches.
@@ -122,8 +153,9 @@ impl<'a> NodeScans<'a> {
     /// One pass of a scan: in each group, the runs [`pass_runs`] gives for `second` and the
     /// group's kind (`kinds`, [`used_to_read`]), every whole node that starts there handed
     /// to `found`; `tally` counts the blocks and tells the progress callback after each
-    /// chunk. Fails on an error of the device other than a block's read (and on a chunk of
-    /// which no block reads: see the module documentation).
+    /// chunk. Fails on an error of the device other than a block's read, on
+    /// [`CHUNK_BLOCKS`] blocks in a row that do not read, and on a noted node that does not
+    /// read now (see the module documentation).
     pub(super) fn pass(
         &self,
         (store, dev): (&Store, &dyn Device),
@@ -145,12 +177,11 @@ impl<'a> NodeScans<'a> {
             covered += key.1;
             let noted = (self.seen.lock().get(&(second, group)))
                 .filter(|s| s.runs == key)
-                .map(|s| (s.sites.clone(), s.unreadable));
+                .map(|s| (s.sites.clone(), s.unreadable.clone()));
             match noted {
-                Some((sites, unreadable)) => {
-                    self.reread(store, dev, &sites, found)?;
+                Some(noted) => {
+                    self.reread((store, dev), &runs, &noted, tally, found)?;
                     tally.read += key.1;
-                    tally.unreadable += unreadable;
                     self.tell(tally);
                 }
                 None => {
@@ -185,39 +216,45 @@ impl<'a> NodeScans<'a> {
         let mut seen = Seen {
             runs: key,
             sites: Vec::new(),
-            unreadable: 0,
+            unreadable: Vec::new(),
         };
         for run in runs {
             let mut b = run.start;
             while b < run.end() {
                 let n = CHUNK_BLOCKS.min(run.end() - b);
-                let (nodes, bad) = whole_nodes_in(store, dev, (b, n))?;
+                let (nodes, unread) = whole_nodes_in(store, dev, (b, n))?;
+                tally.count((b, n), &unread)?;
                 for (at, d) in nodes {
                     seen.sites.push(at.block);
                     found(at, d);
                 }
-                seen.unreadable += bad;
-                tally.unreadable += bad;
+                seen.unreadable.extend(unread.blocks);
                 tally.read += n;
                 b += n;
                 self.tell(tally);
             }
         }
-        // Sites in block order, inside the runs.
+        // Sites and blocks that did not read in block order, inside the runs.
         debug_assert!(seen.sites.windows(2).all(|w| w[0] < w[1]));
+        debug_assert!(seen.unreadable.windows(2).all(|w| w[0] < w[1]));
         Ok(seen)
     }
 
-    /// The nodes at `sites` (noted by an earlier pass), read again and checked again, into
-    /// `found`; nodes that lie end to end read at once.
+    /// The nodes at the note's sites (an earlier pass found them whole), read again and
+    /// checked again, into `found`, those that lie end to end read at once; then the blocks
+    /// that did not read (the note's `bad`) read again, the nodes that start in `runs` and
+    /// lie there now handed too, those that still do not read counted. Fails when a site
+    /// does not read now (the device is failing), and as [`Tally::count`] does.
     fn reread(
         &self,
-        store: &Store,
-        dev: &dyn Device,
-        sites: &[u64],
+        (store, dev): (&Store, &dyn Device),
+        runs: &[Extent],
+        (sites, bad): &(Vec<u64>, Vec<u64>),
+        tally: &mut Tally,
         found: &mut dyn FnMut(NodeRef, node::Decoded),
     ) -> Result<()> {
-        let bs = u64::from(store.geometry().block_size);
+        let g = store.geometry();
+        let bs = u64::from(g.block_size);
         let nb = node::node_blocks(bs);
         let size = node::node_bytes(bs);
         // A note's sites, in block order (whole nodes may overlap: a forged one in data).
@@ -232,20 +269,43 @@ impl<'a> NodeScans<'a> {
             {
                 j += 1;
             }
-            let (buf, _) = read_blocks(dev, bs, (first, first + (j - i) as u64 * nb))?;
+            let (buf, unread) = read_blocks(dev, bs, (first, first + (j - i) as u64 * nb))?;
+            if let Some(e) = unread.err {
+                return Err(e); // a node read before does not now
+            }
             for (k, &block) in sites[i..j].iter().enumerate() {
                 let off = k * nb as usize * bs as usize;
-                if let Some(whole) = buf
+                let whole = buf
                     .get(off..off + size)
-                    .and_then(|b| node::whole_at(b, block))
-                {
-                    found(whole.0, whole.1);
+                    .and_then(|b| node::whole_at(b, block));
+                if let Some((at, d)) = whole {
+                    found(at, d);
                 }
             }
             i = j;
         }
         // Every site looked at once.
         debug_assert_eq!(i, sites.len());
+        for &b in bad {
+            let from = b.saturating_sub(nb - 1);
+            let end = (b + nb).min(g.blocks_count);
+            let (buf, mut unread) = read_blocks(dev, bs, (from, end))?;
+            unread.blocks.retain(|&x| x == b);
+            tally.count((b, 1), &unread)?;
+            let starts = (from..=b).filter(|s| {
+                sites.binary_search(s).is_err()
+                    && runs.iter().any(|r| (r.start..r.end()).contains(s))
+            });
+            for start in starts {
+                let off = ((start - from) * bs) as usize;
+                if let Some((at, d)) = buf
+                    .get(off..off + size)
+                    .and_then(|x| node::whole_at(x, start))
+                {
+                    found(at, d);
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -264,14 +324,22 @@ fn read_failed(e: &Error) -> bool {
     matches!(e, Error::Io { op: "read", .. })
 }
 
+/// The blocks of a read that did not read (in block order), and the read's error (`None`
+/// when every block read).
+#[derive(Debug, Default)]
+pub(super) struct Unread {
+    pub blocks: Vec<u64>,
+    pub err: Option<Error>,
+}
+
 /// Blocks `first .. end` of `bs` bytes, read at once; if that read fails, a block at a time,
-/// each that fails left zeros and listed. Fails with the device's error when no block
-/// reads, and at once on any other error.
-fn read_blocks(dev: &dyn Device, bs: u64, (first, end): (u64, u64)) -> Result<(Vec<u8>, Vec<u64>)> {
+/// each that fails left zeros and listed, with the read's error. Fails at once on an error
+/// other than a read's.
+fn read_blocks(dev: &dyn Device, bs: u64, (first, end): (u64, u64)) -> Result<(Vec<u8>, Unread)> {
     assert!(first < end, "blocks to read");
     let mut buf = vec![0u8; ((end - first) * bs) as usize];
     let whole = match dev.read_at(&mut buf, first * bs) {
-        Ok(()) => return Ok((buf, Vec::new())),
+        Ok(()) => return Ok((buf, Unread::default())),
         Err(e) if read_failed(&e) => e,
         Err(e) => return Err(e),
     };
@@ -286,27 +354,30 @@ fn read_blocks(dev: &dyn Device, bs: u64, (first, end): (u64, u64)) -> Result<(V
             Err(e) => return Err(e),
         }
     }
-    if bad.len() as u64 == end - first {
-        return Err(whole);
-    }
-    Ok((buf, bad))
+    // The blocks listed failed, each on its own.
+    debug_assert!(bad.iter().all(|b| (first..end).contains(b)));
+    let unread = Unread {
+        blocks: bad,
+        err: Some(whole),
+    };
+    Ok((buf, unread))
 }
 
 /// The whole nodes (of any volume: each names its own block and checks) that start in
-/// blocks `first .. first + n`, read at once, in block order; and how many of those blocks
-/// did not read (skipped, see [`read_blocks`]).
+/// blocks `first .. first + n`, read at once, in block order; those of the blocks that did
+/// not read (skipped, see [`read_blocks`]).
 pub(super) fn whole_nodes_in(
     store: &Store,
     dev: &dyn Device,
     (first, n): (u64, u64),
-) -> Result<(Vec<(NodeRef, node::Decoded)>, u64)> {
+) -> Result<(Vec<(NodeRef, node::Decoded)>, Unread)> {
     let g = store.geometry();
     let bs = u64::from(g.block_size);
     let size = node::node_bytes(bs);
     let nb = node::node_blocks(bs);
     // A node starting in the chunk's last blocks runs past it: read that far too.
     let end = (first + n + nb - 1).min(g.blocks_count);
-    let (buf, bad) = read_blocks(dev, bs, (first, end))?;
+    let (buf, mut unread) = read_blocks(dev, bs, (first, end))?;
     let mut out = Vec::new();
     for i in 0..n {
         let off = (i * bs) as usize;
@@ -316,8 +387,8 @@ pub(super) fn whole_nodes_in(
         out.extend(node::whole_at(bytes, first + i));
     }
     // Blocks past the chunk that did not read are the next chunk's to count.
-    let bad_here = bad.iter().filter(|&&b| b < first + n).count() as u64;
-    Ok((out, bad_here))
+    unread.blocks.retain(|&b| b < first + n);
+    Ok((out, unread))
 }
 
 /// Each group's kind for [`pass_runs`] (held corrupt, empty by its count: its bitmap not

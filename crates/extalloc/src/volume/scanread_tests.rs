@@ -1,6 +1,7 @@
 //! The repair's scans read the device (`scanread.rs`): a bad sector in a file's data is
-//! skipped and counted, a chunk of which no block reads fails the scan, and a second scan
-//! of one repair reads only the nodes the first found.
+//! skipped and counted (in a run of one block too), 256 blocks in a row that do not read
+//! fail the scan, and a second scan of one repair reads only the nodes the first found,
+//! and again the blocks that did not read.
 
 use super::super::salvage_tests::{bytes_of, BS};
 use super::NodeScans;
@@ -59,10 +60,9 @@ impl Device for Watched {
     }
 }
 
-/// A closed volume of 3,000 files whose tree has more than one level, 24 of them with
-/// 64 KiB of data and one with `big` blocks (at most two extents), and its root zeroed:
-/// the device, the files' ids and attributes, the big file's id and its longest extent.
-fn root_lost_with_data(big: u64) -> (Arc<Watched>, Attrs, (u64, Extent)) {
+/// A volume of 3,000 files (its tree of more than one level once closed) on a device
+/// that can fail reads: the device, the volume, each file's id and attribute.
+fn three_thousand_files() -> (Arc<Watched>, Volume, Attrs) {
     let dev = Arc::new(Watched {
         inner: FaultDevice::new(MemDevice::new(8192 * BS), 5),
         watch: Mutex::new((Extent::new(0, 0), 0)),
@@ -73,6 +73,14 @@ fn root_lost_with_data(big: u64) -> (Arc<Watched>, Attrs, (u64, Extent)) {
     let files: Vec<_> = (0..3000)
         .map(|i| (vol.create(&attr(i)).unwrap(), attr(i)))
         .collect();
+    (dev, vol, files)
+}
+
+/// A closed volume of 3,000 files whose tree has more than one level, 24 of them with
+/// 64 KiB of data and one with `big` blocks (at most two extents), and its root zeroed:
+/// the device, the files' ids and attributes, the big file's id and its longest extent.
+fn root_lost_with_data(big: u64) -> (Arc<Watched>, Attrs, (u64, Extent)) {
+    let (dev, vol, files) = three_thousand_files();
     for &(id, _) in files.iter().step_by(125) {
         vol.write(id, 0, &bytes_of(id, 65536)).unwrap();
     }
@@ -85,13 +93,30 @@ fn root_lost_with_data(big: u64) -> (Arc<Watched>, Attrs, (u64, Extent)) {
         .unwrap();
     assert!(longest.len >= big.min(512), "{extents:?}");
     vol.close().unwrap();
+    zero_the_root(&dev);
+    (dev, files, (big_id, longest))
+}
+
+/// The newest leaf (level 0 in its node's header) on `dev` that holds `attr`.
+fn leaf_holding(dev: &Watched, attr: &[u8]) -> u64 {
+    let mut node = vec![0u8; BS as usize];
+    let leaves = (0..dev.size() / BS).filter_map(|b| {
+        dev.read_at(&mut node, b * BS).unwrap();
+        let generation = u64::from_le_bytes(node[16..24].try_into().unwrap());
+        let holds = node.windows(attr.len()).any(|w| w == attr);
+        (&node[..4] == b"XVBN" && node[4] == 0 && holds).then_some((generation, b))
+    });
+    leaves.max().expect("a leaf holding the attribute").1
+}
+
+/// The closed volume on `dev` with its file tree's root zeroed.
+fn zero_the_root(dev: &Arc<Watched>) {
     let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
     let t: TreeRoot = volume_root(vol.store()).unwrap().tree.unwrap();
     drop(vol);
     assert!(t.root.generation > 0);
     dev.write_at(&[0u8; BS as usize], t.root.block * BS)
         .unwrap();
-    (dev, files, (big_id, longest))
 }
 
 /// A bad sector in a file's data does not stop the repair's search for a lost root's
@@ -120,25 +145,32 @@ fn a_bad_sector_in_data_is_skipped_by_the_scan_for_a_lost_root() {
     assert_eq!(vol.read(big, 0, BS).unwrap(), bytes_of(big, BS as usize));
 }
 
-/// The salvage's scan (the root lost and, here, no root made again: the look refused)
-/// skips a bad sector the same way and reports it in its `TreeScan`.
+/// The salvage's scan (the root lost; the salvaging open itself, no look before it) skips
+/// a bad sector the same way and reports it in its `TreeScan`.
 #[test]
 fn a_bad_sector_in_data_is_skipped_by_the_salvages_scan() {
     let (dev, files, (_, data)) = root_lost_with_data(16);
     let bad = data.start + 9;
     dev.inner.fail_reads_in(bad * BS..(bad + 1) * BS);
-    let (vol, report) = Volume::open_salvaging(dev.clone(), Policy::default()).unwrap();
+    salvage_keeps_every_file(&dev, &files, &NodeScans::unwatched(), 1);
+}
+
+/// The salvaging open of `dev`, sharing `scans`: its scan counts `unreadable` blocks that
+/// did not read, and it keeps every file of `files` as it was.
+fn salvage_keeps_every_file(dev: &Arc<Watched>, files: &Attrs, scans: &NodeScans, unreadable: u64) {
+    let (vol, report) =
+        Volume::open_salvaging_reporting(dev.clone(), Policy::default(), scans).unwrap();
     let scan = report.tree_scan.clone().expect("a scan");
-    assert_eq!(scan.blocks_unreadable, 1, "{scan:?}");
+    assert_eq!(scan.blocks_unreadable, unreadable, "{scan:?}");
     let kept = (files.iter()).filter(|(id, attr)| vol.attr(*id).ok().as_ref() == Some(attr));
     assert_eq!(kept.count(), files.len(), "{report:?}");
 }
 
-/// A chunk of which no block reads (256 blocks of a file's data unreadable: a failing
-/// region, or a device gone) fails the scan with the device's error, as every read error
+/// 256 blocks in a row that do not read (a file's 700 blocks of data unreadable: a failing
+/// region, or a device gone) fail the scan with the device's error, as every read error
 /// did before: the repair does not take a failing device's silence for lost nodes.
 #[test]
-fn a_chunk_that_does_not_read_at_all_fails_the_scan() {
+fn blocks_in_a_row_that_do_not_read_fail_the_scan() {
     let (dev, _, (_, data)) = root_lost_with_data(700);
     dev.inner.fail_reads_in(data.start * BS..data.end() * BS);
     let failed = Volume::open_for_repair(dev.clone(), Policy::default()).err();
@@ -155,14 +187,15 @@ fn a_chunk_that_does_not_read_at_all_fails_the_scan() {
 
 /// `fsck --repair`'s look (an open under an overlay) then its repair (the open on the
 /// device), sharing one `NodeScans`: the look reads every used block, the repair reads
-/// none of a file's data (nor the bad block again) and finds the same root; its report
-/// counts the same blocks and the unreadable one.
+/// none of a file's data but the bad block (again: it still fails) and finds the same
+/// root; its report counts the same blocks and the unreadable one.
 #[test]
 fn a_second_scan_of_one_repair_reads_only_the_nodes() {
     let (dev, files, (_, data)) = root_lost_with_data(64);
-    let bad = data.start + 3;
+    let bad = data.end() - 1;
     dev.inner.fail_reads_in(bad * BS..(bad + 1) * BS);
     let scans = NodeScans::unwatched();
+    let data = Extent::new(data.start, data.len - 1);
     dev.watch(data);
     let view: Arc<dyn Device> = Arc::new(OverlayDevice::new(dev.clone()));
     let looked = Volume::open_for_repair_reporting(view, Policy::default(), &scans).unwrap();
@@ -181,4 +214,77 @@ fn a_second_scan_of_one_repair_reads_only_the_nodes() {
     }
     let c = vol.check().unwrap();
     assert_eq!((c.mapped_free, c.mapped_twice), (0, 0), "{c:?}");
+}
+
+/// A bad sector in a file of one block whose neighbours are free (its files on either
+/// side removed): the scan reads that block as a run of its own, a chunk of one block,
+/// skips it, and goes on; the root is made again.
+#[test]
+fn a_bad_sector_in_a_run_of_one_block_is_skipped() {
+    let (dev, vol, mut files) = three_thousand_files();
+    for &(id, _) in &files[..40] {
+        vol.write(id, 0, &bytes_of(id, BS as usize)).unwrap();
+        vol.sync().unwrap();
+    }
+    for &(id, _) in files[..40].iter().step_by(2) {
+        vol.unlink(id).unwrap();
+    }
+    vol.close().unwrap();
+    let gone: Vec<u64> = files[..40].iter().step_by(2).map(|f| f.0).collect();
+    files.retain(|(id, _)| !gone.contains(id));
+    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+    let alone = (files[..20].iter()).find_map(|&(id, _)| {
+        let block = vol.extents(id).unwrap()[0].extent.start;
+        let group = vol.store().geometry().group_of(block);
+        let runs = vol.store().allocator().used_runs(group).unwrap();
+        runs.contains(&Extent::new(block, 1)).then_some((id, block))
+    });
+    drop(vol);
+    let (id, block) = alone.expect("a file's block with free blocks on either side");
+    zero_the_root(&dev);
+    dev.inner.fail_reads_in(block * BS..(block + 1) * BS);
+    let vol = Volume::open_for_repair(dev.clone(), Policy::default()).unwrap();
+    let found = (vol.mend_unreadable_leaves().unwrap().root_found).expect("the root made again");
+    assert_eq!(found.blocks_unreadable, 1, "{found:?}");
+    for (id, attr) in &files {
+        assert_eq!(&vol.attr(*id).unwrap(), attr, "file {id}");
+    }
+    assert!(matches!(vol.read(id, 0, BS), Err(Error::Io { .. })));
+}
+
+/// A leaf whose read fails during the look (a read error that then passes) and the root
+/// lost: the look cannot make the root again (the leaf's entries are missing from the
+/// count), and the salvage after it, sharing its notes, reads that block again, finds the
+/// leaf, and keeps every file (taking the look's silence for a lost leaf would drop them).
+#[test]
+fn a_block_that_did_not_read_is_read_again_by_the_next_scan() {
+    let (dev, files, _) = root_lost_with_data(16);
+    let leaf = leaf_holding(&dev, &files[1500].1);
+    dev.inner.fail_reads_in(leaf * BS..(leaf + 1) * BS);
+    let scans = NodeScans::unwatched();
+    let view: Arc<dyn Device> = Arc::new(OverlayDevice::new(dev.clone()));
+    assert!(Volume::open_for_repair_reporting(view, Policy::default(), &scans).is_err());
+    dev.inner.heal_reads();
+    dev.watch(Extent::new(leaf, 1));
+    salvage_keeps_every_file(&dev, &files, &scans, 0);
+    assert!(dev.reads_watched() > 0, "the leaf read again");
+}
+
+/// A leaf the look read whole that does not read for the repair after it (the device
+/// failing between them): the repair's scan fails with the device's error instead of
+/// going on without the leaf's entries.
+#[test]
+fn a_node_that_read_before_and_does_not_now_fails_the_scan() {
+    let (dev, files, _) = root_lost_with_data(16);
+    let scans = NodeScans::unwatched();
+    let view: Arc<dyn Device> = Arc::new(OverlayDevice::new(dev.clone()));
+    let looked = Volume::open_for_repair_reporting(view, Policy::default(), &scans).unwrap();
+    let _ = looked.close();
+    let leaf = leaf_holding(&dev, &files[1500].1);
+    dev.inner.fail_reads_in(leaf * BS..(leaf + 1) * BS);
+    let failed = Volume::open_for_repair_reporting(dev.clone(), Policy::default(), &scans).err();
+    assert!(
+        matches!(failed, Some(Error::Io { op: "read", .. })),
+        "{failed:?}"
+    );
 }

@@ -162,6 +162,12 @@ impl<D: Device> FaultDevice<D> {
         self.state.lock().bad.push(bytes);
     }
 
+    /// From now on the reads [`FaultDevice::fail_reads_in`] made fail work again: an error
+    /// that passed, as a retried read of a weak sector may.
+    pub fn heal_reads(&self) {
+        self.state.lock().bad.clear();
+    }
+
     /// Writes a failed flush dropped (still read back, never durable).
     pub fn forgotten_writes(&self) -> usize {
         self.state.lock().forgotten.len()
