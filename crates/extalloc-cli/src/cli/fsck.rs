@@ -303,7 +303,7 @@ fn progress_lines(shown: &mut Shown, p: extalloc::volume::ScanProgress) -> Vec<S
     if shown.read > 0 && p.blocks_read <= shown.read {
         out.push(
             "scanning again, to repair (the scan before wrote nothing; of the blocks it read, \
-             only the nodes it found are read again)"
+             only the nodes it found and the blocks that did not read are read again)"
                 .into(),
         );
         *shown = Shown::default();

@@ -286,7 +286,11 @@ impl<'a> NodeScans<'a> {
         }
         // Every site looked at once.
         debug_assert_eq!(i, sites.len());
-        for &b in bad {
+        for (k, &b) in bad.iter().enumerate() {
+            // The blocks between two that did not read read (they did for the note).
+            if k == 0 || bad[k - 1] + 1 != b {
+                tally.streak = 0;
+            }
             let from = b.saturating_sub(nb - 1);
             let end = (b + nb).min(g.blocks_count);
             let (buf, mut unread) = read_blocks(dev, bs, (from, end))?;

@@ -4,7 +4,7 @@
 //! and again the blocks that did not read.
 
 use super::super::salvage_tests::{bytes_of, BS};
-use super::NodeScans;
+use super::{NodeScans, CHUNK_BLOCKS};
 use crate::alloc::Policy;
 use crate::disk::device::{Device, FaultDevice, MemDevice, OverlayDevice};
 use crate::error::{Error, Result};
@@ -287,4 +287,30 @@ fn a_node_that_read_before_and_does_not_now_fails_the_scan() {
         matches!(failed, Some(Error::Io { op: "read", .. })),
         "{failed:?}"
     );
+}
+
+/// Bad sectors scattered through a file's data, 256 of them or more but never two in a
+/// row: the look skips each, and the repair after it, reading only them again (they
+/// still fail), does not take them for blocks in a row either.
+#[test]
+fn scattered_bad_sectors_do_not_add_up_to_a_failing_device() {
+    let (dev, files, (_, data)) = root_lost_with_data(700);
+    let bad: Vec<u64> = (data.start..data.end()).step_by(2).collect();
+    assert!(bad.len() as u64 >= CHUNK_BLOCKS, "{data:?}");
+    for &b in &bad {
+        dev.inner.fail_reads_in(b * BS..(b + 1) * BS);
+    }
+    let scans = NodeScans::unwatched();
+    let view: Arc<dyn Device> = Arc::new(OverlayDevice::new(dev.clone()));
+    let looked = Volume::open_for_repair_reporting(view, Policy::default(), &scans).unwrap();
+    let first = looked.mend_unreadable_leaves_reporting(&scans).unwrap();
+    let _ = looked.close();
+    let vol = Volume::open_for_repair_reporting(dev.clone(), Policy::default(), &scans).unwrap();
+    let second = vol.mend_unreadable_leaves_reporting(&scans).unwrap();
+    let (a, b) = (first.root_found.unwrap(), second.root_found.unwrap());
+    assert_eq!(a, b, "the same root, counted alike");
+    assert_eq!(b.blocks_unreadable, bad.len() as u64, "{b:?}");
+    for (id, attr) in &files {
+        assert_eq!(&vol.attr(*id).unwrap(), attr, "file {id}");
+    }
 }
