@@ -331,9 +331,9 @@ fn read_failed(e: &Error) -> bool {
 /// The blocks of a read that did not read (in block order), and the read's error (`None`
 /// when every block read).
 #[derive(Debug, Default)]
-pub(super) struct Unread {
-    pub blocks: Vec<u64>,
-    pub err: Option<Error>,
+struct Unread {
+    blocks: Vec<u64>,
+    err: Option<Error>,
 }
 
 /// Blocks `first .. end` of `bs` bytes, read at once; if that read fails, a block at a time,
@@ -370,7 +370,7 @@ fn read_blocks(dev: &dyn Device, bs: u64, (first, end): (u64, u64)) -> Result<(V
 /// The whole nodes (of any volume: each names its own block and checks) that start in
 /// blocks `first .. first + n`, read at once, in block order; those of the blocks that did
 /// not read (skipped, see [`read_blocks`]).
-pub(super) fn whole_nodes_in(
+fn whole_nodes_in(
     store: &Store,
     dev: &dyn Device,
     (first, n): (u64, u64),
@@ -422,7 +422,7 @@ pub(super) fn used_to_read(store: &Store) -> Result<(Vec<(bool, bool)>, u64)> {
 /// blocks the bitmap marks used, the whole group if it is held `corrupt` (its bitmap is not
 /// trusted) and none if its count says it is `empty` (its bitmap not loaded); the second
 /// the others.
-pub(super) fn pass_runs(
+fn pass_runs(
     store: &Store,
     group: u64,
     (second, (corrupt, empty)): (bool, (bool, bool)),

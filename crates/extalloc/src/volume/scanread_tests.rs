@@ -194,24 +194,13 @@ fn a_second_scan_of_one_repair_reads_only_the_nodes() {
     let (dev, files, (_, data)) = root_lost_with_data(64);
     let bad = data.end() - 1;
     dev.inner.fail_reads_in(bad * BS..(bad + 1) * BS);
-    let scans = NodeScans::unwatched();
     let data = Extent::new(data.start, data.len - 1);
     dev.watch(data);
-    let view: Arc<dyn Device> = Arc::new(OverlayDevice::new(dev.clone()));
-    let looked = Volume::open_for_repair_reporting(view, Policy::default(), &scans).unwrap();
-    let first = looked.mend_unreadable_leaves_reporting(&scans).unwrap();
-    let _ = looked.close();
-    assert!(dev.reads_watched() > 0, "the look read the data");
-    dev.watch(data);
-    let vol = Volume::open_for_repair_reporting(dev.clone(), Policy::default(), &scans).unwrap();
-    let second = vol.mend_unreadable_leaves_reporting(&scans).unwrap();
+    let vol = look_then_repair(&dev, &files, 1, || {
+        assert!(dev.reads_watched() > 0, "the look read the data");
+        dev.watch(data);
+    });
     assert_eq!(dev.reads_watched(), 0, "the repair read no data");
-    let (a, b) = (first.root_found.unwrap(), second.root_found.unwrap());
-    assert_eq!(a, b, "the same root, counted alike");
-    assert_eq!(b.blocks_unreadable, 1, "{b:?}");
-    for (id, attr) in &files {
-        assert_eq!(&vol.attr(*id).unwrap(), attr, "file {id}");
-    }
     let c = vol.check().unwrap();
     assert_eq!((c.mapped_free, c.mapped_twice), (0, 0), "{c:?}");
 }
@@ -300,17 +289,32 @@ fn scattered_bad_sectors_do_not_add_up_to_a_failing_device() {
     for &b in &bad {
         dev.inner.fail_reads_in(b * BS..(b + 1) * BS);
     }
+    look_then_repair(&dev, &files, bad.len() as u64, || {});
+}
+
+/// `fsck --repair`'s look at `dev` (an open under an overlay, and its mend) then, after
+/// `between`, its repair (the open on the device, and its mend), sharing one `NodeScans`:
+/// both make the same root again, counting `unreadable` blocks that did not read, and the
+/// repair keeps every file of `files`. The repair's volume.
+fn look_then_repair(
+    dev: &Arc<Watched>,
+    files: &Attrs,
+    unreadable: u64,
+    between: impl FnOnce(),
+) -> Volume {
     let scans = NodeScans::unwatched();
     let view: Arc<dyn Device> = Arc::new(OverlayDevice::new(dev.clone()));
     let looked = Volume::open_for_repair_reporting(view, Policy::default(), &scans).unwrap();
     let first = looked.mend_unreadable_leaves_reporting(&scans).unwrap();
     let _ = looked.close();
+    between();
     let vol = Volume::open_for_repair_reporting(dev.clone(), Policy::default(), &scans).unwrap();
     let second = vol.mend_unreadable_leaves_reporting(&scans).unwrap();
     let (a, b) = (first.root_found.unwrap(), second.root_found.unwrap());
     assert_eq!(a, b, "the same root, counted alike");
-    assert_eq!(b.blocks_unreadable, bad.len() as u64, "{b:?}");
-    for (id, attr) in &files {
+    assert_eq!(b.blocks_unreadable, unreadable, "{b:?}");
+    for (id, attr) in files {
         assert_eq!(&vol.attr(*id).unwrap(), attr, "file {id}");
     }
+    vol
 }
