@@ -13,14 +13,19 @@
 # (wall s, peak RSS KiB, user and system s); then `BUILD fsck COPY` (0: clean). Prints one
 # line per run; the repair's stdout and stderr of the last run of each build are left in
 # COPY.buildK.out and .err (K: the build's place in the list). Needs root (the cgroup,
-# drop_caches).
+# drop_caches). With LEAF_AT set (a place in key order, 0 to 1), the leaf there is zeroed
+# too (a root lost with a leaf under it: docs/results.md, "A lost root and leaf").
 set -euo pipefail
-[ $# -ge 3 ] || { sed -n 2,16p "$0" >&2; exit 2; }
+[ $# -ge 3 ] || { sed -n 2,17p "$0" >&2; exit 2; }
 IMAGE=$1 ROUNDS=$2
 shift 2
 HERE=$(cd "$(dirname "$0")" && pwd)
 COPY=$IMAGE.copy
 ROOT=$(python3 "$HERE/tree-node.py" "$IMAGE" --level root 2>/dev/null)
+LEAF=
+if [ -n "${LEAF_AT:-}" ]; then
+  LEAF=$(python3 "$HERE/tree-node.py" "$IMAGE" --level leaf --at "$LEAF_AT" 2>/dev/null)
+fi
 CACHE=$(( ${CACHE_MIB:-512} << 20 ))
 if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
   CG=/sys/fs/cgroup/extalloc-repair-scan
@@ -36,7 +41,9 @@ for r in $(seq 1 "$ROUNDS"); do
     k=$((k + 1))
     name=build$k
     cp --sparse=always "$IMAGE" "$COPY"
-    dd if=/dev/zero of="$COPY" bs=4096 seek="$ROOT" count=1 conv=notrunc status=none
+    for blk in $ROOT $LEAF; do
+      dd if=/dev/zero of="$COPY" bs=4096 seek="$blk" count=1 conv=notrunc status=none
+    done
     sync
     echo 3 > /proc/sys/vm/drop_caches
     set +e

@@ -6,7 +6,7 @@
 
 #[cfg(doc)]
 use extalloc::volume::Volume;
-use extalloc::volume::{Salvage, TreeScan};
+use extalloc::volume::{RootFound, Salvage, TreeScan};
 
 /// What the salvage's scan for the file tree's leaves did, one line each.
 fn tree_scan_lines(scan: &TreeScan) -> Vec<String> {
@@ -60,32 +60,7 @@ pub fn salvage_lines(s: &Salvage) -> Vec<String> {
         out.extend(tree_scan_lines(scan));
     }
     if let Some(r) = &s.root_found {
-        if r.levels_down > 0 {
-            out.push(format!(
-                "file tree: a node under its root lost too: the root made again {} level(s) \
-                 lower, over the whole subtrees there",
-                r.levels_down
-            ));
-        }
-        out.push(format!(
-            "file tree: root at block {} lost ({}): made again over {} nodes of level {} \
-             found among {} blocks scanned ({} nodes of this volume held there); every entry \
-             kept as it was",
-            r.lost.0,
-            r.lost.1,
-            r.children,
-            r.level - 1,
-            r.blocks_read,
-            r.nodes_found
-        ));
-        if r.blocks_unreadable > 0 {
-            out.push(format!(
-                "file tree: {} of those blocks did not read (the device's read error: bad \
-                 sectors) and were skipped; the nodes found elsewhere held every entry the \
-                 lost root counted",
-                r.blocks_unreadable
-            ));
-        }
+        out.extend(root_found_lines(r));
     }
     for (block, why) in &s.leaves_mended {
         out.push(format!(
@@ -113,6 +88,48 @@ pub fn salvage_lines(s: &Salvage) -> Vec<String> {
                   rebuild"
                 .into(),
         );
+    }
+    out
+}
+
+/// [`salvage_lines`]' lines for a lost root made again ([`RootFound`]).
+fn root_found_lines(r: &RootFound) -> Vec<String> {
+    let mut out = Vec::new();
+    if r.levels_down > 0 {
+        out.push(format!(
+            "file tree: a node under its root lost too: the root made again {} level(s) \
+             lower, over the whole subtrees there",
+            r.levels_down
+        ));
+    }
+    let kept = match r.holes {
+        0 => "every entry kept as it was".to_string(),
+        n => format!(
+            "every entry under them kept as it was but under {n} node(s) they name that \
+             were found nowhere (lost too), whose keys are mended as a leaf's that does \
+             not read"
+        ),
+    };
+    out.push(format!(
+        "file tree: root at block {} lost ({}): made again over {} nodes of level {} \
+         found among {} blocks scanned ({} nodes of this volume held there); {kept}",
+        r.lost.0,
+        r.lost.1,
+        r.children,
+        r.level - 1,
+        r.blocks_read,
+        r.nodes_found
+    ));
+    if r.blocks_unreadable > 0 {
+        let held = match r.holes {
+            0 => "the nodes found elsewhere held every entry the lost root counted",
+            _ => "a node in them is one of those found nowhere",
+        };
+        out.push(format!(
+            "file tree: {} of those blocks did not read (the device's read error: bad \
+             sectors) and were skipped; {held}",
+            r.blocks_unreadable
+        ));
     }
     out
 }

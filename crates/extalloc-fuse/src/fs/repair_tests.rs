@@ -363,6 +363,56 @@ fn a_bad_sector_in_data_does_not_stop_the_repair_of_a_lost_root() {
     assert_repaired(&dev, &files);
 }
 
+/// The file tree's root and a leaf under one of its children lost together (both
+/// zeroed), in a tree of three levels: the repair makes the root again with a hole where
+/// the leaf was, on the page path (nothing salvaged: no file's entry held in memory), and
+/// says so; the mend rebuilds the leaf's range, the names of the files it held go with
+/// their inodes, and every other file comes back whole under its name.
+#[test]
+fn a_lost_root_and_leaf_cost_only_the_leafs_files() {
+    let dev = device(48);
+    let fs = fresh(&dev);
+    let mut files: Files = (0..6000u64)
+        .map(|i| {
+            let name = format!("n{i:05}");
+            put(&fs, ROOT, &name, name.as_bytes());
+            (name.clone(), name.into_bytes())
+        })
+        .collect();
+    let inos: Vec<u64> = (files.iter())
+        .map(|(name, _)| super::tests::find(&fs, name).unwrap())
+        .collect();
+    fs.unmount().unwrap();
+    // The leaf holding the entry of the middle file's inode.
+    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+    let places = vol.places().unwrap();
+    drop(vol);
+    let leaf_of = |ino: u64| (places.iter().find(|p| p.id == ino)).map(|p| p.table.start / BS);
+    let leaf = leaf_of(inos[3000]).expect("an entry in the tree");
+    let root = zero_the_tree_root(&dev);
+    dev.write_at(&vec![0u8; BS as usize], leaf * BS).unwrap();
+    let r = repair(dev.clone(), Policy::default()).unwrap();
+    let found = r.salvage.root_found.clone().expect("the root made again");
+    assert_eq!((found.lost.0, found.holes), (root, 1), "{found:?}");
+    assert!(!r.salvaged && r.salvage.tree_scan.is_none(), "{r:?}");
+    let text = crate::repair::salvage_lines(&r.salvage).join("\n");
+    assert!(text.contains("under 1 node(s) they name"), "{text}");
+    let (fs, _) = remount(&dev);
+    let held: Vec<usize> = (0..files.len())
+        .filter(|&i| leaf_of(inos[i]) == Some(leaf))
+        .collect();
+    assert!(held.contains(&3000) && held.len() < 100, "{held:?}");
+    for &i in held.iter().rev() {
+        let (name, _) = files.remove(i);
+        assert!(
+            super::tests::find(&fs, &name).is_err(),
+            "{name}: its inode was lost"
+        );
+    }
+    drop(fs);
+    assert_repaired(&dev, &files);
+}
+
 /// The root directory's volume file gone (as when its table entry is lost): mount refuses,
 /// and the repair makes an empty root again and links everything it named into
 /// /lost+found, with the data.

@@ -156,6 +156,8 @@ impl Volume {
                 keeper.restore_previous(root, b.keys, &mut tree, &mut io, &mut out)?;
             }
         }
+        // An entry the previous checkpoint's tree gave back was found after all.
+        out.uncounted = out.uncounted.saturating_sub(out.restored.len() as u64);
         let added = (out.recovered.len() + out.restored.len()) as u64;
         tree.recount(good + kept + added);
         let adopted = keeper.adopt_replayed()?;

@@ -238,8 +238,9 @@ impl Root {
 /// under it (every block the bitmaps mark used read once): the nodes of the root's
 /// children's level whose whole subtrees were found, newest first, each whose keys overlap
 /// none taken before, kept only if their entries are exactly as many as the lost root
-/// counted (`docs/format.md`, "A lost root made again"). Every entry is kept as it was; the next
-/// checkpoint writes the new root.
+/// counted, or, with holes where a node they name was found nowhere, fewer
+/// (`docs/format.md`, "A lost root made again"). Every entry found is kept as it was, the
+/// holes' ranges are mended as a lost leaf's; the next checkpoint writes the new root.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct RootFound {
@@ -262,6 +263,12 @@ pub struct RootFound {
     /// children were found (0: that level; more: a node over them was lost too, and the
     /// nodes between, owned by no one now, are freed by the bitmaps' rebuild).
     pub levels_down: u8,
+    /// Nodes the subtrees found name that were found nowhere (lost with the root: zeroed,
+    /// overwritten or unreadable): left as holes under the new root, their key ranges
+    /// rebuilt by the mend as a lost leaf's or internal node's are
+    /// ([`Volume::mend_unreadable_leaves`](crate::volume::Volume::mend_unreadable_leaves));
+    /// 0 when every subtree was found whole.
+    pub holes: u64,
 }
 
 #[cfg(test)]

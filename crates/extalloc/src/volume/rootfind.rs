@@ -18,19 +18,28 @@
 //! stands only if the entries under what was taken are exactly as many as the lost root
 //! counted and one of them carries the root's generation; else the level below is tried,
 //! down to the leaves (a child lost with the root: the whole subtrees under it, and its
-//! siblings', are found a level down), and if none counts, the salvage runs as before. A
-//! stale subtree (one a checkpoint freed, found where the block was handed out again but
-//! not yet written) adds keys the count does not have; a subtree not whole leaves keys
-//! short of it: either way the count refuses. A root over more children than a node holds
+//! siblings', are found a level down). A stale subtree (one a checkpoint freed, found
+//! where the block was handed out again but not yet written) adds keys the count does not
+//! have; a subtree not whole leaves keys short of it: either way the count refuses. If no
+//! level counts, the children's level is tried with holes ([`Take::WithHoles`]): a node a
+//! child's subtree names that was found nowhere (zeroed, overwritten, unreadable) is a
+//! hole, and the root stands if the entries found and one for each hole are no more than
+//! the root counted and every node noted at that level or below lies under a child taken
+//! (the count can no longer tell a missing or doubled range: a node left out would); else
+//! the level below is tried so, down to the leaves' parents. The walk under it then
+//! gives the holes to the mend (`leafrepair.rs`) as under an intact root. Else the salvage
+//! runs as before. A root over more children than a node holds
 //! is split by the checkpoint's settle (`Tree::settle`), as any node that outgrew one.
 //!
 //! The new root is in memory only: the next checkpoint writes it, retiring the old one.
 //! Until then nothing is written: a crash leaves the volume as it was.
 //!
 //! Data structures: [`Found`] (the children of the root made again), `Node` (a node
-//! noted), `Sum` (what a subtree holds). Invariant: the children found are in key order,
-//! their key ranges disjoint, their entries as many as the lost root's. Locks: none (the
-//! volume is not shared yet).
+//! noted), `Sum` (what a subtree holds), [`Take`]. Invariant: the children found are in
+//! key order, their key ranges disjoint, their entries as many as the lost root's, or,
+//! with holes, fewer by at least one a hole and every node noted at their level or below
+//! under them. Locks: none
+//! (the volume is not shared yet).
 
 use super::node::{self, ChildRef, NodeRef};
 use super::root::{RootFound, TreeRoot};
@@ -57,6 +66,9 @@ pub(super) struct Found {
     pub blocks_read: u64,
     pub blocks_unreadable: u64,
     pub nodes_found: u64,
+    /// Nodes the subtrees taken name that were found nowhere (lost with the root): holes,
+    /// for the mend to rebuild (0 when every subtree was found whole).
+    pub holes: u64,
 }
 
 /// A whole node found on the device: its level and what the parent of a subtree needs of
@@ -79,6 +91,19 @@ struct Sum {
     hi: u64,
     count: u64,
     marks: u8,
+    /// Children named under it and found nowhere ([`Take::WithHoles`] only): their
+    /// entries are not in `count`.
+    holes: u64,
+}
+
+/// How [`children_at`] takes a subtree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Take {
+    /// Only whole: every node under it found.
+    Whole,
+    /// With holes where a node it names was found nowhere (its block holds no node of
+    /// this volume: zeroed, overwritten, unreadable).
+    WithHoles,
 }
 
 /// The marked walk of `t`'s tree; for a repair (whose `scans` read the device and tell
@@ -109,11 +134,15 @@ pub(super) fn walk_or_find(
         return walked.map(|w| (w, None));
     };
     let under = walk::walk_marked_under(io, (f.level, &f.children), size, t.count)?;
-    if under.tree.is_none() {
+    if under.tree.is_none() && under.partial.is_none() {
         return walked.map(|w| (w, None));
     }
-    // A whole tree under a root with no place yet, for the next checkpoint to write.
-    debug_assert!((under.tree.as_ref()).is_some_and(|tr| tr.holes() == 0 && tr.root().is_none()));
+    // A tree under a root with no place yet, for the next checkpoint to write: whole, or
+    // with holes and failed leaves for the mend.
+    debug_assert!(
+        (under.tree.as_ref().or(under.partial.as_ref())).is_some_and(|tr| tr.root().is_none())
+    );
+    debug_assert!(under.tree.as_ref().is_none_or(|tr| tr.holes() == 0));
     let report = RootFound {
         lost: (t.root.block, why),
         blocks_read: f.blocks_read,
@@ -122,6 +151,7 @@ pub(super) fn walk_or_find(
         children: f.children.len() as u64,
         level: f.level,
         levels_down: f.levels_down,
+        holes: f.holes,
     };
     Ok((under, Some(report)))
 }
@@ -157,47 +187,80 @@ pub(super) fn find(
     (retired, scans): (&[Extent], &NodeScans<'_>),
 ) -> Result<Option<Found>> {
     let (nodes, tally) = scan(store, dev, t, (retired, scans))?;
-    let nodes_found = nodes.len() as u64;
+    Ok(choose(&nodes, t).map(|c| Found {
+        children: c.children,
+        level: c.level + 1,
+        levels_down: c.top - c.level,
+        blocks_read: tally.read,
+        blocks_unreadable: tally.unreadable,
+        nodes_found: nodes.len() as u64,
+        holes: c.holes,
+    }))
+}
+
+/// The children [`choose`] takes: their level, the highest below the lost root's that
+/// carries its generation (`top`), and the holes under them.
+#[derive(Debug)]
+struct Chosen {
+    children: Vec<ChildRef>,
+    level: u8,
+    top: u8,
+    holes: u64,
+}
+
+/// The children of a root made again over the `nodes` found (see the module
+/// documentation) for `t`'s lost root, if any count what it counted.
+fn choose(nodes: &HashMap<u64, Node>, t: &TreeRoot) -> Option<Chosen> {
     let g = t.root.generation;
     // The children's level: the highest below the root's that carries its generation.
-    let Some(top) = (nodes.values())
+    let top = (nodes.values())
         .filter(|n| n.at.generation == g)
         .map(|n| n.level)
-        .max()
-    else {
-        return Ok(None);
-    };
+        .max()?;
     if top >= node::MAX_LEVEL {
-        return Ok(None); // no tree is that tall
+        return None; // no tree is that tall
     }
+    let chosen = |(children, holes): (Vec<ChildRef>, u64), level: u8| Chosen {
+        children,
+        level,
+        top,
+        holes,
+    };
     // A child lost too (or its generation's): the level below it, down to the leaves.
     let mut memo = HashMap::new();
     for level in (0..=top).rev() {
-        if let Some(children) = children_at(&nodes, &mut memo, level, t) {
-            return Ok(Some(Found {
-                children,
-                level: level + 1,
-                levels_down: top - level,
-                blocks_read: tally.read,
-                blocks_unreadable: tally.unreadable,
-                nodes_found,
-            }));
+        if let Some(taken) = children_at(nodes, &mut memo, (level, Take::Whole), t) {
+            return Some(chosen(taken, level));
         }
     }
-    Ok(None)
+    // A node lost under a child: each level with holes in its place, if every node found
+    // at it or below lies under what is taken.
+    let mut memo = HashMap::new();
+    for level in (1..=top).rev() {
+        if let Some(taken) = children_at(nodes, &mut memo, (level, Take::WithHoles), t) {
+            return Some(chosen(taken, level));
+        }
+    }
+    None
 }
 
 /// The nodes of `level` a root made again names (see the module documentation), if what
-/// they hold counts what `t`'s lost root counted.
+/// they hold counts what `t`'s lost root counted, and the holes under them. With
+/// [`Take::WithHoles`] the entries found and one for each hole are at most as many as the
+/// root counted (the rest were the holes'), at least one hole, and every node found at
+/// `level` or below lies under a node taken: a node left out (a stale one in a block
+/// handed out again, or one under a node of `level` lost too) would say that a range is
+/// missing or doubled, which the count can no longer tell. (The nodes above `level` are
+/// those a root made lower leaves to the bitmaps' rebuild.)
 fn children_at(
     nodes: &HashMap<u64, Node>,
     memo: &mut HashMap<u64, Option<Sum>>,
-    level: u8,
+    (level, take): (u8, Take),
     t: &TreeRoot,
-) -> Option<Vec<ChildRef>> {
+) -> Option<(Vec<ChildRef>, u64)> {
     let mut taken: Vec<(NodeRef, Sum)> = (nodes.values())
         .filter(|n| n.level == level)
-        .filter_map(|n| Some((n.at, sum_of(nodes, memo, n.at, level)?)))
+        .filter_map(|n| Some((n.at, sum_of(nodes, memo, (n.at, level), take)?)))
         .collect();
     taken.sort_by_key(|(at, _)| (std::cmp::Reverse(at.generation), at.block));
     // Newest first; each one whose keys overlap none taken before (by least key).
@@ -209,8 +272,17 @@ fn children_at(
         }
     }
     let count = spans.values().map(|(_, _, s)| s.count).sum::<u64>();
+    let holes = spans.values().map(|(_, _, s)| s.holes).sum::<u64>();
     let newest = (spans.values()).any(|(_, at, _)| at.generation == t.root.generation);
-    if count != t.count || !newest {
+    let counts = match take {
+        Take::Whole => count == t.count,
+        Take::WithHoles => {
+            holes > 0
+                && count.checked_add(holes).is_some_and(|c| c <= t.count)
+                && all_under(nodes, spans.values().map(|(_, at, _)| *at), level)
+        }
+    };
+    if !counts || !newest {
         return None;
     }
     let children: Vec<ChildRef> = spans
@@ -221,9 +293,29 @@ fn children_at(
             marks: s.marks,
         })
         .collect();
-    // In key order, disjoint, as many entries as the root counted.
+    // In key order, disjoint; as many entries as the root counted, or holes for the rest.
     debug_assert!(children.windows(2).all(|w| w[0].first < w[1].first));
-    Some(children)
+    debug_assert!((take == Take::Whole) == (holes == 0));
+    Some((children, holes))
+}
+
+/// Every node in `nodes` at `level` or below lies under one of `taken` (nodes of
+/// `level`; a hole names no node found).
+fn all_under(nodes: &HashMap<u64, Node>, taken: impl Iterator<Item = NodeRef>, level: u8) -> bool {
+    let mut under = std::collections::HashSet::new();
+    let mut stack: Vec<NodeRef> = taken.collect();
+    while let Some(at) = stack.pop() {
+        let Some(n) = nodes.get(&at.block).filter(|n| n.at == at) else {
+            continue; // a hole
+        };
+        if under.insert(at.block) {
+            stack.extend(n.children.iter().map(|c| c.at));
+        }
+    }
+    let below = nodes.values().filter(|n| n.level <= level).count();
+    // Only nodes found are counted, each at `level` or below.
+    debug_assert!(under.len() <= below);
+    under.len() == below
 }
 
 /// Every whole node in the blocks the bitmaps mark used, by block: vouched for by `t`'s
@@ -306,18 +398,20 @@ fn leaf_sum(payload: &[u8]) -> Option<Sum> {
         hi,
         count: items.len() as u64,
         marks,
+        holes: 0,
     })
 }
 
-/// What the subtree of the node `at` (of `level`) holds, if it was found whole: the node
+/// What the subtree of the node `at` (of `level`) holds, if it was found whole (with
+/// [`Take::WithHoles`], or with holes where a node it names was found nowhere): the node
 /// noted at that block with that generation and level, and under an internal one each
-/// child's subtree found whole, its keys inside the range the node routes to it, its marks
-/// no more than the node names. Memoized by block.
+/// child's subtree found so, its keys inside the range the node routes to it, its marks
+/// no more than the node names. Memoized by block (a memo serves one way of taking).
 fn sum_of(
     nodes: &HashMap<u64, Node>,
     memo: &mut HashMap<u64, Option<Sum>>,
-    at: NodeRef,
-    level: u8,
+    (at, level): (NodeRef, u8),
+    take: Take,
 ) -> Option<Sum> {
     if let Some(&s) = memo.get(&at.block) {
         return s.filter(|_| {
@@ -331,10 +425,11 @@ fn sum_of(
         .filter(|n| n.at == at && n.level == level)?;
     let s = match n.leaf {
         Some(s) => Some(s),
-        None => children_sum(nodes, memo, &n.children, level),
+        None => children_sum(nodes, memo, (&n.children, level), take),
     };
-    // A subtree found whole holds keys, in order.
-    debug_assert!(s.is_none_or(|s| s.lo <= s.hi && s.count > 0));
+    // A subtree found holds keys, in order, or holes where they were.
+    debug_assert!(s.is_none_or(|s| s.lo <= s.hi && s.count + s.holes > 0));
+    debug_assert!(s.is_none_or(|s| take == Take::WithHoles || s.holes == 0));
     memo.insert(at.block, s);
     s
 }
@@ -343,12 +438,24 @@ fn sum_of(
 fn children_sum(
     nodes: &HashMap<u64, Node>,
     memo: &mut HashMap<u64, Option<Sum>>,
-    children: &[ChildRef],
-    level: u8,
+    (children, level): (&[ChildRef], u8),
+    take: Take,
 ) -> Option<Sum> {
     let mut total: Option<Sum> = None;
     for (i, c) in children.iter().enumerate() {
-        let s = sum_of(nodes, memo, c.at, level.checked_sub(1)?)?;
+        let below = level.checked_sub(1)?;
+        let s = match take == Take::WithHoles && !nodes.contains_key(&c.at.block) {
+            // Found nowhere: its least key and marks as the node names them, its entries
+            // unknown.
+            true => Sum {
+                lo: c.first,
+                hi: c.first,
+                count: 0,
+                marks: c.marks,
+                holes: 1,
+            },
+            false => sum_of(nodes, memo, (c.at, below), take)?,
+        };
         let inside = (i == 0 || s.lo >= c.first)
             && children.get(i + 1).is_none_or(|next| s.hi < next.first)
             && total.is_none_or(|t| t.hi < s.lo);
@@ -365,11 +472,12 @@ fn children_sum(
                 hi: s.hi,
                 count: t.count.checked_add(s.count)?,
                 marks: t.marks | c.marks,
+                holes: t.holes + s.holes,
             },
         });
     }
-    // At least an entry per child, its keys in order.
-    debug_assert!(total.is_none_or(|t| t.lo <= t.hi && t.count >= children.len() as u64));
+    // At least an entry or a hole per child, its keys in order.
+    debug_assert!(total.is_none_or(|t| t.lo <= t.hi && t.count + t.holes >= children.len() as u64));
     total
 }
 

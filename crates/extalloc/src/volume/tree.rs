@@ -230,8 +230,9 @@ impl Tree {
     }
 
     /// A tree whose root a repair made again in memory over durable children (`rootfind.rs`,
-    /// `Slot::internal`), of `count` keys: the next write writes the root.
-    pub(super) fn under_new_root(root: Slot, size: usize, count: u64) -> Tree {
+    /// `Slot::internal`), of `count` keys, with `holes` internal nodes lost under it (as
+    /// [`Tree::with_holes`]): the next write writes the root, once the holes are mended.
+    pub(super) fn under_new_root(root: Slot, size: usize, count: u64, holes: usize) -> Tree {
         assert!(
             root.at.is_none() && root.level() > 0,
             "a changed internal root"
@@ -241,7 +242,7 @@ impl Tree {
             size,
             count,
             stale_marks: false,
-            holes: 0,
+            holes,
         }
     }
 

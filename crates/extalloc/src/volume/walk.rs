@@ -108,9 +108,11 @@ pub(super) fn walk_marked(
 }
 
 /// [`walk_marked`] under a root made again in memory over `children` (`rootfind.rs`: the
-/// durable root was lost), at `level`: a tree only if every node under it checks and its
-/// marks hold (no holes, no failed leaf, no partial tree); its root is changed, with no
-/// place yet, for the next checkpoint to write.
+/// durable root was lost), at `level`: a tree if every node under it checks and its
+/// marks hold; else, if its marks hold and every node lost is an internal one or a leaf
+/// that failed as a leaf (a node found nowhere where a child names it: `rootfind.rs`'s
+/// holes), a partial tree for a repair to mend, as [`walk_marked`] gives one. Its root is
+/// changed, with no place yet, for the next checkpoint to write.
 pub(super) fn walk_marked_under(
     io: &mut dyn NodeIo,
     (level, children): (u8, &[node::ChildRef]),
@@ -125,15 +127,17 @@ pub(super) fn walk_marked_under(
     let mut stale = false;
     let leaves = (Leaves::Marked, &mut stale);
     let slots = walk_children(io, (level, children), (0, None), leaves, &mut w)?;
+    let root = Slot::internal(level, slots);
     if !stale && w.lost.is_empty() && w.leaves.iter().all(|l| l.checked) {
-        w.tree = Some(Tree::under_new_root(
-            Slot::internal(level, slots),
-            size,
-            count,
-        ));
+        w.tree = Some(Tree::under_new_root(root, size, count, 0));
+    } else if !stale && w.lost.iter().all(LostNode::mendable) {
+        // Marked leaves that failed stay in the tree as their parents name them, for the
+        // mend to find (it reads every leaf).
+        w.partial = Some(Tree::under_new_root(root, size, count, w.lost.len()));
     }
-    // A whole tree under the new root, or none.
+    // A whole tree under the new root, a partial one with a hole per node lost, or none.
     debug_assert!(w.tree.is_none() || w.lost.is_empty());
+    debug_assert!(w.partial.as_ref().is_none_or(|t| t.holes() == w.lost.len()));
     Ok(w)
 }
 
