@@ -98,7 +98,7 @@ fn root_found_lines(r: &RootFound) -> Vec<String> {
     if r.levels_down > 0 {
         out.push(format!(
             "file tree: a node under its root lost too: the root made again {} level(s) \
-             lower, over the whole subtrees there",
+             lower, over the subtrees there",
             r.levels_down
         ));
     }
@@ -106,8 +106,8 @@ fn root_found_lines(r: &RootFound) -> Vec<String> {
         0 => "every entry kept as it was".to_string(),
         n => format!(
             "every entry under them kept as it was but under {n} node(s) they name that \
-             were found nowhere (lost too), whose keys are mended as a leaf's that does \
-             not read"
+             were found nowhere (lost too), whose keys are mended as a lost leaf's or \
+             node's are (below)"
         ),
     };
     out.push(format!(

@@ -1,7 +1,8 @@
 //! Picking and making one damage: a metadata kind, a form, a place.
 //!
 //! Data structures: [`Form`] and [`Damage`] (kind, form, the device byte it starts at);
-//! a bad sector ([`bad_sector`]) is a file and a block of its data.
+//! a bad sector ([`bad_sector`]) is a file and a block of its data; a [`leaf`] zeroed
+//! besides a tree node is a damage of its own.
 //! Invariant: a damage changes only the block it starts in, and what it reports as damaged
 //! is the span of bytes it really changed (a stale block equal to the current one changes
 //! nothing and hits nothing). Lock order: none.
@@ -65,6 +66,27 @@ pub(super) fn bad_sector(rng: &mut impl Rng, truth: &Truth) -> Option<(u64, Rang
     // A whole block of the file's data.
     debug_assert!(r.start <= at && at + BLOCK <= r.end);
     Some((*ino, at..at + BLOCK))
+}
+
+/// A leaf of the file tree zeroed, to come with a damage to one of its internal nodes (a
+/// root lost with a leaf under it, as a failing region of a disk takes both: a checkpoint
+/// writes a path's nodes close together): the block of a file's table entry (`None` when
+/// the image has none).
+pub(super) fn leaf(rng: &mut impl Rng, truth: &Truth) -> Option<Damage> {
+    let places = truth.places.get(&MetaKind::FileTable)?;
+    let places: Vec<&Range<u64>> = places.iter().filter(|r| !r.is_empty()).collect();
+    if places.is_empty() {
+        return None;
+    }
+    let r = places[rng.gen_range(0..places.len())];
+    let at = rng.gen_range(r.clone());
+    // A byte of an entry, in the leaf that holds it.
+    debug_assert!(r.contains(&at));
+    Some(Damage {
+        kind: MetaKind::FileTable,
+        form: Form::ZeroBlock,
+        at,
+    })
 }
 
 /// Makes `damage` on `bytes` (`stale`: the earlier snapshot); returns the span of bytes it

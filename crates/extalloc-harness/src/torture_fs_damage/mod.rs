@@ -18,7 +18,10 @@
 //! runs before it): a block of a regular file's data whose reads fail with `EIO`, as a bad
 //! sector's do on Linux (`FaultDevice::fail_reads_in`), for the mount and the repair; that
 //! file is hit. A repair that scans the device for a lost tree node reads it and must go
-//! on. Then, each step under a panic guard and a time limit (`judge.rs`):
+//! on. One damage to a tree node in three also zeroes a leaf of the file tree (`leaf_too`,
+//! from an rng of its own: the block of a file's table entry; the files whose entries it
+//! held are hit), as a failing region takes a root and a leaf written close together.
+//! Then, each step under a panic guard and a time limit (`judge.rs`):
 //!
 //! 1. **fsck**, read-only as `extalloc fsck`: `detected` when it reports or refuses;
 //! 2. **mount** as `extalloc mount`: it refuses (`mount_refused`), or every inode not hit
@@ -98,6 +101,9 @@ pub struct KindCounts {
     /// Damages that also made one block of a file's data unreadable (its reads fail as
     /// a bad sector's do: `EIO`), that file counted hit.
     pub bad_sectors: u64,
+    /// Damages to a tree node that also zeroed a leaf of the file tree (the block of a
+    /// file's table entry; the files whose entries it held counted hit).
+    pub leaf_too: u64,
     /// Damages fsck reported (a problem, or a refusal).
     pub detected: u64,
     pub mount_refused: u64,
@@ -140,12 +146,13 @@ pub struct KindCounts {
 
 impl KindCounts {
     /// The counts as (name, value), in the order above (the sums, then the maximum).
-    fn fields(&self) -> [(&'static str, u64); 20] {
+    fn fields(&self) -> [(&'static str, u64); 21] {
         [
             ("damages", self.damages),
             ("unchanged", self.unchanged),
             ("files_hit", self.files_hit),
             ("bad_sectors", self.bad_sectors),
+            ("leaf_too", self.leaf_too),
             ("detected", self.detected),
             ("mount_refused", self.mount_refused),
             ("mount_lost", self.mount_lost),
@@ -171,6 +178,7 @@ impl KindCounts {
             &mut self.unchanged,
             &mut self.files_hit,
             &mut self.bad_sectors,
+            &mut self.leaf_too,
             &mut self.detected,
             &mut self.mount_refused,
             &mut self.mount_lost,
@@ -394,16 +402,23 @@ fn one_image(seed: u64, i: u64, damages: u64) -> Result<FsDamageOutcome> {
     let image = make_image(image_seed, i % 4 == 3, &mut out)
         .with_context(|| format!("building image {i} (seed {image_seed})"))?;
     let mut rng = StdRng::seed_from_u64(image_seed ^ 0x5eed);
-    // Bad sectors from an rng of their own: the damages are those of the runs before them.
+    // Bad sectors and leaves from rngs of their own: the damages are those of the runs
+    // before them.
     let mut sectors = StdRng::seed_from_u64(image_seed ^ 0xbad5);
+    let mut leaves = StdRng::seed_from_u64(image_seed ^ 0x1eaf);
     for d in 0..damages {
         let damage = damage::pick(&mut rng, &image.truth);
         let bad = sectors
             .gen_ratio(1, 4)
             .then(|| damage::bad_sector(&mut sectors, &image.truth))
             .flatten();
-        let tag = format!("seed {seed} image {i} damage {d}: {damage:?}, bad sector {bad:?}");
-        judge(&image, (damage, bad), rng.gen(), &tag, &mut out);
+        let leaf = (damage.kind == MetaKind::TreeNodes && leaves.gen_ratio(1, 3))
+            .then(|| damage::leaf(&mut leaves, &image.truth))
+            .flatten();
+        let tag = format!(
+            "seed {seed} image {i} damage {d}: {damage:?}, leaf {leaf:?}, bad sector {bad:?}"
+        );
+        judge(&image, (damage, leaf, bad), rng.gen(), &tag, &mut out);
     }
     Ok(out)
 }
@@ -427,23 +442,33 @@ fn make_image(seed: u64, mid_checkpoint: bool, out: &mut FsDamageOutcome) -> Res
     })
 }
 
-/// A damage, and the bad sector that comes with it, if one does: the file it lies in, and
-/// its device bytes (a block).
-type Judged = (damage::Damage, Option<(u64, Range<u64>)>);
+/// A damage, the leaf zeroed with it if one is ([`damage::leaf`]), and the bad sector that
+/// comes with it, if one does: the file it lies in, and its device bytes (a block).
+type Judged = (
+    damage::Damage,
+    Option<damage::Damage>,
+    Option<(u64, Range<u64>)>,
+);
 
-/// Damages a copy of `image` (and makes a block of a file's data unreadable, if the damage
-/// comes with a bad sector), runs the steps on it, and counts what they did.
+/// Damages a copy of `image` (and zeroes a leaf, and makes a block of a file's data
+/// unreadable, if the damage comes with them), runs the steps on it, and counts what they
+/// did.
 fn judge(image: &Image, damage: Judged, flip: u8, tag: &str, out: &mut FsDamageOutcome) {
-    let (damage, bad) = damage;
+    let (damage, leaf, bad) = damage;
     out.damages += 1;
     let mut c = KindCounts {
         damages: 1,
         bad_sectors: u64::from(bad.is_some()),
+        leaf_too: u64::from(leaf.is_some()),
         ..KindCounts::default()
     };
     let mut bytes = image.bytes.clone();
     let span = damage::make(&mut bytes, &image.stale, damage, flip);
     let mut hit: BTreeSet<u64> = image.truth.hit(&span).into_iter().collect();
+    if let Some(leaf) = leaf {
+        let zeroed = damage::make(&mut bytes, &image.stale, leaf, flip);
+        hit.extend(image.truth.hit(&zeroed));
+    }
     if damage.kind == MetaKind::JournalRecords && !span.is_empty() {
         hit.extend(&image.truth.journal_touched);
     }
@@ -560,11 +585,34 @@ mod tests {
         );
     }
 
+    /// Each of `nodes` zeroed in turn on a copy of `image`, with what `with` gives (a leaf
+    /// zeroed too, a bad sector), and judged: the campaign passed; its counts.
+    fn zeroed_each(
+        image: &Image,
+        nodes: &[extalloc::volume::TreeNodePlace],
+        mut with: impl FnMut(&truth::Truth) -> (Option<damage::Damage>, Option<(u64, Range<u64>)>),
+    ) -> KindCounts {
+        let mut out = FsDamageOutcome::default();
+        for node in nodes {
+            let damage = damage::Damage {
+                kind: MetaKind::TreeNodes,
+                form: damage::Form::ZeroBlock,
+                at: node.bytes.start,
+            };
+            let (leaf, bad) = with(&image.truth);
+            let tag = format!("{node:?}, leaf {leaf:?}, bad sector {bad:?}");
+            judge(image, (damage, leaf, bad), 1, &tag, &mut out);
+        }
+        assert!(out.passed(), "{out:#?}");
+        out.total
+    }
+
     /// A deep-tree image's file tree has internal nodes under its root. Each zeroed in
     /// turn (on an image with nothing in the journal, whose changes name files the open
     /// must read), and the root itself, is mended by the repair's page path (the root made
     /// again over its children), maps in map segments under it or not, with no inode lost
-    /// or sent to /lost+found.
+    /// or sent to /lost+found; so is each with a bad sector, and each with a leaf zeroed
+    /// too.
     #[test]
     fn a_deep_tree_images_internal_nodes_are_each_mended_on_the_page_path() {
         let deep = |s: &u64| s.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 62 == 2;
@@ -581,17 +629,7 @@ mod tests {
         let nodes = vol.tree_nodes();
         drop(vol);
         assert!(nodes.iter().any(|n| n.root && n.level == 2), "{nodes:?}");
-        let mut out = FsDamageOutcome::default();
-        for node in &nodes {
-            let damage = damage::Damage {
-                kind: MetaKind::TreeNodes,
-                form: damage::Form::ZeroBlock,
-                at: node.bytes.start,
-            };
-            judge(&image, (damage, None), 1, &format!("{node:?}"), &mut out);
-        }
-        assert!(out.passed(), "{out:#?}");
-        let c = &out.total;
+        let c = zeroed_each(&image, &nodes, |_| (None, None));
         assert_eq!(c.damages, nodes.len() as u64);
         assert_eq!((c.files_hit, c.repair_refused), (0, 0), "{c:?}");
         assert_eq!(
@@ -603,30 +641,25 @@ mod tests {
         assert_eq!(c.recovered_lost_found + c.recovered_renamed, 0, "{c:?}");
         // Again with a bad sector in a file's data each time: the scans skip it, and the
         // repairs stay on the page path; only that file is hit.
-        let mut out = FsDamageOutcome::default();
         let mut rng = StdRng::seed_from_u64(11);
-        for node in &nodes {
-            let damage = damage::Damage {
-                kind: MetaKind::TreeNodes,
-                form: damage::Form::ZeroBlock,
-                at: node.bytes.start,
-            };
-            let bad = damage::bad_sector(&mut rng, &image.truth).expect("files with data");
-            judge(
-                &image,
-                (damage, Some(bad)),
-                1,
-                &format!("{node:?}"),
-                &mut out,
-            );
-        }
-        assert!(out.passed(), "{out:#?}");
-        let c = &out.total;
+        let c = zeroed_each(&image, &nodes, |truth| {
+            (None, damage::bad_sector(&mut rng, truth))
+        });
         assert_eq!(
             (c.bad_sectors, c.files_hit),
             (c.damages, c.damages),
             "{c:?}"
         );
+        assert_eq!(c.repair_refused, 0, "{c:?}");
+        assert_eq!(c.repair_tree_scans_paged, c.damages, "{c:?}");
+        // Again with a leaf zeroed besides each node (the root made again with a hole
+        // there, or a hole and a leaf mended under it): still the page path, only the
+        // leaf's files hit.
+        let c = zeroed_each(&image, &nodes, |truth| {
+            (damage::leaf(&mut rng, truth), None)
+        });
+        assert_eq!(c.leaf_too, c.damages, "{c:?}");
+        assert!(c.files_hit >= c.damages, "{c:?}");
         assert_eq!(c.repair_refused, 0, "{c:?}");
         assert_eq!(c.repair_tree_scans_paged, c.damages, "{c:?}");
     }

@@ -238,9 +238,11 @@ impl Root {
 /// under it (every block the bitmaps mark used read once): the nodes of the root's
 /// children's level whose whole subtrees were found, newest first, each whose keys overlap
 /// none taken before, kept only if their entries are exactly as many as the lost root
-/// counted, or, with holes where a node they name was found nowhere, fewer
-/// (`docs/format.md`, "A lost root made again"). Every entry found is kept as it was, the
-/// holes' ranges are mended as a lost leaf's; the next checkpoint writes the new root.
+/// counted, or, with holes where a node they name was found nowhere, fewer by no more
+/// than the holes hold, every older node among them one the previous checkpoint's tree
+/// names (`docs/format.md`, "A lost root made again"). Every entry found is kept as it
+/// was, the holes' ranges are mended as a lost leaf's or node's; the next checkpoint
+/// writes the new root.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct RootFound {

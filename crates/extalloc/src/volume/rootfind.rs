@@ -21,12 +21,17 @@
 //! siblings', are found a level down). A stale subtree (one a checkpoint freed, found
 //! where the block was handed out again but not yet written) adds keys the count does not
 //! have; a subtree not whole leaves keys short of it: either way the count refuses. If no
-//! level counts, the children's level is tried with holes ([`Take::WithHoles`]): a node a
-//! child's subtree names that was found nowhere (zeroed, overwritten, unreadable) is a
-//! hole, and the root stands if the entries found and one for each hole are no more than
-//! the root counted and every node noted at that level or below lies under a child taken
-//! (the count can no longer tell a missing or doubled range: a node left out would); else
-//! the level below is tried so, down to the leaves' parents. The walk under it then
+//! level counts, each level from the children's down to the leaves' parents is tried with
+//! holes ([`Take::WithHoles`]): a node a child's subtree names that was found nowhere
+//! (zeroed, overwritten, unreadable) is a hole, and the root stands if the entries found
+//! and one for each hole are no more than the root counted, the entries missing fit in
+//! the holes ([`room`]: a subtree lost whole, which leaves no hole, is more than they
+//! hold), every node noted at that level or below lies under a child taken (a node left
+//! out says a range is missing or doubled), and every node under the children taken, a
+//! hole too, older than the root is one the previous checkpoint's tree names (copy on
+//! write shares what a checkpoint did not change; a stale node is not shared: it would
+//! bring back entries no one judged). The count alone can no longer tell a stale or
+//! missing range where holes give it slack: these say what it cannot. The walk under it then
 //! gives the holes to the mend (`leafrepair.rs`) as under an intact root. Else the salvage
 //! runs as before. A root over more children than a node holds
 //! is split by the checkpoint's settle (`Tree::settle`), as any node that outgrew one.
@@ -37,21 +42,23 @@
 //! Data structures: [`Found`] (the children of the root made again), `Node` (a node
 //! noted), `Sum` (what a subtree holds), [`Take`]. Invariant: the children found are in
 //! key order, their key ranges disjoint, their entries as many as the lost root's, or,
-//! with holes, fewer by at least one a hole and every node noted at their level or below
-//! under them. Locks: none
+//! with holes, fewer by at least one a hole and at most what the holes hold, every node
+//! noted at their level or below under them, and every node under them older than the
+//! root in the previous tree. Locks: none
 //! (the volume is not shared yet).
 
 use super::node::{self, ChildRef, NodeRef};
 use super::root::{RootFound, TreeRoot};
 use super::scanread::{used_to_read, NodeScans, Tally};
 use super::state::Meta;
+use super::tree::NodeIo;
 use super::treeio::VolIo;
 use super::walk::{self, Walked};
 use crate::disk::device::Device;
 use crate::error::{Error, Result};
 use crate::geometry::Extent;
 use crate::store::Store;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// The root made again: its children (in key order, each named by the least key under
 /// it, with the marks of what is under it) and its level.
@@ -94,6 +101,8 @@ struct Sum {
     /// Children named under it and found nowhere ([`Take::WithHoles`] only): their
     /// entries are not in `count`.
     holes: u64,
+    /// The most entries those holes could have held ([`room`] of each one's level).
+    room: u64,
 }
 
 /// How [`children_at`] takes a subtree.
@@ -102,8 +111,18 @@ enum Take {
     /// Only whole: every node under it found.
     Whole,
     /// With holes where a node it names was found nowhere (its block holds no node of
-    /// this volume: zeroed, overwritten, unreadable).
-    WithHoles,
+    /// this volume: zeroed, overwritten, unreadable); nodes of `node_bytes` bytes.
+    WithHoles { node_bytes: usize },
+}
+
+/// The most entries a subtree of `level` can hold in nodes of `node_bytes` bytes: a leaf's
+/// payload in frames of at least a header and an id each, an internal node's in
+/// children of [`node::CHILD_BYTES`].
+fn room(level: u8, node_bytes: usize) -> u64 {
+    let payload = node_bytes.saturating_sub(node::HEADER_BYTES) as u64;
+    let leaf = payload / (super::table::FRAME_HEADER as u64 + 8);
+    let fan = payload / node::CHILD_BYTES as u64;
+    (0..level).fold(leaf, |r, _| r.saturating_mul(fan))
 }
 
 /// The marked walk of `t`'s tree; for a repair (whose `scans` read the device and tell
@@ -130,11 +149,12 @@ pub(super) fn walk_or_find(
     let Some(scans) = scans else {
         return walked.map(|w| (w, None));
     };
-    let Some(f) = find(store, dev, t, (retired, scans))? else {
+    let Some(f) = find((store, dev), io, t, (retired, scans))? else {
         return walked.map(|w| (w, None));
     };
     let under = walk::walk_marked_under(io, (f.level, &f.children), size, t.count)?;
-    if under.tree.is_none() && under.partial.is_none() {
+    // A partial tree only where the root was made with holes: their subtrees' nodes.
+    if under.tree.is_none() && (under.partial.is_none() || f.holes == 0) {
         return walked.map(|w| (w, None));
     }
     // A tree under a root with no place yet, for the next checkpoint to write: whole, or
@@ -181,13 +201,15 @@ pub(super) fn adopt(meta: &mut Meta, t: &TreeRoot, found: RootFound, nb: u64) {
 /// can be made that counts what the lost one counted (the salvage then runs). Fails only
 /// on the device's error (`scanread.rs`: blocks in a row that do not read).
 pub(super) fn find(
-    store: &Store,
-    dev: &dyn Device,
+    (store, dev): (&Store, &dyn Device),
+    io: &mut VolIo<'_>,
     t: &TreeRoot,
     (retired, scans): (&[Extent], &NodeScans<'_>),
 ) -> Result<Option<Found>> {
     let (nodes, tally) = scan(store, dev, t, (retired, scans))?;
-    Ok(choose(&nodes, t).map(|c| Found {
+    let node_bytes = node::node_bytes(u64::from(store.geometry().block_size));
+    let previous = || previous_nodes(io, t);
+    let found = choose(&nodes, t, (node_bytes, previous)).map(|c| Found {
         children: c.children,
         level: c.level + 1,
         levels_down: c.top - c.level,
@@ -195,7 +217,13 @@ pub(super) fn find(
         blocks_unreadable: tally.unreadable,
         nodes_found: nodes.len() as u64,
         holes: c.holes,
-    }))
+    });
+    // A root over children; one with holes over internal nodes (a hole is a child one
+    // names).
+    debug_assert!(found
+        .as_ref()
+        .is_none_or(|f| !f.children.is_empty() && f.level > u8::from(f.holes > 0)));
+    Ok(found)
 }
 
 /// The children [`choose`] takes: their level, the highest below the lost root's that
@@ -209,8 +237,14 @@ struct Chosen {
 }
 
 /// The children of a root made again over the `nodes` found (see the module
-/// documentation) for `t`'s lost root, if any count what it counted.
-fn choose(nodes: &HashMap<u64, Node>, t: &TreeRoot) -> Option<Chosen> {
+/// documentation) for `t`'s lost root, if any count what it counted; with holes (in nodes
+/// of `node_bytes`), only over nodes the previous checkpoint's tree names when older than
+/// the root (`previous`, read only then: [`previous_nodes`]).
+fn choose(
+    nodes: &HashMap<u64, Node>,
+    t: &TreeRoot,
+    (node_bytes, previous): (usize, impl FnOnce() -> Option<HashSet<NodeRef>>),
+) -> Option<Chosen> {
     let g = t.root.generation;
     // The children's level: the highest below the root's that carries its generation.
     let top = (nodes.values())
@@ -234,14 +268,49 @@ fn choose(nodes: &HashMap<u64, Node>, t: &TreeRoot) -> Option<Chosen> {
         }
     }
     // A node lost under a child: each level with holes in its place, if every node found
-    // at it or below lies under what is taken.
+    // at it or below lies under what is taken, and every node under what is taken (a
+    // hole too) older than the root is one the previous tree names.
+    let previous = previous()?;
+    let take = Take::WithHoles { node_bytes };
     let mut memo = HashMap::new();
     for level in (1..=top).rev() {
-        if let Some(taken) = children_at(nodes, &mut memo, (level, Take::WithHoles), t) {
+        let Some(taken) = children_at(nodes, &mut memo, (level, take), t) else {
+            continue;
+        };
+        let tops = taken.0.iter().map(|c| c.at);
+        if all_under(nodes, tops, level, (&previous, t.root.generation)) {
             return Some(chosen(taken, level));
         }
     }
     None
+}
+
+/// Every node of the previous checkpoint's tree (`t.previous`), its leaves as their
+/// parents name them, if every internal node of it reads and checks (`None` otherwise, or
+/// when the root names no previous tree). A node of `t`'s tree older than its root is one
+/// of them (copy on write: a checkpoint shares what it did not change); a stale node, one
+/// a checkpoint before freed, is not. The previous tree's replaced nodes are held until
+/// the next checkpoint (the root's retired chain), so it reads whole.
+fn previous_nodes(io: &mut VolIo<'_>, t: &TreeRoot) -> Option<HashSet<NodeRef>> {
+    let (root, _) = t.previous?;
+    let mut out = HashSet::new();
+    let mut stack = vec![(root, None)];
+    while let Some((at, level)) = stack.pop() {
+        if !out.insert(at) || level == Some(0) {
+            continue;
+        }
+        let d = io.read(at).ok()?;
+        if level.is_some_and(|l| l != d.level) {
+            return None;
+        }
+        if d.level > 0 {
+            let children = node::decode_children(&d, at.generation).ok()?;
+            stack.extend(children.iter().map(|c| (c.at, Some(d.level - 1))));
+        }
+    }
+    // The root, and each node under it once.
+    debug_assert!(out.contains(&root));
+    Some(out)
 }
 
 /// The nodes of `level` a root made again names (see the module documentation), if what
@@ -274,12 +343,17 @@ fn children_at(
     let count = spans.values().map(|(_, _, s)| s.count).sum::<u64>();
     let holes = spans.values().map(|(_, _, s)| s.holes).sum::<u64>();
     let newest = (spans.values()).any(|(_, at, _)| at.generation == t.root.generation);
+    let room = spans
+        .values()
+        .map(|(_, _, s)| s.room)
+        .fold(0, u64::saturating_add);
     let counts = match take {
         Take::Whole => count == t.count,
-        Take::WithHoles => {
+        // What the holes held: at least an entry each, at most what they had room for.
+        Take::WithHoles { .. } => {
             holes > 0
                 && count.checked_add(holes).is_some_and(|c| c <= t.count)
-                && all_under(nodes, spans.values().map(|(_, at, _)| *at), level)
+                && t.count - count <= room
         }
     };
     if !counts || !newest {
@@ -295,16 +369,26 @@ fn children_at(
         .collect();
     // In key order, disjoint; as many entries as the root counted, or holes for the rest.
     debug_assert!(children.windows(2).all(|w| w[0].first < w[1].first));
-    debug_assert!((take == Take::Whole) == (holes == 0));
+    debug_assert!((take == Take::Whole) == (holes == 0) && holes <= room);
     Some((children, holes))
 }
 
-/// Every node in `nodes` at `level` or below lies under one of `taken` (nodes of
-/// `level`; a hole names no node found).
-fn all_under(nodes: &HashMap<u64, Node>, taken: impl Iterator<Item = NodeRef>, level: u8) -> bool {
-    let mut under = std::collections::HashSet::new();
+/// Every node in `nodes` at `level` or below lies under one of `taken` (nodes of `level`;
+/// a hole names no node found), and every node under them, a hole too, older than `g`
+/// (the lost root's generation) is one of `previous` (the previous checkpoint's tree:
+/// [`previous_nodes`]).
+fn all_under(
+    nodes: &HashMap<u64, Node>,
+    taken: impl Iterator<Item = NodeRef>,
+    level: u8,
+    (previous, g): (&HashSet<NodeRef>, u64),
+) -> bool {
+    let mut under = HashSet::new();
     let mut stack: Vec<NodeRef> = taken.collect();
     while let Some(at) = stack.pop() {
+        if at.generation < g && !previous.contains(&at) {
+            return false; // stale, or named by a stale node
+        }
         let Some(n) = nodes.get(&at.block).filter(|n| n.at == at) else {
             continue; // a hole
         };
@@ -399,6 +483,7 @@ fn leaf_sum(payload: &[u8]) -> Option<Sum> {
         count: items.len() as u64,
         marks,
         holes: 0,
+        room: 0,
     })
 }
 
@@ -429,7 +514,7 @@ fn sum_of(
     };
     // A subtree found holds keys, in order, or holes where they were.
     debug_assert!(s.is_none_or(|s| s.lo <= s.hi && s.count + s.holes > 0));
-    debug_assert!(s.is_none_or(|s| take == Take::WithHoles || s.holes == 0));
+    debug_assert!(s.is_none_or(|s| take != Take::Whole || s.holes == 0));
     memo.insert(at.block, s);
     s
 }
@@ -444,17 +529,18 @@ fn children_sum(
     let mut total: Option<Sum> = None;
     for (i, c) in children.iter().enumerate() {
         let below = level.checked_sub(1)?;
-        let s = match take == Take::WithHoles && !nodes.contains_key(&c.at.block) {
+        let s = match take {
             // Found nowhere: its least key and marks as the node names them, its entries
             // unknown.
-            true => Sum {
+            Take::WithHoles { node_bytes } if !nodes.contains_key(&c.at.block) => Sum {
                 lo: c.first,
                 hi: c.first,
                 count: 0,
                 marks: c.marks,
                 holes: 1,
+                room: room(below, node_bytes),
             },
-            false => sum_of(nodes, memo, (c.at, below), take)?,
+            _ => sum_of(nodes, memo, (c.at, below), take)?,
         };
         let inside = (i == 0 || s.lo >= c.first)
             && children.get(i + 1).is_none_or(|next| s.hi < next.first)
@@ -473,6 +559,7 @@ fn children_sum(
                 count: t.count.checked_add(s.count)?,
                 marks: t.marks | c.marks,
                 holes: t.holes + s.holes,
+                room: t.room.saturating_add(s.room),
             },
         });
     }
@@ -484,3 +571,7 @@ fn children_sum(
 #[cfg(test)]
 #[path = "rootfind_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "rootfind_holes_tests.rs"]
+mod holes_tests;

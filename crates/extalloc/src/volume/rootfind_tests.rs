@@ -8,23 +8,24 @@ use crate::disk::device::{Device, MemDevice};
 use crate::geometry::Geometry;
 use crate::volume::load::volume_root;
 use crate::volume::record::MapRef;
-use crate::volume::root::{RootFound, TreeRoot};
+use crate::volume::root::TreeRoot;
 use crate::volume::table::{self, TableFile};
 use crate::volume::{node, MendedLeaves, NodeScans, Volume};
-use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Each file's id and attribute.
-type Attrs = Vec<(u64, Vec<u8>)>;
+pub(super) type Attrs = Vec<(u64, Vec<u8>)>;
 
 /// A volume of 6,000 files whose tree has three levels, closed: the device, each file's id
 /// and attribute, and the tree's root.
-fn three_levels() -> (Arc<MemDevice>, Attrs, TreeRoot) {
+pub(super) fn three_levels() -> (Arc<MemDevice>, Attrs, TreeRoot) {
     three_levels_then(|_, _| ())
 }
 
 /// [`three_levels`], `then` called on the volume and its files before it closes.
-fn three_levels_then(then: impl FnOnce(&Volume, &Attrs)) -> (Arc<MemDevice>, Attrs, TreeRoot) {
+pub(super) fn three_levels_then(
+    then: impl FnOnce(&Volume, &Attrs),
+) -> (Arc<MemDevice>, Attrs, TreeRoot) {
     let dev = Arc::new(MemDevice::new(8192 * BS));
     let geometry = Geometry::new(4096, 1024, 8192).unwrap();
     let vol = Volume::mkfs(dev.clone(), &geometry, 64, Policy::default()).unwrap();
@@ -39,7 +40,7 @@ fn three_levels_then(then: impl FnOnce(&Volume, &Attrs)) -> (Arc<MemDevice>, Att
 }
 
 /// The durable file tree's root.
-fn tree_of(dev: &Arc<MemDevice>) -> TreeRoot {
+pub(super) fn tree_of(dev: &Arc<MemDevice>) -> TreeRoot {
     let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
     let t = volume_root(vol.store()).unwrap().tree.unwrap();
     drop(vol);
@@ -47,7 +48,7 @@ fn tree_of(dev: &Arc<MemDevice>) -> TreeRoot {
 }
 
 /// The children of the node `at`, read and checked, and its level.
-fn children_of(dev: &Arc<MemDevice>, at: node::NodeRef) -> (u8, Vec<node::ChildRef>) {
+pub(super) fn children_of(dev: &Arc<MemDevice>, at: node::NodeRef) -> (u8, Vec<node::ChildRef>) {
     let mut raw = vec![0u8; BS as usize];
     dev.read_at(&mut raw, at.block * BS).unwrap();
     let d = node::decode(&raw, at).unwrap();
@@ -76,7 +77,7 @@ fn made_again(dev: &Arc<MemDevice>) -> (Volume, MendedLeaves) {
 
 /// The bitmaps rebuilt, `vol` closed and opened again: a clean volume, whose root lies
 /// elsewhere than `lost`.
-fn rebuilt_and_reopened(dev: &Arc<MemDevice>, vol: Volume, lost: u64) -> Volume {
+pub(super) fn rebuilt_and_reopened(dev: &Arc<MemDevice>, vol: Volume, lost: u64) -> Volume {
     vol.rebuild_allocation().unwrap();
     vol.close().unwrap();
     let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
@@ -174,186 +175,9 @@ fn a_lost_root_and_child_are_made_again_a_level_down() {
     );
 }
 
-/// The keys of the leaf `at`, read and checked.
-fn ids_in(dev: &Arc<MemDevice>, at: node::NodeRef) -> Vec<u64> {
-    let mut raw = vec![0u8; BS as usize];
-    dev.read_at(&mut raw, at.block * BS).unwrap();
-    let d = node::decode(&raw, at).unwrap();
-    assert_eq!(d.level, 0, "a leaf");
-    let items = crate::volume::tree::leaf_items(&d.payload).unwrap();
-    items.keys().copied().collect()
-}
-
-/// Zeroes the first block of each node of `at`.
-fn zero(dev: &Arc<MemDevice>, at: &[node::NodeRef]) {
-    for n in at {
-        dev.write_at(&[0u8; BS as usize], n.block * BS).unwrap();
-    }
-}
-
-/// Mends `vol` (opened for repair, the root made again with a hole at the leaf `leaf`, of
-/// which nothing survived but what the previous checkpoint's tree gives back: each of its
-/// `gone` entries restored from there, lost, or uncounted; no other damage): nothing
-/// mapped free or twice; the bitmaps rebuilt and the volume opened again, it checks
-/// clean, every file of `files` is as it was but those of `gone` not restored, which are
-/// gone. The root made again, as the mend reports it.
-fn all_but_the_leaf(
-    (dev, vol): (&Arc<MemDevice>, Volume),
-    (leaf, gone): (u64, &[u64]),
-    (files, lost_root): (&Attrs, u64),
-) -> RootFound {
-    let mended = vol.mend_unreadable_leaves().unwrap();
-    assert_eq!(mended.leaves.len(), 1, "{mended:?}");
-    assert_eq!(mended.leaves[0].0, leaf, "{mended:?}");
-    // Each entry of the leaf counted once: restored, or found nowhere (uncounted, or in a
-    // stretch of its bytes that decodes as no entry: reported lost, with no id).
-    let (restored, uncounted) = (mended.restored.len(), mended.uncounted as usize);
-    assert!(restored + uncounted <= gone.len(), "{mended:?}");
-    assert!(
-        restored + uncounted + mended.lost.len() >= gone.len(),
-        "{mended:?}"
-    );
-    assert!(mended.restored.iter().all(|id| gone.contains(id)));
-    assert!(mended.tree_scan.is_none(), "{mended:?}");
-    let c = vol.check().unwrap();
-    assert_eq!((c.mapped_free, c.mapped_twice), (0, 0), "{c:?}");
-    let vol = rebuilt_and_reopened(dev, vol, lost_root);
-    let lost = |id: &u64| gone.contains(id) && !mended.restored.contains(id);
-    for (id, attr) in files {
-        match lost(id) {
-            true => assert!(vol.attr(*id).is_err(), "file {id} was the leaf's"),
-            false => assert_eq!(&vol.attr(*id).unwrap(), attr, "file {id}"),
-        }
-    }
-    let kept = files.iter().filter(|(id, _)| !lost(id)).count();
-    assert_eq!(vol.file_count().unwrap(), kept as u64);
-    mended.root_found.expect("the root made again")
-}
-
-/// The root lost with a leaf under its first child (zeroed: its block holds no node). The
-/// child's subtree is taken with a hole where the leaf was: every node found lies under
-/// the children taken, and what they hold, plus an entry for the hole, is no more than
-/// the root counted. So the root is made again; the mend then finds the leaf as it finds
-/// any leaf that does not read, and rebuilds its range (nothing of it survives: its
-/// entries uncounted) on the page path, every other file kept as it was.
-#[test]
-fn a_lost_root_and_leaf_are_made_again_with_a_hole_for_the_mend() {
-    let (dev, files, tree) = three_levels();
-    let (_, children) = children_of(&dev, tree.root);
-    let (_, leaves) = children_of(&dev, children[0].at);
-    let leaf = leaves[leaves.len() / 2].at;
-    let gone = ids_in(&dev, leaf);
-    zero(&dev, &[tree.root, leaf]);
-    assert!(Volume::open(dev.clone(), Policy::default()).is_err());
-    let vol = Volume::open_for_repair(dev.clone(), Policy::default()).unwrap();
-    let found = all_but_the_leaf((&dev, vol), (leaf.block, &gone), (&files, tree.root.block));
-    assert_eq!(
-        (found.level, found.levels_down, found.holes),
-        (2, 0, 1),
-        "{found:?}"
-    );
-    assert_eq!(found.children, children.len() as u64, "{found:?}");
-}
-
-/// The root lost with one of its children, and a leaf under another: no level counts what
-/// the root counted, and with a hole for the leaf the lost child's leaves (found, whole)
-/// lie under no node taken; below the children's level (the leaves') no node names a
-/// hole. So no root is made (a range would be missing that the count can no longer
-/// tell): the repair's open refuses, and the salvage's scan gives every file back but
-/// the leaf's.
-#[test]
-fn a_node_found_under_nothing_taken_makes_no_root_with_holes() {
-    let (dev, files, tree) = three_levels();
-    let (_, children) = children_of(&dev, tree.root);
-    // The last child carries the root's generation (the newest files), so a root over it
-    // alone would pass that check.
-    let last = children.last().unwrap().at;
-    assert!(children.len() >= 2 && last.generation == tree.root.generation);
-    let (_, leaves) = children_of(&dev, last);
-    let leaf = leaves[leaves.len() / 2].at;
-    let gone = ids_in(&dev, leaf);
-    zero(&dev, &[tree.root, children[0].at, leaf]);
-    assert!(Volume::open_for_repair(dev.clone(), Policy::default()).is_err());
-    let (vol, report) = Volume::open_salvaging(dev.clone(), Policy::default()).unwrap();
-    assert!(
-        report.tree_scan.is_some() && report.root_found.is_none(),
-        "{report:?}"
-    );
-    for (id, attr) in files.iter().filter(|(id, _)| !gone.contains(id)) {
-        assert_eq!(&vol.attr(*id).unwrap(), attr, "file {id}");
-    }
-}
-
-/// A whole leaf of this volume, no newer than the root, in a block the allocator holds
-/// (a freed leaf's bytes in a block handed out again and not written yet), with keys the
-/// tree no longer holds, and the root lost with a leaf: the count cannot refuse a root
-/// with a hole (the stale leaf's keys could stand for the hole's), but the stale leaf
-/// lies under no node taken at any level, so no root is made; the salvage's scan judges
-/// each entry and every file but the lost leaf's is kept.
-#[test]
-fn a_stale_leaf_in_a_held_block_makes_no_root_with_holes() {
-    let mut carrier = (0, 0);
-    let (dev, files, tree) = three_levels_then(|vol, _| {
-        let id = vol.create(b"the carrier").unwrap();
-        vol.write(id, 0, &[7u8; BS as usize]).unwrap();
-        carrier = (id, vol.extents(id).unwrap()[0].extent.start);
-    });
-    let (_, children) = children_of(&dev, tree.root);
-    let (_, leaves) = children_of(&dev, children.last().unwrap().at);
-    let leaf = leaves[leaves.len() / 2].at;
-    let gone = ids_in(&dev, leaf);
-    let stale = stale_leaf(&tree, carrier.1);
-    dev.write_at(&stale, carrier.1 * BS).unwrap();
-    zero(&dev, &[tree.root, leaf]);
-    assert!(Volume::open_for_repair(dev.clone(), Policy::default()).is_err());
-    let (vol, report) = Volume::open_salvaging(dev.clone(), Policy::default()).unwrap();
-    assert!(report.root_found.is_none(), "{report:?}");
-    for (id, attr) in files.iter().filter(|(id, _)| !gone.contains(id)) {
-        assert_eq!(&vol.attr(*id).unwrap(), attr, "file {id}");
-    }
-}
-
-/// The root lost with the leaf holding a map outside the tree (a long map, in a map
-/// segment: the leaf is marked, so the repair's open must read it). The root is made
-/// again with a hole there; the walk under it finds the leaf failed and gives a partial
-/// tree (no checkpoint runs before the mend), and the mend rebuilds the leaf's range: its
-/// files are lost (nothing of the leaf survives), the segment owned by no one is freed by
-/// the bitmaps' rebuild, and every other file is kept as it was.
-#[test]
-fn a_lost_root_and_marked_leaf_are_made_again_and_mended() {
-    let (dev, files, tree) = three_levels_then(|vol, files| {
-        let long = files[3000].0;
-        for b in 0..8 {
-            vol.write(long, 2 * b * BS, &bytes_of(long + b, BS as usize))
-                .unwrap();
-        }
-    });
-    let long = files[3000].0;
-    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
-    let place = (vol.places().unwrap().into_iter())
-        .find(|p| p.id == long)
-        .unwrap();
-    assert!(place.map.is_some(), "a map in a segment: {place:?}");
-    drop(vol);
-    let block = place.table.start / BS;
-    let (_, children) = children_of(&dev, tree.root);
-    let leaf = (children.iter())
-        .flat_map(|c| children_of(&dev, c.at).1)
-        .map(|c| c.at)
-        .find(|at| at.block == block)
-        .expect("the leaf under a child of the root");
-    let gone = ids_in(&dev, leaf);
-    assert!(gone.contains(&long));
-    zero(&dev, &[tree.root, leaf]);
-    let vol = Volume::open_for_repair(dev.clone(), Policy::default()).unwrap();
-    assert!(vol.checkpoint().is_err(), "no checkpoint before the mend");
-    let found = all_but_the_leaf((&dev, vol), (leaf.block, &gone), (&files, tree.root.block));
-    assert_eq!(found.holes, 1, "{found:?}");
-}
-
 /// A whole leaf of the volume `tree` is the root of, at its root's generation, at
 /// `block`, with the keys 9,000 to 9,004 (files no tree holds): a freed leaf's bytes.
-fn stale_leaf(tree: &TreeRoot, block: u64) -> Vec<u8> {
+pub(super) fn stale_leaf(tree: &TreeRoot, block: u64) -> Vec<u8> {
     let stamp = tree.stamp.expect("a stamped tree").value;
     let mut payload = Vec::new();
     for id in 9_000..9_005 {
@@ -437,105 +261,4 @@ fn nodes_in_a_group_held_corrupt_make_no_root() {
     for (id, attr) in &files {
         assert_eq!(&vol.attr(*id).unwrap(), attr, "file {id}");
     }
-}
-
-/// The nodes a scan would note under a lost root of a tree of four levels (generation 2):
-/// three nodes of level 2, each over three of level 1, each over three leaves of two
-/// entries (keys `10 i` and `10 i + 1` in leaf `i`); the path to the last leaf at the
-/// root's generation, the rest older. Leaf `i` lies at block `1000 + i`, the nodes of
-/// level 1 at `100 + j`, those of level 2 at `10 + k`. And the lost root's.
-fn four_levels() -> (HashMap<u64, super::Node>, TreeRoot) {
-    let at = |block, newest| node::NodeRef {
-        block,
-        generation: if newest { 2 } else { 1 },
-    };
-    let child = |first, at| node::ChildRef {
-        first,
-        at,
-        marks: 0,
-    };
-    let mut nodes = HashMap::new();
-    for i in 0..27u64 {
-        let sum = super::Sum {
-            lo: 10 * i,
-            hi: 10 * i + 1,
-            count: 2,
-            marks: 0,
-            holes: 0,
-        };
-        let n = super::Node {
-            at: at(1000 + i, i == 26),
-            level: 0,
-            leaf: Some(sum),
-            children: Vec::new(),
-        };
-        nodes.insert(n.at.block, n);
-    }
-    for (level, base, under, fan) in [(1u8, 100u64, 1000u64, 9u64), (2, 10, 100, 3)] {
-        for j in 0..fan {
-            let children = (3 * j..3 * j + 3)
-                .map(|c| {
-                    let first = 10 * c * if level == 1 { 1 } else { 3 };
-                    child(first, nodes[&(under + c)].at)
-                })
-                .collect();
-            let n = super::Node {
-                at: at(base + j, j == fan - 1),
-                level,
-                leaf: None,
-                children,
-            };
-            nodes.insert(n.at.block, n);
-        }
-    }
-    let t = TreeRoot {
-        root: at(1, true),
-        count: 54,
-        generation: 2,
-        retired: 0,
-        previous: None,
-        holds: 0,
-        stamp: None,
-    };
-    (nodes, t)
-}
-
-/// What the root made again over `nodes` names: its children's level, how far below the
-/// highest level of the root's generation, the holes, the children.
-fn chosen(nodes: &HashMap<u64, super::Node>, t: &TreeRoot) -> Option<(u8, u8, u64, usize)> {
-    let c = super::choose(nodes, t)?;
-    Some((c.level, c.top - c.level, c.holes, c.children.len()))
-}
-
-/// The choice of children, on a tree of four levels (too many files for a volume in a
-/// test): whole, over the three nodes of level 2; a leaf lost, with a hole there; a node
-/// of level 2 lost too, a level down, over the nine of level 1 with the hole (the nodes
-/// above are left to the bitmaps' rebuild); with a stale leaf besides (in no subtree
-/// taken), none at all. (A stale leaf holding exactly as many entries as the lost one
-/// would pass the leaves' count, as it always could: the count is the whole check there.)
-#[test]
-fn a_root_with_holes_is_made_at_the_highest_level_that_holds_every_node_found() {
-    let (mut nodes, t) = four_levels();
-    assert_eq!(chosen(&nodes, &t), Some((2, 0, 0, 3)));
-    nodes.remove(&1013); // leaf 13, under the node of level 1 at 104, under 11
-    assert_eq!(chosen(&nodes, &t), Some((2, 0, 1, 3)));
-    nodes.remove(&10); // a node of level 2, over 100..=102
-    assert_eq!(chosen(&nodes, &t), Some((1, 1, 1, 9)));
-    let stale = super::Node {
-        at: node::NodeRef {
-            block: 2000,
-            generation: 1,
-        },
-        level: 0,
-        leaf: Some(super::Sum {
-            lo: 900,
-            hi: 902,
-            count: 3, // not the lost leaf's 2: the leaves' count refuses too
-            marks: 0,
-            holes: 0,
-        }),
-        children: Vec::new(),
-    };
-    nodes.insert(2000, stale);
-    assert_eq!(chosen(&nodes, &t), None);
 }
