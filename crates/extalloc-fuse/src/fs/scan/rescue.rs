@@ -125,10 +125,16 @@ fn link_into(
         name.push(b'~');
     }
     let rec = record(&name, Some((ino, None)));
-    append(vol, dir, log.valid_bytes, &rec)
+    let at = log.valid_bytes;
+    append(vol, dir, at, &rec)
         .map_err(|e| format!("cannot link inode {ino} into directory {dir}: {e}"))?;
     log.valid_bytes += rec.len() as u64;
-    log.entries.insert(name, (ino, None));
+    let was = log.entries.insert(name, (ino, None));
+    // A new name, its record the log's last: the log in memory is the one on the device.
+    debug_assert!(was.is_none());
+    debug_assert!(vol
+        .size(dir)
+        .is_ok_and(|size| size == at + rec.len() as u64 && size == log.valid_bytes));
     Ok(())
 }
 
