@@ -14,9 +14,11 @@
 # line per run; the repair's stdout and stderr of the last run of each build are left in
 # COPY.buildK.out and .err (K: the build's place in the list). Needs root (the cgroup,
 # drop_caches). With LEAF_AT set (a place in key order, 0 to 1), the leaf there is zeroed
-# too (a root lost with a leaf under it: docs/results.md, "A lost root and leaf").
+# too (a root lost with a leaf under it: docs/results.md, "A lost root and leaf"). With
+# NEWEST=1, every node of the root's generation is zeroed with it (the whole path the last
+# checkpoint wrote: docs/results.md, "A root made over the leaves").
 set -euo pipefail
-[ $# -ge 3 ] || { sed -n 2,17p "$0" >&2; exit 2; }
+[ $# -ge 3 ] || { sed -n 2,20p "$0" >&2; exit 2; }
 IMAGE=$1 ROUNDS=$2
 shift 2
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -25,6 +27,9 @@ ROOT=$(python3 "$HERE/tree-node.py" "$IMAGE" --level root 2>/dev/null)
 LEAF=
 if [ -n "${LEAF_AT:-}" ]; then
   LEAF=$(python3 "$HERE/tree-node.py" "$IMAGE" --level leaf --at "$LEAF_AT" 2>/dev/null)
+fi
+if [ -n "${NEWEST:-}" ]; then
+  ROOT=$(python3 "$HERE/tree-node.py" "$IMAGE" --level newest 2>/dev/null)
 fi
 CACHE=$(( ${CACHE_MIB:-512} << 20 ))
 if [ -f /sys/fs/cgroup/cgroup.controllers ]; then

@@ -2,15 +2,17 @@
 """Prints the first block of one node of the file tree in force on an extalloc image, for
 damage experiments (docs/results.md, "fsck --repair of a lost file tree node").
 
-    scripts/bench/tree-node.py IMAGE [--level root|internal|leaf] [--at 0.5]
+    scripts/bench/tree-node.py IMAGE [--level root|internal|leaf|newest] [--at 0.5]
 
 The tree in force is found as a repair's scan would: every block that starts with a
 node's magic and names its own block is read (the image's holes skipped), the root is the
 highest internal node of the newest generation, and the tree is walked from it through the
 children each node names (their block and generation). `--level internal` picks among
 the internal nodes under the root, `leaf` among the leaves, `root` the root; `--at` says
-where in key order (0: the first, 0.5: the middle). How many nodes of the kind there are
-goes to stderr. Reads only; node layout in docs/format.md ("The file tree")."""
+where in key order (0: the first, 0.5: the middle). `--level newest` prints every node of
+the tree carrying the root's generation, one per line, the root first: the path the last
+checkpoint wrote (which one failing region near it can take whole). How many nodes of the
+kind there are goes to stderr. Reads only; node layout in docs/format.md ("The file tree")."""
 import argparse
 import os
 import struct
@@ -55,7 +57,7 @@ def nodes_of(path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("image")
-    ap.add_argument("--level", choices=["root", "internal", "leaf"], default="internal")
+    ap.add_argument("--level", choices=["root", "internal", "leaf", "newest"], default="internal")
     ap.add_argument("--at", type=float, default=0.5)
     a = ap.parse_args()
     nodes = nodes_of(a.image)
@@ -65,7 +67,7 @@ def main():
     if not internal:
         sys.exit(f"{a.image}: no internal node: the tree is one leaf")
     gen, _, root = max(internal)
-    picked = {"root": [root], "internal": [], "leaf": []}
+    picked = {"root": [root], "internal": [], "leaf": [], "newest": [root]}
     stack = [(root, gen, True)]
     while stack:
         blk, want, top = stack.pop()
@@ -73,6 +75,8 @@ def main():
         if v is None or v[1] != want:
             continue  # not this tree's (an older copy at that block)
         level, _, count, b = v
+        if not top and want == gen:
+            picked["newest"].append(blk)
         if level == 0:
             picked["leaf"].append(blk)
             continue
@@ -84,6 +88,10 @@ def main():
     chosen = picked[a.level]
     print(f"{a.image}: root at block {root} (generation {gen}), {len(picked['internal'])} "
           f"internal nodes under it, {len(picked['leaf'])} leaves", file=sys.stderr)
+    if a.level == "newest":
+        print(f"{len(chosen)} nodes of generation {gen}", file=sys.stderr)
+        print("\n".join(str(b) for b in chosen))
+        return
     if not chosen:
         sys.exit(f"{a.image}: no {a.level} node (a tree of two levels has no internal node under its root)")
     print(chosen[min(int(len(chosen) * a.at), len(chosen) - 1)])

@@ -10,8 +10,20 @@ use extalloc::volume::{RootFound, Salvage, TreeScan};
 
 /// What the salvage's scan for the file tree's leaves did, one line each.
 fn tree_scan_lines(scan: &TreeScan) -> Vec<String> {
-    let mut out: Vec<String> = (scan.nodes_lost.iter())
-        .map(|(block, why)| format!("file tree: node at block {block} lost ({why})"))
+    // One line per node lost; a root made over the leaves names its lost root for each
+    // range it left to the scan: one line for them all, with how many.
+    let mut runs: Vec<(&(u64, String), usize)> = Vec::new();
+    for n in &scan.nodes_lost {
+        match runs.last_mut() {
+            Some((last, k)) if *last == n => *k += 1,
+            _ => runs.push((n, 1)),
+        }
+    }
+    let mut out: Vec<String> = (runs.into_iter())
+        .map(|((block, why), k)| match k {
+            1 => format!("file tree: node at block {block} lost ({why})"),
+            k => format!("file tree: node at block {block} lost ({why}): {k} key ranges"),
+        })
         .collect();
     out.push(format!(
         "file tree: {} blocks scanned for its leaves; {} found held and {} in free blocks, \
@@ -95,11 +107,29 @@ pub fn salvage_lines(s: &Salvage) -> Vec<String> {
 /// [`salvage_lines`]' lines for a lost root made again ([`RootFound`]).
 fn root_found_lines(r: &RootFound) -> Vec<String> {
     let mut out = Vec::new();
-    if r.levels_down > 0 {
+    if r.levels_down > 0 && !r.from_leaves {
         out.push(format!(
             "file tree: a node under its root lost too: the root made again {} level(s) \
              lower, over the subtrees there",
             r.levels_down
+        ));
+    }
+    if r.from_leaves {
+        out.push(format!(
+            "file tree: root at block {} lost ({}) with nodes under it: made again over \
+             the {} leaves found that the previous checkpoint's tree names (not replaced \
+             since), among {} blocks scanned ({} nodes of this volume held there); every \
+             entry in them kept as it was, {} leaf(s) that tree names found nowhere \
+             mended as lost leaves are, and {} key range(s) (those the lost root's \
+             checkpoint rewrote, or under a node of that tree that did not read) scanned \
+             for as a lost node's are (below)",
+            r.lost.0,
+            r.lost.1,
+            r.children - r.holes,
+            r.blocks_read,
+            r.nodes_found,
+            r.holes,
+            r.scanned.len()
         ));
     }
     let kept = match r.holes {
@@ -110,16 +140,18 @@ fn root_found_lines(r: &RootFound) -> Vec<String> {
              node's are (below)"
         ),
     };
-    out.push(format!(
-        "file tree: root at block {} lost ({}): made again over {} nodes of level {} \
-         found among {} blocks scanned ({} nodes of this volume held there); {kept}",
-        r.lost.0,
-        r.lost.1,
-        r.children,
-        r.level - 1,
-        r.blocks_read,
-        r.nodes_found
-    ));
+    if !r.from_leaves {
+        out.push(format!(
+            "file tree: root at block {} lost ({}): made again over {} nodes of level {} \
+             found among {} blocks scanned ({} nodes of this volume held there); {kept}",
+            r.lost.0,
+            r.lost.1,
+            r.children,
+            r.level - 1,
+            r.blocks_read,
+            r.nodes_found
+        ));
+    }
     if r.blocks_unreadable > 0 {
         let held = match r.holes {
             0 => "the nodes found elsewhere held every entry the lost root counted",

@@ -35,6 +35,18 @@ use std::collections::{BTreeMap, BTreeSet};
 /// A leaf's entries by id.
 type Items = BTreeMap<u64, Vec<u8>>;
 
+impl Bad {
+    /// The key range a hole (an internal node the open lost) leaves, for the scan.
+    fn lost(&self) -> Lost {
+        Lost {
+            keys: self.keys,
+            generation: self.at.generation,
+            block: self.at.block,
+            why: self.why.to_string(),
+        }
+    }
+}
+
 /// A leaf that did not read (or, at a level above 0, an internal node the open lost: a
 /// hole): the keys its parent routes to it, where it lies, why, and its bytes if they
 /// read.
@@ -119,7 +131,23 @@ impl Volume {
         let mut io = VolIo::new(&self.store, self.dev.as_ref(), stamp);
         let counted = tree.count();
         let (bad, good) = unreadable_leaves(&tree, &mut io)?;
-        if bad.is_empty() {
+        // A root made over the leaves: the ranges a lost leaf of its checkpoint held, and
+        // those under the previous tree's nodes that did not read.
+        let under_unread: Vec<Lost> = (out.root_found.iter())
+            .flat_map(|r| r.scanned.iter().map(move |s| (r.lost.0, s)))
+            .map(|(root, &(keys, (block, generation)))| Lost {
+                keys,
+                generation,
+                block,
+                why: match block == root {
+                    true => "made over the leaves: a key range its checkpoint rewrote".into(),
+                    false => "a node of the previous checkpoint's tree, under the lost root \
+                              made over the leaves"
+                        .into(),
+                },
+            })
+            .collect();
+        if bad.is_empty() && under_unread.is_empty() {
             debug_assert_eq!(tree.holes(), 0, "a hole reads as no leaf");
             return self.nothing_to_mend(&aside).map(|()| out);
         }
@@ -133,7 +161,9 @@ impl Volume {
             }
         }
         // The tree's nodes as the open found them: a leaf the scan meets there is no lost one.
-        let read: BTreeSet<u64> = match holes.is_empty() {
+        let mut lost: Vec<Lost> = holes.iter().map(Bad::lost).collect();
+        lost.extend(under_unread);
+        let read: BTreeSet<u64> = match lost.is_empty() {
             true => BTreeSet::new(),
             false => tree.nodes().iter().map(|n| n.block).collect(),
         };
@@ -147,7 +177,7 @@ impl Volume {
         keeper.make_created(&mut out)?;
         let missing = counted.saturating_sub(found);
         let read = (&read, missing);
-        let scanned = self.scan_holes(&holes, read, (&mut keeper, scans), &mut out)?;
+        let scanned = self.scan_holes(&lost, read, (&mut keeper, scans), &mut out)?;
         out.uncounted = counted.saturating_sub(found + scanned.len() as u64);
         candidates.extend(scanned);
         keeper.take_damaged(candidates, &mut tree, &mut io, &mut out)?;
@@ -164,7 +194,7 @@ impl Volume {
         // Every leaf reads now (those mended are in memory), no hole is left, and what was
         // kept is counted.
         debug_assert!(out.leaves.len() == bad.len() && tree.holes() == 0);
-        debug_assert_eq!(out.tree_scan.is_some(), !holes.is_empty());
+        debug_assert_eq!(out.tree_scan.is_some(), !lost.is_empty());
         self.meta.lock().tree = Some(tree);
         keeper.settle(adopted);
         Ok(out)
@@ -223,35 +253,26 @@ impl Volume {
     /// by the bitmaps' rebuild). Nothing, and no scan, when there is no hole.
     fn scan_holes(
         &self,
-        holes: &[Bad],
+        lost: &[Lost],
         (read, missing): (&BTreeSet<u64>, u64),
         (keeper, scans): (&mut Keeper<'_>, &NodeScans<'_>),
         out: &mut MendedLeaves,
     ) -> Result<Vec<Candidate>> {
-        if holes.is_empty() {
+        if lost.is_empty() {
             return Ok(Vec::new());
         }
-        let lost: Vec<Lost> = holes
-            .iter()
-            .map(|h| Lost {
-                keys: h.keys,
-                generation: h.at.generation,
-                block: h.at.block,
-                why: h.why.to_string(),
-            })
-            .collect();
         let stamp = self.meta.lock().stamp;
         let known = BTreeSet::new(); // the holes' ranges hold no key the open found
         let sc = nodescan::scan(
             &self.store,
             self.dev.as_ref(),
-            &lost,
+            lost,
             (read, &known, missing),
             // No previous table gives back keys under a hole: its spans are not needed.
             (stamp, u64::MAX, scans),
         )?;
         keeper.take_leaves(&sc.leaves);
-        out.tree_scan = Some(super::salvage::scan::tree_scan(&lost, &sc));
+        out.tree_scan = Some(super::salvage::scan::tree_scan(lost, &sc));
         // Each from a whole leaf: its frame checked.
         let entries: Vec<Candidate> = (sc.entries.into_iter())
             .filter_map(|d| {

@@ -146,17 +146,16 @@ pub use fallocate::Fallocate;
 pub(crate) use io::check_range;
 pub use io::{MAX_ATTR_BYTES, MAX_FILE_BYTES};
 pub use page::ListPage;
-pub use path::DEFAULT_BLOCK_SIZE;
-pub use read::Advised;
 pub use salvage::{
-    ClearedMap, FilePlace, LostEntry, MendedLeaves, RootFound, Salvage, TreeNodePlace, TreeScan,
+    ClearedMap, FilePlace, KeyRange, LostEntry, MendedLeaves, RootFound, Salvage, TreeNodePlace,
+    TreeScan,
 };
 pub use scanread::{NodeScans, ScanProgress};
-pub use share::Privilege;
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use state::CHUNK_BLOCKS;
 use state::{Claims, FileTable, Meta, Segs, CHUNK_BUDGET, EMPTY_RECORD_BYTES, NEXT_IDENTITY};
 pub use state::{FileExtent, FileInfo, Volume};
+pub use {path::DEFAULT_BLOCK_SIZE, read::Advised, share::Privilege};
 
 use crate::alloc::Policy;
 use crate::disk::device::Device;

@@ -205,6 +205,17 @@ fn newest_copies(
 ) -> (Vec<Damaged>, Vec<u64>, u64, Vec<Claim>) {
     let mut order: Vec<&Found> = found.iter().collect();
     order.sort_by_key(|f| (!f.held, std::cmp::Reverse(f.at.generation), f.at.block));
+    // The lost ranges by their least key (disjoint: a lookup is a logarithm of them,
+    // however many a root made over the leaves leaves to the scan).
+    let mut by_key: Vec<&Lost> = lost.iter().collect();
+    by_key.sort_by_key(|l| l.keys.0);
+    debug_assert!(by_key
+        .windows(2)
+        .all(|w| w[0].keys.1.is_some_and(|hi| hi <= w[1].keys.0)));
+    let holding = |id: u64, generation: u64| {
+        let i = by_key.partition_point(|l| l.keys.0 <= id);
+        i > 0 && by_key[i - 1].holds(id, generation)
+    };
     // Key spans claimed so far (a lookup and an insert cost a logarithm of the spans,
     // whatever the number of leaves).
     let mut spans = Ranges::default();
@@ -228,7 +239,7 @@ fn newest_copies(
         let mut span: Option<(u64, u64)> = None;
         let before = entries.len();
         for (file, place) in s.table.files.into_iter().zip(&s.places) {
-            if !lost.iter().any(|l| l.holds(file.id, f.at.generation)) {
+            if !holding(file.id, f.at.generation) {
                 continue;
             }
             span = Some(span.map_or((file.id, file.id), |(a, _)| (a, file.id)));

@@ -234,6 +234,9 @@ impl Root {
     }
 }
 
+/// A range of file ids: `lo ..` up to `hi` (exclusive; `None`: no end).
+pub type KeyRange = (u64, Option<u64>);
+
 /// The file tree's root, lost, made again by `fsck --repair`'s open over the nodes found
 /// under it (every block the bitmaps mark used read once): the nodes of the root's
 /// children's level whose whole subtrees were found, newest first, each whose keys overlap
@@ -269,8 +272,23 @@ pub struct RootFound {
     /// overwritten or unreadable): left as holes under the new root, their key ranges
     /// rebuilt by the mend as a lost leaf's or internal node's are
     /// ([`Volume::mend_unreadable_leaves`](crate::volume::Volume::mend_unreadable_leaves));
-    /// 0 when every subtree was found whole.
+    /// 0 when every subtree was found whole. Made over the leaves (`from_leaves`): the
+    /// leaves the previous checkpoint's tree names, not replaced since, found nowhere
+    /// (children of the new root that do not read, mended as any such leaf).
     pub holes: u64,
+    /// Made over the leaves found, each one the lost root's checkpoint wrote or the
+    /// previous checkpoint's tree names (when no level of whole subtrees held what was
+    /// found: a node over them lost too, with no node left naming the lost ones); the
+    /// levels above them are built again by the next checkpoint.
+    pub from_leaves: bool,
+    /// Made over the leaves: the key ranges (`lo..hi`, `None`: no end) the lost root's
+    /// checkpoint rewrote (its own leaves are found there by a scan, their entries judged
+    /// as a lost node's are), and those under nodes of the previous checkpoint's tree that
+    /// did not read (the lost tree's too when that checkpoint did not replace them), where
+    /// the mend scans the device for leaves as under a lost internal node; each with the
+    /// block and generation of the node lost there (the lost root for a range its
+    /// checkpoint rewrote: no leaf there is newer).
+    pub scanned: Vec<(KeyRange, (u64, u64))>,
 }
 
 #[cfg(test)]

@@ -32,8 +32,15 @@
 //! write shares what a checkpoint did not change; a stale node is not shared: it would
 //! bring back entries no one judged). The count alone can no longer tell a stale or
 //! missing range where holes give it slack: these say what it cannot. The walk under it then
-//! gives the holes to the mend (`leafrepair.rs`) as under an intact root. Else the salvage
-//! runs as before. A root over more children than a node holds
+//! gives the holes to the mend (`leafrepair.rs`) as under an intact root. If no level holds
+//! what was found with holes either (the root lost with nodes under it that nothing found
+//! names: the whole path its checkpoint wrote, or an older child and a leaf under it), the
+//! root is made over the leaves by the previous checkpoint's tree (`rootleaves.rs`): the
+//! older leaves it names are taken, those it names and no block holds are holes, and the
+//! ranges the lost checkpoint rewrote, or under that tree's nodes that did not read, are
+//! left to the mend's scan (their entries judged as the salvage's are). Else (no previous
+//! tree to read, a group held corrupt, leaves that overlap or count more than the root)
+//! the salvage runs as before. A root over more children than a node holds
 //! is split by the checkpoint's settle (`Tree::settle`), as any node that outgrew one.
 //!
 //! The new root is in memory only: the next checkpoint writes it, retiring the old one.
@@ -44,14 +51,14 @@
 //! key order, their key ranges disjoint, their entries as many as the lost root's, or,
 //! with holes, fewer by at least one a hole and at most what the holes hold, every node
 //! noted at their level or below under them, and every node under them older than the
-//! root in the previous tree. Locks: none
+//! root in the previous tree; over the leaves, every child one the previous tree names,
+//! not replaced, and no more entries than the root counted. Locks: none
 //! (the volume is not shared yet).
 
 use super::node::{self, ChildRef, NodeRef};
 use super::root::{RootFound, TreeRoot};
-use super::scanread::{used_to_read, NodeScans, Tally};
+use super::scanread::NodeScans;
 use super::state::Meta;
-use super::tree::NodeIo;
 use super::treeio::VolIo;
 use super::walk::{self, Walked};
 use crate::disk::device::Device;
@@ -74,8 +81,14 @@ pub(super) struct Found {
     pub blocks_unreadable: u64,
     pub nodes_found: u64,
     /// Nodes the subtrees taken name that were found nowhere (lost with the root): holes,
-    /// for the mend to rebuild (0 when every subtree was found whole).
+    /// for the mend to rebuild (0 when every subtree was found whole); over the leaves
+    /// ([`leaves::from_leaves`]), the previous tree's leaves found nowhere.
     pub holes: u64,
+    /// Made over the leaves by the previous checkpoint's tree ([`leaves::from_leaves`]).
+    pub from_leaves: bool,
+    /// Made over the leaves: the key ranges under previous nodes that did not read, for
+    /// the mend to scan the device for, each with the node that did not read there.
+    pub scans: Vec<(leaves::Keys, NodeRef)>,
 }
 
 /// A whole node found on the device: its level and what the parent of a subtree needs of
@@ -172,6 +185,10 @@ pub(super) fn walk_or_find(
         level: f.level,
         levels_down: f.levels_down,
         holes: f.holes,
+        from_leaves: f.from_leaves,
+        scanned: (f.scans.iter())
+            .map(|(keys, at)| (*keys, (at.block, at.generation)))
+            .collect(),
     };
     Ok((under, Some(report)))
 }
@@ -207,9 +224,14 @@ pub(super) fn find(
     (retired, scans): (&[Extent], &NodeScans<'_>),
 ) -> Result<Option<Found>> {
     let (nodes, tally) = scan(store, dev, t, (retired, scans))?;
-    let node_bytes = node::node_bytes(u64::from(store.geometry().block_size));
-    let previous = || previous_nodes(io, t);
-    let found = choose(&nodes, t, (node_bytes, previous)).map(|c| Found {
+    let block_size = u64::from(store.geometry().block_size);
+    let (node_bytes, nb) = (node::node_bytes(block_size), node::node_blocks(block_size));
+    let previous = || leaves::previous_tree(io, t);
+    // Over the leaves, a group held corrupt hides which of its leaves the lost checkpoint
+    // wrote (none is noted there): their ranges would be restored older, where the
+    // salvage's scan finds them.
+    let retired = store.corrupt_groups().is_empty().then_some(retired);
+    let found = choose(&nodes, t, (node_bytes, previous), (retired, nb)).map(|c| Found {
         children: c.children,
         level: c.level + 1,
         levels_down: c.top - c.level,
@@ -217,100 +239,109 @@ pub(super) fn find(
         blocks_unreadable: tally.unreadable,
         nodes_found: nodes.len() as u64,
         holes: c.holes,
+        from_leaves: c.from_leaves,
+        scans: c.scans,
     });
     // A root over children; one with holes over internal nodes (a hole is a child one
-    // names).
-    debug_assert!(found
-        .as_ref()
-        .is_none_or(|f| !f.children.is_empty() && f.level > u8::from(f.holes > 0)));
+    // names), or over the leaves by the previous tree (its lost leaves the holes).
+    debug_assert!(found.as_ref().is_none_or(|f| !f.children.is_empty()
+        && (f.from_leaves || f.level > u8::from(f.holes > 0))
+        && (f.from_leaves || f.scans.is_empty())));
     Ok(found)
 }
 
 /// The children [`choose`] takes: their level, the highest below the lost root's that
-/// carries its generation (`top`), and the holes under them.
+/// carries its generation (`top`; 0 over the leaves when none but the root did), the
+/// holes under them, and whether they are the leaves by the previous tree, with the
+/// ranges for the mend to scan for
+/// ([`leaves::from_leaves`]).
 #[derive(Debug)]
 struct Chosen {
     children: Vec<ChildRef>,
     level: u8,
     top: u8,
     holes: u64,
+    from_leaves: bool,
+    scans: Vec<(leaves::Keys, NodeRef)>,
 }
 
 /// The children of a root made again over the `nodes` found (see the module
 /// documentation) for `t`'s lost root, if any count what it counted; with holes (in nodes
 /// of `node_bytes`), only over nodes the previous checkpoint's tree names when older than
-/// the root (`previous`, read only then: [`previous_nodes`]).
+/// the root (`previous`, read only then: [`leaves::previous_tree`]); else over the leaves
+/// by the previous tree (`retired`: the blocks the root's chain lists, `None` to make no
+/// root that way; nodes of `nb` blocks: [`leaves::from_leaves`]).
 fn choose(
     nodes: &HashMap<u64, Node>,
     t: &TreeRoot,
-    (node_bytes, previous): (usize, impl FnOnce() -> Option<HashSet<NodeRef>>),
+    (node_bytes, previous): (usize, impl FnOnce() -> Option<leaves::Previous>),
+    (retired, nb): (Option<&[Extent]>, u64),
 ) -> Option<Chosen> {
     let g = t.root.generation;
     // The children's level: the highest below the root's that carries its generation.
     let top = (nodes.values())
         .filter(|n| n.at.generation == g)
         .map(|n| n.level)
-        .max()?;
-    if top >= node::MAX_LEVEL {
+        .max();
+    if top.is_some_and(|top| top >= node::MAX_LEVEL) {
         return None; // no tree is that tall
     }
-    let chosen = |(children, holes): (Vec<ChildRef>, u64), level: u8| Chosen {
-        children,
-        level,
-        top,
-        holes,
-    };
-    // A child lost too (or its generation's): the level below it, down to the leaves.
-    let mut memo = HashMap::new();
-    for level in (0..=top).rev() {
-        if let Some(taken) = children_at(nodes, &mut memo, (level, Take::Whole), t) {
-            return Some(chosen(taken, level));
-        }
+    if let Some(c) = top.and_then(|top| by_levels(nodes, t, top)) {
+        return Some(c);
     }
     // A node lost under a child: each level with holes in its place, if every node found
     // at it or below lies under what is taken, and every node under what is taken (a
     // hole too) older than the root is one the previous tree names.
     let previous = previous()?;
-    let take = Take::WithHoles { node_bytes };
-    let mut memo = HashMap::new();
-    for level in (1..=top).rev() {
-        let Some(taken) = children_at(nodes, &mut memo, (level, take), t) else {
-            continue;
-        };
-        let tops = taken.0.iter().map(|c| c.at);
-        if all_under(nodes, tops, level, (&previous, t.root.generation)) {
-            return Some(chosen(taken, level));
+    if let Some(top) = top {
+        let take = Take::WithHoles { node_bytes };
+        let mut memo = HashMap::new();
+        for level in (1..=top).rev() {
+            let Some((children, holes)) = children_at(nodes, &mut memo, (level, take), t) else {
+                continue;
+            };
+            let tops = children.iter().map(|c| c.at);
+            if all_under(nodes, tops, level, (&previous.nodes, g)) {
+                let (from_leaves, scans) = (false, Vec::new());
+                return Some(Chosen {
+                    children,
+                    level,
+                    top,
+                    holes,
+                    from_leaves,
+                    scans,
+                });
+            }
         }
     }
-    None
+    // No level of subtrees holds what was found: the leaves, by the previous tree.
+    let f = leaves::from_leaves(nodes, t, (&previous, retired?, nb))?;
+    Some(Chosen {
+        children: f.children,
+        level: 0,
+        top: top.unwrap_or(0),
+        holes: f.lost,
+        from_leaves: true,
+        scans: f.scans,
+    })
 }
 
-/// Every node of the previous checkpoint's tree (`t.previous`), its leaves as their
-/// parents name them, if every internal node of it reads and checks (`None` otherwise, or
-/// when the root names no previous tree). A node of `t`'s tree older than its root is one
-/// of them (copy on write: a checkpoint shares what it did not change); a stale node, one
-/// a checkpoint before freed, is not. The previous tree's replaced nodes are held until
-/// the next checkpoint (the root's retired chain), so it reads whole.
-fn previous_nodes(io: &mut VolIo<'_>, t: &TreeRoot) -> Option<HashSet<NodeRef>> {
-    let (root, _) = t.previous?;
-    let mut out = HashSet::new();
-    let mut stack = vec![(root, None)];
-    while let Some((at, level)) = stack.pop() {
-        if !out.insert(at) || level == Some(0) {
-            continue;
-        }
-        let d = io.read(at).ok()?;
-        if level.is_some_and(|l| l != d.level) {
-            return None;
-        }
-        if d.level > 0 {
-            let children = node::decode_children(&d, at.generation).ok()?;
-            stack.extend(children.iter().map(|c| (c.at, Some(d.level - 1))));
-        }
-    }
-    // The root, and each node under it once.
-    debug_assert!(out.contains(&root));
-    Some(out)
+/// [`choose`]'s first way: the highest level from `top` (the highest below the lost
+/// root's that carries its generation) down to the leaves whose whole subtrees count what
+/// the root counted (a child lost too, or its generation's: the level below it).
+fn by_levels(nodes: &HashMap<u64, Node>, t: &TreeRoot, top: u8) -> Option<Chosen> {
+    let mut memo = HashMap::new();
+    (0..=top).rev().find_map(|level| {
+        let (children, holes) = children_at(nodes, &mut memo, (level, Take::Whole), t)?;
+        Some(Chosen {
+            children,
+            level,
+            top,
+            holes,
+            from_leaves: false,
+            scans: Vec::new(),
+        })
+    })
 }
 
 /// The nodes of `level` a root made again names (see the module documentation), if what
@@ -376,7 +407,7 @@ fn children_at(
 /// Every node in `nodes` at `level` or below lies under one of `taken` (nodes of `level`;
 /// a hole names no node found), and every node under them, a hole too, older than `g`
 /// (the lost root's generation) is one of `previous` (the previous checkpoint's tree:
-/// [`previous_nodes`]).
+/// [`leaves::previous_tree`]).
 fn all_under(
     nodes: &HashMap<u64, Node>,
     taken: impl Iterator<Item = NodeRef>,
@@ -400,91 +431,6 @@ fn all_under(
     // Only nodes found are counted, each at `level` or below.
     debug_assert!(under.len() <= below);
     under.len() == below
-}
-
-/// Every whole node in the blocks the bitmaps mark used, by block: vouched for by `t`'s
-/// stamp, no newer than its root, held by the allocator (and not in a group held corrupt,
-/// found so when its bitmap was read: that bitmap cannot say which of the group's nodes
-/// are held, and every node ever freed there would pass for one), neither the root's
-/// block nor a `retired` one. And the blocks read.
-fn scan(
-    store: &Store,
-    dev: &dyn Device,
-    t: &TreeRoot,
-    (retired, scans): (&[Extent], &NodeScans<'_>),
-) -> Result<(HashMap<u64, Node>, Tally)> {
-    let (kinds, to_read) = used_to_read(store)?;
-    let mut nodes = HashMap::new();
-    let mut tally = Tally {
-        to_read,
-        ..Tally::default()
-    };
-    let corrupt = store.corrupt_groups();
-    scans.pass((store, dev), (false, &kinds), &mut tally, &mut |at, d| {
-        if let Some(node) = noted(store, (t, retired, &corrupt), (at, d)) {
-            nodes.insert(node.at.block, node);
-        }
-    })?;
-    // Every block counted read, as the progress callback was told.
-    debug_assert_eq!(tally.read, to_read, "every used block read");
-    Ok((nodes, tally))
-}
-
-/// The whole node `at` (`d`, its bytes decoded) as [`scan`] notes it, if it does
-/// (`corrupt`: the groups held corrupt).
-fn noted(
-    store: &Store,
-    (t, retired, corrupt): (&TreeRoot, &[Extent], &[u64]),
-    (at, d): (NodeRef, node::Decoded),
-) -> Option<Node> {
-    let nb = node::node_blocks(u64::from(store.geometry().block_size));
-    let block = at.block;
-    let ours = t.stamp.is_none_or(|s| s.vouches(d.stamp, at.generation));
-    let place = Extent::new(block, nb);
-    if corrupt.contains(&store.geometry().group_of(block))
-        || !ours
-        || at.generation > t.root.generation
-        || block == t.root.block
-        || retired
-            .iter()
-            .any(|r| r.start < place.end() && place.start < r.end())
-        || store.allocator().check_held(place).is_err()
-    {
-        return None;
-    }
-    let node = match d.level {
-        0 => Node {
-            at,
-            level: 0,
-            leaf: Some(leaf_sum(&d.payload)?),
-            children: Vec::new(),
-        },
-        level => Node {
-            at,
-            level,
-            leaf: None,
-            children: node::decode_children(&d, at.generation).ok()?,
-        },
-    };
-    // A node noted is the one found, no newer than the root, of this volume.
-    debug_assert!(node.at.block == block && node.at.generation <= t.root.generation);
-    Some(node)
-}
-
-/// A leaf's keys, count and marks; `None` for an empty leaf (only a root is) or one whose
-/// frames do not read.
-fn leaf_sum(payload: &[u8]) -> Option<Sum> {
-    let items = super::tree::leaf_items(payload).ok()?;
-    let (&lo, &hi) = (items.keys().next()?, items.keys().next_back()?);
-    let marks = (items.values()).fold(0, |m, b| m | super::table::entry_marks(b));
-    Some(Sum {
-        lo,
-        hi,
-        count: items.len() as u64,
-        marks,
-        holes: 0,
-        room: 0,
-    })
 }
 
 /// What the subtree of the node `at` (of `level`) holds, if it was found whole (with
@@ -568,6 +514,13 @@ fn children_sum(
     total
 }
 
+#[path = "rootleaves.rs"]
+mod leaves;
+
+#[path = "rootnotes.rs"]
+mod notes;
+use notes::scan;
+
 #[cfg(test)]
 #[path = "rootfind_tests.rs"]
 mod tests;
@@ -575,3 +528,7 @@ mod tests;
 #[cfg(test)]
 #[path = "rootfind_holes_tests.rs"]
 mod holes_tests;
+
+#[cfg(test)]
+#[path = "rootleaves_tests.rs"]
+mod leaves_tests;

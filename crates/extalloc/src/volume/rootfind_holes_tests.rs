@@ -1,24 +1,20 @@
 //! A lost root of the file tree made again by a repair's open with holes (`rootfind.rs`,
 //! `Take::WithHoles`): a leaf lost with the root, marked or not, mended on the page path;
-//! and refused (the salvage then) where a node found lies under no child taken, a stale
-//! node the previous tree does not name would be taken, or the entries missing are more
-//! than the holes hold.
+//! and no root with holes where a node found lies under no child taken, a stale node the
+//! previous tree does not name would be taken, or the entries missing are more than the
+//! holes hold (the root is then made over the leaves: `rootleaves_tests.rs`).
 
 use super::super::salvage_tests::{bytes_of, BS};
-use super::tests::{
-    children_of, rebuilt_and_reopened, stale_leaf, three_levels, three_levels_then, Attrs,
-};
+use super::tests::{children_of, rebuilt_and_reopened, three_levels, three_levels_then, Attrs};
 use crate::alloc::Policy;
 use crate::disk::device::{Device, MemDevice};
-use crate::volume::record::MapRef;
 use crate::volume::root::{RootFound, TreeRoot};
-use crate::volume::table::{self, TableFile};
 use crate::volume::{node, Volume};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// The keys of the leaf `at`, read and checked.
-fn ids_in(dev: &Arc<MemDevice>, at: node::NodeRef) -> Vec<u64> {
+pub(super) fn ids_in(dev: &Arc<MemDevice>, at: node::NodeRef) -> Vec<u64> {
     let mut raw = vec![0u8; BS as usize];
     dev.read_at(&mut raw, at.block * BS).unwrap();
     let d = node::decode(&raw, at).unwrap();
@@ -28,7 +24,7 @@ fn ids_in(dev: &Arc<MemDevice>, at: node::NodeRef) -> Vec<u64> {
 }
 
 /// Zeroes the first block of each node of `at`.
-fn zero(dev: &Arc<MemDevice>, at: &[node::NodeRef]) {
+pub(super) fn zero(dev: &Arc<MemDevice>, at: &[node::NodeRef]) {
     for n in at {
         dev.write_at(&[0u8; BS as usize], n.block * BS).unwrap();
     }
@@ -98,64 +94,6 @@ fn a_lost_root_and_leaf_are_made_again_with_a_hole_for_the_mend() {
     assert_eq!(found.children, children.len() as u64, "{found:?}");
 }
 
-/// The root lost with one of its children, and a leaf under another: no level counts what
-/// the root counted, and with a hole for the leaf the lost child's leaves (found, whole)
-/// lie under no node taken; below the children's level (the leaves') no node names a
-/// hole. So no root is made (a range would be missing that the count can no longer
-/// tell): the repair's open refuses, and the salvage's scan gives every file back but
-/// the leaf's.
-#[test]
-fn a_node_found_under_nothing_taken_makes_no_root_with_holes() {
-    let (dev, files, tree) = three_levels();
-    let (_, children) = children_of(&dev, tree.root);
-    // The last child carries the root's generation (the newest files), so a root over it
-    // alone would pass that check.
-    let last = children.last().unwrap().at;
-    assert!(children.len() >= 2 && last.generation == tree.root.generation);
-    let (_, leaves) = children_of(&dev, last);
-    let leaf = leaves[leaves.len() / 2].at;
-    let gone = ids_in(&dev, leaf);
-    zero(&dev, &[tree.root, children[0].at, leaf]);
-    assert!(Volume::open_for_repair(dev.clone(), Policy::default()).is_err());
-    let (vol, report) = Volume::open_salvaging(dev.clone(), Policy::default()).unwrap();
-    assert!(
-        report.tree_scan.is_some() && report.root_found.is_none(),
-        "{report:?}"
-    );
-    for (id, attr) in files.iter().filter(|(id, _)| !gone.contains(id)) {
-        assert_eq!(&vol.attr(*id).unwrap(), attr, "file {id}");
-    }
-}
-
-/// A whole leaf of this volume, no newer than the root, in a block the allocator holds
-/// (a freed leaf's bytes in a block handed out again and not written yet), with keys the
-/// tree no longer holds, and the root lost with a leaf: the count cannot refuse a root
-/// with a hole (the stale leaf's keys could stand for the hole's), but the stale leaf
-/// lies under no node taken at any level, so no root is made; the salvage's scan judges
-/// each entry and every file but the lost leaf's is kept.
-#[test]
-fn a_stale_leaf_in_a_held_block_makes_no_root_with_holes() {
-    let mut carrier = (0, 0);
-    let (dev, files, tree) = three_levels_then(|vol, _| {
-        let id = vol.create(b"the carrier").unwrap();
-        vol.write(id, 0, &[7u8; BS as usize]).unwrap();
-        carrier = (id, vol.extents(id).unwrap()[0].extent.start);
-    });
-    let (_, children) = children_of(&dev, tree.root);
-    let (_, leaves) = children_of(&dev, children.last().unwrap().at);
-    let leaf = leaves[leaves.len() / 2].at;
-    let gone = ids_in(&dev, leaf);
-    let stale = stale_leaf(&tree, carrier.1);
-    dev.write_at(&stale, carrier.1 * BS).unwrap();
-    zero(&dev, &[tree.root, leaf]);
-    assert!(Volume::open_for_repair(dev.clone(), Policy::default()).is_err());
-    let (vol, report) = Volume::open_salvaging(dev.clone(), Policy::default()).unwrap();
-    assert!(report.root_found.is_none(), "{report:?}");
-    for (id, attr) in files.iter().filter(|(id, _)| !gone.contains(id)) {
-        assert_eq!(&vol.attr(*id).unwrap(), attr, "file {id}");
-    }
-}
-
 /// The root lost with the leaf holding a map outside the tree (a long map, in a map
 /// segment: the leaf is marked, so the repair's open must read it). The root is made
 /// again with a hole there; the walk under it finds the leaf failed and gives a partial
@@ -198,9 +136,11 @@ fn a_lost_root_and_marked_leaf_are_made_again_and_mended() {
 /// three nodes of level 2, each over three of level 1, each over three leaves of 150
 /// entries (keys `1000 i` to `1000 i + 149` in leaf `i`); the path to the last leaf at the
 /// root's generation, the rest older (shared with the previous checkpoint's tree, whose
-/// nodes are the set returned). Leaf `i` lies at block `1000 + i`, the nodes of level 1 at
-/// `100 + j`, those of level 2 at `10 + k`. And the lost root's.
-fn four_levels() -> (HashMap<u64, super::Node>, TreeRoot, HashSet<node::NodeRef>) {
+/// nodes are returned, with its leaves as routed: the older ones, and the last leaf's
+/// previous copy at block 1926, which the lost root's checkpoint replaced). Leaf `i` lies
+/// at block `1000 + i`, the nodes of level 1 at `100 + j`, those of level 2 at `10 + k`.
+/// And the lost root's.
+fn four_levels() -> (HashMap<u64, super::Node>, TreeRoot, super::leaves::Previous) {
     let at = |block, newest| node::NodeRef {
         block,
         generation: if newest { 2 } else { 1 },
@@ -246,11 +186,33 @@ fn four_levels() -> (HashMap<u64, super::Node>, TreeRoot, HashSet<node::NodeRef>
         holds: 0,
         stamp: None,
     };
-    let previous = (nodes.values().map(|n| n.at))
-        .filter(|at| at.generation == 1)
-        .collect();
+    let mut previous = super::leaves::Previous {
+        nodes: (nodes.values().map(|n| n.at))
+            .filter(|at| at.generation == 1)
+            .collect(),
+        ..Default::default()
+    };
+    for i in 0..27u64 {
+        let at = match i {
+            26 => REPLACED,
+            _ => at(1000 + i, false),
+        };
+        let keys = (
+            if i == 0 { 0 } else { 1000 * i },
+            (i < 26).then_some(1000 * (i + 1)),
+        );
+        previous.nodes.insert(at);
+        previous.leaves.push((at, keys, 0));
+    }
     (nodes, t, previous)
 }
+
+/// The previous copy of [`four_levels`]' last leaf, which the lost root's checkpoint
+/// replaced (its chain lists it).
+const REPLACED: node::NodeRef = node::NodeRef {
+    block: 1926,
+    generation: 1,
+};
 
 /// What a leaf of `count` entries from key `lo` on holds.
 fn leaf_sum(lo: u64, count: u64) -> super::Sum {
@@ -270,9 +232,11 @@ fn leaf_sum(lo: u64, count: u64) -> super::Sum {
 fn chosen(
     nodes: &HashMap<u64, super::Node>,
     t: &TreeRoot,
-    previous: &HashSet<node::NodeRef>,
+    previous: &super::leaves::Previous,
 ) -> Option<(u8, u8, u64, usize)> {
-    let c = super::choose(nodes, t, (4096, || Some(previous.clone())))?;
+    let previous = || Some(previous.clone());
+    let retired = [crate::geometry::Extent::new(REPLACED.block, 1)];
+    let c = super::choose(nodes, t, (4096, previous), (Some(&retired), 1))?;
     Some((c.level, c.top - c.level, c.holes, c.children.len()))
 }
 
@@ -280,8 +244,12 @@ fn chosen(
 /// test): whole, over the three nodes of level 2; a leaf lost, with a hole there; a node
 /// of level 2 lost too, a level down, over the nine of level 1 with the hole (the nodes
 /// above are left to the bitmaps' rebuild); with a stale leaf besides (in no subtree
-/// taken), none at all. (A stale leaf holding exactly as many entries as the lost one
-/// would pass the leaves' count, as it always could: the count is the whole check there.)
+/// taken), no level at all, but the leaves by the previous tree (`rootleaves.rs`): the
+/// 25 older ones it names and the lost leaf 13 named as it named it (a hole), the stale
+/// leaf left out (the previous tree does not name it), and the last leaf (the lost
+/// root's generation, its range one the checkpoint rewrote) left to the mend's scan.
+/// (A stale leaf holding exactly as many entries as the lost one would pass the leaves'
+/// count with holes, as it always could: the count is the whole check there.)
 #[test]
 fn a_root_with_holes_is_made_at_the_highest_level_that_holds_every_node_found() {
     let (mut nodes, t, previous) = four_levels();
@@ -300,15 +268,20 @@ fn a_root_with_holes_is_made_at_the_highest_level_that_holds_every_node_found() 
         children: Vec::new(),
     };
     nodes.insert(2000, stale);
-    assert_eq!(chosen(&nodes, &t, &previous), None);
+    assert_eq!(chosen(&nodes, &t, &previous), Some((0, 2, 1, 26)));
+    // With no previous tree to tell the stale leaf from the tree's, none.
+    let retired = [crate::geometry::Extent::new(REPLACED.block, 1)];
+    let none = super::choose(&nodes, &t, (4096, || None), (Some(&retired), 1));
+    assert!(none.is_none());
 }
 
 /// A stale internal node (one the previous tree does not name: freed before it, its bytes
 /// left in a block handed out again), its keys overlapping none of the tree's, naming a
 /// child found nowhere: with a leaf lost too, it would be taken with a hole of its own
-/// and bring back entries no one judged. The previous tree does not name it: no root.
+/// and bring back entries no one judged. The previous tree does not name it: no root
+/// with holes; over the leaves, the stale node is left out as every internal node is.
 #[test]
-fn a_stale_node_the_previous_tree_does_not_name_makes_no_root_with_holes() {
+fn a_stale_node_the_previous_tree_does_not_name_is_left_out() {
     let (mut nodes, t, previous) = four_levels();
     nodes.remove(&1013);
     let stale = super::Node {
@@ -328,10 +301,10 @@ fn a_stale_node_the_previous_tree_does_not_name_makes_no_root_with_holes() {
         }],
     };
     nodes.insert(3000, stale);
-    assert_eq!(chosen(&nodes, &t, &previous), None);
+    assert_eq!(chosen(&nodes, &t, &previous), Some((0, 2, 1, 26)));
     // Named by the previous tree, the same node is one the root may take.
     let mut named = previous.clone();
-    named.extend([3000, 3001].map(|block| node::NodeRef {
+    named.nodes.extend([3000, 3001].map(|block| node::NodeRef {
         block,
         generation: 1,
     }));
@@ -341,9 +314,11 @@ fn a_stale_node_the_previous_tree_does_not_name_makes_no_root_with_holes() {
 /// A child of the root lost with every node under it, and a leaf elsewhere: nothing found
 /// names the child, so it leaves no hole, and the nodes found all lie under the other
 /// children. Its 1,350 entries cannot have been the lost leaf's (a leaf holds at most
-/// about 200 in 4 KiB): no root, where one would have dropped the child's range unseen.
+/// about 200 in 4 KiB): no root with holes, where one would have dropped the child's
+/// range unseen. Over the leaves, the previous tree names each of the child's nine leaves
+/// and the one elsewhere: ten holes, none of their ranges dropped.
 #[test]
-fn a_subtree_lost_whole_is_more_than_its_holes_hold() {
+fn a_subtree_lost_whole_is_more_than_its_holes_hold_but_the_previous_tree_names_it() {
     let (mut nodes, t, previous) = four_levels();
     for block in [10, 100, 101, 102]
         .into_iter()
@@ -352,130 +327,13 @@ fn a_subtree_lost_whole_is_more_than_its_holes_hold() {
     {
         nodes.remove(&block);
     }
-    assert_eq!(chosen(&nodes, &t, &previous), None);
+    assert_eq!(chosen(&nodes, &t, &previous), Some((0, 2, 10, 26)));
     assert!(super::room(0, 4096) < 1350 && super::room(1, 4096) > 1350);
 }
 
-/// A stale subtree of two levels (an internal node over a leaf, both whole, of an older
-/// generation, in blocks a file holds: a freed subtree's bytes in blocks handed out again
-/// and not written, as fallocated ones are) whose keys lie outside every other's, its
-/// leaf's first file mapping another file's block; the root lost with a leaf. Taken with
-/// the hole, the stale entries would come back unjudged, one block mapped twice; the
-/// previous tree does not name the stale node, so no root is made, and the salvage
-/// judges each entry: nothing is mapped twice.
-#[test]
-fn a_stale_subtree_makes_no_root_with_holes() {
-    let (mut carrier, mut victim) = (0, 0);
-    let (dev, files, tree) = three_levels_then(|vol, _| {
-        let v = vol.create(b"the victim").unwrap();
-        vol.write(v, 0, &[9u8; BS as usize]).unwrap();
-        victim = vol.extents(v).unwrap()[0].extent.start;
-        let id = vol.create(b"the carrier").unwrap();
-        vol.write(id, 0, &[7u8; 2 * BS as usize]).unwrap();
-        let e = vol.extents(id).unwrap()[0].extent;
-        assert!(e.len >= 2, "{e:?}");
-        carrier = e.start;
-    });
-    let leaf = a_middle_leaf(&dev, &tree);
-    let gone = ids_in(&dev, leaf);
-    let (stamp, g) = (tree.stamp.unwrap().value, tree.root.generation);
-    let mut payload = Vec::new();
-    for id in 9_000..9_005u64 {
-        let map = match id {
-            9_000 => vec![(0u64, crate::geometry::Extent::new(victim, 1), false)],
-            _ => Vec::new(),
-        };
-        let f = TableFile {
-            id,
-            size: if id == 9_000 { BS } else { 0 },
-            attr: b"stale".to_vec(),
-            placement: None,
-            map: MapRef::Inline(map),
-        };
-        table::put_file_frame(&mut payload, &table::file_body(&f));
-    }
-    let at = |block| node::NodeRef {
-        block,
-        generation: g - 1,
-    };
-    let stale_leaf = node::encode(BS as usize, (0, 5), &payload, at(carrier + 1), stamp);
-    let over = node::ChildRef {
-        first: 9_000,
-        at: at(carrier + 1),
-        marks: 0,
-    };
-    let children_bytes = node::encode_children(&[over]);
-    let stale_node = node::encode(BS as usize, (1, 1), &children_bytes, at(carrier), stamp);
-    dev.write_at(&stale_node, carrier * BS).unwrap();
-    dev.write_at(&stale_leaf, (carrier + 1) * BS).unwrap();
-    let vol = salvaged_without_a_root(&dev, &[tree.root, leaf]);
-    for (id, attr) in files.iter().filter(|(id, _)| !gone.contains(id)) {
-        assert_eq!(&vol.attr(*id).unwrap(), attr, "file {id}");
-    }
-}
-
-/// A stale internal node naming, as its leaf, a block that holds a live file's data (no
-/// node there: a hole), and the root lost with a leaf: taken, the mend would replace that
-/// "leaf" and retire its block, a live file's. The previous tree does not name the stale
-/// node: no root with holes (the salvage runs).
-#[test]
-fn a_stale_node_naming_a_data_block_makes_no_root_with_holes() {
-    let (mut carrier, mut victim) = (0, 0);
-    let (dev, _, tree) = three_levels_then(|vol, _| {
-        let v = vol.create(b"the victim").unwrap();
-        vol.write(v, 0, &[9u8; BS as usize]).unwrap();
-        victim = vol.extents(v).unwrap()[0].extent.start;
-        let id = vol.create(b"the carrier").unwrap();
-        vol.write(id, 0, &[7u8; BS as usize]).unwrap();
-        carrier = vol.extents(id).unwrap()[0].extent.start;
-    });
-    let leaf = a_middle_leaf(&dev, &tree);
-    let (stamp, g) = (tree.stamp.unwrap().value, tree.root.generation);
-    let at = |block| node::NodeRef {
-        block,
-        generation: g - 1,
-    };
-    let over = node::ChildRef {
-        first: 9_000,
-        at: at(victim),
-        marks: 0,
-    };
-    let children_bytes = node::encode_children(&[over]);
-    let stale_node = node::encode(BS as usize, (1, 1), &children_bytes, at(carrier), stamp);
-    dev.write_at(&stale_node, carrier * BS).unwrap();
-    salvaged_without_a_root(&dev, &[tree.root, leaf]);
-}
-
 /// The leaf in the middle of the root's first child (of a tree of three levels).
-fn a_middle_leaf(dev: &Arc<MemDevice>, tree: &TreeRoot) -> node::NodeRef {
+pub(super) fn a_middle_leaf(dev: &Arc<MemDevice>, tree: &TreeRoot) -> node::NodeRef {
     let (_, children) = children_of(dev, tree.root);
     let (_, leaves) = children_of(dev, children[0].at);
     leaves[leaves.len() / 2].at
-}
-
-/// `lost` zeroed: the repair's open refuses (no root made), and the salvage opens with
-/// nothing mapped twice or free.
-fn salvaged_without_a_root(dev: &Arc<MemDevice>, lost: &[node::NodeRef]) -> Volume {
-    zero(dev, lost);
-    assert!(Volume::open_for_repair(dev.clone(), Policy::default()).is_err());
-    let (vol, report) = Volume::open_salvaging(dev.clone(), Policy::default()).unwrap();
-    assert!(report.root_found.is_none(), "{report:?}");
-    let c = vol.check().unwrap();
-    assert_eq!((c.mapped_twice, c.mapped_free), (0, 0), "{c:?}");
-    vol
-}
-
-/// The root, its first child and every leaf under it lost, and a leaf under the second
-/// child: nothing names the first child's range, whose entries are more than one leaf
-/// holds, so no root is made with the one hole (it would drop that range unseen); the
-/// salvage runs.
-#[test]
-fn a_child_lost_with_all_its_leaves_makes_no_root_with_holes() {
-    let (dev, _, tree) = three_levels();
-    let (_, children) = children_of(&dev, tree.root);
-    let (_, first) = children_of(&dev, children[0].at);
-    let (_, second) = children_of(&dev, children[1].at);
-    let mut lost: Vec<node::NodeRef> = first.iter().map(|c| c.at).collect();
-    lost.extend([tree.root, children[0].at, second[second.len() / 2].at]);
-    salvaged_without_a_root(&dev, &lost);
 }

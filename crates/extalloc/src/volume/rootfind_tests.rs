@@ -197,28 +197,6 @@ pub(super) fn stale_leaf(tree: &TreeRoot, block: u64) -> Vec<u8> {
     node::encode(BS as usize, (0, 5), &payload, at, stamp)
 }
 
-/// A whole leaf of this volume, no newer than the root, in a block the allocator holds
-/// (as a freed leaf's bytes stay in a block handed out again and not written yet), with
-/// keys the tree no longer holds: made a child of the new root it would bring those files
-/// back, so the count refuses the root (the salvage's scan then judges each entry).
-#[test]
-fn a_stale_leaf_in_a_held_block_makes_no_root() {
-    let (dev, model) = build();
-    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
-    let carrier = vol.create(b"the carrier").unwrap();
-    vol.write(carrier, 0, &[7u8; BS as usize]).unwrap();
-    let block = vol.extents(carrier).unwrap()[0].extent.start;
-    vol.close().unwrap();
-    let tree = tree_of(&dev);
-    dev.write_at(&stale_leaf(&tree, block), block * BS).unwrap();
-    dev.write_at(&[0u8; BS as usize], tree.root.block * BS)
-        .unwrap();
-    assert!(Volume::open_for_repair(dev.clone(), Policy::default()).is_err());
-    let (vol, report) = Volume::open_salvaging(dev.clone(), Policy::default()).unwrap();
-    assert!(report.root_found.is_none(), "{report:?}");
-    assert_intact(&vol, &model, &[]);
-}
-
 /// The scan for a lost root's children tells its caller how far it has gone, to the end of
 /// what it reads, and the mend reports as many blocks read.
 #[test]

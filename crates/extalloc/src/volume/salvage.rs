@@ -50,7 +50,8 @@ pub(super) mod scan;
 #[path = "salvage_survival.rs"]
 mod survival;
 pub use report::{
-    ClearedMap, FilePlace, LostEntry, MendedLeaves, RootFound, Salvage, TreeNodePlace, TreeScan,
+    ClearedMap, FilePlace, KeyRange, LostEntry, MendedLeaves, RootFound, Salvage, TreeNodePlace,
+    TreeScan,
 };
 pub(super) use survival::{check_map, journal_by_file, replay_one, survived_after, Journal};
 

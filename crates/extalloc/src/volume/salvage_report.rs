@@ -6,7 +6,7 @@
 //! [`ClearedMap`], [`FilePlace`]. Invariant: a clean report is the default one. Locks:
 //! none (plain data).
 
-pub use super::super::root::RootFound;
+pub use super::super::root::{KeyRange, RootFound};
 #[cfg(doc)]
 use super::Volume;
 use std::ops::Range;

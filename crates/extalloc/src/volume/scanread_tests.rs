@@ -242,9 +242,12 @@ fn a_bad_sector_in_a_run_of_one_block_is_skipped() {
 }
 
 /// A leaf whose read fails during the look (a read error that then passes) and the root
-/// lost: the look cannot make the root again (the leaf's entries are missing from the
-/// count), and the salvage after it, sharing its notes, reads that block again, finds the
-/// leaf, and keeps every file (taking the look's silence for a lost leaf would drop them).
+/// lost: the look cannot make the root again from its children (the leaf's entries are
+/// missing from the count); over the leaves, the leaf's range (one the lost checkpoint
+/// rewrote) is left to the mend's scan, which skips the block and finds older copies.
+/// The repair after it, sharing its notes, reads that block again and finds the leaf
+/// itself: every file kept as it was, on the page path and by the salvage alike (taking
+/// the look's silence for a lost leaf would keep older copies or drop the files).
 #[test]
 fn a_block_that_did_not_read_is_read_again_by_the_next_scan() {
     let (dev, files, _) = root_lost_with_data(16);
@@ -252,11 +255,24 @@ fn a_block_that_did_not_read_is_read_again_by_the_next_scan() {
     dev.inner.fail_reads_in(leaf * BS..(leaf + 1) * BS);
     let scans = NodeScans::unwatched();
     let view: Arc<dyn Device> = Arc::new(OverlayDevice::new(dev.clone()));
-    assert!(Volume::open_for_repair_reporting(view, Policy::default(), &scans).is_err());
+    let looked = Volume::open_for_repair_reporting(view, Policy::default(), &scans).unwrap();
+    let seen = looked.mend_unreadable_leaves_reporting(&scans).unwrap();
+    let found = seen.root_found.expect("made again over the leaves");
+    assert!(
+        found.from_leaves && found.blocks_unreadable == 1,
+        "{found:?}"
+    );
     dev.inner.heal_reads();
     dev.watch(Extent::new(leaf, 1));
-    salvage_keeps_every_file(&dev, &files, &scans, 0);
+    let vol = Volume::open_for_repair_reporting(dev.clone(), Policy::default(), &scans).unwrap();
+    let mended = vol.mend_unreadable_leaves_reporting(&scans).unwrap();
+    let found = mended.root_found.expect("the root made again");
+    assert_eq!(found.blocks_unreadable, 0, "{found:?}");
+    let kept = (files.iter()).filter(|(id, attr)| vol.attr(*id).ok().as_ref() == Some(attr));
+    assert_eq!(kept.count(), files.len());
     assert!(dev.reads_watched() > 0, "the leaf read again");
+    drop(vol);
+    salvage_keeps_every_file(&dev, &files, &scans, 0);
 }
 
 /// A leaf the look read whole that does not read for the repair after it (the device
