@@ -113,10 +113,13 @@ fn load_marked(
     let (walked, found_root) =
         super::rootfind::walk_or_find((store, dev), &mut io, t, (&chain.pieces, scans))?;
     // The key ranges whose entries the open cannot read: the lost nodes' and the marked
-    // leaves' that failed (a repair's open only).
+    // leaves' that failed, and those a root made over the leaves leaves to the mend's
+    // scan (a repair's open only).
     let failed = walked.leaves.iter().filter(|l| !l.checked);
+    let scanned = (found_root.iter()).flat_map(|r| r.scanned.iter().map(|s| s.0));
     let lost: Vec<Keys> = (walked.lost.iter().map(|l| l.keys))
         .chain(failed.map(|l| l.keys))
+        .chain(scanned)
         .collect();
     let unmended = walked.tree.is_none();
     let Some(tree) = walked.tree.or(walked.partial.filter(|_| repair)) else {

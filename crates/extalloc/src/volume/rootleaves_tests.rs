@@ -4,7 +4,7 @@
 //! all its leaves; stale leaves and nodes in blocks a file holds left out (their entries,
 //! if the scan meets them, judged as the salvage's are); nothing mapped free or twice.
 
-use super::super::salvage_tests::{assert_intact, build, BS};
+use super::super::salvage_tests::{assert_intact, build, bytes_of, BS};
 use super::holes_tests::{a_middle_leaf, ids_in, zero};
 use super::tests::three_levels_then;
 use super::tests::{children_of, rebuilt_and_reopened, stale_leaf, three_levels, tree_of, Attrs};
@@ -80,6 +80,42 @@ fn a_root_lost_with_its_checkpoints_path_is_made_over_the_leaves() {
         kept >= previous && kept <= files.len() as u64,
         "{kept} {mended:?}"
     );
+}
+
+/// The root lost with its last child (of the root's generation) and an older leaf under
+/// it, after the journal took changes (a file of the newest leaf written and another
+/// unlinked, a file made; the daemon gone before a checkpoint): over the leaves, the
+/// older leaf is named (its files lost) and the newest leaf's range scanned for; the
+/// changes to the files there, set aside by the open, apply to the entries the scan gives
+/// back: the file reads as written, the new one exists, the unlinked one does not.
+#[test]
+fn the_journals_changes_apply_to_what_the_scan_gives_back() {
+    let (dev, files, tree) = three_levels();
+    let g = tree.root.generation;
+    let (_, children) = children_of(&dev, tree.root);
+    let last = children.last().unwrap().at;
+    let (_, leaves) = children_of(&dev, last);
+    let older = leaves.iter().find(|c| c.at.generation < g).unwrap().at;
+    let newest = leaves.last().unwrap().at;
+    assert_eq!(newest.generation, g);
+    let ids = ids_in(&dev, newest);
+    let (written, unlinked) = (ids[ids.len() - 1], ids[ids.len() - 2]);
+    let vol = Volume::open(dev.clone(), Policy::default()).unwrap();
+    vol.write(written, 0, &bytes_of(written, 9000)).unwrap();
+    vol.unlink(unlinked).unwrap();
+    let made = vol.create(b"made after the checkpoint").unwrap();
+    vol.write(made, 0, &bytes_of(made, 5000)).unwrap();
+    vol.sync().unwrap();
+    drop(vol);
+    assert_eq!(tree_of(&dev).root, tree.root, "no checkpoint since");
+    let mut gone = ids_in(&dev, older);
+    gone.push(unlinked);
+    let lost = [tree.root, last, older];
+    let (vol, mended) = over_the_leaves(&dev, (&tree, &lost), (&files, &gone));
+    assert_eq!(mended.root_found.unwrap().holes, 1);
+    assert_eq!(vol.read(written, 0, 9000).unwrap(), bytes_of(written, 9000));
+    assert_eq!(vol.read(made, 0, 5000).unwrap(), bytes_of(made, 5000));
+    assert!(vol.size(unlinked).is_err(), "unlinked after the checkpoint");
 }
 
 /// The root lost with its first child, an older node the previous tree shares (so that
