@@ -23,6 +23,7 @@
 use super::leafkeep::{Candidate, Keeper};
 use super::node::{self, NodeRef};
 use super::nodescan::{self, Lost};
+use super::salvage::KeyRange;
 use super::salvage::{LostEntry, MendedLeaves};
 use super::scanread::NodeScans;
 use super::state::Volume;
@@ -133,20 +134,7 @@ impl Volume {
         let (bad, good) = unreadable_leaves(&tree, &mut io)?;
         // A root made over the leaves: the ranges a lost leaf of its checkpoint held, and
         // those under the previous tree's nodes that did not read.
-        let under_unread: Vec<Lost> = (out.root_found.iter())
-            .flat_map(|r| r.scanned.iter().map(move |s| (r.lost.0, s)))
-            .map(|(root, &(keys, (block, generation)))| Lost {
-                keys,
-                generation,
-                block,
-                why: match block == root {
-                    true => "made over the leaves: a key range its checkpoint rewrote".into(),
-                    false => "a node of the previous checkpoint's tree, under the lost root \
-                              made over the leaves"
-                        .into(),
-                },
-            })
-            .collect();
+        let under_unread = left_to_scan(out.root_found.as_ref());
         if bad.is_empty() && under_unread.is_empty() {
             debug_assert_eq!(tree.holes(), 0, "a hole reads as no leaf");
             return self.nothing_to_mend(&aside).map(|()| out);
@@ -162,7 +150,7 @@ impl Volume {
         }
         // The tree's nodes as the open found them: a leaf the scan meets there is no lost one.
         let mut lost: Vec<Lost> = holes.iter().map(Bad::lost).collect();
-        lost.extend(under_unread);
+        lost.extend(under_unread.iter().cloned());
         let read: BTreeSet<u64> = match lost.is_empty() {
             true => BTreeSet::new(),
             false => tree.nodes().iter().map(|n| n.block).collect(),
@@ -182,8 +170,14 @@ impl Volume {
         candidates.extend(scanned);
         keeper.take_damaged(candidates, &mut tree, &mut io, &mut out)?;
         if let Some((root, _)) = previous {
+            // A lost leaf under a root made over the leaves is routed up to the next
+            // child's least key, over ranges left to the scan: those are the scan's (a key
+            // a newer leaf spans without it was removed), not the previous tree's.
+            let scanned: Vec<KeyRange> = under_unread.iter().map(|l| l.keys).collect();
             for b in &bad {
-                keeper.restore_previous(root, b.keys, &mut tree, &mut io, &mut out)?;
+                for keys in outside(b.keys, &scanned) {
+                    keeper.restore_previous(root, keys, &mut tree, &mut io, &mut out)?;
+                }
             }
         }
         // An entry the previous checkpoint's tree gave back was found after all.
@@ -347,6 +341,53 @@ impl Volume {
         debug_assert!(damaged.iter().all(|c| routed(c.file.id)));
         (items, damaged)
     }
+}
+
+/// The key ranges a root made over the leaves (`found`) left to the mend's scan: those its
+/// checkpoint rewrote, and those under the previous tree's nodes that did not read.
+fn left_to_scan(found: Option<&super::salvage::RootFound>) -> Vec<Lost> {
+    let Some(r) = found else {
+        return Vec::new();
+    };
+    (r.scanned.iter())
+        .map(|&(keys, (block, generation))| Lost {
+            keys,
+            generation,
+            block,
+            why: match block == r.lost.0 {
+                true => "made over the leaves: a key range its checkpoint rewrote".into(),
+                false => "a node of the previous checkpoint's tree, under the lost root made \
+                          over the leaves"
+                    .into(),
+            },
+        })
+        .collect()
+}
+
+/// The parts of `keys` outside every range of `ranges` (in key order, disjoint).
+fn outside(keys: KeyRange, ranges: &[KeyRange]) -> Vec<KeyRange> {
+    let mut out = Vec::new();
+    let mut from = Some(keys.0);
+    for r in ranges {
+        let Some(f) = from else { break };
+        let before_end = keys.1.is_none_or(|hi| r.0 < hi);
+        if r.1.is_some_and(|hi| hi <= f) || !before_end {
+            continue; // wholly before what is left, or after the range
+        }
+        if r.0 > f {
+            out.push((f, Some(r.0)));
+        }
+        from = r.1;
+    }
+    if let Some(f) = from.filter(|&f| keys.1.is_none_or(|hi| f < hi)) {
+        out.push((f, keys.1));
+    }
+    // Each part inside `keys`, outside every range.
+    debug_assert!(out.iter().all(|p| p.0 >= keys.0
+        && ranges
+            .iter()
+            .all(|r| r.1.is_some_and(|hi| hi <= p.0) || p.1.is_some_and(|hi| hi <= r.0))));
+    out
 }
 
 /// The leaves of `tree` that do not read, and how many entries the others hold. An I/O

@@ -111,7 +111,7 @@ pub(super) fn previous_tree(io: &mut VolIo<'_>, t: &TreeRoot) -> Option<Previous
     // meeting end to start.
     debug_assert!(out.nodes.contains(&root));
     debug_assert!(
-        out.unread.is_empty() || out.leaves.windows(2).all(|w| w[0].1 .1 == Some(w[1].1 .0))
+        !out.unread.is_empty() || out.leaves.windows(2).all(|w| w[0].1 .1 == Some(w[1].1 .0))
     );
     Some(out)
 }
@@ -138,9 +138,14 @@ pub(super) fn from_leaves(
     t: &TreeRoot,
     (previous, retired, nb): (&Previous, &[Extent], u64),
 ) -> Option<FromLeaves> {
+    // The chain's pieces by start (disjoint): a node's check is a logarithm of them.
+    let mut retired = retired.to_vec();
+    retired.sort_unstable_by_key(|r| r.start);
+    debug_assert!(retired.windows(2).all(|w| w[0].end() <= w[1].start));
     let replaced = |at: NodeRef| {
         let place = Extent::new(at.block, nb);
-        (retired.iter()).any(|r| r.start < place.end() && place.start < r.end())
+        let i = retired.partition_point(|r| r.end() <= place.start);
+        retired.get(i).is_some_and(|r| r.start < place.end())
     };
     let mut kids: Vec<(u64, Option<u64>, ChildRef, bool)> = Vec::new();
     let mut found = 0u64;
@@ -174,7 +179,17 @@ pub(super) fn from_leaves(
             kids.push((keys.0, keys.1.map(|hi| hi.saturating_sub(1)), child, false));
         }
     }
-    scans.extend(previous.unread.iter().map(|&(at, keys)| (keys, at)));
+    // Under a previous node that did not read, the lost checkpoint's own leaves too when
+    // it replaced the node: no leaf there is newer than the root.
+    let g = t.root.generation;
+    let unread = (previous.unread.iter()).map(|&(at, keys)| {
+        let at = NodeRef {
+            block: at.block,
+            generation: g,
+        };
+        (keys, at)
+    });
+    scans.extend(unread);
     kids.sort_by_key(|k| k.0);
     let scans = merged(scans, t.root);
     // Disjoint: each child's keys below the next one's least.
