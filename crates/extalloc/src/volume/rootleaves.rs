@@ -138,15 +138,7 @@ pub(super) fn from_leaves(
     t: &TreeRoot,
     (previous, retired, nb): (&Previous, &[Extent], u64),
 ) -> Option<FromLeaves> {
-    // The chain's pieces by start (disjoint): a node's check is a logarithm of them.
-    let mut retired = retired.to_vec();
-    retired.sort_unstable_by_key(|r| r.start);
-    debug_assert!(retired.windows(2).all(|w| w[0].end() <= w[1].start));
-    let replaced = |at: NodeRef| {
-        let place = Extent::new(at.block, nb);
-        let i = retired.partition_point(|r| r.end() <= place.start);
-        retired.get(i).is_some_and(|r| r.start < place.end())
-    };
+    let replaced = replaced_by(retired, nb);
     let mut kids: Vec<(u64, Option<u64>, ChildRef, bool)> = Vec::new();
     let mut found = 0u64;
     let mut taken = HashSet::new();
@@ -218,6 +210,20 @@ pub(super) fn from_leaves(
         lost,
         scans,
     })
+}
+
+/// Whether a node of `nb` blocks lies in a piece of the root's chain (`retired`: the
+/// previous nodes its checkpoint replaced), the pieces sorted once by start (disjoint), so
+/// that a node's check is a logarithm of them, however many a bulk change retired.
+fn replaced_by(retired: &[Extent], nb: u64) -> impl Fn(NodeRef) -> bool {
+    let mut retired = retired.to_vec();
+    retired.sort_unstable_by_key(|r| r.start);
+    debug_assert!(retired.windows(2).all(|w| w[0].end() <= w[1].start));
+    move |at: NodeRef| {
+        let place = Extent::new(at.block, nb);
+        let i = retired.partition_point(|r| r.end() <= place.start);
+        retired.get(i).is_some_and(|r| r.start < place.end())
+    }
 }
 
 /// `ranges` in key order with those that meet merged (named then by `root`, the newest a
